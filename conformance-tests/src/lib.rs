@@ -1,0 +1,1 @@
+//! The conformance suite: one set of cases, instantiated for every backend.

@@ -1,0 +1,190 @@
+//! The `Backend` trait: the one thing a device implements.
+//!
+//! The trait is deliberately narrow (see `shared/notes/style.md` 1.1): a backend allocates and frees
+//! *blocks*, copies bytes, dispatches standard ops, issues and reports *tickets*, states its
+//! capabilities and maps native errors into [`Error`](crate::Error). Pooling, budgets, statistics,
+//! validation and staging all live above it in core, once, for every backend.
+//!
+//! # Contract
+//!
+//! * **Blocks** are one native allocation each (`cuMemAlloc`, `VkDeviceMemory` + `VkBuffer`,
+//!   `wgpu::Buffer`, a host allocation) of one [`MemoryKind`]. A block is never resized.
+//! * **Host access.** [`Backend::write_mapped`] and [`Backend::read_mapped`] copy between host memory
+//!   and a *host-visible* block: `Upload` and `Readback` blocks always, `DeviceLocal` blocks only when
+//!   [`Capabilities::device_host_visible`] is true. They are synchronous. The caller guarantees that
+//!   no in-flight work touches the range (it waits for the range's tickets first).
+//! * **Device work** ([`Backend::copy`], [`Backend::fill_zero`], [`Backend::dispatch`]) is
+//!   asynchronous and executes in submission order on one logical queue: each call returns the
+//!   [`Ticket`] of the submission that carries it, and a later call observes the effects of every
+//!   earlier one (the backend inserts whatever barriers its API needs; on Vulkan, memory barriers
+//!   between dependent commands). A backend may batch several calls into one native submission; it
+//!   must submit no later than the first [`Backend::wait`], [`Backend::completed`] or
+//!   [`Backend::flush`] that concerns them.
+//! * **Tickets** increase monotonically. `completed()` returns the highest ticket `t` such that every
+//!   ticket `<= t` has finished. Frees of memory used by in-flight work are deferred by the pools
+//!   until its ticket completes.
+//! * **Alignment.** Every offset and size passed to `copy`, `fill_zero`, `write_mapped` and
+//!   `read_mapped` is a multiple of [`Capabilities::copy_align`]; binding offsets in `dispatch` are
+//!   multiples of [`Capabilities::binding_align`]. The pools guarantee both.
+//! * **Errors.** No method panics; native failures map into [`Error`](crate::Error), a lost device
+//!   into [`Error::DeviceLost`](crate::Error::DeviceLost).
+//!
+//! The trait is object safe so examples can choose a backend at run time (`Arc<dyn Backend>`).
+
+use crate::Result;
+use crate::ops::Op;
+
+/// A backend's name for one block. Opaque to core; unique among the backend's live blocks.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockId(pub u64);
+
+/// A point on the backend's timeline. Submissions get increasing tickets; `Ticket(0)` is "before
+/// anything was submitted" and is always complete.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket(pub u64);
+
+impl Ticket {
+    /// The ticket that is complete before any work is submitted.
+    pub const DONE: Ticket = Ticket(0);
+}
+
+/// What a block is for, which decides where its memory lives.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MemoryKind {
+    /// Device memory for tensors. Host-visible only where the device is (integrated GPUs, lavapipe).
+    DeviceLocal,
+    /// Host-visible, write-combined memory: the source of host-to-device copies.
+    Upload,
+    /// Host-visible, cached memory: the destination of device-to-host copies.
+    Readback,
+}
+
+impl MemoryKind {
+    /// Short lowercase name, for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryKind::DeviceLocal => "device-local",
+            MemoryKind::Upload => "upload",
+            MemoryKind::Readback => "readback",
+        }
+    }
+}
+
+/// Creation arguments of a block.
+#[derive(Clone, Debug)]
+pub struct BlockDesc<'a> {
+    /// Where the block lives.
+    pub kind: MemoryKind,
+    /// Size in bytes; a multiple of [`Capabilities::copy_align`], at most
+    /// [`Capabilities::max_block_size`].
+    pub size: u64,
+    /// A label for native debug tools.
+    pub label: &'a str,
+}
+
+/// A byte range of a block, as bound to a kernel or used in a copy.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct BlockRange {
+    /// The block.
+    pub block: BlockId,
+    /// Start of the range in bytes.
+    pub offset: u64,
+    /// Length of the range in bytes.
+    pub size: u64,
+}
+
+/// What a device can do, read once when the backend is created.
+#[derive(Clone, Debug)]
+pub struct Capabilities {
+    /// Backend name: "host", "wgpu", "vulkan", "cuda".
+    pub backend: &'static str,
+    /// The device's name as the driver reports it.
+    pub device_name: String,
+    /// Alignment in bytes of binding offsets in `dispatch` (WebGPU's
+    /// `min_storage_buffer_offset_alignment`, Vulkan's `minStorageBufferOffsetAlignment`).
+    pub binding_align: u64,
+    /// Alignment in bytes of offsets and sizes of copies, fills and mapped access (wgpu: 4;
+    /// Vulkan: 4 for fills; 1 where the API has no rule).
+    pub copy_align: u64,
+    /// Largest block in bytes.
+    pub max_block_size: u64,
+    /// Largest range one kernel binding may cover, in bytes.
+    pub max_binding_size: u64,
+    /// Whether `DeviceLocal` blocks are host-visible (integrated GPUs, lavapipe, the host backend):
+    /// the zero-copy path. Backends report `false` when configured to force staging copies.
+    pub device_host_visible: bool,
+    /// Bytes of device memory this process may use, when the API reports it (`cuMemGetInfo`,
+    /// `VK_EXT_memory_budget`, heap size).
+    pub budget: Option<u64>,
+}
+
+/// One device. See the module doc for the contract every implementation keeps.
+pub trait Backend: Send + Sync {
+    /// What this device can do. Constant for the backend's lifetime.
+    fn capabilities(&self) -> &Capabilities;
+
+    /// Allocates one block.
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`](crate::Error::ZeroSize), [`Error::TooLarge`](crate::Error::TooLarge)
+    /// beyond `max_block_size`, [`Error::OutOfMemory`](crate::Error::OutOfMemory) when the driver
+    /// has no memory left, [`Error::DeviceLost`](crate::Error::DeviceLost).
+    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId>;
+
+    /// Frees a block. The caller guarantees that no in-flight work uses it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an unknown block.
+    fn free_block(&self, block: BlockId) -> Result<()>;
+
+    /// Copies `data` into a host-visible block at `offset`, synchronously.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) when the block is not host-visible,
+    /// [`Error::OutOfBounds`](crate::Error::OutOfBounds) past the block's end.
+    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()>;
+
+    /// Copies from a host-visible block at `offset` into `out`, synchronously.
+    ///
+    /// # Errors
+    /// As [`Backend::write_mapped`].
+    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()>;
+
+    /// Enqueues a device copy of `src.size` bytes from `src` to `dst.offset`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`](crate::Error::OutOfBounds), [`Error::SizeMismatch`](crate::Error::SizeMismatch)
+    /// when `src.size != dst.size`, [`Error::DeviceLost`](crate::Error::DeviceLost).
+    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket>;
+
+    /// Enqueues filling `range` with zero bytes.
+    ///
+    /// # Errors
+    /// As [`Backend::copy`].
+    fn fill_zero(&self, range: BlockRange) -> Result<Ticket>;
+
+    /// Enqueues one standard op. `bindings` are the op's inputs followed by its outputs, in the
+    /// order [`Op`] documents.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) for an op the backend lacks,
+    /// [`Error::TooLarge`](crate::Error::TooLarge) for a binding beyond `max_binding_size`,
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for bindings that do not match the op.
+    fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket>;
+
+    /// Submits everything enqueued so far. Returns the ticket of the last enqueued work.
+    fn flush(&self) -> Result<Ticket>;
+
+    /// The highest ticket such that it and every earlier ticket have finished. Does not block.
+    ///
+    /// # Errors
+    /// [`Error::DeviceLost`](crate::Error::DeviceLost).
+    fn completed(&self) -> Result<Ticket>;
+
+    /// Blocks until `ticket` has finished (submitting it first if needed).
+    ///
+    /// # Errors
+    /// [`Error::DeviceLost`](crate::Error::DeviceLost), or a timeout mapped to
+    /// [`Error::Backend`](crate::Error::Backend).
+    fn wait(&self, ticket: Ticket) -> Result<()>;
+}

@@ -1,0 +1,295 @@
+//! The one error type of tensormem.
+//!
+//! Every failure in core and in every backend maps into [`Error`]. Variants carry the numbers the
+//! caller needs (what was asked, what the limit was) so a message can say what to do, and
+//! [`Error::is_retryable`] says whether trying again later can succeed.
+
+use std::fmt;
+
+/// Result alias used throughout tensormem.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every failure tensormem reports. Nothing in tensormem panics on bad input; it returns one of these.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A request for zero bytes. Every allocation and transfer must cover at least one byte.
+    #[error("zero-size request: {what} of 0 bytes (every {what} must be at least 1 byte)")]
+    ZeroSize {
+        /// What was requested ("allocation", "upload", "block", ...).
+        what: &'static str,
+    },
+
+    /// An alignment that is zero, not a power of two, or above the largest supported alignment.
+    #[error(
+        "invalid alignment {align}: alignments must be powers of two between 1 and {max} bytes"
+    )]
+    InvalidAlignment {
+        /// The alignment asked for, in bytes.
+        align: u64,
+        /// The largest alignment supported, in bytes.
+        max: u64,
+    },
+
+    /// A request that can never succeed on this device or pool, whatever is freed first.
+    #[error("{what} of {requested} bytes exceeds the limit of {limit} bytes ({limit_name})")]
+    TooLarge {
+        /// What was requested ("allocation", "block", "binding", ...).
+        what: &'static str,
+        /// Bytes asked for.
+        requested: u64,
+        /// The limit, in bytes.
+        limit: u64,
+        /// Where the limit comes from (a capability or configuration name).
+        limit_name: &'static str,
+    },
+
+    /// Not enough free memory right now. The report says what is reserved, in use and free, and
+    /// what the caller can do. Retrying after frees complete can succeed.
+    #[error("{0}")]
+    OutOfMemory(Box<OomReport>),
+
+    /// A handle freed twice.
+    #[error("double free of {what} (slot {slot}, generation {generation}): it was already freed")]
+    DoubleFree {
+        /// The kind of handle.
+        what: &'static str,
+        /// The handle's slot index.
+        slot: u32,
+        /// The generation the handle carries.
+        generation: u32,
+    },
+
+    /// A handle used after it was freed (its slot has moved on to a later generation).
+    #[error(
+        "use after free: {what} (slot {slot}, generation {generation}) was freed; the slot is now at generation {current}"
+    )]
+    StaleHandle {
+        /// The kind of handle.
+        what: &'static str,
+        /// The handle's slot index.
+        slot: u32,
+        /// The generation the handle carries.
+        generation: u32,
+        /// The slot's current generation.
+        current: u32,
+    },
+
+    /// A handle that this pool never issued (another pool's, or forged).
+    #[error("{what} handle (slot {slot}) does not belong to this {owner}")]
+    ForeignHandle {
+        /// The kind of handle.
+        what: &'static str,
+        /// The handle's slot index.
+        slot: u32,
+        /// The kind of object asked to use it.
+        owner: &'static str,
+    },
+
+    /// A byte range that does not fit inside the allocation or block it addresses.
+    #[error("range out of bounds: offset {offset} + size {size} exceeds {limit} bytes of the {what}")]
+    OutOfBounds {
+        /// What the range addresses.
+        what: &'static str,
+        /// Start of the range, in bytes.
+        offset: u64,
+        /// Length of the range, in bytes.
+        size: u64,
+        /// Length of the addressed object, in bytes.
+        limit: u64,
+    },
+
+    /// Two sizes or shapes that must agree do not.
+    #[error("size mismatch in {what}: expected {expected}, got {actual}")]
+    SizeMismatch {
+        /// What was being matched.
+        what: String,
+        /// The size or element count expected.
+        expected: u64,
+        /// The size or element count given.
+        actual: u64,
+    },
+
+    /// The backend cannot run here: no driver, no library, no adapter.
+    #[error("backend {backend} is unavailable: {reason}")]
+    BackendUnavailable {
+        /// Backend name ("cuda", "vulkan", "wgpu", "host").
+        backend: &'static str,
+        /// Why, in words a user can act on.
+        reason: String,
+    },
+
+    /// The device was lost (driver reset, removal, hang). The runtime must be recreated.
+    #[error("device lost on {backend}: {detail}")]
+    DeviceLost {
+        /// Backend name.
+        backend: &'static str,
+        /// What the driver said.
+        detail: String,
+    },
+
+    /// A native API call failed in a way no other variant describes. Keeps the native code.
+    #[error("{backend}: {api} failed (code {code}): {message}")]
+    Backend {
+        /// Backend name.
+        backend: &'static str,
+        /// The native API that failed.
+        api: &'static str,
+        /// The native result code (0 when the API has none).
+        code: i64,
+        /// The driver's message.
+        message: String,
+    },
+
+    /// The backend or device does not support what was asked.
+    #[error("unsupported on {backend}: {what}")]
+    Unsupported {
+        /// Backend name.
+        backend: &'static str,
+        /// What is unsupported.
+        what: String,
+    },
+
+    /// A call whose arguments are inconsistent (wrong memory kind, wrong dtype, bad shape, ...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// A malformed input file or text (CSV plan, trace, weights).
+    #[error("{source_name}:{line}: {message}")]
+    Malformed {
+        /// File name or other description of the input.
+        source_name: String,
+        /// 1-based line number (0 when the input has no lines).
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// Allocations still live when a pool or runtime in strict mode was dropped or checked.
+    #[error("{count} allocation(s) leaked, {bytes} bytes:\n{report}")]
+    Leak {
+        /// Number of live allocations.
+        count: usize,
+        /// Their total size in bytes.
+        bytes: u64,
+        /// One line per allocation: label, size, and where it was made when known.
+        report: String,
+    },
+
+    /// Guard bytes around an allocation were overwritten: something wrote out of bounds.
+    #[error("memory corruption: {0}")]
+    Corruption(String),
+
+    /// An I/O error while reading or writing a file.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// The file involved.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// Whether the same call can succeed later without the caller changing its arguments.
+    ///
+    /// True only for [`Error::OutOfMemory`]: frees may still be queued behind in-flight work, so
+    /// waiting for the device and retrying can succeed. Everything else is hopeless as asked
+    /// (too large, bad alignment, stale handle) or fatal (device lost).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::OutOfMemory(_))
+    }
+
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidArgument(msg.into())
+    }
+}
+
+/// Everything an out-of-memory error knows, so the message explains itself.
+#[derive(Debug, Clone, Default)]
+pub struct OomReport {
+    /// Pool that failed ("device", "staging", "host-visible", ...).
+    pub pool: String,
+    /// Label of the failed request, if it had one.
+    pub label: Option<String>,
+    /// Bytes asked for.
+    pub requested: u64,
+    /// Bytes reserved from the backend in blocks.
+    pub reserved: u64,
+    /// Bytes handed out to live allocations.
+    pub in_use: u64,
+    /// Largest free range in any block, in bytes.
+    pub largest_free: u64,
+    /// 1 - largest free / total free, over all blocks (0 when nothing is free).
+    pub fragmentation: f64,
+    /// Hard limit on reserved bytes, if any.
+    pub budget: Option<u64>,
+    /// Bytes whose free still waits for in-flight work.
+    pub pending_free: u64,
+    /// Largest live allocations, (label, size in bytes), largest first.
+    pub largest_live: Vec<(String, u64)>,
+    /// Whether returning empty blocks (trim) would have made room under the budget.
+    pub trim_would_help: bool,
+    /// Whether a static plan of the live set plus the request fits in the reserved or budgeted
+    /// bytes: if so, the failure is fragmentation, and planning the workload avoids it.
+    pub static_plan_would_fit: Option<bool>,
+}
+
+impl fmt::Display for OomReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        write!(
+            f,
+            "out of memory in the {} pool: tried to allocate {} bytes ({:.2} MiB){}; \
+             reserved {:.2} MiB, in use {:.2} MiB, largest free range {:.2} MiB, \
+             fragmentation {:.1}%, pending frees {:.2} MiB, budget {}",
+            self.pool,
+            self.requested,
+            mib(self.requested),
+            self.label
+                .as_ref()
+                .map(|l| format!(" for '{l}'"))
+                .unwrap_or_default(),
+            mib(self.reserved),
+            mib(self.in_use),
+            mib(self.largest_free),
+            self.fragmentation * 100.0,
+            mib(self.pending_free),
+            self.budget
+                .map(|b| format!("{:.2} MiB", mib(b)))
+                .unwrap_or_else(|| "none".into()),
+        )?;
+        if !self.largest_live.is_empty() {
+            write!(f, "; largest live:")?;
+            for (label, size) in &self.largest_live {
+                write!(f, " {label} ({:.2} MiB)", mib(*size))?;
+            }
+        }
+        if let Some(fit) = self.static_plan_would_fit {
+            write!(
+                f,
+                "; a static plan of the live set {} fit",
+                if fit { "would" } else { "would not" }
+            )?;
+        }
+        write!(f, ". What you can do: ")?;
+        if self.pending_free > 0 {
+            write!(f, "wait for in-flight work so pending frees complete; ")?;
+        }
+        if self.trim_would_help {
+            write!(f, "trim the pool to return empty blocks; ")?;
+        }
+        if self.fragmentation > 0.5 {
+            write!(
+                f,
+                "memory is fragmented: plan the workload statically or use fewer, larger blocks; "
+            )?;
+        }
+        write!(
+            f,
+            "free tensors you no longer need, lower the batch size, or raise the budget."
+        )
+    }
+}

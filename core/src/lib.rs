@@ -1,0 +1,14 @@
+//! # tensormem
+//!
+//! A portable tensor memory runtime for ML inference: arenas carved by fast sub-allocators,
+//! staging and host-visible pools recycled by tickets, a liveness-based static planner, and one
+//! backend contract that CUDA, Vulkan, WebGPU and the host CPU all implement.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod backend;
+pub mod error;
+pub mod ops;
+
+pub use backend::{Backend, BlockDesc, BlockId, BlockRange, Capabilities, MemoryKind, Ticket};
+pub use error::{Error, OomReport, Result};
+pub use ops::{DType, Op};

@@ -1,0 +1,469 @@
+//! The standard op set, defined once as data.
+//!
+//! Each backend dispatches an [`Op`] over [`BlockRange`](crate::backend::BlockRange) bindings: the
+//! op's inputs, then its outputs, in the order [`Op::signature`] lists them. The host
+//! implementations (`ops::host`) are the numerical reference every backend is checked against;
+//! the WGSL sources (`ops::wgsl`) serve wgpu directly and Vulkan through naga.
+//!
+//! Shapes are element counts in `u32` (kernels index with 32-bit integers); every tensor is
+//! contiguous, row-major. Reshapes are free (a tensor's bytes do not move); transposes and
+//! permutations are explicit [`Op::Permute`] copies.
+
+use crate::{Error, Result};
+
+pub mod host;
+
+/// Element type of a tensor.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// 64-bit float (storage only; no op computes in it).
+    F64,
+    /// 32-bit signed integer.
+    I32,
+    /// 32-bit unsigned integer (token ids).
+    U32,
+    /// 64-bit signed integer (storage only).
+    I64,
+    /// 8-bit unsigned integer (storage only).
+    U8,
+    /// 16-bit unsigned integer / raw half floats (storage only).
+    U16,
+}
+
+impl DType {
+    /// Size of one element in bytes.
+    pub fn size(self) -> u64 {
+        match self {
+            DType::U8 => 1,
+            DType::U16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 => 8,
+        }
+    }
+
+    /// Short lowercase name ("f32", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::I32 => "i32",
+            DType::U32 => "u32",
+            DType::I64 => "i64",
+            DType::U8 => "u8",
+            DType::U16 => "u16",
+        }
+    }
+}
+
+/// One operand of an op: its element type and element count.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Operand {
+    /// Element type.
+    pub dtype: DType,
+    /// Number of elements.
+    pub len: u64,
+}
+
+impl Operand {
+    fn f32(len: u64) -> Self {
+        Operand {
+            dtype: DType::F32,
+            len,
+        }
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.len * self.dtype.size()
+    }
+}
+
+/// The inputs and outputs of an op, in binding order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signature {
+    /// Inputs, in binding order.
+    pub inputs: Vec<Operand>,
+    /// Outputs, bound after the inputs.
+    pub outputs: Vec<Operand>,
+}
+
+/// A standard op with its parameters. All f32 unless stated.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Batched matrix product `C[b] = alpha * op(A[b]) · op(B[b]) (+ bias)`, where `op` transposes
+    /// when asked. Inputs: `A` (`[batch, m, k]`, or `[batch, k, m]` with `trans_a`), `B`
+    /// (`[batch, k, n]`, or `[batch, n, k]` with `trans_b`; with `broadcast_b` a single `B` shared by
+    /// every batch), then `bias` `[n]` when `bias` is set. Output `C` `[batch, m, n]`.
+    /// A PyTorch `Linear` is `trans_b = true, broadcast_b = true, bias = true`.
+    MatMul {
+        /// Number of independent products.
+        batch: u32,
+        /// Rows of `C`.
+        m: u32,
+        /// Columns of `C`.
+        n: u32,
+        /// Inner dimension.
+        k: u32,
+        /// Read `A` as `[k, m]`.
+        trans_a: bool,
+        /// Read `B` as `[n, k]`.
+        trans_b: bool,
+        /// One `B` for every batch.
+        broadcast_b: bool,
+        /// Add a bias `[n]` to every row (after scaling).
+        bias: bool,
+        /// Scale applied to the product.
+        alpha: f32,
+    },
+    /// `c[i] = a[i] + b[i % b_len]` over `len` elements (`b_len` divides `len`; `b_len == len` is
+    /// plain addition, smaller `b_len` broadcasts a bias or a position table).
+    Add {
+        /// Elements of `a` and `c`.
+        len: u32,
+        /// Elements of `b`.
+        b_len: u32,
+    },
+    /// `c[i] = a[i] * b[i % b_len]`, as [`Op::Add`].
+    Mul {
+        /// Elements of `a` and `c`.
+        len: u32,
+        /// Elements of `b`.
+        b_len: u32,
+    },
+    /// `y[i] = alpha * x[i]`.
+    Scale {
+        /// Elements.
+        len: u32,
+        /// Factor.
+        alpha: f32,
+    },
+    /// Exact GELU, `y = x/2 · (1 + erf(x/√2))`.
+    Gelu {
+        /// Elements.
+        len: u32,
+    },
+    /// `y = max(x, 0)`.
+    Relu {
+        /// Elements.
+        len: u32,
+    },
+    /// Layer normalisation over the last axis: inputs `x` `[rows, cols]`, `gamma` `[cols]`,
+    /// `beta` `[cols]`; output `y` `[rows, cols]`. Population variance, as PyTorch.
+    LayerNorm {
+        /// Rows.
+        rows: u32,
+        /// Normalised axis length.
+        cols: u32,
+        /// Added to the variance.
+        eps: f32,
+    },
+    /// Softmax over the last axis of `x` `[rows, cols]`. With `masked`, a second input `mask`
+    /// `[rows / rows_per_mask, cols]` (1.0 keep, 0.0 drop) removes columns: mask row
+    /// `r / rows_per_mask` applies to row `r` (attention: `rows_per_mask = heads · seq`). A row whose
+    /// mask drops every column is all zeros.
+    Softmax {
+        /// Rows.
+        rows: u32,
+        /// Columns (softmax axis).
+        cols: u32,
+        /// Whether a mask input follows `x`.
+        masked: bool,
+        /// Rows sharing one mask row (ignored without a mask; at least 1).
+        rows_per_mask: u32,
+    },
+    /// Row gather: inputs `table` `[vocab, dim]` (f32) and `ids` `[rows]` (u32); output
+    /// `[rows, dim]`. An id `>= vocab` yields a row of zeros (kernels cannot fail).
+    Embedding {
+        /// Rows of the table.
+        vocab: u32,
+        /// Row length.
+        dim: u32,
+        /// Number of ids.
+        rows: u32,
+    },
+    /// Masked mean over the sequence axis: inputs `x` `[batch, seq, dim]`, `mask` `[batch, seq]`
+    /// (1.0 / 0.0); output `[batch, dim]` = Σ mask·x / max(Σ mask, 1e-9).
+    MeanPool {
+        /// Batch size.
+        batch: u32,
+        /// Sequence length.
+        seq: u32,
+        /// Feature size.
+        dim: u32,
+    },
+    /// Row-wise L2 normalisation: `y = x / max(‖x‖₂, eps)` over `[rows, cols]`.
+    L2Normalize {
+        /// Rows.
+        rows: u32,
+        /// Row length.
+        cols: u32,
+        /// Lower bound of the norm.
+        eps: f32,
+    },
+    /// 2-D convolution, NCHW, cross-correlation as PyTorch: inputs `x` `[n, c_in, h, w]`, `weight`
+    /// `[c_out, c_in, kh, kw]`, then `bias` `[c_out]` when `bias` is set; output
+    /// `[n, c_out, oh, ow]` with `oh = (h + 2·pad − kh) / stride + 1` (same for `ow`).
+    Conv2d {
+        /// Batch.
+        n: u32,
+        /// Input channels.
+        c_in: u32,
+        /// Input height.
+        h: u32,
+        /// Input width.
+        w: u32,
+        /// Output channels.
+        c_out: u32,
+        /// Kernel height.
+        kh: u32,
+        /// Kernel width.
+        kw: u32,
+        /// Stride (both axes).
+        stride: u32,
+        /// Zero padding (both axes).
+        pad: u32,
+        /// Whether a bias input follows the weight.
+        bias: bool,
+    },
+    /// Max pooling, NCHW, no padding: input `[n, c, h, w]`, output `[n, c, oh, ow]` with
+    /// `oh = (h − k) / stride + 1`.
+    MaxPool2d {
+        /// Batch.
+        n: u32,
+        /// Channels.
+        c: u32,
+        /// Input height.
+        h: u32,
+        /// Input width.
+        w: u32,
+        /// Window size.
+        k: u32,
+        /// Stride.
+        stride: u32,
+    },
+    /// Axis permutation of a 4-D f32 tensor `x` of shape `dims`: output axis `i` is input axis
+    /// `perm[i]`. Transposes and head splits/merges of smaller ranks pad the shape with 1s.
+    Permute {
+        /// Input shape.
+        dims: [u32; 4],
+        /// Output axis `i` takes input axis `perm[i]`.
+        perm: [u8; 4],
+    },
+    /// `y = x` over `len` elements of 4 bytes (any 32-bit dtype).
+    Copy {
+        /// Elements.
+        len: u32,
+    },
+}
+
+impl Op {
+    /// Short name, for traces and reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::MatMul { .. } => "matmul",
+            Op::Add { .. } => "add",
+            Op::Mul { .. } => "mul",
+            Op::Scale { .. } => "scale",
+            Op::Gelu { .. } => "gelu",
+            Op::Relu { .. } => "relu",
+            Op::LayerNorm { .. } => "layernorm",
+            Op::Softmax { .. } => "softmax",
+            Op::Embedding { .. } => "embedding",
+            Op::MeanPool { .. } => "meanpool",
+            Op::L2Normalize { .. } => "l2normalize",
+            Op::Conv2d { .. } => "conv2d",
+            Op::MaxPool2d { .. } => "maxpool2d",
+            Op::Permute { .. } => "permute",
+            Op::Copy { .. } => "copy",
+        }
+    }
+
+    /// Checks the parameters and returns the operands in binding order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero dimension, a `b_len` that does not divide `len`, a
+    /// permutation that is not one, or a convolution window larger than its padded input.
+    pub fn signature(&self) -> Result<Signature> {
+        let nz = |name: &str, v: u32| {
+            if v == 0 {
+                Err(Error::invalid(format!(
+                    "{}: dimension {name} is zero",
+                    self.name()
+                )))
+            } else {
+                Ok(u64::from(v))
+            }
+        };
+        let f = Operand::f32;
+        let sig = |inputs: Vec<Operand>, outputs: Vec<Operand>| Signature { inputs, outputs };
+        Ok(match *self {
+            Op::MatMul {
+                batch,
+                m,
+                n,
+                k,
+                broadcast_b,
+                bias,
+                ..
+            } => {
+                let (batch, m, n, k) = (nz("batch", batch)?, nz("m", m)?, nz("n", n)?, nz("k", k)?);
+                let mut inputs = vec![f(batch * m * k), f(if broadcast_b { 1 } else { batch } * k * n)];
+                if bias {
+                    inputs.push(f(n));
+                }
+                sig(inputs, vec![f(batch * m * n)])
+            }
+            Op::Add { len, b_len } | Op::Mul { len, b_len } => {
+                let (len, b_len) = (nz("len", len)?, nz("b_len", b_len)?);
+                if len % b_len != 0 {
+                    return Err(Error::invalid(format!(
+                        "{}: b_len {b_len} does not divide len {len}",
+                        self.name()
+                    )));
+                }
+                sig(vec![f(len), f(b_len)], vec![f(len)])
+            }
+            Op::Scale { len, .. } | Op::Gelu { len } | Op::Relu { len } => {
+                let len = nz("len", len)?;
+                sig(vec![f(len)], vec![f(len)])
+            }
+            Op::LayerNorm { rows, cols, .. } => {
+                let (rows, cols) = (nz("rows", rows)?, nz("cols", cols)?);
+                sig(vec![f(rows * cols), f(cols), f(cols)], vec![f(rows * cols)])
+            }
+            Op::Softmax {
+                rows,
+                cols,
+                masked,
+                rows_per_mask,
+            } => {
+                let (rows, cols) = (nz("rows", rows)?, nz("cols", cols)?);
+                let mut inputs = vec![f(rows * cols)];
+                if masked {
+                    let per = nz("rows_per_mask", rows_per_mask)?;
+                    if rows % per != 0 {
+                        return Err(Error::invalid(format!(
+                            "softmax: rows_per_mask {per} does not divide rows {rows}"
+                        )));
+                    }
+                    inputs.push(f(rows / per * cols));
+                }
+                sig(inputs, vec![f(rows * cols)])
+            }
+            Op::Embedding { vocab, dim, rows } => {
+                let (vocab, dim, rows) = (nz("vocab", vocab)?, nz("dim", dim)?, nz("rows", rows)?);
+                let ids = Operand {
+                    dtype: DType::U32,
+                    len: rows,
+                };
+                sig(vec![f(vocab * dim), ids], vec![f(rows * dim)])
+            }
+            Op::MeanPool { batch, seq, dim } => {
+                let (batch, seq, dim) = (nz("batch", batch)?, nz("seq", seq)?, nz("dim", dim)?);
+                sig(vec![f(batch * seq * dim), f(batch * seq)], vec![f(batch * dim)])
+            }
+            Op::L2Normalize { rows, cols, .. } => {
+                let (rows, cols) = (nz("rows", rows)?, nz("cols", cols)?);
+                sig(vec![f(rows * cols)], vec![f(rows * cols)])
+            }
+            Op::Conv2d {
+                n,
+                c_in,
+                h,
+                w,
+                c_out,
+                kh,
+                kw,
+                stride,
+                bias,
+                ..
+            } => {
+                let (n, c_in, c_out) = (nz("n", n)?, nz("c_in", c_in)?, nz("c_out", c_out)?);
+                nz("h", h)?;
+                nz("w", w)?;
+                nz("stride", stride)?;
+                let (oh, ow) = self.conv_out()?;
+                let mut inputs = vec![
+                    f(n * c_in * u64::from(h) * u64::from(w)),
+                    f(c_out * c_in * nz("kh", kh)? * nz("kw", kw)?),
+                ];
+                if bias {
+                    inputs.push(f(c_out));
+                }
+                sig(inputs, vec![f(n * c_out * u64::from(oh) * u64::from(ow))])
+            }
+            Op::MaxPool2d { n, c, h, w, .. } => {
+                let (n, c) = (nz("n", n)?, nz("c", c)?);
+                let (oh, ow) = self.conv_out()?;
+                sig(
+                    vec![f(n * c * nz("h", h)? * nz("w", w)?)],
+                    vec![f(n * c * u64::from(oh) * u64::from(ow))],
+                )
+            }
+            Op::Permute { dims, perm } => {
+                let mut seen = [false; 4];
+                for &p in &perm {
+                    if p > 3 || seen[p as usize] {
+                        return Err(Error::invalid(format!(
+                            "permute: {perm:?} is not a permutation of 0..4"
+                        )));
+                    }
+                    seen[p as usize] = true;
+                }
+                let mut len = 1u64;
+                for (i, d) in dims.iter().enumerate() {
+                    len *= nz(["d0", "d1", "d2", "d3"][i], *d)?;
+                }
+                sig(vec![f(len)], vec![f(len)])
+            }
+            Op::Copy { len } => {
+                let len = nz("len", len)?;
+                sig(vec![f(len)], vec![f(len)])
+            }
+        })
+    }
+
+    /// Output height and width of [`Op::Conv2d`] and [`Op::MaxPool2d`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the window does not fit the (padded) input, or for other ops.
+    pub fn conv_out(&self) -> Result<(u32, u32)> {
+        let (h, w, kh, kw, stride, pad) = match *self {
+            Op::Conv2d {
+                h,
+                w,
+                kh,
+                kw,
+                stride,
+                pad,
+                ..
+            } => (h, w, kh, kw, stride, pad),
+            Op::MaxPool2d { h, w, k, stride, .. } => (h, w, k, k, stride, 0),
+            _ => return Err(Error::invalid(format!("{} has no spatial output", self.name()))),
+        };
+        if stride == 0 || kh == 0 || kw == 0 {
+            return Err(Error::invalid(format!(
+                "{}: stride and window must be non-zero",
+                self.name()
+            )));
+        }
+        let ph = u64::from(h) + 2 * u64::from(pad);
+        let pw = u64::from(w) + 2 * u64::from(pad);
+        if u64::from(kh) > ph || u64::from(kw) > pw {
+            return Err(Error::invalid(format!(
+                "{}: window {kh}x{kw} larger than padded input {ph}x{pw}",
+                self.name()
+            )));
+        }
+        let oh = (ph - u64::from(kh)) / u64::from(stride) + 1;
+        let ow = (pw - u64::from(kw)) / u64::from(stride) + 1;
+        Ok((oh as u32, ow as u32))
+    }
+
+    /// Output shape of [`Op::Permute`].
+    pub fn permuted_dims(dims: [u32; 4], perm: [u8; 4]) -> [u32; 4] {
+        [0, 1, 2, 3].map(|i| dims[usize::from(perm[i] & 3)])
+    }
+}

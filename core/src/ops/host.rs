@@ -1,0 +1,1 @@
+//! Host (CPU) implementations of the standard ops: the numerical reference.
