@@ -8,6 +8,8 @@
 pub mod backend;
 pub mod error;
 pub mod ops;
+pub mod plan;
+pub mod suballoc;
 
 pub use backend::{Backend, BlockDesc, BlockId, BlockRange, Capabilities, MemoryKind, Ticket};
 pub use error::{Error, OomReport, Result};

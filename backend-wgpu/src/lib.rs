@@ -1,0 +1,1 @@
+//! tensormem backend on WebGPU (wgpu).

@@ -1,0 +1,1 @@
+//! Liveness analysis and static memory planning.
