@@ -113,6 +113,10 @@ pub struct Capabilities {
     /// Whether `DeviceLocal` blocks are host-visible (integrated GPUs, lavapipe, the host backend):
     /// the zero-copy path. Backends report `false` when configured to force staging copies.
     pub device_host_visible: bool,
+    /// Largest upload, in bytes, for which the pools prefer [`Backend::write_queued`] over their
+    /// own staging belt (0: never). A backend sets it from measurement: wgpu's
+    /// `queue.write_buffer` beats a mapped belt for small writes.
+    pub queued_write_max: u64,
     /// Bytes of device memory this process may use, when the API reports it (`cuMemGetInfo`,
     /// `VK_EXT_memory_budget`, heap size).
     pub budget: Option<u64>,
@@ -149,6 +153,18 @@ pub trait Backend: Send + Sync {
     /// # Errors
     /// As [`Backend::write_mapped`].
     fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()>;
+
+    /// Writes `data` into any block through the backend's own queue-ordered upload path (wgpu
+    /// `queue.write_buffer`, CUDA `cuMemcpyHtoDAsync`), ordered with the other enqueued work.
+    /// `data` is copied out before the call returns. Returns `Ok(None)` when the backend has no such
+    /// path (the default); the pools then stage through an `Upload` block.
+    ///
+    /// # Errors
+    /// As [`Backend::copy`].
+    fn write_queued(&self, dst: BlockRange, data: &[u8]) -> Result<Option<Ticket>> {
+        let _ = (dst, data);
+        Ok(None)
+    }
 
     /// Enqueues a device copy of `src.size` bytes from `src` to `dst.offset`.
     ///
