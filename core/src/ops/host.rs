@@ -89,7 +89,9 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
             };
             let (a, b) = (x(0), x(1));
             let bias = bias.then(|| x(2));
-            write_f32(out, |c| matmul::matmul(&shape, &a, &b, bias.as_deref(), alpha, c));
+            write_f32(out, |c| {
+                matmul::matmul(&shape, &a, &b, bias.as_deref(), alpha, c)
+            });
         }
         Op::Add { b_len, .. } => binary(inputs, out, b_len, |a, b| a + b),
         Op::Mul { b_len, .. } => binary(inputs, out, b_len, |a, b| a * b),
@@ -159,7 +161,12 @@ pub fn gelu(x: f32) -> f32 {
 fn f32s(bytes: &[u8]) -> Cow<'_, [f32]> {
     match bytemuck::try_cast_slice(bytes) {
         Ok(s) => Cow::Borrowed(s),
-        Err(_) => Cow::Owned(bytes.chunks_exact(4).map(bytemuck::pod_read_unaligned).collect()),
+        Err(_) => Cow::Owned(
+            bytes
+                .chunks_exact(4)
+                .map(bytemuck::pod_read_unaligned)
+                .collect(),
+        ),
     }
 }
 
@@ -167,7 +174,12 @@ fn f32s(bytes: &[u8]) -> Cow<'_, [f32]> {
 fn u32s(bytes: &[u8]) -> Cow<'_, [u32]> {
     match bytemuck::try_cast_slice(bytes) {
         Ok(s) => Cow::Borrowed(s),
-        Err(_) => Cow::Owned(bytes.chunks_exact(4).map(bytemuck::pod_read_unaligned).collect()),
+        Err(_) => Cow::Owned(
+            bytes
+                .chunks_exact(4)
+                .map(bytemuck::pod_read_unaligned)
+                .collect(),
+        ),
     }
 }
 

@@ -8,7 +8,11 @@
 ///
 /// `y = exp(x − max) / Σ exp(x − max)`, the maximum taken over kept columns.
 pub(super) fn softmax(x: &[f32], mask: Option<(&[f32], usize)>, cols: usize, y: &mut [f32]) {
-    for (r, (xr, yr)) in x.chunks_exact(cols).zip(y.chunks_exact_mut(cols)).enumerate() {
+    for (r, (xr, yr)) in x
+        .chunks_exact(cols)
+        .zip(y.chunks_exact_mut(cols))
+        .enumerate()
+    {
         let mrow = mask.map(|(m, per)| &m[(r / per) * cols..(r / per + 1) * cols]);
         let keep = |j: usize| mrow.is_none_or(|m| m[j] != 0.0);
         let mut max = f32::NEG_INFINITY;

@@ -122,7 +122,11 @@ fn matmul_hand_computed() {
     let op = matmul_op(1, 1, 3, 2, false, true, true, true, 2.0);
     let c = run_f32(
         &op,
-        &[&[1.0, 2.0], &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0], &[0.5, 0.25, -1.0]],
+        &[
+            &[1.0, 2.0],
+            &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0],
+            &[0.5, 0.25, -1.0],
+        ],
     );
     assert_eq!(c, [2.5, 4.25, 5.0]);
 }
@@ -132,9 +136,19 @@ fn matmul_hand_computed() {
 /// order as the naive loop, so results must be bit-identical.
 #[test]
 fn matmul_all_layouts_match_naive_loop() {
-    for &(batch, m, n, k) in &[(2, 7, 300, 150), (3, 4, 5, 3), (1, 1, 1, 1), (2, 9, 17, 260)] {
+    for &(batch, m, n, k) in &[
+        (2, 7, 300, 150),
+        (3, 4, 5, 3),
+        (1, 1, 1, 1),
+        (2, 9, 17, 260),
+    ] {
         for flags in 0..16u32 {
-            let (ta, tb, bc, bias) = (flags & 1 != 0, flags & 2 != 0, flags & 4 != 0, flags & 8 != 0);
+            let (ta, tb, bc, bias) = (
+                flags & 1 != 0,
+                flags & 2 != 0,
+                flags & 4 != 0,
+                flags & 8 != 0,
+            );
             let alpha = if flags % 3 == 0 { 1.0 } else { 0.125 };
             let op = matmul_op(batch, m, n, k, ta, tb, bc, bias, alpha);
             let sig = op.signature().unwrap();
@@ -182,7 +196,13 @@ fn elementwise_ops() {
     assert_eq!(c, [2.0, -4.0, 6.0, -8.0, 10.0, -12.0]);
     let c = run_f32(&Op::Mul { len: 6, b_len: 2 }, &[&a, &[2.0, -1.0]]);
     assert_eq!(c, [2.0, 2.0, 6.0, 4.0, 10.0, 6.0]);
-    let c = run_f32(&Op::Scale { len: 6, alpha: -0.5 }, &[&a]);
+    let c = run_f32(
+        &Op::Scale {
+            len: 6,
+            alpha: -0.5,
+        },
+        &[&a],
+    );
     assert_eq!(c, [-0.5, 1.0, -1.5, 2.0, -2.5, 3.0]);
     let c = run_f32(&Op::Relu { len: 6 }, &[&a]);
     assert_eq!(c, [1.0, 0.0, 3.0, 0.0, 5.0, 0.0]);
@@ -245,7 +265,10 @@ fn gelu_known_values() {
     assert_close(&y, &want, 2e-7);
     for (&x, &y) in x.iter().zip(&y) {
         let exact = 0.5 * f64::from(x) * (1.0 + erf_f64(f64::from(x) / 2f64.sqrt()));
-        assert!((f64::from(y) - exact).abs() < 3e-7 * (1.0 + exact.abs()), "gelu({x})");
+        assert!(
+            (f64::from(y) - exact).abs() < 3e-7 * (1.0 + exact.abs()),
+            "gelu({x})"
+        );
     }
 }
 
@@ -263,7 +286,10 @@ fn softmax_rows_sum_to_one_and_mask_drops_columns() {
     assert_close(&y, &[0.25, 0.75], 1e-7);
 
     let (rows, cols) = (6u32, 37u32);
-    let x: Vec<f32> = data((rows * cols) as usize, 7).iter().map(|v| v * 30.0).collect();
+    let x: Vec<f32> = data((rows * cols) as usize, 7)
+        .iter()
+        .map(|v| v * 30.0)
+        .collect();
     let plain = run_f32(
         &Op::Softmax {
             rows,
@@ -324,7 +350,10 @@ fn softmax_rows_sum_to_one_and_mask_drops_columns() {
 #[test]
 fn layer_norm_gives_zero_mean_unit_variance_then_affine() {
     let (rows, cols) = (3u32, 384u32);
-    let x: Vec<f32> = data((rows * cols) as usize, 11).iter().map(|v| v * 5.0 + 2.0).collect();
+    let x: Vec<f32> = data((rows * cols) as usize, 11)
+        .iter()
+        .map(|v| v * 5.0 + 2.0)
+        .collect();
     let ones = vec![1f32; cols as usize];
     let zeros = vec![0f32; cols as usize];
     let op = Op::LayerNorm {
@@ -335,7 +364,11 @@ fn layer_norm_gives_zero_mean_unit_variance_then_affine() {
     let y = run_f32(&op, &[&x, &ones, &zeros]);
     for row in y.chunks(cols as usize) {
         let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / f64::from(cols);
-        let var = row.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / f64::from(cols);
+        let var = row
+            .iter()
+            .map(|&v| (f64::from(v) - mean).powi(2))
+            .sum::<f64>()
+            / f64::from(cols);
         assert!(mean.abs() < 1e-6, "mean {mean}");
         assert!((var - 1.0).abs() < 1e-5, "var {var}");
     }
@@ -345,7 +378,10 @@ fn layer_norm_gives_zero_mean_unit_variance_then_affine() {
         cols: 3,
         eps: 0.0,
     };
-    let y = run_f32(&op, &[&[1.0, 2.0, 3.0], &[2.0, 1.0, 1.0], &[0.0, 5.0, -1.0]]);
+    let y = run_f32(
+        &op,
+        &[&[1.0, 2.0, 3.0], &[2.0, 1.0, 1.0], &[0.0, 5.0, -1.0]],
+    );
     let s = 1.5f32.sqrt();
     assert_close(&y, &[-2.0 * s, 5.0, s - 1.0], 1e-6);
 }
@@ -366,7 +402,9 @@ fn embedding_gathers_rows_and_zeroes_out_of_range_ids() {
 #[test]
 fn mean_pool_weights_by_mask() {
     // batch 2, seq 3, dim 2.
-    let x = [1.0, 2.0, 3.0, 4.0, 100.0, 100.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0];
+    let x = [
+        1.0, 2.0, 3.0, 4.0, 100.0, 100.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
+    ];
     let mask = [1.0, 1.0, 0.0, 0.0, 0.0, 0.0];
     let op = Op::MeanPool {
         batch: 2,
@@ -435,8 +473,9 @@ fn naive_conv(op: &Op, x: &[f32], wt: &[f32], bias: Option<&[f32]>) -> Vec<f32> 
                     for ci in 0..c_in {
                         for ky in 0..kh {
                             for kx in 0..kw {
-                                acc += padded
-                                    [((b * c_in + ci) * ph + oy * stride + ky) * pw + ox * stride + kx]
+                                acc += padded[((b * c_in + ci) * ph + oy * stride + ky) * pw
+                                    + ox * stride
+                                    + kx]
                                     * wt[((co * c_in + ci) * kh + ky) * kw + kx];
                             }
                         }
@@ -467,8 +506,13 @@ fn conv2d_matches_naive_padded_loop() {
     let x: Vec<f32> = (1..=9).map(|v| v as f32).collect();
     assert_eq!(run_f32(&op, &[&x, &[1.0; 4]]), [12.0, 16.0, 24.0, 28.0]);
 
-    for &(stride, pad, bias) in &[(1, 1, true), (2, 1, false), (2, 0, true), (3, 2, true), (1, 0, false)]
-    {
+    for &(stride, pad, bias) in &[
+        (1, 1, true),
+        (2, 1, false),
+        (2, 0, true),
+        (3, 2, true),
+        (1, 0, false),
+    ] {
         let op = Op::Conv2d {
             n: 2,
             c_in: 3,
@@ -490,7 +534,11 @@ fn conv2d_matches_naive_padded_loop() {
             inputs.push(&b);
         }
         let got = run_f32(&op, &inputs);
-        assert_close(&got, &naive_conv(&op, &x, &wt, bias.then_some(&b[..])), 1e-6);
+        assert_close(
+            &got,
+            &naive_conv(&op, &x, &wt, bias.then_some(&b[..])),
+            1e-6,
+        );
     }
 }
 
@@ -547,8 +595,9 @@ fn permute_all_24_permutations_match_index_math() {
                                     for (axis, v) in [a, b, c, d].into_iter().enumerate() {
                                         idx[perm[axis] as usize] = v;
                                     }
-                                    let src =
-                                        ((idx[0] * dims[1] + idx[1]) * dims[2] + idx[2]) * dims[3] + idx[3];
+                                    let src = ((idx[0] * dims[1] + idx[1]) * dims[2] + idx[2])
+                                        * dims[3]
+                                        + idx[3];
                                     assert_eq!(y[o], src as f32, "perm {perm:?} at {o}");
                                     o += 1;
                                 }
@@ -576,8 +625,16 @@ fn unaligned_operands_give_the_same_result() {
     };
     let (sa, sb, sbias) = (shifted(&a), shifted(&b), shifted(&bias));
     let mut out = vec![0u8; sig.outputs[0].size() as usize + 1];
-    run(&op, &[&sa[1..], &sb[1..], &sbias[1..]], &mut [&mut out[1..]]).unwrap();
-    let got: Vec<f32> = out[1..].chunks_exact(4).map(bytemuck::pod_read_unaligned).collect();
+    run(
+        &op,
+        &[&sa[1..], &sb[1..], &sbias[1..]],
+        &mut [&mut out[1..]],
+    )
+    .unwrap();
+    let got: Vec<f32> = out[1..]
+        .chunks_exact(4)
+        .map(bytemuck::pod_read_unaligned)
+        .collect();
     assert_eq!(got, aligned);
 }
 
