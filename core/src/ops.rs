@@ -310,7 +310,10 @@ impl Op {
                 ..
             } => {
                 let (batch, m, n, k) = (nz("batch", batch)?, nz("m", m)?, nz("n", n)?, nz("k", k)?);
-                let mut inputs = vec![f(batch * m * k), f(if broadcast_b { 1 } else { batch } * k * n)];
+                let mut inputs = vec![
+                    f(batch * m * k),
+                    f(if broadcast_b { 1 } else { batch } * k * n),
+                ];
                 if bias {
                     inputs.push(f(n));
                 }
@@ -363,7 +366,10 @@ impl Op {
             }
             Op::MeanPool { batch, seq, dim } => {
                 let (batch, seq, dim) = (nz("batch", batch)?, nz("seq", seq)?, nz("dim", dim)?);
-                sig(vec![f(batch * seq * dim), f(batch * seq)], vec![f(batch * dim)])
+                sig(
+                    vec![f(batch * seq * dim), f(batch * seq)],
+                    vec![f(batch * dim)],
+                )
             }
             Op::L2Normalize { rows, cols, .. } => {
                 let (rows, cols) = (nz("rows", rows)?, nz("cols", cols)?);
@@ -441,8 +447,15 @@ impl Op {
                 pad,
                 ..
             } => (h, w, kh, kw, stride, pad),
-            Op::MaxPool2d { h, w, k, stride, .. } => (h, w, k, k, stride, 0),
-            _ => return Err(Error::invalid(format!("{} has no spatial output", self.name()))),
+            Op::MaxPool2d {
+                h, w, k, stride, ..
+            } => (h, w, k, k, stride, 0),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "{} has no spatial output",
+                    self.name()
+                )));
+            }
         };
         if stride == 0 || kh == 0 || kw == 0 {
             return Err(Error::invalid(format!(
