@@ -16,8 +16,8 @@ use crate::Result;
 /// How a buffer picks its gap among the placed conflicts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fit {
-    /// Smallest gap that fits; the space between the highest conflict and the current peak counts
-    /// as a gap; otherwise on top of the highest conflict.
+    /// Smallest gap between placed conflicts (or below the lowest) that fits; otherwise on top of
+    /// the highest conflict (TFLite's rule).
     Best,
     /// Lowest offset that fits.
     Lowest,
@@ -69,7 +69,7 @@ impl<'a> Squeezer<'a> {
                 gaps.push((o, o + buffers[j as usize].size));
             });
             self.gaps.sort_unstable_by_key(|g| g.0);
-            let offset = choose(&self.gaps, b.size, b.align, fit, peak);
+            let offset = choose(&self.gaps, b.size, b.align, fit);
             let end = offset + b.size;
             if end > cutoff {
                 return Err(k);
@@ -84,7 +84,7 @@ impl<'a> Squeezer<'a> {
 
 /// Picks an offset for a buffer of `size`/`align` among placed ranges sorted by start.
 #[inline]
-fn choose(placed: &[(u64, u64)], size: u64, align: u64, fit: Fit, peak: u64) -> u64 {
+fn choose(placed: &[(u64, u64)], size: u64, align: u64, fit: Fit) -> u64 {
     let mut prev_end = 0u64;
     let mut best: Option<(u64, u64)> = None; // (gap length, offset)
     for &(o, e) in placed {
@@ -103,12 +103,6 @@ fn choose(placed: &[(u64, u64)], size: u64, align: u64, fit: Fit, peak: u64) -> 
         prev_end = prev_end.max(e);
     }
     let top = align_up(prev_end, align);
-    if fit == Fit::Best && peak >= top && peak - top >= size {
-        let len = peak - top;
-        if best.is_none_or(|(bl, _)| len < bl) {
-            best = Some((len, top));
-        }
-    }
     best.map_or(top, |(_, o)| o)
 }
 
