@@ -52,6 +52,11 @@ pub struct VulkanConfig {
     /// Flush and invalidate mapped memory even when it is coherent (exercises the non-coherent
     /// path on lavapipe; costs one driver call per mapped access). Default `false`.
     pub force_flush: bool,
+    /// **Testing only.** Record no hazard barriers, so tests can prove that synchronization
+    /// validation reports the races the barriers prevent. Never set it otherwise: results on a
+    /// real GPU become undefined. Default `false`.
+    #[doc(hidden)]
+    pub skip_barriers_for_testing: bool,
     /// Longest [`Backend::wait`] before it fails with `Error::Backend` (`VK_TIMEOUT`).
     /// Default 60 s.
     pub wait_timeout: Duration,
@@ -66,6 +71,7 @@ impl Default for VulkanConfig {
             transfer_queue: TransferQueue::Auto,
             dedicated_threshold: 32 << 20,
             force_flush: false,
+            skip_barriers_for_testing: false,
             wait_timeout: Duration::from_secs(60),
         }
     }
@@ -150,7 +156,12 @@ impl VulkanBackend {
         let validation = (config.validation || env_flag("TENSORMEM_VULKAN_VALIDATION"))
             .then(|| Arc::new(ValidationLog::default()));
         let owned = create_instance(&entry, validation.clone())?;
-        let gpu = Gpu::create(owned, config.device_name.as_deref(), config.transfer_queue)?;
+        let gpu = Gpu::create(
+            entry,
+            owned,
+            config.device_name.as_deref(),
+            config.transfer_queue,
+        )?;
         Self::finish(gpu, config, validation, true)
     }
 
@@ -260,6 +271,12 @@ impl VulkanBackend {
             .as_ref()
             .map(|v| v.messages())
             .unwrap_or_default()
+    }
+
+    /// A handle on the validation log that outlives the backend (`None` without validation), so
+    /// tests can also check the messages emitted while it is destroyed.
+    pub fn validation_log(&self) -> Option<Arc<ValidationLog>> {
+        self.validation.clone()
     }
 
     /// Whether this backend runs under the validation layer.
@@ -480,7 +497,9 @@ impl VulkanBackend {
         // offsets are aligned and ranges within bounds and limits (checked above).
         unsafe { device.update_descriptor_sets(&writes, &[]) };
         if let Some(b) = s.timeline.tracker.before(&accesses) {
-            Timeline::record_barrier(&device, cmd, b);
+            if !self.config.skip_barriers_for_testing {
+                Timeline::record_barrier(&device, cmd, b);
+            }
         }
         // SAFETY: `cmd` is recording on a compute-capable family; the pipeline, layout and set
         // match (same kernel key).
@@ -648,7 +667,9 @@ impl Backend for VulkanBackend {
             },
         ];
         if let Some(b) = s.timeline.tracker.before(&accesses) {
-            Timeline::record_barrier(&s.gpu.device, cmd, b);
+            if !self.config.skip_barriers_for_testing {
+                Timeline::record_barrier(&s.gpu.device, cmd, b);
+            }
         }
         let region = vk::BufferCopy {
             src_offset: src.offset,
@@ -689,7 +710,9 @@ impl Backend for VulkanBackend {
             write: true,
         }];
         if let Some(b) = s.timeline.tracker.before(&access) {
-            Timeline::record_barrier(&s.gpu.device, cmd, b);
+            if !self.config.skip_barriers_for_testing {
+                Timeline::record_barrier(&s.gpu.device, cmd, b);
+            }
         }
         // SAFETY: `cmd` is recording; offset and size are multiples of 4 inside the buffer.
         unsafe {

@@ -54,6 +54,8 @@ pub struct RawVulkan {
 
 /// The device and what was read from it once.
 pub(crate) struct Gpu {
+    /// The loader. Dropping it unloads `libvulkan`, so it lives as long as every handle.
+    _entry: ash::Entry,
     pub instance: ash::Instance,
     owned_instance: Option<OwnedInstance>,
     pub physical: vk::PhysicalDevice,
@@ -125,6 +127,7 @@ impl Gpu {
     /// # Errors
     /// [`Error::BackendUnavailable`] when no device qualifies (the reason lists what each lacked).
     pub(crate) fn create(
+        entry: ash::Entry,
         owned: OwnedInstance,
         name_filter: Option<&str>,
         transfer_mode: TransferQueue,
@@ -133,7 +136,7 @@ impl Gpu {
         match Self::create_device(&owned.instance, name_filter, transfer_mode) {
             Ok((physical, device, compute, transfer)) => {
                 let instance = owned.instance.clone();
-                let mut gpu = Gpu::describe(instance, physical, device, compute, transfer);
+                let mut gpu = Gpu::describe(entry, instance, physical, device, compute, transfer);
                 gpu.owned_instance = Some(owned);
                 gpu.owns_device = true;
                 Ok(gpu)
@@ -277,6 +280,7 @@ impl Gpu {
         };
         let transfer = (transfer_mode == TransferQueue::SameQueue).then_some(compute);
         Ok(Gpu::describe(
+            raw.entry,
             raw.instance,
             raw.physical_device,
             raw.device,
@@ -286,6 +290,7 @@ impl Gpu {
     }
 
     fn describe(
+        entry: ash::Entry,
         instance: ash::Instance,
         physical: vk::PhysicalDevice,
         device: ash::Device,
@@ -321,6 +326,7 @@ impl Gpu {
         // device seen has it at or above maxMemoryAllocationSize.
         let max_block_size = max_alloc.min(largest_heap.max(1));
         Gpu {
+            _entry: entry,
             instance,
             owned_instance: None,
             physical,

@@ -16,9 +16,11 @@ use crate::error::{BACKEND, vk_err};
 /// Name of the Khronos validation layer.
 pub(crate) const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
-/// Every validation warning and error seen since the backend was created, in order.
+/// Every validation warning and error seen since the backend was created, in order. Shared with
+/// the messenger, so a handle taken from [`crate::VulkanBackend::validation_log`] also sees the
+/// messages of the backend's destruction (leaked objects, for instance).
 #[derive(Debug, Default)]
-pub(crate) struct ValidationLog {
+pub struct ValidationLog {
     messages: Mutex<Vec<String>>,
 }
 
@@ -31,7 +33,7 @@ impl ValidationLog {
     }
 
     /// A copy of the messages recorded so far.
-    pub(crate) fn messages(&self) -> Vec<String> {
+    pub fn messages(&self) -> Vec<String> {
         self.messages
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -78,6 +78,7 @@ mod timeline;
 
 pub use backend::{CustomKernel, KernelBinding, VulkanBackend, VulkanConfig, VulkanStats};
 pub use device::{RawVulkan, TransferQueue};
+pub use instance::ValidationLog;
 
 /// Re-export of the ash version this crate is built on, for [`RawVulkan`].
 pub use ash;
