@@ -140,7 +140,7 @@ fn tickets_complete_in_order_and_batches_recycle() {
         let mut last = Ticket::DONE;
         for round in 0..20u64 {
             let t = b.fill_zero(range(dev, (round % 4) * 1024, 1024)).unwrap();
-            assert!(t > last || t == last, "{name}");
+            assert!(t >= last, "{name}");
             if round % 3 == 0 {
                 let f = b.flush().unwrap();
                 assert_eq!(f, t, "{name}: flush returns the last enqueued ticket");
