@@ -726,7 +726,7 @@ impl Backend for VulkanBackend {
 
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
         let kernel = crate::ops::kernel_for(op, bindings)?;
-        self.dispatch_spec(&kernel.spec(), bindings)
+        self.dispatch_spec(&kernel.spec(), &kernel.ranges)
     }
 
     fn flush(&self) -> Result<Ticket> {

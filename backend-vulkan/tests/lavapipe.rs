@@ -18,6 +18,7 @@
 mod lavapipe {
     pub mod blocks;
     pub mod kernels;
+    pub mod ops;
     pub mod raw;
     pub mod transfers;
 }
