@@ -53,11 +53,7 @@ pub(crate) fn kernel_for(op: &Op, bindings: &[BlockRange]) -> Result<OpKernel> {
     let operands: Vec<_> = sig.inputs.iter().chain(&sig.outputs).collect();
     if operands.len() != bindings.len() {
         return Err(Error::SizeMismatch {
-            what: format!(
-                "{} bindings ({})",
-                op.name(),
-                op.operand_names().join(", ")
-            ),
+            what: format!("{} bindings ({})", op.name(), op.operand_names().join(", ")),
             expected: operands.len() as u64,
             actual: bindings.len() as u64,
         });
