@@ -20,106 +20,15 @@ use tensormem::{
 
 use crate::barriers::Access;
 use crate::blocks::{Block, BlockPolicy};
+use crate::config::{CustomKernel, VulkanConfig, VulkanStats};
 use crate::conv::Stage;
-use crate::device::{Gpu, RawVulkan, TransferQueue};
-use crate::error::{BACKEND, vk_err};
+use crate::device::{Gpu, RawVulkan};
+use crate::error::BACKEND;
+mod dispatch;
+
 use crate::instance::{ValidationLog, create_instance, load_entry, validation_layer_present};
 use crate::kernels::{KernelCache, KernelSpec, StorageSlot};
-use crate::timeline::{Lane, MAX_STORAGE_BINDINGS, Timeline};
-
-/// Creation options of a [`VulkanBackend`].
-#[derive(Clone, Debug)]
-pub struct VulkanConfig {
-    /// Report `device_host_visible = false` and never map `DeviceLocal` blocks for host access,
-    /// even where device memory is host-visible, so uploads and readbacks go through staging
-    /// copies as on a discrete GPU. Default `false`.
-    pub force_staging: bool,
-    /// Enable `VK_LAYER_KHRONOS_validation` with synchronization validation and record every
-    /// warning and error (see [`VulkanBackend::validation_messages`]). Also enabled by the
-    /// environment variable `TENSORMEM_VULKAN_VALIDATION=1`. Costs several times the CPU time
-    /// per call. Creation fails with `BackendUnavailable` if the layer is not installed.
-    /// Default `false`.
-    pub validation: bool,
-    /// Use only a physical device whose name contains this text. Default `None` (best device:
-    /// discrete, integrated, virtual, then CPU).
-    pub device_name: Option<String>,
-    /// Whether staging copies use a dedicated transfer queue. Default [`TransferQueue::Auto`].
-    pub transfer_queue: TransferQueue,
-    /// Blocks of at least this many bytes get their own `VkDeviceMemory`; smaller ones are
-    /// sub-allocated by gpu-allocator from 256 MiB (device) / 64 MiB (host) chunks.
-    /// Default 32 MiB.
-    pub dedicated_threshold: u64,
-    /// Flush and invalidate mapped memory even when it is coherent (exercises the non-coherent
-    /// path on lavapipe; costs one driver call per mapped access). Default `false`.
-    pub force_flush: bool,
-    /// **Testing only.** Record no hazard barriers, so tests can prove that synchronization
-    /// validation reports the races the barriers prevent. Never set it otherwise: results on a
-    /// real GPU become undefined. Default `false`.
-    #[doc(hidden)]
-    pub skip_barriers_for_testing: bool,
-    /// Longest [`Backend::wait`] before it fails with `Error::Backend` (`VK_TIMEOUT`).
-    /// Default 60 s.
-    pub wait_timeout: Duration,
-}
-
-impl Default for VulkanConfig {
-    fn default() -> Self {
-        VulkanConfig {
-            force_staging: false,
-            validation: false,
-            device_name: None,
-            transfer_queue: TransferQueue::Auto,
-            dedicated_threshold: 32 << 20,
-            force_flush: false,
-            skip_barriers_for_testing: false,
-            wait_timeout: Duration::from_secs(60),
-        }
-    }
-}
-
-/// A kernel outside the standard op set: WGSL source and its binding ABI.
-#[derive(Clone, Debug)]
-pub struct CustomKernel<'a> {
-    /// Cache key; two kernels with the same key must have the same source and entry point.
-    pub key: &'a str,
-    /// WGSL source. Bindings live in `@group(0)`.
-    pub source: &'a str,
-    /// Entry point.
-    pub entry: &'a str,
-    /// Storage bindings, one per range passed to [`VulkanBackend::dispatch_custom`], in order.
-    pub bindings: &'a [KernelBinding],
-    /// `@binding` of the `var<uniform>` block of 16 `u32`s.
-    pub params_binding: u32,
-    /// The parameter words.
-    pub params: [u32; 16],
-    /// Workgroup counts.
-    pub workgroups: [u32; 3],
-}
-
-/// One storage binding of a [`CustomKernel`].
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct KernelBinding {
-    /// `@binding` in group 0.
-    pub binding: u32,
-    /// Whether the kernel writes the buffer (`read_write`), which orders later accesses after it.
-    pub write: bool,
-}
-
-/// Counters of one backend, for tests and reports.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct VulkanStats {
-    /// Live blocks.
-    pub blocks: usize,
-    /// Pipeline barriers recorded between dependent commands (not counting end-of-batch host
-    /// barriers).
-    pub barriers: u64,
-    /// WGSL compilations (kernel cache misses).
-    pub kernel_compiles: u64,
-    /// Command batches submitted and not yet recycled.
-    pub batches_in_flight: usize,
-    /// Command batches ready for reuse.
-    pub batches_free: usize,
-}
+use crate::timeline::{Lane, Timeline};
 
 struct State {
     gpu: Gpu,
@@ -303,7 +212,7 @@ impl VulkanBackend {
     }
 
     /// Whether staging copies run on a separate lane (a dedicated transfer queue, or the emulated
-    /// one of [`TransferQueue::SameQueue`]).
+    /// one of [`TransferQueue::SameQueue`](crate::TransferQueue::SameQueue)).
     pub fn has_transfer_lane(&self) -> bool {
         self.lock().gpu.transfer.is_some()
     }
@@ -369,159 +278,6 @@ impl VulkanBackend {
             )));
         }
         Ok(())
-    }
-
-    pub(crate) fn dispatch_spec(
-        &self,
-        spec: &KernelSpec<'_>,
-        bindings: &[BlockRange],
-    ) -> Result<Ticket> {
-        if spec.storage.len() != bindings.len() {
-            return Err(Error::invalid(format!(
-                "kernel {} takes {} storage bindings, got {}",
-                spec.key,
-                spec.storage.len(),
-                bindings.len()
-            )));
-        }
-        if bindings.len() > MAX_STORAGE_BINDINGS as usize {
-            return Err(Error::Unsupported {
-                backend: BACKEND,
-                what: format!(
-                    "{} storage bindings in one kernel (at most {MAX_STORAGE_BINDINGS})",
-                    bindings.len()
-                ),
-            });
-        }
-        let mut guard = self.lock();
-        let s = &mut *guard;
-        s.timeline.check_alive()?;
-        let max_groups = s.gpu.limits.max_compute_work_group_count;
-        for (i, (&g, &max)) in spec.workgroups.iter().zip(max_groups.iter()).enumerate() {
-            if g > max {
-                return Err(Error::TooLarge {
-                    what: ["workgroups x", "workgroups y", "workgroups z"][i],
-                    requested: u64::from(g),
-                    limit: u64::from(max),
-                    limit_name: "maxComputeWorkGroupCount",
-                });
-            }
-        }
-        let mut accesses = Vec::with_capacity(bindings.len());
-        for (r, slot) in bindings.iter().zip(&spec.storage) {
-            Self::check_range(s, r, "binding")?;
-            if r.size > self.caps.max_binding_size {
-                return Err(Error::TooLarge {
-                    what: "binding",
-                    requested: r.size,
-                    limit: self.caps.max_binding_size,
-                    limit_name: "max_binding_size (maxStorageBufferRange)",
-                });
-            }
-            if r.offset % self.caps.binding_align != 0 {
-                return Err(Error::invalid(format!(
-                    "binding offset {} is not a multiple of binding_align {}",
-                    r.offset, self.caps.binding_align
-                )));
-            }
-            accesses.push(Access {
-                block: r.block.0,
-                offset: r.offset,
-                size: r.size,
-                stage: Stage::Compute,
-                write: slot.write,
-            });
-        }
-        let device = s.gpu.device.clone();
-        let pipeline = s.kernels.get(&device, spec)?;
-        let (pipe, layout, set_layout) = (pipeline.pipeline, pipeline.layout, pipeline.set_layout);
-        let slot_size = s.timeline.slot_size;
-        let mut batch = s.timeline.batch(&s.gpu, &mut s.allocator, Lane::Compute)?;
-        if !batch.has_dispatch_room() {
-            s.timeline.submit(&s.gpu)?;
-            batch = s.timeline.batch(&s.gpu, &mut s.allocator, Lane::Compute)?;
-        }
-        let (cmd, pool) = (batch.cmd(), batch.descriptor_pool());
-        let (params_buffer, params_offset) = batch
-            .push_params(&spec.params, slot_size)
-            .ok_or_else(|| Error::invalid("internal: compute batch without a parameter buffer"))?;
-        let layouts = [set_layout];
-        let info = vk::DescriptorSetAllocateInfo::default()
-            .descriptor_pool(pool)
-            .set_layouts(&layouts);
-        // SAFETY: the pool has room (one set per parameter slot, checked above) and the layout
-        // is live.
-        let set = unsafe { device.allocate_descriptor_sets(&info) }
-            .map_err(vk_err("vkAllocateDescriptorSets"))?
-            .first()
-            .copied()
-            .unwrap_or_default();
-        let buffer_infos: Vec<[vk::DescriptorBufferInfo; 1]> = bindings
-            .iter()
-            .map(|r| {
-                let buffer = s
-                    .blocks
-                    .get(&r.block.0)
-                    .map(|b| b.buffer)
-                    .unwrap_or_default();
-                [vk::DescriptorBufferInfo::default()
-                    .buffer(buffer)
-                    .offset(r.offset)
-                    .range(r.size)]
-            })
-            .collect();
-        let params_info = [vk::DescriptorBufferInfo::default()
-            .buffer(params_buffer)
-            .offset(params_offset)
-            .range(crate::timeline::PARAMS_SIZE)];
-        let mut writes: Vec<vk::WriteDescriptorSet<'_>> = spec
-            .storage
-            .iter()
-            .zip(&buffer_infos)
-            .map(|(slot, info)| {
-                vk::WriteDescriptorSet::default()
-                    .dst_set(set)
-                    .dst_binding(slot.binding)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .buffer_info(info)
-            })
-            .collect();
-        writes.push(
-            vk::WriteDescriptorSet::default()
-                .dst_set(set)
-                .dst_binding(spec.params_binding)
-                .descriptor_type(vk::DescriptorType::UNIFORM_BUFFER)
-                .buffer_info(&params_info),
-        );
-        // SAFETY: the set is fresh (not bound by any pending command); every buffer is live,
-        // offsets are aligned and ranges within bounds and limits (checked above).
-        unsafe { device.update_descriptor_sets(&writes, &[]) };
-        if let Some(b) = s.timeline.tracker.before(&accesses) {
-            if !self.config.skip_barriers_for_testing {
-                Timeline::record_barrier(&device, cmd, b);
-            }
-        }
-        // SAFETY: `cmd` is recording on a compute-capable family; the pipeline, layout and set
-        // match (same kernel key).
-        unsafe {
-            device.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipe);
-            device.cmd_bind_descriptor_sets(
-                cmd,
-                vk::PipelineBindPoint::COMPUTE,
-                layout,
-                0,
-                &[set],
-                &[],
-            );
-            device.cmd_dispatch(
-                cmd,
-                spec.workgroups[0],
-                spec.workgroups[1],
-                spec.workgroups[2],
-            );
-        }
-        s.timeline.note_command();
-        Ok(s.timeline.open_ticket())
     }
 }
 

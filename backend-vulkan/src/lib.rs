@@ -1,6 +1,6 @@
 //! # tensormem-vulkan
 //!
-//! The tensormem [`Backend`] on Vulkan: [ash] for the API, [gpu-allocator] for device memory,
+//! The tensormem [`Backend`](tensormem::Backend) on Vulkan: [ash] for the API, [gpu-allocator] for device memory,
 //! naga for WGSL → SPIR-V. Works on every Vulkan 1.2 device with timeline semaphores, including
 //! lavapipe (Mesa's CPU driver), which is what CI runs under the Khronos validation layer.
 //!
@@ -68,6 +68,7 @@
 mod backend;
 mod barriers;
 mod blocks;
+mod config;
 mod conv;
 mod device;
 mod error;
@@ -76,7 +77,8 @@ mod kernels;
 mod ops;
 mod timeline;
 
-pub use backend::{CustomKernel, KernelBinding, VulkanBackend, VulkanConfig, VulkanStats};
+pub use backend::VulkanBackend;
+pub use config::{CustomKernel, KernelBinding, VulkanConfig, VulkanStats};
 pub use device::{RawVulkan, TransferQueue};
 pub use instance::ValidationLog;
 
