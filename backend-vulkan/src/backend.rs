@@ -424,7 +424,7 @@ impl Backend for VulkanBackend {
         ];
         if let Some(b) = s.timeline.tracker.before(&accesses) {
             if !self.config.skip_barriers_for_testing {
-                Timeline::record_barrier(&s.gpu.device, cmd, b);
+                s.timeline.record_barrier(&s.gpu.device, cmd, b);
             }
         }
         let region = vk::BufferCopy {
@@ -467,7 +467,7 @@ impl Backend for VulkanBackend {
         }];
         if let Some(b) = s.timeline.tracker.before(&access) {
             if !self.config.skip_barriers_for_testing {
-                Timeline::record_barrier(&s.gpu.device, cmd, b);
+                s.timeline.record_barrier(&s.gpu.device, cmd, b);
             }
         }
         // SAFETY: `cmd` is recording; offset and size are multiples of 4 inside the buffer.

@@ -97,6 +97,24 @@ pub(crate) fn host_barrier() -> GlobalBarrier {
     }
 }
 
+/// Restricts `b` to what a transfer-only queue family supports: the `TRANSFER` stage and transfer
+/// accesses (plus the host, for the end-of-batch barrier). Naming `COMPUTE_SHADER` in a barrier
+/// recorded for a transfer-only family is invalid. Exact, because the tracker restarts empty on
+/// every lane switch, so a transfer-lane batch only ever follows transfer accesses.
+pub(crate) fn for_transfer_queue(b: GlobalBarrier) -> GlobalBarrier {
+    let stages = vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::HOST;
+    let accesses = vk::AccessFlags::TRANSFER_READ
+        | vk::AccessFlags::TRANSFER_WRITE
+        | vk::AccessFlags::HOST_READ
+        | vk::AccessFlags::HOST_WRITE;
+    GlobalBarrier {
+        src_stage: b.src_stage & stages,
+        src_access: b.src_access & accesses,
+        dst_stage: b.dst_stage & stages,
+        dst_access: b.dst_access & accesses,
+    }
+}
+
 /// Accesses since the last barrier, and the rule above.
 #[derive(Debug, Default)]
 pub(crate) struct HazardTracker {

@@ -29,7 +29,7 @@ use gpu_allocator::MemoryLocation;
 use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme, Allocator};
 use tensormem::{Error, Result, Ticket};
 
-use crate::barriers::{GlobalBarrier, HazardTracker, host_barrier};
+use crate::barriers::{GlobalBarrier, HazardTracker, for_transfer_queue, host_barrier};
 use crate::conv::align_up;
 use crate::device::Gpu;
 use crate::error::{BACKEND, map_alloc, map_vk, vk_err};
@@ -346,8 +346,29 @@ impl Timeline {
         Ok(())
     }
 
-    /// Records a pipeline barrier into `cmd`.
-    pub(crate) fn record_barrier(device: &ash::Device, cmd: vk::CommandBuffer, b: GlobalBarrier) {
+    /// Records a pipeline barrier into the open batch's command buffer `cmd`, restricted to
+    /// transfer stages on the transfer lane.
+    pub(crate) fn record_barrier(
+        &self,
+        device: &ash::Device,
+        cmd: vk::CommandBuffer,
+        b: GlobalBarrier,
+    ) {
+        let lane = self.open.as_ref().map_or(Lane::Compute, |o| o.res.lane);
+        Self::record_barrier_on(device, cmd, b, lane);
+    }
+
+    fn record_barrier_on(
+        device: &ash::Device,
+        cmd: vk::CommandBuffer,
+        b: GlobalBarrier,
+        lane: Lane,
+    ) {
+        let b = if lane == Lane::Transfer {
+            for_transfer_queue(b)
+        } else {
+            b
+        };
         let barrier = vk::MemoryBarrier::default()
             .src_access_mask(b.src_access)
             .dst_access_mask(b.dst_access);
@@ -384,7 +405,7 @@ impl Timeline {
             self.free.push(batch.res);
             return Ok(self.submitted());
         }
-        Self::record_barrier(device, batch.res.cmd, host_barrier());
+        Self::record_barrier_on(device, batch.res.cmd, host_barrier(), batch.res.lane);
         // SAFETY: the command buffer is recording.
         unsafe { device.end_command_buffer(batch.res.cmd) }
             .map_err(vk_err("vkEndCommandBuffer"))?;

@@ -9,7 +9,7 @@ use crate::barriers::Access;
 use crate::conv::Stage;
 use crate::error::{BACKEND, vk_err};
 use crate::kernels::KernelSpec;
-use crate::timeline::{Lane, MAX_STORAGE_BINDINGS, PARAMS_SIZE, Timeline};
+use crate::timeline::{Lane, MAX_STORAGE_BINDINGS, PARAMS_SIZE};
 
 impl VulkanBackend {
     /// Enqueues `spec` over `bindings` (one range per storage slot, in order).
@@ -145,7 +145,7 @@ impl VulkanBackend {
         unsafe { device.update_descriptor_sets(&writes, &[]) };
         if let Some(b) = s.timeline.tracker.before(&accesses) {
             if !self.config.skip_barriers_for_testing {
-                Timeline::record_barrier(&device, cmd, b);
+                s.timeline.record_barrier(&device, cmd, b);
             }
         }
         // SAFETY: `cmd` is recording on a compute-capable family; the pipeline, layout and set

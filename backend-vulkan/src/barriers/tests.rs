@@ -197,3 +197,20 @@ fn every_conflicting_pair_is_separated_by_a_barrier() {
         }
     }
 }
+
+#[test]
+fn transfer_queue_barriers_name_only_transfer_and_host() {
+    let b = for_transfer_queue(host_barrier());
+    assert_eq!(b.src_stage, vk::PipelineStageFlags::TRANSFER);
+    assert_eq!(b.src_access, vk::AccessFlags::TRANSFER_WRITE);
+    assert_eq!(b.dst_stage, vk::PipelineStageFlags::HOST);
+    let mut t = HazardTracker::default();
+    t.before(&[acc(1, 0, 64, T, true)]);
+    let b = for_transfer_queue(t.before(&[acc(1, 0, 64, T, false)]).unwrap());
+    assert_eq!(b.src_stage, vk::PipelineStageFlags::TRANSFER);
+    assert_eq!(b.dst_stage, vk::PipelineStageFlags::TRANSFER);
+    assert_eq!(
+        b.dst_access,
+        vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE
+    );
+}
