@@ -18,6 +18,7 @@
 //! This module is pure bookkeeping (no memory is touched); the runtime wires it to a device arena.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Buffer, Plan, SolveOptions, solve};
@@ -218,9 +219,10 @@ impl ReplayPlan {
     }
 
     /// Starts replaying a new run against this plan.
-    pub fn replayer(&self) -> Replayer<'_> {
+    /// The plan is shared (`Arc`) so a runtime can keep a replayer beside the plan it walks.
+    pub fn replayer(self: &Arc<Self>) -> Replayer {
         Replayer {
-            plan: self,
+            plan: self.clone(),
             cursor: 0,
             next_ordinal: 0,
             diverged: false,
@@ -246,15 +248,15 @@ pub enum Step {
 
 /// Walks one run against a [`ReplayPlan`], O(1) per event.
 #[derive(Debug, Clone)]
-pub struct Replayer<'p> {
-    plan: &'p ReplayPlan,
+pub struct Replayer {
+    plan: Arc<ReplayPlan>,
     /// Next event of the recording expected.
     cursor: usize,
     next_ordinal: u32,
     diverged: bool,
 }
 
-impl Replayer<'_> {
+impl Replayer {
     /// An allocation of the new run.
     pub fn allocate(&mut self, size: u64, align: u64) -> Step {
         if !self.diverged

@@ -43,7 +43,7 @@ fn transformer_step(layers: usize, seq: u64) -> Recording {
 #[test]
 fn an_exact_repeat_is_served_from_the_plan() {
     let rec = transformer_step(4, 128);
-    let plan = ReplayPlan::compile(&rec, Duration::from_millis(200)).unwrap();
+    let plan = std::sync::Arc::new(ReplayPlan::compile(&rec, Duration::from_millis(200)).unwrap());
     let buffers = rec.buffers();
     verify(
         &buffers,
@@ -67,7 +67,7 @@ fn an_exact_repeat_is_served_from_the_plan() {
 #[test]
 fn a_different_size_diverges_and_stays_diverged() {
     let rec = transformer_step(2, 128);
-    let plan = ReplayPlan::compile(&rec, Duration::from_millis(100)).unwrap();
+    let plan = std::sync::Arc::new(ReplayPlan::compile(&rec, Duration::from_millis(100)).unwrap());
     let mut rep = plan.replayer();
     let Event::Allocate { size, align } = rec.events()[0] else {
         panic!("starts with an allocation")
@@ -95,7 +95,7 @@ fn a_different_size_diverges_and_stays_diverged() {
 #[test]
 fn a_free_out_of_order_diverges() {
     let rec = transformer_step(1, 16);
-    let plan = ReplayPlan::compile(&rec, Duration::from_millis(100)).unwrap();
+    let plan = std::sync::Arc::new(ReplayPlan::compile(&rec, Duration::from_millis(100)).unwrap());
     let mut rep = plan.replayer();
     for _ in 0..5 {
         assert!(matches!(rep.allocate(64 * 16, 256), Step::Planned { .. }) || rep.diverged());
@@ -154,7 +154,7 @@ proptest! {
             }
         }
         let rec = r.finish();
-        let plan = ReplayPlan::compile(&rec, Duration::from_millis(10)).unwrap();
+        let plan = std::sync::Arc::new(ReplayPlan::compile(&rec, Duration::from_millis(10)).unwrap());
         let mut rep = plan.replayer();
         let mut held: Vec<(u64, u64, u32)> = Vec::new();
         for e in rec.events() {
