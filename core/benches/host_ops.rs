@@ -4,7 +4,10 @@
 //! Run: `cargo bench -p tensormem --bench host_ops`.
 
 #![allow(clippy::unwrap_used, reason = "benchmark setup fails loudly")]
-#![allow(missing_docs, reason = "criterion_group! generates an undocumented function")]
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented function"
+)]
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
