@@ -32,7 +32,11 @@ fn zero_copy(caps: &Capabilities) -> bool {
 impl WgpuBackend {
     /// Submits the open batch if `block` is used by it, so a mapping can complete, and returns
     /// the submission index of the block's last use while it may still be in flight.
-    fn prepare_host_access(&self, state: &mut State, id: BlockId) -> Result<Option<wgpu::SubmissionIndex>> {
+    fn prepare_host_access(
+        &self,
+        state: &mut State,
+        id: BlockId,
+    ) -> Result<Option<wgpu::SubmissionIndex>> {
         let last_use = state.blocks.get(id)?.last_use;
         if last_use >= state.timeline.open() {
             state.timeline.submit(&self.queue);
@@ -57,7 +61,13 @@ impl WgpuBackend {
 
     /// Reads an `Upload` block (not mappable for reading in WebGPU) through a temporary
     /// readback buffer: copy, submit, wait, map.
-    fn read_emulated(&self, state: &mut State, id: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
+    fn read_emulated(
+        &self,
+        state: &mut State,
+        id: BlockId,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
         let lo = align_down(offset, wgpu::COPY_BUFFER_ALIGNMENT);
         let end = offset + out.len() as u64;
         let hi = align_up(end, wgpu::COPY_BUFFER_ALIGNMENT)
@@ -85,7 +95,13 @@ impl WgpuBackend {
             map: MapState::Unmapped,
             last_use: 0,
         };
-        mapping::ensure_mapped(&self.device, &mut tmp_block, MapState::Read, None, self.config.wait_timeout)?;
+        mapping::ensure_mapped(
+            &self.device,
+            &mut tmp_block,
+            MapState::Read,
+            None,
+            self.config.wait_timeout,
+        )?;
         mapping::read(&tmp_block, offset - lo, out)
     }
 
@@ -144,7 +160,9 @@ impl Backend for WgpuBackend {
         if let Some(error) = out_of_memory.or(invalid) {
             return Err(map_scope_error(error, "Device::create_buffer", desc.size));
         }
-        Ok(lock(&self.state).blocks.insert(buffer, desc.kind, desc.size))
+        Ok(lock(&self.state)
+            .blocks
+            .insert(buffer, desc.kind, desc.size))
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {
@@ -181,7 +199,13 @@ impl Backend for WgpuBackend {
         }
         let last_use = self.prepare_host_access(state, block)?;
         let b = state.blocks.get_mut(block)?;
-        mapping::ensure_mapped(&self.device, b, MapState::Write, last_use, self.config.wait_timeout)?;
+        mapping::ensure_mapped(
+            &self.device,
+            b,
+            MapState::Write,
+            last_use,
+            self.config.wait_timeout,
+        )?;
         mapping::write(b, offset, data)
     }
 
@@ -203,7 +227,13 @@ impl Backend for WgpuBackend {
         }
         let last_use = self.prepare_host_access(state, block)?;
         let b = state.blocks.get_mut(block)?;
-        mapping::ensure_mapped(&self.device, b, MapState::Read, last_use, self.config.wait_timeout)?;
+        mapping::ensure_mapped(
+            &self.device,
+            b,
+            MapState::Read,
+            last_use,
+            self.config.wait_timeout,
+        )?;
         mapping::read(b, offset, out)
     }
 
@@ -220,7 +250,11 @@ impl Backend for WgpuBackend {
         let state = &mut *guard;
         Self::check_device_range(state, dst, "upload")?;
         let b = state.blocks.get_mut(dst.block)?;
-        Self::check_usage(b, wgpu::BufferUsages::COPY_DST, "destination of a queued write")?;
+        Self::check_usage(
+            b,
+            wgpu::BufferUsages::COPY_DST,
+            "destination of a queued write",
+        )?;
         b.unmap();
         let buffer = b.buffer.clone();
         state.timeline.before_queued_write(&self.queue);
@@ -243,8 +277,16 @@ impl Backend for WgpuBackend {
         let state = &mut *guard;
         Self::check_device_range(state, src, "copy source")?;
         Self::check_device_range(state, dst, "copy destination")?;
-        Self::check_usage(state.blocks.get(src.block)?, wgpu::BufferUsages::COPY_SRC, "copy source")?;
-        Self::check_usage(state.blocks.get(dst.block)?, wgpu::BufferUsages::COPY_DST, "copy destination")?;
+        Self::check_usage(
+            state.blocks.get(src.block)?,
+            wgpu::BufferUsages::COPY_SRC,
+            "copy source",
+        )?;
+        Self::check_usage(
+            state.blocks.get(dst.block)?,
+            wgpu::BufferUsages::COPY_DST,
+            "copy destination",
+        )?;
         let s = state.blocks.get_mut(src.block)?;
         s.unmap();
         let src_buffer = s.buffer.clone();
@@ -264,7 +306,13 @@ impl Backend for WgpuBackend {
             encoder.copy_buffer_to_buffer(&src_buffer, src.offset, &tmp, 0, src.size);
             encoder.copy_buffer_to_buffer(&tmp, 0, &dst_buffer, dst.offset, src.size);
         } else {
-            encoder.copy_buffer_to_buffer(&src_buffer, src.offset, &dst_buffer, dst.offset, src.size);
+            encoder.copy_buffer_to_buffer(
+                &src_buffer,
+                src.offset,
+                &dst_buffer,
+                dst.offset,
+                src.size,
+            );
         }
         let ticket = state.timeline.enqueued();
         state.blocks.get_mut(src.block)?.last_use = ticket;

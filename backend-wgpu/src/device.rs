@@ -46,7 +46,10 @@ pub(crate) fn create(config: &WgpuConfig) -> Result<(wgpu::Device, wgpu::Queue)>
     pollster::block_on(adapter.request_device(&device_desc)).map_err(|e| {
         Error::BackendUnavailable {
             backend: BACKEND,
-            reason: format!("adapter {} ({:?}) refused a device: {e}", info.name, info.backend),
+            reason: format!(
+                "adapter {} ({:?}) refused a device: {e}",
+                info.name, info.backend
+            ),
         }
     })
 }

@@ -83,14 +83,6 @@ impl Health {
     pub(crate) fn is_lost(&self) -> bool {
         lock(&self.lost).is_some()
     }
-
-    /// Marks the device lost (used when a native call reports it synchronously).
-    pub(crate) fn mark_lost(&self, detail: String) {
-        let mut lost = lock(&self.lost);
-        if lost.is_none() {
-            *lost = Some(detail);
-        }
-    }
 }
 
 /// Maps an error caught by an error scope around `api` for a request of `size` bytes.
