@@ -17,7 +17,7 @@ use crate::{State, WgpuBackend};
 
 /// Checks that `value` (an offset or size named `what`) is a multiple of `align`.
 fn check_aligned(value: u64, align: u64, what: &str) -> Result<()> {
-    if value % align != 0 {
+    if !value.is_multiple_of(align) {
         return Err(Error::invalid(format!(
             "wgpu: {what} {value} is not a multiple of {align} bytes"
         )));
@@ -358,7 +358,7 @@ impl Backend for WgpuBackend {
         let mut operands = Vec::with_capacity(bindings.len());
         for (i, range) in bindings.iter().enumerate() {
             Self::check_device_range(state, *range, "binding")?;
-            if range.offset % self.caps.binding_align != 0 {
+            if !range.offset.is_multiple_of(self.caps.binding_align) {
                 return Err(Error::invalid(format!(
                     "wgpu: {} binding {i} offset {} is not a multiple of binding_align {}",
                     op.name(),

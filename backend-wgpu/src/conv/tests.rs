@@ -1,3 +1,5 @@
+//! Unit tests of the pure conversions.
+
 use super::*;
 
 #[test]
