@@ -11,7 +11,7 @@ use tensormem::{
 
 use crate::blocks::{Block, MapState};
 use crate::conv::{align_down, align_up, buffer_usages};
-use crate::error::{BACKEND, lock, map_poll_error, map_scope_error};
+use crate::error::{lock, map_poll_error, map_scope_error};
 use crate::mapping;
 use crate::{State, WgpuBackend};
 
@@ -351,7 +351,7 @@ impl Backend for WgpuBackend {
             }
         }
         let sizes: Vec<u64> = bindings.iter().map(|r| r.size).collect();
-        op.check_binding_sizes(&sizes)?;
+        let inputs = op.check_binding_sizes(&sizes)?.inputs.len();
         let kernel = tensormem::ops::wgsl::kernel(op)?;
         let mut guard = lock(&self.state);
         let state = &mut *guard;
@@ -366,12 +366,15 @@ impl Backend for WgpuBackend {
                     self.caps.binding_align
                 )));
             }
+            // Inputs may alias each other (`x + x`): kernels only read them. An output must
+            // not overlap any other operand (no in-place ops in the WGSL ABI).
             for (j, other) in bindings[..i].iter().enumerate() {
                 let disjoint = range.offset + range.size <= other.offset
                     || other.offset + other.size <= range.offset;
-                if other.block == range.block && !disjoint {
+                if other.block == range.block && !disjoint && i >= inputs {
                     return Err(Error::invalid(format!(
-                        "wgpu: {} bindings {j} and {i} overlap (operands must be disjoint)",
+                        "wgpu: {} output binding {i} overlaps binding {j} (outputs must not \
+                         alias other operands)",
                         op.name()
                     )));
                 }
@@ -433,14 +436,9 @@ impl Backend for WgpuBackend {
                 timeout: self.config.wait_timeout,
             })
             .map_err(map_poll_error)?;
-        lock(&self.state).timeline.mark_completed(ticket.0);
+        // A lost device also ends the wait; report it rather than a completed ticket.
         self.health.check()?;
-        if self.health.is_lost() {
-            return Err(Error::DeviceLost {
-                backend: BACKEND,
-                detail: "lost while waiting".into(),
-            });
-        }
+        lock(&self.state).timeline.mark_completed(ticket.0);
         Ok(())
     }
 }

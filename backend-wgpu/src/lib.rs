@@ -56,7 +56,8 @@
 //!   map that way) are emulated with a device copy and a wait: correct, slow, off the hot path.
 //! * Each dispatch creates a 64-byte uniform buffer and a bind group; fine for inference-sized
 //!   ops, measurable for thousands of tiny dispatches.
-//! * Operands of one dispatch must not overlap (no in-place ops), as the WGSL ABI requires.
+//! * An output of a dispatch must not overlap another operand (no in-place ops, as the WGSL ABI
+//!   requires); inputs may alias each other.
 //! * One mutex guards the block table, the open batch and the pipeline cache; blocking waits
 //!   for mapping happen under it.
 //! * `budget` is `None`: wgpu reports no heap size or memory budget.

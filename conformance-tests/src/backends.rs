@@ -17,6 +17,19 @@ fn host_staging() -> Result<Arc<dyn Backend>> {
     })?))
 }
 
+fn wgpu() -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(tensormem_wgpu::WgpuBackend::new(
+        tensormem_wgpu::WgpuConfig::staging(false),
+    )?))
+}
+
+/// wgpu with staging forced: the discrete-GPU path, even on lavapipe's unified memory.
+fn wgpu_staging() -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(tensormem_wgpu::WgpuBackend::new(
+        tensormem_wgpu::WgpuConfig::staging(true),
+    )?))
+}
+
 /// Every target, in report order.
 pub fn targets() -> Vec<Target> {
     vec![
@@ -30,6 +43,18 @@ pub fn targets() -> Vec<Target> {
             name: "host-staging",
             backend: "host",
             create: host_staging,
+            after_case: None,
+        },
+        Target {
+            name: "wgpu",
+            backend: "wgpu",
+            create: wgpu,
+            after_case: None,
+        },
+        Target {
+            name: "wgpu-staging",
+            backend: "wgpu",
+            create: wgpu_staging,
             after_case: None,
         },
     ]

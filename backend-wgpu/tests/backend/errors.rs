@@ -183,7 +183,7 @@ fn bad_bindings_are_rejected() {
             .dispatch(&op, &[range(dev, 4, 64), range(dev, 1024, 64)])
             .unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
-        // Overlapping operands.
+        // An output overlapping an input.
         let err = b
             .dispatch(&op, &[range(dev, 0, 64), range(dev, align.min(32), 64)])
             .unwrap_err();
