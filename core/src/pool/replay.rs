@@ -35,7 +35,6 @@ struct Entry {
     /// Step that made the allocation, and its ordinal in that step's recording.
     step: u64,
     recorded: u32,
-    range: BlockRange,
 }
 
 /// A live allocation of a [`ReplayPool`].
@@ -169,7 +168,6 @@ impl ReplayPool {
             source,
             step,
             recorded,
-            range,
         });
         Ok(ReplayAllocation { handle, range })
     }
