@@ -49,7 +49,9 @@ fn run() -> Result<()> {
                         .ok_or_else(|| Error::invalid("--model-dir needs a value"))?,
                 );
             }
-            s if s.starts_with("--model-dir=") => model_dir = PathBuf::from(&s["--model-dir=".len()..]),
+            s if s.starts_with("--model-dir=") => {
+                model_dir = PathBuf::from(&s["--model-dir=".len()..])
+            }
             "--peak-table" => peak_table = true,
             s if s.starts_with("--") => {
                 return Err(Error::invalid(format!("unknown flag {s}\n{USAGE}")));
@@ -98,7 +100,10 @@ fn run() -> Result<()> {
     let timing = time_runs(
         common.runs,
         &mut model,
-        |m| m.run(batch, seq).and_then(|()| m.read_embeddings(batch, seq).map(|_| ())),
+        |m| {
+            m.run(batch, seq)
+                .and_then(|()| m.read_embeddings(batch, seq).map(|_| ()))
+        },
         |m| m.cached_model(batch, seq).map_or(0, blocks_allocated),
     )?;
     let compiled = model
@@ -108,7 +113,11 @@ fn run() -> Result<()> {
 
     let n = sentences.len();
     let sims: Vec<Vec<f32>> = (0..n)
-        .map(|i| (0..n).map(|j| minilm::cosine(&emb.vectors[i], &emb.vectors[j])).collect())
+        .map(|i| {
+            (0..n)
+                .map(|j| minilm::cosine(&emb.vectors[i], &emb.vectors[j]))
+                .collect()
+        })
         .collect();
     if common.json {
         let items: Vec<_> = sentences
@@ -174,12 +183,21 @@ fn print_peak_table(rt: &Runtime, cfg: &BertConfig, as_json: bool) -> Result<()>
                 })
             })
             .collect();
-        println!("{}", json!({ "model": "all-MiniLM-L6-v2", "peak_table": items }));
+        println!(
+            "{}",
+            json!({ "model": "all-MiniLM-L6-v2", "peak_table": items })
+        );
     } else {
-        println!("| seq | batch | with the plan | without reuse | lower bound | plan / lower bound |");
+        println!(
+            "| seq | batch | with the plan | without reuse | lower bound | plan / lower bound |"
+        );
         println!("|---:|---:|---:|---:|---:|---:|");
         for (seq, batch, plan, no_reuse, lb) in rows {
-            let ratio = if lb == 0 { 0.0 } else { plan as f64 / lb as f64 };
+            let ratio = if lb == 0 {
+                0.0
+            } else {
+                plan as f64 / lb as f64
+            };
             println!(
                 "| {seq} | {batch} | {} | {} | {} | {ratio:.3} |",
                 bytes(plan),

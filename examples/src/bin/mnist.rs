@@ -17,7 +17,8 @@ use tensormem_examples::models::cli::parse_common;
 use tensormem_examples::models::mnist::{self, Mnist};
 use tensormem_examples::models::report::{InferenceReport, blocks_allocated, time_runs};
 
-const USAGE: &str = "usage: mnist [--backend auto|host|vulkan|wgpu|cuda] [--json] [--runs N] [IMAGE...]";
+const USAGE: &str =
+    "usage: mnist [--backend auto|host|vulkan|wgpu|cuda] [--json] [--runs N] [IMAGE...]";
 
 fn main() -> ExitCode {
     match run() {
@@ -32,7 +33,9 @@ fn main() -> ExitCode {
 fn run() -> Result<()> {
     let args = parse_common(std::env::args().skip(1))?;
     if let Some(flag) = args.rest.iter().find(|a| a.starts_with("--")) {
-        return Err(tensormem::Error::invalid(format!("unknown flag {flag}\n{USAGE}")));
+        return Err(tensormem::Error::invalid(format!(
+            "unknown flag {flag}\n{USAGE}"
+        )));
     }
     let paths: Vec<(PathBuf, Option<usize>)> = if args.rest.is_empty() {
         mnist::bundled_images()
@@ -78,7 +81,10 @@ fn run() -> Result<()> {
         println!("{out}");
     } else {
         for ((p, label), l) in paths.iter().zip(&logits) {
-            let name = p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned());
+            let name = p.file_name().map_or_else(
+                || p.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
             let label = label.map(|l| format!(" (label {l})")).unwrap_or_default();
             let values: Vec<String> = l.iter().map(|v| format!("{v:.5}")).collect();
             println!("{name}: predicted {}{label}", mnist::argmax(l));

@@ -59,7 +59,13 @@ impl ModelBuilder {
     ///
     /// # Errors
     /// The graph's checks of the operands against [`Op::signature`].
-    pub fn op(&mut self, op: Op, inputs: &[TensorId], shape: &[usize], label: &str) -> Result<TensorId> {
+    pub fn op(
+        &mut self,
+        op: Op,
+        inputs: &[TensorId],
+        shape: &[usize],
+        label: &str,
+    ) -> Result<TensorId> {
         self.graph.op(op, inputs, shape, label)
     }
 
@@ -69,7 +75,14 @@ impl ModelBuilder {
     /// # Errors
     /// As [`ModelBuilder::op`]; [`tensormem::Error::InvalidArgument`] when a dimension exceeds
     /// `u32`.
-    pub fn linear(&mut self, x: TensorId, prefix: &str, rows: usize, inp: usize, out: usize) -> Result<TensorId> {
+    pub fn linear(
+        &mut self,
+        x: TensorId,
+        prefix: &str,
+        rows: usize,
+        inp: usize,
+        out: usize,
+    ) -> Result<TensorId> {
         let w = self.weight(&format!("{prefix}.weight"), &[out, inp]);
         let b = self.weight(&format!("{prefix}.bias"), &[out]);
         let op = Op::MatMul {
@@ -106,6 +119,8 @@ impl ModelBuilder {
 /// [`tensormem::Error::InvalidArgument`] when `v` exceeds `u32::MAX` (kernels index in 32 bits).
 pub fn dim(v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| {
-        tensormem::Error::invalid(format!("dimension {v} exceeds the 32-bit kernel index range"))
+        tensormem::Error::invalid(format!(
+            "dimension {v} exceeds the 32-bit kernel index range"
+        ))
     })
 }

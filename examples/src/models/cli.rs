@@ -44,11 +44,9 @@ pub fn parse_common(args: impl IntoIterator<Item = String>) -> Result<CommonArgs
             "--json" => out.json = true,
             "--runs" => {
                 let v = value("--runs")?;
-                out.runs = v
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| Error::invalid(format!("--runs {v:?}: expected a positive integer")))?;
+                out.runs = v.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    Error::invalid(format!("--runs {v:?}: expected a positive integer"))
+                })?;
             }
             "--" => {
                 out.rest.extend(it);
@@ -59,3 +57,6 @@ pub fn parse_common(args: impl IntoIterator<Item = String>) -> Result<CommonArgs
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests;

@@ -74,7 +74,8 @@ impl BertConfig {
                 cfg.hidden_act
             )));
         }
-        if cfg.num_attention_heads == 0 || cfg.hidden_size % cfg.num_attention_heads != 0 {
+        if cfg.num_attention_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads)
+        {
             return Err(malformed(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 cfg.hidden_size, cfg.num_attention_heads
@@ -178,15 +179,16 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
     let type_ids = g.input("token_type_ids", DType::U32, &[rows]);
     let mask = g.input("attention_mask", DType::F32, &[batch, seq]);
 
-    let gather = |b: &mut ModelBuilder, table: &str, vocab: usize, idx: TensorId| -> Result<TensorId> {
-        let w = b.weight(&format!("embeddings.{table}.weight"), &[vocab, h]);
-        let op = Op::Embedding {
-            vocab: dim(vocab)?,
-            dim: h32,
-            rows: rows32,
+    let gather =
+        |b: &mut ModelBuilder, table: &str, vocab: usize, idx: TensorId| -> Result<TensorId> {
+            let w = b.weight(&format!("embeddings.{table}.weight"), &[vocab, h]);
+            let op = Op::Embedding {
+                vocab: dim(vocab)?,
+                dim: h32,
+                rows: rows32,
+            };
+            b.op(op, &[w, idx], &[rows, h], table)
         };
-        b.op(op, &[w, idx], &[rows, h], table)
-    };
     let add = |b: &mut ModelBuilder, x: TensorId, y: TensorId, label: &str| {
         let op = Op::Add {
             len: hidden_len,
@@ -206,8 +208,18 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
     };
 
     let word = gather(&mut b, "word_embeddings", cfg.vocab_size, ids)?;
-    let pos = gather(&mut b, "position_embeddings", cfg.max_position_embeddings, positions)?;
-    let typ = gather(&mut b, "token_type_embeddings", cfg.type_vocab_size, type_ids)?;
+    let pos = gather(
+        &mut b,
+        "position_embeddings",
+        cfg.max_position_embeddings,
+        positions,
+    )?;
+    let typ = gather(
+        &mut b,
+        "token_type_embeddings",
+        cfg.type_vocab_size,
+        type_ids,
+    )?;
     let sum = add(&mut b, word, pos, "embeddings.add_position")?;
     let sum = add(&mut b, sum, typ, "embeddings.add_type")?;
     let mut x = layer_norm(&mut b, sum, "embeddings.LayerNorm")?;
@@ -227,7 +239,12 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
         let head = |b: &mut ModelBuilder, which: &str| -> Result<TensorId> {
             let t = b.linear(x, &format!("{p}.attention.self.{which}"), rows, h, h)?;
             let t = b.graph.reshape(t, &[batch, seq, nh, hd])?;
-            b.op(split.clone(), &[t], &heads_shape, &format!("{p}.{which}.split_heads"))
+            b.op(
+                split.clone(),
+                &[t],
+                &heads_shape,
+                &format!("{p}.{which}.split_heads"),
+            )
         };
         let q = head(&mut b, "query")?;
         let k = head(&mut b, "key")?;
@@ -243,14 +260,24 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
             bias: false,
             alpha: 1.0 / (hd as f32).sqrt(),
         };
-        let scores = b.op(scores_op, &[q, k], &[batch * nh, seq, seq], &format!("{p}.scores"))?;
+        let scores = b.op(
+            scores_op,
+            &[q, k],
+            &[batch * nh, seq, seq],
+            &format!("{p}.scores"),
+        )?;
         let softmax = Op::Softmax {
             rows: dim(batch * nh * seq)?,
             cols: s32,
             masked: true,
             rows_per_mask: dim(nh * seq)?,
         };
-        let probs = b.op(softmax, &[scores, mask], &[batch * nh, seq, seq], &format!("{p}.probs"))?;
+        let probs = b.op(
+            softmax,
+            &[scores, mask],
+            &[batch * nh, seq, seq],
+            &format!("{p}.probs"),
+        )?;
         let ctx_op = Op::MatMul {
             batch: dim(batch * nh)?,
             m: s32,
@@ -263,7 +290,12 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
             alpha: 1.0,
         };
         let ctx = b.op(ctx_op, &[probs, v], &heads_shape, &format!("{p}.context"))?;
-        let ctx = b.op(merge.clone(), &[ctx], &[batch, seq, nh, hd], &format!("{p}.merge_heads"))?;
+        let ctx = b.op(
+            merge.clone(),
+            &[ctx],
+            &[batch, seq, nh, hd],
+            &format!("{p}.merge_heads"),
+        )?;
         let ctx = b.graph.reshape(ctx, &[rows, h])?;
 
         let attn = b.linear(ctx, &format!("{p}.attention.output.dense"), rows, h, h)?;
@@ -271,7 +303,9 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
         let x1 = layer_norm(&mut b, res, &format!("{p}.attention.output.LayerNorm"))?;
 
         let inter = b.linear(x1, &format!("{p}.intermediate.dense"), rows, h, ff)?;
-        let gelu = Op::Gelu { len: dim(rows * ff)? };
+        let gelu = Op::Gelu {
+            len: dim(rows * ff)?,
+        };
         let act = b.op(gelu, &[inter], &[rows, ff], &format!("{p}.gelu"))?;
         let out = b.linear(act, &format!("{p}.output.dense"), rows, ff, h)?;
         let res = add(&mut b, out, x1, &format!("{p}.output.residual"))?;
@@ -476,3 +510,6 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
         dot / (na * nb)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -29,15 +29,21 @@ pub const STD: f32 = 0.3081;
 
 /// The directory of the committed MNIST assets.
 pub fn assets_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("assets").join("mnist")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("assets")
+        .join("mnist")
 }
 
 /// The three bundled sample images (first three MNIST test images) with their labels.
 pub fn bundled_images() -> Vec<(PathBuf, usize)> {
-    [("mnist_test_0_label_7.u8", 7), ("mnist_test_1_label_2.u8", 2), ("mnist_test_2_label_1.u8", 1)]
-        .into_iter()
-        .map(|(f, label)| (assets_dir().join(f), label))
-        .collect()
+    [
+        ("mnist_test_0_label_7.u8", 7),
+        ("mnist_test_1_label_2.u8", 2),
+        ("mnist_test_2_label_1.u8", 1),
+    ]
+    .into_iter()
+    .map(|(f, label)| (assets_dir().join(f), label))
+    .collect()
 }
 
 /// Reads a 28×28 grayscale image: either raw `u8[784]` (row-major, white on black, as the bundled
@@ -147,14 +153,34 @@ pub fn build_graph(batch: usize) -> Result<MnistGraph> {
 
     let w0 = b.weight("features.0.weight", &[32, 1, 3, 3]);
     let b0 = b.weight("features.0.bias", &[32]);
-    let c1 = b.op(conv(1, 32, 28), &[image, w0, b0], &[batch, 32, 28, 28], "conv1")?;
-    let r1 = b.op(relu(batch * 32 * 28 * 28)?, &[c1], &[batch, 32, 28, 28], "relu1")?;
+    let c1 = b.op(
+        conv(1, 32, 28),
+        &[image, w0, b0],
+        &[batch, 32, 28, 28],
+        "conv1",
+    )?;
+    let r1 = b.op(
+        relu(batch * 32 * 28 * 28)?,
+        &[c1],
+        &[batch, 32, 28, 28],
+        "relu1",
+    )?;
     let p1 = b.op(pool(32, 28), &[r1], &[batch, 32, 14, 14], "pool1")?;
 
     let w3 = b.weight("features.3.weight", &[64, 32, 3, 3]);
     let b3 = b.weight("features.3.bias", &[64]);
-    let c2 = b.op(conv(32, 64, 14), &[p1, w3, b3], &[batch, 64, 14, 14], "conv2")?;
-    let r2 = b.op(relu(batch * 64 * 14 * 14)?, &[c2], &[batch, 64, 14, 14], "relu2")?;
+    let c2 = b.op(
+        conv(32, 64, 14),
+        &[p1, w3, b3],
+        &[batch, 64, 14, 14],
+        "conv2",
+    )?;
+    let r2 = b.op(
+        relu(batch * 64 * 14 * 14)?,
+        &[c2],
+        &[batch, 64, 14, 14],
+        "relu2",
+    )?;
     let p2 = b.op(pool(64, 14), &[r2], &[batch, 64, 7, 7], "pool2")?;
 
     // NCHW is already the C,H,W flatten order PyTorch's `flatten(1)` produces.
@@ -281,3 +307,6 @@ pub fn argmax(logits: &[f32]) -> usize {
     }
     best
 }
+
+#[cfg(test)]
+mod tests;

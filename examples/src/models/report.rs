@@ -176,3 +176,6 @@ pub fn bytes(n: u64) -> String {
     };
     format!("{v:.2} {unit} ({n} B)")
 }
+
+#[cfg(test)]
+mod tests;

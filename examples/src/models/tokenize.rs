@@ -118,3 +118,6 @@ pub fn pad_batch(encoded: &[Vec<u32>]) -> TokenBatch {
     }
     tb
 }
+
+#[cfg(test)]
+mod tests;

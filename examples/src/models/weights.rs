@@ -145,3 +145,6 @@ impl WeightFile {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests;
