@@ -7,10 +7,18 @@
 
 pub mod backend;
 pub mod error;
+pub mod graph;
+pub mod host;
 pub mod ops;
 pub mod plan;
+pub mod pool;
+pub mod runtime;
 pub mod suballoc;
 
 pub use backend::{Backend, BlockDesc, BlockId, BlockRange, Capabilities, MemoryKind, Ticket};
 pub use error::{Error, OomReport, Result};
 pub use ops::{DType, Op};
+pub use graph::{Graph, TensorId};
+pub use host::{HostBackend, HostConfig};
+pub use pool::{Allocation, ArenaPool, Handle, PoolConfig, PoolStats, StagingBelt, StagingConfig};
+pub use runtime::{MemoryReport, Model, Runtime, RuntimeConfig, Tensor};

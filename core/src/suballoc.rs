@@ -1,1 +1,160 @@
-//! Pure offset sub-allocators over `u64` ranges (TLSF, linear, ring). No memory is touched.
+//! Pure offset sub-allocators over `u64` ranges: TLSF, linear (bump) and ring. No memory is touched.
+//!
+//! Every allocator here manages an abstract range `[0, capacity)` of bytes and hands out
+//! [`Region`]s (an offset and a size inside that range). They never read or write the memory they
+//! manage, so the same code carves device arenas, staging rings and the planner's verifier
+//! (`shared/notes/style.md` 1.5). The pools in `pool` put them on top of backend blocks.
+//!
+//! | allocator | use | allocate | free |
+//! |---|---|---|---|
+//! | [`Tlsf`] | general purpose arenas | O(1), good fit | O(1), immediate coalescing |
+//! | [`LinearAllocator`] | per-step scratch | O(1), bump | all at once with `reset` |
+//! | [`RingAllocator`] | staging, fence-tagged | O(1), FIFO | `retire` + `reclaim` by ticket |
+//!
+//! # Design choices
+//!
+//! * **Metadata is out of band** (host memory, one node per block, `u32` indices), because device
+//!   memory is often not host-mapped and in-band headers would disturb payload alignment.
+//! * **Handles are move-only.** [`Region`] is neither `Clone` nor `Copy` and `free`/`retire` consume
+//!   it, so a double free does not compile. Each region also carries the id of the allocator that
+//!   issued it and a generation, so a region handed to the wrong allocator is rejected with an
+//!   error (never a panic, never corruption).
+//! * **One validation rule for every allocator** ([`MAX_ALIGN`], zero size, larger than the range):
+//!   bad input returns [`Error::ZeroSize`], [`Error::InvalidAlignment`] or [`Error::TooLarge`];
+//!   `Ok(None)` means "no room right now" (freeing or reclaiming can help).
+//!
+//! # Limits
+//!
+//! * Single-threaded: every mutating call takes `&mut self`. Pools add the locking.
+//! * TLSF is a *good fit* allocator: an allocation can fail while a fitting block exists in the
+//!   request's own size class beyond the bounded scan. The bound is documented on [`Tlsf`].
+#![forbid(unsafe_code)]
+
+mod linear;
+mod ring;
+mod tlsf;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::{Error, Result};
+
+pub use linear::LinearAllocator;
+pub use ring::RingAllocator;
+pub use tlsf::Tlsf;
+
+/// Largest alignment any sub-allocator accepts, in bytes: 1 GiB.
+///
+/// Every power of two from 1 to `MAX_ALIGN` is valid. The bound keeps the padding arithmetic far
+/// from overflow and covers every device alignment in use (binding offsets, 64 KiB sparse pages,
+/// 2 MiB huge pages).
+pub const MAX_ALIGN: u64 = 1 << 30;
+
+/// A range `[offset, offset + size)` handed out by a sub-allocator.
+///
+/// Move-only: [`Tlsf::free`] and [`RingAllocator::retire`] consume it, so a region cannot be freed
+/// twice. It remembers which allocator issued it (and the generation of its metadata slot), so
+/// giving it to another allocator returns an error instead of corrupting either one.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Region {
+    /// Start of the region, in bytes from the start of the managed range. A multiple of the
+    /// alignment asked for.
+    pub offset: u64,
+    /// Length of the region in bytes: exactly the size asked for.
+    pub size: u64,
+    /// Id of the allocator that issued the region.
+    owner: u32,
+    /// Allocator-specific key: TLSF packs `generation << 32 | node index`, the ring stores its
+    /// sequence number, the linear allocator its reset epoch.
+    key: u64,
+}
+
+impl Region {
+    /// One past the last byte of the region.
+    pub fn end(&self) -> u64 {
+        self.offset + self.size
+    }
+}
+
+/// What a sub-allocator holds, for statistics and out-of-memory reports. All sizes in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SubAllocReport {
+    /// Size of the managed range.
+    pub capacity: u64,
+    /// Bytes that cannot be handed out now (live regions plus the slack and padding attached to
+    /// them; each allocator's `report` says exactly what it counts).
+    pub used: u64,
+    /// `capacity - used`.
+    pub free: u64,
+    /// The largest region of `align = 1` that could be carved right now, in bytes.
+    pub largest_free: u64,
+    /// `1 - largest_free / free`; 0 when nothing is free. 0 means all free bytes are in one piece.
+    pub fragmentation: f64,
+    /// Number of live regions.
+    pub allocations: usize,
+}
+
+impl SubAllocReport {
+    /// Builds a report and derives `free` and `fragmentation` from the other numbers.
+    fn new(capacity: u64, used: u64, largest_free: u64, allocations: usize) -> Self {
+        let free = capacity - used;
+        let fragmentation = if free == 0 {
+            0.0
+        } else {
+            1.0 - largest_free as f64 / free as f64
+        };
+        SubAllocReport {
+            capacity,
+            used,
+            free,
+            largest_free,
+            fragmentation,
+            allocations,
+        }
+    }
+}
+
+/// Source of allocator ids, so a region can tell which allocator issued it.
+static NEXT_OWNER: AtomicU32 = AtomicU32::new(1);
+
+/// A fresh allocator id. Wraps after 2^32 allocators, which only weakens foreign-region detection.
+fn next_owner_id() -> u32 {
+    NEXT_OWNER.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Rejects a zero capacity.
+fn check_capacity(capacity: u64, what: &'static str) -> Result<()> {
+    if capacity == 0 {
+        return Err(Error::ZeroSize { what });
+    }
+    Ok(())
+}
+
+/// The checks every `allocate` shares: non-zero size, a power-of-two alignment up to
+/// [`MAX_ALIGN`], and a size that fits the range at all.
+fn check_request(size: u64, align: u64, capacity: u64) -> Result<()> {
+    if size == 0 {
+        return Err(Error::ZeroSize { what: "allocation" });
+    }
+    if !align.is_power_of_two() || align > MAX_ALIGN {
+        return Err(Error::InvalidAlignment {
+            align,
+            max: MAX_ALIGN,
+        });
+    }
+    if size > capacity {
+        return Err(Error::TooLarge {
+            what: "allocation",
+            requested: size,
+            limit: capacity,
+            limit_name: "sub-allocator capacity",
+        });
+    }
+    Ok(())
+}
+
+/// `offset` rounded up to a multiple of `align` (a power of two), or `None` on overflow.
+#[inline]
+fn align_up(offset: u64, align: u64) -> Option<u64> {
+    let mask = align - 1;
+    offset.checked_add(mask).map(|v| v & !mask)
+}

@@ -1,0 +1,80 @@
+//! Staging under pressure: many transfers of random sizes through a small belt, every byte checked;
+//! transfers larger than the belt are chunked; the belt trims itself.
+
+use tensormem::{DType, Runtime, RuntimeConfig, StagingConfig};
+
+use super::Rng;
+use crate::{Case, Ctx, check, fail};
+
+type R = std::result::Result<(), String>;
+
+pub(crate) fn cases() -> Vec<Case> {
+    vec![
+        Case { name: "staging_under_pressure", run: staging_under_pressure },
+        Case { name: "staging_larger_than_belt", run: staging_larger_than_belt },
+    ]
+}
+
+fn small_belt(ctx: &Ctx, block_size: u64, idle_ms: u64, keep_blocks: usize) -> Result<Runtime, String> {
+    Runtime::new(
+        ctx.backend.clone(),
+        RuntimeConfig {
+            staging: StagingConfig {
+                block_size,
+                max_blocks: 2,
+                keep_blocks,
+                idle_trim_after: std::time::Duration::from_millis(idle_ms),
+            },
+            // Exercise the belt even where device memory is host-visible.
+            force_staging: true,
+            ..RuntimeConfig::default()
+        },
+    )
+    .map_err(fail("runtime"))
+}
+
+fn staging_under_pressure(ctx: &Ctx) -> R {
+    let rt = small_belt(ctx, 64 << 10, 10_000, 1)?;
+    let mut rng = Rng::new(42);
+    let mut live: Vec<(tensormem::Tensor, Vec<u8>)> = Vec::new();
+    for i in 0..2000u64 {
+        let n = 1 + rng.below(if i % 50 == 0 { 300 << 10 } else { 20 << 10 }) as usize;
+        let data: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+        let t = rt.tensor_from(DType::U8, &[n], &data, "pressure").map_err(fail("upload"))?;
+        live.push((t, data));
+        if live.len() > 16 || rng.below(2) == 0 {
+            let (t, data) = live.swap_remove(rng.below(live.len() as u64) as usize);
+            let back: Vec<u8> = rt.download(&t).map_err(fail("download"))?;
+            check(back == data, || format!("transfer {i}: {} bytes differ", data.len()))?;
+            rt.free(t).map_err(fail("free"))?;
+        }
+    }
+    for (t, data) in live {
+        let back: Vec<u8> = rt.download(&t).map_err(fail("download"))?;
+        check(back == data, || "final readback differs".into())?;
+        rt.free(t).map_err(fail("free"))?;
+    }
+    let s = rt.staging().stats();
+    check(s.blocks <= 4, || format!("belt grew past its limit: {s:?}"))?;
+    check(s.uploaded > 0 && s.downloaded > 0, || format!("belt unused: {s:?}"))?;
+    Ok(())
+}
+
+fn staging_larger_than_belt(ctx: &Ctx) -> R {
+    let rt = small_belt(ctx, 64 << 10, 0, 0)?;
+    let n = (1 << 20) + 12_345;
+    let data: Vec<u8> = (0..n).map(|i| (i * 7 + i / 251) as u8).collect();
+    let t = rt.tensor_from(DType::U8, &[n], &data, "big").map_err(fail("upload"))?;
+    let back: Vec<u8> = rt.download(&t).map_err(fail("download"))?;
+    check(back == data, || "chunked transfer differs".into())?;
+    let s = rt.staging().stats();
+    check(s.chunks >= 2 * (n as u64 / (64 << 10)), || format!("not chunked: {s:?}"))?;
+    rt.free(t).map_err(fail("free"))?;
+    // Idle trim (threshold 0, keep 0 here): once the work completes, every block goes back.
+    rt.synchronize().map_err(fail("sync"))?;
+    rt.staging().trim().map_err(fail("trim"))?;
+    let s = rt.staging().stats();
+    check(s.blocks == 0 && s.reserved == 0, || format!("belt did not trim: {s:?}"))?;
+    check(s.blocks_freed > 0, || format!("belt never released a block: {s:?}"))?;
+    Ok(())
+}

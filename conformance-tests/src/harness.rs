@@ -1,0 +1,136 @@
+//! Runs every case on every target, prints a table of what ran, passed, failed or was skipped, and
+//! decides the exit status.
+
+use std::collections::HashSet;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Instant;
+
+use crate::{Case, Ctx, Target};
+
+/// Result of one target.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The backend could not start here.
+    Skipped(String),
+    /// Cases run: (case name, failure message if any, seconds).
+    Ran(Vec<(String, Option<String>, f64)>),
+}
+
+fn required() -> HashSet<String> {
+    std::env::var("TENSORMEM_REQUIRE_BACKENDS")
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+fn run_case(target: &Target, case: &Case) -> Option<String> {
+    let backend = match (target.create)() {
+        Ok(b) => b,
+        Err(e) => return Some(format!("backend failed to start for this case: {e}")),
+    };
+    let ctx = Ctx {
+        backend: backend.clone(),
+        create: target.create,
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| (case.run)(&ctx)));
+    let mut failure = match result {
+        Ok(Ok(())) => None,
+        Ok(Err(msg)) => Some(msg),
+        Err(p) => Some(format!(
+            "PANIC: {}",
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        )),
+    };
+    drop(ctx);
+    if let Some(after) = target.after_case {
+        if let Err(msg) = after(&backend) {
+            failure = Some(match failure {
+                Some(f) => format!("{f}; {msg}"),
+                None => msg,
+            });
+        }
+    }
+    failure
+}
+
+/// Runs `cases` on `targets` (filtered by the `TENSORMEM_TARGETS` and `TENSORMEM_CASES`
+/// substring filters when set), prints the report, and returns whether everything required passed.
+pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
+    let required = required();
+    let target_filter = std::env::var("TENSORMEM_TARGETS").ok();
+    let case_filter = std::env::var("TENSORMEM_CASES").ok();
+    let mut ok = true;
+    let mut summary = Vec::new();
+    for target in targets {
+        if target_filter
+            .as_ref()
+            .is_some_and(|f| !f.split(',').any(|x| target.name.contains(x.trim())))
+        {
+            continue;
+        }
+        let outcome = match (target.create)() {
+            Err(e) => Outcome::Skipped(e.to_string()),
+            Ok(probe) => {
+                drop(probe);
+                let mut results = Vec::new();
+                for case in cases {
+                    if case_filter.as_ref().is_some_and(|f| !case.name.contains(f.as_str())) {
+                        continue;
+                    }
+                    let start = Instant::now();
+                    let failure = run_case(target, case);
+                    let secs = start.elapsed().as_secs_f64();
+                    match &failure {
+                        None => println!("  ok    {:<16} {:<34} {secs:>7.2}s", target.name, case.name),
+                        Some(f) => println!("  FAIL  {:<16} {:<34} {secs:>7.2}s  {f}", target.name, case.name),
+                    }
+                    results.push((case.name.to_string(), failure, secs));
+                }
+                Outcome::Ran(results)
+            }
+        };
+        let is_required = required.contains(target.name) || required.contains(target.backend);
+        match &outcome {
+            Outcome::Skipped(reason) => {
+                let verdict = if is_required { "FAILED (required)" } else { "skipped" };
+                println!("  {verdict:<6} {:<16} {reason}", target.name);
+                if is_required {
+                    ok = false;
+                }
+            }
+            Outcome::Ran(results) => {
+                if results.iter().any(|r| r.1.is_some()) {
+                    ok = false;
+                }
+            }
+        }
+        summary.push((target.name, outcome));
+    }
+    for name in &required {
+        if !targets.iter().any(|t| t.name == name || t.backend == name) {
+            println!("  required backend '{name}' is not known to the suite");
+            ok = false;
+        }
+    }
+    println!("\nconformance summary:");
+    for (name, outcome) in &summary {
+        match outcome {
+            Outcome::Skipped(reason) => println!("  {name:<16} skipped: {reason}"),
+            Outcome::Ran(results) => {
+                let failed = results.iter().filter(|r| r.1.is_some()).count();
+                let secs: f64 = results.iter().map(|r| r.2).sum();
+                println!(
+                    "  {name:<16} ran {} cases: {} passed, {failed} failed ({secs:.1}s)",
+                    results.len(),
+                    results.len() - failed
+                );
+            }
+        }
+    }
+    ok
+}

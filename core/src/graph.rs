@@ -1,0 +1,230 @@
+//! `Graph`: a model as an ordered list of standard ops over declared tensors.
+//!
+//! A graph is data: tensors (inputs, weights, intermediates, outputs) and nodes (an [`Op`], its
+//! input tensors and its one output tensor). [`Runtime::compile`](crate::Runtime::compile) turns it
+//! into a [`Model`](crate::Model): liveness, a static plan of the intermediates, allocations.
+//!
+//! Reshapes are free: [`Graph::reshape`] declares a new tensor that *aliases* the bytes of another
+//! (its storage root), so the planner sees one buffer.
+
+use crate::ops::{DType, Op};
+use crate::{Error, Result};
+
+/// Names one tensor of a [`Graph`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(pub(crate) usize);
+
+impl TensorId {
+    /// Index of the tensor in its graph.
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+/// What a tensor is to its graph.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum TensorKind {
+    /// Set by the caller before each run.
+    Input,
+    /// Set once, kept across runs (model parameters).
+    Weight,
+    /// Produced by a node.
+    Intermediate,
+}
+
+/// One declared tensor.
+#[derive(Clone, Debug)]
+pub struct TensorDecl {
+    /// Name (inputs and weights) or node label.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape, outermost axis first.
+    pub shape: Vec<usize>,
+    /// Role.
+    pub kind: TensorKind,
+    /// The tensor whose bytes this one shares (reshape), if any. Always a root (never an alias).
+    pub alias_of: Option<TensorId>,
+}
+
+impl TensorDecl {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Whether the shape has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes.
+    pub fn size(&self) -> u64 {
+        self.len() as u64 * self.dtype.size()
+    }
+}
+
+/// One op application.
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// The op.
+    pub op: Op,
+    /// Input tensors, in the op's binding order.
+    pub inputs: Vec<TensorId>,
+    /// The output tensor.
+    pub output: TensorId,
+    /// A label for reports and traces.
+    pub label: String,
+}
+
+/// A model: tensors and the ops that connect them, in execution order.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    tensors: Vec<TensorDecl>,
+    nodes: Vec<Node>,
+    outputs: Vec<TensorId>,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Self {
+        Graph::default()
+    }
+
+    fn declare(&mut self, name: &str, dtype: DType, shape: &[usize], kind: TensorKind) -> TensorId {
+        self.tensors.push(TensorDecl {
+            name: name.to_string(),
+            dtype,
+            shape: shape.to_vec(),
+            kind,
+            alias_of: None,
+        });
+        TensorId(self.tensors.len() - 1)
+    }
+
+    /// Declares an input, set before each run.
+    pub fn input(&mut self, name: &str, dtype: DType, shape: &[usize]) -> TensorId {
+        self.declare(name, dtype, shape, TensorKind::Input)
+    }
+
+    /// Declares a weight, set once and kept across runs.
+    pub fn weight(&mut self, name: &str, dtype: DType, shape: &[usize]) -> TensorId {
+        self.declare(name, dtype, shape, TensorKind::Weight)
+    }
+
+    /// Appends `op` applied to `inputs`, producing a new tensor of `out_shape`. The op's
+    /// signature is checked against the inputs' types and sizes and the output shape.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an unknown tensor, [`Error::SizeMismatch`] for operands that
+    /// do not match the op.
+    pub fn op(&mut self, op: Op, inputs: &[TensorId], out_shape: &[usize], label: &str) -> Result<TensorId> {
+        let sig = op.signature()?;
+        if inputs.len() != sig.inputs.len() {
+            return Err(Error::SizeMismatch {
+                what: format!("{label}: {} inputs", op.name()),
+                expected: sig.inputs.len() as u64,
+                actual: inputs.len() as u64,
+            });
+        }
+        for (i, (id, want)) in inputs.iter().zip(&sig.inputs).enumerate() {
+            let t = self.decl(*id)?;
+            if t.dtype != want.dtype || t.len() as u64 != want.len {
+                return Err(Error::SizeMismatch {
+                    what: format!(
+                        "{label}: {} input {i} ('{}', {} {:?}) against the op's {}",
+                        op.name(),
+                        t.name,
+                        t.dtype.name(),
+                        t.shape,
+                        want.dtype.name()
+                    ),
+                    expected: want.len,
+                    actual: t.len() as u64,
+                });
+            }
+        }
+        let out = sig.outputs[0];
+        let out_len: u64 = out_shape.iter().map(|&d| d as u64).product();
+        if out_len != out.len {
+            return Err(Error::SizeMismatch {
+                what: format!("{label}: {} output shape {out_shape:?}", op.name()),
+                expected: out.len,
+                actual: out_len,
+            });
+        }
+        let output = self.declare(label, out.dtype, out_shape, TensorKind::Intermediate);
+        self.nodes.push(Node {
+            op,
+            inputs: inputs.to_vec(),
+            output,
+            label: label.to_string(),
+        });
+        Ok(output)
+    }
+
+    /// A new tensor of `shape` sharing the bytes of `t` (same element count).
+    ///
+    /// # Errors
+    /// [`Error::SizeMismatch`] when the element counts differ.
+    pub fn reshape(&mut self, t: TensorId, shape: &[usize]) -> Result<TensorId> {
+        let src = self.decl(t)?.clone();
+        let len: usize = shape.iter().product();
+        if len != src.len() {
+            return Err(Error::SizeMismatch {
+                what: format!("reshape of '{}' {:?} to {shape:?}", src.name, src.shape),
+                expected: src.len() as u64,
+                actual: len as u64,
+            });
+        }
+        let root = src.alias_of.unwrap_or(t);
+        self.tensors.push(TensorDecl {
+            name: format!("{}.reshape", src.name),
+            dtype: src.dtype,
+            shape: shape.to_vec(),
+            kind: src.kind,
+            alias_of: Some(root),
+        });
+        Ok(TensorId(self.tensors.len() - 1))
+    }
+
+    /// Marks `t` as a graph output (kept after the run, readable).
+    pub fn output(&mut self, t: TensorId) {
+        if !self.outputs.contains(&t) {
+            self.outputs.push(t);
+        }
+    }
+
+    /// The declaration of `t`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an id from another graph.
+    pub fn decl(&self, t: TensorId) -> Result<&TensorDecl> {
+        self.tensors
+            .get(t.0)
+            .ok_or_else(|| Error::invalid(format!("tensor {} is not in this graph", t.0)))
+    }
+
+    /// The tensor owning the bytes of `t` (itself unless it is a reshape).
+    pub fn root(&self, t: TensorId) -> TensorId {
+        self.tensors
+            .get(t.0)
+            .and_then(|d| d.alias_of)
+            .unwrap_or(t)
+    }
+
+    /// All declared tensors.
+    pub fn tensors(&self) -> &[TensorDecl] {
+        &self.tensors
+    }
+
+    /// Nodes in execution order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Graph outputs.
+    pub fn outputs(&self) -> &[TensorId] {
+        &self.outputs
+    }
+}

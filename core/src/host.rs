@@ -1,0 +1,480 @@
+//! The host (CPU) backend: the embedded default and the reference every other backend is compared
+//! with.
+//!
+//! Blocks are heap allocations. Device work (copies, fills, ops) runs **asynchronously on a worker
+//! thread**, in submission order, exactly like a GPU queue: each call returns a [`Ticket`] at once
+//! and the ticket completes when the worker has finished it. That makes the pools' deferred-free
+//! path real on a machine without a GPU: a free issued while the worker is busy must wait.
+//!
+//! Knobs in [`HostConfig`] let tests force the discrete-GPU path (no host-visible device memory),
+//! slow the worker down, cap the "device" memory, and simulate a lost device.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, Capabilities, MemoryKind, Ticket};
+use crate::ops::{self, Op};
+use crate::{Error, Result};
+
+const NAME: &str = "host";
+
+/// Configuration of the [`HostBackend`].
+#[derive(Clone, Debug)]
+pub struct HostConfig {
+    /// Report device memory as not host-visible, so the pools stage every transfer through
+    /// `Upload`/`Readback` blocks as on a discrete GPU. Default `false`.
+    pub force_staging: bool,
+    /// Largest block in bytes. Default 1 TiB (effectively the machine's memory).
+    pub max_block_size: u64,
+    /// Total bytes of blocks the "device" holds before `alloc_block` fails with
+    /// [`Error::OutOfMemory`], as a driver would. Default `None` (no limit).
+    pub device_memory: Option<u64>,
+    /// Extra time the worker spends on every command, to widen the window in which work is in
+    /// flight (tests of deferred frees). Default zero.
+    pub worker_delay: Duration,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            force_staging: false,
+            max_block_size: 1 << 40,
+            device_memory: None,
+            worker_delay: Duration::ZERO,
+        }
+    }
+}
+
+type BlockMem = Arc<Mutex<Vec<u8>>>;
+
+enum Command {
+    Copy(Arg, Arg),
+    Fill(Arg),
+    /// The op, its operands (inputs then outputs), and the number of inputs.
+    Dispatch(Op, Vec<Arg>, usize),
+    Shutdown,
+}
+
+struct Blocks {
+    map: HashMap<u64, (MemoryKind, BlockMem)>,
+    next_id: u64,
+    bytes: u64,
+}
+
+/// Progress of the worker: the last ticket finished, plus a condvar to wait on it.
+struct Timeline {
+    completed: Mutex<u64>,
+    cv: Condvar,
+    /// First error the worker hit; reported by every later call (a "lost device").
+    fault: Mutex<Option<String>>,
+}
+
+/// The host backend. See the module doc.
+pub struct HostBackend {
+    caps: Capabilities,
+    config: HostConfig,
+    blocks: Mutex<Blocks>,
+    /// Sender to the worker; the mutex makes `HostBackend` `Sync` and orders ticket issue with send.
+    queue: Mutex<(u64, mpsc::Sender<(u64, Command)>)>,
+    timeline: Arc<Timeline>,
+    lost: AtomicBool,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    submitted: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock means a panic elsewhere already failed the test or program; the data (bytes,
+    // counters) is still consistent enough to report from.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl HostBackend {
+    /// Creates a host backend with its worker thread.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if the worker thread cannot be spawned.
+    pub fn new(config: HostConfig) -> Result<Self> {
+        let (tx, rx) = mpsc::channel::<(u64, Command)>();
+        let timeline = Arc::new(Timeline {
+            completed: Mutex::new(0),
+            cv: Condvar::new(),
+            fault: Mutex::new(None),
+        });
+        let blocks = Mutex::new(Blocks {
+            map: HashMap::new(),
+            next_id: 1,
+            bytes: 0,
+        });
+        let caps = Capabilities {
+            backend: NAME,
+            device_name: "host CPU".into(),
+            binding_align: 16,
+            copy_align: 4,
+            max_block_size: config.max_block_size,
+            max_binding_size: config.max_block_size,
+            device_host_visible: !config.force_staging,
+            queued_write_max: 0,
+            budget: config.device_memory,
+        };
+        let backend = HostBackend {
+            caps,
+            config: config.clone(),
+            blocks,
+            queue: Mutex::new((0, tx)),
+            timeline: timeline.clone(),
+            lost: AtomicBool::new(false),
+            worker: Mutex::new(None),
+            submitted: AtomicU64::new(0),
+        };
+        let delay = config.worker_delay;
+        let handle = std::thread::Builder::new()
+            .name("tensormem-host-worker".into())
+            .spawn(move || worker(rx, timeline, delay))
+            .map_err(|e| Error::Backend {
+                backend: NAME,
+                api: "std::thread::spawn",
+                code: e.raw_os_error().map_or(0, i64::from),
+                message: e.to_string(),
+            })?;
+        *lock(&backend.worker) = Some(handle);
+        Ok(backend)
+    }
+
+    /// Makes every later call fail with [`Error::DeviceLost`], as a driver reset would.
+    pub fn simulate_device_loss(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+    }
+
+    /// Total bytes in live blocks.
+    pub fn block_bytes(&self) -> u64 {
+        lock(&self.blocks).bytes
+    }
+
+    /// Number of live blocks.
+    pub fn block_count(&self) -> usize {
+        lock(&self.blocks).map.len()
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(Error::DeviceLost {
+                backend: NAME,
+                detail: "device loss was simulated".into(),
+            });
+        }
+        if let Some(fault) = lock(&self.timeline.fault).clone() {
+            return Err(Error::DeviceLost {
+                backend: NAME,
+                detail: format!("the worker failed: {fault}"),
+            });
+        }
+        Ok(())
+    }
+
+    fn block(&self, id: BlockId) -> Result<(MemoryKind, BlockMem)> {
+        lock(&self.blocks)
+            .map
+            .get(&id.0)
+            .map(|(k, m)| (*k, m.clone()))
+            .ok_or_else(|| Error::invalid(format!("host: unknown block {}", id.0)))
+    }
+
+    fn check_range(&self, r: BlockRange, what: &'static str) -> Result<BlockMem> {
+        let (_, mem) = self.block(r.block)?;
+        let len = lock(&mem).len() as u64;
+        if r.offset.checked_add(r.size).is_none_or(|end| end > len) {
+            return Err(Error::OutOfBounds {
+                what,
+                offset: r.offset,
+                size: r.size,
+                limit: len,
+            });
+        }
+        Ok(mem)
+    }
+
+    fn mapped(&self, block: BlockId, offset: u64, len: usize) -> Result<BlockMem> {
+        self.check_alive()?;
+        let (kind, _) = self.block(block)?;
+        if kind == MemoryKind::DeviceLocal && self.config.force_staging {
+            return Err(Error::Unsupported {
+                backend: NAME,
+                what: "mapping device-local memory with force_staging set".into(),
+            });
+        }
+        self.check_range(
+            BlockRange {
+                block,
+                offset,
+                size: len as u64,
+            },
+            "block",
+        )
+    }
+
+    fn enqueue(&self, cmd: Command) -> Result<Ticket> {
+        self.check_alive()?;
+        let mut q = lock(&self.queue);
+        let ticket = q.0 + 1;
+        q.1.send((ticket, cmd)).map_err(|_| Error::DeviceLost {
+            backend: NAME,
+            detail: "the worker thread has stopped".into(),
+        })?;
+        q.0 = ticket;
+        self.submitted.store(ticket, Ordering::SeqCst);
+        Ok(Ticket(ticket))
+    }
+}
+
+/// One argument of a command: the block's memory (kept alive by the command even if the block is
+/// freed meanwhile) and the range in it.
+#[derive(Clone)]
+struct Arg {
+    mem: BlockMem,
+    offset: usize,
+    size: usize,
+}
+
+fn execute(cmd: Command) -> std::result::Result<(), String> {
+    match cmd {
+        Command::Copy(src, dst) => {
+            if Arc::ptr_eq(&src.mem, &dst.mem) {
+                let mut m = lock(&src.mem);
+                m.copy_within(src.offset..src.offset + src.size, dst.offset);
+            } else {
+                let s = lock(&src.mem);
+                let mut d = lock(&dst.mem);
+                d[dst.offset..dst.offset + dst.size].copy_from_slice(&s[src.offset..src.offset + src.size]);
+            }
+            Ok(())
+        }
+        Command::Fill(r) => {
+            lock(&r.mem)[r.offset..r.offset + r.size].fill(0);
+            Ok(())
+        }
+        Command::Dispatch(op, args, n_inputs) => {
+            // Copy operands out, compute, copy results back: bindings may alias one block (an
+            // arena), and the reference favours simplicity over the extra memcpy.
+            let inputs: Vec<Vec<u8>> = args[..n_inputs]
+                .iter()
+                .map(|a| lock(&a.mem)[a.offset..a.offset + a.size].to_vec())
+                .collect();
+            let mut outputs: Vec<Vec<u8>> = args[n_inputs..].iter().map(|a| vec![0u8; a.size]).collect();
+            let in_refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+            let mut out_refs: Vec<&mut [u8]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
+            ops::host::run(&op, &in_refs, &mut out_refs).map_err(|e| e.to_string())?;
+            for (a, out) in args[n_inputs..].iter().zip(&outputs) {
+                lock(&a.mem)[a.offset..a.offset + a.size].copy_from_slice(out);
+            }
+            Ok(())
+        }
+        Command::Shutdown => Ok(()),
+    }
+}
+
+fn worker(rx: mpsc::Receiver<(u64, Command)>, timeline: Arc<Timeline>, delay: Duration) {
+    while let Ok((ticket, cmd)) = rx.recv() {
+        if matches!(cmd, Command::Shutdown) {
+            break;
+        }
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        if let Err(e) = execute(cmd) {
+            lock(&timeline.fault).get_or_insert(e);
+        }
+        *lock(&timeline.completed) = ticket;
+        timeline.cv.notify_all();
+    }
+}
+
+impl Drop for HostBackend {
+    fn drop(&mut self) {
+        let _ = lock(&self.queue).1.send((0, Command::Shutdown));
+        if let Some(handle) = lock(&self.worker).take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Backend for HostBackend {
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
+        self.check_alive()?;
+        if desc.size == 0 {
+            return Err(Error::ZeroSize { what: "block" });
+        }
+        if desc.size > self.caps.max_block_size {
+            return Err(Error::TooLarge {
+                what: "block",
+                requested: desc.size,
+                limit: self.caps.max_block_size,
+                limit_name: "max_block_size",
+            });
+        }
+        let mut blocks = lock(&self.blocks);
+        if let Some(limit) = self.config.device_memory {
+            if blocks.bytes + desc.size > limit {
+                return Err(Error::OutOfMemory(Box::new(crate::OomReport {
+                    pool: "host device memory".into(),
+                    label: Some(desc.label.to_string()),
+                    requested: desc.size,
+                    reserved: blocks.bytes,
+                    budget: Some(limit),
+                    ..Default::default()
+                })));
+            }
+        }
+        let size = usize::try_from(desc.size).map_err(|_| Error::TooLarge {
+            what: "block",
+            requested: desc.size,
+            limit: usize::MAX as u64,
+            limit_name: "address space",
+        })?;
+        let mut mem = Vec::new();
+        mem.try_reserve_exact(size).map_err(|_| {
+            Error::OutOfMemory(Box::new(crate::OomReport {
+                pool: "host heap".into(),
+                label: Some(desc.label.to_string()),
+                requested: desc.size,
+                reserved: blocks.bytes,
+                ..Default::default()
+            }))
+        })?;
+        mem.resize(size, 0);
+        let id = blocks.next_id;
+        blocks.next_id += 1;
+        blocks.bytes += desc.size;
+        blocks.map.insert(id, (desc.kind, Arc::new(Mutex::new(mem))));
+        Ok(BlockId(id))
+    }
+
+    fn free_block(&self, block: BlockId) -> Result<()> {
+        let mut blocks = lock(&self.blocks);
+        let (_, mem) = blocks
+            .map
+            .remove(&block.0)
+            .ok_or_else(|| Error::invalid(format!("host: free of unknown block {}", block.0)))?;
+        blocks.bytes -= lock(&mem).len() as u64;
+        Ok(())
+    }
+
+    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
+        let mem = self.mapped(block, offset, data.len())?;
+        let o = offset as usize;
+        lock(&mem)[o..o + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
+        let mem = self.mapped(block, offset, out.len())?;
+        let o = offset as usize;
+        out.copy_from_slice(&lock(&mem)[o..o + out.len()]);
+        Ok(())
+    }
+
+    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
+        self.check_alive()?;
+        if src.size != dst.size {
+            return Err(Error::SizeMismatch {
+                what: "copy source and destination".into(),
+                expected: src.size,
+                actual: dst.size,
+            });
+        }
+        let (s, d) = (self.arg(src, "copy source")?, self.arg(dst, "copy destination")?);
+        self.enqueue(Command::Copy(s, d))
+    }
+
+    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
+        let r = self.arg(range, "fill range")?;
+        self.enqueue(Command::Fill(r))
+    }
+
+    fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
+        let sig = op.signature()?;
+        let n = sig.inputs.len() + sig.outputs.len();
+        if bindings.len() != n {
+            return Err(Error::SizeMismatch {
+                what: format!("{} bindings", op.name()),
+                expected: n as u64,
+                actual: bindings.len() as u64,
+            });
+        }
+        for (b, operand) in bindings.iter().zip(sig.inputs.iter().chain(&sig.outputs)) {
+            if b.size < operand.size() {
+                return Err(Error::SizeMismatch {
+                    what: format!("{} binding of block {}", op.name(), b.block.0),
+                    expected: operand.size(),
+                    actual: b.size,
+                });
+            }
+        }
+        let args = bindings
+            .iter()
+            .zip(sig.inputs.iter().chain(&sig.outputs))
+            .map(|(b, operand)| {
+                self.arg(
+                    BlockRange {
+                        size: operand.size(),
+                        ..*b
+                    },
+                    "binding",
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.enqueue(Command::Dispatch(op.clone(), args, sig.inputs.len()))
+    }
+
+    fn flush(&self) -> Result<Ticket> {
+        self.check_alive()?;
+        Ok(Ticket(self.submitted.load(Ordering::SeqCst)))
+    }
+
+    fn completed(&self) -> Result<Ticket> {
+        self.check_alive()?;
+        Ok(Ticket(*lock(&self.timeline.completed)))
+    }
+
+    fn wait(&self, ticket: Ticket) -> Result<()> {
+        self.check_alive()?;
+        let submitted = self.submitted.load(Ordering::SeqCst);
+        if ticket.0 > submitted {
+            return Err(Error::invalid(format!(
+                "host: wait for ticket {} but only {submitted} were issued",
+                ticket.0
+            )));
+        }
+        let mut done = lock(&self.timeline.completed);
+        while *done < ticket.0 {
+            done = self
+                .timeline
+                .cv
+                .wait(done)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        drop(done);
+        self.check_alive()
+    }
+}
+
+impl HostBackend {
+    fn arg(&self, r: BlockRange, what: &'static str) -> Result<Arg> {
+        let mem = self.check_range(r, what)?;
+        Ok(Arg {
+            mem,
+            offset: r.offset as usize,
+            size: r.size as usize,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,668 @@
+//! The arena pool: blocks from a backend, carved by TLSF, with growth, trim, a hard budget,
+//! ticket-deferred frees and an out-of-memory path that explains itself.
+//!
+//! One type serves every memory kind: with [`MemoryKind::DeviceLocal`] it is the device arena pool;
+//! with `Upload` or `Readback` it is the host-visible (pinned) pool for host tensors that take part in
+//! transfers.
+//!
+//! # Growth policy
+//! A request that fits no existing block reserves a new block of [`PoolConfig::block_size`] bytes
+//! (default 32 MiB, clamped to the device's largest block). A request larger than that gets a
+//! dedicated block of exactly its (aligned) size. Blocks are returned to the backend only by
+//! [`ArenaPool::trim`], or by the out-of-memory path, so a steady workload stops calling the driver.
+//!
+//! # Out-of-memory path
+//! 1. reclaim frees whose tickets completed, retry in the existing blocks;
+//! 2. reserve a new block if the budget allows;
+//! 3. if the budget or the driver refuses, trim empty blocks and retry once;
+//! 4. only then return [`Error::OutOfMemory`] with a report (requested, reserved, in use, largest free
+//!    range, fragmentation, budget, pending frees, largest live allocations, advice).
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind, Ticket};
+use crate::pool::deferred::Deferred;
+use crate::pool::slots::{Handle, Slots, next_pool_id};
+use crate::suballoc::{Region, Tlsf};
+use crate::{Error, OomReport, Result};
+
+/// Largest alignment a pool accepts, in bytes (1 GiB).
+pub const MAX_ALIGN: u64 = 1 << 30;
+
+/// Default block size of an arena pool: 32 MiB.
+pub const DEFAULT_BLOCK_SIZE: u64 = 32 << 20;
+
+/// Configuration of an [`ArenaPool`].
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    /// Name used in reports and errors ("device", "host-visible", ...).
+    pub name: String,
+    /// Memory kind of the pool's blocks.
+    pub kind: MemoryKind,
+    /// Size of a regular block in bytes (default 32 MiB, clamped to the device's largest block).
+    /// Larger requests get a dedicated block. Bigger blocks mean fewer driver calls and more
+    /// memory held idle.
+    pub block_size: u64,
+    /// Hard limit on reserved bytes (default: the backend's reported budget, else none). The pool
+    /// never reserves more, whatever it costs in failed allocations.
+    pub budget: Option<u64>,
+    /// Clear memory before handing it out, so no allocation sees bytes another one left behind
+    /// (what WebGPU guarantees for fresh buffers). Costs one fill per allocation. Default `false`.
+    pub zero_on_reuse: bool,
+}
+
+impl PoolConfig {
+    /// The default device arena configuration.
+    pub fn device() -> Self {
+        PoolConfig {
+            name: "device".into(),
+            kind: MemoryKind::DeviceLocal,
+            block_size: DEFAULT_BLOCK_SIZE,
+            budget: None,
+            zero_on_reuse: false,
+        }
+    }
+
+    /// The default configuration of a host-visible pool of `kind` (`Upload` or `Readback`).
+    pub fn host_visible(kind: MemoryKind) -> Self {
+        PoolConfig {
+            name: format!("host-visible ({})", kind.name()),
+            kind,
+            block_size: 8 << 20,
+            budget: None,
+            zero_on_reuse: false,
+        }
+    }
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig::device()
+    }
+}
+
+/// A live allocation: the handle that owns it and where its bytes are. `Copy`; every use is checked
+/// against the pool, so a copy kept after `free` is detected, not dangling.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    /// The owning handle.
+    pub handle: Handle,
+    /// Block, offset and size (the size rounded up to the backend's copy alignment).
+    pub range: BlockRange,
+}
+
+/// Counters of one pool. All sizes in bytes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PoolStats {
+    /// Bytes in live allocations now (sizes after rounding).
+    pub in_use: u64,
+    /// Highest `in_use` seen.
+    pub peak_in_use: u64,
+    /// Bytes reserved in blocks now.
+    pub reserved: u64,
+    /// Highest `reserved` seen.
+    pub peak_reserved: u64,
+    /// Live allocations now.
+    pub allocations: usize,
+    /// Allocations made since creation.
+    pub total_allocations: u64,
+    /// Frees since creation (including deferred ones, counted when requested).
+    pub total_frees: u64,
+    /// Live blocks now.
+    pub blocks: usize,
+    /// Blocks reserved from the backend since creation.
+    pub blocks_allocated: u64,
+    /// Blocks returned to the backend since creation.
+    pub blocks_freed: u64,
+    /// Bytes whose free waits for in-flight work.
+    pub pending_free: u64,
+    /// Out-of-memory errors returned.
+    pub oom_count: u64,
+}
+
+struct Block {
+    id: BlockId,
+    size: u64,
+    tlsf: Tlsf,
+}
+
+struct Live {
+    block: usize,
+    region: Region,
+    label: String,
+    last_use: Ticket,
+}
+
+struct State {
+    /// `None` entries are blocks returned by trim; indices stay stable for `Live::block`.
+    blocks: Vec<Option<Block>>,
+    slots: Slots<Live>,
+    deferred: Deferred<(usize, Region)>,
+    stats: PoolStats,
+}
+
+/// A pool of blocks of one memory kind, sub-allocated with TLSF. `Send + Sync`; all methods take
+/// `&self` and serialise on one internal lock (sub-allocation is tens of nanoseconds).
+pub struct ArenaPool {
+    backend: Arc<dyn Backend>,
+    config: PoolConfig,
+    /// Alignment every allocation gets at least: the binding alignment for device memory, the copy
+    /// alignment otherwise.
+    base_align: u64,
+    state: Mutex<State>,
+}
+
+fn round_up(v: u64, align: u64) -> Option<u64> {
+    v.checked_add(align - 1).map(|x| x & !(align - 1))
+}
+
+impl ArenaPool {
+    /// Creates an empty pool; no block is reserved until the first allocation.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero block size.
+    pub fn new(backend: Arc<dyn Backend>, mut config: PoolConfig) -> Result<Self> {
+        let caps = backend.capabilities();
+        if config.block_size == 0 {
+            return Err(Error::ZeroSize { what: "block size" });
+        }
+        config.block_size = config.block_size.min(caps.max_block_size);
+        if config.budget.is_none() && config.kind == MemoryKind::DeviceLocal {
+            config.budget = caps.budget;
+        }
+        let base_align = match config.kind {
+            MemoryKind::DeviceLocal => caps.binding_align.max(caps.copy_align),
+            _ => caps.copy_align,
+        }
+        .max(1)
+        .next_power_of_two();
+        Ok(ArenaPool {
+            base_align,
+            state: Mutex::new(State {
+                blocks: Vec::new(),
+                slots: Slots::new(next_pool_id(), "allocation"),
+                deferred: Deferred::new(),
+                stats: PoolStats::default(),
+            }),
+            backend,
+            config,
+        })
+    }
+
+    /// The pool's configuration (after clamping).
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// The backend the pool draws blocks from.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Allocates `size` bytes aligned to `align` (at least the pool's base alignment).
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`], [`Error::InvalidAlignment`], [`Error::TooLarge`] (beyond the largest
+    /// block or the budget: hopeless), [`Error::OutOfMemory`] (retryable, with a report),
+    /// backend errors such as [`Error::DeviceLost`].
+    pub fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
+        if size == 0 {
+            return Err(Error::ZeroSize { what: "allocation" });
+        }
+        if align == 0 || !align.is_power_of_two() || align > MAX_ALIGN {
+            return Err(Error::InvalidAlignment {
+                align,
+                max: MAX_ALIGN,
+            });
+        }
+        let align = align.max(self.base_align);
+        let caps = self.backend.capabilities();
+        let copy_align = caps.copy_align.max(1).next_power_of_two();
+        let limit = caps.max_block_size;
+        let rounded = round_up(size, copy_align).filter(|r| *r <= limit).ok_or(Error::TooLarge {
+            what: "allocation",
+            requested: size,
+            limit,
+            limit_name: "largest block of the device",
+        })?;
+        if let Some(budget) = self.config.budget {
+            if rounded > budget {
+                return Err(Error::TooLarge {
+                    what: "allocation",
+                    requested: size,
+                    limit: budget,
+                    limit_name: "pool budget",
+                });
+            }
+        }
+        let mut st = self.lock();
+        let found = match self.try_existing(&mut st, rounded, align)? {
+            Some(found) => Some(found),
+            None => {
+                self.reclaim_locked(&mut st)?;
+                match self.try_existing(&mut st, rounded, align)? {
+                    Some(found) => Some(found),
+                    None => self.grow(&mut st, rounded, align, label)?,
+                }
+            }
+        };
+        let Some((block, region)) = found else {
+            st.stats.oom_count += 1;
+            return Err(Error::OutOfMemory(Box::new(self.oom_report(&st, size, label))));
+        };
+        let range = BlockRange {
+            block: st.blocks[block].as_ref().map(|b| b.id).unwrap_or(BlockId(0)),
+            offset: region.offset,
+            size: region.size,
+        };
+        let mut last_use = Ticket::DONE;
+        if self.config.zero_on_reuse {
+            last_use = self.zero(range)?;
+        }
+        let handle = st.slots.insert(Live {
+            block,
+            region,
+            label: label.to_string(),
+            last_use,
+        });
+        let s = &mut st.stats;
+        s.in_use += range.size;
+        s.peak_in_use = s.peak_in_use.max(s.in_use);
+        s.allocations += 1;
+        s.total_allocations += 1;
+        Ok(Allocation { handle, range })
+    }
+
+    fn zero(&self, range: BlockRange) -> Result<Ticket> {
+        if self.config.kind == MemoryKind::DeviceLocal {
+            return self.backend.fill_zero(range);
+        }
+        const CHUNK: usize = 1 << 20;
+        let zeros = vec![0u8; CHUNK.min(range.size as usize)];
+        let mut off = 0;
+        while off < range.size {
+            let n = (range.size - off).min(zeros.len() as u64);
+            self.backend
+                .write_mapped(range.block, range.offset + off, &zeros[..n as usize])?;
+            off += n;
+        }
+        Ok(Ticket::DONE)
+    }
+
+    fn try_existing(&self, st: &mut State, size: u64, align: u64) -> Result<Option<(usize, Region)>> {
+        for (i, b) in st.blocks.iter_mut().enumerate() {
+            let Some(b) = b else { continue };
+            if b.size < size {
+                continue;
+            }
+            if let Some(region) = b.tlsf.allocate(size, align)? {
+                return Ok(Some((i, region)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reserves a new block for a request of `size` bytes, trimming first when the budget or the
+    /// driver refuses. `Ok(None)` means out of memory.
+    fn grow(&self, st: &mut State, size: u64, align: u64, label: &str) -> Result<Option<(usize, Region)>> {
+        let copy_align = self.backend.capabilities().copy_align.max(1).next_power_of_two();
+        let want = size.max(self.config.block_size);
+        for attempt in 0..2 {
+            let room = self
+                .config
+                .budget
+                .map_or(u64::MAX, |b| b.saturating_sub(st.stats.reserved));
+            // A full-size block if the budget allows, else just enough for this request.
+            let block_size = if want <= room {
+                want
+            } else if size <= room {
+                size
+            } else {
+                if attempt == 0 && self.trim_locked(st)? > 0 {
+                    continue;
+                }
+                return Ok(None);
+            };
+            let block_size = round_up(block_size, copy_align).unwrap_or(block_size);
+            let desc = BlockDesc {
+                kind: self.config.kind,
+                size: block_size,
+                label: &format!("tensormem {} block for {label}", self.config.name),
+            };
+            match self.backend.alloc_block(&desc) {
+                Ok(id) => {
+                    let mut tlsf = Tlsf::new(block_size)?;
+                    let region = tlsf.allocate(size, align)?;
+                    let idx = match st.blocks.iter().position(Option::is_none) {
+                        Some(i) => i,
+                        None => {
+                            st.blocks.push(None);
+                            st.blocks.len() - 1
+                        }
+                    };
+                    st.blocks[idx] = Some(Block {
+                        id,
+                        size: block_size,
+                        tlsf,
+                    });
+                    let s = &mut st.stats;
+                    s.reserved += block_size;
+                    s.peak_reserved = s.peak_reserved.max(s.reserved);
+                    s.blocks += 1;
+                    s.blocks_allocated += 1;
+                    return Ok(region.map(|r| (idx, r)));
+                }
+                Err(Error::OutOfMemory(_)) if attempt == 0 => {
+                    if self.trim_locked(st)? == 0 {
+                        return Ok(None);
+                    }
+                }
+                Err(Error::OutOfMemory(_)) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    fn oom_report(&self, st: &State, requested: u64, label: &str) -> OomReport {
+        let mut free = 0u64;
+        let mut largest = 0u64;
+        let mut empty_blocks = 0u64;
+        for b in st.blocks.iter().flatten() {
+            let r = b.tlsf.report();
+            free += r.free;
+            largest = largest.max(r.largest_free);
+            if b.tlsf.is_empty() {
+                empty_blocks += b.size;
+            }
+        }
+        let mut live: Vec<(String, u64)> = st
+            .slots
+            .iter()
+            .map(|l| (l.label.clone(), l.region.size))
+            .collect();
+        live.sort_by(|a, b| b.1.cmp(&a.1));
+        live.truncate(5);
+        let budget = self.config.budget;
+        // Would the live set plus the request fit, packed with no holes? Allocations live at the
+        // same time cannot share bytes, so a static plan needs exactly their sum.
+        let needed = st.stats.in_use + requested;
+        let capacity = budget.unwrap_or(st.stats.reserved.max(needed));
+        OomReport {
+            pool: self.config.name.clone(),
+            label: (!label.is_empty()).then(|| label.to_string()),
+            requested,
+            reserved: st.stats.reserved,
+            in_use: st.stats.in_use,
+            largest_free: largest,
+            fragmentation: if free == 0 {
+                0.0
+            } else {
+                1.0 - largest as f64 / free as f64
+            },
+            budget,
+            pending_free: st.deferred.bytes(),
+            largest_live: live,
+            trim_would_help: empty_blocks > 0
+                && budget.is_some_and(|b| st.stats.reserved - empty_blocks + requested <= b),
+            static_plan_would_fit: Some(needed <= capacity),
+        }
+    }
+
+    /// Frees an allocation once the last work recorded against it (see
+    /// [`ArenaPool::mark_used`]) completes; immediately if it already has.
+    ///
+    /// # Errors
+    /// [`Error::DoubleFree`], [`Error::StaleHandle`], [`Error::ForeignHandle`]; nothing is freed
+    /// then.
+    pub fn free(&self, handle: Handle) -> Result<()> {
+        self.free_after(handle, Ticket::DONE)
+    }
+
+    /// Frees an allocation once `ticket` (and the allocation's own last use) completes.
+    ///
+    /// # Errors
+    /// As [`ArenaPool::free`].
+    pub fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
+        let mut st = self.lock();
+        let live = st.slots.remove(handle)?;
+        let wait = ticket.max(live.last_use);
+        let size = live.region.size;
+        st.stats.in_use -= size;
+        st.stats.allocations -= 1;
+        st.stats.total_frees += 1;
+        let completed = self.backend.completed()?;
+        if wait <= completed {
+            Self::release(&mut st, live.block, live.region)?;
+        } else {
+            st.deferred.push(wait, size, (live.block, live.region));
+            st.stats.pending_free = st.deferred.bytes();
+        }
+        Ok(())
+    }
+
+    fn release(st: &mut State, block: usize, region: Region) -> Result<()> {
+        match st.blocks.get_mut(block).and_then(Option::as_mut) {
+            Some(b) => b.tlsf.free(region),
+            None => Err(Error::invalid("allocation refers to a released block")),
+        }
+    }
+
+    fn reclaim_locked(&self, st: &mut State) -> Result<()> {
+        if st.deferred.bytes() == 0 {
+            return Ok(());
+        }
+        let completed = self.backend.completed()?;
+        for (block, region) in st.deferred.reclaim(completed) {
+            Self::release(st, block, region)?;
+        }
+        st.stats.pending_free = st.deferred.bytes();
+        Ok(())
+    }
+
+    /// Returns to the pool every deferred free whose ticket has completed.
+    ///
+    /// # Errors
+    /// Backend errors ([`Error::DeviceLost`]).
+    pub fn reclaim(&self) -> Result<()> {
+        let mut st = self.lock();
+        self.reclaim_locked(&mut st)
+    }
+
+    /// Checks a handle and returns where its bytes are.
+    ///
+    /// # Errors
+    /// [`Error::StaleHandle`] after the allocation was freed, [`Error::ForeignHandle`].
+    pub fn resolve(&self, handle: Handle) -> Result<BlockRange> {
+        let st = self.lock();
+        let live = st.slots.get(handle)?;
+        let block = st.blocks[live.block]
+            .as_ref()
+            .map(|b| b.id)
+            .ok_or_else(|| Error::invalid("allocation refers to a released block"))?;
+        Ok(BlockRange {
+            block,
+            offset: live.region.offset,
+            size: live.region.size,
+        })
+    }
+
+    /// Records that work with `ticket` uses the allocation: its free will wait for that ticket.
+    ///
+    /// # Errors
+    /// As [`ArenaPool::resolve`].
+    pub fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
+        let mut st = self.lock();
+        let live = st.slots.get_mut(handle)?;
+        live.last_use = live.last_use.max(ticket);
+        Ok(())
+    }
+
+    /// The latest ticket recorded against the allocation.
+    ///
+    /// # Errors
+    /// As [`ArenaPool::resolve`].
+    pub fn last_use(&self, handle: Handle) -> Result<Ticket> {
+        Ok(self.lock().slots.get(handle)?.last_use)
+    }
+
+    /// The label given at allocation.
+    ///
+    /// # Errors
+    /// As [`ArenaPool::resolve`].
+    pub fn label(&self, handle: Handle) -> Result<String> {
+        Ok(self.lock().slots.get(handle)?.label.clone())
+    }
+
+    /// Returns every empty block to the backend (after reclaiming completed frees). Returns the
+    /// bytes released.
+    ///
+    /// # Errors
+    /// Backend errors; blocks already released stay released.
+    pub fn trim(&self) -> Result<u64> {
+        let mut st = self.lock();
+        self.reclaim_locked(&mut st)?;
+        self.trim_locked(&mut st)
+    }
+
+    fn trim_locked(&self, st: &mut State) -> Result<u64> {
+        self.reclaim_locked(st)?;
+        // Blocks with pending frees are not empty in their TLSF, so they are kept.
+        let mut released = 0;
+        for slot in st.blocks.iter_mut() {
+            if slot.as_ref().is_some_and(|b| b.tlsf.is_empty()) {
+                if let Some(b) = slot.take() {
+                    self.backend.free_block(b.id)?;
+                    released += b.size;
+                    st.stats.reserved -= b.size;
+                    st.stats.blocks -= 1;
+                    st.stats.blocks_freed += 1;
+                }
+            }
+        }
+        Ok(released)
+    }
+
+    /// Counters of the pool.
+    pub fn stats(&self) -> PoolStats {
+        let st = self.lock();
+        let mut s = st.stats.clone();
+        s.pending_free = st.deferred.bytes();
+        s
+    }
+
+    /// Largest free range in any block, and the fragmentation over all blocks
+    /// (1 − largest free / total free).
+    pub fn fragmentation(&self) -> (u64, f64) {
+        let st = self.lock();
+        let (mut free, mut largest) = (0u64, 0u64);
+        for b in st.blocks.iter().flatten() {
+            let r = b.tlsf.report();
+            free += r.free;
+            largest = largest.max(r.largest_free);
+        }
+        let frag = if free == 0 {
+            0.0
+        } else {
+            1.0 - largest as f64 / free as f64
+        };
+        (largest, frag)
+    }
+
+    /// Live allocations as (label, size in bytes), largest first: the leak report.
+    pub fn live_allocations(&self) -> Vec<(String, u64)> {
+        let st = self.lock();
+        let mut v: Vec<_> = st
+            .slots
+            .iter()
+            .map(|l| (l.label.clone(), l.region.size))
+            .collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v
+    }
+
+    /// Fails with [`Error::Leak`] when allocations are still live (strict mode for tests).
+    ///
+    /// # Errors
+    /// [`Error::Leak`] listing each live allocation.
+    pub fn check_leaks(&self) -> Result<()> {
+        let live = self.live_allocations();
+        if live.is_empty() {
+            return Ok(());
+        }
+        let bytes = live.iter().map(|l| l.1).sum();
+        let report = live
+            .iter()
+            .map(|(l, s)| format!("  {s} bytes: {}", if l.is_empty() { "<unlabelled>" } else { l }))
+            .collect::<Vec<_>>()
+            .join("\n");
+        Err(Error::Leak {
+            count: live.len(),
+            bytes,
+            report,
+        })
+    }
+
+    /// Checks every block's sub-allocator and the pool's counters. For tests.
+    ///
+    /// # Errors
+    /// A description of the first broken invariant.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        let st = self.lock();
+        let mut reserved = 0;
+        let mut used = 0;
+        for b in st.blocks.iter().flatten() {
+            b.tlsf.check_invariants()?;
+            reserved += b.size;
+            used += b.tlsf.report().used;
+        }
+        if reserved != st.stats.reserved {
+            return Err(format!("reserved {} != blocks {reserved}", st.stats.reserved));
+        }
+        let live: u64 = st.slots.iter().map(|l| l.region.size).sum();
+        if live != st.stats.in_use {
+            return Err(format!("in_use {} != live {live}", st.stats.in_use));
+        }
+        if used != live + st.deferred.bytes() {
+            return Err(format!(
+                "sub-allocated {used} != live {live} + pending {}",
+                st.deferred.bytes()
+            ));
+        }
+        if st.slots.len() != st.stats.allocations {
+            return Err("allocation count out of sync".into());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ArenaPool {
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if st.slots.len() > 0 {
+            let bytes: u64 = st.slots.iter().map(|l| l.region.size).sum();
+            eprintln!(
+                "tensormem: {} pool dropped with {} live allocation(s), {bytes} bytes (leak report):",
+                self.config.name,
+                st.slots.len()
+            );
+            for l in st.slots.iter().take(20) {
+                eprintln!("  {} bytes: {}", l.region.size, l.label);
+            }
+        }
+        // Blocks may still be used by in-flight work: wait for everything before returning them.
+        if let Ok(t) = self.backend.flush() {
+            let _ = self.backend.wait(t);
+        }
+        for b in st.blocks.iter_mut().filter_map(Option::take) {
+            let _ = self.backend.free_block(b.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

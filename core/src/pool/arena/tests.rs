@@ -1,0 +1,123 @@
+//! Unit tests of the arena pool on the host backend: deferral with a slow worker, growth policy,
+//! driver OOM, and a property test of random allocate/free sequences.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::host::{HostBackend, HostConfig};
+
+fn pool(config: HostConfig, pool: PoolConfig) -> (Arc<HostBackend>, ArenaPool) {
+    let backend = Arc::new(HostBackend::new(config).unwrap());
+    let p = ArenaPool::new(backend.clone(), pool).unwrap();
+    (backend, p)
+}
+
+fn small() -> PoolConfig {
+    PoolConfig {
+        block_size: 1 << 16,
+        ..PoolConfig::device()
+    }
+}
+
+#[test]
+fn free_waits_for_the_ticket_of_in_flight_work() {
+    let (backend, p) = pool(
+        HostConfig {
+            worker_delay: Duration::from_millis(30),
+            ..HostConfig::default()
+        },
+        small(),
+    );
+    let a = p.allocate(1 << 15, 1, "a").unwrap();
+    let t = backend.fill_zero(a.range).unwrap();
+    p.mark_used(a.handle, t).unwrap();
+    p.free(a.handle).unwrap();
+    assert_eq!(p.stats().pending_free, 1 << 15);
+    // The other half of the block is free; this allocation must not land on `a`'s bytes.
+    let b = p.allocate(1 << 15, 1, "b").unwrap();
+    assert!(b.range.offset >= a.range.offset + a.range.size || b.range.block != a.range.block);
+    backend.wait(t).unwrap();
+    p.reclaim().unwrap();
+    assert_eq!(p.stats().pending_free, 0);
+    p.check_invariants().unwrap();
+}
+
+#[test]
+fn growth_policy_blocks_and_dedicated_blocks() {
+    let (backend, p) = pool(HostConfig::default(), small());
+    let a = p.allocate(100, 1, "a").unwrap();
+    let b = p.allocate(200, 1, "b").unwrap();
+    assert_eq!(a.range.block, b.range.block);
+    let big = p.allocate(1 << 20, 1, "big").unwrap();
+    assert_ne!(big.range.block, a.range.block);
+    let s = p.stats();
+    assert_eq!(s.blocks, 2);
+    assert_eq!(s.reserved, (1 << 16) + (1 << 20));
+    assert_eq!(backend.block_count(), 2);
+    for h in [a, b, big] {
+        p.free(h.handle).unwrap();
+    }
+    assert_eq!(p.trim().unwrap(), (1 << 16) + (1 << 20));
+    assert_eq!(backend.block_count(), 0);
+}
+
+#[test]
+fn driver_oom_trims_then_reports() {
+    // The "device" holds 2 blocks of 64 KiB; the pool has no budget of its own.
+    let (_backend, p) = pool(
+        HostConfig {
+            device_memory: Some(2 << 16),
+            ..HostConfig::default()
+        },
+        small(),
+    );
+    let a = p.allocate(1 << 16, 1, "a").unwrap();
+    let b = p.allocate(1 << 16, 1, "b").unwrap();
+    p.free(b.handle).unwrap();
+    // b's block is empty: the OOM path trims it and then fits the dedicated request.
+    let c = p.allocate((1 << 16) + 4, 1, "c");
+    assert!(c.is_err(), "two blocks cannot hold 64K + 64K+4");
+    let e = p.allocate(1 << 16, 1, "d").unwrap();
+    p.free(a.handle).unwrap();
+    p.free(e.handle).unwrap();
+    let Err(Error::OutOfMemory(r)) = p.allocate(3 << 16, 1, "too much") else {
+        panic!("expected OOM");
+    };
+    assert_eq!(r.requested, 3 << 16);
+    p.check_invariants().unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn random_sequences_keep_allocations_disjoint(ops in proptest::collection::vec((0u8..3, 1u64..40_000, 0u32..8), 1..200)) {
+        let (_backend, p) = pool(HostConfig::default(), small());
+        let mut live: Vec<Allocation> = Vec::new();
+        for (kind, size, align_log) in ops {
+            if kind == 0 && !live.is_empty() {
+                let a = live.swap_remove(size as usize % live.len());
+                p.free(a.handle).unwrap();
+            } else {
+                let a = p.allocate(size, 1 << (align_log * 2), "p").unwrap();
+                prop_assert_eq!(a.range.offset % (1 << (align_log * 2)), 0);
+                prop_assert!(a.range.size >= size);
+                for b in &live {
+                    let disjoint = a.range.block != b.range.block
+                        || a.range.offset + a.range.size <= b.range.offset
+                        || b.range.offset + b.range.size <= a.range.offset;
+                    prop_assert!(disjoint, "{:?} overlaps {:?}", a.range, b.range);
+                }
+                live.push(a);
+            }
+            p.check_invariants().map_err(TestCaseError::fail)?;
+        }
+        for a in live {
+            p.free(a.handle).unwrap();
+        }
+        prop_assert_eq!(p.stats().in_use, 0);
+        p.trim().unwrap();
+        prop_assert_eq!(p.stats().reserved, 0);
+    }
+}

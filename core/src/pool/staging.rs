@@ -1,0 +1,378 @@
+//! The staging belt: uploads and readbacks through host-visible memory, in rings reclaimed by
+//! tickets.
+//!
+//! Uploads write into an `Upload` block's ring region and enqueue a device copy; the region is
+//! retired with the copy's ticket and reused once that ticket completes. Readbacks enqueue a copy
+//! into a `Readback` region, wait for it and read it out. A transfer larger than one belt block is
+//! split into chunks, never refused. When every block is busy the belt grows up to
+//! [`StagingConfig::max_blocks`], then waits for the oldest work. Blocks beyond
+//! [`StagingConfig::keep_blocks`] that stay idle for [`StagingConfig::idle_trim_after`] are returned
+//! to the backend (wgpu's own `StagingBelt` never shrinks; this one does).
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind, Ticket};
+use crate::suballoc::{Region, RingAllocator};
+use crate::{Error, Result};
+
+/// Configuration of a [`StagingBelt`].
+#[derive(Clone, Debug)]
+pub struct StagingConfig {
+    /// Bytes per belt block, and the largest chunk of one transfer (default 8 MiB). Bigger blocks
+    /// amortise copies better and pin more host memory.
+    pub block_size: u64,
+    /// Most blocks per direction (default 8). When all are busy, the belt waits for the oldest work.
+    pub max_blocks: usize,
+    /// Blocks per direction kept even when idle (default 1).
+    pub keep_blocks: usize,
+    /// How long a block must stay idle before it is returned (default 2 s).
+    pub idle_trim_after: Duration,
+}
+
+impl Default for StagingConfig {
+    fn default() -> Self {
+        StagingConfig {
+            block_size: 8 << 20,
+            max_blocks: 8,
+            keep_blocks: 1,
+            idle_trim_after: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Counters of a staging belt. Sizes in bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StagingStats {
+    /// Bytes copied host → device through the belt.
+    pub uploaded: u64,
+    /// Bytes copied device → host through the belt.
+    pub downloaded: u64,
+    /// Chunks (device copies) issued.
+    pub chunks: u64,
+    /// Live blocks, both directions.
+    pub blocks: usize,
+    /// Bytes in live blocks.
+    pub reserved: u64,
+    /// Blocks reserved since creation.
+    pub blocks_allocated: u64,
+    /// Blocks returned since creation (trim).
+    pub blocks_freed: u64,
+    /// Times the belt had to wait for in-flight work to free space.
+    pub stalls: u64,
+}
+
+struct BeltBlock {
+    id: BlockId,
+    ring: RingAllocator,
+    last_active: Instant,
+}
+
+struct Belt {
+    kind: MemoryKind,
+    blocks: Vec<BeltBlock>,
+    /// Block that takes the next chunk (round robin keeps rings FIFO-friendly).
+    current: usize,
+}
+
+struct State {
+    upload: Belt,
+    readback: Belt,
+    stats: StagingStats,
+}
+
+/// Uploads and readbacks through host-visible rings. `Send + Sync`.
+pub struct StagingBelt {
+    backend: Arc<dyn Backend>,
+    config: StagingConfig,
+    align: u64,
+    state: Mutex<State>,
+}
+
+impl StagingBelt {
+    /// Creates an empty belt; blocks are reserved on first use.
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`] for a zero block size or block count.
+    pub fn new(backend: Arc<dyn Backend>, mut config: StagingConfig) -> Result<Self> {
+        if config.block_size == 0 || config.max_blocks == 0 {
+            return Err(Error::ZeroSize {
+                what: "staging belt",
+            });
+        }
+        let caps = backend.capabilities();
+        let align = caps.copy_align.max(1).next_power_of_two();
+        config.block_size = (config.block_size.min(caps.max_block_size) / align * align).max(align);
+        config.keep_blocks = config.keep_blocks.min(config.max_blocks);
+        let belt = |kind| Belt {
+            kind,
+            blocks: Vec::new(),
+            current: 0,
+        };
+        Ok(StagingBelt {
+            backend,
+            config,
+            align,
+            state: Mutex::new(State {
+                upload: belt(MemoryKind::Upload),
+                readback: belt(MemoryKind::Readback),
+                stats: StagingStats::default(),
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Copies `data` into `dst` (a device range at least `data.len()` bytes, rounded up to the copy
+    /// alignment) through the belt. Returns the ticket of the last chunk's copy.
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`], [`Error::OutOfBounds`] when `dst` is too small, backend errors.
+    pub fn upload(&self, dst: BlockRange, data: &[u8]) -> Result<Ticket> {
+        if data.is_empty() {
+            return Err(Error::ZeroSize { what: "upload" });
+        }
+        let padded = round_up(data.len() as u64, self.align);
+        if padded > dst.size {
+            return Err(Error::OutOfBounds {
+                what: "upload destination",
+                offset: 0,
+                size: padded,
+                limit: dst.size,
+            });
+        }
+        let mut st = self.lock();
+        let chunk = self.config.block_size as usize;
+        let mut ticket = Ticket::DONE;
+        let mut scratch = Vec::new();
+        for (i, part) in data.chunks(chunk).enumerate() {
+            let size = round_up(part.len() as u64, self.align);
+            let bytes: &[u8] = if size as usize == part.len() {
+                part
+            } else {
+                scratch.clear();
+                scratch.extend_from_slice(part);
+                scratch.resize(size as usize, 0);
+                &scratch
+            };
+            let (b, region) = self.take_region(&mut st, MemoryKind::Upload, size)?;
+            let id = st.upload.blocks[b].id;
+            let copied = self.backend.write_mapped(id, region.offset, bytes).and_then(|()| {
+                self.backend.copy(
+                    BlockRange {
+                        block: id,
+                        offset: region.offset,
+                        size,
+                    },
+                    BlockRange {
+                        block: dst.block,
+                        offset: dst.offset + (i * chunk) as u64,
+                        size,
+                    },
+                )
+            });
+            // Retire the region whatever happened: on error with the last good ticket, so the ring
+            // never keeps a region that nothing will release.
+            let t = *copied.as_ref().unwrap_or(&ticket);
+            st.upload.blocks[b].ring.retire(region, t.0)?;
+            ticket = copied?;
+            st.stats.uploaded += part.len() as u64;
+            st.stats.chunks += 1;
+        }
+        self.trim_idle(&mut st)?;
+        Ok(ticket)
+    }
+
+    /// Copies `out.len()` bytes from `src` (a device range) into `out` through the belt. Blocks
+    /// until the data has arrived. Work enqueued earlier is ordered before the copy.
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`], [`Error::OutOfBounds`] when `src` is too small, backend errors.
+    pub fn download(&self, src: BlockRange, out: &mut [u8]) -> Result<()> {
+        if out.is_empty() {
+            return Err(Error::ZeroSize { what: "download" });
+        }
+        let padded = round_up(out.len() as u64, self.align);
+        if padded > src.size {
+            return Err(Error::OutOfBounds {
+                what: "download source",
+                offset: 0,
+                size: padded,
+                limit: src.size,
+            });
+        }
+        let mut st = self.lock();
+        let chunk = self.config.block_size as usize;
+        let mut scratch = Vec::new();
+        for (i, part) in out.chunks_mut(chunk).enumerate() {
+            let size = round_up(part.len() as u64, self.align);
+            let (b, region) = self.take_region(&mut st, MemoryKind::Readback, size)?;
+            let id = st.readback.blocks[b].id;
+            let result = self
+                .backend
+                .copy(
+                    BlockRange {
+                        block: src.block,
+                        offset: src.offset + (i * chunk) as u64,
+                        size,
+                    },
+                    BlockRange {
+                        block: id,
+                        offset: region.offset,
+                        size,
+                    },
+                )
+                .and_then(|t| {
+                    self.backend.wait(t)?;
+                    if size as usize == part.len() {
+                        self.backend.read_mapped(id, region.offset, part)?;
+                    } else {
+                        scratch.resize(size as usize, 0);
+                        self.backend.read_mapped(id, region.offset, &mut scratch)?;
+                        part.copy_from_slice(&scratch[..part.len()]);
+                    }
+                    Ok(t)
+                });
+            let t = *result.as_ref().unwrap_or(&Ticket::DONE);
+            let block = &mut st.readback.blocks[b];
+            block.ring.retire(region, t.0)?;
+            result?;
+            st.stats.downloaded += part.len() as u64;
+            st.stats.chunks += 1;
+        }
+        self.trim_idle(&mut st)?;
+        Ok(())
+    }
+
+    /// A ring region of `size` bytes in the belt of `kind`: reclaim, then grow, then wait.
+    fn take_region(&self, st: &mut State, kind: MemoryKind, size: u64) -> Result<(usize, Region)> {
+        let completed = self.backend.completed()?;
+        let belt = match kind {
+            MemoryKind::Readback => &mut st.readback,
+            _ => &mut st.upload,
+        };
+        let now = Instant::now();
+        loop {
+            let n = belt.blocks.len();
+            for k in 0..n {
+                let i = (belt.current + k) % n;
+                let block = &mut belt.blocks[i];
+                block.ring.reclaim(completed.0);
+                if let Some(region) = block.ring.allocate(size, self.align)? {
+                    block.last_active = now;
+                    belt.current = i;
+                    return Ok((i, region));
+                }
+            }
+            if n < self.config.max_blocks {
+                let id = self.backend.alloc_block(&BlockDesc {
+                    kind: belt.kind,
+                    size: self.config.block_size,
+                    label: "tensormem staging belt",
+                })?;
+                belt.blocks.push(BeltBlock {
+                    id,
+                    ring: RingAllocator::new(self.config.block_size)?,
+                    last_active: now,
+                });
+                belt.current = n;
+                st.stats.blocks += 1;
+                st.stats.reserved += self.config.block_size;
+                st.stats.blocks_allocated += 1;
+                return self.take_region(st, kind, size);
+            }
+            // Every block is busy: wait for all submitted work, then everything is reclaimable.
+            st.stats.stalls += 1;
+            let t = self.backend.flush()?;
+            self.backend.wait(t)?;
+            for block in &mut belt.blocks {
+                block.ring.reclaim(t.0);
+            }
+        }
+    }
+
+    /// Returns blocks beyond `keep_blocks` that are empty and idle longer than `idle_trim_after`.
+    fn trim_idle(&self, st: &mut State) -> Result<()> {
+        let now = Instant::now();
+        let keep = self.config.keep_blocks;
+        let idle = self.config.idle_trim_after;
+        let completed = self.backend.completed()?;
+        self.release(st, |belt_len, b| {
+            b.ring.reclaim(completed.0);
+            belt_len > keep && b.ring.is_empty() && now.duration_since(b.last_active) >= idle
+        })
+    }
+
+    /// Returns every empty block beyond `keep_blocks` now, whatever its idle time. Returns the
+    /// number of blocks released.
+    ///
+    /// # Errors
+    /// Backend errors.
+    pub fn trim(&self) -> Result<usize> {
+        let mut st = self.lock();
+        let before = st.stats.blocks;
+        let keep = self.config.keep_blocks;
+        let completed = self.backend.completed()?;
+        self.release(&mut st, |belt_len, b| {
+            b.ring.reclaim(completed.0);
+            belt_len > keep && b.ring.is_empty()
+        })?;
+        Ok(before - st.stats.blocks)
+    }
+
+    fn release(&self, st: &mut State, mut drop_it: impl FnMut(usize, &mut BeltBlock) -> bool) -> Result<()> {
+        for which in [MemoryKind::Upload, MemoryKind::Readback] {
+            let belt = match which {
+                MemoryKind::Readback => &mut st.readback,
+                _ => &mut st.upload,
+            };
+            let mut i = 0;
+            while i < belt.blocks.len() {
+                if drop_it(belt.blocks.len(), &mut belt.blocks[i]) {
+                    let b = belt.blocks.remove(i);
+                    self.backend.free_block(b.id)?;
+                    st.stats.blocks -= 1;
+                    st.stats.reserved -= self.config.block_size;
+                    st.stats.blocks_freed += 1;
+                    belt.current = 0;
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counters of the belt.
+    pub fn stats(&self) -> StagingStats {
+        self.lock().stats.clone()
+    }
+
+    /// The belt's configuration (after clamping to the device).
+    pub fn config(&self) -> &StagingConfig {
+        &self.config
+    }
+}
+
+impl Drop for StagingBelt {
+    fn drop(&mut self) {
+        if let Ok(t) = self.backend.flush() {
+            let _ = self.backend.wait(t);
+        }
+        let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for belt in [&mut st.upload, &mut st.readback] {
+            for b in belt.blocks.drain(..) {
+                let _ = self.backend.free_block(b.id);
+            }
+        }
+    }
+}
+
+fn round_up(v: u64, align: u64) -> u64 {
+    v.div_ceil(align) * align
+}
+
+#[cfg(test)]
+mod tests;

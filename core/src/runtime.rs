@@ -1,0 +1,288 @@
+//! The runtime: the pools of one backend device, tensors, typed transfers, and compiled graphs.
+//!
+//! A [`Runtime`] owns a device arena pool and a staging belt over one [`Backend`]. It is a cheap
+//! handle (`Clone` shares it) and `Send + Sync`.
+//!
+//! Transfers pick the cheapest correct path once per call:
+//! 1. device memory is host-visible (integrated GPUs, lavapipe, the host backend): wait for the
+//!    tensor's last use, then map and copy — zero copy;
+//! 2. the backend has a queue-ordered write path and the upload is small
+//!    ([`Capabilities::queued_write_max`](crate::Capabilities::queued_write_max)): use it;
+//! 3. otherwise stage through the belt.
+
+use std::sync::Arc;
+
+use bytemuck::Pod;
+
+use crate::backend::{Backend, BlockRange, Ticket};
+use crate::ops::DType;
+use crate::pool::{Allocation, ArenaPool, PoolConfig, StagingBelt, StagingConfig};
+use crate::{Error, Result};
+
+mod model;
+mod tensor;
+
+pub use model::{MemoryReport, Model};
+pub use tensor::Tensor;
+
+/// Configuration of a [`Runtime`].
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// The device arena pool.
+    pub device: PoolConfig,
+    /// The staging belt.
+    pub staging: StagingConfig,
+    /// Stage every transfer through the belt even when device memory is host-visible (tests the
+    /// discrete-GPU path on unified-memory devices). Default `false`.
+    pub force_staging: bool,
+    /// Time the static planner may spend per compiled graph (default 200 ms).
+    pub plan_time_limit: std::time::Duration,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            device: PoolConfig::device(),
+            staging: StagingConfig::default(),
+            force_staging: false,
+            plan_time_limit: std::time::Duration::from_millis(200),
+        }
+    }
+}
+
+struct Inner {
+    backend: Arc<dyn Backend>,
+    device: ArenaPool,
+    staging: StagingBelt,
+    config: RuntimeConfig,
+}
+
+/// The pools of one backend device. See the module doc.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+impl Runtime {
+    /// Creates a runtime over `backend`.
+    ///
+    /// # Errors
+    /// Invalid pool or belt configuration.
+    pub fn new(backend: Arc<dyn Backend>, config: RuntimeConfig) -> Result<Self> {
+        let device = ArenaPool::new(backend.clone(), config.device.clone())?;
+        let staging = StagingBelt::new(backend.clone(), config.staging.clone())?;
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                backend,
+                device,
+                staging,
+                config,
+            }),
+        })
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    /// The device arena pool.
+    pub fn device_pool(&self) -> &ArenaPool {
+        &self.inner.device
+    }
+
+    /// The staging belt.
+    pub fn staging(&self) -> &StagingBelt {
+        &self.inner.staging
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.inner.config
+    }
+
+    /// Allocates an uninitialised tensor in the device pool.
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`] for an empty shape product, [`Error::TooLarge`] when the byte size
+    /// overflows or exceeds the device, [`Error::OutOfMemory`].
+    pub fn alloc(&self, dtype: DType, shape: &[usize], label: &str) -> Result<Tensor> {
+        let size = tensor::byte_size(dtype, shape)?;
+        let alloc = self.inner.device.allocate(size, 1, label)?;
+        Ok(Tensor::new(alloc, dtype, shape.to_vec(), size))
+    }
+
+    /// Allocates a tensor and uploads `data` into it.
+    ///
+    /// # Errors
+    /// As [`Runtime::alloc`] and [`Runtime::upload`]; nothing stays allocated on error.
+    pub fn tensor_from<T: Pod>(&self, dtype: DType, shape: &[usize], data: &[T], label: &str) -> Result<Tensor> {
+        let t = self.alloc(dtype, shape, label)?;
+        match self.upload(&t, data) {
+            Ok(_) => Ok(t),
+            Err(e) => {
+                let _ = self.free(t);
+                Err(e)
+            }
+        }
+    }
+
+    /// Frees a tensor; the memory is reused once the work that used it completes.
+    ///
+    /// # Errors
+    /// [`Error::StaleHandle`] / [`Error::DoubleFree`] if the allocation was already freed through
+    /// the pool.
+    pub fn free(&self, tensor: Tensor) -> Result<()> {
+        self.inner.device.free(tensor.allocation().handle)
+    }
+
+    /// Uploads `data` (exactly the tensor's byte size) into `tensor`.
+    ///
+    /// # Errors
+    /// [`Error::SizeMismatch`], [`Error::StaleHandle`] for a freed tensor, backend errors.
+    pub fn upload<T: Pod>(&self, tensor: &Tensor, data: &[T]) -> Result<Ticket> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        if bytes.len() as u64 != tensor.size() {
+            return Err(Error::SizeMismatch {
+                what: format!("upload into tensor of shape {:?}", tensor.shape()),
+                expected: tensor.size(),
+                actual: bytes.len() as u64,
+            });
+        }
+        self.write_bytes(tensor.allocation(), 0, bytes)
+    }
+
+    /// Downloads the whole tensor as elements of `T` (its byte size must be a multiple of
+    /// `size_of::<T>()`).
+    ///
+    /// # Errors
+    /// [`Error::SizeMismatch`], [`Error::StaleHandle`], backend errors.
+    pub fn download<T: Pod>(&self, tensor: &Tensor) -> Result<Vec<T>> {
+        let elem = std::mem::size_of::<T>() as u64;
+        if elem == 0 || tensor.size() % elem != 0 {
+            return Err(Error::SizeMismatch {
+                what: "download element size".into(),
+                expected: tensor.size(),
+                actual: elem,
+            });
+        }
+        let mut out = vec![T::zeroed(); (tensor.size() / elem) as usize];
+        self.read_bytes(tensor.allocation(), 0, bytemuck::cast_slice_mut(&mut out))?;
+        Ok(out)
+    }
+
+    fn host_visible(&self) -> bool {
+        self.inner.backend.capabilities().device_host_visible && !self.inner.config.force_staging
+    }
+
+    /// Writes `data` at `offset` bytes into a device allocation, choosing the transfer path (module
+    /// doc). The offset must be a multiple of the copy alignment. Returns the ticket after which the
+    /// bytes are in place for device work (already in place for host access when the path was
+    /// mapped).
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`], [`Error::OutOfBounds`], [`Error::InvalidArgument`] for a misaligned
+    /// offset, [`Error::StaleHandle`], backend errors.
+    pub fn write_bytes(&self, alloc: Allocation, offset: u64, data: &[u8]) -> Result<Ticket> {
+        let dst = self.sub_range(alloc, offset, data.len() as u64, "write")?;
+        let pool = &self.inner.device;
+        let backend = &self.inner.backend;
+        let padded = pad(data, backend.capabilities().copy_align);
+        let ticket = if self.host_visible() {
+            backend.wait(pool.last_use(alloc.handle)?)?;
+            backend.write_mapped(dst.block, dst.offset, &padded)?;
+            Ticket::DONE
+        } else if (padded.len() as u64) <= backend.capabilities().queued_write_max {
+            match backend.write_queued(dst, &padded)? {
+                Some(t) => t,
+                None => self.inner.staging.upload(dst, &padded)?,
+            }
+        } else {
+            self.inner.staging.upload(dst, &padded)?
+        };
+        pool.mark_used(alloc.handle, ticket)?;
+        Ok(ticket)
+    }
+
+    /// Reads `out.len()` bytes at `offset` of a device allocation, after all work enqueued on it.
+    ///
+    /// # Errors
+    /// As [`Runtime::write_bytes`].
+    pub fn read_bytes(&self, alloc: Allocation, offset: u64, out: &mut [u8]) -> Result<()> {
+        let src = self.sub_range(alloc, offset, out.len() as u64, "read")?;
+        let backend = &self.inner.backend;
+        let align = backend.capabilities().copy_align.max(1);
+        let padded_len = (out.len() as u64).div_ceil(align) * align;
+        let padded = padded_len != out.len() as u64;
+        let mut buf = vec![0u8; if padded { padded_len as usize } else { 0 }];
+        let target: &mut [u8] = if padded { &mut buf } else { &mut *out };
+        if self.host_visible() {
+            backend.wait(self.inner.device.last_use(alloc.handle)?)?;
+            backend.read_mapped(src.block, src.offset, target)?;
+        } else {
+            self.inner.staging.download(
+                BlockRange {
+                    size: padded_len,
+                    ..src
+                },
+                target,
+            )?;
+        }
+        if padded {
+            let n = out.len();
+            out.copy_from_slice(&buf[..n]);
+        }
+        Ok(())
+    }
+
+    /// The checked range `[offset, offset + size)` of an allocation, with `size` rounded up to the
+    /// copy alignment.
+    fn sub_range(&self, alloc: Allocation, offset: u64, size: u64, what: &'static str) -> Result<BlockRange> {
+        if size == 0 {
+            return Err(Error::ZeroSize { what });
+        }
+        let range = self.inner.device.resolve(alloc.handle)?;
+        let align = self.inner.backend.capabilities().copy_align.max(1);
+        if offset % align != 0 {
+            return Err(Error::invalid(format!(
+                "{what} offset {offset} is not a multiple of the copy alignment {align}"
+            )));
+        }
+        let padded = size.div_ceil(align) * align;
+        if offset.checked_add(padded).is_none_or(|end| end > range.size) {
+            return Err(Error::OutOfBounds {
+                what: "allocation",
+                offset,
+                size,
+                limit: range.size,
+            });
+        }
+        Ok(BlockRange {
+            block: range.block,
+            offset: range.offset + offset,
+            size: padded,
+        })
+    }
+
+    /// Waits until all work submitted so far has completed and reclaims deferred frees.
+    ///
+    /// # Errors
+    /// Backend errors.
+    pub fn synchronize(&self) -> Result<()> {
+        let t = self.inner.backend.flush()?;
+        self.inner.backend.wait(t)?;
+        self.inner.device.reclaim()
+    }
+}
+
+/// `data` padded with zeros to a multiple of `align` (borrowed when already aligned).
+fn pad(data: &[u8], align: u64) -> std::borrow::Cow<'_, [u8]> {
+    let align = align.max(1) as usize;
+    if data.len() % align == 0 {
+        std::borrow::Cow::Borrowed(data)
+    } else {
+        let mut v = data.to_vec();
+        v.resize(data.len().div_ceil(align) * align, 0);
+        std::borrow::Cow::Owned(v)
+    }
+}

@@ -1,0 +1,332 @@
+//! `Model`: a graph compiled against a runtime — liveness, a static plan of its intermediates in one
+//! arena, persistent weights, and execution.
+
+use std::time::{Duration, Instant};
+
+use bytemuck::Pod;
+
+use crate::backend::{BlockRange, Ticket};
+use crate::graph::{Graph, TensorId, TensorKind};
+use crate::plan::{self, OpUses, SolveOptions, TensorRole};
+use crate::pool::Allocation;
+use crate::runtime::Runtime;
+use crate::{Error, Result};
+
+/// What a compiled model costs in memory, and what its plan saved. Sizes in bytes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MemoryReport {
+    /// Bytes of weights (persistent).
+    pub weight_bytes: u64,
+    /// Bytes of graph inputs and outputs (persistent per model).
+    pub io_bytes: u64,
+    /// Size of the planned activation arena: the plan's peak.
+    pub activation_planned_bytes: u64,
+    /// Sum of all intermediate sizes: the arena without reuse.
+    pub activation_no_reuse_bytes: u64,
+    /// Max over time of live intermediate bytes: no plan can do better.
+    pub activation_lower_bound_bytes: u64,
+    /// Peak of the greedy-by-size baseline plan.
+    pub activation_greedy_bytes: u64,
+    /// Which planner produced the plan.
+    pub plan_algorithm: String,
+    /// Intermediate buffers planned.
+    pub planned_buffers: usize,
+    /// Device-pool blocks allocated since the runtime was created.
+    pub device_blocks_allocated: u64,
+    /// Staging blocks allocated since the runtime was created.
+    pub staging_blocks_allocated: u64,
+    /// Bytes moved through the staging belt since the runtime was created (both directions).
+    pub staging_bytes_moved: u64,
+    /// Completed runs of this model.
+    pub runs: u64,
+    /// Wall time of the last run, from the first dispatch to completion.
+    pub last_run: Duration,
+}
+
+/// Where a root tensor's bytes are: an allocation and an offset in it.
+#[derive(Copy, Clone, Debug)]
+struct Place {
+    alloc: Allocation,
+    offset: u64,
+    size: u64,
+}
+
+/// A compiled graph. Dropping it frees its allocations (after in-flight work).
+pub struct Model {
+    rt: Runtime,
+    graph: Graph,
+    /// Indexed by root tensor id; `None` for alias ids.
+    places: Vec<Option<Place>>,
+    owned: Vec<Allocation>,
+    report: MemoryReport,
+}
+
+impl Runtime {
+    /// Compiles `graph`: computes lifetimes, plans every intermediate into one arena, and allocates
+    /// weights, inputs, outputs and the arena from the device pool.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an ill-formed graph (a tensor read before it is written), an
+    /// operand beyond the device's largest binding ([`Error::TooLarge`]), allocation errors.
+    pub fn compile(&self, graph: &Graph) -> Result<Model> {
+        let caps = self.backend().capabilities();
+        let copy_align = caps.copy_align.max(1);
+        let align = caps.binding_align.max(copy_align).next_power_of_two();
+        let tensors = graph.tensors();
+        let is_output: Vec<bool> = {
+            let mut v = vec![false; tensors.len()];
+            for &o in graph.outputs() {
+                v[graph.root(o).0] = true;
+            }
+            v
+        };
+        let roles: Vec<TensorRole> = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match t.kind {
+                TensorKind::Input => TensorRole::Input,
+                TensorKind::Weight => TensorRole::Persistent,
+                TensorKind::Intermediate if is_output[i] => TensorRole::Output,
+                TensorKind::Intermediate => TensorRole::Intermediate,
+            })
+            .collect();
+        let sizes: Vec<u64> = tensors
+            .iter()
+            .map(|t| t.size().div_ceil(copy_align) * copy_align)
+            .collect();
+        for (t, &s) in tensors.iter().zip(&sizes) {
+            if s > caps.max_binding_size {
+                return Err(Error::TooLarge {
+                    what: "tensor binding",
+                    requested: s,
+                    limit: caps.max_binding_size,
+                    limit_name: "max_binding_size",
+                });
+            }
+            let _ = t;
+        }
+        let uses: Vec<OpUses> = graph
+            .nodes()
+            .iter()
+            .map(|n| OpUses {
+                reads: n.inputs.iter().map(|&i| graph.root(i).0).collect(),
+                writes: vec![graph.root(n.output).0],
+                in_place: None,
+            })
+            .collect();
+        let live = plan::liveness(&roles, &sizes, &uses, align)?;
+        let solution = plan::solve(
+            &live.buffers,
+            &SolveOptions {
+                time_limit: self.config().plan_time_limit,
+                ..SolveOptions::default()
+            },
+        )?;
+        let plan = solution
+            .plan
+            .ok_or_else(|| Error::invalid("the planner returned no plan without a capacity"))?;
+        let mut report = MemoryReport {
+            activation_planned_bytes: plan.peak,
+            activation_no_reuse_bytes: live.buffers.iter().map(|b| b.size).sum(),
+            activation_lower_bound_bytes: solution.lower_bound,
+            activation_greedy_bytes: solution.greedy_peak,
+            plan_algorithm: solution.algorithm.clone(),
+            planned_buffers: live.buffers.len(),
+            ..MemoryReport::default()
+        };
+
+        let mut model = Model {
+            rt: self.clone(),
+            graph: graph.clone(),
+            places: vec![None; tensors.len()],
+            owned: Vec::new(),
+            report: MemoryReport::default(),
+        };
+        let pool = self.device_pool();
+        let arena = if plan.peak > 0 {
+            let a = pool.allocate(plan.peak, align, "activations (planned arena)")?;
+            model.owned.push(a);
+            Some(a)
+        } else {
+            None
+        };
+        for (i, t) in tensors.iter().enumerate() {
+            if t.alias_of.is_some() {
+                continue;
+            }
+            let place = match (roles[i], live.buffer_of[i], arena) {
+                (TensorRole::Intermediate, Some(b), Some(arena)) => Place {
+                    alloc: arena,
+                    offset: plan.offsets[b],
+                    size: sizes[i],
+                },
+                (TensorRole::Intermediate, _, _) => continue, // never written nor read
+                (role, _, _) => {
+                    let a = pool.allocate(sizes[i], align, &t.name)?;
+                    model.owned.push(a);
+                    if role == TensorRole::Persistent {
+                        report.weight_bytes += sizes[i];
+                    } else {
+                        report.io_bytes += sizes[i];
+                    }
+                    Place {
+                        alloc: a,
+                        offset: 0,
+                        size: sizes[i],
+                    }
+                }
+            };
+            model.places[i] = Some(place);
+        }
+        model.report = report;
+        Ok(model)
+    }
+}
+
+impl Model {
+    fn place(&self, t: TensorId) -> Result<Place> {
+        let root = self.graph.root(t);
+        self.places
+            .get(root.0)
+            .copied()
+            .flatten()
+            .ok_or_else(|| Error::invalid(format!("tensor {} has no storage in this model", t.0)))
+    }
+
+    fn set(&self, t: TensorId, kind: TensorKind, data: &[u8]) -> Result<Ticket> {
+        let decl = self.graph.decl(t)?;
+        if decl.kind != kind {
+            return Err(Error::invalid(format!(
+                "'{}' is a {:?}, not a {kind:?}",
+                decl.name, decl.kind
+            )));
+        }
+        if data.len() as u64 != decl.size() {
+            return Err(Error::SizeMismatch {
+                what: format!("data for '{}' {:?}", decl.name, decl.shape),
+                expected: decl.size(),
+                actual: data.len() as u64,
+            });
+        }
+        let p = self.place(t)?;
+        self.rt.write_bytes(p.alloc, p.offset, data)
+    }
+
+    /// Uploads a weight (once; weights persist across runs).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `t` is not a weight, [`Error::SizeMismatch`], transfer errors.
+    pub fn set_weight(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
+        self.set(t, TensorKind::Weight, data)
+    }
+
+    /// Uploads an input for the next run.
+    ///
+    /// # Errors
+    /// As [`Model::set_weight`].
+    pub fn set_input(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
+        self.set(t, TensorKind::Input, data)
+    }
+
+    /// Enqueues every node, waits for completion, and returns the last ticket.
+    ///
+    /// # Errors
+    /// Backend errors ([`Error::DeviceLost`], ...), stale allocations.
+    pub fn run(&mut self) -> Result<Ticket> {
+        let t = self.enqueue()?;
+        let start = Instant::now();
+        self.rt.backend().wait(t)?;
+        self.report.last_run += start.elapsed();
+        Ok(t)
+    }
+
+    /// Enqueues every node without waiting. Returns the ticket of the last one.
+    ///
+    /// # Errors
+    /// As [`Model::run`].
+    pub fn enqueue(&mut self) -> Result<Ticket> {
+        let start = Instant::now();
+        let pool = self.rt.device_pool();
+        let mut ranges: Vec<Option<BlockRange>> = vec![None; self.places.len()];
+        let mut bindings = Vec::with_capacity(4);
+        let mut last = Ticket::DONE;
+        for node in self.graph.nodes() {
+            bindings.clear();
+            for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
+                let root = self.graph.root(t).0;
+                let range = match ranges[root] {
+                    Some(r) => r,
+                    None => {
+                        let p = self.place(t)?;
+                        let base = pool.resolve(p.alloc.handle)?;
+                        let r = BlockRange {
+                            block: base.block,
+                            offset: base.offset + p.offset,
+                            size: p.size,
+                        };
+                        ranges[root] = Some(r);
+                        r
+                    }
+                };
+                bindings.push(range);
+            }
+            last = self.rt.backend().dispatch(&node.op, &bindings)?;
+        }
+        for a in &self.owned {
+            pool.mark_used(a.handle, last)?;
+        }
+        self.report.runs += 1;
+        self.report.last_run = start.elapsed();
+        Ok(last)
+    }
+
+    /// Downloads an output (or any tensor with storage) as elements of `T`.
+    ///
+    /// # Errors
+    /// [`Error::SizeMismatch`] when `T` does not divide the tensor, transfer errors.
+    pub fn read_output<T: Pod>(&self, t: TensorId) -> Result<Vec<T>> {
+        let decl = self.graph.decl(t)?;
+        let elem = std::mem::size_of::<T>() as u64;
+        if elem == 0 || decl.size() % elem != 0 {
+            return Err(Error::SizeMismatch {
+                what: format!("read of '{}' as {}-byte elements", decl.name, elem),
+                expected: decl.size(),
+                actual: elem,
+            });
+        }
+        let p = self.place(t)?;
+        let mut out = vec![T::zeroed(); (decl.size() / elem) as usize];
+        self.rt
+            .read_bytes(p.alloc, p.offset, bytemuck::cast_slice_mut(&mut out))?;
+        Ok(out)
+    }
+
+    /// The memory report, with the runtime's block and staging counters as of now.
+    pub fn memory_report(&self) -> MemoryReport {
+        let mut r = self.report.clone();
+        let dev = self.rt.device_pool().stats();
+        let st = self.rt.staging().stats();
+        r.device_blocks_allocated = dev.blocks_allocated;
+        r.staging_blocks_allocated = st.blocks_allocated;
+        r.staging_bytes_moved = st.uploaded + st.downloaded;
+        r
+    }
+
+    /// The graph this model was compiled from.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The runtime this model runs on.
+    pub fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        for a in self.owned.drain(..) {
+            let _ = self.rt.device_pool().free(a.handle);
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! Tests of the TLSF sub-allocator: edge cases one by one, then random traces against a reference
+//! model of live ranges.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::suballoc::{MAX_ALIGN, RingAllocator};
+
+/// Allocates and unwraps the `Ok(Some(_))` case.
+fn alloc(t: &mut Tlsf, size: u64, align: u64) -> Region {
+    let r = t.allocate(size, align).unwrap().unwrap();
+    t.check_invariants().unwrap();
+    r
+}
+
+/// A second handle to the same slot, as a buggy or malicious caller could forge one.
+fn forge(r: &Region) -> Region {
+    Region {
+        offset: r.offset,
+        size: r.size,
+        owner: r.owner,
+        key: r.key,
+    }
+}
+
+#[test]
+fn size_classes_are_monotone_and_round_as_documented() {
+    let mut prev = 0;
+    for size in (1..5000u64).chain([u64::MAX / 3, u64::MAX - 1, u64::MAX]) {
+        let c = class_of(size);
+        assert!(c >= prev && c < CLASS_COUNT, "size {size} class {c}");
+        assert!(class_start(c) <= size, "size {size} below its class start");
+        if c + 1 < CLASS_COUNT {
+            assert!(class_start(c + 1) > size, "size {size} beyond its class");
+        }
+        let up = class_at_least(size);
+        assert!(up == CLASS_COUNT || class_start(up) >= size);
+        prev = c;
+    }
+    // The acceptance threshold is at most 1/32 above the request.
+    for size in [33u64, 1000, 4097, 1 << 20, (1 << 30) + 1] {
+        let start = class_start(class_at_least(size));
+        assert!(start - size <= size / 32, "size {size} rounds to {start}");
+    }
+}
+
+#[test]
+fn zero_capacity_and_zero_size_are_rejected() {
+    assert!(matches!(Tlsf::new(0), Err(Error::ZeroSize { .. })));
+    assert!(matches!(
+        Tlsf::with_min_split(10, 0),
+        Err(Error::ZeroSize { .. })
+    ));
+    let mut t = Tlsf::new(1024).unwrap();
+    assert!(matches!(t.allocate(0, 1), Err(Error::ZeroSize { .. })));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn too_large_reports_the_numbers() {
+    let mut t = Tlsf::new(1000).unwrap();
+    match t.allocate(1001, 1) {
+        Err(Error::TooLarge {
+            requested, limit, ..
+        }) => assert_eq!((requested, limit), (1001, 1000)),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert!(matches!(
+        t.allocate(u64::MAX, 1),
+        Err(Error::TooLarge { .. })
+    ));
+    assert!(t.is_empty());
+}
+
+#[test]
+fn u64_max_range_allocates_exactly_and_in_pieces() {
+    let mut t = Tlsf::new(u64::MAX).unwrap();
+    let all = alloc(&mut t, u64::MAX, 1);
+    assert_eq!((all.offset, all.size), (0, u64::MAX));
+    assert!(t.allocate(1, 1).unwrap().is_none());
+    t.free(all).unwrap();
+    let a = alloc(&mut t, u64::MAX / 2, 1 << 20);
+    let b = alloc(&mut t, u64::MAX / 4, MAX_ALIGN);
+    assert_eq!(b.offset % MAX_ALIGN, 0);
+    assert!(b.offset >= a.end());
+    t.free(a).unwrap();
+    t.free(b).unwrap();
+    t.check_invariants().unwrap();
+    assert_eq!(t.report().largest_free, u64::MAX);
+}
+
+#[test]
+fn every_power_of_two_alignment_up_to_max_is_honoured() {
+    let mut t = Tlsf::new(1 << 36).unwrap();
+    let mut live = Vec::new();
+    for shift in 0..=MAX_ALIGN.trailing_zeros() {
+        let align = 1u64 << shift;
+        // An odd-sized neighbour first, so the next free offset is never aligned by accident.
+        live.push(alloc(&mut t, 3, 1));
+        let r = alloc(&mut t, 5, align);
+        assert_eq!(r.offset % align, 0, "align {align}");
+        live.push(r);
+    }
+    for r in live {
+        t.free(r).unwrap();
+        t.check_invariants().unwrap();
+    }
+    assert_eq!(t.report().largest_free, 1 << 36);
+}
+
+#[test]
+fn invalid_alignments_are_rejected_with_the_limit() {
+    let mut t = Tlsf::new(1 << 20).unwrap();
+    for align in [0, 3, 48, 1000, MAX_ALIGN * 2, u64::MAX] {
+        match t.allocate(16, align) {
+            Err(Error::InvalidAlignment { align: a, max }) => {
+                assert_eq!((a, max), (align, MAX_ALIGN));
+            }
+            other => panic!("align {align}: expected InvalidAlignment, got {other:?}"),
+        }
+    }
+    assert!(t.is_empty());
+}
+
+#[test]
+fn exact_fit_then_full_then_recovery() {
+    let mut t = Tlsf::new(4096).unwrap();
+    let a = alloc(&mut t, 1024, 256);
+    let b = alloc(&mut t, 3072, 256);
+    let full = t.report();
+    assert_eq!((full.used, full.free, full.largest_free), (4096, 0, 0));
+    assert_eq!(full.fragmentation, 0.0);
+    assert_eq!(full.allocations, 2);
+    assert!(t.allocate(1, 1).unwrap().is_none(), "full range must refuse");
+    t.free(a).unwrap();
+    // The freed hole is an exact fit for the same request.
+    let again = alloc(&mut t, 1024, 256);
+    assert_eq!(again.offset, 0);
+    t.free(again).unwrap();
+    t.free(b).unwrap();
+    assert!(t.is_empty());
+    assert_eq!(t.report().largest_free, 4096);
+}
+
+#[test]
+fn freeing_coalesces_with_both_neighbours() {
+    let mut t = Tlsf::new(1 << 16).unwrap();
+    let a = alloc(&mut t, 100, 1);
+    let b = alloc(&mut t, 200, 1);
+    let c = alloc(&mut t, 300, 1);
+    let d = alloc(&mut t, 400, 1);
+    t.free(a).unwrap();
+    t.free(c).unwrap();
+    let r = t.report();
+    assert!(r.fragmentation > 0.0);
+    t.free(b).unwrap(); // merges a + b + c
+    t.check_invariants().unwrap();
+    assert_eq!(t.report().largest_free, (1 << 16) - 1000);
+    t.free(d).unwrap(); // merges everything
+    t.check_invariants().unwrap();
+    let r = t.report();
+    assert_eq!((r.free, r.largest_free, r.fragmentation), (1 << 16, 1 << 16, 0.0));
+    assert_eq!(t.nodes.len() - t.vacant.len(), 1, "one block remains");
+}
+
+#[test]
+fn fragmentation_is_one_minus_largest_over_free() {
+    let mut t = Tlsf::new(1000).unwrap();
+    let a = alloc(&mut t, 100, 1);
+    let _b = alloc(&mut t, 100, 1);
+    t.free(a).unwrap(); // free: 100 at 0, 800 at 200
+    let r = t.report();
+    assert_eq!((r.used, r.free, r.largest_free), (100, 900, 800));
+    assert!((r.fragmentation - (1.0 - 800.0 / 900.0)).abs() < 1e-12);
+}
+
+#[test]
+fn region_of_another_allocator_is_foreign_and_changes_nothing() {
+    let mut t = Tlsf::new(1 << 20).unwrap();
+    let mut other = Tlsf::new(1 << 20).unwrap();
+    let mine = alloc(&mut t, 64, 1);
+    let theirs = alloc(&mut other, 64, 1);
+    let before = t.report();
+    assert!(matches!(t.free(theirs), Err(Error::ForeignHandle { .. })));
+    assert_eq!(t.report(), before);
+    t.check_invariants().unwrap();
+
+    let mut ring = RingAllocator::new(1 << 20).unwrap();
+    let ring_region = ring.allocate(64, 1).unwrap().unwrap();
+    assert!(matches!(t.free(ring_region), Err(Error::ForeignHandle { .. })));
+    t.free(mine).unwrap();
+    assert!(t.is_empty());
+}
+
+#[test]
+fn forged_second_handle_is_stale_after_free_and_after_reuse() {
+    let mut t = Tlsf::new(1 << 20).unwrap();
+    let a = alloc(&mut t, 64, 1);
+    let _keep = alloc(&mut t, 64, 1); // keeps a's node from merging away
+    let copy = forge(&a);
+    t.free(a).unwrap();
+    assert!(matches!(t.free(copy), Err(Error::StaleHandle { .. })));
+    // The slot is reused for a new block: an old handle still must not free it.
+    let b = alloc(&mut t, 64, 1);
+    assert_eq!(b.offset, 0);
+    let old = Region {
+        offset: 0,
+        size: 64,
+        owner: t.owner,
+        key: u64::from(b.key as u32),
+    };
+    assert!(matches!(t.free(old), Err(Error::StaleHandle { .. })));
+    // Wrong offset for a live slot, and an index beyond the node table.
+    let bad = Region {
+        offset: 8,
+        ..forge(&b)
+    };
+    assert!(matches!(t.free(bad), Err(Error::InvalidArgument(_))));
+    let beyond = Region {
+        key: 1_000_000,
+        ..forge(&b)
+    };
+    assert!(matches!(t.free(beyond), Err(Error::ForeignHandle { .. })));
+    t.check_invariants().unwrap();
+    t.free(b).unwrap();
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn double_free_of_a_forged_handle_is_reported() {
+    let mut t = Tlsf::new(1 << 20).unwrap();
+    let a = alloc(&mut t, 64, 1);
+    let _b = alloc(&mut t, 64, 1);
+    // Same generation as the slot but the slot is free: forge one after the free.
+    let idx = a.key as u32;
+    t.free(a).unwrap();
+    let generation = t.nodes[idx as usize].generation;
+    let forged = Region {
+        offset: 0,
+        size: 64,
+        owner: t.owner,
+        key: (u64::from(generation) << 32) | u64::from(idx),
+    };
+    assert!(matches!(t.free(forged), Err(Error::DoubleFree { .. })));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn remainders_below_min_split_stay_with_the_allocation() {
+    let mut t = Tlsf::with_min_split(1024, 64).unwrap();
+    let a = alloc(&mut t, 1000, 1);
+    assert_eq!(a.size, 1000, "the region has the size asked for");
+    assert_eq!(t.report().used, 1024, "the 24-byte sliver is slack");
+    assert!(t.allocate(1, 1).unwrap().is_none());
+    t.free(a).unwrap();
+    assert_eq!(t.report().largest_free, 1024);
+}
+
+#[test]
+fn small_alignment_pad_becomes_slack_of_the_block_in_front() {
+    let mut t = Tlsf::with_min_split(1024, 64).unwrap();
+    let a = alloc(&mut t, 1, 1);
+    let b = alloc(&mut t, 8, 16);
+    assert_eq!(b.offset, 16);
+    assert_eq!(t.report().used, 24);
+    t.free(a).unwrap();
+    // a's node took the 15-byte pad and returns it on free.
+    assert_eq!(t.report().used, 8);
+    t.free(b).unwrap();
+    assert_eq!(t.report().largest_free, 1024);
+}
+
+#[test]
+fn large_alignment_pad_becomes_a_free_block() {
+    let mut t = Tlsf::new(1 << 20).unwrap();
+    let a = alloc(&mut t, 1, 1);
+    let b = alloc(&mut t, 8, 4096);
+    assert_eq!(b.offset, 4096);
+    assert_eq!(t.report().used, 9, "the pad [1, 4096) is free");
+    // The pad is reused by a later request that fits it.
+    let c = alloc(&mut t, 4000, 1);
+    assert!(c.end() <= 4096, "pad hole reused, got offset {}", c.offset);
+    for r in [a, b, c] {
+        t.free(r).unwrap();
+    }
+    assert!(t.is_empty());
+    assert_eq!(t.report().largest_free, 1 << 20);
+}
+
+#[test]
+fn own_class_scan_prefers_the_exact_fit() {
+    // Holes of 1050, 1040 and 1030 bytes, all in the class [1024, 1056), separated by used blocks.
+    // The 1050 hole is the list head and fits, but the scan must keep looking and take 1040.
+    let mut t = Tlsf::new(1 << 20).unwrap();
+    let h1 = alloc(&mut t, 1050, 1);
+    let _s1 = alloc(&mut t, 8, 1);
+    let h2 = alloc(&mut t, 1040, 1);
+    let _s2 = alloc(&mut t, 8, 1);
+    let h3 = alloc(&mut t, 1030, 1);
+    let _s3 = alloc(&mut t, 8, 1);
+    assert_eq!(class_of(1030), class_of(1050));
+    let exact_at = h2.offset;
+    t.free(h2).unwrap();
+    t.free(h3).unwrap();
+    t.free(h1).unwrap();
+    let r = alloc(&mut t, 1040, 1);
+    assert_eq!(r.offset, exact_at);
+}
+
+#[test]
+fn holes_are_filled_before_the_tail() {
+    // Layout: A [0,3100) B [3100,3200) C [3200,3220) tail [3220,6320). A's hole and the tail
+    // (after C merges into it) share a class, and the tail ends up at the head of that list.
+    let mut t = Tlsf::new(6320).unwrap();
+    let a = alloc(&mut t, 3100, 1);
+    let _b = alloc(&mut t, 100, 1);
+    let c = alloc(&mut t, 20, 1);
+    assert_eq!(class_of(3100), class_of(3120));
+    t.free(a).unwrap();
+    t.free(c).unwrap();
+    let r = alloc(&mut t, 2000, 1);
+    assert_eq!(r.offset, 0, "the hole at 0 must be used before the tail");
+}
+
+#[test]
+fn refusal_respects_the_good_fit_bound() {
+    // Free blocks of 1000 bytes only; a request of 1001 cannot fit, one of 1000 must.
+    let mut t = Tlsf::new(3000).unwrap();
+    let a = alloc(&mut t, 1000, 1);
+    let _b = alloc(&mut t, 1000, 1);
+    let c = alloc(&mut t, 1000, 1);
+    t.free(a).unwrap();
+    t.free(c).unwrap();
+    assert!(t.allocate(1001, 1).unwrap().is_none());
+    assert!(t.allocate(1000, 1).unwrap().is_some());
+}
+
+/// One step of a random trace.
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc { size: u64, align_log2: u32 },
+    Free { pick: usize },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (prop_oneof![1u64..=64, 1u64..=4096, 1u64..=65536, 1u64..=400_000], 0u32..=16)
+            .prop_map(|(size, align_log2)| Op::Alloc { size, align_log2 }),
+        2 => any::<usize>().prop_map(|pick| Op::Free { pick }),
+    ]
+}
+
+/// Case count: modest by default so `cargo test` stays fast; `PROPTEST_CASES` scales it up.
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(48);
+    ProptestConfig::with_cases(cases)
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Random allocate/free traces: live ranges never overlap, respect alignment and bounds, the
+    /// invariants hold after every step, refusals respect the good-fit bound, and freeing
+    /// everything restores one free range of the full size.
+    #[test]
+    fn random_traces_match_the_reference_model(
+        capacity in prop_oneof![Just(4096u64), Just(1 << 16), Just(1_000_003), Just(1 << 20)],
+        min_split in prop_oneof![Just(1u64), Just(16), Just(256)],
+        ops in proptest::collection::vec(op(), 1..160),
+    ) {
+        let mut t = Tlsf::with_min_split(capacity, min_split).unwrap();
+        let mut live: Vec<Region> = Vec::new();
+        let mut model: BTreeMap<u64, u64> = BTreeMap::new(); // offset -> end of live ranges
+        for op in ops {
+            match op {
+                Op::Alloc { size, align_log2 } => {
+                    let align = 1u64 << align_log2;
+                    match t.allocate(size, align) {
+                        Err(e) => {
+                            prop_assert!(size > capacity, "unexpected error {e}");
+                            prop_assert!(matches!(e, Error::TooLarge { .. }), "unexpected error {}", e);
+                        }
+                        Ok(None) => {
+                            let sure = class_at_least(size + align - 1);
+                            let largest = t.report().largest_free;
+                            prop_assert!(sure >= CLASS_COUNT || largest < class_start(sure),
+                                "refused {size}@{align} with a {largest}-byte free block");
+                        }
+                        Ok(Some(r)) => {
+                            prop_assert_eq!(r.size, size);
+                            prop_assert_eq!(r.offset % align, 0);
+                            prop_assert!(r.end() <= capacity);
+                            if let Some((&start, _)) = model.range(r.offset..).next() {
+                                prop_assert!(start >= r.end(), "overlap with the range at {start}");
+                            }
+                            if let Some((_, &end)) = model.range(..r.offset).next_back() {
+                                prop_assert!(end <= r.offset, "overlap with a range ending at {end}");
+                            }
+                            model.insert(r.offset, r.end());
+                            live.push(r);
+                        }
+                    }
+                }
+                Op::Free { pick } => {
+                    if !live.is_empty() {
+                        let r = live.swap_remove(pick % live.len());
+                        prop_assert!(model.remove(&r.offset).is_some());
+                        t.free(r).unwrap();
+                    }
+                }
+            }
+            t.check_invariants().map_err(TestCaseError::fail)?;
+            let report = t.report();
+            prop_assert_eq!(report.allocations, live.len());
+            prop_assert!(report.used >= live.iter().map(|r| r.size).sum::<u64>());
+            prop_assert_eq!(report.used + report.free, capacity);
+        }
+        for r in live.drain(..) {
+            t.free(r).unwrap();
+            t.check_invariants().map_err(TestCaseError::fail)?;
+        }
+        let report = t.report();
+        prop_assert!(t.is_empty());
+        prop_assert_eq!((report.used, report.largest_free), (0, capacity));
+        prop_assert_eq!(t.nodes.len() - t.vacant.len(), 1);
+    }
+}
