@@ -101,8 +101,9 @@ fn run() -> Result<()> {
         common.runs,
         &mut model,
         |m| {
-            m.run(batch, seq)
-                .and_then(|()| m.read_embeddings(batch, seq).map(|_| ()))
+            m.set_tokens(&emb.tokens)?;
+            m.run(batch, seq)?;
+            m.read_embeddings(batch, seq).map(|_| ())
         },
         |m| m.cached_model(batch, seq).map_or(0, blocks_allocated),
     )?;

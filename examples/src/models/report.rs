@@ -1,7 +1,8 @@
 //! The memory and timing report both samples print at the end (text, or JSON with `--json`).
 //!
 //! Time per inference is measured over repeated runs of the same input after one warm-up run; each
-//! timed run includes reading the output back, so a backend's asynchronous queue cannot hide work.
+//! timed run uploads the inputs, runs the graph and reads the output back, so a backend's
+//! asynchronous queue cannot hide work.
 //! The same loop checks the runtime's promise for steady state: repeated runs of one shape
 //! allocate no new backend block.
 
