@@ -87,7 +87,9 @@ pub enum Error {
     },
 
     /// A byte range that does not fit inside the allocation or block it addresses.
-    #[error("range out of bounds: offset {offset} + size {size} exceeds {limit} bytes of the {what}")]
+    #[error(
+        "range out of bounds: offset {offset} + size {size} exceeds {limit} bytes of the {what}"
+    )]
     OutOfBounds {
         /// What the range addresses.
         what: &'static str,

@@ -310,7 +310,10 @@ impl Op {
                 ..
             } => {
                 let (batch, m, n, k) = (nz("batch", batch)?, nz("m", m)?, nz("n", n)?, nz("k", k)?);
-                let mut inputs = vec![f(batch * m * k), f(if broadcast_b { 1 } else { batch } * k * n)];
+                let mut inputs = vec![
+                    f(batch * m * k),
+                    f(if broadcast_b { 1 } else { batch } * k * n),
+                ];
                 if bias {
                     inputs.push(f(n));
                 }
@@ -363,7 +366,10 @@ impl Op {
             }
             Op::MeanPool { batch, seq, dim } => {
                 let (batch, seq, dim) = (nz("batch", batch)?, nz("seq", seq)?, nz("dim", dim)?);
-                sig(vec![f(batch * seq * dim), f(batch * seq)], vec![f(batch * dim)])
+                sig(
+                    vec![f(batch * seq * dim), f(batch * seq)],
+                    vec![f(batch * dim)],
+                )
             }
             Op::L2Normalize { rows, cols, .. } => {
                 let (rows, cols) = (nz("rows", rows)?, nz("cols", cols)?);
@@ -426,6 +432,83 @@ impl Op {
         })
     }
 
+    /// Names of the operands in binding order (inputs, then outputs), for error messages.
+    /// The list matches [`Op::signature`] (optional inputs appear only when present).
+    pub fn operand_names(&self) -> Vec<&'static str> {
+        match *self {
+            Op::MatMul { bias, .. } => {
+                if bias {
+                    vec!["a", "b", "bias", "c"]
+                } else {
+                    vec!["a", "b", "c"]
+                }
+            }
+            Op::Add { .. } | Op::Mul { .. } => vec!["a", "b", "c"],
+            Op::Scale { .. }
+            | Op::Gelu { .. }
+            | Op::Relu { .. }
+            | Op::L2Normalize { .. }
+            | Op::MaxPool2d { .. }
+            | Op::Permute { .. }
+            | Op::Copy { .. } => vec!["x", "y"],
+            Op::LayerNorm { .. } => vec!["x", "gamma", "beta", "y"],
+            Op::Softmax { masked, .. } => {
+                if masked {
+                    vec!["x", "mask", "y"]
+                } else {
+                    vec!["x", "y"]
+                }
+            }
+            Op::Embedding { .. } => vec!["table", "ids", "y"],
+            Op::MeanPool { .. } => vec!["x", "mask", "y"],
+            Op::Conv2d { bias, .. } => {
+                if bias {
+                    vec!["x", "weight", "bias", "y"]
+                } else {
+                    vec!["x", "weight", "y"]
+                }
+            }
+        }
+    }
+
+    /// Checks a dispatch's binding sizes (inputs then outputs, in bytes) against the signature and
+    /// returns the signature. Every backend's `dispatch` and the host reference use this, so a bad
+    /// binding gets the same error everywhere.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for bad parameters or a wrong binding count;
+    /// [`Error::SizeMismatch`] naming the operand whose size is wrong.
+    pub fn check_binding_sizes(&self, sizes: &[u64]) -> Result<Signature> {
+        let sig = self.signature()?;
+        let operands = sig.inputs.iter().chain(&sig.outputs);
+        let count = sig.inputs.len() + sig.outputs.len();
+        if sizes.len() != count {
+            return Err(Error::invalid(format!(
+                "{}: expected {count} bindings ({} inputs then {} outputs: {}), got {}",
+                self.name(),
+                sig.inputs.len(),
+                sig.outputs.len(),
+                self.operand_names().join(", "),
+                sizes.len()
+            )));
+        }
+        for ((operand, &size), name) in operands.zip(sizes).zip(self.operand_names()) {
+            if operand.size() != size {
+                return Err(Error::SizeMismatch {
+                    what: format!(
+                        "{} operand `{name}` ({} {}, bytes)",
+                        self.name(),
+                        operand.len,
+                        operand.dtype.name()
+                    ),
+                    expected: operand.size(),
+                    actual: size,
+                });
+            }
+        }
+        Ok(sig)
+    }
+
     /// Output height and width of [`Op::Conv2d`] and [`Op::MaxPool2d`].
     ///
     /// # Errors
@@ -441,8 +524,15 @@ impl Op {
                 pad,
                 ..
             } => (h, w, kh, kw, stride, pad),
-            Op::MaxPool2d { h, w, k, stride, .. } => (h, w, k, k, stride, 0),
-            _ => return Err(Error::invalid(format!("{} has no spatial output", self.name()))),
+            Op::MaxPool2d {
+                h, w, k, stride, ..
+            } => (h, w, k, k, stride, 0),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "{} has no spatial output",
+                    self.name()
+                )));
+            }
         };
         if stride == 0 || kh == 0 || kw == 0 {
             return Err(Error::invalid(format!(

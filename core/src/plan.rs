@@ -1,1 +1,179 @@
-//! Liveness analysis and static memory planning.
+//! Liveness analysis and static memory planning (Dynamic Storage Allocation).
+//!
+//! A [`Buffer`] lives during the half-open time interval `[lower, upper)` and needs `size` bytes at an
+//! offset that is a multiple of `align`. A [`Plan`] gives every buffer an offset so that buffers whose
+//! lifetimes intersect never overlap in space; its `peak` is `max(offset + size)`. Minimising the peak
+//! is NP-complete, so this module offers, from cheap to expensive:
+//!
+//! - [`lower_bound`]: the maximum live load over time. No plan beats it; a plan that meets it is optimal.
+//! - [`greedy_by_size`]: the TFLite / XNNPACK baseline (largest first, best-fitting gap among the
+//!   time-overlapping placed buffers, the gap below the lowest one included). Every result is compared
+//!   with it.
+//! - [`solve`]: a portfolio of orderings (XLA's spatial / temporal / area orders, MiniMalloc's
+//!   section-pressure order, sweep-line best fit) × {best fit, lowest offset}, randomised reorder and
+//!   squeeze, then an exact MiniMalloc-style branch and bound (canonical placements, dominance,
+//!   section inference, hatless pruning, restarts) under a deadline. Given a capacity it decides
+//!   feasibility; without one it lowers the peak toward the lower bound until time runs out.
+//! - [`verify`]: an O(n log n) sweep that checks any plan (overlaps, alignment, capacity, peak).
+//!   Every plan [`solve`] returns has passed it.
+//! - [`liveness`]: op lists to buffers, with in-place reuse.
+//! - [`parse_csv`] / [`write_csv`]: MiniMalloc's `id,lower,upper,size[,alignment][,offset]` format.
+//!
+//! Design choices and why:
+//! - Half-open lifetimes everywhere (MiniMalloc's convention); TFLite's inclusive `[first, last]`
+//!   converts with `upper = last + 1`.
+//! - Offsets and sizes are `u64` bytes; inputs whose padded total would overflow `u64` are rejected
+//!   up front ([`Error::TooLarge`]), so no planner can overflow.
+//! - Conflict queries use a static interval index (sorted by `lower`, max-`upper` segment tree) or a
+//!   flat CSR conflict list when it fits in memory; the exact search keeps flat per-buffer arrays with
+//!   undo logs, never copying state.
+//! - Everything is deterministic: randomness comes from a seeded generator.
+//!
+//! Limits: the exact search is exponential in the worst case and is only attempted on instances of
+//! at most [`EXACT_MAX_BUFFERS`] buffers; larger ones get the heuristic portfolio. Alignment padding
+//! loosens the lower bound (it counts sizes, not padded sizes).
+//!
+//! Sources: M. D. Moffitt, "MiniMalloc", ASPLOS 2023; Pisarchyk & Lee, "Efficient Memory Management
+//! for Deep Neural Net Inference" (2020); XLA's `GlobalDecreasingSizeBestFitHeap`; Lamprakos et al.,
+//! "Futureproof Static Memory Planning" (idealloc), arXiv 2504.04874.
+#![forbid(unsafe_code)]
+
+mod bound;
+mod csv;
+mod exact;
+mod generate;
+mod greedy;
+mod index;
+mod liveness;
+mod portfolio;
+
+mod rng;
+mod solve;
+mod verify;
+
+#[cfg(test)]
+mod tests;
+
+pub use bound::lower_bound;
+pub use csv::{CsvInstance, parse_csv, write_csv};
+pub use generate::perfect_packing;
+pub use greedy::greedy_by_size;
+pub use liveness::{Liveness, OpUses, TensorRole, liveness};
+pub use solve::{EXACT_MAX_BUFFERS, Progress, Solution, SolveOptions, solve};
+pub use verify::verify;
+
+use crate::{Error, Result};
+
+/// One buffer to place: live during the half-open time interval `[lower, upper)`, `size` bytes,
+/// at an offset that is a multiple of `align`.
+///
+/// Two buffers conflict when `a.lower < b.upper && b.lower < a.upper`; conflicting buffers must not
+/// overlap in space. Valid buffers have `lower < upper`, `size >= 1` and `align` a power of two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Buffer {
+    /// First time step at which the buffer is live.
+    pub lower: u64,
+    /// First time step at which the buffer is dead (exclusive end).
+    pub upper: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Required offset alignment in bytes, a power of two (1 = none).
+    pub align: u64,
+}
+
+impl Buffer {
+    /// A buffer with alignment 1.
+    pub fn new(lower: u64, upper: u64, size: u64) -> Self {
+        Buffer {
+            lower,
+            upper,
+            size,
+            align: 1,
+        }
+    }
+
+    /// Whether the two lifetimes intersect (then the buffers must not share bytes).
+    pub fn conflicts(&self, other: &Buffer) -> bool {
+        self.lower < other.upper && other.lower < self.upper
+    }
+}
+
+/// A placement: `offsets[i]` is the offset in bytes of `buffers[i]`; `peak = max(offset + size)`
+/// (0 for no buffers) is the arena size the plan needs.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Offset in bytes of each buffer, in input order.
+    pub offsets: Vec<u64>,
+    /// Arena size in bytes: the largest `offset + size`.
+    pub peak: u64,
+}
+
+impl Plan {
+    /// Builds a plan from offsets, computing the peak. Sizes come from `buffers` (same length).
+    pub fn from_offsets(buffers: &[Buffer], offsets: Vec<u64>) -> Plan {
+        let peak = buffers
+            .iter()
+            .zip(&offsets)
+            .map(|(b, &o)| o.saturating_add(b.size))
+            .max()
+            .unwrap_or(0);
+        Plan { offsets, peak }
+    }
+}
+
+/// Rounds `x` up to a multiple of `align` (a power of two). Callers guarantee no overflow
+/// ([`validate`] bounds every reachable offset).
+#[inline]
+pub(crate) fn align_up(x: u64, align: u64) -> u64 {
+    debug_assert!(align.is_power_of_two());
+    (x + (align - 1)) & !(align - 1)
+}
+
+/// Checks that every buffer is valid and that the padded total `sum(size + align - 1)` fits in
+/// `u64`, which bounds every offset any planner here can produce.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the buffer for `lower >= upper` or a zero size,
+/// [`Error::InvalidAlignment`] for an alignment that is not a power of two,
+/// [`Error::TooLarge`] when the padded total overflows `u64`.
+pub(crate) fn validate(buffers: &[Buffer]) -> Result<u64> {
+    let mut total: u64 = 0;
+    for (i, b) in buffers.iter().enumerate() {
+        if b.lower >= b.upper {
+            return Err(Error::invalid(format!(
+                "buffer {i}: empty lifetime [{}, {}) (lower must be below upper)",
+                b.lower, b.upper
+            )));
+        }
+        if b.size == 0 {
+            return Err(Error::invalid(format!(
+                "buffer {i}: size 0 (every buffer needs at least 1 byte)"
+            )));
+        }
+        if !b.align.is_power_of_two() || b.align > 1 << 62 {
+            return Err(Error::InvalidAlignment {
+                align: b.align,
+                max: 1 << 62,
+            });
+        }
+        total = total
+            .checked_add(b.size)
+            .and_then(|t| t.checked_add(b.align - 1))
+            .ok_or(Error::TooLarge {
+                what: "sum of padded buffer sizes",
+                requested: u64::MAX,
+                limit: u64::MAX,
+                limit_name: "u64 offsets",
+            })?;
+    }
+    // Keep one more alignment step of headroom for `align_up` of a top that equals the total.
+    if total > u64::MAX / 2 {
+        return Err(Error::TooLarge {
+            what: "sum of padded buffer sizes",
+            requested: total,
+            limit: u64::MAX / 2,
+            limit_name: "u64 offsets",
+        });
+    }
+    Ok(total)
+}

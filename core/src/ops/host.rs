@@ -1,1 +1,231 @@
 //! Host (CPU) implementations of the standard ops: the numerical reference.
+//!
+//! Every backend is checked against [`run`], and the host backend executes models with it, so the
+//! code favours being obviously right over being fast, except in [`Op::MatMul`] (almost all of a
+//! transformer's time), which is blocked for the cache and written so the compiler vectorises it.
+//!
+//! Numerics follow PyTorch's CPU kernels in f32: the same formulas in the same order where it
+//! matters (GELU is `x·0.5·(1 + erf(x/√2))` with a ~1 ulp `erf`; layer norm uses population
+//! variance and `1/√(var + eps)`; softmax subtracts the row maximum). Sums run in index order, so
+//! results are deterministic; a GPU's tree reductions round differently, and the conformance
+//! suite compares with a tolerance.
+//!
+//! Operands are raw byte slices, as backends hold them: they may be unaligned (they are copied to
+//! aligned vectors then) and are checked against [`Op::check_binding_sizes`] first, so bad input
+//! is an [`Error`](crate::Error), never a panic.
+//!
+//! Submodules: `matmul` (blocked GEMM), `rows` (row-wise softmax, norms, pooling), `spatial`
+//! (conv2d, maxpool, permute), `erf`.
+
+use std::borrow::Cow;
+
+use crate::ops::Op;
+use crate::{Error, Result};
+
+mod erf;
+mod matmul;
+mod rows;
+mod spatial;
+#[cfg(test)]
+mod tests;
+
+pub use erf::erf;
+
+/// Runs `op` on the CPU: reads `inputs`, writes every element of `outputs`.
+///
+/// Operands are little-endian element bytes in [`Op::signature`] order; they need no alignment.
+/// Inputs and outputs cannot alias (Rust's borrows guarantee it), so no op runs in place.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for bad op parameters or wrong operand counts;
+/// [`Error::SizeMismatch`] naming the operand whose byte length is wrong.
+pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
+    let sig = op.signature()?;
+    if inputs.len() != sig.inputs.len() || outputs.len() != sig.outputs.len() {
+        return Err(Error::invalid(format!(
+            "{}: expected {} inputs and {} outputs ({}), got {} and {}",
+            op.name(),
+            sig.inputs.len(),
+            sig.outputs.len(),
+            op.operand_names().join(", "),
+            inputs.len(),
+            outputs.len()
+        )));
+    }
+    let sizes: Vec<u64> = inputs
+        .iter()
+        .map(|b| b.len() as u64)
+        .chain(outputs.iter().map(|b| b.len() as u64))
+        .collect();
+    op.check_binding_sizes(&sizes)?;
+    let [out] = outputs else {
+        // Every op has one output; the signature check above has enforced the count.
+        return Err(Error::invalid(format!(
+            "{}: expected one output",
+            op.name()
+        )));
+    };
+    let x = |i: usize| f32s(inputs[i]);
+    match *op {
+        Op::MatMul {
+            batch,
+            m,
+            n,
+            k,
+            trans_a,
+            trans_b,
+            broadcast_b,
+            bias,
+            alpha,
+        } => {
+            let shape = matmul::Shape {
+                batch: batch as usize,
+                m: m as usize,
+                n: n as usize,
+                k: k as usize,
+                trans_a,
+                trans_b,
+                broadcast_b,
+            };
+            let (a, b) = (x(0), x(1));
+            let bias = bias.then(|| x(2));
+            write_f32(out, |c| {
+                matmul::matmul(&shape, &a, &b, bias.as_deref(), alpha, c)
+            });
+        }
+        Op::Add { b_len, .. } => binary(inputs, out, b_len, |a, b| a + b),
+        Op::Mul { b_len, .. } => binary(inputs, out, b_len, |a, b| a * b),
+        Op::Scale { alpha, .. } => unary(inputs, out, |v| alpha * v),
+        Op::Gelu { .. } => unary(inputs, out, gelu),
+        // `v < 0 → 0` keeps NaN, as PyTorch's relu does.
+        Op::Relu { .. } => unary(inputs, out, |v| if v < 0.0 { 0.0 } else { v }),
+        Op::LayerNorm { cols, eps, .. } => {
+            let (xs, gamma, beta) = (x(0), x(1), x(2));
+            write_f32(out, |y| {
+                rows::layer_norm(&xs, &gamma, &beta, cols as usize, eps, y);
+            });
+        }
+        Op::Softmax {
+            cols,
+            masked,
+            rows_per_mask,
+            ..
+        } => {
+            let xs = x(0);
+            let mask = masked.then(|| x(1));
+            let mask = mask.as_deref().map(|m| (m, rows_per_mask as usize));
+            write_f32(out, |y| rows::softmax(&xs, mask, cols as usize, y));
+        }
+        Op::Embedding { vocab, dim, .. } => {
+            let (table, ids) = (x(0), u32s(inputs[1]));
+            write_f32(out, |y| embedding(&table, &ids, vocab, dim as usize, y));
+        }
+        Op::MeanPool { seq, dim, .. } => {
+            let (xs, mask) = (x(0), x(1));
+            write_f32(out, |y| {
+                rows::mean_pool(&xs, &mask, seq as usize, dim as usize, y);
+            });
+        }
+        Op::L2Normalize { cols, eps, .. } => {
+            let xs = x(0);
+            write_f32(out, |y| rows::l2_normalize(&xs, cols as usize, eps, y));
+        }
+        Op::Conv2d { bias, .. } => {
+            let (xs, weight) = (x(0), x(1));
+            let bias = bias.then(|| x(2));
+            let (oh, ow) = op.conv_out()?;
+            write_f32(out, |y| {
+                spatial::conv2d(op, (oh, ow), &xs, &weight, bias.as_deref(), y);
+            });
+        }
+        Op::MaxPool2d { .. } => {
+            let xs = x(0);
+            let (oh, ow) = op.conv_out()?;
+            write_f32(out, |y| spatial::max_pool2d(op, (oh, ow), &xs, y));
+        }
+        Op::Permute { dims, perm } => {
+            let xs = x(0);
+            write_f32(out, |y| spatial::permute(dims, perm, &xs, y));
+        }
+        Op::Copy { .. } => out.copy_from_slice(inputs[0]),
+    }
+    Ok(())
+}
+
+/// Exact GELU as PyTorch computes it in f32: `x·0.5·(1 + erf(x·(1/√2)))`.
+pub fn gelu(x: f32) -> f32 {
+    x * 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// Borrows `bytes` as f32 when aligned, else copies them into an aligned vector.
+fn f32s(bytes: &[u8]) -> Cow<'_, [f32]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(s) => Cow::Borrowed(s),
+        Err(_) => Cow::Owned(
+            bytes
+                .chunks_exact(4)
+                .map(bytemuck::pod_read_unaligned)
+                .collect(),
+        ),
+    }
+}
+
+/// As [`f32s`], for u32 operands (token ids).
+fn u32s(bytes: &[u8]) -> Cow<'_, [u32]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(s) => Cow::Borrowed(s),
+        Err(_) => Cow::Owned(
+            bytes
+                .chunks_exact(4)
+                .map(bytemuck::pod_read_unaligned)
+                .collect(),
+        ),
+    }
+}
+
+/// Lets `f` fill `out` as f32: in place when aligned, else through an aligned vector.
+fn write_f32(out: &mut [u8], f: impl FnOnce(&mut [f32])) {
+    match bytemuck::try_cast_slice_mut::<u8, f32>(out) {
+        Ok(y) => f(y),
+        Err(_) => {
+            let mut y = vec![0f32; out.len() / 4];
+            f(&mut y);
+            out.copy_from_slice(bytemuck::cast_slice(&y));
+        }
+    }
+}
+
+/// `y[i] = f(x[i])` over input 0.
+fn unary(inputs: &[&[u8]], out: &mut [u8], f: impl Fn(f32) -> f32) {
+    let x = f32s(inputs[0]);
+    write_f32(out, |y| {
+        for (y, &x) in y.iter_mut().zip(x.iter()) {
+            *y = f(x);
+        }
+    });
+}
+
+/// `c[i] = f(a[i], b[i % b_len])` over inputs 0 and 1.
+fn binary(inputs: &[&[u8]], out: &mut [u8], b_len: u32, f: impl Fn(f32, f32) -> f32) {
+    let (a, b) = (f32s(inputs[0]), f32s(inputs[1]));
+    let b_len = b_len as usize;
+    write_f32(out, |c| {
+        for (c, a) in c.chunks_exact_mut(b_len).zip(a.chunks_exact(b_len)) {
+            for ((c, &a), &b) in c.iter_mut().zip(a).zip(b.iter()) {
+                *c = f(a, b);
+            }
+        }
+    });
+}
+
+/// Row gather; an id `>= vocab` gives a row of zeros.
+fn embedding(table: &[f32], ids: &[u32], vocab: u32, dim: usize, y: &mut [f32]) {
+    for (row, &id) in y.chunks_exact_mut(dim).zip(ids) {
+        if id < vocab {
+            let start = id as usize * dim;
+            row.copy_from_slice(&table[start..start + dim]);
+        } else {
+            row.fill(0.0);
+        }
+    }
+}

@@ -1,1 +1,353 @@
 //! WGSL sources of the standard ops and their binding ABI (used by wgpu, and by Vulkan through naga).
+//!
+//! [`kernel`] turns an [`Op`] into everything a GPU backend needs to dispatch it: which source
+//! (and pipeline) to use, the 16-word uniform block, and the workgroup counts. The sources live in
+//! `ops/wgsl/*.wgsl`, are assembled at compile time from shared pieces (`common.wgsl`,
+//! `reduce.wgsl`, `erf.wgsl`, per-variant binding headers), and use only core WGSL: no f16, no
+//! subgroups, no atomics, no push constants.
+//!
+//! # Binding ABI
+//!
+//! For an op with `n` operands (its inputs, then its outputs, in [`Op::signature`] order):
+//!
+//! | binding | what | declared as |
+//! |---|---|---|
+//! | `@group(0) @binding(i)`, `i < n` | operand `i` | `var<storage, read_write> name: array<f32>` (`array<u32>` for token ids and for [`Op::Copy`]) |
+//! | `@group(0) @binding(n)` | parameters | `var<uniform> p: Params`, `struct Params { v: array<vec4<u32>, 4> }` (64 bytes) |
+//!
+//! - The backend binds each operand as `(buffer, offset, size)` with exactly the operand's size
+//!   (a multiple of 4 bytes; the offset a multiple of the device's storage offset alignment), so
+//!   a kernel indexes from 0. Operands must not overlap.
+//! - **Every operand is `read_write`, inputs included.** wgpu tracks usage per buffer, not per
+//!   range, and rejects a dispatch that uses one buffer both as read-only and as read-write
+//!   storage (`STORAGE_READ_ONLY | STORAGE_READ_WRITE` is a conflicting state in wgpu-core's
+//!   tracker). Tensors are sub-allocated from shared blocks, so an op's input and output often live
+//!   in the same buffer; declaring every operand `read_write` keeps that legal. A backend's bind
+//!   group layout therefore has `read_only: false` for every storage entry (or derives the layout
+//!   from the shader).
+//! - Parameters are 16 `u32` ([`Kernel::params`]); f32 parameters are stored as their bits and
+//!   read with `bitcast<f32>`. Word `i` is `p.v[i / 4][i % 4]`. Each key's layout is listed below.
+//! - Entry point `main`. 1-D kernels use `@workgroup_size(64)` ([`WORKGROUP_SIZE`]); matmul uses
+//!   8×8 invocations per 32×32 output tile. Dispatch [`Kernel::workgroups`] as given: a count above
+//!   65535 ([`MAX_WORKGROUPS_PER_DIM`]) spills into y, and kernels linearise
+//!   `wid.x + wid.y * num_workgroups.x`. Every kernel bounds-checks, so surplus invocations do
+//!   nothing.
+//! - Per operand at most 2³² − 1 elements (kernels index in u32); at most 4 storage bindings per
+//!   kernel (WebGPU's default limit is 8).
+//!
+//! | key | operands | params | one invocation / workgroup per |
+//! |---|---|---|---|
+//! | `matmul`, `matmul_bias` | a, b, (bias), c | batch, m, n, k, trans_a, trans_b, broadcast_b, alpha, tiles_n, tiles_m | 32×32 tile of c (8×8 workgroup) |
+//! | `add`, `mul` | a, b, c | len, b_len | element |
+//! | `scale` | x, y | len, alpha | element |
+//! | `gelu`, `relu` | x, y | len | element |
+//! | `copy` | x, y (u32) | len | element |
+//! | `layernorm` | x, gamma, beta, y | rows, cols, eps | row (workgroup) |
+//! | `softmax`, `softmax_masked` | x, (mask), y | rows, cols, rows_per_mask | row (workgroup) |
+//! | `embedding` | table, ids (u32), y | vocab, dim, rows, rows·dim | element |
+//! | `meanpool` | x, mask, y | batch, seq, dim, batch·dim | output element (loops over seq) |
+//! | `l2normalize` | x, y | rows, cols, eps | row (workgroup) |
+//! | `conv2d`, `conv2d_bias` | x, weight, (bias), y | n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, len | output element |
+//! | `maxpool2d` | x, y | n·c, h, w, k, stride, oh, ow, len | output element |
+//! | `permute` | x, y | out dims ×4, input stride of each output axis ×4, len | element |
+//!
+//! Numerics match the host reference (`ops::host`) formula for formula; sums that the host runs
+//! in index order run per invocation in the same order (matmul, conv, meanpool) or as a workgroup
+//! tree (row kernels). GELU uses the same `erf` port as the host; `exp`, division and `sqrt` are
+//! within the few-ulp bounds WGSL allows, so compare against the host with a tolerance (~1e-5).
+
+use crate::ops::Op;
+use crate::{Error, Result};
+
+#[cfg(test)]
+mod tests;
+
+/// Invocations per workgroup of the 1-D kernels (matmul uses 8×8, also 64).
+pub const WORKGROUP_SIZE: u32 = 64;
+
+/// Largest workgroup count per dimension that every WebGPU device accepts
+/// (`maxComputeWorkgroupsPerDimension`'s default and minimum).
+pub const MAX_WORKGROUPS_PER_DIM: u32 = 65_535;
+
+/// Side of matmul's output tile (each workgroup computes `MATMUL_TILE × MATMUL_TILE` of C).
+pub const MATMUL_TILE: u32 = 32;
+
+/// Everything needed to dispatch one op on a WGSL backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kernel {
+    /// Pipeline cache key: the source variant (op kind plus optional operands, e.g. `matmul_bias`).
+    /// Equal keys mean equal `source`, entry point and binding layout.
+    pub key: &'static str,
+    /// Complete WGSL module.
+    pub source: &'static str,
+    /// Entry point name (`main`).
+    pub entry_point: &'static str,
+    /// The uniform block, bound at `@binding(bindings)`; layout per key in the module doc.
+    pub params: [u32; 16],
+    /// Workgroup counts for `dispatch_workgroups(x, y, z)`; each at most [`MAX_WORKGROUPS_PER_DIM`].
+    pub workgroups: [u32; 3],
+    /// Number of storage bindings (operands): `@binding(0..bindings)`.
+    pub bindings: usize,
+}
+
+impl Kernel {
+    /// The uniform block as the 64 bytes to upload.
+    pub fn params_bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.params)
+    }
+}
+
+/// Concatenates files of `ops/wgsl/` into one `&'static str` at compile time.
+macro_rules! wgsl {
+    ($($file:literal),+ $(,)?) => {
+        concat!($(include_str!(concat!("wgsl/", $file)), "\n"),+)
+    };
+}
+
+type Source = (&'static str, &'static str);
+
+const MATMUL: Source = (
+    "matmul",
+    wgsl!("common.wgsl", "matmul_bind.wgsl", "matmul.wgsl"),
+);
+const MATMUL_BIAS: Source = (
+    "matmul_bias",
+    wgsl!("common.wgsl", "matmul_bias_bind.wgsl", "matmul.wgsl"),
+);
+const ADD: Source = ("add", wgsl!("common.wgsl", "add.wgsl"));
+const MUL: Source = ("mul", wgsl!("common.wgsl", "mul.wgsl"));
+const SCALE: Source = ("scale", wgsl!("common.wgsl", "scale.wgsl"));
+const GELU: Source = ("gelu", wgsl!("common.wgsl", "erf.wgsl", "gelu.wgsl"));
+const RELU: Source = ("relu", wgsl!("common.wgsl", "relu.wgsl"));
+const COPY: Source = ("copy", wgsl!("common.wgsl", "copy.wgsl"));
+const LAYERNORM: Source = (
+    "layernorm",
+    wgsl!("common.wgsl", "reduce.wgsl", "layernorm.wgsl"),
+);
+const SOFTMAX: Source = (
+    "softmax",
+    wgsl!(
+        "common.wgsl",
+        "reduce.wgsl",
+        "softmax_bind.wgsl",
+        "softmax.wgsl"
+    ),
+);
+const SOFTMAX_MASKED: Source = (
+    "softmax_masked",
+    wgsl!(
+        "common.wgsl",
+        "reduce.wgsl",
+        "softmax_masked_bind.wgsl",
+        "softmax.wgsl"
+    ),
+);
+const EMBEDDING: Source = ("embedding", wgsl!("common.wgsl", "embedding.wgsl"));
+const MEANPOOL: Source = ("meanpool", wgsl!("common.wgsl", "meanpool.wgsl"));
+const L2NORMALIZE: Source = (
+    "l2normalize",
+    wgsl!("common.wgsl", "reduce.wgsl", "l2normalize.wgsl"),
+);
+const CONV2D: Source = (
+    "conv2d",
+    wgsl!("common.wgsl", "conv2d_bind.wgsl", "conv2d.wgsl"),
+);
+const CONV2D_BIAS: Source = (
+    "conv2d_bias",
+    wgsl!("common.wgsl", "conv2d_bias_bind.wgsl", "conv2d.wgsl"),
+);
+const MAXPOOL2D: Source = ("maxpool2d", wgsl!("common.wgsl", "maxpool2d.wgsl"));
+const PERMUTE: Source = ("permute", wgsl!("common.wgsl", "permute.wgsl"));
+
+const SOURCES: &[Source] = &[
+    MATMUL,
+    MATMUL_BIAS,
+    ADD,
+    MUL,
+    SCALE,
+    GELU,
+    RELU,
+    COPY,
+    LAYERNORM,
+    SOFTMAX,
+    SOFTMAX_MASKED,
+    EMBEDDING,
+    MEANPOOL,
+    L2NORMALIZE,
+    CONV2D,
+    CONV2D_BIAS,
+    MAXPOOL2D,
+    PERMUTE,
+];
+
+/// Every kernel source as `(key, source)`, e.g. to compile all pipelines up front.
+pub fn sources() -> &'static [(&'static str, &'static str)] {
+    SOURCES
+}
+
+/// The kernel, parameters and workgroup counts that compute `op`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for an op whose parameters are invalid ([`Op::signature`]) or whose
+/// dispatch would need more than 65535² workgroups; [`Error::TooLarge`] for an operand of more
+/// than 2³² − 1 elements (kernels index in u32).
+pub fn kernel(op: &Op) -> Result<Kernel> {
+    let sig = op.signature()?;
+    for operand in sig.inputs.iter().chain(&sig.outputs) {
+        if operand.len > u64::from(u32::MAX) {
+            return Err(Error::TooLarge {
+                what: "kernel operand",
+                requested: operand.size(),
+                limit: u64::from(u32::MAX) * operand.dtype.size(),
+                limit_name: "2^32 - 1 elements (WGSL kernels index in u32)",
+            });
+        }
+    }
+    // Output element count; it fits in u32 (checked above).
+    let out_len = sig.outputs[0].len as u32;
+    let per_element = u64::from(out_len).div_ceil(u64::from(WORKGROUP_SIZE));
+    let mut p = [0u32; 16];
+    let (source, groups) = match *op {
+        Op::MatMul {
+            batch,
+            m,
+            n,
+            k,
+            trans_a,
+            trans_b,
+            broadcast_b,
+            bias,
+            alpha,
+        } => {
+            let (tiles_n, tiles_m) = (n.div_ceil(MATMUL_TILE), m.div_ceil(MATMUL_TILE));
+            p[..10].copy_from_slice(&[
+                batch,
+                m,
+                n,
+                k,
+                u32::from(trans_a),
+                u32::from(trans_b),
+                u32::from(broadcast_b),
+                alpha.to_bits(),
+                tiles_n,
+                tiles_m,
+            ]);
+            let groups = u64::from(tiles_n) * u64::from(tiles_m) * u64::from(batch);
+            (if bias { MATMUL_BIAS } else { MATMUL }, groups)
+        }
+        Op::Add { len, b_len } | Op::Mul { len, b_len } => {
+            p[..2].copy_from_slice(&[len, b_len]);
+            (
+                if matches!(op, Op::Add { .. }) {
+                    ADD
+                } else {
+                    MUL
+                },
+                per_element,
+            )
+        }
+        Op::Scale { len, alpha } => {
+            p[..2].copy_from_slice(&[len, alpha.to_bits()]);
+            (SCALE, per_element)
+        }
+        Op::Gelu { len } | Op::Relu { len } | Op::Copy { len } => {
+            p[0] = len;
+            let source = match op {
+                Op::Gelu { .. } => GELU,
+                Op::Relu { .. } => RELU,
+                _ => COPY,
+            };
+            (source, per_element)
+        }
+        Op::LayerNorm { rows, cols, eps } => {
+            p[..3].copy_from_slice(&[rows, cols, eps.to_bits()]);
+            (LAYERNORM, u64::from(rows))
+        }
+        Op::Softmax {
+            rows,
+            cols,
+            masked,
+            rows_per_mask,
+        } => {
+            p[..3].copy_from_slice(&[rows, cols, rows_per_mask]);
+            (
+                if masked { SOFTMAX_MASKED } else { SOFTMAX },
+                u64::from(rows),
+            )
+        }
+        Op::Embedding { vocab, dim, rows } => {
+            p[..4].copy_from_slice(&[vocab, dim, rows, out_len]);
+            (EMBEDDING, per_element)
+        }
+        Op::MeanPool { batch, seq, dim } => {
+            p[..4].copy_from_slice(&[batch, seq, dim, out_len]);
+            (MEANPOOL, per_element)
+        }
+        Op::L2Normalize { rows, cols, eps } => {
+            p[..3].copy_from_slice(&[rows, cols, eps.to_bits()]);
+            (L2NORMALIZE, u64::from(rows))
+        }
+        Op::Conv2d {
+            n,
+            c_in,
+            h,
+            w,
+            c_out,
+            kh,
+            kw,
+            stride,
+            pad,
+            bias,
+        } => {
+            let (oh, ow) = op.conv_out()?;
+            p[..12].copy_from_slice(&[n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, out_len]);
+            (if bias { CONV2D_BIAS } else { CONV2D }, per_element)
+        }
+        Op::MaxPool2d {
+            n,
+            c,
+            h,
+            w,
+            k,
+            stride,
+        } => {
+            let (oh, ow) = op.conv_out()?;
+            // n·c is at most the input's element count, which fits in u32.
+            p[..8].copy_from_slice(&[n * c, h, w, k, stride, oh, ow, out_len]);
+            (MAXPOOL2D, per_element)
+        }
+        Op::Permute { dims, perm } => {
+            let in_strides = [dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1];
+            p[..4].copy_from_slice(&Op::permuted_dims(dims, perm));
+            p[4..8].copy_from_slice(&perm.map(|a| in_strides[usize::from(a & 3)]));
+            p[8] = out_len;
+            (PERMUTE, per_element)
+        }
+    };
+    Ok(Kernel {
+        key: source.0,
+        source: source.1,
+        entry_point: "main",
+        params: p,
+        workgroups: spill(op, groups)?,
+        bindings: sig.inputs.len() + sig.outputs.len(),
+    })
+}
+
+/// Lays `groups` workgroups out as `[x, y, 1]`, spilling into y past [`MAX_WORKGROUPS_PER_DIM`].
+/// Kernels number workgroups `x + y·num_x`; the surplus of `x·y` over `groups` is bounds-checked.
+fn spill(op: &Op, groups: u64) -> Result<[u32; 3]> {
+    let max = u64::from(MAX_WORKGROUPS_PER_DIM);
+    debug_assert!(groups > 0, "signature() rejects zero dimensions");
+    if groups <= max {
+        return Ok([groups as u32, 1, 1]);
+    }
+    let y = groups.div_ceil(max);
+    if y > max {
+        return Err(Error::invalid(format!(
+            "{}: {groups} workgroups exceed {max} x {max}",
+            op.name()
+        )));
+    }
+    Ok([MAX_WORKGROUPS_PER_DIM, y as u32, 1])
+}

@@ -1,0 +1,44 @@
+// NCHW cross-correlation with zero padding, one invocation per output element; sums ci, ky, kx
+// in order from 0, then adds bias_at(co) (0 in the variant without a bias).
+// Params: [n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, len = n * c_out * oh * ow].
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = element_index(wid, nwg, lid);
+    if (i >= p.v[2].w) {
+        return;
+    }
+    let c_in = p.v[0].y;
+    let h = p.v[0].z;
+    let w = p.v[0].w;
+    let c_out = p.v[1].x;
+    let kh = p.v[1].y;
+    let kw = p.v[1].z;
+    let stride = p.v[1].w;
+    let pad = p.v[2].x;
+    let oh = p.v[2].y;
+    let ow = p.v[2].z;
+    let ox = i % ow;
+    let oy = (i / ow) % oh;
+    let co = (i / (ow * oh)) % c_out;
+    let b = i / (ow * oh * c_out);
+    var acc = 0.0;
+    for (var ci = 0u; ci < c_in; ci = ci + 1u) {
+        for (var ky = 0u; ky < kh; ky = ky + 1u) {
+            // Wraps below zero, which the `< h` test rejects like any row past the edge.
+            let iy = oy * stride + ky - pad;
+            if (iy >= h) {
+                continue;
+            }
+            for (var kx = 0u; kx < kw; kx = kx + 1u) {
+                let ix = ox * stride + kx - pad;
+                if (ix >= w) {
+                    continue;
+                }
+                acc = acc + x[((b * c_in + ci) * h + iy) * w + ix]
+                    * weight[((co * c_in + ci) * kh + ky) * kw + kx];
+            }
+        }
+    }
+    y[i] = acc + bias_at(co);
+}

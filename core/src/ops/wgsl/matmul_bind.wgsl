@@ -1,0 +1,9 @@
+// MatMul without bias: a, b, c.
+@group(0) @binding(0) var<storage, read_write> a: array<f32>;
+@group(0) @binding(1) var<storage, read_write> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+
+fn bias_at(j: u32) -> f32 {
+    return 0.0;
+}

@@ -1,0 +1,118 @@
+//! CSV parsing: round trip, optional columns, and every malformed case naming its line.
+#![allow(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use super::super::Buffer;
+use super::{parse_csv, write_csv};
+use crate::Error;
+
+fn line_of(text: &str) -> (usize, String) {
+    match parse_csv(text, "t.csv") {
+        Err(Error::Malformed {
+            source_name,
+            line,
+            message,
+        }) => {
+            assert_eq!(source_name, "t.csv");
+            (line, message)
+        }
+        other => panic!("expected a malformed-input error, got {other:?}"),
+    }
+}
+
+#[test]
+fn round_trips_with_alignment_and_offsets() {
+    let text = "id,lower,upper,size,alignment,offset\na,0,2,4,4,0\nb,1,3,2,1,4\n";
+    let inst = parse_csv(text, "t.csv").unwrap();
+    assert_eq!(inst.ids, vec!["a", "b"]);
+    assert_eq!(
+        inst.buffers[0],
+        Buffer {
+            lower: 0,
+            upper: 2,
+            size: 4,
+            align: 4
+        }
+    );
+    assert_eq!(inst.offsets, Some(vec![0, 4]));
+    let out = write_csv(&inst.ids, &inst.buffers, inst.offsets.as_deref()).unwrap();
+    assert_eq!(out, text);
+}
+
+#[test]
+fn accepts_any_column_order_blank_lines_and_spaces() {
+    let inst = parse_csv("size, upper ,lower,id\n\n 5,3,1,x \n", "t.csv").unwrap();
+    assert_eq!(inst.buffers, vec![Buffer::new(1, 3, 5)]);
+    assert_eq!(inst.offsets, None);
+}
+
+#[test]
+fn each_malformed_case_names_its_line() {
+    assert_eq!(line_of("").0, 0);
+    assert_eq!(line_of("id,lower,upper\n0,0,1\n").0, 1);
+    assert!(
+        line_of("id,lower,upper\n0,0,1\n")
+            .1
+            .contains("missing column `size`")
+    );
+    assert!(
+        line_of("id,lower,upper,size,colour\n")
+            .1
+            .contains("unknown column")
+    );
+    assert!(
+        line_of("id,lower,upper,size,size\n")
+            .1
+            .contains("duplicate column")
+    );
+    assert_eq!(
+        line_of("id,lower,upper,size\n0,0,1,1\n1,0,1\n"),
+        (3, "3 fields, but the header has 4 columns".into())
+    );
+    let (line, msg) = line_of("id,lower,upper,size\n0,0,x,1\n");
+    assert_eq!(line, 2);
+    assert!(msg.contains("`x` is not a non-negative integer"), "{msg}");
+    assert!(
+        line_of("id,lower,upper,size\n0,0,1,-4\n")
+            .1
+            .contains("not a non-negative integer")
+    );
+    let (line, msg) = line_of("id,lower,upper,size\n0,0,1,1\n\n1,3,3,1\n");
+    assert_eq!(line, 4);
+    assert!(msg.contains("lower 3 must be below upper 3"), "{msg}");
+    assert!(
+        line_of("id,lower,upper,size\n0,0,1,0\n")
+            .1
+            .contains("size 0")
+    );
+    assert!(
+        line_of("id,lower,upper,size,alignment\n0,0,1,1,3\n")
+            .1
+            .contains("not a power of two")
+    );
+    assert_eq!(
+        line_of("id,lower,upper,size\n7,0,1,1\n7,1,2,1\n"),
+        (3, "duplicate id `7`".into())
+    );
+    assert!(
+        line_of("id,lower,upper,size\n,0,1,1\n")
+            .1
+            .contains("empty id")
+    );
+}
+
+#[test]
+fn write_checks_lengths() {
+    let b = [Buffer::new(0, 1, 1)];
+    assert!(matches!(
+        write_csv(&[], &b, None),
+        Err(Error::SizeMismatch { .. })
+    ));
+    assert!(matches!(
+        write_csv(&["a".into()], &b, Some(&[])),
+        Err(Error::SizeMismatch { .. })
+    ));
+}

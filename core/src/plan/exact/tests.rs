@@ -1,0 +1,152 @@
+//! Exact search: perfect packings are found at capacity = lower bound, infeasibility is proved.
+#![allow(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::time::{Duration, Instant};
+
+use super::super::{Buffer, Plan, lower_bound, parse_csv, perfect_packing, verify};
+use super::{Outcome, decide};
+
+fn deadline(secs: u64) -> Instant {
+    Instant::now() + Duration::from_secs(secs)
+}
+
+fn check_found(buffers: &[Buffer], capacity: u64, outcome: Outcome) {
+    let Outcome::Found(offsets) = outcome else {
+        panic!("expected a plan within {capacity}, got {outcome:?}")
+    };
+    let plan = Plan::from_offsets(buffers, offsets);
+    verify(buffers, &plan, Some(capacity)).unwrap();
+}
+
+/// The planning notes' 7-buffer example: LOAD = 4 but OPT = 5 (checked by hand and exhaustively).
+fn load_four_opt_five() -> Vec<Buffer> {
+    vec![
+        Buffer::new(0, 3, 2), // A
+        Buffer::new(0, 1, 2), // D
+        Buffer::new(2, 5, 1), // B
+        Buffer::new(2, 7, 1), // G
+        Buffer::new(4, 7, 1), // E
+        Buffer::new(6, 8, 2), // C
+        Buffer::new(7, 8, 2), // F
+    ]
+}
+
+#[test]
+fn proves_the_load_gap_example_infeasible_at_its_lower_bound() {
+    let b = load_four_opt_five();
+    assert_eq!(lower_bound(&b), 4);
+    assert_eq!(decide(&b, 4, deadline(5)), Outcome::Infeasible);
+    check_found(&b, 5, decide(&b, 5, deadline(5)));
+}
+
+#[test]
+fn solves_every_omnimalloc_fixture_at_its_capacity() {
+    let files: [(&str, &str, u64); 7] = [
+        (
+            "a.6",
+            include_str!("../../../tests/data/omnimalloc-small/a.6.csv"),
+            6,
+        ),
+        (
+            "b.6",
+            include_str!("../../../tests/data/omnimalloc-small/b.6.csv"),
+            6,
+        ),
+        (
+            "c.8",
+            include_str!("../../../tests/data/omnimalloc-small/c.8.csv"),
+            8,
+        ),
+        (
+            "d.9",
+            include_str!("../../../tests/data/omnimalloc-small/d.9.csv"),
+            9,
+        ),
+        (
+            "e.12",
+            include_str!("../../../tests/data/omnimalloc-small/e.12.csv"),
+            12,
+        ),
+        (
+            "f.14",
+            include_str!("../../../tests/data/omnimalloc-small/f.14.csv"),
+            14,
+        ),
+        (
+            "g.7",
+            include_str!("../../../tests/data/omnimalloc-small/g.7.csv"),
+            7,
+        ),
+    ];
+    for (name, text, capacity) in files {
+        let inst = parse_csv(text, name).unwrap();
+        assert_eq!(lower_bound(&inst.buffers), capacity, "{name}");
+        check_found(
+            &inst.buffers,
+            capacity,
+            decide(&inst.buffers, capacity, deadline(5)),
+        );
+        assert_eq!(
+            decide(&inst.buffers, capacity - 1, deadline(5)),
+            Outcome::Infeasible,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn finds_generated_perfect_packings() {
+    for seed in 0..12 {
+        let (b, witness) = perfect_packing(40, 1000, 200, seed);
+        let cap = lower_bound(&b);
+        assert_eq!(cap, 1000);
+        verify(&b, &Plan::from_offsets(&b, witness), Some(cap)).unwrap();
+        check_found(&b, cap, decide(&b, cap, deadline(10)));
+        assert_eq!(
+            decide(&b, cap - 1, deadline(5)),
+            Outcome::Infeasible,
+            "seed {seed}"
+        );
+    }
+}
+
+#[test]
+fn respects_alignment() {
+    // Two aligned buffers overlapping a small one: offsets must be multiples of 8.
+    let b = vec![
+        Buffer {
+            lower: 0,
+            upper: 4,
+            size: 3,
+            align: 1,
+        },
+        Buffer {
+            lower: 1,
+            upper: 3,
+            size: 8,
+            align: 8,
+        },
+        Buffer {
+            lower: 2,
+            upper: 5,
+            size: 8,
+            align: 8,
+        },
+    ];
+    assert_eq!(decide(&b, 18, deadline(5)), Outcome::Infeasible);
+    check_found(&b, 19, decide(&b, 19, deadline(5)));
+}
+
+#[test]
+fn timeout_is_not_a_proof() {
+    let (b, _) = perfect_packing(300, 1 << 20, 1 << 20, 99);
+    let cap = lower_bound(&b);
+    // An already-passed deadline must report a timeout (or a plan found before the first check),
+    // never infeasibility.
+    let out = decide(&b, cap, Instant::now());
+    assert_ne!(out, Outcome::Infeasible);
+}
