@@ -1,1 +1,3 @@
 //! Shared code of the sample executables and tools.
+
+pub mod models;
