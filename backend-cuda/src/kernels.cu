@@ -172,8 +172,8 @@ extern "C" __global__ void tm_softmax(const float* x, const float* mask, float* 
             yr[j] = e;
             s += e;
         }
-        const float inv = 1.0f / tm_block_sum(s, sh);
-        for (u32 j = threadIdx.x; j < cols; j += blockDim.x) yr[j] *= inv;
+        const float sum = tm_block_sum(s, sh);
+        for (u32 j = threadIdx.x; j < cols; j += blockDim.x) yr[j] /= sum;
     }
 }
 
@@ -210,8 +210,8 @@ extern "C" __global__ void tm_l2normalize(const float* x, float* y, u32 rows, u3
         float* yr = y + (u64)r * cols;
         float q = 0.0f;
         for (u32 j = threadIdx.x; j < cols; j += blockDim.x) q += xr[j] * xr[j];
-        const float inv = 1.0f / fmaxf(sqrtf(tm_block_sum(q, sh)), eps);
-        for (u32 j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = xr[j] * inv;
+        const float norm = fmaxf(sqrtf(tm_block_sum(q, sh)), eps);
+        for (u32 j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = xr[j] / norm;
     }
 }
 

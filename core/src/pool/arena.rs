@@ -223,12 +223,15 @@ impl ArenaPool {
         let caps = self.backend.capabilities();
         let copy_align = caps.copy_align.max(1).next_power_of_two();
         let limit = caps.max_block_size;
-        let rounded = round_up(size, copy_align).filter(|r| *r <= limit).ok_or(Error::TooLarge {
-            what: "allocation",
-            requested: size,
-            limit,
-            limit_name: "largest block of the device",
-        })?;
+        let rounded =
+            round_up(size, copy_align)
+                .filter(|r| *r <= limit)
+                .ok_or(Error::TooLarge {
+                    what: "allocation",
+                    requested: size,
+                    limit,
+                    limit_name: "largest block of the device",
+                })?;
         if let Some(budget) = self.config.budget {
             if rounded > budget {
                 return Err(Error::TooLarge {
@@ -252,10 +255,15 @@ impl ArenaPool {
         };
         let Some((block, region)) = found else {
             st.stats.oom_count += 1;
-            return Err(Error::OutOfMemory(Box::new(self.oom_report(&st, size, label))));
+            return Err(Error::OutOfMemory(Box::new(
+                self.oom_report(&st, size, label),
+            )));
         };
         let range = BlockRange {
-            block: st.blocks[block].as_ref().map(|b| b.id).unwrap_or(BlockId(0)),
+            block: st.blocks[block]
+                .as_ref()
+                .map(|b| b.id)
+                .unwrap_or(BlockId(0)),
             offset: region.offset,
             size: region.size,
         };
@@ -293,7 +301,12 @@ impl ArenaPool {
         Ok(Ticket::DONE)
     }
 
-    fn try_existing(&self, st: &mut State, size: u64, align: u64) -> Result<Option<(usize, Region)>> {
+    fn try_existing(
+        &self,
+        st: &mut State,
+        size: u64,
+        align: u64,
+    ) -> Result<Option<(usize, Region)>> {
         for (i, b) in st.blocks.iter_mut().enumerate() {
             let Some(b) = b else { continue };
             if b.size < size {
@@ -308,8 +321,19 @@ impl ArenaPool {
 
     /// Reserves a new block for a request of `size` bytes, trimming first when the budget or the
     /// driver refuses. `Ok(None)` means out of memory.
-    fn grow(&self, st: &mut State, size: u64, align: u64, label: &str) -> Result<Option<(usize, Region)>> {
-        let copy_align = self.backend.capabilities().copy_align.max(1).next_power_of_two();
+    fn grow(
+        &self,
+        st: &mut State,
+        size: u64,
+        align: u64,
+        label: &str,
+    ) -> Result<Option<(usize, Region)>> {
+        let copy_align = self
+            .backend
+            .capabilities()
+            .copy_align
+            .max(1)
+            .next_power_of_two();
         let want = size.max(self.config.block_size);
         for attempt in 0..2 {
             let room = self
@@ -597,7 +621,12 @@ impl ArenaPool {
         let bytes = live.iter().map(|l| l.1).sum();
         let report = live
             .iter()
-            .map(|(l, s)| format!("  {s} bytes: {}", if l.is_empty() { "<unlabelled>" } else { l }))
+            .map(|(l, s)| {
+                format!(
+                    "  {s} bytes: {}",
+                    if l.is_empty() { "<unlabelled>" } else { l }
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n");
         Err(Error::Leak {
@@ -621,7 +650,10 @@ impl ArenaPool {
             used += b.tlsf.report().used;
         }
         if reserved != st.stats.reserved {
-            return Err(format!("reserved {} != blocks {reserved}", st.stats.reserved));
+            return Err(format!(
+                "reserved {} != blocks {reserved}",
+                st.stats.reserved
+            ));
         }
         let live: u64 = st.slots.iter().map(|l| l.region.size).sum();
         if live != st.stats.in_use {
