@@ -265,13 +265,15 @@ fn execute(cmd: Command) -> std::result::Result<(), String> {
             let mut blocks: Vec<&BlockMem> = Vec::new();
             let slot: Vec<usize> = args
                 .iter()
-                .map(|a| match blocks.iter().position(|m| Arc::ptr_eq(m, &a.mem)) {
-                    Some(i) => i,
-                    None => {
-                        blocks.push(&a.mem);
-                        blocks.len() - 1
-                    }
-                })
+                .map(
+                    |a| match blocks.iter().position(|m| Arc::ptr_eq(m, &a.mem)) {
+                        Some(i) => i,
+                        None => {
+                            blocks.push(&a.mem);
+                            blocks.len() - 1
+                        }
+                    },
+                )
                 .collect();
             let mut guards: Vec<MutexGuard<'_, Vec<u8>>> = blocks.iter().map(|m| lock(m)).collect();
             let mut outputs: Vec<Vec<u8>> =
