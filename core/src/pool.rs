@@ -8,10 +8,12 @@
 //! undefined behaviour. Every pool is `Send + Sync`.
 
 mod arena;
+mod replay;
 mod deferred;
 mod slots;
 mod staging;
 
 pub use arena::{Allocation, ArenaPool, DEFAULT_BLOCK_SIZE, MAX_ALIGN, PoolConfig, PoolStats};
+pub use replay::{ReplayAllocation, ReplayPool, ReplayStats};
 pub use slots::Handle;
 pub use staging::{StagingBelt, StagingConfig, StagingStats};

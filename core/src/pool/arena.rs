@@ -409,7 +409,7 @@ impl ArenaPool {
             .iter()
             .map(|l| (l.label.clone(), l.region.size))
             .collect();
-        live.sort_by(|a, b| b.1.cmp(&a.1));
+        live.sort_by_key(|l| std::cmp::Reverse(l.1));
         live.truncate(5);
         let budget = self.config.budget;
         // Would the live set plus the request fit, packed with no holes? Allocations live at the
@@ -605,7 +605,7 @@ impl ArenaPool {
             .iter()
             .map(|l| (l.label.clone(), l.region.size))
             .collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v.sort_by_key(|l| std::cmp::Reverse(l.1));
         v
     }
 
