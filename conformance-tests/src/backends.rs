@@ -81,15 +81,10 @@ fn wgpu() -> Result<Arc<dyn Backend>> {
     )?))
 }
 
-/// wgpu with staging forced: the discrete-GPU path, even on lavapipe's unified memory, with the
-/// queued-write path off so every upload goes through core's staging belt (the `wgpu` target
-/// covers `queue.write_buffer`).
+/// wgpu with staging forced: the discrete-GPU path, even on lavapipe's unified memory.
 fn wgpu_staging() -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(tensormem_wgpu::WgpuBackend::new(
-        tensormem_wgpu::WgpuConfig {
-            queued_write_max: 0,
-            ..tensormem_wgpu::WgpuConfig::staging(true)
-        },
+        tensormem_wgpu::WgpuConfig::staging(true),
     )?))
 }
 
