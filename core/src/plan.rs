@@ -46,6 +46,7 @@ mod generate;
 mod greedy;
 mod index;
 mod liveness;
+mod occupancy;
 mod portfolio;
 pub mod replay;
 

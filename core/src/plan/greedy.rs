@@ -9,39 +9,30 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::index::IntervalIndex;
+use super::occupancy::Occupancy;
 use super::{Buffer, Plan, align_up, validate};
 use crate::Result;
 
-/// How a buffer picks its gap among the placed conflicts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fit {
-    /// Smallest gap between placed conflicts (or below the lowest) that fits; otherwise on top of
-    /// the highest conflict (TFLite's rule).
-    Best,
-    /// Lowest offset that fits.
-    Lowest,
-}
+pub(crate) use super::occupancy::Fit;
 
 /// Offset marker for a buffer not placed yet.
 const UNPLACED: u64 = u64::MAX;
 
-/// Reusable placement state for one instance. Conflicts come from an interval index that only
-/// holds placed buffers, so each query costs O((k + 1) log n) in the k *placed* conflicts.
+/// Reusable placement state for one instance: an [`Occupancy`] tree of the placed buffers, so
+/// each placement costs O((g + 1) log² m) in the g free gaps below its placed conflicts, never
+/// their number.
 pub(crate) struct Squeezer<'a> {
     buffers: &'a [Buffer],
-    placed: IntervalIndex,
+    placed: Occupancy,
     offsets: Vec<u64>,
-    gaps: Vec<(u64, u64)>,
 }
 
 impl<'a> Squeezer<'a> {
     pub fn new(buffers: &'a [Buffer]) -> Self {
         Squeezer {
             buffers,
-            placed: IntervalIndex::empty(buffers),
+            placed: Occupancy::new(buffers),
             offsets: vec![UNPLACED; buffers.len()],
-            gaps: Vec::new(),
         }
     }
 
@@ -60,50 +51,17 @@ impl<'a> Squeezer<'a> {
         for (k, &i) in order.iter().enumerate() {
             let i = i as usize;
             let b = self.buffers[i];
-            self.gaps.clear();
-            let (offsets, gaps) = (&self.offsets, &mut self.gaps);
-            let buffers = self.buffers;
-            self.placed.for_each_overlap(b.lower, b.upper, |j| {
-                let o = offsets[j as usize];
-                debug_assert_ne!(o, UNPLACED);
-                gaps.push((o, o + buffers[j as usize].size));
-            });
-            self.gaps.sort_unstable_by_key(|g| g.0);
-            let offset = choose(&self.gaps, b.size, b.align, fit);
+            let offset = self.placed.choose(i, b.size, b.align, fit);
             let end = offset + b.size;
             if end > cutoff {
                 return Err(k);
             }
             peak = peak.max(end);
             self.offsets[i] = offset;
-            self.placed.activate(i);
+            self.placed.insert(i, offset, end);
         }
         Ok((self.offsets.clone(), peak))
     }
-}
-
-/// Picks an offset for a buffer of `size`/`align` among placed ranges sorted by start.
-#[inline]
-fn choose(placed: &[(u64, u64)], size: u64, align: u64, fit: Fit) -> u64 {
-    let mut prev_end = 0u64;
-    let mut best: Option<(u64, u64)> = None; // (gap length, offset)
-    for &(o, e) in placed {
-        let cand = align_up(prev_end, align);
-        if o >= cand && o - cand >= size {
-            match fit {
-                Fit::Lowest => return cand,
-                Fit::Best => {
-                    let len = o - cand;
-                    if best.is_none_or(|(bl, _)| len < bl) {
-                        best = Some((len, cand));
-                    }
-                }
-            }
-        }
-        prev_end = prev_end.max(e);
-    }
-    let top = align_up(prev_end, align);
-    best.map_or(top, |(_, o)| o)
 }
 
 /// Sorts ids by a key, with the id as the final tie-break (determinism).
@@ -128,8 +86,9 @@ pub(crate) fn size_order(buffers: &[Buffer]) -> Vec<u32> {
 /// lower index), each into the smallest gap that fits among the time-overlapping buffers already
 /// placed, the gap below the lowest one included; on top of the highest one when no gap fits.
 ///
-/// Cost: O(n log n + K log K) with K the number of conflicting pairs (each smaller buffer meets
-/// its larger placed conflicts once, through an interval index of placed buffers); memory O(n).
+/// Cost: O(n log² n) plus O(log² n) per free gap scanned below each buffer's placed conflicts
+/// (an [`Occupancy`] tree over compressed time), independent of the number of conflicting pairs;
+/// memory O(n log n) ranges at worst, far fewer as touching ranges merge.
 ///
 /// # Errors
 /// The validation errors of [`super::verify`] for invalid buffers (empty lifetime, zero size, bad
