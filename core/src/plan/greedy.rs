@@ -8,6 +8,7 @@
 //! simulated in time order, O(n log n).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use super::occupancy::Occupancy;
 use super::{Buffer, Plan, align_up, validate};
@@ -17,6 +18,15 @@ pub(crate) use super::occupancy::Fit;
 
 /// Offset marker for a buffer not placed yet.
 const UNPLACED: u64 = u64::MAX;
+
+/// Why [`Squeezer::place`] stopped before placing every buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// `order[k]` pushed the peak above the cutoff.
+    Cutoff(usize),
+    /// The deadline passed.
+    Deadline,
+}
 
 /// Reusable placement state for one instance: an [`Occupancy`] tree of the placed buffers, so
 /// each placement costs O((g + 1) log² m) in the g free gaps below its placed conflicts, never
@@ -37,24 +47,29 @@ impl<'a> Squeezer<'a> {
     }
 
     /// Places `order` (a permutation of all buffers) one by one. Returns the offsets and the peak,
-    /// or, as soon as the peak would exceed `cutoff`, `Err(k)` with `order[k]` the buffer that broke it.
+    /// or stops early: [`Stop::Cutoff`] as soon as the peak would exceed `cutoff`,
+    /// [`Stop::Deadline`] when `deadline` passes (checked every 256 placements).
     pub fn place(
         &mut self,
         order: &[u32],
         fit: Fit,
         cutoff: u64,
-    ) -> Result<(Vec<u64>, u64), usize> {
+        deadline: Option<Instant>,
+    ) -> Result<(Vec<u64>, u64), Stop> {
         debug_assert_eq!(order.len(), self.buffers.len());
         self.offsets.fill(UNPLACED);
         self.placed.clear();
         let mut peak = 0u64;
         for (k, &i) in order.iter().enumerate() {
+            if k % 256 == 255 && deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Stop::Deadline);
+            }
             let i = i as usize;
             let b = self.buffers[i];
             let offset = self.placed.choose(i, b.size, b.align, fit);
             let end = offset + b.size;
             if end > cutoff {
-                return Err(k);
+                return Err(Stop::Cutoff(k));
             }
             peak = peak.max(end);
             self.offsets[i] = offset;
@@ -101,7 +116,7 @@ pub fn greedy_by_size(buffers: &[Buffer]) -> Result<Plan> {
 /// [`greedy_by_size`] on validated buffers.
 pub(crate) fn greedy_unchecked(buffers: &[Buffer]) -> Plan {
     let order = size_order(buffers);
-    let placed = Squeezer::new(buffers).place(&order, Fit::Best, u64::MAX);
+    let placed = Squeezer::new(buffers).place(&order, Fit::Best, u64::MAX, None);
     debug_assert!(placed.is_ok(), "no cutoff, so placement always completes");
     let (offsets, peak) = placed.unwrap_or_default();
     Plan { offsets, peak }

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use super::Buffer;
 use super::bound::max_load_over_life;
-use super::greedy::{Fit, Squeezer, order_by, size_order, sweep_best_fit};
+use super::greedy::{Fit, Squeezer, Stop, order_by, size_order, sweep_best_fit};
 use super::rng::Rng;
 
 /// The best placement found so far.
@@ -41,6 +41,9 @@ pub(crate) fn improve(
     let n = buffers.len();
     let mut best = start;
     if best.peak <= target || n < 2 {
+        return best;
+    }
+    if Instant::now() >= deadline {
         return best;
     }
     let sweep = sweep_best_fit(buffers);
@@ -87,7 +90,7 @@ pub(crate) fn improve(
                 return best;
             }
             // A cutoff of `peak` (not `peak - 1`) keeps ties, so a good order is kept for the search.
-            if let Ok((offsets, peak)) = squeezer.place(&order, fit, best.peak) {
+            if let Ok((offsets, peak)) = squeezer.place(&order, fit, best.peak, Some(deadline)) {
                 let fit_name = if fit == Fit::Best {
                     "best fit"
                 } else {
@@ -131,7 +134,7 @@ pub(crate) fn improve(
             }
         }
         pending = false;
-        match squeezer.place(&candidate, fit, best.peak) {
+        match squeezer.place(&candidate, fit, best.peak, Some(deadline)) {
             Ok((offsets, peak)) => {
                 order.copy_from_slice(&candidate);
                 if peak < best.peak {
@@ -143,14 +146,15 @@ pub(crate) fn improve(
                     report(&best);
                 }
             }
-            Err(k) if k > 0 => {
+            Err(Stop::Cutoff(k)) if k > 0 => {
                 // The buffer at `k` broke the cutoff: propose it earlier, evaluated next round.
                 let to = rng.below(k as u64) as usize;
                 let x = candidate.remove(k);
                 candidate.insert(to, x);
                 pending = true;
             }
-            Err(_) => {}
+            Err(Stop::Cutoff(_)) => {}
+            Err(Stop::Deadline) => break,
         }
     }
     best

@@ -8,7 +8,7 @@
 
 use proptest::prelude::*;
 
-use super::super::greedy::{Squeezer, size_order};
+use super::super::greedy::{Squeezer, Stop, size_order};
 use super::super::rng::Rng;
 use super::super::{Buffer, align_up};
 use super::Fit;
@@ -78,7 +78,7 @@ proptest! {
         for order in [size_order(&buffers), random] {
             for fit in [Fit::Best, Fit::Lowest] {
                 let want = oracle_place(&buffers, &order, fit);
-                let (got, peak) = squeezer.place(&order, fit, u64::MAX).unwrap();
+                let (got, peak) = squeezer.place(&order, fit, u64::MAX, None).unwrap();
                 prop_assert_eq!(&got, &want);
                 let want_peak = buffers.iter().zip(&want).map(|(b, &o)| o + b.size).max().unwrap();
                 prop_assert_eq!(peak, want_peak);
@@ -95,8 +95,26 @@ fn cutoff_reports_the_breaking_buffer() {
         Buffer::new(0, 3, 1),
     ];
     let mut s = Squeezer::new(&b);
-    assert_eq!(s.place(&[0, 1, 2], Fit::Best, 10), Err(2));
-    assert_eq!(s.place(&[0, 1, 2], Fit::Best, 11).unwrap().1, 11);
+    assert_eq!(
+        s.place(&[0, 1, 2], Fit::Best, 10, None),
+        Err(Stop::Cutoff(2))
+    );
+    assert_eq!(s.place(&[0, 1, 2], Fit::Best, 11, None).unwrap().1, 11);
+}
+
+#[test]
+fn a_passed_deadline_stops_placement() {
+    let b: Vec<Buffer> = (0..1000)
+        .map(|i| Buffer::new(i, i + 10, 1 + i % 7))
+        .collect();
+    let order = size_order(&b);
+    let past = std::time::Instant::now();
+    let mut s = Squeezer::new(&b);
+    assert_eq!(
+        s.place(&order, Fit::Best, u64::MAX, Some(past)),
+        Err(Stop::Deadline)
+    );
+    assert!(s.place(&order, Fit::Best, u64::MAX, None).is_ok());
 }
 
 #[test]
@@ -118,7 +136,7 @@ fn many_long_lived_conflicts_stay_exact() {
     for fit in [Fit::Best, Fit::Lowest] {
         let want = oracle_place(&buffers, &order, fit);
         let (got, _) = Squeezer::new(&buffers)
-            .place(&order, fit, u64::MAX)
+            .place(&order, fit, u64::MAX, None)
             .unwrap();
         assert_eq!(got, want);
     }
