@@ -90,7 +90,11 @@ fn replay(c: &mut Criterion) {
                     live.insert(next, dynamic.allocate(size, 256, "t").expect("allocate"));
                     next
                 },
-                &mut |id| dynamic.free(live.remove(&id).expect("live").handle).expect("free"),
+                &mut |id| {
+                    dynamic
+                        .free(live.remove(&id).expect("live").handle)
+                        .expect("free")
+                },
             );
         })
     });
@@ -106,7 +110,11 @@ fn replay(c: &mut Criterion) {
                 live.insert(next, replay.allocate(size, 256, "t").expect("allocate"));
                 next
             },
-            &mut |id| replay.free(live.remove(&id).expect("live").handle).expect("free"),
+            &mut |id| {
+                replay
+                    .free(live.remove(&id).expect("live").handle)
+                    .expect("free")
+            },
         );
         replay.end_step().expect("end");
     };

@@ -8,8 +8,8 @@
 //! undefined behaviour. Every pool is `Send + Sync`.
 
 mod arena;
-mod replay;
 mod deferred;
+mod replay;
 mod slots;
 mod staging;
 

@@ -148,15 +148,19 @@ impl Occupancy {
             a /= 2;
             b /= 2;
         }
-        let (union, cover, sets) = (&self.union, &self.cover, &self.sets);
-        let set = |k: usize| -> &[(u64, u64)] {
-            let (node, is_union) = sets[k];
-            if is_union {
-                &union[node as usize]
-            } else {
-                &cover[node as usize]
-            }
-        };
+        let (union, cover) = (&self.union, &self.cover);
+        let sets: Vec<&[(u64, u64)]> = self
+            .sets
+            .iter()
+            .map(|&(node, is_union)| {
+                if is_union {
+                    &union[node as usize][..]
+                } else {
+                    &cover[node as usize][..]
+                }
+            })
+            .collect();
+        let set = |k: usize| -> &[(u64, u64)] { sets[k] };
         let k = sets.len();
         // Per set, the first range that ends above the scan point (the scan point only rises).
         self.cursor.clear();

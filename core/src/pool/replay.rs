@@ -156,7 +156,13 @@ impl ReplayPool {
                     offset: base.offset + offset,
                     size,
                 };
-                (Source::Planned { ordinal, step: st.step }, range)
+                (
+                    Source::Planned {
+                        ordinal,
+                        step: st.step,
+                    },
+                    range,
+                )
             }
             _ => {
                 let a = self.pool.allocate(size, align, label)?;
@@ -262,7 +268,9 @@ impl ReplayPool {
             return Ok(());
         }
         let plan = Arc::new(ReplayPlan::compile(&recording, self.plan_time_limit)?);
-        let arena = self.pool.allocate(plan.arena_size().max(1), 1, "replay arena")?;
+        let arena = self
+            .pool
+            .allocate(plan.arena_size().max(1), 1, "replay arena")?;
         if let Some(old) = st.planned.take() {
             self.pool.free_after(old.arena.handle, st.arena_last_use)?;
         }
