@@ -110,8 +110,11 @@ pub struct Solution {
 pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
     let started = Instant::now();
     validate(buffers)?;
-    let deadline = started + opts.time_limit;
     let lb = lower_bound(buffers);
+    // The final `verify` is an O(n log n) sweep like the bound's: keep three times the bound's cost
+    // in reserve so that it fits in the budget too.
+    let reserve = started.elapsed() * 3;
+    let deadline = started + opts.time_limit.saturating_sub(reserve);
     let greedy = greedy_unchecked(buffers);
     let greedy_peak = greedy.peak;
     let progress = |phase: String, best: u64| {
@@ -150,7 +153,7 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
             buffers,
             best,
             target,
-            started + share,
+            (started + share).min(deadline),
             opts.seed,
             &mut report,
         );
