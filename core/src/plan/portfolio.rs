@@ -2,9 +2,10 @@
 //! best ordering, keeping the lowest peak.
 //!
 //! Orderings (each squeezed with best fit and with lowest offset, XLA's `CreateHeapWithPackingSearch`
-//! idea): size (TFLite, XLA spatial), lifetime length (XLA temporal), area (XLA spatial×temporal),
-//! heaviest section touched (MiniMalloc's "T": buffers where memory is tightest first), and start
-//! time. XLA's sweep-line best fit runs too. Then, until the deadline, the incumbent order is
+//! idea): size (TFLite, XLA spatial; also with start-time ties), lifetime length (XLA temporal),
+//! area (XLA spatial×temporal), heaviest section touched (MiniMalloc's "T": buffers where memory is
+//! tightest first; ties by lifetime, start time or size), end time and start time. Each pass is cut
+//! off as soon as it exceeds the incumbent and checks the deadline. XLA's sweep-line best fit runs too. Then, until the deadline, the incumbent order is
 //! perturbed and squeezed again with the incumbent peak as a cutoff (idealloc's "abort once the peak
 //! exceeds the best so far"): the buffer that broke the cutoff moves earlier (it is a bottleneck),
 //! plus a few random swaps; an equal peak is accepted so the search drifts across plateaus.
@@ -122,28 +123,26 @@ pub(crate) fn improve(
         if best.peak <= target || Instant::now() >= deadline {
             break;
         }
-        {
-            // A cutoff of `peak` (not `peak - 1`) keeps ties, so a good order is kept for the search.
-            if let Ok((offsets, peak)) = squeezer.place(order, fit, best.peak, Some(deadline)) {
-                let fit_name = if fit == Fit::Best {
-                    "best fit"
-                } else {
-                    "lowest offset"
+        // A cutoff of `peak` (not `peak - 1`) keeps ties, so a good order is kept for the search.
+        if let Ok((offsets, peak)) = squeezer.place(order, fit, best.peak, Some(deadline)) {
+            let fit_name = if fit == Fit::Best {
+                "best fit"
+            } else {
+                "lowest offset"
+            };
+            if peak < best.peak || best_order.is_none() {
+                let improved = peak < best.peak;
+                best = Incumbent {
+                    offsets,
+                    peak,
+                    algorithm: format!("{name} order, {fit_name}"),
                 };
-                if peak < best.peak || best_order.is_none() {
-                    let improved = peak < best.peak;
-                    best = Incumbent {
-                        offsets,
-                        peak,
-                        algorithm: format!("{name} order, {fit_name}"),
-                    };
-                    if improved {
-                        report(&best);
-                    }
+                if improved {
+                    report(&best);
                 }
-                if peak <= best.peak {
-                    best_order = Some((order.to_vec(), fit));
-                }
+            }
+            if peak <= best.peak {
+                best_order = Some((order.to_vec(), fit));
             }
         }
     }
