@@ -5,10 +5,11 @@
 //! idea): size (TFLite, XLA spatial; also with start-time ties), lifetime length (XLA temporal),
 //! area (XLA spatial×temporal), heaviest section touched (MiniMalloc's "T": buffers where memory is
 //! tightest first; ties by lifetime, start time or size), end time and start time. Each pass is cut
-//! off as soon as it exceeds the incumbent and checks the deadline. XLA's sweep-line best fit runs too. Then, until the deadline, the incumbent order is
-//! perturbed and squeezed again with the incumbent peak as a cutoff (idealloc's "abort once the peak
-//! exceeds the best so far"): the buffer that broke the cutoff moves earlier (it is a bottleneck),
-//! plus a few random swaps; an equal peak is accepted so the search drifts across plateaus.
+//! off as soon as it exceeds the incumbent and checks the deadline. XLA's sweep-line best fit runs
+//! too. Then, until the deadline, the incumbent order is perturbed and squeezed again with the
+//! incumbent peak as a cutoff (idealloc's "abort once the peak exceeds the best so far"): the buffer
+//! that broke the cutoff moves earlier (it is a bottleneck), plus a few random swaps; an equal peak
+//! is accepted so the search drifts across plateaus.
 
 use std::cmp::Reverse;
 use std::time::Instant;
