@@ -25,9 +25,10 @@
 //!   converts with `upper = last + 1`.
 //! - Offsets and sizes are `u64` bytes; inputs whose padded total would overflow `u64` are rejected
 //!   up front ([`Error::TooLarge`]), so no planner can overflow.
-//! - Conflict queries use a static interval index (sorted by `lower`, max-`upper` segment tree) or a
-//!   flat CSR conflict list when it fits in memory; the exact search keeps flat per-buffer arrays with
-//!   undo logs, never copying state.
+//! - Heuristic placement never enumerates conflicting pairs (1.8e8 on IOPDDL Y_1): an occupancy tree
+//!   over compressed time (a segment tree whose nodes hold merged offset ranges) yields the free gaps
+//!   among a buffer's placed conflicts directly. The exact search uses a flat CSR conflict list and
+//!   keeps flat per-buffer arrays with undo logs, never copying state.
 //! - Everything is deterministic: randomness comes from a seeded generator.
 //!
 //! Limits: the exact search is exponential in the worst case and is only attempted on instances of
@@ -46,6 +47,7 @@ mod generate;
 mod greedy;
 mod index;
 mod liveness;
+mod occupancy;
 mod portfolio;
 pub mod replay;
 

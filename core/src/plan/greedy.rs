@@ -8,102 +8,75 @@
 //! simulated in time order, O(n log n).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
-use super::index::IntervalIndex;
+use super::occupancy::Occupancy;
 use super::{Buffer, Plan, align_up, validate};
 use crate::Result;
 
-/// How a buffer picks its gap among the placed conflicts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fit {
-    /// Smallest gap between placed conflicts (or below the lowest) that fits; otherwise on top of
-    /// the highest conflict (TFLite's rule).
-    Best,
-    /// Lowest offset that fits.
-    Lowest,
-}
+pub(crate) use super::occupancy::Fit;
 
 /// Offset marker for a buffer not placed yet.
 const UNPLACED: u64 = u64::MAX;
 
-/// Reusable placement state for one instance. Conflicts come from an interval index that only
-/// holds placed buffers, so each query costs O((k + 1) log n) in the k *placed* conflicts.
+/// Why [`Squeezer::place`] stopped before placing every buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// `order[k]` pushed the peak above the cutoff.
+    Cutoff(usize),
+    /// The deadline passed.
+    Deadline,
+}
+
+/// Reusable placement state for one instance: an [`Occupancy`] tree of the placed buffers, so
+/// each placement costs O((g + 1) log² m) in the g free gaps below its placed conflicts, never
+/// their number.
 pub(crate) struct Squeezer<'a> {
     buffers: &'a [Buffer],
-    placed: IntervalIndex,
+    placed: Occupancy,
     offsets: Vec<u64>,
-    gaps: Vec<(u64, u64)>,
 }
 
 impl<'a> Squeezer<'a> {
     pub fn new(buffers: &'a [Buffer]) -> Self {
         Squeezer {
             buffers,
-            placed: IntervalIndex::empty(buffers),
+            placed: Occupancy::new(buffers),
             offsets: vec![UNPLACED; buffers.len()],
-            gaps: Vec::new(),
         }
     }
 
     /// Places `order` (a permutation of all buffers) one by one. Returns the offsets and the peak,
-    /// or, as soon as the peak would exceed `cutoff`, `Err(k)` with `order[k]` the buffer that broke it.
+    /// or stops early: [`Stop::Cutoff`] as soon as the peak would exceed `cutoff`,
+    /// [`Stop::Deadline`] when `deadline` passes (checked every 256 placements).
     pub fn place(
         &mut self,
         order: &[u32],
         fit: Fit,
         cutoff: u64,
-    ) -> Result<(Vec<u64>, u64), usize> {
+        deadline: Option<Instant>,
+    ) -> Result<(Vec<u64>, u64), Stop> {
         debug_assert_eq!(order.len(), self.buffers.len());
         self.offsets.fill(UNPLACED);
         self.placed.clear();
         let mut peak = 0u64;
         for (k, &i) in order.iter().enumerate() {
+            if k % 256 == 255 && deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Stop::Deadline);
+            }
             let i = i as usize;
             let b = self.buffers[i];
-            self.gaps.clear();
-            let (offsets, gaps) = (&self.offsets, &mut self.gaps);
-            let buffers = self.buffers;
-            self.placed.for_each_overlap(b.lower, b.upper, |j| {
-                let o = offsets[j as usize];
-                debug_assert_ne!(o, UNPLACED);
-                gaps.push((o, o + buffers[j as usize].size));
-            });
-            self.gaps.sort_unstable_by_key(|g| g.0);
-            let offset = choose(&self.gaps, b.size, b.align, fit);
+            let offset = self.placed.choose(i, b.size, b.align, fit);
             let end = offset + b.size;
             if end > cutoff {
-                return Err(k);
+                return Err(Stop::Cutoff(k));
             }
             peak = peak.max(end);
             self.offsets[i] = offset;
-            self.placed.activate(i);
+            self.placed.insert(i, offset, end);
         }
         Ok((self.offsets.clone(), peak))
     }
-}
-
-/// Picks an offset for a buffer of `size`/`align` among placed ranges sorted by start.
-#[inline]
-fn choose(placed: &[(u64, u64)], size: u64, align: u64, fit: Fit) -> u64 {
-    let mut prev_end = 0u64;
-    let mut best: Option<(u64, u64)> = None; // (gap length, offset)
-    for &(o, e) in placed {
-        let cand = align_up(prev_end, align);
-        if o >= cand && o - cand >= size {
-            match fit {
-                Fit::Lowest => return cand,
-                Fit::Best => {
-                    let len = o - cand;
-                    if best.is_none_or(|(bl, _)| len < bl) {
-                        best = Some((len, cand));
-                    }
-                }
-            }
-        }
-        prev_end = prev_end.max(e);
-    }
-    let top = align_up(prev_end, align);
-    best.map_or(top, |(_, o)| o)
 }
 
 /// Sorts ids by a key, with the id as the final tie-break (determinism).
@@ -128,8 +101,9 @@ pub(crate) fn size_order(buffers: &[Buffer]) -> Vec<u32> {
 /// lower index), each into the smallest gap that fits among the time-overlapping buffers already
 /// placed, the gap below the lowest one included; on top of the highest one when no gap fits.
 ///
-/// Cost: O(n log n + K log K) with K the number of conflicting pairs (each smaller buffer meets
-/// its larger placed conflicts once, through an interval index of placed buffers); memory O(n).
+/// Cost: O(n log² n) plus O(log² n) per free gap scanned below each buffer's placed conflicts
+/// (an [`Occupancy`] tree over compressed time), independent of the number of conflicting pairs;
+/// memory O(n log n) ranges at worst, far fewer as touching ranges merge.
 ///
 /// # Errors
 /// The validation errors of [`super::verify`] for invalid buffers (empty lifetime, zero size, bad
@@ -142,7 +116,7 @@ pub fn greedy_by_size(buffers: &[Buffer]) -> Result<Plan> {
 /// [`greedy_by_size`] on validated buffers.
 pub(crate) fn greedy_unchecked(buffers: &[Buffer]) -> Plan {
     let order = size_order(buffers);
-    let placed = Squeezer::new(buffers).place(&order, Fit::Best, u64::MAX);
+    let placed = Squeezer::new(buffers).place(&order, Fit::Best, u64::MAX, None);
     debug_assert!(placed.is_ok(), "no cutoff, so placement always completes");
     let (offsets, peak) = placed.unwrap_or_default();
     Plan { offsets, peak }

@@ -1,10 +1,9 @@
 //! Conflict queries: which buffers' lifetimes intersect a given one.
 //!
 //! - [`IntervalIndex`]: buffers sorted by `lower` with a segment tree of the maximum `upper`,
-//!   answering "all active buffers live somewhere in `[l, u)`" in O((k + 1) log n) with O(n) memory.
-//!   Buffers can be activated one at a time, so a squeeze only ever visits *placed* conflicts.
+//!   answering "all buffers live somewhere in `[l, u)`" in O((k + 1) log n) with O(n) memory.
 //!   Instances can have hundreds of millions of conflicting pairs (IOPDDL Y_1 has 1.8e8), so the
-//!   heuristics never materialise them.
+//!   heuristics never enumerate them: they use [`super::occupancy`] instead.
 //! - [`conflict_csr`]: the flat list of every buffer's conflicts, for the exact search (small
 //!   instances, many passes over the same lists).
 
@@ -19,12 +18,10 @@ pub(crate) struct IntervalIndex {
     lower: Vec<u64>,
     /// `upper` of `order[k]`.
     upper: Vec<u64>,
-    /// Segment tree over positions: node `k` holds the maximum `upper` of its active range; leaves
-    /// start at `leaves` (a power of two); inactive and unused leaves hold 0, which no query matches.
+    /// Segment tree over positions: node `k` holds the maximum `upper` of its range; leaves start
+    /// at `leaves` (a power of two); unused leaves hold 0, which no query matches.
     max_upper: Vec<u64>,
     leaves: usize,
-    /// Position of each buffer id in `order`.
-    position: Vec<u32>,
 }
 
 impl IntervalIndex {
@@ -40,45 +37,12 @@ impl IntervalIndex {
         for k in (1..leaves).rev() {
             max_upper[k] = max_upper[2 * k].max(max_upper[2 * k + 1]);
         }
-        let mut position = vec![0u32; buffers.len()];
-        for (k, &i) in order.iter().enumerate() {
-            position[i as usize] = k as u32;
-        }
         IntervalIndex {
             order,
             lower,
             upper,
             max_upper,
             leaves,
-            position,
-        }
-    }
-
-    /// The same index with every buffer inactive: queries see only buffers [`Self::activate`]d
-    /// since (the placed ones, for a squeeze).
-    pub fn empty(buffers: &[Buffer]) -> Self {
-        let mut index = IntervalIndex::new(buffers);
-        index.max_upper.fill(0);
-        index
-    }
-
-    /// Makes every buffer inactive again, in O(n).
-    pub fn clear(&mut self) {
-        self.max_upper.fill(0);
-    }
-
-    /// Makes buffer `id` visible to queries, in O(log n).
-    pub fn activate(&mut self, id: usize) {
-        let p = self.position[id] as usize;
-        let up = self.upper[p];
-        let mut k = self.leaves + p;
-        self.max_upper[k] = up;
-        while k > 1 {
-            k /= 2;
-            if self.max_upper[k] >= up {
-                break;
-            }
-            self.max_upper[k] = up;
         }
     }
 
@@ -155,20 +119,12 @@ mod tests {
             .count() as u64;
         let (start, list) = conflict_csr(&buffers);
         assert_eq!(list.len() as u64, 2 * pairs);
-        let mut placed = IntervalIndex::empty(&buffers);
         for i in 0..300 {
             let want: Vec<u32> = (0..300)
                 .filter(|&j| j != i && buffers[i].conflicts(&buffers[j]))
                 .map(|j| j as u32)
                 .collect();
             assert_eq!(&list[start[i]..start[i + 1]], &want[..]);
-            // The placed-only index sees exactly the conflicts activated so far.
-            let mut got = Vec::new();
-            placed.for_each_overlap(buffers[i].lower, buffers[i].upper, |j| got.push(j));
-            got.sort_unstable();
-            let before: Vec<u32> = want.iter().copied().filter(|&j| (j as usize) < i).collect();
-            assert_eq!(got, before);
-            placed.activate(i);
         }
     }
 }
