@@ -14,6 +14,7 @@ pub mod plan;
 pub mod pool;
 pub mod runtime;
 pub mod suballoc;
+pub mod trace;
 
 pub use backend::{Backend, BlockDesc, BlockId, BlockRange, Capabilities, MemoryKind, Ticket};
 pub use error::{Error, OomReport, Result};
@@ -22,3 +23,4 @@ pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
 pub use pool::{Allocation, ArenaPool, Handle, PoolConfig, PoolStats, StagingBelt, StagingConfig};
 pub use runtime::{MemoryReport, Model, Runtime, RuntimeConfig, Tensor};
+pub use trace::{Trace, TraceEvent, Tracer};
