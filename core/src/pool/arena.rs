@@ -27,7 +27,7 @@ use crate::pool::guard;
 use crate::pool::slots::{Handle, Slots, next_pool_id};
 use crate::suballoc::{Region, Tlsf};
 use crate::trace::{EventKind, Tracer};
-use crate::{Error, OomReport, Result};
+use crate::{Error, Result};
 
 /// Largest alignment a pool accepts, in bytes (1 GiB).
 pub const MAX_ALIGN: u64 = 1 << 30;
@@ -327,7 +327,7 @@ impl ArenaPool {
         };
         let Some((block, region)) = found else {
             st.stats.oom_count += 1;
-            return Err(Error::OutOfMemory(Box::new(self.oom_report(&st, size, label))));
+            return Err(Error::OutOfMemory(Box::new(self.oom_report(&st, size, total, align, label))));
         };
         let block_id = st.blocks[block].as_ref().map(|b| b.id).unwrap_or(BlockId(0));
         let mut live = Live {
@@ -462,51 +462,6 @@ impl ArenaPool {
             }
         }
         Ok(None)
-    }
-
-    fn oom_report(&self, st: &State, requested: u64, label: &str) -> OomReport {
-        let mut free = 0u64;
-        let mut largest = 0u64;
-        let mut empty_blocks = 0u64;
-        for b in st.blocks.iter().flatten() {
-            let r = b.tlsf.report();
-            free += r.free;
-            largest = largest.max(r.largest_free);
-            if b.tlsf.is_empty() {
-                empty_blocks += b.size;
-            }
-        }
-        let mut live: Vec<(String, u64)> = st
-            .slots
-            .iter()
-            .map(|l| (l.label.clone(), l.region.size))
-            .collect();
-        live.sort_by(|a, b| b.1.cmp(&a.1));
-        live.truncate(5);
-        let budget = self.config.budget;
-        // Would the live set plus the request fit, packed with no holes? Allocations live at the
-        // same time cannot share bytes, so a static plan needs exactly their sum.
-        let needed = st.stats.in_use + requested;
-        let capacity = budget.unwrap_or(st.stats.reserved.max(needed));
-        OomReport {
-            pool: self.config.name.clone(),
-            label: (!label.is_empty()).then(|| label.to_string()),
-            requested,
-            reserved: st.stats.reserved,
-            in_use: st.stats.in_use,
-            largest_free: largest,
-            fragmentation: if free == 0 {
-                0.0
-            } else {
-                1.0 - largest as f64 / free as f64
-            },
-            budget,
-            pending_free: st.deferred.bytes(),
-            largest_live: live,
-            trim_would_help: empty_blocks > 0
-                && budget.is_some_and(|b| st.stats.reserved - empty_blocks + requested <= b),
-            static_plan_would_fit: Some(needed <= capacity),
-        }
     }
 
     /// Frees an allocation once the last work recorded against it (see
@@ -806,6 +761,8 @@ impl Drop for ArenaPool {
         }
     }
 }
+
+mod oom;
 
 #[cfg(test)]
 mod tests;

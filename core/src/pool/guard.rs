@@ -29,7 +29,8 @@ pub(crate) fn fill(backend: &dyn Backend, block: BlockId, region: (u64, u64), fr
     Ok(())
 }
 
-/// Checks the margins of `region` (offset and size in the block, in bytes). `Ok(Some(description))` names the first overwritten byte.
+/// Checks the margins of `region` (offset and size in the block, in bytes). `Ok(Some(description))`
+/// says how far the damage reaches (the back margin is checked first).
 ///
 /// # Errors
 /// Backend errors from `read_mapped`.
@@ -46,23 +47,25 @@ pub(crate) fn check(
     if back > 0 {
         let b = &mut buf[..back as usize];
         backend.read_mapped(block, offset + front + size, b)?;
-        if let Some(i) = b.iter().position(|&x| x != GUARD_PATTERN) {
+        if let Some(i) = b.iter().rposition(|&x| x != GUARD_PATTERN) {
             return Ok(Some(format!(
-                "guard bytes overwritten {} byte(s) past the end (byte {} of {back} after the data)",
-                i + 1,
-                i
+                "guard bytes overwritten up to {} byte(s) past the end",
+                i + 1
             )));
         }
     }
     if front > 0 {
         let b = &mut buf[..front as usize];
         backend.read_mapped(block, offset, b)?;
-        if let Some(i) = b.iter().rposition(|&x| x != GUARD_PATTERN) {
+        if let Some(i) = b.iter().position(|&x| x != GUARD_PATTERN) {
             return Ok(Some(format!(
-                "guard bytes overwritten {} byte(s) before the start",
+                "guard bytes overwritten from {} byte(s) before the start",
                 front as usize - i
             )));
         }
     }
     Ok(None)
 }
+
+#[cfg(test)]
+mod tests;
