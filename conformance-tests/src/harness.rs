@@ -79,15 +79,23 @@ pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
                 drop(probe);
                 let mut results = Vec::new();
                 for case in cases {
-                    if case_filter.as_ref().is_some_and(|f| !case.name.contains(f.as_str())) {
+                    if case_filter
+                        .as_ref()
+                        .is_some_and(|f| !case.name.contains(f.as_str()))
+                    {
                         continue;
                     }
                     let start = Instant::now();
                     let failure = run_case(target, case);
                     let secs = start.elapsed().as_secs_f64();
                     match &failure {
-                        None => println!("  ok    {:<16} {:<34} {secs:>7.2}s", target.name, case.name),
-                        Some(f) => println!("  FAIL  {:<16} {:<34} {secs:>7.2}s  {f}", target.name, case.name),
+                        None => {
+                            println!("  ok    {:<16} {:<34} {secs:>7.2}s", target.name, case.name)
+                        }
+                        Some(f) => println!(
+                            "  FAIL  {:<16} {:<34} {secs:>7.2}s  {f}",
+                            target.name, case.name
+                        ),
                     }
                     results.push((case.name.to_string(), failure, secs));
                 }
@@ -97,7 +105,11 @@ pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
         let is_required = required.contains(target.name) || required.contains(target.backend);
         match &outcome {
             Outcome::Skipped(reason) => {
-                let verdict = if is_required { "FAILED (required)" } else { "skipped" };
+                let verdict = if is_required {
+                    "FAILED (required)"
+                } else {
+                    "skipped"
+                };
                 println!("  {verdict:<6} {:<16} {reason}", target.name);
                 if is_required {
                     ok = false;

@@ -118,7 +118,13 @@ impl Graph {
     /// # Errors
     /// [`Error::InvalidArgument`] for an unknown tensor, [`Error::SizeMismatch`] for operands that
     /// do not match the op.
-    pub fn op(&mut self, op: Op, inputs: &[TensorId], out_shape: &[usize], label: &str) -> Result<TensorId> {
+    pub fn op(
+        &mut self,
+        op: Op,
+        inputs: &[TensorId],
+        out_shape: &[usize],
+        label: &str,
+    ) -> Result<TensorId> {
         let sig = op.signature()?;
         if inputs.len() != sig.inputs.len() {
             return Err(Error::SizeMismatch {
@@ -207,10 +213,7 @@ impl Graph {
 
     /// The tensor owning the bytes of `t` (itself unless it is a reshape).
     pub fn root(&self, t: TensorId) -> TensorId {
-        self.tensors
-            .get(t.0)
-            .and_then(|d| d.alias_of)
-            .unwrap_or(t)
+        self.tensors.get(t.0).and_then(|d| d.alias_of).unwrap_or(t)
     }
 
     /// All declared tensors.

@@ -248,7 +248,8 @@ fn execute(cmd: Command) -> std::result::Result<(), String> {
             } else {
                 let s = lock(&src.mem);
                 let mut d = lock(&dst.mem);
-                d[dst.offset..dst.offset + dst.size].copy_from_slice(&s[src.offset..src.offset + src.size]);
+                d[dst.offset..dst.offset + dst.size]
+                    .copy_from_slice(&s[src.offset..src.offset + src.size]);
             }
             Ok(())
         }
@@ -263,7 +264,8 @@ fn execute(cmd: Command) -> std::result::Result<(), String> {
                 .iter()
                 .map(|a| lock(&a.mem)[a.offset..a.offset + a.size].to_vec())
                 .collect();
-            let mut outputs: Vec<Vec<u8>> = args[n_inputs..].iter().map(|a| vec![0u8; a.size]).collect();
+            let mut outputs: Vec<Vec<u8>> =
+                args[n_inputs..].iter().map(|a| vec![0u8; a.size]).collect();
             let in_refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
             let mut out_refs: Vec<&mut [u8]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
             ops::host::run(&op, &in_refs, &mut out_refs).map_err(|e| e.to_string())?;
@@ -352,7 +354,9 @@ impl Backend for HostBackend {
         let id = blocks.next_id;
         blocks.next_id += 1;
         blocks.bytes += desc.size;
-        blocks.map.insert(id, (desc.kind, Arc::new(Mutex::new(mem))));
+        blocks
+            .map
+            .insert(id, (desc.kind, Arc::new(Mutex::new(mem))));
         Ok(BlockId(id))
     }
 
@@ -389,7 +393,10 @@ impl Backend for HostBackend {
                 actual: dst.size,
             });
         }
-        let (s, d) = (self.arg(src, "copy source")?, self.arg(dst, "copy destination")?);
+        let (s, d) = (
+            self.arg(src, "copy source")?,
+            self.arg(dst, "copy destination")?,
+        );
         self.enqueue(Command::Copy(s, d))
     }
 

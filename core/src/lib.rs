@@ -18,9 +18,9 @@ pub mod trace;
 
 pub use backend::{Backend, BlockDesc, BlockId, BlockRange, Capabilities, MemoryKind, Ticket};
 pub use error::{Error, OomReport, Result};
-pub use ops::{DType, Op};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
+pub use ops::{DType, Op};
 pub use pool::{Allocation, ArenaPool, Handle, PoolConfig, PoolStats, StagingBelt, StagingConfig};
 pub use runtime::{MemoryReport, Model, Runtime, RuntimeConfig, Tensor};
 pub use trace::{Trace, TraceEvent, Tracer};

@@ -128,7 +128,13 @@ impl Runtime {
     ///
     /// # Errors
     /// As [`Runtime::alloc`] and [`Runtime::upload`]; nothing stays allocated on error.
-    pub fn tensor_from<T: Pod>(&self, dtype: DType, shape: &[usize], data: &[T], label: &str) -> Result<Tensor> {
+    pub fn tensor_from<T: Pod>(
+        &self,
+        dtype: DType,
+        shape: &[usize],
+        data: &[T],
+        label: &str,
+    ) -> Result<Tensor> {
         let t = self.alloc(dtype, shape, label)?;
         match self.upload(&t, data) {
             Ok(_) => Ok(t),
@@ -261,7 +267,13 @@ impl Runtime {
 
     /// The checked range `[offset, offset + size)` of an allocation, with `size` rounded up to the
     /// copy alignment.
-    fn sub_range(&self, alloc: Allocation, offset: u64, size: u64, what: &'static str) -> Result<BlockRange> {
+    fn sub_range(
+        &self,
+        alloc: Allocation,
+        offset: u64,
+        size: u64,
+        what: &'static str,
+    ) -> Result<BlockRange> {
         if size == 0 {
             return Err(Error::ZeroSize { what });
         }
@@ -273,7 +285,10 @@ impl Runtime {
             )));
         }
         let padded = size.div_ceil(align) * align;
-        if offset.checked_add(padded).is_none_or(|end| end > range.size) {
+        if offset
+            .checked_add(padded)
+            .is_none_or(|end| end > range.size)
+        {
             return Err(Error::OutOfBounds {
                 what: "allocation",
                 offset,

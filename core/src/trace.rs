@@ -240,7 +240,11 @@ impl Tracer {
     pub fn record(&self, kind: EventKind) {
         let backtrace = (self.inner.backtraces && matches!(kind, EventKind::Alloc { .. }))
             .then(|| std::backtrace::Backtrace::force_capture().to_string());
-        let mut events = self.inner.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut events = self
+            .inner
+            .events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let time_ns = self.inner.start.elapsed().as_nanos() as u64;
         events.push(TraceEvent {
             time_ns,
@@ -255,7 +259,11 @@ impl Tracer {
         if !self.inner.backtraces || id == 0 {
             return None;
         }
-        let events = self.inner.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let events = self
+            .inner
+            .events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         events.iter().rev().find_map(|e| match &e.kind {
             EventKind::Alloc { id: i, .. } if *i == id => e.backtrace.clone(),
             _ => None,
@@ -264,7 +272,11 @@ impl Tracer {
 
     /// Events recorded so far.
     pub fn len(&self) -> usize {
-        self.inner.events.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.inner
+            .events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// Whether nothing was recorded yet.
@@ -275,14 +287,25 @@ impl Tracer {
     /// A copy of the events recorded so far.
     pub fn snapshot(&self) -> Trace {
         Trace {
-            events: self.inner.events.lock().unwrap_or_else(PoisonError::into_inner).clone(),
+            events: self
+                .inner
+                .events
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
         }
     }
 
     /// Takes the events recorded so far, leaving the tracer empty (ids keep counting).
     pub fn take(&self) -> Trace {
         Trace {
-            events: std::mem::take(&mut *self.inner.events.lock().unwrap_or_else(PoisonError::into_inner)),
+            events: std::mem::take(
+                &mut *self
+                    .inner
+                    .events
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            ),
         }
     }
 }

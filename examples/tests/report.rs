@@ -44,12 +44,24 @@ fn prints_findings_largest_first_and_writes_the_timeline() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let rows: Vec<&str> = stdout.lines().skip(2).filter(|l| !l.starts_with("timeline")).collect();
-    assert!(rows[0].contains("unused allocation") && rows[0].contains("unused scratch"), "{stdout}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = stdout
+        .lines()
+        .skip(2)
+        .filter(|l| !l.starts_with("timeline"))
+        .collect();
+    assert!(
+        rows[0].contains("unused allocation") && rows[0].contains("unused scratch"),
+        "{stdout}"
+    );
     assert!(rows[0].trim_start().starts_with("8192"), "{stdout}");
     assert!(
-        rows.iter().any(|r| r.contains("early allocation") && r.contains("early weights")),
+        rows.iter()
+            .any(|r| r.contains("early allocation") && r.contains("early weights")),
         "{stdout}"
     );
     let saved: Vec<u64> = rows
@@ -66,19 +78,33 @@ fn prints_findings_largest_first_and_writes_the_timeline() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&json.stdout);
-    assert!(text.trim_start().starts_with('[') && text.contains("\"kind\":\"unused allocation\",\"id\""), "{text}");
+    assert!(
+        text.trim_start().starts_with('[')
+            && text.contains("\"kind\":\"unused allocation\",\"id\""),
+        "{text}"
+    );
 }
 
 #[test]
 fn a_malformed_file_fails_with_its_line() {
     let d = dir();
     let bad = d.join("bad.json");
-    std::fs::write(&bad, "{\n\"tensormemEvents\": [\n{\"t\": 1, \"k\": \"free\"}\n]}\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report")).arg(&bad).output().unwrap();
+    std::fs::write(
+        &bad,
+        "{\n\"tensormemEvents\": [\n{\"t\": 1, \"k\": \"free\"}\n]}\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
+        .arg(&bad)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.json:3:") && err.contains("'id'"), "{err}");
-    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report")).arg("--bogus").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
+        .arg("--bogus")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
         .arg(d.join("missing.json"))

@@ -11,7 +11,10 @@ use crate::{Case, Ctx, check, fail};
 type R = std::result::Result<(), String>;
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![Case { name: "planned_reuse_matches_no_reuse", run: planned_reuse }]
+    vec![Case {
+        name: "planned_reuse_matches_no_reuse",
+        run: planned_reuse,
+    }]
 }
 
 struct RandomGraph {
@@ -28,7 +31,9 @@ fn bytes(v: &[f32]) -> Vec<u8> {
 }
 
 fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 fn random_graph(seed: u64) -> Result<RandomGraph, String> {
@@ -40,19 +45,49 @@ fn random_graph(seed: u64) -> Result<RandomGraph, String> {
     let mut g = Graph::new();
     let mut feeds = Vec::new();
     let mut reference: Vec<Option<Vec<f32>>> = Vec::new();
-    let mut feed = |g: &mut Graph, reference: &mut Vec<Option<Vec<f32>>>, rng: &mut Rng, name: &str, shape: &[usize], weight: bool| {
+    let mut feed = |g: &mut Graph,
+                    reference: &mut Vec<Option<Vec<f32>>>,
+                    rng: &mut Rng,
+                    name: &str,
+                    shape: &[usize],
+                    weight: bool| {
         let n: usize = shape.iter().product();
         let data: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
-        let t = if weight { g.weight(name, DType::F32, shape) } else { g.input(name, DType::F32, shape) };
+        let t = if weight {
+            g.weight(name, DType::F32, shape)
+        } else {
+            g.input(name, DType::F32, shape)
+        };
         reference.resize(t.index() + 1, None);
         reference[t.index()] = Some(data.clone());
         feeds.push((t, data));
         t
     };
     let x = feed(&mut g, &mut reference, &mut rng, "x", &shape, false);
-    let w = feed(&mut g, &mut reference, &mut rng, "w", &[cols as usize, cols as usize], true);
-    let gamma = feed(&mut g, &mut reference, &mut rng, "gamma", &[cols as usize], true);
-    let beta = feed(&mut g, &mut reference, &mut rng, "beta", &[cols as usize], true);
+    let w = feed(
+        &mut g,
+        &mut reference,
+        &mut rng,
+        "w",
+        &[cols as usize, cols as usize],
+        true,
+    );
+    let gamma = feed(
+        &mut g,
+        &mut reference,
+        &mut rng,
+        "gamma",
+        &[cols as usize],
+        true,
+    );
+    let beta = feed(
+        &mut g,
+        &mut reference,
+        &mut rng,
+        "beta",
+        &[cols as usize],
+        true,
+    );
     let mut values = vec![x];
     let steps = 8 + rng.below(25);
     for step in 0..steps {
@@ -64,17 +99,49 @@ fn random_graph(seed: u64) -> Result<RandomGraph, String> {
             2 => (Op::Scale { len, alpha: 0.5 }, vec![a]),
             3 => (Op::Relu { len }, vec![a]),
             4 => (Op::Gelu { len }, vec![a]),
-            5 => (Op::LayerNorm { rows, cols, eps: 1e-5 }, vec![a, gamma, beta]),
-            6 => (Op::Softmax { rows, cols, masked: false, rows_per_mask: 1 }, vec![a]),
+            5 => (
+                Op::LayerNorm {
+                    rows,
+                    cols,
+                    eps: 1e-5,
+                },
+                vec![a, gamma, beta],
+            ),
+            6 => (
+                Op::Softmax {
+                    rows,
+                    cols,
+                    masked: false,
+                    rows_per_mask: 1,
+                },
+                vec![a],
+            ),
             _ => (
-                Op::MatMul { batch: 1, m: rows, n: cols, k: cols, trans_a: false, trans_b: true, broadcast_b: true, bias: false, alpha: 0.25 },
+                Op::MatMul {
+                    batch: 1,
+                    m: rows,
+                    n: cols,
+                    k: cols,
+                    trans_a: false,
+                    trans_b: true,
+                    broadcast_b: true,
+                    bias: false,
+                    alpha: 0.25,
+                },
                 vec![a, w],
             ),
         };
-        let out = g.op(op.clone(), &inputs, &shape, &format!("step{step}")).map_err(fail("graph"))?;
+        let out = g
+            .op(op.clone(), &inputs, &shape, &format!("step{step}"))
+            .map_err(fail("graph"))?;
         let ins: Vec<Vec<u8>> = inputs
             .iter()
-            .map(|t| reference[t.index()].as_deref().map(bytes).ok_or("missing reference"))
+            .map(|t| {
+                reference[t.index()]
+                    .as_deref()
+                    .map(bytes)
+                    .ok_or("missing reference")
+            })
             .collect::<Result<_, _>>()?;
         let refs: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
         let mut o = vec![0u8; len as usize * 4];
@@ -87,11 +154,17 @@ fn random_graph(seed: u64) -> Result<RandomGraph, String> {
     let mid = values[1 + rng.below(values.len() as u64 - 1) as usize];
     g.output(last);
     g.output(mid);
-    Ok(RandomGraph { graph: g, feeds, outputs: vec![last, mid], reference })
+    Ok(RandomGraph {
+        graph: g,
+        feeds,
+        outputs: vec![last, mid],
+        reference,
+    })
 }
 
 fn planned_reuse(ctx: &Ctx) -> R {
-    let rt = Runtime::new(ctx.backend.clone(), RuntimeConfig::default()).map_err(fail("runtime"))?;
+    let rt =
+        Runtime::new(ctx.backend.clone(), RuntimeConfig::default()).map_err(fail("runtime"))?;
     let mut reused = 0;
     let graphs = 40;
     for seed in 1..=graphs {
@@ -111,15 +184,28 @@ fn planned_reuse(ctx: &Ctx) -> R {
             for &o in &rg.outputs {
                 let got: Vec<f32> = model.read_output(o).map_err(fail("read"))?;
                 let want = rg.reference[o.index()].as_ref().ok_or("no reference")?;
-                compare_f32(&bytes(&got), &bytes(want), 1e-4, &format!("graph {seed} output {}", o.index()))?;
+                compare_f32(
+                    &bytes(&got),
+                    &bytes(want),
+                    1e-4,
+                    &format!("graph {seed} output {}", o.index()),
+                )?;
             }
         }
         let r = model.memory_report();
-        check(r.activation_planned_bytes >= r.activation_lower_bound_bytes, || format!("peak below the lower bound: {r:?}"))?;
-        check(r.activation_planned_bytes <= r.activation_no_reuse_bytes, || format!("plan worse than no reuse: {r:?}"))?;
+        check(
+            r.activation_planned_bytes >= r.activation_lower_bound_bytes,
+            || format!("peak below the lower bound: {r:?}"),
+        )?;
+        check(
+            r.activation_planned_bytes <= r.activation_no_reuse_bytes,
+            || format!("plan worse than no reuse: {r:?}"),
+        )?;
         if r.activation_planned_bytes < r.activation_no_reuse_bytes {
             reused += 1;
         }
     }
-    check(reused > graphs / 2, || format!("only {reused} of {graphs} graphs shared any memory"))
+    check(reused > graphs / 2, || {
+        format!("only {reused} of {graphs} graphs shared any memory")
+    })
 }

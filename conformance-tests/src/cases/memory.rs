@@ -3,9 +3,7 @@
 
 use std::sync::Arc;
 
-use tensormem::{
-    ArenaPool, Backend, DType, Error, PoolConfig, Runtime, RuntimeConfig, Ticket,
-};
+use tensormem::{ArenaPool, Backend, DType, Error, PoolConfig, Runtime, RuntimeConfig, Ticket};
 
 use super::Rng;
 use crate::{Case, Ctx, check, fail};
@@ -14,16 +12,46 @@ type R = std::result::Result<(), String>;
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
-        Case { name: "round_trip_sizes", run: round_trip_sizes },
-        Case { name: "round_trip_dtypes", run: round_trip_dtypes },
-        Case { name: "alignment", run: alignment },
-        Case { name: "budget_and_oom", run: budget_and_oom },
-        Case { name: "deferred_reuse", run: deferred_reuse },
-        Case { name: "double_free_and_use_after_free", run: double_free_and_uaf },
-        Case { name: "zero_and_oversize", run: zero_and_oversize },
-        Case { name: "concurrent_8_threads", run: concurrent_8_threads },
-        Case { name: "zero_on_reuse", run: zero_on_reuse },
-        Case { name: "trim_returns_blocks", run: trim_returns_blocks },
+        Case {
+            name: "round_trip_sizes",
+            run: round_trip_sizes,
+        },
+        Case {
+            name: "round_trip_dtypes",
+            run: round_trip_dtypes,
+        },
+        Case {
+            name: "alignment",
+            run: alignment,
+        },
+        Case {
+            name: "budget_and_oom",
+            run: budget_and_oom,
+        },
+        Case {
+            name: "deferred_reuse",
+            run: deferred_reuse,
+        },
+        Case {
+            name: "double_free_and_use_after_free",
+            run: double_free_and_uaf,
+        },
+        Case {
+            name: "zero_and_oversize",
+            run: zero_and_oversize,
+        },
+        Case {
+            name: "concurrent_8_threads",
+            run: concurrent_8_threads,
+        },
+        Case {
+            name: "zero_on_reuse",
+            run: zero_on_reuse,
+        },
+        Case {
+            name: "trim_returns_blocks",
+            run: trim_returns_blocks,
+        },
     ]
 }
 
@@ -39,9 +67,24 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 fn round_trip_sizes(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
     let max = ctx.backend.capabilities().max_block_size;
-    for (i, &size) in [1usize, 2, 3, 4, 5, 7, 8, 63, 255, 256, 4097, (1 << 20) + 3, 16 << 20, 64 << 20]
-        .iter()
-        .enumerate()
+    for (i, &size) in [
+        1usize,
+        2,
+        3,
+        4,
+        5,
+        7,
+        8,
+        63,
+        255,
+        256,
+        4097,
+        (1 << 20) + 3,
+        16 << 20,
+        64 << 20,
+    ]
+    .iter()
+    .enumerate()
     {
         if size as u64 > max {
             continue;
@@ -50,8 +93,12 @@ fn round_trip_sizes(ctx: &Ctx) -> R {
         let t = rt
             .tensor_from(DType::U8, &[size], &data, "round trip")
             .map_err(fail(&format!("upload {size} B")))?;
-        let back: Vec<u8> = rt.download(&t).map_err(fail(&format!("download {size} B")))?;
-        check(back == data, || format!("round trip of {size} bytes differs"))?;
+        let back: Vec<u8> = rt
+            .download(&t)
+            .map_err(fail(&format!("download {size} B")))?;
+        check(back == data, || {
+            format!("round trip of {size} bytes differs")
+        })?;
         rt.free(t).map_err(fail("free"))?;
     }
     rt.device_pool().check_invariants()
@@ -61,23 +108,49 @@ fn round_trip_dtypes(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
     let n = 1001;
     let f: Vec<f32> = (0..n).map(|i| i as f32 * 0.37 - 100.0).collect();
-    let t = rt.tensor_from(DType::F32, &[7, 143], &f, "f32").map_err(fail("f32"))?;
-    check(rt.download::<f32>(&t).map_err(fail("f32"))? == f, || "f32 differs".into())?;
+    let t = rt
+        .tensor_from(DType::F32, &[7, 143], &f, "f32")
+        .map_err(fail("f32"))?;
+    check(rt.download::<f32>(&t).map_err(fail("f32"))? == f, || {
+        "f32 differs".into()
+    })?;
     let d: Vec<f64> = (0..n).map(|i| i as f64 * -1.5e300 / n as f64).collect();
-    let t = rt.tensor_from(DType::F64, &[n], &d, "f64").map_err(fail("f64"))?;
-    check(rt.download::<f64>(&t).map_err(fail("f64"))? == d, || "f64 differs".into())?;
+    let t = rt
+        .tensor_from(DType::F64, &[n], &d, "f64")
+        .map_err(fail("f64"))?;
+    check(rt.download::<f64>(&t).map_err(fail("f64"))? == d, || {
+        "f64 differs".into()
+    })?;
     let i: Vec<i32> = (0..n as i32).map(|x| x * -7919).collect();
-    let t = rt.tensor_from(DType::I32, &[n], &i, "i32").map_err(fail("i32"))?;
-    check(rt.download::<i32>(&t).map_err(fail("i32"))? == i, || "i32 differs".into())?;
+    let t = rt
+        .tensor_from(DType::I32, &[n], &i, "i32")
+        .map_err(fail("i32"))?;
+    check(rt.download::<i32>(&t).map_err(fail("i32"))? == i, || {
+        "i32 differs".into()
+    })?;
     let u: Vec<u32> = (0..n as u32).map(|x| x.wrapping_mul(2654435761)).collect();
-    let t = rt.tensor_from(DType::U32, &[n], &u, "u32").map_err(fail("u32"))?;
-    check(rt.download::<u32>(&t).map_err(fail("u32"))? == u, || "u32 differs".into())?;
-    let l: Vec<i64> = (0..n as i64).map(|x| x.wrapping_mul(i64::MAX / 2000) - x).collect();
-    let t = rt.tensor_from(DType::I64, &[n], &l, "i64").map_err(fail("i64"))?;
-    check(rt.download::<i64>(&t).map_err(fail("i64"))? == l, || "i64 differs".into())?;
+    let t = rt
+        .tensor_from(DType::U32, &[n], &u, "u32")
+        .map_err(fail("u32"))?;
+    check(rt.download::<u32>(&t).map_err(fail("u32"))? == u, || {
+        "u32 differs".into()
+    })?;
+    let l: Vec<i64> = (0..n as i64)
+        .map(|x| x.wrapping_mul(i64::MAX / 2000) - x)
+        .collect();
+    let t = rt
+        .tensor_from(DType::I64, &[n], &l, "i64")
+        .map_err(fail("i64"))?;
+    check(rt.download::<i64>(&t).map_err(fail("i64"))? == l, || {
+        "i64 differs".into()
+    })?;
     let h: Vec<u16> = (0..n as u16).map(|x| x.wrapping_mul(40503)).collect();
-    let t = rt.tensor_from(DType::U16, &[n], &h, "u16").map_err(fail("u16"))?;
-    check(rt.download::<u16>(&t).map_err(fail("u16"))? == h, || "u16 differs".into())?;
+    let t = rt
+        .tensor_from(DType::U16, &[n], &h, "u16")
+        .map_err(fail("u16"))?;
+    check(rt.download::<u16>(&t).map_err(fail("u16"))? == h, || {
+        "u16 differs".into()
+    })?;
     // A size mismatch is an error, not a truncation.
     check(
         matches!(rt.upload(&t, &h[..10]), Err(Error::SizeMismatch { .. })),
@@ -91,7 +164,9 @@ fn alignment(ctx: &Ctx) -> R {
     let mut align = 1u64;
     while align <= 64 << 10 {
         for size in [1u64, 3, 100, 70_000] {
-            let a = pool.allocate(size, align, "aligned").map_err(fail("allocate"))?;
+            let a = pool
+                .allocate(size, align, "aligned")
+                .map_err(fail("allocate"))?;
             check(a.range.offset % align == 0, || {
                 format!("offset {} not aligned to {align}", a.range.offset)
             })?;
@@ -105,7 +180,10 @@ fn alignment(ctx: &Ctx) -> R {
     }
     for bad in [0u64, 3, 48, 1 << 31] {
         check(
-            matches!(pool.allocate(64, bad, "bad"), Err(Error::InvalidAlignment { .. })),
+            matches!(
+                pool.allocate(64, bad, "bad"),
+                Err(Error::InvalidAlignment { .. })
+            ),
             || format!("alignment {bad} accepted"),
         )?;
     }
@@ -140,23 +218,37 @@ fn budget_and_oom(ctx: &Ctx) -> R {
         return Err(format!("expected OutOfMemory, got {err}"));
     };
     check(err.is_retryable(), || "OOM must be retryable".into())?;
-    check(report.budget == Some(budget) && report.reserved <= budget, || {
-        format!("report budget/reserved wrong: {report:?}")
+    check(
+        report.budget == Some(budget) && report.reserved <= budget,
+        || format!("report budget/reserved wrong: {report:?}"),
+    )?;
+    check(report.requested == 300 << 10 && report.in_use > 0, || {
+        format!("{report:?}")
     })?;
-    check(report.requested == 300 << 10 && report.in_use > 0, || format!("{report:?}"))?;
-    check(!report.largest_live.is_empty(), || "no live list in the OOM report".into())?;
+    check(!report.largest_live.is_empty(), || {
+        "no live list in the OOM report".into()
+    })?;
     let msg = err.to_string();
-    check(msg.contains("What you can do"), || format!("OOM message gives no advice: {msg}"))?;
-    check(pool.stats().reserved <= budget, || "reserved above budget".into())?;
+    check(msg.contains("What you can do"), || {
+        format!("OOM message gives no advice: {msg}")
+    })?;
+    check(pool.stats().reserved <= budget, || {
+        "reserved above budget".into()
+    })?;
     // Beyond the budget: hopeless, a different error.
     check(
-        matches!(pool.allocate(budget + 1, 1, "huge"), Err(Error::TooLarge { .. })),
+        matches!(
+            pool.allocate(budget + 1, 1, "huge"),
+            Err(Error::TooLarge { .. })
+        ),
         || "over-budget request not TooLarge".into(),
     )?;
     // The pool keeps working after an OOM.
     let a = live.pop().ok_or("nothing allocated")?;
     pool.free(a.handle).map_err(fail("free"))?;
-    let again = pool.allocate(300 << 10, 1, "after oom").map_err(fail("allocate after OOM"))?;
+    let again = pool
+        .allocate(300 << 10, 1, "after oom")
+        .map_err(fail("allocate after OOM"))?;
     live.push(again);
     for a in live {
         pool.free(a.handle).map_err(fail("free"))?;
@@ -175,17 +267,27 @@ fn budget_and_oom(ctx: &Ctx) -> R {
         },
     )
     .map_err(fail("runtime"))?;
-    let t1 = rt.tensor_from(DType::U8, &[1 << 20], &pattern(1 << 20, 5), "t1").map_err(fail("t1"))?;
-    let t2 = rt.alloc(DType::U8, &[(1 << 20) - 4096], "t2").map_err(fail("t2"))?;
+    let t1 = rt
+        .tensor_from(DType::U8, &[1 << 20], &pattern(1 << 20, 5), "t1")
+        .map_err(fail("t1"))?;
+    let t2 = rt
+        .alloc(DType::U8, &[(1 << 20) - 4096], "t2")
+        .map_err(fail("t2"))?;
     check(
-        matches!(rt.alloc(DType::U8, &[1 << 20], "t3"), Err(Error::OutOfMemory(_))),
+        matches!(
+            rt.alloc(DType::U8, &[1 << 20], "t3"),
+            Err(Error::OutOfMemory(_))
+        ),
         || "third MiB fitted a 2 MiB budget".into(),
     )?;
-    check(rt.download::<u8>(&t1).map_err(fail("t1 back"))? == pattern(1 << 20, 5), || {
-        "data damaged by the OOM".into()
-    })?;
+    check(
+        rt.download::<u8>(&t1).map_err(fail("t1 back"))? == pattern(1 << 20, 5),
+        || "data damaged by the OOM".into(),
+    )?;
     rt.free(t2).map_err(fail("free"))?;
-    let t3 = rt.alloc(DType::U8, &[1 << 19], "t3").map_err(fail("t3 after OOM"))?;
+    let t3 = rt
+        .alloc(DType::U8, &[1 << 19], "t3")
+        .map_err(fail("t3 after OOM"))?;
     rt.free(t3).map_err(fail("free"))?;
     rt.free(t1).map_err(fail("free"))
 }
@@ -230,14 +332,21 @@ fn deferred_reuse(ctx: &Ctx) -> R {
         if done < t {
             in_flight_seen = true;
             check(!overlaps, || {
-                format!("round {round}: memory handed out again before ticket {} completed", t.0)
+                format!(
+                    "round {round}: memory handed out again before ticket {} completed",
+                    t.0
+                )
             })?;
-            check(pool.stats().pending_free >= size, || "free not deferred".into())?;
+            check(pool.stats().pending_free >= size, || {
+                "free not deferred".into()
+            })?;
         }
         pool.free(b.handle).map_err(fail("free"))?;
         backend.wait(t).map_err(fail("wait"))?;
         pool.reclaim().map_err(fail("reclaim"))?;
-        check(pool.stats().pending_free == 0, || "deferred free not reclaimed after completion".into())?;
+        check(pool.stats().pending_free == 0, || {
+            "deferred free not reclaimed after completion".into()
+        })?;
         pool.check_invariants()?;
         if in_flight_seen && round > 2 {
             break;
@@ -246,7 +355,9 @@ fn deferred_reuse(ctx: &Ctx) -> R {
     // The host target runs its queue on a worker thread; a backend whose copies all finish before
     // `copy` returns cannot show the deferral, which would be a contract violation for batching
     // backends and suspicious for any real device.
-    check(in_flight_seen, || "work never observed in flight: tickets complete synchronously".into())
+    check(in_flight_seen, || {
+        "work never observed in flight: tickets complete synchronously".into()
+    })
 }
 
 fn double_free_and_uaf(ctx: &Ctx) -> R {
@@ -265,12 +376,19 @@ fn double_free_and_uaf(ctx: &Ctx) -> R {
     // The slot is reused; the stale handle still cannot touch the new allocation.
     let b = pool.allocate(1000, 1, "b").map_err(fail("allocate"))?;
     check(
-        matches!(pool.free(a.handle), Err(Error::StaleHandle { .. } | Error::DoubleFree { .. })),
+        matches!(
+            pool.free(a.handle),
+            Err(Error::StaleHandle { .. } | Error::DoubleFree { .. })
+        ),
         || "stale free accepted".into(),
     )?;
-    check(pool.resolve(b.handle).is_ok(), || "live handle broken by a stale free".into())?;
+    check(pool.resolve(b.handle).is_ok(), || {
+        "live handle broken by a stale free".into()
+    })?;
     // A tensor whose memory was freed through the pool cannot be read or written.
-    let t = rt.tensor_from(DType::F32, &[4], &[1.0f32, 2.0, 3.0, 4.0], "t").map_err(fail("t"))?;
+    let t = rt
+        .tensor_from(DType::F32, &[4], &[1.0f32, 2.0, 3.0, 4.0], "t")
+        .map_err(fail("t"))?;
     pool.free(t.allocation().handle).map_err(fail("free"))?;
     check(
         matches!(rt.download::<f32>(&t), Err(Error::StaleHandle { .. })),
@@ -280,7 +398,9 @@ fn double_free_and_uaf(ctx: &Ctx) -> R {
         matches!(rt.upload(&t, &[0.0f32; 4]), Err(Error::StaleHandle { .. })),
         || "upload after free not detected".into(),
     )?;
-    check(matches!(rt.free(t), Err(Error::DoubleFree { .. })), || "tensor double free".into())?;
+    check(matches!(rt.free(t), Err(Error::DoubleFree { .. })), || {
+        "tensor double free".into()
+    })?;
     // A handle from another pool is refused.
     let other = ArenaPool::new(ctx.backend.clone(), PoolConfig::device()).map_err(fail("pool"))?;
     check(
@@ -295,23 +415,41 @@ fn zero_and_oversize(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
     let pool = rt.device_pool();
     let max = ctx.backend.capabilities().max_block_size;
-    check(matches!(pool.allocate(0, 1, "zero"), Err(Error::ZeroSize { .. })), || {
-        "zero-size allocation accepted".into()
-    })?;
-    check(matches!(pool.allocate(u64::MAX, 1, "max"), Err(Error::TooLarge { .. })), || {
-        "u64::MAX accepted".into()
-    })?;
-    check(matches!(pool.allocate(max + 1, 1, "max+1"), Err(Error::TooLarge { .. })), || {
-        "allocation beyond the largest block accepted".into()
-    })?;
-    check(matches!(rt.alloc(DType::F32, &[0, 5], "empty"), Err(Error::ZeroSize { .. })), || {
-        "empty tensor accepted".into()
-    })?;
     check(
-        matches!(rt.alloc(DType::F64, &[usize::MAX, 4], "overflow"), Err(Error::TooLarge { .. })),
+        matches!(pool.allocate(0, 1, "zero"), Err(Error::ZeroSize { .. })),
+        || "zero-size allocation accepted".into(),
+    )?;
+    check(
+        matches!(
+            pool.allocate(u64::MAX, 1, "max"),
+            Err(Error::TooLarge { .. })
+        ),
+        || "u64::MAX accepted".into(),
+    )?;
+    check(
+        matches!(
+            pool.allocate(max + 1, 1, "max+1"),
+            Err(Error::TooLarge { .. })
+        ),
+        || "allocation beyond the largest block accepted".into(),
+    )?;
+    check(
+        matches!(
+            rt.alloc(DType::F32, &[0, 5], "empty"),
+            Err(Error::ZeroSize { .. })
+        ),
+        || "empty tensor accepted".into(),
+    )?;
+    check(
+        matches!(
+            rt.alloc(DType::F64, &[usize::MAX, 4], "overflow"),
+            Err(Error::TooLarge { .. })
+        ),
         || "overflowing shape accepted".into(),
     )?;
-    check(pool.stats().allocations == 0, || "a failed request left an allocation".into())?;
+    check(pool.stats().allocations == 0, || {
+        "a failed request left an allocation".into()
+    })?;
     pool.check_invariants()
 }
 
@@ -336,13 +474,17 @@ fn concurrent_8_threads(ctx: &Ctx) -> R {
                         } else {
                             let n = 1 + rng.below(64 << 10) as usize;
                             let data = pattern(n, tid * 1000 + i);
-                            let t = rt.tensor_from(DType::U8, &[n], &data, "thread").map_err(fail("alloc"))?;
+                            let t = rt
+                                .tensor_from(DType::U8, &[n], &data, "thread")
+                                .map_err(fail("alloc"))?;
                             live.push((t, data));
                         }
                     }
                     for (t, data) in live {
                         let back: Vec<u8> = rt.download(&t).map_err(fail("download"))?;
-                        check(back == data, || format!("thread {tid}: data clobbered at the end"))?;
+                        check(back == data, || {
+                            format!("thread {tid}: data clobbered at the end")
+                        })?;
                         rt.free(t).map_err(fail("free"))?;
                     }
                     Ok(())
@@ -358,7 +500,9 @@ fn concurrent_8_threads(ctx: &Ctx) -> R {
         r?;
     }
     rt.synchronize().map_err(fail("sync"))?;
-    check(rt.device_pool().stats().allocations == 0, || "allocations left".into())?;
+    check(rt.device_pool().stats().allocations == 0, || {
+        "allocations left".into()
+    })?;
     rt.device_pool().check_invariants()
 }
 
@@ -376,16 +520,22 @@ fn zero_on_reuse(ctx: &Ctx) -> R {
     )
     .map_err(fail("runtime"))?;
     for size in [4usize, 1000, 64 << 10] {
-        let dirty = rt.tensor_from(DType::U8, &[size], &vec![0xA5u8; size], "dirty").map_err(fail("dirty"))?;
+        let dirty = rt
+            .tensor_from(DType::U8, &[size], &vec![0xA5u8; size], "dirty")
+            .map_err(fail("dirty"))?;
         let range = dirty.allocation().range;
         rt.free(dirty).map_err(fail("free"))?;
         rt.synchronize().map_err(fail("sync"))?;
-        let fresh = rt.alloc(DType::U8, &[size], "fresh").map_err(fail("fresh"))?;
+        let fresh = rt
+            .alloc(DType::U8, &[size], "fresh")
+            .map_err(fail("fresh"))?;
         check(fresh.allocation().range.offset == range.offset, || {
             "test setup: the freed range was not reused".into()
         })?;
         let back: Vec<u8> = rt.download(&fresh).map_err(fail("download"))?;
-        check(back.iter().all(|&b| b == 0), || format!("{size} B: reused memory not zeroed"))?;
+        check(back.iter().all(|&b| b == 0), || {
+            format!("{size} B: reused memory not zeroed")
+        })?;
         rt.free(fresh).map_err(fail("free"))?;
     }
     Ok(())
@@ -401,14 +551,22 @@ fn trim_returns_blocks(ctx: &Ctx) -> R {
     )
     .map_err(fail("pool"))?;
     let small = pool.allocate(1000, 1, "small").map_err(fail("small"))?;
-    let big = pool.allocate(3 << 20, 1, "dedicated").map_err(fail("big"))?;
-    check(pool.stats().blocks == 2, || format!("expected 2 blocks, {:?}", pool.stats()))?;
+    let big = pool
+        .allocate(3 << 20, 1, "dedicated")
+        .map_err(fail("big"))?;
+    check(pool.stats().blocks == 2, || {
+        format!("expected 2 blocks, {:?}", pool.stats())
+    })?;
     pool.free(big.handle).map_err(fail("free"))?;
     let released = pool.trim().map_err(fail("trim"))?;
     check(released >= 3 << 20, || format!("trim released {released}"))?;
-    check(pool.stats().blocks == 1, || "trim released a block in use".into())?;
+    check(pool.stats().blocks == 1, || {
+        "trim released a block in use".into()
+    })?;
     pool.free(small.handle).map_err(fail("free"))?;
     pool.trim().map_err(fail("trim"))?;
-    check(pool.stats().reserved == 0, || "empty pool still reserves".into())?;
+    check(pool.stats().reserved == 0, || {
+        "empty pool still reserves".into()
+    })?;
     pool.check_invariants()
 }

@@ -10,12 +10,23 @@ type R = std::result::Result<(), String>;
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
-        Case { name: "staging_under_pressure", run: staging_under_pressure },
-        Case { name: "staging_larger_than_belt", run: staging_larger_than_belt },
+        Case {
+            name: "staging_under_pressure",
+            run: staging_under_pressure,
+        },
+        Case {
+            name: "staging_larger_than_belt",
+            run: staging_larger_than_belt,
+        },
     ]
 }
 
-fn small_belt(ctx: &Ctx, block_size: u64, idle_ms: u64, keep_blocks: usize) -> Result<Runtime, String> {
+fn small_belt(
+    ctx: &Ctx,
+    block_size: u64,
+    idle_ms: u64,
+    keep_blocks: usize,
+) -> Result<Runtime, String> {
     Runtime::new(
         ctx.backend.clone(),
         RuntimeConfig {
@@ -40,12 +51,16 @@ fn staging_under_pressure(ctx: &Ctx) -> R {
     for i in 0..2000u64 {
         let n = 1 + rng.below(if i % 50 == 0 { 300 << 10 } else { 20 << 10 }) as usize;
         let data: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
-        let t = rt.tensor_from(DType::U8, &[n], &data, "pressure").map_err(fail("upload"))?;
+        let t = rt
+            .tensor_from(DType::U8, &[n], &data, "pressure")
+            .map_err(fail("upload"))?;
         live.push((t, data));
         if live.len() > 16 || rng.below(2) == 0 {
             let (t, data) = live.swap_remove(rng.below(live.len() as u64) as usize);
             let back: Vec<u8> = rt.download(&t).map_err(fail("download"))?;
-            check(back == data, || format!("transfer {i}: {} bytes differ", data.len()))?;
+            check(back == data, || {
+                format!("transfer {i}: {} bytes differ", data.len())
+            })?;
             rt.free(t).map_err(fail("free"))?;
         }
     }
@@ -56,7 +71,9 @@ fn staging_under_pressure(ctx: &Ctx) -> R {
     }
     let s = rt.staging().stats();
     check(s.blocks <= 4, || format!("belt grew past its limit: {s:?}"))?;
-    check(s.uploaded > 0 && s.downloaded > 0, || format!("belt unused: {s:?}"))?;
+    check(s.uploaded > 0 && s.downloaded > 0, || {
+        format!("belt unused: {s:?}")
+    })?;
     Ok(())
 }
 
@@ -64,17 +81,25 @@ fn staging_larger_than_belt(ctx: &Ctx) -> R {
     let rt = small_belt(ctx, 64 << 10, 0, 0)?;
     let n = (1 << 20) + 12_345;
     let data: Vec<u8> = (0..n).map(|i| (i * 7 + i / 251) as u8).collect();
-    let t = rt.tensor_from(DType::U8, &[n], &data, "big").map_err(fail("upload"))?;
+    let t = rt
+        .tensor_from(DType::U8, &[n], &data, "big")
+        .map_err(fail("upload"))?;
     let back: Vec<u8> = rt.download(&t).map_err(fail("download"))?;
     check(back == data, || "chunked transfer differs".into())?;
     let s = rt.staging().stats();
-    check(s.chunks >= 2 * (n as u64 / (64 << 10)), || format!("not chunked: {s:?}"))?;
+    check(s.chunks >= 2 * (n as u64 / (64 << 10)), || {
+        format!("not chunked: {s:?}")
+    })?;
     rt.free(t).map_err(fail("free"))?;
     // Idle trim (threshold 0, keep 0 here): once the work completes, every block goes back.
     rt.synchronize().map_err(fail("sync"))?;
     rt.staging().trim().map_err(fail("trim"))?;
     let s = rt.staging().stats();
-    check(s.blocks == 0 && s.reserved == 0, || format!("belt did not trim: {s:?}"))?;
-    check(s.blocks_freed > 0, || format!("belt never released a block: {s:?}"))?;
+    check(s.blocks == 0 && s.reserved == 0, || {
+        format!("belt did not trim: {s:?}")
+    })?;
+    check(s.blocks_freed > 0, || {
+        format!("belt never released a block: {s:?}")
+    })?;
     Ok(())
 }

@@ -57,7 +57,10 @@ fn force_staging_hides_device_memory_from_the_host() {
     });
     assert!(!b.capabilities().device_host_visible);
     let dev = b.alloc_block(&desc(MemoryKind::DeviceLocal, 16)).unwrap();
-    assert!(matches!(b.write_mapped(dev, 0, &[0; 4]), Err(Error::Unsupported { .. })));
+    assert!(matches!(
+        b.write_mapped(dev, 0, &[0; 4]),
+        Err(Error::Unsupported { .. })
+    ));
     let up = b.alloc_block(&desc(MemoryKind::Upload, 16)).unwrap();
     b.write_mapped(up, 0, &[1; 16]).unwrap();
 }
@@ -66,8 +69,14 @@ fn force_staging_hides_device_memory_from_the_host() {
 fn bad_ranges_and_blocks_are_errors() {
     let b = backend(HostConfig::default());
     let blk = b.alloc_block(&desc(MemoryKind::Upload, 16)).unwrap();
-    assert!(matches!(b.write_mapped(blk, 8, &[0; 16]), Err(Error::OutOfBounds { .. })));
-    assert!(matches!(b.write_mapped(blk, u64::MAX, &[0; 1]), Err(Error::OutOfBounds { .. })));
+    assert!(matches!(
+        b.write_mapped(blk, 8, &[0; 16]),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        b.write_mapped(blk, u64::MAX, &[0; 1]),
+        Err(Error::OutOfBounds { .. })
+    ));
     let r = BlockRange {
         block: blk,
         offset: 0,
@@ -79,7 +88,10 @@ fn bad_ranges_and_blocks_are_errors() {
     ));
     b.free_block(blk).unwrap();
     assert!(matches!(b.free_block(blk), Err(Error::InvalidArgument(_))));
-    assert!(matches!(b.alloc_block(&desc(MemoryKind::Upload, 0)), Err(Error::ZeroSize { .. })));
+    assert!(matches!(
+        b.alloc_block(&desc(MemoryKind::Upload, 0)),
+        Err(Error::ZeroSize { .. })
+    ));
 }
 
 #[test]
@@ -89,7 +101,9 @@ fn device_memory_limit_and_loss() {
         ..HostConfig::default()
     });
     let blk = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
-    let e = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap_err();
+    let e = b
+        .alloc_block(&desc(MemoryKind::DeviceLocal, 64))
+        .unwrap_err();
     assert!(matches!(e, Error::OutOfMemory(_)) && e.is_retryable());
     b.simulate_device_loss();
     assert!(matches!(b.completed(), Err(Error::DeviceLost { .. })));

@@ -262,7 +262,8 @@ impl ArenaPool {
     /// Whether guard margins can be written and checked through mapping.
     fn guards_checked(&self) -> bool {
         self.config.guard_bytes > 0
-            && (self.config.kind != MemoryKind::DeviceLocal || self.backend.capabilities().device_host_visible)
+            && (self.config.kind != MemoryKind::DeviceLocal
+                || self.backend.capabilities().device_host_visible)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -289,12 +290,15 @@ impl ArenaPool {
         let caps = self.backend.capabilities();
         let copy_align = caps.copy_align.max(1).next_power_of_two();
         let limit = caps.max_block_size;
-        let rounded = round_up(size, copy_align).filter(|r| *r <= limit).ok_or(Error::TooLarge {
-            what: "allocation",
-            requested: size,
-            limit,
-            limit_name: "largest block of the device",
-        })?;
+        let rounded =
+            round_up(size, copy_align)
+                .filter(|r| *r <= limit)
+                .ok_or(Error::TooLarge {
+                    what: "allocation",
+                    requested: size,
+                    limit,
+                    limit_name: "largest block of the device",
+                })?;
         if let Some(budget) = self.config.budget {
             if rounded > budget {
                 return Err(Error::TooLarge {
@@ -327,9 +331,14 @@ impl ArenaPool {
         };
         let Some((block, region)) = found else {
             st.stats.oom_count += 1;
-            return Err(Error::OutOfMemory(Box::new(self.oom_report(&st, size, total, align, label))));
+            return Err(Error::OutOfMemory(Box::new(
+                self.oom_report(&st, size, total, align, label),
+            )));
         };
-        let block_id = st.blocks[block].as_ref().map(|b| b.id).unwrap_or(BlockId(0));
+        let block_id = st.blocks[block]
+            .as_ref()
+            .map(|b| b.id)
+            .unwrap_or(BlockId(0));
         let mut live = Live {
             block,
             region,
@@ -344,7 +353,13 @@ impl ArenaPool {
             live.last_use = self.zero(range)?;
         }
         if self.guards_checked() {
-            guard::fill(self.backend.as_ref(), block_id, (live.region.offset, live.region.size), front, rounded)?;
+            guard::fill(
+                self.backend.as_ref(),
+                block_id,
+                (live.region.offset, live.region.size),
+                front,
+                rounded,
+            )?;
         }
         if let Some(t) = &st.tracer {
             live.trace_id = t.next_id();
@@ -382,7 +397,12 @@ impl ArenaPool {
         Ok(Ticket::DONE)
     }
 
-    fn try_existing(&self, st: &mut State, size: u64, align: u64) -> Result<Option<(usize, Region)>> {
+    fn try_existing(
+        &self,
+        st: &mut State,
+        size: u64,
+        align: u64,
+    ) -> Result<Option<(usize, Region)>> {
         for (i, b) in st.blocks.iter_mut().enumerate() {
             let Some(b) = b else { continue };
             if b.size < size {
@@ -397,8 +417,19 @@ impl ArenaPool {
 
     /// Reserves a new block for a request of `size` bytes, trimming first when the budget or the
     /// driver refuses. `Ok(None)` means out of memory.
-    fn grow(&self, st: &mut State, size: u64, align: u64, label: &str) -> Result<Option<(usize, Region)>> {
-        let copy_align = self.backend.capabilities().copy_align.max(1).next_power_of_two();
+    fn grow(
+        &self,
+        st: &mut State,
+        size: u64,
+        align: u64,
+        label: &str,
+    ) -> Result<Option<(usize, Region)>> {
+        let copy_align = self
+            .backend
+            .capabilities()
+            .copy_align
+            .max(1)
+            .next_power_of_two();
         let want = size.max(self.config.block_size);
         for attempt in 0..2 {
             let room = self
@@ -493,7 +524,10 @@ impl ArenaPool {
         if self.guards_checked() {
             // The margins can only be judged once the work that used the allocation is done.
             self.backend.wait(wait)?;
-            let block_id = st.blocks[live.block].as_ref().map(|b| b.id).unwrap_or(BlockId(0));
+            let block_id = st.blocks[live.block]
+                .as_ref()
+                .map(|b| b.id)
+                .unwrap_or(BlockId(0));
             corruption = guard::check(
                 self.backend.as_ref(),
                 block_id,
@@ -506,7 +540,8 @@ impl ArenaPool {
         if wait <= completed {
             Self::release(&mut st, live.block, live.region, live.trace_id)?;
         } else {
-            st.deferred.push(wait, size, (live.block, live.region, live.trace_id));
+            st.deferred
+                .push(wait, size, (live.block, live.region, live.trace_id));
             st.stats.pending_free = st.deferred.bytes();
         }
         match corruption {
@@ -688,7 +723,11 @@ impl ArenaPool {
         live.sort_by(|a, b| b.region.size.cmp(&a.region.size));
         let mut out = Vec::new();
         for l in live.into_iter().take(max) {
-            let label = if l.label.is_empty() { "<unlabelled>" } else { &l.label };
+            let label = if l.label.is_empty() {
+                "<unlabelled>"
+            } else {
+                &l.label
+            };
             out.push(format!("  {} bytes: {label}", l.region.size));
             if let Some(bt) = st.tracer.as_ref().and_then(|t| t.backtrace_of(l.trace_id)) {
                 out.push(format!("    allocated at:\n{bt}"));
@@ -711,7 +750,10 @@ impl ArenaPool {
             used += b.tlsf.report().used;
         }
         if reserved != st.stats.reserved {
-            return Err(format!("reserved {} != blocks {reserved}", st.stats.reserved));
+            return Err(format!(
+                "reserved {} != blocks {reserved}",
+                st.stats.reserved
+            ));
         }
         let live: u64 = st.slots.iter().map(|l| l.region.size).sum();
         if live != st.stats.in_use {

@@ -6,8 +6,8 @@
 //! margin rounded up to the allocation's alignment. Both are written and read through mapping, so
 //! the pool only checks memory that is host-visible (see `PoolConfig::guard_bytes`).
 
-use crate::backend::{Backend, BlockId};
 use crate::Result;
+use crate::backend::{Backend, BlockId};
 
 /// The byte guard margins are filled with (MSVC's "no man's land" value).
 pub const GUARD_PATTERN: u8 = 0xFD;
@@ -16,7 +16,13 @@ pub const GUARD_PATTERN: u8 = 0xFD;
 ///
 /// # Errors
 /// Backend errors from `write_mapped`.
-pub(crate) fn fill(backend: &dyn Backend, block: BlockId, region: (u64, u64), front: u64, size: u64) -> Result<()> {
+pub(crate) fn fill(
+    backend: &dyn Backend,
+    block: BlockId,
+    region: (u64, u64),
+    front: u64,
+    size: u64,
+) -> Result<()> {
     let (offset, total) = region;
     let back = total - front - size;
     let pattern = vec![GUARD_PATTERN; front.max(back) as usize];

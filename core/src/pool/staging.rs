@@ -159,20 +159,23 @@ impl StagingBelt {
             };
             let (b, region) = self.take_region(&mut st, MemoryKind::Upload, size)?;
             let id = st.upload.blocks[b].id;
-            let copied = self.backend.write_mapped(id, region.offset, bytes).and_then(|()| {
-                self.backend.copy(
-                    BlockRange {
-                        block: id,
-                        offset: region.offset,
-                        size,
-                    },
-                    BlockRange {
-                        block: dst.block,
-                        offset: dst.offset + (i * chunk) as u64,
-                        size,
-                    },
-                )
-            });
+            let copied = self
+                .backend
+                .write_mapped(id, region.offset, bytes)
+                .and_then(|()| {
+                    self.backend.copy(
+                        BlockRange {
+                            block: id,
+                            offset: region.offset,
+                            size,
+                        },
+                        BlockRange {
+                            block: dst.block,
+                            offset: dst.offset + (i * chunk) as u64,
+                            size,
+                        },
+                    )
+                });
             // Retire the region whatever happened: on error with the last good ticket, so the ring
             // never keeps a region that nothing will release.
             let t = *copied.as_ref().unwrap_or(&ticket);
@@ -322,7 +325,11 @@ impl StagingBelt {
         Ok(before - st.stats.blocks)
     }
 
-    fn release(&self, st: &mut State, mut drop_it: impl FnMut(usize, &mut BeltBlock) -> bool) -> Result<()> {
+    fn release(
+        &self,
+        st: &mut State,
+        mut drop_it: impl FnMut(usize, &mut BeltBlock) -> bool,
+    ) -> Result<()> {
         for which in [MemoryKind::Upload, MemoryKind::Readback] {
             let belt = match which {
                 MemoryKind::Readback => &mut st.readback,

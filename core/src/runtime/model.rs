@@ -395,12 +395,21 @@ impl NodeTracer {
                 });
             }
         }
-        for (i, &t) in node.inputs.iter().chain(std::iter::once(&node.output)).enumerate() {
+        for (i, &t) in node
+            .inputs
+            .iter()
+            .chain(std::iter::once(&node.output))
+            .enumerate()
+        {
             let root = model.graph.root(t).0;
             self.tracer.record(EventKind::Use {
                 id: self.ids[root],
                 op: node.label.clone(),
-                access: if i < node.inputs.len() { Access::Read } else { Access::Write },
+                access: if i < node.inputs.len() {
+                    Access::Read
+                } else {
+                    Access::Write
+                },
                 size: model.places[root].map_or(0, |p| p.size),
             });
         }
@@ -412,7 +421,8 @@ impl NodeTracer {
             let root = model.graph.root(t).0;
             let planned = model.places[root].is_some_and(|p| p.planned);
             if planned && self.span[root].is_some_and(|s| s.1 == step) && self.ids[root] != 0 {
-                self.tracer.record(EventKind::FreeRequested { id: self.ids[root] });
+                self.tracer
+                    .record(EventKind::FreeRequested { id: self.ids[root] });
                 self.ids[root] = 0; // a tensor bound twice by its last node is freed once
             }
         }

@@ -188,7 +188,9 @@ impl Tlsf {
     pub fn with_min_split(capacity: u64, min_split: u64) -> Result<Self> {
         check_capacity(capacity, "sub-allocator range")?;
         if min_split == 0 {
-            return Err(Error::ZeroSize { what: "minimum split" });
+            return Err(Error::ZeroSize {
+                what: "minimum split",
+            });
         }
         let mut tlsf = Tlsf {
             capacity,
@@ -635,7 +637,9 @@ impl Tlsf {
             let (fl, sl) = (class / SL_COUNT, class % SL_COUNT);
             let bit = self.sl_bitmap[fl] >> sl & 1 == 1;
             if bit != (self.heads[class] != NONE) {
-                return Err(format!("class {class}: bitmap bit {bit} disagrees with list"));
+                return Err(format!(
+                    "class {class}: bitmap bit {bit} disagrees with list"
+                ));
             }
             let (mut prev, mut cur) = (NONE, self.heads[class]);
             while cur != NONE {
@@ -653,11 +657,15 @@ impl Tlsf {
         }
         for fl in 0..FL_COUNT {
             if (self.fl_bitmap >> fl & 1 == 1) != (self.sl_bitmap[fl] != 0) {
-                return Err(format!("first-level bit {fl} disagrees with its second level"));
+                return Err(format!(
+                    "first-level bit {fl} disagrees with its second level"
+                ));
             }
         }
         if listed != free_blocks {
-            return Err(format!("{listed} listed free blocks, {free_blocks} in the chain"));
+            return Err(format!(
+                "{listed} listed free blocks, {free_blocks} in the chain"
+            ));
         }
         if self.vacant.len() + free_blocks + used_blocks != self.nodes.len()
             || self

@@ -167,7 +167,10 @@ pub fn analyze(trace: &Trace, options: &AnalyzeOptions) -> Vec<Finding> {
     let mut child_uses: HashMap<u64, Vec<(usize, Access, u64)>> = HashMap::new();
     for l in &lifetimes {
         if let Some(p) = l.parent {
-            child_uses.entry(p).or_default().extend(l.uses.iter().copied());
+            child_uses
+                .entry(p)
+                .or_default()
+                .extend(l.uses.iter().copied());
         }
     }
     for l in &mut lifetimes {
@@ -176,13 +179,16 @@ pub fn analyze(trace: &Trace, options: &AnalyzeOptions) -> Vec<Finding> {
             l.uses.sort_by_key(|u| u.0);
         }
     }
-    let parents: std::collections::HashSet<u64> = lifetimes.iter().filter_map(|l| l.parent).collect();
+    let parents: std::collections::HashSet<u64> =
+        lifetimes.iter().filter_map(|l| l.parent).collect();
     let containers: Vec<bool> = lifetimes.iter().map(|l| parents.contains(&l.id)).collect();
 
     // Per-pool load per step.
     let mut diffs: HashMap<&str, Vec<i128>> = HashMap::new();
     for l in &lifetimes {
-        let d = diffs.entry(l.pool.as_str()).or_insert_with(|| vec![0; n + 1]);
+        let d = diffs
+            .entry(l.pool.as_str())
+            .or_insert_with(|| vec![0; n + 1]);
         d[l.alloc_step] += l.size as i128;
         d[l.free_step.unwrap_or(n)] -= l.size as i128;
     }
@@ -202,7 +208,13 @@ pub fn analyze(trace: &Trace, options: &AnalyzeOptions) -> Vec<Finding> {
             (pool, PoolLoad { tree, peak })
         })
         .collect();
-    let time = |step: usize| trace.events.get(step).or(trace.events.last()).map_or(0, |e| e.time_ns);
+    let time = |step: usize| {
+        trace
+            .events
+            .get(step)
+            .or(trace.events.last())
+            .map_or(0, |e| e.time_ns)
+    };
 
     let mut out = Vec::new();
     for (l, &container) in lifetimes.iter().zip(&containers) {
@@ -210,24 +222,28 @@ pub fn analyze(trace: &Trace, options: &AnalyzeOptions) -> Vec<Finding> {
             continue;
         };
         let end = l.free_step.unwrap_or(n);
-        let saving = |ranges: &[(usize, usize)], d: u64| pool.peak - pool.tree.peak_without(ranges, d).min(pool.peak);
-        let mut push = |kind: FindingKind, range: (usize, usize), wasted: u64, saved: u64, detail: String| {
-            out.push(Finding {
-                kind,
-                id: l.id,
-                label: l.label.clone(),
-                pool: l.pool.clone(),
-                size: l.size,
-                saved,
-                wasted,
-                steps: range,
-                duration_ns: time(range.1).saturating_sub(time(range.0)),
-                detail,
-                backtrace: l.backtrace.clone(),
-            });
+        let saving = |ranges: &[(usize, usize)], d: u64| {
+            pool.peak - pool.tree.peak_without(ranges, d).min(pool.peak)
         };
+        let mut push =
+            |kind: FindingKind, range: (usize, usize), wasted: u64, saved: u64, detail: String| {
+                out.push(Finding {
+                    kind,
+                    id: l.id,
+                    label: l.label.clone(),
+                    pool: l.pool.clone(),
+                    size: l.size,
+                    saved,
+                    wasted,
+                    steps: range,
+                    duration_ns: time(range.1).saturating_sub(time(range.0)),
+                    detail,
+                    backtrace: l.backtrace.clone(),
+                });
+            };
         let worth = |range: (usize, usize), saved: u64| {
-            range.0 < range.1 && (saved > 0 || time(range.1).saturating_sub(time(range.0)) >= options.min_gap_ns)
+            range.0 < range.1
+                && (saved > 0 || time(range.1).saturating_sub(time(range.0)) >= options.min_gap_ns)
         };
         let (Some(first), Some(last)) = (l.uses.first(), l.uses.last()) else {
             let r = (l.alloc_step, end);
@@ -275,7 +291,10 @@ pub fn analyze(trace: &Trace, options: &AnalyzeOptions) -> Vec<Finding> {
                 r,
                 l.size,
                 saved,
-                format!("{} bytes never freed; last used at event {}", l.size, last.0),
+                format!(
+                    "{} bytes never freed; last used at event {}",
+                    l.size, last.0
+                ),
             );
         } else if worth(r, saved) {
             push(
@@ -315,14 +334,21 @@ pub fn analyze(trace: &Trace, options: &AnalyzeOptions) -> Vec<Finding> {
             }
             if a.1 == Access::Write && b.1 == Access::Write {
                 // Only a dead first write moves the lifetime's start; later ones waste work only.
-                let r = if i == 0 { (l.alloc_step, b.0) } else { (a.0, b.0) };
+                let r = if i == 0 {
+                    (l.alloc_step, b.0)
+                } else {
+                    (a.0, b.0)
+                };
                 let saved = if i == 0 { saving(&[r], l.size) } else { 0 };
                 push(
                     FindingKind::DeadWrite,
                     r,
                     l.size,
                     saved,
-                    format!("written at event {} and again at event {} with no read between", a.0, b.0),
+                    format!(
+                        "written at event {} and again at event {} with no read between",
+                        a.0, b.0
+                    ),
                 );
             }
         }
@@ -336,10 +362,18 @@ pub fn analyze(trace: &Trace, options: &AnalyzeOptions) -> Vec<Finding> {
                 r,
                 waste,
                 saving(&[r], waste),
-                format!("{} bytes allocated, at most {used} bytes used by any op", l.size),
+                format!(
+                    "{} bytes allocated, at most {used} bytes used by any op",
+                    l.size
+                ),
             );
         }
     }
-    out.sort_by(|a, b| b.saved.cmp(&a.saved).then(a.kind.cmp(&b.kind)).then(a.id.cmp(&b.id)));
+    out.sort_by(|a, b| {
+        b.saved
+            .cmp(&a.saved)
+            .then(a.kind.cmp(&b.kind))
+            .then(a.id.cmp(&b.id))
+    });
     out
 }

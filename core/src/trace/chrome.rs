@@ -61,7 +61,8 @@ impl Trace {
                         counter(&mut lines, "in use", pool, ev.time_ns, v);
                     }
                 }
-                EventKind::BlockReserve { pool, size, .. } | EventKind::BlockRelease { pool, size, .. } => {
+                EventKind::BlockReserve { pool, size, .. }
+                | EventKind::BlockRelease { pool, size, .. } => {
                     let v = reserved.entry(pool.as_str()).or_default();
                     if matches!(ev.kind, EventKind::BlockReserve { .. }) {
                         *v += size;
@@ -80,7 +81,10 @@ impl Trace {
         for l in self.lifetimes() {
             let free_ns = l.free_ns.unwrap_or(end_ns);
             let pool_rows = rows.entry(l.pool.clone()).or_default();
-            let row = match pool_rows.iter().position(|&busy_until| busy_until <= l.alloc_ns) {
+            let row = match pool_rows
+                .iter()
+                .position(|&busy_until| busy_until <= l.alloc_ns)
+            {
                 Some(r) => {
                     pool_rows[r] = free_ns;
                     r
@@ -92,7 +96,14 @@ impl Trace {
             };
             let tid = row + 1;
             let mut s = String::from("{\"ph\":\"X\",\"name\":");
-            write_str(&mut s, if l.label.is_empty() { "<unlabelled>" } else { &l.label });
+            write_str(
+                &mut s,
+                if l.label.is_empty() {
+                    "<unlabelled>"
+                } else {
+                    &l.label
+                },
+            );
             s.push_str(",\"cat\":");
             write_str(&mut s, &l.pool);
             let _ = write!(

@@ -81,7 +81,10 @@ impl Trace {
             let mut total = 0u64;
             let mut seg_of: HashMap<usize, usize> = HashMap::new();
             for step in 0..self.events.len() {
-                if let Some(&i) = members.get(next).filter(|&&i| lifetimes[i].alloc_step == step) {
+                if let Some(&i) = members
+                    .get(next)
+                    .filter(|&&i| lifetimes[i].alloc_step == step)
+                {
                     next += 1;
                     seg_of.insert(i, segs.len());
                     segs.push(Vec::new());
@@ -131,11 +134,25 @@ impl Trace {
                 let s = &segs[si];
                 let mut pts = String::new();
                 for &(x0, x1, base) in s {
-                    let _ = write!(pts, "{:.1},{:.1} {:.1},{:.1} ", xs(x0), ys(base), xs(x1), ys(base));
+                    let _ = write!(
+                        pts,
+                        "{:.1},{:.1} {:.1},{:.1} ",
+                        xs(x0),
+                        ys(base),
+                        xs(x1),
+                        ys(base)
+                    );
                 }
                 for &(x0, x1, base) in s.iter().rev() {
                     let top = base + l.size;
-                    let _ = write!(pts, "{:.1},{:.1} {:.1},{:.1} ", xs(x1), ys(top), xs(x0), ys(top));
+                    let _ = write!(
+                        pts,
+                        "{:.1},{:.1} {:.1},{:.1} ",
+                        xs(x1),
+                        ys(top),
+                        xs(x0),
+                        ys(top)
+                    );
                 }
                 let life = match (l.free_step, l.free_ns) {
                     (Some(f), Some(t)) => format!(
@@ -150,7 +167,11 @@ impl Trace {
                     "<polygon points=\"{}\" fill=\"{}\"><title>{}\n{} ({} bytes) in pool {}, offset {}\nallocated at event {} ({:.3} us); {}\n{} use(s)</title></polygon>",
                     pts.trim_end(),
                     colour(l.id),
-                    esc(if l.label.is_empty() { "<unlabelled>" } else { &l.label }),
+                    esc(if l.label.is_empty() {
+                        "<unlabelled>"
+                    } else {
+                        &l.label
+                    }),
                     bytes(l.size),
                     l.size,
                     esc(&l.pool),

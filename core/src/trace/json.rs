@@ -47,7 +47,10 @@ pub(super) fn write_event(out: &mut String, ev: &TraceEvent) {
             label,
             parent,
         } => {
-            let _ = write!(out, "\"alloc\",\"id\":{id},\"size\":{size},\"offset\":{offset},\"pool\":");
+            let _ = write!(
+                out,
+                "\"alloc\",\"id\":{id},\"size\":{size},\"offset\":{offset},\"pool\":"
+            );
             write_str(out, pool);
             out.push_str(",\"label\":");
             write_str(out, label);
@@ -61,7 +64,8 @@ pub(super) fn write_event(out: &mut String, ev: &TraceEvent) {
         EventKind::FreeReclaimed { id } => {
             let _ = write!(out, "\"reclaim\",\"id\":{id}");
         }
-        EventKind::BlockReserve { pool, block, size } | EventKind::BlockRelease { pool, block, size } => {
+        EventKind::BlockReserve { pool, block, size }
+        | EventKind::BlockRelease { pool, block, size } => {
             let k = if matches!(ev.kind, EventKind::BlockReserve { .. }) {
                 "reserve"
             } else {
@@ -171,7 +175,11 @@ impl Reader<'_> {
                 access: match self.str(o, "access")?.as_str() {
                     "read" => Access::Read,
                     "write" => Access::Write,
-                    other => return Err(self.err(format!("access '{other}' is neither 'read' nor 'write'"))),
+                    other => {
+                        return Err(
+                            self.err(format!("access '{other}' is neither 'read' nor 'write'"))
+                        );
+                    }
                 },
             },
             other => return Err(self.err(format!("unknown event kind '{other}'"))),
@@ -263,6 +271,7 @@ pub(super) fn push_events(out: &mut String, events: &[TraceEvent]) {
 
 /// The 1-based line after the one where `needle` first occurs (1 if absent).
 fn line_after(text: &str, needle: &str) -> usize {
-    text.find(needle)
-        .map_or(1, |pos| text[..pos].bytes().filter(|&b| b == b'\n').count() + 2)
+    text.find(needle).map_or(1, |pos| {
+        text[..pos].bytes().filter(|&b| b == b'\n').count() + 2
+    })
 }

@@ -36,7 +36,12 @@ fn findings(tracer: &Tracer, kind: FindingKind, label: &str) -> Vec<Finding> {
 
 fn one(tracer: &Tracer, kind: FindingKind, label: &str) -> Finding {
     let f = findings(tracer, kind, label);
-    assert_eq!(f.len(), 1, "{kind:?} for {label}: {f:#?}\nall: {:#?}", analyze(&tracer.snapshot(), &AnalyzeOptions::default()));
+    assert_eq!(
+        f.len(),
+        1,
+        "{kind:?} for {label}: {f:#?}\nall: {:#?}",
+        analyze(&tracer.snapshot(), &AnalyzeOptions::default())
+    );
     f.into_iter().next().unwrap()
 }
 
@@ -63,11 +68,18 @@ fn pool_events_are_recorded_in_order() {
             EventKind::Use { .. } => "use",
         })
         .collect();
-    assert_eq!(kinds, ["reserve", "alloc", "upload", "download", "free", "reclaim", "release"]);
+    assert_eq!(
+        kinds,
+        [
+            "reserve", "alloc", "upload", "download", "free", "reclaim", "release"
+        ]
+    );
     let t = tracer.snapshot();
     assert!(t.events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
     match &t.events[1].kind {
-        EventKind::Alloc { size, label, pool, .. } => {
+        EventKind::Alloc {
+            size, label, pool, ..
+        } => {
             assert_eq!((*size, label.as_str(), pool.as_str()), (100, "a", "device"));
         }
         other => panic!("{other:?}"),
@@ -96,9 +108,16 @@ fn backtraces_are_recorded_and_reach_the_leak_report() {
     let bt = t.events.iter().find_map(|e| e.backtrace.clone()).unwrap();
     assert!(!bt.is_empty());
     match rt.device_pool().check_leaks() {
-        Err(Error::Leak { count, bytes, report }) => {
+        Err(Error::Leak {
+            count,
+            bytes,
+            report,
+        }) => {
             assert_eq!((count, bytes), (1, 64));
-            assert!(report.contains("leaky") && report.contains("allocated at:"), "{report}");
+            assert!(
+                report.contains("leaky") && report.contains("allocated at:"),
+                "{report}"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -176,7 +195,11 @@ fn malformed_files_are_errors_with_lines() {
     assert_eq!(line, 1);
     assert!(msg.contains("tensormemEvents"));
     // A bad field in the third raw event: its own line.
-    let raw_start = good.lines().position(|l| l.contains("tensormemEvents")).unwrap() + 2;
+    let raw_start = good
+        .lines()
+        .position(|l| l.contains("tensormemEvents"))
+        .unwrap()
+        + 2;
     let mut lines: Vec<String> = good.lines().map(str::to_string).collect();
     lines[raw_start + 1] = lines[raw_start + 1].replace("\"id\":", "\"idx\":");
     let (line, msg) = line_of(Trace::from_json(&lines.join("\n"), "x").unwrap_err());
@@ -191,10 +214,19 @@ fn malformed_files_are_errors_with_lines() {
     let (line, _) = line_of(Trace::from_json(raw, "x").unwrap_err());
     assert_eq!(line, 3);
     // Wrong top-level types.
-    assert!(matches!(Trace::from_json("3", "x"), Err(Error::Malformed { .. })));
-    assert!(matches!(Trace::from_json("[3]", "x"), Err(Error::Malformed { .. })));
+    assert!(matches!(
+        Trace::from_json("3", "x"),
+        Err(Error::Malformed { .. })
+    ));
+    assert!(matches!(
+        Trace::from_json("[3]", "x"),
+        Err(Error::Malformed { .. })
+    ));
     // Every truncation of a good file is an error, never a panic.
-    for cut in (0..good.len()).step_by(7).filter(|&c| good.is_char_boundary(c)) {
+    for cut in (0..good.len())
+        .step_by(7)
+        .filter(|&c| good.is_char_boundary(c))
+    {
         assert!(Trace::from_json(&good[..cut], "x").is_err());
     }
 }
@@ -269,7 +301,10 @@ fn late_deallocation_is_reported_with_its_peak_saving() {
     touch(&rt, &b);
     rt.free(b).unwrap();
     rt.free(a).unwrap();
-    assert_eq!(one(&tracer, FindingKind::LateDeallocation, "late").saved, 1024);
+    assert_eq!(
+        one(&tracer, FindingKind::LateDeallocation, "late").saved,
+        1024
+    );
 }
 
 #[test]
@@ -297,7 +332,14 @@ fn leak_is_reported_with_its_peak_saving() {
     assert_eq!((f.saved, f.size), (1024, 2048));
     assert!(findings(&tracer, FindingKind::Leak, "b").is_empty());
     // The same allocation through the pool's strict mode.
-    assert!(matches!(rt.device_pool().check_leaks(), Err(Error::Leak { count: 1, bytes: 2048, .. })));
+    assert!(matches!(
+        rt.device_pool().check_leaks(),
+        Err(Error::Leak {
+            count: 1,
+            bytes: 2048,
+            ..
+        })
+    ));
     rt.free(a).unwrap();
 }
 
@@ -311,7 +353,10 @@ fn temporary_idleness_is_reported_with_its_peak_saving() {
     rt.free(b).unwrap();
     assert_eq!(rt.download::<u8>(&a).unwrap()[0], 1);
     rt.free(a).unwrap();
-    assert_eq!(one(&tracer, FindingKind::TemporaryIdleness, "idle").saved, 2048);
+    assert_eq!(
+        one(&tracer, FindingKind::TemporaryIdleness, "idle").saved,
+        2048
+    );
     assert!(findings(&tracer, FindingKind::DeadWrite, "idle").is_empty());
 }
 
@@ -357,16 +402,49 @@ fn findings_come_largest_saving_first() {
     rt.free(unused).unwrap();
     let all = analyze(&tracer.snapshot(), &AnalyzeOptions::default());
     assert!(all.windows(2).all(|w| w[0].saved >= w[1].saved));
-    assert_eq!((all[0].kind, all[0].saved), (FindingKind::UnusedAllocation, 8192));
+    assert_eq!(
+        (all[0].kind, all[0].saved),
+        (FindingKind::UnusedAllocation, 8192)
+    );
 }
 
 /// x -> scale -> scale -> scale -> out, on the host backend.
 fn chain() -> (Graph, crate::TensorId, crate::TensorId) {
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[256]);
-    let h1 = g.op(Op::Scale { len: 256, alpha: 2.0 }, &[x], &[256], "h1").unwrap();
-    let h2 = g.op(Op::Scale { len: 256, alpha: 2.0 }, &[h1], &[256], "h2").unwrap();
-    let y = g.op(Op::Scale { len: 256, alpha: 2.0 }, &[h2], &[256], "y").unwrap();
+    let h1 = g
+        .op(
+            Op::Scale {
+                len: 256,
+                alpha: 2.0,
+            },
+            &[x],
+            &[256],
+            "h1",
+        )
+        .unwrap();
+    let h2 = g
+        .op(
+            Op::Scale {
+                len: 256,
+                alpha: 2.0,
+            },
+            &[h1],
+            &[256],
+            "h2",
+        )
+        .unwrap();
+    let y = g
+        .op(
+            Op::Scale {
+                len: 256,
+                alpha: 2.0,
+            },
+            &[h2],
+            &[256],
+            "y",
+        )
+        .unwrap();
     g.output(y);
     (g, x, y)
 }
@@ -376,15 +454,25 @@ fn model_runs_record_uses_and_planned_lifetimes() {
     let (rt, tracer) = traced_runtime();
     let (g, x, y) = chain();
     let mut m = rt.compile(&g).unwrap();
-    m.set_input(x, bytemuck::cast_slice(&[1.0f32; 256])).unwrap();
+    m.set_input(x, bytemuck::cast_slice(&[1.0f32; 256]))
+        .unwrap();
     m.run().unwrap();
     assert_eq!(m.read_output::<f32>(y).unwrap()[0], 8.0);
     drop(m);
     let t = tracer.snapshot();
     let lifetimes = t.lifetimes();
-    let arena = lifetimes.iter().find(|l| l.label == "activations (planned arena)").unwrap();
-    let planned: Vec<&Lifetime> = lifetimes.iter().filter(|l| l.pool == "device/planned").collect();
-    assert_eq!(planned.iter().map(|l| l.label.as_str()).collect::<Vec<_>>(), ["h1", "h2"]);
+    let arena = lifetimes
+        .iter()
+        .find(|l| l.label == "activations (planned arena)")
+        .unwrap();
+    let planned: Vec<&Lifetime> = lifetimes
+        .iter()
+        .filter(|l| l.pool == "device/planned")
+        .collect();
+    assert_eq!(
+        planned.iter().map(|l| l.label.as_str()).collect::<Vec<_>>(),
+        ["h1", "h2"]
+    );
     for l in &planned {
         assert_eq!(l.parent, Some(arena.id));
         assert_eq!(l.size, 1024);
@@ -394,13 +482,24 @@ fn model_runs_record_uses_and_planned_lifetimes() {
     }
     // h1 and h2 overlap only at node h2 (both bound), so the plan puts them apart.
     assert_ne!(planned[0].offset, planned[1].offset);
-    let uses = t.events.iter().filter(|e| matches!(e.kind, EventKind::Use { .. })).count();
+    let uses = t
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Use { .. }))
+        .count();
     assert_eq!(uses, 6);
     let xl = lifetimes.iter().find(|l| l.label == "x").unwrap();
-    assert_eq!(xl.uses.iter().map(|u| u.1).collect::<Vec<_>>(), [Access::Write, Access::Read]);
+    assert_eq!(
+        xl.uses.iter().map(|u| u.1).collect::<Vec<_>>(),
+        [Access::Write, Access::Read]
+    );
     // The arena is used through its tensors: not reported as unused.
     let all = analyze(&t, &AnalyzeOptions::default());
-    assert!(!all.iter().any(|f| f.id == arena.id && f.kind == FindingKind::UnusedAllocation), "{all:#?}");
+    assert!(
+        !all.iter()
+            .any(|f| f.id == arena.id && f.kind == FindingKind::UnusedAllocation),
+        "{all:#?}"
+    );
     assert!(!all.iter().any(|f| f.kind == FindingKind::Leak), "{all:#?}");
 }
 
@@ -409,7 +508,8 @@ fn model_output_written_twice_without_a_read_is_a_dead_write() {
     let (rt, tracer) = traced_runtime();
     let (g, x, y) = chain();
     let mut m = rt.compile(&g).unwrap();
-    m.set_input(x, bytemuck::cast_slice(&[1.0f32; 256])).unwrap();
+    m.set_input(x, bytemuck::cast_slice(&[1.0f32; 256]))
+        .unwrap();
     m.run().unwrap();
     m.run().unwrap();
     m.read_output::<f32>(y).unwrap();

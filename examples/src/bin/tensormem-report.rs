@@ -13,7 +13,8 @@ use std::process::ExitCode;
 use tensormem::trace::{AnalyzeOptions, Finding, analyze};
 use tensormem::{Error, Trace};
 
-const USAGE: &str = "usage: tensormem-report TRACE.json [--html OUT.html] [--json] [--min-gap-ns N]";
+const USAGE: &str =
+    "usage: tensormem-report TRACE.json [--html OUT.html] [--json] [--min-gap-ns N]";
 
 struct Args {
     trace: String,
@@ -33,7 +34,9 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--json" => json = true,
             "--min-gap-ns" => {
                 let v = it.next().ok_or("--min-gap-ns needs a number")?;
-                options.min_gap_ns = v.parse().map_err(|_| format!("--min-gap-ns: '{v}' is not a number"))?;
+                options.min_gap_ns = v
+                    .parse()
+                    .map_err(|_| format!("--min-gap-ns: '{v}' is not a number"))?;
             }
             "-h" | "--help" => return Err(String::new()),
             s if s.starts_with('-') => return Err(format!("unknown option '{s}'")),
@@ -87,12 +90,14 @@ fn run(args: &Args) -> Result<(), Error> {
     let trace = Trace::from_json(&text, &args.trace)?;
     let findings = analyze(&trace, &args.options);
     if let Some(path) = &args.html {
-        std::fs::write(path, trace.to_html(&format!("tensormem memory timeline: {}", args.trace))).map_err(
-            |source| Error::Io {
-                path: path.clone(),
-                source,
-            },
-        )?;
+        std::fs::write(
+            path,
+            trace.to_html(&format!("tensormem memory timeline: {}", args.trace)),
+        )
+        .map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
     }
     if args.json {
         let items: Vec<String> = findings.iter().map(finding_json).collect();
@@ -107,10 +112,17 @@ fn run(args: &Args) -> Result<(), Error> {
         findings.len()
     );
     if !findings.is_empty() {
-        println!("{:>12}  {:>12}  {:<19} {:<16} {}", "saves (B)", "size (B)", "kind", "pool", "allocation: detail");
+        println!(
+            "{:>12}  {:>12}  {:<19} {:<16} {}",
+            "saves (B)", "size (B)", "kind", "pool", "allocation: detail"
+        );
     }
     for f in &findings {
-        let label = if f.label.is_empty() { "<unlabelled>" } else { &f.label };
+        let label = if f.label.is_empty() {
+            "<unlabelled>"
+        } else {
+            &f.label
+        };
         println!(
             "{:>12}  {:>12}  {:<19} {:<16} {label}: {}",
             f.saved,

@@ -26,7 +26,14 @@ pub const PLAN_MAX_BUFFERS: usize = 2048;
 impl ArenaPool {
     /// The report for a failed request of `requested` bytes (`need` after rounding and guard
     /// margins, at `align`).
-    pub(super) fn oom_report(&self, st: &State, requested: u64, need: u64, align: u64, label: &str) -> OomReport {
+    pub(super) fn oom_report(
+        &self,
+        st: &State,
+        requested: u64,
+        need: u64,
+        align: u64,
+        label: &str,
+    ) -> OomReport {
         let mut free = 0u64;
         let mut largest = 0u64;
         // Bytes per block index still held by pending frees.
@@ -60,7 +67,12 @@ impl ArenaPool {
                 None => reclaimable >= need,
             };
         let capacity = budget.unwrap_or(reserved);
-        let sizes: Vec<u64> = st.slots.iter().map(|l| l.region.size).chain([need]).collect();
+        let sizes: Vec<u64> = st
+            .slots
+            .iter()
+            .map(|l| l.region.size)
+            .chain([need])
+            .collect();
         let static_plan_would_fit = static_plan_fits(&sizes, align.max(self.base_align), capacity);
         live.truncate(5);
         OomReport {
@@ -91,9 +103,9 @@ pub(crate) fn static_plan_fits(sizes: &[u64], align: u64, capacity: u64) -> Opti
     if sum > capacity {
         return Some(false); // the lower bound alone exceeds it
     }
-    let packed = sizes
-        .iter()
-        .fold(0u64, |a, &s| round_up(a, align).unwrap_or(u64::MAX).saturating_add(s));
+    let packed = sizes.iter().fold(0u64, |a, &s| {
+        round_up(a, align).unwrap_or(u64::MAX).saturating_add(s)
+    });
     if packed <= capacity {
         return Some(true); // contiguous packing is a plan
     }

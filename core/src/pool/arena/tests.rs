@@ -85,9 +85,15 @@ fn driver_oom_trims_then_reports() {
         Err(Error::OutOfMemory(r)) => r,
         other => panic!("expected OOM, got {other:?}"),
     };
-    assert_eq!((r.requested, r.in_use, r.reserved), (1 << 16, 2 << 16, 2 << 16));
+    assert_eq!(
+        (r.requested, r.in_use, r.reserved),
+        (1 << 16, 2 << 16, 2 << 16)
+    );
     // The budget defaults to the device's memory: beyond it is hopeless, not OOM.
-    assert!(matches!(p.allocate(3 << 16, 1, "too much"), Err(Error::TooLarge { .. })));
+    assert!(matches!(
+        p.allocate(3 << 16, 1, "too much"),
+        Err(Error::TooLarge { .. })
+    ));
     p.free(a.handle).unwrap();
     p.free(e.handle).unwrap();
     p.check_invariants().unwrap();

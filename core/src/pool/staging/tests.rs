@@ -86,6 +86,12 @@ fn bad_transfers_are_errors() {
     let (backend, belt) = belt(4096, 2, 0);
     let dst = device_block(&backend, 16);
     assert!(matches!(belt.upload(dst, &[]), Err(Error::ZeroSize { .. })));
-    assert!(matches!(belt.upload(dst, &[0; 17]), Err(Error::OutOfBounds { .. })));
-    assert!(matches!(belt.download(dst, &mut [0; 20]), Err(Error::OutOfBounds { .. })));
+    assert!(matches!(
+        belt.upload(dst, &[0; 17]),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        belt.download(dst, &mut [0; 20]),
+        Err(Error::OutOfBounds { .. })
+    ));
 }

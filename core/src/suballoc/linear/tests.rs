@@ -62,7 +62,10 @@ fn exact_fit_full_and_reset() {
     let b = l.allocate(24, 8).unwrap().unwrap();
     assert_eq!(b.offset, 1000);
     let r = l.report();
-    assert_eq!((r.used, r.free, r.largest_free, r.allocations), (1024, 0, 0, 2));
+    assert_eq!(
+        (r.used, r.free, r.largest_free, r.allocations),
+        (1024, 0, 0, 2)
+    );
     assert!(l.allocate(1, 1).unwrap().is_none());
     l.reset();
     assert!(!l.is_current(&a), "regions of an earlier epoch are void");

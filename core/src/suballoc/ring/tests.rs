@@ -135,7 +135,10 @@ fn foreign_regions_are_rejected_and_change_nothing() {
         key: mine.key,
     };
     r.retire(mine, 1).unwrap();
-    assert!(matches!(r.retire(forged, 1), Err(Error::ForeignHandle { .. })));
+    assert!(matches!(
+        r.retire(forged, 1),
+        Err(Error::ForeignHandle { .. })
+    ));
     r.reclaim(1);
     let gone = Region {
         offset: 0,
@@ -143,7 +146,10 @@ fn foreign_regions_are_rejected_and_change_nothing() {
         owner: r.owner,
         key: 0,
     };
-    assert!(matches!(r.retire(gone, 1), Err(Error::ForeignHandle { .. })));
+    assert!(matches!(
+        r.retire(gone, 1),
+        Err(Error::ForeignHandle { .. })
+    ));
     r.check_invariants().unwrap();
 }
 

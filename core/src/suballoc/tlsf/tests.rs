@@ -133,7 +133,10 @@ fn exact_fit_then_full_then_recovery() {
     assert_eq!((full.used, full.free, full.largest_free), (4096, 0, 0));
     assert_eq!(full.fragmentation, 0.0);
     assert_eq!(full.allocations, 2);
-    assert!(t.allocate(1, 1).unwrap().is_none(), "full range must refuse");
+    assert!(
+        t.allocate(1, 1).unwrap().is_none(),
+        "full range must refuse"
+    );
     t.free(a).unwrap();
     // The freed hole is an exact fit for the same request.
     let again = alloc(&mut t, 1024, 256);
@@ -161,7 +164,10 @@ fn freeing_coalesces_with_both_neighbours() {
     t.free(d).unwrap(); // merges everything
     t.check_invariants().unwrap();
     let r = t.report();
-    assert_eq!((r.free, r.largest_free, r.fragmentation), (1 << 16, 1 << 16, 0.0));
+    assert_eq!(
+        (r.free, r.largest_free, r.fragmentation),
+        (1 << 16, 1 << 16, 0.0)
+    );
     assert_eq!(t.nodes.len() - t.vacant.len(), 1, "one block remains");
 }
 
@@ -189,7 +195,10 @@ fn region_of_another_allocator_is_foreign_and_changes_nothing() {
 
     let mut ring = RingAllocator::new(1 << 20).unwrap();
     let ring_region = ring.allocate(64, 1).unwrap().unwrap();
-    assert!(matches!(t.free(ring_region), Err(Error::ForeignHandle { .. })));
+    assert!(matches!(
+        t.free(ring_region),
+        Err(Error::ForeignHandle { .. })
+    ));
     t.free(mine).unwrap();
     assert!(t.is_empty());
 }

@@ -33,17 +33,25 @@ fn oom(r: crate::Result<crate::Allocation>) -> OomReport {
 #[test]
 fn fragmentation_that_a_static_plan_avoids() {
     let (_b, p) = pool(HostConfig::default());
-    let h: Vec<_> = (0..4).map(|i| p.allocate(512, 1, &format!("t{i}")).unwrap()).collect();
+    let h: Vec<_> = (0..4)
+        .map(|i| p.allocate(512, 1, &format!("t{i}")).unwrap())
+        .collect();
     p.free(h[0].handle).unwrap();
     p.free(h[2].handle).unwrap();
     let r = oom(p.allocate(1024, 1, "big"));
-    assert_eq!((r.requested, r.reserved, r.in_use, r.largest_free), (1024, 2048, 1024, 512));
+    assert_eq!(
+        (r.requested, r.reserved, r.in_use, r.largest_free),
+        (1024, 2048, 1024, 512)
+    );
     assert!((r.fragmentation - 0.5).abs() < 1e-9);
     assert_eq!(r.static_plan_would_fit, Some(true));
     assert!(!r.trim_would_help);
     assert_eq!(r.largest_live.len(), 2);
     let msg = r.to_string();
-    assert!(msg.contains("a static plan of the live set would fit") && msg.contains("'big'"), "{msg}");
+    assert!(
+        msg.contains("a static plan of the live set would fit") && msg.contains("'big'"),
+        "{msg}"
+    );
     p.free(h[1].handle).unwrap();
     p.free(h[3].handle).unwrap();
 }
@@ -51,7 +59,9 @@ fn fragmentation_that_a_static_plan_avoids() {
 #[test]
 fn a_live_set_no_plan_fits() {
     let (_b, p) = pool(HostConfig::default());
-    let h: Vec<_> = (0..4).map(|i| p.allocate(512, 1, &format!("t{i}")).unwrap()).collect();
+    let h: Vec<_> = (0..4)
+        .map(|i| p.allocate(512, 1, &format!("t{i}")).unwrap())
+        .collect();
     let r = oom(p.allocate(512, 1, "more"));
     assert_eq!(r.static_plan_would_fit, Some(false));
     assert!(!r.trim_would_help);
