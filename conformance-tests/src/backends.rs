@@ -17,6 +17,21 @@ fn host_staging() -> Result<Arc<dyn Backend>> {
     })?))
 }
 
+fn cuda() -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(tensormem_cuda::CudaBackend::new(
+        &tensormem_cuda::CudaDesc::default(),
+    )?))
+}
+
+fn cuda_stream_ordered() -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(tensormem_cuda::CudaBackend::new(
+        &tensormem_cuda::CudaDesc {
+            device_alloc: tensormem_cuda::DeviceAlloc::StreamOrdered,
+            ..tensormem_cuda::CudaDesc::default()
+        },
+    )?))
+}
+
 /// Every target, in report order.
 pub fn targets() -> Vec<Target> {
     vec![
@@ -30,6 +45,18 @@ pub fn targets() -> Vec<Target> {
             name: "host-staging",
             backend: "host",
             create: host_staging,
+            after_case: None,
+        },
+        Target {
+            name: "cuda",
+            backend: "cuda",
+            create: cuda,
+            after_case: None,
+        },
+        Target {
+            name: "cuda-async-alloc",
+            backend: "cuda",
+            create: cuda_stream_ordered,
             after_case: None,
         },
     ]

@@ -3,6 +3,50 @@
 //! A portable tensor memory runtime for ML inference: arenas carved by fast sub-allocators,
 //! staging and host-visible pools recycled by tickets, a liveness-based static planner, and one
 //! backend contract that CUDA, Vulkan, WebGPU and the host CPU all implement.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use tensormem::{DType, Graph, HostBackend, HostConfig, Op, Runtime, RuntimeConfig};
+//!
+//! # fn main() -> tensormem::Result<()> {
+//! let backend = Arc::new(HostBackend::new(HostConfig::default())?);
+//! let rt = Runtime::new(backend, RuntimeConfig::default())?;
+//!
+//! // Tensors: typed upload and download through the pools.
+//! let t = rt.tensor_from(DType::F32, &[2, 2], &[1.0f32, 2.0, 3.0, 4.0], "x")?;
+//! assert_eq!(rt.download::<f32>(&t)?, vec![1.0, 2.0, 3.0, 4.0]);
+//! rt.free(t)?;
+//!
+//! // Graphs: intermediates share one planned arena.
+//! let mut g = Graph::new();
+//! let x = g.input("x", DType::F32, &[4]);
+//! let h = g.op(Op::Relu { len: 4 }, &[x], &[4], "relu")?;
+//! let y = g.op(Op::Scale { len: 4, alpha: 2.0 }, &[h], &[4], "double")?;
+//! g.output(y);
+//! let mut model = rt.compile(&g)?;
+//! model.set_input(x, bytemuck::cast_slice(&[-1.0f32, 0.5, 2.0, -3.0]))?;
+//! model.run()?;
+//! assert_eq!(model.read_output::<f32>(y)?, vec![0.0, 1.0, 4.0, 0.0]);
+//! # Ok(()) }
+//! ```
+//!
+//! # Design choices
+//! * **One narrow backend trait** ([`Backend`]): blocks, mapped access, copies, op dispatch, tickets.
+//!   Pooling, budgets, staging, statistics and checks live once in core, so every backend behaves
+//!   the same and the conformance suite proves it.
+//! * **Tickets, not fences per allocation**: work returns a monotonically increasing ticket; a free
+//!   while work is in flight is deferred to its ticket (stream-ordered reuse, as RMM and PyTorch).
+//! * **Out-of-band sub-allocation** ([`suballoc`]): TLSF metadata lives in host memory, so device
+//!   memory is never touched for bookkeeping and the same code serves arenas, rings and planning.
+//! * **Generational handles**: double free and use after free are errors, not undefined behaviour.
+//! * **Static planning** ([`plan`]): a compiled [`Graph`] puts every intermediate in one arena at
+//!   planned offsets, so a steady-state inference allocates nothing.
+//!
+//! # Limits
+//! * One logical queue per backend: work executes in submission order; no multi-queue overlap yet.
+//! * The host backend copies operands around each op (it is a reference, not a fast CPU runtime).
+//! * A tensor never spans two blocks or two bindings: tensors above the device's largest binding are
+//!   refused with [`Error::TooLarge`].
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;

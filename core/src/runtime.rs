@@ -177,7 +177,7 @@ impl Runtime {
     /// [`Error::SizeMismatch`], [`Error::StaleHandle`], backend errors.
     pub fn download<T: Pod>(&self, tensor: &Tensor) -> Result<Vec<T>> {
         let elem = std::mem::size_of::<T>() as u64;
-        if elem == 0 || tensor.size() % elem != 0 {
+        if elem == 0 || !tensor.size().is_multiple_of(elem) {
             return Err(Error::SizeMismatch {
                 what: "download element size".into(),
                 expected: tensor.size(),
@@ -279,7 +279,7 @@ impl Runtime {
         }
         let range = self.inner.device.resolve(alloc.handle)?;
         let align = self.inner.backend.capabilities().copy_align.max(1);
-        if offset % align != 0 {
+        if !offset.is_multiple_of(align) {
             return Err(Error::invalid(format!(
                 "{what} offset {offset} is not a multiple of the copy alignment {align}"
             )));
@@ -317,7 +317,7 @@ impl Runtime {
 /// `data` padded with zeros to a multiple of `align` (borrowed when already aligned).
 fn pad(data: &[u8], align: u64) -> std::borrow::Cow<'_, [u8]> {
     let align = align.max(1) as usize;
-    if data.len() % align == 0 {
+    if data.len().is_multiple_of(align) {
         std::borrow::Cow::Borrowed(data)
     } else {
         let mut v = data.to_vec();

@@ -695,7 +695,7 @@ impl ArenaPool {
             .iter()
             .map(|l| (l.label.clone(), l.region.size))
             .collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v.sort_by_key(|l| std::cmp::Reverse(l.1));
         v
     }
 

@@ -1,0 +1,133 @@
+//! Pure mappings between core's vocabulary and CUDA's: memory kinds to placements and
+//! `cuMemHostAlloc` flags, compute capability to an NVRTC target, checked `u64` ↔ `usize`
+//! conversions and block-range checks.
+//!
+//! Nothing here calls the driver, so every rule is unit-tested on a machine without a GPU
+//! (`conv/tests.rs`), as wgpu-hal keeps its `conv.rs` free of device calls.
+
+use cudarc::driver::sys;
+use tensormem::{Error, MemoryKind, Result};
+
+/// Where a block of a given [`MemoryKind`] lives on CUDA.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// Device memory (`cuMemAlloc` or `cuMemAllocAsync`); not host-visible.
+    Device,
+    /// Page-locked host memory from `cuMemHostAlloc` with these flags. Under unified addressing
+    /// its host pointer is also its device address, so copies and kernels use it directly.
+    PinnedHost {
+        /// `CU_MEMHOSTALLOC_*` flags.
+        flags: u32,
+    },
+}
+
+impl Placement {
+    /// Whether the host can read and write the block directly (`write_mapped`, `read_mapped`).
+    pub(crate) fn host_visible(self) -> bool {
+        matches!(self, Placement::PinnedHost { .. })
+    }
+}
+
+/// Maps a memory kind to its placement.
+///
+/// * `DeviceLocal` → device memory.
+/// * `Upload` → pinned, **write-combined** host memory: the CPU writes it sequentially (a memcpy)
+///   and the copy engine reads it over PCIe without snooping CPU caches; CPU reads from it are
+///   very slow, which an upload never does.
+/// * `Readback` → pinned, **cached** host memory (flags 0): the CPU reads it after the copy.
+pub(crate) fn map_memory_kind(kind: MemoryKind) -> Placement {
+    match kind {
+        MemoryKind::DeviceLocal => Placement::Device,
+        MemoryKind::Upload => Placement::PinnedHost {
+            flags: sys::CU_MEMHOSTALLOC_WRITECOMBINED,
+        },
+        MemoryKind::Readback => Placement::PinnedHost { flags: 0 },
+    }
+}
+
+/// Converts a byte count or offset to `usize` for a driver call.
+///
+/// # Errors
+/// [`Error::TooLarge`] when the value does not fit the host's address width (32-bit hosts).
+pub(crate) fn to_usize(value: u64, what: &'static str) -> Result<usize> {
+    usize::try_from(value).map_err(|_| Error::TooLarge {
+        what,
+        requested: value,
+        limit: usize::MAX as u64,
+        limit_name: "host address width",
+    })
+}
+
+/// Checks that `offset .. offset + size` lies inside a block of `block_size` bytes.
+///
+/// # Errors
+/// [`Error::OutOfBounds`] past the end (or on `u64` overflow of `offset + size`).
+pub(crate) fn check_range(offset: u64, size: u64, block_size: u64) -> Result<()> {
+    match offset.checked_add(size) {
+        Some(end) if end <= block_size => Ok(()),
+        _ => Err(Error::OutOfBounds {
+            what: "block",
+            offset,
+            size,
+            limit: block_size,
+        }),
+    }
+}
+
+/// Validates a block size against the device limit.
+///
+/// # Errors
+/// [`Error::ZeroSize`] for 0, [`Error::TooLarge`] above `max_block_size`.
+pub(crate) fn check_block_size(size: u64, max_block_size: u64) -> Result<()> {
+    if size == 0 {
+        return Err(Error::ZeroSize { what: "block" });
+    }
+    if size > max_block_size {
+        return Err(Error::TooLarge {
+            what: "block",
+            requested: size,
+            limit: max_block_size,
+            limit_name: "max_block_size",
+        });
+    }
+    Ok(())
+}
+
+/// The NVRTC virtual architecture (`--gpu-architecture=compute_XY`) for a device of compute
+/// capability `major.minor`.
+///
+/// PTX for `compute_XY` runs on every device of capability `>= X.Y` (the driver JIT-compiles it),
+/// so a device newer than the table gets the newest entry the pinned CUDA 12.4 NVRTC knows
+/// (`compute_90`). A device older than `compute_50` (Maxwell) is refused: CUDA 12 dropped it.
+///
+/// # Errors
+/// [`Error::Unsupported`] for compute capability below 5.0.
+pub(crate) fn nvrtc_arch(major: i32, minor: i32) -> Result<&'static str> {
+    const TABLE: [((i32, i32), &str); 13] = [
+        ((5, 0), "compute_50"),
+        ((5, 2), "compute_52"),
+        ((5, 3), "compute_53"),
+        ((6, 0), "compute_60"),
+        ((6, 1), "compute_61"),
+        ((6, 2), "compute_62"),
+        ((7, 0), "compute_70"),
+        ((7, 2), "compute_72"),
+        ((7, 5), "compute_75"),
+        ((8, 0), "compute_80"),
+        ((8, 6), "compute_86"),
+        ((8, 9), "compute_89"),
+        ((9, 0), "compute_90"),
+    ];
+    TABLE
+        .iter()
+        .rev()
+        .find(|(cc, _)| *cc <= (major, minor))
+        .map(|(_, arch)| *arch)
+        .ok_or_else(|| Error::Unsupported {
+            backend: "cuda",
+            what: format!("compute capability {major}.{minor}: CUDA 12 kernels need at least 5.0"),
+        })
+}
+
+#[cfg(test)]
+mod tests;

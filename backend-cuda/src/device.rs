@@ -1,0 +1,410 @@
+//! The [`Backend`] implementation: block allocation and free, host access to pinned blocks,
+//! copies and fills on the stream, op dispatch, and the device facts read at startup.
+
+use std::ptr;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, result, sys};
+use tensormem::backend::{BlockDesc, BlockRange};
+use tensormem::{Backend, BlockId, Capabilities, Error, MemoryKind, Op, Result, Ticket};
+
+use crate::blocks::{Block, Memory, alloc_pinned, free_memory};
+use crate::conv::{Placement, check_block_size, check_range, map_memory_kind, to_usize};
+use crate::error::{BACKEND, map_alloc_err, map_driver_err, map_init_err};
+use crate::launch::{check_bindings, plan_call, plan_fill_zero};
+use crate::timeline::lock;
+use crate::{CudaBackend, DeviceAlloc, LiveBlock};
+
+/// What the backend reads about its device once.
+#[derive(Debug)]
+pub(crate) struct DeviceInfo {
+    pub name: String,
+    pub compute: (i32, i32),
+    /// Device memory in bytes.
+    pub total: u64,
+    /// Free device memory at startup (`cuMemGetInfo`), the budget.
+    pub free: u64,
+}
+
+impl DeviceInfo {
+    /// Queries name, compute capability, memory and unified addressing.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] without unified addressing; mapped driver errors.
+    pub(crate) fn query(ctx: &Arc<CudaContext>) -> Result<Self> {
+        ctx.bind_to_thread()
+            .map_err(|e| map_init_err("cuCtxSetCurrent", e))?;
+        let uva = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)
+            .map_err(|e| map_driver_err("cuDeviceGetAttribute", e))?;
+        if uva == 0 {
+            return Err(Error::Unsupported {
+                backend: BACKEND,
+                what: "a device without unified addressing (pinned host blocks are addressed \
+                       through it)"
+                    .into(),
+            });
+        }
+        let name = ctx
+            .name()
+            .map_err(|e| map_driver_err("cuDeviceGetName", e))?;
+        let compute = ctx
+            .compute_capability()
+            .map_err(|e| map_driver_err("cuDeviceGetAttribute", e))?;
+        let (free, total) = ctx
+            .mem_get_info()
+            .map_err(|e| map_driver_err("cuMemGetInfo", e))?;
+        Ok(DeviceInfo {
+            name,
+            compute,
+            total: total as u64,
+            free: free as u64,
+        })
+    }
+}
+
+/// A private stream-ordered memory pool (`cuMemPoolCreate`) that keeps freed memory.
+#[derive(Debug)]
+pub(crate) struct MemPool {
+    pool: sys::CUmemoryPool,
+}
+
+// SAFETY: a CUmemoryPool handle may be used from any thread; the driver synchronises pool calls.
+unsafe impl Send for MemPool {}
+// SAFETY: as above; the handle is never mutated after creation.
+unsafe impl Sync for MemPool {}
+
+impl MemPool {
+    /// Creates a pool on the context's device with an unlimited release threshold.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when the device has no memory pools; mapped driver errors.
+    pub(crate) fn create(ctx: &Arc<CudaContext>) -> Result<Self> {
+        if !ctx.has_async_alloc() {
+            return Err(Error::Unsupported {
+                backend: BACKEND,
+                what: "DeviceAlloc::StreamOrdered on a device without memory pools".into(),
+            });
+        }
+        let props = sys::CUmemPoolProps {
+            allocType: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            handleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
+            location: sys::CUmemLocation {
+                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: ctx.cu_device(),
+            },
+            win32SecurityAttributes: ptr::null_mut(),
+            maxSize: 0,
+            reserved: [0; 56],
+        };
+        // SAFETY: `props` is fully initialised; the context is current (DeviceInfo::query).
+        let pool = unsafe { result::mem_pool::create(&props) }
+            .map_err(|e| map_driver_err("cuMemPoolCreate", e))?;
+        let mut threshold: u64 = u64::MAX;
+        // SAFETY: RELEASE_THRESHOLD takes a cuuint64_t; `threshold` lives across the call.
+        let set = unsafe {
+            result::mem_pool::set_attribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            )
+        };
+        let pool = MemPool { pool };
+        set.map_err(|e| map_driver_err("cuMemPoolSetAttribute", e))?;
+        Ok(pool)
+    }
+
+    /// Returns cached memory above `keep` bytes to the device.
+    pub(crate) fn trim_to(&self, keep: usize) -> Result<()> {
+        // SAFETY: the pool is live; trimming only releases unused memory.
+        unsafe { result::mem_pool::trim_to(self.pool, keep) }
+            .map_err(|e| map_driver_err("cuMemPoolTrimTo", e))
+    }
+}
+
+impl Drop for MemPool {
+    fn drop(&mut self) {
+        // SAFETY: the backend drops the pool after freeing its blocks and syncing its stream.
+        let _ = unsafe { result::mem_pool::destroy(self.pool) };
+    }
+}
+
+impl CudaBackend {
+    /// Resolves a range to its unified address after checking it lies inside its block.
+    fn resolve(&self, range: BlockRange) -> Result<(u64, Placement)> {
+        let blocks = lock(&self.blocks);
+        let block = blocks.get(range.block)?;
+        check_range(range.offset, range.size, block.size())?;
+        let placement = match block.memory {
+            Memory::Pinned(_) => map_memory_kind(block.kind),
+            _ => Placement::Device,
+        };
+        Ok((block.device_addr() + range.offset, placement))
+    }
+
+    /// The unified address of `range` (for the application's own kernels or libraries).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a block that is not live, [`Error::OutOfBounds`].
+    pub fn device_addr(&self, range: BlockRange) -> Result<u64> {
+        self.resolve(range).map(|(addr, _)| addr)
+    }
+
+    /// Every live block with its kind, size and label: what a leak report lists.
+    pub fn live_blocks(&self) -> Vec<LiveBlock> {
+        let mut out: Vec<LiveBlock> = lock(&self.blocks)
+            .iter()
+            .map(|(id, b)| LiveBlock {
+                id,
+                kind: b.kind,
+                size: b.size(),
+                label: b.label.clone(),
+            })
+            .collect();
+        out.sort_by_key(|b| b.id);
+        out
+    }
+
+    /// Returns memory cached by the stream-ordered pool above `keep` bytes to the device.
+    /// A no-op with [`DeviceAlloc::MemAlloc`].
+    ///
+    /// # Errors
+    /// A mapped driver error.
+    pub fn trim_device_pool(&self, keep: u64) -> Result<()> {
+        self.bind()?;
+        match &self.pool {
+            Some(pool) => pool.trim_to(to_usize(keep, "pool trim")?),
+            None => Ok(()),
+        }
+    }
+
+    fn alloc_device(&self, size: usize) -> std::result::Result<Memory, result::DriverError> {
+        match (&self.pool, self.device_alloc) {
+            (Some(pool), DeviceAlloc::StreamOrdered) => {
+                // SAFETY: the pool is live; the memory is valid for work enqueued on the stream
+                // after this call, which is the only way the backend uses it.
+                let ptr = unsafe {
+                    result::mem_pool::alloc_async(pool.pool, size, self.stream().cu_stream())
+                }?;
+                Ok(Memory::Device { ptr, pool: true })
+            }
+            _ => {
+                // SAFETY: plain device allocation; the context is current.
+                let ptr = unsafe { result::malloc_sync(size) }?;
+                Ok(Memory::Device { ptr, pool: false })
+            }
+        }
+    }
+
+    fn enqueue_copy(&self, src: u64, dst: u64, size: u64) -> Result<Ticket> {
+        let bytes = to_usize(size, "copy")?;
+        self.timeline.submit(|stream| {
+            // SAFETY: both ranges were checked inside live blocks; unified addressing makes
+            // pinned host pointers valid here; the ranges do not overlap (checked by the caller).
+            unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream) }
+                .result()
+                .map_err(|e| map_driver_err("cuMemcpyAsync", e))
+        })
+    }
+}
+
+impl Backend for CudaBackend {
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
+        check_block_size(desc.size, self.caps.max_block_size)?;
+        let size = to_usize(desc.size, "block")?;
+        self.bind()?;
+        let (api, memory) = match map_memory_kind(desc.kind) {
+            Placement::Device => (
+                match self.device_alloc {
+                    DeviceAlloc::MemAlloc => "cuMemAlloc",
+                    DeviceAlloc::StreamOrdered => "cuMemAllocFromPoolAsync",
+                },
+                self.alloc_device(size),
+            ),
+            Placement::PinnedHost { flags } => ("cuMemHostAlloc", alloc_pinned(size, flags)),
+        };
+        let mut blocks = lock(&self.blocks);
+        let memory = memory.map_err(|e| {
+            map_alloc_err(
+                api,
+                e,
+                desc.kind,
+                desc.size,
+                blocks.bytes_of(desc.kind),
+                self.caps.budget,
+            )
+        })?;
+        Ok(blocks.insert(Block::new(desc.kind, desc.size, memory, desc.label)))
+    }
+
+    fn free_block(&self, block: BlockId) -> Result<()> {
+        let mut removed = lock(&self.blocks).remove(block)?;
+        self.bind()?;
+        // SAFETY: the contract guarantees no in-flight work uses the block; it left the table, so
+        // nothing can name it again.
+        unsafe { free_memory(&mut removed.memory, self.stream().cu_stream()) }
+    }
+
+    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
+        let blocks = lock(&self.blocks);
+        let b = blocks.get(block)?;
+        let ptr = host_ptr(b, "write_mapped")?;
+        check_range(offset, data.len() as u64, b.size())?;
+        let offset = to_usize(offset, "write_mapped")?;
+        // SAFETY: `offset + data.len()` is inside the pinned allocation (checked above); the
+        // caller guarantees no in-flight work touches the range; `data` cannot overlap pinned
+        // memory the backend owns exclusively.
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), ptr.as_ptr().add(offset), data.len()) };
+        Ok(())
+    }
+
+    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
+        let blocks = lock(&self.blocks);
+        let b = blocks.get(block)?;
+        let ptr = host_ptr(b, "read_mapped")?;
+        check_range(offset, out.len() as u64, b.size())?;
+        let offset = to_usize(offset, "read_mapped")?;
+        // SAFETY: as in write_mapped, reading instead of writing.
+        unsafe { ptr::copy_nonoverlapping(ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    fn write_queued(&self, dst: BlockRange, data: &[u8]) -> Result<Option<Ticket>> {
+        if data.is_empty() {
+            return Err(Error::ZeroSize { what: "upload" });
+        }
+        if data.len() as u64 != dst.size {
+            return Err(Error::SizeMismatch {
+                what: "write_queued data vs destination range".into(),
+                expected: dst.size,
+                actual: data.len() as u64,
+            });
+        }
+        self.bind()?;
+        let (addr, placement) = self.resolve(dst)?;
+        if placement.host_visible() {
+            // Pinned destinations are written with write_mapped; no queued path for them.
+            return Ok(None);
+        }
+        self.timeline
+            .submit(|stream| {
+                // SAFETY: the range is inside a live device block; for a pageable source the
+                // driver stages `data` into its own pinned buffer before returning, so `data` may
+                // be dropped when this call returns (the CUDA API sync-behaviour rules).
+                unsafe { sys::cuMemcpyHtoDAsync_v2(addr, data.as_ptr().cast(), data.len(), stream) }
+                    .result()
+                    .map_err(|e| map_driver_err("cuMemcpyHtoDAsync", e))
+            })
+            .map(Some)
+    }
+
+    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
+        if src.size != dst.size {
+            return Err(Error::SizeMismatch {
+                what: "copy source vs destination".into(),
+                expected: src.size,
+                actual: dst.size,
+            });
+        }
+        if src.size == 0 {
+            return Err(Error::ZeroSize { what: "copy" });
+        }
+        if src.block == dst.block
+            && src.offset < dst.offset + dst.size
+            && dst.offset < src.offset + src.size
+        {
+            return Err(Error::invalid(format!(
+                "cuda: copy within block {} overlaps ({}..+{} -> {}..+{})",
+                src.block.0, src.offset, src.size, dst.offset, dst.size
+            )));
+        }
+        self.bind()?;
+        let (s, _) = self.resolve(src)?;
+        let (d, _) = self.resolve(dst)?;
+        self.enqueue_copy(s, d, src.size)
+    }
+
+    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
+        if range.size == 0 {
+            return Err(Error::ZeroSize { what: "fill" });
+        }
+        self.bind()?;
+        let (addr, placement) = self.resolve(range)?;
+        match placement {
+            Placement::Device => {
+                let bytes = to_usize(range.size, "fill")?;
+                self.timeline.submit(|stream| {
+                    // SAFETY: the range is inside a live device block.
+                    unsafe { result::memset_d8_async(addr, 0, bytes, stream) }
+                        .map_err(|e| map_driver_err("cuMemsetD8Async", e))
+                })
+            }
+            Placement::PinnedHost { .. } => {
+                let call = plan_fill_zero(addr, range.size);
+                self.timeline
+                    .submit(|_| self.kernels.launch(self.stream(), &call))
+            }
+        }
+    }
+
+    fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
+        let sig = op.signature()?;
+        check_bindings(op, &sig, bindings, self.caps.max_binding_size)?;
+        self.bind()?;
+        let addrs = bindings
+            .iter()
+            .map(|r| self.resolve(*r).map(|(a, _)| a))
+            .collect::<Result<Vec<_>>>()?;
+        let call = plan_call(op, &addrs)?;
+        self.timeline
+            .submit(|_| self.kernels.launch(self.stream(), &call))
+    }
+
+    fn flush(&self) -> Result<Ticket> {
+        self.bind()?;
+        self.timeline.flush()
+    }
+
+    fn completed(&self) -> Result<Ticket> {
+        self.bind()?;
+        self.timeline.completed()
+    }
+
+    fn wait(&self, ticket: Ticket) -> Result<()> {
+        self.bind()?;
+        self.timeline.wait(ticket)
+    }
+}
+
+fn host_ptr(block: &Block, what: &str) -> Result<std::ptr::NonNull<u8>> {
+    block.host_ptr().ok_or_else(|| Error::Unsupported {
+        backend: BACKEND,
+        what: format!(
+            "{what} on a {} block: CUDA device memory is not host-visible; stage through an \
+             Upload or Readback block",
+            block.kind.name()
+        ),
+    })
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // Finish in-flight work, then free what the caller left allocated (the core pools report
+        // leaks; the backend only returns the memory to the driver).
+        if self.bind().is_err() {
+            return;
+        }
+        let _ = self.stream().synchronize();
+        let stream = self.stream().cu_stream();
+        for (_, mut block) in lock(&self.blocks).drain() {
+            // SAFETY: the stream is idle and the table is drained, so nothing uses the block.
+            let _ = unsafe { free_memory(&mut block.memory, stream) };
+        }
+        let _ = self.stream().synchronize();
+        debug_assert!(lock(&self.blocks).bytes_of(MemoryKind::DeviceLocal) == 0);
+    }
+}

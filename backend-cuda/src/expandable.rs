@@ -1,0 +1,146 @@
+//! Expandable blocks on the backend: allocation, in-place growth and shrink through `vmm.rs`.
+//!
+//! An expandable block is a `DeviceLocal` block like any other for every [`tensormem::Backend`]
+//! method (copies, fills, bindings); its size is the mapped part of its reserved range. The
+//! contract says a block is never resized, so growth is an inherent API here. A pool that knows
+//! it runs on CUDA can grow its arena in place instead of adding a block; the proposed contract
+//! addition (`Backend::grow_block`, default "unsupported") is in the crate's report.
+
+use tensormem::{BlockId, Error, MemoryKind, Result};
+
+use crate::CudaBackend;
+use crate::blocks::{Block, Memory};
+use crate::conv::check_block_size;
+use crate::error::{BACKEND, map_driver_err};
+use crate::timeline::lock;
+use crate::vmm::{ExpandableSegment, chunk_size, granularity};
+
+/// Creation arguments of an expandable block.
+#[derive(Clone, Debug)]
+pub struct ExpandableDesc<'a> {
+    /// Bytes of virtual address space to reserve: the most the block can ever grow to. Address
+    /// space is cheap (nothing is committed), so reserving the device's whole memory is normal.
+    /// Rounded up to `chunk`.
+    pub reserve: u64,
+    /// Bytes to map at creation (rounded up to `chunk`; 0 maps nothing yet).
+    pub initial: u64,
+    /// Bytes of physical memory mapped per step, rounded up to the driver's granularity (2 MiB on
+    /// current GPUs). Small chunks waste less at the tail; large chunks need fewer driver calls
+    /// per growth. PyTorch uses 2 MiB for small and 20 MiB for large segments.
+    pub chunk: u64,
+    /// Label for reports.
+    pub label: &'a str,
+}
+
+impl CudaBackend {
+    /// The VMM allocation granularity of the device, in bytes (sizes are rounded to it).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when the device has no virtual memory management.
+    pub fn vmm_granularity(&self) -> Result<u64> {
+        self.bind()?;
+        self.check_vmm()?;
+        granularity(self.ctx.cu_device())
+    }
+
+    fn check_vmm(&self) -> Result<()> {
+        let vmm = self
+            .ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+            )
+            .map_err(|e| map_driver_err("cuDeviceGetAttribute", e))?;
+        if vmm == 0 {
+            return Err(Error::Unsupported {
+                backend: BACKEND,
+                what: "expandable blocks on a device without virtual memory management".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Allocates an expandable `DeviceLocal` block: reserves `desc.reserve` bytes of address
+    /// space and maps `desc.initial` bytes.
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`] for a zero reservation, [`Error::TooLarge`] for an initial size above
+    /// the reservation, [`Error::OutOfMemory`] when the initial chunks cannot be backed,
+    /// [`Error::Unsupported`] without VMM.
+    pub fn alloc_expandable_block(&self, desc: &ExpandableDesc<'_>) -> Result<BlockId> {
+        if desc.reserve == 0 {
+            return Err(Error::ZeroSize {
+                what: "expandable block reservation",
+            });
+        }
+        if desc.initial > desc.reserve {
+            return Err(Error::TooLarge {
+                what: "expandable block initial size",
+                requested: desc.initial,
+                limit: desc.reserve,
+                limit_name: "ExpandableDesc::reserve",
+            });
+        }
+        let chunk = chunk_size(desc.chunk, self.vmm_granularity()?)?;
+        let mut seg = ExpandableSegment::reserve(self.ctx.cu_device(), desc.reserve, chunk)?;
+        seg.grow_to(desc.initial, self.caps.budget)?;
+        let size = seg.mapped();
+        Ok(lock(&self.blocks).insert(Block::new(
+            MemoryKind::DeviceLocal,
+            size,
+            Memory::Expandable(seg),
+            desc.label,
+        )))
+    }
+
+    /// Grows an expandable block in place so that at least `size` bytes are usable; returns the
+    /// new usable size (a multiple of the chunk). Existing contents and addresses stay valid.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a block that is not live or not expandable,
+    /// [`Error::TooLarge`] beyond the reservation or `max_block_size`, [`Error::OutOfMemory`]
+    /// when the driver has no memory for the new chunks (the block keeps the chunks that mapped).
+    pub fn grow_block(&self, block: BlockId, size: u64) -> Result<u64> {
+        check_block_size(size, self.caps.max_block_size)?;
+        self.bind()?;
+        let mut blocks = lock(&self.blocks);
+        let seg = expandable(blocks.get_mut(block)?, block)?;
+        seg.grow_to(size, self.caps.budget)?;
+        Ok(seg.mapped())
+    }
+
+    /// Shrinks an expandable block to the fewest chunks that hold `size` bytes, returning the
+    /// memory past them to the device; returns the new usable size.
+    ///
+    /// The caller guarantees that no in-flight work touches bytes past `size` (wait for their
+    /// tickets first, as before `free_block`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a block that is not live or not expandable; mapped driver
+    /// errors.
+    pub fn shrink_block(&self, block: BlockId, size: u64) -> Result<u64> {
+        self.bind()?;
+        let mut blocks = lock(&self.blocks);
+        let seg = expandable(blocks.get_mut(block)?, block)?;
+        seg.shrink_to(size)?;
+        Ok(seg.mapped())
+    }
+
+    /// The reserved size of an expandable block: the most it can grow to.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a block that is not live or not expandable.
+    pub fn reserved_size(&self, block: BlockId) -> Result<u64> {
+        let mut blocks = lock(&self.blocks);
+        Ok(expandable(blocks.get_mut(block)?, block)?.reserved())
+    }
+}
+
+fn expandable(b: &mut Block, id: BlockId) -> Result<&mut ExpandableSegment> {
+    match &mut b.memory {
+        Memory::Expandable(seg) => Ok(seg),
+        _ => Err(Error::invalid(format!(
+            "cuda: block {} is not expandable (allocate it with alloc_expandable_block)",
+            id.0
+        ))),
+    }
+}

