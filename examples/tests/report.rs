@@ -1,6 +1,8 @@
 //! End-to-end test of `tensormem-report`: a traced runtime workload on the host backend is written
 //! as Chrome trace JSON, and the binary prints its findings largest saving first, writes the HTML
 //! timeline, and rejects a malformed file with its line number.
+// Test helpers outside `#[test]` functions unwrap too: a failure is the test failing.
+#![allow(clippy::unwrap_used)]
 
 use std::process::Command;
 use std::sync::Arc;

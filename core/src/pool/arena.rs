@@ -720,7 +720,7 @@ impl ArenaPool {
     /// made when the tracer records backtraces.
     fn leak_report(st: &State, max: usize) -> String {
         let mut live: Vec<&Live> = st.slots.iter().collect();
-        live.sort_by(|a, b| b.region.size.cmp(&a.region.size));
+        live.sort_by_key(|l| std::cmp::Reverse(l.region.size));
         let mut out = Vec::new();
         for l in live.into_iter().take(max) {
             let label = if l.label.is_empty() {

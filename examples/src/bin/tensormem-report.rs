@@ -113,8 +113,8 @@ fn run(args: &Args) -> Result<(), Error> {
     );
     if !findings.is_empty() {
         println!(
-            "{:>12}  {:>12}  {:<19} {:<16} {}",
-            "saves (B)", "size (B)", "kind", "pool", "allocation: detail"
+            "{:>12}  {:>12}  {:<19} {:<16} allocation: detail",
+            "saves (B)", "size (B)", "kind", "pool"
         );
     }
     for f in &findings {

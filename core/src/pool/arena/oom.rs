@@ -58,7 +58,7 @@ impl ArenaPool {
             .iter()
             .map(|l| (l.label.clone(), l.region.size))
             .collect();
-        live.sort_by(|a, b| b.1.cmp(&a.1));
+        live.sort_by_key(|l| std::cmp::Reverse(l.1));
         let budget = self.config.budget;
         let reserved = st.stats.reserved;
         let trim_would_help = reclaimable > 0
