@@ -41,6 +41,10 @@
 //! * **Generational handles**: double free and use after free are errors, not undefined behaviour.
 //! * **Static planning** ([`plan`]): a compiled [`Graph`] puts every intermediate in one arena at
 //!   planned offsets, so a steady-state inference allocates nothing.
+//! * **Tracing off by default** ([`trace`]): [`Runtime::set_tracer`] records allocations, frees,
+//!   blocks, transfers and every op's tensor uses; off, it costs one atomic load per operation.
+//!   Traces export to Chrome/Perfetto JSON and a self-contained HTML timeline, and
+//!   [`trace::analyze`] reports wasted memory with the peak bytes each fix saves.
 //!
 //! # Limits
 //! * One logical queue per backend: work executes in submission order; no multi-queue overlap yet.
