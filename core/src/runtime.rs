@@ -108,6 +108,16 @@ impl Runtime {
         self.inner.device.tracer()
     }
 
+    /// Strict leak check for tests: fails while device tensors are still allocated (models hold
+    /// theirs until dropped). Without it, dropping the last runtime handle prints the leak report.
+    ///
+    /// # Errors
+    /// [`Error::Leak`] listing each live allocation (with where it was made when the tracer records
+    /// backtraces).
+    pub fn check_leaks(&self) -> Result<()> {
+        self.inner.device.check_leaks()
+    }
+
     /// The configuration.
     pub fn config(&self) -> &RuntimeConfig {
         &self.inner.config
