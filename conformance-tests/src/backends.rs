@@ -1,8 +1,9 @@
 //! The targets the suite runs on. Each backend adds its configurations here: a few lines each.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tensormem::{Backend, HostBackend, HostConfig, Result};
+use tensormem_vulkan::{ValidationLog, VulkanBackend, VulkanConfig};
 
 use crate::Target;
 
@@ -32,6 +33,48 @@ fn cuda_stream_ordered() -> Result<Arc<dyn Backend>> {
     )?))
 }
 
+/// Validation logs of the Vulkan backends created so far (checked after every case; a log is
+/// dropped once its backend is gone and it has been checked one last time).
+static VULKAN_LOGS: Mutex<Vec<Arc<ValidationLog>>> = Mutex::new(Vec::new());
+
+/// Vulkan, under the Khronos validation layer with synchronization validation when installed.
+fn vulkan_with(force_staging: bool) -> Result<Arc<dyn Backend>> {
+    let backend = VulkanBackend::new(VulkanConfig {
+        force_staging,
+        validation: VulkanBackend::validation_available(),
+        ..VulkanConfig::default()
+    })?;
+    if let Some(log) = backend.validation_log() {
+        VULKAN_LOGS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(log);
+    }
+    Ok(Arc::new(backend))
+}
+
+fn vulkan() -> Result<Arc<dyn Backend>> {
+    vulkan_with(false)
+}
+
+fn vulkan_staging() -> Result<Arc<dyn Backend>> {
+    vulkan_with(true)
+}
+
+/// Fails the case on any validation message of any Vulkan backend created so far.
+fn vulkan_validation(_: &Arc<dyn Backend>) -> std::result::Result<(), String> {
+    let mut logs = VULKAN_LOGS.lock().unwrap_or_else(|e| e.into_inner());
+    let messages: Vec<String> = logs.iter().flat_map(|l| l.messages()).collect();
+    // Keep only logs whose backend is alive (the backend holds the other reference), and drop
+    // every log that has reported, so one failure is not repeated by every later case.
+    logs.retain(|l| Arc::strong_count(l) > 1 && l.messages().is_empty());
+    if messages.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("Vulkan validation: {}", messages.join("\n")))
+    }
+}
+
 /// Every target, in report order.
 pub fn targets() -> Vec<Target> {
     vec![
@@ -58,6 +101,18 @@ pub fn targets() -> Vec<Target> {
             backend: "cuda",
             create: cuda_stream_ordered,
             after_case: None,
+        },
+        Target {
+            name: "vulkan",
+            backend: "vulkan",
+            create: vulkan,
+            after_case: Some(vulkan_validation),
+        },
+        Target {
+            name: "vulkan-staging",
+            backend: "vulkan",
+            create: vulkan_staging,
+            after_case: Some(vulkan_validation),
         },
     ]
 }

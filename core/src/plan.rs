@@ -18,6 +18,7 @@
 //!   Every plan [`solve`] returns has passed it.
 //! - [`liveness`]: op lists to buffers, with in-place reuse.
 //! - [`parse_csv`] / [`write_csv`]: MiniMalloc's `id,lower,upper,size[,alignment][,offset]` format.
+//! - [`replay`]: record an allocation sequence once, plan it, serve repeats in O(1) per allocation.
 //!
 //! Design choices and why:
 //! - Half-open lifetimes everywhere (MiniMalloc's convention); TFLite's inclusive `[first, last]`
@@ -46,6 +47,7 @@ mod greedy;
 mod index;
 mod liveness;
 mod portfolio;
+pub mod replay;
 
 mod rng;
 mod solve;

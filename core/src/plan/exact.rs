@@ -21,7 +21,7 @@
 use std::time::Instant;
 
 use super::bound::{Sections, components, max_load_over_life};
-use super::index::Conflicts;
+use super::index::conflict_csr;
 use super::{Buffer, align_up};
 
 /// Result of one decision search.
@@ -71,10 +71,7 @@ fn decide_connected(buffers: &[Buffer], capacity: u64, deadline: Instant) -> Out
         return Outcome::Infeasible;
     }
     let heaviest = max_load_over_life(buffers);
-    let conflicts = match Conflicts::new(buffers, u64::MAX) {
-        Conflicts::Csr { start, list } => (start, list),
-        Conflicts::Index { .. } => return Outcome::Timeout,
-    };
+    let conflicts = conflict_csr(buffers);
     let mut node_limit = (2 * n as u64).max(1000);
     loop {
         for pre in PREORDERS {

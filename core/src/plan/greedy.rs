@@ -9,15 +9,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::index::{CSR_MAX_ENTRIES, Conflicts};
+use super::index::IntervalIndex;
 use super::{Buffer, Plan, align_up, validate};
 use crate::Result;
 
 /// How a buffer picks its gap among the placed conflicts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fit {
-    /// Smallest gap that fits; the space between the highest conflict and the current peak counts
-    /// as a gap; otherwise on top of the highest conflict.
+    /// Smallest gap between placed conflicts (or below the lowest) that fits; otherwise on top of
+    /// the highest conflict (TFLite's rule).
     Best,
     /// Lowest offset that fits.
     Lowest,
@@ -26,19 +26,20 @@ pub(crate) enum Fit {
 /// Offset marker for a buffer not placed yet.
 const UNPLACED: u64 = u64::MAX;
 
-/// Reusable placement state for one instance.
+/// Reusable placement state for one instance. Conflicts come from an interval index that only
+/// holds placed buffers, so each query costs O((k + 1) log n) in the k *placed* conflicts.
 pub(crate) struct Squeezer<'a> {
     buffers: &'a [Buffer],
-    conflicts: &'a Conflicts,
+    placed: IntervalIndex,
     offsets: Vec<u64>,
     gaps: Vec<(u64, u64)>,
 }
 
 impl<'a> Squeezer<'a> {
-    pub fn new(buffers: &'a [Buffer], conflicts: &'a Conflicts) -> Self {
+    pub fn new(buffers: &'a [Buffer]) -> Self {
         Squeezer {
             buffers,
-            conflicts,
+            placed: IntervalIndex::empty(buffers),
             offsets: vec![UNPLACED; buffers.len()],
             gaps: Vec::new(),
         }
@@ -54,26 +55,28 @@ impl<'a> Squeezer<'a> {
     ) -> Result<(Vec<u64>, u64), usize> {
         debug_assert_eq!(order.len(), self.buffers.len());
         self.offsets.fill(UNPLACED);
+        self.placed.clear();
         let mut peak = 0u64;
         for (k, &i) in order.iter().enumerate() {
             let i = i as usize;
             let b = self.buffers[i];
             self.gaps.clear();
             let (offsets, gaps) = (&self.offsets, &mut self.gaps);
-            self.conflicts.for_each(i, |j| {
-                let o = offsets[j];
-                if o != UNPLACED {
-                    gaps.push((o, o + self.buffers[j].size));
-                }
+            let buffers = self.buffers;
+            self.placed.for_each_overlap(b.lower, b.upper, |j| {
+                let o = offsets[j as usize];
+                debug_assert_ne!(o, UNPLACED);
+                gaps.push((o, o + buffers[j as usize].size));
             });
             self.gaps.sort_unstable_by_key(|g| g.0);
-            let offset = choose(&self.gaps, b.size, b.align, fit, peak);
+            let offset = choose(&self.gaps, b.size, b.align, fit);
             let end = offset + b.size;
             if end > cutoff {
                 return Err(k);
             }
             peak = peak.max(end);
             self.offsets[i] = offset;
+            self.placed.activate(i);
         }
         Ok((self.offsets.clone(), peak))
     }
@@ -81,7 +84,7 @@ impl<'a> Squeezer<'a> {
 
 /// Picks an offset for a buffer of `size`/`align` among placed ranges sorted by start.
 #[inline]
-fn choose(placed: &[(u64, u64)], size: u64, align: u64, fit: Fit, peak: u64) -> u64 {
+fn choose(placed: &[(u64, u64)], size: u64, align: u64, fit: Fit) -> u64 {
     let mut prev_end = 0u64;
     let mut best: Option<(u64, u64)> = None; // (gap length, offset)
     for &(o, e) in placed {
@@ -100,12 +103,6 @@ fn choose(placed: &[(u64, u64)], size: u64, align: u64, fit: Fit, peak: u64) -> 
         prev_end = prev_end.max(e);
     }
     let top = align_up(prev_end, align);
-    if fit == Fit::Best && peak >= top && peak - top >= size {
-        let len = peak - top;
-        if best.is_none_or(|(bl, _)| len < bl) {
-            best = Some((len, top));
-        }
-    }
     best.map_or(top, |(_, o)| o)
 }
 
@@ -131,22 +128,21 @@ pub(crate) fn size_order(buffers: &[Buffer]) -> Vec<u32> {
 /// lower index), each into the smallest gap that fits among the time-overlapping buffers already
 /// placed, the gap below the lowest one included; on top of the highest one when no gap fits.
 ///
-/// Cost: O(n log n + K log K) with K the number of conflicting pairs; conflicts come from a CSR
-/// list or, for very large K, an interval index, so memory stays O(n) in that case.
+/// Cost: O(n log n + K log K) with K the number of conflicting pairs (each smaller buffer meets
+/// its larger placed conflicts once, through an interval index of placed buffers); memory O(n).
 ///
 /// # Errors
 /// The validation errors of [`super::verify`] for invalid buffers (empty lifetime, zero size, bad
 /// alignment, padded total beyond `u64`).
 pub fn greedy_by_size(buffers: &[Buffer]) -> Result<Plan> {
     validate(buffers)?;
-    let conflicts = Conflicts::new(buffers, CSR_MAX_ENTRIES);
-    Ok(greedy_with(buffers, &conflicts))
+    Ok(greedy_unchecked(buffers))
 }
 
-/// [`greedy_by_size`] on prebuilt conflicts.
-pub(crate) fn greedy_with(buffers: &[Buffer], conflicts: &Conflicts) -> Plan {
+/// [`greedy_by_size`] on validated buffers.
+pub(crate) fn greedy_unchecked(buffers: &[Buffer]) -> Plan {
     let order = size_order(buffers);
-    let placed = Squeezer::new(buffers, conflicts).place(&order, Fit::Best, u64::MAX);
+    let placed = Squeezer::new(buffers).place(&order, Fit::Best, u64::MAX);
     debug_assert!(placed.is_ok(), "no cutoff, so placement always completes");
     let (offsets, peak) = placed.unwrap_or_default();
     Plan { offsets, peak }

@@ -1,16 +1,14 @@
 //! Conflict queries: which buffers' lifetimes intersect a given one.
 //!
-//! Two representations behind one [`Conflicts::for_each`]:
-//! - a flat CSR list of every buffer's conflicts (fastest for repeated passes; 4 bytes per
-//!   conflicting ordered pair, so only used below [`CSR_MAX_ENTRIES`]);
-//! - an [`IntervalIndex`]: buffers sorted by `lower` with a segment tree of the maximum `upper`,
-//!   answering "all buffers live somewhere in `[l, u)`" in O((k + 1) log n) with O(n) memory. Used for
-//!   instances with hundreds of millions of conflicting pairs (IOPDDL Y_1 has 1.8e8).
+//! - [`IntervalIndex`]: buffers sorted by `lower` with a segment tree of the maximum `upper`,
+//!   answering "all active buffers live somewhere in `[l, u)`" in O((k + 1) log n) with O(n) memory.
+//!   Buffers can be activated one at a time, so a squeeze only ever visits *placed* conflicts.
+//!   Instances can have hundreds of millions of conflicting pairs (IOPDDL Y_1 has 1.8e8), so the
+//!   heuristics never materialise them.
+//! - [`conflict_csr`]: the flat list of every buffer's conflicts, for the exact search (small
+//!   instances, many passes over the same lists).
 
 use super::Buffer;
-
-/// Largest CSR conflict list built (entries of 4 bytes: 128 MiB).
-pub(crate) const CSR_MAX_ENTRIES: u64 = 32 << 20;
 
 /// Static interval index over a set of lifetimes.
 #[derive(Debug, Clone)]
@@ -21,10 +19,12 @@ pub(crate) struct IntervalIndex {
     lower: Vec<u64>,
     /// `upper` of `order[k]`.
     upper: Vec<u64>,
-    /// Segment tree over positions: node `k` holds the maximum `upper` of its range; leaves start at
-    /// `leaves` (a power of two); unused leaves hold 0.
+    /// Segment tree over positions: node `k` holds the maximum `upper` of its active range; leaves
+    /// start at `leaves` (a power of two); inactive and unused leaves hold 0, which no query matches.
     max_upper: Vec<u64>,
     leaves: usize,
+    /// Position of each buffer id in `order`.
+    position: Vec<u32>,
 }
 
 impl IntervalIndex {
@@ -40,12 +40,45 @@ impl IntervalIndex {
         for k in (1..leaves).rev() {
             max_upper[k] = max_upper[2 * k].max(max_upper[2 * k + 1]);
         }
+        let mut position = vec![0u32; buffers.len()];
+        for (k, &i) in order.iter().enumerate() {
+            position[i as usize] = k as u32;
+        }
         IntervalIndex {
             order,
             lower,
             upper,
             max_upper,
             leaves,
+            position,
+        }
+    }
+
+    /// The same index with every buffer inactive: queries see only buffers [`Self::activate`]d
+    /// since (the placed ones, for a squeeze).
+    pub fn empty(buffers: &[Buffer]) -> Self {
+        let mut index = IntervalIndex::new(buffers);
+        index.max_upper.fill(0);
+        index
+    }
+
+    /// Makes every buffer inactive again, in O(n).
+    pub fn clear(&mut self) {
+        self.max_upper.fill(0);
+    }
+
+    /// Makes buffer `id` visible to queries, in O(log n).
+    pub fn activate(&mut self, id: usize) {
+        let p = self.position[id] as usize;
+        let up = self.upper[p];
+        let mut k = self.leaves + p;
+        self.max_upper[k] = up;
+        while k > 1 {
+            k /= 2;
+            if self.max_upper[k] >= up {
+                break;
+            }
+            self.max_upper[k] = up;
         }
     }
 
@@ -77,81 +110,24 @@ impl IntervalIndex {
     }
 }
 
-/// Number of unordered conflicting pairs, by one sweep (O(n log n)).
-pub(crate) fn conflict_pairs(buffers: &[Buffer]) -> u64 {
-    let mut events: Vec<(u64, bool)> = Vec::with_capacity(buffers.len() * 2);
-    for b in buffers {
-        events.push((b.lower, true));
-        events.push((b.upper, false));
-    }
-    events.sort_unstable();
-    let (mut live, mut pairs) = (0u64, 0u64);
-    for (_, alloc) in events {
-        if alloc {
-            pairs += live;
-            live += 1;
-        } else {
-            live -= 1;
-        }
-    }
-    pairs
-}
-
-/// Every buffer's conflicts, by whichever representation fits in memory.
-#[derive(Debug, Clone)]
-pub(crate) enum Conflicts {
-    /// `list[start[i]..start[i + 1]]` are the conflicts of buffer `i`, ascending.
-    Csr { start: Vec<usize>, list: Vec<u32> },
-    /// Query the interval index with each buffer's lifetime.
-    Index {
-        index: IntervalIndex,
-        life: Vec<(u64, u64)>,
-    },
-}
-
-impl Conflicts {
-    /// Builds the CSR list when it has at most `max_entries` entries, else the index.
-    pub fn new(buffers: &[Buffer], max_entries: u64) -> Self {
-        let index = IntervalIndex::new(buffers);
-        let life: Vec<(u64, u64)> = buffers.iter().map(|b| (b.lower, b.upper)).collect();
-        if conflict_pairs(buffers).saturating_mul(2) > max_entries {
-            return Conflicts::Index { index, life };
-        }
-        let mut start = Vec::with_capacity(buffers.len() + 1);
-        let mut list = Vec::new();
-        start.push(0);
-        for (i, &(l, u)) in life.iter().enumerate() {
-            let from = list.len();
-            index.for_each_overlap(l, u, |j| {
-                if j as usize != i {
-                    list.push(j);
-                }
-            });
-            list[from..].sort_unstable();
-            start.push(list.len());
-        }
-        Conflicts::Csr { start, list }
-    }
-
-    /// Calls `f` with every buffer that conflicts with buffer `i` (never `i` itself).
-    #[inline]
-    pub fn for_each(&self, i: usize, mut f: impl FnMut(usize)) {
-        match self {
-            Conflicts::Csr { start, list } => {
-                for &j in &list[start[i]..start[i + 1]] {
-                    f(j as usize);
-                }
+/// Every buffer's conflicts as a flat CSR list: `list[start[i]..start[i + 1]]` are the buffers
+/// conflicting with `i`, ascending. Memory: 4 bytes per conflicting ordered pair.
+pub(crate) fn conflict_csr(buffers: &[Buffer]) -> (Vec<usize>, Vec<u32>) {
+    let index = IntervalIndex::new(buffers);
+    let mut start = Vec::with_capacity(buffers.len() + 1);
+    let mut list = Vec::new();
+    start.push(0);
+    for (i, b) in buffers.iter().enumerate() {
+        let from = list.len();
+        index.for_each_overlap(b.lower, b.upper, |j| {
+            if j as usize != i {
+                list.push(j);
             }
-            Conflicts::Index { index, life } => {
-                let (l, u) = life[i];
-                index.for_each_overlap(l, u, |j| {
-                    if j as usize != i {
-                        f(j as usize);
-                    }
-                });
-            }
-        }
+        });
+        list[from..].sort_unstable();
+        start.push(list.len());
     }
+    (start, list)
 }
 
 #[cfg(test)]
@@ -177,18 +153,22 @@ mod tests {
             .flat_map(|i| (i + 1..300).map(move |j| (i, j)))
             .filter(|&(i, j)| buffers[i].conflicts(&buffers[j]))
             .count() as u64;
-        assert_eq!(conflict_pairs(&buffers), pairs);
-        for max in [0, u64::MAX] {
-            let c = Conflicts::new(&buffers, max);
-            for i in 0..300 {
-                let mut got = Vec::new();
-                c.for_each(i, |j| got.push(j));
-                got.sort_unstable();
-                let want: Vec<usize> = (0..300)
-                    .filter(|&j| j != i && buffers[i].conflicts(&buffers[j]))
-                    .collect();
-                assert_eq!(got, want);
-            }
+        let (start, list) = conflict_csr(&buffers);
+        assert_eq!(list.len() as u64, 2 * pairs);
+        let mut placed = IntervalIndex::empty(&buffers);
+        for i in 0..300 {
+            let want: Vec<u32> = (0..300)
+                .filter(|&j| j != i && buffers[i].conflicts(&buffers[j]))
+                .map(|j| j as u32)
+                .collect();
+            assert_eq!(&list[start[i]..start[i + 1]], &want[..]);
+            // The placed-only index sees exactly the conflicts activated so far.
+            let mut got = Vec::new();
+            placed.for_each_overlap(buffers[i].lower, buffers[i].upper, |j| got.push(j));
+            got.sort_unstable();
+            let before: Vec<u32> = want.iter().copied().filter(|&j| (j as usize) < i).collect();
+            assert_eq!(got, before);
+            placed.activate(i);
         }
     }
 }

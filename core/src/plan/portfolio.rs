@@ -15,7 +15,6 @@ use std::time::Instant;
 use super::Buffer;
 use super::bound::max_load_over_life;
 use super::greedy::{Fit, Squeezer, order_by, size_order, sweep_best_fit};
-use super::index::Conflicts;
 use super::rng::Rng;
 
 /// The best placement found so far.
@@ -33,7 +32,6 @@ pub(crate) struct Incumbent {
 /// `report` is called with each improvement.
 pub(crate) fn improve(
     buffers: &[Buffer],
-    conflicts: &Conflicts,
     start: Incumbent,
     target: u64,
     deadline: Instant,
@@ -81,7 +79,7 @@ pub(crate) fn improve(
             order_by(n, |i| (buffers[i].lower, Reverse(buffers[i].size))),
         ),
     ];
-    let mut squeezer = Squeezer::new(buffers, conflicts);
+    let mut squeezer = Squeezer::new(buffers);
     let mut best_order: Option<(Vec<u32>, Fit)> = None;
     for (name, order) in orders {
         for fit in [Fit::Best, Fit::Lowest] {

@@ -4,8 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::exact::{Outcome, decide};
-use super::greedy::greedy_with;
-use super::index::{CSR_MAX_ENTRIES, Conflicts};
+use super::greedy::greedy_unchecked;
 use super::portfolio::{Incumbent, improve};
 use super::{Buffer, Plan, lower_bound, validate, verify};
 use crate::Result;
@@ -110,8 +109,7 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
     validate(buffers)?;
     let deadline = started + opts.time_limit;
     let lb = lower_bound(buffers);
-    let conflicts = Conflicts::new(buffers, CSR_MAX_ENTRIES);
-    let greedy = greedy_with(buffers, &conflicts);
+    let greedy = greedy_unchecked(buffers);
     let greedy_peak = greedy.peak;
     let progress = |phase: String, best: u64| {
         if let Some(p) = &opts.progress {
@@ -147,7 +145,6 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
             |inc: &Incumbent| progress(format!("heuristics: {}", inc.algorithm), inc.peak);
         best = improve(
             buffers,
-            &conflicts,
             best,
             target,
             started + share,

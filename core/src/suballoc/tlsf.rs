@@ -34,20 +34,27 @@ const SL_COUNT: usize = 1 << SL_BITS;
 const FL_COUNT: usize = 64 - SL_BITS as usize + 1;
 /// Total number of size classes (free lists).
 const CLASS_COUNT: usize = FL_COUNT * SL_COUNT;
+/// Length of the list-head table: the power of two above `CLASS_COUNT`, so that indexing with
+/// `class & (HEADS_LEN - 1)` needs no bounds check.
+const HEADS_LEN: usize = CLASS_COUNT.next_power_of_two();
 /// "No node" in index links.
 const NONE: u32 = u32::MAX;
-/// Largest number of metadata nodes (indices are `u32`, `NONE` excluded).
-const MAX_NODES: usize = NONE as usize;
+/// `Node::next_free` tag of a used block.
+const USED: u32 = u32::MAX - 1;
+/// `Node::next_free` tag of a vacant node.
+const VACANT: u32 = u32::MAX - 2;
+/// Largest number of metadata nodes: indices stay below the three tags.
+const MAX_NODES: usize = VACANT as usize;
 
 /// How many entries of the request's own class are examined before the rounded-up search.
-pub const OWN_CLASS_SCAN: usize = 8;
+pub const OWN_CLASS_SCAN: usize = 4;
 /// How many non-empty classes above the own class are probed (head only) for an aligned fit before
 /// the search jumps to the class where every block fits.
 pub const ALIGN_PROBES: usize = 4;
 /// Default minimum split, in bytes: remainders below it stay attached to the allocation.
 pub const DEFAULT_MIN_SPLIT: u64 = 16;
 
-/// What a node currently describes.
+/// What a node currently describes, decoded from `Node::next_free`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     /// A free block, linked in the free list of its round-down class.
@@ -58,26 +65,35 @@ enum State {
     Vacant,
 }
 
-/// Metadata of one block: a slot in `Tlsf::nodes`.
+/// Metadata of one block: a slot in `Tlsf::nodes`. 32 bytes, two per cache line, never straddling
+/// one: the free-list links double as the state tag and the generation.
 #[derive(Clone, Copy, Debug)]
 struct Node {
     /// First byte of the block.
     offset: u64,
-    /// Length of the block in bytes. For a used block this includes its slack (at most
-    /// `min_split - 1` bytes of tail remainder plus leading pads of later neighbours).
+    /// Length of the block in bytes. For a used block this includes its slack (a tail remainder
+    /// below `min_split`, plus leading pads of later neighbours below `min_split`).
     size: u64,
     /// Physically previous block (lower offset), or `NONE` for the block at offset 0.
     prev_phys: u32,
     /// Physically next block, or `NONE` for the last block.
     next_phys: u32,
-    /// Previous entry in the free list (free blocks only).
+    /// Free: previous entry in the free list (or `NONE`). Used: the generation stamped into the
+    /// block's region, so a handle from an earlier use of the slot is recognised.
     prev_free: u32,
-    /// Next entry in the free list (free blocks only).
+    /// Free: next entry in the free list (or `NONE`). Otherwise the tag `USED` or `VACANT`.
     next_free: u32,
-    /// Bumped whenever the node is recycled, so an old handle to the slot is recognised.
-    generation: u32,
-    /// Free, used or vacant.
-    state: State,
+}
+
+impl Node {
+    #[inline]
+    fn state(&self) -> State {
+        match self.next_free {
+            USED => State::Used,
+            VACANT => State::Vacant,
+            _ => State::Free,
+        }
+    }
 }
 
 /// Two-level segregated fit allocator over `[0, capacity)`.
@@ -116,40 +132,41 @@ pub struct Tlsf {
     /// Vacant node indices, reused before `nodes` grows.
     vacant: Vec<u32>,
     /// Head of each class's free list.
-    heads: Vec<u32>,
+    heads: Box<[u32; HEADS_LEN]>,
     /// Bit f set iff `sl_bitmap[f] != 0`.
     fl_bitmap: u64,
     /// Bit s of word f set iff `heads[f * SL_COUNT + s] != NONE`.
-    sl_bitmap: [u32; FL_COUNT],
+    sl_bitmap: [u32; 64],
     /// Node of the block at offset 0 (start of the physical chain).
     first: u32,
     /// Bytes in free blocks.
     free_bytes: u64,
     /// Live regions.
     allocations: usize,
+    /// Generation for the next used block (wrapping counter).
+    generation: u32,
 }
 
 /// Round-down class of a size `>= 1`: the class whose range contains `size`.
+///
+/// Branch-free: with `shift = max(msb(size), SL_BITS) - SL_BITS`, the class is
+/// `shift * SL_COUNT + (size >> shift)`. Sizes below `2 * SL_COUNT` map to themselves (first levels
+/// 0 and 1 both have one-byte classes), larger ones to `(msb - SL_BITS + 1, next SL_BITS bits)`.
 #[inline]
 fn class_of(size: u64) -> usize {
     debug_assert!(size >= 1);
-    if size < SL_COUNT as u64 {
-        return size as usize;
-    }
-    let msb = 63 - size.leading_zeros();
-    let fl = (msb - SL_BITS + 1) as usize;
-    let sl = (size >> (msb - SL_BITS)) as usize - SL_COUNT;
-    fl * SL_COUNT + sl
+    let shift = 63 - (size | SL_COUNT as u64).leading_zeros() - SL_BITS;
+    shift as usize * SL_COUNT + (size >> shift) as usize
 }
 
 /// Smallest size in class `c`.
 #[inline]
 fn class_start(c: usize) -> u64 {
-    let (fl, sl) = (c / SL_COUNT, (c % SL_COUNT) as u64);
-    if fl == 0 {
-        sl
+    if c < 2 * SL_COUNT {
+        c as u64
     } else {
-        (SL_COUNT as u64 + sl) << (fl - 1)
+        let shift = c / SL_COUNT - 1;
+        ((c % SL_COUNT + SL_COUNT) as u64) << shift
     }
 }
 
@@ -168,6 +185,15 @@ fn fit(offset: u64, block_size: u64, size: u64, align: u64) -> Option<u64> {
     (block_size >= size && block_size - size >= pad).then_some(pad)
 }
 
+/// A free block chosen for a request: its node, the alignment padding in front of the request, and
+/// the class list it is in.
+#[derive(Clone, Copy, Debug)]
+struct Hit {
+    node: u32,
+    pad: u64,
+    class: usize,
+}
+
 impl Tlsf {
     /// An allocator over `[0, capacity)` with the default minimum split.
     ///
@@ -179,7 +205,7 @@ impl Tlsf {
 
     /// An allocator whose splits never leave a free block smaller than `min_split` bytes.
     ///
-    /// `min_split` (default [`DEFAULT_MIN_SPLIT`], range 1..=capacity) trades a little slack per
+    /// `min_split` (default [`DEFAULT_MIN_SPLIT`], any value >= 1) trades a little slack per
     /// allocation for fewer tiny free blocks; 1 splits exactly. Set it to the arena's granule (for
     /// example 256) when every size is a multiple of it anyway.
     ///
@@ -198,12 +224,13 @@ impl Tlsf {
             owner: next_owner_id(),
             nodes: Vec::with_capacity(64),
             vacant: Vec::new(),
-            heads: vec![NONE; CLASS_COUNT],
+            heads: Box::new([NONE; HEADS_LEN]),
             fl_bitmap: 0,
-            sl_bitmap: [0; FL_COUNT],
+            sl_bitmap: [0; 64],
             first: 0,
             free_bytes: capacity,
             allocations: 0,
+            generation: 0,
         };
         tlsf.nodes.push(Node {
             offset: 0,
@@ -212,8 +239,6 @@ impl Tlsf {
             next_phys: NONE,
             prev_free: NONE,
             next_free: NONE,
-            generation: 0,
-            state: State::Free,
         });
         tlsf.link(0);
         Ok(tlsf)
@@ -244,38 +269,42 @@ impl Tlsf {
             return Ok(None);
         }
         let own = class_of(size);
-        let mut found = self.scan_own_class(own, size, align);
-        if found.is_none() {
-            found = self.search_above(own, size, align);
-        }
-        Ok(found.map(|(node, pad)| self.carve(node, pad, size)))
+        let found = match self.scan_own_class(own, size, align) {
+            Some(hit) => Some(hit),
+            None => self.search_above(own, size, align),
+        };
+        Ok(found.map(|hit| self.carve(hit, size)))
     }
 
     /// Best of the first [`OWN_CLASS_SCAN`] entries of class `own` that fit, or `None`.
     #[inline]
-    fn scan_own_class(&self, own: usize, size: u64, align: u64) -> Option<(u32, u64)> {
-        let mut cur = self.heads[own];
-        let mut best: Option<(u32, u64)> = None;
-        let mut best_size = u64::MAX;
-        let mut seen = 0;
-        while cur != NONE && seen < OWN_CLASS_SCAN {
+    fn scan_own_class(&self, own: usize, size: u64, align: u64) -> Option<Hit> {
+        let mut cur = self.head(own);
+        let mut best: Option<Hit> = None;
+        let mut best_size = 0;
+        for _ in 0..OWN_CLASS_SCAN {
+            if cur == NONE {
+                break;
+            }
             let n = &self.nodes[cur as usize];
             if let Some(pad) = fit(n.offset, n.size, size, align) {
-                let waste = n.size - size - pad;
-                // Prefer holes to the tail when sizes tie.
+                // Smallest wins; on a tie, a hole wins over the tail of the range.
                 if best.is_none()
                     || n.size < best_size
                     || (n.size == best_size && n.next_phys != NONE)
                 {
-                    best = Some((cur, pad));
+                    best = Some(Hit {
+                        node: cur,
+                        pad,
+                        class: own,
+                    });
                     best_size = n.size;
                 }
-                if waste == 0 {
+                if n.size == size + pad {
                     break;
                 }
             }
             cur = n.next_free;
-            seen += 1;
         }
         best
     }
@@ -283,7 +312,7 @@ impl Tlsf {
     /// Good-fit search above class `own`: heads of the next non-empty classes (which fit unless
     /// alignment padding intervenes), then the class of `size + align - 1`, where every block fits.
     #[inline]
-    fn search_above(&self, own: usize, size: u64, align: u64) -> Option<(u32, u64)> {
+    fn search_above(&self, own: usize, size: u64, align: u64) -> Option<Hit> {
         let mut from = own + 1;
         for _ in 0..ALIGN_PROBES {
             let class = self.first_nonempty(from)?;
@@ -300,16 +329,24 @@ impl Tlsf {
     /// The head of class `class` if it fits, preferring the second entry when the head is the
     /// free tail of the range (fill holes before the tail).
     #[inline]
-    fn take_from(&self, class: usize, size: u64, align: u64) -> Option<(u32, u64)> {
-        let head = self.heads[class];
+    fn take_from(&self, class: usize, size: u64, align: u64) -> Option<Hit> {
+        let head = self.head(class);
         let h = &self.nodes[head as usize];
-        if h.next_phys == NONE && h.next_free != NONE {
-            let second = &self.nodes[h.next_free as usize];
-            if let Some(pad) = fit(second.offset, second.size, size, align) {
-                return Some((h.next_free, pad));
-            }
+        let node = if h.next_phys == NONE && h.next_free != NONE {
+            h.next_free
+        } else {
+            head
+        };
+        let n = &self.nodes[node as usize];
+        if let Some(pad) = fit(n.offset, n.size, size, align) {
+            return Some(Hit { node, pad, class });
         }
-        fit(h.offset, h.size, size, align).map(|pad| (head, pad))
+        let pad = fit(h.offset, h.size, size, align)?;
+        Some(Hit {
+            node: head,
+            pad,
+            class,
+        })
     }
 
     /// First class `>= from` with a non-empty free list.
@@ -319,7 +356,7 @@ impl Tlsf {
             return None;
         }
         let (fl, sl) = (from / SL_COUNT, from % SL_COUNT);
-        let here = self.sl_bitmap[fl] & (u32::MAX << sl);
+        let here = self.sl_bitmap[fl & 63] & (u32::MAX << sl);
         if here != 0 {
             return Some(fl * SL_COUNT + here.trailing_zeros() as usize);
         }
@@ -328,27 +365,60 @@ impl Tlsf {
             return None;
         }
         let f = above.trailing_zeros() as usize;
-        Some(f * SL_COUNT + self.sl_bitmap[f].trailing_zeros() as usize)
+        Some(f * SL_COUNT + self.sl_bitmap[f & 63].trailing_zeros() as usize)
     }
 
-    /// Turns free node `idx` into a used block of `size` bytes starting `pad` bytes in, splitting
-    /// off the pad and the remainder as free blocks when they reach `min_split`.
-    fn carve(&mut self, idx: u32, pad: u64, size: u64) -> Region {
-        self.unlink(idx);
+    /// Head of the free list of `class` (`class < CLASS_COUNT`; the mask only spares the bounds
+    /// check).
+    #[inline]
+    fn head(&self, class: usize) -> u32 {
+        self.heads[class & (HEADS_LEN - 1)]
+    }
+
+    /// Hands out `size` bytes of the free node of `hit`, starting `hit.pad` bytes in. The pad and
+    /// the remainder become free blocks when they reach `min_split`, else slack.
+    ///
+    /// Fast path: without a pad, when the remainder stays in the block's class, the used part is
+    /// split off as a new node in front and the free node keeps its list position (no unlink/link).
+    fn carve(&mut self, hit: Hit, size: u64) -> Region {
+        let Hit {
+            node: idx,
+            pad,
+            class,
+        } = hit;
         let n = self.nodes[idx as usize];
-        debug_assert!(n.state == State::Free && n.size >= pad + size);
+        debug_assert!(n.state() == State::Free && n.size >= pad + size);
+        debug_assert_eq!(class_of(n.size), class);
+        self.allocations += 1;
+        self.generation = self.generation.wrapping_add(1);
+        let generation = self.generation;
+        let rest = n.size - pad - size;
+        if pad == 0 && rest >= self.min_split && class_of(rest) == class {
+            self.free_bytes -= size;
+            let used = self.new_node(n.offset, size, n.prev_phys, idx, generation, USED);
+            match n.prev_phys {
+                NONE => self.first = used,
+                prev => self.nodes[prev as usize].next_phys = used,
+            }
+            let node = &mut self.nodes[idx as usize];
+            node.prev_phys = used;
+            node.offset += size;
+            node.size = rest;
+            return self.region(used, n.offset, size, generation);
+        }
+        self.unlink_from(idx, class);
         self.free_bytes -= n.size;
         let mut offset = n.offset;
         let mut block = n.size;
         if pad > 0 {
             if pad < self.min_split && n.prev_phys != NONE {
-                // Too small to be a block: becomes slack of the used block in front (a free block
-                // is never preceded by a free block, so the neighbour is used).
+                // Too small to be a block: becomes slack of the block in front, which is used (a
+                // free block never follows a free block).
                 let prev = &mut self.nodes[n.prev_phys as usize];
-                debug_assert!(prev.state == State::Used);
+                debug_assert!(prev.state() == State::Used);
                 prev.size += pad;
             } else {
-                let p = self.new_node(offset, pad, n.prev_phys, idx, State::Free);
+                let p = self.new_node(offset, pad, n.prev_phys, idx, NONE, NONE);
                 match n.prev_phys {
                     NONE => self.first = p,
                     prev => self.nodes[prev as usize].next_phys = p,
@@ -360,9 +430,8 @@ impl Tlsf {
             offset += pad;
             block -= pad;
         }
-        let rest = block - size;
         if rest >= self.min_split {
-            let r = self.new_node(offset + size, rest, idx, n.next_phys, State::Free);
+            let r = self.new_node(offset + size, rest, idx, n.next_phys, NONE, NONE);
             if n.next_phys != NONE {
                 self.nodes[n.next_phys as usize].prev_phys = r;
             }
@@ -374,13 +443,19 @@ impl Tlsf {
         let node = &mut self.nodes[idx as usize];
         node.offset = offset;
         node.size = block;
-        node.state = State::Used;
-        self.allocations += 1;
+        node.prev_free = generation;
+        node.next_free = USED;
+        self.region(idx, offset, size, generation)
+    }
+
+    /// The handle of used node `idx`.
+    #[inline]
+    fn region(&self, idx: u32, offset: u64, size: u64, generation: u32) -> Region {
         Region {
             offset,
             size,
             owner: self.owner,
-            key: (u64::from(node.generation) << 32) | u64::from(idx),
+            key: (u64::from(generation) << 32) | u64::from(idx),
         }
     }
 
@@ -392,23 +467,18 @@ impl Tlsf {
     /// allocator is unchanged on error.
     pub fn free(&mut self, region: Region) -> Result<()> {
         let idx = self.validate(&region)?;
-        // The slot no longer describes this region, whatever happens to the node next.
-        let generation = &mut self.nodes[idx as usize].generation;
-        *generation = generation.wrapping_add(1);
         let n = self.nodes[idx as usize];
         self.allocations -= 1;
         self.free_bytes += n.size;
         let mut merged = idx;
-        if n.prev_phys != NONE && self.nodes[n.prev_phys as usize].state == State::Free {
+        if n.prev_phys != NONE && self.nodes[n.prev_phys as usize].state() == State::Free {
             let prev = n.prev_phys;
             self.unlink(prev);
             self.absorb_next(prev);
             merged = prev;
-        } else {
-            self.nodes[idx as usize].state = State::Free;
         }
         let next = self.nodes[merged as usize].next_phys;
-        if next != NONE && self.nodes[next as usize].state == State::Free {
+        if next != NONE && self.nodes[next as usize].state() == State::Free {
             self.unlink(next);
             self.absorb_next(merged);
         }
@@ -421,27 +491,30 @@ impl Tlsf {
         const WHAT: &str = "sub-allocation region";
         let idx = region.key as u32;
         let generation = (region.key >> 32) as u32;
-        if region.owner != self.owner || idx as usize >= self.nodes.len() {
+        let Some(n) = self
+            .nodes
+            .get(idx as usize)
+            .filter(|_| region.owner == self.owner)
+        else {
             return Err(Error::ForeignHandle {
                 what: WHAT,
                 slot: idx,
                 owner: "Tlsf sub-allocator",
             });
-        }
-        let n = &self.nodes[idx as usize];
-        if n.generation != generation {
-            return Err(Error::StaleHandle {
-                what: WHAT,
-                slot: idx,
-                generation,
-                current: n.generation,
-            });
-        }
-        if n.state != State::Used {
+        };
+        if n.state() != State::Used {
             return Err(Error::DoubleFree {
                 what: WHAT,
                 slot: idx,
                 generation,
+            });
+        }
+        if n.prev_free != generation {
+            return Err(Error::StaleHandle {
+                what: WHAT,
+                slot: idx,
+                generation,
+                current: n.prev_free,
             });
         }
         if n.offset != region.offset || n.size < region.size {
@@ -454,102 +527,115 @@ impl Tlsf {
         Ok(idx)
     }
 
-    /// Merges the physical successor of `idx` into it and recycles the successor's node. The
-    /// successor must already be unlinked from its free list; `idx` becomes free.
+    /// Merges the physical successor of `idx` into it and recycles the successor's node. Both
+    /// must be out of the free lists; `idx` is then a free block not yet linked.
+    #[inline]
     fn absorb_next(&mut self, idx: u32) {
         let next = self.nodes[idx as usize].next_phys;
         debug_assert!(next != NONE);
         let gone = self.nodes[next as usize];
-        {
-            let node = &mut self.nodes[idx as usize];
-            node.size += gone.size;
-            node.next_phys = gone.next_phys;
-            node.state = State::Free;
-        }
+        let node = &mut self.nodes[idx as usize];
+        node.size += gone.size;
+        node.next_phys = gone.next_phys;
         if gone.next_phys != NONE {
             self.nodes[gone.next_phys as usize].prev_phys = idx;
         }
         self.release_node(next);
     }
 
-    /// Pushes free node `idx` at the head of its class list and sets the bitmap bits.
+    /// Pushes node `idx` at the head of the free list of its class and sets the bitmap bits.
     #[inline]
     fn link(&mut self, idx: u32) {
         let class = class_of(self.nodes[idx as usize].size);
-        let head = self.heads[class];
-        {
-            let node = &mut self.nodes[idx as usize];
-            node.prev_free = NONE;
-            node.next_free = head;
-        }
+        let slot = &mut self.heads[class & (HEADS_LEN - 1)];
+        let head = *slot;
+        *slot = idx;
+        let node = &mut self.nodes[idx as usize];
+        node.prev_free = NONE;
+        node.next_free = head;
         if head != NONE {
             self.nodes[head as usize].prev_free = idx;
         }
-        self.heads[class] = idx;
         let (fl, sl) = (class / SL_COUNT, class % SL_COUNT);
-        self.sl_bitmap[fl] |= 1 << sl;
+        self.sl_bitmap[fl & 63] |= 1 << sl;
         self.fl_bitmap |= 1 << fl;
     }
 
     /// Removes free node `idx` from its class list, clearing bitmap bits that become empty.
     #[inline]
     fn unlink(&mut self, idx: u32) {
+        self.unlink_from(idx, class_of(self.nodes[idx as usize].size));
+    }
+
+    /// [`unlink`](Self::unlink) when the caller knows the node's class.
+    #[inline]
+    fn unlink_from(&mut self, idx: u32, class: usize) {
         let Node {
-            size,
             prev_free,
             next_free,
             ..
         } = self.nodes[idx as usize];
+        debug_assert!(next_free != USED && next_free != VACANT);
         if next_free != NONE {
             self.nodes[next_free as usize].prev_free = prev_free;
         }
         if prev_free != NONE {
             self.nodes[prev_free as usize].next_free = next_free;
         } else {
-            let class = class_of(size);
-            debug_assert_eq!(self.heads[class], idx);
-            self.heads[class] = next_free;
+            let slot = &mut self.heads[class & (HEADS_LEN - 1)];
+            debug_assert_eq!(*slot, idx);
+            *slot = next_free;
             if next_free == NONE {
                 let (fl, sl) = (class / SL_COUNT, class % SL_COUNT);
-                self.sl_bitmap[fl] &= !(1 << sl);
-                if self.sl_bitmap[fl] == 0 {
+                let word = &mut self.sl_bitmap[fl & 63];
+                *word &= !(1 << sl);
+                if *word == 0 {
                     self.fl_bitmap &= !(1 << fl);
                 }
             }
         }
     }
 
-    /// A node for a new block, recycled from the vacant stack when possible.
-    fn new_node(&mut self, offset: u64, size: u64, prev: u32, next: u32, state: State) -> u32 {
-        let fresh = |generation| Node {
+    /// A node for a new block, recycled from the vacant stack when possible. `prev_free` and
+    /// `next_free` are set as given (`NONE, NONE` for a free block about to be linked,
+    /// `generation, USED` for a used one).
+    #[inline]
+    fn new_node(
+        &mut self,
+        offset: u64,
+        size: u64,
+        prev_phys: u32,
+        next_phys: u32,
+        prev_free: u32,
+        next_free: u32,
+    ) -> u32 {
+        let node = Node {
             offset,
             size,
-            prev_phys: prev,
-            next_phys: next,
-            prev_free: NONE,
-            next_free: NONE,
-            generation,
-            state,
+            prev_phys,
+            next_phys,
+            prev_free,
+            next_free,
         };
         match self.vacant.pop() {
             Some(idx) => {
-                let node = &mut self.nodes[idx as usize];
-                *node = fresh(node.generation);
+                self.nodes[idx as usize] = node;
                 idx
             }
             None => {
-                // `allocate` checked that indices remain below `NONE`.
-                self.nodes.push(fresh(0));
+                // `allocate` checked that indices stay below the tags.
+                self.nodes.push(node);
                 (self.nodes.len() - 1) as u32
             }
         }
     }
 
-    /// Retires node `idx` to the vacant stack and bumps its generation.
+    /// Retires node `idx` to the vacant stack.
+    #[inline]
     fn release_node(&mut self, idx: u32) {
         let node = &mut self.nodes[idx as usize];
-        node.state = State::Vacant;
-        node.generation = node.generation.wrapping_add(1);
+        node.next_free = VACANT;
+        node.prev_free = NONE;
         self.vacant.push(idx);
     }
 
@@ -571,7 +657,7 @@ impl Tlsf {
         }
         let fl = 63 - self.fl_bitmap.leading_zeros() as usize;
         let sl = 31 - self.sl_bitmap[fl].leading_zeros() as usize;
-        let mut cur = self.heads[fl * SL_COUNT + sl];
+        let mut cur = self.head(fl * SL_COUNT + sl);
         let mut largest = 0;
         while cur != NONE {
             let n = &self.nodes[cur as usize];
@@ -607,7 +693,7 @@ impl Tlsf {
                     n.offset, n.size, n.prev_phys
                 ));
             }
-            match n.state {
+            match n.state() {
                 State::Free => {
                     if prev_free {
                         return Err(format!("node {cur}: two adjacent free blocks"));
@@ -618,7 +704,7 @@ impl Tlsf {
                 State::Used => used_blocks += 1,
                 State::Vacant => return Err(format!("node {cur}: vacant node in the chain")),
             }
-            prev_free = n.state == State::Free;
+            prev_free = n.state() == State::Free;
             at = n.offset.checked_add(n.size).ok_or("block end overflows")?;
             prev = cur;
             cur = n.next_phys;
@@ -648,7 +734,7 @@ impl Tlsf {
                     return Err("free list has a cycle".into());
                 }
                 let n = self.nodes.get(cur as usize).ok_or("link out of range")?;
-                if n.state != State::Free || class_of(n.size) != class || n.prev_free != prev {
+                if n.state() != State::Free || class_of(n.size) != class || n.prev_free != prev {
                     return Err(format!("node {cur} misfiled in class {class}"));
                 }
                 prev = cur;
@@ -671,7 +757,7 @@ impl Tlsf {
             || self
                 .vacant
                 .iter()
-                .any(|&v| self.nodes.get(v as usize).map(|n| n.state) != Some(State::Vacant))
+                .any(|&v| self.nodes.get(v as usize).map(Node::state) != Some(State::Vacant))
         {
             return Err("vacant stack does not match the vacant nodes".into());
         }

@@ -1,7 +1,10 @@
 //! Host row-wise reductions: softmax, layer norm, L2 normalisation, masked mean pooling.
 //!
-//! These are the ops whose GPU kernels reduce across a workgroup; on the host each row is summed
-//! in index order. Formulas follow PyTorch (see each function).
+//! These are the ops whose GPU kernels reduce across a workgroup. The host sums rows in index
+//! order in f64 and rounds once to f32, which stays within a rounding of the exact value however
+//! long the row is (PyTorch's cascade sums get close to that; a plain f32 running sum drifts by
+//! ~`cols`·ε). The element-wise arithmetic around the sums is f32. Formulas follow PyTorch (see
+//! each function).
 
 /// Softmax over rows of `cols`; `mask` is `(mask, rows_per_mask)`. A column is kept when its mask
 /// value is non-zero; dropped columns are 0, and a row with no kept column is all 0.
@@ -27,11 +30,12 @@ pub(super) fn softmax(x: &[f32], mask: Option<(&[f32], usize)>, cols: usize, y: 
             yr.fill(0.0);
             continue;
         }
-        let mut sum = 0.0f32;
+        let mut sum = 0.0f64;
         for (j, (yv, &v)) in yr.iter_mut().zip(xr).enumerate() {
             *yv = if keep(j) { (v - max).exp() } else { 0.0 };
-            sum += *yv;
+            sum += f64::from(*yv);
         }
+        let sum = sum as f32;
         for yv in yr.iter_mut() {
             *yv /= sum;
         }
@@ -39,7 +43,8 @@ pub(super) fn softmax(x: &[f32], mask: Option<(&[f32], usize)>, cols: usize, y: 
 }
 
 /// Layer norm over rows of `cols`: `y = (x − mean) · 1/√(var + eps) · gamma + beta`, population
-/// variance computed in a second pass over `x − mean` (as stable as PyTorch's Welford moments).
+/// variance computed in a second pass over `x − mean` (mean, variance and `1/√(var + eps)` in
+/// f64, then rounded to f32).
 pub(super) fn layer_norm(
     x: &[f32],
     gamma: &[f32],
@@ -48,11 +53,16 @@ pub(super) fn layer_norm(
     eps: f32,
     y: &mut [f32],
 ) {
-    let n = cols as f32;
+    let n = cols as f64;
     for (xr, yr) in x.chunks_exact(cols).zip(y.chunks_exact_mut(cols)) {
-        let mean = xr.iter().sum::<f32>() / n;
-        let var = xr.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
-        let rstd = 1.0 / (var + eps).sqrt();
+        let mean = xr.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+        let var = xr
+            .iter()
+            .map(|&v| (f64::from(v) - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        let rstd = (1.0 / (var + f64::from(eps)).sqrt()) as f32;
+        let mean = mean as f32;
         for (((yv, &v), &g), &b) in yr.iter_mut().zip(xr).zip(gamma).zip(beta) {
             *yv = (v - mean) * rstd * g + b;
         }
@@ -62,7 +72,8 @@ pub(super) fn layer_norm(
 /// `y = x / max(‖x‖₂, eps)` per row of `cols`, as `torch.nn.functional.normalize`.
 pub(super) fn l2_normalize(x: &[f32], cols: usize, eps: f32, y: &mut [f32]) {
     for (xr, yr) in x.chunks_exact(cols).zip(y.chunks_exact_mut(cols)) {
-        let norm = xr.iter().map(|&v| v * v).sum::<f32>().sqrt().max(eps);
+        let sum_sq = xr.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>();
+        let norm = (sum_sq.sqrt() as f32).max(eps);
         for (yv, &v) in yr.iter_mut().zip(xr) {
             *yv = v / norm;
         }

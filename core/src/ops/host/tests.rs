@@ -681,3 +681,49 @@ fn bad_operands_are_errors_naming_the_operand() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// Guards the f64 row sums: a plain f32 running sum over a long row with a large offset drifts by
+/// ~1e-3 relative here, and the reference must stay within f32 rounding of the exact value.
+#[test]
+fn long_rows_with_large_offset_stay_accurate() {
+    let cols = 65_536u32;
+    let x: Vec<f32> = data(cols as usize, 41).iter().map(|v| 1000.0 + v).collect();
+    let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+    let mean = xs.iter().sum::<f64>() / f64::from(cols);
+    let var = xs.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / f64::from(cols);
+    let op = Op::LayerNorm {
+        rows: 1,
+        cols,
+        eps: 1e-12,
+    };
+    let ones = vec![1f32; cols as usize];
+    let zeros = vec![0f32; cols as usize];
+    let y = run_f32(&op, &[&x, &ones, &zeros]);
+    for (i, (&yv, &xv)) in y.iter().zip(&xs).enumerate().step_by(97) {
+        let want = (xv - mean) / var.sqrt();
+        assert!(
+            (f64::from(yv) - want).abs() < 1e-3 * (1.0 + want.abs()) / 16.0,
+            "{i}: {yv} vs {want}"
+        );
+    }
+    let op = Op::L2Normalize {
+        rows: 1,
+        cols,
+        eps: 1e-12,
+    };
+    let y = run_f32(&op, &[&x]);
+    let norm = xs.iter().map(|v| v * v).sum::<f64>().sqrt();
+    assert!((f64::from(y[0]) - xs[0] / norm).abs() < 1e-7 * (xs[0] / norm));
+    let op = Op::Softmax {
+        rows: 1,
+        cols,
+        masked: false,
+        rows_per_mask: 1,
+    };
+    let y = run_f32(&op, &[&vec![0.5f32; cols as usize]]);
+    assert!(
+        (y[0] - 1.0 / cols as f32).abs() < 1e-7 / cols as f32 * 4.0,
+        "{}",
+        y[0]
+    );
+}

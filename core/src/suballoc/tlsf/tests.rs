@@ -204,21 +204,22 @@ fn region_of_another_allocator_is_foreign_and_changes_nothing() {
 }
 
 #[test]
-fn forged_second_handle_is_stale_after_free_and_after_reuse() {
+fn forged_second_handle_is_a_double_free_then_stale_after_reuse() {
     let mut t = Tlsf::new(1 << 20).unwrap();
     let a = alloc(&mut t, 64, 1);
     let _keep = alloc(&mut t, 64, 1); // keeps a's node from merging away
     let copy = forge(&a);
+    let old_key = a.key;
     t.free(a).unwrap();
-    assert!(matches!(t.free(copy), Err(Error::StaleHandle { .. })));
-    // The slot is reused for a new block: an old handle still must not free it.
+    assert!(matches!(t.free(copy), Err(Error::DoubleFree { .. })));
+    t.check_invariants().unwrap();
+    // The slot is reused for a new block: the old handle still must not free it.
     let b = alloc(&mut t, 64, 1);
     assert_eq!(b.offset, 0);
+    assert_eq!(b.key as u32, old_key as u32, "same slot");
     let old = Region {
-        offset: 0,
-        size: 64,
-        owner: t.owner,
-        key: u64::from(b.key as u32),
+        key: old_key,
+        ..forge(&b)
     };
     assert!(matches!(t.free(old), Err(Error::StaleHandle { .. })));
     // Wrong offset for a live slot, and an index beyond the node table.
@@ -238,22 +239,16 @@ fn forged_second_handle_is_stale_after_free_and_after_reuse() {
 }
 
 #[test]
-fn double_free_of_a_forged_handle_is_reported() {
+fn forged_handle_to_a_merged_away_slot_is_a_double_free() {
     let mut t = Tlsf::new(1 << 20).unwrap();
     let a = alloc(&mut t, 64, 1);
-    let _b = alloc(&mut t, 64, 1);
-    // Same generation as the slot but the slot is free: forge one after the free.
-    let idx = a.key as u32;
+    let b = alloc(&mut t, 64, 1);
+    let copy = forge(&b);
     t.free(a).unwrap();
-    let generation = t.nodes[idx as usize].generation;
-    let forged = Region {
-        offset: 0,
-        size: 64,
-        owner: t.owner,
-        key: (u64::from(generation) << 32) | u64::from(idx),
-    };
-    assert!(matches!(t.free(forged), Err(Error::DoubleFree { .. })));
+    t.free(b).unwrap(); // b's node merges into a's and becomes vacant
+    assert!(matches!(t.free(copy), Err(Error::DoubleFree { .. })));
     t.check_invariants().unwrap();
+    assert!(t.is_empty());
 }
 
 #[test]

@@ -1,0 +1,548 @@
+//! [`VulkanBackend`]: the `Backend` implementation tying device, blocks, timeline, barriers and
+//! kernels together under one lock, and its configuration.
+//!
+//! Every call takes the backend's mutex: Vulkan requires external synchronisation of the queue,
+//! the command buffer being recorded and the allocator, and the calls are short (recording, not
+//! executing). Destruction order in `Drop`: wait idle, batches and semaphore, pipelines, blocks,
+//! the allocator, the device, the messenger, the instance.
+
+use std::collections::HashMap;
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ash::vk;
+use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
+use gpu_allocator::{AllocationSizes, AllocatorDebugSettings};
+use tensormem::{
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, MemoryKind, Op, Result, Ticket,
+};
+
+use crate::barriers::Access;
+use crate::blocks::{Block, BlockPolicy};
+use crate::config::{CustomKernel, VulkanConfig, VulkanStats};
+use crate::conv::Stage;
+use crate::device::{Gpu, RawVulkan};
+use crate::error::BACKEND;
+mod dispatch;
+
+use crate::instance::{ValidationLog, create_instance, load_entry, validation_layer_present};
+use crate::kernels::{KernelCache, KernelSpec, StorageSlot};
+use crate::timeline::{Lane, Timeline};
+
+struct State {
+    gpu: Gpu,
+    allocator: ManuallyDrop<Allocator>,
+    blocks: HashMap<u64, Block>,
+    next_block: u64,
+    timeline: Timeline,
+    kernels: KernelCache,
+    policy: BlockPolicy,
+    /// Adopted handles are not destroyed and the device is not waited on as a whole.
+    owns_device: bool,
+}
+
+/// The tensormem backend on one Vulkan device. See the crate doc.
+pub struct VulkanBackend {
+    caps: Capabilities,
+    config: VulkanConfig,
+    state: Mutex<State>,
+    validation: Option<Arc<ValidationLog>>,
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
+impl VulkanBackend {
+    /// Creates an instance and a device.
+    ///
+    /// # Errors
+    /// [`Error::BackendUnavailable`] when the loader, a driver, a suitable device or (with
+    /// validation) the validation layer is missing; [`Error::Backend`] for other failures.
+    pub fn new(config: VulkanConfig) -> Result<VulkanBackend> {
+        let entry = load_entry()?;
+        let validation = (config.validation || env_flag("TENSORMEM_VULKAN_VALIDATION"))
+            .then(|| Arc::new(ValidationLog::default()));
+        let owned = create_instance(&entry, validation.clone())?;
+        let gpu = Gpu::create(
+            entry,
+            owned,
+            config.device_name.as_deref(),
+            config.transfer_queue,
+        )?;
+        Self::finish(gpu, config, validation, true)
+    }
+
+    /// Adopts an application's instance, device and queue. tensormem creates its own objects on
+    /// them (buffers, pools, a semaphore) and destroys only those.
+    ///
+    /// # Safety
+    /// * `raw.device` was created from `raw.instance` on `raw.physical_device` with
+    ///   `VkPhysicalDeviceVulkan12Features::timelineSemaphore` enabled, and `raw.queue` is queue
+    ///   of family `raw.queue_family_index` on it;
+    /// * the application does not submit to `raw.queue` while a call of this backend runs
+    ///   (Vulkan requires external synchronisation of queues);
+    /// * the instance and device outlive the backend.
+    ///
+    /// # Errors
+    /// [`Error::BackendUnavailable`] when the device lacks Vulkan 1.2 or timeline semaphores.
+    pub unsafe fn from_raw(raw: RawVulkan, config: VulkanConfig) -> Result<VulkanBackend> {
+        let gpu = Gpu::adopt(raw, config.transfer_queue)?;
+        Self::finish(gpu, config, None, false)
+    }
+
+    /// Whether the Khronos validation layer is installed, i.e. whether `validation: true` can
+    /// succeed. `false` also when the loader itself is missing.
+    pub fn validation_available() -> bool {
+        load_entry().is_ok_and(|e| validation_layer_present(&e))
+    }
+
+    fn finish(
+        mut gpu: Gpu,
+        config: VulkanConfig,
+        validation: Option<Arc<ValidationLog>>,
+        owns_device: bool,
+    ) -> Result<VulkanBackend> {
+        let allocator = Allocator::new(&AllocatorCreateDesc {
+            instance: gpu.instance.clone(),
+            device: gpu.device.clone(),
+            physical_device: gpu.physical,
+            debug_settings: AllocatorDebugSettings::default(),
+            buffer_device_address: false,
+            allocation_sizes: AllocationSizes::default(),
+        });
+        let allocator = match allocator {
+            Ok(a) => a,
+            Err(e) => {
+                // SAFETY: nothing was created on the device yet.
+                unsafe { gpu.destroy() };
+                return Err(Error::Backend {
+                    backend: BACKEND,
+                    api: "gpu_allocator::Allocator::new",
+                    code: 0,
+                    message: e.to_string(),
+                });
+            }
+        };
+        let timeline = match Timeline::new(&gpu) {
+            Ok(t) => t,
+            Err(e) => {
+                drop(allocator);
+                // SAFETY: the allocator (the only child) is gone.
+                unsafe { gpu.destroy() };
+                return Err(e);
+            }
+        };
+        let limits = gpu.limits;
+        let caps = Capabilities {
+            backend: "vulkan",
+            device_name: gpu.name.clone(),
+            binding_align: limits.min_storage_buffer_offset_alignment.max(4),
+            copy_align: 4,
+            max_block_size: gpu.max_block_size,
+            max_binding_size: u64::from(limits.max_storage_buffer_range),
+            device_host_visible: !config.force_staging && device_local_is_host_visible(&gpu),
+            queued_write_max: 0,
+            budget: Some(gpu.budget),
+        };
+        let policy = BlockPolicy {
+            force_staging: config.force_staging,
+            dedicated_threshold: config.dedicated_threshold,
+            force_flush: config.force_flush,
+            atom: limits.non_coherent_atom_size.max(1).next_power_of_two(),
+        };
+        Ok(VulkanBackend {
+            caps,
+            config,
+            state: Mutex::new(State {
+                gpu,
+                allocator: ManuallyDrop::new(allocator),
+                blocks: HashMap::new(),
+                next_block: 1,
+                timeline,
+                kernels: KernelCache::default(),
+                policy,
+                owns_device,
+            }),
+            validation,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every validation warning and error recorded so far (empty without validation). Tests
+    /// assert this is empty.
+    pub fn validation_messages(&self) -> Vec<String> {
+        self.validation
+            .as_ref()
+            .map(|v| v.messages())
+            .unwrap_or_default()
+    }
+
+    /// A handle on the validation log that outlives the backend (`None` without validation), so
+    /// tests can also check the messages emitted while it is destroyed.
+    pub fn validation_log(&self) -> Option<Arc<ValidationLog>> {
+        self.validation.clone()
+    }
+
+    /// Whether this backend runs under the validation layer.
+    pub fn validation_enabled(&self) -> bool {
+        self.validation.is_some()
+    }
+
+    /// The configuration the backend was created with.
+    pub fn config(&self) -> &VulkanConfig {
+        &self.config
+    }
+
+    /// Counters: live blocks, barriers, kernel compilations, batches.
+    pub fn stats(&self) -> VulkanStats {
+        let s = self.lock();
+        let (in_flight, free) = s.timeline.batch_counts();
+        VulkanStats {
+            blocks: s.blocks.len(),
+            barriers: s.timeline.tracker.barrier_count(),
+            kernel_compiles: s.kernels.compiles,
+            batches_in_flight: in_flight,
+            batches_free: free,
+        }
+    }
+
+    /// Whether staging copies run on a separate lane (a dedicated transfer queue, or the emulated
+    /// one of [`TransferQueue::SameQueue`](crate::TransferQueue::SameQueue)).
+    pub fn has_transfer_lane(&self) -> bool {
+        self.lock().gpu.transfer.is_some()
+    }
+
+    /// Enqueues a custom WGSL kernel over `bindings` (one range per [`CustomKernel::bindings`]).
+    ///
+    /// # Errors
+    /// As [`Backend::dispatch`], plus [`Error::Backend`] (api `naga…`) when the WGSL does not
+    /// compile.
+    pub fn dispatch_custom(
+        &self,
+        kernel: &CustomKernel<'_>,
+        bindings: &[BlockRange],
+    ) -> Result<Ticket> {
+        let spec = KernelSpec {
+            key: kernel.key,
+            source: kernel.source,
+            entry: kernel.entry,
+            storage: kernel
+                .bindings
+                .iter()
+                .map(|b| StorageSlot {
+                    binding: b.binding,
+                    write: b.write,
+                })
+                .collect(),
+            params_binding: kernel.params_binding,
+            params: kernel.params,
+            workgroups: kernel.workgroups,
+        };
+        self.dispatch_spec(&spec, bindings)
+    }
+
+    /// Checks a range against its block: known block, non-zero, inside.
+    fn check_range(s: &State, r: &BlockRange, what: &'static str) -> Result<MemoryKind> {
+        let block = s
+            .blocks
+            .get(&r.block.0)
+            .ok_or_else(|| Error::invalid(format!("{what}: unknown block {}", r.block.0)))?;
+        if r.size == 0 {
+            return Err(Error::ZeroSize { what });
+        }
+        if r.offset
+            .checked_add(r.size)
+            .is_none_or(|end| end > block.size)
+        {
+            return Err(Error::OutOfBounds {
+                what: "block",
+                offset: r.offset,
+                size: r.size,
+                limit: block.size,
+            });
+        }
+        Ok(block.kind)
+    }
+
+    fn check_copy_align(&self, r: &BlockRange, what: &str) -> Result<()> {
+        let a = self.caps.copy_align;
+        if !r.offset.is_multiple_of(a) || !r.size.is_multiple_of(a) {
+            return Err(Error::invalid(format!(
+                "{what}: offset {} and size {} must be multiples of copy_align {a}",
+                r.offset, r.size
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Whether gpu-allocator's `GpuOnly` choice (the first `DEVICE_LOCAL` type a storage buffer may
+/// use) is host-visible: true on lavapipe and integrated GPUs, false on discrete ones.
+fn device_local_is_host_visible(gpu: &Gpu) -> bool {
+    // SAFETY: `physical` belongs to `instance`.
+    let mem = unsafe {
+        gpu.instance
+            .get_physical_device_memory_properties(gpu.physical)
+    };
+    let types = &mem.memory_types[..mem.memory_type_count as usize];
+    types
+        .iter()
+        .find(|t| {
+            t.property_flags
+                .contains(vk::MemoryPropertyFlags::DEVICE_LOCAL)
+        })
+        .is_some_and(|t| {
+            t.property_flags
+                .contains(vk::MemoryPropertyFlags::HOST_VISIBLE)
+        })
+}
+
+impl Backend for VulkanBackend {
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
+        if desc.size == 0 {
+            return Err(Error::ZeroSize { what: "block" });
+        }
+        if desc.size > self.caps.max_block_size {
+            return Err(Error::TooLarge {
+                what: "block",
+                requested: desc.size,
+                limit: self.caps.max_block_size,
+                limit_name: "max_block_size",
+            });
+        }
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        s.timeline.check_alive()?;
+        let block = Block::create(&s.gpu, &mut s.allocator, desc, s.policy)?;
+        let id = s.next_block;
+        s.next_block += 1;
+        s.blocks.insert(id, block);
+        Ok(BlockId(id))
+    }
+
+    fn free_block(&self, block: BlockId) -> Result<()> {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        let mut b = s
+            .blocks
+            .remove(&block.0)
+            .ok_or_else(|| Error::invalid(format!("free_block: unknown block {}", block.0)))?;
+        s.timeline.tracker.forget_block(block.0);
+        // SAFETY: the caller guarantees no in-flight work uses the block (contract); recorded but
+        // unsubmitted work would be a caller bug the pools prevent by waiting on tickets.
+        unsafe { b.destroy(&s.gpu.device, &mut s.allocator) };
+        Ok(())
+    }
+
+    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
+        let s = self.lock();
+        let b = s
+            .blocks
+            .get(&block.0)
+            .ok_or_else(|| Error::invalid(format!("write_mapped: unknown block {}", block.0)))?;
+        b.write(&s.gpu.device, s.policy.atom, offset, data)
+    }
+
+    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
+        let s = self.lock();
+        let b = s
+            .blocks
+            .get(&block.0)
+            .ok_or_else(|| Error::invalid(format!("read_mapped: unknown block {}", block.0)))?;
+        b.read(&s.gpu.device, s.policy.atom, offset, out)
+    }
+
+    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
+        if src.size != dst.size {
+            return Err(Error::SizeMismatch {
+                what: "copy source and destination".into(),
+                expected: src.size,
+                actual: dst.size,
+            });
+        }
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        s.timeline.check_alive()?;
+        let src_kind = Self::check_range(s, &src, "copy")?;
+        let dst_kind = Self::check_range(s, &dst, "copy")?;
+        self.check_copy_align(&src, "copy source")?;
+        self.check_copy_align(&dst, "copy destination")?;
+        if src.block == dst.block
+            && src.offset < dst.offset + dst.size
+            && dst.offset < src.offset + src.size
+        {
+            return Err(Error::invalid(format!(
+                "copy: source [{}, {}) and destination [{}, {}) overlap in block {}",
+                src.offset,
+                src.offset + src.size,
+                dst.offset,
+                dst.offset + dst.size,
+                src.block.0
+            )));
+        }
+        let staging = |k: MemoryKind| k != MemoryKind::DeviceLocal;
+        let lane = if staging(src_kind) || staging(dst_kind) {
+            Lane::Transfer
+        } else {
+            Lane::Compute
+        };
+        let (src_buf, dst_buf) = (
+            s.blocks
+                .get(&src.block.0)
+                .map(|b| b.buffer)
+                .unwrap_or_default(),
+            s.blocks
+                .get(&dst.block.0)
+                .map(|b| b.buffer)
+                .unwrap_or_default(),
+        );
+        let cmd = s.timeline.batch(&s.gpu, &mut s.allocator, lane)?.cmd();
+        let accesses = [
+            Access {
+                block: src.block.0,
+                offset: src.offset,
+                size: src.size,
+                stage: Stage::Transfer,
+                write: false,
+            },
+            Access {
+                block: dst.block.0,
+                offset: dst.offset,
+                size: dst.size,
+                stage: Stage::Transfer,
+                write: true,
+            },
+        ];
+        if let Some(b) = s.timeline.tracker.before(&accesses) {
+            if !self.config.skip_barriers_for_testing {
+                s.timeline.record_barrier(&s.gpu.device, cmd, b);
+            }
+        }
+        let region = vk::BufferCopy {
+            src_offset: src.offset,
+            dst_offset: dst.offset,
+            size: src.size,
+        };
+        // SAFETY: `cmd` is recording; both buffers are live with TRANSFER usage; the regions are
+        // in bounds and do not overlap (checked above).
+        unsafe {
+            s.gpu
+                .device
+                .cmd_copy_buffer(cmd, src_buf, dst_buf, &[region])
+        };
+        s.timeline.note_command();
+        Ok(s.timeline.open_ticket())
+    }
+
+    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        s.timeline.check_alive()?;
+        Self::check_range(s, &range, "fill")?;
+        self.check_copy_align(&range, "fill")?;
+        let buffer = s
+            .blocks
+            .get(&range.block.0)
+            .map(|b| b.buffer)
+            .unwrap_or_default();
+        let cmd = s
+            .timeline
+            .batch(&s.gpu, &mut s.allocator, Lane::Compute)?
+            .cmd();
+        let access = [Access {
+            block: range.block.0,
+            offset: range.offset,
+            size: range.size,
+            stage: Stage::Transfer,
+            write: true,
+        }];
+        if let Some(b) = s.timeline.tracker.before(&access) {
+            if !self.config.skip_barriers_for_testing {
+                s.timeline.record_barrier(&s.gpu.device, cmd, b);
+            }
+        }
+        // SAFETY: `cmd` is recording; offset and size are multiples of 4 inside the buffer.
+        unsafe {
+            s.gpu
+                .device
+                .cmd_fill_buffer(cmd, buffer, range.offset, range.size, 0)
+        };
+        s.timeline.note_command();
+        Ok(s.timeline.open_ticket())
+    }
+
+    fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
+        let kernel = crate::ops::kernel_for(op, bindings)?;
+        self.dispatch_spec(&kernel.spec(), &kernel.ranges)
+    }
+
+    fn flush(&self) -> Result<Ticket> {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        s.timeline.submit(&s.gpu)
+    }
+
+    fn completed(&self) -> Result<Ticket> {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        let submitted = s.timeline.submit(&s.gpu)?;
+        let done = s.timeline.recycle(&s.gpu)?;
+        Ok(Ticket(done.min(submitted.0)))
+    }
+
+    fn wait(&self, ticket: Ticket) -> Result<()> {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        if ticket > s.timeline.submitted() {
+            s.timeline.submit(&s.gpu)?;
+        }
+        let submitted = s.timeline.submitted();
+        if ticket > submitted {
+            return Err(Error::invalid(format!(
+                "wait: ticket {} was never issued (last issued {})",
+                ticket.0, submitted.0
+            )));
+        }
+        if ticket == Ticket::DONE || s.timeline.counter(&s.gpu)? >= ticket.0 {
+            s.timeline.recycle(&s.gpu)?;
+            return Ok(());
+        }
+        s.timeline.wait(&s.gpu, ticket.0, self.config.wait_timeout)
+    }
+}
+
+impl Drop for VulkanBackend {
+    fn drop(&mut self) {
+        let s = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        // Submit what is recorded so nothing is left half-built, then wait for all of it.
+        let _ = s.timeline.submit(&s.gpu);
+        if s.owns_device {
+            // SAFETY: the device is live; waiting has no other precondition.
+            let _ = unsafe { s.gpu.device.device_wait_idle() };
+        } else {
+            let last = s.timeline.submitted().0;
+            let _ = s.timeline.wait(&s.gpu, last, Duration::from_secs(60));
+        }
+        // SAFETY: the device is idle (or our work on an adopted one has finished), and each
+        // destroy runs once, children before parents: batches and semaphore, pipelines, blocks,
+        // then the allocator's memory, then the device and instance.
+        unsafe {
+            s.timeline.destroy(&s.gpu.device, &mut s.allocator);
+            s.kernels.destroy(&s.gpu.device);
+            for (_, mut b) in s.blocks.drain() {
+                b.destroy(&s.gpu.device, &mut s.allocator);
+            }
+            ManuallyDrop::drop(&mut s.allocator);
+            s.gpu.destroy();
+        }
+    }
+}

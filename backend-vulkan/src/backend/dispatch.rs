@@ -1,0 +1,173 @@
+//! Recording one kernel dispatch: binding checks, the pipeline from the cache, a parameter slot
+//! and a descriptor set from the open batch, the hazard barrier, then bind and dispatch.
+
+use ash::vk;
+use tensormem::{BlockRange, Error, Result, Ticket};
+
+use super::VulkanBackend;
+use crate::barriers::Access;
+use crate::conv::Stage;
+use crate::error::{BACKEND, vk_err};
+use crate::kernels::KernelSpec;
+use crate::timeline::{Lane, MAX_STORAGE_BINDINGS, PARAMS_SIZE};
+
+impl VulkanBackend {
+    /// Enqueues `spec` over `bindings` (one range per storage slot, in order).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a binding count, block, or offset alignment that does not
+    /// fit; [`Error::TooLarge`] for a binding beyond `max_binding_size` or too many workgroups;
+    /// [`Error::Unsupported`] for more storage bindings than a set holds; compile failures.
+    pub(crate) fn dispatch_spec(
+        &self,
+        spec: &KernelSpec<'_>,
+        bindings: &[BlockRange],
+    ) -> Result<Ticket> {
+        if spec.storage.len() != bindings.len() {
+            return Err(Error::invalid(format!(
+                "kernel {} takes {} storage bindings, got {}",
+                spec.key,
+                spec.storage.len(),
+                bindings.len()
+            )));
+        }
+        if bindings.len() > MAX_STORAGE_BINDINGS as usize {
+            return Err(Error::Unsupported {
+                backend: BACKEND,
+                what: format!(
+                    "{} storage bindings in one kernel (at most {MAX_STORAGE_BINDINGS})",
+                    bindings.len()
+                ),
+            });
+        }
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        s.timeline.check_alive()?;
+        let max_groups = s.gpu.limits.max_compute_work_group_count;
+        for (i, (&g, &max)) in spec.workgroups.iter().zip(max_groups.iter()).enumerate() {
+            if g > max {
+                return Err(Error::TooLarge {
+                    what: ["workgroups x", "workgroups y", "workgroups z"][i],
+                    requested: u64::from(g),
+                    limit: u64::from(max),
+                    limit_name: "maxComputeWorkGroupCount",
+                });
+            }
+        }
+        let mut accesses = Vec::with_capacity(bindings.len());
+        for (r, slot) in bindings.iter().zip(&spec.storage) {
+            Self::check_range(s, r, "binding")?;
+            if r.size > self.caps.max_binding_size {
+                return Err(Error::TooLarge {
+                    what: "binding",
+                    requested: r.size,
+                    limit: self.caps.max_binding_size,
+                    limit_name: "max_binding_size (maxStorageBufferRange)",
+                });
+            }
+            if r.offset % self.caps.binding_align != 0 {
+                return Err(Error::invalid(format!(
+                    "binding offset {} is not a multiple of binding_align {}",
+                    r.offset, self.caps.binding_align
+                )));
+            }
+            accesses.push(Access {
+                block: r.block.0,
+                offset: r.offset,
+                size: r.size,
+                stage: Stage::Compute,
+                write: slot.write,
+            });
+        }
+        let device = s.gpu.device.clone();
+        let pipeline = s.kernels.get(&device, spec)?;
+        let (pipe, layout, set_layout) = (pipeline.pipeline, pipeline.layout, pipeline.set_layout);
+        let slot_size = s.timeline.slot_size;
+        let mut batch = s.timeline.batch(&s.gpu, &mut s.allocator, Lane::Compute)?;
+        if !batch.has_dispatch_room() {
+            s.timeline.submit(&s.gpu)?;
+            batch = s.timeline.batch(&s.gpu, &mut s.allocator, Lane::Compute)?;
+        }
+        let (cmd, pool) = (batch.cmd(), batch.descriptor_pool());
+        let (params_buffer, params_offset) = batch
+            .push_params(&spec.params, slot_size)
+            .ok_or_else(|| Error::invalid("internal: compute batch without a parameter buffer"))?;
+        let layouts = [set_layout];
+        let info = vk::DescriptorSetAllocateInfo::default()
+            .descriptor_pool(pool)
+            .set_layouts(&layouts);
+        // SAFETY: the pool has room (one set per parameter slot, checked above) and the layout
+        // is live.
+        let set = unsafe { device.allocate_descriptor_sets(&info) }
+            .map_err(vk_err("vkAllocateDescriptorSets"))?
+            .first()
+            .copied()
+            .unwrap_or_default();
+        let buffer_infos: Vec<[vk::DescriptorBufferInfo; 1]> = bindings
+            .iter()
+            .map(|r| {
+                let buffer = s
+                    .blocks
+                    .get(&r.block.0)
+                    .map(|b| b.buffer)
+                    .unwrap_or_default();
+                [vk::DescriptorBufferInfo::default()
+                    .buffer(buffer)
+                    .offset(r.offset)
+                    .range(r.size)]
+            })
+            .collect();
+        let params_info = [vk::DescriptorBufferInfo::default()
+            .buffer(params_buffer)
+            .offset(params_offset)
+            .range(PARAMS_SIZE)];
+        let mut writes: Vec<vk::WriteDescriptorSet<'_>> = spec
+            .storage
+            .iter()
+            .zip(&buffer_infos)
+            .map(|(slot, info)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_set(set)
+                    .dst_binding(slot.binding)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(info)
+            })
+            .collect();
+        writes.push(
+            vk::WriteDescriptorSet::default()
+                .dst_set(set)
+                .dst_binding(spec.params_binding)
+                .descriptor_type(vk::DescriptorType::UNIFORM_BUFFER)
+                .buffer_info(&params_info),
+        );
+        // SAFETY: the set is fresh (not bound by any pending command); every buffer is live,
+        // offsets are aligned and ranges within bounds and limits (checked above).
+        unsafe { device.update_descriptor_sets(&writes, &[]) };
+        if let Some(b) = s.timeline.tracker.before(&accesses) {
+            if !self.config.skip_barriers_for_testing {
+                s.timeline.record_barrier(&device, cmd, b);
+            }
+        }
+        // SAFETY: `cmd` is recording on a compute-capable family; the pipeline, layout and set
+        // match (same kernel key).
+        unsafe {
+            device.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipe);
+            device.cmd_bind_descriptor_sets(
+                cmd,
+                vk::PipelineBindPoint::COMPUTE,
+                layout,
+                0,
+                &[set],
+                &[],
+            );
+            device.cmd_dispatch(
+                cmd,
+                spec.workgroups[0],
+                spec.workgroups[1],
+                spec.workgroups[2],
+            );
+        }
+        s.timeline.note_command();
+        Ok(s.timeline.open_ticket())
+    }
+}

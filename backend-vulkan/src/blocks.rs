@@ -1,0 +1,272 @@
+//! Blocks: one `VkBuffer` bound to gpu-allocator memory, and synchronous host access to mapped
+//! blocks with flush/invalidate of non-coherent memory.
+//!
+//! Every block is a storage buffer usable as copy source and destination, so any block can be
+//! bound to a kernel or copied. Memory comes from gpu-allocator (`GpuOnly` for `DeviceLocal`,
+//! `CpuToGpu` for `Upload`, `GpuToCpu` for `Readback`); requests of at least the dedicated
+//! threshold get their own `VkDeviceMemory` (drivers place and page large allocations better).
+//!
+//! Non-coherent memory: allocations are aligned to `nonCoherentAtomSize` and host ranges widened
+//! to it ([`crate::conv::atom_range`]), so a flush never touches a neighbour's bytes outside the
+//! allocation. Under `force_staging`, `DeviceLocal` blocks are never mapped for host access even
+//! when the memory is host-visible (lavapipe), so the discrete-GPU staging path is what runs.
+
+use ash::vk;
+use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme, Allocator};
+use tensormem::{BlockDesc, Error, MemoryKind, Result};
+
+use crate::conv::{align_up, atom_range, memory_location};
+use crate::device::Gpu;
+use crate::error::{BACKEND, map_alloc, map_vk, vk_err};
+
+/// Options of block creation, from the backend's configuration.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct BlockPolicy {
+    /// `DeviceLocal` blocks are not host-accessible even where the memory is host-visible.
+    pub force_staging: bool,
+    /// Requests of at least this many bytes get a dedicated allocation.
+    pub dedicated_threshold: u64,
+    /// Flush and invalidate even coherent memory (exercises the non-coherent path on lavapipe).
+    pub force_flush: bool,
+    /// `nonCoherentAtomSize`, a power of two.
+    pub atom: u64,
+}
+
+/// One live block.
+pub(crate) struct Block {
+    pub buffer: vk::Buffer,
+    allocation: Option<Allocation>,
+    pub kind: MemoryKind,
+    /// Usable size in bytes (as requested).
+    pub size: u64,
+    /// Whether `write_mapped` / `read_mapped` may touch it.
+    pub host_access: bool,
+    /// Whether host access needs flush/invalidate.
+    needs_flush: bool,
+}
+
+impl Block {
+    /// Creates the buffer, allocates and binds its memory.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when neither the driver nor the allocator has room,
+    /// [`Error::Backend`] for other native failures.
+    pub(crate) fn create(
+        gpu: &Gpu,
+        allocator: &mut Allocator,
+        desc: &BlockDesc<'_>,
+        policy: BlockPolicy,
+    ) -> Result<Block> {
+        let device = &gpu.device;
+        // Rounded to the atom so the buffer's requirements (and a dedicated allocation) cover
+        // whole atoms; `desc.size` is already at most `max_block_size`.
+        let buffer_size = align_up(desc.size, policy.atom.max(4)).ok_or(Error::TooLarge {
+            what: "block",
+            requested: desc.size,
+            limit: gpu.max_block_size,
+            limit_name: "max_block_size",
+        })?;
+        let families = gpu.sharing_families();
+        let mut info = vk::BufferCreateInfo::default().size(buffer_size).usage(
+            vk::BufferUsageFlags::STORAGE_BUFFER
+                | vk::BufferUsageFlags::TRANSFER_SRC
+                | vk::BufferUsageFlags::TRANSFER_DST,
+        );
+        info = match &families {
+            Some(f) => info
+                .sharing_mode(vk::SharingMode::CONCURRENT)
+                .queue_family_indices(f),
+            None => info.sharing_mode(vk::SharingMode::EXCLUSIVE),
+        };
+        // SAFETY: `info` is valid (non-zero size, supported usage); the device is live.
+        let buffer = unsafe { device.create_buffer(&info, None) }
+            .map_err(|e| map_vk("vkCreateBuffer", e, desc.size))?;
+        // SAFETY: `buffer` was just created on `device`.
+        let mut requirements = unsafe { device.get_buffer_memory_requirements(buffer) };
+        let dedicated = desc.size >= policy.dedicated_threshold;
+        if !dedicated {
+            // Sub-allocations start and end on atom boundaries (see `conv::atom_range`). A
+            // dedicated allocation must keep the buffer's exact requirements size.
+            requirements.alignment = requirements.alignment.max(policy.atom);
+            requirements.size =
+                align_up(requirements.size, policy.atom).unwrap_or(requirements.size);
+        }
+        let allocation = allocator
+            .allocate(&AllocationCreateDesc {
+                name: desc.label,
+                requirements,
+                location: memory_location(desc.kind),
+                linear: true,
+                allocation_scheme: if dedicated {
+                    AllocationScheme::DedicatedBuffer(buffer)
+                } else {
+                    AllocationScheme::GpuAllocatorManaged
+                },
+            })
+            .map_err(|e| {
+                // SAFETY: the buffer is unused and bound to nothing.
+                unsafe { device.destroy_buffer(buffer, None) };
+                map_alloc(e, desc.size, desc.kind.name(), desc.label)
+            })?;
+        // SAFETY: the allocation satisfies the buffer's requirements (type bits, size and an
+        // alignment at least the required one) and neither is bound yet.
+        let bound =
+            unsafe { device.bind_buffer_memory(buffer, allocation.memory(), allocation.offset()) };
+        if let Err(e) = bound {
+            let _ = allocator.free(allocation);
+            // SAFETY: unused buffer.
+            unsafe { device.destroy_buffer(buffer, None) };
+            return Err(vk_err("vkBindBufferMemory")(e));
+        }
+        let props = allocation.memory_properties();
+        let mapped = allocation.mapped_ptr().is_some();
+        let host_access = mapped && !(policy.force_staging && desc.kind == MemoryKind::DeviceLocal);
+        Ok(Block {
+            buffer,
+            allocation: Some(allocation),
+            kind: desc.kind,
+            size: desc.size,
+            host_access,
+            needs_flush: policy.force_flush
+                || !props.contains(vk::MemoryPropertyFlags::HOST_COHERENT),
+        })
+    }
+
+    /// Destroys the buffer and frees its memory.
+    ///
+    /// # Safety
+    /// No pending or executing command uses the buffer; called once.
+    pub(crate) unsafe fn destroy(&mut self, device: &ash::Device, allocator: &mut Allocator) {
+        // SAFETY: the caller guarantees the buffer is idle.
+        unsafe { device.destroy_buffer(self.buffer, None) };
+        if let Some(a) = self.allocation.take() {
+            // Freeing can only fail for a null allocation or a foreign memory type, which would be
+            // a bug here; nothing useful can be done with the error during destruction.
+            let _ = allocator.free(a);
+        }
+    }
+
+    fn check_host(&self, offset: u64, len: usize) -> Result<(MappedView, u64)> {
+        if !self.host_access {
+            return Err(Error::Unsupported {
+                backend: BACKEND,
+                what: format!(
+                    "host access to a {} block (not host-visible{})",
+                    self.kind.name(),
+                    if self.kind == MemoryKind::DeviceLocal {
+                        ", or staging is forced"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
+        let len = len as u64;
+        if offset.checked_add(len).is_none_or(|end| end > self.size) {
+            return Err(Error::OutOfBounds {
+                what: "block",
+                offset,
+                size: len,
+                limit: self.size,
+            });
+        }
+        let a = self
+            .allocation
+            .as_ref()
+            .ok_or_else(|| Error::invalid("block already destroyed"))?;
+        let ptr = a.mapped_ptr().ok_or_else(|| Error::Unsupported {
+            backend: BACKEND,
+            what: "host access to unmapped memory".into(),
+        })?;
+        Ok((
+            MappedView {
+                ptr: ptr.as_ptr().cast::<u8>(),
+                // SAFETY: reading the handle of a live allocation.
+                memory: unsafe { a.memory() },
+                offset: a.offset(),
+                size: a.size(),
+            },
+            len,
+        ))
+    }
+
+    fn mapped_range(
+        &self,
+        m: &MappedView,
+        offset: u64,
+        len: u64,
+        atom: u64,
+    ) -> vk::MappedMemoryRange<'static> {
+        let (o, s) = atom_range(m.offset, m.size, offset, len, atom);
+        vk::MappedMemoryRange::default()
+            .memory(m.memory)
+            .offset(o)
+            .size(s)
+    }
+
+    /// Copies `data` into the block at `offset`, then flushes non-coherent memory.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] without host access, [`Error::OutOfBounds`] past the end.
+    pub(crate) fn write(
+        &self,
+        device: &ash::Device,
+        atom: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let (m, len) = self.check_host(offset, data.len())?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: `m.ptr` maps the whole allocation (gpu-allocator maps persistently);
+        // `offset + len <= self.size <= allocation size` was checked; the caller guarantees no
+        // in-flight work touches the range; `data` cannot overlap device-mapped memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), m.ptr.add(offset as usize), data.len())
+        };
+        if self.needs_flush {
+            let range = self.mapped_range(&m, offset, len, atom);
+            // SAFETY: the range is atom-aligned inside a mapped allocation.
+            unsafe { device.flush_mapped_memory_ranges(&[range]) }
+                .map_err(vk_err("vkFlushMappedMemoryRanges"))?;
+        }
+        Ok(())
+    }
+
+    /// Invalidates non-coherent memory, then copies from the block at `offset` into `out`.
+    ///
+    /// # Errors
+    /// As [`Block::write`].
+    pub(crate) fn read(
+        &self,
+        device: &ash::Device,
+        atom: u64,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let (m, len) = self.check_host(offset, out.len())?;
+        if len == 0 {
+            return Ok(());
+        }
+        if self.needs_flush {
+            let range = self.mapped_range(&m, offset, len, atom);
+            // SAFETY: as in `write`.
+            unsafe { device.invalidate_mapped_memory_ranges(&[range]) }
+                .map_err(vk_err("vkInvalidateMappedMemoryRanges"))?;
+        }
+        // SAFETY: as in `write`, reversed.
+        unsafe {
+            std::ptr::copy_nonoverlapping(m.ptr.add(offset as usize), out.as_mut_ptr(), out.len())
+        };
+        Ok(())
+    }
+}
+
+/// The mapped view of an allocation, read under the backend's lock.
+struct MappedView {
+    ptr: *mut u8,
+    memory: vk::DeviceMemory,
+    offset: u64,
+    size: u64,
+}

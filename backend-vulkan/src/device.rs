@@ -1,0 +1,370 @@
+//! Physical device choice, queues and the logical device, created here or adopted from the
+//! application, plus the limits read once into [`Gpu`].
+//!
+//! Choice: the first device (by type: discrete, integrated, virtual, CPU) that reports Vulkan 1.2+,
+//! the `timelineSemaphore` feature and a compute queue, optionally filtered by name. Queues: one
+//! compute queue, plus the first family with `TRANSFER` but neither `GRAPHICS` nor `COMPUTE`
+//! (the copy engines of discrete GPUs) when there is one. lavapipe has a single family, so there
+//! the transfer lane is absent unless [`TransferQueue::SameQueue`] emulates it.
+
+use std::ffi::CStr;
+
+use ash::vk;
+use tensormem::{Error, Result};
+
+use crate::error::{BACKEND, vk_err};
+use crate::instance::OwnedInstance;
+
+/// Whether staging copies get their own queue.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum TransferQueue {
+    /// Use a dedicated transfer-only family when the device has one (default).
+    #[default]
+    Auto,
+    /// Everything on the compute queue.
+    Off,
+    /// Route staging copies through the transfer *lane* but submit them to the compute queue:
+    /// exercises the lane switching and its timeline-semaphore waits on single-queue devices
+    /// (lavapipe). For tests.
+    SameQueue,
+}
+
+/// One queue and its family.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct QueueLane {
+    pub family: u32,
+    pub queue: vk::Queue,
+}
+
+/// Handles adopted from an application with [`crate::VulkanBackend::from_raw`].
+pub struct RawVulkan {
+    /// The loader the handles were created with.
+    pub entry: ash::Entry,
+    /// The application's instance (Vulkan 1.2+).
+    pub instance: ash::Instance,
+    /// The physical device `device` was created on.
+    pub physical_device: vk::PhysicalDevice,
+    /// The application's device, created with `VkPhysicalDeviceVulkan12Features::timelineSemaphore`.
+    pub device: ash::Device,
+    /// Family of `queue`; it must support compute.
+    pub queue_family_index: u32,
+    /// The queue tensormem submits to.
+    pub queue: vk::Queue,
+}
+
+/// The device and what was read from it once.
+pub(crate) struct Gpu {
+    /// The loader. Dropping it unloads `libvulkan`, so it lives as long as every handle.
+    _entry: ash::Entry,
+    pub instance: ash::Instance,
+    owned_instance: Option<OwnedInstance>,
+    pub physical: vk::PhysicalDevice,
+    pub device: ash::Device,
+    owns_device: bool,
+    pub compute: QueueLane,
+    /// The transfer lane; `Some` with `compute`'s queue under [`TransferQueue::SameQueue`].
+    pub transfer: Option<QueueLane>,
+    pub limits: vk::PhysicalDeviceLimits,
+    pub name: String,
+    /// min(maxMemoryAllocationSize, maxBufferSize, largest device-local heap), in bytes.
+    pub max_block_size: u64,
+    /// Device-local bytes this process may use, from VK_EXT_memory_budget or the heap sizes.
+    pub budget: u64,
+}
+
+/// Device type preference, lower is better.
+fn type_rank(t: vk::PhysicalDeviceType) -> u32 {
+    match t {
+        vk::PhysicalDeviceType::DISCRETE_GPU => 0,
+        vk::PhysicalDeviceType::INTEGRATED_GPU => 1,
+        vk::PhysicalDeviceType::VIRTUAL_GPU => 2,
+        vk::PhysicalDeviceType::CPU => 3,
+        _ => 4,
+    }
+}
+
+fn has_extension(instance: &ash::Instance, pd: vk::PhysicalDevice, name: &CStr) -> bool {
+    // SAFETY: `pd` was enumerated from `instance`.
+    unsafe { instance.enumerate_device_extension_properties(pd) }
+        .unwrap_or_default()
+        .iter()
+        .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
+}
+
+fn supports_timeline(instance: &ash::Instance, pd: vk::PhysicalDevice) -> bool {
+    let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+    let mut f = vk::PhysicalDeviceFeatures2::default().push_next(&mut f12);
+    // SAFETY: `pd` belongs to `instance`, which is Vulkan 1.2, so the 1.2 feature struct is valid.
+    unsafe { instance.get_physical_device_features2(pd, &mut f) };
+    f12.timeline_semaphore == vk::TRUE
+}
+
+fn device_name(props: &vk::PhysicalDeviceProperties) -> String {
+    props
+        .device_name_as_c_str()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The families to use: compute, and a dedicated transfer family if any.
+fn pick_families(families: &[vk::QueueFamilyProperties]) -> Option<(u32, Option<u32>)> {
+    let compute = families
+        .iter()
+        .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE) && f.queue_count > 0)?;
+    let transfer = families.iter().position(|f| {
+        f.queue_flags.contains(vk::QueueFlags::TRANSFER)
+            && !f
+                .queue_flags
+                .intersects(vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE)
+            && f.queue_count > 0
+    });
+    Some((compute as u32, transfer.map(|t| t as u32)))
+}
+
+impl Gpu {
+    /// Chooses a physical device on `owned` and creates the logical device and queues.
+    ///
+    /// # Errors
+    /// [`Error::BackendUnavailable`] when no device qualifies (the reason lists what each lacked).
+    pub(crate) fn create(
+        entry: ash::Entry,
+        owned: OwnedInstance,
+        name_filter: Option<&str>,
+        transfer_mode: TransferQueue,
+    ) -> Result<Gpu> {
+        let mut owned = owned;
+        match Self::create_device(&owned.instance, name_filter, transfer_mode) {
+            Ok((physical, device, compute, transfer)) => {
+                let instance = owned.instance.clone();
+                let mut gpu = Gpu::describe(entry, instance, physical, device, compute, transfer);
+                gpu.owned_instance = Some(owned);
+                gpu.owns_device = true;
+                Ok(gpu)
+            }
+            Err(e) => {
+                // SAFETY: no device was created from the instance.
+                unsafe { owned.destroy() };
+                Err(e)
+            }
+        }
+    }
+
+    fn create_device(
+        instance: &ash::Instance,
+        name_filter: Option<&str>,
+        transfer_mode: TransferQueue,
+    ) -> Result<(
+        vk::PhysicalDevice,
+        ash::Device,
+        QueueLane,
+        Option<QueueLane>,
+    )> {
+        // SAFETY: enumerating physical devices of a live instance.
+        let devices = unsafe { instance.enumerate_physical_devices() }
+            .map_err(vk_err("vkEnumeratePhysicalDevices"))?;
+        let mut rejected = Vec::new();
+        let mut candidates = Vec::new();
+        for pd in devices {
+            // SAFETY: `pd` was just enumerated from `instance`.
+            let props = unsafe { instance.get_physical_device_properties(pd) };
+            let name = device_name(&props);
+            // SAFETY: as above.
+            let families = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+            if name_filter.is_some_and(|f| !name.contains(f)) {
+                rejected.push(format!("{name}: name does not contain the filter"));
+            } else if props.api_version < vk::API_VERSION_1_2 {
+                rejected.push(format!(
+                    "{name}: Vulkan {}.{} < 1.2",
+                    vk::api_version_major(props.api_version),
+                    vk::api_version_minor(props.api_version)
+                ));
+            } else if !supports_timeline(instance, pd) {
+                rejected.push(format!("{name}: no timelineSemaphore"));
+            } else if let Some(fams) = pick_families(&families) {
+                candidates.push((type_rank(props.device_type), pd, fams));
+            } else {
+                rejected.push(format!("{name}: no compute queue"));
+            }
+        }
+        candidates.sort_by_key(|c| c.0);
+        let Some(&(_, pd, (compute_family, transfer_family))) = candidates.first() else {
+            return Err(Error::BackendUnavailable {
+                backend: BACKEND,
+                reason: if rejected.is_empty() {
+                    "no Vulkan physical device found".into()
+                } else {
+                    format!("no suitable Vulkan device: {}", rejected.join("; "))
+                },
+            });
+        };
+        let transfer_family = match transfer_mode {
+            TransferQueue::Auto => transfer_family,
+            TransferQueue::Off | TransferQueue::SameQueue => None,
+        };
+        let priority = [1.0f32];
+        let mut queue_infos = vec![
+            vk::DeviceQueueCreateInfo::default()
+                .queue_family_index(compute_family)
+                .queue_priorities(&priority),
+        ];
+        if let Some(t) = transfer_family {
+            queue_infos.push(
+                vk::DeviceQueueCreateInfo::default()
+                    .queue_family_index(t)
+                    .queue_priorities(&priority),
+            );
+        }
+        let mut extensions = Vec::new();
+        if has_extension(instance, pd, ash::ext::memory_budget::NAME) {
+            extensions.push(ash::ext::memory_budget::NAME.as_ptr());
+        }
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
+        let info = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queue_infos)
+            .enabled_extension_names(&extensions)
+            .push_next(&mut f12);
+        // SAFETY: `pd` qualifies (1.2, timeline semaphores, the families exist); `info` is valid.
+        let device =
+            unsafe { instance.create_device(pd, &info, None) }.map_err(vk_err("vkCreateDevice"))?;
+        // SAFETY: queue 0 of each family was requested above.
+        let compute = QueueLane {
+            family: compute_family,
+            queue: unsafe { device.get_device_queue(compute_family, 0) },
+        };
+        let transfer = match (transfer_mode, transfer_family) {
+            (TransferQueue::SameQueue, _) => Some(compute),
+            (_, Some(family)) => Some(QueueLane {
+                family,
+                // SAFETY: as above.
+                queue: unsafe { device.get_device_queue(family, 0) },
+            }),
+            _ => None,
+        };
+        Ok((pd, device, compute, transfer))
+    }
+
+    /// Adopts an application's handles. Nothing adopted is destroyed on drop.
+    ///
+    /// # Errors
+    /// [`Error::BackendUnavailable`] when the device lacks Vulkan 1.2 or timeline semaphores, or
+    /// the family has no compute.
+    pub(crate) fn adopt(raw: RawVulkan, transfer_mode: TransferQueue) -> Result<Gpu> {
+        // SAFETY: `physical_device` belongs to `instance` (the caller's guarantee).
+        let props = unsafe {
+            raw.instance
+                .get_physical_device_properties(raw.physical_device)
+        };
+        // SAFETY: as above.
+        let families = unsafe {
+            raw.instance
+                .get_physical_device_queue_family_properties(raw.physical_device)
+        };
+        let family_ok = families
+            .get(raw.queue_family_index as usize)
+            .is_some_and(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE));
+        if props.api_version < vk::API_VERSION_1_2
+            || !supports_timeline(&raw.instance, raw.physical_device)
+            || !family_ok
+        {
+            return Err(Error::BackendUnavailable {
+                backend: BACKEND,
+                reason: format!(
+                    "adopted device {} needs Vulkan 1.2, timeline semaphores and a compute queue",
+                    device_name(&props)
+                ),
+            });
+        }
+        let compute = QueueLane {
+            family: raw.queue_family_index,
+            queue: raw.queue,
+        };
+        let transfer = (transfer_mode == TransferQueue::SameQueue).then_some(compute);
+        Ok(Gpu::describe(
+            raw.entry,
+            raw.instance,
+            raw.physical_device,
+            raw.device,
+            compute,
+            transfer,
+        ))
+    }
+
+    fn describe(
+        entry: ash::Entry,
+        instance: ash::Instance,
+        physical: vk::PhysicalDevice,
+        device: ash::Device,
+        compute: QueueLane,
+        transfer: Option<QueueLane>,
+    ) -> Gpu {
+        let mut maint3 = vk::PhysicalDeviceMaintenance3Properties::default();
+        let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut maint3);
+        // SAFETY: `physical` belongs to `instance` (1.2, so properties2 and maintenance3 are core).
+        unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
+        let props = props2.properties;
+        let max_alloc = maint3.max_memory_allocation_size;
+        let mut budget_props = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+        let has_budget = has_extension(&instance, physical, ash::ext::memory_budget::NAME);
+        let mut mem2 = vk::PhysicalDeviceMemoryProperties2::default();
+        if has_budget {
+            mem2 = mem2.push_next(&mut budget_props);
+        }
+        // SAFETY: as above; the budget struct is chained only when the extension is supported.
+        unsafe { instance.get_physical_device_memory_properties2(physical, &mut mem2) };
+        let mem = mem2.memory_properties;
+        let heaps = &mem.memory_heaps[..mem.memory_heap_count as usize];
+        let local: Vec<usize> = (0..heaps.len())
+            .filter(|&i| heaps[i].flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+            .collect();
+        let largest_heap = local.iter().map(|&i| heaps[i].size).max().unwrap_or(0);
+        let budget = if has_budget {
+            local.iter().map(|&i| budget_props.heap_budget[i]).sum()
+        } else {
+            local.iter().map(|&i| heaps[i].size).sum()
+        };
+        // maxBufferSize (maintenance4) is not queried: a 1.2 device need not have it, and every
+        // device seen has it at or above maxMemoryAllocationSize.
+        let max_block_size = max_alloc.min(largest_heap.max(1));
+        Gpu {
+            _entry: entry,
+            instance,
+            owned_instance: None,
+            physical,
+            device,
+            owns_device: false,
+            compute,
+            transfer,
+            limits: props.limits,
+            name: device_name(&props),
+            max_block_size,
+            budget,
+        }
+    }
+
+    /// The queue families buffers are shared between (for `VK_SHARING_MODE_CONCURRENT`), or
+    /// `None` when one family does everything.
+    pub(crate) fn sharing_families(&self) -> Option<[u32; 2]> {
+        match self.transfer {
+            Some(t) if t.family != self.compute.family => Some([self.compute.family, t.family]),
+            _ => None,
+        }
+    }
+
+    /// Destroys the device and the instance if this backend created them.
+    ///
+    /// # Safety
+    /// Every object created from the device must be destroyed and the device idle; called once.
+    pub(crate) unsafe fn destroy(&mut self) {
+        if self.owns_device {
+            // SAFETY: the caller guarantees all children are gone and the device is idle.
+            unsafe { self.device.destroy_device(None) };
+        }
+        if let Some(mut owned) = self.owned_instance.take() {
+            // SAFETY: the device (the instance's only child besides the messenger) is destroyed.
+            unsafe { owned.destroy() };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,567 @@
+//! Tickets on one timeline semaphore, and the command batches that carry them.
+//!
+//! # Design
+//! Device calls are recorded into the *open batch* (one primary command buffer) and return its
+//! ticket, `submitted + 1`. A batch is submitted on `flush`, `wait`, `completed`, when it runs out
+//! of descriptor sets or parameter slots, or when the next command belongs to the other *lane*.
+//! Each submission signals the timeline semaphore to its ticket, so `completed()` is one
+//! `vkGetSemaphoreCounterValue` and `wait(t)` one `vkWaitSemaphores` (wgpu-hal made the same
+//! choice over a pool of binary fences).
+//!
+//! # Lanes
+//! Dispatches, fills and device-to-device copies run on the compute lane. Copies that touch an
+//! `Upload` or `Readback` block (staging traffic) run on the transfer lane when the device has a
+//! dedicated transfer family (the copy engines of discrete GPUs). The contract is one in-order
+//! logical queue, so a batch on one lane waits on the semaphore for the ticket before it when the
+//! previous batch ran on the other lane: a full execution and memory dependency, after which the
+//! hazard tracker starts empty. Buffers are created `VK_SHARING_MODE_CONCURRENT` across both
+//! families, so no queue-family ownership transfers are needed (the cost is that drivers may skip
+//! some compression; buffers are not compressed on any current driver).
+//!
+//! # Recycling
+//! A batch's command pool, descriptor pool and parameter buffer are reset and reused once the
+//! semaphore passes its ticket; nothing is created per call in the steady state.
+
+use std::collections::VecDeque;
+
+use ash::vk;
+use gpu_allocator::MemoryLocation;
+use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme, Allocator};
+use tensormem::{Error, Result, Ticket};
+
+use crate::barriers::{GlobalBarrier, HazardTracker, for_transfer_queue, host_barrier};
+use crate::conv::align_up;
+use crate::device::Gpu;
+use crate::error::{BACKEND, map_alloc, map_vk, vk_err};
+
+/// Descriptor sets (and so dispatches) per batch.
+pub(crate) const SETS_PER_BATCH: u32 = 256;
+/// Storage-buffer descriptors per set, at most (the largest op binds 4).
+pub(crate) const MAX_STORAGE_BINDINGS: u32 = 8;
+/// Bytes of uniform parameters per dispatch (16 `u32`s).
+pub(crate) const PARAMS_SIZE: u64 = 64;
+
+/// Which queue a batch runs on.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    Compute,
+    Transfer,
+}
+
+/// Reusable objects of one batch.
+struct BatchResources {
+    lane: Lane,
+    pool: vk::CommandPool,
+    cmd: vk::CommandBuffer,
+    descriptors: vk::DescriptorPool,
+    params: vk::Buffer,
+    params_alloc: Option<Allocation>,
+}
+
+/// The batch being recorded.
+pub(crate) struct OpenBatch {
+    res: BatchResources,
+    /// Descriptor sets (= parameter slots) used.
+    sets_used: u32,
+    /// Commands recorded.
+    commands: u32,
+    /// Whether the submission must wait for the previous ticket (lane switch).
+    wait_previous: bool,
+}
+
+impl OpenBatch {
+    /// The command buffer being recorded.
+    pub(crate) fn cmd(&self) -> vk::CommandBuffer {
+        self.res.cmd
+    }
+
+    /// The batch's descriptor pool.
+    pub(crate) fn descriptor_pool(&self) -> vk::DescriptorPool {
+        self.res.descriptors
+    }
+
+    /// Whether another dispatch fits (a descriptor set and a parameter slot).
+    pub(crate) fn has_dispatch_room(&self) -> bool {
+        self.sets_used < SETS_PER_BATCH
+    }
+
+    /// Writes `params` into the next parameter slot; returns (buffer, offset) of the slot.
+    pub(crate) fn push_params(
+        &mut self,
+        params: &[u32; 16],
+        slot_size: u64,
+    ) -> Option<(vk::Buffer, u64)> {
+        debug_assert!(self.has_dispatch_room());
+        let alloc = self.res.params_alloc.as_ref()?;
+        let ptr = alloc.mapped_ptr()?.as_ptr().cast::<u8>();
+        let offset = u64::from(self.sets_used) * slot_size;
+        // SAFETY: the parameter buffer holds SETS_PER_BATCH slots of `slot_size >= 64` bytes and
+        // is mapped; the slot is unused by the device (the batch is not submitted yet, and it was
+        // recycled only after its previous ticket completed).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                params.as_ptr().cast::<u8>(),
+                ptr.add(offset as usize),
+                PARAMS_SIZE as usize,
+            )
+        };
+        self.sets_used += 1;
+        Some((self.res.params, offset))
+    }
+
+    /// Counts one recorded command.
+    pub(crate) fn note_command(&mut self) {
+        self.commands += 1;
+    }
+}
+
+/// The timeline semaphore, the open batch and the batches in flight.
+pub(crate) struct Timeline {
+    semaphore: vk::Semaphore,
+    /// The last submitted ticket.
+    submitted: u64,
+    /// The lane of the last batch begun.
+    last_lane: Lane,
+    open: Option<OpenBatch>,
+    in_flight: VecDeque<(u64, BatchResources)>,
+    free: Vec<BatchResources>,
+    /// Hazards since the last barrier; see `barriers`.
+    pub tracker: HazardTracker,
+    /// Bytes per parameter slot (64 rounded up to minUniformBufferOffsetAlignment).
+    pub slot_size: u64,
+    /// Whether device-lost was seen; every later call fails.
+    pub lost: bool,
+}
+
+impl Timeline {
+    /// Creates the timeline semaphore at value 0.
+    pub(crate) fn new(gpu: &Gpu) -> Result<Timeline> {
+        let mut type_info = vk::SemaphoreTypeCreateInfo::default()
+            .semaphore_type(vk::SemaphoreType::TIMELINE)
+            .initial_value(0);
+        let info = vk::SemaphoreCreateInfo::default().push_next(&mut type_info);
+        // SAFETY: timeline semaphores are enabled on the device (checked when it was chosen).
+        let semaphore = unsafe { gpu.device.create_semaphore(&info, None) }
+            .map_err(vk_err("vkCreateSemaphore"))?;
+        let slot_size = align_up(
+            PARAMS_SIZE,
+            gpu.limits.min_uniform_buffer_offset_alignment.max(1),
+        )
+        .unwrap_or(PARAMS_SIZE);
+        Ok(Timeline {
+            semaphore,
+            submitted: 0,
+            last_lane: Lane::Compute,
+            open: None,
+            in_flight: VecDeque::new(),
+            free: Vec::new(),
+            tracker: HazardTracker::default(),
+            slot_size,
+            lost: false,
+        })
+    }
+
+    /// The ticket work recorded now will carry.
+    pub(crate) fn open_ticket(&self) -> Ticket {
+        Ticket(self.submitted + u64::from(self.open.is_some()))
+    }
+
+    /// The last submitted ticket.
+    pub(crate) fn submitted(&self) -> Ticket {
+        Ticket(self.submitted)
+    }
+
+    fn map_lost(&mut self, api: &'static str) -> impl FnMut(vk::Result) -> Error + '_ {
+        move |e| {
+            if e == vk::Result::ERROR_DEVICE_LOST {
+                self.lost = true;
+            }
+            map_vk(api, e, 0)
+        }
+    }
+
+    /// Fails with [`Error::DeviceLost`] once the device was lost.
+    pub(crate) fn check_alive(&self) -> Result<()> {
+        if self.lost {
+            return Err(Error::DeviceLost {
+                backend: BACKEND,
+                detail: "the device was lost earlier; recreate the backend".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The open batch on `lane`, beginning one (and submitting a batch of the other lane) if
+    /// needed. Records nothing else.
+    pub(crate) fn batch(
+        &mut self,
+        gpu: &Gpu,
+        allocator: &mut Allocator,
+        lane: Lane,
+    ) -> Result<&mut OpenBatch> {
+        self.check_alive()?;
+        let lane = if gpu.transfer.is_some() {
+            lane
+        } else {
+            Lane::Compute
+        };
+        if self.open.as_ref().is_some_and(|b| b.res.lane != lane) {
+            self.submit(gpu)?;
+        }
+        if self.open.is_none() {
+            self.recycle(gpu)?;
+            let res = match self.free.iter().position(|r| r.lane == lane) {
+                Some(i) => self.free.swap_remove(i),
+                None => self.create_resources(gpu, allocator, lane)?,
+            };
+            let begin = vk::CommandBufferBeginInfo::default()
+                .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+            // SAFETY: the command buffer is in the initial state (new, or its pool was reset after
+            // its ticket completed).
+            unsafe { gpu.device.begin_command_buffer(res.cmd, &begin) }
+                .map_err(vk_err("vkBeginCommandBuffer"))?;
+            let wait_previous = lane != self.last_lane && self.submitted > 0;
+            if wait_previous {
+                // The semaphore wait is a full dependency on everything before.
+                self.tracker.reset();
+            }
+            self.last_lane = lane;
+            self.open = Some(OpenBatch {
+                res,
+                sets_used: 0,
+                commands: 0,
+                wait_previous,
+            });
+        }
+        self.open
+            .as_mut()
+            .ok_or_else(|| Error::invalid("internal: no open batch after beginning one"))
+    }
+
+    fn create_resources(
+        &mut self,
+        gpu: &Gpu,
+        allocator: &mut Allocator,
+        lane: Lane,
+    ) -> Result<BatchResources> {
+        let device = &gpu.device;
+        let family = match (lane, gpu.transfer) {
+            (Lane::Transfer, Some(t)) => t.family,
+            _ => gpu.compute.family,
+        };
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(family)
+            .flags(vk::CommandPoolCreateFlags::TRANSIENT);
+        // SAFETY: valid create info on a live device.
+        let pool = unsafe { device.create_command_pool(&info, None) }
+            .map_err(vk_err("vkCreateCommandPool"))?;
+        let mut res = BatchResources {
+            lane,
+            pool,
+            cmd: vk::CommandBuffer::null(),
+            descriptors: vk::DescriptorPool::null(),
+            params: vk::Buffer::null(),
+            params_alloc: None,
+        };
+        match self.fill_resources(gpu, allocator, &mut res) {
+            Ok(()) => Ok(res),
+            Err(e) => {
+                // SAFETY: nothing in `res` was used.
+                unsafe { destroy_resources(device, allocator, res) };
+                Err(e)
+            }
+        }
+    }
+
+    fn fill_resources(
+        &self,
+        gpu: &Gpu,
+        allocator: &mut Allocator,
+        res: &mut BatchResources,
+    ) -> Result<()> {
+        let device = &gpu.device;
+        let alloc_info = vk::CommandBufferAllocateInfo::default()
+            .command_pool(res.pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: the pool is live.
+        let cmds = unsafe { device.allocate_command_buffers(&alloc_info) }
+            .map_err(vk_err("vkAllocateCommandBuffers"))?;
+        res.cmd = cmds.first().copied().unwrap_or_default();
+        if res.lane == Lane::Transfer {
+            return Ok(());
+        }
+        let sizes = [
+            vk::DescriptorPoolSize {
+                ty: vk::DescriptorType::STORAGE_BUFFER,
+                descriptor_count: SETS_PER_BATCH * MAX_STORAGE_BINDINGS,
+            },
+            vk::DescriptorPoolSize {
+                ty: vk::DescriptorType::UNIFORM_BUFFER,
+                descriptor_count: SETS_PER_BATCH,
+            },
+        ];
+        let info = vk::DescriptorPoolCreateInfo::default()
+            .max_sets(SETS_PER_BATCH)
+            .pool_sizes(&sizes);
+        // SAFETY: valid create info.
+        res.descriptors = unsafe { device.create_descriptor_pool(&info, None) }
+            .map_err(vk_err("vkCreateDescriptorPool"))?;
+        let size = self.slot_size * u64::from(SETS_PER_BATCH);
+        let info = vk::BufferCreateInfo::default()
+            .size(size)
+            .usage(vk::BufferUsageFlags::UNIFORM_BUFFER)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: valid create info.
+        res.params = unsafe { device.create_buffer(&info, None) }
+            .map_err(|e| map_vk("vkCreateBuffer", e, size))?;
+        // SAFETY: the buffer was just created.
+        let requirements = unsafe { device.get_buffer_memory_requirements(res.params) };
+        let alloc = allocator
+            .allocate(&AllocationCreateDesc {
+                name: "tensormem kernel parameters",
+                requirements,
+                location: MemoryLocation::CpuToGpu,
+                linear: true,
+                allocation_scheme: AllocationScheme::GpuAllocatorManaged,
+            })
+            .map_err(|e| map_alloc(e, size, "upload", "kernel parameters"))?;
+        // SAFETY: the allocation satisfies the requirements; the buffer is unbound.
+        let bound =
+            unsafe { device.bind_buffer_memory(res.params, alloc.memory(), alloc.offset()) };
+        let coherent = alloc
+            .memory_properties()
+            .contains(vk::MemoryPropertyFlags::HOST_COHERENT);
+        let mapped = alloc.mapped_ptr().is_some();
+        res.params_alloc = Some(alloc);
+        bound.map_err(vk_err("vkBindBufferMemory"))?;
+        if !mapped || !coherent {
+            // CpuToGpu is host-visible on every device; coherent on every device seen. A
+            // non-coherent one would need a flush per submission, which is not implemented.
+            return Err(Error::Unsupported {
+                backend: BACKEND,
+                what: "kernel parameters need host-visible coherent memory".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Records a pipeline barrier into the open batch's command buffer `cmd`, restricted to
+    /// transfer stages on the transfer lane.
+    pub(crate) fn record_barrier(
+        &self,
+        device: &ash::Device,
+        cmd: vk::CommandBuffer,
+        b: GlobalBarrier,
+    ) {
+        let lane = self.open.as_ref().map_or(Lane::Compute, |o| o.res.lane);
+        Self::record_barrier_on(device, cmd, b, lane);
+    }
+
+    fn record_barrier_on(
+        device: &ash::Device,
+        cmd: vk::CommandBuffer,
+        b: GlobalBarrier,
+        lane: Lane,
+    ) {
+        let b = if lane == Lane::Transfer {
+            for_transfer_queue(b)
+        } else {
+            b
+        };
+        let barrier = vk::MemoryBarrier::default()
+            .src_access_mask(b.src_access)
+            .dst_access_mask(b.dst_access);
+        // SAFETY: `cmd` is recording; a global memory barrier has no other requirements.
+        unsafe {
+            device.cmd_pipeline_barrier(
+                cmd,
+                b.src_stage,
+                b.dst_stage,
+                vk::DependencyFlags::empty(),
+                &[barrier],
+                &[],
+                &[],
+            )
+        };
+    }
+
+    /// Ends and submits the open batch, if it has commands. Returns the last submitted ticket.
+    pub(crate) fn submit(&mut self, gpu: &Gpu) -> Result<Ticket> {
+        self.check_alive()?;
+        let Some(batch) = self.open.take() else {
+            return Ok(self.submitted());
+        };
+        let device = &gpu.device;
+        if batch.commands == 0 {
+            // Nothing recorded: end it and keep the resources for later.
+            // SAFETY: the command buffer is recording.
+            let _ = unsafe { device.end_command_buffer(batch.res.cmd) };
+            // SAFETY: the command buffer is not pending; resetting its pool returns it to initial.
+            unsafe {
+                device.reset_command_pool(batch.res.pool, vk::CommandPoolResetFlags::empty())
+            }
+            .map_err(vk_err("vkResetCommandPool"))?;
+            self.free.push(batch.res);
+            return Ok(self.submitted());
+        }
+        Self::record_barrier_on(device, batch.res.cmd, host_barrier(), batch.res.lane);
+        // SAFETY: the command buffer is recording.
+        unsafe { device.end_command_buffer(batch.res.cmd) }
+            .map_err(vk_err("vkEndCommandBuffer"))?;
+        let ticket = self.submitted + 1;
+        let queue = match (batch.res.lane, gpu.transfer) {
+            (Lane::Transfer, Some(t)) => t.queue,
+            _ => gpu.compute.queue,
+        };
+        let wait_values = [self.submitted];
+        let signal_values = [ticket];
+        let semaphores = [self.semaphore];
+        let wait_stages = [vk::PipelineStageFlags::ALL_COMMANDS];
+        let cmds = [batch.res.cmd];
+        let mut timeline_info =
+            vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&signal_values);
+        let mut submit = vk::SubmitInfo::default()
+            .command_buffers(&cmds)
+            .signal_semaphores(&semaphores);
+        if batch.wait_previous {
+            timeline_info = timeline_info.wait_semaphore_values(&wait_values);
+            submit = submit
+                .wait_semaphores(&semaphores)
+                .wait_dst_stage_mask(&wait_stages);
+        }
+        let submit = submit.push_next(&mut timeline_info);
+        // SAFETY: the command buffer is executable; the signal value is greater than every value
+        // signalled before (tickets increase); the queue is only used under the backend's lock
+        // (an adopted queue: the application's guarantee in `from_raw`).
+        let result = unsafe { device.queue_submit(queue, &[submit], vk::Fence::null()) };
+        match result {
+            Ok(()) => {
+                self.submitted = ticket;
+                self.in_flight.push_back((ticket, batch.res));
+                Ok(Ticket(ticket))
+            }
+            Err(e) => {
+                // The batch is lost; its resources are destroyed with the backend (kept idle).
+                self.free.push(batch.res);
+                Err(self.map_lost("vkQueueSubmit")(e))
+            }
+        }
+    }
+
+    /// The semaphore's counter: every ticket up to it has finished.
+    pub(crate) fn counter(&mut self, gpu: &Gpu) -> Result<u64> {
+        self.check_alive()?;
+        // SAFETY: the semaphore is a live timeline semaphore of this device.
+        let value = unsafe { gpu.device.get_semaphore_counter_value(self.semaphore) };
+        value.map_err(self.map_lost("vkGetSemaphoreCounterValue"))
+    }
+
+    /// Returns the resources of completed batches to the free list.
+    pub(crate) fn recycle(&mut self, gpu: &Gpu) -> Result<u64> {
+        let done = self.counter(gpu)?;
+        while self.in_flight.front().is_some_and(|(t, _)| *t <= done) {
+            let Some((_, res)) = self.in_flight.pop_front() else {
+                break;
+            };
+            // SAFETY: the batch's ticket completed, so nothing in the pools is pending.
+            unsafe {
+                gpu.device
+                    .reset_command_pool(res.pool, vk::CommandPoolResetFlags::empty())
+                    .map_err(vk_err("vkResetCommandPool"))?;
+                if res.descriptors != vk::DescriptorPool::null() {
+                    gpu.device
+                        .reset_descriptor_pool(
+                            res.descriptors,
+                            vk::DescriptorPoolResetFlags::empty(),
+                        )
+                        .map_err(vk_err("vkResetDescriptorPool"))?;
+                }
+            }
+            self.free.push(res);
+        }
+        Ok(done)
+    }
+
+    /// Blocks until the semaphore reaches `ticket` (already submitted), at most `timeout`.
+    pub(crate) fn wait(
+        &mut self,
+        gpu: &Gpu,
+        ticket: u64,
+        timeout: std::time::Duration,
+    ) -> Result<()> {
+        self.check_alive()?;
+        let semaphores = [self.semaphore];
+        let values = [ticket];
+        let info = vk::SemaphoreWaitInfo::default()
+            .semaphores(&semaphores)
+            .values(&values);
+        let nanos = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY: waiting on a live timeline semaphore for a value a submission will signal.
+        match unsafe { gpu.device.wait_semaphores(&info, nanos) } {
+            Ok(()) => {
+                self.recycle(gpu)?;
+                Ok(())
+            }
+            Err(vk::Result::TIMEOUT) => Err(Error::Backend {
+                backend: BACKEND,
+                api: "vkWaitSemaphores",
+                code: i64::from(vk::Result::TIMEOUT.as_raw()),
+                message: format!("ticket {ticket} did not complete within {timeout:?}"),
+            }),
+            Err(e) => Err(self.map_lost("vkWaitSemaphores")(e)),
+        }
+    }
+
+    /// Counts one recorded command in the open batch.
+    pub(crate) fn note_command(&mut self) {
+        if let Some(b) = self.open.as_mut() {
+            b.note_command();
+        }
+    }
+
+    /// Batches in flight and free, for tests and reports.
+    pub(crate) fn batch_counts(&self) -> (usize, usize) {
+        (self.in_flight.len(), self.free.len())
+    }
+
+    /// Destroys every batch and the semaphore.
+    ///
+    /// # Safety
+    /// The device is idle; called once.
+    pub(crate) unsafe fn destroy(&mut self, device: &ash::Device, allocator: &mut Allocator) {
+        let all = self
+            .open
+            .take()
+            .map(|b| b.res)
+            .into_iter()
+            .chain(self.in_flight.drain(..).map(|(_, r)| r))
+            .chain(self.free.drain(..));
+        for res in all.collect::<Vec<_>>() {
+            // SAFETY: the device is idle.
+            unsafe { destroy_resources(device, allocator, res) };
+        }
+        // SAFETY: the device is idle, so no submission waits on or signals the semaphore.
+        unsafe { device.destroy_semaphore(self.semaphore, None) };
+    }
+}
+
+/// Destroys one batch's objects.
+///
+/// # Safety
+/// None of them is in use by the device.
+unsafe fn destroy_resources(
+    device: &ash::Device,
+    allocator: &mut Allocator,
+    mut res: BatchResources,
+) {
+    // SAFETY: the caller guarantees the objects are idle; destroying null handles is a no-op.
+    unsafe {
+        device.destroy_command_pool(res.pool, None);
+        device.destroy_descriptor_pool(res.descriptors, None);
+        device.destroy_buffer(res.params, None);
+    }
+    if let Some(a) = res.params_alloc.take() {
+        let _ = allocator.free(a);
+    }
+}

@@ -1,0 +1,153 @@
+//! Integration tests of the Vulkan backend on a real Vulkan driver (lavapipe in CI), each case run
+//! on several configurations (zero-copy, forced staging, the emulated transfer lane with forced
+//! flushes) under the Khronos validation layer with synchronization validation when it is
+//! installed. Every test fails on any validation message, including those emitted while the
+//! backend is destroyed.
+//!
+//! When no Vulkan driver is present the tests report themselves skipped on stderr, unless
+//! `TENSORMEM_REQUIRE_VULKAN=1` (set in CI), in which case they fail.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    reason = "tests fail by panicking"
+)]
+
+mod lavapipe {
+    pub mod blocks;
+    pub mod kernels;
+    pub mod ops;
+    pub mod raw;
+    pub mod transfers;
+}
+
+use tensormem::{Backend, BlockDesc, BlockId, BlockRange, Error, MemoryKind};
+use tensormem_vulkan::{TransferQueue, VulkanBackend, VulkanConfig};
+
+/// The configurations every test runs on.
+pub fn configs() -> Vec<(&'static str, VulkanConfig)> {
+    let validation = VulkanBackend::validation_available();
+    if !validation && std::env::var("TENSORMEM_REQUIRE_VALIDATION").is_ok_and(|v| v == "1") {
+        panic!("TENSORMEM_REQUIRE_VALIDATION=1 but VK_LAYER_KHRONOS_validation is not installed");
+    }
+    let base = VulkanConfig {
+        validation,
+        ..VulkanConfig::default()
+    };
+    vec![
+        ("zero-copy", base.clone()),
+        (
+            "staging",
+            VulkanConfig {
+                force_staging: true,
+                ..base.clone()
+            },
+        ),
+        (
+            "staging+lane+flush",
+            VulkanConfig {
+                force_staging: true,
+                transfer_queue: TransferQueue::SameQueue,
+                force_flush: true,
+                ..base
+            },
+        ),
+    ]
+}
+
+/// Runs `case` on every configuration and checks that validation stayed silent throughout,
+/// destruction included.
+pub fn on_each(case: impl Fn(&str, &VulkanBackend)) {
+    for (name, config) in configs() {
+        let backend = match VulkanBackend::new(config) {
+            Ok(b) => b,
+            Err(Error::BackendUnavailable { reason, .. }) => {
+                if std::env::var("TENSORMEM_REQUIRE_VULKAN").is_ok_and(|v| v == "1") {
+                    panic!("Vulkan required but unavailable: {reason}");
+                }
+                eprintln!("SKIPPED ({name}): Vulkan unavailable: {reason}");
+                return;
+            }
+            Err(e) => panic!("{name}: creating the backend failed: {e}"),
+        };
+        let log = backend.validation_log();
+        case(name, &backend);
+        drop(backend);
+        if let Some(log) = log {
+            let messages = log.messages();
+            assert!(
+                messages.is_empty(),
+                "{name}: {} validation message(s):\n{}",
+                messages.len(),
+                messages.join("\n")
+            );
+        }
+    }
+}
+
+pub fn alloc(b: &VulkanBackend, kind: MemoryKind, size: u64) -> BlockId {
+    b.alloc_block(&BlockDesc {
+        kind,
+        size,
+        label: "test",
+    })
+    .unwrap()
+}
+
+pub fn range(block: BlockId, offset: u64, size: u64) -> BlockRange {
+    BlockRange {
+        block,
+        offset,
+        size,
+    }
+}
+
+/// Uploads `data` into `dst` at `offset` the way the pools do: mapped write when the block is
+/// host-visible, otherwise through an `Upload` block and a copy.
+pub fn upload(b: &VulkanBackend, dst: BlockId, offset: u64, data: &[u8]) {
+    if b.capabilities().device_host_visible {
+        b.write_mapped(dst, offset, data).unwrap();
+        return;
+    }
+    let staging = alloc(b, MemoryKind::Upload, data.len() as u64);
+    b.write_mapped(staging, 0, data).unwrap();
+    let t = b
+        .copy(
+            range(staging, 0, data.len() as u64),
+            range(dst, offset, data.len() as u64),
+        )
+        .unwrap();
+    b.wait(t).unwrap();
+    b.free_block(staging).unwrap();
+}
+
+/// Reads `size` bytes of `src` at `offset` back, as `upload` in reverse. Waits for all work.
+pub fn download(b: &VulkanBackend, src: BlockId, offset: u64, size: u64) -> Vec<u8> {
+    let mut out = vec![0u8; size as usize];
+    if b.capabilities().device_host_visible {
+        let t = b.flush().unwrap();
+        b.wait(t).unwrap();
+        b.read_mapped(src, offset, &mut out).unwrap();
+        return out;
+    }
+    let staging = alloc(b, MemoryKind::Readback, size);
+    let t = b
+        .copy(range(src, offset, size), range(staging, 0, size))
+        .unwrap();
+    b.wait(t).unwrap();
+    b.read_mapped(staging, 0, &mut out).unwrap();
+    b.free_block(staging).unwrap();
+    out
+}
+
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub fn bytes_f32(v: &[u8]) -> Vec<f32> {
+    v.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}

@@ -1,0 +1,153 @@
+//! Host reference speed on MiniLM-sized work: the blocked matmul against the naive triple loop
+//! (the baseline), both in the same run, plus the row kernels a transformer layer calls.
+//!
+//! Run: `cargo bench -p tensormem --bench host_ops`.
+
+#![allow(clippy::unwrap_used, reason = "benchmark setup fails loudly")]
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented function"
+)]
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use std::hint::black_box;
+use tensormem::ops::{Op, host};
+
+fn data(len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect()
+}
+
+/// `c = x · wᵀ + bias` for `x [m, k]`, `w [n, k]`: the plain loop a first version would write.
+fn naive_linear(m: usize, n: usize, k: usize, x: &[f32], w: &[f32], bias: &[f32], c: &mut [f32]) {
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = 0f32;
+            for p in 0..k {
+                acc += x[i * k + p] * w[j * k + p];
+            }
+            c[i * n + j] = acc + bias[j];
+        }
+    }
+}
+
+fn matmul(c: &mut Criterion) {
+    // MiniLM's FFN up-projection for 128 tokens: [128, 384] · [1536, 384]ᵀ + bias.
+    let (m, n, k) = (128usize, 1536usize, 384usize);
+    let op = Op::MatMul {
+        batch: 1,
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        trans_a: false,
+        trans_b: true,
+        broadcast_b: true,
+        bias: true,
+        alpha: 1.0,
+    };
+    let (x, w, bias) = (data(m * k), data(n * k), data(n));
+    let mut out = vec![0f32; m * n];
+    let mut g = c.benchmark_group("linear_128x384x1536");
+    g.throughput(Throughput::Elements((2 * m * n * k) as u64));
+    g.bench_function("host_blocked", |b| {
+        b.iter(|| {
+            let inputs: [&[u8]; 3] = [
+                bytemuck::cast_slice(&x),
+                bytemuck::cast_slice(&w),
+                bytemuck::cast_slice(&bias),
+            ];
+            host::run(&op, &inputs, &mut [bytemuck::cast_slice_mut(&mut out)]).unwrap();
+            black_box(&out);
+        })
+    });
+    g.bench_function("naive_baseline", |b| {
+        b.iter(|| {
+            naive_linear(m, n, k, &x, &w, &bias, &mut out);
+            black_box(&out);
+        })
+    });
+    g.finish();
+
+    // Attention scores for 12 heads: [12, 128, 32] · [12, 128, 32]ᵀ.
+    let op = Op::MatMul {
+        batch: 12,
+        m: 128,
+        n: 128,
+        k: 32,
+        trans_a: false,
+        trans_b: true,
+        broadcast_b: false,
+        bias: false,
+        alpha: 0.176_776_7,
+    };
+    let (q, kk) = (data(12 * 128 * 32), data(12 * 128 * 32));
+    let mut s = vec![0f32; 12 * 128 * 128];
+    let mut g = c.benchmark_group("attention_scores_12x128x128x32");
+    g.throughput(Throughput::Elements(2 * 12 * 128 * 128 * 32));
+    g.bench_function("host_blocked", |b| {
+        b.iter(|| {
+            let inputs: [&[u8]; 2] = [bytemuck::cast_slice(&q), bytemuck::cast_slice(&kk)];
+            host::run(&op, &inputs, &mut [bytemuck::cast_slice_mut(&mut s)]).unwrap();
+            black_box(&s);
+        })
+    });
+    g.finish();
+}
+
+fn rows(c: &mut Criterion) {
+    let mut g = c.benchmark_group("row_ops_128x1536");
+    let x = data(128 * 1536);
+    let mut y = vec![0f32; x.len()];
+    g.throughput(Throughput::Elements(x.len() as u64));
+    let gelu = Op::Gelu {
+        len: x.len() as u32,
+    };
+    g.bench_function("gelu", |b| {
+        b.iter(|| {
+            host::run(
+                &gelu,
+                &[bytemuck::cast_slice(&x)],
+                &mut [bytemuck::cast_slice_mut(&mut y)],
+            )
+            .unwrap();
+            black_box(&y);
+        })
+    });
+    // Baseline: a copy of the same bytes, the floor for any elementwise op.
+    let copy = Op::Copy {
+        len: x.len() as u32,
+    };
+    g.bench_function("copy_baseline", |b| {
+        b.iter(|| {
+            host::run(
+                &copy,
+                &[bytemuck::cast_slice(&x)],
+                &mut [bytemuck::cast_slice_mut(&mut y)],
+            )
+            .unwrap();
+            black_box(&y);
+        })
+    });
+    let softmax = Op::Softmax {
+        rows: 128,
+        cols: 1536,
+        masked: false,
+        rows_per_mask: 1,
+    };
+    g.bench_function("softmax", |b| {
+        b.iter(|| {
+            host::run(
+                &softmax,
+                &[bytemuck::cast_slice(&x)],
+                &mut [bytemuck::cast_slice_mut(&mut y)],
+            )
+            .unwrap();
+            black_box(&y);
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, matmul, rows);
+criterion_main!(benches);

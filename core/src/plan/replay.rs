@@ -1,0 +1,346 @@
+//! Record and replay: plan a repeating allocation sequence once, then serve it from one arena.
+//!
+//! Workloads such as a transformer's forward pass allocate and free the same sizes in the same order
+//! on every step (ONNX Runtime's memory patterns, TFLite's arena planner). [`Recorder`] captures one
+//! run's allocate/free sequence; [`ReplayPlan::compile`] turns it into buffers (lifetimes from event
+//! order) and plans them with [`solve`], so the arena is the planned peak, with no fragmentation and
+//! no allocator work at run time. A [`Replayer`] then walks a later run event by event: each
+//! allocation that matches the recording gets its planned offset in O(1); the first mismatch (another
+//! size, say from a dynamic shape, or another order) is a [`Step::Diverged`], after which the caller
+//! serves everything from its dynamic pool. [`RepeatDetector`] says when a new sequence has started to
+//! repeat, so the caller re-records and re-plans.
+//!
+//! Safety argument for divergence: the plan lets two allocations share bytes only when the recorded
+//! sequence freed one before allocating the other. The replayer hands out a planned offset only while
+//! every event so far matched the recording exactly, so every buffer the plan assumed dead is dead.
+//! After a divergence it hands out nothing, and the planned allocations still live stay valid.
+//!
+//! This module is pure bookkeeping (no memory is touched); the runtime wires it to a device arena.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Buffer, Plan, SolveOptions, solve};
+use crate::{Error, Result};
+
+/// One recorded event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// An allocation of `size` bytes at a multiple of `align`; it is allocation number `ordinal`
+    /// (0-based) of the recording.
+    Allocate {
+        /// Bytes requested.
+        size: u64,
+        /// Alignment requested (a power of two).
+        align: u64,
+    },
+    /// The free of allocation number `ordinal`.
+    Free {
+        /// Which allocation (its 0-based position among the allocations).
+        ordinal: u32,
+    },
+}
+
+/// Captures one run's allocation sequence. Ids it returns are allocation ordinals (0, 1, 2, ...).
+#[derive(Debug, Clone, Default)]
+pub struct Recorder {
+    events: Vec<Event>,
+    /// Per ordinal: whether it is still live.
+    live: Vec<bool>,
+}
+
+impl Recorder {
+    /// An empty recorder.
+    pub fn new() -> Self {
+        Recorder::default()
+    }
+
+    /// Records an allocation and returns its ordinal, the id to pass to [`Recorder::free`].
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`] for size 0; [`Error::InvalidAlignment`] for an alignment that is not a
+    /// power of two up to 2^62; [`Error::TooLarge`] beyond 2^32 allocations.
+    pub fn allocate(&mut self, size: u64, align: u64) -> Result<u32> {
+        if size == 0 {
+            return Err(Error::ZeroSize {
+                what: "recorded allocation",
+            });
+        }
+        if !align.is_power_of_two() || align > 1 << 62 {
+            return Err(Error::InvalidAlignment {
+                align,
+                max: 1 << 62,
+            });
+        }
+        let ordinal = u32::try_from(self.live.len()).map_err(|_| Error::TooLarge {
+            what: "recording",
+            requested: self.live.len() as u64 + 1,
+            limit: u32::MAX as u64,
+            limit_name: "allocations per recording",
+        })?;
+        self.events.push(Event::Allocate { size, align });
+        self.live.push(true);
+        Ok(ordinal)
+    }
+
+    /// Records the free of allocation `ordinal`.
+    ///
+    /// # Errors
+    /// [`Error::DoubleFree`] if it was already freed; [`Error::InvalidArgument`] for an ordinal this
+    /// recorder never returned.
+    pub fn free(&mut self, ordinal: u32) -> Result<()> {
+        match self.live.get_mut(ordinal as usize) {
+            Some(live @ true) => {
+                *live = false;
+                self.events.push(Event::Free { ordinal });
+                Ok(())
+            }
+            Some(false) => Err(Error::DoubleFree {
+                what: "recorded allocation",
+                slot: ordinal,
+                generation: 0,
+            }),
+            None => Err(Error::invalid(format!(
+                "free of allocation {ordinal}, but only {} were recorded",
+                self.live.len()
+            ))),
+        }
+    }
+
+    /// Ends the recording. Allocations never freed live until the end of the sequence.
+    pub fn finish(self) -> Recording {
+        Recording {
+            events: self.events,
+        }
+    }
+}
+
+/// A finished recording: the event sequence of one run.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Recording {
+    events: Vec<Event>,
+}
+
+impl Recording {
+    /// The events in order.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// Number of allocations.
+    pub fn allocations(&self) -> usize {
+        self.events
+            .iter()
+            .filter(|e| matches!(e, Event::Allocate { .. }))
+            .count()
+    }
+
+    /// The planner instance: allocation `k` becomes buffer `k`, live from its allocate event to its
+    /// free event (event indices, half-open), or to the end of the sequence if never freed.
+    pub fn buffers(&self) -> Vec<Buffer> {
+        let mut buffers = Vec::new();
+        let end = self.events.len() as u64;
+        for (t, e) in self.events.iter().enumerate() {
+            match *e {
+                Event::Allocate { size, align } => {
+                    buffers.push(Buffer {
+                        lower: t as u64,
+                        upper: end,
+                        size,
+                        align,
+                    });
+                }
+                Event::Free { ordinal } => {
+                    if let Some(b) = buffers.get_mut(ordinal as usize) {
+                        b.upper = t as u64;
+                    }
+                }
+            }
+        }
+        buffers
+    }
+}
+
+/// A compiled plan for a recording: the planned offset of every allocation and the arena size.
+#[derive(Debug, Clone)]
+pub struct ReplayPlan {
+    events: Vec<Event>,
+    offsets: Vec<u64>,
+    arena_size: u64,
+    lower_bound: u64,
+    algorithm: String,
+}
+
+impl ReplayPlan {
+    /// Plans `recording` with [`solve`] within `time_limit`; the arena size is the planned peak.
+    ///
+    /// # Errors
+    /// Those of [`solve`] (none for a recording made by [`Recorder`], whose events are valid).
+    pub fn compile(recording: &Recording, time_limit: Duration) -> Result<ReplayPlan> {
+        let buffers = recording.buffers();
+        let solution = solve(
+            &buffers,
+            &SolveOptions {
+                time_limit,
+                ..SolveOptions::default()
+            },
+        )?;
+        let Plan { offsets, peak } = solution
+            .plan
+            .ok_or_else(|| Error::invalid("the planner returned no plan without a capacity"))?;
+        Ok(ReplayPlan {
+            events: recording.events.clone(),
+            offsets,
+            arena_size: peak,
+            lower_bound: solution.lower_bound,
+            algorithm: solution.algorithm,
+        })
+    }
+
+    /// Bytes the arena needs: the planned peak.
+    pub fn arena_size(&self) -> u64 {
+        self.arena_size
+    }
+
+    /// The max-load lower bound of the recording: no allocator can serve it in fewer bytes.
+    pub fn lower_bound(&self) -> u64 {
+        self.lower_bound
+    }
+
+    /// Planned offset of each allocation, by ordinal.
+    pub fn offsets(&self) -> &[u64] {
+        &self.offsets
+    }
+
+    /// Which planner produced the offsets.
+    pub fn algorithm(&self) -> &str {
+        &self.algorithm
+    }
+
+    /// Starts replaying a new run against this plan.
+    /// The plan is shared (`Arc`) so a runtime can keep a replayer beside the plan it walks.
+    pub fn replayer(self: &Arc<Self>) -> Replayer {
+        Replayer {
+            plan: self.clone(),
+            cursor: 0,
+            next_ordinal: 0,
+            diverged: false,
+        }
+    }
+}
+
+/// What the replayer says about one event of a new run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The event matches the recording. For an allocation: place it at `offset` in the arena; free
+    /// it later with `ordinal`.
+    Planned {
+        /// Allocation ordinal (the id for [`Replayer::free`]).
+        ordinal: u32,
+        /// Offset in bytes in the arena (0 for a free).
+        offset: u64,
+    },
+    /// The run has left the recording (here or earlier): serve this allocation from the dynamic
+    /// pool; a free of an arena allocation needs no action.
+    Diverged,
+}
+
+/// Walks one run against a [`ReplayPlan`], O(1) per event.
+#[derive(Debug, Clone)]
+pub struct Replayer {
+    plan: Arc<ReplayPlan>,
+    /// Next event of the recording expected.
+    cursor: usize,
+    next_ordinal: u32,
+    diverged: bool,
+}
+
+impl Replayer {
+    /// An allocation of the new run.
+    pub fn allocate(&mut self, size: u64, align: u64) -> Step {
+        if !self.diverged
+            && let Some(&Event::Allocate { size: s, align: a }) = self.plan.events.get(self.cursor)
+            && s == size
+            && a == align
+        {
+            self.cursor += 1;
+            let ordinal = self.next_ordinal;
+            self.next_ordinal += 1;
+            return Step::Planned {
+                ordinal,
+                offset: self.plan.offsets[ordinal as usize],
+            };
+        }
+        self.diverged = true;
+        Step::Diverged
+    }
+
+    /// The free of a planned allocation of the new run (its `ordinal`). A free out of the recorded
+    /// order diverges too: a later planned allocation could otherwise overlap a buffer still live.
+    pub fn free(&mut self, ordinal: u32) -> Step {
+        if !self.diverged && self.plan.events.get(self.cursor) == Some(&Event::Free { ordinal }) {
+            self.cursor += 1;
+            return Step::Planned { ordinal, offset: 0 };
+        }
+        self.diverged = true;
+        Step::Diverged
+    }
+
+    /// Whether the run has left the recording.
+    pub fn diverged(&self) -> bool {
+        self.diverged
+    }
+
+    /// Whether every recorded event has been matched (the run repeated the recording exactly).
+    pub fn complete(&self) -> bool {
+        !self.diverged && self.cursor == self.plan.events.len()
+    }
+}
+
+/// Says when a sequence of runs has settled into a repeating pattern worth planning.
+///
+/// Feed it each run's recording; it answers how many consecutive runs (this one included) had
+/// exactly this sequence. The caller compiles a [`ReplayPlan`] once the count reaches its threshold
+/// (2 = "the same recording twice") and re-plans when a different sequence starts repeating.
+#[derive(Debug, Clone, Default)]
+pub struct RepeatDetector {
+    last: Option<Recording>,
+    run: u32,
+    /// Recordings seen so far by fingerprint, to report sequences that recur non-consecutively.
+    seen: HashMap<u64, u32>,
+}
+
+impl RepeatDetector {
+    /// A detector that has seen nothing.
+    pub fn new() -> Self {
+        RepeatDetector::default()
+    }
+
+    /// Observes one run; returns how many consecutive runs ended with this exact sequence.
+    pub fn observe(&mut self, recording: &Recording) -> u32 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        recording.hash(&mut h);
+        *self.seen.entry(h.finish()).or_insert(0) += 1;
+        if self.last.as_ref() == Some(recording) {
+            self.run += 1;
+        } else {
+            self.last = Some(recording.clone());
+            self.run = 1;
+        }
+        self.run
+    }
+
+    /// How many runs so far had a sequence with the same fingerprint as `recording` (consecutive or
+    /// not). A fingerprint can collide, so treat this as a hint; [`Self::observe`] compares exactly.
+    pub fn times_seen(&self, recording: &Recording) -> u32 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        recording.hash(&mut h);
+        self.seen.get(&h.finish()).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,111 @@
+//! Tests of record and replay over a host-backed arena pool.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::host::{HostBackend, HostConfig};
+use crate::pool::PoolConfig;
+
+fn replay_pool() -> ReplayPool {
+    let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    let pool = Arc::new(ArenaPool::new(backend, PoolConfig::device()).unwrap());
+    ReplayPool::new(pool, Duration::from_millis(50))
+}
+
+/// One transformer-like step: a residual stream plus short-lived temporaries per layer.
+fn step(p: &ReplayPool, seq: u64) -> Vec<BlockRange> {
+    p.begin_step().unwrap();
+    let mut seen = Vec::new();
+    let hidden = seq * 1536;
+    let mut x = p.allocate(hidden, 256, "x").unwrap();
+    seen.push(x.range);
+    for _layer in 0..4 {
+        let qkv = p.allocate(3 * hidden, 256, "qkv").unwrap();
+        let scores = p.allocate(12 * seq * seq * 4, 256, "scores").unwrap();
+        let ctx = p.allocate(hidden, 256, "ctx").unwrap();
+        let live = [x, qkv, scores, ctx];
+        assert_disjoint(&live);
+        p.free(scores.handle).unwrap();
+        p.free(qkv.handle).unwrap();
+        let ffn = p.allocate(4 * hidden, 256, "ffn").unwrap();
+        assert_disjoint(&[x, ctx, ffn]);
+        let out = p.allocate(hidden, 256, "out").unwrap();
+        assert_disjoint(&[x, ctx, ffn, out]);
+        p.free(ffn.handle).unwrap();
+        p.free(ctx.handle).unwrap();
+        p.free(x.handle).unwrap();
+        seen.extend([qkv.range, scores.range, ctx.range, ffn.range, out.range]);
+        x = out;
+    }
+    p.free(x.handle).unwrap();
+    p.end_step().unwrap();
+    seen
+}
+
+fn assert_disjoint(live: &[ReplayAllocation]) {
+    for (i, a) in live.iter().enumerate() {
+        for b in &live[i + 1..] {
+            let apart = a.range.block != b.range.block
+                || a.range.offset + a.range.size <= b.range.offset
+                || b.range.offset + b.range.size <= a.range.offset;
+            assert!(apart, "{:?} overlaps {:?}", a.range, b.range);
+        }
+    }
+}
+
+#[test]
+fn a_repeated_sequence_is_planned_then_replayed() {
+    let p = replay_pool();
+    step(&p, 16);
+    step(&p, 16);
+    let s = p.stats();
+    assert_eq!((s.plans, s.planned), (1, 0), "{s:?}");
+    assert!(s.arena_size >= s.lower_bound && s.arena_size > 0);
+    let before = p.pool().stats().blocks_allocated;
+    let third = step(&p, 16);
+    let fourth = step(&p, 16);
+    let s = p.stats();
+    assert_eq!(s.planned, 2 * 21, "{s:?}");
+    assert_eq!(s.divergences, 0);
+    // Replay is deterministic and allocates no block.
+    assert_eq!(third, fourth);
+    assert_eq!(p.pool().stats().blocks_allocated, before);
+}
+
+#[test]
+fn divergence_falls_back_then_replans() {
+    let p = replay_pool();
+    step(&p, 16);
+    step(&p, 16);
+    // A different shape: diverges at the first allocation, served dynamically, no error.
+    step(&p, 24);
+    let s = p.stats();
+    assert_eq!(s.divergences, 1, "{s:?}");
+    assert_eq!(s.plans, 1);
+    // The new shape repeats: re-planned, then replayed.
+    step(&p, 24);
+    assert_eq!(p.stats().plans, 2);
+    let planned = p.stats().planned;
+    step(&p, 24);
+    assert_eq!(p.stats().planned, planned + 21);
+    p.pool().check_invariants().unwrap();
+}
+
+#[test]
+fn handle_misuse_is_an_error() {
+    let p = replay_pool();
+    assert!(p.allocate(64, 1, "outside").is_err());
+    p.begin_step().unwrap();
+    assert!(p.begin_step().is_err());
+    let a = p.allocate(64, 1, "a").unwrap();
+    p.free(a.handle).unwrap();
+    assert!(matches!(p.free(a.handle), Err(Error::DoubleFree { .. })));
+    let b = p.allocate(64, 1, "b").unwrap();
+    // Planned or not, an allocation left live across end_step is refused only when planned; a
+    // dynamic one may outlive its step and be freed later.
+    p.end_step().unwrap();
+    p.begin_step().unwrap();
+    p.free(b.handle).unwrap();
+    p.end_step().unwrap();
+}
