@@ -1,1 +1,168 @@
-//! tensormem backend on WebGPU (wgpu).
+//! # tensormem-wgpu: the tensormem backend on WebGPU (wgpu 30, native)
+//!
+//! [`WgpuBackend`] implements [`tensormem::Backend`]: blocks are `wgpu::Buffer`s, device work is
+//! batched into command encoders and submitted on the device's one queue, tickets are
+//! submission numbers, and the standard ops run as the WGSL kernels kept in
+//! `tensormem::ops::wgsl`. Pooling, staging belts and planning live in core, above this crate.
+//!
+//! ```no_run
+//! use tensormem::{Backend, BlockDesc, MemoryKind};
+//! use tensormem_wgpu::{WgpuBackend, WgpuConfig};
+//!
+//! let backend = WgpuBackend::new(WgpuConfig::default())?;
+//! let block = backend.alloc_block(&BlockDesc { kind: MemoryKind::DeviceLocal, size: 1 << 20, label: "arena" })?;
+//! backend.free_block(block)?;
+//! # Ok::<(), tensormem::Error>(())
+//! ```
+//!
+//! ## Design choices
+//!
+//! * **One buffer per block, with usages fixed by kind.** `DeviceLocal`: `STORAGE | COPY_SRC |
+//!   COPY_DST`; `Upload`: `MAP_WRITE | COPY_SRC`; `Readback`: `MAP_READ | COPY_DST` (the only
+//!   mappable usages WebGPU allows without extensions). A tensor is a `(buffer, offset, size)`
+//!   binding inside a block, which is what WebGPU bind groups take anyway.
+//! * **Zero-copy on unified memory.** On an integrated GPU or a CPU device (lavapipe) whose
+//!   adapter has `MAPPABLE_PRIMARY_BUFFERS`, device-local buffers also get `MAP_READ |
+//!   MAP_WRITE` and `device_host_visible` is reported, so pools skip staging.
+//!   [`WgpuConfig::force_staging`] turns this off, which is how CI exercises the discrete-GPU path
+//!   on lavapipe. Discrete GPUs never take it: mapped VRAM is slow or scarce.
+//! * **Synchronous mapping over async `map_async`.** Host access maps the whole buffer and polls
+//!   the device until the callback fires; the mapping is kept until the block is next handed to
+//!   the GPU (wgpu forbids mapped buffers in submissions), so repeated writes cost one map.
+//!   Mapped views need 8-byte-aligned starts; the backend widens the view itself, so
+//!   `copy_align` stays 4 (`COPY_BUFFER_ALIGNMENT`).
+//! * **Batching, tickets = submission numbers.** Copies, fills and dispatches go into one open
+//!   encoder; `flush`, `wait` and `completed` submit it. Each submission registers
+//!   `on_submitted_work_done`, which raises the completed ticket, so `completed` is one
+//!   non-blocking poll. Tickets are our own counter, independent of the application's
+//!   submissions on an adopted device.
+//! * **`write_queued` is `queue.write_buffer`.** wgpu executes queued writes before the next
+//!   submission's commands, so a dirty batch is submitted before each queued write to keep
+//!   program order. `queued_write_max` (default [`DEFAULT_QUEUED_WRITE_MAX`]) comes from the
+//!   `transfer` benchmark.
+//! * **No panics from wgpu.** The uncaptured-error handler (whose default panics) and the
+//!   device-lost callback are replaced: a lost device turns every later call into
+//!   `Error::DeviceLost`; an uncaptured error surfaces as `Error::Backend` on the next call.
+//!   Buffer creation and pipeline compilation run inside error scopes, so out-of-memory is
+//!   `Error::OutOfMemory` (retryable) at the call that caused it. Everything wgpu would reject
+//!   (bounds, alignment, usage, same-buffer copies, binding sizes) is checked first.
+//!
+//! ## Limits and drawbacks
+//!
+//! * Mapping is per buffer: host access to a block waits until *all* in-flight work on that
+//!   block finished, not just work on the accessed range. A staging belt should rotate several
+//!   blocks rather than write one block while the GPU copies from another part of it.
+//! * Host reads of `Upload` blocks and host writes of `Readback` blocks (which WebGPU cannot
+//!   map that way) are emulated with a device copy and a wait: correct, slow, off the hot path.
+//! * Each dispatch creates a 64-byte uniform buffer and a bind group; fine for inference-sized
+//!   ops, measurable for thousands of tiny dispatches.
+//! * An output of a dispatch must not overlap another operand (no in-place ops, as the WGSL ABI
+//!   requires); inputs may alias each other.
+//! * One mutex guards the block table, the open batch and the pipeline cache; blocking waits
+//!   for mapping happen under it.
+//! * `budget` is `None`: wgpu reports no heap size or memory budget.
+//! * A binding above `max_storage_buffer_binding_size` (128 MiB on lavapipe) is
+//!   `Error::TooLarge`; larger tensors must be split by the caller.
+
+mod backend;
+mod blocks;
+mod config;
+mod conv;
+mod device;
+mod error;
+mod kernels;
+mod mapping;
+mod timeline;
+
+use std::sync::{Arc, Mutex};
+
+use tensormem::{Capabilities, Result};
+
+pub use config::{DEFAULT_QUEUED_WRITE_MAX, FORCE_STAGING_ENV, WgpuConfig};
+
+use blocks::BlockTable;
+use error::Health;
+use kernels::KernelCache;
+use timeline::Timeline;
+
+/// The wgpu backend: one device and its queue. See the crate doc for the design.
+#[derive(Debug)]
+pub struct WgpuBackend {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    caps: Capabilities,
+    config: WgpuConfig,
+    health: Arc<Health>,
+    state: Mutex<State>,
+}
+
+/// Everything mutable, under one lock.
+#[derive(Debug, Default)]
+struct State {
+    blocks: BlockTable,
+    timeline: Timeline,
+    kernels: KernelCache,
+}
+
+impl WgpuBackend {
+    /// Creates an instance, adapter and device (the adapter's full limits, plus
+    /// `MAPPABLE_PRIMARY_BUFFERS` on unified memory unless staging is forced).
+    ///
+    /// # Errors
+    /// [`tensormem::Error::BackendUnavailable`] when no adapter is found (no driver; on a
+    /// machine without a GPU install `libvulkan1 mesa-vulkan-drivers`) or no device opens.
+    pub fn new(config: WgpuConfig) -> Result<Self> {
+        let (device, queue) = device::create(&config)?;
+        Ok(Self::from_device(device, queue, config))
+    }
+
+    /// Adopts an application's device and queue (clones of the handles; the application keeps
+    /// using them). Zero-copy is used only if the device was created with
+    /// `MAPPABLE_PRIMARY_BUFFERS` on a unified-memory adapter.
+    ///
+    /// This installs the device-lost callback and the uncaptured-error handler, replacing the
+    /// application's: wgpu keeps one of each. Uncaptured errors of the application's own work
+    /// are then reported by this backend's next call.
+    pub fn from_device(device: wgpu::Device, queue: wgpu::Queue, config: WgpuConfig) -> Self {
+        let health = Health::install(&device);
+        let caps = device::capabilities(&device, &config);
+        WgpuBackend {
+            device,
+            queue,
+            caps,
+            config,
+            health,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The device (for applications that also render or compute with it).
+    pub fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+
+    /// The configuration this backend was created with.
+    pub fn config(&self) -> &WgpuConfig {
+        &self.config
+    }
+
+    /// Number of live blocks.
+    pub fn live_blocks(&self) -> usize {
+        error::lock(&self.state).blocks.len()
+    }
+
+    /// Number of compiled op pipelines (each kernel key compiles once).
+    pub fn compiled_pipelines(&self) -> usize {
+        error::lock(&self.state).kernels.pipelines()
+    }
+
+    /// Whether the wgpu device reported itself lost.
+    pub fn is_lost(&self) -> bool {
+        self.health.is_lost()
+    }
+}

@@ -75,6 +75,19 @@ fn vulkan_validation(_: &Arc<dyn Backend>) -> std::result::Result<(), String> {
     }
 }
 
+fn wgpu() -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(tensormem_wgpu::WgpuBackend::new(
+        tensormem_wgpu::WgpuConfig::staging(false),
+    )?))
+}
+
+/// wgpu with staging forced: the discrete-GPU path, even on lavapipe's unified memory.
+fn wgpu_staging() -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(tensormem_wgpu::WgpuBackend::new(
+        tensormem_wgpu::WgpuConfig::staging(true),
+    )?))
+}
+
 /// Every target, in report order.
 pub fn targets() -> Vec<Target> {
     vec![
@@ -113,6 +126,18 @@ pub fn targets() -> Vec<Target> {
             backend: "vulkan",
             create: vulkan_staging,
             after_case: Some(vulkan_validation),
+        },
+        Target {
+            name: "wgpu",
+            backend: "wgpu",
+            create: wgpu,
+            after_case: None,
+        },
+        Target {
+            name: "wgpu-staging",
+            backend: "wgpu",
+            create: wgpu_staging,
+            after_case: None,
         },
     ]
 }

@@ -1,6 +1,9 @@
 //! Pool cost per tensor: allocate + free through the device arena pool on the host backend, against
 //! `Vec<u8>` allocation of the same sizes in the same run, and the cost of `zero_on_reuse`.
 
+#![allow(missing_docs, reason = "criterion's macros generate undocumented items")]
+#![allow(clippy::expect_used, reason = "a benchmark harness aborts on setup failure")]
+
 use std::hint::black_box;
 use std::sync::Arc;
 
@@ -55,59 +58,72 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-/// One transformer-like step (seq 128, 6 layers): a residual stream and per-layer temporaries,
-/// through `alloc`/`free` closures so the same sequence drives both pools.
-fn transformer_step(alloc: &mut dyn FnMut(u64) -> u64, free: &mut dyn FnMut(u64)) {
+/// What the transformer step asks of a pool.
+enum Req {
+    Alloc(u64),
+    Free(u64),
+}
+
+/// One transformer-like step (seq 128, 6 layers): a residual stream and per-layer temporaries.
+/// `pool(Req::Alloc(size))` returns an id; `pool(Req::Free(id))` frees it.
+fn transformer_step(pool: &mut dyn FnMut(Req) -> u64) {
     let (seq, hidden) = (128u64, 128 * 1536);
-    let mut x = alloc(hidden);
+    let mut x = pool(Req::Alloc(hidden));
     for _ in 0..6 {
-        let qkv = alloc(3 * hidden);
-        let scores = alloc(12 * seq * seq * 4);
-        let ctx = alloc(hidden);
-        free(scores);
-        free(qkv);
-        let ffn = alloc(4 * hidden);
-        let out = alloc(hidden);
-        free(ffn);
-        free(ctx);
-        free(x);
+        let qkv = pool(Req::Alloc(3 * hidden));
+        let scores = pool(Req::Alloc(12 * seq * seq * 4));
+        let ctx = pool(Req::Alloc(hidden));
+        pool(Req::Free(scores));
+        pool(Req::Free(qkv));
+        let ffn = pool(Req::Alloc(4 * hidden));
+        let out = pool(Req::Alloc(hidden));
+        pool(Req::Free(ffn));
+        pool(Req::Free(ctx));
+        pool(Req::Free(x));
         x = out;
     }
-    free(x);
+    pool(Req::Free(x));
 }
 
 fn replay(c: &mut Criterion) {
     let backend = Arc::new(HostBackend::new(HostConfig::default()).expect("host backend"));
     let mut g = c.benchmark_group("transformer_step_37_allocations");
     let dynamic = ArenaPool::new(backend.clone(), PoolConfig::device()).expect("pool");
+    let mut live = std::collections::HashMap::new();
+    let mut next = 0u64;
     g.bench_function("dynamic_pool", |b| {
         b.iter(|| {
-            let mut live = std::collections::HashMap::new();
-            let mut next = 0u64;
-            transformer_step(
-                &mut |size| {
+            transformer_step(&mut |req| match req {
+                Req::Alloc(size) => {
                     next += 1;
                     live.insert(next, dynamic.allocate(size, 256, "t").expect("allocate"));
                     next
-                },
-                &mut |id| dynamic.free(live.remove(&id).expect("live").handle).expect("free"),
-            );
+                }
+                Req::Free(id) => {
+                    let a = live.remove(&id).expect("live");
+                    dynamic.free(a.handle).expect("free");
+                    0
+                }
+            })
         })
     });
     let pool = Arc::new(ArenaPool::new(backend, PoolConfig::device()).expect("pool"));
-    let replay = ReplayPool::new(pool.clone(), Duration::from_millis(200));
+    let replay = ReplayPool::new(pool, Duration::from_millis(200));
+    let mut live = std::collections::HashMap::new();
     let mut run = || {
         replay.begin_step().expect("begin");
-        let mut live = std::collections::HashMap::new();
-        let mut next = 0u64;
-        transformer_step(
-            &mut |size| {
+        transformer_step(&mut |req| match req {
+            Req::Alloc(size) => {
                 next += 1;
                 live.insert(next, replay.allocate(size, 256, "t").expect("allocate"));
                 next
-            },
-            &mut |id| replay.free(live.remove(&id).expect("live").handle).expect("free"),
-        );
+            }
+            Req::Free(id) => {
+                let a = live.remove(&id).expect("live");
+                replay.free(a.handle).expect("free");
+                0
+            }
+        });
         replay.end_step().expect("end");
     };
     run();

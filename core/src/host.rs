@@ -258,19 +258,38 @@ fn execute(cmd: Command) -> std::result::Result<(), String> {
             Ok(())
         }
         Command::Dispatch(op, args, n_inputs) => {
-            // Copy operands out, compute, copy results back: bindings may alias one block (an
-            // arena), and the reference favours simplicity over the extra memcpy.
-            let inputs: Vec<Vec<u8>> = args[..n_inputs]
+            // Lock each distinct block once (only this thread ever holds two block locks, so the
+            // order cannot deadlock), compute from borrowed inputs into fresh outputs, then copy
+            // the outputs back: operands may alias one block (an arena) and outputs may overlap
+            // inputs of later ops, never of this one.
+            let mut blocks: Vec<&BlockMem> = Vec::new();
+            let slot: Vec<usize> = args
                 .iter()
-                .map(|a| lock(&a.mem)[a.offset..a.offset + a.size].to_vec())
+                .map(
+                    |a| match blocks.iter().position(|m| Arc::ptr_eq(m, &a.mem)) {
+                        Some(i) => i,
+                        None => {
+                            blocks.push(&a.mem);
+                            blocks.len() - 1
+                        }
+                    },
+                )
                 .collect();
+            let mut guards: Vec<MutexGuard<'_, Vec<u8>>> = blocks.iter().map(|m| lock(m)).collect();
             let mut outputs: Vec<Vec<u8>> =
                 args[n_inputs..].iter().map(|a| vec![0u8; a.size]).collect();
-            let in_refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-            let mut out_refs: Vec<&mut [u8]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
-            ops::host::run(&op, &in_refs, &mut out_refs).map_err(|e| e.to_string())?;
-            for (a, out) in args[n_inputs..].iter().zip(&outputs) {
-                lock(&a.mem)[a.offset..a.offset + a.size].copy_from_slice(out);
+            {
+                let inputs: Vec<&[u8]> = args[..n_inputs]
+                    .iter()
+                    .zip(&slot)
+                    .map(|(a, &i)| &guards[i][a.offset..a.offset + a.size])
+                    .collect();
+                let mut out_refs: Vec<&mut [u8]> =
+                    outputs.iter_mut().map(Vec::as_mut_slice).collect();
+                ops::host::run(&op, &inputs, &mut out_refs).map_err(|e| e.to_string())?;
+            }
+            for ((a, &i), out) in args[n_inputs..].iter().zip(&slot[n_inputs..]).zip(&outputs) {
+                guards[i][a.offset..a.offset + a.size].copy_from_slice(out);
             }
             Ok(())
         }

@@ -33,8 +33,9 @@ pub struct RuntimeConfig {
     pub device: PoolConfig,
     /// The staging belt.
     pub staging: StagingConfig,
-    /// Stage every transfer through the belt even when device memory is host-visible (tests the
-    /// discrete-GPU path on unified-memory devices). Default `false`.
+    /// Stage every transfer through the belt, even when device memory is host-visible or the
+    /// backend has its own queued write path (tests the discrete-GPU path on unified-memory
+    /// devices). Default `false`.
     pub force_staging: bool,
     /// Time the static planner may spend per compiled graph (default 200 ms).
     pub plan_time_limit: std::time::Duration,
@@ -220,7 +221,9 @@ impl Runtime {
             backend.wait(pool.last_use(alloc.handle)?)?;
             backend.write_mapped(dst.block, dst.offset, &padded)?;
             Ticket::DONE
-        } else if (padded.len() as u64) <= backend.capabilities().queued_write_max {
+        } else if !self.inner.config.force_staging
+            && (padded.len() as u64) <= backend.capabilities().queued_write_max
+        {
             match backend.write_queued(dst, &padded)? {
                 Some(t) => t,
                 None => self.inner.staging.upload(dst, &padded)?,

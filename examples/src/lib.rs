@@ -1,1 +1,4 @@
-//! Shared code of the sample executables and tools.
+//! Shared code of the sample executables and tools: backend selection and the sample models.
+
+pub mod backend_select;
+pub mod models;

@@ -188,7 +188,7 @@ impl<'a> Search<'a> {
         }
         self.nodes += 1;
         if self.nodes > self.node_limit
-            || (self.nodes % 256 == 0 && Instant::now() >= self.deadline)
+            || (self.nodes.is_multiple_of(256) && Instant::now() >= self.deadline)
         {
             self.aborted = true;
             return false;

@@ -19,7 +19,7 @@ use super::{
 fn oracle(buffers: &[Buffer], offsets: &[u64], capacity: Option<u64>) -> bool {
     for (i, a) in buffers.iter().enumerate() {
         let oa = offsets[i];
-        if oa % a.align != 0 || capacity.is_some_and(|c| oa + a.size > c) {
+        if !oa.is_multiple_of(a.align) || capacity.is_some_and(|c| oa + a.size > c) {
             return false;
         }
         for (j, b) in buffers.iter().enumerate().skip(i + 1) {

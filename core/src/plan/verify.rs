@@ -31,7 +31,7 @@ pub fn verify(buffers: &[Buffer], plan: &Plan, capacity: Option<u64>) -> Result<
     }
     let mut peak = 0u64;
     for (i, (b, &o)) in buffers.iter().zip(&plan.offsets).enumerate() {
-        if o % b.align != 0 {
+        if !o.is_multiple_of(b.align) {
             return Err(Error::invalid(format!(
                 "buffer {i}: offset {o} is not a multiple of its alignment {}",
                 b.align

@@ -35,7 +35,6 @@ struct Entry {
     /// Step that made the allocation, and its ordinal in that step's recording.
     step: u64,
     recorded: u32,
-    range: BlockRange,
 }
 
 /// A live allocation of a [`ReplayPool`].
@@ -156,7 +155,13 @@ impl ReplayPool {
                     offset: base.offset + offset,
                     size,
                 };
-                (Source::Planned { ordinal, step: st.step }, range)
+                (
+                    Source::Planned {
+                        ordinal,
+                        step: st.step,
+                    },
+                    range,
+                )
             }
             _ => {
                 let a = self.pool.allocate(size, align, label)?;
@@ -169,7 +174,6 @@ impl ReplayPool {
             source,
             step,
             recorded,
-            range,
         });
         Ok(ReplayAllocation { handle, range })
     }
@@ -262,7 +266,9 @@ impl ReplayPool {
             return Ok(());
         }
         let plan = Arc::new(ReplayPlan::compile(&recording, self.plan_time_limit)?);
-        let arena = self.pool.allocate(plan.arena_size().max(1), 1, "replay arena")?;
+        let arena = self
+            .pool
+            .allocate(plan.arena_size().max(1), 1, "replay arena")?;
         if let Some(old) = st.planned.take() {
             self.pool.free_after(old.arena.handle, st.arena_last_use)?;
         }

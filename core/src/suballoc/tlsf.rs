@@ -6,37 +6,28 @@
 //! sebbbi's OffsetAllocator and xalloc (see `shared/notes/suballocation.md`). Deviations from the
 //! paper, each for packing at no asymptotic cost (brief §6):
 //!
-//! * **Own class first.** Before the classic rounded-up search, up to [`OWN_CLASS_SCAN`] entries of
+//! * **Own class first.** Before the classic rounded-up search, up to [`Tlsf::OWN_CLASS_SCAN`] entries of
 //!   the request's own (round-down) class are examined and the smallest that fits wins, ending early
 //!   on an exact fit. This recovers most of the best-fit packing that plain good fit gives away.
 //! * **Holes before the tail.** When the chosen list's head is the free tail of the range and the
 //!   list holds another block, that block is taken instead, keeping the high-water mark down.
-//! * **No slivers.** A remainder smaller than the minimum split (default [`DEFAULT_MIN_SPLIT`]) is
+//! * **No slivers.** A remainder smaller than the minimum split (default [`Tlsf::DEFAULT_MIN_SPLIT`]) is
 //!   not made a free block: it stays attached to the allocation as slack (a leading alignment pad
 //!   goes to the used block in front) and returns with it on free.
 //! * **Alignment by probing.** Candidate heads are tested with their padding; after
-//!   [`ALIGN_PROBES`] failed classes the search jumps to the class of `size + align - 1`, where any
+//!   [`Tlsf::ALIGN_PROBES`] failed classes the search jumps to the class of `size + align - 1`, where any
 //!   block fits, so the cost does not grow with the alignment.
 
 use super::{Region, SubAllocReport, align_up, check_capacity, check_request, next_owner_id};
 use crate::{Error, Result};
 
+mod class;
+mod invariants;
 #[cfg(test)]
 mod tests;
 
-/// log2 of the number of second-level lists per power of two. 32 lists per power of two bound
-/// the good-fit acceptance threshold at 1/32 (about 3.1 %) above the request.
-const SL_BITS: u32 = 5;
-/// Second-level lists per first level.
-const SL_COUNT: usize = 1 << SL_BITS;
-/// First levels: level 0 holds the sizes below `SL_COUNT` exactly (one byte per class); level
-/// `f - SL_BITS + 1` holds the sizes whose highest set bit is `f`.
-const FL_COUNT: usize = 64 - SL_BITS as usize + 1;
-/// Total number of size classes (free lists).
-const CLASS_COUNT: usize = FL_COUNT * SL_COUNT;
-/// Length of the list-head table: the power of two above `CLASS_COUNT`, so that indexing with
-/// `class & (HEADS_LEN - 1)` needs no bounds check.
-const HEADS_LEN: usize = CLASS_COUNT.next_power_of_two();
+use class::{CLASS_COUNT, HEADS_LEN, SL_COUNT, class_at_least, class_of};
+
 /// "No node" in index links.
 const NONE: u32 = u32::MAX;
 /// `Node::next_free` tag of a used block.
@@ -45,14 +36,6 @@ const USED: u32 = u32::MAX - 1;
 const VACANT: u32 = u32::MAX - 2;
 /// Largest number of metadata nodes: indices stay below the three tags.
 const MAX_NODES: usize = VACANT as usize;
-
-/// How many entries of the request's own class are examined before the rounded-up search.
-pub const OWN_CLASS_SCAN: usize = 4;
-/// How many non-empty classes above the own class are probed (head only) for an aligned fit before
-/// the search jumps to the class where every block fits.
-pub const ALIGN_PROBES: usize = 4;
-/// Default minimum split, in bytes: remainders below it stay attached to the allocation.
-pub const DEFAULT_MIN_SPLIT: u64 = 16;
 
 /// What a node currently describes, decoded from `Node::next_free`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +69,12 @@ struct Node {
 }
 
 impl Node {
+    /// Whether the node is a free block.
+    #[inline]
+    fn is_free(&self) -> bool {
+        matches!(self.state(), State::Free)
+    }
+
     #[inline]
     fn state(&self) -> State {
         match self.next_free {
@@ -109,8 +98,8 @@ impl Node {
 ///
 /// # Complexity
 ///
-/// `allocate` and `free` run in constant time: at most [`OWN_CLASS_SCAN`] list entries,
-/// [`ALIGN_PROBES`] + 1 bitmap searches (two find-first-set each), and a constant number of node
+/// `allocate` and `free` run in constant time: at most [`Tlsf::OWN_CLASS_SCAN`] list entries,
+/// [`Tlsf::ALIGN_PROBES`] + 1 bitmap searches (two find-first-set each), and a constant number of node
 /// updates, independent of the number of blocks and of the alignment. Node storage grows by
 /// amortised `Vec` pushes until it reaches the peak block count, then recycles.
 ///
@@ -147,36 +136,6 @@ pub struct Tlsf {
     generation: u32,
 }
 
-/// Round-down class of a size `>= 1`: the class whose range contains `size`.
-///
-/// Branch-free: with `shift = max(msb(size), SL_BITS) - SL_BITS`, the class is
-/// `shift * SL_COUNT + (size >> shift)`. Sizes below `2 * SL_COUNT` map to themselves (first levels
-/// 0 and 1 both have one-byte classes), larger ones to `(msb - SL_BITS + 1, next SL_BITS bits)`.
-#[inline]
-fn class_of(size: u64) -> usize {
-    debug_assert!(size >= 1);
-    let shift = 63 - (size | SL_COUNT as u64).leading_zeros() - SL_BITS;
-    shift as usize * SL_COUNT + (size >> shift) as usize
-}
-
-/// Smallest size in class `c`.
-#[inline]
-fn class_start(c: usize) -> u64 {
-    if c < 2 * SL_COUNT {
-        c as u64
-    } else {
-        let shift = c / SL_COUNT - 1;
-        ((c % SL_COUNT + SL_COUNT) as u64) << shift
-    }
-}
-
-/// Smallest class whose every member is `>= size`; `CLASS_COUNT` when there is none.
-#[inline]
-fn class_at_least(size: u64) -> usize {
-    let c = class_of(size);
-    if class_start(c) == size { c } else { c + 1 }
-}
-
 /// Leading padding a block at `offset` of `block_size` bytes needs for an aligned `size`, or
 /// `None` if the request does not fit in it.
 #[inline]
@@ -195,17 +154,26 @@ struct Hit {
 }
 
 impl Tlsf {
+    /// How many entries of the request's own class `allocate` examines (keeping the smallest that
+    /// fits) before the rounded-up good-fit search.
+    pub const OWN_CLASS_SCAN: usize = 4;
+    /// How many non-empty classes above the own class `allocate` probes (head only) for an aligned
+    /// fit before it jumps to the class where every block fits.
+    pub const ALIGN_PROBES: usize = 4;
+    /// Default minimum split, in bytes: remainders below it stay attached to the allocation.
+    pub const DEFAULT_MIN_SPLIT: u64 = 16;
+
     /// An allocator over `[0, capacity)` with the default minimum split.
     ///
     /// # Errors
     /// [`Error::ZeroSize`] if `capacity` is 0.
     pub fn new(capacity: u64) -> Result<Self> {
-        Self::with_min_split(capacity, DEFAULT_MIN_SPLIT)
+        Self::with_min_split(capacity, Self::DEFAULT_MIN_SPLIT)
     }
 
     /// An allocator whose splits never leave a free block smaller than `min_split` bytes.
     ///
-    /// `min_split` (default [`DEFAULT_MIN_SPLIT`], any value >= 1) trades a little slack per
+    /// `min_split` (default [`Tlsf::DEFAULT_MIN_SPLIT`], any value >= 1) trades a little slack per
     /// allocation for fewer tiny free blocks; 1 splits exactly. Set it to the arena's granule (for
     /// example 256) when every size is a multiple of it anyway.
     ///
@@ -276,13 +244,13 @@ impl Tlsf {
         Ok(found.map(|hit| self.carve(hit, size)))
     }
 
-    /// Best of the first [`OWN_CLASS_SCAN`] entries of class `own` that fit, or `None`.
+    /// Best of the first [`Tlsf::OWN_CLASS_SCAN`] entries of class `own` that fit, or `None`.
     #[inline]
     fn scan_own_class(&self, own: usize, size: u64, align: u64) -> Option<Hit> {
         let mut cur = self.head(own);
         let mut best: Option<Hit> = None;
         let mut best_size = 0;
-        for _ in 0..OWN_CLASS_SCAN {
+        for _ in 0..Self::OWN_CLASS_SCAN {
             if cur == NONE {
                 break;
             }
@@ -314,7 +282,7 @@ impl Tlsf {
     #[inline]
     fn search_above(&self, own: usize, size: u64, align: u64) -> Option<Hit> {
         let mut from = own + 1;
-        for _ in 0..ALIGN_PROBES {
+        for _ in 0..Self::ALIGN_PROBES {
             let class = self.first_nonempty(from)?;
             if let Some(hit) = self.take_from(class, size, align) {
                 return Some(hit);
@@ -378,8 +346,9 @@ impl Tlsf {
     /// Hands out `size` bytes of the free node of `hit`, starting `hit.pad` bytes in. The pad and
     /// the remainder become free blocks when they reach `min_split`, else slack.
     ///
-    /// Fast path: without a pad, when the remainder stays in the block's class, the used part is
-    /// split off as a new node in front and the free node keeps its list position (no unlink/link).
+    /// (Keeping the free node in its list when the remainder stays in its class was tried and
+    /// removed: in the steady-state benchmark it is rarely taken and its branch mispredicts more
+    /// than it saves.)
     fn carve(&mut self, hit: Hit, size: u64) -> Region {
         let Hit {
             node: idx,
@@ -393,19 +362,6 @@ impl Tlsf {
         self.generation = self.generation.wrapping_add(1);
         let generation = self.generation;
         let rest = n.size - pad - size;
-        if pad == 0 && rest >= self.min_split && class_of(rest) == class {
-            self.free_bytes -= size;
-            let used = self.new_node(n.offset, size, n.prev_phys, idx, generation, USED);
-            match n.prev_phys {
-                NONE => self.first = used,
-                prev => self.nodes[prev as usize].next_phys = used,
-            }
-            let node = &mut self.nodes[idx as usize];
-            node.prev_phys = used;
-            node.offset += size;
-            node.size = rest;
-            return self.region(used, n.offset, size, generation);
-        }
         self.unlink_from(idx, class);
         self.free_bytes -= n.size;
         let mut offset = n.offset;
@@ -471,14 +427,14 @@ impl Tlsf {
         self.allocations -= 1;
         self.free_bytes += n.size;
         let mut merged = idx;
-        if n.prev_phys != NONE && self.nodes[n.prev_phys as usize].state() == State::Free {
+        if n.prev_phys != NONE && self.nodes[n.prev_phys as usize].is_free() {
             let prev = n.prev_phys;
             self.unlink(prev);
             self.absorb_next(prev);
             merged = prev;
         }
         let next = self.nodes[merged as usize].next_phys;
-        if next != NONE && self.nodes[next as usize].state() == State::Free {
+        if next != NONE && self.nodes[next as usize].is_free() {
             self.unlink(next);
             self.absorb_next(merged);
         }
@@ -665,102 +621,5 @@ impl Tlsf {
             cur = n.next_free;
         }
         largest
-    }
-
-    /// Verifies every structural invariant; O(blocks). For tests and debugging.
-    ///
-    /// Checks: the blocks tile `[0, capacity)` in address order with consistent neighbour links;
-    /// no two adjacent blocks are free; every free block is in exactly the list of its round-down
-    /// class with consistent links; bitmap bits equal "list non-empty"; the free-byte, allocation
-    /// and node counters match; vacant nodes are exactly the recycling stack.
-    ///
-    /// # Errors
-    /// A description of the first violated invariant.
-    pub fn check_invariants(&self) -> std::result::Result<(), String> {
-        let limit = self.nodes.len();
-        let (mut at, mut prev, mut cur) = (0u64, NONE, self.first);
-        let (mut free_bytes, mut free_blocks, mut used_blocks, mut steps) = (0u64, 0usize, 0, 0);
-        let mut prev_free = false;
-        while cur != NONE {
-            steps += 1;
-            if steps > limit {
-                return Err("physical chain has a cycle".into());
-            }
-            let n = self.nodes.get(cur as usize).ok_or("link out of range")?;
-            if n.offset != at || n.size == 0 || n.prev_phys != prev {
-                return Err(format!(
-                    "node {cur}: offset {} size {} prev {} (expected offset {at}, prev {prev})",
-                    n.offset, n.size, n.prev_phys
-                ));
-            }
-            match n.state() {
-                State::Free => {
-                    if prev_free {
-                        return Err(format!("node {cur}: two adjacent free blocks"));
-                    }
-                    free_bytes += n.size;
-                    free_blocks += 1;
-                }
-                State::Used => used_blocks += 1,
-                State::Vacant => return Err(format!("node {cur}: vacant node in the chain")),
-            }
-            prev_free = n.state() == State::Free;
-            at = n.offset.checked_add(n.size).ok_or("block end overflows")?;
-            prev = cur;
-            cur = n.next_phys;
-        }
-        if at != self.capacity {
-            return Err(format!("blocks end at {at}, capacity {}", self.capacity));
-        }
-        if free_bytes != self.free_bytes || used_blocks != self.allocations {
-            return Err(format!(
-                "counters: free {} / {free_bytes} counted, allocations {} / {used_blocks} counted",
-                self.free_bytes, self.allocations
-            ));
-        }
-        let mut listed = 0;
-        for class in 0..CLASS_COUNT {
-            let (fl, sl) = (class / SL_COUNT, class % SL_COUNT);
-            let bit = self.sl_bitmap[fl] >> sl & 1 == 1;
-            if bit != (self.heads[class] != NONE) {
-                return Err(format!(
-                    "class {class}: bitmap bit {bit} disagrees with list"
-                ));
-            }
-            let (mut prev, mut cur) = (NONE, self.heads[class]);
-            while cur != NONE {
-                listed += 1;
-                if listed > limit {
-                    return Err("free list has a cycle".into());
-                }
-                let n = self.nodes.get(cur as usize).ok_or("link out of range")?;
-                if n.state() != State::Free || class_of(n.size) != class || n.prev_free != prev {
-                    return Err(format!("node {cur} misfiled in class {class}"));
-                }
-                prev = cur;
-                cur = n.next_free;
-            }
-        }
-        for fl in 0..FL_COUNT {
-            if (self.fl_bitmap >> fl & 1 == 1) != (self.sl_bitmap[fl] != 0) {
-                return Err(format!(
-                    "first-level bit {fl} disagrees with its second level"
-                ));
-            }
-        }
-        if listed != free_blocks {
-            return Err(format!(
-                "{listed} listed free blocks, {free_blocks} in the chain"
-            ));
-        }
-        if self.vacant.len() + free_blocks + used_blocks != self.nodes.len()
-            || self
-                .vacant
-                .iter()
-                .any(|&v| self.nodes.get(v as usize).map(Node::state) != Some(State::Vacant))
-        {
-            return Err("vacant stack does not match the vacant nodes".into());
-        }
-        Ok(())
     }
 }

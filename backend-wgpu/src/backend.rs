@@ -1,0 +1,444 @@
+//! `impl Backend for WgpuBackend`: argument checks, then the native calls.
+//!
+//! Every method first checks the device's health (lost device, uncaptured errors), then
+//! validates everything wgpu would otherwise reject through its panicking error handler:
+//! block ids, bounds, 4-byte alignment, usages, binding sizes. Only then does it touch wgpu.
+
+use tensormem::ops::Op;
+use tensormem::{
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, MemoryKind, Result, Ticket,
+};
+
+use crate::blocks::{Block, MapState};
+use crate::conv::{align_down, align_up, buffer_usages};
+use crate::error::{lock, map_poll_error, map_scope_error};
+use crate::mapping;
+use crate::{State, WgpuBackend};
+
+/// Checks that `value` (an offset or size named `what`) is a multiple of `align`.
+fn check_aligned(value: u64, align: u64, what: &str) -> Result<()> {
+    if !value.is_multiple_of(align) {
+        return Err(Error::invalid(format!(
+            "wgpu: {what} {value} is not a multiple of {align} bytes"
+        )));
+    }
+    Ok(())
+}
+
+fn zero_copy(caps: &Capabilities) -> bool {
+    caps.device_host_visible
+}
+
+impl WgpuBackend {
+    /// Submits the open batch if `block` is used by it, so a mapping can complete, and returns
+    /// the submission index of the block's last use while it may still be in flight.
+    fn prepare_host_access(
+        &self,
+        state: &mut State,
+        id: BlockId,
+    ) -> Result<Option<wgpu::SubmissionIndex>> {
+        let last_use = state.blocks.get(id)?.last_use;
+        if last_use >= state.timeline.open() {
+            state.timeline.submit(&self.queue);
+        }
+        Ok(state.timeline.submission(last_use))
+    }
+
+    /// Submits the open batch and blocks until it (and everything before it) finished.
+    fn submit_and_wait(&self, state: &mut State) -> Result<()> {
+        let ticket = state.timeline.submit(&self.queue);
+        if let Some(index) = state.timeline.submission(ticket) {
+            self.device
+                .poll(wgpu::PollType::Wait {
+                    submission_index: Some(index),
+                    timeout: self.config.wait_timeout,
+                })
+                .map_err(map_poll_error)?;
+            state.timeline.mark_completed(ticket);
+        }
+        self.health.check()
+    }
+
+    /// Reads an `Upload` block (not mappable for reading in WebGPU) through a temporary
+    /// readback buffer: copy, submit, wait, map.
+    fn read_emulated(
+        &self,
+        state: &mut State,
+        id: BlockId,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let lo = align_down(offset, wgpu::COPY_BUFFER_ALIGNMENT);
+        let end = offset + out.len() as u64;
+        let hi = align_up(end, wgpu::COPY_BUFFER_ALIGNMENT)
+            .ok_or_else(|| Error::invalid(format!("wgpu: range end {end} overflows")))?;
+        let block = state.blocks.get_mut(id)?;
+        block.unmap();
+        let src = block.buffer.clone();
+        let tmp = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tensormem emulated read"),
+            size: hi - lo,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        state
+            .timeline
+            .encoder(&self.device)
+            .copy_buffer_to_buffer(&src, lo, &tmp, 0, hi - lo);
+        let ticket = state.timeline.enqueued();
+        state.blocks.get_mut(id)?.last_use = ticket;
+        self.submit_and_wait(state)?;
+        let mut tmp_block = Block {
+            buffer: tmp,
+            kind: MemoryKind::Readback,
+            size: hi - lo,
+            map: MapState::Unmapped,
+            last_use: 0,
+        };
+        mapping::ensure_mapped(
+            &self.device,
+            &mut tmp_block,
+            MapState::Read,
+            None,
+            self.config.wait_timeout,
+        )?;
+        mapping::read(&tmp_block, offset - lo, out)
+    }
+
+    /// Checks a device-side range: known block, in bounds, 4-byte aligned, non-empty.
+    fn check_device_range(state: &State, range: BlockRange, what: &'static str) -> Result<()> {
+        if range.size == 0 {
+            return Err(Error::ZeroSize { what });
+        }
+        let block = state.blocks.get(range.block)?;
+        block.check_range(range.offset, range.size, what)?;
+        check_aligned(range.offset, wgpu::COPY_BUFFER_ALIGNMENT, "offset")?;
+        check_aligned(range.size, wgpu::COPY_BUFFER_ALIGNMENT, "size")
+    }
+
+    /// Checks that a block has `usage` for the role `role`.
+    fn check_usage(block: &Block, usage: wgpu::BufferUsages, role: &str) -> Result<()> {
+        if !block.buffer.usage().contains(usage) {
+            return Err(Error::invalid(format!(
+                "wgpu: a {} block cannot be the {role} (its buffer lacks {usage:?})",
+                block.kind.name()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
+        self.health.check()?;
+        if desc.size == 0 {
+            return Err(Error::ZeroSize { what: "block" });
+        }
+        if desc.size > self.caps.max_block_size {
+            return Err(Error::TooLarge {
+                what: "block",
+                requested: desc.size,
+                limit: self.caps.max_block_size,
+                limit_name: "max_buffer_size",
+            });
+        }
+        let size = align_up(desc.size, wgpu::COPY_BUFFER_ALIGNMENT).unwrap_or(desc.size);
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(desc.label),
+            size,
+            usage: buffer_usages(desc.kind, zero_copy(&self.caps)),
+            mapped_at_creation: false,
+        });
+        let invalid = pollster::block_on(validation.pop());
+        let out_of_memory = pollster::block_on(oom.pop());
+        if let Some(error) = out_of_memory.or(invalid) {
+            return Err(map_scope_error(error, "Device::create_buffer", desc.size));
+        }
+        Ok(lock(&self.state)
+            .blocks
+            .insert(buffer, desc.kind, desc.size))
+    }
+
+    fn free_block(&self, block: BlockId) -> Result<()> {
+        let mut removed = lock(&self.state).blocks.remove(block)?;
+        // Dropping the last handle frees the buffer once wgpu knows no submission uses it.
+        removed.unmap();
+        Ok(())
+    }
+
+    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
+        self.health.check()?;
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let b = state.blocks.get(block)?;
+        b.check_range(offset, data.len() as u64, "block")?;
+        if !b.mappable() {
+            return Err(mapping::not_host_visible(b, "write_mapped"));
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        if !b.buffer.usage().contains(wgpu::BufferUsages::MAP_WRITE) {
+            // A Readback block: WebGPU maps it for reading only, so write through the queue.
+            check_aligned(offset, wgpu::COPY_BUFFER_ALIGNMENT, "offset")?;
+            check_aligned(data.len() as u64, wgpu::COPY_BUFFER_ALIGNMENT, "size")?;
+            let b = state.blocks.get_mut(block)?;
+            b.unmap();
+            let buffer = b.buffer.clone();
+            state.timeline.before_queued_write(&self.queue);
+            self.queue.write_buffer(&buffer, offset, data);
+            let ticket = state.timeline.enqueued();
+            state.blocks.get_mut(block)?.last_use = ticket;
+            return self.submit_and_wait(state);
+        }
+        let last_use = self.prepare_host_access(state, block)?;
+        let b = state.blocks.get_mut(block)?;
+        mapping::ensure_mapped(
+            &self.device,
+            b,
+            MapState::Write,
+            last_use,
+            self.config.wait_timeout,
+        )?;
+        mapping::write(b, offset, data)
+    }
+
+    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.health.check()?;
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let b = state.blocks.get(block)?;
+        b.check_range(offset, out.len() as u64, "block")?;
+        if !b.mappable() {
+            return Err(mapping::not_host_visible(b, "read_mapped"));
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        if !b.buffer.usage().contains(wgpu::BufferUsages::MAP_READ) {
+            // An Upload block: WebGPU maps it for writing only.
+            return self.read_emulated(state, block, offset, out);
+        }
+        let last_use = self.prepare_host_access(state, block)?;
+        let b = state.blocks.get_mut(block)?;
+        mapping::ensure_mapped(
+            &self.device,
+            b,
+            MapState::Read,
+            last_use,
+            self.config.wait_timeout,
+        )?;
+        mapping::read(b, offset, out)
+    }
+
+    fn write_queued(&self, dst: BlockRange, data: &[u8]) -> Result<Option<Ticket>> {
+        self.health.check()?;
+        if data.len() as u64 != dst.size {
+            return Err(Error::SizeMismatch {
+                what: "write_queued data vs destination range (bytes)".into(),
+                expected: dst.size,
+                actual: data.len() as u64,
+            });
+        }
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        Self::check_device_range(state, dst, "upload")?;
+        let b = state.blocks.get_mut(dst.block)?;
+        Self::check_usage(
+            b,
+            wgpu::BufferUsages::COPY_DST,
+            "destination of a queued write",
+        )?;
+        b.unmap();
+        let buffer = b.buffer.clone();
+        state.timeline.before_queued_write(&self.queue);
+        self.queue.write_buffer(&buffer, dst.offset, data);
+        let ticket = state.timeline.enqueued();
+        state.blocks.get_mut(dst.block)?.last_use = ticket;
+        Ok(Some(Ticket(ticket)))
+    }
+
+    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
+        self.health.check()?;
+        if src.size != dst.size {
+            return Err(Error::SizeMismatch {
+                what: "copy source vs destination (bytes)".into(),
+                expected: src.size,
+                actual: dst.size,
+            });
+        }
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        Self::check_device_range(state, src, "copy source")?;
+        Self::check_device_range(state, dst, "copy destination")?;
+        Self::check_usage(
+            state.blocks.get(src.block)?,
+            wgpu::BufferUsages::COPY_SRC,
+            "copy source",
+        )?;
+        Self::check_usage(
+            state.blocks.get(dst.block)?,
+            wgpu::BufferUsages::COPY_DST,
+            "copy destination",
+        )?;
+        let s = state.blocks.get_mut(src.block)?;
+        s.unmap();
+        let src_buffer = s.buffer.clone();
+        let d = state.blocks.get_mut(dst.block)?;
+        d.unmap();
+        let dst_buffer = d.buffer.clone();
+        let encoder = state.timeline.encoder(&self.device);
+        if src.block == dst.block {
+            // WebGPU forbids copying a buffer onto itself; bounce through a temporary buffer
+            // (which also makes overlapping ranges behave like memmove).
+            let tmp = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("tensormem same-block copy"),
+                size: src.size,
+                usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            encoder.copy_buffer_to_buffer(&src_buffer, src.offset, &tmp, 0, src.size);
+            encoder.copy_buffer_to_buffer(&tmp, 0, &dst_buffer, dst.offset, src.size);
+        } else {
+            encoder.copy_buffer_to_buffer(
+                &src_buffer,
+                src.offset,
+                &dst_buffer,
+                dst.offset,
+                src.size,
+            );
+        }
+        let ticket = state.timeline.enqueued();
+        state.blocks.get_mut(src.block)?.last_use = ticket;
+        state.blocks.get_mut(dst.block)?.last_use = ticket;
+        Ok(Ticket(ticket))
+    }
+
+    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
+        self.health.check()?;
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        Self::check_device_range(state, range, "fill")?;
+        let b = state.blocks.get_mut(range.block)?;
+        Self::check_usage(b, wgpu::BufferUsages::COPY_DST, "fill target")?;
+        b.unmap();
+        let buffer = b.buffer.clone();
+        state
+            .timeline
+            .encoder(&self.device)
+            .clear_buffer(&buffer, range.offset, Some(range.size));
+        let ticket = state.timeline.enqueued();
+        state.blocks.get_mut(range.block)?.last_use = ticket;
+        Ok(Ticket(ticket))
+    }
+
+    fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
+        self.health.check()?;
+        for range in bindings {
+            if range.size > self.caps.max_binding_size {
+                return Err(Error::TooLarge {
+                    what: "binding",
+                    requested: range.size,
+                    limit: self.caps.max_binding_size,
+                    limit_name: "max_storage_buffer_binding_size",
+                });
+            }
+        }
+        let sizes: Vec<u64> = bindings.iter().map(|r| r.size).collect();
+        let inputs = op.check_binding_sizes(&sizes)?.inputs.len();
+        let kernel = tensormem::ops::wgsl::kernel(op)?;
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let mut operands = Vec::with_capacity(bindings.len());
+        for (i, range) in bindings.iter().enumerate() {
+            Self::check_device_range(state, *range, "binding")?;
+            if !range.offset.is_multiple_of(self.caps.binding_align) {
+                return Err(Error::invalid(format!(
+                    "wgpu: {} binding {i} offset {} is not a multiple of binding_align {}",
+                    op.name(),
+                    range.offset,
+                    self.caps.binding_align
+                )));
+            }
+            // Inputs may alias each other (`x + x`): kernels only read them. An output must
+            // not overlap any other operand (no in-place ops in the WGSL ABI).
+            for (j, other) in bindings[..i].iter().enumerate() {
+                let disjoint = range.offset + range.size <= other.offset
+                    || other.offset + other.size <= range.offset;
+                if other.block == range.block && !disjoint && i >= inputs {
+                    return Err(Error::invalid(format!(
+                        "wgpu: {} output binding {i} overlaps binding {j} (outputs must not \
+                         alias other operands)",
+                        op.name()
+                    )));
+                }
+            }
+            let b = state.blocks.get_mut(range.block)?;
+            Self::check_usage(b, wgpu::BufferUsages::STORAGE, "kernel operand")?;
+            b.unmap();
+            operands.push((b.buffer.clone(), range.offset, range.size));
+        }
+        let encoder = state.timeline.encoder(&self.device);
+        state
+            .kernels
+            .record(&self.device, encoder, &kernel, &operands)?;
+        let ticket = state.timeline.enqueued();
+        for range in bindings {
+            state.blocks.get_mut(range.block)?.last_use = ticket;
+        }
+        Ok(Ticket(ticket))
+    }
+
+    fn flush(&self) -> Result<Ticket> {
+        self.health.check()?;
+        let ticket = lock(&self.state).timeline.submit(&self.queue);
+        Ok(Ticket(ticket))
+    }
+
+    fn completed(&self) -> Result<Ticket> {
+        self.health.check()?;
+        let mut guard = lock(&self.state);
+        guard.timeline.submit(&self.queue);
+        self.device
+            .poll(wgpu::PollType::Poll)
+            .map_err(map_poll_error)?;
+        let done = guard.timeline.completed();
+        drop(guard);
+        self.health.check()?;
+        Ok(Ticket(done))
+    }
+
+    fn wait(&self, ticket: Ticket) -> Result<()> {
+        self.health.check()?;
+        let index = {
+            let mut state = lock(&self.state);
+            state.timeline.check_issued(ticket)?;
+            if ticket.0 >= state.timeline.open() {
+                state.timeline.submit(&self.queue);
+            }
+            if ticket.0 <= state.timeline.completed() {
+                return Ok(());
+            }
+            state.timeline.submission(ticket.0)
+        };
+        let Some(index) = index else {
+            return Ok(());
+        };
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: Some(index),
+                timeout: self.config.wait_timeout,
+            })
+            .map_err(map_poll_error)?;
+        // A lost device also ends the wait; report it rather than a completed ticket.
+        self.health.check()?;
+        lock(&self.state).timeline.mark_completed(ticket.0);
+        Ok(())
+    }
+}

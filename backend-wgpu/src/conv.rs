@@ -1,0 +1,44 @@
+//! Pure conversions between core's vocabulary and wgpu's: memory kinds to buffer usages, adapter
+//! types to "unified memory", alignment arithmetic. No device calls here.
+
+use tensormem::MemoryKind;
+
+/// Usages of a block of `kind`. With `zero_copy`, device-local blocks are also mappable
+/// (`MAP_READ | MAP_WRITE`, allowed by `Features::MAPPABLE_PRIMARY_BUFFERS`).
+pub(crate) fn buffer_usages(kind: MemoryKind, zero_copy: bool) -> wgpu::BufferUsages {
+    use wgpu::BufferUsages as U;
+    match kind {
+        MemoryKind::DeviceLocal if zero_copy => {
+            U::STORAGE | U::COPY_SRC | U::COPY_DST | U::MAP_READ | U::MAP_WRITE
+        }
+        MemoryKind::DeviceLocal => U::STORAGE | U::COPY_SRC | U::COPY_DST,
+        MemoryKind::Upload => U::MAP_WRITE | U::COPY_SRC,
+        MemoryKind::Readback => U::MAP_READ | U::COPY_DST,
+    }
+}
+
+/// Whether an adapter of this type shares one memory between host and device, so mapping a
+/// device-local buffer is as fast as a device access (integrated GPUs, CPU devices like lavapipe).
+/// Discrete GPUs also advertise `MAPPABLE_PRIMARY_BUFFERS` on Vulkan, but mapped device memory
+/// there is slow or tiny (BAR), so they take the staging path.
+pub(crate) fn is_unified_memory(device_type: wgpu::DeviceType) -> bool {
+    matches!(
+        device_type,
+        wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::Cpu
+    )
+}
+
+/// `value` rounded down to a multiple of `align` (a power of two).
+pub(crate) fn align_down(value: u64, align: u64) -> u64 {
+    debug_assert!(align.is_power_of_two());
+    value & !(align - 1)
+}
+
+/// `value` rounded up to a multiple of `align` (a power of two), `None` on overflow.
+pub(crate) fn align_up(value: u64, align: u64) -> Option<u64> {
+    debug_assert!(align.is_power_of_two());
+    Some(value.checked_add(align - 1)? & !(align - 1))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,39 @@
+//! Unit tests of the pure conversions.
+
+use super::*;
+
+#[test]
+fn usages_per_kind() {
+    use wgpu::BufferUsages as U;
+    assert_eq!(
+        buffer_usages(MemoryKind::DeviceLocal, false),
+        U::STORAGE | U::COPY_SRC | U::COPY_DST
+    );
+    assert!(buffer_usages(MemoryKind::DeviceLocal, true).contains(U::MAP_READ | U::MAP_WRITE));
+    assert_eq!(
+        buffer_usages(MemoryKind::Upload, true),
+        U::MAP_WRITE | U::COPY_SRC
+    );
+    assert_eq!(
+        buffer_usages(MemoryKind::Readback, false),
+        U::MAP_READ | U::COPY_DST
+    );
+}
+
+#[test]
+fn unified_memory_types() {
+    assert!(is_unified_memory(wgpu::DeviceType::Cpu));
+    assert!(is_unified_memory(wgpu::DeviceType::IntegratedGpu));
+    assert!(!is_unified_memory(wgpu::DeviceType::DiscreteGpu));
+    assert!(!is_unified_memory(wgpu::DeviceType::Other));
+}
+
+#[test]
+fn alignment_arithmetic() {
+    assert_eq!(align_down(13, 8), 8);
+    assert_eq!(align_down(16, 8), 16);
+    assert_eq!(align_up(13, 4), Some(16));
+    assert_eq!(align_up(16, 4), Some(16));
+    assert_eq!(align_up(0, 4), Some(0));
+    assert_eq!(align_up(u64::MAX, 4), None);
+}

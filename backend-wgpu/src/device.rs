@@ -1,0 +1,98 @@
+//! Creating or adopting the wgpu device, and reading its [`Capabilities`].
+//!
+//! `create` walks instance → adapter → device and turns every failure into
+//! [`Error::BackendUnavailable`] with a reason a user can act on. `capabilities` derives the
+//! contract's numbers from the device's limits, features and adapter type.
+
+use tensormem::{Capabilities, Error, Result};
+
+use crate::config::WgpuConfig;
+use crate::conv::is_unified_memory;
+use crate::error::BACKEND;
+
+/// Creates an instance, picks an adapter and opens a device with the adapter's full limits.
+///
+/// # Errors
+/// [`Error::BackendUnavailable`] when no adapter is found or the device cannot be opened.
+pub(crate) fn create(config: &WgpuConfig) -> Result<(wgpu::Device, wgpu::Queue)> {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.backends = config.backends;
+    let instance = wgpu::Instance::new(desc);
+    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+        power_preference: config.power_preference,
+        force_fallback_adapter: false,
+        compatible_surface: None,
+        ..Default::default()
+    }))
+    .map_err(|e| Error::BackendUnavailable {
+        backend: BACKEND,
+        reason: format!(
+            "no adapter for backends {:?}: {e} (on a machine without a GPU, install \
+             `libvulkan1 mesa-vulkan-drivers` for lavapipe)",
+            config.backends
+        ),
+    })?;
+    let info = adapter.get_info();
+    let mut required_features = wgpu::Features::empty();
+    if wants_zero_copy(config, &adapter.features(), info.device_type) {
+        required_features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
+    }
+    let device_desc = wgpu::DeviceDescriptor {
+        label: Some("tensormem"),
+        required_features,
+        required_limits: adapter.limits(),
+        ..Default::default()
+    };
+    pollster::block_on(adapter.request_device(&device_desc)).map_err(|e| {
+        Error::BackendUnavailable {
+            backend: BACKEND,
+            reason: format!(
+                "adapter {} ({:?}) refused a device: {e}",
+                info.name, info.backend
+            ),
+        }
+    })
+}
+
+/// Whether device-local blocks should be mappable: a unified-memory adapter that supports
+/// mappable storage buffers, and staging not forced.
+pub(crate) fn wants_zero_copy(
+    config: &WgpuConfig,
+    features: &wgpu::Features,
+    device_type: wgpu::DeviceType,
+) -> bool {
+    !config.force_staging
+        && features.contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+        && is_unified_memory(device_type)
+}
+
+/// The contract's capabilities of `device` under `config`.
+///
+/// * `binding_align`: `min_storage_buffer_offset_alignment` (32 on lavapipe: wgpu raises
+///   Vulkan's 16).
+/// * `copy_align`: 4 (`COPY_BUFFER_ALIGNMENT`, which also bounds `clear_buffer` and
+///   `write_buffer`). Mapped ranges need 8-aligned starts (`MAP_ALIGNMENT`), which the backend
+///   handles itself by widening the mapped view, so the contract's single alignment stays 4.
+/// * `max_block_size` / `max_binding_size`: `max_buffer_size` /
+///   `max_storage_buffer_binding_size`.
+/// * `budget`: `None`; wgpu exposes no heap size or budget query.
+pub(crate) fn capabilities(device: &wgpu::Device, config: &WgpuConfig) -> Capabilities {
+    let limits = device.limits();
+    let info = device.adapter_info();
+    let zero_copy = !config.force_staging
+        && device
+            .features()
+            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+        && is_unified_memory(info.device_type);
+    Capabilities {
+        backend: BACKEND,
+        device_name: format!("{} ({:?})", info.name, info.backend),
+        binding_align: u64::from(limits.min_storage_buffer_offset_alignment),
+        copy_align: wgpu::COPY_BUFFER_ALIGNMENT,
+        max_block_size: limits.max_buffer_size,
+        max_binding_size: limits.max_storage_buffer_binding_size,
+        device_host_visible: zero_copy,
+        queued_write_max: config.queued_write_max,
+        budget: None,
+    }
+}

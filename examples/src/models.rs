@@ -1,0 +1,16 @@
+//! The two sample models, expressed as tensormem graphs of standard ops.
+//!
+//! * [`mnist`]: the ccexam MNIST CNN (weights committed under `assets/mnist/`).
+//! * [`minilm`]: all-MiniLM-L6-v2 sentence embeddings (weights fetched by
+//!   `scripts/fetch_minilm.sh` into a cache outside the repository).
+//!
+//! Shared pieces: [`weights`] reads safetensors, [`builder`] keeps a graph with the file names of
+//! its weights, [`tokenize`] is MiniLM's word-piece glue, [`report`] prints the memory report.
+
+pub mod builder;
+pub mod cli;
+pub mod minilm;
+pub mod mnist;
+pub mod report;
+pub mod tokenize;
+pub mod weights;

@@ -1,0 +1,126 @@
+//! A graph under construction plus the file names of its weights.
+//!
+//! Both samples declare weights under the names the safetensors file uses, build their ops on top,
+//! and later upload every declared weight from the file into the compiled model. Keeping the
+//! (tensor, name, shape) list next to the graph makes "every weight the graph reads was uploaded,
+//! with the shape the graph expects" a property of one function ([`ModelBuilder::upload_weights`])
+//! instead of a list to keep in sync by hand.
+
+use tensormem::{DType, Graph, Model, Op, Result, TensorId};
+
+use super::weights::WeightFile;
+
+/// One weight the graph declared.
+#[derive(Clone, Debug)]
+pub struct WeightSlot {
+    /// The graph's tensor.
+    pub id: TensorId,
+    /// Name in the weight file.
+    pub name: String,
+    /// Shape, as in the weight file.
+    pub shape: Vec<usize>,
+}
+
+/// A [`Graph`] and the weights it declared.
+pub struct ModelBuilder {
+    /// The graph being built.
+    pub graph: Graph,
+    /// Declared weights, in declaration order.
+    pub weights: Vec<WeightSlot>,
+}
+
+impl Default for ModelBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ModelBuilder {
+    /// An empty graph.
+    pub fn new() -> Self {
+        ModelBuilder {
+            graph: Graph::new(),
+            weights: Vec::new(),
+        }
+    }
+
+    /// Declares the f32 weight `name` of `shape` (uploaded later by [`ModelBuilder::upload_weights`]).
+    pub fn weight(&mut self, name: &str, shape: &[usize]) -> TensorId {
+        let id = self.graph.weight(name, DType::F32, shape);
+        self.weights.push(WeightSlot {
+            id,
+            name: name.to_string(),
+            shape: shape.to_vec(),
+        });
+        id
+    }
+
+    /// Adds `op` over `inputs`, producing a tensor of `shape` labelled `label`.
+    ///
+    /// # Errors
+    /// The graph's checks of the operands against [`Op::signature`].
+    pub fn op(
+        &mut self,
+        op: Op,
+        inputs: &[TensorId],
+        shape: &[usize],
+        label: &str,
+    ) -> Result<TensorId> {
+        self.graph.op(op, inputs, shape, label)
+    }
+
+    /// A PyTorch `Linear` over `rows` rows: `y = x·Wᵀ + b` with the weights `{prefix}.weight`
+    /// `[out, in]` and `{prefix}.bias` `[out]`. Returns `[rows, out]`.
+    ///
+    /// # Errors
+    /// As [`ModelBuilder::op`]; [`tensormem::Error::InvalidArgument`] when a dimension exceeds
+    /// `u32`.
+    pub fn linear(
+        &mut self,
+        x: TensorId,
+        prefix: &str,
+        rows: usize,
+        inp: usize,
+        out: usize,
+    ) -> Result<TensorId> {
+        let w = self.weight(&format!("{prefix}.weight"), &[out, inp]);
+        let b = self.weight(&format!("{prefix}.bias"), &[out]);
+        let op = Op::MatMul {
+            batch: 1,
+            m: dim(rows)?,
+            n: dim(out)?,
+            k: dim(inp)?,
+            trans_a: false,
+            trans_b: true,
+            broadcast_b: true,
+            bias: true,
+            alpha: 1.0,
+        };
+        self.op(op, &[x, w, b], &[rows, out], prefix)
+    }
+
+    /// Uploads every declared weight from `file` into `model` (compiled from this builder's
+    /// graph), checking each one's shape against the declaration.
+    ///
+    /// # Errors
+    /// [`tensormem::Error::Malformed`] for a weight missing from the file,
+    /// [`tensormem::Error::SizeMismatch`] for one whose shape differs, and upload errors.
+    pub fn upload_weights(&self, model: &mut Model, file: &WeightFile) -> Result<()> {
+        for slot in &self.weights {
+            model.set_weight(slot.id, file.f32_bytes(&slot.name, &slot.shape)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// `v` as an op dimension.
+///
+/// # Errors
+/// [`tensormem::Error::InvalidArgument`] when `v` exceeds `u32::MAX` (kernels index in 32 bits).
+pub fn dim(v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| {
+        tensormem::Error::invalid(format!(
+            "dimension {v} exceeds the 32-bit kernel index range"
+        ))
+    })
+}

@@ -1,0 +1,312 @@
+//! The MNIST CNN of ccexam 1.0.0 as a tensormem graph.
+//!
+//! ```text
+//! image [n,1,28,28] ─ conv 3×3 (1→32, pad 1) ─ relu ─ maxpool 2 ─ conv 3×3 (32→64, pad 1) ─ relu
+//!   ─ maxpool 2 ─ [n,64,7,7] ─ reshape [n,3136] (C,H,W order, free) ─ linear 3136→128 ─ relu
+//!   ─ linear 128→10 ─ logits [n,10]
+//! ```
+//! The graph is built for a batch of `n` images; the runtime plans its activations once and every
+//! later run of the same batch reuses that plan. Weights come from `assets/mnist/mnist.safetensors`
+//! (see `ATTRIBUTION.md` there), converted from ccexam's `mnist.pth` by `scripts/convert_mnist.py`.
+
+use std::path::{Path, PathBuf};
+
+use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId};
+
+use super::builder::{ModelBuilder, dim};
+use super::weights::WeightFile;
+
+/// Image side in pixels.
+pub const SIDE: usize = 28;
+/// Pixels per image.
+pub const PIXELS: usize = SIDE * SIDE;
+/// Output classes.
+pub const CLASSES: usize = 10;
+/// Mean of MNIST pixels after `/255` (ccexam `constants.py`).
+pub const MEAN: f32 = 0.1307;
+/// Standard deviation of MNIST pixels after `/255`.
+pub const STD: f32 = 0.3081;
+
+/// The directory of the committed MNIST assets.
+pub fn assets_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("assets")
+        .join("mnist")
+}
+
+/// The three bundled sample images (first three MNIST test images) with their labels.
+pub fn bundled_images() -> Vec<(PathBuf, usize)> {
+    [
+        ("mnist_test_0_label_7.u8", 7),
+        ("mnist_test_1_label_2.u8", 2),
+        ("mnist_test_2_label_1.u8", 1),
+    ]
+    .into_iter()
+    .map(|(f, label)| (assets_dir().join(f), label))
+    .collect()
+}
+
+/// Reads a 28×28 grayscale image: either raw `u8[784]` (row-major, white on black, as the bundled
+/// samples) or a binary PGM (`P5`, 28×28, maxval 255).
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be read, [`Error::Malformed`] for any other size or format.
+pub fn read_image(path: &Path) -> Result<Vec<u8>> {
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let malformed = |message: String| Error::Malformed {
+        source_name: path.display().to_string(),
+        line: 0,
+        message,
+    };
+    if bytes.len() == PIXELS {
+        return Ok(bytes);
+    }
+    if bytes.starts_with(b"P5") {
+        // Header: "P5", width, height, maxval, separated by whitespace (comments not supported),
+        // then one whitespace byte and the pixels.
+        let mut fields = Vec::new();
+        let mut pos = 2;
+        while fields.len() < 3 && pos < bytes.len() {
+            while pos < bytes.len() && bytes[pos].is_ascii_whitespace() {
+                pos += 1;
+            }
+            let start = pos;
+            while pos < bytes.len() && bytes[pos].is_ascii_digit() {
+                pos += 1;
+            }
+            let text = std::str::from_utf8(&bytes[start..pos]).unwrap_or("");
+            let v: usize = text
+                .parse()
+                .map_err(|_| malformed(format!("PGM header field {:?} is not a number", text)))?;
+            fields.push(v);
+        }
+        let pixels = bytes.get(pos + 1..).unwrap_or(&[]);
+        if fields != [SIDE, SIDE, 255] || pixels.len() != PIXELS {
+            return Err(malformed(format!(
+                "expected a 28x28 PGM with maxval 255 and {PIXELS} pixel bytes, got header {fields:?} and {} bytes",
+                pixels.len()
+            )));
+        }
+        return Ok(pixels.to_vec());
+    }
+    Err(malformed(format!(
+        "expected {PIXELS} raw bytes (28x28 u8) or a binary PGM, got {} bytes",
+        bytes.len()
+    )))
+}
+
+/// ccexam's preprocessing: `(pixel / 255 − 0.1307) / 0.3081`, in f32 as torchvision computes it.
+pub fn normalize(pixels: &[u8]) -> Vec<f32> {
+    pixels
+        .iter()
+        .map(|&p| (f32::from(p) / 255.0 - MEAN) / STD)
+        .collect()
+}
+
+/// The MNIST graph for a batch of `batch` images, before compilation.
+pub struct MnistGraph {
+    /// The graph and its declared weights.
+    pub builder: ModelBuilder,
+    /// Input `[batch, 1, 28, 28]`, normalised pixels.
+    pub image: TensorId,
+    /// Output `[batch, 10]`.
+    pub logits: TensorId,
+    /// Images per run.
+    pub batch: usize,
+}
+
+/// Builds the MNIST graph for `batch` images.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a zero or oversized batch; graph shape checks.
+pub fn build_graph(batch: usize) -> Result<MnistGraph> {
+    let n = dim(batch)?;
+    if n == 0 {
+        return Err(Error::invalid("mnist: batch of 0 images"));
+    }
+    let mut b = ModelBuilder::new();
+    let image = b.graph.input("image", DType::F32, &[batch, 1, SIDE, SIDE]);
+    let conv = |c_in: u32, c_out: u32, side: u32| Op::Conv2d {
+        n,
+        c_in,
+        h: side,
+        w: side,
+        c_out,
+        kh: 3,
+        kw: 3,
+        stride: 1,
+        pad: 1,
+        bias: true,
+    };
+    let pool = |c: u32, side: u32| Op::MaxPool2d {
+        n,
+        c,
+        h: side,
+        w: side,
+        k: 2,
+        stride: 2,
+    };
+    let relu = |len: usize| -> Result<Op> { Ok(Op::Relu { len: dim(len)? }) };
+
+    let w0 = b.weight("features.0.weight", &[32, 1, 3, 3]);
+    let b0 = b.weight("features.0.bias", &[32]);
+    let c1 = b.op(
+        conv(1, 32, 28),
+        &[image, w0, b0],
+        &[batch, 32, 28, 28],
+        "conv1",
+    )?;
+    let r1 = b.op(
+        relu(batch * 32 * 28 * 28)?,
+        &[c1],
+        &[batch, 32, 28, 28],
+        "relu1",
+    )?;
+    let p1 = b.op(pool(32, 28), &[r1], &[batch, 32, 14, 14], "pool1")?;
+
+    let w3 = b.weight("features.3.weight", &[64, 32, 3, 3]);
+    let b3 = b.weight("features.3.bias", &[64]);
+    let c2 = b.op(
+        conv(32, 64, 14),
+        &[p1, w3, b3],
+        &[batch, 64, 14, 14],
+        "conv2",
+    )?;
+    let r2 = b.op(
+        relu(batch * 64 * 14 * 14)?,
+        &[c2],
+        &[batch, 64, 14, 14],
+        "relu2",
+    )?;
+    let p2 = b.op(pool(64, 14), &[r2], &[batch, 64, 7, 7], "pool2")?;
+
+    // NCHW is already the C,H,W flatten order PyTorch's `flatten(1)` produces.
+    let flat = b.graph.reshape(p2, &[batch, 64 * 7 * 7])?;
+    let f1 = b.linear(flat, "classifier.0", batch, 64 * 7 * 7, 128)?;
+    let r3 = b.op(relu(batch * 128)?, &[f1], &[batch, 128], "relu3")?;
+    let logits = b.linear(r3, "classifier.2", batch, 128, CLASSES)?;
+    b.graph.output(logits);
+    Ok(MnistGraph {
+        builder: b,
+        image,
+        logits,
+        batch,
+    })
+}
+
+/// The MNIST CNN compiled for one batch size, with its weights uploaded.
+pub struct Mnist {
+    model: Model,
+    graph: MnistGraph,
+}
+
+impl Mnist {
+    /// Compiles the graph for `batch` images on `rt` and uploads the weights from `weights`
+    /// (normally `assets/mnist/mnist.safetensors`).
+    ///
+    /// # Errors
+    /// Graph, compile and upload errors; weight file errors (missing tensor, wrong shape).
+    pub fn new(rt: &Runtime, weights: &WeightFile, batch: usize) -> Result<Self> {
+        let graph = build_graph(batch)?;
+        let mut model = rt.compile(&graph.builder.graph)?;
+        graph.builder.upload_weights(&mut model, weights)?;
+        Ok(Mnist { model, graph })
+    }
+
+    /// Opens the bundled weight file.
+    ///
+    /// # Errors
+    /// As [`WeightFile::open`].
+    pub fn bundled_weights() -> Result<WeightFile> {
+        WeightFile::open(&assets_dir().join("mnist.safetensors"))
+    }
+
+    /// Images per run.
+    pub fn batch(&self) -> usize {
+        self.graph.batch
+    }
+
+    /// The compiled model (for its memory report).
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Uploads the images (raw pixels, `batch` of them) for the next [`Mnist::run`].
+    ///
+    /// # Errors
+    /// [`Error::SizeMismatch`] when `images` does not hold `batch` images.
+    pub fn set_images(&mut self, images: &[Vec<u8>]) -> Result<()> {
+        if images.len() != self.graph.batch {
+            return Err(Error::SizeMismatch {
+                what: "mnist images per batch".into(),
+                expected: self.graph.batch as u64,
+                actual: images.len() as u64,
+            });
+        }
+        let mut x = Vec::with_capacity(images.len() * PIXELS);
+        for img in images {
+            if img.len() != PIXELS {
+                return Err(Error::SizeMismatch {
+                    what: "mnist image pixels".into(),
+                    expected: PIXELS as u64,
+                    actual: img.len() as u64,
+                });
+            }
+            x.extend(normalize(img));
+        }
+        self.model
+            .set_input(self.graph.image, bytemuck::cast_slice(&x))
+            .map(|_| ())
+    }
+
+    /// Runs the network on the images last set.
+    ///
+    /// # Errors
+    /// Runtime and backend errors.
+    pub fn run(&mut self) -> Result<()> {
+        self.model.run().map(|_| ())
+    }
+
+    /// Logits of the last run, one row of 10 per image.
+    ///
+    /// # Errors
+    /// Runtime and backend errors.
+    pub fn logits(&self) -> Result<Vec<[f32; CLASSES]>> {
+        let flat: Vec<f32> = self.model.read_output(self.graph.logits)?;
+        Ok(flat
+            .chunks_exact(CLASSES)
+            .map(|c| {
+                let mut row = [0.0; CLASSES];
+                row.copy_from_slice(c);
+                row
+            })
+            .collect())
+    }
+
+    /// Classifies `images`: sets them, runs once and returns the logits.
+    ///
+    /// # Errors
+    /// As [`Mnist::set_images`], [`Mnist::run`] and [`Mnist::logits`].
+    pub fn classify(&mut self, images: &[Vec<u8>]) -> Result<Vec<[f32; CLASSES]>> {
+        self.set_images(images)?;
+        self.run()?;
+        self.logits()
+    }
+}
+
+/// Index of the largest logit (the predicted digit).
+pub fn argmax(logits: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,182 @@
+//! The memory and timing report both samples print at the end (text, or JSON with `--json`).
+//!
+//! Time per inference is measured over repeated runs of the same input after one warm-up run; each
+//! timed run uploads the inputs, runs the graph and reads the output back, so a backend's
+//! asynchronous queue cannot hide work.
+//! The same loop checks the runtime's promise for steady state: repeated runs of one shape
+//! allocate no new backend block.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tensormem::{MemoryReport, Model, Result, Runtime};
+
+/// Timed repeated runs of one shape.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    /// Timed runs (after one warm-up).
+    pub runs: u32,
+    /// Mean time per inference.
+    pub mean: Duration,
+    /// Fastest run.
+    pub min: Duration,
+    /// Backend blocks allocated during the timed runs (0 in steady state).
+    pub steady_state_new_blocks: u64,
+}
+
+/// Runs `infer` on `state` once to warm up, then `runs` more times, timing each and counting the
+/// backend blocks `blocks_allocated` reports as allocated meanwhile.
+///
+/// # Errors
+/// The first error of `infer`.
+pub fn time_runs<S>(
+    runs: u32,
+    state: &mut S,
+    mut infer: impl FnMut(&mut S) -> Result<()>,
+    blocks_allocated: impl Fn(&S) -> u64,
+) -> Result<Timing> {
+    infer(state)?;
+    let before = blocks_allocated(state);
+    let mut total = Duration::ZERO;
+    let mut min = Duration::MAX;
+    for _ in 0..runs.max(1) {
+        let start = Instant::now();
+        infer(state)?;
+        let t = start.elapsed();
+        total += t;
+        min = min.min(t);
+    }
+    let runs = runs.max(1);
+    Ok(Timing {
+        runs,
+        mean: total / runs,
+        min,
+        steady_state_new_blocks: blocks_allocated(state).saturating_sub(before),
+    })
+}
+
+/// Backend blocks (device and staging) the runtime of `model` has allocated so far: the counter
+/// [`time_runs`] watches for steady state.
+pub fn blocks_allocated(model: &Model) -> u64 {
+    let m = model.memory_report();
+    m.device_blocks_allocated + m.staging_blocks_allocated
+}
+
+/// Everything the samples report about one compiled model.
+#[derive(Clone, Debug)]
+pub struct InferenceReport {
+    /// Backend name ("host", "vulkan", ...).
+    pub backend: String,
+    /// Device name as the driver reports it.
+    pub device: String,
+    /// Shape description ("batch 3", "batch 2 x seq 15").
+    pub shape: String,
+    /// The compiled model's memory report.
+    pub memory: MemoryReport,
+    /// Timing of repeated runs.
+    pub timing: Timing,
+}
+
+impl InferenceReport {
+    /// Collects the report of `model` on `rt`.
+    pub fn new(rt: &Runtime, model: &Model, shape: String, timing: Timing) -> Self {
+        let caps = rt.backend().capabilities();
+        InferenceReport {
+            backend: caps.backend.to_string(),
+            device: caps.device_name.clone(),
+            shape,
+            memory: model.memory_report(),
+            timing,
+        }
+    }
+
+    /// The report as human-readable lines.
+    pub fn to_text(&self) -> String {
+        let m = &self.memory;
+        let t = &self.timing;
+        let steady = if t.steady_state_new_blocks == 0 {
+            "none (steady state)".to_string()
+        } else {
+            format!("{} (NOT steady)", t.steady_state_new_blocks)
+        };
+        let ratio = |a: u64, b: u64| {
+            if b == 0 {
+                String::from("-")
+            } else {
+                format!("{:.2}x", a as f64 / b as f64)
+            }
+        };
+        format!(
+            "memory report ({backend} backend, {device}, {shape})\n\
+             \x20 weights                      {wb}\n\
+             \x20 activations with the plan    {ap}  ({r_lb} of the lower bound)\n\
+             \x20 activations without reuse    {an}  ({r_nr} of the plan)\n\
+             \x20 activations lower bound      {al}\n\
+             \x20 plan                         {algo}, {buffers} buffers (greedy by size: {greedy})\n\
+             \x20 backend blocks allocated     {dev_blocks} device, {st_blocks} staging\n\
+             \x20 staging bytes moved          {st}\n\
+             \x20 time per inference           {mean:.3} ms (mean of {runs}, min {min:.3} ms)\n\
+             \x20 new blocks in repeated runs  {steady}",
+            backend = self.backend,
+            device = self.device,
+            shape = self.shape,
+            wb = bytes(m.weight_bytes),
+            ap = bytes(m.activation_planned_bytes),
+            r_lb = ratio(m.activation_planned_bytes, m.activation_lower_bound_bytes),
+            an = bytes(m.activation_no_reuse_bytes),
+            r_nr = ratio(m.activation_no_reuse_bytes, m.activation_planned_bytes),
+            al = bytes(m.activation_lower_bound_bytes),
+            algo = m.plan_algorithm,
+            buffers = m.planned_buffers,
+            greedy = bytes(m.activation_greedy_bytes),
+            dev_blocks = m.device_blocks_allocated,
+            st_blocks = m.staging_blocks_allocated,
+            st = bytes(m.staging_bytes_moved),
+            mean = t.mean.as_secs_f64() * 1e3,
+            runs = t.runs,
+            min = t.min.as_secs_f64() * 1e3,
+        )
+    }
+
+    /// The report fields as a JSON object (sizes in bytes, times in milliseconds).
+    pub fn to_json(&self) -> Value {
+        let m = &self.memory;
+        json!({
+            "backend": self.backend,
+            "device": self.device,
+            "shape": self.shape,
+            "weight_bytes": m.weight_bytes,
+            "activation_planned_bytes": m.activation_planned_bytes,
+            "activation_no_reuse_bytes": m.activation_no_reuse_bytes,
+            "activation_lower_bound_bytes": m.activation_lower_bound_bytes,
+            "activation_greedy_bytes": m.activation_greedy_bytes,
+            "plan_algorithm": m.plan_algorithm,
+            "planned_buffers": m.planned_buffers,
+            "io_bytes": m.io_bytes,
+            "device_blocks_allocated": m.device_blocks_allocated,
+            "staging_blocks_allocated": m.staging_blocks_allocated,
+            "staging_bytes_moved": m.staging_bytes_moved,
+            "runs": self.timing.runs,
+            "time_per_inference_ms": self.timing.mean.as_secs_f64() * 1e3,
+            "time_min_ms": self.timing.min.as_secs_f64() * 1e3,
+            "steady_state_new_blocks": self.timing.steady_state_new_blocks,
+        })
+    }
+}
+
+/// `n` bytes with a binary unit ("1.61 MiB (1687040 B)").
+pub fn bytes(n: u64) -> String {
+    let (v, unit) = if n >= 1 << 30 {
+        (n as f64 / f64::from(1u32 << 30), "GiB")
+    } else if n >= 1 << 20 {
+        (n as f64 / f64::from(1u32 << 20), "MiB")
+    } else if n >= 1 << 10 {
+        (n as f64 / f64::from(1u32 << 10), "KiB")
+    } else {
+        return format!("{n} B");
+    };
+    format!("{v:.2} {unit} ({n} B)")
+}
+
+#[cfg(test)]
+mod tests;

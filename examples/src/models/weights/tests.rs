@@ -1,0 +1,75 @@
+//! Unit tests of `weights`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly on any unexpected result"
+)]
+
+use super::*;
+use safetensors::tensor::TensorView;
+
+fn file() -> WeightFile {
+    let a: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let ids: Vec<u8> = [7i64, 8].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let tensors = vec![
+        ("w", TensorView::new(Dtype::F32, vec![2, 3], &a).unwrap()),
+        ("ids", TensorView::new(Dtype::I64, vec![2], &ids).unwrap()),
+    ];
+    let bytes = safetensors::tensor::serialize(tensors, None).unwrap();
+    WeightFile::from_bytes(Path::new("mem.safetensors"), bytes).unwrap()
+}
+
+#[test]
+fn reads_f32_tensors_and_skips_others() {
+    let f = file();
+    assert_eq!(f.len(), 1, "the I64 tensor is skipped");
+    assert_eq!(
+        f.f32_values("w", &[2, 3]).unwrap(),
+        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    );
+    assert_eq!(f.f32_bytes("w", &[2, 3]).unwrap().len(), 24);
+}
+
+#[test]
+fn wrong_shape_and_missing_name_are_specific_errors() {
+    let f = file();
+    let e = f.f32_bytes("w", &[3, 2]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::SizeMismatch {
+                expected: 3,
+                actual: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = f.f32_bytes("w", &[6]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::SizeMismatch {
+                expected: 1,
+                actual: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = f.f32_bytes("ids", &[2]).unwrap_err();
+    assert!(matches!(e, Error::Malformed { .. }), "{e}");
+}
+
+#[test]
+fn garbage_and_missing_files_are_errors() {
+    let e = WeightFile::from_bytes(Path::new("x"), vec![1, 2, 3]).unwrap_err();
+    assert!(matches!(e, Error::Malformed { .. }), "{e}");
+    let e = WeightFile::open(Path::new("/nonexistent/w.safetensors")).unwrap_err();
+    assert!(matches!(e, Error::Io { .. }), "{e}");
+}

@@ -1,0 +1,133 @@
+//! all-MiniLM-L6-v2 end to end on every available backend, against the sentence-transformers
+//! reference values of `shared/notes/models.md` (1e-5 absolute on the normalised embedding).
+//!
+//! Needs the model cache filled by `scripts/fetch_minilm.sh` (CI runs it first). Without it every
+//! test prints why it is skipped and returns.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::excessive_precision,
+    reason = "tests fail loudly on any unexpected result; reference values are kept verbatim as published in the note"
+)]
+
+#[path = "support/backends.rs"]
+mod backends;
+
+use std::path::PathBuf;
+
+use tensormem_examples::models::minilm::{self, BertConfig, MiniLm};
+use tensormem_examples::models::report::blocks_allocated;
+use tensormem_examples::models::weights::WeightFile;
+
+const S1: &str = "Hello world! This is a test of the memory runtime.";
+const S2: &str = "A man is eating food.";
+const S1_IDS: [u32; 15] = [
+    101, 7592, 2088, 999, 2023, 2003, 1037, 3231, 1997, 1996, 3638, 2448, 7292, 1012, 102,
+];
+const S2_IDS: [u32; 8] = [101, 1037, 2158, 2003, 5983, 2833, 1012, 102];
+const S1_EMB: [f32; 8] = [
+    0.043055, 0.011616, -0.073512, 0.077431, -0.007730, -0.127286, -0.030507, -0.029445,
+];
+const S2_EMB: [f32; 8] = [
+    0.033242, 0.004406, -0.006277, 0.048379, -0.138702, -0.033617, 0.101128, -0.054385,
+];
+const TOL: f32 = 1e-5;
+
+fn model_dir() -> Option<PathBuf> {
+    let dir = minilm::default_model_dir();
+    if minilm::model_dir_ready(&dir) {
+        Some(dir)
+    } else {
+        println!(
+            "SKIP minilm: no model cache at {} (run scripts/fetch_minilm.sh)",
+            dir.display()
+        );
+        None
+    }
+}
+
+fn assert_prefix(backend: &str, what: &str, got: &[f32], want: &[f32]) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= TOL,
+            "{backend}: {what} embedding[{i}]: got {g}, reference {w} (tolerance {TOL})"
+        );
+    }
+}
+
+#[test]
+fn embeddings_match_reference_on_every_backend() {
+    let Some(dir) = model_dir() else { return };
+    for (name, rt) in backends::available_runtimes() {
+        let mut model = MiniLm::open(&rt, &dir).unwrap();
+        let one = model.embed(&[S1]).unwrap();
+        assert_eq!(one.tokens.ids, S1_IDS, "{name}: token ids");
+        assert_eq!(one.vectors[0].len(), 384);
+        assert_prefix(name, "sentence 1", &one.vectors[0], &S1_EMB);
+        let norm: f32 = one.vectors[0].iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "{name}: norm {norm}");
+
+        let two = model.embed(&[S2]).unwrap();
+        assert_eq!(two.tokens.ids, S2_IDS, "{name}: token ids");
+        assert_prefix(name, "sentence 2", &two.vectors[0], &S2_EMB);
+
+        // The padded batch (S2 padded from 8 to 15 tokens) embeds each sentence as alone.
+        let both = model.embed(&[S1, S2]).unwrap();
+        assert_eq!((both.tokens.batch, both.tokens.seq), (2, 15));
+        assert_eq!(
+            &both.tokens.mask[15..30],
+            &[[1.0f32; 8].as_slice(), &[0.0; 7]].concat()[..]
+        );
+        for (got, alone) in both.vectors.iter().zip([&one.vectors[0], &two.vectors[0]]) {
+            for (i, (g, a)) in got.iter().zip(alone.iter()).enumerate() {
+                assert!(
+                    (g - a).abs() <= TOL,
+                    "{name}: batched[{i}] {g} vs alone {a}"
+                );
+            }
+        }
+
+        // Steady state: the same shape again allocates no backend block.
+        let before = blocks_allocated(model.cached_model(2, 15).unwrap());
+        let again = model.embed(&[S1, S2]).unwrap();
+        assert_eq!(again.vectors, both.vectors, "{name}: repeated run differs");
+        assert_eq!(
+            blocks_allocated(model.cached_model(2, 15).unwrap()),
+            before,
+            "{name}: a repeated run allocated a backend block"
+        );
+        println!("RAN backend {name}");
+    }
+}
+
+#[test]
+fn graph_reads_every_encoder_weight_of_the_file() {
+    let Some(dir) = model_dir() else { return };
+    let cfg = BertConfig::open(&dir.join("config.json")).unwrap();
+    assert_eq!(cfg, BertConfig::all_minilm_l6_v2());
+    let file = WeightFile::open(&dir.join("model.safetensors")).unwrap();
+    let graph = minilm::build_graph(&cfg, 1, 8).unwrap();
+    let mut declared: Vec<&str> = graph
+        .builder
+        .weights
+        .iter()
+        .map(|w| w.name.as_str())
+        .collect();
+    declared.sort_unstable();
+    declared.dedup();
+    assert_eq!(
+        declared.len(),
+        graph.builder.weights.len(),
+        "a weight is declared twice"
+    );
+    // 103 f32 tensors in the file (the I64 position_ids buffer is skipped); the two pooler
+    // tensors are not part of sentence embeddings.
+    assert_eq!(file.len(), 103);
+    assert_eq!(declared.len(), 101);
+    assert!(declared.iter().all(|n| !n.starts_with("pooler.")));
+    for w in &graph.builder.weights {
+        file.f32_bytes(&w.name, &w.shape).unwrap();
+    }
+}

@@ -1,0 +1,142 @@
+//! MNIST CNN end to end on every available backend: logits within 1e-3 of the PyTorch reference
+//! (values from `shared/notes/models.md`, numpy == torch to 5 decimals), the right digit, and no
+//! backend block allocated by repeated runs.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::excessive_precision,
+    reason = "tests fail loudly on any unexpected result; reference values are kept verbatim as published in the note"
+)]
+
+#[path = "support/backends.rs"]
+mod backends;
+
+use tensormem_examples::models::mnist::{self, Mnist, PIXELS};
+use tensormem_examples::models::report::blocks_allocated;
+
+/// PyTorch logits of the three bundled images, in bundle order (labels 7, 2, 1).
+const REFERENCE: [[f32; 10]; 3] = [
+    [
+        -26.27941, -15.27745, -45.29600, -16.82080, -28.35986, -19.72611, -61.08878, 30.49100,
+        -41.21608, -29.31160,
+    ],
+    [
+        -33.55577, -40.84609, 35.96846, -86.01051, -37.39802, -117.06451, -58.13607, -56.22423,
+        -84.79745, -64.18932,
+    ],
+    [
+        -35.25290, 21.59212, -31.54959, -41.60200, -24.95949, -21.38746, -28.32400, -9.46094,
+        -25.91697, -31.70304,
+    ],
+];
+
+/// PyTorch logits of an all-zero image (prediction 1).
+const ZERO_IMAGE: [f32; 10] = [
+    -0.27986, 0.19275, -0.02215, -0.08780, -0.28341, -0.08325, -0.29437, 0.00748, -0.05229,
+    -0.19258,
+];
+
+const TOL: f32 = 1e-3;
+
+fn assert_close(backend: &str, what: &str, got: &[f32], want: &[f32]) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= TOL,
+            "{backend}: {what} logit {i}: got {g}, reference {w} (tolerance {TOL})"
+        );
+    }
+}
+
+#[test]
+fn bundled_images_match_reference_on_every_backend() {
+    let weights = Mnist::bundled_weights().unwrap();
+    let bundled = mnist::bundled_images();
+    let images: Vec<Vec<u8>> = bundled
+        .iter()
+        .map(|(p, _)| mnist::read_image(p).unwrap())
+        .collect();
+    let sums: Vec<u64> = images
+        .iter()
+        .map(|i| i.iter().map(|&p| u64::from(p)).sum())
+        .collect();
+    assert_eq!(sums, [18454, 28850, 9871], "bundled images changed");
+    for (name, rt) in backends::available_runtimes() {
+        let mut net = Mnist::new(&rt, &weights, images.len()).unwrap();
+        let logits = net.classify(&images).unwrap();
+        for (k, ((path, label), row)) in bundled.iter().zip(&logits).enumerate() {
+            assert_close(name, &path.display().to_string(), row, &REFERENCE[k]);
+            assert_eq!(mnist::argmax(row), *label, "{name}: {}", path.display());
+        }
+        // Steady state: the same shape again allocates no backend block and gives the same logits.
+        let before = blocks_allocated(net.model());
+        for _ in 0..3 {
+            assert_eq!(
+                net.classify(&images).unwrap(),
+                logits,
+                "{name}: runs differ"
+            );
+        }
+        assert_eq!(
+            blocks_allocated(net.model()),
+            before,
+            "{name}: repeated runs allocated"
+        );
+        let report = net.model().memory_report();
+        assert_eq!(report.weight_bytes, 421_642 * 4, "{name}: weight bytes");
+        assert!(report.activation_planned_bytes <= report.activation_no_reuse_bytes);
+        assert!(report.activation_lower_bound_bytes <= report.activation_planned_bytes);
+        println!("RAN backend {name}");
+    }
+}
+
+#[test]
+fn single_image_batches_agree_with_the_batched_run() {
+    let weights = Mnist::bundled_weights().unwrap();
+    let rt = &backends::available_runtimes()[0].1;
+    let mut net = Mnist::new(rt, &weights, 1).unwrap();
+    for (k, (path, label)) in mnist::bundled_images().iter().enumerate() {
+        let img = mnist::read_image(path).unwrap();
+        let row = net.classify(&[img]).unwrap()[0];
+        assert_close("host", "single image", &row, &REFERENCE[k]);
+        assert_eq!(mnist::argmax(&row), *label);
+    }
+    let zero = net.classify(&[vec![0u8; PIXELS]]).unwrap()[0];
+    assert_close("host", "all-zero image", &zero, &ZERO_IMAGE);
+    assert_eq!(mnist::argmax(&zero), 1);
+}
+
+#[test]
+fn wrong_batch_and_image_size_are_errors() {
+    let weights = Mnist::bundled_weights().unwrap();
+    let rt = &backends::available_runtimes()[0].1;
+    let mut net = Mnist::new(rt, &weights, 2).unwrap();
+    let e = net.set_images(&[vec![0u8; PIXELS]]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            tensormem::Error::SizeMismatch {
+                expected: 2,
+                actual: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = net
+        .set_images(&[vec![0u8; PIXELS], vec![0u8; 10]])
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            tensormem::Error::SizeMismatch {
+                expected: 784,
+                actual: 10,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(mnist::build_graph(0).is_err());
+}
