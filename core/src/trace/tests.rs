@@ -222,12 +222,14 @@ fn malformed_files_are_errors_with_lines() {
         Trace::from_json("[3]", "x"),
         Err(Error::Malformed { .. })
     ));
-    // Every truncation of a good file is an error, never a panic.
-    for cut in (0..good.len())
+    // Every truncation of a good file is an error, never a panic. (Only the final newline may go:
+    // the document is complete before it.)
+    let body = good.trim_end();
+    for cut in (0..body.len())
         .step_by(7)
-        .filter(|&c| good.is_char_boundary(c))
+        .filter(|&c| body.is_char_boundary(c))
     {
-        assert!(Trace::from_json(&good[..cut], "x").is_err());
+        assert!(Trace::from_json(&body[..cut], "x").is_err(), "cut at {cut}");
     }
 }
 
