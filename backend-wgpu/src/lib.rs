@@ -47,6 +47,15 @@
 //!   `Error::OutOfMemory` (retryable) at the call that caused it. Everything wgpu would reject
 //!   (bounds, alignment, usage, same-buffer copies, binding sizes) is checked first.
 //!
+//! ## Measured (lavapipe, 2 loaded cores; `cargo bench -p tensormem-wgpu --bench transfer`)
+//!
+//! * Upload + wait at 1 MiB: `write_queued` 0.59 ms, core's belt 0.78 ms, raw mapped staging
+//!   0.56 ms, `create_buffer_init` 0.59 ms; at 256 MiB: belt 0.33 s, `write_buffer` 0.92 s,
+//!   `create_buffer_init` 1.86 s (host memcpy ceiling 0.09 s). Zero-copy `write_mapped` runs at
+//!   memcpy speed. Hence `queued_write_max` = 4 MiB.
+//! * 10 000 tensors (256 B .. 64 KiB) allocated and freed: 1.7 µs each from core's arena pool vs
+//!   9.4 µs each with one `create_buffer` per tensor.
+//!
 //! ## Limits and drawbacks
 //!
 //! * Mapping is per buffer: host access to a block waits until *all* in-flight work on that

@@ -16,6 +16,9 @@ mod harness;
 
 pub use harness::{Outcome, run_suite};
 
+/// A check run after every case of a target; an `Err` fails the case.
+pub type AfterCase = fn(&Arc<dyn Backend>) -> std::result::Result<(), String>;
+
 /// One backend configuration the suite runs against.
 pub struct Target {
     /// Target name, e.g. `wgpu-staging`.
@@ -25,7 +28,7 @@ pub struct Target {
     /// Creates a fresh backend, or says why it cannot run here.
     pub create: fn() -> Result<Arc<dyn Backend>>,
     /// Checked after every case (e.g. Vulkan validation messages); an `Err` fails the case.
-    pub after_case: Option<fn(&Arc<dyn Backend>) -> std::result::Result<(), String>>,
+    pub after_case: Option<AfterCase>,
 }
 
 /// One behavioural case.

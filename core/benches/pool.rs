@@ -1,8 +1,14 @@
 //! Pool cost per tensor: allocate + free through the device arena pool on the host backend, against
 //! `Vec<u8>` allocation of the same sizes in the same run, and the cost of `zero_on_reuse`.
 
-#![allow(missing_docs, reason = "criterion's macros generate undocumented items")]
-#![allow(clippy::expect_used, reason = "a benchmark harness aborts on setup failure")]
+#![allow(
+    missing_docs,
+    reason = "criterion's macros generate undocumented items"
+)]
+#![allow(
+    clippy::expect_used,
+    reason = "a benchmark harness aborts on setup failure"
+)]
 
 use std::hint::black_box;
 use std::sync::Arc;

@@ -6,6 +6,7 @@
 //! reserved bytes each approach needs: the planned arena, TLSF's high-water mark, and the lower
 //! bound. Run: `cargo bench -p tensormem --bench replay`.
 #![allow(
+    missing_docs,
     clippy::unwrap_used,
     clippy::panic,
     reason = "benchmark driver: a failure aborts the run"
@@ -72,7 +73,7 @@ fn run_tlsf(tlsf: &mut Tlsf, events: &[Event], regions: &mut Vec<Option<Region>>
 
 fn bench(c: &mut Criterion) {
     let rec = transformer_step(32, 512, 4096);
-    let plan = ReplayPlan::compile(&rec, Duration::from_secs(2)).unwrap();
+    let plan = std::sync::Arc::new(ReplayPlan::compile(&rec, Duration::from_secs(2)).unwrap());
     let events = rec.events().to_vec();
     let allocations = rec.allocations() as u64;
     let mut tlsf = Tlsf::new(1 << 40).unwrap();

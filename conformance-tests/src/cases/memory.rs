@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use tensormem::{ArenaPool, Backend, DType, Error, PoolConfig, Runtime, RuntimeConfig, Ticket};
+use tensormem::{
+    ArenaPool, Backend, DType, Error, MemoryKind, PoolConfig, Runtime, RuntimeConfig, Ticket,
+};
 
 use super::Rng;
 use crate::{Case, Ctx, check, fail};
@@ -47,6 +49,10 @@ pub(crate) fn cases() -> Vec<Case> {
         Case {
             name: "zero_on_reuse",
             run: zero_on_reuse,
+        },
+        Case {
+            name: "host_visible_pools",
+            run: host_visible_pools,
         },
         Case {
             name: "trim_returns_blocks",
@@ -569,4 +575,53 @@ fn trim_returns_blocks(ctx: &Ctx) -> R {
         "empty pool still reserves".into()
     })?;
     pool.check_invariants()
+}
+
+/// The host-visible (pinned) pools: an `Upload` allocation written by the host and copied to a
+/// device tensor, then copied into a `Readback` allocation and read by the host.
+fn host_visible_pools(ctx: &Ctx) -> R {
+    let rt = runtime(ctx)?;
+    let upload = ArenaPool::new(
+        ctx.backend.clone(),
+        PoolConfig::host_visible(MemoryKind::Upload),
+    )
+    .map_err(fail("upload pool"))?;
+    let readback = ArenaPool::new(
+        ctx.backend.clone(),
+        PoolConfig::host_visible(MemoryKind::Readback),
+    )
+    .map_err(fail("readback pool"))?;
+    let n = 10_000usize;
+    let data = pattern(n, 77);
+    let src = upload
+        .allocate(n as u64, 1, "pinned src")
+        .map_err(fail("allocate"))?;
+    ctx.backend
+        .write_mapped(src.range.block, src.range.offset, &data)
+        .map_err(fail("write_mapped"))?;
+    let t = rt
+        .alloc(DType::U8, &[n], "device")
+        .map_err(fail("device"))?;
+    let dev = t.allocation().range;
+    let ticket = ctx.backend.copy(src.range, dev).map_err(fail("copy in"))?;
+    upload
+        .free_after(src.handle, ticket)
+        .map_err(fail("free"))?;
+    let dst = readback
+        .allocate(n as u64, 1, "pinned dst")
+        .map_err(fail("allocate"))?;
+    let ticket = ctx.backend.copy(dev, dst.range).map_err(fail("copy out"))?;
+    ctx.backend.wait(ticket).map_err(fail("wait"))?;
+    let mut back = vec![0u8; n];
+    ctx.backend
+        .read_mapped(dst.range.block, dst.range.offset, &mut back)
+        .map_err(fail("read_mapped"))?;
+    check(back == data, || "pinned round trip differs".into())?;
+    readback.free(dst.handle).map_err(fail("free"))?;
+    rt.device_pool()
+        .mark_used(t.allocation().handle, ticket)
+        .map_err(fail("mark"))?;
+    rt.free(t).map_err(fail("free"))?;
+    upload.check_invariants()?;
+    readback.check_invariants()
 }
