@@ -1,78 +1,55 @@
-//! The HTML memory timeline renders in a real browser: a traced MNIST-shaped MLP (784 → 128 → 10,
-//! batch 64) runs on the host backend, its trace goes through the JSON file format, the timeline is
-//! written, and headless Chromium takes a screenshot that must not be blank (many distinct colours,
-//! a good share of non-background pixels; decoded with Python's zlib).
+//! The HTML memory timeline renders in a real browser: the MNIST sample runs on the host backend
+//! with `--trace`, `tensormem-report` reads the trace file back and writes the timeline, and
+//! headless Chromium takes a screenshot that must not be blank (many distinct colours, a good share
+//! of non-background pixels; decoded with Python's zlib).
 //!
-//! Skips with a printed reason when `chromium` or `python3` is absent.
-// Test helpers outside `#[test]` functions unwrap too: a failure is the test failing.
+//! The browser part skips with a printed reason when `chromium` or `python3` is absent.
+// Test helpers outside test functions unwrap too: a failure is the test failing.
 #![allow(clippy::unwrap_used)]
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 
-use tensormem::{DType, Graph, HostBackend, HostConfig, Op, Runtime, RuntimeConfig, Trace, Tracer};
+use tensormem::Trace;
 
-fn f32_bytes(v: f32, n: usize) -> Vec<u8> {
-    (0..n).flat_map(|_| v.to_ne_bytes()).collect()
-}
-
-fn mlp_trace() -> Trace {
-    let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-    let rt = Runtime::new(backend, RuntimeConfig::default()).unwrap();
-    let tracer = Tracer::new();
-    rt.set_tracer(Some(tracer.clone()));
-    let mut g = Graph::new();
-    let x = g.input("images", DType::F32, &[64, 784]);
-    let w1 = g.weight("fc1.weight", DType::F32, &[128, 784]);
-    let b1 = g.weight("fc1.bias", DType::F32, &[128]);
-    let w2 = g.weight("fc2.weight", DType::F32, &[10, 128]);
-    let b2 = g.weight("fc2.bias", DType::F32, &[10]);
-    let linear = |m, n, k| Op::MatMul {
-        batch: 1,
-        m,
-        n,
-        k,
-        trans_a: false,
-        trans_b: true,
-        broadcast_b: true,
-        bias: true,
-        alpha: 1.0,
-    };
-    let h = g
-        .op(linear(64, 128, 784), &[x, w1, b1], &[64, 128], "fc1")
+/// Runs the MNIST sample with tracing and the report on its trace; returns the HTML path.
+fn traced_mnist_timeline(dir: &Path) -> PathBuf {
+    let json = dir.join("mnist.trace.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_mnist"))
+        .args(["--backend", "host", "--runs", "2", "--trace"])
+        .arg(&json)
+        .output()
         .unwrap();
-    let r = g
-        .op(Op::Relu { len: 64 * 128 }, &[h], &[64, 128], "relu")
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("predicted 7 (label 7)"), "{stdout}");
+    let trace =
+        Trace::from_json(&std::fs::read_to_string(&json).unwrap(), "mnist.trace.json").unwrap();
+    let lifetimes = trace.lifetimes();
+    assert!(lifetimes.iter().any(|l| l.pool == "device/planned"));
+    assert!(
+        lifetimes.iter().all(|l| l.free_step.is_some()),
+        "the sample frees everything"
+    );
+    let html = dir.join("mnist.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
+        .arg(&json)
+        .arg("--html")
+        .arg(&html)
+        .output()
         .unwrap();
-    let z = g
-        .op(linear(64, 10, 128), &[r, w2, b2], &[64, 10], "fc2")
-        .unwrap();
-    let y = g
-        .op(
-            Op::Softmax {
-                rows: 64,
-                cols: 10,
-                masked: false,
-                rows_per_mask: 1,
-            },
-            &[z],
-            &[64, 10],
-            "softmax",
-        )
-        .unwrap();
-    g.output(y);
-    let mut m = rt.compile(&g).unwrap();
-    for (w, n) in [(w1, 128 * 784), (b1, 128), (w2, 10 * 128), (b2, 10)] {
-        m.set_weight(w, &f32_bytes(0.01, n)).unwrap();
-    }
-    for _ in 0..3 {
-        m.set_input(x, &f32_bytes(0.5, 64 * 784)).unwrap();
-        m.run().unwrap();
-        let p = m.read_output::<f32>(y).unwrap();
-        assert!((p[..10].iter().sum::<f32>() - 1.0).abs() < 1e-4);
-    }
-    drop(m);
-    tracer.snapshot()
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("activations (planned arena)") && page.contains("pool device/planned"));
+    html
 }
 
 const PNG_CHECK: &str = r#"
@@ -112,19 +89,10 @@ fn have(cmd: &str) -> bool {
 }
 
 #[test]
-fn the_timeline_of_a_traced_mlp_renders_in_headless_chromium() {
-    let trace = mlp_trace();
+fn the_timeline_of_the_traced_mnist_sample_renders_in_headless_chromium() {
     let dir = std::env::temp_dir().join(format!("tensormem-timeline-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("mlp.trace.json");
-    std::fs::write(&json, trace.to_chrome_json()).unwrap();
-    let back =
-        Trace::from_json(&std::fs::read_to_string(&json).unwrap(), "mlp.trace.json").unwrap();
-    assert_eq!(back, trace);
-    let html = dir.join("mlp.html");
-    let page = back.to_html("MNIST-shaped MLP");
-    assert!(page.contains("fc1.weight") && page.contains("pool device/planned"));
-    std::fs::write(&html, &page).unwrap();
+    let html = traced_mnist_timeline(&dir);
 
     let Some(browser) = ["chromium", "chromium-browser"]
         .into_iter()
@@ -137,7 +105,7 @@ fn the_timeline_of_a_traced_mlp_renders_in_headless_chromium() {
         println!("SKIPPED: no python3 to decode the screenshot");
         return;
     }
-    let png = dir.join("mlp.png");
+    let png = dir.join("mnist.png");
     let out = Command::new(browser)
         .args([
             "--headless",
