@@ -82,6 +82,20 @@ fn finding_json(f: &Finding) -> String {
     )
 }
 
+/// `writeln!` into the output buffer (writing to a `String` cannot fail).
+macro_rules! outln {
+    ($out:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+
+/// Writes the whole output at once; a closed pipe (`| head`) is not an error worth a message.
+fn emit(out: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+}
+
 fn run(args: &Args) -> Result<(), Error> {
     let text = std::fs::read_to_string(&args.trace).map_err(|source| Error::Io {
         path: args.trace.clone(),
@@ -89,6 +103,7 @@ fn run(args: &Args) -> Result<(), Error> {
     })?;
     let trace = Trace::from_json(&text, &args.trace)?;
     let findings = analyze(&trace, &args.options);
+    let mut out = String::new();
     if let Some(path) = &args.html {
         std::fs::write(
             path,
@@ -101,10 +116,12 @@ fn run(args: &Args) -> Result<(), Error> {
     }
     if args.json {
         let items: Vec<String> = findings.iter().map(finding_json).collect();
-        println!("[\n{}\n]", items.join(",\n"));
+        outln!(out, "[\n{}\n]", items.join(",\n"));
+        emit(&out);
         return Ok(());
     }
-    println!(
+    outln!(
+        out,
         "{}: {} events, {} allocations, {} finding(s), largest peak saving first",
         args.trace,
         trace.events.len(),
@@ -112,9 +129,13 @@ fn run(args: &Args) -> Result<(), Error> {
         findings.len()
     );
     if !findings.is_empty() {
-        println!(
+        outln!(
+            out,
             "{:>12}  {:>12}  {:<19} {:<16} allocation: detail",
-            "saves (B)", "size (B)", "kind", "pool"
+            "saves (B)",
+            "size (B)",
+            "kind",
+            "pool"
         );
     }
     for f in &findings {
@@ -123,7 +144,8 @@ fn run(args: &Args) -> Result<(), Error> {
         } else {
             &f.label
         };
-        println!(
+        outln!(
+            out,
             "{:>12}  {:>12}  {:<19} {:<16} {label}: {}",
             f.saved,
             f.size,
@@ -133,13 +155,14 @@ fn run(args: &Args) -> Result<(), Error> {
         );
         if let Some(bt) = &f.backtrace {
             for line in bt.lines().take(12) {
-                println!("{:>46}{line}", "");
+                outln!(out, "{:>46}{line}", "");
             }
         }
     }
     if let Some(path) = &args.html {
-        println!("timeline written to {path}");
+        outln!(out, "timeline written to {path}");
     }
+    emit(&out);
     Ok(())
 }
 
