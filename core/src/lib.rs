@@ -41,6 +41,10 @@
 //! * **Generational handles**: double free and use after free are errors, not undefined behaviour.
 //! * **Static planning** ([`plan`]): a compiled [`Graph`] puts every intermediate in one arena at
 //!   planned offsets, so a steady-state inference allocates nothing.
+//! * **Tracing off by default** ([`trace`]): [`Runtime::set_tracer`] records allocations, frees,
+//!   blocks, transfers and every op's tensor uses; off, it costs one atomic load per operation.
+//!   Traces export to Chrome/Perfetto JSON and a self-contained HTML timeline, and
+//!   [`trace::analyze`] reports wasted memory with the peak bytes each fix saves.
 //!
 //! # Limits
 //! * One logical queue per backend: work executes in submission order; no multi-queue overlap yet.
@@ -58,6 +62,7 @@ pub mod plan;
 pub mod pool;
 pub mod runtime;
 pub mod suballoc;
+pub mod trace;
 
 pub use backend::{Backend, BlockDesc, BlockId, BlockRange, Capabilities, MemoryKind, Ticket};
 pub use error::{Error, OomReport, Result};
@@ -66,3 +71,4 @@ pub use host::{HostBackend, HostConfig};
 pub use ops::{DType, Op};
 pub use pool::{Allocation, ArenaPool, Handle, PoolConfig, PoolStats, StagingBelt, StagingConfig};
 pub use runtime::{MemoryReport, Model, Runtime, RuntimeConfig, Tensor};
+pub use trace::{Trace, TraceEvent, Tracer};

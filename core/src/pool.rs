@@ -9,11 +9,13 @@
 
 mod arena;
 mod deferred;
+mod guard;
 mod replay;
 mod slots;
 mod staging;
 
 pub use arena::{Allocation, ArenaPool, DEFAULT_BLOCK_SIZE, MAX_ALIGN, PoolConfig, PoolStats};
+pub use guard::GUARD_PATTERN;
 pub use replay::{ReplayAllocation, ReplayPool, ReplayStats};
 pub use slots::Handle;
 pub use staging::{StagingBelt, StagingConfig, StagingStats};

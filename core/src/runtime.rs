@@ -17,6 +17,7 @@ use bytemuck::Pod;
 use crate::backend::{Backend, BlockRange, Ticket};
 use crate::ops::DType;
 use crate::pool::{Allocation, ArenaPool, PoolConfig, StagingBelt, StagingConfig};
+use crate::trace::{EventKind, Tracer};
 use crate::{Error, Result};
 
 mod model;
@@ -95,6 +96,27 @@ impl Runtime {
     /// The staging belt.
     pub fn staging(&self) -> &StagingBelt {
         &self.inner.staging
+    }
+
+    /// Starts (`Some`) or stops (`None`) tracing: the device pool's allocations, frees and blocks,
+    /// this runtime's uploads and downloads, and every op's tensor uses in [`Model::enqueue`].
+    pub fn set_tracer(&self, tracer: Option<Tracer>) {
+        self.inner.device.set_tracer(tracer);
+    }
+
+    /// The tracer, if tracing is on (one atomic load when it is off).
+    pub fn tracer(&self) -> Option<Tracer> {
+        self.inner.device.tracer()
+    }
+
+    /// Strict leak check for tests: fails while device tensors are still allocated (models hold
+    /// theirs until dropped). Without it, dropping the last runtime handle prints the leak report.
+    ///
+    /// # Errors
+    /// [`Error::Leak`] listing each live allocation (with where it was made when the tracer records
+    /// backtraces).
+    pub fn check_leaks(&self) -> Result<()> {
+        self.inner.device.check_leaks()
     }
 
     /// The configuration.
@@ -210,6 +232,12 @@ impl Runtime {
             self.inner.staging.upload(dst, &padded)?
         };
         pool.mark_used(alloc.handle, ticket)?;
+        if let Some(t) = pool.tracer() {
+            t.record(EventKind::Upload {
+                id: pool.trace_id(alloc.handle)?,
+                size: data.len() as u64,
+            });
+        }
         Ok(ticket)
     }
 
@@ -240,6 +268,12 @@ impl Runtime {
         if padded {
             let n = out.len();
             out.copy_from_slice(&buf[..n]);
+        }
+        if let Some(t) = self.inner.device.tracer() {
+            t.record(EventKind::Download {
+                id: self.inner.device.trace_id(alloc.handle)?,
+                size: out.len() as u64,
+            });
         }
         Ok(())
     }

@@ -18,13 +18,16 @@
 //! 4. only then return [`Error::OutOfMemory`] with a report (requested, reserved, in use, largest free
 //!    range, fragmentation, budget, pending frees, largest live allocations, advice).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind, Ticket};
 use crate::pool::deferred::Deferred;
+use crate::pool::guard;
 use crate::pool::slots::{Handle, Slots, next_pool_id};
 use crate::suballoc::{Region, Tlsf};
-use crate::{Error, OomReport, Result};
+use crate::trace::{EventKind, Tracer};
+use crate::{Error, Result};
 
 /// Largest alignment a pool accepts, in bytes (1 GiB).
 pub const MAX_ALIGN: u64 = 1 << 30;
@@ -49,6 +52,14 @@ pub struct PoolConfig {
     /// Clear memory before handing it out, so no allocation sees bytes another one left behind
     /// (what WebGPU guarantees for fresh buffers). Costs one fill per allocation. Default `false`.
     pub zero_on_reuse: bool,
+    /// Debug guard margins: bytes reserved before and after every allocation (rounded up to the copy
+    /// alignment; the front margin also to the allocation's alignment), filled with
+    /// [`GUARD_PATTERN`](crate::pool::GUARD_PATTERN) and checked when the allocation is freed, which
+    /// then fails with [`Error::Corruption`] naming the label. Default 0 (off); 64 is typical in
+    /// tests. Margins count in [`PoolStats::in_use`]. Checked only where the pool's memory is
+    /// host-visible (host memory, unified-memory devices); elsewhere the margins are reserved but
+    /// not checked (no readback path yet). A checked free waits for the allocation's last use.
+    pub guard_bytes: u64,
 }
 
 impl PoolConfig {
@@ -60,6 +71,7 @@ impl PoolConfig {
             block_size: DEFAULT_BLOCK_SIZE,
             budget: None,
             zero_on_reuse: false,
+            guard_bytes: 0,
         }
     }
 
@@ -71,6 +83,7 @@ impl PoolConfig {
             block_size: 8 << 20,
             budget: None,
             zero_on_reuse: false,
+            guard_bytes: 0,
         }
     }
 }
@@ -128,17 +141,36 @@ struct Block {
 
 struct Live {
     block: usize,
+    /// The sub-allocated region, guard margins included.
     region: Region,
+    /// Offset of the data in `region` (the front guard margin), in bytes.
+    front: u64,
+    /// Bytes of data (the request rounded to the copy alignment).
+    size: u64,
     label: String,
     last_use: Ticket,
+    /// Id in the pool's tracer (0 when tracing was off at allocation).
+    trace_id: u64,
+}
+
+impl Live {
+    fn data_range(&self, block: BlockId) -> BlockRange {
+        BlockRange {
+            block,
+            offset: self.region.offset + self.front,
+            size: self.size,
+        }
+    }
 }
 
 struct State {
     /// `None` entries are blocks returned by trim; indices stay stable for `Live::block`.
     blocks: Vec<Option<Block>>,
     slots: Slots<Live>,
-    deferred: Deferred<(usize, Region)>,
+    /// Frees waiting for a ticket: block index, region, trace id.
+    deferred: Deferred<(usize, Region, u64)>,
     stats: PoolStats,
+    tracer: Option<Tracer>,
 }
 
 /// A pool of blocks of one memory kind, sub-allocated with TLSF. `Send + Sync`; all methods take
@@ -149,6 +181,8 @@ pub struct ArenaPool {
     /// Alignment every allocation gets at least: the binding alignment for device memory, the copy
     /// alignment otherwise.
     base_align: u64,
+    /// Whether `State::tracer` is set: lets hot paths skip the lock when tracing is off.
+    traced: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -183,7 +217,9 @@ impl ArenaPool {
                 slots: Slots::new(next_pool_id(), "allocation"),
                 deferred: Deferred::new(),
                 stats: PoolStats::default(),
+                tracer: None,
             }),
+            traced: AtomicBool::new(false),
             backend,
             config,
         })
@@ -197,6 +233,37 @@ impl ArenaPool {
     /// The backend the pool draws blocks from.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
+    }
+
+    /// Starts (`Some`) or stops (`None`) recording this pool's allocations, frees and blocks into a
+    /// tracer (see [`crate::trace`]). Allocations made while tracing was off are not traced later.
+    pub fn set_tracer(&self, tracer: Option<Tracer>) {
+        let mut st = self.lock();
+        self.traced.store(tracer.is_some(), Ordering::Release);
+        st.tracer = tracer;
+    }
+
+    /// The tracer, if one is set. One atomic load when none is.
+    pub fn tracer(&self) -> Option<Tracer> {
+        if !self.traced.load(Ordering::Acquire) {
+            return None;
+        }
+        self.lock().tracer.clone()
+    }
+
+    /// The allocation's id in the pool's tracer (0 when it was made with tracing off).
+    ///
+    /// # Errors
+    /// As [`ArenaPool::resolve`].
+    pub fn trace_id(&self, handle: Handle) -> Result<u64> {
+        Ok(self.lock().slots.get(handle)?.trace_id)
+    }
+
+    /// Whether guard margins can be written and checked through mapping.
+    fn guards_checked(&self) -> bool {
+        self.config.guard_bytes > 0
+            && (self.config.kind != MemoryKind::DeviceLocal
+                || self.backend.capabilities().device_host_visible)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -242,43 +309,72 @@ impl ArenaPool {
                 });
             }
         }
+        // Guard margins: the front one keeps the data aligned.
+        let (front, total) = match self.config.guard_bytes {
+            0 => (0, rounded),
+            g => {
+                let back = round_up(g, copy_align).unwrap_or(g);
+                let front = round_up(back, align).unwrap_or(back);
+                (front, rounded.saturating_add(front).saturating_add(back))
+            }
+        };
         let mut st = self.lock();
-        let found = match self.try_existing(&mut st, rounded, align)? {
+        let found = match self.try_existing(&mut st, total, align)? {
             Some(found) => Some(found),
             None => {
                 self.reclaim_locked(&mut st)?;
-                match self.try_existing(&mut st, rounded, align)? {
+                match self.try_existing(&mut st, total, align)? {
                     Some(found) => Some(found),
-                    None => self.grow(&mut st, rounded, align, label)?,
+                    None => self.grow(&mut st, total, align, label)?,
                 }
             }
         };
         let Some((block, region)) = found else {
             st.stats.oom_count += 1;
             return Err(Error::OutOfMemory(Box::new(
-                self.oom_report(&st, size, label),
+                self.oom_report(&st, size, total, align, label),
             )));
         };
-        let range = BlockRange {
-            block: st.blocks[block]
-                .as_ref()
-                .map(|b| b.id)
-                .unwrap_or(BlockId(0)),
-            offset: region.offset,
-            size: region.size,
-        };
-        let mut last_use = Ticket::DONE;
-        if self.config.zero_on_reuse {
-            last_use = self.zero(range)?;
-        }
-        let handle = st.slots.insert(Live {
+        let block_id = st.blocks[block]
+            .as_ref()
+            .map(|b| b.id)
+            .unwrap_or(BlockId(0));
+        let mut live = Live {
             block,
             region,
+            front,
+            size: rounded,
             label: label.to_string(),
-            last_use,
-        });
+            last_use: Ticket::DONE,
+            trace_id: 0,
+        };
+        let range = live.data_range(block_id);
+        if self.config.zero_on_reuse {
+            live.last_use = self.zero(range)?;
+        }
+        if self.guards_checked() {
+            guard::fill(
+                self.backend.as_ref(),
+                block_id,
+                (live.region.offset, live.region.size),
+                front,
+                rounded,
+            )?;
+        }
+        if let Some(t) = &st.tracer {
+            live.trace_id = t.next_id();
+            t.record(EventKind::Alloc {
+                id: live.trace_id,
+                pool: self.config.name.clone(),
+                size: rounded,
+                offset: range.offset,
+                label: label.to_string(),
+                parent: None,
+            });
+        }
+        let handle = st.slots.insert(live);
         let s = &mut st.stats;
-        s.in_use += range.size;
+        s.in_use += total;
         s.peak_in_use = s.peak_in_use.max(s.in_use);
         s.allocations += 1;
         s.total_allocations += 1;
@@ -373,6 +469,13 @@ impl ArenaPool {
                         size: block_size,
                         tlsf,
                     });
+                    if let Some(t) = &st.tracer {
+                        t.record(EventKind::BlockReserve {
+                            pool: self.config.name.clone(),
+                            block: id.0,
+                            size: block_size,
+                        });
+                    }
                     let s = &mut st.stats;
                     s.reserved += block_size;
                     s.peak_reserved = s.peak_reserved.max(s.reserved);
@@ -390,51 +493,6 @@ impl ArenaPool {
             }
         }
         Ok(None)
-    }
-
-    fn oom_report(&self, st: &State, requested: u64, label: &str) -> OomReport {
-        let mut free = 0u64;
-        let mut largest = 0u64;
-        let mut empty_blocks = 0u64;
-        for b in st.blocks.iter().flatten() {
-            let r = b.tlsf.report();
-            free += r.free;
-            largest = largest.max(r.largest_free);
-            if b.tlsf.is_empty() {
-                empty_blocks += b.size;
-            }
-        }
-        let mut live: Vec<(String, u64)> = st
-            .slots
-            .iter()
-            .map(|l| (l.label.clone(), l.region.size))
-            .collect();
-        live.sort_by_key(|l| std::cmp::Reverse(l.1));
-        live.truncate(5);
-        let budget = self.config.budget;
-        // Would the live set plus the request fit, packed with no holes? Allocations live at the
-        // same time cannot share bytes, so a static plan needs exactly their sum.
-        let needed = st.stats.in_use + requested;
-        let capacity = budget.unwrap_or(st.stats.reserved.max(needed));
-        OomReport {
-            pool: self.config.name.clone(),
-            label: (!label.is_empty()).then(|| label.to_string()),
-            requested,
-            reserved: st.stats.reserved,
-            in_use: st.stats.in_use,
-            largest_free: largest,
-            fragmentation: if free == 0 {
-                0.0
-            } else {
-                1.0 - largest as f64 / free as f64
-            },
-            budget,
-            pending_free: st.deferred.bytes(),
-            largest_live: live,
-            trim_would_help: empty_blocks > 0
-                && budget.is_some_and(|b| st.stats.reserved - empty_blocks + requested <= b),
-            static_plan_would_fit: Some(needed <= capacity),
-        }
     }
 
     /// Frees an allocation once the last work recorded against it (see
@@ -459,17 +517,46 @@ impl ArenaPool {
         st.stats.in_use -= size;
         st.stats.allocations -= 1;
         st.stats.total_frees += 1;
+        if let Some(t) = &st.tracer {
+            t.record(EventKind::FreeRequested { id: live.trace_id });
+        }
+        let mut corruption = None;
+        if self.guards_checked() {
+            // The margins can only be judged once the work that used the allocation is done.
+            self.backend.wait(wait)?;
+            let block_id = st.blocks[live.block]
+                .as_ref()
+                .map(|b| b.id)
+                .unwrap_or(BlockId(0));
+            corruption = guard::check(
+                self.backend.as_ref(),
+                block_id,
+                (live.region.offset, live.region.size),
+                live.front,
+                live.size,
+            )?;
+        }
         // No device work touched it: skip asking the backend.
         if wait == Ticket::DONE || wait <= self.backend.completed()? {
-            Self::release(&mut st, live.block, live.region)?;
+            Self::release(&mut st, live.block, live.region, live.trace_id)?;
         } else {
-            st.deferred.push(wait, size, (live.block, live.region));
+            st.deferred
+                .push(wait, size, (live.block, live.region, live.trace_id));
             st.stats.pending_free = st.deferred.bytes();
         }
-        Ok(())
+        match corruption {
+            Some(what) => Err(Error::Corruption(format!(
+                "{what} of allocation '{}' ({} bytes) in the {} pool",
+                live.label, live.size, self.config.name
+            ))),
+            None => Ok(()),
+        }
     }
 
-    fn release(st: &mut State, block: usize, region: Region) -> Result<()> {
+    fn release(st: &mut State, block: usize, region: Region, trace_id: u64) -> Result<()> {
+        if let Some(t) = &st.tracer {
+            t.record(EventKind::FreeReclaimed { id: trace_id });
+        }
         match st.blocks.get_mut(block).and_then(Option::as_mut) {
             Some(b) => b.tlsf.free(region),
             None => Err(Error::invalid("allocation refers to a released block")),
@@ -481,8 +568,8 @@ impl ArenaPool {
             return Ok(());
         }
         let completed = self.backend.completed()?;
-        for (block, region) in st.deferred.reclaim(completed) {
-            Self::release(st, block, region)?;
+        for (block, region, trace_id) in st.deferred.reclaim(completed) {
+            Self::release(st, block, region, trace_id)?;
         }
         st.stats.pending_free = st.deferred.bytes();
         Ok(())
@@ -508,11 +595,7 @@ impl ArenaPool {
             .as_ref()
             .map(|b| b.id)
             .ok_or_else(|| Error::invalid("allocation refers to a released block"))?;
-        Ok(BlockRange {
-            block,
-            offset: live.region.offset,
-            size: live.region.size,
-        })
+        Ok(live.data_range(block))
     }
 
     /// Records that work with `ticket` uses the allocation: its free will wait for that ticket.
@@ -560,6 +643,13 @@ impl ArenaPool {
         for slot in st.blocks.iter_mut() {
             if slot.as_ref().is_some_and(|b| b.tlsf.is_empty()) {
                 if let Some(b) = slot.take() {
+                    if let Some(t) = &st.tracer {
+                        t.record(EventKind::BlockRelease {
+                            pool: self.config.name.clone(),
+                            block: b.id.0,
+                            size: b.size,
+                        });
+                    }
                     self.backend.free_block(b.id)?;
                     released += b.size;
                     st.stats.reserved -= b.size;
@@ -614,26 +704,36 @@ impl ArenaPool {
     /// # Errors
     /// [`Error::Leak`] listing each live allocation.
     pub fn check_leaks(&self) -> Result<()> {
-        let live = self.live_allocations();
-        if live.is_empty() {
+        let st = self.lock();
+        if st.slots.len() == 0 {
             return Ok(());
         }
-        let bytes = live.iter().map(|l| l.1).sum();
-        let report = live
-            .iter()
-            .map(|(l, s)| {
-                format!(
-                    "  {s} bytes: {}",
-                    if l.is_empty() { "<unlabelled>" } else { l }
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
+        let bytes = st.slots.iter().map(|l| l.region.size).sum();
         Err(Error::Leak {
-            count: live.len(),
+            count: st.slots.len(),
             bytes,
-            report,
+            report: Self::leak_report(&st, usize::MAX),
         })
+    }
+
+    /// One line per live allocation (largest first, at most `max`), followed by where it was
+    /// made when the tracer records backtraces.
+    fn leak_report(st: &State, max: usize) -> String {
+        let mut live: Vec<&Live> = st.slots.iter().collect();
+        live.sort_by_key(|l| std::cmp::Reverse(l.region.size));
+        let mut out = Vec::new();
+        for l in live.into_iter().take(max) {
+            let label = if l.label.is_empty() {
+                "<unlabelled>"
+            } else {
+                &l.label
+            };
+            out.push(format!("  {} bytes: {label}", l.region.size));
+            if let Some(bt) = st.tracer.as_ref().and_then(|t| t.backtrace_of(l.trace_id)) {
+                out.push(format!("    allocated at:\n{bt}"));
+            }
+        }
+        out.join("\n")
     }
 
     /// Checks every block's sub-allocator and the pool's counters. For tests.
@@ -685,19 +785,26 @@ impl Drop for ArenaPool {
                 self.config.name,
                 st.slots.len()
             );
-            for l in st.slots.iter().take(20) {
-                eprintln!("  {} bytes: {}", l.region.size, l.label);
-            }
+            eprintln!("{}", Self::leak_report(st, 20));
         }
         // Blocks may still be used by in-flight work: wait for everything before returning them.
         if let Ok(t) = self.backend.flush() {
             let _ = self.backend.wait(t);
         }
         for b in st.blocks.iter_mut().filter_map(Option::take) {
+            if let Some(t) = &st.tracer {
+                t.record(EventKind::BlockRelease {
+                    pool: self.config.name.clone(),
+                    block: b.id.0,
+                    size: b.size,
+                });
+            }
             let _ = self.backend.free_block(b.id);
         }
     }
 }
+
+mod oom;
 
 #[cfg(test)]
 mod tests;

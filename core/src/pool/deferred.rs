@@ -49,6 +49,11 @@ impl<T> Deferred<T> {
         done
     }
 
+    /// The queued items with their sizes in bytes, in push order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
+        self.items.iter().map(|(_, size, item)| (*size, item))
+    }
+
     /// Bytes waiting for a ticket.
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes

@@ -10,6 +10,7 @@ use crate::graph::{Graph, TensorId, TensorKind};
 use crate::plan::{self, OpUses, SolveOptions, TensorRole};
 use crate::pool::Allocation;
 use crate::runtime::Runtime;
+use crate::trace::{Access, EventKind, Tracer};
 use crate::{Error, Result};
 
 /// What a compiled model costs in memory, and what its plan saved. Sizes in bytes.
@@ -49,6 +50,8 @@ struct Place {
     alloc: Allocation,
     offset: u64,
     size: u64,
+    /// Planned inside the activation arena (traced as a virtual allocation).
+    planned: bool,
 }
 
 /// A compiled graph. Dropping it frees its allocations (after in-flight work).
@@ -159,6 +162,7 @@ impl Runtime {
                     alloc: arena,
                     offset: plan.offsets[b],
                     size: sizes[i],
+                    planned: true,
                 },
                 (TensorRole::Intermediate, _, _) => continue, // never written nor read
                 (role, _, _) => {
@@ -173,6 +177,7 @@ impl Runtime {
                         alloc: a,
                         offset: 0,
                         size: sizes[i],
+                        planned: false,
                     }
                 }
             };
@@ -250,7 +255,14 @@ impl Model {
         let mut ranges: Vec<Option<BlockRange>> = vec![None; self.places.len()];
         let mut bindings = Vec::with_capacity(4);
         let mut last = Ticket::DONE;
-        for node in self.graph.nodes() {
+        let mut tracing = match pool.tracer() {
+            Some(t) => Some(NodeTracer::new(self, t)?),
+            None => None,
+        };
+        for (step, node) in self.graph.nodes().iter().enumerate() {
+            if let Some(nt) = &mut tracing {
+                nt.before(self, step, node)?;
+            }
             bindings.clear();
             for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
                 let root = self.graph.root(t).0;
@@ -271,6 +283,9 @@ impl Model {
                 bindings.push(range);
             }
             last = self.rt.backend().dispatch(&node.op, &bindings)?;
+            if let Some(nt) = &mut tracing {
+                nt.after(self, step, node);
+            }
         }
         for a in &self.owned {
             pool.mark_used(a.handle, last)?;
@@ -327,6 +342,89 @@ impl Drop for Model {
     fn drop(&mut self) {
         for a in self.owned.drain(..) {
             let _ = self.rt.device_pool().free(a.handle);
+        }
+    }
+}
+
+/// Records one run's tensor uses, and the lifetimes of the tensors planned in the arena as virtual
+/// allocations (pool `"<pool>/planned"`, child of the arena) from their first write to their last use.
+struct NodeTracer {
+    tracer: Tracer,
+    pool: String,
+    /// Per root tensor: trace id (owned allocations: the pool's; planned ones: issued at first write).
+    ids: Vec<u64>,
+    /// Per root tensor: first and last node that binds it.
+    span: Vec<Option<(usize, usize)>>,
+}
+
+impl NodeTracer {
+    fn new(model: &Model, tracer: Tracer) -> Result<Self> {
+        let pool = model.rt.device_pool();
+        let mut ids = vec![0; model.places.len()];
+        let mut span: Vec<Option<(usize, usize)>> = vec![None; model.places.len()];
+        for (step, node) in model.graph.nodes().iter().enumerate() {
+            for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
+                let root = model.graph.root(t).0;
+                let s = span[root].get_or_insert((step, step));
+                s.1 = step;
+                if let Some(p) = model.places[root].filter(|p| !p.planned) {
+                    ids[root] = pool.trace_id(p.alloc.handle)?;
+                }
+            }
+        }
+        Ok(NodeTracer {
+            tracer,
+            pool: format!("{}/planned", pool.config().name),
+            ids,
+            span,
+        })
+    }
+
+    fn before(&mut self, model: &Model, step: usize, node: &crate::graph::Node) -> Result<()> {
+        let out = model.graph.root(node.output).0;
+        if let Some(p) = model.places[out].filter(|p| p.planned) {
+            if self.span[out].is_some_and(|s| s.0 == step) {
+                self.ids[out] = self.tracer.next_id();
+                self.tracer.record(EventKind::Alloc {
+                    id: self.ids[out],
+                    pool: self.pool.clone(),
+                    size: p.size,
+                    offset: p.offset,
+                    label: node.label.clone(),
+                    parent: Some(model.rt.device_pool().trace_id(p.alloc.handle)?),
+                });
+            }
+        }
+        for (i, &t) in node
+            .inputs
+            .iter()
+            .chain(std::iter::once(&node.output))
+            .enumerate()
+        {
+            let root = model.graph.root(t).0;
+            self.tracer.record(EventKind::Use {
+                id: self.ids[root],
+                op: node.label.clone(),
+                access: if i < node.inputs.len() {
+                    Access::Read
+                } else {
+                    Access::Write
+                },
+                size: model.places[root].map_or(0, |p| p.size),
+            });
+        }
+        Ok(())
+    }
+
+    fn after(&mut self, model: &Model, step: usize, node: &crate::graph::Node) {
+        for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
+            let root = model.graph.root(t).0;
+            let planned = model.places[root].is_some_and(|p| p.planned);
+            if planned && self.span[root].is_some_and(|s| s.1 == step) && self.ids[root] != 0 {
+                self.tracer
+                    .record(EventKind::FreeRequested { id: self.ids[root] });
+                self.ids[root] = 0; // a tensor bound twice by its last node is freed once
+            }
         }
     }
 }

@@ -2,8 +2,10 @@
 //! prints the predictions, the logits and the memory report.
 //!
 //! ```text
-//! mnist [--backend auto|host|vulkan|wgpu|cuda] [--json] [--runs N] [IMAGE...]
+//! mnist [--backend auto|host|vulkan|wgpu|cuda] [--json] [--runs N] [--trace OUT.json] [IMAGE...]
 //! ```
+//! `--trace` records every allocation, transfer and tensor use of the whole run (see
+//! `tensormem::trace`) and writes it as Chrome trace JSON, readable by `tensormem-report`.
 //! IMAGE is raw `u8[784]` (28×28, white on black) or a binary 28×28 PGM; without images it
 //! classifies the three bundled MNIST test images. All images run as one batch.
 
@@ -11,14 +13,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensormem::{Result, Runtime, RuntimeConfig};
+use tensormem::{Result, Runtime, RuntimeConfig, Tracer};
 use tensormem_examples::backend_select;
 use tensormem_examples::models::cli::parse_common;
 use tensormem_examples::models::mnist::{self, Mnist};
 use tensormem_examples::models::report::{InferenceReport, blocks_allocated, time_runs};
 
-const USAGE: &str =
-    "usage: mnist [--backend auto|host|vulkan|wgpu|cuda] [--json] [--runs N] [IMAGE...]";
+const USAGE: &str = "usage: mnist [--backend auto|host|vulkan|wgpu|cuda] [--json] [--runs N] [--trace OUT.json] [IMAGE...]";
 
 fn main() -> ExitCode {
     match run() {
@@ -31,7 +32,15 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<()> {
-    let args = parse_common(std::env::args().skip(1))?;
+    let mut args = parse_common(std::env::args().skip(1))?;
+    let trace_out = match args.rest.iter().position(|a| a == "--trace") {
+        Some(i) => {
+            let path = args.rest.get(i + 1).cloned();
+            args.rest.drain(i..(i + 2).min(args.rest.len()));
+            Some(path.ok_or_else(|| tensormem::Error::invalid("--trace needs a file name"))?)
+        }
+        None => None,
+    };
     if let Some(flag) = args.rest.iter().find(|a| a.starts_with("--")) {
         return Err(tensormem::Error::invalid(format!(
             "unknown flag {flag}\n{USAGE}"
@@ -52,6 +61,8 @@ fn run() -> Result<()> {
 
     let backend = backend_select::select(&args.backend)?;
     let rt = Runtime::new(backend, RuntimeConfig::default())?;
+    let tracer = trace_out.as_ref().map(|_| Tracer::new());
+    rt.set_tracer(tracer.clone());
     let weights = Mnist::bundled_weights()?;
     let mut net = Mnist::new(&rt, &weights, images.len())?;
     let logits = net.classify(&images)?;
@@ -91,6 +102,15 @@ fn run() -> Result<()> {
             println!("  logits [{}]", values.join(", "));
         }
         println!("{}", report.to_text());
+    }
+    if let (Some(path), Some(tracer)) = (&trace_out, &tracer) {
+        drop(net); // its frees belong in the trace
+        let trace = tracer.snapshot();
+        std::fs::write(path, trace.to_chrome_json()).map_err(|source| tensormem::Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+        eprintln!("trace: {} events written to {path}", trace.events.len());
     }
     Ok(())
 }

@@ -1,0 +1,138 @@
+//! The out-of-memory explainer: what an [`Error::OutOfMemory`](crate::Error::OutOfMemory) from the
+//! arena pool reports, computed from the pool's state at the moment of failure.
+//!
+//! - `largest_live`: the five largest live allocations.
+//! - `fragmentation`: 1 − largest free range / total free, over all blocks.
+//! - `trim_would_help`: blocks that hold nothing but frees waiting for in-flight work (truly empty
+//!   ones were already trimmed on the way here) would, once that work completes and they are
+//!   returned, make room: under the budget for the request's block, or, with no budget (the driver
+//!   refused), at least the request's bytes given back to the driver.
+//! - `static_plan_would_fit`: whether the live set plus the request, all alive at once, packs into
+//!   one arena of the capacity (the budget; with no budget, the bytes the pool already holds, which
+//!   the driver did grant). Decided by the static planner ([`crate::plan::solve`] in its decision
+//!   form, 20 ms); with more than [`PLAN_MAX_BUFFERS`] live allocations, by bounds only (the sum of
+//!   sizes is a lower bound; contiguous packing at the aligned sizes is a plan). `None` when
+//!   undecided. `Some(true)` means the failure is fragmentation: planning the workload avoids it.
+
+use std::time::Duration;
+
+use super::{ArenaPool, State, round_up};
+use crate::OomReport;
+use crate::plan::{self, Buffer, SolveOptions};
+
+/// Above this many live allocations the explainer uses bounds instead of the planner.
+pub const PLAN_MAX_BUFFERS: usize = 2048;
+
+impl ArenaPool {
+    /// The report for a failed request of `requested` bytes (`need` after rounding and guard
+    /// margins, at `align`).
+    pub(super) fn oom_report(
+        &self,
+        st: &State,
+        requested: u64,
+        need: u64,
+        align: u64,
+        label: &str,
+    ) -> OomReport {
+        let mut free = 0u64;
+        let mut largest = 0u64;
+        // Bytes per block index still held by pending frees.
+        let mut pending = vec![0u64; st.blocks.len()];
+        for (size, (block, _, _)) in st.deferred.iter() {
+            if let Some(p) = pending.get_mut(*block) {
+                *p += size;
+            }
+        }
+        let mut reclaimable = 0u64;
+        for (i, b) in st.blocks.iter().enumerate() {
+            let Some(b) = b else { continue };
+            let r = b.tlsf.report();
+            free += r.free;
+            largest = largest.max(r.largest_free);
+            if r.used <= pending[i] {
+                reclaimable += b.size;
+            }
+        }
+        let mut live: Vec<(String, u64)> = st
+            .slots
+            .iter()
+            .map(|l| (l.label.clone(), l.region.size))
+            .collect();
+        live.sort_by_key(|l| std::cmp::Reverse(l.1));
+        let budget = self.config.budget;
+        let reserved = st.stats.reserved;
+        let trim_would_help = reclaimable > 0
+            && match budget {
+                Some(b) => reserved - reclaimable + need <= b,
+                None => reclaimable >= need,
+            };
+        let capacity = budget.unwrap_or(reserved);
+        let sizes: Vec<u64> = st
+            .slots
+            .iter()
+            .map(|l| l.region.size)
+            .chain([need])
+            .collect();
+        let static_plan_would_fit = static_plan_fits(&sizes, align.max(self.base_align), capacity);
+        live.truncate(5);
+        OomReport {
+            pool: self.config.name.clone(),
+            label: (!label.is_empty()).then(|| label.to_string()),
+            requested,
+            reserved,
+            in_use: st.stats.in_use,
+            largest_free: largest,
+            fragmentation: if free == 0 {
+                0.0
+            } else {
+                1.0 - largest as f64 / free as f64
+            },
+            budget,
+            pending_free: st.deferred.bytes(),
+            largest_live: live,
+            trim_would_help,
+            static_plan_would_fit,
+        }
+    }
+}
+
+/// Whether buffers of `sizes` bytes, all alive at once, each at a multiple of `align`, fit in one
+/// arena of `capacity` bytes. `None` when undecided.
+pub(crate) fn static_plan_fits(sizes: &[u64], align: u64, capacity: u64) -> Option<bool> {
+    let sum = sizes.iter().fold(0u64, |a, &s| a.saturating_add(s));
+    if sum > capacity {
+        return Some(false); // the lower bound alone exceeds it
+    }
+    let packed = sizes.iter().fold(0u64, |a, &s| {
+        round_up(a, align).unwrap_or(u64::MAX).saturating_add(s)
+    });
+    if packed <= capacity {
+        return Some(true); // contiguous packing is a plan
+    }
+    if sizes.len() > PLAN_MAX_BUFFERS {
+        return None;
+    }
+    let buffers: Vec<Buffer> = sizes
+        .iter()
+        .map(|&size| Buffer {
+            lower: 0,
+            upper: 1,
+            size,
+            align,
+        })
+        .collect();
+    let solution = plan::solve(
+        &buffers,
+        &SolveOptions {
+            time_limit: Duration::from_millis(20),
+            capacity: Some(capacity),
+            ..SolveOptions::default()
+        },
+    )
+    .ok()?;
+    debug_assert!(solution.lower_bound == sum);
+    solution.feasible
+}
+
+#[cfg(test)]
+mod tests;

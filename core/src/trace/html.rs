@@ -1,0 +1,190 @@
+//! The self-contained HTML memory timeline: one SVG chart per pool, every allocation a polygon
+//! stacked over time in the spirit of PyTorch's memory viewer (an allocation sits on top of the
+//! ones made before it and drops when one below it is freed). Hovering shows a `<title>` with
+//! label, size and lifetime. No script, no external resource: the file opens anywhere.
+//!
+//! The x axis is the event step (the index of an event in the trace), so bursts of activity stay
+//! readable whatever their wall-clock duration; times are in the hover text.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use super::Trace;
+
+const WIDTH: f64 = 1100.0;
+const HEIGHT: f64 = 260.0;
+const LEFT: f64 = 90.0;
+
+/// Escapes text for HTML/SVG content and attributes.
+fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+fn bytes(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.2} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+/// A colour per id, spread around the hue circle.
+fn colour(id: u64) -> String {
+    let hue = (id.wrapping_mul(2_654_435_761) % 360) as u32;
+    format!("hsl({hue},65%,58%)")
+}
+
+impl Trace {
+    /// The trace as a self-contained HTML page (inline SVG, no scripts, no external resources).
+    pub fn to_html(&self, title: &str) -> String {
+        let n = self.events.len().max(1);
+        let lifetimes = self.lifetimes();
+        let mut out = String::new();
+        let _ = write!(
+            out,
+            "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title>\n<style>\
+             body{{font-family:sans-serif;margin:16px;background:#fff;color:#222}}\
+             polygon{{stroke:#333;stroke-width:0.3}}polygon:hover{{stroke:#000;stroke-width:1.5}}\
+             h2{{font-size:16px;margin:18px 0 4px}}</style></head><body>\n<h1>{t}</h1>\n\
+             <p>{} events, {} allocations. Hover an allocation for its label, size and lifetime.</p>\n",
+            self.events.len(),
+            lifetimes.len(),
+            t = esc(title)
+        );
+        for pool in self.pools() {
+            // Segments (x0, x1, base) per allocation, in allocation order.
+            let mut segs: Vec<Vec<(usize, usize, u64)>> = Vec::new();
+            let mut live: Vec<(usize, usize, u64)> = Vec::new(); // (lifetime index, segment start, base)
+            let mut order: HashMap<usize, usize> = HashMap::new(); // free step -> lifetime index
+            let mut members: Vec<usize> = Vec::new();
+            for (i, l) in lifetimes.iter().enumerate() {
+                if l.pool == pool {
+                    members.push(i);
+                    if let Some(f) = l.free_step {
+                        order.insert(f, i);
+                    }
+                }
+            }
+            let mut next = 0;
+            let mut peak = 0u64;
+            let mut total = 0u64;
+            let mut seg_of: HashMap<usize, usize> = HashMap::new();
+            for step in 0..self.events.len() {
+                if let Some(&i) = members
+                    .get(next)
+                    .filter(|&&i| lifetimes[i].alloc_step == step)
+                {
+                    next += 1;
+                    seg_of.insert(i, segs.len());
+                    segs.push(Vec::new());
+                    live.push((i, step, total));
+                    total += lifetimes[i].size;
+                    peak = peak.max(total);
+                } else if let Some(&i) = order.get(&step) {
+                    if let Some(pos) = live.iter().position(|e| e.0 == i) {
+                        let size = lifetimes[i].size;
+                        let (_, start, base) = live.remove(pos);
+                        segs[seg_of[&i]].push((start, step, base));
+                        for e in live.iter_mut().skip(pos) {
+                            segs[seg_of[&e.0]].push((e.1, step, e.2));
+                            e.1 = step;
+                            e.2 -= size;
+                        }
+                        total -= size;
+                    }
+                }
+            }
+            for (i, start, base) in live {
+                segs[seg_of[&i]].push((start, n, base));
+            }
+            let scale = if peak == 0 { 0.0 } else { HEIGHT / peak as f64 };
+            let xs = |s: usize| LEFT + s as f64 * WIDTH / n as f64;
+            let ys = |b: u64| 10.0 + HEIGHT - b as f64 * scale;
+            let _ = write!(
+                out,
+                "<h2>pool {} (peak {})</h2>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\">\n\
+                 <rect x=\"{LEFT}\" y=\"10\" width=\"{WIDTH}\" height=\"{HEIGHT}\" fill=\"#f4f4f4\"/>\n\
+                 <text x=\"4\" y=\"20\" font-size=\"11\">{}</text><text x=\"4\" y=\"{}\" font-size=\"11\">0</text>\n\
+                 <text x=\"{LEFT}\" y=\"{}\" font-size=\"11\">event 0</text><text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"end\">event {}</text>\n",
+                esc(&pool),
+                bytes(peak),
+                LEFT + WIDTH + 10.0,
+                HEIGHT + 40.0,
+                bytes(peak),
+                HEIGHT + 10.0,
+                HEIGHT + 28.0,
+                LEFT + WIDTH,
+                HEIGHT + 28.0,
+                n
+            );
+            for &i in &members {
+                let Some(&si) = seg_of.get(&i) else { continue };
+                let l = &lifetimes[i];
+                let s = &segs[si];
+                let mut pts = String::new();
+                for &(x0, x1, base) in s {
+                    let _ = write!(
+                        pts,
+                        "{:.1},{:.1} {:.1},{:.1} ",
+                        xs(x0),
+                        ys(base),
+                        xs(x1),
+                        ys(base)
+                    );
+                }
+                for &(x0, x1, base) in s.iter().rev() {
+                    let top = base + l.size;
+                    let _ = write!(
+                        pts,
+                        "{:.1},{:.1} {:.1},{:.1} ",
+                        xs(x1),
+                        ys(top),
+                        xs(x0),
+                        ys(top)
+                    );
+                }
+                let life = match (l.free_step, l.free_ns) {
+                    (Some(f), Some(t)) => format!(
+                        "freed at event {f} ({:.3} us); lived {:.3} us",
+                        t as f64 / 1e3,
+                        t.saturating_sub(l.alloc_ns) as f64 / 1e3
+                    ),
+                    _ => "never freed (leak)".into(),
+                };
+                let _ = writeln!(
+                    out,
+                    "<polygon points=\"{}\" fill=\"{}\"><title>{}\n{} ({} bytes) in pool {}, offset {}\nallocated at event {} ({:.3} us); {}\n{} use(s)</title></polygon>",
+                    pts.trim_end(),
+                    colour(l.id),
+                    esc(if l.label.is_empty() {
+                        "<unlabelled>"
+                    } else {
+                        &l.label
+                    }),
+                    bytes(l.size),
+                    l.size,
+                    esc(&l.pool),
+                    l.offset,
+                    l.alloc_step,
+                    l.alloc_ns as f64 / 1e3,
+                    life,
+                    l.uses.len()
+                );
+            }
+            out.push_str("</svg>\n");
+        }
+        out.push_str("</body></html>\n");
+        out
+    }
+}

@@ -1,0 +1,116 @@
+//! End-to-end test of `tensormem-report`: a traced runtime workload on the host backend is written
+//! as Chrome trace JSON, and the binary prints its findings largest saving first, writes the HTML
+//! timeline, and rejects a malformed file with its line number.
+// Test helpers outside `#[test]` functions unwrap too: a failure is the test failing.
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+use std::sync::Arc;
+
+use tensormem::{DType, HostBackend, HostConfig, Runtime, RuntimeConfig, Tracer};
+
+fn workload_trace() -> String {
+    let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    let rt = Runtime::new(backend, RuntimeConfig::default()).unwrap();
+    let tracer = Tracer::new();
+    rt.set_tracer(Some(tracer.clone()));
+    let unused = rt.alloc(DType::U8, &[8192], "unused scratch").unwrap();
+    let early = rt.alloc(DType::U8, &[4096], "early weights").unwrap();
+    let b = rt.alloc(DType::U8, &[1024], "b").unwrap();
+    rt.upload(&b, &[1u8; 1024]).unwrap();
+    rt.download::<u8>(&b).unwrap();
+    rt.free(b).unwrap();
+    rt.upload(&early, &[1u8; 4096]).unwrap();
+    rt.download::<u8>(&early).unwrap();
+    rt.free(early).unwrap();
+    rt.free(unused).unwrap();
+    tracer.snapshot().to_chrome_json()
+}
+
+fn dir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tensormem-report-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn prints_findings_largest_first_and_writes_the_timeline() {
+    let d = dir();
+    let trace = d.join("trace.json");
+    let html = d.join("timeline.html");
+    std::fs::write(&trace, workload_trace()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
+        .arg(&trace)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = stdout
+        .lines()
+        .skip(2)
+        .filter(|l| !l.starts_with("timeline"))
+        .collect();
+    assert!(
+        rows[0].contains("unused allocation") && rows[0].contains("unused scratch"),
+        "{stdout}"
+    );
+    assert!(rows[0].trim_start().starts_with("8192"), "{stdout}");
+    assert!(
+        rows.iter()
+            .any(|r| r.contains("early allocation") && r.contains("early weights")),
+        "{stdout}"
+    );
+    let saved: Vec<u64> = rows
+        .iter()
+        .map(|r| r.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert!(saved.windows(2).all(|w| w[0] >= w[1]), "{stdout}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<svg") && page.contains("unused scratch"));
+
+    let json = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
+        .arg(&trace)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&json.stdout);
+    assert!(
+        text.trim_start().starts_with('[')
+            && text.contains("\"kind\":\"unused allocation\",\"id\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_malformed_file_fails_with_its_line() {
+    let d = dir();
+    let bad = d.join("bad.json");
+    std::fs::write(
+        &bad,
+        "{\n\"tensormemEvents\": [\n{\"t\": 1, \"k\": \"free\"}\n]}\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.json:3:") && err.contains("'id'"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
+        .arg("--bogus")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
+        .arg(d.join("missing.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
