@@ -55,6 +55,10 @@ pub(crate) fn cases() -> Vec<Case> {
             run: host_visible_pools,
         },
         Case {
+            name: "guard_margins_catch_overruns",
+            run: guard_margins,
+        },
+        Case {
             name: "trim_returns_blocks",
             run: trim_returns_blocks,
         },
@@ -624,4 +628,39 @@ fn host_visible_pools(ctx: &Ctx) -> R {
     rt.free(t).map_err(fail("free"))?;
     upload.check_invariants()?;
     readback.check_invariants()
+}
+
+/// Guard margins: an op whose output binding runs 16 bytes past its tensor is reported on free,
+/// naming the tensor; clean allocations free without error.
+fn guard_margins(ctx: &Ctx) -> R {
+    let pool = ArenaPool::new(
+        ctx.backend.clone(),
+        PoolConfig {
+            guard_bytes: 64,
+            block_size: 1 << 16,
+            ..PoolConfig::device()
+        },
+    )
+    .map_err(fail("pool"))?;
+    let src = pool.allocate(4 * 104, 1, "src").map_err(fail("src"))?;
+    let dst = pool
+        .allocate(4 * 100, 1, "overrun victim")
+        .map_err(fail("dst"))?;
+    let overrun = tensormem::BlockRange {
+        size: 4 * 104,
+        ..dst.range
+    };
+    let t = ctx
+        .backend
+        .dispatch(&tensormem::Op::Copy { len: 104 }, &[src.range, overrun])
+        .map_err(fail("dispatch"))?;
+    pool.mark_used(dst.handle, t).map_err(fail("mark"))?;
+    match pool.free(dst.handle) {
+        Err(Error::Corruption(msg)) => check(msg.contains("overrun victim"), || {
+            format!("corruption report does not name the tensor: {msg}")
+        })?,
+        other => return Err(format!("overrun not caught: {other:?}")),
+    }
+    pool.free(src.handle).map_err(fail("clean free"))?;
+    pool.check_invariants()
 }

@@ -56,9 +56,10 @@ pub struct PoolConfig {
     /// alignment; the front margin also to the allocation's alignment), filled with
     /// [`GUARD_PATTERN`](crate::pool::GUARD_PATTERN) and checked when the allocation is freed, which
     /// then fails with [`Error::Corruption`] naming the label. Default 0 (off); 64 is typical in
-    /// tests. Margins count in [`PoolStats::in_use`]. Checked only where the pool's memory is
-    /// host-visible (host memory, unified-memory devices); elsewhere the margins are reserved but
-    /// not checked (no readback path yet). A checked free waits for the allocation's last use.
+    /// tests. Margins count in [`PoolStats::in_use`]. Written and checked through mapping where the
+    /// pool's memory is host-visible, through temporary upload/readback blocks and device copies
+    /// elsewhere (a block allocation and a wait per margin: debug only). A checked free waits for
+    /// the allocation's last use.
     pub guard_bytes: u64,
 }
 
@@ -259,11 +260,15 @@ impl ArenaPool {
         Ok(self.lock().slots.get(handle)?.trace_id)
     }
 
-    /// Whether guard margins can be written and checked through mapping.
+    /// Whether allocations carry guard margins.
     fn guards_checked(&self) -> bool {
         self.config.guard_bytes > 0
-            && (self.config.kind != MemoryKind::DeviceLocal
-                || self.backend.capabilities().device_host_visible)
+    }
+
+    /// Whether the pool's blocks can be mapped (else guard margins are staged through copies).
+    fn mapped(&self) -> bool {
+        self.config.kind != MemoryKind::DeviceLocal
+            || self.backend.capabilities().device_host_visible
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -359,6 +364,7 @@ impl ArenaPool {
                 (live.region.offset, live.region.size),
                 front,
                 rounded,
+                self.mapped(),
             )?;
         }
         if let Some(t) = &st.tracer {
@@ -534,6 +540,7 @@ impl ArenaPool {
                 (live.region.offset, live.region.size),
                 live.front,
                 live.size,
+                self.mapped(),
             )?;
         }
         // No device work touched it: skip asking the backend.

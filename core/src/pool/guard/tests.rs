@@ -109,3 +109,49 @@ fn an_op_whose_binding_overruns_its_tensor_is_caught() {
     );
     p.free(src.handle).unwrap();
 }
+
+/// Regression: device memory the host cannot map (a discrete GPU, simulated by `force_staging`)
+/// used to keep its margins unchecked; they now go through staged copies.
+#[test]
+fn margins_of_unmappable_device_memory_are_checked_through_copies() {
+    let backend = Arc::new(
+        HostBackend::new(HostConfig {
+            force_staging: true,
+            ..HostConfig::default()
+        })
+        .unwrap(),
+    );
+    let p = ArenaPool::new(
+        backend.clone(),
+        PoolConfig {
+            guard_bytes: 64,
+            block_size: 1 << 16,
+            ..PoolConfig::device()
+        },
+    )
+    .unwrap();
+    let clean = p.allocate(4 * 100, 1, "clean").unwrap();
+    let src = p.allocate(4 * 104, 1, "src").unwrap();
+    let dst = p.allocate(4 * 100, 1, "dst on device").unwrap();
+    let t = backend
+        .dispatch(
+            &Op::Copy { len: 104 },
+            &[
+                src.range,
+                BlockRange {
+                    size: 4 * 104,
+                    ..dst.range
+                },
+            ],
+        )
+        .unwrap();
+    p.mark_used(dst.handle, t).unwrap();
+    let msg = corruption(p.free(dst.handle));
+    assert!(
+        msg.contains("'dst on device'") && msg.contains("past"),
+        "{msg}"
+    );
+    p.free(clean.handle).unwrap();
+    p.free(src.handle).unwrap();
+    p.check_invariants().unwrap();
+}
