@@ -101,6 +101,7 @@ impl Runtime {
     /// Starts (`Some`) or stops (`None`) tracing: the device pool's allocations, frees and blocks,
     /// this runtime's uploads and downloads, and every op's tensor uses in [`Model::enqueue`].
     pub fn set_tracer(&self, tracer: Option<Tracer>) {
+        self.inner.staging.set_tracer(tracer.clone());
         self.inner.device.set_tracer(tracer);
     }
 

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind, Ticket};
 use crate::suballoc::{Region, RingAllocator};
+use crate::trace::{EventKind, Tracer};
 use crate::{Error, Result};
 
 /// Configuration of a [`StagingBelt`].
@@ -79,6 +80,8 @@ struct State {
     upload: Belt,
     readback: Belt,
     stats: StagingStats,
+    /// Records block reserve/release events when tracing is on.
+    tracer: Option<Tracer>,
 }
 
 /// Uploads and readbacks through host-visible rings. `Send + Sync`.
@@ -117,6 +120,7 @@ impl StagingBelt {
                 upload: belt(MemoryKind::Upload),
                 readback: belt(MemoryKind::Readback),
                 stats: StagingStats::default(),
+                tracer: None,
             }),
         })
     }
@@ -281,6 +285,13 @@ impl StagingBelt {
                     last_active: now,
                 });
                 belt.current = n;
+                if let Some(t) = &st.tracer {
+                    t.record(EventKind::BlockReserve {
+                        pool: format!("staging ({})", kind.name()),
+                        block: id.0,
+                        size: self.config.block_size,
+                    });
+                }
                 st.stats.blocks += 1;
                 st.stats.reserved += self.config.block_size;
                 st.stats.blocks_allocated += 1;
@@ -340,6 +351,13 @@ impl StagingBelt {
                 if drop_it(belt.blocks.len(), &mut belt.blocks[i]) {
                     let b = belt.blocks.remove(i);
                     self.backend.free_block(b.id)?;
+                    if let Some(t) = &st.tracer {
+                        t.record(EventKind::BlockRelease {
+                            pool: format!("staging ({})", which.name()),
+                            block: b.id.0,
+                            size: self.config.block_size,
+                        });
+                    }
                     st.stats.blocks -= 1;
                     st.stats.reserved -= self.config.block_size;
                     st.stats.blocks_freed += 1;
@@ -350,6 +368,11 @@ impl StagingBelt {
             }
         }
         Ok(())
+    }
+
+    /// Turns tracing of the belt's block reserve and release on (`Some`) or off (`None`).
+    pub fn set_tracer(&self, tracer: Option<Tracer>) {
+        self.lock().tracer = tracer;
     }
 
     /// Counters of the belt.

@@ -95,3 +95,31 @@ fn bad_transfers_are_errors() {
         Err(Error::OutOfBounds { .. })
     ));
 }
+
+#[test]
+fn belt_blocks_are_traced() {
+    let (backend, belt) = belt(4096, 2, 0);
+    let tracer = crate::trace::Tracer::new();
+    belt.set_tracer(Some(tracer.clone()));
+    let dst = device_block(&backend, 4096);
+    belt.upload(dst, &[3u8; 4096]).unwrap();
+    let mut back = vec![0u8; 4096];
+    belt.download(dst, &mut back).unwrap();
+    backend.wait(backend.flush().unwrap()).unwrap();
+    let released = belt.trim().unwrap();
+    let events = tracer.snapshot().events;
+    let count =
+        |f: &dyn Fn(&crate::trace::EventKind) -> bool| events.iter().filter(|e| f(&e.kind)).count();
+    use crate::trace::EventKind::{BlockRelease, BlockReserve};
+    assert_eq!(
+        count(
+            &|k| matches!(k, BlockReserve { pool, size: 4096, .. } if pool == "staging (upload)")
+        ),
+        1
+    );
+    assert_eq!(
+        count(&|k| matches!(k, BlockReserve { pool, .. } if pool == "staging (readback)")),
+        1
+    );
+    assert_eq!(count(&|k| matches!(k, BlockRelease { .. })), released);
+}
