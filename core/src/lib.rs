@@ -72,3 +72,8 @@ pub use ops::{DType, Op};
 pub use pool::{Allocation, ArenaPool, Handle, PoolConfig, PoolStats, StagingBelt, StagingConfig};
 pub use runtime::{MemoryReport, Model, Runtime, RuntimeConfig, Tensor};
 pub use trace::{Trace, TraceEvent, Tracer};
+
+/// The README's examples, compiled and run as doc tests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
