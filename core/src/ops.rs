@@ -12,6 +12,7 @@
 use crate::{Error, Result};
 
 pub mod host;
+pub mod samples;
 pub mod wgsl;
 
 /// Element type of a tensor.

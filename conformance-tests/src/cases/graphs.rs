@@ -5,8 +5,8 @@ use tensormem::ops::{DType, Op, host};
 use tensormem::{Graph, Runtime, RuntimeConfig, TensorId};
 
 use super::Rng;
-use super::ops::compare_f32;
 use crate::{Case, Ctx, check, fail};
+use tensormem::ops::samples::compare_f32;
 
 type R = std::result::Result<(), String>;
 
@@ -184,12 +184,8 @@ fn planned_reuse(ctx: &Ctx) -> R {
             for &o in &rg.outputs {
                 let got: Vec<f32> = model.read_output(o).map_err(fail("read"))?;
                 let want = rg.reference[o.index()].as_ref().ok_or("no reference")?;
-                compare_f32(
-                    &bytes(&got),
-                    &bytes(want),
-                    1e-4,
-                    &format!("graph {seed} output {}", o.index()),
-                )?;
+                compare_f32(&bytes(&got), &bytes(want), 1e-4)
+                    .map_err(|e| format!("graph {seed} output {}: {e}", o.index()))?;
             }
         }
         let r = model.memory_report();

@@ -71,7 +71,7 @@ fn runtime(ctx: &Ctx) -> Result<Runtime, String> {
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut r = Rng::new(seed);
-    (0..len).map(|_| r.next() as u8).collect()
+    (0..len).map(|_| r.next_u64() as u8).collect()
 }
 
 fn round_trip_sizes(ctx: &Ctx) -> R {

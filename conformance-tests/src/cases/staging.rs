@@ -50,7 +50,7 @@ fn staging_under_pressure(ctx: &Ctx) -> R {
     let mut live: Vec<(tensormem::Tensor, Vec<u8>)> = Vec::new();
     for i in 0..2000u64 {
         let n = 1 + rng.below(if i % 50 == 0 { 300 << 10 } else { 20 << 10 }) as usize;
-        let data: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+        let data: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
         let t = rt
             .tensor_from(DType::U8, &[n], &data, "pressure")
             .map_err(fail("upload"))?;
