@@ -40,7 +40,8 @@ pub struct MemoryReport {
     pub staging_bytes_moved: u64,
     /// Completed runs of this model.
     pub runs: u64,
-    /// Wall time of the last run, from the first dispatch to completion.
+    /// Wall time of the last [`Model::run`] (enqueue to completion), or of the last
+    /// [`Model::enqueue`] alone.
     pub last_run: Duration,
 }
 
@@ -97,16 +98,13 @@ impl Runtime {
             .iter()
             .map(|t| t.size().div_ceil(copy_align) * copy_align)
             .collect();
-        for (t, &s) in tensors.iter().zip(&sizes) {
-            if s > caps.max_binding_size {
-                return Err(Error::TooLarge {
-                    what: "tensor binding",
-                    requested: s,
-                    limit: caps.max_binding_size,
-                    limit_name: "max_binding_size",
-                });
-            }
-            let _ = t;
+        if let Some(&s) = sizes.iter().find(|&&s| s > caps.max_binding_size) {
+            return Err(Error::TooLarge {
+                what: "tensor binding",
+                requested: s,
+                limit: caps.max_binding_size,
+                limit_name: "max_binding_size",
+            });
         }
         let uses: Vec<OpUses> = graph
             .nodes()
@@ -238,10 +236,10 @@ impl Model {
     /// # Errors
     /// Backend errors ([`Error::DeviceLost`], ...), stale allocations.
     pub fn run(&mut self) -> Result<Ticket> {
-        let t = self.enqueue()?;
         let start = Instant::now();
+        let t = self.enqueue()?;
         self.rt.backend().wait(t)?;
-        self.report.last_run += start.elapsed();
+        self.report.last_run = start.elapsed();
         Ok(t)
     }
 

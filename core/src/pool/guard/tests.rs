@@ -9,7 +9,11 @@ use crate::pool::{ArenaPool, GUARD_PATTERN, PoolConfig};
 use crate::{Backend, BlockRange, Error};
 
 fn guarded() -> (Arc<HostBackend>, ArenaPool) {
-    let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    guarded_on(HostConfig::default())
+}
+
+fn guarded_on(config: HostConfig) -> (Arc<HostBackend>, ArenaPool) {
+    let backend = Arc::new(HostBackend::new(config).unwrap());
     let p = ArenaPool::new(
         backend.clone(),
         PoolConfig {
@@ -83,75 +87,48 @@ fn a_write_before_the_start_is_caught_on_free() {
     );
 }
 
-#[test]
-fn an_op_whose_binding_overruns_its_tensor_is_caught() {
-    let (backend, p) = guarded();
+/// Copies 104 elements into the 100-element tensor `dst` (16 bytes land in its back margin) and
+/// returns the free's result.
+fn overrun_then_free(backend: &HostBackend, p: &ArenaPool, dst_label: &str) -> String {
     let src = p.allocate(4 * 104, 1, "src").unwrap();
-    let dst = p.allocate(4 * 100, 1, "dst tensor").unwrap();
-    // A copy of 104 elements into a 100-element tensor: 16 bytes land in the margin.
+    let dst = p.allocate(4 * 100, 1, dst_label).unwrap();
+    let overrun = BlockRange {
+        size: 4 * 104,
+        ..dst.range
+    };
     let t = backend
-        .dispatch(
-            &Op::Copy { len: 104 },
-            &[
-                src.range,
-                BlockRange {
-                    size: 4 * 104,
-                    ..dst.range
-                },
-            ],
-        )
+        .dispatch(&Op::Copy { len: 104 }, &[src.range, overrun])
         .unwrap();
     p.mark_used(dst.handle, t).unwrap();
     let msg = corruption(p.free(dst.handle));
+    p.free(src.handle).unwrap();
+    msg
+}
+
+#[test]
+fn an_op_whose_binding_overruns_its_tensor_is_caught() {
+    let (backend, p) = guarded();
+    let msg = overrun_then_free(&backend, &p, "dst tensor");
     assert!(
         msg.contains("'dst tensor'") && msg.contains("up to 16 byte(s) past"),
         "{msg}"
     );
-    p.free(src.handle).unwrap();
 }
 
 /// Regression: device memory the host cannot map (a discrete GPU, simulated by `force_staging`)
 /// used to keep its margins unchecked; they now go through staged copies.
 #[test]
 fn margins_of_unmappable_device_memory_are_checked_through_copies() {
-    let backend = Arc::new(
-        HostBackend::new(HostConfig {
-            force_staging: true,
-            ..HostConfig::default()
-        })
-        .unwrap(),
-    );
-    let p = ArenaPool::new(
-        backend.clone(),
-        PoolConfig {
-            guard_bytes: 64,
-            block_size: 1 << 16,
-            ..PoolConfig::device()
-        },
-    )
-    .unwrap();
+    let (backend, p) = guarded_on(HostConfig {
+        force_staging: true,
+        ..HostConfig::default()
+    });
     let clean = p.allocate(4 * 100, 1, "clean").unwrap();
-    let src = p.allocate(4 * 104, 1, "src").unwrap();
-    let dst = p.allocate(4 * 100, 1, "dst on device").unwrap();
-    let t = backend
-        .dispatch(
-            &Op::Copy { len: 104 },
-            &[
-                src.range,
-                BlockRange {
-                    size: 4 * 104,
-                    ..dst.range
-                },
-            ],
-        )
-        .unwrap();
-    p.mark_used(dst.handle, t).unwrap();
-    let msg = corruption(p.free(dst.handle));
+    let msg = overrun_then_free(&backend, &p, "dst on device");
     assert!(
         msg.contains("'dst on device'") && msg.contains("past"),
         "{msg}"
     );
     p.free(clean.handle).unwrap();
-    p.free(src.handle).unwrap();
     p.check_invariants().unwrap();
 }
