@@ -138,6 +138,7 @@ impl VulkanBackend {
         let caps = Capabilities {
             backend: "vulkan",
             device_name: gpu.name.clone(),
+            device_type: crate::conv::map_device_type(gpu.device_type),
             binding_align: limits.min_storage_buffer_offset_alignment.max(4),
             copy_align: 4,
             max_block_size: gpu.max_block_size,
