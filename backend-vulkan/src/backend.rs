@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
@@ -530,8 +529,9 @@ impl Drop for VulkanBackend {
             // SAFETY: the device is live; waiting has no other precondition.
             let _ = unsafe { s.gpu.device.device_wait_idle() };
         } else {
+            // The same limit as every other wait (`VulkanConfig::wait_timeout`), not a fixed one.
             let last = s.timeline.submitted().0;
-            let _ = s.timeline.wait(&s.gpu, last, Duration::from_secs(60));
+            let _ = s.timeline.wait(&s.gpu, last, self.config.wait_timeout);
         }
         // SAFETY: the device is idle (or our work on an adopted one has finished), and each
         // destroy runs once, children before parents: batches and semaphore, pipelines, blocks,

@@ -113,7 +113,7 @@ impl HostBackend {
         });
         let caps = Capabilities {
             backend: NAME,
-            device_name: "host CPU".into(),
+            device_name: format!("host CPU, {} threads", rayon::current_num_threads()),
             device_type: DeviceType::HostCpu,
             binding_align: 16,
             copy_align: 4,
