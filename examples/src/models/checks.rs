@@ -13,10 +13,9 @@ pub fn finite(what: &str, values: &[f32], row_len: usize) -> Result<()> {
     let Some(i) = values.iter().position(|v| !v.is_finite()) else {
         return Ok(());
     };
-    let at = if row_len == 0 {
-        format!("value {i}")
-    } else {
-        format!("row {}, column {}", i / row_len, i % row_len)
+    let at = match (i.checked_div(row_len), i.checked_rem(row_len)) {
+        (Some(row), Some(col)) => format!("row {row}, column {col}"),
+        _ => format!("value {i}"),
     };
     Err(Error::Malformed {
         source_name: what.to_string(),
