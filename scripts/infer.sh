@@ -22,7 +22,8 @@ fi
 # The first build compiles the workspace in release mode (a few minutes on 2 cores; later runs
 # take seconds). Say so, and how long it took, so a silent cargo is not mistaken for a hang.
 if [ -x "target/release/$sample" ]; then
-    echo "infer: checking the release build of '$sample' (up to date: a few seconds)" >&2
+    echo "infer: updating the release build of '$sample' (seconds when nothing changed," \
+         "minutes after a source or toolchain change)" >&2
 else
     echo "infer: building '$sample' in release mode for the first time: this compiles the" \
          "whole workspace and takes a few minutes (about 4 on 2 cores)" >&2

@@ -114,6 +114,26 @@ fn draw_target(quiet: bool) -> ProgressDrawTarget {
     }
 }
 
+/// `writeln!` into a `String` output buffer (writing to a `String` cannot fail). The tools build
+/// their whole stdout output this way, then [`emit`] it.
+#[macro_export]
+macro_rules! outln {
+    ($out:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+
+/// Writes `out` to stdout at once. A closed pipe (`mnist | head -1`) ends the output quietly,
+/// where `println!` would panic.
+pub fn emit(out: &str) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush());
+}
+
 /// Prints `tool: error` on stderr and returns exit code 1 (a failure while running).
 pub fn fail(tool: &str, error: &dyn std::fmt::Display) -> ExitCode {
     eprintln!("{tool}: {error}");

@@ -288,3 +288,28 @@ fn minilm_without_a_model_says_how_to_get_one() {
     minilm_fails(&d, "scripts/fetch_minilm.sh");
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// Regression: `println!` panicked ("failed printing to stdout: Broken pipe") when the reader of
+/// the output went away, as in `mnist | head -1`.
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    for (bin, args) in [
+        (MNIST, &["--backend", "host", "--runs", "1"][..]),
+        (MINILM, &["--backend", "host", "--peak-table"][..]),
+    ] {
+        let mut child = Command::new(bin)
+            .args(args)
+            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "{bin}: {}",
+            stderr(&out)
+        );
+    }
+}

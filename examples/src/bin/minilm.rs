@@ -13,6 +13,7 @@ use tensormem_examples::backend_select;
 use tensormem_examples::cli::{self, EXIT_CODES, SampleArgs};
 use tensormem_examples::models::minilm::{self, BertConfig, MiniLm};
 use tensormem_examples::models::report::{InferenceReport, blocks_allocated, bytes, time_runs};
+use tensormem_examples::outln;
 
 /// Sentence embeddings with all-MiniLM-L6-v2 (a 6-layer BERT encoder) on a tensormem backend:
 /// prints each embedding's first values, the cosine similarities and the memory report.
@@ -122,6 +123,7 @@ fn run(args: Args) -> Result<()> {
                 .collect()
         })
         .collect();
+    let mut text = String::new();
     if s.json {
         let items: Vec<_> = sentences
             .iter()
@@ -138,22 +140,23 @@ fn run(args: Args) -> Result<()> {
             "cosine": sims,
             "report": report.to_json(),
         });
-        println!("{out}");
+        outln!(text, "{out}");
     } else {
         for (i, (s, v)) in sentences.iter().zip(&emb.vectors).enumerate() {
             let head: Vec<String> = v.iter().take(8).map(|x| format!("{x:+.6}")).collect();
-            println!("[{i}] {s:?} ({} tokens)", emb.tokens.lengths[i]);
-            println!("    embedding[0..8] {}", head.join(" "));
+            outln!(text, "[{i}] {s:?} ({} tokens)", emb.tokens.lengths[i]);
+            outln!(text, "    embedding[0..8] {}", head.join(" "));
         }
         if n > 1 {
-            println!("cosine similarity:");
+            outln!(text, "cosine similarity:");
             for (i, row) in sims.iter().enumerate() {
                 let cells: Vec<String> = row.iter().map(|c| format!("{c:7.4}")).collect();
-                println!("  [{i}] {}", cells.join(" "));
+                outln!(text, "  [{i}] {}", cells.join(" "));
             }
         }
-        println!("{}", report.to_text());
+        outln!(text, "{}", report.to_text());
     }
+    cli::emit(&text);
     Ok(())
 }
 
@@ -174,6 +177,7 @@ fn print_peak_table(rt: &Runtime, cfg: &BertConfig, as_json: bool) -> Result<()>
             ));
         }
     }
+    let mut text = String::new();
     if as_json {
         let items: Vec<_> = rows
             .iter()
@@ -186,22 +190,25 @@ fn print_peak_table(rt: &Runtime, cfg: &BertConfig, as_json: bool) -> Result<()>
                 })
             })
             .collect();
-        println!(
+        outln!(
+            text,
             "{}",
             json!({ "model": "all-MiniLM-L6-v2", "peak_table": items })
         );
     } else {
-        println!(
+        outln!(
+            text,
             "| seq | batch | with the plan | without reuse | lower bound | plan / lower bound |"
         );
-        println!("|---:|---:|---:|---:|---:|---:|");
+        outln!(text, "|---:|---:|---:|---:|---:|---:|");
         for (seq, batch, plan, no_reuse, lb) in rows {
             let ratio = if lb == 0 {
                 0.0
             } else {
                 plan as f64 / lb as f64
             };
-            println!(
+            outln!(
+                text,
                 "| {seq} | {batch} | {} | {} | {} | {ratio:.3} |",
                 bytes(plan),
                 bytes(no_reuse),
@@ -209,5 +216,6 @@ fn print_peak_table(rt: &Runtime, cfg: &BertConfig, as_json: bool) -> Result<()>
             );
         }
     }
+    cli::emit(&text);
     Ok(())
 }

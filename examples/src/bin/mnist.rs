@@ -12,6 +12,7 @@ use tensormem_examples::backend_select;
 use tensormem_examples::cli::{self, EXIT_CODES, SampleArgs};
 use tensormem_examples::models::mnist::{self, Mnist};
 use tensormem_examples::models::report::{InferenceReport, blocks_allocated, time_runs};
+use tensormem_examples::outln;
 
 /// Classify handwritten digits with a small CNN (the ccexam MNIST model) on a tensormem backend,
 /// then print the logits and the memory report.
@@ -92,6 +93,7 @@ fn run(args: &Args) -> Result<()> {
     let shape = format!("batch {}", images.len());
     let report = InferenceReport::new(&rt, &selection, net.model(), shape, timing);
 
+    let mut text = String::new();
     if s.json {
         let results: Vec<_> = paths
             .iter()
@@ -106,7 +108,7 @@ fn run(args: &Args) -> Result<()> {
             })
             .collect();
         let out = json!({ "model": "mnist", "images": results, "report": report.to_json() });
-        println!("{out}");
+        outln!(text, "{out}");
     } else {
         for ((p, label), l) in paths.iter().zip(&logits) {
             let name = p.file_name().map_or_else(
@@ -115,11 +117,12 @@ fn run(args: &Args) -> Result<()> {
             );
             let label = label.map(|l| format!(" (label {l})")).unwrap_or_default();
             let values: Vec<String> = l.iter().map(|v| format!("{v:.5}")).collect();
-            println!("{name}: predicted {}{label}", mnist::argmax(l));
-            println!("  logits [{}]", values.join(", "));
+            outln!(text, "{name}: predicted {}{label}", mnist::argmax(l));
+            outln!(text, "  logits [{}]", values.join(", "));
         }
-        println!("{}", report.to_text());
+        outln!(text, "{}", report.to_text());
     }
+    cli::emit(&text);
     if let (Some(path), Some(tracer)) = (&args.trace, &tracer) {
         drop(net); // its frees belong in the trace
         let trace = tracer.snapshot();

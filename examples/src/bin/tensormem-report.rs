@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use tensormem::trace::{AnalyzeOptions, Finding, analyze};
 use tensormem::{Error, Trace};
-use tensormem_examples::cli::{self, EXIT_CODES};
+use tensormem_examples::cli::{self, EXIT_CODES, emit};
+use tensormem_examples::outln;
 
 /// Find memory inefficiencies in a tensormem trace (early allocation, late free, idle or
 /// over-sized allocations, leaks), largest peak saving first, and optionally write the
@@ -61,20 +62,6 @@ fn finding_json(f: &Finding) -> String {
         f.duration_ns,
         esc(&f.detail)
     )
-}
-
-/// `writeln!` into the output buffer (writing to a `String` cannot fail).
-macro_rules! outln {
-    ($out:expr, $($arg:tt)*) => {{
-        use std::fmt::Write as _;
-        let _ = writeln!($out, $($arg)*);
-    }};
-}
-
-/// Writes the whole output at once; a closed pipe (`| head`) is not an error worth a message.
-fn emit(out: &str) {
-    use std::io::Write as _;
-    let _ = std::io::stdout().lock().write_all(out.as_bytes());
 }
 
 fn run(args: &Args) -> Result<(), Error> {
