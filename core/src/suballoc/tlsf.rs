@@ -89,10 +89,12 @@ struct Node {
 }
 
 impl Node {
-    /// Whether the node is a free block.
+    /// Whether a node of the physical chain is a free block. Chain nodes are never vacant, so one
+    /// comparison decides it.
     #[inline]
-    fn is_free(&self) -> bool {
-        matches!(self.state(), State::Free)
+    fn is_free_in_chain(&self) -> bool {
+        debug_assert!(self.state() != State::Vacant);
+        self.next_free != USED
     }
 
     #[inline]
@@ -255,7 +257,7 @@ impl Tlsf {
     pub fn allocate(&mut self, size: u64, align: u64) -> Result<Option<Region>> {
         check_request(size, align, self.capacity)?;
         // Each allocation creates at most two nodes (leading pad, tail remainder).
-        if self.vacant.len() < 2 && self.nodes.len() > MAX_NODES - 2 {
+        if self.nodes.len() > MAX_NODES - 2 && self.vacant.len() < 2 {
             return Ok(None);
         }
         let own = class_of(size);
@@ -464,14 +466,14 @@ impl Tlsf {
         self.allocations -= 1;
         self.free_bytes += n.size;
         let mut merged = idx;
-        if n.prev_phys != NONE && self.nodes[n.prev_phys as usize].is_free() {
+        if n.prev_phys != NONE && self.nodes[n.prev_phys as usize].is_free_in_chain() {
             let prev = n.prev_phys;
             self.unlink(prev);
             self.absorb_next(prev);
             merged = prev;
         }
         let next = self.nodes[merged as usize].next_phys;
-        if next != NONE && self.nodes[next as usize].is_free() {
+        if next != NONE && self.nodes[next as usize].is_free_in_chain() {
             self.unlink(next);
             self.absorb_next(merged);
         }
