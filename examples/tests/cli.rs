@@ -313,3 +313,28 @@ fn a_closed_stdout_ends_quietly() {
         );
     }
 }
+
+/// `--timeout` reaches the device waits: on Vulkan (lavapipe in CI) a 1 µs limit fails the run
+/// with exit 1 and the driver's timeout, and never crashes. Regression: the pools freed blocks
+/// still used by the timed-out work, and lavapipe segfaulted.
+#[test]
+fn a_device_wait_timeout_is_a_clean_failure() {
+    let o = run(
+        MNIST,
+        &[
+            "--backend",
+            "vulkan",
+            "--timeout",
+            "0.000001",
+            "--runs",
+            "1",
+        ],
+    );
+    let err = stderr(&o);
+    if err.contains("unavailable") {
+        println!("SKIP timeout case: {err}");
+        return;
+    }
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("did not complete within 1µs"), "{err}");
+}

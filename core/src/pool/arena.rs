@@ -795,8 +795,16 @@ impl Drop for ArenaPool {
             eprintln!("{}", Self::leak_report(st, 20));
         }
         // Blocks may still be used by in-flight work: wait for everything before returning them.
-        if let Ok(t) = self.backend.flush() {
-            let _ = self.backend.wait(t);
+        // When that wait fails (a timeout), the device may still read or write them: leak the
+        // blocks (the backend reclaims them when it is destroyed) rather than free memory under
+        // running work, which crashes drivers such as lavapipe.
+        if let Err(e) = self.backend.flush().and_then(|t| self.backend.wait(t)) {
+            eprintln!(
+                "tensormem: {} pool dropped while device work may still run ({e}); its blocks \
+                 are left to the backend instead of freed",
+                self.config.name
+            );
+            return;
         }
         for b in st.blocks.iter_mut().filter_map(Option::take) {
             if let Some(t) = &st.tracer {

@@ -388,8 +388,13 @@ impl StagingBelt {
 
 impl Drop for StagingBelt {
     fn drop(&mut self) {
-        if let Ok(t) = self.backend.flush() {
-            let _ = self.backend.wait(t);
+        // As the arena pool's drop: never free blocks that in-flight work may still use.
+        if let Err(e) = self.backend.flush().and_then(|t| self.backend.wait(t)) {
+            eprintln!(
+                "tensormem: staging belt dropped while device work may still run ({e}); its \
+                 blocks are left to the backend instead of freed"
+            );
+            return;
         }
         let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
         for belt in [&mut st.upload, &mut st.readback] {
