@@ -12,6 +12,7 @@
 use crate::{Error, Result};
 
 pub mod host;
+#[cfg(feature = "test-support")]
 pub mod samples;
 pub mod wgsl;
 
