@@ -442,7 +442,10 @@ impl Backend for HostBackend {
 
     fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
         self.check_alive()?;
-        debug_assert_eq!(src.size, dst.size, "host: copy sizes (the front refuses a mismatch)");
+        debug_assert_eq!(
+            src.size, dst.size,
+            "host: copy sizes (the front refuses a mismatch)"
+        );
         let (s, d) = (
             self.arg(src, "copy source")?,
             self.arg(dst, "copy destination")?,

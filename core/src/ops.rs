@@ -326,7 +326,10 @@ impl Op {
                         self.name()
                     )));
                 }
-                sig(vec![f("a", &[len])?, f("b", &[b_len])?], vec![f("c", &[len])?])
+                sig(
+                    vec![f("a", &[len])?, f("b", &[b_len])?],
+                    vec![f("c", &[len])?],
+                )
             }
             Op::Scale { len, .. } | Op::Gelu { len } | Op::Relu { len } | Op::Copy { len } => {
                 let len = nz("len", len)?;
@@ -335,7 +338,11 @@ impl Op {
             Op::LayerNorm { rows, cols, .. } => {
                 let (rows, cols) = (nz("rows", rows)?, nz("cols", cols)?);
                 sig(
-                    vec![f("x", &[rows, cols])?, f("gamma", &[cols])?, f("beta", &[cols])?],
+                    vec![
+                        f("x", &[rows, cols])?,
+                        f("gamma", &[cols])?,
+                        f("beta", &[cols])?,
+                    ],
                     vec![f("y", &[rows, cols])?],
                 )
             }
@@ -361,7 +368,10 @@ impl Op {
             Op::Embedding { vocab, dim, rows } => {
                 let (vocab, dim, rows) = (nz("vocab", vocab)?, nz("dim", dim)?, nz("rows", rows)?);
                 let ids = self.operand(DType::U32, "ids", &[rows])?;
-                sig(vec![f("table", &[vocab, dim])?, ids], vec![f("y", &[rows, dim])?])
+                sig(
+                    vec![f("table", &[vocab, dim])?, ids],
+                    vec![f("y", &[rows, dim])?],
+                )
             }
             Op::MeanPool { batch, seq, dim } => {
                 let (batch, seq, dim) = (nz("batch", batch)?, nz("seq", seq)?, nz("dim", dim)?);

@@ -24,8 +24,8 @@ mod model;
 mod tensor;
 
 pub use model::{MemoryReport, Model};
-pub use tensor::{Element, Tensor};
 use tensor::check_element;
+pub use tensor::{Element, Tensor};
 
 /// Configuration of a [`Runtime`].
 #[derive(Clone, Debug)]

@@ -22,9 +22,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use crate::backend::{
-    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Ticket,
-};
+use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Ticket};
 use crate::ops::Op;
 use crate::{Error, Result};
 
@@ -206,7 +204,12 @@ impl Backend for Validated {
                 actual: data.len() as u64,
             });
         }
-        rules::transfer_range(&self.lock().blocks, self.capabilities(), dst, "queued write")?;
+        rules::transfer_range(
+            &self.lock().blocks,
+            self.capabilities(),
+            dst,
+            "queued write",
+        )?;
         let ticket = self.observe(self.backend.write_queued(dst, data))?;
         if let Some(t) = ticket {
             self.issued(t, &[dst]);

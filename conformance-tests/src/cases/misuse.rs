@@ -174,25 +174,36 @@ fn overlapping_outputs(ctx: &Ctx) -> R {
 fn tensors_bind_to_kernels(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
     let x = rt
-        .tensor_from(DType::F32, &[8], &[-1.0f32, 2.0, -3.0, 4.0, 0.5, -0.5, 8.0, -8.0], "x")
+        .tensor_from(
+            DType::F32,
+            &[8],
+            &[-1.0f32, 2.0, -3.0, 4.0, 0.5, -0.5, 8.0, -8.0],
+            "x",
+        )
         .map_err(fail("x"))?;
     let y = rt.alloc(DType::F32, &[8], "y").map_err(fail("y"))?;
     let ids = rt.alloc(DType::U32, &[8], "ids").map_err(fail("ids"))?;
     let relu = Op::Relu { len: 8 };
-    expect("u32 tensor as relu input", rt.dispatch(&relu, &[&ids], &[&y]), |e| {
-        matches!(
-            e,
-            Error::DTypeMismatch {
-                expected: DType::F32,
-                actual: DType::U32,
-                ..
-            }
-        )
-    })?;
+    expect(
+        "u32 tensor as relu input",
+        rt.dispatch(&relu, &[&ids], &[&y]),
+        |e| {
+            matches!(
+                e,
+                Error::DTypeMismatch {
+                    expected: DType::F32,
+                    actual: DType::U32,
+                    ..
+                }
+            )
+        },
+    )?;
     let short = rt.alloc(DType::F32, &[4], "short").map_err(fail("short"))?;
-    expect("4-element output for 8", rt.dispatch(&relu, &[&x], &[&short]), |e| {
-        matches!(e, Error::BindingSize { operand: "y", .. })
-    })?;
+    expect(
+        "4-element output for 8",
+        rt.dispatch(&relu, &[&x], &[&short]),
+        |e| matches!(e, Error::BindingSize { operand: "y", .. }),
+    )?;
     rt.dispatch(&relu, &[&x], &[&y]).map_err(fail("relu"))?;
     check(
         rt.download::<f32>(&y).map_err(fail("download"))?
@@ -223,9 +234,11 @@ fn defect_2_op_params(ctx: &Ctx) -> R {
         pad: (1 << 31) + 5,
         bias: false,
     };
-    expect("conv with padding near 2^31", rt.dispatch(&conv, &[&x, &x], &[&y]), |e| {
-        matches!(e, Error::ArithmeticOverflow { .. })
-    })?;
+    expect(
+        "conv with padding near 2^31",
+        rt.dispatch(&conv, &[&x, &x], &[&y]),
+        |e| matches!(e, Error::ArithmeticOverflow { .. }),
+    )?;
     let permute = Op::Permute {
         dims: [1 << 20, 1 << 20, 1 << 20, 1 << 20],
         perm: [1, 0, 2, 3],
@@ -304,9 +317,11 @@ fn defect_4_graphs(ctx: &Ctx) -> R {
     expect("read of an intermediate", m.read_output::<f32>(h), |e| {
         matches!(e, Error::NotAnOutput { .. })
     })?;
-    expect("read of a foreign tensor", m.read_output::<f32>(foreign), |e| {
-        matches!(e, Error::ForeignTensor { .. })
-    })
+    expect(
+        "read of a foreign tensor",
+        m.read_output::<f32>(foreign),
+        |e| matches!(e, Error::ForeignTensor { .. }),
+    )
 }
 
 fn defect_8_tracking(ctx: &Ctx) -> R {
@@ -357,19 +372,25 @@ fn defect_8_tracking(ctx: &Ctx) -> R {
 fn defect_9_dtypes(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
     let t = rt.alloc(DType::F32, &[4], "f32").map_err(fail("alloc"))?;
-    expect("f64 data into an f32 tensor", rt.upload(&t, &[1.0f64, 2.0]), |e| {
-        matches!(
-            e,
-            Error::DTypeMismatch {
-                expected: DType::F32,
-                actual: DType::F64,
-                ..
-            }
-        )
-    })?;
-    expect("i32 download of an f32 tensor", rt.download::<i32>(&t), |e| {
-        matches!(e, Error::DTypeMismatch { .. })
-    })?;
+    expect(
+        "f64 data into an f32 tensor",
+        rt.upload(&t, &[1.0f64, 2.0]),
+        |e| {
+            matches!(
+                e,
+                Error::DTypeMismatch {
+                    expected: DType::F32,
+                    actual: DType::F64,
+                    ..
+                }
+            )
+        },
+    )?;
+    expect(
+        "i32 download of an f32 tensor",
+        rt.download::<i32>(&t),
+        |e| matches!(e, Error::DTypeMismatch { .. }),
+    )?;
     rt.upload(&t, &[0u8; 16]).map_err(fail("raw bytes"))?;
     rt.free(t).map_err(fail("free"))?;
     let max = ctx.backend.capabilities().max_block_size;

@@ -70,7 +70,10 @@ fn unknown_blocks_and_ranges_are_typed_errors_even_without_the_front() {
     b.free_block(blk).unwrap();
     assert!(matches!(
         b.free_block(blk),
-        Err(Error::UnknownBlock { backend: "host", .. })
+        Err(Error::UnknownBlock {
+            backend: "host",
+            ..
+        })
     ));
 }
 

@@ -89,10 +89,7 @@ fn defect_3_shape_products_are_checked() {
 
 #[test]
 fn binding_sizes_are_exact_with_one_error_each_way() {
-    let op = Op::Scale {
-        len: 8,
-        alpha: 2.0,
-    };
+    let op = Op::Scale { len: 8, alpha: 2.0 };
     assert!(op.check_binding_sizes(&[32, 32]).is_ok());
     for bad in [28, 36] {
         assert!(matches!(

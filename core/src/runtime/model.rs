@@ -7,8 +7,8 @@ use crate::backend::{BlockRange, Ticket};
 use crate::graph::{Graph, TensorId, TensorKind};
 use crate::plan::{self, OpUses, SolveOptions, TensorRole};
 use crate::pool::Allocation;
-use crate::runtime::tensor::{Element, check_element};
 use crate::runtime::Runtime;
+use crate::runtime::tensor::{Element, check_element};
 use crate::trace::{Access, EventKind, Tracer};
 use crate::{Error, Result};
 

@@ -27,7 +27,9 @@ fn defect_4_foreign_outputs_and_intermediate_reads_are_errors() {
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[4]);
     let h = g.op(Op::Relu { len: 4 }, &[x], &[4], "h").unwrap();
-    let y = g.op(Op::Scale { len: 4, alpha: 2.0 }, &[h], &[4], "y").unwrap();
+    let y = g
+        .op(Op::Scale { len: 4, alpha: 2.0 }, &[h], &[4], "y")
+        .unwrap();
     g.output(y);
     let mut bad = g.clone();
     bad.output(foreign);

@@ -115,7 +115,12 @@ pub(crate) fn bindings(
     let sig = op.check_binding_sizes(&sizes)?;
     for b in bindings {
         blocks.range(*b, "binding")?;
-        aligned("binding offset", b.offset, caps.binding_align, "binding_align")?;
+        aligned(
+            "binding offset",
+            b.offset,
+            caps.binding_align,
+            "binding_align",
+        )?;
         if b.size > caps.max_binding_size {
             return Err(Error::TooLarge {
                 what: "binding",

@@ -55,14 +55,21 @@ fn block_requests_are_checked_before_the_backend() {
     ));
     assert!(matches!(
         f.alloc_block(&desc(6)),
-        Err(Error::Misaligned { value: 6, align: 4, .. })
+        Err(Error::Misaligned {
+            value: 6,
+            align: 4,
+            ..
+        })
     ));
     assert_eq!(host.block_count(), 0, "nothing reached the backend");
     let b = block(&f, MemoryKind::DeviceLocal, 64);
     f.free_block(b).unwrap();
     assert!(matches!(
         f.free_block(b),
-        Err(Error::UnknownBlock { backend: "host", .. })
+        Err(Error::UnknownBlock {
+            backend: "host",
+            ..
+        })
     ));
 }
 
@@ -154,7 +161,10 @@ fn bindings_must_match_the_op_exactly_and_outputs_must_not_overlap() {
     // Inputs may alias each other (they are only read).
     let add = Op::Add { len: 4, b_len: 4 };
     let t = f
-        .dispatch(&add, &[range(dev, 0, 16), range(dev, 0, 16), range(dev, 512, 16)])
+        .dispatch(
+            &add,
+            &[range(dev, 0, 16), range(dev, 0, 16), range(dev, 512, 16)],
+        )
         .unwrap();
     f.wait(t).unwrap();
     // Shape arithmetic past u64 is refused, never wrapped.

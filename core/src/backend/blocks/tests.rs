@@ -48,7 +48,8 @@ fn ranges_are_checked_with_overflow_as_out_of_bounds() {
 #[test]
 fn insert_as_mirrors_ids_and_refuses_a_live_one() {
     let mut t = BlockTable::new("front");
-    t.insert_as(BlockId(7), MemoryKind::Readback, 16, ()).unwrap();
+    t.insert_as(BlockId(7), MemoryKind::Readback, 16, ())
+        .unwrap();
     assert!(matches!(
         t.insert_as(BlockId(7), MemoryKind::Readback, 16, ()),
         Err(Error::InvariantViolated { .. })
