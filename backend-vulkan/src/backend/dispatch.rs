@@ -108,7 +108,7 @@ impl VulkanBackend {
             .map(|r| {
                 let buffer = s
                     .blocks
-                    .get(&r.block.0)
+                    .get(r.block)
                     .map(|b| b.buffer)
                     .unwrap_or_default();
                 [vk::DescriptorBufferInfo::default()

@@ -24,6 +24,22 @@ pub struct BlockEntry<T> {
     pub native: T,
 }
 
+/// An entry reads as its native payload (`entry.buffer`, `entry.unmap()`), beside its own `kind`
+/// and `size`, so a backend's code names the native fields directly.
+impl<T> std::ops::Deref for BlockEntry<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.native
+    }
+}
+
+impl<T> std::ops::DerefMut for BlockEntry<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.native
+    }
+}
+
 impl<T> BlockEntry<T> {
     /// Checks that `offset .. offset + size` lies inside the block (overflow is out of bounds).
     ///
