@@ -87,7 +87,12 @@ impl CudaBackend {
         Ok(lock(&self.blocks).insert(
             MemoryKind::DeviceLocal,
             size,
-            Block::new(MemoryKind::DeviceLocal, size, Memory::Expandable(seg), desc.label),
+            Block::new(
+                MemoryKind::DeviceLocal,
+                size,
+                Memory::Expandable(seg),
+                desc.label,
+            ),
         ))
     }
 

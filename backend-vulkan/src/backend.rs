@@ -394,7 +394,10 @@ impl Backend for VulkanBackend {
         let s = &mut *guard;
         s.timeline.check_alive()?;
         Self::check_range(s, &range, "fill")?;
-        debug_assert!(self.copy_aligned(&range), "vulkan: fill {range:?} off copy_align");
+        debug_assert!(
+            self.copy_aligned(&range),
+            "vulkan: fill {range:?} off copy_align"
+        );
         let buffer = s
             .blocks
             .get(range.block)

@@ -317,6 +317,20 @@ pub enum Error {
         kind: &'static str,
     },
 
+    /// A block of the wrong memory kind for its role: kernels bind `DeviceLocal` blocks only,
+    /// copies read `DeviceLocal` or `Upload` blocks and write `DeviceLocal` or `Readback` ones.
+    #[error("block {block} is {kind} memory and cannot be the {role} (that takes {allowed})")]
+    WrongMemoryKind {
+        /// The role ("kernel binding", "copy source", "copy destination").
+        role: &'static str,
+        /// The block id.
+        block: u64,
+        /// The block's kind.
+        kind: &'static str,
+        /// The kinds the role takes.
+        allowed: &'static str,
+    },
+
     /// A bug in tensormem: an internal invariant did not hold. The runtime that saw it is marked
     /// broken, and every later call on it returns [`Error::DeviceLost`]. Made only by
     /// [`Error::invariant`].

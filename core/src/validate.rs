@@ -204,12 +204,12 @@ impl Backend for Validated {
                 actual: data.len() as u64,
             });
         }
-        rules::transfer_range(
-            &self.lock().blocks,
-            self.capabilities(),
-            dst,
-            "queued write",
-        )?;
+        {
+            let st = self.lock();
+            let entry =
+                rules::transfer_range(&st.blocks, self.capabilities(), dst, "queued write")?;
+            rules::kind_for(entry, &dst, "queued write target")?;
+        }
         let ticket = self.observe(self.backend.write_queued(dst, data))?;
         if let Some(t) = ticket {
             self.issued(t, &[dst]);
@@ -228,8 +228,11 @@ impl Backend for Validated {
         }
         {
             let st = self.lock();
-            rules::transfer_range(&st.blocks, self.capabilities(), src, "copy source")?;
-            rules::transfer_range(&st.blocks, self.capabilities(), dst, "copy destination")?;
+            let caps = self.capabilities();
+            let from = rules::transfer_range(&st.blocks, caps, src, "copy source")?;
+            rules::kind_for(from, &src, "copy source")?;
+            let to = rules::transfer_range(&st.blocks, caps, dst, "copy destination")?;
+            rules::kind_for(to, &dst, "copy destination")?;
         }
         rules::disjoint(&src, &dst, || "copy source and destination".into())?;
         let t = self.observe(self.backend.copy(src, dst))?;
@@ -239,7 +242,11 @@ impl Backend for Validated {
 
     fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
         self.check_alive()?;
-        rules::transfer_range(&self.lock().blocks, self.capabilities(), range, "fill")?;
+        {
+            let st = self.lock();
+            let entry = rules::transfer_range(&st.blocks, self.capabilities(), range, "fill")?;
+            rules::kind_for(entry, &range, "fill target")?;
+        }
         let t = self.observe(self.backend.fill_zero(range))?;
         self.issued(t, &[range]);
         Ok(t)

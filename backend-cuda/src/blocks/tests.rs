@@ -32,7 +32,10 @@ fn entries_carry_the_cuda_block() {
     table.remove(id).unwrap();
     assert!(matches!(
         table.get(id),
-        Err(tensormem::Error::UnknownBlock { backend: "cuda", .. })
+        Err(tensormem::Error::UnknownBlock {
+            backend: "cuda",
+            ..
+        })
     ));
 }
 

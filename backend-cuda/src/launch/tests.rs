@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 
-
 use super::*;
 
 const SOURCE: &str = include_str!("../kernels.cu");
@@ -293,4 +292,3 @@ fn permute_strides_for_transpose_and_head_split() {
         "a permutation reads every input once"
     );
 }
-

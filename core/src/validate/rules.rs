@@ -67,6 +67,32 @@ pub(crate) fn host_visible(
     Ok(())
 }
 
+/// The roles a block takes by kind: kernels bind device memory; copies read device or upload
+/// memory and write device or readback memory (the directions staging uses). wgpu enforces this
+/// through buffer usages; the front enforces it everywhere so every backend agrees.
+///
+/// # Errors
+/// [`Error::WrongMemoryKind`].
+pub(crate) fn kind_for(entry: &BlockEntry<()>, r: &BlockRange, role: &'static str) -> Result<()> {
+    let (ok, allowed) = match role {
+        "copy source" => (entry.kind != MemoryKind::Readback, "device-local or upload"),
+        "copy destination" | "fill target" | "queued write target" => {
+            (entry.kind != MemoryKind::Upload, "device-local or readback")
+        }
+        _ => (entry.kind == MemoryKind::DeviceLocal, "device-local"),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::WrongMemoryKind {
+            role,
+            block: r.block.0,
+            kind: entry.kind.name(),
+            allowed,
+        })
+    }
+}
+
 /// Whether two ranges share at least one byte.
 pub(crate) fn overlaps(a: &BlockRange, b: &BlockRange) -> bool {
     a.block == b.block
@@ -104,7 +130,8 @@ pub(crate) fn disjoint(
 ///
 /// # Errors
 /// As [`Op::check_binding_sizes`], plus [`Error::UnknownBlock`], [`Error::OutOfBounds`],
-/// [`Error::Misaligned`], [`Error::TooLarge`] and [`Error::Overlap`].
+/// [`Error::WrongMemoryKind`], [`Error::Misaligned`], [`Error::TooLarge`] and
+/// [`Error::Overlap`].
 pub(crate) fn bindings(
     blocks: &BlockTable<()>,
     caps: &Capabilities,
@@ -114,7 +141,7 @@ pub(crate) fn bindings(
     let sizes: Vec<u64> = bindings.iter().map(|b| b.size).collect();
     let sig = op.check_binding_sizes(&sizes)?;
     for b in bindings {
-        blocks.range(*b, "binding")?;
+        kind_for(blocks.range(*b, "binding")?, b, "kernel binding")?;
         aligned(
             "binding offset",
             b.offset,
