@@ -97,9 +97,36 @@ fn transfers_need_live_in_bounds_aligned_ranges() {
         f.copy(range(up, 0, 8), range(up, 16, 4)),
         Err(Error::SizeMismatch { .. })
     ));
+    let dev = block(&f, MemoryKind::DeviceLocal, 64);
     assert!(matches!(
-        f.copy(range(up, 0, 16), range(up, 8, 16)),
+        f.copy(range(dev, 0, 16), range(dev, 8, 16)),
         Err(Error::Overlap { .. })
+    ));
+    // Roles by kind: an upload block is never written by the device, a readback one never read.
+    let down = block(&f, MemoryKind::Readback, 64);
+    assert!(matches!(
+        f.copy(range(dev, 0, 16), range(up, 0, 16)),
+        Err(Error::WrongMemoryKind {
+            role: "copy destination",
+            ..
+        })
+    ));
+    assert!(matches!(
+        f.copy(range(down, 0, 16), range(dev, 0, 16)),
+        Err(Error::WrongMemoryKind {
+            role: "copy source",
+            ..
+        })
+    ));
+    assert!(matches!(
+        f.dispatch(
+            &Op::Relu { len: 4 },
+            &[range(up, 0, 16), range(dev, 0, 16)]
+        ),
+        Err(Error::WrongMemoryKind {
+            role: "kernel binding",
+            ..
+        })
     ));
     assert!(matches!(
         f.fill_zero(range(BlockId(999), 0, 4)),
