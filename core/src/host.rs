@@ -28,7 +28,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::backend::{
-    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, MemoryKind, Ticket,
+    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, MemoryKind,
+    Ticket,
 };
 use crate::ops::{self, Op};
 use crate::{Error, Result};
@@ -151,7 +152,8 @@ impl HostBackend {
         let blocks = Mutex::new(BlockTable::new(NAME));
         let caps = Capabilities {
             backend: NAME,
-            device_name: "host CPU".into(),
+            device_name: format!("host CPU, {} threads", rayon::current_num_threads()),
+            device_type: DeviceType::HostCpu,
             binding_align: 16,
             copy_align: 4,
             max_block_size: config.max_block_size,
