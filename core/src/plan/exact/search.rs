@@ -1,0 +1,268 @@
+//! One depth-first decision search at a fixed capacity, static preorder and node limit.
+//!
+//! State lives in flat per-buffer and per-section arrays restored from an undo log, never copied.
+//! The unplaced buffers of a subproblem ("piece") are kept sorted by first section, so splitting a
+//! piece at the section boundaries no unplaced buffer crosses is one linear pass.
+
+use std::time::Instant;
+
+use super::Prepared;
+use crate::plan::align_up;
+
+/// How a search run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RunEnd {
+    /// Every buffer placed within the capacity (offsets in the prepared instance's order).
+    Found(Vec<u64>),
+    /// The tree was exhausted: no placement within the capacity exists.
+    Exhausted,
+    /// The node limit, the deadline or the stop signal ended the run first.
+    Aborted,
+}
+
+/// One undoable change.
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    /// The buffer was placed (undo: unplace it).
+    Placed(u32),
+    MinOffset(u32, u64),
+    Low(u32, u64),
+    Total(u32, u64),
+}
+
+/// A subproblem: unplaced buffers sorted by first section, and the section range they cover.
+struct Piece {
+    members: Vec<u32>,
+    first: u32,
+    last: u32,
+}
+
+pub(super) struct Search<'a> {
+    p: &'a Prepared,
+    rank: &'a [u32],
+    capacity: u64,
+    /// Aligned top of the highest placed conflict of each unplaced buffer: nothing placed later can
+    /// go below the current offset, so a buffer can only rest there or higher.
+    min_offset: Vec<u64>,
+    /// Offset of each placed buffer.
+    offset: Vec<u64>,
+    placed: Vec<bool>,
+    /// Per section: the lowest `min_offset` of its unplaced members (at least the top of its placed
+    /// members, since each of those conflicts with every unplaced member).
+    low: Vec<u64>,
+    /// Per section: the summed size of its unplaced members.
+    total: Vec<u64>,
+    /// Per section: the node stamp at which `low` was last recomputed (deduplicates the updates).
+    stamp: Vec<u64>,
+    log: Vec<Change>,
+    nodes: u64,
+    node_limit: u64,
+    deadline: Instant,
+    stop: &'a dyn Fn() -> bool,
+    aborted: bool,
+}
+
+impl<'a> Search<'a> {
+    pub(super) fn new(
+        p: &'a Prepared,
+        rank: &'a [u32],
+        capacity: u64,
+        node_limit: u64,
+        deadline: Instant,
+        stop: &'a dyn Fn() -> bool,
+    ) -> Self {
+        let n = p.size.len();
+        let s = p.section_total.len();
+        Search {
+            p,
+            rank,
+            capacity,
+            min_offset: vec![0; n],
+            offset: vec![0; n],
+            placed: vec![false; n],
+            low: vec![0; s],
+            total: p.section_total.clone(),
+            stamp: vec![0; s],
+            log: Vec::new(),
+            nodes: 0,
+            node_limit,
+            deadline,
+            stop,
+            aborted: false,
+        }
+    }
+
+    /// Runs the search over the whole instance.
+    pub(super) fn run(mut self) -> RunEnd {
+        let mut all: Vec<u32> = (0..self.p.size.len() as u32).collect();
+        all.sort_unstable_by_key(|&i| (self.p.first[i as usize], i));
+        let mut solved = true;
+        for piece in self.split(&all) {
+            if !self.solve(&piece, (0, 0)) {
+                solved = false;
+                break;
+            }
+        }
+        if solved {
+            RunEnd::Found(self.offset)
+        } else if self.aborted {
+            RunEnd::Aborted
+        } else {
+            RunEnd::Exhausted
+        }
+    }
+
+    /// Splits buffers sorted by first section into time-independent pieces: a new piece starts at
+    /// a section that no earlier buffer of the list reaches.
+    fn split(&self, sorted: &[u32]) -> Vec<Piece> {
+        let mut pieces: Vec<Piece> = Vec::new();
+        for &x in sorted {
+            let (f, l) = (self.p.first[x as usize], self.p.last[x as usize]);
+            match pieces.last_mut() {
+                Some(piece) if f <= piece.last => {
+                    piece.members.push(x);
+                    piece.last = piece.last.max(l);
+                }
+                _ => pieces.push(Piece {
+                    members: vec![x],
+                    first: f,
+                    last: l,
+                }),
+            }
+        }
+        pieces
+    }
+
+    /// Places every buffer of `piece` in canonical order after a placement at `parent` =
+    /// (offset, rank). Returns whether it succeeded (state then holds the placement).
+    fn solve(&mut self, piece: &Piece, parent: (u64, u32)) -> bool {
+        self.nodes += 1;
+        if self.nodes > self.node_limit
+            || (self.nodes.is_multiple_of(256)
+                && (Instant::now() >= self.deadline || (self.stop)()))
+        {
+            self.aborted = true;
+            return false;
+        }
+        let mut cands = piece.members.clone();
+        cands.sort_unstable_by_key(|&x| (self.min_offset[x as usize], self.rank[x as usize]));
+        // Dominance: a candidate at or above `min_height` would leave some buffer floating over a
+        // hole it fits in for its whole life, since nothing placed later goes lower.
+        let min_height = cands
+            .iter()
+            .map(|&y| self.min_offset[y as usize] + self.p.size[y as usize])
+            .min()
+            .unwrap_or(u64::MAX);
+        for &x in &cands {
+            let xi = x as usize;
+            let o = self.min_offset[xi];
+            if o >= min_height {
+                break;
+            }
+            if (o, self.rank[xi]) < parent {
+                continue;
+            }
+            let mark = self.log.len();
+            let (ok, hat) = self.place(xi, o, piece);
+            if ok {
+                let rest: Vec<u32> = piece.members.iter().copied().filter(|&y| y != x).collect();
+                let mut all = true;
+                for sub in self.split(&rest) {
+                    if !self.solve(&sub, (o, self.rank[xi])) {
+                        all = false;
+                        break;
+                    }
+                }
+                if all {
+                    return true;
+                }
+            }
+            self.undo(mark);
+            // Hatless: `x` conflicted with no unplaced buffer, so its subtree's failure did not
+            // depend on it; no sibling can do better.
+            if self.aborted || !hat {
+                break;
+            }
+        }
+        false
+    }
+
+    /// Places `x` at `o` and propagates. Returns (still consistent, `x` conflicts with an unplaced
+    /// buffer).
+    fn place(&mut self, x: usize, o: u64, piece: &Piece) -> (bool, bool) {
+        let p = self.p;
+        self.log.push(Change::Placed(x as u32));
+        self.placed[x] = true;
+        self.offset[x] = o;
+        let top = o + p.size[x];
+        if top > self.capacity {
+            return (false, false);
+        }
+        let stamp = self.nodes;
+        let mut hat = false;
+        for s in p.first[x]..=p.last[x] {
+            let s = s as usize;
+            self.log.push(Change::Total(s as u32, self.total[s]));
+            self.total[s] -= p.size[x];
+            self.stamp[s] = stamp;
+        }
+        for &y in p.conflicts(x) {
+            let y = y as usize;
+            if self.placed[y] {
+                continue;
+            }
+            hat = true;
+            let raised = align_up(top, p.align[y]);
+            if raised > self.min_offset[y] {
+                self.log
+                    .push(Change::MinOffset(y as u32, self.min_offset[y]));
+                self.min_offset[y] = raised;
+                if raised + p.size[y] > self.capacity {
+                    return (false, hat);
+                }
+                for s in p.first[y]..=p.last[y] {
+                    self.stamp[s as usize] = stamp;
+                }
+            }
+        }
+        // Refresh `low` where it may have risen: the sections of `x` and of every raised buffer.
+        for s in piece.first..=piece.last {
+            let s = s as usize;
+            if self.stamp[s] != stamp || self.total[s] == 0 {
+                continue;
+            }
+            let low = p
+                .section_members(s)
+                .iter()
+                .filter(|&&y| !self.placed[y as usize])
+                .map(|&y| self.min_offset[y as usize])
+                .min()
+                .unwrap_or(0);
+            if low != self.low[s] {
+                self.log.push(Change::Low(s as u32, self.low[s]));
+                self.low[s] = low;
+            }
+        }
+        // Section inference: each section's unplaced members stack above its lowest possible
+        // start, and nothing goes below `o` any more.
+        let ok = (piece.first..=piece.last).all(|s| {
+            let s = s as usize;
+            let t = self.total[s];
+            t == 0 || self.low[s].max(o) + t <= self.capacity
+        });
+        (ok, hat)
+    }
+
+    /// Reverts everything since `mark`, including the placements of pieces solved below it.
+    fn undo(&mut self, mark: usize) {
+        while self.log.len() > mark {
+            match self.log.pop() {
+                Some(Change::Placed(y)) => self.placed[y as usize] = false,
+                Some(Change::MinOffset(y, v)) => self.min_offset[y as usize] = v,
+                Some(Change::Low(s, v)) => self.low[s as usize] = v,
+                Some(Change::Total(s, v)) => self.total[s as usize] = v,
+                None => break,
+            }
+        }
+    }
+}
