@@ -9,11 +9,15 @@
 //! - [`greedy_by_size`]: the TFLite / XNNPACK baseline (largest first, best-fitting gap among the
 //!   time-overlapping placed buffers, the gap below the lowest one included). Every result is compared
 //!   with it.
-//! - [`solve`]: a portfolio of orderings (XLA's spatial / temporal / area orders, MiniMalloc's
-//!   section-pressure order, sweep-line best fit) × {best fit, lowest offset}, randomised reorder and
-//!   squeeze, then an exact MiniMalloc-style branch and bound (canonical placements, dominance,
-//!   section inference, hatless pruning, restarts) under a deadline. Given a capacity it decides
-//!   feasibility; without one it lowers the peak toward the lower bound until time runs out.
+//! - [`solve`]: a parallel portfolio from time zero: exact MiniMalloc-style provers (canonical
+//!   placements, dominance, section inference with an energy bound, hatless pruning, dynamic
+//!   decomposition at cut points, restarts) next to heuristic workers (XLA's spatial / temporal /
+//!   area orders, MiniMalloc's section-pressure order, sweep-line best fit × {best fit, lowest
+//!   offset}, randomised reorder and squeeze), in lockstep epochs so results are deterministic for
+//!   a seed and thread count. Given a capacity it decides feasibility first (a plan, or a proof
+//!   with its reason) and then lowers the peak; without one it lowers the peak toward the lower
+//!   bound until time runs out or optimality is proved.
+//! - [`PackingDesc`]: perfect packings (optimum known) in three families, for tests and sweeps.
 //! - [`verify`]: an O(n log n) sweep that checks any plan (overlaps, alignment, capacity, peak).
 //!   Every plan [`solve`] returns has passed it.
 //! - [`liveness`]: op lists to buffers, with in-place reuse.
@@ -31,7 +35,10 @@
 //!   over compressed time (a segment tree whose nodes hold merged offset ranges) yields the free gaps
 //!   among a buffer's placed conflicts directly. The exact search uses a flat CSR conflict list and
 //!   keeps flat per-buffer arrays with undo logs, never copying state.
-//! - Everything is deterministic: randomness comes from a seeded generator.
+//! - Everything is deterministic: randomness comes from a seeded generator, and the portfolio's
+//!   threads exchange results only at epoch boundaries, in worker order.
+//! - The time limit is a promise: every phase, greedy included, checks the deadline; only the
+//!   first plan (sweep-line best fit, O(n log n)) always completes.
 //!
 //! Limits: the exact search is exponential in the worst case and is only attempted on instances of
 //! at most [`EXACT_MAX_BUFFERS`] buffers; larger ones get the heuristic portfolio. Alignment padding

@@ -100,6 +100,9 @@ pub(crate) struct Prepared {
     conflict_list: Vec<u32>,
     /// Rank of each buffer under each preorder (0 = first).
     ranks: [Vec<u32>; PREORDERS],
+    /// The previous buffer, by id, with the same lifetime, size and alignment: identical buffers
+    /// are interchangeable, so the search places each only after its twin (symmetry breaking).
+    twin: Vec<Option<u32>>,
 }
 
 impl Prepared {
@@ -144,7 +147,19 @@ impl Prepared {
             }
             rank
         });
+        let mut by_shape: Vec<u32> = (0..n as u32).collect();
+        by_shape.sort_unstable_by_key(|&i| {
+            let b = &buffers[i as usize];
+            (b.lower, b.upper, b.size, b.align, i)
+        });
+        let mut twin = vec![None; n];
+        for w in by_shape.windows(2) {
+            if buffers[w[0] as usize] == buffers[w[1] as usize] {
+                twin[w[1] as usize] = Some(w[0]);
+            }
+        }
         Prepared {
+            twin,
             size: buffers.iter().map(|b| b.size).collect(),
             align: buffers.iter().map(|b| b.align).collect(),
             first: sections.first,

@@ -55,6 +55,8 @@ pub(super) struct Search<'a> {
     /// Per section: the node stamp at which `low` was last recomputed (deduplicates the updates).
     stamp: Vec<u64>,
     log: Vec<Change>,
+    /// Scratch list of (earliest start, size) of one section's unplaced members.
+    scratch: Vec<(u64, u64)>,
     nodes: u64,
     node_limit: u64,
     deadline: Instant,
@@ -84,6 +86,7 @@ impl<'a> Search<'a> {
             total: p.section_total.clone(),
             stamp: vec![0; s],
             log: Vec::new(),
+            scratch: Vec::new(),
             nodes: 0,
             node_limit,
             deadline,
@@ -162,6 +165,12 @@ impl<'a> Search<'a> {
             if (o, self.rank[xi]) < parent {
                 continue;
             }
+            // Identical buffers are interchangeable: place them in rank order only.
+            if let Some(twin) = self.p.twin[xi]
+                && !self.placed[twin as usize]
+            {
+                continue;
+            }
             let mark = self.log.len();
             let (ok, hat) = self.place(xi, o, piece);
             if ok {
@@ -225,22 +234,35 @@ impl<'a> Search<'a> {
                 }
             }
         }
-        // Refresh `low` where it may have risen: the sections of `x` and of every raised buffer.
+        // Where `min_offset`s rose (the sections of `x` and of every raised buffer), refresh `low`
+        // and check the energy bound: the unplaced members of a section that cannot start below
+        // `v` stack within `[v, capacity)`, for every such threshold `v`.
         for s in piece.first..=piece.last {
             let s = s as usize;
             if self.stamp[s] != stamp || self.total[s] == 0 {
                 continue;
             }
-            let low = p
-                .section_members(s)
-                .iter()
-                .filter(|&&y| !self.placed[y as usize])
-                .map(|&y| self.min_offset[y as usize])
-                .min()
-                .unwrap_or(0);
+            self.scratch.clear();
+            let mut low = u64::MAX;
+            for &y in p.section_members(s) {
+                let y = y as usize;
+                if !self.placed[y] {
+                    low = low.min(self.min_offset[y]);
+                    self.scratch.push((self.min_offset[y].max(o), p.size[y]));
+                }
+            }
             if low != self.low[s] {
                 self.log.push(Change::Low(s as u32, self.low[s]));
                 self.low[s] = low;
+            }
+            self.scratch
+                .sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
+            let mut stacked = 0u64;
+            for &(v, size) in &self.scratch {
+                stacked += size;
+                if v + stacked > self.capacity {
+                    return (false, hat);
+                }
             }
         }
         // Section inference: each section's unplaced members stack above its lowest possible
