@@ -166,34 +166,33 @@ pub(crate) fn run(task: &Task<'_>, start: Incumbent, report: &dyn Fn(&str, u64))
     }
 }
 
-/// The workers for this task: provers and heuristic workers alternate (a prover first) while the
-/// exact search applies, at least one of each; otherwise heuristic workers only.
+/// The workers for this task. While the exact search applies: provers first (one per preorder
+/// up to three, two from two threads on, since hard decision instances are the provers' to
+/// win), then heuristic workers on the remaining threads, at least one. Otherwise heuristic workers
+/// only. Worker `k` runs on thread `k % threads`.
 fn build_workers<'a>(task: &Task<'a>, start: &Incumbent) -> Vec<Worker<'a>> {
     let n = task.buffers.len();
-    let count = if task.exact {
-        task.threads.max(2)
+    let threads = task.threads.max(1);
+    let (provers, heuristics) = if task.exact {
+        let provers = if threads == 1 { 1 } else { threads.min(3) };
+        (provers, threads.saturating_sub(provers).max(1))
     } else if n > PARALLEL_HEURISTICS_MAX_BUFFERS {
-        1
+        (0, 1)
     } else {
-        task.threads.max(1)
+        (0, threads)
     };
-    let (mut provers, mut heuristics) = (0, 0);
-    (0..count)
-        .map(|k| {
-            if task.exact && k % 2 == 0 && provers < 3 {
-                provers += 1;
-                Worker::Prover(Box::new(Prover::new(task.buffers, provers - 1)))
-            } else {
-                heuristics += 1;
-                Worker::Heuristic(Box::new(Heuristics::new(
-                    task.buffers,
-                    start.clone(),
-                    task.seed,
-                    heuristics - 1,
-                )))
-            }
-        })
-        .collect()
+    let mut workers: Vec<Worker<'a>> = (0..provers)
+        .map(|k| Worker::Prover(Box::new(Prover::new(task.buffers, k))))
+        .collect();
+    workers.extend((0..heuristics).map(|k| {
+        Worker::Heuristic(Box::new(Heuristics::new(
+            task.buffers,
+            start.clone(),
+            task.seed,
+            k,
+        )))
+    }));
+    workers
 }
 
 /// Runs `work` on every worker, on up to `threads` threads, and returns the steps in worker

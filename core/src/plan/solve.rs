@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::bound::peak_load;
-use super::greedy::{Fit, Squeezer, size_order, sweep_best_fit};
+use super::greedy::{Fit, Squeezer, Stop, size_order, sweep_best_fit};
 use super::heuristics::Incumbent;
 use super::portfolio::{self, Task};
 use super::{Buffer, Plan, validate, verify};
@@ -152,8 +152,12 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         peak: sweep.peak,
         algorithm: "sweep-line best fit".into(),
     };
-    let greedy =
-        Squeezer::new(buffers).place(&size_order(buffers), Fit::Best, u64::MAX, Some(deadline));
+    // Greedy's set-up (an occupancy tree, a sort) is skipped when no time is left for it.
+    let greedy = if Instant::now() < deadline {
+        Squeezer::new(buffers).place(&size_order(buffers), Fit::Best, u64::MAX, Some(deadline))
+    } else {
+        Err(Stop::Deadline)
+    };
     let (greedy_peak, greedy_finished) = match greedy {
         Ok((offsets, peak)) => {
             if peak <= best.peak {
@@ -181,7 +185,7 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         infeasible_reason = Some(format!(
             "the buffers live at time {lb_time} need {lb} bytes together"
         ));
-    } else if best.peak > lb {
+    } else if best.peak > lb && Instant::now() < deadline {
         let task = Task {
             buffers,
             lower_bound: lb,

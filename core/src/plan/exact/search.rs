@@ -57,6 +57,8 @@ pub(super) struct Search<'a> {
     log: Vec<Change>,
     /// Scratch list of (earliest start, size) of one section's unplaced members.
     scratch: Vec<(u64, u64)>,
+    /// Scratch reachability over a piece's section boundaries (see `tileable`).
+    reach: Vec<bool>,
     nodes: u64,
     node_limit: u64,
     deadline: Instant,
@@ -87,6 +89,7 @@ impl<'a> Search<'a> {
             stamp: vec![0; s],
             log: Vec::new(),
             scratch: Vec::new(),
+            reach: Vec::new(),
             nodes: 0,
             node_limit,
             deadline,
@@ -267,12 +270,53 @@ impl<'a> Search<'a> {
         }
         // Section inference: each section's unplaced members stack above its lowest possible
         // start, and nothing goes below `o` any more.
-        let ok = (piece.first..=piece.last).all(|s| {
+        let mut level = u64::MAX;
+        for s in piece.first..=piece.last {
             let s = s as usize;
             let t = self.total[s];
-            t == 0 || self.low[s].max(o) + t <= self.capacity
-        });
-        (ok, hat)
+            let start = self.low[s].max(o);
+            if t > 0 && start + t > self.capacity {
+                return (false, hat);
+            }
+            if t > 0 && start + t == self.capacity {
+                level = level.min(start);
+            }
+        }
+        (level == u64::MAX || self.tileable(piece, o, level), hat)
+    }
+
+    /// Zero-slack tiling. In a *tight* section (unplaced members exactly fill `[start, capacity)`,
+    /// `start = max(low, o)`) the bottom member must start exactly at `start`. Buffers starting at
+    /// one level never share a section, so the tight sections at the lowest tight `level` must be
+    /// covered, left to right, by disjoint unplaced buffers that can start there
+    /// (`max(min_offset, o) == level`); other sections may be covered or not. A reachability pass
+    /// over the piece's sections decides it in O(sections + members).
+    fn tileable(&mut self, piece: &Piece, o: u64, level: u64) -> bool {
+        let p = self.p;
+        let (first, last) = (piece.first as usize, piece.last as usize);
+        self.reach.clear();
+        self.reach.resize(last - first + 2, false);
+        self.reach[0] = true;
+        let mut members = piece.members.iter().peekable();
+        for s in first..=last {
+            let here = self.reach[s - first];
+            let t = self.total[s];
+            let required = t > 0 && self.low[s].max(o) == level && level + t == self.capacity;
+            if here && !required {
+                self.reach[s + 1 - first] = true;
+            }
+            while let Some(&&y) = members.peek() {
+                let y = y as usize;
+                if p.first[y] as usize != s {
+                    break;
+                }
+                members.next();
+                if here && !self.placed[y] && self.min_offset[y].max(o) == level {
+                    self.reach[p.last[y] as usize + 1 - first] = true;
+                }
+            }
+        }
+        self.reach[last + 1 - first]
     }
 
     /// Reverts everything since `mark`, including the placements of pieces solved below it.
