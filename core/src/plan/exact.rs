@@ -103,6 +103,10 @@ pub(crate) struct Prepared {
     /// The previous buffer, by id, with the same lifetime, size and alignment: identical buffers
     /// are interchangeable, so the search places each only after its twin (symmetry breaking).
     twin: Vec<Option<u32>>,
+    /// CSR: `life_list[life_start[i]..life_start[i + 1]]` are the other buffers with exactly
+    /// buffer `i`'s lifetime (see `Search::stack_swappable`).
+    life_start: Vec<usize>,
+    life_list: Vec<u32>,
 }
 
 impl Prepared {
@@ -158,8 +162,33 @@ impl Prepared {
                 twin[w[1] as usize] = Some(w[0]);
             }
         }
+        // `by_shape` groups equal lifetimes together.
+        let mut life_start = vec![0usize; n + 1];
+        let mut life_list = Vec::new();
+        let mut per_buffer: Vec<Vec<u32>> = vec![Vec::new(); n];
+        let same = |a: u32, b: u32| {
+            let (a, b) = (&buffers[a as usize], &buffers[b as usize]);
+            (a.lower, a.upper) == (b.lower, b.upper)
+        };
+        let mut g = 0;
+        while g < n {
+            let mut h = g + 1;
+            while h < n && same(by_shape[g], by_shape[h]) {
+                h += 1;
+            }
+            for &i in &by_shape[g..h] {
+                per_buffer[i as usize].extend(by_shape[g..h].iter().filter(|&&j| j != i));
+            }
+            g = h;
+        }
+        for (i, others) in per_buffer.iter().enumerate() {
+            life_list.extend_from_slice(others);
+            life_start[i + 1] = life_list.len();
+        }
         Prepared {
             twin,
+            life_start,
+            life_list,
             size: buffers.iter().map(|b| b.size).collect(),
             align: buffers.iter().map(|b| b.align).collect(),
             first: sections.first,
@@ -176,6 +205,10 @@ impl Prepared {
 
     fn conflicts(&self, i: usize) -> &[u32] {
         &self.conflict_list[self.conflict_start[i]..self.conflict_start[i + 1]]
+    }
+
+    fn same_lifetime(&self, i: usize) -> &[u32] {
+        &self.life_list[self.life_start[i]..self.life_start[i + 1]]
     }
 
     fn section_members(&self, s: usize) -> &[u32] {

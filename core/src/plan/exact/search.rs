@@ -59,6 +59,8 @@ pub(super) struct Search<'a> {
     scratch: Vec<(u64, u64)>,
     /// Scratch reachability over a piece's section boundaries (see `tileable`).
     reach: Vec<bool>,
+    /// Scratch: the distinct starts of the piece's tight sections.
+    levels: Vec<u64>,
     nodes: u64,
     node_limit: u64,
     deadline: Instant,
@@ -90,6 +92,7 @@ impl<'a> Search<'a> {
             log: Vec::new(),
             scratch: Vec::new(),
             reach: Vec::new(),
+            levels: Vec::new(),
             nodes: 0,
             node_limit,
             deadline,
@@ -174,6 +177,9 @@ impl<'a> Search<'a> {
             {
                 continue;
             }
+            if self.stack_swappable(xi, o) {
+                continue;
+            }
             let mark = self.log.len();
             let (ok, hat) = self.place(xi, o, piece);
             if ok {
@@ -197,6 +203,25 @@ impl<'a> Search<'a> {
             }
         }
         false
+    }
+
+    /// Stack symmetry: whether a placed buffer `z` with exactly `x`'s lifetime and a higher rank
+    /// ends at `o`, and the two could swap (`x` at `z`'s offset, `z` right above it, alignments
+    /// kept). Swapping such a pair leaves the occupied region unchanged, so every plan has a
+    /// counterpart in which same-lifetime buffers stacked directly on each other go up in rank
+    /// order; the search only builds those.
+    fn stack_swappable(&self, x: usize, o: u64) -> bool {
+        let p = self.p;
+        p.same_lifetime(x).iter().any(|&z| {
+            let z = z as usize;
+            if !self.placed[z] || self.rank[z] < self.rank[x] {
+                return false;
+            }
+            let oz = self.offset[z];
+            oz + p.size[z] == o
+                && oz.is_multiple_of(p.align[x])
+                && (oz + p.size[x]).is_multiple_of(p.align[z])
+        })
     }
 
     /// Places `x` at `o` and propagates. Returns (still consistent, `x` conflicts with an unplaced
@@ -270,7 +295,7 @@ impl<'a> Search<'a> {
         }
         // Section inference: each section's unplaced members stack above its lowest possible
         // start, and nothing goes below `o` any more.
-        let mut level = u64::MAX;
+        self.levels.clear();
         for s in piece.first..=piece.last {
             let s = s as usize;
             let t = self.total[s];
@@ -279,15 +304,20 @@ impl<'a> Search<'a> {
                 return (false, hat);
             }
             if t > 0 && start + t == self.capacity {
-                level = level.min(start);
+                self.levels.push(start);
             }
         }
-        (level == u64::MAX || self.tileable(piece, o, level), hat)
+        self.levels.sort_unstable();
+        self.levels.dedup();
+        let levels = std::mem::take(&mut self.levels);
+        let ok = levels.iter().all(|&level| self.tileable(piece, o, level));
+        self.levels = levels;
+        (ok, hat)
     }
 
     /// Zero-slack tiling. In a *tight* section (unplaced members exactly fill `[start, capacity)`,
     /// `start = max(low, o)`) the bottom member must start exactly at `start`. Buffers starting at
-    /// one level never share a section, so the tight sections at the lowest tight `level` must be
+    /// one level never share a section, so the tight sections at each tight `level` must be
     /// covered, left to right, by disjoint unplaced buffers that can start there
     /// (`max(min_offset, o) == level`); other sections may be covered or not. A reachability pass
     /// over the piece's sections decides it in O(sections + members).
