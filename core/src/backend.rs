@@ -34,6 +34,10 @@
 use crate::Result;
 use crate::ops::Op;
 
+mod blocks;
+
+pub use blocks::{BlockEntry, BlockTable};
+
 /// A backend's name for one block. Opaque to core; unique among the backend's live blocks.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockId(pub u64);
