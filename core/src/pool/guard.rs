@@ -1,6 +1,7 @@
-//! Guard margins (debug): a known byte pattern before and after each allocation, written when the
-//! allocation is handed out and checked when it is freed, so a kernel or copy that writes past
-//! either end is reported with the allocation's label instead of silently corrupting a neighbour.
+//! Guard margins (debug), as an adaptor ([`Guarded`]) around any pool: a known byte pattern before
+//! and after each allocation, written when the allocation is handed out and checked when it is
+//! freed, so a kernel or copy that writes past either end is reported with the allocation's label
+//! instead of silently corrupting a neighbour (VMA's corruption detection).
 //!
 //! Layout of a guarded region: `[front margin][data][back margin]`; the front margin is the back
 //! margin rounded up to the allocation's alignment. Host-visible memory is written and read through
@@ -8,8 +9,14 @@
 //! copy (fill) and a device copy into a temporary `Readback` block (check). The staged path costs a
 //! block allocation and a wait per margin: guard margins are a debug tool.
 
-use crate::Result;
-use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind, Ticket};
+use crate::pool::arena::round_up;
+use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
+use crate::pool::slots::Handle;
+use crate::{Error, Result};
 
 /// Writes `bytes` at `offset` of `block`: mapped when `mapped`, else through a temporary upload
 /// block and a device copy (waited for, so the temporary block can go).
@@ -93,7 +100,7 @@ pub const GUARD_PATTERN: u8 = 0xFD;
 ///
 /// # Errors
 /// Backend errors from the mapped or staged writes.
-pub(crate) fn fill(
+fn fill(
     backend: &dyn Backend,
     block: BlockId,
     region: (u64, u64),
@@ -125,7 +132,7 @@ pub(crate) fn fill(
 ///
 /// # Errors
 /// Backend errors from the mapped or staged reads.
-pub(crate) fn check(
+fn check(
     backend: &dyn Backend,
     block: BlockId,
     region: (u64, u64),
@@ -157,6 +164,205 @@ pub(crate) fn check(
         }
     }
     Ok(None)
+}
+
+/// Where the data sits in a guarded region: after `front` margin bytes, `size` bytes long.
+#[derive(Copy, Clone, Debug)]
+struct Layout {
+    front: u64,
+    size: u64,
+}
+
+/// Guard margins of `margin` bytes around every allocation of the pool below. See the module doc.
+///
+/// Margins count in the inner pool's `in_use`. A free waits for the allocation's last use (the
+/// margins can only be judged once the work that used it is done): a debug tool.
+pub struct Guarded<P> {
+    inner: P,
+    backend: Arc<dyn Backend>,
+    /// Back margin in bytes (the requested margin rounded to the copy alignment).
+    back: u64,
+    copy_align: u64,
+    /// Alignment the inner pool gives at least: the front margin keeps the data on it.
+    base_align: u64,
+    /// Whether the blocks can be mapped (else margins are staged through copies).
+    mapped: bool,
+    layouts: Mutex<HashMap<Handle, Layout>>,
+}
+
+impl<P: DevicePool> Guarded<P> {
+    /// Guards `inner`, whose blocks are of `kind` on `backend`, with `margin` bytes each side.
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`] for a zero margin (leave the adaptor out instead).
+    pub fn new(inner: P, backend: Arc<dyn Backend>, kind: MemoryKind, margin: u64) -> Result<Self> {
+        let caps = backend.capabilities();
+        let copy_align = caps.copy_align.max(1).next_power_of_two();
+        let back = round_up(margin, copy_align).filter(|b| *b > 0).ok_or(Error::ZeroSize {
+            what: "guard margin",
+        })?;
+        let base_align = match kind {
+            MemoryKind::DeviceLocal => caps.binding_align.max(1).next_power_of_two(),
+            _ => 1,
+        }
+        .max(copy_align);
+        let mapped = kind != MemoryKind::DeviceLocal || caps.device_host_visible;
+        Ok(Guarded {
+            inner,
+            backend,
+            back,
+            copy_align,
+            base_align,
+            mapped,
+            layouts: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn layouts(&self) -> MutexGuard<'_, HashMap<Handle, Layout>> {
+        self.layouts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn layout(&self, handle: Handle) -> Option<Layout> {
+        self.layouts().get(&handle).copied()
+    }
+}
+
+impl<P: DevicePool> DevicePool for Guarded<P> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
+        if size == 0 || align == 0 {
+            // The inner pool reports the bad request.
+            return self.inner.allocate(size, align, label);
+        }
+        let too_large = || Error::TooLarge {
+            what: "allocation",
+            requested: size,
+            limit: u64::MAX,
+            limit_name: "u64 byte count with guard margins",
+        };
+        let data = round_up(size, self.copy_align).ok_or_else(too_large)?;
+        let front = round_up(self.back, align.max(self.base_align)).ok_or_else(too_large)?;
+        let total = data
+            .checked_add(front)
+            .and_then(|t| t.checked_add(self.back))
+            .ok_or_else(too_large)?;
+        let a = self.inner.allocate(total, align, label)?;
+        let filled = fill(
+            self.backend.as_ref(),
+            a.range.block,
+            (a.range.offset, total),
+            front,
+            data,
+            self.mapped,
+        );
+        if let Err(e) = filled {
+            // Nothing was handed out: undo the carve (issue 12, defect 5).
+            self.inner.cancel(a.handle)?;
+            return Err(e);
+        }
+        self.layouts().insert(a.handle, Layout { front, size: data });
+        Ok(Allocation {
+            handle: a.handle,
+            range: BlockRange {
+                block: a.range.block,
+                offset: a.range.offset + front,
+                size: data,
+            },
+        })
+    }
+
+    fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
+        let Some(layout) = self.layout(handle) else {
+            // Not ours (stale, foreign, double free): the inner pool says which.
+            return self.inner.free_after(handle, ticket);
+        };
+        // Everything that can fail comes before the free: on error the allocation stays live.
+        let region = self.inner.resolve(handle)?;
+        let label = self.inner.label(handle)?;
+        self.backend
+            .wait(ticket.max(self.inner.last_use(handle)?))?;
+        let damage = check(
+            self.backend.as_ref(),
+            region.block,
+            (region.offset, region.size),
+            layout.front,
+            layout.size,
+            self.mapped,
+        )?;
+        self.inner.free_after(handle, ticket)?;
+        self.layouts().remove(&handle);
+        match damage {
+            Some(what) => Err(Error::Corruption(format!(
+                "{what} of allocation '{label}' ({} bytes) in the {} pool",
+                layout.size,
+                self.inner.name()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn cancel(&self, handle: Handle) -> Result<()> {
+        self.inner.cancel(handle)?;
+        self.layouts().remove(&handle);
+        Ok(())
+    }
+
+    fn resolve(&self, handle: Handle) -> Result<BlockRange> {
+        let r = self.inner.resolve(handle)?;
+        Ok(match self.layout(handle) {
+            Some(l) => BlockRange {
+                block: r.block,
+                offset: r.offset + l.front,
+                size: l.size,
+            },
+            None => r,
+        })
+    }
+
+    fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
+        self.inner.mark_used(handle, ticket)
+    }
+
+    fn last_use(&self, handle: Handle) -> Result<Ticket> {
+        self.inner.last_use(handle)
+    }
+
+    fn label(&self, handle: Handle) -> Result<String> {
+        self.inner.label(handle)
+    }
+
+    fn reclaim(&self) -> Result<()> {
+        self.inner.reclaim()
+    }
+
+    fn trim(&self) -> Result<u64> {
+        self.inner.trim()
+    }
+
+    fn stats(&self) -> PoolStats {
+        self.inner.stats()
+    }
+
+    fn live_allocations(&self) -> Vec<LiveAllocation> {
+        self.inner.live_allocations()
+    }
+
+    fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
+        self.inner.set_listener(listener)
+    }
+
+    fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.inner.check_invariants()?;
+        let live = self.inner.live_allocations().len();
+        let guarded = self.layouts().len();
+        if guarded > live {
+            return Err(format!("{guarded} guard layouts for {live} live allocations"));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
