@@ -6,18 +6,19 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
+use crate::pool::DevicePool;
 use crate::host::{HostBackend, HostConfig};
 
-fn pool(config: HostConfig, pool: PoolConfig) -> (Arc<HostBackend>, ArenaPool) {
+fn pool(config: HostConfig, pool: ArenaConfig) -> (Arc<HostBackend>, ArenaPool) {
     let backend = Arc::new(HostBackend::new(config).unwrap());
     let p = ArenaPool::new(backend.clone(), pool).unwrap();
     (backend, p)
 }
 
-fn small() -> PoolConfig {
-    PoolConfig {
+fn small() -> ArenaConfig {
+    ArenaConfig {
         block_size: 1 << 16,
-        ..PoolConfig::device()
+        ..ArenaConfig::device()
     }
 }
 
