@@ -18,16 +18,38 @@ use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListe
 use crate::pool::slots::Handle;
 use crate::{Error, Result};
 
+/// How margins are written and read: the backend, whether the blocks can be mapped, and where
+/// temporary staging blocks the backend refused to take back wait to be returned.
+struct Io<'a> {
+    backend: &'a dyn Backend,
+    mapped: bool,
+    orphans: &'a Mutex<Vec<BlockId>>,
+}
+
+impl Io<'_> {
+    /// Returns a temporary block; one the backend refuses is kept for a later try, so a failed
+    /// free never leaks it and never fails the margin operation that already succeeded.
+    fn free_staging(&self, block: BlockId) {
+        if self.backend.free_block(block).is_err() {
+            self.orphans
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(block);
+        }
+    }
+
+    /// Tries again to return the blocks refused earlier.
+    fn retry_orphans(&self) {
+        let mut o = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
+        o.retain(|b| self.backend.free_block(*b).is_err());
+    }
+}
+
 /// Writes `bytes` at `offset` of `block`: mapped when `mapped`, else through a temporary upload
 /// block and a device copy (waited for, so the temporary block can go).
-fn write(
-    backend: &dyn Backend,
-    block: BlockId,
-    offset: u64,
-    bytes: &[u8],
-    mapped: bool,
-) -> Result<()> {
-    if mapped {
+fn write(io: &Io<'_>, block: BlockId, offset: u64, bytes: &[u8]) -> Result<()> {
+    let backend = io.backend;
+    if io.mapped {
         return backend.write_mapped(block, offset, bytes);
     }
     let size = bytes.len() as u64;
@@ -51,20 +73,15 @@ fn write(
         )?;
         backend.wait(t)
     });
-    backend.free_block(staging)?;
+    io.free_staging(staging);
     result
 }
 
 /// Reads `out.len()` bytes at `offset` of `block`: mapped when `mapped`, else through a device
 /// copy into a temporary readback block. Device work enqueued earlier is ordered before the copy.
-fn read(
-    backend: &dyn Backend,
-    block: BlockId,
-    offset: u64,
-    out: &mut [u8],
-    mapped: bool,
-) -> Result<()> {
-    if mapped {
+fn read(io: &Io<'_>, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
+    let backend = io.backend;
+    if io.mapped {
         return backend.read_mapped(block, offset, out);
     }
     let size = out.len() as u64;
@@ -88,7 +105,7 @@ fn read(
         )
         .and_then(|t| backend.wait(t))
         .and_then(|()| backend.read_mapped(staging, 0, out));
-    backend.free_block(staging)?;
+    io.free_staging(staging);
     result
 }
 
@@ -96,56 +113,41 @@ fn read(
 pub const GUARD_PATTERN: u8 = 0xFD;
 
 /// Fills the margins of `region` (offset and size in the block, in bytes) around the data at
-/// `[front, front + size)`; `mapped` says whether the block is host-visible.
+/// `[front, front + size)`.
 ///
 /// # Errors
 /// Backend errors from the mapped or staged writes.
-fn fill(
-    backend: &dyn Backend,
-    block: BlockId,
-    region: (u64, u64),
-    front: u64,
-    size: u64,
-    mapped: bool,
-) -> Result<()> {
+fn fill(io: &Io<'_>, block: BlockId, region: (u64, u64), front: u64, size: u64) -> Result<()> {
     let (offset, total) = region;
     let back = total - front - size;
     let pattern = vec![GUARD_PATTERN; front.max(back) as usize];
     if front > 0 {
-        write(backend, block, offset, &pattern[..front as usize], mapped)?;
+        write(io, block, offset, &pattern[..front as usize])?;
     }
     if back > 0 {
-        write(
-            backend,
-            block,
-            offset + front + size,
-            &pattern[..back as usize],
-            mapped,
-        )?;
+        write(io, block, offset + front + size, &pattern[..back as usize])?;
     }
     Ok(())
 }
 
 /// Checks the margins of `region` (offset and size in the block, in bytes). `Ok(Some(description))`
-/// says how far the damage reaches (the back margin is checked first); `mapped` says whether the
-/// block is host-visible.
+/// says how far the damage reaches (the back margin is checked first).
 ///
 /// # Errors
 /// Backend errors from the mapped or staged reads.
 fn check(
-    backend: &dyn Backend,
+    io: &Io<'_>,
     block: BlockId,
     region: (u64, u64),
     front: u64,
     size: u64,
-    mapped: bool,
 ) -> Result<Option<String>> {
     let (offset, total) = region;
     let back = total - front - size;
     let mut buf = vec![0u8; front.max(back) as usize];
     if back > 0 {
         let b = &mut buf[..back as usize];
-        read(backend, block, offset + front + size, b, mapped)?;
+        read(io, block, offset + front + size, b)?;
         if let Some(i) = b.iter().rposition(|&x| x != GUARD_PATTERN) {
             return Ok(Some(format!(
                 "guard bytes overwritten up to {} byte(s) past the end",
@@ -155,7 +157,7 @@ fn check(
     }
     if front > 0 {
         let b = &mut buf[..front as usize];
-        read(backend, block, offset, b, mapped)?;
+        read(io, block, offset, b)?;
         if let Some(i) = b.iter().position(|&x| x != GUARD_PATTERN) {
             return Ok(Some(format!(
                 "guard bytes overwritten from {} byte(s) before the start",
@@ -188,6 +190,8 @@ pub struct Guarded<P> {
     /// Whether the blocks can be mapped (else margins are staged through copies).
     mapped: bool,
     layouts: Mutex<HashMap<Handle, Layout>>,
+    /// Temporary staging blocks the backend refused to take back (retried on every call).
+    orphans: Mutex<Vec<BlockId>>,
 }
 
 impl<P: DevicePool> Guarded<P> {
@@ -215,7 +219,20 @@ impl<P: DevicePool> Guarded<P> {
             base_align,
             mapped,
             layouts: Mutex::new(HashMap::new()),
+            orphans: Mutex::new(Vec::new()),
         })
+    }
+
+    fn io(&self) -> Io<'_> {
+        let io = Io {
+            backend: self.backend.as_ref(),
+            mapped: self.mapped,
+            orphans: &self.orphans,
+        };
+        if !self.mapped {
+            io.retry_orphans();
+        }
+        io
     }
 
     fn layouts(&self) -> MutexGuard<'_, HashMap<Handle, Layout>> {
@@ -251,12 +268,11 @@ impl<P: DevicePool> DevicePool for Guarded<P> {
             .ok_or_else(too_large)?;
         let a = self.inner.allocate(total, align, label)?;
         let filled = fill(
-            self.backend.as_ref(),
+            &self.io(),
             a.range.block,
             (a.range.offset, total),
             front,
             data,
-            self.mapped,
         );
         if let Err(e) = filled {
             // Nothing was handed out: undo the carve (issue 12, defect 5).
@@ -285,12 +301,11 @@ impl<P: DevicePool> DevicePool for Guarded<P> {
         self.backend
             .wait(ticket.max(self.inner.last_use(handle)?))?;
         let damage = check(
-            self.backend.as_ref(),
+            &self.io(),
             region.block,
             (region.offset, region.size),
             layout.front,
             layout.size,
-            self.mapped,
         )?;
         self.inner.free_after(handle, ticket)?;
         self.layouts().remove(&handle);
@@ -362,6 +377,14 @@ impl<P: DevicePool> DevicePool for Guarded<P> {
             return Err(format!("{guarded} guard layouts for {live} live allocations"));
         }
         Ok(())
+    }
+}
+
+impl<P> Drop for Guarded<P> {
+    fn drop(&mut self) {
+        for b in self.orphans.get_mut().unwrap_or_else(PoisonError::into_inner).drain(..) {
+            let _ = self.backend.free_block(b);
+        }
     }
 }
 
