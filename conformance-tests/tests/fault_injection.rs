@@ -3,7 +3,8 @@
 //! stack (guard margins, zero-on-reuse, forced staging, a device-memory cap). After every operation
 //! the pool's invariants hold; after every failed one the live set and the bytes in use are what
 //! they were (a failed free keeps the allocation live, a failed allocate holds nothing), the
-//! reserved bytes did not grow, and every allocation whose bytes are known still reads back
+//! reserved bytes did not grow (or grew by an idle block the backend refused to take back, which
+//! the next trim returns), and every allocation whose bytes are known still reads back
 //! exactly. At the end of each seed everything frees, trims and drops to zero blocks.
 //!
 //! `TENSORMEM_FAULT_OPS` overrides the total number of operations (default 10^6).
@@ -207,9 +208,12 @@ fn run_seed(seed: u64, ops: u64) -> Result<(u64, u64), String> {
             failed += 1;
             let same = after.in_use == before.in_use
                 && after.allocations == before.allocations
-                && after.reserved <= before.reserved
                 && s.live.len() == live_before;
-            if !same {
+            // A block reserved for a failed allocate goes back at once, unless the backend
+            // refuses that too (a second failure): then it stays, empty, for the next trim.
+            let idle_only = after.reserved <= before.reserved
+                || (s.pool.trim().is_ok() && s.pool.stats().reserved <= before.reserved);
+            if !same || !idle_only {
                 return Err(format!(
                     "seed {seed}, op {i}: a failed operation changed the pool: {before:?} -> {after:?}"
                 ));

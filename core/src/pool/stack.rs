@@ -139,3 +139,6 @@ pub struct PoolStack {
     /// The leak-report adaptor, for strict checks and backtraces.
     pub leaks: Option<Arc<LeakReport<Arc<dyn DevicePool>>>>,
 }
+
+#[cfg(test)]
+mod tests;
