@@ -115,7 +115,8 @@ pub trait DevicePool: Send + Sync {
 
     /// Undoes an allocation that no device work has used (the caller never handed it out): its
     /// bytes return at once, a block reserved for it alone goes back to the backend, and the
-    /// counters read as if it had never been made. The rollback of a failed multi-step allocate.
+    /// counters (the peaks aside) read as if it had never been made. The rollback of a failed
+    /// multi-step allocate.
     ///
     /// # Errors
     /// As [`DevicePool::free_after`].

@@ -267,13 +267,20 @@ impl<P: DevicePool> DevicePool for Guarded<P> {
             .and_then(|t| t.checked_add(self.back))
             .ok_or_else(too_large)?;
         let a = self.inner.allocate(total, align, label)?;
-        let filled = fill(
+        // Work the pools below queued on the region (a zero fill) must land before the margins
+        // are written through mapping; staged writes are queue-ordered after it anyway.
+        let pending = match self.inner.last_use(a.handle) {
+            Ok(t) if self.mapped && t != Ticket::DONE => self.backend.wait(t),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        };
+        let filled = pending.and_then(|()| fill(
             &self.io(),
             a.range.block,
             (a.range.offset, total),
             front,
             data,
-        );
+        ));
         if let Err(e) = filled {
             // Nothing was handed out: undo the carve (issue 12, defect 5).
             self.inner.cancel(a.handle)?;
