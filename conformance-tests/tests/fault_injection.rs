@@ -95,7 +95,9 @@ fn setup(seed: u64) -> Seed {
 
 fn fill(rng: &mut Rng, len: usize) -> Vec<u8> {
     let x = rng.next();
-    (0..len).map(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8).collect()
+    (0..len)
+        .map(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8)
+        .collect()
 }
 
 /// One random operation. `Ok(true)` when it succeeded.
@@ -119,9 +121,7 @@ fn step(s: &mut Seed) -> Result<bool, String> {
             let r = if s.rng.below(2) == 0 {
                 s.pool.free(handle)
             } else {
-                s.faulty
-                    .flush()
-                    .and_then(|t| s.pool.free_after(handle, t))
+                s.faulty.flush().and_then(|t| s.pool.free_after(handle, t))
             };
             if r.is_ok() {
                 s.live.swap_remove(pick);
@@ -153,15 +153,14 @@ fn step(s: &mut Seed) -> Result<bool, String> {
         70..=84 => {
             let l = &s.live[pick];
             let mut out = vec![0u8; l.alloc.range.size as usize];
-            s.rt.read_bytes(l.alloc, 0, &mut out).and_then(|()| {
-                match &l.bytes {
+            s.rt.read_bytes(l.alloc, 0, &mut out)
+                .and_then(|()| match &l.bytes {
                     Some(b) if *b != out => Err(Error::Corruption(format!(
                         "allocation {:?} reads back other bytes than written",
                         l.alloc.range
                     ))),
                     _ => Ok(()),
-                }
-            })
+                })
         }
         85..=92 => {
             // Device work in flight on the allocation: its free must wait for it.
@@ -233,9 +232,11 @@ fn run_seed(seed: u64, ops: u64) -> Result<(u64, u64), String> {
             .free(l.alloc.handle)
             .map_err(|e| format!("seed {seed}: final free: {e}"))?;
     }
-    s.rt.synchronize().map_err(|e| format!("seed {seed}: {e}"))?;
+    s.rt.synchronize()
+        .map_err(|e| format!("seed {seed}: {e}"))?;
     s.pool.trim().map_err(|e| format!("seed {seed}: {e}"))?;
-    s.rt.check_leaks().map_err(|e| format!("seed {seed}: {e}"))?;
+    s.rt.check_leaks()
+        .map_err(|e| format!("seed {seed}: {e}"))?;
     let st = s.pool.stats();
     if (st.in_use, st.reserved, st.blocks) != (0, 0, 0) {
         return Err(format!("seed {seed}: after trim: {st:?}"));
@@ -275,5 +276,8 @@ fn random_sequences_with_a_failure_at_every_backend_call() {
          failed; zero invariant or leak violations",
         per_seed * SEEDS
     );
-    assert!(failed > per_seed, "too few failures were exercised: {failed}");
+    assert!(
+        failed > per_seed,
+        "too few failures were exercised: {failed}"
+    );
 }

@@ -17,8 +17,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use tensormem::pool::Traced;
 use tensormem::{
     ArenaConfig, ArenaPool, DType, DevicePool, Graph, HostBackend, HostConfig, Op, Runtime,
-    RuntimeConfig,
-    Tracer,
+    RuntimeConfig, Tracer,
 };
 
 fn sizes() -> Vec<u64> {

@@ -127,8 +127,17 @@ fn failed_allocate_holds_nothing(ctx: &Ctx) -> R {
                     Err(e) => {
                         let after = pool.stats();
                         check(
-                            (after.in_use, after.allocations, after.reserved, after.blocks)
-                                == (before.in_use, before.allocations, before.reserved, before.blocks),
+                            (
+                                after.in_use,
+                                after.allocations,
+                                after.reserved,
+                                after.blocks,
+                            ) == (
+                                before.in_use,
+                                before.allocations,
+                                before.reserved,
+                                before.blocks,
+                            ),
                             || {
                                 format!(
                                     "{name}: allocate of {size} B failing at call {k} ({e}) left \
@@ -172,9 +181,15 @@ fn failed_free_is_retryable(ctx: &Ctx) -> R {
     backend.fail_call(0);
     let first = pool.free(a.handle);
     backend.disarm();
-    check(first.is_err(), || "the injected failure did not fire".into())?;
+    check(first.is_err(), || {
+        "the injected failure did not fire".into()
+    })?;
     check(pool.stats() == before, || {
-        format!("failed free changed the pool: {:?} -> {:?}", before, pool.stats())
+        format!(
+            "failed free changed the pool: {:?} -> {:?}",
+            before,
+            pool.stats()
+        )
     })?;
     pool.resolve(a.handle)
         .map_err(|e| format!("failed free lost the allocation: {e}"))?;

@@ -440,7 +440,8 @@ impl DevicePool for ArenaPool {
         if done {
             self.release(&mut st, live.block, live.region, handle)?;
         } else {
-            st.deferred.push(wait, size, (live.block, live.region, handle));
+            st.deferred
+                .push(wait, size, (live.block, live.region, handle));
             st.stats.pending_free = st.deferred.bytes();
         }
         Ok(())
@@ -523,7 +524,10 @@ impl DevicePool for ArenaPool {
     }
 
     fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
-        let mut l = self.listener.write().unwrap_or_else(PoisonError::into_inner);
+        let mut l = self
+            .listener
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         self.heard.store(listener.is_some(), Ordering::Release);
         *l = listener;
     }
@@ -542,7 +546,8 @@ impl DevicePool for ArenaPool {
             ));
         }
         let charged = self.budget.reserved();
-        if (self.shared_budget && charged < reserved) || (!self.shared_budget && charged != reserved)
+        if (self.shared_budget && charged < reserved)
+            || (!self.shared_budget && charged != reserved)
         {
             return Err(format!("budget holds {charged} for {reserved} reserved"));
         }

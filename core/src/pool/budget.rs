@@ -169,7 +169,10 @@ mod tests {
         assert_eq!(b.room(), 0);
         b.release(100);
         assert_eq!(b.room(), 100);
-        assert!(!b.try_reserve(u64::MAX), "overflow is a refusal, not a wrap");
+        assert!(
+            !b.try_reserve(u64::MAX),
+            "overflow is a refusal, not a wrap"
+        );
         let unlimited = Budget::new(None);
         assert!(unlimited.try_reserve(u64::MAX));
         assert!(!unlimited.try_reserve(1));

@@ -202,9 +202,11 @@ impl<P: DevicePool> Guarded<P> {
     pub fn new(inner: P, backend: Arc<dyn Backend>, kind: MemoryKind, margin: u64) -> Result<Self> {
         let caps = backend.capabilities();
         let copy_align = caps.copy_align.max(1).next_power_of_two();
-        let back = round_up(margin, copy_align).filter(|b| *b > 0).ok_or(Error::ZeroSize {
-            what: "guard margin",
-        })?;
+        let back = round_up(margin, copy_align)
+            .filter(|b| *b > 0)
+            .ok_or(Error::ZeroSize {
+                what: "guard margin",
+            })?;
         let base_align = match kind {
             MemoryKind::DeviceLocal => caps.binding_align.max(1).next_power_of_two(),
             _ => 1,
@@ -274,19 +276,22 @@ impl<P: DevicePool> DevicePool for Guarded<P> {
             Ok(_) => Ok(()),
             Err(e) => Err(e),
         };
-        let filled = pending.and_then(|()| fill(
-            &self.io(),
-            a.range.block,
-            (a.range.offset, total),
-            front,
-            data,
-        ));
+        let filled = pending.and_then(|()| {
+            fill(
+                &self.io(),
+                a.range.block,
+                (a.range.offset, total),
+                front,
+                data,
+            )
+        });
         if let Err(e) = filled {
             // Nothing was handed out: undo the carve (issue 12, defect 5).
             self.inner.cancel(a.handle)?;
             return Err(e);
         }
-        self.layouts().insert(a.handle, Layout { front, size: data });
+        self.layouts()
+            .insert(a.handle, Layout { front, size: data });
         Ok(Allocation {
             handle: a.handle,
             range: BlockRange {
@@ -381,7 +386,9 @@ impl<P: DevicePool> DevicePool for Guarded<P> {
         let live = self.inner.live_allocations().len();
         let guarded = self.layouts().len();
         if guarded > live {
-            return Err(format!("{guarded} guard layouts for {live} live allocations"));
+            return Err(format!(
+                "{guarded} guard layouts for {live} live allocations"
+            ));
         }
         Ok(())
     }
@@ -389,7 +396,12 @@ impl<P: DevicePool> DevicePool for Guarded<P> {
 
 impl<P> Drop for Guarded<P> {
     fn drop(&mut self) {
-        for b in self.orphans.get_mut().unwrap_or_else(PoisonError::into_inner).drain(..) {
+        for b in self
+            .orphans
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
             let _ = self.backend.free_block(b);
         }
     }

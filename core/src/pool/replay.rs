@@ -29,7 +29,11 @@ use crate::{Error, Result};
 enum Source {
     /// The planned arena, allocation `ordinal` of the plan, during step `step`, at `offset` bytes
     /// into the arena.
-    Planned { ordinal: u32, step: u64, offset: u64 },
+    Planned {
+        ordinal: u32,
+        step: u64,
+        offset: u64,
+    },
     /// The dynamic pool.
     Dynamic(Handle),
 }

@@ -104,7 +104,11 @@ impl PoolConfig {
     ///
     /// # Errors
     /// Invalid adaptor configuration.
-    pub fn wrap(&self, backend: Arc<dyn Backend>, bottom: Arc<dyn DevicePool>) -> Result<PoolStack> {
+    pub fn wrap(
+        &self,
+        backend: Arc<dyn Backend>,
+        bottom: Arc<dyn DevicePool>,
+    ) -> Result<PoolStack> {
         let mut top = bottom;
         if self.guard_bytes > 0 {
             top = Arc::new(Guarded::new(
@@ -117,7 +121,9 @@ impl PoolConfig {
         if self.zero_on_reuse {
             top = Arc::new(ZeroOnReuse::new(top, backend, self.kind));
         }
-        let leaks = self.leak_report.then(|| Arc::new(LeakReport::new(top.clone())));
+        let leaks = self
+            .leak_report
+            .then(|| Arc::new(LeakReport::new(top.clone())));
         if let Some(l) = &leaks {
             top = l.clone();
         }

@@ -89,9 +89,9 @@ impl ArenaPool {
             }
         };
         let carved = Tlsf::new(bytes).and_then(|mut tlsf| {
-            let region = tlsf
-                .allocate(size, align)?
-                .ok_or_else(|| Error::invalid("internal: a fresh block does not fit its request"))?;
+            let region = tlsf.allocate(size, align)?.ok_or_else(|| {
+                Error::invalid("internal: a fresh block does not fit its request")
+            })?;
             Ok((tlsf, region))
         });
         let (tlsf, region) = match carved {
@@ -135,6 +135,10 @@ mod tests {
         assert_eq!(block_size(5001, 4096, u64::MAX, 4), Some(5004));
         assert_eq!(block_size(100, 4096, 1000, 4), Some(100));
         assert_eq!(block_size(1001, 4096, 1000, 4), None);
-        assert_eq!(block_size(u64::MAX, 1, u64::MAX, 4), None, "rounding overflows");
+        assert_eq!(
+            block_size(u64::MAX, 1, u64::MAX, 4),
+            None,
+            "rounding overflows"
+        );
     }
 }

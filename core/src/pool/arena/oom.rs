@@ -37,7 +37,8 @@ pub(super) struct OomSnapshot {
 impl OomSnapshot {
     /// The report, with `static_plan_would_fit` decided by the planner. Call without the lock.
     pub(super) fn explain(mut self) -> OomReport {
-        self.report.static_plan_would_fit = static_plan_fits(&self.sizes, self.align, self.capacity);
+        self.report.static_plan_would_fit =
+            static_plan_fits(&self.sizes, self.align, self.capacity);
         self.report
     }
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::pool::{Budget, DevicePool, PoolStats, Reclaim};
 use crate::host::{HostBackend, HostConfig};
+use crate::pool::{Budget, DevicePool, PoolStats, Reclaim};
 
 fn pool(config: HostConfig, pool: ArenaConfig) -> (Arc<HostBackend>, ArenaPool) {
     let backend = Arc::new(HostBackend::new(config).unwrap());
@@ -202,7 +202,9 @@ fn pools_sharing_a_budget_release_idle_blocks_for_each_other() {
         budget.register(Arc::downgrade(&member));
     }
     // `a` fills the budget, then frees everything: its blocks are idle, not released.
-    let held: Vec<_> = (0..3).map(|_| a.allocate(1 << 16, 1, "a").unwrap()).collect();
+    let held: Vec<_> = (0..3)
+        .map(|_| a.allocate(1 << 16, 1, "a").unwrap())
+        .collect();
     for h in held {
         a.free(h.handle).unwrap();
     }

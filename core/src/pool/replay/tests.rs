@@ -126,7 +126,9 @@ fn a_runtime_runs_on_a_replay_pool() {
     // Two identical steps are planned; the third replays through the runtime's tensors.
     for _ in 0..3 {
         replay.begin_step().unwrap();
-        let a = rt.tensor_from(DType::F32, &[2], &[4.0f32, 5.0], "a").unwrap();
+        let a = rt
+            .tensor_from(DType::F32, &[2], &[4.0f32, 5.0], "a")
+            .unwrap();
         let b = rt.alloc(DType::F32, &[64], "b").unwrap();
         assert_eq!(rt.download::<f32>(&a).unwrap(), vec![4.0, 5.0]);
         rt.free(b).unwrap();

@@ -44,19 +44,30 @@ fn adaptors_compose_in_any_order() {
         let top = Traced::new(top, tracer.clone());
         // Dirty memory, freed and handed out again: zeroed, and its margins hold the pattern.
         let a = top.allocate(100, 1, "dirty").unwrap();
-        backend.write_mapped(a.range.block, a.range.offset, &[0xAB; 100]).unwrap();
+        backend
+            .write_mapped(a.range.block, a.range.offset, &[0xAB; 100])
+            .unwrap();
         top.free(a.handle).unwrap();
         let b = top.allocate(100, 1, "fresh").unwrap();
         backend.wait(top.last_use(b.handle).unwrap()).unwrap();
         let mut data = [1u8; 100];
-        backend.read_mapped(b.range.block, b.range.offset, &mut data).unwrap();
+        backend
+            .read_mapped(b.range.block, b.range.offset, &mut data)
+            .unwrap();
         assert!(data.iter().all(|&x| x == 0), "order {n}: not zeroed");
         let mut margin = [0u8; 16];
-        backend.read_mapped(b.range.block, b.range.offset + 100, &mut margin).unwrap();
-        assert!(margin.iter().all(|&x| x == GUARD_PATTERN), "order {n}: margin");
+        backend
+            .read_mapped(b.range.block, b.range.offset + 100, &mut margin)
+            .unwrap();
+        assert!(
+            margin.iter().all(|&x| x == GUARD_PATTERN),
+            "order {n}: margin"
+        );
         // The leak report sees the live allocation; the trace saw both.
         match crate::pool::check_leaks(&top, Some(top.ids())) {
-            Err(Error::Leak { count: 1, report, .. }) => assert!(report.contains("fresh")),
+            Err(Error::Leak {
+                count: 1, report, ..
+            }) => assert!(report.contains("fresh")),
             other => panic!("order {n}: {other:?}"),
         }
         top.free(b.handle).unwrap();
@@ -76,7 +87,9 @@ fn adaptors_compose_in_any_order() {
             .collect();
         assert_eq!(
             kinds,
-            ["reserve", "alloc", "free", "reclaim", "alloc", "free", "reclaim", "release"],
+            [
+                "reserve", "alloc", "free", "reclaim", "alloc", "free", "reclaim", "release"
+            ],
             "order {n}"
         );
         top.check_invariants().unwrap();
