@@ -50,7 +50,7 @@ struct Seed {
 
 const SEEDS: u64 = 40;
 
-fn setup(seed: u64) -> Seed {
+fn setup(seed: u64) -> Result<Seed, String> {
     let host = Arc::new(
         HostBackend::new(HostConfig {
             force_staging: seed % 4 == 1,
@@ -58,7 +58,7 @@ fn setup(seed: u64) -> Seed {
             device_memory: (seed % 5 == 2).then_some(3 << 20),
             ..HostConfig::default()
         })
-        .expect("host backend"),
+        .map_err(|e| e.to_string())?,
     );
     let faulty = Arc::new(Faulty::new(host.clone()));
     let rt = Runtime::new(
@@ -79,10 +79,10 @@ fn setup(seed: u64) -> Seed {
             ..RuntimeConfig::default()
         },
     )
-    .expect("runtime");
+    .map_err(|e| e.to_string())?;
     let pool = rt.device_pool();
     let align = faulty.capabilities().copy_align.max(1);
-    Seed {
+    Ok(Seed {
         host,
         faulty,
         rt,
@@ -90,7 +90,7 @@ fn setup(seed: u64) -> Seed {
         align,
         live: Vec::new(),
         rng: Rng(0x9E37_79B9_7F4A_7C15 ^ (seed + 1).wrapping_mul(0xD1B5_4A32_D192_ED03)),
-    }
+    })
 }
 
 fn fill(rng: &mut Rng, len: usize) -> Vec<u8> {
@@ -188,7 +188,7 @@ fn step(s: &mut Seed) -> Result<bool, String> {
 
 /// Runs one seed; returns (operations that failed, failures injected).
 fn run_seed(seed: u64, ops: u64) -> Result<(u64, u64), String> {
-    let mut s = setup(seed);
+    let mut s = setup(seed)?;
     let mut failed = 0;
     for i in 0..ops {
         let before = s.pool.stats();

@@ -66,13 +66,16 @@ struct Inner {
     /// The configured stack (without tracing).
     stack: PoolStack,
     /// The tracing adaptor over `stack.top` while tracing is on.
-    traced: RwLock<Option<Arc<Traced<Arc<dyn DevicePool>>>>>,
+    traced: RwLock<Option<Arc<TracedStack>>>,
     staging: Arc<StagingBelt>,
     budget: Arc<Budget>,
     /// Keeps the device stack's pressure member alive (the budget holds it weakly).
     _device_member: Arc<dyn Reclaim>,
     config: RuntimeConfig,
 }
+
+/// The tracing adaptor over a runtime's stack.
+type TracedStack = Traced<Arc<dyn DevicePool>>;
 
 /// A pool stack as a member of the budget's pressure path.
 struct StackMember(Arc<dyn DevicePool>);
@@ -166,7 +169,7 @@ impl Runtime {
         }
     }
 
-    fn traced(&self) -> Option<Arc<Traced<Arc<dyn DevicePool>>>> {
+    fn traced(&self) -> Option<Arc<TracedStack>> {
         self.inner
             .traced
             .read()

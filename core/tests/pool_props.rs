@@ -176,7 +176,9 @@ impl Virtual {
     }
 
     fn blocks(&self) -> std::sync::MutexGuard<'_, HashMap<BlockId, u64>> {
-        self.blocks.lock().unwrap()
+        self.blocks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn submit(&self) -> Ticket {
