@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use tensormem::suballoc::Tlsf;
 use tensormem::{
     ArenaConfig, ArenaPool, Backend, BlockDesc, BlockId, BlockRange, Capabilities, DevicePool,
-    Error, Op, Result, Ticket,
+    DeviceType, Error, Op, Result, Ticket,
 };
 
 /// xorshift64*: the operation sequence of one case, from the case's seed.
@@ -159,6 +159,7 @@ impl Virtual {
             caps: Capabilities {
                 backend: "virtual",
                 device_name: "no memory".into(),
+                device_type: DeviceType::VirtualGpu,
                 binding_align: 256,
                 copy_align: 4,
                 max_block_size: 1 << 63,
