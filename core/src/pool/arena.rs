@@ -30,6 +30,7 @@ use crate::suballoc::{Region, Tlsf};
 use crate::{Error, Result};
 
 mod growth;
+mod invariants;
 mod oom;
 
 pub use growth::DEFAULT_BLOCK_SIZE;
@@ -365,15 +366,6 @@ impl ArenaPool {
         }
         Ok(released)
     }
-
-    /// Sub-allocated bytes per block, for the explainer and the invariants.
-    fn used(st: &State) -> u64 {
-        st.blocks
-            .iter()
-            .flatten()
-            .map(|b| b.tlsf.report().used)
-            .sum()
-    }
 }
 
 impl DevicePool for ArenaPool {
@@ -533,45 +525,7 @@ impl DevicePool for ArenaPool {
     }
 
     fn check_invariants(&self) -> std::result::Result<(), String> {
-        let st = self.lock();
-        let mut reserved = 0;
-        for b in st.blocks.iter().flatten() {
-            b.tlsf.check_invariants()?;
-            reserved += b.size;
-        }
-        if reserved != st.stats.reserved {
-            return Err(format!(
-                "reserved {} != blocks {reserved}",
-                st.stats.reserved
-            ));
-        }
-        let charged = self.budget.reserved();
-        if (self.shared_budget && charged < reserved)
-            || (!self.shared_budget && charged != reserved)
-        {
-            return Err(format!("budget holds {charged} for {reserved} reserved"));
-        }
-        if st.stats.blocks != st.blocks.iter().flatten().count() {
-            return Err("block count out of sync".into());
-        }
-        let live: u64 = st.slots.iter().map(|l| l.region.size).sum();
-        if live != st.stats.in_use {
-            return Err(format!("in_use {} != live {live}", st.stats.in_use));
-        }
-        // TLSF may hand out a little slack with a region (never more than its minimum split), so
-        // sub-allocated bytes bound the held ones from above, and are zero exactly when nothing is.
-        let used = Self::used(&st);
-        let held = live + st.deferred.bytes();
-        if used < held || (held == 0) != (used == 0) {
-            return Err(format!(
-                "sub-allocated {used} inconsistent with live {live} + pending {}",
-                st.deferred.bytes()
-            ));
-        }
-        if st.slots.len() != st.stats.allocations {
-            return Err("allocation count out of sync".into());
-        }
-        Ok(())
+        self.check_state(&self.lock())
     }
 }
 
