@@ -244,6 +244,7 @@ impl Backend for Virtual {
 /// deferral and trim are.)
 fn pool_case(device: u64, block_size: u64, seed: u64) -> std::result::Result<(), String> {
     let mut rng = Rng(seed | 1);
+    let max_align_log = 30.min(63 - (device / 8).leading_zeros());
     let backend = Arc::new(Virtual::new(device));
     let pool = ArenaPool::new(
         backend.clone(),
@@ -258,16 +259,17 @@ fn pool_case(device: u64, block_size: u64, seed: u64) -> std::result::Result<(),
     let mut carved = 0u32;
     for i in 0..100_000u32 {
         let roll = rng.below(100);
-        // At most 8 live allocations of up to 1/8 of the device each (1 in 100 up to all of it),
-        // so out of memory stays rare: its explainer may run the planner for 20 ms.
-        if (roll < 50 && live.len() < 8) || live.is_empty() {
-            let max = if rng.below(100) == 0 {
+        // At most 4 live allocations of up to 1/8 of the device each, aligned to at most 1/8 of
+        // it (1 request in 500 up to all of it), so out of memory stays rare: its explainer may
+        // run the planner for 20 ms each time.
+        if (roll < 50 && live.len() < 4) || live.is_empty() {
+            let max = if rng.below(500) == 0 {
                 device
             } else {
                 device / 8
             };
             let size = rng.size(max);
-            let align = 1u64 << rng.below(31);
+            let align = 1u64 << rng.below(u64::from(max_align_log) + 1);
             match pool.allocate(size, align, "p") {
                 Ok(a) => {
                     let r = a.range;
@@ -288,7 +290,7 @@ fn pool_case(device: u64, block_size: u64, seed: u64) -> std::result::Result<(),
                 Err(Error::OutOfMemory(_) | Error::TooLarge { .. }) => {}
                 Err(e) => return Err(format!("op {i}: allocate {size} at {align}: {e}")),
             }
-        } else if roll < 85 || live.len() >= 8 {
+        } else if roll < 85 || live.len() >= 4 {
             let a = live.swap_remove(rng.below(live.len() as u64) as usize);
             // Half the frees wait for work still in flight.
             let r = if rng.below(2) == 0 {

@@ -19,29 +19,37 @@ use crate::pool::slots::Handle;
 use crate::{Error, Result};
 
 /// How margins are written and read: the backend, whether the blocks can be mapped, and where
-/// temporary staging blocks the backend refused to take back wait to be returned.
+/// temporary staging blocks wait to be returned when they cannot be returned at once.
 struct Io<'a> {
     backend: &'a dyn Backend,
     mapped: bool,
-    orphans: &'a Mutex<Vec<BlockId>>,
+    orphans: &'a Mutex<Vec<(BlockId, Ticket)>>,
 }
 
 impl Io<'_> {
-    /// Returns a temporary block; one the backend refuses is kept for a later try, so a failed
-    /// free never leaks it and never fails the margin operation that already succeeded.
-    fn free_staging(&self, block: BlockId) {
-        if self.backend.free_block(block).is_err() {
+    /// Returns a temporary block once `after` (the copy that used it; `DONE` when it finished or
+    /// none was queued) completes. A block still in use (its wait failed) or one the backend
+    /// refuses is kept for a later try: never freed under in-flight work, never leaked, and never
+    /// failing a margin operation that already succeeded.
+    fn free_staging(&self, block: BlockId, after: Ticket) {
+        if after != Ticket::DONE || self.backend.free_block(block).is_err() {
             self.orphans
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push(block);
+                .push((block, after));
         }
     }
 
-    /// Tries again to return the blocks refused earlier.
+    /// Returns the kept blocks whose work has completed. Polls, never waits.
     fn retry_orphans(&self) {
         let mut o = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
-        o.retain(|b| self.backend.free_block(*b).is_err());
+        if o.is_empty() {
+            return;
+        }
+        let Ok(done) = self.backend.completed() else {
+            return;
+        };
+        o.retain(|(b, t)| *t > done || self.backend.free_block(*b).is_err());
     }
 }
 
@@ -58,6 +66,7 @@ fn write(io: &Io<'_>, block: BlockId, offset: u64, bytes: &[u8]) -> Result<()> {
         size,
         label: "tensormem guard margin (upload)",
     })?;
+    let mut queued = Ticket::DONE;
     let result = backend.write_mapped(staging, 0, bytes).and_then(|()| {
         let t = backend.copy(
             BlockRange {
@@ -71,9 +80,10 @@ fn write(io: &Io<'_>, block: BlockId, offset: u64, bytes: &[u8]) -> Result<()> {
                 size,
             },
         )?;
+        queued = t;
         backend.wait(t)
     });
-    io.free_staging(staging);
+    io.free_staging(staging, if result.is_ok() { Ticket::DONE } else { queued });
     result
 }
 
@@ -90,6 +100,7 @@ fn read(io: &Io<'_>, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> 
         size,
         label: "tensormem guard margin (readback)",
     })?;
+    let mut queued = Ticket::DONE;
     let result = backend
         .copy(
             BlockRange {
@@ -103,9 +114,13 @@ fn read(io: &Io<'_>, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> 
                 size,
             },
         )
-        .and_then(|t| backend.wait(t))
+        .and_then(|t| {
+            queued = t;
+            backend.wait(t)
+        })
+        .map(|()| queued = Ticket::DONE)
         .and_then(|()| backend.read_mapped(staging, 0, out));
-    io.free_staging(staging);
+    io.free_staging(staging, queued);
     result
 }
 
@@ -190,8 +205,9 @@ pub struct Guarded<P> {
     /// Whether the blocks can be mapped (else margins are staged through copies).
     mapped: bool,
     layouts: Mutex<HashMap<Handle, Layout>>,
-    /// Temporary staging blocks the backend refused to take back (retried on every call).
-    orphans: Mutex<Vec<BlockId>>,
+    /// Temporary staging blocks not yet returned, with the ticket they wait for (retried, by
+    /// polling, on every call).
+    orphans: Mutex<Vec<(BlockId, Ticket)>>,
 }
 
 impl<P: DevicePool> Guarded<P> {
@@ -396,12 +412,17 @@ impl<P: DevicePool> DevicePool for Guarded<P> {
 
 impl<P> Drop for Guarded<P> {
     fn drop(&mut self) {
-        for b in self
+        let orphans = self
             .orphans
             .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain(..)
-        {
+            .unwrap_or_else(PoisonError::into_inner);
+        // Blocks still waiting for a copy: let everything finish before returning them.
+        if orphans.iter().any(|(_, t)| *t != Ticket::DONE) {
+            if let Ok(t) = self.backend.flush() {
+                let _ = self.backend.wait(t);
+            }
+        }
+        for (b, _) in orphans.drain(..) {
             let _ = self.backend.free_block(b);
         }
     }
