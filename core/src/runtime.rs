@@ -16,8 +16,6 @@
 use std::borrow::Cow;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use bytemuck::Pod;
-
 use crate::backend::{Backend, BlockRange, MemoryKind, Ticket};
 use crate::ops::DType;
 use crate::pool::{
@@ -25,13 +23,16 @@ use crate::pool::{
     StagingConfig, Traced,
 };
 use crate::trace::{EventKind, Tracer};
+use crate::validate::Validated;
 use crate::{Error, Result};
 
+mod dispatch;
 mod model;
 mod tensor;
 
 pub use model::{MemoryReport, Model};
-pub use tensor::Tensor;
+use tensor::check_element;
+pub use tensor::{Element, Tensor};
 
 /// Configuration of a [`Runtime`].
 #[derive(Clone, Debug)]
@@ -62,6 +63,9 @@ impl Default for RuntimeConfig {
 }
 
 struct Inner {
+    /// The validating front over the caller's backend; every pool and transfer goes through it.
+    front: Arc<Validated>,
+    /// The same front, as the trait object the pools hold.
     backend: Arc<dyn Backend>,
     /// The configured stack (without tracing).
     stack: PoolStack,
@@ -93,23 +97,28 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Creates a runtime over `backend`, with a device arena pool built from `config.device`.
+    /// Creates a runtime over `backend`, behind a fresh [`Validated`] front, with a device arena
+    /// pool built from `config.device`.
     ///
     /// # Errors
     /// Invalid pool or belt configuration.
     pub fn new(backend: Arc<dyn Backend>, config: RuntimeConfig) -> Result<Self> {
+        let front = Arc::new(Validated::new(backend));
+        let backend: Arc<dyn Backend> = front.clone();
         let budget = Self::new_budget(&backend, &config);
         let stack = config
             .device
             .build_with_budget(backend.clone(), budget.clone())?;
-        Self::assemble(backend, config, stack, budget)
+        Self::assemble(front, backend, config, stack, budget)
     }
 
     /// Creates a runtime whose device tensors come from `pool` (a
     /// [`ReplayPool`](crate::pool::ReplayPool), a user's own pool, ...), wrapped in the adaptors
     /// `config.device` asks for. The pool takes part in the pressure path (its `trim` is called
     /// before any pool of the runtime reports out of memory); its own blocks are not charged to
-    /// the runtime's budget.
+    /// the runtime's budget. `pool` draws from the backend it was built on: give it `backend`
+    /// behind a [`Validated`] front of its own if its blocks should be checked too; the runtime's
+    /// transfers and dispatches go through the runtime's front either way.
     ///
     /// # Errors
     /// Invalid adaptor or belt configuration.
@@ -118,9 +127,11 @@ impl Runtime {
         config: RuntimeConfig,
         pool: Arc<dyn DevicePool>,
     ) -> Result<Self> {
+        let front = Arc::new(Validated::new(backend));
+        let backend: Arc<dyn Backend> = front.clone();
         let budget = Self::new_budget(&backend, &config);
         let stack = config.device.wrap(backend.clone(), pool)?;
-        Self::assemble(backend, config, stack, budget)
+        Self::assemble(front, backend, config, stack, budget)
     }
 
     fn new_budget(backend: &Arc<dyn Backend>, config: &RuntimeConfig) -> Arc<Budget> {
@@ -132,6 +143,7 @@ impl Runtime {
     }
 
     fn assemble(
+        front: Arc<Validated>,
         backend: Arc<dyn Backend>,
         config: RuntimeConfig,
         stack: PoolStack,
@@ -145,6 +157,7 @@ impl Runtime {
         staging.join(budget.clone(), id);
         Ok(Runtime {
             inner: Arc::new(Inner {
+                front,
                 backend,
                 stack,
                 traced: RwLock::new(None),
@@ -156,9 +169,15 @@ impl Runtime {
         })
     }
 
-    /// The backend.
+    /// The backend, behind the runtime's validating front: work dispatched through it on raw
+    /// ranges is checked and its uses tracked like [`Runtime::dispatch`]'s.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.inner.backend
+    }
+
+    /// The validating front (device state, in-flight uses).
+    pub fn front(&self) -> &Validated {
+        &self.inner.front
     }
 
     /// The device pool stack's top (with the tracing adaptor while tracing is on).
@@ -238,13 +257,16 @@ impl Runtime {
         &self.inner.config
     }
 
-    /// Allocates an uninitialised tensor in the device pool. Asks the backend whether the device
-    /// is alive first (a poll, never a wait), so that nothing is handed out after a loss.
+    /// Allocates an uninitialised tensor in the device pool. Nothing is handed out after device
+    /// loss: besides the front's state, the device is polled (`completed()`, never a wait), so a
+    /// loss no call has seen yet is found here and not by the tensor's first use.
     ///
     /// # Errors
-    /// [`Error::ZeroSize`] for an empty shape product, [`Error::TooLarge`] when the byte size
-    /// overflows or exceeds the device, [`Error::OutOfMemory`], [`Error::DeviceLost`].
+    /// [`Error::ZeroSize`] for an empty shape product, [`Error::ArithmeticOverflow`] when the byte
+    /// size overflows, [`Error::TooLarge`] beyond the device, [`Error::OutOfMemory`],
+    /// [`Error::DeviceLost`].
     pub fn alloc(&self, dtype: DType, shape: &[usize], label: &str) -> Result<Tensor> {
+        self.inner.front.check_alive()?;
         let size = tensor::byte_size(dtype, shape)?;
         self.inner.backend.completed()?;
         let alloc = self.device_pool().allocate(size, 1, label)?;
@@ -255,7 +277,7 @@ impl Runtime {
     ///
     /// # Errors
     /// As [`Runtime::alloc`] and [`Runtime::upload`]; nothing stays allocated on error.
-    pub fn tensor_from<T: Pod>(
+    pub fn tensor_from<T: Element>(
         &self,
         dtype: DType,
         shape: &[usize],
@@ -274,20 +296,42 @@ impl Runtime {
         }
     }
 
-    /// Frees a tensor; the memory is reused once the work that used it completes.
+    /// Frees a tensor; the memory is reused once the work that used it completes, including
+    /// work dispatched on its raw range through [`Runtime::backend`] (the front tracks it).
     ///
     /// # Errors
     /// [`Error::StaleHandle`] / [`Error::DoubleFree`] if the allocation was already freed through
     /// the pool.
     pub fn free(&self, tensor: Tensor) -> Result<()> {
-        self.device_pool().free(tensor.allocation().handle)
+        let handle = tensor.allocation().handle;
+        let pool = self.device_pool();
+        // A stale handle falls through to the pool, which says whether it is a double free.
+        if let Ok(range) = pool.resolve(handle) {
+            let pending = self.inner.front.last_use(&range);
+            if pending > Ticket::DONE {
+                pool.mark_used(handle, pending)?;
+            }
+        }
+        pool.free(handle)
     }
 
-    /// Uploads `data` (exactly the tensor's byte size) into `tensor`.
+    /// The latest ticket of work that uses `alloc`: recorded on the allocation, or seen by the
+    /// front on any range overlapping it.
+    fn last_use(&self, pool: &dyn DevicePool, alloc: Allocation) -> Result<Ticket> {
+        let recorded = pool.last_use(alloc.handle)?;
+        Ok(recorded.max(self.inner.front.last_use(&pool.resolve(alloc.handle)?)))
+    }
+
+    /// Uploads `data` (exactly the tensor's byte size) into `tensor`. `T` is the tensor's dtype,
+    /// or `u8` for raw bytes ([`Element`]).
     ///
     /// # Errors
-    /// [`Error::SizeMismatch`], [`Error::StaleHandle`] for a freed tensor, backend errors.
-    pub fn upload<T: Pod>(&self, tensor: &Tensor, data: &[T]) -> Result<Ticket> {
+    /// [`Error::DTypeMismatch`], [`Error::SizeMismatch`], [`Error::StaleHandle`] for a freed
+    /// tensor, backend errors.
+    pub fn upload<T: Element>(&self, tensor: &Tensor, data: &[T]) -> Result<Ticket> {
+        check_element::<T>(tensor.dtype(), || {
+            format!("upload into tensor of shape {:?}", tensor.shape())
+        })?;
         let bytes: &[u8] = bytemuck::cast_slice(data);
         if bytes.len() as u64 != tensor.size() {
             return Err(Error::SizeMismatch {
@@ -299,20 +343,16 @@ impl Runtime {
         self.write_bytes(tensor.allocation(), 0, bytes)
     }
 
-    /// Downloads the whole tensor as elements of `T` (its byte size must be a multiple of
-    /// `size_of::<T>()`).
+    /// Downloads the whole tensor as elements of `T`: the tensor's dtype, or `u8` for raw bytes
+    /// ([`Element`]).
     ///
     /// # Errors
-    /// [`Error::SizeMismatch`], [`Error::StaleHandle`], backend errors.
-    pub fn download<T: Pod>(&self, tensor: &Tensor) -> Result<Vec<T>> {
+    /// [`Error::DTypeMismatch`], [`Error::StaleHandle`], backend errors.
+    pub fn download<T: Element>(&self, tensor: &Tensor) -> Result<Vec<T>> {
+        check_element::<T>(tensor.dtype(), || {
+            format!("download of tensor of shape {:?}", tensor.shape())
+        })?;
         let elem = std::mem::size_of::<T>() as u64;
-        if elem == 0 || !tensor.size().is_multiple_of(elem) {
-            return Err(Error::SizeMismatch {
-                what: "download element size".into(),
-                expected: tensor.size(),
-                actual: elem,
-            });
-        }
         let mut out = vec![T::zeroed(); (tensor.size() / elem) as usize];
         self.read_bytes(tensor.allocation(), 0, bytemuck::cast_slice_mut(&mut out))?;
         Ok(out)
@@ -333,8 +373,8 @@ impl Runtime {
     /// one small read (a wait for earlier work on the allocation) per unaligned write.
     ///
     /// # Errors
-    /// [`Error::ZeroSize`], [`Error::OutOfBounds`], [`Error::InvalidArgument`] for a misaligned
-    /// offset, [`Error::StaleHandle`], backend errors.
+    /// [`Error::ZeroSize`], [`Error::OutOfBounds`], [`Error::Misaligned`] offset,
+    /// [`Error::StaleHandle`], backend errors.
     pub fn write_bytes(&self, alloc: Allocation, offset: u64, data: &[u8]) -> Result<Ticket> {
         let pool = self.device_pool();
         let dst = self.sub_range(pool.as_ref(), alloc, offset, data.len() as u64, "write")?;
@@ -390,7 +430,7 @@ impl Runtime {
     ) -> Result<Ticket> {
         let backend = &self.inner.backend;
         if self.host_visible() {
-            backend.wait(pool.last_use(alloc.handle)?)?;
+            backend.wait(self.last_use(pool, alloc)?)?;
             backend.write_mapped(dst.block, dst.offset, data)?;
             Ok(Ticket::DONE)
         } else if !self.inner.config.force_staging
@@ -434,7 +474,7 @@ impl Runtime {
         let mut buf = vec![0u8; if padded { src.size as usize } else { 0 }];
         let target: &mut [u8] = if padded { &mut buf } else { &mut *out };
         if self.host_visible() {
-            backend.wait(pool.last_use(alloc.handle)?)?;
+            backend.wait(self.last_use(pool, alloc)?)?;
             backend.read_mapped(src.block, src.offset, target)?;
         } else {
             self.inner.staging.download(src, target)?;
@@ -462,9 +502,12 @@ impl Runtime {
         let range = pool.resolve(alloc.handle)?;
         let align = self.inner.backend.capabilities().copy_align.max(1);
         if !offset.is_multiple_of(align) {
-            return Err(Error::invalid(format!(
-                "{what} offset {offset} is not a multiple of the copy alignment {align}"
-            )));
+            return Err(Error::Misaligned {
+                what: "transfer offset",
+                value: offset,
+                align,
+                align_name: "copy_align",
+            });
         }
         let padded = size.div_ceil(align) * align;
         if offset
@@ -495,3 +538,6 @@ impl Runtime {
         self.device_pool().reclaim()
     }
 }
+
+#[cfg(test)]
+mod tests;
