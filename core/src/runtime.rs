@@ -112,24 +112,24 @@ impl Runtime {
         Self::assemble(front, backend, config, stack, budget)
     }
 
-    /// Creates a runtime whose device tensors come from `pool` (a
-    /// [`ReplayPool`](crate::pool::ReplayPool), a user's own pool, ...), wrapped in the adaptors
-    /// `config.device` asks for. The pool takes part in the pressure path (its `trim` is called
-    /// before any pool of the runtime reports out of memory); its own blocks are not charged to
-    /// the runtime's budget. `pool` draws from the backend it was built on: give it `backend`
-    /// behind a [`Validated`] front of its own if its blocks should be checked too; the runtime's
-    /// transfers and dispatches go through the runtime's front either way.
+    /// Creates a runtime whose device tensors come from the pool `make_pool` builds (a
+    /// [`ReplayPool`](crate::pool::ReplayPool), a user's own pool, ...) over the backend it is
+    /// given (the runtime's validating front, so the pool's blocks are known to it), wrapped in
+    /// the adaptors `config.device` asks for. The pool takes part in the pressure path (its `trim`
+    /// is called before any pool of the runtime reports out of memory); its own blocks are not
+    /// charged to the runtime's budget.
     ///
     /// # Errors
-    /// Invalid adaptor or belt configuration.
+    /// `make_pool`'s errors; invalid adaptor or belt configuration.
     pub fn with_pool(
         backend: Arc<dyn Backend>,
         config: RuntimeConfig,
-        pool: Arc<dyn DevicePool>,
+        make_pool: impl FnOnce(Arc<dyn Backend>) -> Result<Arc<dyn DevicePool>>,
     ) -> Result<Self> {
         let front = Arc::new(Validated::new(backend));
         let backend: Arc<dyn Backend> = front.clone();
         let budget = Self::new_budget(&backend, &config);
+        let pool = make_pool(backend.clone())?;
         let stack = config.device.wrap(backend.clone(), pool)?;
         Self::assemble(front, backend, config, stack, budget)
     }

@@ -115,9 +115,15 @@ fn handle_misuse_is_an_error() {
 fn a_runtime_runs_on_a_replay_pool() {
     use crate::{DType, Runtime, RuntimeConfig};
     let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-    let arena = Arc::new(ArenaPool::new(backend.clone(), ArenaConfig::device()).unwrap());
-    let replay = Arc::new(ReplayPool::new(arena, Duration::from_millis(50)));
-    let rt = Runtime::with_pool(backend, RuntimeConfig::default(), replay.clone()).unwrap();
+    let mut made = None;
+    let rt = Runtime::with_pool(backend, RuntimeConfig::default(), |front| {
+        let arena = Arc::new(ArenaPool::new(front, ArenaConfig::device())?);
+        let replay = Arc::new(ReplayPool::new(arena, Duration::from_millis(50)));
+        made = Some(replay.clone());
+        Ok(replay)
+    })
+    .unwrap();
+    let replay = made.unwrap();
     let t = rt
         .tensor_from(DType::F32, &[3], &[1.0f32, 2.0, 3.0], "outside")
         .unwrap();
