@@ -27,6 +27,13 @@ pub(crate) struct PinnedHost {
     ptr: NonNull<u8>,
 }
 
+impl PinnedHost {
+    /// The host pointer as an address (also the device address, under unified addressing).
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+}
+
 // SAFETY: the pointer names process-wide page-locked memory owned by this value alone; every
 // access goes through the block table's mutex or happens while the caller guarantees (by the
 // backend contract) that no other access to the range is in flight.
@@ -198,12 +205,20 @@ impl BlockTable {
         self.blocks.iter().map(|(id, b)| (BlockId(*id), b))
     }
 
-    /// Drains every live block (for teardown and the leak report).
-    pub(crate) fn drain(&mut self) -> Vec<(BlockId, Block)> {
-        self.blocks
-            .drain()
-            .map(|(id, b)| (BlockId(id), b))
-            .collect()
+    /// Empties the table, handing every block's memory to `free` and going on past failures
+    /// (teardown: one block that cannot be freed, or a lost device, must not leak the others).
+    /// Returns the blocks whose free failed, with the error.
+    pub(crate) fn release_all(
+        &mut self,
+        mut free: impl FnMut(&mut Memory) -> Result<()>,
+    ) -> Vec<(BlockId, Error)> {
+        let mut failed = Vec::new();
+        for (id, mut block) in self.blocks.drain() {
+            if let Err(e) = free(&mut block.memory) {
+                failed.push((BlockId(id), e));
+            }
+        }
+        failed
     }
 }
 

@@ -70,10 +70,14 @@ mod conv;
 mod device;
 mod error;
 mod expandable;
+mod health;
 mod kernels;
 mod launch;
+mod nvrtc;
 pub mod probe;
+mod staging;
 mod timeline;
+pub mod toolchain;
 mod vmm;
 
 use std::sync::{Arc, Mutex};
@@ -86,7 +90,8 @@ use tensormem::{Capabilities, Result, Ticket};
 
 use blocks::BlockTable;
 use kernels::Kernels;
-use timeline::Timeline;
+use timeline::{CudaEvents, Timeline};
+use toolchain::{CodeTarget, Toolchain};
 
 /// How `DeviceLocal` blocks are allocated.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -140,6 +145,11 @@ pub struct LiveBlock {
     pub label: String,
 }
 
+/// The `write_queued` ring holds this many writes of `queued_write_max` bytes in flight.
+const QUEUED_RING_WRITES: u64 = 16;
+/// Smallest `write_queued` ring, in bytes.
+const MIN_QUEUED_RING: u64 = 1 << 20;
+
 /// Alignment of binding offsets: what `cuMemAlloc` guarantees, and enough for vector loads.
 const BINDING_ALIGN: u64 = 256;
 
@@ -151,11 +161,15 @@ pub struct CudaBackend {
     /// The private stream-ordered pool ([`DeviceAlloc::StreamOrdered`] only).
     pool: Option<device::MemPool>,
     blocks: Mutex<BlockTable>,
+    /// The pinned ring of `write_queued` (none when `queued_write_max` is 0).
+    uploads: Option<device::QueuedUploads>,
     kernels: Kernels,
-    timeline: Timeline,
+    timeline: Timeline<CudaEvents>,
     ctx: Arc<CudaContext>,
     caps: Capabilities,
     device_alloc: DeviceAlloc,
+    tools: Toolchain,
+    target: CodeTarget,
 }
 
 impl CudaBackend {
@@ -180,8 +194,12 @@ impl CudaBackend {
     /// with the application's on that stream. `desc.ordinal` is ignored.
     ///
     /// # Errors
-    /// As [`CudaBackend::new`] (`libnvrtc` is still needed for the kernels).
+    /// [`Error::InvalidArgument`] for the per-thread default stream (`CU_STREAM_PER_THREAD`: one
+    /// handle naming a different stream on every thread, so tickets issued from several threads
+    /// would not follow one stream order); otherwise as [`CudaBackend::new`] (`libnvrtc` is
+    /// still needed for the kernels).
     pub fn adopt(stream: Arc<CudaStream>, desc: &CudaDesc) -> Result<Self> {
+        conv::check_adoptable_stream(stream.cu_stream() as usize)?;
         probe::check_libraries()?;
         let ctx = Arc::clone(stream.context());
         Self::build(ctx, stream, desc)
@@ -189,12 +207,22 @@ impl CudaBackend {
 
     fn build(ctx: Arc<CudaContext>, stream: Arc<CudaStream>, desc: &CudaDesc) -> Result<Self> {
         let info = device::DeviceInfo::query(&ctx)?;
-        let arch = conv::nvrtc_arch(info.compute.0, info.compute.1)?;
+        let tools = Toolchain {
+            driver: probe::driver_version()?,
+            nvrtc: nvrtc::version()?,
+        };
+        let target = toolchain::choose_target(tools, &nvrtc::supported_archs()?, info.compute)?;
         let pool = match desc.device_alloc {
             DeviceAlloc::MemAlloc => None,
             DeviceAlloc::StreamOrdered => Some(device::MemPool::create(&ctx)?),
         };
-        let kernels = Kernels::load(&ctx, kernels::compile(arch)?)?;
+        let kernels = Kernels::load(&ctx, target, tools)?;
+        let uploads = match desc.queued_write_max {
+            0 => None,
+            max => Some(device::QueuedUploads::new(
+                max.saturating_mul(QUEUED_RING_WRITES).max(MIN_QUEUED_RING),
+            )?),
+        };
         let caps = Capabilities {
             backend: error::BACKEND,
             device_name: info.name,
@@ -209,12 +237,25 @@ impl CudaBackend {
         Ok(CudaBackend {
             pool,
             blocks: Mutex::new(BlockTable::default()),
+            uploads,
             kernels,
-            timeline: Timeline::new(stream),
+            timeline: Timeline::new(CudaEvents::new(stream)),
             ctx,
             caps,
             device_alloc: desc.device_alloc,
+            tools,
+            target,
         })
+    }
+
+    /// The driver's and NVRTC's CUDA versions this backend runs with.
+    pub fn toolchain(&self) -> Toolchain {
+        self.tools
+    }
+
+    /// What the kernels were compiled to (a cubin for the device, or PTX for the driver's JIT).
+    pub fn kernel_target(&self) -> CodeTarget {
+        self.target
     }
 
     /// The CUDA context (shared with an adopting application).
@@ -253,10 +294,14 @@ impl CudaBackend {
         self.timeline.join_into(other)
     }
 
+    /// Makes the context current on this thread; fails fast once the device was lost.
     fn bind(&self) -> Result<()> {
-        self.ctx
+        self.timeline.health().check()?;
+        let bound = self
+            .ctx
             .bind_to_thread()
-            .map_err(|e| error::map_driver_err("cuCtxSetCurrent", e))
+            .map_err(|e| error::map_driver_err("cuCtxSetCurrent", e));
+        self.timeline.health().note(bound)
     }
 }
 

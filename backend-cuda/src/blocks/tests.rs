@@ -43,8 +43,7 @@ fn bytes_are_counted_per_kind() {
     table.insert(device_block(512));
     assert_eq!(table.bytes_of(MemoryKind::DeviceLocal), 768);
     assert_eq!(table.bytes_of(MemoryKind::Upload), 0);
-    let drained = table.drain();
-    assert_eq!(drained.len(), 2);
+    assert!(table.release_all(|_| Ok(())).is_empty());
     assert_eq!(table.bytes_of(MemoryKind::DeviceLocal), 0);
 }
 
@@ -54,4 +53,32 @@ fn device_blocks_are_not_host_visible() {
     assert!(b.host_ptr().is_none());
     assert_eq!(b.device_addr(), 0x7000_0000);
     assert_eq!(b.label, "test");
+}
+
+#[test]
+fn release_all_frees_every_block_past_failures() {
+    let mut table = BlockTable::default();
+    let ids: Vec<BlockId> = (0..4)
+        .map(|i| table.insert(device_block(64 << i)))
+        .collect();
+    let mut freed = 0;
+    let failed = table.release_all(|m| {
+        freed += 1;
+        match m {
+            // One block's free fails (a lost device reports a sticky error per call).
+            Memory::Device { .. } if freed == 2 => Err(Error::DeviceLost {
+                backend: "cuda",
+                detail: "cuMemFree returned CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+            }),
+            _ => Ok(()),
+        }
+    });
+    assert_eq!(
+        freed, 4,
+        "every block is handed to free, also after a failure"
+    );
+    assert_eq!(failed.len(), 1);
+    assert!(ids.contains(&failed[0].0));
+    assert_eq!(table.iter().count(), 0);
+    assert_eq!(table.bytes_of(MemoryKind::DeviceLocal), 0);
 }
