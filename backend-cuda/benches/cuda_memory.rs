@@ -361,8 +361,12 @@ fn bench_hbm(c: &mut Criterion, b: &CudaBackend) {
 fn hbm_peak_gbs(b: &CudaBackend) -> Option<f64> {
     use cudarc::driver::sys::CUdevice_attribute as A;
     let ctx = b.context();
-    let khz = ctx.attribute(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE).ok()?;
-    let bits = ctx.attribute(A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).ok()?;
+    let khz = ctx
+        .attribute(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)
+        .ok()?;
+    let bits = ctx
+        .attribute(A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)
+        .ok()?;
     (khz > 0 && bits > 0).then(|| f64::from(khz) * 1e3 * 2.0 * f64::from(bits) / 8.0 / 1e9)
 }
 
@@ -439,9 +443,5 @@ fn main() {
         Some(peak) => println!("HBM peak from the device attributes: {peak:.0} GB/s"),
         None => println!("HBM peak: the device does not report its memory clock / bus width"),
     }
-    println!(
-        "kernels: {} ({})",
-        plain.kernel_target(),
-        plain.toolchain()
-    );
+    println!("kernels: {} ({})", plain.kernel_target(), plain.toolchain());
 }

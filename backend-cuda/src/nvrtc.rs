@@ -59,6 +59,11 @@ pub(crate) fn supported_archs() -> Result<Vec<i32>> {
     Ok(archs)
 }
 
+/// `nvrtcGetCUBINSize` / `nvrtcGetPTXSize`.
+type SizeFn = unsafe fn(sys::nvrtcProgram, *mut usize) -> sys::nvrtcResult;
+/// `nvrtcGetCUBIN` / `nvrtcGetPTX`.
+type GetFn = unsafe fn(sys::nvrtcProgram, *mut c_char) -> sys::nvrtcResult;
+
 /// An NVRTC program, destroyed on drop.
 struct Program {
     prog: sys::nvrtcProgram,
@@ -91,11 +96,7 @@ impl Program {
     /// The compiled image: the cubin, or the PTX text with its terminating NUL (what
     /// `cuModuleLoadData` expects).
     fn image(&self, target: CodeTarget) -> Result<Vec<u8>> {
-        let (size_fn, get_fn, api): (
-            unsafe fn(sys::nvrtcProgram, *mut usize) -> sys::nvrtcResult,
-            unsafe fn(sys::nvrtcProgram, *mut c_char) -> sys::nvrtcResult,
-            &'static str,
-        ) = match target {
+        let (size_fn, get_fn, api): (SizeFn, GetFn, &'static str) = match target {
             CodeTarget::Cubin { .. } => {
                 (sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN, "nvrtcGetCUBIN")
             }

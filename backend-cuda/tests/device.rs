@@ -620,7 +620,10 @@ fn queued_writes_own_their_bytes_and_recycle_the_ring() {
     let mut out = vec![0u8; (N * W) as usize];
     b.read_mapped(down, 0, &mut out).unwrap();
     for (i, chunk) in out.chunks(W as usize).enumerate() {
-        assert!(chunk.iter().all(|&x| x == i as u8 + 1), "chunk {i} was not written intact");
+        assert!(
+            chunk.iter().all(|&x| x == i as u8 + 1),
+            "chunk {i} was not written intact"
+        );
     }
     b.free_block(dev).unwrap();
     b.free_block(down).unwrap();
@@ -631,11 +634,16 @@ fn the_per_thread_default_stream_cannot_be_adopted() {
     let Some(b) = backend() else { return };
     let err = CudaBackend::adopt(b.context().per_thread_stream(), &CudaDesc::default())
         .expect_err("the per-thread default stream must be refused");
-    assert!(matches!(err, Error::InvalidArgument(ref m) if m.contains("PER_THREAD")), "{err:?}");
+    assert!(
+        matches!(err, Error::InvalidArgument(ref m) if m.contains("PER_THREAD")),
+        "{err:?}"
+    );
     let own = b.context().new_stream().unwrap();
     let adopted = CudaBackend::adopt(own, &CudaDesc::default()).unwrap();
     let dev = alloc(&adopted, MemoryKind::DeviceLocal, 4096);
-    adopted.wait(adopted.fill_zero(range(dev, 0, 4096)).unwrap()).unwrap();
+    adopted
+        .wait(adopted.fill_zero(range(dev, 0, 4096)).unwrap())
+        .unwrap();
     adopted.free_block(dev).unwrap();
 }
 
@@ -712,5 +720,8 @@ fn a_sticky_error_is_remembered_by_every_later_call() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success() && text.contains("sticky child: ok"), "{text}");
+    assert!(
+        out.status.success() && text.contains("sticky child: ok"),
+        "{text}"
+    );
 }

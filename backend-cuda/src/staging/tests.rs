@@ -66,7 +66,7 @@ fn wrapped_regions_never_overlap_live_ones() {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        if seed % 3 == 0 && completed < issued {
+        if seed.is_multiple_of(3) && completed < issued {
             completed += 1 + seed % (issued - completed);
         }
         let len = 1 + seed % 300;
