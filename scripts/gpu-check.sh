@@ -7,10 +7,11 @@
 #                                  Vulkan loader into gpu-bundle/ (ignored, under 40 MiB).
 #   scripts/gpu-check.sh run       there, with only the bundle, python3 and the NVIDIA driver:
 #                                  every step under its own timeout, going on after a failed step,
-#                                  the whole run under 8 minutes. Under $OUT, four plain files (the
+#                                  the whole run under 8 minutes. Under $OUT, five plain files (the
 #                                  device tool brings back at most 8): summary.md (the table),
-#                                  machine.log, steps.log (every step's log, appended as it runs)
-#                                  and logs.tar.gz (each log and sample output as its own file).
+#                                  summary.tsv and steps.log (written as steps finish, so a killed
+#                                  run still reports), machine.log, and logs.tar.gz (each log and
+#                                  sample output as its own file).
 #                                  Exit 0 when every step passed.
 #   scripts/gpu-check.sh dry-run   here, as CI does: `run --dry-run` with cargo and rustc off the
 #                                  PATH, from a scratch directory holding only the scripts and the
@@ -115,8 +116,11 @@ prepare() {
         exe=$(pick "$list" "$kind" "$crate")
         [ -n "$exe" ] && [ -x "$exe" ] || die "cargo built no $kind target $crate"
         strip -o "$tmp/$name" "$exe" || die "strip $exe failed"
-        xz -T1 -6 -c "$tmp/$name" >"$BUNDLE/bin/$name.xz" || die "xz $name failed"
+        python3 "$HELPER" xz "$tmp/$name" "$BUNDLE/bin/$name.xz" || die "xz $name failed"
     done
+    local glibc
+    glibc=$(for f in "$tmp"/*; do objdump -T "$f" 2>/dev/null; done |
+        grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
 
     cp "$ROOT"/examples/assets/mnist/* "$BUNDLE/assets/mnist/"
     fetch_vulkan_loader "$BUNDLE/vulkan" >"$tmp/vulkan.txt" || die "no Vulkan loader to carry"
@@ -135,6 +139,7 @@ prepare() {
             diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
         echo "built: $(date -u +%FT%TZ) on $(uname -srm), $(ldd --version | head -1)"
         echo "rustc: $(rustc --version)"
+        echo "glibc: ${glibc:-unknown} or newer needed"
         echo "cuda: cudarc feature cuda-13000 (driver API CUDA 13.0), NVRTC found at run time"
         cat "$tmp/vulkan.txt"
         echo "minilm: all-MiniLM-L6-v2 truncated to bf16, embedding rows of the check's sentences"
@@ -150,13 +155,14 @@ prepare() {
 # --- run ---------------------------------------------------------------------------------------
 
 START=$SECONDS
+STEP_NOTE="" DEVICE_NOTE=""
 # Step limits are sized for the GPU machine (16 cores, a real GPU); the dry run multiplies them
 # (lavapipe on 2 shared cores is several times slower) and the budget with them.
 SCALE="${GPU_CHECK_TIME_SCALE:-1}"
 BUDGET="${GPU_CHECK_BUDGET:-$((470 * SCALE))}"
 
 record() { # name status seconds note
-    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$LOGS/summary.tsv"
+    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$OUT/summary.tsv"
 }
 
 # step NAME LIMIT CMD...: runs CMD (a program: functions go through "$0" _NAME) under its own
@@ -178,6 +184,9 @@ step() {
     tail -n 25 "$log"
     { echo "=== $name (limit ${limit}s, exit $rc) ==="; cat "$log"; echo; } >>"$OUT/steps.log"
     local secs=$((SECONDS - t0)) status note="${STEP_NOTE:-}"
+    # Name the device (the suite prints "target NAME on DEVICE").
+    [ -z "$DEVICE_NOTE" ] || note="${note:+$note; }on $(sed -n 's/^  target [^ ]* *on //p' "$log" | sort -u | paste -sd / -)"
+    DEVICE_NOTE=
     case $rc in
         0) status=ok ;;
         124 | 137) status=TIMEOUT; note="killed after ${limit}s${note:+; $note}" ;;
@@ -224,6 +233,15 @@ preflight() { # sets CUDA_OK and CUDA_REASON; logs the machine to $OUT/machine.l
         done
         echo; echo "bundle:"; cat "$BUNDLE/MANIFEST.txt"
     } >"$OUT/machine.log" 2>&1
+    # The binaries were linked here: an older glibc there makes every one of them fail to start.
+    local need have
+    need=$(sed -n 's/^glibc: \([0-9.]*\) or newer needed$/\1/p' "$BUNDLE/MANIFEST.txt")
+    have=$(ldd --version 2>&1 | head -1 | grep -o '[0-9]\+\.[0-9]\+$')
+    if [ -n "$need" ] && [ -n "$have" ] &&
+        [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
+        GLIBC_NOTE="this machine has glibc $have, the bundle needs $need: its binaries cannot start"
+        echo "WARNING: $GLIBC_NOTE" | tee -a "$OUT/machine.log"
+    fi
     if ! command -v nvidia-smi >/dev/null; then
         CUDA_REASON="no NVIDIA driver here (nvidia-smi not found)"
     elif ! timeout 30 nvidia-smi >>"$OUT/machine.log" 2>&1; then
@@ -253,9 +271,8 @@ unpack_bundle() { # binaries and MiniLM into $WORK
     local f
     mkdir -p "$WORK/bin" "$WORK/minilm"
     for f in "$BUNDLE"/bin/*.xz; do
-        python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' \
-            "$f" >"$WORK/bin/$(basename "$f" .xz)" && chmod +x "$WORK/bin/$(basename "$f" .xz)" ||
-            return 1
+        python3 "$HELPER" unxz "$f" "$WORK/bin/$(basename "$f" .xz)" || return 1
+        chmod +x "$WORK/bin/$(basename "$f" .xz)"
     done
     # The Vulkan loader, with its soname link made here (a carried link may not survive).
     mkdir -p "$WORK/vulkan"
@@ -304,7 +321,7 @@ run() {
     WORK=$(mktemp -d) || die "mktemp failed"
     LOGS="$WORK/logs"
     mkdir -p "$LOGS"
-    : >"$LOGS/summary.tsv"
+    : >"$OUT/summary.tsv"
     trap 'rm -rf "$WORK"' EXIT
     export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$WORK}" CRITERION_HOME="$WORK/criterion"
     export RUST_BACKTRACE=1
@@ -325,7 +342,7 @@ run() {
 
     local required=host,cuda
     [ "$CUDA_OK" = 1 ] || required=host
-    STEP_NOTE="required: $required"
+    STEP_NOTE="required: $required" DEVICE_NOTE=1
     step 03-conformance-host-cuda 80 env TENSORMEM_TARGETS=host,cuda \
         TENSORMEM_REQUIRE_BACKENDS=$required "$WORK/bin/suite"
 
@@ -349,10 +366,10 @@ run() {
             echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
             echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset, the loader searches}"
         } >>"$OUT/machine.log"
-        STEP_NOTE="carried libvulkan1"
+        STEP_NOTE="carried libvulkan1" DEVICE_NOTE=1
         step 08-conformance-vulkan 60 env TENSORMEM_TARGETS=vulkan \
             TENSORMEM_REQUIRE_BACKENDS=vulkan "$WORK/bin/suite"
-        STEP_NOTE="carried libvulkan1"
+        STEP_NOTE="carried libvulkan1" DEVICE_NOTE=1
         step 09-conformance-wgpu 60 env TENSORMEM_TARGETS=wgpu TENSORMEM_REQUIRE_BACKENDS=wgpu \
             "$WORK/bin/suite"
         # The subshell's records reach the summary through summary.tsv.
@@ -378,13 +395,14 @@ summary() { # dry: CUDA being unavailable is expected
         echo
         echo "machine: ${GPU:-no NVIDIA GPU}; bundle: $(sed -n 2p "$BUNDLE/MANIFEST.txt")"
         if [ "$CUDA_OK" = 1 ]; then echo "CUDA: available"; else echo "CUDA: unavailable: $CUDA_REASON"; fi
+        [ -z "${GLIBC_NOTE:-}" ] || echo "WARNING: $GLIBC_NOTE"
         echo
         echo "| step | status | seconds | note |"
         echo "|---|---|---:|---|"
         while IFS=$'\t' read -r name status secs note; do
             echo "| $name | $status | $secs | $note |"
             case $status in ok) ;; skipped) [ "$dry" = 1 ] || failed=1 ;; *) failed=1 ;; esac
-        done <"$LOGS/summary.tsv"
+        done <"$OUT/summary.tsv"
         echo
         echo "total: $((SECONDS - START)) s of a ${BUDGET} s budget"
         local bench="$LOGS/07-cuda-bench.log"

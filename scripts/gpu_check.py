@@ -8,6 +8,7 @@
   minilm-unpack PACKED OUT         rebuild OUT/model.safetensors from PACKED
   compare KIND REF GOT             compare a sample's --json output with the host reference
   sha256 FILE                      print the file's sha256
+  xz SRC DST / unxz SRC DST        compress / decompress one file (no xz program needed)
   nvrtc-dirs                       print the lib folders of pip-installed NVRTC wheels
                                    (nvidia/cu13/lib for CUDA 13, nvidia/cuda_nvrtc/lib for 12)
 
@@ -205,6 +206,12 @@ def nvrtc_dirs():
                 print(d)
 
 
+def _copy(src, dst):
+    with src, dst:
+        for chunk in iter(lambda: src.read(1 << 20), b""):
+            dst.write(chunk)
+
+
 def main(argv):
     cmds = {
         "executables": (lambda *p: executables(p), None),
@@ -213,6 +220,8 @@ def main(argv):
         "compare": (compare, 3),
         "sha256": (lambda p: print(sha256(p)), 1),
         "nvrtc-dirs": (nvrtc_dirs, 0),
+        "xz": (lambda a, b: _copy(open(a, "rb"), lzma.open(b, "wb", preset=6)), 2),
+        "unxz": (lambda a, b: _copy(lzma.open(a, "rb"), open(b, "wb")), 2),
     }
     if len(argv) < 2 or argv[1] not in cmds:
         sys.exit(__doc__)

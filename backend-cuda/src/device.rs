@@ -12,7 +12,7 @@ use crate::blocks::{Block, Memory, alloc_pinned, free_memory};
 use crate::conv::{Placement, check_block_size, check_range, map_memory_kind, to_usize};
 use crate::error::{BACKEND, map_alloc_err, map_driver_err, map_init_err};
 use crate::launch::{check_bindings, plan_call, plan_fill_zero};
-use crate::staging::RingAlloc;
+use crate::staging::{RingAlloc, reserve_or_poll};
 use crate::timeline::lock;
 use crate::{CudaBackend, DeviceAlloc, LiveBlock};
 
@@ -335,16 +335,9 @@ impl Backend for CudaBackend {
             return Ok(None);
         };
         let len = data.len() as u64;
-        // What is known complete costs no driver call; poll the events only when that is not
-        // enough room.
-        let known = self.timeline.known_completed();
-        let reserved = match lock(&up.ring).reserve(len, known) {
-            Some(r) => Some(r),
-            None => {
-                let completed = self.timeline.completed()?;
-                lock(&up.ring).reserve(len, completed)
-            }
-        };
+        let reserved = reserve_or_poll(&up.ring, len, self.timeline.known_completed(), || {
+            self.timeline.completed()
+        })?;
         let Some(res) = reserved else {
             // Full (or too large): the pools stage through an Upload block instead.
             return Ok(None);

@@ -240,6 +240,7 @@ impl CudaBackend {
             driver: probe::driver_version()?,
             nvrtc: nvrtc::version()?,
         };
+        toolchain::check_nvrtc(tools.nvrtc)?;
         let target = toolchain::choose_target(tools, &nvrtc::supported_archs()?, info.compute)?;
         let pool = match desc.device_alloc {
             DeviceAlloc::MemAlloc => None,

@@ -13,8 +13,11 @@
 #![forbid(unsafe_code)]
 
 use std::collections::VecDeque;
+use std::sync::Mutex;
 
-use tensormem::Ticket;
+use tensormem::{Result, Ticket};
+
+use crate::timeline::lock;
 
 /// A region handed out by [`RingAlloc::reserve`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -116,6 +119,28 @@ impl RingAlloc {
     pub(crate) fn finish(&mut self, id: u64, ticket: Option<Ticket>) {
         if let Some(r) = self.live.iter_mut().find(|r| r.id == id) {
             r.ticket = Some(ticket.unwrap_or(Ticket::DONE));
+        }
+    }
+}
+
+/// Reserves `len` bytes of `ring`, first against `known` (the tickets known complete, which costs
+/// no driver call), then, when that leaves no room, against what `poll` reports complete now.
+/// The ring's lock is not held while `poll` runs.
+///
+/// # Errors
+/// Whatever `poll` returns (a lost device).
+pub(crate) fn reserve_or_poll(
+    ring: &Mutex<RingAlloc>,
+    len: u64,
+    known: Ticket,
+    poll: impl FnOnce() -> Result<Ticket>,
+) -> Result<Option<Reservation>> {
+    let first = lock(ring).reserve(len, known);
+    match first {
+        Some(r) => Ok(Some(r)),
+        None => {
+            let completed = poll()?;
+            Ok(lock(ring).reserve(len, completed))
         }
     }
 }

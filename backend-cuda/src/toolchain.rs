@@ -126,6 +126,24 @@ pub fn check_driver(driver: CudaVersion) -> Result<()> {
     })
 }
 
+/// Refuses an NVRTC older than CUDA 12: it may lack `nvrtcGetSupportedArchs` and cubin output
+/// (a missing symbol would panic inside cudarc), and CUDA 13 drivers are the target anyway.
+///
+/// # Errors
+/// [`Error::BackendUnavailable`] naming the version found.
+pub fn check_nvrtc(nvrtc: CudaVersion) -> Result<()> {
+    if nvrtc.major >= 12 {
+        return Ok(());
+    }
+    Err(Error::BackendUnavailable {
+        backend: BACKEND,
+        reason: format!(
+            "the NVRTC found first on the loader path is CUDA {nvrtc}; CUDA 12 or newer is \
+             needed (for this build: libnvrtc.so.13 first on LD_LIBRARY_PATH)"
+        ),
+    })
+}
+
 /// Chooses the code the kernels are compiled to for a device of compute capability
 /// `device` (`(major, minor)`), given the loaded NVRTC's `supported` architectures
 /// (`nvrtcGetSupportedArchs`, e.g. `[75, 80, …, 90, 100, 120]`). See the module doc.

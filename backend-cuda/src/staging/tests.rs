@@ -5,6 +5,11 @@
     reason = "tests and benchmarks fail loudly on broken setup"
 )]
 
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
 use super::*;
 
 const NONE_DONE: Ticket = Ticket::DONE;
@@ -91,4 +96,40 @@ fn wrapped_regions_never_overlap_live_ones() {
         issued > 1000,
         "the ring should serve most requests, served {issued}"
     );
+}
+
+#[test]
+fn a_full_ring_polls_the_driver_once_and_without_holding_the_ring() {
+    let ring = Arc::new(Mutex::new(RingAlloc::new(64)));
+    let a = lock(&ring).reserve(64, NONE_DONE).unwrap();
+    lock(&ring).finish(a.id, Some(Ticket(3)));
+    // Room against what is known: no poll.
+    let b = reserve_or_poll(&ring, 64, Ticket(3), || panic!("no poll needed"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.offset, 0);
+    lock(&ring).finish(b.id, Some(Ticket(4)));
+    // Full against what is known; the poll (which takes the ring's lock, as the driver path
+    // must be able to) reports ticket 4 complete and frees the ring. Run with a deadline: a
+    // guard held across the poll would deadlock.
+    let (tx, rx) = mpsc::channel();
+    {
+        let ring = Arc::clone(&ring);
+        thread::spawn(move || {
+            let r = reserve_or_poll(&ring, 64, Ticket(3), || {
+                drop(lock(&ring));
+                Ok(Ticket(4))
+            });
+            tx.send(r.map(|o| o.map(|r| r.offset))).unwrap();
+        });
+    }
+    let got = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("reserve_or_poll deadlocked");
+    assert_eq!(got.unwrap(), Some(0));
+    // A failed poll (a lost device) is the caller's error.
+    let lost = reserve_or_poll(&ring, 64, Ticket::DONE, || {
+        Err(tensormem::Error::invalid("x"))
+    });
+    assert!(lost.is_err());
 }

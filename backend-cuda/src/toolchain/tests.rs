@@ -113,3 +113,16 @@ fn a_device_older_than_nvrtc_supports_is_unsupported() {
     };
     assert!(what.contains("7.0") && what.contains("sm_75"), "{what}");
 }
+
+#[test]
+fn an_nvrtc_older_than_cuda_12_is_refused_before_any_newer_symbol_is_used() {
+    assert!(check_nvrtc(v(12, 0)).is_ok());
+    assert!(check_nvrtc(v(13, 0)).is_ok());
+    let Err(Error::BackendUnavailable { reason, .. }) = check_nvrtc(v(11, 8)) else {
+        panic!("NVRTC 11.8 must be refused");
+    };
+    assert!(
+        reason.contains("11.8") && reason.contains("libnvrtc.so.13"),
+        "{reason}"
+    );
+}
