@@ -20,7 +20,8 @@
 //! * **One stream, one timeline.** Every copy, fill and kernel goes to the backend's stream in
 //!   submission order, which is the contract's single logical queue; no barriers are needed.
 //!   The stream is created, or adopted from an application ([`CudaBackend::adopt`]) so tensormem
-//!   and the application's own kernels are ordered without host syncs.
+//!   and the application's own kernels are ordered without host syncs; the per-thread default
+//!   stream is refused, since its one handle names a different stream on every thread.
 //! * **Tickets are CUDA events, recorded lazily** (`timeline.rs`). A submission only bumps a
 //!   counter; one `cuEventRecord` at the next `flush` / `completed` / `wait` covers every ticket
 //!   since the last one (a stream completes in order). Completed events are kept in a ring and
