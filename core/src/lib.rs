@@ -64,7 +64,9 @@ pub mod runtime;
 pub mod suballoc;
 pub mod trace;
 
-pub use backend::{Backend, BlockDesc, BlockId, BlockRange, Capabilities, MemoryKind, Ticket};
+pub use backend::{
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, DeviceType, MemoryKind, Ticket,
+};
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
