@@ -9,10 +9,9 @@
 //!   pointer is also its device address, so copies and kernels take it like device memory;
 //! * an expandable segment (`vmm.rs`), device memory that grows in place.
 //!
-//! Block ids are never reused (a `u64` counter), so a stale id is reported as unknown rather than
-//! silently naming a newer block.
+//! The table is core's shared [`tensormem::BlockTable`] (ids never reused, typed errors), with a
+//! [`Block`] as each entry's payload; an expandable block's entry size follows its mapped size.
 
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
@@ -151,82 +150,23 @@ pub(crate) unsafe fn free_memory(memory: &mut Memory, stream: sys::CUstream) -> 
     }
 }
 
-/// Live blocks by id.
-#[derive(Debug, Default)]
-pub(crate) struct BlockTable {
-    blocks: HashMap<u64, Block>,
-    /// Last id handed out; ids start at 1 and are never reused.
-    last_id: u64,
-}
+/// Live blocks by id: core's shared table with [`Block`] payloads.
+pub(crate) type BlockTable = tensormem::BlockTable<Block>;
 
-impl BlockTable {
-    /// Adds a block and names it.
-    pub(crate) fn insert(&mut self, block: Block) -> BlockId {
-        self.last_id += 1;
-        self.blocks.insert(self.last_id, block);
-        BlockId(self.last_id)
-    }
-
-    /// The block named `id`.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an id that is not live (never issued, or freed).
-    pub(crate) fn get(&self, id: BlockId) -> Result<&Block> {
-        self.blocks.get(&id.0).ok_or_else(|| unknown(id))
-    }
-
-    /// The block named `id`, mutably.
-    ///
-    /// # Errors
-    /// As [`BlockTable::get`].
-    pub(crate) fn get_mut(&mut self, id: BlockId) -> Result<&mut Block> {
-        self.blocks.get_mut(&id.0).ok_or_else(|| unknown(id))
-    }
-
-    /// Removes the block named `id` and returns it.
-    ///
-    /// # Errors
-    /// As [`BlockTable::get`].
-    pub(crate) fn remove(&mut self, id: BlockId) -> Result<Block> {
-        self.blocks.remove(&id.0).ok_or_else(|| unknown(id))
-    }
-
-    /// Bytes held in live blocks of `kind`.
-    pub(crate) fn bytes_of(&self, kind: MemoryKind) -> u64 {
-        self.blocks
-            .values()
-            .filter(|b| b.kind == kind)
-            .map(Block::size)
-            .sum()
-    }
-
-    /// Every live block with its id.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (BlockId, &Block)> {
-        self.blocks.iter().map(|(id, b)| (BlockId(*id), b))
-    }
-
-    /// Empties the table, handing every block's memory to `free` and going on past failures
-    /// (teardown: one block that cannot be freed, or a lost device, must not leak the others).
-    /// Returns the blocks whose free failed, with the error.
-    pub(crate) fn release_all(
-        &mut self,
-        mut free: impl FnMut(&mut Memory) -> Result<()>,
-    ) -> Vec<(BlockId, Error)> {
-        let mut failed = Vec::new();
-        for (id, mut block) in self.blocks.drain() {
-            if let Err(e) = free(&mut block.memory) {
-                failed.push((BlockId(id), e));
-            }
+/// Empties `table`, handing every block's memory to `free` and going on past failures (teardown:
+/// one block that cannot be freed, or a lost device, must not leak the others). Returns the
+/// blocks whose free failed, with the error.
+pub(crate) fn release_all(
+    table: &mut BlockTable,
+    mut free: impl FnMut(&mut Memory) -> Result<()>,
+) -> Vec<(BlockId, Error)> {
+    let mut failed = Vec::new();
+    for (id, mut entry) in table.drain() {
+        if let Err(e) = free(&mut entry.native.memory) {
+            failed.push((id, e));
         }
-        failed
     }
-}
-
-fn unknown(id: BlockId) -> Error {
-    Error::invalid(format!(
-        "cuda: block {} is not live (never allocated, or already freed)",
-        id.0
-    ))
+    failed
 }
 
 #[cfg(test)]

@@ -10,10 +10,10 @@ use tensormem::{
     Backend, BlockId, Capabilities, DeviceType, Error, MemoryKind, Op, Result, Ticket,
 };
 
-use crate::blocks::{Block, Memory, alloc_pinned, free_memory};
+use crate::blocks::{Block, Memory, alloc_pinned, free_memory, release_all};
 use crate::conv::{Placement, check_block_size, check_range, map_memory_kind, to_usize};
 use crate::error::{BACKEND, map_alloc_err, map_driver_err, map_init_err};
-use crate::launch::{check_bindings, plan_call, plan_fill_zero};
+use crate::launch::{plan_call, plan_fill_zero};
 use crate::staging::{RingAlloc, reserve_or_poll};
 use crate::timeline::lock;
 use crate::{CudaBackend, DeviceAlloc, LiveBlock};
@@ -269,7 +269,11 @@ impl Backend for CudaBackend {
     }
 
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
-        check_block_size(desc.size, self.caps.max_block_size)?;
+        debug_assert!(
+            check_block_size(desc.size, self.caps.max_block_size).is_ok(),
+            "cuda: block of {} bytes (the front refuses zero and > max_block_size)",
+            desc.size
+        );
         let size = to_usize(desc.size, "block")?;
         self.bind()?;
         let (api, memory) = match map_memory_kind(desc.kind) {
@@ -293,7 +297,11 @@ impl Backend for CudaBackend {
                 self.caps.budget,
             )
         }))?;
-        Ok(blocks.insert(Block::new(desc.kind, desc.size, memory, desc.label)))
+        Ok(blocks.insert(
+            desc.kind,
+            desc.size,
+            Block::new(desc.kind, desc.size, memory, desc.label),
+        ))
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {
@@ -421,8 +429,15 @@ impl Backend for CudaBackend {
     }
 
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
-        let sig = op.signature()?;
-        check_bindings(op, &sig, bindings, self.caps.max_binding_size)?;
+        let sizes: Vec<u64> = bindings.iter().map(|b| b.size).collect();
+        debug_assert!(
+            op.check_binding_sizes(&sizes).is_ok()
+                && bindings
+                    .iter()
+                    .all(|b| b.offset.is_multiple_of(self.caps.binding_align)),
+            "cuda: {} bindings {bindings:?} (the front refuses them)",
+            op.name()
+        );
         self.bind()?;
         let addrs = bindings
             .iter()
@@ -473,7 +488,9 @@ impl Drop for CudaBackend {
         // SAFETY: synchronising a live stream.
         let _ = unsafe { sys::cuStreamSynchronize(stream) };
         // SAFETY: the stream is idle and the table is drained, so nothing uses the blocks.
-        let _ = lock(&self.blocks).release_all(|m| unsafe { free_memory(m, stream) });
+        let _ = release_all(&mut lock(&self.blocks), |m| unsafe {
+            free_memory(m, stream)
+        });
         if let Some(up) = &self.uploads {
             up.release(stream);
         }

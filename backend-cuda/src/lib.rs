@@ -268,7 +268,7 @@ impl CudaBackend {
         };
         Ok(CudaBackend {
             pool,
-            blocks: Mutex::new(BlockTable::default()),
+            blocks: Mutex::new(BlockTable::new(error::BACKEND)),
             uploads,
             kernels,
             timeline: Timeline::new(CudaEvents::new(stream)),

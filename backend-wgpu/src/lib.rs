@@ -106,7 +106,7 @@ pub struct WgpuBackend {
 }
 
 /// Everything mutable, under one lock.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     blocks: BlockTable,
     timeline: Timeline,
@@ -141,7 +141,11 @@ impl WgpuBackend {
             caps,
             config,
             health,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                blocks: BlockTable::new(error::BACKEND),
+                timeline: Timeline::default(),
+                kernels: KernelCache::default(),
+            }),
         }
     }
 

@@ -28,11 +28,19 @@
 //!   multiples of [`Capabilities::binding_align`]. The pools guarantee both.
 //! * **Errors.** No method panics; native failures map into [`Error`](crate::Error), a lost device
 //!   into [`Error::DeviceLost`](crate::Error::DeviceLost).
+//! * **Validated input.** Callers go through [`Validated`](crate::Validated) (the runtime always
+//!   does), which checks every rule above and the binding rules with one typed error each; a
+//!   backend assumes validated input and debug-asserts it, keeping only the block-table lookups
+//!   and bounds checks that keep a direct caller memory-safe.
 //!
 //! The trait is object safe so examples can choose a backend at run time (`Arc<dyn Backend>`).
 
 use crate::Result;
 use crate::ops::Op;
+
+mod blocks;
+
+pub use blocks::{BlockEntry, BlockTable};
 
 /// A backend's name for one block. Opaque to core; unique among the backend's live blocks.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,8 +1,8 @@
 //! Every op on the target against the host reference, with the instances, inputs and comparison
 //! rule of `tensormem::ops::samples`.
 
-use tensormem::ops::{DType, Op, samples};
-use tensormem::{BlockRange, Runtime, RuntimeConfig};
+use tensormem::ops::{Op, samples};
+use tensormem::{Runtime, RuntimeConfig, Tensor};
 
 use super::Rng;
 use crate::{Case, Ctx, fail};
@@ -16,43 +16,26 @@ pub(crate) fn cases() -> Vec<Case> {
     }]
 }
 
-/// Runs `op` on the target through runtime tensors and returns the output bytes.
+/// Runs `op` on the target through runtime tensors bound with [`Runtime::dispatch`] (each of
+/// its operand's dtype, uses recorded by the runtime) and returns the output bytes.
 pub fn run_on_target(rt: &Runtime, op: &Op, inputs: &[Vec<u8>]) -> Result<Vec<u8>, String> {
     let sig = op.signature().map_err(fail("signature"))?;
     let mut tensors = Vec::new();
     for (data, o) in inputs.iter().zip(&sig.inputs) {
         tensors.push(
-            rt.tensor_from(DType::U8, &[data.len()], data, "op input")
+            rt.tensor_from(o.dtype, &[o.len as usize], data, "op input")
                 .map_err(fail(&format!("{} input {:?}", op.name(), o)))?,
         );
     }
-    let out = rt
-        .alloc(DType::U8, &[sig.outputs[0].size() as usize], "op output")
+    let out = sig.outputs[0];
+    let output = rt
+        .alloc(out.dtype, &[out.len as usize], "op output")
         .map_err(fail("output"))?;
-    tensors.push(out);
-    let pool = rt.device_pool();
-    let bindings = tensors
-        .iter()
-        .map(|t| {
-            pool.resolve(t.allocation().handle).map(|r| BlockRange {
-                size: t.size(),
-                ..r
-            })
-        })
-        .collect::<tensormem::Result<Vec<_>>>()
-        .map_err(fail("resolve"))?;
-    let ticket = rt
-        .backend()
-        .dispatch(op, &bindings)
+    let inputs: Vec<&Tensor> = tensors.iter().collect();
+    rt.dispatch(op, &inputs, &[&output])
         .map_err(fail(&format!("dispatch {op:?}")))?;
-    for t in &tensors {
-        pool.mark_used(t.allocation().handle, ticket)
-            .map_err(fail("mark"))?;
-    }
-    let result = rt
-        .download::<u8>(&tensors[tensors.len() - 1])
-        .map_err(fail("download"))?;
-    for t in tensors {
+    let result = rt.download::<u8>(&output).map_err(fail("download"))?;
+    for t in tensors.into_iter().chain([output]) {
         rt.free(t).map_err(fail("free"))?;
     }
     Ok(result)

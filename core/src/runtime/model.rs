@@ -3,13 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use bytemuck::Pod;
-
 use crate::backend::{BlockRange, Ticket};
 use crate::graph::{Graph, TensorId, TensorKind};
 use crate::plan::{self, OpUses, SolveOptions, TensorRole};
 use crate::pool::Allocation;
 use crate::runtime::Runtime;
+use crate::runtime::tensor::{Element, check_element};
 use crate::trace::{Access, EventKind, Tracer};
 use crate::{Error, Result};
 
@@ -70,8 +69,10 @@ impl Runtime {
     /// weights, inputs, outputs and the arena from the device pool.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an ill-formed graph (a tensor read before it is written), an
-    /// operand beyond the device's largest binding ([`Error::TooLarge`]), allocation errors.
+    /// [`Error::InvalidArgument`] for an ill-formed graph (a tensor read before it is written),
+    /// [`Error::ForeignTensor`] for an output of another graph, [`Error::ArithmeticOverflow`] for a
+    /// shape whose size overflows, an operand beyond the device's largest binding
+    /// ([`Error::TooLarge`]), allocation errors.
     pub fn compile(&self, graph: &Graph) -> Result<Model> {
         let caps = self.backend().capabilities();
         let copy_align = caps.copy_align.max(1);
@@ -80,7 +81,8 @@ impl Runtime {
         let is_output: Vec<bool> = {
             let mut v = vec![false; tensors.len()];
             for &o in graph.outputs() {
-                v[graph.root(o).0] = true;
+                graph.decl(o)?; // an output id of another graph (defect 4: was an index panic)
+                v[graph.root(o).index()] = true;
             }
             v
         };
@@ -96,8 +98,15 @@ impl Runtime {
             .collect();
         let sizes: Vec<u64> = tensors
             .iter()
-            .map(|t| t.size().div_ceil(copy_align) * copy_align)
-            .collect();
+            .map(|t| {
+                let size = t.size()?;
+                size.checked_next_multiple_of(copy_align)
+                    .ok_or_else(|| Error::ArithmeticOverflow {
+                        what: format!("padded byte size of '{}'", t.name),
+                        limit_name: "u64",
+                    })
+            })
+            .collect::<Result<_>>()?;
         if let Some(&s) = sizes.iter().find(|&&s| s > caps.max_binding_size) {
             return Err(Error::TooLarge {
                 what: "tensor binding",
@@ -110,8 +119,8 @@ impl Runtime {
             .nodes()
             .iter()
             .map(|n| OpUses {
-                reads: n.inputs.iter().map(|&i| graph.root(i).0).collect(),
-                writes: vec![graph.root(n.output).0],
+                reads: n.inputs.iter().map(|&i| graph.root(i).index()).collect(),
+                writes: vec![graph.root(n.output).index()],
                 in_place: None,
             })
             .collect();
@@ -123,9 +132,12 @@ impl Runtime {
                 ..SolveOptions::default()
             },
         )?;
-        let plan = solution
-            .plan
-            .ok_or_else(|| Error::invalid("the planner returned no plan without a capacity"))?;
+        let plan = solution.plan.ok_or_else(|| {
+            self.front().mark_broken(Error::invariant(
+                "the planner always returns a plan when no capacity is set",
+                "plan::solve returned none",
+            ))
+        })?;
         let mut report = MemoryReport {
             activation_planned_bytes: plan.peak,
             activation_no_reuse_bytes: live.buffers.iter().map(|b| b.size).sum(),
@@ -188,12 +200,18 @@ impl Runtime {
 
 impl Model {
     fn place(&self, t: TensorId) -> Result<Place> {
+        self.graph.decl(t)?;
         let root = self.graph.root(t);
         self.places
-            .get(root.0)
+            .get(root.index())
             .copied()
             .flatten()
-            .ok_or_else(|| Error::invalid(format!("tensor {} has no storage in this model", t.0)))
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "tensor {} has no storage in this model (never written nor read)",
+                    t.index()
+                ))
+            })
     }
 
     fn set(&self, t: TensorId, kind: TensorKind, data: &[u8]) -> Result<Ticket> {
@@ -204,10 +222,11 @@ impl Model {
                 decl.name, decl.kind
             )));
         }
-        if data.len() as u64 != decl.size() {
+        let size = decl.size()?;
+        if data.len() as u64 != size {
             return Err(Error::SizeMismatch {
                 what: format!("data for '{}' {:?}", decl.name, decl.shape),
-                expected: decl.size(),
+                expected: size,
                 actual: data.len() as u64,
             });
         }
@@ -263,7 +282,7 @@ impl Model {
             }
             bindings.clear();
             for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
-                let root = self.graph.root(t).0;
+                let root = self.graph.root(t).index();
                 let range = match ranges[root] {
                     Some(r) => r,
                     None => {
@@ -293,22 +312,25 @@ impl Model {
         Ok(last)
     }
 
-    /// Downloads an output (or any tensor with storage) as elements of `T`.
+    /// Downloads an output, an input or a weight as elements of `T` (the tensor's dtype, or `u8`
+    /// for its raw bytes).
     ///
     /// # Errors
-    /// [`Error::SizeMismatch`] when `T` does not divide the tensor, transfer errors.
-    pub fn read_output<T: Pod>(&self, t: TensorId) -> Result<Vec<T>> {
+    /// [`Error::NotAnOutput`] for an intermediate (the plan reuses its bytes, so after the run they
+    /// hold another tensor), [`Error::ForeignTensor`], [`Error::DTypeMismatch`], transfer errors.
+    pub fn read_output<T: Element>(&self, t: TensorId) -> Result<Vec<T>> {
         let decl = self.graph.decl(t)?;
-        let elem = std::mem::size_of::<T>() as u64;
-        if elem == 0 || decl.size() % elem != 0 {
-            return Err(Error::SizeMismatch {
-                what: format!("read of '{}' as {}-byte elements", decl.name, elem),
-                expected: decl.size(),
-                actual: elem,
+        check_element::<T>(decl.dtype, || format!("read of '{}'", decl.name))?;
+        let p = self.place(t)?;
+        if p.planned {
+            return Err(Error::NotAnOutput {
+                tensor: t.index(),
+                name: decl.name.clone(),
             });
         }
-        let p = self.place(t)?;
-        let mut out = vec![T::zeroed(); (decl.size() / elem) as usize];
+        let size = decl.size()?;
+        let elem = std::mem::size_of::<T>() as u64;
+        let mut out = vec![T::zeroed(); (size / elem) as usize];
         self.rt
             .read_bytes(p.alloc, p.offset, bytemuck::cast_slice_mut(&mut out))?;
         Ok(out)
@@ -362,7 +384,7 @@ impl NodeTracer {
         let mut span: Vec<Option<(usize, usize)>> = vec![None; model.places.len()];
         for (step, node) in model.graph.nodes().iter().enumerate() {
             for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
-                let root = model.graph.root(t).0;
+                let root = model.graph.root(t).index();
                 let s = span[root].get_or_insert((step, step));
                 s.1 = step;
                 if let Some(p) = model.places[root].filter(|p| !p.planned) {
@@ -379,7 +401,7 @@ impl NodeTracer {
     }
 
     fn before(&mut self, model: &Model, step: usize, node: &crate::graph::Node) -> Result<()> {
-        let out = model.graph.root(node.output).0;
+        let out = model.graph.root(node.output).index();
         if let Some(p) = model.places[out].filter(|p| p.planned) {
             if self.span[out].is_some_and(|s| s.0 == step) {
                 self.ids[out] = self.tracer.next_id();
@@ -399,7 +421,7 @@ impl NodeTracer {
             .chain(std::iter::once(&node.output))
             .enumerate()
         {
-            let root = model.graph.root(t).0;
+            let root = model.graph.root(t).index();
             self.tracer.record(EventKind::Use {
                 id: self.ids[root],
                 op: node.label.clone(),
@@ -416,7 +438,7 @@ impl NodeTracer {
 
     fn after(&mut self, model: &Model, step: usize, node: &crate::graph::Node) {
         for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
-            let root = model.graph.root(t).0;
+            let root = model.graph.root(t).index();
             let planned = model.places[root].is_some_and(|p| p.planned);
             if planned && self.span[root].is_some_and(|s| s.1 == step) && self.ids[root] != 0 {
                 self.tracer
