@@ -1,106 +1,463 @@
 #!/usr/bin/env bash
-# GPU check for the CUDA backend (issue 7): on a machine with an NVIDIA GPU, builds in release and
-# runs, within about 5 minutes on an H200:
-#   1. the CUDA backend's own tests, with CUDA required (unit tests + tests/device.rs);
-#   2. the conformance suite with TENSORMEM_REQUIRE_BACKENDS=host,cuda (a skipped cuda fails);
-#   3. the sample inference on CUDA (examples' mnist binary), when it exists;
-#   4. the CUDA memory benchmarks (benches/cuda_memory.rs), which print their summary table;
-# then one summary table of the steps. Fails with a clear message when no GPU, no driver new
-# enough for the CUDA 12.4 API the build pins, or no libnvrtc is found.
+# The CUDA backend's GPU check (issue 19), in three commands:
 #
-# Environment: TENSORMEM_OFFLINE=1 passes --offline to cargo (the GPU machine has no network, so
-# the cargo registry must already be there); NVRTC_DIR adds a directory holding libnvrtc.so.12.
+#   scripts/gpu-check.sh prepare   here, with cargo: builds every binary the check runs in release
+#                                  (once), strips and xz-compresses them, and puts them with their
+#                                  assets, the host backend's outputs for the same inputs and the
+#                                  Vulkan loader into gpu-bundle/ (ignored, under 40 MiB).
+#   scripts/gpu-check.sh run       there, with only the bundle, python3 and the NVIDIA driver:
+#                                  every step under its own timeout, going on after a failed step,
+#                                  the whole run under 8 minutes. Under $OUT, five plain files (the
+#                                  device tool brings back at most 8): summary.md (the table),
+#                                  summary.tsv and steps.log (written as steps finish, so a killed
+#                                  run still reports), machine.log, and logs.tar.gz (each log and
+#                                  sample output as its own file).
+#                                  Exit 0 when every step passed.
+#   scripts/gpu-check.sh dry-run   here, as CI does: `run --dry-run` with cargo and rustc off the
+#                                  PATH, from a scratch directory holding only the scripts and the
+#                                  bundle; runs every step that needs no NVIDIA GPU (host,
+#                                  lavapipe) and reports CUDA unavailable with the reason.
+#
+# On the GPU machine (README, "The GPU check"): carry gpu-bundle and run
+#   scripts/gpu-check.sh run
+# Environment: OUT (results folder; default target/gpu-check), NVRTC_DIR (a folder holding
+# libnvrtc.so.13, tried first), GPU_CHECK_BUDGET (seconds for the whole run, default 470),
+# GPU_CHECK_TIME_SCALE (multiplies every step limit and the default budget; the dry run uses 4).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUNDLE="${GPU_BUNDLE:-$ROOT/gpu-bundle}"
+SELF="$ROOT/scripts/gpu-check.sh"
+HELPER="$ROOT/scripts/gpu_check.py"
+MAX_BUNDLE_BYTES=$((40 * 1024 * 1024))
+# The check's MiniLM sentences (their embedding rows are the ones the bundle keeps).
+SENTENCES=("A man is eating food." "A man is eating a piece of bread." "The new movie is awesome.")
 
-fail() { echo "gpu-check: FAILED: $*" >&2; exit 1; }
-OFFLINE=()
-[ "${TENSORMEM_OFFLINE:-0}" = 1 ] && OFFLINE=(--offline)
-CARGO_FLAGS=(--release "${OFFLINE[@]}")
-LOG_DIR="${LOG_DIR:-$(mktemp -d)}"
-export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+die() { echo "gpu-check: $*" >&2; exit 1; }
+say() { echo "gpu-check: $*"; }
 
-# --- Preflight: GPU, driver, NVRTC -------------------------------------------------------------
-command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: no NVIDIA driver on this machine"
-GPUS=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1) \
-    || fail "nvidia-smi cannot talk to a GPU: $GPUS"
-[ -n "$GPUS" ] || fail "nvidia-smi lists no GPU"
-echo "gpu-check: GPU(s): $GPUS"
-DRIVER_CUDA=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -1)
-echo "gpu-check: driver supports CUDA ${DRIVER_CUDA:-unknown}; the build pins cudarc to 12.4"
-if [ -n "$DRIVER_CUDA" ]; then
-    major=${DRIVER_CUDA%%.*}; minor=${DRIVER_CUDA#*.}
-    if [ "$major" -lt 12 ] || { [ "$major" -eq 12 ] && [ "$minor" -lt 4 ]; }; then
-        fail "driver supports CUDA $DRIVER_CUDA < 12.4: update the driver or lower the cudarc pin"
+# --- prepare -----------------------------------------------------------------------------------
+
+build_all() { # writes "kind name path" lines for every executable built to $1
+    local list=$1 json
+    json=$(mktemp)
+    # One invocation, release for everything: one feature resolution, so no crate is compiled
+    # twice, and the bench is built with the release profile (profile.bench inherits it
+    # unchanged, so a later `cargo bench` reuses these artifacts).
+    cargo build --release --message-format=json-render-diagnostics \
+        -p tensormem-conformance -p tensormem-cuda -p tensormem-examples \
+        --test suite --test device --bench cuda_memory --bin mnist --bin minilm >"$json" ||
+        { rm -f "$json"; return 1; }
+    python3 "$HELPER" executables "$json" >"$list"
+    rm -f "$json"
+}
+
+pick() { # kind name from the executables list in $1
+    awk -v k="$2" -v n="$3" '$1 == k && $2 == n { print $3 }' "$1" | tail -1
+}
+
+fetch_vulkan_loader() { # unpacks Debian's libvulkan1 into $1
+    local dest=$1 tmp deb
+    tmp=$(mktemp -d)
+    if (cd "$tmp" && apt-get download libvulkan1 >/dev/null 2>&1); then
+        deb=$(ls "$tmp"/libvulkan1_*.deb)
+        dpkg-deb -x "$deb" "$dest" || return 1
+        echo "libvulkan1 .deb: $(basename "$deb")"
+    else
+        # Offline: the installed package's files (the same .deb's content).
+        local lib
+        lib=$(ls /usr/lib/x86_64-linux-gnu/libvulkan.so.1.* 2>/dev/null | head -1)
+        [ -n "$lib" ] || { rm -rf "$tmp"; return 1; }
+        mkdir -p "$dest/usr/lib/x86_64-linux-gnu"
+        cp "$lib" "$dest/usr/lib/x86_64-linux-gnu/"
+        ln -sf "$(basename "$lib")" "$dest/usr/lib/x86_64-linux-gnu/libvulkan.so.1"
+        echo "libvulkan1: installed copy $(basename "$lib") (apt-get download failed)"
     fi
-fi
-find_nvrtc() {
-    local d
-    for d in "${NVRTC_DIR:-}" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-        /usr/local/cuda-12*/lib64 /usr/lib/x86_64-linux-gnu \
-        $(python3 -c 'import nvidia.cuda_nvrtc, os; print(os.path.join(nvidia.cuda_nvrtc.__path__[0], "lib"))' 2>/dev/null); do
-        [ -n "$d" ] && ls "$d"/libnvrtc.so* >/dev/null 2>&1 && { echo "$d"; return 0; }
+    rm -rf "$tmp"
+}
+
+pack_minilm() { # cache tmp: MiniLM reduced to the bundle's form, and its host reference
+    local cache=$1 tmp=$2 dir="$BUNDLE/assets/minilm"
+    cp "$cache/config.json" "$cache/tokenizer.json" "$dir/"
+    printf '%s\n' "${SENTENCES[@]}" >"$dir/sentences.txt"
+    # The full model's run gives the sentences' token ids (the embedding rows to keep).
+    "$tmp/bin/minilm" --backend host --json --runs 1 --model-dir "$cache" "${SENTENCES[@]}" \
+        >"$tmp/minilm-full.json" || die "minilm on the host failed"
+    say "packing MiniLM (bf16, the sentences' embedding rows)"
+    python3 "$HELPER" minilm-pack "$cache" "$tmp/minilm-model" "$dir/model.pack" \
+        "$tmp/minilm-full.json" >"$dir/model.sha256" || die "MiniLM pack failed"
+    cp "$dir/config.json" "$dir/tokenizer.json" "$tmp/minilm-model/"
+    "$tmp/bin/minilm" --backend host --json --runs 1 --model-dir "$tmp/minilm-model" \
+        "${SENTENCES[@]}" >"$BUNDLE/ref/minilm-host.json" || die "minilm (bundle weights) failed"
+}
+
+prepare() {
+    command -v cargo >/dev/null || die "prepare needs cargo (run it on the build machine)"
+    local cache="${TENSORMEM_CACHE:-$HOME/.cache/tensormem}/minilm" minilm=1
+    if [ ! -f "$cache/model.safetensors" ]; then
+        [ "${GPU_CHECK_ALLOW_NO_MINILM:-0}" = 1 ] ||
+            die "no MiniLM in $cache: run scripts/fetch_minilm.sh"
+        minilm=0
+        say "warning: no MiniLM in $cache; the bundle will not hold it"
+    fi
+    local list tmp
+    list=$(mktemp) tmp=$(mktemp -d)
+    trap 'rm -rf "$list" "$tmp"' RETURN
+    say "building (release)"
+    (cd "$ROOT" && build_all "$list") || die "cargo build failed"
+
+    rm -rf "$BUNDLE"
+    mkdir -p "$BUNDLE"/{bin,ref,vulkan,assets/mnist,assets/minilm}
+    local name kind crate
+    for spec in "test suite suite" "test device cuda-device" "bench cuda_memory cuda-bench" \
+        "bin mnist mnist" "bin minilm minilm"; do
+        read -r kind crate name <<<"$spec"
+        local exe
+        exe=$(pick "$list" "$kind" "$crate")
+        [ -n "$exe" ] && [ -x "$exe" ] || die "cargo built no $kind target $crate"
+        strip -o "$tmp/$name" "$exe" || die "strip $exe failed"
+        python3 "$HELPER" xz "$tmp/$name" "$BUNDLE/bin/$name.xz" || die "xz $name failed"
+    done
+    local glibc
+    glibc=$(for f in "$tmp"/*; do objdump -T "$f" 2>/dev/null; done |
+        grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
+
+    cp "$ROOT"/examples/assets/mnist/* "$BUNDLE/assets/mnist/"
+    fetch_vulkan_loader "$BUNDLE/vulkan" >"$tmp/vulkan.txt" || die "no Vulkan loader to carry"
+
+    # Host references, computed with the bundle's own binaries (the dry run checks them again).
+    mkdir -p "$tmp/bin"
+    for f in "$tmp"/mnist "$tmp"/minilm; do cp "$f" "$tmp/bin/"; done
+    export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+    TENSORMEM_MNIST_ASSETS="$BUNDLE/assets/mnist" "$tmp/bin/mnist" --backend host --json \
+        --runs 1 >"$BUNDLE/ref/mnist-host.json" || die "mnist on the host failed"
+    [ "$minilm" = 1 ] && pack_minilm "$cache" "$tmp"
+
+    {
+        echo "tensormem GPU-check bundle"
+        echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" \
+            diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+        echo "built: $(date -u +%FT%TZ) on $(uname -srm), $(ldd --version | head -1)"
+        echo "rustc: $(rustc --version)"
+        echo "glibc: ${glibc:-unknown} or newer needed"
+        echo "cuda: cudarc feature cuda-13000 (driver API CUDA 13.0), NVRTC found at run time"
+        cat "$tmp/vulkan.txt"
+        echo "minilm: all-MiniLM-L6-v2 truncated to bf16, embedding rows of the check's sentences"
+        echo "files:"
+        (cd "$BUNDLE" && find . -type f ! -name MANIFEST.txt -printf '  %p %s\n' | sort)
+    } >"$BUNDLE/MANIFEST.txt"
+    local total
+    total=$(du -sb "$BUNDLE" | cut -f1)
+    say "bundle $BUNDLE: $((total / 1024)) KiB"
+    [ "$total" -lt "$MAX_BUNDLE_BYTES" ] || die "bundle is $total bytes, over the 40 MiB limit"
+}
+
+# --- run ---------------------------------------------------------------------------------------
+
+START=$SECONDS
+STEP_NOTE="" DEVICE_NOTE=""
+# Step limits are sized for the GPU machine (16 cores, a real GPU); the dry run multiplies them
+# (lavapipe on 2 shared cores is several times slower) and the budget with them.
+SCALE="${GPU_CHECK_TIME_SCALE:-1}"
+BUDGET="${GPU_CHECK_BUDGET:-$((470 * SCALE))}"
+
+record() { # name status seconds note
+    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$OUT/summary.tsv"
+}
+
+# step NAME LIMIT CMD...: runs CMD (a program: functions go through "$0" _NAME) under its own
+# timeout, cut to what is left of the budget, logging to NAME.log (appended to $OUT/steps.log);
+# never stops the script.
+step() {
+    local name=$1 limit=$(($2 * SCALE)); shift 2
+    local left=$((BUDGET - (SECONDS - START)))
+    [ "$limit" -le "$left" ] || limit=$left
+    if [ "$limit" -lt 5 ]; then
+        record "$name" "SKIPPED" 0 "out of time (budget ${BUDGET}s)"
+        return 1
+    fi
+    local log="$LOGS/$name.log" t0=$SECONDS rc
+    echo; echo "=== $name (limit ${limit}s) ==="
+    { echo "\$ $*"; echo; } >"$log"
+    timeout -k 5 "$limit" "$@" >>"$log" 2>&1
+    rc=$?
+    tail -n 25 "$log"
+    { echo "=== $name (limit ${limit}s, exit $rc) ==="; cat "$log"; echo; } >>"$OUT/steps.log"
+    local secs=$((SECONDS - t0)) status note="${STEP_NOTE:-}"
+    # Name the device (the suite prints "target NAME on DEVICE").
+    [ -z "$DEVICE_NOTE" ] || note="${note:+$note; }on $(sed -n 's/^  target [^ ]* *on //p' "$log" | sort -u | paste -sd / -)"
+    DEVICE_NOTE=
+    case $rc in
+        0) status=ok ;;
+        124 | 137) status=TIMEOUT; note="killed after ${limit}s${note:+; $note}" ;;
+        *) status=FAILED; note="exit $rc${note:+; $note}" ;;
+    esac
+    record "$name" "$status" "$secs" "$note"
+    STEP_NOTE=
+    [ "$rc" = 0 ]
+}
+
+find_nvrtc() { # prints "dir file" of the first NVRTC found, CUDA 13 first
+    local d f
+    if [ -n "${NVRTC_DIR:-}" ]; then
+        for f in "$NVRTC_DIR"/libnvrtc.so*; do
+            case $f in *builtins* | *alt*) continue ;; esac
+            [ -e "$f" ] && { echo "$NVRTC_DIR $(basename "$f")"; return 0; }
+        done
+    fi
+    local dirs=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib)
+    dirs+=(/usr/local/cuda-13*/lib64 /usr/local/cuda-13*/targets/x86_64-linux/lib)
+    # pip wheels: nvidia/cu13/lib (CUDA 13 wheel), nvidia/cuda_nvrtc/lib (CUDA 12 wheels).
+    while IFS= read -r d; do dirs+=("$d"); done < <(python3 "$HELPER" nvrtc-dirs 2>/dev/null)
+    dirs+=(/usr/lib/x86_64-linux-gnu)
+    for want in 13 ""; do
+        for d in "${dirs[@]}"; do
+            [ -n "$d" ] && [ -d "$d" ] || continue
+            for f in "$d"/libnvrtc.so."$want"*; do
+                case $f in *builtins* | *alt*) continue ;; esac
+                [ -e "$f" ] && { echo "$d $(basename "$f")"; return 0; }
+            done
+        done
     done
     return 1
 }
-if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
-    NVRTC=$(find_nvrtc) || fail "libnvrtc.so not found (CUDA toolkit's NVRTC, or pip \
-nvidia-cuda-nvrtc-cu12); set NVRTC_DIR to its directory"
-    export LD_LIBRARY_PATH="$NVRTC${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    echo "gpu-check: using libnvrtc from $NVRTC"
-fi
-export TENSORMEM_REQUIRE_CUDA=1
 
-# --- Steps -------------------------------------------------------------------------------------
-declare -a NAMES STATUS SECS
-run_step() { # name, timeout seconds, command...
-    local name=$1 limit=$2; shift 2
-    local start=$SECONDS log="$LOG_DIR/${name// /_}.log"
-    echo; echo "=== gpu-check: $name ==="
-    timeout "$limit" "$@" 2>&1 | tee "$log"
-    local rc=${PIPESTATUS[0]}
-    NAMES+=("$name"); SECS+=($((SECONDS - start)))
-    if [ "$rc" = 0 ]; then STATUS+=(ok); elif [ "$rc" = 124 ]; then STATUS+=("TIMEOUT (${limit}s)"); \
-        else STATUS+=("FAILED (rc $rc)"); fi
+preflight() { # sets CUDA_OK and CUDA_REASON; logs the machine to $OUT/machine.log
+    CUDA_OK=0 CUDA_REASON=""
+    {
+        echo "date: $(date -u +%FT%TZ)"; uname -a; ldd --version 2>&1 | head -1
+        echo "python3: $(python3 --version 2>&1)"
+        echo "PATH=$PATH"
+        for tool in cargo rustc nvcc; do
+            echo "$tool: $(command -v "$tool" || echo 'not on PATH')"
+        done
+        echo; echo "bundle:"; cat "$BUNDLE/MANIFEST.txt"
+    } >"$OUT/machine.log" 2>&1
+    # The binaries were linked here: an older glibc there makes every one of them fail to start.
+    local need have
+    need=$(sed -n 's/^glibc: \([0-9.]*\) or newer needed$/\1/p' "$BUNDLE/MANIFEST.txt")
+    have=$(ldd --version 2>&1 | head -1 | grep -o '[0-9]\+\.[0-9]\+$')
+    if [ -n "$need" ] && [ -n "$have" ] &&
+        [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
+        GLIBC_NOTE="this machine has glibc $have, the bundle needs $need: its binaries cannot start"
+        echo "WARNING: $GLIBC_NOTE" | tee -a "$OUT/machine.log"
+    fi
+    if ! command -v nvidia-smi >/dev/null; then
+        CUDA_REASON="no NVIDIA driver here (nvidia-smi not found)"
+    elif ! timeout 30 nvidia-smi >>"$OUT/machine.log" 2>&1; then
+        CUDA_REASON="nvidia-smi cannot talk to a GPU (see machine.log)"
+    else
+        GPU=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max \
+            --format=csv,noheader 2>&1 | head -1)
+        echo "gpu: $GPU" >>"$OUT/machine.log"
+        if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1' &&
+            ! python3 -c 'import ctypes; ctypes.CDLL("libcuda.so.1")' 2>/dev/null; then
+            CUDA_REASON="libcuda.so.1 is not loadable (driver libraries not on the loader path)"
+        else
+            local nv
+            if nv=$(find_nvrtc); then
+                export LD_LIBRARY_PATH="${nv%% *}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+                echo "nvrtc: ${nv% *}/${nv#* } (first on LD_LIBRARY_PATH)" >>"$OUT/machine.log"
+                CUDA_OK=1
+            else
+                CUDA_REASON="no libnvrtc.so.13 / libnvrtc.so.* found (toolkit, nvidia-cuda-nvrtc wheel or NVRTC_DIR)"
+            fi
+        fi
+    fi
+    [ "$CUDA_OK" = 1 ] || echo "CUDA unavailable: $CUDA_REASON" >>"$OUT/machine.log"
 }
-skip_step() { NAMES+=("$1"); STATUS+=("skipped: $2"); SECS+=(0); }
 
-run_step "build" 200 cargo build "${CARGO_FLAGS[@]}" -p tensormem-cuda -p tensormem-conformance \
-    --tests
-run_step "build benches" 90 cargo bench "${OFFLINE[@]}" -p tensormem-cuda --bench cuda_memory \
-    --no-run
-for i in 0 1; do
-    [ "${STATUS[$i]}" = ok ] || fail "${NAMES[$i]} failed (log in $LOG_DIR)"
-done
+unpack_bundle() { # binaries and MiniLM into $WORK
+    local f
+    mkdir -p "$WORK/bin" "$WORK/minilm"
+    for f in "$BUNDLE"/bin/*.xz; do
+        python3 "$HELPER" unxz "$f" "$WORK/bin/$(basename "$f" .xz)" || return 1
+        chmod +x "$WORK/bin/$(basename "$f" .xz)"
+    done
+    # The Vulkan loader, with its soname link made here (a carried link may not survive).
+    mkdir -p "$WORK/vulkan"
+    cp "$BUNDLE"/vulkan/usr/lib/x86_64-linux-gnu/libvulkan.so.1.* "$WORK/vulkan/" || return 1
+    ln -sf "$(basename "$(ls "$WORK"/vulkan/libvulkan.so.1.* | head -1)")" "$WORK/vulkan/libvulkan.so.1"
+    [ -f "$BUNDLE/assets/minilm/model.pack" ] || { echo "unpacked: $(ls "$WORK/bin" | tr '\n' ' ')"; return 0; }
+    cp "$BUNDLE/assets/minilm/config.json" "$BUNDLE/assets/minilm/tokenizer.json" "$WORK/minilm/"
+    local sha
+    sha=$(python3 "$HELPER" minilm-unpack "$BUNDLE/assets/minilm/model.pack" "$WORK/minilm") ||
+        return 1
+    [ "$sha" = "$(cat "$BUNDLE/assets/minilm/model.sha256")" ] ||
+        { echo "MiniLM unpacked to a different file (sha256 $sha)"; return 1; }
+    echo "unpacked: $(ls "$WORK/bin" | tr '\n' ' ')"
+}
 
-run_step "cuda backend tests" 90 cargo test "${CARGO_FLAGS[@]}" -p tensormem-cuda --lib --tests
+sample() { # kind backend: the sample on `backend`, compared with the host reference
+    local kind=$1 backend=$2 json="$LOGS/$1-$2.json"
+    case $kind in
+        mnist) TENSORMEM_MNIST_ASSETS="$BUNDLE/assets/mnist" "$WORK/bin/mnist" \
+            --backend "$backend" --json --runs 3 >"$json" ;;
+        minilm) mapfile -t s <"$BUNDLE/assets/minilm/sentences.txt"
+            "$WORK/bin/minilm" --backend "$backend" --json --runs 3 --model-dir "$WORK/minilm" \
+                "${s[@]}" >"$json" ;;
+    esac || return 1
+    python3 "$HELPER" compare "$kind" "$BUNDLE/ref/$kind-host.json" "$json"
+}
 
-run_step "conformance host,cuda" 150 env TENSORMEM_REQUIRE_BACKENDS=host,cuda cargo test "${CARGO_FLAGS[@]}" \
-    -p tensormem-conformance --test suite
+vulkan_env() { # the carried loader, and the NVIDIA ICD where the loader would not find it
+    export LD_LIBRARY_PATH="$WORK/vulkan${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json d
+    if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ]; then
+        for d in /etc/vulkan/icd.d /usr/share/vulkan/icd.d /usr/local/share/vulkan/icd.d; do
+            ls "$d"/nvidia*.json >/dev/null 2>&1 && return 0
+        done
+        export VK_DRIVER_FILES=$icd
+    fi
+}
 
-if [ -f examples/src/bin/mnist.rs ] || [ -f examples/src/bin/mnist/main.rs ]; then
-    run_step "mnist on cuda" 90 cargo run "${CARGO_FLAGS[@]}" -p tensormem-examples --bin mnist -- \
-        --backend cuda
-else
-    skip_step "mnist on cuda" "examples have no mnist binary yet"
-fi
+run() {
+    local dry=0
+    [ "${1:-}" = "--dry-run" ] && dry=1
+    [ -f "$BUNDLE/MANIFEST.txt" ] || die "no bundle at $BUNDLE: run scripts/gpu-check.sh prepare here and carry it"
+    OUT="${OUT:-$ROOT/target/gpu-check}"
+    mkdir -p "$OUT" || die "cannot create $OUT"
+    : >"$OUT/steps.log"
+    WORK=$(mktemp -d) || die "mktemp failed"
+    LOGS="$WORK/logs"
+    mkdir -p "$LOGS"
+    : >"$OUT/summary.tsv"
+    trap 'rm -rf "$WORK"' EXIT
+    export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$WORK}" CRITERION_HOME="$WORK/criterion"
+    export RUST_BACKTRACE=1
+    preflight
+    local cuda_env=(env TENSORMEM_REQUIRE_CUDA=1) sample_backend=cuda
+    if [ "$CUDA_OK" != 1 ]; then
+        cuda_env=(env) sample_backend=host
+        say "CUDA unavailable: $CUDA_REASON"
+    fi
+    export WORK OUT BUNDLE HELPER LOGS
+    step 01-unpack 60 "$SELF" _unpack || { summary "$dry"; return 1; }
 
-run_step "cuda benchmarks" 150 cargo bench "${OFFLINE[@]}" -p tensormem-cuda --bench cuda_memory
+    local required=host,cuda
+    [ "$CUDA_OK" = 1 ] || required=host
+    STEP_NOTE="required: $required" DEVICE_NOTE=1
+    step 02-conformance-host-cuda 80 env TENSORMEM_TARGETS=host,cuda \
+        TENSORMEM_REQUIRE_BACKENDS=$required "$WORK/bin/suite"
 
-# --- Summary -----------------------------------------------------------------------------------
-echo
-echo "=== gpu-check summary ($GPUS; logs in $LOG_DIR) ==="
-printf '%-24s %-48s %6s\n' step status seconds
-failed=0
-for i in "${!NAMES[@]}"; do
-    printf '%-24s %-48s %6s\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"
-    case "${STATUS[$i]}" in ok|skipped*) ;; *) failed=1 ;; esac
-done
-BENCH_LOG="$LOG_DIR/cuda_benchmarks.log"
-if [ -f "$BENCH_LOG" ]; then
-    echo
-    sed -n '/=== tensormem-cuda summary ===/,$p' "$BENCH_LOG"
-fi
-echo "total: ${SECONDS}s"
-[ "$failed" = 0 ] || fail "some steps failed (see the table above)"
-echo "gpu-check: PASSED"
+    [ "$CUDA_OK" = 1 ] || STEP_NOTE="CUDA unavailable: only checked the binary starts and skips"
+    step 03-cuda-device-tests 80 "${cuda_env[@]}" "$WORK/bin/cuda-device" --test-threads=1
+
+    step "04-mnist-$sample_backend" 30 "$SELF" _sample mnist "$sample_backend"
+    if [ -f "$BUNDLE/assets/minilm/model.pack" ]; then
+        step "05-minilm-$sample_backend" 45 "$SELF" _sample minilm "$sample_backend"
+    else
+        record "05-minilm-$sample_backend" skipped 0 "the bundle has no MiniLM (prepare had no model cache)"
+    fi
+
+    [ "$CUDA_OK" = 1 ] || STEP_NOTE="CUDA unavailable: only checked the binary starts and skips"
+    step 06-cuda-bench 90 "${cuda_env[@]}" "$WORK/bin/cuda-bench" --bench \
+        --warm-up-time 0.2 --measurement-time 1 --noplot
+
+    (
+        vulkan_env
+        {
+            echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+            echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset, the loader searches}"
+        } >>"$OUT/machine.log"
+        STEP_NOTE="carried libvulkan1" DEVICE_NOTE=1
+        step 07-conformance-vulkan 60 env TENSORMEM_TARGETS=vulkan \
+            TENSORMEM_REQUIRE_BACKENDS=vulkan "$WORK/bin/suite"
+        STEP_NOTE="carried libvulkan1" DEVICE_NOTE=1
+        step 08-conformance-wgpu 60 env TENSORMEM_TARGETS=wgpu TENSORMEM_REQUIRE_BACKENDS=wgpu \
+            "$WORK/bin/suite"
+        # The subshell's records reach the summary through summary.tsv.
+    )
+    summary "$dry"
+}
+
+link_peak() { # the host link's peak per direction, from nvidia-smi's PCIe generation and width
+    local gen width
+    gen=$(echo "${GPU:-}" | awk -F', ' '{ print $4 }') width=$(echo "${GPU:-}" | awk -F', ' '{ print $5 }')
+    case "$gen$width" in
+        *[!0-9]* | "") echo "PCIe link peak: unknown (nvidia-smi reports gen '$gen' width '$width')" ;;
+        *) awk -v g="$gen" -v w="$width" 'BEGIN {
+               split("0.25 0.5 0.985 1.969 3.938 7.877", lane, " ");
+               printf "PCIe link peak: Gen%d x%d = %.1f GB/s per direction", g, w, lane[g] * w }' ;;
+    esac
+}
+
+summary() { # dry: CUDA being unavailable is expected
+    local dry=$1 failed=0 name status secs note
+    {
+        echo "# GPU check summary"
+        echo
+        echo "machine: ${GPU:-no NVIDIA GPU}; bundle: $(sed -n 2p "$BUNDLE/MANIFEST.txt")"
+        if [ "$CUDA_OK" = 1 ]; then echo "CUDA: available"; else echo "CUDA: unavailable: $CUDA_REASON"; fi
+        [ -z "${GLIBC_NOTE:-}" ] || echo "WARNING: $GLIBC_NOTE"
+        echo
+        echo "| step | status | seconds | note |"
+        echo "|---|---|---:|---|"
+        while IFS=$'\t' read -r name status secs note; do
+            echo "| $name | $status | $secs | $note |"
+            case $status in ok) ;; skipped) [ "$dry" = 1 ] || failed=1 ;; *) failed=1 ;; esac
+        done <"$OUT/summary.tsv"
+        echo
+        echo "total: $((SECONDS - START)) s of a ${BUDGET} s budget"
+        local bench="$LOGS/06-cuda-bench.log"
+        if [ "$CUDA_OK" = 1 ] && [ -f "$bench" ]; then
+            echo; echo '```'; sed -n '/=== tensormem-cuda summary ===/,$p' "$bench"; echo '```'
+            echo "$(link_peak) (compare with h2d/d2h pinned above)"
+        fi
+    } >"$OUT/summary.md"
+    cp "$OUT/summary.md" "$OUT/machine.log" "$LOGS/"
+    tar -C "$WORK" -czf "$OUT/logs.tar.gz" logs
+    echo; cat "$OUT/summary.md"
+    if [ "$CUDA_OK" != 1 ] && [ "$dry" != 1 ]; then
+        failed=1
+        echo "gpu-check: FAILED: CUDA unavailable ($CUDA_REASON)"
+    fi
+    [ "$failed" = 0 ] && echo "gpu-check: PASSED" || echo "gpu-check: FAILED (see $OUT/summary.md)"
+    [ "$failed" = 0 ]
+}
+
+# --- dry run -----------------------------------------------------------------------------------
+
+dry_run() {
+    [ -f "$BUNDLE/MANIFEST.txt" ] || die "no bundle: run scripts/gpu-check.sh prepare first"
+    local scratch path d f rc
+    scratch=$(mktemp -d)
+    mkdir -p "$scratch/scripts"
+    cp "$SELF" "$HELPER" "$scratch/scripts/"
+    ln -s "$BUNDLE" "$scratch/gpu-bundle"
+    # PATH: one folder linking every program on the PATH except the Rust toolchain's (cargo and
+    # rustc often share /usr/bin with everything else, so folders cannot simply be dropped).
+    mkdir -p "$scratch/bin"
+    IFS=: read -ra dirs <<<"$PATH"
+    for d in "${dirs[@]}"; do
+        [ -d "$d" ] || continue
+        for f in "$d"/*; do
+            local n=${f##*/}
+            case $n in cargo* | rust* | clippy-driver | rls) continue ;; esac
+            [ -x "$f" ] && [ ! -e "$scratch/bin/$n" ] && ln -s "$f" "$scratch/bin/$n"
+        done
+    done
+    path="$scratch/bin"
+    local out="${OUT:-$ROOT/target/gpu-check-dry}"
+    rm -rf "$out"
+    (
+        cd "$scratch" || exit 1
+        env -i PATH="$path" HOME="$scratch" OUT="$out" GPU_CHECK_TIME_SCALE=4 \
+            XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$scratch}" \
+            bash -c 'if command -v cargo || command -v rustc; then
+                         echo "gpu-check: cargo or rustc still on PATH"; exit 1; fi
+                     exec scripts/gpu-check.sh run --dry-run'
+    )
+    rc=$?
+    rm -rf "$scratch"
+    say "dry-run logs in $out"
+    return $rc
+}
+
+case "${1:-}" in
+    prepare) prepare ;;
+    run) shift; run "$@" ;;
+    dry-run) dry_run ;;
+    _unpack) unpack_bundle ;;
+    _sample) sample "$2" "$3" ;;
+    *) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
+esac

@@ -19,3 +19,12 @@ fi
 
 cargo test --workspace --lib --bins --tests
 cargo test --workspace --doc
+
+# The GPU check's dry run (scripts/gpu-check.sh, README "The GPU check"): the bundle is built once
+# in release, then run from a scratch folder with cargo and rustc off the PATH; every step that
+# needs no NVIDIA GPU runs from it (host, lavapipe) and CUDA is reported unavailable.
+# Without the MiniLM cache (fetch failed above) the bundle goes without it, like its tests.
+minilm_cache="${TENSORMEM_CACHE:-$HOME/.cache/tensormem}/minilm/model.safetensors"
+[ -f "$minilm_cache" ] || export GPU_CHECK_ALLOW_NO_MINILM=1
+scripts/gpu-check.sh prepare
+scripts/gpu-check.sh dry-run

@@ -1,7 +1,7 @@
 //! CUDA memory benchmarks: the measurements behind the backend's defaults.
 //!
 //! * `transfer`: host→device and device→host of 64 MiB from pinned blocks (the staging path) vs
-//!   pageable `Vec`s (`write_queued` / `cuMemcpyDtoH`), with a host `memcpy` of the same size as
+//!   pageable `Vec`s (`cuMemcpyHtoD` / `cuMemcpyDtoH`), with a host `memcpy` of the same size as
 //!   the trivial baseline. Throughput in GB/s.
 //! * `alloc`: one step of 256 tensors (log-uniform 4 KiB .. 8 MiB, fixed seed) allocated and freed:
 //!   `cuMemAlloc` per tensor, `cuMemAllocFromPoolAsync` per tensor, and an arena (one
@@ -10,6 +10,13 @@
 //!   touches its bytes (`fill_zero`) and waits. The plain arena grows by allocating a larger block,
 //!   copying the live bytes and freeing the old one; the expandable block maps more chunks in place
 //!   and unmaps them when the step shrinks. Also reports peak and mean reserved bytes.
+//!
+//! * `hbm`: a device-to-device copy of up to 1 GiB, bytes read plus written, next to the HBM peak
+//!   computed from the device's memory clock and bus width (printed after the table).
+//!
+//! The host→device link peak is not known to the driver API; `scripts/gpu-check.sh` reads the
+//! PCIe generation and width from `nvidia-smi` and prints that peak next to `h2d pinned`.
+//! Short mode for the GPU check: `--bench --warm-up-time 0.2 --measurement-time 1`.
 //!
 //! Every measured region ends with a wait on the GPU, so times are wall times of finished work.
 //! Without CUDA the binary prints why and exits (status 1 when `TENSORMEM_REQUIRE_CUDA=1`).
@@ -123,12 +130,14 @@ fn bench_transfer(c: &mut Criterion, b: &CudaBackend) {
             e
         })
     });
+    let addr = b.device_addr(full(dev)).unwrap();
     g.bench_function("h2d pageable", |bn| {
         bn.iter_custom(|iters| {
+            b.context().bind_to_thread().unwrap();
             let t = Instant::now();
             for _ in 0..iters {
-                let tk = b.write_queued(full(dev), &src).unwrap().unwrap();
-                b.wait(tk).unwrap();
+                // SAFETY: `addr` is a live device block of TRANSFER bytes and `src` holds as many.
+                unsafe { cudarc::driver::result::memcpy_htod_sync(addr, &src[..]) }.unwrap();
             }
             let e = t.elapsed();
             record("transfer", "h2d pageable", e, iters, TRANSFER);
@@ -147,7 +156,6 @@ fn bench_transfer(c: &mut Criterion, b: &CudaBackend) {
             e
         })
     });
-    let addr = b.device_addr(full(dev)).unwrap();
     g.bench_function("d2h pageable", |bn| {
         bn.iter_custom(|iters| {
             b.context().bind_to_thread().unwrap();
@@ -321,6 +329,47 @@ fn bench_expandable(c: &mut Criterion, b: &CudaBackend) {
     );
 }
 
+/// Device-to-device copy of up to 1 GiB: the HBM bandwidth the copy engine reaches, counted as
+/// bytes read plus bytes written (the usual convention for a copy).
+fn bench_hbm(c: &mut Criterion, b: &CudaBackend) {
+    let size = (b.capabilities().budget.unwrap_or(0) / 8).clamp(64 * MIB, 1024 * MIB);
+    let mut g = c.benchmark_group("hbm");
+    g.throughput(Throughput::Bytes(2 * size));
+    let (x, y) = (
+        alloc(b, MemoryKind::DeviceLocal, size),
+        alloc(b, MemoryKind::DeviceLocal, size),
+    );
+    g.bench_function("d2d copy (read + write)", |bn| {
+        bn.iter_custom(|iters| {
+            let t = Instant::now();
+            for _ in 0..iters {
+                let tk = b.copy(range(x, 0, size), range(y, 0, size)).unwrap();
+                b.wait(tk).unwrap();
+            }
+            let e = t.elapsed();
+            record("hbm", "d2d copy (read + write)", e, iters, 2 * size);
+            e
+        })
+    });
+    g.finish();
+    for blk in [x, y] {
+        b.free_block(blk).unwrap();
+    }
+}
+
+/// The HBM peak from the device's attributes: memory clock × bus width × 2 (double data rate).
+fn hbm_peak_gbs(b: &CudaBackend) -> Option<f64> {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    let ctx = b.context();
+    let khz = ctx
+        .attribute(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)
+        .ok()?;
+    let bits = ctx
+        .attribute(A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)
+        .ok()?;
+    (khz > 0 && bits > 0).then(|| f64::from(khz) * 1e3 * 2.0 * f64::from(bits) / 8.0 / 1e9)
+}
+
 fn summary() {
     let r = RECORDS.lock().unwrap();
     println!("\n=== tensormem-cuda summary ===");
@@ -387,6 +436,12 @@ fn main() {
     bench_transfer(&mut c, &plain);
     bench_alloc(&mut c, &plain, &ordered);
     bench_expandable(&mut c, &plain);
+    bench_hbm(&mut c, &plain);
     c.final_summary();
     summary();
+    match hbm_peak_gbs(&plain) {
+        Some(peak) => println!("HBM peak from the device attributes: {peak:.0} GB/s"),
+        None => println!("HBM peak: the device does not report its memory clock / bus width"),
+    }
+    println!("kernels: {} ({})", plain.kernel_target(), plain.toolchain());
 }

@@ -16,7 +16,7 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 
 use cudarc::driver::{result, sys};
-use tensormem::{MemoryKind, Result};
+use tensormem::{BlockId, Error, MemoryKind, Result};
 
 use crate::vmm::ExpandableSegment;
 
@@ -24,6 +24,13 @@ use crate::vmm::ExpandableSegment;
 #[derive(Debug)]
 pub(crate) struct PinnedHost {
     ptr: NonNull<u8>,
+}
+
+impl PinnedHost {
+    /// The host pointer as an address (also the device address, under unified addressing).
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
 }
 
 // SAFETY: the pointer names process-wide page-locked memory owned by this value alone; every
@@ -145,6 +152,22 @@ pub(crate) unsafe fn free_memory(memory: &mut Memory, stream: sys::CUstream) -> 
 
 /// Live blocks by id: core's shared table with [`Block`] payloads.
 pub(crate) type BlockTable = tensormem::BlockTable<Block>;
+
+/// Empties `table`, handing every block's memory to `free` and going on past failures (teardown:
+/// one block that cannot be freed, or a lost device, must not leak the others). Returns the
+/// blocks whose free failed, with the error.
+pub(crate) fn release_all(
+    table: &mut BlockTable,
+    mut free: impl FnMut(&mut Memory) -> Result<()>,
+) -> Vec<(BlockId, Error)> {
+    let mut failed = Vec::new();
+    for (id, mut entry) in table.drain() {
+        if let Err(e) = free(&mut entry.native.memory) {
+            failed.push((id, e));
+        }
+    }
+    failed
+}
 
 #[cfg(test)]
 mod tests;

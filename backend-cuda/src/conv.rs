@@ -1,5 +1,5 @@
 //! Pure mappings between core's vocabulary and CUDA's: memory kinds to placements and
-//! `cuMemHostAlloc` flags, compute capability to an NVRTC target, checked `u64` ↔ `usize`
+//! `cuMemHostAlloc` flags, checked `u64` ↔ `usize`
 //! conversions and block-range checks.
 //!
 //! Nothing here calls the driver, so every rule is unit-tested on a machine without a GPU
@@ -93,40 +93,25 @@ pub(crate) fn check_block_size(size: u64, max_block_size: u64) -> Result<()> {
     Ok(())
 }
 
-/// The NVRTC virtual architecture (`--gpu-architecture=compute_XY`) for a device of compute
-/// capability `major.minor`.
-///
-/// PTX for `compute_XY` runs on every device of capability `>= X.Y` (the driver JIT-compiles it),
-/// so a device newer than the table gets the newest entry the pinned CUDA 12.4 NVRTC knows
-/// (`compute_90`). A device older than `compute_50` (Maxwell) is refused: CUDA 12 dropped it.
+/// `CU_STREAM_PER_THREAD`, the per-thread default stream's handle.
+const STREAM_PER_THREAD: usize = 0x2;
+
+/// Refuses a stream handle whose ordering the backend cannot rely on: the per-thread default
+/// stream names a different stream on every thread, so two threads submitting "to the same
+/// stream" would get tickets out of stream order. The legacy default stream (null or
+/// `CU_STREAM_LEGACY`) is one stream for the whole context and is accepted.
 ///
 /// # Errors
-/// [`Error::Unsupported`] for compute capability below 5.0.
-pub(crate) fn nvrtc_arch(major: i32, minor: i32) -> Result<&'static str> {
-    const TABLE: [((i32, i32), &str); 13] = [
-        ((5, 0), "compute_50"),
-        ((5, 2), "compute_52"),
-        ((5, 3), "compute_53"),
-        ((6, 0), "compute_60"),
-        ((6, 1), "compute_61"),
-        ((6, 2), "compute_62"),
-        ((7, 0), "compute_70"),
-        ((7, 2), "compute_72"),
-        ((7, 5), "compute_75"),
-        ((8, 0), "compute_80"),
-        ((8, 6), "compute_86"),
-        ((8, 9), "compute_89"),
-        ((9, 0), "compute_90"),
-    ];
-    TABLE
-        .iter()
-        .rev()
-        .find(|(cc, _)| *cc <= (major, minor))
-        .map(|(_, arch)| *arch)
-        .ok_or_else(|| Error::Unsupported {
-            backend: "cuda",
-            what: format!("compute capability {major}.{minor}: CUDA 12 kernels need at least 5.0"),
-        })
+/// [`Error::InvalidArgument`] for `CU_STREAM_PER_THREAD`.
+pub(crate) fn check_adoptable_stream(handle: usize) -> Result<()> {
+    if handle == STREAM_PER_THREAD {
+        return Err(Error::invalid(
+            "cuda: adopt() cannot use the per-thread default stream (CU_STREAM_PER_THREAD): \
+             each thread's handle names a different stream, which breaks ticket order across \
+             threads; create a stream (CudaContext::new_stream) and adopt that",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

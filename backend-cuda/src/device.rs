@@ -2,7 +2,7 @@
 //! copies and fills on the stream, op dispatch, and the device facts read at startup.
 
 use std::ptr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, result, sys};
 use tensormem::backend::{BlockDesc, BlockRange};
@@ -10,10 +10,11 @@ use tensormem::{
     Backend, BlockId, Capabilities, DeviceType, Error, MemoryKind, Op, Result, Ticket,
 };
 
-use crate::blocks::{Block, Memory, alloc_pinned, free_memory};
+use crate::blocks::{Block, Memory, alloc_pinned, free_memory, release_all};
 use crate::conv::{Placement, check_block_size, check_range, map_memory_kind, to_usize};
 use crate::error::{BACKEND, map_alloc_err, map_driver_err, map_init_err};
 use crate::launch::{plan_call, plan_fill_zero};
+use crate::staging::{RingAlloc, reserve_or_poll};
 use crate::timeline::lock;
 use crate::{CudaBackend, DeviceAlloc, LiveBlock};
 
@@ -107,7 +108,9 @@ impl MemPool {
             },
             win32SecurityAttributes: ptr::null_mut(),
             maxSize: 0,
-            reserved: [0; 56],
+            // CUDA 13 layout (the cudarc pin): no usage hints.
+            usage: 0,
+            reserved: [0; 54],
         };
         // SAFETY: `props` is fully initialised; the context is current (DeviceInfo::query).
         let pool = unsafe { result::mem_pool::create(&props) }
@@ -138,6 +141,45 @@ impl Drop for MemPool {
     fn drop(&mut self) {
         // SAFETY: the backend drops the pool after freeing its blocks and syncing its stream.
         let _ = unsafe { result::mem_pool::destroy(self.pool) };
+    }
+}
+
+/// The pinned ring `write_queued` copies through (`staging.rs`).
+#[derive(Debug)]
+pub(crate) struct QueuedUploads {
+    ring: Mutex<RingAlloc>,
+    /// Unified address of the pinned buffer (its host pointer).
+    base: u64,
+    /// The pinned buffer, freed by the backend's drop.
+    memory: Mutex<Memory>,
+}
+
+impl QueuedUploads {
+    /// A ring of `capacity` bytes of pinned, write-combined host memory (the CPU only writes it).
+    ///
+    /// # Errors
+    /// A mapped allocation error.
+    pub(crate) fn new(capacity: u64) -> Result<Self> {
+        let memory = alloc_pinned(
+            to_usize(capacity, "queued-write ring")?,
+            sys::CU_MEMHOSTALLOC_WRITECOMBINED,
+        )
+        .map_err(|e| map_alloc_err("cuMemHostAlloc", e, MemoryKind::Upload, capacity, 0, None))?;
+        let base = match &memory {
+            Memory::Pinned(p) => p.addr(),
+            _ => 0,
+        };
+        Ok(QueuedUploads {
+            ring: Mutex::new(RingAlloc::new(capacity)),
+            base,
+            memory: Mutex::new(memory),
+        })
+    }
+
+    /// Frees the buffer. Called once, by the backend's drop, with the stream idle.
+    fn release(&self, stream: sys::CUstream) {
+        // SAFETY: the stream is idle, so no copy reads the buffer, and it is not used again.
+        let _ = unsafe { free_memory(&mut lock(&self.memory), stream) };
     }
 }
 
@@ -210,7 +252,8 @@ impl CudaBackend {
 
     fn enqueue_copy(&self, src: u64, dst: u64, size: u64) -> Result<Ticket> {
         let bytes = to_usize(size, "copy")?;
-        self.timeline.submit(|stream| {
+        let stream = self.stream().cu_stream();
+        self.timeline.submit(|| {
             // SAFETY: both ranges were checked inside live blocks; unified addressing makes
             // pinned host pointers valid here; the ranges do not overlap (checked by the caller).
             unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream) }
@@ -244,7 +287,7 @@ impl Backend for CudaBackend {
             Placement::PinnedHost { flags } => ("cuMemHostAlloc", alloc_pinned(size, flags)),
         };
         let mut blocks = lock(&self.blocks);
-        let memory = memory.map_err(|e| {
+        let memory = self.timeline.health().note(memory.map_err(|e| {
             map_alloc_err(
                 api,
                 e,
@@ -253,7 +296,7 @@ impl Backend for CudaBackend {
                 blocks.bytes_of(desc.kind),
                 self.caps.budget,
             )
-        })?;
+        }))?;
         Ok(blocks.insert(
             desc.kind,
             desc.size,
@@ -266,7 +309,8 @@ impl Backend for CudaBackend {
         self.bind()?;
         // SAFETY: the contract guarantees no in-flight work uses the block; it left the table, so
         // nothing can name it again.
-        unsafe { free_memory(&mut removed.memory, self.stream().cu_stream()) }
+        let freed = unsafe { free_memory(&mut removed.memory, self.stream().cu_stream()) };
+        self.timeline.health().note(freed)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
@@ -306,20 +350,32 @@ impl Backend for CudaBackend {
         }
         self.bind()?;
         let (addr, placement) = self.resolve(dst)?;
-        if placement.host_visible() {
-            // Pinned destinations are written with write_mapped; no queued path for them.
+        let Some(up) = self.uploads.as_ref().filter(|_| !placement.host_visible()) else {
+            // Pinned destinations are written with write_mapped; without a ring, no queued path.
             return Ok(None);
-        }
-        self.timeline
-            .submit(|stream| {
-                // SAFETY: the range is inside a live device block; for a pageable source the
-                // driver stages `data` into its own pinned buffer before returning, so `data` may
-                // be dropped when this call returns (the CUDA API sync-behaviour rules).
-                unsafe { sys::cuMemcpyHtoDAsync_v2(addr, data.as_ptr().cast(), data.len(), stream) }
-                    .result()
-                    .map_err(|e| map_driver_err("cuMemcpyHtoDAsync", e))
-            })
-            .map(Some)
+        };
+        let len = data.len() as u64;
+        let reserved = reserve_or_poll(&up.ring, len, self.timeline.known_completed(), || {
+            self.timeline.completed()
+        })?;
+        let Some(res) = reserved else {
+            // Full (or too large): the pools stage through an Upload block instead.
+            return Ok(None);
+        };
+        let src = up.base + res.offset;
+        // SAFETY: `res` reserves `len` bytes of the pinned ring for this call alone, and no
+        // earlier copy still reads them (their tickets completed).
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), src as *mut u8, data.len()) };
+        let stream = self.stream().cu_stream();
+        let submitted = self.timeline.submit(|| {
+            // SAFETY: the range is inside a live device block; the source is pinned memory the
+            // ring keeps reserved until this copy's ticket completes, so the DMA is truly async.
+            unsafe { sys::cuMemcpyHtoDAsync_v2(addr, src as *const _, data.len(), stream) }
+                .result()
+                .map_err(|e| map_driver_err("cuMemcpyHtoDAsync", e))
+        });
+        lock(&up.ring).finish(res.id, submitted.as_ref().ok().copied());
+        submitted.map(Some)
     }
 
     fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
@@ -357,7 +413,8 @@ impl Backend for CudaBackend {
         match placement {
             Placement::Device => {
                 let bytes = to_usize(range.size, "fill")?;
-                self.timeline.submit(|stream| {
+                let stream = self.stream().cu_stream();
+                self.timeline.submit(|| {
                     // SAFETY: the range is inside a live device block.
                     unsafe { result::memset_d8_async(addr, 0, bytes, stream) }
                         .map_err(|e| map_driver_err("cuMemsetD8Async", e))
@@ -366,7 +423,7 @@ impl Backend for CudaBackend {
             Placement::PinnedHost { .. } => {
                 let call = plan_fill_zero(addr, range.size);
                 self.timeline
-                    .submit(|_| self.kernels.launch(self.stream(), &call))
+                    .submit(|| self.kernels.launch(self.stream(), &call))
             }
         }
     }
@@ -390,7 +447,7 @@ impl Backend for CudaBackend {
             .collect::<Result<Vec<_>>>()?;
         let call = plan_call(op, &addrs)?;
         self.timeline
-            .submit(|_| self.kernels.launch(self.stream(), &call))
+            .submit(|| self.kernels.launch(self.stream(), &call))
     }
 
     fn flush(&self) -> Result<Ticket> {
@@ -423,17 +480,24 @@ fn host_ptr(block: &Block, what: &str) -> Result<std::ptr::NonNull<u8>> {
 impl Drop for CudaBackend {
     fn drop(&mut self) {
         // Finish in-flight work, then free what the caller left allocated (the core pools report
-        // leaks; the backend only returns the memory to the driver).
-        if self.bind().is_err() {
-            return;
-        }
-        let _ = self.stream().synchronize();
+        // leaks; the backend only returns the memory to the driver). The context is made current
+        // with the raw call and every step runs whatever the previous one returned: cudarc's
+        // `bind_to_thread` fails (once) on an error stored earlier, and returning then would
+        // leak every block and the upload ring.
+        // SAFETY: the context is alive (`self.ctx` holds it) until the fields drop after this.
+        let _ = unsafe { sys::cuCtxSetCurrent(self.ctx.cu_ctx()) };
         let stream = self.stream().cu_stream();
-        for (_, mut block) in lock(&self.blocks).drain() {
-            // SAFETY: the stream is idle and the table is drained, so nothing uses the block.
-            let _ = unsafe { free_memory(&mut block.memory, stream) };
+        // SAFETY: synchronising a live stream.
+        let _ = unsafe { sys::cuStreamSynchronize(stream) };
+        // SAFETY: the stream is idle and the table is drained, so nothing uses the blocks.
+        let _ = release_all(&mut lock(&self.blocks), |m| unsafe {
+            free_memory(m, stream)
+        });
+        if let Some(up) = &self.uploads {
+            up.release(stream);
         }
-        let _ = self.stream().synchronize();
-        debug_assert!(lock(&self.blocks).bytes_of(MemoryKind::DeviceLocal) == 0);
+        // Stream-ordered frees complete before the pool is destroyed.
+        // SAFETY: as above.
+        let _ = unsafe { sys::cuStreamSynchronize(stream) };
     }
 }

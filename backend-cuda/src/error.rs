@@ -4,8 +4,9 @@
 //!
 //! * `CUDA_ERROR_OUT_OF_MEMORY` from an allocation → [`Error::OutOfMemory`], so the core pools run
 //!   their OOM path (wait for pending frees, trim, retry); it is the only retryable failure.
-//! * Sticky errors that poison the context (illegal address, launch failure, ECC, assert, …) →
-//!   [`Error::DeviceLost`]: the CUDA context must be recreated, as the driver documents.
+//! * Sticky errors that poison the context (illegal address, launch failure, ECC, assert, unknown,
+//!   …) → [`Error::DeviceLost`]: the CUDA context must be recreated, as the driver documents.
+//!   `health.rs` remembers the first one so every later call fails fast.
 //! * `CUDA_ERROR_NOT_SUPPORTED` → [`Error::Unsupported`].
 //! * Failures while creating the backend that mean "no usable CUDA here" (no device, a driver
 //!   older than the pinned API, a stub library) → [`Error::BackendUnavailable`].
@@ -39,6 +40,9 @@ pub(crate) fn is_sticky(code: CUresult) -> bool {
             | CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED
             | CUresult::CUDA_ERROR_NVLINK_UNCORRECTABLE
             | CUresult::CUDA_ERROR_DEINITIALIZED
+            // Unattributed failures (e.g. an Xid the driver cannot map) leave the context in an
+            // unknown state; treated as lost, as PyTorch does.
+            | CUresult::CUDA_ERROR_UNKNOWN
     )
 }
 

@@ -1,66 +1,75 @@
 //! The standard op set on CUDA: `kernels.cu` compiled with NVRTC, loaded once per backend, and
 //! launched on the backend's stream.
 //!
-//! Compilation happens when the first backend for a device architecture is created and is cached
-//! for the process (a second backend, or a test creating many, reuses the PTX). The PTX targets the
-//! virtual architecture of the device (`conv::nvrtc_arch`), so the driver JIT-compiles it for the
-//! exact GPU at module load. Launch geometry and argument lists come from `launch.rs`.
+//! Compilation happens when the first backend for a code target is created and is cached for the
+//! process (a second backend, or a test creating many, reuses the image). The target comes from
+//! `toolchain::choose_target`: a cubin for the device's architecture whenever the loaded NVRTC
+//! knows it (no driver JIT, so an NVRTC newer than the driver within the same major still works),
+//! PTX only for a device newer than NVRTC. Launch geometry and argument lists come from
+//! `launch.rs`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
+use cudarc::nvrtc::Ptx;
 use tensormem::{Error, Result};
 
 use crate::error::{BACKEND, map_driver_err};
 use crate::launch::{Arg, KERNEL_NAMES, KernelCall};
+use crate::nvrtc;
 use crate::timeline::lock;
+use crate::toolchain::{CodeTarget, Toolchain};
 
 /// The CUDA C source of every kernel.
 pub(crate) const SOURCE: &str = include_str!("kernels.cu");
 
-/// PTX per NVRTC architecture, compiled once per process.
-fn ptx_cache() -> &'static Mutex<HashMap<&'static str, Ptx>> {
-    static CACHE: OnceLock<Mutex<HashMap<&'static str, Ptx>>> = OnceLock::new();
+/// Compiled images per code target, compiled once per process.
+fn image_cache() -> &'static Mutex<HashMap<CodeTarget, Arc<Vec<u8>>>> {
+    static CACHE: OnceLock<Mutex<HashMap<CodeTarget, Arc<Vec<u8>>>>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Compiles [`SOURCE`] for `arch` (or returns the cached PTX).
+/// Compiles [`SOURCE`] for `target` (or returns the cached image).
 ///
 /// Precise division and square root are kept (no `--use_fast_math`) so results stay within the
 /// conformance suite's tolerance of the host reference.
 ///
 /// # Errors
 /// [`Error::Backend`] with NVRTC's log when compilation fails.
-pub(crate) fn compile(arch: &'static str) -> Result<Ptx> {
-    let mut cache = lock(ptx_cache());
-    if let Some(ptx) = cache.get(arch) {
-        return Ok(ptx.clone());
+pub(crate) fn compile(target: CodeTarget) -> Result<Arc<Vec<u8>>> {
+    let mut cache = lock(image_cache());
+    if let Some(image) = cache.get(&target) {
+        return Ok(Arc::clone(image));
     }
-    let opts = CompileOptions {
-        arch: Some(arch),
-        name: Some("tensormem_kernels.cu".into()),
-        ..CompileOptions::default()
-    };
-    let ptx = compile_ptx_with_opts(SOURCE, opts).map_err(map_compile_err)?;
-    cache.insert(arch, ptx.clone());
-    Ok(ptx)
+    let image = Arc::new(nvrtc::compile(SOURCE, "tensormem_kernels.cu", target, &[])?);
+    cache.insert(target, Arc::clone(&image));
+    Ok(image)
 }
 
-fn map_compile_err(err: CompileError) -> Error {
-    let (api, message) = match err {
-        CompileError::CompileError { nvrtc, log, .. } => (
-            "nvrtcCompileProgram",
-            format!("{nvrtc:?}: {}", log.to_string_lossy()),
-        ),
-        other => ("nvrtc", format!("{other:?}")),
-    };
-    Error::Backend {
-        backend: BACKEND,
-        api,
-        code: 0,
-        message,
+/// Maps a failed `cuModuleLoadData`: the codes that mean "this driver cannot take this code" get
+/// the versions and the chosen target in the message, so a mismatched pair is named, not opaque.
+pub(crate) fn map_load_err(
+    err: cudarc::driver::DriverError,
+    target: CodeTarget,
+    tools: Toolchain,
+) -> Error {
+    match err.0 {
+        CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+        | CUresult::CUDA_ERROR_INVALID_PTX
+        | CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU
+        | CUresult::CUDA_ERROR_INVALID_IMAGE
+        | CUresult::CUDA_ERROR_JIT_COMPILER_NOT_FOUND => Error::BackendUnavailable {
+            backend: BACKEND,
+            reason: format!(
+                "cuModuleLoadData refused the kernels ({:?}): {target} from NVRTC {} on a \
+                 driver supporting CUDA {}. Use an NVRTC of the driver's CUDA version \
+                 (LD_LIBRARY_PATH) or update the driver",
+                err.0, tools.nvrtc, tools.driver
+            ),
+        },
+        _ => map_driver_err("cuModuleLoadData", err),
     }
 }
 
@@ -71,14 +80,21 @@ pub(crate) struct Kernels {
 }
 
 impl Kernels {
-    /// Loads `ptx` into `ctx` and looks up every kernel of [`KERNEL_NAMES`].
+    /// Compiles (or reuses) the kernels for `target`, loads them into `ctx` and looks up every
+    /// kernel of [`KERNEL_NAMES`].
     ///
     /// # Errors
-    /// A mapped driver error (`cuModuleLoadData`, `cuModuleGetFunction`).
-    pub(crate) fn load(ctx: &Arc<CudaContext>, ptx: Ptx) -> Result<Self> {
+    /// As [`compile`]; [`map_load_err`] for `cuModuleLoadData`; a mapped driver error
+    /// (`cuModuleGetFunction`).
+    pub(crate) fn load(
+        ctx: &Arc<CudaContext>,
+        target: CodeTarget,
+        tools: Toolchain,
+    ) -> Result<Self> {
+        let image = compile(target)?;
         let module = ctx
-            .load_module(ptx)
-            .map_err(|e| map_driver_err("cuModuleLoadData", e))?;
+            .load_module(Ptx::from_binary(image.as_ref().clone()))
+            .map_err(|e| map_load_err(e, target, tools))?;
         let mut functions = HashMap::new();
         for name in KERNEL_NAMES {
             let f = module

@@ -20,12 +20,17 @@
 //! * **One stream, one timeline.** Every copy, fill and kernel goes to the backend's stream in
 //!   submission order, which is the contract's single logical queue; no barriers are needed.
 //!   The stream is created, or adopted from an application ([`CudaBackend::adopt`]) so tensormem
-//!   and the application's own kernels are ordered without host syncs.
+//!   and the application's own kernels are ordered without host syncs; the per-thread default
+//!   stream is refused, since its one handle names a different stream on every thread.
 //! * **Tickets are CUDA events, recorded lazily** (`timeline.rs`). A submission only bumps a
 //!   counter; one `cuEventRecord` at the next `flush` / `completed` / `wait` covers every ticket
 //!   since the last one (a stream completes in order). Completed events are kept in a ring and
-//!   re-recorded, so steady state creates no events. `wait` blocks in `cuEventSynchronize`
-//!   without holding the lock.
+//!   re-recorded, so steady state creates no events. Events use `CU_EVENT_BLOCKING_SYNC`, so
+//!   `wait` sleeps in `cuEventSynchronize` (holding no lock) instead of spinning a core, and
+//!   `completed` never blocks: the lock held across possibly blocking enqueues is only tried.
+//! * **A lost device stays lost** (`health.rs`): the first sticky error (illegal address, launch
+//!   failure, unknown, …) is remembered and every later call fails with
+//!   [`Error::DeviceLost`], also a wait on a ticket that had completed.
 //! * **Other streams join the timeline** ([`CudaBackend::join_from`]): the application's stream
 //!   records an event, ours waits for it, and the wait gets a ticket. Deferring a free to that
 //!   ticket is PyTorch's `record_stream` expressed in the contract's own terms.
@@ -36,26 +41,50 @@
 //!   uploads, cached for readbacks. `write_mapped` / `read_mapped` are plain memcpys into them, and
 //!   `copy` is `cuMemcpyAsync` on unified addresses, the DMA fast path. Device memory is not
 //!   host-visible (`device_host_visible = false`), so the pools stage, as on any discrete GPU.
-//! * **Small uploads skip staging**: `write_queued` is `cuMemcpyHtoDAsync` from the caller's
-//!   pageable buffer, which the driver copies out before returning; `queued_write_max` (default
-//!   64 KiB, [`CudaDesc::queued_write_max`]) tells the pools when to prefer it.
+//! * **Small uploads skip the pools' staging**: `write_queued` copies the bytes into a pinned,
+//!   write-combined ring owned by the backend (`staging.rs`) and enqueues a truly asynchronous
+//!   `cuMemcpyHtoDAsync` from there; each region is reused once its copy's ticket completes, and a
+//!   full ring answers `Ok(None)` so the pools stage instead. `queued_write_max` (default 64 KiB,
+//!   [`CudaDesc::queued_write_max`]) tells the pools when to prefer it.
 //! * **Expandable blocks** through the VMM API (`vmm.rs`, [`CudaBackend::alloc_expandable_block`]):
 //!   one reserved address range grown and shrunk in place, PyTorch's expandable segments. The
 //!   trait has no resize, so this is an inherent API for now (see the crate's report for the
 //!   proposed `Backend::grow_block`).
-//! * **Kernels in CUDA C** (`kernels.cu`), compiled once per process with NVRTC for the device's
-//!   virtual architecture and JIT-compiled by the driver; launch math and argument lists are pure
-//!   functions (`launch.rs`) tested against the source's parameter lists without a GPU.
+//! * **Kernels in CUDA C** (`kernels.cu`), compiled once per process with NVRTC for the device
+//!   (see "CUDA version and NVRTC" below); launch math and argument lists are pure functions
+//!   (`launch.rs`) tested against the source's parameter lists without a GPU.
 //! * **Errors** (`error.rs`): allocation OOM → [`Error::OutOfMemory`] (the pools' retry path),
 //!   sticky errors → [`Error::DeviceLost`], everything else keeps its `CUresult`.
 //!
+//! ## CUDA version and NVRTC
+//!
+//! * **The build targets the CUDA 13.0 driver API**: cudarc's `cuda-13000` feature (root
+//!   `Cargo.toml`, [`toolchain::BUILD_CUDA`]), matching the GPU machine's R580 driver. cudarc
+//!   resolves driver symbols lazily and panics on a missing one, so a driver reporting an older
+//!   CUDA (`cuDriverGetVersion`) is refused up front with [`Error::BackendUnavailable`] naming
+//!   both versions. `cuda-version-from-build-system` is not used: it needs nvcc at build time.
+//! * **How NVRTC is picked**: cudarc dlopens the first of `libnvrtc.so`, `libnvrtc.so.13`,
+//!   `libnvrtc.so.12`, … found on the loader path, so `LD_LIBRARY_PATH` decides (the CUDA 13
+//!   wheel ships only `libnvrtc.so.13`, which the pin makes a candidate). Its version
+//!   (`nvrtcVersion`) and architectures (`nvrtcGetSupportedArchs`) are read at startup;
+//!   [`CudaBackend::toolchain`] and [`CudaBackend::kernel_target`] report them.
+//! * **What is compiled** (`toolchain::choose_target`): a **cubin** for the device's architecture
+//!   (`sm_90` on an H200) whenever NVRTC knows one of the device's major, so the driver loads
+//!   machine code without JIT and a newer-minor NVRTC still works; **PTX** only for a device newer
+//!   than NVRTC, which needs an NVRTC no newer than the driver.
+//! * **When the pair does not match**: NVRTC of a newer CUDA major than the driver, or PTX from an
+//!   NVRTC newer than the driver, is [`Error::BackendUnavailable`] with both versions and the fix
+//!   (an NVRTC of the driver's version first on `LD_LIBRARY_PATH`, or a newer driver); a module
+//!   the driver still refuses (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`, `NO_BINARY_FOR_GPU`, …) gets
+//!   the same message instead of an opaque code. A device older than NVRTC's oldest architecture
+//!   (Volta with NVRTC 13) is [`Error::Unsupported`].
+//!
 //! ## Limits / drawbacks
 //!
-//! * Needs unified addressing (every 64-bit Linux / Windows platform CUDA 12 supports); the
-//!   backend refuses to start without it.
-//! * The cudarc pin is CUDA 12.4 (`cuda-12040`): the driver must support CUDA ≥ 12.4. A driver
-//!   missing a 12.4 symbol makes cudarc panic on first use of that symbol; it cannot be detected
-//!   up front.
+//! * Needs unified addressing (every 64-bit Linux / Windows platform CUDA supports); the backend
+//!   refuses to start without it.
+//! * Needs a driver supporting CUDA ≥ 13.0 (R580); for an older driver, rebuild with a lower
+//!   cudarc `cuda-XXXXX` feature and [`toolchain::BUILD_CUDA`] to match.
 //! * Kernels are straightforward (16×16 tiled matmul, one block per row for reductions), written
 //!   for correctness and portability, not peak FLOPs: the crate is about memory.
 //! * Same-stream reuse of freed memory is safe immediately on CUDA, but the contract has no way to
@@ -70,10 +99,14 @@ mod conv;
 mod device;
 mod error;
 mod expandable;
+mod health;
 mod kernels;
 mod launch;
+mod nvrtc;
 pub mod probe;
+mod staging;
 mod timeline;
+pub mod toolchain;
 mod vmm;
 
 use std::sync::{Arc, Mutex};
@@ -86,7 +119,8 @@ use tensormem::{Capabilities, Result, Ticket};
 
 use blocks::BlockTable;
 use kernels::Kernels;
-use timeline::Timeline;
+use timeline::{CudaEvents, Timeline};
+use toolchain::{CodeTarget, Toolchain};
 
 /// How `DeviceLocal` blocks are allocated.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -111,9 +145,10 @@ pub struct CudaDesc {
     /// How `DeviceLocal` blocks are allocated. Default [`DeviceAlloc::MemAlloc`].
     pub device_alloc: DeviceAlloc,
     /// The `queued_write_max` capability in bytes: uploads up to this size go through
-    /// `write_queued` (`cuMemcpyHtoDAsync` from pageable memory) instead of a staging block.
-    /// Default 64 KiB, where the driver's own pageable staging is cheaper than a belt round trip;
-    /// 0 disables the path. To be tuned from `benches/cuda_memory.rs` on the target GPU.
+    /// `write_queued` (a copy into the backend's pinned ring, then `cuMemcpyHtoDAsync`) instead of
+    /// a pool staging block. Default 64 KiB; the ring holds 16 such writes (at least 1 MiB) in
+    /// flight. 0 disables the path and the ring. To be tuned from `benches/cuda_memory.rs` on the
+    /// target GPU.
     pub queued_write_max: u64,
 }
 
@@ -140,6 +175,11 @@ pub struct LiveBlock {
     pub label: String,
 }
 
+/// The `write_queued` ring holds this many writes of `queued_write_max` bytes in flight.
+const QUEUED_RING_WRITES: u64 = 16;
+/// Smallest `write_queued` ring, in bytes.
+const MIN_QUEUED_RING: u64 = 1 << 20;
+
 /// Alignment of binding offsets: what `cuMemAlloc` guarantees, and enough for vector loads.
 const BINDING_ALIGN: u64 = 256;
 
@@ -151,11 +191,15 @@ pub struct CudaBackend {
     /// The private stream-ordered pool ([`DeviceAlloc::StreamOrdered`] only).
     pool: Option<device::MemPool>,
     blocks: Mutex<BlockTable>,
+    /// The pinned ring of `write_queued` (none when `queued_write_max` is 0).
+    uploads: Option<device::QueuedUploads>,
     kernels: Kernels,
-    timeline: Timeline,
+    timeline: Timeline<CudaEvents>,
     ctx: Arc<CudaContext>,
     caps: Capabilities,
     device_alloc: DeviceAlloc,
+    tools: Toolchain,
+    target: CodeTarget,
 }
 
 impl CudaBackend {
@@ -180,8 +224,12 @@ impl CudaBackend {
     /// with the application's on that stream. `desc.ordinal` is ignored.
     ///
     /// # Errors
-    /// As [`CudaBackend::new`] (`libnvrtc` is still needed for the kernels).
+    /// [`Error::InvalidArgument`] for the per-thread default stream (`CU_STREAM_PER_THREAD`: one
+    /// handle naming a different stream on every thread, so tickets issued from several threads
+    /// would not follow one stream order); otherwise as [`CudaBackend::new`] (`libnvrtc` is
+    /// still needed for the kernels).
     pub fn adopt(stream: Arc<CudaStream>, desc: &CudaDesc) -> Result<Self> {
+        conv::check_adoptable_stream(stream.cu_stream() as usize)?;
         probe::check_libraries()?;
         let ctx = Arc::clone(stream.context());
         Self::build(ctx, stream, desc)
@@ -189,12 +237,23 @@ impl CudaBackend {
 
     fn build(ctx: Arc<CudaContext>, stream: Arc<CudaStream>, desc: &CudaDesc) -> Result<Self> {
         let info = device::DeviceInfo::query(&ctx)?;
-        let arch = conv::nvrtc_arch(info.compute.0, info.compute.1)?;
+        let tools = Toolchain {
+            driver: probe::driver_version()?,
+            nvrtc: nvrtc::version()?,
+        };
+        toolchain::check_nvrtc(tools.nvrtc)?;
+        let target = toolchain::choose_target(tools, &nvrtc::supported_archs()?, info.compute)?;
         let pool = match desc.device_alloc {
             DeviceAlloc::MemAlloc => None,
             DeviceAlloc::StreamOrdered => Some(device::MemPool::create(&ctx)?),
         };
-        let kernels = Kernels::load(&ctx, kernels::compile(arch)?)?;
+        let kernels = Kernels::load(&ctx, target, tools)?;
+        let uploads = match desc.queued_write_max {
+            0 => None,
+            max => Some(device::QueuedUploads::new(
+                max.saturating_mul(QUEUED_RING_WRITES).max(MIN_QUEUED_RING),
+            )?),
+        };
         let caps = Capabilities {
             backend: error::BACKEND,
             device_name: info.name,
@@ -210,12 +269,25 @@ impl CudaBackend {
         Ok(CudaBackend {
             pool,
             blocks: Mutex::new(BlockTable::new(error::BACKEND)),
+            uploads,
             kernels,
-            timeline: Timeline::new(stream),
+            timeline: Timeline::new(CudaEvents::new(stream)),
             ctx,
             caps,
             device_alloc: desc.device_alloc,
+            tools,
+            target,
         })
+    }
+
+    /// The driver's and NVRTC's CUDA versions this backend runs with.
+    pub fn toolchain(&self) -> Toolchain {
+        self.tools
+    }
+
+    /// What the kernels were compiled to (a cubin for the device, or PTX for the driver's JIT).
+    pub fn kernel_target(&self) -> CodeTarget {
+        self.target
     }
 
     /// The CUDA context (shared with an adopting application).
@@ -254,10 +326,14 @@ impl CudaBackend {
         self.timeline.join_into(other)
     }
 
+    /// Makes the context current on this thread; fails fast once the device was lost.
     fn bind(&self) -> Result<()> {
-        self.ctx
+        self.timeline.health().check()?;
+        let bound = self
+            .ctx
             .bind_to_thread()
-            .map_err(|e| error::map_driver_err("cuCtxSetCurrent", e))
+            .map_err(|e| error::map_driver_err("cuCtxSetCurrent", e));
+        self.timeline.health().note(bound)
     }
 }
 

@@ -1,43 +1,45 @@
 //! Tickets on CUDA: events recorded on the backend's stream, plus cross-stream joins.
 //!
-//! Every submission (copy, fill, kernel, queued write) is enqueued on the one stream under the
-//! timeline lock and gets the next ticket, so ticket order is stream order. Events are recorded
-//! lazily: `flush`, `completed` and `wait` record one event covering every ticket issued since the
-//! last record (bookkeeping in [`ring::TicketRing`]). `completed` polls events with
-//! `cuEventQuery`; `wait` blocks in `cuEventSynchronize` *without* holding the lock, so other
-//! threads keep submitting while one waits.
+//! Every submission (copy, fill, kernel, queued write) is enqueued on the one stream and gets the
+//! next ticket, so ticket order is stream order. Events are recorded lazily: `flush`,
+//! `completed` and `wait` record one event covering every ticket issued since the last record
+//! (bookkeeping in [`ring::TicketRing`]).
 //!
-//! # Other streams (PyTorch's `record_stream`)
+//! # Locks
 //!
-//! The contract has one logical queue. An application that also uses a block on its own stream
-//! joins the two with [`Timeline::join_from`]: it records an event on the other stream, makes the
-//! backend's stream wait for it and issues a ticket for that wait. That ticket completes only after
-//! the other stream's work up to the join has finished, so deferring a free to it (the pools'
-//! ordinary rule) is exactly `record_stream` + free. [`Timeline::join_into`] is the other
-//! direction: the application's stream waits for everything submitted here so far (hand-off of
-//! outputs without a host sync).
+//! Two locks, so that `completed` never blocks:
+//!
+//! * the **submit lock** orders enqueues with tickets and event records. It is held across driver
+//!   calls that may block (a launch into a full queue, a pageable copy), so only `submit`,
+//!   `flush` and `wait` take it blocking; `completed` only *tries* it and, when a submission is in
+//!   progress, polls the events already recorded instead of recording a new one;
+//! * the **ring lock** guards the bookkeeping alone and is held only across `cuEventQuery`, which
+//!   does not wait for the GPU. `wait` blocks in `cuEventSynchronize` holding neither lock.
+//!
+//! Events are created with `CU_EVENT_BLOCKING_SYNC`, so a waiting thread sleeps in the driver
+//! instead of spinning a core (and `CU_EVENT_DISABLE_TIMING`, which makes record and query cheap).
+//!
+//! The first sticky error any call sees is remembered ([`Health`]) and every later call fails with
+//! it, including a wait on a ticket already retired.
+//!
+//! The rules are generic over [`EventOps`], so `timeline/tests.rs` checks them with fake events and
+//! a fake stream; `timeline/cuda.rs` is the CUDA implementation (and the cross-stream joins).
 
+mod cuda;
 mod ring;
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
-use cudarc::driver::sys;
-use cudarc::driver::{CudaEvent, CudaStream};
 use tensormem::{Result, Ticket};
 
-use crate::error::map_driver_err;
+use crate::health::Health;
 use ring::TicketRing;
+
+pub(crate) use cuda::CudaEvents;
 
 /// Completed events kept for reuse. Each flush/wait/poll point needs one event in flight; 64
 /// covers deep pipelines without creating events in steady state.
 const SPARE_EVENTS: usize = 64;
-
-/// The backend's stream and its ticket ring.
-#[derive(Debug)]
-pub(crate) struct Timeline {
-    stream: Arc<CudaStream>,
-    ring: Mutex<TicketRing<Arc<CudaEvent>>>,
-}
 
 /// Locks a mutex, recovering the data after a panic elsewhere: the ring's invariants hold
 /// between method calls, and a backend must not panic.
@@ -45,136 +47,146 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl Timeline {
-    /// A timeline on `stream` with nothing issued.
-    pub(crate) fn new(stream: Arc<CudaStream>) -> Self {
+/// The driver calls a timeline needs: events recorded on one stream.
+pub(crate) trait EventOps {
+    /// One event.
+    type Event;
+    /// Creates an event.
+    fn create(&self) -> Result<Self::Event>;
+    /// Records `event` on the stream after everything enqueued so far.
+    fn record(&self, event: &Self::Event) -> Result<()>;
+    /// Whether the stream has passed `event` (must not block).
+    fn query(&self, event: &Self::Event) -> Result<bool>;
+    /// Blocks until the stream has passed `event`.
+    fn synchronize(&self, event: &Self::Event) -> Result<()>;
+}
+
+/// The backend's stream and its ticket ring.
+#[derive(Debug)]
+pub(crate) struct Timeline<D: EventOps> {
+    ops: D,
+    /// Orders enqueues, ticket issue and event records (see the module doc).
+    submit: Mutex<()>,
+    ring: Mutex<TicketRing<Arc<D::Event>>>,
+    health: Health,
+}
+
+impl<D: EventOps> Timeline<D> {
+    /// A timeline over `ops` with nothing issued.
+    pub(crate) fn new(ops: D) -> Self {
         Timeline {
-            stream,
+            ops,
+            submit: Mutex::new(()),
             ring: Mutex::new(TicketRing::new(SPARE_EVENTS)),
+            health: Health::default(),
         }
     }
 
-    /// The stream every submission goes to.
-    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
+    /// The driver side (the stream).
+    pub(crate) fn ops(&self) -> &D {
+        &self.ops
     }
 
-    /// Enqueues work with `enqueue(stream)` and returns its ticket. The lock makes the enqueue
+    /// The lost-device latch shared with the backend's other entry points.
+    pub(crate) fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// Enqueues work with `enqueue()` and returns its ticket. The submit lock makes the enqueue
     /// and the ticket one step, so tickets follow stream order across threads.
     ///
     /// # Errors
-    /// Whatever `enqueue` returns; no ticket is issued then.
-    pub(crate) fn submit(
-        &self,
-        enqueue: impl FnOnce(sys::CUstream) -> Result<()>,
-    ) -> Result<Ticket> {
-        let mut ring = lock(&self.ring);
-        enqueue(self.stream.cu_stream())?;
-        Ok(ring.issue())
+    /// A remembered lost device (then `enqueue` is not called); whatever `enqueue` returns (no
+    /// ticket is issued then).
+    pub(crate) fn submit(&self, enqueue: impl FnOnce() -> Result<()>) -> Result<Ticket> {
+        self.health.check()?;
+        let _order = lock(&self.submit);
+        self.health.note(enqueue())?;
+        Ok(lock(&self.ring).issue())
     }
 
-    fn record(&self, ring: &mut TicketRing<Arc<CudaEvent>>) -> Result<()> {
-        let Some(ticket) = ring.unrecorded() else {
-            return Ok(());
+    /// Records one event covering every issued ticket not yet covered. The caller holds the
+    /// submit lock, so nothing is issued or recorded meanwhile; the ring lock is not held across
+    /// the driver calls.
+    fn record(&self, _order: &MutexGuard<'_, ()>) -> Result<()> {
+        let (ticket, spare) = {
+            let mut ring = lock(&self.ring);
+            match ring.unrecorded() {
+                None => return Ok(()),
+                Some(t) => (t, ring.take_spare()),
+            }
         };
-        let event = match ring.take_spare() {
+        let event = match spare {
             Some(e) => e,
-            None => Arc::new(
-                self.stream
-                    .context()
-                    .new_event(None)
-                    .map_err(|e| map_driver_err("cuEventCreate", e))?,
-            ),
+            None => Arc::new(self.ops.create()?),
         };
-        event
-            .record(&self.stream)
-            .map_err(|e| map_driver_err("cuEventRecord", e))?;
-        ring.push_recorded(ticket, event);
+        self.health.note(self.ops.record(&event))?;
+        lock(&self.ring).push_recorded(ticket, event);
         Ok(())
+    }
+
+    /// The highest ticket already known complete, without asking the driver.
+    pub(crate) fn known_completed(&self) -> Ticket {
+        lock(&self.ring).completed()
     }
 
     /// Records an event covering every issued ticket; returns the last issued ticket.
     ///
     /// # Errors
-    /// A mapped driver error.
+    /// A lost device; a mapped driver error.
     pub(crate) fn flush(&self) -> Result<Ticket> {
-        let mut ring = lock(&self.ring);
-        self.record(&mut ring)?;
-        Ok(ring.last_issued())
+        self.health.check()?;
+        let order = lock(&self.submit);
+        self.record(&order)?;
+        Ok(lock(&self.ring).last_issued())
     }
 
-    /// The highest completed ticket, polling events with `cuEventQuery` (non-blocking).
+    /// The highest completed ticket, polling recorded events (non-blocking: see the module doc).
     ///
     /// # Errors
-    /// [`tensormem::Error::DeviceLost`] after a sticky error, other mapped driver errors.
+    /// A lost device, now or remembered; other mapped driver errors.
     pub(crate) fn completed(&self) -> Result<Ticket> {
-        let mut ring = lock(&self.ring);
-        self.record(&mut ring)?;
-        ring.poll(|e| match e.try_is_complete() {
-            Ok(done) => Ok(done),
-            Err(err) => Err(map_driver_err("cuEventQuery", err)),
-        })
+        self.health.check()?;
+        match self.submit.try_lock() {
+            Ok(order) => self.record(&order)?,
+            Err(TryLockError::Poisoned(p)) => self.record(&p.into_inner())?,
+            // A submission is in progress (perhaps blocked in the driver): poll what is recorded.
+            Err(TryLockError::WouldBlock) => {}
+        }
+        let polled = lock(&self.ring).poll(|e| self.ops.query(e));
+        self.health.note(polled)
     }
 
     /// Blocks until `ticket` has finished.
     ///
     /// # Errors
-    /// [`tensormem::Error::InvalidArgument`] for a ticket never issued, a lost device, or other
-    /// mapped driver errors.
+    /// [`tensormem::Error::InvalidArgument`] for a ticket never issued; a lost device, now or
+    /// remembered (also for a ticket that had completed before); other mapped driver errors.
     pub(crate) fn wait(&self, ticket: Ticket) -> Result<()> {
-        let (covering, event) = {
-            let mut ring = lock(&self.ring);
+        self.health.check()?;
+        {
+            let ring = lock(&self.ring);
             ring.check_issued(ticket)?;
             if ticket <= ring.completed() {
                 return Ok(());
             }
-            self.record(&mut ring)?;
-            match ring.covering(ticket) {
-                Some((t, e)) => (t, Arc::clone(e)),
-                // Unreachable: `ticket` is issued, not complete, and now recorded.
-                None => return Ok(()),
-            }
+        }
+        if lock(&self.ring).covering(ticket).is_none() {
+            let order = lock(&self.submit);
+            self.record(&order)?;
+        }
+        let (covering, event) = match lock(&self.ring).covering(ticket) {
+            Some((t, e)) => (t, Arc::clone(e)),
+            // Retired by another thread meanwhile: complete.
+            None => return Ok(()),
         };
         // The event may be retired and re-recorded for later work while we wait: that only makes
         // the wait longer, never shorter, and the Arc keeps it alive.
-        event
-            .synchronize()
-            .map_err(|e| map_driver_err("cuEventSynchronize", e))?;
+        self.health.note(self.ops.synchronize(&event))?;
         lock(&self.ring).retire_through(covering);
         Ok(())
     }
-
-    /// Makes this timeline's stream wait for the work enqueued on `other` so far and returns the
-    /// ticket of that wait (see the module doc).
-    ///
-    /// # Errors
-    /// A mapped driver error.
-    pub(crate) fn join_from(&self, other: &CudaStream) -> Result<Ticket> {
-        let event = other
-            .record_event(None)
-            .map_err(|e| map_driver_err("cuEventRecord", e))?;
-        self.submit(|stream| {
-            // SAFETY: both handles are live; cuStreamWaitEvent captures the event's current
-            // state, so `event` may be destroyed when this returns.
-            unsafe { sys::cuStreamWaitEvent(stream, event.cu_event(), 0) }
-                .result()
-                .map_err(|e| map_driver_err("cuStreamWaitEvent", e))
-        })
-    }
-
-    /// Makes `other` wait for everything submitted to this timeline so far.
-    ///
-    /// # Errors
-    /// A mapped driver error.
-    pub(crate) fn join_into(&self, other: &CudaStream) -> Result<()> {
-        let event = {
-            let _ring = lock(&self.ring);
-            self.stream
-                .record_event(None)
-                .map_err(|e| map_driver_err("cuEventRecord", e))?
-        };
-        other
-            .wait(&event)
-            .map_err(|e| map_driver_err("cuStreamWaitEvent", e))
-    }
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,6 +13,7 @@
 
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{Backend, BlockId, Error, MemoryKind, Op, Ticket};
+use tensormem_cuda::toolchain::CodeTarget;
 use tensormem_cuda::{CudaBackend, CudaDesc, DeviceAlloc, ExpandableDesc};
 
 /// The backend, or `None` after checking that its absence is reported cleanly.
@@ -607,4 +608,138 @@ fn dispatch_rejects_bad_bindings() {
         Err(Error::OutOfBounds { .. })
     ));
     f.free_block(dev).unwrap();
+}
+
+#[test]
+fn queued_writes_own_their_bytes_and_recycle_the_ring() {
+    let Some(b) = backend() else { return };
+    // 64 writes of 64 KiB: four times the 1 MiB pinned ring, issued without waiting.
+    const N: u64 = 64;
+    const W: u64 = 64 * 1024;
+    let dev = alloc(&b, MemoryKind::DeviceLocal, N * W);
+    let down = alloc(&b, MemoryKind::Readback, N * W);
+    let mut buf = vec![0u8; W as usize];
+    let mut full = 0;
+    for i in 0..N {
+        buf.fill(i as u8 + 1);
+        let r = range(dev, i * W, W);
+        if b.write_queued(r, &buf).unwrap().is_none() {
+            // The ring is full: the pools would stage; here, drain and retry.
+            full += 1;
+            b.wait(b.flush().unwrap()).unwrap();
+            assert!(b.write_queued(r, &buf).unwrap().is_some());
+        }
+        // The caller reuses its buffer at once: the device must still get `i + 1`.
+        buf.fill(0xEE);
+    }
+    println!("write_queued: the ring was full {full} times in {N} writes");
+    let t = b.copy(range(dev, 0, N * W), range(down, 0, N * W)).unwrap();
+    b.wait(t).unwrap();
+    let mut out = vec![0u8; (N * W) as usize];
+    b.read_mapped(down, 0, &mut out).unwrap();
+    for (i, chunk) in out.chunks(W as usize).enumerate() {
+        assert!(
+            chunk.iter().all(|&x| x == i as u8 + 1),
+            "chunk {i} was not written intact"
+        );
+    }
+    b.free_block(dev).unwrap();
+    b.free_block(down).unwrap();
+}
+
+#[test]
+fn the_per_thread_default_stream_cannot_be_adopted() {
+    let Some(b) = backend() else { return };
+    let err = CudaBackend::adopt(b.context().per_thread_stream(), &CudaDesc::default())
+        .expect_err("the per-thread default stream must be refused");
+    assert!(
+        matches!(err, Error::InvalidArgument(ref m) if m.contains("PER_THREAD")),
+        "{err:?}"
+    );
+    let own = b.context().new_stream().unwrap();
+    let adopted = CudaBackend::adopt(own, &CudaDesc::default()).unwrap();
+    let dev = alloc(&adopted, MemoryKind::DeviceLocal, 4096);
+    adopted
+        .wait(adopted.fill_zero(range(dev, 0, 4096)).unwrap())
+        .unwrap();
+    adopted.free_block(dev).unwrap();
+}
+
+#[test]
+fn kernels_are_machine_code_for_the_device_when_nvrtc_knows_it() {
+    let Some(b) = backend() else { return };
+    let tools = b.toolchain();
+    println!("kernels: {} ({tools})", b.kernel_target());
+    if tools.nvrtc.major == tools.driver.major {
+        assert!(
+            matches!(b.kernel_target(), CodeTarget::Cubin { .. }),
+            "an NVRTC of the driver's major knows an H100/H200-class device: {}",
+            b.kernel_target()
+        );
+    }
+}
+
+/// Runs in a child process (the sticky error poisons the process's primary context).
+fn sticky_error_child() {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    let b = backend().expect("the parent saw CUDA");
+    let dev = alloc(&b, MemoryKind::DeviceLocal, 4096);
+    let retired = b.fill_zero(range(dev, 0, 4096)).unwrap();
+    b.wait(retired).unwrap();
+    // The application's own kernel on the backend's stream writes through a bad pointer.
+    let ptx = cudarc::nvrtc::compile_ptx(
+        "extern \"C\" __global__ void bad(float* p) { p[threadIdx.x] = 1.0f; }",
+    )
+    .unwrap();
+    let module = b.context().load_module(ptx).unwrap();
+    let f = module.load_function("bad").unwrap();
+    let bad_ptr: u64 = 0x10;
+    let mut launch = b.stream().launch_builder(&f);
+    launch.arg(&bad_ptr);
+    // SAFETY: deliberately faulting kernel; the fault is the point of the test.
+    unsafe { launch.launch(LaunchConfig::for_num_elems(32)) }.unwrap();
+    // The fault surfaces at the record or at the wait, as a lost device either way.
+    let lost = b.flush().and_then(|t| b.wait(t));
+    assert!(matches!(lost, Err(Error::DeviceLost { .. })), "{lost:?}");
+    // Remembered: a ticket that had completed, a poll, an allocation all fail fast now.
+    assert!(matches!(b.wait(retired), Err(Error::DeviceLost { .. })));
+    assert!(matches!(b.completed(), Err(Error::DeviceLost { .. })));
+    assert!(matches!(
+        b.alloc_block(&BlockDesc {
+            kind: MemoryKind::DeviceLocal,
+            size: 4096,
+            label: "after loss",
+        }),
+        Err(Error::DeviceLost { .. })
+    ));
+    drop(b); // teardown still runs (and must not hang or panic)
+    println!("sticky child: ok");
+}
+
+#[test]
+fn a_sticky_error_is_remembered_by_every_later_call() {
+    if std::env::var_os("TENSORMEM_STICKY_CHILD").is_some() {
+        return sticky_error_child();
+    }
+    let Some(b) = backend() else { return };
+    drop(b);
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_sticky_error_is_remembered_by_every_later_call",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TENSORMEM_STICKY_CHILD", "1")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.contains("sticky child: ok"),
+        "{text}"
+    );
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use tensormem::pool::{ArenaPool, PoolConfig};
+use tensormem::pool::{ArenaConfig, ArenaPool, DevicePool};
 use tensormem::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind};
 use tensormem_vulkan::{VulkanBackend, VulkanConfig};
 
@@ -144,7 +144,7 @@ fn allocation(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2))
         .throughput(Throughput::Elements(TENSORS as u64));
-    let pool = match ArenaPool::new(b.clone(), PoolConfig::device()) {
+    let pool = match ArenaPool::new(b.clone(), ArenaConfig::device()) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("SKIPPED: arena pool: {e}");

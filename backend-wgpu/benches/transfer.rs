@@ -35,7 +35,8 @@ mod harness {
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use tensormem::{
-    ArenaPool, Backend, BlockDesc, BlockRange, MemoryKind, PoolConfig, StagingBelt, StagingConfig,
+    ArenaConfig, ArenaPool, Backend, BlockDesc, BlockRange, DevicePool, MemoryKind, StagingBelt,
+    StagingConfig,
 };
 use tensormem_wgpu::{WgpuBackend, WgpuConfig};
 use wgpu::util::DeviceExt;
@@ -271,7 +272,7 @@ fn alloc(c: &mut Criterion) {
     let mut g = c.benchmark_group("alloc_10k_tensors");
     g.sample_size(10);
     g.throughput(Throughput::Elements(sizes.len() as u64));
-    let pool = ArenaPool::new(staging.clone(), PoolConfig::device()).expect("pool");
+    let pool = ArenaPool::new(staging.clone(), ArenaConfig::device()).expect("pool");
     g.bench_function("arena_pool", |b| {
         b.iter(|| {
             let allocs: Vec<_> = sizes

@@ -9,12 +9,14 @@ mod graphs;
 mod memory;
 mod misuse;
 mod ops;
+mod pools;
 mod staging;
 
 /// Every case, in report order.
 pub fn all() -> Vec<Case> {
     let mut v = Vec::new();
     v.extend(memory::cases());
+    v.extend(pools::cases());
     v.extend(staging::cases());
     v.extend(ops::cases());
     v.extend(graphs::cases());

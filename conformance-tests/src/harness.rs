@@ -76,6 +76,12 @@ pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
         let outcome = match (target.create)() {
             Err(e) => Outcome::Skipped(e.to_string()),
             Ok(probe) => {
+                // Which device ran the cases (a CPU driver and a GPU read alike otherwise).
+                println!(
+                    "  target {:<16} on {}",
+                    target.name,
+                    probe.capabilities().device_name
+                );
                 drop(probe);
                 let mut results = Vec::new();
                 for case in cases {

@@ -13,6 +13,7 @@ use tensormem::{Backend, Result};
 pub mod backends;
 pub mod cases;
 mod harness;
+pub mod inject;
 
 pub use harness::{Outcome, run_suite};
 

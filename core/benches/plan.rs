@@ -15,7 +15,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tensormem::plan::{
-    Buffer, SolveOptions, greedy_by_size, lower_bound, parse_csv, perfect_packing, solve, verify,
+    Buffer, PackingDesc, PackingFamily, SolveOptions, greedy_by_size, lower_bound, parse_csv,
+    solve, verify,
 };
 
 fn traces_dir() -> Option<PathBuf> {
@@ -65,11 +66,28 @@ fn main() {
             });
         }
     }
-    for (n, seed) in [(100, 1), (200, 2), (300, 3), (400, 4), (400, 5)] {
-        let (b, _) = perfect_packing(n, 1 << 20, 1 << 16, seed);
+    // The perfect packings (1000 steps × 1 MiB on a 1 KiB grid) and the other families;
+    // `tensormem-plan sweep` runs the full 10-seed sweep.
+    for (n, seed, family) in [
+        (100, 1, PackingFamily::Guillotine),
+        (200, 2, PackingFamily::Guillotine),
+        (250, 3, PackingFamily::Guillotine),
+        (300, 4, PackingFamily::Guillotine),
+        (200, 5, PackingFamily::LongAndShort),
+        (200, 6, PackingFamily::Pinwheel),
+    ] {
+        let desc = PackingDesc {
+            count: n,
+            capacity: 1 << 20,
+            horizon: 1000,
+            grid: 1024,
+            family,
+            seed,
+        };
+        let (b, _) = desc.generate();
         let cap = lower_bound(&b);
         cases.push(Case {
-            name: format!("perfect packing n={n} seed={seed}"),
+            name: format!("perfect packing {family:?} n={n} seed={seed}"),
             buffers: b,
             capacity: Some(cap),
             budget: Duration::from_secs(10),

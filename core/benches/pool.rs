@@ -1,5 +1,8 @@
 //! Pool cost per tensor: allocate + free through the device arena pool on the host backend, against
-//! `Vec<u8>` allocation of the same sizes in the same run, and the cost of `zero_on_reuse`.
+//! `Vec<u8>` allocation of the same sizes in the same run: the arena called directly, the same
+//! arena behind `Arc<dyn DevicePool>` as a runtime holds it with no adaptor configured (issue 12:
+//! an unconfigured adaptor must cost nothing), the default stack (leak report) and
+//! `zero_on_reuse`.
 
 #![allow(
     missing_docs,
@@ -17,7 +20,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use std::time::Duration;
 
 use tensormem::pool::ReplayPool;
-use tensormem::{ArenaPool, HostBackend, HostConfig, PoolConfig};
+use tensormem::{ArenaConfig, ArenaPool, DevicePool, HostBackend, HostConfig, PoolConfig};
 
 /// Sizes of a transformer-like step: many small and medium tensors (seeded, fixed).
 fn sizes() -> Vec<u64> {
@@ -43,15 +46,29 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
-    for (name, zero) in [("arena_pool", false), ("arena_pool_zero_on_reuse", true)] {
-        let pool = ArenaPool::new(
-            backend.clone(),
-            PoolConfig {
-                zero_on_reuse: zero,
-                ..PoolConfig::device()
-            },
-        )
-        .expect("pool");
+    let arena = ArenaPool::new(backend.clone(), ArenaConfig::device()).expect("pool");
+    g.bench_function("arena_pool", |b| {
+        b.iter(|| {
+            for &s in &sizes {
+                let a = arena.allocate(s, 1, "bench").expect("allocate");
+                arena.free(black_box(a).handle).expect("free");
+            }
+        })
+    });
+    let stacks = [
+        ("stack_no_adaptors", false, false),
+        ("stack_leak_report", true, false),
+        ("stack_zero_on_reuse", true, true),
+    ];
+    for (name, leak_report, zero_on_reuse) in stacks {
+        let pool: Arc<dyn DevicePool> = PoolConfig {
+            leak_report,
+            zero_on_reuse,
+            ..PoolConfig::device()
+        }
+        .build(backend.clone())
+        .expect("pool")
+        .top;
         g.bench_function(name, |b| {
             b.iter(|| {
                 for &s in &sizes {
@@ -94,7 +111,7 @@ fn transformer_step(pool: &mut dyn FnMut(Req) -> u64) {
 fn replay(c: &mut Criterion) {
     let backend = Arc::new(HostBackend::new(HostConfig::default()).expect("host backend"));
     let mut g = c.benchmark_group("transformer_step_37_allocations");
-    let dynamic = ArenaPool::new(backend.clone(), PoolConfig::device()).expect("pool");
+    let dynamic = ArenaPool::new(backend.clone(), ArenaConfig::device()).expect("pool");
     let mut live = std::collections::HashMap::new();
     let mut next = 0u64;
     g.bench_function("dynamic_pool", |b| {
@@ -113,7 +130,7 @@ fn replay(c: &mut Criterion) {
             })
         })
     });
-    let pool = Arc::new(ArenaPool::new(backend, PoolConfig::device()).expect("pool"));
+    let pool = Arc::new(ArenaPool::new(backend, ArenaConfig::device()).expect("pool"));
     let replay = ReplayPool::new(pool, Duration::from_millis(200));
     let mut live = std::collections::HashMap::new();
     let mut run = || {
@@ -136,7 +153,7 @@ fn replay(c: &mut Criterion) {
     run();
     g.bench_function("replayed_plan", |b| b.iter(&mut run));
     g.finish();
-    let s = replay.stats();
+    let s = replay.replay_stats();
     eprintln!(
         "replay: arena {} B (lower bound {} B) vs dynamic pool peak in use {} B, reserved {} B; \
          {} planned / {} dynamic allocations",

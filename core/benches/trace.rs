@@ -14,9 +14,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use tensormem::pool::Traced;
 use tensormem::{
-    ArenaPool, DType, Graph, HostBackend, HostConfig, Op, PoolConfig, Runtime, RuntimeConfig,
-    Tracer,
+    ArenaConfig, ArenaPool, DType, DevicePool, Graph, HostBackend, HostConfig, Op, Runtime,
+    RuntimeConfig, Tracer,
 };
 
 fn sizes() -> Vec<u64> {
@@ -44,8 +45,12 @@ fn alloc_free(c: &mut Criterion) {
     let backend = Arc::new(HostBackend::new(HostConfig::default()).expect("host backend"));
     let mut g = c.benchmark_group("alloc_free_1024_tensors");
     for (name, tracer) in tracers().into_iter().take(2) {
-        let pool = ArenaPool::new(backend.clone(), PoolConfig::device()).expect("pool");
-        pool.set_tracer(tracer.clone());
+        let arena = Arc::new(ArenaPool::new(backend.clone(), ArenaConfig::device()).expect("pool"));
+        // Tracing is an adaptor: off, the arena is used bare.
+        let pool: Arc<dyn DevicePool> = match &tracer {
+            Some(t) => Arc::new(Traced::new(arena, t.clone())),
+            None => arena,
+        };
         let mut live = Vec::with_capacity(sizes.len());
         g.bench_function(name, |b| {
             b.iter(|| {

@@ -351,6 +351,23 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    // Planner errors (`plan`).
+    /// A planning instance whose offsets could overflow `u64`: the buffers of one time-connected
+    /// group, stacked with their alignment padding, may need more than the planner's offset limit.
+    /// Groups that never overlap in time are counted separately, so disjoint huge buffers plan fine.
+    #[error(
+        "{buffers} buffers live in one connected span of time need up to {padded_total} bytes \
+         stacked (sizes plus alignment padding), beyond the planner's offset limit of {limit} bytes"
+    )]
+    PlanTooLarge {
+        /// Buffers in the group.
+        buffers: usize,
+        /// Their summed size plus alignment padding, in bytes (exact, not capped).
+        padded_total: u128,
+        /// The largest stacked total the planner accepts, in bytes.
+        limit: u64,
+    },
 }
 
 impl Error {

@@ -78,7 +78,10 @@ pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
 pub use ops::{DType, Op};
-pub use pool::{Allocation, ArenaPool, Handle, PoolConfig, PoolStats, StagingBelt, StagingConfig};
+pub use pool::{
+    Allocation, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats, StagingBelt,
+    StagingConfig,
+};
 pub use runtime::{Element, MemoryReport, Model, Runtime, RuntimeConfig, Tensor};
 pub use trace::{Trace, TraceEvent, Tracer};
 pub use validate::Validated;

@@ -9,11 +9,15 @@
 //! - [`greedy_by_size`]: the TFLite / XNNPACK baseline (largest first, best-fitting gap among the
 //!   time-overlapping placed buffers, the gap below the lowest one included). Every result is compared
 //!   with it.
-//! - [`solve`]: a portfolio of orderings (XLA's spatial / temporal / area orders, MiniMalloc's
-//!   section-pressure order, sweep-line best fit) × {best fit, lowest offset}, randomised reorder and
-//!   squeeze, then an exact MiniMalloc-style branch and bound (canonical placements, dominance,
-//!   section inference, hatless pruning, restarts) under a deadline. Given a capacity it decides
-//!   feasibility; without one it lowers the peak toward the lower bound until time runs out.
+//! - [`solve`]: a parallel portfolio from time zero: exact MiniMalloc-style provers (canonical
+//!   placements, dominance, section inference with an energy bound, hatless pruning, dynamic
+//!   decomposition at cut points, restarts) next to heuristic workers (XLA's spatial / temporal /
+//!   area orders, MiniMalloc's section-pressure order, sweep-line best fit × {best fit, lowest
+//!   offset}, randomised reorder and squeeze), in lockstep epochs so results are deterministic for
+//!   a seed and thread count. Given a capacity it decides feasibility first (a plan, or a proof
+//!   with its reason) and then lowers the peak; without one it lowers the peak toward the lower
+//!   bound until time runs out or optimality is proved.
+//! - [`PackingDesc`]: perfect packings (optimum known) in three families, for tests and sweeps.
 //! - [`verify`]: an O(n log n) sweep that checks any plan (overlaps, alignment, capacity, peak).
 //!   Every plan [`solve`] returns has passed it.
 //! - [`liveness`]: op lists to buffers, with in-place reuse.
@@ -23,13 +27,18 @@
 //! Design choices and why:
 //! - Half-open lifetimes everywhere (MiniMalloc's convention); TFLite's inclusive `[first, last]`
 //!   converts with `upper = last + 1`.
-//! - Offsets and sizes are `u64` bytes; inputs whose padded total would overflow `u64` are rejected
-//!   up front ([`Error::TooLarge`]), so no planner can overflow.
+//! - Offsets and sizes are `u64` bytes. An input is refused ([`Error::PlanTooLarge`], with the exact
+//!   total) only when the buffers of one time-connected group, stacked with their alignment padding,
+//!   could pass `u64::MAX`; groups that never overlap in time are counted apart, so huge buffers
+//!   that are never alive together plan fine, and no planner can overflow.
 //! - Heuristic placement never enumerates conflicting pairs (1.8e8 on IOPDDL Y_1): an occupancy tree
 //!   over compressed time (a segment tree whose nodes hold merged offset ranges) yields the free gaps
 //!   among a buffer's placed conflicts directly. The exact search uses a flat CSR conflict list and
 //!   keeps flat per-buffer arrays with undo logs, never copying state.
-//! - Everything is deterministic: randomness comes from a seeded generator.
+//! - Everything is deterministic: randomness comes from a seeded generator, and the portfolio's
+//!   threads exchange results only at epoch boundaries, in worker order.
+//! - The time limit is a promise: every phase, greedy included, checks the deadline; only the
+//!   first plan (sweep-line best fit, O(n log n)) always completes.
 //!
 //! Limits: the exact search is exponential in the worst case and is only attempted on instances of
 //! at most [`EXACT_MAX_BUFFERS`] buffers; larger ones get the heuristic portfolio. Alignment padding
@@ -45,6 +54,7 @@ mod csv;
 mod exact;
 mod generate;
 mod greedy;
+mod heuristics;
 mod index;
 mod liveness;
 mod occupancy;
@@ -59,11 +69,12 @@ mod verify;
 mod tests;
 
 pub use bound::lower_bound;
+
 pub use csv::{CsvInstance, parse_csv, write_csv};
-pub use generate::perfect_packing;
+pub use generate::{PackingDesc, PackingFamily, perfect_packing};
 pub use greedy::greedy_by_size;
 pub use liveness::{Liveness, OpUses, TensorRole, liveness};
-pub use solve::{EXACT_MAX_BUFFERS, Progress, Solution, SolveOptions, solve};
+pub use solve::{EXACT_MAX_BUFFERS, Progress, ProgressFn, Solution, SolveOptions, solve};
 pub use verify::verify;
 
 use crate::{Error, Result};
@@ -133,15 +144,58 @@ pub(crate) fn align_up(x: u64, align: u64) -> u64 {
     (x + (align - 1)) & !(align - 1)
 }
 
-/// Checks that every buffer is valid and that the padded total `sum(size + align - 1)` fits in
-/// `u64`, which bounds every offset any planner here can produce.
+/// The largest stacked total (sizes plus alignment padding) of one time-connected group of
+/// buffers that the planners accept: all of `u64`. Every planner here puts a buffer at 0 or at its
+/// alignment above the top of a conflict placed before it, so along any chain of such placements
+/// `offset + size` is at most the chain's padded total, which this bounds; no sum or `align_up` in
+/// the planners can then overflow.
+pub const PLAN_OFFSET_LIMIT: u64 = u64::MAX;
+
+/// Checks that every buffer is valid and that no plan can overflow: every planner here places a
+/// buffer at 0 or at the aligned top of a conflicting one, so an offset is at most the padded total
+/// `sum(size + align - 1)` of its time-connected group (groups never overlap in time, so the peak
+/// is the maximum over groups, not the sum). Returns that maximum, at most [`PLAN_OFFSET_LIMIT`].
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming the buffer for `lower >= upper` or a zero size,
 /// [`Error::InvalidAlignment`] for an alignment that is not a power of two,
-/// [`Error::TooLarge`] when the padded total overflows `u64`.
+/// [`Error::PlanTooLarge`] when one group's padded total exceeds [`PLAN_OFFSET_LIMIT`].
 pub(crate) fn validate(buffers: &[Buffer]) -> Result<u64> {
-    let mut total: u64 = 0;
+    check_buffers(buffers)?;
+    let mut order: Vec<u32> = (0..buffers.len() as u32).collect();
+    order.sort_unstable_by_key(|&i| buffers[i as usize].lower);
+    let (mut reach, mut group_total, mut group_len) = (0u64, 0u128, 0usize);
+    let mut worst = (0u128, 0usize);
+    for &i in &order {
+        let b = &buffers[i as usize];
+        if group_len > 0 && b.lower >= reach {
+            (group_total, group_len) = (0, 0);
+        }
+        reach = if group_len == 0 {
+            b.upper
+        } else {
+            reach.max(b.upper)
+        };
+        group_total += b.size as u128 + (b.align - 1) as u128;
+        group_len += 1;
+        worst = worst.max((group_total, group_len));
+    }
+    if worst.0 > PLAN_OFFSET_LIMIT as u128 {
+        return Err(Error::PlanTooLarge {
+            buffers: worst.1,
+            padded_total: worst.0,
+            limit: PLAN_OFFSET_LIMIT,
+        });
+    }
+    Ok(worst.0 as u64)
+}
+
+/// Checks each buffer on its own: a non-empty lifetime, a size of at least 1 byte, a power-of-two
+/// alignment of at most 2^62.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the buffer, or [`Error::InvalidAlignment`].
+pub(crate) fn check_buffers(buffers: &[Buffer]) -> Result<()> {
     for (i, b) in buffers.iter().enumerate() {
         if b.lower >= b.upper {
             return Err(Error::invalid(format!(
@@ -160,24 +214,6 @@ pub(crate) fn validate(buffers: &[Buffer]) -> Result<u64> {
                 max: 1 << 62,
             });
         }
-        total = total
-            .checked_add(b.size)
-            .and_then(|t| t.checked_add(b.align - 1))
-            .ok_or(Error::TooLarge {
-                what: "sum of padded buffer sizes",
-                requested: u64::MAX,
-                limit: u64::MAX,
-                limit_name: "u64 offsets",
-            })?;
     }
-    // Keep one more alignment step of headroom for `align_up` of a top that equals the total.
-    if total > u64::MAX / 2 {
-        return Err(Error::TooLarge {
-            what: "sum of padded buffer sizes",
-            requested: total,
-            limit: u64::MAX / 2,
-            limit_name: "u64 offsets",
-        });
-    }
-    Ok(total)
+    Ok(())
 }

@@ -1,21 +1,43 @@
 //! Pools: blocks from a backend, sub-allocated in core, recycled by tickets.
 //!
-//! * [`ArenaPool`] — the device arena pool (and, with an `Upload`/`Readback` kind, the host-visible
-//!   pool): TLSF inside blocks, growth, trim, budget, deferred frees, an explaining OOM path.
-//! * [`StagingBelt`] — uploads and readbacks through host-visible rings, chunked, trimmed when idle.
+//! Every pool implements one small trait, [`DevicePool`] (RMM's `device_memory_resource` is the
+//! model), and every feature is an adaptor around a pool, so features compose and cost nothing
+//! when left out:
+//!
+//! * bottoms — [`ArenaPool`] (TLSF carving and growth, for every memory kind), [`ReplayPool`]
+//!   (record and replay of a repeating allocation sequence), or a user's own pool;
+//! * adaptors — [`Guarded`] (guard margins), [`ZeroOnReuse`], [`LeakReport`], [`Traced`];
+//! * [`PoolConfig`] builds the stack a runtime uses ([`PoolStack`]);
+//! * [`Budget`] — the device-memory account shared by a runtime's pools, and its one pressure
+//!   path: a pool that cannot grow makes every pool of the runtime release its idle blocks first;
+//! * [`StagingBelt`] — uploads and readbacks through host-visible rings, chunked, trimmed when
+//!   idle, and released under pressure.
 //!
 //! Handles carry a generation ([`Handle`]): a double free or a use after free is an error, never
 //! undefined behaviour. Every pool is `Send + Sync`.
 
 mod arena;
+mod budget;
 mod deferred;
+mod device_pool;
 mod guard;
+mod leaks;
 mod replay;
 mod slots;
+mod stack;
 mod staging;
+mod tracing;
+mod zeroing;
 
-pub use arena::{Allocation, ArenaPool, DEFAULT_BLOCK_SIZE, MAX_ALIGN, PoolConfig, PoolStats};
-pub use guard::GUARD_PATTERN;
-pub use replay::{ReplayAllocation, ReplayPool, ReplayStats};
+pub use arena::{ArenaConfig, ArenaPool, DEFAULT_BLOCK_SIZE, MAX_ALIGN};
+pub use budget::{Budget, MemberId, Reclaim};
+pub use device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
+pub use guard::{GUARD_PATTERN, Guarded};
+pub use leaks::LeakReport;
+pub(crate) use leaks::check as check_leaks;
+pub use replay::{ReplayPool, ReplayStats};
 pub use slots::Handle;
+pub use stack::{PoolConfig, PoolStack};
 pub use staging::{StagingBelt, StagingConfig, StagingStats};
+pub use tracing::{TraceIds, Traced};
+pub use zeroing::ZeroOnReuse;

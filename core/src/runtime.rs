@@ -1,7 +1,10 @@
 //! The runtime: the pools of one backend device, tensors, typed transfers, and compiled graphs.
 //!
-//! A [`Runtime`] owns a device arena pool and a staging belt over one [`Backend`]. It is a cheap
-//! handle (`Clone` shares it) and `Send + Sync`.
+//! A [`Runtime`] owns a device pool stack and a staging belt over one [`Backend`]. It is a cheap
+//! handle (`Clone` shares it) and `Send + Sync`. The stack is built from [`RuntimeConfig::device`]
+//! over an [`ArenaPool`](crate::ArenaPool), or over any [`DevicePool`] ([`Runtime::with_pool`]);
+//! its pools and the belt share one [`Budget`] and its pressure path, so idle memory in one is
+//! released before another reports out of memory.
 //!
 //! Transfers pick the cheapest correct path once per call:
 //! 1. device memory is host-visible (integrated GPUs, lavapipe, the host backend): wait for the
@@ -10,11 +13,15 @@
 //!    ([`Capabilities::queued_write_max`](crate::Capabilities::queued_write_max)): use it;
 //! 3. otherwise stage through the belt.
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::sync::{Arc, PoisonError, RwLock};
 
-use crate::backend::{Backend, BlockRange, Ticket};
+use crate::backend::{Backend, BlockRange, MemoryKind, Ticket};
 use crate::ops::DType;
-use crate::pool::{Allocation, ArenaPool, PoolConfig, StagingBelt, StagingConfig};
+use crate::pool::{
+    Allocation, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim, StagingBelt,
+    StagingConfig, Traced,
+};
 use crate::trace::{EventKind, Tracer};
 use crate::validate::Validated;
 use crate::{Error, Result};
@@ -30,7 +37,9 @@ pub use tensor::{Element, Tensor};
 /// Configuration of a [`Runtime`].
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
-    /// The device arena pool.
+    /// The device pool stack: the arena (unless [`Runtime::with_pool`] supplies the bottom pool)
+    /// and its adaptors. `device.budget` (default: the backend's reported budget) limits the
+    /// device memory the runtime's pools reserve together.
     pub device: PoolConfig,
     /// The staging belt.
     pub staging: StagingConfig,
@@ -58,9 +67,27 @@ struct Inner {
     front: Arc<Validated>,
     /// The same front, as the trait object the pools hold.
     backend: Arc<dyn Backend>,
-    device: ArenaPool,
-    staging: StagingBelt,
+    /// The configured stack (without tracing).
+    stack: PoolStack,
+    /// The tracing adaptor over `stack.top` while tracing is on.
+    traced: RwLock<Option<Arc<TracedStack>>>,
+    staging: Arc<StagingBelt>,
+    budget: Arc<Budget>,
+    /// Keeps the device stack's pressure member alive (the budget holds it weakly).
+    _device_member: Arc<dyn Reclaim>,
     config: RuntimeConfig,
+}
+
+/// The tracing adaptor over a runtime's stack.
+type TracedStack = Traced<Arc<dyn DevicePool>>;
+
+/// A pool stack as a member of the budget's pressure path.
+struct StackMember(Arc<dyn DevicePool>);
+
+impl Reclaim for StackMember {
+    fn release_idle(&self) -> Result<u64> {
+        self.0.trim()
+    }
 }
 
 /// The pools of one backend device. See the module doc.
@@ -70,21 +97,73 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Creates a runtime over `backend`, behind a fresh [`Validated`] front.
+    /// Creates a runtime over `backend`, behind a fresh [`Validated`] front, with a device arena
+    /// pool built from `config.device`.
     ///
     /// # Errors
     /// Invalid pool or belt configuration.
     pub fn new(backend: Arc<dyn Backend>, config: RuntimeConfig) -> Result<Self> {
         let front = Arc::new(Validated::new(backend));
         let backend: Arc<dyn Backend> = front.clone();
-        let device = ArenaPool::new(backend.clone(), config.device.clone())?;
-        let staging = StagingBelt::new(backend.clone(), config.staging.clone())?;
+        let budget = Self::new_budget(&backend, &config);
+        let stack = config
+            .device
+            .build_with_budget(backend.clone(), budget.clone())?;
+        Self::assemble(front, backend, config, stack, budget)
+    }
+
+    /// Creates a runtime whose device tensors come from the pool `make_pool` builds (a
+    /// [`ReplayPool`](crate::pool::ReplayPool), a user's own pool, ...) over the backend it is
+    /// given (the runtime's validating front, so the pool's blocks are known to it), wrapped in
+    /// the adaptors `config.device` asks for. The pool takes part in the pressure path (its `trim`
+    /// is called before any pool of the runtime reports out of memory); its own blocks are not
+    /// charged to the runtime's budget.
+    ///
+    /// # Errors
+    /// `make_pool`'s errors; invalid adaptor or belt configuration.
+    pub fn with_pool(
+        backend: Arc<dyn Backend>,
+        config: RuntimeConfig,
+        make_pool: impl FnOnce(Arc<dyn Backend>) -> Result<Arc<dyn DevicePool>>,
+    ) -> Result<Self> {
+        let front = Arc::new(Validated::new(backend));
+        let backend: Arc<dyn Backend> = front.clone();
+        let budget = Self::new_budget(&backend, &config);
+        let pool = make_pool(backend.clone())?;
+        let stack = config.device.wrap(backend.clone(), pool)?;
+        Self::assemble(front, backend, config, stack, budget)
+    }
+
+    fn new_budget(backend: &Arc<dyn Backend>, config: &RuntimeConfig) -> Arc<Budget> {
+        let limit = match config.device.kind {
+            MemoryKind::DeviceLocal => config.device.budget.or(backend.capabilities().budget),
+            _ => config.device.budget,
+        };
+        Budget::new(limit)
+    }
+
+    fn assemble(
+        front: Arc<Validated>,
+        backend: Arc<dyn Backend>,
+        config: RuntimeConfig,
+        stack: PoolStack,
+        budget: Arc<Budget>,
+    ) -> Result<Self> {
+        let staging = Arc::new(StagingBelt::new(backend.clone(), config.staging.clone())?);
+        let device_member: Arc<dyn Reclaim> = Arc::new(StackMember(stack.top.clone()));
+        budget.register(Arc::downgrade(&device_member));
+        let belt: Arc<dyn Reclaim> = staging.clone();
+        let id = budget.register(Arc::downgrade(&belt));
+        staging.join(budget.clone(), id);
         Ok(Runtime {
             inner: Arc::new(Inner {
                 front,
                 backend,
-                device,
+                stack,
+                traced: RwLock::new(None),
                 staging,
+                budget,
+                _device_member: device_member,
                 config,
             }),
         })
@@ -101,9 +180,20 @@ impl Runtime {
         &self.inner.front
     }
 
-    /// The device arena pool.
-    pub fn device_pool(&self) -> &ArenaPool {
-        &self.inner.device
+    /// The device pool stack's top (with the tracing adaptor while tracing is on).
+    pub fn device_pool(&self) -> Arc<dyn DevicePool> {
+        match self.traced().as_ref() {
+            Some(t) => t.clone(),
+            None => self.inner.stack.top.clone(),
+        }
+    }
+
+    fn traced(&self) -> Option<Arc<TracedStack>> {
+        self.inner
+            .traced
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The staging belt.
@@ -111,26 +201,55 @@ impl Runtime {
         &self.inner.staging
     }
 
-    /// Starts (`Some`) or stops (`None`) tracing: the device pool's allocations, frees and blocks,
-    /// this runtime's uploads and downloads, and every op's tensor uses in [`Model::enqueue`].
-    pub fn set_tracer(&self, tracer: Option<Tracer>) {
-        self.inner.staging.set_tracer(tracer.clone());
-        self.inner.device.set_tracer(tracer);
+    /// The device-memory budget shared by the runtime's pools.
+    pub fn budget(&self) -> &Arc<Budget> {
+        &self.inner.budget
     }
 
-    /// The tracer, if tracing is on (one atomic load when it is off).
+    /// Starts (`Some`) or stops (`None`) tracing: the device pool's allocations, frees and blocks
+    /// (a [`Traced`] adaptor goes on top of the stack), this runtime's uploads and downloads, and
+    /// every op's tensor uses in [`Model::enqueue`]. Allocations made while tracing was off are not
+    /// traced later.
+    pub fn set_tracer(&self, tracer: Option<Tracer>) {
+        self.inner.staging.set_tracer(tracer.clone());
+        let top = &self.inner.stack.top;
+        let traced = tracer.map(|t| Arc::new(Traced::new(top.clone(), t)));
+        if traced.is_none() {
+            top.set_listener(None);
+        }
+        if let Some(l) = &self.inner.stack.leaks {
+            l.set_trace_ids(traced.as_ref().map(|t| t.ids().clone()));
+        }
+        *self
+            .inner
+            .traced
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = traced;
+    }
+
+    /// The tracer, if tracing is on.
     pub fn tracer(&self) -> Option<Tracer> {
-        self.inner.device.tracer()
+        self.traced().map(|t| t.ids().tracer().clone())
+    }
+
+    /// The allocation's id in the tracer (0 when tracing is off or it was made with tracing off).
+    pub fn trace_id(&self, handle: Handle) -> u64 {
+        self.traced().map_or(0, |t| t.ids().id(handle))
     }
 
     /// Strict leak check for tests: fails while device tensors are still allocated (models hold
-    /// theirs until dropped). Without it, dropping the last runtime handle prints the leak report.
+    /// theirs until dropped). Without it, dropping the last runtime handle prints the leak report
+    /// (unless [`PoolConfig::leak_report`] is off).
     ///
     /// # Errors
     /// [`Error::Leak`] listing each live allocation (with where it was made when the tracer records
     /// backtraces).
     pub fn check_leaks(&self) -> Result<()> {
-        self.inner.device.check_leaks()
+        let traced = self.traced();
+        crate::pool::check_leaks(
+            self.inner.stack.top.as_ref(),
+            traced.as_ref().map(|t| t.ids().as_ref()),
+        )
     }
 
     /// The configuration.
@@ -138,7 +257,9 @@ impl Runtime {
         &self.inner.config
     }
 
-    /// Allocates an uninitialised tensor in the device pool.
+    /// Allocates an uninitialised tensor in the device pool. Nothing is handed out after device
+    /// loss: besides the front's state, the device is polled (`completed()`, never a wait), so a
+    /// loss no call has seen yet is found here and not by the tensor's first use.
     ///
     /// # Errors
     /// [`Error::ZeroSize`] for an empty shape product, [`Error::ArithmeticOverflow`] when the byte
@@ -147,7 +268,8 @@ impl Runtime {
     pub fn alloc(&self, dtype: DType, shape: &[usize], label: &str) -> Result<Tensor> {
         self.inner.front.check_alive()?;
         let size = tensor::byte_size(dtype, shape)?;
-        let alloc = self.inner.device.allocate(size, 1, label)?;
+        self.inner.backend.completed()?;
+        let alloc = self.device_pool().allocate(size, 1, label)?;
         Ok(Tensor::new(alloc, dtype, shape.to_vec(), size))
     }
 
@@ -166,7 +288,9 @@ impl Runtime {
         match self.upload(&t, data) {
             Ok(_) => Ok(t),
             Err(e) => {
-                let _ = self.free(t);
+                // Part of the upload may be queued: the bytes return after it.
+                let after = self.inner.backend.flush().unwrap_or(Ticket::DONE);
+                let _ = self.device_pool().free_after(t.allocation().handle, after);
                 Err(e)
             }
         }
@@ -180,7 +304,7 @@ impl Runtime {
     /// the pool.
     pub fn free(&self, tensor: Tensor) -> Result<()> {
         let handle = tensor.allocation().handle;
-        let pool = &self.inner.device;
+        let pool = self.device_pool();
         // A stale handle falls through to the pool, which says whether it is a double free.
         if let Ok(range) = pool.resolve(handle) {
             let pending = self.inner.front.last_use(&range);
@@ -193,8 +317,7 @@ impl Runtime {
 
     /// The latest ticket of work that uses `alloc`: recorded on the allocation, or seen by the
     /// front on any range overlapping it.
-    fn last_use(&self, alloc: Allocation) -> Result<Ticket> {
-        let pool = &self.inner.device;
+    fn last_use(&self, pool: &dyn DevicePool, alloc: Allocation) -> Result<Ticket> {
         let recorded = pool.last_use(alloc.handle)?;
         Ok(recorded.max(self.inner.front.last_use(&pool.resolve(alloc.handle)?)))
     }
@@ -244,36 +367,82 @@ impl Runtime {
     /// bytes are in place for device work (already in place for host access when the path was
     /// mapped).
     ///
+    /// A length that is not a multiple of the copy alignment ends inside a word the backend can
+    /// only write whole: the bytes after `data` in that word are read first and written back
+    /// unchanged, so a partial write never touches its neighbours (issue 12, defect 1). That costs
+    /// one small read (a wait for earlier work on the allocation) per unaligned write.
+    ///
     /// # Errors
     /// [`Error::ZeroSize`], [`Error::OutOfBounds`], [`Error::Misaligned`] offset,
     /// [`Error::StaleHandle`], backend errors.
     pub fn write_bytes(&self, alloc: Allocation, offset: u64, data: &[u8]) -> Result<Ticket> {
-        let dst = self.sub_range(alloc, offset, data.len() as u64, "write")?;
-        let pool = &self.inner.device;
-        let backend = &self.inner.backend;
-        let padded = pad(data, backend.capabilities().copy_align);
-        let ticket = if self.host_visible() {
-            backend.wait(self.last_use(alloc)?)?;
-            backend.write_mapped(dst.block, dst.offset, &padded)?;
-            Ticket::DONE
-        } else if !self.inner.config.force_staging
-            && (padded.len() as u64) <= backend.capabilities().queued_write_max
-        {
-            match backend.write_queued(dst, &padded)? {
-                Some(t) => t,
-                None => self.inner.staging.upload(dst, &padded)?,
+        let pool = self.device_pool();
+        let dst = self.sub_range(pool.as_ref(), alloc, offset, data.len() as u64, "write")?;
+        let padded = self.with_tail(pool.as_ref(), alloc, offset, data)?;
+        let ticket = match self.write_range(pool.as_ref(), alloc, dst, &padded) {
+            Ok(t) => t,
+            Err(e) => {
+                // Chunks that were queued before the failure still write: later frees wait.
+                if let Ok(t) = self.inner.backend.flush() {
+                    let _ = pool.mark_used(alloc.handle, t);
+                }
+                return Err(e);
             }
-        } else {
-            self.inner.staging.upload(dst, &padded)?
         };
         pool.mark_used(alloc.handle, ticket)?;
-        if let Some(t) = pool.tracer() {
+        if let Some(t) = self.tracer() {
             t.record(EventKind::Upload {
-                id: pool.trace_id(alloc.handle)?,
+                id: self.trace_id(alloc.handle),
                 size: data.len() as u64,
             });
         }
         Ok(ticket)
+    }
+
+    /// `data` extended to whole copy words with the bytes that follow it in the allocation.
+    fn with_tail<'a>(
+        &self,
+        pool: &dyn DevicePool,
+        alloc: Allocation,
+        offset: u64,
+        data: &'a [u8],
+    ) -> Result<Cow<'a, [u8]>> {
+        let align = self.inner.backend.capabilities().copy_align.max(1) as usize;
+        let whole = data.len() / align * align;
+        if whole == data.len() {
+            return Ok(Cow::Borrowed(data));
+        }
+        let mut word = vec![0u8; align];
+        self.read_into(pool, alloc, offset + whole as u64, &mut word)?;
+        let mut v = Vec::with_capacity(whole + align);
+        v.extend_from_slice(data);
+        v.extend_from_slice(&word[data.len() - whole..]);
+        Ok(Cow::Owned(v))
+    }
+
+    /// Writes whole words `data` into `dst`: mapped, queued or staged (module doc).
+    fn write_range(
+        &self,
+        pool: &dyn DevicePool,
+        alloc: Allocation,
+        dst: BlockRange,
+        data: &[u8],
+    ) -> Result<Ticket> {
+        let backend = &self.inner.backend;
+        if self.host_visible() {
+            backend.wait(self.last_use(pool, alloc)?)?;
+            backend.write_mapped(dst.block, dst.offset, data)?;
+            Ok(Ticket::DONE)
+        } else if !self.inner.config.force_staging
+            && (data.len() as u64) <= backend.capabilities().queued_write_max
+        {
+            match backend.write_queued(dst, data)? {
+                Some(t) => Ok(t),
+                None => self.inner.staging.upload(dst, data),
+            }
+        } else {
+            self.inner.staging.upload(dst, data)
+        }
     }
 
     /// Reads `out.len()` bytes at `offset` of a device allocation, after all work enqueued on it.
@@ -281,34 +450,38 @@ impl Runtime {
     /// # Errors
     /// As [`Runtime::write_bytes`].
     pub fn read_bytes(&self, alloc: Allocation, offset: u64, out: &mut [u8]) -> Result<()> {
-        let src = self.sub_range(alloc, offset, out.len() as u64, "read")?;
+        let pool = self.device_pool();
+        self.read_into(pool.as_ref(), alloc, offset, out)?;
+        if let Some(t) = self.tracer() {
+            t.record(EventKind::Download {
+                id: self.trace_id(alloc.handle),
+                size: out.len() as u64,
+            });
+        }
+        Ok(())
+    }
+
+    fn read_into(
+        &self,
+        pool: &dyn DevicePool,
+        alloc: Allocation,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let src = self.sub_range(pool, alloc, offset, out.len() as u64, "read")?;
         let backend = &self.inner.backend;
-        let align = backend.capabilities().copy_align.max(1);
-        let padded_len = (out.len() as u64).div_ceil(align) * align;
-        let padded = padded_len != out.len() as u64;
-        let mut buf = vec![0u8; if padded { padded_len as usize } else { 0 }];
+        let padded = src.size != out.len() as u64;
+        let mut buf = vec![0u8; if padded { src.size as usize } else { 0 }];
         let target: &mut [u8] = if padded { &mut buf } else { &mut *out };
         if self.host_visible() {
-            backend.wait(self.last_use(alloc)?)?;
+            backend.wait(self.last_use(pool, alloc)?)?;
             backend.read_mapped(src.block, src.offset, target)?;
         } else {
-            self.inner.staging.download(
-                BlockRange {
-                    size: padded_len,
-                    ..src
-                },
-                target,
-            )?;
+            self.inner.staging.download(src, target)?;
         }
         if padded {
             let n = out.len();
             out.copy_from_slice(&buf[..n]);
-        }
-        if let Some(t) = self.inner.device.tracer() {
-            t.record(EventKind::Download {
-                id: self.inner.device.trace_id(alloc.handle)?,
-                size: out.len() as u64,
-            });
         }
         Ok(())
     }
@@ -317,6 +490,7 @@ impl Runtime {
     /// copy alignment.
     fn sub_range(
         &self,
+        pool: &dyn DevicePool,
         alloc: Allocation,
         offset: u64,
         size: u64,
@@ -325,7 +499,7 @@ impl Runtime {
         if size == 0 {
             return Err(Error::ZeroSize { what });
         }
-        let range = self.inner.device.resolve(alloc.handle)?;
+        let range = pool.resolve(alloc.handle)?;
         let align = self.inner.backend.capabilities().copy_align.max(1);
         if !offset.is_multiple_of(align) {
             return Err(Error::Misaligned {
@@ -361,19 +535,7 @@ impl Runtime {
     pub fn synchronize(&self) -> Result<()> {
         let t = self.inner.backend.flush()?;
         self.inner.backend.wait(t)?;
-        self.inner.device.reclaim()
-    }
-}
-
-/// `data` padded with zeros to a multiple of `align` (borrowed when already aligned).
-fn pad(data: &[u8], align: u64) -> std::borrow::Cow<'_, [u8]> {
-    let align = align.max(1) as usize;
-    if data.len().is_multiple_of(align) {
-        std::borrow::Cow::Borrowed(data)
-    } else {
-        let mut v = data.to_vec();
-        v.resize(data.len().div_ceil(align) * align, 0);
-        std::borrow::Cow::Owned(v)
+        self.device_pool().reclaim()
     }
 }
 

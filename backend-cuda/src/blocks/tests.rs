@@ -46,3 +46,31 @@ fn device_blocks_are_not_host_visible() {
     assert_eq!(b.device_addr(), 0x7000_0000);
     assert_eq!(b.label, "test");
 }
+
+#[test]
+fn release_all_frees_every_block_past_failures() {
+    let mut table = BlockTable::new("cuda");
+    let ids: Vec<BlockId> = (0..4)
+        .map(|i| table.insert(MemoryKind::DeviceLocal, 64 << i, device_block(64 << i)))
+        .collect();
+    let mut freed = 0;
+    let failed = release_all(&mut table, |m| {
+        freed += 1;
+        match m {
+            // One block's free fails (a lost device reports a sticky error per call).
+            Memory::Device { .. } if freed == 2 => Err(Error::DeviceLost {
+                backend: "cuda",
+                detail: "cuMemFree returned CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+            }),
+            _ => Ok(()),
+        }
+    });
+    assert_eq!(
+        freed, 4,
+        "every block is handed to free, also after a failure"
+    );
+    assert_eq!(failed.len(), 1);
+    assert!(ids.contains(&failed[0].0));
+    assert!(table.is_empty());
+    assert_eq!(table.bytes_of(MemoryKind::DeviceLocal), 0);
+}

@@ -77,12 +77,15 @@ fn usize_conversion_keeps_the_number() {
 }
 
 #[test]
-fn nvrtc_arch_picks_the_newest_not_above_the_device() {
-    assert_eq!(nvrtc_arch(9, 0).ok(), Some("compute_90")); // H100 / H200
-    assert_eq!(nvrtc_arch(8, 0).ok(), Some("compute_80")); // A100
-    assert_eq!(nvrtc_arch(8, 7).ok(), Some("compute_86")); // Orin: PTX 8.6 runs on 8.7
-    assert_eq!(nvrtc_arch(10, 0).ok(), Some("compute_90")); // newer than the pinned NVRTC
-    assert_eq!(nvrtc_arch(12, 0).ok(), Some("compute_90"));
-    assert_eq!(nvrtc_arch(5, 0).ok(), Some("compute_50"));
-    assert!(matches!(nvrtc_arch(3, 5), Err(Error::Unsupported { .. })));
+fn the_per_thread_default_stream_cannot_be_adopted() {
+    let err = check_adoptable_stream(0x2).unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument(m) if m.contains("CU_STREAM_PER_THREAD")),
+        "{err:?}"
+    );
+    // The legacy default stream (null, CU_STREAM_LEGACY) is one stream: accepted, as is any
+    // created stream's handle.
+    for handle in [0x0, 0x1, 0x7f00_dead_b000] {
+        assert!(check_adoptable_stream(handle).is_ok(), "{handle:#x}");
+    }
 }

@@ -57,6 +57,7 @@ fn sticky_errors_are_device_lost() {
         CUresult::CUDA_ERROR_LAUNCH_FAILED,
         CUresult::CUDA_ERROR_ECC_UNCORRECTABLE,
         CUresult::CUDA_ERROR_ASSERT,
+        CUresult::CUDA_ERROR_UNKNOWN,
     ] {
         let err = map_driver_err("cuEventSynchronize", e(code));
         assert!(

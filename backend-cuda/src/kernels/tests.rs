@@ -73,17 +73,49 @@ fn tile_size_agrees_with_launch_math() {
 }
 
 #[test]
-fn compile_errors_keep_nvrtc_log() {
-    let err = map_compile_err(CompileError::CompileError {
-        nvrtc: cudarc::nvrtc::result::NvrtcError(
-            cudarc::nvrtc::sys::nvrtcResult::NVRTC_ERROR_COMPILATION,
-        ),
-        options: vec![],
-        log: std::ffi::CString::new("kernels.cu(3): error: identifier \"x\" is undefined").unwrap(),
-    });
+fn a_module_the_driver_cannot_take_names_the_versions() {
+    use cudarc::driver::DriverError;
+    use cudarc::driver::sys::CUresult;
+
+    use crate::toolchain::{CodeTarget, CudaVersion, Toolchain};
+
+    let tools = Toolchain {
+        driver: CudaVersion {
+            major: 13,
+            minor: 0,
+        },
+        nvrtc: CudaVersion {
+            major: 13,
+            minor: 2,
+        },
+    };
+    let target = CodeTarget::Ptx { arch: 90 };
+    let err = map_load_err(
+        DriverError(CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION),
+        target,
+        tools,
+    );
+    let Error::BackendUnavailable { reason, .. } = err else {
+        panic!("expected BackendUnavailable, got {err:?}");
+    };
+    for needle in [
+        "UNSUPPORTED_PTX_VERSION",
+        "compute_90",
+        "NVRTC 13.2",
+        "CUDA 13.0",
+    ] {
+        assert!(reason.contains(needle), "{needle} missing in {reason}");
+    }
+    // Other failures keep their code.
     assert!(matches!(
-        err,
-        Error::Backend { api: "nvrtcCompileProgram", ref message, .. }
-            if message.contains("identifier \"x\" is undefined")
+        map_load_err(
+            DriverError(CUresult::CUDA_ERROR_INVALID_VALUE),
+            target,
+            tools
+        ),
+        Error::Backend {
+            api: "cuModuleLoadData",
+            ..
+        }
     ));
 }

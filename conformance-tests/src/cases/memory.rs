@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use tensormem::{
-    ArenaPool, Backend, DType, Error, MemoryKind, PoolConfig, Runtime, RuntimeConfig, Ticket,
+    ArenaConfig, ArenaPool, Backend, DType, DevicePool, Error, MemoryKind, PoolConfig, Runtime,
+    RuntimeConfig, Ticket,
 };
 
 use super::Rng;
@@ -169,7 +170,7 @@ fn round_trip_dtypes(ctx: &Ctx) -> R {
 }
 
 fn alignment(ctx: &Ctx) -> R {
-    let pool = ArenaPool::new(ctx.backend.clone(), PoolConfig::device()).map_err(fail("pool"))?;
+    let pool = ArenaPool::new(ctx.backend.clone(), ArenaConfig::device()).map_err(fail("pool"))?;
     let mut live = Vec::new();
     let mut align = 1u64;
     while align <= 64 << 10 {
@@ -207,10 +208,10 @@ fn budget_and_oom(ctx: &Ctx) -> R {
     let budget = 4u64 << 20;
     let pool = ArenaPool::new(
         ctx.backend.clone(),
-        PoolConfig {
+        ArenaConfig {
             block_size: 1 << 20,
             budget: Some(budget),
-            ..PoolConfig::device()
+            ..ArenaConfig::device()
         },
     )
     .map_err(fail("pool"))?;
@@ -320,9 +321,9 @@ fn deferred_reuse(ctx: &Ctx) -> R {
     let backend = &ctx.backend;
     let pool = ArenaPool::new(
         backend.clone(),
-        PoolConfig {
+        ArenaConfig {
             block_size: 64 << 20,
-            ..PoolConfig::device()
+            ..ArenaConfig::device()
         },
     )
     .map_err(fail("pool"))?;
@@ -412,7 +413,7 @@ fn double_free_and_uaf(ctx: &Ctx) -> R {
         "tensor double free".into()
     })?;
     // A handle from another pool is refused.
-    let other = ArenaPool::new(ctx.backend.clone(), PoolConfig::device()).map_err(fail("pool"))?;
+    let other = ArenaPool::new(ctx.backend.clone(), ArenaConfig::device()).map_err(fail("pool"))?;
     check(
         matches!(other.free(b.handle), Err(Error::ForeignHandle { .. })),
         || "foreign handle accepted".into(),
@@ -554,9 +555,9 @@ fn zero_on_reuse(ctx: &Ctx) -> R {
 fn trim_returns_blocks(ctx: &Ctx) -> R {
     let pool = ArenaPool::new(
         ctx.backend.clone(),
-        PoolConfig {
+        ArenaConfig {
             block_size: 1 << 20,
-            ..PoolConfig::device()
+            ..ArenaConfig::device()
         },
     )
     .map_err(fail("pool"))?;
@@ -587,12 +588,12 @@ fn host_visible_pools(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
     let upload = ArenaPool::new(
         ctx.backend.clone(),
-        PoolConfig::host_visible(MemoryKind::Upload),
+        ArenaConfig::host_visible(MemoryKind::Upload),
     )
     .map_err(fail("upload pool"))?;
     let readback = ArenaPool::new(
         ctx.backend.clone(),
-        PoolConfig::host_visible(MemoryKind::Readback),
+        ArenaConfig::host_visible(MemoryKind::Readback),
     )
     .map_err(fail("readback pool"))?;
     let n = 10_000usize;
@@ -633,15 +634,14 @@ fn host_visible_pools(ctx: &Ctx) -> R {
 /// Guard margins: an op whose output binding runs 16 bytes past its tensor is reported on free,
 /// naming the tensor; clean allocations free without error.
 fn guard_margins(ctx: &Ctx) -> R {
-    let pool = ArenaPool::new(
-        ctx.backend.clone(),
-        PoolConfig {
-            guard_bytes: 64,
-            block_size: 1 << 16,
-            ..PoolConfig::device()
-        },
-    )
-    .map_err(fail("pool"))?;
+    let pool = PoolConfig {
+        guard_bytes: 64,
+        block_size: 1 << 16,
+        ..PoolConfig::device()
+    }
+    .build(ctx.backend.clone())
+    .map_err(fail("pool"))?
+    .top;
     let src = pool.allocate(4 * 104, 1, "src").map_err(fail("src"))?;
     let dst = pool
         .allocate(4 * 100, 1, "overrun victim")

@@ -88,6 +88,10 @@ fn timed<P: Peer>(trace: &Trace) -> Result<f64, String> {
     Ok(ns as f64 / trace.allocations.max(1) as f64)
 }
 
+const USAGE: &str = "usage: pool_traces [--rounds N] [--svg-dir DIR] [--trace NAME]...\n\
+    traces: rand_logu xfmr_eager gpt2s_train llama8b_prefill mobilenet_v2\n\
+    exit codes: 0 success, 1 a pool failed a request or a file could not be written, 2 bad arguments";
+
 struct Args {
     rounds: u32,
     svg_dir: PathBuf,
@@ -116,11 +120,8 @@ fn parse_args() -> Result<Args, String> {
             "--svg-dir" => args.svg_dir = value("--svg-dir")?.into(),
             "--trace" => args.only.push(value("--trace")?),
             "--help" | "-h" => {
-                return Err(
-                    "usage: pool_traces [--rounds N] [--svg-dir DIR] [--trace NAME]...\n\
-                     traces: rand_logu xfmr_eager gpt2s_train llama8b_prefill mobilenet_v2"
-                        .into(),
-                );
+                println!("{USAGE}");
+                std::process::exit(0);
             }
             other => return Err(format!("unknown argument '{other}' (try --help)")),
         }

@@ -21,7 +21,7 @@ use cubecl_server::storage::{ComputeStorage, StorageHandle, StorageId, StorageUt
 use tensormem::backend::{
     Backend, BlockDesc, BlockId, BlockRange, Capabilities, DeviceType, Ticket,
 };
-use tensormem::{Allocation, ArenaPool, Error, Op, PoolConfig, Result};
+use tensormem::{Allocation, ArenaConfig, ArenaPool, DevicePool, Error, Op, Result};
 
 /// Largest single reservation both sides may make (a quarter of an 80 GiB device, what cubecl's
 /// CUDA runtime states as its largest page there).
@@ -190,7 +190,7 @@ pub struct Ours {
 
 /// The one place the bench names the pool API: the pool a runtime gets by default.
 fn our_pool(backend: Arc<dyn Backend>) -> Result<ArenaPool> {
-    ArenaPool::new(backend, PoolConfig::device())
+    ArenaPool::new(backend, ArenaConfig::device())
 }
 
 impl Peer for Ours {

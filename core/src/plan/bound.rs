@@ -1,5 +1,5 @@
-//! The max-load lower bound, MiniMalloc's sections (maximal live sets) and the split of an instance
-//! into independent parts, all from one sort of the lifetime endpoints.
+//! The max-load lower bound and MiniMalloc's sections (maximal live sets), from one sort of the
+//! lifetime endpoints.
 //!
 //! At any time t the buffers live at t are pairwise disjoint in space, so every plan's peak is at
 //! least their summed size. The maximum over t (LOAD) is the bound every planner reports against.
@@ -11,6 +11,11 @@ use super::Buffer;
 /// No valid plan has a smaller peak; a plan whose peak equals it is optimal. Buffers with
 /// `lower >= upper` are never live and are ignored. Runs in O(n log n).
 pub fn lower_bound(buffers: &[Buffer]) -> u64 {
+    peak_load(buffers).0
+}
+
+/// The max-load lower bound and a time at which it is reached (0 for no buffers).
+pub(crate) fn peak_load(buffers: &[Buffer]) -> (u64, u64) {
     let mut events: Vec<(u64, bool, u64)> = Vec::with_capacity(buffers.len() * 2);
     for b in buffers.iter().filter(|b| b.lower < b.upper) {
         // `false` sorts first: frees before allocations at equal times (half-open lifetimes).
@@ -19,11 +24,13 @@ pub fn lower_bound(buffers: &[Buffer]) -> u64 {
     }
     events.sort_unstable();
     let mut live: u64 = 0;
-    let mut best: u64 = 0;
-    for (_, alloc, size) in events {
+    let mut best = (0, 0);
+    for (t, alloc, size) in events {
         if alloc {
             live = live.saturating_add(size);
-            best = best.max(live);
+            if live > best.0 {
+                best = (live, t);
+            }
         } else {
             live = live.saturating_sub(size);
         }
@@ -98,30 +105,6 @@ impl Sections {
     }
 }
 
-/// Splits buffers into groups whose lifetimes form connected spans of time. Buffers of different
-/// groups never conflict, so each group can be planned alone and the peak is the maximum.
-/// Groups come in time order; indices inside a group are ascending by `lower`.
-pub(crate) fn components(buffers: &[Buffer]) -> Vec<Vec<usize>> {
-    let mut order: Vec<usize> = (0..buffers.len()).collect();
-    order.sort_unstable_by_key(|&i| (buffers[i].lower, i));
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut reach = 0u64;
-    for i in order {
-        let b = &buffers[i];
-        match groups.last_mut() {
-            Some(g) if b.lower < reach => {
-                g.push(i);
-                reach = reach.max(b.upper);
-            }
-            _ => {
-                groups.push(vec![i]);
-                reach = b.upper;
-            }
-        }
-    }
-    groups
-}
-
 /// Load profile support: for each buffer, the largest live load at any time of its lifetime
 /// (MiniMalloc's "T" key: the heaviest section the buffer touches).
 pub(crate) fn max_load_over_life(buffers: &[Buffer]) -> Vec<u64> {
@@ -180,18 +163,5 @@ mod tests {
             (vec![0, 1, 0], vec![0, 1, 1])
         );
         assert_eq!(max_load_over_life(&b), vec![6, 8, 8]);
-    }
-
-    #[test]
-    fn components_split_at_zero_cuts() {
-        let b = [
-            Buffer::new(0, 2, 1),
-            Buffer::new(1, 3, 1),
-            Buffer::new(3, 4, 1),
-            Buffer::new(5, 9, 1),
-            Buffer::new(6, 7, 1),
-            Buffer::new(7, 8, 1),
-        ];
-        assert_eq!(components(&b), vec![vec![0, 1], vec![2], vec![3, 4, 5]]);
     }
 }

@@ -8,82 +8,139 @@
 //! - **Dominance.** A candidate at offset `o` is useless when some unplaced buffer would fit entirely
 //!   below `o` (`min_offset + size <= o`): nothing later can go below `o`, so it would float.
 //! - **Section inference.** Every section (maximal live set) is a clique; its unplaced buffers must
-//!   stack above both the section's floor (top of its placed buffers) and the current offset, so
-//!   `max(floor, o) + unplaced total <= capacity`. This is LOAD made dynamic.
+//!   stack above the lowest `min_offset` among them and above the current offset, so
+//!   `max(low, o) + unplaced total <= capacity`. This is LOAD made dynamic: it charges the space
+//!   already wasted below each section's unplaced buffers.
 //! - **Hatless pruning.** If the buffer just placed conflicts with no unplaced buffer and its subtree
 //!   fails, no sibling can succeed.
-//! - **Decomposition** into time-connected parts, **restarts** over three static preorders (WAT,
-//!   TAW, TWA: lifetime width, area, heaviest section) with a node limit that doubles each round, and
-//!   a deadline. "Timed out" is distinct from "proved infeasible".
+//! - **Dynamic decomposition.** After each placement, the unplaced buffers split at every section
+//!   boundary that none of them crosses; the pieces are independent and solved one after the other,
+//!   so a failing piece never makes the search re-enumerate another piece's placements.
+//! - **Restarts** over three static preorders (WAT, TAW, TWA: lifetime width, area, heaviest
+//!   section) with a node limit that doubles each round, a deadline and a stop signal. "Stopped"
+//!   is distinct from "proved infeasible".
 //!
-//! State lives in flat per-buffer arrays and is restored from an undo log, never copied.
+//! [`Prepared`] holds everything that depends only on the instance (sections, conflict lists,
+//! section membership), so a portfolio worker builds it once and runs many searches on it.
 
 use std::time::Instant;
 
-use super::bound::{Sections, components, max_load_over_life};
+use super::Buffer;
+use super::bound::{Sections, max_load_over_life};
 use super::index::conflict_csr;
-use super::{Buffer, align_up};
 
-/// Result of one decision search.
+mod prover;
+mod search;
+
+pub(crate) use prover::{Event, Prover};
+use search::{RunEnd, Search};
+
+/// Result of a decision search.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Outcome {
     /// A placement within the capacity (offsets in input order).
     Found(Vec<u64>),
-    /// The search completed: no placement within the capacity exists.
-    Infeasible,
-    /// The deadline passed first.
+    /// No placement within the capacity exists; the reason says how that was shown.
+    Infeasible(Infeasibility),
+    /// The deadline passed (or the search was cancelled) first.
     Timeout,
 }
 
-/// Decides whether `buffers` (valid, see [`super::validate`]) fit within `capacity`.
-pub(crate) fn decide(buffers: &[Buffer], capacity: u64, deadline: Instant) -> Outcome {
-    let mut offsets = vec![0u64; buffers.len()];
-    let mut timed_out = false;
-    for group in components(buffers) {
-        let local: Vec<Buffer> = group.iter().map(|&i| buffers[i]).collect();
-        match decide_connected(&local, capacity, deadline) {
-            Outcome::Found(o) => {
-                for (k, &i) in group.iter().enumerate() {
-                    offsets[i] = o[k];
-                }
+/// Why a capacity is proved too small.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Infeasibility {
+    /// Buffer `index` alone is larger than the capacity.
+    Buffer { index: usize, size: u64 },
+    /// The buffers live at time `time` need `load` bytes together.
+    Load { time: u64, load: u64 },
+    /// The exhaustive search found no placement.
+    Search,
+}
+
+impl std::fmt::Display for Infeasibility {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Infeasibility::Buffer { index, size } => {
+                write!(f, "buffer {index} alone needs {size} bytes")
             }
-            Outcome::Infeasible => return Outcome::Infeasible,
-            Outcome::Timeout => timed_out = true,
+            Infeasibility::Load { time, load } => {
+                write!(
+                    f,
+                    "the buffers live at time {time} need {load} bytes together"
+                )
+            }
+            Infeasibility::Search => write!(
+                f,
+                "the exact search exhausted every canonical placement without finding one"
+            ),
         }
-    }
-    if timed_out {
-        Outcome::Timeout
-    } else {
-        Outcome::Found(offsets)
     }
 }
 
 /// Static preorders for the restarts: W = lifetime width, A = area, T = heaviest section touched.
-const PREORDERS: [[u8; 3]; 3] = [*b"WAT", *b"TAW", *b"TWA"];
+pub(crate) const PREORDERS: usize = 3;
+const PREORDER_KEYS: [[u8; 3]; PREORDERS] = [*b"WAT", *b"TAW", *b"TWA"];
 
-fn decide_connected(buffers: &[Buffer], capacity: u64, deadline: Instant) -> Outcome {
-    let n = buffers.len();
-    if buffers.iter().any(|b| b.size > capacity) {
-        return Outcome::Infeasible;
-    }
-    let sections = Sections::new(buffers);
-    if sections.total.iter().any(|&t| t > capacity) {
-        return Outcome::Infeasible;
-    }
-    let heaviest = max_load_over_life(buffers);
-    let conflicts = conflict_csr(buffers);
-    let mut node_limit = (2 * n as u64).max(1000);
-    loop {
-        for pre in PREORDERS {
+/// The instance-only part of the search, computed once.
+pub(crate) struct Prepared {
+    size: Vec<u64>,
+    align: Vec<u64>,
+    /// First and last (inclusive) section of each buffer.
+    first: Vec<u32>,
+    last: Vec<u32>,
+    /// Representative time of each section (for infeasibility reasons).
+    section_time: Vec<u64>,
+    /// Summed size of each section's buffers.
+    section_total: Vec<u64>,
+    /// CSR: `member_list[member_start[s]..member_start[s + 1]]` are section `s`'s buffers.
+    member_start: Vec<usize>,
+    member_list: Vec<u32>,
+    /// CSR conflict lists.
+    conflict_start: Vec<usize>,
+    conflict_list: Vec<u32>,
+    /// Rank of each buffer under each preorder (0 = first).
+    ranks: [Vec<u32>; PREORDERS],
+    /// The previous buffer, by id, with the same lifetime, size and alignment: identical buffers
+    /// are interchangeable, so the search places each only after its twin (symmetry breaking).
+    twin: Vec<Option<u32>>,
+    /// CSR: `life_list[life_start[i]..life_start[i + 1]]` are the other buffers with exactly
+    /// buffer `i`'s lifetime (see `Search::stack_swappable`).
+    life_start: Vec<usize>,
+    life_list: Vec<u32>,
+}
+
+impl Prepared {
+    /// Precomputes sections, conflicts, membership and the preorders of valid buffers.
+    pub(crate) fn new(buffers: &[Buffer]) -> Prepared {
+        let n = buffers.len();
+        let sections = Sections::new(buffers);
+        let mut counts = vec![0usize; sections.len() + 1];
+        for i in 0..n {
+            for s in sections.first[i]..=sections.last[i] {
+                counts[s as usize + 1] += 1;
+            }
+        }
+        for s in 0..sections.len() {
+            counts[s + 1] += counts[s];
+        }
+        let mut fill = counts.clone();
+        let mut member_list = vec![0u32; counts[sections.len()]];
+        for i in 0..n {
+            for s in sections.first[i]..=sections.last[i] {
+                member_list[fill[s as usize]] = i as u32;
+                fill[s as usize] += 1;
+            }
+        }
+        let (conflict_start, conflict_list) = conflict_csr(buffers);
+        let heaviest = max_load_over_life(buffers);
+        let ranks = PREORDER_KEYS.map(|pre| {
             let key = |i: usize| {
                 let b = &buffers[i];
-                let w = b.upper - b.lower;
-                let a = w as u128 * b.size as u128;
-                let t = heaviest[i];
+                let w = (b.upper - b.lower) as u128;
                 let field = |c: u8| match c {
-                    b'W' => w as u128,
-                    b'A' => a,
-                    _ => t as u128,
+                    b'W' => w,
+                    b'A' => w * b.size as u128,
+                    _ => heaviest[i] as u128,
                 };
                 std::cmp::Reverse((field(pre[0]), field(pre[1]), field(pre[2])))
             };
@@ -92,212 +149,108 @@ fn decide_connected(buffers: &[Buffer], capacity: u64, deadline: Instant) -> Out
             for (r, &i) in order.iter().enumerate() {
                 rank[i as usize] = r as u32;
             }
-            let mut search = Search::new(
-                buffers, &sections, &conflicts, rank, capacity, node_limit, deadline,
-            );
-            if search.dfs(0, 0) {
-                return Outcome::Found(search.offset);
-            }
-            if !search.aborted {
-                return Outcome::Infeasible;
-            }
-            if Instant::now() >= deadline {
-                return Outcome::Timeout;
+            rank
+        });
+        let mut by_shape: Vec<u32> = (0..n as u32).collect();
+        by_shape.sort_unstable_by_key(|&i| {
+            let b = &buffers[i as usize];
+            (b.lower, b.upper, b.size, b.align, i)
+        });
+        let mut twin = vec![None; n];
+        for w in by_shape.windows(2) {
+            if buffers[w[0] as usize] == buffers[w[1] as usize] {
+                twin[w[1] as usize] = Some(w[0]);
             }
         }
-        node_limit = node_limit.saturating_mul(2);
-    }
-}
-
-/// One undoable change.
-#[derive(Debug, Clone, Copy)]
-enum Change {
-    MinOffset(u32, u64),
-    Floor(u32, u64),
-    Total(u32, u64),
-}
-
-struct Search<'a> {
-    size: Vec<u64>,
-    align: Vec<u64>,
-    conflicts: &'a (Vec<usize>, Vec<u32>),
-    first: &'a [u32],
-    last: &'a [u32],
-    rank: Vec<u32>,
-    capacity: u64,
-    /// Aligned top of the highest placed conflict of each unplaced buffer.
-    min_offset: Vec<u64>,
-    /// Offset of each placed buffer.
-    offset: Vec<u64>,
-    placed: Vec<bool>,
-    /// Unplaced buffers (any order) and each one's position in it.
-    unplaced: Vec<u32>,
-    position: Vec<u32>,
-    /// Top of the highest placed buffer in each section.
-    floor: Vec<u64>,
-    /// Summed size of the unplaced buffers of each section.
-    total: Vec<u64>,
-    log: Vec<Change>,
-    /// Candidate lists reused per depth.
-    pool: Vec<Vec<u32>>,
-    nodes: u64,
-    node_limit: u64,
-    deadline: Instant,
-    aborted: bool,
-}
-
-impl<'a> Search<'a> {
-    fn new(
-        buffers: &[Buffer],
-        sections: &'a Sections,
-        conflicts: &'a (Vec<usize>, Vec<u32>),
-        rank: Vec<u32>,
-        capacity: u64,
-        node_limit: u64,
-        deadline: Instant,
-    ) -> Self {
-        let n = buffers.len();
-        Search {
+        // `by_shape` groups equal lifetimes together.
+        let mut life_start = vec![0usize; n + 1];
+        let mut life_list = Vec::new();
+        let mut per_buffer: Vec<Vec<u32>> = vec![Vec::new(); n];
+        let same = |a: u32, b: u32| {
+            let (a, b) = (&buffers[a as usize], &buffers[b as usize]);
+            (a.lower, a.upper) == (b.lower, b.upper)
+        };
+        let mut g = 0;
+        while g < n {
+            let mut h = g + 1;
+            while h < n && same(by_shape[g], by_shape[h]) {
+                h += 1;
+            }
+            for &i in &by_shape[g..h] {
+                per_buffer[i as usize].extend(by_shape[g..h].iter().filter(|&&j| j != i));
+            }
+            g = h;
+        }
+        for (i, others) in per_buffer.iter().enumerate() {
+            life_list.extend_from_slice(others);
+            life_start[i + 1] = life_list.len();
+        }
+        Prepared {
+            twin,
+            life_start,
+            life_list,
             size: buffers.iter().map(|b| b.size).collect(),
             align: buffers.iter().map(|b| b.align).collect(),
-            conflicts,
-            first: &sections.first,
-            last: &sections.last,
-            rank,
-            capacity,
-            min_offset: vec![0; n],
-            offset: vec![0; n],
-            placed: vec![false; n],
-            unplaced: (0..n as u32).collect(),
-            position: (0..n as u32).collect(),
-            floor: vec![0; sections.len()],
-            total: sections.total.clone(),
-            log: Vec::new(),
-            pool: Vec::new(),
-            nodes: 0,
-            node_limit,
-            deadline,
-            aborted: false,
+            first: sections.first,
+            last: sections.last,
+            section_time: sections.rep,
+            section_total: sections.total,
+            member_start: counts,
+            member_list,
+            conflict_start,
+            conflict_list,
+            ranks,
         }
     }
 
-    /// Searches below a node whose last placement was at `parent_offset` with `parent_rank`.
-    fn dfs(&mut self, parent_offset: u64, parent_rank: u32) -> bool {
-        if self.unplaced.is_empty() {
-            return true;
+    fn conflicts(&self, i: usize) -> &[u32] {
+        &self.conflict_list[self.conflict_start[i]..self.conflict_start[i + 1]]
+    }
+
+    fn same_lifetime(&self, i: usize) -> &[u32] {
+        &self.life_list[self.life_start[i]..self.life_start[i + 1]]
+    }
+
+    fn section_members(&self, s: usize) -> &[u32] {
+        &self.member_list[self.member_start[s]..self.member_start[s + 1]]
+    }
+
+    /// Proofs that need no search: a buffer or a live set larger than the capacity.
+    pub(crate) fn quick_infeasibility(&self, capacity: u64) -> Option<Infeasibility> {
+        if let Some((index, &size)) = self.size.iter().enumerate().find(|(_, s)| **s > capacity) {
+            return Some(Infeasibility::Buffer { index, size });
         }
-        self.nodes += 1;
-        if self.nodes > self.node_limit
-            || (self.nodes.is_multiple_of(256) && Instant::now() >= self.deadline)
-        {
-            self.aborted = true;
-            return false;
-        }
-        let depth = self.size.len() - self.unplaced.len();
-        let mut cands = if depth < self.pool.len() {
-            std::mem::take(&mut self.pool[depth])
-        } else {
-            Vec::new()
-        };
-        cands.clear();
-        cands.extend_from_slice(&self.unplaced);
-        cands.sort_unstable_by_key(|&x| (self.min_offset[x as usize], self.rank[x as usize]));
-        let min_height = cands
+        self.section_total
             .iter()
-            .map(|&y| self.min_offset[y as usize] + self.size[y as usize])
-            .min()
-            .unwrap_or(u64::MAX);
-        let mut found = false;
-        for &x in &cands {
-            let xi = x as usize;
-            let o = self.min_offset[xi];
-            if o >= min_height {
-                break;
-            }
-            if (o, self.rank[xi]) < (parent_offset, parent_rank)
-                || o + self.size[xi] > self.capacity
-            {
-                continue;
-            }
-            let mark = self.log.len();
-            let (ok, hat) = self.place(xi, o);
-            if ok && self.dfs(o, self.rank[xi]) {
-                found = true;
-                break;
-            }
-            self.undo(xi, mark);
-            if self.aborted || !hat {
-                break;
-            }
-        }
-        if depth >= self.pool.len() {
-            self.pool.resize_with(depth + 1, Vec::new);
-        }
-        self.pool[depth] = cands;
-        found
+            .zip(&self.section_time)
+            .find(|(t, _)| **t > capacity)
+            .map(|(&load, &time)| Infeasibility::Load { time, load })
     }
 
-    /// Places `x` at `o` and propagates. Returns (still consistent, x conflicts with an unplaced buffer).
-    fn place(&mut self, x: usize, o: u64) -> (bool, bool) {
-        self.placed[x] = true;
-        self.offset[x] = o;
-        let p = self.position[x] as usize;
-        self.unplaced.swap_remove(p);
-        if let Some(&moved) = self.unplaced.get(p) {
-            self.position[moved as usize] = p as u32;
+    /// One search run at `capacity` under preorder `preorder` (`< PREORDERS`), stopped after
+    /// `node_limit` nodes, at `deadline` or when `stop` returns true (polled every 256 nodes).
+    pub(crate) fn run(
+        &self,
+        capacity: u64,
+        preorder: usize,
+        node_limit: u64,
+        deadline: Instant,
+        stop: &dyn Fn() -> bool,
+    ) -> Outcome {
+        if let Some(why) = self.quick_infeasibility(capacity) {
+            return Outcome::Infeasible(why);
         }
-        let top = o + self.size[x];
-        let (start, list) = self.conflicts;
-        let mut hat = false;
-        let mut ok = true;
-        for &y in &list[start[x]..start[x + 1]] {
-            let y = y as usize;
-            if self.placed[y] {
-                continue;
-            }
-            hat = true;
-            let raised = align_up(top, self.align[y]);
-            if raised > self.min_offset[y] {
-                self.log
-                    .push(Change::MinOffset(y as u32, self.min_offset[y]));
-                self.min_offset[y] = raised;
-                if raised + self.size[y] > self.capacity {
-                    ok = false;
-                    break;
-                }
-            }
+        let rank = &self.ranks[preorder % PREORDERS];
+        match Search::new(self, rank, capacity, node_limit, deadline, stop).run() {
+            RunEnd::Found(offsets) => Outcome::Found(offsets),
+            RunEnd::Exhausted => Outcome::Infeasible(Infeasibility::Search),
+            RunEnd::Aborted => Outcome::Timeout,
         }
-        if !ok {
-            return (false, hat);
-        }
-        for s in self.first[x] as usize..=self.last[x] as usize {
-            self.log.push(Change::Floor(s as u32, self.floor[s]));
-            self.log.push(Change::Total(s as u32, self.total[s]));
-            self.floor[s] = self.floor[s].max(top);
-            self.total[s] -= self.size[x];
-        }
-        // Section inference: unplaced members of a section stack above max(floor, o).
-        let ok = self
-            .floor
-            .iter()
-            .zip(&self.total)
-            .all(|(&f, &t)| t == 0 || f.max(o) + t <= self.capacity);
-        (ok, hat)
     }
 
-    /// Reverts everything since `mark` and unplaces `x`.
-    fn undo(&mut self, x: usize, mark: usize) {
-        while self.log.len() > mark {
-            match self.log.pop() {
-                Some(Change::MinOffset(y, v)) => self.min_offset[y as usize] = v,
-                Some(Change::Floor(s, v)) => self.floor[s as usize] = v,
-                Some(Change::Total(s, v)) => self.total[s as usize] = v,
-                None => break,
-            }
-        }
-        self.placed[x] = false;
-        self.position[x] = self.unplaced.len() as u32;
-        self.unplaced.push(x as u32);
+    /// The first node limit of the restart schedule for this instance.
+    pub(crate) fn initial_node_limit(&self) -> u64 {
+        (2 * self.size.len() as u64).max(1000)
     }
 }
 

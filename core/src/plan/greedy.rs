@@ -110,16 +110,11 @@ pub(crate) fn size_order(buffers: &[Buffer]) -> Vec<u32> {
 /// alignment, padded total beyond `u64`).
 pub fn greedy_by_size(buffers: &[Buffer]) -> Result<Plan> {
     validate(buffers)?;
-    Ok(greedy_unchecked(buffers))
-}
-
-/// [`greedy_by_size`] on validated buffers.
-pub(crate) fn greedy_unchecked(buffers: &[Buffer]) -> Plan {
     let order = size_order(buffers);
     let placed = Squeezer::new(buffers).place(&order, Fit::Best, u64::MAX, None);
     debug_assert!(placed.is_ok(), "no cutoff, so placement always completes");
     let (offsets, peak) = placed.unwrap_or_default();
-    Plan { offsets, peak }
+    Ok(Plan { offsets, peak })
 }
 
 /// XLA's fast pass: walk allocations and frees in time order (frees first at equal times) and serve

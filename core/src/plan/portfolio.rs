@@ -1,193 +1,264 @@
-//! The heuristic portfolio: many orderings squeezed two ways, then a randomised local search on the
-//! best ordering, keeping the lowest peak.
+//! The parallel portfolio: exact provers and heuristic workers run side by side from time zero, in
+//! lockstep epochs, so that results are deterministic for a given seed and thread count.
 //!
-//! Orderings (each squeezed with best fit and with lowest offset, XLA's `CreateHeapWithPackingSearch`
-//! idea): size (TFLite, XLA spatial; also with start-time ties), lifetime length (XLA temporal),
-//! area (XLA spatial×temporal), heaviest section touched (MiniMalloc's "T": buffers where memory is
-//! tightest first; ties by lifetime, start time or size), end time and start time. Each pass is cut
-//! off as soon as it exceeds the incumbent and checks the deadline. XLA's sweep-line best fit runs
-//! too. Then, until the deadline, the incumbent order is perturbed and squeezed again with the
-//! incumbent peak as a cutoff (idealloc's "abort once the peak exceeds the best so far"): the buffer
-//! that broke the cutoff moves earlier (it is a bottleneck), plus a few random swaps; an equal peak
-//! is accepted so the search drifts across plateaus.
+//! Each epoch gives every worker a step of work measured in work units, not time: a prover runs
+//! one search with its current node limit, a heuristic worker spends about four placements per node
+//! of that limit. The steps of an epoch run on up to `threads` threads; at the end of the epoch the
+//! results are merged in worker order (lowest peak wins, ties to the lower index), the shared bounds
+//! are updated and the next epoch starts. A worker that ends the whole run (a plan at the proved
+//! lower bound, or a proof that the capacity cannot be met) stops only the workers after it in the
+//! order, whose results of that epoch are then discarded; so the outcome is the same whatever the
+//! threads' timing. Only the deadline cuts work at a timing-dependent point.
+//!
+//! With a capacity the provers decide it first, then everybody lowers the peak. Without one the
+//! provers probe the lower bound first, then bisect between the proved bound and the incumbent.
 
-use std::cmp::Reverse;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use super::Buffer;
-use super::bound::max_load_over_life;
-use super::greedy::{Fit, Squeezer, Stop, order_by, size_order, sweep_best_fit};
-use super::rng::Rng;
+use super::exact::{Event, Prover};
+use super::heuristics::{Heuristics, Incumbent};
 
-/// The best placement found so far.
-#[derive(Debug, Clone)]
-pub(crate) struct Incumbent {
-    /// Offsets in input order.
-    pub offsets: Vec<u64>,
-    /// `max(offset + size)`.
-    pub peak: u64,
-    /// Which heuristic produced it.
-    pub algorithm: String,
+/// Instances above this many buffers get one heuristic worker: each worker holds its own
+/// occupancy tree, and at a million buffers one tree is a large share of the memory budget.
+const PARALLEL_HEURISTICS_MAX_BUFFERS: usize = 250_000;
+
+/// Heuristic placements per prover node in an epoch (a node costs a few placements' time).
+const PLACEMENTS_PER_NODE: u64 = 4;
+
+/// What the portfolio is asked to do.
+pub(crate) struct Task<'a> {
+    pub buffers: &'a [Buffer],
+    /// The max-load lower bound.
+    pub lower_bound: u64,
+    /// Decision form: decide this capacity first.
+    pub capacity: Option<u64>,
+    /// Whether the exact search is attempted (small enough instance).
+    pub exact: bool,
+    pub deadline: Instant,
+    pub seed: u64,
+    /// Worker threads (at least 1).
+    pub threads: usize,
 }
 
-/// Runs the portfolio until `deadline` or until the peak reaches `target`, starting from `start`.
-/// `report` is called with each improvement.
-pub(crate) fn improve(
-    buffers: &[Buffer],
-    start: Incumbent,
-    target: u64,
-    deadline: Instant,
-    seed: u64,
-    report: &mut dyn FnMut(&Incumbent),
-) -> Incumbent {
-    let n = buffers.len();
+/// What the portfolio established.
+pub(crate) struct Verdict {
+    pub best: Incumbent,
+    /// With a capacity: `Some(true)` met, `Some(false)` proved impossible, `None` undecided.
+    /// Without one: `Some(true)`.
+    pub feasible: Option<bool>,
+    /// Why the capacity is impossible, when proved.
+    pub infeasible_reason: Option<String>,
+    /// Every capacity below this is proved infeasible (at least the lower bound).
+    pub proved_bound: u64,
+}
+
+enum Worker<'a> {
+    Prover(Box<Prover>),
+    Heuristic(Box<Heuristics<'a>>),
+}
+
+/// One worker's contribution to an epoch.
+enum Step {
+    Plan(Incumbent),
+    Event(Event),
+    Nothing,
+}
+
+/// Runs the portfolio from the incumbent `start` until the deadline or a decisive result.
+/// `report` is called on the coordinating thread with each new incumbent and phase.
+pub(crate) fn run(task: &Task<'_>, start: Incumbent, report: &dyn Fn(&str, u64)) -> Verdict {
+    let n = task.buffers.len();
+    let mut workers = build_workers(task, &start);
     let mut best = start;
-    if best.peak <= target || n < 2 {
-        return best;
-    }
-    if Instant::now() >= deadline {
-        return best;
-    }
-    let sweep = sweep_best_fit(buffers);
-    if sweep.peak < best.peak {
-        best = Incumbent {
-            offsets: sweep.offsets,
-            peak: sweep.peak,
-            algorithm: "sweep-line best fit".into(),
-        };
-        report(&best);
-    }
-    let heaviest = max_load_over_life(buffers);
-    let len = |i: usize| buffers[i].upper - buffers[i].lower;
-    let size = size_order(buffers);
-    let by_pressure_life = order_by(n, |i| {
-        (
-            Reverse(heaviest[i]),
-            Reverse(len(i)),
-            Reverse(buffers[i].size),
-        )
-    });
-    let by_pressure_start = order_by(n, |i| {
-        (
-            Reverse(heaviest[i]),
-            buffers[i].lower,
-            Reverse(buffers[i].size),
-        )
-    });
-    let by_pressure_size = order_by(n, |i| {
-        (
-            Reverse(heaviest[i]),
-            Reverse(buffers[i].size),
-            Reverse(len(i)),
-        )
-    });
-    let by_lifetime = order_by(n, |i| (Reverse(len(i)), Reverse(buffers[i].size)));
-    let by_area = order_by(n, |i| Reverse(buffers[i].size as u128 * len(i) as u128));
-    let by_end = order_by(n, |i| (Reverse(buffers[i].upper), Reverse(buffers[i].size)));
-    let by_start = order_by(n, |i| (buffers[i].lower, Reverse(buffers[i].size)));
-    // Most promising first, as measured on the SOMAS and IOPDDL traces: size with start-time ties
-    // (PanGu: 3.3% -> 0.8% over the bound; equal sizes are common and TFLite's lifetime tie-break
-    // scatters them), the pressure orders that stack the heaviest sections first (S_1: 2.5% ->
-    // 0.3%, Y_1: to the bound). Size + best fit is the baseline itself, so it only seeds the
-    // local search.
-    let by_size_start = order_by(n, |i| (Reverse(buffers[i].size), buffers[i].lower));
-    let runs: [(&str, &[u32], Fit); 17] = [
-        ("heaviest section, lifetime", &by_pressure_life, Fit::Best),
-        ("size, start time", &by_size_start, Fit::Best),
-        ("size, start time", &by_size_start, Fit::Lowest),
-        (
-            "heaviest section, start time",
-            &by_pressure_start,
-            Fit::Best,
-        ),
-        ("size", &size, Fit::Lowest),
-        ("lifetime", &by_lifetime, Fit::Best),
-        ("area", &by_area, Fit::Best),
-        ("heaviest section", &by_pressure_size, Fit::Best),
-        ("end time", &by_end, Fit::Best),
-        ("start time", &by_start, Fit::Best),
-        ("heaviest section, lifetime", &by_pressure_life, Fit::Lowest),
-        (
-            "heaviest section, start time",
-            &by_pressure_start,
-            Fit::Lowest,
-        ),
-        ("lifetime", &by_lifetime, Fit::Lowest),
-        ("area", &by_area, Fit::Lowest),
-        ("heaviest section", &by_pressure_size, Fit::Lowest),
-        ("end time", &by_end, Fit::Lowest),
-        ("start time", &by_start, Fit::Lowest),
-    ];
-    let mut squeezer = Squeezer::new(buffers);
-    let mut best_order: Option<(Vec<u32>, Fit)> = None;
-    for (name, order, fit) in runs {
-        if best.peak <= target || Instant::now() >= deadline {
+    let mut feasible = match task.capacity {
+        Some(cap) => (best.peak <= cap).then_some(true),
+        None => Some(true),
+    };
+    let mut infeasible_reason = None;
+    // `proved`: every capacity below it is infeasible. `searched`: the provers' next floor, past
+    // probes that were abandoned undecided.
+    let mut proved = task.lower_bound;
+    let mut searched = task.lower_bound;
+    let mut epoch = 0u32;
+    while Instant::now() < task.deadline && best.peak > proved && feasible != Some(false) {
+        let must_decide = task.capacity.filter(|&c| best.peak > c);
+        let hi = best.peak - 1;
+        let nodes = workers
+            .iter()
+            .find_map(|w| match w {
+                Worker::Prover(p) => Some(p.node_limit()),
+                Worker::Heuristic(_) => None,
+            })
+            .unwrap_or_else(|| (n as u64).max(4096) << epoch.min(10));
+        let budget = nodes.saturating_mul(PLACEMENTS_PER_NODE);
+        let end_peak = proved;
+        let steps = run_epoch(&mut workers, task.threads, |w, stop| match w {
+            Worker::Prover(p) => {
+                let event = p.step(must_decide, searched, hi, task.deadline, stop);
+                let ends = match &event {
+                    Event::Found { offsets, .. } => peak_of(task.buffers, offsets) <= end_peak,
+                    Event::Proved { capacity, .. } => must_decide == Some(*capacity),
+                    _ => false,
+                };
+                (Step::Event(event), ends)
+            }
+            Worker::Heuristic(h) => {
+                if h.step(budget, end_peak, task.deadline, stop) {
+                    let ends = h.best().peak <= end_peak;
+                    (Step::Plan(h.best().clone()), ends)
+                } else {
+                    (Step::Nothing, false)
+                }
+            }
+        });
+        for step in steps {
+            match step {
+                Step::Plan(inc) if inc.peak < best.peak => {
+                    best = inc;
+                    report(&best.algorithm, best.peak);
+                }
+                Step::Event(Event::Found { offsets, capacity }) => {
+                    let peak = peak_of(task.buffers, &offsets);
+                    if peak < best.peak {
+                        best = Incumbent {
+                            offsets,
+                            peak,
+                            algorithm: format!("exact search (capacity {capacity})"),
+                        };
+                        report(&best.algorithm, best.peak);
+                    }
+                }
+                Step::Event(Event::Proved { capacity, reason }) => {
+                    if must_decide == Some(capacity) {
+                        debug_assert!(best.peak > capacity, "a plan exists within the capacity");
+                        feasible = Some(false);
+                        infeasible_reason = Some(reason.to_string());
+                        report("capacity proved infeasible", best.peak);
+                    } else {
+                        proved = proved.max(capacity + 1);
+                        searched = searched.max(proved);
+                        report(&format!("proved: no plan within {capacity}"), best.peak);
+                    }
+                }
+                Step::Event(Event::GaveUp { capacity }) => {
+                    searched = searched.max(capacity + 1);
+                }
+                _ => {}
+            }
+        }
+        if let Some(cap) = task.capacity
+            && best.peak <= cap
+        {
+            feasible = Some(true);
+        }
+        if searched > hi && !workers.iter().any(|w| matches!(w, Worker::Heuristic(_))) {
             break;
         }
-        // A cutoff of `peak` (not `peak - 1`) keeps ties, so a good order is kept for the search.
-        if let Ok((offsets, peak)) = squeezer.place(order, fit, best.peak, Some(deadline)) {
-            let fit_name = if fit == Fit::Best {
-                "best fit"
-            } else {
-                "lowest offset"
-            };
-            if peak < best.peak || best_order.is_none() {
-                let improved = peak < best.peak;
-                best = Incumbent {
-                    offsets,
-                    peak,
-                    algorithm: format!("{name} order, {fit_name}"),
-                };
-                if improved {
-                    report(&best);
-                }
-            }
-            if peak <= best.peak {
-                best_order = Some((order.to_vec(), fit));
-            }
-        }
+        epoch = epoch.saturating_add(1);
     }
-    let (mut order, fit) = best_order.unwrap_or((size, Fit::Best));
-    let mut rng = Rng::new(seed);
-    let mut candidate = order.clone();
-    let mut rounds = 0u64;
-    // When set, `candidate` already holds a proposal (a bottleneck moved earlier) to evaluate.
-    let mut pending = false;
-    while best.peak > target && Instant::now() < deadline {
-        rounds += 1;
-        if !pending {
-            candidate.copy_from_slice(&order);
-            let swaps = 1 + rng.below(3) as usize;
-            for _ in 0..swaps {
-                let a = rng.below(n as u64) as usize;
-                let reach = (n as u64 / 8).max(2);
-                let b = (a as u64 + 1 + rng.below(reach)).min(n as u64 - 1) as usize;
-                candidate.swap(a, b);
-            }
-        }
-        pending = false;
-        match squeezer.place(&candidate, fit, best.peak, Some(deadline)) {
-            Ok((offsets, peak)) => {
-                order.copy_from_slice(&candidate);
-                if peak < best.peak {
-                    best = Incumbent {
-                        offsets,
-                        peak,
-                        algorithm: format!("randomised squeeze (round {rounds})"),
-                    };
-                    report(&best);
-                }
-            }
-            Err(Stop::Cutoff(k)) if k > 0 => {
-                // The buffer at `k` broke the cutoff: propose it earlier, evaluated next round.
-                let to = rng.below(k as u64) as usize;
-                let x = candidate.remove(k);
-                candidate.insert(to, x);
-                pending = true;
-            }
-            Err(Stop::Cutoff(_)) => {}
-            Err(Stop::Deadline) => break,
-        }
+    Verdict {
+        best,
+        feasible,
+        infeasible_reason,
+        proved_bound: proved,
     }
-    best
+}
+
+/// The workers for this task. While the exact search applies: provers first (one per preorder
+/// up to three, two from two threads on, since hard decision instances are the provers' to
+/// win), then heuristic workers on the remaining threads, at least one. Otherwise heuristic workers
+/// only. Worker `k` runs on thread `k % threads`.
+fn build_workers<'a>(task: &Task<'a>, start: &Incumbent) -> Vec<Worker<'a>> {
+    let n = task.buffers.len();
+    let threads = task.threads.max(1);
+    let (provers, heuristics) = if task.exact {
+        let provers = if threads == 1 { 1 } else { threads.min(3) };
+        (provers, threads.saturating_sub(provers).max(1))
+    } else if n > PARALLEL_HEURISTICS_MAX_BUFFERS {
+        (0, 1)
+    } else {
+        (0, threads)
+    };
+    let mut workers: Vec<Worker<'a>> = (0..provers)
+        .map(|k| Worker::Prover(Box::new(Prover::new(task.buffers, k))))
+        .collect();
+    workers.extend((0..heuristics).map(|k| {
+        Worker::Heuristic(Box::new(Heuristics::new(
+            task.buffers,
+            start.clone(),
+            task.seed,
+            k,
+        )))
+    }));
+    workers
+}
+
+/// Runs `work` on every worker, on up to `threads` threads, and returns the steps in worker
+/// order, dropping those of workers after the first one whose step ended the run (`work` returns
+/// whether it did; it must poll the stop signal it is given).
+fn run_epoch<'a, F>(workers: &mut [Worker<'a>], threads: usize, work: F) -> Vec<Step>
+where
+    F: Fn(&mut Worker<'a>, &dyn Fn() -> bool) -> (Step, bool) + Sync,
+{
+    let winner = AtomicUsize::new(usize::MAX);
+    let threads = threads.clamp(1, workers.len().max(1));
+    let one = |k: usize, w: &mut Worker<'a>| {
+        let stop = || winner.load(Ordering::Relaxed) < k;
+        let (step, ends) = work(w, &stop);
+        if ends {
+            winner.fetch_min(k, Ordering::Relaxed);
+        }
+        (k, step)
+    };
+    let mut steps: Vec<(usize, Step)> = if threads == 1 {
+        workers
+            .iter_mut()
+            .enumerate()
+            .map(|(k, w)| one(k, w))
+            .collect()
+    } else {
+        let mut groups: Vec<Vec<(usize, &mut Worker<'a>)>> =
+            (0..threads).map(|_| Vec::new()).collect();
+        for (k, w) in workers.iter_mut().enumerate() {
+            groups[k % threads].push((k, w));
+        }
+        std::thread::scope(|s| {
+            let handles: Vec<_> = groups
+                .into_iter()
+                .map(|group| {
+                    s.spawn(|| {
+                        group
+                            .into_iter()
+                            .map(|(k, w)| one(k, w))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| {
+                    // A worker panic is a bug in the planner: surface it, never drop its steps.
+                    h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+                })
+                .collect()
+        })
+    };
+    steps.sort_by_key(|(k, _)| *k);
+    let last = winner.load(Ordering::Relaxed);
+    steps
+        .into_iter()
+        .filter(|(k, _)| *k <= last)
+        .map(|(_, s)| s)
+        .collect()
+}
+
+fn peak_of(buffers: &[Buffer], offsets: &[u64]) -> u64 {
+    buffers
+        .iter()
+        .zip(offsets)
+        .map(|(b, &o)| o + b.size)
+        .max()
+        .unwrap_or(0)
 }

@@ -1,12 +1,13 @@
-//! The planner front door: bound, baseline, heuristic portfolio, exact search, verification.
+//! The planner front door: bound, baselines, the parallel portfolio, verification.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::exact::{Outcome, decide};
-use super::greedy::greedy_unchecked;
-use super::portfolio::{Incumbent, improve};
-use super::{Buffer, Plan, lower_bound, validate, verify};
+use super::bound::peak_load;
+use super::greedy::{Fit, Squeezer, Stop, size_order, sweep_best_fit};
+use super::heuristics::Incumbent;
+use super::portfolio::{self, Task};
+use super::{Buffer, Plan, validate, verify};
 use crate::Result;
 
 /// Largest instance the exact search is attempted on. Beyond it each search node (a sort of the
@@ -33,18 +34,23 @@ pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
 /// Options for [`solve`].
 #[derive(Clone)]
 pub struct SolveOptions {
-    /// Wall-clock budget for the whole call. Default 1 s. Every phase after the baseline checks it
-    /// (each heuristic pass every 256 placements, the exact search every 256 nodes), so `solve`
-    /// returns within the limit plus the baseline (lower bound, greedy by size: O(n log² n), about
-    /// 0.1–3 s at 62k buffers on a loaded machine) plus one final [`verify`] (O(n log n)). The
-    /// baseline always completes, so a tiny budget still returns a plan equal to greedy by size.
+    /// Wall-clock budget for the whole call. Default 1 s. Every phase checks it (greedy by size and
+    /// each heuristic pass every 256 placements, the exact search every 256 nodes), and the final
+    /// [`verify`] is reserved for up front, so `solve` returns within the limit plus a few
+    /// milliseconds. The one step that always completes is the first plan, XLA's sweep-line best
+    /// fit (O(n log n), about 0.5 s for a million buffers): a limit below its cost is exceeded by it.
     pub time_limit: Duration,
-    /// Decision form: find a plan with peak <= capacity or prove none exists. `None` (default):
-    /// minimise the peak.
+    /// Decision form: decide first whether a plan with peak <= capacity exists (find one or prove
+    /// none does), then lower the peak further within the time limit. `None` (default): minimise
+    /// the peak.
     pub capacity: Option<u64>,
-    /// Seed of the randomised heuristics (default 0); equal seeds and budgets give equal plans
-    /// unless the deadline cuts a search at a different point.
+    /// Seed of the randomised heuristics (default 0). Equal instances, seeds, thread counts and
+    /// limits give equal results unless the deadline cuts the work at a different point.
     pub seed: u64,
+    /// Worker threads of the portfolio; 0 (default) = every core the system reports. More threads
+    /// run more provers (up to three preorders) and heuristic workers side by side; the result
+    /// depends on the count, never on the threads' timing (see `portfolio`).
+    pub threads: usize,
     /// Called after each improvement and at each phase change. Default none.
     pub progress: Option<ProgressFn>,
 }
@@ -55,6 +61,7 @@ impl Default for SolveOptions {
             time_limit: Duration::from_secs(1),
             capacity: None,
             seed: 0,
+            threads: 0,
             progress: None,
         }
     }
@@ -66,6 +73,7 @@ impl std::fmt::Debug for SolveOptions {
             .field("time_limit", &self.time_limit)
             .field("capacity", &self.capacity)
             .field("seed", &self.seed)
+            .field("threads", &self.threads)
             .field("progress", &self.progress.is_some())
             .finish()
     }
@@ -81,112 +89,117 @@ pub struct Solution {
     pub best_peak: u64,
     /// The max-load lower bound, in bytes.
     pub lower_bound: u64,
-    /// Peak of greedy by size, the baseline, in bytes.
+    /// Peak of greedy by size, the baseline, in bytes. When the time limit stopped greedy before
+    /// it finished (`greedy_finished` false: very large inputs under a short limit), the peak of
+    /// the sweep-line best-fit plan that stood in for it.
     pub greedy_peak: u64,
-    /// With a capacity: `Some(true)` a plan fits, `Some(false)` proved that none does, `None`
-    /// undecided when time ran out. Without a capacity: `Some(true)`.
+    /// Whether greedy by size ran to completion within the time limit.
+    pub greedy_finished: bool,
+    /// Three states. With a capacity: `Some(true)` a plan fits, `Some(false)` proved that none
+    /// does (see `infeasible_reason`), `None` undecided when time ran out. Without a capacity:
+    /// `Some(true)`.
     pub feasible: Option<bool>,
+    /// Why no plan fits the capacity, when `feasible` is `Some(false)`.
+    pub infeasible_reason: Option<String>,
     /// Whether the returned peak is proved minimal (it equals the lower bound, or the exact search
     /// proved every smaller capacity infeasible).
     pub proved_optimal: bool,
     /// The heuristic or search that produced the plan.
     pub algorithm: String,
+    /// Portfolio threads used.
+    pub threads: usize,
     /// Wall time spent.
     pub elapsed: Duration,
 }
 
-/// Plans `buffers`: the greedy baseline, then the heuristic portfolio, then the exact search, all
-/// within `opts.time_limit`.
+/// Plans `buffers`: a fast baseline, then the portfolio (exact provers and heuristic workers in
+/// parallel, from the start), all within `opts.time_limit`.
 ///
-/// Never worse than [`super::greedy_by_size`]; every returned plan has passed [`verify`]. With a
-/// capacity it stops as soon as a plan fits (or proves that none can: a live set above the capacity,
-/// or a completed exact search). Without one it runs the heuristics for a share of the budget
-/// (all of it above [`EXACT_MAX_BUFFERS`] buffers), then lowers the peak by decision searches at
-/// the lower bound first, then by bisection, until the budget is spent or optimality is proved.
+/// Never worse than [`super::greedy_by_size`] when that finishes within the limit; every returned
+/// plan has passed [`verify`]. Stops early when the peak reaches the lower bound, when a capacity
+/// is proved infeasible (a live set above it, or an exhausted exact search), or when the exact
+/// search proves every smaller peak infeasible. The exact search runs on instances of at most
+/// [`EXACT_MAX_BUFFERS`] buffers.
 ///
 /// # Errors
-/// The validation errors of [`verify`] for invalid buffers; an internal verification failure is
-/// returned, never hidden.
+/// The validation errors of [`verify`] for invalid buffers, [`crate::Error::PlanTooLarge`] when
+/// offsets could overflow `u64`; an internal verification failure is returned, never hidden.
 pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
     let started = Instant::now();
     validate(buffers)?;
-    let lb = lower_bound(buffers);
-    // The final `verify` is an O(n log n) sweep like the bound's: keep three times the bound's cost
-    // in reserve so that it fits in the budget too.
+    let (lb, lb_time) = peak_load(buffers);
+    // The final `verify` is an O(n log n) sweep like validation and the bound: keep three times
+    // their cost in reserve so that it fits in the budget too.
     let reserve = started.elapsed() * 3;
     let deadline = started + opts.time_limit.saturating_sub(reserve);
-    let greedy = greedy_unchecked(buffers);
-    let greedy_peak = greedy.peak;
-    let progress = |phase: String, best: u64| {
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |t| t.get()),
+        t => t,
+    };
+    let progress = |phase: &str, best: u64| {
         if let Some(p) = &opts.progress {
             p(&Progress {
                 elapsed: started.elapsed(),
                 best_peak: best,
                 lower_bound: lb,
-                phase,
+                phase: phase.to_string(),
             });
         }
     };
+    let sweep = sweep_best_fit(buffers);
     let mut best = Incumbent {
-        offsets: greedy.offsets,
-        peak: greedy.peak,
-        algorithm: "greedy by size".into(),
+        offsets: sweep.offsets,
+        peak: sweep.peak,
+        algorithm: "sweep-line best fit".into(),
     };
-    let target = opts.capacity.unwrap_or(lb).max(lb);
-    let exact_ok = buffers.len() <= EXACT_MAX_BUFFERS;
-    let mut feasible = opts.capacity.map(|_| None).unwrap_or(Some(true));
-    let mut proved_optimal = best.peak == lb;
-
-    if opts.capacity.is_some_and(|c| lb > c) {
+    // Greedy's set-up (an occupancy tree, a sort) is skipped when no time is left for it.
+    let greedy = if Instant::now() < deadline {
+        Squeezer::new(buffers).place(&size_order(buffers), Fit::Best, u64::MAX, Some(deadline))
+    } else {
+        Err(Stop::Deadline)
+    };
+    let (greedy_peak, greedy_finished) = match greedy {
+        Ok((offsets, peak)) => {
+            if peak <= best.peak {
+                best = Incumbent {
+                    offsets,
+                    peak,
+                    algorithm: "greedy by size".into(),
+                };
+            }
+            (peak, true)
+        }
+        Err(_) => (best.peak, false),
+    };
+    progress("baseline", best.peak);
+    let mut feasible = opts
+        .capacity
+        .map_or(Some(true), |c| (best.peak <= c).then_some(true));
+    let mut infeasible_reason = None;
+    let mut proved_bound = lb;
+    if let Some(cap) = opts.capacity
+        && lb > cap
+    {
         // A live set exceeds the capacity: proved infeasible without search.
         feasible = Some(false);
-    } else if best.peak > target {
-        progress("heuristics".into(), best.peak);
-        let share = if exact_ok {
-            opts.time_limit / 4
-        } else {
-            opts.time_limit
-        };
-        let mut report =
-            |inc: &Incumbent| progress(format!("heuristics: {}", inc.algorithm), inc.peak);
-        best = improve(
+        infeasible_reason = Some(format!(
+            "the buffers live at time {lb_time} need {lb} bytes together"
+        ));
+    } else if best.peak > lb && Instant::now() < deadline {
+        let task = Task {
             buffers,
-            best,
-            target,
-            (started + share).min(deadline),
-            opts.seed,
-            &mut report,
-        );
-        proved_optimal = best.peak == lb;
-        if exact_ok && best.peak > target {
-            match opts.capacity {
-                Some(cap) => {
-                    progress(format!("exact search at capacity {cap}"), best.peak);
-                    match decide(buffers, cap, deadline) {
-                        Outcome::Found(offsets) => {
-                            let plan = Plan::from_offsets(buffers, offsets);
-                            best = Incumbent {
-                                offsets: plan.offsets,
-                                peak: plan.peak,
-                                algorithm: "exact search".into(),
-                            };
-                        }
-                        Outcome::Infeasible => feasible = Some(false),
-                        Outcome::Timeout => {}
-                    }
-                }
-                None => {
-                    let (b, optimal) = minimise(buffers, best, lb, deadline, &progress);
-                    best = b;
-                    proved_optimal = optimal;
-                }
-            }
-        }
-    }
-    if let Some(cap) = opts.capacity
-        && best.peak <= cap
-    {
-        feasible = Some(true);
+            lower_bound: lb,
+            capacity: opts.capacity,
+            exact: buffers.len() <= EXACT_MAX_BUFFERS,
+            deadline,
+            seed: opts.seed,
+            threads,
+        };
+        let verdict = portfolio::run(&task, best, &progress);
+        best = verdict.best;
+        feasible = verdict.feasible;
+        infeasible_reason = verdict.infeasible_reason;
+        proved_bound = verdict.proved_bound;
     }
     let plan = Plan {
         offsets: best.offsets,
@@ -199,54 +212,12 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         plan: fits.then_some(plan),
         lower_bound: lb,
         greedy_peak,
+        greedy_finished,
         feasible,
-        proved_optimal: proved_optimal || (feasible == Some(true) && best.peak == lb),
+        infeasible_reason,
+        proved_optimal: best.peak <= proved_bound,
         algorithm: best.algorithm,
+        threads,
         elapsed: started.elapsed(),
     })
-}
-
-/// Lowers the peak with decision searches: at the lower bound first (perfect packings are common
-/// and cheapest to confirm), then by bisection on `[lo, best - 1]`. Each probe gets half of the
-/// remaining time. Returns the incumbent and whether it is proved optimal.
-fn minimise(
-    buffers: &[Buffer],
-    mut best: Incumbent,
-    lb: u64,
-    deadline: Instant,
-    progress: &dyn Fn(String, u64),
-) -> (Incumbent, bool) {
-    let (mut lo, mut hi) = (lb, best.peak - 1);
-    let mut undecided = false;
-    let mut first = true;
-    while lo <= hi {
-        let now = Instant::now();
-        if now >= deadline {
-            return (best, false);
-        }
-        let mid = if first { lo } else { lo + (hi - lo) / 2 };
-        first = false;
-        progress(format!("exact search at capacity {mid}"), best.peak);
-        match decide(buffers, mid, now + (deadline - now) / 2) {
-            Outcome::Found(offsets) => {
-                let plan = Plan::from_offsets(buffers, offsets);
-                hi = plan.peak.min(mid) - 1;
-                best = Incumbent {
-                    offsets: plan.offsets,
-                    peak: plan.peak,
-                    algorithm: "exact search".into(),
-                };
-                progress("exact search: improved".into(), best.peak);
-                if best.peak == lb {
-                    return (best, true);
-                }
-            }
-            Outcome::Infeasible => lo = mid + 1,
-            Outcome::Timeout => {
-                undecided = true;
-                lo = mid + 1;
-            }
-        }
-    }
-    (best, !undecided)
 }

@@ -196,3 +196,77 @@ fn greedy_uses_the_gap_below_the_lowest_block() {
     assert_eq!(plan.offsets, vec![0, 0, 8, 6]);
     assert_eq!(plan.peak, 14);
 }
+
+#[test]
+fn huge_buffers_never_alive_together_plan_at_offset_zero() {
+    // Regression: the padded total of all buffers (2^64) was refused although the two never
+    // overlap in time and each fits in u64 on its own.
+    let b = [Buffer::new(0, 1, 1 << 63), Buffer::new(1, 2, 1 << 63)];
+    let s = solve(&b, &SolveOptions::default()).unwrap();
+    assert_eq!(s.plan.unwrap().offsets, vec![0, 0]);
+    assert_eq!((s.best_peak, s.proved_optimal), (1 << 63, true));
+}
+
+#[test]
+fn conflicting_huge_buffers_are_refused_with_the_exact_total() {
+    let b = [Buffer::new(0, 2, 1 << 63), Buffer::new(1, 3, 1 << 63)];
+    match solve(&b, &SolveOptions::default()) {
+        Err(crate::Error::PlanTooLarge {
+            buffers,
+            padded_total,
+            limit,
+        }) => {
+            assert_eq!((buffers, padded_total), (2, 1u128 << 64));
+            assert_eq!(limit, crate::plan::PLAN_OFFSET_LIMIT);
+            let msg = solve(&b, &SolveOptions::default()).unwrap_err().to_string();
+            assert!(msg.contains("18446744073709551616"), "{msg}");
+        }
+        other => panic!("expected PlanTooLarge, got {other:?}"),
+    }
+}
+
+#[test]
+fn infeasible_capacity_says_why() {
+    let b = [Buffer::new(0, 2, 5), Buffer::new(1, 3, 5)];
+    let s = solve(
+        &b,
+        &SolveOptions {
+            capacity: Some(9),
+            ..SolveOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(s.feasible, Some(false));
+    assert_eq!(
+        s.infeasible_reason.as_deref(),
+        Some("the buffers live at time 1 need 10 bytes together")
+    );
+}
+
+#[test]
+fn results_do_not_depend_on_thread_timing() {
+    // Lockstep epochs: the same seed and thread count give the same plan on every run.
+    let desc = crate::plan::PackingDesc {
+        count: 60,
+        capacity: 1 << 16,
+        horizon: 400,
+        grid: 64,
+        family: crate::plan::PackingFamily::Pinwheel,
+        seed: 11,
+    };
+    let (b, _) = desc.generate();
+    for threads in [1, 2, 3] {
+        let opts = SolveOptions {
+            time_limit: Duration::from_secs(30),
+            threads,
+            ..SolveOptions::default()
+        };
+        let first = solve(&b, &opts).unwrap();
+        assert!(first.proved_optimal, "{first:?}");
+        for _ in 0..3 {
+            let again = solve(&b, &opts).unwrap();
+            assert_eq!(again.plan, first.plan, "threads {threads}");
+            assert_eq!(again.algorithm, first.algorithm);
+        }
+    }
+}

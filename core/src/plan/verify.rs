@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Buffer, Plan, validate};
+use super::{Buffer, Plan, check_buffers};
 use crate::{Error, Result};
 
 /// Checks that `plan` is a valid placement of `buffers`.
@@ -21,7 +21,7 @@ use crate::{Error, Result};
 ///   buffers (the message names both indices, their lifetimes and byte ranges);
 /// - [`Error::OutOfBounds`] when a buffer ends beyond the capacity.
 pub fn verify(buffers: &[Buffer], plan: &Plan, capacity: Option<u64>) -> Result<()> {
-    validate(buffers)?;
+    check_buffers(buffers)?;
     if plan.offsets.len() != buffers.len() {
         return Err(Error::SizeMismatch {
             what: "plan offsets (one per buffer)".into(),

@@ -1,6 +1,7 @@
-//! Guard margins (debug): a known byte pattern before and after each allocation, written when the
-//! allocation is handed out and checked when it is freed, so a kernel or copy that writes past
-//! either end is reported with the allocation's label instead of silently corrupting a neighbour.
+//! Guard margins (debug), as an adaptor ([`Guarded`]) around any pool: a known byte pattern before
+//! and after each allocation, written when the allocation is handed out and checked when it is
+//! freed, so a kernel or copy that writes past either end is reported with the allocation's label
+//! instead of silently corrupting a neighbour (VMA's corruption detection).
 //!
 //! Layout of a guarded region: `[front margin][data][back margin]`; the front margin is the back
 //! margin rounded up to the allocation's alignment. Host-visible memory is written and read through
@@ -8,19 +9,55 @@
 //! copy (fill) and a device copy into a temporary `Readback` block (check). The staged path costs a
 //! block allocation and a wait per margin: guard margins are a debug tool.
 
-use crate::Result;
-use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind, Ticket};
+use crate::pool::arena::round_up;
+use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
+use crate::pool::slots::Handle;
+use crate::{Error, Result};
+
+/// How margins are written and read: the backend, whether the blocks can be mapped, and where
+/// temporary staging blocks wait to be returned when they cannot be returned at once.
+struct Io<'a> {
+    backend: &'a dyn Backend,
+    mapped: bool,
+    orphans: &'a Mutex<Vec<(BlockId, Ticket)>>,
+}
+
+impl Io<'_> {
+    /// Returns a temporary block once `after` (the copy that used it; `DONE` when it finished or
+    /// none was queued) completes. A block still in use (its wait failed) or one the backend
+    /// refuses is kept for a later try: never freed under in-flight work, never leaked, and never
+    /// failing a margin operation that already succeeded.
+    fn free_staging(&self, block: BlockId, after: Ticket) {
+        if after != Ticket::DONE || self.backend.free_block(block).is_err() {
+            self.orphans
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((block, after));
+        }
+    }
+
+    /// Returns the kept blocks whose work has completed. Polls, never waits.
+    fn retry_orphans(&self) {
+        let mut o = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
+        if o.is_empty() {
+            return;
+        }
+        let Ok(done) = self.backend.completed() else {
+            return;
+        };
+        o.retain(|(b, t)| *t > done || self.backend.free_block(*b).is_err());
+    }
+}
 
 /// Writes `bytes` at `offset` of `block`: mapped when `mapped`, else through a temporary upload
 /// block and a device copy (waited for, so the temporary block can go).
-fn write(
-    backend: &dyn Backend,
-    block: BlockId,
-    offset: u64,
-    bytes: &[u8],
-    mapped: bool,
-) -> Result<()> {
-    if mapped {
+fn write(io: &Io<'_>, block: BlockId, offset: u64, bytes: &[u8]) -> Result<()> {
+    let backend = io.backend;
+    if io.mapped {
         return backend.write_mapped(block, offset, bytes);
     }
     let size = bytes.len() as u64;
@@ -29,6 +66,7 @@ fn write(
         size,
         label: "tensormem guard margin (upload)",
     })?;
+    let mut queued = Ticket::DONE;
     let result = backend.write_mapped(staging, 0, bytes).and_then(|()| {
         let t = backend.copy(
             BlockRange {
@@ -42,22 +80,18 @@ fn write(
                 size,
             },
         )?;
+        queued = t;
         backend.wait(t)
     });
-    backend.free_block(staging)?;
+    io.free_staging(staging, if result.is_ok() { Ticket::DONE } else { queued });
     result
 }
 
 /// Reads `out.len()` bytes at `offset` of `block`: mapped when `mapped`, else through a device
 /// copy into a temporary readback block. Device work enqueued earlier is ordered before the copy.
-fn read(
-    backend: &dyn Backend,
-    block: BlockId,
-    offset: u64,
-    out: &mut [u8],
-    mapped: bool,
-) -> Result<()> {
-    if mapped {
+fn read(io: &Io<'_>, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
+    let backend = io.backend;
+    if io.mapped {
         return backend.read_mapped(block, offset, out);
     }
     let size = out.len() as u64;
@@ -66,6 +100,7 @@ fn read(
         size,
         label: "tensormem guard margin (readback)",
     })?;
+    let mut queued = Ticket::DONE;
     let result = backend
         .copy(
             BlockRange {
@@ -79,9 +114,13 @@ fn read(
                 size,
             },
         )
-        .and_then(|t| backend.wait(t))
+        .and_then(|t| {
+            queued = t;
+            backend.wait(t)
+        })
+        .map(|()| queued = Ticket::DONE)
         .and_then(|()| backend.read_mapped(staging, 0, out));
-    backend.free_block(staging)?;
+    io.free_staging(staging, queued);
     result
 }
 
@@ -89,56 +128,41 @@ fn read(
 pub const GUARD_PATTERN: u8 = 0xFD;
 
 /// Fills the margins of `region` (offset and size in the block, in bytes) around the data at
-/// `[front, front + size)`; `mapped` says whether the block is host-visible.
+/// `[front, front + size)`.
 ///
 /// # Errors
 /// Backend errors from the mapped or staged writes.
-pub(crate) fn fill(
-    backend: &dyn Backend,
-    block: BlockId,
-    region: (u64, u64),
-    front: u64,
-    size: u64,
-    mapped: bool,
-) -> Result<()> {
+fn fill(io: &Io<'_>, block: BlockId, region: (u64, u64), front: u64, size: u64) -> Result<()> {
     let (offset, total) = region;
     let back = total - front - size;
     let pattern = vec![GUARD_PATTERN; front.max(back) as usize];
     if front > 0 {
-        write(backend, block, offset, &pattern[..front as usize], mapped)?;
+        write(io, block, offset, &pattern[..front as usize])?;
     }
     if back > 0 {
-        write(
-            backend,
-            block,
-            offset + front + size,
-            &pattern[..back as usize],
-            mapped,
-        )?;
+        write(io, block, offset + front + size, &pattern[..back as usize])?;
     }
     Ok(())
 }
 
 /// Checks the margins of `region` (offset and size in the block, in bytes). `Ok(Some(description))`
-/// says how far the damage reaches (the back margin is checked first); `mapped` says whether the
-/// block is host-visible.
+/// says how far the damage reaches (the back margin is checked first).
 ///
 /// # Errors
 /// Backend errors from the mapped or staged reads.
-pub(crate) fn check(
-    backend: &dyn Backend,
+fn check(
+    io: &Io<'_>,
     block: BlockId,
     region: (u64, u64),
     front: u64,
     size: u64,
-    mapped: bool,
 ) -> Result<Option<String>> {
     let (offset, total) = region;
     let back = total - front - size;
     let mut buf = vec![0u8; front.max(back) as usize];
     if back > 0 {
         let b = &mut buf[..back as usize];
-        read(backend, block, offset + front + size, b, mapped)?;
+        read(io, block, offset + front + size, b)?;
         if let Some(i) = b.iter().rposition(|&x| x != GUARD_PATTERN) {
             return Ok(Some(format!(
                 "guard bytes overwritten up to {} byte(s) past the end",
@@ -148,7 +172,7 @@ pub(crate) fn check(
     }
     if front > 0 {
         let b = &mut buf[..front as usize];
-        read(backend, block, offset, b, mapped)?;
+        read(io, block, offset, b)?;
         if let Some(i) = b.iter().position(|&x| x != GUARD_PATTERN) {
             return Ok(Some(format!(
                 "guard bytes overwritten from {} byte(s) before the start",
@@ -157,6 +181,251 @@ pub(crate) fn check(
         }
     }
     Ok(None)
+}
+
+/// Where the data sits in a guarded region: after `front` margin bytes, `size` bytes long.
+#[derive(Copy, Clone, Debug)]
+struct Layout {
+    front: u64,
+    size: u64,
+}
+
+/// Guard margins of `margin` bytes around every allocation of the pool below. See the module doc.
+///
+/// Margins count in the inner pool's `in_use`. A free waits for the allocation's last use (the
+/// margins can only be judged once the work that used it is done): a debug tool.
+pub struct Guarded<P> {
+    inner: P,
+    backend: Arc<dyn Backend>,
+    /// Back margin in bytes (the requested margin rounded to the copy alignment).
+    back: u64,
+    copy_align: u64,
+    /// Alignment the inner pool gives at least: the front margin keeps the data on it.
+    base_align: u64,
+    /// Whether the blocks can be mapped (else margins are staged through copies).
+    mapped: bool,
+    layouts: Mutex<HashMap<Handle, Layout>>,
+    /// Temporary staging blocks not yet returned, with the ticket they wait for (retried, by
+    /// polling, on every call).
+    orphans: Mutex<Vec<(BlockId, Ticket)>>,
+}
+
+impl<P: DevicePool> Guarded<P> {
+    /// Guards `inner`, whose blocks are of `kind` on `backend`, with `margin` bytes each side.
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`] for a zero margin (leave the adaptor out instead).
+    pub fn new(inner: P, backend: Arc<dyn Backend>, kind: MemoryKind, margin: u64) -> Result<Self> {
+        let caps = backend.capabilities();
+        let copy_align = caps.copy_align.max(1).next_power_of_two();
+        let back = round_up(margin, copy_align)
+            .filter(|b| *b > 0)
+            .ok_or(Error::ZeroSize {
+                what: "guard margin",
+            })?;
+        let base_align = match kind {
+            MemoryKind::DeviceLocal => caps.binding_align.max(1).next_power_of_two(),
+            _ => 1,
+        }
+        .max(copy_align);
+        let mapped = kind != MemoryKind::DeviceLocal || caps.device_host_visible;
+        Ok(Guarded {
+            inner,
+            backend,
+            back,
+            copy_align,
+            base_align,
+            mapped,
+            layouts: Mutex::new(HashMap::new()),
+            orphans: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn io(&self) -> Io<'_> {
+        let io = Io {
+            backend: self.backend.as_ref(),
+            mapped: self.mapped,
+            orphans: &self.orphans,
+        };
+        if !self.mapped {
+            io.retry_orphans();
+        }
+        io
+    }
+
+    fn layouts(&self) -> MutexGuard<'_, HashMap<Handle, Layout>> {
+        self.layouts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn layout(&self, handle: Handle) -> Option<Layout> {
+        self.layouts().get(&handle).copied()
+    }
+}
+
+impl<P: DevicePool> DevicePool for Guarded<P> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
+        if size == 0 || align == 0 {
+            // The inner pool reports the bad request.
+            return self.inner.allocate(size, align, label);
+        }
+        let too_large = || Error::TooLarge {
+            what: "allocation",
+            requested: size,
+            limit: u64::MAX,
+            limit_name: "u64 byte count with guard margins",
+        };
+        let data = round_up(size, self.copy_align).ok_or_else(too_large)?;
+        let front = round_up(self.back, align.max(self.base_align)).ok_or_else(too_large)?;
+        let total = data
+            .checked_add(front)
+            .and_then(|t| t.checked_add(self.back))
+            .ok_or_else(too_large)?;
+        let a = self.inner.allocate(total, align, label)?;
+        // Work the pools below queued on the region (a zero fill) must land before the margins
+        // are written through mapping; staged writes are queue-ordered after it anyway.
+        let pending = match self.inner.last_use(a.handle) {
+            Ok(t) if self.mapped && t != Ticket::DONE => self.backend.wait(t),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        };
+        let filled = pending.and_then(|()| {
+            fill(
+                &self.io(),
+                a.range.block,
+                (a.range.offset, total),
+                front,
+                data,
+            )
+        });
+        if let Err(e) = filled {
+            // Nothing was handed out: undo the carve (issue 12, defect 5).
+            self.inner.cancel(a.handle)?;
+            return Err(e);
+        }
+        self.layouts()
+            .insert(a.handle, Layout { front, size: data });
+        Ok(Allocation {
+            handle: a.handle,
+            range: BlockRange {
+                block: a.range.block,
+                offset: a.range.offset + front,
+                size: data,
+            },
+        })
+    }
+
+    fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
+        let Some(layout) = self.layout(handle) else {
+            // Not ours (stale, foreign, double free): the inner pool says which.
+            return self.inner.free_after(handle, ticket);
+        };
+        // Everything that can fail comes before the free: on error the allocation stays live.
+        let region = self.inner.resolve(handle)?;
+        let label = self.inner.label(handle)?;
+        self.backend
+            .wait(ticket.max(self.inner.last_use(handle)?))?;
+        let damage = check(
+            &self.io(),
+            region.block,
+            (region.offset, region.size),
+            layout.front,
+            layout.size,
+        )?;
+        self.inner.free_after(handle, ticket)?;
+        self.layouts().remove(&handle);
+        match damage {
+            Some(what) => Err(Error::Corruption(format!(
+                "{what} of allocation '{label}' ({} bytes) in the {} pool",
+                layout.size,
+                self.inner.name()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn cancel(&self, handle: Handle) -> Result<()> {
+        self.inner.cancel(handle)?;
+        self.layouts().remove(&handle);
+        Ok(())
+    }
+
+    fn resolve(&self, handle: Handle) -> Result<BlockRange> {
+        let r = self.inner.resolve(handle)?;
+        Ok(match self.layout(handle) {
+            Some(l) => BlockRange {
+                block: r.block,
+                offset: r.offset + l.front,
+                size: l.size,
+            },
+            None => r,
+        })
+    }
+
+    fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
+        self.inner.mark_used(handle, ticket)
+    }
+
+    fn last_use(&self, handle: Handle) -> Result<Ticket> {
+        self.inner.last_use(handle)
+    }
+
+    fn label(&self, handle: Handle) -> Result<String> {
+        self.inner.label(handle)
+    }
+
+    fn reclaim(&self) -> Result<()> {
+        self.inner.reclaim()
+    }
+
+    fn trim(&self) -> Result<u64> {
+        self.inner.trim()
+    }
+
+    fn stats(&self) -> PoolStats {
+        self.inner.stats()
+    }
+
+    fn live_allocations(&self) -> Vec<LiveAllocation> {
+        self.inner.live_allocations()
+    }
+
+    fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
+        self.inner.set_listener(listener)
+    }
+
+    fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.inner.check_invariants()?;
+        let live = self.inner.live_allocations().len();
+        let guarded = self.layouts().len();
+        if guarded > live {
+            return Err(format!(
+                "{guarded} guard layouts for {live} live allocations"
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<P> Drop for Guarded<P> {
+    fn drop(&mut self) {
+        let orphans = self
+            .orphans
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Blocks still waiting for a copy: let everything finish before returning them.
+        if orphans.iter().any(|(_, t)| *t != Ticket::DONE) {
+            if let Ok(t) = self.backend.flush() {
+                let _ = self.backend.wait(t);
+            }
+        }
+        for (b, _) in orphans.drain(..) {
+            let _ = self.backend.free_block(b);
+        }
+    }
 }
 
 #[cfg(test)]

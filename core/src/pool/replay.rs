@@ -9,6 +9,10 @@
 //! shape) diverges: from there the step is served by the dynamic pool, without error. When a new
 //! sequence repeats, it is re-planned and the old arena returned.
 //!
+//! A `ReplayPool` is itself a [`DevicePool`], so a [`Runtime`](crate::Runtime) can use it
+//! ([`Runtime::with_pool`](crate::Runtime::with_pool)): allocations made outside a step are served
+//! by the dynamic pool and recorded nowhere.
+//!
 //! Handles carry a generation like every pool handle: a double free or a stale use is an error.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -16,34 +20,33 @@ use std::time::Duration;
 
 use crate::backend::{BlockRange, Ticket};
 use crate::plan::replay::{Recorder, RepeatDetector, ReplayPlan, Replayer, Step};
-use crate::pool::arena::{Allocation, ArenaPool};
+use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
 use crate::pool::slots::{Handle, Slots, next_pool_id};
 use crate::{Error, Result};
 
 /// Where one replay allocation's bytes came from.
 #[derive(Copy, Clone, Debug)]
 enum Source {
-    /// The planned arena, allocation `ordinal` of the plan, during step `step`.
-    Planned { ordinal: u32, step: u64 },
+    /// The planned arena, allocation `ordinal` of the plan, during step `step`, at `offset` bytes
+    /// into the arena.
+    Planned {
+        ordinal: u32,
+        step: u64,
+        offset: u64,
+    },
     /// The dynamic pool.
     Dynamic(Handle),
 }
 
-#[derive(Copy, Clone, Debug)]
+#[derive(Clone, Debug)]
 struct Entry {
     source: Source,
-    /// Step that made the allocation, and its ordinal in that step's recording.
+    /// Step that made the allocation, and its ordinal in that step's recording (`None` outside a
+    /// step).
     step: u64,
-    recorded: u32,
-}
-
-/// A live allocation of a [`ReplayPool`].
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct ReplayAllocation {
-    /// The owning handle.
-    pub handle: Handle,
-    /// Where the bytes are.
-    pub range: BlockRange,
+    recorded: Option<u32>,
+    size: u64,
+    label: String,
 }
 
 /// Counters of a [`ReplayPool`].
@@ -83,9 +86,9 @@ struct State {
     stats: ReplayStats,
 }
 
-/// Record-and-replay over an [`ArenaPool`]. See the module doc. `Send + Sync`.
+/// Record-and-replay over a dynamic pool. See the module doc. `Send + Sync`.
 pub struct ReplayPool {
-    pool: Arc<ArenaPool>,
+    pool: Arc<dyn DevicePool>,
     plan_time_limit: Duration,
     state: Mutex<State>,
 }
@@ -93,7 +96,7 @@ pub struct ReplayPool {
 impl ReplayPool {
     /// A replay pool drawing its arena and its dynamic allocations from `pool`. `plan_time_limit`
     /// bounds the planner per compiled sequence.
-    pub fn new(pool: Arc<ArenaPool>, plan_time_limit: Duration) -> Self {
+    pub fn new(pool: Arc<dyn DevicePool>, plan_time_limit: Duration) -> Self {
         ReplayPool {
             pool,
             plan_time_limit,
@@ -130,17 +133,24 @@ impl ReplayPool {
         Ok(())
     }
 
-    /// Allocates `size` bytes aligned to `align`: from the plan while the step follows it, else
-    /// from the dynamic pool.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] outside a step; the dynamic pool's errors.
-    pub fn allocate(&self, size: u64, align: u64, label: &str) -> Result<ReplayAllocation> {
+    fn allocate_entry(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
         let mut st = self.lock();
         if !st.in_step {
-            return Err(Error::invalid("allocate outside begin_step/end_step"));
+            let a = self.pool.allocate(size, align, label)?;
+            st.stats.dynamic += 1;
+            let step = st.step;
+            let handle = st.slots.insert(Entry {
+                source: Source::Dynamic(a.handle),
+                step,
+                recorded: None,
+                size: a.range.size,
+                label: label.to_string(),
+            });
+            return Ok(Allocation {
+                handle,
+                range: a.range,
+            });
         }
-        let recorded = st.recorder.allocate(size, align)?;
         let step = match st.replayer.as_mut() {
             Some(r) => r.allocate(size, align),
             None => Step::Diverged,
@@ -148,65 +158,53 @@ impl ReplayPool {
         let arena = st.planned.as_ref().map(|p| p.arena);
         let (source, range) = match (step, arena) {
             (Step::Planned { ordinal, offset }, Some(arena)) => {
-                st.stats.planned += 1;
                 let base = self.pool.resolve(arena.handle)?;
                 let range = BlockRange {
                     block: base.block,
                     offset: base.offset + offset,
                     size,
                 };
-                (
-                    Source::Planned {
-                        ordinal,
-                        step: st.step,
-                    },
-                    range,
-                )
+                let source = Source::Planned {
+                    ordinal,
+                    step: st.step,
+                    offset,
+                };
+                (source, range)
             }
             _ => {
                 let a = self.pool.allocate(size, align, label)?;
-                st.stats.dynamic += 1;
                 (Source::Dynamic(a.handle), a.range)
             }
         };
+        // Recorded only once it succeeded: a failed allocate leaves the recording as it was.
+        let recorded = match st.recorder.allocate(size, align) {
+            Ok(r) => r,
+            Err(e) => {
+                if let Source::Dynamic(h) = source {
+                    self.pool.cancel(h)?;
+                }
+                return Err(e);
+            }
+        };
+        match source {
+            Source::Planned { .. } => st.stats.planned += 1,
+            Source::Dynamic(_) => st.stats.dynamic += 1,
+        }
         let step = st.step;
         let handle = st.slots.insert(Entry {
             source,
             step,
-            recorded,
+            recorded: Some(recorded),
+            size: range.size,
+            label: label.to_string(),
         });
-        Ok(ReplayAllocation { handle, range })
+        Ok(Allocation { handle, range })
     }
 
-    /// Records that work with `ticket` uses the allocation.
-    ///
-    /// # Errors
-    /// [`Error::StaleHandle`], [`Error::ForeignHandle`].
-    pub fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
+    /// Frees an entry after `ticket`; `cancel` undoes a dynamic allocation instead of freeing it.
+    fn release_entry(&self, handle: Handle, ticket: Ticket, cancel: bool) -> Result<()> {
         let mut st = self.lock();
-        match st.slots.get(handle)?.source {
-            Source::Dynamic(h) => self.pool.mark_used(h, ticket),
-            Source::Planned { .. } => {
-                st.arena_last_use = st.arena_last_use.max(ticket);
-                Ok(())
-            }
-        }
-    }
-
-    /// Frees an allocation. Planned bytes return to the plan (reused by the allocation the plan
-    /// placed there next); dynamic ones to the pool after their last use.
-    ///
-    /// # Errors
-    /// [`Error::DoubleFree`], [`Error::StaleHandle`], [`Error::ForeignHandle`]; a free of a planned
-    /// allocation from an earlier step is [`Error::InvalidArgument`] (planned bytes live for one
-    /// step).
-    pub fn free(&self, handle: Handle) -> Result<()> {
-        let mut st = self.lock();
-        let entry = match st.slots.get(handle) {
-            Ok(e) => *e,
-            // `remove` tells a double free apart from a stale or foreign handle.
-            Err(e) => return Err(st.slots.remove(handle).err().unwrap_or(e)),
-        };
+        let entry = st.slots.get_for_remove(handle)?.clone();
         if let Source::Planned { step, .. } = entry.source {
             if step != st.step || !st.in_step {
                 return Err(Error::invalid(
@@ -214,20 +212,23 @@ impl ReplayPool {
                 ));
             }
         }
+        // The dynamic pool first: if it refuses, nothing here has changed.
+        match entry.source {
+            Source::Dynamic(h) if cancel => self.pool.cancel(h)?,
+            Source::Dynamic(h) => self.pool.free_after(h, ticket)?,
+            Source::Planned { .. } => st.arena_last_use = st.arena_last_use.max(ticket),
+        }
         st.slots.remove(handle)?;
         // A dynamic allocation may outlive its step; its free belongs to no later recording.
-        if entry.step == st.step && st.in_step {
-            st.recorder.free(entry.recorded)?;
+        if let (Some(recorded), true) = (entry.recorded, entry.step == st.step && st.in_step) {
+            st.recorder.free(recorded)?;
         }
-        match entry.source {
-            Source::Planned { ordinal, .. } => {
-                if let Some(r) = st.replayer.as_mut() {
-                    r.free(ordinal);
-                }
-                Ok(())
+        if let Source::Planned { ordinal, .. } = entry.source {
+            if let Some(r) = st.replayer.as_mut() {
+                r.free(ordinal);
             }
-            Source::Dynamic(h) => self.pool.free(h),
         }
+        Ok(())
     }
 
     /// Ends a step. When the step repeated the previous one exactly and is not the sequence already
@@ -279,14 +280,128 @@ impl ReplayPool {
         Ok(())
     }
 
-    /// Counters.
-    pub fn stats(&self) -> ReplayStats {
+    /// Counters of record and replay (the dynamic pool's are [`DevicePool::stats`]).
+    pub fn replay_stats(&self) -> ReplayStats {
         self.lock().stats.clone()
     }
 
     /// The underlying dynamic pool.
-    pub fn pool(&self) -> &Arc<ArenaPool> {
+    pub fn pool(&self) -> &Arc<dyn DevicePool> {
         &self.pool
+    }
+}
+
+/// Allocations inside a step follow the plan when they repeat it (from the dynamic pool
+/// otherwise); allocations outside a step come from the dynamic pool. A planned allocation must be
+/// freed within its step ([`Error::InvalidArgument`] otherwise).
+impl DevicePool for ReplayPool {
+    fn name(&self) -> &str {
+        self.pool.name()
+    }
+
+    fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
+        self.allocate_entry(size, align, label)
+    }
+
+    fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
+        self.release_entry(handle, ticket, false)
+    }
+
+    fn cancel(&self, handle: Handle) -> Result<()> {
+        self.release_entry(handle, Ticket::DONE, true)
+    }
+
+    fn resolve(&self, handle: Handle) -> Result<BlockRange> {
+        let st = self.lock();
+        let entry = st.slots.get(handle)?;
+        match entry.source {
+            Source::Dynamic(h) => self.pool.resolve(h),
+            Source::Planned { offset, .. } => {
+                let arena = st
+                    .planned
+                    .as_ref()
+                    .ok_or_else(|| Error::invalid("internal: planned allocation without a plan"))?;
+                let base = self.pool.resolve(arena.arena.handle)?;
+                Ok(BlockRange {
+                    block: base.block,
+                    offset: base.offset + offset,
+                    size: entry.size,
+                })
+            }
+        }
+    }
+
+    fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
+        let mut st = self.lock();
+        match st.slots.get(handle)?.source {
+            Source::Dynamic(h) => self.pool.mark_used(h, ticket),
+            Source::Planned { .. } => {
+                st.arena_last_use = st.arena_last_use.max(ticket);
+                Ok(())
+            }
+        }
+    }
+
+    fn last_use(&self, handle: Handle) -> Result<Ticket> {
+        let st = self.lock();
+        match st.slots.get(handle)?.source {
+            Source::Dynamic(h) => self.pool.last_use(h),
+            Source::Planned { .. } => Ok(st.arena_last_use),
+        }
+    }
+
+    fn label(&self, handle: Handle) -> Result<String> {
+        Ok(self.lock().slots.get(handle)?.label.clone())
+    }
+
+    fn reclaim(&self) -> Result<()> {
+        self.pool.reclaim()
+    }
+
+    fn trim(&self) -> Result<u64> {
+        self.pool.trim()
+    }
+
+    fn stats(&self) -> PoolStats {
+        self.pool.stats()
+    }
+
+    fn live_allocations(&self) -> Vec<LiveAllocation> {
+        let st = self.lock();
+        let mut v: Vec<_> = st
+            .slots
+            .iter_handles()
+            .map(|(handle, e)| LiveAllocation {
+                handle,
+                label: e.label.clone(),
+                size: e.size,
+            })
+            .collect();
+        v.sort_by_key(|l| std::cmp::Reverse(l.size));
+        v
+    }
+
+    fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
+        self.pool.set_listener(listener)
+    }
+
+    fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.pool.check_invariants()?;
+        let st = self.lock();
+        let dynamic = st
+            .slots
+            .iter()
+            .filter(|e| matches!(e.source, Source::Dynamic(_)))
+            .count();
+        // The dynamic pool holds our dynamic allocations plus the planned arena.
+        let held = self.pool.stats().allocations;
+        let arena = usize::from(st.planned.is_some());
+        if held < dynamic + arena {
+            return Err(format!(
+                "dynamic pool holds {held} allocations for {dynamic} dynamic + {arena} arena"
+            ));
+        }
+        Ok(())
     }
 }
 

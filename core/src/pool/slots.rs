@@ -131,9 +131,9 @@ impl<T> Slots<T> {
             .ok_or_else(|| Error::invalid("slot checked live but empty"))
     }
 
-    /// Removes the value. A handle whose slot was freed under the same generation is a double free;
-    /// one from an older generation is stale.
-    pub(crate) fn remove(&mut self, h: Handle) -> Result<T> {
+    /// The value, checked as [`Slots::remove`] would check it (same errors), without removing it:
+    /// lets a pool validate a free before it changes anything.
+    pub(crate) fn get_for_remove(&self, h: Handle) -> Result<&T> {
         if h.pool == self.pool && (h.slot as usize) < self.slots.len() {
             let s = &self.slots[h.slot as usize];
             if s.value.is_none() && s.generation == h.generation {
@@ -144,8 +144,14 @@ impl<T> Slots<T> {
                 });
             }
         }
-        let i = self.check(h)?;
-        let s = &mut self.slots[i];
+        self.get(h)
+    }
+
+    /// Removes the value. A handle whose slot was freed under the same generation is a double free;
+    /// one from an older generation is stale.
+    pub(crate) fn remove(&mut self, h: Handle) -> Result<T> {
+        self.get_for_remove(h)?;
+        let s = &mut self.slots[h.slot as usize];
         let value = s
             .value
             .take()
@@ -161,6 +167,22 @@ impl<T> Slots<T> {
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
         self.slots.iter().filter_map(|s| s.value.as_ref())
+    }
+
+    /// The live values with the handles that name them.
+    pub(crate) fn iter_handles(&self) -> impl Iterator<Item = (Handle, &T)> {
+        self.slots.iter().enumerate().filter_map(|(i, s)| {
+            s.value.as_ref().map(|v| {
+                (
+                    Handle {
+                        pool: self.pool,
+                        slot: i as u32,
+                        generation: s.generation,
+                    },
+                    v,
+                )
+            })
+        })
     }
 }
 

@@ -8,11 +8,17 @@
 //! [`StagingConfig::max_blocks`], then waits for the oldest work. Blocks beyond
 //! [`StagingConfig::keep_blocks`] that stay idle for [`StagingConfig::idle_trim_after`] are returned
 //! to the backend (wgpu's own `StagingBelt` never shrinks; this one does).
+//!
+//! In a runtime the belt is a member of the [`Budget`]'s pressure path: when a device pool cannot
+//! grow, the belt returns every empty block (even those it would keep); when the driver refuses
+//! the belt a block, it trims itself and asks the runtime's other pools to release idle blocks
+//! before it reports out of memory.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind, Ticket};
+use crate::pool::budget::{Budget, MemberId, Reclaim};
 use crate::suballoc::{Region, RingAllocator};
 use crate::trace::{EventKind, Tracer};
 use crate::{Error, Result};
@@ -89,6 +95,8 @@ pub struct StagingBelt {
     backend: Arc<dyn Backend>,
     config: StagingConfig,
     align: u64,
+    /// The runtime budget this belt is a member of, and its member id (skipped when it asks).
+    pressure: OnceLock<(Arc<Budget>, MemberId)>,
     state: Mutex<State>,
 }
 
@@ -116,6 +124,7 @@ impl StagingBelt {
             backend,
             config,
             align,
+            pressure: OnceLock::new(),
             state: Mutex::new(State {
                 upload: belt(MemoryKind::Upload),
                 readback: belt(MemoryKind::Readback),
@@ -127,6 +136,37 @@ impl StagingBelt {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes the belt ask `budget`'s other members for idle blocks when the driver refuses it one
+    /// (`id`: the belt's own membership, registered by the caller). Only the first call counts.
+    pub fn join(&self, budget: Arc<Budget>, id: MemberId) {
+        let _ = self.pressure.set((budget, id));
+    }
+
+    /// Allocates a belt block; when the driver is out of memory, returns this belt's empty blocks
+    /// and asks the runtime's other pools for theirs, then tries once more.
+    fn alloc_block(&self, st: &mut State, kind: MemoryKind) -> Result<BlockId> {
+        let desc = BlockDesc {
+            kind,
+            size: self.config.block_size,
+            label: "tensormem staging belt",
+        };
+        match self.backend.alloc_block(&desc) {
+            Err(Error::OutOfMemory(report)) => {
+                let own = self.release(st, |_, b| b.ring.is_empty())?;
+                // The belt's lock is held: the budget skips the belt (see `pool::budget`).
+                let others = match self.pressure.get() {
+                    Some((budget, id)) => budget.relieve(Some(*id))?,
+                    None => 0,
+                };
+                if own + others == 0 {
+                    return Err(Error::OutOfMemory(report));
+                }
+                self.backend.alloc_block(&desc)
+            }
+            r => r,
+        }
     }
 
     /// Copies `data` into `dst` (a device range at least `data.len()` bytes, rounded up to the copy
@@ -274,11 +314,12 @@ impl StagingBelt {
                 }
             }
             if n < self.config.max_blocks {
-                let id = self.backend.alloc_block(&BlockDesc {
-                    kind: belt.kind,
-                    size: self.config.block_size,
-                    label: "tensormem staging belt",
-                })?;
+                let kind = belt.kind;
+                let id = self.alloc_block(st, kind)?;
+                let belt = match kind {
+                    MemoryKind::Readback => &mut st.readback,
+                    _ => &mut st.upload,
+                };
                 belt.blocks.push(BeltBlock {
                     id,
                     ring: RingAllocator::new(self.config.block_size)?,
@@ -316,7 +357,8 @@ impl StagingBelt {
         self.release(st, |belt_len, b| {
             b.ring.reclaim(completed.0);
             belt_len > keep && b.ring.is_empty() && now.duration_since(b.last_active) >= idle
-        })
+        })?;
+        Ok(())
     }
 
     /// Returns every empty block beyond `keep_blocks` now, whatever its idle time. Returns the
@@ -336,11 +378,14 @@ impl StagingBelt {
         Ok(before - st.stats.blocks)
     }
 
+    /// Returns the blocks `drop_it` picks (given the belt's length and the block). Returns the bytes
+    /// released; a block the backend refuses to take back stays.
     fn release(
         &self,
         st: &mut State,
         mut drop_it: impl FnMut(usize, &mut BeltBlock) -> bool,
-    ) -> Result<()> {
+    ) -> Result<u64> {
+        let mut released = 0;
         for which in [MemoryKind::Upload, MemoryKind::Readback] {
             let belt = match which {
                 MemoryKind::Readback => &mut st.readback,
@@ -349,8 +394,9 @@ impl StagingBelt {
             let mut i = 0;
             while i < belt.blocks.len() {
                 if drop_it(belt.blocks.len(), &mut belt.blocks[i]) {
+                    self.backend.free_block(belt.blocks[i].id)?;
                     let b = belt.blocks.remove(i);
-                    self.backend.free_block(b.id)?;
+                    released += self.config.block_size;
                     if let Some(t) = &st.tracer {
                         t.record(EventKind::BlockRelease {
                             pool: format!("staging ({})", which.name()),
@@ -367,7 +413,7 @@ impl StagingBelt {
                 }
             }
         }
-        Ok(())
+        Ok(released)
     }
 
     /// Turns tracing of the belt's block reserve and release on (`Some`) or off (`None`).
@@ -383,6 +429,18 @@ impl StagingBelt {
     /// The belt's configuration (after clamping to the device).
     pub fn config(&self) -> &StagingConfig {
         &self.config
+    }
+}
+
+/// Under pressure the belt returns every empty block, those it would keep included.
+impl Reclaim for StagingBelt {
+    fn release_idle(&self) -> Result<u64> {
+        let mut st = self.lock();
+        let completed = self.backend.completed()?;
+        self.release(&mut st, |_, b| {
+            b.ring.reclaim(completed.0);
+            b.ring.is_empty()
+        })
     }
 }
 

@@ -68,10 +68,10 @@ impl Runtime {
         for t in &tensors {
             pool.mark_used(t.allocation().handle, ticket)?;
         }
-        if let Some(tracer) = pool.tracer() {
+        if let Some(tracer) = self.tracer() {
             for (i, t) in tensors.iter().enumerate() {
                 tracer.record(EventKind::Use {
-                    id: pool.trace_id(t.allocation().handle)?,
+                    id: self.trace_id(t.allocation().handle),
                     op: op.name().to_string(),
                     access: if i < inputs.len() {
                         Access::Read

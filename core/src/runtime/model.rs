@@ -272,7 +272,7 @@ impl Model {
         let mut ranges: Vec<Option<BlockRange>> = vec![None; self.places.len()];
         let mut bindings = Vec::with_capacity(4);
         let mut last = Ticket::DONE;
-        let mut tracing = match pool.tracer() {
+        let mut tracing = match self.rt.tracer() {
             Some(t) => Some(NodeTracer::new(self, t)?),
             None => None,
         };
@@ -388,13 +388,13 @@ impl NodeTracer {
                 let s = span[root].get_or_insert((step, step));
                 s.1 = step;
                 if let Some(p) = model.places[root].filter(|p| !p.planned) {
-                    ids[root] = pool.trace_id(p.alloc.handle)?;
+                    ids[root] = model.rt.trace_id(p.alloc.handle);
                 }
             }
         }
         Ok(NodeTracer {
             tracer,
-            pool: format!("{}/planned", pool.config().name),
+            pool: format!("{}/planned", pool.name()),
             ids,
             span,
         })
@@ -411,7 +411,7 @@ impl NodeTracer {
                     size: p.size,
                     offset: p.offset,
                     label: node.label.clone(),
-                    parent: Some(model.rt.device_pool().trace_id(p.alloc.handle)?),
+                    parent: Some(model.rt.trace_id(p.alloc.handle)),
                 });
             }
         }

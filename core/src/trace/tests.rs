@@ -107,7 +107,7 @@ fn backtraces_are_recorded_and_reach_the_leak_report() {
     let t = tracer.snapshot();
     let bt = t.events.iter().find_map(|e| e.backtrace.clone()).unwrap();
     assert!(!bt.is_empty());
-    match rt.device_pool().check_leaks() {
+    match rt.check_leaks() {
         Err(Error::Leak {
             count,
             bytes,
@@ -122,7 +122,7 @@ fn backtraces_are_recorded_and_reach_the_leak_report() {
         other => panic!("{other:?}"),
     }
     rt.free(a).unwrap();
-    rt.device_pool().check_leaks().unwrap();
+    rt.check_leaks().unwrap();
 }
 
 fn sample_trace() -> Trace {
@@ -335,7 +335,7 @@ fn leak_is_reported_with_its_peak_saving() {
     assert!(findings(&tracer, FindingKind::Leak, "b").is_empty());
     // The same allocation through the pool's strict mode.
     assert!(matches!(
-        rt.device_pool().check_leaks(),
+        rt.check_leaks(),
         Err(Error::Leak {
             count: 1,
             bytes: 2048,

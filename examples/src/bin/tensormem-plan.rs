@@ -1,112 +1,205 @@
-//! `tensormem-plan`: plan a DSA instance from CSV and report how close the plan is to optimal.
+//! `tensormem-plan`: plan a DSA instance from CSV and report how close the plan is to optimal;
+//! generate perfect packings and sweep the planner over them.
 //!
 //! ```text
-//! tensormem-plan FILE.csv [--capacity N] [--time-limit SECS] [--seed N]
+//! tensormem-plan FILE.csv [--capacity N] [--time-limit SECS] [--seed N] [--threads N]
 //!                [--out PLAN.csv] [--svg PLAN.svg] [--json]
+//! tensormem-plan sweep [--family F] [--counts 100,150,...] [--seeds 10] [--time-limit SECS] [--json]
+//! tensormem-plan generate --count N [--family F] [--seed N] [-o FILE.csv]
 //! ```
 //! Input is MiniMalloc's CSV `id,lower,upper,size[,alignment][,offset]` (half-open lifetimes). The
-//! tool prints the buffer count, lower bound, peak, peak / lower bound, the greedy-by-size peak,
-//! whether the capacity was met or proved infeasible, and the time taken (`--json`: one object).
-//! If the input carries offsets, they are verified and reported too. Progress of long searches
-//! goes to stderr. Exit status: 0 success, 1 error (bad input, I/O), 2 usage, 3 capacity not met.
+//! planner uses no device, so the tool has no `--backend` or `--timeout`; `--time-limit` bounds the
+//! planning itself. Exit codes are listed in `--help`.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tensormem::plan::{Buffer, Plan, Progress, SolveOptions, parse_csv, solve, verify, write_csv};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tensormem::plan::{
+    Buffer, PackingDesc, PackingFamily, Plan, Progress, Solution, SolveOptions, parse_csv, solve,
+    verify, write_csv,
+};
 use tensormem::{Error, Result};
 
-const USAGE: &str = "usage: tensormem-plan FILE.csv [--capacity N] [--time-limit SECS] [--seed N] \
-                     [--out PLAN.csv] [--svg PLAN.svg] [--json]";
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success (with --capacity: a plan within it was found)
+  1  failure while running: unreadable or malformed input, I/O error
+  2  usage error
+  3  with --capacity: proved that no plan fits (`feasible` is false)
+  4  with --capacity: undecided, the time limit ran out first (`feasible` is null)
 
-struct Args {
-    file: String,
+`feasible` (text and --json) has three states:
+  true   a plan within --capacity was found (always true without --capacity)
+  false  proved that no plan within --capacity exists; `infeasible_reason` says how
+  null   undecided: the time limit ran out before a plan or a proof was found";
+
+/// Plan a static memory layout (Dynamic Storage Allocation) from a CSV instance.
+///
+/// The planner runs exact provers and heuristics in parallel from the start, within the time
+/// limit, and reports the peak against the max-load lower bound and the greedy-by-size baseline.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tensormem-plan",
+    version,
+    after_help = EXIT_CODES,
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    plan: PlanArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Solve generated perfect packings (optimum = capacity) and print solved counts and times.
+    Sweep(SweepArgs),
+    /// Write one generated perfect packing as CSV, with the witness offsets.
+    Generate(GenerateArgs),
+}
+
+#[derive(Debug, Args)]
+struct PlanArgs {
+    /// Instance: `id,lower,upper,size[,alignment][,offset]` per line (offsets, if present, are
+    /// verified and reported).
+    file: Option<String>,
+    /// Decision form: decide whether a plan with peak <= N bytes exists, then lower the peak.
+    #[arg(long, value_name = "N")]
     capacity: Option<u64>,
-    time_limit: Duration,
-    seed: u64,
+    #[command(flatten)]
+    solver: SolverArgs,
+    /// Write the plan as CSV (ids, lifetimes, sizes, offsets).
+    #[arg(long, value_name = "PLAN.csv")]
     out: Option<String>,
+    /// Draw the plan as SVG (time right, address up).
+    #[arg(long, value_name = "PLAN.svg")]
     svg: Option<String>,
+    /// Print one JSON object instead of text; `feasible` is true, false or null (see below).
+    #[arg(long)]
     json: bool,
 }
 
-fn parse_args() -> std::result::Result<Args, String> {
-    let mut args = std::env::args().skip(1);
-    let mut file = None;
-    let mut parsed = Args {
-        file: String::new(),
-        capacity: None,
-        time_limit: Duration::from_secs(10),
-        seed: 0,
-        out: None,
-        svg: None,
-        json: false,
-    };
-    while let Some(a) = args.next() {
-        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
-        match a.as_str() {
-            "--capacity" => {
-                let v = value("--capacity")?;
-                parsed.capacity = Some(
-                    v.parse()
-                        .map_err(|_| format!("--capacity: `{v}` is not a byte count"))?,
-                );
-            }
-            "--time-limit" => {
-                let v = value("--time-limit")?;
-                let secs: f64 = v
-                    .parse()
-                    .map_err(|_| format!("--time-limit: `{v}` is not a number of seconds"))?;
-                parsed.time_limit = Duration::try_from_secs_f64(secs)
-                    .map_err(|_| format!("--time-limit: {secs} is not a valid duration"))?;
-            }
-            "--seed" => {
-                let v = value("--seed")?;
-                parsed.seed = v
-                    .parse()
-                    .map_err(|_| format!("--seed: `{v}` is not an integer"))?;
-            }
-            "--out" => parsed.out = Some(value("--out")?),
-            "--svg" => parsed.svg = Some(value("--svg")?),
-            "--json" => parsed.json = true,
-            "-h" | "--help" => return Err(String::new()),
-            f if f.starts_with('-') => return Err(format!("unknown option `{f}`")),
-            f => {
-                if file.replace(f.to_string()).is_some() {
-                    return Err("more than one input file".into());
-                }
-            }
+#[derive(Debug, Args)]
+struct SolverArgs {
+    /// Wall-clock limit of the planning (parsing excluded), in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = seconds)]
+    time_limit: f64,
+    /// Seed of the randomised heuristics.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Portfolio threads; 0 = every core. Results depend on the count, not on timing.
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Family {
+    /// Random guillotine cuts of the rectangle.
+    Guillotine,
+    /// Long-lived large buffers in some byte bands, short small ones in the others.
+    LongAndShort,
+    /// Guillotine cuts mixed with five-piece pinwheels (non-guillotine).
+    Pinwheel,
+}
+
+impl From<Family> for PackingFamily {
+    fn from(f: Family) -> Self {
+        match f {
+            Family::Guillotine => PackingFamily::Guillotine,
+            Family::LongAndShort => PackingFamily::LongAndShort,
+            Family::Pinwheel => PackingFamily::Pinwheel,
         }
     }
-    parsed.file = file.ok_or("missing input FILE.csv")?;
-    Ok(parsed)
+}
+
+#[derive(Debug, Args)]
+struct ShapeArgs {
+    /// Rectangle height in bytes: the capacity and the optimal peak.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    capacity: u64,
+    /// Rectangle width in time steps.
+    #[arg(long, value_name = "STEPS", default_value_t = 1000)]
+    horizon: u64,
+    /// Byte granularity of sizes and offsets.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
+    grid: u64,
+}
+
+/// The issue's sweep: `sweep` (1000 steps × 1 MiB, 1 KiB grid, n = 100..300, 10 seeds). The
+/// MiniMalloc-style hard sets: `sweep --horizon 1048576 --family pinwheel --counts
+/// 150,200,250,300,350,400,450`.
+#[derive(Debug, Args)]
+struct SweepArgs {
+    /// Families to sweep (repeat or comma-separate).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "guillotine")]
+    family: Vec<Family>,
+    /// Buffer counts.
+    #[arg(long, value_delimiter = ',', default_value = "100,150,200,250,300")]
+    counts: Vec<usize>,
+    /// Seeds per count (0, 1, ...).
+    #[arg(long, default_value_t = 10)]
+    seeds: u64,
+    #[command(flatten)]
+    shape: ShapeArgs,
+    #[command(flatten)]
+    solver: SolverArgs,
+    /// Print one JSON object per row instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct GenerateArgs {
+    /// Number of buffers.
+    #[arg(long)]
+    count: usize,
+    #[arg(long, value_enum, default_value = "guillotine")]
+    family: Family,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[command(flatten)]
+    shape: ShapeArgs,
+    /// Output file (default: stdout).
+    #[arg(short, long, value_name = "FILE.csv")]
+    out: Option<String>,
+}
+
+fn seconds(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    Duration::try_from_secs_f64(v)
+        .map(|_| v)
+        .map_err(|_| format!("{v} is not a valid duration"))
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(msg) => {
-            if msg.is_empty() {
-                println!("{USAGE}");
-                return ExitCode::SUCCESS;
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Some(Command::Sweep(args)) => sweep(&args).map(|()| ExitCode::SUCCESS),
+        Some(Command::Generate(args)) => generate(&args).map(|()| ExitCode::SUCCESS),
+        None => match &cli.plan.file {
+            Some(file) => plan_file(file, &cli.plan),
+            None => {
+                use clap::CommandFactory;
+                Cli::command()
+                    .error(
+                        clap::error::ErrorKind::MissingRequiredArgument,
+                        "an input FILE.csv (or a subcommand) is required",
+                    )
+                    .exit()
             }
-            eprintln!("tensormem-plan: {msg}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        },
     };
-    match run(&args) {
-        Ok(met) => {
-            if met {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(3)
-            }
-        }
-        Err(e) => {
-            eprintln!("tensormem-plan: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    outcome.unwrap_or_else(|e| {
+        eprintln!("tensormem-plan: error: {e}");
+        ExitCode::FAILURE
+    })
 }
 
 fn io_err(path: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -116,10 +209,45 @@ fn io_err(path: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-/// Plans the file; returns whether the capacity (if any) was met.
-fn run(args: &Args) -> Result<bool> {
-    let text = std::fs::read_to_string(&args.file).map_err(io_err(&args.file))?;
-    let inst = parse_csv(&text, &args.file)?;
+/// A spinner on stderr showing the best peak, hidden under `--json` or when stderr is not a
+/// terminal.
+fn spinner(quiet: bool) -> ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() {
+        return ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    }
+    let bar = ProgressBar::new_spinner();
+    if let Ok(style) = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}") {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
+}
+
+fn options(solver: &SolverArgs, capacity: Option<u64>, bar: Option<&ProgressBar>) -> SolveOptions {
+    let progress = bar.map(|bar| {
+        let bar = bar.clone();
+        Arc::new(move |p: &Progress| {
+            bar.set_message(format!(
+                "{}: best peak {} ({:+.4}% over the lower bound)",
+                p.phase,
+                p.best_peak,
+                gap(p.best_peak, p.lower_bound) * 100.0
+            ));
+        }) as Arc<dyn Fn(&Progress) + Send + Sync>
+    });
+    SolveOptions {
+        time_limit: Duration::from_secs_f64(solver.time_limit),
+        capacity,
+        seed: solver.seed,
+        threads: solver.threads,
+        progress,
+    }
+}
+
+/// Plans the file; the exit code says whether the capacity (if any) was met.
+fn plan_file(file: &str, args: &PlanArgs) -> Result<ExitCode> {
+    let text = std::fs::read_to_string(file).map_err(io_err(file))?;
+    let inst = parse_csv(&text, file)?;
     let input_plan = match &inst.offsets {
         Some(offsets) => {
             let plan = Plan::from_offsets(&inst.buffers, offsets.clone());
@@ -128,59 +256,30 @@ fn run(args: &Args) -> Result<bool> {
         }
         None => None,
     };
-    let json = args.json;
-    let progress: Arc<dyn Fn(&Progress) + Send + Sync> = Arc::new(move |p: &Progress| {
-        if p.elapsed >= Duration::from_millis(200) || !json {
-            eprintln!(
-                "[{:7.3} s] {}: best peak {} ({:+.4}% over the lower bound)",
-                p.elapsed.as_secs_f64(),
-                p.phase,
-                p.best_peak,
-                gap(p.best_peak, p.lower_bound) * 100.0
-            );
-        }
-    });
-    let opts = SolveOptions {
-        time_limit: args.time_limit,
-        capacity: args.capacity,
-        seed: args.seed,
-        progress: Some(progress),
-    };
-    let s = solve(&inst.buffers, &opts)?;
-    if let Some(path) = &args.out {
+    let bar = spinner(args.json);
+    let s = solve(
+        &inst.buffers,
+        &options(&args.solver, args.capacity, Some(&bar)),
+    )?;
+    bar.finish_and_clear();
+    for (path, svg) in [(&args.out, false), (&args.svg, true)] {
+        let Some(path) = path else { continue };
         match &s.plan {
             Some(plan) => {
-                let csv = write_csv(&inst.ids, &inst.buffers, Some(&plan.offsets))?;
-                std::fs::write(path, csv).map_err(io_err(path))?;
+                let text = if svg {
+                    draw_svg(&inst.ids, &inst.buffers, plan, s.lower_bound, args.capacity)
+                } else {
+                    write_csv(&inst.ids, &inst.buffers, Some(&plan.offsets))?
+                };
+                std::fs::write(path, text).map_err(io_err(path))?;
             }
             None => eprintln!("tensormem-plan: no plan within the capacity; {path} not written"),
         }
     }
-    if let Some(path) = &args.svg {
-        match &s.plan {
-            Some(plan) => {
-                let svg = draw_svg(&inst.ids, &inst.buffers, plan, s.lower_bound, args.capacity);
-                std::fs::write(path, svg).map_err(io_err(path))?;
-            }
-            None => eprintln!("tensormem-plan: no plan within the capacity; {path} not written"),
-        }
-    }
-    let seconds = s.elapsed.as_secs_f64();
     if args.json {
-        let mut obj = serde_json::json!({
-            "file": args.file,
-            "buffers": inst.buffers.len(),
-            "lower_bound": s.lower_bound,
-            "peak": s.best_peak,
-            "peak_over_lower_bound": ratio(s.best_peak, s.lower_bound),
-            "greedy_peak": s.greedy_peak,
-            "greedy_over_lower_bound": ratio(s.greedy_peak, s.lower_bound),
-            "capacity": args.capacity,
-            "feasible": s.feasible,
-            "proved_optimal": s.proved_optimal,
-            "algorithm": s.algorithm,
-            "seconds": seconds,
-        });
+        let mut obj = solution_json(&s, args.capacity);
+        obj["file"] = file.into();
+        obj["buffers"] = inst.buffers.len().into();
         if let Some((peak, verdict)) = &input_plan {
             obj["input_plan"] = serde_json::json!({
                 "peak": peak,
@@ -190,46 +289,175 @@ fn run(args: &Args) -> Result<bool> {
         }
         println!("{obj}");
     } else {
-        println!("file:           {}", args.file);
-        println!("buffers:        {}", inst.buffers.len());
-        println!("lower bound:    {} bytes", s.lower_bound);
-        println!(
-            "peak:           {} bytes (peak / lower bound = {:.6})",
-            s.best_peak,
-            ratio(s.best_peak, s.lower_bound)
-        );
-        println!(
-            "greedy by size: {} bytes (greedy / lower bound = {:.6}; ours is {:.3}% lower)",
-            s.greedy_peak,
-            ratio(s.greedy_peak, s.lower_bound),
-            (1.0 - s.best_peak as f64 / s.greedy_peak.max(1) as f64) * 100.0
-        );
-        if let Some(cap) = args.capacity {
-            let verdict = match s.feasible {
-                Some(true) => "met",
-                Some(false) => "proved infeasible",
-                None => "undecided (time limit reached)",
-            };
-            println!("capacity:       {cap} bytes: {verdict}");
-        }
-        println!(
-            "optimal:        {}",
-            if s.proved_optimal {
-                "proved"
-            } else {
-                "not proved"
-            }
-        );
-        println!("algorithm:      {}", s.algorithm);
+        print_text(file, inst.buffers.len(), &s, args.capacity);
         if let Some((peak, verdict)) = &input_plan {
             match verdict {
                 Ok(()) => println!("input plan:     valid, peak {peak} bytes"),
                 Err(e) => println!("input plan:     INVALID: {e}"),
             }
         }
-        println!("time:           {seconds:.3} s");
     }
-    Ok(s.plan.is_some())
+    Ok(match (args.capacity, s.feasible) {
+        (Some(_), Some(false)) => ExitCode::from(3),
+        (Some(_), None) => ExitCode::from(4),
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+/// The three states of `feasible`, in words.
+fn decision(s: &Solution, capacity: Option<u64>) -> &'static str {
+    match (capacity, s.feasible) {
+        (None, _) => "not asked (no --capacity)",
+        (Some(_), Some(true)) => "met",
+        (Some(_), Some(false)) => "proved infeasible",
+        (Some(_), None) => "undecided (time limit reached)",
+    }
+}
+
+fn solution_json(s: &Solution, capacity: Option<u64>) -> serde_json::Value {
+    serde_json::json!({
+        "lower_bound": s.lower_bound,
+        "peak": s.best_peak,
+        "peak_over_lower_bound": ratio(s.best_peak, s.lower_bound),
+        "greedy_peak": s.greedy_peak,
+        "greedy_finished": s.greedy_finished,
+        "greedy_over_lower_bound": ratio(s.greedy_peak, s.lower_bound),
+        "capacity": capacity,
+        "feasible": s.feasible,
+        "feasible_states": "true: a plan within capacity was found (always true without one); \
+                            false: proved that none exists (see infeasible_reason); \
+                            null: undecided, the time limit ran out first",
+        "decision": decision(s, capacity),
+        "infeasible_reason": s.infeasible_reason,
+        "proved_optimal": s.proved_optimal,
+        "algorithm": s.algorithm,
+        "threads": s.threads,
+        "seconds": s.elapsed.as_secs_f64(),
+    })
+}
+
+fn print_text(file: &str, buffers: usize, s: &Solution, capacity: Option<u64>) {
+    println!("file:           {file}");
+    println!("buffers:        {buffers}");
+    println!("lower bound:    {} bytes", s.lower_bound);
+    println!(
+        "peak:           {} bytes (peak / lower bound = {:.6})",
+        s.best_peak,
+        ratio(s.best_peak, s.lower_bound)
+    );
+    println!(
+        "greedy by size: {} bytes (greedy / lower bound = {:.6}; ours is {:.3}% lower){}",
+        s.greedy_peak,
+        ratio(s.greedy_peak, s.lower_bound),
+        (1.0 - s.best_peak as f64 / s.greedy_peak.max(1) as f64) * 100.0,
+        if s.greedy_finished {
+            ""
+        } else {
+            " [greedy cut by the time limit: sweep-line best fit shown]"
+        }
+    );
+    if let Some(cap) = capacity {
+        println!("capacity:       {cap} bytes: {}", decision(s, capacity));
+        if let Some(why) = &s.infeasible_reason {
+            println!("                {why}");
+        }
+    }
+    println!(
+        "optimal:        {}",
+        if s.proved_optimal {
+            "proved"
+        } else {
+            "not proved"
+        }
+    );
+    println!("algorithm:      {}", s.algorithm);
+    println!("threads:        {}", s.threads);
+    println!("time:           {:.3} s", s.elapsed.as_secs_f64());
+}
+
+fn generate(args: &GenerateArgs) -> Result<()> {
+    let desc = PackingDesc {
+        count: args.count,
+        capacity: args.shape.capacity,
+        horizon: args.shape.horizon,
+        grid: args.shape.grid,
+        family: args.family.into(),
+        seed: args.seed,
+    };
+    let (buffers, witness) = desc.generate();
+    let ids: Vec<String> = (0..buffers.len()).map(|i| i.to_string()).collect();
+    let csv = write_csv(&ids, &buffers, Some(&witness))?;
+    match &args.out {
+        Some(path) => std::fs::write(path, csv).map_err(io_err(path)),
+        None => {
+            print!("{csv}");
+            Ok(())
+        }
+    }
+}
+
+/// Solves every (family, count, seed) at capacity and prints one row per (family, count).
+fn sweep(args: &SweepArgs) -> Result<()> {
+    if !args.json {
+        println!(
+            "| family | n | solved | solved <= 5 s | solved <= 10 s | mean s | median s | max s | greedy at capacity |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
+    }
+    let bar = spinner(args.json);
+    for &family in &args.family {
+        for &count in &args.counts {
+            let mut times = Vec::new();
+            let (mut solved, mut within5, mut within10, mut greedy) = (0, 0, 0, 0);
+            for seed in 0..args.seeds {
+                let desc = PackingDesc {
+                    count,
+                    capacity: args.shape.capacity,
+                    horizon: args.shape.horizon,
+                    grid: args.shape.grid,
+                    family: family.into(),
+                    seed,
+                };
+                let (buffers, _) = desc.generate();
+                let cap = tensormem::plan::lower_bound(&buffers);
+                bar.set_message(format!("{family:?} n={count} seed={seed}"));
+                let s = solve(&buffers, &options(&args.solver, Some(cap), None))?;
+                let secs = s.elapsed.as_secs_f64();
+                times.push(secs);
+                if s.feasible == Some(true) {
+                    solved += 1;
+                    within5 += usize::from(secs <= 5.0);
+                    within10 += usize::from(secs <= 10.0);
+                }
+                greedy += usize::from(s.greedy_peak <= cap);
+            }
+            times.sort_by(f64::total_cmp);
+            let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
+            let median = times.get(times.len() / 2).copied().unwrap_or(0.0);
+            let max = times.last().copied().unwrap_or(0.0);
+            let seeds = args.seeds;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "family": format!("{family:?}"), "count": count, "seeds": seeds,
+                        "solved": solved, "solved_within_5s": within5, "solved_within_10s": within10,
+                        "mean_seconds": mean, "median_seconds": median, "max_seconds": max,
+                        "greedy_at_capacity": greedy,
+                        "time_limit": args.solver.time_limit, "threads": args.solver.threads,
+                    })
+                );
+            } else {
+                bar.suspend(|| {
+                    println!(
+                        "| {family:?} | {count} | {solved}/{seeds} | {within5}/{seeds} | {within10}/{seeds} | {mean:.3} | {median:.3} | {max:.3} | {greedy}/{seeds} |"
+                    )
+                });
+            }
+        }
+    }
+    bar.finish_and_clear();
+    Ok(())
 }
 
 fn ratio(peak: u64, lb: u64) -> f64 {

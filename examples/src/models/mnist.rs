@@ -30,11 +30,15 @@ pub const MEAN: f32 = 0.1307;
 /// Standard deviation of MNIST pixels after `/255`.
 pub const STD: f32 = 0.3081;
 
-/// The directory of the committed MNIST assets.
+/// The directory of the MNIST assets: `$TENSORMEM_MNIST_ASSETS` when set (a relocated binary, as
+/// in the GPU check's bundle), else the committed `examples/assets/mnist` of this source tree.
 pub fn assets_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("assets")
-        .join("mnist")
+    match std::env::var_os("TENSORMEM_MNIST_ASSETS") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("assets")
+            .join("mnist"),
+    }
 }
 
 /// The three bundled sample images (first three MNIST test images) with their labels.

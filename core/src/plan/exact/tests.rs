@@ -8,10 +8,31 @@
 use std::time::{Duration, Instant};
 
 use super::super::{Buffer, Plan, lower_bound, parse_csv, perfect_packing, verify};
-use super::{Outcome, decide};
+use super::{Event, Outcome, Prover};
+
+/// Decides whether `buffers` (valid, see [`super::validate`]) fit within `capacity`: restarts
+/// round-robin over the preorders with a node limit that doubles each round (a [`Prover`] on
+/// its own), until a run completes or `deadline` passes.
+fn decide(buffers: &[Buffer], capacity: u64, deadline: Instant) -> Outcome {
+    let mut prover = Prover::new(buffers, 0);
+    loop {
+        match prover.step(Some(capacity), 0, 0, deadline, &|| false) {
+            Event::Found { offsets, .. } => return Outcome::Found(offsets),
+            Event::Proved { reason, .. } => return Outcome::Infeasible(reason),
+            Event::GaveUp { .. } | Event::Working if Instant::now() >= deadline => {
+                return Outcome::Timeout;
+            }
+            Event::GaveUp { .. } | Event::Working => {}
+        }
+    }
+}
 
 fn deadline(secs: u64) -> Instant {
     Instant::now() + Duration::from_secs(secs)
+}
+
+fn proved(outcome: &Outcome) -> bool {
+    matches!(outcome, Outcome::Infeasible(_))
 }
 
 fn check_found(buffers: &[Buffer], capacity: u64, outcome: Outcome) {
@@ -39,7 +60,7 @@ fn load_four_opt_five() -> Vec<Buffer> {
 fn proves_the_load_gap_example_infeasible_at_its_lower_bound() {
     let b = load_four_opt_five();
     assert_eq!(lower_bound(&b), 4);
-    assert_eq!(decide(&b, 4, deadline(5)), Outcome::Infeasible);
+    assert!(proved(&decide(&b, 4, deadline(5))));
     check_found(&b, 5, decide(&b, 5, deadline(5)));
 }
 
@@ -90,9 +111,8 @@ fn solves_every_omnimalloc_fixture_at_its_capacity() {
             capacity,
             decide(&inst.buffers, capacity, deadline(5)),
         );
-        assert_eq!(
-            decide(&inst.buffers, capacity - 1, deadline(5)),
-            Outcome::Infeasible,
+        assert!(
+            proved(&decide(&inst.buffers, capacity - 1, deadline(5))),
             "{name}"
         );
     }
@@ -106,11 +126,7 @@ fn finds_generated_perfect_packings() {
         assert_eq!(cap, 1000);
         verify(&b, &Plan::from_offsets(&b, witness), Some(cap)).unwrap();
         check_found(&b, cap, decide(&b, cap, deadline(10)));
-        assert_eq!(
-            decide(&b, cap - 1, deadline(5)),
-            Outcome::Infeasible,
-            "seed {seed}"
-        );
+        assert!(proved(&decide(&b, cap - 1, deadline(5))), "seed {seed}");
     }
 }
 
@@ -137,7 +153,7 @@ fn respects_alignment() {
             align: 8,
         },
     ];
-    assert_eq!(decide(&b, 18, deadline(5)), Outcome::Infeasible);
+    assert!(proved(&decide(&b, 18, deadline(5))));
     check_found(&b, 19, decide(&b, 19, deadline(5)));
 }
 
@@ -148,5 +164,66 @@ fn timeout_is_not_a_proof() {
     // An already-passed deadline must report a timeout (or a plan found before the first check),
     // never infeasibility.
     let out = decide(&b, cap, Instant::now());
-    assert_ne!(out, Outcome::Infeasible);
+    assert!(!proved(&out));
+}
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::super::super::{PackingDesc, PackingFamily, greedy_by_size};
+    use super::*;
+
+    fn instance() -> impl Strategy<Value = Vec<Buffer>> {
+        prop::collection::vec(
+            (0u64..20, 1u64..8, 1u64..20, 0u32..3).prop_map(|(lower, len, size, a)| Buffer {
+                lower,
+                upper: lower + len,
+                size,
+                align: 1 << a,
+            }),
+            1..14,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+        /// A wrong prune shows up as a false proof: every generated perfect packing (all three
+        /// families, pieces solved independently after decomposition) must be found at capacity.
+        #[test]
+        fn never_claims_a_perfect_packing_infeasible(
+            seed in 0u64..10_000,
+            count in 2usize..40,
+            family in 0usize..3,
+        ) {
+            let family = [PackingFamily::Guillotine, PackingFamily::LongAndShort, PackingFamily::Pinwheel][family];
+            let desc = PackingDesc { count, capacity: 64, horizon: 60, grid: 1, family, seed };
+            let (b, _) = desc.generate();
+            check_found(&b, 64, decide(&b, 64, deadline(20)));
+        }
+
+        /// Decisions are monotone in the capacity and agree with greedy's witness; every plan found
+        /// verifies within its capacity (alignment included).
+        #[test]
+        fn decisions_are_monotone_and_verified(b in instance()) {
+            let lb = lower_bound(&b);
+            let greedy = greedy_by_size(&b).unwrap().peak;
+            let mut proved_below = true;
+            for cap in (lb.saturating_sub(1)..=greedy).rev() {
+                match decide(&b, cap, deadline(20)) {
+                    Outcome::Found(offsets) => {
+                        prop_assert!(proved_below, "found at {} after a proof above it", cap);
+                        let plan = Plan::from_offsets(&b, offsets);
+                        verify(&b, &plan, Some(cap)).unwrap();
+                    }
+                    Outcome::Infeasible(_) => {
+                        prop_assert!(cap < greedy, "greedy fits {}", greedy);
+                        proved_below = false;
+                    }
+                    Outcome::Timeout => prop_assert!(false, "tiny instance timed out"),
+                }
+            }
+            prop_assert!(!proved_below || lb == 0, "capacity lb - 1 must be infeasible");
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! The out-of-memory explainer: what an [`Error::OutOfMemory`](crate::Error::OutOfMemory) from the
-//! arena pool reports, computed from the pool's state at the moment of failure.
+//! arena pool reports, computed from the pool's state at the moment of failure (copied under the
+//! lock) and the planner's verdict (computed after the lock is released).
 //!
 //! - `largest_live`: the five largest live allocations.
 //! - `fragmentation`: 1 − largest free range / total free, over all blocks.
@@ -23,17 +24,35 @@ use crate::plan::{self, Buffer, SolveOptions};
 /// Above this many live allocations the explainer uses bounds instead of the planner.
 pub const PLAN_MAX_BUFFERS: usize = 2048;
 
+/// What the explainer needs, copied out under the pool's lock so that the planner (up to 20 ms)
+/// runs after the lock is released.
+pub(super) struct OomSnapshot {
+    report: OomReport,
+    /// Live allocation sizes plus the request.
+    sizes: Vec<u64>,
+    align: u64,
+    capacity: u64,
+}
+
+impl OomSnapshot {
+    /// The report, with `static_plan_would_fit` decided by the planner. Call without the lock.
+    pub(super) fn explain(mut self) -> OomReport {
+        self.report.static_plan_would_fit =
+            static_plan_fits(&self.sizes, self.align, self.capacity);
+        self.report
+    }
+}
+
 impl ArenaPool {
-    /// The report for a failed request of `requested` bytes (`need` after rounding and guard
-    /// margins, at `align`).
-    pub(super) fn oom_report(
+    /// The state of a failed request of `requested` bytes (`need` after rounding, at `align`).
+    pub(super) fn oom_snapshot(
         &self,
         st: &State,
         requested: u64,
         need: u64,
         align: u64,
         label: &str,
-    ) -> OomReport {
+    ) -> OomSnapshot {
         let mut free = 0u64;
         let mut largest = 0u64;
         // Bytes per block index still held by pending frees.
@@ -59,39 +78,44 @@ impl ArenaPool {
             .map(|l| (l.label.clone(), l.region.size))
             .collect();
         live.sort_by_key(|l| std::cmp::Reverse(l.1));
-        let budget = self.config.budget;
+        let budget = self.budget.limit();
         let reserved = st.stats.reserved;
+        // With a budget shared by several pools, what the others hold counts against it too.
+        let charged = self.budget.reserved().max(reserved);
         let trim_would_help = reclaimable > 0
             && match budget {
-                Some(b) => reserved - reclaimable + need <= b,
+                Some(b) => charged - reclaimable + need <= b,
                 None => reclaimable >= need,
             };
-        let capacity = budget.unwrap_or(reserved);
         let sizes: Vec<u64> = st
             .slots
             .iter()
             .map(|l| l.region.size)
             .chain([need])
             .collect();
-        let static_plan_would_fit = static_plan_fits(&sizes, align.max(self.base_align), capacity);
         live.truncate(5);
-        OomReport {
-            pool: self.config.name.clone(),
-            label: (!label.is_empty()).then(|| label.to_string()),
-            requested,
-            reserved,
-            in_use: st.stats.in_use,
-            largest_free: largest,
-            fragmentation: if free == 0 {
-                0.0
-            } else {
-                1.0 - largest as f64 / free as f64
+        OomSnapshot {
+            report: OomReport {
+                pool: self.config.name.clone(),
+                label: (!label.is_empty()).then(|| label.to_string()),
+                requested,
+                reserved,
+                in_use: st.stats.in_use,
+                largest_free: largest,
+                fragmentation: if free == 0 {
+                    0.0
+                } else {
+                    1.0 - largest as f64 / free as f64
+                },
+                budget,
+                pending_free: st.deferred.bytes(),
+                largest_live: live,
+                trim_would_help,
+                static_plan_would_fit: None,
             },
-            budget,
-            pending_free: st.deferred.bytes(),
-            largest_live: live,
-            trim_would_help,
-            static_plan_would_fit,
+            sizes,
+            align: align.max(self.base_align),
+            capacity: budget.unwrap_or(reserved),
         }
     }
 }

@@ -7,17 +7,18 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::host::{HostBackend, HostConfig};
+use crate::pool::{Budget, DevicePool, PoolStats, Reclaim};
 
-fn pool(config: HostConfig, pool: PoolConfig) -> (Arc<HostBackend>, ArenaPool) {
+fn pool(config: HostConfig, pool: ArenaConfig) -> (Arc<HostBackend>, ArenaPool) {
     let backend = Arc::new(HostBackend::new(config).unwrap());
     let p = ArenaPool::new(backend.clone(), pool).unwrap();
     (backend, p)
 }
 
-fn small() -> PoolConfig {
-    PoolConfig {
+fn small() -> ArenaConfig {
+    ArenaConfig {
         block_size: 1 << 16,
-        ..PoolConfig::device()
+        ..ArenaConfig::device()
     }
 }
 
@@ -130,4 +131,95 @@ proptest! {
         p.trim().unwrap();
         prop_assert_eq!(p.stats().reserved, 0);
     }
+}
+
+/// Regression (issue 12, defect 6): after device loss a free used to remove the allocation and
+/// then fail, so a retry said DoubleFree and the region was lost; allocation went on succeeding.
+#[test]
+fn a_free_that_fails_keeps_the_allocation_and_loss_stops_allocation() {
+    let (backend, p) = pool(
+        HostConfig {
+            worker_delay: Duration::from_millis(20),
+            ..HostConfig::default()
+        },
+        small(),
+    );
+    let a = p.allocate(4096, 1, "a").unwrap();
+    let t = backend.fill_zero(a.range).unwrap();
+    p.mark_used(a.handle, t).unwrap();
+    let before = p.stats();
+    backend.simulate_device_loss();
+    assert!(matches!(p.free(a.handle), Err(Error::DeviceLost { .. })));
+    assert_eq!(p.stats(), before);
+    assert_eq!(p.resolve(a.handle).unwrap(), a.range);
+    // The block has room, but a lost device hands out nothing.
+    assert!(matches!(
+        p.allocate(64, 1, "after loss"),
+        Err(Error::DeviceLost { .. })
+    ));
+    p.check_invariants().unwrap();
+}
+
+/// Regression (issue 12, defect 5): a cancelled allocation (an adaptor's step after the carve
+/// failed) leaves nothing behind, not even the block reserved for it.
+#[test]
+fn cancel_undoes_an_allocation_and_its_fresh_block() {
+    let (backend, p) = pool(HostConfig::default(), small());
+    let keep = p.allocate(100, 1, "keep").unwrap();
+    let before = p.stats();
+    // Peaks record what happened; everything else reads as before.
+    let now = || PoolStats {
+        peak_in_use: before.peak_in_use,
+        peak_reserved: before.peak_reserved,
+        ..p.stats()
+    };
+    let same_block = p.allocate(100, 1, "same block").unwrap();
+    p.cancel(same_block.handle).unwrap();
+    assert_eq!(now(), before);
+    let dedicated = p.allocate(1 << 20, 1, "own block").unwrap();
+    assert_eq!(p.stats().blocks, 2);
+    p.cancel(dedicated.handle).unwrap();
+    assert_eq!(now(), before);
+    assert_eq!(backend.block_count(), 1);
+    assert!(matches!(
+        p.cancel(dedicated.handle),
+        Err(Error::DoubleFree { .. })
+    ));
+    p.free(keep.handle).unwrap();
+    p.check_invariants().unwrap();
+}
+
+/// Issue 12, item 2: pools sharing a budget release idle blocks for each other before one of
+/// them reports out of memory.
+#[test]
+fn pools_sharing_a_budget_release_idle_blocks_for_each_other() {
+    let backend: Arc<dyn Backend> = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    let budget = Budget::new(Some(3 << 16));
+    let a = Arc::new(ArenaPool::with_budget(backend.clone(), small(), budget.clone()).unwrap());
+    let b = Arc::new(ArenaPool::with_budget(backend, small(), budget.clone()).unwrap());
+    for p in [&a, &b] {
+        let member: Arc<dyn Reclaim> = p.clone();
+        budget.register(Arc::downgrade(&member));
+    }
+    // `a` fills the budget, then frees everything: its blocks are idle, not released.
+    let held: Vec<_> = (0..3)
+        .map(|_| a.allocate(1 << 16, 1, "a").unwrap())
+        .collect();
+    for h in held {
+        a.free(h.handle).unwrap();
+    }
+    assert_eq!((a.stats().reserved, budget.reserved()), (3 << 16, 3 << 16));
+    let x = b.allocate(2 << 16, 1, "b needs two blocks' worth").unwrap();
+    assert_eq!(a.stats().reserved, 0, "a gave its idle blocks back");
+    assert_eq!(budget.reserved(), b.stats().reserved);
+    // Nothing idle anywhere: now it is out of memory, and the report counts the shared budget.
+    let y = b.allocate(1 << 16, 1, "fits").unwrap();
+    match b.allocate(1 << 16, 1, "too much") {
+        Err(Error::OutOfMemory(r)) => assert_eq!(r.budget, Some(3 << 16)),
+        other => panic!("expected OOM, got {other:?}"),
+    }
+    b.free(x.handle).unwrap();
+    b.free(y.handle).unwrap();
+    a.check_invariants().unwrap();
+    b.check_invariants().unwrap();
 }

@@ -5,24 +5,23 @@ use std::sync::Arc;
 
 use crate::host::{HostBackend, HostConfig};
 use crate::ops::Op;
-use crate::pool::{ArenaPool, GUARD_PATTERN, PoolConfig};
+use crate::pool::{DevicePool, GUARD_PATTERN, PoolConfig};
 use crate::{Backend, BlockRange, Error};
 
-fn guarded() -> (Arc<HostBackend>, ArenaPool) {
+fn guarded() -> (Arc<HostBackend>, Arc<dyn DevicePool>) {
     guarded_on(HostConfig::default())
 }
 
-fn guarded_on(config: HostConfig) -> (Arc<HostBackend>, ArenaPool) {
+fn guarded_on(config: HostConfig) -> (Arc<HostBackend>, Arc<dyn DevicePool>) {
     let backend = Arc::new(HostBackend::new(config).unwrap());
-    let p = ArenaPool::new(
-        backend.clone(),
-        PoolConfig {
-            guard_bytes: 64,
-            block_size: 1 << 16,
-            ..PoolConfig::device()
-        },
-    )
-    .unwrap();
+    let p = PoolConfig {
+        guard_bytes: 64,
+        block_size: 1 << 16,
+        ..PoolConfig::device()
+    }
+    .build(backend.clone())
+    .unwrap()
+    .top;
     (backend, p)
 }
 
@@ -89,7 +88,7 @@ fn a_write_before_the_start_is_caught_on_free() {
 
 /// Copies 104 elements into the 100-element tensor `dst` (16 bytes land in its back margin) and
 /// returns the free's result.
-fn overrun_then_free(backend: &HostBackend, p: &ArenaPool, dst_label: &str) -> String {
+fn overrun_then_free(backend: &HostBackend, p: &dyn DevicePool, dst_label: &str) -> String {
     let src = p.allocate(4 * 104, 1, "src").unwrap();
     let dst = p.allocate(4 * 100, 1, dst_label).unwrap();
     let overrun = BlockRange {

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use super::*;
 use crate::host::{HostBackend, HostConfig};
-use crate::pool::PoolConfig;
+use crate::pool::{ArenaConfig, ArenaPool};
 
 fn replay_pool() -> ReplayPool {
     let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-    let pool = Arc::new(ArenaPool::new(backend, PoolConfig::device()).unwrap());
+    let pool = Arc::new(ArenaPool::new(backend, ArenaConfig::device()).unwrap());
     ReplayPool::new(pool, Duration::from_millis(50))
 }
 
@@ -43,7 +43,7 @@ fn step(p: &ReplayPool, seq: u64) -> Vec<BlockRange> {
     seen
 }
 
-fn assert_disjoint(live: &[ReplayAllocation]) {
+fn assert_disjoint(live: &[Allocation]) {
     for (i, a) in live.iter().enumerate() {
         for b in &live[i + 1..] {
             let apart = a.range.block != b.range.block
@@ -59,13 +59,13 @@ fn a_repeated_sequence_is_planned_then_replayed() {
     let p = replay_pool();
     step(&p, 16);
     step(&p, 16);
-    let s = p.stats();
+    let s = p.replay_stats();
     assert_eq!((s.plans, s.planned), (1, 0), "{s:?}");
     assert!(s.arena_size >= s.lower_bound && s.arena_size > 0);
     let before = p.pool().stats().blocks_allocated;
     let third = step(&p, 16);
     let fourth = step(&p, 16);
-    let s = p.stats();
+    let s = p.replay_stats();
     assert_eq!(s.planned, 2 * 21, "{s:?}");
     assert_eq!(s.divergences, 0);
     // Replay is deterministic and allocates no block.
@@ -80,22 +80,21 @@ fn divergence_falls_back_then_replans() {
     step(&p, 16);
     // A different shape: diverges at the first allocation, served dynamically, no error.
     step(&p, 24);
-    let s = p.stats();
+    let s = p.replay_stats();
     assert_eq!(s.divergences, 1, "{s:?}");
     assert_eq!(s.plans, 1);
     // The new shape repeats: re-planned, then replayed.
     step(&p, 24);
-    assert_eq!(p.stats().plans, 2);
-    let planned = p.stats().planned;
+    assert_eq!(p.replay_stats().plans, 2);
+    let planned = p.replay_stats().planned;
     step(&p, 24);
-    assert_eq!(p.stats().planned, planned + 21);
+    assert_eq!(p.replay_stats().planned, planned + 21);
     p.pool().check_invariants().unwrap();
 }
 
 #[test]
 fn handle_misuse_is_an_error() {
     let p = replay_pool();
-    assert!(p.allocate(64, 1, "outside").is_err());
     p.begin_step().unwrap();
     assert!(p.begin_step().is_err());
     let a = p.allocate(64, 1, "a").unwrap();
@@ -108,4 +107,43 @@ fn handle_misuse_is_an_error() {
     p.begin_step().unwrap();
     p.free(b.handle).unwrap();
     p.end_step().unwrap();
+}
+
+/// Outside a step the replay pool serves from its dynamic pool and records nothing, so a runtime
+/// can use it as its device pool (issue 12, item 1).
+#[test]
+fn a_runtime_runs_on_a_replay_pool() {
+    use crate::{DType, Runtime, RuntimeConfig};
+    let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    let mut made = None;
+    let rt = Runtime::with_pool(backend, RuntimeConfig::default(), |front| {
+        let arena = Arc::new(ArenaPool::new(front, ArenaConfig::device())?);
+        let replay = Arc::new(ReplayPool::new(arena, Duration::from_millis(50)));
+        made = Some(replay.clone());
+        Ok(replay)
+    })
+    .unwrap();
+    let replay = made.unwrap();
+    let t = rt
+        .tensor_from(DType::F32, &[3], &[1.0f32, 2.0, 3.0], "outside")
+        .unwrap();
+    assert_eq!(rt.download::<f32>(&t).unwrap(), vec![1.0, 2.0, 3.0]);
+    rt.free(t).unwrap();
+    // Two identical steps are planned; the third replays through the runtime's tensors.
+    for _ in 0..3 {
+        replay.begin_step().unwrap();
+        let a = rt
+            .tensor_from(DType::F32, &[2], &[4.0f32, 5.0], "a")
+            .unwrap();
+        let b = rt.alloc(DType::F32, &[64], "b").unwrap();
+        assert_eq!(rt.download::<f32>(&a).unwrap(), vec![4.0, 5.0]);
+        rt.free(b).unwrap();
+        rt.free(a).unwrap();
+        replay.end_step().unwrap();
+    }
+    let s = replay.replay_stats();
+    assert_eq!((s.plans, s.planned), (1, 2), "{s:?}");
+    assert_eq!(replay.replay_stats().dynamic, 1 + 4);
+    replay.check_invariants().unwrap();
+    rt.check_leaks().unwrap();
 }

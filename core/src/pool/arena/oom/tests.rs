@@ -6,17 +6,17 @@ use std::time::Duration;
 
 use super::static_plan_fits;
 use crate::host::{HostBackend, HostConfig};
-use crate::pool::{ArenaPool, PoolConfig};
+use crate::pool::{ArenaConfig, ArenaPool, DevicePool};
 use crate::{Backend, Error, OomReport};
 
 fn pool(host: HostConfig) -> (Arc<HostBackend>, ArenaPool) {
     let backend = Arc::new(HostBackend::new(host).unwrap());
     let p = ArenaPool::new(
         backend.clone(),
-        PoolConfig {
+        ArenaConfig {
             block_size: 1024,
             budget: Some(2048),
-            ..PoolConfig::device()
+            ..ArenaConfig::device()
         },
     )
     .unwrap();

@@ -1,0 +1,149 @@
+//! The CUDA side of the timeline: raw events with blocking synchronisation on the backend's
+//! stream, and the joins with other streams.
+//!
+//! # Other streams (PyTorch's `record_stream`)
+//!
+//! The contract has one logical queue. An application that also uses a block on its own stream
+//! joins the two with [`Timeline::join_from`]: it records an event on the other stream, makes the
+//! backend's stream wait for it and issues a ticket for that wait. That ticket completes only after
+//! the other stream's work up to the join has finished, so deferring a free to it (the pools'
+//! ordinary rule) is exactly `record_stream` + free. [`Timeline::join_into`] is the other
+//! direction: the application's stream waits for everything submitted here so far (hand-off of
+//! outputs without a host sync).
+
+use std::ptr;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::{CudaStream, DriverError};
+use tensormem::{Result, Ticket};
+
+use super::{EventOps, Timeline, lock};
+use crate::error::map_driver_err;
+
+/// Flags of every timeline event: waits sleep in the driver instead of spinning a core
+/// (`BLOCKING_SYNC`), and record/query skip timestamps (`DISABLE_TIMING`).
+pub(crate) const EVENT_FLAGS: u32 = sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
+    | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+
+/// A `CUevent`, destroyed on drop.
+#[derive(Debug)]
+pub(crate) struct Event(sys::CUevent);
+
+// SAFETY: a CUevent handle may be used from any thread; the driver synchronises event calls.
+unsafe impl Send for Event {}
+// SAFETY: as above; the handle itself is never mutated.
+unsafe impl Sync for Event {}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from cuEventCreate and is destroyed once; the driver defers the
+        // release of an event still pending on a stream.
+        let _ = unsafe { sys::cuEventDestroy_v2(self.0) };
+    }
+}
+
+/// The backend's stream as the timeline's [`EventOps`].
+#[derive(Debug)]
+pub(crate) struct CudaEvents {
+    stream: Arc<CudaStream>,
+}
+
+impl CudaEvents {
+    /// Events on `stream`.
+    pub(crate) fn new(stream: Arc<CudaStream>) -> Self {
+        CudaEvents { stream }
+    }
+
+    /// The stream every submission goes to.
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    fn create_raw(&self) -> Result<Event> {
+        let mut ev: sys::CUevent = ptr::null_mut();
+        // SAFETY: `ev` is valid for writes; the caller made the stream's context current.
+        unsafe { sys::cuEventCreate(&mut ev, EVENT_FLAGS) }
+            .result()
+            .map_err(|e| map_driver_err("cuEventCreate", e))?;
+        Ok(Event(ev))
+    }
+}
+
+impl EventOps for CudaEvents {
+    type Event = Event;
+
+    fn create(&self) -> Result<Event> {
+        self.create_raw()
+    }
+
+    fn record(&self, event: &Event) -> Result<()> {
+        // SAFETY: both handles are live.
+        unsafe { sys::cuEventRecord(event.0, self.stream.cu_stream()) }
+            .result()
+            .map_err(|e| map_driver_err("cuEventRecord", e))
+    }
+
+    fn query(&self, event: &Event) -> Result<bool> {
+        // SAFETY: the event is live; cuEventQuery does not block.
+        match unsafe { sys::cuEventQuery(event.0) } {
+            CUresult::CUDA_SUCCESS => Ok(true),
+            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            code => Err(map_driver_err("cuEventQuery", DriverError(code))),
+        }
+    }
+
+    fn synchronize(&self, event: &Event) -> Result<()> {
+        // SAFETY: the event is live (the caller holds an Arc to it).
+        unsafe { sys::cuEventSynchronize(event.0) }
+            .result()
+            .map_err(|e| map_driver_err("cuEventSynchronize", e))
+    }
+}
+
+impl Timeline<CudaEvents> {
+    /// The stream every submission goes to.
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        self.ops().stream()
+    }
+
+    /// Makes this timeline's stream wait for the work enqueued on `other` so far and returns the
+    /// ticket of that wait (see the module doc).
+    ///
+    /// # Errors
+    /// A mapped driver error.
+    pub(crate) fn join_from(&self, other: &CudaStream) -> Result<Ticket> {
+        let event = self.ops().create_raw()?;
+        // SAFETY: both handles are live.
+        unsafe { sys::cuEventRecord(event.0, other.cu_stream()) }
+            .result()
+            .map_err(|e| map_driver_err("cuEventRecord", e))?;
+        let stream = self.stream().cu_stream();
+        self.submit(|| {
+            // SAFETY: both handles are live; cuStreamWaitEvent captures the event's current
+            // state, so `event` may be destroyed when this returns.
+            unsafe { sys::cuStreamWaitEvent(stream, event.0, 0) }
+                .result()
+                .map_err(|e| map_driver_err("cuStreamWaitEvent", e))
+        })
+    }
+
+    /// Makes `other` wait for everything submitted to this timeline so far.
+    ///
+    /// # Errors
+    /// A mapped driver error.
+    pub(crate) fn join_into(&self, other: &CudaStream) -> Result<()> {
+        self.health().check()?;
+        let event = self.ops().create_raw()?;
+        {
+            // Under the submit lock, so the event follows every ticket issued so far.
+            let _order = lock(&self.submit);
+            self.ops().record(&event)?;
+        }
+        // SAFETY: both handles are live; the wait captures the event's state.
+        let waited = unsafe { sys::cuStreamWaitEvent(other.cu_stream(), event.0, 0) }
+            .result()
+            .map_err(|e: DriverError| map_driver_err("cuStreamWaitEvent", e));
+        self.health().note(waited)
+    }
+}

@@ -1,0 +1,207 @@
+//! Failure injection: a [`Backend`] wrapper that makes a chosen call fail, so the suite can prove
+//! that every error path of the pools is transactional (issue 12, item 6) on every target.
+//!
+//! Calls are counted from the moment a failure is armed ([`Faulty::fail_call`]); the armed call
+//! fails once with an error of the kind a driver would give for it (out of memory for a block
+//! allocation, a native API failure for everything else) and never reaches the real backend.
+//! Nothing is armed by default: the wrapper then forwards every call unchanged.
+//!
+//! Two more faults a device has: a memory cap ([`Faulty::set_cap`]: block allocations beyond it
+//! fail with out of memory, as a full device does) and loss ([`Faulty::lose`]: every later call
+//! fails with [`Error::DeviceLost`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tensormem::{
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, OomReport, Op, Result, Ticket,
+};
+
+/// Sentinel for "nothing armed".
+const UNARMED: u64 = u64::MAX;
+
+/// A backend whose `n`-th call from now fails once. See the module doc.
+pub struct Faulty {
+    inner: Arc<dyn Backend>,
+    /// Calls left before the armed one (`UNARMED`: none armed).
+    countdown: AtomicU64,
+    /// Failures injected so far.
+    injected: AtomicU64,
+    lost: AtomicBool,
+    /// Bytes of blocks the device may hold (`u64::MAX`: no cap).
+    cap: AtomicU64,
+    /// Live blocks and their sizes, for the cap.
+    blocks: Mutex<HashMap<BlockId, u64>>,
+}
+
+impl Faulty {
+    /// Wraps `inner` with nothing armed.
+    pub fn new(inner: Arc<dyn Backend>) -> Self {
+        Faulty {
+            inner,
+            countdown: AtomicU64::new(UNARMED),
+            injected: AtomicU64::new(0),
+            lost: AtomicBool::new(false),
+            cap: AtomicU64::new(u64::MAX),
+            blocks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Caps the bytes of blocks the device holds: beyond it, `alloc_block` is out of memory.
+    pub fn set_cap(&self, bytes: u64) {
+        self.cap.store(bytes, Ordering::SeqCst);
+    }
+
+    /// Bytes of blocks allocated through the wrapper and not yet freed.
+    pub fn block_bytes(&self) -> u64 {
+        self.blocks().values().sum()
+    }
+
+    /// From now on every call fails with [`Error::DeviceLost`], as after a driver reset.
+    pub fn lose(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+    }
+
+    fn blocks(&self) -> std::sync::MutexGuard<'_, HashMap<BlockId, u64>> {
+        self.blocks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes the `n`-th fallible call from now (0: the next one) fail once.
+    pub fn fail_call(&self, n: u64) {
+        self.countdown.store(n, Ordering::SeqCst);
+    }
+
+    /// Disarms a failure that has not fired yet.
+    pub fn disarm(&self) {
+        self.countdown.store(UNARMED, Ordering::SeqCst);
+    }
+
+    /// Failures injected since creation.
+    pub fn injected(&self) -> u64 {
+        self.injected.load(Ordering::SeqCst)
+    }
+
+    /// Whether this call is the armed one (and counts it).
+    fn fires(&self) -> bool {
+        let prev = self
+            .countdown
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| match c {
+                UNARMED => None,
+                0 => Some(UNARMED),
+                c => Some(c - 1),
+            });
+        if prev == Ok(0) {
+            self.injected.fetch_add(1, Ordering::SeqCst);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn check(&self, api: &'static str) -> Result<()> {
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(Error::DeviceLost {
+                backend: "faulty",
+                detail: format!("{api} after the device was lost"),
+            });
+        }
+        if self.fires() {
+            return Err(Error::Backend {
+                backend: "faulty",
+                api,
+                code: -1,
+                message: "injected failure".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Backend for Faulty {
+    fn capabilities(&self) -> &Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(Error::DeviceLost {
+                backend: "faulty",
+                detail: "alloc_block after the device was lost".into(),
+            });
+        }
+        let held = self.block_bytes();
+        let over_cap = held.saturating_add(desc.size) > self.cap.load(Ordering::SeqCst);
+        if over_cap || self.fires() {
+            return Err(Error::OutOfMemory(Box::new(OomReport {
+                pool: "faulty driver".into(),
+                label: Some(desc.label.to_string()),
+                requested: desc.size,
+                reserved: held,
+                in_use: 0,
+                largest_free: 0,
+                fragmentation: 0.0,
+                budget: None,
+                pending_free: 0,
+                largest_live: Vec::new(),
+                trim_would_help: false,
+                static_plan_would_fit: None,
+            })));
+        }
+        let id = self.inner.alloc_block(desc)?;
+        self.blocks().insert(id, desc.size);
+        Ok(id)
+    }
+
+    fn free_block(&self, block: BlockId) -> Result<()> {
+        self.check("free_block")?;
+        self.inner.free_block(block)?;
+        self.blocks().remove(&block);
+        Ok(())
+    }
+
+    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
+        self.check("write_mapped")?;
+        self.inner.write_mapped(block, offset, data)
+    }
+
+    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.check("read_mapped")?;
+        self.inner.read_mapped(block, offset, out)
+    }
+
+    fn write_queued(&self, dst: BlockRange, data: &[u8]) -> Result<Option<Ticket>> {
+        self.check("write_queued")?;
+        self.inner.write_queued(dst, data)
+    }
+
+    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
+        self.check("copy")?;
+        self.inner.copy(src, dst)
+    }
+
+    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
+        self.check("fill_zero")?;
+        self.inner.fill_zero(range)
+    }
+
+    fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
+        self.check("dispatch")?;
+        self.inner.dispatch(op, bindings)
+    }
+
+    fn flush(&self) -> Result<Ticket> {
+        self.check("flush")?;
+        self.inner.flush()
+    }
+
+    fn completed(&self) -> Result<Ticket> {
+        self.check("completed")?;
+        self.inner.completed()
+    }
+
+    fn wait(&self, ticket: Ticket) -> Result<()> {
+        self.check("wait")?;
+        self.inner.wait(ticket)
+    }
+}

@@ -1,0 +1,364 @@
+//! One depth-first decision search at a fixed capacity, static preorder and node limit.
+//!
+//! State lives in flat per-buffer and per-section arrays restored from an undo log, never copied.
+//! The unplaced buffers of a subproblem ("piece") are kept sorted by first section, so splitting a
+//! piece at the section boundaries no unplaced buffer crosses is one linear pass.
+
+use std::time::Instant;
+
+use super::Prepared;
+use crate::plan::align_up;
+
+/// How a search run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RunEnd {
+    /// Every buffer placed within the capacity (offsets in the prepared instance's order).
+    Found(Vec<u64>),
+    /// The tree was exhausted: no placement within the capacity exists.
+    Exhausted,
+    /// The node limit, the deadline or the stop signal ended the run first.
+    Aborted,
+}
+
+/// One undoable change.
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    /// The buffer was placed (undo: unplace it).
+    Placed(u32),
+    MinOffset(u32, u64),
+    Low(u32, u64),
+    Total(u32, u64),
+}
+
+/// A subproblem: unplaced buffers sorted by first section, and the section range they cover.
+struct Piece {
+    members: Vec<u32>,
+    first: u32,
+    last: u32,
+}
+
+pub(super) struct Search<'a> {
+    p: &'a Prepared,
+    rank: &'a [u32],
+    capacity: u64,
+    /// Aligned top of the highest placed conflict of each unplaced buffer: nothing placed later can
+    /// go below the current offset, so a buffer can only rest there or higher.
+    min_offset: Vec<u64>,
+    /// Offset of each placed buffer.
+    offset: Vec<u64>,
+    placed: Vec<bool>,
+    /// Per section: the lowest `min_offset` of its unplaced members (at least the top of its placed
+    /// members, since each of those conflicts with every unplaced member).
+    low: Vec<u64>,
+    /// Per section: the summed size of its unplaced members.
+    total: Vec<u64>,
+    /// Per section: the node stamp at which `low` was last recomputed (deduplicates the updates).
+    stamp: Vec<u64>,
+    log: Vec<Change>,
+    /// Scratch list of (earliest start, size) of one section's unplaced members.
+    scratch: Vec<(u64, u64)>,
+    /// Scratch reachability over a piece's section boundaries (see `tileable`).
+    reach: Vec<bool>,
+    /// Scratch: the distinct starts of the piece's tight sections.
+    levels: Vec<u64>,
+    nodes: u64,
+    node_limit: u64,
+    deadline: Instant,
+    stop: &'a dyn Fn() -> bool,
+    aborted: bool,
+}
+
+impl<'a> Search<'a> {
+    pub(super) fn new(
+        p: &'a Prepared,
+        rank: &'a [u32],
+        capacity: u64,
+        node_limit: u64,
+        deadline: Instant,
+        stop: &'a dyn Fn() -> bool,
+    ) -> Self {
+        let n = p.size.len();
+        let s = p.section_total.len();
+        Search {
+            p,
+            rank,
+            capacity,
+            min_offset: vec![0; n],
+            offset: vec![0; n],
+            placed: vec![false; n],
+            low: vec![0; s],
+            total: p.section_total.clone(),
+            stamp: vec![0; s],
+            log: Vec::new(),
+            scratch: Vec::new(),
+            reach: Vec::new(),
+            levels: Vec::new(),
+            nodes: 0,
+            node_limit,
+            deadline,
+            stop,
+            aborted: false,
+        }
+    }
+
+    /// Runs the search over the whole instance.
+    pub(super) fn run(mut self) -> RunEnd {
+        let mut all: Vec<u32> = (0..self.p.size.len() as u32).collect();
+        all.sort_unstable_by_key(|&i| (self.p.first[i as usize], i));
+        let mut solved = true;
+        for piece in self.split(&all) {
+            if !self.solve(&piece, (0, 0)) {
+                solved = false;
+                break;
+            }
+        }
+        if solved {
+            RunEnd::Found(self.offset)
+        } else if self.aborted {
+            RunEnd::Aborted
+        } else {
+            RunEnd::Exhausted
+        }
+    }
+
+    /// Splits buffers sorted by first section into time-independent pieces: a new piece starts at
+    /// a section that no earlier buffer of the list reaches.
+    fn split(&self, sorted: &[u32]) -> Vec<Piece> {
+        let mut pieces: Vec<Piece> = Vec::new();
+        for &x in sorted {
+            let (f, l) = (self.p.first[x as usize], self.p.last[x as usize]);
+            match pieces.last_mut() {
+                Some(piece) if f <= piece.last => {
+                    piece.members.push(x);
+                    piece.last = piece.last.max(l);
+                }
+                _ => pieces.push(Piece {
+                    members: vec![x],
+                    first: f,
+                    last: l,
+                }),
+            }
+        }
+        pieces
+    }
+
+    /// Places every buffer of `piece` in canonical order after a placement at `parent` =
+    /// (offset, rank). Returns whether it succeeded (state then holds the placement).
+    fn solve(&mut self, piece: &Piece, parent: (u64, u32)) -> bool {
+        self.nodes += 1;
+        if self.nodes > self.node_limit
+            || (self.nodes.is_multiple_of(256)
+                && (Instant::now() >= self.deadline || (self.stop)()))
+        {
+            self.aborted = true;
+            return false;
+        }
+        let mut cands = piece.members.clone();
+        cands.sort_unstable_by_key(|&x| (self.min_offset[x as usize], self.rank[x as usize]));
+        // Dominance: a candidate at or above `min_height` would leave some buffer floating over a
+        // hole it fits in for its whole life, since nothing placed later goes lower.
+        let min_height = cands
+            .iter()
+            .map(|&y| self.min_offset[y as usize] + self.p.size[y as usize])
+            .min()
+            .unwrap_or(u64::MAX);
+        for &x in &cands {
+            let xi = x as usize;
+            let o = self.min_offset[xi];
+            if o >= min_height {
+                break;
+            }
+            if (o, self.rank[xi]) < parent {
+                continue;
+            }
+            // Identical buffers are interchangeable: place them in rank order only.
+            if let Some(twin) = self.p.twin[xi]
+                && !self.placed[twin as usize]
+            {
+                continue;
+            }
+            if self.stack_swappable(xi, o) {
+                continue;
+            }
+            let mark = self.log.len();
+            let (ok, hat) = self.place(xi, o, piece);
+            if ok {
+                let rest: Vec<u32> = piece.members.iter().copied().filter(|&y| y != x).collect();
+                let mut all = true;
+                for sub in self.split(&rest) {
+                    if !self.solve(&sub, (o, self.rank[xi])) {
+                        all = false;
+                        break;
+                    }
+                }
+                if all {
+                    return true;
+                }
+            }
+            self.undo(mark);
+            // Hatless: `x` conflicted with no unplaced buffer, so its subtree's failure did not
+            // depend on it; no sibling can do better.
+            if self.aborted || !hat {
+                break;
+            }
+        }
+        false
+    }
+
+    /// Stack symmetry: whether a placed buffer `z` with exactly `x`'s lifetime and a higher rank
+    /// ends at `o`, and the two could swap (`x` at `z`'s offset, `z` right above it, alignments
+    /// kept). Swapping such a pair leaves the occupied region unchanged, so every plan has a
+    /// counterpart in which same-lifetime buffers stacked directly on each other go up in rank
+    /// order; the search only builds those.
+    fn stack_swappable(&self, x: usize, o: u64) -> bool {
+        let p = self.p;
+        p.same_lifetime(x).iter().any(|&z| {
+            let z = z as usize;
+            if !self.placed[z] || self.rank[z] < self.rank[x] {
+                return false;
+            }
+            let oz = self.offset[z];
+            oz + p.size[z] == o
+                && oz.is_multiple_of(p.align[x])
+                && (oz + p.size[x]).is_multiple_of(p.align[z])
+        })
+    }
+
+    /// Places `x` at `o` and propagates. Returns (still consistent, `x` conflicts with an unplaced
+    /// buffer).
+    fn place(&mut self, x: usize, o: u64, piece: &Piece) -> (bool, bool) {
+        let p = self.p;
+        self.log.push(Change::Placed(x as u32));
+        self.placed[x] = true;
+        self.offset[x] = o;
+        let top = o + p.size[x];
+        if top > self.capacity {
+            return (false, false);
+        }
+        let stamp = self.nodes;
+        let mut hat = false;
+        for s in p.first[x]..=p.last[x] {
+            let s = s as usize;
+            self.log.push(Change::Total(s as u32, self.total[s]));
+            self.total[s] -= p.size[x];
+            self.stamp[s] = stamp;
+        }
+        for &y in p.conflicts(x) {
+            let y = y as usize;
+            if self.placed[y] {
+                continue;
+            }
+            hat = true;
+            let raised = align_up(top, p.align[y]);
+            if raised > self.min_offset[y] {
+                self.log
+                    .push(Change::MinOffset(y as u32, self.min_offset[y]));
+                self.min_offset[y] = raised;
+                if raised + p.size[y] > self.capacity {
+                    return (false, hat);
+                }
+                for s in p.first[y]..=p.last[y] {
+                    self.stamp[s as usize] = stamp;
+                }
+            }
+        }
+        // Where `min_offset`s rose (the sections of `x` and of every raised buffer), refresh `low`
+        // and check the energy bound: the unplaced members of a section that cannot start below
+        // `v` stack within `[v, capacity)`, for every such threshold `v`.
+        for s in piece.first..=piece.last {
+            let s = s as usize;
+            if self.stamp[s] != stamp || self.total[s] == 0 {
+                continue;
+            }
+            self.scratch.clear();
+            let mut low = u64::MAX;
+            for &y in p.section_members(s) {
+                let y = y as usize;
+                if !self.placed[y] {
+                    low = low.min(self.min_offset[y]);
+                    self.scratch.push((self.min_offset[y].max(o), p.size[y]));
+                }
+            }
+            if low != self.low[s] {
+                self.log.push(Change::Low(s as u32, self.low[s]));
+                self.low[s] = low;
+            }
+            self.scratch
+                .sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
+            let mut stacked = 0u64;
+            for &(v, size) in &self.scratch {
+                stacked += size;
+                if v + stacked > self.capacity {
+                    return (false, hat);
+                }
+            }
+        }
+        // Section inference: each section's unplaced members stack above its lowest possible
+        // start, and nothing goes below `o` any more.
+        self.levels.clear();
+        for s in piece.first..=piece.last {
+            let s = s as usize;
+            let t = self.total[s];
+            let start = self.low[s].max(o);
+            if t > 0 && start + t > self.capacity {
+                return (false, hat);
+            }
+            if t > 0 && start + t == self.capacity {
+                self.levels.push(start);
+            }
+        }
+        self.levels.sort_unstable();
+        self.levels.dedup();
+        let levels = std::mem::take(&mut self.levels);
+        let ok = levels.iter().all(|&level| self.tileable(piece, o, level));
+        self.levels = levels;
+        (ok, hat)
+    }
+
+    /// Zero-slack tiling. In a *tight* section (unplaced members exactly fill `[start, capacity)`,
+    /// `start = max(low, o)`) the bottom member must start exactly at `start`. Buffers starting at
+    /// one level never share a section, so the tight sections at each tight `level` must be
+    /// covered, left to right, by disjoint unplaced buffers that can start there
+    /// (`max(min_offset, o) == level`); other sections may be covered or not. A reachability pass
+    /// over the piece's sections decides it in O(sections + members).
+    fn tileable(&mut self, piece: &Piece, o: u64, level: u64) -> bool {
+        let p = self.p;
+        let (first, last) = (piece.first as usize, piece.last as usize);
+        self.reach.clear();
+        self.reach.resize(last - first + 2, false);
+        self.reach[0] = true;
+        let mut members = piece.members.iter().peekable();
+        for s in first..=last {
+            let here = self.reach[s - first];
+            let t = self.total[s];
+            let required = t > 0 && self.low[s].max(o) == level && level + t == self.capacity;
+            if here && !required {
+                self.reach[s + 1 - first] = true;
+            }
+            while let Some(&&y) = members.peek() {
+                let y = y as usize;
+                if p.first[y] as usize != s {
+                    break;
+                }
+                members.next();
+                if here && !self.placed[y] && self.min_offset[y].max(o) == level {
+                    self.reach[p.last[y] as usize + 1 - first] = true;
+                }
+            }
+        }
+        self.reach[last + 1 - first]
+    }
+
+    /// Reverts everything since `mark`, including the placements of pieces solved below it.
+    fn undo(&mut self, mark: usize) {
+        while self.log.len() > mark {
+            match self.log.pop() {
+                Some(Change::Placed(y)) => self.placed[y as usize] = false,
+                Some(Change::MinOffset(y, v)) => self.min_offset[y as usize] = v,
+                Some(Change::Low(s, v)) => self.low[s as usize] = v,
+                Some(Change::Total(s, v)) => self.total[s as usize] = v,
+                None => break,
+            }
+        }
+    }
+}

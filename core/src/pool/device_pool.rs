@@ -1,0 +1,238 @@
+//! The `DevicePool` trait: the one small interface every pool and every pool feature implements.
+//!
+//! Modelled on RMM's `device_memory_resource`: a pool allocates and frees byte ranges of blocks,
+//! nothing more. Every feature beyond carving (guard margins, zero-on-reuse, tracing, leak
+//! reports) is an *adaptor*: a type that implements `DevicePool` by wrapping another
+//! `DevicePool`, so features compose in any order and a pool that does not use a feature does not
+//! carry it. [`ArenaPool`](crate::pool::ArenaPool) (TLSF carving and growth),
+//! [`ReplayPool`](crate::pool::ReplayPool) (record and replay) and a user's own pool are the
+//! bottoms of such stacks; a [`Runtime`](crate::Runtime) holds the top as `Arc<dyn DevicePool>`.
+//!
+//! # Contract
+//! * **Handles pass through adaptors.** An adaptor returns its inner pool's [`Handle`] and keys any
+//!   state of its own by it, so a handle means the same allocation at every layer. A pool that
+//!   issues its own handles (the replay pool) is a bottom, not an adaptor.
+//! * **Transactional.** A call that returns an error leaves the pool (and every pool below it) as
+//!   it was: a failed `allocate` holds nothing, a failed `free_after` keeps the allocation live and
+//!   freeable. An adaptor whose own step fails after its inner `allocate` succeeded undoes it with
+//!   [`DevicePool::cancel`], which also returns a block reserved for that allocation.
+//! * **Never blocks on device work in `allocate`**, except where a feature needs finished work by
+//!   its nature (a guard check on free). Frees of memory used by in-flight work are deferred to its
+//!   ticket and reclaimed by polling the backend's `completed()`.
+//!
+//! Bottom pools report block-level happenings (blocks reserved and released, deferred frees
+//! reclaimed) to a [`PoolListener`] if one is installed; the tracing adaptor installs one. Without
+//! a listener this costs one atomic load per block event, none per allocation.
+
+use std::sync::Arc;
+
+use crate::Result;
+use crate::backend::{BlockId, BlockRange, Ticket};
+use crate::pool::slots::Handle;
+
+/// A live allocation: the handle that owns it and where its bytes are. `Copy`; every use is checked
+/// against the pool, so a copy kept after `free` is detected, not dangling.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    /// The owning handle.
+    pub handle: Handle,
+    /// Block, offset and size (the size rounded up to the backend's copy alignment).
+    pub range: BlockRange,
+}
+
+/// One live allocation, as a leak report lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveAllocation {
+    /// Its handle.
+    pub handle: Handle,
+    /// The label given at allocation.
+    pub label: String,
+    /// Bytes it holds (after rounding, guard margins included).
+    pub size: u64,
+}
+
+/// Counters of one pool. All sizes in bytes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PoolStats {
+    /// Bytes in live allocations now (sizes after rounding, guard margins included).
+    pub in_use: u64,
+    /// Highest `in_use` seen.
+    pub peak_in_use: u64,
+    /// Bytes reserved in blocks now.
+    pub reserved: u64,
+    /// Highest `reserved` seen.
+    pub peak_reserved: u64,
+    /// Live allocations now.
+    pub allocations: usize,
+    /// Allocations made since creation (cancelled ones excluded).
+    pub total_allocations: u64,
+    /// Frees since creation (including deferred ones, counted when requested).
+    pub total_frees: u64,
+    /// Live blocks now.
+    pub blocks: usize,
+    /// Blocks reserved from the backend since creation.
+    pub blocks_allocated: u64,
+    /// Blocks returned to the backend since creation.
+    pub blocks_freed: u64,
+    /// Bytes whose free waits for in-flight work.
+    pub pending_free: u64,
+    /// Out-of-memory errors returned.
+    pub oom_count: u64,
+}
+
+/// One pool, or one feature wrapped around a pool. See the module doc for the contract.
+pub trait DevicePool: Send + Sync {
+    /// Name used in reports and errors ("device", "host-visible (upload)", ...).
+    fn name(&self) -> &str;
+
+    /// Allocates `size` bytes aligned to `align` (a power of two; the pool may align more).
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`](crate::Error::ZeroSize),
+    /// [`Error::InvalidAlignment`](crate::Error::InvalidAlignment),
+    /// [`Error::TooLarge`](crate::Error::TooLarge) (hopeless),
+    /// [`Error::OutOfMemory`](crate::Error::OutOfMemory) (retryable, with a report), backend errors.
+    /// Nothing is held on error.
+    fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation>;
+
+    /// Frees an allocation once `ticket` and the allocation's own last use complete.
+    ///
+    /// # Errors
+    /// [`Error::DoubleFree`](crate::Error::DoubleFree),
+    /// [`Error::StaleHandle`](crate::Error::StaleHandle),
+    /// [`Error::ForeignHandle`](crate::Error::ForeignHandle), backend errors: the allocation is then
+    /// still live and can be freed again. [`Error::Corruption`](crate::Error::Corruption) from a
+    /// guard check: the allocation *is* freed; the error reports what was found.
+    fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()>;
+
+    /// Frees an allocation once its last recorded use completes (immediately if none).
+    ///
+    /// # Errors
+    /// As [`DevicePool::free_after`].
+    fn free(&self, handle: Handle) -> Result<()> {
+        self.free_after(handle, Ticket::DONE)
+    }
+
+    /// Undoes an allocation that no device work has used (the caller never handed it out): its
+    /// bytes return at once, a block reserved for it alone goes back to the backend, and the
+    /// counters (the peaks aside) read as if it had never been made. The rollback of a failed
+    /// multi-step allocate.
+    ///
+    /// # Errors
+    /// As [`DevicePool::free_after`].
+    fn cancel(&self, handle: Handle) -> Result<()>;
+
+    /// Checks a handle and returns where its bytes are.
+    ///
+    /// # Errors
+    /// [`Error::StaleHandle`](crate::Error::StaleHandle) after the allocation was freed,
+    /// [`Error::ForeignHandle`](crate::Error::ForeignHandle).
+    fn resolve(&self, handle: Handle) -> Result<BlockRange>;
+
+    /// Records that work with `ticket` uses the allocation: its free will wait for that ticket.
+    ///
+    /// # Errors
+    /// As [`DevicePool::resolve`].
+    fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()>;
+
+    /// The latest ticket recorded against the allocation.
+    ///
+    /// # Errors
+    /// As [`DevicePool::resolve`].
+    fn last_use(&self, handle: Handle) -> Result<Ticket>;
+
+    /// The label given at allocation.
+    ///
+    /// # Errors
+    /// As [`DevicePool::resolve`].
+    fn label(&self, handle: Handle) -> Result<String>;
+
+    /// Returns to the pool every deferred free whose ticket has completed. Never blocks.
+    ///
+    /// # Errors
+    /// Backend errors ([`Error::DeviceLost`](crate::Error::DeviceLost)).
+    fn reclaim(&self) -> Result<()>;
+
+    /// Returns every idle (empty) block to the backend, after reclaiming completed frees. Returns
+    /// the bytes released. The runtime's pressure path calls it on every pool before reporting out
+    /// of memory.
+    ///
+    /// # Errors
+    /// Backend errors; blocks already released stay released.
+    fn trim(&self) -> Result<u64>;
+
+    /// Counters of the pool.
+    fn stats(&self) -> PoolStats;
+
+    /// Live allocations, largest first: what the leak report and the OOM report list.
+    fn live_allocations(&self) -> Vec<LiveAllocation>;
+
+    /// Installs (`Some`) or removes (`None`) the listener that hears about blocks and reclaimed
+    /// frees. Adaptors forward it; a pool without blocks ignores it.
+    fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>);
+
+    /// Checks the pool's internal invariants (tests and the failure-injection suite).
+    ///
+    /// # Errors
+    /// A description of the first broken invariant.
+    fn check_invariants(&self) -> std::result::Result<(), String>;
+}
+
+/// Hears what happens below the allocate/free interface of a bottom pool: the events a tracer
+/// needs that no adaptor can see from above.
+pub trait PoolListener: Send + Sync {
+    /// The pool reserved a block of `size` bytes from the backend.
+    fn block_reserved(&self, pool: &str, block: BlockId, size: u64);
+    /// The pool returned a block of `size` bytes to the backend.
+    fn block_released(&self, pool: &str, block: BlockId, size: u64);
+    /// The bytes of a freed allocation went back to the sub-allocator (after its last use).
+    fn reclaimed(&self, handle: Handle);
+}
+
+impl<P: DevicePool + ?Sized> DevicePool for Arc<P> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
+        (**self).allocate(size, align, label)
+    }
+    fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
+        (**self).free_after(handle, ticket)
+    }
+    fn free(&self, handle: Handle) -> Result<()> {
+        (**self).free(handle)
+    }
+    fn cancel(&self, handle: Handle) -> Result<()> {
+        (**self).cancel(handle)
+    }
+    fn resolve(&self, handle: Handle) -> Result<BlockRange> {
+        (**self).resolve(handle)
+    }
+    fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
+        (**self).mark_used(handle, ticket)
+    }
+    fn last_use(&self, handle: Handle) -> Result<Ticket> {
+        (**self).last_use(handle)
+    }
+    fn label(&self, handle: Handle) -> Result<String> {
+        (**self).label(handle)
+    }
+    fn reclaim(&self) -> Result<()> {
+        (**self).reclaim()
+    }
+    fn trim(&self) -> Result<u64> {
+        (**self).trim()
+    }
+    fn stats(&self) -> PoolStats {
+        (**self).stats()
+    }
+    fn live_allocations(&self) -> Vec<LiveAllocation> {
+        (**self).live_allocations()
+    }
+    fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
+        (**self).set_listener(listener)
+    }
+    fn check_invariants(&self) -> std::result::Result<(), String> {
+        (**self).check_invariants()
+    }
+}

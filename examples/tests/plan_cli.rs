@@ -1,0 +1,182 @@
+//! `tensormem-plan` as a user runs it: `--help`/`--version`, exit codes (0 met, 1 bad input,
+//! 2 usage, 3 proved infeasible, 4 undecided), the three states of `feasible` in `--json`, and the
+//! `generate` and `sweep` subcommands.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly on any unexpected result"
+)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const PLAN: &str = env!("CARGO_BIN_EXE_tensormem-plan");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(PLAN).args(args).output().unwrap()
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)))
+}
+
+fn temp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tensormem-plan-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+#[test]
+fn help_documents_flags_exit_codes_and_feasible_states() {
+    let help = run(&["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout);
+    for needle in [
+        "--capacity",
+        "--time-limit",
+        "--threads",
+        "--json",
+        "--out",
+        "--svg",
+        "sweep",
+        "generate",
+        "3  with --capacity: proved",
+        "4  with --capacity: undecided",
+        "null   undecided",
+    ] {
+        assert!(text.contains(needle), "--help lacks {needle:?}:\n{text}");
+    }
+    assert_eq!(run(&["--version"]).status.code(), Some(0));
+    assert_eq!(run(&[]).status.code(), Some(2), "no input is a usage error");
+    assert_eq!(run(&["x.csv", "--bogus"]).status.code(), Some(2));
+    assert_eq!(run(&["x.csv", "--time-limit", "-1"]).status.code(), Some(2));
+}
+
+#[test]
+fn bad_input_exits_one_with_the_reason() {
+    let missing = run(&["/nonexistent/instance.csv"]);
+    assert_eq!(missing.status.code(), Some(1));
+    let bad = temp("bad.csv");
+    std::fs::write(&bad, "id,lower,upper,size\n0,5,2,10\n").unwrap();
+    let o = run(&[bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("error"));
+}
+
+#[test]
+fn capacity_decisions_map_to_feasible_and_exit_codes() {
+    let file = temp("pp.csv");
+    let path = file.to_str().unwrap();
+    let g = run(&[
+        "generate",
+        "--count",
+        "40",
+        "--seed",
+        "3",
+        "--horizon",
+        "200",
+        "--capacity",
+        "65536",
+        "--grid",
+        "64",
+        "-o",
+        path,
+    ]);
+    assert_eq!(g.status.code(), Some(0));
+
+    // At the lower bound: met, exit 0, the input's witness offsets verified too.
+    let met = run(&[path, "--capacity", "65536", "--json"]);
+    assert_eq!(met.status.code(), Some(0));
+    let v = json(&met);
+    assert_eq!(v["feasible"], Value::Bool(true));
+    assert_eq!(v["decision"], "met");
+    assert_eq!(v["peak"], 65536);
+    assert_eq!(v["input_plan"]["valid"], Value::Bool(true));
+    assert!(v["feasible_states"].as_str().unwrap().contains("null"));
+
+    // Below a live set: proved infeasible with the reason, exit 3, no plan written.
+    let out = temp("never.csv");
+    let proved = run(&[
+        path,
+        "--capacity",
+        "65535",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(proved.status.code(), Some(3));
+    let v = json(&proved);
+    assert_eq!(v["feasible"], Value::Bool(false));
+    assert!(
+        v["infeasible_reason"]
+            .as_str()
+            .unwrap()
+            .contains("need 65536 bytes")
+    );
+    assert!(!out.exists());
+
+    // No time at all on an instance greedy cannot pack at capacity: undecided, exit 4.
+    let hard = temp("hard.csv");
+    let hard_path = hard.to_str().unwrap();
+    assert!(
+        run(&["generate", "--count", "200", "-o", hard_path])
+            .status
+            .success()
+    );
+    let undecided = run(&[
+        hard_path,
+        "--capacity",
+        "1048576",
+        "--time-limit",
+        "0",
+        "--json",
+    ]);
+    let v = json(&undecided);
+    assert!(
+        v["greedy_peak"].as_u64().unwrap() > 1048576,
+        "precondition: {v}"
+    );
+    assert_eq!(undecided.status.code(), Some(4));
+    assert_eq!(v["feasible"], Value::Null);
+    assert_eq!(v["decision"], "undecided (time limit reached)");
+}
+
+#[test]
+fn sweep_prints_one_row_per_family_and_count() {
+    let o = run(&[
+        "sweep",
+        "--family",
+        "guillotine,pinwheel",
+        "--counts",
+        "20,30",
+        "--seeds",
+        "2",
+        "--horizon",
+        "100",
+        "--capacity",
+        "4096",
+        "--grid",
+        "16",
+        "--json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rows: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 4);
+    for r in &rows {
+        assert_eq!(r["seeds"], 2);
+        assert!(r["solved"].as_u64().unwrap() <= 2);
+    }
+}

@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""Helpers of scripts/gpu-check.sh. Standard library only: it runs on the GPU machine's python3.
+
+  executables CARGO_JSON...        print "kind name path" for every executable cargo built
+  minilm-pack SRC OUT PACKED IDS   round MiniLM to bf16, keep the embedding rows of the token ids
+                                   in the JSON file IDS (minilm --json output), write the rounded
+                                   model to OUT/model.safetensors and its packed form to PACKED
+  minilm-unpack PACKED OUT         rebuild OUT/model.safetensors from PACKED
+  compare KIND REF GOT             compare a sample's --json output with the host reference
+  sha256 FILE                      print the file's sha256
+  xz SRC DST / unxz SRC DST        compress / decompress one file (no xz program needed)
+  nvrtc-dirs                       print the lib folders of pip-installed NVRTC wheels
+                                   (nvidia/cu13/lib for CUDA 13, nvidia/cuda_nvrtc/lib for 12)
+
+Why the MiniLM packing: the model is 91 MB of f32 and the whole bundle must stay under 40 MiB.
+The bundle carries all six layers with every weight truncated to bf16 (the low 16 bits zeroed)
+and the word-embedding rows of the check's sentences (the other rows zeroed): the packed file
+stores only the high 16 bits of each f32, xz-compressed. The host reference is computed here
+from exactly the rounded model that `minilm-unpack` rebuilds there, so CUDA is compared with the
+host on the same weights.
+"""
+
+import glob
+import hashlib
+import json
+import lzma
+import math
+import os
+import site
+import struct
+import sys
+
+MAGIC = b"TMPACK1\n"
+EMBEDDINGS = "embeddings.word_embeddings.weight"
+# [PAD], [UNK], [CLS], [SEP], [MASK] and the reserved/punctuation ids below 1000.
+KEEP_BELOW = 1000
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    return raw[: 8 + n], header, bytearray(raw[8 + n :])
+
+
+def tensors(header):
+    items = [(k, v) for k, v in header.items() if k != "__metadata__"]
+    items.sort(key=lambda kv: kv[1]["data_offsets"][0])
+    return items
+
+
+def executables(paths):
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                msg = json.loads(line)
+                exe = msg.get("executable")
+                if msg.get("reason") != "compiler-artifact" or not exe:
+                    continue
+                # A lib target has an executable only as its unit-test harness.
+                target = msg["target"]
+                print(target["kind"][0], target["name"], exe)
+
+
+def minilm_pack(src, out_dir, packed, ids_json):
+    with open(ids_json) as f:
+        keep = {i for s in json.load(f)["sentences"] for i in s["token_ids"]}
+    keep |= set(range(KEEP_BELOW))
+    head, header, data = read_safetensors(os.path.join(src, "model.safetensors"))
+    hi = bytearray()
+    for name, t in tensors(header):
+        start, end = t["data_offsets"]
+        if name == EMBEDDINGS:
+            rows, width = t["shape"]
+            row = 4 * width
+            for r in range(rows):
+                if r not in keep:
+                    data[start + r * row : start + (r + 1) * row] = bytes(row)
+        if t["dtype"] == "F32":
+            n = (end - start) // 4
+            seg = data[start:end]
+            seg[0::4] = bytes(n)
+            seg[1::4] = bytes(n)
+            data[start:end] = seg
+            hi += _interleave_hi(seg)
+        else:
+            hi += data[start:end]
+    os.makedirs(out_dir, exist_ok=True)
+    rounded = os.path.join(out_dir, "model.safetensors")
+    with open(rounded, "wb") as f:
+        f.write(head)
+        f.write(data)
+    with open(packed, "wb") as f:
+        f.write(MAGIC)
+        f.write(struct.pack("<Q", len(head)))
+        f.write(head)
+        f.write(lzma.compress(bytes(hi), preset=6))
+    print(sha256(rounded))
+
+
+def _interleave_hi(seg):
+    """The high 16 bits of every little-endian f32 in seg, in order."""
+    out = bytearray(len(seg) // 2)
+    out[0::2] = seg[2::4]
+    out[1::2] = seg[3::4]
+    return out
+
+
+def minilm_unpack(packed, out_dir):
+    with open(packed, "rb") as f:
+        raw = f.read()
+    if not raw.startswith(MAGIC):
+        sys.exit(f"{packed}: not a packed MiniLM file")
+    pos = len(MAGIC)
+    (n,) = struct.unpack("<Q", raw[pos : pos + 8])
+    head = raw[pos + 8 : pos + 8 + n]
+    hi = lzma.decompress(raw[pos + 8 + n :])
+    (hn,) = struct.unpack("<Q", head[:8])
+    header = json.loads(head[8 : 8 + hn])
+    items = tensors(header)
+    data = bytearray(items[-1][1]["data_offsets"][1] if items else 0)
+    cur = 0
+    for _, t in items:
+        start, end = t["data_offsets"]
+        if t["dtype"] == "F32":
+            take = (end - start) // 2
+            part = hi[cur : cur + take]
+            seg = bytearray(end - start)
+            seg[2::4] = part[0::2]
+            seg[3::4] = part[1::2]
+            data[start:end] = seg
+        else:
+            take = end - start
+            data[start:end] = hi[cur : cur + take]
+        cur += take
+    os.makedirs(out_dir, exist_ok=True)
+    out = os.path.join(out_dir, "model.safetensors")
+    with open(out, "wb") as f:
+        f.write(head)
+        f.write(data)
+    print(sha256(out))
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def close(a, b, atol, rtol):
+    return math.isfinite(b) and abs(a - b) <= atol + rtol * abs(a)
+
+
+def compare(kind, ref_path, got_path):
+    """Exit 0 when GOT matches REF within the tolerance of the conformance suite's op rule."""
+    with open(ref_path) as f:
+        ref = json.load(f)
+    with open(got_path) as f:
+        got = json.load(f)
+    worst, bad = 0.0, []
+    if kind == "mnist":
+        pairs = list(zip(ref["images"], got["images"]))
+        if len(ref["images"]) != len(got["images"]):
+            bad.append("image count differs")
+        for r, g in pairs:
+            if r["prediction"] != g["prediction"]:
+                bad.append(f"{r['image']}: prediction {g['prediction']} != {r['prediction']}")
+            for a, b in zip(r["logits"], g["logits"]):
+                worst = max(worst, abs(a - b))
+                if not close(a, b, 1e-3, 1e-3):
+                    bad.append(f"{r['image']}: logit {b} vs {a}")
+    elif kind == "minilm":
+        if len(ref["sentences"]) != len(got["sentences"]):
+            bad.append("sentence count differs")
+        for r, g in zip(ref["sentences"], got["sentences"]):
+            if r["token_ids"] != g["token_ids"]:
+                bad.append(f"{r['sentence']!r}: token ids differ")
+            for a, b in zip(r["embedding"], g["embedding"]):
+                worst = max(worst, abs(a - b))
+                if not close(a, b, 1e-3, 1e-2):
+                    bad.append(f"{r['sentence']!r}: embedding value {b} vs {a}")
+        for rr, gr in zip(ref["cosine"], got["cosine"]):
+            for a, b in zip(rr, gr):
+                if not close(a, b, 1e-3, 0.0):
+                    bad.append(f"cosine {b} vs {a}")
+    else:
+        sys.exit(f"compare: unknown kind {kind}")
+    print(f"compare {kind}: max abs difference {worst:.3g} against the host reference")
+    for line in bad[:10]:
+        print(f"  MISMATCH {line}")
+    sys.exit(1 if bad else 0)
+
+
+def nvrtc_dirs():
+    """Found by file, not by import: the CUDA 13 wheel has no nvidia.cuda_nvrtc module."""
+    roots = set(sys.path) | set(site.getsitepackages() + [site.getusersitepackages()])
+    seen = []
+    for r in sorted(p for p in roots if p and os.path.isdir(p)):
+        for f in sorted(glob.glob(os.path.join(r, "nvidia", "*", "lib", "libnvrtc.so*"))):
+            d = os.path.dirname(f)
+            if d not in seen:
+                seen.append(d)
+                print(d)
+
+
+def _copy(src, dst):
+    with src, dst:
+        for chunk in iter(lambda: src.read(1 << 20), b""):
+            dst.write(chunk)
+
+
+def main(argv):
+    cmds = {
+        "executables": (lambda *p: executables(p), None),
+        "minilm-pack": (minilm_pack, 4),
+        "minilm-unpack": (minilm_unpack, 2),
+        "compare": (compare, 3),
+        "sha256": (lambda p: print(sha256(p)), 1),
+        "nvrtc-dirs": (nvrtc_dirs, 0),
+        "xz": (lambda a, b: _copy(open(a, "rb"), lzma.open(b, "wb", preset=6)), 2),
+        "unxz": (lambda a, b: _copy(lzma.open(a, "rb"), open(b, "wb")), 2),
+    }
+    if len(argv) < 2 or argv[1] not in cmds:
+        sys.exit(__doc__)
+    fn, nargs = cmds[argv[1]]
+    if nargs is not None and len(argv) - 2 != nargs:
+        sys.exit(__doc__)
+    fn(*argv[2:])
+
+
+if __name__ == "__main__":
+    main(sys.argv)
