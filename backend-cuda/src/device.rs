@@ -429,6 +429,8 @@ impl Backend for CudaBackend {
     }
 
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
+        // Invalid parameters are an error even on a direct call; binding sizes are the front's.
+        op.signature()?;
         let sizes: Vec<u64> = bindings.iter().map(|b| b.size).collect();
         debug_assert!(
             op.check_binding_sizes(&sizes).is_ok()

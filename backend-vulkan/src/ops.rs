@@ -41,13 +41,14 @@ impl OpKernel {
 /// # Errors
 /// The errors of [`wgsl::kernel`] (invalid parameters).
 pub(crate) fn kernel_for(op: &Op, bindings: &[BlockRange]) -> Result<OpKernel> {
+    // Invalid parameters are an error even on a direct call; binding sizes are the front's.
+    let first_output = op.signature()?.inputs.len();
     let sizes: Vec<u64> = bindings.iter().map(|b| b.size).collect();
     debug_assert!(
         op.check_binding_sizes(&sizes).is_ok(),
         "vulkan: {} bindings {sizes:?} (the front refuses them)",
         op.name()
     );
-    let first_output = op.signature()?.inputs.len();
     let ranges = bindings.to_vec();
     let kernel = wgsl::kernel(op)?;
     if kernel.bindings != ranges.len() {

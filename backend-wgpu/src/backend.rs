@@ -336,13 +336,14 @@ impl Backend for WgpuBackend {
 
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
         self.health.check()?;
+        // Invalid parameters are an error even on a direct call; binding sizes are the front's.
+        let kernel = tensormem::ops::wgsl::kernel(op)?;
         let sizes: Vec<u64> = bindings.iter().map(|r| r.size).collect();
         debug_assert!(
             op.check_binding_sizes(&sizes).is_ok(),
             "wgpu: {} bindings {sizes:?} (the front refuses them)",
             op.name()
         );
-        let kernel = tensormem::ops::wgsl::kernel(op)?;
         let mut guard = lock(&self.state);
         let state = &mut *guard;
         let mut operands = Vec::with_capacity(bindings.len());

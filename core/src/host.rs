@@ -478,14 +478,15 @@ impl Backend for HostBackend {
 
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
         self.check_alive()?;
+        // Parameters are checked even so: the worker must learn the input count from them, and
+        // parameters whose size arithmetic overflows must never reach it.
+        let inputs = op.signature()?.inputs.len();
         let sizes: Vec<u64> = bindings.iter().map(|b| b.size).collect();
         debug_assert!(
             op.check_binding_sizes(&sizes).is_ok(),
             "host: {} bindings {sizes:?} (the front refuses them)",
             op.name()
         );
-        // Parameters are checked even so: the worker must learn the input count from them.
-        let inputs = op.signature()?.inputs.len();
         let args = bindings
             .iter()
             .map(|b| self.arg(*b, "binding"))

@@ -136,3 +136,44 @@ fn device_memory_limit_and_loss() {
     // Freeing still works so a runtime can tear down.
     b.free_block(blk).unwrap();
 }
+
+/// Regression, issue 12 defect 2's trigger: op parameters whose size arithmetic overflowed or
+/// truncated reached the worker and killed it. They are refused at dispatch now, even on a
+/// direct call, and the device stays usable.
+#[test]
+fn defect_2_overflowing_op_parameters_never_reach_the_worker() {
+    let b = backend(HostConfig::default());
+    let blk = b.alloc_block(&desc(MemoryKind::DeviceLocal, 256)).unwrap();
+    let r = |offset| BlockRange {
+        block: blk,
+        offset,
+        size: 16,
+    };
+    let conv = Op::Conv2d {
+        n: 1,
+        c_in: 1,
+        h: 2,
+        w: 2,
+        c_out: 1,
+        kh: 1,
+        kw: 1,
+        stride: 1,
+        pad: (1 << 31) + 5,
+        bias: false,
+    };
+    assert!(matches!(
+        b.dispatch(&conv, &[r(0), r(64), r(128)]),
+        Err(Error::ArithmeticOverflow { .. })
+    ));
+    let permute = Op::Permute {
+        dims: [1 << 20; 4],
+        perm: [1, 0, 2, 3],
+    };
+    assert!(matches!(
+        b.dispatch(&permute, &[r(0), r(128)]),
+        Err(Error::ArithmeticOverflow { .. })
+    ));
+    let t = b.fill_zero(r(0)).unwrap();
+    b.wait(t).unwrap();
+    assert!(b.completed().is_ok());
+}
