@@ -62,9 +62,12 @@ pub mod plan;
 pub mod pool;
 pub mod runtime;
 pub mod suballoc;
+mod time;
 pub mod trace;
 
-pub use backend::{Backend, BlockDesc, BlockId, BlockRange, Capabilities, MemoryKind, Ticket};
+pub use backend::{
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, HostAccess, MemoryKind, Ticket, Waiting,
+};
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};

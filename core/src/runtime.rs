@@ -9,17 +9,24 @@
 //! 2. the backend has a queue-ordered write path and the upload is small
 //!    ([`Capabilities::queued_write_max`](crate::Capabilities::queued_write_max)): use it;
 //! 3. otherwise stage through the belt.
+//!
+//! Every transfer and wait has a blocking form (native only) and an `_async` form (every target;
+//! the only one in a browser), written once over [`Waiting`] (see [`crate::backend::completion`]);
+//! the async forms are in `async_io`.
 
 use std::sync::Arc;
 
 use bytemuck::Pod;
 
-use crate::backend::{Backend, BlockRange, Ticket};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::backend::completion::complete_now;
+use crate::backend::{Backend, BlockRange, HostAccess, Ticket, Waiting};
 use crate::ops::DType;
 use crate::pool::{Allocation, ArenaPool, PoolConfig, StagingBelt, StagingConfig};
 use crate::trace::{EventKind, Tracer};
 use crate::{Error, Result};
 
+mod async_io;
 mod model;
 mod tensor;
 
@@ -136,10 +143,12 @@ impl Runtime {
         Ok(Tensor::new(alloc, dtype, shape.to_vec(), size))
     }
 
-    /// Allocates a tensor and uploads `data` into it.
+    /// Allocates a tensor and uploads `data` into it. Native only; see
+    /// [`Runtime::tensor_from_async`].
     ///
     /// # Errors
     /// As [`Runtime::alloc`] and [`Runtime::upload`]; nothing stays allocated on error.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn tensor_from<T: Pod>(
         &self,
         dtype: DType,
@@ -166,11 +175,22 @@ impl Runtime {
         self.inner.device.free(tensor.allocation().handle)
     }
 
-    /// Uploads `data` (exactly the tensor's byte size) into `tensor`.
+    /// Uploads `data` (exactly the tensor's byte size) into `tensor`. Native only; see
+    /// [`Runtime::upload_async`].
     ///
     /// # Errors
     /// [`Error::SizeMismatch`], [`Error::StaleHandle`] for a freed tensor, backend errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn upload<T: Pod>(&self, tensor: &Tensor, data: &[T]) -> Result<Ticket> {
+        complete_now(self.upload_with(Waiting::Blocking, tensor, data))
+    }
+
+    async fn upload_with<T: Pod>(
+        &self,
+        waiting: Waiting,
+        tensor: &Tensor,
+        data: &[T],
+    ) -> Result<Ticket> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         if bytes.len() as u64 != tensor.size() {
             return Err(Error::SizeMismatch {
@@ -179,15 +199,21 @@ impl Runtime {
                 actual: bytes.len() as u64,
             });
         }
-        self.write_bytes(tensor.allocation(), 0, bytes)
+        self.write_bytes_with(waiting, tensor.allocation(), 0, bytes)
+            .await
     }
 
     /// Downloads the whole tensor as elements of `T` (its byte size must be a multiple of
-    /// `size_of::<T>()`).
+    /// `size_of::<T>()`). Native only; see [`Runtime::download_async`].
     ///
     /// # Errors
     /// [`Error::SizeMismatch`], [`Error::StaleHandle`], backend errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn download<T: Pod>(&self, tensor: &Tensor) -> Result<Vec<T>> {
+        complete_now(self.download_with(Waiting::Blocking, tensor))
+    }
+
+    async fn download_with<T: Pod>(&self, waiting: Waiting, tensor: &Tensor) -> Result<Vec<T>> {
         let elem = std::mem::size_of::<T>() as u64;
         if elem == 0 || !tensor.size().is_multiple_of(elem) {
             return Err(Error::SizeMismatch {
@@ -197,7 +223,13 @@ impl Runtime {
             });
         }
         let mut out = vec![T::zeroed(); (tensor.size() / elem) as usize];
-        self.read_bytes(tensor.allocation(), 0, bytemuck::cast_slice_mut(&mut out))?;
+        self.read_bytes_with(
+            waiting,
+            tensor.allocation(),
+            0,
+            bytemuck::cast_slice_mut(&mut out),
+        )
+        .await?;
         Ok(out)
     }
 
@@ -213,13 +245,30 @@ impl Runtime {
     /// # Errors
     /// [`Error::ZeroSize`], [`Error::OutOfBounds`], [`Error::InvalidArgument`] for a misaligned
     /// offset, [`Error::StaleHandle`], backend errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn write_bytes(&self, alloc: Allocation, offset: u64, data: &[u8]) -> Result<Ticket> {
+        complete_now(self.write_bytes_with(Waiting::Blocking, alloc, offset, data))
+    }
+
+    /// The one write path (module doc), waiting in `waiting`'s mode.
+    async fn write_bytes_with(
+        &self,
+        waiting: Waiting,
+        alloc: Allocation,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Ticket> {
         let dst = self.sub_range(alloc, offset, data.len() as u64, "write")?;
         let pool = &self.inner.device;
-        let backend = &self.inner.backend;
+        let backend = self.inner.backend.as_ref();
         let padded = pad(data, backend.capabilities().copy_align);
         let ticket = if self.host_visible() {
-            backend.wait(pool.last_use(alloc.handle)?)?;
+            waiting
+                .ticket(backend, pool.last_use(alloc.handle)?)
+                .await?;
+            waiting
+                .host_access(backend, dst.block, HostAccess::Write)
+                .await?;
             backend.write_mapped(dst.block, dst.offset, &padded)?;
             Ticket::DONE
         } else if !self.inner.config.force_staging
@@ -227,10 +276,18 @@ impl Runtime {
         {
             match backend.write_queued(dst, &padded)? {
                 Some(t) => t,
-                None => self.inner.staging.upload(dst, &padded)?,
+                None => {
+                    self.inner
+                        .staging
+                        .upload_with(waiting, dst, &padded)
+                        .await?
+                }
             }
         } else {
-            self.inner.staging.upload(dst, &padded)?
+            self.inner
+                .staging
+                .upload_with(waiting, dst, &padded)
+                .await?
         };
         pool.mark_used(alloc.handle, ticket)?;
         if let Some(t) = pool.tracer() {
@@ -246,25 +303,46 @@ impl Runtime {
     ///
     /// # Errors
     /// As [`Runtime::write_bytes`].
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn read_bytes(&self, alloc: Allocation, offset: u64, out: &mut [u8]) -> Result<()> {
+        complete_now(self.read_bytes_with(Waiting::Blocking, alloc, offset, out))
+    }
+
+    /// The one read path, waiting in `waiting`'s mode.
+    async fn read_bytes_with(
+        &self,
+        waiting: Waiting,
+        alloc: Allocation,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
         let src = self.sub_range(alloc, offset, out.len() as u64, "read")?;
-        let backend = &self.inner.backend;
+        let backend = self.inner.backend.as_ref();
         let align = backend.capabilities().copy_align.max(1);
         let padded_len = (out.len() as u64).div_ceil(align) * align;
         let padded = padded_len != out.len() as u64;
         let mut buf = vec![0u8; if padded { padded_len as usize } else { 0 }];
         let target: &mut [u8] = if padded { &mut buf } else { &mut *out };
         if self.host_visible() {
-            backend.wait(self.inner.device.last_use(alloc.handle)?)?;
+            waiting
+                .ticket(backend, self.inner.device.last_use(alloc.handle)?)
+                .await?;
+            waiting
+                .host_access(backend, src.block, HostAccess::Read)
+                .await?;
             backend.read_mapped(src.block, src.offset, target)?;
         } else {
-            self.inner.staging.download(
-                BlockRange {
-                    size: padded_len,
-                    ..src
-                },
-                target,
-            )?;
+            self.inner
+                .staging
+                .download_with(
+                    waiting,
+                    BlockRange {
+                        size: padded_len,
+                        ..src
+                    },
+                    target,
+                )
+                .await?;
         }
         if padded {
             let n = out.len();
@@ -317,13 +395,19 @@ impl Runtime {
         })
     }
 
-    /// Waits until all work submitted so far has completed and reclaims deferred frees.
+    /// Waits until all work submitted so far has completed and reclaims deferred frees. Native
+    /// only; see [`Runtime::synchronize_async`].
     ///
     /// # Errors
     /// Backend errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn synchronize(&self) -> Result<()> {
+        complete_now(self.synchronize_with(Waiting::Blocking))
+    }
+
+    async fn synchronize_with(&self, waiting: Waiting) -> Result<()> {
         let t = self.inner.backend.flush()?;
-        self.inner.backend.wait(t)?;
+        waiting.ticket(self.inner.backend.as_ref(), t).await?;
         self.inner.device.reclaim()
     }
 }

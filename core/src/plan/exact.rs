@@ -18,7 +18,7 @@
 //!
 //! State lives in flat per-buffer arrays and is restored from an undo log, never copied.
 
-use std::time::Instant;
+use crate::time::Instant;
 
 use super::bound::{Sections, components, max_load_over_life};
 use super::index::conflict_csr;

@@ -11,8 +11,8 @@
 //! that broke the cutoff moves earlier (it is a bottleneck), plus a few random swaps; an equal peak
 //! is accepted so the search drifts across plateaus.
 
+use crate::time::Instant;
 use std::cmp::Reverse;
-use std::time::Instant;
 
 use super::Buffer;
 use super::bound::max_load_over_life;

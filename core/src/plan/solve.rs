@@ -1,7 +1,9 @@
 //! The planner front door: bound, baseline, heuristic portfolio, exact search, verification.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Instant;
 
 use super::exact::{Outcome, decide};
 use super::greedy::greedy_unchecked;

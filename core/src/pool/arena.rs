@@ -201,6 +201,9 @@ impl ArenaPool {
         if config.block_size == 0 {
             return Err(Error::ZeroSize { what: "block size" });
         }
+        if cfg!(target_arch = "wasm32") && config.guard_bytes > 0 {
+            return Err(guard::unsupported());
+        }
         config.block_size = config.block_size.min(caps.max_block_size);
         if config.budget.is_none() && config.kind == MemoryKind::DeviceLocal {
             config.budget = caps.budget;
@@ -529,7 +532,7 @@ impl ArenaPool {
         let mut corruption = None;
         if self.guards_checked() {
             // The margins can only be judged once the work that used the allocation is done.
-            self.backend.wait(wait)?;
+            guard::wait_for(self.backend.as_ref(), wait)?;
             let block_id = st.blocks[live.block]
                 .as_ref()
                 .map(|b| b.id)
@@ -794,7 +797,9 @@ impl Drop for ArenaPool {
             );
             eprintln!("{}", Self::leak_report(st, 20));
         }
-        // Blocks may still be used by in-flight work: wait for everything before returning them.
+        // Blocks may still be used by in-flight work: wait for everything before returning them
+        // (natively; on `wasm32` WebGPU keeps a destroyed buffer's memory until its work is done).
+        #[cfg(not(target_arch = "wasm32"))]
         if let Ok(t) = self.backend.flush() {
             let _ = self.backend.wait(t);
         }

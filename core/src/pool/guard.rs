@@ -9,7 +9,29 @@
 //! block allocation and a wait per margin: guard margins are a debug tool.
 
 use crate::Result;
-use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind};
+use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind, Ticket};
+
+/// Blocks until `ticket` completes: margins are written and judged synchronously, so guard margins
+/// are a native debug tool. On `wasm32` (no blocking waits) [`crate::ArenaPool::new`] refuses them
+/// with [`unsupported`], so this is never reached there.
+pub(crate) fn wait_for(backend: &dyn Backend, ticket: Ticket) -> Result<()> {
+    #[cfg(not(target_arch = "wasm32"))]
+    return backend.wait(ticket);
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = (backend, ticket);
+        Err(unsupported())
+    }
+}
+
+/// The error for guard margins where waits cannot block (`wasm32`).
+pub(crate) fn unsupported() -> crate::Error {
+    crate::Error::Unsupported {
+        backend: "core",
+        what: "guard margins on wasm32 (their checks wait synchronously; a browser cannot block)"
+            .into(),
+    }
+}
 
 /// Writes `bytes` at `offset` of `block`: mapped when `mapped`, else through a temporary upload
 /// block and a device copy (waited for, so the temporary block can go).
@@ -42,7 +64,7 @@ fn write(
                 size,
             },
         )?;
-        backend.wait(t)
+        wait_for(backend, t)
     });
     backend.free_block(staging)?;
     result
@@ -79,7 +101,7 @@ fn read(
                 size,
             },
         )
-        .and_then(|t| backend.wait(t))
+        .and_then(|t| wait_for(backend, t))
         .and_then(|()| backend.read_mapped(staging, 0, out));
     backend.free_block(staging)?;
     result
