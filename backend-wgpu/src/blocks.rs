@@ -9,6 +9,8 @@ use std::collections::HashMap;
 
 use tensormem::{BlockId, Error, MemoryKind, Result};
 
+use crate::mapping::PendingMap;
+
 /// How a block's buffer is currently mapped.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum MapState {
@@ -34,12 +36,15 @@ pub(crate) struct Block {
     pub(crate) map: MapState,
     /// Ticket of the last submission that uses the block (0: never used by the device).
     pub(crate) last_use: u64,
+    /// A mapping started by `poll_host_access` and not yet observed complete. Invariant: `Some`
+    /// only while `map` is `Unmapped`.
+    pub(crate) pending: Option<PendingMap>,
 }
 
 impl Block {
-    /// Unmaps the buffer if it is mapped, so the GPU may use it.
+    /// Unmaps the buffer if it is mapped (or cancels a pending mapping), so the GPU may use it.
     pub(crate) fn unmap(&mut self) {
-        if self.map != MapState::Unmapped {
+        if self.map != MapState::Unmapped || self.pending.take().is_some() {
             self.buffer.unmap();
             self.map = MapState::Unmapped;
         }
@@ -90,6 +95,7 @@ impl BlockTable {
                 size,
                 map: MapState::Unmapped,
                 last_use: 0,
+                pending: None,
             },
         );
         BlockId(id)

@@ -81,17 +81,20 @@ mod device;
 mod error;
 mod kernels;
 mod mapping;
+mod params;
+mod poll;
 mod timeline;
 
 use std::sync::{Arc, Mutex};
 
-use tensormem::{Capabilities, Result};
+use tensormem::{Capabilities, Result, TicketWakers};
 
 pub use config::{DEFAULT_QUEUED_WRITE_MAX, FORCE_STAGING_ENV, WgpuConfig};
 
 use blocks::BlockTable;
 use error::Health;
 use kernels::KernelCache;
+use params::ParamRing;
 use timeline::Timeline;
 
 /// The wgpu backend: one device and its queue. See the crate doc for the design.
@@ -106,22 +109,38 @@ pub struct WgpuBackend {
 }
 
 /// Everything mutable, under one lock.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     blocks: BlockTable,
     timeline: Timeline,
     kernels: KernelCache,
+    /// Uniform blocks of the dispatches' kernel parameters.
+    params: ParamRing,
 }
 
 impl WgpuBackend {
     /// Creates an instance, adapter and device (the adapter's full limits, plus
     /// `MAPPABLE_PRIMARY_BUFFERS` on unified memory unless staging is forced).
     ///
+    /// Native only (it blocks on wgpu's adapter and device requests); see
+    /// [`WgpuBackend::new_async`].
+    ///
     /// # Errors
     /// [`tensormem::Error::BackendUnavailable`] when no adapter is found (no driver; on a
     /// machine without a GPU install `libvulkan1 mesa-vulkan-drivers`) or no device opens.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn new(config: WgpuConfig) -> Result<Self> {
-        let (device, queue) = device::create(&config)?;
+        pollster::block_on(Self::new_async(config))
+    }
+
+    /// [`WgpuBackend::new`] without blocking: the only form in a browser, where the adapter and
+    /// device requests are promises.
+    ///
+    /// # Errors
+    /// As [`WgpuBackend::new`]; in a browser without WebGPU (or with it disabled) no adapter is
+    /// found.
+    pub async fn new_async(config: WgpuConfig) -> Result<Self> {
+        let (device, queue) = device::create_async(&config).await?;
         Ok(Self::from_device(device, queue, config))
     }
 
@@ -133,15 +152,22 @@ impl WgpuBackend {
     /// application's: wgpu keeps one of each. Uncaptured errors of the application's own work
     /// are then reported by this backend's next call.
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue, config: WgpuConfig) -> Self {
-        let health = Health::install(&device);
+        let wakers = Arc::new(Mutex::new(TicketWakers::default()));
+        let health = Health::install(&device, Arc::clone(&wakers));
         let caps = device::capabilities(&device, &config);
+        let params = ParamRing::new(&device);
         WgpuBackend {
             device,
             queue,
             caps,
             config,
             health,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                blocks: BlockTable::default(),
+                timeline: Timeline::new(wakers),
+                kernels: KernelCache::default(),
+                params,
+            }),
         }
     }
 
@@ -168,6 +194,12 @@ impl WgpuBackend {
     /// Number of compiled op pipelines (each kernel key compiles once).
     pub fn compiled_pipelines(&self) -> usize {
         error::lock(&self.state).kernels.pipelines()
+    }
+
+    /// Number of 64 KiB uniform buffers in the kernel-parameter ring. It grows only while every
+    /// slot is used by work not yet completed, so it stays small when work completes.
+    pub fn param_ring_buffers(&self) -> usize {
+        error::lock(&self.state).params.buffers()
     }
 
     /// Whether the wgpu device reported itself lost.

@@ -128,6 +128,7 @@ impl Waiting {
 /// # Errors
 /// The future's own error, or [`Error::Backend`] naming the broken contract if it did not finish
 /// (a bug: something awaited a real future in blocking mode).
+#[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn complete_now<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
     let mut future = pin!(future);
     match future
