@@ -94,7 +94,9 @@ impl Health {
 /// Maps an error caught by an error scope around `api` for a request of `size` bytes.
 ///
 /// `OutOfMemory` becomes [`Error::OutOfMemory`] (retryable: frees may be pending);
-/// validation and internal errors become [`Error::Backend`] with wgpu's message.
+/// validation and internal errors become [`Error::Backend`] with wgpu's message. Native only: a
+/// browser's scopes resolve as promises a synchronous call cannot await.
+#[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn map_scope_error(error: wgpu::Error, api: &'static str, size: u64) -> Error {
     match error {
         wgpu::Error::OutOfMemory { .. } => Error::OutOfMemory(Box::new(OomReport {

@@ -120,6 +120,7 @@ impl Timeline {
     }
 
     /// Records that `ticket` finished (a blocking poll for it returned).
+    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn mark_completed(&mut self, ticket: u64) {
         self.completed.fetch_max(ticket, Ordering::AcqRel);
     }

@@ -5,24 +5,27 @@ use tensormem::ops::{DType, Op, samples};
 use tensormem::{BlockRange, Runtime, RuntimeConfig};
 
 use super::Rng;
-use crate::{Case, Ctx, fail};
+use crate::{Case, Ctx, case, fail};
 
 type R = std::result::Result<(), String>;
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![Case {
-        name: "ops_match_host_reference",
-        run: ops_match_host,
-    }]
+    vec![case!("ops_match_host_reference", ops_match_host)]
 }
 
 /// Runs `op` on the target through runtime tensors and returns the output bytes.
-pub fn run_on_target(rt: &Runtime, op: &Op, inputs: &[Vec<u8>]) -> Result<Vec<u8>, String> {
+pub async fn run_on_target(
+    ctx: &Ctx,
+    rt: &Runtime,
+    op: &Op,
+    inputs: &[Vec<u8>],
+) -> Result<Vec<u8>, String> {
     let sig = op.signature().map_err(fail("signature"))?;
     let mut tensors = Vec::new();
     for (data, o) in inputs.iter().zip(&sig.inputs) {
         tensors.push(
-            rt.tensor_from(DType::U8, &[data.len()], data, "op input")
+            ctx.tensor_from(&rt, DType::U8, &[data.len()], data, "op input")
+                .await
                 .map_err(fail(&format!("{} input {:?}", op.name(), o)))?,
         );
     }
@@ -49,8 +52,9 @@ pub fn run_on_target(rt: &Runtime, op: &Op, inputs: &[Vec<u8>]) -> Result<Vec<u8
         pool.mark_used(t.allocation().handle, ticket)
             .map_err(fail("mark"))?;
     }
-    let result = rt
-        .download::<u8>(&tensors[tensors.len() - 1])
+    let result = ctx
+        .download::<u8>(&rt, &tensors[tensors.len() - 1])
+        .await
         .map_err(fail("download"))?;
     for t in tensors {
         rt.free(t).map_err(fail("free"))?;
@@ -58,14 +62,14 @@ pub fn run_on_target(rt: &Runtime, op: &Op, inputs: &[Vec<u8>]) -> Result<Vec<u8
     Ok(result)
 }
 
-fn ops_match_host(ctx: &Ctx) -> R {
+async fn ops_match_host(ctx: &Ctx) -> R {
     let rt =
         Runtime::new(ctx.backend.clone(), RuntimeConfig::default()).map_err(fail("runtime"))?;
     let mut rng = Rng::new(7);
     for op in samples::instances() {
         let inputs = samples::inputs(&op, &mut rng).map_err(fail("inputs"))?;
         let want = samples::reference(&op, &inputs).map_err(fail("host reference"))?;
-        let got = run_on_target(&rt, &op, &inputs)?;
+        let got = run_on_target(ctx, &rt, &op, &inputs).await?;
         samples::check(&op, &got, &want).map_err(|e| format!("{op:?}: {e}"))?;
     }
     Ok(())

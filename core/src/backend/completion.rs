@@ -14,7 +14,7 @@
 //! blocking forms, and both run the same bookkeeping.
 
 use std::future::Future;
-use std::pin::{Pin, pin};
+use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use super::{Backend, BlockId, Ticket};
@@ -130,7 +130,7 @@ impl Waiting {
 /// (a bug: something awaited a real future in blocking mode).
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn complete_now<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
-    let mut future = pin!(future);
+    let mut future = std::pin::pin!(future);
     match future
         .as_mut()
         .poll(&mut Context::from_waker(Waker::noop()))
