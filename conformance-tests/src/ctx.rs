@@ -8,13 +8,10 @@ use bytemuck::Pod;
 use tensormem::graph::TensorId;
 use tensormem::{Backend, BlockId, HostAccess, Model, Result, Runtime, Tensor, Ticket, Waiting};
 
-/// What a case gets: a backend, a way to make more of the same target (for cases that need a
-/// pristine device or several runtimes), and the completion mode to wait in.
+/// What a case gets: a fresh backend of the target, and the completion mode to wait in.
 pub struct Ctx {
     /// A fresh backend of the target.
     pub backend: Arc<dyn Backend>,
-    /// The target's factory.
-    pub create: fn() -> Result<Arc<dyn Backend>>,
     /// Blocking forms (native only) or awaitable forms.
     pub mode: Waiting,
 }

@@ -38,7 +38,6 @@ fn run_case(target: &Target, case: &Case, mode: Waiting) -> Option<String> {
     };
     let ctx = Ctx {
         backend: backend.clone(),
-        create: target.create,
         mode,
     };
     let result = catch_unwind(AssertUnwindSafe(|| pollster::block_on((case.run)(&ctx))));

@@ -197,12 +197,16 @@ pub fn build_graph(batch: usize) -> Result<MnistGraph> {
     })
 }
 
-/// The MNIST CNN compiled for one batch size, with its weights uploaded.
+/// The MNIST CNN compiled for one batch size, with its weights uploaded. Native only (it uses the
+/// blocking forms); the browser sample (`tensormem-browser`) drives [`build_graph`]'s graph with
+/// the awaitable forms.
+#[cfg(not(target_arch = "wasm32"))]
 pub struct Mnist {
     model: Model,
     graph: MnistGraph,
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 impl Mnist {
     /// Compiles the graph for `batch` images on `rt` and uploads the weights from `weights`
     /// (normally `assets/mnist/mnist.safetensors`).
