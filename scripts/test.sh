@@ -19,3 +19,10 @@ fi
 
 cargo test --workspace --lib --bins --tests
 cargo test --workspace --doc
+
+# The browser build: wasm32 + WebGPU in headless Chromium (conformance cases, negative control,
+# the MNIST sample page). Installs its toolchain on first use; TENSORMEM_SKIP_BROWSER=1 skips it
+# for a quick local run (CI never sets it).
+if [ "${TENSORMEM_SKIP_BROWSER:-0}" != 1 ]; then
+    scripts/browser-test.sh
+fi

@@ -50,10 +50,7 @@ pub async fn run_mnist(weights: Vec<u8>, images: Vec<u8>, runs: u32) -> Result<S
     let mut model = rt.compile(&graph.builder.graph).map_err(js)?;
     for slot in &graph.builder.weights {
         let bytes = weights.f32_bytes(&slot.name, &slot.shape).map_err(js)?;
-        model
-            .set_weight_async(slot.id, bytes)
-            .await
-            .map_err(js)?;
+        model.set_weight_async(slot.id, bytes).await.map_err(js)?;
     }
     let input: Vec<f32> = mnist::normalize(&images);
     let infer = async |model: &mut tensormem::Model| -> tensormem::Result<Vec<f32>> {
@@ -90,7 +87,9 @@ pub async fn run_mnist(weights: Vec<u8>, images: Vec<u8>, runs: u32) -> Result<S
         "runs": r.runs,
     });
     drop(model); // its frees belong in the timeline
-    let timeline_html = tracer.snapshot().to_html("tensormem: MNIST in the browser (WebGPU)");
+    let timeline_html = tracer
+        .snapshot()
+        .to_html("tensormem: MNIST in the browser (WebGPU)");
     Ok(json!({
         "device": device,
         "batch": batch,

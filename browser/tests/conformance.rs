@@ -56,10 +56,20 @@ async fn webgpu_limits_reach_the_capabilities() {
     let backend = conformance::webgpu(false).await.unwrap();
     let caps = backend.capabilities();
     assert_eq!(caps.backend, "wgpu");
-    assert!(caps.device_name.contains("BrowserWebGpu"), "{}", caps.device_name);
-    assert!(!caps.device_host_visible, "WebGPU never maps storage buffers");
+    assert!(
+        caps.device_name.contains("BrowserWebGpu"),
+        "{}",
+        caps.device_name
+    );
+    assert!(
+        !caps.device_host_visible,
+        "WebGPU never maps storage buffers"
+    );
     assert!(caps.max_binding_size >= 128 << 20, "{caps:?}");
     assert!(caps.max_block_size >= caps.max_binding_size, "{caps:?}");
-    assert!(caps.binding_align.is_power_of_two() && caps.binding_align <= 256, "{caps:?}");
+    assert!(
+        caps.binding_align.is_power_of_two() && caps.binding_align <= 256,
+        "{caps:?}"
+    );
     web_sys::console::log_1(&format!("webgpu capabilities: {caps:?}").into());
 }

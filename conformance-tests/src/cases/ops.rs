@@ -24,7 +24,7 @@ pub async fn run_on_target(
     let mut tensors = Vec::new();
     for (data, o) in inputs.iter().zip(&sig.inputs) {
         tensors.push(
-            ctx.tensor_from(&rt, DType::U8, &[data.len()], data, "op input")
+            ctx.tensor_from(rt, DType::U8, &[data.len()], data, "op input")
                 .await
                 .map_err(fail(&format!("{} input {:?}", op.name(), o)))?,
         );
@@ -53,7 +53,7 @@ pub async fn run_on_target(
             .map_err(fail("mark"))?;
     }
     let result = ctx
-        .download::<u8>(&rt, &tensors[tensors.len() - 1])
+        .download::<u8>(rt, &tensors[tensors.len() - 1])
         .await
         .map_err(fail("download"))?;
     for t in tensors {
