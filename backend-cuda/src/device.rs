@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, result, sys};
 use tensormem::backend::{BlockDesc, BlockRange};
-use tensormem::{Backend, BlockId, Capabilities, Error, MemoryKind, Op, Result, Ticket};
+use tensormem::{
+    Backend, BlockId, Capabilities, DeviceType, Error, MemoryKind, Op, Result, Ticket,
+};
 
 use crate::blocks::{Block, Memory, alloc_pinned, free_memory};
 use crate::conv::{Placement, check_block_size, check_range, map_memory_kind, to_usize};
@@ -19,6 +21,8 @@ use crate::{CudaBackend, DeviceAlloc, LiveBlock};
 #[derive(Debug)]
 pub(crate) struct DeviceInfo {
     pub name: String,
+    /// Discrete, or integrated (`CU_DEVICE_ATTRIBUTE_INTEGRATED`: Jetson, GH200's coherent parts).
+    pub device_type: DeviceType,
     pub compute: (i32, i32),
     /// Device memory in bytes.
     pub total: u64,
@@ -54,8 +58,16 @@ impl DeviceInfo {
         let (free, total) = ctx
             .mem_get_info()
             .map_err(|e| map_driver_err("cuMemGetInfo", e))?;
+        let integrated = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_INTEGRATED)
+            .map_err(|e| map_driver_err("cuDeviceGetAttribute", e))?;
         Ok(DeviceInfo {
             name,
+            device_type: if integrated != 0 {
+                DeviceType::IntegratedGpu
+            } else {
+                DeviceType::DiscreteGpu
+            },
             compute,
             total: total as u64,
             free: free as u64,

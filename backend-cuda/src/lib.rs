@@ -198,6 +198,7 @@ impl CudaBackend {
         let caps = Capabilities {
             backend: error::BACKEND,
             device_name: info.name,
+            device_type: info.device_type,
             binding_align: BINDING_ALIGN,
             copy_align: 1,
             max_block_size: info.total,

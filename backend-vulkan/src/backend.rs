@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
@@ -138,6 +137,7 @@ impl VulkanBackend {
         let caps = Capabilities {
             backend: "vulkan",
             device_name: gpu.name.clone(),
+            device_type: crate::conv::map_device_type(gpu.device_type),
             binding_align: limits.min_storage_buffer_offset_alignment.max(4),
             copy_align: 4,
             max_block_size: gpu.max_block_size,
@@ -529,8 +529,9 @@ impl Drop for VulkanBackend {
             // SAFETY: the device is live; waiting has no other precondition.
             let _ = unsafe { s.gpu.device.device_wait_idle() };
         } else {
+            // The same limit as every other wait (`VulkanConfig::wait_timeout`), not a fixed one.
             let last = s.timeline.submitted().0;
-            let _ = s.timeline.wait(&s.gpu, last, Duration::from_secs(60));
+            let _ = s.timeline.wait(&s.gpu, last, self.config.wait_timeout);
         }
         // SAFETY: the device is idle (or our work on an adopted one has finished), and each
         // destroy runs once, children before parents: batches and semaphore, pipelines, blocks,

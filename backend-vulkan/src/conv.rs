@@ -5,7 +5,19 @@
 
 use ash::vk;
 use gpu_allocator::MemoryLocation;
-use tensormem::MemoryKind;
+use tensormem::{DeviceType, MemoryKind};
+
+/// The device type Vulkan reports, in core's words (`CPU` is a software implementation such as
+/// lavapipe or SwiftShader).
+pub(crate) fn map_device_type(t: vk::PhysicalDeviceType) -> DeviceType {
+    match t {
+        vk::PhysicalDeviceType::DISCRETE_GPU => DeviceType::DiscreteGpu,
+        vk::PhysicalDeviceType::INTEGRATED_GPU => DeviceType::IntegratedGpu,
+        vk::PhysicalDeviceType::VIRTUAL_GPU => DeviceType::VirtualGpu,
+        vk::PhysicalDeviceType::CPU => DeviceType::SoftwareGpu,
+        _ => DeviceType::Unknown,
+    }
+}
 
 /// Where gpu-allocator places a block of `kind`.
 ///

@@ -66,6 +66,8 @@ pub(crate) struct Gpu {
     pub transfer: Option<QueueLane>,
     pub limits: vk::PhysicalDeviceLimits,
     pub name: String,
+    /// Discrete, integrated, virtual, CPU (lavapipe) or other, as the driver reports it.
+    pub device_type: vk::PhysicalDeviceType,
     /// min(maxMemoryAllocationSize, maxBufferSize, largest device-local heap), in bytes.
     pub max_block_size: u64,
     /// Device-local bytes this process may use, from VK_EXT_memory_budget or the heap sizes.
@@ -336,6 +338,7 @@ impl Gpu {
             transfer,
             limits: props.limits,
             name: device_name(&props),
+            device_type: props.device_type,
             max_block_size,
             budget,
         }

@@ -1,7 +1,19 @@
 //! Pure conversions between core's vocabulary and wgpu's: memory kinds to buffer usages, adapter
 //! types to "unified memory", alignment arithmetic. No device calls here.
 
-use tensormem::MemoryKind;
+use tensormem::{DeviceType, MemoryKind};
+
+/// The adapter type wgpu reports, in core's words (`Cpu` is a software implementation such as
+/// lavapipe, llvmpipe, SwiftShader or WARP).
+pub(crate) fn map_device_type(t: wgpu::DeviceType) -> DeviceType {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => DeviceType::DiscreteGpu,
+        wgpu::DeviceType::IntegratedGpu => DeviceType::IntegratedGpu,
+        wgpu::DeviceType::VirtualGpu => DeviceType::VirtualGpu,
+        wgpu::DeviceType::Cpu => DeviceType::SoftwareGpu,
+        wgpu::DeviceType::Other => DeviceType::Unknown,
+    }
+}
 
 /// Usages of a block of `kind`. With `zero_copy`, device-local blocks are also mappable
 /// (`MAP_READ | MAP_WRITE`, allowed by `Features::MAPPABLE_PRIMARY_BUFFERS`).

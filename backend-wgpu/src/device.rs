@@ -92,6 +92,7 @@ pub(crate) fn capabilities(device: &wgpu::Device, config: &WgpuConfig) -> Capabi
     Capabilities {
         backend: BACKEND,
         device_name: format!("{} ({:?})", info.name, info.backend),
+        device_type: crate::conv::map_device_type(info.device_type),
         binding_align: u64::from(limits.min_storage_buffer_offset_alignment),
         copy_align: wgpu::COPY_BUFFER_ALIGNMENT,
         max_block_size: limits.max_buffer_size,

@@ -1,5 +1,5 @@
-//! Host reference speed on MiniLM-sized work: the blocked matmul against the naive triple loop
-//! (the baseline), both in the same run, plus the row kernels a transformer layer calls.
+//! Host reference speed on MiniLM-sized work: the threaded sgemm matmul against the naive triple
+//! loop (the baseline), both in the same run, plus the row kernels a transformer layer calls.
 //!
 //! Run: `cargo bench -p tensormem --bench host_ops`.
 
@@ -50,7 +50,7 @@ fn matmul(c: &mut Criterion) {
     let mut out = vec![0f32; m * n];
     let mut g = c.benchmark_group("linear_128x384x1536");
     g.throughput(Throughput::Elements((2 * m * n * k) as u64));
-    g.bench_function("host_blocked", |b| {
+    g.bench_function("host_sgemm_threaded", |b| {
         b.iter(|| {
             let inputs: [&[u8]; 3] = [
                 bytemuck::cast_slice(&x),
@@ -85,7 +85,7 @@ fn matmul(c: &mut Criterion) {
     let mut s = vec![0f32; 12 * 128 * 128];
     let mut g = c.benchmark_group("attention_scores_12x128x128x32");
     g.throughput(Throughput::Elements(2 * 12 * 128 * 128 * 32));
-    g.bench_function("host_blocked", |b| {
+    g.bench_function("host_sgemm_threaded", |b| {
         b.iter(|| {
             let inputs: [&[u8]; 2] = [bytemuck::cast_slice(&q), bytemuck::cast_slice(&kk)];
             host::run(&op, &inputs, &mut [bytemuck::cast_slice_mut(&mut s)]).unwrap();

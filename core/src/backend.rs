@@ -105,6 +105,43 @@ pub struct BlockRange {
     pub size: u64,
 }
 
+/// What kind of processor runs a backend's work, as the driver reports it. Applications that pick
+/// a backend for speed use it: a software implementation of a GPU API runs the same kernels far
+/// slower than the host backend's native CPU code.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DeviceType {
+    /// A GPU with its own memory (Vulkan `DISCRETE_GPU`, wgpu `DiscreteGpu`, CUDA devices that
+    /// are not integrated).
+    DiscreteGpu,
+    /// A GPU sharing the host's memory (Vulkan `INTEGRATED_GPU`, wgpu `IntegratedGpu`, CUDA's
+    /// `CU_DEVICE_ATTRIBUTE_INTEGRATED`).
+    IntegratedGpu,
+    /// A GPU exposed through virtualisation (Vulkan `VIRTUAL_GPU`, wgpu `VirtualGpu`).
+    VirtualGpu,
+    /// A GPU API implemented in software on the CPU: lavapipe and llvmpipe (Mesa), SwiftShader,
+    /// WARP (Vulkan `CPU`, wgpu `Cpu`).
+    SoftwareGpu,
+    /// The host backend's native CPU kernels.
+    HostCpu,
+    /// The driver did not say (Vulkan `OTHER`, wgpu `Other`).
+    Unknown,
+}
+
+impl DeviceType {
+    /// A short lower-case name for reports ("discrete GPU", "software GPU", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceType::DiscreteGpu => "discrete GPU",
+            DeviceType::IntegratedGpu => "integrated GPU",
+            DeviceType::VirtualGpu => "virtual GPU",
+            DeviceType::SoftwareGpu => "software GPU",
+            DeviceType::HostCpu => "host CPU",
+            DeviceType::Unknown => "unknown device type",
+        }
+    }
+}
+
 /// What a device can do, read once when the backend is created.
 #[derive(Clone, Debug)]
 pub struct Capabilities {
@@ -112,6 +149,8 @@ pub struct Capabilities {
     pub backend: &'static str,
     /// The device's name as the driver reports it.
     pub device_name: String,
+    /// The kind of processor the device is, as the driver reports it.
+    pub device_type: DeviceType,
     /// Alignment in bytes of binding offsets in `dispatch` (WebGPU's
     /// `min_storage_buffer_offset_alignment`, Vulkan's `minStorageBufferOffsetAlignment`).
     pub binding_align: u64,

@@ -23,7 +23,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::backend::{
-    Backend, BlockDesc, BlockId, BlockRange, Capabilities, MemoryKind, Ticket, TicketWakers,
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, DeviceType, MemoryKind, Ticket,
+    TicketWakers,
 };
 use crate::ops::{self, Op};
 use crate::{Error, Result};
@@ -147,7 +148,8 @@ impl HostBackend {
         });
         let caps = Capabilities {
             backend: NAME,
-            device_name: "host CPU".into(),
+            device_name: format!("host CPU, {} threads", rayon::current_num_threads()),
+            device_type: DeviceType::HostCpu,
             binding_align: 16,
             copy_align: 4,
             max_block_size: config.max_block_size,

@@ -66,8 +66,8 @@ mod time;
 pub mod trace;
 
 pub use backend::{
-    Backend, BlockDesc, BlockId, BlockRange, Capabilities, HostAccess, HostAccessWait, MemoryKind,
-    Ticket, TicketWait, TicketWakers, Waiting,
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, DeviceType, HostAccess, HostAccessWait,
+    MemoryKind, Ticket, TicketWait, TicketWakers, Waiting,
 };
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};

@@ -1,4 +1,5 @@
 //! Shared code of the sample executables and tools: backend selection and the sample models.
 
 pub mod backend_select;
+pub mod cli;
 pub mod models;

@@ -8,7 +8,7 @@
 //! its weights, [`tokenize`] is MiniLM's word-piece glue, [`report`] prints the memory report.
 
 pub mod builder;
-pub mod cli;
+pub mod checks;
 pub mod minilm;
 pub mod mnist;
 pub mod report;

@@ -55,7 +55,7 @@ fn bundled_images_match_reference_on_every_backend() {
     let bundled = mnist::bundled_images();
     let images: Vec<Vec<u8>> = bundled
         .iter()
-        .map(|(p, _)| mnist::read_image(p).unwrap())
+        .map(|(p, _)| mnist::read_image(p, false).unwrap())
         .collect();
     let sums: Vec<u64> = images
         .iter()
@@ -97,7 +97,7 @@ fn single_image_batches_agree_with_the_batched_run() {
     let rt = &backends::available_runtimes()[0].1;
     let mut net = Mnist::new(rt, &weights, 1).unwrap();
     for (k, (path, label)) in mnist::bundled_images().iter().enumerate() {
-        let img = mnist::read_image(path).unwrap();
+        let img = mnist::read_image(path, false).unwrap();
         let row = net.classify(&[img]).unwrap()[0];
         assert_close("host", "single image", &row, &REFERENCE[k]);
         assert_eq!(mnist::argmax(&row), *label);

@@ -114,3 +114,73 @@ fn a_malformed_file_fails_with_its_line() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// Regression for issue 18: eight allocations of 2^62 bytes made the timeline's pool total wrap
+/// (the HTML showed a peak of 3·2^62 instead of 2^65).
+#[test]
+fn huge_sizes_do_not_overflow_the_totals() {
+    use tensormem::trace::EventKind;
+    let tracer = Tracer::new();
+    for id in 0..8u64 {
+        tracer.record(EventKind::Alloc {
+            id,
+            pool: "device".into(),
+            size: 1 << 62,
+            offset: 0,
+            label: format!("huge {id}"),
+            parent: None,
+        });
+    }
+    for id in 0..8u64 {
+        tracer.record(EventKind::FreeRequested { id });
+    }
+    let d = dir();
+    let trace = d.join("huge.json");
+    let html = d.join("huge.html");
+    std::fs::write(&trace, tracer.snapshot().to_chrome_json()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
+        .arg(&trace)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    // 8 · 2^62 = 2^65 bytes = 32 EiB.
+    assert!(page.contains("pool device (peak 32.00 EiB)"), "{page}");
+    let json = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
+        .arg(&trace)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(json.status.success());
+}
+
+#[test]
+fn help_and_version_follow_the_shared_conventions() {
+    let help = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout);
+    for flag in [
+        "--html",
+        "--json",
+        "--min-gap-ns",
+        "--version",
+        "Exit status:",
+    ] {
+        assert!(text.contains(flag), "{flag} missing from:\n{text}");
+    }
+    let version = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert_eq!(version.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")));
+}

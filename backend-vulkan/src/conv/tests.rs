@@ -79,3 +79,20 @@ fn atom_range_exhaustive_small() {
         }
     }
 }
+
+/// `auto` backend selection skips software implementations, so lavapipe (`CPU`) must map to
+/// `SoftwareGpu`, never to a GPU type.
+#[test]
+fn device_types_map_to_core() {
+    use tensormem::DeviceType as D;
+    let cases = [
+        (vk::PhysicalDeviceType::DISCRETE_GPU, D::DiscreteGpu),
+        (vk::PhysicalDeviceType::INTEGRATED_GPU, D::IntegratedGpu),
+        (vk::PhysicalDeviceType::VIRTUAL_GPU, D::VirtualGpu),
+        (vk::PhysicalDeviceType::CPU, D::SoftwareGpu),
+        (vk::PhysicalDeviceType::OTHER, D::Unknown),
+    ];
+    for (vk_type, want) in cases {
+        assert_eq!(map_device_type(vk_type), want, "{vk_type:?}");
+    }
+}

@@ -37,3 +37,20 @@ fn alignment_arithmetic() {
     assert_eq!(align_up(0, 4), Some(0));
     assert_eq!(align_up(u64::MAX, 4), None);
 }
+
+/// `auto` backend selection skips software implementations, so a `Cpu` adapter (lavapipe,
+/// llvmpipe, SwiftShader, WARP) must map to `SoftwareGpu`, never to a GPU type.
+#[test]
+fn device_types_map_to_core() {
+    use tensormem::DeviceType as D;
+    let cases = [
+        (wgpu::DeviceType::DiscreteGpu, D::DiscreteGpu),
+        (wgpu::DeviceType::IntegratedGpu, D::IntegratedGpu),
+        (wgpu::DeviceType::VirtualGpu, D::VirtualGpu),
+        (wgpu::DeviceType::Cpu, D::SoftwareGpu),
+        (wgpu::DeviceType::Other, D::Unknown),
+    ];
+    for (wgpu_type, want) in cases {
+        assert_eq!(map_device_type(wgpu_type), want, "{wgpu_type:?}");
+    }
+}

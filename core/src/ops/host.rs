@@ -1,24 +1,29 @@
 //! Host (CPU) implementations of the standard ops: the numerical reference.
 //!
-//! Every backend is checked against [`run`], and the host backend executes models with it, so the
-//! code favours being obviously right over being fast, except in [`Op::MatMul`] (almost all of a
-//! transformer's time), which is blocked for the cache and written so the compiler vectorises it.
+//! Every backend is checked against [`run`], and the host backend executes models with it (it is
+//! the embedded default on a machine without a GPU), so it must be both plainly right and fast:
+//! [`Op::MatMul`] and [`Op::Conv2d`] (almost all of a model's time) go to `matrixmultiply`'s packed
+//! SIMD `sgemm` (see `matmul`), and every op with enough work spreads it over all cores with
+//! rayon, in chunks of whole rows that never change how an element is computed.
 //!
 //! Numerics follow PyTorch's CPU kernels in f32: the same formulas in the same order where it
 //! matters (GELU is `x·0.5·(1 + erf(x/√2))` with a ~1 ulp `erf`; layer norm uses population
-//! variance and `1/√(var + eps)`; softmax subtracts the row maximum). Sums run in index order
-//! (row reductions accumulate in f64, see `rows`), so results are deterministic and matmul is
-//! bit-identical to the naive loop; a GPU's tree reductions and `exp` round differently, so the
-//! conformance suite compares with a tolerance (1e-5 relative covers every kernel in `ops::wgsl`).
+//! variance and `1/√(var + eps)`; softmax subtracts the row maximum). Row reductions sum in index
+//! order in f64 (see `rows`); products use `sgemm`'s blocked f32 sums, a few ulps of `Σ|a·b|`
+//! from the naive loop. Results do not depend on the thread count. A GPU's tree reductions and
+//! `exp` round differently, so the conformance suite compares with a tolerance (1e-5 relative
+//! covers every kernel in `ops::wgsl`).
 //!
 //! Operands are raw byte slices, as backends hold them: they may be unaligned (they are copied to
 //! aligned vectors then) and are checked against [`Op::check_binding_sizes`] first, so bad input
 //! is an [`Error`], never a panic.
 //!
-//! Submodules: `matmul` (blocked GEMM), `rows` (row-wise softmax, norms, pooling), `spatial`
-//! (conv2d, maxpool, permute), `erf`.
+//! Submodules: `matmul` (threaded `sgemm`), `rows` (row-wise softmax, norms, pooling), `spatial`
+//! (conv2d as im2col + matmul, maxpool, permute), `erf`.
 
 use std::borrow::Cow;
+
+use rayon::prelude::*;
 
 use crate::ops::Op;
 use crate::{Error, Result};
@@ -92,7 +97,7 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
             let bias = bias.then(|| x(2));
             write_f32(out, |c| {
                 matmul::matmul(&shape, &a, &b, bias.as_deref(), alpha, c)
-            });
+            })?;
         }
         Op::Add { b_len, .. } => binary(inputs, out, b_len, |a, b| a + b),
         Op::Mul { b_len, .. } => binary(inputs, out, b_len, |a, b| a * b),
@@ -102,8 +107,12 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
         Op::Relu { .. } => unary(inputs, out, |v| if v < 0.0 { 0.0 } else { v }),
         Op::LayerNorm { cols, eps, .. } => {
             let (xs, gamma, beta) = (x(0), x(1), x(2));
+            let cols = cols as usize;
             write_f32(out, |y| {
-                rows::layer_norm(&xs, &gamma, &beta, cols as usize, eps, y);
+                par_rows(y, cols, |row0, y| {
+                    let x = &xs[row0 * cols..row0 * cols + y.len()];
+                    rows::layer_norm(x, &gamma, &beta, cols, eps, y);
+                });
             });
         }
         Op::Softmax {
@@ -115,7 +124,13 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
             let xs = x(0);
             let mask = masked.then(|| x(1));
             let mask = mask.as_deref().map(|m| (m, rows_per_mask as usize));
-            write_f32(out, |y| rows::softmax(&xs, mask, cols as usize, y));
+            let cols = cols as usize;
+            write_f32(out, |y| {
+                par_rows(y, cols, |row0, y| {
+                    let x = &xs[row0 * cols..row0 * cols + y.len()];
+                    rows::softmax(x, row0, mask, cols, y);
+                });
+            });
         }
         Op::Embedding { vocab, dim, .. } => {
             let (table, ids) = (x(0), u32s(inputs[1]));
@@ -129,15 +144,21 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
         }
         Op::L2Normalize { cols, eps, .. } => {
             let xs = x(0);
-            write_f32(out, |y| rows::l2_normalize(&xs, cols as usize, eps, y));
+            let cols = cols as usize;
+            write_f32(out, |y| {
+                par_rows(y, cols, |row0, y| {
+                    let x = &xs[row0 * cols..row0 * cols + y.len()];
+                    rows::l2_normalize(x, cols, eps, y);
+                });
+            });
         }
         Op::Conv2d { bias, .. } => {
             let (xs, weight) = (x(0), x(1));
             let bias = bias.then(|| x(2));
             let (oh, ow) = op.conv_out()?;
             write_f32(out, |y| {
-                spatial::conv2d(op, (oh, ow), &xs, &weight, bias.as_deref(), y);
-            });
+                spatial::conv2d(op, (oh, ow), &xs, &weight, bias.as_deref(), y)
+            })?;
         }
         Op::MaxPool2d { .. } => {
             let xs = x(0);
@@ -185,37 +206,64 @@ fn u32s(bytes: &[u8]) -> Cow<'_, [u32]> {
 }
 
 /// Lets `f` fill `out` as f32: in place when aligned, else through an aligned vector.
-fn write_f32(out: &mut [u8], f: impl FnOnce(&mut [f32])) {
+fn write_f32<R>(out: &mut [u8], f: impl FnOnce(&mut [f32]) -> R) -> R {
     match bytemuck::try_cast_slice_mut::<u8, f32>(out) {
         Ok(y) => f(y),
         Err(_) => {
             let mut y = vec![0f32; out.len() / 4];
-            f(&mut y);
+            let r = f(&mut y);
             out.copy_from_slice(bytemuck::cast_slice(&y));
+            r
         }
     }
 }
 
+/// Elements below which an element-wise or row op runs on the calling thread, and the smallest
+/// chunk one pool task gets (about 10–50 µs of work, enough to pay for the hand-off).
+const PARALLEL_MIN_ELEMS: usize = 1 << 15;
+
+/// Runs `f(first_row, chunk)` over `y` cut into chunks of whole rows of `cols`: in parallel, in
+/// chunks of at least [`PARALLEL_MIN_ELEMS`], when `y` is large enough. Each row is computed
+/// by the same code whatever the chunking, so results do not depend on the thread count.
+fn par_rows(y: &mut [f32], cols: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    if cols == 0 || y.is_empty() {
+        return;
+    }
+    if y.len() < 2 * PARALLEL_MIN_ELEMS {
+        f(0, y);
+        return;
+    }
+    let rows_per_chunk = PARALLEL_MIN_ELEMS.div_ceil(cols);
+    y.par_chunks_mut(rows_per_chunk * cols)
+        .enumerate()
+        .for_each(|(i, chunk)| f(i * rows_per_chunk, chunk));
+}
+
 /// `y[i] = f(x[i])` over input 0.
-fn unary(inputs: &[&[u8]], out: &mut [u8], f: impl Fn(f32) -> f32) {
+fn unary(inputs: &[&[u8]], out: &mut [u8], f: impl Fn(f32) -> f32 + Sync) {
     let x = f32s(inputs[0]);
     write_f32(out, |y| {
-        for (y, &x) in y.iter_mut().zip(x.iter()) {
-            *y = f(x);
-        }
+        par_rows(y, 1, |i0, y| {
+            for (y, &x) in y.iter_mut().zip(&x[i0..]) {
+                *y = f(x);
+            }
+        });
     });
 }
 
 /// `c[i] = f(a[i], b[i % b_len])` over inputs 0 and 1.
-fn binary(inputs: &[&[u8]], out: &mut [u8], b_len: u32, f: impl Fn(f32, f32) -> f32) {
+fn binary(inputs: &[&[u8]], out: &mut [u8], b_len: u32, f: impl Fn(f32, f32) -> f32 + Sync) {
     let (a, b) = (f32s(inputs[0]), f32s(inputs[1]));
     let b_len = b_len as usize;
     write_f32(out, |c| {
-        for (c, a) in c.chunks_exact_mut(b_len).zip(a.chunks_exact(b_len)) {
-            for ((c, &a), &b) in c.iter_mut().zip(a).zip(b.iter()) {
-                *c = f(a, b);
+        par_rows(c, b_len, |row0, c| {
+            let a = &a[row0 * b_len..];
+            for (c, a) in c.chunks_exact_mut(b_len).zip(a.chunks_exact(b_len)) {
+                for ((c, &a), &b) in c.iter_mut().zip(a).zip(b.iter()) {
+                    *c = f(a, b);
+                }
             }
-        }
+        });
     });
 }
 

@@ -100,14 +100,16 @@ pub struct Finding {
     pub backtrace: Option<String>,
 }
 
-/// Max segment tree over a per-step load.
+/// Max segment tree over a per-step load. Loads are `u128`: the sum of live sizes can exceed
+/// `u64` (a trace may hold several allocations near 2⁶³ bytes), and a wrapped sum would hide
+/// the peak.
 struct MaxTree {
     n: usize,
-    t: Vec<u64>,
+    t: Vec<u128>,
 }
 
 impl MaxTree {
-    fn new(load: &[u64]) -> Self {
+    fn new(load: &[u128]) -> Self {
         let n = load.len();
         let mut t = vec![0; 2 * n];
         t[n..].copy_from_slice(load);
@@ -118,7 +120,7 @@ impl MaxTree {
     }
 
     /// Max over `[lo, hi)`, 0 when empty.
-    fn max(&self, lo: usize, hi: usize) -> u64 {
+    fn max(&self, lo: usize, hi: usize) -> u128 {
         let (mut l, mut r) = (lo.min(self.n) + self.n, hi.min(self.n) + self.n);
         let mut m = 0;
         while l < r {
@@ -137,14 +139,14 @@ impl MaxTree {
     }
 
     /// The peak after removing `d` bytes over each of the sorted, disjoint `ranges`.
-    fn peak_without(&self, ranges: &[(usize, usize)], d: u64) -> u64 {
+    fn peak_without(&self, ranges: &[(usize, usize)], d: u64) -> u128 {
         let mut best = 0;
         let mut prev = 0;
         for &(lo, hi) in ranges {
             debug_assert!(prev <= lo && lo <= hi);
             best = best.max(self.max(prev, lo));
             if lo < hi {
-                best = best.max(self.max(lo, hi).saturating_sub(d));
+                best = best.max(self.max(lo, hi).saturating_sub(u128::from(d)));
             }
             prev = hi;
         }
@@ -154,7 +156,7 @@ impl MaxTree {
 
 struct PoolLoad {
     tree: MaxTree,
-    peak: u64,
+    peak: u128,
 }
 
 /// Finds every inefficiency in `trace`, largest peak saving first (then by kind and id).
@@ -196,11 +198,11 @@ pub fn analyze(trace: &Trace, options: &AnalyzeOptions) -> Vec<Finding> {
         .into_iter()
         .map(|(pool, d)| {
             let mut acc: i128 = 0;
-            let load: Vec<u64> = d[..n]
+            let load: Vec<u128> = d[..n]
                 .iter()
                 .map(|x| {
                     acc += x;
-                    acc.max(0) as u64
+                    acc.max(0) as u128
                 })
                 .collect();
             let tree = MaxTree::new(&load);
@@ -222,8 +224,10 @@ pub fn analyze(trace: &Trace, options: &AnalyzeOptions) -> Vec<Finding> {
             continue;
         };
         let end = l.free_step.unwrap_or(n);
+        // Never more than `d`, one allocation's size, so it fits in u64.
         let saving = |ranges: &[(usize, usize)], d: u64| {
-            pool.peak - pool.tree.peak_without(ranges, d).min(pool.peak)
+            let s = pool.peak - pool.tree.peak_without(ranges, d).min(pool.peak);
+            u64::try_from(s).unwrap_or(u64::MAX)
         };
         let mut push =
             |kind: FindingKind, range: (usize, usize), wasted: u64, saved: u64, detail: String| {

@@ -33,11 +33,12 @@ impl Trace {
             l.push_str("}}");
             lines.push(l);
         }
-        // Counters.
-        let mut in_use: HashMap<&str, u64> = HashMap::new();
-        let mut reserved: HashMap<&str, u64> = HashMap::new();
+        // Counters, in u128: the sizes of live allocations can sum past u64::MAX, and a wrapped
+        // (or, in debug builds, panicking) sum would hide the peak. JSON numbers have no range.
+        let mut in_use: HashMap<&str, u128> = HashMap::new();
+        let mut reserved: HashMap<&str, u128> = HashMap::new();
         let mut sizes: HashMap<u64, (&str, u64)> = HashMap::new();
-        let counter = |lines: &mut Vec<String>, name: &str, pool: &str, t: u64, v: u64| {
+        let counter = |lines: &mut Vec<String>, name: &str, pool: &str, t: u64, v: u128| {
             lines.push(format!(
                 "{{\"ph\":\"C\",\"name\":\"{name}\",\"pid\":{},\"tid\":0,\"ts\":{},\"args\":{{\"bytes\":{v}}}}}",
                 pid(pool),
@@ -49,14 +50,14 @@ impl Trace {
                 EventKind::Alloc { id, pool, size, .. } => {
                     sizes.insert(*id, (pool.as_str(), *size));
                     let v = in_use.entry(pool.as_str()).or_default();
-                    *v += size;
+                    *v += u128::from(*size);
                     let v = *v;
                     counter(&mut lines, "in use", pool, ev.time_ns, v);
                 }
                 EventKind::FreeRequested { id } => {
                     if let Some((pool, size)) = sizes.remove(id) {
                         let v = in_use.entry(pool).or_default();
-                        *v = v.saturating_sub(size);
+                        *v = v.saturating_sub(u128::from(size));
                         let v = *v;
                         counter(&mut lines, "in use", pool, ev.time_ns, v);
                     }
@@ -65,9 +66,9 @@ impl Trace {
                 | EventKind::BlockRelease { pool, size, .. } => {
                     let v = reserved.entry(pool.as_str()).or_default();
                     if matches!(ev.kind, EventKind::BlockReserve { .. }) {
-                        *v += size;
+                        *v += u128::from(*size);
                     } else {
-                        *v = v.saturating_sub(*size);
+                        *v = v.saturating_sub(u128::from(*size));
                     }
                     let v = *v;
                     counter(&mut lines, "reserved", pool, ev.time_ns, v);

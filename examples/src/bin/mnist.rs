@@ -1,81 +1,98 @@
-//! `mnist`: classifies 28×28 digit images with the ccexam MNIST CNN on a tensormem backend and
-//! prints the predictions, the logits and the memory report.
-//!
-//! ```text
-//! mnist [--backend auto|host|vulkan|wgpu|cuda] [--json] [--runs N] [--trace OUT.json] [IMAGE...]
-//! ```
-//! `--trace` records every allocation, transfer and tensor use of the whole run (see
-//! `tensormem::trace`) and writes it as Chrome trace JSON, readable by `tensormem-report`.
-//! IMAGE is raw `u8[784]` (28×28, white on black) or a binary 28×28 PGM; without images it
-//! classifies the three bundled MNIST test images. All images run as one batch.
+//! `mnist`: classifies digit images with the ccexam MNIST CNN on a tensormem backend and prints
+//! the predictions, the logits, how the backend was chosen and the memory report.
+//! `mnist --help` lists the flags and exit codes.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Parser;
 use serde_json::json;
 use tensormem::{Result, Runtime, RuntimeConfig, Tracer};
 use tensormem_examples::backend_select;
-use tensormem_examples::models::cli::parse_common;
+use tensormem_examples::cli::{self, EXIT_CODES, SampleArgs};
 use tensormem_examples::models::mnist::{self, Mnist};
 use tensormem_examples::models::report::{InferenceReport, blocks_allocated, time_runs};
 
-const USAGE: &str = "usage: mnist [--backend auto|host|vulkan|wgpu|cuda] [--json] [--runs N] [--trace OUT.json] [IMAGE...]";
+/// Classify handwritten digits with a small CNN (the ccexam MNIST model) on a tensormem backend,
+/// then print the logits and the memory report.
+///
+/// Images are PNG, JPEG or PGM of any size (converted to 28x28 grayscale as the model's reference
+/// preprocessing does) or exactly 784 raw bytes. MNIST digits are white on black: use --invert
+/// for dark digits on a light background. Without images, the three bundled MNIST test images
+/// are classified. All images run as one batch.
+#[derive(Parser, Debug)]
+#[command(version, after_help = EXIT_CODES)]
+struct Args {
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// Record every allocation, transfer and tensor use of the run and write it as Chrome trace
+    /// JSON (read it with tensormem-report, or chrome://tracing).
+    #[arg(long, value_name = "OUT.json")]
+    trace: Option<PathBuf>,
+    /// Invert the pixels of every image (for dark digits on a light background).
+    #[arg(long)]
+    invert: bool,
+    /// Images to classify (PNG, JPEG, PGM, or 784 raw bytes).
+    #[arg(value_name = "IMAGE")]
+    images: Vec<PathBuf>,
+}
 
 fn main() -> ExitCode {
-    match run() {
+    let args = Args::parse();
+    match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("mnist: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => cli::fail("mnist", &e),
     }
 }
 
-fn run() -> Result<()> {
-    let mut args = parse_common(std::env::args().skip(1))?;
-    let trace_out = match args.rest.iter().position(|a| a == "--trace") {
-        Some(i) => {
-            let path = args.rest.get(i + 1).cloned();
-            args.rest.drain(i..(i + 2).min(args.rest.len()));
-            Some(path.ok_or_else(|| tensormem::Error::invalid("--trace needs a file name"))?)
-        }
-        None => None,
-    };
-    if let Some(flag) = args.rest.iter().find(|a| a.starts_with("--")) {
-        return Err(tensormem::Error::invalid(format!(
-            "unknown flag {flag}\n{USAGE}"
-        )));
-    }
-    let paths: Vec<(PathBuf, Option<usize>)> = if args.rest.is_empty() {
+fn run(args: &Args) -> Result<()> {
+    let s = &args.sample;
+    let paths: Vec<(PathBuf, Option<usize>)> = if args.images.is_empty() {
         mnist::bundled_images()
             .into_iter()
             .map(|(p, l)| (p, Some(l)))
             .collect()
     } else {
-        args.rest.iter().map(|p| (PathBuf::from(p), None)).collect()
+        args.images.iter().map(|p| (p.clone(), None)).collect()
     };
     let images = paths
         .iter()
-        .map(|(p, _)| mnist::read_image(p))
+        .map(|(p, _)| mnist::read_image(p, args.invert))
         .collect::<Result<Vec<_>>>()?;
+    for ((p, _), img) in paths.iter().zip(&images) {
+        if mnist::looks_inverted(img) {
+            eprintln!(
+                "mnist: warning: {} is mostly light; MNIST digits are white on black{}",
+                p.display(),
+                if args.invert {
+                    " (it was inverted as asked)"
+                } else {
+                    ": try --invert"
+                }
+            );
+        }
+    }
 
-    let backend = backend_select::select(&args.backend)?;
-    let rt = Runtime::new(backend, RuntimeConfig::default())?;
-    let tracer = trace_out.as_ref().map(|_| Tracer::new());
+    let selection = backend_select::select(s.device.backend, &s.device.select_options())?;
+    let rt = Runtime::new(selection.backend.clone(), RuntimeConfig::default())?;
+    let tracer = args.trace.as_ref().map(|_| Tracer::new());
     rt.set_tracer(tracer.clone());
     let weights = Mnist::bundled_weights()?;
     let mut net = Mnist::new(&rt, &weights, images.len())?;
     let logits = net.classify(&images)?;
 
+    let bar = cli::progress(u64::from(s.runs), "timed runs", s.json);
     let timing = time_runs(
-        args.runs,
+        s.runs,
         &mut net,
         |net| net.classify(&images).map(|_| ()),
         |net| blocks_allocated(net.model()),
+        &bar,
     )?;
-    let report = InferenceReport::new(&rt, net.model(), format!("batch {}", images.len()), timing);
+    let shape = format!("batch {}", images.len());
+    let report = InferenceReport::new(&rt, &selection, net.model(), shape, timing);
 
-    if args.json {
+    if s.json {
         let results: Vec<_> = paths
             .iter()
             .zip(&logits)
@@ -103,14 +120,18 @@ fn run() -> Result<()> {
         }
         println!("{}", report.to_text());
     }
-    if let (Some(path), Some(tracer)) = (&trace_out, &tracer) {
+    if let (Some(path), Some(tracer)) = (&args.trace, &tracer) {
         drop(net); // its frees belong in the trace
         let trace = tracer.snapshot();
         std::fs::write(path, trace.to_chrome_json()).map_err(|source| tensormem::Error::Io {
-            path: path.clone(),
+            path: path.display().to_string(),
             source,
         })?;
-        eprintln!("trace: {} events written to {path}", trace.events.len());
+        eprintln!(
+            "trace: {} events written to {}",
+            trace.events.len(),
+            path.display()
+        );
     }
     Ok(())
 }

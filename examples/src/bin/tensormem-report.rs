@@ -1,55 +1,36 @@
 //! `tensormem-report`: reads a trace written by `tensormem::trace` (Chrome trace JSON with the raw
 //! events embedded) and prints the memory inefficiencies it finds, largest peak saving first.
-//!
-//! ```text
-//! tensormem-report TRACE.json [--html OUT.html] [--json] [--min-gap-ns N]
-//! ```
-//!
-//! `--html` also writes the self-contained HTML memory timeline; `--json` prints the findings as a
-//! JSON array instead of a table. Exit status 0 on success, 1 on a bad file, 2 on bad arguments.
+//! `tensormem-report --help` lists the flags and exit codes.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Parser;
 use tensormem::trace::{AnalyzeOptions, Finding, analyze};
 use tensormem::{Error, Trace};
+use tensormem_examples::cli::{self, EXIT_CODES};
 
-const USAGE: &str =
-    "usage: tensormem-report TRACE.json [--html OUT.html] [--json] [--min-gap-ns N]";
-
+/// Find memory inefficiencies in a tensormem trace (early allocation, late free, idle or
+/// over-sized allocations, leaks), largest peak saving first, and optionally write the
+/// self-contained HTML memory timeline.
+///
+/// Traces come from `tensormem::Tracer` (`mnist --trace OUT.json` writes one).
+#[derive(Parser, Debug)]
+#[command(version, after_help = EXIT_CODES)]
 struct Args {
-    trace: String,
-    html: Option<String>,
+    /// The trace (Chrome trace JSON written by tensormem).
+    #[arg(value_name = "TRACE.json")]
+    trace: PathBuf,
+    /// Also write the self-contained HTML memory timeline to this file.
+    #[arg(long, value_name = "OUT.html")]
+    html: Option<PathBuf>,
+    /// Print the findings as a JSON array on stdout instead of a table.
+    #[arg(long)]
     json: bool,
-    options: AnalyzeOptions,
-}
-
-fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut trace = None;
-    let mut html = None;
-    let mut json = false;
-    let mut options = AnalyzeOptions::default();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--html" => html = Some(it.next().ok_or("--html needs a file name")?),
-            "--json" => json = true,
-            "--min-gap-ns" => {
-                let v = it.next().ok_or("--min-gap-ns needs a number")?;
-                options.min_gap_ns = v
-                    .parse()
-                    .map_err(|_| format!("--min-gap-ns: '{v}' is not a number"))?;
-            }
-            "-h" | "--help" => return Err(String::new()),
-            s if s.starts_with('-') => return Err(format!("unknown option '{s}'")),
-            s if trace.is_none() => trace = Some(s.to_string()),
-            s => return Err(format!("unexpected argument '{s}'")),
-        }
-    }
-    Ok(Args {
-        trace: trace.ok_or("no trace file given")?,
-        html,
-        json,
-        options,
-    })
+    /// Report findings that save no peak bytes only when their wasted interval lasts at least
+    /// this many nanoseconds.
+    #[arg(long, value_name = "N", default_value_t = AnalyzeOptions::default().min_gap_ns)]
+    min_gap_ns: u64,
 }
 
 fn esc(s: &str) -> String {
@@ -97,20 +78,28 @@ fn emit(out: &str) {
 }
 
 fn run(args: &Args) -> Result<(), Error> {
+    let name = args.trace.display().to_string();
+    let busy = cli::spinner(&format!("reading {name}"), args.json);
     let text = std::fs::read_to_string(&args.trace).map_err(|source| Error::Io {
-        path: args.trace.clone(),
+        path: name.clone(),
         source,
     })?;
-    let trace = Trace::from_json(&text, &args.trace)?;
-    let findings = analyze(&trace, &args.options);
+    let trace = Trace::from_json(&text, &name)?;
+    busy.set_message(format!("analysing {} events", trace.events.len()));
+    let options = AnalyzeOptions {
+        min_gap_ns: args.min_gap_ns,
+        ..AnalyzeOptions::default()
+    };
+    let findings = analyze(&trace, &options);
+    busy.finish_and_clear();
     let mut out = String::new();
     if let Some(path) = &args.html {
         std::fs::write(
             path,
-            trace.to_html(&format!("tensormem memory timeline: {}", args.trace)),
+            trace.to_html(&format!("tensormem memory timeline: {name}")),
         )
         .map_err(|source| Error::Io {
-            path: path.clone(),
+            path: path.display().to_string(),
             source,
         })?;
     }
@@ -123,7 +112,7 @@ fn run(args: &Args) -> Result<(), Error> {
     outln!(
         out,
         "{}: {} events, {} allocations, {} finding(s), largest peak saving first",
-        args.trace,
+        name,
         trace.events.len(),
         trace.lifetimes().len(),
         findings.len()
@@ -160,28 +149,16 @@ fn run(args: &Args) -> Result<(), Error> {
         }
     }
     if let Some(path) = &args.html {
-        outln!(out, "timeline written to {path}");
+        outln!(out, "timeline written to {}", path.display());
     }
     emit(&out);
     Ok(())
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(msg) => {
-            if !msg.is_empty() {
-                eprintln!("tensormem-report: {msg}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tensormem-report: {e}");
-            ExitCode::from(1)
-        }
+        Err(e) => cli::fail("tensormem-report", &e),
     }
 }

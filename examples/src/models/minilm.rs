@@ -51,11 +51,10 @@ pub struct BertConfig {
 }
 
 impl BertConfig {
-    /// Reads and checks `config.json`.
+    /// Reads and checks `config.json` (see [`BertConfig::check`]).
     ///
     /// # Errors
-    /// [`Error::Io`], [`Error::Malformed`] for bad JSON, an activation other than `gelu`, or a
-    /// hidden size not divisible by the head count.
+    /// [`Error::Io`], [`Error::Malformed`] for bad JSON or a config [`BertConfig::check`] refuses.
     pub fn open(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
             path: path.display().to_string(),
@@ -68,20 +67,49 @@ impl BertConfig {
         };
         let cfg: BertConfig =
             serde_json::from_str(&text).map_err(|e| malformed(format!("config: {e}")))?;
-        if cfg.hidden_act != "gelu" {
-            return Err(malformed(format!(
-                "hidden_act {:?}: only the exact erf \"gelu\" is supported",
-                cfg.hidden_act
-            )));
-        }
-        if cfg.num_attention_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads)
-        {
-            return Err(malformed(format!(
-                "hidden_size {} is not a multiple of num_attention_heads {}",
-                cfg.hidden_size, cfg.num_attention_heads
-            )));
-        }
+        cfg.check().map_err(malformed)?;
         Ok(cfg)
+    }
+
+    /// Checks what the graph relies on: the exact erf `gelu`, every size at least 1, a hidden
+    /// size divisible by the head count, and a finite `layer_norm_eps > 0` (0 divides a constant
+    /// row by zero, a negative one takes the square root of a negative variance: both give NaN).
+    ///
+    /// # Errors
+    /// A message naming the offending field.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.hidden_act != "gelu" {
+            return Err(format!(
+                "hidden_act {:?}: only the exact erf \"gelu\" is supported",
+                self.hidden_act
+            ));
+        }
+        for (name, v) in [
+            ("hidden_size", self.hidden_size),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("intermediate_size", self.intermediate_size),
+            ("vocab_size", self.vocab_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+            ("type_vocab_size", self.type_vocab_size),
+        ] {
+            if v == 0 {
+                return Err(format!("{name} is 0"));
+            }
+        }
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+            return Err(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        if !(self.layer_norm_eps.is_finite() && self.layer_norm_eps > 0.0) {
+            return Err(format!(
+                "layer_norm_eps {} must be a finite number above 0 (all-MiniLM-L6-v2 uses 1e-12)",
+                self.layer_norm_eps
+            ));
+        }
+        Ok(())
     }
 
     /// The configuration of all-MiniLM-L6-v2 (as its `config.json`), for graph-only uses such as
@@ -370,13 +398,20 @@ pub struct MiniLm {
 }
 
 impl MiniLm {
-    /// Loads the model files from `dir` (see [`MODEL_FILES`]).
+    /// Loads the model files from `dir` (see [`MODEL_FILES`]) and checks them against each
+    /// other before anything runs: the config ([`BertConfig::check`]), every weight finite
+    /// ([`WeightFile::open`]), every tensor the graph reads present with the shape the config
+    /// implies, and no encoder layer or other tensor the config does not account for (a config
+    /// that says 6 layers over 12-layer weights would otherwise run and silently drop half the
+    /// model). Only `pooler.*`, which sentence embeddings do not use, may be left over.
     ///
     /// # Errors
-    /// [`Error::Io`] / [`Error::Malformed`] for a missing or bad file.
+    /// [`Error::Io`] / [`Error::Malformed`] for a missing or bad file, [`Error::SizeMismatch`]
+    /// for a weight whose shape disagrees with the config.
     pub fn open(rt: &Runtime, dir: &Path) -> Result<Self> {
         let cfg = BertConfig::open(&dir.join("config.json"))?;
         let weights = WeightFile::open(&dir.join("model.safetensors"))?;
+        check_weights_match(&cfg, &weights)?;
         let tokenizer = WordPiece::open(&dir.join("tokenizer.json"))?;
         Ok(MiniLm {
             rt: rt.clone(),
@@ -440,8 +475,11 @@ impl MiniLm {
     /// Uploads a tokenized batch into its shape's model (compiling it if needed).
     ///
     /// # Errors
-    /// As [`MiniLm::model_for`]; upload errors.
+    /// [`Error::InvalidArgument`] for a token, type or position id outside its embedding table
+    /// (the tokenizer and config disagree: such an id would read no row); as
+    /// [`MiniLm::model_for`]; upload errors.
     pub fn set_tokens(&mut self, tokens: &TokenBatch) -> Result<()> {
+        check_ids(&self.cfg, tokens)?;
         self.model_for(tokens.batch, tokens.seq)?;
         let entry = self.entry_mut(tokens.batch, tokens.seq)?;
         let g = &entry.graph;
@@ -469,6 +507,7 @@ impl MiniLm {
         let h = self.cfg.hidden_size;
         let entry = self.entry_mut(batch, seq)?;
         let flat: Vec<f32> = entry.model.read_output(entry.graph.embeddings)?;
+        super::checks::finite("minilm embeddings", &flat, h)?;
         Ok(flat.chunks_exact(h).map(<[f32]>::to_vec).collect())
     }
 
@@ -497,6 +536,90 @@ impl MiniLm {
     pub fn cached_model(&self, batch: usize, seq: usize) -> Option<&Model> {
         self.cache.get(&(batch, seq)).map(|c| &c.model)
     }
+}
+
+/// Checks every id of `tokens` against its table: word pieces against `vocab_size`, token types
+/// against `type_vocab_size`, positions against `max_position_embeddings`.
+fn check_ids(cfg: &BertConfig, tokens: &TokenBatch) -> Result<()> {
+    let seq = tokens.seq.max(1);
+    for (what, ids, table, field) in [
+        ("token id", &tokens.ids, cfg.vocab_size, "vocab_size"),
+        (
+            "token type id",
+            &tokens.type_ids,
+            cfg.type_vocab_size,
+            "type_vocab_size",
+        ),
+        (
+            "position id",
+            &tokens.positions,
+            cfg.max_position_embeddings,
+            "max_position_embeddings",
+        ),
+    ] {
+        if let Some(i) = ids.iter().position(|&id| id as usize >= table) {
+            return Err(Error::invalid(format!(
+                "{what} {} (sentence {}, token {}) is outside the table of {table} rows \
+                 (config.json {field}); the tokenizer and the config disagree",
+                ids[i],
+                i / seq,
+                i % seq
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the weight file against the config: every tensor the graph declares is present with
+/// its shape, and every other f32 tensor is the unused pooler.
+fn check_weights_match(cfg: &BertConfig, weights: &WeightFile) -> Result<()> {
+    let graph = build_graph(cfg, 1, 1)?;
+    let declared: std::collections::HashSet<&str> = graph
+        .builder
+        .weights
+        .iter()
+        .map(|w| w.name.as_str())
+        .collect();
+    for slot in &graph.builder.weights {
+        weights.f32_bytes(&slot.name, &slot.shape)?;
+    }
+    let mut extra: Vec<&str> = weights
+        .names()
+        .filter(|n| !declared.contains(n) && !n.starts_with("pooler."))
+        .collect();
+    if extra.is_empty() {
+        return Ok(());
+    }
+    extra.sort_unstable();
+    let layers_in_file = weights
+        .names()
+        .filter_map(|n| {
+            n.strip_prefix("encoder.layer.")?
+                .split('.')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .max()
+        .map_or(0, |l| l + 1);
+    let hint = if layers_in_file > cfg.num_hidden_layers {
+        format!(
+            "the weights hold {layers_in_file} encoder layers but config.json says \
+             num_hidden_layers = {}",
+            cfg.num_hidden_layers
+        )
+    } else {
+        "config.json does not account for them".to_string()
+    };
+    Err(Error::Malformed {
+        source_name: weights.path().display().to_string(),
+        line: 0,
+        message: format!(
+            "{hint}: {} unused tensor(s), first {:?}",
+            extra.len(),
+            &extra[..extra.len().min(3)]
+        ),
+    })
 }
 
 /// Cosine similarity of two vectors (0 when either is all zeros).

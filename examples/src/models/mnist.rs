@@ -16,6 +16,9 @@ use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId};
 use super::builder::{ModelBuilder, dim};
 use super::weights::WeightFile;
 
+mod input;
+pub use input::{MAX_FILE_BYTES, MAX_SIDE, looks_inverted, read_image};
+
 /// Image side in pixels.
 pub const SIDE: usize = 28;
 /// Pixels per image.
@@ -44,58 +47,6 @@ pub fn bundled_images() -> Vec<(PathBuf, usize)> {
     .into_iter()
     .map(|(f, label)| (assets_dir().join(f), label))
     .collect()
-}
-
-/// Reads a 28×28 grayscale image: either raw `u8[784]` (row-major, white on black, as the bundled
-/// samples) or a binary PGM (`P5`, 28×28, maxval 255).
-///
-/// # Errors
-/// [`Error::Io`] when the file cannot be read, [`Error::Malformed`] for any other size or format.
-pub fn read_image(path: &Path) -> Result<Vec<u8>> {
-    let bytes = std::fs::read(path).map_err(|source| Error::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let malformed = |message: String| Error::Malformed {
-        source_name: path.display().to_string(),
-        line: 0,
-        message,
-    };
-    if bytes.len() == PIXELS {
-        return Ok(bytes);
-    }
-    if bytes.starts_with(b"P5") {
-        // Header: "P5", width, height, maxval, separated by whitespace (comments not supported),
-        // then one whitespace byte and the pixels.
-        let mut fields = Vec::new();
-        let mut pos = 2;
-        while fields.len() < 3 && pos < bytes.len() {
-            while pos < bytes.len() && bytes[pos].is_ascii_whitespace() {
-                pos += 1;
-            }
-            let start = pos;
-            while pos < bytes.len() && bytes[pos].is_ascii_digit() {
-                pos += 1;
-            }
-            let text = std::str::from_utf8(&bytes[start..pos]).unwrap_or("");
-            let v: usize = text
-                .parse()
-                .map_err(|_| malformed(format!("PGM header field {:?} is not a number", text)))?;
-            fields.push(v);
-        }
-        let pixels = bytes.get(pos + 1..).unwrap_or(&[]);
-        if fields != [SIDE, SIDE, 255] || pixels.len() != PIXELS {
-            return Err(malformed(format!(
-                "expected a 28x28 PGM with maxval 255 and {PIXELS} pixel bytes, got header {fields:?} and {} bytes",
-                pixels.len()
-            )));
-        }
-        return Ok(pixels.to_vec());
-    }
-    Err(malformed(format!(
-        "expected {PIXELS} raw bytes (28x28 u8) or a binary PGM, got {} bytes",
-        bytes.len()
-    )))
 }
 
 /// ccexam's preprocessing: `(pixel / 255 − 0.1307) / 0.3081`, in f32 as torchvision computes it.
@@ -277,9 +228,11 @@ impl Mnist {
     /// Logits of the last run, one row of 10 per image.
     ///
     /// # Errors
-    /// Runtime and backend errors.
+    /// Runtime and backend errors; [`Error::Malformed`] when a logit is NaN or infinite (broken
+    /// weights or a faulty device), never a silent non-number.
     pub fn logits(&self) -> Result<Vec<[f32; CLASSES]>> {
         let flat: Vec<f32> = self.model.read_output(self.graph.logits)?;
+        super::checks::finite("mnist logits", &flat, CLASSES)?;
         Ok(flat
             .chunks_exact(CLASSES)
             .map(|c| {

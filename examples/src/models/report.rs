@@ -8,8 +8,11 @@
 
 use std::time::{Duration, Instant};
 
+use indicatif::ProgressBar;
 use serde_json::{Value, json};
 use tensormem::{MemoryReport, Model, Result, Runtime};
+
+use crate::backend_select::Selection;
 
 /// Timed repeated runs of one shape.
 #[derive(Clone, Debug)]
@@ -25,7 +28,8 @@ pub struct Timing {
 }
 
 /// Runs `infer` on `state` once to warm up, then `runs` more times, timing each and counting the
-/// backend blocks `blocks_allocated` reports as allocated meanwhile.
+/// backend blocks `blocks_allocated` reports as allocated meanwhile. `bar` advances once per
+/// timed run (pass a hidden bar for none) and is cleared at the end.
 ///
 /// # Errors
 /// The first error of `infer`.
@@ -34,18 +38,22 @@ pub fn time_runs<S>(
     state: &mut S,
     mut infer: impl FnMut(&mut S) -> Result<()>,
     blocks_allocated: impl Fn(&S) -> u64,
+    bar: &ProgressBar,
 ) -> Result<Timing> {
     infer(state)?;
     let before = blocks_allocated(state);
     let mut total = Duration::ZERO;
     let mut min = Duration::MAX;
+    bar.set_length(u64::from(runs.max(1)));
     for _ in 0..runs.max(1) {
         let start = Instant::now();
         infer(state)?;
         let t = start.elapsed();
         total += t;
         min = min.min(t);
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     let runs = runs.max(1);
     Ok(Timing {
         runs,
@@ -69,6 +77,10 @@ pub struct InferenceReport {
     pub backend: String,
     /// Device name as the driver reports it.
     pub device: String,
+    /// How the backend was chosen, as text lines (see [`Selection::to_text`]).
+    pub selection_text: String,
+    /// The same as JSON (see [`Selection::to_json`]).
+    pub selection_json: Value,
     /// Shape description ("batch 3", "batch 2 x seq 15").
     pub shape: String,
     /// The compiled model's memory report.
@@ -78,12 +90,20 @@ pub struct InferenceReport {
 }
 
 impl InferenceReport {
-    /// Collects the report of `model` on `rt`.
-    pub fn new(rt: &Runtime, model: &Model, shape: String, timing: Timing) -> Self {
+    /// Collects the report of `model` on `rt`, whose backend `selection` chose.
+    pub fn new(
+        rt: &Runtime,
+        selection: &Selection,
+        model: &Model,
+        shape: String,
+        timing: Timing,
+    ) -> Self {
         let caps = rt.backend().capabilities();
         InferenceReport {
             backend: caps.backend.to_string(),
             device: caps.device_name.clone(),
+            selection_text: selection.to_text(),
+            selection_json: selection.to_json(),
             shape,
             memory: model.memory_report(),
             timing,
@@ -107,7 +127,8 @@ impl InferenceReport {
             }
         };
         format!(
-            "memory report ({backend} backend, {device}, {shape})\n\
+            "{selection}\n\
+             memory report ({backend} backend, {device}, {shape})\n\
              \x20 weights                      {wb}\n\
              \x20 activations with the plan    {ap}  ({r_lb} of the lower bound)\n\
              \x20 activations without reuse    {an}  ({r_nr} of the plan)\n\
@@ -117,6 +138,7 @@ impl InferenceReport {
              \x20 staging bytes moved          {st}\n\
              \x20 time per inference           {mean:.3} ms (mean of {runs}, min {min:.3} ms)\n\
              \x20 new blocks in repeated runs  {steady}",
+            selection = self.selection_text,
             backend = self.backend,
             device = self.device,
             shape = self.shape,
@@ -144,6 +166,7 @@ impl InferenceReport {
         json!({
             "backend": self.backend,
             "device": self.device,
+            "backend_selection": self.selection_json,
             "shape": self.shape,
             "weight_bytes": m.weight_bytes,
             "activation_planned_bytes": m.activation_planned_bytes,

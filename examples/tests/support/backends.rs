@@ -11,23 +11,29 @@
 use std::sync::Arc;
 
 use tensormem::{Backend, Runtime, RuntimeConfig};
-use tensormem_examples::backend_select;
+use tensormem_examples::backend_select::{self, BackendChoice, SelectOptions};
 
-/// Backend names the samples accept, besides `auto`.
-pub const NAMES: [&str; 4] = ["host", "vulkan", "wgpu", "cuda"];
+/// Backends the samples accept by name, besides `auto`.
+pub const NAMES: [(&str, BackendChoice); 4] = [
+    ("host", BackendChoice::Host),
+    ("vulkan", BackendChoice::Vulkan),
+    ("wgpu", BackendChoice::Wgpu),
+    ("cuda", BackendChoice::Cuda),
+];
 
 /// A runtime on every backend available here, with its name. Prints one line per backend that is
 /// skipped. Host must always be available.
 pub fn available_runtimes() -> Vec<(&'static str, Runtime)> {
     let mut out = Vec::new();
-    for name in NAMES {
-        let backend: Arc<dyn Backend> = match backend_select::select(name) {
-            Ok(b) => b,
-            Err(e) => {
-                println!("SKIP backend {name}: {e}");
-                continue;
-            }
-        };
+    for (name, choice) in NAMES {
+        let backend: Arc<dyn Backend> =
+            match backend_select::select(choice, &SelectOptions::default()) {
+                Ok(s) => s.backend,
+                Err(e) => {
+                    println!("SKIP backend {name}: {e}");
+                    continue;
+                }
+            };
         let actual = backend.capabilities().backend;
         if actual != name {
             println!("SKIP backend {name}: selection fell back to {actual}");

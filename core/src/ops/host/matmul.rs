@@ -1,17 +1,26 @@
 //! Host batched matrix product: the one op whose speed matters on the CPU.
 //!
-//! A transformer spends nearly all its time here (a 128-token MiniLM pass is ~2.8 GFLOP), so
-//! the product is computed as a blocked `i-k-j` loop over row-major `A [m, k]` and `B [k, n]`:
-//! the innermost loop is an axpy over a contiguous row of `B` into a contiguous row of `C`, which
-//! the compiler vectorises without fast-math. Four rows of `C` share each loaded row of `B`
-//! (register blocking), and the `k`/`n` blocks keep the touched part of `B` in L2.
-//! Transposed operands are copied to row-major once per call (once in total for a broadcast `B`);
-//! that costs `O(k·n)` against the product's `O(m·k·n)`.
+//! A transformer spends nearly all its time here (a 128-token MiniLM pass is ~2.8 GFLOP), so the
+//! product goes to `matrixmultiply`'s `sgemm`: packed panels and a SIMD micro-kernel chosen at run
+//! time (AVX-512/AVX2+FMA/SSE2 on x86-64, NEON on AArch64, portable Rust elsewhere, wasm
+//! included). It takes arbitrary row and column strides, so transposed operands are read in
+//! place, never copied.
 //!
-//! Each `C[i][j]` is accumulated from 0 over `p = 0..k` in order, so the result is bit-identical
-//! to the naive triple loop, and then scaled by `alpha` and offset by the bias.
+//! **Threads.** The output is cut into tiles (whole matrices of the batch first, then row and
+//! column ranges of one matrix) and the tiles run on rayon's pool. A tile never splits the inner
+//! dimension `k`, so every `C[i][j]` is summed by the same kernel in the same order whatever the
+//! tiling or thread count: results are deterministic on a given machine (the micro-kernel, hence
+//! FMA use and summation blocking, depends on the CPU's features). Products smaller than
+//! [`PARALLEL_MIN_MACS`] run on the calling thread, where rayon's hand-off would cost more than it
+//! saves.
+//!
+//! Numerics: each sum is `sgemm`'s blocked, possibly fused, f32 accumulation, then scaled by
+//! `alpha` and offset by the bias; it differs from a naive in-order loop by a few ulps of
+//! `Σ|a·b|`, far inside the conformance suite's tolerance.
 
-use std::borrow::Cow;
+use rayon::prelude::*;
+
+use crate::{Error, Result};
 
 /// Shape and layout flags of a product (see [`Op::MatMul`](crate::ops::Op::MatMul)).
 pub(super) struct Shape {
@@ -24,12 +33,39 @@ pub(super) struct Shape {
     pub broadcast_b: bool,
 }
 
-/// Columns of `C` per block (a 1 KiB row segment).
-const NB: usize = 256;
-/// Inner-dimension rows of `B` per block: an `NB × KB` block of `B` is 128 KiB.
-const KB: usize = 128;
+/// Products of fewer multiply-adds than this run on the calling thread (about 30 µs of work on
+/// one core; below it, waking the pool costs a noticeable share).
+pub(super) const PARALLEL_MIN_MACS: usize = 1 << 18;
 
-/// `c[b] = alpha · op(a[b]) · op(b[b]) (+ bias)`; slice lengths are those of the signature.
+/// Smallest tile side when one matrix is split across threads: a few micro-kernel tiles (8–16
+/// wide), so packing stays a small share of each tile's work.
+const MIN_TILE: usize = 32;
+
+/// One output tile: matrix `batch`, rows `i0..i1`, columns `j0..j1`.
+#[derive(Clone, Copy, Debug)]
+struct Tile {
+    batch: usize,
+    i0: usize,
+    i1: usize,
+    j0: usize,
+    j1: usize,
+}
+
+/// The output pointer shared by the tiles.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: the pointer is only dereferenced (by `sgemm` and the bias loop) inside `run_tile`, for
+// the elements of one tile; tiles are disjoint, so no element is written by two threads, and the
+// slice it points into outlives the parallel loop (`matmul` borrows it mutably throughout).
+unsafe impl Send for OutPtr {}
+// SAFETY: as above; sharing the pointer value itself is harmless.
+unsafe impl Sync for OutPtr {}
+
+/// `c[b] = alpha · op(a[b]) · op(b[b]) (+ bias)` for every matrix `b` of the batch.
+///
+/// # Errors
+/// [`Error::SizeMismatch`] when a slice's length disagrees with `s` (callers check bindings
+/// first; this keeps the raw-pointer product below sound on its own).
 pub(super) fn matmul(
     s: &Shape,
     a: &[f32],
@@ -37,117 +73,133 @@ pub(super) fn matmul(
     bias: Option<&[f32]>,
     alpha: f32,
     c: &mut [f32],
+) -> Result<()> {
+    let (m, n, k) = (s.m, s.n, s.k);
+    let b_mats = if s.broadcast_b { 1 } else { s.batch };
+    let check = |what: &str, expected: usize, actual: usize| {
+        if expected == actual {
+            Ok(())
+        } else {
+            Err(Error::SizeMismatch {
+                what: format!("host matmul {what} elements"),
+                expected: expected as u64,
+                actual: actual as u64,
+            })
+        }
+    };
+    check("a", s.batch * m * k, a.len())?;
+    check("b", b_mats * k * n, b.len())?;
+    check("c", s.batch * m * n, c.len())?;
+    if let Some(bias) = bias {
+        check("bias", n, bias.len())?;
+    }
+    if c.is_empty() {
+        return Ok(());
+    }
+    let out = OutPtr(c.as_mut_ptr());
+    let parallel = s.batch * m * n * k >= PARALLEL_MIN_MACS;
+    let run = |t: &Tile| run_tile(s, a, b, bias, alpha, out, *t);
+    if parallel {
+        tiles(s, true).par_iter().for_each(run);
+    } else {
+        tiles(s, false).iter().for_each(run);
+    }
+    Ok(())
+}
+
+/// Cuts the batch into tiles. Serially, one tile per matrix. In parallel, one per matrix when the
+/// batch alone feeds the pool; otherwise each matrix is halved along its longer side (never below
+/// [`MIN_TILE`]) until there are about four tiles per thread, for load balance.
+fn tiles(s: &Shape, parallel: bool) -> Vec<Tile> {
+    let want = if parallel {
+        4 * rayon::current_num_threads()
+    } else {
+        1
+    };
+    let per_matrix = want.div_ceil(s.batch);
+    let (mut row_parts, mut col_parts) = (1usize, 1usize);
+    while row_parts * col_parts < per_matrix {
+        let rows = s.m.div_ceil(row_parts);
+        let cols = s.n.div_ceil(col_parts);
+        if rows >= cols && rows >= 2 * MIN_TILE {
+            row_parts *= 2;
+        } else if cols >= 2 * MIN_TILE {
+            col_parts *= 2;
+        } else if rows >= 2 * MIN_TILE {
+            row_parts *= 2;
+        } else {
+            break;
+        }
+    }
+    let (row_step, col_step) = (s.m.div_ceil(row_parts), s.n.div_ceil(col_parts));
+    let mut out = Vec::with_capacity(s.batch * row_parts * col_parts);
+    for batch in 0..s.batch {
+        for i0 in (0..s.m).step_by(row_step) {
+            for j0 in (0..s.n).step_by(col_step) {
+                out.push(Tile {
+                    batch,
+                    i0,
+                    i1: (i0 + row_step).min(s.m),
+                    j0,
+                    j1: (j0 + col_step).min(s.n),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Computes one tile of `C` with `sgemm`, then adds the bias to its rows.
+fn run_tile(
+    s: &Shape,
+    a: &[f32],
+    b: &[f32],
+    bias: Option<&[f32]>,
+    alpha: f32,
+    out: OutPtr,
+    t: Tile,
 ) {
     let (m, n, k) = (s.m, s.n, s.k);
-    debug_assert_eq!(a.len(), s.batch * m * k);
-    debug_assert_eq!(c.len(), s.batch * m * n);
-    let row_major_b = |bb: &'_ [f32]| -> Vec<f32> { transpose(bb, n, k) };
-    // A broadcast B is made row-major once for every batch.
-    let shared_b: Option<Cow<'_, [f32]>> = match (s.broadcast_b, s.trans_b) {
-        (true, true) => Some(Cow::Owned(row_major_b(b))),
-        (true, false) => Some(Cow::Borrowed(b)),
-        _ => None,
-    };
-    for (bi, cb) in c.chunks_exact_mut(m * n).enumerate() {
-        let ab = &a[bi * m * k..(bi + 1) * m * k];
-        let ab: Cow<'_, [f32]> = if s.trans_a {
-            Cow::Owned(transpose(ab, k, m))
-        } else {
-            Cow::Borrowed(ab)
-        };
-        let bb: Cow<'_, [f32]> = match &shared_b {
-            Some(shared) => Cow::Borrowed(shared),
-            None => {
-                let bb = &b[bi * k * n..(bi + 1) * k * n];
-                if s.trans_b {
-                    Cow::Owned(row_major_b(bb))
-                } else {
-                    Cow::Borrowed(bb)
-                }
-            }
-        };
-        gemm(m, n, k, &ab, &bb, cb);
-        for row in cb.chunks_exact_mut(n) {
-            match bias {
-                Some(bias) => {
-                    for (c, &bv) in row.iter_mut().zip(bias) {
-                        *c = alpha * *c + bv;
-                    }
-                }
-                None if alpha != 1.0 => row.iter_mut().for_each(|c| *c *= alpha),
-                None => {}
-            }
-        }
-    }
-}
-
-/// Transposes a row-major `[rows, cols]` matrix into a row-major `[cols, rows]` one.
-fn transpose(src: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    debug_assert_eq!(src.len(), rows * cols);
-    let mut dst = vec![0f32; src.len()];
-    // 32×32 tiles keep both sides' cache lines in use.
-    const T: usize = 32;
-    for r0 in (0..rows).step_by(T) {
-        for c0 in (0..cols).step_by(T) {
-            for r in r0..(r0 + T).min(rows) {
-                for cc in c0..(c0 + T).min(cols) {
-                    dst[cc * rows + r] = src[r * cols + cc];
-                }
-            }
-        }
-    }
-    dst
-}
-
-/// `c = a · b` for row-major `a [m, k]`, `b [k, n]`, `c [m, n]` (`c` is overwritten).
-fn gemm(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
-    c.fill(0.0);
-    for j0 in (0..n).step_by(NB) {
-        let j1 = (j0 + NB).min(n);
-        for p0 in (0..k).step_by(KB) {
-            let p1 = (p0 + KB).min(k);
-            let mut i = 0;
-            while i + 4 <= m {
-                let (c0, rest) = c[i * n..(i + 4) * n].split_at_mut(n);
-                let (c1, rest) = rest.split_at_mut(n);
-                let (c2, c3) = rest.split_at_mut(n);
-                let (c0, c1, c2, c3) = (
-                    &mut c0[j0..j1],
-                    &mut c1[j0..j1],
-                    &mut c2[j0..j1],
-                    &mut c3[j0..j1],
-                );
-                for p in p0..p1 {
-                    let brow = &b[p * n + j0..p * n + j1];
-                    let (a0, a1, a2, a3) = (
-                        a[i * k + p],
-                        a[(i + 1) * k + p],
-                        a[(i + 2) * k + p],
-                        a[(i + 3) * k + p],
-                    );
-                    for ((((x0, x1), x2), x3), &bv) in c0
-                        .iter_mut()
-                        .zip(c1.iter_mut())
-                        .zip(c2.iter_mut())
-                        .zip(c3.iter_mut())
-                        .zip(brow)
-                    {
-                        *x0 += a0 * bv;
-                        *x1 += a1 * bv;
-                        *x2 += a2 * bv;
-                        *x3 += a3 * bv;
-                    }
-                }
-                i += 4;
-            }
-            for i in i..m {
-                let crow = &mut c[i * n + j0..i * n + j1];
-                for p in p0..p1 {
-                    let av = a[i * k + p];
-                    let brow = &b[p * n + j0..p * n + j1];
-                    for (x, &bv) in crow.iter_mut().zip(brow) {
-                        *x += av * bv;
-                    }
+    let (rows, cols) = (t.i1 - t.i0, t.j1 - t.j0);
+    // Element (i, p) of op(A) and (p, j) of op(B), as (row stride, column stride).
+    let (rsa, csa) = if s.trans_a { (1, m) } else { (k, 1) };
+    let (rsb, csb) = if s.trans_b { (1, k) } else { (n, 1) };
+    let a_mat = t.batch * m * k;
+    let b_mat = if s.broadcast_b { 0 } else { t.batch * k * n };
+    let c_first = (t.batch * m + t.i0) * n + t.j0;
+    // SAFETY: `matmul` checked `a.len() == batch·m·k`, `b.len() == (1 or batch)·k·n` and
+    // `c.len() == batch·m·n`. For this tile, sgemm reads op(A) rows `i0..i1` × `0..k` of matrix
+    // `batch` (offsets below `a_mat + m·k`), op(B) `0..k` × columns `j0..j1` of its matrix (below
+    // `b_mat + k·n`), and writes C rows `i0..i1` × columns `j0..j1` of matrix `batch` (below
+    // `(batch + 1)·m·n`), all in bounds. Tiles are disjoint, so no other thread touches these C
+    // elements; A and B are only read. `beta = 0` means C's old contents are not read.
+    unsafe {
+        let a_ptr = a.as_ptr().add(a_mat + t.i0 * rsa);
+        let b_ptr = b.as_ptr().add(b_mat + t.j0 * csb);
+        let c_ptr = out.0.add(c_first);
+        matrixmultiply::sgemm(
+            rows,
+            k,
+            cols,
+            alpha,
+            a_ptr,
+            rsa as isize,
+            csa as isize,
+            b_ptr,
+            rsb as isize,
+            csb as isize,
+            0.0,
+            c_ptr,
+            n as isize,
+            1,
+        );
+        if let Some(bias) = bias {
+            let bias = &bias[t.j0..t.j1];
+            for i in 0..rows {
+                // The tile's row `i`: `cols` contiguous elements of C, in bounds as above.
+                let row = std::slice::from_raw_parts_mut(c_ptr.add(i * n), cols);
+                for (c, &bv) in row.iter_mut().zip(bias) {
+                    *c += bv;
                 }
             }
         }

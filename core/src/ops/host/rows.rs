@@ -6,16 +6,24 @@
 //! ~`cols`·ε). The element-wise arithmetic around the sums is f32. Formulas follow PyTorch (see
 //! each function).
 
-/// Softmax over rows of `cols`; `mask` is `(mask, rows_per_mask)`. A column is kept when its mask
-/// value is non-zero; dropped columns are 0, and a row with no kept column is all 0.
+/// Softmax over rows of `cols`, the first of which is row `row0` of the op; `mask` is
+/// `(mask, rows_per_mask)` for the whole op. A column is kept when its mask value is non-zero;
+/// dropped columns are 0, and a row with no kept column is all 0.
 ///
 /// `y = exp(x − max) / Σ exp(x − max)`, the maximum taken over kept columns.
-pub(super) fn softmax(x: &[f32], mask: Option<(&[f32], usize)>, cols: usize, y: &mut [f32]) {
+pub(super) fn softmax(
+    x: &[f32],
+    row0: usize,
+    mask: Option<(&[f32], usize)>,
+    cols: usize,
+    y: &mut [f32],
+) {
     for (r, (xr, yr)) in x
         .chunks_exact(cols)
         .zip(y.chunks_exact_mut(cols))
         .enumerate()
     {
+        let r = row0 + r;
         let mrow = mask.map(|(m, per)| &m[(r / per) * cols..(r / per + 1) * cols]);
         let keep = |j: usize| mrow.is_none_or(|m| m[j] != 0.0);
         let mut max = f32::NEG_INFINITY;

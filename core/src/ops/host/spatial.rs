@@ -1,12 +1,20 @@
 //! Host ops that move data by index arithmetic: 2-D convolution, max pooling, 4-D permutation.
 //!
-//! Direct loops, written to mirror the definitions in [`Op`](crate::ops::Op) (the sample CNN is
-//! small; the reference's job here is to be plainly right).
+//! Convolution is lowered to a matrix product (im2col, as PyTorch's CPU `slow_conv2d` and
+//! Caffe do): per image, the receptive fields are gathered into `col [c_in·kh·kw, oh·ow]`, then
+//! `y [c_out, oh·ow] = weight [c_out, c_in·kh·kw] · col` runs on the threaded `sgemm` of
+//! `matmul`. The gather costs `kh·kw` copies of the input, small against the product's
+//! `c_out·c_in·kh·kw·oh·ow` multiply-adds. Pooling and permutation stay direct loops.
 
+use super::matmul::{self, Shape};
+use crate::Result;
 use crate::ops::Op;
 
 /// NCHW cross-correlation with zero padding; `out = (oh, ow)` from [`Op::conv_out`].
-/// Each output sums `ci, ky, kx` in order from 0, then adds the bias.
+/// Each output is the `sgemm` sum over `ci, ky, kx`, then the bias is added.
+///
+/// # Errors
+/// As [`matmul::matmul`] (slice lengths that disagree with the op).
 pub(super) fn conv2d(
     op: &Op,
     (oh, ow): (u32, u32),
@@ -14,7 +22,7 @@ pub(super) fn conv2d(
     weight: &[f32],
     bias: Option<&[f32]>,
     y: &mut [f32],
-) {
+) -> Result<()> {
     let Op::Conv2d {
         c_in,
         h,
@@ -28,37 +36,66 @@ pub(super) fn conv2d(
     } = *op
     else {
         debug_assert!(false, "conv2d called with {}", op.name());
-        return;
+        return Ok(());
     };
     let [c_in, h, w, c_out, kh, kw, stride, pad, oh, ow] =
         [c_in, h, w, c_out, kh, kw, stride, pad, oh, ow].map(|v| v as usize);
     let out_plane = oh * ow;
+    let k = c_in * kh * kw;
+    let shape = Shape {
+        batch: 1,
+        m: c_out,
+        n: out_plane,
+        k,
+        trans_a: false,
+        trans_b: false,
+        broadcast_b: false,
+    };
+    let mut col = vec![0f32; k * out_plane];
     for (xn, yn) in x
         .chunks_exact(c_in * h * w)
         .zip(y.chunks_exact_mut(c_out * out_plane))
     {
-        for (co, yc) in yn.chunks_exact_mut(out_plane).enumerate() {
-            let wc = &weight[co * c_in * kh * kw..(co + 1) * c_in * kh * kw];
-            for oy in 0..oh {
-                for ox in 0..ow {
-                    let mut acc = 0.0f32;
-                    for ci in 0..c_in {
-                        for ky in 0..kh {
-                            // Input row, in padded coordinates shifted back by `pad`.
-                            let iy = (oy * stride + ky).wrapping_sub(pad);
-                            if iy >= h {
-                                continue;
-                            }
-                            for kx in 0..kw {
-                                let ix = (ox * stride + kx).wrapping_sub(pad);
-                                if ix >= w {
-                                    continue;
-                                }
-                                acc += xn[(ci * h + iy) * w + ix] * wc[(ci * kh + ky) * kw + kx];
-                            }
-                        }
+        im2col(xn, (c_in, h, w), (kh, kw, stride, pad), (oh, ow), &mut col);
+        matmul::matmul(&shape, weight, &col, None, 1.0, yn)?;
+        if let Some(bias) = bias {
+            for (yc, &b) in yn.chunks_exact_mut(out_plane).zip(bias) {
+                yc.iter_mut().for_each(|v| *v += b);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Gathers the receptive fields of one image `x [c_in, h, w]` into `col [c_in·kh·kw, oh·ow]`:
+/// row `(ci, ky, kx)` holds, for every output position, the input it multiplies (0 in padding).
+fn im2col(
+    x: &[f32],
+    (c_in, h, w): (usize, usize, usize),
+    (kh, kw, stride, pad): (usize, usize, usize, usize),
+    (oh, ow): (usize, usize),
+    col: &mut [f32],
+) {
+    let mut rows = col.chunks_exact_mut(oh * ow);
+    for ci in 0..c_in {
+        let plane = &x[ci * h * w..(ci + 1) * h * w];
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let Some(row) = rows.next() else { return };
+                for oy in 0..oh {
+                    // Input row, in padded coordinates shifted back by `pad` (wraps past `h`
+                    // when it falls in the top padding).
+                    let iy = (oy * stride + ky).wrapping_sub(pad);
+                    let out = &mut row[oy * ow..(oy + 1) * ow];
+                    if iy >= h {
+                        out.fill(0.0);
+                        continue;
                     }
-                    yc[oy * ow + ox] = acc + bias.map_or(0.0, |b| b[co]);
+                    let src = &plane[iy * w..(iy + 1) * w];
+                    for (ox, v) in out.iter_mut().enumerate() {
+                        let ix = (ox * stride + kx).wrapping_sub(pad);
+                        *v = if ix < w { src[ix] } else { 0.0 };
+                    }
                 }
             }
         }

@@ -108,3 +108,122 @@ fn cosine_of_known_vectors() {
     assert!((cosine(&[1.0, 1.0], &[-1.0, -1.0]) + 1.0).abs() < 1e-6);
     assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), 0.0);
 }
+
+/// A 1-layer BERT small enough to write by hand.
+fn tiny_cfg() -> BertConfig {
+    BertConfig {
+        hidden_size: 4,
+        num_attention_heads: 2,
+        num_hidden_layers: 1,
+        intermediate_size: 8,
+        layer_norm_eps: 1e-12,
+        vocab_size: 10,
+        max_position_embeddings: 8,
+        type_vocab_size: 2,
+        hidden_act: "gelu".into(),
+    }
+}
+
+/// A weight file with every tensor `cfg`'s graph declares (built for `file_layers` layers) plus
+/// the pooler, all zeros.
+fn weights_for(cfg: &BertConfig, file_layers: usize) -> WeightFile {
+    use safetensors::tensor::TensorView;
+    let file_cfg = BertConfig {
+        num_hidden_layers: file_layers,
+        ..cfg.clone()
+    };
+    let mut slots: Vec<(String, Vec<usize>)> = build_graph(&file_cfg, 1, 1)
+        .unwrap()
+        .builder
+        .weights
+        .iter()
+        .map(|w| (w.name.clone(), w.shape.clone()))
+        .collect();
+    slots.push(("pooler.dense.bias".into(), vec![cfg.hidden_size]));
+    let data: Vec<Vec<u8>> = slots
+        .iter()
+        .map(|(_, shape)| vec![0u8; 4 * shape.iter().product::<usize>()])
+        .collect();
+    let views: Vec<(&str, TensorView<'_>)> = slots
+        .iter()
+        .zip(&data)
+        .map(|((n, shape), d)| {
+            (
+                n.as_str(),
+                TensorView::new(safetensors::Dtype::F32, shape.clone(), d).unwrap(),
+            )
+        })
+        .collect();
+    let bytes = safetensors::tensor::serialize(views, None).unwrap();
+    WeightFile::from_bytes(Path::new("tiny.safetensors"), bytes).unwrap()
+}
+
+#[test]
+fn weights_matching_the_config_pass() {
+    let cfg = tiny_cfg();
+    check_weights_match(&cfg, &weights_for(&cfg, 1)).unwrap();
+}
+
+/// Regression for issue 18: a config with fewer layers than the weights ran and ignored the rest.
+#[test]
+fn layer_counts_that_disagree_with_the_weights_are_refused() {
+    let cfg = tiny_cfg();
+    match check_weights_match(&cfg, &weights_for(&cfg, 3)) {
+        Err(Error::Malformed { message, .. }) => assert!(
+            message.contains("hold 3 encoder layers but config.json says num_hidden_layers = 1"),
+            "{message}"
+        ),
+        other => panic!("expected Malformed, got {other:?}"),
+    }
+    let more = BertConfig {
+        num_hidden_layers: 2,
+        ..tiny_cfg()
+    };
+    match check_weights_match(&more, &weights_for(&cfg, 1)) {
+        Err(Error::Malformed { message, .. }) => {
+            assert!(message.contains("encoder.layer.1."), "{message}");
+        }
+        other => panic!("expected Malformed for a missing layer, got {other:?}"),
+    }
+    let wider = BertConfig {
+        hidden_size: 6,
+        num_attention_heads: 3,
+        ..tiny_cfg()
+    };
+    assert!(matches!(
+        check_weights_match(&wider, &weights_for(&cfg, 1)),
+        Err(Error::SizeMismatch { .. })
+    ));
+}
+
+/// Regression for issue 18: a negative `layer_norm_eps` ran and produced NaN.
+#[test]
+fn config_checks_name_the_field() {
+    let bad = |f: fn(&mut BertConfig)| {
+        let mut c = tiny_cfg();
+        f(&mut c);
+        c.check().unwrap_err()
+    };
+    assert!(bad(|c| c.layer_norm_eps = -1e-12).contains("layer_norm_eps"));
+    assert!(bad(|c| c.layer_norm_eps = 0.0).contains("layer_norm_eps"));
+    assert!(bad(|c| c.layer_norm_eps = f32::NAN).contains("layer_norm_eps"));
+    assert!(bad(|c| c.num_hidden_layers = 0).contains("num_hidden_layers is 0"));
+    assert!(bad(|c| c.num_attention_heads = 3).contains("not a multiple"));
+    assert!(bad(|c| c.hidden_act = "relu".into()).contains("hidden_act"));
+    tiny_cfg().check().unwrap();
+    BertConfig::all_minilm_l6_v2().check().unwrap();
+}
+
+/// Regression for issue 18: a token id beyond the vocabulary became a silent zero row.
+#[test]
+fn ids_outside_their_tables_are_refused() {
+    let cfg = tiny_cfg();
+    let ok = super::super::tokenize::pad_batch(&[vec![1, 2, 3], vec![4, 5]]);
+    check_ids(&cfg, &ok).unwrap();
+    let bad = super::super::tokenize::pad_batch(&[vec![1, 2, 3], vec![4, 10]]);
+    let msg = check_ids(&cfg, &bad).unwrap_err().to_string();
+    assert!(
+        msg.contains("token id 10 (sentence 1, token 1)") && msg.contains("vocab_size"),
+        "{msg}"
+    );
+}

@@ -9,41 +9,6 @@
 
 use super::*;
 
-fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("tensormem-mnist-{}-{name}", std::process::id()));
-    std::fs::write(&p, bytes).unwrap();
-    p
-}
-
-#[test]
-fn reads_raw_and_pgm_images() {
-    let pixels: Vec<u8> = (0..PIXELS).map(|i| (i % 256) as u8).collect();
-    let raw = temp_file("raw.u8", &pixels);
-    assert_eq!(read_image(&raw).unwrap(), pixels);
-    let mut pgm = b"P5\n28 28\n255\n".to_vec();
-    pgm.extend(&pixels);
-    let pgm_path = temp_file("img.pgm", &pgm);
-    assert_eq!(read_image(&pgm_path).unwrap(), pixels);
-    let _ = std::fs::remove_file(raw);
-    let _ = std::fs::remove_file(pgm_path);
-}
-
-#[test]
-fn rejects_other_sizes_and_formats() {
-    let short = temp_file("short.u8", &[0u8; 100]);
-    assert!(matches!(read_image(&short), Err(Error::Malformed { .. })));
-    let mut pgm = b"P5 32 32 255\n".to_vec();
-    pgm.extend(vec![0u8; 32 * 32]);
-    let big = temp_file("big.pgm", &pgm);
-    assert!(matches!(read_image(&big), Err(Error::Malformed { .. })));
-    assert!(matches!(
-        read_image(Path::new("/nonexistent.u8")),
-        Err(Error::Io { .. })
-    ));
-    let _ = std::fs::remove_file(short);
-    let _ = std::fs::remove_file(big);
-}
-
 #[test]
 fn normalizes_like_torchvision() {
     let v = normalize(&[0, 255]);

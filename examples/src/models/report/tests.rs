@@ -23,6 +23,7 @@ fn time_runs_warms_up_then_counts_runs_and_new_blocks() {
     // The state counts calls; "blocks" grow on the 3rd call, inside the timed runs.
     let mut calls = 0u32;
     let blocks = Cell::new(5u64);
+    let bar = ProgressBar::hidden();
     let t = time_runs(
         4,
         &mut calls,
@@ -34,9 +35,11 @@ fn time_runs_warms_up_then_counts_runs_and_new_blocks() {
             Ok(())
         },
         |_| blocks.get(),
+        &bar,
     )
     .unwrap();
     assert_eq!(calls, 5, "one warm-up and four timed runs");
+    assert_eq!(bar.position(), 4, "the bar counts timed runs only");
     assert_eq!(t.runs, 4);
     assert_eq!(t.steady_state_new_blocks, 2);
     assert!(t.min <= t.mean);
@@ -57,6 +60,7 @@ fn time_runs_stops_at_the_first_error() {
             }
         },
         |_| 0,
+        &ProgressBar::hidden(),
     );
     assert!(matches!(r, Err(tensormem::Error::InvalidArgument(_))));
     assert_eq!(calls, 2);

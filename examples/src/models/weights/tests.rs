@@ -73,3 +73,29 @@ fn garbage_and_missing_files_are_errors() {
     let e = WeightFile::open(Path::new("/nonexistent/w.safetensors")).unwrap_err();
     assert!(matches!(e, Error::Io { .. }), "{e}");
 }
+
+/// Regression for issue 18: NaN or infinite weights ran and printed `null` embeddings.
+#[test]
+fn non_finite_weights_are_refused_naming_the_tensor() {
+    for (bad, shown) in [(f32::NAN, "NaN"), (f32::INFINITY, "inf")] {
+        let a: Vec<u8> = [1.0f32, 2.0, bad, 4.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let tensors = vec![(
+            "layer.w",
+            TensorView::new(Dtype::F32, vec![2, 2], &a).unwrap(),
+        )];
+        let bytes = safetensors::tensor::serialize(tensors, None).unwrap();
+        match WeightFile::from_bytes(Path::new("bad.safetensors"), bytes) {
+            Err(Error::Malformed { message, .. }) => {
+                assert!(
+                    message.contains("'layer.w'")
+                        && message.contains(&format!("{shown} at element 2")),
+                    "{message}"
+                );
+            }
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Command-line pieces every tool shares, so `mnist`, `minilm` and `tensormem-report` spell the
+//! same flag the same way: the device flags (`--backend`, `--timeout`), the sample flags
+//! (`--json`, `--runs`), the exit codes, and progress bars that stay out of machine output.
+//!
+//! Exit codes: 0 success; 1 a failure while running (an unreadable or malformed input file, a model
+//! that does not match its config, a device error or timeout, a non-finite result); 2 a usage
+//! error (clap's own code for an unknown flag or a bad value).
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::backend_select::{BackendChoice, SelectOptions};
+
+/// The exit-code paragraph of every tool's `--help`.
+pub const EXIT_CODES: &str = "Exit status:\n  0  success\n  1  failure while running: unreadable \
+     or malformed input, a model that disagrees with its config, a device error or timeout, a \
+     non-finite result\n  2  usage error (unknown flag, bad value)";
+
+/// Flags of every tool that runs on a device.
+#[derive(Args, Clone, Debug)]
+pub struct DeviceArgs {
+    /// Backend to run on. `auto` takes a hardware GPU (discrete, then integrated), else the host
+    /// CPU; software GPU implementations (lavapipe, llvmpipe, SwiftShader) only when named.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
+    /// Seconds one device wait may block before the run fails (0: no limit). Applies to the
+    /// Vulkan and wgpu backends; CUDA and host waits end when the work does.
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_timeout)]
+    pub timeout: WaitTimeout,
+}
+
+impl DeviceArgs {
+    /// The options backends are created with.
+    pub fn select_options(&self) -> SelectOptions {
+        SelectOptions {
+            wait_timeout: self.timeout.0,
+        }
+    }
+}
+
+/// Flags of the sample inference executables.
+#[derive(Args, Clone, Debug)]
+pub struct SampleArgs {
+    /// Device flags.
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    /// Print one JSON object on stdout instead of text (no progress bars).
+    #[arg(long)]
+    pub json: bool,
+    /// Timed runs after one warm-up, for the time per inference in the report.
+    #[arg(long, value_name = "N", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: u32,
+}
+
+/// A device-wait limit: `None` waits forever.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct WaitTimeout(pub Option<Duration>);
+
+/// Parses `--timeout SECS`: a finite number of seconds ≥ 0 (fractions allowed), 0 for no limit.
+///
+/// # Errors
+/// A message for clap when `s` is not such a number.
+pub fn parse_timeout(s: &str) -> Result<WaitTimeout, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("'{s}': expected seconds >= 0 (0 for no limit)"));
+    }
+    if secs == 0.0 {
+        return Ok(WaitTimeout(None));
+    }
+    Duration::try_from_secs_f64(secs)
+        .map(|d| WaitTimeout(Some(d)))
+        .map_err(|e| format!("'{s}': {e}"))
+}
+
+/// A progress bar on stderr for `len` steps of `what`, or a hidden one when `quiet` (`--json`) or
+/// when stderr is not a terminal, so pipes and logs never see bar redraws.
+pub fn progress(len: u64, what: &str, quiet: bool) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(len), draw_target(quiet));
+    if let Ok(style) = ProgressStyle::with_template(
+        "{msg:>12} [{bar:30}] {pos}/{len} {elapsed_precise} (eta {eta})",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// A spinner on stderr for work of unknown length, hidden as [`progress`]'s bars are.
+pub fn spinner(what: &str, quiet: bool) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(None, draw_target(quiet));
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed_precise}") {
+        bar.set_style(style);
+    }
+    bar.set_message(what.to_string());
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+/// Stderr when it is a terminal and output is not quiet; nowhere otherwise.
+fn draw_target(quiet: bool) -> ProgressDrawTarget {
+    if quiet || !std::io::stderr().is_terminal() {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr()
+    }
+}
+
+/// Prints `tool: error` on stderr and returns exit code 1 (a failure while running).
+pub fn fail(tool: &str, error: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("{tool}: {error}");
+    ExitCode::FAILURE
+}
+
+#[cfg(test)]
+mod tests;

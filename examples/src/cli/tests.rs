@@ -1,0 +1,53 @@
+//! Flag parsing shared by the tools.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+use super::*;
+
+#[test]
+fn timeouts_parse_as_seconds_with_zero_for_no_limit() {
+    assert_eq!(
+        parse_timeout("60").unwrap(),
+        WaitTimeout(Some(Duration::from_secs(60)))
+    );
+    assert_eq!(
+        parse_timeout("0.25").unwrap(),
+        WaitTimeout(Some(Duration::from_millis(250)))
+    );
+    assert_eq!(parse_timeout("0").unwrap(), WaitTimeout(None));
+    for bad in ["-1", "abc", "", "inf", "NaN", "1e300"] {
+        let e = parse_timeout(bad).unwrap_err();
+        assert!(e.contains(&format!("'{bad}'")), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn device_args_pass_the_timeout_to_backends() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        device: DeviceArgs,
+    }
+    let t = T::try_parse_from(["t", "--backend", "host", "--timeout", "2.5"]).unwrap();
+    assert_eq!(t.device.backend, BackendChoice::Host);
+    assert_eq!(
+        t.device.select_options().wait_timeout,
+        Some(Duration::from_millis(2500))
+    );
+    let t = T::try_parse_from(["t"]).unwrap();
+    assert_eq!(t.device.backend, BackendChoice::Auto);
+    assert_eq!(t.device.select_options(), SelectOptions::default());
+    assert!(T::try_parse_from(["t", "--backend", "lavapipe"]).is_err());
+}
+
+#[test]
+fn progress_bars_are_hidden_when_quiet() {
+    assert!(progress(3, "runs", true).is_hidden());
+    assert!(spinner("reading", true).is_hidden());
+}

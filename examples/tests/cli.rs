@@ -1,0 +1,290 @@
+//! The sample executables as a user runs them: `--help`/`--version`, exit codes (0 success, 1
+//! failure while running, 2 usage), image inputs, refusals of bad files and bad models, and the
+//! backend selection in `--json`. MiniLM cases need the model cache (`scripts/fetch_minilm.sh`)
+//! and print why they are skipped without it. Unix only: the cases use FIFOs, `/dev/zero` and
+//! symlinks.
+
+#![cfg(unix)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly on any unexpected result"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use tensormem_examples::models::minilm;
+use tensormem_examples::models::mnist::assets_dir;
+
+const MNIST: &str = env!("CARGO_BIN_EXE_mnist");
+const MINILM: &str = env!("CARGO_BIN_EXE_minilm");
+
+fn run(bin: &str, args: &[&str]) -> Output {
+    Command::new(bin)
+        .args(args)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> Value {
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn asset(name: &str) -> String {
+    assets_dir().join(name).display().to_string()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tensormem-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn help_version_and_usage_errors_are_standard() {
+    for bin in [MNIST, MINILM] {
+        let help = run(bin, &["--help"]);
+        assert_eq!(help.status.code(), Some(0), "{bin}");
+        let text = String::from_utf8_lossy(&help.stdout);
+        for flag in [
+            "--backend",
+            "--timeout",
+            "--json",
+            "--runs",
+            "--version",
+            "Exit status:",
+        ] {
+            assert!(text.contains(flag), "{bin}: {flag} missing from --help");
+        }
+        let version = run(bin, &["--version"]);
+        assert_eq!(version.status.code(), Some(0));
+        assert!(String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")));
+        for bad in [
+            &["--bogus"][..],
+            &["--runs", "0"],
+            &["--timeout", "-1"],
+            &["--backend", "lavapipe"],
+        ] {
+            let o = run(bin, bad);
+            assert_eq!(o.status.code(), Some(2), "{bin} {bad:?}: {}", stderr(&o));
+        }
+    }
+}
+
+#[test]
+fn mnist_reads_png_jpeg_and_colour_photos() {
+    let o = run(
+        MNIST,
+        &[
+            "--backend",
+            "host",
+            "--json",
+            "--runs",
+            "1",
+            &asset("mnist_test_0_label_7.png"),
+            &asset("mnist_test_0_label_7.jpg"),
+        ],
+    );
+    let j = json(&o);
+    let preds: Vec<u64> = j["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["prediction"].as_u64().unwrap())
+        .collect();
+    assert_eq!(preds, [7, 7]);
+    // The PNG is lossless: the reference logits of the first MNIST test image.
+    let l0 = j["images"][0]["logits"][7].as_f64().unwrap();
+    assert!((l0 - 30.491).abs() < 1e-3, "{l0}");
+
+    let photo = asset("photo_label_7_dark_on_light.png");
+    let o = run(
+        MNIST,
+        &[
+            "--backend",
+            "host",
+            "--json",
+            "--runs",
+            "1",
+            "--invert",
+            &photo,
+        ],
+    );
+    assert_eq!(json(&o)["images"][0]["prediction"], 7);
+    let o = run(MNIST, &["--backend", "host", "--runs", "1", &photo]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("try --invert"), "{}", stderr(&o));
+}
+
+/// Regression for issue 18: `/dev/zero` grew until memory ran out, a FIFO blocked forever, a
+/// 100 MB file was read in full before its size was checked.
+#[test]
+fn mnist_refuses_bad_files_with_exit_1() {
+    let d = temp_dir("bad-files");
+    let big = d.join("big.png");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(100_000_000)
+        .unwrap();
+    let mut cases = vec![
+        (big.display().to_string(), "bytes is over"),
+        ("/nonexistent/x.png".to_string(), "x.png"),
+    ];
+    if Path::new("/dev/zero").exists() {
+        cases.push(("/dev/zero".into(), "a character device"));
+    }
+    let fifo = d.join("fifo");
+    if Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        cases.push((fifo.display().to_string(), "a FIFO"));
+    }
+    for (path, message) in cases {
+        let o = run(MNIST, &["--backend", "host", "--runs", "1", &path]);
+        assert_eq!(o.status.code(), Some(1), "{path}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.starts_with("mnist: ") && err.contains(message),
+            "{path}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// Regression for issue 18: `auto` picked lavapipe (4.1 s per MiniLM inference) over the host
+/// backend (0.1 s). Whatever this machine has, `auto` never runs on a software GPU, and the JSON
+/// says why every other backend was passed over.
+#[test]
+fn auto_never_picks_a_software_gpu_and_says_why() {
+    let o = run(MNIST, &["--json", "--runs", "1"]);
+    let sel = &json(&o)["report"]["backend_selection"];
+    assert_eq!(sel["requested"], "auto");
+    assert_ne!(sel["device_type"], "software GPU", "{sel}");
+    let passed = sel["passed_over"].as_array().unwrap();
+    let chosen = sel["backend"].as_str().unwrap();
+    for name in ["cuda", "vulkan", "wgpu"] {
+        if name != chosen {
+            let entry = passed.iter().find(|p| p["backend"] == name);
+            let reason = entry.and_then(|p| p["reason"].as_str()).unwrap_or("");
+            assert!(!reason.is_empty(), "{name} has no reason in {sel}");
+        }
+    }
+    for p in passed {
+        if p["device_type"] == "software GPU" {
+            assert!(
+                p["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("software implementation")
+            );
+        }
+    }
+    let text = run(MNIST, &["--runs", "1"]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        stdout.contains(&format!("backend {chosen} on ")),
+        "{stdout}"
+    );
+}
+
+fn minilm_dir() -> Option<PathBuf> {
+    let dir = minilm::default_model_dir();
+    if minilm::model_dir_ready(&dir) {
+        Some(dir)
+    } else {
+        println!(
+            "SKIP minilm CLI cases: no model cache at {} (run scripts/fetch_minilm.sh)",
+            dir.display()
+        );
+        None
+    }
+}
+
+/// A model directory whose files link to the cached ones, with `config.json` edited by `edit`.
+fn model_with_config(src: &Path, name: &str, edit: impl Fn(&mut Value)) -> PathBuf {
+    let d = temp_dir(name);
+    for f in ["model.safetensors", "tokenizer.json"] {
+        std::os::unix::fs::symlink(src.join(f), d.join(f)).unwrap();
+    }
+    let mut cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    edit(&mut cfg);
+    std::fs::write(d.join("config.json"), cfg.to_string()).unwrap();
+    d
+}
+
+fn minilm_fails(dir: &Path, message: &str) {
+    let o = run(
+        MINILM,
+        &[
+            "--backend",
+            "host",
+            "--runs",
+            "1",
+            "--model-dir",
+            dir.to_str().unwrap(),
+            "A man is eating food.",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(o.stdout.is_empty(), "nothing printed on stdout on failure");
+    let err = stderr(&o);
+    assert!(err.contains(message), "expected {message:?} in {err}");
+}
+
+/// Regression for issue 18: a negative `layer_norm_eps` exited 0 with `null` embeddings, and a
+/// config with fewer layers than the weights ran and ignored the rest.
+#[test]
+fn minilm_refuses_configs_that_disagree_with_the_weights() {
+    let Some(src) = minilm_dir() else { return };
+    let d = model_with_config(&src, "eps", |c| c["layer_norm_eps"] = (-1e-12).into());
+    minilm_fails(&d, "layer_norm_eps");
+    let _ = std::fs::remove_dir_all(d);
+    let d = model_with_config(&src, "layers", |c| c["num_hidden_layers"] = 5.into());
+    minilm_fails(
+        &d,
+        "the weights hold 6 encoder layers but config.json says num_hidden_layers = 5",
+    );
+    let _ = std::fs::remove_dir_all(d);
+    let d = model_with_config(&src, "hidden", |c| c["intermediate_size"] = 1024.into());
+    minilm_fails(&d, "intermediate.dense.weight");
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// Regression for issue 18: NaN weights exited 0 and printed `null` embeddings.
+#[test]
+fn minilm_refuses_non_finite_weights() {
+    let Some(src) = minilm_dir() else { return };
+    let d = temp_dir("nan");
+    for f in ["config.json", "tokenizer.json"] {
+        std::os::unix::fs::symlink(src.join(f), d.join(f)).unwrap();
+    }
+    let mut bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    let name = "encoder.layer.3.output.dense.bias";
+    let start = header[name]["data_offsets"][0].as_u64().unwrap() as usize + 8 + header_len;
+    bytes[start + 4 * 5..start + 4 * 6].copy_from_slice(&f32::NAN.to_le_bytes());
+    std::fs::write(d.join("model.safetensors"), bytes).unwrap();
+    minilm_fails(&d, &format!("tensor '{name}' [384] holds NaN at element 5"));
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn minilm_without_a_model_says_how_to_get_one() {
+    let d = temp_dir("empty");
+    minilm_fails(&d, "scripts/fetch_minilm.sh");
+    let _ = std::fs::remove_dir_all(d);
+}
