@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tensormem::{Error, OomReport, TicketWakers};
+use tensormem::{Error, TicketWakers};
 
 /// Backend name used in every error.
 pub(crate) const BACKEND: &str = "wgpu";
@@ -99,10 +99,10 @@ impl Health {
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn map_scope_error(error: wgpu::Error, api: &'static str, size: u64) -> Error {
     match error {
-        wgpu::Error::OutOfMemory { .. } => Error::OutOfMemory(Box::new(OomReport {
+        wgpu::Error::OutOfMemory { .. } => Error::OutOfMemory(Box::new(tensormem::OomReport {
             pool: "wgpu device".into(),
             requested: size,
-            ..OomReport::default()
+            ..tensormem::OomReport::default()
         })),
         other => Error::Backend {
             backend: BACKEND,
