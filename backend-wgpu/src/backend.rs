@@ -399,21 +399,45 @@ impl Backend for WgpuBackend {
             }
             // Inputs may alias each other (`x + x`): kernels only read them. An output must
             // not overlap any other operand (no in-place ops in the WGSL ABI).
+            let mut aliased = false;
             for (j, other) in bindings[..i].iter().enumerate() {
                 let disjoint = range.offset + range.size <= other.offset
                     || other.offset + other.size <= range.offset;
-                if other.block == range.block && !disjoint && i >= inputs {
-                    return Err(Error::invalid(format!(
-                        "wgpu: {} output binding {i} overlaps binding {j} (outputs must not \
-                         alias other operands)",
-                        op.name()
-                    )));
+                if other.block == range.block && !disjoint {
+                    if i >= inputs {
+                        return Err(Error::invalid(format!(
+                            "wgpu: {} output binding {i} overlaps binding {j} (outputs must not \
+                             alias other operands)",
+                            op.name()
+                        )));
+                    }
+                    aliased = true;
                 }
             }
             let b = state.blocks.get_mut(range.block)?;
             Self::check_usage(b, wgpu::BufferUsages::STORAGE, "kernel operand")?;
             b.unmap();
-            operands.push((b.buffer.clone(), range.offset, range.size));
+            let buffer = b.buffer.clone();
+            if aliased {
+                // WebGPU forbids two overlapping writable storage bindings in one dispatch (and
+                // every operand is `read_write` in the WGSL ABI): bind a copy of this input.
+                let copy = self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("tensormem aliased input"),
+                    size: range.size,
+                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                state.timeline.encoder(&self.device).copy_buffer_to_buffer(
+                    &buffer,
+                    range.offset,
+                    &copy,
+                    0,
+                    range.size,
+                );
+                operands.push((copy, 0, range.size));
+            } else {
+                operands.push((buffer, range.offset, range.size));
+            }
         }
         let completed = state.timeline.completed();
         let params = state.params.push(

@@ -1,4 +1,4 @@
-//! # tensormem-wgpu: the tensormem backend on WebGPU (wgpu 30, native)
+//! # tensormem-wgpu: the tensormem backend on WebGPU (wgpu 30, native and in a browser)
 //!
 //! [`WgpuBackend`] implements [`tensormem::Backend`]: blocks are `wgpu::Buffer`s, device work is
 //! batched into command encoders and submitted on the device's one queue, tickets are
@@ -26,7 +26,14 @@
 //!   MAP_WRITE` and `device_host_visible` is reported, so pools skip staging.
 //!   [`WgpuConfig::force_staging`] turns this off, which is how CI exercises the discrete-GPU path
 //!   on lavapipe. Discrete GPUs never take it: mapped VRAM is slow or scarce.
-//! * **Synchronous mapping over async `map_async`.** Host access maps the whole buffer and polls
+//! * **Completion never has to block** (`poll`). `poll_ticket` / `poll_host_access` register the
+//!   caller's waker with the `onSubmittedWorkDone` / `mapAsync` callbacks, which wake it; in a
+//!   browser (`wasm32`, the `webgpu` backend, [`WgpuBackend::new_async`]) that is the only way to
+//!   wait, and no `pollster` or blocking `Device::poll` is compiled there.
+//! * **Kernel parameters from a pooled ring** (`params`): 64 KiB uniform buffers carved by core's
+//!   ring allocator, slots reused once their dispatch's ticket completes, never a buffer per
+//!   dispatch.
+//! * **Synchronous mapping over async `map_async` (native).** Host access maps the whole buffer and polls
 //!   the device until the callback fires; the mapping is kept until the block is next handed to
 //!   the GPU (wgpu forbids mapped buffers in submissions), so repeated writes cost one map.
 //!   Mapped views need 8-byte-aligned starts; the backend widens the view itself, so
@@ -63,12 +70,18 @@
 //!   blocks rather than write one block while the GPU copies from another part of it.
 //! * Host reads of `Upload` blocks and host writes of `Readback` blocks (which WebGPU cannot
 //!   map that way) are emulated with a device copy and a wait: correct, slow, off the hot path.
-//! * Each dispatch creates a 64-byte uniform buffer and a bind group; fine for inference-sized
-//!   ops, measurable for thousands of tiny dispatches.
+//! * Each dispatch creates a bind group (its parameters come from the pooled ring); fine for
+//!   inference-sized ops, measurable for thousands of tiny dispatches.
 //! * An output of a dispatch must not overlap another operand (no in-place ops, as the WGSL ABI
-//!   requires); inputs may alias each other.
-//! * One mutex guards the block table, the open batch and the pipeline cache; blocking waits
-//!   for mapping happen under it.
+//!   requires). Inputs may alias each other; since WebGPU forbids overlapping writable storage
+//!   bindings in one dispatch, an aliasing input is bound as a device copy (one temporary buffer).
+//! * In a browser, out-of-memory and validation errors surface on the next call (through the
+//!   uncaptured-error handler), not at the call that caused them: error scopes are promises there.
+//! * One mutex guards the block table, the open batch and the pipeline cache; natively, blocking
+//!   waits for mapping happen under it.
+//! * Natively, awaiting a ticket or a mapping polls the device each time the executor polls the
+//!   future (wgpu runs callbacks only inside `Device::poll`): a busy wait; prefer the blocking
+//!   forms there.
 //! * `budget` is `None`: wgpu reports no heap size or memory budget.
 //! * A binding above `max_storage_buffer_binding_size` (128 MiB on lavapipe) is
 //!   `Error::TooLarge`; larger tensors must be split by the caller.
