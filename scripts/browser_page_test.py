@@ -96,8 +96,11 @@ def main():
     native = json.load(open(native_json))
     native_logits = [img["logits"] for img in native["images"]]
 
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=www)
-    handler.log_message = lambda *a: None
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=www)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/index.html"
