@@ -9,15 +9,14 @@
 //!   pointer is also its device address, so copies and kernels take it like device memory;
 //! * an expandable segment (`vmm.rs`), device memory that grows in place.
 //!
-//! Block ids are never reused (a `u64` counter), so a stale id is reported as unknown rather than
-//! silently naming a newer block.
+//! The table is core's shared [`tensormem::BlockTable`] (ids never reused, typed errors), with a
+//! [`Block`] as each entry's payload; an expandable block's entry size follows its mapped size.
 
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
 use cudarc::driver::{result, sys};
-use tensormem::{BlockId, Error, MemoryKind, Result};
+use tensormem::{MemoryKind, Result};
 
 use crate::vmm::ExpandableSegment;
 
@@ -144,75 +143,8 @@ pub(crate) unsafe fn free_memory(memory: &mut Memory, stream: sys::CUstream) -> 
     }
 }
 
-/// Live blocks by id.
-#[derive(Debug, Default)]
-pub(crate) struct BlockTable {
-    blocks: HashMap<u64, Block>,
-    /// Last id handed out; ids start at 1 and are never reused.
-    last_id: u64,
-}
-
-impl BlockTable {
-    /// Adds a block and names it.
-    pub(crate) fn insert(&mut self, block: Block) -> BlockId {
-        self.last_id += 1;
-        self.blocks.insert(self.last_id, block);
-        BlockId(self.last_id)
-    }
-
-    /// The block named `id`.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an id that is not live (never issued, or freed).
-    pub(crate) fn get(&self, id: BlockId) -> Result<&Block> {
-        self.blocks.get(&id.0).ok_or_else(|| unknown(id))
-    }
-
-    /// The block named `id`, mutably.
-    ///
-    /// # Errors
-    /// As [`BlockTable::get`].
-    pub(crate) fn get_mut(&mut self, id: BlockId) -> Result<&mut Block> {
-        self.blocks.get_mut(&id.0).ok_or_else(|| unknown(id))
-    }
-
-    /// Removes the block named `id` and returns it.
-    ///
-    /// # Errors
-    /// As [`BlockTable::get`].
-    pub(crate) fn remove(&mut self, id: BlockId) -> Result<Block> {
-        self.blocks.remove(&id.0).ok_or_else(|| unknown(id))
-    }
-
-    /// Bytes held in live blocks of `kind`.
-    pub(crate) fn bytes_of(&self, kind: MemoryKind) -> u64 {
-        self.blocks
-            .values()
-            .filter(|b| b.kind == kind)
-            .map(Block::size)
-            .sum()
-    }
-
-    /// Every live block with its id.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (BlockId, &Block)> {
-        self.blocks.iter().map(|(id, b)| (BlockId(*id), b))
-    }
-
-    /// Drains every live block (for teardown and the leak report).
-    pub(crate) fn drain(&mut self) -> Vec<(BlockId, Block)> {
-        self.blocks
-            .drain()
-            .map(|(id, b)| (BlockId(id), b))
-            .collect()
-    }
-}
-
-fn unknown(id: BlockId) -> Error {
-    Error::invalid(format!(
-        "cuda: block {} is not live (never allocated, or already freed)",
-        id.0
-    ))
-}
+/// Live blocks by id: core's shared table with [`Block`] payloads.
+pub(crate) type BlockTable = tensormem::BlockTable<Block>;
 
 #[cfg(test)]
 mod tests;

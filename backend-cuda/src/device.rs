@@ -13,7 +13,7 @@ use tensormem::{
 use crate::blocks::{Block, Memory, alloc_pinned, free_memory};
 use crate::conv::{Placement, check_block_size, check_range, map_memory_kind, to_usize};
 use crate::error::{BACKEND, map_alloc_err, map_driver_err, map_init_err};
-use crate::launch::{check_bindings, plan_call, plan_fill_zero};
+use crate::launch::{plan_call, plan_fill_zero};
 use crate::timeline::lock;
 use crate::{CudaBackend, DeviceAlloc, LiveBlock};
 
@@ -226,7 +226,11 @@ impl Backend for CudaBackend {
     }
 
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
-        check_block_size(desc.size, self.caps.max_block_size)?;
+        debug_assert!(
+            check_block_size(desc.size, self.caps.max_block_size).is_ok(),
+            "cuda: block of {} bytes (the front refuses zero and > max_block_size)",
+            desc.size
+        );
         let size = to_usize(desc.size, "block")?;
         self.bind()?;
         let (api, memory) = match map_memory_kind(desc.kind) {
@@ -250,7 +254,11 @@ impl Backend for CudaBackend {
                 self.caps.budget,
             )
         })?;
-        Ok(blocks.insert(Block::new(desc.kind, desc.size, memory, desc.label)))
+        Ok(blocks.insert(
+            desc.kind,
+            desc.size,
+            Block::new(desc.kind, desc.size, memory, desc.label),
+        ))
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {
@@ -364,8 +372,15 @@ impl Backend for CudaBackend {
     }
 
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
-        let sig = op.signature()?;
-        check_bindings(op, &sig, bindings, self.caps.max_binding_size)?;
+        let sizes: Vec<u64> = bindings.iter().map(|b| b.size).collect();
+        debug_assert!(
+            op.check_binding_sizes(&sizes).is_ok()
+                && bindings
+                    .iter()
+                    .all(|b| b.offset.is_multiple_of(self.caps.binding_align)),
+            "cuda: {} bindings {bindings:?} (the front refuses them)",
+            op.name()
+        );
         self.bind()?;
         let addrs = bindings
             .iter()

@@ -84,12 +84,16 @@ impl CudaBackend {
         let mut seg = ExpandableSegment::reserve(self.ctx.cu_device(), desc.reserve, chunk)?;
         seg.grow_to(desc.initial, self.caps.budget)?;
         let size = seg.mapped();
-        Ok(lock(&self.blocks).insert(Block::new(
+        Ok(lock(&self.blocks).insert(
             MemoryKind::DeviceLocal,
             size,
-            Memory::Expandable(seg),
-            desc.label,
-        )))
+            Block::new(
+                MemoryKind::DeviceLocal,
+                size,
+                Memory::Expandable(seg),
+                desc.label,
+            ),
+        ))
     }
 
     /// Grows an expandable block in place so that at least `size` bytes are usable; returns the
@@ -104,8 +108,12 @@ impl CudaBackend {
         self.bind()?;
         let mut blocks = lock(&self.blocks);
         let seg = expandable(blocks.get_mut(block)?, block)?;
-        seg.grow_to(size, self.caps.budget)?;
-        Ok(seg.mapped())
+        let grown = seg.grow_to(size, self.caps.budget);
+        let mapped = seg.mapped();
+        // The table's size follows the mapped size (even after a partial growth).
+        blocks.resize(block, mapped)?;
+        grown?;
+        Ok(mapped)
     }
 
     /// Shrinks an expandable block to the fewest chunks that hold `size` bytes, returning the
@@ -121,8 +129,11 @@ impl CudaBackend {
         self.bind()?;
         let mut blocks = lock(&self.blocks);
         let seg = expandable(blocks.get_mut(block)?, block)?;
-        seg.shrink_to(size)?;
-        Ok(seg.mapped())
+        let shrunk = seg.shrink_to(size);
+        let mapped = seg.mapped();
+        blocks.resize(block, mapped)?;
+        shrunk?;
+        Ok(mapped)
     }
 
     /// The reserved size of an expandable block: the most it can grow to.

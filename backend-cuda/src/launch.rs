@@ -7,8 +7,7 @@
 
 #![forbid(unsafe_code)]
 
-use tensormem::backend::BlockRange;
-use tensormem::ops::{Op, Signature};
+use tensormem::ops::Op;
 use tensormem::{Error, Result};
 
 /// Threads per block of the element-wise kernels.
@@ -123,63 +122,6 @@ pub(crate) fn permute_strides(dims: [u32; 4], perm: [u8; 4]) -> [u64; 4] {
     let d = dims.map(u64::from);
     let in_stride = [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1];
     perm.map(|p| in_stride[usize::from(p & 3)])
-}
-
-/// Checks `bindings` against the op's signature: the count, each binding at least as large as
-/// its operand, 4-byte aligned offsets (every kernel reads 32-bit words) and `max_binding_size`.
-///
-/// # Errors
-/// [`Error::InvalidArgument`] for a wrong count, a short binding or a misaligned offset;
-/// [`Error::TooLarge`] for a binding above `max_binding_size`.
-pub(crate) fn check_bindings(
-    op: &Op,
-    sig: &Signature,
-    bindings: &[BlockRange],
-    max_binding_size: u64,
-) -> Result<()> {
-    let expected = sig.inputs.len() + sig.outputs.len();
-    if bindings.len() != expected {
-        return Err(Error::invalid(format!(
-            "{}: {} bindings given, the op takes {} ({} inputs, {} outputs)",
-            op.name(),
-            bindings.len(),
-            expected,
-            sig.inputs.len(),
-            sig.outputs.len()
-        )));
-    }
-    for (i, (binding, operand)) in bindings
-        .iter()
-        .zip(sig.inputs.iter().chain(&sig.outputs))
-        .enumerate()
-    {
-        if binding.size > max_binding_size {
-            return Err(Error::TooLarge {
-                what: "binding",
-                requested: binding.size,
-                limit: max_binding_size,
-                limit_name: "max_binding_size",
-            });
-        }
-        if binding.size < operand.size() {
-            return Err(Error::invalid(format!(
-                "{}: binding {i} covers {} bytes, the operand needs {} ({} x {})",
-                op.name(),
-                binding.size,
-                operand.size(),
-                operand.len,
-                operand.dtype.name()
-            )));
-        }
-        if binding.offset % 4 != 0 {
-            return Err(Error::invalid(format!(
-                "{}: binding {i} offset {} is not a multiple of 4 bytes",
-                op.name(),
-                binding.offset
-            )));
-        }
-    }
-    Ok(())
 }
 
 fn b(v: bool) -> Arg {

@@ -209,7 +209,7 @@ impl CudaBackend {
         };
         Ok(CudaBackend {
             pool,
-            blocks: Mutex::new(BlockTable::default()),
+            blocks: Mutex::new(BlockTable::new(error::BACKEND)),
             kernels,
             timeline: Timeline::new(stream),
             ctx,

@@ -6,7 +6,6 @@
 //! executing). Destruction order in `Drop`: wait idle, batches and semaphore, pipelines, blocks,
 //! the allocator, the device, the messenger, the instance.
 
-use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -14,7 +13,8 @@ use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use gpu_allocator::{AllocationSizes, AllocatorDebugSettings};
 use tensormem::{
-    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, MemoryKind, Op, Result, Ticket,
+    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Error, MemoryKind, Op,
+    Result, Ticket,
 };
 
 use crate::barriers::Access;
@@ -32,8 +32,7 @@ use crate::timeline::{Lane, Timeline};
 struct State {
     gpu: Gpu,
     allocator: ManuallyDrop<Allocator>,
-    blocks: HashMap<u64, Block>,
-    next_block: u64,
+    blocks: BlockTable<Block>,
     timeline: Timeline,
     kernels: KernelCache,
     policy: BlockPolicy,
@@ -158,8 +157,7 @@ impl VulkanBackend {
             state: Mutex::new(State {
                 gpu,
                 allocator: ManuallyDrop::new(allocator),
-                blocks: HashMap::new(),
-                next_block: 1,
+                blocks: BlockTable::new(BACKEND),
                 timeline,
                 kernels: KernelCache::default(),
                 policy,
@@ -246,38 +244,18 @@ impl VulkanBackend {
         self.dispatch_spec(&spec, bindings)
     }
 
-    /// Checks a range against its block: known block, non-zero, inside.
+    /// The kind of the block a range addresses, after the table's lookup and bounds check
+    /// (kept for a direct caller's sake: out-of-bounds device access is undefined behaviour).
+    /// Alignment and emptiness are the front's rules, asserted in debug builds.
     fn check_range(s: &State, r: &BlockRange, what: &'static str) -> Result<MemoryKind> {
-        let block = s
-            .blocks
-            .get(&r.block.0)
-            .ok_or_else(|| Error::invalid(format!("{what}: unknown block {}", r.block.0)))?;
-        if r.size == 0 {
-            return Err(Error::ZeroSize { what });
-        }
-        if r.offset
-            .checked_add(r.size)
-            .is_none_or(|end| end > block.size)
-        {
-            return Err(Error::OutOfBounds {
-                what: "block",
-                offset: r.offset,
-                size: r.size,
-                limit: block.size,
-            });
-        }
-        Ok(block.kind)
+        debug_assert!(r.size > 0, "vulkan: empty {what} (the front refuses it)");
+        Ok(s.blocks.range(*r, what)?.kind)
     }
 
-    fn check_copy_align(&self, r: &BlockRange, what: &str) -> Result<()> {
-        let a = self.caps.copy_align;
-        if !r.offset.is_multiple_of(a) || !r.size.is_multiple_of(a) {
-            return Err(Error::invalid(format!(
-                "{what}: offset {} and size {} must be multiples of copy_align {a}",
-                r.offset, r.size
-            )));
-        }
-        Ok(())
+    /// Whether a range's offset and size are multiples of `copy_align` (the front's rule; fills
+    /// need 4-byte multiples).
+    fn copy_aligned(&self, r: &BlockRange) -> bool {
+        r.offset.is_multiple_of(self.caps.copy_align) && r.size.is_multiple_of(self.caps.copy_align)
     }
 }
 
@@ -308,34 +286,22 @@ impl Backend for VulkanBackend {
     }
 
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
-        if desc.size == 0 {
-            return Err(Error::ZeroSize { what: "block" });
-        }
-        if desc.size > self.caps.max_block_size {
-            return Err(Error::TooLarge {
-                what: "block",
-                requested: desc.size,
-                limit: self.caps.max_block_size,
-                limit_name: "max_block_size",
-            });
-        }
+        debug_assert!(
+            desc.size > 0 && desc.size <= self.caps.max_block_size,
+            "vulkan: block of {} bytes (the front refuses zero and > max_block_size)",
+            desc.size
+        );
         let mut guard = self.lock();
         let s = &mut *guard;
         s.timeline.check_alive()?;
         let block = Block::create(&s.gpu, &mut s.allocator, desc, s.policy)?;
-        let id = s.next_block;
-        s.next_block += 1;
-        s.blocks.insert(id, block);
-        Ok(BlockId(id))
+        Ok(s.blocks.insert(desc.kind, desc.size, block))
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {
         let mut guard = self.lock();
         let s = &mut *guard;
-        let mut b = s
-            .blocks
-            .remove(&block.0)
-            .ok_or_else(|| Error::invalid(format!("free_block: unknown block {}", block.0)))?;
+        let mut b = s.blocks.remove(block)?;
         s.timeline.tracker.forget_block(block.0);
         // SAFETY: the caller guarantees no in-flight work uses the block (contract); recorded but
         // unsubmitted work would be a caller bug the pools prevent by waiting on tickets.
@@ -345,50 +311,30 @@ impl Backend for VulkanBackend {
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
         let s = self.lock();
-        let b = s
-            .blocks
-            .get(&block.0)
-            .ok_or_else(|| Error::invalid(format!("write_mapped: unknown block {}", block.0)))?;
+        let b = s.blocks.get(block)?;
         b.write(&s.gpu.device, s.policy.atom, offset, data)
     }
 
     fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
         let s = self.lock();
-        let b = s
-            .blocks
-            .get(&block.0)
-            .ok_or_else(|| Error::invalid(format!("read_mapped: unknown block {}", block.0)))?;
+        let b = s.blocks.get(block)?;
         b.read(&s.gpu.device, s.policy.atom, offset, out)
     }
 
     fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
-        if src.size != dst.size {
-            return Err(Error::SizeMismatch {
-                what: "copy source and destination".into(),
-                expected: src.size,
-                actual: dst.size,
-            });
-        }
+        debug_assert!(
+            src.size == dst.size
+                && (src.block != dst.block
+                    || src.offset + src.size <= dst.offset
+                    || dst.offset + dst.size <= src.offset),
+            "vulkan: copy {src:?} -> {dst:?} (the front refuses a size mismatch or an overlap)"
+        );
+        debug_assert!(self.copy_aligned(&src) && self.copy_aligned(&dst));
         let mut guard = self.lock();
         let s = &mut *guard;
         s.timeline.check_alive()?;
-        let src_kind = Self::check_range(s, &src, "copy")?;
-        let dst_kind = Self::check_range(s, &dst, "copy")?;
-        self.check_copy_align(&src, "copy source")?;
-        self.check_copy_align(&dst, "copy destination")?;
-        if src.block == dst.block
-            && src.offset < dst.offset + dst.size
-            && dst.offset < src.offset + src.size
-        {
-            return Err(Error::invalid(format!(
-                "copy: source [{}, {}) and destination [{}, {}) overlap in block {}",
-                src.offset,
-                src.offset + src.size,
-                dst.offset,
-                dst.offset + dst.size,
-                src.block.0
-            )));
-        }
+        let src_kind = Self::check_range(s, &src, "copy source")?;
+        let dst_kind = Self::check_range(s, &dst, "copy destination")?;
         let staging = |k: MemoryKind| k != MemoryKind::DeviceLocal;
         let lane = if staging(src_kind) || staging(dst_kind) {
             Lane::Transfer
@@ -397,11 +343,11 @@ impl Backend for VulkanBackend {
         };
         let (src_buf, dst_buf) = (
             s.blocks
-                .get(&src.block.0)
+                .get(src.block)
                 .map(|b| b.buffer)
                 .unwrap_or_default(),
             s.blocks
-                .get(&dst.block.0)
+                .get(dst.block)
                 .map(|b| b.buffer)
                 .unwrap_or_default(),
         );
@@ -448,10 +394,13 @@ impl Backend for VulkanBackend {
         let s = &mut *guard;
         s.timeline.check_alive()?;
         Self::check_range(s, &range, "fill")?;
-        self.check_copy_align(&range, "fill")?;
+        debug_assert!(
+            self.copy_aligned(&range),
+            "vulkan: fill {range:?} off copy_align"
+        );
         let buffer = s
             .blocks
-            .get(&range.block.0)
+            .get(range.block)
             .map(|b| b.buffer)
             .unwrap_or_default();
         let cmd = s

@@ -4,19 +4,20 @@
 //! Binding ABI (from `ops::wgsl`): operand `i` at `@binding(i)`, the 16-word uniform block at
 //! `@binding(n)`. Every operand is declared `read_write` in WGSL (a wgpu constraint), but the
 //! hazard tracker is told the truth from the signature: inputs are read, outputs written, so two
-//! ops sharing an input need no barrier. Each operand is bound with exactly its size (as the host
-//! backend does), so a binding larger than the operand is accepted and its tail untouched.
+//! ops sharing an input need no barrier. Bindings arrive validated by core's front
+//! ([`tensormem::Validated`]): each exactly its operand's size, outputs disjoint from every other
+//! binding (debug builds assert it).
 
 use tensormem::ops::wgsl;
 use tensormem::{BlockRange, Error, Op, Result};
 
 use crate::kernels::{KernelSpec, StorageSlot};
 
-/// A standard op's kernel and the ranges to bind (each trimmed to its operand's size).
+/// A standard op's kernel and the ranges to bind.
 pub(crate) struct OpKernel {
     kernel: wgsl::Kernel,
     storage: Vec<StorageSlot>,
-    /// The ranges to bind, trimmed to the operands' sizes.
+    /// The ranges to bind, one per operand.
     pub ranges: Vec<BlockRange>,
 }
 
@@ -35,61 +36,30 @@ impl OpKernel {
     }
 }
 
-/// Whether two ranges share bytes.
-fn overlap(a: &BlockRange, b: &BlockRange) -> bool {
-    a.block == b.block
-        && a.offset < b.offset.saturating_add(b.size)
-        && b.offset < a.offset.saturating_add(a.size)
-}
-
-/// Checks `bindings` against `op`'s signature and returns its kernel.
+/// `op`'s kernel over `bindings`.
 ///
 /// # Errors
-/// [`Error::SizeMismatch`] for a wrong binding count or a binding smaller than its operand (as
-/// the host backend), [`Error::InvalidArgument`] for an output that overlaps another operand,
-/// and the errors of [`wgsl::kernel`].
+/// The errors of [`wgsl::kernel`] (invalid parameters).
 pub(crate) fn kernel_for(op: &Op, bindings: &[BlockRange]) -> Result<OpKernel> {
-    let sig = op.signature()?;
-    let operands: Vec<_> = sig.inputs.iter().chain(&sig.outputs).collect();
-    if operands.len() != bindings.len() {
-        return Err(Error::SizeMismatch {
-            what: format!("{} bindings ({})", op.name(), op.operand_names().join(", ")),
-            expected: operands.len() as u64,
-            actual: bindings.len() as u64,
-        });
-    }
-    let names = op.operand_names();
-    let mut ranges = Vec::with_capacity(bindings.len());
-    for (i, (o, b)) in operands.iter().zip(bindings).enumerate() {
-        if b.size < o.size() {
-            return Err(Error::SizeMismatch {
-                what: format!(
-                    "{} operand `{}` (binding {i}, block {})",
-                    op.name(),
-                    names.get(i).copied().unwrap_or("?"),
-                    b.block.0
-                ),
-                expected: o.size(),
-                actual: b.size,
-            });
-        }
-        ranges.push(BlockRange {
-            size: o.size(),
-            ..*b
-        });
-    }
-    let first_output = sig.inputs.len();
-    for (i, out) in ranges.iter().enumerate().skip(first_output) {
-        if let Some(j) = (0..ranges.len()).find(|&j| j != i && overlap(out, &ranges[j])) {
-            return Err(Error::invalid(format!(
-                "{}: output binding {i} overlaps binding {j} in block {}",
-                op.name(),
-                out.block.0
-            )));
-        }
-    }
+    let sizes: Vec<u64> = bindings.iter().map(|b| b.size).collect();
+    debug_assert!(
+        op.check_binding_sizes(&sizes).is_ok(),
+        "vulkan: {} bindings {sizes:?} (the front refuses them)",
+        op.name()
+    );
+    let first_output = op.signature()?.inputs.len();
+    let ranges = bindings.to_vec();
     let kernel = wgsl::kernel(op)?;
-    debug_assert_eq!(kernel.bindings, ranges.len());
+    if kernel.bindings != ranges.len() {
+        // Only a direct caller (no front) gets here; binding fewer buffers than the shader
+        // declares would be undefined behaviour in the driver.
+        return Err(Error::BindingCount {
+            op: op.name(),
+            expected: kernel.bindings,
+            actual: ranges.len(),
+            operands: op.operand_names().join(", "),
+        });
+    }
     let storage = (0..ranges.len())
         .map(|i| StorageSlot {
             binding: i as u32,

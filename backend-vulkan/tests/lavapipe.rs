@@ -23,8 +23,10 @@ mod lavapipe {
     pub mod transfers;
 }
 
-use tensormem::{Backend, BlockDesc, BlockId, BlockRange, Error, MemoryKind};
-use tensormem_vulkan::{TransferQueue, VulkanBackend, VulkanConfig};
+use std::sync::Arc;
+
+use tensormem::{Backend, BlockDesc, BlockId, BlockRange, Error, MemoryKind, Validated};
+use tensormem_vulkan::{TransferQueue, ValidationLog, VulkanBackend, VulkanConfig};
 
 /// The configurations every test runs on.
 pub fn configs() -> Vec<(&'static str, VulkanConfig)> {
@@ -61,33 +63,60 @@ pub fn configs() -> Vec<(&'static str, VulkanConfig)> {
 /// destruction included.
 pub fn on_each(case: impl Fn(&str, &VulkanBackend)) {
     for (name, config) in configs() {
-        let backend = match VulkanBackend::new(config) {
-            Ok(b) => b,
-            Err(Error::BackendUnavailable { reason, .. }) => {
-                if std::env::var("TENSORMEM_REQUIRE_VULKAN").is_ok_and(|v| v == "1") {
-                    panic!("Vulkan required but unavailable: {reason}");
-                }
-                eprintln!("SKIPPED ({name}): Vulkan unavailable: {reason}");
-                return;
-            }
-            Err(e) => panic!("{name}: creating the backend failed: {e}"),
+        let Some(backend) = create(name, config) else {
+            return;
         };
         let log = backend.validation_log();
         case(name, &backend);
         drop(backend);
-        if let Some(log) = log {
-            let messages = log.messages();
-            assert!(
-                messages.is_empty(),
-                "{name}: {} validation message(s):\n{}",
-                messages.len(),
-                messages.join("\n")
-            );
-        }
+        check_log(name, log);
     }
 }
 
-pub fn alloc(b: &VulkanBackend, kind: MemoryKind, size: u64) -> BlockId {
+/// As [`on_each`], with core's validating front over the backend: misuse is the front's to
+/// refuse (the backend assumes validated input).
+pub fn on_each_front(case: impl Fn(&str, &Validated)) {
+    for (name, config) in configs() {
+        let Some(backend) = create(name, config) else {
+            return;
+        };
+        let log = backend.validation_log();
+        let front = Validated::new(Arc::new(backend));
+        case(name, &front);
+        drop(front);
+        check_log(name, log);
+    }
+}
+
+/// The backend of one configuration, or `None` (skipped, with the reason) without Vulkan.
+fn create(name: &str, config: VulkanConfig) -> Option<VulkanBackend> {
+    match VulkanBackend::new(config) {
+        Ok(b) => Some(b),
+        Err(Error::BackendUnavailable { reason, .. }) => {
+            if std::env::var("TENSORMEM_REQUIRE_VULKAN").is_ok_and(|v| v == "1") {
+                panic!("Vulkan required but unavailable: {reason}");
+            }
+            eprintln!("SKIPPED ({name}): Vulkan unavailable: {reason}");
+            None
+        }
+        Err(e) => panic!("{name}: creating the backend failed: {e}"),
+    }
+}
+
+/// Fails on any validation message of a backend that is gone.
+fn check_log(name: &str, log: Option<Arc<ValidationLog>>) {
+    if let Some(log) = log {
+        let messages = log.messages();
+        assert!(
+            messages.is_empty(),
+            "{name}: {} validation message(s):\n{}",
+            messages.len(),
+            messages.join("\n")
+        );
+    }
+}
+
+pub fn alloc(b: &dyn Backend, kind: MemoryKind, size: u64) -> BlockId {
     b.alloc_block(&BlockDesc {
         kind,
         size,
@@ -106,7 +135,7 @@ pub fn range(block: BlockId, offset: u64, size: u64) -> BlockRange {
 
 /// Uploads `data` into `dst` at `offset` the way the pools do: mapped write when the block is
 /// host-visible, otherwise through an `Upload` block and a copy.
-pub fn upload(b: &VulkanBackend, dst: BlockId, offset: u64, data: &[u8]) {
+pub fn upload(b: &dyn Backend, dst: BlockId, offset: u64, data: &[u8]) {
     if b.capabilities().device_host_visible {
         b.write_mapped(dst, offset, data).unwrap();
         return;
@@ -124,7 +153,7 @@ pub fn upload(b: &VulkanBackend, dst: BlockId, offset: u64, data: &[u8]) {
 }
 
 /// Reads `size` bytes of `src` at `offset` back, as `upload` in reverse. Waits for all work.
-pub fn download(b: &VulkanBackend, src: BlockId, offset: u64, size: u64) -> Vec<u8> {
+pub fn download(b: &dyn Backend, src: BlockId, offset: u64, size: u64) -> Vec<u8> {
     let mut out = vec![0u8; size as usize];
     if b.capabilities().device_host_visible {
         let t = b.flush().unwrap();

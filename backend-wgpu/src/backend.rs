@@ -159,17 +159,11 @@ impl Backend for WgpuBackend {
 
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
         self.health.check()?;
-        if desc.size == 0 {
-            return Err(Error::ZeroSize { what: "block" });
-        }
-        if desc.size > self.caps.max_block_size {
-            return Err(Error::TooLarge {
-                what: "block",
-                requested: desc.size,
-                limit: self.caps.max_block_size,
-                limit_name: "max_buffer_size",
-            });
-        }
+        debug_assert!(
+            desc.size > 0 && desc.size <= self.caps.max_block_size,
+            "wgpu: block of {} bytes (the front refuses zero and > max_buffer_size)",
+            desc.size
+        );
         let size = align_up(desc.size, wgpu::COPY_BUFFER_ALIGNMENT).unwrap_or(desc.size);
         // Natively error scopes turn out-of-memory into a retryable error at this call. In a
         // browser popping a scope is a promise this synchronous call cannot await: the
@@ -196,9 +190,11 @@ impl Backend for WgpuBackend {
                 ));
             }
         }
-        Ok(lock(&self.state)
-            .blocks
-            .insert(buffer, desc.kind, desc.size))
+        Ok(lock(&self.state).blocks.insert(
+            desc.kind,
+            desc.size,
+            Block::new(buffer, desc.kind, desc.size),
+        ))
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {
@@ -371,56 +367,38 @@ impl Backend for WgpuBackend {
 
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
         self.health.check()?;
-        for range in bindings {
-            if range.size > self.caps.max_binding_size {
-                return Err(Error::TooLarge {
-                    what: "binding",
-                    requested: range.size,
-                    limit: self.caps.max_binding_size,
-                    limit_name: "max_storage_buffer_binding_size",
-                });
-            }
-        }
         let sizes: Vec<u64> = bindings.iter().map(|r| r.size).collect();
-        let inputs = op.check_binding_sizes(&sizes)?.inputs.len();
+        debug_assert!(
+            op.check_binding_sizes(&sizes).is_ok(),
+            "wgpu: {} bindings {sizes:?} (the front refuses them)",
+            op.name()
+        );
         let kernel = tensormem::ops::wgsl::kernel(op)?;
         let mut guard = lock(&self.state);
         let state = &mut *guard;
         let mut operands = Vec::with_capacity(bindings.len());
         for (i, range) in bindings.iter().enumerate() {
+            // Bounds stay checked here (wgpu would panic on them); the rest is the front's.
             Self::check_device_range(state, *range, "binding")?;
-            if !range.offset.is_multiple_of(self.caps.binding_align) {
-                return Err(Error::invalid(format!(
-                    "wgpu: {} binding {i} offset {} is not a multiple of binding_align {}",
-                    op.name(),
-                    range.offset,
-                    self.caps.binding_align
-                )));
-            }
-            // Inputs may alias each other (`x + x`): kernels only read them. An output must
-            // not overlap any other operand (no in-place ops in the WGSL ABI).
-            let mut aliased = false;
-            for (j, other) in bindings[..i].iter().enumerate() {
-                let disjoint = range.offset + range.size <= other.offset
-                    || other.offset + other.size <= range.offset;
-                if other.block == range.block && !disjoint {
-                    if i >= inputs {
-                        return Err(Error::invalid(format!(
-                            "wgpu: {} output binding {i} overlaps binding {j} (outputs must not \
-                             alias other operands)",
-                            op.name()
-                        )));
-                    }
-                    aliased = true;
-                }
-            }
+            debug_assert!(
+                range.offset.is_multiple_of(self.caps.binding_align)
+                    && range.size <= self.caps.max_binding_size,
+                "wgpu: binding {range:?} (the front refuses it)"
+            );
+            // Inputs may alias each other (`x + x`): kernels only read them (the front refuses
+            // outputs that overlap another operand). WebGPU forbids two overlapping writable
+            // storage bindings in one dispatch, and every operand is `read_write` in the WGSL
+            // ABI, so an input overlapping an earlier one is bound as a copy.
+            let aliased = bindings[..i].iter().any(|other| {
+                other.block == range.block
+                    && range.offset < other.offset + other.size
+                    && other.offset < range.offset + range.size
+            });
             let b = state.blocks.get_mut(range.block)?;
             Self::check_usage(b, wgpu::BufferUsages::STORAGE, "kernel operand")?;
             b.unmap();
             let buffer = b.buffer.clone();
             if aliased {
-                // WebGPU forbids two overlapping writable storage bindings in one dispatch (and
-                // every operand is `read_write` in the WGSL ABI): bind a copy of this input.
                 let copy = self.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("tensormem aliased input"),
                     size: range.size,

@@ -1,13 +1,11 @@
-//! The block table: one `wgpu::Buffer` per block, with its kind, size, map state and last use.
+//! The wgpu state of one block: its `wgpu::Buffer`, map state and last use, as the payload of
+//! core's shared [`tensormem::BlockTable`] (which owns ids, bounds checks and their errors).
 //!
-//! Block ids are never reused (a `u64` counter), so a freed id is reported as unknown rather than
-//! aliasing a newer block. Map state lives here because wgpu forbids using a mapped buffer in a
+//! Map state lives here because wgpu forbids using a mapped buffer in a
 //! submission (or in `queue.write_buffer`): every path that hands a block to the GPU calls
 //! [`Block::unmap`] first, and host access maps lazily again (see `mapping`).
 
-use std::collections::HashMap;
-
-use tensormem::{BlockId, Error, MemoryKind, Result};
+use tensormem::MemoryKind;
 
 use crate::mapping::PendingMap;
 
@@ -50,22 +48,6 @@ impl Block {
         }
     }
 
-    /// Checks that `offset .. offset + size` lies inside the block.
-    ///
-    /// # Errors
-    /// [`Error::OutOfBounds`] naming `what`, with overflow treated as out of bounds.
-    pub(crate) fn check_range(&self, offset: u64, size: u64, what: &'static str) -> Result<()> {
-        match offset.checked_add(size) {
-            Some(end) if end <= self.size => Ok(()),
-            _ => Err(Error::OutOfBounds {
-                what,
-                offset,
-                size,
-                limit: self.size,
-            }),
-        }
-    }
-
     /// Whether the block's buffer can be mapped (host-visible).
     pub(crate) fn mappable(&self) -> bool {
         self.buffer
@@ -74,66 +56,19 @@ impl Block {
     }
 }
 
-/// Live blocks by id.
-#[derive(Debug, Default)]
-pub(crate) struct BlockTable {
-    blocks: HashMap<u64, Block>,
-    /// The id the next block gets; starts at 1 and only grows.
-    next_id: u64,
-}
+/// Live blocks by id: core's shared table with [`Block`] payloads.
+pub(crate) type BlockTable = tensormem::BlockTable<Block>;
 
-impl BlockTable {
-    /// Registers a new block and returns its id.
-    pub(crate) fn insert(&mut self, buffer: wgpu::Buffer, kind: MemoryKind, size: u64) -> BlockId {
-        self.next_id += 1;
-        let id = self.next_id;
-        self.blocks.insert(
-            id,
-            Block {
-                buffer,
-                kind,
-                size,
-                map: MapState::Unmapped,
-                last_use: 0,
-                pending: None,
-            },
-        );
-        BlockId(id)
+impl Block {
+    /// The state of a fresh, unmapped, never used block.
+    pub(crate) fn new(buffer: wgpu::Buffer, kind: MemoryKind, size: u64) -> Self {
+        Block {
+            buffer,
+            kind,
+            size,
+            map: MapState::Unmapped,
+            last_use: 0,
+            pending: None,
+        }
     }
-
-    /// Removes a block, returning it.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an unknown (never issued or already freed) id.
-    pub(crate) fn remove(&mut self, id: BlockId) -> Result<Block> {
-        self.blocks.remove(&id.0).ok_or_else(|| unknown(id))
-    }
-
-    /// The block with this id.
-    ///
-    /// # Errors
-    /// As [`BlockTable::remove`].
-    pub(crate) fn get(&self, id: BlockId) -> Result<&Block> {
-        self.blocks.get(&id.0).ok_or_else(|| unknown(id))
-    }
-
-    /// The block with this id, mutably.
-    ///
-    /// # Errors
-    /// As [`BlockTable::remove`].
-    pub(crate) fn get_mut(&mut self, id: BlockId) -> Result<&mut Block> {
-        self.blocks.get_mut(&id.0).ok_or_else(|| unknown(id))
-    }
-
-    /// Number of live blocks.
-    pub(crate) fn len(&self) -> usize {
-        self.blocks.len()
-    }
-}
-
-fn unknown(id: BlockId) -> Error {
-    Error::invalid(format!(
-        "wgpu: unknown block {} (never allocated or already freed)",
-        id.0
-    ))
 }

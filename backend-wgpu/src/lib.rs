@@ -176,7 +176,7 @@ impl WgpuBackend {
             config,
             health,
             state: Mutex::new(State {
-                blocks: BlockTable::default(),
+                blocks: BlockTable::new(error::BACKEND),
                 timeline: Timeline::new(wakers),
                 kernels: KernelCache::default(),
                 params,

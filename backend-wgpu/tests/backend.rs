@@ -20,7 +20,9 @@ mod ops;
 #[path = "backend/tickets.rs"]
 mod tickets;
 
-use tensormem::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind};
+use std::sync::Arc;
+
+use tensormem::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind, Validated};
 use tensormem_wgpu::{WgpuBackend, WgpuConfig};
 
 /// A backend with staging forced or not. Fails the test (with the reason) when no adapter exists.
@@ -40,8 +42,16 @@ pub fn each_config(f: impl Fn(&WgpuBackend)) {
     }
 }
 
+/// Runs `f` on core's validating front over each configuration: misuse is the front's to refuse
+/// (the backend assumes validated input).
+pub fn each_front(f: impl Fn(&Validated)) {
+    for staging in [false, true] {
+        f(&Validated::new(Arc::new(backend(staging))));
+    }
+}
+
 /// Allocates a block, failing the test on error.
-pub fn alloc(b: &WgpuBackend, kind: MemoryKind, size: u64) -> BlockId {
+pub fn alloc(b: &dyn Backend, kind: MemoryKind, size: u64) -> BlockId {
     b.alloc_block(&BlockDesc {
         kind,
         size,

@@ -7,6 +7,7 @@ pub(crate) use tensormem::ops::samples::Rng;
 
 mod graphs;
 mod memory;
+mod misuse;
 mod ops;
 mod staging;
 
@@ -17,5 +18,6 @@ pub fn all() -> Vec<Case> {
     v.extend(staging::cases());
     v.extend(ops::cases());
     v.extend(graphs::cases());
+    v.extend(misuse::cases());
     v
 }

@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
-use bytemuck::Pod;
 use tensormem::graph::TensorId;
-use tensormem::{Backend, BlockId, HostAccess, Model, Result, Runtime, Tensor, Ticket, Waiting};
+use tensormem::{
+    Backend, BlockId, Element, HostAccess, Model, Result, Runtime, Tensor, Ticket, Waiting,
+};
 
 /// What a case gets: a fresh backend of the target, and the completion mode to wait in.
 pub struct Ctx {
@@ -18,7 +19,7 @@ pub struct Ctx {
 
 impl Ctx {
     /// `Runtime::tensor_from` / `tensor_from_async`.
-    pub async fn tensor_from<T: Pod>(
+    pub async fn tensor_from<T: Element>(
         &self,
         rt: &Runtime,
         dtype: tensormem::DType,
@@ -34,7 +35,7 @@ impl Ctx {
     }
 
     /// `Runtime::upload` / `upload_async`.
-    pub async fn upload<T: Pod>(&self, rt: &Runtime, t: &Tensor, data: &[T]) -> Result<Ticket> {
+    pub async fn upload<T: Element>(&self, rt: &Runtime, t: &Tensor, data: &[T]) -> Result<Ticket> {
         match self.mode {
             #[cfg(not(target_arch = "wasm32"))]
             Waiting::Blocking => rt.upload(t, data),
@@ -43,7 +44,7 @@ impl Ctx {
     }
 
     /// `Runtime::download` / `download_async`.
-    pub async fn download<T: Pod>(&self, rt: &Runtime, t: &Tensor) -> Result<Vec<T>> {
+    pub async fn download<T: Element>(&self, rt: &Runtime, t: &Tensor) -> Result<Vec<T>> {
         match self.mode {
             #[cfg(not(target_arch = "wasm32"))]
             Waiting::Blocking => rt.download(t),
@@ -101,7 +102,7 @@ impl Ctx {
     }
 
     /// `Model::read_output` / `read_output_async`.
-    pub async fn read_output<T: Pod>(&self, m: &Model, t: TensorId) -> Result<Vec<T>> {
+    pub async fn read_output<T: Element>(&self, m: &Model, t: TensorId) -> Result<Vec<T>> {
         match self.mode {
             #[cfg(not(target_arch = "wasm32"))]
             Waiting::Blocking => m.read_output(t),

@@ -6,9 +6,12 @@
 //!   region, allocate a new one). Criterion times one batch of 100 000 pairs; divide by 100 000 for
 //!   ns per pair. `noop_harness` runs the same harness with an allocator that does nothing: the
 //!   overhead every other line includes.
+//! * **steady state at 85 %**: the same churn nearer the packing limit.
 //! * **ramp to failure**: allocate without freeing until the first refusal, both from an empty
 //!   range and from the fragmented state the steady-state trace leaves. The load reached
 //!   (live requested bytes / capacity) is printed to stderr, since criterion measures time only.
+//! * **summary**: every allocator times the 50 % churn, the 85 % churn and the ramp from empty,
+//!   interleaved round by round (best of `ROUNDS`), printed with ratios to ours.
 //! * **high load**: the same churn at 90 % expected load; prints how many allocations were refused
 //!   and how many of those had enough free bytes in total (refused only because of
 //!   fragmentation): the packing metric that the ramp barely separates.
@@ -25,7 +28,6 @@
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::hint::black_box;
-use std::time::Instant;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 
@@ -41,6 +43,8 @@ const UNIT: u64 = 256;
 const PAIRS: usize = 100_000;
 /// Expected load during the steady state.
 const LOAD: f64 = 0.5;
+/// Expected load of the second timed churn.
+const MID_LOAD: f64 = 0.85;
 /// Expected load of the high-load packing trace.
 const HIGH_LOAD: f64 = 0.9;
 
@@ -238,7 +242,16 @@ impl<S: Sub> Run<S> {
         }
     }
 
+    /// Frees every live region.
+    fn free_all(&mut self) {
+        for (h, _) in self.live.drain(..).flatten() {
+            self.sub.free(h);
+        }
+        self.live_bytes = 0;
+    }
+
     /// Allocates ramp sizes without freeing until the first refusal; returns the load reached.
+    #[inline(never)]
     fn ramp(&mut self, sizes: &[u64]) -> f64 {
         for &size in sizes {
             match self.sub.alloc(size) {
@@ -283,18 +296,71 @@ fn steady_state(c: &mut Criterion) {
     group.finish();
 }
 
-/// Best-of-5 ns per pair, for the summary line (criterion's numbers above are the reference).
-fn ns_per_pair<S: Sub>(trace: &Trace) -> (f64, usize) {
-    let mut best = f64::MAX;
-    let mut failures = 0;
-    for _ in 0..5 {
+/// Rounds of the summary's timings. Each round times every allocator on every workload back to
+/// back and the summary keeps each one's best round, so a burst of load on a shared machine hits
+/// all of them alike instead of one allocator's whole measurement.
+const ROUNDS: usize = 15;
+
+/// CPU time this thread has consumed, in ns. The summary times with it rather than the wall clock:
+/// on a loaded machine a 5 ms run is almost always preempted, and the wall clock would count the
+/// other processes' slices.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable `timespec`; CLOCK_THREAD_CPUTIME_ID is supported on every
+    // Linux the benchmark runs on, and on failure `ts` stays zero (a visible 0 ns, not UB).
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// One round of the timed workloads for `S`: ns per pair of the churn at 50 % and at 85 % load, and
+/// ns per allocation of the ramp from empty to the first refusal.
+fn timed_round<S: Sub>(t50: &Trace, t85: &Trace) -> [f64; 3] {
+    let churn = |trace: &Trace| {
         let mut run = Run::<S>::warm(trace);
-        let start = Instant::now();
+        let start = thread_cpu_ns();
         run.churn(&trace.pairs);
-        best = best.min(start.elapsed().as_nanos() as f64 / PAIRS as f64);
-        failures = run.failures;
+        (thread_cpu_ns() - start) as f64 / PAIRS as f64
+    };
+    // The timed ramp runs on an allocator that has ramped once and freed everything: it measures
+    // the allocation path, not the first touch of metadata that offset-allocator pre-faults when
+    // it is created and the others grow on demand.
+    let mut ramp = Run::<S>::empty();
+    ramp.ramp(&t50.ramp);
+    ramp.free_all();
+    let start = thread_cpu_ns();
+    ramp.ramp(&t50.ramp);
+    let ramp_ns = (thread_cpu_ns() - start) as f64 / ramp.live.len().max(1) as f64;
+    [churn(t50), churn(t85), ramp_ns]
+}
+
+/// Best-of-[`ROUNDS`] timings of every allocator, interleaved round by round, in the order ours,
+/// offset-allocator, xalloc, noop harness.
+fn best_timings(t50: &Trace, t85: &Trace) -> [[f64; 3]; 4] {
+    let mut best = [[f64::MAX; 3]; 4];
+    for _ in 0..ROUNDS {
+        let round = [
+            timed_round::<Ours>(t50, t85),
+            timed_round::<Offset>(t50, t85),
+            timed_round::<Xalloc>(t50, t85),
+            timed_round::<Noop>(t50, t85),
+        ];
+        for (b, r) in best.iter_mut().zip(round) {
+            for (b, r) in b.iter_mut().zip(r) {
+                *b = b.min(r);
+            }
+        }
     }
-    (best, failures)
+    best
+}
+
+/// Refusals during the 50 % churn (there should be none).
+fn churn_failures<S: Sub>(trace: &Trace) -> usize {
+    let mut run = Run::<S>::warm(trace);
+    run.churn(&trace.pairs);
+    run.failures
 }
 
 /// Ramp loads (from empty, after the steady-state churn).
@@ -314,50 +380,63 @@ fn high_load_refusals<S: Sub>(trace: &Trace) -> (usize, usize) {
     (run.failures, run.fragmented)
 }
 
-/// Prints the ramp loads, the high-load refusals and a ns-per-pair summary with ratios for every
-/// allocator.
+/// Prints, for every allocator, the best-of-rounds times of the three workloads (net of the noop
+/// harness, and as a ratio to ours), the ramp loads and the high-load refusals.
 fn summary(_c: &mut Criterion) {
     let trace = Trace::new(0x5EED, LOAD);
+    let mid = Trace::new(0x5EED, MID_LOAD);
     let high = Trace::new(0x5EED, HIGH_LOAD);
-    let noop = ns_per_pair::<Noop>(&trace).0;
+    let times = best_timings(&trace, &mid);
+    let noop = times[3];
     let rows = [
         (
             "tensormem_tlsf",
-            ns_per_pair::<Ours>(&trace),
+            times[0],
+            churn_failures::<Ours>(&trace),
             ramp_loads::<Ours>(&trace),
             high_load_refusals::<Ours>(&high),
         ),
         (
             "offset_allocator",
-            ns_per_pair::<Offset>(&trace),
+            times[1],
+            churn_failures::<Offset>(&trace),
             ramp_loads::<Offset>(&trace),
             high_load_refusals::<Offset>(&high),
         ),
         (
             "xalloc_tlsf",
-            ns_per_pair::<Xalloc>(&trace),
+            times[2],
+            churn_failures::<Xalloc>(&trace),
             ramp_loads::<Xalloc>(&trace),
             high_load_refusals::<Xalloc>(&high),
         ),
     ];
-    let ours = rows[0].1.0 - noop;
+    let net = |t: [f64; 3]| [t[0] - noop[0], t[1] - noop[1], t[2] - noop[2]];
+    let ours = net(rows[0].1);
     eprintln!("\nsuballoc summary (16 GiB, sizes 256 B..64 MiB log-uniform, seed 0x5EED)");
-    eprintln!("  ns/pair: best of 5 runs of 100k pairs; harness overhead (noop) {noop:.1} ns/pair");
     eprintln!(
-        "  {:<17} {:>8} {:>8} {:>8} {:>11} {:>13} {:>24}",
+        "  ns per pair (churn) or per allocation (ramp), thread CPU time, best of {ROUNDS} interleaved rounds, net of \
+         the noop harness ({:.1} / {:.1} / {:.1} ns); (x) = ratio to ours",
+        noop[0], noop[1], noop[2]
+    );
+    eprintln!(
+        "  {:<17} {:>16} {:>16} {:>16} {:>11} {:>13} {:>24}",
         "allocator",
-        "ns/pair",
-        "net",
-        "vs ours",
+        "churn 50%",
+        "churn 85%",
+        "ramp to failure",
         "ramp empty",
         "ramp churned",
         "90% load refused / frag"
     );
-    for (name, (ns, failures), (empty, churned), (refused, fragmented)) in rows {
-        let net = ns - noop;
+    for (name, t, failures, (empty, churned), (refused, fragmented)) in rows {
+        let t = net(t);
+        let cell = |i: usize| format!("{:.1} ({:.2}x)", t[i], t[i] / ours[i]);
         eprintln!(
-            "  {name:<17} {ns:>8.1} {net:>8.1} {:>7.2}x {:>10.3}% {:>12.3}% {:>15} / {:<8}{}",
-            net / ours,
+            "  {name:<17} {:>16} {:>16} {:>16} {:>10.3}% {:>12.3}% {:>15} / {:<8}{}",
+            cell(0),
+            cell(1),
+            cell(2),
             empty * 100.0,
             churned * 100.0,
             refused,

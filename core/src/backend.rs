@@ -42,8 +42,10 @@ use std::task::{Context, Poll};
 use crate::Result;
 use crate::ops::Op;
 
+mod blocks;
 pub mod completion;
 
+pub use blocks::{BlockEntry, BlockTable};
 pub use completion::{HostAccess, HostAccessWait, TicketWait, TicketWakers, Waiting};
 
 /// A backend's name for one block. Opaque to core; unique among the backend's live blocks.

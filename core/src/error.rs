@@ -182,6 +182,166 @@ pub enum Error {
     #[error("memory corruption: {0}")]
     Corruption(String),
 
+    // ---- Raised by the validating front (`crate::validate`), the same on every backend. ----
+    /// An offset or size that is not a multiple of the alignment the device requires.
+    #[error("misaligned {what}: {value} is not a multiple of {align} bytes ({align_name})")]
+    Misaligned {
+        /// What is misaligned ("copy offset", "binding offset", "write size", ...).
+        what: &'static str,
+        /// The offending offset or size, in bytes.
+        value: u64,
+        /// The required alignment, in bytes.
+        align: u64,
+        /// The capability that sets it (`copy_align`, `binding_align`).
+        align_name: &'static str,
+    },
+
+    /// A kernel binding whose byte size is not exactly its operand's size (larger or smaller).
+    #[error(
+        "binding size of {op} operand {index} `{operand}`: the op needs exactly {expected} bytes, the binding has {actual}"
+    )]
+    BindingSize {
+        /// The op's name.
+        op: &'static str,
+        /// The operand's name.
+        operand: &'static str,
+        /// Binding index (inputs, then outputs).
+        index: usize,
+        /// Bytes the op reads or writes.
+        expected: u64,
+        /// Bytes the binding covers.
+        actual: u64,
+    },
+
+    /// A kernel dispatch with the wrong number of bindings.
+    #[error("{op} takes {expected} bindings ({operands}), got {actual}")]
+    BindingCount {
+        /// The op's name.
+        op: &'static str,
+        /// Bindings the op takes (inputs, then outputs).
+        expected: usize,
+        /// Bindings given.
+        actual: usize,
+        /// The operand names, in binding order.
+        operands: String,
+    },
+
+    /// Two ranges that must not share bytes do (an op's output and another binding, or a copy's
+    /// source and destination).
+    #[error(
+        "overlap in block {block}: {what} [{first_offset}, +{first_size}) and [{second_offset}, +{second_size}) share bytes"
+    )]
+    Overlap {
+        /// What overlaps ("output and input of relu", "copy source and destination").
+        what: String,
+        /// The block both ranges are in.
+        block: u64,
+        /// Start of the first range, in bytes.
+        first_offset: u64,
+        /// Length of the first range, in bytes.
+        first_size: u64,
+        /// Start of the second range, in bytes.
+        second_offset: u64,
+        /// Length of the second range, in bytes.
+        second_size: u64,
+    },
+
+    /// Size or shape arithmetic that does not fit its integer type (element counts past `u64`,
+    /// kernel dimensions past `u32`).
+    #[error("arithmetic overflow: {what} does not fit in {limit_name}")]
+    ArithmeticOverflow {
+        /// The quantity being computed ("conv2d output height", "permute element count").
+        what: String,
+        /// The type or limit it overflows ("u64", "u32 kernel index").
+        limit_name: &'static str,
+    },
+
+    /// A typed transfer or binding whose element type is not the tensor's.
+    #[error("dtype mismatch in {what}: the tensor holds {expected:?}, the call uses {actual:?}")]
+    DTypeMismatch {
+        /// The call.
+        what: String,
+        /// The tensor's element type.
+        expected: crate::ops::DType,
+        /// The element type of the data or operand.
+        actual: crate::ops::DType,
+    },
+
+    /// A read of a graph tensor that is not an output: its bytes are reused by the plan and hold
+    /// something else after the run.
+    #[error(
+        "tensor {tensor} ('{name}') is not an output of the graph; mark it with Graph::output to read it"
+    )]
+    NotAnOutput {
+        /// The tensor's index in its graph.
+        tensor: usize,
+        /// Its name.
+        name: String,
+    },
+
+    /// A tensor id that does not belong to the graph it is used with.
+    #[error("tensor {tensor} is not in this graph ({tensors} tensors)")]
+    ForeignTensor {
+        /// The id's index.
+        tensor: usize,
+        /// Tensors the graph declares.
+        tensors: usize,
+    },
+
+    /// A block id the backend does not know: never allocated, or already freed.
+    #[error("{backend}: block {block} is not live (never allocated, or already freed)")]
+    UnknownBlock {
+        /// Backend name.
+        backend: &'static str,
+        /// The block id.
+        block: u64,
+    },
+
+    /// A wait for a ticket that was never issued.
+    #[error("wait for ticket {ticket}, but only {issued} tickets were issued")]
+    UnknownTicket {
+        /// The ticket asked for.
+        ticket: u64,
+        /// The last ticket issued.
+        issued: u64,
+    },
+
+    /// Host access to a block that is not host-visible.
+    #[error("block {block} ({kind}) is not host-visible on {backend}")]
+    NotHostVisible {
+        /// Backend name.
+        backend: &'static str,
+        /// The block id.
+        block: u64,
+        /// The block's memory kind.
+        kind: &'static str,
+    },
+
+    /// A block of the wrong memory kind for its role: kernels bind `DeviceLocal` blocks only,
+    /// copies read `DeviceLocal` or `Upload` blocks and write `DeviceLocal` or `Readback` ones.
+    #[error("block {block} is {kind} memory and cannot be the {role} (that takes {allowed})")]
+    WrongMemoryKind {
+        /// The role ("kernel binding", "copy source", "copy destination").
+        role: &'static str,
+        /// The block id.
+        block: u64,
+        /// The block's kind.
+        kind: &'static str,
+        /// The kinds the role takes.
+        allowed: &'static str,
+    },
+
+    /// A bug in tensormem: an internal invariant did not hold. The runtime that saw it is marked
+    /// broken, and every later call on it returns [`Error::DeviceLost`]. Made only by
+    /// [`Error::invariant`].
+    #[error("internal invariant violated ({invariant}): {detail}; please report this bug")]
+    InvariantViolated {
+        /// The broken invariant, named.
+        invariant: &'static str,
+        /// What was observed.
+        detail: String,
+    },
+
     /// An I/O error while reading or writing a file.
     #[error("I/O error on {path}: {source}")]
     Io {
@@ -201,6 +361,28 @@ impl Error {
     /// (too large, bad alignment, stale handle) or fatal (device lost).
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::OutOfMemory(_))
+    }
+
+    /// The one cold path for internal bugs: an [`Error::InvariantViolated`] naming the broken
+    /// invariant. The validating front marks its device broken when it sees one (wgpu-hal's
+    /// `hal_internal_error` is the model), so the bug surfaces once, as an error, never as a panic
+    /// or a hang.
+    #[cold]
+    #[inline(never)]
+    pub fn invariant(invariant: &'static str, detail: impl Into<String>) -> Self {
+        Error::InvariantViolated {
+            invariant,
+            detail: detail.into(),
+        }
+    }
+
+    /// Whether this error means the device (or the runtime in front of it) can no longer be used:
+    /// [`Error::DeviceLost`] or [`Error::InvariantViolated`].
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            Error::DeviceLost { .. } | Error::InvariantViolated { .. }
+        )
     }
 
     /// Shorthand for [`Error::InvalidArgument`].

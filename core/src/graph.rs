@@ -7,17 +7,34 @@
 //! Reshapes are free: [`Graph::reshape`] declares a new tensor that *aliases* the bytes of another
 //! (its storage root), so the planner sees one buffer.
 
-use crate::ops::{DType, Op};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::ops::{DType, Op, checked_product};
 use crate::{Error, Result};
 
-/// Names one tensor of a [`Graph`].
+/// Names one tensor of a [`Graph`]. It carries its graph's identity, so an id used with another
+/// graph (or a model compiled from one) is refused with [`Error::ForeignTensor`] instead of
+/// naming whatever tensor has the same index there.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TensorId(pub(crate) usize);
+pub struct TensorId {
+    /// The graph that declared it (clones of a graph share it).
+    graph: u64,
+    index: usize,
+}
 
 impl TensorId {
     /// Index of the tensor in its graph.
     pub fn index(self) -> usize {
-        self.0
+        self.index
+    }
+}
+
+/// Source of graph identities.
+static NEXT_GRAPH: AtomicU64 = AtomicU64::new(1);
+
+impl Default for Graph {
+    fn default() -> Self {
+        Graph::new()
     }
 }
 
@@ -49,19 +66,40 @@ pub struct TensorDecl {
 
 impl TensorDecl {
     /// Elements.
-    pub fn len(&self) -> usize {
-        self.shape.iter().product()
+    ///
+    /// # Errors
+    /// [`Error::ArithmeticOverflow`] when the shape's product does not fit in `u64`.
+    pub fn len(&self) -> Result<u64> {
+        shape_len(&self.shape).ok_or_else(|| self.overflow("element count"))
     }
 
     /// Whether the shape has no elements.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.shape.contains(&0)
     }
 
     /// Bytes.
-    pub fn size(&self) -> u64 {
-        self.len() as u64 * self.dtype.size()
+    ///
+    /// # Errors
+    /// [`Error::ArithmeticOverflow`] when the byte count does not fit in `u64`.
+    pub fn size(&self) -> Result<u64> {
+        self.len()?
+            .checked_mul(self.dtype.size())
+            .ok_or_else(|| self.overflow("byte size"))
     }
+
+    fn overflow(&self, quantity: &str) -> Error {
+        Error::ArithmeticOverflow {
+            what: format!("{quantity} of '{}' {:?}", self.name, self.shape),
+            limit_name: "u64",
+        }
+    }
+}
+
+/// Elements of `shape`, or `None` on overflow.
+fn shape_len(shape: &[usize]) -> Option<u64> {
+    let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    checked_product(&dims)
 }
 
 /// One op application.
@@ -78,8 +116,10 @@ pub struct Node {
 }
 
 /// A model: tensors and the ops that connect them, in execution order.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Graph {
+    /// Identity stamped on every [`TensorId`] this graph issues.
+    id: u64,
     tensors: Vec<TensorDecl>,
     nodes: Vec<Node>,
     outputs: Vec<TensorId>,
@@ -88,7 +128,19 @@ pub struct Graph {
 impl Graph {
     /// An empty graph.
     pub fn new() -> Self {
-        Graph::default()
+        Graph {
+            id: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed),
+            tensors: Vec::new(),
+            nodes: Vec::new(),
+            outputs: Vec::new(),
+        }
+    }
+
+    fn id_at(&self, index: usize) -> TensorId {
+        TensorId {
+            graph: self.id,
+            index,
+        }
     }
 
     fn declare(&mut self, name: &str, dtype: DType, shape: &[usize], kind: TensorKind) -> TensorId {
@@ -99,7 +151,7 @@ impl Graph {
             kind,
             alias_of: None,
         });
-        TensorId(self.tensors.len() - 1)
+        self.id_at(self.tensors.len() - 1)
     }
 
     /// Declares an input, set before each run.
@@ -116,8 +168,8 @@ impl Graph {
     /// signature is checked against the inputs' types and sizes and the output shape.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an unknown tensor, [`Error::SizeMismatch`] for operands that
-    /// do not match the op.
+    /// [`Error::ForeignTensor`] for a tensor of another graph, [`Error::SizeMismatch`] for operands
+    /// that do not match the op, [`Error::ArithmeticOverflow`] for a shape whose size overflows.
     pub fn op(
         &mut self,
         op: Op,
@@ -135,7 +187,8 @@ impl Graph {
         }
         for (i, (id, want)) in inputs.iter().zip(&sig.inputs).enumerate() {
             let t = self.decl(*id)?;
-            if t.dtype != want.dtype || t.len() as u64 != want.len {
+            let len = t.len()?;
+            if t.dtype != want.dtype || len != want.len {
                 return Err(Error::SizeMismatch {
                     what: format!(
                         "{label}: {} input {i} ('{}', {} {:?}) against the op's {}",
@@ -146,12 +199,15 @@ impl Graph {
                         want.dtype.name()
                     ),
                     expected: want.len,
-                    actual: t.len() as u64,
+                    actual: len,
                 });
             }
         }
         let out = sig.outputs[0];
-        let out_len: u64 = out_shape.iter().map(|&d| d as u64).product();
+        let out_len = shape_len(out_shape).ok_or_else(|| Error::ArithmeticOverflow {
+            what: format!("{label}: {} output shape {out_shape:?}", op.name()),
+            limit_name: "u64",
+        })?;
         if out_len != out.len {
             return Err(Error::SizeMismatch {
                 what: format!("{label}: {} output shape {out_shape:?}", op.name()),
@@ -172,15 +228,20 @@ impl Graph {
     /// A new tensor of `shape` sharing the bytes of `t` (same element count).
     ///
     /// # Errors
-    /// [`Error::SizeMismatch`] when the element counts differ.
+    /// [`Error::SizeMismatch`] when the element counts differ, [`Error::ForeignTensor`],
+    /// [`Error::ArithmeticOverflow`].
     pub fn reshape(&mut self, t: TensorId, shape: &[usize]) -> Result<TensorId> {
         let src = self.decl(t)?.clone();
-        let len: usize = shape.iter().product();
-        if len != src.len() {
+        let src_len = src.len()?;
+        let len = shape_len(shape).ok_or_else(|| Error::ArithmeticOverflow {
+            what: format!("reshape of '{}' to {shape:?}", src.name),
+            limit_name: "u64",
+        })?;
+        if len != src_len {
             return Err(Error::SizeMismatch {
                 what: format!("reshape of '{}' {:?} to {shape:?}", src.name, src.shape),
-                expected: src.len() as u64,
-                actual: len as u64,
+                expected: src_len,
+                actual: len,
             });
         }
         let root = src.alias_of.unwrap_or(t);
@@ -191,10 +252,11 @@ impl Graph {
             kind: src.kind,
             alias_of: Some(root),
         });
-        Ok(TensorId(self.tensors.len() - 1))
+        Ok(self.id_at(self.tensors.len() - 1))
     }
 
-    /// Marks `t` as a graph output (kept after the run, readable).
+    /// Marks `t` as a graph output (kept after the run, readable). A foreign id is refused by
+    /// [`Runtime::compile`](crate::Runtime::compile).
     pub fn output(&mut self, t: TensorId) {
         if !self.outputs.contains(&t) {
             self.outputs.push(t);
@@ -204,16 +266,25 @@ impl Graph {
     /// The declaration of `t`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an id from another graph.
+    /// [`Error::ForeignTensor`] for an id from another graph.
     pub fn decl(&self, t: TensorId) -> Result<&TensorDecl> {
         self.tensors
-            .get(t.0)
-            .ok_or_else(|| Error::invalid(format!("tensor {} is not in this graph", t.0)))
+            .get(t.index)
+            .filter(|_| t.graph == self.id)
+            .ok_or(Error::ForeignTensor {
+                tensor: t.index,
+                tensors: self.tensors.len(),
+            })
+    }
+
+    /// Whether `t` was declared by this graph (or a clone of it).
+    pub fn contains(&self, t: TensorId) -> bool {
+        t.graph == self.id && t.index < self.tensors.len()
     }
 
     /// The tensor owning the bytes of `t` (itself unless it is a reshape).
     pub fn root(&self, t: TensorId) -> TensorId {
-        self.tensors.get(t.0).and_then(|d| d.alias_of).unwrap_or(t)
+        self.decl(t).ok().and_then(|d| d.alias_of).unwrap_or(t)
     }
 
     /// All declared tensors.
@@ -231,3 +302,6 @@ impl Graph {
         &self.outputs
     }
 }
+
+#[cfg(test)]
+mod tests;

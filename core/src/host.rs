@@ -10,9 +10,20 @@
 //! is complete at once (the planner, the pools and the ops are the same code).
 //!
 //! Knobs in [`HostConfig`] let tests force the discrete-GPU path (no host-visible device memory),
-//! slow the worker down, cap the "device" memory, and simulate a lost device.
+//! slow the worker down, cap the "device" memory, and simulate a lost device or a worker that
+//! dies.
+//!
+//! The backend assumes validated input (the [`Validated`](crate::Validated) front checks sizes,
+//! alignment, host visibility and bindings; debug builds assert it). It keeps the block-table
+//! lookups and range checks that stop a direct caller from indexing out of bounds, and the ticket
+//! check that stops a wait from blocking forever.
+//!
+//! **A worker that dies is a lost device.** A panic while executing a command is caught, recorded
+//! as the device's fault, and the worker carries on completing tickets, so every wait,
+//! `synchronize` and drop returns and every later call reports [`Error::DeviceLost`]. Should the
+//! thread exit anyway, a guard marks the timeline stopped and wakes every waiter.
 
-use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 #[cfg(not(target_arch = "wasm32"))]
 use std::sync::mpsc;
@@ -23,8 +34,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::backend::{
-    Backend, BlockDesc, BlockId, BlockRange, Capabilities, DeviceType, MemoryKind, Ticket,
-    TicketWakers,
+    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, MemoryKind,
+    Ticket, TicketWakers,
 };
 use crate::ops::{self, Op};
 use crate::{Error, Result};
@@ -37,7 +48,9 @@ pub struct HostConfig {
     /// Report device memory as not host-visible, so the pools stage every transfer through
     /// `Upload`/`Readback` blocks as on a discrete GPU. Default `false`.
     pub force_staging: bool,
-    /// Largest block in bytes. Default 1 TiB (effectively the machine's memory).
+    /// Largest block in bytes. Default: the machine's physical memory where the platform reports
+    /// it (Linux `/proc/meminfo`), at most 1 TiB; 1 TiB elsewhere. A request above it is
+    /// [`Error::TooLarge`] (hopeless), not a retryable [`Error::OutOfMemory`].
     pub max_block_size: u64,
     /// Total bytes of blocks the "device" holds before `alloc_block` fails with
     /// [`Error::OutOfMemory`], as a driver would. Default `None` (no limit).
@@ -51,11 +64,19 @@ impl Default for HostConfig {
     fn default() -> Self {
         HostConfig {
             force_staging: false,
-            max_block_size: 1 << 40,
+            max_block_size: physical_memory().map_or(1 << 40, |m| m.min(1 << 40)),
             device_memory: None,
             worker_delay: Duration::ZERO,
         }
     }
+}
+
+/// Total physical memory in bytes, where the platform reports it.
+fn physical_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 type BlockMem = Arc<Mutex<Vec<u8>>>;
@@ -65,14 +86,10 @@ enum Command {
     Fill(Arg),
     /// The op, its operands (inputs then outputs), and the number of inputs.
     Dispatch(Op, Vec<Arg>, usize),
+    /// Fault injection: the worker panics ([`HostBackend::simulate_worker_panic`]).
+    Panic,
     #[cfg(not(target_arch = "wasm32"))]
     Shutdown,
-}
-
-struct Blocks {
-    map: HashMap<u64, (MemoryKind, BlockMem)>,
-    next_id: u64,
-    bytes: u64,
 }
 
 /// Progress of the worker: the last ticket finished, plus a condvar to wait on it.
@@ -81,24 +98,58 @@ struct Timeline {
     cv: Condvar,
     /// First error the worker hit; reported by every later call (a "lost device").
     fault: Mutex<Option<String>>,
-    /// Tasks awaiting a ticket; woken by the worker as it completes them.
+    /// Tasks awaiting a ticket; woken as their tickets complete, all at once on a fault.
     wakers: Mutex<TicketWakers>,
+    /// The worker thread has exited: nothing will complete any more.
+    stopped: AtomicBool,
 }
 
 impl Timeline {
-    /// Records that `ticket` finished (with the command's failure, if any) and wakes its waiters.
+    fn fail(&self, fault: String) {
+        lock(&self.fault).get_or_insert(fault);
+        self.cv.notify_all();
+    }
+
+    /// Records that `ticket` finished (with the command's failure, if any) and wakes its waiters:
+    /// blocked ones through the condvar, awaiting tasks through their wakers (every task on a
+    /// fault, so each sees the error).
     fn finish(&self, ticket: u64, result: std::result::Result<(), String>) {
         if let Err(e) = result {
-            lock(&self.fault).get_or_insert(e);
+            self.fail(e);
         }
         *lock(&self.completed) = ticket;
         self.cv.notify_all();
-        let woken = if lock(&self.fault).is_some() {
+        self.wake(Ticket(ticket));
+    }
+
+    /// Wakes the tasks awaiting tickets up to `done`, or every task once faulted or stopped.
+    fn wake(&self, done: Ticket) {
+        let woken = if lock(&self.fault).is_some() || self.stopped.load(Ordering::SeqCst) {
             lock(&self.wakers).take_all()
         } else {
-            lock(&self.wakers).take_completed(Ticket(ticket))
+            lock(&self.wakers).take_completed(done)
         };
         woken.into_iter().for_each(std::task::Waker::wake);
+    }
+}
+
+/// Marks the timeline stopped, and faulted if the thread is unwinding, when the worker exits by
+/// any path, and wakes every waiter: a dead worker never leaves a wait blocked or a task pending.
+#[cfg(not(target_arch = "wasm32"))]
+struct WorkerExit(Arc<Timeline>);
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Drop for WorkerExit {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.fail("the worker thread panicked".into());
+        }
+        {
+            let _completed = lock(&self.0.completed);
+            self.0.stopped.store(true, Ordering::SeqCst);
+            self.0.cv.notify_all();
+        }
+        self.0.wake(Ticket::DONE);
     }
 }
 
@@ -106,7 +157,7 @@ impl Timeline {
 pub struct HostBackend {
     caps: Capabilities,
     config: HostConfig,
-    blocks: Mutex<Blocks>,
+    blocks: Mutex<BlockTable<BlockMem>>,
     /// Last issued ticket and the sender to the worker; the mutex makes `HostBackend` `Sync` and
     /// orders ticket issue with send.
     #[cfg(not(target_arch = "wasm32"))]
@@ -140,12 +191,9 @@ impl HostBackend {
             cv: Condvar::new(),
             fault: Mutex::new(None),
             wakers: Mutex::new(TicketWakers::default()),
+            stopped: AtomicBool::new(false),
         });
-        let blocks = Mutex::new(Blocks {
-            map: HashMap::new(),
-            next_id: 1,
-            bytes: 0,
-        });
+        let blocks = Mutex::new(BlockTable::new(NAME));
         let caps = Capabilities {
             backend: NAME,
             device_name: format!("host CPU, {} threads", rayon::current_num_threads()),
@@ -194,14 +242,24 @@ impl HostBackend {
         self.lost.store(true, Ordering::SeqCst);
     }
 
+    /// Makes the worker thread panic on its next command, as a bug in a kernel would. The
+    /// device is then lost: every wait returns and every later call reports
+    /// [`Error::DeviceLost`]. Returns the ticket of the poisoned command.
+    ///
+    /// # Errors
+    /// [`Error::DeviceLost`] if the device is already lost.
+    pub fn simulate_worker_panic(&self) -> Result<Ticket> {
+        self.enqueue(Command::Panic)
+    }
+
     /// Total bytes in live blocks.
     pub fn block_bytes(&self) -> u64 {
-        lock(&self.blocks).bytes
+        lock(&self.blocks).bytes()
     }
 
     /// Number of live blocks.
     pub fn block_count(&self) -> usize {
-        lock(&self.blocks).map.len()
+        lock(&self.blocks).len()
     }
 
     fn check_alive(&self) -> Result<()> {
@@ -217,48 +275,36 @@ impl HostBackend {
                 detail: format!("the worker failed: {fault}"),
             });
         }
+        if self.timeline.stopped.load(Ordering::SeqCst) {
+            return Err(Error::DeviceLost {
+                backend: NAME,
+                detail: "the worker thread has stopped".into(),
+            });
+        }
         Ok(())
     }
 
-    fn block(&self, id: BlockId) -> Result<(MemoryKind, BlockMem)> {
-        lock(&self.blocks)
-            .map
-            .get(&id.0)
-            .map(|(k, m)| (*k, m.clone()))
-            .ok_or_else(|| Error::invalid(format!("host: unknown block {}", id.0)))
-    }
-
+    /// The memory behind a range, after the table's lookup and bounds check (which keep a direct
+    /// caller from indexing out of bounds).
     fn check_range(&self, r: BlockRange, what: &'static str) -> Result<BlockMem> {
-        let (_, mem) = self.block(r.block)?;
-        let len = lock(&mem).len() as u64;
-        if r.offset.checked_add(r.size).is_none_or(|end| end > len) {
-            return Err(Error::OutOfBounds {
-                what,
-                offset: r.offset,
-                size: r.size,
-                limit: len,
-            });
-        }
-        Ok(mem)
+        Ok(lock(&self.blocks).range(r, what)?.native.clone())
     }
 
     fn mapped(&self, block: BlockId, offset: u64, len: usize) -> Result<BlockMem> {
         self.check_alive()?;
-        let (kind, _) = self.block(block)?;
-        if kind == MemoryKind::DeviceLocal && self.config.force_staging {
-            return Err(Error::Unsupported {
-                backend: NAME,
-                what: "mapping device-local memory with force_staging set".into(),
-            });
-        }
-        self.check_range(
-            BlockRange {
-                block,
-                offset,
-                size: len as u64,
-            },
-            "block",
-        )
+        let r = BlockRange {
+            block,
+            offset,
+            size: len as u64,
+        };
+        let blocks = lock(&self.blocks);
+        let entry = blocks.range(r, "block")?;
+        debug_assert!(
+            entry.kind != MemoryKind::DeviceLocal || !self.config.force_staging,
+            "host: mapped access to device-local block {} under force_staging (the front refuses it)",
+            block.0
+        );
+        Ok(entry.native.clone())
     }
 
     #[cfg(not(target_arch = "wasm32"))]
@@ -351,13 +397,20 @@ fn execute(cmd: Command) -> std::result::Result<(), String> {
             }
             Ok(())
         }
+        Command::Panic => injected_panic(),
         #[cfg(not(target_arch = "wasm32"))]
         Command::Shutdown => Ok(()),
     }
 }
 
+#[expect(clippy::panic, reason = "fault injection: the panic is the point")]
+fn injected_panic() -> std::result::Result<(), String> {
+    panic!("host worker: injected panic (HostBackend::simulate_worker_panic)")
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 fn worker(rx: mpsc::Receiver<(u64, Command)>, timeline: Arc<Timeline>, delay: Duration) {
+    let _exit = WorkerExit(timeline.clone());
     while let Ok((ticket, cmd)) = rx.recv() {
         if matches!(cmd, Command::Shutdown) {
             break;
@@ -365,7 +418,18 @@ fn worker(rx: mpsc::Receiver<(u64, Command)>, timeline: Arc<Timeline>, delay: Du
         if !delay.is_zero() {
             std::thread::sleep(delay);
         }
-        timeline.finish(ticket, execute(cmd));
+        let result = match catch_unwind(AssertUnwindSafe(|| execute(cmd))) {
+            Ok(r) => r,
+            Err(payload) => {
+                let msg = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(format!("the worker panicked: {msg}"))
+            }
+        };
+        timeline.finish(ticket, result);
     }
 }
 
@@ -386,25 +450,19 @@ impl Backend for HostBackend {
 
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
         self.check_alive()?;
-        if desc.size == 0 {
-            return Err(Error::ZeroSize { what: "block" });
-        }
-        if desc.size > self.caps.max_block_size {
-            return Err(Error::TooLarge {
-                what: "block",
-                requested: desc.size,
-                limit: self.caps.max_block_size,
-                limit_name: "max_block_size",
-            });
-        }
+        debug_assert!(
+            desc.size > 0 && desc.size <= self.caps.max_block_size,
+            "host: block of {} bytes (the front refuses zero and > max_block_size)",
+            desc.size
+        );
         let mut blocks = lock(&self.blocks);
         if let Some(limit) = self.config.device_memory {
-            if blocks.bytes + desc.size > limit {
+            if blocks.bytes().saturating_add(desc.size) > limit {
                 return Err(Error::OutOfMemory(Box::new(crate::OomReport {
                     pool: "host device memory".into(),
                     label: Some(desc.label.to_string()),
                     requested: desc.size,
-                    reserved: blocks.bytes,
+                    reserved: blocks.bytes(),
                     budget: Some(limit),
                     ..Default::default()
                 })));
@@ -422,27 +480,16 @@ impl Backend for HostBackend {
                 pool: "host heap".into(),
                 label: Some(desc.label.to_string()),
                 requested: desc.size,
-                reserved: blocks.bytes,
+                reserved: blocks.bytes(),
                 ..Default::default()
             }))
         })?;
         mem.resize(size, 0);
-        let id = blocks.next_id;
-        blocks.next_id += 1;
-        blocks.bytes += desc.size;
-        blocks
-            .map
-            .insert(id, (desc.kind, Arc::new(Mutex::new(mem))));
-        Ok(BlockId(id))
+        Ok(blocks.insert(desc.kind, desc.size, Arc::new(Mutex::new(mem))))
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {
-        let mut blocks = lock(&self.blocks);
-        let (_, mem) = blocks
-            .map
-            .remove(&block.0)
-            .ok_or_else(|| Error::invalid(format!("host: free of unknown block {}", block.0)))?;
-        blocks.bytes -= lock(&mem).len() as u64;
+        lock(&self.blocks).remove(block)?;
         Ok(())
     }
 
@@ -462,13 +509,10 @@ impl Backend for HostBackend {
 
     fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
         self.check_alive()?;
-        if src.size != dst.size {
-            return Err(Error::SizeMismatch {
-                what: "copy source and destination".into(),
-                expected: src.size,
-                actual: dst.size,
-            });
-        }
+        debug_assert_eq!(
+            src.size, dst.size,
+            "host: copy sizes (the front refuses a mismatch)"
+        );
         let (s, d) = (
             self.arg(src, "copy source")?,
             self.arg(dst, "copy destination")?,
@@ -482,38 +526,20 @@ impl Backend for HostBackend {
     }
 
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
-        let sig = op.signature()?;
-        let n = sig.inputs.len() + sig.outputs.len();
-        if bindings.len() != n {
-            return Err(Error::SizeMismatch {
-                what: format!("{} bindings", op.name()),
-                expected: n as u64,
-                actual: bindings.len() as u64,
-            });
-        }
-        for (b, operand) in bindings.iter().zip(sig.inputs.iter().chain(&sig.outputs)) {
-            if b.size < operand.size() {
-                return Err(Error::SizeMismatch {
-                    what: format!("{} binding of block {}", op.name(), b.block.0),
-                    expected: operand.size(),
-                    actual: b.size,
-                });
-            }
-        }
+        self.check_alive()?;
+        let sizes: Vec<u64> = bindings.iter().map(|b| b.size).collect();
+        debug_assert!(
+            op.check_binding_sizes(&sizes).is_ok(),
+            "host: {} bindings {sizes:?} (the front refuses them)",
+            op.name()
+        );
+        // Parameters are checked even so: the worker must learn the input count from them.
+        let inputs = op.signature()?.inputs.len();
         let args = bindings
             .iter()
-            .zip(sig.inputs.iter().chain(&sig.outputs))
-            .map(|(b, operand)| {
-                self.arg(
-                    BlockRange {
-                        size: operand.size(),
-                        ..*b
-                    },
-                    "binding",
-                )
-            })
+            .map(|b| self.arg(*b, "binding"))
             .collect::<Result<Vec<_>>>()?;
-        self.enqueue(Command::Dispatch(op.clone(), args, sig.inputs.len()))
+        self.enqueue(Command::Dispatch(op.clone(), args, inputs))
     }
 
     fn flush(&self) -> Result<Ticket> {
@@ -530,7 +556,10 @@ impl Backend for HostBackend {
     fn wait(&self, ticket: Ticket) -> Result<()> {
         self.check_issued(ticket)?;
         let mut done = lock(&self.timeline.completed);
-        while *done < ticket.0 {
+        while *done < ticket.0
+            && !self.timeline.stopped.load(Ordering::SeqCst)
+            && lock(&self.timeline.fault).is_none()
+        {
             done = self
                 .timeline
                 .cv
@@ -569,10 +598,10 @@ impl HostBackend {
         self.check_alive()?;
         let submitted = self.submitted.load(Ordering::SeqCst);
         if ticket.0 > submitted {
-            return Err(Error::invalid(format!(
-                "host: wait for ticket {} but only {submitted} were issued",
-                ticket.0
-            )));
+            return Err(Error::UnknownTicket {
+                ticket: ticket.0,
+                issued: submitted,
+            });
         }
         Ok(())
     }

@@ -34,6 +34,11 @@
 //! * **One narrow backend trait** ([`Backend`]): blocks, mapped access, copies, op dispatch, tickets.
 //!   Pooling, budgets, staging, statistics and checks live once in core, so every backend behaves
 //!   the same and the conformance suite proves it.
+//! * **One validating front** ([`Validated`]) in front of every backend: ranges, alignment, exact
+//!   binding sizes, overlapping outputs, checked shape arithmetic and device state, one rule and one
+//!   typed error each; the first fatal error marks the device broken for every later call.
+//! * **Tensors bind to kernels** ([`Runtime::dispatch`]): their uses are recorded automatically, and
+//!   raw-range work through [`Runtime::backend`] is tracked by range in the front.
 //! * **Tickets, not fences per allocation**: work returns a monotonically increasing ticket; a free
 //!   while work is in flight is deferred to its ticket (stream-ordered reuse, as RMM and PyTorch).
 //! * **Out-of-band sub-allocation** ([`suballoc`]): TLSF metadata lives in host memory, so device
@@ -64,18 +69,20 @@ pub mod runtime;
 pub mod suballoc;
 mod time;
 pub mod trace;
+pub mod validate;
 
 pub use backend::{
-    Backend, BlockDesc, BlockId, BlockRange, Capabilities, DeviceType, HostAccess, HostAccessWait,
-    MemoryKind, Ticket, TicketWait, TicketWakers, Waiting,
+    Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType,
+    HostAccess, HostAccessWait, MemoryKind, Ticket, TicketWait, TicketWakers, Waiting,
 };
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
 pub use ops::{DType, Op};
 pub use pool::{Allocation, ArenaPool, Handle, PoolConfig, PoolStats, StagingBelt, StagingConfig};
-pub use runtime::{MemoryReport, Model, Runtime, RuntimeConfig, Tensor};
+pub use runtime::{Element, MemoryReport, Model, Runtime, RuntimeConfig, Tensor};
 pub use trace::{Trace, TraceEvent, Tracer};
+pub use validate::Validated;
 
 /// The README's examples, compiled and run as doc tests so they cannot rot.
 #[cfg(doctest)]

@@ -12,6 +12,7 @@
 use crate::{Error, Result};
 
 pub mod host;
+#[cfg(feature = "test-support")]
 pub mod samples;
 pub mod wgsl;
 
@@ -69,14 +70,7 @@ pub struct Operand {
 }
 
 impl Operand {
-    fn f32(len: u64) -> Self {
-        Operand {
-            dtype: DType::F32,
-            len,
-        }
-    }
-
-    /// Size in bytes.
+    /// Size in bytes (at most `u32::MAX` elements of at most 8 bytes: never overflows).
     pub fn size(&self) -> u64 {
         self.len * self.dtype.size()
     }
@@ -284,9 +278,14 @@ impl Op {
 
     /// Checks the parameters and returns the operands in binding order.
     ///
+    /// Every size is computed with checked arithmetic: an element count that does not fit the
+    /// kernels' 32-bit index is refused, never wrapped or truncated.
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a zero dimension, a `b_len` that does not divide `len`, a
-    /// permutation that is not one, or a convolution window larger than its padded input.
+    /// permutation that is not one, or a convolution window larger than its padded input;
+    /// [`Error::ArithmeticOverflow`] for an element count past `u64` or a spatial output size past
+    /// `u32`; [`Error::TooLarge`] for an operand of more than `u32::MAX` elements.
     pub fn signature(&self) -> Result<Signature> {
         let nz = |name: &str, v: u32| {
             if v == 0 {
@@ -298,7 +297,8 @@ impl Op {
                 Ok(u64::from(v))
             }
         };
-        let f = Operand::f32;
+        // An operand of `dims` elements (product checked, at most u32::MAX: kernels index with u32).
+        let f = |what: &str, dims: &[u64]| self.operand(DType::F32, what, dims);
         let sig = |inputs: Vec<Operand>, outputs: Vec<Operand>| Signature { inputs, outputs };
         Ok(match *self {
             Op::MatMul {
@@ -311,14 +311,12 @@ impl Op {
                 ..
             } => {
                 let (batch, m, n, k) = (nz("batch", batch)?, nz("m", m)?, nz("n", n)?, nz("k", k)?);
-                let mut inputs = vec![
-                    f(batch * m * k),
-                    f(if broadcast_b { 1 } else { batch } * k * n),
-                ];
+                let b_batch = if broadcast_b { 1 } else { batch };
+                let mut inputs = vec![f("a", &[batch, m, k])?, f("b", &[b_batch, k, n])?];
                 if bias {
-                    inputs.push(f(n));
+                    inputs.push(f("bias", &[n])?);
                 }
-                sig(inputs, vec![f(batch * m * n)])
+                sig(inputs, vec![f("c", &[batch, m, n])?])
             }
             Op::Add { len, b_len } | Op::Mul { len, b_len } => {
                 let (len, b_len) = (nz("len", len)?, nz("b_len", b_len)?);
@@ -328,15 +326,25 @@ impl Op {
                         self.name()
                     )));
                 }
-                sig(vec![f(len), f(b_len)], vec![f(len)])
+                sig(
+                    vec![f("a", &[len])?, f("b", &[b_len])?],
+                    vec![f("c", &[len])?],
+                )
             }
-            Op::Scale { len, .. } | Op::Gelu { len } | Op::Relu { len } => {
+            Op::Scale { len, .. } | Op::Gelu { len } | Op::Relu { len } | Op::Copy { len } => {
                 let len = nz("len", len)?;
-                sig(vec![f(len)], vec![f(len)])
+                sig(vec![f("x", &[len])?], vec![f("y", &[len])?])
             }
             Op::LayerNorm { rows, cols, .. } => {
                 let (rows, cols) = (nz("rows", rows)?, nz("cols", cols)?);
-                sig(vec![f(rows * cols), f(cols), f(cols)], vec![f(rows * cols)])
+                sig(
+                    vec![
+                        f("x", &[rows, cols])?,
+                        f("gamma", &[cols])?,
+                        f("beta", &[cols])?,
+                    ],
+                    vec![f("y", &[rows, cols])?],
+                )
             }
             Op::Softmax {
                 rows,
@@ -345,7 +353,7 @@ impl Op {
                 rows_per_mask,
             } => {
                 let (rows, cols) = (nz("rows", rows)?, nz("cols", cols)?);
-                let mut inputs = vec![f(rows * cols)];
+                let mut inputs = vec![f("x", &[rows, cols])?];
                 if masked {
                     let per = nz("rows_per_mask", rows_per_mask)?;
                     if rows % per != 0 {
@@ -353,28 +361,28 @@ impl Op {
                             "softmax: rows_per_mask {per} does not divide rows {rows}"
                         )));
                     }
-                    inputs.push(f(rows / per * cols));
+                    inputs.push(f("mask", &[rows / per, cols])?);
                 }
-                sig(inputs, vec![f(rows * cols)])
+                sig(inputs, vec![f("y", &[rows, cols])?])
             }
             Op::Embedding { vocab, dim, rows } => {
                 let (vocab, dim, rows) = (nz("vocab", vocab)?, nz("dim", dim)?, nz("rows", rows)?);
-                let ids = Operand {
-                    dtype: DType::U32,
-                    len: rows,
-                };
-                sig(vec![f(vocab * dim), ids], vec![f(rows * dim)])
+                let ids = self.operand(DType::U32, "ids", &[rows])?;
+                sig(
+                    vec![f("table", &[vocab, dim])?, ids],
+                    vec![f("y", &[rows, dim])?],
+                )
             }
             Op::MeanPool { batch, seq, dim } => {
                 let (batch, seq, dim) = (nz("batch", batch)?, nz("seq", seq)?, nz("dim", dim)?);
                 sig(
-                    vec![f(batch * seq * dim), f(batch * seq)],
-                    vec![f(batch * dim)],
+                    vec![f("x", &[batch, seq, dim])?, f("mask", &[batch, seq])?],
+                    vec![f("y", &[batch, dim])?],
                 )
             }
             Op::L2Normalize { rows, cols, .. } => {
                 let (rows, cols) = (nz("rows", rows)?, nz("cols", cols)?);
-                sig(vec![f(rows * cols)], vec![f(rows * cols)])
+                sig(vec![f("x", &[rows, cols])?], vec![f("y", &[rows, cols])?])
             }
             Op::Conv2d {
                 n,
@@ -384,30 +392,29 @@ impl Op {
                 c_out,
                 kh,
                 kw,
-                stride,
                 bias,
                 ..
             } => {
                 let (n, c_in, c_out) = (nz("n", n)?, nz("c_in", c_in)?, nz("c_out", c_out)?);
-                nz("h", h)?;
-                nz("w", w)?;
-                nz("stride", stride)?;
+                let (h, w) = (nz("h", h)?, nz("w", w)?);
                 let (oh, ow) = self.conv_out()?;
+                let (oh, ow) = (u64::from(oh), u64::from(ow));
                 let mut inputs = vec![
-                    f(n * c_in * u64::from(h) * u64::from(w)),
-                    f(c_out * c_in * nz("kh", kh)? * nz("kw", kw)?),
+                    f("x", &[n, c_in, h, w])?,
+                    f("weight", &[c_out, c_in, nz("kh", kh)?, nz("kw", kw)?])?,
                 ];
                 if bias {
-                    inputs.push(f(c_out));
+                    inputs.push(f("bias", &[c_out])?);
                 }
-                sig(inputs, vec![f(n * c_out * u64::from(oh) * u64::from(ow))])
+                sig(inputs, vec![f("y", &[n, c_out, oh, ow])?])
             }
             Op::MaxPool2d { n, c, h, w, .. } => {
                 let (n, c) = (nz("n", n)?, nz("c", c)?);
                 let (oh, ow) = self.conv_out()?;
+                let (oh, ow) = (u64::from(oh), u64::from(ow));
                 sig(
-                    vec![f(n * c * nz("h", h)? * nz("w", w)?)],
-                    vec![f(n * c * u64::from(oh) * u64::from(ow))],
+                    vec![f("x", &[n, c, nz("h", h)?, nz("w", w)?])?],
+                    vec![f("y", &[n, c, oh, ow])?],
                 )
             }
             Op::Permute { dims, perm } => {
@@ -420,17 +427,34 @@ impl Op {
                     }
                     seen[p as usize] = true;
                 }
-                let mut len = 1u64;
-                for (i, d) in dims.iter().enumerate() {
-                    len *= nz(["d0", "d1", "d2", "d3"][i], *d)?;
+                let mut d = [0u64; 4];
+                for (i, v) in dims.iter().enumerate() {
+                    d[i] = nz(["d0", "d1", "d2", "d3"][i], *v)?;
                 }
-                sig(vec![f(len)], vec![f(len)])
-            }
-            Op::Copy { len } => {
-                let len = nz("len", len)?;
-                sig(vec![f(len)], vec![f(len)])
+                sig(vec![f("x", &d)?], vec![f("y", &d)?])
             }
         })
+    }
+
+    /// An operand of `dims` elements of `dtype`, the product checked and at most `u32::MAX`.
+    ///
+    /// # Errors
+    /// [`Error::ArithmeticOverflow`] when the product overflows `u64`; [`Error::TooLarge`] past
+    /// `u32::MAX` elements (kernels index in u32: hopeless on every backend).
+    fn operand(&self, dtype: DType, what: &str, dims: &[u64]) -> Result<Operand> {
+        let len = checked_product(dims).ok_or_else(|| Error::ArithmeticOverflow {
+            what: format!("{} operand `{what}` element count {dims:?}", self.name()),
+            limit_name: "u64",
+        })?;
+        if len > u64::from(u32::MAX) {
+            return Err(Error::TooLarge {
+                what: "kernel operand",
+                requested: len.saturating_mul(dtype.size()),
+                limit: u64::from(u32::MAX) * dtype.size(),
+                limit_name: "2^32 - 1 elements (kernels index in u32)",
+            });
+        }
+        Ok(Operand { dtype, len })
     }
 
     /// Names of the operands in binding order (inputs, then outputs), for error messages.
@@ -473,35 +497,33 @@ impl Op {
     }
 
     /// Checks a dispatch's binding sizes (inputs then outputs, in bytes) against the signature and
-    /// returns the signature. Every backend's `dispatch` and the host reference use this, so a bad
-    /// binding gets the same error everywhere.
+    /// returns the signature. The rule is exact: a binding larger than its operand is refused like
+    /// a smaller one, so no backend trims, pads or reads past an operand. The validating front and
+    /// the host reference use this, so a bad binding gets the same error everywhere.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for bad parameters or a wrong binding count;
-    /// [`Error::SizeMismatch`] naming the operand whose size is wrong.
+    /// As [`Op::signature`]; [`Error::BindingCount`] for a wrong number of bindings;
+    /// [`Error::BindingSize`] naming the first operand whose size is wrong.
     pub fn check_binding_sizes(&self, sizes: &[u64]) -> Result<Signature> {
         let sig = self.signature()?;
         let operands = sig.inputs.iter().chain(&sig.outputs);
         let count = sig.inputs.len() + sig.outputs.len();
         if sizes.len() != count {
-            return Err(Error::invalid(format!(
-                "{}: expected {count} bindings ({} inputs then {} outputs: {}), got {}",
-                self.name(),
-                sig.inputs.len(),
-                sig.outputs.len(),
-                self.operand_names().join(", "),
-                sizes.len()
-            )));
+            return Err(Error::BindingCount {
+                op: self.name(),
+                expected: count,
+                actual: sizes.len(),
+                operands: self.operand_names().join(", "),
+            });
         }
-        for ((operand, &size), name) in operands.zip(sizes).zip(self.operand_names()) {
+        for (index, ((operand, &size), name)) in
+            operands.zip(sizes).zip(self.operand_names()).enumerate()
+        {
             if operand.size() != size {
-                return Err(Error::SizeMismatch {
-                    what: format!(
-                        "{} operand `{name}` ({} {}, bytes)",
-                        self.name(),
-                        operand.len,
-                        operand.dtype.name()
-                    ),
+                return Err(Error::BindingSize {
+                    op: self.name(),
+                    operand: name,
+                    index,
                     expected: operand.size(),
                     actual: size,
                 });
@@ -513,7 +535,8 @@ impl Op {
     /// Output height and width of [`Op::Conv2d`] and [`Op::MaxPool2d`].
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the window does not fit the (padded) input, or for other ops.
+    /// [`Error::InvalidArgument`] when the window does not fit the (padded) input, or for other ops;
+    /// [`Error::ArithmeticOverflow`] when an output side does not fit in `u32` (never truncated).
     pub fn conv_out(&self) -> Result<(u32, u32)> {
         let (h, w, kh, kw, stride, pad) = match *self {
             Op::Conv2d {
@@ -549,9 +572,14 @@ impl Op {
                 self.name()
             )));
         }
-        let oh = (ph - u64::from(kh)) / u64::from(stride) + 1;
-        let ow = (pw - u64::from(kw)) / u64::from(stride) + 1;
-        Ok((oh as u32, ow as u32))
+        let side = |padded: u64, k: u32, axis: &str| {
+            let out = (padded - u64::from(k)) / u64::from(stride) + 1;
+            u32::try_from(out).map_err(|_| Error::ArithmeticOverflow {
+                what: format!("{} output {axis} {out}", self.name()),
+                limit_name: "u32",
+            })
+        };
+        Ok((side(ph, kh, "height")?, side(pw, kw, "width")?))
     }
 
     /// Output shape of [`Op::Permute`].
@@ -559,3 +587,11 @@ impl Op {
         [0, 1, 2, 3].map(|i| dims[usize::from(perm[i] & 3)])
     }
 }
+
+/// The product of `dims`, or `None` when it overflows `u64`.
+pub fn checked_product(dims: &[u64]) -> Option<u64> {
+    dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
+}
+
+#[cfg(test)]
+mod tests;

@@ -16,22 +16,23 @@
 
 use std::sync::Arc;
 
-use bytemuck::Pod;
-
 #[cfg(not(target_arch = "wasm32"))]
 use crate::backend::completion::complete_now;
 use crate::backend::{Backend, BlockRange, HostAccess, Ticket, Waiting};
 use crate::ops::DType;
 use crate::pool::{Allocation, ArenaPool, PoolConfig, StagingBelt, StagingConfig};
 use crate::trace::{EventKind, Tracer};
+use crate::validate::Validated;
 use crate::{Error, Result};
 
 mod async_io;
+mod dispatch;
 mod model;
 mod tensor;
 
 pub use model::{MemoryReport, Model};
-pub use tensor::Tensor;
+use tensor::check_element;
+pub use tensor::{Element, Tensor};
 
 /// Configuration of a [`Runtime`].
 #[derive(Clone, Debug)]
@@ -60,6 +61,9 @@ impl Default for RuntimeConfig {
 }
 
 struct Inner {
+    /// The validating front over the caller's backend; every pool and transfer goes through it.
+    front: Arc<Validated>,
+    /// The same front, as the trait object the pools hold.
     backend: Arc<dyn Backend>,
     device: ArenaPool,
     staging: StagingBelt,
@@ -73,15 +77,18 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Creates a runtime over `backend`.
+    /// Creates a runtime over `backend`, behind a fresh [`Validated`] front.
     ///
     /// # Errors
     /// Invalid pool or belt configuration.
     pub fn new(backend: Arc<dyn Backend>, config: RuntimeConfig) -> Result<Self> {
+        let front = Arc::new(Validated::new(backend));
+        let backend: Arc<dyn Backend> = front.clone();
         let device = ArenaPool::new(backend.clone(), config.device.clone())?;
         let staging = StagingBelt::new(backend.clone(), config.staging.clone())?;
         Ok(Runtime {
             inner: Arc::new(Inner {
+                front,
                 backend,
                 device,
                 staging,
@@ -90,9 +97,15 @@ impl Runtime {
         })
     }
 
-    /// The backend.
+    /// The backend, behind the runtime's validating front: work dispatched through it on raw
+    /// ranges is checked and its uses tracked like [`Runtime::dispatch`]'s.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.inner.backend
+    }
+
+    /// The validating front (device state, in-flight uses).
+    pub fn front(&self) -> &Validated {
+        &self.inner.front
     }
 
     /// The device arena pool.
@@ -135,9 +148,11 @@ impl Runtime {
     /// Allocates an uninitialised tensor in the device pool.
     ///
     /// # Errors
-    /// [`Error::ZeroSize`] for an empty shape product, [`Error::TooLarge`] when the byte size
-    /// overflows or exceeds the device, [`Error::OutOfMemory`].
+    /// [`Error::ZeroSize`] for an empty shape product, [`Error::ArithmeticOverflow`] when the byte
+    /// size overflows, [`Error::TooLarge`] beyond the device, [`Error::OutOfMemory`],
+    /// [`Error::DeviceLost`].
     pub fn alloc(&self, dtype: DType, shape: &[usize], label: &str) -> Result<Tensor> {
+        self.inner.front.check_alive()?;
         let size = tensor::byte_size(dtype, shape)?;
         let alloc = self.inner.device.allocate(size, 1, label)?;
         Ok(Tensor::new(alloc, dtype, shape.to_vec(), size))
@@ -149,7 +164,7 @@ impl Runtime {
     /// # Errors
     /// As [`Runtime::alloc`] and [`Runtime::upload`]; nothing stays allocated on error.
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn tensor_from<T: Pod>(
+    pub fn tensor_from<T: Element>(
         &self,
         dtype: DType,
         shape: &[usize],
@@ -166,31 +181,53 @@ impl Runtime {
         }
     }
 
-    /// Frees a tensor; the memory is reused once the work that used it completes.
+    /// Frees a tensor; the memory is reused once the work that used it completes, including
+    /// work dispatched on its raw range through [`Runtime::backend`] (the front tracks it).
     ///
     /// # Errors
     /// [`Error::StaleHandle`] / [`Error::DoubleFree`] if the allocation was already freed through
     /// the pool.
     pub fn free(&self, tensor: Tensor) -> Result<()> {
-        self.inner.device.free(tensor.allocation().handle)
+        let handle = tensor.allocation().handle;
+        let pool = &self.inner.device;
+        // A stale handle falls through to the pool, which says whether it is a double free.
+        if let Ok(range) = pool.resolve(handle) {
+            let pending = self.inner.front.last_use(&range);
+            if pending > Ticket::DONE {
+                pool.mark_used(handle, pending)?;
+            }
+        }
+        pool.free(handle)
     }
 
-    /// Uploads `data` (exactly the tensor's byte size) into `tensor`. Native only; see
-    /// [`Runtime::upload_async`].
+    /// The latest ticket of work that uses `alloc`: recorded on the allocation, or seen by the
+    /// front on any range overlapping it.
+    fn last_use(&self, alloc: Allocation) -> Result<Ticket> {
+        let pool = &self.inner.device;
+        let recorded = pool.last_use(alloc.handle)?;
+        Ok(recorded.max(self.inner.front.last_use(&pool.resolve(alloc.handle)?)))
+    }
+
+    /// Uploads `data` (exactly the tensor's byte size) into `tensor`. `T` is the tensor's dtype,
+    /// or `u8` for raw bytes ([`Element`]). Native only; see [`Runtime::upload_async`].
     ///
     /// # Errors
-    /// [`Error::SizeMismatch`], [`Error::StaleHandle`] for a freed tensor, backend errors.
+    /// [`Error::DTypeMismatch`], [`Error::SizeMismatch`], [`Error::StaleHandle`] for a freed
+    /// tensor, backend errors.
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn upload<T: Pod>(&self, tensor: &Tensor, data: &[T]) -> Result<Ticket> {
+    pub fn upload<T: Element>(&self, tensor: &Tensor, data: &[T]) -> Result<Ticket> {
         complete_now(self.upload_with(Waiting::Blocking, tensor, data))
     }
 
-    async fn upload_with<T: Pod>(
+    async fn upload_with<T: Element>(
         &self,
         waiting: Waiting,
         tensor: &Tensor,
         data: &[T],
     ) -> Result<Ticket> {
+        check_element::<T>(tensor.dtype(), || {
+            format!("upload into tensor of shape {:?}", tensor.shape())
+        })?;
         let bytes: &[u8] = bytemuck::cast_slice(data);
         if bytes.len() as u64 != tensor.size() {
             return Err(Error::SizeMismatch {
@@ -203,25 +240,21 @@ impl Runtime {
             .await
     }
 
-    /// Downloads the whole tensor as elements of `T` (its byte size must be a multiple of
-    /// `size_of::<T>()`). Native only; see [`Runtime::download_async`].
+    /// Downloads the whole tensor as elements of `T`: the tensor's dtype, or `u8` for raw bytes
+    /// ([`Element`]). Native only; see [`Runtime::download_async`].
     ///
     /// # Errors
-    /// [`Error::SizeMismatch`], [`Error::StaleHandle`], backend errors.
+    /// [`Error::DTypeMismatch`], [`Error::StaleHandle`], backend errors.
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn download<T: Pod>(&self, tensor: &Tensor) -> Result<Vec<T>> {
+    pub fn download<T: Element>(&self, tensor: &Tensor) -> Result<Vec<T>> {
         complete_now(self.download_with(Waiting::Blocking, tensor))
     }
 
-    async fn download_with<T: Pod>(&self, waiting: Waiting, tensor: &Tensor) -> Result<Vec<T>> {
+    async fn download_with<T: Element>(&self, waiting: Waiting, tensor: &Tensor) -> Result<Vec<T>> {
+        check_element::<T>(tensor.dtype(), || {
+            format!("download of tensor of shape {:?}", tensor.shape())
+        })?;
         let elem = std::mem::size_of::<T>() as u64;
-        if elem == 0 || !tensor.size().is_multiple_of(elem) {
-            return Err(Error::SizeMismatch {
-                what: "download element size".into(),
-                expected: tensor.size(),
-                actual: elem,
-            });
-        }
         let mut out = vec![T::zeroed(); (tensor.size() / elem) as usize];
         self.read_bytes_with(
             waiting,
@@ -243,8 +276,8 @@ impl Runtime {
     /// mapped).
     ///
     /// # Errors
-    /// [`Error::ZeroSize`], [`Error::OutOfBounds`], [`Error::InvalidArgument`] for a misaligned
-    /// offset, [`Error::StaleHandle`], backend errors.
+    /// [`Error::ZeroSize`], [`Error::OutOfBounds`], [`Error::Misaligned`] offset,
+    /// [`Error::StaleHandle`], backend errors.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn write_bytes(&self, alloc: Allocation, offset: u64, data: &[u8]) -> Result<Ticket> {
         complete_now(self.write_bytes_with(Waiting::Blocking, alloc, offset, data))
@@ -263,9 +296,7 @@ impl Runtime {
         let backend = self.inner.backend.as_ref();
         let padded = pad(data, backend.capabilities().copy_align);
         let ticket = if self.host_visible() {
-            waiting
-                .ticket(backend, pool.last_use(alloc.handle)?)
-                .await?;
+            waiting.ticket(backend, self.last_use(alloc)?).await?;
             waiting
                 .host_access(backend, dst.block, HostAccess::Write)
                 .await?;
@@ -324,9 +355,7 @@ impl Runtime {
         let mut buf = vec![0u8; if padded { padded_len as usize } else { 0 }];
         let target: &mut [u8] = if padded { &mut buf } else { &mut *out };
         if self.host_visible() {
-            waiting
-                .ticket(backend, self.inner.device.last_use(alloc.handle)?)
-                .await?;
+            waiting.ticket(backend, self.last_use(alloc)?).await?;
             waiting
                 .host_access(backend, src.block, HostAccess::Read)
                 .await?;
@@ -372,9 +401,12 @@ impl Runtime {
         let range = self.inner.device.resolve(alloc.handle)?;
         let align = self.inner.backend.capabilities().copy_align.max(1);
         if !offset.is_multiple_of(align) {
-            return Err(Error::invalid(format!(
-                "{what} offset {offset} is not a multiple of the copy alignment {align}"
-            )));
+            return Err(Error::Misaligned {
+                what: "transfer offset",
+                value: offset,
+                align,
+                align_name: "copy_align",
+            });
         }
         let padded = size.div_ceil(align) * align;
         if offset
@@ -423,3 +455,6 @@ fn pad(data: &[u8], align: u64) -> std::borrow::Cow<'_, [u8]> {
         std::borrow::Cow::Owned(v)
     }
 }
+
+#[cfg(test)]
+mod tests;

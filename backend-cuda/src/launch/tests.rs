@@ -7,8 +7,6 @@
 
 use std::collections::BTreeMap;
 
-use tensormem::BlockId;
-
 use super::*;
 
 const SOURCE: &str = include_str!("../kernels.cu");
@@ -293,38 +291,4 @@ fn permute_strides_for_transpose_and_head_split() {
         seen.into_iter().all(|s| s),
         "a permutation reads every input once"
     );
-}
-
-#[test]
-fn bindings_are_checked_against_the_signature() {
-    let op = Op::Add { len: 8, b_len: 4 };
-    let sig = op.signature().unwrap();
-    let r = |offset, size| BlockRange {
-        block: BlockId(1),
-        offset,
-        size,
-    };
-    assert!(check_bindings(&op, &sig, &[r(0, 32), r(256, 16), r(512, 32)], 1 << 20).is_ok());
-    // Larger bindings are fine (pools round sizes up).
-    assert!(check_bindings(&op, &sig, &[r(0, 64), r(256, 64), r(512, 64)], 1 << 20).is_ok());
-    assert!(matches!(
-        check_bindings(&op, &sig, &[r(0, 32), r(256, 16)], 1 << 20),
-        Err(Error::InvalidArgument(m)) if m.contains("2 bindings")
-    ));
-    assert!(matches!(
-        check_bindings(&op, &sig, &[r(0, 32), r(256, 12), r(512, 32)], 1 << 20),
-        Err(Error::InvalidArgument(m)) if m.contains("binding 1 covers 12 bytes")
-    ));
-    assert!(matches!(
-        check_bindings(&op, &sig, &[r(2, 32), r(256, 16), r(512, 32)], 1 << 20),
-        Err(Error::InvalidArgument(m)) if m.contains("offset 2")
-    ));
-    assert!(matches!(
-        check_bindings(&op, &sig, &[r(0, 32), r(256, 16), r(512, 32)], 16),
-        Err(Error::TooLarge {
-            requested: 32,
-            limit: 16,
-            ..
-        })
-    ));
 }

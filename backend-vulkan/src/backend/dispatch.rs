@@ -106,11 +106,7 @@ impl VulkanBackend {
         let buffer_infos: Vec<[vk::DescriptorBufferInfo; 1]> = bindings
             .iter()
             .map(|r| {
-                let buffer = s
-                    .blocks
-                    .get(&r.block.0)
-                    .map(|b| b.buffer)
-                    .unwrap_or_default();
+                let buffer = s.blocks.get(r.block).map(|b| b.buffer).unwrap_or_default();
                 [vk::DescriptorBufferInfo::default()
                     .buffer(buffer)
                     .offset(r.offset)

@@ -6,7 +6,7 @@
 use tensormem::ops::samples::{self, Rng};
 use tensormem::{Backend, Error, MemoryKind, Op};
 
-use crate::{alloc, bytes_f32, download, on_each, range, upload};
+use crate::{alloc, bytes_f32, download, on_each, on_each_front, range, upload};
 
 #[test]
 fn every_op_matches_the_host_reference() {
@@ -50,29 +50,32 @@ fn every_op_matches_the_host_reference() {
 
 #[test]
 fn op_binding_errors() {
-    on_each(|name, b| {
+    on_each_front(|name, b| {
         let block = alloc(b, MemoryKind::DeviceLocal, 4096);
         let relu = Op::Relu { len: 16 };
         match b.dispatch(&relu, &[range(block, 0, 64)]) {
-            Err(Error::SizeMismatch {
+            Err(Error::BindingCount {
                 expected: 2,
                 actual: 1,
                 ..
             }) => {}
             other => panic!("{name}: {other:?}"),
         }
-        assert!(matches!(
-            b.dispatch(&relu, &[range(block, 0, 60), range(block, 256, 64)]),
-            Err(Error::SizeMismatch {
-                expected: 64,
-                actual: 60,
-                ..
-            })
-        ));
+        // Undersize and oversize are the same error: bindings are exact.
+        for size in [60, 128] {
+            assert!(matches!(
+                b.dispatch(&relu, &[range(block, 0, size), range(block, 256, 64)]),
+                Err(Error::BindingSize {
+                    expected: 64,
+                    actual,
+                    ..
+                }) if actual == size
+            ));
+        }
         assert!(
             matches!(
                 b.dispatch(&relu, &[range(block, 0, 64), range(block, 0, 64)]),
-                Err(Error::InvalidArgument(_))
+                Err(Error::Overlap { .. })
             ),
             "{name}: output overlapping its input"
         );
@@ -83,13 +86,13 @@ fn op_binding_errors() {
             ),
             Err(Error::InvalidArgument(_))
         ));
-        // A larger binding than the operand is fine: only the operand's bytes are touched.
+        // The exact binding touches only the operand's bytes.
         upload(b, block, 1024, &[0xFF; 128]);
         let x: Vec<u8> = (0..16)
             .flat_map(|i| (i as f32 - 8.0).to_le_bytes())
             .collect();
         upload(b, block, 0, &x);
-        b.dispatch(&relu, &[range(block, 0, 64), range(block, 1024, 128)])
+        b.dispatch(&relu, &[range(block, 0, 64), range(block, 1024, 64)])
             .unwrap();
         let out = download(b, block, 1024, 128);
         let ys = bytes_f32(&out[..64]);
@@ -110,7 +113,7 @@ fn op_binding_errors() {
 
 #[test]
 fn op_binding_over_the_storage_limit_is_too_large() {
-    on_each(|name, b| {
+    on_each_front(|name, b| {
         let limit = b.capabilities().max_binding_size;
         let len = (limit / 4 + 1) as u32; // one element more than one binding may cover
         let size = u64::from(len) * 4;

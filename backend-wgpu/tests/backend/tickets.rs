@@ -75,7 +75,7 @@ fn tickets_are_shared_across_threads() {
         .map(|i| {
             let b = std::sync::Arc::clone(&b);
             std::thread::spawn(move || {
-                let dev = alloc(&b, MemoryKind::DeviceLocal, 4096);
+                let dev = alloc(b.as_ref(), MemoryKind::DeviceLocal, 4096);
                 let data = super::bytes(i, 4096);
                 super::upload(&b, range(dev, 0, 4096), &data);
                 assert_eq!(super::download(&b, range(dev, 0, 4096)), data);

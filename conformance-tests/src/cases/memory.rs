@@ -446,7 +446,7 @@ async fn zero_and_oversize(ctx: &Ctx) -> R {
     check(
         matches!(
             rt.alloc(DType::F64, &[usize::MAX, 4], "overflow"),
-            Err(Error::TooLarge { .. })
+            Err(Error::ArithmeticOverflow { .. })
         ),
         || "overflowing shape accepted".into(),
     )?;

@@ -43,20 +43,17 @@ pub use erf::erf;
 /// Inputs and outputs cannot alias (Rust's borrows guarantee it), so no op runs in place.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for bad op parameters or wrong operand counts;
-/// [`Error::SizeMismatch`] naming the operand whose byte length is wrong.
+/// As [`Op::check_binding_sizes`]: [`Error::InvalidArgument`] for bad op parameters,
+/// [`Error::BindingCount`], [`Error::BindingSize`] naming the operand whose byte length is wrong.
 pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
     let sig = op.signature()?;
     if inputs.len() != sig.inputs.len() || outputs.len() != sig.outputs.len() {
-        return Err(Error::invalid(format!(
-            "{}: expected {} inputs and {} outputs ({}), got {} and {}",
-            op.name(),
-            sig.inputs.len(),
-            sig.outputs.len(),
-            op.operand_names().join(", "),
-            inputs.len(),
-            outputs.len()
-        )));
+        return Err(Error::BindingCount {
+            op: op.name(),
+            expected: sig.inputs.len() + sig.outputs.len(),
+            actual: inputs.len() + outputs.len(),
+            operands: op.operand_names().join(", "),
+        });
     }
     let sizes: Vec<u64> = inputs
         .iter()

@@ -6,6 +6,9 @@
 //! every transpose combination, a dispatch large enough to spill into a second grid dimension),
 //! deterministic inputs suited to each op, the reference output, and the comparison rule (1e-5
 //! relative with a floor of 1 on the magnitude for f32 arithmetic, bit-exact for data movement).
+//!
+//! Test support, not API: compiled only with the `test-support` feature, which the conformance
+//! suite and the backends' test builds enable.
 
 use super::host;
 use super::{DType, Op};

@@ -2,7 +2,7 @@
 //! every target. Each shares its body with the blocking form of the same name without `_async`
 //! (see [`Waiting`]), so both behave the same and the conformance suite runs both.
 
-use bytemuck::Pod;
+use super::Element;
 
 use super::{Runtime, Tensor};
 use crate::Result;
@@ -16,7 +16,7 @@ impl Runtime {
     ///
     /// # Errors
     /// As [`Runtime::alloc`] and [`Runtime::upload_async`]; nothing stays allocated on error.
-    pub async fn tensor_from_async<T: Pod>(
+    pub async fn tensor_from_async<T: Element>(
         &self,
         dtype: DType,
         shape: &[usize],
@@ -38,7 +38,7 @@ impl Runtime {
     /// # Errors
     /// [`crate::Error::SizeMismatch`], [`crate::Error::StaleHandle`] for a freed tensor, backend
     /// errors.
-    pub async fn upload_async<T: Pod>(&self, tensor: &Tensor, data: &[T]) -> Result<Ticket> {
+    pub async fn upload_async<T: Element>(&self, tensor: &Tensor, data: &[T]) -> Result<Ticket> {
         self.upload_with(Waiting::Async, tensor, data).await
     }
 
@@ -46,7 +46,7 @@ impl Runtime {
     ///
     /// # Errors
     /// As [`Runtime::upload_async`].
-    pub async fn download_async<T: Pod>(&self, tensor: &Tensor) -> Result<Vec<T>> {
+    pub async fn download_async<T: Element>(&self, tensor: &Tensor) -> Result<Vec<T>> {
         self.download_with(Waiting::Async, tensor).await
     }
 

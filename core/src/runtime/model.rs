@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use bytemuck::Pod;
-
 #[cfg(not(target_arch = "wasm32"))]
 use crate::backend::completion::complete_now;
 use crate::backend::{BlockRange, Ticket, Waiting};
@@ -12,6 +10,7 @@ use crate::graph::{Graph, TensorId, TensorKind};
 use crate::plan::{self, OpUses, SolveOptions, TensorRole};
 use crate::pool::Allocation;
 use crate::runtime::Runtime;
+use crate::runtime::tensor::{Element, check_element};
 use crate::time::Instant;
 use crate::trace::{Access, EventKind, Tracer};
 use crate::{Error, Result};
@@ -73,8 +72,10 @@ impl Runtime {
     /// weights, inputs, outputs and the arena from the device pool.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an ill-formed graph (a tensor read before it is written), an
-    /// operand beyond the device's largest binding ([`Error::TooLarge`]), allocation errors.
+    /// [`Error::InvalidArgument`] for an ill-formed graph (a tensor read before it is written),
+    /// [`Error::ForeignTensor`] for an output of another graph, [`Error::ArithmeticOverflow`] for a
+    /// shape whose size overflows, an operand beyond the device's largest binding
+    /// ([`Error::TooLarge`]), allocation errors.
     pub fn compile(&self, graph: &Graph) -> Result<Model> {
         let caps = self.backend().capabilities();
         let copy_align = caps.copy_align.max(1);
@@ -83,7 +84,8 @@ impl Runtime {
         let is_output: Vec<bool> = {
             let mut v = vec![false; tensors.len()];
             for &o in graph.outputs() {
-                v[graph.root(o).0] = true;
+                graph.decl(o)?; // an output id of another graph (defect 4: was an index panic)
+                v[graph.root(o).index()] = true;
             }
             v
         };
@@ -99,8 +101,15 @@ impl Runtime {
             .collect();
         let sizes: Vec<u64> = tensors
             .iter()
-            .map(|t| t.size().div_ceil(copy_align) * copy_align)
-            .collect();
+            .map(|t| {
+                let size = t.size()?;
+                size.checked_next_multiple_of(copy_align)
+                    .ok_or_else(|| Error::ArithmeticOverflow {
+                        what: format!("padded byte size of '{}'", t.name),
+                        limit_name: "u64",
+                    })
+            })
+            .collect::<Result<_>>()?;
         if let Some(&s) = sizes.iter().find(|&&s| s > caps.max_binding_size) {
             return Err(Error::TooLarge {
                 what: "tensor binding",
@@ -113,8 +122,8 @@ impl Runtime {
             .nodes()
             .iter()
             .map(|n| OpUses {
-                reads: n.inputs.iter().map(|&i| graph.root(i).0).collect(),
-                writes: vec![graph.root(n.output).0],
+                reads: n.inputs.iter().map(|&i| graph.root(i).index()).collect(),
+                writes: vec![graph.root(n.output).index()],
                 in_place: None,
             })
             .collect();
@@ -126,9 +135,12 @@ impl Runtime {
                 ..SolveOptions::default()
             },
         )?;
-        let plan = solution
-            .plan
-            .ok_or_else(|| Error::invalid("the planner returned no plan without a capacity"))?;
+        let plan = solution.plan.ok_or_else(|| {
+            self.front().mark_broken(Error::invariant(
+                "the planner always returns a plan when no capacity is set",
+                "plan::solve returned none",
+            ))
+        })?;
         let mut report = MemoryReport {
             activation_planned_bytes: plan.peak,
             activation_no_reuse_bytes: live.buffers.iter().map(|b| b.size).sum(),
@@ -191,12 +203,18 @@ impl Runtime {
 
 impl Model {
     fn place(&self, t: TensorId) -> Result<Place> {
+        self.graph.decl(t)?;
         let root = self.graph.root(t);
         self.places
-            .get(root.0)
+            .get(root.index())
             .copied()
             .flatten()
-            .ok_or_else(|| Error::invalid(format!("tensor {} has no storage in this model", t.0)))
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "tensor {} has no storage in this model (never written nor read)",
+                    t.index()
+                ))
+            })
     }
 
     async fn set(
@@ -213,10 +231,11 @@ impl Model {
                 decl.name, decl.kind
             )));
         }
-        if data.len() as u64 != decl.size() {
+        let size = decl.size()?;
+        if data.len() as u64 != size {
             return Err(Error::SizeMismatch {
                 what: format!("data for '{}' {:?}", decl.name, decl.shape),
-                expected: decl.size(),
+                expected: size,
                 actual: data.len() as u64,
             });
         }
@@ -307,7 +326,7 @@ impl Model {
             }
             bindings.clear();
             for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
-                let root = self.graph.root(t).0;
+                let root = self.graph.root(t).index();
                 let range = match ranges[root] {
                     Some(r) => r,
                     None => {
@@ -337,13 +356,14 @@ impl Model {
         Ok(last)
     }
 
-    /// Downloads an output (or any tensor with storage) as elements of `T`. Native only; see
-    /// [`Model::read_output_async`].
+    /// Downloads an output, an input or a weight as elements of `T` (the tensor's dtype, or `u8`
+    /// for its raw bytes). Native only; see [`Model::read_output_async`].
     ///
     /// # Errors
-    /// [`Error::SizeMismatch`] when `T` does not divide the tensor, transfer errors.
+    /// [`Error::NotAnOutput`] for an intermediate (the plan reuses its bytes, so after the run they
+    /// hold another tensor), [`Error::ForeignTensor`], [`Error::DTypeMismatch`], transfer errors.
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn read_output<T: Pod>(&self, t: TensorId) -> Result<Vec<T>> {
+    pub fn read_output<T: Element>(&self, t: TensorId) -> Result<Vec<T>> {
         complete_now(self.read_output_with(Waiting::Blocking, t))
     }
 
@@ -351,22 +371,23 @@ impl Model {
     ///
     /// # Errors
     /// As [`Model::read_output`].
-    pub async fn read_output_async<T: Pod>(&self, t: TensorId) -> Result<Vec<T>> {
+    pub async fn read_output_async<T: Element>(&self, t: TensorId) -> Result<Vec<T>> {
         self.read_output_with(Waiting::Async, t).await
     }
 
-    async fn read_output_with<T: Pod>(&self, waiting: Waiting, t: TensorId) -> Result<Vec<T>> {
+    async fn read_output_with<T: Element>(&self, waiting: Waiting, t: TensorId) -> Result<Vec<T>> {
         let decl = self.graph.decl(t)?;
-        let elem = std::mem::size_of::<T>() as u64;
-        if elem == 0 || decl.size() % elem != 0 {
-            return Err(Error::SizeMismatch {
-                what: format!("read of '{}' as {}-byte elements", decl.name, elem),
-                expected: decl.size(),
-                actual: elem,
+        check_element::<T>(decl.dtype, || format!("read of '{}'", decl.name))?;
+        let p = self.place(t)?;
+        if p.planned {
+            return Err(Error::NotAnOutput {
+                tensor: t.index(),
+                name: decl.name.clone(),
             });
         }
-        let p = self.place(t)?;
-        let mut out = vec![T::zeroed(); (decl.size() / elem) as usize];
+        let size = decl.size()?;
+        let elem = std::mem::size_of::<T>() as u64;
+        let mut out = vec![T::zeroed(); (size / elem) as usize];
         self.rt
             .read_bytes_with(
                 waiting,
@@ -426,7 +447,7 @@ impl NodeTracer {
         let mut span: Vec<Option<(usize, usize)>> = vec![None; model.places.len()];
         for (step, node) in model.graph.nodes().iter().enumerate() {
             for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
-                let root = model.graph.root(t).0;
+                let root = model.graph.root(t).index();
                 let s = span[root].get_or_insert((step, step));
                 s.1 = step;
                 if let Some(p) = model.places[root].filter(|p| !p.planned) {
@@ -443,7 +464,7 @@ impl NodeTracer {
     }
 
     fn before(&mut self, model: &Model, step: usize, node: &crate::graph::Node) -> Result<()> {
-        let out = model.graph.root(node.output).0;
+        let out = model.graph.root(node.output).index();
         if let Some(p) = model.places[out].filter(|p| p.planned) {
             if self.span[out].is_some_and(|s| s.0 == step) {
                 self.ids[out] = self.tracer.next_id();
@@ -463,7 +484,7 @@ impl NodeTracer {
             .chain(std::iter::once(&node.output))
             .enumerate()
         {
-            let root = model.graph.root(t).0;
+            let root = model.graph.root(t).index();
             self.tracer.record(EventKind::Use {
                 id: self.ids[root],
                 op: node.label.clone(),
@@ -480,7 +501,7 @@ impl NodeTracer {
 
     fn after(&mut self, model: &Model, step: usize, node: &crate::graph::Node) {
         for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
-            let root = model.graph.root(t).0;
+            let root = model.graph.root(t).index();
             let planned = model.places[root].is_some_and(|p| p.planned);
             if planned && self.span[root].is_some_and(|s| s.1 == step) && self.ids[root] != 0 {
                 self.tracer

@@ -1,4 +1,7 @@
-//! `Tensor`: a typed, shaped view of one device allocation.
+//! `Tensor`: a typed, shaped view of one device allocation, and [`Element`], the Rust types a
+//! typed transfer may use.
+
+use bytemuck::Pod;
 
 use crate::ops::DType;
 use crate::pool::Allocation;
@@ -42,14 +45,15 @@ impl Tensor {
         &self.shape
     }
 
-    /// Number of elements.
+    /// Number of elements (the shape's product was checked when the tensor was made; saturates
+    /// where `usize` is narrower than the count).
     pub fn len(&self) -> usize {
-        self.shape.iter().product()
+        usize::try_from(self.size / self.dtype.size()).unwrap_or(usize::MAX)
     }
 
     /// Whether the tensor has no elements (never true for an allocated tensor).
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.size == 0
     }
 
     /// Size in bytes (before rounding to the copy alignment).
@@ -58,19 +62,56 @@ impl Tensor {
     }
 }
 
+/// A Rust type that holds one element of a [`DType`]: what typed transfers
+/// ([`Runtime::upload`](crate::Runtime::upload), [`Runtime::download`](crate::Runtime::download),
+/// [`Model::read_output`](crate::Model::read_output)) accept. `u8` doubles as "raw bytes" and is
+/// accepted for a tensor of any dtype; every other type must match the tensor's dtype, so f64
+/// data cannot land in an f32 tensor unnoticed.
+pub trait Element: Pod {
+    /// The dtype of one element.
+    const DTYPE: DType;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),*) => {
+        $(impl Element for $t {
+            const DTYPE: DType = DType::$d;
+        })*
+    };
+}
+
+element!(f32 => F32, f64 => F64, i32 => I32, u32 => U32, i64 => I64, u8 => U8, u16 => U16);
+
+/// Checks that `T` may carry the elements of a `dtype` tensor (same dtype, or raw bytes).
+///
+/// # Errors
+/// [`Error::DTypeMismatch`] naming the call `what()` describes.
+pub(crate) fn check_element<T: Element>(dtype: DType, what: impl FnOnce() -> String) -> Result<()> {
+    if T::DTYPE == dtype || T::DTYPE == DType::U8 {
+        Ok(())
+    } else {
+        Err(Error::DTypeMismatch {
+            what: what(),
+            expected: dtype,
+            actual: T::DTYPE,
+        })
+    }
+}
+
 /// Bytes of a tensor of `dtype` and `shape`.
 ///
 /// # Errors
-/// [`Error::ZeroSize`] for an empty tensor, [`Error::TooLarge`] on overflow.
+/// [`Error::ZeroSize`] for an empty tensor, [`Error::ArithmeticOverflow`] when the byte count does
+/// not fit in `u64`.
 pub(crate) fn byte_size(dtype: DType, shape: &[usize]) -> Result<u64> {
     let mut n: u64 = dtype.size();
     for &d in shape {
-        n = n.checked_mul(d as u64).ok_or(Error::TooLarge {
-            what: "tensor",
-            requested: u64::MAX,
-            limit: u64::MAX,
-            limit_name: "u64 byte count",
-        })?;
+        n = n
+            .checked_mul(d as u64)
+            .ok_or_else(|| Error::ArithmeticOverflow {
+                what: format!("byte size of a {} tensor of shape {shape:?}", dtype.name()),
+                limit_name: "u64",
+            })?;
     }
     if n == 0 {
         return Err(Error::ZeroSize { what: "tensor" });

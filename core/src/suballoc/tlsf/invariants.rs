@@ -92,7 +92,8 @@ impl Tlsf {
                 "{listed} listed free blocks, {free_blocks} in the chain"
             ));
         }
-        if self.vacant.len() + free_blocks + used_blocks != self.nodes.len()
+        // The sentinel (index 0) is neither a block nor vacant.
+        if self.vacant.len() + free_blocks + used_blocks + 1 != self.nodes.len()
             || self
                 .vacant
                 .iter()

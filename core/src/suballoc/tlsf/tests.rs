@@ -169,7 +169,11 @@ fn freeing_coalesces_with_both_neighbours() {
         (r.free, r.largest_free, r.fragmentation),
         (1 << 16, 1 << 16, 0.0)
     );
-    assert_eq!(t.nodes.len() - t.vacant.len(), 1, "one block remains");
+    assert_eq!(
+        t.nodes.len() - t.vacant.len(),
+        2,
+        "one block (and the sentinel) remains"
+    );
 }
 
 #[test]
@@ -295,23 +299,55 @@ fn large_alignment_pad_becomes_a_free_block() {
 }
 
 #[test]
-fn own_class_scan_prefers_the_exact_fit() {
-    // Holes of 1050, 1040 and 1030 bytes, all in the class [1024, 1056), separated by used blocks.
-    // The 1050 hole is the list head and fits, but the scan must keep looking and take 1040.
+fn own_class_head_is_taken_before_a_larger_class() {
+    // Holes of 1050 bytes (class [1024, 1056)) and 4000 bytes, separated by used blocks. A request
+    // of 1040 rounds up past the 1050 hole's class; the own-class head must win anyway.
     let mut t = Tlsf::new(1 << 20).unwrap();
-    let h1 = alloc(&mut t, 1050, 1);
+    let small = alloc(&mut t, 1050, 1);
     let _s1 = alloc(&mut t, 8, 1);
-    let h2 = alloc(&mut t, 1040, 1);
+    let large = alloc(&mut t, 4000, 1);
     let _s2 = alloc(&mut t, 8, 1);
-    let h3 = alloc(&mut t, 1030, 1);
-    let _s3 = alloc(&mut t, 8, 1);
-    assert_eq!(class_of(1030), class_of(1050));
-    let exact_at = h2.offset;
-    t.free(h2).unwrap();
-    t.free(h3).unwrap();
-    t.free(h1).unwrap();
+    assert_eq!(class_of(1040), class_of(1050));
+    let small_at = small.offset;
+    t.free(small).unwrap();
+    t.free(large).unwrap();
     let r = alloc(&mut t, 1040, 1);
-    assert_eq!(r.offset, exact_at);
+    assert_eq!(r.offset, small_at);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn own_class_head_that_does_not_fit_falls_back_to_the_search_above() {
+    // The own class holds only a 1030-byte hole; a request of 1040 must go to the 4000 hole.
+    let mut t = Tlsf::new(1 << 20).unwrap();
+    let small = alloc(&mut t, 1030, 1);
+    let _s1 = alloc(&mut t, 8, 1);
+    let large = alloc(&mut t, 4000, 1);
+    let _s2 = alloc(&mut t, 8, 1);
+    let large_at = large.offset;
+    t.free(small).unwrap();
+    t.free(large).unwrap();
+    let r = alloc(&mut t, 1040, 1);
+    assert_eq!(r.offset, large_at);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn carving_the_front_of_a_block_keeps_it_in_its_class() {
+    // A filling arena: every allocation eats the front of the tail, whose remainder stays in its
+    // class (the fast path). Offsets must be consecutive, handles valid, invariants intact.
+    let mut t = Tlsf::new(1 << 30).unwrap();
+    let regions: Vec<_> = (0..64).map(|_| alloc(&mut t, 4096, 256)).collect();
+    for (i, r) in regions.iter().enumerate() {
+        assert_eq!(r.offset, i as u64 * 4096);
+    }
+    t.check_invariants().unwrap();
+    for r in regions.into_iter().rev() {
+        t.free(r).unwrap();
+        t.check_invariants().unwrap();
+    }
+    assert!(t.is_empty());
+    assert_eq!(t.report().largest_free, 1 << 30);
 }
 
 #[test]
@@ -432,6 +468,6 @@ proptest! {
         let report = t.report();
         prop_assert!(t.is_empty());
         prop_assert_eq!((report.used, report.largest_free), (0, capacity));
-        prop_assert_eq!(t.nodes.len() - t.vacant.len(), 1);
+        prop_assert_eq!(t.nodes.len() - t.vacant.len(), 2, "one block and the sentinel");
     }
 }

@@ -1,0 +1,87 @@
+//! Tensors bound to kernels: [`Runtime::dispatch`] enqueues a standard op over [`Tensor`]s and
+//! records every tensor's use with the op's ticket, so nothing is left for the caller to
+//! remember (defect 8 of issue 12: a kernel on a freed tensor's range overwrote its successor).
+
+use crate::backend::{BlockRange, Ticket};
+use crate::ops::Op;
+use crate::runtime::{Runtime, Tensor};
+use crate::trace::{Access, EventKind};
+use crate::{Error, Result};
+
+impl Runtime {
+    /// Enqueues `op` with `inputs` (in the op's binding order) and `outputs` bound to it, and
+    /// records each tensor's use: a tensor freed while the op is queued is reused only after the
+    /// op's ticket completes. The op's parameters, each tensor's dtype, and the binding rules of
+    /// the validating front (exact sizes, alignment, no output overlapping another binding) are
+    /// checked before anything is enqueued.
+    ///
+    /// Work dispatched on raw ranges through [`Runtime::backend`] is tracked too (by range, in
+    /// the front); this is the typed form.
+    ///
+    /// # Errors
+    /// [`Error::BindingCount`], [`Error::DTypeMismatch`] for a tensor whose dtype is not the
+    /// operand's, [`Error::BindingSize`] for a wrong element count, [`Error::Overlap`] when an
+    /// output is also bound elsewhere, [`Error::StaleHandle`] for a freed tensor, the op's
+    /// parameter errors, backend errors.
+    pub fn dispatch(&self, op: &Op, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<Ticket> {
+        self.front().check_alive()?;
+        let sig = op.signature()?;
+        if inputs.len() != sig.inputs.len() || outputs.len() != sig.outputs.len() {
+            return Err(Error::BindingCount {
+                op: op.name(),
+                expected: sig.inputs.len() + sig.outputs.len(),
+                actual: inputs.len() + outputs.len(),
+                operands: op.operand_names().join(", "),
+            });
+        }
+        let tensors: Vec<&Tensor> = inputs.iter().chain(outputs).copied().collect();
+        let names = op.operand_names();
+        for (i, (t, operand)) in tensors
+            .iter()
+            .zip(sig.inputs.iter().chain(&sig.outputs))
+            .enumerate()
+        {
+            if t.dtype() != operand.dtype {
+                return Err(Error::DTypeMismatch {
+                    what: format!(
+                        "{} operand `{}` (binding {i})",
+                        op.name(),
+                        names.get(i).copied().unwrap_or("?")
+                    ),
+                    expected: operand.dtype,
+                    actual: t.dtype(),
+                });
+            }
+        }
+        let pool = self.device_pool();
+        let ranges = tensors
+            .iter()
+            .map(|t| {
+                let r = pool.resolve(t.allocation().handle)?;
+                Ok(BlockRange {
+                    size: t.size(),
+                    ..r
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let ticket = self.backend().dispatch(op, &ranges)?;
+        for t in &tensors {
+            pool.mark_used(t.allocation().handle, ticket)?;
+        }
+        if let Some(tracer) = pool.tracer() {
+            for (i, t) in tensors.iter().enumerate() {
+                tracer.record(EventKind::Use {
+                    id: pool.trace_id(t.allocation().handle)?,
+                    op: op.name().to_string(),
+                    access: if i < inputs.len() {
+                        Access::Read
+                    } else {
+                        Access::Write
+                    },
+                    size: t.size(),
+                });
+            }
+        }
+        Ok(ticket)
+    }
+}

@@ -1,0 +1,348 @@
+//! The validating front: one [`Backend`] in front of every backend that checks every call before
+//! the device sees it (wgpu-core in front of wgpu-hal is the model).
+//!
+//! ```text
+//! Runtime, pools ──> Validated ──> dyn Backend (host, vulkan, wgpu, cuda)
+//!                    │  ranges, alignment, binding sizes, overlap of outputs, checked shape
+//!                    │  arithmetic, host visibility, tickets, device state
+//!                    └─ a shadow BlockTable<()> of every live block, and the in-flight uses
+//! ```
+//!
+//! Each check is one rule in [`rules`] with one typed error, so the same misuse gets the same
+//! error on every backend; backends assume validated input (they keep only the lookups they need
+//! to reach native objects, which also keeps a direct caller memory-safe). The front also:
+//!
+//! * **tracks device state.** The first [`Error::DeviceLost`] or [`Error::InvariantViolated`]
+//!   any call sees marks the device broken ([`Validated::mark_broken`]); from then on every call
+//!   returns `DeviceLost` at once (except `free_block`, which must stay able to release memory);
+//! * **records in-flight uses** of every copy, fill and dispatch, so [`Validated::last_use`] can
+//!   tell a free which unfinished ticket still touches a range, whoever issued the work.
+//!
+//! [`Runtime`](crate::Runtime) always puts one in front of the backend it is given.
+
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::task::{Context, Poll};
+
+use crate::backend::{
+    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, HostAccess, Ticket,
+};
+use crate::ops::Op;
+use crate::{Error, Result};
+
+mod rules;
+mod uses;
+
+use uses::InFlight;
+
+/// Uses recorded before the front asks the backend which tickets completed, to forget theirs.
+const USES_REFRESH: usize = 4096;
+
+/// Shadow state of the device, behind one lock (never held across a backend call).
+struct State {
+    blocks: BlockTable<()>,
+    uses: InFlight,
+    /// Highest ticket any call returned.
+    issued: Ticket,
+}
+
+/// The validating front. See the module doc.
+pub struct Validated {
+    backend: Arc<dyn Backend>,
+    state: Mutex<State>,
+    /// Why the device is unusable, once it is.
+    broken: OnceLock<String>,
+}
+
+impl Validated {
+    /// A front over `backend`. Blocks allocated on `backend` before (not through the front) are
+    /// unknown to it.
+    pub fn new(backend: Arc<dyn Backend>) -> Self {
+        let name = backend.capabilities().backend;
+        Validated {
+            backend,
+            state: Mutex::new(State {
+                blocks: BlockTable::new(name),
+                uses: InFlight::default(),
+                issued: Ticket::DONE,
+            }),
+            broken: OnceLock::new(),
+        }
+    }
+
+    /// The backend behind the front.
+    pub fn inner(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is updated in single statements; a panic elsewhere cannot leave it half-done.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks the device broken (the first reason sticks) and returns `error` for the caller to
+    /// report. The runtime routes its internal invariant violations here too.
+    pub fn mark_broken(&self, error: Error) -> Error {
+        let _ = self.broken.set(error.to_string());
+        error
+    }
+
+    /// Whether a fatal error was seen: every later call returns [`Error::DeviceLost`].
+    pub fn is_broken(&self) -> bool {
+        self.broken.get().is_some()
+    }
+
+    /// `Ok` while the device is usable.
+    ///
+    /// # Errors
+    /// [`Error::DeviceLost`] with the first fatal error's message.
+    pub fn check_alive(&self) -> Result<()> {
+        match self.broken.get() {
+            None => Ok(()),
+            Some(reason) => Err(Error::DeviceLost {
+                backend: self.backend.capabilities().backend,
+                detail: reason.clone(),
+            }),
+        }
+    }
+
+    /// Passes `result` through, marking the device broken on a fatal error.
+    fn observe<T>(&self, result: Result<T>) -> Result<T> {
+        result.map_err(|e| if e.is_fatal() { self.mark_broken(e) } else { e })
+    }
+
+    /// Records the uses of a submission and the ticket it returned.
+    fn issued(&self, ticket: Ticket, ranges: &[BlockRange]) {
+        let refresh = {
+            let mut st = self.lock();
+            st.issued = st.issued.max(ticket);
+            st.uses.record(ticket, ranges);
+            st.uses.len() >= USES_REFRESH
+        };
+        if refresh {
+            let _ = self.completed();
+        }
+    }
+
+    /// The latest unfinished ticket of work (through this front) that touches `range`, or
+    /// [`Ticket::DONE`]. A pool that frees `range` must defer the free to it.
+    pub fn last_use(&self, range: &BlockRange) -> Ticket {
+        self.lock().uses.last_use(range)
+    }
+
+    /// Whether unfinished work (through this front) touches `block`.
+    pub fn block_in_use(&self, block: BlockId) -> bool {
+        self.lock().uses.touches(block)
+    }
+}
+
+impl Backend for Validated {
+    fn capabilities(&self) -> &Capabilities {
+        self.backend.capabilities()
+    }
+
+    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
+        self.check_alive()?;
+        let caps = self.capabilities();
+        if desc.size == 0 {
+            return Err(Error::ZeroSize { what: "block" });
+        }
+        if desc.size > caps.max_block_size {
+            return Err(Error::TooLarge {
+                what: "block",
+                requested: desc.size,
+                limit: caps.max_block_size,
+                limit_name: "max_block_size",
+            });
+        }
+        rules::aligned("block size", desc.size, caps.copy_align, "copy_align")?;
+        let id = self.observe(self.backend.alloc_block(desc))?;
+        let mirrored = self.lock().blocks.insert_as(id, desc.kind, desc.size, ());
+        mirrored.map_err(|e| self.mark_broken(e))?;
+        Ok(id)
+    }
+
+    fn free_block(&self, block: BlockId) -> Result<()> {
+        self.lock().blocks.get(block)?;
+        self.observe(self.backend.free_block(block))?;
+        let _ = self.lock().blocks.remove(block);
+        Ok(())
+    }
+
+    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
+        self.check_alive()?;
+        let r = BlockRange {
+            block,
+            offset,
+            size: data.len() as u64,
+        };
+        {
+            let st = self.lock();
+            let entry = rules::transfer_range(&st.blocks, self.capabilities(), r, "mapped write")?;
+            rules::host_visible(entry, self.capabilities(), r)?;
+        }
+        self.observe(self.backend.write_mapped(block, offset, data))
+    }
+
+    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.check_alive()?;
+        let r = BlockRange {
+            block,
+            offset,
+            size: out.len() as u64,
+        };
+        {
+            let st = self.lock();
+            let entry = rules::transfer_range(&st.blocks, self.capabilities(), r, "mapped read")?;
+            rules::host_visible(entry, self.capabilities(), r)?;
+        }
+        self.observe(self.backend.read_mapped(block, offset, out))
+    }
+
+    fn write_queued(&self, dst: BlockRange, data: &[u8]) -> Result<Option<Ticket>> {
+        self.check_alive()?;
+        if dst.size != data.len() as u64 {
+            return Err(Error::SizeMismatch {
+                what: "queued write range and data".into(),
+                expected: dst.size,
+                actual: data.len() as u64,
+            });
+        }
+        {
+            let st = self.lock();
+            let entry =
+                rules::transfer_range(&st.blocks, self.capabilities(), dst, "queued write")?;
+            rules::kind_for(entry, &dst, "queued write target")?;
+        }
+        let ticket = self.observe(self.backend.write_queued(dst, data))?;
+        if let Some(t) = ticket {
+            self.issued(t, &[dst]);
+        }
+        Ok(ticket)
+    }
+
+    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
+        self.check_alive()?;
+        if src.size != dst.size {
+            return Err(Error::SizeMismatch {
+                what: "copy source and destination".into(),
+                expected: src.size,
+                actual: dst.size,
+            });
+        }
+        {
+            let st = self.lock();
+            let caps = self.capabilities();
+            let from = rules::transfer_range(&st.blocks, caps, src, "copy source")?;
+            rules::kind_for(from, &src, "copy source")?;
+            let to = rules::transfer_range(&st.blocks, caps, dst, "copy destination")?;
+            rules::kind_for(to, &dst, "copy destination")?;
+        }
+        rules::disjoint(&src, &dst, || "copy source and destination".into())?;
+        let t = self.observe(self.backend.copy(src, dst))?;
+        self.issued(t, &[src, dst]);
+        Ok(t)
+    }
+
+    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
+        self.check_alive()?;
+        {
+            let st = self.lock();
+            let entry = rules::transfer_range(&st.blocks, self.capabilities(), range, "fill")?;
+            rules::kind_for(entry, &range, "fill target")?;
+        }
+        let t = self.observe(self.backend.fill_zero(range))?;
+        self.issued(t, &[range]);
+        Ok(t)
+    }
+
+    fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
+        self.check_alive()?;
+        rules::bindings(&self.lock().blocks, self.capabilities(), op, bindings)?;
+        let t = self.observe(self.backend.dispatch(op, bindings))?;
+        self.issued(t, bindings);
+        Ok(t)
+    }
+
+    fn flush(&self) -> Result<Ticket> {
+        self.check_alive()?;
+        let t = self.observe(self.backend.flush())?;
+        let mut st = self.lock();
+        st.issued = st.issued.max(t);
+        Ok(t)
+    }
+
+    fn completed(&self) -> Result<Ticket> {
+        self.check_alive()?;
+        let t = self.observe(self.backend.completed())?;
+        self.lock().uses.completed(t);
+        Ok(t)
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn wait(&self, ticket: Ticket) -> Result<()> {
+        self.check_issued(ticket)?;
+        self.observe(self.backend.wait(ticket))?;
+        self.lock().uses.completed(ticket);
+        Ok(())
+    }
+
+    fn poll_ticket(&self, ticket: Ticket, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if let Err(e) = self.check_issued(ticket) {
+            return Poll::Ready(Err(e));
+        }
+        self.backend.poll_ticket(ticket, cx).map(|r| {
+            self.observe(r)?;
+            self.lock().uses.completed(ticket);
+            Ok(())
+        })
+    }
+
+    fn poll_host_access(
+        &self,
+        block: BlockId,
+        access: HostAccess,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<()>> {
+        let checked = self.check_alive().and_then(|()| {
+            let st = self.lock();
+            let entry = st.blocks.get(block)?;
+            let whole = BlockRange {
+                block,
+                offset: 0,
+                size: entry.size,
+            };
+            rules::host_visible(entry, self.capabilities(), whole)
+        });
+        if let Err(e) = checked {
+            return Poll::Ready(Err(e));
+        }
+        self.backend
+            .poll_host_access(block, access, cx)
+            .map(|r| self.observe(r))
+    }
+}
+
+impl Validated {
+    /// `Ok` when the device is alive and `ticket` was issued (waiting for a ticket never issued
+    /// would never end).
+    ///
+    /// # Errors
+    /// [`Error::DeviceLost`], [`Error::UnknownTicket`].
+    fn check_issued(&self, ticket: Ticket) -> Result<()> {
+        self.check_alive()?;
+        if ticket > self.lock().issued {
+            // Work may have been issued on the backend before the front was put in front of it.
+            let issued = self.flush()?;
+            if ticket > issued {
+                return Err(Error::UnknownTicket {
+                    ticket: ticket.0,
+                    issued: issued.0,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,175 @@
+//! The front's rules, each written once as a pure function over the block table and the
+//! capabilities: one rule, one typed error.
+
+use crate::backend::{BlockEntry, BlockRange, BlockTable, Capabilities, MemoryKind};
+use crate::ops::Op;
+use crate::{Error, Result};
+
+/// `value` is a multiple of `align` (`align` 0 or 1: no rule).
+///
+/// # Errors
+/// [`Error::Misaligned`].
+pub(crate) fn aligned(
+    what: &'static str,
+    value: u64,
+    align: u64,
+    align_name: &'static str,
+) -> Result<()> {
+    if align <= 1 || value.is_multiple_of(align) {
+        Ok(())
+    } else {
+        Err(Error::Misaligned {
+            what,
+            value,
+            align,
+            align_name,
+        })
+    }
+}
+
+/// A range for copies, fills and mapped access: non-empty, inside a live block, offset and size
+/// multiples of `copy_align`.
+///
+/// # Errors
+/// [`Error::ZeroSize`], [`Error::UnknownBlock`], [`Error::OutOfBounds`], [`Error::Misaligned`].
+pub(crate) fn transfer_range<'t>(
+    blocks: &'t BlockTable<()>,
+    caps: &Capabilities,
+    r: BlockRange,
+    what: &'static str,
+) -> Result<&'t BlockEntry<()>> {
+    if r.size == 0 {
+        return Err(Error::ZeroSize { what });
+    }
+    let entry = blocks.range(r, what)?;
+    aligned(what, r.offset, caps.copy_align, "copy_align")?;
+    aligned(what, r.size, caps.copy_align, "copy_align")?;
+    Ok(entry)
+}
+
+/// Host access (`write_mapped`, `read_mapped`) needs a host-visible block: `Upload` and
+/// `Readback` always, `DeviceLocal` only where the device says so.
+///
+/// # Errors
+/// [`Error::NotHostVisible`].
+pub(crate) fn host_visible(
+    entry: &BlockEntry<()>,
+    caps: &Capabilities,
+    r: BlockRange,
+) -> Result<()> {
+    if entry.kind == MemoryKind::DeviceLocal && !caps.device_host_visible {
+        return Err(Error::NotHostVisible {
+            backend: caps.backend,
+            block: r.block.0,
+            kind: entry.kind.name(),
+        });
+    }
+    Ok(())
+}
+
+/// The roles a block takes by kind: kernels bind device memory; copies read device or upload
+/// memory and write device or readback memory (the directions staging uses). wgpu enforces this
+/// through buffer usages; the front enforces it everywhere so every backend agrees.
+///
+/// # Errors
+/// [`Error::WrongMemoryKind`].
+pub(crate) fn kind_for(entry: &BlockEntry<()>, r: &BlockRange, role: &'static str) -> Result<()> {
+    let (ok, allowed) = match role {
+        "copy source" => (entry.kind != MemoryKind::Readback, "device-local or upload"),
+        "copy destination" | "fill target" | "queued write target" => {
+            (entry.kind != MemoryKind::Upload, "device-local or readback")
+        }
+        _ => (entry.kind == MemoryKind::DeviceLocal, "device-local"),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::WrongMemoryKind {
+            role,
+            block: r.block.0,
+            kind: entry.kind.name(),
+            allowed,
+        })
+    }
+}
+
+/// Whether two ranges share at least one byte.
+pub(crate) fn overlaps(a: &BlockRange, b: &BlockRange) -> bool {
+    a.block == b.block
+        && a.offset < b.offset.saturating_add(b.size)
+        && b.offset < a.offset.saturating_add(a.size)
+}
+
+/// Two ranges that must not share bytes.
+///
+/// # Errors
+/// [`Error::Overlap`] naming `what()`.
+pub(crate) fn disjoint(
+    a: &BlockRange,
+    b: &BlockRange,
+    what: impl FnOnce() -> String,
+) -> Result<()> {
+    if overlaps(a, b) {
+        return Err(Error::Overlap {
+            what: what(),
+            block: a.block.0,
+            first_offset: a.offset,
+            first_size: a.size,
+            second_offset: b.offset,
+            second_size: b.size,
+        });
+    }
+    Ok(())
+}
+
+/// The binding rules of a dispatch, in this order: the op's parameters (checked shape
+/// arithmetic), the binding count, and per binding a live block, bounds, the offset on
+/// `binding_align`, the exact operand size and `max_binding_size`; then no output shares a byte
+/// with any other binding (inputs may alias each other: they are only read). Returns the number
+/// of inputs.
+///
+/// # Errors
+/// As [`Op::check_binding_sizes`], plus [`Error::UnknownBlock`], [`Error::OutOfBounds`],
+/// [`Error::WrongMemoryKind`], [`Error::Misaligned`], [`Error::TooLarge`] and
+/// [`Error::Overlap`].
+pub(crate) fn bindings(
+    blocks: &BlockTable<()>,
+    caps: &Capabilities,
+    op: &Op,
+    bindings: &[BlockRange],
+) -> Result<usize> {
+    let sizes: Vec<u64> = bindings.iter().map(|b| b.size).collect();
+    let sig = op.check_binding_sizes(&sizes)?;
+    for b in bindings {
+        kind_for(blocks.range(*b, "binding")?, b, "kernel binding")?;
+        aligned(
+            "binding offset",
+            b.offset,
+            caps.binding_align,
+            "binding_align",
+        )?;
+        if b.size > caps.max_binding_size {
+            return Err(Error::TooLarge {
+                what: "binding",
+                requested: b.size,
+                limit: caps.max_binding_size,
+                limit_name: "max_binding_size",
+            });
+        }
+    }
+    let inputs = sig.inputs.len();
+    let names = op.operand_names();
+    for (o, out) in bindings.iter().enumerate().skip(inputs) {
+        for (i, other) in bindings.iter().enumerate().filter(|&(i, _)| i != o) {
+            disjoint(out, other, || {
+                format!(
+                    "{} output `{}` and operand `{}`",
+                    op.name(),
+                    names.get(o).copied().unwrap_or("?"),
+                    names.get(i).copied().unwrap_or("?"),
+                )
+            })?;
+        }
+    }
+    Ok(inputs)
+}

@@ -1,0 +1,264 @@
+//! The front's rules on the host backend: each misuse gets its one typed error, and the device
+//! state sticks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::backend::MemoryKind;
+use crate::host::{HostBackend, HostConfig};
+
+fn front(config: HostConfig) -> (Arc<HostBackend>, Validated) {
+    let host = Arc::new(HostBackend::new(config).unwrap());
+    let front = Validated::new(host.clone());
+    (host, front)
+}
+
+fn block(f: &Validated, kind: MemoryKind, size: u64) -> BlockId {
+    f.alloc_block(&BlockDesc {
+        kind,
+        size,
+        label: "test",
+    })
+    .unwrap()
+}
+
+fn range(block: BlockId, offset: u64, size: u64) -> BlockRange {
+    BlockRange {
+        block,
+        offset,
+        size,
+    }
+}
+
+#[test]
+fn block_requests_are_checked_before_the_backend() {
+    let (host, f) = front(HostConfig {
+        max_block_size: 1 << 20,
+        ..HostConfig::default()
+    });
+    let desc = |size| BlockDesc {
+        kind: MemoryKind::DeviceLocal,
+        size,
+        label: "x",
+    };
+    assert!(matches!(
+        f.alloc_block(&desc(0)),
+        Err(Error::ZeroSize { .. })
+    ));
+    assert!(matches!(
+        f.alloc_block(&desc((1 << 20) + 4)),
+        Err(Error::TooLarge {
+            limit_name: "max_block_size",
+            ..
+        })
+    ));
+    assert!(matches!(
+        f.alloc_block(&desc(6)),
+        Err(Error::Misaligned {
+            value: 6,
+            align: 4,
+            ..
+        })
+    ));
+    assert_eq!(host.block_count(), 0, "nothing reached the backend");
+    let b = block(&f, MemoryKind::DeviceLocal, 64);
+    f.free_block(b).unwrap();
+    assert!(matches!(
+        f.free_block(b),
+        Err(Error::UnknownBlock {
+            backend: "host",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn transfers_need_live_in_bounds_aligned_ranges() {
+    let (_, f) = front(HostConfig::default());
+    let up = block(&f, MemoryKind::Upload, 64);
+    assert!(matches!(
+        f.write_mapped(up, 60, &[0; 8]),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        f.write_mapped(up, 2, &[0; 4]),
+        Err(Error::Misaligned { value: 2, .. })
+    ));
+    assert!(matches!(
+        f.write_mapped(up, 0, &[0; 3]),
+        Err(Error::Misaligned { value: 3, .. })
+    ));
+    assert!(matches!(
+        f.write_mapped(up, 0, &[]),
+        Err(Error::ZeroSize { .. })
+    ));
+    assert!(matches!(
+        f.copy(range(up, 0, 8), range(up, 16, 4)),
+        Err(Error::SizeMismatch { .. })
+    ));
+    let dev = block(&f, MemoryKind::DeviceLocal, 64);
+    assert!(matches!(
+        f.copy(range(dev, 0, 16), range(dev, 8, 16)),
+        Err(Error::Overlap { .. })
+    ));
+    // Roles by kind: an upload block is never written by the device, a readback one never read.
+    let down = block(&f, MemoryKind::Readback, 64);
+    assert!(matches!(
+        f.copy(range(dev, 0, 16), range(up, 0, 16)),
+        Err(Error::WrongMemoryKind {
+            role: "copy destination",
+            ..
+        })
+    ));
+    assert!(matches!(
+        f.copy(range(down, 0, 16), range(dev, 0, 16)),
+        Err(Error::WrongMemoryKind {
+            role: "copy source",
+            ..
+        })
+    ));
+    assert!(matches!(
+        f.dispatch(&Op::Relu { len: 4 }, &[range(up, 0, 16), range(dev, 0, 16)]),
+        Err(Error::WrongMemoryKind {
+            role: "kernel binding",
+            ..
+        })
+    ));
+    assert!(matches!(
+        f.fill_zero(range(BlockId(999), 0, 4)),
+        Err(Error::UnknownBlock { block: 999, .. })
+    ));
+    assert!(matches!(
+        f.wait(Ticket(1000)),
+        Err(Error::UnknownTicket { ticket: 1000, .. })
+    ));
+}
+
+#[test]
+fn force_staging_hides_device_memory_from_the_host() {
+    let (_, f) = front(HostConfig {
+        force_staging: true,
+        ..HostConfig::default()
+    });
+    let dev = block(&f, MemoryKind::DeviceLocal, 16);
+    assert!(matches!(
+        f.write_mapped(dev, 0, &[0; 4]),
+        Err(Error::NotHostVisible { .. })
+    ));
+    let up = block(&f, MemoryKind::Upload, 16);
+    f.write_mapped(up, 0, &[1; 16]).unwrap();
+}
+
+#[test]
+fn bindings_must_match_the_op_exactly_and_outputs_must_not_overlap() {
+    let (_, f) = front(HostConfig::default());
+    let dev = block(&f, MemoryKind::DeviceLocal, 1024);
+    let relu = Op::Relu { len: 4 };
+    // Oversize and undersize are the same error.
+    for size in [12, 20] {
+        assert!(matches!(
+            f.dispatch(&relu, &[range(dev, 0, size), range(dev, 512, 16)]),
+            Err(Error::BindingSize { index: 0, expected: 16, actual, .. }) if actual == size
+        ));
+    }
+    assert!(matches!(
+        f.dispatch(&relu, &[range(dev, 0, 16)]),
+        Err(Error::BindingCount {
+            expected: 2,
+            actual: 1,
+            ..
+        })
+    ));
+    assert!(matches!(
+        f.dispatch(&relu, &[range(dev, 4, 16), range(dev, 512, 16)]),
+        Err(Error::Misaligned {
+            align_name: "binding_align",
+            ..
+        })
+    ));
+    // In place: the output is the input.
+    assert!(matches!(
+        f.dispatch(&relu, &[range(dev, 0, 16), range(dev, 0, 16)]),
+        Err(Error::Overlap { .. })
+    ));
+    // Inputs may alias each other (they are only read).
+    let add = Op::Add { len: 4, b_len: 4 };
+    let t = f
+        .dispatch(
+            &add,
+            &[range(dev, 0, 16), range(dev, 0, 16), range(dev, 512, 16)],
+        )
+        .unwrap();
+    f.wait(t).unwrap();
+    // Shape arithmetic past u64 is refused, never wrapped.
+    let huge = Op::Permute {
+        dims: [u32::MAX; 4],
+        perm: [0, 1, 2, 3],
+    };
+    assert!(matches!(
+        f.dispatch(&huge, &[range(dev, 0, 16), range(dev, 512, 16)]),
+        Err(Error::ArithmeticOverflow { .. })
+    ));
+}
+
+#[test]
+fn in_flight_uses_are_tracked_by_range_until_completion() {
+    let (_, f) = front(HostConfig {
+        worker_delay: Duration::from_millis(30),
+        ..HostConfig::default()
+    });
+    let dev = block(&f, MemoryKind::DeviceLocal, 1024);
+    let t = f
+        .dispatch(
+            &Op::Relu { len: 4 },
+            &[range(dev, 0, 16), range(dev, 256, 16)],
+        )
+        .unwrap();
+    assert_eq!(f.last_use(&range(dev, 256, 4)), t);
+    assert_eq!(f.last_use(&range(dev, 0, 16)), t);
+    assert_eq!(f.last_use(&range(dev, 512, 16)), Ticket::DONE);
+    assert!(f.block_in_use(dev));
+    f.wait(t).unwrap();
+    assert_eq!(f.last_use(&range(dev, 256, 4)), Ticket::DONE);
+}
+
+#[test]
+fn device_loss_sticks_and_frees_still_work() {
+    let (host, f) = front(HostConfig::default());
+    let dev = block(&f, MemoryKind::DeviceLocal, 64);
+    host.simulate_device_loss();
+    assert!(matches!(f.flush(), Err(Error::DeviceLost { .. })));
+    assert!(f.is_broken());
+    assert!(matches!(
+        f.alloc_block(&BlockDesc {
+            kind: MemoryKind::DeviceLocal,
+            size: 64,
+            label: "x"
+        }),
+        Err(Error::DeviceLost { .. })
+    ));
+    f.free_block(dev).unwrap();
+}
+
+#[test]
+fn an_invariant_violation_marks_the_device_broken() {
+    let (_, f) = front(HostConfig::default());
+    let e = f.mark_broken(Error::invariant("test invariant", "observed"));
+    assert!(matches!(e, Error::InvariantViolated { .. }));
+    match f.completed() {
+        Err(Error::DeviceLost { detail, .. }) => assert!(detail.contains("test invariant")),
+        other => panic!("expected DeviceLost, got {other:?}"),
+    }
+}
+
+/// Issue 12 defect 2 through the front: after the worker dies every call is `DeviceLost` and the
+/// front remembers it.
+#[test]
+fn a_dead_worker_is_a_lost_device_for_the_front() {
+    let (host, f) = front(HostConfig::default());
+    let t = host.simulate_worker_panic().unwrap();
+    assert!(matches!(f.wait(t), Err(Error::DeviceLost { .. })));
+    assert!(f.is_broken());
+    assert!(matches!(f.completed(), Err(Error::DeviceLost { .. })));
+}

@@ -1,0 +1,56 @@
+//! In-flight uses: which byte ranges the device work behind each unfinished ticket touches.
+//!
+//! Every copy, fill and dispatch that passes the front is recorded here, whoever issued it. A
+//! free asks [`InFlight::last_use`] for the latest unfinished ticket that touches its range, so a
+//! kernel dispatched on raw ranges is tracked exactly like one dispatched on tensors: the pool
+//! defers the free until that ticket completes (defect 8 of issue 12: the freed range was reused
+//! while the kernel was still queued, and the kernel overwrote the new tensor).
+
+use crate::backend::{BlockId, BlockRange, Ticket};
+
+use super::rules::overlaps;
+
+/// Uses of unfinished tickets, in ticket order.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    uses: Vec<(Ticket, BlockRange)>,
+    /// Highest ticket known to have completed.
+    completed: Ticket,
+}
+
+impl InFlight {
+    /// Records that work with `ticket` touches `ranges`.
+    pub(crate) fn record(&mut self, ticket: Ticket, ranges: &[BlockRange]) {
+        if ticket > self.completed {
+            self.uses.extend(ranges.iter().map(|r| (ticket, *r)));
+        }
+    }
+
+    /// Everything up to `ticket` has completed: forget its uses.
+    pub(crate) fn completed(&mut self, ticket: Ticket) {
+        if ticket > self.completed {
+            self.completed = ticket;
+            self.uses.retain(|(t, _)| *t > ticket);
+        }
+    }
+
+    /// The latest unfinished ticket whose work touches `range` ([`Ticket::DONE`] when none).
+    pub(crate) fn last_use(&self, range: &BlockRange) -> Ticket {
+        self.uses
+            .iter()
+            .filter(|(_, r)| overlaps(r, range))
+            .map(|(t, _)| *t)
+            .max()
+            .unwrap_or(Ticket::DONE)
+    }
+
+    /// Whether unfinished work touches `block`.
+    pub(crate) fn touches(&self, block: BlockId) -> bool {
+        self.uses.iter().any(|(_, r)| r.block == block)
+    }
+
+    /// Number of recorded uses (the front refreshes completion when it grows large).
+    pub(crate) fn len(&self) -> usize {
+        self.uses.len()
+    }
+}
