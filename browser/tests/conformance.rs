@@ -48,6 +48,14 @@ browser_cases!(
     staging_larger_than_belt,
     ops_match_host_reference,
     planned_reuse_matches_no_reuse,
+    binding_sizes_are_exact,
+    overlapping_outputs_are_refused,
+    tensors_bind_to_kernels,
+    defect_2_overflowing_op_params_are_errors_not_a_lost_device,
+    defect_3_shape_arithmetic_is_checked,
+    defect_4_foreign_outputs_and_intermediate_reads,
+    defect_8_kernel_on_freed_tensor_is_tracked,
+    defect_9_typed_transfers_and_too_large,
 );
 
 /// The adapter is the browser's WebGPU, and its limits reach the contract's capabilities.

@@ -157,10 +157,10 @@ pub(crate) fn poll_ticket_by_polling(
         Err(e) => return Poll::Ready(Err(e)),
     };
     if ticket > issued {
-        return Poll::Ready(Err(Error::invalid(format!(
-            "wait for ticket {} but the last issued ticket is {}",
-            ticket.0, issued.0
-        ))));
+        return Poll::Ready(Err(Error::UnknownTicket {
+            ticket: ticket.0,
+            issued: issued.0,
+        }));
     }
     match backend.completed() {
         Err(e) => Poll::Ready(Err(e)),

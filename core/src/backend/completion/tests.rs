@@ -81,13 +81,13 @@ fn a_ticket_never_issued_is_an_error_not_a_hang() {
     let mut cx = Context::from_waker(Waker::noop());
     let r = backend.poll_ticket(Ticket(99), &mut cx);
     assert!(
-        matches!(r, Poll::Ready(Err(Error::InvalidArgument(_)))),
+        matches!(r, Poll::Ready(Err(Error::UnknownTicket { .. }))),
         "{r:?}"
     );
     // The default (polling) implementation says the same.
     let r = poll_ticket_by_polling(&backend, Ticket(99), &mut cx);
     assert!(
-        matches!(r, Poll::Ready(Err(Error::InvalidArgument(_)))),
+        matches!(r, Poll::Ready(Err(Error::UnknownTicket { .. }))),
         "{r:?}"
     );
 }
