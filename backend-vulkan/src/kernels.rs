@@ -104,9 +104,12 @@ impl KernelCache {
             let p = create_pipeline(device, spec, &words)?;
             self.pipelines.insert(spec.key.to_owned(), p);
         }
-        self.pipelines
-            .get(spec.key)
-            .ok_or_else(|| Error::invalid("internal: pipeline missing after insertion"))
+        self.pipelines.get(spec.key).ok_or_else(|| {
+            Error::invariant(
+                "an inserted pipeline stays in the cache",
+                "vulkan: pipeline missing after insertion",
+            )
+        })
     }
 
     /// Destroys every pipeline.

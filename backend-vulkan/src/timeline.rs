@@ -233,9 +233,12 @@ impl Timeline {
                 wait_previous,
             });
         }
-        self.open
-            .as_mut()
-            .ok_or_else(|| Error::invalid("internal: no open batch after beginning one"))
+        self.open.as_mut().ok_or_else(|| {
+            Error::invariant(
+                "beginning a batch leaves one open",
+                "vulkan: no open batch after beginning one",
+            )
+        })
     }
 
     fn create_resources(

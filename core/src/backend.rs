@@ -34,6 +34,10 @@
 //!   and on `wasm32` require a completed `poll_host_access` first. See [`completion`].
 //! * **Errors.** No method panics; native failures map into [`Error`](crate::Error), a lost device
 //!   into [`Error::DeviceLost`](crate::Error::DeviceLost).
+//! * **Validated input.** Callers go through [`Validated`](crate::Validated) (the runtime always
+//!   does), which checks every rule above and the binding rules with one typed error each; a
+//!   backend assumes validated input and debug-asserts it, keeping only the block-table lookups
+//!   and bounds checks that keep a direct caller memory-safe.
 //!
 //! The trait is object safe so examples can choose a backend at run time (`Arc<dyn Backend>`).
 

@@ -443,6 +443,24 @@ impl Drop for HostBackend {
     }
 }
 
+/// `size` (> 0) zero bytes from the allocator's zeroed path (`calloc`): large blocks come as fresh
+/// zero pages that are touched only when used, so a new block costs no fill of its whole size.
+/// `None` when the allocation fails.
+fn zeroed_bytes(size: usize) -> Option<Vec<u8>> {
+    let layout = std::alloc::Layout::array::<u8>(size).ok()?;
+    if layout.size() == 0 {
+        return Some(Vec::new());
+    }
+    // SAFETY: `layout` has a non-zero size (checked above).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` comes from the global allocator with `layout` (align 1, `size` bytes), every
+    // byte is initialised (zeroed), and length = capacity = `size`, as `Vec<u8>` requires.
+    Some(unsafe { Vec::from_raw_parts(ptr, size, size) })
+}
+
 impl Backend for HostBackend {
     fn capabilities(&self) -> &Capabilities {
         &self.caps
@@ -474,8 +492,7 @@ impl Backend for HostBackend {
             limit: usize::MAX as u64,
             limit_name: "address space",
         })?;
-        let mut mem = Vec::new();
-        mem.try_reserve_exact(size).map_err(|_| {
+        let mem = zeroed_bytes(size).ok_or_else(|| {
             Error::OutOfMemory(Box::new(crate::OomReport {
                 pool: "host heap".into(),
                 label: Some(desc.label.to_string()),
@@ -484,7 +501,6 @@ impl Backend for HostBackend {
                 ..Default::default()
             }))
         })?;
-        mem.resize(size, 0);
         Ok(blocks.insert(desc.kind, desc.size, Arc::new(Mutex::new(mem))))
     }
 

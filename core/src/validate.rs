@@ -19,6 +19,14 @@
 //!   tell a free which unfinished ticket still touches a range, whoever issued the work.
 //!
 //! [`Runtime`](crate::Runtime) always puts one in front of the backend it is given.
+//!
+//! # Limits
+//! * Blocks allocated on the backend outside the front (before it was created, or through a
+//!   backend's own API such as CUDA's expandable blocks) are unknown to it: ranges in them are
+//!   refused with [`Error::UnknownBlock`].
+//! * In-flight uses are kept per range until their ticket is seen complete; a free looks them up
+//!   in time linear in the number of unfinished uses (pruned at every wait and every
+//!   4096 recorded uses).
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll};

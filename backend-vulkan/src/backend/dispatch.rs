@@ -89,9 +89,13 @@ impl VulkanBackend {
             batch = s.timeline.batch(&s.gpu, &mut s.allocator, Lane::Compute)?;
         }
         let (cmd, pool) = (batch.cmd(), batch.descriptor_pool());
-        let (params_buffer, params_offset) = batch
-            .push_params(&spec.params, slot_size)
-            .ok_or_else(|| Error::invalid("internal: compute batch without a parameter buffer"))?;
+        let (params_buffer, params_offset) =
+            batch.push_params(&spec.params, slot_size).ok_or_else(|| {
+                Error::invariant(
+                    "a compute batch owns a parameter buffer",
+                    "vulkan: compute batch without a parameter buffer",
+                )
+            })?;
         let layouts = [set_layout];
         let info = vk::DescriptorSetAllocateInfo::default()
             .descriptor_pool(pool)

@@ -1,8 +1,8 @@
 //! Every op on the target against the host reference, with the instances, inputs and comparison
 //! rule of `tensormem::ops::samples`.
 
-use tensormem::ops::{DType, Op, samples};
-use tensormem::{BlockRange, Runtime, RuntimeConfig};
+use tensormem::ops::{Op, samples};
+use tensormem::{Runtime, RuntimeConfig, Tensor};
 
 use super::Rng;
 use crate::{Case, Ctx, case, fail};
@@ -13,7 +13,8 @@ pub(crate) fn cases() -> Vec<Case> {
     vec![case!("ops_match_host_reference", ops_match_host)]
 }
 
-/// Runs `op` on the target through runtime tensors and returns the output bytes.
+/// Runs `op` on the target through runtime tensors bound with [`Runtime::dispatch`] (each of
+/// its operand's dtype, uses recorded by the runtime) and returns the output bytes.
 pub async fn run_on_target(
     ctx: &Ctx,
     rt: &Runtime,
@@ -24,39 +25,23 @@ pub async fn run_on_target(
     let mut tensors = Vec::new();
     for (data, o) in inputs.iter().zip(&sig.inputs) {
         tensors.push(
-            ctx.tensor_from(rt, DType::U8, &[data.len()], data, "op input")
+            ctx.tensor_from(rt, o.dtype, &[o.len as usize], data, "op input")
                 .await
                 .map_err(fail(&format!("{} input {:?}", op.name(), o)))?,
         );
     }
-    let out = rt
-        .alloc(DType::U8, &[sig.outputs[0].size() as usize], "op output")
+    let out = sig.outputs[0];
+    let output = rt
+        .alloc(out.dtype, &[out.len as usize], "op output")
         .map_err(fail("output"))?;
-    tensors.push(out);
-    let pool = rt.device_pool();
-    let bindings = tensors
-        .iter()
-        .map(|t| {
-            pool.resolve(t.allocation().handle).map(|r| BlockRange {
-                size: t.size(),
-                ..r
-            })
-        })
-        .collect::<tensormem::Result<Vec<_>>>()
-        .map_err(fail("resolve"))?;
-    let ticket = rt
-        .backend()
-        .dispatch(op, &bindings)
+    let inputs: Vec<&Tensor> = tensors.iter().collect();
+    rt.dispatch(op, &inputs, &[&output])
         .map_err(fail(&format!("dispatch {op:?}")))?;
-    for t in &tensors {
-        pool.mark_used(t.allocation().handle, ticket)
-            .map_err(fail("mark"))?;
-    }
     let result = ctx
-        .download::<u8>(rt, &tensors[tensors.len() - 1])
+        .download::<u8>(rt, &output)
         .await
         .map_err(fail("download"))?;
-    for t in tensors {
+    for t in tensors.into_iter().chain([output]) {
         rt.free(t).map_err(fail("free"))?;
     }
     Ok(result)

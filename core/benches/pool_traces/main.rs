@@ -1,0 +1,248 @@
+//! Pool trace replay (issue 14): five allocation traces through tensormem's dynamic pool and
+//! through cubecl's memory management, in one process, over devices that only count.
+//!
+//! For each trace it prints peak reserved ÷ peak live (live = bytes the trace requested), the
+//! reservations each made from its device, and the time per allocate+free pair as a ratio to
+//! cubecl's: thread CPU time of a whole replay divided by its allocations, best of `--rounds`
+//! rounds in which the two run interleaved (the machine is shared, and the best round is the one
+//! least disturbed). It writes one SVG per trace: live bytes and both pools' reserved bytes over
+//! the events.
+//!
+//! The traces and how they are made are in `traces.rs`; the pools and the counting devices, and
+//! why counting devices, in `peers.rs`.
+//!
+//! Run: `cargo bench -p tensormem --bench pool_traces -- [--rounds N] [--svg-dir DIR]
+//! [--trace NAME]...` (SVGs default to `target/pool_traces/`). Exit code 0 on success, 1 when a
+//! pool fails a request or a file cannot be written, 2 for bad arguments.
+
+mod peers;
+mod svg;
+mod traces;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use peers::{Cubecl, Ours, Peer};
+use traces::Trace;
+
+/// What one replay of a trace through one pool measured.
+struct Replay {
+    peak_reserved: u64,
+    reserves: u64,
+    releases: u64,
+    /// Bytes held by the device after each event (recorded replays only).
+    held: Vec<u64>,
+}
+
+/// Replays `trace` through a fresh `P`; records the device's holding after every event when
+/// `record` is set (outside timing).
+fn replay<P: Peer>(trace: &Trace, record: bool) -> Result<Replay, String> {
+    let mut pool = P::create();
+    let mut held = Vec::with_capacity(if record { trace.events.len() } else { 0 });
+    for e in &trace.events {
+        if e.alloc {
+            pool.alloc(e.id, e.size)
+        } else {
+            pool.free(e.id)
+        }
+        .map_err(|err| format!("{} on {}: {err}", P::NAME, trace.name))?;
+        if record {
+            held.push(pool.counters().held());
+        }
+    }
+    let c = pool.counters();
+    Ok(Replay {
+        peak_reserved: c.peak(),
+        reserves: c.reserves(),
+        releases: c.releases(),
+        held,
+    })
+}
+
+/// Thread CPU time in nanoseconds: immune to the other processes' time slices on a shared machine.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable `timespec`; CLOCK_THREAD_CPUTIME_ID is supported on every
+    // Linux the benchmark runs on, and on failure `ts` stays zero (a visible 0 ns, not UB).
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Nanoseconds per allocate+free pair of one timed replay (pool creation and drop excluded).
+fn timed<P: Peer>(trace: &Trace) -> Result<f64, String> {
+    let mut pool = P::create();
+    let start = thread_cpu_ns();
+    for e in &trace.events {
+        if e.alloc {
+            pool.alloc(e.id, e.size)
+        } else {
+            pool.free(e.id)
+        }
+        .map_err(|err| format!("{} on {}: {err}", P::NAME, trace.name))?;
+    }
+    let ns = thread_cpu_ns() - start;
+    drop(pool);
+    Ok(ns as f64 / trace.allocations.max(1) as f64)
+}
+
+struct Args {
+    rounds: u32,
+    svg_dir: PathBuf,
+    only: Vec<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        rounds: 5,
+        svg_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/pool_traces"),
+        only: Vec::new(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        match a.as_str() {
+            // What `cargo bench` passes to every harness.
+            "--bench" => {}
+            "--rounds" => {
+                args.rounds = value("--rounds")?
+                    .parse()
+                    .ok()
+                    .filter(|r| *r > 0)
+                    .ok_or("--rounds wants a positive integer")?;
+            }
+            "--svg-dir" => args.svg_dir = value("--svg-dir")?.into(),
+            "--trace" => args.only.push(value("--trace")?),
+            "--help" | "-h" => {
+                return Err(
+                    "usage: pool_traces [--rounds N] [--svg-dir DIR] [--trace NAME]...\n\
+                     traces: rand_logu xfmr_eager gpt2s_train llama8b_prefill mobilenet_v2"
+                        .into(),
+                );
+            }
+            other => return Err(format!("unknown argument '{other}' (try --help)")),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pool_traces: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let mut traces = traces::all()?;
+    if !args.only.is_empty() {
+        if let Some(bad) = args
+            .only
+            .iter()
+            .find(|n| !traces.iter().any(|t| t.name == n.as_str()))
+        {
+            return Err(format!("no trace named '{bad}'"));
+        }
+        traces.retain(|t| args.only.iter().any(|n| n == t.name));
+    }
+    std::fs::create_dir_all(&args.svg_dir)
+        .map_err(|e| format!("creating {}: {e}", args.svg_dir.display()))?;
+    println!(
+        "pool trace replay: peak reserved / peak live, reservations from the device, thread CPU \
+         ns per allocate+free pair (best of {} interleaved rounds)",
+        args.rounds
+    );
+    println!(
+        "{:<16} {:>8} {:>10} | {:>8} {:>8} {:>9} | {:>8} {:>8} {:>9} | {:>11}",
+        "trace",
+        "allocs",
+        "peak live",
+        "ours",
+        "reserves",
+        "ns/pair",
+        "cubecl",
+        "reserves",
+        "ns/pair",
+        "time ratio"
+    );
+    for trace in &traces {
+        let live = trace.live();
+        let peak_live = live.iter().copied().max().unwrap_or(0).max(1);
+        let ours = replay::<Ours>(trace, true)?;
+        let cubecl = replay::<Cubecl>(trace, true)?;
+        let (mut ns_ours, mut ns_cubecl) = (f64::INFINITY, f64::INFINITY);
+        for round in 0..args.rounds {
+            // Alternate who goes first, so neither always runs on a warmer cache.
+            if round % 2 == 0 {
+                ns_ours = ns_ours.min(timed::<Ours>(trace)?);
+                ns_cubecl = ns_cubecl.min(timed::<Cubecl>(trace)?);
+            } else {
+                ns_cubecl = ns_cubecl.min(timed::<Cubecl>(trace)?);
+                ns_ours = ns_ours.min(timed::<Ours>(trace)?);
+            }
+        }
+        let ratio = |r: &Replay| r.peak_reserved as f64 / peak_live as f64;
+        println!(
+            "{:<16} {:>8} {:>10} | {:>8.3} {:>8} {:>9.1} | {:>8.3} {:>8} {:>9.1} | {:>11.2}",
+            trace.name,
+            trace.allocations,
+            mib(peak_live),
+            ratio(&ours),
+            ours.reserves,
+            ns_ours,
+            ratio(&cubecl),
+            cubecl.reserves,
+            ns_cubecl,
+            ns_ours / ns_cubecl
+        );
+        println!(
+            "    {}; releases: ours {}, cubecl {}",
+            trace.what, ours.releases, cubecl.releases
+        );
+        let doc = svg::chart(
+            &format!("{}: {}", trace.name, trace.what),
+            &[
+                svg::Series {
+                    label: "live (requested)".into(),
+                    colour: "#222",
+                    values: &live,
+                },
+                svg::Series {
+                    label: format!("{} reserved (peak {:.3}x live)", Ours::NAME, ratio(&ours)),
+                    colour: "#1f77b4",
+                    values: &ours.held,
+                },
+                svg::Series {
+                    label: format!(
+                        "{} reserved (peak {:.3}x live)",
+                        Cubecl::NAME,
+                        ratio(&cubecl)
+                    ),
+                    colour: "#ff7f0e",
+                    values: &cubecl.held,
+                },
+            ],
+        );
+        let path = args.svg_dir.join(format!("{}.svg", trace.name));
+        std::fs::write(&path, doc).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    println!("SVGs in {}", args.svg_dir.display());
+    Ok(())
+}
+
+/// Bytes as MiB with one decimal, for the table.
+fn mib(bytes: u64) -> String {
+    format!("{:.1}M", bytes as f64 / f64::from(1 << 20))
+}

@@ -1,0 +1,346 @@
+//! The two pools a trace is replayed through, each over a device that only counts.
+//!
+//! Neither side touches memory: our pool runs over [`CountingBackend`], cubecl's memory management
+//! over [`CountingStorage`]. Both count bytes held and reservations, so the ratios measure the
+//! pools' policies and bookkeeping alone. The host backend would commit real memory (the
+//! `rand_logu` trace peaks above 9 GiB live) and page-fault and zero-fill it, which would swamp
+//! the pool's own cost and is not what a GPU driver call costs either.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use cubecl_server::logging::ServerLogger;
+use cubecl_server::memory_management::{
+    ErrorGraph, ManagedMemoryHandle, MemoryAllocationMode, MemoryConfiguration, MemoryManagement,
+    MemoryManagementOptions, PageUpdate,
+};
+use cubecl_server::server::IoError;
+use cubecl_server::storage::{ComputeStorage, StorageHandle, StorageId, StorageUtilization};
+use tensormem::backend::{
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, DeviceType, Ticket,
+};
+use tensormem::{Allocation, ArenaPool, Error, Op, PoolConfig, Result};
+
+/// Largest single reservation both sides may make (a quarter of an 80 GiB device, what cubecl's
+/// CUDA runtime states as its largest page there).
+pub const MAX_BLOCK: u64 = 20 << 30;
+/// Offset alignment both sides give every allocation.
+pub const ALIGN: u64 = 256;
+
+/// What a device has handed out: bytes held now and at most, reservations and releases.
+#[derive(Default)]
+pub struct Counters {
+    held: AtomicU64,
+    peak: AtomicU64,
+    reserves: AtomicU64,
+    releases: AtomicU64,
+}
+
+impl Counters {
+    fn reserve(&self, size: u64) {
+        let now = self.held.fetch_add(size, Ordering::Relaxed) + size;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+        self.reserves.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn release(&self, size: u64) {
+        self.held.fetch_sub(size, Ordering::Relaxed);
+        self.releases.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Bytes held now.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Most bytes held at once.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Reservations made.
+    pub fn reserves(&self) -> u64 {
+        self.reserves.load(Ordering::Relaxed)
+    }
+
+    /// Reservations returned.
+    pub fn releases(&self) -> u64 {
+        self.releases.load(Ordering::Relaxed)
+    }
+}
+
+/// A pool under test: allocate and free by trace id.
+pub trait Peer {
+    /// Label in the table and the SVG legend.
+    const NAME: &'static str;
+    /// A fresh, empty pool over a fresh counting device.
+    fn create() -> Self;
+    /// Serves the trace's allocation `id`.
+    fn alloc(&mut self, id: u32, size: u64) -> std::result::Result<(), String>;
+    /// Frees the trace's allocation `id`.
+    fn free(&mut self, id: u32) -> std::result::Result<(), String>;
+    /// The device's counters.
+    fn counters(&self) -> &Counters;
+}
+
+/// A backend whose blocks are numbers: no memory, no queue.
+pub struct CountingBackend {
+    caps: Capabilities,
+    counters: Arc<Counters>,
+    blocks: Mutex<HashMap<u64, u64>>,
+    next: AtomicU64,
+}
+
+impl CountingBackend {
+    fn new(counters: Arc<Counters>) -> Self {
+        CountingBackend {
+            caps: Capabilities {
+                backend: "counting",
+                device_name: "counting device (no memory)".into(),
+                device_type: DeviceType::Unknown,
+                binding_align: ALIGN,
+                copy_align: 4,
+                max_block_size: MAX_BLOCK,
+                max_binding_size: MAX_BLOCK,
+                device_host_visible: false,
+                queued_write_max: 0,
+                budget: None,
+            },
+            counters,
+            blocks: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    fn unsupported(what: &str) -> Error {
+        Error::Unsupported {
+            backend: "counting",
+            what: what.into(),
+        }
+    }
+}
+
+impl Backend for CountingBackend {
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.blocks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, desc.size);
+        self.counters.reserve(desc.size);
+        Ok(BlockId(id))
+    }
+
+    fn free_block(&self, block: BlockId) -> Result<()> {
+        let size = self
+            .blocks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&block.0)
+            .ok_or_else(|| Error::invalid(format!("unknown block {}", block.0)))?;
+        self.counters.release(size);
+        Ok(())
+    }
+
+    fn write_mapped(&self, _: BlockId, _: u64, _: &[u8]) -> Result<()> {
+        Err(Self::unsupported("mapped writes"))
+    }
+
+    fn read_mapped(&self, _: BlockId, _: u64, _: &mut [u8]) -> Result<()> {
+        Err(Self::unsupported("mapped reads"))
+    }
+
+    fn copy(&self, _: BlockRange, _: BlockRange) -> Result<Ticket> {
+        Err(Self::unsupported("copies"))
+    }
+
+    fn fill_zero(&self, _: BlockRange) -> Result<Ticket> {
+        Err(Self::unsupported("fills"))
+    }
+
+    fn dispatch(&self, _: &Op, _: &[BlockRange]) -> Result<Ticket> {
+        Err(Self::unsupported("ops"))
+    }
+
+    fn flush(&self) -> Result<Ticket> {
+        Ok(Ticket::DONE)
+    }
+
+    fn completed(&self) -> Result<Ticket> {
+        Ok(Ticket::DONE)
+    }
+
+    fn wait(&self, _: Ticket) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// tensormem's dynamic pool: the device arena pool, default configuration.
+pub struct Ours {
+    pool: ArenaPool,
+    live: Vec<Option<Allocation>>,
+    counters: Arc<Counters>,
+}
+
+/// The one place the bench names the pool API: the pool a runtime gets by default.
+fn our_pool(backend: Arc<dyn Backend>) -> Result<ArenaPool> {
+    ArenaPool::new(backend, PoolConfig::device())
+}
+
+impl Peer for Ours {
+    const NAME: &'static str = "tensormem";
+
+    fn create() -> Self {
+        let counters = Arc::new(Counters::default());
+        let backend = Arc::new(CountingBackend::new(counters.clone()));
+        #[expect(clippy::expect_used, reason = "the default configuration is valid")]
+        let pool = our_pool(backend).expect("default pool");
+        Ours {
+            pool,
+            live: Vec::new(),
+            counters,
+        }
+    }
+
+    fn alloc(&mut self, id: u32, size: u64) -> std::result::Result<(), String> {
+        let a = self
+            .pool
+            .allocate(size, ALIGN, "")
+            .map_err(|e| e.to_string())?;
+        let id = id as usize;
+        if self.live.len() <= id {
+            self.live.resize(id + 1, None);
+        }
+        self.live[id] = Some(a);
+        Ok(())
+    }
+
+    fn free(&mut self, id: u32) -> std::result::Result<(), String> {
+        let a = self
+            .live
+            .get_mut(id as usize)
+            .and_then(Option::take)
+            .ok_or_else(|| format!("free of {id}, which is not live"))?;
+        self.pool.free(a.handle).map_err(|e| e.to_string())
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+impl Drop for Ours {
+    fn drop(&mut self) {
+        // A trace may end with allocations live (rand_logu does): free them so the pool's leak
+        // report stays quiet.
+        for a in self.live.drain(..).flatten() {
+            let _ = self.pool.free(a.handle);
+        }
+    }
+}
+
+/// A cubecl storage whose pages are numbers.
+pub struct CountingStorage {
+    counters: Arc<Counters>,
+    pages: HashMap<StorageId, u64>,
+}
+
+impl ComputeStorage for CountingStorage {
+    type Resource = ();
+
+    fn alignment(&self) -> usize {
+        ALIGN as usize
+    }
+
+    fn get(&mut self, _: &StorageHandle) -> std::result::Result<(), IoError> {
+        Ok(())
+    }
+
+    fn alloc(&mut self, size: u64) -> std::result::Result<StorageHandle, IoError> {
+        let id = StorageId::new();
+        self.pages.insert(id, size);
+        self.counters.reserve(size);
+        Ok(StorageHandle::new(
+            id,
+            StorageUtilization { offset: 0, size },
+        ))
+    }
+
+    fn dealloc(&mut self, id: StorageId) {
+        // Counted as returned at once: the most favourable reading for cubecl.
+        if let Some(size) = self.pages.remove(&id) {
+            self.counters.release(size);
+        }
+    }
+
+    fn flush(&mut self) {}
+
+    fn bytes_allocated(&self) -> u64 {
+        self.counters.held()
+    }
+}
+
+/// cubecl's memory management in its default (`Adaptive`) configuration. A free is the drop of
+/// the handle, as in cubecl's servers; the server's page relocation (copies) is not exercised.
+pub struct Cubecl {
+    memory: MemoryManagement<CountingStorage>,
+    errors: ErrorGraph,
+    live: Vec<Option<ManagedMemoryHandle>>,
+    counters: Arc<Counters>,
+}
+
+impl Peer for Cubecl {
+    const NAME: &'static str = "cubecl";
+
+    fn create() -> Self {
+        let counters = Arc::new(Counters::default());
+        let storage = CountingStorage {
+            counters: counters.clone(),
+            pages: HashMap::new(),
+        };
+        let memory = MemoryManagement::from_configuration(
+            storage,
+            &cubecl_ir::MemoryDeviceProperties::new(MAX_BLOCK, ALIGN),
+            MemoryConfiguration::Adaptive,
+            Arc::new(ServerLogger::default()),
+            MemoryManagementOptions::new("bench").mode(MemoryAllocationMode::Auto),
+        );
+        Cubecl {
+            memory,
+            errors: ErrorGraph::default(),
+            live: Vec::new(),
+            counters,
+        }
+    }
+
+    fn alloc(&mut self, id: u32, size: u64) -> std::result::Result<(), String> {
+        let h = self
+            .memory
+            .reserve(size, PageUpdate::Allow, &mut self.errors)
+            .map_err(|e| e.to_string())?;
+        let id = id as usize;
+        if self.live.len() <= id {
+            self.live.resize(id + 1, None);
+        }
+        self.live[id] = Some(h);
+        Ok(())
+    }
+
+    fn free(&mut self, id: u32) -> std::result::Result<(), String> {
+        self.live
+            .get_mut(id as usize)
+            .and_then(Option::take)
+            .map(drop)
+            .ok_or_else(|| format!("free of {id}, which is not live"))
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
