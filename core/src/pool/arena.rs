@@ -32,6 +32,10 @@ use crate::{Error, Result};
 /// Largest alignment a pool accepts, in bytes (1 GiB).
 pub const MAX_ALIGN: u64 = 1 << 30;
 
+const SMALL_MAX: u64 = 1 << 20;
+const GRANULE: u64 = 64 << 10;
+const GROWTH_DIVISOR: u64 = 8;
+
 /// Default block size of an arena pool: 32 MiB.
 pub const DEFAULT_BLOCK_SIZE: u64 = 32 << 20;
 
@@ -138,6 +142,7 @@ struct Block {
     id: BlockId,
     size: u64,
     tlsf: Tlsf,
+    small: bool,
 }
 
 struct Live {
@@ -409,13 +414,22 @@ impl ArenaPool {
         size: u64,
         align: u64,
     ) -> Result<Option<(usize, Region)>> {
-        for (i, b) in st.blocks.iter_mut().enumerate() {
-            let Some(b) = b else { continue };
-            if b.size < size {
-                continue;
-            }
-            if let Some(region) = b.tlsf.allocate(size, align)? {
-                return Ok(Some((i, region)));
+        let small = size <= SMALL_MAX;
+        let mut order: Vec<(u64, usize)> = st
+            .blocks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| {
+                let b = b.as_ref()?;
+                (b.small == small && b.tlsf.free_bytes() >= size).then(|| (b.tlsf.free_bytes(), i))
+            })
+            .collect();
+        order.sort_unstable();
+        for (_, i) in order {
+            if let Some(b) = st.blocks[i].as_mut() {
+                if let Some(region) = b.tlsf.allocate(size, align)? {
+                    return Ok(Some((i, region)));
+                }
             }
         }
         Ok(None)
@@ -436,7 +450,31 @@ impl ArenaPool {
             .copy_align
             .max(1)
             .next_power_of_two();
-        let want = size.max(self.config.block_size);
+        let small = size <= SMALL_MAX;
+        // Consolidate: the class's empty blocks go back and their bytes join the new block.
+        let mut folded = 0;
+        let mut class_reserved = 0;
+        for i in 0..st.blocks.len() {
+            let Some(b) = st.blocks[i].as_ref() else {
+                continue;
+            };
+            if b.small != small {
+                continue;
+            }
+            if b.tlsf.is_empty() {
+                if let Some(b) = st.blocks[i].take() {
+                    self.backend.free_block(b.id)?;
+                    folded += b.size;
+                    st.stats.reserved -= b.size;
+                    st.stats.blocks -= 1;
+                    st.stats.blocks_freed += 1;
+                }
+            } else {
+                class_reserved += b.size;
+            }
+        }
+        let step = (class_reserved / GROWTH_DIVISOR).min(self.config.block_size);
+        let want = round_up((size + folded).max(step), GRANULE).unwrap_or(size);
         for attempt in 0..2 {
             let room = self
                 .config
@@ -474,6 +512,7 @@ impl ArenaPool {
                         id,
                         size: block_size,
                         tlsf,
+                        small,
                     });
                     if let Some(t) = &st.tracer {
                         t.record(EventKind::BlockReserve {

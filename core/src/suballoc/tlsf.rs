@@ -241,6 +241,11 @@ impl Tlsf {
         self.capacity
     }
 
+    /// Bytes in free blocks.
+    pub fn free_bytes(&self) -> u64 {
+        self.free_bytes
+    }
+
     /// True when no region is live (the whole range is one free block).
     pub fn is_empty(&self) -> bool {
         self.allocations == 0
