@@ -440,6 +440,15 @@ impl DevicePool for ArenaPool {
     }
 
     fn cancel(&self, handle: Handle) -> Result<()> {
+        // Work the failed step queued before failing (a guard's staging copy, say) may still
+        // target the region and its fresh block: let it finish before anything is released. A
+        // block freed under a queued copy crashed lavapipe's worker. If the backend cannot say,
+        // the region still returns but a fresh block stays reserved until a trim.
+        let drained = self
+            .backend
+            .flush()
+            .and_then(|t| self.backend.wait(t))
+            .is_ok();
         let mut st = self.lock();
         let live = st.slots.remove(handle)?;
         let size = live.region.size;
@@ -449,7 +458,7 @@ impl DevicePool for ArenaPool {
         let block = live.block;
         self.release(&mut st, block, live.region, handle)?;
         let empty = st.blocks[block].as_ref().is_some_and(|b| b.tlsf.is_empty());
-        if live.fresh_block && empty && self.release_block(&mut st, block).is_ok() {
+        if drained && live.fresh_block && empty && self.release_block(&mut st, block).is_ok() {
             // As if the block had never been reserved. (If the backend refused to take it back,
             // it stays as an idle block that the next trim returns.)
             st.stats.blocks_allocated -= 1;
