@@ -28,3 +28,10 @@ minilm_cache="${TENSORMEM_CACHE:-$HOME/.cache/tensormem}/minilm/model.safetensor
 [ -f "$minilm_cache" ] || export GPU_CHECK_ALLOW_NO_MINILM=1
 scripts/gpu-check.sh prepare
 scripts/gpu-check.sh dry-run
+
+# The browser build: wasm32 + WebGPU in headless Chromium (conformance cases, negative control,
+# the MNIST sample page). Installs its toolchain on first use; TENSORMEM_SKIP_BROWSER=1 skips it
+# for a quick local run (CI never sets it).
+if [ "${TENSORMEM_SKIP_BROWSER:-0}" != 1 ]; then
+    scripts/browser-test.sh
+fi

@@ -3,15 +3,18 @@
 //! Every method first checks the device's health (lost device, uncaptured errors), then
 //! validates everything wgpu would otherwise reject through its panicking error handler:
 //! block ids, bounds, 4-byte alignment, usages, binding sizes. Only then does it touch wgpu.
+//! The non-blocking completion methods live in `poll`.
+
+use std::task::{Context, Poll};
 
 use tensormem::ops::Op;
 use tensormem::{
-    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, MemoryKind, Result, Ticket,
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, HostAccess, Result, Ticket,
 };
 
 use crate::blocks::{Block, MapState};
-use crate::conv::{align_down, align_up, buffer_usages};
-use crate::error::{lock, map_poll_error, map_scope_error};
+use crate::conv::{align_up, buffer_usages};
+use crate::error::{lock, map_poll_error};
 use crate::mapping;
 use crate::{State, WgpuBackend};
 
@@ -32,7 +35,7 @@ fn zero_copy(caps: &Capabilities) -> bool {
 impl WgpuBackend {
     /// Submits the open batch if `block` is used by it, so a mapping can complete, and returns
     /// the submission index of the block's last use while it may still be in flight.
-    fn prepare_host_access(
+    pub(crate) fn prepare_host_access(
         &self,
         state: &mut State,
         id: BlockId,
@@ -45,6 +48,7 @@ impl WgpuBackend {
     }
 
     /// Submits the open batch and blocks until it (and everything before it) finished.
+    #[cfg(not(target_arch = "wasm32"))]
     fn submit_and_wait(&self, state: &mut State) -> Result<()> {
         let ticket = state.timeline.submit(&self.queue);
         if let Some(index) = state.timeline.submission(ticket) {
@@ -60,7 +64,8 @@ impl WgpuBackend {
     }
 
     /// Reads an `Upload` block (not mappable for reading in WebGPU) through a temporary
-    /// readback buffer: copy, submit, wait, map.
+    /// readback buffer: copy, submit, wait, map. Native only: it blocks.
+    #[cfg(not(target_arch = "wasm32"))]
     fn read_emulated(
         &self,
         state: &mut State,
@@ -68,7 +73,7 @@ impl WgpuBackend {
         offset: u64,
         out: &mut [u8],
     ) -> Result<()> {
-        let lo = align_down(offset, wgpu::COPY_BUFFER_ALIGNMENT);
+        let lo = crate::conv::align_down(offset, wgpu::COPY_BUFFER_ALIGNMENT);
         let end = offset + out.len() as u64;
         let hi = align_up(end, wgpu::COPY_BUFFER_ALIGNMENT)
             .ok_or_else(|| Error::invalid(format!("wgpu: range end {end} overflows")))?;
@@ -90,10 +95,11 @@ impl WgpuBackend {
         self.submit_and_wait(state)?;
         let mut tmp_block = Block {
             buffer: tmp,
-            kind: MemoryKind::Readback,
+            kind: tensormem::MemoryKind::Readback,
             size: hi - lo,
             map: MapState::Unmapped,
             last_use: 0,
+            pending: None,
         };
         mapping::ensure_mapped(
             &self.device,
@@ -103,6 +109,24 @@ impl WgpuBackend {
             self.config.wait_timeout,
         )?;
         mapping::read(&tmp_block, offset - lo, out)
+    }
+
+    /// Maps `block` for `state` before host access: natively waiting as needed; in a browser the
+    /// block must already be mapped (by an awaited `poll_host_access`).
+    fn map_for_host(&self, state: &mut State, block: BlockId, map: MapState) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let last_use = self.prepare_host_access(state, block)?;
+            mapping::ensure_mapped(
+                &self.device,
+                state.blocks.get_mut(block)?,
+                map,
+                last_use,
+                self.config.wait_timeout,
+            )
+        }
+        #[cfg(target_arch = "wasm32")]
+        mapping::ensure_mapped(state.blocks.get_mut(block)?, map)
     }
 
     /// Checks a device-side range: known block, in bounds, 4-byte aligned, non-empty.
@@ -141,7 +165,12 @@ impl Backend for WgpuBackend {
             desc.size
         );
         let size = align_up(desc.size, wgpu::COPY_BUFFER_ALIGNMENT).unwrap_or(desc.size);
+        // Natively error scopes turn out-of-memory into a retryable error at this call. In a
+        // browser popping a scope is a promise this synchronous call cannot await: the
+        // uncaptured-error handler reports it on the next call instead.
+        #[cfg(not(target_arch = "wasm32"))]
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        #[cfg(not(target_arch = "wasm32"))]
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(desc.label),
@@ -149,10 +178,17 @@ impl Backend for WgpuBackend {
             usage: buffer_usages(desc.kind, zero_copy(&self.caps)),
             mapped_at_creation: false,
         });
-        let invalid = pollster::block_on(validation.pop());
-        let out_of_memory = pollster::block_on(oom.pop());
-        if let Some(error) = out_of_memory.or(invalid) {
-            return Err(map_scope_error(error, "Device::create_buffer", desc.size));
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let invalid = pollster::block_on(validation.pop());
+            let out_of_memory = pollster::block_on(oom.pop());
+            if let Some(error) = out_of_memory.or(invalid) {
+                return Err(crate::error::map_scope_error(
+                    error,
+                    "Device::create_buffer",
+                    desc.size,
+                ));
+            }
         }
         Ok(lock(&self.state).blocks.insert(
             desc.kind,
@@ -191,18 +227,15 @@ impl Backend for WgpuBackend {
             self.queue.write_buffer(&buffer, offset, data);
             let ticket = state.timeline.enqueued();
             state.blocks.get_mut(block)?.last_use = ticket;
+            // Natively the contract's write is synchronous. In a browser the next mapping of
+            // the block completes only after this write anyway.
+            #[cfg(not(target_arch = "wasm32"))]
             return self.submit_and_wait(state);
+            #[cfg(target_arch = "wasm32")]
+            return Ok(());
         }
-        let last_use = self.prepare_host_access(state, block)?;
-        let b = state.blocks.get_mut(block)?;
-        mapping::ensure_mapped(
-            &self.device,
-            b,
-            MapState::Write,
-            last_use,
-            self.config.wait_timeout,
-        )?;
-        mapping::write(b, offset, data)
+        self.map_for_host(state, block, MapState::Write)?;
+        mapping::write(state.blocks.get(block)?, offset, data)
     }
 
     fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
@@ -219,18 +252,16 @@ impl Backend for WgpuBackend {
         }
         if !b.buffer.usage().contains(wgpu::BufferUsages::MAP_READ) {
             // An Upload block: WebGPU maps it for writing only.
+            #[cfg(not(target_arch = "wasm32"))]
             return self.read_emulated(state, block, offset, out);
+            #[cfg(target_arch = "wasm32")]
+            return Err(mapping::not_host_visible(
+                b,
+                "read_mapped (of an upload block)",
+            ));
         }
-        let last_use = self.prepare_host_access(state, block)?;
-        let b = state.blocks.get_mut(block)?;
-        mapping::ensure_mapped(
-            &self.device,
-            b,
-            MapState::Read,
-            last_use,
-            self.config.wait_timeout,
-        )?;
-        mapping::read(b, offset, out)
+        self.map_for_host(state, block, MapState::Read)?;
+        mapping::read(state.blocks.get(block)?, offset, out)
     }
 
     fn write_queued(&self, dst: BlockRange, data: &[u8]) -> Result<Option<Ticket>> {
@@ -347,7 +378,7 @@ impl Backend for WgpuBackend {
         let mut guard = lock(&self.state);
         let state = &mut *guard;
         let mut operands = Vec::with_capacity(bindings.len());
-        for range in bindings {
+        for (i, range) in bindings.iter().enumerate() {
             // Bounds stay checked here (wgpu would panic on them); the rest is the front's.
             Self::check_device_range(state, *range, "binding")?;
             debug_assert!(
@@ -355,15 +386,54 @@ impl Backend for WgpuBackend {
                     && range.size <= self.caps.max_binding_size,
                 "wgpu: binding {range:?} (the front refuses it)"
             );
+            // Inputs may alias each other (`x + x`): kernels only read them (the front refuses
+            // outputs that overlap another operand). WebGPU forbids two overlapping writable
+            // storage bindings in one dispatch, and every operand is `read_write` in the WGSL
+            // ABI, so an input overlapping an earlier one is bound as a copy.
+            let aliased = bindings[..i].iter().any(|other| {
+                other.block == range.block
+                    && range.offset < other.offset + other.size
+                    && other.offset < range.offset + range.size
+            });
             let b = state.blocks.get_mut(range.block)?;
             Self::check_usage(b, wgpu::BufferUsages::STORAGE, "kernel operand")?;
             b.unmap();
-            operands.push((b.buffer.clone(), range.offset, range.size));
+            let buffer = b.buffer.clone();
+            if aliased {
+                let copy = self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("tensormem aliased input"),
+                    size: range.size,
+                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                state.timeline.encoder(&self.device).copy_buffer_to_buffer(
+                    &buffer,
+                    range.offset,
+                    &copy,
+                    0,
+                    range.size,
+                );
+                operands.push((copy, 0, range.size));
+            } else {
+                operands.push((buffer, range.offset, range.size));
+            }
         }
+        let completed = state.timeline.completed();
+        let params = state.params.push(
+            &self.device,
+            &self.queue,
+            kernel.params_bytes(),
+            state.timeline.open(),
+            completed,
+        )?;
         let encoder = state.timeline.encoder(&self.device);
-        state
-            .kernels
-            .record(&self.device, encoder, &kernel, &operands)?;
+        state.kernels.record(
+            &self.device,
+            encoder,
+            &kernel,
+            &operands,
+            (&params.0, params.1),
+        )?;
         let ticket = state.timeline.enqueued();
         for range in bindings {
             state.blocks.get_mut(range.block)?.last_use = ticket;
@@ -390,6 +460,20 @@ impl Backend for WgpuBackend {
         Ok(Ticket(done))
     }
 
+    fn poll_ticket(&self, ticket: Ticket, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.poll_ticket_impl(ticket, cx)
+    }
+
+    fn poll_host_access(
+        &self,
+        block: BlockId,
+        access: HostAccess,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<()>> {
+        self.poll_host_access_impl(block, access, cx)
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
     fn wait(&self, ticket: Ticket) -> Result<()> {
         self.health.check()?;
         let index = {

@@ -7,6 +7,8 @@
 
 use tensormem::MemoryKind;
 
+use crate::mapping::PendingMap;
+
 /// How a block's buffer is currently mapped.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum MapState {
@@ -32,12 +34,15 @@ pub(crate) struct Block {
     pub(crate) map: MapState,
     /// Ticket of the last submission that uses the block (0: never used by the device).
     pub(crate) last_use: u64,
+    /// A mapping started by `poll_host_access` and not yet observed complete. Invariant: `Some`
+    /// only while `map` is `Unmapped`.
+    pub(crate) pending: Option<PendingMap>,
 }
 
 impl Block {
-    /// Unmaps the buffer if it is mapped, so the GPU may use it.
+    /// Unmaps the buffer if it is mapped (or cancels a pending mapping), so the GPU may use it.
     pub(crate) fn unmap(&mut self) {
-        if self.map != MapState::Unmapped {
+        if self.map != MapState::Unmapped || self.pending.take().is_some() {
             self.buffer.unmap();
             self.map = MapState::Unmapped;
         }
@@ -63,6 +68,7 @@ impl Block {
             size,
             map: MapState::Unmapped,
             last_use: 0,
+            pending: None,
         }
     }
 }

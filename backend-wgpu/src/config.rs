@@ -23,8 +23,8 @@ pub struct WgpuConfig {
     /// mappable and every transfer goes through `Upload`/`Readback` blocks and device copies.
     /// Default `false`. On lavapipe, `true` is how CI tests the code path a discrete GPU takes.
     pub force_staging: bool,
-    /// Native APIs to look for an adapter on (`WgpuBackend::new` only). Default: Vulkan, Metal,
-    /// DX12 and GL; `wgpu::Backends::from_env()` (`WGPU_BACKEND`) overrides it in
+    /// APIs to look for an adapter on (`WgpuBackend::new` only). Default: Vulkan, Metal, DX12
+    /// and GL natively, the browser's WebGPU on `wasm32`; `wgpu::Backends::from_env()` (`WGPU_BACKEND`) overrides it in
     /// [`WgpuConfig::from_env`].
     pub backends: wgpu::Backends,
     /// Adapter preference (`WgpuBackend::new` only). Default `HighPerformance`.
@@ -41,7 +41,11 @@ impl Default for WgpuConfig {
     fn default() -> Self {
         WgpuConfig {
             force_staging: false,
-            backends: wgpu::Backends::PRIMARY | wgpu::Backends::GL,
+            backends: if cfg!(target_arch = "wasm32") {
+                wgpu::Backends::BROWSER_WEBGPU
+            } else {
+                wgpu::Backends::PRIMARY | wgpu::Backends::GL
+            },
             power_preference: wgpu::PowerPreference::HighPerformance,
             queued_write_max: DEFAULT_QUEUED_WRITE_MAX,
             wait_timeout: Some(Duration::from_secs(60)),

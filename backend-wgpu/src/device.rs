@@ -1,6 +1,6 @@
 //! Creating or adopting the wgpu device, and reading its [`Capabilities`].
 //!
-//! `create` walks instance → adapter → device and turns every failure into
+//! `create_async` walks instance → adapter → device and turns every failure into
 //! [`Error::BackendUnavailable`] with a reason a user can act on. `capabilities` derives the
 //! contract's numbers from the device's limits, features and adapter type.
 
@@ -10,28 +10,32 @@ use crate::config::WgpuConfig;
 use crate::conv::is_unified_memory;
 use crate::error::BACKEND;
 
-/// Creates an instance, picks an adapter and opens a device with the adapter's full limits.
+/// Creates an instance, picks an adapter and opens a device with the adapter's full limits (in
+/// a browser: the WebGPU adapter's limits, e.g. Chromium's 128 MiB storage binding and 256 MiB
+/// buffer, which `capabilities` then reports).
 ///
 /// # Errors
 /// [`Error::BackendUnavailable`] when no adapter is found or the device cannot be opened.
-pub(crate) fn create(config: &WgpuConfig) -> Result<(wgpu::Device, wgpu::Queue)> {
+pub(crate) async fn create_async(config: &WgpuConfig) -> Result<(wgpu::Device, wgpu::Queue)> {
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
     desc.backends = config.backends;
     let instance = wgpu::Instance::new(desc);
-    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
-        power_preference: config.power_preference,
-        force_fallback_adapter: false,
-        compatible_surface: None,
-        ..Default::default()
-    }))
-    .map_err(|e| Error::BackendUnavailable {
-        backend: BACKEND,
-        reason: format!(
-            "no adapter for backends {:?}: {e} (on a machine without a GPU, install \
+    let adapter = instance
+        .request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: config.power_preference,
+            force_fallback_adapter: false,
+            compatible_surface: None,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| Error::BackendUnavailable {
+            backend: BACKEND,
+            reason: format!(
+                "no adapter for backends {:?}: {e} (on a machine without a GPU, install \
              `libvulkan1 mesa-vulkan-drivers` for lavapipe)",
-            config.backends
-        ),
-    })?;
+                config.backends
+            ),
+        })?;
     let info = adapter.get_info();
     let mut required_features = wgpu::Features::empty();
     if wants_zero_copy(config, &adapter.features(), info.device_type) {
@@ -43,15 +47,16 @@ pub(crate) fn create(config: &WgpuConfig) -> Result<(wgpu::Device, wgpu::Queue)>
         required_limits: adapter.limits(),
         ..Default::default()
     };
-    pollster::block_on(adapter.request_device(&device_desc)).map_err(|e| {
-        Error::BackendUnavailable {
+    adapter
+        .request_device(&device_desc)
+        .await
+        .map_err(|e| Error::BackendUnavailable {
             backend: BACKEND,
             reason: format!(
                 "adapter {} ({:?}) refused a device: {e}",
                 info.name, info.backend
             ),
-        }
-    })
+        })
 }
 
 /// Whether device-local blocks should be mappable: a unified-memory adapter that supports

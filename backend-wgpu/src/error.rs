@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tensormem::{Error, OomReport};
+use tensormem::{Error, TicketWakers};
 
 /// Backend name used in every error.
 pub(crate) const BACKEND: &str = "wgpu";
@@ -33,15 +33,21 @@ impl Health {
 
     /// Installs the device-lost callback and the uncaptured-error handler on `device`.
     ///
-    /// Both replace whatever the application installed before (wgpu keeps one of each).
-    pub(crate) fn install(device: &wgpu::Device) -> Arc<Health> {
+    /// Both replace whatever the application installed before (wgpu keeps one of each). A lost
+    /// device wakes every task in `wakers`: their tickets may never complete, and each must see
+    /// the error.
+    pub(crate) fn install(device: &wgpu::Device, wakers: Arc<Mutex<TicketWakers>>) -> Arc<Health> {
         let health = Arc::new(Health::default());
         let on_lost = Arc::clone(&health);
         device.set_device_lost_callback(move |reason, message| {
-            let mut lost = lock(&on_lost.lost);
-            if lost.is_none() {
-                *lost = Some(format!("{reason:?}: {message}"));
+            {
+                let mut lost = lock(&on_lost.lost);
+                if lost.is_none() {
+                    *lost = Some(format!("{reason:?}: {message}"));
+                }
             }
+            let woken = lock(&wakers).take_all();
+            woken.into_iter().for_each(std::task::Waker::wake);
         });
         let on_error = Arc::clone(&health);
         device.on_uncaptured_error(Arc::new(move |error: wgpu::Error| {
@@ -88,13 +94,15 @@ impl Health {
 /// Maps an error caught by an error scope around `api` for a request of `size` bytes.
 ///
 /// `OutOfMemory` becomes [`Error::OutOfMemory`] (retryable: frees may be pending);
-/// validation and internal errors become [`Error::Backend`] with wgpu's message.
+/// validation and internal errors become [`Error::Backend`] with wgpu's message. Native only: a
+/// browser's scopes resolve as promises a synchronous call cannot await.
+#[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn map_scope_error(error: wgpu::Error, api: &'static str, size: u64) -> Error {
     match error {
-        wgpu::Error::OutOfMemory { .. } => Error::OutOfMemory(Box::new(OomReport {
+        wgpu::Error::OutOfMemory { .. } => Error::OutOfMemory(Box::new(tensormem::OomReport {
             pool: "wgpu device".into(),
             requested: size,
-            ..OomReport::default()
+            ..tensormem::OomReport::default()
         })),
         other => Error::Backend {
             backend: BACKEND,

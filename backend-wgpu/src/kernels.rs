@@ -7,17 +7,17 @@
 //! from the shader) lets every pipeline with the same operand count share one bind group layout.
 //!
 //! Each dispatch binds its operands as `(buffer, offset, size)` ranges, so planner-assigned
-//! offsets inside one arena work unchanged, and gets its own 64-byte uniform buffer created with
-//! its contents (`create_buffer_init`). A fresh buffer per dispatch needs no ring and no
-//! ordering against `queue.write_buffer`; wgpu frees it when the dispatch completes.
+//! offsets inside one arena work unchanged, and its 64-byte uniform block as a slot of the
+//! parameter ring (`params`).
+//!
+//! Compilation errors are caught by an error scope natively. In a browser popping a scope is a
+//! promise that cannot be awaited inside a synchronous call, so there the uncaptured-error handler
+//! reports them on the next call instead (see `error::Health`).
 
 use std::collections::HashMap;
 
 use tensormem::Result;
 use tensormem::ops::wgsl::Kernel;
-use wgpu::util::DeviceExt;
-
-use crate::error::map_scope_error;
 
 /// Layouts shared by every kernel with the same operand count.
 #[derive(Debug)]
@@ -92,6 +92,7 @@ impl KernelCache {
             return Ok(p.clone());
         }
         let layout = &self.layout(device, kernel.bindings).pipeline;
+        #[cfg(not(target_arch = "wasm32"))]
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(kernel.key),
@@ -105,15 +106,21 @@ impl KernelCache {
             compilation_options: Default::default(),
             cache: None,
         });
+        #[cfg(not(target_arch = "wasm32"))]
         if let Some(error) = pollster::block_on(scope.pop()) {
-            return Err(map_scope_error(error, "Device::create_compute_pipeline", 0));
+            return Err(crate::error::map_scope_error(
+                error,
+                "Device::create_compute_pipeline",
+                0,
+            ));
         }
         self.pipelines.insert(kernel.key, pipeline.clone());
         Ok(pipeline)
     }
 
     /// Records one dispatch of `kernel` over `operands` (`(buffer, offset, size)`, already
-    /// validated) into `encoder`.
+    /// validated) into `encoder`, with its parameters at `params` (a ring slot holding
+    /// `kernel.params_bytes()`).
     ///
     /// # Errors
     /// As [`KernelCache::pipeline`].
@@ -123,14 +130,10 @@ impl KernelCache {
         encoder: &mut wgpu::CommandEncoder,
         kernel: &Kernel,
         operands: &[(wgpu::Buffer, u64, u64)],
+        params: (&wgpu::Buffer, u64),
     ) -> Result<()> {
         debug_assert_eq!(operands.len(), kernel.bindings);
         let pipeline = self.pipeline(device, kernel)?;
-        let params = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("tensormem op params"),
-            contents: kernel.params_bytes(),
-            usage: wgpu::BufferUsages::UNIFORM,
-        });
         let mut entries: Vec<wgpu::BindGroupEntry<'_>> = Vec::with_capacity(operands.len() + 1);
         for (i, (buffer, offset, size)) in operands.iter().enumerate() {
             entries.push(wgpu::BindGroupEntry {
@@ -144,7 +147,11 @@ impl KernelCache {
         }
         entries.push(wgpu::BindGroupEntry {
             binding: operands.len() as u32,
-            resource: params.as_entire_binding(),
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: params.0,
+                offset: params.1,
+                size: wgpu::BufferSize::new(kernel.params_bytes().len() as u64),
+            }),
         });
         let layout = &self.layout(device, kernel.bindings).bind_group;
         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {

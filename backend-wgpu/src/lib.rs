@@ -1,4 +1,4 @@
-//! # tensormem-wgpu: the tensormem backend on WebGPU (wgpu 30, native)
+//! # tensormem-wgpu: the tensormem backend on WebGPU (wgpu 30, native and in a browser)
 //!
 //! [`WgpuBackend`] implements [`tensormem::Backend`]: blocks are `wgpu::Buffer`s, device work is
 //! batched into command encoders and submitted on the device's one queue, tickets are
@@ -26,7 +26,14 @@
 //!   MAP_WRITE` and `device_host_visible` is reported, so pools skip staging.
 //!   [`WgpuConfig::force_staging`] turns this off, which is how CI exercises the discrete-GPU path
 //!   on lavapipe. Discrete GPUs never take it: mapped VRAM is slow or scarce.
-//! * **Synchronous mapping over async `map_async`.** Host access maps the whole buffer and polls
+//! * **Completion never has to block** (`poll`). `poll_ticket` / `poll_host_access` register the
+//!   caller's waker with the `onSubmittedWorkDone` / `mapAsync` callbacks, which wake it; in a
+//!   browser (`wasm32`, the `webgpu` backend, [`WgpuBackend::new_async`]) that is the only way to
+//!   wait, and no `pollster` or blocking `Device::poll` is compiled there.
+//! * **Kernel parameters from a pooled ring** (`params`): 64 KiB uniform buffers carved by core's
+//!   ring allocator, slots reused once their dispatch's ticket completes, never a buffer per
+//!   dispatch.
+//! * **Synchronous mapping over async `map_async` (native).** Host access maps the whole buffer and polls
 //!   the device until the callback fires; the mapping is kept until the block is next handed to
 //!   the GPU (wgpu forbids mapped buffers in submissions), so repeated writes cost one map.
 //!   Mapped views need 8-byte-aligned starts; the backend widens the view itself, so
@@ -63,12 +70,18 @@
 //!   blocks rather than write one block while the GPU copies from another part of it.
 //! * Host reads of `Upload` blocks and host writes of `Readback` blocks (which WebGPU cannot
 //!   map that way) are emulated with a device copy and a wait: correct, slow, off the hot path.
-//! * Each dispatch creates a 64-byte uniform buffer and a bind group; fine for inference-sized
-//!   ops, measurable for thousands of tiny dispatches.
+//! * Each dispatch creates a bind group (its parameters come from the pooled ring); fine for
+//!   inference-sized ops, measurable for thousands of tiny dispatches.
 //! * An output of a dispatch must not overlap another operand (no in-place ops, as the WGSL ABI
-//!   requires); inputs may alias each other.
-//! * One mutex guards the block table, the open batch and the pipeline cache; blocking waits
-//!   for mapping happen under it.
+//!   requires). Inputs may alias each other; since WebGPU forbids overlapping writable storage
+//!   bindings in one dispatch, an aliasing input is bound as a device copy (one temporary buffer).
+//! * In a browser, out-of-memory and validation errors surface on the next call (through the
+//!   uncaptured-error handler), not at the call that caused them: error scopes are promises there.
+//! * One mutex guards the block table, the open batch and the pipeline cache; natively, blocking
+//!   waits for mapping happen under it.
+//! * Natively, awaiting a ticket or a mapping polls the device each time the executor polls the
+//!   future (wgpu runs callbacks only inside `Device::poll`): a busy wait; prefer the blocking
+//!   forms there.
 //! * `budget` is `None`: wgpu reports no heap size or memory budget.
 //! * A binding above `max_storage_buffer_binding_size` (128 MiB on lavapipe) is
 //!   `Error::TooLarge`; larger tensors must be split by the caller.
@@ -81,17 +94,20 @@ mod device;
 mod error;
 mod kernels;
 mod mapping;
+mod params;
+mod poll;
 mod timeline;
 
 use std::sync::{Arc, Mutex};
 
-use tensormem::{Capabilities, Result};
+use tensormem::{Capabilities, Result, TicketWakers};
 
 pub use config::{DEFAULT_QUEUED_WRITE_MAX, FORCE_STAGING_ENV, WgpuConfig};
 
 use blocks::BlockTable;
 use error::Health;
 use kernels::KernelCache;
+use params::ParamRing;
 use timeline::Timeline;
 
 /// The wgpu backend: one device and its queue. See the crate doc for the design.
@@ -111,17 +127,33 @@ struct State {
     blocks: BlockTable,
     timeline: Timeline,
     kernels: KernelCache,
+    /// Uniform blocks of the dispatches' kernel parameters.
+    params: ParamRing,
 }
 
 impl WgpuBackend {
     /// Creates an instance, adapter and device (the adapter's full limits, plus
     /// `MAPPABLE_PRIMARY_BUFFERS` on unified memory unless staging is forced).
     ///
+    /// Native only (it blocks on wgpu's adapter and device requests); see
+    /// [`WgpuBackend::new_async`].
+    ///
     /// # Errors
     /// [`tensormem::Error::BackendUnavailable`] when no adapter is found (no driver; on a
     /// machine without a GPU install `libvulkan1 mesa-vulkan-drivers`) or no device opens.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn new(config: WgpuConfig) -> Result<Self> {
-        let (device, queue) = device::create(&config)?;
+        pollster::block_on(Self::new_async(config))
+    }
+
+    /// [`WgpuBackend::new`] without blocking: the only form in a browser, where the adapter and
+    /// device requests are promises.
+    ///
+    /// # Errors
+    /// As [`WgpuBackend::new`]; in a browser without WebGPU (or with it disabled) no adapter is
+    /// found.
+    pub async fn new_async(config: WgpuConfig) -> Result<Self> {
+        let (device, queue) = device::create_async(&config).await?;
         Ok(Self::from_device(device, queue, config))
     }
 
@@ -133,8 +165,10 @@ impl WgpuBackend {
     /// application's: wgpu keeps one of each. Uncaptured errors of the application's own work
     /// are then reported by this backend's next call.
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue, config: WgpuConfig) -> Self {
-        let health = Health::install(&device);
+        let wakers = Arc::new(Mutex::new(TicketWakers::default()));
+        let health = Health::install(&device, Arc::clone(&wakers));
         let caps = device::capabilities(&device, &config);
+        let params = ParamRing::new(&device);
         WgpuBackend {
             device,
             queue,
@@ -143,8 +177,9 @@ impl WgpuBackend {
             health,
             state: Mutex::new(State {
                 blocks: BlockTable::new(error::BACKEND),
-                timeline: Timeline::default(),
+                timeline: Timeline::new(wakers),
                 kernels: KernelCache::default(),
+                params,
             }),
         }
     }
@@ -172,6 +207,12 @@ impl WgpuBackend {
     /// Number of compiled op pipelines (each kernel key compiles once).
     pub fn compiled_pipelines(&self) -> usize {
         error::lock(&self.state).kernels.pipelines()
+    }
+
+    /// Number of 64 KiB uniform buffers in the kernel-parameter ring. It grows only while every
+    /// slot is used by work not yet completed, so it stays small when work completes.
+    pub fn param_ring_buffers(&self) -> usize {
+        error::lock(&self.state).params.buffers()
     }
 
     /// Whether the wgpu device reported itself lost.

@@ -1,6 +1,12 @@
-//! Synchronous host access to mappable blocks over wgpu's asynchronous mapping.
+//! Host access to mappable blocks over wgpu's asynchronous mapping: polled (every target) and
+//! synchronous (native only).
 //!
-//! wgpu maps with `map_async` + a callback that fires during `Device::poll`. [`ensure_mapped`]
+//! [`start`] and [`poll_pending`] are the non-blocking form behind `Backend::poll_host_access`:
+//! the `map_async` callback records the outcome and wakes the awaiting task (in a browser it
+//! fires when WebGPU resolves `mapAsync`'s promise). On `wasm32` that is the only form: a
+//! `read_mapped` / `write_mapped` on a block that is not mapped yet is an error, never a block.
+//!
+//! Natively wgpu's callbacks fire during `Device::poll`. [`ensure_mapped`]
 //! maps the *whole* buffer in the needed mode and polls until the callback has fired: first a
 //! non-blocking poll (the usual case: the buffer is idle), then a blocking wait for the
 //! submission that last used the block. The mapping is kept afterwards, so a run of writes into
@@ -10,15 +16,14 @@
 //! the contract only promises 4-aligned offsets: [`write`] and [`read`] widen the view to the
 //! enclosing aligned range and copy the requested bytes inside it.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
 use tensormem::{Error, Result};
 
 use crate::blocks::{Block, MapState};
 use crate::conv::{align_down, align_up};
-use crate::error::{BACKEND, map_mapping_error, map_poll_error};
+use crate::error::{BACKEND, lock, map_mapping_error};
 
 /// Callback outcome: still pending.
 const PENDING: u8 = 0;
@@ -27,6 +32,89 @@ const MAPPED: u8 = 1;
 /// Callback outcome: the mapping failed.
 const FAILED: u8 = 2;
 
+/// The `map_async` outcome and the task to wake when it arrives.
+#[derive(Debug)]
+struct Signal {
+    outcome: u8,
+    waker: Option<Waker>,
+}
+
+/// A mapping in progress: the state it will reach and its callback's signal.
+#[derive(Debug)]
+pub(crate) struct PendingMap {
+    /// `Read` or `Write`.
+    pub(crate) state: MapState,
+    signal: Arc<Mutex<Signal>>,
+}
+
+/// Starts mapping the whole of `block` for `state` (`Read` or `Write`), unmapping it first.
+/// [`poll_pending`] observes the outcome.
+pub(crate) fn start(block: &mut Block, state: MapState) {
+    debug_assert!(state != MapState::Unmapped);
+    block.unmap();
+    let mode = match state {
+        MapState::Write => wgpu::MapMode::Write,
+        _ => wgpu::MapMode::Read,
+    };
+    let signal = Arc::new(Mutex::new(Signal {
+        outcome: PENDING,
+        waker: None,
+    }));
+    let on_done = Arc::clone(&signal);
+    block.buffer.map_async(mode, .., move |result| {
+        let waker = {
+            let mut s = lock(&on_done);
+            s.outcome = if result.is_ok() { MAPPED } else { FAILED };
+            s.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    });
+    block.pending = Some(PendingMap { state, signal });
+}
+
+/// Observes the pending mapping of `block`: ready once mapped (the block's `map` is then set),
+/// else registers `cx`'s waker with the callback.
+///
+/// # Errors
+/// [`Error::Backend`] when wgpu refused the mapping.
+pub(crate) fn poll_pending(block: &mut Block, cx: &mut Context<'_>) -> Poll<Result<()>> {
+    let Some(pending) = &block.pending else {
+        return Poll::Ready(Ok(()));
+    };
+    let outcome = {
+        let mut s = lock(&pending.signal);
+        if s.outcome == PENDING {
+            s.waker = Some(cx.waker().clone());
+        }
+        s.outcome
+    };
+    match outcome {
+        MAPPED => {
+            block.map = pending.state;
+            block.pending = None;
+            Poll::Ready(Ok(()))
+        }
+        FAILED => {
+            block.pending = None;
+            Poll::Ready(Err(map_failed(block)))
+        }
+        _ => Poll::Pending,
+    }
+}
+
+fn map_failed(block: &Block) -> Error {
+    map_mapping_error(
+        "Buffer::map_async",
+        format!(
+            "mapping a {}-byte {} block failed",
+            block.size,
+            block.kind.name()
+        ),
+    )
+}
+
 /// Maps `block` in `state` (`Read` or `Write`), remapping when it is mapped the other way.
 ///
 /// `last_use` is the submission that last used the block, if it may still be in flight: the
@@ -34,55 +122,37 @@ const FAILED: u8 = 2;
 ///
 /// # Errors
 /// [`Error::Backend`] when wgpu refuses the mapping or the wait times out.
+#[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn ensure_mapped(
     device: &wgpu::Device,
     block: &mut Block,
     state: MapState,
     last_use: Option<wgpu::SubmissionIndex>,
-    timeout: Option<Duration>,
+    timeout: Option<std::time::Duration>,
 ) -> Result<()> {
-    debug_assert!(state != MapState::Unmapped);
+    use crate::error::map_poll_error;
     if block.map == state {
         return Ok(());
     }
-    block.unmap();
-    let mode = match state {
-        MapState::Write => wgpu::MapMode::Write,
-        _ => wgpu::MapMode::Read,
-    };
-    let outcome = Arc::new(AtomicU8::new(PENDING));
-    let signal = Arc::clone(&outcome);
-    block.buffer.map_async(mode, .., move |result| {
-        signal.store(
-            if result.is_ok() { MAPPED } else { FAILED },
-            Ordering::Release,
-        );
-    });
-    device.poll(wgpu::PollType::Poll).map_err(map_poll_error)?;
-    if outcome.load(Ordering::Acquire) == PENDING {
-        device
-            .poll(wgpu::PollType::Wait {
-                submission_index: last_use,
-                timeout,
-            })
-            .map_err(map_poll_error)?;
+    if block.pending.as_ref().is_none_or(|p| p.state != state) {
+        start(block, state);
     }
-    match outcome.load(Ordering::Acquire) {
-        MAPPED => {
-            block.map = state;
-            Ok(())
-        }
-        FAILED => Err(map_mapping_error(
-            "Buffer::map_async",
-            format!(
-                "mapping a {}-byte {} block failed",
-                block.size,
-                block.kind.name()
-            ),
-        )),
-        _ => {
-            // The callback is still registered; leave the buffer to wgpu (unmap cancels it).
-            block.buffer.unmap();
+    let mut cx = Context::from_waker(Waker::noop());
+    device.poll(wgpu::PollType::Poll).map_err(map_poll_error)?;
+    if let Poll::Ready(r) = poll_pending(block, &mut cx) {
+        return r;
+    }
+    device
+        .poll(wgpu::PollType::Wait {
+            submission_index: last_use,
+            timeout,
+        })
+        .map_err(map_poll_error)?;
+    match poll_pending(block, &mut cx) {
+        Poll::Ready(r) => r,
+        Poll::Pending => {
+            // The callback is still registered; unmapping cancels it.
+            block.unmap();
             Err(map_mapping_error(
                 "Buffer::map_async",
                 "the map callback did not fire after waiting for the block's last submission"
@@ -90,6 +160,26 @@ pub(crate) fn ensure_mapped(
             ))
         }
     }
+}
+
+/// In a browser nothing may block: the block must already be mapped by an awaited
+/// `Backend::poll_host_access`.
+///
+/// # Errors
+/// [`Error::Unsupported`] when it is not.
+#[cfg(target_arch = "wasm32")]
+pub(crate) fn ensure_mapped(block: &mut Block, state: MapState) -> Result<()> {
+    if block.map == state {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        backend: BACKEND,
+        what: format!(
+            "synchronous mapping of a {} block in a browser: await \
+             tensormem::HostAccessWait (Backend::poll_host_access) first",
+            block.kind.name()
+        ),
+    })
 }
 
 /// The view range `[lo, hi)` wgpu accepts that encloses `offset .. offset + len`.

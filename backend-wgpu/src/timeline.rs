@@ -3,9 +3,10 @@
 //! Device work is recorded into one open `CommandEncoder` (the *open batch*); its ticket is the
 //! number the batch's submission will get, `open`. `submit` finishes the encoder, submits it,
 //! remembers `(ticket, SubmissionIndex)` and registers `Queue::on_submitted_work_done`, whose
-//! callback raises the shared `completed` counter. wgpu completes submissions in order and runs
-//! the callbacks in order during `Device::poll`, so `completed` is exactly "every ticket up to
-//! here has finished". Tickets are our own counter, not wgpu's `SubmissionIndex`, because an
+//! callback raises the shared `completed` counter and wakes the tasks awaiting those tickets.
+//! wgpu completes submissions in order and runs the callbacks in order (natively during
+//! `Device::poll`; in a browser when WebGPU resolves the `onSubmittedWorkDone` promise), so
+//! `completed` is exactly "every ticket up to here has finished". Tickets are our own counter, not wgpu's `SubmissionIndex`, because an
 //! adopted device may also carry the application's submissions.
 //!
 //! `queue.write_buffer` data lands at the start of the *next* submission, before that
@@ -13,10 +14,12 @@
 //! batch first so a queued write never overtakes earlier enqueued commands.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use tensormem::{Error, Result, Ticket};
+use tensormem::{Error, Result, Ticket, TicketWakers};
+
+use crate::error::lock;
 
 /// The open batch and the submissions in flight.
 #[derive(Debug)]
@@ -31,21 +34,28 @@ pub(crate) struct Timeline {
     in_flight: VecDeque<(u64, wgpu::SubmissionIndex)>,
     /// Highest ticket whose submission and all earlier ones finished; raised by callbacks.
     completed: Arc<AtomicU64>,
+    /// Tasks awaiting tickets; woken by the callbacks (and by the device-lost callback).
+    wakers: Arc<Mutex<TicketWakers>>,
 }
 
-impl Default for Timeline {
-    fn default() -> Self {
+impl Timeline {
+    /// An empty timeline whose callbacks wake tasks registered in `wakers`.
+    pub(crate) fn new(wakers: Arc<Mutex<TicketWakers>>) -> Self {
         Timeline {
             encoder: None,
             dirty: false,
             open: 1,
             in_flight: VecDeque::new(),
             completed: Arc::new(AtomicU64::new(0)),
+            wakers,
         }
     }
-}
 
-impl Timeline {
+    /// Registers a task to be woken once `ticket` completes.
+    pub(crate) fn register(&self, ticket: Ticket, waker: &std::task::Waker) {
+        lock(&self.wakers).register(ticket, waker);
+    }
+
     /// The open batch's encoder, for recording work. Call [`Timeline::enqueued`] after recording.
     pub(crate) fn encoder(&mut self, device: &wgpu::Device) -> &mut wgpu::CommandEncoder {
         self.encoder.get_or_insert_with(|| {
@@ -88,8 +98,11 @@ impl Timeline {
         let buffers = self.encoder.take().map(|e| e.finish());
         let index = queue.submit(buffers);
         let completed = Arc::clone(&self.completed);
+        let wakers = Arc::clone(&self.wakers);
         queue.on_submitted_work_done(move || {
             completed.fetch_max(ticket, Ordering::AcqRel);
+            let woken = lock(&wakers).take_completed(Ticket(ticket));
+            woken.into_iter().for_each(std::task::Waker::wake);
         });
         self.in_flight.push_back((ticket, index));
         self.open += 1;
@@ -107,6 +120,7 @@ impl Timeline {
     }
 
     /// Records that `ticket` finished (a blocking poll for it returned).
+    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn mark_completed(&mut self, ticket: u64) {
         self.completed.fetch_max(ticket, Ordering::AcqRel);
     }

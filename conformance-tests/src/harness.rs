@@ -1,11 +1,17 @@
-//! Runs every case on every target, prints a table of what ran, passed, failed or was skipped, and
-//! decides the exit status.
+//! Runs every case on every target in both completion modes (blocking forms, then awaitable forms
+//! driven by a minimal executor), prints a table of what ran, passed, failed or was skipped, and
+//! decides the exit status. The browser runs the same cases through `wasm-bindgen-test` instead.
 
 use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 
+use tensormem::Waiting;
+
 use crate::{Case, Ctx, Target};
+
+/// The modes every case runs in natively, with the suffix that names the run in the report.
+const MODES: [(Waiting, &str); 2] = [(Waiting::Blocking, ""), (Waiting::Async, " (async)")];
 
 /// Result of one target.
 #[derive(Debug)]
@@ -25,16 +31,16 @@ fn required() -> HashSet<String> {
         .collect()
 }
 
-fn run_case(target: &Target, case: &Case) -> Option<String> {
+fn run_case(target: &Target, case: &Case, mode: Waiting) -> Option<String> {
     let backend = match (target.create)() {
         Ok(b) => b,
         Err(e) => return Some(format!("backend failed to start for this case: {e}")),
     };
     let ctx = Ctx {
         backend: backend.clone(),
-        create: target.create,
+        mode,
     };
-    let result = catch_unwind(AssertUnwindSafe(|| (case.run)(&ctx)));
+    let result = catch_unwind(AssertUnwindSafe(|| pollster::block_on((case.run)(&ctx))));
     let mut failure = match result {
         Ok(Ok(())) => None,
         Ok(Err(msg)) => Some(msg),
@@ -91,19 +97,21 @@ pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
                     {
                         continue;
                     }
-                    let start = Instant::now();
-                    let failure = run_case(target, case);
-                    let secs = start.elapsed().as_secs_f64();
-                    match &failure {
-                        None => {
-                            println!("  ok    {:<16} {:<34} {secs:>7.2}s", target.name, case.name)
+                    for (mode, suffix) in MODES {
+                        let name = format!("{}{suffix}", case.name);
+                        let start = Instant::now();
+                        let failure = run_case(target, case, mode);
+                        let secs = start.elapsed().as_secs_f64();
+                        match &failure {
+                            None => {
+                                println!("  ok    {:<16} {name:<42} {secs:>7.2}s", target.name)
+                            }
+                            Some(f) => {
+                                println!("  FAIL  {:<16} {name:<42} {secs:>7.2}s  {f}", target.name)
+                            }
                         }
-                        Some(f) => println!(
-                            "  FAIL  {:<16} {:<34} {secs:>7.2}s  {f}",
-                            target.name, case.name
-                        ),
+                        results.push((name, failure, secs));
                     }
-                    results.push((case.name.to_string(), failure, secs));
                 }
                 Outcome::Ran(results)
             }

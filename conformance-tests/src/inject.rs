@@ -13,9 +13,11 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 
 use tensormem::{
-    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, OomReport, Op, Result, Ticket,
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, HostAccess, OomReport, Op,
+    Result, Ticket,
 };
 
 /// Sentinel for "nothing armed".
@@ -200,8 +202,28 @@ impl Backend for Faulty {
         self.inner.completed()
     }
 
+    #[cfg(not(target_arch = "wasm32"))]
     fn wait(&self, ticket: Ticket) -> Result<()> {
         self.check("wait")?;
         self.inner.wait(ticket)
+    }
+
+    fn poll_ticket(&self, ticket: Ticket, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if let Err(e) = self.check("poll_ticket") {
+            return Poll::Ready(Err(e));
+        }
+        self.inner.poll_ticket(ticket, cx)
+    }
+
+    fn poll_host_access(
+        &self,
+        block: BlockId,
+        access: HostAccess,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<()>> {
+        if let Err(e) = self.check("poll_host_access") {
+            return Poll::Ready(Err(e));
+        }
+        self.inner.poll_host_access(block, access, cx)
     }
 }

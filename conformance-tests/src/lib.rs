@@ -5,16 +5,29 @@
 //!
 //! Each backend joins by adding [`Target`]s to [`backends::targets`]; the cases in [`cases`] are
 //! written once against the core contract.
+//!
+//! Every case is an `async fn` that waits only through [`Ctx`]'s helpers, so the same case body
+//! runs in both completion modes (see `tensormem::Waiting`): natively each case runs once with the
+//! blocking forms and once with the awaitable forms; in a browser (`wasm32`, where blocking forms do
+//! not exist) with the awaitable forms only, driven by the browser's event loop (crate
+//! `tensormem-browser`). Cases that cannot run in a browser say why in [`Case::native_only`].
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tensormem::{Backend, Result};
 
+#[cfg(not(target_arch = "wasm32"))]
 pub mod backends;
 pub mod cases;
+mod ctx;
+#[cfg(not(target_arch = "wasm32"))]
 mod harness;
 pub mod inject;
 
+pub use ctx::Ctx;
+#[cfg(not(target_arch = "wasm32"))]
 pub use harness::{Outcome, run_suite};
 
 /// A check run after every case of a target; an `Err` fails the case.
@@ -32,22 +45,45 @@ pub struct Target {
     pub after_case: Option<AfterCase>,
 }
 
+/// What a case returns: `Err` with the failure message.
+pub type CaseResult = std::result::Result<(), String>;
+
+/// The future of one case run, borrowing its [`Ctx`].
+pub type CaseFuture<'a> = Pin<Box<dyn Future<Output = CaseResult> + 'a>>;
+
 /// One behavioural case.
 pub struct Case {
     /// Name printed in the report.
     pub name: &'static str,
     /// Runs the case against a fresh backend of the target.
-    pub run: fn(&Ctx) -> std::result::Result<(), String>,
+    pub run: fn(&Ctx) -> CaseFuture<'_>,
+    /// Why the case cannot run in a browser (`None`: it runs there too).
+    pub native_only: Option<&'static str>,
 }
 
-/// What a case gets: a backend, and a way to make more of the same target (for cases that need a
-/// pristine device or several runtimes).
-pub struct Ctx {
-    /// A fresh backend of the target.
-    pub backend: Arc<dyn Backend>,
-    /// The target's factory.
-    pub create: fn() -> Result<Arc<dyn Backend>>,
+/// Builds a [`Case`] from an `async fn(&Ctx) -> CaseResult`, optionally with the reason it is
+/// native-only.
+macro_rules! case {
+    ($name:literal, $f:path) => {
+        case!($name, $f, None)
+    };
+    ($name:literal, $f:path, native_only: $why:literal) => {
+        case!($name, $f, Some($why))
+    };
+    ($name:literal, $f:path, $native_only:expr) => {
+        $crate::Case {
+            name: $name,
+            run: {
+                fn run(ctx: &$crate::Ctx) -> $crate::CaseFuture<'_> {
+                    Box::pin($f(ctx))
+                }
+                run
+            },
+            native_only: $native_only,
+        }
+    };
 }
+pub(crate) use case;
 
 /// Turns a `tensormem::Error` into the case failure string, keeping the message.
 pub fn fail(context: &str) -> impl Fn(tensormem::Error) -> String + '_ {

@@ -26,6 +26,12 @@
 //! * **Alignment.** Every offset and size passed to `copy`, `fill_zero`, `write_mapped` and
 //!   `read_mapped` is a multiple of [`Capabilities::copy_align`]; binding offsets in `dispatch` are
 //!   multiples of [`Capabilities::binding_align`]. The pools guarantee both.
+//! * **Completion never has to block.** [`Backend::poll_ticket`] and [`Backend::poll_host_access`]
+//!   poll without blocking and register the caller's waker; [`TicketWait`] and [`HostAccessWait`]
+//!   are their futures. The blocking [`Backend::wait`] exists on native targets only: on `wasm32`
+//!   (a browser's main thread) it is not compiled, so a blocking call is a compile error. On a
+//!   backend whose mapping is asynchronous (WebGPU), `read_mapped` / `write_mapped` block natively
+//!   and on `wasm32` require a completed `poll_host_access` first. See [`completion`].
 //! * **Errors.** No method panics; native failures map into [`Error`](crate::Error), a lost device
 //!   into [`Error::DeviceLost`](crate::Error::DeviceLost).
 //! * **Validated input.** Callers go through [`Validated`](crate::Validated) (the runtime always
@@ -35,12 +41,16 @@
 //!
 //! The trait is object safe so examples can choose a backend at run time (`Arc<dyn Backend>`).
 
+use std::task::{Context, Poll};
+
 use crate::Result;
 use crate::ops::Op;
 
 mod blocks;
+pub mod completion;
 
 pub use blocks::{BlockEntry, BlockTable};
+pub use completion::{HostAccess, HostAccessWait, TicketWait, TicketWakers, Waiting};
 
 /// A backend's name for one block. Opaque to core; unique among the backend's live blocks.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -244,10 +254,42 @@ pub trait Backend: Send + Sync {
     /// [`Error::DeviceLost`](crate::Error::DeviceLost).
     fn completed(&self) -> Result<Ticket>;
 
-    /// Blocks until `ticket` has finished (submitting it first if needed).
+    /// Blocks until `ticket` has finished (submitting it first if needed). Native only: on
+    /// `wasm32` await [`TicketWait`] instead.
     ///
     /// # Errors
     /// [`Error::DeviceLost`](crate::Error::DeviceLost), or a timeout mapped to
     /// [`Error::Backend`](crate::Error::Backend).
+    #[cfg(not(target_arch = "wasm32"))]
     fn wait(&self, ticket: Ticket) -> Result<()>;
+
+    /// Polls whether `ticket` and every earlier ticket have finished, submitting it first if
+    /// needed; never blocks. While pending, the backend arranges for `cx`'s waker to be woken when
+    /// polling again can make progress. The default asks to be polled again at once (correct on
+    /// every backend, a busy poll through the executor); backends that learn of completion from a
+    /// thread or callback override it to wake exactly.
+    ///
+    /// # Errors
+    /// As [`Backend::wait`], and [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
+    /// ticket that was never issued.
+    fn poll_ticket(&self, ticket: Ticket, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        completion::poll_ticket_by_polling(self, ticket, cx)
+    }
+
+    /// Polls whether `block` can take mapped `access` ([`Backend::read_mapped`] or
+    /// [`Backend::write_mapped`]) without blocking, starting the mapping if the backend maps
+    /// asynchronously (WebGPU's `mapAsync`). The caller has already waited for the block's work.
+    /// The default is ready at once: host, Vulkan and CUDA memory stays mapped.
+    ///
+    /// # Errors
+    /// As [`Backend::read_mapped`]: an unknown or non-host-visible block, a failed mapping.
+    fn poll_host_access(
+        &self,
+        block: BlockId,
+        access: HostAccess,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<()>> {
+        let _ = (block, access, cx);
+        Poll::Ready(Ok(()))
+    }
 }

@@ -6,6 +6,9 @@
 //! and the ticket completes when the worker has finished it. That makes the pools' deferred-free
 //! path real on a machine without a GPU: a free issued while the worker is busy must wait.
 //!
+//! On `wasm32` there are no threads: each command runs inline when it is enqueued and its ticket
+//! is complete at once (the planner, the pools and the ops are the same code).
+//!
 //! Knobs in [`HostConfig`] let tests force the discrete-GPU path (no host-visible device memory),
 //! slow the worker down, cap the "device" memory, and simulate a lost device or a worker that
 //! dies.
@@ -22,14 +25,17 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+#[cfg(not(target_arch = "wasm32"))]
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+#[cfg(not(target_arch = "wasm32"))]
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, MemoryKind,
-    Ticket,
+    Ticket, TicketWakers,
 };
 use crate::ops::{self, Op};
 use crate::{Error, Result};
@@ -50,7 +56,7 @@ pub struct HostConfig {
     /// [`Error::OutOfMemory`], as a driver would. Default `None` (no limit).
     pub device_memory: Option<u64>,
     /// Extra time the worker spends on every command, to widen the window in which work is in
-    /// flight (tests of deferred frees). Default zero.
+    /// flight (tests of deferred frees). Default zero. No effect on `wasm32` (no worker).
     pub worker_delay: Duration,
 }
 
@@ -82,6 +88,7 @@ enum Command {
     Dispatch(Op, Vec<Arg>, usize),
     /// Fault injection: the worker panics ([`HostBackend::simulate_worker_panic`]).
     Panic,
+    #[cfg(not(target_arch = "wasm32"))]
     Shutdown,
 }
 
@@ -91,6 +98,8 @@ struct Timeline {
     cv: Condvar,
     /// First error the worker hit; reported by every later call (a "lost device").
     fault: Mutex<Option<String>>,
+    /// Tasks awaiting a ticket; woken as their tickets complete, all at once on a fault.
+    wakers: Mutex<TicketWakers>,
     /// The worker thread has exited: nothing will complete any more.
     stopped: AtomicBool,
 }
@@ -100,20 +109,47 @@ impl Timeline {
         lock(&self.fault).get_or_insert(fault);
         self.cv.notify_all();
     }
+
+    /// Records that `ticket` finished (with the command's failure, if any) and wakes its waiters:
+    /// blocked ones through the condvar, awaiting tasks through their wakers (every task on a
+    /// fault, so each sees the error).
+    fn finish(&self, ticket: u64, result: std::result::Result<(), String>) {
+        if let Err(e) = result {
+            self.fail(e);
+        }
+        *lock(&self.completed) = ticket;
+        self.cv.notify_all();
+        self.wake(Ticket(ticket));
+    }
+
+    /// Wakes the tasks awaiting tickets up to `done`, or every task once faulted or stopped.
+    fn wake(&self, done: Ticket) {
+        let woken = if lock(&self.fault).is_some() || self.stopped.load(Ordering::SeqCst) {
+            lock(&self.wakers).take_all()
+        } else {
+            lock(&self.wakers).take_completed(done)
+        };
+        woken.into_iter().for_each(std::task::Waker::wake);
+    }
 }
 
 /// Marks the timeline stopped, and faulted if the thread is unwinding, when the worker exits by
-/// any path, and wakes every waiter: a dead worker never leaves a wait blocked.
+/// any path, and wakes every waiter: a dead worker never leaves a wait blocked or a task pending.
+#[cfg(not(target_arch = "wasm32"))]
 struct WorkerExit(Arc<Timeline>);
 
+#[cfg(not(target_arch = "wasm32"))]
 impl Drop for WorkerExit {
     fn drop(&mut self) {
         if std::thread::panicking() {
             self.0.fail("the worker thread panicked".into());
         }
-        let _completed = lock(&self.0.completed);
-        self.0.stopped.store(true, Ordering::SeqCst);
-        self.0.cv.notify_all();
+        {
+            let _completed = lock(&self.0.completed);
+            self.0.stopped.store(true, Ordering::SeqCst);
+            self.0.cv.notify_all();
+        }
+        self.0.wake(Ticket::DONE);
     }
 }
 
@@ -122,10 +158,16 @@ pub struct HostBackend {
     caps: Capabilities,
     config: HostConfig,
     blocks: Mutex<BlockTable<BlockMem>>,
-    /// Sender to the worker; the mutex makes `HostBackend` `Sync` and orders ticket issue with send.
+    /// Last issued ticket and the sender to the worker; the mutex makes `HostBackend` `Sync` and
+    /// orders ticket issue with send.
+    #[cfg(not(target_arch = "wasm32"))]
     queue: Mutex<(u64, mpsc::Sender<(u64, Command)>)>,
+    /// Last issued ticket (commands run inline on `wasm32`).
+    #[cfg(target_arch = "wasm32")]
+    queue: Mutex<u64>,
     timeline: Arc<Timeline>,
     lost: AtomicBool,
+    #[cfg(not(target_arch = "wasm32"))]
     worker: Mutex<Option<JoinHandle<()>>>,
     submitted: AtomicU64,
 }
@@ -142,11 +184,13 @@ impl HostBackend {
     /// # Errors
     /// [`Error::Backend`] if the worker thread cannot be spawned.
     pub fn new(config: HostConfig) -> Result<Self> {
+        #[cfg(not(target_arch = "wasm32"))]
         let (tx, rx) = mpsc::channel::<(u64, Command)>();
         let timeline = Arc::new(Timeline {
             completed: Mutex::new(0),
             cv: Condvar::new(),
             fault: Mutex::new(None),
+            wakers: Mutex::new(TicketWakers::default()),
             stopped: AtomicBool::new(false),
         });
         let blocks = Mutex::new(BlockTable::new(NAME));
@@ -166,23 +210,30 @@ impl HostBackend {
             caps,
             config: config.clone(),
             blocks,
+            #[cfg(not(target_arch = "wasm32"))]
             queue: Mutex::new((0, tx)),
+            #[cfg(target_arch = "wasm32")]
+            queue: Mutex::new(0),
             timeline: timeline.clone(),
             lost: AtomicBool::new(false),
+            #[cfg(not(target_arch = "wasm32"))]
             worker: Mutex::new(None),
             submitted: AtomicU64::new(0),
         };
-        let delay = config.worker_delay;
-        let handle = std::thread::Builder::new()
-            .name("tensormem-host-worker".into())
-            .spawn(move || worker(rx, timeline, delay))
-            .map_err(|e| Error::Backend {
-                backend: NAME,
-                api: "std::thread::spawn",
-                code: e.raw_os_error().map_or(0, i64::from),
-                message: e.to_string(),
-            })?;
-        *lock(&backend.worker) = Some(handle);
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let delay = config.worker_delay;
+            let handle = std::thread::Builder::new()
+                .name("tensormem-host-worker".into())
+                .spawn(move || worker(rx, timeline, delay))
+                .map_err(|e| Error::Backend {
+                    backend: NAME,
+                    api: "std::thread::spawn",
+                    code: e.raw_os_error().map_or(0, i64::from),
+                    message: e.to_string(),
+                })?;
+            *lock(&backend.worker) = Some(handle);
+        }
         Ok(backend)
     }
 
@@ -256,6 +307,7 @@ impl HostBackend {
         Ok(entry.native.clone())
     }
 
+    #[cfg(not(target_arch = "wasm32"))]
     fn enqueue(&self, cmd: Command) -> Result<Ticket> {
         self.check_alive()?;
         let mut q = lock(&self.queue);
@@ -266,6 +318,18 @@ impl HostBackend {
         })?;
         q.0 = ticket;
         self.submitted.store(ticket, Ordering::SeqCst);
+        Ok(Ticket(ticket))
+    }
+
+    /// Runs the command inline (no threads on `wasm32`); its ticket is complete on return.
+    #[cfg(target_arch = "wasm32")]
+    fn enqueue(&self, cmd: Command) -> Result<Ticket> {
+        self.check_alive()?;
+        let mut q = lock(&self.queue);
+        let ticket = *q + 1;
+        *q = ticket;
+        self.submitted.store(ticket, Ordering::SeqCst);
+        self.timeline.finish(ticket, execute(cmd));
         Ok(Ticket(ticket))
     }
 }
@@ -334,6 +398,7 @@ fn execute(cmd: Command) -> std::result::Result<(), String> {
             Ok(())
         }
         Command::Panic => injected_panic(),
+        #[cfg(not(target_arch = "wasm32"))]
         Command::Shutdown => Ok(()),
     }
 }
@@ -343,6 +408,7 @@ fn injected_panic() -> std::result::Result<(), String> {
     panic!("host worker: injected panic (HostBackend::simulate_worker_panic)")
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 fn worker(rx: mpsc::Receiver<(u64, Command)>, timeline: Arc<Timeline>, delay: Duration) {
     let _exit = WorkerExit(timeline.clone());
     while let Ok((ticket, cmd)) = rx.recv() {
@@ -352,23 +418,22 @@ fn worker(rx: mpsc::Receiver<(u64, Command)>, timeline: Arc<Timeline>, delay: Du
         if !delay.is_zero() {
             std::thread::sleep(delay);
         }
-        match catch_unwind(AssertUnwindSafe(|| execute(cmd))) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => timeline.fail(e),
+        let result = match catch_unwind(AssertUnwindSafe(|| execute(cmd))) {
+            Ok(r) => r,
             Err(payload) => {
                 let msg = payload
                     .downcast_ref::<&str>()
                     .map(|s| s.to_string())
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_default();
-                timeline.fail(format!("the worker panicked: {msg}"));
+                Err(format!("the worker panicked: {msg}"))
             }
-        }
-        *lock(&timeline.completed) = ticket;
-        timeline.cv.notify_all();
+        };
+        timeline.finish(ticket, result);
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 impl Drop for HostBackend {
     fn drop(&mut self) {
         let _ = lock(&self.queue).1.send((0, Command::Shutdown));
@@ -504,15 +569,9 @@ impl Backend for HostBackend {
         Ok(Ticket(*lock(&self.timeline.completed)))
     }
 
+    #[cfg(not(target_arch = "wasm32"))]
     fn wait(&self, ticket: Ticket) -> Result<()> {
-        self.check_alive()?;
-        let submitted = self.submitted.load(Ordering::SeqCst);
-        if ticket.0 > submitted {
-            return Err(Error::UnknownTicket {
-                ticket: ticket.0,
-                issued: submitted,
-            });
-        }
+        self.check_issued(ticket)?;
         let mut done = lock(&self.timeline.completed);
         while *done < ticket.0
             && !self.timeline.stopped.load(Ordering::SeqCst)
@@ -527,9 +586,43 @@ impl Backend for HostBackend {
         drop(done);
         self.check_alive()
     }
+
+    /// Registers the waker with the worker, which wakes it when the ticket completes.
+    fn poll_ticket(&self, ticket: Ticket, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if let Err(e) = self.check_issued(ticket) {
+            return Poll::Ready(Err(e));
+        }
+        // Register before the second look, so a completion in between still wakes this task.
+        let done = *lock(&self.timeline.completed);
+        if done < ticket.0 {
+            lock(&self.timeline.wakers).register(ticket, cx.waker());
+        }
+        let done = *lock(&self.timeline.completed);
+        if let Err(e) = self.check_alive() {
+            return Poll::Ready(Err(e));
+        }
+        if done >= ticket.0 {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
+    }
 }
 
 impl HostBackend {
+    /// Checks that the device is alive and `ticket` was issued.
+    fn check_issued(&self, ticket: Ticket) -> Result<()> {
+        self.check_alive()?;
+        let submitted = self.submitted.load(Ordering::SeqCst);
+        if ticket.0 > submitted {
+            return Err(Error::UnknownTicket {
+                ticket: ticket.0,
+                issued: submitted,
+            });
+        }
+        Ok(())
+    }
+
     fn arg(&self, r: BlockRange, what: &'static str) -> Result<Arg> {
         let mem = self.check_range(r, what)?;
         Ok(Arg {

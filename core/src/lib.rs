@@ -67,12 +67,13 @@ pub mod plan;
 pub mod pool;
 pub mod runtime;
 pub mod suballoc;
+mod time;
 pub mod trace;
 pub mod validate;
 
 pub use backend::{
     Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType,
-    MemoryKind, Ticket,
+    HostAccess, HostAccessWait, MemoryKind, Ticket, TicketWait, TicketWakers, Waiting,
 };
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};

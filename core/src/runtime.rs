@@ -12,11 +12,17 @@
 //! 2. the backend has a queue-ordered write path and the upload is small
 //!    ([`Capabilities::queued_write_max`](crate::Capabilities::queued_write_max)): use it;
 //! 3. otherwise stage through the belt.
+//!
+//! Every transfer and wait has a blocking form (native only) and an `_async` form (every target;
+//! the only one in a browser), written once over [`Waiting`] (see [`crate::backend::completion`]);
+//! the async forms are in `async_io`.
 
 use std::borrow::Cow;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use crate::backend::{Backend, BlockRange, MemoryKind, Ticket};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::backend::completion::complete_now;
+use crate::backend::{Backend, BlockRange, HostAccess, MemoryKind, Ticket, Waiting};
 use crate::ops::DType;
 use crate::pool::{
     Allocation, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim, StagingBelt,
@@ -26,6 +32,7 @@ use crate::trace::{EventKind, Tracer};
 use crate::validate::Validated;
 use crate::{Error, Result};
 
+mod async_io;
 mod dispatch;
 mod model;
 mod tensor;
@@ -273,10 +280,12 @@ impl Runtime {
         Ok(Tensor::new(alloc, dtype, shape.to_vec(), size))
     }
 
-    /// Allocates a tensor and uploads `data` into it.
+    /// Allocates a tensor and uploads `data` into it. Native only; see
+    /// [`Runtime::tensor_from_async`].
     ///
     /// # Errors
     /// As [`Runtime::alloc`] and [`Runtime::upload`]; nothing stays allocated on error.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn tensor_from<T: Element>(
         &self,
         dtype: DType,
@@ -323,12 +332,22 @@ impl Runtime {
     }
 
     /// Uploads `data` (exactly the tensor's byte size) into `tensor`. `T` is the tensor's dtype,
-    /// or `u8` for raw bytes ([`Element`]).
+    /// or `u8` for raw bytes ([`Element`]). Native only; see [`Runtime::upload_async`].
     ///
     /// # Errors
     /// [`Error::DTypeMismatch`], [`Error::SizeMismatch`], [`Error::StaleHandle`] for a freed
     /// tensor, backend errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn upload<T: Element>(&self, tensor: &Tensor, data: &[T]) -> Result<Ticket> {
+        complete_now(self.upload_with(Waiting::Blocking, tensor, data))
+    }
+
+    async fn upload_with<T: Element>(
+        &self,
+        waiting: Waiting,
+        tensor: &Tensor,
+        data: &[T],
+    ) -> Result<Ticket> {
         check_element::<T>(tensor.dtype(), || {
             format!("upload into tensor of shape {:?}", tensor.shape())
         })?;
@@ -340,21 +359,33 @@ impl Runtime {
                 actual: bytes.len() as u64,
             });
         }
-        self.write_bytes(tensor.allocation(), 0, bytes)
+        self.write_bytes_with(waiting, tensor.allocation(), 0, bytes)
+            .await
     }
 
     /// Downloads the whole tensor as elements of `T`: the tensor's dtype, or `u8` for raw bytes
-    /// ([`Element`]).
+    /// ([`Element`]). Native only; see [`Runtime::download_async`].
     ///
     /// # Errors
     /// [`Error::DTypeMismatch`], [`Error::StaleHandle`], backend errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn download<T: Element>(&self, tensor: &Tensor) -> Result<Vec<T>> {
+        complete_now(self.download_with(Waiting::Blocking, tensor))
+    }
+
+    async fn download_with<T: Element>(&self, waiting: Waiting, tensor: &Tensor) -> Result<Vec<T>> {
         check_element::<T>(tensor.dtype(), || {
             format!("download of tensor of shape {:?}", tensor.shape())
         })?;
         let elem = std::mem::size_of::<T>() as u64;
         let mut out = vec![T::zeroed(); (tensor.size() / elem) as usize];
-        self.read_bytes(tensor.allocation(), 0, bytemuck::cast_slice_mut(&mut out))?;
+        self.read_bytes_with(
+            waiting,
+            tensor.allocation(),
+            0,
+            bytemuck::cast_slice_mut(&mut out),
+        )
+        .await?;
         Ok(out)
     }
 
@@ -365,7 +396,7 @@ impl Runtime {
     /// Writes `data` at `offset` bytes into a device allocation, choosing the transfer path (module
     /// doc). The offset must be a multiple of the copy alignment. Returns the ticket after which the
     /// bytes are in place for device work (already in place for host access when the path was
-    /// mapped).
+    /// mapped). Native only; see [`Runtime::write_bytes_async`].
     ///
     /// A length that is not a multiple of the copy alignment ends inside a word the backend can
     /// only write whole: the bytes after `data` in that word are read first and written back
@@ -375,11 +406,28 @@ impl Runtime {
     /// # Errors
     /// [`Error::ZeroSize`], [`Error::OutOfBounds`], [`Error::Misaligned`] offset,
     /// [`Error::StaleHandle`], backend errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn write_bytes(&self, alloc: Allocation, offset: u64, data: &[u8]) -> Result<Ticket> {
+        complete_now(self.write_bytes_with(Waiting::Blocking, alloc, offset, data))
+    }
+
+    /// The one write path (module doc), waiting in `waiting`'s mode.
+    async fn write_bytes_with(
+        &self,
+        waiting: Waiting,
+        alloc: Allocation,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Ticket> {
         let pool = self.device_pool();
         let dst = self.sub_range(pool.as_ref(), alloc, offset, data.len() as u64, "write")?;
-        let padded = self.with_tail(pool.as_ref(), alloc, offset, data)?;
-        let ticket = match self.write_range(pool.as_ref(), alloc, dst, &padded) {
+        let padded = self
+            .with_tail(waiting, pool.as_ref(), alloc, offset, data)
+            .await?;
+        let ticket = match self
+            .write_range(waiting, pool.as_ref(), alloc, dst, &padded)
+            .await
+        {
             Ok(t) => t,
             Err(e) => {
                 // Chunks that were queued before the failure still write: later frees wait.
@@ -400,8 +448,9 @@ impl Runtime {
     }
 
     /// `data` extended to whole copy words with the bytes that follow it in the allocation.
-    fn with_tail<'a>(
+    async fn with_tail<'a>(
         &self,
+        waiting: Waiting,
         pool: &dyn DevicePool,
         alloc: Allocation,
         offset: u64,
@@ -413,7 +462,8 @@ impl Runtime {
             return Ok(Cow::Borrowed(data));
         }
         let mut word = vec![0u8; align];
-        self.read_into(pool, alloc, offset + whole as u64, &mut word)?;
+        // Boxed: `read_into` is itself async, and a future may not contain itself.
+        Box::pin(self.read_into(waiting, pool, alloc, offset + whole as u64, &mut word)).await?;
         let mut v = Vec::with_capacity(whole + align);
         v.extend_from_slice(data);
         v.extend_from_slice(&word[data.len() - whole..]);
@@ -421,16 +471,20 @@ impl Runtime {
     }
 
     /// Writes whole words `data` into `dst`: mapped, queued or staged (module doc).
-    fn write_range(
+    async fn write_range(
         &self,
+        waiting: Waiting,
         pool: &dyn DevicePool,
         alloc: Allocation,
         dst: BlockRange,
         data: &[u8],
     ) -> Result<Ticket> {
-        let backend = &self.inner.backend;
+        let backend = self.inner.backend.as_ref();
         if self.host_visible() {
-            backend.wait(self.last_use(pool, alloc)?)?;
+            waiting.ticket(backend, self.last_use(pool, alloc)?).await?;
+            waiting
+                .host_access(backend, dst.block, HostAccess::Write)
+                .await?;
             backend.write_mapped(dst.block, dst.offset, data)?;
             Ok(Ticket::DONE)
         } else if !self.inner.config.force_staging
@@ -438,20 +492,34 @@ impl Runtime {
         {
             match backend.write_queued(dst, data)? {
                 Some(t) => Ok(t),
-                None => self.inner.staging.upload(dst, data),
+                None => self.inner.staging.upload_with(waiting, dst, data).await,
             }
         } else {
-            self.inner.staging.upload(dst, data)
+            self.inner.staging.upload_with(waiting, dst, data).await
         }
     }
 
     /// Reads `out.len()` bytes at `offset` of a device allocation, after all work enqueued on it.
+    /// Native only; see [`Runtime::read_bytes_async`].
     ///
     /// # Errors
     /// As [`Runtime::write_bytes`].
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn read_bytes(&self, alloc: Allocation, offset: u64, out: &mut [u8]) -> Result<()> {
+        complete_now(self.read_bytes_with(Waiting::Blocking, alloc, offset, out))
+    }
+
+    /// The one read path, waiting in `waiting`'s mode.
+    async fn read_bytes_with(
+        &self,
+        waiting: Waiting,
+        alloc: Allocation,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
         let pool = self.device_pool();
-        self.read_into(pool.as_ref(), alloc, offset, out)?;
+        self.read_into(waiting, pool.as_ref(), alloc, offset, out)
+            .await?;
         if let Some(t) = self.tracer() {
             t.record(EventKind::Download {
                 id: self.trace_id(alloc.handle),
@@ -461,23 +529,30 @@ impl Runtime {
         Ok(())
     }
 
-    fn read_into(
+    async fn read_into(
         &self,
+        waiting: Waiting,
         pool: &dyn DevicePool,
         alloc: Allocation,
         offset: u64,
         out: &mut [u8],
     ) -> Result<()> {
         let src = self.sub_range(pool, alloc, offset, out.len() as u64, "read")?;
-        let backend = &self.inner.backend;
+        let backend = self.inner.backend.as_ref();
         let padded = src.size != out.len() as u64;
         let mut buf = vec![0u8; if padded { src.size as usize } else { 0 }];
         let target: &mut [u8] = if padded { &mut buf } else { &mut *out };
         if self.host_visible() {
-            backend.wait(self.last_use(pool, alloc)?)?;
+            waiting.ticket(backend, self.last_use(pool, alloc)?).await?;
+            waiting
+                .host_access(backend, src.block, HostAccess::Read)
+                .await?;
             backend.read_mapped(src.block, src.offset, target)?;
         } else {
-            self.inner.staging.download(src, target)?;
+            self.inner
+                .staging
+                .download_with(waiting, src, target)
+                .await?;
         }
         if padded {
             let n = out.len();
@@ -528,13 +603,19 @@ impl Runtime {
         })
     }
 
-    /// Waits until all work submitted so far has completed and reclaims deferred frees.
+    /// Waits until all work submitted so far has completed and reclaims deferred frees. Native
+    /// only; see [`Runtime::synchronize_async`].
     ///
     /// # Errors
     /// Backend errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn synchronize(&self) -> Result<()> {
+        complete_now(self.synchronize_with(Waiting::Blocking))
+    }
+
+    async fn synchronize_with(&self, waiting: Waiting) -> Result<()> {
         let t = self.inner.backend.flush()?;
-        self.inner.backend.wait(t)?;
+        waiting.ticket(self.inner.backend.as_ref(), t).await?;
         self.device_pool().reclaim()
     }
 }

@@ -31,9 +31,9 @@
 //! Limits: the whole trace lives in memory (about 100 bytes per event plus labels).
 #![forbid(unsafe_code)]
 
+use crate::time::Instant;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
 
 mod analyze;
 mod chrome;

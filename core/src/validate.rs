@@ -29,8 +29,11 @@
 //!   4096 recorded uses).
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::task::{Context, Poll};
 
-use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Ticket};
+use crate::backend::{
+    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, HostAccess, Ticket,
+};
 use crate::ops::Op;
 use crate::{Error, Result};
 
@@ -283,7 +286,57 @@ impl Backend for Validated {
         Ok(t)
     }
 
+    #[cfg(not(target_arch = "wasm32"))]
     fn wait(&self, ticket: Ticket) -> Result<()> {
+        self.check_issued(ticket)?;
+        self.observe(self.backend.wait(ticket))?;
+        self.lock().uses.completed(ticket);
+        Ok(())
+    }
+
+    fn poll_ticket(&self, ticket: Ticket, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if let Err(e) = self.check_issued(ticket) {
+            return Poll::Ready(Err(e));
+        }
+        self.backend.poll_ticket(ticket, cx).map(|r| {
+            self.observe(r)?;
+            self.lock().uses.completed(ticket);
+            Ok(())
+        })
+    }
+
+    fn poll_host_access(
+        &self,
+        block: BlockId,
+        access: HostAccess,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<()>> {
+        let checked = self.check_alive().and_then(|()| {
+            let st = self.lock();
+            let entry = st.blocks.get(block)?;
+            let whole = BlockRange {
+                block,
+                offset: 0,
+                size: entry.size,
+            };
+            rules::host_visible(entry, self.capabilities(), whole)
+        });
+        if let Err(e) = checked {
+            return Poll::Ready(Err(e));
+        }
+        self.backend
+            .poll_host_access(block, access, cx)
+            .map(|r| self.observe(r))
+    }
+}
+
+impl Validated {
+    /// `Ok` when the device is alive and `ticket` was issued (waiting for a ticket never issued
+    /// would never end).
+    ///
+    /// # Errors
+    /// [`Error::DeviceLost`], [`Error::UnknownTicket`].
+    fn check_issued(&self, ticket: Ticket) -> Result<()> {
         self.check_alive()?;
         if ticket > self.lock().issued {
             // Work may have been issued on the backend before the front was put in front of it.
@@ -295,8 +348,6 @@ impl Backend for Validated {
                 });
             }
         }
-        self.observe(self.backend.wait(ticket))?;
-        self.lock().uses.completed(ticket);
         Ok(())
     }
 }

@@ -87,3 +87,60 @@ fn tickets_are_shared_across_threads() {
         h.join().unwrap();
     }
 }
+
+/// The awaitable forms: a ticket future resolves after the work, a host-access future maps a
+/// readback block so that `read_mapped` needs no blocking wait, and a never-issued ticket fails.
+#[test]
+fn ticket_and_host_access_futures() {
+    use tensormem::{HostAccess, HostAccessWait, TicketWait};
+    each_config(|b| {
+        let dev = alloc(b, MemoryKind::DeviceLocal, 1 << 16);
+        let rb = alloc(b, MemoryKind::Readback, 1 << 16);
+        b.fill_zero(range(dev, 0, 1 << 16)).unwrap();
+        let t = b
+            .copy(range(dev, 0, 1 << 16), range(rb, 0, 1 << 16))
+            .unwrap();
+        pollster::block_on(TicketWait::new(b, t)).unwrap();
+        assert!(b.completed().unwrap() >= t);
+        pollster::block_on(HostAccessWait::new(b, rb, HostAccess::Read)).unwrap();
+        let mut out = vec![1u8; 1 << 16];
+        b.read_mapped(rb, 0, &mut out).unwrap();
+        assert!(out.iter().all(|&x| x == 0));
+        let never = Ticket(t.0 + 100);
+        assert!(matches!(
+            pollster::block_on(TicketWait::new(b, never)),
+            Err(Error::InvalidArgument(_))
+        ));
+        b.free_block(rb).unwrap();
+        b.free_block(dev).unwrap();
+    });
+}
+
+/// Kernel parameters come from a ring: thousands of dispatches whose work completes reuse a few
+/// uniform buffers instead of creating one each (regression guard for the per-dispatch buffer).
+#[test]
+fn kernel_parameters_reuse_the_ring() {
+    use tensormem::ops::Op;
+    let b = super::backend(false);
+    let n = 256u64;
+    let dev = alloc(&b, MemoryKind::DeviceLocal, 1 << 16);
+    let align = b.capabilities().binding_align.max(n * 4);
+    for i in 0..2000 {
+        let t = b
+            .dispatch(
+                &Op::Relu { len: n as u32 },
+                &[range(dev, 0, n * 4), range(dev, align, n * 4)],
+            )
+            .unwrap();
+        if i % 100 == 99 {
+            b.wait(t).unwrap();
+        }
+    }
+    b.wait(b.flush().unwrap()).unwrap();
+    let rings = b.param_ring_buffers();
+    assert!(
+        (1..=2).contains(&rings),
+        "{rings} parameter buffers for 2000 dispatches"
+    );
+    b.free_block(dev).unwrap();
+}

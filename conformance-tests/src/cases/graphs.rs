@@ -5,16 +5,13 @@ use tensormem::ops::{DType, Op, host};
 use tensormem::{Graph, Runtime, RuntimeConfig, TensorId};
 
 use super::Rng;
-use crate::{Case, Ctx, check, fail};
+use crate::{Case, Ctx, case, check, fail};
 use tensormem::ops::samples::compare_f32;
 
 type R = std::result::Result<(), String>;
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![Case {
-        name: "planned_reuse_matches_no_reuse",
-        run: planned_reuse,
-    }]
+    vec![case!("planned_reuse_matches_no_reuse", planned_reuse)]
 }
 
 struct RandomGraph {
@@ -162,7 +159,7 @@ fn random_graph(seed: u64) -> Result<RandomGraph, String> {
     })
 }
 
-fn planned_reuse(ctx: &Ctx) -> R {
+async fn planned_reuse(ctx: &Ctx) -> R {
     let rt =
         Runtime::new(ctx.backend.clone(), RuntimeConfig::default()).map_err(fail("runtime"))?;
     let mut reused = 0;
@@ -173,16 +170,16 @@ fn planned_reuse(ctx: &Ctx) -> R {
         for (t, data) in &rg.feeds {
             let b = bytes(data);
             match rg.graph.decl(*t).map_err(fail("decl"))?.kind {
-                tensormem::graph::TensorKind::Weight => model.set_weight(*t, &b),
-                _ => model.set_input(*t, &b),
+                tensormem::graph::TensorKind::Weight => ctx.set_weight(&mut model, *t, &b).await,
+                _ => ctx.set_input(&mut model, *t, &b).await,
             }
             .map_err(fail("feed"))?;
         }
         // Twice: the second run reuses the same arena with stale bytes from the first.
         for _ in 0..2 {
-            model.run().map_err(fail("run"))?;
+            ctx.run(&mut model).await.map_err(fail("run"))?;
             for &o in &rg.outputs {
-                let got: Vec<f32> = model.read_output(o).map_err(fail("read"))?;
+                let got: Vec<f32> = ctx.read_output(&model, o).await.map_err(fail("read"))?;
                 let want = rg.reference[o.index()].as_ref().ok_or("no reference")?;
                 compare_f32(&bytes(&got), &bytes(want), 1e-4)
                     .map_err(|e| format!("graph {seed} output {}: {e}", o.index()))?;

@@ -5,25 +5,28 @@ use tensormem::ops::{Op, samples};
 use tensormem::{Runtime, RuntimeConfig, Tensor};
 
 use super::Rng;
-use crate::{Case, Ctx, fail};
+use crate::{Case, Ctx, case, fail};
 
 type R = std::result::Result<(), String>;
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![Case {
-        name: "ops_match_host_reference",
-        run: ops_match_host,
-    }]
+    vec![case!("ops_match_host_reference", ops_match_host)]
 }
 
 /// Runs `op` on the target through runtime tensors bound with [`Runtime::dispatch`] (each of
 /// its operand's dtype, uses recorded by the runtime) and returns the output bytes.
-pub fn run_on_target(rt: &Runtime, op: &Op, inputs: &[Vec<u8>]) -> Result<Vec<u8>, String> {
+pub async fn run_on_target(
+    ctx: &Ctx,
+    rt: &Runtime,
+    op: &Op,
+    inputs: &[Vec<u8>],
+) -> Result<Vec<u8>, String> {
     let sig = op.signature().map_err(fail("signature"))?;
     let mut tensors = Vec::new();
     for (data, o) in inputs.iter().zip(&sig.inputs) {
         tensors.push(
-            rt.tensor_from(o.dtype, &[o.len as usize], data, "op input")
+            ctx.tensor_from(rt, o.dtype, &[o.len as usize], data, "op input")
+                .await
                 .map_err(fail(&format!("{} input {:?}", op.name(), o)))?,
         );
     }
@@ -34,21 +37,24 @@ pub fn run_on_target(rt: &Runtime, op: &Op, inputs: &[Vec<u8>]) -> Result<Vec<u8
     let inputs: Vec<&Tensor> = tensors.iter().collect();
     rt.dispatch(op, &inputs, &[&output])
         .map_err(fail(&format!("dispatch {op:?}")))?;
-    let result = rt.download::<u8>(&output).map_err(fail("download"))?;
+    let result = ctx
+        .download::<u8>(rt, &output)
+        .await
+        .map_err(fail("download"))?;
     for t in tensors.into_iter().chain([output]) {
         rt.free(t).map_err(fail("free"))?;
     }
     Ok(result)
 }
 
-fn ops_match_host(ctx: &Ctx) -> R {
+async fn ops_match_host(ctx: &Ctx) -> R {
     let rt =
         Runtime::new(ctx.backend.clone(), RuntimeConfig::default()).map_err(fail("runtime"))?;
     let mut rng = Rng::new(7);
     for op in samples::instances() {
         let inputs = samples::inputs(&op, &mut rng).map_err(fail("inputs"))?;
         let want = samples::reference(&op, &inputs).map_err(fail("host reference"))?;
-        let got = run_on_target(&rt, &op, &inputs)?;
+        let got = run_on_target(ctx, &rt, &op, &inputs).await?;
         samples::check(&op, &got, &want).map_err(|e| format!("{op:?}: {e}"))?;
     }
     Ok(())

@@ -4,20 +4,14 @@
 use tensormem::{DType, Runtime, RuntimeConfig, StagingConfig};
 
 use super::Rng;
-use crate::{Case, Ctx, check, fail};
+use crate::{Case, Ctx, case, check, fail};
 
 type R = std::result::Result<(), String>;
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
-        Case {
-            name: "staging_under_pressure",
-            run: staging_under_pressure,
-        },
-        Case {
-            name: "staging_larger_than_belt",
-            run: staging_larger_than_belt,
-        },
+        case!("staging_under_pressure", staging_under_pressure),
+        case!("staging_larger_than_belt", staging_larger_than_belt),
     ]
 }
 
@@ -44,20 +38,21 @@ fn small_belt(
     .map_err(fail("runtime"))
 }
 
-fn staging_under_pressure(ctx: &Ctx) -> R {
+async fn staging_under_pressure(ctx: &Ctx) -> R {
     let rt = small_belt(ctx, 64 << 10, 10_000, 1)?;
     let mut rng = Rng::new(42);
     let mut live: Vec<(tensormem::Tensor, Vec<u8>)> = Vec::new();
     for i in 0..2000u64 {
         let n = 1 + rng.below(if i % 50 == 0 { 300 << 10 } else { 20 << 10 }) as usize;
         let data: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
-        let t = rt
-            .tensor_from(DType::U8, &[n], &data, "pressure")
+        let t = ctx
+            .tensor_from(&rt, DType::U8, &[n], &data, "pressure")
+            .await
             .map_err(fail("upload"))?;
         live.push((t, data));
         if live.len() > 16 || rng.below(2) == 0 {
             let (t, data) = live.swap_remove(rng.below(live.len() as u64) as usize);
-            let back: Vec<u8> = rt.download(&t).map_err(fail("download"))?;
+            let back: Vec<u8> = ctx.download(&rt, &t).await.map_err(fail("download"))?;
             check(back == data, || {
                 format!("transfer {i}: {} bytes differ", data.len())
             })?;
@@ -65,7 +60,7 @@ fn staging_under_pressure(ctx: &Ctx) -> R {
         }
     }
     for (t, data) in live {
-        let back: Vec<u8> = rt.download(&t).map_err(fail("download"))?;
+        let back: Vec<u8> = ctx.download(&rt, &t).await.map_err(fail("download"))?;
         check(back == data, || "final readback differs".into())?;
         rt.free(t).map_err(fail("free"))?;
     }
@@ -77,14 +72,15 @@ fn staging_under_pressure(ctx: &Ctx) -> R {
     Ok(())
 }
 
-fn staging_larger_than_belt(ctx: &Ctx) -> R {
+async fn staging_larger_than_belt(ctx: &Ctx) -> R {
     let rt = small_belt(ctx, 64 << 10, 0, 0)?;
     let n = (1 << 20) + 12_345;
     let data: Vec<u8> = (0..n).map(|i| (i * 7 + i / 251) as u8).collect();
-    let t = rt
-        .tensor_from(DType::U8, &[n], &data, "big")
+    let t = ctx
+        .tensor_from(&rt, DType::U8, &[n], &data, "big")
+        .await
         .map_err(fail("upload"))?;
-    let back: Vec<u8> = rt.download(&t).map_err(fail("download"))?;
+    let back: Vec<u8> = ctx.download(&rt, &t).await.map_err(fail("download"))?;
     check(back == data, || "chunked transfer differs".into())?;
     let s = rt.staging().stats();
     check(s.chunks >= 2 * (n as u64 / (64 << 10)), || {
@@ -92,7 +88,7 @@ fn staging_larger_than_belt(ctx: &Ctx) -> R {
     })?;
     rt.free(t).map_err(fail("free"))?;
     // Idle trim (threshold 0, keep 0 here): once the work completes, every block goes back.
-    rt.synchronize().map_err(fail("sync"))?;
+    ctx.synchronize(&rt).await.map_err(fail("sync"))?;
     rt.staging().trim().map_err(fail("trim"))?;
     let s = rt.staging().stats();
     check(s.blocks == 0 && s.reserved == 0, || {

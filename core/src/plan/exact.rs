@@ -23,7 +23,7 @@
 //! [`Prepared`] holds everything that depends only on the instance (sections, conflict lists,
 //! section membership), so a portfolio worker builds it once and runs many searches on it.
 
-use std::time::Instant;
+use crate::time::Instant;
 
 use super::Buffer;
 use super::bound::{Sections, max_load_over_life};

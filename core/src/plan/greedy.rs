@@ -7,8 +7,8 @@
 //! result is compared with. [`sweep_best_fit`] is XLA's fast pass: an online best-fit allocator
 //! simulated in time order, O(n log n).
 
+use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
 
 use super::occupancy::Occupancy;
 use super::{Buffer, Plan, align_up, validate};

@@ -13,8 +13,8 @@
 //! The worker only reads its own state, so the plans it produces depend on the seed, its variant
 //! and the budgets it is given, never on timing (except a deadline cut).
 
+use crate::time::Instant;
 use std::cmp::Reverse;
-use std::time::Instant;
 
 use super::Buffer;
 use super::bound::max_load_over_life;

@@ -14,7 +14,8 @@
 //! provers probe the lower bound first, then bisect between the proved bound and the incumbent.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+
+use crate::time::Instant;
 
 use super::Buffer;
 use super::exact::{Event, Prover};

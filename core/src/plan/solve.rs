@@ -1,7 +1,9 @@
 //! The planner front door: bound, baselines, the parallel portfolio, verification.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Instant;
 
 use super::bound::peak_load;
 use super::greedy::{Fit, Squeezer, Stop, size_order, sweep_best_fit};

@@ -443,12 +443,12 @@ impl DevicePool for ArenaPool {
         // Work the failed step queued before failing (a guard's staging copy, say) may still
         // target the region and its fresh block: let it finish before anything is released. A
         // block freed under a queued copy crashed lavapipe's worker. If the backend cannot say,
-        // the region still returns but a fresh block stays reserved until a trim.
-        let drained = self
-            .backend
-            .flush()
-            .and_then(|t| self.backend.wait(t))
-            .is_ok();
+        // the region still returns but a fresh block stays reserved until a trim. On `wasm32`
+        // submitting is enough: WebGPU keeps a destroyed buffer's memory until its work is done.
+        let flushed = self.backend.flush();
+        #[cfg(not(target_arch = "wasm32"))]
+        let flushed = flushed.and_then(|t| self.backend.wait(t));
+        let drained = flushed.is_ok();
         let mut st = self.lock();
         let live = st.slots.remove(handle)?;
         let size = live.region.size;
@@ -549,7 +549,9 @@ impl Drop for ArenaPool {
         // Blocks may still be used by in-flight work: wait for everything before returning them.
         // When that wait fails (a timeout), the device may still read or write them: leak the
         // blocks (the backend reclaims them when it is destroyed) rather than free memory under
-        // running work, which crashes drivers such as lavapipe.
+        // running work, which crashes drivers such as lavapipe. On `wasm32` there is no blocking
+        // wait, and none is needed: WebGPU keeps a destroyed buffer's memory until its work is done.
+        #[cfg(not(target_arch = "wasm32"))]
         if let Err(e) = self.backend.flush().and_then(|t| self.backend.wait(t)) {
             eprintln!(
                 "tensormem: {} pool dropped while device work may still run ({e}); its blocks \

@@ -53,6 +53,28 @@ impl Io<'_> {
     }
 }
 
+/// Blocks until `ticket` completes: margins are written and judged synchronously, so guard margins
+/// are a native debug tool. On `wasm32` (no blocking waits) [`Guarded::new`] refuses them
+/// with [`unsupported`], so this is never reached there.
+pub(crate) fn wait_for(backend: &dyn Backend, ticket: Ticket) -> Result<()> {
+    #[cfg(not(target_arch = "wasm32"))]
+    return backend.wait(ticket);
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = (backend, ticket);
+        Err(unsupported())
+    }
+}
+
+/// The error for guard margins where waits cannot block (`wasm32`).
+pub(crate) fn unsupported() -> crate::Error {
+    crate::Error::Unsupported {
+        backend: "core",
+        what: "guard margins on wasm32 (their checks wait synchronously; a browser cannot block)"
+            .into(),
+    }
+}
+
 /// Writes `bytes` at `offset` of `block`: mapped when `mapped`, else through a temporary upload
 /// block and a device copy (waited for, so the temporary block can go).
 fn write(io: &Io<'_>, block: BlockId, offset: u64, bytes: &[u8]) -> Result<()> {
@@ -81,7 +103,7 @@ fn write(io: &Io<'_>, block: BlockId, offset: u64, bytes: &[u8]) -> Result<()> {
             },
         )?;
         queued = t;
-        backend.wait(t)
+        wait_for(backend, t)
     });
     io.free_staging(staging, if result.is_ok() { Ticket::DONE } else { queued });
     result
@@ -116,7 +138,7 @@ fn read(io: &Io<'_>, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> 
         )
         .and_then(|t| {
             queued = t;
-            backend.wait(t)
+            wait_for(backend, t)
         })
         .map(|()| queued = Ticket::DONE)
         .and_then(|()| backend.read_mapped(staging, 0, out));
@@ -214,8 +236,12 @@ impl<P: DevicePool> Guarded<P> {
     /// Guards `inner`, whose blocks are of `kind` on `backend`, with `margin` bytes each side.
     ///
     /// # Errors
-    /// [`Error::ZeroSize`] for a zero margin (leave the adaptor out instead).
+    /// [`Error::ZeroSize`] for a zero margin (leave the adaptor out instead);
+    /// [`Error::Unsupported`] on `wasm32`, where the margin checks cannot wait.
     pub fn new(inner: P, backend: Arc<dyn Backend>, kind: MemoryKind, margin: u64) -> Result<Self> {
+        if cfg!(target_arch = "wasm32") {
+            return Err(unsupported());
+        }
         let caps = backend.capabilities();
         let copy_align = caps.copy_align.max(1).next_power_of_two();
         let back = round_up(margin, copy_align)
@@ -288,7 +314,7 @@ impl<P: DevicePool> DevicePool for Guarded<P> {
         // Work the pools below queued on the region (a zero fill) must land before the margins
         // are written through mapping; staged writes are queue-ordered after it anyway.
         let pending = match self.inner.last_use(a.handle) {
-            Ok(t) if self.mapped && t != Ticket::DONE => self.backend.wait(t),
+            Ok(t) if self.mapped && t != Ticket::DONE => wait_for(self.backend.as_ref(), t),
             Ok(_) => Ok(()),
             Err(e) => Err(e),
         };
@@ -326,8 +352,10 @@ impl<P: DevicePool> DevicePool for Guarded<P> {
         // Everything that can fail comes before the free: on error the allocation stays live.
         let region = self.inner.resolve(handle)?;
         let label = self.inner.label(handle)?;
-        self.backend
-            .wait(ticket.max(self.inner.last_use(handle)?))?;
+        wait_for(
+            self.backend.as_ref(),
+            ticket.max(self.inner.last_use(handle)?),
+        )?;
         let damage = check(
             &self.io(),
             region.block,
@@ -417,10 +445,10 @@ impl<P> Drop for Guarded<P> {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
         // Blocks still waiting for a copy: let everything finish before returning them.
-        if orphans.iter().any(|(_, t)| *t != Ticket::DONE) {
-            if let Ok(t) = self.backend.flush() {
-                let _ = self.backend.wait(t);
-            }
+        if orphans.iter().any(|(_, t)| *t != Ticket::DONE)
+            && let Ok(t) = self.backend.flush()
+        {
+            let _ = wait_for(self.backend.as_ref(), t);
         }
         for (b, _) in orphans.drain(..) {
             let _ = self.backend.free_block(b);

@@ -5,7 +5,9 @@
 //! retired with the copy's ticket and reused once that ticket completes. Readbacks enqueue a copy
 //! into a `Readback` region, wait for it and read it out. A transfer larger than one belt block is
 //! split into chunks, never refused. When every block is busy the belt grows up to
-//! [`StagingConfig::max_blocks`], then waits for the oldest work. Blocks beyond
+//! [`StagingConfig::max_blocks`], then waits for the oldest work. Every transfer is written once
+//! as an `async fn` over [`Waiting`]: the blocking forms (native only) and the `_async` forms
+//! (every target, the only ones in a browser) share it. Blocks beyond
 //! [`StagingConfig::keep_blocks`] that stay idle for [`StagingConfig::idle_trim_after`] are returned
 //! to the backend (wgpu's own `StagingBelt` never shrinks; this one does).
 //!
@@ -15,9 +17,15 @@
 //! before it reports out of memory.
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind, Ticket};
+use crate::time::Instant;
+
+#[cfg(not(target_arch = "wasm32"))]
+use crate::backend::completion::complete_now;
+use crate::backend::{
+    Backend, BlockDesc, BlockId, BlockRange, HostAccess, MemoryKind, Ticket, Waiting,
+};
 use crate::pool::budget::{Budget, MemberId, Reclaim};
 use crate::suballoc::{Region, RingAllocator};
 use crate::trace::{EventKind, Tracer};
@@ -170,11 +178,33 @@ impl StagingBelt {
     }
 
     /// Copies `data` into `dst` (a device range at least `data.len()` bytes, rounded up to the copy
-    /// alignment) through the belt. Returns the ticket of the last chunk's copy.
+    /// alignment) through the belt. Returns the ticket of the last chunk's copy. Native only; see
+    /// [`StagingBelt::upload_async`].
     ///
     /// # Errors
     /// [`Error::ZeroSize`], [`Error::OutOfBounds`] when `dst` is too small, backend errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn upload(&self, dst: BlockRange, data: &[u8]) -> Result<Ticket> {
+        complete_now(self.upload_with(Waiting::Blocking, dst, data))
+    }
+
+    /// [`StagingBelt::upload`] without blocking: a full belt and the mapping of its blocks are
+    /// awaited.
+    ///
+    /// # Errors
+    /// As [`StagingBelt::upload`].
+    pub async fn upload_async(&self, dst: BlockRange, data: &[u8]) -> Result<Ticket> {
+        self.upload_with(Waiting::Async, dst, data).await
+    }
+
+    /// The one upload path. The belt's lock is never held across an await: a region taken from a
+    /// ring stays allocated (not retired) while the chunk is written, so nothing else reuses it.
+    pub(crate) async fn upload_with(
+        &self,
+        waiting: Waiting,
+        dst: BlockRange,
+        data: &[u8],
+    ) -> Result<Ticket> {
         if data.is_empty() {
             return Err(Error::ZeroSize { what: "upload" });
         }
@@ -187,7 +217,6 @@ impl StagingBelt {
                 limit: dst.size,
             });
         }
-        let mut st = self.lock();
         let chunk = self.config.block_size as usize;
         let mut ticket = Ticket::DONE;
         let mut scratch = Vec::new();
@@ -201,13 +230,13 @@ impl StagingBelt {
                 scratch.resize(size as usize, 0);
                 &scratch
             };
-            let (b, region) = self.take_region(&mut st, MemoryKind::Upload, size)?;
-            let id = st.upload.blocks[b].id;
-            let copied = self
-                .backend
-                .write_mapped(id, region.offset, bytes)
+            let (id, region) = self.region(waiting, MemoryKind::Upload, size).await?;
+            let backend = self.backend.as_ref();
+            let mapped = waiting.host_access(backend, id, HostAccess::Write).await;
+            let copied = mapped
+                .and_then(|()| backend.write_mapped(id, region.offset, bytes))
                 .and_then(|()| {
-                    self.backend.copy(
+                    backend.copy(
                         BlockRange {
                             block: id,
                             offset: region.offset,
@@ -223,21 +252,45 @@ impl StagingBelt {
             // Retire the region whatever happened: on error with the last good ticket, so the ring
             // never keeps a region that nothing will release.
             let t = *copied.as_ref().unwrap_or(&ticket);
-            st.upload.blocks[b].ring.retire(region, t.0)?;
+            let mut st = self.lock();
+            Self::retire(&mut st, MemoryKind::Upload, id, region, t)?;
             ticket = copied?;
             st.stats.uploaded += part.len() as u64;
             st.stats.chunks += 1;
         }
+        let mut st = self.lock();
         self.trim_idle(&mut st)?;
         Ok(ticket)
     }
 
     /// Copies `out.len()` bytes from `src` (a device range) into `out` through the belt. Blocks
-    /// until the data has arrived. Work enqueued earlier is ordered before the copy.
+    /// until the data has arrived. Work enqueued earlier is ordered before the copy. Native only;
+    /// see [`StagingBelt::download_async`].
     ///
     /// # Errors
     /// [`Error::ZeroSize`], [`Error::OutOfBounds`] when `src` is too small, backend errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn download(&self, src: BlockRange, out: &mut [u8]) -> Result<()> {
+        complete_now(self.download_with(Waiting::Blocking, src, out))
+    }
+
+    /// [`StagingBelt::download`] without blocking: each chunk's copy and the mapping of its
+    /// readback block are awaited.
+    ///
+    /// # Errors
+    /// As [`StagingBelt::download`].
+    pub async fn download_async(&self, src: BlockRange, out: &mut [u8]) -> Result<()> {
+        self.download_with(Waiting::Async, src, out).await
+    }
+
+    /// The one readback path; as [`StagingBelt::upload_with`], no lock is held across an await and
+    /// a region is retired only after its bytes were read out.
+    pub(crate) async fn download_with(
+        &self,
+        waiting: Waiting,
+        src: BlockRange,
+        out: &mut [u8],
+    ) -> Result<()> {
         if out.is_empty() {
             return Err(Error::ZeroSize { what: "download" });
         }
@@ -250,102 +303,152 @@ impl StagingBelt {
                 limit: src.size,
             });
         }
-        let mut st = self.lock();
         let chunk = self.config.block_size as usize;
         let mut scratch = Vec::new();
         for (i, part) in out.chunks_mut(chunk).enumerate() {
             let size = round_up(part.len() as u64, self.align);
-            let (b, region) = self.take_region(&mut st, MemoryKind::Readback, size)?;
-            let id = st.readback.blocks[b].id;
-            let result = self
-                .backend
-                .copy(
-                    BlockRange {
-                        block: src.block,
-                        offset: src.offset + (i * chunk) as u64,
-                        size,
-                    },
-                    BlockRange {
-                        block: id,
-                        offset: region.offset,
-                        size,
-                    },
-                )
-                .and_then(|t| {
-                    self.backend.wait(t)?;
-                    if size as usize == part.len() {
-                        self.backend.read_mapped(id, region.offset, part)?;
-                    } else {
-                        scratch.resize(size as usize, 0);
-                        self.backend.read_mapped(id, region.offset, &mut scratch)?;
-                        part.copy_from_slice(&scratch[..part.len()]);
-                    }
-                    Ok(t)
-                });
+            let (id, region) = self.region(waiting, MemoryKind::Readback, size).await?;
+            let backend = self.backend.as_ref();
+            let copied = backend.copy(
+                BlockRange {
+                    block: src.block,
+                    offset: src.offset + (i * chunk) as u64,
+                    size,
+                },
+                BlockRange {
+                    block: id,
+                    offset: region.offset,
+                    size,
+                },
+            );
+            let result = match copied {
+                Ok(t) => {
+                    let read = async {
+                        waiting.ticket(backend, t).await?;
+                        waiting.host_access(backend, id, HostAccess::Read).await?;
+                        if size as usize == part.len() {
+                            backend.read_mapped(id, region.offset, part)
+                        } else {
+                            scratch.resize(size as usize, 0);
+                            backend.read_mapped(id, region.offset, &mut scratch)?;
+                            part.copy_from_slice(&scratch[..part.len()]);
+                            Ok(())
+                        }
+                    };
+                    read.await.map(|()| t)
+                }
+                Err(e) => Err(e),
+            };
             let t = *result.as_ref().unwrap_or(&Ticket::DONE);
-            let block = &mut st.readback.blocks[b];
-            block.ring.retire(region, t.0)?;
+            let mut st = self.lock();
+            Self::retire(&mut st, MemoryKind::Readback, id, region, t)?;
             result?;
             st.stats.downloaded += part.len() as u64;
             st.stats.chunks += 1;
         }
+        let mut st = self.lock();
         self.trim_idle(&mut st)?;
         Ok(())
     }
 
-    /// A ring region of `size` bytes in the belt of `kind`: reclaim, then grow, then wait.
-    fn take_region(&self, st: &mut State, kind: MemoryKind, size: u64) -> Result<(usize, Region)> {
+    /// Retires `region` of block `id` in the belt of `kind` with `ticket`.
+    fn retire(
+        st: &mut State,
+        kind: MemoryKind,
+        id: BlockId,
+        region: Region,
+        ticket: Ticket,
+    ) -> Result<()> {
+        let belt = match kind {
+            MemoryKind::Readback => &mut st.readback,
+            _ => &mut st.upload,
+        };
+        match belt.blocks.iter_mut().find(|b| b.id == id) {
+            Some(block) => block.ring.retire(region, ticket.0),
+            // Blocks are only released when their ring is empty, and this region is live.
+            None => Err(Error::invalid(format!(
+                "staging belt: block {} of a live region was released",
+                id.0
+            ))),
+        }
+    }
+
+    /// A ring region of `size` bytes in the belt of `kind`, waiting (in `waiting`'s mode) for the
+    /// oldest work while every block is busy and the belt cannot grow.
+    async fn region(
+        &self,
+        waiting: Waiting,
+        kind: MemoryKind,
+        size: u64,
+    ) -> Result<(BlockId, Region)> {
+        loop {
+            let stalled = {
+                let mut st = self.lock();
+                match self.take_region(&mut st, kind, size)? {
+                    Taken::Region(b, region) => {
+                        let belt = match kind {
+                            MemoryKind::Readback => &st.readback,
+                            _ => &st.upload,
+                        };
+                        return Ok((belt.blocks[b].id, region));
+                    }
+                    Taken::Stalled(t) => {
+                        st.stats.stalls += 1;
+                        t
+                    }
+                }
+            };
+            // Every block is busy: wait for all submitted work, then everything is reclaimable.
+            waiting.ticket(self.backend.as_ref(), stalled).await?;
+        }
+    }
+
+    /// A ring region of `size` bytes in the belt of `kind`: reclaim, then grow; when neither
+    /// works, the ticket to wait for (everything submitted so far).
+    fn take_region(&self, st: &mut State, kind: MemoryKind, size: u64) -> Result<Taken> {
         let completed = self.backend.completed()?;
         let belt = match kind {
             MemoryKind::Readback => &mut st.readback,
             _ => &mut st.upload,
         };
         let now = Instant::now();
-        loop {
-            let n = belt.blocks.len();
-            for k in 0..n {
-                let i = (belt.current + k) % n;
-                let block = &mut belt.blocks[i];
-                block.ring.reclaim(completed.0);
-                if let Some(region) = block.ring.allocate(size, self.align)? {
-                    block.last_active = now;
-                    belt.current = i;
-                    return Ok((i, region));
-                }
-            }
-            if n < self.config.max_blocks {
-                let kind = belt.kind;
-                let id = self.alloc_block(st, kind)?;
-                let belt = match kind {
-                    MemoryKind::Readback => &mut st.readback,
-                    _ => &mut st.upload,
-                };
-                belt.blocks.push(BeltBlock {
-                    id,
-                    ring: RingAllocator::new(self.config.block_size)?,
-                    last_active: now,
-                });
-                belt.current = n;
-                if let Some(t) = &st.tracer {
-                    t.record(EventKind::BlockReserve {
-                        pool: format!("staging ({})", kind.name()),
-                        block: id.0,
-                        size: self.config.block_size,
-                    });
-                }
-                st.stats.blocks += 1;
-                st.stats.reserved += self.config.block_size;
-                st.stats.blocks_allocated += 1;
-                return self.take_region(st, kind, size);
-            }
-            // Every block is busy: wait for all submitted work, then everything is reclaimable.
-            st.stats.stalls += 1;
-            let t = self.backend.flush()?;
-            self.backend.wait(t)?;
-            for block in &mut belt.blocks {
-                block.ring.reclaim(t.0);
+        let n = belt.blocks.len();
+        for k in 0..n {
+            let i = (belt.current + k) % n;
+            let block = &mut belt.blocks[i];
+            block.ring.reclaim(completed.0);
+            if let Some(region) = block.ring.allocate(size, self.align)? {
+                block.last_active = now;
+                belt.current = i;
+                return Ok(Taken::Region(i, region));
             }
         }
+        if n < self.config.max_blocks {
+            let kind = belt.kind;
+            let id = self.alloc_block(st, kind)?;
+            let belt = match kind {
+                MemoryKind::Readback => &mut st.readback,
+                _ => &mut st.upload,
+            };
+            belt.blocks.push(BeltBlock {
+                id,
+                ring: RingAllocator::new(self.config.block_size)?,
+                last_active: now,
+            });
+            belt.current = n;
+            if let Some(t) = &st.tracer {
+                t.record(EventKind::BlockReserve {
+                    pool: format!("staging ({})", kind.name()),
+                    block: id.0,
+                    size: self.config.block_size,
+                });
+            }
+            st.stats.blocks += 1;
+            st.stats.reserved += self.config.block_size;
+            st.stats.blocks_allocated += 1;
+            return self.take_region(st, kind, size);
+        }
+        Ok(Taken::Stalled(self.backend.flush()?))
     }
 
     /// Returns blocks beyond `keep_blocks` that are empty and idle longer than `idle_trim_after`.
@@ -446,7 +549,10 @@ impl Reclaim for StagingBelt {
 
 impl Drop for StagingBelt {
     fn drop(&mut self) {
-        // As the arena pool's drop: never free blocks that in-flight work may still use.
+        // As the arena pool's drop: never free blocks that in-flight work may still use. On
+        // `wasm32` there is no blocking wait, and none is needed: WebGPU keeps a destroyed
+        // buffer's memory until the work using it completes.
+        #[cfg(not(target_arch = "wasm32"))]
         if let Err(e) = self.backend.flush().and_then(|t| self.backend.wait(t)) {
             eprintln!(
                 "tensormem: staging belt dropped while device work may still run ({e}); its \
@@ -461,6 +567,14 @@ impl Drop for StagingBelt {
             }
         }
     }
+}
+
+/// Outcome of [`StagingBelt::take_region`].
+enum Taken {
+    /// Block index in its belt, and the region.
+    Region(usize, Region),
+    /// Every block is busy and the belt is at `max_blocks`: wait for this ticket.
+    Stalled(Ticket),
 }
 
 fn round_up(v: u64, align: u64) -> u64 {

@@ -1,14 +1,17 @@
 //! `Model`: a graph compiled against a runtime — liveness, a static plan of its intermediates in one
 //! arena, persistent weights, and execution.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::backend::{BlockRange, Ticket};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::backend::completion::complete_now;
+use crate::backend::{BlockRange, Ticket, Waiting};
 use crate::graph::{Graph, TensorId, TensorKind};
 use crate::plan::{self, OpUses, SolveOptions, TensorRole};
 use crate::pool::Allocation;
 use crate::runtime::Runtime;
 use crate::runtime::tensor::{Element, check_element};
+use crate::time::Instant;
 use crate::trace::{Access, EventKind, Tracer};
 use crate::{Error, Result};
 
@@ -214,7 +217,13 @@ impl Model {
             })
     }
 
-    fn set(&self, t: TensorId, kind: TensorKind, data: &[u8]) -> Result<Ticket> {
+    async fn set(
+        &self,
+        waiting: Waiting,
+        t: TensorId,
+        kind: TensorKind,
+        data: &[u8],
+    ) -> Result<Ticket> {
         let decl = self.graph.decl(t)?;
         if decl.kind != kind {
             return Err(Error::invalid(format!(
@@ -231,33 +240,68 @@ impl Model {
             });
         }
         let p = self.place(t)?;
-        self.rt.write_bytes(p.alloc, p.offset, data)
+        self.rt
+            .write_bytes_with(waiting, p.alloc, p.offset, data)
+            .await
     }
 
-    /// Uploads a weight (once; weights persist across runs).
+    /// Uploads a weight (once; weights persist across runs). Native only; see
+    /// [`Model::set_weight_async`].
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `t` is not a weight, [`Error::SizeMismatch`], transfer errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn set_weight(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
-        self.set(t, TensorKind::Weight, data)
+        complete_now(self.set(Waiting::Blocking, t, TensorKind::Weight, data))
     }
 
-    /// Uploads an input for the next run.
+    /// [`Model::set_weight`] without blocking.
     ///
     /// # Errors
     /// As [`Model::set_weight`].
-    pub fn set_input(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
-        self.set(t, TensorKind::Input, data)
+    pub async fn set_weight_async(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
+        self.set(Waiting::Async, t, TensorKind::Weight, data).await
     }
 
-    /// Enqueues every node, waits for completion, and returns the last ticket.
+    /// Uploads an input for the next run. Native only; see [`Model::set_input_async`].
+    ///
+    /// # Errors
+    /// As [`Model::set_weight`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn set_input(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
+        complete_now(self.set(Waiting::Blocking, t, TensorKind::Input, data))
+    }
+
+    /// [`Model::set_input`] without blocking.
+    ///
+    /// # Errors
+    /// As [`Model::set_weight`].
+    pub async fn set_input_async(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
+        self.set(Waiting::Async, t, TensorKind::Input, data).await
+    }
+
+    /// Enqueues every node, waits for completion, and returns the last ticket. Native only; see
+    /// [`Model::run_async`].
     ///
     /// # Errors
     /// Backend errors ([`Error::DeviceLost`], ...), stale allocations.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn run(&mut self) -> Result<Ticket> {
+        complete_now(self.run_with(Waiting::Blocking))
+    }
+
+    /// [`Model::run`] without blocking: the last node's ticket is awaited.
+    ///
+    /// # Errors
+    /// As [`Model::run`].
+    pub async fn run_async(&mut self) -> Result<Ticket> {
+        self.run_with(Waiting::Async).await
+    }
+
+    async fn run_with(&mut self, waiting: Waiting) -> Result<Ticket> {
         let start = Instant::now();
         let t = self.enqueue()?;
-        self.rt.backend().wait(t)?;
+        waiting.ticket(self.rt.backend().as_ref(), t).await?;
         self.report.last_run = start.elapsed();
         Ok(t)
     }
@@ -313,12 +357,25 @@ impl Model {
     }
 
     /// Downloads an output, an input or a weight as elements of `T` (the tensor's dtype, or `u8`
-    /// for its raw bytes).
+    /// for its raw bytes). Native only; see [`Model::read_output_async`].
     ///
     /// # Errors
     /// [`Error::NotAnOutput`] for an intermediate (the plan reuses its bytes, so after the run they
     /// hold another tensor), [`Error::ForeignTensor`], [`Error::DTypeMismatch`], transfer errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn read_output<T: Element>(&self, t: TensorId) -> Result<Vec<T>> {
+        complete_now(self.read_output_with(Waiting::Blocking, t))
+    }
+
+    /// [`Model::read_output`] without blocking.
+    ///
+    /// # Errors
+    /// As [`Model::read_output`].
+    pub async fn read_output_async<T: Element>(&self, t: TensorId) -> Result<Vec<T>> {
+        self.read_output_with(Waiting::Async, t).await
+    }
+
+    async fn read_output_with<T: Element>(&self, waiting: Waiting, t: TensorId) -> Result<Vec<T>> {
         let decl = self.graph.decl(t)?;
         check_element::<T>(decl.dtype, || format!("read of '{}'", decl.name))?;
         let p = self.place(t)?;
@@ -332,7 +389,13 @@ impl Model {
         let elem = std::mem::size_of::<T>() as u64;
         let mut out = vec![T::zeroed(); (size / elem) as usize];
         self.rt
-            .read_bytes(p.alloc, p.offset, bytemuck::cast_slice_mut(&mut out))?;
+            .read_bytes_with(
+                waiting,
+                p.alloc,
+                p.offset,
+                bytemuck::cast_slice_mut(&mut out),
+            )
+            .await?;
         Ok(out)
     }
 

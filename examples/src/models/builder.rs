@@ -105,6 +105,7 @@ impl ModelBuilder {
     /// # Errors
     /// [`tensormem::Error::Malformed`] for a weight missing from the file,
     /// [`tensormem::Error::SizeMismatch`] for one whose shape differs, and upload errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn upload_weights(&self, model: &mut Model, file: &WeightFile) -> Result<()> {
         for slot in &self.weights {
             model.set_weight(slot.id, file.f32_bytes(&slot.name, &slot.shape)?)?;

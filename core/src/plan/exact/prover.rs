@@ -8,7 +8,7 @@
 //! [`GIVE_UP_ROUNDS`] rounds is abandoned so that higher capacities get a turn; the caller then
 //! knows optimality is unproved.
 
-use std::time::Instant;
+use crate::time::Instant;
 
 use super::{Infeasibility, Outcome, PREORDERS, Prepared};
 use crate::plan::Buffer;

@@ -4,7 +4,7 @@
 //! The unplaced buffers of a subproblem ("piece") are kept sorted by first section, so splitting a
 //! piece at the section boundaries no unplaced buffer crosses is one linear pass.
 
-use std::time::Instant;
+use crate::time::Instant;
 
 use super::Prepared;
 use crate::plan::align_up;

@@ -1,0 +1,36 @@
+//! # tensormem-browser: the runtime on WebGPU inside a real browser (wasm32)
+//!
+//! The same core (planner, pools, runtime) and the same `tensormem-wgpu` backend as natively,
+//! built for `wasm32-unknown-unknown` and run by Chromium's WebGPU implementation. Two users:
+//!
+//! * the browser tests (`tests/conformance.rs`, `wasm-bindgen-test` in headless Chromium): the
+//!   conformance suite's own cases ([`conformance`]), awaited on the page's event loop;
+//! * the MNIST sample page (`examples/web/`): [`page::run_mnist`] fetches nothing itself; the page
+//!   passes the weights and images it fetched from the same origin.
+//!
+//! ## Design choices
+//!
+//! * **Only the awaitable forms exist here.** `Backend::wait`, `Runtime::download` and every other
+//!   blocking form are not compiled for `wasm32` (a compile error, not a runtime panic): a browser's
+//!   main thread must return to its event loop for WebGPU's promises to resolve.
+//! * **Cases are reused, not forked.** The conformance cases are `async fn`s that wait only through
+//!   `tensormem_conformance::Ctx`; natively they run in both completion modes, here in the
+//!   awaitable mode.
+//! * **The sample's graph is the native sample's.** [`models`] compiles the files of
+//!   `tensormem-examples` that build the MNIST graph and read its weights (the same source files,
+//!   not copies), so the page runs the same graph with the same memory plan.
+//! * **Empty natively.** Everything is `wasm32`-only, so native builds and clippy pay nothing.
+//!
+//! ## Limits
+//!
+//! * Natively the wgpu backend turns out-of-memory into a retryable error at the failing call; in
+//!   a browser error scopes resolve as promises, so such errors surface on the next call instead.
+//! * Cases that need threads or blocking waits (guard margins) run natively only; see
+//!   [`tensormem_conformance::Case::native_only`].
+
+#[cfg(target_arch = "wasm32")]
+pub mod conformance;
+#[cfg(target_arch = "wasm32")]
+pub mod models;
+#[cfg(target_arch = "wasm32")]
+pub mod page;

@@ -1,0 +1,17 @@
+//! The MNIST sample's graph, graph builder and weight reader: the source files of
+//! `tensormem-examples`, compiled here as they are (its tools, image decoding and MiniLM stay
+//! native). `rustfmt::skip`:
+//! those files are formatted as part of `tensormem-examples` (and rustfmt would resolve their
+//! test modules relative to this crate).
+
+// The native-only `upload_weights` is compiled out here, leaving two of its imports unused.
+#[allow(unused_imports, reason = "the native-only upload_weights uses them")]
+#[rustfmt::skip]
+#[path = "../../examples/src/models/builder.rs"]
+pub mod builder;
+#[rustfmt::skip]
+#[path = "../../examples/src/models/mnist/graph.rs"]
+pub mod mnist;
+#[rustfmt::skip]
+#[path = "../../examples/src/models/weights.rs"]
+pub mod weights;

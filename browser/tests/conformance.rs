@@ -1,0 +1,83 @@
+//! The conformance suite's cases in headless Chromium on its WebGPU implementation
+//! (`scripts/browser-test.sh` runs this with `wasm-bindgen-test-runner` and chromedriver). One test
+//! per case, so the runner's summary names each; `every_browser_case_is_listed` keeps the list in
+//! step with the suite. Without WebGPU (the negative control) every case fails at adapter request.
+#![cfg(target_arch = "wasm32")]
+#![allow(clippy::panic, clippy::unwrap_used, reason = "tests fail by panicking")]
+
+use tensormem_browser::conformance;
+use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+macro_rules! browser_cases {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[wasm_bindgen_test]
+            async fn $name() {
+                if let Err(e) = conformance::run(stringify!($name)).await {
+                    panic!("{}: {e}", stringify!($name));
+                }
+            }
+        )*
+
+        /// Every case the suite allows in a browser is listed above, and nothing else.
+        #[wasm_bindgen_test]
+        fn every_browser_case_is_listed() {
+            let mut listed = vec![$(stringify!($name)),*];
+            let mut suite: Vec<&str> = conformance::browser_cases().iter().map(|c| c.name).collect();
+            listed.sort_unstable();
+            suite.sort_unstable();
+            assert_eq!(listed, suite);
+        }
+    };
+}
+
+browser_cases!(
+    round_trip_sizes,
+    round_trip_dtypes,
+    alignment,
+    budget_and_oom,
+    deferred_reuse,
+    double_free_and_use_after_free,
+    zero_and_oversize,
+    zero_on_reuse,
+    host_visible_pools,
+    trim_returns_blocks,
+    staging_under_pressure,
+    staging_larger_than_belt,
+    ops_match_host_reference,
+    planned_reuse_matches_no_reuse,
+    binding_sizes_are_exact,
+    overlapping_outputs_are_refused,
+    tensors_bind_to_kernels,
+    defect_2_overflowing_op_params_are_errors_not_a_lost_device,
+    defect_3_shape_arithmetic_is_checked,
+    defect_4_foreign_outputs_and_intermediate_reads,
+    defect_8_kernel_on_freed_tensor_is_tracked,
+    defect_9_typed_transfers_and_too_large,
+);
+
+/// The adapter is the browser's WebGPU, and its limits reach the contract's capabilities.
+#[wasm_bindgen_test]
+async fn webgpu_limits_reach_the_capabilities() {
+    let backend = conformance::webgpu(false).await.unwrap();
+    let caps = backend.capabilities();
+    assert_eq!(caps.backend, "wgpu");
+    assert!(
+        caps.device_name.contains("BrowserWebGpu"),
+        "{}",
+        caps.device_name
+    );
+    assert!(
+        !caps.device_host_visible,
+        "WebGPU never maps storage buffers"
+    );
+    assert!(caps.max_binding_size >= 128 << 20, "{caps:?}");
+    assert!(caps.max_block_size >= caps.max_binding_size, "{caps:?}");
+    assert!(
+        caps.binding_align.is_power_of_two() && caps.binding_align <= 256,
+        "{caps:?}"
+    );
+    web_sys::console::log_1(&format!("webgpu capabilities: {caps:?}").into());
+}

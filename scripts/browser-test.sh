@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The browser tests: the runtime built for wasm32 and run in headless Chromium on its WebGPU
+# implementation (SwiftShader on a machine without a GPU; `--enable-unsafe-webgpu`).
+#   1. the conformance cases (browser/tests/conformance.rs, wasm-bindgen-test + chromedriver);
+#   2. the negative control: the same tests with WebGPU disabled must fail, at adapter request;
+#   3. the MNIST sample page (examples/web): three digits, logits within 1e-3 of the native host
+#      run, a screenshot that is not blank (scripts/browser_page_test.py).
+# Installs what is missing: the apt packages (Debian's rustc-web toolchain, whose std source
+# -Zbuild-std compiles for wasm32; lld-22; chromium and chromedriver) and wasm-bindgen-cli at the
+# version pinned in Cargo.toml, cached in $TENSORMEM_CACHE (default ~/.cache/tensormem).
+# Outputs (screenshot, native logits, the served page) go to target-wasm/browser-test/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+CACHE="${TENSORMEM_CACHE:-$HOME/.cache/tensormem}"
+WBG_VERSION=$(sed -n 's/^wasm-bindgen = "=\(.*\)"$/\1/p' Cargo.toml)
+TOOLS="$CACHE/wasm-bindgen-$WBG_VERSION"
+OUT="$ROOT/target-wasm/browser-test"
+T0=$(date +%s)
+step() { echo "== browser-test: $* (+$(($(date +%s) - T0)) s)"; }
+
+need=()
+for p in rustc-web cargo-web rust-web-src rust-web-llvm lld-22 chromium chromium-driver; do
+    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    step "installing ${need[*]}"
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+        "${need[@]}" >/dev/null
+fi
+if ! "$TOOLS/bin/wasm-bindgen" --version 2>/dev/null | grep -qx "wasm-bindgen $WBG_VERSION"; then
+    step "installing wasm-bindgen-cli $WBG_VERSION into $TOOLS (once; several minutes)"
+    # Not --locked: its lock names a webpki-roots release the registry here does not have.
+    cargo install wasm-bindgen-cli --version "$WBG_VERSION" --root "$TOOLS"
+fi
+
+# The native references first, with the native toolchain: the host backend's logits and the
+# native wgpu timing (lavapipe) for the page test's comparison.
+mkdir -p "$OUT"
+step "native mnist (host, wgpu)"
+cargo run -q -p tensormem-examples --bin mnist -- --backend host --json >"$OUT/native-host.json"
+cargo run -q -p tensormem-examples --bin mnist -- --backend wgpu --json >"$OUT/native-wgpu.json" ||
+    echo "native wgpu run failed (no Vulkan driver?); its timing is left out"
+
+# Debian's rustc-web for wasm32, kept apart from rustup's toolchain by environment.
+export PATH="$TOOLS/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+export RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1
+export CARGO_TARGET_DIR="$ROOT/target-wasm"
+export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER="$TOOLS/bin/wasm-bindgen-test-runner"
+export CHROMEDRIVER=/usr/bin/chromedriver
+export WASM_BINDGEN_TEST_TIMEOUT=900
+WASM=(--release --target wasm32-unknown-unknown -Zbuild-std=std,panic_abort -p tensormem-browser)
+
+step "building and running the conformance cases in headless Chromium (WebGPU)"
+WASM_BINDGEN_TEST_WEBDRIVER_JSON="$ROOT/browser/webdriver.json" \
+    /usr/bin/cargo test "${WASM[@]}" --test conformance
+
+step "negative control: the same tests without WebGPU must fail"
+# Every test that touches the device must fail, for want of an adapter; only the listing check
+# (no device) passes.
+if WASM_BINDGEN_TEST_WEBDRIVER_JSON="$ROOT/browser/webdriver-no-webgpu.json" \
+    /usr/bin/cargo test "${WASM[@]}" --test conformance >"$OUT/negative.log" 2>&1; then
+    cat "$OUT/negative.log"
+    echo "negative control FAILED: the browser tests passed without WebGPU"
+    exit 1
+fi
+if ! grep -Eq "test result: FAILED. 1 passed; [1-9][0-9]* failed" "$OUT/negative.log" ||
+    ! grep -q "no adapter" "$OUT/negative.log"; then
+    cat "$OUT/negative.log"
+    echo "negative control FAILED: not every device test failed for want of a WebGPU adapter"
+    exit 1
+fi
+echo "negative control ok: without WebGPU every device test fails at adapter request:"
+grep "test result" "$OUT/negative.log"
+
+step "building the sample page"
+/usr/bin/cargo build "${WASM[@]}" --lib
+WWW="$OUT/www"
+rm -rf "$WWW" && mkdir -p "$WWW/mnist"
+wasm-bindgen --target web --out-dir "$WWW/pkg" \
+    "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/tensormem_browser.wasm"
+cp examples/web/index.html "$WWW/"
+cp examples/assets/mnist/mnist.safetensors examples/assets/mnist/*.u8 "$WWW/mnist/"
+WASM_FILE="$WWW/pkg/tensormem_browser_bg.wasm"
+echo "wasm: $(stat -c %s "$WASM_FILE") bytes raw, $(gzip -9c "$WASM_FILE" | wc -c) bytes gzip"
+
+step "page test in headless Chromium"
+python3 scripts/browser_page_test.py "$WWW" "$OUT/native-host.json" "$OUT/mnist-page.png"
+for backend in host wgpu; do
+    [ -s "$OUT/native-$backend.json" ] || continue
+    python3 - "$OUT/native-$backend.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["report"]
+print(f"native {r['backend']} ({r['device']}): {r['time_per_inference_ms']:.2f} ms per inference "
+      f"(mean of {r['runs']}, {r['shape']})")
+PY
+done
+step "done"
