@@ -23,6 +23,7 @@
 //! `synchronize` and drop returns and every later call reports [`Error::DeviceLost`]. Should the
 //! thread exit anyway, a guard marks the timeline stopped and wakes every waiter.
 
+#[cfg(not(target_arch = "wasm32"))]
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 #[cfg(not(target_arch = "wasm32"))]

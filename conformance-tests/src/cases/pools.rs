@@ -17,19 +17,19 @@ type R = std::result::Result<(), String>;
 pub(crate) fn cases() -> Vec<Case> {
     vec![
         case!(
-            "pools: partial unaligned writes leave their neighbours (defect 1)",
+            "defect_1_partial_unaligned_writes_leave_their_neighbours",
             partial_unaligned_writes
         ),
         case!(
-            "pools: a failed allocate holds nothing (defect 5)",
+            "defect_5_a_failed_allocate_holds_nothing",
             failed_allocate_holds_nothing
         ),
         case!(
-            "pools: a failed free can be retried; nothing after loss (defect 6)",
+            "defect_6_a_failed_free_is_retryable_and_nothing_after_loss",
             failed_free_is_retryable
         ),
         case!(
-            "pools: one pressure path across device pool and belt (defect 7)",
+            "defect_7_one_pressure_path_across_device_pool_and_belt",
             pools_reclaim_from_each_other
         ),
     ]
