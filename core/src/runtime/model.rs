@@ -347,7 +347,7 @@ impl Model {
         let alloc = rt.acquire_weight(&key, padded, self.align, |alloc| {
             let mut offset = 0u64;
             for chunk in chunks {
-                if offset % copy_align != 0 {
+                if !offset.is_multiple_of(copy_align) {
                     return Err(Error::Misaligned {
                         what: "weight chunk offset",
                         value: offset,
