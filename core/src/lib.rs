@@ -62,6 +62,7 @@ pub mod backend;
 pub mod error;
 pub mod graph;
 pub mod host;
+pub mod offload;
 pub mod ops;
 pub mod plan;
 pub mod pool;
