@@ -107,15 +107,33 @@ fn a_half_budget_streams_weights_and_stays_within_it() {
 
 #[test]
 fn an_activation_with_a_long_absence_is_swapped_out_and_back() {
-    // Tiny weights: only activations can leave; the skip connection is the only long absence.
-    let (tensors, ops) = stack(6, 32 * KB, 512 * KB);
-    let full = unbudgeted_load(&tensors, ops.len() as u64);
-    let budget = full - 256 * KB;
+    // A (step 0 to 4) spans the peak at step 2, where B and C meet.
+    let t = |size, class, uses: &[u64]| OffloadTensor {
+        size,
+        class,
+        uses: uses.to_vec(),
+    };
+    let tensors = vec![
+        t(512 * KB, TensorClass::Intermediate, &[0, 4]),
+        t(512 * KB, TensorClass::Intermediate, &[1, 2]),
+        t(512 * KB, TensorClass::Intermediate, &[2, 3]),
+        t(128 * KB, TensorClass::Output, &[3, 4]),
+    ];
+    let ops: Vec<OffloadOp> = (0..5)
+        .map(|k| OffloadOp {
+            label: format!("op{k}"),
+            bytes: 1 << 20,
+        })
+        .collect();
+    let budget = 1200 * KB;
     let s = schedule(&tensors, &ops, &OffloadDesc::new(budget, 256)).unwrap();
     check(&tensors, &s, budget);
-    assert!(s.residencies.iter().any(|r| r.copy_out));
-    assert!(s.residencies.iter().any(|r| r.arrival == Arrival::SwapIn));
-    assert!(s.outcome().unwrap().bytes_to_host >= 512 * KB);
+    let a: Vec<&Residency> = s.residencies.iter().filter(|r| r.tensor == 0).collect();
+    assert_eq!(a.len(), 2, "{a:?}");
+    assert_eq!((a[0].lower, a[0].upper, a[0].copy_out), (0, 1, true));
+    assert_eq!((a[1].lower, a[1].upper, a[1].arrival), (3, 5, Arrival::SwapIn));
+    let won = s.outcome().unwrap();
+    assert_eq!((won.bytes_to_host, won.bytes_to_device), (512 * KB, 512 * KB));
 }
 
 #[test]
