@@ -83,7 +83,9 @@ pub use pool::{
     Allocation, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats, StagingBelt,
     StagingConfig,
 };
-pub use runtime::{Element, MemoryReport, Model, Runtime, RuntimeConfig, Tensor};
+pub use runtime::{
+    CompileDesc, Element, MemoryReport, Model, OffloadReport, Runtime, RuntimeConfig, Tensor,
+};
 pub use trace::{Trace, TraceEvent, Tracer};
 pub use validate::Validated;
 

@@ -264,9 +264,9 @@ pub fn schedule(
         match select::run(tensors, ops, &absences, desc, score) {
             Ok(placed) => {
                 outcomes.push(placed.outcome(score));
-                let better = best.as_ref().is_none_or(|(_, b)| {
-                    (placed.stall, placed.moved()) < (b.stall, b.moved())
-                });
+                let better = best
+                    .as_ref()
+                    .is_none_or(|(_, b)| (placed.stall, placed.moved()) < (b.stall, b.moved()));
                 if better {
                     best = Some((score, placed));
                 }
@@ -298,7 +298,11 @@ pub fn schedule(
 }
 
 /// Every op's operands must fit at once: otherwise no schedule exists.
-fn check_working_sets(tensors: &[OffloadTensor], ops: &[OffloadOp], desc: &OffloadDesc) -> Result<()> {
+fn check_working_sets(
+    tensors: &[OffloadTensor],
+    ops: &[OffloadOp],
+    desc: &OffloadDesc,
+) -> Result<()> {
     if desc.unified {
         return Ok(()); // operands may live in host memory, bound in place: the selection decides
     }
@@ -342,7 +346,10 @@ fn absences(tensors: &[OffloadTensor], n: u64, desc: &OffloadDesc) -> Vec<Absenc
         if t.size < desc.min_size || t.uses.is_empty() {
             continue;
         }
-        let gaps = t.uses.windows(2).map(|w| (w[0] + 1, w[1].saturating_sub(lead)));
+        let gaps = t
+            .uses
+            .windows(2)
+            .map(|w| (w[0] + 1, w[1].saturating_sub(lead)));
         match t.class {
             TensorClass::Input => {}
             TensorClass::Weight => {

@@ -30,7 +30,7 @@ mod dispatch;
 mod model;
 mod tensor;
 
-pub use model::{MemoryReport, Model};
+pub use model::{CompileDesc, MemoryReport, Model, OffloadReport};
 use tensor::check_element;
 pub use tensor::{Element, Tensor};
 

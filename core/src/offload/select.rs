@@ -102,7 +102,11 @@ pub(super) fn run(
                 }
             }
         }
-        let spans_peak = |a: &Absence| a.spans.iter().any(|&(x, y)| x <= p as u64 && (p as u64) < y);
+        let spans_peak = |a: &Absence| {
+            a.spans
+                .iter()
+                .any(|&(x, y)| x <= p as u64 && (p as u64) < y)
+        };
         let pick = absences
             .iter()
             .enumerate()
@@ -247,7 +251,10 @@ fn place(
 
 impl Placed {
     /// Fills in offsets, the traffic and the predicted stall.
-    #[expect(clippy::too_many_arguments, reason = "the parts of one placed schedule")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the parts of one placed schedule"
+    )]
     fn new(
         tensors: &[OffloadTensor],
         ops: &[OffloadOp],
@@ -306,7 +313,11 @@ fn predicted_stall(
         let t = &tensors[r.tensor];
         let secs = t.size as f64 / desc.link_bandwidth;
         if r.arrival != Arrival::InPlace && (r.lower as usize) < n {
-            let first_use = t.uses.iter().find(|&&u| u >= r.lower).map_or(r.lower, |&u| u);
+            let first_use = t
+                .uses
+                .iter()
+                .find(|&&u| u >= r.lower)
+                .map_or(r.lower, |&u| u);
             copies_in[r.lower as usize].push(((first_use as usize).min(n - 1), secs));
         }
         if r.copy_out && r.upper >= 1 {

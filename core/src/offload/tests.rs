@@ -29,7 +29,11 @@ fn stack(layers: u64, w: u64, a: u64) -> (Vec<OffloadTensor>, Vec<OffloadOp>) {
         } else {
             TensorClass::Intermediate
         };
-        tensors.push(OffloadTensor { size: a, class, uses });
+        tensors.push(OffloadTensor {
+            size: a,
+            class,
+            uses,
+        });
         ops.push(OffloadOp {
             label: format!("layer{k}"),
             bytes: w + 2 * a,
@@ -100,7 +104,10 @@ fn a_half_budget_streams_weights_and_stays_within_it() {
     assert_eq!(s.outcomes.len(), 4);
     for o in &s.outcomes {
         if o.peak.is_some() {
-            assert!(won.predicted_stall <= o.predicted_stall, "{o:?} beats the winner");
+            assert!(
+                won.predicted_stall <= o.predicted_stall,
+                "{o:?} beats the winner"
+            );
         }
     }
 }
@@ -131,9 +138,15 @@ fn an_activation_with_a_long_absence_is_swapped_out_and_back() {
     let a: Vec<&Residency> = s.residencies.iter().filter(|r| r.tensor == 0).collect();
     assert_eq!(a.len(), 2, "{a:?}");
     assert_eq!((a[0].lower, a[0].upper, a[0].copy_out), (0, 1, true));
-    assert_eq!((a[1].lower, a[1].upper, a[1].arrival), (3, 5, Arrival::SwapIn));
+    assert_eq!(
+        (a[1].lower, a[1].upper, a[1].arrival),
+        (3, 5, Arrival::SwapIn)
+    );
     let won = s.outcome().unwrap();
-    assert_eq!((won.bytes_to_host, won.bytes_to_device), (512 * KB, 512 * KB));
+    assert_eq!(
+        (won.bytes_to_host, won.bytes_to_device),
+        (512 * KB, 512 * KB)
+    );
 }
 
 #[test]
@@ -164,7 +177,11 @@ fn tiny_tensors_are_never_moved() {
     assert!(matches!(err, Error::BudgetBelowWorkingSet { .. }), "{err}");
     let mut desc = OffloadDesc::new(full / 2, 256);
     desc.min_size = 0;
-    check(&tensors, &schedule(&tensors, &ops, &desc).unwrap(), full / 2);
+    check(
+        &tensors,
+        &schedule(&tensors, &ops, &desc).unwrap(),
+        full / 2,
+    );
 }
 
 #[test]
@@ -176,7 +193,11 @@ fn unified_memory_moves_nothing() {
     let s = schedule(&tensors, &ops, &desc).unwrap();
     check(&tensors, &s, full / 2);
     assert!(s.host_resident.iter().any(|h| *h));
-    assert!(s.residencies.iter().all(|r| r.arrival == Arrival::InPlace && !r.copy_out));
+    assert!(
+        s.residencies
+            .iter()
+            .all(|r| r.arrival == Arrival::InPlace && !r.copy_out)
+    );
     let won = s.outcome().unwrap();
     assert_eq!((won.bytes_to_device, won.bytes_to_host), (0, 0));
 }
@@ -187,7 +208,11 @@ fn a_budget_above_the_load_moves_nothing() {
     let full = unbudgeted_load(&tensors, ops.len() as u64);
     let s = schedule(&tensors, &ops, &OffloadDesc::new(full, 256)).unwrap();
     check(&tensors, &s, full);
-    assert!(s.outcomes.iter().all(|o| o.bytes_to_device == 0 && o.absences == 0));
+    assert!(
+        s.outcomes
+            .iter()
+            .all(|o| o.bytes_to_device == 0 && o.absences == 0)
+    );
 }
 
 #[test]
@@ -200,7 +225,10 @@ fn scores_rank_as_documented() {
     // 10 bytes over the target at each step: a 5-byte tensor earns 5 per step, a 50-byte one 10.
     assert_eq!(score_value(Score::Submodular, &span, 5, &load, 30), 10.0);
     assert_eq!(score_value(Score::Submodular, &span, 50, &load, 30), 20.0);
-    assert_eq!(score_value(Score::SizeWeighted, &[(0, 1)], 5, &load, 30), 1.25);
+    assert_eq!(
+        score_value(Score::SizeWeighted, &[(0, 1)], 5, &load, 30),
+        1.25
+    );
 }
 
 #[test]
@@ -212,7 +240,10 @@ fn bad_input_is_a_typed_error() {
     ));
     let mut none = OffloadDesc::new(1 << 30, 256);
     none.scores.clear();
-    assert!(matches!(schedule(&tensors, &ops, &none), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        schedule(&tensors, &ops, &none),
+        Err(Error::InvalidArgument { .. })
+    ));
     tensors[1].uses = vec![9];
     assert!(matches!(
         schedule(&tensors, &ops, &OffloadDesc::new(1 << 30, 256)),
