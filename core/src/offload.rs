@@ -30,7 +30,7 @@
 
 use std::time::Duration;
 
-use crate::plan::{self, Buffer, SolveOptions};
+use crate::plan;
 use crate::{Error, Result};
 
 mod select;
