@@ -219,6 +219,8 @@ impl Offloaded {
             graph: graph.clone(),
             places: vec![None; items.len()],
             owned: Vec::new(),
+            weight_keys: vec![None; items.len()],
+            align: align.next_power_of_two(),
             report: super::MemoryReport::default(),
             offload: None,
         };
