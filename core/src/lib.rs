@@ -71,7 +71,7 @@ pub mod trace;
 pub mod validate;
 
 pub use backend::{
-    Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType,
+    Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, InPlaceGrowth,
     MemoryKind, Ticket,
 };
 pub use error::{Error, OomReport, Result};
