@@ -5,7 +5,9 @@
 //! Both are O(1): the end of the physical chain is tracked (`Tlsf::last`), so growth extends the
 //! free tail or appends a free block after a used one, and shrinking cuts the free tail.
 
-use super::{NONE, Tlsf};
+use super::class::class_of;
+use super::{Hit, MAX_NODES, NONE, Tlsf, fit};
+use crate::suballoc::{Region, check_request};
 use crate::{Error, Result};
 
 impl Tlsf {
@@ -87,5 +89,34 @@ impl Tlsf {
         self.capacity -= amount;
         self.free_bytes -= amount;
         Ok(())
+    }
+}
+
+impl Tlsf {
+    /// Carves `size` bytes at a multiple of `align` from the free tail, if it fits there: the
+    /// allocation that follows a [`Tlsf::grow`] made for it. (The general search may pass over
+    /// the tail when it shares the request's own class without heading its list.) Constant time.
+    ///
+    /// # Errors
+    /// As [`Tlsf::allocate`].
+    pub fn allocate_at_end(&mut self, size: u64, align: u64) -> Result<Option<Region>> {
+        check_request(size, align, self.capacity)?;
+        if self.nodes.len() > MAX_NODES - 2 && self.vacant.len() < 2 {
+            return Ok(None);
+        }
+        let last = self.last;
+        let n = self.nodes[last as usize];
+        if !n.is_free_in_chain() {
+            return Ok(None);
+        }
+        let Some(pad) = fit(n.offset, n.size, size, align) else {
+            return Ok(None);
+        };
+        let hit = Hit {
+            node: last,
+            pad,
+            class: class_of(n.size),
+        };
+        Ok(Some(self.carve_general(hit, size)))
     }
 }

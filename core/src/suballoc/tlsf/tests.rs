@@ -387,6 +387,15 @@ fn growth_extends_the_free_tail_or_appends_after_a_used_block() {
     t.free(b).unwrap();
     t.free(a).unwrap();
     assert!(t.shrink(1500).is_err(), "a range keeps at least one byte");
+    // The tail is taken even where the general search would pass over it.
+    let c = t.allocate_at_end(100, 64).unwrap().unwrap();
+    assert_eq!((c.offset, c.size), (0, 100));
+    assert!(t.allocate_at_end(1500, 1).unwrap().is_none(), "the tail is 1400 bytes");
+    let d = t.allocate_at_end(1400, 1).unwrap().unwrap();
+    assert_eq!(d.offset, 100);
+    assert!(t.allocate_at_end(1, 1).unwrap().is_none(), "no free tail");
+    t.free(c).unwrap();
+    t.free(d).unwrap();
     t.shrink(1499).unwrap();
     assert_eq!(t.capacity(), 1);
     t.check_invariants().unwrap();
