@@ -325,7 +325,8 @@ fn execute(cmd: Command) -> std::result::Result<(), String> {
                     },
                 )
                 .collect();
-            let mut guards: Vec<MutexGuard<'_, HostMemory>> = blocks.iter().map(|m| lock(m)).collect();
+            let mut guards: Vec<MutexGuard<'_, HostMemory>> =
+                blocks.iter().map(|m| lock(m)).collect();
             let mut outputs: Vec<Vec<u8>> =
                 args[n_inputs..].iter().map(|a| vec![0u8; a.size]).collect();
             {

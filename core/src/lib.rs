@@ -71,8 +71,8 @@ pub mod trace;
 pub mod validate;
 
 pub use backend::{
-    Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, InPlaceGrowth,
-    MemoryKind, Ticket,
+    Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType,
+    InPlaceGrowth, MemoryKind, Ticket,
 };
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};

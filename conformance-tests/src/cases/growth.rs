@@ -20,7 +20,8 @@ pub(crate) fn cases() -> Vec<Case> {
 /// every growth; in place the pool holds one block whose committed bytes stay close to the live
 /// bytes, on blocks it holds several; trim gives everything back once all is freed.
 fn arena_growth(ctx: &Ctx) -> R {
-    let rt = Runtime::new(ctx.backend.clone(), RuntimeConfig::default()).map_err(fail("runtime"))?;
+    let rt =
+        Runtime::new(ctx.backend.clone(), RuntimeConfig::default()).map_err(fail("runtime"))?;
     let growth = rt.front().in_place_growth();
     let n = 100_000usize;
     let mut r = Rng::new(14);

@@ -231,7 +231,8 @@ fn run(args: &Args) -> Result<(), String> {
             "    {}; releases: in place {}, blocks {}, cubecl {}",
             trace.what, in_place.releases, blocks.releases, cubecl.releases
         );
-        let series = |name: &str, r: &Replay| format!("{name} reserved (peak {:.3}x live)", ratio(r));
+        let series =
+            |name: &str, r: &Replay| format!("{name} reserved (peak {:.3}x live)", ratio(r));
         let doc = svg::chart(
             &format!("{}: {}", trace.name, trace.what),
             &[

@@ -54,7 +54,9 @@ fn mapped(base: usize, len: usize) -> (usize, usize) {
 #[test]
 fn committed_pages_are_what_the_block_reports() {
     let h = host(HostConfig::default());
-    let g = h.in_place_growth().expect("the host offers in-place growth on Unix");
+    let g = h
+        .in_place_growth()
+        .expect("the host offers in-place growth on Unix");
     let page = g.granularity;
     let blk = h.reserve_block(&desc(4 * page), 64 * page).unwrap();
     let (base, reserved) = reservation(&h, blk);
@@ -62,12 +64,20 @@ fn committed_pages_are_what_the_block_reports() {
     for committed in [4, 16, 64, 2, 0, 8] {
         h.resize_block(blk, committed * page).unwrap();
         let (rw, none) = mapped(base, reserved);
-        assert_eq!(rw as u64, committed * page, "read-write bytes at {committed} pages");
+        assert_eq!(
+            rw as u64,
+            committed * page,
+            "read-write bytes at {committed} pages"
+        );
         assert_eq!(none as u64, (64 - committed) * page, "reserved-only bytes");
         assert_eq!(h.block_bytes(), committed * page);
     }
     h.free_block(blk).unwrap();
-    assert_eq!(mapped(base, reserved), (0, 0), "free returns the whole reservation");
+    assert_eq!(
+        mapped(base, reserved),
+        (0, 0),
+        "free returns the whole reservation"
+    );
     assert_eq!(h.block_bytes(), 0);
 }
 
@@ -82,10 +92,7 @@ fn growth_keeps_contents_and_new_bytes_read_zero() {
         offset: page,
         size: 64,
     };
-    assert!(matches!(
-        h.fill_zero(past),
-        Err(Error::OutOfBounds { .. })
-    ));
+    assert!(matches!(h.fill_zero(past), Err(Error::OutOfBounds { .. })));
     h.resize_block(blk, 4 * page).unwrap();
     let head = BlockRange {
         block: blk,

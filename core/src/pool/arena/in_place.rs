@@ -34,9 +34,14 @@ pub const GROWTH_STEP_DIVISOR: u64 = 32;
 /// Bytes to commit at the end of an arena of `committed` bytes whose free tail lacks `deficit`
 /// bytes: the deficit, raised to the growth step, rounded to `granularity`; falls back to the
 /// deficit alone when the step does not fit in `room`. `None` when not even the deficit fits.
-pub(crate) fn growth_bytes(deficit: u64, committed: u64, granularity: u64, room: u64) -> Option<u64> {
-    let step = round_up(deficit.max(committed / GROWTH_STEP_DIVISOR), granularity)
-        .filter(|s| *s <= room);
+pub(crate) fn growth_bytes(
+    deficit: u64,
+    committed: u64,
+    granularity: u64,
+    room: u64,
+) -> Option<u64> {
+    let step =
+        round_up(deficit.max(committed / GROWTH_STEP_DIVISOR), granularity).filter(|s| *s <= room);
     step.or_else(|| round_up(deficit, granularity).filter(|s| *s <= room))
 }
 
@@ -55,14 +60,16 @@ impl ArenaPool {
         };
         match st.arena {
             None => self.reserve_arena(st, growth, size, align, label),
-            Some(index) => Ok(self
-                .extend_arena(st, growth, index, size, align)?
-                .map(|(region, grown)| Carved {
-                    block: index,
-                    region,
-                    fresh_block: false,
-                    grown,
-                })),
+            Some(index) => {
+                Ok(self
+                    .extend_arena(st, growth, index, size, align)?
+                    .map(|(region, grown)| Carved {
+                        block: index,
+                        region,
+                        fresh_block: false,
+                        grown,
+                    }))
+            }
         }
     }
 

@@ -21,11 +21,17 @@ impl ArenaPool {
             }
             // Exactly the arena has a reservation, and it covers the committed size.
             if (st.arena == Some(i)) != b.reserved.is_some_and(|r| r >= b.size) {
-                return Err(format!("block {i}: reservation {:?} disagrees with arena {:?}", b.reserved, st.arena));
+                return Err(format!(
+                    "block {i}: reservation {:?} disagrees with arena {:?}",
+                    b.reserved, st.arena
+                ));
             }
             reserved += b.size;
         }
-        if st.arena.is_some_and(|i| st.blocks.get(i).is_none_or(Option::is_none)) {
+        if st
+            .arena
+            .is_some_and(|i| st.blocks.get(i).is_none_or(Option::is_none))
+        {
             return Err(format!("arena {:?} names no block", st.arena));
         }
         if reserved != st.stats.reserved {

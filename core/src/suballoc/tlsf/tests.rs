@@ -390,7 +390,10 @@ fn growth_extends_the_free_tail_or_appends_after_a_used_block() {
     // The tail is taken even where the general search would pass over it.
     let c = t.allocate_at_end(100, 64).unwrap().unwrap();
     assert_eq!((c.offset, c.size), (0, 100));
-    assert!(t.allocate_at_end(1500, 1).unwrap().is_none(), "the tail is 1400 bytes");
+    assert!(
+        t.allocate_at_end(1500, 1).unwrap().is_none(),
+        "the tail is 1400 bytes"
+    );
     let d = t.allocate_at_end(1400, 1).unwrap().unwrap();
     assert_eq!(d.offset, 100);
     assert!(t.allocate_at_end(1, 1).unwrap().is_none(), "no free tail");
@@ -417,12 +420,21 @@ fn refusal_respects_the_good_fit_bound() {
 /// One step of a random trace.
 #[derive(Clone, Debug)]
 enum Op {
-    Alloc { size: u64, align_log2: u32 },
-    Free { pick: usize },
+    Alloc {
+        size: u64,
+        align_log2: u32,
+    },
+    Free {
+        pick: usize,
+    },
     /// Extend the range by `by` bytes ([`Tlsf::grow`]).
-    Grow { by: u64 },
+    Grow {
+        by: u64,
+    },
     /// Cut `1 + pick % free_tail` bytes off the end when the tail is free ([`Tlsf::shrink`]).
-    Shrink { pick: u64 },
+    Shrink {
+        pick: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {

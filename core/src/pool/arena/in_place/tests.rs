@@ -40,25 +40,44 @@ fn growth_by_deficit_and_step_is_rounded_to_the_granularity() {
 fn one_block_grows_with_the_live_set_and_keeps_contents() {
     let (backend, p, page) = pool(HostConfig::default());
     let first = p.allocate(1000, 1, "first").unwrap();
-    backend.write_mapped(first.range.block, first.range.offset, &[9u8; 1000]).unwrap();
-    assert_eq!(p.stats().reserved, page, "the first commit is the request, rounded");
+    backend
+        .write_mapped(first.range.block, first.range.offset, &[9u8; 1000])
+        .unwrap();
+    assert_eq!(
+        p.stats().reserved,
+        page,
+        "the first commit is the request, rounded"
+    );
     let mut live = vec![];
     let mut bytes = 1000;
     for i in 1..200u64 {
         let size = (i * 7919) % 300_000 + 1;
         let a = p.allocate(size, 256, "grow").unwrap();
-        assert_eq!(a.range.block, first.range.block, "everything lives in the one arena");
+        assert_eq!(
+            a.range.block, first.range.block,
+            "everything lives in the one arena"
+        );
         bytes += a.range.size;
         live.push(a);
         p.check_invariants().unwrap();
     }
     let s = p.stats();
     assert_eq!((s.blocks, backend.block_count()), (1, 1));
-    assert_eq!(s.reserved, backend.block_bytes(), "the pool reports what the host committed");
+    assert_eq!(
+        s.reserved,
+        backend.block_bytes(),
+        "the pool reports what the host committed"
+    );
     // Filling up, the arena holds the live bytes plus alignment, one growth step and a page.
-    assert!(s.reserved <= bytes + bytes / 32 + 200 * 256 + 2 * page, "{} for {bytes}", s.reserved);
+    assert!(
+        s.reserved <= bytes + bytes / 32 + 200 * 256 + 2 * page,
+        "{} for {bytes}",
+        s.reserved
+    );
     let mut out = [0u8; 1000];
-    backend.read_mapped(first.range.block, first.range.offset, &mut out).unwrap();
+    backend
+        .read_mapped(first.range.block, first.range.offset, &mut out)
+        .unwrap();
     assert_eq!(out, [9u8; 1000], "growth never moves a tensor");
     for a in live {
         p.free(a.handle).unwrap();
@@ -76,7 +95,10 @@ fn trim_decommits_the_free_tail_under_live_tensors() {
     assert_eq!(p.stats().reserved, 43 * page);
     p.free(b.handle).unwrap();
     assert_eq!(p.trim().unwrap(), 40 * page);
-    assert_eq!((p.stats().reserved, backend.block_bytes()), (3 * page, 3 * page));
+    assert_eq!(
+        (p.stats().reserved, backend.block_bytes()),
+        (3 * page, 3 * page)
+    );
     // The arena grows again in place, in the same block.
     let c = p.allocate(10 * page, 1, "c").unwrap();
     assert_eq!((c.range.block, c.range.offset), (a.range.block, 3 * page));
@@ -120,7 +142,10 @@ fn a_full_reservation_falls_back_to_blocks_and_the_budget_binds_commits() {
     });
     let a = p.allocate(600 << 10, 1, "a").unwrap();
     let b = p.allocate(600 << 10, 1, "b").unwrap();
-    assert_ne!(a.range.block, b.range.block, "b needs a block beside the full arena");
+    assert_ne!(
+        a.range.block, b.range.block,
+        "b needs a block beside the full arena"
+    );
     assert_eq!(backend.block_count(), 2);
     p.check_invariants().unwrap();
     for h in [a, b] {
@@ -139,7 +164,10 @@ fn a_full_reservation_falls_back_to_blocks_and_the_budget_binds_commits() {
     let x = p.allocate(mib, 1, "x").unwrap();
     let y = p.allocate(mib, 1, "y").unwrap();
     assert_eq!(x.range.block, y.range.block);
-    assert!(matches!(p.allocate(1, 1, "z"), Err(crate::Error::OutOfMemory(_))));
+    assert!(matches!(
+        p.allocate(1, 1, "z"),
+        Err(crate::Error::OutOfMemory(_))
+    ));
     assert_eq!(backend.block_bytes(), 2 * mib);
     p.free(x.handle).unwrap();
     p.free(y.handle).unwrap();
