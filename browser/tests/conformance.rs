@@ -48,6 +48,7 @@ browser_cases!(
     defect_5_a_failed_allocate_holds_nothing,
     defect_6_a_failed_free_is_retryable_and_nothing_after_loss,
     defect_7_one_pressure_path_across_device_pool_and_belt,
+    arena_growth_in_place_or_blocks,
     staging_under_pressure,
     staging_larger_than_belt,
     ops_match_host_reference,

@@ -74,7 +74,8 @@ pub mod validate;
 
 pub use backend::{
     Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType,
-    HostAccess, HostAccessWait, MemoryKind, Ticket, TicketWait, TicketWakers, Waiting,
+    HostAccess, HostAccessWait, InPlaceGrowth, MemoryKind, Ticket, TicketWait, TicketWakers,
+    Waiting,
 };
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};
