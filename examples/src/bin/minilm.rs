@@ -93,6 +93,7 @@ fn run(args: Args) -> Result<()> {
 
     let loading = cli::spinner("loading and checking the model", s.json);
     let mut model = MiniLm::open(&rt, &model_dir)?;
+    model.set_device_budget(s.device_budget);
     loading.set_message("compiling and running");
     let emb = model.embed(&sentences)?;
     loading.finish_and_clear();

@@ -26,6 +26,7 @@ use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId};
 use super::builder::{ModelBuilder, dim};
 use super::tokenize::{TokenBatch, WordPiece};
 use super::weights::WeightFile;
+use crate::cli::DeviceBudget;
 
 /// The fields of `config.json` the graph needs (a BERT config).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -396,6 +397,8 @@ pub struct MiniLm {
     tokenizer: WordPiece,
     cache: HashMap<(usize, usize), Compiled>,
     clock: u64,
+    /// Device budget every shape is compiled within (`None`: no budget).
+    budget: Option<DeviceBudget>,
 }
 
 impl MiniLm {
@@ -421,7 +424,16 @@ impl MiniLm {
             tokenizer,
             cache: HashMap::new(),
             clock: 0,
+            budget: None,
         })
+    }
+
+    /// Compiles every shape from now on within `budget` (shapes compiled before are dropped).
+    pub fn set_device_budget(&mut self, budget: Option<DeviceBudget>) {
+        if self.budget != budget {
+            self.cache.clear();
+            self.budget = budget;
+        }
     }
 
     /// The model configuration.
@@ -454,7 +466,7 @@ impl MiniLm {
                 }
             }
             let graph = build_graph(&self.cfg, batch, seq)?;
-            let mut model = self.rt.compile(&graph.builder.graph)?;
+            let mut model = crate::cli::compile(&self.rt, &graph.builder.graph, self.budget)?;
             graph.builder.upload_weights(&mut model, &self.weights)?;
             self.cache.insert(
                 key,
