@@ -8,6 +8,7 @@ pub(crate) use tensormem::ops::samples::Rng;
 mod graphs;
 mod memory;
 mod misuse;
+mod offload;
 mod ops;
 mod pools;
 mod staging;
@@ -20,6 +21,7 @@ pub fn all() -> Vec<Case> {
     v.extend(staging::cases());
     v.extend(ops::cases());
     v.extend(graphs::cases());
+    v.extend(offload::cases());
     v.extend(misuse::cases());
     v
 }

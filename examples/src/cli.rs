@@ -96,7 +96,9 @@ pub fn parse_device_budget(s: &str) -> Result<DeviceBudget, String> {
             .parse()
             .map_err(|_| format!("'{s}': not a percentage"))?;
         if !(p > 0.0 && p <= 100.0) {
-            return Err(format!("'{s}': a percentage must be above 0 and at most 100"));
+            return Err(format!(
+                "'{s}': a percentage must be above 0 and at most 100"
+            ));
         }
         return Ok(DeviceBudget::Percent(p));
     }
@@ -112,14 +114,20 @@ pub fn parse_device_budget(s: &str) -> Result<DeviceBudget, String> {
         "k" | "kib" => 1 << 10,
         "m" | "mib" => 1 << 20,
         "g" | "gib" => 1 << 30,
-        u => return Err(format!("'{s}': unknown unit '{u}' (B, KB, MB, GB, KiB, MiB, GiB or %)")),
+        u => {
+            return Err(format!(
+                "'{s}': unknown unit '{u}' (B, KB, MB, GB, KiB, MiB, GiB or %)"
+            ));
+        }
     };
     let v: f64 = num
         .parse()
         .map_err(|_| format!("'{s}': expected a size such as 64MiB or 50%"))?;
     let bytes = v * scale as f64;
     if !(bytes >= 1.0 && bytes < u64::MAX as f64) {
-        return Err(format!("'{s}': a budget must be at least 1 byte and fit in 64 bits"));
+        return Err(format!(
+            "'{s}': a budget must be at least 1 byte and fit in 64 bits"
+        ));
     }
     Ok(DeviceBudget::Bytes(bytes as u64))
 }
@@ -134,6 +142,19 @@ pub fn compile(
     graph: &tensormem::Graph,
     budget: Option<DeviceBudget>,
 ) -> tensormem::Result<tensormem::Model> {
+    compile_scored(rt, graph, budget, &tensormem::offload::Score::ALL)
+}
+
+/// [`compile`] trying only the offload `scores` given (the benchmark compares them one by one).
+///
+/// # Errors
+/// As [`compile`].
+pub fn compile_scored(
+    rt: &tensormem::Runtime,
+    graph: &tensormem::Graph,
+    budget: Option<DeviceBudget>,
+    scores: &[tensormem::offload::Score],
+) -> tensormem::Result<tensormem::Model> {
     let Some(budget) = budget else {
         return rt.compile(graph);
     };
@@ -145,6 +166,7 @@ pub fn compile(
         graph,
         &tensormem::CompileDesc {
             device_budget: Some(budget.resolve(need)),
+            scores: scores.to_vec(),
             ..tensormem::CompileDesc::default()
         },
     )

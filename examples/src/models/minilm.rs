@@ -27,6 +27,7 @@ use super::builder::{ModelBuilder, dim};
 use super::tokenize::{TokenBatch, WordPiece};
 use super::weights::WeightFile;
 use crate::cli::DeviceBudget;
+use tensormem::offload::Score;
 
 /// The fields of `config.json` the graph needs (a BERT config).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -399,6 +400,8 @@ pub struct MiniLm {
     clock: u64,
     /// Device budget every shape is compiled within (`None`: no budget).
     budget: Option<DeviceBudget>,
+    /// Offload scores a budgeted compile tries.
+    scores: Vec<Score>,
 }
 
 impl MiniLm {
@@ -425,6 +428,7 @@ impl MiniLm {
             cache: HashMap::new(),
             clock: 0,
             budget: None,
+            scores: Score::ALL.to_vec(),
         })
     }
 
@@ -433,6 +437,14 @@ impl MiniLm {
         if self.budget != budget {
             self.cache.clear();
             self.budget = budget;
+        }
+    }
+
+    /// Tries only `scores` in budgeted compiles from now on (shapes compiled before are dropped).
+    pub fn set_offload_scores(&mut self, scores: &[Score]) {
+        if self.scores != scores {
+            self.cache.clear();
+            self.scores = scores.to_vec();
         }
     }
 
@@ -466,7 +478,12 @@ impl MiniLm {
                 }
             }
             let graph = build_graph(&self.cfg, batch, seq)?;
-            let mut model = crate::cli::compile(&self.rt, &graph.builder.graph, self.budget)?;
+            let mut model = crate::cli::compile_scored(
+                &self.rt,
+                &graph.builder.graph,
+                self.budget,
+                &self.scores,
+            )?;
             graph.builder.upload_weights(&mut model, &self.weights)?;
             self.cache.insert(
                 key,
