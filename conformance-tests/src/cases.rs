@@ -6,6 +6,7 @@ use crate::Case;
 pub(crate) use tensormem::ops::samples::Rng;
 
 mod graphs;
+mod growth;
 mod memory;
 mod misuse;
 mod offload;
@@ -18,6 +19,7 @@ pub fn all() -> Vec<Case> {
     let mut v = Vec::new();
     v.extend(memory::cases());
     v.extend(pools::cases());
+    v.extend(growth::cases());
     v.extend(staging::cases());
     v.extend(ops::cases());
     v.extend(graphs::cases());

@@ -1,12 +1,12 @@
 //! Pool trace replay (issue 14): five allocation traces through tensormem's dynamic pool and
 //! through cubecl's memory management, in one process, over devices that only count.
 //!
-//! For each trace it prints peak reserved ÷ peak live (live = bytes the trace requested), the
-//! reservations each made from its device, and the time per allocate+free pair as a ratio to
-//! cubecl's: thread CPU time of a whole replay divided by its allocations, best of `--rounds`
-//! rounds in which the two run interleaved (the machine is shared, and the best round is the one
-//! least disturbed). It writes one SVG per trace: live bytes and both pools' reserved bytes over
-//! the events.
+//! For each trace it prints peak reserved ÷ peak live (live = bytes the trace requested) for our
+//! pool in place, our pool on blocks and cubecl; the reservations each made from its device; and
+//! the time per allocate+free pair as a ratio to cubecl's: thread CPU time of a whole replay
+//! divided by its allocations, best of `--rounds` rounds in which the three run interleaved (the
+//! machine is shared, and the best round is the one least disturbed). It writes one SVG per
+//! trace: live bytes and each pool's reserved bytes over the events.
 //!
 //! The traces and how they are made are in `traces.rs`; the pools and the counting devices, and
 //! why counting devices, in `peers.rs`.
@@ -23,6 +23,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use peers::{Cubecl, Ours, Peer};
+
+/// Our pool on a device that grows blocks in place.
+type InPlace = Ours<true>;
+/// Our pool on a device that cannot: the fallback of adding blocks.
+type Blocks = Ours<false>;
 use traces::Trace;
 
 /// What one replay of a trace through one pool measured.
@@ -162,56 +167,72 @@ fn run(args: &Args) -> Result<(), String> {
         .map_err(|e| format!("creating {}: {e}", args.svg_dir.display()))?;
     println!(
         "pool trace replay: peak reserved / peak live, reservations from the device, thread CPU \
-         ns per allocate+free pair (best of {} interleaved rounds)",
-        args.rounds
+         ns per allocate+free pair (best of {} interleaved rounds); ours in place (a device that \
+         grows blocks in place, {} MiB granularity) and on blocks (one that cannot); time ratios \
+         are ours / cubecl's",
+        args.rounds,
+        peers::GRANULARITY >> 20
     );
     println!(
-        "{:<16} {:>8} {:>10} | {:>8} {:>8} {:>9} | {:>8} {:>8} {:>9} | {:>11}",
+        "{:<16} {:>8} {:>9} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>6} {:>6}",
         "trace",
         "allocs",
         "peak live",
-        "ours",
+        "in place",
+        "reserves",
+        "ns/pair",
+        "blocks",
         "reserves",
         "ns/pair",
         "cubecl",
         "reserves",
         "ns/pair",
-        "time ratio"
+        "t in pl",
+        "t blks"
     );
     for trace in &traces {
         let live = trace.live();
         let peak_live = live.iter().copied().max().unwrap_or(0).max(1);
-        let ours = replay::<Ours>(trace, true)?;
+        let in_place = replay::<InPlace>(trace, true)?;
+        let blocks = replay::<Blocks>(trace, true)?;
         let cubecl = replay::<Cubecl>(trace, true)?;
-        let (mut ns_ours, mut ns_cubecl) = (f64::INFINITY, f64::INFINITY);
+        let mut ns = [f64::INFINITY; 3];
         for round in 0..args.rounds {
-            // Alternate who goes first, so neither always runs on a warmer cache.
-            if round % 2 == 0 {
-                ns_ours = ns_ours.min(timed::<Ours>(trace)?);
-                ns_cubecl = ns_cubecl.min(timed::<Cubecl>(trace)?);
-            } else {
-                ns_cubecl = ns_cubecl.min(timed::<Cubecl>(trace)?);
-                ns_ours = ns_ours.min(timed::<Ours>(trace)?);
+            // Rotate who goes first, so none always runs on a warmer cache.
+            for k in 0..3 {
+                let who = (round as usize + k) % 3;
+                let t = match who {
+                    0 => timed::<InPlace>(trace)?,
+                    1 => timed::<Blocks>(trace)?,
+                    _ => timed::<Cubecl>(trace)?,
+                };
+                ns[who] = ns[who].min(t);
             }
         }
         let ratio = |r: &Replay| r.peak_reserved as f64 / peak_live as f64;
         println!(
-            "{:<16} {:>8} {:>10} | {:>8.3} {:>8} {:>9.1} | {:>8.3} {:>8} {:>9.1} | {:>11.2}",
+            "{:<16} {:>8} {:>9} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>7.2} {:>6.2}",
             trace.name,
             trace.allocations,
             mib(peak_live),
-            ratio(&ours),
-            ours.reserves,
-            ns_ours,
+            ratio(&in_place),
+            in_place.reserves,
+            ns[0],
+            ratio(&blocks),
+            blocks.reserves,
+            ns[1],
             ratio(&cubecl),
             cubecl.reserves,
-            ns_cubecl,
-            ns_ours / ns_cubecl
+            ns[2],
+            ns[0] / ns[2],
+            ns[1] / ns[2],
         );
         println!(
-            "    {}; releases: ours {}, cubecl {}",
-            trace.what, ours.releases, cubecl.releases
+            "    {}; releases: in place {}, blocks {}, cubecl {}",
+            trace.what, in_place.releases, blocks.releases, cubecl.releases
         );
+        let series =
+            |name: &str, r: &Replay| format!("{name} reserved (peak {:.3}x live)", ratio(r));
         let doc = svg::chart(
             &format!("{}: {}", trace.name, trace.what),
             &[
@@ -221,16 +242,17 @@ fn run(args: &Args) -> Result<(), String> {
                     values: &live,
                 },
                 svg::Series {
-                    label: format!("{} reserved (peak {:.3}x live)", Ours::NAME, ratio(&ours)),
-                    colour: "#1f77b4",
-                    values: &ours.held,
+                    label: series(InPlace::NAME, &in_place),
+                    colour: "#2ca02c",
+                    values: &in_place.held,
                 },
                 svg::Series {
-                    label: format!(
-                        "{} reserved (peak {:.3}x live)",
-                        Cubecl::NAME,
-                        ratio(&cubecl)
-                    ),
+                    label: series(Blocks::NAME, &blocks),
+                    colour: "#1f77b4",
+                    values: &blocks.held,
+                },
+                svg::Series {
+                    label: series(Cubecl::NAME, &cubecl),
                     colour: "#ff7f0e",
                     values: &cubecl.held,
                 },
