@@ -79,7 +79,7 @@ pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
 pub use ops::{DType, Op};
 pub use pool::{
-    Allocation, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats, StagingBelt,
+    Allocation, AllocationStats, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats, StagingBelt,
     StagingConfig,
 };
 pub use runtime::{Element, MemoryReport, Model, Runtime, RuntimeConfig, Tensor};

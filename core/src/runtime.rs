@@ -19,7 +19,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use crate::backend::{Backend, BlockRange, MemoryKind, Ticket};
 use crate::ops::DType;
 use crate::pool::{
-    Allocation, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim, StagingBelt,
+    Allocation, AllocationStats, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim, StagingBelt,
     StagingConfig, Traced,
 };
 use crate::trace::{EventKind, Tracer};
@@ -199,6 +199,17 @@ impl Runtime {
     /// The staging belt.
     pub fn staging(&self) -> &StagingBelt {
         &self.inner.staging
+    }
+
+    /// The device pool's allocation counters: bytes requested and handed out, peaks, refusals
+    /// (`None` when [`PoolConfig::statistics`] is off). Block-level counters are the pool's own
+    /// [`DevicePool::stats`].
+    pub fn allocation_stats(&self) -> Option<AllocationStats> {
+        self.inner
+            .stack
+            .stats
+            .as_ref()
+            .map(|s| s.allocation_stats())
     }
 
     /// The device-memory budget shared by the runtime's pools.
