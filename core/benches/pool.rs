@@ -1,8 +1,11 @@
 //! Pool cost per tensor: allocate + free through the device arena pool on the host backend, against
 //! `Vec<u8>` allocation of the same sizes in the same run: the arena called directly, the same
 //! arena behind `Arc<dyn DevicePool>` as a runtime holds it with no adaptor configured (issue 12:
-//! an unconfigured adaptor must cost nothing), the default stack (leak report) and
-//! `zero_on_reuse`.
+//! an unconfigured adaptor must cost nothing), each adaptor alone, the default stack (statistics
+//! and leak report) and `zero_on_reuse`.
+//!
+//! Run: `cargo bench -p tensormem --bench pool -- alloc_free_1024_tensors`; read each result as a
+//! ratio to `vec_u8` of the same run.
 
 #![allow(
     missing_docs,
@@ -19,7 +22,7 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::time::Duration;
 
-use tensormem::pool::ReplayPool;
+use tensormem::pool::{ReplayConfig, ReplayPool};
 use tensormem::{ArenaConfig, ArenaPool, DevicePool, HostBackend, HostConfig, PoolConfig};
 
 /// Sizes of a transformer-like step: many small and medium tensors (seeded, fixed).
@@ -55,14 +58,18 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
+    // (name, leak report, statistics, zero on reuse)
     let stacks = [
-        ("stack_no_adaptors", false, false),
-        ("stack_leak_report", true, false),
-        ("stack_zero_on_reuse", true, true),
+        ("stack_no_adaptors", false, false, false),
+        ("stack_leak_report", true, false, false),
+        ("stack_statistics", false, true, false),
+        ("stack_default", true, true, false),
+        ("stack_zero_on_reuse", true, true, true),
     ];
-    for (name, leak_report, zero_on_reuse) in stacks {
+    for (name, leak_report, statistics, zero_on_reuse) in stacks {
         let pool: Arc<dyn DevicePool> = PoolConfig {
             leak_report,
+            statistics,
             zero_on_reuse,
             ..PoolConfig::device()
         }
@@ -131,7 +138,13 @@ fn replay(c: &mut Criterion) {
         })
     });
     let pool = Arc::new(ArenaPool::new(backend, ArenaConfig::device()).expect("pool"));
-    let replay = ReplayPool::new(pool, Duration::from_millis(200));
+    let replay = ReplayPool::new(
+        pool,
+        ReplayConfig {
+            plan_time_limit: Duration::from_millis(200),
+            ..ReplayConfig::default()
+        },
+    );
     let mut live = std::collections::HashMap::new();
     let mut run = || {
         replay.begin_step().expect("begin");

@@ -79,8 +79,8 @@ pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
 pub use ops::{DType, Op};
 pub use pool::{
-    Allocation, AllocationStats, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats, StagingBelt,
-    StagingConfig,
+    Allocation, AllocationStats, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats,
+    StagingBelt, StagingConfig,
 };
 pub use runtime::{Element, MemoryReport, Model, Runtime, RuntimeConfig, Tensor};
 pub use trace::{Trace, TraceEvent, Tracer};

@@ -39,7 +39,7 @@ pub use device_pool::{
 pub use guard::{GUARD_PATTERN, Guarded};
 pub use leaks::LeakReport;
 pub(crate) use leaks::check as check_leaks;
-pub use replay::{ReplayPool, ReplayStats};
+pub use replay::{ReplayConfig, ReplayPool, ReplayStats};
 pub use slots::Handle;
 pub use stack::{PoolConfig, PoolStack};
 pub use staging::{StagingBelt, StagingConfig, StagingStats};

@@ -19,8 +19,8 @@ use std::sync::{Arc, PoisonError, RwLock};
 use crate::backend::{Backend, BlockRange, MemoryKind, Ticket};
 use crate::ops::DType;
 use crate::pool::{
-    Allocation, AllocationStats, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim, StagingBelt,
-    StagingConfig, Traced,
+    Allocation, AllocationStats, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim,
+    StagingBelt, StagingConfig, Traced,
 };
 use crate::trace::{EventKind, Tracer};
 use crate::validate::Validated;
@@ -113,23 +113,24 @@ impl Runtime {
     }
 
     /// Creates a runtime whose device tensors come from the pool `make_pool` builds (a
-    /// [`ReplayPool`](crate::pool::ReplayPool), a user's own pool, ...) over the backend it is
-    /// given (the runtime's validating front, so the pool's blocks are known to it), wrapped in
-    /// the adaptors `config.device` asks for. The pool takes part in the pressure path (its `trim`
-    /// is called before any pool of the runtime reports out of memory); its own blocks are not
-    /// charged to the runtime's budget.
+    /// [`ReplayPool`](crate::pool::ReplayPool), a user's own pool, ...) over the backend and the
+    /// budget it is given (the runtime's validating front, so the pool's blocks are known to it,
+    /// and the device-memory account shared with the staging belt: build an
+    /// [`ArenaPool::with_budget`](crate::ArenaPool::with_budget) on it), wrapped in the adaptors
+    /// `config.device` asks for. The pool takes part in the pressure path (its `trim` is called
+    /// before any pool of the runtime reports out of memory).
     ///
     /// # Errors
     /// `make_pool`'s errors; invalid adaptor or belt configuration.
     pub fn with_pool(
         backend: Arc<dyn Backend>,
         config: RuntimeConfig,
-        make_pool: impl FnOnce(Arc<dyn Backend>) -> Result<Arc<dyn DevicePool>>,
+        make_pool: impl FnOnce(Arc<dyn Backend>, Arc<Budget>) -> Result<Arc<dyn DevicePool>>,
     ) -> Result<Self> {
         let front = Arc::new(Validated::new(backend));
         let backend: Arc<dyn Backend> = front.clone();
         let budget = Self::new_budget(&backend, &config);
-        let pool = make_pool(backend.clone())?;
+        let pool = make_pool(backend.clone(), budget.clone())?;
         let stack = config.device.wrap(backend.clone(), pool)?;
         Self::assemble(front, backend, config, stack, budget)
     }

@@ -212,7 +212,9 @@ impl<P: DevicePool> device_pool::PoolAdaptor for StatsPool<P> {
             || s.peak_in_use < s.in_use
             || s.peak_allocations < s.allocations
         {
-            return Err(format!("a statistics peak is below its current value: {s:?}"));
+            return Err(format!(
+                "a statistics peak is below its current value: {s:?}"
+            ));
         }
         Ok(())
     }

@@ -35,7 +35,10 @@ fn counts_requested_and_handed_bytes_with_peaks() {
     p.free(b.handle).unwrap();
     let s = p.allocation_stats();
     assert_eq!((s.requested, s.peak_requested), (100, 1100));
-    assert_eq!((s.allocations, s.total_allocations, s.total_frees), (1, 2, 1));
+    assert_eq!(
+        (s.allocations, s.total_allocations, s.total_frees),
+        (1, 2, 1)
+    );
     assert_eq!(s.total_requested, 1100);
 
     // A reset peak shows only what happens from then on.
@@ -58,12 +61,18 @@ fn a_cancelled_allocation_was_never_made_and_refusals_are_counted() {
     let a = p.allocate(4096, 1, "undone").unwrap();
     p.cancel(a.handle).unwrap();
     let s = p.allocation_stats();
-    assert_eq!((s.allocations, s.total_allocations, s.total_requested), (0, 0, 0));
+    assert_eq!(
+        (s.allocations, s.total_allocations, s.total_requested),
+        (0, 0, 0)
+    );
     assert_eq!(s.total_frees, 0);
     // Peaks keep what was seen.
     assert_eq!(s.peak_requested, 4096);
 
-    assert!(matches!(p.allocate(0, 1, "zero"), Err(Error::ZeroSize { .. })));
+    assert!(matches!(
+        p.allocate(0, 1, "zero"),
+        Err(Error::ZeroSize { .. })
+    ));
     let _held = p.allocate(900 << 10, 1, "most").unwrap();
     assert!(matches!(
         p.allocate(900 << 10, 1, "no room"),
