@@ -29,10 +29,12 @@ use crate::{Error, Result};
 mod dispatch;
 mod model;
 mod tensor;
+mod weights;
 
 pub use model::{MemoryReport, Model};
 use tensor::check_element;
 pub use tensor::{Element, Tensor};
+pub use weights::{WeightHasher, WeightKey, WeightStore, WeightStoreReport, content_hash};
 
 /// Configuration of a [`Runtime`].
 #[derive(Clone, Debug)]
@@ -75,6 +77,8 @@ struct Inner {
     budget: Arc<Budget>,
     /// Keeps the device stack's pressure member alive (the budget holds it weakly).
     _device_member: Arc<dyn Reclaim>,
+    /// Weights shared by every model compiled on this runtime.
+    weights: WeightStore,
     config: RuntimeConfig,
 }
 
@@ -165,6 +169,7 @@ impl Runtime {
                 staging,
                 budget,
                 _device_member: device_member,
+                weights: WeightStore::default(),
                 config,
             }),
         })

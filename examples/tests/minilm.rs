@@ -131,3 +131,51 @@ fn graph_reads_every_encoder_weight_of_the_file() {
         file.f32_bytes(&w.name, &w.shape).unwrap();
     }
 }
+
+/// Issue 17: MiniLM compiled at three shapes holds its weights once. Measured in device bytes:
+/// the three shapes on one runtime take what each takes alone, minus two copies of the weights.
+#[test]
+fn three_shapes_hold_the_weights_once() {
+    let Some(dir) = model_dir() else { return };
+    let host = || {
+        backends::available_runtimes()
+            .into_iter()
+            .find(|(n, _)| *n == "host")
+            .unwrap()
+            .1
+    };
+    let shapes = [(1, 8), (2, 15), (3, 32)];
+    let in_use = |rt: &tensormem::Runtime| rt.device_pool().stats().in_use;
+    let alone: Vec<u64> = shapes
+        .iter()
+        .map(|&(b, s)| {
+            let rt = host();
+            let mut model = MiniLm::open(&rt, &dir).unwrap();
+            model.model_for(b, s).unwrap();
+            in_use(&rt)
+        })
+        .collect();
+    let rt = host();
+    let mut model = MiniLm::open(&rt, &dir).unwrap();
+    for &(b, s) in &shapes {
+        model.model_for(b, s).unwrap();
+    }
+    let report = model.cached_model(1, 8).unwrap().memory_report();
+    let store = &report.weight_store;
+    // 22,713,728 elements minus the unused I64 position ids and the pooler: 22,565,376 f32.
+    assert_eq!(report.weight_bytes, 22_565_376 * 4);
+    assert_eq!(store.bytes, report.weight_bytes, "each weight held once");
+    assert_eq!(store.tensors, 101);
+    assert_eq!(store.references, 3 * 101);
+    assert_eq!(
+        in_use(&rt),
+        alone.iter().sum::<u64>() - 2 * store.bytes,
+        "device bytes of three shapes"
+    );
+    println!(
+        "three shapes: {} device bytes, alone {:?}, weights {} once",
+        in_use(&rt),
+        alone,
+        store.bytes
+    );
+}

@@ -1,22 +1,35 @@
 //! `Model`: a graph compiled against a runtime — liveness, a static plan of its intermediates in one
-//! arena, persistent weights, and execution.
+//! arena, weights bound in the runtime's store (shared with every other model), and execution.
 
 use std::time::{Duration, Instant};
 
 use crate::backend::{BlockRange, Ticket};
 use crate::graph::{Graph, TensorId, TensorKind};
+use crate::ops::DType;
 use crate::plan::{self, OpUses, SolveOptions, TensorRole};
 use crate::pool::{Allocation, AllocationStats};
 use crate::runtime::Runtime;
 use crate::runtime::tensor::{Element, check_element};
+use crate::runtime::weights::{WeightHasher, WeightKey, WeightStoreReport};
 use crate::trace::{Access, EventKind, Tracer};
 use crate::{Error, Result};
+
+/// Bytes per upload call when a weight streams in ([`Model::set_weight_chunks`] cuts a whole
+/// slice into pieces of this size): the staging belt moves a piece at a time, so a caller whose
+/// source is a memory-mapped file can release each piece's pages as it goes.
+pub const WEIGHT_CHUNK_BYTES: usize = 4 << 20;
 
 /// What a compiled model costs in memory, and what its plan saved. Sizes in bytes.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MemoryReport {
-    /// Bytes of weights (persistent).
+    /// Bytes of the weights this model reads (held once in the runtime's store, however many
+    /// models read them).
     pub weight_bytes: u64,
+    /// `weight_bytes` per element type (f32, f16, i8 ...), in [`DType`] declaration order.
+    pub weight_bytes_by_dtype: Vec<(DType, u64)>,
+    /// The runtime's weight store as of [`Model::memory_report`]: device bytes held for every
+    /// model of the runtime, each weight once.
+    pub weight_store: WeightStoreReport,
     /// Bytes of graph inputs and outputs (persistent per model).
     pub io_bytes: u64,
     /// Size of the planned activation arena: the plan's peak.
@@ -61,9 +74,13 @@ struct Place {
 pub struct Model {
     rt: Runtime,
     graph: Graph,
-    /// Indexed by root tensor id; `None` for alias ids.
+    /// Indexed by root tensor id; `None` for alias ids and for weights not bound yet.
     places: Vec<Option<Place>>,
     owned: Vec<Allocation>,
+    /// Indexed by root tensor id: the store entry a weight is bound to.
+    weight_keys: Vec<Option<WeightKey>>,
+    /// Allocation alignment of every tensor of this model.
+    align: u64,
     report: MemoryReport,
 }
 
@@ -156,6 +173,8 @@ impl Runtime {
             graph: graph.clone(),
             places: vec![None; tensors.len()],
             owned: Vec::new(),
+            weight_keys: vec![None; tensors.len()],
+            align,
             report: MemoryReport::default(),
         };
         let pool = self.device_pool();
@@ -178,14 +197,23 @@ impl Runtime {
                     planned: true,
                 },
                 (TensorRole::Intermediate, _, _) => continue, // never written nor read
-                (role, _, _) => {
+                (TensorRole::Persistent, _, _) => {
+                    // Bound to the store by `set_weight`, which knows the bytes.
+                    report.weight_bytes += sizes[i];
+                    match report
+                        .weight_bytes_by_dtype
+                        .iter_mut()
+                        .find(|(d, _)| *d == t.dtype)
+                    {
+                        Some((_, b)) => *b += sizes[i],
+                        None => report.weight_bytes_by_dtype.push((t.dtype, sizes[i])),
+                    }
+                    continue;
+                }
+                _ => {
                     let a = pool.allocate(sizes[i], align, &t.name)?;
                     model.owned.push(a);
-                    if role == TensorRole::Persistent {
-                        report.weight_bytes += sizes[i];
-                    } else {
-                        report.io_bytes += sizes[i];
-                    }
+                    report.io_bytes += sizes[i];
                     Place {
                         alloc: a,
                         offset: 0,
@@ -196,6 +224,7 @@ impl Runtime {
             };
             model.places[i] = Some(place);
         }
+        report.weight_bytes_by_dtype.sort_by_key(|(d, _)| *d as u8);
         model.report = report;
         Ok(model)
     }
@@ -209,11 +238,15 @@ impl Model {
             .get(root.index())
             .copied()
             .flatten()
-            .ok_or_else(|| {
-                Error::invalid(format!(
+            .ok_or_else(|| match self.graph.decl(root) {
+                Ok(d) if d.kind == TensorKind::Weight => Error::invalid(format!(
+                    "weight '{}' is not set: upload it with Model::set_weight before running",
+                    d.name
+                )),
+                _ => Error::invalid(format!(
                     "tensor {} has no storage in this model (never written nor read)",
                     t.index()
-                ))
+                )),
             })
     }
 
@@ -237,12 +270,125 @@ impl Model {
         self.rt.write_bytes(p.alloc, p.offset, data)
     }
 
-    /// Uploads a weight (once; weights persist across runs).
+    /// Binds weight `t` to `data` through the runtime's store: when a model of this runtime
+    /// already bound equal bytes under the same name, `t` shares them and nothing is uploaded;
+    /// otherwise they are uploaded once. Weights persist across runs. Setting a bound weight again
+    /// rebinds it (the old bytes are released, never overwritten under another model).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `t` is not a weight, [`Error::SizeMismatch`], transfer errors.
+    /// [`Error::InvalidArgument`] when `t` is not a weight, [`Error::SizeMismatch`], transfer and
+    /// allocation errors (the weight keeps its previous binding).
     pub fn set_weight(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
-        self.set(t, TensorKind::Weight, data)
+        let mut h = WeightHasher::new();
+        h.update(data);
+        self.set_weight_hashed(t, h.finish(), data)
+    }
+
+    /// [`Model::set_weight`] with the bytes' [`content_hash`](crate::runtime::content_hash)
+    /// computed by the caller (a loader that hashed the file once binds a second model's weights
+    /// without reading them again). A wrong hash does not corrupt other weights, but two different
+    /// byte strings given one hash under one name would share the first one's bytes.
+    ///
+    /// # Errors
+    /// As [`Model::set_weight`].
+    pub fn set_weight_hashed(&mut self, t: TensorId, hash: u64, data: &[u8]) -> Result<Ticket> {
+        self.set_weight_chunks(t, hash, data.len() as u64, data.chunks(WEIGHT_CHUNK_BYTES))
+    }
+
+    /// [`Model::set_weight_hashed`] from a source that yields the `size` bytes in order, in
+    /// chunks whose lengths are multiples of the backend's copy alignment (all but the last; 4
+    /// bytes on every backend). Each chunk is uploaded
+    /// before the next is asked for, so the source (a memory-mapped file) can drop the pages it
+    /// already handed out: a weight streams to the device without a host copy of the whole.
+    /// Nothing is read when the store already holds the weight.
+    ///
+    /// # Errors
+    /// As [`Model::set_weight`]; [`Error::SizeMismatch`] when the chunks do not add up to `size`
+    /// or `size` is not the tensor's byte size; [`Error::Misaligned`] for a chunk boundary that is
+    /// not a multiple of the copy alignment.
+    pub fn set_weight_chunks<'a>(
+        &mut self,
+        t: TensorId,
+        hash: u64,
+        size: u64,
+        chunks: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<Ticket> {
+        let decl = self.graph.decl(t)?;
+        if decl.kind != TensorKind::Weight {
+            return Err(Error::invalid(format!(
+                "'{}' is a {:?}, not a Weight",
+                decl.name, decl.kind
+            )));
+        }
+        let expected = decl.size()?;
+        if size != expected {
+            return Err(Error::SizeMismatch {
+                what: format!("data for '{}' {:?}", decl.name, decl.shape),
+                expected,
+                actual: size,
+            });
+        }
+        let root = self.graph.root(t).index();
+        let key = WeightKey {
+            name: decl.name.clone(),
+            dtype: decl.dtype,
+            size,
+            hash,
+        };
+        if self.weight_keys[root].as_ref() == Some(&key) {
+            return Ok(Ticket::DONE);
+        }
+        let copy_align = self.rt.backend().capabilities().copy_align.max(1);
+        let padded =
+            size.checked_next_multiple_of(copy_align)
+                .ok_or_else(|| Error::ArithmeticOverflow {
+                    what: format!("padded byte size of '{}'", key.name),
+                    limit_name: "u64",
+                })?;
+        let mut last = Ticket::DONE;
+        let rt = self.rt.clone();
+        let alloc = rt.acquire_weight(&key, padded, self.align, |alloc| {
+            let mut offset = 0u64;
+            for chunk in chunks {
+                if !offset.is_multiple_of(copy_align) {
+                    return Err(Error::Misaligned {
+                        what: "weight chunk offset",
+                        value: offset,
+                        align: copy_align,
+                        align_name: "copy_align",
+                    });
+                }
+                if offset + chunk.len() as u64 > size {
+                    return Err(Error::SizeMismatch {
+                        what: format!("streamed bytes of weight '{}'", key.name),
+                        expected: size,
+                        actual: offset + chunk.len() as u64,
+                    });
+                }
+                if !chunk.is_empty() {
+                    last = last.max(rt.write_bytes(alloc, offset, chunk)?);
+                }
+                offset += chunk.len() as u64;
+            }
+            if offset != size {
+                return Err(Error::SizeMismatch {
+                    what: format!("streamed bytes of weight '{}'", key.name),
+                    expected: size,
+                    actual: offset,
+                });
+            }
+            Ok(last)
+        })?;
+        if let Some(old) = self.weight_keys[root].replace(key) {
+            self.rt.release_weight(&old)?;
+        }
+        self.places[root] = Some(Place {
+            alloc,
+            offset: 0,
+            size: padded,
+            planned: false,
+        });
+        Ok(last)
     }
 
     /// Uploads an input for the next run.
@@ -310,6 +456,11 @@ impl Model {
         for a in &self.owned {
             pool.mark_used(a.handle, last)?;
         }
+        for (place, key) in self.places.iter().zip(&self.weight_keys) {
+            if let (Some(p), Some(_)) = (place, key) {
+                pool.mark_used(p.alloc.handle, last)?;
+            }
+        }
         self.report.runs += 1;
         self.report.last_run = start.elapsed();
         Ok(last)
@@ -348,6 +499,7 @@ impl Model {
         r.staging_blocks_allocated = st.blocks_allocated;
         r.staging_bytes_moved = st.uploaded + st.downloaded;
         r.device_allocations = self.rt.allocation_stats();
+        r.weight_store = self.rt.weights().report();
         r
     }
 
@@ -366,6 +518,9 @@ impl Drop for Model {
     fn drop(&mut self) {
         for a in self.owned.drain(..) {
             let _ = self.rt.device_pool().free(a.handle);
+        }
+        for key in self.weight_keys.drain(..).flatten() {
+            let _ = self.rt.release_weight(&key);
         }
     }
 }

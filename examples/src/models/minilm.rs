@@ -373,8 +373,9 @@ struct Compiled {
     last_use: u64,
 }
 
-/// Compiled shapes kept at most. Each holds its own copy of the 91 MB of weights on the device, so
-/// the cache is small; a new shape beyond it evicts the least recently used one.
+/// Compiled shapes kept at most; a new shape beyond it evicts the least recently used one. The
+/// shapes share one copy of the weights (the runtime's weight store), so a shape costs only its
+/// activation arena and inputs.
 pub const MAX_CACHED_SHAPES: usize = 4;
 
 /// Sentence embeddings of one batch.

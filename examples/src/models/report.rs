@@ -129,7 +129,8 @@ impl InferenceReport {
         format!(
             "{selection}\n\
              memory report ({backend} backend, {device}, {shape})\n\
-             \x20 weights                      {wb}\n\
+             \x20 weights                      {wb}  ({by_dtype})\n\
+             \x20 weight store (runtime)       {ws}, {wt} tensors, {wr} model bindings\n\
              \x20 activations with the plan    {ap}  ({r_lb} of the lower bound)\n\
              \x20 activations without reuse    {an}  ({r_nr} of the plan)\n\
              \x20 activations lower bound      {al}\n\
@@ -143,6 +144,15 @@ impl InferenceReport {
             device = self.device,
             shape = self.shape,
             wb = bytes(m.weight_bytes),
+            by_dtype = m
+                .weight_bytes_by_dtype
+                .iter()
+                .map(|(d, b)| format!("{} {}", d.name(), bytes(*b)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            ws = bytes(m.weight_store.bytes),
+            wt = m.weight_store.tensors,
+            wr = m.weight_store.references,
             ap = bytes(m.activation_planned_bytes),
             r_lb = ratio(m.activation_planned_bytes, m.activation_lower_bound_bytes),
             an = bytes(m.activation_no_reuse_bytes),
@@ -169,6 +179,14 @@ impl InferenceReport {
             "backend_selection": self.selection_json,
             "shape": self.shape,
             "weight_bytes": m.weight_bytes,
+            "weight_bytes_by_dtype": m
+                .weight_bytes_by_dtype
+                .iter()
+                .map(|(d, b)| (d.name().to_string(), json!(b)))
+                .collect::<serde_json::Map<_, _>>(),
+            "weight_store_bytes": m.weight_store.bytes,
+            "weight_store_tensors": m.weight_store.tensors,
+            "weight_store_references": m.weight_store.references,
             "activation_planned_bytes": m.activation_planned_bytes,
             "activation_no_reuse_bytes": m.activation_no_reuse_bytes,
             "activation_lower_bound_bytes": m.activation_lower_bound_bytes,

@@ -1,8 +1,8 @@
 //! Reading model weights from a safetensors file, checked against what the graph declares.
 //!
-//! The whole file is read into memory once and kept: a graph compiled for a new input shape
-//! uploads its weights from these bytes again (the runtime gives every compiled model its own
-//! persistent weight region). The bytes are handed to the runtime as they are in the file:
+//! The whole file is read into memory once and kept: a graph compiled for a new input shape binds
+//! its weights from these bytes again (the runtime's weight store finds them by name and content
+//! hash, so they are uploaded once for every shape). The bytes are handed to the runtime as they are in the file:
 //! safetensors stores little-endian values, which is the layout of every target tensormem runs on
 //! (checked at compile time below), so no per-element conversion or alignment copy is needed.
 
