@@ -7,6 +7,9 @@
 //!   checks, overlap of outputs, uses recorded);
 //! * `dispatch_16_relu_then_wait`: sixteen dispatches queued, one wait (the enqueue cost).
 //!
+//! Times are the calling thread's CPU time ([`ThreadCpu`]): the front's checks and the enqueue,
+//! not the host worker's execution or the sleep in `wait`, which the front does not change.
+//!
 //! Run: `cargo bench -p tensormem --bench front`.
 
 #![allow(
@@ -22,6 +25,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+
+#[path = "support/thread_cpu.rs"]
+mod thread_cpu;
+use thread_cpu::ThreadCpu;
 
 use tensormem::ops::Op;
 use tensormem::{Backend, BlockDesc, BlockRange, HostBackend, HostConfig, MemoryKind, Validated};
@@ -59,7 +66,7 @@ fn setup(backend: Arc<dyn Backend>) -> Setup {
     }
 }
 
-fn bench(c: &mut Criterion) {
+fn bench(c: &mut Criterion<ThreadCpu>) {
     let host: Arc<dyn Backend> =
         Arc::new(HostBackend::new(HostConfig::default()).expect("host backend"));
     let variants = [
@@ -124,5 +131,9 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+criterion_group! {
+    name = benches;
+    config = Criterion::default().with_measurement(ThreadCpu);
+    targets = bench
+}
 criterion_main!(benches);

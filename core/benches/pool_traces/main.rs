@@ -19,12 +19,19 @@
 
 mod peers;
 mod svg;
+#[path = "../support/thread_cpu.rs"]
+#[allow(
+    dead_code,
+    reason = "replays are timed whole, without criterion's ThreadCpu"
+)]
+mod thread_cpu;
 mod traces;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use peers::{Cubecl, Ours, Peer, Replay};
+use thread_cpu::thread_cpu_ns;
 use traces::Trace;
 
 /// What one replay of a trace through one pool measured.
@@ -76,18 +83,6 @@ fn replay<P: Peer>(trace: &Trace) -> Result<(Replayed, P), String> {
         held,
     };
     Ok((r, pool))
-}
-
-/// Thread CPU time in nanoseconds: immune to the other processes' time slices on a shared machine.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable `timespec`; CLOCK_THREAD_CPUTIME_ID is supported on every
-    // Linux the benchmark runs on, and on failure `ts` stays zero (a visible 0 ns, not UB).
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Nanoseconds per allocate+free pair of one timed replay (pool creation and drop excluded).

@@ -43,7 +43,8 @@ pub struct PoolConfig {
     pub leak_report: bool,
     /// Count the callers' allocations ([`StatsPool`]): bytes requested and handed out, peaks,
     /// refusals; what [`Model::memory_report`](crate::Model::memory_report) shows of the device
-    /// pool. Default `true` (one uncontended lock per allocation, two per free).
+    /// pool. Default `false`: one uncontended lock per allocation and per free, measured at
+    /// about a quarter of an allocate+free pair's cost (`cargo bench -p tensormem --bench pool`).
     pub statistics: bool,
 }
 
@@ -59,7 +60,7 @@ impl PoolConfig {
             zero_on_reuse: false,
             guard_bytes: 0,
             leak_report: true,
-            statistics: true,
+            statistics: false,
         }
     }
 
