@@ -73,7 +73,7 @@ pub mod validate;
 
 pub use backend::{
     Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType,
-    MemoryKind, Ticket,
+    InPlaceGrowth, MemoryKind, Ticket,
 };
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};

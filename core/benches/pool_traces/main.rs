@@ -1,14 +1,16 @@
-//! Pool trace replay (issue 14): five allocation traces through tensormem's dynamic pool, its
-//! record-and-replay pool (steps marked where the trace repeats a model run) and cubecl's memory
-//! management, in one process, over devices that only count.
+//! Pool trace replay (issue 14): five allocation traces through tensormem's dynamic pool and
+//! through cubecl's memory management, in one process, over devices that only count.
 //!
-//! For each trace it prints peak reserved ÷ peak live (live = bytes the trace requested), the
-//! reservations each made from its device, and the time per allocate+free pair as a ratio to
-//! cubecl's: thread CPU time of a whole replay divided by its allocations, best of `--rounds`
-//! rounds in which the pools run interleaved (the machine is shared, and the best round is the one
-//! least disturbed). For the replay pool it also prints the share of allocations served from plans
-//! and its steady state: peak reserved from the first plan on, over the arena the plans need. It
-//! writes one SVG per trace: live bytes and every pool's reserved bytes over the events.
+//! For each trace it prints peak reserved ÷ peak live (live = bytes the trace requested) for our
+//! pool in place, our pool on blocks and cubecl; the reservations each made from its device; and
+//! the time per allocate+free pair as a ratio to cubecl's: thread CPU time of a whole replay
+//! divided by its allocations, best of `--rounds` rounds in which the three run interleaved (the
+//! machine is shared, and the best round is the one least disturbed). The record-and-replay pool
+//! runs too (steps marked where the trace repeats a model run: gpt2s_train, llama8b_prefill and
+//! mobilenet_v2 by iteration, xfmr_eager by prefill; rand_logu has none), with the share of
+//! allocations it served from plans and its steady state: peak reserved from the first plan on,
+//! over the arena the plans need. It writes one SVG per trace: live bytes and each pool's
+//! reserved bytes over the events.
 //!
 //! The traces and how they are made are in `traces.rs`; the pools and the counting devices, and
 //! why counting devices, in `peers.rs`.
@@ -32,6 +34,11 @@ use std::process::ExitCode;
 
 use peers::{Cubecl, Ours, Peer, Replay};
 use thread_cpu::thread_cpu_ns;
+
+/// Our pool on a device that grows blocks in place.
+type InPlace = Ours<true>;
+/// Our pool on a device that cannot: the fallback of adding blocks.
+type Blocks = Ours<false>;
 use traces::Trace;
 
 /// What one replay of a trace through one pool measured.
@@ -169,15 +176,21 @@ fn run(args: &Args) -> Result<(), String> {
         .map_err(|e| format!("creating {}: {e}", args.svg_dir.display()))?;
     println!(
         "pool trace replay: peak reserved / peak live, reservations from the device, thread CPU \
-         ns per allocate+free pair (best of {} interleaved rounds)",
-        args.rounds
+         ns per allocate+free pair (best of {} interleaved rounds); ours in place (a device that \
+         grows blocks in place, {} MiB granularity) and on blocks (one that cannot); time ratios \
+         are ours / cubecl's",
+        args.rounds,
+        peers::GRANULARITY >> 20
     );
     println!(
-        "{:<16} {:>8} {:>10} | {:>8} {:>8} {:>9} | {:>8} {:>8} {:>9} | {:>8} {:>8} {:>9} | {:>11}",
+        "{:<16} {:>8} {:>9} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>6} {:>6}",
         "trace",
         "allocs",
         "peak live",
-        "ours",
+        "in place",
+        "reserves",
+        "ns/pair",
+        "blocks",
         "reserves",
         "ns/pair",
         "replay",
@@ -186,47 +199,54 @@ fn run(args: &Args) -> Result<(), String> {
         "cubecl",
         "reserves",
         "ns/pair",
-        "ours/cubecl"
+        "t in pl",
+        "t blks"
     );
     for trace in &traces {
         let live = trace.live();
         let peak_live = live.iter().copied().max().unwrap_or(0).max(1);
-        let (ours, _) = replay::<Ours>(trace)?;
+        let (in_place, _) = replay::<InPlace>(trace)?;
+        let (blocks, _) = replay::<Blocks>(trace)?;
         let (replayed, pool) = replay::<Replay>(trace)?;
         let (cubecl, _) = replay::<Cubecl>(trace)?;
-        let mut ns = [f64::INFINITY; 3];
+        let mut ns = [f64::INFINITY; 4];
         for round in 0..args.rounds {
-            // Rotate who goes first, so no pool always runs on a warmer cache.
-            for k in 0..3 {
-                let i = (k + round as usize) % 3;
-                let t = match i {
-                    0 => timed::<Ours>(trace)?,
-                    1 => timed::<Replay>(trace)?,
+            // Rotate who goes first, so none always runs on a warmer cache.
+            for k in 0..4 {
+                let who = (round as usize + k) % 4;
+                let t = match who {
+                    0 => timed::<InPlace>(trace)?,
+                    1 => timed::<Blocks>(trace)?,
+                    2 => timed::<Replay>(trace)?,
                     _ => timed::<Cubecl>(trace)?,
                 };
-                ns[i] = ns[i].min(t);
+                ns[who] = ns[who].min(t);
             }
         }
         let ratio = |r: &Replayed| r.peak_reserved as f64 / peak_live as f64;
         println!(
-            "{:<16} {:>8} {:>10} | {:>8.3} {:>8} {:>9.1} | {:>8.3} {:>8} {:>9.1} | {:>8.3} {:>8} {:>9.1} | {:>11.2}",
+            "{:<16} {:>8} {:>9} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>7.2} {:>6.2}",
             trace.name,
             trace.allocations,
             mib(peak_live),
-            ratio(&ours),
-            ours.reserves,
+            ratio(&in_place),
+            in_place.reserves,
             ns[0],
+            ratio(&blocks),
+            blocks.reserves,
+            ns[1],
             ratio(&replayed),
             replayed.reserves,
-            ns[1],
+            ns[2],
             ratio(&cubecl),
             cubecl.reserves,
-            ns[2],
-            ns[0] / ns[2]
+            ns[3],
+            ns[0] / ns[3],
+            ns[1] / ns[3],
         );
         println!(
-            "    {}; releases: ours {}, replay {}, cubecl {}",
-            trace.what, ours.releases, replayed.releases, cubecl.releases
+            "    {}; releases: in place {}, blocks {}, replay {}, cubecl {}",
+            trace.what, in_place.releases, blocks.releases, replayed.releases, cubecl.releases
         );
         let s = pool.stats();
         let steady = pool
@@ -249,6 +269,8 @@ fn run(args: &Args) -> Result<(), String> {
             s.plans,
             s.divergences
         );
+        let series =
+            |name: &str, r: &Replayed| format!("{name} reserved (peak {:.3}x live)", ratio(r));
         let doc = svg::chart(
             &format!("{}: {}", trace.name, trace.what),
             &[
@@ -258,25 +280,22 @@ fn run(args: &Args) -> Result<(), String> {
                     values: &live,
                 },
                 svg::Series {
-                    label: format!("{} reserved (peak {:.3}x live)", Ours::NAME, ratio(&ours)),
-                    colour: "#1f77b4",
-                    values: &ours.held,
+                    label: series(InPlace::NAME, &in_place),
+                    colour: "#2ca02c",
+                    values: &in_place.held,
                 },
                 svg::Series {
-                    label: format!(
-                        "{} reserved (peak {:.3}x live)",
-                        Replay::NAME,
-                        ratio(&replayed)
-                    ),
-                    colour: "#2ca02c",
+                    label: series(Blocks::NAME, &blocks),
+                    colour: "#1f77b4",
+                    values: &blocks.held,
+                },
+                svg::Series {
+                    label: series(Replay::NAME, &replayed),
+                    colour: "#9467bd",
                     values: &replayed.held,
                 },
                 svg::Series {
-                    label: format!(
-                        "{} reserved (peak {:.3}x live)",
-                        Cubecl::NAME,
-                        ratio(&cubecl)
-                    ),
+                    label: series(Cubecl::NAME, &cubecl),
                     colour: "#ff7f0e",
                     values: &cubecl.held,
                 },

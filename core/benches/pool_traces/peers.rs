@@ -1,9 +1,12 @@
-//! The pools a trace is replayed through, each over a device that only counts: our dynamic pool,
-//! our record-and-replay pool over it, and cubecl's memory management.
+//! The pools a trace is replayed through, each over a device that only counts: our dynamic pool
+//! (in place and on blocks), our record-and-replay pool over it, and cubecl's memory management.
 //!
-//! None touches memory: our pools run over [`CountingBackend`], cubecl's memory management over
-//! [`CountingStorage`]. Both count bytes held and reservations, so the ratios measure the
-//! pools' policies and bookkeeping alone. The host backend would commit real memory (the
+//! No side touches memory: our pool runs over [`CountingBackend`], cubecl's memory management
+//! over [`CountingStorage`]. Both count bytes held and reservations, so the ratios measure the
+//! pools' policies and bookkeeping alone. Our pool runs twice: on a device that grows blocks in
+//! place (as CUDA's virtual memory management does, with its 2 MiB granularity; every growth is
+//! counted as a reservation, since it is a driver call that maps new memory), and on one that
+//! cannot (the fallback of adding blocks, as on Vulkan without sparse binding or wgpu). The host backend would commit real memory (the
 //! `rand_logu` trace peaks above 9 GiB live) and page-fault and zero-fill it, which would swamp
 //! the pool's own cost and is not what a GPU driver call costs either.
 
@@ -20,9 +23,9 @@ use cubecl_server::memory_management::{
 use cubecl_server::server::IoError;
 use cubecl_server::storage::{ComputeStorage, StorageHandle, StorageId, StorageUtilization};
 use tensormem::backend::{
-    Backend, BlockDesc, BlockId, BlockRange, Capabilities, DeviceType, Ticket,
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, DeviceType, InPlaceGrowth, Ticket,
 };
-use tensormem::pool::{ReplayConfig, ReplayPool, ReplayStats};
+use tensormem::pool::{Budget, ReplayConfig, ReplayPool, ReplayStats};
 use tensormem::{Allocation, ArenaConfig, ArenaPool, DevicePool, Error, Op, Result};
 
 /// Largest single reservation both sides may make (a quarter of an 80 GiB device, what cubecl's
@@ -30,6 +33,9 @@ use tensormem::{Allocation, ArenaConfig, ArenaPool, DevicePool, Error, Op, Resul
 pub const MAX_BLOCK: u64 = 20 << 30;
 /// Offset alignment both sides give every allocation.
 pub const ALIGN: u64 = 256;
+/// Mapping granularity of the device that grows blocks in place: CUDA's
+/// `cuMemGetAllocationGranularity` on current GPUs.
+pub const GRANULARITY: u64 = 2 << 20;
 
 /// What a device has handed out: bytes held now and at most, reservations and releases.
 #[derive(Default)]
@@ -98,14 +104,20 @@ pub trait Peer {
 /// A backend whose blocks are numbers: no memory, no queue.
 pub struct CountingBackend {
     caps: Capabilities,
+    /// Offered growth in place, if any.
+    growth: Option<InPlaceGrowth>,
     counters: Arc<Counters>,
     blocks: Mutex<HashMap<u64, u64>>,
     next: AtomicU64,
 }
 
 impl CountingBackend {
-    fn new(counters: Arc<Counters>) -> Self {
+    fn new(counters: Arc<Counters>, in_place: bool) -> Self {
         CountingBackend {
+            growth: in_place.then_some(InPlaceGrowth {
+                granularity: GRANULARITY,
+                max_reserve: 1 << 40,
+            }),
             caps: Capabilities {
                 backend: "counting",
                 device_name: "counting device (no memory)".into(),
@@ -155,6 +167,32 @@ impl Backend for CountingBackend {
             .remove(&block.0)
             .ok_or_else(|| Error::invalid(format!("unknown block {}", block.0)))?;
         self.counters.release(size);
+        Ok(())
+    }
+
+    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
+        self.growth
+    }
+
+    fn reserve_block(&self, desc: &BlockDesc<'_>, _reserve: u64) -> Result<BlockId> {
+        if self.growth.is_none() {
+            return Err(Self::unsupported("in-place growth"));
+        }
+        self.alloc_block(desc)
+    }
+
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<()> {
+        let mut blocks = self.blocks.lock().unwrap_or_else(PoisonError::into_inner);
+        let old = blocks
+            .get_mut(&block.0)
+            .ok_or_else(|| Error::invalid(format!("unknown block {}", block.0)))?;
+        // A growth maps new memory (a driver call, counted as a reservation); a shrink unmaps.
+        if size > *old {
+            self.counters.reserve(size - *old);
+        } else {
+            self.counters.release(*old - size);
+        }
+        *old = size;
         Ok(())
     }
 
@@ -228,8 +266,9 @@ impl Live {
     }
 }
 
-/// tensormem's dynamic pool: the device arena pool, default configuration.
-pub struct Ours {
+/// tensormem's dynamic pool: the device arena pool, default configuration, on a device that grows
+/// blocks in place (`IN_PLACE`) or not.
+pub struct Ours<const IN_PLACE: bool> {
     pool: ArenaPool,
     live: Live,
     counters: Arc<Counters>,
@@ -240,12 +279,16 @@ fn our_pool(backend: Arc<dyn Backend>) -> Result<ArenaPool> {
     ArenaPool::new(backend, ArenaConfig::device())
 }
 
-impl Peer for Ours {
-    const NAME: &'static str = "tensormem";
+impl<const IN_PLACE: bool> Peer for Ours<IN_PLACE> {
+    const NAME: &'static str = if IN_PLACE {
+        "tensormem in place"
+    } else {
+        "tensormem blocks"
+    };
 
     fn create() -> Self {
         let counters = Arc::new(Counters::default());
-        let backend = Arc::new(CountingBackend::new(counters.clone()));
+        let backend = Arc::new(CountingBackend::new(counters.clone(), IN_PLACE));
         #[expect(clippy::expect_used, reason = "the default configuration is valid")]
         let pool = our_pool(backend).expect("default pool");
         Ours {
@@ -268,13 +311,14 @@ impl Peer for Ours {
     }
 }
 
-impl Drop for Ours {
+impl<const IN_PLACE: bool> Drop for Ours<IN_PLACE> {
     fn drop(&mut self) {
         self.live.clear(&self.pool);
     }
 }
 
-/// tensormem's record-and-replay pool over the default dynamic pool, steps marked by the trace.
+/// tensormem's record-and-replay pool over the default dynamic pool on a device that grows blocks
+/// in place, steps marked by the trace.
 pub struct Replay {
     pool: ReplayPool,
     live: Live,
@@ -301,11 +345,13 @@ impl Peer for Replay {
 
     fn create() -> Self {
         let counters = Arc::new(Counters::default());
-        let backend = Arc::new(CountingBackend::new(counters.clone()));
+        let backend = Arc::new(CountingBackend::new(counters.clone(), true));
+        // The arena joins the dynamic pool's budget, as in a runtime.
         #[expect(clippy::expect_used, reason = "the default configuration is valid")]
-        let dynamic = Arc::new(our_pool(backend).expect("default pool"));
+        let dynamic = ArenaPool::with_budget(backend, ArenaConfig::device(), Budget::new(None))
+            .expect("default pool");
         Replay {
-            pool: ReplayPool::new(dynamic, ReplayConfig::default()),
+            pool: ReplayPool::new(Arc::new(dynamic), ReplayConfig::default()),
             live: Live::default(),
             counters,
             events: 0,

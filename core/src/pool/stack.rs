@@ -82,6 +82,7 @@ impl PoolConfig {
             kind: self.kind,
             block_size: self.block_size,
             budget: self.budget,
+            ..ArenaConfig::device()
         }
     }
 
