@@ -318,9 +318,13 @@ impl Drop for ReplayPool {
             return;
         };
         // As the arena pool does: wait for every use, and leave the block to the backend rather
-        // than free it under running work when the wait fails.
+        // than free it under running work when the wait fails (on `wasm32` submitting is enough:
+        // WebGPU keeps a destroyed buffer's memory until its work is done).
         let backend = &self.source.backend;
-        if backend.flush().and_then(|t| backend.wait(t)).is_ok() {
+        let drained = backend.flush();
+        #[cfg(not(target_arch = "wasm32"))]
+        let drained = drained.and_then(|t| backend.wait(t));
+        if drained.is_ok() {
             let _ = self.source.release(&block);
         }
     }
