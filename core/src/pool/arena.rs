@@ -324,8 +324,7 @@ impl ArenaPool {
         Ok((rounded, align.max(self.base_align)))
     }
 
-    /// Existing blocks, then completed frees, then a best fit in the own size class, then growth
-    /// in place, then a new block.
+    /// Existing blocks, then completed frees, then a new block.
     fn carve(&self, st: &mut State, size: u64, align: u64, label: &str) -> Result<Option<Carved>> {
         if let Some(found) = Self::try_existing(st, size, align)? {
             return Ok(Some(Carved::existing(found)));
@@ -334,14 +333,6 @@ impl ArenaPool {
             self.reclaim_locked(st)?;
             if let Some(found) = Self::try_existing(st, size, align)? {
                 return Ok(Some(Carved::existing(found)));
-            }
-        }
-        // Before growing: the blocks of the request's own class that good fit passed over.
-        for (i, b) in st.blocks.iter_mut().enumerate() {
-            if let Some(b) = b.as_mut().filter(|b| b.size >= size) {
-                if let Some(region) = b.tlsf.allocate_in_own_class(size, align)? {
-                    return Ok(Some(Carved::existing((i, region))));
-                }
             }
         }
         if let Some(found) = self.grow_in_place(st, size, align, label)? {

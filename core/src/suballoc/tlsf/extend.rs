@@ -120,38 +120,3 @@ impl Tlsf {
         Ok(Some(self.carve_general(hit, size)))
     }
 }
-
-impl Tlsf {
-    /// Carves `size` bytes at a multiple of `align` from the smallest fitting block of the
-    /// request's own class: the blocks that [`Tlsf::allocate`]'s good fit passes over (it tries
-    /// only the head of that class). Linear in the length of that one list, so it is meant for
-    /// the slow path just before a pool grows, where a fit found here saves memory.
-    ///
-    /// # Errors
-    /// As [`Tlsf::allocate`].
-    pub fn allocate_in_own_class(&mut self, size: u64, align: u64) -> Result<Option<Region>> {
-        check_request(size, align, self.capacity)?;
-        if self.nodes.len() > MAX_NODES - 2 && self.vacant.len() < 2 {
-            return Ok(None);
-        }
-        let class = class_of(size);
-        let mut best: Option<Hit> = None;
-        let mut best_size = u64::MAX;
-        let mut cur = self.head(class);
-        while cur != NONE {
-            let n = &self.nodes[cur as usize];
-            if n.size < best_size {
-                if let Some(pad) = fit(n.offset, n.size, size, align) {
-                    best = Some(Hit {
-                        node: cur,
-                        pad,
-                        class,
-                    });
-                    best_size = n.size;
-                }
-            }
-            cur = n.next_free;
-        }
-        Ok(best.map(|hit| self.carve_general(hit, size)))
-    }
-}

@@ -405,25 +405,6 @@ fn growth_extends_the_free_tail_or_appends_after_a_used_block() {
 }
 
 #[test]
-fn the_own_class_scan_finds_what_good_fit_passes_over() {
-    // Free blocks of 1030 (head of its list) and 1050 bytes share a class; good fit tries only
-    // the head, so 1040 bytes are refused, and the scan finds the 1050-byte block.
-    let mut t = Tlsf::with_min_split(10_000, 1).unwrap();
-    let a = alloc(&mut t, 1050, 1);
-    let _b = alloc(&mut t, 10, 1);
-    let c = alloc(&mut t, 1030, 1);
-    let _d = alloc(&mut t, 10_000 - 2090, 1);
-    assert_eq!(class_of(1030), class_of(1050));
-    t.free(a).unwrap();
-    t.free(c).unwrap();
-    assert!(t.allocate(1040, 1).unwrap().is_none());
-    let r = t.allocate_in_own_class(1040, 1).unwrap().unwrap();
-    assert_eq!(r.offset, 0);
-    assert!(t.allocate_in_own_class(1040, 1).unwrap().is_none());
-    t.check_invariants().unwrap();
-}
-
-#[test]
 fn refusal_respects_the_good_fit_bound() {
     // Free blocks of 1000 bytes only; a request of 1001 cannot fit, one of 1000 must.
     let mut t = Tlsf::new(3000).unwrap();
