@@ -29,7 +29,7 @@ mod staging;
 mod tracing;
 mod zeroing;
 
-pub use arena::{ArenaConfig, ArenaPool, DEFAULT_BLOCK_SIZE, MAX_ALIGN};
+pub use arena::{ArenaConfig, ArenaPool, DEFAULT_BLOCK_SIZE, DEFAULT_IDLE_RELEASE, MAX_ALIGN};
 pub use budget::{Budget, MemberId, Reclaim};
 pub use device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
 pub use guard::{GUARD_PATTERN, Guarded};
