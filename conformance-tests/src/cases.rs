@@ -9,6 +9,7 @@ mod graphs;
 mod growth;
 mod memory;
 mod misuse;
+mod offload;
 mod ops;
 mod pools;
 mod staging;
@@ -22,6 +23,7 @@ pub fn all() -> Vec<Case> {
     v.extend(staging::cases());
     v.extend(ops::cases());
     v.extend(graphs::cases());
+    v.extend(offload::cases());
     v.extend(misuse::cases());
     v
 }

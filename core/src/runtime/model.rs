@@ -276,10 +276,8 @@ impl Model {
                 actual: data.len() as u64,
             });
         }
-        if let Some(o) = &mut self.offload
-            && o.write_host(&self.rt, self.graph.root(t).index(), data)?
-        {
-            return Ok(Ticket::DONE);
+        if let Some(o) = &mut self.offload {
+            return o.write(&self.rt, self.graph.root(t).index(), data);
         }
         let p = self.place(t)?;
         self.rt.write_bytes(p.alloc, p.offset, data)
@@ -509,9 +507,8 @@ impl Model {
         if let Some(o) = &self.offload {
             let mut out = vec![T::zeroed(); (decl.size()? / elem) as usize];
             let root = self.graph.root(t).index();
-            if o.read_host(&self.rt, root, bytemuck::cast_slice_mut(&mut out))? {
-                return Ok(out);
-            }
+            o.read(&self.rt, root, bytemuck::cast_slice_mut(&mut out))?;
+            return Ok(out);
         }
         let p = self.place(t)?;
         if p.planned {
@@ -535,7 +532,10 @@ impl Model {
         r.device_blocks_allocated = dev.blocks_allocated;
         r.staging_blocks_allocated = st.blocks_allocated;
         r.staging_bytes_moved = st.uploaded + st.downloaded;
-        r.peak_device_bytes = dev.peak_reserved;
+        r.peak_device_bytes = match &self.offload {
+            Some(o) => o.peak_device_bytes(),
+            None => dev.peak_reserved,
+        };
         r.offload = self.offload.as_ref().map(|o| o.report.clone());
         r.weight_store = self.rt.weights().report();
         r

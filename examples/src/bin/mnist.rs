@@ -79,7 +79,7 @@ fn run(args: &Args) -> Result<()> {
     let tracer = args.trace.as_ref().map(|_| Tracer::new());
     rt.set_tracer(tracer.clone());
     let weights = Mnist::bundled_weights()?;
-    let mut net = Mnist::new(&rt, &weights, images.len())?;
+    let mut net = Mnist::with_budget(&rt, &weights, images.len(), s.device_budget)?;
     let logits = net.classify(&images)?;
 
     let bar = cli::progress(u64::from(s.runs), "timed runs", s.json);

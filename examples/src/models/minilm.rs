@@ -26,6 +26,8 @@ use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId};
 use super::builder::{ModelBuilder, dim};
 use super::tokenize::{TokenBatch, WordPiece};
 use super::weights::WeightFile;
+use crate::cli::DeviceBudget;
+use tensormem::offload::Score;
 
 /// The fields of `config.json` the graph needs (a BERT config).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -396,6 +398,10 @@ pub struct MiniLm {
     tokenizer: WordPiece,
     cache: HashMap<(usize, usize), Compiled>,
     clock: u64,
+    /// Device budget every shape is compiled within (`None`: no budget).
+    budget: Option<DeviceBudget>,
+    /// Offload scores a budgeted compile tries.
+    scores: Vec<Score>,
 }
 
 impl MiniLm {
@@ -421,7 +427,25 @@ impl MiniLm {
             tokenizer,
             cache: HashMap::new(),
             clock: 0,
+            budget: None,
+            scores: Score::ALL.to_vec(),
         })
+    }
+
+    /// Compiles every shape from now on within `budget` (shapes compiled before are dropped).
+    pub fn set_device_budget(&mut self, budget: Option<DeviceBudget>) {
+        if self.budget != budget {
+            self.cache.clear();
+            self.budget = budget;
+        }
+    }
+
+    /// Tries only `scores` in budgeted compiles from now on (shapes compiled before are dropped).
+    pub fn set_offload_scores(&mut self, scores: &[Score]) {
+        if self.scores != scores {
+            self.cache.clear();
+            self.scores = scores.to_vec();
+        }
     }
 
     /// The model configuration.
@@ -454,7 +478,12 @@ impl MiniLm {
                 }
             }
             let graph = build_graph(&self.cfg, batch, seq)?;
-            let mut model = self.rt.compile(&graph.builder.graph)?;
+            let mut model = crate::cli::compile_scored(
+                &self.rt,
+                &graph.builder.graph,
+                self.budget,
+                &self.scores,
+            )?;
             graph.builder.upload_weights(&mut model, &self.weights)?;
             self.cache.insert(
                 key,

@@ -15,6 +15,7 @@ use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId};
 
 use super::builder::{ModelBuilder, dim};
 use super::weights::WeightFile;
+use crate::cli::DeviceBudget;
 
 mod input;
 pub use input::{MAX_FILE_BYTES, MAX_SIDE, looks_inverted, read_image};
@@ -165,8 +166,21 @@ impl Mnist {
     /// # Errors
     /// Graph, compile and upload errors; weight file errors (missing tensor, wrong shape).
     pub fn new(rt: &Runtime, weights: &WeightFile, batch: usize) -> Result<Self> {
+        Self::with_budget(rt, weights, batch, None)
+    }
+
+    /// [`Mnist::new`] within a device budget (see [`crate::cli::compile`]).
+    ///
+    /// # Errors
+    /// As [`Mnist::new`]; [`Error::BudgetBelowWorkingSet`](tensormem::Error::BudgetBelowWorkingSet).
+    pub fn with_budget(
+        rt: &Runtime,
+        weights: &WeightFile,
+        batch: usize,
+        budget: Option<DeviceBudget>,
+    ) -> Result<Self> {
         let graph = build_graph(batch)?;
-        let mut model = rt.compile(&graph.builder.graph)?;
+        let mut model = crate::cli::compile(rt, &graph.builder.graph, budget)?;
         graph.builder.upload_weights(&mut model, weights)?;
         Ok(Mnist { model, graph })
     }

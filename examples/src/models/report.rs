@@ -110,6 +110,48 @@ impl InferenceReport {
         }
     }
 
+    /// The offload lines of the text report (empty without a device budget).
+    fn offload_text(&self) -> String {
+        let m = &self.memory;
+        let Some(o) = &m.offload else {
+            return String::new();
+        };
+        let scores: Vec<String> = o
+            .outcomes
+            .iter()
+            .map(|s| match s.peak {
+                Some(_) => format!(
+                    "{} {} moved, stall {:.3} ms",
+                    s.score.name(),
+                    bytes(s.bytes_to_device + s.bytes_to_host),
+                    s.predicted_stall.as_secs_f64() * 1e3
+                ),
+                None => format!("{} no schedule", s.score.name()),
+            })
+            .collect();
+        let runs = m.runs.max(1);
+        format!(
+            "\n\x20 device budget                {budget}\n\
+             \x20 peak device bytes            {peak} (measured by the pool; schedule {planned})\n\
+             \x20 offload schedule             {score} score won{unified}; predicted per run: {scores}\n\
+             \x20 bytes moved per run          {to_dev} to device, {to_host} to host\n\
+             \x20 stall (last run)             {stall:.3} ms waiting for copies",
+            budget = bytes(o.budget),
+            peak = bytes(m.peak_device_bytes),
+            planned = bytes(o.planned_peak),
+            score = o.score,
+            unified = if o.unified {
+                " (unified memory: nothing moves)"
+            } else {
+                ""
+            },
+            scores = scores.join("; "),
+            to_dev = bytes(o.bytes_to_device / runs),
+            to_host = bytes(o.bytes_to_host / runs),
+            stall = o.last_stall.as_secs_f64() * 1e3,
+        )
+    }
+
     /// The report as human-readable lines.
     pub fn to_text(&self) -> String {
         let m = &self.memory;
@@ -138,7 +180,7 @@ impl InferenceReport {
              \x20 backend blocks allocated     {dev_blocks} device, {st_blocks} staging\n\
              \x20 staging bytes moved          {st}\n\
              \x20 time per inference           {mean:.3} ms (mean of {runs}, min {min:.3} ms)\n\
-             \x20 new blocks in repeated runs  {steady}",
+             \x20 new blocks in repeated runs  {steady}{offload}",
             selection = self.selection_text,
             backend = self.backend,
             device = self.device,
@@ -167,6 +209,7 @@ impl InferenceReport {
             mean = t.mean.as_secs_f64() * 1e3,
             runs = t.runs,
             min = t.min.as_secs_f64() * 1e3,
+            offload = self.offload_text(),
         )
     }
 
@@ -201,6 +244,27 @@ impl InferenceReport {
             "time_per_inference_ms": self.timing.mean.as_secs_f64() * 1e3,
             "time_min_ms": self.timing.min.as_secs_f64() * 1e3,
             "steady_state_new_blocks": self.timing.steady_state_new_blocks,
+            "peak_device_bytes": m.peak_device_bytes,
+            "offload": m.offload.as_ref().map(|o| {
+                let runs = m.runs.max(1);
+                json!({
+                    "device_budget": o.budget,
+                    "planned_peak_bytes": o.planned_peak,
+                    "score": o.score,
+                    "unified_memory": o.unified,
+                    "bytes_to_device_per_run": o.bytes_to_device / runs,
+                    "bytes_to_host_per_run": o.bytes_to_host / runs,
+                    "stall_last_run_ms": o.last_stall.as_secs_f64() * 1e3,
+                    "scores": o.outcomes.iter().map(|s| json!({
+                        "score": s.score.name(),
+                        "peak_bytes": s.peak,
+                        "bytes_to_device": s.bytes_to_device,
+                        "bytes_to_host": s.bytes_to_host,
+                        "absences": s.absences,
+                        "predicted_stall_ms": s.predicted_stall.as_secs_f64() * 1e3,
+                    })).collect::<Vec<_>>(),
+                })
+            }),
         })
     }
 }
