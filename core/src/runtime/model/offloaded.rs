@@ -232,6 +232,7 @@ impl Offloaded {
                 kind: MemoryKind::DeviceLocal,
                 block_size: schedule.peak.max(1),
                 budget: Some(budget),
+                ..ArenaConfig::device()
             },
         )?);
         let mut model = Model {
