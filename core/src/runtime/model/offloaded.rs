@@ -232,6 +232,8 @@ impl Offloaded {
                 kind: MemoryKind::DeviceLocal,
                 block_size: schedule.peak.max(1),
                 budget: Some(budget),
+                // One block of exactly the arena: nothing to grow.
+                in_place: false,
                 ..ArenaConfig::device()
             },
         )?);
