@@ -488,7 +488,9 @@ impl Runtime {
             let n = out.len();
             out.copy_from_slice(&buf[..n]);
         }
-        Ok(())
+        // A synchronous read is a use that has completed: a pool that leases resolved ranges
+        // (the spilling pool) may move the allocation again.
+        pool.mark_used(alloc.handle, Ticket::DONE)
     }
 
     /// The checked range `[offset, offset + size)` of an allocation, with `size` rounded up to the
