@@ -443,7 +443,7 @@ impl DevicePool for SpillPool {
                 size: e.size,
             })
             .collect();
-        v.sort_by(|a, b| b.size.cmp(&a.size));
+        v.sort_by_key(|a| std::cmp::Reverse(a.size));
         v
     }
 

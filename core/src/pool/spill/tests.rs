@@ -49,7 +49,7 @@ fn pattern(seed: u32) -> Vec<u32> {
 #[test]
 fn four_times_the_capacity_fits_and_every_byte_comes_back() {
     for force_staging in [false, true] {
-        let (rt, pool) = runtime(force_staging, 4 * 64 << 10, Duration::ZERO);
+        let (rt, pool) = runtime(force_staging, 4 << 16, Duration::ZERO);
         let tensors: Vec<Tensor> = (0..16)
             .map(|k| {
                 rt.tensor_from(DType::U32, &[LEN], &pattern(k), "t")
@@ -74,7 +74,7 @@ fn four_times_the_capacity_fits_and_every_byte_comes_back() {
         let s = pool.spill_stats();
         assert!(s.spills >= 12 && s.restores >= 12, "{s:?}");
         assert_eq!(s.bytes_out, s.spills * (64 << 10));
-        assert!(rt.device_pool().stats().peak_reserved <= 4 * 64 << 10);
+        assert!(rt.device_pool().stats().peak_reserved <= 4 << 16);
         for t in tensors {
             rt.free(t).unwrap();
         }
@@ -85,7 +85,7 @@ fn four_times_the_capacity_fits_and_every_byte_comes_back() {
 
 #[test]
 fn everything_pinned_is_out_of_memory_and_loses_nothing() {
-    let (rt, pool) = runtime(true, 2 * 64 << 10, Duration::ZERO);
+    let (rt, pool) = runtime(true, 2 << 16, Duration::ZERO);
     let a = rt
         .tensor_from(DType::U32, &[LEN], &pattern(1), "a")
         .unwrap();
@@ -112,7 +112,7 @@ fn everything_pinned_is_out_of_memory_and_loses_nothing() {
 
 #[test]
 fn eight_threads_under_pressure_lose_no_data() {
-    let (rt, pool) = runtime(true, 8 * 64 << 10, SpillConfig::default().lease);
+    let (rt, pool) = runtime(true, 8 << 16, SpillConfig::default().lease);
     std::thread::scope(|s| {
         for thread in 0..8u32 {
             let rt = rt.clone();
