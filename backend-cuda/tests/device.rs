@@ -236,7 +236,7 @@ fn tickets_reject_the_future_and_never_go_back() {
     let last = b.flush().unwrap();
     assert!(matches!(
         b.wait(Ticket(last.0 + 10)),
-        Err(Error::InvalidArgument(_))
+        Err(Error::UnknownTicket { .. })
     ));
     b.wait(Ticket::DONE).unwrap();
     let dev = alloc(&b, MemoryKind::DeviceLocal, 1 << 20);

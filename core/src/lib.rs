@@ -80,8 +80,8 @@ pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
 pub use ops::{DType, Op};
 pub use pool::{
-    Allocation, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats, StagingBelt,
-    StagingConfig,
+    Allocation, AllocationStats, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats,
+    StagingBelt, StagingConfig,
 };
 pub use runtime::{
     CompileDesc, Element, MemoryReport, Model, OffloadReport, Runtime, RuntimeConfig, Tensor,

@@ -5,8 +5,12 @@
 //! pool in place, our pool on blocks and cubecl; the reservations each made from its device; and
 //! the time per allocate+free pair as a ratio to cubecl's: thread CPU time of a whole replay
 //! divided by its allocations, best of `--rounds` rounds in which the three run interleaved (the
-//! machine is shared, and the best round is the one least disturbed). It writes one SVG per
-//! trace: live bytes and each pool's reserved bytes over the events.
+//! machine is shared, and the best round is the one least disturbed). The record-and-replay pool
+//! runs too (steps marked where the trace repeats a model run: gpt2s_train, llama8b_prefill and
+//! mobilenet_v2 by iteration, xfmr_eager by prefill; rand_logu has none), with the share of
+//! allocations it served from plans and its steady state: peak reserved from the first plan on,
+//! over the arena the plans need. It writes one SVG per trace: live bytes and each pool's
+//! reserved bytes over the events.
 //!
 //! The traces and how they are made are in `traces.rs`; the pools and the counting devices, and
 //! why counting devices, in `peers.rs`.
@@ -17,12 +21,19 @@
 
 mod peers;
 mod svg;
+#[path = "../support/thread_cpu.rs"]
+#[allow(
+    dead_code,
+    reason = "replays are timed whole, without criterion's ThreadCpu"
+)]
+mod thread_cpu;
 mod traces;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use peers::{Cubecl, Ours, Peer};
+use peers::{Cubecl, Ours, Peer, Replay};
+use thread_cpu::thread_cpu_ns;
 
 /// Our pool on a device that grows blocks in place.
 type InPlace = Ours<true>;
@@ -31,7 +42,7 @@ type Blocks = Ours<false>;
 use traces::Trace;
 
 /// What one replay of a trace through one pool measured.
-struct Replay {
+struct Replayed {
     peak_reserved: u64,
     reserves: u64,
     releases: u64,
@@ -39,55 +50,53 @@ struct Replay {
     held: Vec<u64>,
 }
 
-/// Replays `trace` through a fresh `P`; records the device's holding after every event when
-/// `record` is set (outside timing).
-fn replay<P: Peer>(trace: &Trace, record: bool) -> Result<Replay, String> {
-    let mut pool = P::create();
-    let mut held = Vec::with_capacity(if record { trace.events.len() } else { 0 });
-    for e in &trace.events {
+/// Runs `trace` through `pool`, marking its steps; calls `after` after every event.
+fn drive<P: Peer>(pool: &mut P, trace: &Trace, mut after: impl FnMut(&P)) -> Result<(), String> {
+    let err = |e: String| format!("{} on {}: {e}", P::NAME, trace.name);
+    let mut steps = trace.steps.iter().peekable();
+    let mut in_step = false;
+    for (i, e) in trace.events.iter().enumerate() {
+        if steps.next_if(|s| **s == i).is_some() {
+            if in_step {
+                pool.end_step().map_err(err)?;
+            }
+            pool.begin_step().map_err(err)?;
+            in_step = true;
+        }
         if e.alloc {
             pool.alloc(e.id, e.size)
         } else {
             pool.free(e.id)
         }
-        .map_err(|err| format!("{} on {}: {err}", P::NAME, trace.name))?;
-        if record {
-            held.push(pool.counters().held());
-        }
+        .map_err(err)?;
+        after(pool);
     }
+    if in_step {
+        pool.end_step().map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Replays `trace` through a fresh `P` and records the device's holding after every event.
+fn replay<P: Peer>(trace: &Trace) -> Result<(Replayed, P), String> {
+    let mut pool = P::create();
+    let mut held = Vec::with_capacity(trace.events.len());
+    drive(&mut pool, trace, |p| held.push(p.counters().held()))?;
     let c = pool.counters();
-    Ok(Replay {
+    let r = Replayed {
         peak_reserved: c.peak(),
         reserves: c.reserves(),
         releases: c.releases(),
         held,
-    })
-}
-
-/// Thread CPU time in nanoseconds: immune to the other processes' time slices on a shared machine.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable `timespec`; CLOCK_THREAD_CPUTIME_ID is supported on every
-    // Linux the benchmark runs on, and on failure `ts` stays zero (a visible 0 ns, not UB).
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    Ok((r, pool))
 }
 
 /// Nanoseconds per allocate+free pair of one timed replay (pool creation and drop excluded).
 fn timed<P: Peer>(trace: &Trace) -> Result<f64, String> {
     let mut pool = P::create();
     let start = thread_cpu_ns();
-    for e in &trace.events {
-        if e.alloc {
-            pool.alloc(e.id, e.size)
-        } else {
-            pool.free(e.id)
-        }
-        .map_err(|err| format!("{} on {}: {err}", P::NAME, trace.name))?;
-    }
+    drive(&mut pool, trace, |_| {})?;
     let ns = thread_cpu_ns() - start;
     drop(pool);
     Ok(ns as f64 / trace.allocations.max(1) as f64)
@@ -174,7 +183,7 @@ fn run(args: &Args) -> Result<(), String> {
         peers::GRANULARITY >> 20
     );
     println!(
-        "{:<16} {:>8} {:>9} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>6} {:>6}",
+        "{:<16} {:>8} {:>9} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>6} {:>6}",
         "trace",
         "allocs",
         "peak live",
@@ -182,6 +191,9 @@ fn run(args: &Args) -> Result<(), String> {
         "reserves",
         "ns/pair",
         "blocks",
+        "reserves",
+        "ns/pair",
+        "replay",
         "reserves",
         "ns/pair",
         "cubecl",
@@ -193,25 +205,27 @@ fn run(args: &Args) -> Result<(), String> {
     for trace in &traces {
         let live = trace.live();
         let peak_live = live.iter().copied().max().unwrap_or(0).max(1);
-        let in_place = replay::<InPlace>(trace, true)?;
-        let blocks = replay::<Blocks>(trace, true)?;
-        let cubecl = replay::<Cubecl>(trace, true)?;
-        let mut ns = [f64::INFINITY; 3];
+        let (in_place, _) = replay::<InPlace>(trace)?;
+        let (blocks, _) = replay::<Blocks>(trace)?;
+        let (replayed, pool) = replay::<Replay>(trace)?;
+        let (cubecl, _) = replay::<Cubecl>(trace)?;
+        let mut ns = [f64::INFINITY; 4];
         for round in 0..args.rounds {
             // Rotate who goes first, so none always runs on a warmer cache.
-            for k in 0..3 {
-                let who = (round as usize + k) % 3;
+            for k in 0..4 {
+                let who = (round as usize + k) % 4;
                 let t = match who {
                     0 => timed::<InPlace>(trace)?,
                     1 => timed::<Blocks>(trace)?,
+                    2 => timed::<Replay>(trace)?,
                     _ => timed::<Cubecl>(trace)?,
                 };
                 ns[who] = ns[who].min(t);
             }
         }
-        let ratio = |r: &Replay| r.peak_reserved as f64 / peak_live as f64;
+        let ratio = |r: &Replayed| r.peak_reserved as f64 / peak_live as f64;
         println!(
-            "{:<16} {:>8} {:>9} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>7.2} {:>6.2}",
+            "{:<16} {:>8} {:>9} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>7.2} {:>6.2}",
             trace.name,
             trace.allocations,
             mib(peak_live),
@@ -221,18 +235,42 @@ fn run(args: &Args) -> Result<(), String> {
             ratio(&blocks),
             blocks.reserves,
             ns[1],
+            ratio(&replayed),
+            replayed.reserves,
+            ns[2],
             ratio(&cubecl),
             cubecl.reserves,
-            ns[2],
-            ns[0] / ns[2],
-            ns[1] / ns[2],
+            ns[3],
+            ns[0] / ns[3],
+            ns[1] / ns[3],
         );
         println!(
-            "    {}; releases: in place {}, blocks {}, cubecl {}",
-            trace.what, in_place.releases, blocks.releases, cubecl.releases
+            "    {}; releases: in place {}, blocks {}, replay {}, cubecl {}",
+            trace.what, in_place.releases, blocks.releases, replayed.releases, cubecl.releases
+        );
+        let s = pool.stats();
+        let steady = pool
+            .planned_from()
+            .and_then(|from| replayed.held[from..].iter().copied().max())
+            .map_or("never planned".to_string(), |peak| {
+                format!(
+                    "peak reserved from the first plan on {} = {:.4}x the arena the plans need \
+                     ({})",
+                    mib(peak),
+                    peak as f64 / s.arena_needed.max(1) as f64,
+                    mib(s.arena_needed)
+                )
+            });
+        println!(
+            "    replay: {} of {} allocations from plans ({:.1}%), {} plans, {} divergences; {steady}",
+            s.planned,
+            trace.allocations,
+            100.0 * s.planned as f64 / trace.allocations.max(1) as f64,
+            s.plans,
+            s.divergences
         );
         let series =
-            |name: &str, r: &Replay| format!("{name} reserved (peak {:.3}x live)", ratio(r));
+            |name: &str, r: &Replayed| format!("{name} reserved (peak {:.3}x live)", ratio(r));
         let doc = svg::chart(
             &format!("{}: {}", trace.name, trace.what),
             &[
@@ -250,6 +288,11 @@ fn run(args: &Args) -> Result<(), String> {
                     label: series(Blocks::NAME, &blocks),
                     colour: "#1f77b4",
                     values: &blocks.held,
+                },
+                svg::Series {
+                    label: series(Replay::NAME, &replayed),
+                    colour: "#9467bd",
+                    values: &replayed.held,
                 },
                 svg::Series {
                     label: series(Cubecl::NAME, &cubecl),

@@ -1,4 +1,5 @@
-//! The pools a trace is replayed through, each over a device that only counts.
+//! The pools a trace is replayed through, each over a device that only counts: our dynamic pool
+//! (in place and on blocks), our record-and-replay pool over it, and cubecl's memory management.
 //!
 //! No side touches memory: our pool runs over [`CountingBackend`], cubecl's memory management
 //! over [`CountingStorage`]. Both count bytes held and reservations, so the ratios measure the
@@ -24,6 +25,7 @@ use cubecl_server::storage::{ComputeStorage, StorageHandle, StorageId, StorageUt
 use tensormem::backend::{
     Backend, BlockDesc, BlockId, BlockRange, Capabilities, DeviceType, InPlaceGrowth, Ticket,
 };
+use tensormem::pool::{Budget, ReplayConfig, ReplayPool, ReplayStats};
 use tensormem::{Allocation, ArenaConfig, ArenaPool, DevicePool, Error, Op, Result};
 
 /// Largest single reservation both sides may make (a quarter of an 80 GiB device, what cubecl's
@@ -87,6 +89,14 @@ pub trait Peer {
     fn alloc(&mut self, id: u32, size: u64) -> std::result::Result<(), String>;
     /// Frees the trace's allocation `id`.
     fn free(&mut self, id: u32) -> std::result::Result<(), String>;
+    /// A step (one model run) begins. Only a pool that plans steps does anything.
+    fn begin_step(&mut self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+    /// The step ends.
+    fn end_step(&mut self) -> std::result::Result<(), String> {
+        Ok(())
+    }
     /// The device's counters.
     fn counters(&self) -> &Counters;
 }
@@ -219,11 +229,48 @@ impl Backend for CountingBackend {
     }
 }
 
+/// A trace's live allocations by id, served by one of our pools.
+#[derive(Default)]
+struct Live(Vec<Option<Allocation>>);
+
+impl Live {
+    fn alloc(
+        &mut self,
+        pool: &dyn DevicePool,
+        id: u32,
+        size: u64,
+    ) -> std::result::Result<(), String> {
+        let a = pool.allocate(size, ALIGN, "").map_err(|e| e.to_string())?;
+        let id = id as usize;
+        if self.0.len() <= id {
+            self.0.resize(id + 1, None);
+        }
+        self.0[id] = Some(a);
+        Ok(())
+    }
+
+    fn free(&mut self, pool: &dyn DevicePool, id: u32) -> std::result::Result<(), String> {
+        let a = self
+            .0
+            .get_mut(id as usize)
+            .and_then(Option::take)
+            .ok_or_else(|| format!("free of {id}, which is not live"))?;
+        pool.free(a.handle).map_err(|e| e.to_string())
+    }
+
+    /// Frees what a trace left live (rand_logu does), so the pool's leak report stays quiet.
+    fn clear(&mut self, pool: &dyn DevicePool) {
+        for a in self.0.drain(..).flatten() {
+            let _ = pool.free(a.handle);
+        }
+    }
+}
+
 /// tensormem's dynamic pool: the device arena pool, default configuration, on a device that grows
 /// blocks in place (`IN_PLACE`) or not.
 pub struct Ours<const IN_PLACE: bool> {
     pool: ArenaPool,
-    live: Vec<Option<Allocation>>,
+    live: Live,
     counters: Arc<Counters>,
 }
 
@@ -246,31 +293,17 @@ impl<const IN_PLACE: bool> Peer for Ours<IN_PLACE> {
         let pool = our_pool(backend).expect("default pool");
         Ours {
             pool,
-            live: Vec::new(),
+            live: Live::default(),
             counters,
         }
     }
 
     fn alloc(&mut self, id: u32, size: u64) -> std::result::Result<(), String> {
-        let a = self
-            .pool
-            .allocate(size, ALIGN, "")
-            .map_err(|e| e.to_string())?;
-        let id = id as usize;
-        if self.live.len() <= id {
-            self.live.resize(id + 1, None);
-        }
-        self.live[id] = Some(a);
-        Ok(())
+        self.live.alloc(&self.pool, id, size)
     }
 
     fn free(&mut self, id: u32) -> std::result::Result<(), String> {
-        let a = self
-            .live
-            .get_mut(id as usize)
-            .and_then(Option::take)
-            .ok_or_else(|| format!("free of {id}, which is not live"))?;
-        self.pool.free(a.handle).map_err(|e| e.to_string())
+        self.live.free(&self.pool, id)
     }
 
     fn counters(&self) -> &Counters {
@@ -280,11 +313,82 @@ impl<const IN_PLACE: bool> Peer for Ours<IN_PLACE> {
 
 impl<const IN_PLACE: bool> Drop for Ours<IN_PLACE> {
     fn drop(&mut self) {
-        // A trace may end with allocations live (rand_logu does): free them so the pool's leak
-        // report stays quiet.
-        for a in self.live.drain(..).flatten() {
-            let _ = self.pool.free(a.handle);
+        self.live.clear(&self.pool);
+    }
+}
+
+/// tensormem's record-and-replay pool over the default dynamic pool on a device that grows blocks
+/// in place, steps marked by the trace.
+pub struct Replay {
+    pool: ReplayPool,
+    live: Live,
+    counters: Arc<Counters>,
+    /// Events seen, and the first event after which a plan held the arena.
+    events: usize,
+    planned_from: Option<usize>,
+}
+
+impl Replay {
+    /// Record-and-replay counters.
+    pub fn stats(&self) -> ReplayStats {
+        self.pool.replay_stats()
+    }
+
+    /// The first event index from which the arena held a plan (the steady state).
+    pub fn planned_from(&self) -> Option<usize> {
+        self.planned_from
+    }
+}
+
+impl Peer for Replay {
+    const NAME: &'static str = "replay";
+
+    fn create() -> Self {
+        let counters = Arc::new(Counters::default());
+        let backend = Arc::new(CountingBackend::new(counters.clone(), true));
+        // The arena joins the dynamic pool's budget, as in a runtime.
+        #[expect(clippy::expect_used, reason = "the default configuration is valid")]
+        let dynamic = ArenaPool::with_budget(backend, ArenaConfig::device(), Budget::new(None))
+            .expect("default pool");
+        Replay {
+            pool: ReplayPool::new(Arc::new(dynamic), ReplayConfig::default()),
+            live: Live::default(),
+            counters,
+            events: 0,
+            planned_from: None,
         }
+    }
+
+    fn alloc(&mut self, id: u32, size: u64) -> std::result::Result<(), String> {
+        self.events += 1;
+        self.live.alloc(&self.pool, id, size)
+    }
+
+    fn free(&mut self, id: u32) -> std::result::Result<(), String> {
+        self.events += 1;
+        self.live.free(&self.pool, id)
+    }
+
+    fn begin_step(&mut self) -> std::result::Result<(), String> {
+        self.pool.begin_step().map_err(|e| e.to_string())
+    }
+
+    fn end_step(&mut self) -> std::result::Result<(), String> {
+        self.pool.end_step().map_err(|e| e.to_string())?;
+        if self.planned_from.is_none() && self.pool.replay_stats().arena_size > 0 {
+            self.planned_from = Some(self.events);
+        }
+        Ok(())
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+impl Drop for Replay {
+    fn drop(&mut self) {
+        self.live.clear(&self.pool);
     }
 }
 

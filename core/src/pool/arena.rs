@@ -292,7 +292,7 @@ impl ArenaPool {
     }
 
     /// The request rounded to the copy alignment, and the alignment raised to the pool's base.
-    fn check_request(&self, size: u64, align: u64) -> Result<(u64, u64)> {
+    pub(crate) fn check_request(&self, size: u64, align: u64) -> Result<(u64, u64)> {
         if size == 0 {
             return Err(Error::ZeroSize { what: "allocation" });
         }

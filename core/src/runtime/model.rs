@@ -7,7 +7,7 @@ use crate::backend::{BlockRange, Ticket};
 use crate::graph::{Graph, TensorId, TensorKind};
 use crate::ops::DType;
 use crate::plan::{self, OpUses, SolveOptions, TensorRole};
-use crate::pool::Allocation;
+use crate::pool::{Allocation, AllocationStats};
 use crate::runtime::Runtime;
 use crate::runtime::tensor::{Element, check_element};
 use crate::runtime::weights::{WeightHasher, WeightKey, WeightStoreReport};
@@ -54,6 +54,9 @@ pub struct MemoryReport {
     pub staging_blocks_allocated: u64,
     /// Bytes moved through the staging belt since the runtime was created (both directions).
     pub staging_bytes_moved: u64,
+    /// The device pool's allocation counters, the runtime's as a whole (`None` when
+    /// [`PoolConfig::statistics`](crate::PoolConfig::statistics) is off).
+    pub device_allocations: Option<AllocationStats>,
     /// Completed runs of this model.
     pub runs: u64,
     /// Wall time of the last [`Model::run`] (enqueue to completion), or of the last
@@ -532,6 +535,7 @@ impl Model {
         r.device_blocks_allocated = dev.blocks_allocated;
         r.staging_blocks_allocated = st.blocks_allocated;
         r.staging_bytes_moved = st.uploaded + st.downloaded;
+        r.device_allocations = self.rt.allocation_stats();
         r.peak_device_bytes = match &self.offload {
             Some(o) => o.peak_device_bytes(),
             None => dev.peak_reserved,
