@@ -179,20 +179,24 @@ fn spill_from_eight_threads(ctx: &Ctx) -> R {
     const LEN: usize = 16 << 10; // 64 KiB of u32
     let spill: Arc<OnceLock<Arc<SpillPool>>> = Arc::new(OnceLock::new());
     let keep = spill.clone();
-    let rt = Runtime::with_pool(ctx.backend.clone(), RuntimeConfig::default(), move |b| {
-        let arena = ArenaPool::new(
-            b.clone(),
-            ArenaConfig {
-                block_size: 64 << 10,
-                budget: Some(8 << 16),
-                in_place: false,
-                ..ArenaConfig::device()
-            },
-        )?;
-        let pool = Arc::new(SpillPool::new(Arc::new(arena), b, SpillConfig::default()));
-        let _ = keep.set(pool.clone());
-        Ok(pool)
-    })
+    let rt = Runtime::with_pool(
+        ctx.backend.clone(),
+        RuntimeConfig::default(),
+        move |b, _budget| {
+            let arena = ArenaPool::new(
+                b.clone(),
+                ArenaConfig {
+                    block_size: 64 << 10,
+                    budget: Some(8 << 16),
+                    in_place: false,
+                    ..ArenaConfig::device()
+                },
+            )?;
+            let pool = Arc::new(SpillPool::new(Arc::new(arena), b, SpillConfig::default()));
+            let _ = keep.set(pool.clone());
+            Ok(pool)
+        },
+    )
     .map_err(fail("runtime"))?;
     let pool = spill.get().ok_or("no spill pool")?.clone();
     let pattern = |seed: u32| -> Vec<u32> {

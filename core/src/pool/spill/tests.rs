@@ -17,7 +17,7 @@ fn runtime(force_staging: bool, capacity: u64, lease: Duration) -> (Runtime, Arc
     );
     let spill: Arc<OnceLock<Arc<SpillPool>>> = Arc::new(OnceLock::new());
     let keep = spill.clone();
-    let rt = Runtime::with_pool(host, RuntimeConfig::default(), move |b| {
+    let rt = Runtime::with_pool(host, RuntimeConfig::default(), move |b, _budget| {
         let arena = ArenaPool::new(
             b.clone(),
             ArenaConfig {
