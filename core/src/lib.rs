@@ -77,7 +77,7 @@ pub use backend::{
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
-pub use ops::{DType, Op};
+pub use ops::{DType, Op, WeightFormat};
 pub use pool::{
     Allocation, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats, StagingBelt,
     StagingConfig,

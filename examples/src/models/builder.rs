@@ -6,7 +6,7 @@
 //! with the shape the graph expects" a property of one function ([`ModelBuilder::upload_weights`])
 //! instead of a list to keep in sync by hand.
 
-use tensormem::{DType, Graph, Model, Op, Result, TensorId};
+use tensormem::{DType, Graph, Model, Op, Result, TensorId, WeightFormat};
 
 use super::weights::WeightFile;
 
@@ -95,6 +95,7 @@ impl ModelBuilder {
             broadcast_b: true,
             bias: true,
             alpha: 1.0,
+            weight_format: WeightFormat::F32,
         };
         self.op(op, &[x, w, b], &[rows, out], prefix)
     }

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId};
+use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId, WeightFormat};
 
 use super::builder::{ModelBuilder, dim};
 use super::tokenize::{TokenBatch, WordPiece};
@@ -214,6 +214,7 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
                 vocab: dim(vocab)?,
                 dim: h32,
                 rows: rows32,
+                weight_format: WeightFormat::F32,
             };
             b.op(op, &[w, idx], &[rows, h], table)
         };
@@ -287,6 +288,7 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
             broadcast_b: false,
             bias: false,
             alpha: 1.0 / (hd as f32).sqrt(),
+            weight_format: WeightFormat::F32,
         };
         let scores = b.op(
             scores_op,
@@ -316,6 +318,7 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
             broadcast_b: false,
             bias: false,
             alpha: 1.0,
+            weight_format: WeightFormat::F32,
         };
         let ctx = b.op(ctx_op, &[probs, v], &heads_shape, &format!("{p}.context"))?;
         let ctx = b.op(

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId};
+use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId, WeightFormat};
 
 use super::builder::{ModelBuilder, dim};
 use super::weights::WeightFile;
@@ -95,6 +95,7 @@ pub fn build_graph(batch: usize) -> Result<MnistGraph> {
         stride: 1,
         pad: 1,
         bias: true,
+        weight_format: WeightFormat::F32,
     };
     let pool = |c: u32, side: u32| Op::MaxPool2d {
         n,
