@@ -31,7 +31,7 @@ mod model;
 mod tensor;
 mod weights;
 
-pub use model::{MemoryReport, Model};
+pub use model::{MemoryReport, Model, WEIGHT_CHUNK_BYTES};
 use tensor::check_element;
 pub use tensor::{Element, Tensor};
 pub use weights::{WeightHasher, WeightKey, WeightStore, WeightStoreReport, content_hash};

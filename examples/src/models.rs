@@ -11,6 +11,7 @@ pub mod builder;
 pub mod checks;
 pub mod minilm;
 pub mod mnist;
+pub mod quantize;
 pub mod report;
 pub mod tokenize;
 pub mod weights;

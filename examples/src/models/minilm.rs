@@ -177,7 +177,14 @@ pub struct MiniLmGraph {
 /// # Errors
 /// [`Error::InvalidArgument`] for a zero batch or sequence, or a sequence longer than the position
 /// table; graph shape checks.
-pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmGraph> {
+/// The word, position and type embedding tables and every linear weight are stored in `format`;
+/// biases and LayerNorm parameters stay f32.
+pub fn build_graph(
+    cfg: &BertConfig,
+    batch: usize,
+    seq: usize,
+    format: WeightFormat,
+) -> Result<MiniLmGraph> {
     if batch == 0 || seq == 0 {
         return Err(Error::invalid(format!(
             "minilm: batch {batch} and sequence {seq} must both be at least 1"
@@ -200,7 +207,7 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
     let (rows32, hidden_len) = (dim(rows)?, dim(rows * h)?);
     let eps = cfg.layer_norm_eps;
 
-    let mut b = ModelBuilder::new();
+    let mut b = ModelBuilder::with_format(format);
     let g = &mut b.graph;
     let ids = g.input("input_ids", DType::U32, &[rows]);
     let positions = g.input("position_ids", DType::U32, &[rows]);
@@ -209,14 +216,15 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
 
     let gather =
         |b: &mut ModelBuilder, table: &str, vocab: usize, idx: TensorId| -> Result<TensorId> {
-            let w = b.weight(&format!("embeddings.{table}.weight"), &[vocab, h]);
+            let mut inputs = b.packed_weight(&format!("embeddings.{table}.weight"), &[vocab, h]);
+            inputs.push(idx);
             let op = Op::Embedding {
                 vocab: dim(vocab)?,
                 dim: h32,
                 rows: rows32,
-                weight_format: WeightFormat::F32,
+                weight_format: b.format,
             };
-            b.op(op, &[w, idx], &[rows, h], table)
+            b.op(op, &inputs, &[rows, h], table)
         };
     let add = |b: &mut ModelBuilder, x: TensorId, y: TensorId, label: &str| {
         let op = Op::Add {
@@ -396,6 +404,8 @@ pub struct MiniLm {
     rt: Runtime,
     cfg: BertConfig,
     weights: WeightFile,
+    /// Format the graphs read their embedding tables and linear weights in.
+    format: WeightFormat,
     tokenizer: WordPiece,
     cache: HashMap<(usize, usize), Compiled>,
     clock: u64,
@@ -413,14 +423,39 @@ impl MiniLm {
     /// [`Error::Io`] / [`Error::Malformed`] for a missing or bad file, [`Error::SizeMismatch`]
     /// for a weight whose shape disagrees with the config.
     pub fn open(rt: &Runtime, dir: &Path) -> Result<Self> {
-        let cfg = BertConfig::open(&dir.join("config.json"))?;
+        Self::open_as(rt, dir, WeightFormat::F32)
+    }
+
+    /// [`MiniLm::open`] with the embedding tables and linear weights held on the device in
+    /// `format` (converted at load when `model.safetensors` stores them otherwise, e.g. f32 to
+    /// int8; read as they are from a file `tensormem-quantize` wrote in that format).
+    ///
+    /// # Errors
+    /// As [`MiniLm::open`].
+    pub fn open_as(rt: &Runtime, dir: &Path, format: WeightFormat) -> Result<Self> {
         let weights = WeightFile::open(&dir.join("model.safetensors"))?;
+        Self::with_weights(rt, dir, weights, format)
+    }
+
+    /// [`MiniLm::open_as`] with `weights` instead of the directory's `model.safetensors` (a file
+    /// `tensormem-quantize` wrote, say); the config and tokenizer still come from `dir`.
+    ///
+    /// # Errors
+    /// As [`MiniLm::open`].
+    pub fn with_weights(
+        rt: &Runtime,
+        dir: &Path,
+        weights: WeightFile,
+        format: WeightFormat,
+    ) -> Result<Self> {
+        let cfg = BertConfig::open(&dir.join("config.json"))?;
         check_weights_match(&cfg, &weights)?;
         let tokenizer = WordPiece::open(&dir.join("tokenizer.json"))?;
         Ok(MiniLm {
             rt: rt.clone(),
             cfg,
             weights,
+            format,
             tokenizer,
             cache: HashMap::new(),
             clock: 0,
@@ -456,7 +491,7 @@ impl MiniLm {
                     self.cache.remove(&k);
                 }
             }
-            let graph = build_graph(&self.cfg, batch, seq)?;
+            let graph = build_graph(&self.cfg, batch, seq, self.format)?;
             let mut model = self.rt.compile(&graph.builder.graph)?;
             graph.builder.upload_weights(&mut model, &self.weights)?;
             self.cache.insert(
@@ -577,7 +612,7 @@ fn check_ids(cfg: &BertConfig, tokens: &TokenBatch) -> Result<()> {
 /// Checks the weight file against the config: every tensor the graph declares is present with
 /// its shape, and every other f32 tensor is the unused pooler.
 fn check_weights_match(cfg: &BertConfig, weights: &WeightFile) -> Result<()> {
-    let graph = build_graph(cfg, 1, 1)?;
+    let graph = build_graph(cfg, 1, 1, WeightFormat::F32)?;
     let declared: std::collections::HashSet<&str> = graph
         .builder
         .weights
@@ -585,7 +620,7 @@ fn check_weights_match(cfg: &BertConfig, weights: &WeightFile) -> Result<()> {
         .map(|w| w.name.as_str())
         .collect();
     for slot in &graph.builder.weights {
-        weights.f32_bytes(&slot.name, &slot.shape)?;
+        weights.stored_format(&slot.name, &slot.shape)?;
     }
     let mut extra: Vec<&str> = weights
         .names()

@@ -87,6 +87,17 @@ pub struct InferenceReport {
     pub memory: MemoryReport,
     /// Timing of repeated runs.
     pub timing: Timing,
+    /// The process's peak resident host memory so far (`VmHWM` of `/proc/self/status`; `None`
+    /// where the platform has no such file). Loading, uploads and runs included.
+    pub peak_host_bytes: Option<u64>,
+}
+
+/// The process's resident-set high-water mark in bytes (Linux `VmHWM`), if known.
+pub fn peak_host_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 impl InferenceReport {
@@ -107,6 +118,7 @@ impl InferenceReport {
             shape,
             memory: model.memory_report(),
             timing,
+            peak_host_bytes: peak_host_bytes(),
         }
     }
 
@@ -138,7 +150,8 @@ impl InferenceReport {
              \x20 backend blocks allocated     {dev_blocks} device, {st_blocks} staging\n\
              \x20 staging bytes moved          {st}\n\
              \x20 time per inference           {mean:.3} ms (mean of {runs}, min {min:.3} ms)\n\
-             \x20 new blocks in repeated runs  {steady}",
+             \x20 new blocks in repeated runs  {steady}\n\
+             \x20 peak host memory (VmHWM)     {hwm}",
             selection = self.selection_text,
             backend = self.backend,
             device = self.device,
@@ -167,6 +180,7 @@ impl InferenceReport {
             mean = t.mean.as_secs_f64() * 1e3,
             runs = t.runs,
             min = t.min.as_secs_f64() * 1e3,
+            hwm = self.peak_host_bytes.map_or("-".to_string(), bytes),
         )
     }
 
@@ -201,6 +215,7 @@ impl InferenceReport {
             "time_per_inference_ms": self.timing.mean.as_secs_f64() * 1e3,
             "time_min_ms": self.timing.min.as_secs_f64() * 1e3,
             "steady_state_new_blocks": self.timing.steady_state_new_blocks,
+            "peak_host_rss_bytes": self.peak_host_bytes,
         })
     }
 }
