@@ -368,6 +368,25 @@ pub enum Error {
         /// The largest stacked total the planner accepts, in bytes.
         limit: u64,
     },
+
+    // Offload errors (`offload`).
+    /// A device budget that no offload schedule can meet: at the named op, the tensors that must
+    /// be on the device together (its operands, plus inputs and tensors arriving for the next op)
+    /// need more bytes than the budget. Hopeless for this budget: raise it or shrink the op.
+    #[error(
+        "device budget of {budget} bytes is below what op {step} ('{op}') needs on the device at \
+         once: {needed} bytes (its operands and whatever cannot leave around it)"
+    )]
+    BudgetBelowWorkingSet {
+        /// Index of the op in the graph's order.
+        step: usize,
+        /// The op's label.
+        op: String,
+        /// Bytes that must be resident while it runs.
+        needed: u64,
+        /// The budget, in bytes.
+        budget: u64,
+    },
 }
 
 impl Error {

@@ -62,6 +62,7 @@ pub mod backend;
 pub mod error;
 pub mod graph;
 pub mod host;
+pub mod offload;
 pub mod ops;
 pub mod plan;
 pub mod pool;
@@ -82,7 +83,9 @@ pub use pool::{
     Allocation, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats, StagingBelt,
     StagingConfig,
 };
-pub use runtime::{Element, MemoryReport, Model, Runtime, RuntimeConfig, Tensor};
+pub use runtime::{
+    CompileDesc, Element, MemoryReport, Model, OffloadReport, Runtime, RuntimeConfig, Tensor,
+};
 pub use trace::{Trace, TraceEvent, Tracer};
 pub use validate::Validated;
 

@@ -31,7 +31,7 @@ mod model;
 mod tensor;
 mod weights;
 
-pub use model::{MemoryReport, Model, WEIGHT_CHUNK_BYTES};
+pub use model::{CompileDesc, MemoryReport, Model, OffloadReport, WEIGHT_CHUNK_BYTES};
 use tensor::check_element;
 pub use tensor::{Element, Tensor};
 pub use weights::{WeightHasher, WeightKey, WeightStore, WeightStoreReport, content_hash};

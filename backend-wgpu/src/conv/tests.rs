@@ -11,8 +11,13 @@ fn usages_per_kind() {
     );
     assert!(buffer_usages(MemoryKind::DeviceLocal, true).contains(U::MAP_READ | U::MAP_WRITE));
     assert_eq!(
-        buffer_usages(MemoryKind::Upload, true),
+        buffer_usages(MemoryKind::Upload, false),
         U::MAP_WRITE | U::COPY_SRC
+    );
+    // Unified memory: kernels bind upload blocks in place (core's offload).
+    assert_eq!(
+        buffer_usages(MemoryKind::Upload, true),
+        U::STORAGE | U::MAP_WRITE | U::COPY_SRC
     );
     assert_eq!(
         buffer_usages(MemoryKind::Readback, false),

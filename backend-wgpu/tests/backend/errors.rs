@@ -197,11 +197,20 @@ fn bad_bindings_are_rejected() {
             matches!(err, Error::Overlap { .. } | Error::Misaligned { .. }),
             "{err}"
         );
-        // An upload block is not a storage buffer.
+        // A readback block is never a kernel operand; an upload block is one only on unified
+        // memory (zero copy), where kernels bind it in place.
+        let down = alloc(b, MemoryKind::Readback, 4096);
         let err = b
-            .dispatch(&op, &[range(up, 0, 64), range(dev, 256, 64)])
+            .dispatch(&op, &[range(down, 0, 64), range(dev, 256, 64)])
             .unwrap_err();
         assert!(matches!(err, Error::WrongMemoryKind { .. }), "{err}");
+        let on_upload = b.dispatch(&op, &[range(up, 0, 64), range(dev, 256, 64)]);
+        if b.capabilities().device_host_visible {
+            b.wait(on_upload.unwrap()).unwrap();
+        } else {
+            assert!(matches!(on_upload, Err(Error::WrongMemoryKind { .. })));
+        }
+        b.free_block(down).unwrap();
         // Invalid op parameters.
         let err = b
             .dispatch(

@@ -14,6 +14,10 @@ use crate::runtime::weights::{WeightHasher, WeightKey, WeightStoreReport};
 use crate::trace::{Access, EventKind, Tracer};
 use crate::{Error, Result};
 
+mod offloaded;
+
+pub use offloaded::{CompileDesc, OffloadReport};
+
 /// Bytes per upload call when a weight streams in ([`Model::set_weight_chunks`] cuts a whole
 /// slice into pieces of this size): the staging belt moves a piece at a time, so a caller whose
 /// source is a memory-mapped file can release each piece's pages as it goes.
@@ -55,6 +59,12 @@ pub struct MemoryReport {
     /// Wall time of the last [`Model::run`] (enqueue to completion), or of the last
     /// [`Model::enqueue`] alone.
     pub last_run: Duration,
+    /// Highest bytes the runtime's device pool has reserved from the backend (measured by the
+    /// pool, all models of the runtime together).
+    pub peak_device_bytes: u64,
+    /// The offload schedule and its traffic, for a model compiled with a device budget
+    /// ([`Runtime::compile_with`]).
+    pub offload: Option<OffloadReport>,
 }
 
 /// Where a root tensor's bytes are: an allocation and an offset in it.
@@ -79,6 +89,8 @@ pub struct Model {
     /// Allocation alignment of every tensor of this model.
     align: u64,
     report: MemoryReport,
+    /// The per-run program of a model compiled with a device budget.
+    offload: Option<Box<offloaded::Offloaded>>,
 }
 
 impl Runtime {
@@ -173,6 +185,7 @@ impl Runtime {
             weight_keys: vec![None; tensors.len()],
             align,
             report: MemoryReport::default(),
+            offload: None,
         };
         let pool = self.device_pool();
         let arena = if plan.peak > 0 {
@@ -247,7 +260,7 @@ impl Model {
             })
     }
 
-    fn set(&self, t: TensorId, kind: TensorKind, data: &[u8]) -> Result<Ticket> {
+    fn set(&mut self, t: TensorId, kind: TensorKind, data: &[u8]) -> Result<Ticket> {
         let decl = self.graph.decl(t)?;
         if decl.kind != kind {
             return Err(Error::invalid(format!(
@@ -262,6 +275,11 @@ impl Model {
                 expected: size,
                 actual: data.len() as u64,
             });
+        }
+        if let Some(o) = &mut self.offload
+            && o.write_host(&self.rt, self.graph.root(t).index(), data)?
+        {
+            return Ok(Ticket::DONE);
         }
         let p = self.place(t)?;
         self.rt.write_bytes(p.alloc, p.offset, data)
@@ -324,6 +342,15 @@ impl Model {
                 expected,
                 actual: size,
             });
+        }
+        if self.offload.is_some() {
+            // A budgeted model keeps its weights in its own arena or host masters (the schedule
+            // streams them), not in the runtime's shared store.
+            let mut data = Vec::with_capacity(size as usize);
+            for chunk in chunks {
+                data.extend_from_slice(chunk);
+            }
+            return self.set(t, TensorKind::Weight, &data);
         }
         let root = self.graph.root(t).index();
         let key = WeightKey {
@@ -414,6 +441,12 @@ impl Model {
     /// As [`Model::run`].
     pub fn enqueue(&mut self) -> Result<Ticket> {
         let start = Instant::now();
+        if let Some(o) = &mut self.offload {
+            let last = o.enqueue(&self.rt, &self.graph)?;
+            self.report.runs += 1;
+            self.report.last_run = start.elapsed();
+            return Ok(last);
+        }
         let pool = self.rt.device_pool();
         let mut ranges: Vec<Option<BlockRange>> = vec![None; self.places.len()];
         let mut bindings = Vec::with_capacity(4);
@@ -472,6 +505,14 @@ impl Model {
     pub fn read_output<T: Element>(&self, t: TensorId) -> Result<Vec<T>> {
         let decl = self.graph.decl(t)?;
         check_element::<T>(decl.dtype, || format!("read of '{}'", decl.name))?;
+        let elem = std::mem::size_of::<T>() as u64;
+        if let Some(o) = &self.offload {
+            let mut out = vec![T::zeroed(); (decl.size()? / elem) as usize];
+            let root = self.graph.root(t).index();
+            if o.read_host(&self.rt, root, bytemuck::cast_slice_mut(&mut out))? {
+                return Ok(out);
+            }
+        }
         let p = self.place(t)?;
         if p.planned {
             return Err(Error::NotAnOutput {
@@ -480,7 +521,6 @@ impl Model {
             });
         }
         let size = decl.size()?;
-        let elem = std::mem::size_of::<T>() as u64;
         let mut out = vec![T::zeroed(); (size / elem) as usize];
         self.rt
             .read_bytes(p.alloc, p.offset, bytemuck::cast_slice_mut(&mut out))?;
@@ -495,6 +535,8 @@ impl Model {
         r.device_blocks_allocated = dev.blocks_allocated;
         r.staging_blocks_allocated = st.blocks_allocated;
         r.staging_bytes_moved = st.uploaded + st.downloaded;
+        r.peak_device_bytes = dev.peak_reserved;
+        r.offload = self.offload.as_ref().map(|o| o.report.clone());
         r.weight_store = self.rt.weights().report();
         r
     }

@@ -67,7 +67,8 @@ pub(crate) fn host_visible(
     Ok(())
 }
 
-/// The roles a block takes by kind: kernels bind device memory; copies read device or upload
+/// The roles a block takes by kind: kernels bind device memory (and upload memory where the device
+/// memory is host-visible, see [`bindings`]); copies read device or upload
 /// memory and write device or readback memory (the directions staging uses). wgpu enforces this
 /// through buffer usages; the front enforces it everywhere so every backend agrees.
 ///
@@ -141,7 +142,12 @@ pub(crate) fn bindings(
     let sizes: Vec<u64> = bindings.iter().map(|b| b.size).collect();
     let sig = op.check_binding_sizes(&sizes)?;
     for b in bindings {
-        kind_for(blocks.range(*b, "binding")?, b, "kernel binding")?;
+        let entry = blocks.range(*b, "binding")?;
+        // Unified memory: an upload block is the same memory as a device-local one, and kernels
+        // bind it in place (offloaded tensors that need not move; see `crate::offload`).
+        if !(caps.device_host_visible && entry.kind == MemoryKind::Upload) {
+            kind_for(entry, b, "kernel binding")?;
+        }
         aligned(
             "binding offset",
             b.offset,

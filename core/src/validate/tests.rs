@@ -119,7 +119,10 @@ fn transfers_need_live_in_bounds_aligned_ranges() {
         })
     ));
     assert!(matches!(
-        f.dispatch(&Op::Relu { len: 4 }, &[range(up, 0, 16), range(dev, 0, 16)]),
+        f.dispatch(
+            &Op::Relu { len: 4 },
+            &[range(down, 0, 16), range(dev, 0, 16)]
+        ),
         Err(Error::WrongMemoryKind {
             role: "kernel binding",
             ..

@@ -1,0 +1,454 @@
+//! Budgeted compilation: a [`Model`] whose device memory stays within a budget by following an
+//! [`OffloadSchedule`](crate::offload::OffloadSchedule).
+//!
+//! Every tensor's device residencies (weights, inputs and outputs included, not only the
+//! intermediates) are placed in one arena of the schedule's peak, allocated from the runtime's
+//! device pool, whose [`Budget`](crate::pool::Budget) refuses any block beyond the runtime's limit.
+//! Host copies live in two host-visible pools the model owns: `Upload` blocks hold each streamed
+//! weight's master copy (and, on unified memory, every tensor the schedule keeps out of device
+//! memory, which kernels then bind in place); `Readback` blocks receive activations copied out.
+//!
+//! Per run, in op order on the backend's one ordered queue: before op `k`, the residencies that
+//! start at `k` arrive (a streamed weight: a device copy from its master, which the Vulkan backend
+//! runs on its transfer lane; an activation: its copy-out is read back and staged in); op `k` is
+//! dispatched on the ranges of the residencies that hold its operands; after it, residencies that
+//! end with a copy-out are copied to their `Readback` slot. Queue order makes every reuse of
+//! arena bytes safe without extra waits. The host waits only to bring an activation back (its
+//! copy-out must have landed): that wait is the measured stall.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::{BlockRange, MemoryKind, Ticket};
+use crate::graph::TensorKind;
+use crate::offload::{self, Arrival, OffloadDesc, OffloadOp, OffloadTensor, Score, TensorClass};
+use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
+use crate::runtime::Runtime;
+use crate::{Error, Result};
+
+use super::{Model, Place};
+
+/// How a budgeted model is compiled ([`Runtime::compile_with`]).
+#[derive(Clone, Debug)]
+pub struct CompileDesc {
+    /// Device bytes the model may use at most (`None`: no budget, the plain [`Runtime::compile`]).
+    pub device_budget: Option<u64>,
+    /// Offload scores to try (default all four; the lowest predicted stall wins).
+    pub scores: Vec<Score>,
+    /// Tensors smaller than this never move (default 64 KiB).
+    pub min_offload_size: u64,
+    /// Ops between a prefetch's issue and its use (default 1).
+    pub prefetch_lead: u64,
+}
+
+impl Default for CompileDesc {
+    fn default() -> Self {
+        CompileDesc {
+            device_budget: None,
+            scores: Score::ALL.to_vec(),
+            min_offload_size: 64 << 10,
+            prefetch_lead: 1,
+        }
+    }
+}
+
+/// What a budgeted model reports (part of [`MemoryReport`](super::MemoryReport)).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OffloadReport {
+    /// The budget, in bytes.
+    pub budget: u64,
+    /// The placed device peak of the schedule (the arena), in bytes.
+    pub planned_peak: u64,
+    /// The score that won, and every score's outcome.
+    pub score: String,
+    /// Every score tried.
+    pub outcomes: Vec<offload::ScoreOutcome>,
+    /// Device memory is host-visible: nothing is copied; tensors kept off the device are bound
+    /// in host-visible memory.
+    pub unified: bool,
+    /// Bytes copied host-to-device over all runs.
+    pub bytes_to_device: u64,
+    /// Bytes copied device-to-host over all runs.
+    pub bytes_to_host: u64,
+    /// Time the host waited for copy-outs to land during the last run (the measured stall).
+    pub last_stall: Duration,
+}
+
+/// Where a tensor's bytes are at one step.
+#[derive(Copy, Clone, Debug)]
+enum Site {
+    /// In the arena at this offset.
+    Arena(u64),
+    /// In its host-visible allocation (unified memory).
+    Host,
+}
+
+/// The per-run program of a budgeted model.
+pub(super) struct Offloaded {
+    /// Host-visible `Upload` pool: masters of streamed weights, host-resident tensors.
+    upload: Arc<ArenaPool>,
+    /// Host-visible `Readback` pool: copy-out slots.
+    readback: Arc<ArenaPool>,
+    /// The arena in the runtime's device pool (`None` when nothing is on the device).
+    arena: Option<Allocation>,
+    /// Per root tensor: its `Upload` allocation (streamed weight master, host-resident tensor).
+    host: Vec<Option<Allocation>>,
+    /// Per root tensor: its `Readback` copy-out slot.
+    slot: Vec<Option<Allocation>>,
+    /// Per root tensor: ticket of its latest copy-out.
+    out_ticket: Vec<Ticket>,
+    /// Per op: arrivals before it, as `(tensor, arena offset, arrival)`.
+    arrive: Vec<Vec<(usize, u64, Arrival)>>,
+    /// Per op: copy-outs after it, as `(tensor, arena offset)`.
+    leave: Vec<Vec<(usize, u64)>>,
+    /// Per op: where each binding (inputs, then the output) is.
+    sites: Vec<Vec<(usize, Site)>>,
+    /// Padded byte size per root tensor.
+    sizes: Vec<u64>,
+    /// Ticket of the last work enqueued (host writes to masters wait for it).
+    last: Ticket,
+    pub(super) report: OffloadReport,
+}
+
+impl Runtime {
+    /// Compiles `graph` as [`Runtime::compile`] does, or, with `desc.device_budget`, within that
+    /// many device bytes by offloading (module doc): the returned model never holds more device
+    /// memory than the budget, and its outputs equal the unbudgeted model's bit for bit.
+    ///
+    /// # Errors
+    /// As [`Runtime::compile`]; [`Error::BudgetBelowWorkingSet`] naming the op that cannot fit;
+    /// [`Error::OutOfMemory`] when the runtime's pool refuses the arena.
+    pub fn compile_with(&self, graph: &crate::Graph, desc: &CompileDesc) -> Result<Model> {
+        let Some(budget) = desc.device_budget else {
+            return self.compile(graph);
+        };
+        let caps = self.backend().capabilities();
+        let copy_align = caps.copy_align.max(1);
+        let align = caps.binding_align.max(copy_align).next_power_of_two();
+        let unified = caps.device_host_visible && !self.config().force_staging;
+        let tensors = graph.tensors();
+        let mut is_output = vec![false; tensors.len()];
+        for &o in graph.outputs() {
+            graph.decl(o)?;
+            is_output[graph.root(o).index()] = true;
+        }
+        let mut uses: Vec<Vec<u64>> = vec![Vec::new(); tensors.len()];
+        let mut ops = Vec::with_capacity(graph.nodes().len());
+        for (k, node) in graph.nodes().iter().enumerate() {
+            let mut bytes = 0u64;
+            for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
+                let root = graph.root(t).index();
+                if uses[root].last() != Some(&(k as u64)) {
+                    uses[root].push(k as u64);
+                }
+                bytes = bytes.saturating_add(graph.decl(t)?.size()?);
+            }
+            ops.push(OffloadOp {
+                label: node.label.clone(),
+                bytes,
+            });
+        }
+        let mut sizes = Vec::with_capacity(tensors.len());
+        let mut items = Vec::with_capacity(tensors.len());
+        for (i, t) in tensors.iter().enumerate() {
+            let size = t
+                .size()?
+                .checked_next_multiple_of(copy_align)
+                .ok_or_else(|| Error::ArithmeticOverflow {
+                    what: format!("padded byte size of '{}'", t.name),
+                    limit_name: "u64",
+                })?;
+            if size > caps.max_binding_size {
+                return Err(Error::TooLarge {
+                    what: "tensor binding",
+                    requested: size,
+                    limit: caps.max_binding_size,
+                    limit_name: "max_binding_size",
+                });
+            }
+            let class = match t.kind {
+                TensorKind::Input => TensorClass::Input,
+                TensorKind::Weight => TensorClass::Weight,
+                TensorKind::Intermediate if is_output[i] => TensorClass::Output,
+                TensorKind::Intermediate => TensorClass::Intermediate,
+            };
+            if t.alias_of.is_some() {
+                uses[i].clear();
+            }
+            sizes.push(size);
+            items.push(OffloadTensor {
+                size,
+                class,
+                uses: std::mem::take(&mut uses[i]),
+            });
+        }
+        let mut od = OffloadDesc::new(budget, align);
+        od.unified = unified;
+        od.scores = desc.scores.clone();
+        od.min_size = desc.min_offload_size;
+        od.prefetch_lead = desc.prefetch_lead;
+        od.plan_time_limit = self.config().plan_time_limit;
+        let schedule = offload::schedule(&items, &ops, &od)?;
+        Offloaded::build(self, graph, &items, sizes, schedule, budget, unified)
+    }
+}
+
+impl Offloaded {
+    fn build(
+        rt: &Runtime,
+        graph: &crate::Graph,
+        items: &[OffloadTensor],
+        sizes: Vec<u64>,
+        schedule: offload::OffloadSchedule,
+        budget: u64,
+        unified: bool,
+    ) -> Result<Model> {
+        let n = graph.nodes().len();
+        let backend = rt.backend().clone();
+        let upload = Arc::new(ArenaPool::new(
+            backend.clone(),
+            ArenaConfig::host_visible(MemoryKind::Upload),
+        )?);
+        let readback = Arc::new(ArenaPool::new(
+            backend,
+            ArenaConfig::host_visible(MemoryKind::Readback),
+        )?);
+        let align = rt.backend().capabilities().binding_align.max(1);
+        let mut model = Model {
+            rt: rt.clone(),
+            graph: graph.clone(),
+            places: vec![None; items.len()],
+            owned: Vec::new(),
+            weight_keys: vec![None; items.len()],
+            align: align.next_power_of_two(),
+            report: super::MemoryReport::default(),
+            offload: None,
+        };
+        let arena = if schedule.peak > 0 {
+            let a = rt.device_pool().allocate(
+                schedule.peak,
+                align.next_power_of_two(),
+                "offloaded model (arena)",
+            )?;
+            model.owned.push(a);
+            Some(a)
+        } else {
+            None
+        };
+        let mut host = vec![None; items.len()];
+        let mut slot = vec![None; items.len()];
+        let mut arrive = vec![Vec::new(); n];
+        let mut leave = vec![Vec::new(); n];
+        let mut at: Vec<Vec<(u64, u64, u64)>> = vec![Vec::new(); items.len()];
+        for r in &schedule.residencies {
+            at[r.tensor].push((r.lower, r.upper, r.offset));
+            if r.arrival != Arrival::InPlace && (r.lower as usize) < n {
+                arrive[r.lower as usize].push((r.tensor, r.offset, r.arrival));
+            }
+            if r.copy_out {
+                leave[r.upper as usize - 1].push((r.tensor, r.offset));
+                if slot[r.tensor].is_none() {
+                    let label = &graph.tensors()[r.tensor].name;
+                    slot[r.tensor] = Some(readback.allocate(sizes[r.tensor], 1, label)?);
+                }
+            }
+        }
+        let decls = graph.tensors();
+        for (i, t) in items.iter().enumerate() {
+            if decls[i].alias_of.is_some() {
+                continue;
+            }
+            let streamed = t.class == TensorClass::Weight
+                && at[i].iter().all(|&(lo, hi, _)| (lo, hi) != (0, n as u64));
+            let off_device =
+                schedule.host_resident.get(i).copied().unwrap_or(false) || t.uses.is_empty();
+            if streamed || off_device {
+                host[i] =
+                    Some(upload.allocate(sizes[i], align.next_power_of_two(), &decls[i].name)?);
+            }
+            // The residency that holds the tensor between runs (weights, inputs) or after the run
+            // (outputs) is where the host writes and reads it.
+            let fixed = match t.class {
+                TensorClass::Weight | TensorClass::Input => at[i].iter().find(|r| r.0 == 0),
+                TensorClass::Output => at[i].iter().find(|r| r.1 == n as u64),
+                TensorClass::Intermediate => None,
+            };
+            if let (Some(&(_, _, offset)), Some(a), false) = (fixed, arena, streamed) {
+                model.places[i] = Some(Place {
+                    alloc: a,
+                    offset,
+                    size: sizes[i],
+                    planned: false,
+                });
+            }
+        }
+        let mut sites = vec![Vec::new(); n];
+        for (k, node) in graph.nodes().iter().enumerate() {
+            for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
+                let root = graph.root(t).index();
+                let k64 = k as u64;
+                let site = match at[root].iter().find(|r| r.0 <= k64 && k64 < r.1) {
+                    Some(&(_, _, offset)) => Site::Arena(offset),
+                    None if host[root].is_some() => Site::Host,
+                    None => {
+                        return Err(rt.front().mark_broken(Error::invariant(
+                            "an offload schedule keeps every operand on the device or in host memory",
+                            format!("op {k} ('{}') binds tensor {root} nowhere", node.label),
+                        )));
+                    }
+                };
+                sites[k].push((root, site));
+            }
+        }
+        let report = OffloadReport {
+            budget,
+            planned_peak: schedule.peak,
+            score: schedule.score.name().to_string(),
+            outcomes: schedule.outcomes.clone(),
+            unified,
+            ..OffloadReport::default()
+        };
+        model.report = super::MemoryReport {
+            weight_bytes: items
+                .iter()
+                .filter(|t| t.class == TensorClass::Weight)
+                .map(|t| t.size)
+                .sum(),
+            io_bytes: items
+                .iter()
+                .filter(|t| matches!(t.class, TensorClass::Input | TensorClass::Output))
+                .map(|t| t.size)
+                .sum(),
+            activation_planned_bytes: schedule.peak,
+            plan_algorithm: schedule.plan_algorithm.clone(),
+            planned_buffers: schedule.residencies.len(),
+            ..super::MemoryReport::default()
+        };
+        model.offload = Some(Box::new(Offloaded {
+            upload,
+            readback,
+            arena,
+            host,
+            slot,
+            out_ticket: vec![Ticket::DONE; items.len()],
+            arrive,
+            leave,
+            sites,
+            sizes,
+            last: Ticket::DONE,
+            report,
+        }));
+        Ok(model)
+    }
+
+    fn arena_range(&self, pool: &dyn DevicePool, offset: u64, size: u64) -> Result<BlockRange> {
+        let a = self
+            .arena
+            .ok_or_else(|| Error::invariant("an arena residency needs an arena", "none"))?;
+        let base = pool.resolve(a.handle)?;
+        Ok(BlockRange {
+            block: base.block,
+            offset: base.offset + offset,
+            size,
+        })
+    }
+
+    /// Writes a tensor kept in host memory (a streamed weight's master, a host-resident tensor).
+    /// `Ok(false)` when the tensor has no host copy (the caller writes its device place).
+    pub(super) fn write_host(&mut self, rt: &Runtime, root: usize, data: &[u8]) -> Result<bool> {
+        let Some(a) = self.host[root] else {
+            return Ok(false);
+        };
+        let range = self.upload.resolve(a.handle)?;
+        rt.backend().wait(self.last)?;
+        let mut padded = data.to_vec();
+        padded.resize(range.size.min(self.sizes[root]) as usize, 0);
+        rt.backend()
+            .write_mapped(range.block, range.offset, &padded)?;
+        Ok(true)
+    }
+
+    /// Reads a tensor kept in host memory into `out`; `Ok(false)` when it has no host copy.
+    pub(super) fn read_host(&self, rt: &Runtime, root: usize, out: &mut [u8]) -> Result<bool> {
+        let Some(a) = self.host[root] else {
+            return Ok(false);
+        };
+        let range = self.upload.resolve(a.handle)?;
+        rt.backend().wait(self.last)?;
+        let mut buf = vec![0u8; self.sizes[root] as usize];
+        rt.backend()
+            .read_mapped(range.block, range.offset, &mut buf)?;
+        out.copy_from_slice(&buf[..out.len()]);
+        Ok(true)
+    }
+
+    /// Enqueues one run: arrivals, dispatches, copy-outs (module doc). Returns the last ticket.
+    pub(super) fn enqueue(&mut self, rt: &Runtime, graph: &crate::Graph) -> Result<Ticket> {
+        let pool = rt.device_pool();
+        let backend = rt.backend().clone();
+        let mut stall = Duration::ZERO;
+        let mut last = Ticket::DONE;
+        let mut bindings = Vec::with_capacity(4);
+        for (k, node) in graph.nodes().iter().enumerate() {
+            for &(t, offset, arrival) in &self.arrive[k] {
+                let size = self.sizes[t];
+                let dst = self.arena_range(pool.as_ref(), offset, size)?;
+                last = match arrival {
+                    Arrival::Prefetch => {
+                        let master = self.host[t].ok_or_else(|| {
+                            Error::invariant("a streamed weight has a master", format!("{t}"))
+                        })?;
+                        backend.copy(self.upload.resolve(master.handle)?, dst)?
+                    }
+                    Arrival::SwapIn => {
+                        let s = self.slot[t].ok_or_else(|| {
+                            Error::invariant("a swapped tensor has a slot", format!("{t}"))
+                        })?;
+                        let waited = Instant::now();
+                        backend.wait(self.out_ticket[t])?;
+                        stall += waited.elapsed();
+                        let src = self.readback.resolve(s.handle)?;
+                        let mut buf = vec![0u8; size as usize];
+                        backend.read_mapped(src.block, src.offset, &mut buf)?;
+                        rt.staging().upload(dst, &buf)?
+                    }
+                    Arrival::InPlace => last,
+                };
+                self.report.bytes_to_device += size;
+            }
+            bindings.clear();
+            for &(root, site) in &self.sites[k] {
+                let size = self.sizes[root];
+                bindings.push(match site {
+                    Site::Arena(offset) => self.arena_range(pool.as_ref(), offset, size)?,
+                    Site::Host => {
+                        let a = self.host[root].ok_or_else(|| {
+                            Error::invariant("a host site has an allocation", format!("{root}"))
+                        })?;
+                        self.upload.resolve(a.handle)?
+                    }
+                });
+            }
+            last = backend.dispatch(&node.op, &bindings)?;
+            for &(t, offset) in &self.leave[k] {
+                let size = self.sizes[t];
+                let src = self.arena_range(pool.as_ref(), offset, size)?;
+                let s = self.slot[t].ok_or_else(|| {
+                    Error::invariant("a swapped tensor has a slot", format!("{t}"))
+                })?;
+                last = backend.copy(src, self.readback.resolve(s.handle)?)?;
+                self.out_ticket[t] = last;
+                self.report.bytes_to_host += size;
+            }
+        }
+        if let Some(a) = self.arena {
+            pool.mark_used(a.handle, last)?;
+        }
+        self.last = last;
+        self.report.last_stall = stall;
+        Ok(last)
+    }
+}
+
+#[cfg(test)]
+mod tests;
