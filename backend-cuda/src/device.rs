@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaContext, result, sys};
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{
-    Backend, BlockId, Capabilities, DeviceType, Error, MemoryKind, Op, Result, Ticket,
+    Backend, BlockId, Capabilities, DeviceType, Error, InPlaceGrowth, MemoryKind, Op, Result,
+    Ticket,
 };
 
 use crate::blocks::{Block, Memory, alloc_pinned, free_memory, release_all};
@@ -311,6 +312,20 @@ impl Backend for CudaBackend {
         // nothing can name it again.
         let freed = unsafe { free_memory(&mut removed.memory, self.stream().cu_stream()) };
         self.timeline.health().note(freed)
+    }
+
+    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
+        self.vmm_growth()
+    }
+
+    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+        let reserved = self.reserve_expandable(desc, reserve);
+        self.timeline.health().note(reserved)
+    }
+
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<()> {
+        let resized = self.resize_expandable(block, size);
+        self.timeline.health().note(resized)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {

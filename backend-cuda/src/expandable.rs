@@ -2,11 +2,12 @@
 //!
 //! An expandable block is a `DeviceLocal` block like any other for every [`tensormem::Backend`]
 //! method (copies, fills, bindings); its size is the mapped part of its reserved range. The
-//! contract says a block is never resized, so growth is an inherent API here. A pool that knows
-//! it runs on CUDA can grow its arena in place instead of adding a block; the proposed contract
-//! addition (`Backend::grow_block`, default "unsupported") is in the crate's report.
+//! contract's blocks that grow in place ([`tensormem::Backend::in_place_growth`],
+//! `reserve_block`, `resize_block`) are these blocks with one chunk per granule, so the pools'
+//! arena commits exactly the granules it asks for; the inherent API below keeps a chunk size of
+//! its own for direct users.
 
-use tensormem::{BlockId, Error, MemoryKind, Result};
+use tensormem::{BlockDesc, BlockId, Error, InPlaceGrowth, MemoryKind, Result};
 
 use crate::CudaBackend;
 use crate::blocks::{Block, Memory};
@@ -134,6 +135,54 @@ impl CudaBackend {
         blocks.resize(block, mapped)?;
         shrunk?;
         Ok(mapped)
+    }
+
+    /// What the backend offers the pools: VMM on the device, one granule per step, and at most
+    /// the device's memory per reservation. `None` without VMM or when the driver cannot say.
+    pub(crate) fn vmm_growth(&self) -> Option<InPlaceGrowth> {
+        let granularity = self.vmm_granularity().ok()?;
+        let max_reserve = self.caps.max_block_size / granularity * granularity;
+        (granularity.is_power_of_two() && max_reserve > 0).then_some(InPlaceGrowth {
+            granularity,
+            max_reserve,
+        })
+    }
+
+    /// [`tensormem::Backend::reserve_block`]: an expandable `DeviceLocal` block with chunks of one
+    /// granule, `desc.size` mapped.
+    pub(crate) fn reserve_expandable(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+        if desc.kind != MemoryKind::DeviceLocal {
+            return Err(Error::Unsupported {
+                backend: BACKEND,
+                what: format!("{} blocks that grow in place", desc.kind.name()),
+            });
+        }
+        let chunk = self.vmm_granularity()?;
+        self.alloc_expandable_block(&ExpandableDesc {
+            reserve,
+            initial: desc.size,
+            chunk,
+            label: desc.label,
+        })
+    }
+
+    /// [`tensormem::Backend::resize_block`]: maps or unmaps granules at the end so that exactly
+    /// `size` bytes (a multiple of the granularity) are usable.
+    pub(crate) fn resize_expandable(&self, block: BlockId, size: u64) -> Result<()> {
+        let mapped = lock(&self.blocks).get(block)?.size();
+        let now = if size >= mapped {
+            self.grow_block(block, size)?
+        } else {
+            self.shrink_block(block, size)?
+        };
+        if now != size {
+            return Err(Error::invalid(format!(
+                "cuda: block {} resized to {now} bytes instead of {size} (not a multiple of its \
+                 chunk: reserve it through reserve_block)",
+                block.0
+            )));
+        }
+        Ok(())
     }
 
     /// The reserved size of an expandable block: the most it can grow to.

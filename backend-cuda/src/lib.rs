@@ -47,9 +47,9 @@
 //!   full ring answers `Ok(None)` so the pools stage instead. `queued_write_max` (default 64 KiB,
 //!   [`CudaDesc::queued_write_max`]) tells the pools when to prefer it.
 //! * **Expandable blocks** through the VMM API (`vmm.rs`, [`CudaBackend::alloc_expandable_block`]):
-//!   one reserved address range grown and shrunk in place, PyTorch's expandable segments. The
-//!   trait has no resize, so this is an inherent API for now (see the crate's report for the
-//!   proposed `Backend::grow_block`).
+//!   one reserved address range grown and shrunk in place, PyTorch's expandable segments. They
+//!   are the contract's blocks that grow in place ([`tensormem::Backend::in_place_growth`], one granule
+//!   per chunk), so the pools keep one arena on CUDA instead of adding blocks.
 //! * **Kernels in CUDA C** (`kernels.cu`), compiled once per process with NVRTC for the device
 //!   (see "CUDA version and NVRTC" below); launch math and argument lists are pure functions
 //!   (`launch.rs`) tested against the source's parameter lists without a GPU.

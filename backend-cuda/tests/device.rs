@@ -236,7 +236,7 @@ fn tickets_reject_the_future_and_never_go_back() {
     let last = b.flush().unwrap();
     assert!(matches!(
         b.wait(Ticket(last.0 + 10)),
-        Err(Error::InvalidArgument(_))
+        Err(Error::UnknownTicket { .. })
     ));
     b.wait(Ticket::DONE).unwrap();
     let dev = alloc(&b, MemoryKind::DeviceLocal, 1 << 20);
@@ -336,6 +336,44 @@ fn expandable_block_grows_in_place_and_keeps_contents() {
     ));
     b.free_block(blk).unwrap();
     b.free_block(down).unwrap();
+}
+
+/// The contract's blocks that grow in place are expandable blocks of one granule per chunk: the
+/// committed size is exactly what the pool asks for, and the front checks it.
+#[test]
+fn reserved_blocks_resize_by_granules_through_the_trait() {
+    let Some(b) = backend() else { return };
+    let Some(growth) = b.in_place_growth() else {
+        assert!(b.vmm_granularity().is_err(), "VMM without in-place growth");
+        return;
+    };
+    let g = growth.granularity;
+    assert_eq!(g, b.vmm_granularity().unwrap());
+    let front = tensormem::Validated::new(std::sync::Arc::new(b));
+    let desc = BlockDesc {
+        kind: MemoryKind::DeviceLocal,
+        size: g,
+        label: "reserved",
+    };
+    let blk = front.reserve_block(&desc, 16 * g).unwrap();
+    front.write_queued(range(blk, 0, 4096), &[5; 4096]).unwrap();
+    front.resize_block(blk, 5 * g).unwrap();
+    let t = front.fill_zero(range(blk, 4 * g, g)).unwrap();
+    front.wait(t).unwrap();
+    assert!(matches!(
+        front.resize_block(blk, 5 * g + 1),
+        Err(Error::Misaligned { .. })
+    ));
+    assert!(matches!(
+        front.resize_block(blk, 17 * g),
+        Err(Error::TooLarge { .. })
+    ));
+    front.resize_block(blk, g).unwrap();
+    assert!(matches!(
+        front.fill_zero(range(blk, g, g)),
+        Err(Error::OutOfBounds { .. })
+    ));
+    front.free_block(blk).unwrap();
 }
 
 #[test]

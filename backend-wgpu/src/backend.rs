@@ -70,8 +70,12 @@ impl WgpuBackend {
     ) -> Result<()> {
         let lo = align_down(offset, wgpu::COPY_BUFFER_ALIGNMENT);
         let end = offset + out.len() as u64;
-        let hi = align_up(end, wgpu::COPY_BUFFER_ALIGNMENT)
-            .ok_or_else(|| Error::invalid(format!("wgpu: range end {end} overflows")))?;
+        let hi = align_up(end, wgpu::COPY_BUFFER_ALIGNMENT).ok_or_else(|| {
+            Error::ArithmeticOverflow {
+                what: format!("wgpu: read range end {end} rounded up to the copy alignment"),
+                limit_name: "u64",
+            }
+        })?;
         let block = state.blocks.get_mut(id)?;
         block.unmap();
         let src = block.buffer.clone();

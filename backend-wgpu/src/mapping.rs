@@ -96,8 +96,11 @@ pub(crate) fn ensure_mapped(
 fn view_range(block: &Block, offset: u64, len: u64) -> Result<(u64, u64)> {
     let lo = align_down(offset, wgpu::MAP_ALIGNMENT);
     let end = offset + len; // checked by the caller's bounds check
-    let hi = align_up(end, wgpu::COPY_BUFFER_ALIGNMENT)
-        .ok_or_else(|| Error::invalid(format!("wgpu: mapped range end {end} overflows")))?;
+    let hi =
+        align_up(end, wgpu::COPY_BUFFER_ALIGNMENT).ok_or_else(|| Error::ArithmeticOverflow {
+            what: format!("wgpu: mapped range end {end} rounded up to the copy alignment"),
+            limit_name: "u64",
+        })?;
     debug_assert!(hi <= block.buffer.size());
     Ok((lo, hi))
 }

@@ -18,6 +18,14 @@ fn host_staging() -> Result<Arc<dyn Backend>> {
     })?))
 }
 
+/// The host without blocks that grow in place: the pools' fallback of adding blocks.
+fn host_blocks() -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(HostBackend::new(HostConfig {
+        in_place_growth: false,
+        ..HostConfig::default()
+    })?))
+}
+
 fn cuda() -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(tensormem_cuda::CudaBackend::new(
         &tensormem_cuda::CudaDesc::default(),
@@ -101,6 +109,12 @@ pub fn targets() -> Vec<Target> {
             name: "host-staging",
             backend: "host",
             create: host_staging,
+            after_case: None,
+        },
+        Target {
+            name: "host-blocks",
+            backend: "host",
+            create: host_blocks,
             after_case: None,
         },
         Target {

@@ -6,8 +6,10 @@ use crate::Case;
 pub(crate) use tensormem::ops::samples::Rng;
 
 mod graphs;
+mod growth;
 mod memory;
 mod misuse;
+mod offload;
 mod ops;
 mod pools;
 mod staging;
@@ -17,9 +19,11 @@ pub fn all() -> Vec<Case> {
     let mut v = Vec::new();
     v.extend(memory::cases());
     v.extend(pools::cases());
+    v.extend(growth::cases());
     v.extend(staging::cases());
     v.extend(ops::cases());
     v.extend(graphs::cases());
+    v.extend(offload::cases());
     v.extend(misuse::cases());
     v
 }

@@ -8,7 +8,14 @@
 //! # Contract
 //!
 //! * **Blocks** are one native allocation each (`cuMemAlloc`, `VkDeviceMemory` + `VkBuffer`,
-//!   `wgpu::Buffer`, a host allocation) of one [`MemoryKind`]. A block is never resized.
+//!   `wgpu::Buffer`, a host allocation) of one [`MemoryKind`]. A block from
+//!   [`Backend::alloc_block`] is never resized.
+//! * **Blocks that grow in place** (optional, [`Backend::in_place_growth`]): a block from
+//!   [`Backend::reserve_block`] owns a range of address space of which only a prefix is backed by
+//!   memory; [`Backend::resize_block`] maps or unmaps memory at its end, so the offsets of
+//!   everything inside it stay valid. One arena can then grow instead of adding blocks that its
+//!   tensors cannot span (CUDA virtual memory management, Vulkan sparse binding, the host's
+//!   reserve-and-commit). Backends without it keep the defaults, and the pools add blocks.
 //! * **Host access.** [`Backend::write_mapped`] and [`Backend::read_mapped`] copy between host memory
 //!   and a *host-visible* block: `Upload` and `Readback` blocks always, `DeviceLocal` blocks only when
 //!   [`Capabilities::device_host_visible`] is true. They are synchronous. The caller guarantees that
@@ -169,6 +176,17 @@ pub struct Capabilities {
     pub budget: Option<u64>,
 }
 
+/// How a backend grows blocks in place (see [`Backend::in_place_growth`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct InPlaceGrowth {
+    /// Unit of mapping in bytes, a power of two: the committed size of a reserved block is always
+    /// a multiple of it (CUDA: the allocation granularity, 2 MiB on current GPUs; host: the page).
+    pub granularity: u64,
+    /// Largest address range one reserved block may span, in bytes (a multiple of
+    /// `granularity`).
+    pub max_reserve: u64,
+}
+
 /// One device. See the module doc for the contract every implementation keeps.
 pub trait Backend: Send + Sync {
     /// What this device can do. Constant for the backend's lifetime.
@@ -250,4 +268,47 @@ pub trait Backend: Send + Sync {
     /// [`Error::DeviceLost`](crate::Error::DeviceLost), or a timeout mapped to
     /// [`Error::Backend`](crate::Error::Backend).
     fn wait(&self, ticket: Ticket) -> Result<()>;
+
+    /// Whether blocks can grow in place, and in which unit. `None` (the default) for backends that
+    /// cannot; [`Backend::reserve_block`] and [`Backend::resize_block`] then refuse. A method with
+    /// a default rather than a [`Capabilities`] field, so a backend without the capability needs
+    /// no change.
+    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
+        None
+    }
+
+    /// Reserves `reserve` bytes of address space as one block and backs its first `desc.size`
+    /// bytes with memory. The block behaves like any other for copies, ops and mapped access over
+    /// its committed size; [`Backend::free_block`] releases the memory and the reservation.
+    /// `desc.size` (may be 0: nothing committed yet) and `reserve` (> 0) are multiples of
+    /// [`InPlaceGrowth::granularity`], `desc.size <= reserve <= max_reserve`.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) without in-place growth (the default),
+    /// [`Error::OutOfMemory`](crate::Error::OutOfMemory) when address space or memory is short,
+    /// [`Error::DeviceLost`](crate::Error::DeviceLost).
+    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+        let _ = (desc, reserve);
+        Err(crate::Error::Unsupported {
+            backend: self.capabilities().backend,
+            what: "blocks that grow in place (reserve_block)".into(),
+        })
+    }
+
+    /// Changes the committed size of a reserved block to `size` bytes (a multiple of the
+    /// granularity, at most its reservation): growing maps new zeroed-or-not memory at the end,
+    /// shrinking returns the memory past `size`. The caller guarantees that no in-flight work
+    /// uses bytes past `size`. Offsets below `min(old, new)` keep their contents.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) without in-place growth or for a block
+    /// that was not reserved, [`Error::OutOfMemory`](crate::Error::OutOfMemory) when memory is
+    /// short (the block keeps its old size), [`Error::DeviceLost`](crate::Error::DeviceLost).
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<()> {
+        let _ = (block, size);
+        Err(crate::Error::Unsupported {
+            backend: self.capabilities().backend,
+            what: "blocks that grow in place (resize_block)".into(),
+        })
+    }
 }

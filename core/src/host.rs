@@ -28,11 +28,16 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::backend::{
-    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, MemoryKind,
-    Ticket,
+    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, InPlaceGrowth,
+    MemoryKind, Ticket,
 };
 use crate::ops::{self, Op};
 use crate::{Error, Result};
+
+mod growth;
+mod memory;
+
+use memory::HostMemory;
 
 const NAME: &str = "host";
 
@@ -52,6 +57,10 @@ pub struct HostConfig {
     /// Extra time the worker spends on every command, to widen the window in which work is in
     /// flight (tests of deferred frees). Default zero.
     pub worker_delay: Duration,
+    /// Offer blocks that grow in place ([`Backend::in_place_growth`]) through reserve-and-commit
+    /// of address space (Unix only). Default `true`; `false` makes the pools take the fallback
+    /// path of adding blocks, as on a device without virtual memory management.
+    pub in_place_growth: bool,
 }
 
 impl Default for HostConfig {
@@ -61,6 +70,7 @@ impl Default for HostConfig {
             max_block_size: physical_memory().map_or(1 << 40, |m| m.min(1 << 40)),
             device_memory: None,
             worker_delay: Duration::ZERO,
+            in_place_growth: true,
         }
     }
 }
@@ -73,7 +83,7 @@ fn physical_memory() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-type BlockMem = Arc<Mutex<Vec<u8>>>;
+type BlockMem = Arc<Mutex<HostMemory>>;
 
 enum Command {
     Copy(Arg, Arg),
@@ -315,7 +325,8 @@ fn execute(cmd: Command) -> std::result::Result<(), String> {
                     },
                 )
                 .collect();
-            let mut guards: Vec<MutexGuard<'_, Vec<u8>>> = blocks.iter().map(|m| lock(m)).collect();
+            let mut guards: Vec<MutexGuard<'_, HostMemory>> =
+                blocks.iter().map(|m| lock(m)).collect();
             let mut outputs: Vec<Vec<u8>> =
                 args[n_inputs..].iter().map(|a| vec![0u8; a.size]).collect();
             {
@@ -378,24 +389,6 @@ impl Drop for HostBackend {
     }
 }
 
-/// `size` (> 0) zero bytes from the allocator's zeroed path (`calloc`): large blocks come as fresh
-/// zero pages that are touched only when used, so a new block costs no fill of its whole size.
-/// `None` when the allocation fails.
-fn zeroed_bytes(size: usize) -> Option<Vec<u8>> {
-    let layout = std::alloc::Layout::array::<u8>(size).ok()?;
-    if layout.size() == 0 {
-        return Some(Vec::new());
-    }
-    // SAFETY: `layout` has a non-zero size (checked above).
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-    if ptr.is_null() {
-        return None;
-    }
-    // SAFETY: `ptr` comes from the global allocator with `layout` (align 1, `size` bytes), every
-    // byte is initialised (zeroed), and length = capacity = `size`, as `Vec<u8>` requires.
-    Some(unsafe { Vec::from_raw_parts(ptr, size, size) })
-}
-
 impl Backend for HostBackend {
     fn capabilities(&self) -> &Capabilities {
         &self.caps
@@ -409,39 +402,35 @@ impl Backend for HostBackend {
             desc.size
         );
         let mut blocks = lock(&self.blocks);
-        if let Some(limit) = self.config.device_memory {
-            if blocks.bytes().saturating_add(desc.size) > limit {
-                return Err(Error::OutOfMemory(Box::new(crate::OomReport {
-                    pool: "host device memory".into(),
-                    label: Some(desc.label.to_string()),
-                    requested: desc.size,
-                    reserved: blocks.bytes(),
-                    budget: Some(limit),
-                    ..Default::default()
-                })));
-            }
-        }
+        self.check_device_memory(blocks.bytes(), desc.size, desc.label)?;
         let size = usize::try_from(desc.size).map_err(|_| Error::TooLarge {
             what: "block",
             requested: desc.size,
             limit: usize::MAX as u64,
             limit_name: "address space",
         })?;
-        let mem = zeroed_bytes(size).ok_or_else(|| {
-            Error::OutOfMemory(Box::new(crate::OomReport {
-                pool: "host heap".into(),
-                label: Some(desc.label.to_string()),
-                requested: desc.size,
-                reserved: blocks.bytes(),
-                ..Default::default()
-            }))
-        })?;
+        let mem = HostMemory::zeroed(size)
+            .ok_or_else(|| heap_oom(desc.label, desc.size, blocks.bytes()))?;
         Ok(blocks.insert(desc.kind, desc.size, Arc::new(Mutex::new(mem))))
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {
         lock(&self.blocks).remove(block)?;
         Ok(())
+    }
+
+    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
+        growth::offered(&self.config)
+    }
+
+    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+        self.check_alive()?;
+        growth::reserve(self, desc, reserve)
+    }
+
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<()> {
+        self.check_alive()?;
+        growth::resize(self, block, size)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
@@ -529,7 +518,35 @@ impl Backend for HostBackend {
     }
 }
 
+/// The driver-style out-of-memory error of a failed host allocation.
+fn heap_oom(label: &str, requested: u64, reserved: u64) -> Error {
+    Error::OutOfMemory(Box::new(crate::OomReport {
+        pool: "host heap".into(),
+        label: Some(label.to_string()),
+        requested,
+        reserved,
+        ..Default::default()
+    }))
+}
+
 impl HostBackend {
+    /// Refuses `more` bytes beyond `held` when [`HostConfig::device_memory`] caps the device.
+    fn check_device_memory(&self, held: u64, more: u64, label: &str) -> Result<()> {
+        match self.config.device_memory {
+            Some(limit) if held.saturating_add(more) > limit => {
+                Err(Error::OutOfMemory(Box::new(crate::OomReport {
+                    pool: "host device memory".into(),
+                    label: Some(label.to_string()),
+                    requested: more,
+                    reserved: held,
+                    budget: Some(limit),
+                    ..Default::default()
+                })))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn arg(&self, r: BlockRange, what: &'static str) -> Result<Arg> {
         let mem = self.check_range(r, what)?;
         Ok(Arg {

@@ -78,15 +78,15 @@ pub mod validate;
 
 pub use backend::{
     Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType,
-    MemoryKind, Ticket,
+    InPlaceGrowth, MemoryKind, Ticket,
 };
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
 pub use ops::{DType, Op, WeightFormat};
 pub use pool::{
-    Allocation, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats, StagingBelt,
-    StagingConfig,
+    Allocation, AllocationStats, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats,
+    StagingBelt, StagingConfig,
 };
 pub use runtime::{
     CompileDesc, Element, MemoryReport, Model, OffloadReport, Runtime, RuntimeConfig, Tensor,

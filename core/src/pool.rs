@@ -6,7 +6,8 @@
 //!
 //! * bottoms — [`ArenaPool`] (TLSF carving and growth, for every memory kind), [`ReplayPool`]
 //!   (record and replay of a repeating allocation sequence), or a user's own pool;
-//! * adaptors — [`Guarded`] (guard margins), [`ZeroOnReuse`], [`LeakReport`], [`Traced`];
+//! * adaptors ([`PoolAdaptor`]: each writes only what it changes) — [`Guarded`] (guard margins),
+//!   [`ZeroOnReuse`], [`StatsPool`] (statistics), [`LeakReport`], [`Traced`];
 //! * [`PoolConfig`] builds the stack a runtime uses ([`PoolStack`]);
 //! * [`Budget`] — the device-memory account shared by a runtime's pools, and its one pressure
 //!   path: a pool that cannot grow makes every pool of the runtime release its idle blocks first;
@@ -26,18 +27,22 @@ mod replay;
 mod slots;
 mod stack;
 mod staging;
+mod stats;
 mod tracing;
 mod zeroing;
 
 pub use arena::{ArenaConfig, ArenaPool, DEFAULT_BLOCK_SIZE, MAX_ALIGN};
 pub use budget::{Budget, MemberId, Reclaim};
-pub use device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
+pub use device_pool::{
+    Allocation, DevicePool, LiveAllocation, PoolAdaptor, PoolListener, PoolStats,
+};
 pub use guard::{GUARD_PATTERN, Guarded};
 pub use leaks::LeakReport;
 pub(crate) use leaks::check as check_leaks;
-pub use replay::{ReplayPool, ReplayStats};
+pub use replay::{ReplayConfig, ReplayPool, ReplayStats};
 pub use slots::Handle;
 pub use stack::{PoolConfig, PoolStack};
 pub use staging::{StagingBelt, StagingConfig, StagingStats};
+pub use stats::{AllocationStats, StatsPool};
 pub use tracing::{TraceIds, Traced};
 pub use zeroing::ZeroOnReuse;

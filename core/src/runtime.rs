@@ -19,8 +19,8 @@ use std::sync::{Arc, PoisonError, RwLock};
 use crate::backend::{Backend, BlockRange, MemoryKind, Ticket};
 use crate::ops::DType;
 use crate::pool::{
-    Allocation, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim, StagingBelt,
-    StagingConfig, Traced,
+    Allocation, AllocationStats, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim,
+    StagingBelt, StagingConfig, Traced,
 };
 use crate::trace::{EventKind, Tracer};
 use crate::validate::Validated;
@@ -117,23 +117,24 @@ impl Runtime {
     }
 
     /// Creates a runtime whose device tensors come from the pool `make_pool` builds (a
-    /// [`ReplayPool`](crate::pool::ReplayPool), a user's own pool, ...) over the backend it is
-    /// given (the runtime's validating front, so the pool's blocks are known to it), wrapped in
-    /// the adaptors `config.device` asks for. The pool takes part in the pressure path (its `trim`
-    /// is called before any pool of the runtime reports out of memory); its own blocks are not
-    /// charged to the runtime's budget.
+    /// [`ReplayPool`](crate::pool::ReplayPool), a user's own pool, ...) over the backend and the
+    /// budget it is given (the runtime's validating front, so the pool's blocks are known to it,
+    /// and the device-memory account shared with the staging belt: build an
+    /// [`ArenaPool::with_budget`](crate::ArenaPool::with_budget) on it), wrapped in the adaptors
+    /// `config.device` asks for. The pool takes part in the pressure path (its `trim` is called
+    /// before any pool of the runtime reports out of memory).
     ///
     /// # Errors
     /// `make_pool`'s errors; invalid adaptor or belt configuration.
     pub fn with_pool(
         backend: Arc<dyn Backend>,
         config: RuntimeConfig,
-        make_pool: impl FnOnce(Arc<dyn Backend>) -> Result<Arc<dyn DevicePool>>,
+        make_pool: impl FnOnce(Arc<dyn Backend>, Arc<Budget>) -> Result<Arc<dyn DevicePool>>,
     ) -> Result<Self> {
         let front = Arc::new(Validated::new(backend));
         let backend: Arc<dyn Backend> = front.clone();
         let budget = Self::new_budget(&backend, &config);
-        let pool = make_pool(backend.clone())?;
+        let pool = make_pool(backend.clone(), budget.clone())?;
         let stack = config.device.wrap(backend.clone(), pool)?;
         Self::assemble(front, backend, config, stack, budget)
     }
@@ -204,6 +205,17 @@ impl Runtime {
     /// The staging belt.
     pub fn staging(&self) -> &StagingBelt {
         &self.inner.staging
+    }
+
+    /// The device pool's allocation counters: bytes requested and handed out, peaks, refusals
+    /// (`None` when [`PoolConfig::statistics`] is off). Block-level counters are the pool's own
+    /// [`DevicePool::stats`].
+    pub fn allocation_stats(&self) -> Option<AllocationStats> {
+        self.inner
+            .stack
+            .stats
+            .as_ref()
+            .map(|s| s.allocation_stats())
     }
 
     /// The device-memory budget shared by the runtime's pools.

@@ -28,9 +28,12 @@
 //!   in time linear in the number of unfinished uses (pruned at every wait and every
 //!   4096 recorded uses).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Ticket};
+use crate::backend::{
+    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, InPlaceGrowth, Ticket,
+};
 use crate::ops::Op;
 use crate::{Error, Result};
 
@@ -45,6 +48,9 @@ const USES_REFRESH: usize = 4096;
 /// Shadow state of the device, behind one lock (never held across a backend call).
 struct State {
     blocks: BlockTable<()>,
+    /// Reservation in bytes of every live block from `reserve_block` (its table size is the
+    /// committed size).
+    reserved: HashMap<BlockId, u64>,
     uses: InFlight,
     /// Highest ticket any call returned.
     issued: Ticket,
@@ -67,6 +73,7 @@ impl Validated {
             backend,
             state: Mutex::new(State {
                 blocks: BlockTable::new(name),
+                reserved: HashMap::new(),
                 uses: InFlight::default(),
                 issued: Ticket::DONE,
             }),
@@ -169,8 +176,50 @@ impl Backend for Validated {
     fn free_block(&self, block: BlockId) -> Result<()> {
         self.lock().blocks.get(block)?;
         self.observe(self.backend.free_block(block))?;
-        let _ = self.lock().blocks.remove(block);
+        let mut st = self.lock();
+        let _ = st.blocks.remove(block);
+        st.reserved.remove(&block);
         Ok(())
+    }
+
+    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
+        self.backend.in_place_growth()
+    }
+
+    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+        self.check_alive()?;
+        let growth = rules::growth(self.backend.as_ref())?;
+        if reserve == 0 {
+            return Err(Error::ZeroSize {
+                what: "reservation",
+            });
+        }
+        rules::committed_size(growth, reserve, growth.max_reserve, "max_reserve")?;
+        rules::committed_size(growth, desc.size, reserve, "reservation")?;
+        let id = self.observe(self.backend.reserve_block(desc, reserve))?;
+        let mut st = self.lock();
+        let mirrored = st.blocks.insert_as(id, desc.kind, desc.size, ());
+        st.reserved.insert(id, reserve);
+        drop(st);
+        mirrored.map_err(|e| self.mark_broken(e))?;
+        Ok(id)
+    }
+
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<()> {
+        self.check_alive()?;
+        let growth = rules::growth(self.backend.as_ref())?;
+        let reserve = {
+            let st = self.lock();
+            st.blocks.get(block)?;
+            *st.reserved.get(&block).ok_or_else(|| Error::Unsupported {
+                backend: self.capabilities().backend,
+                what: format!("resizing block {}, which was not reserved", block.0),
+            })?
+        };
+        rules::committed_size(growth, size, reserve, "reservation")?;
+        self.observe(self.backend.resize_block(block, size))?;
+        let resized = self.lock().blocks.resize(block, size);
+        resized.map_err(|e| self.mark_broken(e))
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {

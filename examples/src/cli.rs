@@ -62,6 +62,12 @@ pub struct SampleArgs {
     /// Weight flags.
     #[command(flatten)]
     pub weights: WeightArgs,
+    /// Device memory the model may use: bytes with an optional unit (1048576, 500MB, 64MiB,
+    /// 1.5GiB) or a percentage of what the model needs without a budget (50%). Tensors that do
+    /// not fit leave device memory between uses and are prefetched back; outputs are identical.
+    /// A budget below one op's operands fails (exit 1) naming that op.
+    #[arg(long, value_name = "SIZE", value_parser = parse_device_budget)]
+    pub device_budget: Option<DeviceBudget>,
 }
 
 /// How a sample holds its weights on the device.
@@ -100,6 +106,115 @@ impl WeightArgs {
             WeightChoice::Int8 => WeightFormat::Int8 { group: self.group },
         }
     }
+}
+
+/// A device budget as given on the command line.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum DeviceBudget {
+    /// A number of bytes.
+    Bytes(u64),
+    /// A percentage of the model's device bytes without a budget.
+    Percent(f64),
+}
+
+impl DeviceBudget {
+    /// The budget in bytes for a model that needs `unbudgeted` device bytes without one
+    /// ([`MemoryReport::unbudgeted_device_bytes`](tensormem::MemoryReport::unbudgeted_device_bytes)).
+    pub fn resolve(self, unbudgeted: u64) -> u64 {
+        match self {
+            DeviceBudget::Bytes(b) => b,
+            DeviceBudget::Percent(p) => (unbudgeted as f64 * p / 100.0) as u64,
+        }
+    }
+}
+
+/// Parses `--device-budget SIZE`: `N`, `N<unit>` with unit B, KB, MB, GB (powers of 1000) or K,
+/// KiB, M, MiB, G, GiB (powers of 1024), fractions allowed, or `P%` with 0 < P <= 100.
+///
+/// # Errors
+/// A message for clap naming what is wrong.
+pub fn parse_device_budget(s: &str) -> Result<DeviceBudget, String> {
+    let t = s.trim();
+    if let Some(p) = t.strip_suffix('%') {
+        let p: f64 = p
+            .trim()
+            .parse()
+            .map_err(|_| format!("'{s}': not a percentage"))?;
+        if !(p > 0.0 && p <= 100.0) {
+            return Err(format!(
+                "'{s}': a percentage must be above 0 and at most 100"
+            ));
+        }
+        return Ok(DeviceBudget::Percent(p));
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        u => {
+            return Err(format!(
+                "'{s}': unknown unit '{u}' (B, KB, MB, GB, KiB, MiB, GiB or %)"
+            ));
+        }
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}': expected a size such as 64MiB or 50%"))?;
+    let bytes = v * scale as f64;
+    if !(bytes >= 1.0 && bytes < u64::MAX as f64) {
+        return Err(format!(
+            "'{s}': a budget must be at least 1 byte and fit in 64 bits"
+        ));
+    }
+    Ok(DeviceBudget::Bytes(bytes as u64))
+}
+
+/// Compiles `graph` on `rt`, within `budget` when one is given: a percentage is resolved against
+/// the bytes an unbudgeted compile of the same graph needs.
+///
+/// # Errors
+/// Compile errors; [`tensormem::Error::BudgetBelowWorkingSet`] naming the op that cannot fit.
+pub fn compile(
+    rt: &tensormem::Runtime,
+    graph: &tensormem::Graph,
+    budget: Option<DeviceBudget>,
+) -> tensormem::Result<tensormem::Model> {
+    compile_scored(rt, graph, budget, &tensormem::offload::Score::ALL)
+}
+
+/// [`compile`] trying only the offload `scores` given (the benchmark compares them one by one).
+///
+/// # Errors
+/// As [`compile`].
+pub fn compile_scored(
+    rt: &tensormem::Runtime,
+    graph: &tensormem::Graph,
+    budget: Option<DeviceBudget>,
+    scores: &[tensormem::offload::Score],
+) -> tensormem::Result<tensormem::Model> {
+    let Some(budget) = budget else {
+        return rt.compile(graph);
+    };
+    let need = match budget {
+        DeviceBudget::Bytes(_) => 0,
+        DeviceBudget::Percent(_) => rt.compile(graph)?.memory_report().unbudgeted_device_bytes(),
+    };
+    rt.compile_with(
+        graph,
+        &tensormem::CompileDesc {
+            device_budget: Some(budget.resolve(need)),
+            scores: scores.to_vec(),
+            ..tensormem::CompileDesc::default()
+        },
+    )
 }
 
 /// A device-wait limit: `None` waits forever.

@@ -4,6 +4,8 @@
 //! * [`minilm`]: all-MiniLM-L6-v2 sentence embeddings (weights fetched by
 //!   `scripts/fetch_minilm.sh` into a cache outside the repository).
 //!
+//! [`offload_table`] is MiniLM's offload benchmark (`minilm --offload-table`).
+//!
 //! Shared pieces: [`weights`] reads safetensors, [`builder`] keeps a graph with the file names of
 //! its weights, [`tokenize`] is MiniLM's word-piece glue, [`report`] prints the memory report.
 
@@ -11,6 +13,7 @@ pub mod builder;
 pub mod checks;
 pub mod minilm;
 pub mod mnist;
+pub mod offload_table;
 pub mod quantize;
 pub mod report;
 pub mod tokenize;

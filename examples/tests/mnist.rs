@@ -172,7 +172,7 @@ fn quantized_weights_keep_the_argmax_on_every_backend() {
             ),
             (WeightFormat::Int8 { group: 0 }, &int8_file, 0.27),
         ] {
-            let mut net = Mnist::new_as(&rt, file, images.len(), format).unwrap();
+            let mut net = Mnist::with_budget(&rt, file, images.len(), format, None).unwrap();
             let logits = net.classify(&images).unwrap();
             for (k, ((path, label), row)) in bundled.iter().zip(&logits).enumerate() {
                 assert_eq!(
@@ -195,6 +195,46 @@ fn quantized_weights_keep_the_argmax_on_every_backend() {
                 "{name} {format:?}: {ratio:.3}x the f32 bytes"
             );
             println!("{name} {format:?}: weight bytes {ratio:.3}x f32");
+        }
+    }
+}
+
+/// Issue 16: `--device-budget` runs give bit-identical logits on every backend, and the model's
+/// pool never reserves more than the budget.
+#[test]
+fn budgeted_runs_are_bit_identical_on_every_backend() {
+    use tensormem_examples::cli::DeviceBudget;
+    let weights = Mnist::bundled_weights().unwrap();
+    let images: Vec<Vec<u8>> = mnist::bundled_images()
+        .iter()
+        .map(|(p, _)| mnist::read_image(p, false).unwrap())
+        .collect();
+    for (name, rt) in backends::available_runtimes() {
+        let mut plain = Mnist::new(&rt, &weights, images.len()).unwrap();
+        let want = plain.classify(&images).unwrap();
+        let need = plain.model().memory_report().unbudgeted_device_bytes();
+        drop(plain);
+        for percent in [50.0, 40.0] {
+            let budget = Some(DeviceBudget::Percent(percent));
+            let mut net = Mnist::with_budget(
+                &rt,
+                &weights,
+                images.len(),
+                tensormem::WeightFormat::F32,
+                budget,
+            )
+            .unwrap();
+            for _ in 0..2 {
+                let got = net.classify(&images).unwrap();
+                let bits = |l: &[[f32; 10]]| -> Vec<u32> {
+                    l.iter().flatten().map(|v| v.to_bits()).collect()
+                };
+                assert_eq!(bits(&got), bits(&want), "{name} at {percent}%");
+            }
+            let r = net.model().memory_report();
+            let o = r.offload.clone().unwrap();
+            assert_eq!(o.budget, (need as f64 * percent / 100.0) as u64);
+            assert!(r.peak_device_bytes <= o.budget, "{name}: {r:?}");
         }
     }
 }

@@ -68,7 +68,7 @@ fn int8_of_mnist_reports_every_tensor_and_loads_in_the_sample() {
     let backend =
         std::sync::Arc::new(tensormem::HostBackend::new(tensormem::HostConfig::default()).unwrap());
     let rt = tensormem::Runtime::new(backend, tensormem::RuntimeConfig::default()).unwrap();
-    let mut net = Mnist::new_as(&rt, &file, 1, WeightFormat::Int8 { group: 0 }).unwrap();
+    let mut net = Mnist::with_budget(&rt, &file, 1, WeightFormat::Int8 { group: 0 }, None).unwrap();
     for (path, label) in mnist::bundled_images() {
         let img = mnist::read_image(&path, false).unwrap();
         assert_eq!(mnist::argmax(&net.classify(&[img]).unwrap()[0]), label);

@@ -103,13 +103,13 @@ impl<E> TicketRing<E> {
     /// Rejects a ticket this ring never issued.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a ticket above the last one issued.
+    /// [`Error::UnknownTicket`] for a ticket above the last one issued.
     pub(crate) fn check_issued(&self, ticket: Ticket) -> Result<()> {
         if ticket.0 > self.issued {
-            return Err(Error::invalid(format!(
-                "cuda: ticket {} was never issued (last issued {})",
-                ticket.0, self.issued
-            )));
+            return Err(Error::UnknownTicket {
+                ticket: ticket.0,
+                issued: self.issued,
+            });
         }
         Ok(())
     }

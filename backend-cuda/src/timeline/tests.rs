@@ -85,7 +85,10 @@ fn one_event_per_flush_and_waits_retire_it() {
     t.submit(|| Ok(())).unwrap();
     t.flush().unwrap();
     assert_eq!(t.ops().created.load(Ordering::SeqCst), 1);
-    assert!(matches!(t.wait(Ticket(9)), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        t.wait(Ticket(9)),
+        Err(Error::UnknownTicket { ticket: 9, .. })
+    ));
 }
 
 #[test]

@@ -17,16 +17,16 @@ pub(crate) fn cases() -> Vec<Case> {
     }]
 }
 
-struct RandomGraph {
-    graph: Graph,
+pub(super) struct RandomGraph {
+    pub(super) graph: Graph,
     /// (tensor, data) of inputs and weights.
-    feeds: Vec<(TensorId, Vec<f32>)>,
-    outputs: Vec<TensorId>,
+    pub(super) feeds: Vec<(TensorId, Vec<f32>)>,
+    pub(super) outputs: Vec<TensorId>,
     /// Every tensor's value computed on the host with no reuse, by tensor index.
     reference: Vec<Option<Vec<f32>>>,
 }
 
-fn bytes(v: &[f32]) -> Vec<u8> {
+pub(super) fn bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
@@ -36,7 +36,7 @@ fn floats(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-fn random_graph(seed: u64) -> Result<RandomGraph, String> {
+pub(super) fn random_graph(seed: u64) -> Result<RandomGraph, String> {
     let mut rng = Rng::new(seed);
     let rows = 1 + rng.below(12) as u32;
     let cols = 4 + rng.below(60) as u32;

@@ -1,12 +1,16 @@
 //! Pool trace replay (issue 14): five allocation traces through tensormem's dynamic pool and
 //! through cubecl's memory management, in one process, over devices that only count.
 //!
-//! For each trace it prints peak reserved ÷ peak live (live = bytes the trace requested), the
-//! reservations each made from its device, and the time per allocate+free pair as a ratio to
-//! cubecl's: thread CPU time of a whole replay divided by its allocations, best of `--rounds`
-//! rounds in which the two run interleaved (the machine is shared, and the best round is the one
-//! least disturbed). It writes one SVG per trace: live bytes and both pools' reserved bytes over
-//! the events.
+//! For each trace it prints peak reserved ÷ peak live (live = bytes the trace requested) for our
+//! pool in place, our pool on blocks and cubecl; the reservations each made from its device; and
+//! the time per allocate+free pair as a ratio to cubecl's: thread CPU time of a whole replay
+//! divided by its allocations, best of `--rounds` rounds in which the three run interleaved (the
+//! machine is shared, and the best round is the one least disturbed). The record-and-replay pool
+//! runs too (steps marked where the trace repeats a model run: gpt2s_train, llama8b_prefill and
+//! mobilenet_v2 by iteration, xfmr_eager by prefill; rand_logu has none), with the share of
+//! allocations it served from plans and its steady state: peak reserved from the first plan on,
+//! over the arena the plans need. It writes one SVG per trace: live bytes and each pool's
+//! reserved bytes over the events.
 //!
 //! The traces and how they are made are in `traces.rs`; the pools and the counting devices, and
 //! why counting devices, in `peers.rs`.
@@ -17,16 +21,28 @@
 
 mod peers;
 mod svg;
+#[path = "../support/thread_cpu.rs"]
+#[allow(
+    dead_code,
+    reason = "replays are timed whole, without criterion's ThreadCpu"
+)]
+mod thread_cpu;
 mod traces;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use peers::{Cubecl, Ours, Peer};
+use peers::{Cubecl, Ours, Peer, Replay};
+use thread_cpu::thread_cpu_ns;
+
+/// Our pool on a device that grows blocks in place.
+type InPlace = Ours<true>;
+/// Our pool on a device that cannot: the fallback of adding blocks.
+type Blocks = Ours<false>;
 use traces::Trace;
 
 /// What one replay of a trace through one pool measured.
-struct Replay {
+struct Replayed {
     peak_reserved: u64,
     reserves: u64,
     releases: u64,
@@ -34,55 +50,53 @@ struct Replay {
     held: Vec<u64>,
 }
 
-/// Replays `trace` through a fresh `P`; records the device's holding after every event when
-/// `record` is set (outside timing).
-fn replay<P: Peer>(trace: &Trace, record: bool) -> Result<Replay, String> {
-    let mut pool = P::create();
-    let mut held = Vec::with_capacity(if record { trace.events.len() } else { 0 });
-    for e in &trace.events {
+/// Runs `trace` through `pool`, marking its steps; calls `after` after every event.
+fn drive<P: Peer>(pool: &mut P, trace: &Trace, mut after: impl FnMut(&P)) -> Result<(), String> {
+    let err = |e: String| format!("{} on {}: {e}", P::NAME, trace.name);
+    let mut steps = trace.steps.iter().peekable();
+    let mut in_step = false;
+    for (i, e) in trace.events.iter().enumerate() {
+        if steps.next_if(|s| **s == i).is_some() {
+            if in_step {
+                pool.end_step().map_err(err)?;
+            }
+            pool.begin_step().map_err(err)?;
+            in_step = true;
+        }
         if e.alloc {
             pool.alloc(e.id, e.size)
         } else {
             pool.free(e.id)
         }
-        .map_err(|err| format!("{} on {}: {err}", P::NAME, trace.name))?;
-        if record {
-            held.push(pool.counters().held());
-        }
+        .map_err(err)?;
+        after(pool);
     }
+    if in_step {
+        pool.end_step().map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Replays `trace` through a fresh `P` and records the device's holding after every event.
+fn replay<P: Peer>(trace: &Trace) -> Result<(Replayed, P), String> {
+    let mut pool = P::create();
+    let mut held = Vec::with_capacity(trace.events.len());
+    drive(&mut pool, trace, |p| held.push(p.counters().held()))?;
     let c = pool.counters();
-    Ok(Replay {
+    let r = Replayed {
         peak_reserved: c.peak(),
         reserves: c.reserves(),
         releases: c.releases(),
         held,
-    })
-}
-
-/// Thread CPU time in nanoseconds: immune to the other processes' time slices on a shared machine.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable `timespec`; CLOCK_THREAD_CPUTIME_ID is supported on every
-    // Linux the benchmark runs on, and on failure `ts` stays zero (a visible 0 ns, not UB).
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    Ok((r, pool))
 }
 
 /// Nanoseconds per allocate+free pair of one timed replay (pool creation and drop excluded).
 fn timed<P: Peer>(trace: &Trace) -> Result<f64, String> {
     let mut pool = P::create();
     let start = thread_cpu_ns();
-    for e in &trace.events {
-        if e.alloc {
-            pool.alloc(e.id, e.size)
-        } else {
-            pool.free(e.id)
-        }
-        .map_err(|err| format!("{} on {}: {err}", P::NAME, trace.name))?;
-    }
+    drive(&mut pool, trace, |_| {})?;
     let ns = thread_cpu_ns() - start;
     drop(pool);
     Ok(ns as f64 / trace.allocations.max(1) as f64)
@@ -162,56 +176,101 @@ fn run(args: &Args) -> Result<(), String> {
         .map_err(|e| format!("creating {}: {e}", args.svg_dir.display()))?;
     println!(
         "pool trace replay: peak reserved / peak live, reservations from the device, thread CPU \
-         ns per allocate+free pair (best of {} interleaved rounds)",
-        args.rounds
+         ns per allocate+free pair (best of {} interleaved rounds); ours in place (a device that \
+         grows blocks in place, {} MiB granularity) and on blocks (one that cannot); time ratios \
+         are ours / cubecl's",
+        args.rounds,
+        peers::GRANULARITY >> 20
     );
     println!(
-        "{:<16} {:>8} {:>10} | {:>8} {:>8} {:>9} | {:>8} {:>8} {:>9} | {:>11}",
+        "{:<16} {:>8} {:>9} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>6} {:>6}",
         "trace",
         "allocs",
         "peak live",
-        "ours",
+        "in place",
+        "reserves",
+        "ns/pair",
+        "blocks",
+        "reserves",
+        "ns/pair",
+        "replay",
         "reserves",
         "ns/pair",
         "cubecl",
         "reserves",
         "ns/pair",
-        "time ratio"
+        "t in pl",
+        "t blks"
     );
     for trace in &traces {
         let live = trace.live();
         let peak_live = live.iter().copied().max().unwrap_or(0).max(1);
-        let ours = replay::<Ours>(trace, true)?;
-        let cubecl = replay::<Cubecl>(trace, true)?;
-        let (mut ns_ours, mut ns_cubecl) = (f64::INFINITY, f64::INFINITY);
+        let (in_place, _) = replay::<InPlace>(trace)?;
+        let (blocks, _) = replay::<Blocks>(trace)?;
+        let (replayed, pool) = replay::<Replay>(trace)?;
+        let (cubecl, _) = replay::<Cubecl>(trace)?;
+        let mut ns = [f64::INFINITY; 4];
         for round in 0..args.rounds {
-            // Alternate who goes first, so neither always runs on a warmer cache.
-            if round % 2 == 0 {
-                ns_ours = ns_ours.min(timed::<Ours>(trace)?);
-                ns_cubecl = ns_cubecl.min(timed::<Cubecl>(trace)?);
-            } else {
-                ns_cubecl = ns_cubecl.min(timed::<Cubecl>(trace)?);
-                ns_ours = ns_ours.min(timed::<Ours>(trace)?);
+            // Rotate who goes first, so none always runs on a warmer cache.
+            for k in 0..4 {
+                let who = (round as usize + k) % 4;
+                let t = match who {
+                    0 => timed::<InPlace>(trace)?,
+                    1 => timed::<Blocks>(trace)?,
+                    2 => timed::<Replay>(trace)?,
+                    _ => timed::<Cubecl>(trace)?,
+                };
+                ns[who] = ns[who].min(t);
             }
         }
-        let ratio = |r: &Replay| r.peak_reserved as f64 / peak_live as f64;
+        let ratio = |r: &Replayed| r.peak_reserved as f64 / peak_live as f64;
         println!(
-            "{:<16} {:>8} {:>10} | {:>8.3} {:>8} {:>9.1} | {:>8.3} {:>8} {:>9.1} | {:>11.2}",
+            "{:<16} {:>8} {:>9} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>7.2} {:>6.2}",
             trace.name,
             trace.allocations,
             mib(peak_live),
-            ratio(&ours),
-            ours.reserves,
-            ns_ours,
+            ratio(&in_place),
+            in_place.reserves,
+            ns[0],
+            ratio(&blocks),
+            blocks.reserves,
+            ns[1],
+            ratio(&replayed),
+            replayed.reserves,
+            ns[2],
             ratio(&cubecl),
             cubecl.reserves,
-            ns_cubecl,
-            ns_ours / ns_cubecl
+            ns[3],
+            ns[0] / ns[3],
+            ns[1] / ns[3],
         );
         println!(
-            "    {}; releases: ours {}, cubecl {}",
-            trace.what, ours.releases, cubecl.releases
+            "    {}; releases: in place {}, blocks {}, replay {}, cubecl {}",
+            trace.what, in_place.releases, blocks.releases, replayed.releases, cubecl.releases
         );
+        let s = pool.stats();
+        let steady = pool
+            .planned_from()
+            .and_then(|from| replayed.held[from..].iter().copied().max())
+            .map_or("never planned".to_string(), |peak| {
+                format!(
+                    "peak reserved from the first plan on {} = {:.4}x the arena the plans need \
+                     ({})",
+                    mib(peak),
+                    peak as f64 / s.arena_needed.max(1) as f64,
+                    mib(s.arena_needed)
+                )
+            });
+        println!(
+            "    replay: {} of {} allocations from plans ({:.1}%), {} plans, {} divergences; {steady}",
+            s.planned,
+            trace.allocations,
+            100.0 * s.planned as f64 / trace.allocations.max(1) as f64,
+            s.plans,
+            s.divergences
+        );
+        let series =
+            |name: &str, r: &Replayed| format!("{name} reserved (peak {:.3}x live)", ratio(r));
         let doc = svg::chart(
             &format!("{}: {}", trace.name, trace.what),
             &[
@@ -221,16 +280,22 @@ fn run(args: &Args) -> Result<(), String> {
                     values: &live,
                 },
                 svg::Series {
-                    label: format!("{} reserved (peak {:.3}x live)", Ours::NAME, ratio(&ours)),
-                    colour: "#1f77b4",
-                    values: &ours.held,
+                    label: series(InPlace::NAME, &in_place),
+                    colour: "#2ca02c",
+                    values: &in_place.held,
                 },
                 svg::Series {
-                    label: format!(
-                        "{} reserved (peak {:.3}x live)",
-                        Cubecl::NAME,
-                        ratio(&cubecl)
-                    ),
+                    label: series(Blocks::NAME, &blocks),
+                    colour: "#1f77b4",
+                    values: &blocks.held,
+                },
+                svg::Series {
+                    label: series(Replay::NAME, &replayed),
+                    colour: "#9467bd",
+                    values: &replayed.held,
+                },
+                svg::Series {
+                    label: series(Cubecl::NAME, &cubecl),
                     colour: "#ff7f0e",
                     values: &cubecl.held,
                 },

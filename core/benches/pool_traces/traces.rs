@@ -32,16 +32,20 @@ pub struct Trace {
     pub events: Vec<Event>,
     /// Allocations in the trace (ids are `0..allocations`).
     pub allocations: usize,
+    /// Index of the first event of each step (one model run), ascending; empty for a trace
+    /// without steps. A step ends where the next begins, the last at the end of the trace.
+    pub steps: Vec<usize>,
 }
 
 impl Trace {
-    fn new(name: &'static str, what: String, events: Vec<Event>) -> Self {
+    fn new(name: &'static str, what: String, (events, steps): (Vec<Event>, Vec<usize>)) -> Self {
         let allocations = events.iter().filter(|e| e.alloc).count();
         Trace {
             name,
             what,
             events,
             allocations,
+            steps,
         }
     }
 
@@ -74,7 +78,7 @@ pub fn all() -> Result<Vec<Trace>, String> {
         Trace::new(
             "rand_logu",
             "log-uniform 256 B-64 MiB, 8 GiB expected live, 100k churn pairs".into(),
-            rand_logu(0x5EED, 100_000),
+            (rand_logu(0x5EED, 100_000), Vec::new()),
         ),
         Trace::new(
             "xfmr_eager",
@@ -131,12 +135,15 @@ fn align_up(size: u64, align: u64) -> u64 {
 }
 
 /// `dsa2events --repeat`: iteration `k` starts at `k * span`; at one time, frees before
-/// allocations; ties keep row order (stable sort, as Python's).
-fn dsa_events(rows: &[Row], repeat: u32, align: u64) -> Vec<Event> {
+/// allocations; ties keep row order (stable sort, as Python's). Each iteration is a step (every
+/// lifetime ends before `span`, so no allocation outlives its iteration).
+fn dsa_events(rows: &[Row], repeat: u32, align: u64) -> (Vec<Event>, Vec<usize>) {
     let span = rows.iter().map(|r| r.upper).max().unwrap_or(0) + 1;
     let n = rows.len() as u32;
     let mut out = Vec::with_capacity(2 * rows.len() * repeat as usize);
+    let mut steps = Vec::with_capacity(repeat as usize);
     for k in 0..repeat {
+        steps.push(out.len());
         let mut timed = Vec::with_capacity(2 * rows.len());
         for (i, r) in rows.iter().enumerate() {
             let id = k * n + i as u32;
@@ -164,7 +171,7 @@ fn dsa_events(rows: &[Row], repeat: u32, align: u64) -> Vec<Event> {
         timed.sort_by_key(|&(t, order, _)| (t, order));
         out.extend(timed.into_iter().map(|(_, _, e)| e));
     }
-    out
+    (out, steps)
 }
 
 /// xorshift64*: tiny, seeded, reproducible.
@@ -325,20 +332,23 @@ fn xfmr_infer(m: &Llama, seq: u64) -> Vec<Row> {
 }
 
 /// `xfmr_eager`: `iters` prefills of [`Llama::EAGER`], each with a sequence length log-uniform in
-/// 16..4096, every pass's activations allocated in op order and freed after last use.
-fn xfmr_eager(seed: u64, iters: u32) -> Vec<Event> {
+/// 16..4096, every pass's activations allocated in op order and freed after last use. Each pass
+/// is a step.
+fn xfmr_eager(seed: u64, iters: u32) -> (Vec<Event>, Vec<usize>) {
     let mut rng = Rng(seed);
     let mut out = Vec::new();
+    let mut steps = Vec::with_capacity(iters as usize);
     let mut base = 0u32;
     for _ in 0..iters {
         let seq = rng.log_uniform(16, 4096);
         let rows = xfmr_infer(&Llama::EAGER, seq);
         let n = rows.len() as u32;
-        out.extend(dsa_events(&rows, 1, 256).into_iter().map(|e| Event {
+        steps.push(out.len());
+        out.extend(dsa_events(&rows, 1, 256).0.into_iter().map(|e| Event {
             id: e.id + base,
             ..e
         }));
         base += n;
     }
-    out
+    (out, steps)
 }

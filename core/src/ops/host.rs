@@ -63,11 +63,10 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
         .collect();
     op.check_binding_sizes(&sizes)?;
     let [out] = outputs else {
-        // Every op has one output; the signature check above has enforced the count.
-        return Err(Error::invalid(format!(
-            "{}: expected one output",
-            op.name()
-        )));
+        return Err(Error::invariant(
+            "every op has one output; the signature check above enforced the count",
+            format!("{}: {} outputs", op.name(), outputs.len()),
+        ));
     };
     let x = |i: usize| f32s(inputs[i]);
     match *op {

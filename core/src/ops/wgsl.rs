@@ -399,10 +399,12 @@ fn spill(op: &Op, groups: u64) -> Result<[u32; 3]> {
     }
     let y = groups.div_ceil(max);
     if y > max {
-        return Err(Error::invalid(format!(
-            "{}: {groups} workgroups exceed {max} x {max}",
-            op.name()
-        )));
+        return Err(Error::TooLarge {
+            what: op.name(),
+            requested: groups,
+            limit: max * max,
+            limit_name: "workgroups of one dispatch (65535 x 65535)",
+        });
     }
     Ok([MAX_WORKGROUPS_PER_DIM, y as u32, 1])
 }

@@ -5,10 +5,17 @@
 //! run's allocate/free sequence; [`ReplayPlan::compile`] turns it into buffers (lifetimes from event
 //! order) and plans them with [`solve`], so the arena is the planned peak, with no fragmentation and
 //! no allocator work at run time. A [`Replayer`] then walks a later run event by event: each
-//! allocation that matches the recording gets its planned offset in O(1); the first mismatch (another
-//! size, say from a dynamic shape, or another order) is a [`Step::Diverged`], after which the caller
+//! allocation that matches the recording gets its planned offset in O(1); the first mismatch (a
+//! larger size, another alignment, another order) is a [`Step::Diverged`], after which the caller
 //! serves everything from its dynamic pool. [`RepeatDetector`] says when a new sequence has started to
 //! repeat, so the caller re-records and re-plans.
+//!
+//! **Shapes.** A recording's *shape* is its event sequence without the sizes: which allocation
+//! comes when, its alignment, and the order of frees. Runs of one model at different input sizes
+//! (a sequence length) share a shape. The recorder hashes the shape as it goes (O(1) per event), so
+//! telling whether a run repeats costs nothing per allocation and no recording is ever cloned or
+//! compared whole. An allocation no larger than its recorded size fits in its planned slot, so a
+//! plan of a shape's largest sizes ([`Recording::widen`]) serves every smaller run of that shape.
 //!
 //! Safety argument for divergence: the plan lets two allocations share bytes only when the recorded
 //! sequence freed one before allocating the other. The replayer hands out a planned offset only while
@@ -48,6 +55,16 @@ pub struct Recorder {
     events: Vec<Event>,
     /// Per ordinal: whether it is still live.
     live: Vec<bool>,
+    /// Hash of the shape so far (the events without their sizes).
+    shape: u64,
+    /// Hash of the sizes so far.
+    sizes: u64,
+}
+
+/// Folds one word into a shape hash (FxHash's mixing step: a rotate, a xor and a multiply, cheap
+/// enough to run on every event).
+fn mix(hash: u64, word: u64) -> u64 {
+    (hash.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
 }
 
 impl Recorder {
@@ -81,6 +98,8 @@ impl Recorder {
         })?;
         self.events.push(Event::Allocate { size, align });
         self.live.push(true);
+        self.shape = mix(self.shape, u64::from(align.trailing_zeros()) << 1);
+        self.sizes = mix(self.sizes, size);
         Ok(ordinal)
     }
 
@@ -94,6 +113,7 @@ impl Recorder {
             Some(live @ true) => {
                 *live = false;
                 self.events.push(Event::Free { ordinal });
+                self.shape = mix(self.shape, u64::from(ordinal) << 1 | 1);
                 Ok(())
             }
             Some(false) => Err(Error::DoubleFree {
@@ -108,10 +128,17 @@ impl Recorder {
         }
     }
 
+    /// Whether nothing has been recorded yet.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
     /// Ends the recording. Allocations never freed live until the end of the sequence.
     pub fn finish(self) -> Recording {
         Recording {
             events: self.events,
+            shape: self.shape,
+            sizes: self.sizes,
         }
     }
 }
@@ -120,12 +147,57 @@ impl Recorder {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Recording {
     events: Vec<Event>,
+    /// Hash of the shape (the events without their sizes), built as the events were recorded.
+    shape: u64,
+    /// Hash of the allocation sizes, built the same way.
+    sizes: u64,
 }
 
 impl Recording {
     /// The events in order.
     pub fn events(&self) -> &[Event] {
         &self.events
+    }
+
+    /// A hash of the recording's shape: its events without the sizes (see the module doc). Equal
+    /// shapes have equal hashes; different shapes almost never do.
+    pub fn shape(&self) -> u64 {
+        self.shape
+    }
+
+    /// Raises every allocation's size to the larger of its own and `other`'s, when both have the
+    /// same shape; the widened recording's plan then serves both runs. Returns `None` when the
+    /// shapes differ (nothing changes), else whether any size grew. Linear in the events.
+    pub fn widen(&mut self, other: &Recording) -> Option<bool> {
+        let same = self.shape == other.shape
+            && self.events.len() == other.events.len()
+            && self
+                .events
+                .iter()
+                .zip(&other.events)
+                .all(|(a, b)| match (a, b) {
+                    (Event::Allocate { align: x, .. }, Event::Allocate { align: y, .. }) => x == y,
+                    (Event::Free { ordinal: x }, Event::Free { ordinal: y }) => x == y,
+                    _ => false,
+                });
+        if !same {
+            return None;
+        }
+        let (mut sizes, mut grew) = (0, false);
+        for (a, b) in self.events.iter_mut().zip(&other.events) {
+            if let (Event::Allocate { size, .. }, Event::Allocate { size: s, .. }) = (a, b) {
+                grew |= *s > *size;
+                *size = (*size).max(*s);
+                sizes = mix(sizes, *size);
+            }
+        }
+        self.sizes = sizes;
+        Some(grew)
+    }
+
+    /// Whether the recording has no events.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
     }
 
     /// Number of allocations.
@@ -186,9 +258,12 @@ impl ReplayPlan {
                 ..SolveOptions::default()
             },
         )?;
-        let Plan { offsets, peak } = solution
-            .plan
-            .ok_or_else(|| Error::invalid("the planner returned no plan without a capacity"))?;
+        let Plan { offsets, peak } = solution.plan.ok_or_else(|| {
+            Error::invariant(
+                "the planner always returns a plan when no capacity is set",
+                "plan::solve returned none for a replay recording",
+            )
+        })?;
         Ok(ReplayPlan {
             events: recording.events.clone(),
             offsets,
@@ -211,6 +286,15 @@ impl ReplayPlan {
     /// Planned offset of each allocation, by ordinal.
     pub fn offsets(&self) -> &[u64] {
         &self.offsets
+    }
+
+    /// Size and alignment of the first allocation, if any: what a run must start with to follow
+    /// this plan.
+    pub fn first_allocation(&self) -> Option<(u64, u64)> {
+        self.events.iter().find_map(|e| match *e {
+            Event::Allocate { size, align } => Some((size, align)),
+            Event::Free { .. } => None,
+        })
     }
 
     /// Which planner produced the offsets.
@@ -257,11 +341,12 @@ pub struct Replayer {
 }
 
 impl Replayer {
-    /// An allocation of the new run.
+    /// An allocation of the new run. It follows the plan when the recording allocates next, at
+    /// least `size` bytes, with the same alignment: a smaller allocation fits in its planned slot.
     pub fn allocate(&mut self, size: u64, align: u64) -> Step {
         if !self.diverged
             && let Some(&Event::Allocate { size: s, align: a }) = self.plan.events.get(self.cursor)
-            && s == size
+            && size <= s
             && a == align
         {
             self.cursor += 1;
@@ -301,14 +386,17 @@ impl Replayer {
 /// Says when a sequence of runs has settled into a repeating pattern worth planning.
 ///
 /// Feed it each run's recording; it answers how many consecutive runs (this one included) had
-/// exactly this sequence. The caller compiles a [`ReplayPlan`] once the count reaches its threshold
-/// (2 = "the same recording twice") and re-plans when a different sequence starts repeating.
+/// the same shape and the same sizes. The caller compiles a [`ReplayPlan`] once the count reaches
+/// its threshold (2 = "the same recording twice") and re-plans when a different sequence starts
+/// repeating. O(1) per run: it compares hashes (the shape's and the
+/// sizes, both built while recording), never recordings. A collision can only make a plan that the next run leaves at once,
+/// because the [`Replayer`] checks every event.
 #[derive(Debug, Clone, Default)]
 pub struct RepeatDetector {
-    last: Option<Recording>,
+    last: Option<(u64, u64)>,
     run: u32,
-    /// Recordings seen so far by fingerprint, to report sequences that recur non-consecutively.
-    seen: HashMap<u64, u32>,
+    /// Runs seen so far by fingerprint, to report sequences that recur non-consecutively.
+    seen: HashMap<(u64, u64), u32>,
 }
 
 impl RepeatDetector {
@@ -317,28 +405,30 @@ impl RepeatDetector {
         RepeatDetector::default()
     }
 
-    /// Observes one run; returns how many consecutive runs ended with this exact sequence.
+    /// The recording's fingerprint: its shape hash and the hash of its sizes.
+    fn fingerprint(recording: &Recording) -> (u64, u64) {
+        (recording.shape, recording.sizes)
+    }
+
+    /// Observes one run; returns how many consecutive runs ended with this sequence.
     pub fn observe(&mut self, recording: &Recording) -> u32 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        recording.hash(&mut h);
-        *self.seen.entry(h.finish()).or_insert(0) += 1;
-        if self.last.as_ref() == Some(recording) {
+        let f = Self::fingerprint(recording);
+        *self.seen.entry(f).or_insert(0) += 1;
+        if self.last == Some(f) {
             self.run += 1;
         } else {
-            self.last = Some(recording.clone());
+            self.last = Some(f);
             self.run = 1;
         }
         self.run
     }
 
-    /// How many runs so far had a sequence with the same fingerprint as `recording` (consecutive or
-    /// not). A fingerprint can collide, so treat this as a hint; [`Self::observe`] compares exactly.
+    /// How many runs so far had this sequence (consecutive or not).
     pub fn times_seen(&self, recording: &Recording) -> u32 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        recording.hash(&mut h);
-        self.seen.get(&h.finish()).copied().unwrap_or(0)
+        self.seen
+            .get(&Self::fingerprint(recording))
+            .copied()
+            .unwrap_or(0)
     }
 }
 

@@ -6,9 +6,18 @@
 //! with `Upload` or `Readback` it is the host-visible (pinned) pool for host tensors that take part in
 //! transfers.
 //!
+//! # Growth: in place, else blocks
+//! Where the backend can grow a block in place ([`Backend::in_place_growth`]: CUDA virtual memory
+//! management, the host's reserve-and-commit), the pool keeps **one arena**: a reservation of
+//! address space carved by one TLSF, whose committed size grows at its end as the live set
+//! grows and whose free tail is returned by trim ([`in_place`]). Tensors can then be placed
+//! anywhere in the arena, so nothing is lost to block boundaries. Elsewhere (Vulkan without
+//! sparse binding, wgpu), or once the reservation is full, the pool adds blocks ([`growth`]).
+//!
 //! # Out-of-memory path
 //! 1. reclaim frees whose tickets completed, retry in the existing blocks;
-//! 2. reserve a new block if the [`Budget`] allows ([`growth`] decides its size);
+//! 2. grow the arena in place, else reserve a new block, if the [`Budget`] allows ([`in_place`]
+//!    and [`growth`] decide the sizes);
 //! 3. if the budget or the driver refuses, trim this pool's empty blocks and retry once;
 //! 4. with the pool's lock released, ask every pool of the runtime to release idle blocks
 //!    ([`Budget::relieve`]) and retry once more;
@@ -21,7 +30,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
-use crate::backend::{Backend, BlockId, BlockRange, MemoryKind, Ticket};
+use crate::backend::{Backend, BlockId, BlockRange, InPlaceGrowth, MemoryKind, Ticket};
 use crate::pool::budget::{Budget, Reclaim};
 use crate::pool::deferred::Deferred;
 use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
@@ -30,6 +39,7 @@ use crate::suballoc::{Region, Tlsf};
 use crate::{Error, Result};
 
 mod growth;
+mod in_place;
 mod invariants;
 mod oom;
 
@@ -53,6 +63,9 @@ pub struct ArenaConfig {
     /// none). The pool never reserves more, whatever it costs in failed allocations. A pool built
     /// on a runtime's shared [`Budget`] ([`ArenaPool::with_budget`]) is limited by that instead.
     pub budget: Option<u64>,
+    /// Grow one arena in place where the backend can ([`Backend::in_place_growth`]); default
+    /// `true`. `false` always adds blocks (the fallback path, for tests and comparisons).
+    pub in_place: bool,
 }
 
 impl ArenaConfig {
@@ -63,6 +76,7 @@ impl ArenaConfig {
             kind: MemoryKind::DeviceLocal,
             block_size: DEFAULT_BLOCK_SIZE,
             budget: None,
+            in_place: true,
         }
     }
 
@@ -73,6 +87,7 @@ impl ArenaConfig {
             kind,
             block_size: 8 << 20,
             budget: None,
+            in_place: true,
         }
     }
 }
@@ -85,8 +100,12 @@ impl Default for ArenaConfig {
 
 struct Block {
     id: BlockId,
+    /// Bytes backed by memory (for the arena that grows in place: its committed size); always
+    /// the TLSF's capacity.
     size: u64,
     tlsf: Tlsf,
+    /// Address space reserved, for the arena that grows in place; `None` for a regular block.
+    reserved: Option<u64>,
 }
 
 struct Live {
@@ -97,6 +116,8 @@ struct Live {
     last_use: Ticket,
     /// Whether the block was reserved for this allocation (a cancel returns it).
     fresh_block: bool,
+    /// Bytes the arena grew in place for this allocation (a cancel gives them back).
+    grown: u64,
 }
 
 struct State {
@@ -109,10 +130,30 @@ struct State {
     /// Set by the first backend call that reported the device lost (backend, detail); every later
     /// allocate fails with [`Error::DeviceLost`].
     lost: Option<(&'static str, String)>,
+    /// Index in `blocks` of the arena that grows in place, while it is reserved.
+    arena: Option<usize>,
 }
 
-/// A place found for a request: block index, region, whether the block is new.
-type Carved = (usize, Region, bool);
+/// A place found for a request.
+struct Carved {
+    block: usize,
+    region: Region,
+    /// Whether the block was reserved for this request.
+    fresh_block: bool,
+    /// Bytes the arena grew in place for this request.
+    grown: u64,
+}
+
+impl Carved {
+    fn existing((block, region): (usize, Region)) -> Self {
+        Carved {
+            block,
+            region,
+            fresh_block: false,
+            grown: 0,
+        }
+    }
+}
 
 /// A pool of blocks of one memory kind, sub-allocated with TLSF. `Send + Sync`; all methods take
 /// `&self` and serialise on one internal lock (sub-allocation is tens of nanoseconds).
@@ -123,6 +164,8 @@ pub struct ArenaPool {
     /// alignment otherwise.
     base_align: u64,
     copy_align: u64,
+    /// How the backend grows blocks in place, when it does and the configuration allows it.
+    growth: Option<InPlaceGrowth>,
     budget: Arc<Budget>,
     /// Whether `budget` is shared with other pools (else its reservations are exactly this pool's).
     shared_budget: bool,
@@ -182,7 +225,11 @@ impl ArenaPool {
             _ => 1,
         }
         .max(copy_align);
+        let growth = backend
+            .in_place_growth()
+            .filter(|g| config.in_place && g.granularity.is_power_of_two());
         Ok(ArenaPool {
+            growth,
             base_align,
             copy_align,
             budget,
@@ -195,6 +242,7 @@ impl ArenaPool {
                 deferred: Deferred::new(),
                 stats: PoolStats::default(),
                 lost: None,
+                arena: None,
             }),
             backend,
             config,
@@ -244,7 +292,7 @@ impl ArenaPool {
     }
 
     /// The request rounded to the copy alignment, and the alignment raised to the pool's base.
-    fn check_request(&self, size: u64, align: u64) -> Result<(u64, u64)> {
+    pub(crate) fn check_request(&self, size: u64, align: u64) -> Result<(u64, u64)> {
         if size == 0 {
             return Err(Error::ZeroSize { what: "allocation" });
         }
@@ -278,18 +326,22 @@ impl ArenaPool {
 
     /// Existing blocks, then completed frees, then a new block.
     fn carve(&self, st: &mut State, size: u64, align: u64, label: &str) -> Result<Option<Carved>> {
-        if let Some((b, r)) = Self::try_existing(st, size, align)? {
-            return Ok(Some((b, r, false)));
+        if let Some(found) = Self::try_existing(st, size, align)? {
+            return Ok(Some(Carved::existing(found)));
         }
         if st.deferred.bytes() > 0 {
             self.reclaim_locked(st)?;
-            if let Some((b, r)) = Self::try_existing(st, size, align)? {
-                return Ok(Some((b, r, false)));
+            if let Some(found) = Self::try_existing(st, size, align)? {
+                return Ok(Some(Carved::existing(found)));
             }
         }
-        Ok(self
-            .grow(st, size, align, label)?
-            .map(|(b, r)| (b, r, true)))
+        if let Some(found) = self.grow_in_place(st, size, align, label)? {
+            return Ok(Some(found));
+        }
+        Ok(self.grow(st, size, align, label)?.map(|found| Carved {
+            fresh_block: true,
+            ..Carved::existing(found)
+        }))
     }
 
     fn try_existing(st: &mut State, size: u64, align: u64) -> Result<Option<(usize, Region)>> {
@@ -347,6 +399,9 @@ impl ArenaPool {
         let (id, size) = (b.id, b.size);
         Self::note(st, self.backend.free_block(id))?;
         st.blocks[index] = None;
+        if st.arena == Some(index) {
+            st.arena = None;
+        }
         self.budget.release(size);
         st.stats.reserved -= size;
         st.stats.blocks -= 1;
@@ -364,7 +419,7 @@ impl ArenaPool {
                 released += self.release_block(st, i)?;
             }
         }
-        Ok(released)
+        Ok(released + self.shrink_arena(st, u64::MAX)?)
     }
 }
 
@@ -393,7 +448,13 @@ impl DevicePool for ArenaPool {
                 found = self.carve(&mut st, rounded, align, label)?;
             }
         }
-        let Some((block, region, fresh_block)) = found else {
+        let Some(Carved {
+            block,
+            region,
+            fresh_block,
+            grown,
+        }) = found
+        else {
             st.stats.oom_count += 1;
             let snapshot = self.oom_snapshot(&st, size, rounded, align, label);
             drop(st);
@@ -410,6 +471,7 @@ impl DevicePool for ArenaPool {
             label: label.to_string(),
             last_use: Ticket::DONE,
             fresh_block,
+            grown,
         });
         let s = &mut st.stats;
         s.in_use += rounded;
@@ -463,6 +525,11 @@ impl DevicePool for ArenaPool {
             // it stays as an idle block that the next trim returns.)
             st.stats.blocks_allocated -= 1;
             st.stats.blocks_freed -= 1;
+        }
+        if drained && live.grown > 0 && st.arena == Some(block) {
+            // Give back what the arena grew for this allocation, as far as its tail is free
+            // (if the backend refuses, the bytes stay committed until a trim).
+            let _ = self.shrink_arena(&mut st, live.grown);
         }
         Ok(())
     }

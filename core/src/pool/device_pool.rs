@@ -189,50 +189,176 @@ pub trait PoolListener: Send + Sync {
     fn reclaimed(&self, handle: Handle);
 }
 
-impl<P: DevicePool + ?Sized> DevicePool for Arc<P> {
+/// An adaptor: a [`DevicePool`] that wraps another pool and changes only some of its behaviour.
+///
+/// Every method defaults to the same call on [`PoolAdaptor::inner`], so an adaptor writes only the
+/// methods it changes, and a blanket impl makes every `PoolAdaptor` a `DevicePool`. The wrapped
+/// pool is an associated type, not a trait object, so a forwarded call is a direct (inlinable)
+/// call: an adaptor costs nothing for the methods it leaves alone.
+///
+/// Implement this trait *or* `DevicePool`, never both. Calls made on a concrete adaptor type with
+/// both traits in scope are ambiguous, so implementations name this trait by path rather than
+/// importing it; callers use `DevicePool`.
+pub trait PoolAdaptor: Send + Sync {
+    /// The pool this adaptor wraps.
+    type Inner: DevicePool + ?Sized;
+
+    /// The wrapped pool.
+    fn inner(&self) -> &Self::Inner;
+
+    /// As [`DevicePool::name`]; forwards by default.
     fn name(&self) -> &str {
-        (**self).name()
+        self.inner().name()
+    }
+
+    /// As [`DevicePool::allocate`]; forwards by default.
+    ///
+    /// # Errors
+    /// As [`DevicePool::allocate`].
+    fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
+        self.inner().allocate(size, align, label)
+    }
+
+    /// As [`DevicePool::free_after`]; forwards by default.
+    ///
+    /// # Errors
+    /// As [`DevicePool::free_after`].
+    fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
+        self.inner().free_after(handle, ticket)
+    }
+
+    /// As [`DevicePool::cancel`]; forwards by default.
+    ///
+    /// # Errors
+    /// As [`DevicePool::cancel`].
+    fn cancel(&self, handle: Handle) -> Result<()> {
+        self.inner().cancel(handle)
+    }
+
+    /// As [`DevicePool::resolve`]; forwards by default.
+    ///
+    /// # Errors
+    /// As [`DevicePool::resolve`].
+    fn resolve(&self, handle: Handle) -> Result<BlockRange> {
+        self.inner().resolve(handle)
+    }
+
+    /// As [`DevicePool::mark_used`]; forwards by default.
+    ///
+    /// # Errors
+    /// As [`DevicePool::mark_used`].
+    fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
+        self.inner().mark_used(handle, ticket)
+    }
+
+    /// As [`DevicePool::last_use`]; forwards by default.
+    ///
+    /// # Errors
+    /// As [`DevicePool::last_use`].
+    fn last_use(&self, handle: Handle) -> Result<Ticket> {
+        self.inner().last_use(handle)
+    }
+
+    /// As [`DevicePool::label`]; forwards by default.
+    ///
+    /// # Errors
+    /// As [`DevicePool::label`].
+    fn label(&self, handle: Handle) -> Result<String> {
+        self.inner().label(handle)
+    }
+
+    /// As [`DevicePool::reclaim`]; forwards by default.
+    ///
+    /// # Errors
+    /// As [`DevicePool::reclaim`].
+    fn reclaim(&self) -> Result<()> {
+        self.inner().reclaim()
+    }
+
+    /// As [`DevicePool::trim`]; forwards by default.
+    ///
+    /// # Errors
+    /// As [`DevicePool::trim`].
+    fn trim(&self) -> Result<u64> {
+        self.inner().trim()
+    }
+
+    /// As [`DevicePool::stats`]; forwards by default.
+    fn stats(&self) -> PoolStats {
+        self.inner().stats()
+    }
+
+    /// As [`DevicePool::live_allocations`]; forwards by default.
+    fn live_allocations(&self) -> Vec<LiveAllocation> {
+        self.inner().live_allocations()
+    }
+
+    /// As [`DevicePool::set_listener`]; forwards by default.
+    fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
+        self.inner().set_listener(listener)
+    }
+
+    /// As [`DevicePool::check_invariants`]; forwards by default. An adaptor with state of its own
+    /// checks it after the inner pool's.
+    ///
+    /// # Errors
+    /// A description of the first broken invariant.
+    fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.inner().check_invariants()
+    }
+}
+
+/// Every adaptor is a pool.
+impl<A: PoolAdaptor> DevicePool for A {
+    fn name(&self) -> &str {
+        PoolAdaptor::name(self)
     }
     fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
-        (**self).allocate(size, align, label)
+        PoolAdaptor::allocate(self, size, align, label)
     }
     fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
-        (**self).free_after(handle, ticket)
-    }
-    fn free(&self, handle: Handle) -> Result<()> {
-        (**self).free(handle)
+        PoolAdaptor::free_after(self, handle, ticket)
     }
     fn cancel(&self, handle: Handle) -> Result<()> {
-        (**self).cancel(handle)
+        PoolAdaptor::cancel(self, handle)
     }
     fn resolve(&self, handle: Handle) -> Result<BlockRange> {
-        (**self).resolve(handle)
+        PoolAdaptor::resolve(self, handle)
     }
     fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
-        (**self).mark_used(handle, ticket)
+        PoolAdaptor::mark_used(self, handle, ticket)
     }
     fn last_use(&self, handle: Handle) -> Result<Ticket> {
-        (**self).last_use(handle)
+        PoolAdaptor::last_use(self, handle)
     }
     fn label(&self, handle: Handle) -> Result<String> {
-        (**self).label(handle)
+        PoolAdaptor::label(self, handle)
     }
     fn reclaim(&self) -> Result<()> {
-        (**self).reclaim()
+        PoolAdaptor::reclaim(self)
     }
     fn trim(&self) -> Result<u64> {
-        (**self).trim()
+        PoolAdaptor::trim(self)
     }
     fn stats(&self) -> PoolStats {
-        (**self).stats()
+        PoolAdaptor::stats(self)
     }
     fn live_allocations(&self) -> Vec<LiveAllocation> {
-        (**self).live_allocations()
+        PoolAdaptor::live_allocations(self)
     }
     fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
-        (**self).set_listener(listener)
+        PoolAdaptor::set_listener(self, listener)
     }
     fn check_invariants(&self) -> std::result::Result<(), String> {
-        (**self).check_invariants()
+        PoolAdaptor::check_invariants(self)
+    }
+}
+
+/// A shared pool is the pool it points to: the adaptor that changes nothing.
+impl<P: DevicePool + ?Sized> PoolAdaptor for Arc<P> {
+    type Inner = P;
+
+    fn inner(&self) -> &P {
+        self
     }
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind, Ticket};
 use crate::pool::arena::round_up;
-use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
+use crate::pool::device_pool::{self, Allocation, DevicePool};
 use crate::pool::slots::Handle;
 use crate::{Error, Result};
 
@@ -262,9 +262,13 @@ impl<P: DevicePool> Guarded<P> {
     }
 }
 
-impl<P: DevicePool> DevicePool for Guarded<P> {
-    fn name(&self) -> &str {
-        self.inner.name()
+/// Allocating, freeing, cancelling and resolving change (the data sits between margins); the rest
+/// passes through.
+impl<P: DevicePool> device_pool::PoolAdaptor for Guarded<P> {
+    type Inner = P;
+
+    fn inner(&self) -> &P {
+        &self.inner
     }
 
     fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
@@ -363,38 +367,6 @@ impl<P: DevicePool> DevicePool for Guarded<P> {
             },
             None => r,
         })
-    }
-
-    fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
-        self.inner.mark_used(handle, ticket)
-    }
-
-    fn last_use(&self, handle: Handle) -> Result<Ticket> {
-        self.inner.last_use(handle)
-    }
-
-    fn label(&self, handle: Handle) -> Result<String> {
-        self.inner.label(handle)
-    }
-
-    fn reclaim(&self) -> Result<()> {
-        self.inner.reclaim()
-    }
-
-    fn trim(&self) -> Result<u64> {
-        self.inner.trim()
-    }
-
-    fn stats(&self) -> PoolStats {
-        self.inner.stats()
-    }
-
-    fn live_allocations(&self) -> Vec<LiveAllocation> {
-        self.inner.live_allocations()
-    }
-
-    fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
-        self.inner.set_listener(listener)
     }
 
     fn check_invariants(&self) -> std::result::Result<(), String> {

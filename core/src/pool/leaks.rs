@@ -7,9 +7,7 @@
 
 use std::sync::{Arc, PoisonError, RwLock};
 
-use crate::backend::{BlockRange, Ticket};
-use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
-use crate::pool::slots::Handle;
+use crate::pool::device_pool::{self, DevicePool, LiveAllocation};
 use crate::pool::tracing::TraceIds;
 use crate::{Error, Result};
 
@@ -93,60 +91,11 @@ impl<P: DevicePool> Drop for LeakReport<P> {
     }
 }
 
-impl<P: DevicePool> DevicePool for LeakReport<P> {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
+/// Reporting changes nothing about allocating and freeing.
+impl<P: DevicePool> device_pool::PoolAdaptor for LeakReport<P> {
+    type Inner = P;
 
-    fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
-        self.inner.allocate(size, align, label)
-    }
-
-    fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
-        self.inner.free_after(handle, ticket)
-    }
-
-    fn cancel(&self, handle: Handle) -> Result<()> {
-        self.inner.cancel(handle)
-    }
-
-    fn resolve(&self, handle: Handle) -> Result<BlockRange> {
-        self.inner.resolve(handle)
-    }
-
-    fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
-        self.inner.mark_used(handle, ticket)
-    }
-
-    fn last_use(&self, handle: Handle) -> Result<Ticket> {
-        self.inner.last_use(handle)
-    }
-
-    fn label(&self, handle: Handle) -> Result<String> {
-        self.inner.label(handle)
-    }
-
-    fn reclaim(&self) -> Result<()> {
-        self.inner.reclaim()
-    }
-
-    fn trim(&self) -> Result<u64> {
-        self.inner.trim()
-    }
-
-    fn stats(&self) -> PoolStats {
-        self.inner.stats()
-    }
-
-    fn live_allocations(&self) -> Vec<LiveAllocation> {
-        self.inner.live_allocations()
-    }
-
-    fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
-        self.inner.set_listener(listener)
-    }
-
-    fn check_invariants(&self) -> std::result::Result<(), String> {
-        self.inner.check_invariants()
+    fn inner(&self) -> &P {
+        &self.inner
     }
 }

@@ -1,13 +1,24 @@
 //! Record and replay on a device pool: serve a repeating allocation sequence from one planned arena.
 //!
-//! A workload that allocates the same sizes in the same order every step (a transformer layer
-//! loop, a fixed-shape inference) brackets each step with [`ReplayPool::begin_step`] and
-//! [`ReplayPool::end_step`]. The pool records every step (`plan::replay::Recorder`); once the same
-//! sequence has been seen twice in a row it plans it (`plan::replay::ReplayPlan`) and reserves one
-//! arena of the planned peak from the underlying [`ArenaPool`]. Later steps that repeat the sequence
-//! get their offsets in O(1) with zero fragmentation. The first event that differs (a dynamic
-//! shape) diverges: from there the step is served by the dynamic pool, without error. When a new
-//! sequence repeats, it is re-planned and the old arena returned.
+//! A workload that allocates the same tensors in the same order every step (a transformer layer
+//! loop, an inference at any sequence length) brackets each step with [`ReplayPool::begin_step`]
+//! and [`ReplayPool::end_step`]. Each step is recorded (`plan::replay::Recorder`, which hashes the
+//! step's *shape*, its events without their sizes, as it goes). Once a shape has been seen
+//! [`ReplayConfig::repeats`] times it is planned (`plan::replay::ReplayPlan`), for the largest size
+//! each of its allocations has had, and later steps of that shape take their offsets from the plan
+//! in O(1), with zero fragmentation, as long as no allocation is larger than planned.
+//!
+//! * **No double reservation.** The planned arena is one backend block of exactly the largest
+//!   plan's size, reserved against the budget only after the dynamic pool has returned its idle
+//!   blocks (the recorded steps' memory), so in steady state the pool reserves the plan.
+//! * **O(1) per allocation.** Following a plan is one comparison per event; telling whether a step
+//!   repeats compares hashes, never recordings. Work linear in a step happens only at the end of a
+//!   step that did not follow a plan (re-planning).
+//! * **Dynamic shapes.** One plan per shape, kept across steps of other shapes (up to
+//!   [`ReplayConfig::max_shapes`], least recently used evicted); a step takes the plan that fits its
+//!   first allocation. The first event a plan cannot serve (a larger size, another order) diverges:
+//!   from there the step is served by the dynamic pool, without error, and the plan stays; the step
+//!   then widens its shape's plan.
 //!
 //! A `ReplayPool` is itself a [`DevicePool`], so a [`Runtime`](crate::Runtime) can use it
 //! ([`Runtime::with_pool`](crate::Runtime::with_pool)): allocations made outside a step are served
@@ -15,25 +26,50 @@
 //!
 //! Handles carry a generation like every pool handle: a double free or a stale use is an error.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
-use crate::backend::{BlockRange, Ticket};
-use crate::plan::replay::{Recorder, RepeatDetector, ReplayPlan, Replayer, Step};
-use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
+use crate::plan::replay::{Recorder, Replayer};
+use crate::pool::arena::ArenaPool;
+use crate::pool::device_pool::DevicePool;
 use crate::pool::slots::{Handle, Slots, next_pool_id};
 use crate::{Error, Result};
+
+mod arena;
+mod serve;
+mod shapes;
+
+use shapes::Shapes;
+
+/// Configuration of a [`ReplayPool`].
+#[derive(Clone, Debug)]
+pub struct ReplayConfig {
+    /// Planner time per compiled plan. Default 50 ms; longer can shave a few percent off the arena.
+    pub plan_time_limit: Duration,
+    /// Steps of one shape recorded before it is planned (at least 1). Default 1: the first step
+    /// records, the second replays (ONNX Runtime's memory patterns); 2 plans only shapes that
+    /// recur, at the price of one more dynamic step per shape.
+    pub repeats: u32,
+    /// Shapes (plans) kept; the least recently used goes when a new one comes. Default 8. The
+    /// arena is sized for the largest plan kept.
+    pub max_shapes: usize,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        ReplayConfig {
+            plan_time_limit: Duration::from_millis(50),
+            repeats: 1,
+            max_shapes: 8,
+        }
+    }
+}
 
 /// Where one replay allocation's bytes came from.
 #[derive(Copy, Clone, Debug)]
 enum Source {
-    /// The planned arena, allocation `ordinal` of the plan, during step `step`, at `offset` bytes
-    /// into the arena.
-    Planned {
-        ordinal: u32,
-        step: u64,
-        offset: u64,
-    },
+    /// The planned arena, during step `step`, at `offset` bytes into the arena.
+    Planned { step: u64, offset: u64 },
     /// The dynamic pool.
     Dynamic(Handle),
 }
@@ -56,61 +92,89 @@ pub struct ReplayStats {
     pub steps: u64,
     /// Allocations served from the planned arena.
     pub planned: u64,
-    /// Allocations served by the dynamic pool (no plan yet, or after a divergence).
+    /// Allocations served by the dynamic pool (no plan yet, outside a step, or after a divergence).
     pub dynamic: u64,
-    /// Steps that left their plan.
+    /// Steps that did not follow a plan to the end although plans existed (left theirs, or found
+    /// none that takes their first allocation).
     pub divergences: u64,
-    /// Plans compiled.
+    /// Plans compiled (a shape's first plan, and each widening).
     pub plans: u64,
-    /// Size of the current planned arena in bytes (0 without a plan).
+    /// Shapes with a plan now.
+    pub shapes: usize,
+    /// Size of the arena block now held, in bytes (0 without one).
     pub arena_size: u64,
-    /// Max-load lower bound of the current plan's recording, in bytes.
+    /// Size the plans kept need, in bytes; above `arena_size` while the arena waits to grow.
+    pub arena_needed: u64,
+    /// Max-load lower bound of the current shape's plan, in bytes.
     pub lower_bound: u64,
-}
-
-struct Planned {
-    plan: Arc<ReplayPlan>,
-    arena: Allocation,
+    /// Arena blocks reserved from the backend.
+    pub arena_reserves: u64,
+    /// Arena reservations refused by the budget or the device (the steps then run dynamically).
+    pub arena_refusals: u64,
 }
 
 struct State {
     slots: Slots<Entry>,
     recorder: Recorder,
-    detector: RepeatDetector,
-    planned: Option<Planned>,
-    replayer: Option<Replayer>,
+    shapes: Shapes,
+    /// The open step's plan (by shape) and where it is in it.
+    replayer: Option<(u64, Replayer)>,
+    arena: Option<arena::Block>,
     step: u64,
     in_step: bool,
-    /// Latest ticket of work on any planned allocation: the arena's free waits for it.
-    arena_last_use: Ticket,
+    /// The open (or last) step's key.
+    key: u64,
+    /// Live planned allocations and their bytes.
+    planned_live: usize,
+    planned_bytes: u64,
+    /// Highest reserved bytes (dynamic pool plus arena) seen at a reservation.
+    peak_reserved: u64,
     stats: ReplayStats,
 }
 
-/// Record-and-replay over a dynamic pool. See the module doc. `Send + Sync`.
+/// Record-and-replay over a dynamic [`ArenaPool`]. See the module doc. `Send + Sync`.
 pub struct ReplayPool {
-    pool: Arc<dyn DevicePool>,
-    plan_time_limit: Duration,
+    pool: Arc<ArenaPool>,
+    source: arena::Source,
+    config: ReplayConfig,
     state: Mutex<State>,
 }
 
 impl ReplayPool {
-    /// A replay pool drawing its arena and its dynamic allocations from `pool`. `plan_time_limit`
-    /// bounds the planner per compiled sequence.
-    pub fn new(pool: Arc<dyn DevicePool>, plan_time_limit: Duration) -> Self {
+    /// A replay pool whose steps' arena comes from `pool`'s backend and budget, and whose other
+    /// allocations `pool` serves.
+    ///
+    /// Build `pool` with [`ArenaPool::with_budget`] (a runtime hands its budget to
+    /// [`Runtime::with_pool`](crate::Runtime::with_pool)'s closure): the arena is charged to that
+    /// budget beside the pool's blocks, so one limit and one pressure path cover both. A pool made
+    /// by [`ArenaPool::new`] owns its budget and expects only its own blocks in it: the arena
+    /// still counts against its limit, but its invariant check reports the arena's bytes.
+    pub fn new(pool: Arc<ArenaPool>, config: ReplayConfig) -> Self {
+        let source = arena::Source {
+            backend: pool.backend().clone(),
+            budget: pool.budget().clone(),
+            kind: pool.config().kind,
+            name: format!("{} (replay arena)", pool.name()),
+            listener: RwLock::new(None),
+        };
         ReplayPool {
-            pool,
-            plan_time_limit,
+            source,
+            config,
             state: Mutex::new(State {
                 slots: Slots::new(next_pool_id(), "replay allocation"),
                 recorder: Recorder::new(),
-                detector: RepeatDetector::new(),
-                planned: None,
+                shapes: Shapes::new(),
                 replayer: None,
+                arena: None,
                 step: 0,
                 in_step: false,
-                arena_last_use: Ticket::DONE,
+                key: 0,
+                planned_live: 0,
+                planned_bytes: 0,
+                peak_reserved: 0,
                 stats: ReplayStats::default(),
             }),
+            pool,
         }
     }
 
@@ -118,298 +182,146 @@ impl ReplayPool {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts a step: recording restarts and, with a plan, replay starts at its first event.
+    /// Starts a step: recording restarts; the step's first allocation picks the plan it follows.
+    /// Same as [`ReplayPool::begin_step_keyed`] with key 0.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the previous step was not ended.
     pub fn begin_step(&self) -> Result<()> {
+        self.begin_step_keyed(0)
+    }
+
+    /// Starts a step that follows only plans recorded by steps of the same `key`. Without keys a
+    /// step takes the plan that fits its first allocation, preferring the last step's; steps of
+    /// different models whose sequences start alike (one model a prefix of another) should carry
+    /// different keys, or each may start on the other's plan and leave it halfway.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the previous step was not ended.
+    pub fn begin_step_keyed(&self, key: u64) -> Result<()> {
         let mut st = self.lock();
         if st.in_step {
             return Err(Error::invalid("begin_step while a step is open"));
         }
         st.in_step = true;
+        st.key = key;
         st.recorder = Recorder::new();
-        st.replayer = st.planned.as_ref().map(|p| p.plan.replayer());
+        st.replayer = None;
         Ok(())
     }
 
-    fn allocate_entry(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
-        let mut st = self.lock();
-        if !st.in_step {
-            let a = self.pool.allocate(size, align, label)?;
-            st.stats.dynamic += 1;
-            let step = st.step;
-            let handle = st.slots.insert(Entry {
-                source: Source::Dynamic(a.handle),
-                step,
-                recorded: None,
-                size: a.range.size,
-                label: label.to_string(),
-            });
-            return Ok(Allocation {
-                handle,
-                range: a.range,
-            });
-        }
-        let step = match st.replayer.as_mut() {
-            Some(r) => r.allocate(size, align),
-            None => Step::Diverged,
-        };
-        let arena = st.planned.as_ref().map(|p| p.arena);
-        let (source, range) = match (step, arena) {
-            (Step::Planned { ordinal, offset }, Some(arena)) => {
-                let base = self.pool.resolve(arena.handle)?;
-                let range = BlockRange {
-                    block: base.block,
-                    offset: base.offset + offset,
-                    size,
-                };
-                let source = Source::Planned {
-                    ordinal,
-                    step: st.step,
-                    offset,
-                };
-                (source, range)
-            }
-            _ => {
-                let a = self.pool.allocate(size, align, label)?;
-                (Source::Dynamic(a.handle), a.range)
-            }
-        };
-        // Recorded only once it succeeded: a failed allocate leaves the recording as it was.
-        let recorded = match st.recorder.allocate(size, align) {
-            Ok(r) => r,
-            Err(e) => {
-                if let Source::Dynamic(h) = source {
-                    self.pool.cancel(h)?;
-                }
-                return Err(e);
-            }
-        };
-        match source {
-            Source::Planned { .. } => st.stats.planned += 1,
-            Source::Dynamic(_) => st.stats.dynamic += 1,
-        }
-        let step = st.step;
-        let handle = st.slots.insert(Entry {
-            source,
-            step,
-            recorded: Some(recorded),
-            size: range.size,
-            label: label.to_string(),
-        });
-        Ok(Allocation { handle, range })
-    }
-
-    /// Frees an entry after `ticket`; `cancel` undoes a dynamic allocation instead of freeing it.
-    fn release_entry(&self, handle: Handle, ticket: Ticket, cancel: bool) -> Result<()> {
-        let mut st = self.lock();
-        let entry = st.slots.get_for_remove(handle)?.clone();
-        if let Source::Planned { step, .. } = entry.source {
-            if step != st.step || !st.in_step {
-                return Err(Error::invalid(
-                    "a planned replay allocation must be freed within its step",
-                ));
-            }
-        }
-        // The dynamic pool first: if it refuses, nothing here has changed.
-        match entry.source {
-            Source::Dynamic(h) if cancel => self.pool.cancel(h)?,
-            Source::Dynamic(h) => self.pool.free_after(h, ticket)?,
-            Source::Planned { .. } => st.arena_last_use = st.arena_last_use.max(ticket),
-        }
-        st.slots.remove(handle)?;
-        // A dynamic allocation may outlive its step; its free belongs to no later recording.
-        if let (Some(recorded), true) = (entry.recorded, entry.step == st.step && st.in_step) {
-            st.recorder.free(recorded)?;
-        }
-        if let Source::Planned { ordinal, .. } = entry.source {
-            if let Some(r) = st.replayer.as_mut() {
-                r.free(ordinal);
-            }
-        }
-        Ok(())
-    }
-
-    /// Ends a step. When the step repeated the previous one exactly and is not the sequence already
-    /// planned, compiles a plan for it and reserves its arena (returning the old one).
+    /// Ends a step. A step that followed its plan to the end costs nothing more; any other step is
+    /// recorded into its shape, which is (re)planned once seen [`ReplayConfig::repeats`] times;
+    /// then the arena is grown to what the plans need, once the old one is idle, after the dynamic
+    /// pool has returned its idle blocks.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] outside a step or while planned allocations of the step are still
-    /// live (their bytes would be handed out again next step); planner and pool errors.
+    /// live (their bytes would be handed out again next step); planner and backend errors.
     pub fn end_step(&self) -> Result<()> {
         let mut st = self.lock();
         if !st.in_step {
             return Err(Error::invalid("end_step without begin_step"));
         }
-        let step = st.step;
-        let live_planned = st
-            .slots
-            .iter()
-            .filter(|e| matches!(e.source, Source::Planned { step: s, .. } if s == step))
-            .count();
-        if live_planned > 0 {
+        if st.planned_live > 0 {
             return Err(Error::invalid(format!(
-                "end_step with {live_planned} planned allocation(s) still live"
+                "end_step with {} planned allocation(s) still live",
+                st.planned_live
             )));
         }
         st.in_step = false;
+        let step = st.step;
         st.step += 1;
         st.stats.steps += 1;
-        let followed = st.replayer.as_ref().is_some_and(Replayer::complete);
-        if st.replayer.as_ref().is_some_and(Replayer::diverged) {
-            st.stats.divergences += 1;
-        }
-        st.replayer = None;
         let recording = std::mem::take(&mut st.recorder).finish();
-        let repeats = st.detector.observe(&recording);
-        if followed || repeats < 2 || recording.allocations() == 0 {
+        match st.replayer.take() {
+            Some((shape, r)) if r.complete() => {
+                st.shapes.followed(shape, step);
+                return Ok(());
+            }
+            Some(_) => st.stats.divergences += 1,
+            None if st.shapes.planned() > 0 && !recording.is_empty() => st.stats.divergences += 1,
+            None => {}
+        }
+        if recording.allocations() == 0 {
             return Ok(());
         }
-        let plan = Arc::new(ReplayPlan::compile(&recording, self.plan_time_limit)?);
-        let arena = self
-            .pool
-            .allocate(plan.arena_size().max(1), 1, "replay arena")?;
-        if let Some(old) = st.planned.take() {
-            self.pool.free_after(old.arena.handle, st.arena_last_use)?;
+        let key = st.key;
+        let compiled = st.shapes.record(
+            key,
+            recording,
+            step,
+            self.config.repeats.max(1),
+            self.config.max_shapes,
+            self.config.plan_time_limit,
+        )?;
+        if compiled {
+            st.stats.plans += 1;
         }
-        st.stats.plans += 1;
-        st.stats.arena_size = plan.arena_size();
-        st.stats.lower_bound = plan.lower_bound();
-        st.planned = Some(Planned { plan, arena });
+        self.fit_arena(&mut st)
+    }
+
+    /// Makes the arena the size the plans need, when it is idle: releases it, has the dynamic pool
+    /// return its idle blocks, and reserves the new size (never the two together).
+    fn fit_arena(&self, st: &mut State) -> Result<()> {
+        let needed = st.shapes.arena_needed();
+        let held = st.arena.map_or(0, |b| b.size);
+        if needed == 0 || held >= needed {
+            return Ok(());
+        }
+        if let Some(block) = st.arena {
+            if st.planned_live > 0 || !self.source.idle(&block)? {
+                // Work still uses it: grow at a later step's end.
+                return Ok(());
+            }
+            self.source.release(&block)?;
+            st.arena = None;
+        }
+        self.pool.trim()?;
+        // Planned sizes and offsets are multiples of the copy alignment, so the peak is too.
+        let mut block = self.source.reserve(needed)?;
+        if block.is_none() && self.source.budget.relieve(None)? > 0 {
+            block = self.source.reserve(needed)?;
+        }
+        match block {
+            Some(b) => {
+                st.stats.arena_reserves += 1;
+                st.arena = Some(b);
+                st.peak_reserved = st.peak_reserved.max(self.pool.stats().reserved + b.size);
+            }
+            None => st.stats.arena_refusals += 1,
+        }
         Ok(())
     }
 
     /// Counters of record and replay (the dynamic pool's are [`DevicePool::stats`]).
     pub fn replay_stats(&self) -> ReplayStats {
-        self.lock().stats.clone()
+        let st = self.lock();
+        let mut s = st.stats.clone();
+        s.shapes = st.shapes.planned();
+        s.arena_size = st.arena.map_or(0, |b| b.size);
+        s.arena_needed = st.shapes.arena_needed();
+        s.lower_bound = st.shapes.current_lower_bound();
+        s
     }
 
     /// The underlying dynamic pool.
-    pub fn pool(&self) -> &Arc<dyn DevicePool> {
+    pub fn pool(&self) -> &Arc<ArenaPool> {
         &self.pool
-    }
-}
-
-/// Allocations inside a step follow the plan when they repeat it (from the dynamic pool
-/// otherwise); allocations outside a step come from the dynamic pool. A planned allocation must be
-/// freed within its step ([`Error::InvalidArgument`] otherwise).
-impl DevicePool for ReplayPool {
-    fn name(&self) -> &str {
-        self.pool.name()
-    }
-
-    fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
-        self.allocate_entry(size, align, label)
-    }
-
-    fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
-        self.release_entry(handle, ticket, false)
-    }
-
-    fn cancel(&self, handle: Handle) -> Result<()> {
-        self.release_entry(handle, Ticket::DONE, true)
-    }
-
-    fn resolve(&self, handle: Handle) -> Result<BlockRange> {
-        let st = self.lock();
-        let entry = st.slots.get(handle)?;
-        match entry.source {
-            Source::Dynamic(h) => self.pool.resolve(h),
-            Source::Planned { offset, .. } => {
-                let arena = st
-                    .planned
-                    .as_ref()
-                    .ok_or_else(|| Error::invalid("internal: planned allocation without a plan"))?;
-                let base = self.pool.resolve(arena.arena.handle)?;
-                Ok(BlockRange {
-                    block: base.block,
-                    offset: base.offset + offset,
-                    size: entry.size,
-                })
-            }
-        }
-    }
-
-    fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
-        let mut st = self.lock();
-        match st.slots.get(handle)?.source {
-            Source::Dynamic(h) => self.pool.mark_used(h, ticket),
-            Source::Planned { .. } => {
-                st.arena_last_use = st.arena_last_use.max(ticket);
-                Ok(())
-            }
-        }
-    }
-
-    fn last_use(&self, handle: Handle) -> Result<Ticket> {
-        let st = self.lock();
-        match st.slots.get(handle)?.source {
-            Source::Dynamic(h) => self.pool.last_use(h),
-            Source::Planned { .. } => Ok(st.arena_last_use),
-        }
-    }
-
-    fn label(&self, handle: Handle) -> Result<String> {
-        Ok(self.lock().slots.get(handle)?.label.clone())
-    }
-
-    fn reclaim(&self) -> Result<()> {
-        self.pool.reclaim()
-    }
-
-    fn trim(&self) -> Result<u64> {
-        self.pool.trim()
-    }
-
-    fn stats(&self) -> PoolStats {
-        self.pool.stats()
-    }
-
-    fn live_allocations(&self) -> Vec<LiveAllocation> {
-        let st = self.lock();
-        let mut v: Vec<_> = st
-            .slots
-            .iter_handles()
-            .map(|(handle, e)| LiveAllocation {
-                handle,
-                label: e.label.clone(),
-                size: e.size,
-            })
-            .collect();
-        v.sort_by_key(|l| std::cmp::Reverse(l.size));
-        v
-    }
-
-    fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
-        self.pool.set_listener(listener)
-    }
-
-    fn check_invariants(&self) -> std::result::Result<(), String> {
-        self.pool.check_invariants()?;
-        let st = self.lock();
-        let dynamic = st
-            .slots
-            .iter()
-            .filter(|e| matches!(e.source, Source::Dynamic(_)))
-            .count();
-        // The dynamic pool holds our dynamic allocations plus the planned arena.
-        let held = self.pool.stats().allocations;
-        let arena = usize::from(st.planned.is_some());
-        if held < dynamic + arena {
-            return Err(format!(
-                "dynamic pool holds {held} allocations for {dynamic} dynamic + {arena} arena"
-            ));
-        }
-        Ok(())
     }
 }
 
 impl Drop for ReplayPool {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if let Some(p) = st.planned.take() {
-            let _ = self.pool.free_after(p.arena.handle, st.arena_last_use);
+        let Some(block) = st.arena.take() else {
+            return;
+        };
+        // As the arena pool does: wait for every use, and leave the block to the backend rather
+        // than free it under running work when the wait fails.
+        let backend = &self.source.backend;
+        if backend.flush().and_then(|t| backend.wait(t)).is_ok() {
+            let _ = self.source.release(&block);
         }
     }
 }

@@ -115,12 +115,21 @@ impl<T> Slots<T> {
         })
     }
 
+    /// A slot whose generation says live but holds no value: a bug in this table.
+    #[cold]
+    fn empty_live_slot() -> Error {
+        Error::invariant(
+            "a slot with a live generation holds a value",
+            "slot checked live but empty",
+        )
+    }
+
     pub(crate) fn get(&self, h: Handle) -> Result<&T> {
         let i = self.check(h)?;
         self.slots[i]
             .value
             .as_ref()
-            .ok_or_else(|| Error::invalid("slot checked live but empty"))
+            .ok_or_else(Self::empty_live_slot)
     }
 
     pub(crate) fn get_mut(&mut self, h: Handle) -> Result<&mut T> {
@@ -128,7 +137,7 @@ impl<T> Slots<T> {
         self.slots[i]
             .value
             .as_mut()
-            .ok_or_else(|| Error::invalid("slot checked live but empty"))
+            .ok_or_else(Self::empty_live_slot)
     }
 
     /// The value, checked as [`Slots::remove`] would check it (same errors), without removing it:
@@ -152,10 +161,7 @@ impl<T> Slots<T> {
     pub(crate) fn remove(&mut self, h: Handle) -> Result<T> {
         self.get_for_remove(h)?;
         let s = &mut self.slots[h.slot as usize];
-        let value = s
-            .value
-            .take()
-            .ok_or_else(|| Error::invalid("slot checked live but empty"))?;
+        let value = s.value.take().ok_or_else(Self::empty_live_slot)?;
         self.free.push(h.slot);
         self.live -= 1;
         Ok(value)

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::Result;
-use crate::backend::{BlockId, BlockRange, Ticket};
-use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
+use crate::backend::{BlockId, Ticket};
+use crate::pool::device_pool::{self, Allocation, DevicePool, PoolListener};
 use crate::pool::slots::Handle;
 use crate::trace::{EventKind, Tracer};
 
@@ -90,16 +90,14 @@ impl<P: DevicePool> Traced<P> {
     pub fn ids(&self) -> &Arc<TraceIds> {
         &self.ids
     }
-
-    /// The wrapped pool.
-    pub fn inner(&self) -> &P {
-        &self.inner
-    }
 }
 
-impl<P: DevicePool> DevicePool for Traced<P> {
-    fn name(&self) -> &str {
-        self.inner.name()
+/// Allocating, freeing and cancelling are recorded; the rest passes through.
+impl<P: DevicePool> device_pool::PoolAdaptor for Traced<P> {
+    type Inner = P;
+
+    fn inner(&self) -> &P {
+        &self.inner
     }
 
     fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
@@ -141,45 +139,5 @@ impl<P: DevicePool> DevicePool for Traced<P> {
             self.ids.tracer.record(EventKind::FreeReclaimed { id });
         }
         Ok(())
-    }
-
-    fn resolve(&self, handle: Handle) -> Result<BlockRange> {
-        self.inner.resolve(handle)
-    }
-
-    fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
-        self.inner.mark_used(handle, ticket)
-    }
-
-    fn last_use(&self, handle: Handle) -> Result<Ticket> {
-        self.inner.last_use(handle)
-    }
-
-    fn label(&self, handle: Handle) -> Result<String> {
-        self.inner.label(handle)
-    }
-
-    fn reclaim(&self) -> Result<()> {
-        self.inner.reclaim()
-    }
-
-    fn trim(&self) -> Result<u64> {
-        self.inner.trim()
-    }
-
-    fn stats(&self) -> PoolStats {
-        self.inner.stats()
-    }
-
-    fn live_allocations(&self) -> Vec<LiveAllocation> {
-        self.inner.live_allocations()
-    }
-
-    fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
-        self.inner.set_listener(listener)
-    }
-
-    fn check_invariants(&self) -> std::result::Result<(), String> {
-        self.inner.check_invariants()
     }
 }

@@ -11,8 +11,7 @@ use std::sync::Arc;
 
 use crate::Result;
 use crate::backend::{Backend, BlockRange, MemoryKind, Ticket};
-use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
-use crate::pool::slots::Handle;
+use crate::pool::device_pool::{self, Allocation, DevicePool};
 
 /// Clears every allocation of the pool below before handing it out. See the module doc.
 pub struct ZeroOnReuse<P> {
@@ -49,9 +48,12 @@ impl<P: DevicePool> ZeroOnReuse<P> {
     }
 }
 
-impl<P: DevicePool> DevicePool for ZeroOnReuse<P> {
-    fn name(&self) -> &str {
-        self.inner.name()
+/// Only allocating changes: the rest passes through.
+impl<P: DevicePool> device_pool::PoolAdaptor for ZeroOnReuse<P> {
+    type Inner = P;
+
+    fn inner(&self) -> &P {
+        &self.inner
     }
 
     fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
@@ -71,53 +73,5 @@ impl<P: DevicePool> DevicePool for ZeroOnReuse<P> {
                 Err(e)
             }
         }
-    }
-
-    fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
-        self.inner.free_after(handle, ticket)
-    }
-
-    fn cancel(&self, handle: Handle) -> Result<()> {
-        self.inner.cancel(handle)
-    }
-
-    fn resolve(&self, handle: Handle) -> Result<BlockRange> {
-        self.inner.resolve(handle)
-    }
-
-    fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
-        self.inner.mark_used(handle, ticket)
-    }
-
-    fn last_use(&self, handle: Handle) -> Result<Ticket> {
-        self.inner.last_use(handle)
-    }
-
-    fn label(&self, handle: Handle) -> Result<String> {
-        self.inner.label(handle)
-    }
-
-    fn reclaim(&self) -> Result<()> {
-        self.inner.reclaim()
-    }
-
-    fn trim(&self) -> Result<u64> {
-        self.inner.trim()
-    }
-
-    fn stats(&self) -> PoolStats {
-        self.inner.stats()
-    }
-
-    fn live_allocations(&self) -> Vec<LiveAllocation> {
-        self.inner.live_allocations()
-    }
-
-    fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
-        self.inner.set_listener(listener)
-    }
-
-    fn check_invariants(&self) -> std::result::Result<(), String> {
-        self.inner.check_invariants()
     }
 }

@@ -7,7 +7,7 @@ use crate::backend::{BlockRange, Ticket};
 use crate::graph::{Graph, TensorId, TensorKind};
 use crate::ops::DType;
 use crate::plan::{self, OpUses, SolveOptions, TensorRole};
-use crate::pool::Allocation;
+use crate::pool::{Allocation, AllocationStats};
 use crate::runtime::Runtime;
 use crate::runtime::tensor::{Element, check_element};
 use crate::runtime::weights::{WeightHasher, WeightKey, WeightStoreReport};
@@ -54,6 +54,9 @@ pub struct MemoryReport {
     pub staging_blocks_allocated: u64,
     /// Bytes moved through the staging belt since the runtime was created (both directions).
     pub staging_bytes_moved: u64,
+    /// The device pool's allocation counters, the runtime's as a whole (`None` when
+    /// [`PoolConfig::statistics`](crate::PoolConfig::statistics) is off).
+    pub device_allocations: Option<AllocationStats>,
     /// Completed runs of this model.
     pub runs: u64,
     /// Wall time of the last [`Model::run`] (enqueue to completion), or of the last
@@ -276,10 +279,8 @@ impl Model {
                 actual: data.len() as u64,
             });
         }
-        if let Some(o) = &mut self.offload
-            && o.write_host(&self.rt, self.graph.root(t).index(), data)?
-        {
-            return Ok(Ticket::DONE);
+        if let Some(o) = &mut self.offload {
+            return o.write(&self.rt, self.graph.root(t).index(), data);
         }
         let p = self.place(t)?;
         self.rt.write_bytes(p.alloc, p.offset, data)
@@ -509,9 +510,8 @@ impl Model {
         if let Some(o) = &self.offload {
             let mut out = vec![T::zeroed(); (decl.size()? / elem) as usize];
             let root = self.graph.root(t).index();
-            if o.read_host(&self.rt, root, bytemuck::cast_slice_mut(&mut out))? {
-                return Ok(out);
-            }
+            o.read(&self.rt, root, bytemuck::cast_slice_mut(&mut out))?;
+            return Ok(out);
         }
         let p = self.place(t)?;
         if p.planned {
@@ -535,7 +535,11 @@ impl Model {
         r.device_blocks_allocated = dev.blocks_allocated;
         r.staging_blocks_allocated = st.blocks_allocated;
         r.staging_bytes_moved = st.uploaded + st.downloaded;
-        r.peak_device_bytes = dev.peak_reserved;
+        r.device_allocations = self.rt.allocation_stats();
+        r.peak_device_bytes = match &self.offload {
+            Some(o) => o.peak_device_bytes(),
+            None => dev.peak_reserved,
+        };
         r.offload = self.offload.as_ref().map(|o| o.report.clone());
         r.weight_store = self.rt.weights().report();
         r

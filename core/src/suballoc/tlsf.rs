@@ -24,6 +24,7 @@ use super::{Region, SubAllocReport, align_up, check_capacity, check_request, nex
 use crate::{Error, Result};
 
 mod class;
+mod extend;
 mod invariants;
 #[cfg(test)]
 mod tests;
@@ -150,6 +151,9 @@ pub struct Tlsf {
     sl_bitmap: [u32; 64],
     /// Node of the block at offset 0 (start of the physical chain).
     first: u32,
+    /// Node of the block that ends at `capacity` (end of the physical chain): where
+    /// [`Tlsf::grow`] appends and [`Tlsf::shrink`] cuts.
+    last: u32,
     /// Bytes in free blocks.
     free_bytes: u64,
     /// Live regions.
@@ -215,6 +219,7 @@ impl Tlsf {
             fl_bitmap: 0,
             sl_bitmap: [0; 64],
             first: 1,
+            last: 1,
             free_bytes: capacity,
             allocations: 0,
             generation: 0,
@@ -429,6 +434,8 @@ impl Tlsf {
             let r = self.new_node(offset + size, rest, idx, n.next_phys, NONE, NONE);
             if n.next_phys != NONE {
                 self.nodes[n.next_phys as usize].prev_phys = r;
+            } else {
+                self.last = r;
             }
             self.nodes[idx as usize].next_phys = r;
             self.link(r);
@@ -534,6 +541,8 @@ impl Tlsf {
         node.next_phys = gone.next_phys;
         if gone.next_phys != NONE {
             self.nodes[gone.next_phys as usize].prev_phys = idx;
+        } else {
+            self.last = idx;
         }
         self.release_node(next);
     }

@@ -1,7 +1,9 @@
 //! The front's rules, each written once as a pure function over the block table and the
 //! capabilities: one rule, one typed error.
 
-use crate::backend::{BlockEntry, BlockRange, BlockTable, Capabilities, MemoryKind};
+use crate::backend::{
+    Backend, BlockEntry, BlockRange, BlockTable, Capabilities, InPlaceGrowth, MemoryKind,
+};
 use crate::ops::Op;
 use crate::{Error, Result};
 
@@ -178,4 +180,43 @@ pub(crate) fn bindings(
         }
     }
     Ok(inputs)
+}
+
+/// The backend grows blocks in place.
+///
+/// # Errors
+/// [`Error::Unsupported`].
+pub(crate) fn growth(backend: &dyn Backend) -> Result<InPlaceGrowth> {
+    backend.in_place_growth().ok_or_else(|| Error::Unsupported {
+        backend: backend.capabilities().backend,
+        what: "blocks that grow in place".into(),
+    })
+}
+
+/// A committed size (or reservation) of a block that grows in place: a multiple of the
+/// granularity, at most `limit`.
+///
+/// # Errors
+/// [`Error::Misaligned`], [`Error::TooLarge`].
+pub(crate) fn committed_size(
+    growth: InPlaceGrowth,
+    size: u64,
+    limit: u64,
+    limit_name: &'static str,
+) -> Result<()> {
+    aligned(
+        "committed size of a reserved block",
+        size,
+        growth.granularity,
+        "in-place growth granularity",
+    )?;
+    if size > limit {
+        return Err(Error::TooLarge {
+            what: "committed size of a reserved block",
+            requested: size,
+            limit,
+            limit_name,
+        });
+    }
+    Ok(())
 }

@@ -12,6 +12,7 @@ use tensormem::{Error, Result, Runtime, RuntimeConfig};
 use tensormem_examples::backend_select;
 use tensormem_examples::cli::{self, EXIT_CODES, SampleArgs};
 use tensormem_examples::models::minilm::{self, BertConfig, MiniLm};
+use tensormem_examples::models::offload_table;
 use tensormem_examples::models::report::{InferenceReport, blocks_allocated, bytes, time_runs};
 use tensormem_examples::models::weights::WeightFile;
 use tensormem_examples::outln;
@@ -41,6 +42,19 @@ struct Args {
     /// memory the report shows).
     #[arg(long, value_enum, default_value_t = Load::Map)]
     load: Load,
+    /// Instead of embedding, run the offload benchmark: batch 8 at sequences 128 and 512 (or
+    /// those given with --offload-seq), unbudgeted and at 100, 75, 50 and 35% of that device
+    /// peak, once per offload score; prints the time ratios, peaks, bytes moved and whether the
+    /// embeddings are identical (Markdown, or JSON with --json). Uses --runs timed runs per row.
+    #[arg(long)]
+    offload_table: bool,
+    /// Sequence length of the offload benchmark (repeat for several; default 128 and 512).
+    #[arg(long, value_name = "N", requires = "offload_table")]
+    offload_seq: Vec<usize>,
+    /// Stage every transfer and offload copy as on a discrete GPU, even where device memory is
+    /// host-visible (exercises the copies on the host backend and lavapipe).
+    #[arg(long)]
+    force_staging: bool,
     /// Sentences to embed (default: stdin, one per line).
     #[arg(value_name = "SENTENCE")]
     sentences: Vec<String>,
@@ -70,7 +84,13 @@ fn run(args: Args) -> Result<()> {
         .clone()
         .unwrap_or_else(minilm::default_model_dir);
     let selection = backend_select::select(s.device.backend, &s.device.select_options())?;
-    let rt = Runtime::new(selection.backend.clone(), RuntimeConfig::default())?;
+    let rt = Runtime::new(
+        selection.backend.clone(),
+        RuntimeConfig {
+            force_staging: args.force_staging,
+            ..RuntimeConfig::default()
+        },
+    )?;
 
     if args.peak_table {
         let cfg = if model_dir.join("config.json").is_file() {
@@ -87,6 +107,44 @@ fn run(args: Args) -> Result<()> {
             model_dir.display(),
             minilm::MODEL_FILES
         )));
+    }
+    if args.offload_table {
+        let mut model = MiniLm::open(&rt, &model_dir)?;
+        let seqs = if args.offload_seq.is_empty() {
+            vec![128, 512]
+        } else {
+            args.offload_seq.clone()
+        };
+        let shapes: Vec<(usize, usize)> = seqs.iter().map(|&s| (8, s)).collect();
+        let rows =
+            offload_table::offload_table(&mut model, s.runs, &shapes, &[100.0, 75.0, 50.0, 35.0])?;
+        let caps = rt.backend().capabilities();
+        let mut text = String::new();
+        if s.json {
+            outln!(
+                text,
+                "{}",
+                json!({ "model": "all-MiniLM-L6-v2", "backend": caps.backend,
+                        "force_staging": args.force_staging,
+                        "offload_table": offload_table::to_json(&rows) })
+            );
+        } else {
+            outln!(
+                text,
+                "MiniLM offload benchmark, batch 8, {} backend ({}){}, {} timed runs per row",
+                caps.backend,
+                caps.device_name,
+                if args.force_staging {
+                    ", staging forced"
+                } else {
+                    ""
+                },
+                s.runs
+            );
+            outln!(text, "{}", offload_table::to_markdown(&rows));
+        }
+        cli::emit(&text);
+        return Ok(());
     }
     let mut sentences = args.sentences;
     if sentences.is_empty() {
@@ -117,6 +175,7 @@ fn run(args: Args) -> Result<()> {
         Load::Read => WeightFile::read(&weights_file)?,
     };
     let mut model = MiniLm::with_weights(&rt, &model_dir, weights, s.weights.format())?;
+    model.set_device_budget(s.device_budget);
     loading.set_message("compiling and running");
     let emb = model.embed(&sentences)?;
     loading.finish_and_clear();

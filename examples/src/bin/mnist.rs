@@ -83,7 +83,13 @@ fn run(args: &Args) -> Result<()> {
         Some(path) => WeightFile::open(path)?,
         None => Mnist::bundled_weights()?,
     };
-    let mut net = Mnist::new_as(&rt, &weights, images.len(), s.weights.format())?;
+    let mut net = Mnist::with_budget(
+        &rt,
+        &weights,
+        images.len(),
+        s.weights.format(),
+        s.device_budget,
+    )?;
     let logits = net.classify(&images)?;
 
     let bar = cli::progress(u64::from(s.runs), "timed runs", s.json);

@@ -51,3 +51,38 @@ fn progress_bars_are_hidden_when_quiet() {
     assert!(progress(3, "runs", true).is_hidden());
     assert!(spinner("reading", true).is_hidden());
 }
+
+#[test]
+fn device_budgets_parse_with_units_and_percentages() {
+    assert_eq!(
+        parse_device_budget("1048576"),
+        Ok(DeviceBudget::Bytes(1 << 20))
+    );
+    assert_eq!(
+        parse_device_budget("64MiB"),
+        Ok(DeviceBudget::Bytes(64 << 20))
+    );
+    assert_eq!(
+        parse_device_budget("64m"),
+        Ok(DeviceBudget::Bytes(64 << 20))
+    );
+    assert_eq!(
+        parse_device_budget("500MB"),
+        Ok(DeviceBudget::Bytes(500_000_000))
+    );
+    assert_eq!(
+        parse_device_budget("1.5GiB"),
+        Ok(DeviceBudget::Bytes(3 << 29))
+    );
+    assert_eq!(
+        parse_device_budget(" 50% "),
+        Ok(DeviceBudget::Percent(50.0))
+    );
+    assert_eq!(DeviceBudget::Percent(35.0).resolve(1000), 350);
+    assert_eq!(DeviceBudget::Bytes(7).resolve(1000), 7);
+    for bad in [
+        "", "0", "0%", "101%", "-5MiB", "12XB", "MiB", "1e99GiB", "nan%",
+    ] {
+        assert!(parse_device_budget(bad).is_err(), "{bad:?} parsed");
+    }
+}

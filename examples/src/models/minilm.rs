@@ -26,6 +26,8 @@ use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId, WeightFormat
 use super::builder::{ModelBuilder, dim};
 use super::tokenize::{TokenBatch, WordPiece};
 use super::weights::WeightFile;
+use crate::cli::DeviceBudget;
+use tensormem::offload::Score;
 
 mod consistency;
 use consistency::{check_ids, check_weights_match};
@@ -412,6 +414,10 @@ pub struct MiniLm {
     tokenizer: WordPiece,
     cache: HashMap<(usize, usize), Compiled>,
     clock: u64,
+    /// Device budget every shape is compiled within (`None`: no budget).
+    budget: Option<DeviceBudget>,
+    /// Offload scores a budgeted compile tries.
+    scores: Vec<Score>,
 }
 
 impl MiniLm {
@@ -462,7 +468,25 @@ impl MiniLm {
             tokenizer,
             cache: HashMap::new(),
             clock: 0,
+            budget: None,
+            scores: Score::ALL.to_vec(),
         })
+    }
+
+    /// Compiles every shape from now on within `budget` (shapes compiled before are dropped).
+    pub fn set_device_budget(&mut self, budget: Option<DeviceBudget>) {
+        if self.budget != budget {
+            self.cache.clear();
+            self.budget = budget;
+        }
+    }
+
+    /// Tries only `scores` in budgeted compiles from now on (shapes compiled before are dropped).
+    pub fn set_offload_scores(&mut self, scores: &[Score]) {
+        if self.scores != scores {
+            self.cache.clear();
+            self.scores = scores.to_vec();
+        }
     }
 
     /// The model configuration.
@@ -495,7 +519,12 @@ impl MiniLm {
                 }
             }
             let graph = build_graph(&self.cfg, batch, seq, self.format)?;
-            let mut model = self.rt.compile(&graph.builder.graph)?;
+            let mut model = crate::cli::compile_scored(
+                &self.rt,
+                &graph.builder.graph,
+                self.budget,
+                &self.scores,
+            )?;
             graph.builder.upload_weights(&mut model, &self.weights)?;
             self.cache.insert(
                 key,

@@ -15,6 +15,7 @@ use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId, WeightFormat
 
 use super::builder::{ModelBuilder, dim};
 use super::weights::WeightFile;
+use crate::cli::DeviceBudget;
 
 mod input;
 pub use input::{MAX_FILE_BYTES, MAX_SIDE, looks_inverted, read_image};
@@ -159,22 +160,24 @@ impl Mnist {
     /// # Errors
     /// Graph, compile and upload errors; weight file errors (missing tensor, wrong shape).
     pub fn new(rt: &Runtime, weights: &WeightFile, batch: usize) -> Result<Self> {
-        Self::new_as(rt, weights, batch, WeightFormat::F32)
+        Self::with_budget(rt, weights, batch, WeightFormat::F32, None)
     }
 
     /// [`Mnist::new`] with the convolution and linear weights held on the device in `format`
-    /// (converted at load when the file stores them otherwise).
+    /// (converted at load when the file stores them otherwise), within a device budget when one
+    /// is given (see [`crate::cli::compile`]).
     ///
     /// # Errors
-    /// As [`Mnist::new`].
-    pub fn new_as(
+    /// As [`Mnist::new`]; [`Error::BudgetBelowWorkingSet`](tensormem::Error::BudgetBelowWorkingSet).
+    pub fn with_budget(
         rt: &Runtime,
         weights: &WeightFile,
         batch: usize,
         format: WeightFormat,
+        budget: Option<DeviceBudget>,
     ) -> Result<Self> {
         let graph = build_graph(batch, format)?;
-        let mut model = rt.compile(&graph.builder.graph)?;
+        let mut model = crate::cli::compile(rt, &graph.builder.graph, budget)?;
         graph.builder.upload_weights(&mut model, weights)?;
         Ok(Mnist { model, graph })
     }

@@ -122,6 +122,48 @@ impl InferenceReport {
         }
     }
 
+    /// The offload lines of the text report (empty without a device budget).
+    fn offload_text(&self) -> String {
+        let m = &self.memory;
+        let Some(o) = &m.offload else {
+            return String::new();
+        };
+        let scores: Vec<String> = o
+            .outcomes
+            .iter()
+            .map(|s| match s.peak {
+                Some(_) => format!(
+                    "{} {} moved, stall {:.3} ms",
+                    s.score.name(),
+                    bytes(s.bytes_to_device + s.bytes_to_host),
+                    s.predicted_stall.as_secs_f64() * 1e3
+                ),
+                None => format!("{} no schedule", s.score.name()),
+            })
+            .collect();
+        let runs = m.runs.max(1);
+        format!(
+            "\n\x20 device budget                {budget}\n\
+             \x20 peak device bytes            {peak} (measured by the pool; schedule {planned})\n\
+             \x20 offload schedule             {score} score won{unified}; predicted per run: {scores}\n\
+             \x20 bytes moved per run          {to_dev} to device, {to_host} to host\n\
+             \x20 stall (last run)             {stall:.3} ms waiting for copies",
+            budget = bytes(o.budget),
+            peak = bytes(m.peak_device_bytes),
+            planned = bytes(o.planned_peak),
+            score = o.score,
+            unified = if o.unified {
+                " (unified memory: nothing moves)"
+            } else {
+                ""
+            },
+            scores = scores.join("; "),
+            to_dev = bytes(o.bytes_to_device / runs),
+            to_host = bytes(o.bytes_to_host / runs),
+            stall = o.last_stall.as_secs_f64() * 1e3,
+        )
+    }
+
     /// The report as human-readable lines.
     pub fn to_text(&self) -> String {
         let m = &self.memory;
@@ -151,7 +193,7 @@ impl InferenceReport {
              \x20 staging bytes moved          {st}\n\
              \x20 time per inference           {mean:.3} ms (mean of {runs}, min {min:.3} ms)\n\
              \x20 new blocks in repeated runs  {steady}\n\
-             \x20 peak host memory (VmHWM)     {hwm}",
+             \x20 peak host memory (VmHWM)     {hwm}{offload}",
             selection = self.selection_text,
             backend = self.backend,
             device = self.device,
@@ -181,26 +223,19 @@ impl InferenceReport {
             runs = t.runs,
             min = t.min.as_secs_f64() * 1e3,
             hwm = self.peak_host_bytes.map_or("-".to_string(), bytes),
+            offload = self.offload_text(),
         )
     }
 
     /// The report fields as a JSON object (sizes in bytes, times in milliseconds).
     pub fn to_json(&self) -> Value {
         let m = &self.memory;
-        json!({
+        let mut v = json!({
             "backend": self.backend,
             "device": self.device,
             "backend_selection": self.selection_json,
             "shape": self.shape,
             "weight_bytes": m.weight_bytes,
-            "weight_bytes_by_dtype": m
-                .weight_bytes_by_dtype
-                .iter()
-                .map(|(d, b)| (d.name().to_string(), json!(b)))
-                .collect::<serde_json::Map<_, _>>(),
-            "weight_store_bytes": m.weight_store.bytes,
-            "weight_store_tensors": m.weight_store.tensors,
-            "weight_store_references": m.weight_store.references,
             "activation_planned_bytes": m.activation_planned_bytes,
             "activation_no_reuse_bytes": m.activation_no_reuse_bytes,
             "activation_lower_bound_bytes": m.activation_lower_bound_bytes,
@@ -215,8 +250,40 @@ impl InferenceReport {
             "time_per_inference_ms": self.timing.mean.as_secs_f64() * 1e3,
             "time_min_ms": self.timing.min.as_secs_f64() * 1e3,
             "steady_state_new_blocks": self.timing.steady_state_new_blocks,
-            "peak_host_rss_bytes": self.peak_host_bytes,
-        })
+            "peak_device_bytes": m.peak_device_bytes,
+            "offload": m.offload.as_ref().map(|o| {
+                let runs = m.runs.max(1);
+                json!({
+                    "device_budget": o.budget,
+                    "planned_peak_bytes": o.planned_peak,
+                    "score": o.score,
+                    "unified_memory": o.unified,
+                    "bytes_to_device_per_run": o.bytes_to_device / runs,
+                    "bytes_to_host_per_run": o.bytes_to_host / runs,
+                    "stall_last_run_ms": o.last_stall.as_secs_f64() * 1e3,
+                    "scores": o.outcomes.iter().map(|s| json!({
+                        "score": s.score.name(),
+                        "peak_bytes": s.peak,
+                        "bytes_to_device": s.bytes_to_device,
+                        "bytes_to_host": s.bytes_to_host,
+                        "absences": s.absences,
+                        "predicted_stall_ms": s.predicted_stall.as_secs_f64() * 1e3,
+                    })).collect::<Vec<_>>(),
+                })
+            }),
+        });
+        // Added outside `json!`: one macro call with every field passes its recursion limit.
+        v["weight_bytes_by_dtype"] = m
+            .weight_bytes_by_dtype
+            .iter()
+            .map(|(d, b)| (d.name().to_string(), json!(b)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        v["weight_store_bytes"] = json!(m.weight_store.bytes);
+        v["weight_store_tensors"] = json!(m.weight_store.tensors);
+        v["weight_store_references"] = json!(m.weight_store.references);
+        v["peak_host_rss_bytes"] = json!(self.peak_host_bytes);
+        v
     }
 }
 

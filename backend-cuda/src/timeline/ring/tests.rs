@@ -30,7 +30,10 @@ fn nothing_issued_is_complete() {
     assert!(ring.check_issued(Ticket::DONE).is_ok());
     assert!(matches!(
         ring.check_issued(Ticket(1)),
-        Err(Error::InvalidArgument(_))
+        Err(Error::UnknownTicket {
+            ticket: 1,
+            issued: 0
+        })
     ));
 }
 

@@ -113,6 +113,7 @@ impl ArenaPool {
             id,
             size: bytes,
             tlsf,
+            reserved: None,
         });
         self.tell(|l| l.block_reserved(&self.config.name, id, bytes));
         let s = &mut st.stats;

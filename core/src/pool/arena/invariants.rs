@@ -1,5 +1,6 @@
 //! The arena pool's invariants, checked by tests and by the failure-injection suite: every
-//! block's TLSF is sound, and the counters, the budget's charge and the sub-allocated bytes agree
+//! block's TLSF is sound and spans exactly its committed bytes, only the arena has a reservation,
+//! and the counters, the budget's charge and the sub-allocated bytes agree
 //! with the live allocations and pending frees.
 
 use super::{ArenaPool, State};
@@ -8,9 +9,30 @@ impl ArenaPool {
     /// Checks the state behind the lock.
     pub(super) fn check_state(&self, st: &State) -> std::result::Result<(), String> {
         let mut reserved = 0;
-        for b in st.blocks.iter().flatten() {
+        for (i, b) in st.blocks.iter().enumerate() {
+            let Some(b) = b else { continue };
             b.tlsf.check_invariants()?;
+            if b.tlsf.capacity() != b.size {
+                return Err(format!(
+                    "block {i}: {} bytes, TLSF over {}",
+                    b.size,
+                    b.tlsf.capacity()
+                ));
+            }
+            // Exactly the arena has a reservation, and it covers the committed size.
+            if (st.arena == Some(i)) != b.reserved.is_some_and(|r| r >= b.size) {
+                return Err(format!(
+                    "block {i}: reservation {:?} disagrees with arena {:?}",
+                    b.reserved, st.arena
+                ));
+            }
             reserved += b.size;
+        }
+        if st
+            .arena
+            .is_some_and(|i| st.blocks.get(i).is_none_or(Option::is_none))
+        {
+            return Err(format!("arena {:?} names no block", st.arena));
         }
         if reserved != st.stats.reserved {
             return Err(format!(

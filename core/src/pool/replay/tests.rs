@@ -4,23 +4,43 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::backend::BlockRange;
 use crate::host::{HostBackend, HostConfig};
-use crate::pool::{ArenaConfig, ArenaPool};
+use crate::pool::Allocation;
+use crate::pool::{ArenaConfig, ArenaPool, Budget};
 
 fn replay_pool() -> ReplayPool {
+    ReplayPool::new(dynamic_pool(), config())
+}
+
+/// A dynamic pool whose budget the replay arena joins.
+fn dynamic_pool() -> Arc<ArenaPool> {
     let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-    let pool = Arc::new(ArenaPool::new(backend, ArenaConfig::device()).unwrap());
-    ReplayPool::new(pool, Duration::from_millis(50))
+    let config = ArenaConfig::device();
+    Arc::new(ArenaPool::with_budget(backend, config, Budget::new(None)).unwrap())
+}
+
+fn config() -> ReplayConfig {
+    ReplayConfig {
+        plan_time_limit: Duration::from_millis(50),
+        repeats: 2,
+        ..ReplayConfig::default()
+    }
+}
+
+/// One transformer-like step of 4 layers.
+fn step(p: &ReplayPool, seq: u64) -> Vec<BlockRange> {
+    step_layers(p, seq, 4)
 }
 
 /// One transformer-like step: a residual stream plus short-lived temporaries per layer.
-fn step(p: &ReplayPool, seq: u64) -> Vec<BlockRange> {
-    p.begin_step().unwrap();
+fn step_layers(p: &ReplayPool, seq: u64, layers: usize) -> Vec<BlockRange> {
+    p.begin_step_keyed(layers as u64).unwrap();
     let mut seen = Vec::new();
     let hidden = seq * 1536;
     let mut x = p.allocate(hidden, 256, "x").unwrap();
     seen.push(x.range);
-    for _layer in 0..4 {
+    for _layer in 0..layers {
         let qkv = p.allocate(3 * hidden, 256, "qkv").unwrap();
         let scores = p.allocate(12 * seq * seq * 4, 256, "scores").unwrap();
         let ctx = p.allocate(hidden, 256, "ctx").unwrap();
@@ -73,23 +93,104 @@ fn a_repeated_sequence_is_planned_then_replayed() {
     assert_eq!(p.pool().stats().blocks_allocated, before);
 }
 
+/// A larger run of the same shape (a longer sequence) leaves the plan at its first allocation,
+/// runs dynamically without error, and widens the plan; smaller runs then follow the widened plan.
 #[test]
-fn divergence_falls_back_then_replans() {
+fn a_larger_run_falls_back_then_widens_the_plan() {
     let p = replay_pool();
     step(&p, 16);
     step(&p, 16);
-    // A different shape: diverges at the first allocation, served dynamically, no error.
     step(&p, 24);
     let s = p.replay_stats();
-    assert_eq!(s.divergences, 1, "{s:?}");
-    assert_eq!(s.plans, 1);
-    // The new shape repeats: re-planned, then replayed.
+    assert_eq!((s.divergences, s.plans, s.shapes), (1, 2, 1), "{s:?}");
+    let planned = s.planned;
     step(&p, 24);
-    assert_eq!(p.replay_stats().plans, 2);
+    step(&p, 16);
+    step(&p, 20);
+    let s = p.replay_stats();
+    assert_eq!(s.planned, planned + 3 * 21, "{s:?}");
+    assert_eq!((s.divergences, s.plans), (1, 2));
+    p.check_invariants().unwrap();
+}
+
+/// The plan is the only reservation in steady state: the recorded steps' blocks went back before
+/// the arena was reserved, and the arena is exactly the plan.
+#[test]
+fn steady_state_reserves_exactly_the_plan() {
+    let p = replay_pool();
+    step(&p, 32);
+    step(&p, 32);
+    let s = p.replay_stats();
+    assert!(s.arena_size > 0 && s.arena_size == s.arena_needed, "{s:?}");
+    assert_eq!(
+        p.pool().stats().reserved,
+        0,
+        "dynamic blocks kept beside the arena"
+    );
+    for _ in 0..3 {
+        step(&p, 32);
+    }
+    let stats = p.stats();
+    assert_eq!(stats.reserved, s.arena_size);
+    assert_eq!(stats.blocks, 1);
+    assert!(s.arena_size >= s.lower_bound);
+    p.check_invariants().unwrap();
+}
+
+/// Two shapes (models of different depth, told apart by their step keys) alternate: each keeps
+/// its plan, the arena fits the larger, and past `max_shapes` the least recently used plan goes.
+#[test]
+fn shapes_keep_their_plans_and_share_one_arena() {
+    let p = replay_pool();
+    for _ in 0..2 {
+        step_layers(&p, 16, 2);
+        step_layers(&p, 16, 6);
+    }
+    let s = p.replay_stats();
+    assert_eq!(s.shapes, 2, "{s:?}");
+    let planned = s.planned;
+    step_layers(&p, 16, 2);
+    step_layers(&p, 16, 6);
+    let s = p.replay_stats();
+    assert_eq!(s.planned, planned + (1 + 2 * 5) + (1 + 6 * 5), "{s:?}");
+
+    let p = ReplayPool::new(
+        dynamic_pool(),
+        ReplayConfig {
+            max_shapes: 2,
+            repeats: 1,
+            ..config()
+        },
+    );
+    for layers in [1, 2, 3, 1, 2, 3] {
+        step_layers(&p, 16, layers);
+    }
+    let s = p.replay_stats();
+    assert_eq!((s.shapes, s.plans), (2, 6), "{s:?}");
+    p.check_invariants().unwrap();
+}
+
+/// Under pressure (a trim) an idle arena goes back; the next step runs dynamically and the arena
+/// returns at its end.
+#[test]
+fn trim_returns_an_idle_arena() {
+    let p = replay_pool();
+    step(&p, 16);
+    step(&p, 16);
+    let arena = p.replay_stats().arena_size;
+    assert!(p.trim().unwrap() >= arena);
+    assert_eq!(p.stats().reserved, 0);
     let planned = p.replay_stats().planned;
-    step(&p, 24);
+    step(&p, 16);
+    let s = p.replay_stats();
+    assert_eq!((s.planned, s.arena_size), (planned, arena), "{s:?}");
+    step(&p, 16);
     assert_eq!(p.replay_stats().planned, planned + 21);
-    p.pool().check_invariants().unwrap();
+    // Inside a step the arena stays.
+    p.begin_step().unwrap();
+    p.trim().unwrap();
+    assert_eq!(p.replay_stats().arena_size, arena);
+    p.end_step().unwrap();
 }
 
 #[test]
@@ -116,9 +217,13 @@ fn a_runtime_runs_on_a_replay_pool() {
     use crate::{DType, Runtime, RuntimeConfig};
     let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
     let mut made = None;
-    let rt = Runtime::with_pool(backend, RuntimeConfig::default(), |front| {
-        let arena = Arc::new(ArenaPool::new(front, ArenaConfig::device())?);
-        let replay = Arc::new(ReplayPool::new(arena, Duration::from_millis(50)));
+    let rt = Runtime::with_pool(backend, RuntimeConfig::default(), |front, budget| {
+        let arena = Arc::new(ArenaPool::with_budget(
+            front,
+            ArenaConfig::device(),
+            budget,
+        )?);
+        let replay = Arc::new(ReplayPool::new(arena, config()));
         made = Some(replay.clone());
         Ok(replay)
     })

@@ -1,12 +1,13 @@
 //! The adaptors compose in any order over any bottom pool: every order of guard margins,
-//! zero-on-reuse, tracing and the leak report gives zeroed data, intact margins, traced events and
+//! zero-on-reuse, statistics, tracing and the leak report gives zeroed data, intact margins, traced events and
 //! a leak report, and a stack left out costs nothing but is not there.
 
 use std::sync::Arc;
 
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::{
-    ArenaConfig, ArenaPool, DevicePool, GUARD_PATTERN, Guarded, LeakReport, Traced, ZeroOnReuse,
+    ArenaConfig, ArenaPool, DevicePool, GUARD_PATTERN, Guarded, LeakReport, StatsPool, Traced,
+    ZeroOnReuse,
 };
 use crate::trace::{EventKind, Tracer};
 use crate::{Backend, Error, MemoryKind, PoolConfig};
@@ -19,17 +20,21 @@ fn guard(p: Arc<dyn DevicePool>, b: Arc<dyn Backend>) -> Arc<dyn DevicePool> {
 fn zero(p: Arc<dyn DevicePool>, b: Arc<dyn Backend>) -> Arc<dyn DevicePool> {
     Arc::new(ZeroOnReuse::new(p, b, MemoryKind::DeviceLocal))
 }
+fn stats(p: Arc<dyn DevicePool>, _: Arc<dyn Backend>) -> Arc<dyn DevicePool> {
+    Arc::new(StatsPool::new(p))
+}
 fn leaks(p: Arc<dyn DevicePool>, _: Arc<dyn Backend>) -> Arc<dyn DevicePool> {
     Arc::new(LeakReport::new(p))
 }
 
 #[test]
 fn adaptors_compose_in_any_order() {
-    let orders: [[Wrap; 3]; 4] = [
-        [guard, zero, leaks],
-        [zero, guard, leaks],
-        [leaks, guard, zero],
-        [leaks, zero, guard],
+    let orders: [[Wrap; 4]; 5] = [
+        [guard, zero, stats, leaks],
+        [zero, guard, leaks, stats],
+        [stats, leaks, guard, zero],
+        [leaks, zero, stats, guard],
+        [zero, stats, guard, leaks],
     ];
     for (n, order) in orders.into_iter().enumerate() {
         let host = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
@@ -103,11 +108,12 @@ fn an_unconfigured_stack_is_the_bare_pool() {
     let backend: Arc<dyn Backend> = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
     let stack = PoolConfig {
         leak_report: false,
+        statistics: false,
         ..PoolConfig::device()
     }
     .build(backend)
     .unwrap();
-    assert!(stack.leaks.is_none());
+    assert!(stack.leaks.is_none() && stack.stats.is_none());
     let a = stack.top.allocate(64, 1, "x").unwrap();
     // The handle is the arena's own: no layer re-maps it.
     assert_eq!(stack.top.resolve(a.handle).unwrap(), a.range);

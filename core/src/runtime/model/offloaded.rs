@@ -2,8 +2,11 @@
 //! [`OffloadSchedule`](crate::offload::OffloadSchedule).
 //!
 //! Every tensor's device residencies (weights, inputs and outputs included, not only the
-//! intermediates) are placed in one arena of the schedule's peak, allocated from the runtime's
-//! device pool, whose [`Budget`](crate::pool::Budget) refuses any block beyond the runtime's limit.
+//! intermediates) are placed in one arena of the schedule's peak, allocated from a device pool the
+//! model owns, whose [`Budget`](crate::pool::Budget) has the model's budget as its limit: the pool
+//! itself refuses any block beyond it, and its `peak_reserved` is the measured peak device bytes
+//! (the model's device memory is therefore not in the runtime's own account). Weights bypass the
+//! runtime's shared weight store: the schedule decides where each one lives.
 //! Host copies live in two host-visible pools the model owns: `Upload` blocks hold each streamed
 //! weight's master copy (and, on unified memory, every tensor the schedule keeps out of device
 //! memory, which kernels then bind in place); `Readback` blocks receive activations copied out.
@@ -26,7 +29,7 @@ use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
 use crate::runtime::Runtime;
 use crate::{Error, Result};
 
-use super::{Model, Place};
+use super::Model;
 
 /// How a budgeted model is compiled ([`Runtime::compile_with`]).
 #[derive(Clone, Debug)]
@@ -85,6 +88,13 @@ enum Site {
 
 /// The per-run program of a budgeted model.
 pub(super) struct Offloaded {
+    /// The model's device pool, limited to the budget.
+    device: Arc<ArenaPool>,
+    /// Device memory is host-visible and staging is not forced: map instead of staging.
+    unified: bool,
+    /// Per root tensor: its arena offset between runs (inputs, resident weights) or after the run
+    /// (outputs), where the host writes and reads it.
+    fixed_at: Vec<Option<u64>>,
     /// Host-visible `Upload` pool: masters of streamed weights, host-resident tensors.
     upload: Arc<ArenaPool>,
     /// Host-visible `Readback` pool: copy-out slots.
@@ -213,7 +223,19 @@ impl Offloaded {
             backend,
             ArenaConfig::host_visible(MemoryKind::Readback),
         )?);
-        let align = rt.backend().capabilities().binding_align.max(1);
+        let caps = rt.backend().capabilities();
+        let align = caps.binding_align.max(caps.copy_align).max(1);
+        let device = Arc::new(ArenaPool::new(
+            rt.backend().clone(),
+            ArenaConfig {
+                name: "device (budgeted model)".into(),
+                kind: MemoryKind::DeviceLocal,
+                block_size: schedule.peak.max(1),
+                budget: Some(budget),
+                // One block of exactly the arena: nothing to grow.
+                in_place: false,
+            },
+        )?);
         let mut model = Model {
             rt: rt.clone(),
             graph: graph.clone(),
@@ -225,13 +247,11 @@ impl Offloaded {
             offload: None,
         };
         let arena = if schedule.peak > 0 {
-            let a = rt.device_pool().allocate(
+            Some(device.allocate(
                 schedule.peak,
                 align.next_power_of_two(),
-                "offloaded model (arena)",
-            )?;
-            model.owned.push(a);
-            Some(a)
+                "budgeted model (arena)",
+            )?)
         } else {
             None
         };
@@ -254,6 +274,7 @@ impl Offloaded {
             }
         }
         let decls = graph.tensors();
+        let mut fixed_at = vec![None; items.len()];
         for (i, t) in items.iter().enumerate() {
             if decls[i].alias_of.is_some() {
                 continue;
@@ -273,13 +294,8 @@ impl Offloaded {
                 TensorClass::Output => at[i].iter().find(|r| r.1 == n as u64),
                 TensorClass::Intermediate => None,
             };
-            if let (Some(&(_, _, offset)), Some(a), false) = (fixed, arena, streamed) {
-                model.places[i] = Some(Place {
-                    alloc: a,
-                    offset,
-                    size: sizes[i],
-                    planned: false,
-                });
+            if let (Some(&(_, _, offset)), false) = (fixed, streamed) {
+                fixed_at[i] = Some(offset);
             }
         }
         let mut sites = vec![Vec::new(); n];
@@ -325,6 +341,9 @@ impl Offloaded {
             ..super::MemoryReport::default()
         };
         model.offload = Some(Box::new(Offloaded {
+            device,
+            unified,
+            fixed_at,
             upload,
             readback,
             arena,
@@ -341,11 +360,11 @@ impl Offloaded {
         Ok(model)
     }
 
-    fn arena_range(&self, pool: &dyn DevicePool, offset: u64, size: u64) -> Result<BlockRange> {
+    fn arena_range(&self, offset: u64, size: u64) -> Result<BlockRange> {
         let a = self
             .arena
             .ok_or_else(|| Error::invariant("an arena residency needs an arena", "none"))?;
-        let base = pool.resolve(a.handle)?;
+        let base = self.device.resolve(a.handle)?;
         Ok(BlockRange {
             block: base.block,
             offset: base.offset + offset,
@@ -353,38 +372,69 @@ impl Offloaded {
         })
     }
 
-    /// Writes a tensor kept in host memory (a streamed weight's master, a host-resident tensor).
-    /// `Ok(false)` when the tensor has no host copy (the caller writes its device place).
-    pub(super) fn write_host(&mut self, rt: &Runtime, root: usize, data: &[u8]) -> Result<bool> {
-        let Some(a) = self.host[root] else {
-            return Ok(false);
-        };
-        let range = self.upload.resolve(a.handle)?;
-        rt.backend().wait(self.last)?;
+    /// Writes a tensor the host sets (a weight or an input): into its host copy, else into its
+    /// arena place (mapped on unified memory, staged otherwise), after the last run.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a tensor with no storage; transfer errors.
+    pub(super) fn write(&mut self, rt: &Runtime, root: usize, data: &[u8]) -> Result<Ticket> {
+        let backend = rt.backend();
         let mut padded = data.to_vec();
-        padded.resize(range.size.min(self.sizes[root]) as usize, 0);
-        rt.backend()
-            .write_mapped(range.block, range.offset, &padded)?;
-        Ok(true)
+        padded.resize(self.sizes[root] as usize, 0);
+        backend.wait(self.last)?;
+        if let Some(a) = self.host[root] {
+            let range = self.upload.resolve(a.handle)?;
+            backend.write_mapped(range.block, range.offset, &padded)?;
+            return Ok(Ticket::DONE);
+        }
+        let dst = self.fixed_range(root)?;
+        if self.unified {
+            backend.write_mapped(dst.block, dst.offset, &padded)?;
+            Ok(Ticket::DONE)
+        } else {
+            let t = rt.staging().upload(dst, &padded)?;
+            self.last = self.last.max(t);
+            Ok(t)
+        }
     }
 
-    /// Reads a tensor kept in host memory into `out`; `Ok(false)` when it has no host copy.
-    pub(super) fn read_host(&self, rt: &Runtime, root: usize, out: &mut [u8]) -> Result<bool> {
-        let Some(a) = self.host[root] else {
-            return Ok(false);
-        };
-        let range = self.upload.resolve(a.handle)?;
-        rt.backend().wait(self.last)?;
+    /// Reads a tensor the host reads (an output, a weight, an input) into `out`, after the last
+    /// run.
+    ///
+    /// # Errors
+    /// As [`Offloaded::write`].
+    pub(super) fn read(&self, rt: &Runtime, root: usize, out: &mut [u8]) -> Result<()> {
+        let backend = rt.backend();
         let mut buf = vec![0u8; self.sizes[root] as usize];
-        rt.backend()
-            .read_mapped(range.block, range.offset, &mut buf)?;
+        backend.wait(self.last)?;
+        if let Some(a) = self.host[root] {
+            let range = self.upload.resolve(a.handle)?;
+            backend.read_mapped(range.block, range.offset, &mut buf)?;
+        } else {
+            let src = self.fixed_range(root)?;
+            if self.unified {
+                backend.read_mapped(src.block, src.offset, &mut buf)?;
+            } else {
+                rt.staging().download(src, &mut buf)?;
+            }
+        }
         out.copy_from_slice(&buf[..out.len()]);
-        Ok(true)
+        Ok(())
+    }
+
+    fn fixed_range(&self, root: usize) -> Result<BlockRange> {
+        let offset = self.fixed_at[root].ok_or_else(|| {
+            Error::invalid(format!(
+                "tensor {root} has no storage between runs in this budgeted model (an \
+                 intermediate, or never used)"
+            ))
+        })?;
+        self.arena_range(offset, self.sizes[root])
     }
 
     /// Enqueues one run: arrivals, dispatches, copy-outs (module doc). Returns the last ticket.
     pub(super) fn enqueue(&mut self, rt: &Runtime, graph: &crate::Graph) -> Result<Ticket> {
-        let pool = rt.device_pool();
+        rt.front().check_alive()?;
         let backend = rt.backend().clone();
         let mut stall = Duration::ZERO;
         let mut last = Ticket::DONE;
@@ -392,7 +442,7 @@ impl Offloaded {
         for (k, node) in graph.nodes().iter().enumerate() {
             for &(t, offset, arrival) in &self.arrive[k] {
                 let size = self.sizes[t];
-                let dst = self.arena_range(pool.as_ref(), offset, size)?;
+                let dst = self.arena_range(offset, size)?;
                 last = match arrival {
                     Arrival::Prefetch => {
                         let master = self.host[t].ok_or_else(|| {
@@ -420,7 +470,7 @@ impl Offloaded {
             for &(root, site) in &self.sites[k] {
                 let size = self.sizes[root];
                 bindings.push(match site {
-                    Site::Arena(offset) => self.arena_range(pool.as_ref(), offset, size)?,
+                    Site::Arena(offset) => self.arena_range(offset, size)?,
                     Site::Host => {
                         let a = self.host[root].ok_or_else(|| {
                             Error::invariant("a host site has an allocation", format!("{root}"))
@@ -432,7 +482,7 @@ impl Offloaded {
             last = backend.dispatch(&node.op, &bindings)?;
             for &(t, offset) in &self.leave[k] {
                 let size = self.sizes[t];
-                let src = self.arena_range(pool.as_ref(), offset, size)?;
+                let src = self.arena_range(offset, size)?;
                 let s = self.slot[t].ok_or_else(|| {
                     Error::invariant("a swapped tensor has a slot", format!("{t}"))
                 })?;
@@ -442,11 +492,26 @@ impl Offloaded {
             }
         }
         if let Some(a) = self.arena {
-            pool.mark_used(a.handle, last)?;
+            self.device.mark_used(a.handle, last)?;
         }
         self.last = last;
         self.report.last_stall = stall;
         Ok(last)
+    }
+}
+
+impl Offloaded {
+    /// Highest bytes the model's device pool has reserved: the measured peak device bytes.
+    pub(super) fn peak_device_bytes(&self) -> u64 {
+        self.device.stats().peak_reserved
+    }
+}
+
+impl super::MemoryReport {
+    /// Device bytes the model needs without a budget: weights, inputs and outputs, and the planned
+    /// activation arena (what a percentage budget is a percentage of).
+    pub fn unbudgeted_device_bytes(&self) -> u64 {
+        self.weight_bytes + self.io_bytes + self.activation_planned_bytes
     }
 }
 

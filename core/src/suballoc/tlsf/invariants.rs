@@ -48,6 +48,9 @@ impl Tlsf {
             prev = cur;
             cur = n.next_phys;
         }
+        if prev != self.last {
+            return Err(format!("last block is node {prev}, recorded {}", self.last));
+        }
         if at != self.capacity {
             return Err(format!("blocks end at {at}, capacity {}", self.capacity));
         }

@@ -366,6 +366,45 @@ fn holes_are_filled_before_the_tail() {
 }
 
 #[test]
+fn growth_extends_the_free_tail_or_appends_after_a_used_block() {
+    let mut t = Tlsf::new(1000).unwrap();
+    let a = alloc(&mut t, 1000, 1);
+    assert_eq!(t.free_tail(), 0);
+    assert!(t.allocate(500, 1).unwrap().is_none());
+    t.grow(600).unwrap();
+    assert_eq!((t.capacity(), t.free_tail()), (1600, 600));
+    let b = alloc(&mut t, 500, 1);
+    assert_eq!(b.offset, 1000, "the new bytes follow the old end");
+    t.grow(400).unwrap();
+    assert_eq!(t.free_tail(), 500, "growth joins the free tail");
+    t.check_invariants().unwrap();
+    assert!(matches!(t.grow(0), Err(Error::ZeroSize { .. })));
+    assert!(matches!(t.grow(u64::MAX), Err(Error::TooLarge { .. })));
+    // Cutting: never past the free tail, never the whole range; the tail may go entirely.
+    assert!(t.shrink(501).is_err());
+    t.shrink(500).unwrap();
+    assert_eq!((t.capacity(), t.free_tail()), (1500, 0));
+    t.free(b).unwrap();
+    t.free(a).unwrap();
+    assert!(t.shrink(1500).is_err(), "a range keeps at least one byte");
+    // The tail is taken even where the general search would pass over it.
+    let c = t.allocate_at_end(100, 64).unwrap().unwrap();
+    assert_eq!((c.offset, c.size), (0, 100));
+    assert!(
+        t.allocate_at_end(1500, 1).unwrap().is_none(),
+        "the tail is 1400 bytes"
+    );
+    let d = t.allocate_at_end(1400, 1).unwrap().unwrap();
+    assert_eq!(d.offset, 100);
+    assert!(t.allocate_at_end(1, 1).unwrap().is_none(), "no free tail");
+    t.free(c).unwrap();
+    t.free(d).unwrap();
+    t.shrink(1499).unwrap();
+    assert_eq!(t.capacity(), 1);
+    t.check_invariants().unwrap();
+}
+
+#[test]
 fn refusal_respects_the_good_fit_bound() {
     // Free blocks of 1000 bytes only; a request of 1001 cannot fit, one of 1000 must.
     let mut t = Tlsf::new(3000).unwrap();
@@ -381,8 +420,21 @@ fn refusal_respects_the_good_fit_bound() {
 /// One step of a random trace.
 #[derive(Clone, Debug)]
 enum Op {
-    Alloc { size: u64, align_log2: u32 },
-    Free { pick: usize },
+    Alloc {
+        size: u64,
+        align_log2: u32,
+    },
+    Free {
+        pick: usize,
+    },
+    /// Extend the range by `by` bytes ([`Tlsf::grow`]).
+    Grow {
+        by: u64,
+    },
+    /// Cut `1 + pick % free_tail` bytes off the end when the tail is free ([`Tlsf::shrink`]).
+    Shrink {
+        pick: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -390,6 +442,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (prop_oneof![1u64..=64, 1u64..=4096, 1u64..=65536, 1u64..=400_000], 0u32..=16)
             .prop_map(|(size, align_log2)| Op::Alloc { size, align_log2 }),
         2 => any::<usize>().prop_map(|pick| Op::Free { pick }),
+        1 => prop_oneof![1u64..=64, 1u64..=100_000].prop_map(|by| Op::Grow { by }),
+        1 => any::<u64>().prop_map(|pick| Op::Shrink { pick }),
     ]
 }
 
@@ -405,12 +459,12 @@ fn config() -> ProptestConfig {
 proptest! {
     #![proptest_config(config())]
 
-    /// Random allocate/free traces: live ranges never overlap, respect alignment and bounds, the
-    /// invariants hold after every step, refusals respect the good-fit bound, and freeing
-    /// everything restores one free range of the full size.
+    /// Random allocate/free/grow/shrink traces: live ranges never overlap, respect alignment and
+    /// bounds, the invariants hold after every step, refusals respect the good-fit bound, a shrink
+    /// never cuts a live range, and freeing everything restores one free range of the full size.
     #[test]
     fn random_traces_match_the_reference_model(
-        capacity in prop_oneof![Just(4096u64), Just(1 << 16), Just(1_000_003), Just(1 << 20)],
+        mut capacity in prop_oneof![Just(4096u64), Just(1 << 16), Just(1_000_003), Just(1 << 20)],
         min_split in prop_oneof![Just(1u64), Just(16), Just(256)],
         ops in proptest::collection::vec(op(), 1..160),
     ) {
@@ -452,6 +506,26 @@ proptest! {
                         let r = live.swap_remove(pick % live.len());
                         prop_assert!(model.remove(&r.offset).is_some());
                         t.free(r).unwrap();
+                    }
+                }
+                Op::Grow { by } => {
+                    let tail = t.free_tail();
+                    t.grow(by).unwrap();
+                    capacity += by;
+                    prop_assert_eq!(t.capacity(), capacity);
+                    prop_assert_eq!(t.free_tail(), tail + by, "growth joins the free tail");
+                }
+                Op::Shrink { pick } => {
+                    let tail = t.free_tail();
+                    let end = model.values().next_back().copied().unwrap_or(0);
+                    prop_assert!(capacity - tail >= end, "the free tail overlaps a live range");
+                    let cut = if tail == 0 { 0 } else { 1 + pick % tail };
+                    if cut == 0 || cut >= capacity {
+                        prop_assert!(t.shrink(cut.max(1)).is_err());
+                    } else {
+                        t.shrink(cut).unwrap();
+                        capacity -= cut;
+                        prop_assert_eq!(t.capacity(), capacity);
                     }
                 }
             }

@@ -1,0 +1,133 @@
+//! The host backend's blocks that grow in place: reserve-and-commit of address space
+//! ([`memory::Reservation`](super::memory)), behind [`Backend::reserve_block`] and
+//! [`Backend::resize_block`](crate::Backend::resize_block).
+//!
+//! The block table's size of a reserved block is its committed size, so ranges, copies and
+//! [`HostBackend::block_bytes`] see exactly the memory that is usable, and
+//! [`HostConfig::device_memory`] caps committed bytes, not address space.
+
+#[cfg(unix)]
+use std::sync::{Arc, Mutex};
+
+#[cfg(unix)]
+use super::lock;
+use super::{HostBackend, HostConfig};
+use crate::backend::{BlockDesc, BlockId, InPlaceGrowth};
+use crate::{Error, Result};
+
+#[cfg(doc)]
+use crate::Backend;
+
+/// What the host offers: page-granular growth of a block up to the largest block, on Unix when
+/// [`HostConfig::in_place_growth`] is set.
+pub(super) fn offered(config: &HostConfig) -> Option<InPlaceGrowth> {
+    #[cfg(unix)]
+    if config.in_place_growth {
+        let granularity = super::memory::page_size();
+        let max_reserve = config.max_block_size & !(granularity - 1);
+        return (max_reserve > 0).then_some(InPlaceGrowth {
+            granularity,
+            max_reserve,
+        });
+    }
+    let _ = config;
+    None
+}
+
+/// Checks a committed size against the granularity and a limit, for a direct caller (the
+/// validating front refuses the same with the same errors): committing past the reservation would
+/// change other mappings of the process.
+#[cfg(unix)]
+fn check_size(
+    growth: InPlaceGrowth,
+    size: u64,
+    limit: u64,
+    limit_name: &'static str,
+) -> Result<usize> {
+    if !size.is_multiple_of(growth.granularity) {
+        return Err(Error::Misaligned {
+            what: "committed size of a reserved block",
+            value: size,
+            align: growth.granularity,
+            align_name: "in-place growth granularity",
+        });
+    }
+    if size > limit {
+        return Err(Error::TooLarge {
+            what: "committed size of a reserved block",
+            requested: size,
+            limit,
+            limit_name,
+        });
+    }
+    usize::try_from(size).map_err(|_| Error::TooLarge {
+        what: "block",
+        requested: size,
+        limit: usize::MAX as u64,
+        limit_name: "address space",
+    })
+}
+
+fn unsupported() -> Error {
+    Error::Unsupported {
+        backend: super::NAME,
+        what: "blocks that grow in place (disabled by HostConfig::in_place_growth, or not Unix)"
+            .into(),
+    }
+}
+
+#[cfg(unix)]
+pub(super) fn reserve(host: &HostBackend, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+    let growth = offered(&host.config).ok_or_else(unsupported)?;
+    let reserve_len = check_size(growth, reserve, growth.max_reserve, "max_reserve")?;
+    let committed = check_size(growth, desc.size, reserve, "reservation")?;
+    if reserve == 0 {
+        return Err(Error::ZeroSize {
+            what: "reservation",
+        });
+    }
+    let mut blocks = lock(&host.blocks);
+    host.check_device_memory(blocks.bytes(), desc.size, desc.label)?;
+    let mem = super::memory::Reservation::new(reserve_len, committed)
+        .map_err(|_| super::heap_oom(desc.label, desc.size, blocks.bytes()))?;
+    let mem = super::memory::HostMemory::Reserved(mem);
+    Ok(blocks.insert(desc.kind, desc.size, Arc::new(Mutex::new(mem))))
+}
+
+#[cfg(unix)]
+pub(super) fn resize(host: &HostBackend, block: BlockId, size: u64) -> Result<()> {
+    let growth = offered(&host.config).ok_or_else(unsupported)?;
+    let mut blocks = lock(&host.blocks);
+    let held = blocks.bytes();
+    let entry = blocks.get(block)?;
+    let old = entry.size;
+    let mem = entry.native.clone();
+    let mut mem = lock(&mem);
+    let super::memory::HostMemory::Reserved(r) = &mut *mem else {
+        return Err(Error::Unsupported {
+            backend: super::NAME,
+            what: format!("resizing block {}, which was not reserved", block.0),
+        });
+    };
+    let len = check_size(growth, size, r.reserved() as u64, "reservation")?;
+    if size > old {
+        host.check_device_memory(held, size - old, "in-place growth")?;
+    }
+    r.resize(len)
+        .map_err(|_| super::heap_oom("in-place growth", size - old.min(size), held))?;
+    drop(mem);
+    blocks.resize(block, size)
+}
+
+#[cfg(not(unix))]
+pub(super) fn reserve(_: &HostBackend, _: &BlockDesc<'_>, _: u64) -> Result<BlockId> {
+    Err(unsupported())
+}
+
+#[cfg(not(unix))]
+pub(super) fn resize(_: &HostBackend, _: BlockId, _: u64) -> Result<()> {
+    Err(unsupported())
+}
+
+#[cfg(test)]
+mod tests;

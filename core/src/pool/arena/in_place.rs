@@ -1,0 +1,257 @@
+//! The arena that grows in place: one reservation of address space, carved by one TLSF, whose
+//! committed size follows the live set ([`Backend::in_place_growth`]).
+//!
+//! Blocks cannot be merged, so a pool of blocks loses memory at every boundary: a tensor that
+//! fits in the sum of two blocks' free space fits in neither, and a block pinned by one small
+//! tensor holds its whole size. One arena that grows has no boundaries: its TLSF sees every free
+//! byte, so the peak of committed memory follows the peak of the live set up to TLSF's own
+//! fragmentation and the growth step. This is what PyTorch's expandable segments do with CUDA's
+//! virtual memory management.
+//!
+//! * **Reservation.** The first request reserves the whole range the pool may ever use: the
+//!   budget, else the backend's [`InPlaceGrowth::max_reserve`]; address space costs nothing.
+//! * **Growth.** A request that fits nowhere commits at the end exactly what the free tail lacks
+//!   (with alignment padding), but at least [`GROWTH_STEP_DIVISOR`]⁻¹ of the committed size:
+//!   a growth step that bounds the overshoot to about 3 % while keeping the number of driver
+//!   calls logarithmic in the peak. Sizes are rounded to the backend's granularity.
+//! * **Release.** Trim (and the pressure path) decommits the free tail, rounded down to the
+//!   granularity, and returns the whole reservation when the arena is empty. Free space inside
+//!   the arena stays committed: it cannot be returned without moving tensors.
+//! * **Fallback.** When the reservation is full, the backend refuses the growth or the budget
+//!   refuses it, the pool adds regular blocks ([`growth`](super::growth)) beside the arena.
+
+use super::{ArenaPool, Block, Carved, State, round_up};
+use crate::backend::{BlockDesc, InPlaceGrowth};
+use crate::suballoc::{Region, Tlsf};
+use crate::{Error, Result};
+
+#[cfg(doc)]
+use crate::backend::Backend;
+
+/// The growth step is at least the committed size divided by this (so at most ~3 % above need).
+pub const GROWTH_STEP_DIVISOR: u64 = 32;
+
+/// Bytes to commit at the end of an arena of `committed` bytes whose free tail lacks `deficit`
+/// bytes: the deficit, raised to the growth step, rounded to `granularity`; falls back to the
+/// deficit alone when the step does not fit in `room`. `None` when not even the deficit fits.
+pub(crate) fn growth_bytes(
+    deficit: u64,
+    committed: u64,
+    granularity: u64,
+    room: u64,
+) -> Option<u64> {
+    let step =
+        round_up(deficit.max(committed / GROWTH_STEP_DIVISOR), granularity).filter(|s| *s <= room);
+    step.or_else(|| round_up(deficit, granularity).filter(|s| *s <= room))
+}
+
+impl ArenaPool {
+    /// Serves a request that fits nowhere by reserving the arena or growing it. `Ok(None)` when
+    /// the pool has no in-place growth or cannot grow (the caller then adds a block).
+    pub(super) fn grow_in_place(
+        &self,
+        st: &mut State,
+        size: u64,
+        align: u64,
+        label: &str,
+    ) -> Result<Option<Carved>> {
+        let Some(growth) = self.growth else {
+            return Ok(None);
+        };
+        match st.arena {
+            None => self.reserve_arena(st, growth, size, align, label),
+            Some(index) => {
+                Ok(self
+                    .extend_arena(st, growth, index, size, align)?
+                    .map(|(region, grown)| Carved {
+                        block: index,
+                        region,
+                        fresh_block: false,
+                        grown,
+                    }))
+            }
+        }
+    }
+
+    /// Reserves the arena with room for one request of `size` bytes committed.
+    fn reserve_arena(
+        &self,
+        st: &mut State,
+        growth: InPlaceGrowth,
+        size: u64,
+        align: u64,
+        label: &str,
+    ) -> Result<Option<Carved>> {
+        let g = growth.granularity;
+        let limit = self.budget.limit().unwrap_or(u64::MAX);
+        let reserve = growth.max_reserve.min(limit) & !(g - 1);
+        let Some(bytes) = round_up(size, g).filter(|b| *b <= reserve) else {
+            return Ok(None);
+        };
+        if !self.budget.try_reserve(bytes) {
+            return Ok(None);
+        }
+        let desc = BlockDesc {
+            kind: self.config.kind,
+            size: bytes,
+            label: &format!("tensormem {} arena for {label}", self.config.name),
+        };
+        let id = match Self::note(st, self.backend.reserve_block(&desc, reserve)) {
+            Ok(id) => id,
+            Err(e) => {
+                self.budget.release(bytes);
+                return match e {
+                    // No address space or memory: the caller adds a regular block instead.
+                    Error::OutOfMemory(_) | Error::Unsupported { .. } => Ok(None),
+                    e => Err(e),
+                };
+            }
+        };
+        let carved = Tlsf::new(bytes).and_then(|mut tlsf| {
+            let region = tlsf.allocate(size, align)?.ok_or_else(|| {
+                Error::invalid("internal: a fresh arena does not fit its request")
+            })?;
+            Ok((tlsf, region))
+        });
+        let (tlsf, region) = match carved {
+            Ok(c) => c,
+            Err(e) => {
+                self.budget.release(bytes);
+                let _ = self.backend.free_block(id);
+                return Err(e);
+            }
+        };
+        let index = match st.blocks.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                st.blocks.push(None);
+                st.blocks.len() - 1
+            }
+        };
+        st.blocks[index] = Some(Block {
+            id,
+            size: bytes,
+            tlsf,
+            reserved: Some(reserve),
+        });
+        st.arena = Some(index);
+        self.tell(|l| l.block_reserved(&self.config.name, id, bytes));
+        let s = &mut st.stats;
+        s.reserved += bytes;
+        s.peak_reserved = s.peak_reserved.max(s.reserved);
+        s.blocks += 1;
+        s.blocks_allocated += 1;
+        Ok(Some(Carved {
+            block: index,
+            region,
+            fresh_block: true,
+            grown: 0,
+        }))
+    }
+
+    /// Commits more of the arena at `index` and carves the request from its end; returns the
+    /// region and the bytes committed for it. `Ok(None)` when the reservation, the budget or the
+    /// backend has no room.
+    fn extend_arena(
+        &self,
+        st: &mut State,
+        growth: InPlaceGrowth,
+        index: usize,
+        size: u64,
+        align: u64,
+    ) -> Result<Option<(Region, u64)>> {
+        let Some(b) = st.blocks.get(index).and_then(Option::as_ref) else {
+            return Err(Error::invalid("internal: the arena index names no block"));
+        };
+        let (id, committed) = (b.id, b.size);
+        let reserved = b.reserved.unwrap_or(committed);
+        let tail = b.tlsf.free_tail();
+        let tail_start = committed - tail;
+        let Some(need) = round_up(tail_start, align)
+            .and_then(|start| start.checked_add(size))
+            .map(|end| end - tail_start)
+        else {
+            return Ok(None);
+        };
+        // A tail that fits but was passed over by the good-fit search is taken as it is.
+        let deficit = need.saturating_sub(tail);
+        let room = (reserved - committed).min(self.budget.room());
+        let add = match deficit {
+            0 => 0,
+            d => match growth_bytes(d, committed, growth.granularity, room) {
+                Some(add) => add,
+                None => return Ok(None),
+            },
+        };
+        if add > 0 {
+            if !self.budget.try_reserve(add) {
+                return Ok(None);
+            }
+            if let Err(e) = Self::note(st, self.backend.resize_block(id, committed + add)) {
+                self.budget.release(add);
+                return match e {
+                    Error::OutOfMemory(_) => Ok(None),
+                    e => Err(e),
+                };
+            }
+            self.resized(st, index, committed, committed + add)?;
+        }
+        let Some(b) = st.blocks[index].as_mut() else {
+            return Err(Error::invalid("internal: the arena index names no block"));
+        };
+        b.tlsf
+            .allocate_at_end(size, align)?
+            .map(|r| Some((r, add)))
+            .ok_or_else(|| Error::invalid("internal: a grown arena does not fit its request"))
+    }
+
+    /// Records that the arena at `index` now commits `new` bytes instead of `old` (the backend
+    /// has done it; the budget is charged for growth, and released here for shrinking).
+    fn resized(&self, st: &mut State, index: usize, old: u64, new: u64) -> Result<()> {
+        let Some(b) = st.blocks[index].as_mut() else {
+            return Err(Error::invalid("internal: the arena index names no block"));
+        };
+        if new > old {
+            b.tlsf.grow(new - old)?;
+        } else {
+            b.tlsf.shrink(old - new)?;
+            self.budget.release(old - new);
+        }
+        b.size = new;
+        let id = b.id;
+        let s = &mut st.stats;
+        s.reserved = s.reserved - old + new;
+        s.peak_reserved = s.peak_reserved.max(s.reserved);
+        // Listeners know blocks, not resizes: the old extent goes and the new one comes, so a
+        // reserved-bytes total kept from the events stays exact.
+        self.tell(|l| {
+            l.block_released(&self.config.name, id, old);
+            l.block_reserved(&self.config.name, id, new);
+        });
+        Ok(())
+    }
+
+    /// Decommits up to `at_most` bytes of the arena's free tail, rounded down to the granularity
+    /// (trim and the pressure path; an empty arena is released whole by the caller's block
+    /// loop; a cancel gives back its growth). Returns the bytes given back. On a backend error
+    /// the arena keeps its size.
+    pub(super) fn shrink_arena(&self, st: &mut State, at_most: u64) -> Result<u64> {
+        let (Some(growth), Some(index)) = (self.growth, st.arena) else {
+            return Ok(0);
+        };
+        let Some(b) = st.blocks.get(index).and_then(Option::as_ref) else {
+            return Ok(0);
+        };
+        let cut = b.tlsf.free_tail().min(at_most) & !(growth.granularity - 1);
+        if cut == 0 || cut >= b.size {
+            return Ok(0);
+        }
+        let (id, old) = (b.id, b.size);
+        Self::note(st, self.backend.resize_block(id, old - cut))?;
+        self.resized(st, index, old, old - cut)?;
+        Ok(cut)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,175 @@
+//! The arena that grows in place, on the host's reserve-and-commit: one block whatever the
+//! growth, committed bytes that follow the live set, trim and cancel that give bytes back, and
+//! the fallback to blocks when the reservation is full.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::backend::Backend;
+use crate::host::{HostBackend, HostConfig};
+use crate::pool::{ArenaConfig, DevicePool, PoolStats};
+
+fn pool(config: HostConfig) -> (Arc<HostBackend>, ArenaPool, u64) {
+    let backend = Arc::new(HostBackend::new(config).unwrap());
+    let page = backend.in_place_growth().unwrap().granularity;
+    let p = ArenaPool::new(backend.clone(), ArenaConfig::device()).unwrap();
+    (backend, p, page)
+}
+
+#[test]
+fn growth_by_deficit_and_step_is_rounded_to_the_granularity() {
+    let mib = 1 << 20;
+    // Small deficit in a large arena: the step (1/32 of 64 MiB = 2 MiB).
+    assert_eq!(growth_bytes(1000, 64 * mib, 4096, u64::MAX), Some(2 * mib));
+    // A large deficit: itself, rounded to the granularity.
+    assert_eq!(
+        growth_bytes(5 * mib + 1, 64 * mib, 2 * mib, u64::MAX),
+        Some(6 * mib)
+    );
+    // Not enough room for the step: the deficit alone; not even that: refused.
+    assert_eq!(growth_bytes(1000, 64 * mib, 4096, mib), Some(4096));
+    assert_eq!(growth_bytes(1000, 64 * mib, 4096, 4095), None);
+    assert_eq!(
+        growth_bytes(u64::MAX, 0, 4096, u64::MAX),
+        None,
+        "rounding overflows"
+    );
+}
+
+#[test]
+fn one_block_grows_with_the_live_set_and_keeps_contents() {
+    let (backend, p, page) = pool(HostConfig::default());
+    let first = p.allocate(1000, 1, "first").unwrap();
+    backend
+        .write_mapped(first.range.block, first.range.offset, &[9u8; 1000])
+        .unwrap();
+    assert_eq!(
+        p.stats().reserved,
+        page,
+        "the first commit is the request, rounded"
+    );
+    let mut live = vec![];
+    let mut bytes = 1000;
+    for i in 1..200u64 {
+        let size = (i * 7919) % 300_000 + 1;
+        let a = p.allocate(size, 256, "grow").unwrap();
+        assert_eq!(
+            a.range.block, first.range.block,
+            "everything lives in the one arena"
+        );
+        bytes += a.range.size;
+        live.push(a);
+        p.check_invariants().unwrap();
+    }
+    let s = p.stats();
+    assert_eq!((s.blocks, backend.block_count()), (1, 1));
+    assert_eq!(
+        s.reserved,
+        backend.block_bytes(),
+        "the pool reports what the host committed"
+    );
+    // Filling up, the arena holds the live bytes plus alignment, one growth step and a page.
+    assert!(
+        s.reserved <= bytes + bytes / 32 + 200 * 256 + 2 * page,
+        "{} for {bytes}",
+        s.reserved
+    );
+    let mut out = [0u8; 1000];
+    backend
+        .read_mapped(first.range.block, first.range.offset, &mut out)
+        .unwrap();
+    assert_eq!(out, [9u8; 1000], "growth never moves a tensor");
+    for a in live {
+        p.free(a.handle).unwrap();
+    }
+    p.free(first.handle).unwrap();
+    assert_eq!(p.trim().unwrap(), s.reserved);
+    assert_eq!((backend.block_count(), p.stats().reserved), (0, 0));
+}
+
+#[test]
+fn trim_decommits_the_free_tail_under_live_tensors() {
+    let (backend, p, page) = pool(HostConfig::default());
+    let a = p.allocate(3 * page, 1, "a").unwrap();
+    let b = p.allocate(40 * page, 1, "b").unwrap();
+    assert_eq!(p.stats().reserved, 43 * page);
+    p.free(b.handle).unwrap();
+    assert_eq!(p.trim().unwrap(), 40 * page);
+    assert_eq!(
+        (p.stats().reserved, backend.block_bytes()),
+        (3 * page, 3 * page)
+    );
+    // The arena grows again in place, in the same block.
+    let c = p.allocate(10 * page, 1, "c").unwrap();
+    assert_eq!((c.range.block, c.range.offset), (a.range.block, 3 * page));
+    p.free(c.handle).unwrap();
+    p.free(a.handle).unwrap();
+    p.check_invariants().unwrap();
+    // Empty: the whole reservation goes back.
+    assert_eq!(p.trim().unwrap(), 13 * page);
+    assert_eq!(backend.block_count(), 0);
+    p.check_invariants().unwrap();
+}
+
+/// A cancelled allocation leaves the pool as before, including what the arena grew for it.
+#[test]
+fn cancel_gives_back_the_growth() {
+    let (_backend, p, page) = pool(HostConfig::default());
+    let keep = p.allocate(page, 1, "keep").unwrap();
+    let before = p.stats();
+    let grown = p.allocate(100 * page, 1, "grows the arena").unwrap();
+    assert_eq!(p.stats().reserved, 101 * page);
+    p.cancel(grown.handle).unwrap();
+    assert_eq!(
+        p.stats(),
+        PoolStats {
+            peak_in_use: p.stats().peak_in_use,
+            peak_reserved: p.stats().peak_reserved,
+            ..before
+        }
+    );
+    p.free(keep.handle).unwrap();
+    p.check_invariants().unwrap();
+}
+
+#[test]
+fn a_full_reservation_falls_back_to_blocks_and_the_budget_binds_commits() {
+    let mib = 1 << 20;
+    // The host reserves at most its largest block: 1 MiB here.
+    let (backend, p, _) = pool(HostConfig {
+        max_block_size: mib,
+        ..HostConfig::default()
+    });
+    let a = p.allocate(600 << 10, 1, "a").unwrap();
+    let b = p.allocate(600 << 10, 1, "b").unwrap();
+    assert_ne!(
+        a.range.block, b.range.block,
+        "b needs a block beside the full arena"
+    );
+    assert_eq!(backend.block_count(), 2);
+    p.check_invariants().unwrap();
+    for h in [a, b] {
+        p.free(h.handle).unwrap();
+    }
+    // A budget caps committed bytes: the arena grows up to it, then the pool is out of memory.
+    let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    let p = ArenaPool::new(
+        backend.clone(),
+        ArenaConfig {
+            budget: Some(2 * mib),
+            ..ArenaConfig::device()
+        },
+    )
+    .unwrap();
+    let x = p.allocate(mib, 1, "x").unwrap();
+    let y = p.allocate(mib, 1, "y").unwrap();
+    assert_eq!(x.range.block, y.range.block);
+    assert!(matches!(
+        p.allocate(1, 1, "z"),
+        Err(crate::Error::OutOfMemory(_))
+    ));
+    assert_eq!(backend.block_bytes(), 2 * mib);
+    p.free(x.handle).unwrap();
+    p.free(y.handle).unwrap();
+    p.check_invariants().unwrap();
+}

@@ -1,0 +1,274 @@
+//! The offload benchmark of issue 16, as `minilm --offload-table`: MiniLM at batch 8 and
+//! sequences 128 and 512 under device budgets of 100, 75, 50 and 35% of the device bytes it needs
+//! without a budget, once per offload score. Each row reports the peak device bytes the model's
+//! pool measured, the time per run as a ratio to the unbudgeted run measured in the same process
+//! (same inputs, same warm-up), the bytes moved each way, the measured stall, and whether the
+//! embeddings are bit-identical to the unbudgeted ones. A budget no schedule meets is a row with
+//! the error (the op that cannot fit and the bytes it needs).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tensormem::Result;
+use tensormem::offload::Score;
+
+use super::minilm::MiniLm;
+use super::report::time_runs;
+use super::tokenize::{TokenBatch, pad_batch};
+use crate::cli::DeviceBudget;
+
+/// Text the benchmark's sentences are cut from (any text works: only the shape matters).
+const TEXT: &str = "Memory is the scarce resource of inference on small devices. A runtime that \
+    knows when every tensor is used can move the ones that wait to host memory and bring them \
+    back just before they are needed, so that a model larger than the device still runs. The \
+    copies travel on their own lane while the kernels compute, and the planner places every \
+    tensor, the returning copies included, so that the peak stays within the budget.";
+
+/// One row of the table.
+#[derive(Clone, Debug)]
+pub struct OffloadRow {
+    /// Sentences per batch.
+    pub batch: usize,
+    /// Tokens per sentence.
+    pub seq: usize,
+    /// Budget as a percentage of the unbudgeted device bytes (`None`: the unbudgeted baseline).
+    pub percent: Option<f64>,
+    /// The score tried.
+    pub score: Option<Score>,
+    /// The budget in bytes (the unbudgeted device bytes for the baseline).
+    pub budget: u64,
+    /// Peak device bytes measured by the pool.
+    pub peak_device_bytes: u64,
+    /// Mean time per run (inputs, run, read back).
+    pub mean: Duration,
+    /// `mean` over the baseline's mean.
+    pub time_ratio: f64,
+    /// Bytes copied to the device per run.
+    pub to_device: u64,
+    /// Bytes copied to the host per run.
+    pub to_host: u64,
+    /// Host time waiting for copies in the last run.
+    pub stall: Duration,
+    /// Device memory is host-visible: nothing moved.
+    pub unified: bool,
+    /// Embeddings bit-identical to the baseline's.
+    pub identical: bool,
+    /// Why no schedule met the budget.
+    pub error: Option<String>,
+}
+
+/// A batch of `batch` sentences of exactly `seq` tokens cut from [`TEXT`].
+///
+/// # Errors
+/// Tokenizer errors.
+pub fn token_batch(model: &MiniLm, batch: usize, seq: usize) -> Result<TokenBatch> {
+    let words = model.tokenizer().encode(TEXT)?;
+    let body: Vec<u32> = words[1..words.len() - 1].to_vec(); // without [CLS] and [SEP]
+    let (cls, sep) = (words[0], words[words.len() - 1]);
+    let encoded: Vec<Vec<u32>> = (0..batch)
+        .map(|b| {
+            let mut ids = vec![cls];
+            ids.extend(body.iter().cycle().skip(b * 7).take(seq.saturating_sub(2)));
+            ids.push(sep);
+            ids.truncate(seq);
+            ids
+        })
+        .collect();
+    Ok(pad_batch(&encoded))
+}
+
+/// Runs the table (module doc) with `runs` timed runs per row after one warm-up.
+///
+/// # Errors
+/// Errors of the baseline; a budgeted row's error is recorded in the row.
+pub fn offload_table(
+    model: &mut MiniLm,
+    runs: u32,
+    shapes: &[(usize, usize)],
+    percents: &[f64],
+) -> Result<Vec<OffloadRow>> {
+    let mut rows = Vec::new();
+    for &(batch, seq) in shapes {
+        let tokens = token_batch(model, batch, seq)?;
+        model.set_device_budget(None);
+        let base = measure(model, &tokens, runs)?;
+        let base_row = base.row(batch, seq, None, None, &base);
+        rows.push(base_row);
+        for &p in percents {
+            for score in Score::ALL {
+                model.set_device_budget(Some(DeviceBudget::Percent(p)));
+                model.set_offload_scores(&[score]);
+                let row = match measure(model, &tokens, runs) {
+                    Ok(m) => m.row(batch, seq, Some(p), Some(score), &base),
+                    Err(e) => OffloadRow {
+                        error: Some(e.to_string()),
+                        identical: false,
+                        ..base.row(batch, seq, Some(p), Some(score), &base)
+                    },
+                };
+                rows.push(row);
+            }
+        }
+        model.set_device_budget(None);
+    }
+    Ok(rows)
+}
+
+/// What one configuration measured.
+struct Measured {
+    bits: Vec<u32>,
+    mean: Duration,
+    budget: u64,
+    peak: u64,
+    to_device: u64,
+    to_host: u64,
+    stall: Duration,
+    unified: bool,
+}
+
+fn measure(model: &mut MiniLm, tokens: &TokenBatch, runs: u32) -> Result<Measured> {
+    let (batch, seq) = (tokens.batch, tokens.seq);
+    let bar = indicatif::ProgressBar::hidden();
+    let timing = time_runs(
+        runs,
+        model,
+        |m| {
+            m.set_tokens(tokens)?;
+            m.run(batch, seq)?;
+            m.read_embeddings(batch, seq).map(|_| ())
+        },
+        |_| 0,
+        &bar,
+    )?;
+    let bits = model
+        .read_embeddings(batch, seq)?
+        .iter()
+        .flatten()
+        .map(|v| v.to_bits())
+        .collect();
+    let report = model
+        .cached_model(batch, seq)
+        .map(tensormem::Model::memory_report)
+        .unwrap_or_default();
+    let runs_done = report.runs.max(1);
+    let (budget, to_device, to_host, stall, unified) = match &report.offload {
+        Some(o) => (
+            o.budget,
+            o.bytes_to_device / runs_done,
+            o.bytes_to_host / runs_done,
+            o.last_stall,
+            o.unified,
+        ),
+        None => (
+            report.unbudgeted_device_bytes(),
+            0,
+            0,
+            Duration::ZERO,
+            false,
+        ),
+    };
+    Ok(Measured {
+        bits,
+        mean: timing.mean,
+        budget,
+        peak: report.peak_device_bytes,
+        to_device,
+        to_host,
+        stall,
+        unified,
+    })
+}
+
+impl Measured {
+    fn row(
+        &self,
+        batch: usize,
+        seq: usize,
+        percent: Option<f64>,
+        score: Option<Score>,
+        base: &Measured,
+    ) -> OffloadRow {
+        OffloadRow {
+            batch,
+            seq,
+            percent,
+            score,
+            budget: self.budget,
+            peak_device_bytes: self.peak,
+            mean: self.mean,
+            time_ratio: self.mean.as_secs_f64() / base.mean.as_secs_f64().max(1e-12),
+            to_device: self.to_device,
+            to_host: self.to_host,
+            stall: self.stall,
+            unified: self.unified,
+            identical: self.bits == base.bits,
+            error: None,
+        }
+    }
+}
+
+/// The rows as a Markdown table (the README's).
+pub fn to_markdown(rows: &[OffloadRow]) -> String {
+    let mut out = String::from(
+        "| seq | budget | score | peak device | time vs unbudgeted | to device / run | to host / run | stall | identical |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let budget = r
+            .percent
+            .map_or_else(|| "none".to_string(), |p| format!("{p}%"));
+        let score = r.score.map_or("-", Score::name);
+        if let Some(e) = &r.error {
+            out += &format!(
+                "| {} | {budget} | {score} | - | - | - | - | - | {e} |\n",
+                r.seq
+            );
+            continue;
+        }
+        out += &format!(
+            "| {} | {budget} ({}) | {score} | {} | {:.2}x | {} | {} | {:.1} ms | {}{} |\n",
+            r.seq,
+            mib(r.budget),
+            mib(r.peak_device_bytes),
+            r.time_ratio,
+            mib(r.to_device),
+            mib(r.to_host),
+            r.stall.as_secs_f64() * 1e3,
+            if r.identical { "yes" } else { "NO" },
+            if r.unified {
+                " (unified: nothing moves)"
+            } else {
+                ""
+            },
+        );
+    }
+    out
+}
+
+fn mib(n: u64) -> String {
+    format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20))
+}
+
+/// The rows as JSON.
+pub fn to_json(rows: &[OffloadRow]) -> Value {
+    json!(
+        rows.iter()
+            .map(|r| json!({
+                "batch": r.batch,
+                "seq": r.seq,
+                "budget_percent": r.percent,
+                "score": r.score.map(Score::name),
+                "budget_bytes": r.budget,
+                "peak_device_bytes": r.peak_device_bytes,
+                "time_per_run_ms": r.mean.as_secs_f64() * 1e3,
+                "time_ratio": r.time_ratio,
+                "bytes_to_device_per_run": r.to_device,
+                "bytes_to_host_per_run": r.to_host,
+                "stall_ms": r.stall.as_secs_f64() * 1e3,
+                "unified_memory": r.unified,
+                "identical": r.identical,
+                "error": r.error,
+            }))
+            .collect::<Vec<_>>()
+    )
+}
