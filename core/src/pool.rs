@@ -32,7 +32,7 @@ mod stats;
 mod tracing;
 mod zeroing;
 
-pub use arena::{ArenaConfig, ArenaPool, DEFAULT_BLOCK_SIZE, MAX_ALIGN};
+pub use arena::{ArenaConfig, ArenaPool, DEFAULT_BLOCK_SIZE, DEFAULT_IDLE_RELEASE, MAX_ALIGN};
 pub use budget::{Budget, MemberId, Reclaim};
 pub use device_pool::{
     Allocation, DevicePool, LiveAllocation, PoolAdaptor, PoolListener, PoolStats,
