@@ -22,6 +22,11 @@ pub fn run_on_target(rt: &Runtime, op: &Op, inputs: &[Vec<u8>]) -> Result<Vec<u8
     let sig = op.signature().map_err(fail("signature"))?;
     let mut tensors = Vec::new();
     for (data, o) in inputs.iter().zip(&sig.inputs) {
+        // The tensor holds the elements; its binding adds the padding to a whole word.
+        let bytes = (o.len * o.dtype.size()) as usize;
+        let data = data
+            .get(..bytes)
+            .ok_or_else(|| format!("{} input too short", op.name()))?;
         tensors.push(
             rt.tensor_from(o.dtype, &[o.len as usize], data, "op input")
                 .map_err(fail(&format!("{} input {:?}", op.name(), o)))?,

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId};
+use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId, WeightFormat};
 
 use super::builder::{ModelBuilder, dim};
 use super::weights::WeightFile;
@@ -74,16 +74,17 @@ pub struct MnistGraph {
     pub batch: usize,
 }
 
-/// Builds the MNIST graph for `batch` images.
+/// Builds the MNIST graph for `batch` images, its convolution and linear weights stored in
+/// `format` (biases stay f32).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for a zero or oversized batch; graph shape checks.
-pub fn build_graph(batch: usize) -> Result<MnistGraph> {
+pub fn build_graph(batch: usize, format: WeightFormat) -> Result<MnistGraph> {
     let n = dim(batch)?;
     if n == 0 {
         return Err(Error::invalid("mnist: batch of 0 images"));
     }
-    let mut b = ModelBuilder::new();
+    let mut b = ModelBuilder::with_format(format);
     let image = b.graph.input("image", DType::F32, &[batch, 1, SIDE, SIDE]);
     let conv = |c_in: u32, c_out: u32, side: u32| Op::Conv2d {
         n,
@@ -96,6 +97,7 @@ pub fn build_graph(batch: usize) -> Result<MnistGraph> {
         stride: 1,
         pad: 1,
         bias: true,
+        weight_format: format,
     };
     let pool = |c: u32, side: u32| Op::MaxPool2d {
         n,
@@ -107,14 +109,10 @@ pub fn build_graph(batch: usize) -> Result<MnistGraph> {
     };
     let relu = |len: usize| -> Result<Op> { Ok(Op::Relu { len: dim(len)? }) };
 
-    let w0 = b.weight("features.0.weight", &[32, 1, 3, 3]);
-    let b0 = b.weight("features.0.bias", &[32]);
-    let c1 = b.op(
-        conv(1, 32, 28),
-        &[image, w0, b0],
-        &[batch, 32, 28, 28],
-        "conv1",
-    )?;
+    let mut inputs = vec![image];
+    inputs.extend(b.packed_weight("features.0.weight", &[32, 1, 3, 3]));
+    inputs.push(b.weight("features.0.bias", &[32]));
+    let c1 = b.op(conv(1, 32, 28), &inputs, &[batch, 32, 28, 28], "conv1")?;
     let r1 = b.op(
         relu(batch * 32 * 28 * 28)?,
         &[c1],
@@ -123,14 +121,10 @@ pub fn build_graph(batch: usize) -> Result<MnistGraph> {
     )?;
     let p1 = b.op(pool(32, 28), &[r1], &[batch, 32, 14, 14], "pool1")?;
 
-    let w3 = b.weight("features.3.weight", &[64, 32, 3, 3]);
-    let b3 = b.weight("features.3.bias", &[64]);
-    let c2 = b.op(
-        conv(32, 64, 14),
-        &[p1, w3, b3],
-        &[batch, 64, 14, 14],
-        "conv2",
-    )?;
+    let mut inputs = vec![p1];
+    inputs.extend(b.packed_weight("features.3.weight", &[64, 32, 3, 3]));
+    inputs.push(b.weight("features.3.bias", &[64]));
+    let c2 = b.op(conv(32, 64, 14), &inputs, &[batch, 64, 14, 14], "conv2")?;
     let r2 = b.op(
         relu(batch * 64 * 14 * 14)?,
         &[c2],
@@ -166,10 +160,12 @@ impl Mnist {
     /// # Errors
     /// Graph, compile and upload errors; weight file errors (missing tensor, wrong shape).
     pub fn new(rt: &Runtime, weights: &WeightFile, batch: usize) -> Result<Self> {
-        Self::with_budget(rt, weights, batch, None)
+        Self::with_budget(rt, weights, batch, WeightFormat::F32, None)
     }
 
-    /// [`Mnist::new`] within a device budget (see [`crate::cli::compile`]).
+    /// [`Mnist::new`] with the convolution and linear weights held on the device in `format`
+    /// (converted at load when the file stores them otherwise), within a device budget when one
+    /// is given (see [`crate::cli::compile`]).
     ///
     /// # Errors
     /// As [`Mnist::new`]; [`Error::BudgetBelowWorkingSet`](tensormem::Error::BudgetBelowWorkingSet).
@@ -177,9 +173,10 @@ impl Mnist {
         rt: &Runtime,
         weights: &WeightFile,
         batch: usize,
+        format: WeightFormat,
         budget: Option<DeviceBudget>,
     ) -> Result<Self> {
-        let graph = build_graph(batch)?;
+        let graph = build_graph(batch, format)?;
         let mut model = crate::cli::compile(rt, &graph.builder.graph, budget)?;
         graph.builder.upload_weights(&mut model, weights)?;
         Ok(Mnist { model, graph })
