@@ -50,11 +50,35 @@ __device__ float tm_block_max(float v, float* sh) {
     return r;
 }
 
+// IEEE binary16 bits to float (exact; NVRTC has no cuda_fp16.h without headers).
+__device__ __forceinline__ float tm_half_to_float(unsigned short h) {
+    const u32 sign = (u32)(h & 0x8000u) << 16;
+    const u32 exp = (h >> 10) & 0x1fu;
+    const u32 man = h & 0x3ffu;
+    if (exp == 0) {
+        const float v = (float)man * 5.9604644775390625e-8f;  // subnormal: man * 2^-24
+        return sign ? -v : v;
+    }
+    if (exp == 31) return __int_as_float((int)(sign | 0x7f800000u | (man << 13)));
+    return __int_as_float((int)(sign | ((exp + 112u) << 23) | (man << 13)));
+}
+
+// Weight element `e` dequantised as it is loaded (tensormem::ops::quant): fmt 0 f32, 1 f16,
+// 2 int8 times scales[s] (s = channel * groups + inner / group).
+__device__ __forceinline__ float tm_weight_at(const void* w, const float* scales, u32 fmt, u64 e,
+                                              u64 s) {
+    if (fmt == 1) return tm_half_to_float(((const unsigned short*)w)[e]);
+    if (fmt == 2) return (float)((const signed char*)w)[e] * scales[s];
+    return ((const float*)w)[e];
+}
+
 // Op::MatMul. C[b] = alpha * op(A[b]) . op(B[b]) (+ bias), tiled 16x16 through shared memory.
-// grid.x walks column tiles, grid.y row tiles, grid.z batches (all grid-stride).
-extern "C" __global__ void tm_matmul(const float* a, const float* b, const float* bias, float* c,
-                                     u32 batch, u32 m, u32 n, u32 k, u32 trans_a, u32 trans_b,
-                                     u32 broadcast_b, u32 has_bias, float alpha) {
+// grid.x walks column tiles, grid.y row tiles, grid.z batches (all grid-stride). B is stored in
+// `fmt` (tm_weight_at); `scales` is null unless int8.
+extern "C" __global__ void tm_matmul(const float* a, const void* b, const float* scales,
+                                     const float* bias, float* c, u32 batch, u32 m, u32 n, u32 k,
+                                     u32 trans_a, u32 trans_b, u32 broadcast_b, u32 has_bias,
+                                     float alpha, u32 fmt, u32 group, u32 groups) {
     __shared__ float as[TM_TILE][TM_TILE];
     __shared__ float bs[TM_TILE][TM_TILE + 1];
     const u32 tx = threadIdx.x, ty = threadIdx.y;
@@ -62,7 +86,7 @@ extern "C" __global__ void tm_matmul(const float* a, const float* b, const float
     const u32 tiles_n = (n + TM_TILE - 1) / TM_TILE;
     for (u32 bt = blockIdx.z; bt < batch; bt += gridDim.z) {
         const float* ab = a + (u64)bt * m * k;
-        const float* bb = b + (broadcast_b ? (u64)0 : (u64)bt * k * n);
+        const u64 b_mat = broadcast_b ? (u64)0 : (u64)bt;
         for (u32 tm = blockIdx.y; tm < tiles_m; tm += gridDim.y) {
             for (u32 tn = blockIdx.x; tn < tiles_n; tn += gridDim.x) {
                 const u32 row = tm * TM_TILE + ty;
@@ -76,8 +100,11 @@ extern "C" __global__ void tm_matmul(const float* a, const float* b, const float
                     as[ty][tx] = va;
                     const u32 kb = t0 + ty;
                     float vb = 0.0f;
-                    if (kb < k && col < n)
-                        vb = trans_b ? bb[(u64)col * k + kb] : bb[(u64)kb * n + col];
+                    if (kb < k && col < n) {
+                        const u64 e = b_mat * k * n +
+                                      (trans_b ? (u64)col * k + kb : (u64)kb * n + col);
+                        vb = tm_weight_at(b, scales, fmt, e, (b_mat * n + col) * groups + kb / group);
+                    }
                     bs[ty][tx] = vb;
                     __syncthreads();
                     for (u32 q = 0; q < TM_TILE; ++q) acc += as[ty][q] * bs[q][tx];
@@ -177,13 +204,16 @@ extern "C" __global__ void tm_softmax(const float* x, const float* mask, float* 
     }
 }
 
-// Op::Embedding: out[r, d] = table[ids[r], d], zeros for an id >= vocab.
-extern "C" __global__ void tm_embedding(const float* table, const u32* ids, float* out, u32 vocab,
-                                        u32 dim, u32 rows) {
+// Op::Embedding: out[r, d] = table[ids[r], d] (stored in `fmt`), zeros for an id >= vocab.
+extern "C" __global__ void tm_embedding(const void* table, const float* scales, const u32* ids,
+                                        float* out, u32 vocab, u32 dim, u32 rows, u32 fmt,
+                                        u32 group, u32 groups) {
     TM_GRID_STRIDE(i, (u64)rows * dim) {
         const u64 r = i / dim, d = i % dim;
         const u32 id = ids[r];
-        out[i] = id < vocab ? table[(u64)id * dim + d] : 0.0f;
+        out[i] = id < vocab ? tm_weight_at(table, scales, fmt, (u64)id * dim + d,
+                                           (u64)id * groups + d / group)
+                            : 0.0f;
     }
 }
 
@@ -215,10 +245,12 @@ extern "C" __global__ void tm_l2normalize(const float* x, float* y, u32 rows, u3
     }
 }
 
-// Op::Conv2d, NCHW cross-correlation with zero padding; one thread per output element.
-extern "C" __global__ void tm_conv2d(const float* x, const float* w, const float* bias, float* y,
-                                     u32 n, u32 c_in, u32 h, u32 wd, u32 c_out, u32 kh, u32 kw,
-                                     u32 stride, u32 pad, u32 has_bias, u32 oh, u32 ow) {
+// Op::Conv2d, NCHW cross-correlation with zero padding; one thread per output element. The
+// weight is stored in `fmt` (tm_weight_at); channel co, row element r has scale co*groups+r/group.
+extern "C" __global__ void tm_conv2d(const float* x, const void* w, const float* scales,
+                                     const float* bias, float* y, u32 n, u32 c_in, u32 h, u32 wd,
+                                     u32 c_out, u32 kh, u32 kw, u32 stride, u32 pad, u32 has_bias,
+                                     u32 oh, u32 ow, u32 fmt, u32 group, u32 groups) {
     TM_GRID_STRIDE(i, (u64)n * c_out * oh * ow) {
         const u32 ox = (u32)(i % ow);
         const u32 oy = (u32)((i / ow) % oh);
@@ -227,14 +259,16 @@ extern "C" __global__ void tm_conv2d(const float* x, const float* w, const float
         float acc = 0.0f;
         for (u32 ci = 0; ci < c_in; ++ci) {
             const float* xc = x + (ni * c_in + ci) * h * wd;
-            const float* wc = w + ((u64)co * c_in + ci) * kh * kw;
+            const u64 inner = (u64)c_in * kh * kw;
             for (u32 ky = 0; ky < kh; ++ky) {
                 const long long iy = (long long)oy * stride + ky - pad;
                 if (iy < 0 || iy >= (long long)h) continue;
                 for (u32 kx = 0; kx < kw; ++kx) {
                     const long long ix = (long long)ox * stride + kx - pad;
                     if (ix < 0 || ix >= (long long)wd) continue;
-                    acc += xc[(u64)iy * wd + (u64)ix] * wc[ky * kw + kx];
+                    const u64 r = ((u64)ci * kh + ky) * kw + kx;
+                    acc += xc[(u64)iy * wd + (u64)ix] *
+                           tm_weight_at(w, scales, fmt, co * inner + r, co * groups + r / group);
                 }
             }
         }

@@ -7,7 +7,7 @@
 
 #![forbid(unsafe_code)]
 
-use tensormem::ops::Op;
+use tensormem::ops::{Op, WeightFormat};
 use tensormem::{Error, Result};
 
 /// Threads per block of the element-wise kernels.
@@ -128,6 +128,30 @@ fn b(v: bool) -> Arg {
     Arg::U32(u32::from(v))
 }
 
+/// The weight operands of a weight-reading op whose weight is binding `w`: the weight pointer,
+/// the scales pointer (0 unless int8), the index of the next binding, and the trailing
+/// `fmt, group, groups` arguments of `tm_weight_at` for rows of `inner` elements.
+fn weight_args(op: &Op, addrs: &[u64], w: usize, inner: u64) -> (Arg, Arg, usize, [Arg; 3]) {
+    let format = op.weight_format();
+    let code = match format {
+        WeightFormat::F32 => 0,
+        WeightFormat::F16 => 1,
+        WeightFormat::Int8 { .. } => 2,
+    };
+    // Group sizes are at most the row length, a checked u32 operand dimension.
+    let (group, groups) = format.groups(inner.max(1));
+    let tail = [
+        Arg::U32(code),
+        Arg::U32(group as u32),
+        Arg::U32(groups as u32),
+    ];
+    if format.has_scales() {
+        (Arg::Ptr(addrs[w]), Arg::Ptr(addrs[w + 1]), w + 2, tail)
+    } else {
+        (Arg::Ptr(addrs[w]), Arg::Ptr(0), w + 1, tail)
+    }
+}
+
 /// Plans the launch of `op` over `addrs`, the device addresses of its bindings (inputs, then
 /// outputs, as [`Op::signature`] orders them; the caller has checked them with
 /// [`check_bindings`]).
@@ -158,31 +182,32 @@ pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
             broadcast_b,
             bias,
             alpha,
+            ..
         } => {
+            let (w, scales, next, tail) = weight_args(op, addrs, 1, u64::from(k));
             let (bias_ptr, out) = if bias {
-                (p(2), p(3))
+                (p(next), p(next + 1))
             } else {
-                (Arg::Ptr(0), p(2))
+                (Arg::Ptr(0), p(next))
             };
-            call(
-                "tm_matmul",
-                vec![
-                    p(0),
-                    p(1),
-                    bias_ptr,
-                    out,
-                    Arg::U32(batch),
-                    Arg::U32(m),
-                    Arg::U32(n),
-                    Arg::U32(k),
-                    b(trans_a),
-                    b(trans_b),
-                    b(broadcast_b),
-                    b(bias),
-                    Arg::F32(alpha),
-                ],
-                matmul_dims(batch, m, n),
-            )
+            let mut args = vec![
+                p(0),
+                w,
+                scales,
+                bias_ptr,
+                out,
+                Arg::U32(batch),
+                Arg::U32(m),
+                Arg::U32(n),
+                Arg::U32(k),
+                b(trans_a),
+                b(trans_b),
+                b(broadcast_b),
+                b(bias),
+                Arg::F32(alpha),
+            ];
+            args.extend(tail);
+            call("tm_matmul", args, matmul_dims(batch, m, n))
         }
         Op::Add { len, b_len } | Op::Mul { len, b_len } => call(
             if matches!(op, Op::Add { .. }) {
@@ -245,18 +270,26 @@ pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
                 row_dims(rows, cols),
             )
         }
-        Op::Embedding { vocab, dim, rows } => call(
-            "tm_embedding",
-            vec![
-                p(0),
-                p(1),
-                p(2),
+        Op::Embedding {
+            vocab, dim, rows, ..
+        } => {
+            let (table, scales, next, tail) = weight_args(op, addrs, 0, u64::from(dim));
+            let mut args = vec![
+                table,
+                scales,
+                p(next),
+                p(next + 1),
                 Arg::U32(vocab),
                 Arg::U32(dim),
                 Arg::U32(rows),
-            ],
-            elementwise_dims(u64::from(rows) * u64::from(dim)),
-        ),
+            ];
+            args.extend(tail);
+            call(
+                "tm_embedding",
+                args,
+                elementwise_dims(u64::from(rows) * u64::from(dim)),
+            )
+        }
         Op::MeanPool { batch, seq, dim } => call(
             "tm_meanpool",
             vec![
@@ -285,35 +318,37 @@ pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
             stride,
             pad,
             bias,
+            ..
         } => {
             let (oh, ow) = op.conv_out()?;
+            let inner = u64::from(c_in) * u64::from(kh) * u64::from(kw);
+            let (wp, scales, next, tail) = weight_args(op, addrs, 1, inner);
             let (bias_ptr, out) = if bias {
-                (p(2), p(3))
+                (p(next), p(next + 1))
             } else {
-                (Arg::Ptr(0), p(2))
+                (Arg::Ptr(0), p(next))
             };
-            call(
-                "tm_conv2d",
-                vec![
-                    p(0),
-                    p(1),
-                    bias_ptr,
-                    out,
-                    Arg::U32(n),
-                    Arg::U32(c_in),
-                    Arg::U32(h),
-                    Arg::U32(w),
-                    Arg::U32(c_out),
-                    Arg::U32(kh),
-                    Arg::U32(kw),
-                    Arg::U32(stride),
-                    Arg::U32(pad),
-                    b(bias),
-                    Arg::U32(oh),
-                    Arg::U32(ow),
-                ],
-                elementwise_dims(sig.outputs[0].len),
-            )
+            let mut args = vec![
+                p(0),
+                wp,
+                scales,
+                bias_ptr,
+                out,
+                Arg::U32(n),
+                Arg::U32(c_in),
+                Arg::U32(h),
+                Arg::U32(w),
+                Arg::U32(c_out),
+                Arg::U32(kh),
+                Arg::U32(kw),
+                Arg::U32(stride),
+                Arg::U32(pad),
+                b(bias),
+                Arg::U32(oh),
+                Arg::U32(ow),
+            ];
+            args.extend(tail);
+            call("tm_conv2d", args, elementwise_dims(sig.outputs[0].len))
         }
         Op::MaxPool2d {
             n,

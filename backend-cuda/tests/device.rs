@@ -12,7 +12,7 @@
 )]
 
 use tensormem::backend::{BlockDesc, BlockRange};
-use tensormem::{Backend, BlockId, Error, MemoryKind, Op, Ticket};
+use tensormem::{Backend, BlockId, Error, MemoryKind, Op, Ticket, WeightFormat};
 use tensormem_cuda::toolchain::CodeTarget;
 use tensormem_cuda::{CudaBackend, CudaDesc, DeviceAlloc, ExpandableDesc};
 
@@ -437,6 +437,7 @@ fn matmul_matches_the_reference() {
         broadcast_b: true,
         bias: true,
         alpha: 0.5,
+        weight_format: WeightFormat::F32,
     };
     let got = run_op(&b, &op, &[f32_bytes(&a), f32_bytes(&w), f32_bytes(&bias)]);
     let mut want = vec![0f32; batch * m * n];
@@ -541,6 +542,7 @@ fn permute_and_embedding_match_the_reference() {
         vocab: 10,
         dim: 4,
         rows: 4,
+        weight_format: WeightFormat::F32,
     };
     let got = run_op(&b, &op, &[f32_bytes(&table), ids]);
     let want = [
@@ -569,6 +571,7 @@ fn conv_and_pool_match_the_reference() {
         stride: 2,
         pad: 1,
         bias: true,
+        weight_format: WeightFormat::F32,
     };
     let (oh, ow) = op.conv_out().unwrap();
     let got = run_op(&b, &op, &[f32_bytes(&x), f32_bytes(&wt), f32_bytes(&bias)]);

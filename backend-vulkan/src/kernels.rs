@@ -57,9 +57,11 @@ pub(crate) fn compile_wgsl(source: &str, entry: &str) -> Result<Vec<u32>> {
     };
     let module = naga::front::wgsl::parse_str(source)
         .map_err(|e| fail("naga::front::wgsl::parse_str", e.emit_to_string(source)))?;
+    // `unpack2x16float` (f16 weights) is core WGSL and core Vulkan (GLSL.std.450
+    // UnpackHalf2x16); naga gates it behind this capability for targets that lack it.
     let info = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::default(),
+        naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32,
     )
     .validate(&module)
     .map_err(|e| fail("naga::valid::Validator::validate", e.emit_to_string(source)))?;

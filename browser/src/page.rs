@@ -46,7 +46,7 @@ pub async fn run_mnist(weights: Vec<u8>, images: Vec<u8>, runs: u32) -> Result<S
     let tracer = Tracer::new();
     rt.set_tracer(Some(tracer.clone()));
 
-    let graph = mnist::build_graph(batch).map_err(js)?;
+    let graph = mnist::build_graph(batch, tensormem::WeightFormat::F32).map_err(js)?;
     let mut model = rt.compile(&graph.builder.graph).map_err(js)?;
     for slot in &graph.builder.weights {
         let bytes = weights.f32_bytes(&slot.name, &slot.shape).map_err(js)?;

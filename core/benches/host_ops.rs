@@ -11,7 +11,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
-use tensormem::ops::{Op, host};
+use tensormem::ops::{Op, WeightFormat, host};
 
 fn data(len: usize) -> Vec<f32> {
     (0..len)
@@ -45,6 +45,7 @@ fn matmul(c: &mut Criterion) {
         broadcast_b: true,
         bias: true,
         alpha: 1.0,
+        weight_format: WeightFormat::F32,
     };
     let (x, w, bias) = (data(m * k), data(n * k), data(n));
     let mut out = vec![0f32; m * n];
@@ -80,6 +81,7 @@ fn matmul(c: &mut Criterion) {
         broadcast_b: false,
         bias: false,
         alpha: 0.176_776_7,
+        weight_format: WeightFormat::F32,
     };
     let (q, kk) = (data(12 * 128 * 32), data(12 * 128 * 32));
     let mut s = vec![0f32; 12 * 128 * 128];

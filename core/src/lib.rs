@@ -46,6 +46,11 @@
 //! * **Generational handles**: double free and use after free are errors, not undefined behaviour.
 //! * **Static planning** ([`plan`]): a compiled [`Graph`] puts every intermediate in one arena at
 //!   planned offsets, so a steady-state inference allocates nothing.
+//! * **Weights belong to the runtime** ([`runtime::WeightStore`]): a model binds each weight by
+//!   name and content hash, so every model compiled on a runtime (one per input shape) shares one
+//!   device copy, freed with the last model. Weights of matmul, conv2d and embedding can be f16 or
+//!   int8 with per-channel or per-group scales ([`ops::quant`]); every backend dequantises as it
+//!   loads, so no full-precision copy exists on the device.
 //! * **Tracing off by default** ([`trace`]): [`Runtime::set_tracer`] records allocations, frees,
 //!   blocks, transfers and every op's tensor uses; off, it costs one atomic load per operation.
 //!   Traces export to Chrome/Perfetto JSON and a self-contained HTML timeline, and
@@ -80,7 +85,7 @@ pub use backend::{
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
-pub use ops::{DType, Op};
+pub use ops::{DType, Op, WeightFormat};
 pub use pool::{
     Allocation, AllocationStats, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats,
     StagingBelt, StagingConfig,

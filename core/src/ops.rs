@@ -12,78 +12,14 @@
 use crate::{Error, Result};
 
 pub mod host;
+mod operand;
+pub mod quant;
 #[cfg(feature = "test-support")]
 pub mod samples;
 pub mod wgsl;
 
-/// Element type of a tensor.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum DType {
-    /// 32-bit float.
-    F32,
-    /// 64-bit float (storage only; no op computes in it).
-    F64,
-    /// 32-bit signed integer.
-    I32,
-    /// 32-bit unsigned integer (token ids).
-    U32,
-    /// 64-bit signed integer (storage only).
-    I64,
-    /// 8-bit unsigned integer (storage only).
-    U8,
-    /// 16-bit unsigned integer / raw half floats (storage only).
-    U16,
-}
-
-impl DType {
-    /// Size of one element in bytes.
-    pub fn size(self) -> u64 {
-        match self {
-            DType::U8 => 1,
-            DType::U16 => 2,
-            DType::F32 | DType::I32 | DType::U32 => 4,
-            DType::F64 | DType::I64 => 8,
-        }
-    }
-
-    /// Short lowercase name ("f32", ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-            DType::I32 => "i32",
-            DType::U32 => "u32",
-            DType::I64 => "i64",
-            DType::U8 => "u8",
-            DType::U16 => "u16",
-        }
-    }
-}
-
-/// One operand of an op: its element type and element count.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Operand {
-    /// Element type.
-    pub dtype: DType,
-    /// Number of elements.
-    pub len: u64,
-}
-
-impl Operand {
-    /// Size in bytes (at most `u32::MAX` elements of at most 8 bytes: never overflows).
-    pub fn size(&self) -> u64 {
-        self.len * self.dtype.size()
-    }
-}
-
-/// The inputs and outputs of an op, in binding order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Signature {
-    /// Inputs, in binding order.
-    pub inputs: Vec<Operand>,
-    /// Outputs, bound after the inputs.
-    pub outputs: Vec<Operand>,
-}
+pub use operand::{DType, Operand, Signature};
+pub use quant::WeightFormat;
 
 /// A standard op with its parameters. All f32 unless stated.
 #[derive(Clone, Debug, PartialEq)]
@@ -92,7 +28,9 @@ pub enum Op {
     /// when asked. Inputs: `A` (`[batch, m, k]`, or `[batch, k, m]` with `trans_a`), `B`
     /// (`[batch, k, n]`, or `[batch, n, k]` with `trans_b`; with `broadcast_b` a single `B` shared by
     /// every batch), then `bias` `[n]` when `bias` is set. Output `C` `[batch, m, n]`.
-    /// A PyTorch `Linear` is `trans_b = true, broadcast_b = true, bias = true`.
+    /// A PyTorch `Linear` is `trans_b = true, broadcast_b = true, bias = true`. `B` is stored in
+    /// `weight_format`; int8 adds a `scales` input `[b_batch · n, groups]` right after `B` (see
+    /// [`quant`]).
     MatMul {
         /// Number of independent products.
         batch: u32,
@@ -112,6 +50,8 @@ pub enum Op {
         bias: bool,
         /// Scale applied to the product.
         alpha: f32,
+        /// How `B` is stored.
+        weight_format: WeightFormat,
     },
     /// `c[i] = a[i] + b[i % b_len]` over `len` elements (`b_len` divides `len`; `b_len == len` is
     /// plain addition, smaller `b_len` broadcasts a bias or a position table).
@@ -169,8 +109,9 @@ pub enum Op {
         /// Rows sharing one mask row (ignored without a mask; at least 1).
         rows_per_mask: u32,
     },
-    /// Row gather: inputs `table` `[vocab, dim]` (f32) and `ids` `[rows]` (u32); output
-    /// `[rows, dim]`. An id `>= vocab` yields a row of zeros (kernels cannot fail).
+    /// Row gather: inputs `table` `[vocab, dim]` (stored in `weight_format`; int8 adds `scales`
+    /// `[vocab, groups]` after it) and `ids` `[rows]` (u32); output `[rows, dim]` (f32). An id
+    /// `>= vocab` yields a row of zeros (kernels cannot fail).
     Embedding {
         /// Rows of the table.
         vocab: u32,
@@ -178,6 +119,8 @@ pub enum Op {
         dim: u32,
         /// Number of ids.
         rows: u32,
+        /// How the table is stored.
+        weight_format: WeightFormat,
     },
     /// Masked mean over the sequence axis: inputs `x` `[batch, seq, dim]`, `mask` `[batch, seq]`
     /// (1.0 / 0.0); output `[batch, dim]` = Σ mask·x / max(Σ mask, 1e-9).
@@ -199,7 +142,8 @@ pub enum Op {
         eps: f32,
     },
     /// 2-D convolution, NCHW, cross-correlation as PyTorch: inputs `x` `[n, c_in, h, w]`, `weight`
-    /// `[c_out, c_in, kh, kw]`, then `bias` `[c_out]` when `bias` is set; output
+    /// `[c_out, c_in, kh, kw]` stored in `weight_format` (int8 adds `scales` `[c_out, groups]` after
+    /// it), then `bias` `[c_out]` when `bias` is set; output
     /// `[n, c_out, oh, ow]` with `oh = (h + 2·pad − kh) / stride + 1` (same for `ow`).
     Conv2d {
         /// Batch.
@@ -222,6 +166,8 @@ pub enum Op {
         pad: u32,
         /// Whether a bias input follows the weight.
         bias: bool,
+        /// How the weight is stored.
+        weight_format: WeightFormat,
     },
     /// Max pooling, NCHW, no padding: input `[n, c, h, w]`, output `[n, c, oh, ow]` with
     /// `oh = (h − k) / stride + 1`.
@@ -308,11 +254,13 @@ impl Op {
                 k,
                 broadcast_b,
                 bias,
+                weight_format,
                 ..
             } => {
                 let (batch, m, n, k) = (nz("batch", batch)?, nz("m", m)?, nz("n", n)?, nz("k", k)?);
                 let b_batch = if broadcast_b { 1 } else { batch };
-                let mut inputs = vec![f("a", &[batch, m, k])?, f("b", &[b_batch, k, n])?];
+                let mut inputs = vec![f("a", &[batch, m, k])?];
+                self.push_weight(&mut inputs, weight_format, "b", [b_batch * n, k])?;
                 if bias {
                     inputs.push(f("bias", &[n])?);
                 }
@@ -365,13 +313,17 @@ impl Op {
                 }
                 sig(inputs, vec![f("y", &[rows, cols])?])
             }
-            Op::Embedding { vocab, dim, rows } => {
+            Op::Embedding {
+                vocab,
+                dim,
+                rows,
+                weight_format,
+            } => {
                 let (vocab, dim, rows) = (nz("vocab", vocab)?, nz("dim", dim)?, nz("rows", rows)?);
-                let ids = self.operand(DType::U32, "ids", &[rows])?;
-                sig(
-                    vec![f("table", &[vocab, dim])?, ids],
-                    vec![f("y", &[rows, dim])?],
-                )
+                let mut inputs = Vec::with_capacity(3);
+                self.push_weight(&mut inputs, weight_format, "table", [vocab, dim])?;
+                inputs.push(self.operand(DType::U32, "ids", &[rows])?);
+                sig(inputs, vec![f("y", &[rows, dim])?])
             }
             Op::MeanPool { batch, seq, dim } => {
                 let (batch, seq, dim) = (nz("batch", batch)?, nz("seq", seq)?, nz("dim", dim)?);
@@ -393,16 +345,22 @@ impl Op {
                 kh,
                 kw,
                 bias,
+                weight_format,
                 ..
             } => {
                 let (n, c_in, c_out) = (nz("n", n)?, nz("c_in", c_in)?, nz("c_out", c_out)?);
                 let (h, w) = (nz("h", h)?, nz("w", w)?);
                 let (oh, ow) = self.conv_out()?;
                 let (oh, ow) = (u64::from(oh), u64::from(ow));
-                let mut inputs = vec![
-                    f("x", &[n, c_in, h, w])?,
-                    f("weight", &[c_out, c_in, nz("kh", kh)?, nz("kw", kw)?])?,
-                ];
+                let mut inputs = vec![f("x", &[n, c_in, h, w])?];
+                let inner =
+                    checked_product(&[c_in, nz("kh", kh)?, nz("kw", kw)?]).ok_or_else(|| {
+                        Error::ArithmeticOverflow {
+                            what: "conv2d weight row c_in·kh·kw".into(),
+                            limit_name: "u64",
+                        }
+                    })?;
+                self.push_weight(&mut inputs, weight_format, "weight", [c_out, inner])?;
                 if bias {
                     inputs.push(f("bias", &[c_out])?);
                 }
@@ -457,10 +415,42 @@ impl Op {
         Ok(Operand { dtype, len })
     }
 
+    /// Pushes a weight operand of `channels · inner` elements stored in `format`, then its scales
+    /// `[channels, groups]` when the format has them (the products are of validated dimensions;
+    /// [`Op::operand`] checks them against the kernels' range).
+    ///
+    /// # Errors
+    /// As [`Op::operand`].
+    fn push_weight(
+        &self,
+        inputs: &mut Vec<Operand>,
+        format: WeightFormat,
+        what: &str,
+        [channels, inner]: [u64; 2],
+    ) -> Result<()> {
+        inputs.push(self.operand(format.dtype(), what, &[channels, inner])?);
+        if format.has_scales() {
+            let (_, groups) = format.groups(inner);
+            inputs.push(self.operand(DType::F32, "scales", &[channels, groups])?);
+        }
+        Ok(())
+    }
+
+    /// The format of the op's weight operand (f32 for ops without one).
+    pub fn weight_format(&self) -> WeightFormat {
+        match *self {
+            Op::MatMul { weight_format, .. }
+            | Op::Conv2d { weight_format, .. }
+            | Op::Embedding { weight_format, .. } => weight_format,
+            _ => WeightFormat::F32,
+        }
+    }
+
     /// Names of the operands in binding order (inputs, then outputs), for error messages.
     /// The list matches [`Op::signature`] (optional inputs appear only when present).
     pub fn operand_names(&self) -> Vec<&'static str> {
-        match *self {
+        let scales = self.weight_format().has_scales();
+        let mut names = match *self {
             Op::MatMul { bias, .. } => {
                 if bias {
                     vec!["a", "b", "bias", "c"]
@@ -493,7 +483,17 @@ impl Op {
                     vec!["x", "weight", "y"]
                 }
             }
+        };
+        if scales {
+            // Right after the weight: operand 1 of matmul and conv2d, 0 of embedding.
+            let at = if matches!(self, Op::Embedding { .. }) {
+                1
+            } else {
+                2
+            };
+            names.insert(at, "scales");
         }
+        names
     }
 
     /// Checks a dispatch's binding sizes (inputs then outputs, in bytes) against the signature and

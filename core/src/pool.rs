@@ -25,13 +25,14 @@ mod guard;
 mod leaks;
 mod replay;
 mod slots;
+mod spill;
 mod stack;
 mod staging;
 mod stats;
 mod tracing;
 mod zeroing;
 
-pub use arena::{ArenaConfig, ArenaPool, DEFAULT_BLOCK_SIZE, MAX_ALIGN};
+pub use arena::{ArenaConfig, ArenaPool, DEFAULT_BLOCK_SIZE, DEFAULT_IDLE_RELEASE, MAX_ALIGN};
 pub use budget::{Budget, MemberId, Reclaim};
 pub use device_pool::{
     Allocation, DevicePool, LiveAllocation, PoolAdaptor, PoolListener, PoolStats,
@@ -41,6 +42,7 @@ pub use leaks::LeakReport;
 pub(crate) use leaks::check as check_leaks;
 pub use replay::{ReplayConfig, ReplayPool, ReplayStats};
 pub use slots::Handle;
+pub use spill::{SpillConfig, SpillPool, SpillStats};
 pub use stack::{PoolConfig, PoolStack};
 pub use staging::{StagingBelt, StagingConfig, StagingStats};
 pub use stats::{AllocationStats, StatsPool};

@@ -38,7 +38,7 @@ mod model;
 mod tensor;
 mod weights;
 
-pub use model::{CompileDesc, MemoryReport, Model, OffloadReport};
+pub use model::{CompileDesc, MemoryReport, Model, OffloadReport, WEIGHT_CHUNK_BYTES};
 use tensor::check_element;
 pub use tensor::{Element, Tensor};
 pub use weights::{WeightHasher, WeightKey, WeightStore, WeightStoreReport, content_hash};
@@ -293,7 +293,14 @@ impl Runtime {
         self.inner.front.check_alive()?;
         let size = tensor::byte_size(dtype, shape)?;
         self.inner.backend.completed()?;
-        let alloc = self.device_pool().allocate(size, 1, label)?;
+        // Whole 32-bit words, so a packed f16 / int8 tensor of odd length can be bound.
+        let words = size
+            .checked_next_multiple_of(4)
+            .ok_or_else(|| Error::ArithmeticOverflow {
+                what: format!("byte size of a {} tensor of shape {shape:?}", dtype.name()),
+                limit_name: "u64",
+            })?;
+        let alloc = self.device_pool().allocate(words, 1, label)?;
         Ok(Tensor::new(alloc, dtype, shape.to_vec(), size))
     }
 
@@ -575,7 +582,9 @@ impl Runtime {
             let n = out.len();
             out.copy_from_slice(&buf[..n]);
         }
-        Ok(())
+        // A synchronous read is a use that has completed: a pool that leases resolved ranges
+        // (the spilling pool) may move the allocation again.
+        pool.mark_used(alloc.handle, Ticket::DONE)
     }
 
     /// The checked range `[offset, offset + size)` of an allocation, with `size` rounded up to the

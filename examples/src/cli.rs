@@ -10,8 +10,12 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Args;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use tensormem::WeightFormat;
 
 use crate::backend_select::{BackendChoice, SelectOptions};
 
@@ -55,12 +59,53 @@ pub struct SampleArgs {
     #[arg(long, value_name = "N", default_value_t = 10,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub runs: u32,
+    /// Weight flags.
+    #[command(flatten)]
+    pub weights: WeightArgs,
     /// Device memory the model may use: bytes with an optional unit (1048576, 500MB, 64MiB,
     /// 1.5GiB) or a percentage of what the model needs without a budget (50%). Tensors that do
     /// not fit leave device memory between uses and are prefetched back; outputs are identical.
     /// A budget below one op's operands fails (exit 1) naming that op.
     #[arg(long, value_name = "SIZE", value_parser = parse_device_budget)]
     pub device_budget: Option<DeviceBudget>,
+}
+
+/// How a sample holds its weights on the device.
+#[derive(Args, Clone, Debug)]
+pub struct WeightArgs {
+    /// Format of the matmul, convolution and embedding weights on the device: f32, f16 (half the
+    /// bytes) or int8 (a quarter, plus one f32 scale per output channel or group). Converted at
+    /// load when the weight file stores another format (see tensormem-quantize).
+    #[arg(long = "weights", value_enum, default_value_t = WeightChoice::F32)]
+    pub format: WeightChoice,
+    /// With --weights int8: inner elements per scale (0: one scale per output channel).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub group: u32,
+    /// Weight file to load instead of the model's own (e.g. one written by tensormem-quantize).
+    #[arg(long, value_name = "FILE")]
+    pub weights_file: Option<PathBuf>,
+}
+
+/// `--weights` values.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WeightChoice {
+    /// 32-bit floats.
+    F32,
+    /// IEEE half floats.
+    F16,
+    /// Symmetric int8 with f32 scales.
+    Int8,
+}
+
+impl WeightArgs {
+    /// The chosen format.
+    pub fn format(&self) -> WeightFormat {
+        match self.format {
+            WeightChoice::F32 => WeightFormat::F32,
+            WeightChoice::F16 => WeightFormat::F16,
+            WeightChoice::Int8 => WeightFormat::Int8 { group: self.group },
+        }
+    }
 }
 
 /// A device budget as given on the command line.

@@ -14,6 +14,7 @@ pub mod checks;
 pub mod minilm;
 pub mod mnist;
 pub mod offload_table;
+pub mod quantize;
 pub mod report;
 pub mod tokenize;
 pub mod weights;

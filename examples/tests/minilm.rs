@@ -108,7 +108,7 @@ fn graph_reads_every_encoder_weight_of_the_file() {
     let cfg = BertConfig::open(&dir.join("config.json")).unwrap();
     assert_eq!(cfg, BertConfig::all_minilm_l6_v2());
     let file = WeightFile::open(&dir.join("model.safetensors")).unwrap();
-    let graph = minilm::build_graph(&cfg, 1, 8).unwrap();
+    let graph = minilm::build_graph(&cfg, 1, 8, tensormem::WeightFormat::F32).unwrap();
     let mut declared: Vec<&str> = graph
         .builder
         .weights
@@ -178,4 +178,67 @@ fn three_shapes_hold_the_weights_once() {
         alone,
         store.bytes
     );
+}
+
+/// Issue 17: MiniLM with f16 and int8 weights on every backend: each embedding has a cosine of
+/// at least 0.995 to the f32 one, the sentence-similarity ordering is unchanged, and the weights
+/// take at most 0.51x (f16) and 0.27x (int8) the f32 bytes on the device.
+#[test]
+fn quantized_weights_keep_the_embeddings_on_every_backend() {
+    use tensormem::WeightFormat;
+    let Some(dir) = model_dir() else { return };
+    let sentences = [
+        S1,
+        S2,
+        "A man is eating a piece of bread.",
+        "The new movie is awesome.",
+        "A man is playing a guitar.",
+    ];
+    let order = |v: &[Vec<f32>]| {
+        let mut pairs = Vec::new();
+        for i in 0..v.len() {
+            for j in i + 1..v.len() {
+                pairs.push(((i, j), minilm::cosine(&v[i], &v[j])));
+            }
+        }
+        pairs.sort_by(|a, b| b.1.total_cmp(&a.1));
+        pairs.into_iter().map(|(p, _)| p).collect::<Vec<_>>()
+    };
+    for (name, rt) in backends::available_runtimes() {
+        let mut f32_model = MiniLm::open(&rt, &dir).unwrap();
+        let f32_emb = f32_model.embed(&sentences).unwrap();
+        let reference = f32_emb.vectors;
+        let f32_bytes = f32_model
+            .cached_model(f32_emb.tokens.batch, f32_emb.tokens.seq)
+            .unwrap()
+            .memory_report()
+            .weight_bytes;
+        drop(f32_model);
+        for (format, limit) in [
+            (WeightFormat::F16, 0.51),
+            (WeightFormat::Int8 { group: 0 }, 0.27),
+        ] {
+            let mut model = MiniLm::open_as(&rt, &dir, format).unwrap();
+            let emb = model.embed(&sentences).unwrap();
+            for (k, (got, want)) in emb.vectors.iter().zip(&reference).enumerate() {
+                let cos = minilm::cosine(got, want);
+                assert!(cos >= 0.995, "{name} {format:?}: sentence {k} cosine {cos}");
+            }
+            assert_eq!(
+                order(&emb.vectors),
+                order(&reference),
+                "{name} {format:?}: similarity ordering changed"
+            );
+            let report = model
+                .cached_model(emb.tokens.batch, emb.tokens.seq)
+                .unwrap()
+                .memory_report();
+            let ratio = report.weight_bytes as f64 / f32_bytes as f64;
+            assert!(
+                ratio <= limit,
+                "{name} {format:?}: {ratio:.4}x the f32 bytes"
+            );
+            println!("{name} {format:?}: weight bytes {ratio:.4}x f32");
+        }
+    }
 }

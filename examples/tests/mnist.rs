@@ -138,7 +138,65 @@ fn wrong_batch_and_image_size_are_errors() {
         ),
         "{e}"
     );
-    assert!(mnist::build_graph(0).is_err());
+    assert!(mnist::build_graph(0, tensormem::WeightFormat::F32).is_err());
+}
+
+/// Issue 17: f16 and int8 weights (quantised at load, and read from a file tensormem-quantize
+/// wrote) keep the argmax of every bundled image on every backend, and hold at most 0.51x / 0.27x
+/// the f32 weight bytes on the device.
+#[test]
+fn quantized_weights_keep_the_argmax_on_every_backend() {
+    use tensormem::WeightFormat;
+    use tensormem_examples::models::quantize::quantize_file;
+    use tensormem_examples::models::weights::WeightFile;
+
+    let weights = Mnist::bundled_weights().unwrap();
+    let (int8_bytes, _) = quantize_file(&weights, WeightFormat::Int8 { group: 0 }).unwrap();
+    let int8_file =
+        WeightFile::from_bytes(std::path::Path::new("mnist-int8.safetensors"), int8_bytes).unwrap();
+    let bundled = mnist::bundled_images();
+    let images: Vec<Vec<u8>> = bundled
+        .iter()
+        .map(|(p, _)| mnist::read_image(p, false).unwrap())
+        .collect();
+    let f32_bytes = 421_642 * 4;
+    for (name, rt) in backends::available_runtimes() {
+        for (format, file, limit) in [
+            (WeightFormat::F16, &weights, 0.51),
+            (WeightFormat::Int8 { group: 0 }, &weights, 0.27),
+            // Per-group scales cost one f32 per 32 weights: 1/32 of the f32 bytes more.
+            (
+                WeightFormat::Int8 { group: 32 },
+                &weights,
+                0.27 + 1.0 / 32.0,
+            ),
+            (WeightFormat::Int8 { group: 0 }, &int8_file, 0.27),
+        ] {
+            let mut net = Mnist::with_budget(&rt, file, images.len(), format, None).unwrap();
+            let logits = net.classify(&images).unwrap();
+            for (k, ((path, label), row)) in bundled.iter().zip(&logits).enumerate() {
+                assert_eq!(
+                    mnist::argmax(row),
+                    *label,
+                    "{name} {format:?}: {}",
+                    path.display()
+                );
+                let drift = row
+                    .iter()
+                    .zip(&REFERENCE[k])
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                assert!(drift < 1.0, "{name} {format:?}: logits drift {drift}");
+            }
+            let report = net.model().memory_report();
+            let ratio = report.weight_bytes as f64 / f64::from(f32_bytes);
+            assert!(
+                ratio <= limit,
+                "{name} {format:?}: {ratio:.3}x the f32 bytes"
+            );
+            println!("{name} {format:?}: weight bytes {ratio:.3}x f32");
+        }
+    }
 }
 
 /// Issue 16: `--device-budget` runs give bit-identical logits on every backend, and the model's
@@ -158,7 +216,14 @@ fn budgeted_runs_are_bit_identical_on_every_backend() {
         drop(plain);
         for percent in [50.0, 40.0] {
             let budget = Some(DeviceBudget::Percent(percent));
-            let mut net = Mnist::with_budget(&rt, &weights, images.len(), budget).unwrap();
+            let mut net = Mnist::with_budget(
+                &rt,
+                &weights,
+                images.len(),
+                tensormem::WeightFormat::F32,
+                budget,
+            )
+            .unwrap();
             for _ in 0..2 {
                 let got = net.classify(&images).unwrap();
                 let bits = |l: &[[f32; 10]]| -> Vec<u32> {

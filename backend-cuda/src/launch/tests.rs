@@ -63,8 +63,29 @@ fn kinds(args: &[Arg]) -> Vec<Param> {
         .collect()
 }
 
-/// One op of every variant, with each optional operand both on and off.
+/// One op of every variant, with each optional operand both on and off, and every weight-reading
+/// op again with f16 and int8 weights.
 fn sample_ops() -> Vec<Op> {
+    let mut ops = f32_ops();
+    let weighted: Vec<Op> = ops
+        .iter()
+        .filter(|op| op.weight_format() == WeightFormat::F32 && op.signature().is_ok())
+        .filter(|op| {
+            matches!(
+                op,
+                Op::MatMul { .. } | Op::Conv2d { .. } | Op::Embedding { .. }
+            )
+        })
+        .cloned()
+        .collect();
+    for op in weighted {
+        ops.push(op.with_weight_format(WeightFormat::F16));
+        ops.push(op.with_weight_format(WeightFormat::Int8 { group: 2 }));
+    }
+    ops
+}
+
+fn f32_ops() -> Vec<Op> {
     let mm = |bias, trans_a, trans_b, broadcast_b| Op::MatMul {
         batch: 2,
         m: 5,
@@ -75,6 +96,7 @@ fn sample_ops() -> Vec<Op> {
         broadcast_b,
         bias,
         alpha: 0.5,
+        weight_format: WeightFormat::F32,
     };
     vec![
         mm(false, false, false, false),
@@ -105,6 +127,7 @@ fn sample_ops() -> Vec<Op> {
             vocab: 10,
             dim: 4,
             rows: 3,
+            weight_format: WeightFormat::F32,
         },
         Op::MeanPool {
             batch: 2,
@@ -127,6 +150,7 @@ fn sample_ops() -> Vec<Op> {
             stride: 1,
             pad: 1,
             bias: true,
+            weight_format: WeightFormat::F32,
         },
         Op::Conv2d {
             n: 2,
@@ -139,6 +163,7 @@ fn sample_ops() -> Vec<Op> {
             stride: 2,
             pad: 0,
             bias: false,
+            weight_format: WeightFormat::F32,
         },
         Op::MaxPool2d {
             n: 1,
@@ -206,11 +231,18 @@ fn optional_operands_are_null_when_absent_and_outputs_come_last() {
         broadcast_b: false,
         bias: false,
         alpha: 1.0,
+        weight_format: WeightFormat::F32,
     };
     let call = plan_call(&op, &[10, 20, 30]).unwrap();
     assert_eq!(
-        call.args[..4],
-        [Arg::Ptr(10), Arg::Ptr(20), Arg::Ptr(0), Arg::Ptr(30)]
+        call.args[..5],
+        [
+            Arg::Ptr(10),
+            Arg::Ptr(20),
+            Arg::Ptr(0),
+            Arg::Ptr(0),
+            Arg::Ptr(30)
+        ]
     );
     let op = Op::Softmax {
         rows: 2,
@@ -291,4 +323,41 @@ fn permute_strides_for_transpose_and_head_split() {
         seen.into_iter().all(|s| s),
         "a permutation reads every input once"
     );
+}
+
+/// Int8 weights: the scales pointer follows the weight, the bias and output shift by one, and
+/// the trailing `fmt, group, groups` say int8 with per-group scales of the row of `k`.
+#[test]
+fn int8_matmul_passes_scales_and_groups() {
+    let op = Op::MatMul {
+        batch: 1,
+        m: 3,
+        n: 5,
+        k: 13,
+        trans_a: false,
+        trans_b: true,
+        broadcast_b: true,
+        bias: true,
+        alpha: 1.0,
+        weight_format: WeightFormat::Int8 { group: 4 },
+    };
+    let call = plan_call(&op, &[10, 20, 30, 40, 50]).unwrap();
+    assert_eq!(
+        call.args[..5],
+        [
+            Arg::Ptr(10),
+            Arg::Ptr(20),
+            Arg::Ptr(30),
+            Arg::Ptr(40),
+            Arg::Ptr(50)
+        ]
+    );
+    let n = call.args.len();
+    assert_eq!(call.args[n - 3..], [Arg::U32(2), Arg::U32(4), Arg::U32(4)]);
+    let f16 = op.with_weight_format(WeightFormat::F16);
+    let call = plan_call(&f16, &[10, 20, 40, 50]).unwrap();
+    assert_eq!(call.args[2], Arg::Ptr(0), "no scales for f16");
+    assert_eq!(call.args[3], Arg::Ptr(40));
+    let n = call.args.len();
+    assert_eq!(call.args[n - 3..], [Arg::U32(1), Arg::U32(13), Arg::U32(1)]);
 }

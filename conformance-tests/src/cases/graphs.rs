@@ -1,7 +1,7 @@
 //! Liveness reuse: random graphs whose intermediates share memory under a static plan give the
 //! same results as the same ops with no reuse at all (every tensor in its own host buffer).
 
-use tensormem::ops::{DType, Op, host};
+use tensormem::ops::{DType, Op, WeightFormat, host};
 use tensormem::{Graph, Runtime, RuntimeConfig, TensorId};
 
 use super::Rng;
@@ -124,6 +124,7 @@ pub(super) fn random_graph(seed: u64) -> Result<RandomGraph, String> {
                     broadcast_b: true,
                     bias: false,
                     alpha: 0.25,
+                    weight_format: WeightFormat::F32,
                 },
                 vec![a, w],
             ),

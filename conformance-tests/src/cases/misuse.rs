@@ -3,7 +3,9 @@
 //! target must give the same typed error for the same misuse: the validating front decides, not
 //! the backend.
 
-use tensormem::{BlockRange, DType, Error, Graph, Op, Runtime, RuntimeConfig, Tensor};
+use tensormem::{
+    BlockRange, DType, Error, Graph, Op, Runtime, RuntimeConfig, Tensor, WeightFormat,
+};
 
 use crate::{Case, Ctx, case, check, fail};
 
@@ -231,6 +233,7 @@ async fn defect_2_op_params(ctx: &Ctx) -> R {
         stride: 1,
         pad: (1 << 31) + 5,
         bias: false,
+        weight_format: WeightFormat::F32,
     };
     expect(
         "conv with padding near 2^31",

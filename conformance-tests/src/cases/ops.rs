@@ -24,6 +24,11 @@ pub async fn run_on_target(
     let sig = op.signature().map_err(fail("signature"))?;
     let mut tensors = Vec::new();
     for (data, o) in inputs.iter().zip(&sig.inputs) {
+        // The tensor holds the elements; its binding adds the padding to a whole word.
+        let bytes = (o.len * o.dtype.size()) as usize;
+        let data = data
+            .get(..bytes)
+            .ok_or_else(|| format!("{} input too short", op.name()))?;
         tensors.push(
             ctx.tensor_from(rt, o.dtype, &[o.len as usize], data, "op input")
                 .await

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::ops::WeightFormat;
 
 fn backend(config: HostConfig) -> HostBackend {
     HostBackend::new(config).unwrap()
@@ -160,6 +161,7 @@ fn defect_2_overflowing_op_parameters_never_reach_the_worker() {
         stride: 1,
         pad: (1 << 31) + 5,
         bias: false,
+        weight_format: WeightFormat::F32,
     };
     assert!(matches!(
         b.dispatch(&conv, &[r(0), r(64), r(128)]),

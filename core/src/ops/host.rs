@@ -25,7 +25,8 @@ use std::borrow::Cow;
 
 use rayon::prelude::*;
 
-use crate::ops::Op;
+use crate::ops::quant::WeightView;
+use crate::ops::{Op, WeightFormat};
 use crate::{Error, Result};
 
 mod erf;
@@ -79,6 +80,7 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
             broadcast_b,
             bias,
             alpha,
+            weight_format,
         } => {
             let shape = matmul::Shape {
                 batch: batch as usize,
@@ -89,8 +91,29 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
                 trans_b,
                 broadcast_b,
             };
-            let (a, b) = (x(0), x(1));
-            let bias = bias.then(|| x(2));
+            let a = x(0);
+            let b_len = sig.inputs[1].len;
+            let b = weight(
+                inputs,
+                weight_format,
+                b_len,
+                b_len / u64::from(k),
+                u64::from(k),
+                |e| {
+                    // `B` is `[b_batch, n, k]` with `trans_b`, else `[b_batch, k, n]`; the channel is
+                    // the output column of its matrix.
+                    let (kn, n, k) = (shape.k * shape.n, shape.n, shape.k);
+                    let (mat, r) = (e / kn, e % kn);
+                    let (j, p) = if trans_b {
+                        (r / k, r % k)
+                    } else {
+                        (r % n, r / n)
+                    };
+                    (mat * n + j, p)
+                },
+            )?;
+            let extra = usize::from(weight_format.has_scales());
+            let bias = bias.then(|| x(2 + extra));
             write_f32(out, |c| {
                 matmul::matmul(&shape, &a, &b, bias.as_deref(), alpha, c)
             })?;
@@ -128,8 +151,24 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
                 });
             });
         }
-        Op::Embedding { vocab, dim, .. } => {
-            let (table, ids) = (x(0), u32s(inputs[1]));
+        Op::Embedding {
+            vocab,
+            dim,
+            weight_format,
+            ..
+        } => {
+            let scales = weight_format.has_scales();
+            let ids = u32s(inputs[1 + usize::from(scales)]);
+            let scales = if scales { x(1) } else { Cow::Borrowed(&[][..]) };
+            let (len, dim64) = (u64::from(vocab) * u64::from(dim), u64::from(dim));
+            let table = WeightView::new(
+                inputs[0],
+                &scales,
+                len,
+                u64::from(vocab),
+                dim64,
+                weight_format,
+            )?;
             write_f32(out, |y| embedding(&table, &ids, vocab, dim as usize, y));
         }
         Op::MeanPool { seq, dim, .. } => {
@@ -148,9 +187,20 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
                 });
             });
         }
-        Op::Conv2d { bias, .. } => {
-            let (xs, weight) = (x(0), x(1));
-            let bias = bias.then(|| x(2));
+        Op::Conv2d {
+            bias,
+            weight_format,
+            c_out,
+            ..
+        } => {
+            let xs = x(0);
+            let len = sig.inputs[1].len;
+            let inner = len / u64::from(c_out);
+            let weight = weight(inputs, weight_format, len, u64::from(c_out), inner, |e| {
+                let inner = inner as usize;
+                (e / inner, e % inner)
+            })?;
+            let bias = bias.then(|| x(2 + usize::from(weight_format.has_scales())));
             let (oh, ow) = op.conv_out()?;
             write_f32(out, |y| {
                 spatial::conv2d(op, (oh, ow), &xs, &weight, bias.as_deref(), y)
@@ -173,6 +223,40 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
 /// Exact GELU as PyTorch computes it in f32: `x·0.5·(1 + erf(x·(1/√2)))`.
 pub fn gelu(x: f32) -> f32 {
     x * 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// Input 1, the weight operand of `len` elements (`channels` rows of `inner` for its scales) stored
+/// in `format`, as f32: borrowed when it is aligned f32, else dequantised into a vector (the
+/// host's "dequantise on load": once per op, then the f32 kernel). `channel_of` maps an element
+/// to its (channel, inner position) in the op's layout.
+///
+/// # Errors
+/// [`Error::SizeMismatch`] from [`WeightView::new`] (bindings were checked already).
+fn weight<'a>(
+    inputs: &[&'a [u8]],
+    format: WeightFormat,
+    len: u64,
+    channels: u64,
+    inner: u64,
+    channel_of: impl Fn(usize) -> (usize, usize) + Sync,
+) -> Result<Cow<'a, [f32]>> {
+    if format == WeightFormat::F32 {
+        return Ok(f32s(inputs[1]));
+    }
+    let scales = if format.has_scales() {
+        f32s(inputs[2])
+    } else {
+        Cow::Borrowed(&[][..])
+    };
+    let view = WeightView::new(inputs[1], &scales, len, channels, inner, format)?;
+    let mut out = vec![0f32; len as usize];
+    par_rows(&mut out, 1, |e0, chunk| {
+        for (i, v) in chunk.iter_mut().enumerate() {
+            let (ch, p) = channel_of(e0 + i);
+            *v = view.at(e0 + i, ch, p);
+        }
+    });
+    Ok(Cow::Owned(out))
 }
 
 /// Borrows `bytes` as f32 when aligned, else copies them into an aligned vector.
@@ -263,12 +347,14 @@ fn binary(inputs: &[&[u8]], out: &mut [u8], b_len: u32, f: impl Fn(f32, f32) -> 
     });
 }
 
-/// Row gather; an id `>= vocab` gives a row of zeros.
-fn embedding(table: &[f32], ids: &[u32], vocab: u32, dim: usize, y: &mut [f32]) {
+/// Row gather, dequantising only the rows read; an id `>= vocab` gives a row of zeros.
+fn embedding(table: &WeightView<'_>, ids: &[u32], vocab: u32, dim: usize, y: &mut [f32]) {
     for (row, &id) in y.chunks_exact_mut(dim).zip(ids) {
         if id < vocab {
             let start = id as usize * dim;
-            row.copy_from_slice(&table[start..start + dim]);
+            for (d, v) in row.iter_mut().enumerate() {
+                *v = table.at(start + d, id as usize, d);
+            }
         } else {
             row.fill(0.0);
         }

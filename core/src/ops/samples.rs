@@ -11,7 +11,8 @@
 //! suite and the backends' test builds enable.
 
 use super::host;
-use super::{DType, Op};
+use super::quant::f32_to_f16;
+use super::{DType, Op, WeightFormat};
 use crate::Result;
 
 /// A small deterministic generator (xorshift64*), so a failing case replays.
@@ -42,8 +43,63 @@ impl Rng {
     }
 }
 
-/// Representative instances of every op.
+/// Representative instances of every op, each weight-reading one also with f16 and int8 weights:
+/// rows of odd length (int8 rows straddle 32-bit words; odd f16 counts end mid-word), per-channel
+/// and per-group scales with a partial last group, transposed and per-batch `b`.
 pub fn instances() -> Vec<Op> {
+    let mut ops = f32_instances();
+    let int8 = |group| WeightFormat::Int8 { group };
+    let mm = |batch, m, n, k, trans_b, broadcast_b, bias| Op::MatMul {
+        batch,
+        m,
+        n,
+        k,
+        trans_a: false,
+        trans_b,
+        broadcast_b,
+        bias,
+        alpha: 1.0,
+        weight_format: WeightFormat::F32,
+    };
+    let conv = |c_in, c_out, kh, kw, bias| Op::Conv2d {
+        n: 2,
+        c_in,
+        h: 7,
+        w: 9,
+        c_out,
+        kh,
+        kw,
+        stride: 1,
+        pad: 1,
+        bias,
+        weight_format: WeightFormat::F32,
+    };
+    let emb = |vocab, dim| Op::Embedding {
+        vocab,
+        dim,
+        rows: 19,
+        weight_format: WeightFormat::F32,
+    };
+    for (op, format) in [
+        (mm(1, 5, 7, 13, true, true, true), WeightFormat::F16),
+        (mm(2, 9, 13, 31, false, false, false), WeightFormat::F16),
+        (mm(1, 5, 7, 13, true, true, true), int8(0)),
+        (mm(3, 6, 5, 13, true, true, false), int8(4)),
+        (mm(2, 33, 35, 70, false, false, true), int8(0)),
+        (mm(2, 9, 13, 31, false, true, true), int8(8)),
+        (conv(3, 5, 3, 3, true), WeightFormat::F16),
+        (conv(3, 5, 3, 3, false), int8(0)),
+        (conv(2, 3, 2, 3, true), int8(5)),
+        (emb(51, 25), WeightFormat::F16),
+        (emb(51, 25), int8(0)),
+        (emb(40, 33), int8(8)),
+    ] {
+        ops.push(op.with_weight_format(format));
+    }
+    ops
+}
+
+fn f32_instances() -> Vec<Op> {
     let mm = |batch, m, n, k, trans_a, trans_b, broadcast_b, bias, alpha| Op::MatMul {
         batch,
         m,
@@ -54,6 +110,7 @@ pub fn instances() -> Vec<Op> {
         broadcast_b,
         bias,
         alpha,
+        weight_format: WeightFormat::F32,
     };
     vec![
         mm(1, 1, 1, 1, false, false, false, false, 1.0),
@@ -111,6 +168,7 @@ pub fn instances() -> Vec<Op> {
             vocab: 50,
             dim: 24,
             rows: 33,
+            weight_format: WeightFormat::F32,
         },
         Op::MeanPool {
             batch: 3,
@@ -133,6 +191,7 @@ pub fn instances() -> Vec<Op> {
             stride: 1,
             pad: 1,
             bias: true,
+            weight_format: WeightFormat::F32,
         },
         Op::Conv2d {
             n: 1,
@@ -145,6 +204,7 @@ pub fn instances() -> Vec<Op> {
             stride: 2,
             pad: 0,
             bias: false,
+            weight_format: WeightFormat::F32,
         },
         Op::MaxPool2d {
             n: 2,
@@ -200,6 +260,24 @@ pub fn inputs(op: &Op, rng: &mut Rng) -> Result<Vec<Vec<u8>>> {
                     id.to_le_bytes()
                 })
                 .collect(),
+            (_, DType::F16, _) => padded(
+                (0..o.len)
+                    .flat_map(|_| f32_to_f16(rng.f32() * 1.5).to_le_bytes())
+                    .collect(),
+            ),
+            (_, DType::I8, _) => padded(
+                (0..o.len)
+                    .map(|_| (rng.below(255) as i32 - 127) as i8 as u8)
+                    .collect(),
+            ),
+            // Int8 scales: positive, about what max|w| / 127 gives for weights of magnitude 1.
+            (_, DType::F32, i)
+                if op.weight_format().has_scales() && op.operand_names()[i] == "scales" =>
+            {
+                (0..o.len)
+                    .flat_map(|_| ((rng.f32() + 1.5) * 0.01).to_le_bytes())
+                    .collect()
+            }
             (Op::Softmax { masked: true, .. } | Op::MeanPool { .. }, _, 1) => (0..o.len)
                 .flat_map(|j| {
                     let keep = j >= 10 && rng.below(10) < 7;
@@ -211,6 +289,12 @@ pub fn inputs(op: &Op, rng: &mut Rng) -> Result<Vec<Vec<u8>>> {
                 .collect(),
         })
         .collect())
+}
+
+/// `bytes` padded with zeros to whole 32-bit words, as an f16 or int8 operand is bound.
+fn padded(mut bytes: Vec<u8>) -> Vec<u8> {
+    bytes.resize(bytes.len().next_multiple_of(4), 0);
+    bytes
 }
 
 /// The host reference's output for `op` on `inputs`.

@@ -17,6 +17,7 @@ fn defect_3_conv_output_size_is_never_truncated() {
         stride: 1,
         pad: 1 << 31,
         bias: false,
+        weight_format: WeightFormat::F32,
     };
     assert!(matches!(
         conv.conv_out(),
@@ -38,6 +39,7 @@ fn defect_3_conv_output_size_is_never_truncated() {
         stride: 1,
         pad: (1 << 31) - 1,
         bias: false,
+        weight_format: WeightFormat::F32,
     };
     assert_eq!(conv.conv_out().unwrap(), (u32::MAX, u32::MAX));
     assert!(matches!(conv.signature(), Err(Error::TooLarge { .. })));
@@ -65,6 +67,7 @@ fn defect_3_shape_products_are_checked() {
         broadcast_b: false,
         bias: false,
         alpha: 1.0,
+        weight_format: WeightFormat::F32,
     };
     assert!(matches!(
         matmul.signature(),
@@ -77,6 +80,7 @@ fn defect_3_shape_products_are_checked() {
         vocab: 1 << 16,
         dim: 1 << 16,
         rows: 1,
+        weight_format: WeightFormat::F32,
     };
     assert!(matches!(
         gather.signature(),

@@ -32,22 +32,30 @@
 //!   65535 ([`MAX_WORKGROUPS_PER_DIM`]) spills into y, and kernels linearise
 //!   `wid.x + wid.y * num_workgroups.x`. Every kernel bounds-checks, so surplus invocations do
 //!   nothing.
-//! - Per operand at most 2³² − 1 elements (kernels index in u32); at most 4 storage bindings per
+//! - Per operand at most 2³² − 1 elements (kernels index in u32); at most 5 storage bindings per
 //!   kernel (WebGPU's default limit is 8).
+//! - **Weight formats** ([`WeightFormat`]): the weight operand of matmul (`b`), conv2d (`weight`)
+//!   and embedding (`table`) is `array<f32>`, or `array<u32>` holding two f16 (read with
+//!   `unpack2x16float`) or four int8 (read with `extractBits`) per word, flat over the tensor, so a
+//!   row of odd length straddles words; int8 adds an f32 `scales` operand right after the weight.
+//!   Each variant's binding header defines `w_at(element, scale index)`; the kernel bodies are
+//!   shared, and dequantise as they load (no f32 copy of a weight exists on the device). Params
+//!   `group, groups` give the scale index `channel · groups + inner / group` (`group` is the whole
+//!   row for per-channel scales).
 //!
 //! | key | operands | params | one invocation / workgroup per |
 //! |---|---|---|---|
-//! | `matmul`, `matmul_bias` | a, b, (bias), c | batch, m, n, k, trans_a, trans_b, broadcast_b, alpha, tiles_n, tiles_m | 32×32 tile of c (8×8 workgroup) |
+//! | `matmul`, `matmul_bias` (+ `_f16`, `_int8`) | a, b, (scales), (bias), c | batch, m, n, k, trans_a, trans_b, broadcast_b, alpha, tiles_n, tiles_m, group, groups | 32×32 tile of c (8×8 workgroup) |
 //! | `add`, `mul` | a, b, c | len, b_len | element |
 //! | `scale` | x, y | len, alpha | element |
 //! | `gelu`, `relu` | x, y | len | element |
 //! | `copy` | x, y (u32) | len | element |
 //! | `layernorm` | x, gamma, beta, y | rows, cols, eps | row (workgroup) |
 //! | `softmax`, `softmax_masked` | x, (mask), y | rows, cols, rows_per_mask | row (workgroup) |
-//! | `embedding` | table, ids (u32), y | vocab, dim, rows, rows·dim | element |
+//! | `embedding` (+ `_f16`, `_int8`) | table, (scales), ids (u32), y | vocab, dim, rows, rows·dim, group, groups | element |
 //! | `meanpool` | x, mask, y | batch, seq, dim, batch·dim | output element (loops over seq) |
 //! | `l2normalize` | x, y | rows, cols, eps | row (workgroup) |
-//! | `conv2d`, `conv2d_bias` | x, weight, (bias), y | n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, len | output element |
+//! | `conv2d`, `conv2d_bias` (+ `_f16`, `_int8`) | x, weight, (scales), (bias), y | n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, len, group, groups | output element |
 //! | `maxpool2d` | x, y | n·c, h, w, k, stride, oh, ow, len | output element |
 //! | `permute` | x, y | out dims ×4, input stride of each output axis ×4, len | element |
 //!
@@ -56,7 +64,7 @@
 //! tree (row kernels). GELU uses the same `erf` port as the host; `exp`, division and `sqrt` are
 //! within the few-ulp bounds WGSL allows, so compare against the host with a tolerance (~1e-5).
 
-use crate::ops::Op;
+use crate::ops::{Op, WeightFormat};
 use crate::{Error, Result};
 
 #[cfg(test)]
@@ -99,21 +107,50 @@ impl Kernel {
 
 /// Concatenates files of `ops/wgsl/` into one `&'static str` at compile time.
 macro_rules! wgsl {
-    ($($file:literal),+ $(,)?) => {
+    ($($file:expr),+ $(,)?) => {
         concat!($(include_str!(concat!("wgsl/", $file)), "\n"),+)
     };
 }
 
 type Source = (&'static str, &'static str);
 
-const MATMUL: Source = (
-    "matmul",
-    wgsl!("common.wgsl", "matmul_bind.wgsl", "matmul.wgsl"),
-);
-const MATMUL_BIAS: Source = (
-    "matmul_bias",
-    wgsl!("common.wgsl", "matmul_bias_bind.wgsl", "matmul.wgsl"),
-);
+/// The variants of a weight-reading op: `[f32, f16, int8]` for each of its binding layouts.
+type Variants = [Source; 3];
+
+/// The three weight formats of one kernel: `$key`, `${key}_f16`, `${key}_int8`, each assembled
+/// from `common.wgsl`, the variant's binding header `<key>[_fmt]_bind.wgsl` (which defines
+/// `w_at`) and the shared body.
+macro_rules! weight_variants {
+    ($key:literal, $body:literal) => {
+        [
+            (
+                $key,
+                wgsl!("common.wgsl", concat!($key, "_bind.wgsl"), $body),
+            ),
+            (
+                concat!($key, "_f16"),
+                wgsl!(
+                    "common.wgsl",
+                    "dequant.wgsl",
+                    concat!($key, "_f16_bind.wgsl"),
+                    $body
+                ),
+            ),
+            (
+                concat!($key, "_int8"),
+                wgsl!(
+                    "common.wgsl",
+                    "dequant.wgsl",
+                    concat!($key, "_int8_bind.wgsl"),
+                    $body
+                ),
+            ),
+        ]
+    };
+}
+
+const MATMUL: Variants = weight_variants!("matmul", "matmul.wgsl");
+const MATMUL_BIAS: Variants = weight_variants!("matmul_bias", "matmul.wgsl");
 const ADD: Source = ("add", wgsl!("common.wgsl", "add.wgsl"));
 const MUL: Source = ("mul", wgsl!("common.wgsl", "mul.wgsl"));
 const SCALE: Source = ("scale", wgsl!("common.wgsl", "scale.wgsl"));
@@ -142,26 +179,24 @@ const SOFTMAX_MASKED: Source = (
         "softmax.wgsl"
     ),
 );
-const EMBEDDING: Source = ("embedding", wgsl!("common.wgsl", "embedding.wgsl"));
+const EMBEDDING: Variants = weight_variants!("embedding", "embedding.wgsl");
 const MEANPOOL: Source = ("meanpool", wgsl!("common.wgsl", "meanpool.wgsl"));
 const L2NORMALIZE: Source = (
     "l2normalize",
     wgsl!("common.wgsl", "reduce.wgsl", "l2normalize.wgsl"),
 );
-const CONV2D: Source = (
-    "conv2d",
-    wgsl!("common.wgsl", "conv2d_bind.wgsl", "conv2d.wgsl"),
-);
-const CONV2D_BIAS: Source = (
-    "conv2d_bias",
-    wgsl!("common.wgsl", "conv2d_bias_bind.wgsl", "conv2d.wgsl"),
-);
+const CONV2D: Variants = weight_variants!("conv2d", "conv2d.wgsl");
+const CONV2D_BIAS: Variants = weight_variants!("conv2d_bias", "conv2d.wgsl");
 const MAXPOOL2D: Source = ("maxpool2d", wgsl!("common.wgsl", "maxpool2d.wgsl"));
 const PERMUTE: Source = ("permute", wgsl!("common.wgsl", "permute.wgsl"));
 
 const SOURCES: &[Source] = &[
-    MATMUL,
-    MATMUL_BIAS,
+    MATMUL[0],
+    MATMUL[1],
+    MATMUL[2],
+    MATMUL_BIAS[0],
+    MATMUL_BIAS[1],
+    MATMUL_BIAS[2],
     ADD,
     MUL,
     SCALE,
@@ -171,11 +206,17 @@ const SOURCES: &[Source] = &[
     LAYERNORM,
     SOFTMAX,
     SOFTMAX_MASKED,
-    EMBEDDING,
+    EMBEDDING[0],
+    EMBEDDING[1],
+    EMBEDDING[2],
     MEANPOOL,
     L2NORMALIZE,
-    CONV2D,
-    CONV2D_BIAS,
+    CONV2D[0],
+    CONV2D[1],
+    CONV2D[2],
+    CONV2D_BIAS[0],
+    CONV2D_BIAS[1],
+    CONV2D_BIAS[2],
     MAXPOOL2D,
     PERMUTE,
 ];
@@ -197,6 +238,18 @@ pub fn kernel(op: &Op) -> Result<Kernel> {
     let out_len = sig.outputs[0].len as u32;
     let per_element = u64::from(out_len).div_ceil(u64::from(WORKGROUP_SIZE));
     let mut p = [0u32; 16];
+    // The variant of a weight-reading op, and its (group, groups) for the int8 scale index.
+    let fmt = op.weight_format();
+    let variant = |v: Variants| match fmt {
+        WeightFormat::F32 => v[0],
+        WeightFormat::F16 => v[1],
+        WeightFormat::Int8 { .. } => v[2],
+    };
+    // Group sizes are at most the row length (a u32 dimension or a checked u32 operand length).
+    let scale_groups = |inner: u64| {
+        let (g, n) = fmt.groups(inner);
+        [g as u32, n as u32]
+    };
     let (source, groups) = match *op {
         Op::MatMul {
             batch,
@@ -208,6 +261,7 @@ pub fn kernel(op: &Op) -> Result<Kernel> {
             broadcast_b,
             bias,
             alpha,
+            ..
         } => {
             let (tiles_n, tiles_m) = (n.div_ceil(MATMUL_TILE), m.div_ceil(MATMUL_TILE));
             p[..10].copy_from_slice(&[
@@ -222,8 +276,9 @@ pub fn kernel(op: &Op) -> Result<Kernel> {
                 tiles_n,
                 tiles_m,
             ]);
+            p[10..12].copy_from_slice(&scale_groups(u64::from(k)));
             let groups = u64::from(tiles_n) * u64::from(tiles_m) * u64::from(batch);
-            (if bias { MATMUL_BIAS } else { MATMUL }, groups)
+            (variant(if bias { MATMUL_BIAS } else { MATMUL }), groups)
         }
         Op::Add { len, b_len } | Op::Mul { len, b_len } => {
             p[..2].copy_from_slice(&[len, b_len]);
@@ -265,9 +320,12 @@ pub fn kernel(op: &Op) -> Result<Kernel> {
                 u64::from(rows),
             )
         }
-        Op::Embedding { vocab, dim, rows } => {
+        Op::Embedding {
+            vocab, dim, rows, ..
+        } => {
             p[..4].copy_from_slice(&[vocab, dim, rows, out_len]);
-            (EMBEDDING, per_element)
+            p[4..6].copy_from_slice(&scale_groups(u64::from(dim)));
+            (variant(EMBEDDING), per_element)
         }
         Op::MeanPool { batch, seq, dim } => {
             p[..4].copy_from_slice(&[batch, seq, dim, out_len]);
@@ -288,10 +346,17 @@ pub fn kernel(op: &Op) -> Result<Kernel> {
             stride,
             pad,
             bias,
+            ..
         } => {
             let (oh, ow) = op.conv_out()?;
             p[..12].copy_from_slice(&[n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, out_len]);
-            (if bias { CONV2D_BIAS } else { CONV2D }, per_element)
+            // The weight operand's length fits in u32, so its row c_in·kh·kw does too.
+            let inner = u64::from(c_in) * u64::from(kh) * u64::from(kw);
+            p[12..14].copy_from_slice(&scale_groups(inner));
+            (
+                variant(if bias { CONV2D_BIAS } else { CONV2D }),
+                per_element,
+            )
         }
         Op::MaxPool2d {
             n,

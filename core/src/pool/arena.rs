@@ -29,6 +29,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BlockId, BlockRange, InPlaceGrowth, MemoryKind, Ticket};
 use crate::pool::budget::{Budget, Reclaim};
@@ -44,6 +45,9 @@ mod invariants;
 mod oom;
 
 pub use growth::DEFAULT_BLOCK_SIZE;
+
+/// Default of [`ArenaConfig::idle_release`]: 10 s.
+pub const DEFAULT_IDLE_RELEASE: Duration = Duration::from_secs(10);
 
 /// Largest alignment a pool accepts, in bytes (1 GiB).
 pub const MAX_ALIGN: u64 = 1 << 30;
@@ -66,6 +70,12 @@ pub struct ArenaConfig {
     /// Grow one arena in place where the backend can ([`Backend::in_place_growth`]); default
     /// `true`. `false` always adds blocks (the fallback path, for tests and comparisons).
     pub in_place: bool,
+    /// A block that has been empty this long is returned to the backend at the pool's next miss
+    /// (a request that fits no block), before the pool grows; default 10 s, `None` never (only
+    /// trim and the pressure path release). There is no timer thread: an idle pool that is not
+    /// asked for memory keeps its blocks until a trim or another pool's pressure. Shorter means
+    /// less memory held between bursts and more driver calls when the bursts repeat.
+    pub idle_release: Option<Duration>,
 }
 
 impl ArenaConfig {
@@ -77,6 +87,7 @@ impl ArenaConfig {
             block_size: DEFAULT_BLOCK_SIZE,
             budget: None,
             in_place: true,
+            idle_release: Some(DEFAULT_IDLE_RELEASE),
         }
     }
 
@@ -88,6 +99,7 @@ impl ArenaConfig {
             block_size: 8 << 20,
             budget: None,
             in_place: true,
+            idle_release: Some(DEFAULT_IDLE_RELEASE),
         }
     }
 }
@@ -106,6 +118,9 @@ struct Block {
     tlsf: Tlsf,
     /// Address space reserved, for the arena that grows in place; `None` for a regular block.
     reserved: Option<u64>,
+    /// When the block last became empty ([`ArenaConfig::idle_release`]); meaningful only while
+    /// its TLSF is empty.
+    idle_since: Option<Instant>,
 }
 
 struct Live {
@@ -324,7 +339,8 @@ impl ArenaPool {
         Ok((rounded, align.max(self.base_align)))
     }
 
-    /// Existing blocks, then completed frees, then a new block.
+    /// Existing blocks, then completed frees, then (after returning idle blocks) growth in place,
+    /// then a new block.
     fn carve(&self, st: &mut State, size: u64, align: u64, label: &str) -> Result<Option<Carved>> {
         if let Some(found) = Self::try_existing(st, size, align)? {
             return Ok(Some(Carved::existing(found)));
@@ -335,6 +351,7 @@ impl ArenaPool {
                 return Ok(Some(Carved::existing(found)));
             }
         }
+        self.release_idle(st);
         if let Some(found) = self.grow_in_place(st, size, align, label)? {
             return Ok(Some(found));
         }
@@ -368,7 +385,12 @@ impl ArenaPool {
     /// Returns a region to its block's TLSF and tells the listener.
     fn release(&self, st: &mut State, block: usize, region: Region, handle: Handle) -> Result<()> {
         match st.blocks.get_mut(block).and_then(Option::as_mut) {
-            Some(b) => b.tlsf.free(region)?,
+            Some(b) => {
+                b.tlsf.free(region)?;
+                if b.tlsf.is_empty() {
+                    b.idle_since = Some(Instant::now());
+                }
+            }
             None => {
                 return Err(Error::invalid(
                     "internal: allocation refers to a released block",
@@ -408,6 +430,22 @@ impl ArenaPool {
         st.stats.blocks_freed += 1;
         self.tell(|l| l.block_released(&self.config.name, id, size));
         Ok(size)
+    }
+
+    /// Returns blocks empty for at least [`ArenaConfig::idle_release`] (on a miss, before the
+    /// pool grows). A block the backend refuses to take back stays.
+    fn release_idle(&self, st: &mut State) {
+        let Some(idle) = self.config.idle_release else {
+            return;
+        };
+        for i in 0..st.blocks.len() {
+            let expired = st.blocks[i].as_ref().is_some_and(|b| {
+                b.tlsf.is_empty() && b.idle_since.is_some_and(|t| t.elapsed() >= idle)
+            });
+            if expired {
+                let _ = self.release_block(st, i);
+            }
+        }
     }
 
     fn trim_locked(&self, st: &mut State) -> Result<u64> {

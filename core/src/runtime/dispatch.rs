@@ -58,8 +58,10 @@ impl Runtime {
             .iter()
             .map(|t| {
                 let r = pool.resolve(t.allocation().handle)?;
+                // Bindings are whole 32-bit words (`Operand::size`): an f16 or int8 tensor of odd
+                // length binds its padding too (`Runtime::alloc` reserves it).
                 Ok(BlockRange {
-                    size: t.size(),
+                    size: t.size().next_multiple_of(4),
                     ..r
                 })
             })

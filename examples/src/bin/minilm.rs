@@ -14,6 +14,7 @@ use tensormem_examples::cli::{self, EXIT_CODES, SampleArgs};
 use tensormem_examples::models::minilm::{self, BertConfig, MiniLm};
 use tensormem_examples::models::offload_table;
 use tensormem_examples::models::report::{InferenceReport, blocks_allocated, bytes, time_runs};
+use tensormem_examples::models::weights::WeightFile;
 use tensormem_examples::outln;
 
 /// Sentence embeddings with all-MiniLM-L6-v2 (a 6-layer BERT encoder) on a tensormem backend:
@@ -36,6 +37,11 @@ struct Args {
     /// weights).
     #[arg(long)]
     peak_table: bool,
+    /// How the weight file is loaded: `map` streams it from a memory map to the device (no host
+    /// copy); `read` reads it whole into memory first (the earlier path, to compare the peak host
+    /// memory the report shows).
+    #[arg(long, value_enum, default_value_t = Load::Map)]
+    load: Load,
     /// Instead of embedding, run the offload benchmark: batch 8 at sequences 128 and 512 (or
     /// those given with --offload-seq), unbudgeted and at 100, 75, 50 and 35% of that device
     /// peak, once per offload score; prints the time ratios, peaks, bytes moved and whether the
@@ -52,6 +58,15 @@ struct Args {
     /// Sentences to embed (default: stdin, one per line).
     #[arg(value_name = "SENTENCE")]
     sentences: Vec<String>,
+}
+
+/// `--load` values.
+#[derive(Copy, Clone, Debug, clap::ValueEnum)]
+enum Load {
+    /// Memory-map the file and stream it.
+    Map,
+    /// Read the whole file into memory.
+    Read,
 }
 
 fn main() -> ExitCode {
@@ -150,7 +165,16 @@ fn run(args: Args) -> Result<()> {
     }
 
     let loading = cli::spinner("loading and checking the model", s.json);
-    let mut model = MiniLm::open(&rt, &model_dir)?;
+    let weights_file = s
+        .weights
+        .weights_file
+        .clone()
+        .unwrap_or_else(|| model_dir.join("model.safetensors"));
+    let weights = match args.load {
+        Load::Map => WeightFile::open(&weights_file)?,
+        Load::Read => WeightFile::read(&weights_file)?,
+    };
+    let mut model = MiniLm::with_weights(&rt, &model_dir, weights, s.weights.format())?;
     model.set_device_budget(s.device_budget);
     loading.set_message("compiling and running");
     let emb = model.embed(&sentences)?;
@@ -224,7 +248,7 @@ fn print_peak_table(rt: &Runtime, cfg: &BertConfig, as_json: bool) -> Result<()>
     let mut rows = Vec::new();
     for seq in [8usize, 128, 512] {
         for batch in [1usize, 8] {
-            let graph = minilm::build_graph(cfg, batch, seq)?;
+            let graph = minilm::build_graph(cfg, batch, seq, tensormem::WeightFormat::F32)?;
             let model = rt.compile(&graph.builder.graph)?;
             let m = model.memory_report();
             rows.push((

@@ -12,6 +12,7 @@ use tensormem_examples::backend_select;
 use tensormem_examples::cli::{self, EXIT_CODES, SampleArgs};
 use tensormem_examples::models::mnist::{self, Mnist};
 use tensormem_examples::models::report::{InferenceReport, blocks_allocated, time_runs};
+use tensormem_examples::models::weights::WeightFile;
 use tensormem_examples::outln;
 
 /// Classify handwritten digits with a small CNN (the ccexam MNIST model) on a tensormem backend,
@@ -78,8 +79,17 @@ fn run(args: &Args) -> Result<()> {
     let rt = Runtime::new(selection.backend.clone(), RuntimeConfig::default())?;
     let tracer = args.trace.as_ref().map(|_| Tracer::new());
     rt.set_tracer(tracer.clone());
-    let weights = Mnist::bundled_weights()?;
-    let mut net = Mnist::with_budget(&rt, &weights, images.len(), s.device_budget)?;
+    let weights = match &s.weights.weights_file {
+        Some(path) => WeightFile::open(path)?,
+        None => Mnist::bundled_weights()?,
+    };
+    let mut net = Mnist::with_budget(
+        &rt,
+        &weights,
+        images.len(),
+        s.weights.format(),
+        s.device_budget,
+    )?;
     let logits = net.classify(&images)?;
 
     let bar = cli::progress(u64::from(s.runs), "timed runs", s.json);

@@ -6,9 +6,9 @@
 //! with the shape the graph expects" a property of one function ([`ModelBuilder::upload_weights`])
 //! instead of a list to keep in sync by hand.
 
-use tensormem::{DType, Graph, Model, Op, Result, TensorId};
+use tensormem::{DType, Graph, Model, Op, Result, TensorId, WeightFormat};
 
-use super::weights::WeightFile;
+use super::weights::{SCALE_SUFFIX, WeightFile, channels_inner};
 
 /// One weight the graph declared.
 #[derive(Clone, Debug)]
@@ -19,6 +19,10 @@ pub struct WeightSlot {
     pub name: String,
     /// Shape, as in the weight file.
     pub shape: Vec<usize>,
+    /// How the graph stores it.
+    pub format: WeightFormat,
+    /// The tensor of its int8 scales (`{name}.scale`).
+    pub scales: Option<TensorId>,
 }
 
 /// A [`Graph`] and the weights it declared.
@@ -27,6 +31,9 @@ pub struct ModelBuilder {
     pub graph: Graph,
     /// Declared weights, in declaration order.
     pub weights: Vec<WeightSlot>,
+    /// Format of the weights of matmuls, convolutions and embeddings ([`ModelBuilder::packed_weight`]);
+    /// biases and norms stay f32 (they are small, and LayerNorm's eps of 1e-12 is below f16's range).
+    pub format: WeightFormat,
 }
 
 impl Default for ModelBuilder {
@@ -38,9 +45,15 @@ impl Default for ModelBuilder {
 impl ModelBuilder {
     /// An empty graph.
     pub fn new() -> Self {
+        Self::with_format(WeightFormat::F32)
+    }
+
+    /// An empty graph whose packed weights are stored in `format`.
+    pub fn with_format(format: WeightFormat) -> Self {
         ModelBuilder {
             graph: Graph::new(),
             weights: Vec::new(),
+            format,
         }
     }
 
@@ -51,8 +64,35 @@ impl ModelBuilder {
             id,
             name: name.to_string(),
             shape: shape.to_vec(),
+            format: WeightFormat::F32,
+            scales: None,
         });
         id
+    }
+
+    /// Declares the weight `name` of `shape` that an op reads in [`ModelBuilder::format`]: its
+    /// tensor, then (int8) its scales `{name}.scale` `[shape[0], groups]`. Returns the tensors
+    /// in binding order, to pass right after the op's preceding inputs.
+    pub fn packed_weight(&mut self, name: &str, shape: &[usize]) -> Vec<TensorId> {
+        let format = self.format;
+        let id = self.graph.weight(name, format.dtype(), shape);
+        let scales = format.has_scales().then(|| {
+            let (channels, inner) = channels_inner(shape);
+            let (_, groups) = format.groups(inner.max(1));
+            self.graph.weight(
+                &format!("{name}{SCALE_SUFFIX}"),
+                DType::F32,
+                &[channels as usize, groups as usize],
+            )
+        });
+        self.weights.push(WeightSlot {
+            id,
+            name: name.to_string(),
+            shape: shape.to_vec(),
+            format,
+            scales,
+        });
+        std::iter::once(id).chain(scales).collect()
     }
 
     /// Adds `op` over `inputs`, producing a tensor of `shape` labelled `label`.
@@ -83,8 +123,9 @@ impl ModelBuilder {
         inp: usize,
         out: usize,
     ) -> Result<TensorId> {
-        let w = self.weight(&format!("{prefix}.weight"), &[out, inp]);
-        let b = self.weight(&format!("{prefix}.bias"), &[out]);
+        let mut inputs = vec![x];
+        inputs.extend(self.packed_weight(&format!("{prefix}.weight"), &[out, inp]));
+        inputs.push(self.weight(&format!("{prefix}.bias"), &[out]));
         let op = Op::MatMul {
             batch: 1,
             m: dim(rows)?,
@@ -95,12 +136,14 @@ impl ModelBuilder {
             broadcast_b: true,
             bias: true,
             alpha: 1.0,
+            weight_format: self.format,
         };
-        self.op(op, &[x, w, b], &[rows, out], prefix)
+        self.op(op, &inputs, &[rows, out], prefix)
     }
 
     /// Uploads every declared weight from `file` into `model` (compiled from this builder's
-    /// graph), checking each one's shape against the declaration.
+    /// graph), checking each one's shape against the declaration. A weight stored in the file in
+    /// another format than the graph reads is converted on the way (quantised at load).
     ///
     /// # Errors
     /// [`tensormem::Error::Malformed`] for a weight missing from the file,
@@ -108,7 +151,13 @@ impl ModelBuilder {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn upload_weights(&self, model: &mut Model, file: &WeightFile) -> Result<()> {
         for slot in &self.weights {
-            model.set_weight(slot.id, file.f32_bytes(&slot.name, &slot.shape)?)?;
+            file.upload(
+                model,
+                &slot.name,
+                &slot.shape,
+                slot.format,
+                (slot.id, slot.scales),
+            )?;
         }
         Ok(())
     }

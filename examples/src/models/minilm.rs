@@ -21,13 +21,16 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId};
+use tensormem::{DType, Error, Model, Op, Result, Runtime, TensorId, WeightFormat};
 
 use super::builder::{ModelBuilder, dim};
 use super::tokenize::{TokenBatch, WordPiece};
 use super::weights::WeightFile;
 use crate::cli::DeviceBudget;
 use tensormem::offload::Score;
+
+mod consistency;
+use consistency::{check_ids, check_weights_match};
 
 /// The fields of `config.json` the graph needs (a BERT config).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -179,7 +182,14 @@ pub struct MiniLmGraph {
 /// # Errors
 /// [`Error::InvalidArgument`] for a zero batch or sequence, or a sequence longer than the position
 /// table; graph shape checks.
-pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmGraph> {
+/// The word, position and type embedding tables and every linear weight are stored in `format`;
+/// biases and LayerNorm parameters stay f32.
+pub fn build_graph(
+    cfg: &BertConfig,
+    batch: usize,
+    seq: usize,
+    format: WeightFormat,
+) -> Result<MiniLmGraph> {
     if batch == 0 || seq == 0 {
         return Err(Error::invalid(format!(
             "minilm: batch {batch} and sequence {seq} must both be at least 1"
@@ -202,7 +212,7 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
     let (rows32, hidden_len) = (dim(rows)?, dim(rows * h)?);
     let eps = cfg.layer_norm_eps;
 
-    let mut b = ModelBuilder::new();
+    let mut b = ModelBuilder::with_format(format);
     let g = &mut b.graph;
     let ids = g.input("input_ids", DType::U32, &[rows]);
     let positions = g.input("position_ids", DType::U32, &[rows]);
@@ -211,13 +221,15 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
 
     let gather =
         |b: &mut ModelBuilder, table: &str, vocab: usize, idx: TensorId| -> Result<TensorId> {
-            let w = b.weight(&format!("embeddings.{table}.weight"), &[vocab, h]);
+            let mut inputs = b.packed_weight(&format!("embeddings.{table}.weight"), &[vocab, h]);
+            inputs.push(idx);
             let op = Op::Embedding {
                 vocab: dim(vocab)?,
                 dim: h32,
                 rows: rows32,
+                weight_format: b.format,
             };
-            b.op(op, &[w, idx], &[rows, h], table)
+            b.op(op, &inputs, &[rows, h], table)
         };
     let add = |b: &mut ModelBuilder, x: TensorId, y: TensorId, label: &str| {
         let op = Op::Add {
@@ -289,6 +301,7 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
             broadcast_b: false,
             bias: false,
             alpha: 1.0 / (hd as f32).sqrt(),
+            weight_format: WeightFormat::F32,
         };
         let scores = b.op(
             scores_op,
@@ -318,6 +331,7 @@ pub fn build_graph(cfg: &BertConfig, batch: usize, seq: usize) -> Result<MiniLmG
             broadcast_b: false,
             bias: false,
             alpha: 1.0,
+            weight_format: WeightFormat::F32,
         };
         let ctx = b.op(ctx_op, &[probs, v], &heads_shape, &format!("{p}.context"))?;
         let ctx = b.op(
@@ -395,6 +409,8 @@ pub struct MiniLm {
     rt: Runtime,
     cfg: BertConfig,
     weights: WeightFile,
+    /// Format the graphs read their embedding tables and linear weights in.
+    format: WeightFormat,
     tokenizer: WordPiece,
     cache: HashMap<(usize, usize), Compiled>,
     clock: u64,
@@ -416,14 +432,39 @@ impl MiniLm {
     /// [`Error::Io`] / [`Error::Malformed`] for a missing or bad file, [`Error::SizeMismatch`]
     /// for a weight whose shape disagrees with the config.
     pub fn open(rt: &Runtime, dir: &Path) -> Result<Self> {
-        let cfg = BertConfig::open(&dir.join("config.json"))?;
+        Self::open_as(rt, dir, WeightFormat::F32)
+    }
+
+    /// [`MiniLm::open`] with the embedding tables and linear weights held on the device in
+    /// `format` (converted at load when `model.safetensors` stores them otherwise, e.g. f32 to
+    /// int8; read as they are from a file `tensormem-quantize` wrote in that format).
+    ///
+    /// # Errors
+    /// As [`MiniLm::open`].
+    pub fn open_as(rt: &Runtime, dir: &Path, format: WeightFormat) -> Result<Self> {
         let weights = WeightFile::open(&dir.join("model.safetensors"))?;
+        Self::with_weights(rt, dir, weights, format)
+    }
+
+    /// [`MiniLm::open_as`] with `weights` instead of the directory's `model.safetensors` (a file
+    /// `tensormem-quantize` wrote, say); the config and tokenizer still come from `dir`.
+    ///
+    /// # Errors
+    /// As [`MiniLm::open`].
+    pub fn with_weights(
+        rt: &Runtime,
+        dir: &Path,
+        weights: WeightFile,
+        format: WeightFormat,
+    ) -> Result<Self> {
+        let cfg = BertConfig::open(&dir.join("config.json"))?;
         check_weights_match(&cfg, &weights)?;
         let tokenizer = WordPiece::open(&dir.join("tokenizer.json"))?;
         Ok(MiniLm {
             rt: rt.clone(),
             cfg,
             weights,
+            format,
             tokenizer,
             cache: HashMap::new(),
             clock: 0,
@@ -477,7 +518,7 @@ impl MiniLm {
                     self.cache.remove(&k);
                 }
             }
-            let graph = build_graph(&self.cfg, batch, seq)?;
+            let graph = build_graph(&self.cfg, batch, seq, self.format)?;
             let mut model = crate::cli::compile_scored(
                 &self.rt,
                 &graph.builder.graph,
@@ -566,90 +607,6 @@ impl MiniLm {
     pub fn cached_model(&self, batch: usize, seq: usize) -> Option<&Model> {
         self.cache.get(&(batch, seq)).map(|c| &c.model)
     }
-}
-
-/// Checks every id of `tokens` against its table: word pieces against `vocab_size`, token types
-/// against `type_vocab_size`, positions against `max_position_embeddings`.
-fn check_ids(cfg: &BertConfig, tokens: &TokenBatch) -> Result<()> {
-    let seq = tokens.seq.max(1);
-    for (what, ids, table, field) in [
-        ("token id", &tokens.ids, cfg.vocab_size, "vocab_size"),
-        (
-            "token type id",
-            &tokens.type_ids,
-            cfg.type_vocab_size,
-            "type_vocab_size",
-        ),
-        (
-            "position id",
-            &tokens.positions,
-            cfg.max_position_embeddings,
-            "max_position_embeddings",
-        ),
-    ] {
-        if let Some(i) = ids.iter().position(|&id| id as usize >= table) {
-            return Err(Error::invalid(format!(
-                "{what} {} (sentence {}, token {}) is outside the table of {table} rows \
-                 (config.json {field}); the tokenizer and the config disagree",
-                ids[i],
-                i / seq,
-                i % seq
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Checks the weight file against the config: every tensor the graph declares is present with
-/// its shape, and every other f32 tensor is the unused pooler.
-fn check_weights_match(cfg: &BertConfig, weights: &WeightFile) -> Result<()> {
-    let graph = build_graph(cfg, 1, 1)?;
-    let declared: std::collections::HashSet<&str> = graph
-        .builder
-        .weights
-        .iter()
-        .map(|w| w.name.as_str())
-        .collect();
-    for slot in &graph.builder.weights {
-        weights.f32_bytes(&slot.name, &slot.shape)?;
-    }
-    let mut extra: Vec<&str> = weights
-        .names()
-        .filter(|n| !declared.contains(n) && !n.starts_with("pooler."))
-        .collect();
-    if extra.is_empty() {
-        return Ok(());
-    }
-    extra.sort_unstable();
-    let layers_in_file = weights
-        .names()
-        .filter_map(|n| {
-            n.strip_prefix("encoder.layer.")?
-                .split('.')
-                .next()?
-                .parse::<usize>()
-                .ok()
-        })
-        .max()
-        .map_or(0, |l| l + 1);
-    let hint = if layers_in_file > cfg.num_hidden_layers {
-        format!(
-            "the weights hold {layers_in_file} encoder layers but config.json says \
-             num_hidden_layers = {}",
-            cfg.num_hidden_layers
-        )
-    } else {
-        "config.json does not account for them".to_string()
-    };
-    Err(Error::Malformed {
-        source_name: weights.path().display().to_string(),
-        line: 0,
-        message: format!(
-            "{hint}: {} unused tensor(s), first {:?}",
-            extra.len(),
-            &extra[..extra.len().min(3)]
-        ),
-    })
 }
 
 /// Cosine similarity of two vectors (0 when either is all zeros).

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tensormem::{Error, Model, Result, Runtime};
+use tensormem::{Error, Model, Result, Runtime, WeightFormat};
 
 use super::weights::WeightFile;
 use crate::cli::DeviceBudget;
@@ -57,10 +57,12 @@ impl Mnist {
     /// # Errors
     /// Graph, compile and upload errors; weight file errors (missing tensor, wrong shape).
     pub fn new(rt: &Runtime, weights: &WeightFile, batch: usize) -> Result<Self> {
-        Self::with_budget(rt, weights, batch, None)
+        Self::with_budget(rt, weights, batch, WeightFormat::F32, None)
     }
 
-    /// [`Mnist::new`] within a device budget (see [`crate::cli::compile`]).
+    /// [`Mnist::new`] with the convolution and linear weights held on the device in `format`
+    /// (converted at load when the file stores them otherwise), within a device budget when one
+    /// is given (see [`crate::cli::compile`]).
     ///
     /// # Errors
     /// As [`Mnist::new`]; [`Error::BudgetBelowWorkingSet`](tensormem::Error::BudgetBelowWorkingSet).
@@ -68,9 +70,10 @@ impl Mnist {
         rt: &Runtime,
         weights: &WeightFile,
         batch: usize,
+        format: WeightFormat,
         budget: Option<DeviceBudget>,
     ) -> Result<Self> {
-        let graph = build_graph(batch)?;
+        let graph = build_graph(batch, format)?;
         let mut model = crate::cli::compile(rt, &graph.builder.graph, budget)?;
         graph.builder.upload_weights(&mut model, weights)?;
         Ok(Mnist { model, graph })

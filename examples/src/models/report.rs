@@ -87,6 +87,17 @@ pub struct InferenceReport {
     pub memory: MemoryReport,
     /// Timing of repeated runs.
     pub timing: Timing,
+    /// The process's peak resident host memory so far (`VmHWM` of `/proc/self/status`; `None`
+    /// where the platform has no such file). Loading, uploads and runs included.
+    pub peak_host_bytes: Option<u64>,
+}
+
+/// The process's resident-set high-water mark in bytes (Linux `VmHWM`), if known.
+pub fn peak_host_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 impl InferenceReport {
@@ -107,6 +118,7 @@ impl InferenceReport {
             shape,
             memory: model.memory_report(),
             timing,
+            peak_host_bytes: peak_host_bytes(),
         }
     }
 
@@ -180,7 +192,8 @@ impl InferenceReport {
              \x20 backend blocks allocated     {dev_blocks} device, {st_blocks} staging\n\
              \x20 staging bytes moved          {st}\n\
              \x20 time per inference           {mean:.3} ms (mean of {runs}, min {min:.3} ms)\n\
-             \x20 new blocks in repeated runs  {steady}{offload}",
+             \x20 new blocks in repeated runs  {steady}\n\
+             \x20 peak host memory (VmHWM)     {hwm}{offload}",
             selection = self.selection_text,
             backend = self.backend,
             device = self.device,
@@ -209,6 +222,7 @@ impl InferenceReport {
             mean = t.mean.as_secs_f64() * 1e3,
             runs = t.runs,
             min = t.min.as_secs_f64() * 1e3,
+            hwm = self.peak_host_bytes.map_or("-".to_string(), bytes),
             offload = self.offload_text(),
         )
     }
@@ -216,20 +230,12 @@ impl InferenceReport {
     /// The report fields as a JSON object (sizes in bytes, times in milliseconds).
     pub fn to_json(&self) -> Value {
         let m = &self.memory;
-        json!({
+        let mut v = json!({
             "backend": self.backend,
             "device": self.device,
             "backend_selection": self.selection_json,
             "shape": self.shape,
             "weight_bytes": m.weight_bytes,
-            "weight_bytes_by_dtype": m
-                .weight_bytes_by_dtype
-                .iter()
-                .map(|(d, b)| (d.name().to_string(), json!(b)))
-                .collect::<serde_json::Map<_, _>>(),
-            "weight_store_bytes": m.weight_store.bytes,
-            "weight_store_tensors": m.weight_store.tensors,
-            "weight_store_references": m.weight_store.references,
             "activation_planned_bytes": m.activation_planned_bytes,
             "activation_no_reuse_bytes": m.activation_no_reuse_bytes,
             "activation_lower_bound_bytes": m.activation_lower_bound_bytes,
@@ -265,7 +271,19 @@ impl InferenceReport {
                     })).collect::<Vec<_>>(),
                 })
             }),
-        })
+        });
+        // Added outside `json!`: one macro call with every field passes its recursion limit.
+        v["weight_bytes_by_dtype"] = m
+            .weight_bytes_by_dtype
+            .iter()
+            .map(|(d, b)| (d.name().to_string(), json!(b)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        v["weight_store_bytes"] = json!(m.weight_store.bytes);
+        v["weight_store_tensors"] = json!(m.weight_store.tensors);
+        v["weight_store_references"] = json!(m.weight_store.references);
+        v["peak_host_rss_bytes"] = json!(self.peak_host_bytes);
+        v
     }
 }
 

@@ -1,46 +1,141 @@
 //! Reading model weights from a safetensors file, checked against what the graph declares.
 //!
-//! The whole file is read into memory once and kept: a graph compiled for a new input shape binds
-//! its weights from these bytes again (the runtime's weight store finds them by name and content
-//! hash, so they are uploaded once for every shape). The bytes are handed to the runtime as they are in the file:
+//! **Loading without a second copy.** [`WeightFile::open`] memory-maps the file instead of reading
+//! it: the bytes stay in the page cache, and each pass over a tensor (the finiteness check and
+//! content hash at open, the upload later) walks it in [`STREAM_CHUNK`] pieces and drops each
+//! piece's pages from the process (`MADV_DONTNEED`) once it is done with them. The upload streams
+//! the same pieces through the runtime's staging belt ([`Model::set_weight_chunks`]), so host
+//! memory never holds the model twice (file + staging copy) and the process's peak RSS stays
+//! about one chunk above what the device itself needs. A graph compiled for a new input shape
+//! binds its weights by name and the hash taken at open: the runtime's weight store already holds
+//! them, so nothing is read again. The bytes are handed to the runtime as they are in the file:
 //! safetensors stores little-endian values, which is the layout of every target tensormem runs on
 //! (checked at compile time below), so no per-element conversion or alignment copy is needed.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use memmap2::Mmap;
+use tensormem::runtime::WeightHasher;
+use tensormem::{Model, TensorId};
+
 use safetensors::{Dtype, SafeTensors};
-use tensormem::{Error, Result};
+use tensormem::ops::quant::{self, f16_to_f32};
+use tensormem::{Error, Result, WeightFormat};
+
+/// Metadata key of a quantized file's format ("f16" or "int8"), written by `tensormem-quantize`.
+pub const META_FORMAT: &str = "tensormem.format";
+/// Metadata key of an int8 file's group size (inner elements per scale; "0": per channel).
+pub const META_GROUP: &str = "tensormem.group";
+/// Bytes per piece when a mapped tensor is scanned or streamed (and its pages then released).
+pub const STREAM_CHUNK: usize = tensormem::runtime::WEIGHT_CHUNK_BYTES;
+
+/// Suffix of an int8 tensor's scales: tensor `NAME` (I8) has its scales in `NAME.scale` (F32,
+/// `[shape[0], groups]`: axis 0 is the output channel, groups run along the rest of the row).
+pub const SCALE_SUFFIX: &str = ".scale";
 
 #[cfg(not(target_endian = "little"))]
 compile_error!("safetensors weights are little-endian and are uploaded without conversion");
 
+/// The file's bytes: read into memory, or mapped.
+#[derive(Debug)]
+enum Storage {
+    Owned(Vec<u8>),
+    Mapped(Mmap),
+}
+
+impl Storage {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Storage::Owned(v) => v,
+            Storage::Mapped(m) => m,
+        }
+    }
+
+    /// Drops the resident pages of `range` from the process when mapped (a no-op when owned).
+    /// Only whole pages inside the range are released; failure is harmless (the pages stay).
+    fn release(&self, start: usize, end: usize) {
+        let Storage::Mapped(m) = self else { return };
+        const PAGE: usize = 4096;
+        let (first, last) = (start.next_multiple_of(PAGE), end / PAGE * PAGE);
+        if last > first {
+            // SAFETY: `m` is a read-only shared mapping of a file (`Mmap::map`); MADV_DONTNEED
+            // only drops its resident pages, and the next access faults them back in from the
+            // file with the same contents, so no byte a live borrow sees ever changes. The
+            // range is inside the map (`start..end` is a tensor's range of it).
+            let _ = unsafe {
+                m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first)
+            };
+        }
+    }
+}
+
 /// Where one tensor's bytes lie in the file.
 #[derive(Clone, Debug)]
 struct Entry {
+    /// F32, F16 or I8.
+    dtype: Dtype,
     shape: Vec<usize>,
-    /// Byte range inside [`WeightFile::bytes`].
+    /// Byte range inside the file.
     start: usize,
     end: usize,
+    /// Content hash of the range ([`WeightHasher`]), taken at open.
+    hash: u64,
 }
 
-/// An f32 safetensors file held in memory, with its tensor table.
+/// A safetensors file of weights held in memory, with its tensor table: f32 tensors, or the f16 /
+/// int8 tensors `tensormem-quantize` writes (module constants name the convention).
 #[derive(Debug)]
 pub struct WeightFile {
     path: PathBuf,
-    bytes: Vec<u8>,
-    /// F32 tensors by name. Tensors of other dtypes (MiniLM's I64 `embeddings.position_ids`
-    /// buffer) are skipped: no graph uses them.
+    storage: Storage,
+    /// F32, F16 and I8 tensors by name, scales excluded. Tensors of other dtypes (MiniLM's I64
+    /// `embeddings.position_ids` buffer) are skipped: no graph uses them.
     entries: HashMap<String, Entry>,
+    /// The scales of each I8 tensor, by the I8 tensor's name.
+    scales: HashMap<String, Entry>,
+    /// Group size of the I8 tensors ([`META_GROUP`]; 0 = per channel).
+    group: u32,
+}
+
+/// A weight's bytes in a requested format: borrowed from the file when stored so, else converted.
+#[derive(Debug)]
+pub struct StoredWeight<'a> {
+    /// The weight operand's bytes (unpadded).
+    pub bytes: Cow<'a, [u8]>,
+    /// Int8 scales as f32 bytes (`None` for f32 and f16).
+    pub scales: Option<Cow<'a, [u8]>>,
+    /// The content hash of `bytes` when they are the file's (taken at open).
+    pub hash: Option<u64>,
 }
 
 impl WeightFile {
-    /// Reads and indexes `path`.
+    /// Maps and indexes `path` (module doc: the file stays in the page cache; its pages are
+    /// dropped from the process as each tensor is scanned). The file must not be modified or
+    /// truncated while the returned value lives (as for any mapped file).
     ///
     /// # Errors
-    /// [`Error::Io`] when the file cannot be read, [`Error::Malformed`] when it is not a valid
-    /// safetensors file or an f32 tensor holds a NaN or infinity.
+    /// [`Error::Io`] when the file cannot be opened or mapped, [`Error::Malformed`] when it is not
+    /// a valid safetensors file or a float tensor holds a NaN or infinity.
     pub fn open(path: &Path) -> Result<Self> {
+        let io = |source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: a read-only mapping of a file this process does not write; the contract above
+        // (the file is not modified while mapped) is the caller's, as for every mmap'd input.
+        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        Self::index(path, Storage::Mapped(map))
+    }
+
+    /// Reads `path` whole into memory and indexes it: the loading path before mapping, kept to
+    /// measure what mapping saves (`minilm --load read`).
+    ///
+    /// # Errors
+    /// As [`WeightFile::open`].
+    pub fn read(path: &Path) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|source| Error::Io {
             path: path.display().to_string(),
             source,
@@ -57,49 +152,100 @@ impl WeightFile {
     /// [`Error::Malformed`] when `bytes` is not a valid safetensors file or an f32 tensor holds
     /// a NaN or infinity.
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self> {
+        Self::index(path, Storage::Owned(bytes))
+    }
+
+    /// Parses the header, checks and hashes every tensor in [`STREAM_CHUNK`] pieces (releasing
+    /// each piece's pages when mapped), and pairs int8 tensors with their scales.
+    fn index(path: &Path, storage: Storage) -> Result<Self> {
         let malformed = |message: String| Error::Malformed {
             source_name: path.display().to_string(),
             line: 0,
             message,
         };
+        let bytes = storage.bytes();
         let base = bytes.as_ptr() as usize;
         let mut entries = HashMap::new();
+        let group;
         {
-            let st = SafeTensors::deserialize(&bytes)
+            let (_, meta) = SafeTensors::read_metadata(bytes)
+                .map_err(|e| malformed(format!("not a safetensors file: {e}")))?;
+            let meta = meta.metadata().clone().unwrap_or_default();
+            group = match meta.get(META_GROUP) {
+                None => 0,
+                Some(g) => g.parse().map_err(|_| {
+                    malformed(format!("metadata {META_GROUP} = {g:?} is not a group size"))
+                })?,
+            };
+            let st = SafeTensors::deserialize(bytes)
                 .map_err(|e| malformed(format!("not a safetensors file: {e}")))?;
             for (name, view) in st.tensors() {
-                if view.dtype() != Dtype::F32 {
+                let dtype = view.dtype();
+                if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::I8) {
                     continue;
                 }
                 let data = view.data();
-                if let Some(i) = data
-                    .chunks_exact(4)
-                    .position(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite())
-                {
-                    let c = &data[i * 4..i * 4 + 4];
-                    let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                    return Err(malformed(format!(
-                        "tensor '{name}' {:?} holds {v} at element {i}",
-                        view.shape()
-                    )));
-                }
                 // The view borrows `bytes`; its position is an offset into that buffer.
                 let start = data.as_ptr() as usize - base;
+                let mut hasher = WeightHasher::new();
+                for (k, chunk) in data.chunks(STREAM_CHUNK).enumerate() {
+                    if let Some((i, v)) = first_non_finite(dtype, chunk) {
+                        let elem = (k * STREAM_CHUNK) / chunk_elem(dtype) + i;
+                        return Err(malformed(format!(
+                            "tensor '{name}' {:?} holds {v} at element {elem}",
+                            view.shape()
+                        )));
+                    }
+                    hasher.update(chunk);
+                    let at = start + k * STREAM_CHUNK;
+                    storage.release(at, at + chunk.len());
+                }
                 debug_assert!(start + data.len() <= bytes.len());
                 entries.insert(
                     name,
                     Entry {
+                        dtype,
                         shape: view.shape().to_vec(),
                         start,
                         end: start + data.len(),
+                        hash: hasher.finish(),
                     },
                 );
             }
         }
+        // Pair every I8 tensor with its scales `[shape[0], groups]`.
+        let mut scales = HashMap::new();
+        let int8: Vec<String> = entries
+            .iter()
+            .filter(|(_, e)| e.dtype == Dtype::I8)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in int8 {
+            let shape = entries[&name].shape.clone();
+            let scale_name = format!("{name}{SCALE_SUFFIX}");
+            let scale = entries
+                .remove(&scale_name)
+                .filter(|e| e.dtype == Dtype::F32)
+                .ok_or_else(|| {
+                    malformed(format!("int8 tensor '{name}' has no f32 '{scale_name}'"))
+                })?;
+            let (channels, inner) = channels_inner(&shape);
+            let (_, groups) = WeightFormat::Int8 { group }.groups(inner.max(1));
+            if channels == 0 || scale.shape.iter().product::<usize>() as u64 != channels * groups {
+                return Err(malformed(format!(
+                    "'{scale_name}' {:?} does not hold {channels} x {groups} scales for '{name}' \
+                     {shape:?} (group {group})",
+                    scale.shape
+                )));
+            }
+            scales.insert(name, scale);
+        }
         Ok(WeightFile {
             path: path.to_path_buf(),
-            bytes,
+            storage,
             entries,
+            scales,
+            group,
         })
     }
 
@@ -108,32 +254,70 @@ impl WeightFile {
         &self.path
     }
 
-    /// Names of the f32 tensors in the file, in no particular order.
+    /// Names of the weights in the file (f32, f16 and int8 tensors; int8 scales are part of
+    /// their tensor), in no particular order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)
     }
 
-    /// Number of f32 tensors in the file.
+    /// Number of weights in the file.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
-    /// Whether the file holds no f32 tensor.
+    /// Whether the file holds no weight.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
-    /// The little-endian f32 bytes of tensor `name`, after checking that its shape is `shape`.
+    /// The shape of weight `name`.
     ///
     /// # Errors
-    /// [`Error::Malformed`] when the file has no f32 tensor `name`, [`Error::SizeMismatch`] when
-    /// its rank or a dimension differs from `shape`.
-    pub fn f32_bytes(&self, name: &str, shape: &[usize]) -> Result<&[u8]> {
-        let entry = self.entries.get(name).ok_or_else(|| Error::Malformed {
+    /// [`Error::Malformed`] when the file has no weight `name`.
+    pub fn shape(&self, name: &str) -> Result<Vec<usize>> {
+        self.entries
+            .get(name)
+            .map(|e| e.shape.clone())
+            .ok_or_else(|| self.missing(name))
+    }
+
+    /// Bytes weight `name` takes in the file, int8 scales included.
+    ///
+    /// # Errors
+    /// [`Error::Malformed`] when the file has no weight `name`.
+    pub fn stored_bytes(&self, name: &str) -> Result<u64> {
+        let e = self.entries.get(name).ok_or_else(|| self.missing(name))?;
+        let scales = self.scales.get(name).map_or(0, |s| s.end - s.start);
+        Ok((e.end - e.start + scales) as u64)
+    }
+
+    fn missing(&self, name: &str) -> Error {
+        Error::Malformed {
             source_name: self.path.display().to_string(),
             line: 0,
-            message: format!("no f32 tensor named '{name}'"),
-        })?;
+            message: format!("no weight named '{name}'"),
+        }
+    }
+
+    /// The format tensor `name` is stored in (int8 with the file's group size).
+    ///
+    /// # Errors
+    /// As [`WeightFile::entry`].
+    pub fn stored_format(&self, name: &str, shape: &[usize]) -> Result<WeightFormat> {
+        Ok(match self.entry(name, shape)?.dtype {
+            Dtype::F16 => WeightFormat::F16,
+            Dtype::I8 => WeightFormat::Int8 { group: self.group },
+            _ => WeightFormat::F32,
+        })
+    }
+
+    /// Tensor `name` (any stored format) after checking that its shape is `shape`.
+    ///
+    /// # Errors
+    /// [`Error::Malformed`] when the file has no weight `name`, [`Error::SizeMismatch`] when its
+    /// rank or a dimension differs from `shape`.
+    fn entry(&self, name: &str, shape: &[usize]) -> Result<&Entry> {
+        let entry = self.entries.get(name).ok_or_else(|| self.missing(name))?;
         if entry.shape.len() != shape.len() {
             return Err(Error::SizeMismatch {
                 what: format!("rank of weight '{name}' {:?}", entry.shape),
@@ -150,19 +334,152 @@ impl WeightFile {
                 });
             }
         }
-        Ok(&self.bytes[entry.start..entry.end])
+        Ok(entry)
     }
 
-    /// Tensor `name` as f32 values (a copy), after the checks of [`WeightFile::f32_bytes`].
+    /// The little-endian f32 bytes of tensor `name`, after checking that its shape is `shape`.
     ///
     /// # Errors
-    /// As [`WeightFile::f32_bytes`].
+    /// As [`WeightFile::entry`]; [`Error::Malformed`] when the tensor is stored as f16 or int8.
+    pub fn f32_bytes(&self, name: &str, shape: &[usize]) -> Result<&[u8]> {
+        let entry = self.entry(name, shape)?;
+        if entry.dtype != Dtype::F32 {
+            return Err(Error::Malformed {
+                source_name: self.path.display().to_string(),
+                line: 0,
+                message: format!("weight '{name}' is stored as {:?}, not F32", entry.dtype),
+            });
+        }
+        Ok(&self.storage.bytes()[entry.start..entry.end])
+    }
+
+    /// Tensor `name` as f32 values (dequantised when stored as f16 or int8), after the checks of
+    /// [`WeightFile::entry`].
+    ///
+    /// # Errors
+    /// As [`WeightFile::entry`].
     pub fn f32_values(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        let bytes = self.f32_bytes(name, shape)?;
-        Ok(bytes
+        let entry = self.entry(name, shape)?;
+        let format = self.stored_format(name, shape)?;
+        let bytes = &self.storage.bytes()[entry.start..entry.end];
+        let scales: Vec<f32> = match self.scales.get(name) {
+            Some(s) => bytemuck::pod_collect_to_vec(&self.storage.bytes()[s.start..s.end]),
+            None => Vec::new(),
+        };
+        let (channels, inner) = channels_inner(shape);
+        quant::dequantize(bytes, &scales, channels, inner, format)
+    }
+
+    /// Tensor `name` in `format`: the file's bytes when it is stored so, else converted (f32 ⇄
+    /// f16 ⇄ int8, through f32; quantising along axis 0 as [`SCALE_SUFFIX`] says).
+    ///
+    /// # Errors
+    /// As [`WeightFile::entry`]; quantisation errors.
+    pub fn weight(
+        &self,
+        name: &str,
+        shape: &[usize],
+        format: WeightFormat,
+    ) -> Result<StoredWeight<'_>> {
+        let entry = self.entry(name, shape)?;
+        if self.stored_format(name, shape)? == format {
+            let scales = self
+                .scales
+                .get(name)
+                .map(|s| Cow::Borrowed(&self.storage.bytes()[s.start..s.end]));
+            return Ok(StoredWeight {
+                bytes: Cow::Borrowed(&self.storage.bytes()[entry.start..entry.end]),
+                scales,
+                hash: Some(entry.hash),
+            });
+        }
+        let values = self.f32_values(name, shape)?;
+        let (channels, inner) = channels_inner(shape);
+        let q = quant::quantize(&values, channels, inner, format)?;
+        let mut bytes = q.bytes;
+        bytes.truncate((values.len() as u64 * format.dtype().size()) as usize);
+        Ok(StoredWeight {
+            bytes: Cow::Owned(bytes),
+            scales: format
+                .has_scales()
+                .then(|| Cow::Owned(bytemuck::cast_slice(&q.scales).to_vec())),
+            hash: None,
+        })
+    }
+
+    /// Binds weight `id` of `model` to tensor `name` of this file in `format`: a tensor stored
+    /// so streams from the file in [`STREAM_CHUNK`] pieces (each piece's pages released once
+    /// uploaded; nothing is read when the runtime's store already holds it), any other is
+    /// converted first. `scales` receives the int8 scales.
+    ///
+    /// # Errors
+    /// As [`WeightFile::weight`] and [`Model::set_weight_chunks`].
+    pub fn upload(
+        &self,
+        model: &mut Model,
+        name: &str,
+        shape: &[usize],
+        format: WeightFormat,
+        (id, scales): (TensorId, Option<TensorId>),
+    ) -> Result<()> {
+        let w = self.weight(name, shape, format)?;
+        match (w.hash, &w.bytes) {
+            (Some(hash), Cow::Borrowed(bytes)) => {
+                let start = bytes.as_ptr() as usize - self.storage.bytes().as_ptr() as usize;
+                let pieces = bytes.chunks(STREAM_CHUNK).enumerate().map(|(k, chunk)| {
+                    // Release the previous piece: it was uploaded before this one is asked for.
+                    if k > 0 {
+                        let at = start + (k - 1) * STREAM_CHUNK;
+                        self.storage.release(at, at + STREAM_CHUNK);
+                    }
+                    chunk
+                });
+                model.set_weight_chunks(id, hash, bytes.len() as u64, pieces)?;
+                self.storage.release(start, start + bytes.len());
+            }
+            _ => {
+                model.set_weight(id, &w.bytes)?;
+            }
+        }
+        if let (Some(id), Some(s)) = (scales, &w.scales) {
+            model.set_weight(id, s)?;
+        }
+        Ok(())
+    }
+}
+
+/// The first NaN or infinity of a chunk of float elements, with its index in the chunk.
+fn first_non_finite(dtype: Dtype, chunk: &[u8]) -> Option<(usize, f32)> {
+    match dtype {
+        Dtype::F32 => chunk
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+            .enumerate()
+            .find(|(_, v)| !v.is_finite()),
+        Dtype::F16 => chunk
+            .chunks_exact(2)
+            .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+            .enumerate()
+            .find(|(_, v)| !v.is_finite()),
+        _ => None,
+    }
+}
+
+/// Bytes per element of a stored dtype.
+fn chunk_elem(dtype: Dtype) -> usize {
+    match dtype {
+        Dtype::F32 => 4,
+        Dtype::F16 => 2,
+        _ => 1,
+    }
+}
+
+/// `(channels, inner)` of a weight of `shape`: axis 0 (the output channel in PyTorch's layout of
+/// Linear and Conv weights, the row of an embedding table) and the product of the other axes.
+pub fn channels_inner(shape: &[usize]) -> (u64, u64) {
+    match shape.split_first() {
+        Some((&c, rest)) => (c as u64, rest.iter().product::<usize>() as u64),
+        None => (1, 1),
     }
 }
 

@@ -67,6 +67,7 @@ fn matmul_op(
         broadcast_b,
         bias,
         alpha,
+        weight_format: WeightFormat::F32,
     }
 }
 
@@ -246,6 +247,7 @@ fn results_do_not_depend_on_the_thread_count() {
             stride: 1,
             pad: 1,
             bias: true,
+            weight_format: WeightFormat::F32,
         },
     ];
     let one = rayon::ThreadPoolBuilder::new()
@@ -502,6 +504,7 @@ fn embedding_gathers_rows_and_zeroes_out_of_range_ids() {
         vocab: 3,
         dim: 2,
         rows: 5,
+        weight_format: WeightFormat::F32,
     };
     let y = run_f32(&op, &[&table, bytemuck::cast_slice(&ids)]);
     assert_eq!(y, [5.0, 6.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 3.0, 4.0]);
@@ -610,6 +613,7 @@ fn conv2d_matches_naive_padded_loop() {
         stride: 1,
         pad: 0,
         bias: false,
+        weight_format: WeightFormat::F32,
     };
     let x: Vec<f32> = (1..=9).map(|v| v as f32).collect();
     assert_eq!(run_f32(&op, &[&x, &[1.0; 4]]), [12.0, 16.0, 24.0, 28.0]);
@@ -632,6 +636,7 @@ fn conv2d_matches_naive_padded_loop() {
             stride,
             pad,
             bias,
+            weight_format: WeightFormat::F32,
         };
         let sig = op.signature().unwrap();
         let x = data(sig.inputs[0].len as usize, 21);

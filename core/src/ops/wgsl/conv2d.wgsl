@@ -1,6 +1,8 @@
 // NCHW cross-correlation with zero padding, one invocation per output element; sums ci, ky, kx
 // in order from 0, then adds bias_at(co) (0 in the variant without a bias).
-// Params: [n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, len = n * c_out * oh * ow].
+// Params: [n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, len = n * c_out * oh * ow, group,
+// groups]; the weight is read through w_at (int8 scale of channel co, row element r:
+// scales[co * groups + r / group]).
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -18,6 +20,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let pad = p.v[2].x;
     let oh = p.v[2].y;
     let ow = p.v[2].z;
+    let group = p.v[3].x;
+    let groups = p.v[3].y;
+    let inner = c_in * kh * kw;
     let ox = i % ow;
     let oy = (i / ow) % oh;
     let co = (i / (ow * oh)) % c_out;
@@ -35,8 +40,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 if (ix >= w) {
                     continue;
                 }
+                let r = (ci * kh + ky) * kw + kx;
                 acc = acc + x[((b * c_in + ci) * h + iy) * w + ix]
-                    * weight[((co * c_in + ci) * kh + ky) * kw + kx];
+                    * w_at(co * inner + r, co * groups + r / group);
             }
         }
     }

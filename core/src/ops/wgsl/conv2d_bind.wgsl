@@ -7,3 +7,8 @@
 fn bias_at(co: u32) -> f32 {
     return 0.0;
 }
+
+// Element e of the weight, dequantised (s: index of its scale; see dequant.wgsl).
+fn w_at(e: u32, s: u32) -> f32 {
+    return weight[e];
+}

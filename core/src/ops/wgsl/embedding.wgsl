@@ -1,9 +1,6 @@
-// Row gather: y[r, d] = table[ids[r], d], or 0 when ids[r] >= vocab.
-// Params: [vocab, dim, rows, len = rows * dim].
-@group(0) @binding(0) var<storage, read_write> table: array<f32>;
-@group(0) @binding(1) var<storage, read_write> ids: array<u32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
+// Row gather: y[r, d] = table[ids[r], d] (dequantised by w_at), or 0 when ids[r] >= vocab.
+// Params: [vocab, dim, rows, len = rows * dim, group, groups] (int8 scale of row id, element d:
+// scales[id * groups + d / group]).
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -16,7 +13,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let id = ids[i / dim];
     var v = 0.0;
     if (id < p.v[0].x) {
-        v = table[id * dim + i % dim];
+        let d = i % dim;
+        v = w_at(id * dim + d, id * p.v[1].y + d / p.v[1].x);
     }
     y[i] = v;
 }

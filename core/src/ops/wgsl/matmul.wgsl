@@ -7,7 +7,9 @@
 // for either transpose. Each C element sums k in order from 0, like the host reference.
 // Tiles are numbered column-tile fastest, then row-tile, then batch, and the workgroup count
 // spills from x into y. Params: [batch, m, n, k, trans_a, trans_b, broadcast_b, alpha bits,
-// tiles_n, tiles_m].
+// tiles_n, tiles_m, group, groups]. B is read through w_at, which dequantises f16 and int8 as
+// the tile is staged (int8 scale of output column j, inner index p: scales[ch * groups + p /
+// group] with ch = (b's matrix) * n + j).
 const TS: u32 = 32u;
 const TK: u32 = 16u;
 
@@ -36,10 +38,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let row0 = (tile / tiles_n) % tiles_m * TS;
     let col0 = tile % tiles_n * TS;
     let a_base = batch * m * k;
-    var b_base = batch * k * n;
+    var b_mat = batch;
     if (broadcast_b) {
-        b_base = 0u;
+        b_mat = 0u;
     }
+    let b_base = b_mat * k * n;
+    let group = p.v[2].z;
+    let groups = p.v[2].w;
     let tx = lid3.x;
     let ty = lid3.y;
     var acc: array<array<f32, 4>, 4>;
@@ -80,11 +85,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let gkb = k0 + kb;
             var w = 0.0;
             if (gc < n && gkb < k) {
+                var e = b_base + gkb * n + gc;
                 if (trans_b) {
-                    w = b[b_base + gc * k + gkb];
-                } else {
-                    w = b[b_base + gkb * n + gc];
+                    e = b_base + gc * k + gkb;
                 }
+                w = w_at(e, (b_mat * n + gc) * groups + gkb / group);
             }
             b_tile[kb * TS + col] = w;
         }

@@ -17,9 +17,11 @@ use crate::ops::DType;
 fn parse(key: &str, src: &str) -> (naga::Module, naga::valid::ModuleInfo) {
     let module = naga::front::wgsl::parse_str(src)
         .unwrap_or_else(|e| panic!("{key}: {}", e.emit_to_string(src)));
+    // The one capability beyond the default: `unpack2x16float` (core WGSL; the Vulkan backend
+    // and wgpu on every native backend enable it).
     let info = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::default(),
+        naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32,
     )
     .validate(&module)
     .unwrap_or_else(|e| panic!("{key}: {}", e.emit_to_string(src)));
@@ -40,6 +42,7 @@ fn sample_ops() -> Vec<Op> {
             broadcast_b: true,
             bias,
             alpha: 0.5,
+            weight_format: WeightFormat::F32,
         });
         ops.push(Op::Conv2d {
             n: 2,
@@ -52,6 +55,7 @@ fn sample_ops() -> Vec<Op> {
             stride: 2,
             pad: 1,
             bias,
+            weight_format: WeightFormat::F32,
         });
         ops.push(Op::Softmax {
             rows: 24,
@@ -85,6 +89,7 @@ fn sample_ops() -> Vec<Op> {
             vocab: 30,
             dim: 8,
             rows: 5,
+            weight_format: WeightFormat::F32,
         },
         Op::MeanPool {
             batch: 2,
@@ -109,6 +114,22 @@ fn sample_ops() -> Vec<Op> {
             perm: [0, 2, 1, 3],
         },
     ]);
+    // Every weight-reading op again with f16 and int8 weights (per-group scales).
+    let weighted: Vec<Op> = ops
+        .iter()
+        .filter(|op| {
+            matches!(
+                op,
+                Op::MatMul { .. } | Op::Conv2d { .. } | Op::Embedding { .. }
+            )
+        })
+        .cloned()
+        .collect();
+    for op in weighted {
+        for format in [WeightFormat::F16, WeightFormat::Int8 { group: 2 }] {
+            ops.push(op.with_weight_format(format));
+        }
+    }
     ops
 }
 
@@ -146,7 +167,7 @@ fn declared_bindings_follow_the_abi() {
         let k = kernel(&op).unwrap();
         let sig = op.signature().unwrap();
         assert_eq!(k.bindings, sig.inputs.len() + sig.outputs.len(), "{op:?}");
-        assert!(k.bindings <= 4, "{op:?}: at most 4 storage bindings");
+        assert!(k.bindings <= 5, "{op:?}: at most 5 storage bindings");
         let (module, _) = parse(k.key, k.source);
         let mut seen = vec![false; k.bindings + 1];
         for (_, var) in module.global_variables.iter() {
@@ -183,7 +204,8 @@ fn declared_bindings_follow_the_abi() {
             };
             let want = match operand.dtype {
                 DType::F32 => naga::Scalar::F32,
-                DType::U32 => naga::Scalar::U32,
+                // Packed weights: two f16 or four int8 per word.
+                DType::U32 | DType::F16 | DType::I8 => naga::Scalar::U32,
                 other => panic!("unexpected dtype {other:?}"),
             };
             // Copy moves any 32-bit type as u32.
@@ -214,6 +236,7 @@ fn params_encode_the_op() {
         broadcast_b: true,
         bias: true,
         alpha: 0.125,
+        weight_format: WeightFormat::F32,
     })
     .unwrap();
     assert_eq!(k.key, "matmul_bias");
@@ -253,6 +276,7 @@ fn params_encode_the_op() {
         stride: 2,
         pad: 1,
         bias: false,
+        weight_format: WeightFormat::F32,
     })
     .unwrap();
     assert_eq!(k.key, "conv2d");
@@ -290,6 +314,7 @@ fn params_encode_the_op() {
         vocab: 30522,
         dim: 384,
         rows: 10,
+        weight_format: WeightFormat::F32,
     })
     .unwrap();
     assert_eq!(&k.params[..4], &[30522, 384, 10, 3840]);
@@ -359,6 +384,7 @@ fn workgroup_counts_cover_the_work_and_spill_into_y() {
         broadcast_b: false,
         bias: false,
         alpha: 1.0,
+        weight_format: WeightFormat::F32,
     };
     assert_eq!(cover(&op, 4096 * 32), [65_535, 3, 1]);
 }
@@ -369,6 +395,7 @@ fn oversized_or_invalid_ops_are_errors() {
         vocab: 100_000,
         dim: 100_000,
         rows: 1,
+        weight_format: WeightFormat::F32,
     };
     match kernel(&op) {
         Err(Error::TooLarge {

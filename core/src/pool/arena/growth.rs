@@ -114,6 +114,7 @@ impl ArenaPool {
             size: bytes,
             tlsf,
             reserved: None,
+            idle_since: None,
         });
         self.tell(|l| l.block_reserved(&self.config.name, id, bytes));
         let s = &mut st.stats;

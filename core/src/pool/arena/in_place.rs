@@ -133,6 +133,7 @@ impl ArenaPool {
             size: bytes,
             tlsf,
             reserved: Some(reserve),
+            idle_since: None,
         });
         st.arena = Some(index);
         self.tell(|l| l.block_reserved(&self.config.name, id, bytes));

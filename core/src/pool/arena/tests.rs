@@ -205,6 +205,48 @@ fn cancel_undoes_an_allocation_and_its_fresh_block() {
     p.check_invariants().unwrap();
 }
 
+/// Issue 14: blocks idle for `idle_release` go back at the next miss, before the pool grows.
+#[test]
+fn idle_blocks_are_released_at_the_next_miss() {
+    let (backend, p) = pool(
+        HostConfig::default(),
+        ArenaConfig {
+            idle_release: Some(Duration::ZERO),
+            ..small_blocks()
+        },
+    );
+    let a = p.allocate(1 << 16, 1, "a").unwrap();
+    p.free(a.handle).unwrap();
+    assert_eq!(
+        backend.block_count(),
+        1,
+        "an empty block is kept until a miss"
+    );
+    let b = p.allocate(1 << 17, 1, "miss").unwrap();
+    assert_eq!(
+        backend.block_count(),
+        1,
+        "the idle block went back before the new one came"
+    );
+    assert_eq!(p.stats().blocks_freed, 1);
+    // A block in use is never idle, and `None` keeps empty blocks.
+    let (backend, q) = pool(
+        HostConfig::default(),
+        ArenaConfig {
+            idle_release: None,
+            ..small_blocks()
+        },
+    );
+    let c = q.allocate(1 << 16, 1, "c").unwrap();
+    q.free(c.handle).unwrap();
+    let d = q.allocate(1 << 17, 1, "miss").unwrap();
+    assert_eq!(backend.block_count(), 2);
+    p.free(b.handle).unwrap();
+    q.free(d.handle).unwrap();
+    p.check_invariants().unwrap();
+    q.check_invariants().unwrap();
+}
+
 /// Issue 12, item 2: pools sharing a budget release idle blocks for each other before one of
 /// them reports out of memory.
 #[test]

@@ -239,6 +239,7 @@ impl Offloaded {
                 budget: Some(budget),
                 // One block of exactly the arena: nothing to grow.
                 in_place: false,
+                ..ArenaConfig::device()
             },
         )?);
         let mut model = Model {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::graph::{Graph, TensorId};
 use crate::host::{HostBackend, HostConfig};
-use crate::ops::{DType, Op};
+use crate::ops::{DType, Op, WeightFormat};
 use crate::runtime::{Model, Runtime, RuntimeConfig};
 use crate::{Error, Result};
 
@@ -33,6 +33,7 @@ fn linear(rows: usize) -> (Graph, [TensorId; 4]) {
         broadcast_b: true,
         bias: true,
         alpha: 1.0,
+        weight_format: WeightFormat::F32,
     };
     let y = g.op(op, &[x, w, b], &[rows, N], "dense").unwrap();
     g.output(y);

@@ -12,7 +12,7 @@ use super::*;
 #[test]
 fn graph_has_one_block_of_ops_per_layer() {
     let cfg = BertConfig::all_minilm_l6_v2();
-    let g = build_graph(&cfg, 2, 9).unwrap();
+    let g = build_graph(&cfg, 2, 9, WeightFormat::F32).unwrap();
     let nodes = g.builder.graph.nodes();
     // Embeddings: 3 gathers, 2 adds, LayerNorm; per layer 18 ops; mean pool and normalise.
     assert_eq!(nodes.len(), 6 + 6 * 18 + 2);
@@ -48,18 +48,18 @@ fn graph_has_one_block_of_ops_per_layer() {
 fn bad_shapes_are_errors() {
     let cfg = BertConfig::all_minilm_l6_v2();
     assert!(matches!(
-        build_graph(&cfg, 0, 8),
+        build_graph(&cfg, 0, 8, WeightFormat::F32),
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        build_graph(&cfg, 1, 0),
+        build_graph(&cfg, 1, 0, WeightFormat::F32),
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        build_graph(&cfg, 1, 513),
+        build_graph(&cfg, 1, 513, WeightFormat::F32),
         Err(Error::InvalidArgument(_))
     ));
-    assert!(build_graph(&cfg, 1, 512).is_ok());
+    assert!(build_graph(&cfg, 1, 512, WeightFormat::F32).is_ok());
 }
 
 #[test]
@@ -132,7 +132,7 @@ fn weights_for(cfg: &BertConfig, file_layers: usize) -> WeightFile {
         num_hidden_layers: file_layers,
         ..cfg.clone()
     };
-    let mut slots: Vec<(String, Vec<usize>)> = build_graph(&file_cfg, 1, 1)
+    let mut slots: Vec<(String, Vec<usize>)> = build_graph(&file_cfg, 1, 1, WeightFormat::F32)
         .unwrap()
         .builder
         .weights

@@ -2,7 +2,7 @@
 //! apart from the sample's I/O and its blocking driver (`Mnist`) so that the browser sample
 //! (`tensormem-browser`) compiles this same file for wasm32 and runs the same graph.
 
-use tensormem::{DType, Error, Op, Result, TensorId};
+use tensormem::{DType, Error, Op, Result, TensorId, WeightFormat};
 
 use crate::models::builder::{ModelBuilder, dim};
 
@@ -37,16 +37,17 @@ pub struct MnistGraph {
     pub batch: usize,
 }
 
-/// Builds the MNIST graph for `batch` images.
+/// Builds the MNIST graph for `batch` images, its convolution and linear weights stored in
+/// `format` (biases stay f32).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for a zero or oversized batch; graph shape checks.
-pub fn build_graph(batch: usize) -> Result<MnistGraph> {
+pub fn build_graph(batch: usize, format: WeightFormat) -> Result<MnistGraph> {
     let n = dim(batch)?;
     if n == 0 {
         return Err(Error::invalid("mnist: batch of 0 images"));
     }
-    let mut b = ModelBuilder::new();
+    let mut b = ModelBuilder::with_format(format);
     let image = b.graph.input("image", DType::F32, &[batch, 1, SIDE, SIDE]);
     let conv = |c_in: u32, c_out: u32, side: u32| Op::Conv2d {
         n,
@@ -59,6 +60,7 @@ pub fn build_graph(batch: usize) -> Result<MnistGraph> {
         stride: 1,
         pad: 1,
         bias: true,
+        weight_format: format,
     };
     let pool = |c: u32, side: u32| Op::MaxPool2d {
         n,
@@ -70,14 +72,10 @@ pub fn build_graph(batch: usize) -> Result<MnistGraph> {
     };
     let relu = |len: usize| -> Result<Op> { Ok(Op::Relu { len: dim(len)? }) };
 
-    let w0 = b.weight("features.0.weight", &[32, 1, 3, 3]);
-    let b0 = b.weight("features.0.bias", &[32]);
-    let c1 = b.op(
-        conv(1, 32, 28),
-        &[image, w0, b0],
-        &[batch, 32, 28, 28],
-        "conv1",
-    )?;
+    let mut inputs = vec![image];
+    inputs.extend(b.packed_weight("features.0.weight", &[32, 1, 3, 3]));
+    inputs.push(b.weight("features.0.bias", &[32]));
+    let c1 = b.op(conv(1, 32, 28), &inputs, &[batch, 32, 28, 28], "conv1")?;
     let r1 = b.op(
         relu(batch * 32 * 28 * 28)?,
         &[c1],
@@ -86,14 +84,10 @@ pub fn build_graph(batch: usize) -> Result<MnistGraph> {
     )?;
     let p1 = b.op(pool(32, 28), &[r1], &[batch, 32, 14, 14], "pool1")?;
 
-    let w3 = b.weight("features.3.weight", &[64, 32, 3, 3]);
-    let b3 = b.weight("features.3.bias", &[64]);
-    let c2 = b.op(
-        conv(32, 64, 14),
-        &[p1, w3, b3],
-        &[batch, 64, 14, 14],
-        "conv2",
-    )?;
+    let mut inputs = vec![p1];
+    inputs.extend(b.packed_weight("features.3.weight", &[64, 32, 3, 3]));
+    inputs.push(b.weight("features.3.bias", &[64]));
+    let c2 = b.op(conv(32, 64, 14), &inputs, &[batch, 64, 14, 14], "conv2")?;
     let r2 = b.op(
         relu(batch * 64 * 14 * 14)?,
         &[c2],

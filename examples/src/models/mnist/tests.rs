@@ -24,7 +24,7 @@ fn argmax_picks_the_first_largest() {
 
 #[test]
 fn graph_has_the_cnn_layers_and_weights() {
-    let g = build_graph(4).unwrap();
+    let g = build_graph(4, WeightFormat::F32).unwrap();
     let names: Vec<&str> = g
         .builder
         .graph

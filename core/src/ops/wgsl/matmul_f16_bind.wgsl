@@ -1,0 +1,14 @@
+// MatMul without bias, f16 weight: a, b, c.
+@group(0) @binding(0) var<storage, read_write> a: array<f32>;
+@group(0) @binding(1) var<storage, read_write> b: array<u32>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+
+fn bias_at(j: u32) -> f32 {
+    return 0.0;
+}
+
+// Element e of the weight, dequantised (s: index of its scale; see dequant.wgsl).
+fn w_at(e: u32, s: u32) -> f32 {
+    return f16_at(b[e >> 1u], e);
+}

@@ -1,0 +1,142 @@
+use std::sync::{Arc, OnceLock};
+
+use super::*;
+use crate::pool::{ArenaConfig, ArenaPool};
+use crate::{DType, HostBackend, HostConfig, Runtime, RuntimeConfig, Tensor};
+
+const LEN: usize = 16 << 10; // 64 KiB of u32
+
+/// A runtime whose device pool is a spilling pool over an arena of `capacity` bytes.
+fn runtime(force_staging: bool, capacity: u64, lease: Duration) -> (Runtime, Arc<SpillPool>) {
+    let host = Arc::new(
+        HostBackend::new(HostConfig {
+            force_staging,
+            ..HostConfig::default()
+        })
+        .unwrap(),
+    );
+    let spill: Arc<OnceLock<Arc<SpillPool>>> = Arc::new(OnceLock::new());
+    let keep = spill.clone();
+    let rt = Runtime::with_pool(host, RuntimeConfig::default(), move |b, _budget| {
+        let arena = ArenaPool::new(
+            b.clone(),
+            ArenaConfig {
+                block_size: 64 << 10,
+                budget: Some(capacity),
+                in_place: false,
+                ..ArenaConfig::device()
+            },
+        )?;
+        let config = SpillConfig {
+            lease,
+            ..SpillConfig::default()
+        };
+        let pool = Arc::new(SpillPool::new(Arc::new(arena), b, config));
+        let _ = keep.set(pool.clone());
+        Ok(pool)
+    })
+    .unwrap();
+    let pool = spill.get().unwrap().clone();
+    (rt, pool)
+}
+
+fn pattern(seed: u32) -> Vec<u32> {
+    (0..LEN as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) ^ seed)
+        .collect()
+}
+
+#[test]
+fn four_times_the_capacity_fits_and_every_byte_comes_back() {
+    for force_staging in [false, true] {
+        let (rt, pool) = runtime(force_staging, 4 << 16, Duration::ZERO);
+        let tensors: Vec<Tensor> = (0..16)
+            .map(|k| {
+                rt.tensor_from(DType::U32, &[LEN], &pattern(k), "t")
+                    .unwrap()
+            })
+            .collect();
+        pool.pin(tensors[0].allocation().handle).unwrap();
+        for round in 0..2 {
+            for (k, t) in tensors.iter().enumerate() {
+                assert_eq!(
+                    rt.download::<u32>(t).unwrap(),
+                    pattern(k as u32),
+                    "tensor {k}, round {round}, staging {force_staging}"
+                );
+                assert!(
+                    pool.is_resident(tensors[0].allocation().handle).unwrap(),
+                    "pinned"
+                );
+                pool.check_invariants().unwrap();
+            }
+        }
+        let s = pool.spill_stats();
+        assert!(s.spills >= 12 && s.restores >= 12, "{s:?}");
+        assert_eq!(s.bytes_out, s.spills * (64 << 10));
+        assert!(rt.device_pool().stats().peak_reserved <= 4 << 16);
+        for t in tensors {
+            rt.free(t).unwrap();
+        }
+        assert_eq!(pool.spill_stats().spilled_now, 0);
+        rt.check_leaks().unwrap();
+    }
+}
+
+#[test]
+fn everything_pinned_is_out_of_memory_and_loses_nothing() {
+    let (rt, pool) = runtime(true, 2 << 16, Duration::ZERO);
+    let a = rt
+        .tensor_from(DType::U32, &[LEN], &pattern(1), "a")
+        .unwrap();
+    let b = rt
+        .tensor_from(DType::U32, &[LEN], &pattern(2), "b")
+        .unwrap();
+    pool.pin(a.allocation().handle).unwrap();
+    pool.pin(b.allocation().handle).unwrap();
+    let err = rt.alloc(DType::U32, &[LEN], "c").err().unwrap();
+    assert!(matches!(err, Error::OutOfMemory(_)), "{err}");
+    pool.unpin(b.allocation().handle).unwrap();
+    let c = rt
+        .tensor_from(DType::U32, &[LEN], &pattern(3), "c")
+        .unwrap();
+    assert!(!pool.is_resident(b.allocation().handle).unwrap());
+    for (t, k) in [(&a, 1), (&b, 2), (&c, 3)] {
+        assert_eq!(rt.download::<u32>(t).unwrap(), pattern(k));
+    }
+    let stale = c.allocation().handle;
+    rt.free(c).unwrap();
+    assert!(matches!(pool.pin(stale), Err(Error::StaleHandle { .. })));
+    assert!(matches!(pool.unpin(stale), Err(Error::StaleHandle { .. })));
+}
+
+#[test]
+fn eight_threads_under_pressure_lose_no_data() {
+    let (rt, pool) = runtime(true, 8 << 16, SpillConfig::default().lease);
+    std::thread::scope(|s| {
+        for thread in 0..8u32 {
+            let rt = rt.clone();
+            s.spawn(move || {
+                let mine: Vec<(Tensor, u32)> = (0..6)
+                    .map(|k| {
+                        let seed = thread * 100 + k;
+                        (
+                            rt.tensor_from(DType::U32, &[LEN], &pattern(seed), "t")
+                                .unwrap(),
+                            seed,
+                        )
+                    })
+                    .collect();
+                for (t, seed) in mine.iter().rev().chain(mine.iter()) {
+                    assert_eq!(rt.download::<u32>(t).unwrap(), pattern(*seed));
+                }
+                for (t, _) in mine {
+                    rt.free(t).unwrap();
+                }
+            });
+        }
+    });
+    assert!(pool.spill_stats().spills > 0);
+    pool.check_invariants().unwrap();
+    rt.check_leaks().unwrap();
+}

@@ -1,0 +1,127 @@
+//! `tensormem-quantize` end to end: converts the bundled MNIST weights, reports every tensor,
+//! writes a file the samples read, and follows the shared CLI conventions (help, version, JSON,
+//! exit codes 0/1/2).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly on any unexpected result"
+)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use tensormem::WeightFormat;
+use tensormem_examples::models::mnist::{self, Mnist};
+use tensormem_examples::models::weights::WeightFile;
+
+const QUANTIZE: &str = env!("CARGO_BIN_EXE_tensormem-quantize");
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tensormem-quantize-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn mnist_weights() -> PathBuf {
+    mnist::assets_dir().join("mnist.safetensors")
+}
+
+#[test]
+fn int8_of_mnist_reports_every_tensor_and_loads_in_the_sample() {
+    let out = scratch("mnist-int8.safetensors");
+    let run = Command::new(QUANTIZE)
+        .arg(mnist_weights())
+        .arg(&out)
+        .args(["--format", "int8", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let tensors = v["tensors"].as_array().unwrap();
+    assert_eq!(tensors.len(), 8);
+    for t in tensors {
+        let rank = t["shape"].as_array().unwrap().len();
+        let rms = t["relative_rms_error"].as_f64().unwrap();
+        if rank >= 2 {
+            assert_eq!(t["format"], "int8", "{t}");
+            assert!(rms > 0.0 && rms < 0.02, "{t}");
+        } else {
+            assert_eq!(t["format"], "f32", "{t}");
+            assert_eq!(rms, 0.0);
+        }
+    }
+    let ratio = v["ratio"].as_f64().unwrap();
+    assert!(ratio <= 0.27, "int8 file is {ratio}x the f32 one");
+    // The file loads as int8 without conversion and classifies like the f32 weights.
+    let file = WeightFile::open(&out).unwrap();
+    assert_eq!(
+        file.stored_format("classifier.0.weight", &[128, 3136])
+            .unwrap(),
+        WeightFormat::Int8 { group: 0 }
+    );
+    let backend =
+        std::sync::Arc::new(tensormem::HostBackend::new(tensormem::HostConfig::default()).unwrap());
+    let rt = tensormem::Runtime::new(backend, tensormem::RuntimeConfig::default()).unwrap();
+    let mut net = Mnist::with_budget(&rt, &file, 1, WeightFormat::Int8 { group: 0 }, None).unwrap();
+    for (path, label) in mnist::bundled_images() {
+        let img = mnist::read_image(&path, false).unwrap();
+        assert_eq!(mnist::argmax(&net.classify(&[img]).unwrap()[0]), label);
+    }
+    // The text table names every tensor and the totals.
+    let text = Command::new(QUANTIZE)
+        .arg(mnist_weights())
+        .arg(scratch("mnist-f16.safetensors"))
+        .args(["--format", "f16"])
+        .output()
+        .unwrap();
+    assert!(text.status.success());
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("classifier.0.weight"), "{text}");
+    assert!(text.contains("8 tensors:"), "{text}");
+}
+
+#[test]
+fn bad_files_exit_1_and_bad_flags_exit_2() {
+    let garbage = scratch("garbage.safetensors");
+    std::fs::write(&garbage, b"not a safetensors file").unwrap();
+    for input in [garbage, scratch("missing.safetensors")] {
+        let run = Command::new(QUANTIZE)
+            .arg(&input)
+            .arg(scratch("out.safetensors"))
+            .args(["--format", "f16"])
+            .output()
+            .unwrap();
+        assert_eq!(run.status.code(), Some(1), "{}", input.display());
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(err.starts_with("tensormem-quantize: "), "{err}");
+    }
+    for args in [
+        vec!["--format", "int4"],
+        vec!["--format"],
+        vec!["--group", "x"],
+        vec![],
+    ] {
+        let run = Command::new(QUANTIZE)
+            .arg(mnist_weights())
+            .arg(scratch("out.safetensors"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(run.status.code(), Some(2), "{args:?}");
+    }
+    for flag in ["--help", "--version"] {
+        let run = Command::new(QUANTIZE).arg(flag).output().unwrap();
+        assert_eq!(run.status.code(), Some(0), "{flag}");
+        assert!(!run.stdout.is_empty());
+    }
+    let help = Command::new(QUANTIZE).arg("--help").output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(help.contains("Exit status"), "{help}");
+    assert!(help.contains("NAME.scale"), "{help}");
+}
