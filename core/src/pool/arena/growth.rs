@@ -12,7 +12,7 @@
 use super::{ArenaPool, Block, State, round_up};
 use crate::Error;
 use crate::Result;
-use crate::backend::BlockDesc;
+use crate::backend::{BlockDesc, BlockId};
 use crate::suballoc::{Region, Tlsf};
 
 #[cfg(doc)]
@@ -88,6 +88,22 @@ impl ArenaPool {
                 };
             }
         };
+        self.install_block(st, id, bytes, None, size, align)
+            .map(Some)
+    }
+
+    /// Carves a request of `size` at `align` in the fresh backend block `id` of `bytes` (already
+    /// charged to the budget), puts the block in a free slot and counts it. On failure the charge
+    /// and the block are given back.
+    pub(super) fn install_block(
+        &self,
+        st: &mut State,
+        id: BlockId,
+        bytes: u64,
+        reserved: Option<u64>,
+        size: u64,
+        align: u64,
+    ) -> Result<(usize, Region)> {
         let carved = Tlsf::new(bytes).and_then(|mut tlsf| {
             let region = tlsf.allocate(size, align)?.ok_or_else(|| {
                 Error::invalid("internal: a fresh block does not fit its request")
@@ -113,7 +129,7 @@ impl ArenaPool {
             id,
             size: bytes,
             tlsf,
-            reserved: None,
+            reserved,
             idle_since: None,
         });
         self.tell(|l| l.block_reserved(&self.config.name, id, bytes));
@@ -122,7 +138,7 @@ impl ArenaPool {
         s.peak_reserved = s.peak_reserved.max(s.reserved);
         s.blocks += 1;
         s.blocks_allocated += 1;
-        Ok(Some((idx, region)))
+        Ok((idx, region))
     }
 }
 

@@ -20,9 +20,9 @@
 //! * **Fallback.** When the reservation is full, the backend refuses the growth or the budget
 //!   refuses it, the pool adds regular blocks ([`growth`](super::growth)) beside the arena.
 
-use super::{ArenaPool, Block, Carved, State, round_up};
+use super::{ArenaPool, Carved, State, round_up};
 use crate::backend::{BlockDesc, InPlaceGrowth};
-use crate::suballoc::{Region, Tlsf};
+use crate::suballoc::Region;
 use crate::{Error, Result};
 
 #[cfg(doc)]
@@ -107,41 +107,8 @@ impl ArenaPool {
                 };
             }
         };
-        let carved = Tlsf::new(bytes).and_then(|mut tlsf| {
-            let region = tlsf.allocate(size, align)?.ok_or_else(|| {
-                Error::invalid("internal: a fresh arena does not fit its request")
-            })?;
-            Ok((tlsf, region))
-        });
-        let (tlsf, region) = match carved {
-            Ok(c) => c,
-            Err(e) => {
-                self.budget.release(bytes);
-                let _ = self.backend.free_block(id);
-                return Err(e);
-            }
-        };
-        let index = match st.blocks.iter().position(Option::is_none) {
-            Some(i) => i,
-            None => {
-                st.blocks.push(None);
-                st.blocks.len() - 1
-            }
-        };
-        st.blocks[index] = Some(Block {
-            id,
-            size: bytes,
-            tlsf,
-            reserved: Some(reserve),
-            idle_since: None,
-        });
+        let (index, region) = self.install_block(st, id, bytes, Some(reserve), size, align)?;
         st.arena = Some(index);
-        self.tell(|l| l.block_reserved(&self.config.name, id, bytes));
-        let s = &mut st.stats;
-        s.reserved += bytes;
-        s.peak_reserved = s.peak_reserved.max(s.reserved);
-        s.blocks += 1;
-        s.blocks_allocated += 1;
         Ok(Some(Carved {
             block: index,
             region,
