@@ -18,6 +18,8 @@
 
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
+#[cfg(not(target_arch = "wasm32"))]
+use std::time::{Duration, Instant};
 
 use tensormem::{Error, Result};
 
@@ -128,7 +130,7 @@ pub(crate) fn ensure_mapped(
     block: &mut Block,
     state: MapState,
     last_use: Option<wgpu::SubmissionIndex>,
-    timeout: Option<std::time::Duration>,
+    timeout: Option<Duration>,
 ) -> Result<()> {
     use crate::error::map_poll_error;
     if block.map == state {
@@ -137,7 +139,8 @@ pub(crate) fn ensure_mapped(
     if block.pending.as_ref().is_none_or(|p| p.state != state) {
         start(block, state);
     }
-    let mut cx = Context::from_waker(Waker::noop());
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
     device.poll(wgpu::PollType::Poll).map_err(map_poll_error)?;
     if let Poll::Ready(r) = poll_pending(block, &mut cx) {
         return r;
@@ -148,17 +151,40 @@ pub(crate) fn ensure_mapped(
             timeout,
         })
         .map_err(map_poll_error)?;
-    match poll_pending(block, &mut cx) {
-        Poll::Ready(r) => r,
-        Poll::Pending => {
+    // The submission is done, but the callback may have been taken by another thread's
+    // concurrent `Device::poll`, which fires it after releasing wgpu's lock. Park until that
+    // thread wakes us, polling in case no other thread is polling.
+    let deadline = Instant::now() + timeout.map_or(CALLBACK_GRACE, |t| t.min(CALLBACK_GRACE));
+    loop {
+        if let Poll::Ready(r) = poll_pending(block, &mut cx) {
+            return r;
+        }
+        if Instant::now() >= deadline {
             // The callback is still registered; unmapping cancels it.
             block.unmap();
-            Err(map_mapping_error(
+            return Err(map_mapping_error(
                 "Buffer::map_async",
                 "the map callback did not fire after waiting for the block's last submission"
                     .into(),
-            ))
+            ));
         }
+        device.poll(wgpu::PollType::Poll).map_err(map_poll_error)?;
+        std::thread::park_timeout(Duration::from_millis(1));
+    }
+}
+
+/// How long [`ensure_mapped`] waits for a callback that another thread's poll has taken.
+#[cfg(not(target_arch = "wasm32"))]
+const CALLBACK_GRACE: Duration = Duration::from_secs(5);
+
+/// Wakes a parked thread: the waker [`ensure_mapped`] registers with the map callback.
+#[cfg(not(target_arch = "wasm32"))]
+struct Unpark(std::thread::Thread);
+
+#[cfg(not(target_arch = "wasm32"))]
+impl std::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
     }
 }
 
