@@ -311,6 +311,15 @@ pub trait Backend: Send + Sync {
         Poll::Ready(Ok(()))
     }
 
+    /// Where the backend's host memory (upload, readback and host-visible blocks) lives: bound to
+    /// the NUMA node closest to the device, placed by the driver, or unbound, with the reason
+    /// ([`crate::numa`] explains the policy and its fallbacks). The default: unbound, not
+    /// reported. A method with a default, as [`Backend::in_place_growth`], so a backend that
+    /// does not place host memory needs no change.
+    fn host_placement(&self) -> crate::HostPlacement {
+        crate::HostPlacement::default()
+    }
+
     /// Whether blocks can grow in place, and in which unit. `None` (the default) for backends that
     /// cannot; [`Backend::reserve_block`] and [`Backend::resize_block`] then refuse. A method with
     /// a default rather than a [`Capabilities`] field, so a backend without the capability needs

@@ -352,6 +352,19 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A NUMA node that cannot hold this runtime's host memory: the topology has no such node, or
+    /// the kernel does not let this process allocate on it (its cpuset's `mems`). Not retryable:
+    /// choose one of `usable`, or no node.
+    #[error("NUMA node {node} cannot be used: {reason} (usable nodes: {usable:?})")]
+    NumaNode {
+        /// The node asked for.
+        node: u32,
+        /// The nodes that can be used (empty when they could not be read).
+        usable: Vec<u32>,
+        /// Why the node cannot be used.
+        reason: String,
+    },
+
     // Planner errors (`plan`).
     /// A planning instance whose offsets could overflow `u64`: the buffers of one time-connected
     /// group, stacked with their alignment padding, may need more than the planner's offset limit.

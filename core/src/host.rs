@@ -38,6 +38,7 @@ use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, InPlaceGrowth,
     MemoryKind, Ticket, TicketWakers,
 };
+use crate::numa::HostPlacement;
 use crate::ops::{self, Op};
 use crate::{Error, Result};
 
@@ -68,6 +69,12 @@ pub struct HostConfig {
     /// of address space (Unix only). Default `true`; `false` makes the pools take the fallback
     /// path of adding blocks, as on a device without virtual memory management.
     pub in_place_growth: bool,
+    /// Where every block's memory lives (all of the host backend's blocks are host memory).
+    /// Default: unbound, pages placed by first touch. [`HostPlacement::Bound`] (made by
+    /// [`NumaTopology::placement`](crate::numa::NumaTopology::placement)) maps each block with
+    /// `mmap` and binds it to the node before its first touch (Linux); elsewhere the backend
+    /// reports unbound. [`HostBackend::new`] refuses a node the kernel does not allow.
+    pub host_placement: HostPlacement,
 }
 
 impl Default for HostConfig {
@@ -78,6 +85,9 @@ impl Default for HostConfig {
             device_memory: None,
             worker_delay: Duration::ZERO,
             in_place_growth: true,
+            host_placement: HostPlacement::unbound(
+                "host backend: pages placed by first touch (HostConfig::host_placement not set)",
+            ),
         }
     }
 }
@@ -168,6 +178,9 @@ impl Drop for WorkerExit {
 pub struct HostBackend {
     caps: Capabilities,
     config: HostConfig,
+    /// The placement in effect: the configured one, checked against the kernel (unbound off
+    /// Linux).
+    placement: HostPlacement,
     blocks: Mutex<BlockTable<BlockMem>>,
     /// Last issued ticket and the sender to the worker; the mutex makes `HostBackend` `Sync` and
     /// orders ticket issue with send.
@@ -193,8 +206,10 @@ impl HostBackend {
     /// Creates a host backend with its worker thread.
     ///
     /// # Errors
-    /// [`Error::Backend`] if the worker thread cannot be spawned.
+    /// [`Error::Backend`] if the worker thread cannot be spawned, [`Error::NumaNode`] if
+    /// [`HostConfig::host_placement`] binds to a node the kernel does not let this process use.
     pub fn new(config: HostConfig) -> Result<Self> {
+        let placement = memory::effective_placement(&config.host_placement)?;
         #[cfg(not(target_arch = "wasm32"))]
         let (tx, rx) = mpsc::channel::<(u64, Command)>();
         let timeline = Arc::new(Timeline {
@@ -220,6 +235,7 @@ impl HostBackend {
         let backend = HostBackend {
             caps,
             config: config.clone(),
+            placement,
             blocks,
             #[cfg(not(target_arch = "wasm32"))]
             queue: Mutex::new((0, tx)),
@@ -475,8 +491,13 @@ impl Backend for HostBackend {
             limit: usize::MAX as u64,
             limit_name: "address space",
         })?;
-        let mem = HostMemory::zeroed(size)
-            .ok_or_else(|| heap_oom(desc.label, desc.size, blocks.bytes()))?;
+        let mem = match self.bound_node() {
+            #[cfg(target_os = "linux")]
+            Some(node) => HostMemory::bound(size, node)
+                .map_err(|e| map_alloc_err(e, desc.label, desc.size, blocks.bytes()))?,
+            _ => HostMemory::zeroed(size)
+                .ok_or_else(|| heap_oom(desc.label, desc.size, blocks.bytes()))?,
+        };
         Ok(blocks.insert(desc.kind, desc.size, Arc::new(Mutex::new(mem))))
     }
 
@@ -487,6 +508,10 @@ impl Backend for HostBackend {
 
     fn in_place_growth(&self) -> Option<InPlaceGrowth> {
         growth::offered(&self.config)
+    }
+
+    fn host_placement(&self) -> HostPlacement {
+        self.placement.clone()
     }
 
     fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
@@ -610,7 +635,27 @@ fn heap_oom(label: &str, requested: u64, reserved: u64) -> Error {
     }))
 }
 
+/// The error of a failed `mmap` or `mbind`: out of memory for `ENOMEM` (retryable, as a
+/// driver's), otherwise the OS error.
+#[cfg(unix)]
+fn map_alloc_err(e: std::io::Error, label: &str, requested: u64, reserved: u64) -> Error {
+    match e.raw_os_error() {
+        Some(libc::ENOMEM) | None => heap_oom(label, requested, reserved),
+        Some(code) => Error::Backend {
+            backend: NAME,
+            api: "mmap/mbind",
+            code: code.into(),
+            message: e.to_string(),
+        },
+    }
+}
+
 impl HostBackend {
+    /// The NUMA node blocks are bound to, if any.
+    fn bound_node(&self) -> Option<u32> {
+        self.placement.bound_node()
+    }
+
     /// Checks that the device is alive and `ticket` was issued.
     fn check_issued(&self, ticket: Ticket) -> Result<()> {
         self.check_alive()?;

@@ -67,6 +67,7 @@ pub mod backend;
 pub mod error;
 pub mod graph;
 pub mod host;
+pub mod numa;
 pub mod offload;
 pub mod ops;
 pub mod plan;
@@ -85,6 +86,7 @@ pub use backend::{
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
+pub use numa::HostPlacement;
 pub use ops::{DType, Op, WeightFormat};
 pub use pool::{
     Allocation, AllocationStats, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats,

@@ -188,6 +188,10 @@ impl Backend for Validated {
         self.backend.in_place_growth()
     }
 
+    fn host_placement(&self) -> crate::HostPlacement {
+        self.backend.host_placement()
+    }
+
     fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
         self.check_alive()?;
         let growth = rules::growth(self.backend.as_ref())?;

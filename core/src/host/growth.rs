@@ -88,8 +88,8 @@ pub(super) fn reserve(host: &HostBackend, desc: &BlockDesc<'_>, reserve: u64) ->
     }
     let mut blocks = lock(&host.blocks);
     host.check_device_memory(blocks.bytes(), desc.size, desc.label)?;
-    let mem = super::memory::Reservation::new(reserve_len, committed)
-        .map_err(|_| super::heap_oom(desc.label, desc.size, blocks.bytes()))?;
+    let mem = super::memory::Reservation::new(reserve_len, committed, host.bound_node())
+        .map_err(|e| super::map_alloc_err(e, desc.label, desc.size, blocks.bytes()))?;
     let mem = super::memory::HostMemory::Reserved(mem);
     Ok(blocks.insert(desc.kind, desc.size, Arc::new(Mutex::new(mem))))
 }
@@ -113,8 +113,9 @@ pub(super) fn resize(host: &HostBackend, block: BlockId, size: u64) -> Result<()
     if size > old {
         host.check_device_memory(held, size - old, "in-place growth")?;
     }
-    r.resize(len)
-        .map_err(|_| super::heap_oom("in-place growth", size - old.min(size), held))?;
+    r.resize(len).map_err(|e| {
+        super::map_alloc_err(e, "in-place growth", size - old.min(size), held)
+    })?;
     drop(mem);
     blocks.resize(block, size)
 }

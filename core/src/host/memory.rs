@@ -9,8 +9,45 @@
 //! and in-flight commands, which hold the block's memory by reference, never see it move.
 //!
 //! Reservations exist on Unix only; elsewhere the backend reports no in-place growth.
+//!
+//! **NUMA.** With a node to bind to ([`HostConfig::host_placement`](super::HostConfig)), every
+//! block is mapped by the backend itself (a fully committed [`Reservation`]) and bound with
+//! `mbind` before its first touch; a reservation binds each range as it commits it, so pages of a
+//! block that shrank and grew again still come from the node. Without one, regular blocks come from
+//! the allocator (`calloc`), whose pages the kernel places on first touch.
 
 use std::ops::{Deref, DerefMut};
+
+use crate::numa::HostPlacement;
+use crate::{Error, Result};
+
+/// The placement a [`HostPlacement`] from the configuration gives this platform: a bound node
+/// that the kernel allows (Linux), unbound elsewhere.
+///
+/// # Errors
+/// [`Error::NumaNode`] for a node the kernel refuses; [`Error::InvalidArgument`] for
+/// [`HostPlacement::DriverPlaced`] (the host backend maps every block itself).
+pub(super) fn effective_placement(placement: &HostPlacement) -> Result<HostPlacement> {
+    match placement {
+        HostPlacement::Bound { node, .. } => {
+            #[cfg(target_os = "linux")]
+            {
+                crate::numa::check_kernel_allows(*node)?;
+                Ok(placement.clone())
+            }
+            #[cfg(not(target_os = "linux"))]
+            {
+                let _ = node;
+                Ok(HostPlacement::unbound("NUMA binding (mbind) is Linux-only"))
+            }
+        }
+        HostPlacement::DriverPlaced { .. } => Err(Error::invalid(
+            "HostConfig::host_placement: the host backend maps its blocks itself; \
+             DriverPlaced does not apply (use Bound or Unbound)",
+        )),
+        HostPlacement::Unbound { .. } => Ok(placement.clone()),
+    }
+}
 
 /// A host block's bytes. Reads as the committed bytes (`[u8]`), whatever backs them.
 pub(super) enum HostMemory {
@@ -19,6 +56,15 @@ pub(super) enum HostMemory {
     /// A block that grows in place.
     #[cfg(unix)]
     Reserved(Reservation),
+    /// A regular block bound to a NUMA node: a committed mapping of whole pages, of which the
+    /// first `len` bytes are the block.
+    #[cfg(target_os = "linux")]
+    Bound {
+        /// The mapping (committed = reserved = `len` rounded up to pages).
+        map: Reservation,
+        /// The block's size in bytes.
+        len: usize,
+    },
 }
 
 impl HostMemory {
@@ -41,6 +87,21 @@ impl HostMemory {
             Vec::from_raw_parts(ptr, size, size)
         }))
     }
+
+    /// `size` (> 0) zero bytes mapped by the backend and bound to NUMA `node` before any page is
+    /// touched.
+    ///
+    /// # Errors
+    /// The OS error of `mmap` (`ENOMEM`) or `mbind` (`EINVAL` for a node the kernel lacks).
+    #[cfg(target_os = "linux")]
+    pub(super) fn bound(size: usize, node: u32) -> std::io::Result<Self> {
+        let page = page_size() as usize;
+        let pages = size
+            .checked_next_multiple_of(page)
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let map = Reservation::new(pages, pages, Some(node))?;
+        Ok(HostMemory::Bound { map, len: size })
+    }
 }
 
 impl Deref for HostMemory {
@@ -51,6 +112,8 @@ impl Deref for HostMemory {
             HostMemory::Heap(v) => v,
             #[cfg(unix)]
             HostMemory::Reserved(r) => r.committed(),
+            #[cfg(target_os = "linux")]
+            HostMemory::Bound { map, len } => &map.committed()[..*len],
         }
     }
 }
@@ -61,6 +124,8 @@ impl DerefMut for HostMemory {
             HostMemory::Heap(v) => v,
             #[cfg(unix)]
             HostMemory::Reserved(r) => r.committed_mut(),
+            #[cfg(target_os = "linux")]
+            HostMemory::Bound { map, len } => &mut map.committed_mut()[..*len],
         }
     }
 }
@@ -86,6 +151,9 @@ pub(super) struct Reservation {
     base: std::ptr::NonNull<u8>,
     reserved: usize,
     committed: usize,
+    /// The NUMA node every committed range is bound to (`mbind`, preferred) before its first
+    /// touch; `None`: first touch decides. Always `None` off Linux.
+    node: Option<u32>,
 }
 
 // SAFETY: the mapping is owned by this value alone (no other pointer to it exists), so moving it
@@ -99,10 +167,16 @@ unsafe impl Sync for Reservation {}
 
 #[cfg(unix)]
 impl Reservation {
-    /// Reserves `reserved` bytes of address space and commits the first `committed`. Both must
-    /// be multiples of the page size, `committed <= reserved`, `reserved > 0`. The error is the
-    /// OS error (`ENOMEM` when address space or memory is short).
-    pub(super) fn new(reserved: usize, committed: usize) -> std::io::Result<Self> {
+    /// Reserves `reserved` bytes of address space and commits the first `committed`, binding
+    /// committed ranges to NUMA `node` (Linux; `None` elsewhere). Both sizes must be multiples of
+    /// the page size, `committed <= reserved`, `reserved > 0`. The error is the OS error
+    /// (`ENOMEM` when address space or memory is short, `EINVAL` from `mbind` for a node the
+    /// kernel lacks).
+    pub(super) fn new(
+        reserved: usize,
+        committed: usize,
+        node: Option<u32>,
+    ) -> std::io::Result<Self> {
         debug_assert!(reserved > 0 && committed <= reserved);
         // SAFETY: a fresh private anonymous mapping at an address the kernel chooses touches no
         // existing memory; the result is checked against MAP_FAILED.
@@ -126,6 +200,7 @@ impl Reservation {
             base,
             reserved,
             committed: 0,
+            node,
         };
         r.resize(committed)?;
         Ok(r)
@@ -159,6 +234,7 @@ impl Reservation {
     pub(super) fn resize(&mut self, size: usize) -> std::io::Result<()> {
         debug_assert!(size <= self.reserved);
         if size > self.committed {
+            self.bind(self.committed, size - self.committed)?;
             // SAFETY: `[committed, size)` lies inside our reservation (size <= reserved) and is
             // currently PROT_NONE; making it read-write affects no other mapping.
             let rc = unsafe {
@@ -190,6 +266,22 @@ impl Reservation {
             }
         }
         self.committed = size;
+        Ok(())
+    }
+
+    /// Binds `[offset, offset + len)` (page-aligned, untouched: about to be committed) to the
+    /// reservation's node, if it has one. Binding at each commit, not once at creation, keeps
+    /// the policy on ranges that a shrink remapped.
+    fn bind(&self, offset: usize, len: usize) -> std::io::Result<()> {
+        #[cfg(target_os = "linux")]
+        if let Some(node) = self.node {
+            // SAFETY: the range lies inside our own reservation (offset + len <= reserved, as
+            // `resize` checks), and `base + offset` is page-aligned (both are page multiples).
+            return unsafe {
+                crate::numa::kernel::bind_preferred(self.base.as_ptr().add(offset), len, node)
+            };
+        }
+        let _ = (offset, len);
         Ok(())
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::backend::completion::complete_now;
 use crate::backend::{BlockRange, Ticket, Waiting};
 use crate::graph::{Graph, TensorId, TensorKind};
+use crate::numa::HostPlacement;
 use crate::ops::DType;
 use crate::plan::{self, OpUses, SolveOptions, TensorRole};
 use crate::pool::{Allocation, AllocationStats};
@@ -71,6 +72,10 @@ pub struct MemoryReport {
     /// The offload schedule and its traffic, for a model compiled with a device budget
     /// ([`Runtime::compile_with`]).
     pub offload: Option<OffloadReport>,
+    /// Where the runtime's host memory lives (the staging belt's and host-visible pools' blocks,
+    /// all from the one backend): the NUMA node they are bound to, or why none
+    /// ([`Backend::host_placement`](crate::Backend::host_placement)).
+    pub host_memory: HostPlacement,
 }
 
 /// Where a root tensor's bytes are: an allocation and an offset in it.
@@ -613,6 +618,7 @@ impl Model {
         };
         r.offload = self.offload.as_ref().map(|o| o.report.clone());
         r.weight_store = self.rt.weights().report();
+        r.host_memory = self.rt.backend().host_placement();
         r
     }
 

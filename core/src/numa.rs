@@ -1,0 +1,156 @@
+//! NUMA-aware host memory: where the host memory that feeds a device lives.
+//!
+//! On a machine with several NUMA nodes (multi-socket servers, GPU nodes with one PCIe root per
+//! socket), a pinned or host-visible buffer on the far socket costs every upload and readback a
+//! trip over the socket interconnect. The pools' host memory (upload and readback blocks, the
+//! staging belt's blocks, the host backend's blocks) therefore belongs on the node closest to its
+//! device. This module owns the three pieces every backend shares:
+//!
+//! * [`NumaTopology`]: the nodes, their CPUs and their distances, read from sysfs
+//!   (`/sys/devices/system/node`), and the node of a PCI device
+//!   (`/sys/bus/pci/devices/<bdf>/numa_node`). The sysfs root is a parameter, so tests inject a
+//!   topology with several nodes from a fake tree in a temporary directory.
+//! * [`HostPlacement`]: the policy in use, as a value a backend reports
+//!   ([`Backend::host_placement`](crate::Backend::host_placement)) and the memory report carries.
+//! * [`kernel`] (Linux only): `mbind` on memory the runtime maps itself, and the kernel queries
+//!   (`get_mempolicy`, `move_pages`) that say where pages actually are.
+//!
+//! # Policy
+//! Memory is bound with `MPOL_PREFERRED` to the device's node **before its first touch** (a page
+//! is placed when it is first faulted in, so a policy set afterwards only moves pages if asked
+//! to). Preferred, not `MPOL_BIND`: a full node then spills to the next one instead of turning
+//! into an OOM kill or a `SIGBUS` on first touch, the trade every NUMA-aware allocator makes for
+//! buffers that are only *faster* near their device (DPDK's and hwloc's default for the same).
+//!
+//! # What can and cannot be bound
+//! * **Memory the runtime maps itself** (`mmap`): bound. The host backend's blocks, and CUDA
+//!   pinned blocks allocated as `mmap` + `mbind` + `cuMemHostRegister` when the device has a
+//!   host NUMA node.
+//! * **Memory the driver allocates** (Vulkan host-visible memory through gpu-allocator, wgpu
+//!   buffers): the driver places its pages, this runtime cannot bind them; the backend reports
+//!   [`HostPlacement::DriverPlaced`] with the device's node where it knows it.
+//!
+//! # Fallbacks (no NUMA)
+//! * One node (this development machine, most laptops): [`HostPlacement::Unbound`], nothing to
+//!   choose.
+//! * Not Linux: [`HostPlacement::Unbound`]; `mbind` is Linux's, the topology is not read.
+//! * `wasm32`: only [`HostPlacement`] is compiled (the browser owns its memory).
+//! * A device with no NUMA affinity (`numa_node` reads `-1`): [`HostPlacement::Unbound`].
+//! * A node the topology lacks or the kernel refuses this process (cpuset `mems`):
+//!   [`Error::NumaNode`](crate::Error::NumaNode) where the caller asked for that node, and
+//!   [`HostPlacement::Unbound`] carrying the error's text where a backend detected it.
+//! * Malformed sysfs content: [`Error::Malformed`](crate::Error::Malformed) naming the file.
+
+use std::fmt;
+
+#[cfg(target_os = "linux")]
+pub mod kernel;
+#[cfg(not(target_arch = "wasm32"))]
+mod topology;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub use topology::{NumaNode, NumaTopology, detect_placement};
+
+/// Where a backend's host memory (upload, readback and host-visible blocks) lives: the policy in
+/// use, reported by [`Backend::host_placement`](crate::Backend::host_placement) and in the memory
+/// report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostPlacement {
+    /// The runtime binds the host memory it maps itself to `node` (`MPOL_PREFERRED`) before its
+    /// first touch.
+    Bound {
+        /// The NUMA node.
+        node: u32,
+        /// How the node was chosen ("configured", "PCI 0000:65:00.0", "CUDA host NUMA id").
+        source: String,
+    },
+    /// The driver allocates the host-visible memory and places its pages; this runtime cannot
+    /// bind them.
+    DriverPlaced {
+        /// The device's node, where the backend learnt it (`VK_EXT_pci_bus_info` + sysfs).
+        device_node: Option<u32>,
+    },
+    /// No NUMA placement: host memory goes wherever the OS puts it (first touch).
+    Unbound {
+        /// Why ("one NUMA node", "not Linux", "the device reports no NUMA node", ...).
+        reason: String,
+    },
+}
+
+impl HostPlacement {
+    /// [`HostPlacement::Unbound`] with `reason`.
+    pub fn unbound(reason: impl Into<String>) -> Self {
+        HostPlacement::Unbound {
+            reason: reason.into(),
+        }
+    }
+
+    /// The node the runtime binds host memory to, if it binds any.
+    pub fn bound_node(&self) -> Option<u32> {
+        match self {
+            HostPlacement::Bound { node, .. } => Some(*node),
+            _ => None,
+        }
+    }
+
+    /// A short machine-readable name of the policy: `"bound"`, `"driver"` or `"none"`.
+    pub fn policy(&self) -> &'static str {
+        match self {
+            HostPlacement::Bound { .. } => "bound",
+            HostPlacement::DriverPlaced { .. } => "driver",
+            HostPlacement::Unbound { .. } => "none",
+        }
+    }
+}
+
+impl Default for HostPlacement {
+    /// Unbound: what a backend that says nothing about its host memory gets.
+    fn default() -> Self {
+        HostPlacement::unbound("not reported by the backend")
+    }
+}
+
+impl fmt::Display for HostPlacement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostPlacement::Bound { node, source } => {
+                write!(f, "NUMA node {node} (bound, from {source})")
+            }
+            HostPlacement::DriverPlaced {
+                device_node: Some(n),
+            } => write!(
+                f,
+                "placed by the driver (device on NUMA node {n}; cannot be bound)"
+            ),
+            HostPlacement::DriverPlaced { device_node: None } => {
+                write!(f, "placed by the driver (device's NUMA node unknown)")
+            }
+            HostPlacement::Unbound { reason } => write!(f, "no NUMA ({reason})"),
+        }
+    }
+}
+
+/// Checks that the kernel lets this process allocate on `node` (its cpuset's `mems`).
+///
+/// # Errors
+/// [`Error::NumaNode`](crate::Error::NumaNode) with the allowed nodes, or with none when they
+/// cannot be read.
+#[cfg(target_os = "linux")]
+pub(crate) fn check_kernel_allows(node: u32) -> crate::Result<()> {
+    let allowed = kernel::allowed_nodes().map_err(|e| crate::Error::NumaNode {
+        node,
+        usable: Vec::new(),
+        reason: format!("the kernel's allowed nodes cannot be read: {e}"),
+    })?;
+    if allowed.contains(&node) {
+        return Ok(());
+    }
+    Err(crate::Error::NumaNode {
+        node,
+        usable: allowed,
+        reason: "the kernel does not let this process allocate on it".into(),
+    })
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests;
