@@ -294,3 +294,6 @@ impl Drop for Reservation {
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.reserved) };
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests;

@@ -24,7 +24,7 @@ fn reservation(h: &HostBackend, block: BlockId) -> (usize, usize) {
     let mem = lock(&mem);
     match &*mem {
         HostMemory::Reserved(r) => (r.base(), r.reserved()),
-        HostMemory::Heap(_) => panic!("block {} is not reserved", block.0),
+        _ => panic!("block {} is not reserved", block.0),
     }
 }
 
