@@ -125,6 +125,10 @@ impl Backend for Faulty {
         self.inner.capabilities()
     }
 
+    fn host_placement(&self) -> tensormem::HostPlacement {
+        self.inner.host_placement()
+    }
+
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
         if self.lost.load(Ordering::SeqCst) {
             return Err(Error::DeviceLost {

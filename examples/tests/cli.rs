@@ -191,12 +191,24 @@ fn auto_never_picks_a_software_gpu_and_says_why() {
             );
         }
     }
+    // Where the staging pools' host memory lives (issue 20): the host backend binds nothing
+    // unless configured, and says so.
+    let host_memory = &json(&o)["report"]["host_memory"];
+    if chosen == "host" {
+        assert_eq!(host_memory["policy"], "none", "{host_memory}");
+        assert!(host_memory["numa_node"].is_null());
+    }
+    assert!(
+        ["bound", "driver", "none"].contains(&host_memory["policy"].as_str().unwrap()),
+        "{host_memory}"
+    );
     let text = run(MNIST, &["--runs", "1"]);
     let stdout = String::from_utf8_lossy(&text.stdout);
     assert!(
         stdout.contains(&format!("backend {chosen} on ")),
         "{stdout}"
     );
+    assert!(stdout.contains("host memory (staging pools)  "), "{stdout}");
 }
 
 fn minilm_dir() -> Option<PathBuf> {

@@ -191,6 +191,7 @@ impl InferenceReport {
              \x20 plan                         {algo}, {buffers} buffers (greedy by size: {greedy})\n\
              \x20 backend blocks allocated     {dev_blocks} device, {st_blocks} staging\n\
              \x20 staging bytes moved          {st}\n\
+             \x20 host memory (staging pools)  {host_memory}\n\
              \x20 time per inference           {mean:.3} ms (mean of {runs}, min {min:.3} ms)\n\
              \x20 new blocks in repeated runs  {steady}\n\
              \x20 peak host memory (VmHWM)     {hwm}{offload}",
@@ -219,6 +220,7 @@ impl InferenceReport {
             dev_blocks = m.device_blocks_allocated,
             st_blocks = m.staging_blocks_allocated,
             st = bytes(m.staging_bytes_moved),
+            host_memory = m.host_memory,
             mean = t.mean.as_secs_f64() * 1e3,
             runs = t.runs,
             min = t.min.as_secs_f64() * 1e3,
@@ -283,6 +285,13 @@ impl InferenceReport {
         v["weight_store_tensors"] = json!(m.weight_store.tensors);
         v["weight_store_references"] = json!(m.weight_store.references);
         v["peak_host_rss_bytes"] = json!(self.peak_host_bytes);
+        // Where the staging and host-visible pools' memory lives: "bound" (to `numa_node`),
+        // "driver" (the driver places it) or "none" (no NUMA), with the reason in words.
+        v["host_memory"] = json!({
+            "policy": m.host_memory.policy(),
+            "numa_node": m.host_memory.bound_node(),
+            "detail": m.host_memory.to_string(),
+        });
         v
     }
 }
