@@ -5,8 +5,10 @@
 //! * device memory from `cuMemAlloc`, or stream-ordered `cuMemAllocFromPoolAsync` from the
 //!   backend's own memory pool ([`crate::DeviceAlloc`]);
 //! * pinned host memory from `cuMemHostAlloc` (write-combined for `Upload`, cached for
-//!   `Readback`; see `conv.rs`). Under unified addressing, which the backend requires, its host
-//!   pointer is also its device address, so copies and kernels take it like device memory;
+//!   `Readback`; see `conv.rs`), or, on a NUMA machine, mapped by the backend, bound to the
+//!   device's node and registered (`numa.rs`). Under unified addressing, which the backend
+//!   requires, its host pointer is also its device address, so copies and kernels take it like
+//!   device memory;
 //! * an expandable segment (`vmm.rs`), device memory that grows in place.
 //!
 //! The table is core's shared [`tensormem::BlockTable`] (ids never reused, typed errors), with a
@@ -20,10 +22,13 @@ use tensormem::{BlockId, Error, MemoryKind, Result};
 
 use crate::vmm::ExpandableSegment;
 
-/// Pinned host memory from `cuMemHostAlloc`.
+/// Pinned host memory: from `cuMemHostAlloc`, or mapped and registered (`numa.rs`).
 #[derive(Debug)]
 pub(crate) struct PinnedHost {
     ptr: NonNull<u8>,
+    /// `Some(mapped length)` for memory the backend mapped, bound to a NUMA node and registered
+    /// (`numa::alloc_registered`); `None` for `cuMemHostAlloc`.
+    registered: Option<usize>,
 }
 
 impl PinnedHost {
@@ -48,7 +53,7 @@ pub(crate) enum Memory {
         /// Whether it came from the stream-ordered pool (freed with `cuMemFreeAsync`).
         pool: bool,
     },
-    /// `cuMemHostAlloc`.
+    /// Pinned host memory.
     Pinned(PinnedHost),
     /// A VMM segment that grows in place.
     Expandable(ExpandableSegment),
@@ -105,19 +110,42 @@ impl Block {
     }
 }
 
-/// Allocates `size` bytes of pinned host memory with `CU_MEMHOSTALLOC_*` `flags`.
+/// The driver call behind [`alloc_pinned`] for `node`, for error messages.
+pub(crate) fn pinned_api(node: Option<u32>) -> &'static str {
+    match node {
+        Some(_) => "mmap + mbind + cuMemHostRegister",
+        None => "cuMemHostAlloc",
+    }
+}
+
+/// Allocates `size` bytes of pinned host memory: with `CU_MEMHOSTALLOC_*` `flags` from the
+/// driver, or, with a NUMA `node` (Linux), mapped, bound to it and registered (`flags` do not
+/// apply: registered memory is never write-combined).
 ///
 /// # Errors
 /// The driver error, for the caller to map (it knows the kind and the budget).
 pub(crate) fn alloc_pinned(
     size: usize,
     flags: u32,
+    node: Option<u32>,
 ) -> std::result::Result<Memory, result::DriverError> {
+    #[cfg(target_os = "linux")]
+    if let Some(node) = node {
+        let (ptr, len) = crate::numa::alloc_registered(size, node)?;
+        return Ok(Memory::Pinned(PinnedHost {
+            ptr,
+            registered: Some(len),
+        }));
+    }
+    let _ = node;
     // SAFETY: cuMemHostAlloc returns fresh page-locked memory or an error; the caller made the
     // context current. The contents are uninitialised bytes, which `u8` tolerates.
     let raw = unsafe { result::malloc_host(size, flags) }?;
     match NonNull::new(raw.cast::<u8>()) {
-        Some(ptr) => Ok(Memory::Pinned(PinnedHost { ptr })),
+        Some(ptr) => Ok(Memory::Pinned(PinnedHost {
+            ptr,
+            registered: None,
+        })),
         None => Err(result::DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)),
     }
 }
@@ -141,8 +169,18 @@ pub(crate) unsafe fn free_memory(memory: &mut Memory, stream: sys::CUstream) -> 
             unsafe { result::free_async(*ptr, stream) }
                 .map_err(|e| map_driver_err("cuMemFreeAsync", e))
         }
+        #[cfg(target_os = "linux")]
+        Memory::Pinned(PinnedHost {
+            ptr,
+            registered: Some(len),
+        }) => {
+            // SAFETY: the pointer and length came from one `alloc_registered` and are freed once.
+            unsafe { crate::numa::free_registered(*ptr, *len) }
+                .map_err(|e| map_driver_err("cuMemHostUnregister", e))
+        }
         Memory::Pinned(p) => {
-            // SAFETY: the pointer came from cuMemHostAlloc and is freed once.
+            // SAFETY: the pointer came from cuMemHostAlloc (registered memory is handled above:
+            // `registered` is only ever `Some` on Linux) and is freed once.
             unsafe { result::free_host(p.ptr.as_ptr().cast::<c_void>()) }
                 .map_err(|e| map_driver_err("cuMemFreeHost", e))
         }

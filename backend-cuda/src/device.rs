@@ -11,7 +11,7 @@ use tensormem::{
     Ticket,
 };
 
-use crate::blocks::{Block, Memory, alloc_pinned, free_memory, release_all};
+use crate::blocks::{Block, Memory, alloc_pinned, free_memory, pinned_api, release_all};
 use crate::conv::{Placement, check_block_size, check_range, map_memory_kind, to_usize};
 use crate::error::{BACKEND, map_alloc_err, map_driver_err, map_init_err};
 use crate::launch::{plan_call, plan_fill_zero};
@@ -156,16 +156,18 @@ pub(crate) struct QueuedUploads {
 }
 
 impl QueuedUploads {
-    /// A ring of `capacity` bytes of pinned, write-combined host memory (the CPU only writes it).
+    /// A ring of `capacity` bytes of pinned, write-combined host memory (the CPU only writes it),
+    /// on NUMA `node` when given (then registered, not write-combined: see `numa.rs`).
     ///
     /// # Errors
     /// A mapped allocation error.
-    pub(crate) fn new(capacity: u64) -> Result<Self> {
+    pub(crate) fn new(capacity: u64, node: Option<u32>) -> Result<Self> {
         let memory = alloc_pinned(
             to_usize(capacity, "queued-write ring")?,
             sys::CU_MEMHOSTALLOC_WRITECOMBINED,
+            node,
         )
-        .map_err(|e| map_alloc_err("cuMemHostAlloc", e, MemoryKind::Upload, capacity, 0, None))?;
+        .map_err(|e| map_alloc_err(pinned_api(node), e, MemoryKind::Upload, capacity, 0, None))?;
         let base = match &memory {
             Memory::Pinned(p) => p.addr(),
             _ => 0,
@@ -285,7 +287,10 @@ impl Backend for CudaBackend {
                 },
                 self.alloc_device(size),
             ),
-            Placement::PinnedHost { flags } => ("cuMemHostAlloc", alloc_pinned(size, flags)),
+            Placement::PinnedHost { flags } => {
+                let node = self.host_placement.bound_node();
+                (pinned_api(node), alloc_pinned(size, flags, node))
+            }
         };
         let mut blocks = lock(&self.blocks);
         let memory = self.timeline.health().note(memory.map_err(|e| {
@@ -316,6 +321,10 @@ impl Backend for CudaBackend {
 
     fn in_place_growth(&self) -> Option<InPlaceGrowth> {
         self.vmm_growth()
+    }
+
+    fn host_placement(&self) -> tensormem::HostPlacement {
+        self.host_placement.clone()
     }
 
     fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {

@@ -41,6 +41,11 @@
 //!   uploads, cached for readbacks. `write_mapped` / `read_mapped` are plain memcpys into them, and
 //!   `copy` is `cuMemcpyAsync` on unified addresses, the DMA fast path. Device memory is not
 //!   host-visible (`device_host_visible = false`), so the pools stage, as on any discrete GPU.
+//! * **Pinned blocks on the device's NUMA node** (`numa.rs`): on a machine with several nodes,
+//!   the node from `CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID` (or the PCI address in sysfs); pinned
+//!   blocks are then mapped, bound with `mbind` before first touch and registered
+//!   (`cuMemHostRegister`), as PyTorch's `pinned_use_cuda_host_register` does, trading
+//!   write-combining for locality. [`tensormem::Backend::host_placement`] reports the policy in use.
 //! * **Small uploads skip the pools' staging**: `write_queued` copies the bytes into a pinned,
 //!   write-combined ring owned by the backend (`staging.rs`) and enqueues a truly asynchronous
 //!   `cuMemcpyHtoDAsync` from there; each region is reused once its copy's ticket completes, and a
@@ -102,6 +107,7 @@ mod expandable;
 mod health;
 mod kernels;
 mod launch;
+mod numa;
 mod nvrtc;
 pub mod probe;
 mod staging;
@@ -200,6 +206,9 @@ pub struct CudaBackend {
     device_alloc: DeviceAlloc,
     tools: Toolchain,
     target: CodeTarget,
+    /// Where pinned blocks live: bound to the device's NUMA node, or unbound and why
+    /// (`numa.rs`).
+    host_placement: tensormem::HostPlacement,
 }
 
 impl CudaBackend {
@@ -248,10 +257,12 @@ impl CudaBackend {
             DeviceAlloc::StreamOrdered => Some(device::MemPool::create(&ctx)?),
         };
         let kernels = Kernels::load(&ctx, target, tools)?;
+        let host_placement = numa::host_placement(&ctx);
         let uploads = match desc.queued_write_max {
             0 => None,
             max => Some(device::QueuedUploads::new(
                 max.saturating_mul(QUEUED_RING_WRITES).max(MIN_QUEUED_RING),
+                host_placement.bound_node(),
             )?),
         };
         let caps = Capabilities {
@@ -277,6 +288,7 @@ impl CudaBackend {
             device_alloc: desc.device_alloc,
             tools,
             target,
+            host_placement,
         })
     }
 

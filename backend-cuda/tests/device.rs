@@ -784,3 +784,55 @@ fn a_sticky_error_is_remembered_by_every_later_call() {
         "{text}"
     );
 }
+
+/// Issue 20: pinned blocks live on the node the backend reports. On a NUMA machine the policy and
+/// every page's node are read back from the kernel; on one node the backend must say so.
+#[cfg(target_os = "linux")]
+#[test]
+fn pinned_blocks_follow_the_reported_numa_placement() {
+    use tensormem::HostPlacement;
+    use tensormem::numa::{NumaTopology, kernel};
+    let Some(b) = backend() else { return };
+    let placement = b.host_placement();
+    let nodes = NumaTopology::system().unwrap().nodes().len();
+    let Some(node) = placement.bound_node() else {
+        assert!(
+            matches!(&placement, HostPlacement::Unbound { reason } if !reason.is_empty()),
+            "{placement:?}"
+        );
+        if nodes < 2 {
+            assert_eq!(placement, HostPlacement::unbound("one NUMA node"));
+        }
+        return;
+    };
+    assert!(nodes >= 2, "bound on a one-node machine: {placement:?}");
+    for kind in [MemoryKind::Upload, MemoryKind::Readback] {
+        let size = 3 << 20;
+        let block = alloc(&b, kind, size);
+        let ptr = b.device_addr(range(block, 0, size)).unwrap() as usize as *const u8;
+        let policy = kernel::range_policy(ptr).unwrap();
+        assert_eq!(policy.nodes, vec![node], "{kind:?}");
+        let pages: Vec<*const u8> = (0..size as usize)
+            .step_by(4096)
+            .map(|o| ptr.wrapping_add(o))
+            .collect();
+        // Registration pinned (faulted in) every page, under the policy.
+        let on = kernel::page_nodes(&pages).unwrap();
+        assert!(on.iter().all(|n| *n == Ok(node)), "{kind:?}: {on:?}");
+        // And the block still works as pinned memory for the device.
+        let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        b.write_mapped(block, 0, &data).unwrap();
+        let dev = alloc(&b, MemoryKind::DeviceLocal, size);
+        let t = b.copy(range(block, 0, size), range(dev, 0, size)).unwrap();
+        b.wait(t).unwrap();
+        let back = alloc(&b, MemoryKind::Readback, size);
+        let t = b.copy(range(dev, 0, size), range(back, 0, size)).unwrap();
+        b.wait(t).unwrap();
+        let mut out = vec![0u8; size as usize];
+        b.read_mapped(back, 0, &mut out).unwrap();
+        assert_eq!(out, data);
+        for id in [block, dev, back] {
+            b.free_block(id).unwrap();
+        }
+    }
+}
