@@ -285,6 +285,10 @@ impl Backend for VulkanBackend {
         &self.caps
     }
 
+    fn host_placement(&self) -> tensormem::HostPlacement {
+        self.lock().gpu.host_placement.clone()
+    }
+
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
         debug_assert!(
             desc.size > 0 && desc.size <= self.caps.max_block_size,

@@ -72,6 +72,37 @@ pub(crate) struct Gpu {
     pub max_block_size: u64,
     /// Device-local bytes this process may use, from VK_EXT_memory_budget or the heap sizes.
     pub budget: u64,
+    /// Where host-visible memory lives (see [`host_placement`]).
+    pub host_placement: tensormem::HostPlacement,
+}
+
+/// Where host-visible memory lives. gpu-allocator has the driver allocate it (`vkAllocateMemory`),
+/// and the driver places its pages, so this backend cannot bind them to a NUMA node (that would
+/// take importing memory it mapped itself, `VK_EXT_external_memory_host`). On a NUMA machine it
+/// reports the device's node from `VK_EXT_pci_bus_info` and sysfs, so the report says where the
+/// memory should be; on one node, or off Linux, unbound.
+fn host_placement(
+    pci: Option<vk::PhysicalDevicePCIBusInfoPropertiesEXT<'_>>,
+) -> tensormem::HostPlacement {
+    use tensormem::HostPlacement;
+    if !cfg!(target_os = "linux") {
+        return HostPlacement::unbound("NUMA binding (mbind) is Linux-only");
+    }
+    let topology = match tensormem::numa::NumaTopology::system() {
+        Ok(t) => t,
+        Err(e) => return HostPlacement::unbound(e.to_string()),
+    };
+    if topology.nodes().len() < 2 {
+        return HostPlacement::unbound("one NUMA node");
+    }
+    let device_node = pci.and_then(|p| {
+        let bdf = format!(
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            p.pci_domain, p.pci_bus, p.pci_device, p.pci_function
+        );
+        topology.pci_device_node(&bdf).ok().flatten()
+    });
+    HostPlacement::DriverPlaced { device_node }
 }
 
 /// Device type preference, lower is better.
@@ -300,10 +331,17 @@ impl Gpu {
         transfer: Option<QueueLane>,
     ) -> Gpu {
         let mut maint3 = vk::PhysicalDeviceMaintenance3Properties::default();
+        let mut pci = vk::PhysicalDevicePCIBusInfoPropertiesEXT::default();
+        let has_pci = has_extension(&instance, physical, ash::ext::pci_bus_info::NAME);
         let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut maint3);
-        // SAFETY: `physical` belongs to `instance` (1.2, so properties2 and maintenance3 are core).
+        if has_pci {
+            props2 = props2.push_next(&mut pci);
+        }
+        // SAFETY: `physical` belongs to `instance` (1.2, so properties2 and maintenance3 are core);
+        // the PCI struct is chained only when the device supports VK_EXT_pci_bus_info.
         unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
         let props = props2.properties;
+        let host_placement = host_placement(has_pci.then_some(pci));
         let max_alloc = maint3.max_memory_allocation_size;
         let mut budget_props = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
         let has_budget = has_extension(&instance, physical, ash::ext::memory_budget::NAME);
@@ -341,6 +379,7 @@ impl Gpu {
             device_type: props.device_type,
             max_block_size,
             budget,
+            host_placement,
         }
     }
 

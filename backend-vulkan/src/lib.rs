@@ -60,6 +60,10 @@
 //! * Kernel parameters need host-coherent `CpuToGpu` memory (true on every known driver;
 //!   `Error::Unsupported` otherwise).
 //! * `from_raw` relies on the application not using the adopted queue concurrently.
+//! * Host-visible memory is not NUMA-bound: the driver allocates it (through gpu-allocator) and
+//!   places its pages. On a NUMA machine [`tensormem::Backend::host_placement`] reports
+//!   `DriverPlaced` with the device's node (`VK_EXT_pci_bus_info` + sysfs); binding would take
+//!   importing memory the runtime mapped itself (`VK_EXT_external_memory_host`).
 //!
 //! [ash]: https://docs.rs/ash
 //! [gpu-allocator]: https://docs.rs/gpu-allocator

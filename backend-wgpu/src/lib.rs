@@ -83,6 +83,8 @@
 //!   future (wgpu runs callbacks only inside `Device::poll`): a busy wait; prefer the blocking
 //!   forms there.
 //! * `budget` is `None`: wgpu reports no heap size or memory budget.
+//! * Host-visible buffers are not NUMA-bound: the driver (or the browser) allocates them, and wgpu
+//!   does not name an adapter's PCI device; on a NUMA machine the backend reports `DriverPlaced`.
 //! * A binding above `max_storage_buffer_binding_size` (128 MiB on lavapipe) is
 //!   `Error::TooLarge`; larger tensors must be split by the caller.
 

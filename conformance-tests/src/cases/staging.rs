@@ -12,6 +12,7 @@ pub(crate) fn cases() -> Vec<Case> {
     vec![
         case!("staging_under_pressure", staging_under_pressure),
         case!("staging_larger_than_belt", staging_larger_than_belt),
+        case!("host_memory_placement_is_reported", host_memory_placement),
     ]
 }
 
@@ -98,4 +99,32 @@ async fn staging_larger_than_belt(ctx: &Ctx) -> R {
         format!("belt never released a block: {s:?}")
     })?;
     Ok(())
+}
+
+/// Issue 20: every backend says where its host memory lives, the memory report carries the same,
+/// and a backend claims a NUMA binding only where there is a choice (two or more nodes, the node
+/// among them).
+async fn host_memory_placement(ctx: &Ctx) -> R {
+    let placement = ctx.backend.host_placement();
+    check(!placement.to_string().is_empty(), || "empty placement".into())?;
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(node) = placement.bound_node() {
+        let topology = tensormem::numa::NumaTopology::system().map_err(fail("topology"))?;
+        check(
+            topology.nodes().len() >= 2 && topology.node(node).is_some(),
+            || format!("bound to node {node} of {topology:?}"),
+        )?;
+    }
+    let rt = small_belt(ctx, 64 << 10, 10_000, 1)?;
+    let mut g = tensormem::Graph::new();
+    let x = g.input("x", DType::F32, &[4]);
+    let y = g
+        .op(tensormem::Op::Relu { len: 4 }, &[x], &[4], "relu")
+        .map_err(fail("graph"))?;
+    g.output(y);
+    let model = rt.compile(&g).map_err(fail("compile"))?;
+    let report = model.memory_report();
+    check(report.host_memory == placement, || {
+        format!("report says {:?}, backend {placement:?}", report.host_memory)
+    })
 }
