@@ -810,7 +810,7 @@ fn pinned_blocks_follow_the_reported_numa_placement() {
         let size = 3 << 20;
         let block = alloc(&b, kind, size);
         let ptr = b.device_addr(range(block, 0, size)).unwrap() as usize as *const u8;
-        let policy = kernel::range_policy(ptr).unwrap();
+        let policy = kernel::range_policy(ptr as usize).unwrap();
         assert_eq!(policy.nodes, vec![node], "{kind:?}");
         let pages: Vec<*const u8> = (0..size as usize)
             .step_by(4096)

@@ -43,8 +43,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 use tensormem::{
-    ArenaConfig, ArenaPool, DevicePool, HostBackend, HostConfig, PoolConfig, Runtime,
-    RuntimeConfig,
+    ArenaConfig, ArenaPool, DevicePool, HostBackend, HostConfig, PoolConfig, Runtime, RuntimeConfig,
 };
 
 /// Allocations (each freed again) per thread per iteration.
@@ -143,7 +142,9 @@ fn contention(c: &mut Criterion) {
         ("vec_u8", &|t| vec_worker(&sizes[t])),
         ("arena_pool", &|t| pool_worker(&arena, &sizes[t])),
         ("default_stack", &|t| pool_worker(stack.as_ref(), &sizes[t])),
-        ("sharded_stack", &|t| pool_worker(sharded.as_ref(), &sizes[t])),
+        ("sharded_stack", &|t| {
+            pool_worker(sharded.as_ref(), &sizes[t])
+        }),
     ];
     let mut g = c.benchmark_group("alloc_free_contended");
     for &(name, work) in &subjects {

@@ -153,5 +153,5 @@ pub(crate) fn check_kernel_allows(node: u32) -> crate::Result<()> {
 }
 
 /// Also the fake sysfs tree other modules' tests inject.
-#[cfg(all(test, not(target_arch = "wasm32")))]
+#[cfg(test)]
 pub(crate) mod tests;

@@ -106,7 +106,9 @@ async fn staging_larger_than_belt(ctx: &Ctx) -> R {
 /// among them).
 async fn host_memory_placement(ctx: &Ctx) -> R {
     let placement = ctx.backend.host_placement();
-    check(!placement.to_string().is_empty(), || "empty placement".into())?;
+    check(!placement.to_string().is_empty(), || {
+        "empty placement".into()
+    })?;
     #[cfg(not(target_arch = "wasm32"))]
     if let Some(node) = placement.bound_node() {
         let topology = tensormem::numa::NumaTopology::system().map_err(fail("topology"))?;
@@ -125,6 +127,9 @@ async fn host_memory_placement(ctx: &Ctx) -> R {
     let model = rt.compile(&g).map_err(fail("compile"))?;
     let report = model.memory_report();
     check(report.host_memory == placement, || {
-        format!("report says {:?}, backend {placement:?}", report.host_memory)
+        format!(
+            "report says {:?}, backend {placement:?}",
+            report.host_memory
+        )
     })
 }

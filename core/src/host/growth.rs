@@ -113,9 +113,8 @@ pub(super) fn resize(host: &HostBackend, block: BlockId, size: u64) -> Result<()
     if size > old {
         host.check_device_memory(held, size - old, "in-place growth")?;
     }
-    r.resize(len).map_err(|e| {
-        super::map_alloc_err(e, "in-place growth", size - old.min(size), held)
-    })?;
+    r.resize(len)
+        .map_err(|e| super::map_alloc_err(e, "in-place growth", size - old.min(size), held))?;
     drop(mem);
     blocks.resize(block, size)
 }

@@ -295,5 +295,5 @@ impl Drop for Reservation {
     }
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(test)]
 mod tests;

@@ -110,11 +110,12 @@ pub fn allowed_nodes() -> io::Result<Vec<u32>> {
     Ok(nodes_of(&mask))
 }
 
-/// The policy of the mapping that holds `addr`.
+/// The policy of the mapping that holds the address `addr` (an address, not a pointer: the kernel
+/// looks it up, nothing reads through it).
 ///
 /// # Errors
 /// The OS error (`EFAULT` for an address that is not mapped).
-pub fn range_policy(addr: *const u8) -> io::Result<MemPolicy> {
+pub fn range_policy(addr: usize) -> io::Result<MemPolicy> {
     let mut mode: libc::c_int = 0;
     let mut mask: NodeMask = [0; MASK_BITS / WORD_BITS];
     // SAFETY: the kernel writes one int into `mode` and at most MASK_BITS bits into `mask`; it
@@ -125,7 +126,7 @@ pub fn range_policy(addr: *const u8) -> io::Result<MemPolicy> {
             &mut mode as *mut libc::c_int,
             mask.as_mut_ptr(),
             MASK_BITS as libc::c_ulong,
-            addr,
+            addr as *const libc::c_void,
             MPOL_F_ADDR,
         )
     };

@@ -1,3 +1,7 @@
+//! Topology parsing from fake sysfs trees, placement rules, and the kernel's own account of
+//! bound pages. Not on `wasm32` (no topology there).
+#![cfg(not(target_arch = "wasm32"))]
+
 use std::path::{Path, PathBuf};
 
 use super::*;
@@ -77,7 +81,11 @@ fn the_running_machine_has_at_least_one_node() {
     // Linux CI and this machine: sysfs exists; every CPU belongs to some node.
     let t = NumaTopology::system().unwrap();
     assert!(!t.nodes().is_empty());
-    assert!(t.nodes().iter().all(|n| n.distances.len() == t.nodes().len()));
+    assert!(
+        t.nodes()
+            .iter()
+            .all(|n| n.distances.len() == t.nodes().len())
+    );
 }
 
 #[test]
@@ -126,8 +134,16 @@ fn pci_device_node_reads_sysfs() {
     assert_eq!(t.pci_device_node("0000:65:00.0").unwrap(), Some(1));
     // Short form (domain 0) and upper-case hex, as drivers print them.
     assert_eq!(t.pci_device_node("65:00.0").unwrap(), Some(1));
-    assert_eq!(t.pci_device_node("0000:65:00.0".to_uppercase().as_str()).unwrap(), Some(1));
-    assert_eq!(t.pci_device_node("0000:17:00.0").unwrap(), None, "-1: no affinity");
+    assert_eq!(
+        t.pci_device_node("0000:65:00.0".to_uppercase().as_str())
+            .unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        t.pci_device_node("0000:17:00.0").unwrap(),
+        None,
+        "-1: no affinity"
+    );
     match t.pci_device_node("0000:18:00.0") {
         Err(Error::NumaNode { node, usable, .. }) => {
             assert_eq!((node, usable), (3, vec![0, 1]))
@@ -143,7 +159,14 @@ fn pci_device_node_reads_sysfs() {
         Err(Error::Io { .. })
     ));
     // Anything that is not a PCI address never becomes a path.
-    for bad in ["../../../etc", "0000:65:00", "0000:65:00.8", "zz:00.0", "", "0000:6:00.0"] {
+    for bad in [
+        "../../../etc",
+        "0000:65:00",
+        "0000:65:00.8",
+        "zz:00.0",
+        "",
+        "0000:6:00.0",
+    ] {
         assert!(
             matches!(t.pci_device_node(bad), Err(Error::InvalidArgument(_))),
             "{bad:?}"
@@ -192,7 +215,9 @@ fn placement_binds_where_the_kernel_allows_the_node() {
         assert_eq!(far.unwrap().bound_node(), Some(1));
     } else {
         match far {
-            Err(Error::NumaNode { node: 1, usable, .. }) => assert_eq!(usable, allowed),
+            Err(Error::NumaNode {
+                node: 1, usable, ..
+            }) => assert_eq!(usable, allowed),
             other => panic!("node 1 on a machine without it: {other:?}"),
         }
         // Detected by a backend: the same failure is the documented fallback, with its reason.
@@ -239,20 +264,33 @@ fn bind_preferred_is_applied_to_the_pages() {
     assert_ne!(ptr, libc::MAP_FAILED);
     let base = ptr.cast::<u8>();
     assert_eq!(
-        kernel::range_policy(base).unwrap().mode,
+        kernel::range_policy(base as usize).unwrap().mode,
         kernel::PolicyMode::Default
     );
     // SAFETY: our own fresh mapping, page-aligned.
     unsafe { kernel::bind_preferred(base, len, 0) }.unwrap();
-    let policy = kernel::range_policy(base).unwrap();
+    let policy = kernel::range_policy(base as usize).unwrap();
     assert_eq!(policy.mode, kernel::PolicyMode::Preferred);
     assert_eq!(policy.nodes, vec![0]);
-    let pages: Vec<*const u8> = (0..len).step_by(4096).map(|o| base.wrapping_add(o).cast_const()).collect();
+    let pages: Vec<*const u8> = (0..len)
+        .step_by(4096)
+        .map(|o| base.wrapping_add(o).cast_const())
+        .collect();
     // Untouched pages are not present yet.
-    assert!(kernel::page_nodes(&pages).unwrap().iter().all(|s| *s == Err(libc::ENOENT)));
+    assert!(
+        kernel::page_nodes(&pages)
+            .unwrap()
+            .iter()
+            .all(|s| *s == Err(libc::ENOENT))
+    );
     // SAFETY: the mapping is ours and `len` bytes long.
     unsafe { std::ptr::write_bytes(base, 1, len) };
-    assert!(kernel::page_nodes(&pages).unwrap().iter().all(|s| *s == Ok(0)));
+    assert!(
+        kernel::page_nodes(&pages)
+            .unwrap()
+            .iter()
+            .all(|s| *s == Ok(0))
+    );
     // A node past the mask is refused before the call; one the kernel lacks by the kernel.
     // SAFETY: as above.
     assert!(unsafe { kernel::bind_preferred(base, len, 5000) }.is_err());

@@ -128,7 +128,11 @@ impl NumaTopology {
     /// node the topology does not have.
     pub fn pci_device_node(&self, bdf: &str) -> Result<Option<u32>> {
         let bdf = canonical_bdf(bdf)?;
-        let path = self.root.join("bus/pci/devices").join(&bdf).join("numa_node");
+        let path = self
+            .root
+            .join("bus/pci/devices")
+            .join(&bdf)
+            .join("numa_node");
         let text = read(&path)?;
         let node: i64 = text
             .trim()
@@ -171,9 +175,7 @@ impl NumaTopology {
             })
         }
         #[cfg(not(target_os = "linux"))]
-        Ok(HostPlacement::unbound(
-            "NUMA binding (mbind) is Linux-only",
-        ))
+        Ok(HostPlacement::unbound("NUMA binding (mbind) is Linux-only"))
     }
 
     /// The placement for the host memory of the PCI device `bdf`, as a backend detects it:

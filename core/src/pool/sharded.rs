@@ -93,7 +93,8 @@ impl ShardedPool {
         }
         let shards = (0..shards)
             .map(|_| {
-                ArenaPool::with_budget(backend.clone(), config.clone(), budget.clone()).map(Arc::new)
+                ArenaPool::with_budget(backend.clone(), config.clone(), budget.clone())
+                    .map(Arc::new)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(ShardedPool {
@@ -238,7 +239,8 @@ impl DevicePool for ShardedPool {
             return Err(format!("shard pool ids not distinct: {:?}", self.ids));
         }
         for (i, s) in self.shards.iter().enumerate() {
-            s.check_invariants().map_err(|e| format!("shard {i}: {e}"))?;
+            s.check_invariants()
+                .map_err(|e| format!("shard {i}: {e}"))?;
         }
         Ok(())
     }

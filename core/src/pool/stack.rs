@@ -14,8 +14,8 @@ use crate::pool::arena::{ArenaConfig, ArenaPool, DEFAULT_BLOCK_SIZE};
 use crate::pool::budget::Budget;
 use crate::pool::device_pool::DevicePool;
 use crate::pool::guard::Guarded;
-use crate::pool::sharded::ShardedPool;
 use crate::pool::leaks::LeakReport;
+use crate::pool::sharded::ShardedPool;
 use crate::pool::stats::StatsPool;
 use crate::pool::zeroing::ZeroOnReuse;
 

@@ -1,6 +1,7 @@
 //! NUMA binding of the host backend's blocks, checked by asking the kernel where the pages are
 //! (`get_mempolicy` for the mapping's policy, `move_pages` for each touched page's node), on a
-//! two-node topology injected from a fake sysfs tree.
+//! two-node topology injected from a fake sysfs tree. Linux only (`mbind`).
+#![cfg(target_os = "linux")]
 
 use std::sync::Arc;
 
@@ -31,7 +32,7 @@ fn block_span(host: &HostBackend, id: BlockId) -> (*const u8, usize) {
 /// Every page of `[ptr, ptr + len)`: the mapping's policy prefers `node` only, and every page,
 /// touched first, is present on `node`.
 fn assert_pages_on(ptr: *const u8, len: usize, node: u32) {
-    let policy = kernel::range_policy(ptr).unwrap();
+    let policy = kernel::range_policy(ptr as usize).unwrap();
     assert_eq!(policy.mode, PolicyMode::Preferred, "mapping policy");
     assert_eq!(policy.nodes, vec![node]);
     let first = (ptr as usize) & !(PAGE - 1);
@@ -40,10 +41,7 @@ fn assert_pages_on(ptr: *const u8, len: usize, node: u32) {
         .map(|a| a as *const u8)
         .collect();
     let nodes = kernel::page_nodes(&pages).unwrap();
-    assert!(
-        nodes.iter().all(|n| *n == Ok(node)),
-        "page nodes {nodes:?}"
-    );
+    assert!(nodes.iter().all(|n| *n == Ok(node)), "page nodes {nodes:?}");
 }
 
 /// Writes every page of the block, so each is faulted in under its policy.
@@ -78,7 +76,11 @@ fn blocks_of_every_kind_are_bound_before_first_touch() {
         assert_eq!(ptr as usize % PAGE, 0, "a mapping of its own");
         // Before the first touch, no page exists anywhere: the policy came first.
         let first = kernel::page_nodes(&[ptr]).unwrap();
-        assert_eq!(first, vec![Err(libc::ENOENT)], "{kind:?} touched before binding");
+        assert_eq!(
+            first,
+            vec![Err(libc::ENOENT)],
+            "{kind:?} touched before binding"
+        );
         touch(&host, id, len);
         assert_pages_on(ptr, len, 0);
         // Contents survive as on an unbound block.
@@ -102,7 +104,10 @@ fn unconfigured_blocks_keep_the_default_policy() {
         })
         .unwrap();
     let (ptr, _) = block_span(&host, id);
-    assert_eq!(kernel::range_policy(ptr).unwrap().mode, PolicyMode::Default);
+    assert_eq!(
+        kernel::range_policy(ptr as usize).unwrap().mode,
+        PolicyMode::Default
+    );
     host.free_block(id).unwrap();
 }
 
@@ -148,7 +153,9 @@ fn a_node_the_kernel_refuses_is_a_typed_error_at_creation() {
         ..HostConfig::default()
     };
     match HostBackend::new(config) {
-        Err(Error::NumaNode { node: 1, usable, .. }) => assert!(usable.contains(&0)),
+        Err(Error::NumaNode {
+            node: 1, usable, ..
+        }) => assert!(usable.contains(&0)),
         Err(e) => panic!("node 1 refused with the wrong error: {e}"),
         Ok(_) => panic!("node 1 accepted on a machine without it"),
     }

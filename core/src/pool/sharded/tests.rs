@@ -92,7 +92,9 @@ fn stats_and_live_allocations_cover_every_shard() {
     let p = pool(2, None);
     let home = p.home();
     let a = p.allocate(1000, 256, "home").unwrap();
-    let b = p.shards()[(home + 1) % 2].allocate(3000, 256, "other").unwrap();
+    let b = p.shards()[(home + 1) % 2]
+        .allocate(3000, 256, "other")
+        .unwrap();
     let s = p.stats();
     assert_eq!(s.allocations, 2);
     assert_eq!(s.in_use, 1000 + 3000);
@@ -139,11 +141,17 @@ fn concurrent_allocations_never_overlap() {
     for a in &live {
         let r = p.resolve(a.handle).unwrap();
         assert_eq!(r, a.range);
-        by_block.entry(r.block).or_default().push((r.offset, r.offset + r.size));
+        by_block
+            .entry(r.block)
+            .or_default()
+            .push((r.offset, r.offset + r.size));
     }
     for ranges in by_block.values_mut() {
         ranges.sort_unstable();
-        assert!(ranges.windows(2).all(|w| w[0].1 <= w[1].0), "overlap: {ranges:?}");
+        assert!(
+            ranges.windows(2).all(|w| w[0].1 <= w[1].0),
+            "overlap: {ranges:?}"
+        );
     }
     assert_eq!(p.stats().allocations, live.len());
     for a in live {
