@@ -195,19 +195,28 @@ async fn spill_from_eight_threads(ctx: &Ctx) -> R {
             .map(|i| i.wrapping_mul(2_654_435_761) ^ seed)
             .collect()
     };
+    // Every thread holds its tensors before any reads them back, so the 48 are live together
+    // however the threads are scheduled (a fast build could otherwise run them one by one,
+    // within the budget).
+    let all_live = std::sync::Barrier::new(8);
     let results: Vec<R> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8u32)
             .map(|thread| {
                 let rt = rt.clone();
+                let all_live = &all_live;
                 s.spawn(move || -> R {
                     let mut mine: Vec<(Tensor, u32)> = Vec::new();
-                    for k in 0..6 {
+                    let made = (0..6).try_for_each(|k| {
                         let seed = thread * 100 + k;
                         let t = rt
                             .tensor_from(tensormem::DType::U32, &[LEN], &pattern(seed), "t")
                             .map_err(fail("tensor"))?;
                         mine.push((t, seed));
-                    }
+                        Ok::<(), String>(())
+                    });
+                    // Reached even after a failure, so no thread waits forever.
+                    all_live.wait();
+                    made?;
                     for (t, seed) in mine.iter().rev().chain(mine.iter()) {
                         let got: Vec<u32> = rt.download(t).map_err(fail("download"))?;
                         check(got == pattern(*seed), || {
