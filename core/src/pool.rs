@@ -26,6 +26,7 @@ mod leaks;
 mod replay;
 mod sharded;
 mod slots;
+#[cfg(not(target_arch = "wasm32"))]
 mod spill;
 mod stack;
 mod staging;
@@ -44,6 +45,7 @@ pub(crate) use leaks::check as check_leaks;
 pub use replay::{ReplayConfig, ReplayPool, ReplayStats};
 pub use sharded::{MAX_SHARDS, ShardedPool};
 pub use slots::Handle;
+#[cfg(not(target_arch = "wasm32"))]
 pub use spill::{SpillConfig, SpillPool, SpillStats};
 pub use stack::{PoolConfig, PoolStack};
 pub use staging::{StagingBelt, StagingConfig, StagingStats};
