@@ -401,7 +401,10 @@ unsafe fn decode_halves_f16c(src: &[u8], out: &mut [f32]) {
             _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_cvtph_ps(halves));
         }
     }
-    for (o, c) in out[whole..].iter_mut().zip(src[2 * whole..].chunks_exact(2)) {
+    for (o, c) in out[whole..]
+        .iter_mut()
+        .zip(src[2 * whole..].chunks_exact(2))
+    {
         *o = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
     }
 }

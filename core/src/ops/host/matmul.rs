@@ -256,8 +256,9 @@ impl TileGemm<'_> {
             for i in 0..self.rows {
                 // SAFETY: the tile's row `i`: `cols` contiguous elements of C, writable and
                 // unshared per the caller's contract.
-                let row =
-                    unsafe { std::slice::from_raw_parts_mut(c.add(i * self.c_row_stride), self.cols) };
+                let row = unsafe {
+                    std::slice::from_raw_parts_mut(c.add(i * self.c_row_stride), self.cols)
+                };
                 for (c, &bv) in row.iter_mut().zip(bias) {
                     *c += bv;
                 }

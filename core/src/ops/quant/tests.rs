@@ -26,9 +26,9 @@ fn f16_by_cases(h: u16) -> f32 {
     match exp {
         0 => sign * man * 2f32.powi(-24),
         0x1f if man == 0.0 => sign * f32::INFINITY,
-        0x1f => f32::from_bits(
-            u32::from(h & 0x8000) << 16 | 0x7fc0_0000 | u32::from(h & 0x3ff) << 13,
-        ),
+        0x1f => {
+            f32::from_bits(u32::from(h & 0x8000) << 16 | 0x7fc0_0000 | u32::from(h & 0x3ff) << 13)
+        }
         e => sign * (1.0 + man / 1024.0) * 2f32.powi(e - 15),
     }
 }
@@ -60,7 +60,10 @@ fn slice_decode_matches_scalar() {
     for len in 0..20 {
         let mut out = vec![-1f32; len];
         decode_halves(&bytes[2 * 1000..], &mut out);
-        let want: Vec<f32> = halves[1000..1000 + len].iter().map(|&h| f16_to_f32(h)).collect();
+        let want: Vec<f32> = halves[1000..1000 + len]
+            .iter()
+            .map(|&h| f16_to_f32(h))
+            .collect();
         assert_eq!(out, want, "length {len}");
     }
 }

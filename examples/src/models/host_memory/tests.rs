@@ -50,12 +50,21 @@ fn a_phase_that_touches_memory_shows_it_in_its_peak() {
     let (touch_peak, idle_peak) = (touch.peak.expect("peak"), idle.peak.expect("peak"));
     assert!(touch_peak >= start.rss + SIZE / 2, "{touch:?} vs {start:?}");
     // A 64 MiB vector is its own mapping, unmapped when freed.
-    assert!(touch.end.expect("figures").rss + SIZE / 2 <= touch_peak, "{touch:?}");
+    assert!(
+        touch.end.expect("figures").rss + SIZE / 2 <= touch_peak,
+        "{touch:?}"
+    );
     if meter.resets() {
         assert!(idle_peak + SIZE / 2 <= touch_peak, "{idle:?} vs {touch:?}");
     }
     assert_eq!(meter.peak(), Some(touch_peak.max(idle_peak)));
     let text = meter.to_text();
-    assert!(text.contains("touch and free") && text.contains("idle"), "{text}");
-    assert_eq!(meter.to_json()["phases"][0]["phase"], "touch and free 64 MiB");
+    assert!(
+        text.contains("touch and free") && text.contains("idle"),
+        "{text}"
+    );
+    assert_eq!(
+        meter.to_json()["phases"][0]["phase"],
+        "touch and free 64 MiB"
+    );
 }

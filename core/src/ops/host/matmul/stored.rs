@@ -31,8 +31,8 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::{OutPtr, PARALLEL_MIN_MACS, Shape, TileGemm};
-use crate::ops::quant::WeightView;
 use crate::Result;
+use crate::ops::quant::WeightView;
 
 /// Target size of one decoded panel (`k` × columns f32): well inside a core's L2 cache, so
 /// `sgemm`'s packing reads it from cache right after it is written.
@@ -143,59 +143,67 @@ impl Product<'_> {
     /// Decodes the task's panel into `panel`, then computes its `C` tile for every `a` matrix
     /// that multiplies this `b` matrix.
     fn run_task(&self, t: Task, panel: &mut Vec<f32>) {
-    let Product { s, stacked, a, b, bias, alpha, out } = *self;
-    let (m, n, k) = (s.m, s.n, s.k);
-    let cols = t.j1 - t.j0;
-    panel.resize(cols * k, 0.0);
-    let first = t.mat * k * n;
-    // The panel takes the layout the f32 path reads `b` in (module doc: identical sums).
-    let b_strides = if s.trans_b {
-        // `b` is `[n, k]`: column j of op(b) is row j, contiguous along k.
-        for (jj, row) in panel.chunks_exact_mut(k).enumerate() {
-            let j = t.j0 + jj;
-            b.row_run(first + j * k, t.mat * n + j, 0, row);
+        let Product {
+            s,
+            stacked,
+            a,
+            b,
+            bias,
+            alpha,
+            out,
+        } = *self;
+        let (m, n, k) = (s.m, s.n, s.k);
+        let cols = t.j1 - t.j0;
+        panel.resize(cols * k, 0.0);
+        let first = t.mat * k * n;
+        // The panel takes the layout the f32 path reads `b` in (module doc: identical sums).
+        let b_strides = if s.trans_b {
+            // `b` is `[n, k]`: column j of op(b) is row j, contiguous along k.
+            for (jj, row) in panel.chunks_exact_mut(k).enumerate() {
+                let j = t.j0 + jj;
+                b.row_run(first + j * k, t.mat * n + j, 0, row);
+            }
+            (1, k)
+        } else {
+            // `b` is `[k, n]`: row p holds inner position p of every column.
+            for (p, row) in panel.chunks_exact_mut(cols).enumerate() {
+                b.channel_run(first + p * n + t.j0, t.mat * n + t.j0, p, row);
+            }
+            (cols, 1)
+        };
+        let (rsa, csa) = if s.trans_a { (1, m) } else { (k, 1) };
+        let tile = TileGemm {
+            rows: t.r1 - t.r0,
+            cols,
+            k,
+            alpha,
+            a_strides: (rsa, csa),
+            b_strides,
+            c_row_stride: n,
+            bias: bias.map(|b| &b[t.j0..t.j1]),
+        };
+        // The `a` (and `c`) matrices this `b` matrix multiplies: all stacked as one, each of a
+        // broadcast batch, or the one of its own batch index.
+        let a_mats = match (stacked, s.broadcast_b) {
+            (true, _) => 0..1,
+            (false, true) => 0..s.batch,
+            (false, false) => t.mat..t.mat + 1,
+        };
+        for a_mat in a_mats {
+            // SAFETY: `check_lengths` verified `a.len() == batch·m·k` and `c.len() == batch·m·n`.
+            // Stacked, rows `r0..r1 ≤ batch·m` of `a` (stride k) and `c` (stride n) are in bounds;
+            // otherwise rows `r0..r1 ≤ m` of matrix `a_mat < batch`, read with op(a)'s strides, lie
+            // below `(a_mat + 1)·m·k`, and `c`'s below `(a_mat + 1)·m·n`. The panel holds `cols·k`
+            // values, read with the strides chosen with its layout. Tasks cover disjoint (matrix,
+            // row range, column range) tiles of `c`, so no other thread writes these elements.
+            unsafe {
+                tile.run(
+                    a.as_ptr().add(a_mat * m * k + t.r0 * rsa),
+                    panel.as_ptr(),
+                    out.0.add((a_mat * m + t.r0) * n + t.j0),
+                );
+            }
         }
-        (1, k)
-    } else {
-        // `b` is `[k, n]`: row p holds inner position p of every column.
-        for (p, row) in panel.chunks_exact_mut(cols).enumerate() {
-            b.channel_run(first + p * n + t.j0, t.mat * n + t.j0, p, row);
-        }
-        (cols, 1)
-    };
-    let (rsa, csa) = if s.trans_a { (1, m) } else { (k, 1) };
-    let tile = TileGemm {
-        rows: t.r1 - t.r0,
-        cols,
-        k,
-        alpha,
-        a_strides: (rsa, csa),
-        b_strides,
-        c_row_stride: n,
-        bias: bias.map(|b| &b[t.j0..t.j1]),
-    };
-    // The `a` (and `c`) matrices this `b` matrix multiplies: all stacked as one, each of a
-    // broadcast batch, or the one of its own batch index.
-    let a_mats = match (stacked, s.broadcast_b) {
-        (true, _) => 0..1,
-        (false, true) => 0..s.batch,
-        (false, false) => t.mat..t.mat + 1,
-    };
-    for a_mat in a_mats {
-        // SAFETY: `check_lengths` verified `a.len() == batch·m·k` and `c.len() == batch·m·n`.
-        // Stacked, rows `r0..r1 ≤ batch·m` of `a` (stride k) and `c` (stride n) are in bounds;
-        // otherwise rows `r0..r1 ≤ m` of matrix `a_mat < batch`, read with op(a)'s strides, lie
-        // below `(a_mat + 1)·m·k`, and `c`'s below `(a_mat + 1)·m·n`. The panel holds `cols·k`
-        // values, read with the strides chosen with its layout. Tasks cover disjoint (matrix,
-        // row range, column range) tiles of `c`, so no other thread writes these elements.
-        unsafe {
-            tile.run(
-                a.as_ptr().add(a_mat * m * k + t.r0 * rsa),
-                panel.as_ptr(),
-                out.0.add((a_mat * m + t.r0) * n + t.j0),
-            );
-        }
-    }
     }
 }
 

@@ -98,11 +98,16 @@ fn stored_and_reference(op: &Op, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let mut got = vec![0f32; sig.outputs[0].len as usize];
     run(op, &inputs, &mut [bytemuck::cast_slice_mut(&mut got)]).unwrap();
 
-    let view = WeightView::new(&b, &scales, b_len as u64, channels as u64, k as u64, format).unwrap();
+    let view =
+        WeightView::new(&b, &scales, b_len as u64, channels as u64, k as u64, format).unwrap();
     let decoded: Vec<f32> = (0..b_len)
         .map(|e| {
             let (mat, r) = (e / (k * n), e % (k * n));
-            let (j, p) = if trans_b { (r / k, r % k) } else { (r % n, r / n) };
+            let (j, p) = if trans_b {
+                (r / k, r % k)
+            } else {
+                (r % n, r / n)
+            };
             view.at(e, mat * n + j, p)
         })
         .collect();
@@ -122,7 +127,11 @@ fn stored_and_reference(op: &Op, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
             for j in 0..n {
                 let sum: f64 = (0..k)
                     .map(|p| {
-                        let av = if trans_a { a[(mat * k + p) * m + i] } else { a[(mat * m + i) * k + p] };
+                        let av = if trans_a {
+                            a[(mat * k + p) * m + i]
+                        } else {
+                            a[(mat * m + i) * k + p]
+                        };
                         let bv = if trans_b {
                             decoded[(bm * n + j) * k + p]
                         } else {
@@ -131,7 +140,11 @@ fn stored_and_reference(op: &Op, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
                         f64::from(av * bv).abs()
                     })
                     .sum();
-                let extra = if bias { f64::from(bias_values[j].abs()) } else { 0.0 };
+                let extra = if bias {
+                    f64::from(bias_values[j].abs())
+                } else {
+                    0.0
+                };
                 let scale = 2.0 * (k as f64 + 2.0) * f64::from(f32::EPSILON);
                 bound[(mat * m + i) * n + j] =
                     (scale * (f64::from(alpha.abs()) * sum + extra)) as f32;
@@ -141,7 +154,6 @@ fn stored_and_reference(op: &Op, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     (got, want, bound)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn op(
     (batch, m, n, k): (u32, u32, u32, u32),
     trans_a: bool,
