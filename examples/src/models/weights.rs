@@ -448,13 +448,13 @@ impl WeightFile {
             );
             let piece_scales = if stored.has_scales() {
                 let g = src_groups as usize;
-                all_scales.get(r0 * g..(r0 + rows) * g).ok_or_else(|| {
-                    Error::SizeMismatch {
+                all_scales
+                    .get(r0 * g..(r0 + rows) * g)
+                    .ok_or_else(|| Error::SizeMismatch {
                         what: format!("scales of int8 weight '{name}'"),
                         expected: (channels * g) as u64,
                         actual: all_scales.len() as u64,
-                    }
-                })?
+                    })?
             } else {
                 &[][..]
             };

@@ -135,8 +135,13 @@ fn conversion_in_pieces_equals_quantising_whole() {
     }
 
     // From a stored int8 tensor (per-channel scales) to f16: as dequantising whole, then f16.
-    let q = quant::quantize(&values, rows as u64, inner as u64, WeightFormat::Int8 { group: 0 })
-        .unwrap();
+    let q = quant::quantize(
+        &values,
+        rows as u64,
+        inner as u64,
+        WeightFormat::Int8 { group: 0 },
+    )
+    .unwrap();
     let scale_bytes: Vec<u8> = bytemuck::cast_slice(&q.scales).to_vec();
     let tensors = vec![
         (
