@@ -89,12 +89,7 @@ impl DeviceSet {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty list; [`Runtime::new`]'s errors.
     pub fn new(backends: Vec<Arc<dyn Backend>>, config: RuntimeConfig) -> Result<Self> {
-        Self::with_configs(
-            backends
-                .into_iter()
-                .map(|b| (b, config.clone()))
-                .collect(),
-        )
+        Self::with_configs(backends.into_iter().map(|b| (b, config.clone())).collect())
     }
 
     /// A set of one device per `(backend, config)`: budgets, pools and staging may differ per

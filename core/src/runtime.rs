@@ -293,7 +293,11 @@ impl Runtime {
     }
 
     /// Refuses a tensor of another device with [`Error::WrongDevice`] naming the call.
-    pub(crate) fn check_device(&self, tensor: &Tensor, what: impl FnOnce() -> String) -> Result<()> {
+    pub(crate) fn check_device(
+        &self,
+        tensor: &Tensor,
+        what: impl FnOnce() -> String,
+    ) -> Result<()> {
         if tensor.device() == self.device_id() {
             Ok(())
         } else {

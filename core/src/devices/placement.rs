@@ -21,7 +21,7 @@ use crate::backend::{Ticket, Waiting};
 use crate::devices::transfer::{self, End};
 use crate::devices::{DeviceId, DeviceSet};
 use crate::graph::{Graph, Node, TensorId, TensorKind};
-use crate::runtime::tensor::{Element, check_element};
+use crate::runtime::tensor::Element;
 use crate::runtime::{MemoryReport, Model};
 use crate::{Error, Result};
 
@@ -89,7 +89,8 @@ fn balanced(graph: &Graph, devices: usize) -> Result<Vec<DeviceId>> {
         for &i in &n.inputs {
             let root = graph.root(i);
             let decl = graph.decl(root)?;
-            if decl.kind == TensorKind::Weight && !std::mem::replace(&mut seen[root.index()], true) {
+            if decl.kind == TensorKind::Weight && !std::mem::replace(&mut seen[root.index()], true)
+            {
                 bytes += decl.size()?;
             }
         }
@@ -289,9 +290,7 @@ fn import(
         builders[s].graph.reshape(r, &decl.shape)?
     } else {
         match decl.kind {
-            TensorKind::Input => builders[s]
-                .graph
-                .input(&decl.name, decl.dtype, &decl.shape),
+            TensorKind::Input => builders[s].graph.input(&decl.name, decl.dtype, &decl.shape),
             TensorKind::Weight => builders[s]
                 .graph
                 .weight(&decl.name, decl.dtype, &decl.shape),
@@ -337,36 +336,67 @@ impl PlacedModel {
     }
 
     /// Binds weight `t` on every device whose stages read it ([`Model::set_weight`]). Native
-    /// only.
+    /// only; see [`PlacedModel::set_weight_async`].
     ///
     /// # Errors
     /// As [`Model::set_weight`].
     #[cfg(not(target_arch = "wasm32"))]
     pub fn set_weight(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
-        self.check_set(t, TensorKind::Weight, data)?;
-        let root = self.graph.root(t).index();
-        let mut last = Ticket::DONE;
-        for s in &mut self.stages {
-            if let Some(&id) = s.map.get(&root) {
-                last = last.max(s.model.set_weight(id, data)?);
-            }
-        }
-        Ok(last)
+        complete_now(self.set_with(Waiting::Blocking, t, TensorKind::Weight, data))
     }
 
-    /// Uploads input `t` to every stage that reads it. Native only.
+    /// [`PlacedModel::set_weight`] without blocking.
+    ///
+    /// # Errors
+    /// As [`Model::set_weight`].
+    pub async fn set_weight_async(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
+        self.set_with(Waiting::Async, t, TensorKind::Weight, data)
+            .await
+    }
+
+    /// Uploads input `t` to every stage that reads it. Native only; see
+    /// [`PlacedModel::set_input_async`].
     ///
     /// # Errors
     /// As [`Model::set_input`].
     #[cfg(not(target_arch = "wasm32"))]
     pub fn set_input(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
-        self.check_set(t, TensorKind::Input, data)?;
+        complete_now(self.set_with(Waiting::Blocking, t, TensorKind::Input, data))
+    }
+
+    /// [`PlacedModel::set_input`] without blocking.
+    ///
+    /// # Errors
+    /// As [`Model::set_input`].
+    pub async fn set_input_async(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
+        self.set_with(Waiting::Async, t, TensorKind::Input, data)
+            .await
+    }
+
+    async fn set_with(
+        &mut self,
+        waiting: Waiting,
+        t: TensorId,
+        kind: TensorKind,
+        data: &[u8],
+    ) -> Result<Ticket> {
+        self.check_set(t, kind, data)?;
         let root = self.graph.root(t).index();
         let mut last = Ticket::DONE;
         for s in &mut self.stages {
-            if let Some(&id) = s.map.get(&root) {
-                last = last.max(s.model.set_input(id, data)?);
-            }
+            let Some(&id) = s.map.get(&root) else {
+                continue;
+            };
+            let m = &mut s.model;
+            let ticket = match (waiting, kind) {
+                #[cfg(not(target_arch = "wasm32"))]
+                (Waiting::Blocking, TensorKind::Weight) => m.set_weight(id, data)?,
+                #[cfg(not(target_arch = "wasm32"))]
+                (Waiting::Blocking, _) => m.set_input(id, data)?,
+                (Waiting::Async, TensorKind::Weight) => m.set_weight_async(id, data).await?,
+                (Waiting::Async, _) => m.set_input_async(id, data).await?,
+            };
+            last = last.max(ticket);
         }
         Ok(last)
     }
@@ -421,23 +451,35 @@ impl PlacedModel {
     }
 
     /// Downloads output `t` (or a tensor that crosses devices) from the device that produced it
-    /// ([`Model::read_output`]). Native only.
+    /// ([`Model::read_output`]). Native only; see [`PlacedModel::read_output_async`].
     ///
     /// # Errors
     /// As [`Model::read_output`].
     #[cfg(not(target_arch = "wasm32"))]
     pub fn read_output<T: Element>(&self, t: TensorId) -> Result<Vec<T>> {
+        let (stage, id) = self.home(t)?;
+        stage.model.read_output(id)
+    }
+
+    /// [`PlacedModel::read_output`] without blocking.
+    ///
+    /// # Errors
+    /// As [`Model::read_output`].
+    pub async fn read_output_async<T: Element>(&self, t: TensorId) -> Result<Vec<T>> {
+        let (stage, id) = self.home(t)?;
+        stage.model.read_output_async(id).await
+    }
+
+    /// The first stage that holds `t` (its producer, for an intermediate) and its id there.
+    fn home(&self, t: TensorId) -> Result<(&Stage, TensorId)> {
         let decl = self.graph.decl(t)?;
-        check_element::<T>(decl.dtype, || format!("read of '{}'", decl.name))?;
-        let (stage, id) = self
-            .stages
+        self.stages
             .iter()
             .find_map(|s| s.map.get(&t.index()).map(|&id| (s, id)))
             .ok_or_else(|| Error::NotAnOutput {
                 tensor: t.index(),
                 name: decl.name.clone(),
-            })?;
-        stage.model.read_output(id)
+            })
     }
 
     /// The stages' own memory reports, in run order, with their devices.

@@ -2,9 +2,9 @@
 //! devices computes what one device computes. Test support, not API: compiled for core's tests and
 //! with the `test-support` feature (the conformance suite).
 
+use crate::Result;
 use crate::graph::{Graph, TensorId};
 use crate::ops::{DType, Op, WeightFormat};
-use crate::Result;
 
 /// The graph, its one input with data, its weights with data, and its output.
 pub struct Mlp {

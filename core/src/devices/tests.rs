@@ -79,7 +79,10 @@ fn an_op_over_two_devices_is_an_error_naming_the_op_and_both_devices() {
         Error::MixedDevices {
             op, first, second, ..
         } => {
-            assert_eq!((op.as_str(), *first, *second), ("relu", DeviceId(0), DeviceId(1)));
+            assert_eq!(
+                (op.as_str(), *first, *second),
+                ("relu", DeviceId(0), DeviceId(1))
+            );
         }
         e => panic!("expected MixedDevices, got {e}"),
     }
@@ -99,7 +102,10 @@ fn an_op_over_two_devices_is_an_error_naming_the_op_and_both_devices() {
         rt0.upload(&y, &[0f32; 4]),
         Err(Error::WrongDevice { .. })
     ));
-    assert!(matches!(rt0.download::<f32>(&y), Err(Error::WrongDevice { .. })));
+    assert!(matches!(
+        rt0.download::<f32>(&y),
+        Err(Error::WrongDevice { .. })
+    ));
     assert!(matches!(
         set.device(DeviceId(2)),
         Err(Error::UnknownDevice { devices: 2, .. })
@@ -215,7 +221,10 @@ fn a_split_model_equals_one_device_bit_for_bit() {
     assert_eq!(got, want);
     // Balanced: one stage per device, equal weight bytes (two layers each).
     assert_eq!(report.stages.len(), 2);
-    assert_eq!(report.devices[0].weight_bytes, report.devices[1].weight_bytes);
+    assert_eq!(
+        report.devices[0].weight_bytes,
+        report.devices[1].weight_bytes
+    );
     assert!(report.devices.iter().all(|d| d.peak_reserved > 0));
     assert_eq!(report.transfer_bytes_per_run, 6 * 40 * 4);
     // Alternating nodes: many cuts, stages on one device planned separately; same bits.
@@ -244,9 +253,11 @@ fn a_bad_placement_is_a_typed_error() {
 #[test]
 fn per_device_budgets_hold_and_a_split_fits_where_one_device_does_not() {
     let m = mlp(4, 64, 256, 3).unwrap();
-    let unbounded = DeviceSet::new(vec![host(HostConfig::default())], RuntimeConfig::default())
+    let unbounded =
+        DeviceSet::new(vec![host(HostConfig::default())], RuntimeConfig::default()).unwrap();
+    let one = unbounded
+        .compile(&m.graph, &Placement::BalancedByWeights)
         .unwrap();
-    let one = unbounded.compile(&m.graph, &Placement::BalancedByWeights).unwrap();
     let whole = one.report().devices[0].weight_bytes;
     drop(one);
     // Each device may hold half the weights with its activations, not all of them.
@@ -284,7 +295,9 @@ fn per_device_budgets_hold_and_a_split_fits_where_one_device_does_not() {
 }
 
 fn run_mlp_sized(set: &DeviceSet, m: &super::samples::Mlp) -> (Vec<f32>, PlacedReport) {
-    let mut model = set.compile(&m.graph, &Placement::BalancedByWeights).unwrap();
+    let mut model = set
+        .compile(&m.graph, &Placement::BalancedByWeights)
+        .unwrap();
     for (id, bytes) in &m.weights {
         model.set_weight(*id, bytes).unwrap();
     }

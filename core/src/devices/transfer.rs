@@ -58,10 +58,7 @@ pub struct TransferStats {
 impl TransferStats {
     /// Bytes moved on `path`.
     pub fn bytes(&self, path: TransferPath) -> u64 {
-        self.paths
-            .iter()
-            .find(|p| p.0 == path)
-            .map_or(0, |p| p.2)
+        self.paths.iter().find(|p| p.0 == path).map_or(0, |p| p.2)
     }
 }
 
