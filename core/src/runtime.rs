@@ -448,7 +448,7 @@ impl Runtime {
         Ok(out)
     }
 
-    fn host_visible(&self) -> bool {
+    pub(crate) fn host_visible(&self) -> bool {
         self.inner.backend.capabilities().device_host_visible && !self.inner.config.force_staging
     }
 

@@ -133,25 +133,56 @@ fn a_wrong_device_free_keeps_the_tensor() {
 
 #[test]
 fn cross_device_copies_move_every_byte_in_chunks_both_ways() {
-    let set = two_hosts();
     // Not a multiple of the chunk nor of the copy word: the last chunk is short.
     let n = STAGED_CHUNK_BYTES / 4 * 3 + 5;
     let data = f32s(n, 0.5);
-    for (from, to) in [(0, 1), (1, 0)] {
-        let src = set.alloc(DeviceId(from), DType::F32, &[n], "src").unwrap();
-        set.upload(&src, &data).unwrap();
-        let dst = set.transfer(&src, DeviceId(to), "dst").unwrap();
-        assert_eq!(dst.device(), DeviceId(to));
-        assert_eq!(set.download::<f32>(&dst).unwrap(), data);
-        set.free(src).unwrap();
-        set.free(dst).unwrap();
+    let both_mapped = DeviceSet::new(
+        vec![host(HostConfig::default()), host(HostConfig::default())],
+        RuntimeConfig::default(),
+    )
+    .unwrap();
+    for set in [two_hosts(), both_mapped] {
+        for (from, to) in [(0, 1), (1, 0)] {
+            let src = set.alloc(DeviceId(from), DType::F32, &[n], "src").unwrap();
+            set.upload(&src, &data).unwrap();
+            let dst = set.transfer(&src, DeviceId(to), "dst").unwrap();
+            assert_eq!(dst.device(), DeviceId(to));
+            assert_eq!(set.download::<f32>(&dst).unwrap(), data);
+            set.free(src).unwrap();
+            set.free(dst).unwrap();
+        }
+        let stats = set.transfer_stats();
+        assert_eq!(stats.bytes(TransferPath::Staged), 2 * n as u64 * 4);
+        assert_eq!(stats.bytes(TransferPath::SameDevice), 0);
     }
-    let stats = set.transfer_stats();
-    assert_eq!(stats.bytes(TransferPath::Staged), 2 * n as u64 * 4);
-    assert_eq!(stats.bytes(TransferPath::SameDevice), 0);
-    // Device 1 stages: its readback and upload belts carried the bytes.
+    // Device 1 of the first set stages: its readback and upload belts carried the bytes.
+    let set = two_hosts();
+    let src = set.alloc(DeviceId(1), DType::F32, &[n], "src").unwrap();
+    set.upload(&src, &data).unwrap();
+    let dst = set.transfer(&src, DeviceId(0), "dst").unwrap();
     let st = &set.report()[1].staging;
     assert!(st.uploaded >= n as u64 * 4 && st.downloaded >= n as u64 * 4);
+    set.free(src).unwrap();
+    set.free(dst).unwrap();
+}
+
+/// A copy of an odd byte count between mapped devices moves exactly those bytes (the mapped path
+/// covers whole copy words; a ragged tail on a device with wider words takes the general path).
+#[test]
+fn a_ragged_copy_keeps_the_destination_bytes_after_it() {
+    let set = DeviceSet::new(
+        vec![host(HostConfig::default()), host(HostConfig::default())],
+        RuntimeConfig::default(),
+    )
+    .unwrap();
+    let src = set.alloc(DeviceId(0), DType::U8, &[7], "src").unwrap();
+    set.upload(&src, &[1u8, 2, 3, 4, 5, 6, 7]).unwrap();
+    let dst = set.alloc(DeviceId(1), DType::U8, &[7], "dst").unwrap();
+    set.upload(&dst, &[9u8; 7]).unwrap();
+    set.copy(&src, &dst).unwrap();
+    assert_eq!(set.download::<u8>(&dst).unwrap(), [1, 2, 3, 4, 5, 6, 7]);
+    set.free(src).unwrap();
+    set.free(dst).unwrap();
 }
 
 #[test]

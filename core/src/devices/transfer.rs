@@ -19,7 +19,7 @@
 
 use std::sync::Mutex;
 
-use crate::backend::{Ticket, Waiting};
+use crate::backend::{HostAccess, Ticket, Waiting};
 use crate::pool::Allocation;
 use crate::runtime::Runtime;
 use crate::{Error, Result};
@@ -113,7 +113,11 @@ pub(crate) async fn copy_range(
     }
     let mut buf = vec![0u8; STAGED_CHUNK_BYTES.min(usize::try_from(size).unwrap_or(usize::MAX))];
     let mut last = Ticket::DONE;
-    let mut done = 0u64;
+    let mut done = if src.rt.host_visible() && dst.rt.host_visible() {
+        mapped(waiting, src, dst, size, &mut buf).await?
+    } else {
+        0
+    };
     while done < size {
         let n = (size - done).min(buf.len() as u64) as usize;
         let chunk = &mut buf[..n];
@@ -128,6 +132,62 @@ pub(crate) async fn copy_range(
         done += n as u64;
     }
     Ok((last, TransferPath::Staged))
+}
+
+/// The staged path when both devices map their memory: the waits for each end's last use, the
+/// range checks and the use records happen once per copy instead of once per chunk, and each
+/// chunk is two mapped copies. Covers the whole copy words of `size`; returns the bytes done
+/// (the caller moves a ragged tail through the general path, which keeps the destination's
+/// bytes after it).
+async fn mapped(
+    waiting: Waiting,
+    src: End<'_>,
+    dst: End<'_>,
+    size: u64,
+    buf: &mut [u8],
+) -> Result<u64> {
+    let align = src
+        .rt
+        .backend()
+        .capabilities()
+        .copy_align
+        .max(1)
+        .max(dst.rt.backend().capabilities().copy_align.max(1));
+    let whole = size / align * align;
+    let chunk = (buf.len() as u64 / align * align).max(align);
+    if whole == 0 || chunk > buf.len() as u64 {
+        return Ok(0);
+    }
+    let (sp, dp) = (src.rt.device_pool(), dst.rt.device_pool());
+    let from = src
+        .rt
+        .sub_range(sp.as_ref(), src.alloc, src.offset, whole, "copy")?;
+    let to = dst
+        .rt
+        .sub_range(dp.as_ref(), dst.alloc, dst.offset, whole, "copy")?;
+    let (sb, db) = (src.rt.backend().as_ref(), dst.rt.backend().as_ref());
+    waiting
+        .ticket(sb, src.rt.last_use(sp.as_ref(), src.alloc)?)
+        .await?;
+    waiting
+        .ticket(db, dst.rt.last_use(dp.as_ref(), dst.alloc)?)
+        .await?;
+    let mut done = 0u64;
+    while done < whole {
+        let n = (whole - done).min(chunk);
+        let part = &mut buf[..n as usize];
+        waiting
+            .host_access(sb, from.block, HostAccess::Read)
+            .await?;
+        sb.read_mapped(from.block, from.offset + done, part)?;
+        waiting.host_access(db, to.block, HostAccess::Write).await?;
+        db.write_mapped(to.block, to.offset + done, part)?;
+        done += n;
+    }
+    // Synchronous copies are uses that have completed (a pool leasing ranges may move them).
+    sp.mark_used(src.alloc.handle, Ticket::DONE)?;
+    dp.mark_used(dst.alloc.handle, Ticket::DONE)?;
+    Ok(done)
 }
 
 /// Whether two runtime handles share one device's pools (two runtimes of one id, from two sets,
