@@ -6,7 +6,7 @@
 
 use tensormem::graph::TensorKind;
 use tensormem::ops::{DType, Op};
-use tensormem::{CompileDesc, DevicePool, Error, Graph, Model, Runtime, RuntimeConfig, TensorId};
+use tensormem::{CompileDesc, DevicePool, Error, Graph, Model, RuntimeConfig, TensorId};
 
 use super::graphs::{RandomGraph, bytes, random_graph};
 use crate::{Case, Ctx, case, check, fail};
