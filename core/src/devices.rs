@@ -25,8 +25,10 @@ use crate::backend::completion::complete_now;
 use crate::backend::{Backend, Ticket, Waiting};
 use crate::ops::{DType, Op};
 use crate::pool::{AllocationStats, StagingStats};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::runtime::Element;
 use crate::runtime::dispatch::check_same_device;
-use crate::runtime::{Element, Runtime, RuntimeConfig, Tensor};
+use crate::runtime::{Runtime, RuntimeConfig, Tensor};
 use crate::{Error, Result};
 
 pub mod placement;
