@@ -152,7 +152,7 @@ impl Prover {
         }
         self.runs += 1;
         // Every second run: a randomised preorder for a Luby-sized slice.
-        let random = self.runs % 2 == 0;
+        let random = self.runs.is_multiple_of(2);
         let outcome = if random {
             self.shuffle();
             let limit = self.prepared.initial_node_limit() * luby(self.runs / 2);
