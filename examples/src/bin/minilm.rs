@@ -11,6 +11,7 @@ use serde_json::json;
 use tensormem::{Error, Result, Runtime, RuntimeConfig};
 use tensormem_examples::backend_select::{self, BackendChoice};
 use tensormem_examples::cli::{self, EXIT_CODES, SampleArgs};
+use tensormem_examples::models::host_memory::PhaseMeter;
 use tensormem_examples::models::minilm::{self, BertConfig, MiniLm};
 use tensormem_examples::models::offload_table;
 use tensormem_examples::models::report::{InferenceReport, blocks_allocated, bytes, time_runs};
@@ -181,6 +182,7 @@ fn run(mut args: Args) -> Result<()> {
         return placed::run(&args, &model_dir, &sentences);
     }
     let loading = cli::spinner("loading and checking the model", s.json);
+    let mut meter = PhaseMeter::start();
     let weights_file = s
         .weights
         .weights_file
@@ -190,10 +192,20 @@ fn run(mut args: Args) -> Result<()> {
         Load::Map => WeightFile::open(&weights_file)?,
         Load::Read => WeightFile::read(&weights_file)?,
     };
+    meter.phase(match args.load {
+        Load::Map => "map and check weight file",
+        Load::Read => "read and check weight file",
+    });
     let mut model = MiniLm::with_weights(&rt, &model_dir, weights, s.weights.format())?;
     model.set_device_budget(s.device_budget);
-    loading.set_message("compiling and running");
+    meter.phase("config and tokenizer");
+    loading.set_message("compiling and uploading");
+    let tokens = model.tokenizer().encode_batch(&sentences)?;
+    model.model_for(tokens.batch, tokens.seq)?;
+    meter.phase("compile and upload weights");
+    loading.set_message("running");
     let emb = model.embed(&sentences)?;
+    meter.phase("first run");
     loading.finish_and_clear();
     let (batch, seq) = (emb.tokens.batch, emb.tokens.seq);
     let bar = cli::progress(u64::from(s.runs), "timed runs", s.json);
@@ -212,7 +224,8 @@ fn run(mut args: Args) -> Result<()> {
         .cached_model(batch, seq)
         .ok_or_else(|| Error::invalid("minilm: the compiled shape left the cache"))?;
     let shape = format!("batch {batch} x seq {seq}");
-    let report = InferenceReport::new(&rt, &selection, compiled, shape, timing);
+    meter.phase("timed runs");
+    let report = InferenceReport::new(&rt, &selection, compiled, shape, timing).with_phases(meter);
 
     let n = sentences.len();
     let sims: Vec<Vec<f32>> = (0..n)
