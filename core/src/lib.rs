@@ -51,6 +51,10 @@
 //!   device copy, freed with the last model. Weights of matmul, conv2d and embedding can be f16 or
 //!   int8 with per-channel or per-group scales ([`ops::quant`]); every backend dequantises as it
 //!   loads, so no full-precision copy exists on the device.
+//! * **Host memory near its device** ([`numa`]): on a machine with several NUMA nodes, host memory
+//!   the runtime maps itself for a device (the host backend's blocks, CUDA's pinned blocks) is
+//!   bound to the device's node before its first touch; every backend reports where its host
+//!   memory lives ([`Backend::host_placement`]) and the memory report carries it.
 //! * **Tracing off by default** ([`trace`]): [`Runtime::set_tracer`] records allocations, frees,
 //!   blocks, transfers and every op's tensor uses; off, it costs one atomic load per operation.
 //!   Traces export to Chrome/Perfetto JSON and a self-contained HTML timeline, and
@@ -59,11 +63,14 @@
 //! # Limits
 //! * One logical queue per backend: work executes in submission order; no multi-queue overlap yet.
 //! * The host backend copies operands around each op (it is a reference, not a fast CPU runtime).
+//! * Host memory the driver allocates (Vulkan, wgpu) cannot be NUMA-bound; it is reported as
+//!   placed by the driver.
 //! * A tensor never spans two blocks or two bindings: tensors above the device's largest binding are
 //!   refused with [`Error::TooLarge`].
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;
+pub mod devices;
 pub mod error;
 pub mod graph;
 pub mod host;
@@ -83,6 +90,7 @@ pub use backend::{
     HostAccess, HostAccessWait, InPlaceGrowth, MemoryKind, Ticket, TicketWait, TicketWakers,
     Waiting,
 };
+pub use devices::{DeviceId, DeviceSet, PlacedModel, Placement};
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
