@@ -1,10 +1,13 @@
 //! The offload benchmark of issue 16, as `minilm --offload-table`: MiniLM at batch 8 and
-//! sequences 128 and 512 under device budgets of 100, 75, 50 and 35% of the device bytes it needs
-//! without a budget, once per offload score. Each row reports the peak device bytes the model's
-//! pool measured, the time per run as a ratio to the unbudgeted run measured in the same process
-//! (same inputs, same warm-up), the bytes moved each way, the measured stall, and whether the
-//! embeddings are bit-identical to the unbudgeted ones. A budget no schedule meets is a row with
-//! the error (the op that cannot fit and the bytes it needs).
+//! sequences 128 and 512 under device budgets given as percentages of the device bytes it needs
+//! without a budget (default 100, 75, 50, 35, 25, 15 and 10%), once per offload score. Each row
+//! reports the peak device bytes the model's pool measured, the time per run as a ratio to the
+//! unbudgeted run measured in the same process (same inputs, same warm-up), the bytes moved each
+//! way, the stall the two-lane model predicted and the one measured (host time waiting for
+//! copies), whether the embeddings are bit-identical to the unbudgeted ones, and which score the
+//! automatic selection would pick at that budget (the lowest predicted stall, then the fewest
+//! bytes moved). A budget no schedule meets is a row with the error (the op that cannot fit and
+//! the bytes it needs).
 
 use std::time::Duration;
 
@@ -49,6 +52,10 @@ pub struct OffloadRow {
     pub to_host: u64,
     /// Host time waiting for copies in the last run.
     pub stall: Duration,
+    /// Stall per run the schedule's two-lane model predicted.
+    pub predicted_stall: Duration,
+    /// The automatic selection picks this row's score at this budget.
+    pub won: bool,
     /// Device memory is host-visible: nothing moved.
     pub unified: bool,
     /// Embeddings bit-identical to the baseline's.
@@ -108,10 +115,28 @@ pub fn offload_table(
                 };
                 rows.push(row);
             }
+            mark_winner(&mut rows);
         }
         model.set_device_budget(None);
+        model.set_offload_scores(&Score::ALL);
     }
     Ok(rows)
+}
+
+/// Marks, among the rows of the last budget (one per score), the one the automatic selection
+/// picks: the lowest predicted stall, then the fewest bytes moved, then the earlier score.
+fn mark_winner(rows: &mut [OffloadRow]) {
+    let n = Score::ALL.len().min(rows.len());
+    let tail = &mut rows[rows.len() - n..];
+    let best = tail
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.error.is_none())
+        .min_by_key(|(i, r)| (r.predicted_stall, r.to_device + r.to_host, *i))
+        .map(|(i, _)| i);
+    if let Some(i) = best {
+        tail[i].won = true;
+    }
 }
 
 /// What one configuration measured.
@@ -123,6 +148,7 @@ struct Measured {
     to_device: u64,
     to_host: u64,
     stall: Duration,
+    predicted_stall: Duration,
     unified: bool,
 }
 
@@ -167,6 +193,11 @@ fn measure(model: &mut MiniLm, tokens: &TokenBatch, runs: u32) -> Result<Measure
             false,
         ),
     };
+    let predicted_stall = report
+        .offload
+        .as_ref()
+        .and_then(|o| o.outcomes.iter().find(|s| s.score.name() == o.score))
+        .map_or(Duration::ZERO, |s| s.predicted_stall);
     Ok(Measured {
         bits,
         mean: timing.mean,
@@ -175,6 +206,7 @@ fn measure(model: &mut MiniLm, tokens: &TokenBatch, runs: u32) -> Result<Measure
         to_device,
         to_host,
         stall,
+        predicted_stall,
         unified,
     })
 }
@@ -200,6 +232,8 @@ impl Measured {
             to_device: self.to_device,
             to_host: self.to_host,
             stall: self.stall,
+            predicted_stall: self.predicted_stall,
+            won: false,
             unified: self.unified,
             identical: self.bits == base.bits,
             error: None,
@@ -210,14 +244,18 @@ impl Measured {
 /// The rows as a Markdown table (the README's).
 pub fn to_markdown(rows: &[OffloadRow]) -> String {
     let mut out = String::from(
-        "| seq | budget | score | peak device | time vs unbudgeted | to device / run | to host / run | stall | identical |\n\
+        "| seq | budget | score | peak device | time vs unbudgeted | to device / run | to host / run | stall predicted / measured | identical |\n\
          |---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let budget = r
             .percent
             .map_or_else(|| "none".to_string(), |p| format!("{p}%"));
-        let score = r.score.map_or("-", Score::name);
+        let score = match (r.score, r.won) {
+            (Some(s), true) => format!("**{}** (picked)", s.name()),
+            (Some(s), false) => s.name().to_string(),
+            (None, _) => "-".to_string(),
+        };
         if let Some(e) = &r.error {
             out += &format!(
                 "| {} | {budget} | {score} | - | - | - | - | - | {e} |\n",
@@ -226,13 +264,14 @@ pub fn to_markdown(rows: &[OffloadRow]) -> String {
             continue;
         }
         out += &format!(
-            "| {} | {budget} ({}) | {score} | {} | {:.2}x | {} | {} | {:.1} ms | {}{} |\n",
+            "| {} | {budget} ({}) | {score} | {} | {:.2}x | {} | {} | {:.1} / {:.1} ms | {}{} |\n",
             r.seq,
             mib(r.budget),
             mib(r.peak_device_bytes),
             r.time_ratio,
             mib(r.to_device),
             mib(r.to_host),
+            r.predicted_stall.as_secs_f64() * 1e3,
             r.stall.as_secs_f64() * 1e3,
             if r.identical { "yes" } else { "NO" },
             if r.unified {
@@ -265,6 +304,8 @@ pub fn to_json(rows: &[OffloadRow]) -> Value {
                 "bytes_to_device_per_run": r.to_device,
                 "bytes_to_host_per_run": r.to_host,
                 "stall_ms": r.stall.as_secs_f64() * 1e3,
+                "predicted_stall_ms": r.predicted_stall.as_secs_f64() * 1e3,
+                "picked": r.won,
                 "unified_memory": r.unified,
                 "identical": r.identical,
                 "error": r.error,
