@@ -229,9 +229,17 @@ mod tests {
         assert!(!sub.try_reserve(11), "over its own limit");
         assert_eq!(sub.room(), 10);
         assert!(parent.try_reserve(15));
-        assert_eq!(sub.room(), 5, "the parent has less room than the sub-account");
+        assert_eq!(
+            sub.room(),
+            5,
+            "the parent has less room than the sub-account"
+        );
         assert!(!sub.try_reserve(6), "over the parent's limit");
-        assert_eq!((sub.reserved(), parent.reserved()), (50, 95), "nothing kept");
+        assert_eq!(
+            (sub.reserved(), parent.reserved()),
+            (50, 95),
+            "nothing kept"
+        );
         sub.release(50);
         assert_eq!((sub.reserved(), parent.reserved()), (0, 45));
     }

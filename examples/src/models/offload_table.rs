@@ -126,8 +126,8 @@ pub fn offload_table(
 /// Marks, among the rows of the last budget (one per score), the one the automatic selection
 /// picks: the lowest predicted stall, then the fewest bytes moved, then the earlier score.
 fn mark_winner(rows: &mut [OffloadRow]) {
-    let n = Score::ALL.len().min(rows.len());
-    let tail = &mut rows[rows.len() - n..];
+    let len = rows.len();
+    let tail = &mut rows[len - Score::ALL.len().min(len)..];
     let best = tail
         .iter()
         .enumerate()

@@ -289,7 +289,10 @@ fn pools_sharing_a_budget_release_idle_blocks_for_each_other() {
 #[test]
 fn in_place_growth_under_a_sub_account_never_exceeds_its_limit() {
     let backend: Arc<dyn Backend> = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-    assert!(backend.in_place_growth().is_some(), "the host grows in place");
+    assert!(
+        backend.in_place_growth().is_some(),
+        "the host grows in place"
+    );
     let parent = Budget::new(Some(64 << 20));
     let limit = (5 << 20) + 12345; // not a multiple of the growth granularity
     let sub = Budget::sub_account(&parent, Some(limit));
@@ -315,7 +318,7 @@ fn in_place_growth_under_a_sub_account_never_exceeds_its_limit() {
         assert_eq!(sub.reserved(), s.reserved);
         assert_eq!(parent.reserved(), s.reserved, "charged to the parent too");
         // Free one in three, so the arena both grows and reuses.
-        if seed % 3 == 0 && !held.is_empty() {
+        if seed.is_multiple_of(3) && !held.is_empty() {
             let a = held.swap_remove((seed >> 7) as usize % held.len());
             p.free(a.handle).unwrap();
         }

@@ -123,7 +123,6 @@ impl Runtime {
             // Both fail: the gathered variant's error names the smaller working set.
             (Err(_), Err(e)) => return Err(e),
         };
-        let mut sizes = sizes;
         if !gathers.is_empty() {
             sizes.extend(staged);
         }

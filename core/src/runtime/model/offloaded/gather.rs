@@ -83,7 +83,9 @@ pub(super) fn find(graph: &Graph, first_staged: usize) -> Result<Vec<RowGather>>
             continue;
         };
         let (table, ids) = (root(table), root(ids));
-        let scales = scales.then(|| node.inputs.get(1).map(|&s| root(s))).flatten();
+        let scales = scales
+            .then(|| node.inputs.get(1).map(|&s| root(s)))
+            .flatten();
         let is = |i: usize, kind| tensors.get(i).is_some_and(|d| d.kind == kind);
         if !is(table, TensorKind::Weight)
             || !is(ids, TensorKind::Input)
@@ -208,8 +210,9 @@ impl RowGather {
         let ids = copy(self.ids);
         let id = |i: u64| -> u64 {
             let at = (i * 4) as usize;
-            ids.get(at..at + 4)
-                .map_or(0, |b| u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            ids.get(at..at + 4).map_or(0, |b| {
+                u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            })
         };
         let mut out = vec![0u8; size as usize];
         let (src, row) = match part {

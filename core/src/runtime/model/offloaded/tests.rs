@@ -198,15 +198,23 @@ fn run_lookup(model: &mut Model, ids: TensorId, weights: &[TensorId], z: TensorI
         };
         model.set_weight(w, &data).unwrap();
     }
-    let mut id_list: Vec<u32> = (0..ROWS as u32).map(|i| (i * 977 + 5) % VOCAB as u32).collect();
+    let mut id_list: Vec<u32> = (0..ROWS as u32)
+        .map(|i| (i * 977 + 5) % VOCAB as u32)
+        .collect();
     id_list[3] = VOCAB as u32 + 3; // past the table: a row of zeros
     id_list[7] = id_list[2]; // a repeated id
-    model.set_input(ids, bytemuck::cast_slice(&id_list)).unwrap();
+    model
+        .set_input(ids, bytemuck::cast_slice(&id_list))
+        .unwrap();
     model.run().unwrap();
     let first: Vec<f32> = model.read_output(z).unwrap();
     model.run().unwrap();
     assert_eq!(first, model.read_output::<f32>(z).unwrap());
-    assert_eq!(model.read_output::<u32>(ids).unwrap(), id_list, "ids read back");
+    assert_eq!(
+        model.read_output::<u32>(ids).unwrap(),
+        id_list,
+        "ids read back"
+    );
     first.iter().map(|v| v.to_bits()).collect()
 }
 
@@ -221,10 +229,7 @@ fn a_budget_below_an_embedding_table_streams_only_the_rows_the_ids_select() {
         let r = m.memory_report();
         let need = r.unbudgeted_device_bytes();
         drop(m);
-        let table: u64 = w
-            .iter()
-            .map(|&t| g.decl(t).unwrap().size().unwrap())
-            .sum();
+        let table: u64 = w.iter().map(|&t| g.decl(t).unwrap().size().unwrap()).sum();
         let budget = 32 << 10;
         assert!(budget < table / 4, "{format:?}: the table cannot fit");
         let mut m = rt
@@ -240,9 +245,14 @@ fn a_budget_below_an_embedding_table_streams_only_the_rows_the_ids_select() {
         let r = m.memory_report();
         let o = r.offload.clone().unwrap();
         assert!(r.peak_device_bytes <= budget, "{format:?}: {r:?}");
-        let scales_row = format.groups(DIM as u64).1 as usize * 4 * usize::from(format.has_scales());
+        let scales_row =
+            format.groups(DIM as u64).1 as usize * 4 * usize::from(format.has_scales());
         let staged = ROWS * (DIM * format.dtype().size() as usize + scales_row + 4);
-        assert_eq!(o.bytes_to_device, 2 * staged as u64, "{format:?}: rows, not the table");
+        assert_eq!(
+            o.bytes_to_device,
+            2 * staged as u64,
+            "{format:?}: rows, not the table"
+        );
         drop(m);
         // With room for the whole table it stays resident: nothing moves.
         let mut m = rt
@@ -290,7 +300,10 @@ fn a_budgeted_model_counts_in_its_runtimes_account() {
     }
     drop(m);
     rt.synchronize().unwrap();
-    assert!(rt.budget().reserved() < before + planned, "the arena went back");
+    assert!(
+        rt.budget().reserved() < before + planned,
+        "the arena went back"
+    );
     let m = rt.compile_with(&g, &desc).unwrap();
     drop(m);
     rt.check_leaks().unwrap();

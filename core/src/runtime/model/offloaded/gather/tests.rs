@@ -49,7 +49,11 @@ fn a_lookup_whose_gathered_rows_are_smaller_than_its_table_is_served_from_host_m
 #[test]
 fn a_table_no_larger_than_its_gathered_rows_stays_whole() {
     // 8 rows of a 4-row table: gathering would move more than the table.
-    assert!(find(&lookup(4, 8, WeightFormat::F32), 10).unwrap().is_empty());
+    assert!(
+        find(&lookup(4, 8, WeightFormat::F32), 10)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]
@@ -65,7 +69,12 @@ fn a_table_another_op_reads_stays_whole() {
     };
     let y = g.op(op, &[table, ids], &[8, 4], "lookup").unwrap();
     let z = g
-        .op(Op::Relu { len: 4000 }, &[table], &[1000, 4], "reads the table")
+        .op(
+            Op::Relu { len: 4000 },
+            &[table],
+            &[1000, 4],
+            "reads the table",
+        )
         .unwrap();
     g.output(y);
     g.output(z);
@@ -109,7 +118,11 @@ fn gathered_rows_follow_the_ids_and_an_id_past_the_table_reads_zeros() {
     assert_eq!(&s[8..16], &[0; 8]);
     assert_eq!(&s[16..24], &host[2][0..8]);
     let renumbered: Vec<u8> = [0u32, 3, 2].iter().flat_map(|i| i.to_le_bytes()).collect();
-    assert_eq!(f.gather(Part::Ids, &host, 12), renumbered, "9 >= 6: past the 3 rows");
+    assert_eq!(
+        f.gather(Part::Ids, &host, 12),
+        renumbered,
+        "9 >= 6: past the 3 rows"
+    );
 }
 
 #[test]
@@ -148,7 +161,10 @@ fn rewrite_moves_the_lookups_uses_to_staged_tensors() {
     assert_eq!(items[2].uses, vec![0, 1]);
     assert_eq!(sizes, vec![128, 32]);
     assert_eq!(items[3].class, TensorClass::Staged);
-    assert_eq!((items[3].uses.clone(), items[4].uses.clone()), (vec![0], vec![0]));
+    assert_eq!(
+        (items[3].uses.clone(), items[4].uses.clone()),
+        (vec![0], vec![0])
+    );
     assert_eq!(ops[0].bytes, 128 + 32 + 128);
     // Numbering that does not follow the tensors is an internal error, not a wrong schedule.
     let shifted = find(&g, 7).unwrap();
