@@ -115,6 +115,7 @@ fn run(args: Args) -> Result<()> {
         )));
     }
     if args.offload_table {
+        let mut base = MiniLm::open(&rt, &model_dir)?;
         let mut model = MiniLm::open(&rt, &model_dir)?;
         let seqs = if args.offload_seq.is_empty() {
             vec![128, 512]
@@ -127,7 +128,7 @@ fn run(args: Args) -> Result<()> {
         } else {
             args.offload_percent.clone()
         };
-        let rows = offload_table::offload_table(&mut model, s.runs, &shapes, &percents)?;
+        let rows = offload_table::offload_table(&mut base, &mut model, s.runs, &shapes, &percents)?;
         let caps = rt.backend().capabilities();
         let mut text = String::new();
         if s.json {

@@ -9,14 +9,13 @@
 //! bytes moved). A budget no schedule meets is a row with the error (the op that cannot fit and
 //! the bytes it needs).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tensormem::Result;
 use tensormem::offload::Score;
 
 use super::minilm::MiniLm;
-use super::report::time_runs;
 use super::tokenize::{TokenBatch, pad_batch};
 use crate::cli::DeviceBudget;
 
@@ -84,33 +83,35 @@ pub fn token_batch(model: &MiniLm, batch: usize, seq: usize) -> Result<TokenBatc
     Ok(pad_batch(&encoded))
 }
 
-/// Runs the table (module doc) with `runs` timed runs per row after one warm-up.
+/// Runs the table (module doc) with `runs` timed runs per row after one warm-up. `base` is the
+/// unbudgeted model and `model` the one budgeted per row (two instances on one runtime): each
+/// row alternates a run of each, so the time ratio compares runs made under the same load.
 ///
 /// # Errors
 /// Errors of the baseline; a budgeted row's error is recorded in the row.
 pub fn offload_table(
+    base: &mut MiniLm,
     model: &mut MiniLm,
     runs: u32,
     shapes: &[(usize, usize)],
     percents: &[f64],
 ) -> Result<Vec<OffloadRow>> {
     let mut rows = Vec::new();
+    base.set_device_budget(None);
     for &(batch, seq) in shapes {
         let tokens = token_batch(model, batch, seq)?;
-        model.set_device_budget(None);
-        let base = measure(model, &tokens, runs)?;
-        let base_row = base.row(batch, seq, None, None, &base);
-        rows.push(base_row);
+        let unbudgeted = measure(base, None, &tokens, runs)?;
+        rows.push(unbudgeted.row(batch, seq, None, None, &unbudgeted));
         for &p in percents {
             for score in Score::ALL {
                 model.set_device_budget(Some(DeviceBudget::Percent(p)));
                 model.set_offload_scores(&[score]);
-                let row = match measure(model, &tokens, runs) {
-                    Ok(m) => m.row(batch, seq, Some(p), Some(score), &base),
+                let row = match measure(model, Some(base), &tokens, runs) {
+                    Ok(m) => m.row(batch, seq, Some(p), Some(score), &unbudgeted),
                     Err(e) => OffloadRow {
                         error: Some(e.to_string()),
                         identical: false,
-                        ..base.row(batch, seq, Some(p), Some(score), &base)
+                        ..unbudgeted.row(batch, seq, Some(p), Some(score), &unbudgeted)
                     },
                 };
                 rows.push(row);
@@ -143,6 +144,8 @@ fn mark_winner(rows: &mut [OffloadRow]) {
 struct Measured {
     bits: Vec<u32>,
     mean: Duration,
+    /// Mean of the unbudgeted runs interleaved with these (`mean` for the baseline itself).
+    base_mean: Duration,
     budget: u64,
     peak: u64,
     to_device: u64,
@@ -152,20 +155,41 @@ struct Measured {
     unified: bool,
 }
 
-fn measure(model: &mut MiniLm, tokens: &TokenBatch, runs: u32) -> Result<Measured> {
+/// One inference (inputs, run, read back), timed.
+fn infer(model: &mut MiniLm, tokens: &TokenBatch) -> Result<Duration> {
+    let start = Instant::now();
+    model.set_tokens(tokens)?;
+    model.run(tokens.batch, tokens.seq)?;
+    model.read_embeddings(tokens.batch, tokens.seq)?;
+    Ok(start.elapsed())
+}
+
+/// Measures `model` over `runs` runs after a warm-up, alternating with a run of `base` when given.
+fn measure(
+    model: &mut MiniLm,
+    mut base: Option<&mut MiniLm>,
+    tokens: &TokenBatch,
+    runs: u32,
+) -> Result<Measured> {
     let (batch, seq) = (tokens.batch, tokens.seq);
-    let bar = indicatif::ProgressBar::hidden();
-    let timing = time_runs(
-        runs,
-        model,
-        |m| {
-            m.set_tokens(tokens)?;
-            m.run(batch, seq)?;
-            m.read_embeddings(batch, seq).map(|_| ())
-        },
-        |_| 0,
-        &bar,
-    )?;
+    infer(model, tokens)?;
+    if let Some(b) = base.as_deref_mut() {
+        infer(b, tokens)?;
+    }
+    let runs = runs.max(1);
+    let (mut total, mut base_total) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..runs {
+        if let Some(b) = base.as_deref_mut() {
+            base_total += infer(b, tokens)?;
+        }
+        total += infer(model, tokens)?;
+    }
+    let mean = total / runs;
+    let base_mean = if base.is_some() {
+        base_total / runs
+    } else {
+        mean
+    };
     let bits = model
         .read_embeddings(batch, seq)?
         .iter()
@@ -200,7 +224,8 @@ fn measure(model: &mut MiniLm, tokens: &TokenBatch, runs: u32) -> Result<Measure
         .map_or(Duration::ZERO, |s| s.predicted_stall);
     Ok(Measured {
         bits,
-        mean: timing.mean,
+        mean,
+        base_mean,
         budget,
         peak: report.peak_device_bytes,
         to_device,
@@ -228,7 +253,7 @@ impl Measured {
             budget: self.budget,
             peak_device_bytes: self.peak,
             mean: self.mean,
-            time_ratio: self.mean.as_secs_f64() / base.mean.as_secs_f64().max(1e-12),
+            time_ratio: self.mean.as_secs_f64() / self.base_mean.as_secs_f64().max(1e-12),
             to_device: self.to_device,
             to_host: self.to_host,
             stall: self.stall,
