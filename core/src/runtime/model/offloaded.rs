@@ -381,8 +381,6 @@ impl Offloaded {
     /// # Errors
     /// As [`Offloaded::write`].
     pub(super) fn read(&self, rt: &Runtime, root: usize, out: &mut [u8]) -> Result<()> {
-        let backend = rt.backend();
-        let mut buf = vec![0u8; self.sizes[root] as usize];
         if self.keeps_copy.get(root) == Some(&true) {
             let copy = &self.host_copy[root];
             let n = copy.len().min(out.len());
@@ -390,6 +388,8 @@ impl Offloaded {
             out[n..].fill(0);
             return Ok(());
         }
+        let backend = rt.backend();
+        let mut buf = vec![0u8; self.sizes[root] as usize];
         wait_for(rt, self.last)?;
         if let Some(a) = self.host[root] {
             let range = self.upload.resolve(a.handle)?;
