@@ -22,6 +22,18 @@
 //! end with a copy-out are copied to their `Readback` slot. Queue order makes every reuse of
 //! arena bytes safe without extra waits. The host waits only to bring an activation back (its
 //! copy-out must have landed): that wait is the measured stall.
+//!
+//! # Limits
+//! * Copies and kernels do not overlap: the backend contract is one in-order queue (Vulkan's
+//!   transfer lane waits on the semaphore at every lane switch), so a prefetch's `prefetch_lead`
+//!   orders it early but the copy still runs between kernels. The two-lane stall model predicts
+//!   what an overlapping lane would achieve, not what this one does.
+//! * A swap-in blocks the host until its copy-out landed, which drains the queue mid-run: the
+//!   front lets copies write only device and `Readback` memory and read only device and `Upload`
+//!   memory, so an activation cannot go out and back without the host.
+//! * Ops are never split: a budget below one op's operands (MiniLM's attention softmax at sequence
+//!   512 binds 201 MB) is [`Error::BudgetBelowWorkingSet`].
+//! * Native only: a browser cannot block on the swap-in's wait.
 
 use std::sync::Arc;
 use std::time::Duration;
