@@ -12,7 +12,7 @@
 //! It applies where the host knows the ids before the run: the ids are a graph input, and the
 //! table (with its scales) is a weight read by such lookups only. The table's master and the ids
 //! are kept in host memory as the caller writes them. The gathered operands are
-//! [`TensorClass::Staged`](crate::offload::TensorClass::Staged) tensors of the offload schedule,
+//! [`TensorClass::Staged`] tensors of the offload schedule,
 //! placed by the planner like every other residency.
 
 use crate::graph::{Graph, TensorKind};
