@@ -12,8 +12,8 @@
 //! It applies where the host knows the ids before the run: the ids are a graph input, and the
 //! table (with its scales) is a weight read by such lookups only. The table's master and the ids
 //! are kept in host memory as the caller writes them. The gathered operands are
-//! [`TensorClass::Staged`] tensors of the offload schedule,
-//! placed by the planner like every other residency.
+//! [`TensorClass::Staged`] tensors of the offload schedule, placed by the planner like every
+//! other residency.
 
 use crate::graph::{Graph, TensorKind};
 use crate::offload::{OffloadOp, OffloadTensor, TensorClass};
