@@ -12,6 +12,8 @@ mod misuse;
 mod offload;
 mod ops;
 mod pools;
+#[cfg(not(target_arch = "wasm32"))]
+mod spill;
 mod staging;
 
 /// Every case, in report order.
@@ -24,6 +26,8 @@ pub fn all() -> Vec<Case> {
     v.extend(ops::cases());
     v.extend(graphs::cases());
     v.extend(offload::cases());
+    #[cfg(not(target_arch = "wasm32"))]
+    v.extend(spill::cases());
     v.extend(misuse::cases());
     v
 }
