@@ -7,7 +7,7 @@
 
 use tensormem::graph::TensorKind;
 use tensormem::ops::{DType, Op, WeightFormat};
-use tensormem::{CompileDesc, DevicePool, Error, Graph, Model, Runtime, RuntimeConfig, TensorId};
+use tensormem::{CompileDesc, DevicePool, Error, Graph, Model, RuntimeConfig, TensorId};
 
 use super::graphs::{RandomGraph, bytes, random_graph};
 use crate::{Case, Ctx, case, check, fail};
@@ -51,14 +51,12 @@ async fn outputs(ctx: &Ctx, model: &mut Model, outs: &[TensorId]) -> Result<Vec<
 async fn budgeted_equals_unbudgeted(ctx: &Ctx) -> R {
     let mut moved = 0u64;
     for force_staging in [false, true] {
-        let rt = Runtime::new(
-            ctx.backend.clone(),
-            RuntimeConfig {
+        let rt = ctx
+            .runtime(RuntimeConfig {
                 force_staging,
                 ..RuntimeConfig::default()
-            },
-        )
-        .map_err(fail("runtime"))?;
+            })
+            .map_err(fail("runtime"))?;
         for seed in 1..=12 {
             let rg = random_graph(seed)?;
             let mut plain = rt.compile(&rg.graph).map_err(fail("compile"))?;
@@ -114,14 +112,12 @@ async fn budgeted_equals_unbudgeted(ctx: &Ctx) -> R {
 }
 
 async fn budget_below_working_set(ctx: &Ctx) -> R {
-    let rt = Runtime::new(
-        ctx.backend.clone(),
-        RuntimeConfig {
+    let rt = ctx
+        .runtime(RuntimeConfig {
             force_staging: true,
             ..RuntimeConfig::default()
-        },
-    )
-    .map_err(fail("runtime"))?;
+        })
+        .map_err(fail("runtime"))?;
     let len = 64 << 10;
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[len]);
@@ -234,14 +230,12 @@ fn lookup_graph(format: WeightFormat) -> Result<(Graph, Feeds, TensorId), String
 /// uploading only the rows the ids select, with outputs bit-identical to the unbudgeted run.
 async fn embedding_rows_below_the_table(ctx: &Ctx) -> R {
     for force_staging in [false, true] {
-        let rt = Runtime::new(
-            ctx.backend.clone(),
-            RuntimeConfig {
+        let rt = ctx
+            .runtime(RuntimeConfig {
                 force_staging,
                 ..RuntimeConfig::default()
-            },
-        )
-        .map_err(fail("runtime"))?;
+            })
+            .map_err(fail("runtime"))?;
         for format in [WeightFormat::F32, WeightFormat::Int8 { group: 16 }] {
             let (g, feeds, z) = lookup_graph(format)?;
             let mut plain = rt.compile(&g).map_err(fail("compile"))?;

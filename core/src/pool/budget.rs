@@ -43,6 +43,8 @@ pub struct Budget {
     /// The account this one is part of: every byte reserved here is reserved there too, so a
     /// sub-account can never take more than its parent has room for.
     parent: Option<Arc<Budget>>,
+    /// Highest `reserved` seen.
+    peak_reserved: AtomicU64,
     next_member: AtomicUsize,
     members: Mutex<Vec<(MemberId, Weak<dyn Reclaim>)>>,
 }
@@ -62,6 +64,7 @@ impl Budget {
         Arc::new(Budget {
             limit,
             reserved: AtomicU64::new(0),
+            peak_reserved: AtomicU64::new(0),
             parent: None,
             next_member: AtomicUsize::new(0),
             members: Mutex::new(Vec::new()),
@@ -76,6 +79,7 @@ impl Budget {
         Arc::new(Budget {
             limit,
             reserved: AtomicU64::new(0),
+            peak_reserved: AtomicU64::new(0),
             parent: Some(parent.clone()),
             next_member: AtomicUsize::new(0),
             members: Mutex::new(Vec::new()),
@@ -92,6 +96,12 @@ impl Budget {
         self.reserved.load(Ordering::Acquire)
     }
 
+    /// Highest bytes reserved against the budget at once (every pool and the staging belt
+    /// together): what a per-device budget is checked against.
+    pub fn peak_reserved(&self) -> u64 {
+        self.peak_reserved.load(Ordering::Acquire)
+    }
+
     /// Bytes that may still be reserved (`u64::MAX` without a limit), the parent's room included.
     pub fn room(&self) -> u64 {
         let own = self
@@ -104,19 +114,23 @@ impl Budget {
     /// reserved anywhere) otherwise.
     pub(crate) fn try_reserve(&self, bytes: u64) -> bool {
         let limit = self.limit.unwrap_or(u64::MAX);
-        let own = self
+        let Ok(before) = self
             .reserved
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
                 r.checked_add(bytes).filter(|n| *n <= limit)
             })
-            .is_ok();
-        match &self.parent {
-            Some(p) if own && !p.try_reserve(bytes) => {
+        else {
+            return false;
+        };
+        if let Some(p) = &self.parent {
+            if !p.try_reserve(bytes) {
                 self.reserved.fetch_sub(bytes, Ordering::AcqRel);
-                false
+                return false;
             }
-            _ => own,
         }
+        self.peak_reserved
+            .fetch_max(before + bytes, Ordering::AcqRel);
+        true
     }
 
     /// Returns `bytes` reserved earlier with [`Budget::try_reserve`] (to the parent too).
