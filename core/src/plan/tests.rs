@@ -155,6 +155,14 @@ fn minimisation_proves_the_gap_example_optimal_at_five() {
     .unwrap();
     assert_eq!(d.feasible, Some(false));
     assert!(d.plan.is_none());
+    // The proof names the part of the instance that has no placement: all of it here.
+    let why = d.infeasible_reason.unwrap();
+    assert!(
+        why.contains(
+            "exhausted every canonical placement of the 7 buffers live between times 0 and 7"
+        ),
+        "{why}"
+    );
 }
 
 #[test]
