@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use serde_json::json;
 use tensormem::{Error, Result, Runtime, RuntimeConfig};
-use tensormem_examples::backend_select;
+use tensormem_examples::backend_select::{self, BackendChoice};
 use tensormem_examples::cli::{self, EXIT_CODES, SampleArgs};
 use tensormem_examples::models::host_memory::PhaseMeter;
 use tensormem_examples::models::minilm::{self, BertConfig, MiniLm};
@@ -56,6 +56,16 @@ struct Args {
     /// host-visible (exercises the copies on the host backend and lavapipe).
     #[arg(long)]
     force_staging: bool,
+    /// Split the model across N devices, balanced by weight bytes: N instances of --backend (two
+    /// lavapipe devices are two Vulkan instances on the one adapter), each with its own pools and
+    /// budget (--device-budget SIZE applies per device). The report lists each device's peak.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=16))]
+    devices: u32,
+    /// The devices' backends in order, comma-separated (e.g. host,vulkan): a mixed set. Sets the
+    /// device count; overrides --backend.
+    #[arg(long, value_name = "LIST", value_enum, value_delimiter = ',')]
+    device_backends: Vec<BackendChoice>,
     /// Sentences to embed (default: stdin, one per line).
     #[arg(value_name = "SENTENCE")]
     sentences: Vec<String>,
@@ -70,6 +80,9 @@ enum Load {
     Read,
 }
 
+#[path = "minilm/placed.rs"]
+mod placed;
+
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(args) {
@@ -78,7 +91,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: Args) -> Result<()> {
+fn run(mut args: Args) -> Result<()> {
     let s = &args.sample;
     let model_dir = args
         .model_dir
@@ -147,7 +160,7 @@ fn run(args: Args) -> Result<()> {
         cli::emit(&text);
         return Ok(());
     }
-    let mut sentences = args.sentences;
+    let mut sentences = std::mem::take(&mut args.sentences);
     if sentences.is_empty() {
         for line in std::io::stdin().lock().lines() {
             let line = line.map_err(|source| Error::Io {
@@ -165,6 +178,9 @@ fn run(args: Args) -> Result<()> {
         ));
     }
 
+    if args.devices > 1 || !args.device_backends.is_empty() {
+        return placed::run(&args, &model_dir, &sentences);
+    }
     let loading = cli::spinner("loading and checking the model", s.json);
     let mut meter = PhaseMeter::start();
     let weights_file = s
