@@ -203,9 +203,9 @@ impl Backend for Faulty {
     }
 
     #[cfg(not(target_arch = "wasm32"))]
-    fn wait(&self, ticket: Ticket) -> Result<()> {
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
         self.check("wait")?;
-        self.inner.wait(ticket)
+        self.inner.wait_timeout(ticket, timeout)
     }
 
     fn poll_ticket(&self, ticket: Ticket, cx: &mut Context<'_>) -> Poll<Result<()>> {

@@ -64,6 +64,9 @@ pub struct Validated {
     state: Mutex<State>,
     /// Why the device is unusable, once it is.
     broken: OnceLock<String>,
+    /// The limit of a wait that names none ([`Backend::wait`]); `None` defers to the backend.
+    #[cfg(not(target_arch = "wasm32"))]
+    wait_timeout: Option<std::time::Duration>,
 }
 
 impl Validated {
@@ -80,7 +83,18 @@ impl Validated {
                 issued: Ticket::DONE,
             }),
             broken: OnceLock::new(),
+            #[cfg(not(target_arch = "wasm32"))]
+            wait_timeout: None,
         }
+    }
+
+    /// Sets the limit of every wait through the front that names none: the pools' and the
+    /// runtime's waits ([`Backend::wait`]). `None` (the default) keeps the backend's own default.
+    #[cfg(not(target_arch = "wasm32"))]
+    #[must_use]
+    pub fn with_wait_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
+        self.wait_timeout = timeout;
+        self
     }
 
     /// The backend behind the front.
@@ -335,9 +349,10 @@ impl Backend for Validated {
     }
 
     #[cfg(not(target_arch = "wasm32"))]
-    fn wait(&self, ticket: Ticket) -> Result<()> {
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
         self.check_issued(ticket)?;
-        self.observe(self.backend.wait(ticket))?;
+        let timeout = timeout.or(self.wait_timeout);
+        self.observe(self.backend.wait_timeout(ticket, timeout))?;
         self.lock().uses.completed(ticket);
         Ok(())
     }

@@ -88,7 +88,7 @@ fn run(args: Args) -> Result<()> {
         selection.backend.clone(),
         RuntimeConfig {
             force_staging: args.force_staging,
-            ..RuntimeConfig::default()
+            ..s.device.runtime_config()
         },
     )?;
 
