@@ -13,6 +13,8 @@ mod offload;
 mod ops;
 mod pools;
 mod staging;
+#[cfg(not(target_arch = "wasm32"))]
+mod waits;
 
 /// Every case, in report order.
 pub fn all() -> Vec<Case> {
@@ -25,5 +27,7 @@ pub fn all() -> Vec<Case> {
     v.extend(graphs::cases());
     v.extend(offload::cases());
     v.extend(misuse::cases());
+    #[cfg(not(target_arch = "wasm32"))]
+    v.extend(waits::cases());
     v
 }
