@@ -83,8 +83,9 @@
 //!   future (wgpu runs callbacks only inside `Device::poll`): a busy wait; prefer the blocking
 //!   forms there.
 //! * `budget` is `None`: wgpu reports no heap size or memory budget.
-//! * A binding above `max_storage_buffer_binding_size` (128 MiB on lavapipe) is
-//!   `Error::TooLarge`; larger tensors must be split by the caller.
+//! * A binding above `max_storage_buffer_binding_size` (128 MiB on lavapipe and in Chromium) is
+//!   `Error::TooLarge` here; the validating front splits ops over larger tensors into parts that
+//!   fit (`tensormem::Validated`). A tensor must still fit in one buffer (`max_buffer_size`).
 
 mod backend;
 mod blocks;

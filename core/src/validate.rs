@@ -40,6 +40,7 @@ use crate::ops::Op;
 use crate::{Error, Result};
 
 mod rules;
+pub(crate) mod split;
 mod uses;
 
 use uses::InFlight;
@@ -325,12 +326,37 @@ impl Backend for Validated {
         Ok(t)
     }
 
+    /// An op with an operand beyond `max_binding_size` runs as several dispatches over row
+    /// ranges when it can be split ([`split`]); all parts are validated before any is issued, and
+    /// the last part's ticket covers them all (tickets complete in order).
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
         self.check_alive()?;
-        rules::bindings(&self.lock().blocks, self.capabilities(), op, bindings)?;
-        let t = self.observe(self.backend.dispatch(op, bindings))?;
-        self.issued(t, bindings);
-        Ok(t)
+        let caps = self.capabilities();
+        let limit = caps.max_binding_size;
+        let parts = if bindings.iter().any(|b| b.size > limit) {
+            split::split(op, bindings, limit, caps.binding_align)
+        } else {
+            None
+        };
+        let Some(parts) = parts else {
+            rules::bindings(&self.lock().blocks, caps, op, bindings, limit)?;
+            let t = self.observe(self.backend.dispatch(op, bindings))?;
+            self.issued(t, bindings);
+            return Ok(t);
+        };
+        {
+            let st = self.lock();
+            rules::bindings(&st.blocks, caps, op, bindings, u64::MAX)?;
+            for (part, ranges) in &parts {
+                rules::bindings(&st.blocks, caps, part, ranges, limit)?;
+            }
+        }
+        let mut last = Ticket::DONE;
+        for (part, ranges) in &parts {
+            last = self.observe(self.backend.dispatch(part, ranges))?;
+            self.issued(last, ranges);
+        }
+        Ok(last)
     }
 
     fn flush(&self) -> Result<Ticket> {
