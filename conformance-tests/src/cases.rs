@@ -12,6 +12,8 @@ mod misuse;
 mod offload;
 mod ops;
 mod pools;
+#[cfg(not(target_arch = "wasm32"))]
+mod spill;
 mod staging;
 #[cfg(not(target_arch = "wasm32"))]
 mod waits;
@@ -26,6 +28,8 @@ pub fn all() -> Vec<Case> {
     v.extend(ops::cases());
     v.extend(graphs::cases());
     v.extend(offload::cases());
+    #[cfg(not(target_arch = "wasm32"))]
+    v.extend(spill::cases());
     v.extend(misuse::cases());
     #[cfg(not(target_arch = "wasm32"))]
     v.extend(waits::cases());

@@ -25,6 +25,7 @@ mod guard;
 mod leaks;
 mod replay;
 mod slots;
+#[cfg(not(target_arch = "wasm32"))]
 mod spill;
 mod stack;
 mod staging;
@@ -42,6 +43,7 @@ pub use leaks::LeakReport;
 pub(crate) use leaks::check as check_leaks;
 pub use replay::{ReplayConfig, ReplayPool, ReplayStats};
 pub use slots::Handle;
+#[cfg(not(target_arch = "wasm32"))]
 pub use spill::{SpillConfig, SpillPool, SpillStats};
 pub use stack::{PoolConfig, PoolStack};
 pub use staging::{StagingBelt, StagingConfig, StagingStats};

@@ -29,7 +29,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::backend::{Backend, BlockId, BlockRange, InPlaceGrowth, MemoryKind, Ticket};
 use crate::pool::budget::{Budget, Reclaim};
@@ -37,6 +37,7 @@ use crate::pool::deferred::Deferred;
 use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
 use crate::pool::slots::{Handle, Slots, next_pool_id};
 use crate::suballoc::{Region, Tlsf};
+use crate::time::Instant;
 use crate::{Error, Result};
 
 mod growth;

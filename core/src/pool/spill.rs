@@ -21,6 +21,9 @@
 //! pool's out-of-memory error. Data is never lost: an allocation leaves device memory only after
 //! its bytes are on the host, and a failed spill or restore leaves it where it was.
 //!
+//! Native only (not compiled on `wasm32`): spills and restores block on their copies, which a
+//! browser's thread may not.
+//!
 //! Limits: a restore waits for its copy (a stall the caller sees); a range obtained from
 //! `resolve` stays valid until its use is recorded or the lease ends, so callers that hold ranges
 //! longer (kernels recorded for later submission) pin the allocation.

@@ -11,13 +11,19 @@
 //! them, so nothing is read again. The bytes are handed to the runtime as they are in the file:
 //! safetensors stores little-endian values, which is the layout of every target tensormem runs on
 //! (checked at compile time below), so no per-element conversion or alignment copy is needed.
+//!
+//! The browser sample compiles this file too (`tensormem-browser`): there only
+//! [`WeightFile::from_bytes`] exists (the page fetches the file; nothing is mapped) and weights
+//! are bound with the runtime's awaitable uploads, not [`WeightFile::upload`], which blocks.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+#[cfg(not(target_arch = "wasm32"))]
 use memmap2::Mmap;
 use tensormem::runtime::WeightHasher;
+#[cfg(not(target_arch = "wasm32"))]
 use tensormem::{Model, TensorId};
 
 use safetensors::{Dtype, SafeTensors};
@@ -38,10 +44,11 @@ pub const SCALE_SUFFIX: &str = ".scale";
 #[cfg(not(target_endian = "little"))]
 compile_error!("safetensors weights are little-endian and are uploaded without conversion");
 
-/// The file's bytes: read into memory, or mapped.
+/// The file's bytes: read into memory, or mapped (native only: a browser fetches them).
 #[derive(Debug)]
 enum Storage {
     Owned(Vec<u8>),
+    #[cfg(not(target_arch = "wasm32"))]
     Mapped(Mmap),
 }
 
@@ -49,12 +56,14 @@ impl Storage {
     fn bytes(&self) -> &[u8] {
         match self {
             Storage::Owned(v) => v,
+            #[cfg(not(target_arch = "wasm32"))]
             Storage::Mapped(m) => m,
         }
     }
 
     /// Drops the resident pages of `range` from the process when mapped (a no-op when owned).
     /// Only whole pages inside the range are released; failure is harmless (the pages stay).
+    #[cfg(not(target_arch = "wasm32"))]
     fn release(&self, start: usize, end: usize) {
         let Storage::Mapped(m) = self else { return };
         const PAGE: usize = 4096;
@@ -69,6 +78,10 @@ impl Storage {
             };
         }
     }
+
+    /// Nothing is mapped in a browser (the page fetches the file).
+    #[cfg(target_arch = "wasm32")]
+    fn release(&self, _start: usize, _end: usize) {}
 }
 
 /// Where one tensor's bytes lie in the file.
@@ -118,6 +131,7 @@ impl WeightFile {
     /// # Errors
     /// [`Error::Io`] when the file cannot be opened or mapped, [`Error::Malformed`] when it is not
     /// a valid safetensors file or a float tensor holds a NaN or infinity.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn open(path: &Path) -> Result<Self> {
         let io = |source| Error::Io {
             path: path.display().to_string(),
@@ -414,6 +428,7 @@ impl WeightFile {
     ///
     /// # Errors
     /// As [`WeightFile::weight`] and [`Model::set_weight_chunks`].
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn upload(
         &self,
         model: &mut Model,
