@@ -49,6 +49,7 @@ pub async fn run(name: &str) -> Result<(), String> {
     for (target, belt_only) in TARGETS {
         let ctx = Ctx {
             backend: webgpu(belt_only).await?,
+            peer: None,
             mode: Waiting::Async,
         };
         if let Err(e) = (case.run)(&ctx).await {

@@ -5,6 +5,8 @@ use crate::Case;
 /// The shared deterministic generator, so failures replay.
 pub(crate) use tensormem::ops::samples::Rng;
 
+#[cfg(not(target_arch = "wasm32"))]
+mod devices;
 mod graphs;
 mod growth;
 mod memory;
@@ -33,5 +35,7 @@ pub fn all() -> Vec<Case> {
     v.extend(misuse::cases());
     #[cfg(not(target_arch = "wasm32"))]
     v.extend(waits::cases());
+    #[cfg(not(target_arch = "wasm32"))]
+    v.extend(devices::cases());
     v
 }

@@ -6,19 +6,61 @@ use std::sync::Arc;
 
 use tensormem::graph::TensorId;
 use tensormem::{
-    Allocation, Backend, BlockId, Element, HostAccess, Model, Result, Runtime, Tensor, Ticket,
-    Waiting,
+    Allocation, Backend, BlockId, DeviceId, DeviceSet, Element, HostAccess, Model, Result, Runtime,
+    RuntimeConfig, Tensor, Ticket, Waiting,
 };
 
 /// What a case gets: a fresh backend of the target, and the completion mode to wait in.
 pub struct Ctx {
     /// A fresh backend of the target.
     pub backend: Arc<dyn Backend>,
+    /// On a two-device target, the other device (a fresh backend too); `None` on one device.
+    pub peer: Option<Arc<dyn Backend>>,
     /// Blocking forms (native only) or awaitable forms.
     pub mode: Waiting,
 }
 
 impl Ctx {
+    /// The runtime a case runs on: over the target's backend, or on a two-device target, device
+    /// 1 of a [`DeviceSet`] whose device 0 is the peer (so every tensor carries a device id other
+    /// than the default, and every check of it runs).
+    ///
+    /// # Errors
+    /// As [`Runtime::new`].
+    pub fn runtime(&self, config: RuntimeConfig) -> Result<Runtime> {
+        match &self.peer {
+            None => Runtime::new(self.backend.clone(), config),
+            Some(peer) => {
+                let set = DeviceSet::with_configs(vec![
+                    (peer.clone(), RuntimeConfig::default()),
+                    (self.backend.clone(), config),
+                ])?;
+                set.device(DeviceId(1)).cloned()
+            }
+        }
+    }
+
+    /// The two-device set of a two-device target (the context's backend is device 0, the peer
+    /// device 1), each device with `config`.
+    ///
+    /// # Errors
+    /// [`tensormem::Error::InvalidArgument`] on a one-device target; as [`DeviceSet::new`].
+    pub fn device_set(&self, config: RuntimeConfig) -> Result<DeviceSet> {
+        let peer = self.peer.clone().ok_or_else(|| {
+            tensormem::Error::invalid("this case needs a two-device target (Ctx::peer)")
+        })?;
+        DeviceSet::new(vec![self.backend.clone(), peer], config)
+    }
+
+    /// `DeviceSet::copy` / `copy_async`.
+    pub async fn copy(&self, set: &DeviceSet, src: &Tensor, dst: &Tensor) -> Result<Ticket> {
+        match self.mode {
+            #[cfg(not(target_arch = "wasm32"))]
+            Waiting::Blocking => set.copy(src, dst),
+            Waiting::Async => set.copy_async(src, dst).await,
+        }
+    }
+
     /// `Runtime::tensor_from` / `tensor_from_async`.
     pub async fn tensor_from<T: Element>(
         &self,

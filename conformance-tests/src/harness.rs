@@ -1,12 +1,14 @@
 //! Runs every case on every target in both completion modes (blocking forms, then awaitable forms
-//! driven by a minimal executor), prints a table of what ran, passed, failed or was skipped, and
+//! driven by a minimal executor), on two-device targets on both devices at once (see the crate
+//! doc), prints a table of what ran, passed, failed or was skipped, and
 //! decides the exit status. The browser runs the same cases through `wasm-bindgen-test` instead.
 
 use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::time::Instant;
 
-use tensormem::Waiting;
+use tensormem::{Backend, Waiting};
 
 use crate::{Case, Ctx, Target};
 
@@ -31,17 +33,20 @@ fn required() -> HashSet<String> {
         .collect()
 }
 
-fn run_case(target: &Target, case: &Case, mode: Waiting) -> Option<String> {
-    let backend = match (target.create)() {
-        Ok(b) => b,
-        Err(e) => return Some(format!("backend failed to start for this case: {e}")),
-    };
+/// Runs `case` once on a fresh backend (its peer too on a two-device target) in `mode`.
+fn run_once(
+    case: &Case,
+    backend: Arc<dyn Backend>,
+    peer: Option<Arc<dyn Backend>>,
+    mode: Waiting,
+) -> Option<String> {
     let ctx = Ctx {
-        backend: backend.clone(),
+        backend,
+        peer,
         mode,
     };
     let result = catch_unwind(AssertUnwindSafe(|| pollster::block_on((case.run)(&ctx))));
-    let mut failure = match result {
+    match result {
         Ok(Ok(())) => None,
         Ok(Err(msg)) => Some(msg),
         Err(p) => Some(format!(
@@ -51,8 +56,47 @@ fn run_case(target: &Target, case: &Case, mode: Waiting) -> Option<String> {
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default()
         )),
+    }
+}
+
+fn run_case(target: &Target, case: &Case, mode: Waiting) -> Option<String> {
+    let backend = match (target.create)() {
+        Ok(b) => b,
+        Err(e) => return Some(format!("backend failed to start for this case: {e}")),
     };
-    drop(ctx);
+    let mut failure = match target.second {
+        None => run_once(case, backend.clone(), None, mode),
+        Some(second) => {
+            let peer = match second() {
+                Ok(b) => b,
+                Err(e) => return Some(format!("second device failed to start: {e}")),
+            };
+            if case.devices == 2 {
+                run_once(case, backend.clone(), Some(peer), mode)
+            } else {
+                // The same case on both devices at once, each with the other as its peer.
+                let (a, b) = std::thread::scope(|s| {
+                    let (b0, b1) = (backend.clone(), peer.clone());
+                    let first = s.spawn(move || run_once(case, b0, Some(b1), mode));
+                    let other = run_once(case, peer.clone(), Some(backend.clone()), mode);
+                    (
+                        first
+                            .join()
+                            .unwrap_or_else(|_| Some("PANIC in the device 0 thread".into())),
+                        other,
+                    )
+                });
+                match (a, b) {
+                    (None, None) => None,
+                    (a, b) => Some(format!(
+                        "device 0: {}; device 1: {}",
+                        a.as_deref().unwrap_or("ok"),
+                        b.as_deref().unwrap_or("ok")
+                    )),
+                }
+            }
+        }
+    };
     if let Some(after) = target.after_case {
         if let Err(msg) = after(&backend) {
             failure = Some(match failure {
@@ -94,6 +138,8 @@ pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
                     if case_filter
                         .as_ref()
                         .is_some_and(|f| !case.name.contains(f.as_str()))
+                        || (case.devices == 2 && target.second.is_none())
+                        || (case.devices == 1 && target.set_cases_only)
                     {
                         continue;
                     }

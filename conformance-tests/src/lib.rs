@@ -6,6 +6,12 @@
 //! Each backend joins by adding [`Target`]s to [`backends::targets`]; the cases in [`cases`] are
 //! written once against the core contract.
 //!
+//! **Two-device targets** ([`Target::second`]) pair two backends in one process. Every case runs
+//! on both devices at once, one thread each, each through device 1 of a device set
+//! ([`Ctx::runtime`]): per-device pools, budgets and staging belts must hold while another device
+//! works. The cases about device sets themselves (mixed-device errors, cross-device copies, split
+//! models; [`Case::devices`] 2) run only there, once per completion mode, over both devices.
+//!
 //! Every case is an `async fn` that waits only through [`Ctx`]'s helpers, so the same case body
 //! runs in both completion modes (see `tensormem::Waiting`): natively each case runs once with the
 //! blocking forms and once with the awaitable forms; in a browser (`wasm32`, where blocking forms do
@@ -30,6 +36,9 @@ pub use ctx::Ctx;
 #[cfg(not(target_arch = "wasm32"))]
 pub use harness::{Outcome, run_suite};
 
+/// Creates a fresh backend of a target, or says why it cannot run here.
+pub type CreateBackend = fn() -> Result<Arc<dyn Backend>>;
+
 /// A check run after every case of a target; an `Err` fails the case.
 pub type AfterCase = fn(&Arc<dyn Backend>) -> std::result::Result<(), String>;
 
@@ -40,9 +49,15 @@ pub struct Target {
     /// Backend family, e.g. `wgpu` (what `TENSORMEM_REQUIRE_BACKENDS` may name).
     pub backend: &'static str,
     /// Creates a fresh backend, or says why it cannot run here.
-    pub create: fn() -> Result<Arc<dyn Backend>>,
+    pub create: CreateBackend,
     /// Checked after every case (e.g. Vulkan validation messages); an `Err` fails the case.
     pub after_case: Option<AfterCase>,
+    /// On a two-device target, creates the second device (`create` makes the first); `None` for
+    /// one device.
+    pub second: Option<CreateBackend>,
+    /// Run only the device-set cases ([`Case::devices`] 2): for a mixed pair whose backends'
+    /// one-device cases already run on their own two-device targets.
+    pub set_cases_only: bool,
 }
 
 /// What a case returns: `Err` with the failure message.
@@ -59,18 +74,24 @@ pub struct Case {
     pub run: fn(&Ctx) -> CaseFuture<'_>,
     /// Why the case cannot run in a browser (`None`: it runs there too).
     pub native_only: Option<&'static str>,
+    /// Devices the case needs: 1 (every target; on a two-device target, run on each device at
+    /// once) or 2 (two-device targets only, with [`Ctx::peer`] set).
+    pub devices: usize,
 }
 
 /// Builds a [`Case`] from an `async fn(&Ctx) -> CaseResult`, optionally with the reason it is
-/// native-only.
+/// native-only, or `two_devices` for a case that needs a two-device target.
 macro_rules! case {
     ($name:literal, $f:path) => {
-        case!($name, $f, None)
+        case!($name, $f, None, 1)
     };
     ($name:literal, $f:path, native_only: $why:literal) => {
-        case!($name, $f, Some($why))
+        case!($name, $f, Some($why), 1)
     };
-    ($name:literal, $f:path, $native_only:expr) => {
+    ($name:literal, $f:path, two_devices) => {
+        case!($name, $f, Some("needs a two-device target"), 2)
+    };
+    ($name:literal, $f:path, $native_only:expr, $devices:literal) => {
         $crate::Case {
             name: $name,
             run: {
@@ -80,6 +101,7 @@ macro_rules! case {
                 run
             },
             native_only: $native_only,
+            devices: $devices,
         }
     };
 }

@@ -1,5 +1,7 @@
 //! Host reference speed on MiniLM-sized work: the threaded sgemm matmul against the naive triple
-//! loop (the baseline), both in the same run, plus the row kernels a transformer layer calls.
+//! loop (the baseline), both in the same run, the row kernels a transformer layer calls, and the
+//! product on f16 and int8 weights against the f32 product (the baseline) and against
+//! dequantising the whole weight first (the host's first quantized path, the peer).
 //!
 //! Run: `cargo bench -p tensormem --bench host_ops`.
 
@@ -11,7 +13,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
-use tensormem::ops::{Op, WeightFormat, host};
+use tensormem::ops::{Op, WeightFormat, host, quant};
 
 fn data(len: usize) -> Vec<f32> {
     (0..len)
@@ -151,5 +153,67 @@ fn rows(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, matmul, rows);
+/// `linear_33x384x1536`: MiniLM's FFN up-projection for 3 sentences of 11 tokens (the sample's
+/// reference batch), where each weight is reused only 33 times, so decoding it is a visible share.
+fn quantized(c: &mut Criterion) {
+    let (m, n, k) = (33usize, 1536usize, 384usize);
+    let f32_op = Op::MatMul {
+        batch: 1,
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        trans_a: false,
+        trans_b: true,
+        broadcast_b: true,
+        bias: true,
+        alpha: 1.0,
+        weight_format: WeightFormat::F32,
+    };
+    let (x, w, bias) = (data(m * k), data(n * k), data(n));
+    let mut out = vec![0f32; m * n];
+    let mut g = c.benchmark_group("linear_33x384x1536");
+    g.throughput(Throughput::Elements((2 * m * n * k) as u64));
+    g.bench_function("f32_baseline", |b| {
+        b.iter(|| {
+            let inputs: [&[u8]; 3] = [
+                bytemuck::cast_slice(&x),
+                bytemuck::cast_slice(&w),
+                bytemuck::cast_slice(&bias),
+            ];
+            host::run(&f32_op, &inputs, &mut [bytemuck::cast_slice_mut(&mut out)]).unwrap();
+            black_box(&out);
+        })
+    });
+    for format in [WeightFormat::F16, WeightFormat::Int8 { group: 0 }] {
+        let q = quant::quantize(&w, n as u64, k as u64, format).unwrap();
+        let op = f32_op.with_weight_format(format);
+        g.bench_function(format!("{}_panels", format.name()), |b| {
+            b.iter(|| {
+                let mut inputs: Vec<&[u8]> = vec![bytemuck::cast_slice(&x), &q.bytes];
+                if format.has_scales() {
+                    inputs.push(bytemuck::cast_slice(&q.scales));
+                }
+                inputs.push(bytemuck::cast_slice(&bias));
+                host::run(&op, &inputs, &mut [bytemuck::cast_slice_mut(&mut out)]).unwrap();
+                black_box(&out);
+            })
+        });
+        g.bench_function(format!("{}_dequantize_whole_peer", format.name()), |b| {
+            b.iter(|| {
+                let deq = quant::dequantize(&q.bytes, &q.scales, n as u64, k as u64, format);
+                let deq = deq.unwrap();
+                let inputs: [&[u8]; 3] = [
+                    bytemuck::cast_slice(&x),
+                    bytemuck::cast_slice(&deq),
+                    bytemuck::cast_slice(&bias),
+                ];
+                host::run(&f32_op, &inputs, &mut [bytemuck::cast_slice_mut(&mut out)]).unwrap();
+                black_box(&out);
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, matmul, rows, quantized);
 criterion_main!(benches);

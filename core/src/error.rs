@@ -384,6 +384,45 @@ pub enum Error {
         limit: u64,
     },
 
+    // Device-set errors (`devices`).
+    /// An op or copy whose operands live on different devices. The runtime never copies
+    /// silently: move one operand with [`DeviceSet::copy`](crate::DeviceSet::copy) first.
+    #[error(
+        "{op}: operand `{first_operand}` is on {first} but operand `{second_operand}` is on          {second}; copy one of them across first (DeviceSet::copy / DeviceSet::transfer)"
+    )]
+    MixedDevices {
+        /// The op or call.
+        op: String,
+        /// The first operand's name and device.
+        first_operand: String,
+        /// Its device.
+        first: crate::DeviceId,
+        /// The first operand on another device.
+        second_operand: String,
+        /// Its device.
+        second: crate::DeviceId,
+    },
+
+    /// A tensor used with the runtime of another device.
+    #[error("{what}: the tensor is on {tensor} but this runtime is {runtime}")]
+    WrongDevice {
+        /// The call.
+        what: String,
+        /// The tensor's device.
+        tensor: crate::DeviceId,
+        /// The runtime's device.
+        runtime: crate::DeviceId,
+    },
+
+    /// A device id that the device set does not have.
+    #[error("{device} is not in this device set ({devices} devices)")]
+    UnknownDevice {
+        /// The id asked for.
+        device: crate::DeviceId,
+        /// Devices in the set.
+        devices: usize,
+    },
+
     // Offload errors (`offload`).
     /// A device budget that no offload schedule can meet: at the named op, the tensors that must
     /// be on the device together (its operands, plus inputs and tensors arriving for the next op)

@@ -64,6 +64,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;
+pub mod devices;
 pub mod error;
 pub mod graph;
 pub mod host;
@@ -82,6 +83,7 @@ pub use backend::{
     HostAccess, HostAccessWait, InPlaceGrowth, MemoryKind, Ticket, TicketWait, TicketWakers,
     Waiting,
 };
+pub use devices::{DeviceId, DeviceSet, PlacedModel, Placement};
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};

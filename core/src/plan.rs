@@ -51,6 +51,7 @@
 
 mod bound;
 mod csv;
+mod events;
 mod exact;
 mod generate;
 mod greedy;
@@ -78,6 +79,7 @@ pub use solve::{EXACT_MAX_BUFFERS, Progress, ProgressFn, Solution, SolveOptions,
 pub use verify::verify;
 
 use crate::{Error, Result};
+use events::Events;
 
 /// One buffer to place: live during the half-open time interval `[lower, upper)`, `size` bytes,
 /// at an offset that is a multiple of `align`.
@@ -154,41 +156,35 @@ pub const PLAN_OFFSET_LIMIT: u64 = u64::MAX;
 /// Checks that every buffer is valid and that no plan can overflow: every planner here places a
 /// buffer at 0 or at the aligned top of a conflicting one, so an offset is at most the padded total
 /// `sum(size + align - 1)` of its time-connected group (groups never overlap in time, so the peak
-/// is the maximum over groups, not the sum). Returns that maximum, at most [`PLAN_OFFSET_LIMIT`].
+/// is the maximum over groups, not the sum). Returns the sorted lifetime endpoints, which every
+/// later sweep reuses.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] naming the buffer for `lower >= upper` or a zero size,
-/// [`Error::InvalidAlignment`] for an alignment that is not a power of two,
+/// [`Error::InvalidArgument`] naming the buffer for `lower >= upper` or a zero size, or for 2^31
+/// buffers or more, [`Error::InvalidAlignment`] for an alignment that is not a power of two,
 /// [`Error::PlanTooLarge`] when one group's padded total exceeds [`PLAN_OFFSET_LIMIT`].
-pub(crate) fn validate(buffers: &[Buffer]) -> Result<u64> {
+pub(crate) fn validate(buffers: &[Buffer]) -> Result<Events> {
     check_buffers(buffers)?;
-    let mut order: Vec<u32> = (0..buffers.len() as u32).collect();
-    order.sort_unstable_by_key(|&i| buffers[i as usize].lower);
-    let (mut reach, mut group_total, mut group_len) = (0u64, 0u128, 0usize);
-    let mut worst = (0u128, 0usize);
-    for &i in &order {
-        let b = &buffers[i as usize];
-        if group_len > 0 && b.lower >= reach {
-            (group_total, group_len) = (0, 0);
-        }
-        reach = if group_len == 0 {
-            b.upper
-        } else {
-            reach.max(b.upper)
-        };
-        group_total += b.size as u128 + (b.align - 1) as u128;
-        group_len += 1;
-        worst = worst.max((group_total, group_len));
+    if buffers.len() > MAX_BUFFERS {
+        return Err(Error::invalid(format!(
+            "{} buffers: the planner takes at most {MAX_BUFFERS}",
+            buffers.len()
+        )));
     }
-    if worst.0 > PLAN_OFFSET_LIMIT as u128 {
+    let events = Events::new(buffers);
+    let (padded_total, count) = events.worst_group(buffers);
+    if padded_total > PLAN_OFFSET_LIMIT as u128 {
         return Err(Error::PlanTooLarge {
-            buffers: worst.1,
-            padded_total: worst.0,
+            buffers: count,
+            padded_total,
             limit: PLAN_OFFSET_LIMIT,
         });
     }
-    Ok(worst.0 as u64)
+    Ok(events)
 }
+
+/// Most buffers one instance may have: ids are `u32` with one bit kept for event tags.
+pub const MAX_BUFFERS: usize = (1 << 31) - 1;
 
 /// Checks each buffer on its own: a non-empty lifetime, a size of at least 1 byte, a power-of-two
 /// alignment of at most 2^62.

@@ -23,6 +23,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::backend::completion::complete_now;
 use crate::backend::{Backend, BlockRange, HostAccess, MemoryKind, Ticket, Waiting};
+use crate::devices::DeviceId;
 use crate::ops::DType;
 use crate::pool::{
     Allocation, AllocationStats, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim,
@@ -33,9 +34,9 @@ use crate::validate::Validated;
 use crate::{Error, Result};
 
 mod async_io;
-mod dispatch;
+pub(crate) mod dispatch;
 mod model;
-mod tensor;
+pub(crate) mod tensor;
 mod weights;
 
 pub use model::{CompileDesc, MemoryReport, Model, OffloadReport, WEIGHT_CHUNK_BYTES};
@@ -64,6 +65,10 @@ pub struct RuntimeConfig {
     /// and CUDA); `Some(Duration::MAX)` waits forever. Native only: nothing blocks on `wasm32`.
     #[cfg(not(target_arch = "wasm32"))]
     pub wait_timeout: Option<std::time::Duration>,
+    /// Which device of a [`DeviceSet`](crate::DeviceSet) this runtime is (the set assigns it;
+    /// default [`DeviceId(0)`](DeviceId)). Every tensor carries it, and the runtime refuses
+    /// tensors of another id with [`Error::WrongDevice`].
+    pub device_id: DeviceId,
 }
 
 impl Default for RuntimeConfig {
@@ -75,6 +80,7 @@ impl Default for RuntimeConfig {
             plan_time_limit: std::time::Duration::from_millis(200),
             #[cfg(not(target_arch = "wasm32"))]
             wait_timeout: None,
+            device_id: DeviceId(0),
         }
     }
 }
@@ -298,6 +304,28 @@ impl Runtime {
         &self.inner.config
     }
 
+    /// The device this runtime is ([`RuntimeConfig::device_id`]).
+    pub fn device_id(&self) -> DeviceId {
+        self.inner.config.device_id
+    }
+
+    /// Refuses a tensor of another device with [`Error::WrongDevice`] naming the call.
+    pub(crate) fn check_device(
+        &self,
+        tensor: &Tensor,
+        what: impl FnOnce() -> String,
+    ) -> Result<()> {
+        if tensor.device() == self.device_id() {
+            Ok(())
+        } else {
+            Err(Error::WrongDevice {
+                what: what(),
+                tensor: tensor.device(),
+                runtime: self.device_id(),
+            })
+        }
+    }
+
     /// Allocates an uninitialised tensor in the device pool. Nothing is handed out after device
     /// loss: besides the front's state, the device is polled (`completed()`, never a wait), so a
     /// loss no call has seen yet is found here and not by the tensor's first use.
@@ -318,7 +346,13 @@ impl Runtime {
                 limit_name: "u64",
             })?;
         let alloc = self.device_pool().allocate(words, 1, label)?;
-        Ok(Tensor::new(alloc, dtype, shape.to_vec(), size))
+        Ok(Tensor::new(
+            alloc,
+            self.device_id(),
+            dtype,
+            shape.to_vec(),
+            size,
+        ))
     }
 
     /// Allocates a tensor and uploads `data` into it. Native only; see
@@ -351,8 +385,9 @@ impl Runtime {
     ///
     /// # Errors
     /// [`Error::StaleHandle`] / [`Error::DoubleFree`] if the allocation was already freed through
-    /// the pool.
+    /// the pool; [`Error::WrongDevice`] for another device's tensor.
     pub fn free(&self, tensor: Tensor) -> Result<()> {
+        self.check_device(&tensor, || "free".into())?;
         let handle = tensor.allocation().handle;
         let pool = self.device_pool();
         // A stale handle falls through to the pool, which says whether it is a double free.
@@ -367,7 +402,7 @@ impl Runtime {
 
     /// The latest ticket of work that uses `alloc`: recorded on the allocation, or seen by the
     /// front on any range overlapping it.
-    fn last_use(&self, pool: &dyn DevicePool, alloc: Allocation) -> Result<Ticket> {
+    pub(crate) fn last_use(&self, pool: &dyn DevicePool, alloc: Allocation) -> Result<Ticket> {
         let recorded = pool.last_use(alloc.handle)?;
         Ok(recorded.max(self.inner.front.last_use(&pool.resolve(alloc.handle)?)))
     }
@@ -377,7 +412,7 @@ impl Runtime {
     ///
     /// # Errors
     /// [`Error::DTypeMismatch`], [`Error::SizeMismatch`], [`Error::StaleHandle`] for a freed
-    /// tensor, backend errors.
+    /// tensor, [`Error::WrongDevice`], backend errors.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn upload<T: Element>(&self, tensor: &Tensor, data: &[T]) -> Result<Ticket> {
         complete_now(self.upload_with(Waiting::Blocking, tensor, data))
@@ -389,9 +424,9 @@ impl Runtime {
         tensor: &Tensor,
         data: &[T],
     ) -> Result<Ticket> {
-        check_element::<T>(tensor.dtype(), || {
-            format!("upload into tensor of shape {:?}", tensor.shape())
-        })?;
+        let what = || format!("upload into tensor of shape {:?}", tensor.shape());
+        self.check_device(tensor, what)?;
+        check_element::<T>(tensor.dtype(), what)?;
         let bytes: &[u8] = bytemuck::cast_slice(data);
         if bytes.len() as u64 != tensor.size() {
             return Err(Error::SizeMismatch {
@@ -408,16 +443,16 @@ impl Runtime {
     /// ([`Element`]). Native only; see [`Runtime::download_async`].
     ///
     /// # Errors
-    /// [`Error::DTypeMismatch`], [`Error::StaleHandle`], backend errors.
+    /// [`Error::DTypeMismatch`], [`Error::StaleHandle`], [`Error::WrongDevice`], backend errors.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn download<T: Element>(&self, tensor: &Tensor) -> Result<Vec<T>> {
         complete_now(self.download_with(Waiting::Blocking, tensor))
     }
 
     async fn download_with<T: Element>(&self, waiting: Waiting, tensor: &Tensor) -> Result<Vec<T>> {
-        check_element::<T>(tensor.dtype(), || {
-            format!("download of tensor of shape {:?}", tensor.shape())
-        })?;
+        let what = || format!("download of tensor of shape {:?}", tensor.shape());
+        self.check_device(tensor, what)?;
+        check_element::<T>(tensor.dtype(), what)?;
         let elem = std::mem::size_of::<T>() as u64;
         let mut out = vec![T::zeroed(); (tensor.size() / elem) as usize];
         self.read_bytes_with(
@@ -430,7 +465,7 @@ impl Runtime {
         Ok(out)
     }
 
-    fn host_visible(&self) -> bool {
+    pub(crate) fn host_visible(&self) -> bool {
         self.inner.backend.capabilities().device_host_visible && !self.inner.config.force_staging
     }
 
@@ -453,7 +488,7 @@ impl Runtime {
     }
 
     /// The one write path (module doc), waiting in `waiting`'s mode.
-    async fn write_bytes_with(
+    pub(crate) async fn write_bytes_with(
         &self,
         waiting: Waiting,
         alloc: Allocation,
@@ -551,7 +586,7 @@ impl Runtime {
     }
 
     /// The one read path, waiting in `waiting`'s mode.
-    async fn read_bytes_with(
+    pub(crate) async fn read_bytes_with(
         &self,
         waiting: Waiting,
         alloc: Allocation,
@@ -606,7 +641,7 @@ impl Runtime {
 
     /// The checked range `[offset, offset + size)` of an allocation, with `size` rounded up to the
     /// copy alignment.
-    fn sub_range(
+    pub(crate) fn sub_range(
         &self,
         pool: &dyn DevicePool,
         alloc: Allocation,

@@ -179,10 +179,12 @@ fn create(choice: BackendChoice, options: &SelectOptions) -> Result<Arc<dyn Back
                 ..tensormem_vulkan::VulkanConfig::default()
             },
         )?),
+        // `from_env`: WGPU_BACKEND picks the API (e.g. `gl` for the GLES path on a machine whose
+        // Vulkan adapter would otherwise win), TENSORMEM_WGPU_FORCE_STAGING the staging path.
         BackendChoice::Wgpu => Arc::new(tensormem_wgpu::WgpuBackend::new(
             tensormem_wgpu::WgpuConfig {
                 wait_timeout: options.wait_timeout,
-                ..tensormem_wgpu::WgpuConfig::default()
+                ..tensormem_wgpu::WgpuConfig::from_env()
             },
         )?),
     })

@@ -7,10 +7,12 @@
 //! [`offload_table`] is MiniLM's offload benchmark (`minilm --offload-table`).
 //!
 //! Shared pieces: [`weights`] reads safetensors, [`builder`] keeps a graph with the file names of
-//! its weights, [`tokenize`] is MiniLM's word-piece glue, [`report`] prints the memory report.
+//! its weights, [`tokenize`] is MiniLM's word-piece glue, [`report`] prints the memory report,
+//! [`host_memory`] measures the host memory of each phase of a run.
 
 pub mod builder;
 pub mod checks;
+pub mod host_memory;
 pub mod minilm;
 pub mod mnist;
 pub mod offload_table;

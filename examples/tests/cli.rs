@@ -338,3 +338,61 @@ fn a_device_wait_timeout_is_a_clean_failure() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("did not complete within 1µs"), "{err}");
 }
+
+/// Issue 20: `minilm --devices 2 --json` reports each device's share and peak, the peaks stay
+/// within the per-device budget, and the embeddings equal one device's; a budget below one
+/// device's share fails with exit 1, naming the budget.
+#[test]
+fn minilm_on_two_devices_reports_per_device_peaks_within_budget() {
+    let Some(dir) = minilm_dir() else { return };
+    let dir = dir.display().to_string();
+    let common = [
+        "--model-dir",
+        &dir,
+        "--runs",
+        "1",
+        "--json",
+        "A man is eating food.",
+    ];
+    let one = json(&run(
+        MINILM,
+        &[&["--backend", "host"][..], &common].concat(),
+    ));
+    let budget = 64u64 << 20;
+    let two = json(&run(
+        MINILM,
+        &[
+            &["--device-backends", "host,host", "--device-budget", "64MiB"][..],
+            &common,
+        ]
+        .concat(),
+    ));
+    assert_eq!(
+        two["sentences"][0]["embedding"], one["sentences"][0]["embedding"],
+        "two devices differ from one"
+    );
+    let devices = two["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2);
+    for d in devices {
+        let peak = d["peak_reserved_bytes"].as_u64().unwrap();
+        assert!(peak > 0 && peak <= budget, "{d}");
+        assert_eq!(d["budget_bytes"].as_u64(), Some(budget));
+    }
+    let o = run(
+        MINILM,
+        &[
+            &[
+                "--devices",
+                "2",
+                "--backend",
+                "host",
+                "--device-budget",
+                "8MiB",
+            ][..],
+            &common,
+        ]
+        .concat(),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("(pool budget)"), "{}", stderr(&o));
+}

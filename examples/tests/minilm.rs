@@ -242,3 +242,76 @@ fn quantized_weights_keep_the_embeddings_on_every_backend() {
         }
     }
 }
+
+/// Issue 20: the model split across two devices (balanced by weight bytes, and cut at the middle
+/// node) gives the single device's embeddings bit for bit, on two host devices and on two
+/// lavapipe devices (two Vulkan instances on the one adapter), and each device reports its peak.
+#[test]
+fn two_devices_equal_one_device_bit_for_bit() {
+    use tensormem::{DeviceId, DeviceSet, Placement, Runtime, RuntimeConfig};
+    use tensormem_examples::backend_select::{self, BackendChoice, SelectOptions};
+
+    let Some(dir) = model_dir() else { return };
+    for (name, choice) in [
+        ("host", BackendChoice::Host),
+        ("vulkan", BackendChoice::Vulkan),
+    ] {
+        let make = || backend_select::select(choice, &SelectOptions::default()).map(|s| s.backend);
+        let first = match make() {
+            Ok(b) if b.capabilities().backend == name => b,
+            Ok(b) => {
+                println!(
+                    "SKIP {name}: selection fell back to {}",
+                    b.capabilities().backend
+                );
+                continue;
+            }
+            Err(e) => {
+                println!("SKIP {name}: {e}");
+                continue;
+            }
+        };
+        let rt = Runtime::new(first, RuntimeConfig::default()).unwrap();
+        let mut one = MiniLm::open(&rt, &dir).unwrap();
+        let want = one.embed(&[S1, S2]).unwrap();
+        drop(one);
+        drop(rt);
+
+        let set = DeviceSet::new(
+            vec![make().unwrap(), make().unwrap()],
+            RuntimeConfig::default(),
+        )
+        .unwrap();
+        let model = MiniLm::open(set.device(DeviceId(0)).unwrap(), &dir).unwrap();
+        let graph =
+            minilm::build_graph(model.config(), 2, 15, tensormem::WeightFormat::F32).unwrap();
+        let half = graph.builder.graph.nodes().len() / 2;
+        let middle =
+            Placement::from_fn(&graph.builder.graph, |i, _| DeviceId(u32::from(i >= half)));
+        for (how, placement) in [
+            ("balanced", Placement::BalancedByWeights),
+            ("middle", middle),
+        ] {
+            let (got, placed) = model.embed_placed(&set, &placement, &[S1, S2]).unwrap();
+            assert_eq!(got.tokens.ids, want.tokens.ids);
+            for (g, w) in got.vectors.iter().zip(&want.vectors) {
+                let differ = g
+                    .iter()
+                    .zip(w)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count();
+                assert_eq!(
+                    differ, 0,
+                    "{name} {how}: {differ} values differ from one device"
+                );
+            }
+            let report = placed.model.report();
+            assert_eq!(report.stages.len(), 2, "{name} {how}");
+            assert!(report.transfer_bytes_per_run > 0);
+            for d in &report.devices {
+                assert!(d.nodes > 0 && d.peak_reserved > 0, "{name} {how}: {d:?}");
+            }
+        }
+        println!("RAN {name}: two devices equal one bit for bit");
+    }
+}

@@ -2,7 +2,7 @@
 //! same results as the same ops with no reuse at all (every tensor in its own host buffer).
 
 use tensormem::ops::{DType, Op, WeightFormat, host};
-use tensormem::{Graph, Runtime, RuntimeConfig, TensorId};
+use tensormem::{Graph, RuntimeConfig, TensorId};
 
 use super::Rng;
 use crate::{Case, Ctx, case, check, fail};
@@ -161,8 +161,9 @@ pub(super) fn random_graph(seed: u64) -> Result<RandomGraph, String> {
 }
 
 async fn planned_reuse(ctx: &Ctx) -> R {
-    let rt =
-        Runtime::new(ctx.backend.clone(), RuntimeConfig::default()).map_err(fail("runtime"))?;
+    let rt = ctx
+        .runtime(RuntimeConfig::default())
+        .map_err(fail("runtime"))?;
     let mut reused = 0;
     let graphs = 40;
     for seed in 1..=graphs {

@@ -2,7 +2,7 @@
 //! the backend offers it (the host's reserve-and-commit, CUDA's virtual memory management), else
 //! blocks added beside each other (lavapipe, wgpu, the `host-blocks` target).
 
-use tensormem::{Backend, DType, DevicePool, Runtime, RuntimeConfig};
+use tensormem::{Backend, DType, DevicePool, RuntimeConfig};
 
 use super::Rng;
 use crate::{Case, Ctx, case, check, fail};
@@ -17,8 +17,9 @@ pub(crate) fn cases() -> Vec<Case> {
 /// every growth; in place the pool holds one block whose committed bytes stay close to the live
 /// bytes, on blocks it holds several; trim gives everything back once all is freed.
 async fn arena_growth(ctx: &Ctx) -> R {
-    let rt =
-        Runtime::new(ctx.backend.clone(), RuntimeConfig::default()).map_err(fail("runtime"))?;
+    let rt = ctx
+        .runtime(RuntimeConfig::default())
+        .map_err(fail("runtime"))?;
     let growth = rt.front().in_place_growth();
     let n = 100_000usize;
     let mut r = Rng::new(14);

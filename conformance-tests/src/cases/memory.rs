@@ -31,7 +31,8 @@ pub(crate) fn cases() -> Vec<Case> {
 }
 
 fn runtime(ctx: &Ctx) -> Result<Runtime, String> {
-    Runtime::new(ctx.backend.clone(), RuntimeConfig::default()).map_err(fail("runtime"))
+    ctx.runtime(RuntimeConfig::default())
+        .map_err(fail("runtime"))
 }
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -247,18 +248,16 @@ async fn budget_and_oom(ctx: &Ctx) -> R {
     }
     pool.check_invariants()?;
     // A runtime with a budget keeps working after an OOM too.
-    let rt = Runtime::new(
-        ctx.backend.clone(),
-        RuntimeConfig {
+    let rt = ctx
+        .runtime(RuntimeConfig {
             device: PoolConfig {
                 block_size: 1 << 20,
                 budget: Some(2 << 20),
                 ..PoolConfig::device()
             },
             ..RuntimeConfig::default()
-        },
-    )
-    .map_err(fail("runtime"))?;
+        })
+        .map_err(fail("runtime"))?;
     let t1 = ctx
         .tensor_from(&rt, DType::U8, &[1 << 20], &pattern(1 << 20, 5), "t1")
         .await
@@ -519,18 +518,16 @@ async fn concurrent_8_threads(ctx: &Ctx) -> R {
 }
 
 async fn zero_on_reuse(ctx: &Ctx) -> R {
-    let rt = Runtime::new(
-        ctx.backend.clone(),
-        RuntimeConfig {
+    let rt = ctx
+        .runtime(RuntimeConfig {
             device: PoolConfig {
                 zero_on_reuse: true,
                 block_size: 1 << 20,
                 ..PoolConfig::device()
             },
             ..RuntimeConfig::default()
-        },
-    )
-    .map_err(fail("runtime"))?;
+        })
+        .map_err(fail("runtime"))?;
     for size in [4usize, 1000, 64 << 10] {
         let dirty = ctx
             .tensor_from(&rt, DType::U8, &[size], &vec![0xA5u8; size], "dirty")

@@ -34,7 +34,8 @@ pub(crate) fn cases() -> Vec<Case> {
 }
 
 fn runtime(ctx: &Ctx) -> Result<Runtime, String> {
-    Runtime::new(ctx.backend.clone(), RuntimeConfig::default()).map_err(fail("runtime"))
+    ctx.runtime(RuntimeConfig::default())
+        .map_err(fail("runtime"))
 }
 
 /// The tensor's range, `size` bytes long.

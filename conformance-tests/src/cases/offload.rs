@@ -6,7 +6,7 @@
 
 use tensormem::graph::TensorKind;
 use tensormem::ops::{DType, Op};
-use tensormem::{CompileDesc, DevicePool, Error, Graph, Model, Runtime, RuntimeConfig, TensorId};
+use tensormem::{CompileDesc, DevicePool, Error, Graph, Model, RuntimeConfig, TensorId};
 
 use super::graphs::{RandomGraph, bytes, random_graph};
 use crate::{Case, Ctx, case, check, fail};
@@ -49,14 +49,12 @@ async fn outputs(ctx: &Ctx, model: &mut Model, outs: &[TensorId]) -> Result<Vec<
 async fn budgeted_equals_unbudgeted(ctx: &Ctx) -> R {
     let mut moved = 0u64;
     for force_staging in [false, true] {
-        let rt = Runtime::new(
-            ctx.backend.clone(),
-            RuntimeConfig {
+        let rt = ctx
+            .runtime(RuntimeConfig {
                 force_staging,
                 ..RuntimeConfig::default()
-            },
-        )
-        .map_err(fail("runtime"))?;
+            })
+            .map_err(fail("runtime"))?;
         for seed in 1..=12 {
             let rg = random_graph(seed)?;
             let mut plain = rt.compile(&rg.graph).map_err(fail("compile"))?;
@@ -112,14 +110,12 @@ async fn budgeted_equals_unbudgeted(ctx: &Ctx) -> R {
 }
 
 async fn budget_below_working_set(ctx: &Ctx) -> R {
-    let rt = Runtime::new(
-        ctx.backend.clone(),
-        RuntimeConfig {
+    let rt = ctx
+        .runtime(RuntimeConfig {
             force_staging: true,
             ..RuntimeConfig::default()
-        },
-    )
-    .map_err(fail("runtime"))?;
+        })
+        .map_err(fail("runtime"))?;
     let len = 64 << 10;
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[len]);

@@ -59,8 +59,9 @@ pub async fn run_on_target(
 }
 
 async fn ops_match_host(ctx: &Ctx) -> R {
-    let rt =
-        Runtime::new(ctx.backend.clone(), RuntimeConfig::default()).map_err(fail("runtime"))?;
+    let rt = ctx
+        .runtime(RuntimeConfig::default())
+        .map_err(fail("runtime"))?;
     let mut rng = Rng::new(7);
     for op in samples::instances() {
         let inputs = samples::inputs(&op, &mut rng).map_err(fail("inputs"))?;

@@ -50,14 +50,12 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 async fn partial_unaligned_writes(ctx: &Ctx) -> R {
     let align = ctx.backend.capabilities().copy_align.max(1) as usize;
     for force_staging in [false, true] {
-        let rt = Runtime::new(
-            ctx.backend.clone(),
-            RuntimeConfig {
+        let rt = ctx
+            .runtime(RuntimeConfig {
                 force_staging,
                 ..RuntimeConfig::default()
-            },
-        )
-        .map_err(fail("runtime"))?;
+            })
+            .map_err(fail("runtime"))?;
         let base = pattern(96, 7);
         let t = ctx
             .tensor_from(&rt, DType::U8, &[base.len()], &base, "neighbours")

@@ -21,20 +21,17 @@ fn small_belt(
     idle_ms: u64,
     keep_blocks: usize,
 ) -> Result<Runtime, String> {
-    Runtime::new(
-        ctx.backend.clone(),
-        RuntimeConfig {
-            staging: StagingConfig {
-                block_size,
-                max_blocks: 2,
-                keep_blocks,
-                idle_trim_after: std::time::Duration::from_millis(idle_ms),
-            },
-            // Exercise the belt even where device memory is host-visible.
-            force_staging: true,
-            ..RuntimeConfig::default()
+    ctx.runtime(RuntimeConfig {
+        staging: StagingConfig {
+            block_size,
+            max_blocks: 2,
+            keep_blocks,
+            idle_trim_after: std::time::Duration::from_millis(idle_ms),
         },
-    )
+        // Exercise the belt even where device memory is host-visible.
+        force_staging: true,
+        ..RuntimeConfig::default()
+    })
     .map_err(fail("runtime"))
 }
 

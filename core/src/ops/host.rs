@@ -92,31 +92,22 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
                 broadcast_b,
             };
             let a = x(0);
-            let b_len = sig.inputs[1].len;
-            let b = weight(
-                inputs,
-                weight_format,
-                b_len,
-                b_len / u64::from(k),
-                u64::from(k),
-                |e| {
-                    // `B` is `[b_batch, n, k]` with `trans_b`, else `[b_batch, k, n]`; the channel is
-                    // the output column of its matrix.
-                    let (kn, n, k) = (shape.k * shape.n, shape.n, shape.k);
-                    let (mat, r) = (e / kn, e % kn);
-                    let (j, p) = if trans_b {
-                        (r / k, r % k)
-                    } else {
-                        (r % n, r / n)
-                    };
-                    (mat * n + j, p)
-                },
-            )?;
             let extra = usize::from(weight_format.has_scales());
             let bias = bias.then(|| x(2 + extra));
-            write_f32(out, |c| {
-                matmul::matmul(&shape, &a, &b, bias.as_deref(), alpha, c)
-            })?;
+            let bias = bias.as_deref();
+            if weight_format == WeightFormat::F32 {
+                let b = x(1);
+                write_f32(out, |c| matmul::matmul(&shape, &a, &b, bias, alpha, c))?;
+            } else {
+                // `b`'s channel is its output column: `b_batch · n` channels of `k`.
+                let b_len = sig.inputs[1].len;
+                let scales = scales(inputs, 1, weight_format);
+                let k = u64::from(k);
+                let b = WeightView::new(inputs[1], &scales, b_len, b_len / k, k, weight_format)?;
+                write_f32(out, |c| {
+                    matmul::matmul_stored(&shape, &a, &b, bias, alpha, c)
+                })?;
+            }
         }
         Op::Add { b_len, .. } => binary(inputs, out, b_len, |a, b| a + b),
         Op::Mul { b_len, .. } => binary(inputs, out, b_len, |a, b| a * b),
@@ -157,9 +148,8 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
             weight_format,
             ..
         } => {
-            let scales = weight_format.has_scales();
-            let ids = u32s(inputs[1 + usize::from(scales)]);
-            let scales = if scales { x(1) } else { Cow::Borrowed(&[][..]) };
+            let ids = u32s(inputs[1 + usize::from(weight_format.has_scales())]);
+            let scales = scales(inputs, 0, weight_format);
             let (len, dim64) = (u64::from(vocab) * u64::from(dim), u64::from(dim));
             let table = WeightView::new(
                 inputs[0],
@@ -196,10 +186,7 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
             let xs = x(0);
             let len = sig.inputs[1].len;
             let inner = len / u64::from(c_out);
-            let weight = weight(inputs, weight_format, len, u64::from(c_out), inner, |e| {
-                let inner = inner as usize;
-                (e / inner, e % inner)
-            })?;
+            let weight = conv_weight(inputs, weight_format, len, u64::from(c_out), inner)?;
             let bias = bias.then(|| x(2 + usize::from(weight_format.has_scales())));
             let (oh, ow) = op.conv_out()?;
             write_f32(out, |y| {
@@ -225,35 +212,40 @@ pub fn gelu(x: f32) -> f32 {
     x * 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-/// Input 1, the weight operand of `len` elements (`channels` rows of `inner` for its scales) stored
-/// in `format`, as f32: borrowed when it is aligned f32, else dequantised into a vector (the
-/// host's "dequantise on load": once per op, then the f32 kernel). `channel_of` maps an element
-/// to its (channel, inner position) in the op's layout.
+/// The scales operand of a weight stored with scales (the input after the weight, `weight + 1`);
+/// empty otherwise.
+fn scales<'a>(inputs: &[&'a [u8]], weight: usize, format: WeightFormat) -> Cow<'a, [f32]> {
+    if format.has_scales() {
+        f32s(inputs[weight + 1])
+    } else {
+        Cow::Borrowed(&[][..])
+    }
+}
+
+/// Input 1, a conv weight of `len` elements (`channels` rows of `inner`) stored in `format`, as
+/// f32: borrowed when it is aligned f32, else dequantised whole, row by row. Unlike a matmul
+/// weight, a conv weight is reused at every output position (`oh·ow` times per image), so decoding
+/// it once per op costs a negligible share of the convolution.
 ///
 /// # Errors
 /// [`Error::SizeMismatch`] from [`WeightView::new`] (bindings were checked already).
-fn weight<'a>(
+fn conv_weight<'a>(
     inputs: &[&'a [u8]],
     format: WeightFormat,
     len: u64,
     channels: u64,
     inner: u64,
-    channel_of: impl Fn(usize) -> (usize, usize) + Sync,
 ) -> Result<Cow<'a, [f32]>> {
     if format == WeightFormat::F32 {
         return Ok(f32s(inputs[1]));
     }
-    let scales = if format.has_scales() {
-        f32s(inputs[2])
-    } else {
-        Cow::Borrowed(&[][..])
-    };
+    let scales = scales(inputs, 1, format);
     let view = WeightView::new(inputs[1], &scales, len, channels, inner, format)?;
+    let inner = inner as usize;
     let mut out = vec![0f32; len as usize];
-    par_rows(&mut out, 1, |e0, chunk| {
-        for (i, v) in chunk.iter_mut().enumerate() {
-            let (ch, p) = channel_of(e0 + i);
-            *v = view.at(e0 + i, ch, p);
+    par_rows(&mut out, inner, |row0, rows| {
+        for (r, row) in rows.chunks_exact_mut(inner).enumerate() {
+            view.row_run((row0 + r) * inner, row0 + r, 0, row);
         }
     });
     Ok(Cow::Owned(out))
@@ -351,10 +343,7 @@ fn binary(inputs: &[&[u8]], out: &mut [u8], b_len: u32, f: impl Fn(f32, f32) -> 
 fn embedding(table: &WeightView<'_>, ids: &[u32], vocab: u32, dim: usize, y: &mut [f32]) {
     for (row, &id) in y.chunks_exact_mut(dim).zip(ids) {
         if id < vocab {
-            let start = id as usize * dim;
-            for (d, v) in row.iter_mut().enumerate() {
-                *v = table.at(start + d, id as usize, d);
-            }
+            table.row_run(id as usize * dim, id as usize, 0, row);
         } else {
             row.fill(0.0);
         }

@@ -138,22 +138,29 @@ pub fn f32_to_f16(v: f32) -> u16 {
 }
 
 /// The f32 value of IEEE binary16 bits (exact).
+///
+/// Branch-free, so loops over a slice of halves vectorise (the host kernels decode f16 weights
+/// with it at every product): a normal half moves into f32's exponent and mantissa fields by
+/// integer arithmetic, a subnormal `m · 2⁻²⁴` is computed from the integer `m` (exact, and no
+/// subnormal float arithmetic, which is slow on x86), and infinity or NaN (quieted, payload kept)
+/// is chosen by select.
+#[inline]
 pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h & 0x8000) << 16;
-    let exp = u32::from((h >> 10) & 0x1f);
-    let man = u32::from(h & 0x3ff);
-    let bits = match (exp, man) {
-        (0, 0) => sign,
-        (0, m) => {
-            // Subnormal: m · 2⁻²⁴, exactly representable in f32.
-            let v = m as f32 * f32::from_bits(0x3380_0000);
-            return if sign != 0 { -v } else { v };
-        }
-        (0x1f, 0) => sign | 0x7f80_0000,
-        (0x1f, m) => sign | 0x7fc0_0000 | (m << 13),
-        (e, m) => sign | ((e + 127 - 15) << 23) | (m << 13),
+    let h = u32::from(h);
+    let sign = (h & 0x8000) << 16;
+    let em = h & 0x7fff;
+    // Rebias the exponent from 15 to 127.
+    let normal = (em << 13) + ((127 - 15) << 23);
+    let subnormal = (em as f32 * f32::from_bits(0x3380_0000)).to_bits();
+    let special = 0x7f80_0000 | (em << 13) | if em > 0x7c00 { 0x40_0000 } else { 0 };
+    let bits = if em < 0x400 {
+        subnormal
+    } else if em >= 0x7c00 {
+        special
+    } else {
+        normal
     };
-    f32::from_bits(bits)
+    f32::from_bits(sign | bits)
 }
 
 /// A weight converted to a stored format: the bytes of the weight operand (padded to whole
@@ -244,6 +251,7 @@ pub fn quantize(
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct WeightView<'a> {
     bytes: &'a [u8],
+    len: usize,
     scales: &'a [f32],
     format: WeightFormat,
     group: usize,
@@ -281,6 +289,7 @@ impl<'a> WeightView<'a> {
         }
         Ok(WeightView {
             bytes,
+            len: len as usize,
             scales,
             format,
             group: group as usize,
@@ -301,6 +310,102 @@ impl<'a> WeightView<'a> {
                 f32::from(self.bytes[e] as i8) * self.scales[ch * self.groups + p / self.group]
             }
         }
+    }
+
+    /// Elements of the view.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Elements `e0..e0 + out.len()` as f32 into `out`, which lie along one row: channel `ch`,
+    /// inner positions from `p0` (the inner axis is contiguous in every weight layout but a
+    /// matmul `b` read without `trans_b`). The values of [`WeightView::at`], in loops that
+    /// vectorise: the scale changes only at group boundaries.
+    pub(crate) fn row_run(&self, e0: usize, ch: usize, p0: usize, out: &mut [f32]) {
+        let WeightFormat::Int8 { .. } = self.format else {
+            return self.contiguous(e0, out);
+        };
+        let q = &self.bytes[e0..e0 + out.len()];
+        let mut done = 0;
+        while done < out.len() {
+            let p = p0 + done;
+            let part = (self.group - p % self.group).min(out.len() - done);
+            let scale = self.scales[ch * self.groups + p / self.group];
+            for (o, &b) in out[done..done + part].iter_mut().zip(&q[done..done + part]) {
+                *o = f32::from(b as i8) * scale;
+            }
+            done += part;
+        }
+    }
+
+    /// Elements `e0..e0 + out.len()` as f32 into `out`, which lie across channels: element
+    /// `e0 + i` is channel `ch0 + i` at inner position `p` (a row of a matmul `b` `[k, n]`).
+    pub(crate) fn channel_run(&self, e0: usize, ch0: usize, p: usize, out: &mut [f32]) {
+        let WeightFormat::Int8 { .. } = self.format else {
+            return self.contiguous(e0, out);
+        };
+        let q = &self.bytes[e0..e0 + out.len()];
+        let first = ch0 * self.groups + p / self.group;
+        // `new` checked `channels · groups` scales, and every channel here is below `channels`.
+        debug_assert!(out.is_empty() || first + (out.len() - 1) * self.groups < self.scales.len());
+        let scales = self.scales[first..].iter().step_by(self.groups);
+        for ((o, &b), &scale) in out.iter_mut().zip(q).zip(scales) {
+            *o = f32::from(b as i8) * scale;
+        }
+    }
+
+    /// Elements `e0..e0 + out.len()` of an f32 or f16 view (no scales: the channel is irrelevant).
+    fn contiguous(&self, e0: usize, out: &mut [f32]) {
+        let size = self.format.dtype().size() as usize;
+        let src = &self.bytes[size * e0..size * (e0 + out.len())];
+        if size == 4 {
+            for (o, c) in out.iter_mut().zip(src.chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        } else {
+            decode_halves(src, out);
+        }
+    }
+}
+
+/// Decodes the little-endian halves `src` (two bytes each) into `out`: eight per instruction
+/// with x86-64's F16C where the CPU has it (the decode is most of the cost of an f16 product on
+/// the host at small batches), else [`f16_to_f32`] per element. Both give the same bits.
+pub(crate) fn decode_halves(src: &[u8], out: &mut [f32]) {
+    let n = out.len().min(src.len() / 2);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c") {
+        // SAFETY: the CPU supports AVX and F16C (checked just above).
+        unsafe { decode_halves_f16c(&src[..2 * n], &mut out[..n]) };
+        return;
+    }
+    for (o, c) in out[..n].iter_mut().zip(src.chunks_exact(2)) {
+        *o = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
+    }
+}
+
+/// [`decode_halves`] with F16C's `vcvtph2ps`; `src` holds exactly `2 · out.len()` bytes.
+///
+/// # Safety
+/// The CPU must support AVX and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn decode_halves_f16c(src: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm256_cvtph_ps, _mm256_storeu_ps};
+    let whole = out.len() / 8 * 8;
+    for i in (0..whole).step_by(8) {
+        // SAFETY: elements `i..i + 8` lie inside both slices (`i + 8 <= whole <= out.len()`,
+        // and `src` holds two bytes per element of `out`); both accesses are unaligned ones.
+        unsafe {
+            let halves = _mm_loadu_si128(src.as_ptr().add(2 * i).cast::<__m128i>());
+            _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_cvtph_ps(halves));
+        }
+    }
+    for (o, c) in out[whole..]
+        .iter_mut()
+        .zip(src[2 * whole..].chunks_exact(2))
+    {
+        *o = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
     }
 }
 

@@ -77,9 +77,14 @@ pub fn parse_csv(text: &str, source_name: &str) -> Result<CsvInstance> {
     let mut ids = Vec::new();
     let mut buffers = Vec::new();
     let mut offsets = column[5].map(|_| Vec::new());
-    let mut seen = HashSet::new();
+    // Ids are checked as slices of `text` and the field list is reused: a parse that freed a
+    // million small strings left the allocator to consolidate them during the next large
+    // allocation, inside the planner's time limit.
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut fields: Vec<&str> = Vec::new();
     for (line, row) in lines {
-        let fields: Vec<&str> = row.split(',').map(str::trim).collect();
+        fields.clear();
+        fields.extend(row.split(',').map(str::trim));
         if fields.len() != names.len() {
             return Err(bad(
                 line,
@@ -132,7 +137,7 @@ pub fn parse_csv(text: &str, source_name: &str) -> Result<CsvInstance> {
                 format!("buffer `{id}`: alignment {align} is not a power of two up to 2^62"),
             ));
         }
-        if !seen.insert(id.to_string()) {
+        if !seen.insert(id) {
             return Err(bad(line, format!("duplicate id `{id}`")));
         }
         if let (Some(offs), Some(o)) = (offsets.as_mut(), num(5)?) {

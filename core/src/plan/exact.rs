@@ -203,6 +203,16 @@ impl Prepared {
         }
     }
 
+    /// The rank of each buffer under preorder `preorder` (`< PREORDERS`).
+    pub(crate) fn rank(&self, preorder: usize) -> &[u32] {
+        &self.ranks[preorder % PREORDERS]
+    }
+
+    /// Number of buffers.
+    pub(crate) fn len(&self) -> usize {
+        self.size.len()
+    }
+
     fn conflicts(&self, i: usize) -> &[u32] {
         &self.conflict_list[self.conflict_start[i]..self.conflict_start[i + 1]]
     }
@@ -237,10 +247,27 @@ impl Prepared {
         deadline: Instant,
         stop: &dyn Fn() -> bool,
     ) -> Outcome {
+        self.run_ranked(
+            capacity,
+            &self.ranks[preorder % PREORDERS],
+            node_limit,
+            deadline,
+            stop,
+        )
+    }
+
+    /// [`Self::run`] under any static rank (a permutation of the buffers, 0 = first).
+    pub(crate) fn run_ranked(
+        &self,
+        capacity: u64,
+        rank: &[u32],
+        node_limit: u64,
+        deadline: Instant,
+        stop: &dyn Fn() -> bool,
+    ) -> Outcome {
         if let Some(why) = self.quick_infeasibility(capacity) {
             return Outcome::Infeasible(why);
         }
-        let rank = &self.ranks[preorder % PREORDERS];
         match Search::new(self, rank, capacity, node_limit, deadline, stop).run() {
             RunEnd::Found(offsets) => Outcome::Found(offsets),
             RunEnd::Exhausted => Outcome::Infeasible(Infeasibility::Search),

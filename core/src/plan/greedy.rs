@@ -10,6 +10,7 @@
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::events::Events;
 use super::occupancy::Occupancy;
 use super::{Buffer, Plan, align_up, validate};
 use crate::Result;
@@ -38,10 +39,17 @@ pub(crate) struct Squeezer<'a> {
 }
 
 impl<'a> Squeezer<'a> {
+    /// For valid buffers.
+    #[cfg(test)]
     pub fn new(buffers: &'a [Buffer]) -> Self {
+        Self::with_events(buffers, &Events::new(buffers))
+    }
+
+    /// For valid buffers whose sorted endpoints are `events`: O(n) set-up.
+    pub fn with_events(buffers: &'a [Buffer], events: &Events) -> Self {
         Squeezer {
             buffers,
-            placed: Occupancy::new(buffers),
+            placed: Occupancy::new(events, buffers.len()),
             offsets: vec![UNPLACED; buffers.len()],
         }
     }
@@ -109,9 +117,9 @@ pub(crate) fn size_order(buffers: &[Buffer]) -> Vec<u32> {
 /// The validation errors of [`super::verify`] for invalid buffers (empty lifetime, zero size, bad
 /// alignment, padded total beyond `u64`).
 pub fn greedy_by_size(buffers: &[Buffer]) -> Result<Plan> {
-    validate(buffers)?;
+    let events = validate(buffers)?;
     let order = size_order(buffers);
-    let placed = Squeezer::new(buffers).place(&order, Fit::Best, u64::MAX, None);
+    let placed = Squeezer::with_events(buffers, &events).place(&order, Fit::Best, u64::MAX, None);
     debug_assert!(placed.is_ok(), "no cutoff, so placement always completes");
     let (offsets, peak) = placed.unwrap_or_default();
     Ok(Plan { offsets, peak })
@@ -119,26 +127,33 @@ pub fn greedy_by_size(buffers: &[Buffer]) -> Result<Plan> {
 
 /// XLA's fast pass: walk allocations and frees in time order (frees first at equal times) and serve
 /// each allocation from the best-fitting free range of an online allocator whose top grows when
-/// nothing fits. O(n log n) whatever the number of conflicts.
-pub(crate) fn sweep_best_fit(buffers: &[Buffer]) -> Plan {
-    let mut events: Vec<(u64, bool, std::cmp::Reverse<u64>, u32)> =
-        Vec::with_capacity(buffers.len() * 2);
-    for (i, b) in buffers.iter().enumerate() {
-        events.push((b.lower, true, std::cmp::Reverse(b.size), i as u32));
-        events.push((b.upper, false, std::cmp::Reverse(b.size), i as u32));
-    }
-    events.sort_unstable();
+/// nothing fits. O(n log n) whatever the number of conflicts, on the sorted endpoints `events`.
+///
+/// The first plan of [`super::solve`], so it must also respect the time limit: once `deadline`
+/// passes (checked every 4096 endpoints) the buffers not yet allocated are stacked, per
+/// time-connected group, above the highest buffer that group has placed, in O(n). Returns the
+/// plan and whether the sweep ran to the end.
+pub(crate) fn sweep_best_fit(
+    buffers: &[Buffer],
+    events: &Events,
+    deadline: Option<Instant>,
+) -> (Plan, bool) {
     // Free ranges by offset (offset -> length) and by (length, offset) for best fit.
     let mut by_offset: BTreeMap<u64, u64> = BTreeMap::new();
     let mut by_len: BTreeSet<(u64, u64)> = BTreeSet::new();
     let mut top = 0u64;
-    let mut offsets = vec![0u64; buffers.len()];
+    let mut offsets = vec![UNPLACED; buffers.len()];
     let mut peak = 0u64;
-    for (_, alloc, _, i) in events {
-        let b = buffers[i as usize];
-        if !alloc {
+    for (k, e) in events.iter().enumerate() {
+        if k % 4096 == 4095 && deadline.is_some_and(|d| Instant::now() >= d) {
+            peak = stack_the_rest(buffers, events, &mut offsets);
+            return (Plan { offsets, peak }, false);
+        }
+        let i = e.id as usize;
+        let b = buffers[i];
+        if !e.alloc {
             // Free [o, o + size), coalescing with neighbours and the top.
-            let (mut o, mut len) = (offsets[i as usize], b.size);
+            let (mut o, mut len) = (offsets[i], b.size);
             if let Some((&po, &pl)) = by_offset.range(..o).next_back()
                 && po + pl == o
             {
@@ -193,8 +208,35 @@ pub(crate) fn sweep_best_fit(buffers: &[Buffer]) -> Plan {
                 a
             }
         };
-        offsets[i as usize] = offset;
+        offsets[i] = offset;
         peak = peak.max(offset + b.size);
     }
-    Plan { offsets, peak }
+    (Plan { offsets, peak }, true)
+}
+
+/// Completes a cut sweep in O(n): the buffers without an offset go on a stack above the highest
+/// top of the placed buffers of their time-connected group. Their allocations come after every
+/// placed one's in `events`, so that top is final when the first of them is met. Never overflows:
+/// the sweep's top stays within the padded total of the group's allocations so far, and the stack
+/// adds at most the padded total of the rest ([`super::validate`] bounds the group's sum).
+/// Returns the peak.
+fn stack_the_rest(buffers: &[Buffer], events: &Events, offsets: &mut [u64]) -> u64 {
+    let (mut live, mut top, mut peak) = (0usize, 0u64, 0u64);
+    for e in events.iter() {
+        if !e.alloc {
+            live -= 1;
+            continue;
+        }
+        if live == 0 {
+            top = 0;
+        }
+        live += 1;
+        let (i, b) = (e.id as usize, &buffers[e.id as usize]);
+        if offsets[i] == UNPLACED {
+            offsets[i] = align_up(top, b.align);
+        }
+        top = top.max(offsets[i] + b.size);
+        peak = peak.max(top);
+    }
+    peak
 }

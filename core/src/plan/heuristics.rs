@@ -18,6 +18,7 @@ use std::cmp::Reverse;
 
 use super::Buffer;
 use super::bound::max_load_over_life;
+use super::events::Events;
 use super::greedy::{Fit, Squeezer, Stop, order_by};
 use super::rng::Rng;
 
@@ -100,10 +101,16 @@ pub(crate) struct Heuristics<'a> {
 impl<'a> Heuristics<'a> {
     /// A worker starting from `start`. Variant `k` starts the orderings at the `k`-th one and
     /// seeds its local search with `seed + k`, so parallel workers explore differently.
-    pub fn new(buffers: &'a [Buffer], start: Incumbent, seed: u64, variant: usize) -> Self {
+    pub fn new(
+        buffers: &'a [Buffer],
+        events: &Events,
+        start: Incumbent,
+        seed: u64,
+        variant: usize,
+    ) -> Self {
         Heuristics {
             buffers,
-            squeezer: Squeezer::new(buffers),
+            squeezer: Squeezer::with_events(buffers, events),
             heaviest: None,
             next_run: 0,
             variant,

@@ -22,7 +22,8 @@
 //! O((g + 1) · s) per query (plus galloping), with g the free gaps below the top and s ≤ 4·log₂ m the sets
 //! touched; independent of the number of conflicting pairs (1.8e8 on IOPDDL Y_1).
 
-use super::{Buffer, align_up};
+use super::align_up;
+use super::events::Events;
 
 /// Merged, sorted, pairwise non-touching offset ranges `[start, end)`.
 type Ranges = Vec<(u64, u64)>;
@@ -53,17 +54,10 @@ pub(crate) struct Occupancy {
 }
 
 impl Occupancy {
-    /// An empty structure for these buffers' lifetimes, built in O(n log n).
-    pub fn new(buffers: &[Buffer]) -> Self {
-        let mut times: Vec<u64> = buffers.iter().flat_map(|b| [b.lower, b.upper]).collect();
-        times.sort_unstable();
-        times.dedup();
-        let index = |t: u64| times.partition_point(|&x| x < t) as u32;
-        let span = buffers
-            .iter()
-            .map(|b| (index(b.lower), index(b.upper)))
-            .collect();
-        let leaves = times.len().saturating_sub(1).next_power_of_two().max(1);
+    /// An empty structure for `n` buffers with the sorted endpoints `events`, built in O(n).
+    pub fn new(events: &Events, n: usize) -> Self {
+        let (span, segments) = events.spans(n);
+        let leaves = segments.next_power_of_two().max(1);
         Occupancy {
             span,
             leaves,

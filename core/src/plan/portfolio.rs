@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::time::Instant;
 
 use super::Buffer;
+use super::events::Events;
 use super::exact::{Event, Prover};
 use super::heuristics::{Heuristics, Incumbent};
 
@@ -31,6 +32,8 @@ const PLACEMENTS_PER_NODE: u64 = 4;
 /// What the portfolio is asked to do.
 pub(crate) struct Task<'a> {
     pub buffers: &'a [Buffer],
+    /// Their sorted lifetime endpoints.
+    pub events: &'a Events,
     /// The max-load lower bound.
     pub lower_bound: u64,
     /// Decision form: decide this capacity first.
@@ -188,6 +191,7 @@ fn build_workers<'a>(task: &Task<'a>, start: &Incumbent) -> Vec<Worker<'a>> {
     workers.extend((0..heuristics).map(|k| {
         Worker::Heuristic(Box::new(Heuristics::new(
             task.buffers,
+            task.events,
             start.clone(),
             task.seed,
             k,

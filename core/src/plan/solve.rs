@@ -5,17 +5,26 @@ use std::time::Duration;
 
 use crate::time::Instant;
 
-use super::bound::peak_load;
 use super::greedy::{Fit, Squeezer, Stop, size_order, sweep_best_fit};
 use super::heuristics::Incumbent;
 use super::portfolio::{self, Task};
-use super::{Buffer, Plan, validate, verify};
+use super::verify::verify_sorted;
+use super::{Buffer, Plan, validate};
 use crate::Result;
 
 /// Largest instance the exact search is attempted on. Beyond it each search node (a sort of the
 /// unplaced buffers and a pass over the sections) costs too much to be worth the budget; the
 /// heuristic portfolio gets all the time instead.
 pub const EXACT_MAX_BUFFERS: usize = 4096;
+
+/// The final verification's reserve, in units of the measured cost of one O(n) pass over the
+/// endpoints: its sweep keeps the live buffers in an ordered map, about five units at a million
+/// buffers (measured: see the module's time-limit test and the tool's report).
+const VERIFY_UNITS: u32 = 8;
+
+/// Time, in the same units, that a step which cannot stop midway (sorting the buffers, building an
+/// occupancy tree) must have left before it starts.
+const SETUP_UNITS: u32 = 6;
 
 /// A progress report from a running [`solve`].
 #[derive(Debug, Clone)]
@@ -36,11 +45,14 @@ pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
 /// Options for [`solve`].
 #[derive(Clone)]
 pub struct SolveOptions {
-    /// Wall-clock budget for the whole call. Default 1 s. Every phase checks it (greedy by size and
-    /// each heuristic pass every 256 placements, the exact search every 256 nodes), and the final
-    /// [`verify`] is reserved for up front, so `solve` returns within the limit plus a few
-    /// milliseconds. The one step that always completes is the first plan, XLA's sweep-line best
-    /// fit (O(n log n), about 0.5 s for a million buffers): a limit below its cost is exceeded by it.
+    /// Wall-clock budget for the whole call, a promise at every scale. Default 1 s. Every phase
+    /// checks it (the first plan, sweep-line best fit, every 4096 endpoints, stacking the rest of
+    /// the buffers in O(n) when it passes; greedy by size and each heuristic pass every 256
+    /// placements; the exact search every 256 nodes); steps that cannot stop midway only start
+    /// when several times their cost is left; the final [`verify`](fn@super::verify) is reserved for up front. What
+    /// always runs is O(n) or a sweep: validation with one radix sort of the endpoints, the lower
+    /// bound, the final verification (together about 0.3 s for a million buffers on one idle
+    /// core), so a limit below that is exceeded by it.
     pub time_limit: Duration,
     /// Decision form: decide first whether a plan with peak <= capacity exists (find one or prove
     /// none does), then lower the peak further within the time limit. `None` (default): minimise
@@ -118,22 +130,24 @@ pub struct Solution {
 /// parallel, from the start), all within `opts.time_limit`.
 ///
 /// Never worse than [`super::greedy_by_size`] when that finishes within the limit; every returned
-/// plan has passed [`verify`]. Stops early when the peak reaches the lower bound, when a capacity
+/// plan has passed [`verify`](fn@super::verify). Stops early when the peak reaches the lower bound, when a capacity
 /// is proved infeasible (a live set above it, or an exhausted exact search), or when the exact
 /// search proves every smaller peak infeasible. The exact search runs on instances of at most
 /// [`EXACT_MAX_BUFFERS`] buffers.
 ///
 /// # Errors
-/// The validation errors of [`verify`] for invalid buffers, [`crate::Error::PlanTooLarge`] when
+/// The validation errors of [`verify`](fn@super::verify) for invalid buffers, [`crate::Error::PlanTooLarge`] when
 /// offsets could overflow `u64`; an internal verification failure is returned, never hidden.
 pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
     let started = Instant::now();
-    validate(buffers)?;
-    let (lb, lb_time) = peak_load(buffers);
-    // The final `verify` is an O(n log n) sweep like validation and the bound: keep three times
-    // their cost in reserve so that it fits in the budget too.
-    let reserve = started.elapsed() * 3;
-    let deadline = started + opts.time_limit.saturating_sub(reserve);
+    let events = validate(buffers)?;
+    let (lb, lb_time) = events.peak_load(buffers);
+    // `unit`: what an O(n) pass over the endpoints costs on this machine right now (the radix sort
+    // and the passes above). The final verification is reserved in units up front, and steps that
+    // cannot stop midway (a sort, an occupancy tree) only start when enough units are left.
+    let unit = started.elapsed();
+    let deadline = started + opts.time_limit.saturating_sub(unit * VERIFY_UNITS);
+    let left = || deadline.saturating_duration_since(Instant::now());
     let threads = match opts.threads {
         0 => std::thread::available_parallelism().map_or(1, |t| t.get()),
         t => t,
@@ -148,15 +162,19 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
             });
         }
     };
-    let sweep = sweep_best_fit(buffers);
+    let (sweep, _) = sweep_best_fit(buffers, &events, Some(deadline));
     let mut best = Incumbent {
         offsets: sweep.offsets,
         peak: sweep.peak,
         algorithm: "sweep-line best fit".into(),
     };
-    // Greedy's set-up (an occupancy tree, a sort) is skipped when no time is left for it.
-    let greedy = if Instant::now() < deadline {
-        Squeezer::new(buffers).place(&size_order(buffers), Fit::Best, u64::MAX, Some(deadline))
+    let greedy = if left() >= unit * SETUP_UNITS {
+        Squeezer::with_events(buffers, &events).place(
+            &size_order(buffers),
+            Fit::Best,
+            u64::MAX,
+            Some(deadline),
+        )
     } else {
         Err(Stop::Deadline)
     };
@@ -187,9 +205,10 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         infeasible_reason = Some(format!(
             "the buffers live at time {lb_time} need {lb} bytes together"
         ));
-    } else if best.peak > lb && Instant::now() < deadline {
+    } else if best.peak > lb && left() >= unit * SETUP_UNITS {
         let task = Task {
             buffers,
+            events: &events,
             lower_bound: lb,
             capacity: opts.capacity,
             exact: buffers.len() <= EXACT_MAX_BUFFERS,
@@ -207,7 +226,7 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         offsets: best.offsets,
         peak: best.peak,
     };
-    verify(buffers, &plan, None)?;
+    verify_sorted(buffers, &events, &plan, None)?;
     let fits = opts.capacity.is_none_or(|c| plan.peak <= c);
     Ok(Solution {
         best_peak: plan.peak,

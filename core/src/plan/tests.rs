@@ -270,3 +270,54 @@ fn results_do_not_depend_on_thread_timing() {
         }
     }
 }
+
+/// `n` buffers with random lifetimes (up to 10^4 steps) and sizes (up to 1 MiB), the shape of the
+/// issue's large instances.
+fn random_instance(n: usize, seed: u64) -> Vec<Buffer> {
+    let mut rng = crate::plan::rng::Rng::new(seed);
+    (0..n)
+        .map(|_| {
+            let l = rng.below(n as u64);
+            Buffer::new(l, l + 1 + rng.below(10_000), 64 + rng.below(1 << 20))
+        })
+        .collect()
+}
+
+#[test]
+fn the_time_limit_holds_on_a_large_instance() {
+    // Not a speed test: a generous bound that a phase ignoring the deadline (greedy on 200k
+    // buffers takes tens of seconds) would break even in a debug build.
+    let b = random_instance(200_000, 3);
+    for limit in [0, 300] {
+        let opts = SolveOptions {
+            time_limit: Duration::from_millis(limit),
+            ..SolveOptions::default()
+        };
+        let s = solve(&b, &opts).unwrap();
+        assert!(
+            s.elapsed <= opts.time_limit + Duration::from_secs(3),
+            "limit {limit} ms took {:?}",
+            s.elapsed
+        );
+        verify(&b, s.plan.as_ref().unwrap(), None).unwrap();
+        assert!(s.best_peak >= s.lower_bound);
+    }
+}
+
+#[test]
+fn a_sweep_cut_by_the_deadline_stacks_the_rest_validly() {
+    let mut b = random_instance(5000, 4);
+    // A second time-connected group far later, and aligned buffers.
+    b.extend((0..50).map(|i| Buffer {
+        align: 1 << (i % 5),
+        ..Buffer::new(1_000_000 + i, 1_000_100 + i, 3 + i)
+    }));
+    let events = crate::plan::events::Events::new(&b);
+    let past = crate::time::Instant::now();
+    let (cut, finished) = crate::plan::greedy::sweep_best_fit(&b, &events, Some(past));
+    assert!(!finished);
+    verify(&b, &cut, None).unwrap();
+    let (full, finished) = crate::plan::greedy::sweep_best_fit(&b, &events, None);
+    assert!(finished);
+    verify(&b, &full, None).unwrap();
+}

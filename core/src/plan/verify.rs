@@ -6,7 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Buffer, Plan, check_buffers};
+use super::events::Events;
+use super::{Buffer, MAX_BUFFERS, Plan, check_buffers};
 use crate::{Error, Result};
 
 /// Checks that `plan` is a valid placement of `buffers`.
@@ -22,6 +23,23 @@ use crate::{Error, Result};
 /// - [`Error::OutOfBounds`] when a buffer ends beyond the capacity.
 pub fn verify(buffers: &[Buffer], plan: &Plan, capacity: Option<u64>) -> Result<()> {
     check_buffers(buffers)?;
+    if buffers.len() > MAX_BUFFERS {
+        return Err(Error::invalid(format!(
+            "{} buffers: at most {MAX_BUFFERS} are supported",
+            buffers.len()
+        )));
+    }
+    verify_sorted(buffers, &Events::new(buffers), plan, capacity)
+}
+
+/// [`verify`] for valid buffers whose sorted endpoints are `events` (as [`super::validate`]
+/// returned them).
+pub(crate) fn verify_sorted(
+    buffers: &[Buffer],
+    events: &Events,
+    plan: &Plan,
+    capacity: Option<u64>,
+) -> Result<()> {
     if plan.offsets.len() != buffers.len() {
         return Err(Error::SizeMismatch {
             what: "plan offsets (one per buffer)".into(),
@@ -63,17 +81,12 @@ pub fn verify(buffers: &[Buffer], plan: &Plan, capacity: Option<u64>) -> Result<
         });
     }
 
-    let mut events: Vec<(u64, bool, usize)> = Vec::with_capacity(buffers.len() * 2);
-    for (i, b) in buffers.iter().enumerate() {
-        events.push((b.lower, true, i));
-        events.push((b.upper, false, i));
-    }
-    events.sort_unstable();
     // Live buffers by offset: offset -> (end, index).
     let mut live: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
-    for (_, alloc, i) in events {
+    for e in events.iter() {
+        let i = e.id as usize;
         let o = plan.offsets[i];
-        if !alloc {
+        if !e.alloc {
             let removed = live.remove(&o);
             debug_assert_eq!(removed.map(|r| r.1), Some(i), "live map out of sync");
             continue;

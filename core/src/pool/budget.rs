@@ -40,6 +40,8 @@ pub struct MemberId(usize);
 pub struct Budget {
     limit: Option<u64>,
     reserved: AtomicU64,
+    /// Highest `reserved` seen.
+    peak_reserved: AtomicU64,
     next_member: AtomicUsize,
     members: Mutex<Vec<(MemberId, Weak<dyn Reclaim>)>>,
 }
@@ -59,6 +61,7 @@ impl Budget {
         Arc::new(Budget {
             limit,
             reserved: AtomicU64::new(0),
+            peak_reserved: AtomicU64::new(0),
             next_member: AtomicUsize::new(0),
             members: Mutex::new(Vec::new()),
         })
@@ -74,6 +77,12 @@ impl Budget {
         self.reserved.load(Ordering::Acquire)
     }
 
+    /// Highest bytes reserved against the budget at once (every pool and the staging belt
+    /// together): what a per-device budget is checked against.
+    pub fn peak_reserved(&self) -> u64 {
+        self.peak_reserved.load(Ordering::Acquire)
+    }
+
     /// Bytes that may still be reserved (`u64::MAX` without a limit).
     pub fn room(&self) -> u64 {
         self.limit
@@ -83,11 +92,18 @@ impl Budget {
     /// Reserves `bytes` if they fit under the limit; `false` (and nothing reserved) otherwise.
     pub(crate) fn try_reserve(&self, bytes: u64) -> bool {
         let limit = self.limit.unwrap_or(u64::MAX);
-        self.reserved
+        match self
+            .reserved
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
                 r.checked_add(bytes).filter(|n| *n <= limit)
-            })
-            .is_ok()
+            }) {
+            Ok(before) => {
+                self.peak_reserved
+                    .fetch_max(before + bytes, Ordering::AcqRel);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Returns `bytes` reserved earlier with [`Budget::try_reserve`].

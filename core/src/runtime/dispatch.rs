@@ -21,8 +21,9 @@ impl Runtime {
     /// # Errors
     /// [`Error::BindingCount`], [`Error::DTypeMismatch`] for a tensor whose dtype is not the
     /// operand's, [`Error::BindingSize`] for a wrong element count, [`Error::Overlap`] when an
-    /// output is also bound elsewhere, [`Error::StaleHandle`] for a freed tensor, the op's
-    /// parameter errors, backend errors.
+    /// output is also bound elsewhere, [`Error::StaleHandle`] for a freed tensor,
+    /// [`Error::MixedDevices`] for operands on different devices, [`Error::WrongDevice`] for
+    /// operands of another device than this runtime's, the op's parameter errors, backend errors.
     pub fn dispatch(&self, op: &Op, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<Ticket> {
         self.front().check_alive()?;
         let sig = op.signature()?;
@@ -36,6 +37,10 @@ impl Runtime {
         }
         let tensors: Vec<&Tensor> = inputs.iter().chain(outputs).copied().collect();
         let names = op.operand_names();
+        check_same_device(op.name(), &names, &tensors)?;
+        if let Some(t) = tensors.first() {
+            self.check_device(t, || op.name().to_string())?;
+        }
         for (i, (t, operand)) in tensors
             .iter()
             .zip(sig.inputs.iter().chain(&sig.outputs))
@@ -85,5 +90,25 @@ impl Runtime {
             }
         }
         Ok(ticket)
+    }
+}
+
+/// Refuses operands on different devices with [`Error::MixedDevices`] naming the op and the first
+/// two operands that disagree: the runtime never copies between devices behind the caller's back.
+pub(crate) fn check_same_device(op: &str, names: &[&str], tensors: &[&Tensor]) -> Result<()> {
+    let Some(first) = tensors.first() else {
+        return Ok(());
+    };
+    match tensors.iter().position(|t| t.device() != first.device()) {
+        None => Ok(()),
+        Some(i) => Err(Error::MixedDevices {
+            op: op.to_string(),
+            first_operand: names.first().copied().unwrap_or("0").to_string(),
+            first: first.device(),
+            second_operand: names
+                .get(i)
+                .map_or_else(|| i.to_string(), |n| (*n).to_string()),
+            second: tensors[i].device(),
+        }),
     }
 }

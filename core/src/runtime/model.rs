@@ -266,6 +266,13 @@ impl Runtime {
 }
 
 impl Model {
+    /// Where `t`'s bytes are: its allocation and the offset in it (a device set copies between
+    /// models' tensors through it).
+    pub(crate) fn location(&self, t: TensorId) -> Result<(Allocation, u64)> {
+        let p = self.place(t)?;
+        Ok((p.alloc, p.offset))
+    }
+
     fn place(&self, t: TensorId) -> Result<Place> {
         self.graph.decl(t)?;
         let root = self.graph.root(t);

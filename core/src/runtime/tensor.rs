@@ -3,11 +3,13 @@
 
 use bytemuck::Pod;
 
+use crate::devices::DeviceId;
 use crate::ops::DType;
 use crate::pool::Allocation;
 use crate::{Error, Result};
 
-/// A device tensor: shape, element type and the allocation holding its bytes.
+/// A device tensor: shape, element type, the device it lives on and the allocation holding its
+/// bytes.
 ///
 /// Not `Clone`: [`Runtime::free`](crate::Runtime::free) consumes it. The allocation handle inside is
 /// checked on every use, so a tensor whose memory was freed through the pool reports
@@ -15,15 +17,23 @@ use crate::{Error, Result};
 #[derive(Debug)]
 pub struct Tensor {
     alloc: Allocation,
+    device: DeviceId,
     dtype: DType,
     shape: Vec<usize>,
     size: u64,
 }
 
 impl Tensor {
-    pub(crate) fn new(alloc: Allocation, dtype: DType, shape: Vec<usize>, size: u64) -> Self {
+    pub(crate) fn new(
+        alloc: Allocation,
+        device: DeviceId,
+        dtype: DType,
+        shape: Vec<usize>,
+        size: u64,
+    ) -> Self {
         Tensor {
             alloc,
+            device,
             dtype,
             shape,
             size,
@@ -33,6 +43,13 @@ impl Tensor {
     /// The allocation (handle and range).
     pub fn allocation(&self) -> Allocation {
         self.alloc
+    }
+
+    /// The device whose pool holds the bytes ([`RuntimeConfig::device_id`](crate::RuntimeConfig)
+    /// of the runtime that allocated it): every op and transfer checks it, so a tensor is never
+    /// used on another device's runtime.
+    pub fn device(&self) -> DeviceId {
+        self.device
     }
 
     /// Element type.

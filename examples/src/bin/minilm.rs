@@ -9,8 +9,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use serde_json::json;
 use tensormem::{Error, Result, Runtime, RuntimeConfig};
-use tensormem_examples::backend_select;
+use tensormem_examples::backend_select::{self, BackendChoice};
 use tensormem_examples::cli::{self, EXIT_CODES, SampleArgs};
+use tensormem_examples::models::host_memory::PhaseMeter;
 use tensormem_examples::models::minilm::{self, BertConfig, MiniLm};
 use tensormem_examples::models::offload_table;
 use tensormem_examples::models::report::{InferenceReport, blocks_allocated, bytes, time_runs};
@@ -55,6 +56,16 @@ struct Args {
     /// host-visible (exercises the copies on the host backend and lavapipe).
     #[arg(long)]
     force_staging: bool,
+    /// Split the model across N devices, balanced by weight bytes: N instances of --backend (two
+    /// lavapipe devices are two Vulkan instances on the one adapter), each with its own pools and
+    /// budget (--device-budget SIZE applies per device). The report lists each device's peak.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=16))]
+    devices: u32,
+    /// The devices' backends in order, comma-separated (e.g. host,vulkan): a mixed set. Sets the
+    /// device count; overrides --backend.
+    #[arg(long, value_name = "LIST", value_enum, value_delimiter = ',')]
+    device_backends: Vec<BackendChoice>,
     /// Sentences to embed (default: stdin, one per line).
     #[arg(value_name = "SENTENCE")]
     sentences: Vec<String>,
@@ -69,6 +80,9 @@ enum Load {
     Read,
 }
 
+#[path = "minilm/placed.rs"]
+mod placed;
+
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(args) {
@@ -77,7 +91,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: Args) -> Result<()> {
+fn run(mut args: Args) -> Result<()> {
     let s = &args.sample;
     let model_dir = args
         .model_dir
@@ -146,7 +160,7 @@ fn run(args: Args) -> Result<()> {
         cli::emit(&text);
         return Ok(());
     }
-    let mut sentences = args.sentences;
+    let mut sentences = std::mem::take(&mut args.sentences);
     if sentences.is_empty() {
         for line in std::io::stdin().lock().lines() {
             let line = line.map_err(|source| Error::Io {
@@ -164,7 +178,11 @@ fn run(args: Args) -> Result<()> {
         ));
     }
 
+    if args.devices > 1 || !args.device_backends.is_empty() {
+        return placed::run(&args, &model_dir, &sentences);
+    }
     let loading = cli::spinner("loading and checking the model", s.json);
+    let mut meter = PhaseMeter::start();
     let weights_file = s
         .weights
         .weights_file
@@ -174,10 +192,20 @@ fn run(args: Args) -> Result<()> {
         Load::Map => WeightFile::open(&weights_file)?,
         Load::Read => WeightFile::read(&weights_file)?,
     };
+    meter.phase(match args.load {
+        Load::Map => "map and check weight file",
+        Load::Read => "read and check weight file",
+    });
     let mut model = MiniLm::with_weights(&rt, &model_dir, weights, s.weights.format())?;
     model.set_device_budget(s.device_budget);
-    loading.set_message("compiling and running");
+    meter.phase("config and tokenizer");
+    loading.set_message("compiling and uploading");
+    let tokens = model.tokenizer().encode_batch(&sentences)?;
+    model.model_for(tokens.batch, tokens.seq)?;
+    meter.phase("compile and upload weights");
+    loading.set_message("running");
     let emb = model.embed(&sentences)?;
+    meter.phase("first run");
     loading.finish_and_clear();
     let (batch, seq) = (emb.tokens.batch, emb.tokens.seq);
     let bar = cli::progress(u64::from(s.runs), "timed runs", s.json);
@@ -196,7 +224,8 @@ fn run(args: Args) -> Result<()> {
         .cached_model(batch, seq)
         .ok_or_else(|| Error::invalid("minilm: the compiled shape left the cache"))?;
     let shape = format!("batch {batch} x seq {seq}");
-    let report = InferenceReport::new(&rt, &selection, compiled, shape, timing);
+    meter.phase("timed runs");
+    let report = InferenceReport::new(&rt, &selection, compiled, shape, timing).with_phases(meter);
 
     let n = sentences.len();
     let sims: Vec<Vec<f32>> = (0..n)

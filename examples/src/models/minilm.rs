@@ -30,7 +30,9 @@ use crate::cli::DeviceBudget;
 use tensormem::offload::Score;
 
 mod consistency;
+mod placed;
 use consistency::{check_ids, check_weights_match};
+pub use placed::PlacedMiniLm;
 
 /// The fields of `config.json` the graph needs (a BERT config).
 #[derive(Clone, Debug, Deserialize, PartialEq)]

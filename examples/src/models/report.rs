@@ -12,6 +12,7 @@ use indicatif::ProgressBar;
 use serde_json::{Value, json};
 use tensormem::{MemoryReport, Model, Result, Runtime};
 
+use super::host_memory::PhaseMeter;
 use crate::backend_select::Selection;
 
 /// Timed repeated runs of one shape.
@@ -90,6 +91,8 @@ pub struct InferenceReport {
     /// The process's peak resident host memory so far (`VmHWM` of `/proc/self/status`; `None`
     /// where the platform has no such file). Loading, uploads and runs included.
     pub peak_host_bytes: Option<u64>,
+    /// Host memory per phase of the run, when the sample measured it ([`InferenceReport::with_phases`]).
+    pub phases: Option<PhaseMeter>,
 }
 
 /// The process's resident-set high-water mark in bytes (Linux `VmHWM`), if known.
@@ -119,7 +122,16 @@ impl InferenceReport {
             memory: model.memory_report(),
             timing,
             peak_host_bytes: peak_host_bytes(),
+            phases: None,
         }
+    }
+
+    /// Adds the host memory phases `meter` measured. The meter resets the high-water mark at each
+    /// phase, so the run's peak is the largest of its phases' peaks and the mark since.
+    pub fn with_phases(mut self, meter: PhaseMeter) -> Self {
+        self.peak_host_bytes = self.peak_host_bytes.max(meter.peak());
+        self.phases = Some(meter);
+        self
     }
 
     /// The offload lines of the text report (empty without a device budget).
@@ -224,7 +236,10 @@ impl InferenceReport {
             min = t.min.as_secs_f64() * 1e3,
             hwm = self.peak_host_bytes.map_or("-".to_string(), bytes),
             offload = self.offload_text(),
-        )
+        ) + &self
+            .phases
+            .as_ref()
+            .map_or_else(String::new, |p| format!("\n{}", p.to_text()))
     }
 
     /// The report fields as a JSON object (sizes in bytes, times in milliseconds).
@@ -283,6 +298,9 @@ impl InferenceReport {
         v["weight_store_tensors"] = json!(m.weight_store.tensors);
         v["weight_store_references"] = json!(m.weight_store.references);
         v["peak_host_rss_bytes"] = json!(self.peak_host_bytes);
+        if let Some(p) = &self.phases {
+            v["host_memory_phases"] = p.to_json();
+        }
         v
     }
 }

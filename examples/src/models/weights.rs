@@ -407,18 +407,87 @@ impl WeightFile {
                 hash: Some(entry.hash),
             });
         }
-        let values = self.f32_values(name, shape)?;
-        let (channels, inner) = channels_inner(shape);
-        let q = quant::quantize(&values, channels, inner, format)?;
-        let mut bytes = q.bytes;
-        bytes.truncate((values.len() as u64 * format.dtype().size()) as usize);
+        let (bytes, scales) = self.convert(name, entry, shape, format)?;
         Ok(StoredWeight {
             bytes: Cow::Owned(bytes),
             scales: format
                 .has_scales()
-                .then(|| Cow::Owned(bytemuck::cast_slice(&q.scales).to_vec())),
+                .then(|| Cow::Owned(bytemuck::cast_slice(&scales).to_vec())),
             hash: None,
         })
+    }
+
+    /// Tensor `name` (`entry`, of `shape`) converted to `format` (unpadded bytes, and int8
+    /// scales), a piece of whole rows (about [`STREAM_CHUNK`] of the file) at a time: each piece
+    /// is decoded to f32, quantised (every scale covers part of one row, so pieces of whole rows
+    /// quantise exactly as the whole tensor does) and its file pages released. Host memory holds
+    /// the converted tensor and one piece, never an f32 copy of the whole nor the whole mapped
+    /// source (MiniLM's word embeddings are 47 MB as f32).
+    ///
+    /// # Errors
+    /// Quantisation errors; [`Error::SizeMismatch`] for an int8 tensor whose scales are short.
+    fn convert(
+        &self,
+        name: &str,
+        entry: &Entry,
+        shape: &[usize],
+        format: WeightFormat,
+    ) -> Result<(Vec<u8>, Vec<f32>)> {
+        let stored = self.stored_format(name, shape)?;
+        let all_scales: Vec<f32> = match self.scales.get(name) {
+            Some(s) => bytemuck::pod_collect_to_vec(&self.storage.bytes()[s.start..s.end]),
+            None => Vec::new(),
+        };
+        let (channels, inner) = channels_inner(shape);
+        let (channels, inner) = (channels as usize, inner as usize);
+        let (_, src_groups) = stored.groups(inner.max(1) as u64);
+        let (_, groups) = format.groups(inner.max(1) as u64);
+        let (src_size, size) = (
+            stored.dtype().size() as usize,
+            format.dtype().size() as usize,
+        );
+        let row_bytes = inner * src_size;
+        let rows_per_piece = (STREAM_CHUNK / row_bytes.max(1)).max(1);
+        let mut bytes = Vec::with_capacity(channels * inner * size);
+        let mut scales = Vec::with_capacity(if format.has_scales() {
+            channels * groups as usize
+        } else {
+            0
+        });
+        for r0 in (0..channels).step_by(rows_per_piece) {
+            let rows = rows_per_piece.min(channels - r0);
+            let (at, end) = (
+                entry.start + r0 * row_bytes,
+                entry.start + (r0 + rows) * row_bytes,
+            );
+            let piece_scales = if stored.has_scales() {
+                let g = src_groups as usize;
+                all_scales
+                    .get(r0 * g..(r0 + rows) * g)
+                    .ok_or_else(|| Error::SizeMismatch {
+                        what: format!("scales of int8 weight '{name}'"),
+                        expected: (channels * g) as u64,
+                        actual: all_scales.len() as u64,
+                    })?
+            } else {
+                &[][..]
+            };
+            let values = quant::dequantize(
+                &self.storage.bytes()[at..end],
+                piece_scales,
+                rows as u64,
+                inner as u64,
+                stored,
+            )?;
+            let q = quant::quantize(&values, rows as u64, inner as u64, format)?;
+            // `quantize` pads each piece to whole words; the tensor is padded once, on upload.
+            bytes.extend_from_slice(&q.bytes[..rows * inner * size]);
+            scales.extend_from_slice(&q.scales);
+            self.storage.release(at, end);
+        }
+        // Pages straddling two pieces were kept by each piece's release.
+        self.storage.release(entry.start, entry.end);
+        Ok((bytes, scales))
     }
 
     /// Binds weight `id` of `model` to tensor `name` of this file in `format`: a tensor stored

@@ -22,6 +22,10 @@ use rayon::prelude::*;
 
 use crate::{Error, Result};
 
+mod stored;
+
+pub(super) use stored::matmul_stored;
+
 /// Shape and layout flags of a product (see [`Op::MatMul`](crate::ops::Op::MatMul)).
 pub(super) struct Shape {
     pub batch: usize,
@@ -54,9 +58,10 @@ struct Tile {
 /// The output pointer shared by the tiles.
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
-// SAFETY: the pointer is only dereferenced (by `sgemm` and the bias loop) inside `run_tile`, for
-// the elements of one tile; tiles are disjoint, so no element is written by two threads, and the
-// slice it points into outlives the parallel loop (`matmul` borrows it mutably throughout).
+// SAFETY: the pointer is only dereferenced (by `sgemm` and the bias loop) inside one tile's
+// `TileGemm::run`, for the elements of that tile; tiles are disjoint, so no element is written by
+// two threads, and the slice it points into outlives the parallel loop (`matmul` and
+// `matmul_stored` borrow it mutably throughout).
 unsafe impl Send for OutPtr {}
 // SAFETY: as above; sharing the pointer value itself is harmless.
 unsafe impl Sync for OutPtr {}
@@ -74,6 +79,27 @@ pub(super) fn matmul(
     alpha: f32,
     c: &mut [f32],
 ) -> Result<()> {
+    check_lengths(s, a.len(), b.len(), bias.map(<[f32]>::len), c.len())?;
+    if c.is_empty() {
+        return Ok(());
+    }
+    let out = OutPtr(c.as_mut_ptr());
+    let parallel = s.batch * s.m * s.n * s.k >= PARALLEL_MIN_MACS;
+    let run = |t: &Tile| run_tile(s, a, b, bias, alpha, out, *t);
+    if parallel {
+        tiles(s, true).par_iter().for_each(run);
+    } else {
+        tiles(s, false).iter().for_each(run);
+    }
+    Ok(())
+}
+
+/// Checks the operands' element counts against `s` (callers check bindings first; this keeps
+/// the raw-pointer products sound on their own).
+///
+/// # Errors
+/// [`Error::SizeMismatch`] naming the operand whose length disagrees.
+fn check_lengths(s: &Shape, a: usize, b: usize, bias: Option<usize>, c: usize) -> Result<()> {
     let (m, n, k) = (s.m, s.n, s.k);
     let b_mats = if s.broadcast_b { 1 } else { s.batch };
     let check = |what: &str, expected: usize, actual: usize| {
@@ -87,22 +113,11 @@ pub(super) fn matmul(
             })
         }
     };
-    check("a", s.batch * m * k, a.len())?;
-    check("b", b_mats * k * n, b.len())?;
-    check("c", s.batch * m * n, c.len())?;
+    check("a", s.batch * m * k, a)?;
+    check("b", b_mats * k * n, b)?;
+    check("c", s.batch * m * n, c)?;
     if let Some(bias) = bias {
-        check("bias", n, bias.len())?;
-    }
-    if c.is_empty() {
-        return Ok(());
-    }
-    let out = OutPtr(c.as_mut_ptr());
-    let parallel = s.batch * m * n * k >= PARALLEL_MIN_MACS;
-    let run = |t: &Tile| run_tile(s, a, b, bias, alpha, out, *t);
-    if parallel {
-        tiles(s, true).par_iter().for_each(run);
-    } else {
-        tiles(s, false).iter().for_each(run);
+        check("bias", n, bias)?;
     }
     Ok(())
 }
@@ -160,44 +175,90 @@ fn run_tile(
     t: Tile,
 ) {
     let (m, n, k) = (s.m, s.n, s.k);
-    let (rows, cols) = (t.i1 - t.i0, t.j1 - t.j0);
     // Element (i, p) of op(A) and (p, j) of op(B), as (row stride, column stride).
     let (rsa, csa) = if s.trans_a { (1, m) } else { (k, 1) };
     let (rsb, csb) = if s.trans_b { (1, k) } else { (n, 1) };
     let a_mat = t.batch * m * k;
     let b_mat = if s.broadcast_b { 0 } else { t.batch * k * n };
     let c_first = (t.batch * m + t.i0) * n + t.j0;
+    let tile = TileGemm {
+        rows: t.i1 - t.i0,
+        cols: t.j1 - t.j0,
+        k,
+        alpha,
+        a_strides: (rsa, csa),
+        b_strides: (rsb, csb),
+        c_row_stride: n,
+        bias: bias.map(|b| &b[t.j0..t.j1]),
+    };
     // SAFETY: `matmul` checked `a.len() == batch·m·k`, `b.len() == (1 or batch)·k·n` and
     // `c.len() == batch·m·n`. For this tile, sgemm reads op(A) rows `i0..i1` × `0..k` of matrix
     // `batch` (offsets below `a_mat + m·k`), op(B) `0..k` × columns `j0..j1` of its matrix (below
     // `b_mat + k·n`), and writes C rows `i0..i1` × columns `j0..j1` of matrix `batch` (below
     // `(batch + 1)·m·n`), all in bounds. Tiles are disjoint, so no other thread touches these C
-    // elements; A and B are only read. `beta = 0` means C's old contents are not read.
+    // elements; A and B are only read.
     unsafe {
-        let a_ptr = a.as_ptr().add(a_mat + t.i0 * rsa);
-        let b_ptr = b.as_ptr().add(b_mat + t.j0 * csb);
-        let c_ptr = out.0.add(c_first);
-        matrixmultiply::sgemm(
-            rows,
-            k,
-            cols,
-            alpha,
-            a_ptr,
-            rsa as isize,
-            csa as isize,
-            b_ptr,
-            rsb as isize,
-            csb as isize,
-            0.0,
-            c_ptr,
-            n as isize,
-            1,
+        tile.run(
+            a.as_ptr().add(a_mat + t.i0 * rsa),
+            b.as_ptr().add(b_mat + t.j0 * csb),
+            out.0.add(c_first),
         );
-        if let Some(bias) = bias {
-            let bias = &bias[t.j0..t.j1];
-            for i in 0..rows {
-                // The tile's row `i`: `cols` contiguous elements of C, in bounds as above.
-                let row = std::slice::from_raw_parts_mut(c_ptr.add(i * n), cols);
+    }
+}
+
+/// One `sgemm` call: `C[rows × cols] = alpha · A[rows × k] · B[k × cols] (+ bias)`, every matrix
+/// addressed by a pointer and (row, column) strides in elements.
+struct TileGemm<'a> {
+    rows: usize,
+    cols: usize,
+    k: usize,
+    alpha: f32,
+    a_strides: (usize, usize),
+    b_strides: (usize, usize),
+    /// Elements between consecutive rows of `C` (its columns are contiguous).
+    c_row_stride: usize,
+    /// The bias of the tile's `cols` columns.
+    bias: Option<&'a [f32]>,
+}
+
+impl TileGemm<'_> {
+    /// Runs the product, then adds the bias to each row of the tile.
+    ///
+    /// # Safety
+    /// `a` must be valid for reads of every element `(i, p)` at `i·rsa + p·csa` for `i < rows`,
+    /// `p < k`; `b` likewise for `(p, j)`, `j < cols`; `c` valid for writes of every `(i, j)` at
+    /// `i·c_row_stride + j`, and no other thread may access those `C` elements during the call.
+    /// `bias`, when given, holds at least `cols` values.
+    unsafe fn run(&self, a: *const f32, b: *const f32, c: *mut f32) {
+        let (rsa, csa) = self.a_strides;
+        let (rsb, csb) = self.b_strides;
+        // SAFETY: the caller's contract covers exactly the elements sgemm reads and writes;
+        // `beta = 0` means C's old contents are not read.
+        unsafe {
+            matrixmultiply::sgemm(
+                self.rows,
+                self.k,
+                self.cols,
+                self.alpha,
+                a,
+                rsa as isize,
+                csa as isize,
+                b,
+                rsb as isize,
+                csb as isize,
+                0.0,
+                c,
+                self.c_row_stride as isize,
+                1,
+            );
+        }
+        if let Some(bias) = self.bias {
+            for i in 0..self.rows {
+                // SAFETY: the tile's row `i`: `cols` contiguous elements of C, writable and
+                // unshared per the caller's contract.
+                let row = unsafe {
+                    std::slice::from_raw_parts_mut(c.add(i * self.c_row_stride), self.cols)
+                };
                 for (c, &bv) in row.iter_mut().zip(bias) {
                     *c += bv;
                 }

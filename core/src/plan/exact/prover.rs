@@ -12,10 +12,14 @@ use crate::time::Instant;
 
 use super::{Infeasibility, Outcome, PREORDERS, Prepared};
 use crate::plan::Buffer;
+use crate::plan::rng::Rng;
 
 /// Restart rounds (each doubling the node limit) before an undecided minimisation probe is
 /// abandoned: 2^14 times the first limit, i.e. tens of millions of nodes.
 const GIVE_UP_ROUNDS: u32 = 14;
+
+/// Adjacent-rank swaps that randomise a preorder, per buffer.
+const SHUFFLE_SWAPS_PER_BUFFER: usize = 1;
 
 /// What one step of the worker established.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +49,25 @@ pub(crate) struct Prover {
     rounds: u32,
     /// Whether a minimisation probe was already made (the first one goes to the lower bound).
     probed: bool,
+    /// Runs of the current probe; every second one uses a randomised preorder.
+    runs: u64,
+    rng: Rng,
+    /// Scratch: the randomised preorder (rank per buffer) and its order.
+    random_rank: Vec<u32>,
+    random_order: Vec<u32>,
+}
+
+/// The Luby sequence 1, 1, 2, 1, 1, 2, 4, 1, ... (`i >= 1`): restart lengths whose total is
+/// within a log factor of the best fixed length for any runtime distribution (Luby, Sinclair and
+/// Zuckerman 1993).
+fn luby(mut i: u64) -> u64 {
+    loop {
+        let k = 64 - i.leading_zeros(); // 2^(k-1) <= i < 2^k
+        if i == (1u64 << k) - 1 {
+            return 1 << (k - 1);
+        }
+        i -= (1 << (k - 1)) - 1;
+    }
 }
 
 impl Prover {
@@ -60,6 +83,38 @@ impl Prover {
             node_limit,
             rounds: 0,
             probed: false,
+            runs: 0,
+            rng: Rng::new(0x0e7a_c75e_a2c4 ^ variant as u64),
+            random_rank: Vec::new(),
+            random_order: Vec::new(),
+        }
+    }
+
+    /// A fresh randomised preorder: one of the static ones with random swaps of buffers a few
+    /// ranks apart. Backtracking search times are heavy-tailed; restarts under randomised orders
+    /// cut the tail where the three fixed preorders all go wrong early (Gomes, Selman and Kautz,
+    /// "Boosting combinatorial search through randomization", AAAI 1998).
+    fn shuffle(&mut self) {
+        let n = self.prepared.len();
+        let base = self
+            .prepared
+            .rank(self.rng.below(PREORDERS as u64) as usize);
+        self.random_order.clear();
+        self.random_order.resize(n, 0);
+        for (i, &r) in base.iter().enumerate() {
+            self.random_order[r as usize] = i as u32;
+        }
+        if n > 1 {
+            for _ in 0..n * SHUFFLE_SWAPS_PER_BUFFER {
+                let a = self.rng.below(n as u64 - 1) as usize;
+                let b = (a + 1 + self.rng.below(4) as usize).min(n - 1);
+                self.random_order.swap(a, b);
+            }
+        }
+        self.random_rank.clear();
+        self.random_rank.resize(n, 0);
+        for (r, &i) in self.random_order.iter().enumerate() {
+            self.random_rank[i as usize] = r as u32;
         }
     }
 
@@ -92,11 +147,21 @@ impl Prover {
             self.probe = Some(wanted);
             self.node_limit = self.prepared.initial_node_limit();
             self.rounds = 0;
+            self.runs = 0;
             self.probed |= must_decide.is_none();
         }
-        let outcome = self
-            .prepared
-            .run(wanted, self.preorder, self.node_limit, deadline, stop);
+        self.runs += 1;
+        // Every second run: a randomised preorder for a Luby-sized slice.
+        let random = self.runs.is_multiple_of(2);
+        let outcome = if random {
+            self.shuffle();
+            let limit = self.prepared.initial_node_limit() * luby(self.runs / 2);
+            self.prepared
+                .run_ranked(wanted, &self.random_rank, limit, deadline, stop)
+        } else {
+            self.prepared
+                .run(wanted, self.preorder, self.node_limit, deadline, stop)
+        };
         match outcome {
             Outcome::Found(offsets) => {
                 self.probe = None;
@@ -113,7 +178,7 @@ impl Prover {
                 }
             }
             Outcome::Timeout => {
-                if Instant::now() >= deadline || stop() {
+                if random || Instant::now() >= deadline || stop() {
                     return Event::Working;
                 }
                 self.preorder = (self.preorder + 1) % PREORDERS;
@@ -128,5 +193,16 @@ impl Prover {
                 Event::Working
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::luby;
+
+    #[test]
+    fn luby_sequence() {
+        let got: Vec<u64> = (1..=15).map(luby).collect();
+        assert_eq!(got, [1, 1, 2, 1, 1, 2, 4, 1, 1, 2, 1, 1, 2, 4, 8]);
     }
 }

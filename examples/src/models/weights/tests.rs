@@ -99,3 +99,71 @@ fn non_finite_weights_are_refused_naming_the_tensor() {
         }
     }
 }
+
+/// Converting at load works a piece of rows at a time: a tensor several pieces long (odd row
+/// length, so f16 and int8 rows straddle words and pieces end mid-word) converts to exactly the
+/// bytes and scales of quantising it whole, from f32 and from a stored int8 file alike.
+#[test]
+fn conversion_in_pieces_equals_quantising_whole() {
+    let (rows, inner) = (2 * STREAM_CHUNK / (4 * 1001) + 3, 1001usize);
+    let values: Vec<f32> = (0..rows * inner)
+        .map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0)
+        .collect();
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let tensors = vec![(
+        "w",
+        TensorView::new(Dtype::F32, vec![rows, inner], &bytes).unwrap(),
+    )];
+    let file = safetensors::tensor::serialize(tensors, None).unwrap();
+    let f = WeightFile::from_bytes(Path::new("big.safetensors"), file).unwrap();
+    let shape = [rows, inner];
+    for format in [
+        WeightFormat::F16,
+        WeightFormat::Int8 { group: 0 },
+        WeightFormat::Int8 { group: 64 },
+    ] {
+        let whole = quant::quantize(&values, rows as u64, inner as u64, format).unwrap();
+        let w = f.weight("w", &shape, format).unwrap();
+        let unpadded = rows * inner * format.dtype().size() as usize;
+        assert_eq!(&w.bytes[..], &whole.bytes[..unpadded], "{format:?} bytes");
+        let scales: Vec<f32> = w
+            .scales
+            .as_deref()
+            .map(bytemuck::pod_collect_to_vec)
+            .unwrap_or_default();
+        assert_eq!(scales, whole.scales, "{format:?} scales");
+    }
+
+    // From a stored int8 tensor (per-channel scales) to f16: as dequantising whole, then f16.
+    let q = quant::quantize(
+        &values,
+        rows as u64,
+        inner as u64,
+        WeightFormat::Int8 { group: 0 },
+    )
+    .unwrap();
+    let scale_bytes: Vec<u8> = bytemuck::cast_slice(&q.scales).to_vec();
+    let tensors = vec![
+        (
+            "w",
+            TensorView::new(Dtype::I8, vec![rows, inner], &q.bytes[..rows * inner]).unwrap(),
+        ),
+        (
+            "w.scale",
+            TensorView::new(Dtype::F32, vec![rows, 1], &scale_bytes).unwrap(),
+        ),
+    ];
+    let file = safetensors::tensor::serialize(tensors, None).unwrap();
+    let f = WeightFile::from_bytes(Path::new("int8.safetensors"), file).unwrap();
+    let deq = quant::dequantize(
+        &q.bytes,
+        &q.scales,
+        rows as u64,
+        inner as u64,
+        WeightFormat::Int8 { group: 0 },
+    )
+    .unwrap();
+    let want = quant::quantize(&deq, rows as u64, inner as u64, WeightFormat::F16).unwrap();
+    let got = f.weight("w", &shape, WeightFormat::F16).unwrap();
+    assert_eq!(&got.bytes[..], &want.bytes[..rows * inner * 2]);
+}

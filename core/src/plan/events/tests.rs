@@ -1,0 +1,101 @@
+use super::*;
+use crate::plan::rng::Rng;
+
+fn random(n: usize, horizon: u64, seed: u64) -> Vec<Buffer> {
+    let mut rng = Rng::new(seed);
+    (0..n)
+        .map(|_| {
+            let l = rng.below(horizon);
+            Buffer::new(l, l + 1 + rng.below(horizon / 4 + 1), 1 + rng.below(8))
+        })
+        .collect()
+}
+
+/// The order by comparison: time, frees first, allocations largest first, then id.
+fn expected(buffers: &[Buffer]) -> Vec<Event> {
+    let mut want: Vec<Event> = (0..buffers.len() as u32)
+        .flat_map(|id| {
+            let b = &buffers[id as usize];
+            [
+                Event {
+                    time: b.lower,
+                    alloc: true,
+                    id,
+                },
+                Event {
+                    time: b.upper,
+                    alloc: false,
+                    id,
+                },
+            ]
+        })
+        .collect();
+    want.sort_by_key(|e| {
+        let size = if e.alloc {
+            buffers[e.id as usize].size
+        } else {
+            0
+        };
+        (e.time, e.alloc, std::cmp::Reverse(size), e.id)
+    });
+    want
+}
+
+#[test]
+fn radix_order_matches_a_comparison_sort() {
+    for (n, horizon, seed) in [
+        (0, 1, 0),
+        (1, 1, 1),
+        (50, 10, 2),
+        (3000, 1 << 20, 3),
+        (500, 7, 4),
+    ] {
+        let b = random(n, horizon, seed);
+        let got: Vec<Event> = Events::new(&b).iter().collect();
+        assert_eq!(got, expected(&b), "n {n} horizon {horizon}");
+    }
+    // Times spread over all 64 bits take the comparison fallback.
+    let b = [
+        Buffer::new(0, u64::MAX, 3),
+        Buffer::new(5, 6, 9),
+        Buffer::new(u64::MAX - 2, u64::MAX, 4),
+        Buffer::new(5, 1 << 63, 4),
+    ];
+    let got: Vec<Event> = Events::new(&b).iter().collect();
+    assert_eq!(got, expected(&b));
+}
+
+#[test]
+fn load_groups_and_spans_match_brute_force() {
+    let b = random(400, 300, 5);
+    let e = Events::new(&b);
+    let times: std::collections::BTreeSet<u64> =
+        b.iter().flat_map(|b| [b.lower, b.upper]).collect();
+    let load_at = |t: u64| -> u64 {
+        b.iter()
+            .filter(|x| x.lower <= t && t < x.upper)
+            .map(|x| x.size)
+            .sum()
+    };
+    let lb = times.iter().map(|&t| load_at(t)).max().unwrap();
+    let (load, at) = e.peak_load(&b);
+    assert_eq!((load, load_at(at)), (lb, lb));
+    let times: Vec<u64> = times.into_iter().collect();
+    let (span, segments) = e.spans(b.len());
+    assert_eq!(segments, times.len() - 1);
+    for (x, &(f, l)) in b.iter().zip(&span) {
+        assert_eq!((times[f as usize], times[l as usize]), (x.lower, x.upper));
+    }
+    // Two groups that touch at time 10 are apart (half-open lifetimes).
+    let g = [
+        Buffer::new(0, 10, 5),
+        Buffer::new(3, 10, 6),
+        Buffer::new(10, 20, 7),
+        Buffer {
+            align: 4,
+            ..Buffer::new(12, 30, 1)
+        },
+    ];
+    assert_eq!(Events::new(&g).worst_group(&g), (11, 2));
+    assert_eq!(Events::new(&g[2..]).worst_group(&g[2..]), (11, 2));
+}

@@ -1,0 +1,178 @@
+//! `minilm --devices N` / `--device-backends LIST`: the model split across a device set, balanced
+//! by weight bytes, with each device's share of memory and the traffic between them in the report.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tensormem::devices::PlacedReport;
+use tensormem::{DeviceSet, Error, PoolConfig, Result, RuntimeConfig};
+use tensormem_examples::backend_select::{self, BackendChoice};
+use tensormem_examples::cli::{self, DeviceBudget};
+use tensormem_examples::models::minilm::{self, MiniLm};
+use tensormem_examples::models::report::bytes;
+use tensormem_examples::models::weights::WeightFile;
+use tensormem_examples::outln;
+
+use super::{Args, Load};
+
+/// Embeds `sentences` on the device set the flags describe and prints the embeddings, the
+/// similarities and the per-device report.
+pub(crate) fn run(args: &Args, model_dir: &Path, sentences: &[String]) -> Result<()> {
+    let s = &args.sample;
+    let choices: Vec<BackendChoice> = if args.device_backends.is_empty() {
+        vec![s.device.backend; args.devices as usize]
+    } else {
+        args.device_backends.clone()
+    };
+    let budget = match s.device_budget {
+        None => None,
+        Some(DeviceBudget::Bytes(b)) => Some(b),
+        Some(DeviceBudget::Percent(_)) => {
+            return Err(Error::invalid(
+                "minilm: with several devices, --device-budget takes a size per device, not a percentage",
+            ));
+        }
+    };
+    let config = RuntimeConfig {
+        device: PoolConfig {
+            budget,
+            ..PoolConfig::device()
+        },
+        force_staging: args.force_staging,
+        ..RuntimeConfig::default()
+    };
+    let backends = choices
+        .iter()
+        .map(|&c| backend_select::select(c, &s.device.select_options()).map(|sel| sel.backend))
+        .collect::<Result<Vec<_>>>()?;
+    let set = DeviceSet::new(backends, config)?;
+
+    let loading = cli::spinner("loading and checking the model", s.json);
+    let weights_file = s
+        .weights
+        .weights_file
+        .clone()
+        .unwrap_or_else(|| model_dir.join("model.safetensors"));
+    let weights = match args.load {
+        Load::Map => WeightFile::open(&weights_file)?,
+        Load::Read => WeightFile::read(&weights_file)?,
+    };
+    let model = MiniLm::with_weights(
+        set.device(tensormem::DeviceId(0))?,
+        model_dir,
+        weights,
+        s.weights.format(),
+    )?;
+    loading.set_message("compiling across the devices and running");
+    let (emb, mut placed) =
+        model.embed_placed(&set, &tensormem::Placement::BalancedByWeights, sentences)?;
+    loading.finish_and_clear();
+    let mut times = Vec::with_capacity(s.runs as usize);
+    for _ in 0..s.runs {
+        let start = Instant::now();
+        placed.run(&emb.tokens)?;
+        times.push(start.elapsed());
+    }
+    let mean = times.iter().sum::<Duration>() / s.runs.max(1);
+    let report = placed.model.report();
+    let (batch, seq) = (emb.tokens.batch, emb.tokens.seq);
+    let n = sentences.len();
+    let sims: Vec<Vec<f32>> = (0..n)
+        .map(|i| {
+            (0..n)
+                .map(|j| minilm::cosine(&emb.vectors[i], &emb.vectors[j]))
+                .collect()
+        })
+        .collect();
+    let mut text = String::new();
+    if s.json {
+        let items: Vec<_> = sentences
+            .iter()
+            .zip(&emb.vectors)
+            .map(|(s, v)| json!({ "sentence": s, "embedding": v }))
+            .collect();
+        let out = json!({
+            "model": "all-MiniLM-L6-v2",
+            "sentences": items,
+            "cosine": sims,
+            "shape": { "batch": batch, "seq": seq },
+            "mean_run_ms": mean.as_secs_f64() * 1e3,
+            "devices": devices_json(&set, &report),
+            "stages": report.stages.iter().map(|(d, first, nodes)| {
+                json!({ "device": d.0, "first_node": first, "nodes": nodes })
+            }).collect::<Vec<_>>(),
+            "transfer_bytes_per_run": report.transfer_bytes_per_run,
+        });
+        outln!(text, "{out}");
+    } else {
+        for (i, (s, v)) in sentences.iter().zip(&emb.vectors).enumerate() {
+            let head: Vec<String> = v.iter().take(8).map(|x| format!("{x:+.6}")).collect();
+            outln!(text, "[{i}] {s:?} ({} tokens)", emb.tokens.lengths[i]);
+            outln!(text, "    embedding[0..8] {}", head.join(" "));
+        }
+        if n > 1 {
+            outln!(text, "cosine similarity:");
+            for (i, row) in sims.iter().enumerate() {
+                let cells: Vec<String> = row.iter().map(|c| format!("{c:7.4}")).collect();
+                outln!(text, "  [{i}] {}", cells.join(" "));
+            }
+        }
+        outln!(
+            text,
+            "batch {batch} x seq {seq} on {} devices, {} stages, {} copied between devices per run, {:.2} ms per run ({} runs)",
+            set.len(),
+            report.stages.len(),
+            bytes(report.transfer_bytes_per_run),
+            mean.as_secs_f64() * 1e3,
+            s.runs
+        );
+        outln!(
+            text,
+            "| device | backend | nodes | weights | activations (planned) | inputs/outputs | peak reserved | budget |"
+        );
+        outln!(text, "|---|---|---:|---:|---:|---:|---:|---:|");
+        for (d, rt) in report.devices.iter().zip(set.runtimes()) {
+            let caps = rt.backend().capabilities();
+            outln!(
+                text,
+                "| {} | {} ({}) | {} | {} | {} | {} | {} | {} |",
+                d.device.0,
+                caps.backend,
+                caps.device_name,
+                d.nodes,
+                bytes(d.weight_bytes),
+                bytes(d.activation_planned_bytes),
+                bytes(d.io_bytes),
+                bytes(d.peak_reserved),
+                d.budget.map_or_else(|| "none".to_string(), bytes)
+            );
+        }
+    }
+    cli::emit(&text);
+    Ok(())
+}
+
+/// Each device's share as JSON. Sizes in bytes.
+fn devices_json(set: &DeviceSet, report: &PlacedReport) -> Vec<serde_json::Value> {
+    report
+        .devices
+        .iter()
+        .zip(set.runtimes())
+        .map(|(d, rt)| {
+            let caps = rt.backend().capabilities();
+            json!({
+                "device": d.device.0,
+                "backend": caps.backend,
+                "device_name": caps.device_name,
+                "stages": d.stages,
+                "nodes": d.nodes,
+                "weight_bytes": d.weight_bytes,
+                "activation_planned_bytes": d.activation_planned_bytes,
+                "io_bytes": d.io_bytes,
+                "peak_reserved_bytes": d.peak_reserved,
+                "budget_bytes": d.budget,
+            })
+        })
+        .collect()
+}
