@@ -20,6 +20,10 @@
 //! tensor's bytes from before op `lower` until after op `upper - 1`. A copy out is issued right
 //! after the op of last use; a copy in right before op `next use - lead`.
 //!
+//! Tensors of class [`TensorClass::Staged`] are written by the host before their one use in every
+//! run (the table rows an embedding lookup selects, gathered on the host by the runtime): they
+//! arrive like a prefetch ([`Arrival::HostWrite`]) and never leave.
+//!
 //! On unified memory (device memory is host-visible: integrated GPUs, lavapipe, the host backend)
 //! nothing needs to move: a chosen tensor simply lives in host-visible memory for the whole run and
 //! kernels bind it there ([`OffloadDesc::unified`]).
@@ -86,6 +90,10 @@ pub enum TensorClass {
     Output,
     /// Produced and consumed inside the run.
     Intermediate,
+    /// Written from host memory before its one use in every run (the table rows an embedding
+    /// lookup needs, gathered on the host): on the device from `prefetch_lead` ops before that
+    /// use until after it, never offloaded.
+    Staged,
 }
 
 /// One tensor as the schedule sees it.
@@ -161,6 +169,8 @@ pub enum Arrival {
     Prefetch,
     /// Copied back from where the previous interval's copy-out put it, before op `lower`.
     SwapIn,
+    /// Written from host memory before op `lower` (a [`TensorClass::Staged`] tensor).
+    HostWrite,
 }
 
 /// One device residency interval of one tensor, with its planned offset.
@@ -351,7 +361,7 @@ fn absences(tensors: &[OffloadTensor], n: u64, desc: &OffloadDesc) -> Vec<Absenc
             .windows(2)
             .map(|w| (w[0] + 1, w[1].saturating_sub(lead)));
         match t.class {
-            TensorClass::Input => {}
+            TensorClass::Input | TensorClass::Staged => {}
             TensorClass::Weight => {
                 // Streamed: away whenever not in use, the wrap from the last use to the next run's
                 // first included.

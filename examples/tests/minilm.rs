@@ -243,6 +243,61 @@ fn quantized_weights_keep_the_embeddings_on_every_backend() {
     }
 }
 
+/// Issue 16: MiniLM at 30% of its unbudgeted device bytes, below the size of its 46.9 MB word
+/// table, runs on every backend (and on the host's discrete path, where only the rows the ids
+/// select cross to the device) with embeddings bit-identical to the unbudgeted run.
+#[test]
+fn budgeted_minilm_below_its_word_table_is_bit_identical() {
+    use tensormem_examples::cli::DeviceBudget;
+    let Some(dir) = model_dir() else {
+        return;
+    };
+    let host = tensormem_examples::backend_select::select(
+        tensormem_examples::backend_select::BackendChoice::Host,
+        &tensormem_examples::backend_select::SelectOptions::default(),
+    )
+    .unwrap()
+    .backend;
+    let staging = tensormem::RuntimeConfig {
+        force_staging: true,
+        ..tensormem::RuntimeConfig::default()
+    };
+    let mut targets = backends::available_runtimes();
+    targets.push((
+        "host (staging)",
+        tensormem::Runtime::new(host, staging).unwrap(),
+    ));
+    for (name, rt) in targets {
+        let mut plain = MiniLm::open(&rt, &dir).unwrap();
+        let want = plain.embed(&[S1, S2]).unwrap();
+        let bits =
+            |v: &[Vec<f32>]| -> Vec<u32> { v.iter().flatten().map(|x| x.to_bits()).collect() };
+        drop(plain);
+        let mut model = MiniLm::open(&rt, &dir).unwrap();
+        model.set_device_budget(Some(DeviceBudget::Percent(30.0)));
+        for _ in 0..2 {
+            let got = model.embed(&[S1, S2]).unwrap();
+            assert_eq!(bits(&got.vectors), bits(&want.vectors), "{name}");
+        }
+        let (batch, seq) = (want.tokens.batch, want.tokens.seq);
+        let r = model.cached_model(batch, seq).unwrap().memory_report();
+        let o = r.offload.clone().unwrap();
+        let table = 30522 * 384 * 4;
+        assert!(
+            o.budget < table,
+            "{name}: {} is not below the table",
+            o.budget
+        );
+        assert!(r.peak_device_bytes <= o.budget, "{name}: {r:?}");
+        if !o.unified {
+            assert!(
+                o.bytes_to_device / r.runs < table,
+                "{name}: the word table is not streamed whole: {o:?}"
+            );
+        }
+    }
+}
+
 /// Issue 20: the model split across two devices (balanced by weight bytes, and cut at the middle
 /// node) gives the single device's embeddings bit for bit, on two host devices and on two
 /// lavapipe devices (two Vulkan instances on the one adapter), and each device reports its peak.

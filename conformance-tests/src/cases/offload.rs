@@ -1,11 +1,12 @@
 //! Budgeted compilation (issue 16): a graph compiled within a device budget runs with outputs
 //! bit-identical to the unbudgeted run of the same graph on the same target, its device pool never
 //! reserves more than the budget, and a budget below one op's operands is a typed error naming
-//! that op. Each graph runs twice: on the target as it is (unified memory binds offloaded tensors
+//! that op; an embedding table larger than the budget streams only the rows its ids select. Each
+//! graph runs twice: on the target as it is (unified memory binds offloaded tensors
 //! in place) and with staging forced (every offload copy runs, as on a discrete GPU).
 
 use tensormem::graph::TensorKind;
-use tensormem::ops::{DType, Op};
+use tensormem::ops::{DType, Op, WeightFormat};
 use tensormem::{CompileDesc, DevicePool, Error, Graph, Model, RuntimeConfig, TensorId};
 
 use super::graphs::{RandomGraph, bytes, random_graph};
@@ -17,6 +18,7 @@ pub(crate) fn cases() -> Vec<Case> {
     vec![
         case!("offload: budgeted graph run equals the unbudgeted run", budgeted_equals_unbudgeted, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
         case!("offload: budget below an op's operands names the op", budget_below_working_set, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
+        case!("offload: a table larger than the budget streams only the looked-up rows", embedding_rows_below_the_table, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
     ]
 }
 
@@ -154,4 +156,119 @@ async fn budget_below_working_set(ctx: &Ctx) -> R {
     check(rt.device_pool().stats().allocations == 0, || {
         "the failed compile holds device memory".into()
     })
+}
+
+/// `(tensor, bytes)` of a graph's weights and inputs.
+type Feeds = Vec<(TensorId, Vec<u8>)>;
+
+async fn feed_bytes(ctx: &Ctx, model: &mut Model, g: &Graph, feeds: &Feeds) -> R {
+    for (t, b) in feeds {
+        match g.decl(*t).map_err(fail("decl"))?.kind {
+            TensorKind::Weight => ctx.set_weight(model, *t, b).await,
+            _ => ctx.set_input(model, *t, b).await,
+        }
+        .map_err(fail("feed"))?;
+    }
+    Ok(())
+}
+
+/// A lookup of 16 ids (one past the table, one repeated) in an 8192-row table, then a relu.
+fn lookup_graph(format: WeightFormat) -> Result<(Graph, Feeds, TensorId), String> {
+    const VOCAB: usize = 8192;
+    const DIM: usize = 32;
+    const ROWS: usize = 16;
+    let mut g = Graph::new();
+    let ids = g.input("ids", DType::U32, &[ROWS]);
+    let table = g.weight("table", format.dtype(), &[VOCAB, DIM]);
+    let table_bytes = VOCAB * DIM * format.dtype().size() as usize;
+    let mut feeds = vec![(
+        table,
+        (0..table_bytes)
+            .map(|i| (i * 31 % 251) as u8)
+            .collect::<Vec<u8>>(),
+    )];
+    let mut inputs = vec![table];
+    if format.has_scales() {
+        let groups = format.groups(DIM as u64).1 as usize;
+        let scales = g.weight("scales", DType::F32, &[VOCAB, groups]);
+        let values: Vec<f32> = (0..VOCAB * groups)
+            .map(|i| 0.01 + (i % 13) as f32 * 0.003)
+            .collect();
+        feeds.push((
+            scales,
+            values.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ));
+        inputs.push(scales);
+    }
+    inputs.push(ids);
+    let mut id_list: Vec<u32> = (0..ROWS as u32)
+        .map(|i| (i * 977 + 5) % VOCAB as u32)
+        .collect();
+    id_list[3] = VOCAB as u32 + 3;
+    id_list[7] = id_list[2];
+    feeds.push((ids, id_list.iter().flat_map(|i| i.to_le_bytes()).collect()));
+    let op = Op::Embedding {
+        vocab: VOCAB as u32,
+        dim: DIM as u32,
+        rows: ROWS as u32,
+        weight_format: format,
+    };
+    let y = g
+        .op(op, &inputs, &[ROWS, DIM], "lookup")
+        .map_err(fail("graph"))?;
+    let relu = Op::Relu {
+        len: (ROWS * DIM) as u32,
+    };
+    let z = g
+        .op(relu, &[y], &[ROWS, DIM], "relu")
+        .map_err(fail("graph"))?;
+    g.output(z);
+    Ok((g, feeds, z))
+}
+
+/// Issue 16, item 2: a budget below an embedding table's size runs, on the discrete path by
+/// uploading only the rows the ids select, with outputs bit-identical to the unbudgeted run.
+async fn embedding_rows_below_the_table(ctx: &Ctx) -> R {
+    for force_staging in [false, true] {
+        let rt = ctx
+            .runtime(RuntimeConfig {
+                force_staging,
+                ..RuntimeConfig::default()
+            })
+            .map_err(fail("runtime"))?;
+        for format in [WeightFormat::F32, WeightFormat::Int8 { group: 16 }] {
+            let (g, feeds, z) = lookup_graph(format)?;
+            let mut plain = rt.compile(&g).map_err(fail("compile"))?;
+            feed_bytes(ctx, &mut plain, &g, &feeds).await?;
+            let want = outputs(ctx, &mut plain, &[z]).await?;
+            drop(plain);
+            let budget = 48 << 10;
+            let desc = CompileDesc {
+                device_budget: Some(budget),
+                ..CompileDesc::default()
+            };
+            let mut model = rt.compile_with(&g, &desc).map_err(fail("compile_with"))?;
+            feed_bytes(ctx, &mut model, &g, &feeds).await?;
+            let got = outputs(ctx, &mut model, &[z]).await?;
+            check(got == want, || {
+                format!("{format:?}, staging forced {force_staging}: outputs differ")
+            })?;
+            let r = model.memory_report();
+            let o = r.offload.ok_or("a budgeted model reports its offload")?;
+            check(r.peak_device_bytes <= budget, || {
+                format!(
+                    "{format:?}: peak {} over budget {budget}",
+                    r.peak_device_bytes
+                )
+            })?;
+            if !o.unified {
+                let per_run = o.bytes_to_device / r.runs.max(1);
+                check(per_run < 16 << 10, || {
+                    format!("{format:?}: {per_run} bytes moved per run: more than the rows")
+                })?;
+            }
+        }
+        rt.check_leaks().map_err(fail("leaks"))?;
+    }
+    Ok(())
 }

@@ -75,7 +75,7 @@ pub(super) fn run(
     let mut host = vec![false; tensors.len()];
     let mut target = desc.budget;
     loop {
-        let res = residencies(tensors, absences, &chosen, &host, n);
+        let res = residencies(tensors, absences, &chosen, &host, n, desc.prefetch_lead);
         let load = load(tensors, &res, n, desc.align);
         let (p, max) = load
             .iter()
@@ -143,6 +143,7 @@ fn residencies(
     chosen: &[bool],
     host: &[bool],
     n: u64,
+    lead: u64,
 ) -> Vec<Residency> {
     let mut away: Vec<Vec<(u64, u64)>> = vec![Vec::new(); tensors.len()];
     for (a, _) in absences.iter().zip(chosen).filter(|(_, c)| **c) {
@@ -160,6 +161,17 @@ fn residencies(
             TensorClass::Weight | TensorClass::Input => (0, n),
             TensorClass::Output => (first, n),
             TensorClass::Intermediate => (first, last + 1),
+            TensorClass::Staged => {
+                out.push(Residency {
+                    tensor: i,
+                    lower: first.saturating_sub(lead),
+                    upper: last + 1,
+                    offset: 0,
+                    arrival: Arrival::HostWrite,
+                    copy_out: false,
+                });
+                continue;
+            }
         };
         let spans = &mut away[i];
         spans.sort_unstable();

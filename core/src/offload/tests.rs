@@ -51,7 +51,7 @@ fn unbudgeted_load(tensors: &[OffloadTensor], n: u64) -> u64 {
                     (Some(&f), Some(&l)) => match t.class {
                         TensorClass::Weight | TensorClass::Input => true,
                         TensorClass::Output => s >= f,
-                        TensorClass::Intermediate => s >= f && s <= l,
+                        TensorClass::Intermediate | TensorClass::Staged => s >= f && s <= l,
                     },
                     _ => false,
                 })
@@ -249,4 +249,64 @@ fn bad_input_is_a_typed_error() {
         schedule(&tensors, &ops, &OffloadDesc::new(1 << 30, 256)),
         Err(Error::InvalidArgument { .. })
     ));
+}
+
+/// A staged tensor (rows gathered on the host) is on the device only around its one use, arrives
+/// as a host write counted in the traffic and the stall model, and is never chosen to leave.
+#[test]
+fn a_staged_tensor_arrives_by_host_write_just_before_its_use() {
+    let mb = 1u64 << 20;
+    let tensors = vec![
+        OffloadTensor {
+            size: mb,
+            class: TensorClass::Input,
+            uses: vec![0],
+        },
+        OffloadTensor {
+            size: 4 * mb,
+            class: TensorClass::Staged,
+            uses: vec![2],
+        },
+        OffloadTensor {
+            size: mb,
+            class: TensorClass::Intermediate,
+            uses: vec![0, 1, 2],
+        },
+        OffloadTensor {
+            size: mb,
+            class: TensorClass::Output,
+            uses: vec![2, 3],
+        },
+    ];
+    let ops: Vec<OffloadOp> = (0..4)
+        .map(|k| OffloadOp {
+            label: format!("op{k}"),
+            bytes: mb,
+        })
+        .collect();
+    let s = schedule(&tensors, &ops, &OffloadDesc::new(7 * mb, 256)).unwrap();
+    check(&tensors, &s, 7 * mb);
+    let staged: Vec<&Residency> = s.residencies.iter().filter(|r| r.tensor == 1).collect();
+    assert_eq!(staged.len(), 1);
+    assert_eq!(
+        (staged[0].lower, staged[0].upper),
+        (1, 3),
+        "lead 1 before op 2"
+    );
+    assert_eq!(staged[0].arrival, Arrival::HostWrite);
+    assert!(!staged[0].copy_out);
+    let o = s.outcome().unwrap();
+    assert_eq!(o.bytes_to_device, 4 * mb);
+    assert!(
+        o.predicted_stall > Duration::ZERO,
+        "4 MiB at 16 GB/s outlasts one op"
+    );
+    // Its working set is its op's: a budget below it names op 2.
+    match schedule(&tensors, &ops, &OffloadDesc::new(6 * mb, 256)) {
+        Err(Error::BudgetBelowWorkingSet { step, needed, .. }) => {
+            assert_eq!(step, 2);
+            assert_eq!(needed, 7 * mb, "input, staged rows, activation, output");
+        }
+        other => panic!("{other:?}"),
+    }
 }

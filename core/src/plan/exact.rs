@@ -17,8 +17,10 @@
 //!   boundary that none of them crosses; the pieces are independent and solved one after the other,
 //!   so a failing piece never makes the search re-enumerate another piece's placements.
 //! - **Restarts** over three static preorders (WAT, TAW, TWA: lifetime width, area, heaviest
-//!   section) with a node limit that doubles each round, a deadline and a stop signal. "Stopped"
-//!   is distinct from "proved infeasible".
+//!   section) with a node limit that doubles each round, alternating with runs under randomised
+//!   preorders and Luby-sized limits (see `prover`), a deadline and a stop signal. "Stopped" is
+//!   distinct from "proved infeasible", and a proof names the time-connected part that has no
+//!   placement.
 //!
 //! [`Prepared`] holds everything that depends only on the instance (sections, conflict lists,
 //! section membership), so a portfolio worker builds it once and runs many searches on it.
@@ -53,8 +55,9 @@ pub(crate) enum Infeasibility {
     Buffer { index: usize, size: u64 },
     /// The buffers live at time `time` need `load` bytes together.
     Load { time: u64, load: u64 },
-    /// The exhaustive search found no placement.
-    Search,
+    /// The exhaustive search found no placement of the `buffers` buffers that are live between
+    /// times `from` and `to` (a part of the instance that no buffer links to the rest).
+    Search { buffers: usize, from: u64, to: u64 },
 }
 
 impl std::fmt::Display for Infeasibility {
@@ -69,9 +72,10 @@ impl std::fmt::Display for Infeasibility {
                     "the buffers live at time {time} need {load} bytes together"
                 )
             }
-            Infeasibility::Search => write!(
+            Infeasibility::Search { buffers, from, to } => write!(
                 f,
-                "the exact search exhausted every canonical placement without finding one"
+                "the exact search exhausted every canonical placement of the {buffers} buffers \
+                 live between times {from} and {to} without finding one"
             ),
         }
     }
@@ -270,7 +274,15 @@ impl Prepared {
         }
         match Search::new(self, rank, capacity, node_limit, deadline, stop).run() {
             RunEnd::Found(offsets) => Outcome::Found(offsets),
-            RunEnd::Exhausted => Outcome::Infeasible(Infeasibility::Search),
+            RunEnd::Exhausted {
+                buffers,
+                first,
+                last,
+            } => Outcome::Infeasible(Infeasibility::Search {
+                buffers,
+                from: self.section_time[first as usize],
+                to: self.section_time[last as usize],
+            }),
             RunEnd::Aborted => Outcome::Timeout,
         }
     }

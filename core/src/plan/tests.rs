@@ -82,7 +82,10 @@ proptest! {
         prop_assert_eq!(plan.peak, s.best_peak);
         prop_assert!(plan.peak >= s.lower_bound);
         prop_assert!(plan.peak <= s.greedy_peak);
-        prop_assert_eq!(s.greedy_peak, greedy_by_size(&buffers).unwrap().peak);
+        // A loaded machine can spend the 20 ms before greedy starts; the sweep stands in then.
+        if s.greedy_finished {
+            prop_assert_eq!(s.greedy_peak, greedy_by_size(&buffers).unwrap().peak);
+        }
         if s.proved_optimal {
             prop_assert!(plan.peak == s.lower_bound || s.algorithm.contains("exact") || s.feasible == Some(true));
         }
@@ -155,6 +158,14 @@ fn minimisation_proves_the_gap_example_optimal_at_five() {
     .unwrap();
     assert_eq!(d.feasible, Some(false));
     assert!(d.plan.is_none());
+    // The proof names the part of the instance that has no placement: all of it here.
+    let why = d.infeasible_reason.unwrap();
+    assert!(
+        why.contains(
+            "exhausted every canonical placement of the 7 buffers live between times 0 and 7"
+        ),
+        "{why}"
+    );
 }
 
 #[test]

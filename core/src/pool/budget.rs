@@ -40,6 +40,9 @@ pub struct MemberId(usize);
 pub struct Budget {
     limit: Option<u64>,
     reserved: AtomicU64,
+    /// The account this one is part of: every byte reserved here is reserved there too, so a
+    /// sub-account can never take more than its parent has room for.
+    parent: Option<Arc<Budget>>,
     /// Highest `reserved` seen.
     peak_reserved: AtomicU64,
     next_member: AtomicUsize,
@@ -62,6 +65,22 @@ impl Budget {
             limit,
             reserved: AtomicU64::new(0),
             peak_reserved: AtomicU64::new(0),
+            parent: None,
+            next_member: AtomicUsize::new(0),
+            members: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A sub-account of `parent` limited to `limit` bytes of its own: a reservation must fit both
+    /// limits and is charged to both, so a budgeted model's pool stays within its own budget
+    /// *and* shows in its runtime's account, where the runtime's other pools see it. Relief asks
+    /// this account's members, then the parent's.
+    pub fn sub_account(parent: &Arc<Budget>, limit: Option<u64>) -> Arc<Self> {
+        Arc::new(Budget {
+            limit,
+            reserved: AtomicU64::new(0),
+            peak_reserved: AtomicU64::new(0),
+            parent: Some(parent.clone()),
             next_member: AtomicUsize::new(0),
             members: Mutex::new(Vec::new()),
         })
@@ -83,32 +102,43 @@ impl Budget {
         self.peak_reserved.load(Ordering::Acquire)
     }
 
-    /// Bytes that may still be reserved (`u64::MAX` without a limit).
+    /// Bytes that may still be reserved (`u64::MAX` without a limit), the parent's room included.
     pub fn room(&self) -> u64 {
-        self.limit
-            .map_or(u64::MAX, |l| l.saturating_sub(self.reserved()))
+        let own = self
+            .limit
+            .map_or(u64::MAX, |l| l.saturating_sub(self.reserved()));
+        self.parent.as_ref().map_or(own, |p| own.min(p.room()))
     }
 
-    /// Reserves `bytes` if they fit under the limit; `false` (and nothing reserved) otherwise.
+    /// Reserves `bytes` if they fit under the limit (and the parent's); `false` (and nothing
+    /// reserved anywhere) otherwise.
     pub(crate) fn try_reserve(&self, bytes: u64) -> bool {
         let limit = self.limit.unwrap_or(u64::MAX);
-        match self
+        let Ok(before) = self
             .reserved
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
                 r.checked_add(bytes).filter(|n| *n <= limit)
-            }) {
-            Ok(before) => {
-                self.peak_reserved
-                    .fetch_max(before + bytes, Ordering::AcqRel);
-                true
+            })
+        else {
+            return false;
+        };
+        if let Some(p) = &self.parent {
+            if !p.try_reserve(bytes) {
+                self.reserved.fetch_sub(bytes, Ordering::AcqRel);
+                return false;
             }
-            Err(_) => false,
         }
+        self.peak_reserved
+            .fetch_max(before + bytes, Ordering::AcqRel);
+        true
     }
 
-    /// Returns `bytes` reserved earlier with [`Budget::try_reserve`].
+    /// Returns `bytes` reserved earlier with [`Budget::try_reserve`] (to the parent too).
     pub(crate) fn release(&self, bytes: u64) {
         self.reserved.fetch_sub(bytes, Ordering::AcqRel);
+        if let Some(p) = &self.parent {
+            p.release(bytes);
+        }
     }
 
     /// Adds a member that [`Budget::relieve`] asks for idle blocks. Members are held weakly: a
@@ -141,6 +171,14 @@ impl Budget {
         let mut first_error = None;
         for m in members {
             match m.release_idle() {
+                Ok(n) => released = released.saturating_add(n),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(p) = &self.parent {
+            match p.relieve(None) {
                 Ok(n) => released = released.saturating_add(n),
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -192,6 +230,41 @@ mod tests {
         let unlimited = Budget::new(None);
         assert!(unlimited.try_reserve(u64::MAX));
         assert!(!unlimited.try_reserve(1));
+    }
+
+    #[test]
+    fn a_sub_account_fits_its_own_limit_and_its_parents_and_is_charged_to_both() {
+        let parent = Budget::new(Some(100));
+        let sub = Budget::sub_account(&parent, Some(60));
+        assert!(parent.try_reserve(30));
+        assert_eq!(sub.room(), 60);
+        assert!(sub.try_reserve(50));
+        assert_eq!((sub.reserved(), parent.reserved()), (50, 80));
+        assert!(!sub.try_reserve(11), "over its own limit");
+        assert_eq!(sub.room(), 10);
+        assert!(parent.try_reserve(15));
+        assert_eq!(
+            sub.room(),
+            5,
+            "the parent has less room than the sub-account"
+        );
+        assert!(!sub.try_reserve(6), "over the parent's limit");
+        assert_eq!(
+            (sub.reserved(), parent.reserved()),
+            (50, 95),
+            "nothing kept"
+        );
+        sub.release(50);
+        assert_eq!((sub.reserved(), parent.reserved()), (0, 45));
+    }
+
+    #[test]
+    fn a_sub_accounts_relief_asks_its_parents_members_too() {
+        let parent = Budget::new(None);
+        let sub = Budget::sub_account(&parent, Some(10));
+        let idle: Arc<dyn Reclaim> = Arc::new(Idle(AtomicU64::new(7)));
+        parent.register(Arc::downgrade(&idle));
+        assert_eq!(sub.relieve(None).unwrap(), 7);
     }
 
     #[test]

@@ -66,8 +66,13 @@ pub struct MemoryReport {
     /// [`Model::enqueue`] alone.
     pub last_run: Duration,
     /// Highest bytes the runtime's device pool has reserved from the backend (measured by the
-    /// pool, all models of the runtime together).
+    /// pool, all models of the runtime together); for a budgeted model, its own pool's.
     pub peak_device_bytes: u64,
+    /// Device bytes reserved in the runtime's account as of the report: the runtime's pools, its
+    /// staging belt and the arenas of its budgeted models.
+    pub runtime_reserved_bytes: u64,
+    /// The runtime's device-memory limit, if any.
+    pub runtime_limit: Option<u64>,
     /// The offload schedule and its traffic, for a model compiled with a device budget
     /// ([`Runtime::compile_with`]).
     pub offload: Option<OffloadReport>,
@@ -638,6 +643,8 @@ impl Model {
             None => dev.peak_reserved,
         };
         r.offload = self.offload.as_ref().map(|o| o.report.clone());
+        r.runtime_reserved_bytes = self.rt.budget().reserved();
+        r.runtime_limit = self.rt.budget().limit();
         r.weight_store = self.rt.weights().report();
         r
     }

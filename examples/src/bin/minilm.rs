@@ -44,14 +44,20 @@ struct Args {
     #[arg(long, value_enum, default_value_t = Load::Map)]
     load: Load,
     /// Instead of embedding, run the offload benchmark: batch 8 at sequences 128 and 512 (or
-    /// those given with --offload-seq), unbudgeted and at 100, 75, 50 and 35% of that device
-    /// peak, once per offload score; prints the time ratios, peaks, bytes moved and whether the
-    /// embeddings are identical (Markdown, or JSON with --json). Uses --runs timed runs per row.
+    /// those given with --offload-seq), unbudgeted and at 100, 75, 50, 35, 25, 15 and 10% of
+    /// that device peak (or those given with --offload-percent), once per offload score; prints
+    /// the time ratios, peaks, bytes moved, predicted and measured stalls, the score the
+    /// selection picks and whether the embeddings are identical (Markdown, or JSON with --json).
+    /// Uses --runs timed runs per row.
     #[arg(long)]
     offload_table: bool,
     /// Sequence length of the offload benchmark (repeat for several; default 128 and 512).
     #[arg(long, value_name = "N", requires = "offload_table")]
     offload_seq: Vec<usize>,
+    /// Budget of the offload benchmark, in percent of the unbudgeted device bytes (repeat for
+    /// several; default 100, 75, 50, 35, 25, 15 and 10).
+    #[arg(long, value_name = "P", requires = "offload_table", value_parser = percent)]
+    offload_percent: Vec<f64>,
     /// Stage every transfer and offload copy as on a discrete GPU, even where device memory is
     /// host-visible (exercises the copies on the host backend and lavapipe).
     #[arg(long)]
@@ -123,6 +129,7 @@ fn run(mut args: Args) -> Result<()> {
         )));
     }
     if args.offload_table {
+        let mut base = MiniLm::open(&rt, &model_dir)?;
         let mut model = MiniLm::open(&rt, &model_dir)?;
         let seqs = if args.offload_seq.is_empty() {
             vec![128, 512]
@@ -130,8 +137,12 @@ fn run(mut args: Args) -> Result<()> {
             args.offload_seq.clone()
         };
         let shapes: Vec<(usize, usize)> = seqs.iter().map(|&s| (8, s)).collect();
-        let rows =
-            offload_table::offload_table(&mut model, s.runs, &shapes, &[100.0, 75.0, 50.0, 35.0])?;
+        let percents = if args.offload_percent.is_empty() {
+            vec![100.0, 75.0, 50.0, 35.0, 25.0, 15.0, 10.0]
+        } else {
+            args.offload_percent.clone()
+        };
+        let rows = offload_table::offload_table(&mut base, &mut model, s.runs, &shapes, &percents)?;
         let caps = rt.backend().capabilities();
         let mut text = String::new();
         if s.json {
@@ -270,6 +281,14 @@ fn run(mut args: Args) -> Result<()> {
     }
     cli::emit(&text);
     Ok(())
+}
+
+/// `--offload-percent` values: a percentage in (0, 100].
+fn percent(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(p),
+        _ => Err(format!("'{s}' is not a percentage in (0, 100]")),
+    }
 }
 
 /// Compiles the graph at the table's shapes and prints the three activation figures.

@@ -159,7 +159,8 @@ impl InferenceReport {
              \x20 peak device bytes            {peak} (measured by the pool; schedule {planned})\n\
              \x20 offload schedule             {score} score won{unified}; predicted per run: {scores}\n\
              \x20 bytes moved per run          {to_dev} to device, {to_host} to host\n\
-             \x20 stall (last run)             {stall:.3} ms waiting for copies",
+             \x20 stall (last run)             {stall:.3} ms waiting for copies\n\
+             \x20 runtime device account       {account} reserved (this model included), limit {limit}",
             budget = bytes(o.budget),
             peak = bytes(m.peak_device_bytes),
             planned = bytes(o.planned_peak),
@@ -173,6 +174,8 @@ impl InferenceReport {
             to_dev = bytes(o.bytes_to_device / runs),
             to_host = bytes(o.bytes_to_host / runs),
             stall = o.last_stall.as_secs_f64() * 1e3,
+            account = bytes(m.runtime_reserved_bytes),
+            limit = m.runtime_limit.map_or_else(|| "none".to_string(), bytes),
         )
     }
 
@@ -276,6 +279,8 @@ impl InferenceReport {
                     "bytes_to_device_per_run": o.bytes_to_device / runs,
                     "bytes_to_host_per_run": o.bytes_to_host / runs,
                     "stall_last_run_ms": o.last_stall.as_secs_f64() * 1e3,
+                    "runtime_reserved_bytes": m.runtime_reserved_bytes,
+                    "runtime_limit_bytes": m.runtime_limit,
                     "scores": o.outcomes.iter().map(|s| json!({
                         "score": s.score.name(),
                         "peak_bytes": s.peak,

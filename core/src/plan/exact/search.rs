@@ -14,8 +14,13 @@ use crate::plan::align_up;
 pub(crate) enum RunEnd {
     /// Every buffer placed within the capacity (offsets in the prepared instance's order).
     Found(Vec<u64>),
-    /// The tree was exhausted: no placement within the capacity exists.
-    Exhausted,
+    /// The tree was exhausted: no placement within the capacity exists. The time-connected part
+    /// that has none: its buffer count and its first and last section.
+    Exhausted {
+        buffers: usize,
+        first: u32,
+        last: u32,
+    },
     /// The node limit, the deadline or the stop signal ended the run first.
     Aborted,
 }
@@ -105,20 +110,19 @@ impl<'a> Search<'a> {
     pub(super) fn run(mut self) -> RunEnd {
         let mut all: Vec<u32> = (0..self.p.size.len() as u32).collect();
         all.sort_unstable_by_key(|&i| (self.p.first[i as usize], i));
-        let mut solved = true;
         for piece in self.split(&all) {
             if !self.solve(&piece, (0, 0)) {
-                solved = false;
-                break;
+                if self.aborted {
+                    return RunEnd::Aborted;
+                }
+                return RunEnd::Exhausted {
+                    buffers: piece.members.len(),
+                    first: piece.first,
+                    last: piece.last,
+                };
             }
         }
-        if solved {
-            RunEnd::Found(self.offset)
-        } else if self.aborted {
-            RunEnd::Aborted
-        } else {
-            RunEnd::Exhausted
-        }
+        RunEnd::Found(self.offset)
     }
 
     /// Splits buffers sorted by first section into time-independent pieces: a new piece starts at

@@ -281,3 +281,54 @@ fn pools_sharing_a_budget_release_idle_blocks_for_each_other() {
     a.check_invariants().unwrap();
     b.check_invariants().unwrap();
 }
+
+/// Issue 16, item 4: a budgeted model's pool grows its arena in place against a sub-account of
+/// the runtime's budget. Every growth is rechecked against both limits: random growing requests
+/// never take the pool past its own limit, what it holds is charged to the parent too, and a
+/// request past the limit is out of memory with the pool unchanged.
+#[test]
+fn in_place_growth_under_a_sub_account_never_exceeds_its_limit() {
+    let backend: Arc<dyn Backend> = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    assert!(
+        backend.in_place_growth().is_some(),
+        "the host grows in place"
+    );
+    let parent = Budget::new(Some(64 << 20));
+    let limit = (5 << 20) + 12345; // not a multiple of the growth granularity
+    let sub = Budget::sub_account(&parent, Some(limit));
+    let p = ArenaPool::with_budget(backend, small(), sub.clone()).unwrap();
+    let mut held = Vec::new();
+    let mut seed = 0x9e37_79b9_u64;
+    let mut refused = 0;
+    for _ in 0..400 {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let size = 1 + (seed >> 33) % (256 << 10);
+        let before = p.stats();
+        match p.allocate(size, 256, "grows") {
+            Ok(a) => held.push(a),
+            Err(Error::OutOfMemory(r)) => {
+                refused += 1;
+                assert_eq!(r.budget, Some(limit));
+                assert_eq!(p.stats().in_use, before.in_use, "a refusal changes nothing");
+            }
+            Err(e) => panic!("{e}"),
+        }
+        let s = p.stats();
+        assert!(s.reserved <= limit && s.peak_reserved <= limit, "{s:?}");
+        assert_eq!(sub.reserved(), s.reserved);
+        assert_eq!(parent.reserved(), s.reserved, "charged to the parent too");
+        // Free one in three, so the arena both grows and reuses.
+        if seed.is_multiple_of(3) && !held.is_empty() {
+            let a = held.swap_remove((seed >> 7) as usize % held.len());
+            p.free(a.handle).unwrap();
+        }
+        p.check_invariants().unwrap();
+    }
+    assert!(refused > 0, "the sequence reached the limit");
+    assert!(p.stats().blocks_allocated >= 1);
+    for a in held {
+        p.free(a.handle).unwrap();
+    }
+    p.trim().unwrap();
+    assert_eq!((sub.reserved(), parent.reserved()), (0, 0));
+}

@@ -3,10 +3,14 @@
 //!
 //! Every tensor's device residencies (weights, inputs and outputs included, not only the
 //! intermediates) are placed in one arena of the schedule's peak, allocated from a device pool the
-//! model owns, whose [`Budget`](crate::pool::Budget) has the model's budget as its limit: the pool
-//! itself refuses any block beyond it, and its `peak_reserved` is the measured peak device bytes
-//! (the model's device memory is therefore not in the runtime's own account). Weights bypass the
-//! runtime's shared weight store: the schedule decides where each one lives.
+//! model owns. That pool reserves against a [sub-account](crate::pool::Budget::sub_account) of the
+//! runtime's budget whose limit is the model's budget: the pool itself refuses any block or
+//! in-place growth beyond it, its `peak_reserved` is the measured peak device bytes, and the bytes
+//! count in the runtime's account, where its other pools see them. Weights bypass the runtime's
+//! shared weight store: the schedule decides where each one lives.
+//! Embedding lookups whose ids the host writes may keep their table in host memory and upload
+//! only the rows a run selects ([`gather`]): that is what lets a budget below the largest table
+//! run at all on a discrete device.
 //! Host copies live in two host-visible pools the model owns: `Upload` blocks hold each streamed
 //! weight's master copy (and, on unified memory, every tensor the schedule keeps out of device
 //! memory, which kernels then bind in place); `Readback` blocks receive activations copied out.
@@ -18,19 +22,36 @@
 //! end with a copy-out are copied to their `Readback` slot. Queue order makes every reuse of
 //! arena bytes safe without extra waits. The host waits only to bring an activation back (its
 //! copy-out must have landed): that wait is the measured stall.
+//!
+//! # Limits
+//! * Copies and kernels do not overlap: the backend contract is one in-order queue (Vulkan's
+//!   transfer lane waits on the semaphore at every lane switch), so a prefetch's `prefetch_lead`
+//!   orders it early but the copy still runs between kernels. The two-lane stall model predicts
+//!   what an overlapping lane would achieve, not what this one does.
+//! * A swap-in blocks the host until its copy-out landed, which drains the queue mid-run: the
+//!   front lets copies write only device and `Readback` memory and read only device and `Upload`
+//!   memory, so an activation cannot go out and back without the host.
+//! * Ops are never split: a budget below one op's operands (MiniLM's attention softmax at sequence
+//!   512 binds 201 MB) is [`Error::BudgetBelowWorkingSet`].
+//! * Native only: a browser cannot block on the swap-in's wait.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{BlockRange, MemoryKind, Ticket};
-use crate::graph::TensorKind;
-use crate::offload::{self, Arrival, OffloadDesc, OffloadOp, OffloadTensor, Score, TensorClass};
-use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
+use crate::offload::{self, Arrival, Score, TensorClass};
+use crate::pool::{Allocation, ArenaConfig, ArenaPool, Budget, DevicePool};
 use crate::runtime::Runtime;
 use crate::time::Instant;
 use crate::{Error, Result};
 
 use super::Model;
+
+mod compile;
+mod gather;
+
+use compile::Variant;
+use gather::RowGather;
 
 /// How a budgeted model is compiled ([`Runtime::compile_with`]).
 #[derive(Clone, Debug)]
@@ -119,98 +140,32 @@ pub(super) struct Offloaded {
     /// Ticket of the last work enqueued (host writes to masters wait for it).
     last: Ticket,
     pub(super) report: OffloadReport,
-}
-
-impl Runtime {
-    /// Compiles `graph` as [`Runtime::compile`] does, or, with `desc.device_budget`, within that
-    /// many device bytes by offloading (module doc): the returned model never holds more device
-    /// memory than the budget, and its outputs equal the unbudgeted model's bit for bit.
-    ///
-    /// # Errors
-    /// As [`Runtime::compile`]; [`Error::BudgetBelowWorkingSet`] naming the op that cannot fit;
-    /// [`Error::OutOfMemory`] when the runtime's pool refuses the arena; [`Error::Unsupported`] for
-    /// a budget on `wasm32`.
-    pub fn compile_with(&self, graph: &crate::Graph, desc: &CompileDesc) -> Result<Model> {
-        let Some(budget) = desc.device_budget else {
-            return self.compile(graph);
-        };
-        if cfg!(target_arch = "wasm32") {
-            return Err(unsupported());
-        }
-        let caps = self.backend().capabilities();
-        super::check_bindings(graph, caps)?;
-        let copy_align = caps.copy_align.max(1);
-        let align = caps.binding_align.max(copy_align).next_power_of_two();
-        let unified = caps.device_host_visible && !self.config().force_staging;
-        let tensors = graph.tensors();
-        let mut is_output = vec![false; tensors.len()];
-        for &o in graph.outputs() {
-            graph.decl(o)?;
-            is_output[graph.root(o).index()] = true;
-        }
-        let mut uses: Vec<Vec<u64>> = vec![Vec::new(); tensors.len()];
-        let mut ops = Vec::with_capacity(graph.nodes().len());
-        for (k, node) in graph.nodes().iter().enumerate() {
-            let mut bytes = 0u64;
-            for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
-                let root = graph.root(t).index();
-                if uses[root].last() != Some(&(k as u64)) {
-                    uses[root].push(k as u64);
-                }
-                bytes = bytes.saturating_add(graph.decl(t)?.size()?);
-            }
-            ops.push(OffloadOp {
-                label: node.label.clone(),
-                bytes,
-            });
-        }
-        let mut sizes = Vec::with_capacity(tensors.len());
-        let mut items = Vec::with_capacity(tensors.len());
-        for (i, t) in tensors.iter().enumerate() {
-            let size = t
-                .size()?
-                .checked_next_multiple_of(copy_align)
-                .ok_or_else(|| Error::ArithmeticOverflow {
-                    what: format!("padded byte size of '{}'", t.name),
-                    limit_name: "u64",
-                })?;
-            let class = match t.kind {
-                TensorKind::Input => TensorClass::Input,
-                TensorKind::Weight => TensorClass::Weight,
-                TensorKind::Intermediate if is_output[i] => TensorClass::Output,
-                TensorKind::Intermediate => TensorClass::Intermediate,
-            };
-            if t.alias_of.is_some() {
-                uses[i].clear();
-            }
-            sizes.push(size);
-            items.push(OffloadTensor {
-                size,
-                class,
-                uses: std::mem::take(&mut uses[i]),
-            });
-        }
-        let mut od = OffloadDesc::new(budget, align);
-        od.unified = unified;
-        od.scores = desc.scores.clone();
-        od.min_size = desc.min_offload_size;
-        od.prefetch_lead = desc.prefetch_lead;
-        od.plan_time_limit = self.config().plan_time_limit;
-        let schedule = offload::schedule(&items, &ops, &od)?;
-        Offloaded::build(self, graph, &items, sizes, schedule, budget, unified)
-    }
+    /// Per root tensor: the host copy of a table, scales or ids that a lookup served from host
+    /// memory reads (empty until written), when `keeps_copy`.
+    host_copy: Vec<Vec<u8>>,
+    keeps_copy: Vec<bool>,
+    /// The lookups served from host memory ([`gather`]).
+    gathers: Vec<RowGather>,
+    /// Per op: the lookup in `gathers` that replaces it.
+    gather_at: Vec<Option<usize>>,
+    /// Per tensor of the schedule: the lookup and operand a staged tensor holds.
+    staged_part: Vec<Option<(usize, gather::Part)>>,
 }
 
 impl Offloaded {
     fn build(
         rt: &Runtime,
         graph: &crate::Graph,
-        items: &[OffloadTensor],
-        sizes: Vec<u64>,
-        schedule: offload::OffloadSchedule,
+        v: Variant,
         budget: u64,
         unified: bool,
     ) -> Result<Model> {
+        let Variant {
+            items,
+            sizes,
+            schedule,
+            gathers,
+        } = v;
         let n = graph.nodes().len();
         let backend = rt.backend().clone();
         let upload = Arc::new(ArenaPool::new(
@@ -223,24 +178,25 @@ impl Offloaded {
         )?);
         let caps = rt.backend().capabilities();
         let align = caps.binding_align.max(caps.copy_align).max(1);
-        let device = Arc::new(ArenaPool::new(
+        // The model's own account within the runtime's: its budget is a hard limit the pool
+        // checks on every reservation and every in-place growth, and its bytes count against the
+        // runtime's limit beside the runtime's pools.
+        let device = Arc::new(ArenaPool::with_budget(
             rt.backend().clone(),
             ArenaConfig {
                 name: "device (budgeted model)".into(),
                 kind: MemoryKind::DeviceLocal,
                 block_size: schedule.peak.max(1),
-                budget: Some(budget),
-                // One block of exactly the arena: nothing to grow.
-                in_place: false,
                 ..ArenaConfig::device()
             },
+            Budget::sub_account(rt.budget(), Some(budget)),
         )?);
         let mut model = Model {
             rt: rt.clone(),
             graph: graph.clone(),
-            places: vec![None; items.len()],
+            places: vec![None; graph.tensors().len()],
             owned: Vec::new(),
-            weight_keys: vec![None; items.len()],
+            weight_keys: vec![None; graph.tensors().len()],
             align: align.next_power_of_two(),
             report: super::MemoryReport::default(),
             offload: None,
@@ -273,9 +229,20 @@ impl Offloaded {
             }
         }
         let decls = graph.tensors();
+        // Tables, scales and ids of the lookups served from host memory: kept in host memory.
+        let mut keeps_copy = vec![false; decls.len()];
+        for g in &gathers {
+            for t in [Some(g.table), g.scales, Some(g.ids)].into_iter().flatten() {
+                keeps_copy[t] = true;
+            }
+        }
         let mut fixed_at = vec![None; items.len()];
         for (i, t) in items.iter().enumerate() {
-            if decls[i].alias_of.is_some() {
+            // Staged tensors (past the graph's) arrive from host memory each run: nothing fixed.
+            let Some(decl) = decls.get(i) else {
+                continue;
+            };
+            if decl.alias_of.is_some() || (keeps_copy[i] && t.uses.is_empty()) {
                 continue;
             }
             let streamed = t.class == TensorClass::Weight
@@ -283,24 +250,35 @@ impl Offloaded {
             let off_device =
                 schedule.host_resident.get(i).copied().unwrap_or(false) || t.uses.is_empty();
             if streamed || off_device {
-                host[i] =
-                    Some(upload.allocate(sizes[i], align.next_power_of_two(), &decls[i].name)?);
+                host[i] = Some(upload.allocate(sizes[i], align.next_power_of_two(), &decl.name)?);
             }
             // The residency that holds the tensor between runs (weights, inputs) or after the run
             // (outputs) is where the host writes and reads it.
             let fixed = match t.class {
                 TensorClass::Weight | TensorClass::Input => at[i].iter().find(|r| r.0 == 0),
                 TensorClass::Output => at[i].iter().find(|r| r.1 == n as u64),
-                TensorClass::Intermediate => None,
+                TensorClass::Intermediate | TensorClass::Staged => None,
             };
             if let (Some(&(_, _, offset)), false) = (fixed, streamed) {
                 fixed_at[i] = Some(offset);
             }
         }
+        let mut gather_at = vec![None; n];
+        let mut staged_part = vec![None; items.len()];
+        for (gi, g) in gathers.iter().enumerate() {
+            gather_at[g.step] = Some(gi);
+            for &(t, part) in &g.staged {
+                staged_part[t] = Some((gi, part));
+            }
+        }
         let mut sites = vec![Vec::new(); n];
         for (k, node) in graph.nodes().iter().enumerate() {
-            for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
-                let root = graph.root(t).index();
+            let bound: Vec<usize> = match gather_at[k] {
+                Some(gi) => gathers[gi].staged.iter().map(|&(t, _)| t).collect(),
+                None => node.inputs.iter().map(|&t| graph.root(t).index()).collect(),
+            };
+            let output = graph.root(node.output).index();
+            for root in bound.into_iter().chain(std::iter::once(output)) {
                 let k64 = k as u64;
                 let site = match at[root].iter().find(|r| r.0 <= k64 && k64 < r.1) {
                     Some(&(_, _, offset)) => Site::Arena(offset),
@@ -355,6 +333,11 @@ impl Offloaded {
             sizes,
             last: Ticket::DONE,
             report,
+            host_copy: vec![Vec::new(); decls.len()],
+            keeps_copy,
+            gathers,
+            gather_at,
+            staged_part,
         }));
         Ok(model)
     }
@@ -378,6 +361,13 @@ impl Offloaded {
     /// [`Error::InvalidArgument`] for a tensor with no storage; transfer errors.
     pub(super) fn write(&mut self, rt: &Runtime, root: usize, data: &[u8]) -> Result<Ticket> {
         let backend = rt.backend();
+        if self.keeps_copy.get(root) == Some(&true) {
+            // Read at each run's enqueue, so no wait: in-flight work holds copies of it.
+            self.host_copy[root] = data.to_vec();
+            if self.host[root].is_none() && self.fixed_at[root].is_none() {
+                return Ok(Ticket::DONE);
+            }
+        }
         let mut padded = data.to_vec();
         padded.resize(self.sizes[root] as usize, 0);
         wait_for(rt, self.last)?;
@@ -403,6 +393,13 @@ impl Offloaded {
     /// # Errors
     /// As [`Offloaded::write`].
     pub(super) fn read(&self, rt: &Runtime, root: usize, out: &mut [u8]) -> Result<()> {
+        if self.keeps_copy.get(root) == Some(&true) {
+            let copy = &self.host_copy[root];
+            let n = copy.len().min(out.len());
+            out[..n].copy_from_slice(&copy[..n]);
+            out[n..].fill(0);
+            return Ok(());
+        }
         let backend = rt.backend();
         let mut buf = vec![0u8; self.sizes[root] as usize];
         wait_for(rt, self.last)?;
@@ -461,6 +458,13 @@ impl Offloaded {
                         backend.read_mapped(src.block, src.offset, &mut buf)?;
                         stage_in(rt, dst, &buf)?
                     }
+                    Arrival::HostWrite => {
+                        let (gi, part) = self.staged_part[t].ok_or_else(|| {
+                            Error::invariant("a staged tensor belongs to a lookup", format!("{t}"))
+                        })?;
+                        let bytes = self.gathers[gi].gather(part, &self.host_copy, size);
+                        stage_in(rt, dst, &bytes)?
+                    }
                     Arrival::InPlace => last,
                 };
                 self.report.bytes_to_device += size;
@@ -478,7 +482,8 @@ impl Offloaded {
                     }
                 });
             }
-            last = backend.dispatch(&node.op, &bindings)?;
+            let op = self.gather_at[k].map_or(&node.op, |gi| &self.gathers[gi].op);
+            last = backend.dispatch(op, &bindings)?;
             for &(t, offset) in &self.leave[k] {
                 let size = self.sizes[t];
                 let src = self.arena_range(offset, size)?;

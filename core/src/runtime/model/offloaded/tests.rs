@@ -1,6 +1,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::ops::WeightFormat;
 use crate::{DType, Graph, HostBackend, HostConfig, Op, RuntimeConfig, TensorId};
 
 const LEN: usize = 64 << 10; // 256 KiB of f32 per tensor
@@ -150,4 +151,160 @@ fn a_budget_below_an_ops_operands_is_a_typed_error_naming_it() {
         e => panic!("{e}"),
     }
     assert_eq!(rt.device_pool().stats().allocations, 0, "nothing held");
+}
+
+const VOCAB: usize = 8192;
+const DIM: usize = 32;
+const ROWS: usize = 16;
+
+/// A lookup of `ROWS` ids (one past the table) in a `[VOCAB, DIM]` table, then a relu.
+fn lookup_graph(format: WeightFormat) -> (Graph, TensorId, Vec<TensorId>, TensorId) {
+    let mut g = Graph::new();
+    let ids = g.input("ids", DType::U32, &[ROWS]);
+    let mut weights = vec![g.weight("table", format.dtype(), &[VOCAB, DIM])];
+    let (_, groups) = format.groups(DIM as u64);
+    if format.has_scales() {
+        weights.push(g.weight("scales", DType::F32, &[VOCAB, groups as usize]));
+    }
+    let mut inputs = weights.clone();
+    inputs.push(ids);
+    let op = Op::Embedding {
+        vocab: VOCAB as u32,
+        dim: DIM as u32,
+        rows: ROWS as u32,
+        weight_format: format,
+    };
+    let y = g.op(op, &inputs, &[ROWS, DIM], "lookup").unwrap();
+    let relu = Op::Relu {
+        len: (ROWS * DIM) as u32,
+    };
+    let z = g.op(relu, &[y], &[ROWS, DIM], "relu").unwrap();
+    g.output(z);
+    (g, ids, weights, z)
+}
+
+/// Sets the table (and scales) and the ids, runs twice, returns the output's bits.
+fn run_lookup(model: &mut Model, ids: TensorId, weights: &[TensorId], z: TensorId) -> Vec<u32> {
+    for (k, &w) in weights.iter().enumerate() {
+        let size = model.graph().decl(w).unwrap().size().unwrap() as usize;
+        let data: Vec<u8> = (0..size).map(|i| ((i * 31 + k * 7) % 251) as u8).collect();
+        let data = if k == 1 {
+            // Scales: small positive floats.
+            (0..size / 4)
+                .flat_map(|i| (0.01 + (i % 13) as f32 * 0.003).to_le_bytes())
+                .collect()
+        } else {
+            data
+        };
+        model.set_weight(w, &data).unwrap();
+    }
+    let mut id_list: Vec<u32> = (0..ROWS as u32)
+        .map(|i| (i * 977 + 5) % VOCAB as u32)
+        .collect();
+    id_list[3] = VOCAB as u32 + 3; // past the table: a row of zeros
+    id_list[7] = id_list[2]; // a repeated id
+    model
+        .set_input(ids, bytemuck::cast_slice(&id_list))
+        .unwrap();
+    model.run().unwrap();
+    let first: Vec<f32> = model.read_output(z).unwrap();
+    model.run().unwrap();
+    assert_eq!(first, model.read_output::<f32>(z).unwrap());
+    assert_eq!(
+        model.read_output::<u32>(ids).unwrap(),
+        id_list,
+        "ids read back"
+    );
+    first.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn a_budget_below_an_embedding_table_streams_only_the_rows_the_ids_select() {
+    for format in [WeightFormat::F32, WeightFormat::Int8 { group: 16 }] {
+        let (g, ids, w, z) = lookup_graph(format);
+        let rt = runtime(true, None);
+        let mut m = rt.compile(&g).unwrap();
+        let expected = run_lookup(&mut m, ids, &w, z);
+        assert!(expected.iter().any(|&b| b != 0), "a real lookup");
+        let r = m.memory_report();
+        let need = r.unbudgeted_device_bytes();
+        drop(m);
+        let table: u64 = w.iter().map(|&t| g.decl(t).unwrap().size().unwrap()).sum();
+        let budget = 32 << 10;
+        assert!(budget < table / 4, "{format:?}: the table cannot fit");
+        let mut m = rt
+            .compile_with(
+                &g,
+                &CompileDesc {
+                    device_budget: Some(budget),
+                    ..CompileDesc::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(run_lookup(&mut m, ids, &w, z), expected, "{format:?}");
+        let r = m.memory_report();
+        let o = r.offload.clone().unwrap();
+        assert!(r.peak_device_bytes <= budget, "{format:?}: {r:?}");
+        let scales_row =
+            format.groups(DIM as u64).1 as usize * 4 * usize::from(format.has_scales());
+        let staged = ROWS * (DIM * format.dtype().size() as usize + scales_row + 4);
+        assert_eq!(
+            o.bytes_to_device,
+            2 * staged as u64,
+            "{format:?}: rows, not the table"
+        );
+        drop(m);
+        // With room for the whole table it stays resident: nothing moves.
+        let mut m = rt
+            .compile_with(
+                &g,
+                &CompileDesc {
+                    device_budget: Some(need),
+                    ..CompileDesc::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(run_lookup(&mut m, ids, &w, z), expected, "{format:?}");
+        let o = m.memory_report().offload.unwrap();
+        assert_eq!((o.bytes_to_device, o.bytes_to_host), (0, 0), "{format:?}");
+        drop(m);
+        rt.check_leaks().unwrap();
+    }
+}
+
+/// Issue 16, item 4: a budgeted model's device bytes are in its runtime's account, so a second
+/// model that would take the runtime past its limit is refused, and dropping the first gives its
+/// bytes back.
+#[test]
+fn a_budgeted_model_counts_in_its_runtimes_account() {
+    let (_, need) = unbudgeted();
+    let budget = need / 2;
+    let (g, x, w, y) = graph();
+    let rt = runtime(true, Some(budget + budget / 2));
+    let desc = CompileDesc {
+        device_budget: Some(budget),
+        ..CompileDesc::default()
+    };
+    let before = rt.budget().reserved();
+    let mut m = rt.compile_with(&g, &desc).unwrap();
+    run(&mut m, x, &w, y);
+    let r = m.memory_report();
+    let planned = r.offload.as_ref().unwrap().planned_peak;
+    assert!(r.runtime_reserved_bytes >= before + planned, "{r:?}");
+    assert_eq!(r.runtime_limit, Some(budget + budget / 2));
+    assert!(r.peak_device_bytes <= budget);
+    match rt.compile_with(&g, &desc) {
+        Err(Error::OutOfMemory(_)) => {}
+        Err(e) => panic!("expected out of memory, got {e}"),
+        Ok(_) => panic!("two half budgets fit in one and a half"),
+    }
+    drop(m);
+    rt.synchronize().unwrap();
+    assert!(
+        rt.budget().reserved() < before + planned,
+        "the arena went back"
+    );
+    let m = rt.compile_with(&g, &desc).unwrap();
+    drop(m);
+    rt.check_leaks().unwrap();
 }
