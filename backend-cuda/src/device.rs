@@ -484,9 +484,11 @@ impl Backend for CudaBackend {
         self.timeline.completed()
     }
 
-    fn wait(&self, ticket: Ticket) -> Result<()> {
+    /// CUDA has no default limit (`None` waits forever): set one per call or through
+    /// `RuntimeConfig::wait_timeout`.
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
         self.bind()?;
-        self.timeline.wait(ticket)
+        self.timeline.wait(ticket, timeout)
     }
 }
 

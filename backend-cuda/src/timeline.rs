@@ -30,7 +30,9 @@ mod ring;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
-use tensormem::{Result, Ticket};
+use std::time::{Duration, Instant};
+
+use tensormem::{Error, Result, Ticket};
 
 use crate::health::Health;
 use ring::TicketRing;
@@ -157,12 +159,15 @@ impl<D: EventOps> Timeline<D> {
         self.health.note(polled)
     }
 
-    /// Blocks until `ticket` has finished.
+    /// Blocks until `ticket` has finished, for at most `timeout` (`None` or `Duration::MAX`: no
+    /// limit). Without a limit the thread sleeps in `cuEventSynchronize`; with one it polls the
+    /// event with exponential backoff (CUDA has no timed event wait), from 10 µs to 1 ms.
     ///
     /// # Errors
     /// [`tensormem::Error::InvalidArgument`] for a ticket never issued; a lost device, now or
-    /// remembered (also for a ticket that had completed before); other mapped driver errors.
-    pub(crate) fn wait(&self, ticket: Ticket) -> Result<()> {
+    /// remembered (also for a ticket that had completed before); [`Error::Timeout`] when the limit
+    /// runs out; other mapped driver errors.
+    pub(crate) fn wait(&self, ticket: Ticket, timeout: Option<Duration>) -> Result<()> {
         self.health.check()?;
         {
             let ring = lock(&self.ring);
@@ -182,8 +187,36 @@ impl<D: EventOps> Timeline<D> {
         };
         // The event may be retired and re-recorded for later work while we wait: that only makes
         // the wait longer, never shorter, and the Arc keeps it alive.
-        self.health.note(self.ops.synchronize(&event))?;
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        match deadline {
+            None => self.health.note(self.ops.synchronize(&event))?,
+            Some(deadline) => self.poll_until(&event, deadline, ticket, timeout)?,
+        }
         lock(&self.ring).retire_through(covering);
+        Ok(())
+    }
+
+    /// Polls `event` until it has passed or `deadline` (the end of `timeout`) arrives.
+    fn poll_until(
+        &self,
+        event: &D::Event,
+        deadline: Instant,
+        ticket: Ticket,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        let mut pause = Duration::from_micros(10);
+        while !self.health.note(self.ops.query(event))? {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    backend: crate::error::BACKEND,
+                    what: format!("ticket {}", ticket.0),
+                    timeout: timeout.unwrap_or_default(),
+                });
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
         Ok(())
     }
 }

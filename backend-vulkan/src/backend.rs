@@ -8,6 +8,7 @@
 
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
@@ -452,7 +453,7 @@ impl Backend for VulkanBackend {
         Ok(Ticket(done.min(submitted.0)))
     }
 
-    fn wait(&self, ticket: Ticket) -> Result<()> {
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<Duration>) -> Result<()> {
         let mut guard = self.lock();
         let s = &mut *guard;
         if ticket > s.timeline.submitted() {
@@ -469,7 +470,11 @@ impl Backend for VulkanBackend {
             s.timeline.recycle(&s.gpu)?;
             return Ok(());
         }
-        s.timeline.wait(&s.gpu, ticket.0, self.config.wait_timeout)
+        s.timeline.wait(
+            &s.gpu,
+            ticket.0,
+            timeout.unwrap_or(self.config.wait_timeout),
+        )
     }
 }
 
@@ -482,9 +487,10 @@ impl Drop for VulkanBackend {
             // SAFETY: the device is live; waiting has no other precondition.
             let _ = unsafe { s.gpu.device.device_wait_idle() };
         } else {
-            // The same limit as every other wait (`VulkanConfig::wait_timeout`), not a fixed one.
+            // No limit: destroying buffers the device still uses is undefined behaviour, so a
+            // hung device must hang the drop rather than let it free memory in use.
             let last = s.timeline.submitted().0;
-            let _ = s.timeline.wait(&s.gpu, last, self.config.wait_timeout);
+            let _ = s.timeline.wait(&s.gpu, last, Duration::MAX);
         }
         // SAFETY: the device is idle (or our work on an adopted one has finished), and each
         // destroy runs once, children before parents: batches and semaphore, pipelines, blocks,

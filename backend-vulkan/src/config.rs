@@ -36,8 +36,8 @@ pub struct VulkanConfig {
     /// real GPU become undefined. Default `false`.
     #[doc(hidden)]
     pub skip_barriers_for_testing: bool,
-    /// Longest [`Backend::wait`](tensormem::Backend::wait) before it fails with `Error::Backend` (`VK_TIMEOUT`).
-    /// Default 60 s.
+    /// Longest [`Backend::wait`](tensormem::Backend::wait) (a wait that names no limit) before
+    /// it fails with `Error::Timeout`. Default 60 s.
     pub wait_timeout: Duration,
 }
 

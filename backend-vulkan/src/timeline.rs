@@ -506,11 +506,10 @@ impl Timeline {
                 self.recycle(gpu)?;
                 Ok(())
             }
-            Err(vk::Result::TIMEOUT) => Err(Error::Backend {
+            Err(vk::Result::TIMEOUT) => Err(Error::Timeout {
                 backend: BACKEND,
-                api: "vkWaitSemaphores",
-                code: i64::from(vk::Result::TIMEOUT.as_raw()),
-                message: format!("ticket {ticket} did not complete within {timeout:?}"),
+                what: format!("ticket {ticket} (vkWaitSemaphores)"),
+                timeout,
             }),
             Err(e) => Err(self.map_lost("vkWaitSemaphores")(e)),
         }

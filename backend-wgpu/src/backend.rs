@@ -6,6 +6,8 @@
 //! The non-blocking completion methods live in `poll`.
 
 use std::task::{Context, Poll};
+#[cfg(not(target_arch = "wasm32"))]
+use std::time::Duration;
 
 use tensormem::ops::Op;
 use tensormem::{
@@ -14,6 +16,8 @@ use tensormem::{
 
 use crate::blocks::{Block, MapState};
 use crate::conv::{align_up, buffer_usages};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::error::poll_wait;
 use crate::error::{lock, map_poll_error};
 use crate::mapping;
 use crate::{State, WgpuBackend};
@@ -52,12 +56,9 @@ impl WgpuBackend {
     fn submit_and_wait(&self, state: &mut State) -> Result<()> {
         let ticket = state.timeline.submit(&self.queue);
         if let Some(index) = state.timeline.submission(ticket) {
-            self.device
-                .poll(wgpu::PollType::Wait {
-                    submission_index: Some(index),
-                    timeout: self.config.wait_timeout,
-                })
-                .map_err(map_poll_error)?;
+            poll_wait(&self.device, Some(index), self.config.wait_timeout, || {
+                format!("ticket {ticket}")
+            })?;
             state.timeline.mark_completed(ticket);
         }
         self.health.check()
@@ -493,7 +494,7 @@ impl Backend for WgpuBackend {
     }
 
     #[cfg(not(target_arch = "wasm32"))]
-    fn wait(&self, ticket: Ticket) -> Result<()> {
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<Duration>) -> Result<()> {
         self.health.check()?;
         let index = {
             let mut state = lock(&self.state);
@@ -509,12 +510,14 @@ impl Backend for WgpuBackend {
         let Some(index) = index else {
             return Ok(());
         };
-        self.device
-            .poll(wgpu::PollType::Wait {
-                submission_index: Some(index),
-                timeout: self.config.wait_timeout,
-            })
-            .map_err(map_poll_error)?;
+        let timeout = match timeout {
+            None => self.config.wait_timeout,
+            Some(Duration::MAX) => None,
+            limit => limit,
+        };
+        poll_wait(&self.device, Some(index), timeout, || {
+            format!("ticket {}", ticket.0)
+        })?;
         // A lost device also ends the wait; report it rather than a completed ticket.
         self.health.check()?;
         lock(&self.state).timeline.mark_completed(ticket.0);

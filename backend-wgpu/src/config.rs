@@ -32,8 +32,8 @@ pub struct WgpuConfig {
     /// Reported as `Capabilities::queued_write_max`: uploads up to this many bytes go through
     /// `queue.write_buffer`. Default [`DEFAULT_QUEUED_WRITE_MAX`]; 0 disables the queued path.
     pub queued_write_max: u64,
-    /// Longest a `wait` or a buffer mapping blocks before it fails with `Error::Backend`
-    /// ("Device::poll", timeout). Default 60 s; `None` waits forever.
+    /// Longest a `wait` that names no limit, or a buffer mapping, blocks before it fails with
+    /// `Error::Timeout`. Default 60 s; `None` waits forever.
     pub wait_timeout: Option<Duration>,
 }
 

@@ -113,7 +113,32 @@ pub(crate) fn map_scope_error(error: wgpu::Error, api: &'static str, size: u64) 
     }
 }
 
-/// Maps a failed `Device::poll`: a timeout or a submission index wgpu does not know.
+/// Blocks in `Device::poll` until submission `index` (`None`: every submission) has finished,
+/// for at most `timeout` (`None`: no limit); a timeout is `Error::Timeout` on `what`.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn poll_wait(
+    device: &wgpu::Device,
+    index: Option<wgpu::SubmissionIndex>,
+    timeout: Option<std::time::Duration>,
+    what: impl FnOnce() -> String,
+) -> tensormem::Result<()> {
+    device
+        .poll(wgpu::PollType::Wait {
+            submission_index: index,
+            timeout,
+        })
+        .map(drop)
+        .map_err(|e| match e {
+            wgpu::PollError::Timeout => Error::Timeout {
+                backend: BACKEND,
+                what: what(),
+                timeout: timeout.unwrap_or(std::time::Duration::MAX),
+            },
+            other => map_poll_error(other),
+        })
+}
+
+/// Maps a failed `Device::poll`: a submission index wgpu does not know, or a timeout.
 pub(crate) fn map_poll_error(error: wgpu::PollError) -> Error {
     Error::Backend {
         backend: BACKEND,

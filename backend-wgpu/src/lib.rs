@@ -85,8 +85,9 @@
 //! * `budget` is `None`: wgpu reports no heap size or memory budget.
 //! * Host-visible buffers are not NUMA-bound: the driver (or the browser) allocates them, and wgpu
 //!   does not name an adapter's PCI device; on a NUMA machine the backend reports `DriverPlaced`.
-//! * A binding above `max_storage_buffer_binding_size` (128 MiB on lavapipe) is
-//!   `Error::TooLarge`; larger tensors must be split by the caller.
+//! * A binding above `max_storage_buffer_binding_size` (128 MiB on lavapipe and in Chromium) is
+//!   `Error::TooLarge` here; the validating front splits ops over larger tensors into parts that
+//!   fit (`tensormem::Validated`). A tensor must still fit in one buffer (`max_buffer_size`).
 
 mod backend;
 mod blocks;

@@ -132,7 +132,7 @@ pub(crate) fn ensure_mapped(
     last_use: Option<wgpu::SubmissionIndex>,
     timeout: Option<Duration>,
 ) -> Result<()> {
-    use crate::error::map_poll_error;
+    use crate::error::{map_poll_error, poll_wait};
     if block.map == state {
         return Ok(());
     }
@@ -145,12 +145,13 @@ pub(crate) fn ensure_mapped(
     if let Poll::Ready(r) = poll_pending(block, &mut cx) {
         return r;
     }
-    device
-        .poll(wgpu::PollType::Wait {
-            submission_index: last_use,
-            timeout,
-        })
-        .map_err(map_poll_error)?;
+    poll_wait(device, last_use, timeout, || {
+        format!(
+            "the last use of a {}-byte {} block before mapping it",
+            block.size,
+            block.kind.name()
+        )
+    })?;
     // The submission is done, but the callback may have been taken by another thread's
     // concurrent `Device::poll`, which fires it after releasing wgpu's lock. Park until that
     // thread wakes us, polling in case no other thread is polling.

@@ -52,6 +52,7 @@ browser_cases!(
     staging_under_pressure,
     staging_larger_than_belt,
     ops_match_host_reference,
+    ops_split_across_bindings,
     planned_reuse_matches_no_reuse,
     binding_sizes_are_exact,
     overlapping_outputs_are_refused,

@@ -17,6 +17,8 @@ mod pools;
 #[cfg(not(target_arch = "wasm32"))]
 mod spill;
 mod staging;
+#[cfg(not(target_arch = "wasm32"))]
+mod waits;
 
 /// Every case, in report order.
 pub fn all() -> Vec<Case> {
@@ -31,6 +33,8 @@ pub fn all() -> Vec<Case> {
     #[cfg(not(target_arch = "wasm32"))]
     v.extend(spill::cases());
     v.extend(misuse::cases());
+    #[cfg(not(target_arch = "wasm32"))]
+    v.extend(waits::cases());
     #[cfg(not(target_arch = "wasm32"))]
     v.extend(devices::cases());
     v

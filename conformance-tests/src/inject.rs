@@ -8,7 +8,8 @@
 //!
 //! Two more faults a device has: a memory cap ([`Faulty::set_cap`]: block allocations beyond it
 //! fail with out of memory, as a full device does) and loss ([`Faulty::lose`]: every later call
-//! fails with [`Error::DeviceLost`]).
+//! fails with [`Error::DeviceLost`]). And one limit: a smaller largest binding
+//! ([`Faulty::with_binding_limit`], as a browser's 128 MiB WebGPU binding, scaled down).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,6 +27,8 @@ const UNARMED: u64 = u64::MAX;
 /// A backend whose `n`-th call from now fails once. See the module doc.
 pub struct Faulty {
     inner: Arc<dyn Backend>,
+    /// The inner backend's capabilities, with the binding limit this wrapper reports.
+    caps: Capabilities,
     /// Calls left before the armed one (`UNARMED`: none armed).
     countdown: AtomicU64,
     /// Failures injected so far.
@@ -41,6 +44,7 @@ impl Faulty {
     /// Wraps `inner` with nothing armed.
     pub fn new(inner: Arc<dyn Backend>) -> Self {
         Faulty {
+            caps: inner.capabilities().clone(),
             inner,
             countdown: AtomicU64::new(UNARMED),
             injected: AtomicU64::new(0),
@@ -48,6 +52,14 @@ impl Faulty {
             cap: AtomicU64::new(u64::MAX),
             blocks: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Wraps `inner` reporting a largest binding of at most `limit` bytes: dispatches over larger
+    /// bindings reach the backend only as the validating front's parts.
+    pub fn with_binding_limit(inner: Arc<dyn Backend>, limit: u64) -> Self {
+        let mut faulty = Faulty::new(inner);
+        faulty.caps.max_binding_size = faulty.caps.max_binding_size.min(limit);
+        faulty
     }
 
     /// Caps the bytes of blocks the device holds: beyond it, `alloc_block` is out of memory.
@@ -122,7 +134,7 @@ impl Faulty {
 
 impl Backend for Faulty {
     fn capabilities(&self) -> &Capabilities {
-        self.inner.capabilities()
+        &self.caps
     }
 
     fn host_placement(&self) -> tensormem::HostPlacement {
@@ -193,6 +205,18 @@ impl Backend for Faulty {
 
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
         self.check("dispatch")?;
+        // The limit this wrapper reports is enforced as a device would.
+        if let Some(b) = bindings
+            .iter()
+            .find(|b| b.size > self.caps.max_binding_size)
+        {
+            return Err(Error::TooLarge {
+                what: "binding",
+                requested: b.size,
+                limit: self.caps.max_binding_size,
+                limit_name: "max_binding_size",
+            });
+        }
         self.inner.dispatch(op, bindings)
     }
 
@@ -207,9 +231,9 @@ impl Backend for Faulty {
     }
 
     #[cfg(not(target_arch = "wasm32"))]
-    fn wait(&self, ticket: Ticket) -> Result<()> {
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
         self.check("wait")?;
-        self.inner.wait(ticket)
+        self.inner.wait_timeout(ticket, timeout)
     }
 
     fn poll_ticket(&self, ticket: Ticket, cx: &mut Context<'_>) -> Poll<Result<()>> {

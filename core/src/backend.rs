@@ -49,6 +49,8 @@
 //! The trait is object safe so examples can choose a backend at run time (`Arc<dyn Backend>`).
 
 use std::task::{Context, Poll};
+#[cfg(not(target_arch = "wasm32"))]
+use std::time::Duration;
 
 use crate::Result;
 use crate::ops::Op;
@@ -272,14 +274,27 @@ pub trait Backend: Send + Sync {
     /// [`Error::DeviceLost`](crate::Error::DeviceLost).
     fn completed(&self) -> Result<Ticket>;
 
-    /// Blocks until `ticket` has finished (submitting it first if needed). Native only: on
-    /// `wasm32` await [`TicketWait`] instead.
+    /// Blocks until `ticket` has finished (submitting it first if needed), for at most
+    /// `timeout`: `None` is the backend's own default limit (its config's `wait_timeout`; the
+    /// host backend has none), `Some(Duration::MAX)` waits forever. Native only: on `wasm32` await
+    /// [`TicketWait`] instead.
     ///
     /// # Errors
-    /// [`Error::DeviceLost`](crate::Error::DeviceLost), or a timeout mapped to
-    /// [`Error::Backend`](crate::Error::Backend).
+    /// [`Error::DeviceLost`](crate::Error::DeviceLost); [`Error::Timeout`](crate::Error::Timeout)
+    /// when the limit runs out (the work stays queued and the device usable: waiting again can
+    /// succeed).
     #[cfg(not(target_arch = "wasm32"))]
-    fn wait(&self, ticket: Ticket) -> Result<()>;
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<Duration>) -> Result<()>;
+
+    /// [`Backend::wait_timeout`] with the default limit: what every pool and the runtime call,
+    /// so the validating front's limit (`RuntimeConfig::wait_timeout`) applies to all of them.
+    ///
+    /// # Errors
+    /// As [`Backend::wait_timeout`].
+    #[cfg(not(target_arch = "wasm32"))]
+    fn wait(&self, ticket: Ticket) -> Result<()> {
+        self.wait_timeout(ticket, None)
+    }
 
     /// Polls whether `ticket` and every earlier ticket have finished, submitting it first if
     /// needed; never blocks. While pending, the backend arranges for `cx`'s waker to be woken when

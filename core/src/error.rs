@@ -130,6 +130,21 @@ pub enum Error {
         detail: String,
     },
 
+    /// A device wait that did not finish within its limit. The work is still queued and the
+    /// device still usable: waiting again (with a longer limit) can succeed.
+    #[error(
+        "{backend}: {what} did not complete within {timeout:?} (raise the limit: \
+         RuntimeConfig::wait_timeout, or the samples' --timeout SECS; 0 waits forever)"
+    )]
+    Timeout {
+        /// Backend name.
+        backend: &'static str,
+        /// What was waited for ("ticket 12", "the map callback", ...).
+        what: String,
+        /// The limit that ran out.
+        timeout: std::time::Duration,
+    },
+
     /// A native API call failed in a way no other variant describes. Keeps the native code.
     #[error("{backend}: {api} failed (code {code}): {message}")]
     Backend {
@@ -444,11 +459,12 @@ pub enum Error {
 impl Error {
     /// Whether the same call can succeed later without the caller changing its arguments.
     ///
-    /// True only for [`Error::OutOfMemory`]: frees may still be queued behind in-flight work, so
-    /// waiting for the device and retrying can succeed. Everything else is hopeless as asked
+    /// True for [`Error::OutOfMemory`] (frees may still be queued behind in-flight work, so
+    /// waiting for the device and retrying can succeed) and [`Error::Timeout`] (the work is still
+    /// queued and may finish). Everything else is hopeless as asked
     /// (too large, bad alignment, stale handle) or fatal (device lost).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::OutOfMemory(_))
+        matches!(self, Error::OutOfMemory(_) | Error::Timeout { .. })
     }
 
     /// The one cold path for internal bugs: an [`Error::InvariantViolated`] naming the broken

@@ -584,19 +584,40 @@ impl Backend for HostBackend {
         Ok(Ticket(*lock(&self.timeline.completed)))
     }
 
+    /// The host backend has no default limit (`None` waits forever): its worker cannot hang
+    /// the way a GPU can, and a dead worker wakes every waiter.
     #[cfg(not(target_arch = "wasm32"))]
-    fn wait(&self, ticket: Ticket) -> Result<()> {
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
         self.check_issued(ticket)?;
+        // A limit too large to add to now is no limit.
+        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
         let mut done = lock(&self.timeline.completed);
         while *done < ticket.0
             && !self.timeline.stopped.load(Ordering::SeqCst)
             && lock(&self.timeline.fault).is_none()
         {
+            let Some(deadline) = deadline else {
+                done = self
+                    .timeline
+                    .cv
+                    .wait(done)
+                    .unwrap_or_else(PoisonError::into_inner);
+                continue;
+            };
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout {
+                    backend: NAME,
+                    what: format!("ticket {}", ticket.0),
+                    timeout: timeout.unwrap_or_default(),
+                });
+            }
             done = self
                 .timeline
                 .cv
-                .wait(done)
-                .unwrap_or_else(PoisonError::into_inner);
+                .wait_timeout(done, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
         drop(done);
         self.check_alive()

@@ -14,7 +14,7 @@ use crate::{Error, Result};
 pub mod host;
 mod operand;
 pub mod quant;
-#[cfg(feature = "test-support")]
+#[cfg(any(test, feature = "test-support"))]
 pub mod samples;
 pub mod wgsl;
 

@@ -59,6 +59,12 @@ pub struct RuntimeConfig {
     pub force_staging: bool,
     /// Time the static planner may spend per compiled graph (default 200 ms).
     pub plan_time_limit: std::time::Duration,
+    /// The longest any one blocking device wait of this runtime (its pools, transfers and model
+    /// runs) may take before it fails with [`Error::Timeout`](crate::Error::Timeout). `None`
+    /// (the default) keeps the backend's own limit (60 s on Vulkan and wgpu, none on the host
+    /// and CUDA); `Some(Duration::MAX)` waits forever. Native only: nothing blocks on `wasm32`.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub wait_timeout: Option<std::time::Duration>,
     /// Which device of a [`DeviceSet`](crate::DeviceSet) this runtime is (the set assigns it;
     /// default [`DeviceId(0)`](DeviceId)). Every tensor carries it, and the runtime refuses
     /// tensors of another id with [`Error::WrongDevice`].
@@ -72,6 +78,8 @@ impl Default for RuntimeConfig {
             staging: StagingConfig::default(),
             force_staging: false,
             plan_time_limit: std::time::Duration::from_millis(200),
+            #[cfg(not(target_arch = "wasm32"))]
+            wait_timeout: None,
             device_id: DeviceId(0),
         }
     }
@@ -120,7 +128,7 @@ impl Runtime {
     /// # Errors
     /// Invalid pool or belt configuration.
     pub fn new(backend: Arc<dyn Backend>, config: RuntimeConfig) -> Result<Self> {
-        let front = Arc::new(Validated::new(backend));
+        let front = Self::new_front(backend, &config);
         let backend: Arc<dyn Backend> = front.clone();
         let budget = Self::new_budget(&backend, &config);
         let stack = config
@@ -144,12 +152,21 @@ impl Runtime {
         config: RuntimeConfig,
         make_pool: impl FnOnce(Arc<dyn Backend>, Arc<Budget>) -> Result<Arc<dyn DevicePool>>,
     ) -> Result<Self> {
-        let front = Arc::new(Validated::new(backend));
+        let front = Self::new_front(backend, &config);
         let backend: Arc<dyn Backend> = front.clone();
         let budget = Self::new_budget(&backend, &config);
         let pool = make_pool(backend.clone(), budget.clone())?;
         let stack = config.device.wrap(backend.clone(), pool)?;
         Self::assemble(front, backend, config, stack, budget)
+    }
+
+    fn new_front(backend: Arc<dyn Backend>, config: &RuntimeConfig) -> Arc<Validated> {
+        let front = Validated::new(backend);
+        #[cfg(not(target_arch = "wasm32"))]
+        let front = front.with_wait_timeout(config.wait_timeout);
+        #[cfg(target_arch = "wasm32")]
+        let _ = config;
+        Arc::new(front)
     }
 
     fn new_budget(backend: &Arc<dyn Backend>, config: &RuntimeConfig) -> Arc<Budget> {

@@ -40,6 +40,7 @@ use crate::ops::Op;
 use crate::{Error, Result};
 
 mod rules;
+pub(crate) mod split;
 mod uses;
 
 use uses::InFlight;
@@ -64,6 +65,9 @@ pub struct Validated {
     state: Mutex<State>,
     /// Why the device is unusable, once it is.
     broken: OnceLock<String>,
+    /// The limit of a wait that names none ([`Backend::wait`]); `None` defers to the backend.
+    #[cfg(not(target_arch = "wasm32"))]
+    wait_timeout: Option<std::time::Duration>,
 }
 
 impl Validated {
@@ -80,7 +84,18 @@ impl Validated {
                 issued: Ticket::DONE,
             }),
             broken: OnceLock::new(),
+            #[cfg(not(target_arch = "wasm32"))]
+            wait_timeout: None,
         }
+    }
+
+    /// Sets the limit of every wait through the front that names none: the pools' and the
+    /// runtime's waits ([`Backend::wait`]). `None` (the default) keeps the backend's own default.
+    #[cfg(not(target_arch = "wasm32"))]
+    #[must_use]
+    pub fn with_wait_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
+        self.wait_timeout = timeout;
+        self
     }
 
     /// The backend behind the front.
@@ -315,12 +330,37 @@ impl Backend for Validated {
         Ok(t)
     }
 
+    /// An op with an operand beyond `max_binding_size` runs as several dispatches over row
+    /// ranges when it can be split ([`split`]); all parts are validated before any is issued, and
+    /// the last part's ticket covers them all (tickets complete in order).
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
         self.check_alive()?;
-        rules::bindings(&self.lock().blocks, self.capabilities(), op, bindings)?;
-        let t = self.observe(self.backend.dispatch(op, bindings))?;
-        self.issued(t, bindings);
-        Ok(t)
+        let caps = self.capabilities();
+        let limit = caps.max_binding_size;
+        let parts = if bindings.iter().any(|b| b.size > limit) {
+            split::split(op, bindings, limit, caps.binding_align)
+        } else {
+            None
+        };
+        let Some(parts) = parts else {
+            rules::bindings(&self.lock().blocks, caps, op, bindings, limit)?;
+            let t = self.observe(self.backend.dispatch(op, bindings))?;
+            self.issued(t, bindings);
+            return Ok(t);
+        };
+        {
+            let st = self.lock();
+            rules::bindings(&st.blocks, caps, op, bindings, u64::MAX)?;
+            for (part, ranges) in &parts {
+                rules::bindings(&st.blocks, caps, part, ranges, limit)?;
+            }
+        }
+        let mut last = Ticket::DONE;
+        for (part, ranges) in &parts {
+            last = self.observe(self.backend.dispatch(part, ranges))?;
+            self.issued(last, ranges);
+        }
+        Ok(last)
     }
 
     fn flush(&self) -> Result<Ticket> {
@@ -339,9 +379,10 @@ impl Backend for Validated {
     }
 
     #[cfg(not(target_arch = "wasm32"))]
-    fn wait(&self, ticket: Ticket) -> Result<()> {
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
         self.check_issued(ticket)?;
-        self.observe(self.backend.wait(ticket))?;
+        let timeout = timeout.or(self.wait_timeout);
+        self.observe(self.backend.wait_timeout(ticket, timeout))?;
         self.lock().uses.completed(ticket);
         Ok(())
     }

@@ -232,7 +232,7 @@ impl Backend for Virtual {
     fn completed(&self) -> Result<Ticket> {
         Ok(Ticket(self.completed.load(Ordering::SeqCst)))
     }
-    fn wait(&self, ticket: Ticket) -> Result<()> {
+    fn wait_timeout(&self, ticket: Ticket, _: Option<std::time::Duration>) -> Result<()> {
         self.completed.fetch_max(ticket.0, Ordering::SeqCst);
         Ok(())
     }

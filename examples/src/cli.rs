@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use tensormem::WeightFormat;
+use tensormem::{RuntimeConfig, WeightFormat};
 
 use crate::backend_select::{BackendChoice, SelectOptions};
 
@@ -31,8 +31,8 @@ pub struct DeviceArgs {
     /// CPU; software GPU implementations (lavapipe, llvmpipe, SwiftShader) only when named.
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,
-    /// Seconds one device wait may block before the run fails (0: no limit). Applies to the
-    /// Vulkan and wgpu backends; CUDA and host waits end when the work does.
+    /// Seconds one device wait may block before the run fails (0: no limit), on every backend:
+    /// the runtime's waits (`RuntimeConfig::wait_timeout`) and the backends' own.
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_timeout)]
     pub timeout: WaitTimeout,
 }
@@ -42,6 +42,15 @@ impl DeviceArgs {
     pub fn select_options(&self) -> SelectOptions {
         SelectOptions {
             wait_timeout: self.timeout.0,
+        }
+    }
+
+    /// The runtime configuration these flags ask for: the wait limit (no limit is
+    /// `Duration::MAX`, since `None` would defer to each backend's own default).
+    pub fn runtime_config(&self) -> RuntimeConfig {
+        RuntimeConfig {
+            wait_timeout: Some(self.timeout.0.unwrap_or(Duration::MAX)),
+            ..RuntimeConfig::default()
         }
     }
 }

@@ -78,7 +78,7 @@ fn one_event_per_flush_and_waits_retire_it() {
     }
     assert_eq!(t.completed().unwrap(), Ticket::DONE);
     assert_eq!(t.ops().recorded.load(Ordering::SeqCst), 1);
-    t.wait(Ticket(2)).unwrap();
+    t.wait(Ticket(2), None).unwrap();
     assert_eq!(t.completed().unwrap(), Ticket(3));
     // Nothing new was issued: no second record; the retired event is reused later.
     assert_eq!(t.ops().recorded.load(Ordering::SeqCst), 1);
@@ -86,7 +86,7 @@ fn one_event_per_flush_and_waits_retire_it() {
     t.flush().unwrap();
     assert_eq!(t.ops().created.load(Ordering::SeqCst), 1);
     assert!(matches!(
-        t.wait(Ticket(9)),
+        t.wait(Ticket(9), None),
         Err(Error::UnknownTicket { ticket: 9, .. })
     ));
 }
@@ -130,14 +130,17 @@ fn completed_does_not_block_while_a_submission_is_stuck_in_the_driver() {
 fn a_sticky_error_fails_every_later_call_even_waits_on_retired_tickets() {
     let t = Timeline::new(Fake::default());
     t.submit(|| Ok(())).unwrap();
-    t.wait(Ticket(1)).unwrap();
+    t.wait(Ticket(1), None).unwrap();
     t.submit(|| Ok(())).unwrap();
     t.ops().gpu_done.store(false, Ordering::SeqCst);
     t.ops().fail.store(true, Ordering::SeqCst);
     assert!(matches!(t.completed(), Err(Error::DeviceLost { .. })));
     // The driver would now report success again for a retired ticket; the latch does not.
     t.ops().fail.store(false, Ordering::SeqCst);
-    assert!(matches!(t.wait(Ticket(1)), Err(Error::DeviceLost { .. })));
+    assert!(matches!(
+        t.wait(Ticket(1), None),
+        Err(Error::DeviceLost { .. })
+    ));
     assert!(matches!(t.flush(), Err(Error::DeviceLost { .. })));
     let called = AtomicBool::new(false);
     let submitted = t.submit(|| {
@@ -159,4 +162,28 @@ fn a_failed_enqueue_issues_no_ticket_and_a_sticky_one_is_remembered() {
     assert_eq!(t.submit(|| Ok(())).unwrap(), Ticket(1));
     assert!(t.submit(|| Err(lost())).is_err());
     assert!(matches!(t.completed(), Err(Error::DeviceLost { .. })));
+}
+
+#[test]
+fn a_timed_wait_polls_until_its_limit_then_times_out_and_leaves_the_ticket_waitable() {
+    let t = Timeline::new(Fake::default());
+    t.submit(|| Ok(())).unwrap();
+    // The fake GPU never passes the event: the limited wait must give up, not synchronize.
+    match t.wait(Ticket(1), Some(Duration::from_millis(20))) {
+        Err(Error::Timeout { timeout, what, .. }) => {
+            assert_eq!(timeout, Duration::from_millis(20));
+            assert_eq!(what, "ticket 1");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(t.completed().unwrap() < Ticket(1));
+    // The work finishes later: a limited wait now succeeds and retires the ticket.
+    t.ops().gpu_done.store(true, Ordering::SeqCst);
+    t.wait(Ticket(1), Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(t.completed().unwrap(), Ticket(1));
+    // `Duration::MAX` is no limit: it synchronizes.
+    t.submit(|| Ok(())).unwrap();
+    t.ops().gpu_done.store(false, Ordering::SeqCst);
+    t.wait(Ticket(2), Some(Duration::MAX)).unwrap();
+    assert!(t.ops().gpu_done.load(Ordering::SeqCst));
 }

@@ -1,16 +1,22 @@
 //! Every op on the target against the host reference, with the instances, inputs and comparison
 //! rule of `tensormem::ops::samples`.
 
+use std::sync::Arc;
 use tensormem::ops::{Op, samples};
-use tensormem::{Runtime, RuntimeConfig, Tensor};
+
+use tensormem::{Error, Runtime, RuntimeConfig, Tensor};
 
 use super::Rng;
+use crate::inject::Faulty;
 use crate::{Case, Ctx, case, fail};
 
 type R = std::result::Result<(), String>;
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![case!("ops_match_host_reference", ops_match_host)]
+    vec![
+        case!("ops_match_host_reference", ops_match_host),
+        case!("ops_split_across_bindings", ops_split_across_bindings),
+    ]
 }
 
 /// Runs `op` on the target through runtime tensors bound with [`Runtime::dispatch`] (each of
@@ -64,4 +70,40 @@ async fn ops_match_host(ctx: &Ctx) -> R {
         samples::check(&op, &got, &want).map_err(|e| format!("{op:?}: {e}"))?;
     }
     Ok(())
+}
+
+/// Ops whose operands exceed the largest binding (WebGPU's 128 MiB, scaled down to a few KiB by
+/// the wrapper) run as the validating front's parts and still match the host reference; an op
+/// the front cannot split is refused as too large, before anything reaches the device.
+async fn ops_split_across_bindings(ctx: &Ctx) -> R {
+    let mut rng = Rng::new(13);
+    for (op, limit) in samples::split_instances() {
+        let small = Arc::new(Faulty::with_binding_limit(ctx.backend.clone(), limit));
+        let rt = Runtime::new(small, RuntimeConfig::default()).map_err(fail("runtime"))?;
+        let inputs = samples::inputs(&op, &mut rng).map_err(fail("inputs"))?;
+        let want = samples::reference(&op, &inputs).map_err(fail("host reference"))?;
+        let got = run_on_target(ctx, &rt, &op, &inputs).await?;
+        samples::check(&op, &got, &want).map_err(|e| format!("{op:?} split at {limit}: {e}"))?;
+    }
+    let permute = Op::Permute {
+        dims: [4, 8, 16, 8],
+        perm: [1, 0, 2, 3],
+    };
+    let small = Arc::new(Faulty::with_binding_limit(ctx.backend.clone(), 1 << 10));
+    let rt = Runtime::new(small, RuntimeConfig::default()).map_err(fail("runtime"))?;
+    let x = rt
+        .alloc(tensormem::DType::F32, &[4 * 8 * 16 * 8], "x")
+        .map_err(fail("alloc"))?;
+    let y = rt
+        .alloc(tensormem::DType::F32, &[4 * 8 * 16 * 8], "y")
+        .map_err(fail("alloc"))?;
+    let refused = rt.dispatch(&permute, &[&x], &[&y]);
+    rt.free(x).map_err(fail("free"))?;
+    rt.free(y).map_err(fail("free"))?;
+    match refused {
+        Err(Error::TooLarge { limit: 1024, .. }) => Ok(()),
+        other => Err(format!(
+            "an unsplittable op over the binding limit: {other:?}"
+        )),
+    }
 }

@@ -224,7 +224,7 @@ impl Backend for CountingBackend {
         Ok(Ticket::DONE)
     }
 
-    fn wait(&self, _: Ticket) -> Result<()> {
+    fn wait_timeout(&self, _: Ticket, _: Option<std::time::Duration>) -> Result<()> {
         Ok(())
     }
 }

@@ -8,7 +8,7 @@
 //! relative with a floor of 1 on the magnitude for f32 arithmetic, bit-exact for data movement).
 //!
 //! Test support, not API: compiled only with the `test-support` feature, which the conformance
-//! suite and the backends' test builds enable.
+//! suite and the backends' test builds enable, and in core's own tests.
 
 use super::host;
 use super::quant::f32_to_f16;
@@ -236,6 +236,132 @@ fn f32_instances() -> Vec<Op> {
         },
         Op::Copy { len: 4097 },
     ]
+}
+
+/// Ops of every kind the validating front splits across bindings, each with a binding limit that
+/// some of its operands exceed while a split keeps it at offsets on 256 bytes (4 KiB; 64 KiB for
+/// the mean pool, whose mask rows need 64 units per part).
+pub fn split_instances() -> Vec<(Op, u64)> {
+    let mean_pool = Op::MeanPool {
+        batch: 12,
+        seq: 64,
+        dim: 64,
+    };
+    let small = [
+        Op::Add {
+            len: 3001,
+            b_len: 3001,
+        },
+        Op::Mul {
+            len: 96 * 40,
+            b_len: 96,
+        },
+        Op::Gelu { len: 2049 },
+        Op::Scale {
+            len: 5000,
+            alpha: -0.5,
+        },
+        Op::Relu { len: 1500 },
+        Op::Copy { len: 1111 },
+        Op::LayerNorm {
+            rows: 50,
+            cols: 96,
+            eps: 1e-5,
+        },
+        Op::Softmax {
+            rows: 48,
+            cols: 64,
+            masked: true,
+            rows_per_mask: 4,
+        },
+        Op::Softmax {
+            rows: 33,
+            cols: 64,
+            masked: false,
+            rows_per_mask: 1,
+        },
+        Op::L2Normalize {
+            rows: 40,
+            cols: 64,
+            eps: 1e-12,
+        },
+        Op::Embedding {
+            vocab: 50,
+            dim: 16,
+            rows: 300,
+            weight_format: WeightFormat::F32,
+        },
+        Op::Embedding {
+            vocab: 50,
+            dim: 16,
+            rows: 300,
+            weight_format: WeightFormat::Int8 { group: 0 },
+        },
+        Op::MatMul {
+            batch: 1,
+            m: 70,
+            n: 24,
+            k: 16,
+            trans_a: false,
+            trans_b: true,
+            broadcast_b: true,
+            bias: true,
+            alpha: 1.0,
+            weight_format: WeightFormat::F32,
+        },
+        Op::MatMul {
+            batch: 3,
+            m: 20,
+            n: 24,
+            k: 16,
+            trans_a: false,
+            trans_b: false,
+            broadcast_b: true,
+            bias: false,
+            alpha: 0.5,
+            weight_format: WeightFormat::F16,
+        },
+        Op::MatMul {
+            batch: 12,
+            m: 8,
+            n: 16,
+            k: 8,
+            trans_a: true,
+            trans_b: false,
+            broadcast_b: false,
+            bias: false,
+            alpha: 1.0,
+            weight_format: WeightFormat::F32,
+        },
+        Op::Conv2d {
+            n: 6,
+            c_in: 2,
+            h: 8,
+            w: 8,
+            c_out: 4,
+            kh: 3,
+            kw: 3,
+            stride: 1,
+            pad: 1,
+            bias: true,
+            weight_format: WeightFormat::F32,
+        },
+        Op::MaxPool2d {
+            n: 3,
+            c: 8,
+            h: 16,
+            w: 16,
+            k: 2,
+            stride: 2,
+        },
+        Op::Permute {
+            dims: [6, 8, 4, 8],
+            perm: [0, 2, 1, 3],
+        },
+    ];
+    let mut ops: Vec<(Op, u64)> = small.into_iter().map(|op| (op, 1 << 12)).collect();
+    ops.push((mean_pool, 1 << 16));
+    ops
 }
 
 /// Input bytes suited to `op`: token ids within the vocabulary (and one beyond it, which must give

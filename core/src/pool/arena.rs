@@ -622,17 +622,7 @@ impl DevicePool for ArenaPool {
 
     fn live_allocations(&self) -> Vec<LiveAllocation> {
         let st = self.lock();
-        let mut v: Vec<_> = st
-            .slots
-            .iter_handles()
-            .map(|(handle, l)| LiveAllocation {
-                handle,
-                label: l.label.clone(),
-                size: l.region.size,
-            })
-            .collect();
-        v.sort_by_key(|l| std::cmp::Reverse(l.size));
-        v
+        LiveAllocation::all_in(&st.slots, |l| (&l.label, l.region.size))
     }
 
     fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use crate::Result;
 use crate::backend::{BlockId, BlockRange, Ticket};
-use crate::pool::slots::Handle;
+use crate::pool::slots::{Handle, Slots};
 
 /// A live allocation: the handle that owns it and where its bytes are. `Copy`; every use is checked
 /// against the pool, so a copy kept after `free` is detected, not dangling.
@@ -49,6 +49,29 @@ pub struct LiveAllocation {
     pub label: String,
     /// Bytes it holds (after rounding, guard margins included).
     pub size: u64,
+}
+
+impl LiveAllocation {
+    /// Every live entry of `slots`, largest first, with the label and size `describe` reads from
+    /// it: `live_allocations` of each pool that issues its own handles.
+    pub(crate) fn all_in<T>(
+        slots: &Slots<T>,
+        describe: impl Fn(&T) -> (&str, u64),
+    ) -> Vec<LiveAllocation> {
+        let mut v: Vec<LiveAllocation> = slots
+            .iter_handles()
+            .map(|(handle, entry)| {
+                let (label, size) = describe(entry);
+                LiveAllocation {
+                    handle,
+                    label: label.to_owned(),
+                    size,
+                }
+            })
+            .collect();
+        v.sort_by_key(|l| std::cmp::Reverse(l.size));
+        v
+    }
 }
 
 /// Counters of one pool. All sizes in bytes.

@@ -109,6 +109,32 @@ pub struct Model {
     offload: Option<Box<offloaded::Offloaded>>,
 }
 
+/// Every op of `graph` runs within the device's largest binding: its operands fit, or the
+/// validating front splits it into parts that do.
+///
+/// # Errors
+/// [`Error::TooLarge`] naming the op's largest operand.
+fn check_bindings(graph: &Graph, caps: &crate::Capabilities) -> Result<()> {
+    for node in graph.nodes() {
+        if !crate::validate::split::fits(&node.op, caps.max_binding_size, caps.binding_align) {
+            let sig = node.op.signature()?;
+            let largest = sig
+                .inputs
+                .iter()
+                .chain(&sig.outputs)
+                .map(|o| o.size())
+                .max();
+            return Err(Error::TooLarge {
+                what: "tensor binding of an op that cannot be split",
+                requested: largest.unwrap_or(0),
+                limit: caps.max_binding_size,
+                limit_name: "max_binding_size",
+            });
+        }
+    }
+    Ok(())
+}
+
 impl Runtime {
     /// Compiles `graph`: computes lifetimes, plans every intermediate into one arena, and allocates
     /// weights, inputs, outputs and the arena from the device pool.
@@ -152,14 +178,7 @@ impl Runtime {
                     })
             })
             .collect::<Result<_>>()?;
-        if let Some(&s) = sizes.iter().find(|&&s| s > caps.max_binding_size) {
-            return Err(Error::TooLarge {
-                what: "tensor binding",
-                requested: s,
-                limit: caps.max_binding_size,
-                limit_name: "max_binding_size",
-            });
-        }
+        check_bindings(graph, caps)?;
         let uses: Vec<OpUses> = graph
             .nodes()
             .iter()

@@ -183,3 +183,52 @@ fn a_lost_device_refuses_new_work() {
     ));
     let _ = rt.free(t);
 }
+
+/// Issue 18: the runtime's wait limit applies to every wait it makes (here a download and
+/// `synchronize`), fails with a typed, retryable timeout, and loses nothing: the device stays
+/// usable and the same download succeeds once the work is done.
+#[test]
+fn the_runtime_wait_limit_times_out_typed_and_loses_nothing() {
+    let backend = Arc::new(
+        HostBackend::new(HostConfig {
+            worker_delay: Duration::from_millis(300),
+            ..HostConfig::default()
+        })
+        .unwrap(),
+    );
+    let rt = Runtime::new(
+        backend,
+        RuntimeConfig {
+            wait_timeout: Some(Duration::from_millis(20)),
+            ..RuntimeConfig::default()
+        },
+    )
+    .unwrap();
+    let x = rt
+        .tensor_from(DType::F32, &[16], &[2.5f32; 16], "x")
+        .unwrap();
+    let y = rt.alloc(DType::F32, &[16], "y").unwrap();
+    rt.dispatch(
+        &Op::Scale {
+            len: 16,
+            alpha: 2.0,
+        },
+        &[&x],
+        &[&y],
+    )
+    .unwrap();
+    let e = rt.synchronize().unwrap_err();
+    assert!(
+        matches!(e, Error::Timeout { backend: "host", timeout, .. } if timeout == Duration::from_millis(20)),
+        "{e}"
+    );
+    assert!(e.is_retryable() && !e.is_fatal());
+    assert!(e.to_string().contains("wait_timeout"), "{e}");
+    // An explicit limit on the front overrides the runtime's; no limit waits for the work.
+    rt.backend()
+        .wait_timeout(rt.backend().flush().unwrap(), Some(Duration::MAX))
+        .unwrap();
+    assert_eq!(rt.download::<f32>(&y).unwrap(), vec![5.0; 16]);
+    rt.free(x).unwrap();
+    rt.free(y).unwrap();
+}

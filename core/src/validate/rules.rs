@@ -127,7 +127,8 @@ pub(crate) fn disjoint(
 
 /// The binding rules of a dispatch, in this order: the op's parameters (checked shape
 /// arithmetic), the binding count, and per binding a live block, bounds, the offset on
-/// `binding_align`, the exact operand size and `max_binding_size`; then no output shares a byte
+/// `binding_align`, the exact operand size and `limit` (the device's `max_binding_size`, or no
+/// limit for an op the front splits into parts that each keep it); then no output shares a byte
 /// with any other binding (inputs may alias each other: they are only read). Returns the number
 /// of inputs.
 ///
@@ -140,6 +141,7 @@ pub(crate) fn bindings(
     caps: &Capabilities,
     op: &Op,
     bindings: &[BlockRange],
+    limit: u64,
 ) -> Result<usize> {
     let sizes: Vec<u64> = bindings.iter().map(|b| b.size).collect();
     let sig = op.check_binding_sizes(&sizes)?;
@@ -156,7 +158,7 @@ pub(crate) fn bindings(
             caps.binding_align,
             "binding_align",
         )?;
-        if b.size > caps.max_binding_size {
+        if b.size > limit {
             return Err(Error::TooLarge {
                 what: "binding",
                 requested: b.size,

@@ -108,7 +108,7 @@ fn run(mut args: Args) -> Result<()> {
         selection.backend.clone(),
         RuntimeConfig {
             force_staging: args.force_staging,
-            ..RuntimeConfig::default()
+            ..s.device.runtime_config()
         },
     )?;
 

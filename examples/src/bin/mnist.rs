@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use serde_json::json;
-use tensormem::{Result, Runtime, RuntimeConfig, Tracer};
+use tensormem::{Result, Runtime, Tracer};
 use tensormem_examples::backend_select;
 use tensormem_examples::cli::{self, EXIT_CODES, SampleArgs};
 use tensormem_examples::models::mnist::{self, Mnist};
@@ -76,7 +76,7 @@ fn run(args: &Args) -> Result<()> {
     }
 
     let selection = backend_select::select(s.device.backend, &s.device.select_options())?;
-    let rt = Runtime::new(selection.backend.clone(), RuntimeConfig::default())?;
+    let rt = Runtime::new(selection.backend.clone(), s.device.runtime_config())?;
     let tracer = args.trace.as_ref().map(|_| Tracer::new());
     rt.set_tracer(tracer.clone());
     let weights = match &s.weights.weights_file {

@@ -27,7 +27,7 @@ fn timeouts_parse_as_seconds_with_zero_for_no_limit() {
 }
 
 #[test]
-fn device_args_pass_the_timeout_to_backends() {
+fn device_args_pass_the_timeout_to_backends_and_the_runtime() {
     use clap::Parser;
     #[derive(Parser)]
     struct T {
@@ -40,6 +40,12 @@ fn device_args_pass_the_timeout_to_backends() {
         t.device.select_options().wait_timeout,
         Some(Duration::from_millis(2500))
     );
+    assert_eq!(
+        t.device.runtime_config().wait_timeout,
+        Some(Duration::from_millis(2500))
+    );
+    let t = T::try_parse_from(["t", "--timeout", "0"]).unwrap();
+    assert_eq!(t.device.runtime_config().wait_timeout, Some(Duration::MAX));
     let t = T::try_parse_from(["t"]).unwrap();
     assert_eq!(t.device.backend, BackendChoice::Auto);
     assert_eq!(t.device.select_options(), SelectOptions::default());

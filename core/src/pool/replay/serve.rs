@@ -264,17 +264,7 @@ impl DevicePool for ReplayPool {
 
     fn live_allocations(&self) -> Vec<LiveAllocation> {
         let st = self.lock();
-        let mut v: Vec<_> = st
-            .slots
-            .iter_handles()
-            .map(|(handle, e)| LiveAllocation {
-                handle,
-                label: e.label.clone(),
-                size: e.size,
-            })
-            .collect();
-        v.sort_by_key(|l| std::cmp::Reverse(l.size));
-        v
+        LiveAllocation::all_in(&st.slots, |e| (&e.label, e.size))
     }
 
     fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {

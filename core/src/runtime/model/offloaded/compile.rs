@@ -27,6 +27,7 @@ impl Runtime {
             return Err(unsupported());
         }
         let caps = self.backend().capabilities();
+        super::super::check_bindings(graph, caps)?;
         let copy_align = caps.copy_align.max(1);
         let align = caps.binding_align.max(copy_align).next_power_of_two();
         let unified = caps.device_host_visible && !self.config().force_staging;
@@ -62,14 +63,6 @@ impl Runtime {
                     what: format!("padded byte size of '{}'", t.name),
                     limit_name: "u64",
                 })?;
-            if size > caps.max_binding_size {
-                return Err(Error::TooLarge {
-                    what: "tensor binding",
-                    requested: size,
-                    limit: caps.max_binding_size,
-                    limit_name: "max_binding_size",
-                });
-            }
             let class = match t.kind {
                 TensorKind::Input => TensorClass::Input,
                 TensorKind::Weight => TensorClass::Weight,
