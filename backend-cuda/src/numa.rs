@@ -2,9 +2,10 @@
 //!
 //! **The node.** `CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID` (CUDA 12.2+ drivers; -1 where the system has
 //! no NUMA); where the driver does not know the attribute, the device's PCI address
-//! (`CU_DEVICE_ATTRIBUTE_PCI_{DOMAIN,BUS,DEVICE}_ID`) looked up in sysfs. Core's
-//! [`tensormem::numa`] turns it into a [`HostPlacement`]: bound only on a machine with several
-//! nodes, and unbound with the reason everywhere else.
+//! (`CU_DEVICE_ATTRIBUTE_PCI_{DOMAIN,BUS,DEVICE}_ID`) looked up in sysfs; the same where the
+//! attribute answers -1 (not known). Core's [`tensormem::numa::detect_device_placement`] turns
+//! it into a [`HostPlacement`]: bound only on a machine with several nodes, and unbound with the
+//! reason everywhere else (one node, `numa_node` = -1, no sysfs).
 //!
 //! **The blocks.** `cuMemHostAlloc` takes no node and the driver faults its pages in itself, so
 //! a bound backend allocates its pinned blocks the way PyTorch's `pinned_use_cuda_host_register`
@@ -21,45 +22,34 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, sys};
 use tensormem::HostPlacement;
 
-/// Where this device's pinned blocks go (see the module doc).
+/// Where this device's pinned blocks go (see the module doc). Never an error: a node the driver
+/// does not know (-1, or a driver without the attribute) falls back to the PCI address, and no
+/// node at all, one node, or a device that cannot use registered memory is unbound with the
+/// reason.
 pub(crate) fn host_placement(ctx: &Arc<CudaContext>) -> HostPlacement {
     use sys::CUdevice_attribute as A;
     let attr = |a| ctx.attribute(a).ok();
-    if attr(A::CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM) != Some(1) {
+    let driver_node =
+        attr(A::CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID).map(|id| (i64::from(id), "CUDA host NUMA id"));
+    let bdf = match (
+        attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+        attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
+        attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),
+    ) {
+        (Some(domain), Some(bus), Some(device)) => {
+            Some(format!("{domain:04x}:{bus:02x}:{device:02x}.0"))
+        }
+        _ => None,
+    };
+    let placement = tensormem::numa::detect_device_placement(driver_node, bdf.as_deref());
+    if placement.bound_node().is_some()
+        && attr(A::CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM) != Some(1)
+    {
         return HostPlacement::unbound(
             "the device cannot address registered host memory by its host pointer",
         );
     }
-    match attr(A::CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID) {
-        Some(id) if id >= 0 => {
-            tensormem::numa::detect_placement(u32::try_from(id).ok(), "CUDA host NUMA id")
-        }
-        Some(_) => HostPlacement::unbound("the driver reports no host NUMA node (-1)"),
-        None => pci_placement(
-            attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
-            attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
-            attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),
-        ),
-    }
-}
-
-/// The placement of the PCI device at `domain:bus:device.0`, read from sysfs.
-#[cfg(not(target_os = "linux"))]
-fn pci_placement(_: Option<i32>, _: Option<i32>, _: Option<i32>) -> HostPlacement {
-    HostPlacement::unbound("NUMA binding (mbind) is Linux-only")
-}
-
-/// The placement of the PCI device at `domain:bus:device.0`, read from sysfs.
-#[cfg(target_os = "linux")]
-fn pci_placement(domain: Option<i32>, bus: Option<i32>, device: Option<i32>) -> HostPlacement {
-    let (Some(domain), Some(bus), Some(device)) = (domain, bus, device) else {
-        return HostPlacement::unbound("the driver reports no PCI address");
-    };
-    let bdf = format!("{domain:04x}:{bus:02x}:{device:02x}.0");
-    match tensormem::numa::NumaTopology::system() {
-        Ok(topology) => topology.pci_device_placement(&bdf),
-        Err(e) => HostPlacement::unbound(e.to_string()),
-    }
+    placement
 }
 
 /// Pinned host memory of `size` bytes on NUMA `node`: mapped, bound before first touch, then

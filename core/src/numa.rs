@@ -31,11 +31,14 @@
 //!   [`HostPlacement::DriverPlaced`] with the device's node where it knows it.
 //!
 //! # Fallbacks (no NUMA)
-//! * One node (this development machine, most laptops): [`HostPlacement::Unbound`], nothing to
-//!   choose.
+//! * One node (this development machine, most laptops, single-socket GPU servers):
+//!   [`HostPlacement::Unbound`] ("one NUMA node"), nothing to choose, whatever the device
+//!   reports. A kernel without NUMA (no `/sys/devices/system/node`): the same, with that reason.
 //! * Not Linux: [`HostPlacement::Unbound`]; `mbind` is Linux's, the topology is not read.
 //! * `wasm32`: only [`HostPlacement`] is compiled (the browser owns its memory).
-//! * A device with no NUMA affinity (`numa_node` reads `-1`): [`HostPlacement::Unbound`].
+//! * A device with no NUMA affinity: [`HostPlacement::Unbound`]. A driver that reports the host
+//!   node (CUDA's `HOST_NUMA_ID`) but answers -1, or has no such query, falls through to the PCI
+//!   address; its `numa_node` reading -1 (no affinity, common on single-root machines) is unbound.
 //! * A node the topology lacks or the kernel refuses this process (cpuset `mems`):
 //!   [`Error::NumaNode`](crate::Error::NumaNode) where the caller asked for that node, and
 //!   [`HostPlacement::Unbound`] carrying the error's text where a backend detected it.
@@ -49,7 +52,7 @@ pub mod kernel;
 mod topology;
 
 #[cfg(not(target_arch = "wasm32"))]
-pub use topology::{NumaNode, NumaTopology, detect_placement};
+pub use topology::{NumaNode, NumaTopology, detect_device_placement};
 
 /// Where a backend's host memory (upload, readback and host-visible blocks) lives: the policy in
 /// use, reported by [`Backend::host_placement`](crate::Backend::host_placement) and in the memory

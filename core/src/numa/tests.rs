@@ -229,18 +229,84 @@ fn placement_binds_where_the_kernel_allows_the_node() {
     }
 }
 
+/// What a backend gets from its driver's answers: the driver's node where it names one, the PCI
+/// device's node where the driver answers -1 or has no such query, and unbound (never an error)
+/// for -1 everywhere, a missing device, or a node the topology lacks.
+#[test]
+fn device_placement_falls_back_from_the_driver_to_sysfs_to_unbound() {
+    let fake = FakeSysfs::two_nodes();
+    fake.pci_device("0000:65:00.0", "0\n")
+        .pci_device("0000:17:00.0", "-1\n");
+    let t = NumaTopology::read(fake.path()).unwrap();
+    let cuda = |id: i64| Some((id, "CUDA host NUMA id"));
+    let unbound_with = |p: HostPlacement, text: &str| {
+        assert!(
+            matches!(&p, HostPlacement::Unbound { reason } if reason.contains(text)),
+            "{p:?} should be unbound with {text:?}"
+        );
+    };
+    if cfg!(target_os = "linux") {
+        let by_pci = HostPlacement::Bound {
+            node: 0,
+            source: "PCI 0000:65:00.0".into(),
+        };
+        // The driver names the node: it wins over the PCI address.
+        let p = t.device_placement(cuda(0), Some("0000:17:00.0"));
+        assert_eq!(
+            p,
+            HostPlacement::Bound {
+                node: 0,
+                source: "CUDA host NUMA id".into()
+            }
+        );
+        // -1 (not known) and no attribute at all both fall through to sysfs.
+        assert_eq!(t.device_placement(cuda(-1), Some("0000:65:00.0")), by_pci);
+        assert_eq!(t.device_placement(None, Some("0000:65:00.0")), by_pci);
+    }
+    // -1 from the driver and from sysfs: the documented fallback.
+    unbound_with(
+        t.device_placement(cuda(-1), Some("0000:17:00.0")),
+        "PCI 0000:17:00.0 reports no NUMA node",
+    );
+    unbound_with(t.device_placement(None, None), "neither");
+    // A node the topology lacks, a device sysfs does not list, a bad address: unbound, with
+    // the error's text.
+    unbound_with(t.device_placement(cuda(7), None), "NUMA node 7");
+    unbound_with(
+        t.device_placement(cuda(-1), Some("0000:66:00.0")),
+        "0000:66:00.0",
+    );
+    unbound_with(
+        t.device_placement(None, Some("../etc")),
+        "not a PCI address",
+    );
+
+    // One node: nothing to choose, whatever the device says.
+    let one = FakeSysfs::new(&[("0-7\n", "10\n")]);
+    let t = NumaTopology::read(one.path()).unwrap();
+    for driver in [cuda(0), cuda(-1), None] {
+        assert_eq!(
+            t.device_placement(driver, Some("0000:17:00.0")),
+            HostPlacement::unbound("one NUMA node")
+        );
+    }
+}
+
 #[cfg(target_os = "linux")]
 #[test]
-fn detect_placement_on_this_machine_never_fails() {
-    let p = detect_placement(Some(0), "test device");
+fn detect_device_placement_on_this_machine_never_fails() {
+    let p = detect_device_placement(Some((0, "test device")), None);
     if NumaTopology::system().unwrap().nodes().len() < 2 {
         assert_eq!(p, HostPlacement::unbound("one NUMA node"));
     } else {
         assert_eq!(p.bound_node(), Some(0));
     }
-    // A node no machine has: unbound with the reason, never a panic or an error.
-    let p = detect_placement(Some(999), "test device");
-    assert_eq!(p.bound_node(), None);
+    // A node no machine has, and no information at all: unbound with the reason, never a panic
+    // or an error.
+    for driver in [Some((999, "test device")), Some((-1, "test device")), None] {
+        let p = detect_device_placement(driver, Some("ffff:ff:1f.7"));
+        assert_eq!(p.bound_node(), None, "{p:?}");
+    }
 }
 
 /// Reads the policy and the page nodes back from the kernel: the binding is applied to the

@@ -188,6 +188,40 @@ impl NumaTopology {
             .unwrap_or_else(|e| HostPlacement::unbound(e.to_string()))
     }
 
+    /// The placement for host memory that feeds a device, from what its driver reports: the host
+    /// node the driver names itself (`driver_node`, with its source: CUDA's
+    /// `CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID`), else the node sysfs gives its PCI address `bdf`, else
+    /// none. A negative driver node (CUDA's and sysfs's -1) means "not known", as does a driver
+    /// without the query (`None`): both fall through to the PCI address, whose `numa_node` of -1
+    /// is unbound in turn.
+    ///
+    /// Never an error: a backend must start whatever the driver or sysfs say, so every failure
+    /// (a node the topology lacks or the kernel refuses, an unreadable `numa_node`) is
+    /// [`HostPlacement::Unbound`] carrying its text. On one node the reason is always "one NUMA
+    /// node": there is nothing to choose, whatever the device reports.
+    pub fn device_placement(
+        &self,
+        driver_node: Option<(i64, &str)>,
+        bdf: Option<&str>,
+    ) -> HostPlacement {
+        if self.nodes.len() < 2 {
+            return HostPlacement::unbound("one NUMA node");
+        }
+        let known =
+            driver_node.and_then(|(node, source)| Some((u32::try_from(node).ok()?, source)));
+        if let Some((node, source)) = known {
+            return self
+                .placement(Some(node), source)
+                .unwrap_or_else(|e| HostPlacement::unbound(e.to_string()));
+        }
+        match bdf {
+            Some(bdf) => self.pci_device_placement(bdf),
+            None => HostPlacement::unbound(
+                "the driver reports neither a host NUMA node nor a PCI address",
+            ),
+        }
+    }
+
     fn check_node(&self, node: u32) -> Result<()> {
         if self.node(node).is_some() {
             return Ok(());
@@ -200,15 +234,21 @@ impl NumaTopology {
     }
 }
 
-/// The placement for a device on `device_node` on the running machine (reads `/sys`), with every
-/// failure (no sysfs, a node the kernel refuses) turned into [`HostPlacement::Unbound`] with its
-/// reason: what a backend uses when it learns its device's node from the driver.
-pub fn detect_placement(device_node: Option<u32>, source: &str) -> HostPlacement {
+/// [`NumaTopology::device_placement`] on the running machine (reads `/sys`): what a backend
+/// uses at start. Every failure is [`HostPlacement::Unbound`] with its reason, never an error:
+/// not Linux, a kernel without NUMA (no `/sys/devices/system/node`), unreadable sysfs.
+pub fn detect_device_placement(
+    driver_node: Option<(i64, &str)>,
+    bdf: Option<&str>,
+) -> HostPlacement {
     if !cfg!(target_os = "linux") {
         return HostPlacement::unbound("NUMA binding (mbind) is Linux-only");
     }
+    if !Path::new("/sys/devices/system/node").exists() {
+        return HostPlacement::unbound("no NUMA in this kernel (no /sys/devices/system/node)");
+    }
     NumaTopology::system()
-        .and_then(|t| t.placement(device_node, source))
+        .map(|t| t.device_placement(driver_node, bdf))
         .unwrap_or_else(|e| HostPlacement::unbound(e.to_string()))
 }
 
