@@ -51,6 +51,7 @@ browser_cases!(
     arena_growth_in_place_or_blocks,
     staging_under_pressure,
     staging_larger_than_belt,
+    host_memory_placement_is_reported,
     ops_match_host_reference,
     ops_split_across_bindings,
     planned_reuse_matches_no_reuse,
