@@ -323,7 +323,7 @@ vulkan_env() { # the carried libraries, and NVIDIA's ICD named where the loader 
         for json in "$d"/*.json; do
             [ -f "$json" ] || continue
             echo "ICD manifest: $json"
-            sed 's/^/    /' "$json"
+            sed 's/^/    /' "$json"; echo
             case $json in *nvidia*) [ -n "$nv" ] || nv=$json ;; esac
             case $d in /usr/local/nvidia/*) ;; *) found=1 ;; esac
         done
