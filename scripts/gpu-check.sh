@@ -415,11 +415,11 @@ run() {
             echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset, the loader searches}"
         } >>"$OUT/machine.log"
         STEP_NOTE="carried Vulkan loader" DEVICE_NOTE=1
-        step 08-conformance-vulkan 60 env TENSORMEM_TARGETS=vulkan \
+        step 08-conformance-vulkan 90 python3 "$HELPER" fdwatch env TENSORMEM_TARGETS=vulkan \
             TENSORMEM_REQUIRE_BACKENDS=vulkan "$WORK/bin/suite"
         STEP_NOTE="carried Vulkan loader" DEVICE_NOTE=1
-        step 09-conformance-wgpu 60 env TENSORMEM_TARGETS=wgpu TENSORMEM_REQUIRE_BACKENDS=wgpu \
-            "$WORK/bin/suite"
+        step 09-conformance-wgpu 120 python3 "$HELPER" fdwatch env TENSORMEM_TARGETS=wgpu \
+            TENSORMEM_REQUIRE_BACKENDS=wgpu "$WORK/bin/suite"
         # The subshell's records reach the summary through summary.tsv.
     )
     summary "$dry"
