@@ -237,7 +237,9 @@ impl ArenaPool {
         config.budget = budget.limit();
         let copy_align = caps.copy_align.max(1).next_power_of_two();
         let base_align = match config.kind {
-            MemoryKind::DeviceLocal => caps.binding_align.max(1).next_power_of_two(),
+            MemoryKind::DeviceLocal | MemoryKind::Managed => {
+                caps.binding_align.max(1).next_power_of_two()
+            }
             _ => 1,
         }
         .max(copy_align);
