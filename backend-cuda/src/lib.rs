@@ -90,7 +90,13 @@
 //! * Same-stream reuse of freed memory is safe immediately on CUDA, but the contract has no way to
 //!   say so; the pools still wait for the free's ticket.
 //! * `join_from` serialises our stream behind the other stream at the join point.
-//! * Host-visible kinds are only `Upload` and `Readback`; there is no managed-memory path.
+//! * **Managed memory** (`managed.rs`): `MemoryKind::Managed` blocks are `cuMemAllocManaged`
+//!   memory advised onto the device, host-visible, prefetched on the stream
+//!   ([`tensormem::Backend::prefetch`]); a request larger than `cuMemGetInfo`'s free memory is
+//!   refused before the driver is asked, so managed memory is never oversubscribed.
+//! * **Direct copies between CUDA backends** (`peer.rs`, [`tensormem::Backend::copy_to_peer`]):
+//!   device to device within one context, `cuMemcpyPeerAsync` with peer access between GPUs,
+//!   ordered by events against both streams; a device set stages only where neither applies.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -102,7 +108,9 @@ mod expandable;
 mod health;
 mod kernels;
 mod launch;
+mod managed;
 mod nvrtc;
+mod peer;
 pub mod probe;
 mod staging;
 mod timeline;
@@ -115,7 +123,7 @@ pub use cudarc::driver::{CudaContext, CudaStream};
 pub use expandable::ExpandableDesc;
 #[cfg(doc)]
 use tensormem::Error;
-use tensormem::{Capabilities, Result, Ticket};
+use tensormem::{Capabilities, ManagedMemory, Result, Ticket};
 
 use blocks::BlockTable;
 use kernels::Kernels;
@@ -197,6 +205,10 @@ pub struct CudaBackend {
     timeline: Timeline<CudaEvents>,
     ctx: Arc<CudaContext>,
     caps: Capabilities,
+    /// Managed memory on this device (`managed.rs`).
+    managed: ManagedMemory,
+    /// Routes found from other backends' contexts to this one (`peer.rs`).
+    peers: peer::PeerLinks,
     device_alloc: DeviceAlloc,
     tools: Toolchain,
     target: CodeTarget,
@@ -248,6 +260,7 @@ impl CudaBackend {
             DeviceAlloc::StreamOrdered => Some(device::MemPool::create(&ctx)?),
         };
         let kernels = Kernels::load(&ctx, target, tools)?;
+        let managed = managed::query_support(&ctx)?;
         let uploads = match desc.queued_write_max {
             0 => None,
             max => Some(device::QueuedUploads::new(
@@ -274,6 +287,8 @@ impl CudaBackend {
             timeline: Timeline::new(CudaEvents::new(stream)),
             ctx,
             caps,
+            managed,
+            peers: peer::PeerLinks::default(),
             device_alloc: desc.device_alloc,
             tools,
             target,
