@@ -158,6 +158,11 @@ pub struct CudaDesc {
     /// flight. 0 disables the path and the ring. To be tuned from `benches/cuda_memory.rs` on the
     /// target GPU.
     pub queued_write_max: u64,
+    /// Whether copies between this backend and another CUDA backend go direct (device to device
+    /// in one context, peer to peer between GPUs with peer access; `peer.rs`). Default `true`;
+    /// `false` makes a device set stage through host memory, as with `NCCL_P2P_DISABLE`: for
+    /// measuring the staged path against the direct one, or a platform whose peer link is bad.
+    pub direct_copies: bool,
 }
 
 impl Default for CudaDesc {
@@ -166,6 +171,7 @@ impl Default for CudaDesc {
             ordinal: 0,
             device_alloc: DeviceAlloc::MemAlloc,
             queued_write_max: 64 * 1024,
+            direct_copies: true,
         }
     }
 }
@@ -209,6 +215,8 @@ pub struct CudaBackend {
     managed: ManagedMemory,
     /// Routes found from other backends' contexts to this one (`peer.rs`).
     peers: peer::PeerLinks,
+    /// [`CudaDesc::direct_copies`].
+    direct_copies: bool,
     device_alloc: DeviceAlloc,
     tools: Toolchain,
     target: CodeTarget,
@@ -289,6 +297,7 @@ impl CudaBackend {
             caps,
             managed,
             peers: peer::PeerLinks::default(),
+            direct_copies: desc.direct_copies,
             device_alloc: desc.device_alloc,
             tools,
             target,

@@ -9,7 +9,8 @@
 //! * **two devices with peer access** (`cuDeviceCanAccessPeer`): peer access is enabled once per
 //!   pair (`cuCtxEnablePeerAccess`, from the destination's context), then `cuMemcpyPeerAsync`
 //!   over NVLink or PCIe;
-//! * otherwise **no route**: the caller stages through host memory.
+//! * otherwise **no route**: the caller stages through host memory. Also when either backend was
+//!   created with [`crate::CudaDesc::direct_copies`] off.
 //!
 //! Ordering: an event recorded on the source's stream after its earlier work is waited for by
 //! the destination's stream, which runs the copy (so the copy also follows the destination's
@@ -83,7 +84,10 @@ impl CudaBackend {
         dst: BlockRange,
     ) -> Result<Option<PeerCopy>> {
         let any: &dyn Any = peer;
-        let Some(to) = any.downcast_ref::<CudaBackend>() else {
+        let Some(to) = any
+            .downcast_ref::<CudaBackend>()
+            .filter(|to| self.direct_copies && to.direct_copies)
+        else {
             return Ok(None);
         };
         let Some(route) = to.route_from(self)? else {
