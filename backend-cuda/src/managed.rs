@@ -98,19 +98,18 @@ pub(crate) fn alloc(size: u64, device: sys::CUdevice, reserved: u64) -> Result<M
     check_fits(size, free as u64, reserved)?;
     // SAFETY: plain allocation; the caller made the context current. Contents are
     // uninitialised bytes, which the backend never reads as anything but bytes.
-    let ptr = unsafe {
-        result::malloc_managed(bytes, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL)
-    }
-    .map_err(|e| {
-        map_alloc_err(
-            "cuMemAllocManaged",
-            e,
-            MemoryKind::Managed,
-            size,
-            reserved,
-            Some(free as u64),
-        )
-    })?;
+    let ptr =
+        unsafe { result::malloc_managed(bytes, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL) }
+            .map_err(|e| {
+                map_alloc_err(
+                    "cuMemAllocManaged",
+                    e,
+                    MemoryKind::Managed,
+                    size,
+                    reserved,
+                    Some(free as u64),
+                )
+            })?;
     let here = location(Residence::Device, device);
     let advised = [
         sys::CUmem_advise::CU_MEM_ADVISE_SET_PREFERRED_LOCATION,

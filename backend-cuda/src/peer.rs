@@ -140,18 +140,14 @@ impl CudaBackend {
             return Ok(*route);
         }
         let (here, there) = (self.ctx.cu_device(), src.ctx.cu_device());
-        let route = choose_route(
-            self.ctx.cu_ctx() == src.ctx.cu_ctx(),
-            here == there,
-            || {
-                let mut can = 0;
-                // SAFETY: `can` is valid for writes; both are device handles of live contexts.
-                unsafe { sys::cuDeviceCanAccessPeer(&mut can, here, there) }
-                    .result()
-                    .map_err(|e| map_driver_err("cuDeviceCanAccessPeer", e))?;
-                Ok(can != 0)
-            },
-        )?;
+        let route = choose_route(self.ctx.cu_ctx() == src.ctx.cu_ctx(), here == there, || {
+            let mut can = 0;
+            // SAFETY: `can` is valid for writes; both are device handles of live contexts.
+            unsafe { sys::cuDeviceCanAccessPeer(&mut can, here, there) }
+                .result()
+                .map_err(|e| map_driver_err("cuDeviceCanAccessPeer", e))?;
+            Ok(can != 0)
+        })?;
         if route == Some(Route::Peer) {
             self.bind()?;
             // SAFETY: the source's context is live (`src` holds it); access is granted to this

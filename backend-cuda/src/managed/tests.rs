@@ -15,7 +15,10 @@ fn only_concurrent_managed_access_is_offered() {
     assert!(check_supported(ManagedMemory::Migrating).is_ok());
     assert!(matches!(
         check_supported(ManagedMemory::Unsupported),
-        Err(Error::Unsupported { backend: "cuda", .. })
+        Err(Error::Unsupported {
+            backend: "cuda",
+            ..
+        })
     ));
 }
 
@@ -38,8 +41,14 @@ fn a_request_fits_only_below_free_memory_less_headroom() {
 #[test]
 fn oversubscription_is_refused_even_with_little_free_memory() {
     // Less free than the headroom: nothing fits, and nothing underflows.
-    assert!(matches!(check_fits(1, HEADROOM / 2, 0), Err(Error::OutOfMemory(_))));
-    assert!(matches!(check_fits(u64::MAX, u64::MAX / 2, 0), Err(Error::OutOfMemory(_))));
+    assert!(matches!(
+        check_fits(1, HEADROOM / 2, 0),
+        Err(Error::OutOfMemory(_))
+    ));
+    assert!(matches!(
+        check_fits(u64::MAX, u64::MAX / 2, 0),
+        Err(Error::OutOfMemory(_))
+    ));
 }
 
 #[test]

@@ -17,18 +17,26 @@ fn managed_blocks_prefetch_both_ways_and_keep_their_values() {
             size: 4096,
             label: "managed",
         });
-        assert!(matches!(refused, Err(Error::Unsupported { .. })), "{refused:?}");
+        assert!(
+            matches!(refused, Err(Error::Unsupported { .. })),
+            "{refused:?}"
+        );
         return;
     }
     let n = 1 << 20; // floats per region
     let bytes = n as u64 * 4;
     let m = alloc(&b, MemoryKind::Managed, 2 * bytes);
     let (input, output) = (range(m, 0, bytes), range(m, bytes, bytes));
-    let x: Vec<f32> = (0..n).map(|i| (i as f32 - n as f32 / 2.0) / 1000.0).collect();
+    let x: Vec<f32> = (0..n)
+        .map(|i| (i as f32 - n as f32 / 2.0) / 1000.0)
+        .collect();
     // The host writes managed memory in place: no staging block.
     b.write_mapped(m, 0, &f32_bytes(&x)).unwrap();
     let t0 = b.prefetch(input, Residence::Device).unwrap();
-    assert!(t0 > Ticket::DONE, "a prefetch is a submission with a ticket");
+    assert!(
+        t0 > Ticket::DONE,
+        "a prefetch is a submission with a ticket"
+    );
     b.dispatch(&Op::Relu { len: n as u32 }, &[input, output])
         .unwrap();
     let t = b.prefetch(output, Residence::Host).unwrap();
@@ -113,7 +121,10 @@ fn the_front_checks_prefetches_and_pools_take_managed_memory() {
     let dev = alloc_on(&front, MemoryKind::DeviceLocal, 4096);
     assert!(matches!(
         front.prefetch(range(dev, 0, 4096), Residence::Device),
-        Err(Error::WrongMemoryKind { role: "prefetch", .. })
+        Err(Error::WrongMemoryKind {
+            role: "prefetch",
+            ..
+        })
     ));
     // An arena pool over managed memory: allocations are host-visible and bind as kernel inputs.
     let pool = tensormem::ArenaPool::new(

@@ -5,9 +5,7 @@
 use std::sync::Arc;
 
 use tensormem::devices::TransferPath;
-use tensormem::{
-    Backend, DType, DeviceId, DeviceSet, MemoryKind, PeerPath, RuntimeConfig, Ticket,
-};
+use tensormem::{Backend, DType, DeviceId, DeviceSet, MemoryKind, PeerPath, RuntimeConfig, Ticket};
 use tensormem_cuda::{CudaBackend, CudaDesc};
 
 use crate::{alloc, backend, backend_with, range};
@@ -57,7 +55,10 @@ fn two_backends_on_one_gpu_copy_device_to_device() {
         .copy_to_peer(range(dst, 4096, 4096), &a, range(src, 8192, 4096))
         .unwrap()
         .unwrap();
-    assert!(back.dst_ticket > t, "ordered after the destination's earlier fill");
+    assert!(
+        back.dst_ticket > t,
+        "ordered after the destination's earlier fill"
+    );
     let got = read(&a, src, n, back.dst_ticket);
     assert!(got[..8192].iter().all(|&v| v == 0));
     assert_eq!(&got[8192..12288], &data[4096..8192]);

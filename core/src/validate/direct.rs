@@ -69,7 +69,8 @@ impl Validated {
             Some(f) => {
                 f.check_alive()?;
                 let st = f.lock();
-                let to = rules::transfer_range(&st.blocks, f.capabilities(), dst, "copy destination")?;
+                let to =
+                    rules::transfer_range(&st.blocks, f.capabilities(), dst, "copy destination")?;
                 rules::kind_for(to, &dst, "copy destination")?;
                 f.backend.as_ref()
             }

@@ -79,10 +79,14 @@ pub(crate) fn host_visible(
 /// [`Error::WrongMemoryKind`].
 pub(crate) fn kind_for(entry: &BlockEntry<()>, r: &BlockRange, role: &'static str) -> Result<()> {
     let (ok, allowed) = match role {
-        "copy source" => (entry.kind != MemoryKind::Readback, "device-local, managed or upload"),
-        "copy destination" | "fill target" | "queued write target" => {
-            (entry.kind != MemoryKind::Upload, "device-local, managed or readback")
-        }
+        "copy source" => (
+            entry.kind != MemoryKind::Readback,
+            "device-local, managed or upload",
+        ),
+        "copy destination" | "fill target" | "queued write target" => (
+            entry.kind != MemoryKind::Upload,
+            "device-local, managed or readback",
+        ),
         "prefetch" => (entry.kind == MemoryKind::Managed, "managed"),
         _ => (
             matches!(entry.kind, MemoryKind::DeviceLocal | MemoryKind::Managed),
