@@ -204,7 +204,7 @@ impl ArenaPool {
     pub fn new(backend: Arc<dyn Backend>, config: ArenaConfig) -> Result<Self> {
         let limit = match (config.budget, config.kind) {
             (Some(b), _) => Some(b),
-            (None, MemoryKind::DeviceLocal) => backend.capabilities().budget,
+            (None, MemoryKind::DeviceLocal | MemoryKind::Managed) => backend.capabilities().budget,
             (None, _) => None,
         };
         Self::build(backend, config, Budget::new(limit), false)

@@ -93,3 +93,6 @@ impl Validated {
         Ok(copied)
     }
 }
+
+#[cfg(test)]
+mod tests;
