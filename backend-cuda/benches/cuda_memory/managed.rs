@@ -49,7 +49,7 @@ pub(crate) fn bench_managed(c: &mut Criterion, b: &CudaBackend) {
         println!("managed: skipped, the device has no concurrent managed access");
         return;
     }
-    let size = (b.capabilities().budget.unwrap_or(0) / 16).clamp(16 * MIB, 256 * MIB);
+    let size = (b.capabilities().budget.unwrap_or(0) / 16).clamp(16 * MIB, 128 * MIB);
     let len = u32::try_from(size / 4).unwrap();
     let relu = Op::Relu { len };
     let dev = alloc(b, MemoryKind::DeviceLocal, 2 * size);
