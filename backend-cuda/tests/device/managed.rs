@@ -93,15 +93,6 @@ fn managed_oversubscription_is_refused_before_the_driver() {
         other => panic!("expected OutOfMemory, got {other:?}"),
     }
     assert!(err.is_retryable());
-    // Far beyond the device, too (no u64 arithmetic goes wrong).
-    assert!(matches!(
-        b.alloc_block(&tensormem::BlockDesc {
-            kind: MemoryKind::Managed,
-            size: u64::MAX / 2,
-            label: "absurd",
-        }),
-        Err(Error::OutOfMemory(_) | Error::TooLarge { .. })
-    ));
     // Still usable: a small managed block works.
     let m = alloc(&b, MemoryKind::Managed, 1 << 20);
     b.write_mapped(m, 0, &[3; 64]).unwrap();
