@@ -57,7 +57,8 @@ pub async fn run_minilm(
     let rt = Runtime::new(Arc::new(backend), RuntimeConfig::default()).map_err(js)?;
     let tracer = Tracer::new();
     rt.set_tracer(Some(tracer.clone()));
-    let graph = minilm::build_graph(&cfg, tokens.batch, tokens.seq, WeightFormat::F32).map_err(js)?;
+    let graph =
+        minilm::build_graph(&cfg, tokens.batch, tokens.seq, WeightFormat::F32).map_err(js)?;
     let mut model = rt.compile(&graph.builder.graph).map_err(js)?;
     for slot in &graph.builder.weights {
         let bytes = weights.f32_bytes(&slot.name, &slot.shape).map_err(js)?;
