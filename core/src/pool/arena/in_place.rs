@@ -107,7 +107,7 @@ impl ArenaPool {
                 };
             }
         };
-        let (index, region) = self.install_block(st, id, bytes, Some(reserve), size, align)?;
+        let (index, region) = self.install_block(st, id, bytes, None, Some(reserve), size, align)?;
         st.arena = Some(index);
         Ok(Some(Carved {
             block: index,
