@@ -739,8 +739,9 @@ fn sticky_error_child() {
     launch.arg(&bad_ptr);
     // SAFETY: deliberately faulting kernel; the fault is the point of the test.
     unsafe { launch.launch(LaunchConfig::for_num_elems(32)) }.unwrap();
-    // The fault surfaces at the record or at the wait, as a lost device either way.
-    let lost = b.flush().and_then(|t| b.wait(t));
+    // The backend tracks only its own work: the next ticket it issues covers the kernel. The fault
+    // surfaces at that submission or at its wait, as a lost device either way.
+    let lost = b.fill_zero(range(dev, 0, 4096)).and_then(|t| b.wait(t));
     assert!(matches!(lost, Err(Error::DeviceLost { .. })), "{lost:?}");
     // Remembered: a ticket that had completed, a poll, an allocation all fail fast now.
     assert!(matches!(b.wait(retired), Err(Error::DeviceLost { .. })));

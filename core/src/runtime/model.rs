@@ -39,6 +39,11 @@ pub struct MemoryReport {
     pub weight_store: WeightStoreReport,
     /// Bytes of graph inputs and outputs (persistent per model).
     pub io_bytes: u64,
+    /// Bytes the weights, inputs and outputs occupy beyond their sizes: each is its own
+    /// allocation, rounded up to the backend's binding alignment (256 bytes on CUDA), so a small
+    /// model's device need is more than the sum of its tensors. Zero for a budgeted model, whose
+    /// plan places every tensor, padding included.
+    pub padding_bytes: u64,
     /// Size of the planned activation arena: the plan's peak.
     pub activation_planned_bytes: u64,
     /// Sum of all intermediate sizes: the arena without reuse.
@@ -240,6 +245,7 @@ impl Runtime {
                 (TensorRole::Persistent, _, _) => {
                     // Bound to the store by `set_weight`, which knows the bytes.
                     report.weight_bytes += sizes[i];
+                    report.padding_bytes += sizes[i].next_multiple_of(align) - sizes[i];
                     match report
                         .weight_bytes_by_dtype
                         .iter_mut()
@@ -254,6 +260,7 @@ impl Runtime {
                     let a = pool.allocate(sizes[i], align, &t.name)?;
                     model.owned.push(a);
                     report.io_bytes += sizes[i];
+                    report.padding_bytes += sizes[i].next_multiple_of(align) - sizes[i];
                     Place {
                         alloc: a,
                         offset: 0,

@@ -512,10 +512,11 @@ impl Offloaded {
 }
 
 impl super::MemoryReport {
-    /// Device bytes the model needs without a budget: weights, inputs and outputs, and the planned
-    /// activation arena (what a percentage budget is a percentage of).
+    /// Device bytes the model needs without a budget: weights, inputs and outputs with their
+    /// alignment padding, and the planned activation arena (what a percentage budget is a
+    /// percentage of).
     pub fn unbudgeted_device_bytes(&self) -> u64 {
-        self.weight_bytes + self.io_bytes + self.activation_planned_bytes
+        self.weight_bytes + self.io_bytes + self.padding_bytes + self.activation_planned_bytes
     }
 }
 
