@@ -16,6 +16,15 @@ use crate::Result;
 use crate::backend::{BlockDesc, BlockId};
 use crate::suballoc::{Region, Tlsf};
 
+/// What a new block is for.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Role {
+    /// A regular block of one request class.
+    Class(Class),
+    /// The arena that grows in place, with `reserved` bytes of address space.
+    Arena { reserved: u64 },
+}
+
 /// Default block size of an arena pool: 32 MiB (the small class's largest block).
 pub const DEFAULT_BLOCK_SIZE: u64 = 32 << 20;
 
@@ -143,20 +152,19 @@ impl ArenaPool {
                 };
             }
         };
-        self.install_block(st, id, bytes, Some(class), None, size, align)
+        self.install_block(st, id, bytes, Role::Class(class), size, align)
             .map(Some)
     }
 
     /// Carves a request of `size` at `align` in the fresh backend block `id` of `bytes` (already
-    /// charged to the budget), puts the block in a free slot and counts it. On failure the charge
-    /// and the block are given back.
+    /// charged to the budget) of `role`, puts the block in a free slot and counts it. On failure
+    /// the charge and the block are given back.
     pub(super) fn install_block(
         &self,
         st: &mut State,
         id: BlockId,
         bytes: u64,
-        class: Option<Class>,
-        reserved: Option<u64>,
+        role: Role,
         size: u64,
         align: u64,
     ) -> Result<(usize, Region)> {
@@ -180,6 +188,10 @@ impl ArenaPool {
                 st.blocks.push(None);
                 st.blocks.len() - 1
             }
+        };
+        let (class, reserved) = match role {
+            Role::Class(c) => (Some(c), None),
+            Role::Arena { reserved } => (None, Some(reserved)),
         };
         st.blocks[idx] = Some(Block {
             id,

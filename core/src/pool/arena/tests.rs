@@ -66,7 +66,10 @@ fn small_and_large_requests_use_separate_blocks() {
     assert_eq!(s.blocks, 2);
     assert_eq!(s.reserved, (1 << 16) + (2 << 20) + (1 << 16));
     let c = p.allocate(300, 1, "c").unwrap();
-    assert_eq!(c.range.block, a.range.block, "a small request stays in the small block");
+    assert_eq!(
+        c.range.block, a.range.block,
+        "a small request stays in the small block"
+    );
     assert_eq!(backend.block_count(), 2);
     for h in [a, b, c, big] {
         p.free(h.handle).unwrap();
@@ -88,7 +91,11 @@ fn a_miss_returns_the_empty_blocks_of_its_class() {
     let s = p.stats();
     assert_eq!((s.blocks, s.blocks_freed), (2, 1));
     assert_eq!(s.reserved, (1 << 16) + (3 << 20));
-    assert_eq!(s.peak_reserved, (1 << 16) + (3 << 20), "x's block went first");
+    assert_eq!(
+        s.peak_reserved,
+        (1 << 16) + (3 << 20),
+        "x's block went first"
+    );
     p.free(y.handle).unwrap();
     // A smaller large request is split off the large block: no new reservation.
     let x = p.allocate(2 << 20, 1, "x").unwrap();
@@ -108,7 +115,10 @@ fn the_fullest_block_is_tried_first() {
     let b = p.allocate(40 << 10, 1, "b").unwrap();
     assert_ne!(a.range.block, b.range.block, "34 KiB left beside a");
     let c = p.allocate(2 << 10, 1, "c").unwrap();
-    assert_eq!(c.range.block, b.range.block, "b's block has 24 KiB free, a's 34 KiB");
+    assert_eq!(
+        c.range.block, b.range.block,
+        "b's block has 24 KiB free, a's 34 KiB"
+    );
     for h in [a, b, c] {
         p.free(h.handle).unwrap();
     }
