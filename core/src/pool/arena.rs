@@ -212,7 +212,7 @@ impl ArenaPool {
     pub fn new(backend: Arc<dyn Backend>, config: ArenaConfig) -> Result<Self> {
         let limit = match (config.budget, config.kind) {
             (Some(b), _) => Some(b),
-            (None, MemoryKind::DeviceLocal) => backend.capabilities().budget,
+            (None, MemoryKind::DeviceLocal | MemoryKind::Managed) => backend.capabilities().budget,
             (None, _) => None,
         };
         Self::build(backend, config, Budget::new(limit), false)
@@ -245,7 +245,9 @@ impl ArenaPool {
         config.budget = budget.limit();
         let copy_align = caps.copy_align.max(1).next_power_of_two();
         let base_align = match config.kind {
-            MemoryKind::DeviceLocal => caps.binding_align.max(1).next_power_of_two(),
+            MemoryKind::DeviceLocal | MemoryKind::Managed => {
+                caps.binding_align.max(1).next_power_of_two()
+            }
             _ => 1,
         }
         .max(copy_align);
