@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, InPlaceGrowth,
-    MemoryKind, Ticket, TicketWakers,
+    ManagedMemory, MemoryKind, Ticket, TicketWakers,
 };
 use crate::numa::HostPlacement;
 use crate::ops::{self, Op};
@@ -512,6 +512,12 @@ impl Backend for HostBackend {
 
     fn host_placement(&self) -> HostPlacement {
         self.placement.clone()
+    }
+
+    /// Every block is host memory, so managed blocks are too, and nothing ever moves (also under
+    /// `force_staging`, which only hides device-local blocks from the host).
+    fn managed_memory(&self) -> ManagedMemory {
+        ManagedMemory::SameMemory
     }
 
     fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
