@@ -3,8 +3,13 @@
 # implementation (SwiftShader on a machine without a GPU; `--enable-unsafe-webgpu`).
 #   1. the conformance cases (browser/tests/conformance.rs, wasm-bindgen-test + chromedriver);
 #   2. the negative control: the same tests with WebGPU disabled must fail, at adapter request;
-#   3. the MNIST sample page (examples/web): three digits, logits within 1e-3 of the native host
-#      run, a screenshot that is not blank (scripts/browser_page_test.py).
+#   3. the MNIST sample page (examples/web/index.html): three digits, logits within 1e-3 of the
+#      native host run, a screenshot that is not blank (scripts/browser_page_test.py);
+#   4. the MiniLM sample page (examples/web/minilm.html), when the model cache
+#      ($TENSORMEM_CACHE/minilm, filled by scripts/fetch_minilm.sh) is there, served as ./minilm/:
+#      the sentences of examples/web/sentences.txt, token ids equal and embeddings within 1e-3 of
+#      the native host run, its sizes and times next to native host and wgpu. Without the cache
+#      it is skipped with a message.
 # Installs what is missing: the apt packages (Debian's rustc-web toolchain, whose std source
 # -Zbuild-std compiles for wasm32; lld-22; chromium and chromedriver) and wasm-bindgen-cli at the
 # version pinned in Cargo.toml, cached in $TENSORMEM_CACHE (default ~/.cache/tensormem).
@@ -43,6 +48,24 @@ step "native mnist (host, wgpu)"
 cargo run -q -p tensormem-examples --bin mnist -- --backend host --json >"$OUT/native-host.json"
 cargo run -q -p tensormem-examples --bin mnist -- --backend wgpu --json >"$OUT/native-wgpu.json" ||
     echo "native wgpu run failed (no Vulkan driver?); its timing is left out"
+MINILM_DIR="$CACHE/minilm"
+MINILM=0
+if [ -f "$MINILM_DIR/model.safetensors" ] && [ -f "$MINILM_DIR/config.json" ] &&
+    [ -f "$MINILM_DIR/tokenizer.json" ]; then
+    MINILM=1
+    M0=$(date +%s)
+    step "native minilm (host, wgpu) on examples/web/sentences.txt"
+    for backend in host wgpu; do
+        TENSORMEM_CACHE="$CACHE" cargo run -q -p tensormem-examples --bin minilm -- \
+            --backend "$backend" --runs 3 --json <examples/web/sentences.txt \
+            >"$OUT/native-minilm-$backend.json" ||
+            { rm -f "$OUT/native-minilm-$backend.json"; echo "native minilm on $backend failed"; }
+    done
+    [ -s "$OUT/native-minilm-host.json" ] || exit 1
+    MINILM_NATIVE_S=$(($(date +%s) - M0))
+else
+    echo "MiniLM page skipped: no model in $MINILM_DIR (scripts/fetch_minilm.sh fetches it)"
+fi
 
 # Debian's rustc-web for wasm32, kept apart from rustup's toolchain by environment.
 export PATH="$TOOLS/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -81,13 +104,23 @@ WWW="$OUT/www"
 rm -rf "$WWW" && mkdir -p "$WWW/mnist"
 wasm-bindgen --target web --out-dir "$WWW/pkg" \
     "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/tensormem_browser.wasm"
-cp examples/web/index.html "$WWW/"
+cp examples/web/index.html examples/web/minilm.html examples/web/sentences.txt "$WWW/"
 cp examples/assets/mnist/mnist.safetensors examples/assets/mnist/*.u8 "$WWW/mnist/"
 WASM_FILE="$WWW/pkg/tensormem_browser_bg.wasm"
 echo "wasm: $(stat -c %s "$WASM_FILE") bytes raw, $(gzip -9c "$WASM_FILE" | wc -c) bytes gzip"
 
 step "page test in headless Chromium"
-python3 scripts/browser_page_test.py "$WWW" "$OUT/native-host.json" "$OUT/mnist-page.png"
+python3 scripts/browser_page_test.py mnist "$WWW" "$OUT/native-host.json" "$OUT/mnist-page.png"
+if [ "$MINILM" = 1 ]; then
+    step "MiniLM page test in headless Chromium (the model served from $MINILM_DIR)"
+    M0=$(date +%s)
+    ln -s "$MINILM_DIR" "$WWW/minilm"
+    wgpu_json=()
+    [ -s "$OUT/native-minilm-wgpu.json" ] && wgpu_json=("$OUT/native-minilm-wgpu.json")
+    python3 scripts/browser_page_test.py minilm "$WWW" "$OUT/native-minilm-host.json" \
+        "$OUT/minilm-page.png" "${wgpu_json[@]}"
+    echo "MiniLM added $((MINILM_NATIVE_S + $(date +%s) - M0)) s (native runs ${MINILM_NATIVE_S} s, page test $(($(date +%s) - M0)) s)"
+fi
 for backend in host wgpu; do
     [ -s "$OUT/native-$backend.json" ] || continue
     python3 - "$OUT/native-$backend.json" <<'PY'

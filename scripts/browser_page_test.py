@@ -1,14 +1,24 @@
 #!/usr/bin/env python3
-"""Headless-Chromium test of the MNIST sample page (examples/web), standard library only.
+"""Headless-Chromium tests of the sample pages (examples/web), standard library only.
 
 Serves WWW_DIR on 127.0.0.1 (a secure context, as WebGPU requires), drives Chromium through
-chromedriver's W3C WebDriver HTTP API, waits for the page's window.tensormemResult, then checks:
-the three bundled digits are predicted as their labels (7, 2, 1); every logit is within 1e-3 of
-the native host backend's (NATIVE_JSON, the output of `mnist --backend host --json`); the
-screenshot (saved to SCREENSHOT) is not blank. Prints one JSON summary line.
+chromedriver's W3C WebDriver HTTP API, waits for the page's window.tensormemResult (or
+tensormemError, or tensormemSkipped), saves a screenshot (SCREENSHOT) and checks it is not blank,
+then checks the result against the native run of the same sample (NATIVE_JSON, its --json output):
 
-usage: browser_page_test.py WWW_DIR NATIVE_JSON SCREENSHOT
-Exit status: 0 pass, 1 a check failed or the page reported an error.
+  mnist   index.html: the three bundled digits are predicted as their labels (7, 2, 1) and every
+          logit is within 1e-3 of the native host backend's.
+  minilm  minilm.html: the same sentences, the same token ids, and every embedding value and
+          cosine within 1e-3 of the native host backend's. NATIVE_WGPU_JSON (optional) adds the
+          native wgpu times to the summary. A page that reports the model as not served is a
+          skip (exit 0, "skipped" in the summary), not a failure.
+
+Prints one JSON summary line (sizes and times included).
+
+usage: browser_page_test.py mnist WWW_DIR NATIVE_JSON SCREENSHOT
+       browser_page_test.py minilm WWW_DIR NATIVE_JSON SCREENSHOT [NATIVE_WGPU_JSON]
+Exit status: 0 pass (or MiniLM skipped), 1 a check failed or the page reported an error,
+2 usage error.
 """
 
 import base64
@@ -91,11 +101,11 @@ def png_is_blank(png):
     return len(colours) < 3
 
 
-def main():
-    www, native_json, screenshot = sys.argv[1:4]
-    native = json.load(open(native_json))
-    native_logits = [img["logits"] for img in native["images"]]
+def open_page(www, page, screenshot, limit_s):
+    """Loads `page` from `www` in headless Chromium until it reports; saves the screenshot.
 
+    Returns (result dict or None, skipped message or None, seconds, screenshot bytes, failures).
+    """
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
             pass
@@ -103,13 +113,12 @@ def main():
     handler = functools.partial(Quiet, directory=www)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/index.html"
+    url = f"http://127.0.0.1:{server.server_address[1]}/{page}"
 
     port = free_port()
     driver = subprocess.Popen(["chromedriver", f"--port={port}"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     failures = []
-    summary = {}
     try:
         for _ in range(100):
             try:
@@ -123,11 +132,13 @@ def main():
         session = webdriver(port, "POST", "/session", caps)["sessionId"]
         start = time.time()
         webdriver(port, "POST", f"/session/{session}/url", {"url": url})
-        result = error = None
-        while time.time() - start < 180 and result is None and error is None:
-            result, error = webdriver(port, "POST", f"/session/{session}/execute/sync", {
+        result = error = skipped = None
+        while time.time() - start < limit_s and result is None and error is None \
+                and skipped is None:
+            result, error, skipped = webdriver(port, "POST", f"/session/{session}/execute/sync", {
                 "script": "return [window.tensormemResult ? JSON.stringify(window.tensormemResult)"
-                          " : null, window.tensormemError || null];", "args": []})
+                          " : null, window.tensormemError || null,"
+                          " window.tensormemSkipped || null];", "args": []})
             time.sleep(0.2)
         page_secs = time.time() - start
         png = base64.b64decode(webdriver(port, "GET", f"/session/{session}/screenshot"))
@@ -135,32 +146,96 @@ def main():
         webdriver(port, "DELETE", f"/session/{session}")
         if error is not None:
             failures.append(f"the page reported an error: {error}")
-        elif result is None:
-            failures.append("the page did not finish within 180 s")
-        else:
-            r = json.loads(result)
-            if r["predictions"] != LABELS:
-                failures.append(f"predictions {r['predictions']} != labels {LABELS}")
-            worst = max(abs(a - b) for got, want in zip(r["logits"], native_logits)
-                        for a, b in zip(got, want))
-            if len(r["logits"]) != len(native_logits) or worst > TOLERANCE:
-                failures.append(f"logits differ from the native host run by {worst:.2e} "
-                                f"(> {TOLERANCE})")
-            summary = {"device": r["device"], "predictions": r["predictions"],
-                       "max_logit_diff_vs_native_host": worst,
-                       "first_run_ms": round(r["first_run_ms"], 2),
-                       "per_inference_ms": round(r["per_inference_ms"], 3),
-                       "activation_planned_bytes": r["memory"]["activation_planned_bytes"],
-                       "page_load_to_result_s": round(page_secs, 2)}
+        elif result is None and skipped is None:
+            failures.append(f"the page did not finish within {limit_s} s")
         if png_is_blank(png):
             failures.append(f"the screenshot {screenshot} is blank")
-        summary["screenshot_bytes"] = len(png)
     finally:
         driver.terminate()
         driver.wait(10)
         server.shutdown()
+    return (json.loads(result) if result else None), skipped, page_secs, len(png), failures
+
+
+def check_mnist(r, native):
+    """The MNIST page's checks; returns (failures, summary)."""
+    failures = []
+    native_logits = [img["logits"] for img in native["images"]]
+    if r["predictions"] != LABELS:
+        failures.append(f"predictions {r['predictions']} != labels {LABELS}")
+    worst = max(abs(a - b) for got, want in zip(r["logits"], native_logits)
+                for a, b in zip(got, want))
+    if len(r["logits"]) != len(native_logits) or worst > TOLERANCE:
+        failures.append(f"logits differ from the native host run by {worst:.2e} (> {TOLERANCE})")
+    return failures, {"device": r["device"], "predictions": r["predictions"],
+                      "max_logit_diff_vs_native_host": worst,
+                      "first_run_ms": round(r["first_run_ms"], 2),
+                      "per_inference_ms": round(r["per_inference_ms"], 3),
+                      "activation_planned_bytes": r["memory"]["activation_planned_bytes"]}
+
+
+def check_minilm(r, native, native_wgpu):
+    """The MiniLM page's checks against the native host run; returns (failures, summary)."""
+    failures = []
+    got, want = r["sentences"], native["sentences"]
+    if [s["sentence"] for s in got] != [s["sentence"] for s in want]:
+        failures.append("the page embedded other sentences than the native run")
+        return failures, {}
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g["token_ids"] != w["token_ids"]:
+            failures.append(f"sentence {i}: token ids {g['token_ids']} != native {w['token_ids']}")
+    worst = max(abs(a - b) for g, w in zip(got, want)
+                for a, b in zip(g["embedding"], w["embedding"]))
+    if any(len(g["embedding"]) != len(w["embedding"]) for g, w in zip(got, want)) \
+            or worst > TOLERANCE:
+        failures.append(f"embeddings differ from the native host run by {worst:.2e} "
+                        f"(> {TOLERANCE})")
+    worst_cos = max(abs(a - b) for g, w in zip(r["cosine"], native["cosine"])
+                    for a, b in zip(g, w))
+    if worst_cos > TOLERANCE:
+        failures.append(f"cosines differ from the native host run by {worst_cos:.2e}")
+
+    def native_times(n):
+        rep = n["report"]
+        return {"device": rep["device"], "load_ms": round(n["load_ms"], 1),
+                "first_run_ms": round(n["first_run_ms"], 1),
+                "per_inference_ms": round(rep["time_per_inference_ms"], 2), "runs": rep["runs"]}
+
+    summary = {"device": r["device"], "shape": f"batch {r['batch']} x seq {r['seq']}",
+               "max_embedding_diff_vs_native_host": worst, "max_cosine_diff": worst_cos,
+               "weight_file_bytes": r["weight_file_bytes"], "fetched_bytes": r["fetched_bytes"],
+               "fetch_ms": round(r["fetch_ms"], 1), "load_ms": round(r["load_ms"], 1),
+               "first_run_ms": round(r["first_run_ms"], 1),
+               "per_inference_ms": round(r["per_inference_ms"], 2), "runs": r["timed_runs"],
+               "activation_planned_bytes": r["memory"]["activation_planned_bytes"],
+               "native_host": native_times(native)}
+    if native_wgpu is not None:
+        summary["native_wgpu"] = native_times(native_wgpu)
+    return failures, summary
+
+
+def main():
+    if len(sys.argv) not in (5, 6) or sys.argv[1] not in ("mnist", "minilm") \
+            or (sys.argv[1] == "mnist" and len(sys.argv) != 5):
+        print(__doc__, file=sys.stderr)
+        return 2
+    sample, www, native_json, screenshot = sys.argv[1:5]
+    native = json.load(open(native_json))
+    native_wgpu = json.load(open(sys.argv[5])) if len(sys.argv) == 6 else None
+    page, limit_s = ("index.html", 180) if sample == "mnist" else ("minilm.html", 600)
+    result, skipped, page_secs, png_bytes, failures = open_page(www, page, screenshot, limit_s)
+    summary = {}
+    if result is not None:
+        check = check_mnist(result, native) if sample == "mnist" else \
+            check_minilm(result, native, native_wgpu)
+        failures += check[0]
+        summary = check[1]
+    if skipped is not None:
+        summary["skipped"] = skipped
+    summary["page_load_to_result_s"] = round(page_secs, 2)
+    summary["screenshot_bytes"] = png_bytes
     summary["failures"] = failures
-    print("page test: " + json.dumps(summary))
+    print(f"{sample} page test: " + json.dumps(summary))
     return 1 if failures else 0
 
 

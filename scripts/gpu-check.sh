@@ -345,6 +345,7 @@ vulkan_env() { # the carried libraries, and NVIDIA's ICD named where the loader 
                [ -n "$path" ] || path=$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }') ;;
         esac
         echo "ICD library $lib at ${path:-(not found)}:"
+        ICD_LIBRARY=$path
         [ -z "$path" ] || ldd "$path" 2>&1 | sed 's/^/    /'
     fi
     # One probe with the loader's reasons for skipping a driver (no cases run: short output).
@@ -415,11 +416,18 @@ run() {
             echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset, the loader searches}"
         } >>"$OUT/machine.log"
         STEP_NOTE="carried Vulkan loader" DEVICE_NOTE=1
-        step 08-conformance-vulkan 60 env TENSORMEM_TARGETS=vulkan \
-            TENSORMEM_REQUIRE_BACKENDS=vulkan "$WORK/bin/suite"
+        step 08-conformance-vulkan 90 python3 "$HELPER" fdwatch env TENSORMEM_TARGETS=vulkan \
+            TENSORMEM_REQUIRE_BACKENDS=vulkan "$WORK/bin/suite" ||
+            if [ -n "${ICD_LIBRARY:-}" ]; then
+                # Diagnostic: the driver kept loaded across instances (it is loaded and unloaded
+                # with each instance otherwise); passing here points at the driver's reloads.
+                STEP_NOTE="diagnostic: $ICD_LIBRARY preloaded"
+                step 08b-conformance-vulkan-icd-preloaded 90 env LD_PRELOAD="$ICD_LIBRARY" \
+                    TENSORMEM_TARGETS=vulkan TENSORMEM_REQUIRE_BACKENDS=vulkan "$WORK/bin/suite"
+            fi
         STEP_NOTE="carried Vulkan loader" DEVICE_NOTE=1
-        step 09-conformance-wgpu 60 env TENSORMEM_TARGETS=wgpu TENSORMEM_REQUIRE_BACKENDS=wgpu \
-            "$WORK/bin/suite"
+        step 09-conformance-wgpu 120 python3 "$HELPER" fdwatch env TENSORMEM_TARGETS=wgpu \
+            TENSORMEM_REQUIRE_BACKENDS=wgpu "$WORK/bin/suite"
         # The subshell's records reach the summary through summary.tsv.
     )
     summary "$dry"

@@ -11,6 +11,9 @@
   xz SRC DST / unxz SRC DST        compress / decompress one file (no xz program needed)
   nvrtc-dirs                       print the lib folders of pip-installed NVRTC wheels
                                    (nvidia/cu13/lib for CUDA 13, nvidia/cuda_nvrtc/lib for 12)
+  fdwatch CMD...                   run CMD, sampling its open file descriptors and threads;
+                                   print the peak, the descriptor limit, and what the descriptors
+                                   pointed at when they peaked (a leak per backend shows there)
 
 Why the MiniLM packing: the model is 91 MB of f32 and the whole bundle must stay under 40 MiB.
 The bundle carries all six layers with every weight truncated to bf16 (the low 16 bits zeroed)
@@ -212,6 +215,42 @@ def _copy(src, dst):
             dst.write(chunk)
 
 
+def fdwatch(*cmd):
+    import resource
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(cmd)
+    fd_dir = f"/proc/{proc.pid}/fd"
+    peak, peak_targets, peak_threads = 0, {}, 0
+    while proc.poll() is None:
+        try:
+            fds = os.listdir(fd_dir)
+            threads = len(os.listdir(f"/proc/{proc.pid}/task"))
+        except OSError:
+            break
+        peak_threads = max(peak_threads, threads)
+        if len(fds) > peak:
+            targets = {}
+            for fd in fds:
+                try:
+                    t = os.readlink(f"{fd_dir}/{fd}")
+                except OSError:
+                    continue
+                # Numbered pseudo-files (pipe:[123], anon_inode:[eventfd]) by kind.
+                t = t.split(":[")[0] if ":[" in t else t
+                targets[t] = targets.get(t, 0) + 1
+            peak, peak_targets = len(fds), targets
+        time.sleep(0.1)
+    rc = proc.wait()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    print(f"fdwatch: peak {peak} open descriptors (limit {soft} soft, {hard} hard), "
+          f"peak {peak_threads} threads; at the peak:")
+    for t, n in sorted(peak_targets.items(), key=lambda kv: -kv[1])[:15]:
+        print(f"    {n:5d}  {t}")
+    sys.exit(rc)
+
+
 def main(argv):
     cmds = {
         "executables": (lambda *p: executables(p), None),
@@ -220,6 +259,7 @@ def main(argv):
         "compare": (compare, 3),
         "sha256": (lambda p: print(sha256(p)), 1),
         "nvrtc-dirs": (nvrtc_dirs, 0),
+        "fdwatch": (fdwatch, None),
         "xz": (lambda a, b: _copy(open(a, "rb"), lzma.open(b, "wb", preset=6)), 2),
         "unxz": (lambda a, b: _copy(lzma.open(a, "rb"), open(b, "wb")), 2),
     }

@@ -14,6 +14,12 @@
 //! * `hbm`: a device-to-device copy of up to 1 GiB, bytes read plus written, next to the HBM peak
 //!   computed from the device's memory clock and bus width (printed after the table).
 //!
+//! * `managed` and `managed-host` (`cuda_memory/managed.rs`): a kernel over device memory vs
+//!   managed memory prefetched, faulted over, or resident; the host reading managed memory
+//!   resident on the device vs prefetched to the host vs a pinned block.
+//! * `peer` (`cuda_memory/peer.rs`): a device set's copy between two backends on one GPU, direct
+//!   vs staged, next to one backend's device-to-device copy (and between two GPUs, if present).
+//!
 //! The host→device link peak is not known to the driver API; `scripts/gpu-check.sh` reads the
 //! PCIe generation and width from `nvidia-smi` and prints that peak next to `h2d pinned`.
 //! Short mode for the GPU check: `--bench --warm-up-time 0.2 --measurement-time 1`.
@@ -35,6 +41,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
+
+#[path = "cuda_memory/managed.rs"]
+mod managed;
+#[path = "cuda_memory/peer.rs"]
+mod peer;
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{Backend, BlockId, Error, MemoryKind};
 use tensormem_cuda::{CudaBackend, CudaDesc, DeviceAlloc, ExpandableDesc};
@@ -374,7 +385,7 @@ fn summary() {
     let r = RECORDS.lock().unwrap();
     println!("\n=== tensormem-cuda summary ===");
     println!(
-        "{:<11} {:<36} {:>12} {:>9} {:>9}  notes",
+        "{:<12} {:<36} {:>12} {:>9} {:>9}  notes",
         "group", "variant", "time/iter", "GB/s", "x base"
     );
     let mut base: BTreeMap<&str, f64> = BTreeMap::new();
@@ -395,7 +406,7 @@ fn summary() {
             .map(|b| format!("{:.2}", per / b))
             .unwrap_or_else(|| "-".into());
         println!(
-            "{group:<11} {variant:<36} {:>10.3}ms {gbs:>9} {ratio:>9}  {text}",
+            "{group:<12} {variant:<36} {:>10.3}ms {gbs:>9} {ratio:>9}  {text}",
             per * 1e3
         );
     }
@@ -437,6 +448,8 @@ fn main() {
     bench_alloc(&mut c, &plain, &ordered);
     bench_expandable(&mut c, &plain);
     bench_hbm(&mut c, &plain);
+    managed::bench_managed(&mut c, &plain);
+    peer::bench_peer(&mut c, &plain);
     c.final_summary();
     summary();
     match hbm_peak_gbs(&plain) {

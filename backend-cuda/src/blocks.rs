@@ -1,13 +1,15 @@
 //! The backend's blocks: one native allocation each, and the table that names them.
 //!
-//! Three kinds of native memory back a block:
+//! Four kinds of native memory back a block:
 //!
 //! * device memory from `cuMemAlloc`, or stream-ordered `cuMemAllocFromPoolAsync` from the
 //!   backend's own memory pool ([`crate::DeviceAlloc`]);
 //! * pinned host memory from `cuMemHostAlloc` (write-combined for `Upload`, cached for
 //!   `Readback`; see `conv.rs`). Under unified addressing, which the backend requires, its host
 //!   pointer is also its device address, so copies and kernels take it like device memory;
-//! * an expandable segment (`vmm.rs`), device memory that grows in place.
+//! * an expandable segment (`vmm.rs`), device memory that grows in place;
+//! * managed memory from `cuMemAllocManaged` (`managed.rs`): one address the host and the device
+//!   both use, which is also its host pointer.
 //!
 //! The table is core's shared [`tensormem::BlockTable`] (ids never reused, typed errors), with a
 //! [`Block`] as each entry's payload; an expandable block's entry size follows its mapped size.
@@ -52,6 +54,11 @@ pub(crate) enum Memory {
     Pinned(PinnedHost),
     /// A VMM segment that grows in place.
     Expandable(ExpandableSegment),
+    /// `cuMemAllocManaged` (attached globally): the address is valid on the host and the device.
+    Managed {
+        /// The unified address.
+        ptr: sys::CUdeviceptr,
+    },
 }
 
 /// One live block.
@@ -93,6 +100,7 @@ impl Block {
             Memory::Device { ptr, .. } => *ptr,
             Memory::Pinned(p) => p.ptr.as_ptr() as u64,
             Memory::Expandable(seg) => seg.base(),
+            Memory::Managed { ptr } => *ptr,
         }
     }
 
@@ -100,6 +108,7 @@ impl Block {
     pub(crate) fn host_ptr(&self) -> Option<NonNull<u8>> {
         match &self.memory {
             Memory::Pinned(p) => Some(p.ptr),
+            Memory::Managed { ptr } => NonNull::new(*ptr as *mut u8),
             _ => None,
         }
     }
@@ -147,6 +156,10 @@ pub(crate) unsafe fn free_memory(memory: &mut Memory, stream: sys::CUstream) -> 
                 .map_err(|e| map_driver_err("cuMemFreeHost", e))
         }
         Memory::Expandable(seg) => seg.release(),
+        Memory::Managed { ptr } => {
+            // SAFETY: `ptr` came from cuMemAllocManaged and is freed once; cuMemFree takes it.
+            unsafe { result::free_sync(*ptr) }.map_err(|e| map_driver_err("cuMemFree", e))
+        }
     }
 }
 

@@ -19,12 +19,15 @@ pub(crate) enum Placement {
         /// `CU_MEMHOSTALLOC_*` flags.
         flags: u32,
     },
+    /// Managed memory from `cuMemAllocManaged` (`managed.rs`): one address for host and device,
+    /// pages migrated by the driver.
+    Managed,
 }
 
 impl Placement {
     /// Whether the host can read and write the block directly (`write_mapped`, `read_mapped`).
     pub(crate) fn host_visible(self) -> bool {
-        matches!(self, Placement::PinnedHost { .. })
+        matches!(self, Placement::PinnedHost { .. } | Placement::Managed)
     }
 }
 
@@ -35,8 +38,10 @@ impl Placement {
 ///   and the copy engine reads it over PCIe without snooping CPU caches; CPU reads from it are
 ///   very slow, which an upload never does.
 /// * `Readback` → pinned, **cached** host memory (flags 0): the CPU reads it after the copy.
+/// * `Managed` → managed memory, preferred on the device.
 pub(crate) fn map_memory_kind(kind: MemoryKind) -> Placement {
     match kind {
+        MemoryKind::Managed => Placement::Managed,
         MemoryKind::DeviceLocal => Placement::Device,
         MemoryKind::Upload => Placement::PinnedHost {
             flags: sys::CU_MEMHOSTALLOC_WRITECOMBINED,

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaContext, result, sys};
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{
-    Backend, BlockId, Capabilities, DeviceType, Error, InPlaceGrowth, MemoryKind, Op, Result,
-    Ticket,
+    Backend, BlockId, Capabilities, DeviceType, Error, InPlaceGrowth, ManagedMemory, MemoryKind,
+    Op, PeerCopy, Residence, Result, Ticket,
 };
 
 use crate::blocks::{Block, Memory, alloc_pinned, free_memory, release_all};
@@ -192,6 +192,7 @@ impl CudaBackend {
         check_range(range.offset, range.size, block.size())?;
         let placement = match block.memory {
             Memory::Pinned(_) => map_memory_kind(block.kind),
+            Memory::Managed { .. } => Placement::Managed,
             _ => Placement::Device,
         };
         Ok((block.device_addr() + range.offset, placement))
@@ -286,6 +287,17 @@ impl Backend for CudaBackend {
                 self.alloc_device(size),
             ),
             Placement::PinnedHost { flags } => ("cuMemHostAlloc", alloc_pinned(size, flags)),
+            Placement::Managed => {
+                crate::managed::check_supported(self.managed)?;
+                let reserved = lock(&self.blocks).bytes_of(MemoryKind::Managed);
+                let memory = crate::managed::alloc(desc.size, self.ctx.cu_device(), reserved);
+                let memory = self.timeline.health().note(memory)?;
+                return Ok(lock(&self.blocks).insert(
+                    desc.kind,
+                    desc.size,
+                    Block::new(desc.kind, desc.size, memory, desc.label),
+                ));
+            }
         };
         let mut blocks = lock(&self.blocks);
         let memory = self.timeline.health().note(memory.map_err(|e| {
@@ -435,7 +447,7 @@ impl Backend for CudaBackend {
                         .map_err(|e| map_driver_err("cuMemsetD8Async", e))
                 })
             }
-            Placement::PinnedHost { .. } => {
+            Placement::PinnedHost { .. } | Placement::Managed => {
                 let call = plan_fill_zero(addr, range.size);
                 self.timeline
                     .submit(|| self.kernels.launch(self.stream(), &call))
@@ -468,6 +480,37 @@ impl Backend for CudaBackend {
     fn flush(&self) -> Result<Ticket> {
         self.bind()?;
         self.timeline.flush()
+    }
+
+    fn managed_memory(&self) -> ManagedMemory {
+        self.managed
+    }
+
+    fn prefetch(&self, range: BlockRange, to: Residence) -> Result<Ticket> {
+        crate::managed::check_supported(self.managed)?;
+        self.bind()?;
+        let (addr, placement) = self.resolve(range)?;
+        if placement != Placement::Managed {
+            return Err(Error::invalid(format!(
+                "cuda: prefetch of block {}, which is not managed",
+                range.block.0
+            )));
+        }
+        let bytes = to_usize(range.size, "prefetch")?;
+        let (device, stream) = (self.ctx.cu_device(), self.stream().cu_stream());
+        self.timeline.submit(|| {
+            // SAFETY: the range was checked inside a live managed block.
+            unsafe { crate::managed::prefetch(addr, bytes, to, device, stream) }
+        })
+    }
+
+    fn copy_to_peer(
+        &self,
+        src: BlockRange,
+        peer: &dyn Backend,
+        dst: BlockRange,
+    ) -> Result<Option<PeerCopy>> {
+        self.copy_to_peer_cuda(src, peer, dst)
     }
 
     fn completed(&self) -> Result<Ticket> {

@@ -90,7 +90,13 @@
 //! * Same-stream reuse of freed memory is safe immediately on CUDA, but the contract has no way to
 //!   say so; the pools still wait for the free's ticket.
 //! * `join_from` serialises our stream behind the other stream at the join point.
-//! * Host-visible kinds are only `Upload` and `Readback`; there is no managed-memory path.
+//! * **Managed memory** (`managed.rs`): `MemoryKind::Managed` blocks are `cuMemAllocManaged`
+//!   memory advised onto the device, host-visible, prefetched on the stream
+//!   ([`tensormem::Backend::prefetch`]); a request larger than `cuMemGetInfo`'s free memory is
+//!   refused before the driver is asked, so managed memory is never oversubscribed.
+//! * **Direct copies between CUDA backends** (`peer.rs`, [`tensormem::Backend::copy_to_peer`]):
+//!   device to device within one context, `cuMemcpyPeerAsync` with peer access between GPUs,
+//!   ordered by events against both streams; a device set stages only where neither applies.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -102,7 +108,9 @@ mod expandable;
 mod health;
 mod kernels;
 mod launch;
+mod managed;
 mod nvrtc;
+mod peer;
 pub mod probe;
 mod staging;
 mod timeline;
@@ -115,7 +123,7 @@ pub use cudarc::driver::{CudaContext, CudaStream};
 pub use expandable::ExpandableDesc;
 #[cfg(doc)]
 use tensormem::Error;
-use tensormem::{Capabilities, Result, Ticket};
+use tensormem::{Capabilities, ManagedMemory, Result, Ticket};
 
 use blocks::BlockTable;
 use kernels::Kernels;
@@ -150,6 +158,11 @@ pub struct CudaDesc {
     /// flight. 0 disables the path and the ring. To be tuned from `benches/cuda_memory.rs` on the
     /// target GPU.
     pub queued_write_max: u64,
+    /// Whether copies between this backend and another CUDA backend go direct (device to device
+    /// in one context, peer to peer between GPUs with peer access; `peer.rs`). Default `true`;
+    /// `false` makes a device set stage through host memory, as with `NCCL_P2P_DISABLE`: for
+    /// measuring the staged path against the direct one, or a platform whose peer link is bad.
+    pub direct_copies: bool,
 }
 
 impl Default for CudaDesc {
@@ -158,6 +171,7 @@ impl Default for CudaDesc {
             ordinal: 0,
             device_alloc: DeviceAlloc::MemAlloc,
             queued_write_max: 64 * 1024,
+            direct_copies: true,
         }
     }
 }
@@ -197,6 +211,12 @@ pub struct CudaBackend {
     timeline: Timeline<CudaEvents>,
     ctx: Arc<CudaContext>,
     caps: Capabilities,
+    /// Managed memory on this device (`managed.rs`).
+    managed: ManagedMemory,
+    /// Routes found from other backends' contexts to this one (`peer.rs`).
+    peers: peer::PeerLinks,
+    /// [`CudaDesc::direct_copies`].
+    direct_copies: bool,
     device_alloc: DeviceAlloc,
     tools: Toolchain,
     target: CodeTarget,
@@ -248,6 +268,7 @@ impl CudaBackend {
             DeviceAlloc::StreamOrdered => Some(device::MemPool::create(&ctx)?),
         };
         let kernels = Kernels::load(&ctx, target, tools)?;
+        let managed = managed::query_support(&ctx)?;
         let uploads = match desc.queued_write_max {
             0 => None,
             max => Some(device::QueuedUploads::new(
@@ -274,6 +295,9 @@ impl CudaBackend {
             timeline: Timeline::new(CudaEvents::new(stream)),
             ctx,
             caps,
+            managed,
+            peers: peer::PeerLinks::default(),
+            direct_copies: desc.direct_copies,
             device_alloc: desc.device_alloc,
             tools,
             target,

@@ -11,6 +11,11 @@
     reason = "tests and benchmarks fail loudly on broken setup"
 )]
 
+mod device {
+    pub mod managed;
+    pub mod peer;
+}
+
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{Backend, BlockId, Error, MemoryKind, Op, Ticket, WeightFormat};
 use tensormem_cuda::toolchain::CodeTarget;

@@ -14,8 +14,8 @@ use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use gpu_allocator::{AllocationSizes, AllocatorDebugSettings};
 use tensormem::{
-    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Error, MemoryKind, Op,
-    Result, Ticket,
+    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Error, ManagedMemory,
+    MemoryKind, Op, Result, Ticket,
 };
 
 use crate::barriers::Access;
@@ -292,11 +292,28 @@ impl Backend for VulkanBackend {
             "vulkan: block of {} bytes (the front refuses zero and > max_block_size)",
             desc.size
         );
+        if desc.kind == MemoryKind::Managed && !self.managed_memory().supported() {
+            return Err(Error::Unsupported {
+                backend: BACKEND,
+                what: "managed blocks on a device whose memory is not host-visible".into(),
+            });
+        }
         let mut guard = self.lock();
         let s = &mut *guard;
         s.timeline.check_alive()?;
         let block = Block::create(&s.gpu, &mut s.allocator, desc, s.policy)?;
         Ok(s.blocks.insert(desc.kind, desc.size, block))
+    }
+
+    /// Managed blocks are device-local blocks the host maps, where device memory is host-visible
+    /// (lavapipe, integrated GPUs): nothing moves. A discrete GPU has no such memory in Vulkan
+    /// (a small BAR window at best), and forced staging hides it.
+    fn managed_memory(&self) -> ManagedMemory {
+        if self.caps.device_host_visible {
+            ManagedMemory::SameMemory
+        } else {
+            ManagedMemory::Unsupported
+        }
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {
@@ -336,7 +353,7 @@ impl Backend for VulkanBackend {
         s.timeline.check_alive()?;
         let src_kind = Self::check_range(s, &src, "copy source")?;
         let dst_kind = Self::check_range(s, &dst, "copy destination")?;
-        let staging = |k: MemoryKind| k != MemoryKind::DeviceLocal;
+        let staging = |k: MemoryKind| !matches!(k, MemoryKind::DeviceLocal | MemoryKind::Managed);
         let lane = if staging(src_kind) || staging(dst_kind) {
             Lane::Transfer
         } else {

@@ -21,13 +21,14 @@ pub(crate) fn map_device_type(t: vk::PhysicalDeviceType) -> DeviceType {
 
 /// Where gpu-allocator places a block of `kind`.
 ///
-/// `DeviceLocal` → `GpuOnly` (device-local; on lavapipe and integrated GPUs it is also
-/// host-visible, which the zero-copy path uses unless staging is forced), `Upload` → `CpuToGpu`
+/// `DeviceLocal` and `Managed` → `GpuOnly` (device-local; on lavapipe and integrated GPUs it is
+/// also host-visible, which the zero-copy path uses unless staging is forced; `Managed` exists
+/// only there), `Upload` → `CpuToGpu`
 /// (host-visible, preferably device-local/write-combined), `Readback` → `GpuToCpu` (host-visible,
 /// preferably cached).
 pub(crate) fn memory_location(kind: MemoryKind) -> MemoryLocation {
     match kind {
-        MemoryKind::DeviceLocal => MemoryLocation::GpuOnly,
+        MemoryKind::DeviceLocal | MemoryKind::Managed => MemoryLocation::GpuOnly,
         MemoryKind::Upload => MemoryLocation::CpuToGpu,
         MemoryKind::Readback => MemoryLocation::GpuToCpu,
     }

@@ -6,7 +6,7 @@
 //! severity warning or error is kept in a [`ValidationLog`] that tests assert is empty.
 
 use std::ffi::{CStr, c_void};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use ash::vk;
 use tensormem::{Error, Result};
@@ -41,17 +41,28 @@ impl ValidationLog {
     }
 }
 
-/// Loads the Vulkan loader (`libvulkan.so.1`) at run time.
+/// The Vulkan loader (`libvulkan.so.1`), loaded once per process and never unloaded.
+///
+/// Applications load the loader once; loading and unloading it with every backend also unloads
+/// and reloads the driver. On NVIDIA's R580 driver one process that did so (the conformance
+/// suite) got `VK_ERROR_INCOMPATIBLE_DRIVER` from every instance after its 29th backend.
 ///
 /// # Errors
-/// [`Error::BackendUnavailable`] when the library is missing.
+/// [`Error::BackendUnavailable`] when the library is missing (remembered: a loader installed
+/// later is seen by the next process).
 pub(crate) fn load_entry() -> Result<ash::Entry> {
-    // SAFETY: `Entry::load` dlopens the system Vulkan loader; the loader's initialisation has no
-    // preconditions beyond being the real loader, which is what the default search finds.
-    unsafe { ash::Entry::load() }.map_err(|e| Error::BackendUnavailable {
-        backend: BACKEND,
-        reason: format!("the Vulkan loader could not be loaded ({e}); install libvulkan1"),
-    })
+    static ENTRY: OnceLock<std::result::Result<ash::Entry, String>> = OnceLock::new();
+    ENTRY
+        .get_or_init(|| {
+            // SAFETY: `Entry::load` dlopens the system Vulkan loader; the loader's initialisation
+            // has no preconditions beyond being the real loader, which the default search finds.
+            unsafe { ash::Entry::load() }.map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|e| Error::BackendUnavailable {
+            backend: BACKEND,
+            reason: format!("the Vulkan loader could not be loaded ({e}); install libvulkan1"),
+        })
 }
 
 /// Whether the Khronos validation layer is installed (Debian package `vulkan-validationlayers`).

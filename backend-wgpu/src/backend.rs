@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use tensormem::ops::Op;
 use tensormem::{
-    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, HostAccess, Result, Ticket,
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, HostAccess, ManagedMemory,
+    MemoryKind, Result, Ticket,
 };
 
 use crate::blocks::{Block, MapState};
@@ -169,6 +170,12 @@ impl Backend for WgpuBackend {
             "wgpu: block of {} bytes (the front refuses zero and > max_buffer_size)",
             desc.size
         );
+        if desc.kind == MemoryKind::Managed && !zero_copy(&self.caps) {
+            return Err(Error::Unsupported {
+                backend: crate::error::BACKEND,
+                what: "managed blocks on a device whose buffers are not mappable storage".into(),
+            });
+        }
         let size = align_up(desc.size, wgpu::COPY_BUFFER_ALIGNMENT).unwrap_or(desc.size);
         // Natively error scopes turn out-of-memory into a retryable error at this call. In a
         // browser popping a scope is a promise this synchronous call cannot await: the
@@ -200,6 +207,17 @@ impl Backend for WgpuBackend {
             desc.size,
             Block::new(buffer, desc.kind, desc.size),
         ))
+    }
+
+    /// Where device buffers are mappable storage (zero copy: integrated GPUs, CPU adapters),
+    /// managed blocks are such buffers and nothing moves. WebGPU has no migrating memory, and a
+    /// discrete GPU's mappable device memory is slow or tiny, so it has none.
+    fn managed_memory(&self) -> ManagedMemory {
+        if zero_copy(&self.caps) {
+            ManagedMemory::SameMemory
+        } else {
+            ManagedMemory::Unsupported
+        }
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {

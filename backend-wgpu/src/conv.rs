@@ -15,16 +15,17 @@ pub(crate) fn map_device_type(t: wgpu::DeviceType) -> DeviceType {
     }
 }
 
-/// Usages of a block of `kind`. With `zero_copy`, device-local blocks are also mappable
+/// Usages of a block of `kind`. With `zero_copy`, device-local and managed blocks are also mappable
 /// (`MAP_READ | MAP_WRITE`, allowed by `Features::MAPPABLE_PRIMARY_BUFFERS`) and upload blocks are
 /// also storage buffers (the front lets kernels bind them where device memory is host-visible).
 pub(crate) fn buffer_usages(kind: MemoryKind, zero_copy: bool) -> wgpu::BufferUsages {
     use wgpu::BufferUsages as U;
     match kind {
-        MemoryKind::DeviceLocal if zero_copy => {
+        MemoryKind::DeviceLocal | MemoryKind::Managed if zero_copy => {
             U::STORAGE | U::COPY_SRC | U::COPY_DST | U::MAP_READ | U::MAP_WRITE
         }
-        MemoryKind::DeviceLocal => U::STORAGE | U::COPY_SRC | U::COPY_DST,
+        // Managed blocks exist only with zero copy (the backend refuses them otherwise).
+        MemoryKind::DeviceLocal | MemoryKind::Managed => U::STORAGE | U::COPY_SRC | U::COPY_DST,
         // Unified memory: kernels bind upload blocks in place (core's offload keeps tensors there).
         MemoryKind::Upload if zero_copy => U::STORAGE | U::MAP_WRITE | U::COPY_SRC,
         MemoryKind::Upload => U::MAP_WRITE | U::COPY_SRC,

@@ -5,8 +5,9 @@
 //!
 //! * the browser tests (`tests/conformance.rs`, `wasm-bindgen-test` in headless Chromium): the
 //!   conformance suite's own cases ([`conformance`]), awaited on the page's event loop;
-//! * the MNIST sample page (`examples/web/`): [`page::run_mnist`] fetches nothing itself; the page
-//!   passes the weights and images it fetched from the same origin.
+//! * the sample pages (`examples/web/`): [`page::run_mnist`] (`index.html`) and
+//!   [`minilm_page::run_minilm`] (`minilm.html`) fetch nothing themselves; the pages pass the
+//!   weights, images, config and tokenizer they fetched from the same origin.
 //!
 //! ## Design choices
 //!
@@ -16,9 +17,10 @@
 //! * **Cases are reused, not forked.** The conformance cases are `async fn`s that wait only through
 //!   `tensormem_conformance::Ctx`; natively they run in both completion modes, here in the
 //!   awaitable mode.
-//! * **The sample's graph is the native sample's.** [`models`] compiles the files of
-//!   `tensormem-examples` that build the MNIST graph and read its weights (the same source files,
-//!   not copies), so the page runs the same graph with the same memory plan.
+//! * **The samples' graphs are the native samples'.** [`models`] compiles the files of
+//!   `tensormem-examples` that build the MNIST and MiniLM graphs, read their weights and tokenize
+//!   (the same source files, not copies; MiniLM's tokenizer is the `tokenizers` crate, as
+//!   natively), so the pages run the same graphs with the same memory plans.
 //! * **Empty natively.** Everything is `wasm32`-only, so native builds and clippy pay nothing.
 //!
 //! ## Limits
@@ -30,6 +32,8 @@
 
 #[cfg(target_arch = "wasm32")]
 pub mod conformance;
+#[cfg(target_arch = "wasm32")]
+pub mod minilm_page;
 #[cfg(target_arch = "wasm32")]
 pub mod models;
 #[cfg(target_arch = "wasm32")]

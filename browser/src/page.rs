@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::json;
-use tensormem::{Backend, Runtime, RuntimeConfig, Tracer};
+use tensormem::{Backend, MemoryReport, Runtime, RuntimeConfig, Tracer};
 use tensormem_wgpu::{WgpuBackend, WgpuConfig};
 use wasm_bindgen::prelude::*;
 use web_time::Instant;
@@ -13,7 +13,8 @@ use web_time::Instant;
 use crate::models::mnist::{self, CLASSES, PIXELS};
 use crate::models::weights::WeightFile;
 
-fn js(e: impl std::fmt::Display) -> JsValue {
+/// An error as the message of a rejected promise.
+pub(crate) fn js(e: impl std::fmt::Display) -> JsValue {
     JsValue::from_str(&e.to_string())
 }
 
@@ -71,21 +72,7 @@ pub async fn run_mnist(weights: Vec<u8>, images: Vec<u8>, runs: u32) -> Result<S
 
     let rows: Vec<Vec<f32>> = logits.chunks_exact(CLASSES).map(<[f32]>::to_vec).collect();
     let predictions: Vec<usize> = rows.iter().map(|r| mnist::argmax(r)).collect();
-    let r = model.memory_report();
-    let memory = json!({
-        "weight_bytes": r.weight_bytes,
-        "io_bytes": r.io_bytes,
-        "activation_planned_bytes": r.activation_planned_bytes,
-        "activation_no_reuse_bytes": r.activation_no_reuse_bytes,
-        "activation_lower_bound_bytes": r.activation_lower_bound_bytes,
-        "activation_greedy_bytes": r.activation_greedy_bytes,
-        "plan_algorithm": r.plan_algorithm,
-        "planned_buffers": r.planned_buffers,
-        "device_blocks_allocated": r.device_blocks_allocated,
-        "staging_blocks_allocated": r.staging_blocks_allocated,
-        "staging_bytes_moved": r.staging_bytes_moved,
-        "runs": r.runs,
-    });
+    let memory = memory_json(&model.memory_report());
     drop(model); // its frees belong in the timeline
     let timeline_html = tracer
         .snapshot()
@@ -102,4 +89,22 @@ pub async fn run_mnist(weights: Vec<u8>, images: Vec<u8>, runs: u32) -> Result<S
         "timeline_html": timeline_html,
     })
     .to_string())
+}
+
+/// The memory report figures the sample pages show.
+pub(crate) fn memory_json(r: &MemoryReport) -> serde_json::Value {
+    json!({
+        "weight_bytes": r.weight_bytes,
+        "io_bytes": r.io_bytes,
+        "activation_planned_bytes": r.activation_planned_bytes,
+        "activation_no_reuse_bytes": r.activation_no_reuse_bytes,
+        "activation_lower_bound_bytes": r.activation_lower_bound_bytes,
+        "activation_greedy_bytes": r.activation_greedy_bytes,
+        "plan_algorithm": r.plan_algorithm,
+        "planned_buffers": r.planned_buffers,
+        "device_blocks_allocated": r.device_blocks_allocated,
+        "staging_blocks_allocated": r.staging_blocks_allocated,
+        "staging_bytes_moved": r.staging_bytes_moved,
+        "runs": r.runs,
+    })
 }

@@ -9,6 +9,7 @@ pub(crate) use tensormem::ops::samples::Rng;
 mod devices;
 mod graphs;
 mod growth;
+mod managed;
 mod memory;
 mod misuse;
 mod offload;
@@ -26,6 +27,7 @@ pub fn all() -> Vec<Case> {
     v.extend(memory::cases());
     v.extend(pools::cases());
     v.extend(growth::cases());
+    v.extend(managed::cases());
     v.extend(staging::cases());
     v.extend(ops::cases());
     v.extend(graphs::cases());

@@ -39,6 +39,12 @@
 //!   (a browser's main thread) it is not compiled, so a blocking call is a compile error. On a
 //!   backend whose mapping is asynchronous (WebGPU), `read_mapped` / `write_mapped` block natively
 //!   and on `wasm32` require a completed `poll_host_access` first. See [`completion`].
+//! * **Managed memory** (optional, [`Backend::managed_memory`]): blocks of
+//!   [`MemoryKind::Managed`] are device memory and host-visible at once; [`Backend::prefetch`]
+//!   moves a range to the device or the host in queue order where the driver migrates pages.
+//! * **Direct copies between backends** (optional, [`Backend::copy_to_peer`]): two backends on
+//!   one physical device, or two devices with peer access, copy without staging through host
+//!   memory, ordered after both timelines' earlier work.
 //! * **Errors.** No method panics; native failures map into [`Error`](crate::Error), a lost device
 //!   into [`Error::DeviceLost`](crate::Error::DeviceLost).
 //! * **Validated input.** Callers go through [`Validated`](crate::Validated) (the runtime always
@@ -48,6 +54,7 @@
 //!
 //! The trait is object safe so examples can choose a backend at run time (`Arc<dyn Backend>`).
 
+use std::any::Any;
 use std::task::{Context, Poll};
 #[cfg(not(target_arch = "wasm32"))]
 use std::time::Duration;
@@ -57,9 +64,13 @@ use crate::ops::Op;
 
 mod blocks;
 pub mod completion;
+pub mod managed;
+pub mod peer;
 
 pub use blocks::{BlockEntry, BlockTable};
 pub use completion::{HostAccess, HostAccessWait, TicketWait, TicketWakers, Waiting};
+pub use managed::{ManagedMemory, Residence};
+pub use peer::{PeerCopy, PeerPath};
 
 /// A backend's name for one block. Opaque to core; unique among the backend's live blocks.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -84,6 +95,11 @@ pub enum MemoryKind {
     Upload,
     /// Host-visible, cached memory: the destination of device-to-host copies.
     Readback,
+    /// One allocation the host and the device both address, kept where it is used by the driver
+    /// (CUDA managed memory), or device memory that is host memory. Kernels bind it, copies read
+    /// and write it, the host maps it. Only where [`Backend::managed_memory`] supports it; see
+    /// [`managed`].
+    Managed,
 }
 
 impl MemoryKind {
@@ -93,6 +109,7 @@ impl MemoryKind {
             MemoryKind::DeviceLocal => "device-local",
             MemoryKind::Upload => "upload",
             MemoryKind::Readback => "readback",
+            MemoryKind::Managed => "managed",
         }
     }
 }
@@ -200,7 +217,9 @@ pub struct InPlaceGrowth {
 }
 
 /// One device. See the module doc for the contract every implementation keeps.
-pub trait Backend: Send + Sync {
+///
+/// `Any` lets a backend recognise a peer of its own type in [`Backend::copy_to_peer`].
+pub trait Backend: Any + Send + Sync {
     /// What this device can do. Constant for the backend's lifetime.
     fn capabilities(&self) -> &Capabilities;
 
@@ -367,5 +386,49 @@ pub trait Backend: Send + Sync {
             backend: self.capabilities().backend,
             what: "blocks that grow in place (resize_block)".into(),
         })
+    }
+
+    /// How this backend serves [`MemoryKind::Managed`] blocks. `Unsupported` (the default): the
+    /// validating front then refuses the kind. A method with a default rather than a
+    /// [`Capabilities`] field, as [`Backend::in_place_growth`].
+    fn managed_memory(&self) -> ManagedMemory {
+        ManagedMemory::Unsupported
+    }
+
+    /// Enqueues moving the pages of `range` (in a [`MemoryKind::Managed`] block) to `to`, in
+    /// order with earlier work: a kernel enqueued later finds them on the device, and the host
+    /// reads them without faults once the ticket completed. Where nothing moves
+    /// ([`ManagedMemory::SameMemory`], the default's answer) it enqueues nothing and returns
+    /// [`Ticket::DONE`].
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) without managed memory,
+    /// [`Error::OutOfBounds`](crate::Error::OutOfBounds), [`Error::DeviceLost`](crate::Error::DeviceLost).
+    fn prefetch(&self, range: BlockRange, to: Residence) -> Result<Ticket> {
+        let _ = (range, to);
+        match self.managed_memory() {
+            ManagedMemory::SameMemory => Ok(Ticket::DONE),
+            _ => Err(crate::Error::Unsupported {
+                backend: self.capabilities().backend,
+                what: "prefetching managed memory".into(),
+            }),
+        }
+    }
+
+    /// Copies `src` (of this backend) to `dst` (of `peer`) directly when both sit on one physical
+    /// device or on two devices with peer access, ordered after the work enqueued so far on both
+    /// backends. `Ok(None)` (the default) when there is no direct path: the caller stages through
+    /// host memory. `peer` may be `self` only when the caller wants a device copy.
+    ///
+    /// # Errors
+    /// As [`Backend::copy`] on either side.
+    fn copy_to_peer(
+        &self,
+        src: BlockRange,
+        peer: &dyn Backend,
+        dst: BlockRange,
+    ) -> Result<Option<PeerCopy>> {
+        let _ = (src, peer, dst);
+        Ok(None)
     }
 }

@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, InPlaceGrowth,
-    MemoryKind, Ticket, TicketWakers,
+    ManagedMemory, MemoryKind, Ticket, TicketWakers,
 };
 use crate::ops::{self, Op};
 use crate::{Error, Result};
@@ -487,6 +487,12 @@ impl Backend for HostBackend {
 
     fn in_place_growth(&self) -> Option<InPlaceGrowth> {
         growth::offered(&self.config)
+    }
+
+    /// Every block is host memory, so managed blocks are too, and nothing ever moves (also under
+    /// `force_staging`, which only hides device-local blocks from the host).
+    fn managed_memory(&self) -> ManagedMemory {
+        ManagedMemory::SameMemory
     }
 
     fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {

@@ -80,8 +80,8 @@ pub mod validate;
 
 pub use backend::{
     Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType,
-    HostAccess, HostAccessWait, InPlaceGrowth, MemoryKind, Ticket, TicketWait, TicketWakers,
-    Waiting,
+    HostAccess, HostAccessWait, InPlaceGrowth, ManagedMemory, MemoryKind, PeerCopy, PeerPath,
+    Residence, Ticket, TicketWait, TicketWakers, Waiting,
 };
 pub use devices::{DeviceId, DeviceSet, PlacedModel, Placement};
 pub use error::{Error, OomReport, Result};

@@ -35,6 +35,7 @@ use crate::{Error, Result};
 
 mod async_io;
 pub(crate) mod dispatch;
+mod managed;
 mod model;
 pub(crate) mod tensor;
 mod weights;
@@ -171,7 +172,10 @@ impl Runtime {
 
     fn new_budget(backend: &Arc<dyn Backend>, config: &RuntimeConfig) -> Arc<Budget> {
         let limit = match config.device.kind {
-            MemoryKind::DeviceLocal => config.device.budget.or(backend.capabilities().budget),
+            // Managed memory lives on the device while it is used there: the same budget.
+            MemoryKind::DeviceLocal | MemoryKind::Managed => {
+                config.device.budget.or(backend.capabilities().budget)
+            }
             _ => config.device.budget,
         };
         Budget::new(limit)

@@ -34,11 +34,12 @@ use std::task::{Context, Poll};
 
 use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, HostAccess, InPlaceGrowth,
-    Ticket,
+    ManagedMemory, MemoryKind, PeerCopy, Residence, Ticket,
 };
 use crate::ops::Op;
 use crate::{Error, Result};
 
+mod direct;
 mod rules;
 pub(crate) mod split;
 mod uses;
@@ -184,6 +185,7 @@ impl Backend for Validated {
             });
         }
         rules::aligned("block size", desc.size, caps.copy_align, "copy_align")?;
+        self.check_managed(desc.kind, "managed blocks")?;
         let id = self.observe(self.backend.alloc_block(desc))?;
         let mirrored = self.lock().blocks.insert_as(id, desc.kind, desc.size, ());
         mirrored.map_err(|e| self.mark_broken(e))?;
@@ -206,6 +208,12 @@ impl Backend for Validated {
     fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
         self.check_alive()?;
         let growth = rules::growth(self.backend.as_ref())?;
+        if desc.kind == MemoryKind::Managed {
+            return Err(Error::Unsupported {
+                backend: self.capabilities().backend,
+                what: "managed blocks that grow in place (reserve_block)".into(),
+            });
+        }
         if reserve == 0 {
             return Err(Error::ZeroSize {
                 what: "reservation",
@@ -416,6 +424,23 @@ impl Backend for Validated {
         self.backend
             .poll_host_access(block, access, cx)
             .map(|r| self.observe(r))
+    }
+
+    fn managed_memory(&self) -> ManagedMemory {
+        self.backend.managed_memory()
+    }
+
+    fn prefetch(&self, range: BlockRange, to: Residence) -> Result<Ticket> {
+        self.prefetch_checked(range, to)
+    }
+
+    fn copy_to_peer(
+        &self,
+        src: BlockRange,
+        peer: &dyn Backend,
+        dst: BlockRange,
+    ) -> Result<Option<PeerCopy>> {
+        self.copy_to_peer_checked(src, peer, dst)
     }
 }
 

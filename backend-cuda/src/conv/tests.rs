@@ -23,10 +23,12 @@ fn upload_is_write_combined_and_readback_is_cached() {
 }
 
 #[test]
-fn only_pinned_kinds_are_host_visible() {
+fn pinned_and_managed_kinds_are_host_visible() {
     assert!(!map_memory_kind(MemoryKind::DeviceLocal).host_visible());
     assert!(map_memory_kind(MemoryKind::Upload).host_visible());
     assert!(map_memory_kind(MemoryKind::Readback).host_visible());
+    assert_eq!(map_memory_kind(MemoryKind::Managed), Placement::Managed);
+    assert!(map_memory_kind(MemoryKind::Managed).host_visible());
 }
 
 #[test]

@@ -128,6 +128,58 @@ impl Timeline<CudaEvents> {
         })
     }
 
+    /// Records an event after everything submitted so far and returns it, for another stream
+    /// to wait for (a peer copy's source side). This timeline's context must be current.
+    ///
+    /// # Errors
+    /// A lost device; a mapped driver error.
+    pub(crate) fn mark(&self) -> Result<Event> {
+        self.health().check()?;
+        let event = self.ops().create_raw()?;
+        let _order = lock(&self.submit);
+        self.health().note(self.ops().record(&event))?;
+        Ok(event)
+    }
+
+    /// Enqueues `enqueue` after `after` (an event of any stream, any context) and returns its
+    /// ticket and an event recorded right after it, for the other stream to wait for. This
+    /// timeline's context must be current.
+    ///
+    /// # Errors
+    /// A lost device; whatever `enqueue` returns; a mapped driver error.
+    pub(crate) fn submit_after(
+        &self,
+        after: &Event,
+        enqueue: impl FnOnce() -> Result<()>,
+    ) -> Result<(Ticket, Event)> {
+        let done = self.ops().create_raw()?;
+        let stream = self.stream().cu_stream();
+        let ticket = self.submit(|| {
+            // SAFETY: both handles are live; the wait captures the event's current state.
+            unsafe { sys::cuStreamWaitEvent(stream, after.0, 0) }
+                .result()
+                .map_err(|e| map_driver_err("cuStreamWaitEvent", e))?;
+            enqueue()?;
+            self.ops().record(&done)
+        })?;
+        Ok((ticket, done))
+    }
+
+    /// Makes this timeline's stream wait for `event` (of any stream, any context) and returns
+    /// the ticket of that wait.
+    ///
+    /// # Errors
+    /// A lost device; a mapped driver error.
+    pub(crate) fn wait_for(&self, event: &Event) -> Result<Ticket> {
+        let stream = self.stream().cu_stream();
+        self.submit(|| {
+            // SAFETY: both handles are live; the wait captures the event's current state.
+            unsafe { sys::cuStreamWaitEvent(stream, event.0, 0) }
+                .result()
+                .map_err(|e| map_driver_err("cuStreamWaitEvent", e))
+        })
+    }
+
     /// Makes `other` wait for everything submitted to this timeline so far.
     ///
     /// # Errors

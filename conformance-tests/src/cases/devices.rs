@@ -28,6 +28,11 @@ pub(crate) fn cases() -> Vec<Case> {
             two_devices
         ),
         case!(
+            "devices_copy_orders_with_both_timelines",
+            copy_orders_with_both_timelines,
+            two_devices
+        ),
+        case!(
             "devices_split_model_bit_exact",
             split_model_bit_exact,
             two_devices
@@ -98,7 +103,7 @@ async fn copies_from_8_threads(ctx: &Ctx) -> R {
         .map_err(fail("set"))?;
     let mode = ctx.mode;
     let set = Arc::new(set);
-    let results: Vec<R> = std::thread::scope(|s| {
+    let results: Vec<Result<u64, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8u64)
             .map(|i| {
                 let set = set.clone();
@@ -110,20 +115,35 @@ async fn copies_from_8_threads(ctx: &Ctx) -> R {
             .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
             .collect()
     });
+    let mut copied = 0;
     for (i, r) in results.into_iter().enumerate() {
-        r.map_err(|e| format!("thread {i}: {e}"))?;
+        copied += r.map_err(|e| format!("thread {i}: {e}"))?;
     }
-    let staged = set.transfer_stats().bytes(TransferPath::Staged);
-    check(staged > 0, || "no staged copy was counted".into())
+    // Every copy crossed devices, on whichever path the pair offers (staged, or direct where
+    // the backend has one: two CUDA backends on one GPU copy device to device).
+    let stats = set.transfer_stats();
+    let across: u64 = [
+        TransferPath::Staged,
+        TransferPath::SharedDevice,
+        TransferPath::PeerToPeer,
+    ]
+    .into_iter()
+    .map(|p| stats.bytes(p))
+    .sum();
+    check(across == copied, || {
+        format!("{copied} bytes copied across devices, {across} counted ({stats:?})")
+    })
 }
 
-async fn copy_rounds(set: &DeviceSet, mode: Waiting, seed: u64) -> R {
+/// Six copies from one device to the other; returns the bytes copied.
+async fn copy_rounds(set: &DeviceSet, mode: Waiting, seed: u64) -> Result<u64, String> {
     let ctx = Ctx {
         backend: set.runtimes()[0].backend().clone(),
         peer: None,
         mode,
     };
     let mut rng = Rng::new(seed + 1);
+    let mut copied = 0;
     for round in 0..6 {
         let n = 1 + rng.below(if round % 3 == 0 { 400 << 10 } else { 4 << 10 }) as usize;
         let data: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
@@ -147,6 +167,66 @@ async fn copy_rounds(set: &DeviceSet, mode: Waiting, seed: u64) -> R {
         })?;
         set.free(src).map_err(fail("free src"))?;
         set.free(dst).map_err(fail("free dst"))?;
+        copied += n as u64;
+    }
+    Ok(copied)
+}
+
+/// A copy follows the source's queued kernel and precedes the destination's next one, and the
+/// source may be freed (and its memory reused) right after the copy: nothing is waited for by
+/// hand, so a direct path that skipped either timeline's ordering reads or leaves wrong bytes.
+async fn copy_orders_with_both_timelines(ctx: &Ctx) -> R {
+    let set = ctx
+        .device_set(RuntimeConfig::default())
+        .map_err(fail("set"))?;
+    let (d0, d1) = (
+        set.device(DeviceId(0)).map_err(fail("device 0"))?,
+        set.device(DeviceId(1)).map_err(fail("device 1"))?,
+    );
+    let n = 300_000usize;
+    for round in 0..3u32 {
+        let x: Vec<f32> = (0..n)
+            .map(|i| (i as f32 - n as f32 / 2.0) * (round as f32 + 0.5))
+            .collect();
+        let want: Vec<f32> = x.iter().map(|v| v.max(0.0)).collect();
+        let relu = Op::Relu { len: n as u32 };
+        let xt = ctx
+            .tensor_from(d0, DType::F32, &[n], &x, "x")
+            .await
+            .map_err(fail("upload"))?;
+        let y0 = set
+            .alloc(DeviceId(0), DType::F32, &[n], "y0")
+            .map_err(fail("alloc"))?;
+        set.dispatch(&relu, &[&xt], &[&y0])
+            .map_err(fail("relu on 0"))?;
+        let z1 = set
+            .alloc(DeviceId(1), DType::F32, &[n], "z1")
+            .map_err(fail("alloc"))?;
+        ctx.copy(&set, &y0, &z1).await.map_err(fail("copy"))?;
+        // Freed at once: its reuse waits for the copy, whichever path it took.
+        set.free(y0).map_err(fail("free y0"))?;
+        let junk = vec![-7.0f32; n];
+        let w0 = ctx
+            .tensor_from(d0, DType::F32, &[n], &junk, "reuses y0")
+            .await
+            .map_err(fail("upload junk"))?;
+        let u1 = set
+            .alloc(DeviceId(1), DType::F32, &[n], "u1")
+            .map_err(fail("alloc"))?;
+        set.dispatch(&relu, &[&z1], &[&u1])
+            .map_err(fail("relu on 1"))?;
+        for (t, what) in [(&z1, "copied"), (&u1, "relu of copied")] {
+            let got: Vec<f32> = ctx.download(d1, t).await.map_err(fail("download"))?;
+            check(got == want, || {
+                format!("round {round}: {what} tensor differs")
+            })?;
+        }
+        for t in [xt, w0] {
+            set.free(t).map_err(fail("free"))?;
+        }
+        for t in [z1, u1] {
+            set.free(t).map_err(fail("free"))?;
+        }
     }
     Ok(())
 }

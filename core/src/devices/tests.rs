@@ -336,3 +336,5 @@ fn run_mlp_sized(set: &DeviceSet, m: &super::samples::Mlp) -> (Vec<f32>, PlacedR
     model.run().unwrap();
     (model.read_output(m.output).unwrap(), model.report())
 }
+
+mod direct;

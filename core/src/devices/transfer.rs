@@ -1,17 +1,22 @@
 //! Copies between devices, as explicit transfers with tickets.
 //!
-//! Two paths, picked per copy:
+//! Three kinds of path, picked per copy in this order:
 //! 1. **same device** — one device copy on the device's queue ([`Backend::copy`](crate::Backend::copy)):
 //!    ordered after earlier work on both ranges, its ticket recorded on both allocations;
-//! 2. **staged** — across devices: the source is read out through its device's transfer path
+//! 2. **direct** — across devices, when the source's backend offers a direct path to the
+//!    destination's ([`Backend::copy_to_peer`](crate::Backend::copy_to_peer)): two backends on one
+//!    physical device ([`TransferPath::SharedDevice`]) or two devices with peer access
+//!    ([`TransferPath::PeerToPeer`], CUDA). The backend orders it after both devices' earlier
+//!    work; the source allocation's use is recorded with the source-side ticket, the
+//!    destination's with the destination-side one;
+//! 3. **staged** — across devices otherwise: the source is read out through its device's transfer path
 //!    (mapped where device memory is host-visible, else its staging belt), after every ticket of
 //!    work enqueued on it; the bytes are written through the destination's path (mapped after the
 //!    destination's last use, queued, or its staging belt), and the destination's ticket is
 //!    returned. It moves [`STAGED_CHUNK_BYTES`] at a time through one bounce buffer, so a large
 //!    tensor never needs a host copy of the whole.
 //!
-//! Peer-to-peer paths (CUDA peer access, Vulkan device groups) are not in the contract yet: no
-//! backend here reports one, and lavapipe exposes no device group (see the notes).
+//! Vulkan device groups are not used: lavapipe exposes none, so such a path could not be tested.
 //!
 //! The bounce buffer is small on purpose: a chunk read from the source stays in the CPU's cache
 //! until the destination's write reads it back, so a staged copy moves each byte through main
@@ -19,7 +24,7 @@
 
 use std::sync::Mutex;
 
-use crate::backend::{HostAccess, Ticket, Waiting};
+use crate::backend::{HostAccess, PeerPath, Ticket, Waiting};
 use crate::pool::Allocation;
 use crate::runtime::Runtime;
 use crate::{Error, Result};
@@ -34,8 +39,21 @@ pub const STAGED_CHUNK_BYTES: usize = 256 << 10;
 pub enum TransferPath {
     /// Both ends on one device: one device copy.
     SameDevice,
+    /// Across two backends on one physical device: one device-to-device copy.
+    SharedDevice,
+    /// Across devices with peer access (CUDA peer-to-peer over NVLink or PCIe).
+    PeerToPeer,
     /// Across devices, through host memory in chunks.
     Staged,
+}
+
+impl From<PeerPath> for TransferPath {
+    fn from(path: PeerPath) -> Self {
+        match path {
+            PeerPath::SharedDevice => TransferPath::SharedDevice,
+            PeerPath::PeerToPeer => TransferPath::PeerToPeer,
+        }
+    }
 }
 
 impl TransferPath {
@@ -43,6 +61,8 @@ impl TransferPath {
     pub fn name(self) -> &'static str {
         match self {
             TransferPath::SameDevice => "same-device",
+            TransferPath::SharedDevice => "shared-device",
+            TransferPath::PeerToPeer => "peer-to-peer",
             TransferPath::Staged => "staged",
         }
     }
@@ -110,6 +130,9 @@ pub(crate) async fn copy_range(
     }
     if same_runtime(src.rt, dst.rt) {
         return Ok((same_device(src, dst, size)?, TransferPath::SameDevice));
+    }
+    if let Some(direct) = direct(src, dst, size)? {
+        return Ok(direct);
     }
     let mut buf = vec![0u8; STAGED_CHUNK_BYTES.min(usize::try_from(size).unwrap_or(usize::MAX))];
     let mut last = Ticket::DONE;
@@ -206,4 +229,25 @@ fn same_device(src: End<'_>, dst: End<'_>, size: u64) -> Result<Ticket> {
     pool.mark_used(src.alloc.handle, ticket)?;
     pool.mark_used(dst.alloc.handle, ticket)?;
     Ok(ticket)
+}
+
+/// A direct copy where the source's backend offers one to the destination's; `None` otherwise.
+fn direct(src: End<'_>, dst: End<'_>, size: u64) -> Result<Option<(Ticket, TransferPath)>> {
+    let (sp, dp) = (src.rt.device_pool(), dst.rt.device_pool());
+    let from = src
+        .rt
+        .sub_range(sp.as_ref(), src.alloc, src.offset, size, "copy")?;
+    let to = dst
+        .rt
+        .sub_range(dp.as_ref(), dst.alloc, dst.offset, size, "copy")?;
+    let Some(copied) = src
+        .rt
+        .backend()
+        .copy_to_peer(from, dst.rt.backend().as_ref(), to)?
+    else {
+        return Ok(None);
+    };
+    sp.mark_used(src.alloc.handle, copied.src_ticket)?;
+    dp.mark_used(dst.alloc.handle, copied.dst_ticket)?;
+    Ok(Some((copied.dst_ticket, copied.path.into())))
 }

@@ -12,12 +12,14 @@
 //! address space carved by one TLSF, whose committed size grows at its end as the live set
 //! grows and whose free tail is returned by trim ([`in_place`]). Tensors can then be placed
 //! anywhere in the arena, so nothing is lost to block boundaries. Elsewhere (Vulkan without
-//! sparse binding, wgpu), or once the reservation is full, the pool adds blocks ([`growth`]).
+//! sparse binding, wgpu), or once the reservation is full, the pool adds blocks ([`growth`]):
+//! small and large requests in separate block classes, blocks sized by the request stream, split
+//! and shared, empty ones returned when they no longer fit the stream ([`policy`]).
 //!
 //! # Out-of-memory path
 //! 1. reclaim frees whose tickets completed, retry in the existing blocks;
-//! 2. grow the arena in place, else reserve a new block, if the [`Budget`] allows ([`in_place`]
-//!    and [`growth`] decide the sizes);
+//! 2. grow the arena in place, else reserve a new block (returning the class's empty blocks
+//!    first), if the [`Budget`] allows ([`in_place`] and [`policy`] decide the sizes);
 //! 3. if the budget or the driver refuses, trim this pool's empty blocks and retry once;
 //! 4. with the pool's lock released, ask every pool of the runtime to release idle blocks
 //!    ([`Budget::relieve`]) and retry once more;
@@ -44,8 +46,10 @@ mod growth;
 mod in_place;
 mod invariants;
 mod oom;
+mod policy;
 
 pub use growth::DEFAULT_BLOCK_SIZE;
+use policy::Class;
 
 /// Default of [`ArenaConfig::idle_release`]: 10 s.
 pub const DEFAULT_IDLE_RELEASE: Duration = Duration::from_secs(10);
@@ -60,9 +64,10 @@ pub struct ArenaConfig {
     pub name: String,
     /// Memory kind of the pool's blocks.
     pub kind: MemoryKind,
-    /// Size of a regular block in bytes (default 32 MiB, clamped to the device's largest block).
-    /// Larger requests get a dedicated block. Bigger blocks mean fewer driver calls and more
-    /// memory held idle.
+    /// Largest block the small class (requests up to 1 MiB) grows by, in bytes (default 32 MiB,
+    /// clamped to the device's largest block); also the coarsest rounding of block sizes. Blocks
+    /// are otherwise sized by the workload ([`policy`]): bigger means fewer driver calls for
+    /// many small tensors, and more memory held idle.
     pub block_size: u64,
     /// Hard limit on reserved bytes (default: the backend's reported budget for device memory, else
     /// none). The pool never reserves more, whatever it costs in failed allocations. A pool built
@@ -117,6 +122,9 @@ struct Block {
     /// the TLSF's capacity.
     size: u64,
     tlsf: Tlsf,
+    /// The request class the block serves (the fallback path's block policy); `None` for the
+    /// arena that grows in place, which serves every request.
+    class: Option<Class>,
     /// Address space reserved, for the arena that grows in place; `None` for a regular block.
     reserved: Option<u64>,
     /// When the block last became empty ([`ArenaConfig::idle_release`]); meaningful only while
@@ -204,7 +212,7 @@ impl ArenaPool {
     pub fn new(backend: Arc<dyn Backend>, config: ArenaConfig) -> Result<Self> {
         let limit = match (config.budget, config.kind) {
             (Some(b), _) => Some(b),
-            (None, MemoryKind::DeviceLocal) => backend.capabilities().budget,
+            (None, MemoryKind::DeviceLocal | MemoryKind::Managed) => backend.capabilities().budget,
             (None, _) => None,
         };
         Self::build(backend, config, Budget::new(limit), false)
@@ -237,7 +245,9 @@ impl ArenaPool {
         config.budget = budget.limit();
         let copy_align = caps.copy_align.max(1).next_power_of_two();
         let base_align = match config.kind {
-            MemoryKind::DeviceLocal => caps.binding_align.max(1).next_power_of_two(),
+            MemoryKind::DeviceLocal | MemoryKind::Managed => {
+                caps.binding_align.max(1).next_power_of_two()
+            }
             _ => 1,
         }
         .max(copy_align);
@@ -360,19 +370,6 @@ impl ArenaPool {
             fresh_block: true,
             ..Carved::existing(found)
         }))
-    }
-
-    fn try_existing(st: &mut State, size: u64, align: u64) -> Result<Option<(usize, Region)>> {
-        for (i, b) in st.blocks.iter_mut().enumerate() {
-            let Some(b) = b else { continue };
-            if b.size < size {
-                continue;
-            }
-            if let Some(region) = b.tlsf.allocate(size, align)? {
-                return Ok(Some((i, region)));
-            }
-        }
-        Ok(None)
     }
 
     fn block_id(st: &State, block: usize) -> Result<BlockId> {

@@ -250,7 +250,9 @@ impl<P: DevicePool> Guarded<P> {
                 what: "guard margin",
             })?;
         let base_align = match kind {
-            MemoryKind::DeviceLocal => caps.binding_align.max(1).next_power_of_two(),
+            MemoryKind::DeviceLocal | MemoryKind::Managed => {
+                caps.binding_align.max(1).next_power_of_two()
+            }
             _ => 1,
         }
         .max(copy_align);

@@ -251,6 +251,11 @@ impl Tlsf {
         self.allocations == 0
     }
 
+    /// Bytes in free blocks (all of them, however fragmented). Constant time.
+    pub fn free_bytes(&self) -> u64 {
+        self.free_bytes
+    }
+
     /// Carves `size` bytes at a multiple of `align`.
     ///
     /// Returns `Ok(None)` when no free block fits now (see the packing bound on [`Tlsf`]); freeing

@@ -69,20 +69,29 @@ pub(crate) fn host_visible(
     Ok(())
 }
 
-/// The roles a block takes by kind: kernels bind device memory (and upload memory where the device
-/// memory is host-visible, see [`bindings`]); copies read device or upload
-/// memory and write device or readback memory (the directions staging uses). wgpu enforces this
+/// The roles a block takes by kind: kernels bind device or managed memory (and upload memory where
+/// the device memory is host-visible, see [`bindings`]); prefetches take managed memory; copies
+/// read device, managed or upload memory and write device, managed or readback memory (the
+/// directions staging uses). wgpu enforces this
 /// through buffer usages; the front enforces it everywhere so every backend agrees.
 ///
 /// # Errors
 /// [`Error::WrongMemoryKind`].
 pub(crate) fn kind_for(entry: &BlockEntry<()>, r: &BlockRange, role: &'static str) -> Result<()> {
     let (ok, allowed) = match role {
-        "copy source" => (entry.kind != MemoryKind::Readback, "device-local or upload"),
-        "copy destination" | "fill target" | "queued write target" => {
-            (entry.kind != MemoryKind::Upload, "device-local or readback")
-        }
-        _ => (entry.kind == MemoryKind::DeviceLocal, "device-local"),
+        "copy source" => (
+            entry.kind != MemoryKind::Readback,
+            "device-local, managed or upload",
+        ),
+        "copy destination" | "fill target" | "queued write target" => (
+            entry.kind != MemoryKind::Upload,
+            "device-local, managed or readback",
+        ),
+        "prefetch" => (entry.kind == MemoryKind::Managed, "managed"),
+        _ => (
+            matches!(entry.kind, MemoryKind::DeviceLocal | MemoryKind::Managed),
+            "device-local or managed",
+        ),
     };
     if ok {
         Ok(())

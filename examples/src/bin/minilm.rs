@@ -5,6 +5,7 @@
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
 use clap::Parser;
 use serde_json::json;
@@ -194,6 +195,7 @@ fn run(mut args: Args) -> Result<()> {
     }
     let loading = cli::spinner("loading and checking the model", s.json);
     let mut meter = PhaseMeter::start();
+    let load_start = Instant::now();
     let weights_file = s
         .weights
         .weights_file
@@ -214,8 +216,11 @@ fn run(mut args: Args) -> Result<()> {
     let tokens = model.tokenizer().encode_batch(&sentences)?;
     model.model_for(tokens.batch, tokens.seq)?;
     meter.phase("compile and upload weights");
+    let load_ms = load_start.elapsed().as_secs_f64() * 1e3;
     loading.set_message("running");
+    let first_start = Instant::now();
     let emb = model.embed(&sentences)?;
+    let first_run_ms = first_start.elapsed().as_secs_f64() * 1e3;
     meter.phase("first run");
     loading.finish_and_clear();
     let (batch, seq) = (emb.tokens.batch, emb.tokens.seq);
@@ -261,6 +266,8 @@ fn run(mut args: Args) -> Result<()> {
             "model": "all-MiniLM-L6-v2",
             "sentences": items,
             "cosine": sims,
+            "load_ms": load_ms,
+            "first_run_ms": first_run_ms,
             "report": report.to_json(),
         });
         outln!(text, "{out}");

@@ -6,6 +6,7 @@
 //! at [`MAX_TOKENS`], the `max_seq_length` of sentence-transformers' config, so long inputs embed
 //! as the reference pipeline embeds them.
 
+#[cfg(not(target_arch = "wasm32"))]
 use std::path::Path;
 
 use tensormem::{Error, Result};
@@ -47,15 +48,30 @@ impl WordPiece {
     ///
     /// # Errors
     /// [`Error::Malformed`] when the file cannot be read or parsed.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn open(path: &Path) -> Result<Self> {
         let source = path.display().to_string();
-        let malformed = |message: String| Error::Malformed {
+        let json = std::fs::read(path).map_err(|e| Error::Malformed {
             source_name: source.clone(),
+            line: 0,
+            message: format!("tokenizer: {e}"),
+        })?;
+        Self::from_bytes(&json, &source)
+    }
+
+    /// Parses the text of a `tokenizer.json` (the browser sample fetches it); `source` names it
+    /// in errors.
+    ///
+    /// # Errors
+    /// [`Error::Malformed`] when `json` is not a tokenizer.
+    pub fn from_bytes(json: &[u8], source: &str) -> Result<Self> {
+        let malformed = |message: String| Error::Malformed {
+            source_name: source.to_string(),
             line: 0,
             message,
         };
         let mut inner =
-            Tokenizer::from_file(path).map_err(|e| malformed(format!("tokenizer: {e}")))?;
+            Tokenizer::from_bytes(json).map_err(|e| malformed(format!("tokenizer: {e}")))?;
         inner.with_padding(None);
         inner
             .with_truncation(Some(TruncationParams {
@@ -63,7 +79,10 @@ impl WordPiece {
                 ..TruncationParams::default()
             }))
             .map_err(|e| malformed(format!("tokenizer truncation: {e}")))?;
-        Ok(WordPiece { inner, source })
+        Ok(WordPiece {
+            inner,
+            source: source.to_string(),
+        })
     }
 
     /// Token ids of one sentence, with `[CLS]` and `[SEP]`.

@@ -1,41 +1,92 @@
-//! The arena's growth policy: how big a new block is, and how a refused block is retried.
+//! Blocks beside each other (the fallback path): where a request is placed among them, and how a
+//! new block is reserved when it fits none. The sizes come from [`policy`](super::policy).
 //!
-//! A request that fits no existing block reserves a new block of [`ArenaConfig::block_size`] bytes
-//! (default [`DEFAULT_BLOCK_SIZE`], clamped to the device's largest block). A request larger than
-//! that gets a dedicated block of exactly its (aligned) size. When the budget has less room than a
-//! regular block, the block shrinks to the request. Blocks go back to the backend only by trim
-//! (or the pressure path), so a steady workload stops calling the driver.
-//!
-//! Kept apart from the carving so that a different block policy (size classes, growth factors)
-//! replaces this file only.
+//! * **Placement.** The arena that grows in place, if any, is tried first. Then the blocks of the
+//!   request's class, fullest first (the fewest free bytes that could hold it: best fit across
+//!   blocks, and the emptier blocks drain), the others after it in index order.
+//! * **Reservation.** On a miss, the class's empty blocks go back to the backend first: none of
+//!   them could hold the request, and the new block takes their place, so they do not add to the
+//!   peak. When the budget or the driver refuses, the pool trims its own empty blocks once and
+//!   retries.
 
-use super::{ArenaPool, Block, State, round_up};
+use super::policy::{BlockRequest, Class};
+use super::{ArenaPool, Block, State};
 use crate::Error;
 use crate::Result;
 use crate::backend::{BlockDesc, BlockId};
 use crate::suballoc::{Region, Tlsf};
 
-#[cfg(doc)]
-use super::ArenaConfig;
-
-/// Default block size of an arena pool: 32 MiB.
-pub const DEFAULT_BLOCK_SIZE: u64 = 32 << 20;
-
-/// Size of a new block for a request of `need` bytes: a regular block of `regular` bytes if `room`
-/// allows, else just the request; rounded up to `align` (a power of two). `None` when even the
-/// request does not fit in `room`.
-pub(crate) fn block_size(need: u64, regular: u64, room: u64, align: u64) -> Option<u64> {
-    let want = round_up(need.max(regular), align)?;
-    if want <= room {
-        return Some(want);
-    }
-    round_up(need, align).filter(|n| *n <= room)
+/// What a new block is for.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Role {
+    /// A regular block of one request class.
+    Class(Class),
+    /// The arena that grows in place, with `reserved` bytes of address space.
+    Arena { reserved: u64 },
 }
 
+/// Default block size of an arena pool: 32 MiB (the small class's largest block).
+pub const DEFAULT_BLOCK_SIZE: u64 = 32 << 20;
+
 impl ArenaPool {
-    /// Reserves a new block for a request of `size` bytes and carves it, trimming this pool first
-    /// when the budget or the driver refuses. `Ok(None)` means out of memory. On every error path
-    /// the budget and the block list are as they were.
+    /// Places a request in an existing block: the arena, then the class's blocks fullest first.
+    pub(super) fn try_existing(
+        st: &mut State,
+        size: u64,
+        align: u64,
+    ) -> Result<Option<(usize, Region)>> {
+        if let Some(i) = st.arena {
+            if let Some(region) = st.blocks[i]
+                .as_mut()
+                .filter(|b| b.tlsf.free_bytes() >= size)
+                .map(|b| b.tlsf.allocate(size, align))
+                .transpose()?
+                .flatten()
+            {
+                return Ok(Some((i, region)));
+            }
+        }
+        let class = Some(Class::of(size));
+        let fits = |b: &Block| b.class == class && b.tlsf.free_bytes() >= size;
+        let fullest = st
+            .blocks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.as_ref().filter(|b| fits(b)).map(|b| (i, b)))
+            .min_by_key(|(_, b)| b.tlsf.free_bytes())
+            .map(|(i, _)| i);
+        let Some(fullest) = fullest else {
+            return Ok(None);
+        };
+        let order = std::iter::once(fullest).chain((0..st.blocks.len()).filter(|i| *i != fullest));
+        for i in order {
+            let Some(b) = st.blocks[i].as_mut().filter(|b| fits(b)) else {
+                continue;
+            };
+            if let Some(region) = b.tlsf.allocate(size, align)? {
+                return Ok(Some((i, region)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Returns the empty blocks of `class` to the backend (on a miss of that class, which none of
+    /// them could hold). A block the backend refuses to take back stays.
+    fn release_empty(&self, st: &mut State, class: Class) {
+        for i in 0..st.blocks.len() {
+            let empty = st.blocks[i]
+                .as_ref()
+                .is_some_and(|b| b.class == Some(class) && b.tlsf.is_empty());
+            if empty {
+                let _ = self.release_block(st, i);
+            }
+        }
+    }
+
+    /// Reserves a new block for a request of `size` bytes and carves it, after returning the
+    /// class's empty blocks, and trimming this pool when the budget or the driver refuses.
+    /// `Ok(None)` means out of memory. On every error path the budget and the block list are as
+    /// they were, but for the empty blocks returned.
     pub(super) fn grow(
         &self,
         st: &mut State,
@@ -43,15 +94,27 @@ impl ArenaPool {
         align: u64,
         label: &str,
     ) -> Result<Option<(usize, Region)>> {
+        let class = Class::of(size);
+        self.release_empty(st, class);
+        let class_reserved = st
+            .blocks
+            .iter()
+            .flatten()
+            .filter(|b| b.class == Some(class))
+            .map(|b| b.size)
+            .sum();
         for attempt in 0..2 {
-            let bytes = block_size(
-                size,
-                self.config.block_size,
-                self.budget.room(),
-                self.copy_align,
-            );
+            let bytes = BlockRequest {
+                class,
+                need: size,
+                class_reserved,
+                block_size: self.config.block_size,
+                room: self.budget.room(),
+                align: self.copy_align,
+            }
+            .block_bytes();
             if let Some(bytes) = bytes.filter(|b| self.budget.try_reserve(*b)) {
-                if let Some(found) = self.reserve(st, bytes, size, align, label)? {
+                if let Some(found) = self.reserve(st, bytes, class, size, align, label)? {
                     return Ok(Some(found));
                 }
             }
@@ -69,6 +132,7 @@ impl ArenaPool {
         &self,
         st: &mut State,
         bytes: u64,
+        class: Class,
         size: u64,
         align: u64,
         label: &str,
@@ -88,19 +152,19 @@ impl ArenaPool {
                 };
             }
         };
-        self.install_block(st, id, bytes, None, size, align)
+        self.install_block(st, id, bytes, Role::Class(class), size, align)
             .map(Some)
     }
 
     /// Carves a request of `size` at `align` in the fresh backend block `id` of `bytes` (already
-    /// charged to the budget), puts the block in a free slot and counts it. On failure the charge
-    /// and the block are given back.
+    /// charged to the budget) of `role`, puts the block in a free slot and counts it. On failure
+    /// the charge and the block are given back.
     pub(super) fn install_block(
         &self,
         st: &mut State,
         id: BlockId,
         bytes: u64,
-        reserved: Option<u64>,
+        role: Role,
         size: u64,
         align: u64,
     ) -> Result<(usize, Region)> {
@@ -125,10 +189,15 @@ impl ArenaPool {
                 st.blocks.len() - 1
             }
         };
+        let (class, reserved) = match role {
+            Role::Class(c) => (Some(c), None),
+            Role::Arena { reserved } => (None, Some(reserved)),
+        };
         st.blocks[idx] = Some(Block {
             id,
             size: bytes,
             tlsf,
+            class,
             reserved,
             idle_since: None,
         });
@@ -139,24 +208,5 @@ impl ArenaPool {
         s.blocks += 1;
         s.blocks_allocated += 1;
         Ok((idx, region))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn regular_blocks_shrink_to_the_room_then_refuse() {
-        assert_eq!(block_size(100, 4096, u64::MAX, 4), Some(4096));
-        assert_eq!(block_size(5000, 4096, u64::MAX, 4), Some(5000));
-        assert_eq!(block_size(5001, 4096, u64::MAX, 4), Some(5004));
-        assert_eq!(block_size(100, 4096, 1000, 4), Some(100));
-        assert_eq!(block_size(1001, 4096, 1000, 4), None);
-        assert_eq!(
-            block_size(u64::MAX, 1, u64::MAX, 4),
-            None,
-            "rounding overflows"
-        );
     }
 }

@@ -20,6 +20,7 @@
 //! * **Fallback.** When the reservation is full, the backend refuses the growth or the budget
 //!   refuses it, the pool adds regular blocks ([`growth`](super::growth)) beside the arena.
 
+use super::growth::Role;
 use super::{ArenaPool, Carved, State, round_up};
 use crate::backend::{BlockDesc, InPlaceGrowth};
 use crate::suballoc::Region;
@@ -107,7 +108,14 @@ impl ArenaPool {
                 };
             }
         };
-        let (index, region) = self.install_block(st, id, bytes, Some(reserve), size, align)?;
+        let (index, region) = self.install_block(
+            st,
+            id,
+            bytes,
+            Role::Arena { reserved: reserve },
+            size,
+            align,
+        )?;
         st.arena = Some(index);
         Ok(Some(Carved {
             block: index,

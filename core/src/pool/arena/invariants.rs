@@ -1,7 +1,7 @@
 //! The arena pool's invariants, checked by tests and by the failure-injection suite: every
-//! block's TLSF is sound and spans exactly its committed bytes, only the arena has a reservation,
-//! and the counters, the budget's charge and the sub-allocated bytes agree
-//! with the live allocations and pending frees.
+//! block's TLSF is sound and spans exactly its committed bytes, only the arena has a reservation
+//! and no class, and the counters, the budget's charge and the sub-allocated bytes agree with the
+//! live allocations and pending frees.
 
 use super::{ArenaPool, State};
 
@@ -24,6 +24,13 @@ impl ArenaPool {
                 return Err(format!(
                     "block {i}: reservation {:?} disagrees with arena {:?}",
                     b.reserved, st.arena
+                ));
+            }
+            // Exactly the arena serves every class; a regular block serves one.
+            if (st.arena == Some(i)) != b.class.is_none() {
+                return Err(format!(
+                    "block {i}: class {:?} disagrees with arena {:?}",
+                    b.class, st.arena
                 ));
             }
             reserved += b.size;

@@ -54,22 +54,75 @@ fn free_waits_for_the_ticket_of_in_flight_work() {
 }
 
 #[test]
-fn growth_policy_blocks_and_dedicated_blocks() {
+fn small_and_large_requests_use_separate_blocks() {
     let (backend, p) = pool(HostConfig::default(), small_blocks());
     let a = p.allocate(100, 1, "a").unwrap();
     let b = p.allocate(200, 1, "b").unwrap();
     assert_eq!(a.range.block, b.range.block);
-    let big = p.allocate(1 << 20, 1, "big").unwrap();
+    // A large block sized to its request (rounded to the granule): free room, but not for small.
+    let big = p.allocate((2 << 20) + 1, 1, "big").unwrap();
     assert_ne!(big.range.block, a.range.block);
     let s = p.stats();
     assert_eq!(s.blocks, 2);
-    assert_eq!(s.reserved, (1 << 16) + (1 << 20));
+    assert_eq!(s.reserved, (1 << 16) + (2 << 20) + (1 << 16));
+    let c = p.allocate(300, 1, "c").unwrap();
+    assert_eq!(
+        c.range.block, a.range.block,
+        "a small request stays in the small block"
+    );
     assert_eq!(backend.block_count(), 2);
-    for h in [a, b, big] {
+    for h in [a, b, c, big] {
         p.free(h.handle).unwrap();
     }
-    assert_eq!(p.trim().unwrap(), (1 << 16) + (1 << 20));
+    assert_eq!(p.trim().unwrap(), (1 << 16) + (2 << 20) + (1 << 16));
     assert_eq!(backend.block_count(), 0);
+}
+
+/// Issue 14: a miss returns the class's empty blocks (none could hold the request) before the
+/// new block comes, so they never add to the peak; the other class's stay.
+#[test]
+fn a_miss_returns_the_empty_blocks_of_its_class() {
+    let (backend, p) = pool(HostConfig::default(), small_blocks());
+    let small = p.allocate(100, 1, "small").unwrap();
+    let x = p.allocate(2 << 20, 1, "x").unwrap();
+    p.free(x.handle).unwrap();
+    p.free(small.handle).unwrap();
+    let y = p.allocate(3 << 20, 1, "y").unwrap();
+    let s = p.stats();
+    assert_eq!((s.blocks, s.blocks_freed), (2, 1));
+    assert_eq!(s.reserved, (1 << 16) + (3 << 20));
+    assert_eq!(
+        s.peak_reserved,
+        (1 << 16) + (3 << 20),
+        "x's block went first"
+    );
+    p.free(y.handle).unwrap();
+    // A smaller large request is split off the large block: no new reservation.
+    let x = p.allocate(2 << 20, 1, "x").unwrap();
+    assert_eq!(x.range.block, y.range.block);
+    assert_eq!(p.stats().blocks_allocated, 3);
+    assert_eq!(backend.block_count(), 2);
+    p.free(x.handle).unwrap();
+    p.check_invariants().unwrap();
+}
+
+/// Issue 14: among the class's blocks that could hold a request, the fullest is tried first, so
+/// the emptier ones drain.
+#[test]
+fn the_fullest_block_is_tried_first() {
+    let (_backend, p) = pool(HostConfig::default(), small_blocks());
+    let a = p.allocate(30 << 10, 1, "a").unwrap();
+    let b = p.allocate(40 << 10, 1, "b").unwrap();
+    assert_ne!(a.range.block, b.range.block, "34 KiB left beside a");
+    let c = p.allocate(2 << 10, 1, "c").unwrap();
+    assert_eq!(
+        c.range.block, b.range.block,
+        "b's block has 24 KiB free, a's 34 KiB"
+    );
+    for h in [a, b, c] {
+        p.free(h.handle).unwrap();
+    }
+    p.check_invariants().unwrap();
 }
 
 #[test]
@@ -239,7 +292,8 @@ fn idle_blocks_are_released_at_the_next_miss() {
     );
     let c = q.allocate(1 << 16, 1, "c").unwrap();
     q.free(c.handle).unwrap();
-    let d = q.allocate(1 << 17, 1, "miss").unwrap();
+    // (A miss of the same class would return the empty block.)
+    let d = q.allocate(2 << 20, 1, "large miss").unwrap();
     assert_eq!(backend.block_count(), 2);
     p.free(b.handle).unwrap();
     q.free(d.handle).unwrap();

@@ -9,7 +9,7 @@ use crate::models::weights::WeightFile;
 
 /// Checks every id of `tokens` against its table: word pieces against `vocab_size`, token types
 /// against `type_vocab_size`, positions against `max_position_embeddings`.
-pub(super) fn check_ids(cfg: &BertConfig, tokens: &TokenBatch) -> Result<()> {
+pub fn check_ids(cfg: &BertConfig, tokens: &TokenBatch) -> Result<()> {
     let seq = tokens.seq.max(1);
     for (what, ids, table, field) in [
         ("token id", &tokens.ids, cfg.vocab_size, "vocab_size"),
@@ -41,7 +41,7 @@ pub(super) fn check_ids(cfg: &BertConfig, tokens: &TokenBatch) -> Result<()> {
 
 /// Checks the weight file against the config: every tensor the graph declares is present with
 /// its shape, and every other f32 tensor is the unused pooler.
-pub(super) fn check_weights_match(cfg: &BertConfig, weights: &WeightFile) -> Result<()> {
+pub fn check_weights_match(cfg: &BertConfig, weights: &WeightFile) -> Result<()> {
     let graph = build_graph(cfg, 1, 1, WeightFormat::F32)?;
     let declared: std::collections::HashSet<&str> = graph
         .builder

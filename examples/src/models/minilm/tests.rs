@@ -8,6 +8,7 @@
 )]
 
 use super::*;
+use tensormem::Op;
 
 #[test]
 fn graph_has_one_block_of_ops_per_layer() {

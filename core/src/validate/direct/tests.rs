@@ -1,0 +1,192 @@
+//! The front's checks of managed memory and direct copies, on the host backend (managed memory
+//! that is host memory) and on a host backend that offers neither (the trait's defaults).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::backend::{BlockDesc, BlockId, Capabilities, ManagedMemory, PeerPath};
+use crate::host::{HostBackend, HostConfig};
+use crate::ops::Op;
+
+fn host_front() -> Validated {
+    Validated::new(Arc::new(HostBackend::new(HostConfig::default()).unwrap()))
+}
+
+fn block(f: &dyn Backend, kind: MemoryKind, size: u64) -> BlockId {
+    f.alloc_block(&BlockDesc {
+        kind,
+        size,
+        label: "test",
+    })
+    .unwrap()
+}
+
+fn range(block: BlockId, offset: u64, size: u64) -> BlockRange {
+    BlockRange {
+        block,
+        offset,
+        size,
+    }
+}
+
+/// The host backend with the trait's defaults for everything optional: no managed memory, no
+/// direct copies.
+struct Plain(HostBackend);
+
+impl Backend for Plain {
+    fn capabilities(&self) -> &Capabilities {
+        self.0.capabilities()
+    }
+    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
+        self.0.alloc_block(desc)
+    }
+    fn free_block(&self, block: BlockId) -> Result<()> {
+        self.0.free_block(block)
+    }
+    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
+        self.0.write_mapped(block, offset, data)
+    }
+    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.0.read_mapped(block, offset, out)
+    }
+    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
+        self.0.copy(src, dst)
+    }
+    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
+        self.0.fill_zero(range)
+    }
+    fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
+        self.0.dispatch(op, bindings)
+    }
+    fn flush(&self) -> Result<Ticket> {
+        self.0.flush()
+    }
+    fn completed(&self) -> Result<Ticket> {
+        self.0.completed()
+    }
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<Duration>) -> Result<()> {
+        self.0.wait_timeout(ticket, timeout)
+    }
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[test]
+fn managed_blocks_on_the_host_bind_map_and_prefetch_as_no_ops() {
+    let f = host_front();
+    assert_eq!(f.managed_memory(), ManagedMemory::SameMemory);
+    let m = block(&f, MemoryKind::Managed, 64);
+    let x = [-1.0f32, 2.0, -3.0, 4.0];
+    f.write_mapped(m, 0, &f32_bytes(&x)).unwrap();
+    assert_eq!(
+        f.prefetch(range(m, 0, 16), Residence::Device).unwrap(),
+        Ticket::DONE,
+        "nothing moves where device memory is host memory"
+    );
+    let t = f
+        .dispatch(&Op::Relu { len: 4 }, &[range(m, 0, 16), range(m, 32, 16)])
+        .unwrap();
+    f.wait(t).unwrap();
+    let mut out = [0u8; 16];
+    f.read_mapped(m, 32, &mut out).unwrap();
+    assert_eq!(out.to_vec(), f32_bytes(&[0.0, 2.0, 0.0, 4.0]));
+}
+
+#[test]
+fn prefetches_name_a_live_managed_range() {
+    let f = host_front();
+    let d = block(&f, MemoryKind::DeviceLocal, 64);
+    let m = block(&f, MemoryKind::Managed, 64);
+    assert!(matches!(
+        f.prefetch(range(d, 0, 64), Residence::Host),
+        Err(Error::WrongMemoryKind {
+            role: "prefetch",
+            allowed: "managed",
+            ..
+        })
+    ));
+    assert!(matches!(
+        f.prefetch(range(m, 32, 64), Residence::Device),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        f.prefetch(range(m, 0, 0), Residence::Device),
+        Err(Error::ZeroSize { .. })
+    ));
+    f.free_block(m).unwrap();
+    assert!(matches!(
+        f.prefetch(range(m, 0, 64), Residence::Device),
+        Err(Error::UnknownBlock { .. })
+    ));
+}
+
+#[test]
+fn without_managed_memory_the_kind_is_refused_before_the_backend() {
+    let plain = Arc::new(Plain(HostBackend::new(HostConfig::default()).unwrap()));
+    let f = Validated::new(plain.clone());
+    assert_eq!(f.managed_memory(), ManagedMemory::Unsupported);
+    let refused = f.alloc_block(&BlockDesc {
+        kind: MemoryKind::Managed,
+        size: 64,
+        label: "m",
+    });
+    assert!(
+        matches!(refused, Err(Error::Unsupported { .. })),
+        "{refused:?}"
+    );
+    let d = block(&f, MemoryKind::DeviceLocal, 64);
+    assert!(matches!(
+        f.prefetch(range(d, 0, 64), Residence::Device),
+        Err(Error::Unsupported { .. })
+    ));
+    // Not a broken device: other work goes on.
+    f.fill_zero(range(d, 0, 64)).unwrap();
+}
+
+#[test]
+fn direct_copies_are_checked_on_both_fronts_and_default_to_none() {
+    let (a, b) = (host_front(), host_front());
+    let src = block(&a, MemoryKind::DeviceLocal, 64);
+    let up = block(&a, MemoryKind::Upload, 64);
+    let down = block(&a, MemoryKind::Readback, 64);
+    let dst = block(&b, MemoryKind::DeviceLocal, 64);
+    // The host backend has no direct path: the caller stages.
+    assert_eq!(
+        a.copy_to_peer(range(src, 0, 64), &b, range(dst, 0, 64))
+            .unwrap(),
+        None
+    );
+    assert!(matches!(
+        a.copy_to_peer(range(src, 0, 64), &b, range(dst, 0, 32)),
+        Err(Error::SizeMismatch { .. })
+    ));
+    assert!(matches!(
+        a.copy_to_peer(range(down, 0, 64), &b, range(dst, 0, 64)),
+        Err(Error::WrongMemoryKind {
+            role: "copy source",
+            ..
+        })
+    ));
+    // The destination is looked up in the peer's front, not the source's.
+    assert!(matches!(
+        a.copy_to_peer(range(src, 0, 64), &b, range(up, 0, 64)),
+        Err(Error::UnknownBlock { .. }) | Err(Error::WrongMemoryKind { .. })
+    ));
+    assert!(matches!(
+        a.copy_to_peer(range(src, 0, 64), &b, range(dst, 32, 64)),
+        Err(Error::OutOfBounds { .. })
+    ));
+    // One front as both ends: the ranges must not overlap.
+    assert!(matches!(
+        a.copy_to_peer(range(src, 0, 64), &a, range(src, 32, 64)),
+        Err(Error::OutOfBounds { .. }) | Err(Error::Overlap { .. })
+    ));
+    assert!(matches!(
+        a.copy_to_peer(range(src, 0, 32), &a, range(src, 16, 32)),
+        Err(Error::Overlap { .. })
+    ));
+    assert_eq!(PeerPath::SharedDevice.name(), "shared-device");
+}

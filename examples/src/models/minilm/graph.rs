@@ -1,0 +1,345 @@
+//! The MiniLM graph itself: the BERT config, the encoder graph for one (batch, seq) shape and
+//! the cosine similarity. Kept apart from file I/O, the tokenizer and the blocking driver
+//! ([`super::MiniLm`]) so that the browser sample (`tensormem-browser`) compiles this same file for
+//! wasm32 and runs the same graph.
+
+use serde::Deserialize;
+use tensormem::{DType, Error, Op, Result, TensorId, WeightFormat};
+
+use crate::models::builder::{ModelBuilder, dim};
+
+/// The fields of `config.json` the graph needs (a BERT config).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct BertConfig {
+    /// Hidden size (384).
+    pub hidden_size: usize,
+    /// Attention heads (12; head size 32).
+    pub num_attention_heads: usize,
+    /// Encoder layers (6).
+    pub num_hidden_layers: usize,
+    /// Feed-forward size (1536).
+    pub intermediate_size: usize,
+    /// LayerNorm epsilon (1e-12).
+    pub layer_norm_eps: f32,
+    /// Word-piece vocabulary (30522).
+    pub vocab_size: usize,
+    /// Longest sequence the position table covers (512).
+    pub max_position_embeddings: usize,
+    /// Token types (2).
+    pub type_vocab_size: usize,
+    /// Activation; only `"gelu"` (the exact erf form) is supported.
+    pub hidden_act: String,
+}
+
+impl BertConfig {
+    /// Parses and checks the text of a `config.json` (see [`BertConfig::check`]); `source` names
+    /// it in errors.
+    ///
+    /// # Errors
+    /// [`Error::Malformed`] for bad JSON or a config [`BertConfig::check`] refuses.
+    pub fn from_json(text: &str, source: &str) -> Result<Self> {
+        let malformed = |message: String| Error::Malformed {
+            source_name: source.to_string(),
+            line: 0,
+            message,
+        };
+        let cfg: BertConfig =
+            serde_json::from_str(text).map_err(|e| malformed(format!("config: {e}")))?;
+        cfg.check().map_err(malformed)?;
+        Ok(cfg)
+    }
+
+    /// Checks what the graph relies on: the exact erf `gelu`, every size at least 1, a hidden
+    /// size divisible by the head count, and a finite `layer_norm_eps > 0` (0 divides a constant
+    /// row by zero, a negative one takes the square root of a negative variance: both give NaN).
+    ///
+    /// # Errors
+    /// A message naming the offending field.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.hidden_act != "gelu" {
+            return Err(format!(
+                "hidden_act {:?}: only the exact erf \"gelu\" is supported",
+                self.hidden_act
+            ));
+        }
+        for (name, v) in [
+            ("hidden_size", self.hidden_size),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("intermediate_size", self.intermediate_size),
+            ("vocab_size", self.vocab_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+            ("type_vocab_size", self.type_vocab_size),
+        ] {
+            if v == 0 {
+                return Err(format!("{name} is 0"));
+            }
+        }
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+            return Err(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        if !(self.layer_norm_eps.is_finite() && self.layer_norm_eps > 0.0) {
+            return Err(format!(
+                "layer_norm_eps {} must be a finite number above 0 (all-MiniLM-L6-v2 uses 1e-12)",
+                self.layer_norm_eps
+            ));
+        }
+        Ok(())
+    }
+
+    /// The configuration of all-MiniLM-L6-v2 (as its `config.json`), for graph-only uses such as
+    /// the peak table when the model files are not fetched.
+    pub fn all_minilm_l6_v2() -> Self {
+        BertConfig {
+            hidden_size: 384,
+            num_attention_heads: 12,
+            num_hidden_layers: 6,
+            intermediate_size: 1536,
+            layer_norm_eps: 1e-12,
+            vocab_size: 30522,
+            max_position_embeddings: 512,
+            type_vocab_size: 2,
+            hidden_act: "gelu".into(),
+        }
+    }
+
+    /// Size of one attention head.
+    pub fn head_size(&self) -> usize {
+        self.hidden_size / self.num_attention_heads
+    }
+}
+
+/// The MiniLM graph for one (batch, seq) shape, before compilation.
+pub struct MiniLmGraph {
+    /// The graph and its declared weights.
+    pub builder: ModelBuilder,
+    /// Input word-piece ids `[batch·seq]` (u32).
+    pub ids: TensorId,
+    /// Input position ids `[batch·seq]` (u32).
+    pub positions: TensorId,
+    /// Input token type ids `[batch·seq]` (u32).
+    pub type_ids: TensorId,
+    /// Input attention mask `[batch, seq]` (f32, 1 keep / 0 pad).
+    pub mask: TensorId,
+    /// Output normalised embeddings `[batch, hidden]`.
+    pub embeddings: TensorId,
+}
+
+/// Builds the encoder graph for `batch` sentences of `seq` tokens.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a zero batch or sequence, or a sequence longer than the position
+/// table; graph shape checks.
+/// The word, position and type embedding tables and every linear weight are stored in `format`;
+/// biases and LayerNorm parameters stay f32.
+pub fn build_graph(
+    cfg: &BertConfig,
+    batch: usize,
+    seq: usize,
+    format: WeightFormat,
+) -> Result<MiniLmGraph> {
+    if batch == 0 || seq == 0 {
+        return Err(Error::invalid(format!(
+            "minilm: batch {batch} and sequence {seq} must both be at least 1"
+        )));
+    }
+    if seq > cfg.max_position_embeddings {
+        return Err(Error::invalid(format!(
+            "minilm: sequence of {seq} tokens exceeds the {} positions of the model",
+            cfg.max_position_embeddings
+        )));
+    }
+    let (h, nh, hd, ff) = (
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.head_size(),
+        cfg.intermediate_size,
+    );
+    let rows = batch * seq;
+    let (b32, s32, h32, nh32, hd32) = (dim(batch)?, dim(seq)?, dim(h)?, dim(nh)?, dim(hd)?);
+    let (rows32, hidden_len) = (dim(rows)?, dim(rows * h)?);
+    let eps = cfg.layer_norm_eps;
+
+    let mut b = ModelBuilder::with_format(format);
+    let g = &mut b.graph;
+    let ids = g.input("input_ids", DType::U32, &[rows]);
+    let positions = g.input("position_ids", DType::U32, &[rows]);
+    let type_ids = g.input("token_type_ids", DType::U32, &[rows]);
+    let mask = g.input("attention_mask", DType::F32, &[batch, seq]);
+
+    let gather =
+        |b: &mut ModelBuilder, table: &str, vocab: usize, idx: TensorId| -> Result<TensorId> {
+            let mut inputs = b.packed_weight(&format!("embeddings.{table}.weight"), &[vocab, h]);
+            inputs.push(idx);
+            let op = Op::Embedding {
+                vocab: dim(vocab)?,
+                dim: h32,
+                rows: rows32,
+                weight_format: b.format,
+            };
+            b.op(op, &inputs, &[rows, h], table)
+        };
+    let add = |b: &mut ModelBuilder, x: TensorId, y: TensorId, label: &str| {
+        let op = Op::Add {
+            len: hidden_len,
+            b_len: hidden_len,
+        };
+        b.op(op, &[x, y], &[rows, h], label)
+    };
+    let layer_norm = |b: &mut ModelBuilder, x: TensorId, prefix: &str| {
+        let gamma = b.weight(&format!("{prefix}.weight"), &[h]);
+        let beta = b.weight(&format!("{prefix}.bias"), &[h]);
+        let op = Op::LayerNorm {
+            rows: rows32,
+            cols: h32,
+            eps,
+        };
+        b.op(op, &[x, gamma, beta], &[rows, h], prefix)
+    };
+
+    let word = gather(&mut b, "word_embeddings", cfg.vocab_size, ids)?;
+    let pos = gather(
+        &mut b,
+        "position_embeddings",
+        cfg.max_position_embeddings,
+        positions,
+    )?;
+    let typ = gather(
+        &mut b,
+        "token_type_embeddings",
+        cfg.type_vocab_size,
+        type_ids,
+    )?;
+    let sum = add(&mut b, word, pos, "embeddings.add_position")?;
+    let sum = add(&mut b, sum, typ, "embeddings.add_type")?;
+    let mut x = layer_norm(&mut b, sum, "embeddings.LayerNorm")?;
+
+    // [batch, seq, heads, head] <-> [batch, heads, seq, head]
+    let split = Op::Permute {
+        dims: [b32, s32, nh32, hd32],
+        perm: [0, 2, 1, 3],
+    };
+    let merge = Op::Permute {
+        dims: [b32, nh32, s32, hd32],
+        perm: [0, 2, 1, 3],
+    };
+    let heads_shape = [batch, nh, seq, hd];
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("encoder.layer.{l}");
+        let head = |b: &mut ModelBuilder, which: &str| -> Result<TensorId> {
+            let t = b.linear(x, &format!("{p}.attention.self.{which}"), rows, h, h)?;
+            let t = b.graph.reshape(t, &[batch, seq, nh, hd])?;
+            b.op(
+                split.clone(),
+                &[t],
+                &heads_shape,
+                &format!("{p}.{which}.split_heads"),
+            )
+        };
+        let q = head(&mut b, "query")?;
+        let k = head(&mut b, "key")?;
+        let v = head(&mut b, "value")?;
+        let scores_op = Op::MatMul {
+            batch: dim(batch * nh)?,
+            m: s32,
+            n: s32,
+            k: hd32,
+            trans_a: false,
+            trans_b: true,
+            broadcast_b: false,
+            bias: false,
+            alpha: 1.0 / (hd as f32).sqrt(),
+            weight_format: WeightFormat::F32,
+        };
+        let scores = b.op(
+            scores_op,
+            &[q, k],
+            &[batch * nh, seq, seq],
+            &format!("{p}.scores"),
+        )?;
+        let softmax = Op::Softmax {
+            rows: dim(batch * nh * seq)?,
+            cols: s32,
+            masked: true,
+            rows_per_mask: dim(nh * seq)?,
+        };
+        let probs = b.op(
+            softmax,
+            &[scores, mask],
+            &[batch * nh, seq, seq],
+            &format!("{p}.probs"),
+        )?;
+        let ctx_op = Op::MatMul {
+            batch: dim(batch * nh)?,
+            m: s32,
+            n: hd32,
+            k: s32,
+            trans_a: false,
+            trans_b: false,
+            broadcast_b: false,
+            bias: false,
+            alpha: 1.0,
+            weight_format: WeightFormat::F32,
+        };
+        let ctx = b.op(ctx_op, &[probs, v], &heads_shape, &format!("{p}.context"))?;
+        let ctx = b.op(
+            merge.clone(),
+            &[ctx],
+            &[batch, seq, nh, hd],
+            &format!("{p}.merge_heads"),
+        )?;
+        let ctx = b.graph.reshape(ctx, &[rows, h])?;
+
+        let attn = b.linear(ctx, &format!("{p}.attention.output.dense"), rows, h, h)?;
+        let res = add(&mut b, attn, x, &format!("{p}.attention.residual"))?;
+        let x1 = layer_norm(&mut b, res, &format!("{p}.attention.output.LayerNorm"))?;
+
+        let inter = b.linear(x1, &format!("{p}.intermediate.dense"), rows, h, ff)?;
+        let gelu = Op::Gelu {
+            len: dim(rows * ff)?,
+        };
+        let act = b.op(gelu, &[inter], &[rows, ff], &format!("{p}.gelu"))?;
+        let out = b.linear(act, &format!("{p}.output.dense"), rows, ff, h)?;
+        let res = add(&mut b, out, x1, &format!("{p}.output.residual"))?;
+        x = layer_norm(&mut b, res, &format!("{p}.output.LayerNorm"))?;
+    }
+
+    let hidden = b.graph.reshape(x, &[batch, seq, h])?;
+    let pool = Op::MeanPool {
+        batch: b32,
+        seq: s32,
+        dim: h32,
+    };
+    let pooled = b.op(pool, &[hidden, mask], &[batch, h], "mean_pool")?;
+    // sentence-transformers' Normalize is F.normalize (eps 1e-12).
+    let norm = Op::L2Normalize {
+        rows: b32,
+        cols: h32,
+        eps: 1e-12,
+    };
+    let embeddings = b.op(norm, &[pooled], &[batch, h], "l2_normalize")?;
+    b.graph.output(embeddings);
+    Ok(MiniLmGraph {
+        builder: b,
+        ids,
+        positions,
+        type_ids,
+        mask,
+        embeddings,
+    })
+}
+
+/// Cosine similarity of two vectors (0 when either is all zeros).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if na == 0.0 || nb == 0.0 {
+        0.0
+    } else {
+        dot / (na * nb)
+    }
+}
