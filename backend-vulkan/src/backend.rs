@@ -26,7 +26,9 @@ use crate::device::{Gpu, RawVulkan};
 use crate::error::BACKEND;
 mod dispatch;
 
-use crate::instance::{ValidationLog, create_instance, load_entry, validation_layer_present};
+use crate::instance::{
+    ValidationLog, create_instance, keep_driver_loaded, load_entry, validation_layer_present,
+};
 use crate::kernels::{KernelCache, KernelSpec, StorageSlot};
 use crate::timeline::{Lane, Timeline};
 
@@ -61,6 +63,7 @@ impl VulkanBackend {
     /// validation) the validation layer is missing; [`Error::Backend`] for other failures.
     pub fn new(config: VulkanConfig) -> Result<VulkanBackend> {
         let entry = load_entry()?;
+        keep_driver_loaded(&entry);
         let validation = (config.validation || env_flag("TENSORMEM_VULKAN_VALIDATION"))
             .then(|| Arc::new(ValidationLog::default()));
         let owned = create_instance(&entry, validation.clone())?;

@@ -41,11 +41,8 @@ impl ValidationLog {
     }
 }
 
-/// The Vulkan loader (`libvulkan.so.1`), loaded once per process and never unloaded.
-///
-/// Applications load the loader once; loading and unloading it with every backend also unloads
-/// and reloads the driver. On NVIDIA's R580 driver one process that did so (the conformance
-/// suite) got `VK_ERROR_INCOMPATIBLE_DRIVER` from every instance after its 29th backend.
+/// The Vulkan loader (`libvulkan.so.1`), loaded once per process and never unloaded (see
+/// [`keep_driver_loaded`]: the loader must outlive the instance that holds the driver).
 ///
 /// # Errors
 /// [`Error::BackendUnavailable`] when the library is missing (remembered: a loader installed
@@ -63,6 +60,26 @@ pub(crate) fn load_entry() -> Result<ash::Entry> {
             backend: BACKEND,
             reason: format!("the Vulkan loader could not be loaded ({e}); install libvulkan1"),
         })
+}
+
+/// Keeps the drivers loaded for the rest of the process with one bare instance that is never
+/// destroyed. The loader loads the drivers with an instance and unloads them when the last
+/// instance goes, so a process that creates backends one after another reloads the driver each
+/// time; NVIDIA's R580 driver refused every instance after its 28th reload in one process
+/// (`VK_ERROR_INCOMPATIBLE_DRIVER`; the same 238 conformance cases all pass with the driver kept
+/// loaded). The instance has no layers, extensions or devices; failing to create it is left to
+/// the backend's own instance to report.
+pub(crate) fn keep_driver_loaded(entry: &ash::Entry) {
+    static ANCHOR: OnceLock<Option<ash::Instance>> = OnceLock::new();
+    ANCHOR.get_or_init(|| {
+        let app = vk::ApplicationInfo::default()
+            .application_name(c"tensormem (driver anchor)")
+            .api_version(vk::API_VERSION_1_2);
+        let info = vk::InstanceCreateInfo::default().application_info(&app);
+        // SAFETY: `info` outlives the call; the instance is never destroyed (its purpose), so no
+        // child object can outlive it.
+        unsafe { entry.create_instance(&info, None) }.ok()
+    });
 }
 
 /// Whether the Khronos validation layer is installed (Debian package `vulkan-validationlayers`).

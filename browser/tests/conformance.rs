@@ -63,6 +63,8 @@ browser_cases!(
     defect_4_foreign_outputs_and_intermediate_reads,
     defect_8_kernel_on_freed_tensor_is_tracked,
     defect_9_typed_transfers_and_too_large,
+    managed_blocks_prefetch_and_compute,
+    managed_device_pool_runtime,
 );
 
 /// The adapter is the browser's WebGPU, and its limits reach the contract's capabilities.

@@ -12,7 +12,7 @@
 //! - [`solve`]: a parallel portfolio from time zero: exact MiniMalloc-style provers (canonical
 //!   placements, dominance, section inference with an energy bound, hatless pruning, dynamic
 //!   decomposition at cut points, restarts) next to heuristic workers (XLA's spatial / temporal /
-//!   area orders, MiniMalloc's section-pressure order, sweep-line best fit × {best fit, lowest
+//!   area orders, MiniMalloc's section-pressure order, sweep-line good fit, squeezes × {best fit, lowest
 //!   offset}, randomised reorder and squeeze), in lockstep epochs so results are deterministic for
 //!   a seed and thread count. Given a capacity it decides feasibility first (a plan, or a proof
 //!   with its reason) and then lowers the peak; without one it lowers the peak toward the lower
@@ -38,7 +38,7 @@
 //! - Everything is deterministic: randomness comes from a seeded generator, and the portfolio's
 //!   threads exchange results only at epoch boundaries, in worker order.
 //! - The time limit is a promise: every phase, greedy included, checks the deadline; only the
-//!   first plan (sweep-line best fit, O(n log n)) always completes.
+//!   first plan (sweep-line good fit, O(n) after the sort) always completes.
 //!
 //! Limits: the exact search is exponential in the worst case and is only attempted on instances of
 //! at most [`EXACT_MAX_BUFFERS`] buffers; larger ones get the heuristic portfolio. Alignment padding
@@ -53,6 +53,7 @@ mod bound;
 mod csv;
 mod events;
 mod exact;
+mod freelist;
 mod generate;
 mod greedy;
 mod heuristics;

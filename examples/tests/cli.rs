@@ -106,6 +106,15 @@ fn mnist_reads_png_jpeg_and_colour_photos() {
     // The PNG is lossless: the reference logits of the first MNIST test image.
     let l0 = j["images"][0]["logits"][7].as_f64().unwrap();
     assert!((l0 - 30.491).abs() < 1e-3, "{l0}");
+    // Issue 14: the device pool's peak reserved over peak live, and the two bytes it divides.
+    let r = &j["report"];
+    let (reserved, live) = (
+        r["peak_device_bytes"].as_u64().unwrap(),
+        r["peak_device_live_bytes"].as_u64().unwrap(),
+    );
+    let ratio = r["peak_device_reserved_over_live"].as_f64().unwrap();
+    assert!(live > 0 && reserved >= live, "{r}");
+    assert!((ratio - reserved as f64 / live as f64).abs() < 1e-9, "{r}");
 
     let photo = asset("photo_label_7_dark_on_light.png");
     let o = run(

@@ -1,5 +1,5 @@
 //! The lifetime endpoints of an instance in time order, sorted once per [`super::solve`] and shared
-//! by every sweep over time: validation's group totals, the lower bound, sweep-line best fit, the
+//! by every sweep over time: validation's group totals, the lower bound, sweep-line good fit, the
 //! compressed time of the occupancy trees and the final verification.
 //!
 //! A million buffers have two million endpoints. A comparison sort of them costs a few hundred

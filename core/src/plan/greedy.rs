@@ -4,13 +4,13 @@
 //! already-placed conflicts: the best-fitting gap (TFLite, XLA) or the lowest one (XLA's newer
 //! option, idealloc's squeeze). Gaps start at 0, so the space below the lowest conflict counts;
 //! XNNPACK misses it. [`greedy_by_size`] is that engine with TFLite's order, the baseline every
-//! result is compared with. [`sweep_best_fit`] is XLA's fast pass: an online best-fit allocator
-//! simulated in time order, O(n log n).
+//! result is compared with. [`sweep_best_fit`] is XLA's fast pass: an online good-fit allocator
+//! simulated in time order, O(n) after the sort.
 
 use crate::time::Instant;
-use std::collections::{BTreeMap, BTreeSet};
 
 use super::events::Events;
+use super::freelist::FreeList;
 use super::occupancy::Occupancy;
 use super::{Buffer, Plan, align_up, validate};
 use crate::Result;
@@ -126,8 +126,8 @@ pub fn greedy_by_size(buffers: &[Buffer]) -> Result<Plan> {
 }
 
 /// XLA's fast pass: walk allocations and frees in time order (frees first at equal times) and serve
-/// each allocation from the best-fitting free range of an online allocator whose top grows when
-/// nothing fits. O(n log n) whatever the number of conflicts, on the sorted endpoints `events`.
+/// each allocation from an online allocator whose top grows when nothing fits: a simulated TLSF
+/// ([`FreeList`]: good fit, O(1) per operation), so the whole sweep is O(n) after the sort.
 ///
 /// The first plan of [`super::solve`], so it must also respect the time limit: once `deadline`
 /// passes (checked every 4096 endpoints) the buffers not yet allocated are stacked, per
@@ -138,10 +138,8 @@ pub(crate) fn sweep_best_fit(
     events: &Events,
     deadline: Option<Instant>,
 ) -> (Plan, bool) {
-    // Free ranges by offset (offset -> length) and by (length, offset) for best fit.
-    let mut by_offset: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut by_len: BTreeSet<(u64, u64)> = BTreeSet::new();
-    let mut top = 0u64;
+    let mut arena = FreeList::new();
+    let mut handle = vec![0u32; buffers.len()];
     let mut offsets = vec![UNPLACED; buffers.len()];
     let mut peak = 0u64;
     for (k, e) in events.iter().enumerate() {
@@ -150,66 +148,15 @@ pub(crate) fn sweep_best_fit(
             return (Plan { offsets, peak }, false);
         }
         let i = e.id as usize;
-        let b = buffers[i];
-        if !e.alloc {
-            // Free [o, o + size), coalescing with neighbours and the top.
-            let (mut o, mut len) = (offsets[i], b.size);
-            if let Some((&po, &pl)) = by_offset.range(..o).next_back()
-                && po + pl == o
-            {
-                by_offset.remove(&po);
-                by_len.remove(&(pl, po));
-                o = po;
-                len += pl;
-            }
-            if let Some(&nl) = by_offset.get(&(o + len)) {
-                by_offset.remove(&(o + len));
-                by_len.remove(&(nl, o + len));
-                len += nl;
-            }
-            if o + len == top {
-                top = o;
-            } else {
-                by_offset.insert(o, len);
-                by_len.insert((len, o));
-            }
-            continue;
+        if e.alloc {
+            let b = &buffers[i];
+            let (offset, h) = arena.alloc(b.size, b.align);
+            offsets[i] = offset;
+            handle[i] = h;
+            peak = peak.max(offset + b.size);
+        } else {
+            arena.free(handle[i]);
         }
-        let mut chosen = None;
-        for &(len, o) in by_len.range((b.size, 0)..) {
-            let a = align_up(o, b.align);
-            if a + b.size <= o + len {
-                chosen = Some((len, o, a));
-                break;
-            }
-        }
-        let offset = match chosen {
-            Some((len, o, a)) => {
-                by_len.remove(&(len, o));
-                by_offset.remove(&o);
-                if a > o {
-                    by_offset.insert(o, a - o);
-                    by_len.insert((a - o, o));
-                }
-                let rest = o + len - (a + b.size);
-                if rest > 0 {
-                    by_offset.insert(a + b.size, rest);
-                    by_len.insert((rest, a + b.size));
-                }
-                a
-            }
-            None => {
-                let a = align_up(top, b.align);
-                if a > top {
-                    by_offset.insert(top, a - top);
-                    by_len.insert((a - top, top));
-                }
-                top = a + b.size;
-                a
-            }
-        };
-        offsets[i] = offset;
-        peak = peak.max(offset + b.size);
     }
     (Plan { offsets, peak }, true)
 }

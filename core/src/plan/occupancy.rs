@@ -53,6 +53,28 @@ pub(crate) struct Occupancy {
     cursor: Vec<usize>,
 }
 
+/// Trees with more nodes than this are freed on a background thread (native builds): a million
+/// buffers leave millions of range lists, and freeing them took about a second on a loaded
+/// machine, after the deadline that greedy had just respected.
+#[cfg(not(target_arch = "wasm32"))]
+const BACKGROUND_FREE_NODES: usize = 1 << 16;
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Drop for Occupancy {
+    fn drop(&mut self) {
+        if self.cover.len() > BACKGROUND_FREE_NODES {
+            let lists = (
+                std::mem::take(&mut self.cover),
+                std::mem::take(&mut self.union),
+            );
+            // If no thread can be started, the lists are freed here instead.
+            let _ = std::thread::Builder::new()
+                .name("tensormem-plan-free".into())
+                .spawn(move || drop(lists));
+        }
+    }
+}
+
 impl Occupancy {
     /// An empty structure for `n` buffers with the sorted endpoints `events`, built in O(n).
     pub fn new(events: &Events, n: usize) -> Self {

@@ -74,6 +74,10 @@ pub struct MemoryReport {
     /// Highest bytes the runtime's device pool has reserved from the backend (measured by the
     /// pool, all models of the runtime together); for a budgeted model, its own pool's.
     pub peak_device_bytes: u64,
+    /// Highest bytes the same pool had handed out to live allocations (each rounded to the copy
+    /// alignment): `peak_device_bytes` divided by this is what the pool's policy cost at its
+    /// peak (fragmentation and growth slack).
+    pub peak_device_live_bytes: u64,
     /// Device bytes reserved in the runtime's account as of the report: the runtime's pools, its
     /// staging belt and the arenas of its budgeted models.
     pub runtime_reserved_bytes: u64,
@@ -650,9 +654,9 @@ impl Model {
         r.staging_blocks_allocated = st.blocks_allocated;
         r.staging_bytes_moved = st.uploaded + st.downloaded;
         r.device_allocations = self.rt.allocation_stats();
-        r.peak_device_bytes = match &self.offload {
+        (r.peak_device_bytes, r.peak_device_live_bytes) = match &self.offload {
             Some(o) => o.peak_device_bytes(),
-            None => dev.peak_reserved,
+            None => (dev.peak_reserved, dev.peak_in_use),
         };
         r.offload = self.offload.as_ref().map(|o| o.report.clone());
         r.runtime_reserved_bytes = self.rt.budget().reserved();

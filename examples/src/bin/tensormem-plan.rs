@@ -353,7 +353,7 @@ fn print_text(file: &str, buffers: usize, s: &Solution, capacity: Option<u64>) {
         if s.greedy_finished {
             ""
         } else {
-            " [greedy cut by the time limit: sweep-line best fit shown]"
+            " [greedy cut by the time limit: sweep-line good fit shown]"
         }
     );
     if let Some(cap) = capacity {

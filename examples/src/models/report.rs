@@ -209,6 +209,7 @@ impl InferenceReport {
              \x20 host memory placement        {host_memory}\n\
              \x20 time per inference           {mean:.3} ms (mean of {runs}, min {min:.3} ms)\n\
              \x20 new blocks in repeated runs  {steady}\n\
+             \x20 device pool peak             {peak_res} reserved for {peak_live} live ({r_pool})\n\
              \x20 peak host memory (VmHWM)     {hwm}{offload}",
             selection = self.selection_text,
             backend = self.backend,
@@ -239,6 +240,9 @@ impl InferenceReport {
             mean = t.mean.as_secs_f64() * 1e3,
             runs = t.runs,
             min = t.min.as_secs_f64() * 1e3,
+            peak_res = bytes(m.peak_device_bytes),
+            peak_live = bytes(m.peak_device_live_bytes),
+            r_pool = ratio(m.peak_device_bytes, m.peak_device_live_bytes),
             hwm = self.peak_host_bytes.map_or("-".to_string(), bytes),
             offload = self.offload_text(),
         ) + &self
@@ -312,6 +316,13 @@ impl InferenceReport {
             "numa_node": m.host_memory.bound_node(),
             "detail": m.host_memory.to_string(),
         });
+        v["peak_device_live_bytes"] = json!(m.peak_device_live_bytes);
+        // Peak reserved over peak live: what the device pool's policy cost (issue 14's target is
+        // at most 1.05); null before anything was allocated.
+        v["peak_device_reserved_over_live"] = json!(
+            (m.peak_device_live_bytes > 0)
+                .then(|| m.peak_device_bytes as f64 / m.peak_device_live_bytes as f64)
+        );
         if let Some(p) = &self.phases {
             v["host_memory_phases"] = p.to_json();
         }

@@ -505,9 +505,11 @@ impl Offloaded {
 }
 
 impl Offloaded {
-    /// Highest bytes the model's device pool has reserved: the measured peak device bytes.
-    pub(super) fn peak_device_bytes(&self) -> u64 {
-        self.device.stats().peak_reserved
+    /// Highest bytes the model's device pool has reserved (the measured peak device bytes), and
+    /// highest bytes it had handed out.
+    pub(super) fn peak_device_bytes(&self) -> (u64, u64) {
+        let s = self.device.stats();
+        (s.peak_reserved, s.peak_in_use)
     }
 }
 
