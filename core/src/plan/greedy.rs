@@ -9,9 +9,10 @@
 
 use crate::time::Instant;
 
-use super::events::Events;
+use super::events::{Event, Events};
 use super::freelist::FreeList;
 use super::occupancy::Occupancy;
+use super::verify::GATHER;
 use super::{Buffer, Plan, align_up, validate};
 use crate::Result;
 
@@ -130,7 +131,7 @@ pub fn greedy_by_size(buffers: &[Buffer]) -> Result<Plan> {
 /// ([`FreeList`]: good fit, O(1) per operation), so the whole sweep is O(n) after the sort.
 ///
 /// The first plan of [`super::solve`], so it must also respect the time limit: once `deadline`
-/// passes (checked every 4096 endpoints) the buffers not yet allocated are stacked, per
+/// passes (checked every 1024 endpoints) the buffers not yet allocated are stacked, per
 /// time-connected group, above the highest buffer that group has placed, in O(n). Returns the
 /// plan and whether the sweep ran to the end.
 pub(crate) fn sweep_best_fit(
@@ -142,23 +143,35 @@ pub(crate) fn sweep_best_fit(
     let mut handle = vec![0u32; buffers.len()];
     let mut offsets = vec![UNPLACED; buffers.len()];
     let mut peak = 0u64;
-    for (k, e) in events.iter().enumerate() {
-        if k % 4096 == 4095 && deadline.is_some_and(|d| Instant::now() >= d) {
+    // Endpoints in chunks, each buffer's size and alignment gathered first in a loop of
+    // independent loads (the arrays are indexed in random order; see `verify_sorted`).
+    let mut chunk: Vec<(Event, u64, u64)> = Vec::with_capacity(GATHER);
+    let mut endpoints = events.iter();
+    loop {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
             peak = stack_the_rest(buffers, events, &mut offsets);
             return (Plan { offsets, peak }, false);
         }
-        let i = e.id as usize;
-        if e.alloc {
-            let b = &buffers[i];
-            let (offset, h) = arena.alloc(b.size, b.align);
-            offsets[i] = offset;
-            handle[i] = h;
-            peak = peak.max(offset + b.size);
-        } else {
-            arena.free(handle[i]);
+        chunk.clear();
+        chunk.extend(endpoints.by_ref().take(GATHER).map(|e| {
+            let b = &buffers[e.id as usize];
+            (e, b.size, b.align)
+        }));
+        if chunk.is_empty() {
+            return (Plan { offsets, peak }, true);
+        }
+        for &(e, size, align) in &chunk {
+            let i = e.id as usize;
+            if e.alloc {
+                let (offset, h) = arena.alloc(size, align);
+                offsets[i] = offset;
+                handle[i] = h;
+                peak = peak.max(offset + size);
+            } else {
+                arena.free(handle[i]);
+            }
         }
     }
-    (Plan { offsets, peak }, true)
 }
 
 /// Completes a cut sweep in O(n): the buffers without an offset go on a stack above the highest

@@ -18,10 +18,11 @@ use crate::Result;
 pub const EXACT_MAX_BUFFERS: usize = 4096;
 
 /// The final verification's reserve, in units of the measured cost of validation (one radix sort
-/// of the endpoints and the passes over them): its sweep keeps the live buffers in an ordered map,
-/// 2.2 to 4.1 units at a million random buffers on a loaded machine (six runs). Eight units cut
-/// sweep-line planning short for nothing: the stacked fallback was 740 times the bound.
-const VERIFY_UNITS: u32 = 4;
+/// of the endpoints and the passes over them): 1.1 to 1.4 units at a million random buffers on a
+/// loaded machine (its data gathered in chunks, then an ordered map of the live buffers). A larger
+/// reserve cut sweep-line planning short for nothing: the stacked fallback is hundreds of times
+/// the bound.
+const VERIFY_UNITS: u32 = 2;
 
 /// Time, in the same units, that a step which cannot stop midway (sorting the buffers, building an
 /// occupancy tree) must have left before it starts.
@@ -47,7 +48,7 @@ pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
 #[derive(Clone)]
 pub struct SolveOptions {
     /// Wall-clock budget for the whole call, a promise at every scale. Default 1 s. Every phase
-    /// checks it (the first plan, sweep-line good fit, every 4096 endpoints, stacking the rest of
+    /// checks it (the first plan, sweep-line good fit, every 1024 endpoints, stacking the rest of
     /// the buffers in O(n) when it passes; greedy by size and each heuristic pass every 256
     /// placements; the exact search every 256 nodes); steps that cannot stop midway only start
     /// when several times their cost is left; the final [`verify`](fn@super::verify) is reserved for up front. What
@@ -164,18 +165,23 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         }
     };
     let (sweep, _) = sweep_best_fit(buffers, &events, Some(deadline));
+    // The first plan is verified at once: when nothing beats it (large inputs, short limits), the
+    // final verification is skipped, and it never runs after greedy has filled the caches.
+    verify_sorted(buffers, &events, &sweep, None)?;
+    let verified = sweep.offsets.clone();
     let mut best = Incumbent {
         offsets: sweep.offsets,
         peak: sweep.peak,
         algorithm: "sweep-line good fit".into(),
     };
+    // Kept until the end: freeing a large occupancy tree (on a background thread) would compete
+    // with the final verification.
+    let mut squeezer = None;
     let greedy = if left() >= unit * SETUP_UNITS {
-        Squeezer::with_events(buffers, &events).place(
-            &size_order(buffers),
-            Fit::Best,
-            u64::MAX,
-            Some(deadline),
-        )
+        let order = size_order(buffers);
+        squeezer
+            .insert(Squeezer::with_events(buffers, &events))
+            .place(&order, Fit::Best, u64::MAX, Some(deadline))
     } else {
         Err(Stop::Deadline)
     };
@@ -227,9 +233,11 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         offsets: best.offsets,
         peak: best.peak,
     };
-    verify_sorted(buffers, &events, &plan, None)?;
+    if plan.offsets != verified {
+        verify_sorted(buffers, &events, &plan, None)?;
+    }
     let fits = opts.capacity.is_none_or(|c| plan.peak <= c);
-    Ok(Solution {
+    let solution = Ok(Solution {
         best_peak: plan.peak,
         plan: fits.then_some(plan),
         lower_bound: lb,
@@ -241,5 +249,7 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         algorithm: best.algorithm,
         threads,
         elapsed: started.elapsed(),
-    })
+    });
+    drop(squeezer);
+    solution
 }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::events::Events;
+use super::events::{Event, Events};
 use super::{Buffer, MAX_BUFFERS, Plan, check_buffers};
 use crate::{Error, Result};
 
@@ -81,31 +81,46 @@ pub(crate) fn verify_sorted(
         });
     }
 
-    // Live buffers by offset: offset -> (end, index).
+    // Live buffers by offset: offset -> (end, index). The endpoints come in chunks whose offsets
+    // and sizes are gathered first, in a loop of independent loads: at a million buffers, cache
+    // misses on those two arrays were 90% of the sweep while interleaved with the tree.
     let mut live: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
-    for e in events.iter() {
-        let i = e.id as usize;
-        let o = plan.offsets[i];
-        if !e.alloc {
-            let removed = live.remove(&o);
-            debug_assert_eq!(removed.map(|r| r.1), Some(i), "live map out of sync");
-            continue;
+    let mut chunk: Vec<(Event, u64, u64)> = Vec::with_capacity(GATHER);
+    let mut endpoints = events.iter();
+    loop {
+        chunk.clear();
+        chunk.extend(endpoints.by_ref().take(GATHER).map(|e| {
+            let i = e.id as usize;
+            (e, plan.offsets[i], buffers[i].size)
+        }));
+        if chunk.is_empty() {
+            return Ok(());
         }
-        let end = o + buffers[i].size;
-        if let Some((&po, &(pend, j))) = live.range(..=o).next_back()
-            && pend > o
-        {
-            return Err(clash(buffers, j, po, pend, i, o, end));
+        for &(e, o, size) in &chunk {
+            let i = e.id as usize;
+            if !e.alloc {
+                let removed = live.remove(&o);
+                debug_assert_eq!(removed.map(|r| r.1), Some(i), "live map out of sync");
+                continue;
+            }
+            let end = o + size;
+            if let Some((&po, &(pend, j))) = live.range(..=o).next_back()
+                && pend > o
+            {
+                return Err(clash(buffers, j, po, pend, i, o, end));
+            }
+            if let Some((&so, &(send, j))) = live.range(o..).next()
+                && so < end
+            {
+                return Err(clash(buffers, j, so, send, i, o, end));
+            }
+            live.insert(o, (end, i));
         }
-        if let Some((&so, &(send, j))) = live.range(o..).next()
-            && so < end
-        {
-            return Err(clash(buffers, j, so, send, i, o, end));
-        }
-        live.insert(o, (end, i));
     }
-    Ok(())
 }
+
+/// Endpoints whose data one gather loop fetches (see `verify_sorted`).
+pub(crate) const GATHER: usize = 1024;
 
 /// The error for buffers `a` and `b` sharing bytes, smaller index first.
 fn clash(buffers: &[Buffer], a: usize, ao: u64, aend: u64, b: usize, bo: u64, bend: u64) -> Error {
