@@ -92,7 +92,8 @@ fn vec_worker(sizes: &[u64]) {
 }
 
 /// Wall time of `iters` rounds in which `threads` threads run `work(thread)` at once (released
-/// together by a barrier; thread start-up is outside the timed span).
+/// together by a barrier; thread start-up is outside the timed span, the barrier's release is
+/// inside it, so a round is never undercounted).
 fn timed_rounds(iters: u64, threads: usize, work: &(dyn Fn(usize) + Sync)) -> Duration {
     let start_line = Barrier::new(threads + 1);
     let finish_line = Barrier::new(threads + 1);
@@ -109,8 +110,11 @@ fn timed_rounds(iters: u64, threads: usize, work: &(dyn Fn(usize) + Sync)) -> Du
         }
         let mut total = Duration::ZERO;
         for _ in 0..iters {
-            start_line.wait();
+            // The clock starts before the release: taken after it, a timer thread descheduled
+            // while the workers run (a loaded machine) would miss their work, and the best of
+            // rounds would pick that undercount (it showed 25x on 4 threads of 2 cores).
             let t0 = Instant::now();
+            start_line.wait();
             finish_line.wait();
             total += t0.elapsed();
         }
