@@ -23,7 +23,8 @@
 # Environment: OUT (results folder; default target/gpu-check), NVRTC_DIR (a folder holding
 # libnvrtc.so.13, tried first), GPU_CHECK_BUDGET (seconds for the whole run, default 470),
 # GPU_CHECK_TIME_SCALE (multiplies every step limit and the default budget; the dry run uses 4),
-# GPU_CHECK_SKIP (a bash regex: steps whose names match are recorded as skipped, e.g. `bench`).
+# GPU_CHECK_SKIP (a bash regex: steps whose names match are recorded as skipped, e.g. `bench`),
+# GPU_CHECK_CUDA_TARGETS (the conformance targets filter of step 02, default `cuda`: every CUDA target).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUNDLE="${GPU_BUNDLE:-$ROOT/gpu-bundle}"
@@ -379,7 +380,7 @@ run() {
 
     # Every CUDA target (cuda, cuda-async-alloc, cuda-2dev, host+cuda: the filter is a substring);
     # the host targets run in CI. Without CUDA (the dry run), the host targets prove the binary.
-    local targets=cuda
+    local targets=${GPU_CHECK_CUDA_TARGETS:-cuda}
     [ "$CUDA_OK" = 1 ] || targets=host
     STEP_NOTE="targets *$targets*" DEVICE_NOTE=1
     step 02-conformance-$targets 150 env TENSORMEM_TARGETS=$targets \
