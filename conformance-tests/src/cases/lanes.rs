@@ -92,12 +92,16 @@ async fn read(ctx: &Ctx, front: &dyn Backend, block: BlockId) -> Result<Vec<f32>
     Ok(floats(&out))
 }
 
+/// Equal values (`-0.0 == 0.0`: a kernel's `max(-0.0, 0.0)` may return either zero).
 fn same(got: &[f32], want: &[f32], what: &str) -> R {
-    match got
-        .iter()
-        .zip(want)
-        .position(|(a, b)| a.to_bits() != b.to_bits())
-    {
+    if got.len() != want.len() {
+        return Err(format!(
+            "{what}: {} values (want {})",
+            got.len(),
+            want.len()
+        ));
+    }
+    match got.iter().zip(want).position(|(a, b)| a != b) {
         None => Ok(()),
         Some(i) => Err(format!(
             "{what}: element {i} is {} (want {})",
