@@ -60,7 +60,6 @@
 
 use std::any::Any;
 use std::task::{Context, Poll};
-#[cfg(not(target_arch = "wasm32"))]
 use std::time::Duration;
 
 use crate::Result;
@@ -524,6 +523,13 @@ pub trait Backend: Any + Send + Sync {
     /// As [`Backend::poll_ticket`].
     fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
         self.poll_ticket(lanes::collapsed(ticket), cx)
+    }
+
+    /// Total time the compute lane has spent waiting for the transfer lane
+    /// ([`Backend::compute_after`]) since the backend was created, where the backend measures
+    /// it (the host backend's worker does); `None` (the default) where it cannot.
+    fn transfer_stall(&self) -> Option<Duration> {
+        None
     }
 
     /// Copies `src` (of this backend) to `dst` (of `peer`) directly when both sit on one physical

@@ -168,12 +168,6 @@ impl HostBackend {
         self.enqueue(Command::Panic)
     }
 
-    /// Time the compute lane has spent waiting for the transfer lane ([`Backend::compute_after`])
-    /// since the backend was created.
-    pub fn transfer_stall(&self) -> Duration {
-        self.compute.waited()
-    }
-
     /// Total bytes in live blocks.
     pub fn block_bytes(&self) -> u64 {
         lock(&self.blocks).bytes()
@@ -381,6 +375,11 @@ impl Backend for HostBackend {
             return Poll::Ready(Err(e));
         }
         self.compute.poll(ticket.0, cx).map(|()| self.check_alive())
+    }
+
+    /// Measured by the compute worker around each cross-lane wait.
+    fn transfer_stall(&self) -> Option<Duration> {
+        Some(self.compute.waited())
     }
 
     /// A second worker thread: copies on it run while the compute worker runs kernels.

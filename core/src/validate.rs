@@ -499,6 +499,10 @@ impl Backend for Validated {
     fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
         self.poll_transfer_checked(ticket, cx)
     }
+
+    fn transfer_stall(&self) -> Option<std::time::Duration> {
+        self.backend.transfer_stall()
+    }
 }
 
 impl Validated {

@@ -240,7 +240,7 @@ fn cross_lane_waits_order_both_ways() {
     );
 
     b.write_mapped(src, 0, &[5u8; 64]).unwrap();
-    let before = b.transfer_stall();
+    let before = b.transfer_stall().unwrap();
     let t = b.transfer_copy(whole(src, 64), whole(mid, 64)).unwrap();
     let joined = b.compute_after(t).unwrap();
     let c = b.copy(whole(mid, 64), whole(dst, 64)).unwrap();
@@ -250,7 +250,7 @@ fn cross_lane_waits_order_both_ways() {
     b.read_mapped(dst, 0, &mut out).unwrap();
     assert_eq!(out, [5u8; 64], "compute ran before the transfer it joins");
     assert!(
-        b.transfer_stall() > before,
+        b.transfer_stall().unwrap() > before,
         "the compute lane's wait was not counted"
     );
 }

@@ -531,6 +531,9 @@ impl Model {
         let start = Instant::now();
         let t = self.enqueue()?;
         waiting.ticket(self.rt.backend().as_ref(), t).await?;
+        if let Some(o) = &mut self.offload {
+            o.finish(&self.rt);
+        }
         self.report.last_run = start.elapsed();
         Ok(t)
     }

@@ -15,22 +15,24 @@
 //! weight's master copy (and, on unified memory, every tensor the schedule keeps out of device
 //! memory, which kernels then bind in place); `Readback` blocks receive activations copied out.
 //!
-//! Per run, in op order on the backend's one ordered queue: before op `k`, the residencies that
-//! start at `k` arrive (a streamed weight: a device copy from its master, which the Vulkan backend
-//! runs on its transfer lane; an activation: its copy-out is read back and staged in); op `k` is
-//! dispatched on the ranges of the residencies that hold its operands; after it, residencies that
-//! end with a copy-out are copied to their `Readback` slot. Queue order makes every reuse of
-//! arena bytes safe without extra waits. The host waits only to bring an activation back (its
-//! copy-out must have landed): that wait is the measured stall.
+//! Per run, in op order: before op `k`, the residencies that start at `k` arrive (a streamed
+//! weight: a device copy from its master; an activation: its copy-out is read back and staged
+//! in); op `k` is dispatched on the ranges of the residencies that hold its operands; after it,
+//! residencies that end with a copy-out are copied to their `Readback` slot. The device copies
+//! (prefetches and copy-outs) run on the backend's transfer lane beside the kernels, ordered
+//! device-side ([`lanes`]): a kernel waits only for the copies it reads and for copy-outs of the
+//! bytes it overwrites. The host waits only to bring an activation back (its copy-out must have
+//! landed); that wait plus the compute lane's device-side waits for the transfer lane (where the
+//! backend measures them, [`crate::Backend::transfer_stall`]) is the reported stall.
 //!
 //! # Limits
-//! * Copies and kernels do not overlap: the backend contract is one in-order queue (Vulkan's
-//!   transfer lane waits on the semaphore at every lane switch), so a prefetch's `prefetch_lead`
-//!   orders it early but the copy still runs between kernels. The two-lane stall model predicts
-//!   what an overlapping lane would achieve, not what this one does.
-//! * A swap-in blocks the host until its copy-out landed, which drains the queue mid-run: the
-//!   front lets copies write only device and `Readback` memory and read only device and `Upload`
-//!   memory, so an activation cannot go out and back without the host.
+//! * A swap-in goes through the host: the front lets copies write only device and `Readback`
+//!   memory and read only device and `Upload` memory, so an activation cannot go out and back
+//!   on the device alone. The copy-out's wait is on the transfer lane only, not on the kernels
+//!   queued before it, but the staged copy back in is compute-lane work.
+//! * Where the backend collapses the transfer lane onto its one queue (wgpu, Vulkan, CUDA
+//!   without its copy stream) copies still run between kernels; the two-lane stall model
+//!   predicts what a concurrent lane achieves.
 //! * Ops are never split: a budget below one op's operands (MiniLM's attention softmax at sequence
 //!   512 binds 201 MB) is [`Error::BudgetBelowWorkingSet`].
 //! * Native only: a browser cannot block on the swap-in's wait.
@@ -38,7 +40,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{BlockRange, MemoryKind, Ticket};
+use crate::backend::{BlockRange, MemoryKind, Ticket, TransferTicket};
 use crate::offload::{self, Arrival, Score, TensorClass};
 use crate::pool::{Allocation, ArenaConfig, ArenaPool, Budget, DevicePool};
 use crate::runtime::Runtime;
@@ -49,9 +51,11 @@ use super::Model;
 
 mod compile;
 mod gather;
+mod lanes;
 
 use compile::Variant;
 use gather::RowGather;
+use lanes::RunLanes;
 
 /// How a budgeted model is compiled ([`Runtime::compile_with`]).
 #[derive(Clone, Debug)]
@@ -64,6 +68,10 @@ pub struct CompileDesc {
     pub min_offload_size: u64,
     /// Ops between a prefetch's issue and its use (default 1).
     pub prefetch_lead: u64,
+    /// Run the copies on the backend's transfer lane, beside the kernels, where the backend has
+    /// a concurrent one (default `true`); `false` puts them on the compute queue between the
+    /// kernels (the executor before lanes, kept to measure what the lane gains).
+    pub transfer_lane: bool,
 }
 
 impl Default for CompileDesc {
@@ -73,6 +81,7 @@ impl Default for CompileDesc {
             scores: Score::ALL.to_vec(),
             min_offload_size: 64 << 10,
             prefetch_lead: 1,
+            transfer_lane: true,
         }
     }
 }
@@ -95,8 +104,12 @@ pub struct OffloadReport {
     pub bytes_to_device: u64,
     /// Bytes copied device-to-host over all runs.
     pub bytes_to_host: u64,
-    /// Time the host waited for copy-outs to land during the last run (the measured stall).
+    /// The measured stall of the last run: the time the host waited for copy-outs to land, plus
+    /// (after [`Model::run`](super::Model::run), where the backend measures it) the time the
+    /// compute lane waited for the transfer lane.
     pub last_stall: Duration,
+    /// Whether the copies ran on a concurrent transfer lane.
+    pub transfer_lane: bool,
 }
 
 /// Where a tensor's bytes are at one step.
@@ -127,8 +140,12 @@ pub(super) struct Offloaded {
     host: Vec<Option<Allocation>>,
     /// Per root tensor: its `Readback` copy-out slot.
     slot: Vec<Option<Allocation>>,
-    /// Per root tensor: ticket of its latest copy-out.
-    out_ticket: Vec<Ticket>,
+    /// Per root tensor: transfer ticket of its latest copy-out.
+    out_ticket: Vec<TransferTicket>,
+    /// Copies go on the transfer lane ([`CompileDesc::transfer_lane`]).
+    transfer_lane: bool,
+    /// The backend's transfer stall when the last run was enqueued (see [`Offloaded::finish`]).
+    stall_mark: Option<Duration>,
     /// Per op: arrivals before it, as `(tensor, arena offset, arrival)`.
     arrive: Vec<Vec<(usize, u64, Arrival)>>,
     /// Per op: copy-outs after it, as `(tensor, arena offset)`.
@@ -159,6 +176,7 @@ impl Offloaded {
         v: Variant,
         budget: u64,
         unified: bool,
+        transfer_lane: bool,
     ) -> Result<Model> {
         let Variant {
             items,
@@ -299,6 +317,8 @@ impl Offloaded {
             score: schedule.score.name().to_string(),
             outcomes: schedule.outcomes.clone(),
             unified,
+            transfer_lane: transfer_lane
+                && rt.backend().transfer_lane() == crate::backend::TransferLane::Concurrent,
             ..OffloadReport::default()
         };
         model.report = super::MemoryReport {
@@ -326,7 +346,9 @@ impl Offloaded {
             arena,
             host,
             slot,
-            out_ticket: vec![Ticket::DONE; items.len()],
+            out_ticket: vec![TransferTicket::DONE; items.len()],
+            transfer_lane,
+            stall_mark: None,
             arrive,
             leave,
             sites,
@@ -428,45 +450,54 @@ impl Offloaded {
         self.arena_range(offset, self.sizes[root])
     }
 
-    /// Enqueues one run: arrivals, dispatches, copy-outs (module doc). Returns the last ticket.
+    /// Enqueues one run: arrivals, dispatches, copy-outs (module doc). Returns the last ticket,
+    /// which covers the run's copies on the transfer lane too.
     pub(super) fn enqueue(&mut self, rt: &Runtime, graph: &crate::Graph) -> Result<Ticket> {
         rt.front().check_alive()?;
         let backend = rt.backend().clone();
+        let b = backend.as_ref();
+        self.stall_mark = b.transfer_stall();
+        let mut lanes = RunLanes::new(b, self.transfer_lane, self.sizes.len());
         let mut stall = Duration::ZERO;
-        let mut last = Ticket::DONE;
+        // The previous run's last ticket: this run's first copies must not overwrite bytes its
+        // kernels still read.
+        let mut last = self.last;
         let mut bindings = Vec::with_capacity(4);
         for (k, node) in graph.nodes().iter().enumerate() {
             for &(t, offset, arrival) in &self.arrive[k] {
                 let size = self.sizes[t];
                 let dst = self.arena_range(offset, size)?;
-                last = match arrival {
+                match arrival {
                     Arrival::Prefetch => {
                         let master = self.host[t].ok_or_else(|| {
                             Error::invariant("a streamed weight has a master", format!("{t}"))
                         })?;
-                        backend.copy(self.upload.resolve(master.handle)?, dst)?
+                        let src = self.upload.resolve(master.handle)?;
+                        lanes.copy_in(b, &mut last, t, src, dst)?;
                     }
                     Arrival::SwapIn => {
                         let s = self.slot[t].ok_or_else(|| {
                             Error::invariant("a swapped tensor has a slot", format!("{t}"))
                         })?;
                         let waited = Instant::now();
-                        wait_for(rt, self.out_ticket[t])?;
+                        wait_transfer(&lanes, b, self.out_ticket[t])?;
                         stall += waited.elapsed();
                         let src = self.readback.resolve(s.handle)?;
                         let mut buf = vec![0u8; size as usize];
-                        backend.read_mapped(src.block, src.offset, &mut buf)?;
-                        stage_in(rt, dst, &buf)?
+                        b.read_mapped(src.block, src.offset, &mut buf)?;
+                        lanes.before_compute(b, [], &[(offset, size)])?;
+                        last = stage_in(rt, dst, &buf)?;
                     }
                     Arrival::HostWrite => {
                         let (gi, part) = self.staged_part[t].ok_or_else(|| {
                             Error::invariant("a staged tensor belongs to a lookup", format!("{t}"))
                         })?;
                         let bytes = self.gathers[gi].gather(part, &self.host_copy, size);
-                        stage_in(rt, dst, &bytes)?
+                        lanes.before_compute(b, [], &[(offset, size)])?;
+                        last = stage_in(rt, dst, &bytes)?;
                     }
-                    Arrival::InPlace => last,
-                };
+                    Arrival::InPlace => {}
+                }
                 self.report.bytes_to_device += size;
             }
             bindings.clear();
@@ -482,18 +513,30 @@ impl Offloaded {
                     }
                 });
             }
+            // The last site is the output: its arena bytes may still be read by a copy-out.
+            let (output, inputs) = self.sites[k]
+                .split_last()
+                .ok_or_else(|| Error::invariant("an op binds its output", format!("op {k}")))?;
+            let writes: &[(u64, u64)] = match output.1 {
+                Site::Arena(offset) => &[(offset, self.sizes[output.0])],
+                Site::Host => &[],
+            };
+            lanes.before_compute(b, inputs.iter().map(|s| s.0), writes)?;
             let op = self.gather_at[k].map_or(&node.op, |gi| &self.gathers[gi].op);
-            last = backend.dispatch(op, &bindings)?;
+            last = b.dispatch(op, &bindings)?;
             for &(t, offset) in &self.leave[k] {
                 let size = self.sizes[t];
                 let src = self.arena_range(offset, size)?;
                 let s = self.slot[t].ok_or_else(|| {
                     Error::invariant("a swapped tensor has a slot", format!("{t}"))
                 })?;
-                last = backend.copy(src, self.readback.resolve(s.handle)?)?;
-                self.out_ticket[t] = last;
+                let dst = self.readback.resolve(s.handle)?;
+                self.out_ticket[t] = lanes.copy_out(b, &mut last, offset, src, dst)?;
                 self.report.bytes_to_host += size;
             }
+        }
+        if let Some(j) = lanes.finish(b)? {
+            last = j;
         }
         if let Some(a) = self.arena {
             self.device.mark_used(a.handle, last)?;
@@ -501,6 +544,14 @@ impl Offloaded {
         self.last = last;
         self.report.last_stall = stall;
         Ok(last)
+    }
+
+    /// After the run's last ticket completed: adds the compute lane's device-side waits for the
+    /// transfer lane during the run to the reported stall, where the backend measures them.
+    pub(super) fn finish(&mut self, rt: &Runtime) {
+        if let (Some(before), Some(now)) = (self.stall_mark.take(), rt.backend().transfer_stall()) {
+            self.report.last_stall += now.saturating_sub(before);
+        }
     }
 }
 
@@ -541,6 +592,21 @@ fn wait_for(rt: &Runtime, ticket: Ticket) -> Result<()> {
     #[cfg(target_arch = "wasm32")]
     {
         let _ = (rt, ticket);
+        Err(unsupported())
+    }
+}
+
+/// Blocks until transfer `ticket` completes (as [`wait_for`]).
+fn wait_transfer(
+    lanes: &RunLanes,
+    backend: &dyn crate::Backend,
+    ticket: TransferTicket,
+) -> Result<()> {
+    #[cfg(not(target_arch = "wasm32"))]
+    return lanes.wait(backend, ticket);
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = (lanes, backend, ticket);
         Err(unsupported())
     }
 }

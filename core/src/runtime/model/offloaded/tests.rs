@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::*;
 use crate::ops::WeightFormat;
@@ -307,4 +308,45 @@ fn a_budgeted_model_counts_in_its_runtimes_account() {
     let m = rt.compile_with(&g, &desc).unwrap();
     drop(m);
     rt.check_leaks().unwrap();
+}
+
+/// The copies on the host's concurrent transfer lane, with both workers slowed so that every
+/// missing cross-lane order would show: the output equals the unbudgeted run's, with the lane
+/// on and off, and the report says which ran.
+#[test]
+fn copies_on_a_slow_transfer_lane_keep_the_output_bit_identical() {
+    let (expected, need) = unbudgeted();
+    for transfer_lane in [true, false] {
+        let (g, x, w, y) = graph();
+        let host = Arc::new(
+            HostBackend::new(HostConfig {
+                worker_delay: Duration::from_micros(300),
+                ..HostConfig::default()
+            })
+            .unwrap(),
+        );
+        let budget = need * 2 / 5;
+        let mut config = RuntimeConfig {
+            force_staging: true,
+            ..RuntimeConfig::default()
+        };
+        config.device.budget = Some(budget);
+        let rt = Runtime::new(host, config).unwrap();
+        let mut m = rt
+            .compile_with(
+                &g,
+                &CompileDesc {
+                    device_budget: Some(budget),
+                    transfer_lane,
+                    ..CompileDesc::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(run(&mut m, x, &w, y), expected, "lane {transfer_lane}");
+        let o = m.memory_report().offload.unwrap();
+        assert_eq!(o.transfer_lane, transfer_lane);
+        assert!(o.bytes_to_host > 0 && o.bytes_to_device > 0, "{o:?}");
+        drop(m);
+        rt.check_leaks().unwrap();
+    }
 }
