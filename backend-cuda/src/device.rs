@@ -3,12 +3,13 @@
 
 use std::ptr;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use cudarc::driver::{CudaContext, result, sys};
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{
     Backend, BlockId, Capabilities, DeviceType, Error, InPlaceGrowth, ManagedMemory, MemoryKind,
-    Op, PeerCopy, Residence, Result, Ticket,
+    Op, PeerCopy, Residence, Result, Ticket, TransferLane, TransferTicket,
 };
 
 use crate::blocks::{Block, Memory, alloc_pinned, free_memory, pinned_api, release_all};
@@ -187,8 +188,33 @@ impl QueuedUploads {
 }
 
 impl CudaBackend {
+    /// The checks of a copy on either stream that keep a direct caller safe: equal non-zero
+    /// sizes, no overlap within one block.
+    pub(crate) fn check_copy(&self, src: BlockRange, dst: BlockRange) -> Result<()> {
+        if src.size != dst.size {
+            return Err(Error::SizeMismatch {
+                what: "copy source vs destination".into(),
+                expected: src.size,
+                actual: dst.size,
+            });
+        }
+        if src.size == 0 {
+            return Err(Error::ZeroSize { what: "copy" });
+        }
+        if src.block == dst.block
+            && src.offset < dst.offset + dst.size
+            && dst.offset < src.offset + src.size
+        {
+            return Err(Error::invalid(format!(
+                "cuda: copy within block {} overlaps ({}..+{} -> {}..+{})",
+                src.block.0, src.offset, src.size, dst.offset, dst.size
+            )));
+        }
+        Ok(())
+    }
+
     /// Resolves a range to its unified address after checking it lies inside its block.
-    fn resolve(&self, range: BlockRange) -> Result<(u64, Placement)> {
+    pub(crate) fn resolve(&self, range: BlockRange) -> Result<(u64, Placement)> {
         let blocks = lock(&self.blocks);
         let block = blocks.get(range.block)?;
         check_range(range.offset, range.size, block.size())?;
@@ -244,6 +270,9 @@ impl CudaBackend {
                 let ptr = unsafe {
                     result::mem_pool::alloc_async(pool.pool, size, self.stream().cu_stream())
                 }?;
+                // The copy stream must be ordered after this before it touches the memory.
+                self.stream_allocs
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 Ok(Memory::Device { ptr, pool: true })
             }
             _ => {
@@ -415,25 +444,7 @@ impl Backend for CudaBackend {
     }
 
     fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
-        if src.size != dst.size {
-            return Err(Error::SizeMismatch {
-                what: "copy source vs destination".into(),
-                expected: src.size,
-                actual: dst.size,
-            });
-        }
-        if src.size == 0 {
-            return Err(Error::ZeroSize { what: "copy" });
-        }
-        if src.block == dst.block
-            && src.offset < dst.offset + dst.size
-            && dst.offset < src.offset + src.size
-        {
-            return Err(Error::invalid(format!(
-                "cuda: copy within block {} overlaps ({}..+{} -> {}..+{})",
-                src.block.0, src.offset, src.size, dst.offset, dst.size
-            )));
-        }
+        self.check_copy(src, dst)?;
         self.bind()?;
         let (s, _) = self.resolve(src)?;
         let (d, _) = self.resolve(dst)?;
@@ -533,6 +544,43 @@ impl Backend for CudaBackend {
         self.bind()?;
         self.timeline.wait(ticket, timeout)
     }
+
+    /// A second stream (`lanes.rs`): copies on it overlap kernels on the compute stream.
+    fn transfer_lane(&self) -> TransferLane {
+        TransferLane::Concurrent
+    }
+
+    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
+        self.transfer_copy_cuda(src, dst)
+    }
+
+    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
+        self.transfer_fill_cuda(range)
+    }
+
+    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
+        self.transfer_after_cuda(ticket)
+    }
+
+    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
+        self.compute_after_cuda(ticket)
+    }
+
+    fn transfer_completed(&self) -> Result<TransferTicket> {
+        self.transfer_completed_cuda()
+    }
+
+    fn wait_transfer_timeout(
+        &self,
+        ticket: TransferTicket,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<()> {
+        self.wait_transfer_cuda(ticket, timeout)
+    }
+
+    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.poll_transfer_cuda(ticket, cx)
+    }
 }
 
 fn host_ptr(block: &Block, what: &str) -> Result<std::ptr::NonNull<u8>> {
@@ -555,6 +603,8 @@ impl Drop for CudaBackend {
         // leak every block and the upload ring.
         // SAFETY: the context is alive (`self.ctx` holds it) until the fields drop after this.
         let _ = unsafe { sys::cuCtxSetCurrent(self.ctx.cu_ctx()) };
+        // SAFETY: synchronising the live copy stream: no copy reads a block freed below.
+        let _ = unsafe { sys::cuStreamSynchronize(self.transfer.stream().cu_stream()) };
         let stream = self.stream().cu_stream();
         // SAFETY: synchronising a live stream.
         let _ = unsafe { sys::cuStreamSynchronize(stream) };

@@ -113,6 +113,7 @@ mod error;
 mod expandable;
 mod health;
 mod kernels;
+mod lanes;
 mod launch;
 mod managed;
 mod numa;
@@ -124,6 +125,7 @@ mod timeline;
 pub mod toolchain;
 mod vmm;
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 pub use cudarc::driver::{CudaContext, CudaStream};
@@ -216,6 +218,12 @@ pub struct CudaBackend {
     uploads: Option<device::QueuedUploads>,
     kernels: Kernels,
     timeline: Timeline<CudaEvents>,
+    /// The transfer lane: copies and fills on a second, non-blocking stream (`lanes.rs`).
+    transfer: Timeline<CudaEvents>,
+    /// Allocations from the stream-ordered pool so far, and how many of them the copy stream is
+    /// ordered after (`lanes.rs`).
+    stream_allocs: AtomicU64,
+    transfer_sees_allocs: AtomicU64,
     ctx: Arc<CudaContext>,
     caps: Capabilities,
     /// Managed memory on this device (`managed.rs`).
@@ -278,6 +286,9 @@ impl CudaBackend {
             DeviceAlloc::StreamOrdered => Some(device::MemPool::create(&ctx)?),
         };
         let kernels = Kernels::load(&ctx, target, tools)?;
+        let copy_stream = ctx
+            .new_stream()
+            .map_err(|e| error::map_init_err("cuStreamCreate (copy stream)", e))?;
         let host_placement = numa::host_placement(&ctx);
         let managed = managed::query_support(&ctx)?;
         let uploads = match desc.queued_write_max {
@@ -305,6 +316,9 @@ impl CudaBackend {
             uploads,
             kernels,
             timeline: Timeline::new(CudaEvents::new(stream)),
+            transfer: Timeline::new(CudaEvents::new(copy_stream)),
+            stream_allocs: AtomicU64::new(0),
+            transfer_sees_allocs: AtomicU64::new(0),
             ctx,
             caps,
             managed,

@@ -196,10 +196,11 @@ pub fn compile(
     graph: &tensormem::Graph,
     budget: Option<DeviceBudget>,
 ) -> tensormem::Result<tensormem::Model> {
-    compile_scored(rt, graph, budget, &tensormem::offload::Score::ALL)
+    compile_scored(rt, graph, budget, &tensormem::offload::Score::ALL, true)
 }
 
-/// [`compile`] trying only the offload `scores` given (the benchmark compares them one by one).
+/// [`compile`] trying only the offload `scores` given (the benchmark compares them one by one),
+/// with the copies on the transfer lane or not (`transfer_lane`).
 ///
 /// # Errors
 /// As [`compile`].
@@ -208,6 +209,7 @@ pub fn compile_scored(
     graph: &tensormem::Graph,
     budget: Option<DeviceBudget>,
     scores: &[tensormem::offload::Score],
+    transfer_lane: bool,
 ) -> tensormem::Result<tensormem::Model> {
     let Some(budget) = budget else {
         return rt.compile(graph);
@@ -221,6 +223,7 @@ pub fn compile_scored(
         &tensormem::CompileDesc {
             device_budget: Some(budget.resolve(need)),
             scores: scores.to_vec(),
+            transfer_lane,
             ..tensormem::CompileDesc::default()
         },
     )

@@ -59,6 +59,11 @@ struct Args {
     /// several; default 100, 75, 50, 35, 25, 15 and 10).
     #[arg(long, value_name = "P", requires = "offload_table", value_parser = percent)]
     offload_percent: Vec<f64>,
+    /// Measure every budgeted row of the offload benchmark a second time with the copies on the
+    /// compute queue instead of the transfer lane (the executor before lanes), interleaved with
+    /// the same unbudgeted runs: the extra column is that row's time ratio and stall.
+    #[arg(long, requires = "offload_table")]
+    offload_compare_lanes: bool,
     /// Stage every transfer and offload copy as on a discrete GPU, even where device memory is
     /// host-visible (exercises the copies on the host backend and lavapipe).
     #[arg(long)]
@@ -143,7 +148,14 @@ fn run(mut args: Args) -> Result<()> {
         } else {
             args.offload_percent.clone()
         };
-        let rows = offload_table::offload_table(&mut base, &mut model, s.runs, &shapes, &percents)?;
+        let rows = offload_table::offload_table(
+            &mut base,
+            &mut model,
+            s.runs,
+            &shapes,
+            &percents,
+            args.offload_compare_lanes,
+        )?;
         let caps = rt.backend().capabilities();
         let mut text = String::new();
         if s.json {

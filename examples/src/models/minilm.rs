@@ -107,6 +107,8 @@ pub struct MiniLm {
     budget: Option<DeviceBudget>,
     /// Offload scores a budgeted compile tries.
     scores: Vec<Score>,
+    /// Budgeted compiles put their copies on the transfer lane (`CompileDesc::transfer_lane`).
+    transfer_lane: bool,
 }
 
 impl MiniLm {
@@ -159,6 +161,7 @@ impl MiniLm {
             clock: 0,
             budget: None,
             scores: Score::ALL.to_vec(),
+            transfer_lane: true,
         })
     }
 
@@ -175,6 +178,15 @@ impl MiniLm {
         if self.scores != scores {
             self.cache.clear();
             self.scores = scores.to_vec();
+        }
+    }
+
+    /// Puts budgeted compiles' copies on the transfer lane (`true`, the default) or on the
+    /// compute queue (to measure what the lane gains; shapes compiled before are dropped).
+    pub fn set_transfer_lane(&mut self, on: bool) {
+        if self.transfer_lane != on {
+            self.cache.clear();
+            self.transfer_lane = on;
         }
     }
 
@@ -213,6 +225,7 @@ impl MiniLm {
                 &graph.builder.graph,
                 self.budget,
                 &self.scores,
+                self.transfer_lane,
             )?;
             graph.builder.upload_weights(&mut model, &self.weights)?;
             self.cache.insert(

@@ -64,6 +64,22 @@ pub struct OffloadRow {
     pub identical: bool,
     /// Why no schedule met the budget.
     pub error: Option<String>,
+    /// Whether the copies ran on a concurrent transfer lane.
+    pub transfer_lane: bool,
+    /// With `compare_lanes`: the same row with the copies on the compute queue.
+    pub lane_off: Option<LaneOff>,
+}
+
+/// A budgeted row measured again with the copies on the compute queue (before lanes), in the
+/// same run and against the same interleaved baseline.
+#[derive(Clone, Debug)]
+pub struct LaneOff {
+    /// Fastest run over the fastest interleaved unbudgeted run.
+    pub time_ratio: f64,
+    /// The measured stall of the last run.
+    pub stall: Duration,
+    /// Embeddings bit-identical to the baseline's.
+    pub identical: bool,
 }
 
 /// A batch of `batch` sentences of exactly `seq` tokens cut from [`TEXT`].
@@ -98,6 +114,7 @@ pub fn offload_table(
     runs: u32,
     shapes: &[(usize, usize)],
     percents: &[f64],
+    compare_lanes: bool,
 ) -> Result<Vec<OffloadRow>> {
     let mut rows = Vec::new();
     base.set_device_budget(None);
@@ -109,7 +126,7 @@ pub fn offload_table(
             for score in Score::ALL {
                 model.set_device_budget(Some(DeviceBudget::Percent(p)));
                 model.set_offload_scores(&[score]);
-                let row = match measure(model, Some(base), &tokens, runs) {
+                let mut row = match measure(model, Some(base), &tokens, runs) {
                     Ok(m) => m.row(batch, seq, Some(p), Some(score), &unbudgeted),
                     Err(e) => OffloadRow {
                         error: Some(e.to_string()),
@@ -117,6 +134,17 @@ pub fn offload_table(
                         ..unbudgeted.row(batch, seq, Some(p), Some(score), &unbudgeted)
                     },
                 };
+                if compare_lanes && row.error.is_none() {
+                    model.set_transfer_lane(false);
+                    let off = measure(model, Some(base), &tokens, runs);
+                    model.set_transfer_lane(true);
+                    let off = off?.row(batch, seq, Some(p), Some(score), &unbudgeted);
+                    row.lane_off = Some(LaneOff {
+                        time_ratio: off.time_ratio,
+                        stall: off.stall,
+                        identical: off.identical,
+                    });
+                }
                 rows.push(row);
             }
             mark_winner(&mut rows);
@@ -156,6 +184,7 @@ struct Measured {
     stall: Duration,
     predicted_stall: Duration,
     unified: bool,
+    transfer_lane: bool,
 }
 
 /// One inference (inputs, run, read back), timed.
@@ -200,19 +229,21 @@ fn measure(
         .map(tensormem::Model::memory_report)
         .unwrap_or_default();
     let runs_done = report.runs.max(1);
-    let (budget, to_device, to_host, stall, unified) = match &report.offload {
+    let (budget, to_device, to_host, stall, unified, transfer_lane) = match &report.offload {
         Some(o) => (
             o.budget,
             o.bytes_to_device / runs_done,
             o.bytes_to_host / runs_done,
             o.last_stall,
             o.unified,
+            o.transfer_lane,
         ),
         None => (
             report.unbudgeted_device_bytes(),
             0,
             0,
             Duration::ZERO,
+            false,
             false,
         ),
     };
@@ -232,6 +263,7 @@ fn measure(
         stall,
         predicted_stall,
         unified,
+        transfer_lane,
     })
 }
 
@@ -261,16 +293,23 @@ impl Measured {
             unified: self.unified,
             identical: self.bits == base.bits,
             error: None,
+            transfer_lane: self.transfer_lane,
+            lane_off: None,
         }
     }
 }
 
 /// The rows as a Markdown table (the README's).
 pub fn to_markdown(rows: &[OffloadRow]) -> String {
+    let compared = rows.iter().any(|r| r.lane_off.is_some());
     let mut out = String::from(
-        "| seq | budget | score | peak device | time vs unbudgeted | to device / run | to host / run | stall predicted / host wait | identical |\n\
-         |---|---|---|---|---|---|---|---|---|\n",
+        "| seq | budget | score | peak device | time vs unbudgeted | to device / run | to host / run | stall predicted / measured | identical |",
     );
+    out += if compared {
+        " lane off: time / stall |\n|---|---|---|---|---|---|---|---|---|---|\n"
+    } else {
+        "\n|---|---|---|---|---|---|---|---|---|\n"
+    };
     for r in rows {
         let budget = r
             .percent
@@ -282,8 +321,9 @@ pub fn to_markdown(rows: &[OffloadRow]) -> String {
         };
         if let Some(e) = &r.error {
             out += &format!(
-                "| {} | {budget} | {score} | - | - | - | - | - | {e} |\n",
-                r.seq
+                "| {} | {budget} | {score} | - | - | - | - | - | {e} |{}\n",
+                r.seq,
+                if compared { " - |" } else { "" }
             );
             continue;
         }
@@ -300,10 +340,28 @@ pub fn to_markdown(rows: &[OffloadRow]) -> String {
             if r.identical { "yes" } else { "NO" },
             if r.unified {
                 " (unified: nothing moves)"
+            } else if r.transfer_lane {
+                " (transfer lane)"
             } else {
                 ""
             },
         );
+        if compared {
+            out.pop();
+            out += &match &r.lane_off {
+                Some(off) => format!(
+                    " {:.2}x / {:.1} ms{} |\n",
+                    off.time_ratio,
+                    off.stall.as_secs_f64() * 1e3,
+                    if off.identical {
+                        ""
+                    } else {
+                        " (NOT identical)"
+                    }
+                ),
+                None => " - |\n".to_string(),
+            };
+        }
     }
     out
 }
@@ -333,6 +391,12 @@ pub fn to_json(rows: &[OffloadRow]) -> Value {
                 "unified_memory": r.unified,
                 "identical": r.identical,
                 "error": r.error,
+                "transfer_lane": r.transfer_lane,
+                "lane_off": r.lane_off.as_ref().map(|o| json!({
+                    "time_ratio": o.time_ratio,
+                    "stall_ms": o.stall.as_secs_f64() * 1e3,
+                    "identical": o.identical,
+                })),
             }))
             .collect::<Vec<_>>()
     )
