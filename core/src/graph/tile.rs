@@ -16,9 +16,11 @@
 //! Part `i` of the chain binds, per operand of each op:
 //! * an operand of a shared shape (a weight, a bias) whole;
 //! * an operand that grows with the units: a [view](Graph::view) of its `i`-th slice when the
-//!   tensor comes from outside the chain or is *exported* (read after the chain, a graph output, or
-//!   already a view: each part writes its slice of it, through [`Graph::op_into`]); a fresh tensor
-//!   of one part's size when only the chain reads it (the bytes the tiling saves).
+//!   tensor comes from outside the chain or is *exported* (no op of the chain reads it, or a node
+//!   outside the chain binds it, or it is a graph output or already a view: each part writes its
+//!   slice of it, through [`Graph::op_into`]); a fresh tensor of one part's size when only the
+//!   chain reads it (the bytes the tiling saves). So a builder may tile a chain as soon as it
+//!   has appended it, before the ops that read its result.
 //!
 //! The parts run in order (all of part 0's ops, then part 1's ...), so a part reads only slices
 //! earlier ops of the same part wrote. The chain's internal tensors of the untiled graph stay
@@ -132,15 +134,25 @@ impl Graph {
         Ok(out)
     }
 
-    /// Roots outside the chain's reach: graph outputs and every tensor a node outside `range`
-    /// binds.
+    /// Roots a tiled chain must still fill whole: graph outputs, every tensor a node outside
+    /// `range` binds, and every output of the chain no op of the chain reads (the chain's
+    /// result, which later nodes, perhaps not added yet, read).
     fn exported_roots(&self, range: &Range<usize>) -> HashSet<usize> {
         let mut out: HashSet<usize> = self.outputs.iter().map(|&o| self.root(o).index()).collect();
+        let mut read_in_chain = HashSet::new();
         for (k, node) in self.nodes.iter().enumerate() {
-            if !range.contains(&k) {
+            if range.contains(&k) {
+                read_in_chain.extend(node.inputs.iter().map(|&t| self.root(t).index()));
+            } else {
                 for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
                     out.insert(self.root(t).index());
                 }
+            }
+        }
+        for node in &self.nodes[range.clone()] {
+            let root = self.root(node.output).index();
+            if !read_in_chain.contains(&root) {
+                out.insert(root);
             }
         }
         out

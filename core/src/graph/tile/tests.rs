@@ -235,3 +235,26 @@ fn a_chain_the_pass_cannot_tile_leaves_the_graph_as_it_was() {
     g.tile(1..2, 2).unwrap();
     assert_eq!(g.nodes().len(), 3);
 }
+
+/// Regression: a chain tiled as soon as it was appended (before the op that reads its result)
+/// wrote its result into per-part tensors no later op read, and compile refused the graph ("reads
+/// tensor N before any op writes it"): the chain's last output is exported, read later or not.
+#[test]
+fn a_chain_tiled_before_its_readers_exist_still_fills_its_result() {
+    let rt = runtime(false);
+    let whole = attention(4, 8, 3, 4);
+    let want = run(&mut rt.compile(&whole.g).unwrap(), &whole);
+    let mut g = whole.g.clone();
+    // Rebuild: the same nodes, tiled before "after" is appended.
+    let after = g.nodes()[whole.chain.end].clone();
+    let mut early = Graph::new();
+    std::mem::swap(&mut early, &mut g);
+    early.nodes.truncate(whole.chain.end);
+    early.outputs.clear();
+    early.tile(whole.chain.clone(), 2).unwrap();
+    early.nodes.push(after);
+    early.output(whole.out);
+    let mut model = rt.compile(&early).unwrap();
+    let a = Attention { g: early, ..whole };
+    assert_eq!(run(&mut model, &a), want);
+}
