@@ -172,7 +172,9 @@ async fn tiled_within_budget(ctx: &Ctx) -> R {
             min_offload_size: 0,
             ..CompileDesc::default()
         };
-        if !(ctx.backend.capabilities().device_host_visible && !force_staging) {
+        // On unified memory the schedule may bind the untiled operands in host memory instead.
+        let unified = ctx.backend.capabilities().device_host_visible && !force_staging;
+        if !unified {
             match rt.compile_with(&whole.g, &desc) {
                 Err(Error::BudgetBelowWorkingSet { op, needed, .. }) => {
                     check(["scores", "probs"].contains(&op.as_str()), || {

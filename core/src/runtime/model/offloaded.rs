@@ -109,6 +109,9 @@ enum Site {
     Host,
 }
 
+/// `(offset, size)` of a binding in its root tensor's bytes.
+type Span = (u64, u64);
+
 /// The per-run program of a budgeted model.
 pub(super) struct Offloaded {
     /// The model's device pool, limited to the budget.
@@ -136,7 +139,7 @@ pub(super) struct Offloaded {
     leave: Vec<Vec<(usize, u64)>>,
     /// Per op: where each binding (inputs, then the output) is, as its root tensor, the root's
     /// site, and the binding's `(offset, size)` in the root ([`super::span`]: views bind a range).
-    sites: Vec<Vec<(usize, Site, (u64, u64))>>,
+    sites: Vec<Vec<(usize, Site, Span)>>,
     /// Padded byte size per root tensor.
     sizes: Vec<u64>,
     /// Ticket of the last work enqueued (host writes to masters wait for it).
@@ -278,7 +281,7 @@ impl Offloaded {
         let mut sites = vec![Vec::new(); n];
         for (k, node) in graph.nodes().iter().enumerate() {
             // Per binding: the root and the range of it bound.
-            let bound: Vec<(usize, (u64, u64))> = match gather_at[k] {
+            let bound: Vec<(usize, Span)> = match gather_at[k] {
                 Some(gi) => gathers[gi]
                     .staged
                     .iter()
