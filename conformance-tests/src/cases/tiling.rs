@@ -123,7 +123,7 @@ fn tiled(parts: u32) -> Result<Attention, String> {
     Ok(a)
 }
 
-async fn tiled_equals_untiled(ctx: &Ctx) -> R {
+async fn tiled_attention_equals_untiled(ctx: &Ctx) -> R {
     let rt = ctx
         .runtime(RuntimeConfig::default())
         .map_err(fail("runtime"))?;
@@ -150,7 +150,7 @@ async fn tiled_equals_untiled(ctx: &Ctx) -> R {
     rt.check_leaks().map_err(fail("leaks"))
 }
 
-async fn tiled_within_budget(ctx: &Ctx) -> R {
+async fn tiled_attention_within_a_budget_only_it_meets(ctx: &Ctx) -> R {
     for force_staging in [false, true] {
         let rt = ctx
             .runtime(RuntimeConfig {
@@ -239,7 +239,7 @@ fn within(rt: &Runtime, tiled: &Graph, whole: &Graph) -> Result<u64, String> {
     Ok((small + inputs + big) / 2)
 }
 
-async fn bad_views(ctx: &Ctx) -> R {
+async fn views_out_of_range_or_off_binding_align(ctx: &Ctx) -> R {
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[64]);
     match g.view(x, 200, &[32]) {
