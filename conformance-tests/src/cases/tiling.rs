@@ -15,13 +15,13 @@ type R = std::result::Result<(), String>;
 pub(crate) fn cases() -> Vec<Case> {
     vec![
         case!(
-            "tiling: a tiled attention chain equals the untiled graph",
-            tiled_equals_untiled
+            "tiled_attention_equals_untiled",
+            tiled_attention_equals_untiled
         ),
-        case!("tiling: a budget only the tiled chain meets runs bit-identical", tiled_within_budget, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
+        case!("tiled_attention_within_a_budget_only_it_meets", tiled_attention_within_a_budget_only_it_meets, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
         case!(
-            "tiling: a view out of range or off binding_align is a typed error",
-            bad_views
+            "views_out_of_range_or_off_binding_align",
+            views_out_of_range_or_off_binding_align
         ),
     ]
 }
