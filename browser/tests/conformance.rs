@@ -67,6 +67,11 @@ browser_cases!(
     managed_device_pool_runtime,
     tiled_attention_equals_untiled,
     views_out_of_range_or_off_binding_align,
+    transfer_lane_copies_and_fills,
+    transfer_after_compute_sees_results,
+    compute_after_transfer_sees_copied_data,
+    transfer_read_memory_not_reused_after_free,
+    transfer_tickets_unknown_refused,
 );
 
 /// The adapter is the browser's WebGPU, and its limits reach the contract's capabilities.
