@@ -396,7 +396,7 @@ impl Runtime {
         let pool = self.device_pool();
         // A stale handle falls through to the pool, which says whether it is a double free.
         if let Ok(range) = pool.resolve(handle) {
-            let pending = self.inner.front.last_use(&range);
+            let pending = self.inner.front.last_use(&range)?;
             if pending > Ticket::DONE {
                 pool.mark_used(handle, pending)?;
             }
@@ -408,7 +408,7 @@ impl Runtime {
     /// front on any range overlapping it.
     pub(crate) fn last_use(&self, pool: &dyn DevicePool, alloc: Allocation) -> Result<Ticket> {
         let recorded = pool.last_use(alloc.handle)?;
-        Ok(recorded.max(self.inner.front.last_use(&pool.resolve(alloc.handle)?)))
+        Ok(recorded.max(self.inner.front.last_use(&pool.resolve(alloc.handle)?)?))
     }
 
     /// Uploads `data` (exactly the tensor's byte size) into `tensor`. `T` is the tensor's dtype,
@@ -685,8 +685,8 @@ impl Runtime {
         })
     }
 
-    /// Waits until all work submitted so far has completed and reclaims deferred frees. Native
-    /// only; see [`Runtime::synchronize_async`].
+    /// Waits until all work submitted so far, on both lanes, has completed and reclaims deferred
+    /// frees. Native only; see [`Runtime::synchronize_async`].
     ///
     /// # Errors
     /// Backend errors.
@@ -696,6 +696,7 @@ impl Runtime {
     }
 
     async fn synchronize_with(&self, waiting: Waiting) -> Result<()> {
+        self.inner.front.join_transfers()?;
         let t = self.inner.backend.flush()?;
         waiting.ticket(self.inner.backend.as_ref(), t).await?;
         self.device_pool().reclaim()
