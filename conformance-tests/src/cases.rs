@@ -19,6 +19,7 @@ mod pools;
 #[cfg(not(target_arch = "wasm32"))]
 mod spill;
 mod staging;
+mod tiling;
 #[cfg(not(target_arch = "wasm32"))]
 mod waits;
 
@@ -34,6 +35,7 @@ pub fn all() -> Vec<Case> {
     v.extend(ops::cases());
     v.extend(graphs::cases());
     v.extend(offload::cases());
+    v.extend(tiling::cases());
     #[cfg(not(target_arch = "wasm32"))]
     v.extend(spill::cases());
     v.extend(misuse::cases());

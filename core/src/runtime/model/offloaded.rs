@@ -33,8 +33,9 @@
 //! * Where the backend collapses the transfer lane onto its one queue (wgpu, Vulkan, CUDA
 //!   without its copy stream) copies still run between kernels; the two-lane stall model
 //!   predicts what a concurrent lane achieves.
-//! * Ops are never split: a budget below one op's operands (MiniLM's attention softmax at sequence
-//!   512 binds 201 MB) is [`Error::BudgetBelowWorkingSet`].
+//! * Ops are never split here: a budget below one op's operands (MiniLM's untiled attention
+//!   softmax at sequence 512 binds 201 MB) is [`Error::BudgetBelowWorkingSet`]; tiling the chain
+//!   beforehand ([`Graph::tile`](crate::Graph::tile)) is what brings such an op within a budget.
 //! * Native only: a browser cannot block on the swap-in's wait.
 
 use std::sync::Arc;
@@ -44,7 +45,6 @@ use crate::backend::{BlockRange, MemoryKind, Ticket, TransferTicket};
 use crate::offload::{self, Arrival, Score, TensorClass};
 use crate::pool::{Allocation, ArenaConfig, ArenaPool, Budget, DevicePool};
 use crate::runtime::Runtime;
-use crate::time::Instant;
 use crate::{Error, Result};
 
 use super::Model;
@@ -55,7 +55,6 @@ mod lanes;
 
 use compile::Variant;
 use gather::RowGather;
-use lanes::RunLanes;
 
 /// How a budgeted model is compiled ([`Runtime::compile_with`]).
 #[derive(Clone, Debug)]
@@ -121,6 +120,9 @@ enum Site {
     Host,
 }
 
+/// `(offset, size)` of a binding in its root tensor's bytes.
+type Span = (u64, u64);
+
 /// The per-run program of a budgeted model.
 pub(super) struct Offloaded {
     /// The model's device pool, limited to the budget.
@@ -150,8 +152,9 @@ pub(super) struct Offloaded {
     arrive: Vec<Vec<(usize, u64, Arrival)>>,
     /// Per op: copy-outs after it, as `(tensor, arena offset)`.
     leave: Vec<Vec<(usize, u64)>>,
-    /// Per op: where each binding (inputs, then the output) is.
-    sites: Vec<Vec<(usize, Site)>>,
+    /// Per op: where each binding (inputs, then the output) is, as its root tensor, the root's
+    /// site, and the binding's `(offset, size)` in the root ([`super::span`]: views bind a range).
+    sites: Vec<Vec<(usize, Site, Span)>>,
     /// Padded byte size per root tensor.
     sizes: Vec<u64>,
     /// Ticket of the last work enqueued (host writes to masters wait for it).
@@ -265,8 +268,10 @@ impl Offloaded {
             }
             let streamed = t.class == TensorClass::Weight
                 && at[i].iter().all(|&(lo, hi, _)| (lo, hi) != (0, n as u64));
-            let off_device =
-                schedule.host_resident.get(i).copied().unwrap_or(false) || t.uses.is_empty();
+            // An unused weight, input or output still has bytes the host may set or read; an
+            // unused intermediate (one a tiling replaced by its parts) has none.
+            let unused = t.uses.is_empty() && t.class != TensorClass::Intermediate;
+            let off_device = schedule.host_resident.get(i).copied().unwrap_or(false) || unused;
             if streamed || off_device {
                 host[i] = Some(upload.allocate(sizes[i], align.next_power_of_two(), &decl.name)?);
             }
@@ -291,12 +296,28 @@ impl Offloaded {
         }
         let mut sites = vec![Vec::new(); n];
         for (k, node) in graph.nodes().iter().enumerate() {
-            let bound: Vec<usize> = match gather_at[k] {
-                Some(gi) => gathers[gi].staged.iter().map(|&(t, _)| t).collect(),
-                None => node.inputs.iter().map(|&t| graph.root(t).index()).collect(),
+            // Per binding: the root and the range of it bound.
+            let bound: Vec<(usize, Span)> = match gather_at[k] {
+                Some(gi) => gathers[gi]
+                    .staged
+                    .iter()
+                    .map(|&(t, _)| (t, (0, sizes[t])))
+                    .collect(),
+                None => node
+                    .inputs
+                    .iter()
+                    .map(|&t| {
+                        let root = graph.root(t).index();
+                        Ok((root, super::span(graph, t, sizes[root])?))
+                    })
+                    .collect::<Result<_>>()?,
             };
             let output = graph.root(node.output).index();
-            for root in bound.into_iter().chain(std::iter::once(output)) {
+            let output_span = super::span(graph, node.output, sizes[output])?;
+            for (root, span) in bound
+                .into_iter()
+                .chain(std::iter::once((output, output_span)))
+            {
                 let k64 = k as u64;
                 let site = match at[root].iter().find(|r| r.0 <= k64 && k64 < r.1) {
                     Some(&(_, _, offset)) => Site::Arena(offset),
@@ -308,7 +329,7 @@ impl Offloaded {
                         )));
                     }
                 };
-                sites[k].push((root, site));
+                sites[k].push((root, site, span));
             }
         }
         let report = OffloadReport {
@@ -409,14 +430,21 @@ impl Offloaded {
         }
     }
 
-    /// Reads a tensor the host reads (an output, a weight, an input) into `out`, after the last
-    /// run.
+    /// Reads a tensor the host reads (an output, a weight, an input; or a view of one, `offset`
+    /// bytes into its root) into `out`, after the last run.
     ///
     /// # Errors
     /// As [`Offloaded::write`].
-    pub(super) fn read(&self, rt: &Runtime, root: usize, out: &mut [u8]) -> Result<()> {
+    pub(super) fn read(
+        &self,
+        rt: &Runtime,
+        root: usize,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let offset = offset as usize;
         if self.keeps_copy.get(root) == Some(&true) {
-            let copy = &self.host_copy[root];
+            let copy = self.host_copy[root].get(offset..).unwrap_or_default();
             let n = copy.len().min(out.len());
             out[..n].copy_from_slice(&copy[..n]);
             out[n..].fill(0);
@@ -436,7 +464,15 @@ impl Offloaded {
                 stage_out(rt, src, &mut buf)?;
             }
         }
-        out.copy_from_slice(&buf[..out.len()]);
+        let part = buf
+            .get(offset..offset + out.len())
+            .ok_or(Error::OutOfBounds {
+                what: "read of a budgeted model's tensor",
+                offset: offset as u64,
+                size: out.len() as u64,
+                limit: buf.len() as u64,
+            })?;
+        out.copy_from_slice(part);
         Ok(())
     }
 
@@ -448,110 +484,6 @@ impl Offloaded {
             ))
         })?;
         self.arena_range(offset, self.sizes[root])
-    }
-
-    /// Enqueues one run: arrivals, dispatches, copy-outs (module doc). Returns the last ticket,
-    /// which covers the run's copies on the transfer lane too.
-    pub(super) fn enqueue(&mut self, rt: &Runtime, graph: &crate::Graph) -> Result<Ticket> {
-        rt.front().check_alive()?;
-        let backend = rt.backend().clone();
-        let b = backend.as_ref();
-        self.stall_mark = b.transfer_stall();
-        let mut lanes = RunLanes::new(b, self.transfer_lane, self.sizes.len());
-        let mut stall = Duration::ZERO;
-        // The previous run's last ticket: this run's first copies must not overwrite bytes its
-        // kernels still read.
-        let mut last = self.last;
-        let mut bindings = Vec::with_capacity(4);
-        for (k, node) in graph.nodes().iter().enumerate() {
-            for &(t, offset, arrival) in &self.arrive[k] {
-                let size = self.sizes[t];
-                let dst = self.arena_range(offset, size)?;
-                match arrival {
-                    Arrival::Prefetch => {
-                        let master = self.host[t].ok_or_else(|| {
-                            Error::invariant("a streamed weight has a master", format!("{t}"))
-                        })?;
-                        let src = self.upload.resolve(master.handle)?;
-                        lanes.copy_in(b, &mut last, t, src, dst)?;
-                    }
-                    Arrival::SwapIn => {
-                        let s = self.slot[t].ok_or_else(|| {
-                            Error::invariant("a swapped tensor has a slot", format!("{t}"))
-                        })?;
-                        let waited = Instant::now();
-                        wait_transfer(&lanes, b, self.out_ticket[t])?;
-                        stall += waited.elapsed();
-                        let src = self.readback.resolve(s.handle)?;
-                        let mut buf = vec![0u8; size as usize];
-                        b.read_mapped(src.block, src.offset, &mut buf)?;
-                        lanes.before_compute(b, [], &[(offset, size)])?;
-                        last = stage_in(rt, dst, &buf)?;
-                    }
-                    Arrival::HostWrite => {
-                        let (gi, part) = self.staged_part[t].ok_or_else(|| {
-                            Error::invariant("a staged tensor belongs to a lookup", format!("{t}"))
-                        })?;
-                        let bytes = self.gathers[gi].gather(part, &self.host_copy, size);
-                        lanes.before_compute(b, [], &[(offset, size)])?;
-                        last = stage_in(rt, dst, &bytes)?;
-                    }
-                    Arrival::InPlace => {}
-                }
-                self.report.bytes_to_device += size;
-            }
-            bindings.clear();
-            for &(root, site) in &self.sites[k] {
-                let size = self.sizes[root];
-                bindings.push(match site {
-                    Site::Arena(offset) => self.arena_range(offset, size)?,
-                    Site::Host => {
-                        let a = self.host[root].ok_or_else(|| {
-                            Error::invariant("a host site has an allocation", format!("{root}"))
-                        })?;
-                        self.upload.resolve(a.handle)?
-                    }
-                });
-            }
-            // The last site is the output: its arena bytes may still be read by a copy-out.
-            let (output, inputs) = self.sites[k]
-                .split_last()
-                .ok_or_else(|| Error::invariant("an op binds its output", format!("op {k}")))?;
-            let writes: &[(u64, u64)] = match output.1 {
-                Site::Arena(offset) => &[(offset, self.sizes[output.0])],
-                Site::Host => &[],
-            };
-            lanes.before_compute(b, inputs.iter().map(|s| s.0), writes)?;
-            let op = self.gather_at[k].map_or(&node.op, |gi| &self.gathers[gi].op);
-            last = b.dispatch(op, &bindings)?;
-            for &(t, offset) in &self.leave[k] {
-                let size = self.sizes[t];
-                let src = self.arena_range(offset, size)?;
-                let s = self.slot[t].ok_or_else(|| {
-                    Error::invariant("a swapped tensor has a slot", format!("{t}"))
-                })?;
-                let dst = self.readback.resolve(s.handle)?;
-                self.out_ticket[t] = lanes.copy_out(b, &mut last, offset, src, dst)?;
-                self.report.bytes_to_host += size;
-            }
-        }
-        if let Some(j) = lanes.finish(b)? {
-            last = j;
-        }
-        if let Some(a) = self.arena {
-            self.device.mark_used(a.handle, last)?;
-        }
-        self.last = last;
-        self.report.last_stall = stall;
-        Ok(last)
-    }
-
-    /// After the run's last ticket completed: adds the compute lane's device-side waits for the
-    /// transfer lane during the run to the reported stall, where the backend measures them.
-    pub(super) fn finish(&mut self, rt: &Runtime) {
-        if let (Some(before), Some(now)) = (self.stall_mark.take(), rt.backend().transfer_stall()) {
-            self.report.last_stall += now.saturating_sub(before);
-        }
     }
 }
 
@@ -592,21 +524,6 @@ fn wait_for(rt: &Runtime, ticket: Ticket) -> Result<()> {
     #[cfg(target_arch = "wasm32")]
     {
         let _ = (rt, ticket);
-        Err(unsupported())
-    }
-}
-
-/// Blocks until transfer `ticket` completes (as [`wait_for`]).
-fn wait_transfer(
-    lanes: &RunLanes,
-    backend: &dyn crate::Backend,
-    ticket: TransferTicket,
-) -> Result<()> {
-    #[cfg(not(target_arch = "wasm32"))]
-    return lanes.wait(backend, ticket);
-    #[cfg(target_arch = "wasm32")]
-    {
-        let _ = (lanes, backend, ticket);
         Err(unsupported())
     }
 }

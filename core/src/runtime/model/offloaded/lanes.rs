@@ -1,4 +1,6 @@
-//! How one budgeted run orders its copies on the transfer lane ([`crate::backend::lanes`]).
+//! One budgeted run on the backend's lanes: [`Offloaded::enqueue`] issues the arrivals, kernels
+//! and copy-outs of a run, and [`RunLanes`] orders its copies on the transfer lane
+//! ([`crate::backend::lanes`]).
 //!
 //! Copies in (prefetches of streamed weights, swap-ins) and copies out (swap-outs) go on the
 //! transfer lane, each after every kernel enqueued before it (`transfer_after` with the latest
@@ -19,8 +21,131 @@
 //! ([`CompileDesc::transfer_lane`](super::CompileDesc::transfer_lane)) every copy is compute
 //! work, as before lanes.
 
-use crate::Result;
+use std::time::Duration;
+
 use crate::backend::{Backend, BlockRange, Ticket, TransferLane, TransferTicket};
+use crate::offload::Arrival;
+use crate::pool::DevicePool;
+use crate::runtime::Runtime;
+use crate::time::Instant;
+use crate::{Error, Result};
+
+use super::{Offloaded, Site, stage_in};
+
+impl Offloaded {
+    /// Enqueues one run: arrivals, dispatches, copy-outs (module doc). Returns the last ticket,
+    /// which covers the run's copies on the transfer lane too.
+    pub(in crate::runtime::model) fn enqueue(
+        &mut self,
+        rt: &Runtime,
+        graph: &crate::Graph,
+    ) -> Result<Ticket> {
+        rt.front().check_alive()?;
+        let backend = rt.backend().clone();
+        let b = backend.as_ref();
+        self.stall_mark = b.transfer_stall();
+        let mut lanes = RunLanes::new(b, self.transfer_lane, self.sizes.len());
+        let mut stall = Duration::ZERO;
+        // The previous run's last ticket: this run's first copies must not overwrite bytes its
+        // kernels still read.
+        let mut last = self.last;
+        let mut bindings = Vec::with_capacity(4);
+        for (k, node) in graph.nodes().iter().enumerate() {
+            for &(t, offset, arrival) in &self.arrive[k] {
+                let size = self.sizes[t];
+                let dst = self.arena_range(offset, size)?;
+                match arrival {
+                    Arrival::Prefetch => {
+                        let master = self.host[t].ok_or_else(|| {
+                            Error::invariant("a streamed weight has a master", format!("{t}"))
+                        })?;
+                        let src = self.upload.resolve(master.handle)?;
+                        lanes.copy_in(b, &mut last, t, src, dst)?;
+                    }
+                    Arrival::SwapIn => {
+                        let s = self.slot[t].ok_or_else(|| {
+                            Error::invariant("a swapped tensor has a slot", format!("{t}"))
+                        })?;
+                        let waited = Instant::now();
+                        lanes.wait(b, self.out_ticket[t])?;
+                        stall += waited.elapsed();
+                        let src = self.readback.resolve(s.handle)?;
+                        let mut buf = vec![0u8; size as usize];
+                        b.read_mapped(src.block, src.offset, &mut buf)?;
+                        lanes.before_compute(b, [], &[(offset, size)])?;
+                        last = stage_in(rt, dst, &buf)?;
+                    }
+                    Arrival::HostWrite => {
+                        let (gi, part) = self.staged_part[t].ok_or_else(|| {
+                            Error::invariant("a staged tensor belongs to a lookup", format!("{t}"))
+                        })?;
+                        let bytes = self.gathers[gi].gather(part, &self.host_copy, size);
+                        lanes.before_compute(b, [], &[(offset, size)])?;
+                        last = stage_in(rt, dst, &bytes)?;
+                    }
+                    Arrival::InPlace => {}
+                }
+                self.report.bytes_to_device += size;
+            }
+            bindings.clear();
+            for &(root, site, (offset, size)) in &self.sites[k] {
+                bindings.push(match site {
+                    Site::Arena(at) => self.arena_range(at + offset, size)?,
+                    Site::Host => {
+                        let a = self.host[root].ok_or_else(|| {
+                            Error::invariant("a host site has an allocation", format!("{root}"))
+                        })?;
+                        let whole = self.upload.resolve(a.handle)?;
+                        BlockRange {
+                            offset: whole.offset + offset,
+                            size,
+                            ..whole
+                        }
+                    }
+                });
+            }
+            // The last site is the output: the arena bytes it binds (a view's span of its root)
+            // may still be read by a copy-out.
+            let (output, inputs) = self.sites[k]
+                .split_last()
+                .ok_or_else(|| Error::invariant("an op binds its output", format!("op {k}")))?;
+            let writes: &[(u64, u64)] = match *output {
+                (_, Site::Arena(at), (offset, size)) => &[(at + offset, size)],
+                (_, Site::Host, _) => &[],
+            };
+            lanes.before_compute(b, inputs.iter().map(|s| s.0), writes)?;
+            let op = self.gather_at[k].map_or(&node.op, |gi| &self.gathers[gi].op);
+            last = b.dispatch(op, &bindings)?;
+            for &(t, offset) in &self.leave[k] {
+                let size = self.sizes[t];
+                let src = self.arena_range(offset, size)?;
+                let s = self.slot[t].ok_or_else(|| {
+                    Error::invariant("a swapped tensor has a slot", format!("{t}"))
+                })?;
+                let dst = self.readback.resolve(s.handle)?;
+                self.out_ticket[t] = lanes.copy_out(b, &mut last, offset, src, dst)?;
+                self.report.bytes_to_host += size;
+            }
+        }
+        if let Some(j) = lanes.finish(b)? {
+            last = j;
+        }
+        if let Some(a) = self.arena {
+            self.device.mark_used(a.handle, last)?;
+        }
+        self.last = last;
+        self.report.last_stall = stall;
+        Ok(last)
+    }
+
+    /// After the run's last ticket completed: adds the compute lane's device-side waits for the
+    /// transfer lane during the run to the reported stall, where the backend measures them.
+    pub(in crate::runtime::model) fn finish(&mut self, rt: &Runtime) {
+        if let (Some(before), Some(now)) = (self.stall_mark.take(), rt.backend().transfer_stall()) {
+            self.report.last_stall += now.saturating_sub(before);
+        }
+    }
+}
 
 /// The lane state of one run.
 pub(super) struct RunLanes {
@@ -139,13 +264,19 @@ impl RunLanes {
         self.join(backend, issued)
     }
 
-    /// Waits on the host for transfer `ticket` (a copy-out the host reads back).
-    #[cfg(not(target_arch = "wasm32"))]
-    pub(super) fn wait(&self, backend: &dyn Backend, ticket: TransferTicket) -> Result<()> {
-        if self.on {
+    /// Waits on the host for transfer `ticket` (a copy-out the host reads back). On `wasm32`
+    /// [`Runtime::compile_with`] refuses a budget, so this is never reached there.
+    fn wait(&self, backend: &dyn Backend, ticket: TransferTicket) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        return if self.on {
             backend.wait_transfer(ticket)
         } else {
             backend.wait(Ticket(ticket.0))
+        };
+        #[cfg(target_arch = "wasm32")]
+        {
+            let _ = (backend, ticket, self.on);
+            Err(super::unsupported())
         }
     }
 
