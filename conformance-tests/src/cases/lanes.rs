@@ -226,10 +226,15 @@ async fn freed_while_read(ctx: &Ctx) -> R {
         .map_err(fail("runtime"))?;
     let front = rt.backend().clone();
     let x = input(1.5);
-    let a = ctx
-        .tensor_from(&rt, DType::F32, &[N], &x, "read by the transfer lane")
-        .await
+    let a = rt
+        .alloc(DType::F32, &[N], "read by the transfer lane")
         .map_err(fail("tensor a"))?;
+    // The upload is compute-lane work (a staged copy where memory is not host-visible): the lane
+    // reads `a` only after it.
+    let uploaded = ctx.upload(&rt, &a, &x).await.map_err(fail("upload a"))?;
+    front
+        .transfer_after(uploaded)
+        .map_err(fail("transfer_after"))?;
     let src = rt
         .device_pool()
         .resolve(a.allocation().handle)
