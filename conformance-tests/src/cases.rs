@@ -15,6 +15,7 @@ mod misuse;
 mod offload;
 mod ops;
 mod pools;
+mod segments;
 #[cfg(not(target_arch = "wasm32"))]
 mod spill;
 mod staging;
@@ -30,6 +31,7 @@ pub fn all() -> Vec<Case> {
     v.extend(managed::cases());
     v.extend(staging::cases());
     v.extend(ops::cases());
+    v.extend(segments::cases());
     v.extend(graphs::cases());
     v.extend(offload::cases());
     #[cfg(not(target_arch = "wasm32"))]

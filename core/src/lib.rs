@@ -104,7 +104,7 @@ pub use runtime::{
     CompileDesc, Element, MemoryReport, Model, OffloadReport, Runtime, RuntimeConfig, Tensor,
 };
 pub use trace::{Trace, TraceEvent, Tracer};
-pub use validate::Validated;
+pub use validate::{DeviceLimits, Validated};
 
 /// The README's examples, compiled and run as doc tests so they cannot rot.
 #[cfg(doctest)]

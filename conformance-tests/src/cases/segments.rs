@@ -1,0 +1,335 @@
+//! Tensors larger than the device's largest block, held in segments across blocks (issue 13):
+//! round trips, every op the validating front can cut against the host reference, ops it cannot
+//! cut refused by name, free and reuse, and the budget. Each case lowers the block and binding
+//! limits through [`RuntimeConfig::limits`] to a few KiB, so WebGPU's 256 MiB / 128 MiB paths run
+//! on every target with small tensors.
+
+use tensormem::ops::{DType, Op, samples};
+use tensormem::{DeviceLimits, Error, PoolConfig, Runtime, RuntimeConfig, Tensor};
+
+use super::Rng;
+use crate::{Case, Ctx, case, check, fail};
+
+type R = std::result::Result<(), String>;
+
+pub(crate) fn cases() -> Vec<Case> {
+    vec![
+        case!("segmented_round_trip", round_trip),
+        case!("segmented_ops_match_host_reference", ops_match_host),
+        case!("segmented_operand_an_op_cannot_cut_is_refused", refused),
+        case!("segmented_free_reuse_and_budget", free_reuse_budget),
+    ]
+}
+
+/// A runtime whose blocks hold at most `block` bytes and bindings `binding` bytes.
+pub(crate) fn limited(
+    ctx: &Ctx,
+    block: u64,
+    binding: u64,
+    budget: Option<u64>,
+) -> Result<Runtime, String> {
+    ctx.runtime(RuntimeConfig {
+        limits: DeviceLimits {
+            max_block_size: Some(block),
+            max_binding_size: Some(binding),
+        },
+        device: PoolConfig {
+            budget,
+            statistics: true,
+            ..PoolConfig::device()
+        },
+        ..RuntimeConfig::default()
+    })
+    .map_err(fail("runtime with lowered limits"))
+}
+
+/// `t` is held in more than one segment, none beyond `block` bytes.
+fn segmented(t: &Tensor, block: u64, what: &str) -> R {
+    let n = t.segments().len();
+    check(n > 1, || {
+        format!(
+            "{what}: {} bytes in {n} segment(s) under a {block}-byte block limit",
+            t.size()
+        )
+    })?;
+    match t.segments().iter().find(|a| a.range.size > block) {
+        Some(a) => Err(format!(
+            "{what}: a segment of {} bytes beyond the {block}-byte block limit",
+            a.range.size
+        )),
+        None => Ok(()),
+    }
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Tensors of several dtypes and shapes beyond the block limit (cut between rows, or between
+/// elements when a row group is too large for a block; odd byte lengths) go up and come back
+/// unchanged, through `tensor_from` and `upload`.
+async fn round_trip(ctx: &Ctx) -> R {
+    let block = 4096;
+    let rt = limited(ctx, block, block, None)?;
+    let shapes: [(DType, &[usize]); 6] = [
+        (DType::F32, &[3001]),
+        (DType::F32, &[300, 5]),
+        (DType::F32, &[3, 2000]),
+        (DType::U8, &[10_001]),
+        (DType::F16, &[4099]),
+        (DType::I32, &[2, 64, 33]),
+    ];
+    for (i, (dtype, shape)) in shapes.into_iter().enumerate() {
+        let n = shape.iter().product::<usize>() * dtype.size() as usize;
+        let data = pattern(n, i as u8);
+        let what = format!("{} {shape:?}", dtype.name());
+        let t = ctx
+            .tensor_from(&rt, dtype, shape, &data, "segmented")
+            .await
+            .map_err(fail(&what))?;
+        segmented(&t, block, &what)?;
+        let back = ctx.download::<u8>(&rt, &t).await.map_err(fail(&what))?;
+        check(back == data, || {
+            format!("{what}: bytes changed on the round trip")
+        })?;
+        let other = pattern(n, 100 + i as u8);
+        ctx.upload(&rt, &t, &other).await.map_err(fail(&what))?;
+        let back = ctx.download::<u8>(&rt, &t).await.map_err(fail(&what))?;
+        check(back == other, || {
+            format!("{what}: bytes changed on the second upload")
+        })?;
+        rt.free(t).map_err(fail("free"))?;
+    }
+    rt.check_leaks().map_err(fail("leaks"))
+}
+
+/// Every op the front can cut, over operands shaped along its split axis and held in segments
+/// (the largest in two or more), with bindings limited below a segment too, matches the host.
+async fn ops_match_host(ctx: &Ctx) -> R {
+    let mut rng = Rng::new(29);
+    for op in samples::segment_instances() {
+        let shapes = op
+            .split_shapes()
+            .ok_or_else(|| format!("{op:?} has no split axis"))?;
+        let sig = op.signature().map_err(fail("signature"))?;
+        let operands: Vec<_> = sig.inputs.iter().chain(&sig.outputs).collect();
+        // Half the largest growing operand per block; the operands read whole fit one binding.
+        let widest = operands
+            .iter()
+            .zip(&shapes)
+            .filter(|(_, s)| s.is_some())
+            .map(|(o, _)| o.size())
+            .max()
+            .unwrap_or(0);
+        let whole = operands
+            .iter()
+            .zip(&shapes)
+            .filter(|(_, s)| s.is_none())
+            .map(|(o, _)| o.size())
+            .max()
+            .unwrap_or(0);
+        let block = (widest / 2)
+            .next_multiple_of(4)
+            .max(whole.next_multiple_of(256))
+            .max(256);
+        let binding = (block / 2).max(whole.next_multiple_of(256)).max(256);
+        let rt = limited(ctx, block, binding, None)?;
+        let inputs = samples::inputs(&op, &mut rng).map_err(fail("inputs"))?;
+        let want = samples::reference(&op, &inputs).map_err(fail("host reference"))?;
+        let mut tensors = Vec::new();
+        for ((data, o), shape) in inputs.iter().zip(&sig.inputs).zip(&shapes) {
+            let bytes = (o.len * o.dtype.size()) as usize;
+            let shape = shape.map_or_else(|| vec![o.len as usize], |s| s.to_vec());
+            let t = ctx
+                .tensor_from(&rt, o.dtype, &shape, &data[..bytes], "op input")
+                .await
+                .map_err(fail(&format!("{} input {shape:?}", op.name())))?;
+            tensors.push(t);
+        }
+        let out = sig.outputs[0];
+        let out_shape = shapes
+            .last()
+            .copied()
+            .flatten()
+            .map_or_else(|| vec![out.len as usize], |s| s.to_vec());
+        let output = rt
+            .alloc(out.dtype, &out_shape, "op output")
+            .map_err(fail("output"))?;
+        let all: Vec<&Tensor> = tensors.iter().chain([&output]).collect();
+        check(all.iter().any(|t| t.segments().len() > 1), || {
+            format!("{op:?}: no operand was segmented under a {block}-byte block limit")
+        })?;
+        let inputs: Vec<&Tensor> = tensors.iter().collect();
+        rt.dispatch(&op, &inputs, &[&output])
+            .map_err(fail(&format!(
+                "dispatch {op:?} (blocks {block}, bindings {binding})"
+            )))?;
+        let got = ctx
+            .download::<u8>(&rt, &output)
+            .await
+            .map_err(fail("download"))?;
+        samples::check(&op, &got, &want)
+            .map_err(|e| format!("{op:?} over segments of {block} bytes: {e}"))?;
+        for t in tensors.into_iter().chain([output]) {
+            rt.free(t).map_err(fail("free"))?;
+        }
+        rt.check_leaks().map_err(fail("leaks"))?;
+    }
+    Ok(())
+}
+
+/// An op that reads a segmented operand whole (a matmul weight), has no axis to cut along (a
+/// permute that moves the outermost axis), or whose unit a segment boundary falls inside (rows
+/// given as a flat tensor) is refused with an error naming the op and the operand, before
+/// anything runs: the output keeps its bytes.
+async fn refused(ctx: &Ctx) -> R {
+    let block = 4096;
+    let rt = limited(ctx, block, block, None)?;
+    let f32s = |n: usize| -> Vec<f32> { (0..n).map(|i| i as f32).collect() };
+    let expect = |got: tensormem::Result<tensormem::Ticket>, op: &str, operand: &str| -> R {
+        match got {
+            Err(Error::SegmentedOperand {
+                op: o,
+                operand: name,
+                segments,
+                ..
+            }) if o == op && name == operand && segments > 1 => Ok(()),
+            other => Err(format!("{op} over a segmented `{operand}`: {other:?}")),
+        }
+    };
+    // A weight of 64 x 32 floats (8 KiB) is two segments; the matmul reads it whole.
+    let matmul = Op::MatMul {
+        batch: 1,
+        m: 4,
+        n: 32,
+        k: 64,
+        trans_a: false,
+        trans_b: false,
+        broadcast_b: true,
+        bias: false,
+        alpha: 1.0,
+        weight_format: tensormem::ops::WeightFormat::F32,
+    };
+    let a = ctx
+        .tensor_from(&rt, DType::F32, &[4, 64], &f32s(256), "a")
+        .await
+        .map_err(fail("a"))?;
+    let b = ctx
+        .tensor_from(&rt, DType::F32, &[64, 32], &f32s(2048), "b")
+        .await
+        .map_err(fail("b"))?;
+    segmented(&b, block, "matmul weight")?;
+    let c = ctx
+        .tensor_from(&rt, DType::F32, &[4, 32], &[7.0f32; 128], "c")
+        .await
+        .map_err(fail("c"))?;
+    expect(rt.dispatch(&matmul, &[&a, &b], &[&c]), "matmul", "b")?;
+    // A permute that moves the outermost axis has no axis to cut along.
+    let permute = Op::Permute {
+        dims: [8, 16, 4, 4],
+        perm: [1, 0, 2, 3],
+    };
+    let x = ctx
+        .tensor_from(&rt, DType::F32, &[8, 16, 4, 4], &f32s(2048), "x")
+        .await
+        .map_err(fail("x"))?;
+    let y = rt
+        .alloc(DType::F32, &[16, 8, 4, 4], "y")
+        .map_err(fail("y"))?;
+    expect(rt.dispatch(&permute, &[&x], &[&y]), "permute", "x")?;
+    // Rows of 40 floats given flat are cut between elements, inside a row.
+    let layernorm = Op::LayerNorm {
+        rows: 64,
+        cols: 40,
+        eps: 1e-5,
+    };
+    let flat = ctx
+        .tensor_from(&rt, DType::F32, &[64 * 40], &f32s(2560), "flat")
+        .await
+        .map_err(fail("flat"))?;
+    let gamma = ctx
+        .tensor_from(&rt, DType::F32, &[40], &[1.0f32; 40], "gamma")
+        .await
+        .map_err(fail("gamma"))?;
+    let beta = ctx
+        .tensor_from(&rt, DType::F32, &[40], &[0.0f32; 40], "beta")
+        .await
+        .map_err(fail("beta"))?;
+    let out = rt
+        .alloc(DType::F32, &[64, 40], "out")
+        .map_err(fail("out"))?;
+    expect(
+        rt.dispatch(&layernorm, &[&flat, &gamma, &beta], &[&out]),
+        "layernorm",
+        "x",
+    )?;
+    let kept = ctx.download::<f32>(&rt, &c).await.map_err(fail("c back"))?;
+    check(kept.iter().all(|&v| v == 7.0), || {
+        "a refused op wrote its output".into()
+    })?;
+    for t in [a, b, c, x, y, flat, gamma, beta, out] {
+        rt.free(t).map_err(fail("free"))?;
+    }
+    rt.check_leaks().map_err(fail("leaks"))
+}
+
+/// Freed segments are reused (no new blocks for a second tensor of the same size), a free while
+/// an op on the tensor is in flight is deferred (the op's result is intact), and under a budget a
+/// segmented tensor that does not fit fails with out of memory holding nothing, then fits once
+/// memory is freed.
+async fn free_reuse_budget(ctx: &Ctx) -> R {
+    let block = 4096;
+    let rt = limited(ctx, block, block, Some(64 << 10))?;
+    let n = 5000; // 20 000 bytes: five segments
+    let x: Vec<f32> = (0..n).map(|i| (i % 97) as f32 - 48.0).collect();
+    let tx = ctx
+        .tensor_from(&rt, DType::F32, &[n], &x, "x")
+        .await
+        .map_err(fail("x"))?;
+    let ty = rt.alloc(DType::F32, &[n], "y").map_err(fail("y"))?;
+    segmented(&ty, block, "y")?;
+    rt.dispatch(&Op::Relu { len: n as u32 }, &[&tx], &[&ty])
+        .map_err(fail("relu"))?;
+    // Free the input while the op may still read it; a new tensor of its size must not disturb
+    // the op.
+    rt.free(tx).map_err(fail("free x"))?;
+    let blocks = rt.device_pool().stats().blocks_allocated;
+    let tz = ctx
+        .tensor_from(&rt, DType::F32, &[n], &vec![9.0f32; n], "z")
+        .await
+        .map_err(fail("z"))?;
+    let y = ctx
+        .download::<f32>(&rt, &ty)
+        .await
+        .map_err(fail("y back"))?;
+    let want: Vec<f32> = x.iter().map(|v| v.max(0.0)).collect();
+    check(y == want, || {
+        "relu over segments, input freed in flight: wrong result".into()
+    })?;
+    rt.free(tz).map_err(fail("free z"))?;
+    ctx.synchronize(&rt).await.map_err(fail("synchronize"))?;
+    let again = rt.alloc(DType::F32, &[n], "again").map_err(fail("again"))?;
+    check(
+        rt.device_pool().stats().blocks_allocated <= blocks + 5,
+        || "freed segments were not reused".into(),
+    )?;
+    rt.free(again).map_err(fail("free"))?;
+    // 40 000 floats (160 KB) cannot fit a 64 KiB budget: out of memory, nothing held after.
+    let in_use = rt.allocation_stats().map(|s| s.in_use);
+    match rt.alloc(DType::F32, &[40_000], "too big") {
+        Err(e) if e.is_retryable() => {}
+        other => return Err(format!("a segmented tensor beyond the budget: {other:?}")),
+    }
+    check(rt.allocation_stats().map(|s| s.in_use) == in_use, || {
+        "a failed segmented allocation held memory".into()
+    })?;
+    let fits = rt
+        .alloc(DType::F32, &[8000], "fits")
+        .map_err(fail("after OOM"))?;
+    segmented(&fits, block, "after OOM")?;
+    rt.free(fits).map_err(fail("free"))?;
+    rt.free(ty).map_err(fail("free y"))?;
+    rt.check_leaks().map_err(fail("leaks"))
+}
