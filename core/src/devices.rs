@@ -322,7 +322,7 @@ impl DeviceSet {
             Err(e) => {
                 // Part of the copy may be queued: the bytes return after it.
                 let after = rt.backend().flush().unwrap_or(Ticket::DONE);
-                rt.discard(dst, after);
+                rt.discard_segments(dst.placement(), after);
                 Err(e)
             }
         }

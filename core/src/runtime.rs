@@ -351,19 +351,9 @@ impl Runtime {
         self.inner.front.check_alive()?;
         let size = tensor::byte_size(dtype, shape)?;
         self.inner.backend.completed()?;
-        // Whole 32-bit words, so a packed f16 / int8 tensor of odd length can be bound.
-        let words = size
-            .checked_next_multiple_of(4)
-            .ok_or_else(|| Error::ArithmeticOverflow {
-                what: format!("byte size of a {} tensor of shape {shape:?}", dtype.name()),
-                limit_name: "u64",
-            })?;
-        if words > self.inner.backend.capabilities().max_block_size {
-            return self.alloc_segments(dtype, shape, size, words, label);
-        }
-        let alloc = self.device_pool().allocate(words, 1, label)?;
+        let segments = self.alloc_segments(dtype, shape, size, 1, label)?;
         Ok(Tensor::new(
-            alloc,
+            segments,
             self.device_id(),
             dtype,
             shape.to_vec(),
@@ -390,7 +380,7 @@ impl Runtime {
             Err(e) => {
                 // Part of the upload may be queued: the bytes return after it.
                 let after = self.inner.backend.flush().unwrap_or(Ticket::DONE);
-                self.discard(t, after);
+                self.discard_segments(t.placement(), after);
                 Err(e)
             }
         }
@@ -455,12 +445,8 @@ impl Runtime {
                 actual: bytes.len() as u64,
             });
         }
-        let mut last = Ticket::DONE;
-        for (alloc, offset, size) in tensor.pieces() {
-            let piece = &bytes[offset as usize..(offset + size) as usize];
-            last = last.max(self.write_bytes_with(waiting, alloc, 0, piece).await?);
-        }
-        Ok(last)
+        self.write_segments(waiting, tensor.placement(), tensor.size(), 0, bytes)
+            .await
     }
 
     /// Downloads the whole tensor as elements of `T`: the tensor's dtype, or `u8` for raw bytes
@@ -480,10 +466,8 @@ impl Runtime {
         let elem = std::mem::size_of::<T>() as u64;
         let mut out = vec![T::zeroed(); (tensor.size() / elem) as usize];
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut out);
-        for (alloc, offset, size) in tensor.pieces() {
-            let piece = &mut bytes[offset as usize..(offset + size) as usize];
-            self.read_bytes_with(waiting, alloc, 0, piece).await?;
-        }
+        self.read_segments(waiting, tensor.placement(), tensor.size(), 0, bytes)
+            .await?;
         Ok(out)
     }
 

@@ -4,6 +4,7 @@
 
 use crate::backend::{BlockRange, Ticket};
 use crate::ops::Op;
+use crate::runtime::segments::segment_ranges;
 use crate::runtime::{Runtime, Tensor};
 use crate::trace::{Access, EventKind};
 use crate::{Error, Result};
@@ -66,19 +67,7 @@ impl Runtime {
         let pool = self.device_pool();
         let operands = tensors
             .iter()
-            .map(|t| {
-                t.pieces()
-                    .map(|(a, _, size)| {
-                        let r = pool.resolve(a.handle)?;
-                        // Bindings are whole 32-bit words (`Operand::size`): an f16 or int8 tensor
-                        // of odd length binds its padding too (`Runtime::alloc` reserves it).
-                        Ok(BlockRange {
-                            size: size.next_multiple_of(4),
-                            ..r
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()
-            })
+            .map(|t| segment_ranges(pool.as_ref(), t.placement(), t.size()))
             .collect::<Result<Vec<_>>>()?;
         let operands: Vec<&[BlockRange]> = operands.iter().map(Vec::as_slice).collect();
         let ticket = self.front().dispatch_segments(op, &operands)?;

@@ -7,6 +7,7 @@ use bytemuck::Pod;
 use crate::devices::DeviceId;
 use crate::ops::DType;
 use crate::pool::Allocation;
+use crate::runtime::segments::Segments;
 use crate::{Error, Result};
 
 /// A device tensor: shape, element type, the device it lives on and the allocations holding its
@@ -23,10 +24,8 @@ use crate::{Error, Result};
 /// [`Error::StaleHandle`] instead of reading someone else's bytes.
 #[derive(Debug)]
 pub struct Tensor {
-    /// Never empty; one allocation unless the tensor is larger than a block.
-    segments: Vec<Allocation>,
-    /// Bytes of every segment but the last (the tensor's size when it has one segment).
-    segment_size: u64,
+    /// One allocation unless the tensor is larger than a block.
+    segments: Segments,
     device: DeviceId,
     dtype: DType,
     shape: Vec<usize>,
@@ -35,35 +34,14 @@ pub struct Tensor {
 
 impl Tensor {
     pub(crate) fn new(
-        alloc: Allocation,
+        segments: Segments,
         device: DeviceId,
         dtype: DType,
         shape: Vec<usize>,
         size: u64,
     ) -> Self {
-        Tensor {
-            segments: vec![alloc],
-            segment_size: size,
-            device,
-            dtype,
-            shape,
-            size,
-        }
-    }
-
-    /// A tensor held in `segments` (at least one) of `segment_size` bytes each but the last.
-    pub(crate) fn segmented(
-        segments: Vec<Allocation>,
-        segment_size: u64,
-        device: DeviceId,
-        dtype: DType,
-        shape: Vec<usize>,
-        size: u64,
-    ) -> Self {
-        debug_assert!(!segments.is_empty() && segment_size > 0);
         Tensor {
             segments,
-            segment_size,
             device,
             dtype,
             shape,
@@ -74,27 +52,23 @@ impl Tensor {
     /// The allocation (handle and range) holding the tensor's first byte: all of it unless the
     /// tensor has several [`segments`](Tensor::segments).
     pub fn allocation(&self) -> Allocation {
-        self.segments[0]
+        self.segments.first()
     }
 
     /// The allocations holding the tensor, in byte order: one, or several when the tensor is
     /// larger than the device's largest block.
     pub fn segments(&self) -> &[Allocation] {
+        self.segments.allocs()
+    }
+
+    /// Where the bytes are.
+    pub(crate) fn placement(&self) -> &Segments {
         &self.segments
     }
 
     /// Each segment with the range of the tensor's bytes it holds: `(allocation, offset, size)`.
     pub(crate) fn pieces(&self) -> impl Iterator<Item = (Allocation, u64, u64)> + '_ {
-        let n = self.segments.len() as u64;
-        self.segments.iter().enumerate().map(move |(i, &a)| {
-            let offset = i as u64 * self.segment_size;
-            let size = if i as u64 + 1 == n {
-                self.size - offset
-            } else {
-                self.segment_size
-            };
-            (a, offset, size)
-        })
+        self.segments.pieces(self.size)
     }
 
     /// The device whose pool holds the bytes ([`RuntimeConfig::device_id`](crate::RuntimeConfig)
