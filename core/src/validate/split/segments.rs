@@ -165,3 +165,6 @@ fn locate(segs: &[BlockRange], at: u64) -> Option<(BlockRange, u64)> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests;
