@@ -284,3 +284,6 @@ pub(crate) fn segment_ranges(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests;
