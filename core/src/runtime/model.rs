@@ -185,11 +185,16 @@ impl Runtime {
     /// Compiles `graph`: computes lifetimes, plans every intermediate into one arena, and allocates
     /// weights, inputs, outputs and the arena from the device pool.
     ///
+    /// A tensor larger than the device's largest block is held in segments (as
+    /// [`Runtime::alloc`] holds one): a weight, input or output in its own segments, and an
+    /// intermediate too, outside the planned arena (which is one block), so it is not reused.
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an ill-formed graph (a tensor read before it is written),
     /// [`Error::ForeignTensor`] for an output of another graph, [`Error::ArithmeticOverflow`] for a
     /// shape whose size overflows, an operand beyond the device's largest binding
-    /// ([`Error::TooLarge`]), allocation errors.
+    /// ([`Error::TooLarge`]), an op that cannot be cut over a tensor held in segments
+    /// ([`Error::SegmentedOperand`]), allocation errors.
     pub fn compile(&self, graph: &Graph) -> Result<Model> {
         let caps = self.backend().capabilities();
         let copy_align = caps.copy_align.max(1);
