@@ -186,6 +186,16 @@ impl Runtime {
         if words <= caps.max_block_size {
             return Ok(Segments::one(pool.allocate(words, align, label)?, size));
         }
+        // Segments that together exceed the device's memory can never all be held: refused as
+        // hopeless up front, not as a retryable out of memory at some later segment.
+        if let Some(limit) = self.budget().limit().filter(|&l| words > l) {
+            return Err(Error::TooLarge {
+                what: "tensor (in segments)",
+                requested: size,
+                limit,
+                limit_name: "device memory budget",
+            });
+        }
         let segment = segment_size(caps, dtype, shape, size)?;
         let count = words.div_ceil(segment);
         let mut allocs: Vec<Allocation> = Vec::with_capacity(count as usize);
