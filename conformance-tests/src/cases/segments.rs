@@ -281,8 +281,8 @@ async fn refused(ctx: &Ctx) -> R {
 
 /// Freed segments are reused (no new blocks for a second tensor of the same size), a free while
 /// an op on the tensor is in flight is deferred (the op's result is intact), and under a budget a
-/// segmented tensor that does not fit fails with out of memory holding nothing, then fits once
-/// memory is freed.
+/// segmented tensor larger than the budget is hopeless (too large) while one that does not fit
+/// now fails with a retryable out of memory holding nothing, then fits once memory is freed.
 async fn free_reuse_budget(ctx: &Ctx) -> R {
     let block = 4096;
     let rt = limited(ctx, block, block, Some(64 << 10))?;
@@ -320,17 +320,38 @@ async fn free_reuse_budget(ctx: &Ctx) -> R {
         || "freed segments were not reused".into(),
     )?;
     rt.free(again).map_err(fail("free"))?;
-    // 40 000 floats (160 KB) cannot fit a 64 KiB budget: out of memory, nothing held after.
+    // 40 000 floats (160 KB) can never fit a 64 KiB budget: hopeless, whatever is freed.
     let in_use = rt.allocation_stats().map(|s| s.in_use);
     match rt.alloc(DType::F32, &[40_000], "too big") {
-        Err(e) if e.is_retryable() => {}
+        Err(e @ Error::TooLarge { .. }) if !e.is_retryable() => {}
         other => return Err(format!("a segmented tensor beyond the budget: {other:?}")),
     }
+    // With y (20 KB) and 36 KB more held, 16 KB in four segments does not fit now: out of
+    // memory at a later segment, retryable, holding none of the earlier ones; it fits once the
+    // 36 KB are freed.
+    let held = rt
+        .alloc(DType::F32, &[9000], "held")
+        .map_err(fail("held"))?;
+    let in_use_held = rt.allocation_stats().map(|s| s.in_use);
+    match rt.alloc(DType::F32, &[4000], "no room now") {
+        Err(e @ Error::OutOfMemory(_)) if e.is_retryable() => {}
+        other => {
+            return Err(format!(
+                "a segmented tensor beyond the room left: {other:?}"
+            ));
+        }
+    }
+    check(
+        rt.allocation_stats().map(|s| s.in_use) == in_use_held,
+        || "a failed segmented allocation held memory".into(),
+    )?;
+    rt.free(held).map_err(fail("free held"))?;
+    ctx.synchronize(&rt).await.map_err(fail("synchronize"))?;
     check(rt.allocation_stats().map(|s| s.in_use) == in_use, || {
-        "a failed segmented allocation held memory".into()
+        "freeing a segmented tensor left memory in use".into()
     })?;
     let fits = rt
-        .alloc(DType::F32, &[8000], "fits")
+        .alloc(DType::F32, &[4000], "fits")
         .map_err(fail("after OOM"))?;
     segmented(&fits, block, "after OOM")?;
     rt.free(fits).map_err(fail("free"))?;
