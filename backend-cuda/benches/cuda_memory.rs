@@ -8,8 +8,9 @@
 //!   pre-allocated block carved by offset arithmetic, as a planned step does: the baseline).
 //! * `expandable`: 24 steps whose live arena size wanders between 64 MiB and 2 GiB; each step
 //!   touches its bytes (`fill_zero`) and waits. The plain arena grows by allocating a larger block,
-//!   copying the live bytes and freeing the old one; the expandable block maps more chunks in place
-//!   and unmaps them when the step shrinks. Also reports peak and mean reserved bytes.
+//!   copying the live bytes and freeing the old one; the expandable block maps each growth in
+//!   place as one allocation and unmaps whole growths when the step shrinks. Also reports peak
+//!   and mean reserved bytes.
 //!
 //! * `hbm`: a device-to-device copy of up to 1 GiB, bytes read plus written, next to the HBM peak
 //!   computed from the device's memory clock and bus width (printed after the table).

@@ -344,7 +344,7 @@ impl Backend for CudaBackend {
         self.timeline.health().note(reserved)
     }
 
-    fn resize_block(&self, block: BlockId, size: u64) -> Result<()> {
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
         let resized = self.resize_expandable(block, size);
         self.timeline.health().note(resized)
     }

@@ -3,9 +3,9 @@
 //! An expandable block is a `DeviceLocal` block like any other for every [`tensormem::Backend`]
 //! method (copies, fills, bindings); its size is the mapped part of its reserved range. The
 //! contract's blocks that grow in place ([`tensormem::Backend::in_place_growth`],
-//! `reserve_block`, `resize_block`) are these blocks with one chunk per granule, so the pools'
-//! arena commits exactly the granules it asks for; the inherent API below keeps a chunk size of
-//! its own for direct users.
+//! `reserve_block`, `resize_block`) are these blocks with a chunk of one granule, so the pools'
+//! arena grows by exactly the granules it asks for, each growth mapped as one allocation; the
+//! inherent API below keeps a chunk size of its own for direct users.
 
 use tensormem::{BlockDesc, BlockId, Error, InPlaceGrowth, MemoryKind, Result};
 
@@ -25,9 +25,10 @@ pub struct ExpandableDesc<'a> {
     pub reserve: u64,
     /// Bytes to map at creation (rounded up to `chunk`; 0 maps nothing yet).
     pub initial: u64,
-    /// Bytes of physical memory mapped per step, rounded up to the driver's granularity (2 MiB on
-    /// current GPUs). Small chunks waste less at the tail; large chunks need fewer driver calls
-    /// per growth. PyTorch uses 2 MiB for small and 20 MiB for large segments.
+    /// Unit of the mapped size, rounded up to the driver's granularity (2 MiB on current GPUs):
+    /// every growth maps the target rounded up to it, as one allocation. Small chunks waste less
+    /// at the tail; large chunks make fewer, larger growths. PyTorch uses 2 MiB for small and
+    /// 20 MiB for large segments.
     pub chunk: u64,
     /// Label for reports.
     pub label: &'a str,
@@ -117,8 +118,9 @@ impl CudaBackend {
         Ok(mapped)
     }
 
-    /// Shrinks an expandable block to the fewest chunks that hold `size` bytes, returning the
-    /// memory past them to the device; returns the new usable size.
+    /// Shrinks an expandable block to the fewest of its growths (each mapped as one allocation)
+    /// that hold `size` bytes, returning the memory past them to the device; returns the new
+    /// usable size, which can exceed `size` by up to the growth that holds it.
     ///
     /// The caller guarantees that no in-flight work touches bytes past `size` (wait for their
     /// tickets first, as before `free_block`).
@@ -137,7 +139,7 @@ impl CudaBackend {
         Ok(mapped)
     }
 
-    /// What the backend offers the pools: VMM on the device, one granule per step, and at most
+    /// What the backend offers the pools: VMM on the device, granule-sized units, and at most
     /// the device's memory per reservation. `None` without VMM or when the driver cannot say.
     pub(crate) fn vmm_growth(&self) -> Option<InPlaceGrowth> {
         let granularity = self.vmm_granularity().ok()?;
@@ -148,8 +150,8 @@ impl CudaBackend {
         })
     }
 
-    /// [`tensormem::Backend::reserve_block`]: an expandable `DeviceLocal` block with chunks of one
-    /// granule, `desc.size` mapped.
+    /// [`tensormem::Backend::reserve_block`]: an expandable `DeviceLocal` block with a chunk of
+    /// one granule, `desc.size` mapped.
     pub(crate) fn reserve_expandable(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
         if desc.kind != MemoryKind::DeviceLocal {
             return Err(Error::Unsupported {
@@ -166,23 +168,23 @@ impl CudaBackend {
         })
     }
 
-    /// [`tensormem::Backend::resize_block`]: maps or unmaps granules at the end so that exactly
-    /// `size` bytes (a multiple of the granularity) are usable.
-    pub(crate) fn resize_expandable(&self, block: BlockId, size: u64) -> Result<()> {
+    /// [`tensormem::Backend::resize_block`]: maps `size` bytes (a multiple of the granularity)
+    /// with one growth, or unmaps the growths past the one that holds `size`; returns the
+    /// committed size (exactly `size` when growing).
+    pub(crate) fn resize_expandable(&self, block: BlockId, size: u64) -> Result<u64> {
         let mapped = lock(&self.blocks).get(block)?.size();
-        let now = if size >= mapped {
-            self.grow_block(block, size)?
-        } else {
-            self.shrink_block(block, size)?
-        };
+        if size < mapped {
+            return self.shrink_block(block, size);
+        }
+        let now = self.grow_block(block, size)?;
         if now != size {
             return Err(Error::invalid(format!(
-                "cuda: block {} resized to {now} bytes instead of {size} (not a multiple of its \
+                "cuda: block {} grew to {now} bytes instead of {size} (not a multiple of its \
                  chunk: reserve it through reserve_block)",
                 block.0
             )));
         }
-        Ok(())
+        Ok(now)
     }
 
     /// The reserved size of an expandable block: the most it can grow to.

@@ -53,8 +53,9 @@
 //!   [`CudaDesc::queued_write_max`]) tells the pools when to prefer it.
 //! * **Expandable blocks** through the VMM API (`vmm.rs`, [`CudaBackend::alloc_expandable_block`]):
 //!   one reserved address range grown and shrunk in place, PyTorch's expandable segments. They
-//!   are the contract's blocks that grow in place ([`tensormem::Backend::in_place_growth`], one granule
-//!   per chunk), so the pools keep one arena on CUDA instead of adding blocks.
+//!   are the contract's blocks that grow in place ([`tensormem::Backend::in_place_growth`], each
+//!   growth mapped as one allocation), so the pools keep one arena on CUDA instead of adding
+//!   blocks.
 //! * **Kernels in CUDA C** (`kernels.cu`), compiled once per process with NVRTC for the device
 //!   (see "CUDA version and NVRTC" below); launch math and argument lists are pure functions
 //!   (`launch.rs`) tested against the source's parameter lists without a GPU.

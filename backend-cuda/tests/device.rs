@@ -343,8 +343,9 @@ fn expandable_block_grows_in_place_and_keeps_contents() {
     b.free_block(down).unwrap();
 }
 
-/// The contract's blocks that grow in place are expandable blocks of one granule per chunk: the
-/// committed size is exactly what the pool asks for, and the front checks it.
+/// The contract's blocks that grow in place are expandable blocks with a chunk of one granule:
+/// growth commits exactly what the pool asks for, each growth is one mapping that a shrink
+/// returns whole, and the front checks the sizes reported.
 #[test]
 fn reserved_blocks_resize_by_granules_through_the_trait() {
     let Some(b) = backend() else { return };
@@ -373,7 +374,12 @@ fn reserved_blocks_resize_by_granules_through_the_trait() {
         front.resize_block(blk, 17 * g),
         Err(Error::TooLarge { .. })
     ));
-    front.resize_block(blk, g).unwrap();
+    assert_eq!(
+        front.resize_block(blk, 3 * g).unwrap(),
+        5 * g,
+        "a shrink inside one growth keeps that growth whole"
+    );
+    assert_eq!(front.resize_block(blk, g).unwrap(), g);
     assert!(matches!(
         front.fill_zero(range(blk, g, g)),
         Err(Error::OutOfBounds { .. })

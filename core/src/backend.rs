@@ -381,15 +381,19 @@ pub trait Backend: Any + Send + Sync {
     }
 
     /// Changes the committed size of a reserved block to `size` bytes (a multiple of the
-    /// granularity, at most its reservation): growing maps new zeroed-or-not memory at the end,
-    /// shrinking returns the memory past `size`. The caller guarantees that no in-flight work
-    /// uses bytes past `size`. Offsets below `min(old, new)` keep their contents.
+    /// granularity, at most its reservation) and returns the committed size. Growing maps new
+    /// zeroed-or-not memory at the end and commits exactly `size`. Shrinking returns the memory
+    /// past `size`, or, on a backend that maps each growth as one unit (CUDA maps a whole growth
+    /// step with one allocation, which cannot be returned in part), the memory past the end of
+    /// the unit that holds `size`: the result is then between `size` and the old size. The
+    /// caller guarantees that no in-flight work uses bytes past `size`. Offsets below
+    /// `min(old, new)` keep their contents.
     ///
     /// # Errors
     /// [`Error::Unsupported`](crate::Error::Unsupported) without in-place growth or for a block
     /// that was not reserved, [`Error::OutOfMemory`](crate::Error::OutOfMemory) when memory is
     /// short (the block keeps its old size), [`Error::DeviceLost`](crate::Error::DeviceLost).
-    fn resize_block(&self, block: BlockId, size: u64) -> Result<()> {
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
         let _ = (block, size);
         Err(crate::Error::Unsupported {
             backend: self.capabilities().backend,

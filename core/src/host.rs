@@ -528,7 +528,7 @@ impl Backend for HostBackend {
         growth::reserve(self, desc, reserve)
     }
 
-    fn resize_block(&self, block: BlockId, size: u64) -> Result<()> {
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
         self.check_alive()?;
         growth::resize(self, block, size)
     }

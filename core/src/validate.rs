@@ -310,7 +310,7 @@ impl Backend for Validated {
         Ok(id)
     }
 
-    fn resize_block(&self, block: BlockId, size: u64) -> Result<()> {
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
         self.check_alive()?;
         let growth = rules::growth(self)?;
         let reserve = {
@@ -322,9 +322,27 @@ impl Backend for Validated {
             })?
         };
         rules::committed_size(growth, size, reserve, "reservation")?;
-        self.observe(self.backend.resize_block(block, size))?;
-        let resized = self.lock().blocks.resize(block, size);
-        resized.map_err(|e| self.mark_broken(e))
+        let old = self.lock().blocks.get(block)?.size;
+        let now = self.observe(self.backend.resize_block(block, size))?;
+        // Growth commits exactly `size`; a shrink keeps between `size` and the old size, in
+        // whole granules.
+        let (lo, hi) = if size >= old {
+            (size, size)
+        } else {
+            (size, old)
+        };
+        if now < lo || now > hi || !now.is_multiple_of(growth.granularity) {
+            return Err(self.mark_broken(Error::invalid(format!(
+                "{}: resize_block of block {} from {old} to {size} bytes reported {now} bytes \
+                 committed (want {lo}..={hi}, a multiple of {})",
+                self.capabilities().backend,
+                block.0,
+                growth.granularity
+            ))));
+        }
+        let resized = self.lock().blocks.resize(block, now);
+        resized.map_err(|e| self.mark_broken(e))?;
+        Ok(now)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {

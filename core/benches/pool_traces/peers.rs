@@ -181,7 +181,7 @@ impl Backend for CountingBackend {
         self.alloc_block(desc)
     }
 
-    fn resize_block(&self, block: BlockId, size: u64) -> Result<()> {
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
         let mut blocks = self.blocks.lock().unwrap_or_else(PoisonError::into_inner);
         let old = blocks
             .get_mut(&block.0)
@@ -193,7 +193,7 @@ impl Backend for CountingBackend {
             self.counters.release(*old - size);
         }
         *old = size;
-        Ok(())
+        Ok(size)
     }
 
     fn write_mapped(&self, _: BlockId, _: u64, _: &[u8]) -> Result<()> {

@@ -95,7 +95,7 @@ pub(super) fn reserve(host: &HostBackend, desc: &BlockDesc<'_>, reserve: u64) ->
 }
 
 #[cfg(unix)]
-pub(super) fn resize(host: &HostBackend, block: BlockId, size: u64) -> Result<()> {
+pub(super) fn resize(host: &HostBackend, block: BlockId, size: u64) -> Result<u64> {
     let growth = offered(&host.config).ok_or_else(unsupported)?;
     let mut blocks = lock(&host.blocks);
     let held = blocks.bytes();
@@ -116,7 +116,9 @@ pub(super) fn resize(host: &HostBackend, block: BlockId, size: u64) -> Result<()
     r.resize(len)
         .map_err(|e| super::map_alloc_err(e, "in-place growth", size - old.min(size), held))?;
     drop(mem);
-    blocks.resize(block, size)
+    blocks.resize(block, size)?;
+    // Page-granular: always exactly the size asked.
+    Ok(size)
 }
 
 #[cfg(not(unix))]
@@ -125,7 +127,7 @@ pub(super) fn reserve(_: &HostBackend, _: &BlockDesc<'_>, _: u64) -> Result<Bloc
 }
 
 #[cfg(not(unix))]
-pub(super) fn resize(_: &HostBackend, _: BlockId, _: u64) -> Result<()> {
+pub(super) fn resize(_: &HostBackend, _: BlockId, _: u64) -> Result<u64> {
     Err(unsupported())
 }
 

@@ -15,8 +15,10 @@
 //!   a growth step that bounds the overshoot to about 3 % while keeping the number of driver
 //!   calls logarithmic in the peak. Sizes are rounded to the backend's granularity.
 //! * **Release.** Trim (and the pressure path) decommits the free tail, rounded down to the
-//!   granularity, and returns the whole reservation when the arena is empty. Free space inside
-//!   the arena stays committed: it cannot be returned without moving tensors.
+//!   granularity (on CUDA, down to the end of the growth step that holds the new end: each
+//!   step is mapped as one allocation), and returns the whole reservation when the arena is
+//!   empty. Free space inside the arena stays committed: it cannot be returned without moving
+//!   tensors.
 //! * **Fallback.** When the reservation is full, the backend refuses the growth or the budget
 //!   refuses it, the pool adds regular blocks ([`growth`](super::growth)) beside the arena.
 
@@ -163,6 +165,7 @@ impl ArenaPool {
             if !self.budget.try_reserve(add) {
                 return Ok(None);
             }
+            // Growth commits exactly what was asked (the contract).
             if let Err(e) = Self::note(st, self.backend.resize_block(id, committed + add)) {
                 self.budget.release(add);
                 return match e {
@@ -223,9 +226,13 @@ impl ArenaPool {
             return Ok(0);
         }
         let (id, old) = (b.id, b.size);
-        Self::note(st, self.backend.resize_block(id, old - cut))?;
-        self.resized(st, index, old, old - cut)?;
-        Ok(cut)
+        // A backend that maps each growth as one unit keeps the unit that holds the new end.
+        let now = Self::note(st, self.backend.resize_block(id, old - cut))?;
+        if now >= old {
+            return Ok(0);
+        }
+        self.resized(st, index, old, now)?;
+        Ok(old - now)
     }
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::backend::Backend;
+use crate::backend::{Backend, BlockId, BlockRange, Ticket};
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::{ArenaConfig, DevicePool, PoolStats};
 
@@ -171,5 +171,103 @@ fn a_full_reservation_falls_back_to_blocks_and_the_budget_binds_commits() {
     assert_eq!(backend.block_bytes(), 2 * mib);
     p.free(x.handle).unwrap();
     p.free(y.handle).unwrap();
+    p.check_invariants().unwrap();
+}
+
+/// The host backend with growths that shrink whole, as CUDA's (each growth is one mapping): a
+/// shrink keeps the growths that hold the new end.
+struct WholeGrowths {
+    host: HostBackend,
+    /// Committed size after each growth of the one reserved block, ascending.
+    ends: std::sync::Mutex<Vec<u64>>,
+}
+
+impl Backend for WholeGrowths {
+    fn capabilities(&self) -> &crate::backend::Capabilities {
+        self.host.capabilities()
+    }
+    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
+        self.host.alloc_block(desc)
+    }
+    fn free_block(&self, block: BlockId) -> Result<()> {
+        self.host.free_block(block)
+    }
+    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
+        self.host.in_place_growth()
+    }
+    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+        *self.ends.lock().unwrap() = vec![desc.size];
+        self.host.reserve_block(desc, reserve)
+    }
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
+        let mut ends = self.ends.lock().unwrap();
+        let now = match ends.iter().position(|e| *e >= size) {
+            Some(i) => {
+                ends.truncate(i + 1);
+                ends[i]
+            }
+            None => {
+                ends.push(size);
+                size
+            }
+        };
+        self.host.resize_block(block, now)
+    }
+    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
+        self.host.write_mapped(block, offset, data)
+    }
+    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.host.read_mapped(block, offset, out)
+    }
+    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
+        self.host.copy(src, dst)
+    }
+    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
+        self.host.fill_zero(range)
+    }
+    fn dispatch(&self, op: &crate::Op, bindings: &[BlockRange]) -> Result<Ticket> {
+        self.host.dispatch(op, bindings)
+    }
+    fn flush(&self) -> Result<Ticket> {
+        self.host.flush()
+    }
+    fn completed(&self) -> Result<Ticket> {
+        self.host.completed()
+    }
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
+        self.host.wait_timeout(ticket, timeout)
+    }
+}
+
+/// A backend that returns growths whole (CUDA maps each growth as one allocation) may keep more
+/// than a trim asks: the pool counts what it reports, through the validating front.
+#[test]
+fn trim_counts_what_a_backend_that_keeps_whole_growths_reports() {
+    let host = HostBackend::new(HostConfig::default()).unwrap();
+    let page = host.in_place_growth().unwrap().granularity;
+    let backend = Arc::new(crate::Validated::new(Arc::new(WholeGrowths {
+        host,
+        ends: std::sync::Mutex::new(Vec::new()),
+    })));
+    let p = ArenaPool::new(backend.clone(), ArenaConfig::device()).unwrap();
+    let a = p.allocate(3 * page, 1, "a").unwrap();
+    // One growth of 40 pages after the first 3.
+    let b = p.allocate(40 * page, 1, "b").unwrap();
+    assert_eq!(p.stats().reserved, 43 * page);
+    // `c` lands at the start of the second growth, so the free tail is inside it: nothing can
+    // go back.
+    p.free(b.handle).unwrap();
+    let c = p.allocate(page, 1, "c").unwrap();
+    assert_eq!(c.range.offset, 3 * page);
+    assert_eq!(p.trim().unwrap(), 0);
+    assert_eq!(p.stats().reserved, 43 * page);
+    p.check_invariants().unwrap();
+    // With `c` gone the tail reaches back to the first growth's end: the second goes whole.
+    p.free(c.handle).unwrap();
+    assert_eq!(p.trim().unwrap(), 40 * page);
+    assert_eq!(p.stats().reserved, 3 * page);
+    p.check_invariants().unwrap();
+    p.free(a.handle).unwrap();
+    assert_eq!(p.trim().unwrap(), 3 * page);
     p.check_invariants().unwrap();
 }
