@@ -70,6 +70,11 @@ browser_cases!(
     defect_9_typed_transfers_and_too_large,
     managed_blocks_prefetch_and_compute,
     managed_device_pool_runtime,
+    transfer_lane_copies_and_fills,
+    transfer_after_compute_sees_results,
+    compute_after_transfer_sees_copied_data,
+    transfer_read_memory_not_reused_after_free,
+    transfer_tickets_unknown_refused,
 );
 
 /// The adapter is the browser's WebGPU, and its limits reach the contract's capabilities.

@@ -9,6 +9,7 @@ pub(crate) use tensormem::ops::samples::Rng;
 mod devices;
 mod graphs;
 mod growth;
+mod lanes;
 mod managed;
 mod memory;
 mod misuse;
@@ -29,6 +30,7 @@ pub fn all() -> Vec<Case> {
     v.extend(pools::cases());
     v.extend(growth::cases());
     v.extend(managed::cases());
+    v.extend(lanes::cases());
     v.extend(staging::cases());
     v.extend(ops::cases());
     v.extend(segments::cases());

@@ -6,6 +6,10 @@
 //! and the ticket completes when the worker has finished it. That makes the pools' deferred-free
 //! path real on a machine without a GPU: a free issued while the worker is busy must wait.
 //!
+//! Copies and fills on the **transfer lane** ([`Backend::transfer_copy`]) run on a second worker
+//! thread with its own tickets, beside the compute worker, so copy/compute overlap is real here;
+//! cross-lane waits are commands the workers execute ([`queue`]).
+//!
 //! On `wasm32` there are no threads: each command runs inline when it is enqueued and its ticket
 //! is complete at once (the planner, the pools and the ops are the same code).
 //!
@@ -23,29 +27,25 @@
 //! `synchronize` and drop returns and every later call reports [`Error::DeviceLost`]. Should the
 //! thread exit anyway, a guard marks the timeline stopped and wakes every waiter.
 
-#[cfg(not(target_arch = "wasm32"))]
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-#[cfg(not(target_arch = "wasm32"))]
-use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
-#[cfg(not(target_arch = "wasm32"))]
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, InPlaceGrowth,
-    ManagedMemory, MemoryKind, Ticket, TicketWakers,
+    ManagedMemory, MemoryKind, Ticket, TransferLane, TransferTicket,
 };
 use crate::numa::HostPlacement;
-use crate::ops::{self, Op};
+use crate::ops::Op;
 use crate::{Error, Result};
 
 mod growth;
 mod memory;
+mod queue;
 
 use memory::HostMemory;
+use queue::{Arg, BlockMem, Command, Lane};
 
 const NAME: &str = "host";
 
@@ -102,80 +102,6 @@ fn physical_memory() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-type BlockMem = Arc<Mutex<HostMemory>>;
-
-enum Command {
-    Copy(Arg, Arg),
-    Fill(Arg),
-    /// The op, its operands (inputs then outputs), and the number of inputs.
-    Dispatch(Op, Vec<Arg>, usize),
-    /// Fault injection: the worker panics ([`HostBackend::simulate_worker_panic`]).
-    Panic,
-    #[cfg(not(target_arch = "wasm32"))]
-    Shutdown,
-}
-
-/// Progress of the worker: the last ticket finished, plus a condvar to wait on it.
-struct Timeline {
-    completed: Mutex<u64>,
-    cv: Condvar,
-    /// First error the worker hit; reported by every later call (a "lost device").
-    fault: Mutex<Option<String>>,
-    /// Tasks awaiting a ticket; woken as their tickets complete, all at once on a fault.
-    wakers: Mutex<TicketWakers>,
-    /// The worker thread has exited: nothing will complete any more.
-    stopped: AtomicBool,
-}
-
-impl Timeline {
-    fn fail(&self, fault: String) {
-        lock(&self.fault).get_or_insert(fault);
-        self.cv.notify_all();
-    }
-
-    /// Records that `ticket` finished (with the command's failure, if any) and wakes its waiters:
-    /// blocked ones through the condvar, awaiting tasks through their wakers (every task on a
-    /// fault, so each sees the error).
-    fn finish(&self, ticket: u64, result: std::result::Result<(), String>) {
-        if let Err(e) = result {
-            self.fail(e);
-        }
-        *lock(&self.completed) = ticket;
-        self.cv.notify_all();
-        self.wake(Ticket(ticket));
-    }
-
-    /// Wakes the tasks awaiting tickets up to `done`, or every task once faulted or stopped.
-    fn wake(&self, done: Ticket) {
-        let woken = if lock(&self.fault).is_some() || self.stopped.load(Ordering::SeqCst) {
-            lock(&self.wakers).take_all()
-        } else {
-            lock(&self.wakers).take_completed(done)
-        };
-        woken.into_iter().for_each(std::task::Waker::wake);
-    }
-}
-
-/// Marks the timeline stopped, and faulted if the thread is unwinding, when the worker exits by
-/// any path, and wakes every waiter: a dead worker never leaves a wait blocked or a task pending.
-#[cfg(not(target_arch = "wasm32"))]
-struct WorkerExit(Arc<Timeline>);
-
-#[cfg(not(target_arch = "wasm32"))]
-impl Drop for WorkerExit {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.fail("the worker thread panicked".into());
-        }
-        {
-            let _completed = lock(&self.0.completed);
-            self.0.stopped.store(true, Ordering::SeqCst);
-            self.0.cv.notify_all();
-        }
-        self.0.wake(Ticket::DONE);
-    }
-}
-
 /// The host backend. See the module doc.
 pub struct HostBackend {
     caps: Capabilities,
@@ -184,18 +110,11 @@ pub struct HostBackend {
     /// Linux).
     placement: HostPlacement,
     blocks: Mutex<BlockTable<BlockMem>>,
-    /// Last issued ticket and the sender to the worker; the mutex makes `HostBackend` `Sync` and
-    /// orders ticket issue with send.
-    #[cfg(not(target_arch = "wasm32"))]
-    queue: Mutex<(u64, mpsc::Sender<(u64, Command)>)>,
-    /// Last issued ticket (commands run inline on `wasm32`).
-    #[cfg(target_arch = "wasm32")]
-    queue: Mutex<u64>,
-    timeline: Arc<Timeline>,
+    /// Kernels, and the copies and fills of the original contract.
+    compute: Lane,
+    /// Copies and fills of the transfer lane, beside `compute` ([`queue`]).
+    transfer: Lane,
     lost: AtomicBool,
-    #[cfg(not(target_arch = "wasm32"))]
-    worker: Mutex<Option<JoinHandle<()>>>,
-    submitted: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -212,15 +131,6 @@ impl HostBackend {
     /// [`HostConfig::host_placement`] binds to a node the kernel does not let this process use.
     pub fn new(config: HostConfig) -> Result<Self> {
         let placement = memory::effective_placement(&config.host_placement)?;
-        #[cfg(not(target_arch = "wasm32"))]
-        let (tx, rx) = mpsc::channel::<(u64, Command)>();
-        let timeline = Arc::new(Timeline {
-            completed: Mutex::new(0),
-            cv: Condvar::new(),
-            fault: Mutex::new(None),
-            wakers: Mutex::new(TicketWakers::default()),
-            stopped: AtomicBool::new(false),
-        });
         let blocks = Mutex::new(BlockTable::new(NAME));
         let caps = Capabilities {
             backend: NAME,
@@ -235,36 +145,15 @@ impl HostBackend {
             // The host device's memory is the machine's: a runtime never plans beyond it.
             budget: config.device_memory.or_else(physical_memory),
         };
-        let backend = HostBackend {
+        Ok(HostBackend {
             caps,
             config: config.clone(),
             placement,
             blocks,
-            #[cfg(not(target_arch = "wasm32"))]
-            queue: Mutex::new((0, tx)),
-            #[cfg(target_arch = "wasm32")]
-            queue: Mutex::new(0),
-            timeline: timeline.clone(),
+            compute: Lane::new("tensormem-host-worker", config.worker_delay)?,
+            transfer: Lane::new("tensormem-host-transfer", config.worker_delay)?,
             lost: AtomicBool::new(false),
-            #[cfg(not(target_arch = "wasm32"))]
-            worker: Mutex::new(None),
-            submitted: AtomicU64::new(0),
-        };
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            let delay = config.worker_delay;
-            let handle = std::thread::Builder::new()
-                .name("tensormem-host-worker".into())
-                .spawn(move || worker(rx, timeline, delay))
-                .map_err(|e| Error::Backend {
-                    backend: NAME,
-                    api: "std::thread::spawn",
-                    code: e.raw_os_error().map_or(0, i64::from),
-                    message: e.to_string(),
-                })?;
-            *lock(&backend.worker) = Some(handle);
-        }
-        Ok(backend)
+        })
     }
 
     /// Makes every later call fail with [`Error::DeviceLost`], as a driver reset would.
@@ -280,6 +169,12 @@ impl HostBackend {
     /// [`Error::DeviceLost`] if the device is already lost.
     pub fn simulate_worker_panic(&self) -> Result<Ticket> {
         self.enqueue(Command::Panic)
+    }
+
+    /// Time the compute lane has spent waiting for the transfer lane ([`Backend::compute_after`])
+    /// since the backend was created.
+    pub fn transfer_stall(&self) -> Duration {
+        self.compute.waited()
     }
 
     /// Total bytes in live blocks.
@@ -299,17 +194,13 @@ impl HostBackend {
                 detail: "device loss was simulated".into(),
             });
         }
-        if let Some(fault) = lock(&self.timeline.fault).clone() {
-            return Err(Error::DeviceLost {
-                backend: NAME,
-                detail: format!("the worker failed: {fault}"),
-            });
-        }
-        if self.timeline.stopped.load(Ordering::SeqCst) {
-            return Err(Error::DeviceLost {
-                backend: NAME,
-                detail: "the worker thread has stopped".into(),
-            });
+        for lane in [&self.compute, &self.transfer] {
+            if let Some(detail) = lane.timeline.failure() {
+                return Err(Error::DeviceLost {
+                    backend: NAME,
+                    detail,
+                });
+            }
         }
         Ok(())
     }
@@ -337,140 +228,24 @@ impl HostBackend {
         Ok(entry.native.clone())
     }
 
-    #[cfg(not(target_arch = "wasm32"))]
     fn enqueue(&self, cmd: Command) -> Result<Ticket> {
         self.check_alive()?;
-        let mut q = lock(&self.queue);
-        let ticket = q.0 + 1;
-        q.1.send((ticket, cmd)).map_err(|_| Error::DeviceLost {
-            backend: NAME,
-            detail: "the worker thread has stopped".into(),
-        })?;
-        q.0 = ticket;
-        self.submitted.store(ticket, Ordering::SeqCst);
-        Ok(Ticket(ticket))
+        self.compute.enqueue(cmd).map(Ticket)
     }
 
-    /// Runs the command inline (no threads on `wasm32`); its ticket is complete on return.
-    #[cfg(target_arch = "wasm32")]
-    fn enqueue(&self, cmd: Command) -> Result<Ticket> {
+    fn enqueue_transfer(&self, cmd: Command) -> Result<TransferTicket> {
         self.check_alive()?;
-        let mut q = lock(&self.queue);
-        let ticket = *q + 1;
-        *q = ticket;
-        self.submitted.store(ticket, Ordering::SeqCst);
-        self.timeline.finish(ticket, execute(cmd));
-        Ok(Ticket(ticket))
-    }
-}
-
-/// One argument of a command: the block's memory (kept alive by the command even if the block is
-/// freed meanwhile) and the range in it.
-#[derive(Clone)]
-struct Arg {
-    mem: BlockMem,
-    offset: usize,
-    size: usize,
-}
-
-fn execute(cmd: Command) -> std::result::Result<(), String> {
-    match cmd {
-        Command::Copy(src, dst) => {
-            if Arc::ptr_eq(&src.mem, &dst.mem) {
-                let mut m = lock(&src.mem);
-                m.copy_within(src.offset..src.offset + src.size, dst.offset);
-            } else {
-                let s = lock(&src.mem);
-                let mut d = lock(&dst.mem);
-                d[dst.offset..dst.offset + dst.size]
-                    .copy_from_slice(&s[src.offset..src.offset + src.size]);
-            }
-            Ok(())
-        }
-        Command::Fill(r) => {
-            lock(&r.mem)[r.offset..r.offset + r.size].fill(0);
-            Ok(())
-        }
-        Command::Dispatch(op, args, n_inputs) => {
-            // Lock each distinct block once (only this thread ever holds two block locks, so the
-            // order cannot deadlock), compute from borrowed inputs into fresh outputs, then copy
-            // the outputs back: operands may alias one block (an arena) and outputs may overlap
-            // inputs of later ops, never of this one.
-            let mut blocks: Vec<&BlockMem> = Vec::new();
-            let slot: Vec<usize> = args
-                .iter()
-                .map(
-                    |a| match blocks.iter().position(|m| Arc::ptr_eq(m, &a.mem)) {
-                        Some(i) => i,
-                        None => {
-                            blocks.push(&a.mem);
-                            blocks.len() - 1
-                        }
-                    },
-                )
-                .collect();
-            let mut guards: Vec<MutexGuard<'_, HostMemory>> =
-                blocks.iter().map(|m| lock(m)).collect();
-            let mut outputs: Vec<Vec<u8>> =
-                args[n_inputs..].iter().map(|a| vec![0u8; a.size]).collect();
-            {
-                let inputs: Vec<&[u8]> = args[..n_inputs]
-                    .iter()
-                    .zip(&slot)
-                    .map(|(a, &i)| &guards[i][a.offset..a.offset + a.size])
-                    .collect();
-                let mut out_refs: Vec<&mut [u8]> =
-                    outputs.iter_mut().map(Vec::as_mut_slice).collect();
-                ops::host::run(&op, &inputs, &mut out_refs).map_err(|e| e.to_string())?;
-            }
-            for ((a, &i), out) in args[n_inputs..].iter().zip(&slot[n_inputs..]).zip(&outputs) {
-                guards[i][a.offset..a.offset + a.size].copy_from_slice(out);
-            }
-            Ok(())
-        }
-        Command::Panic => injected_panic(),
-        #[cfg(not(target_arch = "wasm32"))]
-        Command::Shutdown => Ok(()),
-    }
-}
-
-#[expect(clippy::panic, reason = "fault injection: the panic is the point")]
-fn injected_panic() -> std::result::Result<(), String> {
-    panic!("host worker: injected panic (HostBackend::simulate_worker_panic)")
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-fn worker(rx: mpsc::Receiver<(u64, Command)>, timeline: Arc<Timeline>, delay: Duration) {
-    let _exit = WorkerExit(timeline.clone());
-    while let Ok((ticket, cmd)) = rx.recv() {
-        if matches!(cmd, Command::Shutdown) {
-            break;
-        }
-        if !delay.is_zero() {
-            std::thread::sleep(delay);
-        }
-        let result = match catch_unwind(AssertUnwindSafe(|| execute(cmd))) {
-            Ok(r) => r,
-            Err(payload) => {
-                let msg = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                Err(format!("the worker panicked: {msg}"))
-            }
-        };
-        timeline.finish(ticket, result);
+        self.transfer.enqueue(cmd).map(TransferTicket)
     }
 }
 
 #[cfg(not(target_arch = "wasm32"))]
 impl Drop for HostBackend {
+    /// The transfer lane first: compute work may wait for it, never the other way round once
+    /// the caller stopped enqueueing.
     fn drop(&mut self) {
-        let _ = lock(&self.queue).1.send((0, Command::Shutdown));
-        if let Some(handle) = lock(&self.worker).take() {
-            let _ = handle.join();
-        }
+        self.transfer.shut_down();
+        self.compute.shut_down();
     }
 }
 
@@ -585,72 +360,90 @@ impl Backend for HostBackend {
 
     fn flush(&self) -> Result<Ticket> {
         self.check_alive()?;
-        Ok(Ticket(self.submitted.load(Ordering::SeqCst)))
+        Ok(Ticket(self.compute.submitted()))
     }
 
     fn completed(&self) -> Result<Ticket> {
         self.check_alive()?;
-        Ok(Ticket(*lock(&self.timeline.completed)))
+        Ok(Ticket(self.compute.timeline.completed()))
     }
 
     /// The host backend has no default limit (`None` waits forever): its worker cannot hang
     /// the way a GPU can, and a dead worker wakes every waiter.
     #[cfg(not(target_arch = "wasm32"))]
-    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
-        self.check_issued(ticket)?;
-        // A limit too large to add to now is no limit.
-        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
-        let mut done = lock(&self.timeline.completed);
-        while *done < ticket.0
-            && !self.timeline.stopped.load(Ordering::SeqCst)
-            && lock(&self.timeline.fault).is_none()
-        {
-            let Some(deadline) = deadline else {
-                done = self
-                    .timeline
-                    .cv
-                    .wait(done)
-                    .unwrap_or_else(PoisonError::into_inner);
-                continue;
-            };
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Err(Error::Timeout {
-                    backend: NAME,
-                    what: format!("ticket {}", ticket.0),
-                    timeout: timeout.unwrap_or_default(),
-                });
-            }
-            done = self
-                .timeline
-                .cv
-                .wait_timeout(done, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        drop(done);
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<Duration>) -> Result<()> {
+        self.check_alive()?;
+        self.compute.check_issued(ticket.0)?;
+        self.compute.wait(ticket.0, timeout, "ticket")?;
         self.check_alive()
     }
 
     /// Registers the waker with the worker, which wakes it when the ticket completes.
     fn poll_ticket(&self, ticket: Ticket, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        if let Err(e) = self.check_issued(ticket) {
+        if let Err(e) = self.check_alive().and(self.compute.check_issued(ticket.0)) {
             return Poll::Ready(Err(e));
         }
-        // Register before the second look, so a completion in between still wakes this task.
-        let done = *lock(&self.timeline.completed);
-        if done < ticket.0 {
-            lock(&self.timeline.wakers).register(ticket, cx.waker());
+        self.compute.poll(ticket.0, cx).map(|()| self.check_alive())
+    }
+
+    /// A second worker thread: copies on it run while the compute worker runs kernels.
+    fn transfer_lane(&self) -> TransferLane {
+        TransferLane::Concurrent
+    }
+
+    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
+        self.check_alive()?;
+        let (s, d) = (
+            self.arg(src, "copy source")?,
+            self.arg(dst, "copy destination")?,
+        );
+        self.enqueue_transfer(Command::Copy(s, d))
+    }
+
+    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
+        let r = self.arg(range, "fill range")?;
+        self.enqueue_transfer(Command::Fill(r))
+    }
+
+    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
+        self.check_alive()?;
+        self.compute.check_issued(ticket.0)?;
+        if self.compute.timeline.completed() < ticket.0 {
+            self.enqueue_transfer(Command::After(self.compute.timeline.clone(), ticket.0))?;
         }
-        let done = *lock(&self.timeline.completed);
-        if let Err(e) = self.check_alive() {
+        Ok(())
+    }
+
+    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
+        self.check_alive()?;
+        self.transfer.check_issued(ticket.0)?;
+        self.enqueue(Command::After(self.transfer.timeline.clone(), ticket.0))
+    }
+
+    fn transfer_completed(&self) -> Result<TransferTicket> {
+        self.check_alive()?;
+        Ok(TransferTicket(self.transfer.timeline.completed()))
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn wait_transfer_timeout(
+        &self,
+        ticket: TransferTicket,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        self.check_alive()?;
+        self.transfer.check_issued(ticket.0)?;
+        self.transfer.wait(ticket.0, timeout, "transfer ticket")?;
+        self.check_alive()
+    }
+
+    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if let Err(e) = self.check_alive().and(self.transfer.check_issued(ticket.0)) {
             return Poll::Ready(Err(e));
         }
-        if done >= ticket.0 {
-            Poll::Ready(Ok(()))
-        } else {
-            Poll::Pending
-        }
+        self.transfer
+            .poll(ticket.0, cx)
+            .map(|()| self.check_alive())
     }
 }
 
@@ -684,19 +477,6 @@ impl HostBackend {
     /// The NUMA node blocks are bound to, if any.
     fn bound_node(&self) -> Option<u32> {
         self.placement.bound_node()
-    }
-
-    /// Checks that the device is alive and `ticket` was issued.
-    fn check_issued(&self, ticket: Ticket) -> Result<()> {
-        self.check_alive()?;
-        let submitted = self.submitted.load(Ordering::SeqCst);
-        if ticket.0 > submitted {
-            return Err(Error::UnknownTicket {
-                ticket: ticket.0,
-                issued: submitted,
-            });
-        }
-        Ok(())
     }
 
     /// Refuses `more` bytes beyond `held` when [`HostConfig::device_memory`] caps the device.

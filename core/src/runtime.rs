@@ -399,9 +399,16 @@ impl Runtime {
         for a in tensor.segments() {
             // A stale handle falls through to the pool, which says whether it is a double free.
             if let Ok(range) = pool.resolve(a.handle) {
-                let pending = self.inner.front.last_use(&range);
-                if pending > Ticket::DONE {
-                    result = result.and(pool.mark_used(a.handle, pending));
+                match self.inner.front.last_use(&range) {
+                    Ok(pending) if pending > Ticket::DONE => {
+                        result = result.and(pool.mark_used(a.handle, pending));
+                    }
+                    Ok(_) => {}
+                    // Whether work still uses it is unknown: it is not freed.
+                    Err(e) => {
+                        result = result.and(Err(e));
+                        continue;
+                    }
                 }
             }
             // Every segment is freed; the first error is reported.
@@ -414,7 +421,7 @@ impl Runtime {
     /// front on any range overlapping it.
     pub(crate) fn last_use(&self, pool: &dyn DevicePool, alloc: Allocation) -> Result<Ticket> {
         let recorded = pool.last_use(alloc.handle)?;
-        Ok(recorded.max(self.inner.front.last_use(&pool.resolve(alloc.handle)?)))
+        Ok(recorded.max(self.inner.front.last_use(&pool.resolve(alloc.handle)?)?))
     }
 
     /// Uploads `data` (exactly the tensor's byte size) into `tensor`. `T` is the tensor's dtype,
@@ -687,8 +694,8 @@ impl Runtime {
         })
     }
 
-    /// Waits until all work submitted so far has completed and reclaims deferred frees. Native
-    /// only; see [`Runtime::synchronize_async`].
+    /// Waits until all work submitted so far, on both lanes, has completed and reclaims deferred
+    /// frees. Native only; see [`Runtime::synchronize_async`].
     ///
     /// # Errors
     /// Backend errors.
@@ -698,6 +705,7 @@ impl Runtime {
     }
 
     async fn synchronize_with(&self, waiting: Waiting) -> Result<()> {
+        self.inner.front.join_transfers()?;
         let t = self.inner.backend.flush()?;
         waiting.ticket(self.inner.backend.as_ref(), t).await?;
         self.device_pool().reclaim()

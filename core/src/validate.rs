@@ -34,12 +34,13 @@ use std::task::{Context, Poll};
 
 use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, HostAccess, InPlaceGrowth,
-    ManagedMemory, MemoryKind, PeerCopy, Residence, Ticket,
+    ManagedMemory, MemoryKind, PeerCopy, Residence, Ticket, TransferLane, TransferTicket,
 };
 use crate::ops::Op;
 use crate::{Error, Result};
 
 mod direct;
+mod lanes;
 mod rules;
 pub(crate) mod split;
 mod uses;
@@ -56,8 +57,13 @@ struct State {
     /// committed size).
     reserved: HashMap<BlockId, u64>,
     uses: InFlight,
+    /// Uses of unfinished transfer-lane work, numbered by transfer ticket, until a joined compute
+    /// ticket covers them (then they move to `uses`).
+    transfer_uses: InFlight,
     /// Highest ticket any call returned.
     issued: Ticket,
+    /// Highest transfer ticket any call returned.
+    transfer_issued: crate::backend::TransferTicket,
 }
 
 /// Device limits lower than the backend's, which the front reports as its capabilities and
@@ -141,7 +147,9 @@ impl Validated {
                 blocks: BlockTable::new(name),
                 reserved: HashMap::new(),
                 uses: InFlight::default(),
+                transfer_uses: InFlight::default(),
                 issued: Ticket::DONE,
+                transfer_issued: crate::backend::TransferTicket::DONE,
             }),
             broken: OnceLock::new(),
             #[cfg(not(target_arch = "wasm32"))]
@@ -224,14 +232,24 @@ impl Validated {
     }
 
     /// The latest unfinished ticket of work (through this front) that touches `range`, or
-    /// [`Ticket::DONE`]. A pool that frees `range` must defer the free to it.
-    pub fn last_use(&self, range: &BlockRange) -> Ticket {
-        self.lock().uses.last_use(range)
+    /// [`Ticket::DONE`]. A pool that frees `range` must defer the free to it. Unfinished
+    /// transfer-lane work on the range is joined first ([`Backend::compute_after`]), and the
+    /// joined ticket counts as its use.
+    ///
+    /// # Errors
+    /// As [`Backend::compute_after`], when a join is needed.
+    pub fn last_use(&self, range: &BlockRange) -> Result<Ticket> {
+        let transfer = self.lock().transfer_uses.last_use(range);
+        if transfer > Ticket::DONE {
+            self.compute_after(crate::backend::TransferTicket(transfer.0))?;
+        }
+        Ok(self.lock().uses.last_use(range))
     }
 
-    /// Whether unfinished work (through this front) touches `block`.
+    /// Whether unfinished work (through this front) on either lane touches `block`.
     pub fn block_in_use(&self, block: BlockId) -> bool {
-        self.lock().uses.touches(block)
+        let st = self.lock();
+        st.uses.touches(block) || st.transfer_uses.touches(block)
     }
 }
 
@@ -398,35 +416,14 @@ impl Backend for Validated {
     }
 
     fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
-        self.check_alive()?;
-        if src.size != dst.size {
-            return Err(Error::SizeMismatch {
-                what: "copy source and destination".into(),
-                expected: src.size,
-                actual: dst.size,
-            });
-        }
-        {
-            let st = self.lock();
-            let caps = self.capabilities();
-            let from = rules::transfer_range(&st.blocks, caps, src, "copy source")?;
-            rules::kind_for(from, &src, "copy source")?;
-            let to = rules::transfer_range(&st.blocks, caps, dst, "copy destination")?;
-            rules::kind_for(to, &dst, "copy destination")?;
-        }
-        rules::disjoint(&src, &dst, || "copy source and destination".into())?;
+        self.check_copy(src, dst)?;
         let t = self.observe(self.backend.copy(src, dst))?;
         self.issued(t, &[src, dst]);
         Ok(t)
     }
 
     fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
-        self.check_alive()?;
-        {
-            let st = self.lock();
-            let entry = rules::transfer_range(&st.blocks, self.capabilities(), range, "fill")?;
-            rules::kind_for(entry, &range, "fill target")?;
-        }
+        self.check_fill(range)?;
         let t = self.observe(self.backend.fill_zero(range))?;
         self.issued(t, &[range]);
         Ok(t)
@@ -529,6 +526,44 @@ impl Backend for Validated {
     ) -> Result<Option<PeerCopy>> {
         self.copy_to_peer_checked(src, peer, dst)
     }
+
+    fn transfer_lane(&self) -> TransferLane {
+        self.backend.transfer_lane()
+    }
+
+    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
+        self.transfer_copy_checked(src, dst)
+    }
+
+    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
+        self.transfer_fill_checked(range)
+    }
+
+    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
+        self.check_issued(ticket)?;
+        self.observe(self.backend.transfer_after(ticket))
+    }
+
+    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
+        self.compute_after_checked(ticket)
+    }
+
+    fn transfer_completed(&self) -> Result<TransferTicket> {
+        self.transfer_completed_checked()
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn wait_transfer_timeout(
+        &self,
+        ticket: TransferTicket,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<()> {
+        self.wait_transfer_checked(ticket, timeout.or(self.wait_timeout))
+    }
+
+    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.poll_transfer_checked(ticket, cx)
+    }
 }
 
 impl Validated {
@@ -586,6 +621,35 @@ impl Validated {
             self.issued(last, ranges);
         }
         Ok(last)
+    }
+
+    /// The checks of a copy on either lane.
+    fn check_copy(&self, src: BlockRange, dst: BlockRange) -> Result<()> {
+        self.check_alive()?;
+        if src.size != dst.size {
+            return Err(Error::SizeMismatch {
+                what: "copy source and destination".into(),
+                expected: src.size,
+                actual: dst.size,
+            });
+        }
+        {
+            let st = self.lock();
+            let caps = self.capabilities();
+            let from = rules::transfer_range(&st.blocks, caps, src, "copy source")?;
+            rules::kind_for(from, &src, "copy source")?;
+            let to = rules::transfer_range(&st.blocks, caps, dst, "copy destination")?;
+            rules::kind_for(to, &dst, "copy destination")?;
+        }
+        rules::disjoint(&src, &dst, || "copy source and destination".into())
+    }
+
+    /// The checks of a fill on either lane.
+    fn check_fill(&self, range: BlockRange) -> Result<()> {
+        self.check_alive()?;
+        let st = self.lock();
+        let entry = rules::transfer_range(&st.blocks, self.capabilities(), range, "fill")?;
+        rules::kind_for(entry, &range, "fill target")
     }
 
     /// `Ok` when the device is alive and `ticket` was issued (waiting for a ticket never issued

@@ -360,7 +360,8 @@ async fn defect_8_tracking(ctx: &Ctx) -> R {
         }
         // Tracked until it completes: either the front still holds the use, or the work is done.
         let queued = range(&rt, &y, y.size())?;
-        let tracked = rt.front().last_use(&queued) > tensormem::Ticket::DONE;
+        let tracked =
+            rt.front().last_use(&queued).map_err(fail("last use"))? > tensormem::Ticket::DONE;
         let done = {
             let last = rt.backend().flush().map_err(fail("flush"))?;
             rt.backend().completed().map_err(fail("completed"))? >= last

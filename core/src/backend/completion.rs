@@ -17,7 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use super::{Backend, BlockId, Ticket};
+use super::{Backend, BlockId, Ticket, TransferTicket, TransferWait};
 use crate::{Error, Result};
 
 /// What host access a mapped block is prepared for.
@@ -100,6 +100,18 @@ impl Waiting {
             #[cfg(not(target_arch = "wasm32"))]
             Waiting::Blocking => backend.wait(ticket),
             Waiting::Async => TicketWait::new(backend, ticket).await,
+        }
+    }
+
+    /// Waits for transfer-lane `ticket` in this mode.
+    ///
+    /// # Errors
+    /// As [`Backend::wait_transfer`] / [`Backend::poll_transfer`].
+    pub async fn transfer(self, backend: &dyn Backend, ticket: TransferTicket) -> Result<()> {
+        match self {
+            #[cfg(not(target_arch = "wasm32"))]
+            Waiting::Blocking => backend.wait_transfer(ticket),
+            Waiting::Async => TransferWait::new(backend, ticket).await,
         }
     }
 

@@ -179,3 +179,132 @@ fn defect_2_overflowing_op_parameters_never_reach_the_worker() {
     b.wait(t).unwrap();
     assert!(b.completed().is_ok());
 }
+
+fn slow(delay_ms: u64) -> HostBackend {
+    backend(HostConfig {
+        worker_delay: Duration::from_millis(delay_ms),
+        ..HostConfig::default()
+    })
+}
+
+fn whole(block: BlockId, size: u64) -> BlockRange {
+    BlockRange {
+        block,
+        offset: 0,
+        size,
+    }
+}
+
+/// The transfer lane runs beside the compute lane: a copy on it completes while ten slow
+/// commands are still queued on compute (a collapsed lane would finish it after all ten).
+#[test]
+fn transfer_lane_runs_beside_compute() {
+    let b = slow(30);
+    assert_eq!(b.transfer_lane(), TransferLane::Concurrent);
+    let a = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    let c = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    let d = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    let mut last = Ticket::DONE;
+    for _ in 0..10 {
+        last = b.fill_zero(whole(a, 64)).unwrap();
+    }
+    let t = b.transfer_copy(whole(c, 64), whole(d, 64)).unwrap();
+    b.wait_transfer(t).unwrap();
+    assert!(b.transfer_completed().unwrap() >= t);
+    assert!(
+        b.completed().unwrap() < last,
+        "the transfer waited for the whole compute queue"
+    );
+    b.wait(last).unwrap();
+}
+
+/// Cross-lane order holds both ways with slow workers: the transfer after a compute ticket
+/// copies that command's result, and compute after the transfer's joined ticket reads the
+/// copied bytes; the compute lane's wait is counted as transfer stall.
+#[test]
+fn cross_lane_waits_order_both_ways() {
+    let b = slow(20);
+    let src = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    let mid = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    let dst = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    b.write_mapped(src, 0, &[9u8; 64]).unwrap();
+    let c = b.copy(whole(src, 64), whole(mid, 64)).unwrap();
+    b.transfer_after(c).unwrap();
+    let t = b.transfer_copy(whole(mid, 64), whole(dst, 64)).unwrap();
+    b.wait_transfer(t).unwrap();
+    let mut out = [0u8; 64];
+    b.read_mapped(dst, 0, &mut out).unwrap();
+    assert_eq!(
+        out, [9u8; 64],
+        "the transfer ran before the compute copy it follows"
+    );
+
+    b.write_mapped(src, 0, &[5u8; 64]).unwrap();
+    let before = b.transfer_stall();
+    let t = b.transfer_copy(whole(src, 64), whole(mid, 64)).unwrap();
+    let joined = b.compute_after(t).unwrap();
+    let c = b.copy(whole(mid, 64), whole(dst, 64)).unwrap();
+    assert!(c > joined);
+    b.wait(c).unwrap();
+    assert!(b.transfer_completed().unwrap() >= t);
+    b.read_mapped(dst, 0, &mut out).unwrap();
+    assert_eq!(out, [5u8; 64], "compute ran before the transfer it joins");
+    assert!(
+        b.transfer_stall() > before,
+        "the compute lane's wait was not counted"
+    );
+}
+
+/// Regression guard for the free path: a tensor freed while the (slow) transfer lane still
+/// reads it is not handed out again before the transfer ran (the front joins the transfer).
+#[test]
+fn freed_while_the_transfer_lane_reads_is_not_reused_early() {
+    let b: Arc<dyn Backend> = Arc::new(slow(20));
+    let rt = crate::Runtime::new(b, crate::RuntimeConfig::default()).unwrap();
+    let x = vec![1.5f32; 256];
+    let a = rt
+        .tensor_from(crate::DType::F32, &[256], &x, "read by the transfer lane")
+        .unwrap();
+    let src = rt.device_pool().resolve(a.allocation().handle).unwrap();
+    let front = rt.backend().clone();
+    let rb = front
+        .alloc_block(&desc(MemoryKind::Readback, 1024))
+        .unwrap();
+    let t = front.transfer_copy(src, whole(rb, 1024)).unwrap();
+    rt.free(a).unwrap();
+    let y = vec![-2.0f32; 256];
+    let c = rt
+        .tensor_from(crate::DType::F32, &[256], &y, "written after the free")
+        .unwrap();
+    front.wait_transfer(t).unwrap();
+    let mut out = vec![0u8; 1024];
+    front.read_mapped(rb, 0, &mut out).unwrap();
+    let got: Vec<f32> = out
+        .chunks_exact(4)
+        .map(|q| f32::from_le_bytes([q[0], q[1], q[2], q[3]]))
+        .collect();
+    assert_eq!(
+        got, x,
+        "the freed tensor's bytes were reused before the copy read them"
+    );
+    assert_eq!(rt.download::<f32>(&c).unwrap(), y);
+    rt.synchronize().unwrap();
+}
+
+/// Transfer tickets poll without blocking and wake the task once the lane reaches them.
+#[test]
+fn transfer_tickets_poll_and_wake() {
+    use std::task::{Context, Waker};
+    let b = slow(20);
+    let a = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    let c = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    let t = b.transfer_copy(whole(a, 64), whole(c, 64)).unwrap();
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(b.poll_transfer(t, &mut cx).is_pending());
+    b.wait_transfer(t).unwrap();
+    assert!(matches!(b.poll_transfer(t, &mut cx), Poll::Ready(Ok(()))));
+    assert!(matches!(
+        b.poll_transfer(TransferTicket(t.0 + 1), &mut cx),
+        Poll::Ready(Err(Error::UnknownTicket { .. }))
+    ));
+}

@@ -11,13 +11,21 @@
 //!   stack above the lowest `min_offset` among them and above the current offset, so
 //!   `max(low, o) + unplaced total <= capacity`. This is LOAD made dynamic: it charges the space
 //!   already wasted below each section's unplaced buffers.
+//! - **Stranded buffers.** A buffer below the last placement in canonical order (a lower offset,
+//!   or the same with a lower rank) can only rest on a buffer placed later: it starts at least at
+//!   the lowest top an unplaced conflict can reach, and with no unplaced conflict the branch is
+//!   dead. Those starts feed the section checks.
+//! - **Nogood memo.** A subproblem's outcome depends only on its unplaced buffers, their
+//!   `min_offset`s and a few placed neighbours; failures are remembered by fingerprint and reused
+//!   across the restarts of a probe (see `memo`).
 //! - **Hatless pruning.** If the buffer just placed conflicts with no unplaced buffer and its subtree
 //!   fails, no sibling can succeed.
 //! - **Dynamic decomposition.** After each placement, the unplaced buffers split at every section
 //!   boundary that none of them crosses; the pieces are independent and solved one after the other,
 //!   so a failing piece never makes the search re-enumerate another piece's placements.
-//! - **Restarts** over three static preorders (WAT, TAW, TWA: lifetime width, area, heaviest
-//!   section) with a node limit that doubles each round, alternating with runs under randomised
+//! - **Restarts** over three static preorders (SWA, WAT, TAW: start time, lifetime width, area,
+//!   heaviest section; start time first makes equal offsets fill left to right, the bottom-left
+//!   rule of perfect-packing solvers) with a node limit that doubles each round, alternating with runs under randomised
 //!   preorders and Luby-sized limits (see `prover`), a deadline and a stop signal. "Stopped" is
 //!   distinct from "proved infeasible", and a proof names the time-connected part that has no
 //!   placement.
@@ -31,9 +39,11 @@ use super::Buffer;
 use super::bound::{Sections, max_load_over_life};
 use super::index::conflict_csr;
 
+mod memo;
 mod prover;
 mod search;
 
+pub(crate) use memo::Memo;
 pub(crate) use prover::{Event, Prover};
 use search::{RunEnd, Search};
 
@@ -81,9 +91,10 @@ impl std::fmt::Display for Infeasibility {
     }
 }
 
-/// Static preorders for the restarts: W = lifetime width, A = area, T = heaviest section touched.
+/// Static preorders for the restarts: S = start time (earliest first), W = lifetime width,
+/// A = area, T = heaviest section touched (the others largest first).
 pub(crate) const PREORDERS: usize = 3;
-const PREORDER_KEYS: [[u8; 3]; PREORDERS] = [*b"WAT", *b"TAW", *b"TWA"];
+const PREORDER_KEYS: [[u8; 3]; PREORDERS] = [*b"SWA", *b"WAT", *b"TAW"];
 
 /// The instance-only part of the search, computed once.
 pub(crate) struct Prepared {
@@ -107,6 +118,10 @@ pub(crate) struct Prepared {
     /// The previous buffer, by id, with the same lifetime, size and alignment: identical buffers
     /// are interchangeable, so the search places each only after its twin (symmetry breaking).
     twin: Vec<Option<u32>>,
+    /// The groups of two or more identical buffers, ids ascending, one after the other, and the
+    /// end of each group in `twin_members` (see [`Self::order_twins`]).
+    twin_members: Vec<u32>,
+    twin_group_end: Vec<usize>,
     /// CSR: `life_list[life_start[i]..life_start[i + 1]]` are the other buffers with exactly
     /// buffer `i`'s lifetime (see `Search::stack_swappable`).
     life_start: Vec<usize>,
@@ -143,6 +158,7 @@ impl Prepared {
                 let w = (b.upper - b.lower) as u128;
                 let field = |c: u8| match c {
                     b'W' => w,
+                    b'S' => u128::from(u64::MAX - b.lower),
                     b'A' => w * b.size as u128,
                     _ => heaviest[i] as u128,
                 };
@@ -161,9 +177,18 @@ impl Prepared {
             (b.lower, b.upper, b.size, b.align, i)
         });
         let mut twin = vec![None; n];
-        for w in by_shape.windows(2) {
+        let (mut twin_members, mut twin_group_end) = (Vec::new(), Vec::new());
+        for (k, w) in by_shape.windows(2).enumerate() {
             if buffers[w[0] as usize] == buffers[w[1] as usize] {
                 twin[w[1] as usize] = Some(w[0]);
+                if twin_members.last() != Some(&w[0]) {
+                    twin_members.push(w[0]);
+                }
+                twin_members.push(w[1]);
+                let last = by_shape.get(k + 2).map(|&x| buffers[x as usize]);
+                if last != Some(buffers[w[1] as usize]) {
+                    twin_group_end.push(twin_members.len());
+                }
             }
         }
         // `by_shape` groups equal lifetimes together.
@@ -191,6 +216,8 @@ impl Prepared {
         }
         Prepared {
             twin,
+            twin_members,
+            twin_group_end,
             life_start,
             life_list,
             size: buffers.iter().map(|b| b.size).collect(),
@@ -210,6 +237,28 @@ impl Prepared {
     /// The rank of each buffer under preorder `preorder` (`< PREORDERS`).
     pub(crate) fn rank(&self, preorder: usize) -> &[u32] {
         &self.ranks[preorder % PREORDERS]
+    }
+
+    /// Makes a rank (a permutation, 0 = first) rank identical buffers in id order, keeping the
+    /// set of ranks each group holds. The twin rule (a buffer is placed only after its identical
+    /// predecessor by id) and the stack rule (same-lifetime buffers stacked directly go up in rank
+    /// order) pick the same representative only then: under a rank that reverses two identical
+    /// buffers, a column that only they can fill is excluded by one rule or the other, and the
+    /// search "proves" a feasible capacity infeasible. The static preorders already have this
+    /// property (equal keys, ties by id); randomised ones get it here.
+    pub(crate) fn order_twins(&self, rank: &mut [u32]) {
+        let mut ranks = Vec::new();
+        let mut start = 0;
+        for &end in &self.twin_group_end {
+            let group = &self.twin_members[start..end];
+            ranks.clear();
+            ranks.extend(group.iter().map(|&i| rank[i as usize]));
+            ranks.sort_unstable();
+            for (&i, &r) in group.iter().zip(&ranks) {
+                rank[i as usize] = r;
+            }
+            start = end;
+        }
     }
 
     /// Number of buffers.
@@ -243,6 +292,8 @@ impl Prepared {
 
     /// One search run at `capacity` under preorder `preorder` (`< PREORDERS`), stopped after
     /// `node_limit` nodes, at `deadline` or when `stop` returns true (polled every 256 nodes).
+    /// `memo` holds the failures proved by earlier runs at this capacity under this preorder (or
+    /// is empty) and receives this run's.
     pub(crate) fn run(
         &self,
         capacity: u64,
@@ -250,6 +301,7 @@ impl Prepared {
         node_limit: u64,
         deadline: Instant,
         stop: &dyn Fn() -> bool,
+        memo: &mut Memo,
     ) -> Outcome {
         self.run_ranked(
             capacity,
@@ -257,10 +309,12 @@ impl Prepared {
             node_limit,
             deadline,
             stop,
+            memo,
         )
     }
 
-    /// [`Self::run`] under any static rank (a permutation of the buffers, 0 = first).
+    /// [`Self::run`] under any static rank (a permutation of the buffers, 0 = first) that ranks
+    /// identical buffers in id order (see [`Self::order_twins`]).
     pub(crate) fn run_ranked(
         &self,
         capacity: u64,
@@ -268,11 +322,12 @@ impl Prepared {
         node_limit: u64,
         deadline: Instant,
         stop: &dyn Fn() -> bool,
+        memo: &mut Memo,
     ) -> Outcome {
         if let Some(why) = self.quick_infeasibility(capacity) {
             return Outcome::Infeasible(why);
         }
-        match Search::new(self, rank, capacity, node_limit, deadline, stop).run() {
+        match Search::new(self, rank, capacity, node_limit, deadline, stop, memo).run() {
             RunEnd::Found(offsets) => Outcome::Found(offsets),
             RunEnd::Exhausted {
                 buffers,

@@ -218,12 +218,12 @@ fn in_flight_uses_are_tracked_by_range_until_completion() {
             &[range(dev, 0, 16), range(dev, 256, 16)],
         )
         .unwrap();
-    assert_eq!(f.last_use(&range(dev, 256, 4)), t);
-    assert_eq!(f.last_use(&range(dev, 0, 16)), t);
-    assert_eq!(f.last_use(&range(dev, 512, 16)), Ticket::DONE);
+    assert_eq!(f.last_use(&range(dev, 256, 4)).unwrap(), t);
+    assert_eq!(f.last_use(&range(dev, 0, 16)).unwrap(), t);
+    assert_eq!(f.last_use(&range(dev, 512, 16)).unwrap(), Ticket::DONE);
     assert!(f.block_in_use(dev));
     f.wait(t).unwrap();
-    assert_eq!(f.last_use(&range(dev, 256, 4)), Ticket::DONE);
+    assert_eq!(f.last_use(&range(dev, 256, 4)).unwrap(), Ticket::DONE);
 }
 
 #[test]

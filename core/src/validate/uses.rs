@@ -34,6 +34,21 @@ impl InFlight {
         }
     }
 
+    /// Forgets the uses of tickets up to `ticket` and returns their ranges (the transfer lane's
+    /// uses, once a joined compute ticket covers them).
+    pub(crate) fn take_through(&mut self, ticket: Ticket) -> Vec<BlockRange> {
+        let mut taken = Vec::new();
+        self.uses.retain(|(t, r)| {
+            if *t <= ticket {
+                taken.push(*r);
+                false
+            } else {
+                true
+            }
+        });
+        taken
+    }
+
     /// The latest unfinished ticket whose work touches `range` ([`Ticket::DONE`] when none).
     pub(crate) fn last_use(&self, range: &BlockRange) -> Ticket {
         self.uses

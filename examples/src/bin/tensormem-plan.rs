@@ -408,6 +408,7 @@ fn sweep(args: &SweepArgs) -> Result<()> {
     for &family in &args.family {
         for &count in &args.counts {
             let mut times = Vec::new();
+            let mut unsolved = Vec::new();
             let (mut solved, mut within5, mut within10, mut greedy) = (0, 0, 0, 0);
             for seed in 0..args.seeds {
                 let desc = PackingDesc {
@@ -428,9 +429,12 @@ fn sweep(args: &SweepArgs) -> Result<()> {
                     solved += 1;
                     within5 += usize::from(secs <= 5.0);
                     within10 += usize::from(secs <= 10.0);
+                } else {
+                    unsolved.push(seed);
                 }
                 greedy += usize::from(s.greedy_peak <= cap);
             }
+            let per_seed = times.clone();
             times.sort_by(f64::total_cmp);
             let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
             let median = times.get(times.len() / 2).copied().unwrap_or(0.0);
@@ -444,6 +448,7 @@ fn sweep(args: &SweepArgs) -> Result<()> {
                         "solved": solved, "solved_within_5s": within5, "solved_within_10s": within10,
                         "mean_seconds": mean, "median_seconds": median, "max_seconds": max,
                         "greedy_at_capacity": greedy,
+                        "seconds_per_seed": per_seed, "unsolved_seeds": unsolved,
                         "time_limit": args.solver.time_limit, "threads": args.solver.threads,
                     })
                 );

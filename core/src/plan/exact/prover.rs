@@ -10,7 +10,7 @@
 
 use crate::time::Instant;
 
-use super::{Infeasibility, Outcome, PREORDERS, Prepared};
+use super::{Infeasibility, Memo, Outcome, PREORDERS, Prepared};
 use crate::plan::Buffer;
 use crate::plan::rng::Rng;
 
@@ -55,6 +55,10 @@ pub(crate) struct Prover {
     /// Scratch: the randomised preorder (rank per buffer) and its order.
     random_rank: Vec<u32>,
     random_order: Vec<u32>,
+    /// Failures proved at the probe's capacity, per static preorder (kept across its restarts),
+    /// and a scratch memo for the randomised runs (each run has its own rank).
+    memos: [Memo; PREORDERS],
+    scratch_memo: Memo,
 }
 
 /// The Luby sequence 1, 1, 2, 1, 1, 2, 4, 1, ... (`i >= 1`): restart lengths whose total is
@@ -87,6 +91,8 @@ impl Prover {
             rng: Rng::new(0x0e7a_c75e_a2c4 ^ variant as u64),
             random_rank: Vec::new(),
             random_order: Vec::new(),
+            memos: Default::default(),
+            scratch_memo: Memo::default(),
         }
     }
 
@@ -116,6 +122,7 @@ impl Prover {
         for (r, &i) in self.random_order.iter().enumerate() {
             self.random_rank[i as usize] = r as u32;
         }
+        self.prepared.order_twins(&mut self.random_rank);
     }
 
     /// The node limit of the next run (the portfolio sizes the other workers' steps by it).
@@ -149,6 +156,7 @@ impl Prover {
             self.rounds = 0;
             self.runs = 0;
             self.probed |= must_decide.is_none();
+            self.memos.iter_mut().for_each(Memo::clear);
         }
         self.runs += 1;
         // Every second run: a randomised preorder for a Luby-sized slice.
@@ -156,11 +164,24 @@ impl Prover {
         let outcome = if random {
             self.shuffle();
             let limit = self.prepared.initial_node_limit() * luby(self.runs / 2);
-            self.prepared
-                .run_ranked(wanted, &self.random_rank, limit, deadline, stop)
+            self.scratch_memo.clear();
+            self.prepared.run_ranked(
+                wanted,
+                &self.random_rank,
+                limit,
+                deadline,
+                stop,
+                &mut self.scratch_memo,
+            )
         } else {
-            self.prepared
-                .run(wanted, self.preorder, self.node_limit, deadline, stop)
+            self.prepared.run(
+                wanted,
+                self.preorder,
+                self.node_limit,
+                deadline,
+                stop,
+                &mut self.memos[self.preorder],
+            )
         };
         match outcome {
             Outcome::Found(offsets) => {

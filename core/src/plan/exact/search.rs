@@ -7,6 +7,7 @@
 use crate::time::Instant;
 
 use super::Prepared;
+use super::memo::{Fingerprint, Memo};
 use crate::plan::align_up;
 
 /// How a search run ended.
@@ -66,11 +67,17 @@ pub(super) struct Search<'a> {
     reach: Vec<bool>,
     /// Scratch: the distinct starts of the piece's tight sections.
     levels: Vec<u64>,
+    /// Per unplaced buffer of the current piece, set at each placement: the lowest offset it can
+    /// still take, and whether it is stranded (see `place`).
+    start: Vec<u64>,
+    stranded: Vec<bool>,
     nodes: u64,
     node_limit: u64,
     deadline: Instant,
     stop: &'a dyn Fn() -> bool,
     aborted: bool,
+    /// Failed states of this capacity and rank (shared with earlier runs of the same probe).
+    memo: &'a mut Memo,
 }
 
 impl<'a> Search<'a> {
@@ -81,6 +88,7 @@ impl<'a> Search<'a> {
         node_limit: u64,
         deadline: Instant,
         stop: &'a dyn Fn() -> bool,
+        memo: &'a mut Memo,
     ) -> Self {
         let n = p.size.len();
         let s = p.section_total.len();
@@ -98,11 +106,14 @@ impl<'a> Search<'a> {
             scratch: Vec::new(),
             reach: Vec::new(),
             levels: Vec::new(),
+            start: vec![0; n],
+            stranded: vec![false; n],
             nodes: 0,
             node_limit,
             deadline,
             stop,
             aborted: false,
+            memo,
         }
     }
 
@@ -157,6 +168,53 @@ impl<'a> Search<'a> {
             self.aborted = true;
             return false;
         }
+        let key = self.fingerprint(piece, parent);
+        if self.memo.failed(key) {
+            return false;
+        }
+        let solved = self.branch(piece, parent);
+        if !solved && !self.aborted {
+            self.memo.record(key);
+        }
+        solved
+    }
+
+    /// The fingerprint of the subproblem `solve(piece, parent)` decides: everything its outcome
+    /// depends on. The unplaced buffers (sorted, so equal sets give equal lists) with their
+    /// `min_offset`s; the parent's (offset, rank) only when it filters some candidate now (later
+    /// nodes filter by their own parent); and, for the stack symmetry, the tops of the placed
+    /// buffers with a member's lifetime and a higher rank. Sections' floors and totals follow from
+    /// these (every unplaced buffer of the piece's sections is a member).
+    fn fingerprint(&self, piece: &Piece, parent: (u64, u32)) -> u128 {
+        let p = self.p;
+        let mut f = Fingerprint::new();
+        let binding = piece
+            .members
+            .iter()
+            .any(|&y| (self.min_offset[y as usize], self.rank[y as usize]) < parent);
+        if binding {
+            f.add(parent.0);
+            f.add(u64::from(parent.1));
+        } else {
+            f.add(u64::MAX);
+        }
+        for &y in &piece.members {
+            let y = y as usize;
+            f.add(y as u64);
+            f.add(self.min_offset[y]);
+            for &z in p.same_lifetime(y) {
+                let z = z as usize;
+                if self.placed[z] && self.rank[z] > self.rank[y] {
+                    f.add(!(z as u64));
+                    f.add(self.offset[z] + p.size[z]);
+                }
+            }
+        }
+        f.finish()
+    }
+
+    /// The branching of one node: each eligible candidate at its `min_offset`, in canonical order.
+    fn branch(&mut self, piece: &Piece, parent: (u64, u32)) -> bool {
         let mut cands = piece.members.clone();
         cands.sort_unstable_by_key(|&x| (self.min_offset[x as usize], self.rank[x as usize]));
         // Dominance: a candidate at or above `min_height` would leave some buffer floating over a
@@ -266,9 +324,44 @@ impl<'a> Search<'a> {
                 }
             }
         }
-        // Where `min_offset`s rose (the sections of `x` and of every raised buffer), refresh `low`
-        // and check the energy bound: the unplaced members of a section that cannot start below
-        // `v` stack within `[v, capacity)`, for every such threshold `v`.
+        // Stranded buffers: an unplaced `y` below the new parent `(o, rank x)` in canonical order
+        // cannot be placed where it rests now, nor at `o`; it can only rest on a buffer placed
+        // later, so it starts at or above the lowest top such a conflict can have. With no
+        // unplaced conflict left it can never be placed: the branch is dead.
+        let rank_x = self.rank[x];
+        for &y in &piece.members {
+            let y = y as usize;
+            if self.placed[y] {
+                continue;
+            }
+            let stranded = (self.min_offset[y], self.rank[y]) < (o, rank_x);
+            self.stranded[y] = stranded;
+            if !stranded {
+                self.start[y] = self.min_offset[y].max(o);
+                continue;
+            }
+            let mut lowest_top = u64::MAX;
+            for &z in p.conflicts(y) {
+                let z = z as usize;
+                if !self.placed[z] {
+                    lowest_top = lowest_top.min(self.min_offset[z].max(o) + p.size[z]);
+                }
+            }
+            if lowest_top == u64::MAX {
+                return (false, hat);
+            }
+            let start = align_up(lowest_top, p.align[y]);
+            if start + p.size[y] > self.capacity {
+                return (false, hat);
+            }
+            self.start[y] = start;
+            for s in p.first[y]..=p.last[y] {
+                self.stamp[s as usize] = stamp;
+            }
+        }
+        // Where starts rose (the sections of `x`, of every raised buffer and of every stranded
+        // one), refresh `low` and check the energy bound: the unplaced members of a section that
+        // cannot start below `v` stack within `[v, capacity)`, for every such threshold `v`.
         for s in piece.first..=piece.last {
             let s = s as usize;
             if self.stamp[s] != stamp || self.total[s] == 0 {
@@ -280,7 +373,7 @@ impl<'a> Search<'a> {
                 let y = y as usize;
                 if !self.placed[y] {
                     low = low.min(self.min_offset[y]);
-                    self.scratch.push((self.min_offset[y].max(o), p.size[y]));
+                    self.scratch.push((self.start[y], p.size[y]));
                 }
             }
             if low != self.low[s] {
@@ -345,7 +438,7 @@ impl<'a> Search<'a> {
                     break;
                 }
                 members.next();
-                if here && !self.placed[y] && self.min_offset[y].max(o) == level {
+                if here && !self.placed[y] && !self.stranded[y] && self.start[y] == level {
                     self.reach[p.last[y] as usize + 1 - first] = true;
                 }
             }

@@ -227,3 +227,76 @@ mod properties {
         }
     }
 }
+
+/// A randomised preorder once ranked two identical buffers against their id order; the twin rule
+/// and the stack rule then excluded every way to fill a column only identical buffers fit, and
+/// this perfect packing (a piece of six buffers live at time 0: five of size 1 and one of 11, in
+/// a capacity of 16) was "proved" infeasible.
+#[test]
+fn randomised_preorders_keep_identical_buffers_in_id_order() {
+    use super::super::{PackingDesc, PackingFamily};
+    let desc = PackingDesc {
+        count: 45,
+        capacity: 16,
+        horizon: 20,
+        grid: 1,
+        family: PackingFamily::Pinwheel,
+        seed: 352,
+    };
+    let (b, _) = desc.generate();
+    // Enough steps for many randomised runs; each must find the packing or stay undecided.
+    let mut prover = Prover::new(&b, 0);
+    for _ in 0..64 {
+        match prover.step(Some(16), 0, 0, deadline(5), &|| false) {
+            Event::Found { .. } => return,
+            Event::Proved { reason, .. } => panic!("false proof: {reason}"),
+            _ => {}
+        }
+    }
+    panic!("not found in 64 steps");
+}
+
+#[test]
+fn order_twins_sorts_each_group_by_id() {
+    let b = vec![
+        Buffer::new(0, 2, 3), // 0, twin group A
+        Buffer::new(0, 1, 1), // 1
+        Buffer::new(0, 2, 3), // 2, group A
+        Buffer::new(0, 1, 1), // 3, twin group B with 1
+        Buffer::new(0, 2, 3), // 4, group A
+    ];
+    let p = super::Prepared::new(&b);
+    let mut rank = vec![4, 3, 2, 1, 0];
+    p.order_twins(&mut rank);
+    // Group A (0, 2, 4) held ranks {4, 2, 0}; group B (1, 3) held {3, 1}.
+    assert_eq!(rank, vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn memo_remembers_fingerprints_of_word_sequences() {
+    use super::memo::{Fingerprint, Memo};
+    let key = |words: &[u64]| {
+        let mut f = Fingerprint::new();
+        words.iter().for_each(|&w| f.add(w));
+        f.finish()
+    };
+    // Order, values and length all change the fingerprint.
+    let keys = [
+        key(&[1, 2]),
+        key(&[2, 1]),
+        key(&[1, 3]),
+        key(&[1, 2, 0]),
+        key(&[]),
+    ];
+    for (i, a) in keys.iter().enumerate() {
+        for b in &keys[i + 1..] {
+            assert_ne!(a, b);
+        }
+    }
+    let mut memo = Memo::default();
+    assert!(!memo.failed(keys[0]));
+    memo.record(keys[0]);
+    assert!(memo.failed(keys[0]) && !memo.failed(keys[1]));
+    memo.clear();
+    assert!(!memo.failed(keys[0]));
+}
