@@ -70,6 +70,8 @@ browser_cases!(
     defect_9_typed_transfers_and_too_large,
     managed_blocks_prefetch_and_compute,
     managed_device_pool_runtime,
+    tiled_attention_equals_untiled,
+    views_out_of_range_or_off_binding_align,
     transfer_lane_copies_and_fills,
     transfer_after_compute_sees_results,
     compute_after_transfer_sees_copied_data,

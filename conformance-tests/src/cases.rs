@@ -20,6 +20,7 @@ mod segments;
 #[cfg(not(target_arch = "wasm32"))]
 mod spill;
 mod staging;
+mod tiling;
 #[cfg(not(target_arch = "wasm32"))]
 mod waits;
 
@@ -36,6 +37,7 @@ pub fn all() -> Vec<Case> {
     v.extend(segments::cases());
     v.extend(graphs::cases());
     v.extend(offload::cases());
+    v.extend(tiling::cases());
     #[cfg(not(target_arch = "wasm32"))]
     v.extend(spill::cases());
     v.extend(misuse::cases());

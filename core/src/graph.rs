@@ -4,8 +4,11 @@
 //! input tensors and its one output tensor). [`Runtime::compile`](crate::Runtime::compile) turns it
 //! into a [`Model`](crate::Model): liveness, a static plan of the intermediates, allocations.
 //!
-//! Reshapes are free: [`Graph::reshape`] declares a new tensor that *aliases* the bytes of another
-//! (its storage root), so the planner sees one buffer.
+//! Reshapes and views are free: [`Graph::reshape`] declares a new tensor that *aliases* the bytes
+//! of another (its storage root), and [`Graph::view`] one that aliases a byte range of it, so the
+//! planner sees one buffer, live from the first write to any of its views to the last read of any.
+//! An op may write into a view ([`Graph::op_into`]): that is how a chain of ops tiled into parts
+//! ([`Graph::tile`]) fills its output a part at a time.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -60,8 +63,12 @@ pub struct TensorDecl {
     pub shape: Vec<usize>,
     /// Role.
     pub kind: TensorKind,
-    /// The tensor whose bytes this one shares (reshape), if any. Always a root (never an alias).
+    /// The tensor whose bytes this one shares (reshape, view), if any. Always a root (never an
+    /// alias).
     pub alias_of: Option<TensorId>,
+    /// Where this tensor's bytes start in its root, in bytes (0 for a root and a reshape of one;
+    /// a multiple of the element size; the range lies inside the root).
+    pub offset: u64,
 }
 
 impl TensorDecl {
@@ -150,6 +157,7 @@ impl Graph {
             shape: shape.to_vec(),
             kind,
             alias_of: None,
+            offset: 0,
         });
         self.id_at(self.tensors.len() - 1)
     }
@@ -177,6 +185,66 @@ impl Graph {
         out_shape: &[usize],
         label: &str,
     ) -> Result<TensorId> {
+        let out = self.check_op(&op, inputs, out_shape, label)?;
+        let output = self.declare(label, out.dtype, out_shape, TensorKind::Intermediate);
+        self.nodes.push(Node {
+            op,
+            inputs: inputs.to_vec(),
+            output,
+            label: label.to_string(),
+        });
+        Ok(output)
+    }
+
+    /// Appends `op` applied to `inputs`, writing into `output`: a view (or reshape) of an
+    /// intermediate, which ops may fill a part at a time (the root is live from the first write to
+    /// any of its views). The op's output must match `output`'s element type and count.
+    ///
+    /// # Errors
+    /// As [`Graph::op`]; [`Error::InvalidArgument`] when `output` is not an alias of an
+    /// intermediate (inputs and weights are set by the host, and an op's own output tensor is
+    /// written by that op).
+    pub fn op_into(
+        &mut self,
+        op: Op,
+        inputs: &[TensorId],
+        output: TensorId,
+        label: &str,
+    ) -> Result<()> {
+        let decl = self.decl(output)?.clone();
+        if decl.alias_of.is_none() || decl.kind != TensorKind::Intermediate {
+            return Err(Error::invalid(format!(
+                "{label}: an op writes into a view or reshape of an intermediate, not '{}' (a {:?}{})",
+                decl.name,
+                decl.kind,
+                if decl.alias_of.is_none() { " root" } else { "" }
+            )));
+        }
+        let out = self.check_op(&op, inputs, &decl.shape, label)?;
+        if out.dtype != decl.dtype {
+            return Err(Error::DTypeMismatch {
+                what: format!("{label}: {} output into '{}'", op.name(), decl.name),
+                expected: decl.dtype,
+                actual: out.dtype,
+            });
+        }
+        self.nodes.push(Node {
+            op,
+            inputs: inputs.to_vec(),
+            output,
+            label: label.to_string(),
+        });
+        Ok(())
+    }
+
+    /// Checks `op` over `inputs` and an output of `out_shape`; returns the op's output operand.
+    fn check_op(
+        &self,
+        op: &Op,
+        inputs: &[TensorId],
+        out_shape: &[usize],
+        label: &str,
+    ) -> Result<crate::ops::Operand> {
         let sig = op.signature()?;
         if inputs.len() != sig.inputs.len() {
             return Err(Error::SizeMismatch {
@@ -215,14 +283,7 @@ impl Graph {
                 actual: out_len,
             });
         }
-        let output = self.declare(label, out.dtype, out_shape, TensorKind::Intermediate);
-        self.nodes.push(Node {
-            op,
-            inputs: inputs.to_vec(),
-            output,
-            label: label.to_string(),
-        });
-        Ok(output)
+        Ok(out)
     }
 
     /// A new tensor of `shape` sharing the bytes of `t` (same element count).
@@ -251,6 +312,56 @@ impl Graph {
             shape: shape.to_vec(),
             kind: src.kind,
             alias_of: Some(root),
+            offset: src.offset,
+        });
+        Ok(self.id_at(self.tensors.len() - 1))
+    }
+
+    /// A new tensor of `shape` over the bytes of `t` from `offset` (in bytes, relative to `t`):
+    /// a byte range of `t`'s root, usable as an op input and, for an intermediate, as an op
+    /// output ([`Graph::op_into`]). The binding offset a device needs (`binding_align`) is checked
+    /// when the graph is compiled, where the device is known.
+    ///
+    /// # Errors
+    /// [`Error::Misaligned`] for an offset that is not a multiple of the element size,
+    /// [`Error::OutOfBounds`] for a range past the end of `t`, [`Error::ForeignTensor`],
+    /// [`Error::ArithmeticOverflow`].
+    pub fn view(&mut self, t: TensorId, offset: u64, shape: &[usize]) -> Result<TensorId> {
+        let src = self.decl(t)?.clone();
+        let src_size = src.size()?;
+        let len = shape_len(shape).ok_or_else(|| Error::ArithmeticOverflow {
+            what: format!("view of '{}' as {shape:?}", src.name),
+            limit_name: "u64",
+        })?;
+        let overflow = || Error::ArithmeticOverflow {
+            what: format!("byte range of a view of '{}'", src.name),
+            limit_name: "u64",
+        };
+        let size = len.checked_mul(src.dtype.size()).ok_or_else(overflow)?;
+        if !offset.is_multiple_of(src.dtype.size()) {
+            return Err(Error::Misaligned {
+                what: "view offset",
+                value: offset,
+                align: src.dtype.size(),
+                align_name: "element size",
+            });
+        }
+        if offset.checked_add(size).ok_or_else(overflow)? > src_size {
+            return Err(Error::OutOfBounds {
+                what: "view of a graph tensor",
+                offset,
+                size,
+                limit: src_size,
+            });
+        }
+        let root = src.alias_of.unwrap_or(t);
+        self.tensors.push(TensorDecl {
+            name: format!("{}[{offset}..{}]", src.name, offset + size),
+            dtype: src.dtype,
+            shape: shape.to_vec(),
+            kind: src.kind,
+            alias_of: Some(root),
+            offset: src.offset + offset,
         });
         Ok(self.id_at(self.tensors.len() - 1))
     }
@@ -302,6 +413,8 @@ impl Graph {
         &self.outputs
     }
 }
+
+mod tile;
 
 #[cfg(test)]
 mod tests;

@@ -298,6 +298,54 @@ fn budgeted_minilm_below_its_word_table_is_bit_identical() {
     }
 }
 
+/// Issue 16: MiniLM with its attention in 2 and 8 chunks gives the unchunked embeddings bit
+/// for bit on every backend, or, where a chunk's view of the mask (one 64-byte row per sentence
+/// at sequence 16) is off the device's binding alignment, a clear `Misaligned` error.
+#[test]
+fn chunked_attention_is_bit_identical_on_every_backend() {
+    use tensormem_examples::models::minilm::AttentionChunks;
+    use tensormem_examples::models::offload_table::token_batch;
+    let Some(dir) = model_dir() else { return };
+    let (batch, seq) = (8, 16);
+    for (name, rt) in backends::available_runtimes() {
+        let align = rt.backend().capabilities().binding_align;
+        let mut model = MiniLm::open(&rt, &dir).unwrap();
+        let tokens = token_batch(&model, batch, seq).unwrap();
+        let embed = |model: &mut MiniLm| -> tensormem::Result<Vec<u32>> {
+            model.set_tokens(&tokens)?;
+            model.run(batch, seq)?;
+            let v = model.read_embeddings(batch, seq)?;
+            Ok(v.iter().flatten().map(|x| x.to_bits()).collect())
+        };
+        model.set_attention_chunks(AttentionChunks::Fixed(1));
+        let want = embed(&mut model).unwrap();
+        for chunks in [2u32, 8] {
+            model.set_attention_chunks(AttentionChunks::Fixed(chunks));
+            let mask_offset = (batch as u64 / u64::from(chunks)) * seq as u64 * 4;
+            match embed(&mut model) {
+                Ok(got) => {
+                    assert_eq!(got, want, "{name}: {chunks} chunks");
+                    assert_eq!(model.attention_chunks(batch, seq), Some(chunks));
+                }
+                Err(tensormem::Error::Misaligned {
+                    value,
+                    align: a,
+                    align_name: "binding_align",
+                    ..
+                }) => {
+                    assert_eq!(a, align, "{name}");
+                    assert!(
+                        !mask_offset.is_multiple_of(align) && value % align != 0,
+                        "{name}: {chunks} chunks refused at {value}"
+                    );
+                }
+                Err(e) => panic!("{name}: {chunks} chunks: {e}"),
+            }
+        }
+        println!("RAN {name}: chunked attention bit-identical (binding_align {align})");
+    }
+}
+
 /// Issue 20: the model split across two devices (balanced by weight bytes, and cut at the middle
 /// node) gives the single device's embeddings bit for bit, on two host devices and on two
 /// lavapipe devices (two Vulkan instances on the one adapter), and each device reports its peak.

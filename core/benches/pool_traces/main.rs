@@ -10,7 +10,8 @@
 //! mobilenet_v2 by iteration, xfmr_eager by prefill; rand_logu has none), with the share of
 //! allocations it served from plans and its steady state: peak reserved from the first plan on,
 //! over the arena the plans need. It writes one SVG per trace: live bytes and each pool's
-//! reserved bytes over the events.
+//! reserved bytes over the events. Under each trace it also prints the peak of exact best fit
+//! over the same growing range (`best_fit.rs`): the placement bound of the in-place column.
 //!
 //! The traces and how they are made are in `traces.rs`; the pools and the counting devices, and
 //! why counting devices, in `peers.rs`.
@@ -19,6 +20,7 @@
 //! [--trace NAME]...` (SVGs default to `target/pool_traces/`). Exit code 0 on success, 1 when a
 //! pool fails a request or a file cannot be written, 2 for bad arguments.
 
+mod best_fit;
 mod peers;
 mod svg;
 #[path = "../support/thread_cpu.rs"]
@@ -224,6 +226,14 @@ fn run(args: &Args) -> Result<(), String> {
             }
         }
         let ratio = |r: &Replayed| r.peak_reserved as f64 / peak_live as f64;
+        let mut best = best_fit::BestFit::default();
+        for e in &trace.events {
+            if e.alloc {
+                best.alloc(e.id, e.size);
+            } else {
+                best.free(e.id)?;
+            }
+        }
         println!(
             "{:<16} {:>8} {:>9} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>7.2} {:>6.2}",
             trace.name,
@@ -247,6 +257,11 @@ fn run(args: &Args) -> Result<(), String> {
         println!(
             "    {}; releases: in place {}, blocks {}, replay {}, cubecl {}",
             trace.what, in_place.releases, blocks.releases, replayed.releases, cubecl.releases
+        );
+        println!(
+            "    exact best fit over the in-place arena's growing range: {:.3}, {} growths",
+            best.peak() as f64 / peak_live as f64,
+            best.growths()
         );
         let s = pool.stats();
         let steady = pool

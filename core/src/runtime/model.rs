@@ -125,13 +125,26 @@ pub struct Model {
     offload: Option<Box<offloaded::Offloaded>>,
 }
 
-/// Every op of `graph` runs within the device's largest binding: its operands fit, or the
-/// validating front splits it into parts that do.
+/// Every op of `graph` runs within the device's largest binding (its operands fit, or the
+/// validating front splits it into parts that do), and every view it binds starts on the device's
+/// `binding_align`.
 ///
 /// # Errors
-/// [`Error::TooLarge`] naming the op's largest operand.
+/// [`Error::Misaligned`] for a view off `binding_align`; [`Error::TooLarge`] naming the op's
+/// largest operand.
 fn check_bindings(graph: &Graph, caps: &crate::Capabilities) -> Result<()> {
     for node in graph.nodes() {
+        for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
+            let offset = graph.decl(t)?.offset;
+            if caps.binding_align > 1 && !offset.is_multiple_of(caps.binding_align) {
+                return Err(Error::Misaligned {
+                    what: "offset of a graph view an op binds",
+                    value: offset,
+                    align: caps.binding_align,
+                    align_name: "binding_align",
+                });
+            }
+        }
         if !crate::validate::split::fits(&node.op, caps.max_binding_size, caps.binding_align) {
             let sig = node.op.signature()?;
             let largest = sig
@@ -377,9 +390,20 @@ impl Model {
         p.segmented.and_then(|i| self.segmented.get(i))
     }
 
+    /// Where `t`'s bytes are: its root's place, narrowed to `t`'s range for a view.
     fn place(&self, t: TensorId) -> Result<Place> {
         self.graph.decl(t)?;
         let root = self.graph.root(t);
+        let p = self.root_place(root)?;
+        let (offset, size) = span(&self.graph, t, p.size)?;
+        Ok(Place {
+            offset: p.offset + offset,
+            size,
+            ..p
+        })
+    }
+
+    fn root_place(&self, root: TensorId) -> Result<Place> {
         self.places
             .get(root.index())
             .copied()
@@ -391,7 +415,7 @@ impl Model {
                 )),
                 _ => Error::invalid(format!(
                     "tensor {} has no storage in this model (never written nor read)",
-                    t.index()
+                    root.index()
                 )),
             })
     }
@@ -417,6 +441,13 @@ impl Model {
                 expected: size,
                 actual: data.len() as u64,
             });
+        }
+        let root = self.graph.decl(self.graph.root(t))?;
+        if decl.offset != 0 || size != root.size()? {
+            return Err(Error::invalid(format!(
+                "'{}' is a view of part of '{}': the host sets the whole tensor",
+                decl.name, root.name
+            )));
         }
         if let Some(o) = &mut self.offload {
             return o.write(&self.rt, self.graph.root(t).index(), data);
@@ -651,10 +682,23 @@ impl Model {
                 nt.before(self, step, node)?;
             }
             for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
-                let root = self.graph.root(t).index();
-                if ranges[root].is_none() {
+                if ranges[t.index()].is_none() {
                     let p = self.place(t)?;
-                    ranges[root] = Some(match self.segments_of(&p) {
+                    ranges[t.index()] = Some(match self.segments_of(&p) {
+                        // A view into a tensor held in segments is not bound (it would need
+                        // its own cut of the segments).
+                        Some(_)
+                            if p.offset != 0
+                                || p.size != self.root_place(self.graph.root(t))?.size =>
+                        {
+                            return Err(Error::Unsupported {
+                                backend: self.rt.backend().capabilities().backend,
+                                what: format!(
+                                    "a view of tensor {}, which is held in segments",
+                                    self.graph.root(t).index()
+                                ),
+                            });
+                        }
                         Some(segs) => {
                             segment_ranges(pool.as_ref(), segs, self.graph.decl(t)?.size()?)?
                         }
@@ -673,7 +717,7 @@ impl Model {
                 .inputs
                 .iter()
                 .chain(std::iter::once(&node.output))
-                .map(|&t| ranges[self.graph.root(t).index()].as_deref().unwrap_or(&[]))
+                .map(|&t| ranges[t.index()].as_deref().unwrap_or(&[]))
                 .collect();
             last = self.rt.front().dispatch_segments(&node.op, &operands)?;
             if let Some(nt) = &mut tracing {
@@ -726,7 +770,12 @@ impl Model {
         if let Some(o) = &self.offload {
             let mut out = vec![T::zeroed(); (decl.size()? / elem) as usize];
             let root = self.graph.root(t).index();
-            o.read(&self.rt, root, bytemuck::cast_slice_mut(&mut out))?;
+            o.read(
+                &self.rt,
+                root,
+                decl.offset,
+                bytemuck::cast_slice_mut(&mut out),
+            )?;
             return Ok(out);
         }
         let p = self.place(t)?;
@@ -874,6 +923,31 @@ impl NodeTracer {
             }
         }
     }
+}
+
+/// Where `t`'s binding lies in its root's storage of `root_size` (padded) bytes, as `(offset,
+/// size)`: a root, or an alias of all of it, binds the whole padded root; a view binds its
+/// elements rounded up to whole 32-bit words, as kernels bind every operand.
+///
+/// # Errors
+/// [`Error::OutOfBounds`] for a view whose rounded binding passes the root's storage;
+/// [`Error::ForeignTensor`], [`Error::ArithmeticOverflow`].
+pub(crate) fn span(graph: &Graph, t: TensorId, root_size: u64) -> Result<(u64, u64)> {
+    let decl = graph.decl(t)?;
+    let size = decl.size()?;
+    if decl.offset == 0 && size == graph.decl(graph.root(t))?.size()? {
+        return Ok((0, root_size));
+    }
+    let words = size.checked_next_multiple_of(4).unwrap_or(u64::MAX);
+    if decl.offset.saturating_add(words) > root_size {
+        return Err(Error::OutOfBounds {
+            what: "binding of a graph view",
+            offset: decl.offset,
+            size: words,
+            limit: root_size,
+        });
+    }
+    Ok((decl.offset, words))
 }
 
 /// Writes the `size` bytes `chunks` yield into `segs` in order (each boundary a multiple of

@@ -26,7 +26,7 @@ pub(crate) type Part = (Op, Vec<BlockRange>);
 
 /// How an operand's binding follows the split.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Share {
+pub(crate) enum Share {
     /// Bound whole by every part.
     Whole,
     /// `bytes` per unit: part `i` binds the units it covers.
@@ -34,7 +34,7 @@ enum Share {
 }
 
 /// The units along the op's split axis, if it has one.
-fn units(op: &Op) -> Option<u32> {
+pub(crate) fn units(op: &Op) -> Option<u32> {
     Some(match *op {
         Op::Add { len, b_len } | Op::Mul { len, b_len } => {
             if b_len == len {
@@ -87,7 +87,7 @@ fn units(op: &Op) -> Option<u32> {
 }
 
 /// `op` over `r` of its units (see [`units`]).
-fn restrict(op: &Op, r: u32) -> Op {
+pub(crate) fn restrict(op: &Op, r: u32) -> Op {
     let mut op = op.clone();
     match &mut op {
         Op::Add { len, b_len } | Op::Mul { len, b_len } => {
@@ -128,7 +128,7 @@ fn restrict(op: &Op, r: u32) -> Op {
 }
 
 /// How each operand of `op` follows the split, from the op over one and over two units.
-fn shares(op: &Op) -> Option<Vec<Share>> {
+pub(crate) fn shares(op: &Op) -> Option<Vec<Share>> {
     let one = restrict(op, 1).signature().ok()?;
     let two = restrict(op, 2).signature().ok()?;
     let pairs = one

@@ -13,7 +13,7 @@ use tensormem::{Error, Result, Runtime, RuntimeConfig};
 use tensormem_examples::backend_select::{self, BackendChoice};
 use tensormem_examples::cli::{self, EXIT_CODES, SampleArgs};
 use tensormem_examples::models::host_memory::PhaseMeter;
-use tensormem_examples::models::minilm::{self, BertConfig, MiniLm};
+use tensormem_examples::models::minilm::{self, AttentionChunks, BertConfig, MiniLm};
 use tensormem_examples::models::offload_table;
 use tensormem_examples::models::report::{InferenceReport, blocks_allocated, bytes, time_runs};
 use tensormem_examples::models::weights::WeightFile;
@@ -73,6 +73,12 @@ struct Args {
     /// device count; overrides --backend.
     #[arg(long, value_name = "LIST", value_enum, value_delimiter = ',')]
     device_backends: Vec<BackendChoice>,
+    /// Chunks each layer's attention runs in (scores, softmax and context over a part of the
+    /// sentences at a time; a divisor of the batch): `auto` is 1 without --device-budget and, with
+    /// one, the fewest chunks whose largest op fits the budget. Embeddings are identical for every
+    /// count. With --offload-table it applies to the budgeted rows.
+    #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = AttentionChunks::parse)]
+    attention_chunks: AttentionChunks,
     /// Sentences to embed (default: stdin, one per line).
     #[arg(value_name = "SENTENCE")]
     sentences: Vec<String>,
@@ -132,6 +138,7 @@ fn run(mut args: Args) -> Result<()> {
     if args.offload_table {
         let mut base = MiniLm::open(&rt, &model_dir)?;
         let mut model = MiniLm::open(&rt, &model_dir)?;
+        model.set_attention_chunks(args.attention_chunks);
         let seqs = if args.offload_seq.is_empty() {
             vec![128, 512]
         } else {
@@ -211,6 +218,7 @@ fn run(mut args: Args) -> Result<()> {
     });
     let mut model = MiniLm::with_weights(&rt, &model_dir, weights, s.weights.format())?;
     model.set_device_budget(s.device_budget);
+    model.set_attention_chunks(args.attention_chunks);
     meter.phase("config and tokenizer");
     loading.set_message("compiling and uploading");
     let tokens = model.tokenizer().encode_batch(&sentences)?;
@@ -239,7 +247,12 @@ fn run(mut args: Args) -> Result<()> {
     let compiled = model
         .cached_model(batch, seq)
         .ok_or_else(|| Error::invalid("minilm: the compiled shape left the cache"))?;
-    let shape = format!("batch {batch} x seq {seq}");
+    let chunks = model.attention_chunks(batch, seq).unwrap_or(1);
+    let shape = if chunks > 1 {
+        format!("batch {batch} x seq {seq}, attention in {chunks} chunks")
+    } else {
+        format!("batch {batch} x seq {seq}")
+    };
     meter.phase("timed runs");
     let report = InferenceReport::new(&rt, &selection, compiled, shape, timing).with_phases(meter);
 
@@ -268,6 +281,7 @@ fn run(mut args: Args) -> Result<()> {
             "cosine": sims,
             "load_ms": load_ms,
             "first_run_ms": first_run_ms,
+            "attention_chunks": chunks,
             "report": report.to_json(),
         });
         outln!(text, "{out}");

@@ -8,7 +8,8 @@
 //! queued before them, so it bounds the transfer stall from above; the time ratio is the real
 //! overhead); whether the embeddings are bit-identical to the unbudgeted ones; and which score
 //! the automatic selection picks at that budget (the lowest predicted stall, then the fewest
-//! bytes moved). A budget no schedule meets is a row with the error (the op that cannot fit and
+//! bytes moved); and the chunks each layer's attention ran in (the fewest whose largest op fits
+//! the budget, unless `--attention-chunks` fixes them). A budget no schedule meets is a row with the error (the op that cannot fit and
 //! the bytes it needs).
 
 use std::time::{Duration, Instant};
@@ -39,6 +40,8 @@ pub struct OffloadRow {
     pub percent: Option<f64>,
     /// The score tried.
     pub score: Option<Score>,
+    /// Chunks each layer's attention ran in ([`AttentionChunks`](super::minilm::AttentionChunks)).
+    pub chunks: u32,
     /// The budget in bytes (the unbudgeted device bytes for the baseline).
     pub budget: u64,
     /// Peak device bytes measured by the pool.
@@ -156,6 +159,7 @@ struct Measured {
     stall: Duration,
     predicted_stall: Duration,
     unified: bool,
+    chunks: u32,
 }
 
 /// One inference (inputs, run, read back), timed.
@@ -222,6 +226,7 @@ fn measure(
         .and_then(|o| o.outcomes.iter().find(|s| s.score.name() == o.score))
         .map_or(Duration::ZERO, |s| s.predicted_stall);
     Ok(Measured {
+        chunks: model.attention_chunks(batch, seq).unwrap_or(1),
         bits,
         fastest,
         base_fastest,
@@ -249,6 +254,7 @@ impl Measured {
             seq,
             percent,
             score,
+            chunks: self.chunks,
             budget: self.budget,
             peak_device_bytes: self.peak,
             fastest: self.fastest,
@@ -268,8 +274,8 @@ impl Measured {
 /// The rows as a Markdown table (the README's).
 pub fn to_markdown(rows: &[OffloadRow]) -> String {
     let mut out = String::from(
-        "| seq | budget | score | peak device | time vs unbudgeted | to device / run | to host / run | stall predicted / host wait | identical |\n\
-         |---|---|---|---|---|---|---|---|---|\n",
+        "| seq | budget | score | attention chunks | peak device | time vs unbudgeted | to device / run | to host / run | stall predicted / host wait | identical |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let budget = r
@@ -282,15 +288,16 @@ pub fn to_markdown(rows: &[OffloadRow]) -> String {
         };
         if let Some(e) = &r.error {
             out += &format!(
-                "| {} | {budget} | {score} | - | - | - | - | - | {e} |\n",
+                "| {} | {budget} | {score} | - | - | - | - | - | - | {e} |\n",
                 r.seq
             );
             continue;
         }
         out += &format!(
-            "| {} | {budget} ({}) | {score} | {} | {:.2}x | {} | {} | {:.1} / {:.1} ms | {}{} |\n",
+            "| {} | {budget} ({}) | {score} | {} | {} | {:.2}x | {} | {} | {:.1} / {:.1} ms | {}{} |\n",
             r.seq,
             mib(r.budget),
+            r.chunks,
             mib(r.peak_device_bytes),
             r.time_ratio,
             mib(r.to_device),
@@ -321,6 +328,7 @@ pub fn to_json(rows: &[OffloadRow]) -> Value {
                 "seq": r.seq,
                 "budget_percent": r.percent,
                 "score": r.score.map(Score::name),
+                "attention_chunks": r.chunks,
                 "budget_bytes": r.budget,
                 "peak_device_bytes": r.peak_device_bytes,
                 "fastest_run_ms": r.fastest.as_secs_f64() * 1e3,

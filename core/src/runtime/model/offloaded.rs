@@ -31,8 +31,9 @@
 //! * A swap-in blocks the host until its copy-out landed, which drains the queue mid-run: the
 //!   front lets copies write only device and `Readback` memory and read only device and `Upload`
 //!   memory, so an activation cannot go out and back without the host.
-//! * Ops are never split: a budget below one op's operands (MiniLM's attention softmax at sequence
-//!   512 binds 201 MB) is [`Error::BudgetBelowWorkingSet`].
+//! * Ops are never split here: a budget below one op's operands (MiniLM's untiled attention
+//!   softmax at sequence 512 binds 201 MB) is [`Error::BudgetBelowWorkingSet`]; tiling the chain
+//!   beforehand ([`Graph::tile`](crate::Graph::tile)) is what brings such an op within a budget.
 //! * Native only: a browser cannot block on the swap-in's wait.
 
 use std::sync::Arc;
@@ -108,6 +109,9 @@ enum Site {
     Host,
 }
 
+/// `(offset, size)` of a binding in its root tensor's bytes.
+type Span = (u64, u64);
+
 /// The per-run program of a budgeted model.
 pub(super) struct Offloaded {
     /// The model's device pool, limited to the budget.
@@ -133,8 +137,9 @@ pub(super) struct Offloaded {
     arrive: Vec<Vec<(usize, u64, Arrival)>>,
     /// Per op: copy-outs after it, as `(tensor, arena offset)`.
     leave: Vec<Vec<(usize, u64)>>,
-    /// Per op: where each binding (inputs, then the output) is.
-    sites: Vec<Vec<(usize, Site)>>,
+    /// Per op: where each binding (inputs, then the output) is, as its root tensor, the root's
+    /// site, and the binding's `(offset, size)` in the root ([`super::span`]: views bind a range).
+    sites: Vec<Vec<(usize, Site, Span)>>,
     /// Padded byte size per root tensor.
     sizes: Vec<u64>,
     /// Ticket of the last work enqueued (host writes to masters wait for it).
@@ -248,8 +253,10 @@ impl Offloaded {
             }
             let streamed = t.class == TensorClass::Weight
                 && at[i].iter().all(|&(lo, hi, _)| (lo, hi) != (0, n as u64));
-            let off_device =
-                schedule.host_resident.get(i).copied().unwrap_or(false) || t.uses.is_empty();
+            // An unused weight, input or output still has bytes the host may set or read; an
+            // unused intermediate (one a tiling replaced by its parts) has none.
+            let unused = t.uses.is_empty() && t.class != TensorClass::Intermediate;
+            let off_device = schedule.host_resident.get(i).copied().unwrap_or(false) || unused;
             if streamed || off_device {
                 host[i] = Some(upload.allocate(sizes[i], align.next_power_of_two(), &decl.name)?);
             }
@@ -274,12 +281,28 @@ impl Offloaded {
         }
         let mut sites = vec![Vec::new(); n];
         for (k, node) in graph.nodes().iter().enumerate() {
-            let bound: Vec<usize> = match gather_at[k] {
-                Some(gi) => gathers[gi].staged.iter().map(|&(t, _)| t).collect(),
-                None => node.inputs.iter().map(|&t| graph.root(t).index()).collect(),
+            // Per binding: the root and the range of it bound.
+            let bound: Vec<(usize, Span)> = match gather_at[k] {
+                Some(gi) => gathers[gi]
+                    .staged
+                    .iter()
+                    .map(|&(t, _)| (t, (0, sizes[t])))
+                    .collect(),
+                None => node
+                    .inputs
+                    .iter()
+                    .map(|&t| {
+                        let root = graph.root(t).index();
+                        Ok((root, super::span(graph, t, sizes[root])?))
+                    })
+                    .collect::<Result<_>>()?,
             };
             let output = graph.root(node.output).index();
-            for root in bound.into_iter().chain(std::iter::once(output)) {
+            let output_span = super::span(graph, node.output, sizes[output])?;
+            for (root, span) in bound
+                .into_iter()
+                .chain(std::iter::once((output, output_span)))
+            {
                 let k64 = k as u64;
                 let site = match at[root].iter().find(|r| r.0 <= k64 && k64 < r.1) {
                     Some(&(_, _, offset)) => Site::Arena(offset),
@@ -291,7 +314,7 @@ impl Offloaded {
                         )));
                     }
                 };
-                sites[k].push((root, site));
+                sites[k].push((root, site, span));
             }
         }
         let report = OffloadReport {
@@ -388,14 +411,21 @@ impl Offloaded {
         }
     }
 
-    /// Reads a tensor the host reads (an output, a weight, an input) into `out`, after the last
-    /// run.
+    /// Reads a tensor the host reads (an output, a weight, an input; or a view of one, `offset`
+    /// bytes into its root) into `out`, after the last run.
     ///
     /// # Errors
     /// As [`Offloaded::write`].
-    pub(super) fn read(&self, rt: &Runtime, root: usize, out: &mut [u8]) -> Result<()> {
+    pub(super) fn read(
+        &self,
+        rt: &Runtime,
+        root: usize,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let offset = offset as usize;
         if self.keeps_copy.get(root) == Some(&true) {
-            let copy = &self.host_copy[root];
+            let copy = self.host_copy[root].get(offset..).unwrap_or_default();
             let n = copy.len().min(out.len());
             out[..n].copy_from_slice(&copy[..n]);
             out[n..].fill(0);
@@ -415,7 +445,15 @@ impl Offloaded {
                 stage_out(rt, src, &mut buf)?;
             }
         }
-        out.copy_from_slice(&buf[..out.len()]);
+        let part = buf
+            .get(offset..offset + out.len())
+            .ok_or(Error::OutOfBounds {
+                what: "read of a budgeted model's tensor",
+                offset: offset as u64,
+                size: out.len() as u64,
+                limit: buf.len() as u64,
+            })?;
+        out.copy_from_slice(part);
         Ok(())
     }
 
@@ -471,15 +509,19 @@ impl Offloaded {
                 self.report.bytes_to_device += size;
             }
             bindings.clear();
-            for &(root, site) in &self.sites[k] {
-                let size = self.sizes[root];
+            for &(root, site, (offset, size)) in &self.sites[k] {
                 bindings.push(match site {
-                    Site::Arena(offset) => self.arena_range(offset, size)?,
+                    Site::Arena(at) => self.arena_range(at + offset, size)?,
                     Site::Host => {
                         let a = self.host[root].ok_or_else(|| {
                             Error::invariant("a host site has an allocation", format!("{root}"))
                         })?;
-                        self.upload.resolve(a.handle)?
+                        let whole = self.upload.resolve(a.handle)?;
+                        BlockRange {
+                            offset: whole.offset + offset,
+                            size,
+                            ..whole
+                        }
                     }
                 });
             }

@@ -128,19 +128,57 @@ pub struct MiniLmGraph {
     pub embeddings: TensorId,
 }
 
-/// Builds the encoder graph for `batch` sentences of `seq` tokens.
+/// Builds the encoder graph for `batch` sentences of `seq` tokens, each layer's attention in one
+/// chain ([`build_graph_chunked`] with one chunk).
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for a zero batch or sequence, or a sequence longer than the position
-/// table; graph shape checks.
-/// The word, position and type embedding tables and every linear weight are stored in `format`;
-/// biases and LayerNorm parameters stay f32.
+/// As [`build_graph_chunked`].
 pub fn build_graph(
     cfg: &BertConfig,
     batch: usize,
     seq: usize,
     format: WeightFormat,
 ) -> Result<MiniLmGraph> {
+    build_graph_chunked(cfg, batch, seq, format, 1)
+}
+
+/// The attention chunk counts a batch of `batch` sentences allows, ascending: the divisors of
+/// `batch` (a chunk holds whole sentences, since the softmax reads one mask row per sentence).
+pub fn attention_chunk_counts(batch: usize) -> Vec<u32> {
+    (1..=batch)
+        .filter(|c| batch.is_multiple_of(*c))
+        .filter_map(|c| u32::try_from(c).ok())
+        .collect()
+}
+
+/// Builds the encoder graph for `batch` sentences of `seq` tokens, with each layer's attention
+/// (scores → masked softmax → context over `batch·heads`) tiled into `attention_chunks` chunks
+/// of whole sentences ([`tensormem::Graph::tile`]): each chunk's scores and probabilities are a
+/// `1/attention_chunks` part, and its context is written into a view of the layer's context
+/// tensor. The largest op's working set (the softmax: `2·batch·heads·seq²` floats) shrinks by the
+/// chunk count, and every element is computed as in the unchunked graph, so the embeddings are
+/// bit-identical. One chunk is the untiled graph.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a zero batch or sequence, a sequence longer than the position
+/// table, or a chunk count that does not divide the batch ([`attention_chunk_counts`]); graph
+/// shape checks.
+/// The word, position and type embedding tables and every linear weight are stored in `format`;
+/// biases and LayerNorm parameters stay f32.
+pub fn build_graph_chunked(
+    cfg: &BertConfig,
+    batch: usize,
+    seq: usize,
+    format: WeightFormat,
+    attention_chunks: u32,
+) -> Result<MiniLmGraph> {
+    if attention_chunks == 0 || !batch.is_multiple_of(attention_chunks as usize) {
+        return Err(Error::invalid(format!(
+            "minilm: {attention_chunks} attention chunks for a batch of {batch}: a chunk holds \
+             whole sentences, so the count must divide the batch ({:?})",
+            attention_chunk_counts(batch)
+        )));
+    }
     if batch == 0 || seq == 0 {
         return Err(Error::invalid(format!(
             "minilm: batch {batch} and sequence {seq} must both be at least 1"
@@ -285,6 +323,8 @@ pub fn build_graph(
             weight_format: WeightFormat::F32,
         };
         let ctx = b.op(ctx_op, &[probs, v], &heads_shape, &format!("{p}.context"))?;
+        let end = b.graph.nodes().len();
+        b.graph.tile(end - 3..end, attention_chunks)?;
         let ctx = b.op(
             merge.clone(),
             &[ctx],

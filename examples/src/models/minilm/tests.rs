@@ -228,3 +228,66 @@ fn ids_outside_their_tables_are_refused() {
         "{msg}"
     );
 }
+
+#[test]
+fn chunked_attention_repeats_the_chain_per_chunk_and_keeps_the_rest() {
+    let cfg = BertConfig::all_minilm_l6_v2();
+    let one = build_graph(&cfg, 4, 9, WeightFormat::F32).unwrap();
+    let same = build_graph_chunked(&cfg, 4, 9, WeightFormat::F32, 1).unwrap();
+    let labels = |g: &MiniLmGraph| -> Vec<String> {
+        g.builder
+            .graph
+            .nodes()
+            .iter()
+            .map(|n| n.label.clone())
+            .collect()
+    };
+    assert_eq!(
+        labels(&one),
+        labels(&same),
+        "one chunk is the untiled graph"
+    );
+    for chunks in [2u32, 4] {
+        let g = build_graph_chunked(&cfg, 4, 9, WeightFormat::F32, chunks).unwrap();
+        let nodes = g.builder.graph.nodes();
+        let c = chunks as usize;
+        assert_eq!(nodes.len(), 6 + 6 * (18 + 3 * (c - 1)) + 2);
+        let count = |name: &str| nodes.iter().filter(|n| n.op.name() == name).count();
+        assert_eq!(count("softmax"), 6 * c);
+        assert_eq!(count("matmul"), 6 * (6 + 2 * c));
+        let probs = nodes
+            .iter()
+            .find(|n| n.label == "encoder.layer.0.probs.part1")
+            .unwrap();
+        match probs.op {
+            Op::Softmax {
+                rows,
+                rows_per_mask,
+                ..
+            } => assert_eq!((rows, rows_per_mask), (4 / chunks * 12 * 9, 12 * 9)),
+            ref other => panic!("probs is {other:?}"),
+        }
+        // The chunk's mask is its sentences' rows of the input.
+        let mask = g.builder.graph.decl(probs.inputs[1]).unwrap();
+        assert_eq!(g.builder.graph.root(probs.inputs[1]), g.mask);
+        assert_eq!(mask.offset, u64::from(4 / chunks) * 9 * 4);
+        assert_eq!(g.builder.weights.len(), one.builder.weights.len());
+    }
+    for bad in [0u32, 3, 8] {
+        assert!(matches!(
+            build_graph_chunked(&cfg, 4, 9, WeightFormat::F32, bad),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    assert_eq!(attention_chunk_counts(8), [1, 2, 4, 8]);
+    assert_eq!(attention_chunk_counts(6), [1, 2, 3, 6]);
+}
+
+#[test]
+fn attention_chunks_parse_auto_or_a_count() {
+    assert_eq!(AttentionChunks::parse("auto"), Ok(AttentionChunks::Auto));
+    assert_eq!(AttentionChunks::parse("4"), Ok(AttentionChunks::Fixed(4)));
+    assert!(AttentionChunks::parse("0").is_err());
+    assert!(AttentionChunks::parse("-1").is_err());
+    assert!(AttentionChunks::parse("many").is_err());
+}

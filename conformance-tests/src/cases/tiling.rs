@@ -1,0 +1,318 @@
+//! Graph views and tiling (issue 16): an attention chain tiled into parts ([`Graph::tile`])
+//! computes the untiled graph's outputs bit for bit, compiled plainly and within a budget the
+//! untiled chain cannot meet; a view past its tensor is a typed error; a view an op binds off the
+//! target's `binding_align` is refused by the compiler with the numbers.
+
+use std::ops::Range;
+
+use tensormem::ops::{DType, Op, WeightFormat};
+use tensormem::{CompileDesc, Error, Graph, Model, Runtime, RuntimeConfig, TensorId};
+
+use crate::{Case, Ctx, case, check, fail};
+
+type R = std::result::Result<(), String>;
+
+pub(crate) fn cases() -> Vec<Case> {
+    vec![
+        case!(
+            "tiled_attention_equals_untiled",
+            tiled_attention_equals_untiled
+        ),
+        case!("tiled_attention_within_a_budget_only_it_meets", tiled_attention_within_a_budget_only_it_meets, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
+        case!(
+            "views_out_of_range_or_off_binding_align",
+            views_out_of_range_or_off_binding_align
+        ),
+    ]
+}
+
+/// Attention over `B` sentences of `S` tokens, `H` heads of `D`: every view the tiling makes sits
+/// on 256 bytes (the largest `binding_align` of the targets: a mask part is 4·64·4/parts bytes).
+const B: usize = 4;
+const S: usize = 64;
+const H: usize = 2;
+const D: usize = 8;
+
+struct Attention {
+    g: Graph,
+    inputs: Vec<(TensorId, Vec<f32>)>,
+    out: TensorId,
+    chain: Range<usize>,
+}
+
+fn attention() -> Result<Attention, String> {
+    let graph = fail("graph");
+    let bh = B * H;
+    let mut g = Graph::new();
+    let q = g.input("q", DType::F32, &[bh, S, D]);
+    let k = g.input("k", DType::F32, &[bh, S, D]);
+    let v = g.input("v", DType::F32, &[bh, S, D]);
+    let mask = g.input("mask", DType::F32, &[B, S]);
+    let len = (bh * S * D) as u32;
+    let pre = g
+        .op(Op::Relu { len }, &[q], &[bh, S, D], "pre")
+        .map_err(&graph)?;
+    let first = g.nodes().len();
+    let mm = |n: usize, k: usize, trans_b: bool, alpha: f32| Op::MatMul {
+        batch: bh as u32,
+        m: S as u32,
+        n: n as u32,
+        k: k as u32,
+        trans_a: false,
+        trans_b,
+        broadcast_b: false,
+        bias: false,
+        alpha,
+        weight_format: WeightFormat::F32,
+    };
+    let scores = g
+        .op(mm(S, D, true, 0.35), &[pre, k], &[bh, S, S], "scores")
+        .map_err(&graph)?;
+    let softmax = Op::Softmax {
+        rows: (bh * S) as u32,
+        cols: S as u32,
+        masked: true,
+        rows_per_mask: (H * S) as u32,
+    };
+    let probs = g
+        .op(softmax, &[scores, mask], &[bh, S, S], "probs")
+        .map_err(&graph)?;
+    let ctx = g
+        .op(mm(D, S, false, 1.0), &[probs, v], &[bh, S, D], "context")
+        .map_err(&graph)?;
+    let chain = first..g.nodes().len();
+    let out = g
+        .op(Op::Scale { len, alpha: 0.5 }, &[ctx], &[bh, S, D], "after")
+        .map_err(&graph)?;
+    g.output(out);
+    let mut rng = crate::cases::Rng::new(16);
+    let mut data = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.f32()).collect() };
+    let n = bh * S * D;
+    let (qd, kd, vd) = (data(n), data(n), data(n));
+    // Padded keys: a different count per sentence, none in the first.
+    let m: Vec<f32> = (0..B * S)
+        .map(|i| if i % S + 3 * (i / S) >= S { 0.0 } else { 1.0 })
+        .collect();
+    Ok(Attention {
+        inputs: vec![(q, qd), (k, kd), (v, vd), (mask, m)],
+        g,
+        out,
+        chain,
+    })
+}
+
+/// The output's bits after two runs (the second over the first's stale bytes).
+async fn run(ctx: &Ctx, model: &mut Model, a: &Attention) -> Result<Vec<u32>, String> {
+    for (t, data) in &a.inputs {
+        ctx.set_input(model, *t, bytemuck::cast_slice(data))
+            .await
+            .map_err(fail("set input"))?;
+    }
+    let mut bits = Vec::new();
+    for _ in 0..2 {
+        ctx.run(model).await.map_err(fail("run"))?;
+        let got: Vec<f32> = ctx.read_output(model, a.out).await.map_err(fail("read"))?;
+        bits = got.iter().map(|x| x.to_bits()).collect();
+    }
+    Ok(bits)
+}
+
+fn tiled(parts: u32) -> Result<Attention, String> {
+    let mut a = attention()?;
+    a.g.tile(a.chain.clone(), parts).map_err(fail("tile"))?;
+    Ok(a)
+}
+
+async fn tiled_attention_equals_untiled(ctx: &Ctx) -> R {
+    let rt = ctx
+        .runtime(RuntimeConfig::default())
+        .map_err(fail("runtime"))?;
+    let whole = attention()?;
+    let mut plain = rt.compile(&whole.g).map_err(fail("compile"))?;
+    let want = run(ctx, &mut plain, &whole).await?;
+    let arena = plain.memory_report().activation_planned_bytes;
+    drop(plain);
+    for parts in [2u32, 4] {
+        let a = tiled(parts)?;
+        check(a.g.nodes().len() == 2 + 3 * parts as usize, || {
+            format!("{parts} parts: {} nodes", a.g.nodes().len())
+        })?;
+        let mut model = rt.compile(&a.g).map_err(fail("compile tiled"))?;
+        let got = run(ctx, &mut model, &a).await?;
+        check(got == want, || {
+            format!("{parts} parts: the output differs from the untiled graph's")
+        })?;
+        let tiled_arena = model.memory_report().activation_planned_bytes;
+        check(tiled_arena < arena, || {
+            format!("{parts} parts: arena {tiled_arena} not below the untiled {arena}")
+        })?;
+    }
+    rt.check_leaks().map_err(fail("leaks"))
+}
+
+async fn tiled_attention_within_a_budget_only_it_meets(ctx: &Ctx) -> R {
+    for force_staging in [false, true] {
+        let rt = ctx
+            .runtime(RuntimeConfig {
+                force_staging,
+                ..RuntimeConfig::default()
+            })
+            .map_err(fail("runtime"))?;
+        let whole = attention()?;
+        let mut plain = rt.compile(&whole.g).map_err(fail("compile"))?;
+        let want = run(ctx, &mut plain, &whole).await?;
+        drop(plain);
+        // The untiled softmax binds its scores, mask and probabilities: a budget a little above
+        // the tiled chain's largest op but below that, with every tensor the chain does not bind
+        // still resident, is met only by the tiled graph.
+        let a = tiled(4)?;
+        let budget = within(&rt, &a.g, &whole.g)?;
+        let desc = CompileDesc {
+            device_budget: Some(budget),
+            min_offload_size: 0,
+            ..CompileDesc::default()
+        };
+        // On unified memory the schedule may bind the untiled operands in host memory instead.
+        let unified = ctx.backend.capabilities().device_host_visible && !force_staging;
+        if !unified {
+            match rt.compile_with(&whole.g, &desc) {
+                Err(Error::BudgetBelowWorkingSet { op, needed, .. }) => {
+                    check(["scores", "probs"].contains(&op.as_str()), || {
+                        format!("the untiled graph fails at '{op}'")
+                    })?;
+                    check(needed > budget, || format!("needed {needed} of {budget}"))?;
+                }
+                Ok(_) => return Err(format!("the untiled chain compiled within {budget}")),
+                Err(e) => return Err(format!("untiled at {budget}: {e}")),
+            }
+        }
+        let mut model = rt
+            .compile_with(&a.g, &desc)
+            .map_err(fail("compile tiled"))?;
+        let got = run(ctx, &mut model, &a).await?;
+        check(got == want, || {
+            format!("staging forced {force_staging}: the tiled budgeted output differs")
+        })?;
+        let r = model.memory_report();
+        check(r.peak_device_bytes <= budget, || {
+            format!("peak {} over the budget {budget}", r.peak_device_bytes)
+        })?;
+        drop(model);
+        rt.check_leaks().map_err(fail("leaks"))?;
+    }
+    Ok(())
+}
+
+/// A budget between the tiled and the untiled graph's largest working set (every input resident,
+/// as the schedule keeps inputs).
+fn within(rt: &Runtime, tiled: &Graph, whole: &Graph) -> Result<u64, String> {
+    let caps = rt.backend().capabilities();
+    let align = caps.binding_align.max(caps.copy_align).max(1);
+    let largest = |g: &Graph| -> Result<u64, String> {
+        let mut most = 0u64;
+        for n in g.nodes() {
+            let mut roots: Vec<TensorId> = n
+                .inputs
+                .iter()
+                .chain(std::iter::once(&n.output))
+                .map(|&t| g.root(t))
+                .collect();
+            roots.sort();
+            roots.dedup();
+            let mut bytes = 0;
+            for r in roots {
+                bytes += g
+                    .decl(r)
+                    .map_err(fail("decl"))?
+                    .size()
+                    .map_err(fail("size"))?;
+            }
+            most = most.max(bytes);
+        }
+        Ok(most)
+    };
+    let inputs: u64 = (B * H * S * D * 3 + B * S) as u64 * 4 + 4 * align;
+    let (small, big) = (largest(tiled)?, largest(whole)?);
+    check(small + inputs < big, || {
+        format!("the tiled chain's largest op {small} is not well below the untiled {big}")
+    })?;
+    Ok((small + inputs + big) / 2)
+}
+
+async fn views_out_of_range_or_off_binding_align(ctx: &Ctx) -> R {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[64]);
+    match g.view(x, 200, &[32]) {
+        Err(Error::OutOfBounds {
+            offset: 200,
+            size: 128,
+            limit: 256,
+            ..
+        }) => {}
+        other => return Err(format!("a view past its tensor: {other:?}")),
+    }
+    match g.view(x, 6, &[4]) {
+        Err(Error::Misaligned {
+            value: 6, align: 4, ..
+        }) => {}
+        other => return Err(format!("a view off its element size: {other:?}")),
+    }
+    // A view 4 bytes into `x`, read by an op: legal in the graph, refused by a device whose
+    // bindings start on more than 4 bytes; where they may start anywhere, it reads those bytes.
+    let v = g.view(x, 4, &[32]).map_err(fail("view"))?;
+    let y = g
+        .op(
+            Op::Scale {
+                len: 32,
+                alpha: 2.0,
+            },
+            &[v],
+            &[32],
+            "scale",
+        )
+        .map_err(fail("op"))?;
+    g.output(y);
+    let rt = ctx
+        .runtime(RuntimeConfig::default())
+        .map_err(fail("runtime"))?;
+    let align = ctx.backend.capabilities().binding_align;
+    match rt.compile(&g) {
+        Err(Error::Misaligned {
+            value: 4,
+            align: a,
+            align_name: "binding_align",
+            ..
+        }) if a == align && align > 4 => {}
+        Ok(mut model) if align <= 4 => {
+            let data: Vec<f32> = (0..64).map(|i| i as f32).collect();
+            ctx.set_input(&mut model, x, bytemuck::cast_slice(&data))
+                .await
+                .map_err(fail("set"))?;
+            ctx.run(&mut model).await.map_err(fail("run"))?;
+            let got: Vec<f32> = ctx.read_output(&model, y).await.map_err(fail("read"))?;
+            let want: Vec<f32> = (1..33).map(|i| 2.0 * i as f32).collect();
+            check(got == want, || format!("the view read {got:?}"))?;
+        }
+        Ok(_) => {
+            return Err(format!(
+                "a view 4 bytes in compiled with binding_align {align}"
+            ));
+        }
+        Err(e) => return Err(format!("binding_align {align}: {e}")),
+    }
+    // The host sets a whole input, never part of one.
+    let mut h = Graph::new();
+    let x = h.input("x", DType::F32, &[64]);
+    let half = h.view(x, 128, &[32]).map_err(fail("view"))?;
+    let y = h
+        .op(Op::Relu { len: 64 }, &[x], &[64], "relu")
+        .map_err(fail("op"))?;
+    h.output(y);
+    let mut model = rt.compile(&h).map_err(fail("compile"))?;
+    match ctx.set_input(&mut model, half, &[0u8; 128]).await {
+        Err(Error::InvalidArgument(m)) if m.contains("view of part") => {}
+        other => return Err(format!("setting part of an input: {other:?}")),
+    }
+    drop(model);
+    rt.check_leaks().map_err(fail("leaks"))
+}

@@ -1,0 +1,244 @@
+//! Tiling: a chain of ops rewritten as `parts` copies of itself, each over one slice of the ops'
+//! independent axis, so that the chain's largest working set shrinks by the part count.
+//!
+//! The case that needs it is attention: MiniLM's scores → softmax → context over `batch·heads`
+//! binds `2 · batch · heads · seq²` floats in the softmax (201 MB at batch 8, sequence 512), more
+//! than a device budget of half the model's need. Tiled into 8 parts, each softmax binds 25 MB and
+//! the planner reuses one part's scores for the next.
+//!
+//! Why a graph pass in core rather than code in one model's builder: core already knows, per op,
+//! the axis along which its output elements are independent and which operands grow along it
+//! (the validating front splits an op that exceeds one binding along that axis:
+//! `validate::split`). The pass reuses that knowledge, so any model's batched chain tiles the same
+//! way, and every element is computed by the same op over the same operand bytes: a tiled graph's
+//! outputs equal the untiled graph's bit for bit (the conformance suite checks it on every target).
+//!
+//! Part `i` of the chain binds, per operand of each op:
+//! * an operand of a shared shape (a weight, a bias) whole;
+//! * an operand that grows with the units: a [view](Graph::view) of its `i`-th slice when the
+//!   tensor comes from outside the chain or is *exported* (no op of the chain reads it, or a node
+//!   outside the chain binds it, or it is a graph output or already a view: each part writes its
+//!   slice of it, through [`Graph::op_into`]); a fresh tensor of one part's size when only the
+//!   chain reads it (the bytes the tiling saves). So a builder may tile a chain as soon as it
+//!   has appended it, before the ops that read its result.
+//!
+//! The parts run in order (all of part 0's ops, then part 1's ...), so a part reads only slices
+//! earlier ops of the same part wrote. The chain's internal tensors of the untiled graph stay
+//! declared (their ids stay valid) but no op binds them, so they get no storage.
+//!
+//! # Limits
+//! * `parts` must divide every op's unit count (a masked softmax's unit is one mask row: at
+//!   batch 8, MiniLM's attention tiles into 1, 2, 4 or 8 parts).
+//! * An op that reads a whole tensor the chain produces a part at a time, or whose output does not
+//!   grow with its units, ends the chain: the pass refuses it.
+//! * Views must sit on the device's `binding_align`; the compiler refuses one that does not.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+
+use crate::graph::{Graph, Node, TensorId, TensorKind};
+use crate::validate::split::{self, Share};
+use crate::{Error, Result};
+
+/// One op of the chain as the pass sees it.
+struct Step {
+    /// Units of the op per part.
+    per_part: u32,
+    /// How each operand (inputs, then the output) follows the units.
+    shares: Vec<Share>,
+}
+
+impl Graph {
+    /// Tiles nodes `nodes` (a chain, in execution order) into `parts` parts along their
+    /// independent axis (module doc). One part leaves the graph as it is.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for zero parts, a range outside the node list, or a chain the
+    /// pass cannot tile (an op without an independent axis, a unit count `parts` does not divide,
+    /// a whole read of a tensor the chain produces, an output shared by the parts); the graph is
+    /// left as it was.
+    pub fn tile(&mut self, nodes: Range<usize>, parts: u32) -> Result<()> {
+        if parts == 0 {
+            return Err(Error::invalid("tile: zero parts"));
+        }
+        if nodes.start >= nodes.end || nodes.end > self.nodes.len() {
+            return Err(Error::invalid(format!(
+                "tile: nodes {nodes:?} are not a non-empty range of the graph's {} nodes",
+                self.nodes.len()
+            )));
+        }
+        if parts == 1 {
+            return Ok(());
+        }
+        let declared = self.tensors.len();
+        match self.tiled(nodes.clone(), parts) {
+            Ok(tiled) => {
+                self.nodes.splice(nodes, tiled);
+                Ok(())
+            }
+            Err(e) => {
+                self.tensors.truncate(declared); // the views and parts declared so far
+                Err(e)
+            }
+        }
+    }
+
+    /// The nodes replacing `range`, declaring the views and part tensors they bind.
+    fn tiled(&mut self, range: Range<usize>, parts: u32) -> Result<Vec<Node>> {
+        let chain: Vec<Node> = self.nodes[range.clone()].to_vec();
+        let exported = self.exported_roots(&range);
+        let steps = self.steps(&chain, parts)?;
+        let mut out = Vec::with_capacity(chain.len() * parts as usize);
+        // Per part: the fresh tensor standing for each internal root.
+        let mut part_of: HashMap<usize, TensorId> = HashMap::new();
+        for i in 0..parts {
+            part_of.clear();
+            for (node, step) in chain.iter().zip(&steps) {
+                let op = split::restrict(&node.op, step.per_part);
+                let label = format!("{}.part{i}", node.label);
+                let mut inputs = Vec::with_capacity(node.inputs.len());
+                for (&t, share) in node.inputs.iter().zip(&step.shares) {
+                    inputs.push(match *share {
+                        Share::Whole => t,
+                        Share::PerUnit(unit) => match part_of.get(&self.root(t).index()) {
+                            Some(&p) => p,
+                            None => self.part_view(t, i, unit * u64::from(step.per_part))?,
+                        },
+                    });
+                }
+                let Some(&Share::PerUnit(unit)) = step.shares.last() else {
+                    return Err(Error::invariant("a tiled op's output grows", &label));
+                };
+                let bytes = unit * u64::from(step.per_part);
+                let root = self.root(node.output).index();
+                let output =
+                    if exported.contains(&root) || self.decl(node.output)?.alias_of.is_some() {
+                        self.part_view(node.output, i, bytes)?
+                    } else {
+                        let decl = self.decl(node.output)?.clone();
+                        let shape = part_shape(&decl.shape, bytes / decl.dtype.size());
+                        let p = self.declare(&label, decl.dtype, &shape, TensorKind::Intermediate);
+                        part_of.insert(root, p);
+                        p
+                    };
+                let shape = self.decl(output)?.shape.clone();
+                self.check_op(&op, &inputs, &shape, &label)?;
+                out.push(Node {
+                    op,
+                    inputs,
+                    output,
+                    label,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Roots a tiled chain must still fill whole: graph outputs, every tensor a node outside
+    /// `range` binds, and every output of the chain no op of the chain reads (the chain's
+    /// result, which later nodes, perhaps not added yet, read).
+    fn exported_roots(&self, range: &Range<usize>) -> HashSet<usize> {
+        let mut out: HashSet<usize> = self.outputs.iter().map(|&o| self.root(o).index()).collect();
+        let mut read_in_chain = HashSet::new();
+        for (k, node) in self.nodes.iter().enumerate() {
+            if range.contains(&k) {
+                read_in_chain.extend(node.inputs.iter().map(|&t| self.root(t).index()));
+            } else {
+                for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
+                    out.insert(self.root(t).index());
+                }
+            }
+        }
+        for node in &self.nodes[range.clone()] {
+            let root = self.root(node.output).index();
+            if !read_in_chain.contains(&root) {
+                out.insert(root);
+            }
+        }
+        out
+    }
+
+    /// Checks that `chain` tiles into `parts` (module doc) and returns each op's step.
+    fn steps(&self, chain: &[Node], parts: u32) -> Result<Vec<Step>> {
+        let refuse = |node: &Node, why: String| {
+            Error::invalid(format!(
+                "tile: op '{}' ({}) {why}",
+                node.label,
+                node.op.name()
+            ))
+        };
+        // Root produced in the chain -> (the tensor written, bytes per part).
+        let mut produced: HashMap<usize, (TensorId, u64)> = HashMap::new();
+        let mut steps = Vec::with_capacity(chain.len());
+        for node in chain {
+            let units = split::units(&node.op)
+                .ok_or_else(|| refuse(node, "has no independent axis to tile".into()))?;
+            if !units.is_multiple_of(parts) {
+                return Err(refuse(
+                    node,
+                    format!("has {units} independent units, not a multiple of {parts} parts"),
+                ));
+            }
+            let per_part = units / parts;
+            let shares = split::shares(&node.op)
+                .ok_or_else(|| refuse(node, "has operands that do not follow its units".into()))?;
+            for (&t, share) in node.inputs.iter().zip(&shares) {
+                let Some(&(written, bytes)) = produced.get(&self.root(t).index()) else {
+                    continue;
+                };
+                let (a, b) = (self.decl(t)?, self.decl(written)?);
+                let same_bytes = a.offset == b.offset && a.size()? == b.size()?;
+                match *share {
+                    Share::PerUnit(unit) if same_bytes && unit * u64::from(per_part) == bytes => {}
+                    _ => {
+                        return Err(refuse(
+                            node,
+                            format!(
+                                "reads '{}' other than a part at a time as the chain writes it",
+                                a.name
+                            ),
+                        ));
+                    }
+                }
+            }
+            let Some(&Share::PerUnit(unit)) = shares.last() else {
+                return Err(refuse(node, "has an output the parts would share".into()));
+            };
+            let root = self.root(node.output).index();
+            if produced
+                .insert(root, (node.output, unit * u64::from(per_part)))
+                .is_some()
+            {
+                return Err(refuse(
+                    node,
+                    "writes a tensor the chain already wrote".into(),
+                ));
+            }
+            steps.push(Step { per_part, shares });
+        }
+        Ok(steps)
+    }
+
+    /// The `i`-th slice of `bytes` bytes of `t`, as a view.
+    fn part_view(&mut self, t: TensorId, i: u32, bytes: u64) -> Result<TensorId> {
+        let decl = self.decl(t)?;
+        let shape = part_shape(&decl.shape, bytes / decl.dtype.size());
+        self.view(t, u64::from(i) * bytes, &shape)
+    }
+}
+
+/// The shape of `len` elements cut from a tensor of `shape`: its outer axis shortened when the
+/// inner axes divide `len`, else flat.
+fn part_shape(shape: &[usize], len: u64) -> Vec<usize> {
+    let inner: u64 = shape.iter().skip(1).map(|&d| d as u64).product();
+    if shape.len() > 1 && inner > 0 && len.is_multiple_of(inner) {
+        let mut s = shape.to_vec();
+        s[0] = (len / inner) as usize;
+        s
+    } else {
+        vec![len as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests;
