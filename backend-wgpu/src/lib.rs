@@ -87,7 +87,8 @@
 //!   does not name an adapter's PCI device; on a NUMA machine the backend reports `DriverPlaced`.
 //! * A binding above `max_storage_buffer_binding_size` (128 MiB on lavapipe and in Chromium) is
 //!   `Error::TooLarge` here; the validating front splits ops over larger tensors into parts that
-//!   fit (`tensormem::Validated`). A tensor must still fit in one buffer (`max_buffer_size`).
+//!   fit (`tensormem::Validated`); a tensor above `max_buffer_size` (256 MiB in Chromium) is held by
+//!   the runtime in segments across buffers (`tensormem::Tensor::segments`).
 
 mod backend;
 mod blocks;

@@ -16,6 +16,7 @@ mod misuse;
 mod offload;
 mod ops;
 mod pools;
+mod segments;
 #[cfg(not(target_arch = "wasm32"))]
 mod spill;
 mod staging;
@@ -33,6 +34,7 @@ pub fn all() -> Vec<Case> {
     v.extend(lanes::cases());
     v.extend(staging::cases());
     v.extend(ops::cases());
+    v.extend(segments::cases());
     v.extend(graphs::cases());
     v.extend(offload::cases());
     v.extend(tiling::cases());

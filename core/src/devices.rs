@@ -24,7 +24,7 @@ use std::sync::Arc;
 use crate::backend::completion::complete_now;
 use crate::backend::{Backend, Ticket, Waiting};
 use crate::ops::{DType, Op};
-use crate::pool::{AllocationStats, StagingStats};
+use crate::pool::{Allocation, AllocationStats, StagingStats};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::runtime::Element;
 use crate::runtime::dispatch::check_same_device;
@@ -273,15 +273,21 @@ impl DeviceSet {
         }
         let from = self.device(src.device())?;
         let to = self.device(dst.device())?;
-        let (ticket, path) = transfer::copy_range(
-            waiting,
-            transfer::End::new(from, src.allocation(), 0),
-            transfer::End::new(to, dst.allocation(), 0),
-            src.size(),
-        )
-        .await?;
-        self.stats.add(path, src.size());
-        Ok(ticket)
+        // Segment by segment: each run of bytes lies in one segment of both tensors (they may be
+        // cut differently when the devices' block limits differ).
+        let mut last = Ticket::DONE;
+        for (s, d, offset, size) in overlaps(src, dst) {
+            let (ticket, path) = transfer::copy_range(
+                waiting,
+                transfer::End::new(from, s.0, offset - s.1),
+                transfer::End::new(to, d.0, offset - d.1),
+                size,
+            )
+            .await?;
+            self.stats.add(path, size);
+            last = last.max(ticket);
+        }
+        Ok(last)
     }
 
     /// A copy of `src` on device `to`: allocates it there and copies ([`DeviceSet::copy`]).
@@ -316,7 +322,7 @@ impl DeviceSet {
             Err(e) => {
                 // Part of the copy may be queued: the bytes return after it.
                 let after = rt.backend().flush().unwrap_or(Ticket::DONE);
-                let _ = rt.device_pool().free_after(dst.allocation().handle, after);
+                rt.discard_segments(dst.placement(), after);
                 Err(e)
             }
         }
@@ -355,6 +361,30 @@ impl DeviceSet {
             })
             .collect()
     }
+}
+
+/// A segment of a tensor: its allocation and the offset of its first byte in the tensor.
+type SegmentAt = (Allocation, u64);
+
+/// The runs of bytes of two tensors of one size that each lie in one segment of both: `(src
+/// segment, dst segment, offset in the tensors, size)`, in order.
+fn overlaps(src: &Tensor, dst: &Tensor) -> Vec<(SegmentAt, SegmentAt, u64, u64)> {
+    let mut runs = Vec::new();
+    let mut d = dst.pieces().peekable();
+    for (sa, so, ssize) in src.pieces() {
+        let send = so + ssize;
+        while let Some(&(da, doff, dsize)) = d.peek() {
+            let (start, end) = (so.max(doff), send.min(doff + dsize));
+            if start < end {
+                runs.push(((sa, so), (da, doff), start, end - start));
+            }
+            if doff + dsize > send {
+                break;
+            }
+            d.next();
+        }
+    }
+    runs
 }
 
 #[cfg(test)]

@@ -454,6 +454,27 @@ pub enum Error {
         /// The budget, in bytes.
         budget: u64,
     },
+    /// An op over a tensor split into segments in several blocks (one larger than the device's
+    /// largest block) that cannot run as parts each binding within one segment: the op reads the
+    /// operand whole (a weight or mask every row shares), has no axis to split along, or a segment
+    /// boundary falls inside one of the op's units. Hopeless for these shapes: give the operand a
+    /// shape whose outermost axis is the op's, or keep it under the block limit.
+    #[error(
+        "{op} cannot run over operand `{operand}` (binding {binding}), a tensor split into \
+         {segments} segments across blocks: {reason}"
+    )]
+    SegmentedOperand {
+        /// The op's name.
+        op: String,
+        /// The operand's name in the op's signature.
+        operand: String,
+        /// The operand's binding index (inputs, then outputs).
+        binding: usize,
+        /// Segments the tensor is split into.
+        segments: usize,
+        /// Why no split of the op keeps each part's binding in one segment.
+        reason: String,
+    },
 }
 
 impl Error {

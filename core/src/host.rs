@@ -60,7 +60,9 @@ pub struct HostConfig {
     /// [`Error::TooLarge`] (hopeless), not a retryable [`Error::OutOfMemory`].
     pub max_block_size: u64,
     /// Total bytes of blocks the "device" holds before `alloc_block` fails with
-    /// [`Error::OutOfMemory`], as a driver would. Default `None` (no limit).
+    /// [`Error::OutOfMemory`], as a driver would; also the reported budget. Default `None`: no
+    /// limit of its own, and the machine's physical memory (where the platform reports it) is the
+    /// reported budget, so a runtime refuses a tensor larger than the machine as hopeless.
     pub device_memory: Option<u64>,
     /// Extra time the worker spends on every command, to widen the window in which work is in
     /// flight (tests of deferred frees). Default zero. No effect on `wasm32` (no worker).
@@ -140,7 +142,8 @@ impl HostBackend {
             max_binding_size: config.max_block_size,
             device_host_visible: !config.force_staging,
             queued_write_max: 0,
-            budget: config.device_memory,
+            // The host device's memory is the machine's: a runtime never plans beyond it.
+            budget: config.device_memory.or_else(physical_memory),
         };
         Ok(HostBackend {
             caps,

@@ -44,6 +44,12 @@
 //! * **Out-of-band sub-allocation** ([`suballoc`]): TLSF metadata lives in host memory, so device
 //!   memory is never touched for bookkeeping and the same code serves arenas, rings and planning.
 //! * **Generational handles**: double free and use after free are errors, not undefined behaviour.
+//! * **Tensors larger than a block are segmented in the tensor, not the pool** ([`Tensor`]):
+//!   WebGPU caps a buffer at 256 MiB by default. Such a tensor is several ordinary pool
+//!   allocations cut between outermost slices; transfers go segment by segment and the front cuts
+//!   each op into parts that bind within one segment, so pools and planners keep one range per
+//!   handle. [`RuntimeConfig::limits`] lowers the block and binding limits, so tests run these
+//!   paths with kilobyte tensors on every backend.
 //! * **Static planning** ([`plan`]): a compiled [`Graph`] puts every intermediate in one arena at
 //!   planned offsets, so a steady-state inference allocates nothing.
 //! * **Weights belong to the runtime** ([`runtime::WeightStore`]): a model binds each weight by
@@ -65,8 +71,12 @@
 //! * The host backend copies operands around each op (it is a reference, not a fast CPU runtime).
 //! * Host memory the driver allocates (Vulkan, wgpu) cannot be NUMA-bound; it is reported as
 //!   placed by the driver.
-//! * A tensor never spans two blocks or two bindings: tensors above the device's largest binding are
-//!   refused with [`Error::TooLarge`].
+//! * A tensor larger than the device's largest block is held in segments and an op over it runs as
+//!   parts within one segment each, but only along the op's outermost axis: an operand every part
+//!   reads whole (a matmul weight, an embedding table) must fit one block and one binding
+//!   ([`Error::SegmentedOperand`], [`Error::TooLarge`] otherwise). A model's planned activation
+//!   arena is one block; activations larger than a block are held in segments outside it.
+//!   Copies between the stages of a model split across devices do not take segmented tensors.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;
@@ -105,7 +115,7 @@ pub use runtime::{
     CompileDesc, Element, MemoryReport, Model, OffloadReport, Runtime, RuntimeConfig, Tensor,
 };
 pub use trace::{Trace, TraceEvent, Tracer};
-pub use validate::Validated;
+pub use validate::{DeviceLimits, Validated};
 
 /// The README's examples, compiled and run as doc tests so they cannot rot.
 #[cfg(doctest)]

@@ -30,13 +30,14 @@ use crate::pool::{
     StagingBelt, StagingConfig, Traced,
 };
 use crate::trace::{EventKind, Tracer};
-use crate::validate::Validated;
+use crate::validate::{DeviceLimits, Validated};
 use crate::{Error, Result};
 
 mod async_io;
 pub(crate) mod dispatch;
 mod managed;
 mod model;
+mod segments;
 pub(crate) mod tensor;
 mod weights;
 
@@ -66,6 +67,11 @@ pub struct RuntimeConfig {
     /// and CUDA); `Some(Duration::MAX)` waits forever. Native only: nothing blocks on `wasm32`.
     #[cfg(not(target_arch = "wasm32"))]
     pub wait_timeout: Option<std::time::Duration>,
+    /// Device limits below the backend's, reported and enforced by the runtime's front
+    /// ([`DeviceLimits`]). Default: none (the backend's). Tests lower `max_block_size` to a few
+    /// KiB to run tensors split into segments, and `max_binding_size` to run ops split into
+    /// parts, on every backend.
+    pub limits: DeviceLimits,
     /// Which device of a [`DeviceSet`](crate::DeviceSet) this runtime is (the set assigns it;
     /// default [`DeviceId(0)`](DeviceId)). Every tensor carries it, and the runtime refuses
     /// tensors of another id with [`Error::WrongDevice`].
@@ -81,6 +87,7 @@ impl Default for RuntimeConfig {
             plan_time_limit: std::time::Duration::from_millis(200),
             #[cfg(not(target_arch = "wasm32"))]
             wait_timeout: None,
+            limits: DeviceLimits::default(),
             device_id: DeviceId(0),
         }
     }
@@ -127,9 +134,9 @@ impl Runtime {
     /// pool built from `config.device`.
     ///
     /// # Errors
-    /// Invalid pool or belt configuration.
+    /// Invalid pool or belt configuration, invalid [`RuntimeConfig::limits`].
     pub fn new(backend: Arc<dyn Backend>, config: RuntimeConfig) -> Result<Self> {
-        let front = Self::new_front(backend, &config);
+        let front = Self::new_front(backend, &config)?;
         let backend: Arc<dyn Backend> = front.clone();
         let budget = Self::new_budget(&backend, &config);
         let stack = config
@@ -153,7 +160,7 @@ impl Runtime {
         config: RuntimeConfig,
         make_pool: impl FnOnce(Arc<dyn Backend>, Arc<Budget>) -> Result<Arc<dyn DevicePool>>,
     ) -> Result<Self> {
-        let front = Self::new_front(backend, &config);
+        let front = Self::new_front(backend, &config)?;
         let backend: Arc<dyn Backend> = front.clone();
         let budget = Self::new_budget(&backend, &config);
         let pool = make_pool(backend.clone(), budget.clone())?;
@@ -161,13 +168,11 @@ impl Runtime {
         Self::assemble(front, backend, config, stack, budget)
     }
 
-    fn new_front(backend: Arc<dyn Backend>, config: &RuntimeConfig) -> Arc<Validated> {
-        let front = Validated::new(backend);
+    fn new_front(backend: Arc<dyn Backend>, config: &RuntimeConfig) -> Result<Arc<Validated>> {
+        let front = Validated::new(backend).with_limits(config.limits)?;
         #[cfg(not(target_arch = "wasm32"))]
         let front = front.with_wait_timeout(config.wait_timeout);
-        #[cfg(target_arch = "wasm32")]
-        let _ = config;
-        Arc::new(front)
+        Ok(Arc::new(front))
     }
 
     fn new_budget(backend: &Arc<dyn Backend>, config: &RuntimeConfig) -> Arc<Budget> {
@@ -334,6 +339,10 @@ impl Runtime {
     /// loss: besides the front's state, the device is polled (`completed()`, never a wait), so a
     /// loss no call has seen yet is found here and not by the tensor's first use.
     ///
+    /// A tensor larger than the device's largest block (`max_block_size`) is allocated as
+    /// [segments](Tensor::segments), each in one block, cut between slices of its outermost axis
+    /// (see `runtime/segments.rs`); all segments are allocated or none.
+    ///
     /// # Errors
     /// [`Error::ZeroSize`] for an empty shape product, [`Error::ArithmeticOverflow`] when the byte
     /// size overflows, [`Error::TooLarge`] beyond the device, [`Error::OutOfMemory`],
@@ -342,16 +351,9 @@ impl Runtime {
         self.inner.front.check_alive()?;
         let size = tensor::byte_size(dtype, shape)?;
         self.inner.backend.completed()?;
-        // Whole 32-bit words, so a packed f16 / int8 tensor of odd length can be bound.
-        let words = size
-            .checked_next_multiple_of(4)
-            .ok_or_else(|| Error::ArithmeticOverflow {
-                what: format!("byte size of a {} tensor of shape {shape:?}", dtype.name()),
-                limit_name: "u64",
-            })?;
-        let alloc = self.device_pool().allocate(words, 1, label)?;
+        let segments = self.alloc_segments(dtype, shape, size, 1, label)?;
         Ok(Tensor::new(
-            alloc,
+            segments,
             self.device_id(),
             dtype,
             shape.to_vec(),
@@ -378,7 +380,7 @@ impl Runtime {
             Err(e) => {
                 // Part of the upload may be queued: the bytes return after it.
                 let after = self.inner.backend.flush().unwrap_or(Ticket::DONE);
-                let _ = self.device_pool().free_after(t.allocation().handle, after);
+                self.discard_segments(t.placement(), after);
                 Err(e)
             }
         }
@@ -392,16 +394,27 @@ impl Runtime {
     /// the pool; [`Error::WrongDevice`] for another device's tensor.
     pub fn free(&self, tensor: Tensor) -> Result<()> {
         self.check_device(&tensor, || "free".into())?;
-        let handle = tensor.allocation().handle;
         let pool = self.device_pool();
-        // A stale handle falls through to the pool, which says whether it is a double free.
-        if let Ok(range) = pool.resolve(handle) {
-            let pending = self.inner.front.last_use(&range)?;
-            if pending > Ticket::DONE {
-                pool.mark_used(handle, pending)?;
+        let mut result = Ok(());
+        for a in tensor.segments() {
+            // A stale handle falls through to the pool, which says whether it is a double free.
+            if let Ok(range) = pool.resolve(a.handle) {
+                match self.inner.front.last_use(&range) {
+                    Ok(pending) if pending > Ticket::DONE => {
+                        result = result.and(pool.mark_used(a.handle, pending));
+                    }
+                    Ok(_) => {}
+                    // Whether work still uses it is unknown: it is not freed.
+                    Err(e) => {
+                        result = result.and(Err(e));
+                        continue;
+                    }
+                }
             }
+            // Every segment is freed; the first error is reported.
+            result = result.and(pool.free(a.handle));
         }
-        pool.free(handle)
+        result
     }
 
     /// The latest ticket of work that uses `alloc`: recorded on the allocation, or seen by the
@@ -439,7 +452,7 @@ impl Runtime {
                 actual: bytes.len() as u64,
             });
         }
-        self.write_bytes_with(waiting, tensor.allocation(), 0, bytes)
+        self.write_segments(waiting, tensor.placement(), tensor.size(), 0, bytes)
             .await
     }
 
@@ -459,13 +472,9 @@ impl Runtime {
         check_element::<T>(tensor.dtype(), what)?;
         let elem = std::mem::size_of::<T>() as u64;
         let mut out = vec![T::zeroed(); (tensor.size() / elem) as usize];
-        self.read_bytes_with(
-            waiting,
-            tensor.allocation(),
-            0,
-            bytemuck::cast_slice_mut(&mut out),
-        )
-        .await?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut out);
+        self.read_segments(waiting, tensor.placement(), tensor.size(), 0, bytes)
+            .await?;
         Ok(out)
     }
 

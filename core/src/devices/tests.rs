@@ -338,3 +338,39 @@ fn run_mlp_sized(set: &DeviceSet, m: &super::samples::Mlp) -> (Vec<f32>, PlacedR
 }
 
 mod direct;
+
+/// A tensor held in segments copies to a device that cuts it differently (other block limits,
+/// one staging every transfer), run by run where both sides' segments overlap, and back.
+#[test]
+fn segmented_tensors_copy_between_devices_cut_differently() {
+    let limits = |block| RuntimeConfig {
+        limits: crate::DeviceLimits {
+            max_block_size: Some(block),
+            max_binding_size: None,
+        },
+        ..RuntimeConfig::default()
+    };
+    let set = DeviceSet::with_configs(vec![
+        (host(HostConfig::default()), limits(4096)),
+        (
+            host(HostConfig {
+                force_staging: true,
+                ..HostConfig::default()
+            }),
+            limits(6144),
+        ),
+    ])
+    .unwrap();
+    let data = f32s(5000, 0.25);
+    let a = set.alloc(DeviceId(0), DType::F32, &[5000], "a").unwrap();
+    set.upload(&a, &data).unwrap();
+    let b = set.transfer(&a, DeviceId(1), "b").unwrap();
+    assert_eq!((a.segments().len(), b.segments().len()), (5, 4));
+    assert_eq!(set.download::<f32>(&b).unwrap(), data);
+    let c = set.alloc(DeviceId(0), DType::F32, &[5000], "c").unwrap();
+    set.copy(&b, &c).unwrap();
+    assert_eq!(set.download::<f32>(&c).unwrap(), data);
+    for t in [a, b, c] {
+        set.free(t).unwrap();
+    }
+}

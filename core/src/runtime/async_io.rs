@@ -29,7 +29,7 @@ impl Runtime {
             Err(e) => {
                 // Part of the upload may be queued: the bytes return after it.
                 let after = self.backend().flush().unwrap_or(Ticket::DONE);
-                let _ = self.device_pool().free_after(t.allocation().handle, after);
+                self.discard_segments(t.placement(), after);
                 Err(e)
             }
         }

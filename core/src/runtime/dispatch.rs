@@ -4,6 +4,7 @@
 
 use crate::backend::{BlockRange, Ticket};
 use crate::ops::Op;
+use crate::runtime::segments::segment_ranges;
 use crate::runtime::{Runtime, Tensor};
 use crate::trace::{Access, EventKind};
 use crate::{Error, Result};
@@ -23,7 +24,12 @@ impl Runtime {
     /// operand's, [`Error::BindingSize`] for a wrong element count, [`Error::Overlap`] when an
     /// output is also bound elsewhere, [`Error::StaleHandle`] for a freed tensor,
     /// [`Error::MixedDevices`] for operands on different devices, [`Error::WrongDevice`] for
-    /// operands of another device than this runtime's, the op's parameter errors, backend errors.
+    /// operands of another device than this runtime's, [`Error::SegmentedOperand`] for a tensor
+    /// held in several segments that the op cannot be cut along, the op's parameter errors,
+    /// backend errors.
+    ///
+    /// An op over a tensor held in [segments](Tensor::segments) runs as several dispatches, each
+    /// binding within one segment of every operand (the front's split).
     pub fn dispatch(&self, op: &Op, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<Ticket> {
         self.front().check_alive()?;
         let sig = op.signature()?;
@@ -59,34 +65,28 @@ impl Runtime {
             }
         }
         let pool = self.device_pool();
-        let ranges = tensors
+        let operands = tensors
             .iter()
-            .map(|t| {
-                let r = pool.resolve(t.allocation().handle)?;
-                // Bindings are whole 32-bit words (`Operand::size`): an f16 or int8 tensor of odd
-                // length binds its padding too (`Runtime::alloc` reserves it).
-                Ok(BlockRange {
-                    size: t.size().next_multiple_of(4),
-                    ..r
-                })
-            })
+            .map(|t| segment_ranges(pool.as_ref(), t.placement(), t.size()))
             .collect::<Result<Vec<_>>>()?;
-        let ticket = self.backend().dispatch(op, &ranges)?;
-        for t in &tensors {
-            pool.mark_used(t.allocation().handle, ticket)?;
-        }
-        if let Some(tracer) = self.tracer() {
-            for (i, t) in tensors.iter().enumerate() {
-                tracer.record(EventKind::Use {
-                    id: self.trace_id(t.allocation().handle),
-                    op: op.name().to_string(),
-                    access: if i < inputs.len() {
-                        Access::Read
-                    } else {
-                        Access::Write
-                    },
-                    size: t.size(),
-                });
+        let operands: Vec<&[BlockRange]> = operands.iter().map(Vec::as_slice).collect();
+        let ticket = self.front().dispatch_segments(op, &operands)?;
+        let tracer = self.tracer();
+        for (i, t) in tensors.iter().enumerate() {
+            for (a, _, size) in t.pieces() {
+                pool.mark_used(a.handle, ticket)?;
+                if let Some(tracer) = &tracer {
+                    tracer.record(EventKind::Use {
+                        id: self.trace_id(a.handle),
+                        op: op.name().to_string(),
+                        access: if i < inputs.len() {
+                            Access::Read
+                        } else {
+                            Access::Write
+                        },
+                        size,
+                    });
+                }
             }
         }
         Ok(ticket)

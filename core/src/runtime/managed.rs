@@ -21,12 +21,15 @@ impl Runtime {
     pub fn prefetch(&self, tensor: &Tensor, to: Residence) -> Result<Ticket> {
         self.check_device(tensor, || format!("prefetch to the {}", to.name()))?;
         let pool = self.device_pool();
-        let alloc = tensor.allocation();
-        let range = self.sub_range(pool.as_ref(), alloc, 0, tensor.size(), "prefetch")?;
-        let ticket = self.backend().prefetch(range, to)?;
-        if ticket != Ticket::DONE {
-            pool.mark_used(alloc.handle, ticket)?;
+        let mut last = Ticket::DONE;
+        for (alloc, _, size) in tensor.pieces() {
+            let range = self.sub_range(pool.as_ref(), alloc, 0, size, "prefetch")?;
+            let ticket = self.backend().prefetch(range, to)?;
+            if ticket != Ticket::DONE {
+                pool.mark_used(alloc.handle, ticket)?;
+            }
+            last = last.max(ticket);
         }
-        Ok(ticket)
+        Ok(last)
     }
 }

@@ -12,6 +12,7 @@ use crate::ops::DType;
 use crate::plan::{self, OpUses, SolveOptions, TensorRole};
 use crate::pool::{Allocation, AllocationStats};
 use crate::runtime::Runtime;
+use crate::runtime::segments::{self, Segments, segment_ranges};
 use crate::runtime::tensor::{Element, check_element};
 use crate::runtime::weights::{WeightHasher, WeightKey, WeightStoreReport};
 use crate::time::Instant;
@@ -95,11 +96,14 @@ pub struct MemoryReport {
 /// Where a root tensor's bytes are: an allocation and an offset in it.
 #[derive(Copy, Clone, Debug)]
 struct Place {
+    /// The allocation (the first segment's, for a tensor held in segments).
     alloc: Allocation,
     offset: u64,
     size: u64,
     /// Planned inside the activation arena (traced as a virtual allocation).
     planned: bool,
+    /// For a tensor larger than one block: its segments, in [`Model::segmented`] (offset 0).
+    segmented: Option<usize>,
 }
 
 /// A compiled graph. Dropping it frees its allocations (after in-flight work).
@@ -111,6 +115,9 @@ pub struct Model {
     owned: Vec<Allocation>,
     /// Indexed by root tensor id: the store entry a weight is bound to.
     weight_keys: Vec<Option<WeightKey>>,
+    /// The segments of tensors larger than one block (weights, inputs, outputs, and
+    /// intermediates, which are then not planned), indexed by [`Place::segmented`].
+    segmented: Vec<Segments>,
     /// Allocation alignment of every tensor of this model.
     align: u64,
     report: MemoryReport,
@@ -157,15 +164,50 @@ fn check_bindings(graph: &Graph, caps: &crate::Capabilities) -> Result<()> {
     Ok(())
 }
 
+/// Every op over a tensor held in segments (`segmented`, by tensor index) can be cut into parts
+/// that each bind within one segment, as [`Runtime::dispatch`] would cut it.
+///
+/// # Errors
+/// [`Error::SegmentedOperand`] naming the op and operand, at compile time rather than at the
+/// first run.
+fn check_segmented(graph: &Graph, caps: &crate::Capabilities, segmented: &[bool]) -> Result<()> {
+    for node in graph.nodes() {
+        let ids: Vec<TensorId> = node
+            .inputs
+            .iter()
+            .copied()
+            .chain(std::iter::once(node.output))
+            .collect();
+        if !ids.iter().any(|&t| segmented[graph.root(t).index()]) {
+            continue;
+        }
+        let decls = ids
+            .iter()
+            .map(|&t| graph.decl(graph.root(t)))
+            .collect::<Result<Vec<_>>>()?;
+        let operands = decls
+            .iter()
+            .map(|d| Ok((d.dtype, d.shape.as_slice(), d.size()?)))
+            .collect::<Result<Vec<_>>>()?;
+        segments::check_cuttable(caps, &node.op, &operands)?;
+    }
+    Ok(())
+}
+
 impl Runtime {
     /// Compiles `graph`: computes lifetimes, plans every intermediate into one arena, and allocates
     /// weights, inputs, outputs and the arena from the device pool.
+    ///
+    /// A tensor larger than the device's largest block is held in segments (as
+    /// [`Runtime::alloc`] holds one): a weight, input or output in its own segments, and an
+    /// intermediate too, outside the planned arena (which is one block), so it is not reused.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an ill-formed graph (a tensor read before it is written),
     /// [`Error::ForeignTensor`] for an output of another graph, [`Error::ArithmeticOverflow`] for a
     /// shape whose size overflows, an operand beyond the device's largest binding
-    /// ([`Error::TooLarge`]), allocation errors.
+    /// ([`Error::TooLarge`]), an op that cannot be cut over a tensor held in segments
+    /// ([`Error::SegmentedOperand`]), allocation errors.
     pub fn compile(&self, graph: &Graph) -> Result<Model> {
         let caps = self.backend().capabilities();
         let copy_align = caps.copy_align.max(1);
@@ -179,16 +221,6 @@ impl Runtime {
             }
             v
         };
-        let roles: Vec<TensorRole> = tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| match t.kind {
-                TensorKind::Input => TensorRole::Input,
-                TensorKind::Weight => TensorRole::Persistent,
-                TensorKind::Intermediate if is_output[i] => TensorRole::Output,
-                TensorKind::Intermediate => TensorRole::Intermediate,
-            })
-            .collect();
         let sizes: Vec<u64> = tensors
             .iter()
             .map(|t| {
@@ -200,6 +232,23 @@ impl Runtime {
                     })
             })
             .collect::<Result<_>>()?;
+        // A tensor larger than one block is held in segments; an intermediate one gets its own,
+        // like an output, instead of a place in the (one-block) planned arena.
+        let segmented: Vec<bool> = tensors
+            .iter()
+            .map(|t| Ok(segments::segment_sizes(caps, t.dtype, &t.shape, t.size()?)?.len() > 1))
+            .collect::<Result<_>>()?;
+        let roles: Vec<TensorRole> = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match t.kind {
+                TensorKind::Input => TensorRole::Input,
+                TensorKind::Weight => TensorRole::Persistent,
+                TensorKind::Intermediate if is_output[i] || segmented[i] => TensorRole::Output,
+                TensorKind::Intermediate => TensorRole::Intermediate,
+            })
+            .collect();
+        check_segmented(graph, caps, &segmented)?;
         check_bindings(graph, caps)?;
         let uses: Vec<OpUses> = graph
             .nodes()
@@ -240,6 +289,7 @@ impl Runtime {
             places: vec![None; tensors.len()],
             owned: Vec::new(),
             weight_keys: vec![None; tensors.len()],
+            segmented: Vec::new(),
             align,
             report: MemoryReport::default(),
             offload: None,
@@ -262,6 +312,7 @@ impl Runtime {
                     offset: plan.offsets[b],
                     size: sizes[i],
                     planned: true,
+                    segmented: None,
                 },
                 (TensorRole::Intermediate, _, _) => continue, // never written nor read
                 (TensorRole::Persistent, _, _) => {
@@ -278,6 +329,19 @@ impl Runtime {
                     }
                     continue;
                 }
+                _ if segmented[i] => {
+                    let segs = self.alloc_segments(t.dtype, &t.shape, t.size()?, align, &t.name)?;
+                    model.owned.extend_from_slice(segs.allocs());
+                    report.io_bytes += sizes[i];
+                    model.segmented.push(segs);
+                    Place {
+                        alloc: model.segmented[model.segmented.len() - 1].first(),
+                        offset: 0,
+                        size: sizes[i],
+                        planned: false,
+                        segmented: Some(model.segmented.len() - 1),
+                    }
+                }
                 _ => {
                     let a = pool.allocate(sizes[i], align, &t.name)?;
                     model.owned.push(a);
@@ -288,6 +352,7 @@ impl Runtime {
                         offset: 0,
                         size: sizes[i],
                         planned: false,
+                        segmented: None,
                     }
                 }
             };
@@ -302,9 +367,27 @@ impl Runtime {
 impl Model {
     /// Where `t`'s bytes are: its allocation and the offset in it (a device set copies between
     /// models' tensors through it).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a tensor held in segments (larger than one block).
     pub(crate) fn location(&self, t: TensorId) -> Result<(Allocation, u64)> {
         let p = self.place(t)?;
+        if p.segmented.is_some() {
+            return Err(Error::Unsupported {
+                backend: self.rt.backend().capabilities().backend,
+                what: format!(
+                    "copying tensor {} between devices: it is larger than one block, held in \
+                     segments",
+                    t.index()
+                ),
+            });
+        }
         Ok((p.alloc, p.offset))
+    }
+
+    /// The segments of a place held in segments.
+    fn segments_of(&self, p: &Place) -> Option<&Segments> {
+        p.segmented.and_then(|i| self.segmented.get(i))
     }
 
     /// Where `t`'s bytes are: its root's place, narrowed to `t`'s range for a view.
@@ -370,6 +453,9 @@ impl Model {
             return o.write(&self.rt, self.graph.root(t).index(), data);
         }
         let p = self.place(t)?;
+        if let Some(segs) = self.segments_of(&p) {
+            return self.rt.write_segments(waiting, segs, size, 0, data).await;
+        }
         self.rt
             .write_bytes_with(waiting, p.alloc, p.offset, data)
             .await
@@ -495,30 +581,36 @@ impl Model {
                 })?;
         let rt = self.rt.clone();
         let mut last = Ticket::DONE;
-        let alloc = match rt.share_weight(&key) {
-            Some(alloc) => alloc,
+        let segs = match rt.share_weight(&key) {
+            Some(segs) => segs,
             None => {
-                let alloc = rt.device_pool().allocate(padded, self.align, &key.name)?;
+                let segs =
+                    rt.alloc_segments(decl.dtype, &decl.shape, size, self.align, &key.name)?;
                 let uploaded =
-                    upload_chunks(&rt, waiting, alloc, &key.name, size, copy_align, chunks).await;
+                    upload_chunks(&rt, waiting, &segs, &key.name, size, copy_align, chunks).await;
                 match uploaded {
                     Ok(t) => last = t,
                     Err(e) => {
-                        rt.discard_weight(alloc);
+                        rt.discard_weight(&segs);
                         return Err(e);
                     }
                 }
-                rt.store_weight(&key, alloc, padded)?
+                rt.store_weight(&key, segs, padded)?
             }
         };
         if let Some(old) = self.weight_keys[root].replace(key) {
             self.rt.release_weight(&old)?;
         }
+        let segmented = (segs.allocs().len() > 1).then(|| {
+            self.segmented.push(segs.clone());
+            self.segmented.len() - 1
+        });
         self.places[root] = Some(Place {
-            alloc,
+            alloc: segs.first(),
             offset: 0,
             size: padded,
             planned: false,
+            segmented,
         });
         Ok(last)
     }
@@ -582,8 +674,7 @@ impl Model {
             return Ok(last);
         }
         let pool = self.rt.device_pool();
-        let mut ranges: Vec<Option<BlockRange>> = vec![None; self.places.len()];
-        let mut bindings = Vec::with_capacity(4);
+        let mut ranges: Vec<Option<Vec<BlockRange>>> = vec![None; self.places.len()];
         let mut last = Ticket::DONE;
         let mut tracing = match self.rt.tracer() {
             Some(t) => Some(NodeTracer::new(self, t)?),
@@ -593,25 +684,45 @@ impl Model {
             if let Some(nt) = &mut tracing {
                 nt.before(self, step, node)?;
             }
-            bindings.clear();
             for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
-                let range = match ranges[t.index()] {
-                    Some(r) => r,
-                    None => {
-                        let p = self.place(t)?;
-                        let base = pool.resolve(p.alloc.handle)?;
-                        let r = BlockRange {
-                            block: base.block,
-                            offset: base.offset + p.offset,
-                            size: p.size,
-                        };
-                        ranges[t.index()] = Some(r);
-                        r
-                    }
-                };
-                bindings.push(range);
+                if ranges[t.index()].is_none() {
+                    let p = self.place(t)?;
+                    ranges[t.index()] = Some(match self.segments_of(&p) {
+                        // A view into a tensor held in segments is not bound (it would need
+                        // its own cut of the segments).
+                        Some(_)
+                            if p.offset != 0
+                                || p.size != self.root_place(self.graph.root(t))?.size =>
+                        {
+                            return Err(Error::Unsupported {
+                                backend: self.rt.backend().capabilities().backend,
+                                what: format!(
+                                    "a view of tensor {}, which is held in segments",
+                                    self.graph.root(t).index()
+                                ),
+                            });
+                        }
+                        Some(segs) => {
+                            segment_ranges(pool.as_ref(), segs, self.graph.decl(t)?.size()?)?
+                        }
+                        None => {
+                            let base = pool.resolve(p.alloc.handle)?;
+                            vec![BlockRange {
+                                block: base.block,
+                                offset: base.offset + p.offset,
+                                size: p.size,
+                            }]
+                        }
+                    });
+                }
             }
-            last = self.rt.backend().dispatch(&node.op, &bindings)?;
+            let operands: Vec<&[BlockRange]> = node
+                .inputs
+                .iter()
+                .chain(std::iter::once(&node.output))
+                .map(|&t| ranges[t.index()].as_deref().unwrap_or(&[]))
+                .collect();
+            last = self.rt.front().dispatch_segments(&node.op, &operands)?;
             if let Some(nt) = &mut tracing {
                 nt.after(self, step, node);
             }
@@ -621,7 +732,14 @@ impl Model {
         }
         for (place, key) in self.places.iter().zip(&self.weight_keys) {
             if let (Some(p), Some(_)) = (place, key) {
-                pool.mark_used(p.alloc.handle, last)?;
+                match self.segments_of(p) {
+                    Some(segs) => {
+                        for a in segs.allocs() {
+                            pool.mark_used(a.handle, last)?;
+                        }
+                    }
+                    None => pool.mark_used(p.alloc.handle, last)?,
+                }
             }
         }
         self.report.runs += 1;
@@ -672,14 +790,15 @@ impl Model {
         }
         let size = decl.size()?;
         let mut out = vec![T::zeroed(); (size / elem) as usize];
-        self.rt
-            .read_bytes_with(
-                waiting,
-                p.alloc,
-                p.offset,
-                bytemuck::cast_slice_mut(&mut out),
-            )
-            .await?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut out);
+        match self.segments_of(&p) {
+            Some(segs) => self.rt.read_segments(waiting, segs, size, 0, bytes).await?,
+            None => {
+                self.rt
+                    .read_bytes_with(waiting, p.alloc, p.offset, bytes)
+                    .await?;
+            }
+        }
         Ok(out)
     }
 
@@ -834,12 +953,12 @@ pub(crate) fn span(graph: &Graph, t: TensorId, root_size: u64) -> Result<(u64, u
     Ok((decl.offset, words))
 }
 
-/// Writes the `size` bytes `chunks` yield into `alloc` in order (each boundary a multiple of
+/// Writes the `size` bytes `chunks` yield into `segs` in order (each boundary a multiple of
 /// `copy_align`). Returns the latest ticket of the writes.
 async fn upload_chunks<'a>(
     rt: &Runtime,
     waiting: Waiting,
-    alloc: Allocation,
+    segs: &Segments,
     name: &str,
     size: u64,
     copy_align: u64,
@@ -864,7 +983,10 @@ async fn upload_chunks<'a>(
             });
         }
         if !chunk.is_empty() {
-            last = last.max(rt.write_bytes_with(waiting, alloc, offset, chunk).await?);
+            last = last.max(
+                rt.write_segments(waiting, segs, size, offset, chunk)
+                    .await?,
+            );
         }
         offset += chunk.len() as u64;
     }

@@ -1,22 +1,31 @@
-//! `Tensor`: a typed, shaped view of one device allocation, and [`Element`], the Rust types a
-//! typed transfer may use.
+//! `Tensor`: a typed, shaped view of device memory (one allocation, or several segments when it
+//! is larger than the device's largest block), and [`Element`], the Rust types a typed transfer
+//! may use.
 
 use bytemuck::Pod;
 
 use crate::devices::DeviceId;
 use crate::ops::DType;
 use crate::pool::Allocation;
+use crate::runtime::segments::Segments;
 use crate::{Error, Result};
 
-/// A device tensor: shape, element type, the device it lives on and the allocation holding its
+/// A device tensor: shape, element type, the device it lives on and the allocations holding its
 /// bytes.
 ///
-/// Not `Clone`: [`Runtime::free`](crate::Runtime::free) consumes it. The allocation handle inside is
-/// checked on every use, so a tensor whose memory was freed through the pool reports
+/// A tensor larger than the device's largest block (WebGPU's `max_buffer_size`, 256 MiB by
+/// default) is held in several **segments**, each its own allocation in one block: segment `i`
+/// holds bytes `[i * segment_size, (i + 1) * segment_size)` of the tensor, the last one the rest
+/// (see [`Runtime::alloc`](crate::Runtime::alloc) for where the cuts fall). Transfers go segment
+/// by segment and ops run as parts that each bind within one segment, so callers see one tensor.
+///
+/// Not `Clone`: [`Runtime::free`](crate::Runtime::free) consumes it. The allocation handles inside
+/// are checked on every use, so a tensor whose memory was freed through the pool reports
 /// [`Error::StaleHandle`] instead of reading someone else's bytes.
 #[derive(Debug)]
 pub struct Tensor {
-    alloc: Allocation,
+    /// One allocation unless the tensor is larger than a block.
+    segments: Segments,
     device: DeviceId,
     dtype: DType,
     shape: Vec<usize>,
@@ -25,14 +34,14 @@ pub struct Tensor {
 
 impl Tensor {
     pub(crate) fn new(
-        alloc: Allocation,
+        segments: Segments,
         device: DeviceId,
         dtype: DType,
         shape: Vec<usize>,
         size: u64,
     ) -> Self {
         Tensor {
-            alloc,
+            segments,
             device,
             dtype,
             shape,
@@ -40,9 +49,26 @@ impl Tensor {
         }
     }
 
-    /// The allocation (handle and range).
+    /// The allocation (handle and range) holding the tensor's first byte: all of it unless the
+    /// tensor has several [`segments`](Tensor::segments).
     pub fn allocation(&self) -> Allocation {
-        self.alloc
+        self.segments.first()
+    }
+
+    /// The allocations holding the tensor, in byte order: one, or several when the tensor is
+    /// larger than the device's largest block.
+    pub fn segments(&self) -> &[Allocation] {
+        self.segments.allocs()
+    }
+
+    /// Where the bytes are.
+    pub(crate) fn placement(&self) -> &Segments {
+        &self.segments
+    }
+
+    /// Each segment with the range of the tensor's bytes it holds: `(allocation, offset, size)`.
+    pub(crate) fn pieces(&self) -> impl Iterator<Item = (Allocation, u64, u64)> + '_ {
+        self.segments.pieces(self.size)
     }
 
     /// The device whose pool holds the bytes ([`RuntimeConfig::device_id`](crate::RuntimeConfig)

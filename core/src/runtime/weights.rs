@@ -25,8 +25,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::backend::Ticket;
 use crate::ops::DType;
-use crate::pool::Allocation;
 use crate::runtime::Runtime;
+use crate::runtime::segments::Segments;
 use crate::{Error, Result};
 
 /// Identity of a weight in the store: name, element type, byte size and content hash.
@@ -74,7 +74,7 @@ pub fn content_hash(bytes: &[u8]) -> u64 {
 /// One stored weight.
 #[derive(Debug)]
 struct Entry {
-    alloc: Allocation,
+    segments: Segments,
     /// Allocated bytes (the key's size padded to the copy alignment).
     padded: u64,
     /// Bindings by live models; the entry is removed when this reaches 0 (never stored at 0).
@@ -137,50 +137,54 @@ impl Runtime {
 
     /// One more reference to `key` when the store holds it (nothing is uploaded), else `None`:
     /// the caller allocates, uploads, then [`Runtime::store_weight`]s.
-    pub(crate) fn share_weight(&self, key: &WeightKey) -> Option<Allocation> {
+    pub(crate) fn share_weight(&self, key: &WeightKey) -> Option<Segments> {
         let mut entries = self.weights().lock();
         let e = entries.get_mut(key)?;
         e.refs += 1;
-        Some(e.alloc)
+        Some(e.segments.clone())
     }
 
-    /// Stores `alloc` (`padded` bytes, its upload queued) under `key` with one reference and
-    /// returns it. The store is not locked during the upload (an awaited upload may yield to other
+    /// Stores `segments` (`padded` bytes in one allocation, or in segments for a weight larger
+    /// than a block; its upload queued) under `key` with one reference and returns them. The store is not locked during the upload (an awaited upload may yield to other
     /// tasks), so an entry is only visible once its bytes are queued: a concurrent binding of the
     /// same key either shares a complete entry or uploads its own. When one was stored meanwhile,
-    /// that one is shared and `alloc` is freed (after its upload).
+    /// that one is shared and `segments` are freed (after its upload).
     ///
     /// # Errors
-    /// The pool's free errors for the redundant `alloc`.
+    /// The pool's free errors for the redundant `segments`.
     pub(crate) fn store_weight(
         &self,
         key: &WeightKey,
-        alloc: Allocation,
+        segments: Segments,
         padded: u64,
-    ) -> Result<Allocation> {
+    ) -> Result<Segments> {
         let mut entries = self.weights().lock();
         if let Some(e) = entries.get_mut(key) {
             e.refs += 1;
-            let shared = e.alloc;
+            let shared = e.segments.clone();
             drop(entries);
-            self.device_pool().free(alloc.handle)?;
+            let pool = self.device_pool();
+            for a in segments.allocs() {
+                pool.free(a.handle)?;
+            }
             return Ok(shared);
         }
         entries.insert(
             key.clone(),
             Entry {
-                alloc,
+                segments: segments.clone(),
                 padded,
                 refs: 1,
             },
         );
-        Ok(alloc)
+        Ok(segments)
     }
 
-    /// Frees the allocation of a weight whose upload failed, after any part of it that was queued.
-    pub(crate) fn discard_weight(&self, alloc: Allocation) {
+    /// Frees the allocations of a weight whose upload failed, after any part of it that was
+    /// queued.
+    pub(crate) fn discard_weight(&self, segments: &Segments) {
         let after = self.backend().flush().unwrap_or(Ticket::DONE);
-        let _ = self.device_pool().free_after(alloc.handle, after);
+        self.discard_segments(segments, after);
     }
 
     /// Drops one reference to `key`; the last one frees the weight's allocation (after the work
@@ -201,10 +205,15 @@ impl Runtime {
         if e.refs > 0 {
             return Ok(());
         }
-        let alloc = e.alloc;
+        let segments = e.segments.clone();
         entries.remove(key);
         drop(entries);
-        self.device_pool().free(alloc.handle)
+        let pool = self.device_pool();
+        let mut result = Ok(());
+        for a in segments.allocs() {
+            result = result.and(pool.free(a.handle));
+        }
+        result
     }
 }
 

@@ -17,6 +17,10 @@
 use crate::backend::BlockRange;
 use crate::ops::Op;
 
+mod segments;
+
+pub(crate) use segments::split_segments;
+
 /// One dispatch of a split op: the op over its units and its bindings.
 pub(crate) type Part = (Op, Vec<BlockRange>);
 
@@ -171,6 +175,31 @@ fn plan(op: &Op, sizes: &[u64], limit: u64, align: u64) -> Option<(Vec<Share>, u
     (per_part > 0).then_some((shares, per_part))
 }
 
+impl Op {
+    /// How this op is cut into parts over large operands, per operand in binding order: `Some([units,
+    /// elements per unit])` for an operand that grows with the op's split axis (elements, rows,
+    /// images, batches), `None` for one every part reads whole (weights, biases, shared masks).
+    /// A tensor of the `Some` shape larger than the device's largest block is held in segments
+    /// cut between units, which the op runs over part by part; an operand read whole must fit in
+    /// one block. `None` for an op with no split axis.
+    pub fn split_shapes(&self) -> Option<Vec<Option<[usize; 2]>>> {
+        let total = units(self)? as usize;
+        let sig = self.signature().ok()?;
+        let shares = shares(self)?;
+        let operands = sig.inputs.iter().chain(&sig.outputs);
+        Some(
+            shares
+                .iter()
+                .zip(operands)
+                .map(|(share, o)| match *share {
+                    Share::Whole => None,
+                    Share::PerUnit(bytes) => Some([total, (bytes / o.dtype.size()) as usize]),
+                })
+                .collect(),
+        )
+    }
+}
+
 /// Whether `op` runs on a device whose bindings hold at most `limit` bytes at offsets on
 /// `align`: every operand fits, or the front splits it.
 pub(crate) fn fits(op: &Op, limit: u64, align: u64) -> bool {
@@ -214,14 +243,14 @@ pub(crate) fn split(op: &Op, bindings: &[BlockRange], limit: u64, align: u64) ->
     Some(parts)
 }
 
-fn gcd(mut a: u64, mut b: u64) -> u64 {
+pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
     }
     a
 }
 
-fn lcm(a: u64, b: u64) -> Option<u64> {
+pub(crate) fn lcm(a: u64, b: u64) -> Option<u64> {
     (a / gcd(a, b)).checked_mul(b)
 }
 

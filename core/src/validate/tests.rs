@@ -265,3 +265,76 @@ fn a_dead_worker_is_a_lost_device_for_the_front() {
     assert!(f.is_broken());
     assert!(matches!(f.completed(), Err(Error::DeviceLost { .. })));
 }
+
+/// Lowered limits are what the front reports and enforces (blocks, bindings, growth), a binding
+/// limit never exceeds the block limit, and a limit below the alignment is refused.
+#[test]
+fn lowered_limits_are_reported_and_enforced() {
+    let host = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    let f = Validated::new(host.clone())
+        .with_limits(DeviceLimits {
+            max_block_size: Some(8192),
+            max_binding_size: Some(1 << 20),
+        })
+        .unwrap();
+    let caps = f.capabilities();
+    assert_eq!((caps.max_block_size, caps.max_binding_size), (8192, 8192));
+    assert!(matches!(
+        f.alloc_block(&BlockDesc {
+            kind: MemoryKind::DeviceLocal,
+            size: 8196,
+            label: "x",
+        }),
+        Err(Error::TooLarge {
+            limit: 8192,
+            limit_name: "max_block_size",
+            ..
+        })
+    ));
+    let b = block(&f, MemoryKind::DeviceLocal, 8192);
+    assert!(
+        f.in_place_growth()
+            .is_none_or(|g| g.max_reserve <= 8192 && g.max_reserve > 0)
+    );
+    let relu = Op::Relu { len: 1024 };
+    let binding = Validated::new(host.clone())
+        .with_limits(DeviceLimits {
+            max_block_size: None,
+            max_binding_size: Some(2048),
+        })
+        .unwrap();
+    assert_eq!(
+        binding.capabilities().max_block_size,
+        host.capabilities().max_block_size
+    );
+    let b2 = block(&binding, MemoryKind::DeviceLocal, 8192);
+    // Over 2 KiB, relu runs as parts: accepted, not refused as too large.
+    let t = binding
+        .dispatch(&relu, &[range(b2, 0, 4096), range(b2, 4096, 4096)])
+        .unwrap();
+    binding.wait(t).unwrap();
+    for bad in [
+        DeviceLimits {
+            max_block_size: Some(8),
+            max_binding_size: None,
+        },
+        DeviceLimits {
+            max_block_size: Some(8190),
+            max_binding_size: None,
+        },
+        DeviceLimits {
+            max_block_size: None,
+            max_binding_size: Some(0),
+        },
+    ] {
+        assert!(
+            matches!(
+                Validated::new(host.clone()).with_limits(bad),
+                Err(Error::InvalidArgument(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    f.free_block(b).unwrap();
+    binding.free_block(b2).unwrap();
+}

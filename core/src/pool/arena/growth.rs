@@ -110,6 +110,7 @@ impl ArenaPool {
                 class_reserved,
                 block_size: self.config.block_size,
                 room: self.budget.room(),
+                max_block: self.backend.capabilities().max_block_size,
                 align: self.copy_align,
             }
             .block_bytes();

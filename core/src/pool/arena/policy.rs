@@ -67,6 +67,9 @@ pub(crate) struct BlockRequest {
     pub block_size: u64,
     /// Bytes the budget still allows.
     pub room: u64,
+    /// The device's largest block (`Capabilities::max_block_size`, which need not be a power of
+    /// two, nor a multiple of the granule): no block is larger.
+    pub max_block: u64,
     /// The copy alignment (a power of two): every block size is a multiple of it.
     pub align: u64,
 }
@@ -82,7 +85,10 @@ impl BlockRequest {
             Class::Small => step.max(SMALL_BLOCK_MIN).min(self.block_size),
             Class::Large => step,
         };
-        let want = round_up(self.need.max(step), granule).filter(|w| *w <= self.room);
+        let largest = self.max_block / self.align * self.align;
+        let want = round_up(self.need.max(step), granule)
+            .map(|w| w.min(largest))
+            .filter(|w| *w >= self.need && *w <= self.room);
         want.or_else(|| round_up(self.need, self.align).filter(|n| *n <= self.room))
     }
 }
@@ -105,7 +111,24 @@ mod tests {
             class_reserved: 0,
             block_size: 32 << 20,
             room: u64::MAX,
+            max_block: u64::MAX,
             align: 4,
+        }
+    }
+
+    /// Regression (issue 13): a block limit that is no power of two (12 000 bytes under lowered
+    /// test limits; CUDA's is the device's total memory) made the granule rounding ask for a
+    /// 16 KiB block the device refuses.
+    #[test]
+    fn blocks_never_exceed_the_device_limit() {
+        for class in [Class::Small, Class::Large] {
+            let r = BlockRequest {
+                block_size: 12_000,
+                max_block: 12_000,
+                class_reserved: 1 << 40,
+                ..request(class, 12_000)
+            };
+            assert_eq!(r.block_bytes(), Some(12_000));
         }
     }
 

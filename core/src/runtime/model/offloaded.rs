@@ -218,6 +218,7 @@ impl Offloaded {
             places: vec![None; graph.tensors().len()],
             owned: Vec::new(),
             weight_keys: vec![None; graph.tensors().len()],
+            segmented: Vec::new(),
             align: align.next_power_of_two(),
             report: super::MemoryReport::default(),
             offload: None,
