@@ -27,8 +27,10 @@ use crate::backend::{Ticket, TicketWakers};
 use crate::ops::{self, Op};
 use crate::{Error, Result};
 
+#[cfg(not(target_arch = "wasm32"))]
+use super::NAME;
+use super::lock;
 use super::memory::HostMemory;
-use super::{NAME, lock};
 
 pub(super) type BlockMem = Arc<Mutex<HostMemory>>;
 
