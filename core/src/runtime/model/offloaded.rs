@@ -30,9 +30,9 @@
 //!   memory and read only device and `Upload` memory, so an activation cannot go out and back
 //!   on the device alone. The copy-out's wait is on the transfer lane only, not on the kernels
 //!   queued before it, but the staged copy back in is compute-lane work.
-//! * Where the backend collapses the transfer lane onto its one queue (wgpu, Vulkan, CUDA
-//!   without its copy stream) copies still run between kernels; the two-lane stall model
-//!   predicts what a concurrent lane achieves.
+//! * Where the backend collapses the transfer lane onto its one queue (wgpu; Vulkan with its
+//!   lane switched off) copies still run between kernels; the two-lane stall model predicts what
+//!   a concurrent lane achieves.
 //! * Ops are never split here: a budget below one op's operands (MiniLM's untiled attention
 //!   softmax at sequence 512 binds 201 MB) is [`Error::BudgetBelowWorkingSet`]; tiling the chain
 //!   beforehand ([`Graph::tile`](crate::Graph::tile)) is what brings such an op within a budget.
