@@ -53,6 +53,9 @@ pub(crate) struct QueueLane {
     pub queue: vk::Queue,
 }
 
+/// The transfer lane's queue, and which kind of queue it is.
+pub(crate) type TransferLaneQueue = (QueueLane, LaneQueue);
+
 /// Handles adopted from an application with [`crate::VulkanBackend::from_raw`].
 pub struct RawVulkan {
     /// The loader the handles were created with.
@@ -80,7 +83,7 @@ pub(crate) struct Gpu {
     owns_device: bool,
     pub compute: QueueLane,
     /// The transfer lane's queue and which kind it is; `None` under [`TransferQueue::Off`].
-    pub transfer: Option<(QueueLane, LaneQueue)>,
+    pub transfer: Option<TransferLaneQueue>,
     pub limits: vk::PhysicalDeviceLimits,
     pub name: String,
     /// Discrete, integrated, virtual, CPU (lavapipe) or other, as the driver reports it.
@@ -229,7 +232,7 @@ impl Gpu {
         vk::PhysicalDevice,
         ash::Device,
         QueueLane,
-        Option<(QueueLane, LaneQueue)>,
+        Option<TransferLaneQueue>,
     )> {
         // SAFETY: enumerating physical devices of a live instance.
         let devices = unsafe { instance.enumerate_physical_devices() }
@@ -384,7 +387,7 @@ impl Gpu {
         physical: vk::PhysicalDevice,
         device: ash::Device,
         compute: QueueLane,
-        transfer: Option<(QueueLane, LaneQueue)>,
+        transfer: Option<TransferLaneQueue>,
     ) -> Gpu {
         let mut maint3 = vk::PhysicalDeviceMaintenance3Properties::default();
         let mut pci = vk::PhysicalDevicePCIBusInfoPropertiesEXT::default();
