@@ -444,6 +444,12 @@ impl Backend for VulkanBackend {
         s.compute.wait_until(&s.gpu, ticket.0, limit)
     }
 
+    /// Every block is a buffer with both transfer usages, and `Upload`/`Readback` memory is
+    /// host-visible memory the device reads and writes: copies go either way.
+    fn host_visible_copies(&self) -> bool {
+        true
+    }
+
     fn transfer_lane(&self) -> TransferLane {
         if self.lock().transfer.is_some() {
             TransferLane::Concurrent
