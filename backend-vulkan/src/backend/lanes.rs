@@ -12,7 +12,9 @@
 //! No deadlock, on any queue choice: before a lane waits for a value, the other lane's batch that
 //! signals it is submitted (`Timeline::issue`), and work recorded before the order is submitted
 //! without the wait (`Timeline::order_after`). So every wait refers to a signal submitted
-//! earlier, which matters most on one queue (lavapipe), whose submissions run in order.
+//! earlier, which matters most on one queue (lavapipe), whose submissions run in order. The
+//! cost: an order ends the open batch of both lanes, so an executor that interleaves copies and
+//! kernels with orders between them submits about once per command.
 //!
 //! With [`TransferQueue::Off`](crate::TransferQueue::Off) there is no transfer timeline: transfer
 //! work is recorded on the compute lane and a transfer ticket is the compute ticket of its work
@@ -38,18 +40,22 @@ impl VulkanBackend {
         let mut guard = self.lock();
         let s = &mut *guard;
         s.check_alive()?;
-        let issued = s.compute.open_ticket();
-        if ticket > issued {
-            return Err(unknown(ticket.0, issued));
-        }
         let Some(transfer) = s.transfer.as_mut() else {
             // Collapsed: transfer work already runs in compute order.
-            return Ok(());
+            let issued = s.compute.open_ticket();
+            return if ticket > issued {
+                Err(unknown(ticket.0, issued))
+            } else {
+                Ok(())
+            };
         };
+        // Submitted first: the wait must follow its signal (module doc).
+        if !s.compute.issue(&s.gpu, ticket.0)? {
+            return Err(unknown(ticket.0, s.compute.submitted()));
+        }
         if ticket == Ticket::DONE || s.compute.counter(&s.gpu)? >= ticket.0 {
             return Ok(());
         }
-        s.compute.issue(&s.gpu, ticket.0)?;
         transfer.order_after(&s.gpu, ticket.0)
     }
 
@@ -64,15 +70,14 @@ impl VulkanBackend {
             }
             return Ok(Ticket(ticket.0));
         };
-        let issued = transfer.open_ticket();
-        if ticket.0 > issued.0 {
-            return Err(unknown(ticket.0, issued));
+        // Submitted first: the wait must follow its signal (module doc).
+        if !transfer.issue(&s.gpu, ticket.0)? {
+            return Err(unknown(ticket.0, transfer.submitted()));
         }
         if ticket == TransferTicket::DONE || transfer.counter(&s.gpu)? >= ticket.0 {
             // Already finished: any later compute ticket completes after it.
             return Ok(s.compute.open_ticket());
         }
-        transfer.issue(&s.gpu, ticket.0)?;
         s.compute.join(&s.gpu, &mut s.allocator, ticket.0)
     }
 

@@ -139,3 +139,23 @@ fn orders_on_unsubmitted_work_do_not_deadlock() {
         }
     });
 }
+
+/// Tickets never issued are refused by the backend itself (a direct caller has no front), on
+/// both lanes, collapsed or not, and nothing waits for them.
+#[test]
+fn tickets_never_issued_are_refused() {
+    on_each(|name, b| {
+        let never = 1_000_000;
+        for got in [
+            b.transfer_after(tensormem::Ticket(never)),
+            b.compute_after(TransferTicket(never)).map(drop),
+            b.wait_transfer_timeout(TransferTicket(never), Some(LIMIT)),
+        ] {
+            match got {
+                Err(tensormem::Error::UnknownTicket { ticket, .. }) if ticket == never => {}
+                Err(tensormem::Error::InvalidArgument(m)) if m.contains("never issued") => {}
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    });
+}
