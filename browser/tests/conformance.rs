@@ -77,6 +77,7 @@ browser_cases!(
     compute_after_transfer_sees_copied_data,
     transfer_read_memory_not_reused_after_free,
     transfer_tickets_unknown_refused,
+    copies_out_of_and_into_host_visible_memory_where_capable,
 );
 
 /// The adapter is the browser's WebGPU, and its limits reach the contract's capabilities.
