@@ -340,23 +340,14 @@ impl Prepared {
         &self,
         capacity: u64,
         rank: &[u32],
-        (node_limit, deadline, stop): (u64, Instant, &dyn Fn() -> bool),
+        budget: (u64, Instant, &dyn Fn() -> bool),
         memo: &mut Memo,
         tiling_memo: Option<&mut Memo>,
     ) -> Outcome {
         if let Some(why) = self.quick_infeasibility(capacity) {
             return Outcome::Infeasible(why);
         }
-        let search = Search::new(
-            self,
-            rank,
-            capacity,
-            node_limit,
-            deadline,
-            stop,
-            memo,
-            tiling_memo,
-        );
+        let search = Search::new(self, rank, capacity, budget, memo, tiling_memo);
         match search.run() {
             RunEnd::Found(offsets) => Outcome::Found(offsets),
             RunEnd::Exhausted {

@@ -89,9 +89,7 @@ impl<'a> Search<'a> {
         p: &'a Prepared,
         rank: &'a [u32],
         capacity: u64,
-        node_limit: u64,
-        deadline: Instant,
-        stop: &'a dyn Fn() -> bool,
+        (node_limit, deadline, stop): (u64, Instant, &'a dyn Fn() -> bool),
         memo: &'a mut Memo,
         tiling_memo: Option<&'a mut Memo>,
     ) -> Self {

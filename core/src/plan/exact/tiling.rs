@@ -138,7 +138,7 @@ impl<'a> Tiling<'a> {
         let mut grid = vec![0u64; sections * words];
         // Units past the capacity in the last word count as occupied.
         let units = (capacity / unit) as usize;
-        if units % 64 != 0 {
+        if !units.is_multiple_of(64) {
             for s in 0..sections {
                 grid[s * words + words - 1] = !0u64 << (units % 64);
             }
@@ -515,8 +515,13 @@ fn any_set(row: &[u64], lo: usize, hi: usize) -> bool {
 
 /// Toggles bits `lo..hi` (placement sets clear bits, removal clears set ones).
 fn flip(row: &mut [u64], lo: usize, hi: usize) {
-    for w in lo / 64..hi.div_ceil(64) {
-        row[w] ^= mask(w, lo, hi);
+    for (w, word) in row
+        .iter_mut()
+        .enumerate()
+        .take(hi.div_ceil(64))
+        .skip(lo / 64)
+    {
+        *word ^= mask(w, lo, hi);
     }
 }
 
