@@ -38,7 +38,7 @@ impl Units {
             self.ones -= self.count(len, old);
             self.words.truncate(len.div_ceil(64) as usize);
             if let Some(last) = self.words.last_mut() {
-                if len % 64 != 0 {
+                if !len.is_multiple_of(64) {
                     *last &= (1u64 << (len % 64)) - 1;
                 }
             }

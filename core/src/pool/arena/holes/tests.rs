@@ -152,12 +152,12 @@ fn churn_keeps_contents_and_accounting() {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        if live.len() > 12 || (x % 3 == 0 && !live.is_empty()) {
+        if live.len() > 12 || (x.is_multiple_of(3) && !live.is_empty()) {
             let (a, byte) = live.swap_remove((x as usize / 3) % live.len());
             assert_holds(&backend, &a, byte);
             p.free(a.handle).unwrap();
         } else {
-            let size = 4 * KIB << (x % 10);
+            let size = (4 * KIB) << (x % 10);
             let byte = (step % 250) as u8 + 1;
             live.push((
                 filled(&backend, &p, size + (x >> 40) % 4096 * 4, byte),
