@@ -12,6 +12,7 @@
 )]
 
 mod device {
+    pub mod holes;
     pub mod managed;
     pub mod peer;
 }

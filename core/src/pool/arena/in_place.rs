@@ -13,10 +13,9 @@
 //! benchmark prints it under each trace: 1.17 on random log-uniform churn, 1.16 on eager
 //! prefills, 1.17 on Llama prefill, 1.39 on MobileNet, whose 5.7 MiB peak falls on a 2 MiB
 //! granule). Placed before their lifetimes are known, a 16 MiB residual lands between holes that
-//! three later 56 MiB FFN tensors cannot use. Decommitting the granules of free holes would bring
-//! the peak to the live set (1.00–1.02 on the transformer traces in a model), but the holes move
-//! every layer, so it would map and unmap on every layer (over a thousand driver calls for ten
-//! Llama prefills, where cubecl makes 8); knowing lifetimes is the record-and-replay pool's job.
+//! three later 56 MiB FFN tensors cannot use. So where the backend offers holes, the memory of
+//! free holes is given back and moved instead ([`holes`](super::holes)): the address range keeps
+//! the TLSF's layout, and committed memory follows the live bytes.
 //!
 //! * **Reservation.** The first request reserves the whole range the pool may ever use: the
 //!   budget, else the backend's [`InPlaceGrowth::max_reserve`]; address space costs nothing.
@@ -27,8 +26,8 @@
 //! * **Release.** Trim (and the pressure path) decommits the free tail, rounded down to the
 //!   granularity (on CUDA, down to the end of the growth step that holds the new end: each
 //!   step is mapped as one allocation), and returns the whole reservation when the arena is
-//!   empty. Free space inside the arena stays committed: it cannot be returned without moving
-//!   tensors.
+//!   empty. Free space inside the arena is given back by [`holes`](super::holes) where the
+//!   backend can; elsewhere it stays committed.
 //! * **Fallback.** When the reservation is full, the backend refuses the growth or the budget
 //!   refuses it, the pool adds regular blocks ([`growth`](super::growth)) beside the arena.
 
