@@ -9,6 +9,7 @@
 //! [`HostConfig::device_memory`](super::HostConfig::device_memory) and
 //! [`HostBackend::block_bytes`] count committed bytes, holes excluded.
 
+#[cfg(unix)]
 use std::collections::BTreeMap;
 #[cfg(unix)]
 use std::sync::atomic::Ordering;
@@ -23,9 +24,11 @@ use crate::{Error, Result};
 use crate::Backend;
 
 /// Disjoint decommitted byte ranges of one reservation, by start.
+#[cfg(unix)]
 #[derive(Debug, Default)]
 pub(super) struct Decommitted(BTreeMap<u64, u64>);
 
+#[cfg(unix)]
 impl Decommitted {
     /// Removes `[a, b)` from the set; returns the bytes that were in it.
     pub(super) fn remove(&mut self, a: u64, b: u64) -> u64 {
