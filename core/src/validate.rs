@@ -40,6 +40,7 @@ use crate::ops::Op;
 use crate::{Error, Result};
 
 mod direct;
+mod holes;
 mod lanes;
 mod rules;
 pub(crate) mod split;
@@ -361,6 +362,18 @@ impl Backend for Validated {
         let resized = self.lock().blocks.resize(block, now);
         resized.map_err(|e| self.mark_broken(e))?;
         Ok(now)
+    }
+
+    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.decommit_checked(block, offset, size)
+    }
+
+    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.commit_checked(block, offset, size)
+    }
+
+    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
+        self.remap_checked(block, from, to, size)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
