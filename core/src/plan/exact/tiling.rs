@@ -73,6 +73,9 @@ pub(super) struct Tiling<'a> {
     stop: &'a dyn Fn() -> bool,
     aborted: bool,
     memo: &'a mut Memo,
+    /// 0: options largest first; otherwise the seed of a random option order (restarts under
+    /// different orders cut the heavy tail of backtracking times).
+    shuffle: u64,
     /// Scratch for `propagate`: a row union, each member's free runs (units), per-range sums.
     union: Vec<u64>,
     runs: Vec<(usize, usize)>,
@@ -129,7 +132,7 @@ impl<'a> Tiling<'a> {
         node_limit: u64,
         deadline: Instant,
         stop: &'a dyn Fn() -> bool,
-        memo: &'a mut Memo,
+        (memo, shuffle): (&'a mut Memo, u64),
     ) -> Self {
         let n = p.len();
         let unit = Self::unit_of(p, members, capacity);
@@ -181,6 +184,7 @@ impl<'a> Tiling<'a> {
             stop,
             aborted: false,
             memo,
+            shuffle,
             union: Vec::new(),
             runs: Vec::new(),
             run_start: Vec::new(),
@@ -413,7 +417,10 @@ impl<'a> Tiling<'a> {
                 return;
             }
         }
-        out.sort_unstable_by_key(|&(x, _)| (std::cmp::Reverse(p.size[x as usize]), x));
+        match self.shuffle {
+            0 => out.sort_unstable_by_key(|&(x, _)| (std::cmp::Reverse(p.size[x as usize]), x)),
+            seed => out.sort_unstable_by_key(|&(x, o)| key(x ^ seed as u32, o ^ seed)),
+        }
     }
 
     /// The first free range of section `s` (in units) at or above unit `from`.
