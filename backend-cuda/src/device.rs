@@ -426,6 +426,12 @@ impl Backend for CudaBackend {
         self.timeline.wait(ticket, timeout)
     }
 
+    /// `Upload` and `Readback` blocks are pinned host memory in the unified address space:
+    /// `cuMemcpyAsync` copies between it and device memory in either direction.
+    fn host_visible_copies(&self) -> bool {
+        true
+    }
+
     /// A second stream (`lanes.rs`): copies on it overlap kernels on the compute stream.
     fn transfer_lane(&self) -> TransferLane {
         TransferLane::Concurrent

@@ -1,5 +1,5 @@
-//! [`VulkanBackend`]: the `Backend` implementation tying device, blocks, timeline, barriers and
-//! kernels together under one lock, and its configuration.
+//! [`VulkanBackend`]: the `Backend` implementation tying device, blocks, the lanes' timelines,
+//! barriers and kernels together under one lock, and its configuration.
 //!
 //! Every call takes the backend's mutex: Vulkan requires external synchronisation of the queue,
 //! the command buffer being recorded and the allocator, and the calls are short (recording, not
@@ -8,6 +8,7 @@
 
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ash::vk;
@@ -15,16 +16,17 @@ use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use gpu_allocator::{AllocationSizes, AllocatorDebugSettings};
 use tensormem::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Error, ManagedMemory,
-    MemoryKind, Op, Result, Ticket,
+    MemoryKind, Op, Result, Ticket, TransferLane, TransferTicket,
 };
 
-use crate::barriers::Access;
 use crate::blocks::{Block, BlockPolicy};
 use crate::config::{CustomKernel, VulkanConfig, VulkanStats};
-use crate::conv::Stage;
-use crate::device::{Gpu, RawVulkan};
+use crate::device::{Gpu, LaneQueue, RawVulkan};
 use crate::error::BACKEND;
+
+mod copies;
 mod dispatch;
+mod lanes;
 
 use crate::instance::{
     ValidationLog, create_instance, keep_driver_loaded, load_entry, validation_layer_present,
@@ -36,7 +38,11 @@ struct State {
     gpu: Gpu,
     allocator: ManuallyDrop<Allocator>,
     blocks: BlockTable<Block>,
-    timeline: Timeline,
+    /// The compute lane: dispatches, and the copies and fills of the original contract.
+    compute: Timeline,
+    /// The transfer lane (`lanes`); `None` when it is collapsed onto `compute`
+    /// ([`TransferQueue::Off`](crate::TransferQueue::Off)).
+    transfer: Option<Timeline>,
     kernels: KernelCache,
     policy: BlockPolicy,
     /// Adopted handles are not destroyed and the device is not waited on as a whole.
@@ -127,7 +133,8 @@ impl VulkanBackend {
                 });
             }
         };
-        let timeline = match Timeline::new(&gpu) {
+        let mut allocator = allocator;
+        let (compute, transfer) = match Self::timelines(&gpu, &mut allocator) {
             Ok(t) => t,
             Err(e) => {
                 drop(allocator);
@@ -162,13 +169,33 @@ impl VulkanBackend {
                 gpu,
                 allocator: ManuallyDrop::new(allocator),
                 blocks: BlockTable::new(BACKEND),
-                timeline,
+                compute,
+                transfer,
                 kernels: KernelCache::default(),
                 policy,
                 owns_device,
             }),
             validation,
         })
+    }
+
+    /// The lanes' timelines, paired when there is a transfer lane.
+    fn timelines(gpu: &Gpu, allocator: &mut Allocator) -> Result<(Timeline, Option<Timeline>)> {
+        let mut compute = Timeline::new(gpu, Lane::Compute, gpu.compute)?;
+        let Some((queue, _)) = gpu.transfer else {
+            return Ok((compute, None));
+        };
+        match Timeline::new(gpu, Lane::Transfer, queue) {
+            Ok(mut transfer) => {
+                Timeline::pair(&mut compute, &mut transfer);
+                Ok((compute, Some(transfer)))
+            }
+            Err(e) => {
+                // SAFETY: nothing was submitted on the compute lane yet; called once.
+                unsafe { compute.destroy(&gpu.device, allocator) };
+                Err(e)
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -203,20 +230,23 @@ impl VulkanBackend {
     /// Counters: live blocks, barriers, kernel compilations, batches.
     pub fn stats(&self) -> VulkanStats {
         let s = self.lock();
-        let (in_flight, free) = s.timeline.batch_counts();
+        let lanes = || std::iter::once(&s.compute).chain(s.transfer.as_ref());
+        let (in_flight, free) = lanes()
+            .map(Timeline::batch_counts)
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
         VulkanStats {
             blocks: s.blocks.len(),
-            barriers: s.timeline.tracker.barrier_count(),
+            barriers: lanes().map(|t| t.tracker.barrier_count()).sum(),
             kernel_compiles: s.kernels.compiles,
             batches_in_flight: in_flight,
             batches_free: free,
         }
     }
 
-    /// Whether staging copies run on a separate lane (a dedicated transfer queue, or the emulated
-    /// one of [`TransferQueue::SameQueue`](crate::TransferQueue::SameQueue)).
-    pub fn has_transfer_lane(&self) -> bool {
-        self.lock().gpu.transfer.is_some()
+    /// The queue the concurrent transfer lane submits to, or `None` when the lane is collapsed
+    /// onto the compute queue ([`TransferQueue::Off`](crate::TransferQueue::Off)).
+    pub fn transfer_queue(&self) -> Option<LaneQueue> {
+        self.lock().gpu.transfer.map(|(_, kind)| kind)
     }
 
     /// Enqueues a custom WGSL kernel over `bindings` (one range per [`CustomKernel::bindings`]).
@@ -284,6 +314,24 @@ fn device_local_is_host_visible(gpu: &Gpu) -> bool {
         })
 }
 
+impl State {
+    /// Fails with [`Error::DeviceLost`] once either lane saw the device lost.
+    fn check_alive(&self) -> Result<()> {
+        self.compute.check_alive()?;
+        self.transfer.as_ref().map_or(Ok(()), Timeline::check_alive)
+    }
+
+    /// The timeline of `lane` (the compute lane's when the transfer lane is collapsed), with
+    /// the device and the allocator it records with.
+    fn lane(&mut self, lane: Lane) -> (&mut Timeline, &Gpu, &mut Allocator) {
+        let timeline = match (lane, self.transfer.as_mut()) {
+            (Lane::Transfer, Some(t)) => t,
+            _ => &mut self.compute,
+        };
+        (timeline, &self.gpu, &mut self.allocator)
+    }
+}
+
 impl Backend for VulkanBackend {
     fn capabilities(&self) -> &Capabilities {
         &self.caps
@@ -307,7 +355,7 @@ impl Backend for VulkanBackend {
         }
         let mut guard = self.lock();
         let s = &mut *guard;
-        s.timeline.check_alive()?;
+        s.check_alive()?;
         let block = Block::create(&s.gpu, &mut s.allocator, desc, s.policy)?;
         Ok(s.blocks.insert(desc.kind, desc.size, block))
     }
@@ -327,7 +375,10 @@ impl Backend for VulkanBackend {
         let mut guard = self.lock();
         let s = &mut *guard;
         let mut b = s.blocks.remove(block)?;
-        s.timeline.tracker.forget_block(block.0);
+        s.compute.tracker.forget_block(block.0);
+        if let Some(t) = s.transfer.as_mut() {
+            t.tracker.forget_block(block.0);
+        }
         // SAFETY: the caller guarantees no in-flight work uses the block (contract); recorded but
         // unsubmitted work would be a caller bug the pools prevent by waiting on tickets.
         unsafe { b.destroy(&s.gpu.device, &mut s.allocator) };
@@ -347,111 +398,11 @@ impl Backend for VulkanBackend {
     }
 
     fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
-        debug_assert!(
-            src.size == dst.size
-                && (src.block != dst.block
-                    || src.offset + src.size <= dst.offset
-                    || dst.offset + dst.size <= src.offset),
-            "vulkan: copy {src:?} -> {dst:?} (the front refuses a size mismatch or an overlap)"
-        );
-        debug_assert!(self.copy_aligned(&src) && self.copy_aligned(&dst));
-        let mut guard = self.lock();
-        let s = &mut *guard;
-        s.timeline.check_alive()?;
-        let src_kind = Self::check_range(s, &src, "copy source")?;
-        let dst_kind = Self::check_range(s, &dst, "copy destination")?;
-        let staging = |k: MemoryKind| !matches!(k, MemoryKind::DeviceLocal | MemoryKind::Managed);
-        let lane = if staging(src_kind) || staging(dst_kind) {
-            Lane::Transfer
-        } else {
-            Lane::Compute
-        };
-        let (src_buf, dst_buf) = (
-            s.blocks
-                .get(src.block)
-                .map(|b| b.buffer)
-                .unwrap_or_default(),
-            s.blocks
-                .get(dst.block)
-                .map(|b| b.buffer)
-                .unwrap_or_default(),
-        );
-        let cmd = s.timeline.batch(&s.gpu, &mut s.allocator, lane)?.cmd();
-        let accesses = [
-            Access {
-                block: src.block.0,
-                offset: src.offset,
-                size: src.size,
-                stage: Stage::Transfer,
-                write: false,
-            },
-            Access {
-                block: dst.block.0,
-                offset: dst.offset,
-                size: dst.size,
-                stage: Stage::Transfer,
-                write: true,
-            },
-        ];
-        if let Some(b) = s.timeline.tracker.before(&accesses) {
-            if !self.config.skip_barriers_for_testing {
-                s.timeline.record_barrier(&s.gpu.device, cmd, b);
-            }
-        }
-        let region = vk::BufferCopy {
-            src_offset: src.offset,
-            dst_offset: dst.offset,
-            size: src.size,
-        };
-        // SAFETY: `cmd` is recording; both buffers are live with TRANSFER usage; the regions are
-        // in bounds and do not overlap (checked above).
-        unsafe {
-            s.gpu
-                .device
-                .cmd_copy_buffer(cmd, src_buf, dst_buf, &[region])
-        };
-        s.timeline.note_command();
-        Ok(s.timeline.open_ticket())
+        self.record_copy(Lane::Compute, src, dst)
     }
 
     fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
-        let mut guard = self.lock();
-        let s = &mut *guard;
-        s.timeline.check_alive()?;
-        Self::check_range(s, &range, "fill")?;
-        debug_assert!(
-            self.copy_aligned(&range),
-            "vulkan: fill {range:?} off copy_align"
-        );
-        let buffer = s
-            .blocks
-            .get(range.block)
-            .map(|b| b.buffer)
-            .unwrap_or_default();
-        let cmd = s
-            .timeline
-            .batch(&s.gpu, &mut s.allocator, Lane::Compute)?
-            .cmd();
-        let access = [Access {
-            block: range.block.0,
-            offset: range.offset,
-            size: range.size,
-            stage: Stage::Transfer,
-            write: true,
-        }];
-        if let Some(b) = s.timeline.tracker.before(&access) {
-            if !self.config.skip_barriers_for_testing {
-                s.timeline.record_barrier(&s.gpu.device, cmd, b);
-            }
-        }
-        // SAFETY: `cmd` is recording; offset and size are multiples of 4 inside the buffer.
-        unsafe {
-            s.gpu
-                .device
-                .cmd_fill_buffer(cmd, buffer, range.offset, range.size, 0)
-        };
-        s.timeline.note_command();
-        Ok(s.timeline.open_ticket())
+        self.record_fill(Lane::Compute, range)
     }
 
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
@@ -459,64 +410,117 @@ impl Backend for VulkanBackend {
         self.dispatch_spec(&kernel.spec(), &kernel.ranges)
     }
 
+    /// Submits both lanes (the transfer lane first: compute work may wait for it).
     fn flush(&self) -> Result<Ticket> {
         let mut guard = self.lock();
         let s = &mut *guard;
-        s.timeline.submit(&s.gpu)
+        if let Some(t) = s.transfer.as_mut() {
+            t.submit(&s.gpu)?;
+        }
+        s.compute.submit(&s.gpu)
     }
 
     fn completed(&self) -> Result<Ticket> {
         let mut guard = self.lock();
         let s = &mut *guard;
-        let submitted = s.timeline.submit(&s.gpu)?;
-        let done = s.timeline.recycle(&s.gpu)?;
+        s.check_alive()?;
+        let submitted = s.compute.submit(&s.gpu)?;
+        let done = s.compute.recycle(&s.gpu)?;
         Ok(Ticket(done.min(submitted.0)))
     }
 
     fn wait_timeout(&self, ticket: Ticket, timeout: Option<Duration>) -> Result<()> {
         let mut guard = self.lock();
         let s = &mut *guard;
-        if ticket > s.timeline.submitted() {
-            s.timeline.submit(&s.gpu)?;
-        }
-        let submitted = s.timeline.submitted();
-        if ticket > submitted {
+        s.check_alive()?;
+        if !s.compute.issue(&s.gpu, ticket.0)? {
             return Err(Error::invalid(format!(
                 "wait: ticket {} was never issued (last issued {})",
-                ticket.0, submitted.0
+                ticket.0,
+                s.compute.submitted().0
             )));
         }
-        if ticket == Ticket::DONE || s.timeline.counter(&s.gpu)? >= ticket.0 {
-            s.timeline.recycle(&s.gpu)?;
-            return Ok(());
+        let limit = timeout.unwrap_or(self.config.wait_timeout);
+        s.compute.wait_until(&s.gpu, ticket.0, limit)
+    }
+
+    /// Every block is a buffer with both transfer usages, and `Upload`/`Readback` memory is
+    /// host-visible memory the device reads and writes: copies go either way.
+    fn host_visible_copies(&self) -> bool {
+        true
+    }
+
+    fn transfer_lane(&self) -> TransferLane {
+        if self.lock().transfer.is_some() {
+            TransferLane::Concurrent
+        } else {
+            TransferLane::Collapsed
         }
-        s.timeline.wait(
-            &s.gpu,
-            ticket.0,
-            timeout.unwrap_or(self.config.wait_timeout),
-        )
+    }
+
+    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
+        self.record_copy(Lane::Transfer, src, dst)
+            .map(|t| TransferTicket(t.0))
+    }
+
+    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
+        self.record_fill(Lane::Transfer, range)
+            .map(|t| TransferTicket(t.0))
+    }
+
+    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
+        self.transfer_after_vk(ticket)
+    }
+
+    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
+        self.compute_after_vk(ticket)
+    }
+
+    fn transfer_completed(&self) -> Result<TransferTicket> {
+        self.transfer_completed_vk()
+    }
+
+    fn wait_transfer_timeout(
+        &self,
+        ticket: TransferTicket,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        self.wait_transfer_vk(ticket, timeout.unwrap_or(self.config.wait_timeout))
+    }
+
+    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.poll_transfer_vk(ticket, cx)
     }
 }
 
 impl Drop for VulkanBackend {
     fn drop(&mut self) {
         let s = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        // Submit what is recorded so nothing is left half-built, then wait for all of it.
-        let _ = s.timeline.submit(&s.gpu);
+        // Submit what is recorded so nothing is left half-built (the transfer lane first:
+        // compute batches may wait for it), then wait for all of it.
+        if let Some(t) = s.transfer.as_mut() {
+            let _ = t.submit(&s.gpu);
+        }
+        let _ = s.compute.submit(&s.gpu);
         if s.owns_device {
             // SAFETY: the device is live; waiting has no other precondition.
             let _ = unsafe { s.gpu.device.device_wait_idle() };
         } else {
             // No limit: destroying buffers the device still uses is undefined behaviour, so a
             // hung device must hang the drop rather than let it free memory in use.
-            let last = s.timeline.submitted().0;
-            let _ = s.timeline.wait(&s.gpu, last, Duration::MAX);
+            for t in std::iter::once(&mut s.compute).chain(s.transfer.as_mut()) {
+                let last = t.submitted().0;
+                let _ = t.wait(&s.gpu, last, Duration::MAX);
+            }
         }
         // SAFETY: the device is idle (or our work on an adopted one has finished), and each
         // destroy runs once, children before parents: batches and semaphore, pipelines, blocks,
         // then the allocator's memory, then the device and instance.
         unsafe {
-            s.timeline.destroy(&s.gpu.device, &mut s.allocator);
+            if let Some(t) = s.transfer.as_mut() {
+                t.destroy(&s.gpu.device, &mut s.allocator);
+            }
+            s.compute.destroy(&s.gpu.device, &mut s.allocator);
             s.kernels.destroy(&s.gpu.device);
             for (_, mut b) in s.blocks.drain() {
                 b.destroy(&s.gpu.device, &mut s.allocator);

@@ -21,9 +21,11 @@
 //! back to back), and the scope can never be too narrow. Global `VkMemoryBarrier`s are what
 //! vendors recommend over per-buffer barriers anyway; the range tracking decides *whether*.
 //!
-//! `pending` survives a submission boundary, because pipeline barriers order against everything
-//! earlier in submission order on the same queue. It is reset when a submission waits on the
-//! timeline semaphore for everything before it (a queue switch), which is a full dependency.
+//! Each lane (`timeline`) has its own tracker over its own commands. `pending` survives the
+//! lane's submission boundaries, because a pipeline barrier orders against everything earlier in
+//! submission order on the queue. Commands of the other lane are ordered with this lane's only
+//! by the timeline-semaphore waits the caller asks for (`backend::lanes`), which are full
+//! dependencies, so they never enter the tracker.
 //!
 //! Host access is separate: every submission ends with [`host_barrier`], which makes device
 //! writes visible to host reads of mapped memory (`vkWaitSemaphores` alone makes them available,
@@ -99,8 +101,8 @@ pub(crate) fn host_barrier() -> GlobalBarrier {
 
 /// Restricts `b` to what a transfer-only queue family supports: the `TRANSFER` stage and transfer
 /// accesses (plus the host, for the end-of-batch barrier). Naming `COMPUTE_SHADER` in a barrier
-/// recorded for a transfer-only family is invalid. Exact, because the tracker restarts empty on
-/// every lane switch, so a transfer-lane batch only ever follows transfer accesses.
+/// recorded for a transfer-only family is invalid. Exact, because the transfer lane's tracker
+/// sees only that lane's copies and fills.
 pub(crate) fn for_transfer_queue(b: GlobalBarrier) -> GlobalBarrier {
     let stages = vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::HOST;
     let accesses = vk::AccessFlags::TRANSFER_READ
@@ -155,12 +157,6 @@ impl HazardTracker {
         });
         self.pending.extend_from_slice(next);
         barrier
-    }
-
-    /// Forgets everything: called after a full dependency (a timeline-semaphore wait on all
-    /// earlier work) has been established.
-    pub(crate) fn reset(&mut self) {
-        self.pending.clear();
     }
 
     /// Forgets the accesses of a freed block (block ids are never reused, so this only keeps

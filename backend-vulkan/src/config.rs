@@ -22,7 +22,10 @@ pub struct VulkanConfig {
     /// Use only a physical device whose name contains this text. Default `None` (best device:
     /// discrete, integrated, virtual, then CPU).
     pub device_name: Option<String>,
-    /// Whether staging copies use a dedicated transfer queue. Default [`TransferQueue::Auto`].
+    /// Where the transfer lane runs: a concurrent lane on the best queue the device offers
+    /// ([`TransferQueue::Auto`], the default), on the compute queue
+    /// ([`TransferQueue::SameQueue`]), or collapsed onto the compute lane
+    /// ([`TransferQueue::Off`]: transfer work then never overlaps kernels).
     pub transfer_queue: TransferQueue,
     /// Blocks of at least this many bytes get their own `VkDeviceMemory`; smaller ones are
     /// sub-allocated by gpu-allocator from 256 MiB (device) / 64 MiB (host) chunks.

@@ -3,9 +3,10 @@
 //!
 //! Choice: the first device (by type: discrete, integrated, virtual, CPU) that reports Vulkan 1.2+,
 //! the `timelineSemaphore` feature and a compute queue, optionally filtered by name. Queues: one
-//! compute queue, plus the first family with `TRANSFER` but neither `GRAPHICS` nor `COMPUTE`
-//! (the copy engines of discrete GPUs) when there is one. lavapipe has a single family, so there
-//! the transfer lane is absent unless [`TransferQueue::SameQueue`] emulates it.
+//! compute queue, and for the transfer lane the first family with `TRANSFER` but neither
+//! `GRAPHICS` nor `COMPUTE` (the copy engines of discrete GPUs) when there is one, else a second
+//! queue of the compute family when it has two, else the compute queue itself ([`LaneQueue`]).
+//! lavapipe has one family with one queue, so there the lane shares the queue.
 
 use std::ffi::CStr;
 
@@ -15,17 +16,33 @@ use tensormem::{Error, Result};
 use crate::error::{BACKEND, vk_err};
 use crate::instance::OwnedInstance;
 
-/// Whether staging copies get their own queue.
+/// Where the transfer lane ([`tensormem::backend::lanes`]) runs.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum TransferQueue {
-    /// Use a dedicated transfer-only family when the device has one (default).
+    /// A concurrent lane on the best queue the device offers: a dedicated transfer family, else
+    /// a second queue of the compute family, else the compute queue ([`LaneQueue`]). Default.
     #[default]
     Auto,
-    /// Everything on the compute queue.
+    /// A concurrent lane on the compute queue even where the device has other queues: its own
+    /// submissions and timeline semaphore, as on a one-queue device. For tests.
+    SameQueue,
+    /// No lane of its own: transfer work is compute work ([`tensormem::TransferLane::Collapsed`]),
+    /// the contract's fallback, kept to measure what the lane gains.
     Off,
-    /// Route staging copies through the transfer *lane* but submit them to the compute queue:
-    /// exercises the lane switching and its timeline-semaphore waits on single-queue devices
-    /// (lavapipe). For tests.
+}
+
+/// The queue a concurrent transfer lane submits to. Submissions to one queue may execute
+/// concurrently unless synchronised, so each choice overlaps copies with kernels as far as the
+/// hardware and driver allow; a copy engine (a dedicated family) is what discrete GPUs overlap
+/// best.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LaneQueue {
+    /// A queue of a transfer-only family (discrete GPUs' copy engines). Buffers are shared
+    /// `VK_SHARING_MODE_CONCURRENT` between it and the compute family.
+    DedicatedFamily,
+    /// A second queue of the compute family.
+    SecondQueue,
+    /// The compute queue itself, with the lane's own submissions and semaphore.
     SameQueue,
 }
 
@@ -35,6 +52,9 @@ pub(crate) struct QueueLane {
     pub family: u32,
     pub queue: vk::Queue,
 }
+
+/// The transfer lane's queue, and which kind of queue it is.
+pub(crate) type TransferLaneQueue = (QueueLane, LaneQueue);
 
 /// Handles adopted from an application with [`crate::VulkanBackend::from_raw`].
 pub struct RawVulkan {
@@ -62,8 +82,8 @@ pub(crate) struct Gpu {
     pub device: ash::Device,
     owns_device: bool,
     pub compute: QueueLane,
-    /// The transfer lane; `Some` with `compute`'s queue under [`TransferQueue::SameQueue`].
-    pub transfer: Option<QueueLane>,
+    /// The transfer lane's queue and which kind it is; `None` under [`TransferQueue::Off`].
+    pub transfer: Option<TransferLaneQueue>,
     pub limits: vk::PhysicalDeviceLimits,
     pub name: String,
     /// Discrete, integrated, virtual, CPU (lavapipe) or other, as the driver reports it.
@@ -154,6 +174,28 @@ fn pick_families(families: &[vk::QueueFamilyProperties]) -> Option<(u32, Option<
     Some((compute as u32, transfer.map(|t| t as u32)))
 }
 
+/// The queue families of `pd`.
+fn families_of(instance: &ash::Instance, pd: vk::PhysicalDevice) -> Vec<vk::QueueFamilyProperties> {
+    // SAFETY: `pd` was enumerated from `instance`.
+    unsafe { instance.get_physical_device_queue_family_properties(pd) }
+}
+
+/// Where the transfer lane runs under `mode`, given whether the device has a dedicated transfer
+/// family and how many queues its compute family has.
+fn lane_queue(
+    mode: TransferQueue,
+    dedicated_family: bool,
+    compute_queues: u32,
+) -> Option<LaneQueue> {
+    match mode {
+        TransferQueue::Off => None,
+        TransferQueue::SameQueue => Some(LaneQueue::SameQueue),
+        TransferQueue::Auto if dedicated_family => Some(LaneQueue::DedicatedFamily),
+        TransferQueue::Auto if compute_queues > 1 => Some(LaneQueue::SecondQueue),
+        TransferQueue::Auto => Some(LaneQueue::SameQueue),
+    }
+}
+
 impl Gpu {
     /// Chooses a physical device on `owned` and creates the logical device and queues.
     ///
@@ -190,7 +232,7 @@ impl Gpu {
         vk::PhysicalDevice,
         ash::Device,
         QueueLane,
-        Option<QueueLane>,
+        Option<TransferLaneQueue>,
     )> {
         // SAFETY: enumerating physical devices of a live instance.
         let devices = unsafe { instance.enumerate_physical_devices() }
@@ -201,8 +243,7 @@ impl Gpu {
             // SAFETY: `pd` was just enumerated from `instance`.
             let props = unsafe { instance.get_physical_device_properties(pd) };
             let name = device_name(&props);
-            // SAFETY: as above.
-            let families = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+            let families = families_of(instance, pd);
             if name_filter.is_some_and(|f| !name.contains(f)) {
                 rejected.push(format!("{name}: name does not contain the filter"));
             } else if props.api_version < vk::API_VERSION_1_2 {
@@ -230,21 +271,26 @@ impl Gpu {
                 },
             });
         };
-        let transfer_family = match transfer_mode {
-            TransferQueue::Auto => transfer_family,
-            TransferQueue::Off | TransferQueue::SameQueue => None,
+        let compute_queues = families_of(instance, pd)
+            .get(compute_family as usize)
+            .map_or(1, |f| f.queue_count);
+        let lane_queue = lane_queue(transfer_mode, transfer_family.is_some(), compute_queues);
+        let priorities = [1.0f32, 1.0];
+        let compute_count = if lane_queue == Some(LaneQueue::SecondQueue) {
+            2
+        } else {
+            1
         };
-        let priority = [1.0f32];
         let mut queue_infos = vec![
             vk::DeviceQueueCreateInfo::default()
                 .queue_family_index(compute_family)
-                .queue_priorities(&priority),
+                .queue_priorities(&priorities[..compute_count]),
         ];
-        if let Some(t) = transfer_family {
+        if let (Some(LaneQueue::DedicatedFamily), Some(t)) = (lane_queue, transfer_family) {
             queue_infos.push(
                 vk::DeviceQueueCreateInfo::default()
                     .queue_family_index(t)
-                    .queue_priorities(&priority),
+                    .queue_priorities(&priorities[..1]),
             );
         }
         let mut extensions = Vec::new();
@@ -259,19 +305,31 @@ impl Gpu {
         // SAFETY: `pd` qualifies (1.2, timeline semaphores, the families exist); `info` is valid.
         let device =
             unsafe { instance.create_device(pd, &info, None) }.map_err(vk_err("vkCreateDevice"))?;
-        // SAFETY: queue 0 of each family was requested above.
+        // SAFETY: queue 0 of each family, and queue 1 of the compute family for a second
+        // queue, were requested above.
         let compute = QueueLane {
             family: compute_family,
             queue: unsafe { device.get_device_queue(compute_family, 0) },
         };
-        let transfer = match (transfer_mode, transfer_family) {
-            (TransferQueue::SameQueue, _) => Some(compute),
-            (_, Some(family)) => Some(QueueLane {
-                family,
-                // SAFETY: as above.
-                queue: unsafe { device.get_device_queue(family, 0) },
+        let transfer = match lane_queue {
+            Some(kind @ LaneQueue::DedicatedFamily) => transfer_family.map(|family| {
+                let queue = QueueLane {
+                    family,
+                    // SAFETY: as above.
+                    queue: unsafe { device.get_device_queue(family, 0) },
+                };
+                (queue, kind)
             }),
-            _ => None,
+            Some(kind @ LaneQueue::SecondQueue) => {
+                let queue = QueueLane {
+                    family: compute_family,
+                    // SAFETY: as above.
+                    queue: unsafe { device.get_device_queue(compute_family, 1) },
+                };
+                Some((queue, kind))
+            }
+            Some(kind @ LaneQueue::SameQueue) => Some((compute, kind)),
+            None => None,
         };
         Ok((pd, device, compute, transfer))
     }
@@ -311,7 +369,8 @@ impl Gpu {
             family: raw.queue_family_index,
             queue: raw.queue,
         };
-        let transfer = (transfer_mode == TransferQueue::SameQueue).then_some(compute);
+        // The application handed over one queue: the lane shares it.
+        let transfer = lane_queue(transfer_mode, false, 1).map(|kind| (compute, kind));
         Ok(Gpu::describe(
             raw.entry,
             raw.instance,
@@ -328,7 +387,7 @@ impl Gpu {
         physical: vk::PhysicalDevice,
         device: ash::Device,
         compute: QueueLane,
-        transfer: Option<QueueLane>,
+        transfer: Option<TransferLaneQueue>,
     ) -> Gpu {
         let mut maint3 = vk::PhysicalDeviceMaintenance3Properties::default();
         let mut pci = vk::PhysicalDevicePCIBusInfoPropertiesEXT::default();
@@ -387,7 +446,9 @@ impl Gpu {
     /// `None` when one family does everything.
     pub(crate) fn sharing_families(&self) -> Option<[u32; 2]> {
         match self.transfer {
-            Some(t) if t.family != self.compute.family => Some([self.compute.family, t.family]),
+            Some((t, _)) if t.family != self.compute.family => {
+                Some([self.compute.family, t.family])
+            }
             _ => None,
         }
     }

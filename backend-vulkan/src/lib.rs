@@ -22,10 +22,11 @@
 //!
 //! # Design choices
 //!
-//! * **One timeline semaphore, batched submissions** (`timeline`). Copies, fills and dispatches
-//!   are recorded into an open command buffer and return its ticket; the batch is submitted on
-//!   `flush`/`wait`/`completed`. `completed()` is one `vkGetSemaphoreCounterValue`. Command pools,
-//!   descriptor pools and parameter buffers are recycled once their ticket completes.
+//! * **A timeline semaphore per lane, batched submissions** (`timeline`). Copies, fills and
+//!   dispatches are recorded into a lane's open command buffer and return its ticket; the batch
+//!   is submitted on `flush`/`wait`/`completed`. `completed()` is one
+//!   `vkGetSemaphoreCounterValue`. Command pools, descriptor pools and parameter buffers are
+//!   recycled once their ticket completes.
 //! * **Barriers from range tracking** (`barriers`). Each command's accesses (block, byte range,
 //!   stage, read/write) are checked against those since the last barrier; a conflict (overlap
 //!   with a write on either side) records one global memory barrier covering every device stage.
@@ -40,12 +41,14 @@
 //! * **Forced staging** ([`VulkanConfig::force_staging`]) hides the host visibility of device
 //!   memory (lavapipe has one memory type that is device-local *and* host-visible), so the
 //!   discrete-GPU path (staging copies) is what CI tests.
-//! * **Transfer lane.** When the device has a transfer-only queue family (discrete GPUs' copy
-//!   engines), copies touching `Upload`/`Readback` blocks are submitted there; buffers are shared
-//!   `CONCURRENT` between the two families (no ownership transfers), and a batch on one lane waits
-//!   on the semaphore for the previous ticket when the lanes alternate, keeping the contract's single
-//!   in-order timeline. lavapipe has one family; [`TransferQueue::SameQueue`] runs the lane logic
-//!   on its single queue so tests cover it.
+//! * **A concurrent transfer lane** (`backend::lanes`): the contract's transfer work has its
+//!   own submissions and timeline semaphore, on a queue of a transfer-only family where the
+//!   device has one (discrete GPUs' copy engines; buffers are then shared `CONCURRENT` between
+//!   the families, with no ownership transfers), else on a second queue of the compute family,
+//!   else on the compute queue itself ([`LaneQueue`]): submissions to one queue are not
+//!   execution-ordered unless synchronised, so even there the lane is its own stream.
+//!   `transfer_after` and `compute_after` are semaphore waits between the two timelines, never
+//!   host waits. [`TransferQueue::Off`] collapses the lane onto the compute lane instead.
 //! * **Kernels** are the WGSL sources wgpu uses, compiled by naga (validated) and cached per key.
 //!   Parameters go in a 64-byte uniform slot per dispatch.
 //! * **Validation** ([`VulkanConfig::validation`] or `TENSORMEM_VULKAN_VALIDATION=1`): the Khronos
@@ -54,8 +57,10 @@
 //!
 //! # Limits
 //!
-//! * One logical queue: the transfer lane keeps ordering with semaphore waits, so copies and
-//!   kernels do not overlap (the contract is in-order; overlap would need dependency-aware lanes).
+//! * How much the lanes overlap is the driver's: on a copy engine fully, on one queue as far as
+//!   the driver runs submissions concurrently (lavapipe runs them one after another, so there
+//!   the lane is correct but gains nothing). The compute lane's own copies (staging) stay on the
+//!   compute queue; only transfer-lane work uses the copy engine.
 //! * Barriers are global memory barriers: precise in *when*, full in scope.
 //! * Kernel parameters need host-coherent `CpuToGpu` memory (true on every known driver;
 //!   `Error::Unsupported` otherwise).
@@ -83,7 +88,7 @@ mod timeline;
 
 pub use backend::VulkanBackend;
 pub use config::{CustomKernel, KernelBinding, VulkanConfig, VulkanStats};
-pub use device::{RawVulkan, TransferQueue};
+pub use device::{LaneQueue, RawVulkan, TransferQueue};
 pub use instance::ValidationLog;
 
 /// Re-export of the ash version this crate is built on, for [`RawVulkan`].

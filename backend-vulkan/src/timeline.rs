@@ -1,22 +1,20 @@
-//! Tickets on one timeline semaphore, and the command batches that carry them.
+//! One lane's tickets: a queue, a timeline semaphore, and the command batches that carry them.
 //!
 //! # Design
-//! Device calls are recorded into the *open batch* (one primary command buffer) and return its
-//! ticket, `submitted + 1`. A batch is submitted on `flush`, `wait`, `completed`, when it runs out
-//! of descriptor sets or parameter slots, or when the next command belongs to the other *lane*.
-//! Each submission signals the timeline semaphore to its ticket, so `completed()` is one
-//! `vkGetSemaphoreCounterValue` and `wait(t)` one `vkWaitSemaphores` (wgpu-hal made the same
-//! choice over a pool of binary fences).
+//! Device calls of a lane are recorded into its *open batch* (one primary command buffer) and
+//! return the batch's ticket, `submitted + 1`. A batch is submitted on `flush`, `wait`,
+//! `completed`, when it runs out of descriptor sets or parameter slots, and when a cross-lane
+//! order needs its signal submitted (`crate::backend::lanes`). Each submission signals the lane's
+//! timeline semaphore to its ticket, so `completed()` is one `vkGetSemaphoreCounterValue` and
+//! `wait(t)` one `vkWaitSemaphores` (wgpu-hal made the same choice over a pool of binary fences).
 //!
-//! # Lanes
-//! Dispatches, fills and device-to-device copies run on the compute lane. Copies that touch an
-//! `Upload` or `Readback` block (staging traffic) run on the transfer lane when the device has a
-//! dedicated transfer family (the copy engines of discrete GPUs). The contract is one in-order
-//! logical queue, so a batch on one lane waits on the semaphore for the ticket before it when the
-//! previous batch ran on the other lane: a full execution and memory dependency, after which the
-//! hazard tracker starts empty. Buffers are created `VK_SHARING_MODE_CONCURRENT` across both
-//! families, so no queue-family ownership transfers are needed (the cost is that drivers may skip
-//! some compression; buffers are not compressed on any current driver).
+//! # Cross-lane waits
+//! A lane may have to start its later work after a value of the *other* lane's semaphore
+//! ([`Timeline::order_after`]): the next submission carries that semaphore wait, a full execution
+//! and memory dependency on the other lane's work up to the value, and nothing else waits. Work
+//! recorded before the order is submitted first, so it does not wait. A *join*
+//! ([`Timeline::join`]) is an order whose batch is submitted even when nothing else is recorded
+//! into it, because its ticket was handed out: it completes only after the awaited value.
 //!
 //! # Recycling
 //! A batch's command pool, descriptor pool and parameter buffer are reset and reused once the
@@ -31,7 +29,7 @@ use tensormem::{Error, Result, Ticket};
 
 use crate::barriers::{GlobalBarrier, HazardTracker, for_transfer_queue, host_barrier};
 use crate::conv::align_up;
-use crate::device::Gpu;
+use crate::device::{Gpu, QueueLane};
 use crate::error::{BACKEND, map_alloc, map_vk, vk_err};
 
 /// Descriptor sets (and so dispatches) per batch.
@@ -41,16 +39,17 @@ pub(crate) const MAX_STORAGE_BINDINGS: u32 = 8;
 /// Bytes of uniform parameters per dispatch (16 `u32`s).
 pub(crate) const PARAMS_SIZE: u64 = 64;
 
-/// Which queue a batch runs on.
+/// The two lanes of the contract ([`tensormem::backend::lanes`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Lane {
+    /// Dispatches, copies and fills of the original contract: [`tensormem::Ticket`]s.
     Compute,
+    /// Copies and fills beside them: [`tensormem::TransferTicket`]s.
     Transfer,
 }
 
 /// Reusable objects of one batch.
 struct BatchResources {
-    lane: Lane,
     pool: vk::CommandPool,
     cmd: vk::CommandBuffer,
     descriptors: vk::DescriptorPool,
@@ -65,8 +64,9 @@ pub(crate) struct OpenBatch {
     sets_used: u32,
     /// Commands recorded.
     commands: u32,
-    /// Whether the submission must wait for the previous ticket (lane switch).
-    wait_previous: bool,
+    /// Whether the batch is submitted even without commands: it carries a cross-lane wait
+    /// whose ticket was handed out ([`Timeline::join`]).
+    join: bool,
 }
 
 impl OpenBatch {
@@ -115,17 +115,25 @@ impl OpenBatch {
     }
 }
 
-/// The timeline semaphore, the open batch and the batches in flight.
+/// One lane: its queue, its timeline semaphore, the open batch and the batches in flight.
 pub(crate) struct Timeline {
+    lane: Lane,
+    /// The queue this lane submits to (the transfer lane may share the compute lane's).
+    queue: QueueLane,
     semaphore: vk::Semaphore,
+    /// The other lane's semaphore, which [`Timeline::order_after`] values refer to (null while
+    /// there is no other lane).
+    peer: vk::Semaphore,
+    /// Value of `peer` the next submission waits for; 0 when none. Invariant: the other lane has
+    /// already submitted the batch that signals it (the caller's rule, see `order_after`), so a
+    /// wait never precedes its signal, even on one queue.
+    peer_wait: u64,
     /// The last submitted ticket.
     submitted: u64,
-    /// The lane of the last batch begun.
-    last_lane: Lane,
     open: Option<OpenBatch>,
     in_flight: VecDeque<(u64, BatchResources)>,
     free: Vec<BatchResources>,
-    /// Hazards since the last barrier; see `barriers`.
+    /// Hazards since the last barrier among this lane's commands; see `barriers`.
     pub tracker: HazardTracker,
     /// Bytes per parameter slot (64 rounded up to minUniformBufferOffsetAlignment).
     pub slot_size: u64,
@@ -134,8 +142,8 @@ pub(crate) struct Timeline {
 }
 
 impl Timeline {
-    /// Creates the timeline semaphore at value 0.
-    pub(crate) fn new(gpu: &Gpu) -> Result<Timeline> {
+    /// Creates the lane's timeline semaphore at value 0.
+    pub(crate) fn new(gpu: &Gpu, lane: Lane, queue: QueueLane) -> Result<Timeline> {
         let mut type_info = vk::SemaphoreTypeCreateInfo::default()
             .semaphore_type(vk::SemaphoreType::TIMELINE)
             .initial_value(0);
@@ -149,9 +157,12 @@ impl Timeline {
         )
         .unwrap_or(PARAMS_SIZE);
         Ok(Timeline {
+            lane,
+            queue,
             semaphore,
+            peer: vk::Semaphore::null(),
+            peer_wait: 0,
             submitted: 0,
-            last_lane: Lane::Compute,
             open: None,
             in_flight: VecDeque::new(),
             free: Vec::new(),
@@ -159,6 +170,13 @@ impl Timeline {
             slot_size,
             lost: false,
         })
+    }
+
+    /// Makes `a` and `b` each other's peer: [`Timeline::order_after`] values of one are values
+    /// of the other's semaphore.
+    pub(crate) fn pair(a: &mut Timeline, b: &mut Timeline) {
+        a.peer = b.semaphore;
+        b.peer = a.semaphore;
     }
 
     /// The ticket work recorded now will carry.
@@ -191,46 +209,28 @@ impl Timeline {
         Ok(())
     }
 
-    /// The open batch on `lane`, beginning one (and submitting a batch of the other lane) if
-    /// needed. Records nothing else.
-    pub(crate) fn batch(
-        &mut self,
-        gpu: &Gpu,
-        allocator: &mut Allocator,
-        lane: Lane,
-    ) -> Result<&mut OpenBatch> {
+    /// The open batch, beginning one if needed. Records nothing else.
+    pub(crate) fn batch(&mut self, gpu: &Gpu, allocator: &mut Allocator) -> Result<&mut OpenBatch> {
         self.check_alive()?;
-        let lane = if gpu.transfer.is_some() {
-            lane
-        } else {
-            Lane::Compute
-        };
-        if self.open.as_ref().is_some_and(|b| b.res.lane != lane) {
-            self.submit(gpu)?;
-        }
         if self.open.is_none() {
             self.recycle(gpu)?;
-            let res = match self.free.iter().position(|r| r.lane == lane) {
-                Some(i) => self.free.swap_remove(i),
-                None => self.create_resources(gpu, allocator, lane)?,
+            let res = match self.free.pop() {
+                Some(res) => res,
+                None => self.create_resources(gpu, allocator)?,
             };
             let begin = vk::CommandBufferBeginInfo::default()
                 .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
             // SAFETY: the command buffer is in the initial state (new, or its pool was reset after
             // its ticket completed).
-            unsafe { gpu.device.begin_command_buffer(res.cmd, &begin) }
-                .map_err(vk_err("vkBeginCommandBuffer"))?;
-            let wait_previous = lane != self.last_lane && self.submitted > 0;
-            if wait_previous {
-                // The semaphore wait is a full dependency on everything before.
-                self.tracker.reset();
+            if let Err(e) = unsafe { gpu.device.begin_command_buffer(res.cmd, &begin) } {
+                self.free.push(res);
+                return Err(vk_err("vkBeginCommandBuffer")(e));
             }
-            self.last_lane = lane;
             self.open = Some(OpenBatch {
                 res,
                 sets_used: 0,
                 commands: 0,
-                wait_previous,
+                join: false,
             });
         }
         self.open.as_mut().ok_or_else(|| {
@@ -241,25 +241,48 @@ impl Timeline {
         })
     }
 
-    fn create_resources(
+    /// Makes this lane's work recorded from now on start after the other lane's semaphore
+    /// reached `value`: work already recorded is submitted first (it must not wait), and the
+    /// next submission carries the wait.
+    ///
+    /// The caller has submitted the other lane's batch that signals `value`, so that the wait
+    /// never precedes its signal (on one queue a wait submitted before its signal could never
+    /// be satisfied).
+    pub(crate) fn order_after(&mut self, gpu: &Gpu, value: u64) -> Result<()> {
+        debug_assert!(
+            self.peer != vk::Semaphore::null(),
+            "vulkan: a lane without a peer"
+        );
+        if self.open.as_ref().is_some_and(|b| b.commands > 0) {
+            self.submit(gpu)?;
+        }
+        self.peer_wait = self.peer_wait.max(value);
+        Ok(())
+    }
+
+    /// [`Timeline::order_after`], returning the ticket of the batch that carries the wait: it
+    /// is submitted even if nothing else is recorded into it, so the ticket completes, and only
+    /// after the other lane reached `value`.
+    pub(crate) fn join(
         &mut self,
         gpu: &Gpu,
         allocator: &mut Allocator,
-        lane: Lane,
-    ) -> Result<BatchResources> {
+        value: u64,
+    ) -> Result<Ticket> {
+        self.order_after(gpu, value)?;
+        self.batch(gpu, allocator)?.join = true;
+        Ok(self.open_ticket())
+    }
+
+    fn create_resources(&mut self, gpu: &Gpu, allocator: &mut Allocator) -> Result<BatchResources> {
         let device = &gpu.device;
-        let family = match (lane, gpu.transfer) {
-            (Lane::Transfer, Some(t)) => t.family,
-            _ => gpu.compute.family,
-        };
         let info = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(family)
+            .queue_family_index(self.queue.family)
             .flags(vk::CommandPoolCreateFlags::TRANSIENT);
         // SAFETY: valid create info on a live device.
         let pool = unsafe { device.create_command_pool(&info, None) }
             .map_err(vk_err("vkCreateCommandPool"))?;
         let mut res = BatchResources {
-            lane,
             pool,
             cmd: vk::CommandBuffer::null(),
             descriptors: vk::DescriptorPool::null(),
@@ -291,7 +314,8 @@ impl Timeline {
         let cmds = unsafe { device.allocate_command_buffers(&alloc_info) }
             .map_err(vk_err("vkAllocateCommandBuffers"))?;
         res.cmd = cmds.first().copied().unwrap_or_default();
-        if res.lane == Lane::Transfer {
+        if self.lane == Lane::Transfer {
+            // Copies and fills only: no descriptors or parameters.
             return Ok(());
         }
         let sizes = [
@@ -349,7 +373,7 @@ impl Timeline {
         Ok(())
     }
 
-    /// Records a pipeline barrier into the open batch's command buffer `cmd`, restricted to
+    /// Records a pipeline barrier into `cmd` (the open batch's command buffer), restricted to
     /// transfer stages on the transfer lane.
     pub(crate) fn record_barrier(
         &self,
@@ -357,17 +381,7 @@ impl Timeline {
         cmd: vk::CommandBuffer,
         b: GlobalBarrier,
     ) {
-        let lane = self.open.as_ref().map_or(Lane::Compute, |o| o.res.lane);
-        Self::record_barrier_on(device, cmd, b, lane);
-    }
-
-    fn record_barrier_on(
-        device: &ash::Device,
-        cmd: vk::CommandBuffer,
-        b: GlobalBarrier,
-        lane: Lane,
-    ) {
-        let b = if lane == Lane::Transfer {
+        let b = if self.lane == Lane::Transfer {
             for_transfer_queue(b)
         } else {
             b
@@ -389,15 +403,16 @@ impl Timeline {
         };
     }
 
-    /// Ends and submits the open batch, if it has commands. Returns the last submitted ticket.
+    /// Ends and submits the open batch, if it has commands or is a join; a pending cross-lane
+    /// wait goes with it. Returns the last submitted ticket.
     pub(crate) fn submit(&mut self, gpu: &Gpu) -> Result<Ticket> {
         self.check_alive()?;
         let Some(batch) = self.open.take() else {
             return Ok(self.submitted());
         };
         let device = &gpu.device;
-        if batch.commands == 0 {
-            // Nothing recorded: end it and keep the resources for later.
+        if batch.commands == 0 && !batch.join {
+            // Nothing recorded: end it and keep the resources (and any pending wait) for later.
             // SAFETY: the command buffer is recording.
             let _ = unsafe { device.end_command_buffer(batch.res.cmd) };
             // SAFETY: the command buffer is not pending; resetting its pool returns it to initial.
@@ -408,16 +423,13 @@ impl Timeline {
             self.free.push(batch.res);
             return Ok(self.submitted());
         }
-        Self::record_barrier_on(device, batch.res.cmd, host_barrier(), batch.res.lane);
+        self.record_barrier(device, batch.res.cmd, host_barrier());
         // SAFETY: the command buffer is recording.
         unsafe { device.end_command_buffer(batch.res.cmd) }
             .map_err(vk_err("vkEndCommandBuffer"))?;
         let ticket = self.submitted + 1;
-        let queue = match (batch.res.lane, gpu.transfer) {
-            (Lane::Transfer, Some(t)) => t.queue,
-            _ => gpu.compute.queue,
-        };
-        let wait_values = [self.submitted];
+        let wait_values = [self.peer_wait];
+        let wait_semaphores = [self.peer];
         let signal_values = [ticket];
         let semaphores = [self.semaphore];
         let wait_stages = [vk::PipelineStageFlags::ALL_COMMANDS];
@@ -427,20 +439,22 @@ impl Timeline {
         let mut submit = vk::SubmitInfo::default()
             .command_buffers(&cmds)
             .signal_semaphores(&semaphores);
-        if batch.wait_previous {
+        if self.peer_wait > 0 {
             timeline_info = timeline_info.wait_semaphore_values(&wait_values);
             submit = submit
-                .wait_semaphores(&semaphores)
+                .wait_semaphores(&wait_semaphores)
                 .wait_dst_stage_mask(&wait_stages);
         }
         let submit = submit.push_next(&mut timeline_info);
         // SAFETY: the command buffer is executable; the signal value is greater than every value
-        // signalled before (tickets increase); the queue is only used under the backend's lock
-        // (an adopted queue: the application's guarantee in `from_raw`).
-        let result = unsafe { device.queue_submit(queue, &[submit], vk::Fence::null()) };
+        // signalled before (tickets increase); the awaited value's signal was submitted before
+        // (`peer_wait`'s invariant); the queue is only used under the backend's lock (an adopted
+        // queue: the application's guarantee in `from_raw`).
+        let result = unsafe { device.queue_submit(self.queue.queue, &[submit], vk::Fence::null()) };
         match result {
             Ok(()) => {
                 self.submitted = ticket;
+                self.peer_wait = 0;
                 self.in_flight.push_back((ticket, batch.res));
                 Ok(Ticket(ticket))
             }
@@ -484,6 +498,30 @@ impl Timeline {
             self.free.push(res);
         }
         Ok(done)
+    }
+
+    /// Submits the open batch if `ticket` is beyond the last submitted one. Returns whether
+    /// `ticket` has been submitted (`false`: it was never issued).
+    pub(crate) fn issue(&mut self, gpu: &Gpu, ticket: u64) -> Result<bool> {
+        if ticket > self.submitted {
+            self.submit(gpu)?;
+        }
+        Ok(ticket <= self.submitted)
+    }
+
+    /// Blocks until the semaphore reaches `ticket` (already submitted), at most `timeout`;
+    /// recycles finished batches.
+    pub(crate) fn wait_until(
+        &mut self,
+        gpu: &Gpu,
+        ticket: u64,
+        timeout: std::time::Duration,
+    ) -> Result<()> {
+        if ticket == 0 || self.counter(gpu)? >= ticket {
+            self.recycle(gpu)?;
+            return Ok(());
+        }
+        self.wait(gpu, ticket, timeout)
     }
 
     /// Blocks until the semaphore reaches `ticket` (already submitted), at most `timeout`.

@@ -1,6 +1,6 @@
 //! Integration tests of the Vulkan backend on a real Vulkan driver (lavapipe in CI), each case run
-//! on several configurations (zero-copy, forced staging, the emulated transfer lane with forced
-//! flushes) under the Khronos validation layer with synchronization validation when it is
+//! on several configurations (zero-copy, forced staging, the transfer lane collapsed onto the
+//! compute lane with forced flushes) under the Khronos validation layer with synchronization validation when it is
 //! installed. Every test fails on any validation message, including those emitted while the
 //! backend is destroyed.
 //!
@@ -18,6 +18,7 @@
 mod lavapipe {
     pub mod blocks;
     pub mod kernels;
+    pub mod lanes;
     pub mod ops;
     pub mod raw;
     pub mod transfers;
@@ -48,10 +49,10 @@ pub fn configs() -> Vec<(&'static str, VulkanConfig)> {
             },
         ),
         (
-            "staging+lane+flush",
+            "staging+collapsed+flush",
             VulkanConfig {
                 force_staging: true,
-                transfer_queue: TransferQueue::SameQueue,
+                transfer_queue: TransferQueue::Off,
                 force_flush: true,
                 ..base
             },

@@ -27,6 +27,9 @@
 //!   between dependent commands). A backend may batch several calls into one native submission; it
 //!   must submit no later than the first [`Backend::wait`], [`Backend::completed`] or
 //!   [`Backend::flush`] that concerns them.
+//! * **Copy directions.** Copies read `DeviceLocal`, `Managed` and `Upload` memory and write
+//!   `DeviceLocal`, `Managed` and `Readback` memory; where [`Backend::host_visible_copies`] says
+//!   so, also the reverse (`Readback` as a source, `Upload` as a destination).
 //! * **Transfer lane.** Copies and fills may also go on a second ordered lane with its own
 //!   [`TransferTicket`]s ([`Backend::transfer_copy`]), which runs beside the compute queue where
 //!   [`Backend::transfer_lane`] says so and collapses onto it elsewhere; cross-lane order is
@@ -523,6 +526,17 @@ pub trait Backend: Any + Send + Sync {
     /// As [`Backend::poll_ticket`].
     fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
         self.poll_ticket(lanes::collapsed(ticket), cx)
+    }
+
+    /// Whether copies (on either lane) may also read `Readback` blocks and write `Upload` blocks,
+    /// so that bytes parked in host-visible memory go back to the device, or out to it, with one
+    /// device copy instead of a round trip through host code: pinned memory on CUDA, host-visible
+    /// buffers with both transfer usages on Vulkan, and the host backend can. `false` (the
+    /// default) keeps the staging directions only (copies read `Upload` and write `Readback`):
+    /// WebGPU cannot, since a `MAP_READ` buffer may not be a copy source without
+    /// mappable-primary-buffers. The validating front enforces whichever rule applies.
+    fn host_visible_copies(&self) -> bool {
+        false
     }
 
     /// Total time the compute lane has spent waiting for the transfer lane

@@ -77,6 +77,11 @@ pub struct HostConfig {
     /// `mmap` and binds it to the node before its first touch (Linux); elsewhere the backend
     /// reports unbound. [`HostBackend::new`] refuses a node the kernel does not allow.
     pub host_placement: HostPlacement,
+    /// Copies in both directions between host-visible and device memory
+    /// ([`Backend::host_visible_copies`]). Default `true` (every block is host memory); `false`
+    /// reports the staging directions only, as WebGPU does, so the front's narrower rule and the
+    /// offload executor's swap-in through the host run on the host backend too.
+    pub host_visible_copies: bool,
 }
 
 impl Default for HostConfig {
@@ -90,6 +95,7 @@ impl Default for HostConfig {
             host_placement: HostPlacement::unbound(
                 "host backend: pages placed by first touch (HostConfig::host_placement not set)",
             ),
+            host_visible_copies: true,
         }
     }
 }
@@ -383,6 +389,12 @@ impl Backend for HostBackend {
     /// Measured by the compute worker around each cross-lane wait.
     fn transfer_stall(&self) -> Option<Duration> {
         Some(self.compute.waited())
+    }
+
+    /// Every block is host memory: a copy is a `memcpy` in any direction (unless the
+    /// configuration narrows it, [`HostConfig::host_visible_copies`]).
+    fn host_visible_copies(&self) -> bool {
+        self.config.host_visible_copies
     }
 
     /// A second worker thread: copies on it run while the compute worker runs kernels.

@@ -515,6 +515,10 @@ impl Backend for Validated {
     fn transfer_stall(&self) -> Option<std::time::Duration> {
         self.backend.transfer_stall()
     }
+
+    fn host_visible_copies(&self) -> bool {
+        self.backend.host_visible_copies()
+    }
 }
 
 impl Validated {
@@ -531,10 +535,11 @@ impl Validated {
         {
             let st = self.lock();
             let caps = self.capabilities();
+            let both_ways = self.backend.host_visible_copies();
             let from = rules::transfer_range(&st.blocks, caps, src, "copy source")?;
-            rules::kind_for(from, &src, "copy source")?;
+            rules::copy_end(from, &src, "copy source", both_ways)?;
             let to = rules::transfer_range(&st.blocks, caps, dst, "copy destination")?;
-            rules::kind_for(to, &dst, "copy destination")?;
+            rules::copy_end(to, &dst, "copy destination", both_ways)?;
         }
         rules::disjoint(&src, &dst, || "copy source and destination".into())
     }

@@ -9,7 +9,7 @@ use crate::barriers::Access;
 use crate::conv::Stage;
 use crate::error::{BACKEND, vk_err};
 use crate::kernels::KernelSpec;
-use crate::timeline::{Lane, MAX_STORAGE_BINDINGS, PARAMS_SIZE};
+use crate::timeline::{MAX_STORAGE_BINDINGS, PARAMS_SIZE};
 
 impl VulkanBackend {
     /// Enqueues `spec` over `bindings` (one range per storage slot, in order).
@@ -42,7 +42,7 @@ impl VulkanBackend {
         }
         let mut guard = self.lock();
         let s = &mut *guard;
-        s.timeline.check_alive()?;
+        s.check_alive()?;
         let max_groups = s.gpu.limits.max_compute_work_group_count;
         for (i, (&g, &max)) in spec.workgroups.iter().zip(max_groups.iter()).enumerate() {
             if g > max {
@@ -82,11 +82,11 @@ impl VulkanBackend {
         let device = s.gpu.device.clone();
         let pipeline = s.kernels.get(&device, spec)?;
         let (pipe, layout, set_layout) = (pipeline.pipeline, pipeline.layout, pipeline.set_layout);
-        let slot_size = s.timeline.slot_size;
-        let mut batch = s.timeline.batch(&s.gpu, &mut s.allocator, Lane::Compute)?;
+        let slot_size = s.compute.slot_size;
+        let mut batch = s.compute.batch(&s.gpu, &mut s.allocator)?;
         if !batch.has_dispatch_room() {
-            s.timeline.submit(&s.gpu)?;
-            batch = s.timeline.batch(&s.gpu, &mut s.allocator, Lane::Compute)?;
+            s.compute.submit(&s.gpu)?;
+            batch = s.compute.batch(&s.gpu, &mut s.allocator)?;
         }
         let (cmd, pool) = (batch.cmd(), batch.descriptor_pool());
         let (params_buffer, params_offset) =
@@ -143,9 +143,9 @@ impl VulkanBackend {
         // SAFETY: the set is fresh (not bound by any pending command); every buffer is live,
         // offsets are aligned and ranges within bounds and limits (checked above).
         unsafe { device.update_descriptor_sets(&writes, &[]) };
-        if let Some(b) = s.timeline.tracker.before(&accesses) {
+        if let Some(b) = s.compute.tracker.before(&accesses) {
             if !self.config.skip_barriers_for_testing {
-                s.timeline.record_barrier(&device, cmd, b);
+                s.compute.record_barrier(&device, cmd, b);
             }
         }
         // SAFETY: `cmd` is recording on a compute-capable family; the pipeline, layout and set
@@ -167,7 +167,7 @@ impl VulkanBackend {
                 spec.workgroups[2],
             );
         }
-        s.timeline.note_command();
-        Ok(s.timeline.open_ticket())
+        s.compute.note_command();
+        Ok(s.compute.open_ticket())
     }
 }

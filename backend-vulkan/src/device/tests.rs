@@ -18,7 +18,7 @@ fn family(flags: vk::QueueFlags, count: u32) -> vk::QueueFamilyProperties {
 }
 
 #[test]
-fn lavapipe_single_family_has_no_transfer_lane() {
+fn lavapipe_single_family_has_no_dedicated_transfer_family() {
     let f = [family(
         vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE | vk::QueueFlags::TRANSFER,
         1,
@@ -56,4 +56,21 @@ fn discrete_preferred_over_cpu() {
     assert!(
         type_rank(vk::PhysicalDeviceType::INTEGRATED_GPU) < type_rank(vk::PhysicalDeviceType::CPU)
     );
+}
+
+#[test]
+fn lane_queue_prefers_copy_engine_then_second_queue_then_same_queue() {
+    use LaneQueue::{DedicatedFamily, SameQueue, SecondQueue};
+    assert_eq!(
+        lane_queue(TransferQueue::Auto, true, 16),
+        Some(DedicatedFamily)
+    );
+    assert_eq!(lane_queue(TransferQueue::Auto, false, 2), Some(SecondQueue));
+    // lavapipe: one family with one queue.
+    assert_eq!(lane_queue(TransferQueue::Auto, false, 1), Some(SameQueue));
+    assert_eq!(
+        lane_queue(TransferQueue::SameQueue, true, 16),
+        Some(SameQueue)
+    );
+    assert_eq!(lane_queue(TransferQueue::Off, true, 16), None);
 }

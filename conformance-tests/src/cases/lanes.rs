@@ -2,14 +2,15 @@
 //! compute ticket sees that kernel's results; compute after a transfer ticket sees the copied
 //! bytes; memory a transfer still reads is not reused after a free; transfer tickets poll and
 //! await like compute tickets, and a ticket never issued is refused. Where the lane is collapsed
-//! onto the compute queue the results are the same.
+//! onto the compute queue the results are the same. Copies read `Readback` and write `Upload`
+//! memory on both lanes exactly where the backend says it can (`host_visible_copies`).
 
 use std::sync::Arc;
 
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{
-    Backend, BlockId, DType, Error, HostAccess, MemoryKind, Op, RuntimeConfig, TransferLane,
-    TransferTicket, Validated,
+    Backend, BlockId, DType, Error, HostAccess, MemoryKind, Op, RuntimeConfig, Ticket,
+    TransferLane, TransferTicket, Validated,
 };
 
 use crate::{Case, Ctx, case, check, fail};
@@ -26,6 +27,10 @@ pub(crate) fn cases() -> Vec<Case> {
             freed_while_read
         ),
         case!("transfer_tickets_unknown_refused", unknown_ticket),
+        case!(
+            "copies_out_of_and_into_host_visible_memory_where_capable",
+            host_visible_copies
+        ),
     ]
 }
 
@@ -311,7 +316,7 @@ async fn unknown_ticket(ctx: &Ctx) -> R {
     if lane == TransferLane::Collapsed {
         // A collapsed lane's transfer ticket is its compute ticket: the same wait completes it.
         ctx.mode
-            .ticket(front.as_ref(), tensormem::Ticket(t.0))
+            .ticket(front.as_ref(), Ticket(t.0))
             .await
             .map_err(fail("wait collapsed ticket"))?;
     }
@@ -319,4 +324,71 @@ async fn unknown_ticket(ctx: &Ctx) -> R {
         .transfer(front.as_ref(), t)
         .await
         .map_err(fail("wait transfer"))
+}
+
+/// Device → readback → device → upload on each lane where the backend copies both ways (the
+/// bytes parked in host-visible memory come back with device copies alone); elsewhere (WebGPU)
+/// both reversed directions are refused with `WrongMemoryKind` and nothing is enqueued.
+async fn host_visible_copies(ctx: &Ctx) -> R {
+    use MemoryKind::{DeviceLocal, Readback, Upload};
+    let (front, b) = blocks(ctx, &[Upload, DeviceLocal, Readback, DeviceLocal, Upload])?;
+    let both_ways = front.host_visible_copies();
+    check(both_ways == ctx.backend.host_visible_copies(), || {
+        "the front reports another copy rule than the backend".into()
+    })?;
+    for (on_lane, seed) in [(false, 1.25f32), (true, -2.5)] {
+        let lane = if on_lane { "transfer" } else { "compute" };
+        let x = input(seed);
+        write(ctx, front.as_ref(), b[0], &x).await?;
+        let mut last = (Ticket::DONE, TransferTicket::DONE);
+        let mut copy = |src: BlockId, dst: BlockId| -> tensormem::Result<()> {
+            if on_lane {
+                last.1 = front.transfer_copy(whole(src), whole(dst))?;
+            } else {
+                last.0 = front.copy(whole(src), whole(dst))?;
+            }
+            Ok(())
+        };
+        copy(b[0], b[1]).map_err(fail("upload -> device"))?;
+        copy(b[1], b[2]).map_err(fail("device -> readback"))?;
+        let from_readback = copy(b[2], b[3]);
+        let to_upload = copy(b[3], b[4]);
+        if both_ways {
+            from_readback.map_err(fail("readback -> device"))?;
+            to_upload.map_err(fail("device -> upload"))?;
+        } else {
+            for (what, got, role) in [
+                ("readback as a copy source", from_readback, "copy source"),
+                (
+                    "upload as a copy destination",
+                    to_upload,
+                    "copy destination",
+                ),
+            ] {
+                match got {
+                    Err(Error::WrongMemoryKind { role: r, .. }) if r == role => {}
+                    other => return Err(format!("{lane} lane, {what}: {other:?}")),
+                }
+            }
+        }
+        if on_lane {
+            ctx.mode.transfer(front.as_ref(), last.1).await
+        } else {
+            ctx.mode.ticket(front.as_ref(), last.0).await
+        }
+        .map_err(fail("wait"))?;
+        same(
+            &read(ctx, front.as_ref(), b[2]).await?,
+            &x,
+            &format!("{lane} lane: device -> readback"),
+        )?;
+        if both_ways {
+            same(
+                &read(ctx, front.as_ref(), b[4]).await?,
+                &x,
+                &format!("{lane} lane: device -> readback -> device -> upload"),
+            )?;
+        }
+    }
+    Ok(())
 }

@@ -3,7 +3,9 @@
 //! reserves more than the budget, and a budget below one op's operands is a typed error naming
 //! that op; an embedding table larger than the budget streams only the rows its ids select. Each
 //! graph runs twice: on the target as it is (unified memory binds offloaded tensors
-//! in place) and with staging forced (every offload copy runs, as on a discrete GPU).
+//! in place) and with staging forced (every offload copy runs, as on a discrete GPU). Swap-ins
+//! take both paths where the backend offers the direct one: a device copy out of host-visible
+//! memory, and a read back through the host.
 
 use tensormem::graph::TensorKind;
 use tensormem::ops::{DType, Op, WeightFormat};
@@ -19,6 +21,7 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("offload: budgeted graph run equals the unbudgeted run", budgeted_equals_unbudgeted, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
         case!("offload: budget below an op's operands names the op", budget_below_working_set, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
         case!("offload: a table larger than the budget streams only the looked-up rows", embedding_rows_below_the_table, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
+        case!("offload: swap-ins as device copies and through the host give the same outputs", swap_in_paths, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
     ]
 }
 
@@ -109,6 +112,71 @@ async fn budgeted_equals_unbudgeted(ctx: &Ctx) -> R {
         rt.check_leaks().map_err(fail("leaks"))?;
     }
     check(moved > 0, || "no budgeted graph moved a byte".into())
+}
+
+/// With staging forced, each random graph at 40% of its need (raised to its tightest op) is
+/// compiled with direct swap-ins asked for and not: both outputs equal the unbudgeted run's, the
+/// same bytes move, activations do go out and back in some graph, and the report says a swap-in
+/// was a device copy exactly where the backend copies out of host-visible memory.
+async fn swap_in_paths(ctx: &Ctx) -> R {
+    let rt = ctx
+        .runtime(RuntimeConfig {
+            force_staging: true,
+            ..RuntimeConfig::default()
+        })
+        .map_err(fail("runtime"))?;
+    let both_ways = ctx.backend.host_visible_copies();
+    let mut swapped = 0u64;
+    for seed in 1..=8 {
+        let rg = random_graph(seed)?;
+        let mut plain = rt.compile(&rg.graph).map_err(fail("compile"))?;
+        feed(ctx, &mut plain, &rg).await?;
+        let want = outputs(ctx, &mut plain, &rg.outputs).await?;
+        let need = plain.memory_report().unbudgeted_device_bytes();
+        drop(plain);
+        let mut moved = Vec::new();
+        for direct_swap_in in [true, false] {
+            let mut budget = need * 2 / 5;
+            let mut model = loop {
+                let desc = CompileDesc {
+                    device_budget: Some(budget),
+                    min_offload_size: 0,
+                    direct_swap_in,
+                    ..CompileDesc::default()
+                };
+                match rt.compile_with(&rg.graph, &desc) {
+                    Ok(m) => break m,
+                    Err(Error::BudgetBelowWorkingSet { needed, .. }) if budget < need => {
+                        budget = needed.max(budget + 1).min(need);
+                    }
+                    Err(e) => return Err(format!("graph {seed} at {budget} of {need}: {e}")),
+                }
+            };
+            feed(ctx, &mut model, &rg).await?;
+            let got = outputs(ctx, &mut model, &rg.outputs).await?;
+            check(got == want, || {
+                format!("graph {seed}, direct swap-ins {direct_swap_in}: outputs differ")
+            })?;
+            let o = model
+                .memory_report()
+                .offload
+                .ok_or("a budgeted model reports its offload")?;
+            check(o.direct_swap_in == (direct_swap_in && both_ways), || {
+                format!(
+                    "graph {seed}: asked {direct_swap_in}, backend both ways {both_ways}, \
+                     report {}",
+                    o.direct_swap_in
+                )
+            })?;
+            moved.push((o.bytes_to_device, o.bytes_to_host));
+            swapped += o.bytes_to_host;
+        }
+        check(moved[0] == moved[1], || {
+            format!("graph {seed}: the two paths moved {moved:?}")
+        })?;
+    }
+    rt.check_leaks().map_err(fail("leaks"))?;
+    check(swapped > 0, || "no activation went out and back".into())
 }
 
 async fn budget_below_working_set(ctx: &Ctx) -> R {

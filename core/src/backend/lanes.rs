@@ -34,9 +34,11 @@
 //! # Concurrent or collapsed
 //!
 //! [`Backend::transfer_lane`] says whether the lane really runs beside compute
-//! ([`TransferLane::Concurrent`]: the host backend's second worker thread, CUDA's copy stream, a
-//! Vulkan queue of another family). Where it cannot (WebGPU has one queue; a Vulkan device with one
-//! queue, as lavapipe), the lane is [`TransferLane::Collapsed`] onto the compute queue: the trait's
+//! ([`TransferLane::Concurrent`]: the host backend's second worker thread, CUDA's copy stream,
+//! Vulkan's own submissions and timeline semaphore on a transfer queue, or on the compute queue
+//! where there is one, since submissions to one Vulkan queue are not execution-ordered unless
+//! synchronised). Where it cannot (WebGPU has one queue and one timeline), the lane is
+//! [`TransferLane::Collapsed`] onto the compute queue: the trait's
 //! default methods enqueue transfer work as compute work and a transfer ticket *is* the compute
 //! ticket of that work, so cross-lane waits hold by queue order and results are identical.
 //!

@@ -105,6 +105,24 @@ pub(crate) fn kind_for(entry: &BlockEntry<()>, r: &BlockRange, role: &'static st
     }
 }
 
+/// The kind rule of one end of a copy ([`kind_for`] with the role "copy source" or "copy
+/// destination"), widened to every host-visible kind where the backend copies in both directions
+/// ([`crate::Backend::host_visible_copies`]).
+///
+/// # Errors
+/// [`Error::WrongMemoryKind`].
+pub(crate) fn copy_end(
+    entry: &BlockEntry<()>,
+    r: &BlockRange,
+    role: &'static str,
+    host_visible_copies: bool,
+) -> Result<()> {
+    if host_visible_copies {
+        return Ok(());
+    }
+    kind_for(entry, r, role)
+}
+
 /// Whether two ranges share at least one byte.
 pub(crate) fn overlaps(a: &BlockRange, b: &BlockRange) -> bool {
     a.block == b.block

@@ -69,6 +69,8 @@ pub struct OffloadRow {
     pub error: Option<String>,
     /// Whether the copies ran on a concurrent transfer lane.
     pub transfer_lane: bool,
+    /// Whether swap-ins were device copies out of host-visible memory (else through the host).
+    pub direct_swap_in: bool,
     /// With `compare_lanes`: the same row with the copies on the compute queue.
     pub lane_off: Option<LaneOff>,
 }
@@ -188,6 +190,7 @@ struct Measured {
     predicted_stall: Duration,
     unified: bool,
     transfer_lane: bool,
+    direct_swap_in: bool,
     chunks: u32,
 }
 
@@ -233,14 +236,13 @@ fn measure(
         .map(tensormem::Model::memory_report)
         .unwrap_or_default();
     let runs_done = report.runs.max(1);
-    let (budget, to_device, to_host, stall, unified, transfer_lane) = match &report.offload {
+    let (budget, to_device, to_host, stall, unified) = match &report.offload {
         Some(o) => (
             o.budget,
             o.bytes_to_device / runs_done,
             o.bytes_to_host / runs_done,
             o.last_stall,
             o.unified,
-            o.transfer_lane,
         ),
         None => (
             report.unbudgeted_device_bytes(),
@@ -248,9 +250,10 @@ fn measure(
             0,
             Duration::ZERO,
             false,
-            false,
         ),
     };
+    let transfer_lane = report.offload.as_ref().is_some_and(|o| o.transfer_lane);
+    let direct_swap_in = report.offload.as_ref().is_some_and(|o| o.direct_swap_in);
     let predicted_stall = report
         .offload
         .as_ref()
@@ -269,6 +272,7 @@ fn measure(
         predicted_stall,
         unified,
         transfer_lane,
+        direct_swap_in,
     })
 }
 
@@ -300,6 +304,7 @@ impl Measured {
             identical: self.bits == base.bits,
             error: None,
             transfer_lane: self.transfer_lane,
+            direct_swap_in: self.direct_swap_in,
             lane_off: None,
         }
     }
@@ -345,12 +350,16 @@ pub fn to_markdown(rows: &[OffloadRow]) -> String {
             r.predicted_stall.as_secs_f64() * 1e3,
             r.stall.as_secs_f64() * 1e3,
             if r.identical { "yes" } else { "NO" },
-            if r.unified {
-                " (unified: nothing moves)"
-            } else if r.transfer_lane {
-                " (transfer lane)"
-            } else {
-                ""
+            match (
+                r.unified,
+                r.transfer_lane,
+                r.direct_swap_in && r.to_host > 0
+            ) {
+                (true, ..) => " (unified: nothing moves)",
+                (false, true, true) => " (transfer lane, direct swap-ins)",
+                (false, true, false) => " (transfer lane)",
+                (false, false, true) => " (direct swap-ins)",
+                (false, false, false) => "",
             },
         );
         if compared {
@@ -400,6 +409,7 @@ pub fn to_json(rows: &[OffloadRow]) -> Value {
                 "identical": r.identical,
                 "error": r.error,
                 "transfer_lane": r.transfer_lane,
+                "direct_swap_in": r.direct_swap_in,
                 "lane_off": r.lane_off.as_ref().map(|o| json!({
                     "time_ratio": o.time_ratio,
                     "stall_ms": o.stall.as_secs_f64() * 1e3,

@@ -16,23 +16,24 @@
 //! memory, which kernels then bind in place); `Readback` blocks receive activations copied out.
 //!
 //! Per run, in op order: before op `k`, the residencies that start at `k` arrive (a streamed
-//! weight: a device copy from its master; an activation: its copy-out is read back and staged
-//! in); op `k` is dispatched on the ranges of the residencies that hold its operands; after it,
+//! weight: a device copy from its master; an activation: a device copy from its `Readback` slot
+//! where the backend copies out of host-visible memory ([`crate::Backend::host_visible_copies`]),
+//! else its copy-out is read back and staged in); op `k` is dispatched on the ranges of the residencies that hold its operands; after it,
 //! residencies that end with a copy-out are copied to their `Readback` slot. The device copies
 //! (prefetches and copy-outs) run on the backend's transfer lane beside the kernels, ordered
 //! device-side ([`lanes`]): a kernel waits only for the copies it reads and for copy-outs of the
-//! bytes it overwrites. The host waits only to bring an activation back (its copy-out must have
-//! landed); that wait plus the compute lane's device-side waits for the transfer lane (where the
+//! bytes it overwrites. The host waits only to bring an activation back through host code (its
+//! copy-out must have landed; never where the swap-in is a device copy); that wait plus the compute lane's device-side waits for the transfer lane (where the
 //! backend measures them, [`crate::Backend::transfer_stall`]) is the reported stall.
 //!
 //! # Limits
-//! * A swap-in goes through the host: the front lets copies write only device and `Readback`
-//!   memory and read only device and `Upload` memory, so an activation cannot go out and back
-//!   on the device alone. The copy-out's wait is on the transfer lane only, not on the kernels
-//!   queued before it, but the staged copy back in is compute-lane work.
-//! * Where the backend collapses the transfer lane onto its one queue (wgpu, Vulkan, CUDA
-//!   without its copy stream) copies still run between kernels; the two-lane stall model
-//!   predicts what a concurrent lane achieves.
+//! * Where the backend copies only in the staging directions (WebGPU: a `MAP_READ` buffer is no
+//!   copy source), a swap-in goes through the host: the host waits for the copy-out (on the
+//!   transfer lane only, not on the kernels queued before it), reads the slot and stages the
+//!   bytes back in as compute-lane work.
+//! * Where the backend collapses the transfer lane onto its one queue (wgpu; Vulkan with its
+//!   lane switched off) copies still run between kernels; the two-lane stall model predicts what
+//!   a concurrent lane achieves.
 //! * Ops are never split here: a budget below one op's operands (MiniLM's untiled attention
 //!   softmax at sequence 512 binds 201 MB) is [`Error::BudgetBelowWorkingSet`]; tiling the chain
 //!   beforehand ([`Graph::tile`](crate::Graph::tile)) is what brings such an op within a budget.
@@ -71,6 +72,11 @@ pub struct CompileDesc {
     /// a concurrent one (default `true`); `false` puts them on the compute queue between the
     /// kernels (the executor before lanes, kept to measure what the lane gains).
     pub transfer_lane: bool,
+    /// Swap activations back in with one device copy from their `Readback` slot where the
+    /// backend allows it ([`crate::Backend::host_visible_copies`]) (default `true`); `false`
+    /// reads the slot on the host and stages the bytes back in, as on a backend that cannot (kept
+    /// to test and measure that path everywhere). Outputs are identical either way.
+    pub direct_swap_in: bool,
 }
 
 impl Default for CompileDesc {
@@ -81,6 +87,7 @@ impl Default for CompileDesc {
             min_offload_size: 64 << 10,
             prefetch_lead: 1,
             transfer_lane: true,
+            direct_swap_in: true,
         }
     }
 }
@@ -109,6 +116,9 @@ pub struct OffloadReport {
     pub last_stall: Duration,
     /// Whether the copies ran on a concurrent transfer lane.
     pub transfer_lane: bool,
+    /// Whether swap-ins are device copies from host-visible memory (else through the host; see
+    /// [`CompileDesc::direct_swap_in`]).
+    pub direct_swap_in: bool,
 }
 
 /// Where a tensor's bytes are at one step.
@@ -146,6 +156,9 @@ pub(super) struct Offloaded {
     out_ticket: Vec<TransferTicket>,
     /// Copies go on the transfer lane ([`CompileDesc::transfer_lane`]).
     transfer_lane: bool,
+    /// Swap-ins are device copies from the `Readback` slots ([`CompileDesc::direct_swap_in`]
+    /// where the backend allows it).
+    direct_swap_in: bool,
     /// The backend's transfer stall when the last run was enqueued (see [`Offloaded::finish`]).
     stall_mark: Option<Duration>,
     /// Per op: arrivals before it, as `(tensor, arena offset, arrival)`.
@@ -179,8 +192,10 @@ impl Offloaded {
         v: Variant,
         budget: u64,
         unified: bool,
-        transfer_lane: bool,
+        desc: &CompileDesc,
     ) -> Result<Model> {
+        let transfer_lane = desc.transfer_lane;
+        let direct_swap_in = desc.direct_swap_in && rt.backend().host_visible_copies();
         let Variant {
             items,
             sizes,
@@ -341,6 +356,7 @@ impl Offloaded {
             unified,
             transfer_lane: transfer_lane
                 && rt.backend().transfer_lane() == crate::backend::TransferLane::Concurrent,
+            direct_swap_in,
             ..OffloadReport::default()
         };
         model.report = super::MemoryReport {
@@ -370,6 +386,7 @@ impl Offloaded {
             slot,
             out_ticket: vec![TransferTicket::DONE; items.len()],
             transfer_lane,
+            direct_swap_in,
             stall_mark: None,
             arrive,
             leave,

@@ -99,7 +99,7 @@ impl Runtime {
                 schedule: whole?,
                 gathers,
             };
-            return Offloaded::build(self, graph, v, budget, unified, desc.transfer_lane);
+            return Offloaded::build(self, graph, v, budget, unified, desc);
         }
         let (g_items, g_ops, staged) = gather::rewrite(&gathers, &items, &ops, copy_align)?;
         let gathered = offload::schedule(&g_items, &g_ops, &od);
@@ -125,7 +125,7 @@ impl Runtime {
             schedule,
             gathers,
         };
-        Offloaded::build(self, graph, v, budget, unified, desc.transfer_lane)
+        Offloaded::build(self, graph, v, budget, unified, desc)
     }
 }
 

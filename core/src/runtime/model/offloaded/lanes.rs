@@ -2,8 +2,8 @@
 //! and copy-outs of a run, and [`RunLanes`] orders its copies on the transfer lane
 //! ([`crate::backend::lanes`]).
 //!
-//! Copies in (prefetches of streamed weights, swap-ins) and copies out (swap-outs) go on the
-//! transfer lane, each after every kernel enqueued before it (`transfer_after` with the latest
+//! Copies in (prefetches of streamed weights, swap-ins that are device copies) and copies out
+//! (swap-outs) go on the transfer lane, each after every kernel enqueued before it (`transfer_after` with the latest
 //! compute ticket: the bytes a copy-in overwrites were last read by an earlier kernel, and the
 //! bytes a copy-out reads were written by one). Kernels wait on the device, and only where they
 //! must:
@@ -66,14 +66,19 @@ impl Offloaded {
                         let s = self.slot[t].ok_or_else(|| {
                             Error::invariant("a swapped tensor has a slot", format!("{t}"))
                         })?;
-                        let waited = Instant::now();
-                        lanes.wait(b, self.out_ticket[t])?;
-                        stall += waited.elapsed();
                         let src = self.readback.resolve(s.handle)?;
-                        let mut buf = vec![0u8; size as usize];
-                        b.read_mapped(src.block, src.offset, &mut buf)?;
-                        lanes.before_compute(b, [], &[(offset, size)])?;
-                        last = stage_in(rt, dst, &buf)?;
+                        if self.direct_swap_in {
+                            // After its copy-out in lane (or queue) order: no host wait.
+                            lanes.copy_in(b, &mut last, t, src, dst)?;
+                        } else {
+                            let waited = Instant::now();
+                            lanes.wait(b, self.out_ticket[t])?;
+                            stall += waited.elapsed();
+                            let mut buf = vec![0u8; size as usize];
+                            b.read_mapped(src.block, src.offset, &mut buf)?;
+                            lanes.before_compute(b, [], &[(offset, size)])?;
+                            last = stage_in(rt, dst, &buf)?;
+                        }
                     }
                     Arrival::HostWrite => {
                         let (gi, part) = self.staged_part[t].ok_or_else(|| {

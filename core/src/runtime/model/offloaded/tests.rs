@@ -350,3 +350,61 @@ fn copies_on_a_slow_transfer_lane_keep_the_output_bit_identical() {
         rt.check_leaks().unwrap();
     }
 }
+
+/// Swap-ins as one device copy from the `Readback` slot (the backend copies out of host-visible
+/// memory) and through the host (asked for, or a backend that copies in the staging directions
+/// only, as WebGPU): the same bytes move, the output equals the unbudgeted run's on slowed
+/// lanes, and the report says which path ran.
+#[test]
+fn swap_ins_copy_straight_from_host_visible_memory_where_the_backend_can() {
+    let (expected, need) = unbudgeted();
+    let mut moved = Vec::new();
+    for host_visible_copies in [true, false] {
+        for direct_swap_in in [true, false] {
+            for transfer_lane in [true, false] {
+                let (g, x, w, y) = graph();
+                let host = Arc::new(
+                    HostBackend::new(HostConfig {
+                        worker_delay: Duration::from_micros(200),
+                        host_visible_copies,
+                        ..HostConfig::default()
+                    })
+                    .unwrap(),
+                );
+                let budget = need * 2 / 5;
+                let mut config = RuntimeConfig {
+                    force_staging: true,
+                    ..RuntimeConfig::default()
+                };
+                config.device.budget = Some(budget);
+                let rt = Runtime::new(host, config).unwrap();
+                let desc = CompileDesc {
+                    device_budget: Some(budget),
+                    transfer_lane,
+                    direct_swap_in,
+                    ..CompileDesc::default()
+                };
+                let mut m = rt.compile_with(&g, &desc).unwrap();
+                let what = format!(
+                    "host_visible_copies {host_visible_copies}, direct {direct_swap_in}, lane \
+                     {transfer_lane}"
+                );
+                assert_eq!(run(&mut m, x, &w, y), expected, "{what}");
+                let o = m.memory_report().offload.unwrap();
+                assert_eq!(
+                    o.direct_swap_in,
+                    direct_swap_in && host_visible_copies,
+                    "{what}"
+                );
+                assert!(
+                    o.bytes_to_host > 0,
+                    "{what}: an activation went out and back"
+                );
+                moved.push((o.bytes_to_device, o.bytes_to_host));
+                drop(m);
+                rt.check_leaks().unwrap();
+            }
+        }
+    }
+    assert!(moved.windows(2).all(|p| p[0] == p[1]), "{moved:?}");
+}
