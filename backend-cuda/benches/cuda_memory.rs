@@ -306,6 +306,7 @@ fn bench_expandable(c: &mut Criterion, b: &CudaBackend) {
                         initial: first,
                         chunk: 16 * MIB.max(g_size),
                         label: "bench",
+                        holes: false,
                     })
                     .unwrap();
                 for &need in &steps {

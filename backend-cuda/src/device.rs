@@ -259,6 +259,21 @@ impl Backend for CudaBackend {
         self.timeline.health().note(resized)
     }
 
+    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        let r = self.decommit_expandable(block, offset, size);
+        self.timeline.health().note(r)
+    }
+
+    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        let r = self.commit_expandable(block, offset, size);
+        self.timeline.health().note(r)
+    }
+
+    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
+        let r = self.remap_expandable(block, from, to, size);
+        self.timeline.health().note(r)
+    }
+
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
         let blocks = lock(&self.blocks);
         let b = blocks.get(block)?;

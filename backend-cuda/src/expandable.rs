@@ -32,6 +32,10 @@ pub struct ExpandableDesc<'a> {
     pub chunk: u64,
     /// Label for reports.
     pub label: &'a str,
+    /// Map one physical allocation per chunk, so that chunks can be given back and moved
+    /// inside the block (the contract's holes, [`tensormem::Backend::decommit_range`]); `false`
+    /// maps each growth as one allocation (fewer driver calls per growth).
+    pub holes: bool,
 }
 
 impl CudaBackend {
@@ -83,7 +87,8 @@ impl CudaBackend {
             });
         }
         let chunk = chunk_size(desc.chunk, self.vmm_granularity()?)?;
-        let mut seg = ExpandableSegment::reserve(self.ctx.cu_device(), desc.reserve, chunk)?;
+        let mut seg =
+            ExpandableSegment::reserve(self.ctx.cu_device(), desc.reserve, chunk, desc.holes)?;
         seg.grow_to(desc.initial, self.caps.budget)?;
         let size = seg.mapped();
         Ok(lock(&self.blocks).insert(
@@ -147,6 +152,7 @@ impl CudaBackend {
         (granularity.is_power_of_two() && max_reserve > 0).then_some(InPlaceGrowth {
             granularity,
             max_reserve,
+            holes: self.vmm_holes,
         })
     }
 
@@ -165,7 +171,35 @@ impl CudaBackend {
             initial: desc.size,
             chunk,
             label: desc.label,
+            holes: self.vmm_holes,
         })
+    }
+
+    /// [`tensormem::Backend::decommit_range`] on an expandable block reserved with holes.
+    pub(crate) fn decommit_expandable(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.bind()?;
+        let mut blocks = lock(&self.blocks);
+        expandable(blocks.get_mut(block)?, block)?.decommit(offset, size)
+    }
+
+    /// [`tensormem::Backend::commit_range`] on an expandable block reserved with holes.
+    pub(crate) fn commit_expandable(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.bind()?;
+        let mut blocks = lock(&self.blocks);
+        expandable(blocks.get_mut(block)?, block)?.commit(offset, size, self.caps.budget)
+    }
+
+    /// [`tensormem::Backend::remap_range`] on an expandable block reserved with holes.
+    pub(crate) fn remap_expandable(
+        &self,
+        block: BlockId,
+        from: u64,
+        to: u64,
+        size: u64,
+    ) -> Result<()> {
+        self.bind()?;
+        let mut blocks = lock(&self.blocks);
+        expandable(blocks.get_mut(block)?, block)?.remap(from, to, size)
     }
 
     /// [`tensormem::Backend::resize_block`]: maps `size` bytes (a multiple of the granularity)

@@ -95,11 +95,13 @@ pub(crate) fn shrink_plan(sizes: &[u64], target: u64) -> usize {
     sizes.len()
 }
 
-/// One physical allocation mapped into the segment.
+/// One physical allocation mapped into the segment, or (with holes) a chunk whose memory was
+/// given back or moved.
 #[derive(Clone, Copy, Debug)]
 struct Mapping {
-    handle: sys::CUmemGenericAllocationHandle,
-    /// Bytes, a multiple of the segment's chunk.
+    /// `None`: a hole (its address range is unmapped).
+    handle: Option<sys::CUmemGenericAllocationHandle>,
+    /// Bytes, a multiple of the segment's chunk (exactly one chunk with holes).
     size: u64,
 }
 
@@ -115,10 +117,15 @@ pub(crate) struct ExpandableSegment {
     /// Device the memory lives on.
     device: sys::CUdevice,
     /// Physical allocations mapped back to back from `base`, in address order. Invariant: every
-    /// one is mapped with read-write access for `device`, and their sizes sum to `mapped`.
+    /// one with a handle is mapped with read-write access for `device`, and their sizes sum to
+    /// `mapped`.
     mappings: Vec<Mapping>,
-    /// Bytes mapped from `base`.
+    /// Bytes mapped from `base` (holes included: the extent).
     mapped: u64,
+    /// One physical allocation per chunk, so that any chunk can be unmapped and moved alone
+    /// (`cuMemUnmap` takes whole mappings, and `cuMemMap` maps a whole allocation): the price of
+    /// holes is a `cuMemCreate` + `cuMemMap` per chunk of a growth instead of per growth.
+    holes: bool,
 }
 
 /// The allocation properties of the segment's memory: pinned device memory on `device`.
@@ -166,7 +173,12 @@ impl ExpandableSegment {
     ///
     /// # Errors
     /// A mapped driver error (`cuMemAddressReserve`).
-    pub(crate) fn reserve(device: sys::CUdevice, reserve: u64, chunk: u64) -> Result<Self> {
+    pub(crate) fn reserve(
+        device: sys::CUdevice,
+        reserve: u64,
+        chunk: u64,
+        holes: bool,
+    ) -> Result<Self> {
         let reserved = round_up(reserve.max(chunk), chunk)?;
         let mut base: sys::CUdeviceptr = 0;
         // SAFETY: `base` is a valid out-pointer; alignment 0 = default, address hint 0 = any,
@@ -183,6 +195,7 @@ impl ExpandableSegment {
             device,
             mappings: Vec::new(),
             mapped: 0,
+            holes,
         })
     }
 
@@ -212,42 +225,91 @@ impl ExpandableSegment {
         if add == 0 {
             return Ok(());
         }
-        let bytes = to_usize(add, "expandable growth")?;
+        let at = self.mapped;
+        // With holes, one allocation per chunk; else the whole growth as one.
+        let piece = if self.holes { self.chunk } else { add };
+        let mut made = Vec::new();
+        let mut done = 0;
+        while done < add {
+            match self.map_new(at + done, piece, budget) {
+                Ok(handle) => made.push(handle),
+                Err(e) => {
+                    self.undo(at, piece, &made);
+                    return Err(e);
+                }
+            }
+            done += piece;
+        }
+        if let Err(e) = self.set_access(at, add) {
+            self.undo(at, piece, &made);
+            return Err(e);
+        }
+        self.mappings.extend(made.into_iter().map(|handle| Mapping {
+            handle: Some(handle),
+            size: piece,
+        }));
+        self.mapped += add;
+        Ok(())
+    }
+
+    /// Creates a physical allocation of `bytes` and maps it at `offset` (unmapped, inside the
+    /// reservation); access is set by the caller. Undoes itself on failure.
+    fn map_new(
+        &self,
+        offset: u64,
+        bytes: u64,
+        budget: Option<u64>,
+    ) -> Result<sys::CUmemGenericAllocationHandle> {
+        let size = to_usize(bytes, "expandable growth")?;
         let prop = chunk_prop(self.device);
-        let access = sys::CUmemAccessDesc {
-            location: prop.location,
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
         let oom = |api: &'static str, e| {
-            map_alloc_err(api, e, MemoryKind::DeviceLocal, add, self.mapped, budget)
+            map_alloc_err(api, e, MemoryKind::DeviceLocal, bytes, self.mapped, budget)
         };
-        let addr = self.base + self.mapped;
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
-        // SAFETY: valid out-pointer and properties; `bytes` is a multiple of the chunk, itself a
+        // SAFETY: valid out-pointer and properties; `size` is a multiple of the chunk, itself a
         // multiple of the granularity; flags must be 0.
-        unsafe { sys::cuMemCreate(&mut handle, bytes, &prop, 0) }
+        unsafe { sys::cuMemCreate(&mut handle, size, &prop, 0) }
             .result()
             .map_err(|e| oom("cuMemCreate", e))?;
-        // SAFETY: `addr .. addr + bytes` lies inside the reserved range (grow_plan checked the
-        // rounded target against `reserved`, a multiple of the chunk) and is unmapped (mappings
-        // are appended back to back from `base`); `handle` is a fresh allocation of `bytes`.
-        let mapped = unsafe { sys::cuMemMap(addr, bytes, 0, handle, 0) }
-            .result()
-            .and_then(|()| {
-                // SAFETY: the range was just mapped; one access descriptor.
-                unsafe { sys::cuMemSetAccess(addr, bytes, &access, 1) }.result()
-            });
-        if let Err(e) = mapped {
-            // SAFETY: undo this growth only: unmap (ignored if the map failed) and release.
+        // SAFETY: `base + offset .. + size` lies inside the reserved range and is unmapped (the
+        // callers map past the extent or into holes); `handle` is a fresh allocation of `size`.
+        if let Err(e) = unsafe { sys::cuMemMap(self.base + offset, size, 0, handle, 0) }.result() {
+            // SAFETY: the allocation is mapped nowhere.
             unsafe {
-                let _ = sys::cuMemUnmap(addr, bytes);
                 let _ = sys::cuMemRelease(handle);
             }
             return Err(oom("cuMemMap", e));
         }
-        self.mappings.push(Mapping { handle, size: add });
-        self.mapped += add;
-        Ok(())
+        Ok(handle)
+    }
+
+    /// Gives `base + offset .. + bytes` (mapped) read-write access for the device.
+    fn set_access(&self, offset: u64, bytes: u64) -> Result<()> {
+        let access = sys::CUmemAccessDesc {
+            location: chunk_prop(self.device).location,
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        let size = to_usize(bytes, "expandable access")?;
+        // SAFETY: the range is fully mapped (the callers just mapped it); one descriptor.
+        unsafe { sys::cuMemSetAccess(self.base + offset, size, &access, 1) }
+            .result()
+            .map_err(|e| map_driver_err("cuMemSetAccess", e))
+    }
+
+    /// Unmaps and releases `handles`, mapped back to back from `offset` in pieces of `piece`
+    /// bytes (undoing a failed growth or commit).
+    fn undo(&self, offset: u64, piece: u64, handles: &[sys::CUmemGenericAllocationHandle]) {
+        let Ok(size) = to_usize(piece, "expandable undo") else {
+            return;
+        };
+        for (i, &h) in handles.iter().enumerate() {
+            // SAFETY: each handle is mapped at its place by this call's earlier steps and no
+            // work has used it yet.
+            unsafe {
+                let _ = sys::cuMemUnmap(self.base + offset + i as u64 * piece, size);
+                let _ = sys::cuMemRelease(h);
+            }
+        }
     }
 
     /// Unmaps trailing mappings so that the fewest mappings holding `target` bytes stay mapped
@@ -266,13 +328,29 @@ impl ExpandableSegment {
                 break;
             };
             let start = self.mapped - size;
-            // SAFETY: the last mapping spans `base + start .. base + mapped`, exactly as it was
-            // mapped, and no work uses it (caller's guarantee).
-            unsafe { sys::cuMemUnmap(self.base + start, to_usize(size, "expandable mapping")?) }
-                .result()
-                .map_err(|e| map_driver_err("cuMemUnmap", e))?;
+            if let Some(handle) = handle {
+                self.unmap(start, size, handle, true)?;
+            }
             self.mappings.pop();
             self.mapped = start;
+        }
+        Ok(())
+    }
+
+    /// Unmaps `handle` from `base + offset .. + size` (exactly how it was mapped; no work uses
+    /// it, the caller's guarantee) and releases it when `release`.
+    fn unmap(
+        &self,
+        offset: u64,
+        size: u64,
+        handle: sys::CUmemGenericAllocationHandle,
+        release: bool,
+    ) -> Result<()> {
+        // SAFETY: as documented above.
+        unsafe { sys::cuMemUnmap(self.base + offset, to_usize(size, "expandable mapping")?) }
+            .result()
+            .map_err(|e| map_driver_err("cuMemUnmap", e))?;
+        if release {
             // SAFETY: the handle is no longer mapped anywhere.
             unsafe { sys::cuMemRelease(handle) }
                 .result()
@@ -304,6 +382,8 @@ impl Drop for ExpandableSegment {
         let _ = self.release();
     }
 }
+
+mod holes;
 
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,7 @@
 )]
 
 mod device {
+    pub mod holes;
     pub mod managed;
     pub mod peer;
 }
@@ -309,6 +310,7 @@ fn expandable_block_grows_in_place_and_keeps_contents() {
             initial: g,
             chunk: g,
             label: "expandable",
+            holes: false,
         })
         .unwrap();
     let base = b.device_addr(range(blk, 0, g)).unwrap();

@@ -16,6 +16,8 @@
 //!   everything inside it stay valid. One arena can then grow instead of adding blocks that its
 //!   tensors cannot span (CUDA virtual memory management, Vulkan sparse binding, the host's
 //!   reserve-and-commit). Backends without it keep the defaults, and the pools add blocks.
+//!   Where [`InPlaceGrowth::holes`] says so, ranges inside the committed size can also give
+//!   their memory back and have it moved elsewhere in the block ([`Backend::remap_range`]).
 //! * **Host access.** [`Backend::write_mapped`] and [`Backend::read_mapped`] copy between host memory
 //!   and a *host-visible* block: `Upload` and `Readback` blocks always, `DeviceLocal` blocks only when
 //!   [`Capabilities::device_host_visible`] is true. They are synchronous. The caller guarantees that
@@ -222,6 +224,12 @@ pub struct InPlaceGrowth {
     /// Largest address range one reserved block may span, in bytes (a multiple of
     /// `granularity`).
     pub max_reserve: u64,
+    /// Whether ranges inside a reserved block's committed size can lose their memory and get it
+    /// back, in whole granules ([`Backend::decommit_range`], [`Backend::commit_range`],
+    /// [`Backend::remap_range`]): the pools then return the memory of free holes and move it
+    /// where tensors need it, so committed memory follows the live bytes (the host through
+    /// `madvise`, CUDA by unmapping and remapping its physical allocations).
+    pub holes: bool,
 }
 
 /// One device. See the module doc for the contract every implementation keeps.
@@ -406,6 +414,57 @@ pub trait Backend: Any + Send + Sync {
         Err(crate::Error::Unsupported {
             backend: self.capabilities().backend,
             what: "blocks that grow in place (resize_block)".into(),
+        })
+    }
+
+    /// Returns the memory behind `[offset, offset + size)` of a reserved block (whole granules
+    /// inside its committed size) to the device. The range stays part of the block, its
+    /// contents are lost, and no work may touch it until [`Backend::commit_range`] or
+    /// [`Backend::remap_range`] backs it again (the pools guarantee it: the range is free). The
+    /// caller guarantees that no in-flight work uses it. A decommitted range does not count as
+    /// committed memory.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) without
+    /// [`InPlaceGrowth::holes`] (the default), [`Error::DeviceLost`](crate::Error::DeviceLost);
+    /// on error the range keeps its memory.
+    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        let _ = (block, offset, size);
+        Err(crate::Error::Unsupported {
+            backend: self.capabilities().backend,
+            what: "holes in blocks that grow in place (decommit_range)".into(),
+        })
+    }
+
+    /// Backs the decommitted range `[offset, offset + size)` of a reserved block (whole
+    /// granules inside its committed size) with new memory, of unspecified contents.
+    ///
+    /// # Errors
+    /// As [`Backend::decommit_range`], and [`Error::OutOfMemory`](crate::Error::OutOfMemory)
+    /// when memory is short; on error the range stays decommitted.
+    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        let _ = (block, offset, size);
+        Err(crate::Error::Unsupported {
+            backend: self.capabilities().backend,
+            what: "holes in blocks that grow in place (commit_range)".into(),
+        })
+    }
+
+    /// Moves the memory behind the committed range `[from, from + size)` of a reserved block to
+    /// its decommitted range `[to, to + size)` (whole granules, inside its committed size, not
+    /// overlapping): `from` is decommitted afterwards, `to` committed with unspecified contents,
+    /// and no memory is allocated (CUDA maps the same physical allocations at `to`). What
+    /// [`Backend::decommit_range`] then [`Backend::commit_range`] would do, without giving the
+    /// memory back and asking for it again. The caller guarantees that no in-flight work uses
+    /// `from`.
+    ///
+    /// # Errors
+    /// As [`Backend::decommit_range`]; on error both ranges keep their state.
+    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
+        let _ = (block, from, to, size);
+        Err(crate::Error::Unsupported {
+            backend: self.capabilities().backend,
+            what: "holes in blocks that grow in place (remap_range)".into(),
         })
     }
 

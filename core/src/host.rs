@@ -27,7 +27,7 @@
 //! `synchronize` and drop returns and every later call reports [`Error::DeviceLost`]. Should the
 //! thread exit anyway, a guard marks the timeline stopped and wakes every waiter.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -41,6 +41,7 @@ use crate::ops::Op;
 use crate::{Error, Result};
 
 mod growth;
+mod holes;
 mod memory;
 mod queue;
 
@@ -121,6 +122,8 @@ pub struct HostBackend {
     /// Copies and fills of the transfer lane, beside `compute` ([`queue`]).
     transfer: Lane,
     lost: AtomicBool,
+    /// Bytes of reserved blocks given back in holes ([`holes`]): not counted as committed.
+    decommitted: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -159,6 +162,7 @@ impl HostBackend {
             compute: Lane::new("tensormem-host-worker", config.worker_delay)?,
             transfer: Lane::new("tensormem-host-transfer", config.worker_delay)?,
             lost: AtomicBool::new(false),
+            decommitted: AtomicU64::new(0),
         })
     }
 
@@ -177,9 +181,9 @@ impl HostBackend {
         self.enqueue(Command::Panic)
     }
 
-    /// Total bytes in live blocks.
+    /// Total bytes committed in live blocks (holes given back in reserved blocks excluded).
     pub fn block_bytes(&self) -> u64 {
-        lock(&self.blocks).bytes()
+        lock(&self.blocks).bytes() - self.decommitted.load(Ordering::Relaxed)
     }
 
     /// Number of live blocks.
@@ -280,7 +284,13 @@ impl Backend for HostBackend {
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {
-        lock(&self.blocks).remove(block)?;
+        let entry = lock(&self.blocks).remove(block)?;
+        #[cfg(unix)]
+        if let memory::HostMemory::Reserved(r) = &*lock(&entry.native) {
+            self.decommitted
+                .fetch_sub(r.holes.bytes(), Ordering::Relaxed);
+        }
+        drop(entry);
         Ok(())
     }
 
@@ -306,6 +316,21 @@ impl Backend for HostBackend {
     fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
         self.check_alive()?;
         growth::resize(self, block, size)
+    }
+
+    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.check_alive()?;
+        holes::decommit(self, block, offset, size)
+    }
+
+    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.check_alive()?;
+        holes::commit(self, block, offset, size)
+    }
+
+    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
+        self.check_alive()?;
+        holes::remap(self, block, from, to, size)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
@@ -491,7 +516,10 @@ impl HostBackend {
     }
 
     /// Refuses `more` bytes beyond `held` when [`HostConfig::device_memory`] caps the device.
+    /// Refuses `more` bytes when the committed bytes (`held`, the block table's bytes, less
+    /// the holes) would pass [`HostConfig::device_memory`].
     fn check_device_memory(&self, held: u64, more: u64, label: &str) -> Result<()> {
+        let held = held.saturating_sub(self.decommitted.load(Ordering::Relaxed));
         match self.config.device_memory {
             Some(limit) if held.saturating_add(more) > limit => {
                 Err(Error::OutOfMemory(Box::new(crate::OomReport {

@@ -41,6 +41,7 @@ use crate::{Error, Result};
 
 mod direct;
 mod dispatch;
+mod holes;
 mod lanes;
 mod limits;
 mod rules;
@@ -308,6 +309,18 @@ impl Backend for Validated {
         let resized = self.lock().blocks.resize(block, now);
         resized.map_err(|e| self.mark_broken(e))?;
         Ok(now)
+    }
+
+    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.decommit_checked(block, offset, size)
+    }
+
+    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.commit_checked(block, offset, size)
+    }
+
+    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
+        self.remap_checked(block, from, to, size)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {

@@ -1,6 +1,8 @@
 //! Arena growth, the same observable behaviour on both paths: one arena that grows in place where
 //! the backend offers it (the host's reserve-and-commit, CUDA's virtual memory management), else
-//! blocks added beside each other (lavapipe, wgpu, the `host-blocks` target).
+//! blocks added beside each other (lavapipe, wgpu, the `host-blocks` target). Where the backend
+//! also offers holes (`InPlaceGrowth::holes`: the host), the arena gives the memory of free holes
+//! back and moves it to where tensors land; contents are the same on every path.
 
 use tensormem::{Backend, DType, DevicePool, RuntimeConfig};
 
@@ -10,7 +12,10 @@ use crate::{Case, Ctx, case, check, fail};
 type R = std::result::Result<(), String>;
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![case!("arena_growth_in_place_or_blocks", arena_growth)]
+    vec![
+        case!("arena_growth_in_place_or_blocks", arena_growth),
+        case!("arena_holes_follow_the_live_bytes", arena_holes),
+    ]
 }
 
 /// Outgrows the default 32 MiB block with 40 MiB of tensors: the first tensor's contents survive
@@ -53,6 +58,71 @@ async fn arena_growth(ctx: &Ctx) -> R {
         rt.free(t).map_err(fail("free"))?;
     }
     rt.free(first).map_err(fail("free"))?;
+    ctx.synchronize(&rt).await.map_err(fail("synchronize"))?;
+    pool.trim().map_err(fail("trim"))?;
+    check(pool.stats().reserved == 0, || {
+        format!("after trim: {:?}", pool.stats())
+    })?;
+    pool.check_invariants()
+}
+
+/// A tensor freed between two others leaves a hole; a larger one outgrows the arena, and later
+/// tensors land in the hole. Every live tensor keeps its contents on every path; with holes the
+/// hole's memory goes back before the arena grows, so committed bytes stay near the live ones
+/// (without, the arena holds the hole too); trim gives everything back at the end.
+async fn arena_holes(ctx: &Ctx) -> R {
+    let rt = ctx
+        .runtime(RuntimeConfig::default())
+        .map_err(fail("runtime"))?;
+    let holes = rt.front().in_place_growth().filter(|g| g.holes);
+    let mib = 1usize << 20;
+    let mut r = Rng::new(41);
+    let mut pattern = |n: usize| -> Vec<u8> { (0..n).map(|_| r.next_u64() as u8).collect() };
+    let mut live = Vec::new();
+    for (name, n) in [("low", 100_000), ("hole", 8 * mib), ("high", 100_000)] {
+        let t = rt.alloc(DType::U8, &[n], name).map_err(fail("alloc"))?;
+        let data = pattern(n);
+        ctx.upload(&rt, &t, &data).await.map_err(fail("upload"))?;
+        live.push((t, data));
+    }
+    let (hole, _) = live.remove(1);
+    rt.free(hole).map_err(fail("free"))?;
+    ctx.synchronize(&rt).await.map_err(fail("synchronize"))?;
+    let big = rt
+        .alloc(DType::U8, &[12 * mib], "big")
+        .map_err(fail("big"))?;
+    let data = pattern(12 * mib);
+    ctx.upload(&rt, &big, &data).await.map_err(fail("upload"))?;
+    let pool = rt.device_pool();
+    let s = pool.stats();
+    if let Some(g) = holes {
+        let bound = s.in_use + s.in_use / 16 + 4 * g.granularity.max(64 << 10);
+        check(s.reserved <= bound, || {
+            format!("holes: {} committed for {} in use", s.reserved, s.in_use)
+        })?;
+    }
+    live.push((big, data));
+    // The big tensor goes; three land where the hole was (on the host, on memory moved there).
+    let (big, _) = live.pop().ok_or("no big tensor")?;
+    rt.free(big).map_err(fail("free"))?;
+    ctx.synchronize(&rt).await.map_err(fail("synchronize"))?;
+    for i in 0..3 {
+        let n = 3 * mib + i * 4096;
+        let t = rt
+            .alloc(DType::U8, &[n], "refill")
+            .map_err(fail("refill"))?;
+        let data = pattern(n);
+        ctx.upload(&rt, &t, &data).await.map_err(fail("upload"))?;
+        live.push((t, data));
+    }
+    for (t, data) in &live {
+        let back: Vec<u8> = ctx.download(&rt, t).await.map_err(fail("download"))?;
+        check(back == *data, || "a live tensor's contents changed".into())?;
+    }
+    pool.check_invariants()?;
+    for (t, _) in live {
+        rt.free(t).map_err(fail("free"))?;
+    }
     ctx.synchronize(&rt).await.map_err(fail("synchronize"))?;
     pool.trim().map_err(fail("trim"))?;
     check(pool.stats().reserved == 0, || {

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::peers::{ALIGN, GRANULARITY};
+use crate::peers::{ALIGN, granularity};
 
 /// A growth commits at least the committed size divided by this: the in-place arena's step
 /// (`GROWTH_STEP_DIVISOR` of `core/src/pool/arena/in_place.rs`).
@@ -73,7 +73,7 @@ impl BestFit {
             self.remove(start, tail);
         }
         let step = (size - tail).max(self.committed / GROWTH_STEP_DIVISOR);
-        self.committed += step.div_ceil(GRANULARITY) * GRANULARITY;
+        self.committed += step.div_ceil(granularity()) * granularity();
         self.peak = self.peak.max(self.committed);
         self.growths += 1;
         let rest = self.committed - (start + size);

@@ -21,6 +21,7 @@
 //! pool fails a request or a file cannot be written, 2 for bad arguments.
 
 mod best_fit;
+mod counting;
 mod peers;
 mod svg;
 #[path = "../support/thread_cpu.rs"]
@@ -37,10 +38,13 @@ use std::process::ExitCode;
 use peers::{Cubecl, Ours, Peer, Replay};
 use thread_cpu::thread_cpu_ns;
 
-/// Our pool on a device that grows blocks in place.
-type InPlace = Ours<true>;
+/// Our pool on a device that grows blocks in place and decommits and remaps holes (the host,
+/// CUDA's virtual memory management).
+type Holes = Ours<2>;
+/// Our pool on a device that grows blocks in place at their end only (before holes).
+type InPlace = Ours<1>;
 /// Our pool on a device that cannot: the fallback of adding blocks.
-type Blocks = Ours<false>;
+type Blocks = Ours<0>;
 use traces::Trace;
 
 /// What one replay of a trace through one pool measured.
@@ -48,6 +52,8 @@ struct Replayed {
     peak_reserved: u64,
     reserves: u64,
     releases: u64,
+    maps: u64,
+    unmaps: u64,
     /// Bytes held by the device after each event (recorded replays only).
     held: Vec<u64>,
 }
@@ -83,12 +89,24 @@ fn drive<P: Peer>(pool: &mut P, trace: &Trace, mut after: impl FnMut(&P)) -> Res
 fn replay<P: Peer>(trace: &Trace) -> Result<(Replayed, P), String> {
     let mut pool = P::create();
     let mut held = Vec::with_capacity(trace.events.len());
-    drive(&mut pool, trace, |p| held.push(p.counters().held()))?;
+    let mut broken = None;
+    drive(&mut pool, trace, |p| {
+        held.push(p.counters().held());
+        // The pool's accounting against the device's, now and then (it walks every block).
+        if held.len() % 1009 == 0 && broken.is_none() {
+            broken = p.check().err();
+        }
+    })?;
+    if let Some(e) = broken.or_else(|| pool.check().err()) {
+        return Err(format!("{} on {}: {e}", P::NAME, trace.name));
+    }
     let c = pool.counters();
     let r = Replayed {
         peak_reserved: c.peak(),
         reserves: c.reserves(),
         releases: c.releases(),
+        maps: c.maps(),
+        unmaps: c.unmaps(),
         held,
     };
     Ok((r, pool))
@@ -104,7 +122,9 @@ fn timed<P: Peer>(trace: &Trace) -> Result<f64, String> {
     Ok(ns as f64 / trace.allocations.max(1) as f64)
 }
 
-const USAGE: &str = "usage: pool_traces [--rounds N] [--svg-dir DIR] [--trace NAME]...\n\
+const USAGE: &str = "usage: pool_traces [--rounds N] [--svg-dir DIR] [--trace NAME]... \
+    [--granularity BYTES]\n\
+    --granularity: mapping unit of the in-place device (a power of two; default 2 MiB, CUDA's)\n\
     traces: rand_logu xfmr_eager gpt2s_train llama8b_prefill mobilenet_v2\n\
     exit codes: 0 success, 1 a pool failed a request or a file could not be written, 2 bad arguments";
 
@@ -135,6 +155,14 @@ fn parse_args() -> Result<Args, String> {
             }
             "--svg-dir" => args.svg_dir = value("--svg-dir")?.into(),
             "--trace" => args.only.push(value("--trace")?),
+            "--granularity" => {
+                let g = value("--granularity")?
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|g| g.is_power_of_two() && *g >= 256)
+                    .ok_or("--granularity wants a power of two of at least 256 bytes")?;
+                peers::set_granularity(g);
+            }
             "--help" | "-h" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -177,49 +205,33 @@ fn run(args: &Args) -> Result<(), String> {
     std::fs::create_dir_all(&args.svg_dir)
         .map_err(|e| format!("creating {}: {e}", args.svg_dir.display()))?;
     println!(
-        "pool trace replay: peak reserved / peak live, reservations from the device, thread CPU \
-         ns per allocate+free pair (best of {} interleaved rounds); ours in place (a device that \
-         grows blocks in place, {} MiB granularity) and on blocks (one that cannot); time ratios \
-         are ours / cubecl's",
+        "pool trace replay: peak reserved / peak live (reserved = bytes backed by memory: on the \
+         holes path the peak of committed granules), physical allocations from the device \
+         (reserves), mappings made and removed (in-place devices count CUDA's calls: one per \
+         growth, or one per {} KiB granule where holes are on), thread CPU ns per \
+         allocate+free pair (best of {} interleaved rounds) and its ratio to cubecl's",
+        peers::granularity() >> 10,
         args.rounds,
-        peers::GRANULARITY >> 20
     );
-    println!(
-        "{:<16} {:>8} {:>9} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>8} {:>8} {:>7} | {:>6} {:>6}",
-        "trace",
-        "allocs",
-        "peak live",
-        "in place",
-        "reserves",
-        "ns/pair",
-        "blocks",
-        "reserves",
-        "ns/pair",
-        "replay",
-        "reserves",
-        "ns/pair",
-        "cubecl",
-        "reserves",
-        "ns/pair",
-        "t in pl",
-        "t blks"
-    );
+    const POOLS: usize = 5;
     for trace in &traces {
         let live = trace.live();
         let peak_live = live.iter().copied().max().unwrap_or(0).max(1);
+        let (holes, _) = replay::<Holes>(trace)?;
         let (in_place, _) = replay::<InPlace>(trace)?;
         let (blocks, _) = replay::<Blocks>(trace)?;
         let (replayed, pool) = replay::<Replay>(trace)?;
         let (cubecl, _) = replay::<Cubecl>(trace)?;
-        let mut ns = [f64::INFINITY; 4];
+        let mut ns = [f64::INFINITY; POOLS];
         for round in 0..args.rounds {
             // Rotate who goes first, so none always runs on a warmer cache.
-            for k in 0..4 {
-                let who = (round as usize + k) % 4;
+            for k in 0..POOLS {
+                let who = (round as usize + k) % POOLS;
                 let t = match who {
-                    0 => timed::<InPlace>(trace)?,
-                    1 => timed::<Blocks>(trace)?,
-                    2 => timed::<Replay>(trace)?,
+                    0 => timed::<Holes>(trace)?,
+                    1 => timed::<InPlace>(trace)?,
+                    2 => timed::<Blocks>(trace)?,
+                    3 => timed::<Replay>(trace)?,
                     _ => timed::<Cubecl>(trace)?,
                 };
                 ns[who] = ns[who].min(t);
@@ -235,29 +247,36 @@ fn run(args: &Args) -> Result<(), String> {
             }
         }
         println!(
-            "{:<16} {:>8} {:>9} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>8.3} {:>8} {:>7.1} | {:>7.2} {:>6.2}",
+            "\n{} ({} allocations, peak live {}): {}",
             trace.name,
             trace.allocations,
             mib(peak_live),
-            ratio(&in_place),
-            in_place.reserves,
-            ns[0],
-            ratio(&blocks),
-            blocks.reserves,
-            ns[1],
-            ratio(&replayed),
-            replayed.reserves,
-            ns[2],
-            ratio(&cubecl),
-            cubecl.reserves,
-            ns[3],
-            ns[0] / ns[3],
-            ns[1] / ns[3],
+            trace.what
         );
         println!(
-            "    {}; releases: in place {}, blocks {}, replay {}, cubecl {}",
-            trace.what, in_place.releases, blocks.releases, replayed.releases, cubecl.releases
+            "    {:<28} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}",
+            "pool", "peak/live", "reserves", "releases", "maps", "unmaps", "ns/pair", "t/cubecl"
         );
+        let rows = [
+            (Holes::NAME, &holes),
+            (InPlace::NAME, &in_place),
+            (Blocks::NAME, &blocks),
+            (Replay::NAME, &replayed),
+            (Cubecl::NAME, &cubecl),
+        ];
+        for (k, (name, r)) in rows.iter().enumerate() {
+            println!(
+                "    {:<28} {:>9.3} {:>8} {:>8} {:>8} {:>8} {:>8.1} {:>9.2}",
+                name,
+                ratio(r),
+                r.reserves,
+                r.releases,
+                r.maps,
+                r.unmaps,
+                ns[k],
+                ns[k] / ns[POOLS - 1]
+            );
+        }
         println!(
             "    exact best fit over the in-place arena's growing range: {:.3}, {} growths",
             best.peak() as f64 / peak_live as f64,
@@ -293,6 +312,11 @@ fn run(args: &Args) -> Result<(), String> {
                     label: "live (requested)".into(),
                     colour: "#222",
                     values: &live,
+                },
+                svg::Series {
+                    label: series(Holes::NAME, &holes),
+                    colour: "#d62728",
+                    values: &holes.held,
                 },
                 svg::Series {
                     label: series(InPlace::NAME, &in_place),

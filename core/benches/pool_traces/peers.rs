@@ -1,19 +1,21 @@
 //! The pools a trace is replayed through, each over a device that only counts: our dynamic pool
-//! (in place and on blocks), our record-and-replay pool over it, and cubecl's memory management.
+//! (in place with holes, in place at the end only, and on blocks), our record-and-replay pool
+//! over it, and cubecl's memory management.
 //!
 //! No side touches memory: our pool runs over [`CountingBackend`], cubecl's memory management
-//! over [`CountingStorage`]. Both count bytes held and reservations, so the ratios measure the
-//! pools' policies and bookkeeping alone. Our pool runs twice: on a device that grows blocks in
-//! place (as CUDA's virtual memory management does, with its 2 MiB granularity; every growth is
-//! counted as a reservation, since it is a driver call that maps new memory), and on one that
-//! cannot (the fallback of adding blocks, as on Vulkan without sparse binding or wgpu). The host backend would commit real memory (the
-//! `rand_logu` trace peaks above 9 GiB live) and page-fault and zero-fill it, which would swamp
-//! the pool's own cost and is not what a GPU driver call costs either.
+//! over [`CountingStorage`]. Both count bytes held, physical allocations and mappings
+//! (`counting.rs`), so the ratios measure the pools' policies and bookkeeping alone. Our pool
+//! runs on a device that grows blocks in place and has holes (as CUDA's virtual memory
+//! management with one physical allocation per granule, or the host), one that grows them at
+//! their end only (CUDA mapping each growth as one allocation), and one that cannot (the
+//! fallback of adding blocks, as on Vulkan without sparse binding or wgpu). The host backend
+//! would commit real memory (the `rand_logu` trace peaks above 9 GiB live) and page-fault and
+//! zero-fill it, which would swamp the pool's own cost and is not what a GPU driver call costs
+//! either.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 
 use cubecl_server::logging::ServerLogger;
 use cubecl_server::memory_management::{
@@ -22,61 +24,33 @@ use cubecl_server::memory_management::{
 };
 use cubecl_server::server::IoError;
 use cubecl_server::storage::{ComputeStorage, StorageHandle, StorageId, StorageUtilization};
-use tensormem::backend::{
-    Backend, BlockDesc, BlockId, BlockRange, Capabilities, DeviceType, InPlaceGrowth, Ticket,
-};
+use tensormem::backend::Backend;
 use tensormem::pool::{Budget, ReplayConfig, ReplayPool, ReplayStats};
-use tensormem::{Allocation, ArenaConfig, ArenaPool, DevicePool, Error, Op, Result};
+
+pub use crate::counting::Counters;
+use crate::counting::CountingBackend;
+use tensormem::{Allocation, ArenaConfig, ArenaPool, DevicePool, Result};
 
 /// Largest single reservation both sides may make (a quarter of an 80 GiB device, what cubecl's
 /// CUDA runtime states as its largest page there).
 pub const MAX_BLOCK: u64 = 20 << 30;
 /// Offset alignment both sides give every allocation.
 pub const ALIGN: u64 = 256;
-/// Mapping granularity of the device that grows blocks in place: CUDA's
-/// `cuMemGetAllocationGranularity` on current GPUs.
+/// Default mapping granularity of the device that grows blocks in place: CUDA's
+/// `cuMemGetAllocationGranularity` on current GPUs (`--granularity` sets another).
 pub const GRANULARITY: u64 = 2 << 20;
 
-/// What a device has handed out: bytes held now and at most, reservations and releases.
-#[derive(Default)]
-pub struct Counters {
-    held: AtomicU64,
-    peak: AtomicU64,
-    reserves: AtomicU64,
-    releases: AtomicU64,
+/// The granularity in force (set once by `main` before any replay).
+static GRANULE: AtomicU64 = AtomicU64::new(GRANULARITY);
+
+/// Sets the in-place device's granularity (a power of two).
+pub fn set_granularity(bytes: u64) {
+    GRANULE.store(bytes, Ordering::Relaxed);
 }
 
-impl Counters {
-    fn reserve(&self, size: u64) {
-        let now = self.held.fetch_add(size, Ordering::Relaxed) + size;
-        self.peak.fetch_max(now, Ordering::Relaxed);
-        self.reserves.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn release(&self, size: u64) {
-        self.held.fetch_sub(size, Ordering::Relaxed);
-        self.releases.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Bytes held now.
-    pub fn held(&self) -> u64 {
-        self.held.load(Ordering::Relaxed)
-    }
-
-    /// Most bytes held at once.
-    pub fn peak(&self) -> u64 {
-        self.peak.load(Ordering::Relaxed)
-    }
-
-    /// Reservations made.
-    pub fn reserves(&self) -> u64 {
-        self.reserves.load(Ordering::Relaxed)
-    }
-
-    /// Reservations returned.
-    pub fn releases(&self) -> u64 {
-        self.releases.load(Ordering::Relaxed)
-    }
+/// The in-place device's granularity.
+pub fn granularity() -> u64 {
+    GRANULE.load(Ordering::Relaxed)
 }
 
 /// A pool under test: allocate and free by trace id.
@@ -99,132 +73,8 @@ pub trait Peer {
     }
     /// The device's counters.
     fn counters(&self) -> &Counters;
-}
-
-/// A backend whose blocks are numbers: no memory, no queue.
-pub struct CountingBackend {
-    caps: Capabilities,
-    /// Offered growth in place, if any.
-    growth: Option<InPlaceGrowth>,
-    counters: Arc<Counters>,
-    blocks: Mutex<HashMap<u64, u64>>,
-    next: AtomicU64,
-}
-
-impl CountingBackend {
-    fn new(counters: Arc<Counters>, in_place: bool) -> Self {
-        CountingBackend {
-            growth: in_place.then_some(InPlaceGrowth {
-                granularity: GRANULARITY,
-                max_reserve: 1 << 40,
-            }),
-            caps: Capabilities {
-                backend: "counting",
-                device_name: "counting device (no memory)".into(),
-                device_type: DeviceType::Unknown,
-                binding_align: ALIGN,
-                copy_align: 4,
-                max_block_size: MAX_BLOCK,
-                max_binding_size: MAX_BLOCK,
-                device_host_visible: false,
-                queued_write_max: 0,
-                budget: None,
-            },
-            counters,
-            blocks: Mutex::new(HashMap::new()),
-            next: AtomicU64::new(1),
-        }
-    }
-
-    fn unsupported(what: &str) -> Error {
-        Error::Unsupported {
-            backend: "counting",
-            what: what.into(),
-        }
-    }
-}
-
-impl Backend for CountingBackend {
-    fn capabilities(&self) -> &Capabilities {
-        &self.caps
-    }
-
-    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.blocks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, desc.size);
-        self.counters.reserve(desc.size);
-        Ok(BlockId(id))
-    }
-
-    fn free_block(&self, block: BlockId) -> Result<()> {
-        let size = self
-            .blocks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&block.0)
-            .ok_or_else(|| Error::invalid(format!("unknown block {}", block.0)))?;
-        self.counters.release(size);
-        Ok(())
-    }
-
-    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
-        self.growth
-    }
-
-    fn reserve_block(&self, desc: &BlockDesc<'_>, _reserve: u64) -> Result<BlockId> {
-        if self.growth.is_none() {
-            return Err(Self::unsupported("in-place growth"));
-        }
-        self.alloc_block(desc)
-    }
-
-    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
-        let mut blocks = self.blocks.lock().unwrap_or_else(PoisonError::into_inner);
-        let old = blocks
-            .get_mut(&block.0)
-            .ok_or_else(|| Error::invalid(format!("unknown block {}", block.0)))?;
-        // A growth maps new memory (a driver call, counted as a reservation); a shrink unmaps.
-        if size > *old {
-            self.counters.reserve(size - *old);
-        } else {
-            self.counters.release(*old - size);
-        }
-        *old = size;
-        Ok(size)
-    }
-
-    fn write_mapped(&self, _: BlockId, _: u64, _: &[u8]) -> Result<()> {
-        Err(Self::unsupported("mapped writes"))
-    }
-
-    fn read_mapped(&self, _: BlockId, _: u64, _: &mut [u8]) -> Result<()> {
-        Err(Self::unsupported("mapped reads"))
-    }
-
-    fn copy(&self, _: BlockRange, _: BlockRange) -> Result<Ticket> {
-        Err(Self::unsupported("copies"))
-    }
-
-    fn fill_zero(&self, _: BlockRange) -> Result<Ticket> {
-        Err(Self::unsupported("fills"))
-    }
-
-    fn dispatch(&self, _: &Op, _: &[BlockRange]) -> Result<Ticket> {
-        Err(Self::unsupported("ops"))
-    }
-
-    fn flush(&self) -> Result<Ticket> {
-        Ok(Ticket::DONE)
-    }
-
-    fn completed(&self) -> Result<Ticket> {
-        Ok(Ticket::DONE)
-    }
-
-    fn wait_timeout(&self, _: Ticket, _: Option<std::time::Duration>) -> Result<()> {
+    /// Checks the pool's own accounting against the device's (untimed replays only).
+    fn check(&self) -> std::result::Result<(), String> {
         Ok(())
     }
 }
@@ -266,9 +116,29 @@ impl Live {
     }
 }
 
-/// tensormem's dynamic pool: the device arena pool, default configuration, on a device that grows
-/// blocks in place (`IN_PLACE`) or not.
-pub struct Ours<const IN_PLACE: bool> {
+/// How our pool's device grows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// It cannot grow blocks in place: the pool adds blocks.
+    Blocks,
+    /// It grows blocks in place at their end only.
+    InPlace,
+    /// It grows blocks in place and decommits and remaps holes.
+    Holes,
+}
+
+/// The [`Mode`] of a const generic parameter.
+const fn mode(m: u8) -> Mode {
+    match m {
+        0 => Mode::Blocks,
+        1 => Mode::InPlace,
+        _ => Mode::Holes,
+    }
+}
+
+/// tensormem's dynamic pool: the device arena pool, default configuration, on a device of
+/// [`Mode`] `M` (0 blocks, 1 in place, 2 in place with holes).
+pub struct Ours<const M: u8> {
     pool: ArenaPool,
     live: Live,
     counters: Arc<Counters>,
@@ -279,16 +149,16 @@ fn our_pool(backend: Arc<dyn Backend>) -> Result<ArenaPool> {
     ArenaPool::new(backend, ArenaConfig::device())
 }
 
-impl<const IN_PLACE: bool> Peer for Ours<IN_PLACE> {
-    const NAME: &'static str = if IN_PLACE {
-        "tensormem in place"
-    } else {
-        "tensormem blocks"
+impl<const M: u8> Peer for Ours<M> {
+    const NAME: &'static str = match mode(M) {
+        Mode::Blocks => "tensormem blocks",
+        Mode::InPlace => "tensormem in place",
+        Mode::Holes => "tensormem in place + holes",
     };
 
     fn create() -> Self {
         let counters = Arc::new(Counters::default());
-        let backend = Arc::new(CountingBackend::new(counters.clone(), IN_PLACE));
+        let backend = Arc::new(CountingBackend::new(counters.clone(), mode(M)));
         #[expect(clippy::expect_used, reason = "the default configuration is valid")]
         let pool = our_pool(backend).expect("default pool");
         Ours {
@@ -309,9 +179,19 @@ impl<const IN_PLACE: bool> Peer for Ours<IN_PLACE> {
     fn counters(&self) -> &Counters {
         &self.counters
     }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        let (ours, device) = (self.pool.stats().reserved, self.counters.held());
+        if ours != device {
+            return Err(format!(
+                "the pool reports {ours} bytes reserved, the device holds {device}"
+            ));
+        }
+        self.pool.check_invariants()
+    }
 }
 
-impl<const IN_PLACE: bool> Drop for Ours<IN_PLACE> {
+impl<const M: u8> Drop for Ours<M> {
     fn drop(&mut self) {
         self.live.clear(&self.pool);
     }
@@ -345,7 +225,7 @@ impl Peer for Replay {
 
     fn create() -> Self {
         let counters = Arc::new(Counters::default());
-        let backend = Arc::new(CountingBackend::new(counters.clone(), true));
+        let backend = Arc::new(CountingBackend::new(counters.clone(), Mode::Holes));
         // The arena joins the dynamic pool's budget, as in a runtime.
         #[expect(clippy::expect_used, reason = "the default configuration is valid")]
         let dynamic = ArenaPool::with_budget(backend, ArenaConfig::device(), Budget::new(None))

@@ -28,6 +28,7 @@ pub(super) fn offered(config: &HostConfig) -> Option<InPlaceGrowth> {
         return (max_reserve > 0).then_some(InPlaceGrowth {
             granularity,
             max_reserve,
+            holes: true,
         });
     }
     let _ = config;
@@ -115,6 +116,10 @@ pub(super) fn resize(host: &HostBackend, block: BlockId, size: u64) -> Result<u6
     }
     r.resize(len)
         .map_err(|e| super::map_alloc_err(e, "in-place growth", size - old.min(size), held))?;
+    // Holes past a new end leave with it.
+    let gone = r.holes.remove(size, old.max(size));
+    host.decommitted
+        .fetch_sub(gone, std::sync::atomic::Ordering::Relaxed);
     drop(mem);
     blocks.resize(block, size)?;
     // Page-granular: always exactly the size asked.

@@ -154,6 +154,9 @@ pub(super) struct Reservation {
     /// The NUMA node every committed range is bound to (`mbind`, preferred) before its first
     /// touch; `None`: first touch decides. Always `None` off Linux.
     node: Option<u32>,
+    /// Ranges of the committed part given back ([`Reservation::discard`]), for the backend's
+    /// accounting (`host/holes.rs`).
+    pub(super) holes: super::holes::Decommitted,
 }
 
 // SAFETY: the mapping is owned by this value alone (no other pointer to it exists), so moving it
@@ -201,6 +204,7 @@ impl Reservation {
             reserved,
             committed: 0,
             node,
+            holes: Default::default(),
         };
         r.resize(committed)?;
         Ok(r)
@@ -266,6 +270,27 @@ impl Reservation {
             }
         }
         self.committed = size;
+        Ok(())
+    }
+
+    /// Gives the pages of `[offset, offset + len)` (page-aligned, inside the committed part)
+    /// back to the kernel: the range stays mapped read-write and reads as zeros, and a later
+    /// touch faults fresh pages in (bound to the node, whose policy the range keeps).
+    pub(super) fn discard(&mut self, offset: usize, len: usize) -> std::io::Result<()> {
+        debug_assert!(offset + len <= self.committed);
+        // SAFETY: the range lies inside our committed mapping (the caller checked it against
+        // the block's size) and no reference into it outlives this `&mut self` call; private
+        // anonymous pages are dropped and read back as zeros, which is still initialised memory.
+        let rc = unsafe {
+            libc::madvise(
+                self.base.as_ptr().add(offset).cast(),
+                len,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
         Ok(())
     }
 

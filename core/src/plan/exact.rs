@@ -23,6 +23,11 @@
 //! - **Dynamic decomposition.** After each placement, the unplaced buffers split at every section
 //!   boundary that none of them crosses; the pieces are independent and solved one after the other,
 //!   so a failing piece never makes the search re-enumerate another piece's placements.
+//! - **Exact cover for exactly-full parts.** A time-connected part whose every section is loaded to
+//!   exactly the capacity (a perfect packing at its bound) is an exact cover of the (section, byte)
+//!   grid; the static runs decide it with a dedicated search that branches on the most constrained
+//!   free-range boundary and checks every range's subset sums across time (see `tiling`). The
+//!   randomised runs keep the canonical search on those parts too.
 //! - **Restarts** over three static preorders (SWA, WAT, TAW: start time, lifetime width, area,
 //!   heaviest section; start time first makes equal offsets fill left to right, the bottom-left
 //!   rule of perfect-packing solvers) with a node limit that doubles each round, alternating with runs under randomised
@@ -42,6 +47,7 @@ use super::index::conflict_csr;
 mod memo;
 mod prover;
 mod search;
+mod tiling;
 
 pub(crate) use memo::Memo;
 pub(crate) use prover::{Event, Prover};
@@ -293,7 +299,9 @@ impl Prepared {
     /// One search run at `capacity` under preorder `preorder` (`< PREORDERS`), stopped after
     /// `node_limit` nodes, at `deadline` or when `stop` returns true (polled every 256 nodes).
     /// `memo` holds the failures proved by earlier runs at this capacity under this preorder (or
-    /// is empty) and receives this run's.
+    /// is empty) and receives this run's. With `tiling_memo` (the exact-cover search's failures at
+    /// this capacity), the exactly-full parts are decided by that search instead (see `tiling`).
+    #[allow(clippy::too_many_arguments, reason = "one run's budget and memos")]
     pub(crate) fn run(
         &self,
         capacity: u64,
@@ -302,14 +310,14 @@ impl Prepared {
         deadline: Instant,
         stop: &dyn Fn() -> bool,
         memo: &mut Memo,
+        tiling_memo: Option<&mut Memo>,
     ) -> Outcome {
-        self.run_ranked(
+        self.search(
             capacity,
             &self.ranks[preorder % PREORDERS],
-            node_limit,
-            deadline,
-            stop,
+            (node_limit, deadline, stop),
             memo,
+            tiling_memo,
         )
     }
 
@@ -324,10 +332,23 @@ impl Prepared {
         stop: &dyn Fn() -> bool,
         memo: &mut Memo,
     ) -> Outcome {
+        self.search(capacity, rank, (node_limit, deadline, stop), memo, None)
+    }
+
+    /// One run: quick proofs, then the search.
+    fn search(
+        &self,
+        capacity: u64,
+        rank: &[u32],
+        budget: (u64, Instant, &dyn Fn() -> bool),
+        memo: &mut Memo,
+        tiling_memo: Option<&mut Memo>,
+    ) -> Outcome {
         if let Some(why) = self.quick_infeasibility(capacity) {
             return Outcome::Infeasible(why);
         }
-        match Search::new(self, rank, capacity, node_limit, deadline, stop, memo).run() {
+        let search = Search::new(self, rank, capacity, budget, memo, tiling_memo);
+        match search.run() {
             RunEnd::Found(offsets) => Outcome::Found(offsets),
             RunEnd::Exhausted {
                 buffers,

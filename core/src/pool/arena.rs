@@ -33,22 +33,26 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
-use crate::backend::{Backend, BlockId, BlockRange, InPlaceGrowth, MemoryKind, Ticket};
-use crate::pool::budget::{Budget, Reclaim};
+use crate::backend::{Backend, BlockId, InPlaceGrowth, MemoryKind, Ticket};
+use crate::pool::budget::Budget;
 use crate::pool::deferred::Deferred;
-use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
+use crate::pool::device_pool::{PoolListener, PoolStats};
 use crate::pool::slots::{Handle, Slots, next_pool_id};
 use crate::suballoc::{Region, Tlsf};
 use crate::time::Instant;
 use crate::{Error, Result};
 
+mod api;
 mod growth;
+mod holes;
 mod in_place;
 mod invariants;
 mod oom;
 mod policy;
+mod units;
 
 pub use growth::DEFAULT_BLOCK_SIZE;
+use holes::Holes;
 use policy::Class;
 
 /// Default of [`ArenaConfig::idle_release`]: 10 s.
@@ -76,6 +80,11 @@ pub struct ArenaConfig {
     /// Grow one arena in place where the backend can ([`Backend::in_place_growth`]); default
     /// `true`. `false` always adds blocks (the fallback path, for tests and comparisons).
     pub in_place: bool,
+    /// On the arena that grows in place, give the memory of free holes back and move it where
+    /// tensors need it, where the backend offers holes ([`InPlaceGrowth::holes`]; see
+    /// [`holes`]); default `true`. `false` keeps every byte of the arena committed until a
+    /// trim returns its free tail (fewer driver calls, more memory held).
+    pub holes: bool,
     /// A block that has been empty this long is returned to the backend at the pool's next miss
     /// (a request that fits no block), before the pool grows; default 10 s, `None` never (only
     /// trim and the pressure path release). There is no timer thread: an idle pool that is not
@@ -93,6 +102,7 @@ impl ArenaConfig {
             block_size: DEFAULT_BLOCK_SIZE,
             budget: None,
             in_place: true,
+            holes: true,
             idle_release: Some(DEFAULT_IDLE_RELEASE),
         }
     }
@@ -105,6 +115,7 @@ impl ArenaConfig {
             block_size: 8 << 20,
             budget: None,
             in_place: true,
+            holes: true,
             idle_release: Some(DEFAULT_IDLE_RELEASE),
         }
     }
@@ -130,6 +141,16 @@ struct Block {
     /// When the block last became empty ([`ArenaConfig::idle_release`]); meaningful only while
     /// its TLSF is empty.
     idle_since: Option<Instant>,
+    /// Which granules hold memory, for the arena on a backend with holes; `None` otherwise
+    /// (every byte of `size` is committed).
+    holes: Option<Holes>,
+}
+
+impl Block {
+    /// Bytes backed by memory: `size` less the arena's decommitted holes.
+    fn committed(&self) -> u64 {
+        self.size - self.holes.as_ref().map_or(0, Holes::decommitted)
+    }
 }
 
 struct Live {
@@ -358,11 +379,16 @@ impl ArenaPool {
     /// Existing blocks, then completed frees, then (after returning idle blocks) growth in place,
     /// then a new block.
     fn carve(&self, st: &mut State, size: u64, align: u64, label: &str) -> Result<Option<Carved>> {
-        if let Some(found) = Self::try_existing(st, size, align)? {
-            return Ok(Some(Carved::existing(found)));
-        }
-        if st.deferred.bytes() > 0 {
-            self.reclaim_locked(st)?;
+        for attempt in 0..2 {
+            if attempt == 1 {
+                if st.deferred.bytes() == 0 {
+                    break;
+                }
+                self.reclaim_locked(st)?;
+            }
+            if let Some(found) = self.try_arena(st, size, align)? {
+                return Ok(Some(Carved::existing(found)));
+            }
             if let Some(found) = Self::try_existing(st, size, align)? {
                 return Ok(Some(Carved::existing(found)));
             }
@@ -389,7 +415,10 @@ impl ArenaPool {
     fn release(&self, st: &mut State, block: usize, region: Region, handle: Handle) -> Result<()> {
         match st.blocks.get_mut(block).and_then(Option::as_mut) {
             Some(b) => {
-                b.tlsf.free(region)?;
+                let (offset, size) = b.tlsf.free_merged(region)?;
+                if let Some(h) = b.holes.as_mut() {
+                    h.freed(offset, size);
+                }
                 if b.tlsf.is_empty() {
                     b.idle_since = Some(Instant::now());
                 }
@@ -421,7 +450,7 @@ impl ArenaPool {
         let Some(b) = st.blocks.get(index).and_then(Option::as_ref) else {
             return Ok(0);
         };
-        let (id, size) = (b.id, b.size);
+        let (id, size) = (b.id, b.committed());
         Self::note(st, self.backend.free_block(id))?;
         st.blocks[index] = None;
         if st.arena == Some(index) {
@@ -460,215 +489,10 @@ impl ArenaPool {
                 released += self.release_block(st, i)?;
             }
         }
+        if let Some(i) = st.arena {
+            released += self.release_spare(st, i, u64::MAX, u64::MAX)?;
+        }
         Ok(released + self.shrink_arena(st, u64::MAX)?)
-    }
-}
-
-impl DevicePool for ArenaPool {
-    fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
-        let (rounded, align) = self.check_request(size, align)?;
-        let mut st = self.lock();
-        if let Some((backend, detail)) = &st.lost {
-            return Err(Error::DeviceLost {
-                backend,
-                detail: detail.clone(),
-            });
-        }
-        let mut found = self.carve(&mut st, rounded, align, label)?;
-        if found.is_none() {
-            // The pressure path: every pool of the runtime, this one included, releases its idle
-            // blocks. Our lock is released so that pools (and this one) can be asked.
-            drop(st);
-            let released = self.budget.relieve(None)?;
-            st = self.lock();
-            if released > 0 {
-                found = self.carve(&mut st, rounded, align, label)?;
-            }
-        }
-        let Some(Carved {
-            block,
-            region,
-            fresh_block,
-            grown,
-        }) = found
-        else {
-            st.stats.oom_count += 1;
-            let snapshot = self.oom_snapshot(&st, size, rounded, align, label);
-            drop(st);
-            return Err(Error::OutOfMemory(Box::new(snapshot.explain())));
-        };
-        let range = BlockRange {
-            block: Self::block_id(&st, block)?,
-            offset: region.offset,
-            size: rounded,
-        };
-        let handle = st.slots.insert(Live {
-            block,
-            region,
-            label: label.to_string(),
-            last_use: Ticket::DONE,
-            fresh_block,
-            grown,
-        });
-        let s = &mut st.stats;
-        s.in_use += rounded;
-        s.peak_in_use = s.peak_in_use.max(s.in_use);
-        s.allocations += 1;
-        s.total_allocations += 1;
-        Ok(Allocation { handle, range })
-    }
-
-    fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
-        let mut st = self.lock();
-        let wait = ticket.max(st.slots.get_for_remove(handle)?.last_use);
-        // Ask the backend before changing anything: if it fails, the allocation stays live.
-        let done = wait == Ticket::DONE || wait <= Self::note(&mut st, self.backend.completed())?;
-        let live = st.slots.remove(handle)?;
-        let size = live.region.size;
-        st.stats.in_use -= size;
-        st.stats.allocations -= 1;
-        st.stats.total_frees += 1;
-        if done {
-            self.release(&mut st, live.block, live.region, handle)?;
-        } else {
-            st.deferred
-                .push(wait, size, (live.block, live.region, handle));
-            st.stats.pending_free = st.deferred.bytes();
-        }
-        Ok(())
-    }
-
-    fn cancel(&self, handle: Handle) -> Result<()> {
-        // Work the failed step queued before failing (a guard's staging copy, say) may still
-        // target the region and its fresh block: let it finish before anything is released. A
-        // block freed under a queued copy crashed lavapipe's worker. If the backend cannot say,
-        // the region still returns but a fresh block stays reserved until a trim. On `wasm32`
-        // submitting is enough: WebGPU keeps a destroyed buffer's memory until its work is done.
-        let flushed = self.backend.flush();
-        #[cfg(not(target_arch = "wasm32"))]
-        let flushed = flushed.and_then(|t| self.backend.wait(t));
-        let drained = flushed.is_ok();
-        let mut st = self.lock();
-        let live = st.slots.remove(handle)?;
-        let size = live.region.size;
-        st.stats.in_use -= size;
-        st.stats.allocations -= 1;
-        st.stats.total_allocations -= 1;
-        let block = live.block;
-        self.release(&mut st, block, live.region, handle)?;
-        let empty = st.blocks[block].as_ref().is_some_and(|b| b.tlsf.is_empty());
-        if drained && live.fresh_block && empty && self.release_block(&mut st, block).is_ok() {
-            // As if the block had never been reserved. (If the backend refused to take it back,
-            // it stays as an idle block that the next trim returns.)
-            st.stats.blocks_allocated -= 1;
-            st.stats.blocks_freed -= 1;
-        }
-        if drained && live.grown > 0 && st.arena == Some(block) {
-            // Give back what the arena grew for this allocation, as far as its tail is free
-            // (if the backend refuses, the bytes stay committed until a trim).
-            let _ = self.shrink_arena(&mut st, live.grown);
-        }
-        Ok(())
-    }
-
-    fn resolve(&self, handle: Handle) -> Result<BlockRange> {
-        let st = self.lock();
-        let live = st.slots.get(handle)?;
-        Ok(BlockRange {
-            block: Self::block_id(&st, live.block)?,
-            offset: live.region.offset,
-            size: live.region.size,
-        })
-    }
-
-    fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
-        let mut st = self.lock();
-        let live = st.slots.get_mut(handle)?;
-        live.last_use = live.last_use.max(ticket);
-        Ok(())
-    }
-
-    fn last_use(&self, handle: Handle) -> Result<Ticket> {
-        Ok(self.lock().slots.get(handle)?.last_use)
-    }
-
-    fn label(&self, handle: Handle) -> Result<String> {
-        Ok(self.lock().slots.get(handle)?.label.clone())
-    }
-
-    fn reclaim(&self) -> Result<()> {
-        let mut st = self.lock();
-        self.reclaim_locked(&mut st)
-    }
-
-    fn trim(&self) -> Result<u64> {
-        let mut st = self.lock();
-        self.trim_locked(&mut st)
-    }
-
-    fn stats(&self) -> PoolStats {
-        let st = self.lock();
-        let mut s = st.stats.clone();
-        s.pending_free = st.deferred.bytes();
-        s
-    }
-
-    fn live_allocations(&self) -> Vec<LiveAllocation> {
-        let st = self.lock();
-        LiveAllocation::all_in(&st.slots, |l| (&l.label, l.region.size))
-    }
-
-    fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
-        let mut l = self
-            .listener
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        self.heard.store(listener.is_some(), Ordering::Release);
-        *l = listener;
-    }
-
-    fn check_invariants(&self) -> std::result::Result<(), String> {
-        self.check_state(&self.lock())
-    }
-}
-
-impl Reclaim for ArenaPool {
-    fn release_idle(&self) -> Result<u64> {
-        self.trim()
-    }
-}
-
-impl Drop for ArenaPool {
-    fn drop(&mut self) {
-        // Blocks may still be used by in-flight work: wait for everything before returning them.
-        // When that wait fails (a timeout), the device may still read or write them: leak the
-        // blocks (the backend reclaims them when it is destroyed) rather than free memory under
-        // running work, which crashes drivers such as lavapipe. On `wasm32` there is no blocking
-        // wait, and none is needed: WebGPU keeps a destroyed buffer's memory until its work is done.
-        #[cfg(not(target_arch = "wasm32"))]
-        if let Err(e) = self.backend.flush().and_then(|t| self.backend.wait(t)) {
-            eprintln!(
-                "tensormem: {} pool dropped while device work may still run ({e}); its blocks \
-                 are left to the backend instead of freed",
-                self.config.name
-            );
-            return;
-        }
-        let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-        for b in st.blocks.iter_mut().filter_map(Option::take) {
-            self.budget.release(b.size);
-            let _ = self.backend.free_block(b.id);
-            if self.heard.load(Ordering::Acquire) {
-                let l = self.listener.read().unwrap_or_else(PoisonError::into_inner);
-                if let Some(l) = l.as_deref() {
-                    l.block_released(&self.config.name, b.id, b.size);
-                }
-            }
-        }
     }
 }
 

@@ -472,7 +472,17 @@ impl Tlsf {
     /// [`Error::ForeignHandle`] if another allocator issued `region`; [`Error::StaleHandle`],
     /// [`Error::DoubleFree`] or [`Error::InvalidArgument`] if its slot no longer describes it. The
     /// allocator is unchanged on error.
+    #[inline]
     pub fn free(&mut self, region: Region) -> Result<()> {
+        self.free_merged(region).map(|_| ())
+    }
+
+    /// [`Tlsf::free`], returning the free block the region became part of, as (offset, size):
+    /// the hole an arena may give the memory of back.
+    ///
+    /// # Errors
+    /// As [`Tlsf::free`].
+    pub fn free_merged(&mut self, region: Region) -> Result<(u64, u64)> {
         let idx = self.validate(&region)?;
         let n = self.nodes[idx as usize];
         self.allocations -= 1;
@@ -490,7 +500,8 @@ impl Tlsf {
             self.absorb_next(merged);
         }
         self.link(merged);
-        Ok(())
+        let m = &self.nodes[merged as usize];
+        Ok((m.offset, m.size))
     }
 
     /// Checks that `region` is a live allocation of this allocator; returns its node index.

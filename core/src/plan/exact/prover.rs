@@ -59,6 +59,9 @@ pub(crate) struct Prover {
     /// and a scratch memo for the randomised runs (each run has its own rank).
     memos: [Memo; PREORDERS],
     scratch_memo: Memo,
+    /// The exact-cover search's failures at the probe's capacity (the static runs decide
+    /// exactly-full parts with it; the randomised ones leave them to the canonical search).
+    tiling_memo: Memo,
 }
 
 /// The Luby sequence 1, 1, 2, 1, 1, 2, 4, 1, ... (`i >= 1`): restart lengths whose total is
@@ -93,6 +96,7 @@ impl Prover {
             random_order: Vec::new(),
             memos: Default::default(),
             scratch_memo: Memo::default(),
+            tiling_memo: Memo::default(),
         }
     }
 
@@ -157,6 +161,7 @@ impl Prover {
             self.runs = 0;
             self.probed |= must_decide.is_none();
             self.memos.iter_mut().for_each(Memo::clear);
+            self.tiling_memo.clear();
         }
         self.runs += 1;
         // Every second run: a randomised preorder for a Luby-sized slice.
@@ -181,6 +186,7 @@ impl Prover {
                 deadline,
                 stop,
                 &mut self.memos[self.preorder],
+                Some(&mut self.tiling_memo),
             )
         };
         match outcome {

@@ -8,6 +8,7 @@ use crate::time::Instant;
 
 use super::Prepared;
 use super::memo::{Fingerprint, Memo};
+use super::tiling::{Tiling, TilingEnd};
 use crate::plan::align_up;
 
 /// How a search run ended.
@@ -78,6 +79,9 @@ pub(super) struct Search<'a> {
     aborted: bool,
     /// Failed states of this capacity and rank (shared with earlier runs of the same probe).
     memo: &'a mut Memo,
+    /// When set, exactly-full parts are decided by the exact-cover search (see `tiling`), whose
+    /// failed states this memo keeps across the probe's runs.
+    tiling_memo: Option<&'a mut Memo>,
 }
 
 impl<'a> Search<'a> {
@@ -85,10 +89,9 @@ impl<'a> Search<'a> {
         p: &'a Prepared,
         rank: &'a [u32],
         capacity: u64,
-        node_limit: u64,
-        deadline: Instant,
-        stop: &'a dyn Fn() -> bool,
+        (node_limit, deadline, stop): (u64, Instant, &'a dyn Fn() -> bool),
         memo: &'a mut Memo,
+        tiling_memo: Option<&'a mut Memo>,
     ) -> Self {
         let n = p.size.len();
         let s = p.section_total.len();
@@ -114,6 +117,7 @@ impl<'a> Search<'a> {
             stop,
             aborted: false,
             memo,
+            tiling_memo,
         }
     }
 
@@ -122,6 +126,19 @@ impl<'a> Search<'a> {
         let mut all: Vec<u32> = (0..self.p.size.len() as u32).collect();
         all.sort_unstable_by_key(|&i| (self.p.first[i as usize], i));
         for piece in self.split(&all) {
+            if self.tiling_memo.is_some() && self.exactly_full(&piece) {
+                match self.tile(&piece) {
+                    TilingEnd::Found => continue,
+                    TilingEnd::Aborted => return RunEnd::Aborted,
+                    TilingEnd::Exhausted => {
+                        return RunEnd::Exhausted {
+                            buffers: piece.members.len(),
+                            first: piece.first,
+                            last: piece.last,
+                        };
+                    }
+                }
+            }
             if !self.solve(&piece, (0, 0)) {
                 if self.aborted {
                     return RunEnd::Aborted;
@@ -134,6 +151,46 @@ impl<'a> Search<'a> {
             }
         }
         RunEnd::Found(self.offset)
+    }
+
+    /// Whether every section of `piece` is loaded to exactly the capacity, and its grid is small
+    /// enough for the exact-cover search.
+    fn exactly_full(&self, piece: &Piece) -> bool {
+        self.p.section_total[piece.first as usize..=piece.last as usize]
+            .iter()
+            .all(|&t| t == self.capacity)
+            && Tiling::applies(
+                self.p,
+                &piece.members,
+                piece.last - piece.first + 1,
+                self.capacity,
+            )
+    }
+
+    /// Decides an exactly-full top-level piece by exact cover, within this run's budget.
+    fn tile(&mut self, piece: &Piece) -> TilingEnd {
+        let Some(memo) = self.tiling_memo.as_deref_mut() else {
+            return TilingEnd::Aborted;
+        };
+        let mut tiling = Tiling::new(
+            self.p,
+            &piece.members,
+            (piece.first, piece.last),
+            self.capacity,
+            &mut self.offset,
+            self.node_limit.saturating_sub(self.nodes),
+            self.deadline,
+            self.stop,
+            memo,
+        );
+        let end = tiling.run();
+        self.nodes += tiling.nodes;
+        if end == TilingEnd::Found {
+            for &x in &piece.members {
+                self.placed[x as usize] = true;
+            }
+        }
+        end
     }
 
     /// Splits buffers sorted by first section into time-independent pieces: a new piece starts at

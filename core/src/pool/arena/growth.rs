@@ -1,7 +1,8 @@
 //! Blocks beside each other (the fallback path): where a request is placed among them, and how a
 //! new block is reserved when it fits none. The sizes come from [`policy`](super::policy).
 //!
-//! * **Placement.** The arena that grows in place, if any, is tried first. Then the blocks of the
+//! * **Placement.** The arena that grows in place, if any, is tried first
+//!   ([`holes`](super::holes)). Then the blocks of the
 //!   request's class, fullest first (the fewest free bytes that could hold it: best fit across
 //!   blocks, and the emptier blocks drain), the others after it in index order.
 //! * **Reservation.** On a miss, the class's empty blocks go back to the backend first: none of
@@ -9,6 +10,7 @@
 //!   peak. When the budget or the driver refuses, the pool trims its own empty blocks once and
 //!   retries.
 
+use super::holes::Holes;
 use super::policy::{BlockRequest, Class};
 use super::{ArenaPool, Block, State};
 use crate::Error;
@@ -29,23 +31,13 @@ pub(super) enum Role {
 pub const DEFAULT_BLOCK_SIZE: u64 = 32 << 20;
 
 impl ArenaPool {
-    /// Places a request in an existing block: the arena, then the class's blocks fullest first.
+    /// Places a request in an existing block of its class, fullest first (the arena is tried
+    /// before, by [`ArenaPool::try_arena`]).
     pub(super) fn try_existing(
         st: &mut State,
         size: u64,
         align: u64,
     ) -> Result<Option<(usize, Region)>> {
-        if let Some(i) = st.arena {
-            if let Some(region) = st.blocks[i]
-                .as_mut()
-                .filter(|b| b.tlsf.free_bytes() >= size)
-                .map(|b| b.tlsf.allocate(size, align))
-                .transpose()?
-                .flatten()
-            {
-                return Ok(Some((i, region)));
-            }
-        }
         let class = Some(Class::of(size));
         let fits = |b: &Block| b.class == class && b.tlsf.free_bytes() >= size;
         let fullest = st
@@ -194,6 +186,10 @@ impl ArenaPool {
             Role::Class(c) => (Some(c), None),
             Role::Arena { reserved } => (None, Some(reserved)),
         };
+        let holes = self
+            .growth
+            .filter(|g| g.holes && self.config.holes && reserved.is_some())
+            .map(|g| Holes::new(g.granularity, bytes));
         st.blocks[idx] = Some(Block {
             id,
             size: bytes,
@@ -201,6 +197,7 @@ impl ArenaPool {
             class,
             reserved,
             idle_since: None,
+            holes,
         });
         self.tell(|l| l.block_reserved(&self.config.name, id, bytes));
         let s = &mut st.stats;

@@ -13,10 +13,9 @@
 //! benchmark prints it under each trace: 1.17 on random log-uniform churn, 1.16 on eager
 //! prefills, 1.17 on Llama prefill, 1.39 on MobileNet, whose 5.7 MiB peak falls on a 2 MiB
 //! granule). Placed before their lifetimes are known, a 16 MiB residual lands between holes that
-//! three later 56 MiB FFN tensors cannot use. Decommitting the granules of free holes would bring
-//! the peak to the live set (1.00–1.02 on the transformer traces in a model), but the holes move
-//! every layer, so it would map and unmap on every layer (over a thousand driver calls for ten
-//! Llama prefills, where cubecl makes 8); knowing lifetimes is the record-and-replay pool's job.
+//! three later 56 MiB FFN tensors cannot use. So where the backend offers holes, the memory of
+//! free holes is given back and moved instead ([`holes`](super::holes)): the address range keeps
+//! the TLSF's layout, and committed memory follows the live bytes.
 //!
 //! * **Reservation.** The first request reserves the whole range the pool may ever use: the
 //!   budget, else the backend's [`InPlaceGrowth::max_reserve`]; address space costs nothing.
@@ -27,12 +26,13 @@
 //! * **Release.** Trim (and the pressure path) decommits the free tail, rounded down to the
 //!   granularity (on CUDA, down to the end of the growth step that holds the new end: each
 //!   step is mapped as one allocation), and returns the whole reservation when the arena is
-//!   empty. Free space inside the arena stays committed: it cannot be returned without moving
-//!   tensors.
+//!   empty. Free space inside the arena is given back by [`holes`](super::holes) where the
+//!   backend can; elsewhere it stays committed.
 //! * **Fallback.** When the reservation is full, the backend refuses the growth or the budget
 //!   refuses it, the pool adds regular blocks ([`growth`](super::growth)) beside the arena.
 
 use super::growth::Role;
+use super::holes::{Holes, MIN_GRANULE};
 use super::{ArenaPool, Carved, State, round_up};
 use crate::backend::{BlockDesc, InPlaceGrowth};
 use crate::suballoc::Region;
@@ -163,6 +163,18 @@ impl ArenaPool {
         };
         // A tail that fits but was passed over by the good-fit search is taken as it is.
         let deficit = need.saturating_sub(tail);
+        if deficit > 0 && growth.holes {
+            // Spare memory in holes goes back first, as much as the growth would take the pool
+            // past its allowance: its memory grows only by what no hole can give. (A refusal
+            // keeps it; growth goes on.)
+            let step = growth_bytes(deficit, committed, growth.granularity, u64::MAX);
+            let shift = growth.granularity.max(MIN_GRANULE).trailing_zeros();
+            let over = (st.stats.reserved + step.unwrap_or(0))
+                .saturating_sub(Self::allowance(st, size, shift));
+            if over > 0 {
+                let _ = self.release_spare(st, index, tail_start, over);
+            }
+        }
         let room = (reserved - committed).min(self.budget.room());
         let add = match deficit {
             0 => 0,
@@ -188,10 +200,21 @@ impl ArenaPool {
         let Some(b) = st.blocks[index].as_mut() else {
             return Err(Error::invalid("internal: the arena index names no block"));
         };
-        b.tlsf
+        let region = b
+            .tlsf
             .allocate_at_end(size, align)?
-            .map(|r| Some((r, add)))
-            .ok_or_else(|| Error::invalid("internal: a grown arena does not fit its request"))
+            .ok_or_else(|| Error::invalid("internal: a grown arena does not fit its request"))?;
+        if let Some(h) = b.holes.as_mut() {
+            // What the growth committed past the request is spare; granules of the old free
+            // tail that were given back need memory again.
+            let rest = b.tlsf.free_tail();
+            h.freed(b.size - rest, rest);
+        }
+        if !self.back(st, index, &region)? {
+            Self::unplace(st, index, region)?;
+            return Ok(None);
+        }
+        Ok(Some((region, add)))
     }
 
     /// Records that the arena at `index` now commits `new` bytes instead of `old` (the backend
@@ -200,30 +223,37 @@ impl ArenaPool {
         let Some(b) = st.blocks[index].as_mut() else {
             return Err(Error::invalid("internal: the arena index names no block"));
         };
+        let before = b.committed();
         if new > old {
             b.tlsf.grow(new - old)?;
         } else {
             b.tlsf.shrink(old - new)?;
-            self.budget.release(old - new);
+        }
+        if let Some(h) = b.holes.as_mut() {
+            h.resize(new);
         }
         b.size = new;
-        let id = b.id;
+        let (id, after) = (b.id, b.committed());
+        if after < before {
+            // Holes past the new end were given back already: only what was committed goes.
+            self.budget.release(before - after);
+        }
         let s = &mut st.stats;
-        s.reserved = s.reserved - old + new;
+        s.reserved = s.reserved - before + after;
         s.peak_reserved = s.peak_reserved.max(s.reserved);
         // Listeners know blocks, not resizes: the old extent goes and the new one comes, so a
         // reserved-bytes total kept from the events stays exact.
         self.tell(|l| {
-            l.block_released(&self.config.name, id, old);
-            l.block_reserved(&self.config.name, id, new);
+            l.block_released(&self.config.name, id, before);
+            l.block_reserved(&self.config.name, id, after);
         });
         Ok(())
     }
 
     /// Decommits up to `at_most` bytes of the arena's free tail, rounded down to the granularity
-    /// (trim and the pressure path; an empty arena is released whole by the caller's block
-    /// loop; a cancel gives back its growth). Returns the bytes given back. On a backend error
-    /// the arena keeps its size.
+    /// (with holes, to the arena's granule) (trim and the pressure path; an empty arena is
+    /// released whole by the caller's block loop; a cancel gives back its growth). Returns the
+    /// committed bytes given back. On a backend error the arena keeps its size.
     pub(super) fn shrink_arena(&self, st: &mut State, at_most: u64) -> Result<u64> {
         let (Some(growth), Some(index)) = (self.growth, st.arena) else {
             return Ok(0);
@@ -231,18 +261,27 @@ impl ArenaPool {
         let Some(b) = st.blocks.get(index).and_then(Option::as_ref) else {
             return Ok(0);
         };
-        let cut = b.tlsf.free_tail().min(at_most) & !(growth.granularity - 1);
+        // With holes the new end falls on a granule of the arena's, so no granule is cut in
+        // two (the part of one past the end would be untracked).
+        let unit = b.holes.as_ref().map_or(growth.granularity, Holes::granule);
+        let end = b.size - b.tlsf.free_tail();
+        let Some(keep) = round_up(end.max(b.size.saturating_sub(at_most)), unit) else {
+            return Ok(0);
+        };
+        let cut = b.size.saturating_sub(keep);
         if cut == 0 || cut >= b.size {
             return Ok(0);
         }
-        let (id, old) = (b.id, b.size);
+        let (id, old, before) = (b.id, b.size, b.committed());
         // A backend that maps each growth as one unit keeps the unit that holds the new end.
         let now = Self::note(st, self.backend.resize_block(id, old - cut))?;
         if now >= old {
             return Ok(0);
         }
         self.resized(st, index, old, now)?;
-        Ok(old - now)
+        // What was committed goes back (holes past the end were given back already).
+        let after = st.blocks[index].as_ref().map_or(0, |b| b.committed());
+        Ok(before - after)
     }
 }
 

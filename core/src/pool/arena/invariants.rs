@@ -1,7 +1,7 @@
 //! The arena pool's invariants, checked by tests and by the failure-injection suite: every
 //! block's TLSF is sound and spans exactly its committed bytes, only the arena has a reservation
 //! and no class, and the counters, the budget's charge and the sub-allocated bytes agree with the
-//! live allocations and pending frees.
+//! live allocations and pending frees; the arena's holes never lie under a held region.
 
 use super::{ArenaPool, State};
 
@@ -33,7 +33,30 @@ impl ArenaPool {
                     b.class, st.arena
                 ));
             }
-            reserved += b.size;
+            if b.holes.is_some() && st.arena != Some(i) {
+                return Err(format!("block {i}: holes outside the arena"));
+            }
+            if let Some(h) = &b.holes {
+                // Every region held (live or waiting for its ticket) is backed, and no spare
+                // granule lies under one.
+                let held = st
+                    .slots
+                    .iter()
+                    .filter(|l| l.block == i)
+                    .map(|l| (l.region.offset, l.region.size))
+                    .chain(
+                        st.deferred
+                            .iter()
+                            .filter(|d| d.1.0 == i)
+                            .map(|d| (d.1.1.offset, d.1.1.size)),
+                    );
+                for (offset, size) in held {
+                    h.check_backed(offset, size)
+                        .map_err(|e| format!("block {i}: {e}"))?;
+                }
+                h.check().map_err(|e| format!("block {i}: {e}"))?;
+            }
+            reserved += b.committed();
         }
         if st
             .arena

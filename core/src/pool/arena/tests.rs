@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::host::{HostBackend, HostConfig};
-use crate::pool::{Budget, DevicePool, PoolStats, Reclaim};
+use crate::pool::{Allocation, Budget, DevicePool, PoolStats, Reclaim};
 
 fn pool(config: HostConfig, pool: ArenaConfig) -> (Arc<HostBackend>, ArenaPool) {
     let backend = Arc::new(HostBackend::new(config).unwrap());

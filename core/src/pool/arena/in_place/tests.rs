@@ -9,10 +9,15 @@ use crate::backend::{Backend, BlockId, BlockRange, Ticket};
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::{ArenaConfig, DevicePool, PoolStats};
 
+/// A pool that grows in place at its end only (holes are tested in `holes/tests.rs`).
 fn pool(config: HostConfig) -> (Arc<HostBackend>, ArenaPool, u64) {
     let backend = Arc::new(HostBackend::new(config).unwrap());
     let page = backend.in_place_growth().unwrap().granularity;
-    let p = ArenaPool::new(backend.clone(), ArenaConfig::device()).unwrap();
+    let config = ArenaConfig {
+        holes: false,
+        ..ArenaConfig::device()
+    };
+    let p = ArenaPool::new(backend.clone(), config).unwrap();
     (backend, p, page)
 }
 
@@ -193,7 +198,9 @@ impl Backend for WholeGrowths {
         self.host.free_block(block)
     }
     fn in_place_growth(&self) -> Option<InPlaceGrowth> {
-        self.host.in_place_growth()
+        // CUDA without holes: each growth is one mapping.
+        let g = self.host.in_place_growth()?;
+        Some(InPlaceGrowth { holes: false, ..g })
     }
     fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
         *self.ends.lock().unwrap() = vec![desc.size];

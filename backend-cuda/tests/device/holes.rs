@@ -1,0 +1,118 @@
+//! Holes in a block that grows in place (`CudaDesc::vmm_holes`): granules given back, moved
+//! (`cuMemUnmap` + `cuMemMap` of the same physical allocation) and committed afresh stay usable
+//! for copies; the untouched granules keep their contents; and a pool over the validating front
+//! keeps a tensor's contents while memory moves under it.
+
+use std::sync::Arc;
+
+use tensormem::{
+    ArenaConfig, ArenaPool, Backend, BlockDesc, BlockId, DevicePool, MemoryKind, Validated,
+};
+use tensormem_cuda::CudaDesc;
+
+use crate::{backend_with, range};
+
+fn holes_backend() -> Option<tensormem_cuda::CudaBackend> {
+    backend_with(&CudaDesc {
+        vmm_holes: true,
+        ..CudaDesc::default()
+    })
+}
+
+/// Writes `byte` to `[offset, offset + 4096)` of `block` and reads it back through a readback
+/// block; returns what was read.
+fn round_trip(b: &dyn Backend, block: BlockId, offset: u64, byte: u8) -> Vec<u8> {
+    if byte != 0 {
+        b.write_queued(range(block, offset, 4096), &[byte; 4096])
+            .unwrap()
+            .expect("CUDA writes through its queue");
+    }
+    let down = b
+        .alloc_block(&BlockDesc {
+            kind: MemoryKind::Readback,
+            size: 4096,
+            label: "down",
+        })
+        .unwrap();
+    let t = b
+        .copy(range(block, offset, 4096), range(down, 0, 4096))
+        .unwrap();
+    b.wait(t).unwrap();
+    let mut out = vec![0u8; 4096];
+    b.read_mapped(down, 0, &mut out).unwrap();
+    b.free_block(down).unwrap();
+    out
+}
+
+#[test]
+fn granules_are_given_back_moved_and_committed_again() {
+    let Some(b) = holes_backend() else { return };
+    let growth = b.in_place_growth().expect("VMM on the device");
+    assert!(growth.holes);
+    let g = growth.granularity;
+    let blk = b
+        .reserve_block(
+            &BlockDesc {
+                kind: MemoryKind::DeviceLocal,
+                size: 4 * g,
+                label: "holes",
+            },
+            16 * g,
+        )
+        .unwrap();
+    assert_eq!(round_trip(&b, blk, 0, 1), vec![1; 4096]);
+    assert_eq!(round_trip(&b, blk, 3 * g, 3), vec![3; 4096]);
+    b.decommit_range(blk, g, 2 * g).unwrap();
+    // Granule 3's memory moves to granule 1; granule 0 is untouched.
+    b.remap_range(blk, 3 * g, g, g).unwrap();
+    assert_eq!(round_trip(&b, blk, g, 5), vec![5; 4096]);
+    b.commit_range(blk, 2 * g, g).unwrap();
+    b.commit_range(blk, 3 * g, g).unwrap();
+    assert_eq!(round_trip(&b, blk, 2 * g, 6), vec![6; 4096]);
+    assert_eq!(round_trip(&b, blk, 3 * g, 7), vec![7; 4096]);
+    assert_eq!(round_trip(&b, blk, 0, 0), vec![1; 4096], "granule 0 kept its bytes");
+    // Misuse is refused, not a fault: moving onto memory, a hole's memory away.
+    assert!(b.remap_range(blk, 0, g, g).is_err());
+    b.decommit_range(blk, 2 * g, g).unwrap();
+    assert!(b.remap_range(blk, 2 * g, 3 * g, g).is_err());
+    // Growth and shrink around a hole, then release.
+    assert_eq!(b.resize_block(blk, 8 * g).unwrap(), 8 * g);
+    assert_eq!(round_trip(&b, blk, 7 * g, 8), vec![8; 4096]);
+    assert_eq!(b.resize_block(blk, 2 * g).unwrap(), 2 * g);
+    b.free_block(blk).unwrap();
+}
+
+#[test]
+fn a_pool_keeps_contents_while_its_memory_moves() {
+    let Some(b) = holes_backend() else { return };
+    let g = b.in_place_growth().expect("VMM on the device").granularity;
+    let front: Arc<dyn Backend> = Arc::new(Validated::new(Arc::new(b)));
+    let pool = ArenaPool::new(front.clone(), ArenaConfig::device()).unwrap();
+    let low = pool.allocate(4096, 256, "low").unwrap();
+    let hole = pool.allocate(8 * g, 256, "hole").unwrap();
+    let high = pool.allocate(4096, 256, "high").unwrap();
+    round_trip(front.as_ref(), low.range.block, low.range.offset, 1);
+    round_trip(front.as_ref(), high.range.block, high.range.offset, 2);
+    pool.free(hole.handle).unwrap();
+    // Outgrows the arena: the hole's memory goes back first; then tensors land in the hole.
+    let big = pool.allocate(12 * g, 256, "big").unwrap();
+    let committed = pool.stats().reserved;
+    assert!(committed < 20 * g, "{committed} committed");
+    pool.free(big.handle).unwrap();
+    let mut refill = Vec::new();
+    for i in 0..3u8 {
+        let a = pool.allocate(3 * g + 4096, 256, "refill").unwrap();
+        let got = round_trip(front.as_ref(), a.range.block, a.range.offset, 10 + i);
+        assert_eq!(got, vec![10 + i; 4096]);
+        refill.push(a);
+    }
+    assert!(pool.stats().reserved <= committed);
+    assert_eq!(round_trip(front.as_ref(), low.range.block, low.range.offset, 0), vec![1; 4096]);
+    assert_eq!(round_trip(front.as_ref(), high.range.block, high.range.offset, 0), vec![2; 4096]);
+    pool.check_invariants().unwrap();
+    for a in refill.into_iter().chain([low, high]) {
+        pool.free(a.handle).unwrap();
+    }
+    pool.trim().unwrap();
+    assert_eq!(pool.stats().reserved, 0);
+}

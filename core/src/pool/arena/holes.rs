@@ -1,0 +1,442 @@
+//! Committed memory that follows the live bytes: the arena that grows in place gives the memory
+//! of its free holes back and moves it where tensors need it, on a backend with
+//! [`InPlaceGrowth::holes`] (the host through `madvise`, CUDA by remapping its physical
+//! allocations).
+//!
+//! Placing tensors before their lifetimes are known strands free holes inside the arena (the
+//! analysis in [`in_place`](super::in_place)): exact best fit peaks at 1.16–1.39× the live bytes
+//! on the issue 14 traces. Address space costs nothing, so the holes can stay where they are
+//! while their memory does not:
+//!
+//! * **Spare granules.** A committed granule that lies wholly in free space is *spare*. The pool
+//!   tracks them as it frees (the merged free block's whole granules) and allocates (the
+//!   granules a region touches), a word of 64 granules at a time.
+//! * **Moved, not re-created.** A region placed on decommitted granules gets the memory of spare
+//!   granules elsewhere ([`Backend::remap_range`]: no new memory, CUDA maps the same physical
+//!   allocations there), and new memory only when no granule is spare
+//!   ([`Backend::commit_range`]). So committed memory grows only when every committed granule
+//!   holds live bytes.
+//! * **Given back under pressure only.** Before the arena grows at its end, spare granules
+//!   below its free tail are decommitted, as many as the growth adds ([`Backend::decommit_range`]),
+//!   and trim and the runtime's pressure path decommit all of them (PyTorch's expandable segments
+//!   release cached memory before an out-of-memory likewise). A free alone never calls the
+//!   backend: holes that are filled again soon cost nothing.
+//!
+//! Committed bytes (the pool's `reserved`) are then the granules that hold live bytes at their
+//! peak, plus the growth step's slack. The granule is the backend's: 4 KiB pages on the host,
+//! 2 MiB on CUDA, where a small pool's tensors share granules and the gain is small.
+
+use std::collections::VecDeque;
+
+use super::units::Units;
+use super::{ArenaPool, State};
+use crate::backend::BlockId;
+use crate::suballoc::Region;
+use crate::{Error, Result};
+
+#[cfg(doc)]
+use crate::backend::{Backend, InPlaceGrowth};
+
+/// The arena holds up to its live peak plus this fraction of it before it moves memory: free
+/// memory under that is kept where it is (a later tensor placed there costs no driver call), and
+/// the peak stays within about 3 % of the live one, the growth step's bound.
+pub const ALLOWANCE_DIVISOR: u64 = 32;
+
+/// The smallest granule an arena gives back and moves: 64 KiB. On the issue 14 traces the host's
+/// 4 KiB pages peak as low (1.031× live against 1.031–1.034×) but cost 3–10× the time per
+/// allocation on the large ones, where a tensor spans thousands of pages.
+pub const MIN_GRANULE: u64 = 64 << 10;
+
+/// Places TLSF offers a request that lands on decommitted granules, beyond the first.
+const PROBES: usize = 3;
+
+/// Which granules of an arena with holes hold memory, and which of those are spare.
+#[derive(Debug)]
+pub(super) struct Holes {
+    /// log2 of the granule.
+    shift: u32,
+    /// Granules of the committed extent that are backed by memory.
+    committed: Units,
+    /// Committed granules wholly in free space: memory the arena may move or give back.
+    spare: Units,
+    /// Granule ranges that became spare, oldest first (entries go stale as granules are taken;
+    /// the bitmap decides): memory is moved from the holes that have been free the longest,
+    /// not from those just freed, where the next tensors of a step are likely placed.
+    queue: VecDeque<(u64, u64)>,
+}
+
+impl Holes {
+    /// An extent of `extent` bytes on a backend of `granularity` (a power of two), all
+    /// committed and none spare. The arena's granule is the backend's, at least
+    /// [`MIN_GRANULE`]; the part of the extent past its last whole granule is never given back.
+    pub(super) fn new(granularity: u64, extent: u64) -> Self {
+        let mut h = Holes {
+            shift: granularity.max(MIN_GRANULE).trailing_zeros(),
+            committed: Units::default(),
+            spare: Units::default(),
+            queue: VecDeque::new(),
+        };
+        h.resize(extent);
+        h
+    }
+
+    /// Bytes of the extent not backed by memory.
+    pub(super) fn decommitted(&self) -> u64 {
+        (self.committed.len() - self.committed.ones()) << self.shift
+    }
+
+    /// The arena's granule in bytes.
+    pub(super) fn granule(&self) -> u64 {
+        1 << self.shift
+    }
+
+    /// The extent becomes `extent` bytes: granules added are committed (growth maps memory),
+    /// granules removed are forgotten.
+    pub(super) fn resize(&mut self, extent: u64) {
+        let len = extent >> self.shift;
+        self.committed.resize(len, true);
+        self.spare.resize(len, false);
+    }
+
+    /// `[offset, offset + size)` became (part of) the free block of the same extent: its whole
+    /// committed granules are spare.
+    pub(super) fn freed(&mut self, offset: u64, size: u64) {
+        let g = 1u64 << self.shift;
+        let a = offset.div_ceil(g);
+        let b = ((offset + size) >> self.shift).min(self.committed.len());
+        if a < b && self.committed.count(a, b) > self.spare.count(a, b) {
+            self.spare.set_where(&self.committed, a, b);
+            self.queue.push_back((a, b));
+            if self.queue.len() > 2 * self.spare.ones() as usize + 64 {
+                // Mostly stale: rebuild from the bitmap (in address order; the ages are lost).
+                self.queue = self.spare.runs(0, self.spare.len(), true).into();
+            }
+        }
+    }
+
+    /// Granules `[a, b)` touched by `[offset, offset + size)`.
+    /// (The part past the last whole granule is always committed and not tracked.)
+    fn touched(&self, offset: u64, size: u64) -> (u64, u64) {
+        let g = 1u64 << self.shift;
+        let len = self.committed.len();
+        (
+            (offset >> self.shift).min(len),
+            (offset + size).div_ceil(g).min(len),
+        )
+    }
+
+    /// Decommitted granules under `region`.
+    fn lacking(&self, region: &Region) -> u64 {
+        let (a, b) = self.touched(region.offset, region.size);
+        (b - a) - self.committed.count(a, b)
+    }
+
+    /// `region` was allocated: its granules are no longer spare. Returns the runs of its
+    /// granules that are decommitted.
+    fn taken(&mut self, region: &Region) -> Vec<(u64, u64)> {
+        let (a, b) = self.touched(region.offset, region.size);
+        self.spare.clear(a, b);
+        if self.committed.ones() == self.committed.len() {
+            return Vec::new();
+        }
+        self.committed.runs(a, b, false)
+    }
+
+    /// Takes up to `n` spare granules below granule `end`, one run, from the range that became
+    /// spare the longest ago; returns its first granule and length.
+    fn take_spare(&mut self, n: u64, end: u64) -> Option<(u64, u64)> {
+        let end = end.min(self.spare.len());
+        let mut skipped = Vec::new();
+        let mut found = None;
+        while let Some((a, b)) = self.queue.pop_front() {
+            let b = b.min(self.spare.len());
+            let Some(start) = self.spare.next(a, b.min(end), true) else {
+                if b > end && a < b {
+                    // Spare past `end` only: keep the entry for another caller.
+                    skipped.push((a, b));
+                }
+                continue;
+            };
+            let stop = self
+                .spare
+                .next(start, b.min(end), false)
+                .unwrap_or(b.min(end))
+                .min(start + n);
+            if stop < b {
+                self.queue.push_front((stop, b));
+            }
+            found = Some((start, stop - start));
+            break;
+        }
+        for e in skipped.into_iter().rev() {
+            self.queue.push_front(e);
+        }
+        let (start, len) = found?;
+        self.spare.clear(start, start + len);
+        Some((start, len))
+    }
+}
+
+/// Checks for the pool's invariants.
+impl Holes {
+    /// `[offset, offset + size)`, a held region, is backed by memory and not spare.
+    pub(super) fn check_backed(&self, offset: u64, size: u64) -> std::result::Result<(), String> {
+        let (a, b) = self.touched(offset, size);
+        if self.committed.count(a, b) != b - a {
+            return Err(format!(
+                "region at {offset} of {size} bytes lies on decommitted granules"
+            ));
+        }
+        if self.spare.count(a, b) != 0 {
+            return Err(format!(
+                "region at {offset} of {size} bytes lies on spare granules"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Spare granules are committed.
+    pub(super) fn check(&self) -> std::result::Result<(), String> {
+        let spare_uncommitted = (0..self.spare.len())
+            .filter(|i| self.spare.get(*i) && !self.committed.get(*i))
+            .count();
+        if spare_uncommitted > 0 || self.spare.len() != self.committed.len() {
+            return Err(format!(
+                "{spare_uncommitted} spare granules are not committed"
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ArenaPool {
+    /// The arena's holes, when it has them.
+    fn holes(st: &mut State, index: usize) -> Option<&mut Holes> {
+        st.blocks
+            .get_mut(index)
+            .and_then(Option::as_mut)
+            .and_then(|b| b.holes.as_mut())
+    }
+
+    /// Committed bytes of the block at `index` (0 for none).
+    fn committed(st: &State, index: usize) -> u64 {
+        st.blocks
+            .get(index)
+            .and_then(Option::as_ref)
+            .map_or(0, |b| b.committed())
+    }
+
+    /// Places a request in the arena, backing its granules with memory. `Ok(None)` when it
+    /// does not fit, or the budget or the device refuses the memory it lacks.
+    pub(super) fn try_arena(
+        &self,
+        st: &mut State,
+        size: u64,
+        align: u64,
+    ) -> Result<Option<(usize, Region)>> {
+        let Some(i) = st.arena else {
+            return Ok(None);
+        };
+        let Some(b) = st.blocks[i]
+            .as_mut()
+            .filter(|b| b.tlsf.free_bytes() >= size)
+        else {
+            return Ok(None);
+        };
+        let Some(mut region) = b.tlsf.allocate(size, align)? else {
+            return Ok(None);
+        };
+        if let Some(h) = b.holes.as_ref() {
+            // On decommitted granules: look at the next few places TLSF offers, and keep the
+            // one that needs the least memory moved.
+            let mut lacking = h.lacking(&region);
+            let mut others = Vec::new();
+            while lacking > 0 && others.len() < PROBES {
+                let Some(next) = b.tlsf.allocate(size, align)? else {
+                    break;
+                };
+                let l = h.lacking(&next);
+                if l < lacking {
+                    lacking = l;
+                    others.push(std::mem::replace(&mut region, next));
+                } else {
+                    others.push(next);
+                }
+            }
+            for r in others {
+                let (offset, size) = b.tlsf.free_merged(r)?;
+                if let Some(h) = b.holes.as_mut() {
+                    h.freed(offset, size);
+                }
+            }
+        }
+        if self.back(st, i, &region)? {
+            return Ok(Some((i, region)));
+        }
+        Self::unplace(st, i, region)?;
+        Ok(None)
+    }
+
+    /// Returns a region that was never handed out to the arena's free space.
+    pub(super) fn unplace(st: &mut State, index: usize, region: Region) -> Result<()> {
+        let Some(b) = st.blocks.get_mut(index).and_then(Option::as_mut) else {
+            return Err(Error::invalid("internal: the arena index names no block"));
+        };
+        let (offset, size) = b.tlsf.free_merged(region)?;
+        if let Some(h) = b.holes.as_mut() {
+            h.freed(offset, size);
+        }
+        Ok(())
+    }
+
+    /// Backs the granules `region` touches with memory: moved from spare granules, else new.
+    /// `Ok(false)` when the budget or the device refuses new memory (granules backed so far
+    /// stay committed; the caller returns the region, which makes them spare).
+    pub(super) fn back(&self, st: &mut State, index: usize, region: &Region) -> Result<bool> {
+        let Some(h) = Self::holes(st, index) else {
+            return Ok(true);
+        };
+        let missing = h.taken(region);
+        let shift = h.shift;
+        let id = Self::block_id(st, index)?;
+        let allowance = Self::allowance(st, region.size, shift);
+        for (a, b) in missing {
+            let mut at = a;
+            while at < b {
+                // New memory while the pool stays within its allowance, else memory moved.
+                let fresh = st.stats.reserved + ((b - at) << shift) <= allowance;
+                let Some(h) = Self::holes(st, index) else {
+                    break;
+                };
+                let len = h.committed.len();
+                let spare = if fresh {
+                    None
+                } else {
+                    h.take_spare(b - at, len)
+                };
+                if let Some((from, n)) = spare {
+                    let moved =
+                        self.backend
+                            .remap_range(id, from << shift, at << shift, n << shift);
+                    if let Err(e) = Self::note(st, moved) {
+                        if let Some(h) = Self::holes(st, index) {
+                            h.spare.set(from, from + n);
+                        }
+                        return Err(e);
+                    }
+                    if let Some(h) = Self::holes(st, index) {
+                        h.committed.clear(from, from + n);
+                        h.committed.set(at, at + n);
+                    }
+                    at += n;
+                } else {
+                    if !self.commit(st, index, id, at << shift, (b - at) << shift)? {
+                        return Ok(false);
+                    }
+                    at = b;
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// The bytes the pool may hold before the arena moves memory instead of committing more:
+    /// the live peak, this request included, plus [`ALLOWANCE_DIVISOR`]⁻¹ of it, in whole
+    /// granules of `1 << shift` bytes.
+    pub(super) fn allowance(st: &State, size: u64, shift: u32) -> u64 {
+        let s = &st.stats;
+        let peak = s.peak_in_use.max(s.in_use + size);
+        let g = 1u64 << shift;
+        (peak + peak / ALLOWANCE_DIVISOR).div_ceil(g) * g
+    }
+
+    /// Backs `[offset, offset + size)` of the arena with new memory, charged to the budget.
+    /// `Ok(false)` when the budget or the device refuses.
+    fn commit(
+        &self,
+        st: &mut State,
+        index: usize,
+        id: BlockId,
+        offset: u64,
+        size: u64,
+    ) -> Result<bool> {
+        if !self.budget.try_reserve(size) {
+            return Ok(false);
+        }
+        if let Err(e) = Self::note(st, self.backend.commit_range(id, offset, size)) {
+            self.budget.release(size);
+            return match e {
+                Error::OutOfMemory(_) => Ok(false),
+                e => Err(e),
+            };
+        }
+        let before = Self::committed(st, index);
+        if let Some(h) = Self::holes(st, index) {
+            let shift = h.shift;
+            h.committed.set(offset >> shift, (offset + size) >> shift);
+        }
+        self.committed_changed(st, index, before);
+        Ok(true)
+    }
+
+    /// Decommits up to `at_most` bytes of spare granules below byte `below`, a run at a time;
+    /// returns the bytes given back. A run the backend refuses stays committed (and spare).
+    pub(super) fn release_spare(
+        &self,
+        st: &mut State,
+        index: usize,
+        below: u64,
+        at_most: u64,
+    ) -> Result<u64> {
+        let Some(h) = Self::holes(st, index) else {
+            return Ok(0);
+        };
+        let shift = h.shift;
+        let (end, mut left) = (below >> shift, at_most >> shift);
+        let id = Self::block_id(st, index)?;
+        let mut released = 0;
+        while left > 0 {
+            let Some(h) = Self::holes(st, index) else {
+                break;
+            };
+            let Some((from, n)) = h.take_spare(left, end) else {
+                break;
+            };
+            let r = self.backend.decommit_range(id, from << shift, n << shift);
+            if let Err(e) = Self::note(st, r) {
+                if let Some(h) = Self::holes(st, index) {
+                    h.spare.set(from, from + n);
+                }
+                return if released > 0 { Ok(released) } else { Err(e) };
+            }
+            let before = Self::committed(st, index);
+            if let Some(h) = Self::holes(st, index) {
+                h.committed.clear(from, from + n);
+            }
+            self.budget.release(n << shift);
+            self.committed_changed(st, index, before);
+            released += n << shift;
+            left -= n;
+        }
+        Ok(released)
+    }
+
+    /// Counts a change of the committed bytes of the block at `index` from `before` and tells
+    /// the listener (the old extent goes, the new one comes, as for a resize).
+    fn committed_changed(&self, st: &mut State, index: usize, before: u64) {
+        let Some(b) = st.blocks.get(index).and_then(Option::as_ref) else {
+            return;
+        };
+        let (id, now) = (b.id, b.committed());
+        let s = &mut st.stats;
+        s.reserved = s.reserved - before + now;
+        s.peak_reserved = s.peak_reserved.max(s.reserved);
+        self.tell(|l| {
+            l.block_released(&self.config.name, id, before);
+            l.block_reserved(&self.config.name, id, now);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

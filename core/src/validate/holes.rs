@@ -1,0 +1,92 @@
+//! The front's checks of holes in reserved blocks ([`Backend::decommit_range`],
+//! [`Backend::commit_range`], [`Backend::remap_range`]): the backend offers them
+//! ([`InPlaceGrowth::holes`](crate::backend::InPlaceGrowth::holes)), the block was reserved,
+//! every range is whole granules inside its committed size, and the two ranges of a remap do not
+//! overlap. The front does not track which ranges are committed: that is the pool's
+//! bookkeeping, as which ranges are free is.
+
+use super::{Validated, rules};
+use crate::backend::{Backend, BlockId};
+use crate::{Error, Result};
+
+/// What a range of a hole call is, for errors.
+const WHAT: &str = "range of a hole in a reserved block";
+
+impl Validated {
+    /// Checks `ranges` (offset, size) of `block` for a hole call named `call`; returns nothing
+    /// but the first violation.
+    pub(super) fn check_holes(
+        &self,
+        call: &'static str,
+        block: BlockId,
+        ranges: &[(u64, u64)],
+    ) -> Result<()> {
+        self.check_alive()?;
+        let growth = rules::growth(self)?;
+        if !growth.holes {
+            return Err(Error::Unsupported {
+                backend: self.capabilities().backend,
+                what: format!("holes in blocks that grow in place ({call})"),
+            });
+        }
+        let committed = {
+            let st = self.lock();
+            let size = st.blocks.get(block)?.size;
+            if !st.reserved.contains_key(&block) {
+                return Err(Error::Unsupported {
+                    backend: self.capabilities().backend,
+                    what: format!("{call} on block {}, which was not reserved", block.0),
+                });
+            }
+            size
+        };
+        let g = growth.granularity;
+        for &(offset, size) in ranges {
+            if size == 0 {
+                return Err(Error::ZeroSize { what: WHAT });
+            }
+            rules::aligned(WHAT, offset, g, "in-place growth granularity")?;
+            rules::aligned(WHAT, size, g, "in-place growth granularity")?;
+            if offset.checked_add(size).is_none_or(|end| end > committed) {
+                return Err(Error::OutOfBounds {
+                    what: "committed size of the reserved block",
+                    offset,
+                    size,
+                    limit: committed,
+                });
+            }
+        }
+        if let [(a, n), (b, m)] = *ranges {
+            if a < b + m && b < a + n {
+                return Err(Error::invalid(format!(
+                    "{call}: ranges [{a}, {}) and [{b}, {}) of block {} overlap",
+                    a + n,
+                    b + m,
+                    block.0
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn decommit_checked(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.check_holes("decommit_range", block, &[(offset, size)])?;
+        self.observe(self.backend.decommit_range(block, offset, size))
+    }
+
+    pub(super) fn commit_checked(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.check_holes("commit_range", block, &[(offset, size)])?;
+        self.observe(self.backend.commit_range(block, offset, size))
+    }
+
+    pub(super) fn remap_checked(
+        &self,
+        block: BlockId,
+        from: u64,
+        to: u64,
+        size: u64,
+    ) -> Result<()> {
+        self.check_holes("remap_range", block, &[(from, size), (to, size)])?;
+        self.observe(self.backend.remap_range(block, from, to, size))
+    }
+}
