@@ -49,6 +49,7 @@ browser_cases!(
     defect_6_a_failed_free_is_retryable_and_nothing_after_loss,
     defect_7_one_pressure_path_across_device_pool_and_belt,
     arena_growth_in_place_or_blocks,
+    arena_holes_follow_the_live_bytes,
     staging_under_pressure,
     staging_larger_than_belt,
     host_memory_placement_is_reported,
@@ -77,6 +78,7 @@ browser_cases!(
     compute_after_transfer_sees_copied_data,
     transfer_read_memory_not_reused_after_free,
     transfer_tickets_unknown_refused,
+    copies_out_of_and_into_host_visible_memory_where_capable,
 );
 
 /// The adapter is the browser's WebGPU, and its limits reach the contract's capabilities.

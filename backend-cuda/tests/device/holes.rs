@@ -70,7 +70,11 @@ fn granules_are_given_back_moved_and_committed_again() {
     b.commit_range(blk, 3 * g, g).unwrap();
     assert_eq!(round_trip(&b, blk, 2 * g, 6), vec![6; 4096]);
     assert_eq!(round_trip(&b, blk, 3 * g, 7), vec![7; 4096]);
-    assert_eq!(round_trip(&b, blk, 0, 0), vec![1; 4096], "granule 0 kept its bytes");
+    assert_eq!(
+        round_trip(&b, blk, 0, 0),
+        vec![1; 4096],
+        "granule 0 kept its bytes"
+    );
     // Misuse is refused, not a fault: moving onto memory, a hole's memory away.
     assert!(b.remap_range(blk, 0, g, g).is_err());
     b.decommit_range(blk, 2 * g, g).unwrap();
@@ -107,8 +111,14 @@ fn a_pool_keeps_contents_while_its_memory_moves() {
         refill.push(a);
     }
     assert!(pool.stats().reserved <= committed);
-    assert_eq!(round_trip(front.as_ref(), low.range.block, low.range.offset, 0), vec![1; 4096]);
-    assert_eq!(round_trip(front.as_ref(), high.range.block, high.range.offset, 0), vec![2; 4096]);
+    assert_eq!(
+        round_trip(front.as_ref(), low.range.block, low.range.offset, 0),
+        vec![1; 4096]
+    );
+    assert_eq!(
+        round_trip(front.as_ref(), high.range.block, high.range.offset, 0),
+        vec![2; 4096]
+    );
     pool.check_invariants().unwrap();
     for a in refill.into_iter().chain([low, high]) {
         pool.free(a.handle).unwrap();

@@ -300,7 +300,8 @@ impl Prepared {
     /// `node_limit` nodes, at `deadline` or when `stop` returns true (polled every 256 nodes).
     /// `memo` holds the failures proved by earlier runs at this capacity under this preorder (or
     /// is empty) and receives this run's. With `tiling_memo` (the exact-cover search's failures at
-    /// this capacity), the exactly-full parts are decided by that search instead (see `tiling`).
+    /// this capacity, and the seed of its option order, 0 for largest first), the exactly-full
+    /// parts are decided by that search instead (see `tiling`).
     #[allow(clippy::too_many_arguments, reason = "one run's budget and memos")]
     pub(crate) fn run(
         &self,
@@ -310,7 +311,7 @@ impl Prepared {
         deadline: Instant,
         stop: &dyn Fn() -> bool,
         memo: &mut Memo,
-        tiling_memo: Option<&mut Memo>,
+        tiling_memo: Option<(&mut Memo, u64)>,
     ) -> Outcome {
         self.search(
             capacity,
@@ -342,7 +343,7 @@ impl Prepared {
         rank: &[u32],
         budget: (u64, Instant, &dyn Fn() -> bool),
         memo: &mut Memo,
-        tiling_memo: Option<&mut Memo>,
+        tiling_memo: Option<(&mut Memo, u64)>,
     ) -> Outcome {
         if let Some(why) = self.quick_infeasibility(capacity) {
             return Outcome::Infeasible(why);

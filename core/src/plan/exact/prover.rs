@@ -186,7 +186,7 @@ impl Prover {
                 deadline,
                 stop,
                 &mut self.memos[self.preorder],
-                Some(&mut self.tiling_memo),
+                Some((&mut self.tiling_memo, self.runs / 2)),
             )
         };
         match outcome {

@@ -80,8 +80,8 @@ pub(super) struct Search<'a> {
     /// Failed states of this capacity and rank (shared with earlier runs of the same probe).
     memo: &'a mut Memo,
     /// When set, exactly-full parts are decided by the exact-cover search (see `tiling`), whose
-    /// failed states this memo keeps across the probe's runs.
-    tiling_memo: Option<&'a mut Memo>,
+    /// failed states this memo keeps across the probe's runs, under this option-order seed.
+    tiling_memo: Option<(&'a mut Memo, u64)>,
 }
 
 impl<'a> Search<'a> {
@@ -91,7 +91,7 @@ impl<'a> Search<'a> {
         capacity: u64,
         (node_limit, deadline, stop): (u64, Instant, &'a dyn Fn() -> bool),
         memo: &'a mut Memo,
-        tiling_memo: Option<&'a mut Memo>,
+        tiling_memo: Option<(&'a mut Memo, u64)>,
     ) -> Self {
         let n = p.size.len();
         let s = p.section_total.len();
@@ -169,7 +169,7 @@ impl<'a> Search<'a> {
 
     /// Decides an exactly-full top-level piece by exact cover, within this run's budget.
     fn tile(&mut self, piece: &Piece) -> TilingEnd {
-        let Some(memo) = self.tiling_memo.as_deref_mut() else {
+        let Some((memo, shuffle)) = self.tiling_memo.as_mut() else {
             return TilingEnd::Aborted;
         };
         let mut tiling = Tiling::new(
@@ -181,7 +181,7 @@ impl<'a> Search<'a> {
             self.node_limit.saturating_sub(self.nodes),
             self.deadline,
             self.stop,
-            memo,
+            (&mut **memo, *shuffle),
         );
         let end = tiling.run();
         self.nodes += tiling.nodes;

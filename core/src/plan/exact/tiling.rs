@@ -32,8 +32,12 @@ use crate::time::Instant;
 use super::Prepared;
 use super::memo::Memo;
 
-/// Largest grid, in bits, the search takes on (sections times capacity units): 32 MiB of bitsets.
-const MAX_GRID_BITS: u64 = 1 << 28;
+/// Largest grid, in bits, the search takes on (sections times capacity units): 2 MiB of bitsets.
+const MAX_GRID_BITS: u64 = 1 << 24;
+
+/// Largest propagation cost per node, in bitset words read (each member's row union over its
+/// sections): about 10 ms, so that the deadline, polled at every node, is met closely.
+const MAX_NODE_WORDS: u64 = 1 << 24;
 
 /// Largest capacity in units (a free-range scan per section per node costs this many bits / 64).
 const MAX_UNITS: u64 = 1 << 16;
@@ -73,6 +77,9 @@ pub(super) struct Tiling<'a> {
     stop: &'a dyn Fn() -> bool,
     aborted: bool,
     memo: &'a mut Memo,
+    /// 0: options largest first; otherwise the seed of a random option order (restarts under
+    /// different orders cut the heavy tail of backtracking times).
+    shuffle: u64,
     /// Scratch for `propagate`: a row union, each member's free runs (units), per-range sums.
     union: Vec<u64>,
     runs: Vec<(usize, usize)>,
@@ -104,7 +111,15 @@ impl<'a> Tiling<'a> {
     /// Whether the grid of a part over `sections` sections fits the search's limits.
     pub(super) fn applies(p: &Prepared, members: &[u32], sections: u32, capacity: u64) -> bool {
         let units = capacity / Self::unit_of(p, members, capacity);
-        units <= MAX_UNITS && units * u64::from(sections) <= MAX_GRID_BITS
+        let words = units.div_ceil(64);
+        let life = |&i: &u32| u64::from(p.last[i as usize] - p.first[i as usize] + 1);
+        let lives: u64 = members.iter().map(life).sum();
+        // Choosing tests each buffer at a boundary of each of its sections, over its life.
+        let fits: u64 = members.iter().map(|i| life(i) * life(i)).sum();
+        units <= MAX_UNITS
+            && units * u64::from(sections) <= MAX_GRID_BITS
+            && lives.saturating_mul(words) <= MAX_NODE_WORDS
+            && fits <= MAX_NODE_WORDS
     }
 
     fn unit_of(p: &Prepared, members: &[u32], capacity: u64) -> u64 {
@@ -129,7 +144,7 @@ impl<'a> Tiling<'a> {
         node_limit: u64,
         deadline: Instant,
         stop: &'a dyn Fn() -> bool,
-        memo: &'a mut Memo,
+        (memo, shuffle): (&'a mut Memo, u64),
     ) -> Self {
         let n = p.len();
         let unit = Self::unit_of(p, members, capacity);
@@ -181,6 +196,7 @@ impl<'a> Tiling<'a> {
             stop,
             aborted: false,
             memo,
+            shuffle,
             union: Vec::new(),
             runs: Vec::new(),
             run_start: Vec::new(),
@@ -202,10 +218,8 @@ impl<'a> Tiling<'a> {
 
     fn solve(&mut self) -> bool {
         self.nodes += 1;
-        if self.nodes > self.node_limit
-            || (self.nodes.is_multiple_of(256)
-                && (Instant::now() >= self.deadline || (self.stop)()))
-        {
+        // A node costs microseconds to milliseconds (see `MAX_NODE_WORDS`): poll every node.
+        if self.nodes > self.node_limit || Instant::now() >= self.deadline || (self.stop)() {
             self.aborted = true;
             return false;
         }
@@ -413,7 +427,10 @@ impl<'a> Tiling<'a> {
                 return;
             }
         }
-        out.sort_unstable_by_key(|&(x, _)| (std::cmp::Reverse(p.size[x as usize]), x));
+        match self.shuffle {
+            0 => out.sort_unstable_by_key(|&(x, _)| (std::cmp::Reverse(p.size[x as usize]), x)),
+            seed => out.sort_unstable_by_key(|&(x, o)| key(x ^ seed as u32, o ^ seed)),
+        }
     }
 
     /// The first free range of section `s` (in units) at or above unit `from`.

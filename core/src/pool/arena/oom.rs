@@ -69,7 +69,7 @@ impl ArenaPool {
             free += r.free;
             largest = largest.max(r.largest_free);
             if r.used <= pending[i] {
-                reclaimable += b.size;
+                reclaimable += b.committed();
             }
         }
         let mut live: Vec<(String, u64)> = st

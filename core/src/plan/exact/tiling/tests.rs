@@ -27,7 +27,7 @@ fn by_tiling(buffers: &[Buffer], capacity: u64) -> Outcome {
         far(),
         &|| false,
         &mut memo,
-        Some(&mut sweep),
+        Some((&mut sweep, 0)),
     )
 }
 
