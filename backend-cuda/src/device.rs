@@ -1,150 +1,31 @@
 //! The [`Backend`] implementation: block allocation and free, host access to pinned blocks,
-//! copies and fills on the stream, op dispatch, and the device facts read at startup.
+//! copies and fills on the stream, and op dispatch. The device facts read at startup (`info`) and
+//! the stream-ordered memory pool (`mem_pool`) are its submodules.
 
 use std::ptr;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::task::{Context, Poll};
 
-use cudarc::driver::{CudaContext, result, sys};
+use cudarc::driver::{result, sys};
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{
-    Backend, BlockId, Capabilities, DeviceType, Error, InPlaceGrowth, ManagedMemory, MemoryKind,
-    Op, PeerCopy, Residence, Result, Ticket, TransferLane, TransferTicket,
+    Backend, BlockId, Capabilities, Error, InPlaceGrowth, ManagedMemory, MemoryKind, Op, PeerCopy,
+    Residence, Result, Ticket, TransferLane, TransferTicket,
 };
 
 use crate::blocks::{Block, Memory, alloc_pinned, free_memory, pinned_api, release_all};
 use crate::conv::{Placement, check_block_size, check_range, map_memory_kind, to_usize};
-use crate::error::{BACKEND, map_alloc_err, map_driver_err, map_init_err};
+use crate::error::{BACKEND, map_alloc_err, map_driver_err};
 use crate::launch::{plan_call, plan_fill_zero};
 use crate::staging::{RingAlloc, reserve_or_poll};
 use crate::timeline::lock;
 use crate::{CudaBackend, DeviceAlloc, LiveBlock};
 
-/// What the backend reads about its device once.
-#[derive(Debug)]
-pub(crate) struct DeviceInfo {
-    pub name: String,
-    /// Discrete, or integrated (`CU_DEVICE_ATTRIBUTE_INTEGRATED`: Jetson, GH200's coherent parts).
-    pub device_type: DeviceType,
-    pub compute: (i32, i32),
-    /// Device memory in bytes.
-    pub total: u64,
-    /// Free device memory at startup (`cuMemGetInfo`), the budget.
-    pub free: u64,
-}
+mod info;
+mod mem_pool;
 
-impl DeviceInfo {
-    /// Queries name, compute capability, memory and unified addressing.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] without unified addressing; mapped driver errors.
-    pub(crate) fn query(ctx: &Arc<CudaContext>) -> Result<Self> {
-        ctx.bind_to_thread()
-            .map_err(|e| map_init_err("cuCtxSetCurrent", e))?;
-        let uva = ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)
-            .map_err(|e| map_driver_err("cuDeviceGetAttribute", e))?;
-        if uva == 0 {
-            return Err(Error::Unsupported {
-                backend: BACKEND,
-                what: "a device without unified addressing (pinned host blocks are addressed \
-                       through it)"
-                    .into(),
-            });
-        }
-        let name = ctx
-            .name()
-            .map_err(|e| map_driver_err("cuDeviceGetName", e))?;
-        let compute = ctx
-            .compute_capability()
-            .map_err(|e| map_driver_err("cuDeviceGetAttribute", e))?;
-        let (free, total) = ctx
-            .mem_get_info()
-            .map_err(|e| map_driver_err("cuMemGetInfo", e))?;
-        let integrated = ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_INTEGRATED)
-            .map_err(|e| map_driver_err("cuDeviceGetAttribute", e))?;
-        Ok(DeviceInfo {
-            name,
-            device_type: if integrated != 0 {
-                DeviceType::IntegratedGpu
-            } else {
-                DeviceType::DiscreteGpu
-            },
-            compute,
-            total: total as u64,
-            free: free as u64,
-        })
-    }
-}
-
-/// A private stream-ordered memory pool (`cuMemPoolCreate`) that keeps freed memory.
-#[derive(Debug)]
-pub(crate) struct MemPool {
-    pool: sys::CUmemoryPool,
-}
-
-// SAFETY: a CUmemoryPool handle may be used from any thread; the driver synchronises pool calls.
-unsafe impl Send for MemPool {}
-// SAFETY: as above; the handle is never mutated after creation.
-unsafe impl Sync for MemPool {}
-
-impl MemPool {
-    /// Creates a pool on the context's device with an unlimited release threshold.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] when the device has no memory pools; mapped driver errors.
-    pub(crate) fn create(ctx: &Arc<CudaContext>) -> Result<Self> {
-        if !ctx.has_async_alloc() {
-            return Err(Error::Unsupported {
-                backend: BACKEND,
-                what: "DeviceAlloc::StreamOrdered on a device without memory pools".into(),
-            });
-        }
-        let props = sys::CUmemPoolProps {
-            allocType: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
-            handleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
-            location: sys::CUmemLocation {
-                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                id: ctx.cu_device(),
-            },
-            win32SecurityAttributes: ptr::null_mut(),
-            maxSize: 0,
-            // CUDA 13 layout (the cudarc pin): no usage hints.
-            usage: 0,
-            reserved: [0; 54],
-        };
-        // SAFETY: `props` is fully initialised; the context is current (DeviceInfo::query).
-        let pool = unsafe { result::mem_pool::create(&props) }
-            .map_err(|e| map_driver_err("cuMemPoolCreate", e))?;
-        let mut threshold: u64 = u64::MAX;
-        // SAFETY: RELEASE_THRESHOLD takes a cuuint64_t; `threshold` lives across the call.
-        let set = unsafe {
-            result::mem_pool::set_attribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                (&mut threshold as *mut u64).cast(),
-            )
-        };
-        let pool = MemPool { pool };
-        set.map_err(|e| map_driver_err("cuMemPoolSetAttribute", e))?;
-        Ok(pool)
-    }
-
-    /// Returns cached memory above `keep` bytes to the device.
-    pub(crate) fn trim_to(&self, keep: usize) -> Result<()> {
-        // SAFETY: the pool is live; trimming only releases unused memory.
-        unsafe { result::mem_pool::trim_to(self.pool, keep) }
-            .map_err(|e| map_driver_err("cuMemPoolTrimTo", e))
-    }
-}
-
-impl Drop for MemPool {
-    fn drop(&mut self) {
-        // SAFETY: the backend drops the pool after freeing its blocks and syncing its stream.
-        let _ = unsafe { result::mem_pool::destroy(self.pool) };
-    }
-}
+pub(crate) use info::DeviceInfo;
+pub(crate) use mem_pool::MemPool;
 
 /// The pinned ring `write_queued` copies through (`staging.rs`).
 #[derive(Debug)]

@@ -17,12 +17,16 @@ use crate::{Error, Result};
 
 /// Names one tensor of a [`Graph`]. It carries its graph's identity, so an id used with another
 /// graph (or a model compiled from one) is refused with [`Error::ForeignTensor`] instead of
-/// naming whatever tensor has the same index there.
+/// naming whatever tensor has the same index there, and its slot's generation, so an id of a
+/// tensor the graph removed ([`Graph::tile`]) is refused with [`Error::StaleHandle`] instead of
+/// naming the tensor that took its slot.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TensorId {
     /// The graph that declared it (clones of a graph share it).
     graph: u64,
     index: usize,
+    /// The generation of slot `index` when the id was issued.
+    generation: u32,
 }
 
 impl TensorId {
@@ -128,6 +132,9 @@ pub struct Graph {
     /// Identity stamped on every [`TensorId`] this graph issues.
     id: u64,
     tensors: Vec<TensorDecl>,
+    /// Per slot of `tensors`: how many tensors have held it before the current one (a slot is
+    /// reused when the graph removes a tensor).
+    generations: Vec<u32>,
     nodes: Vec<Node>,
     outputs: Vec<TensorId>,
 }
@@ -138,6 +145,7 @@ impl Graph {
         Graph {
             id: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed),
             tensors: Vec::new(),
+            generations: Vec::new(),
             nodes: Vec::new(),
             outputs: Vec::new(),
         }
@@ -147,19 +155,32 @@ impl Graph {
         TensorId {
             graph: self.id,
             index,
+            generation: self.generations.get(index).copied().unwrap_or(0),
         }
     }
 
+    /// Appends `decl` in a new slot.
+    fn push(&mut self, decl: TensorDecl) -> TensorId {
+        self.tensors.push(decl);
+        self.generations.push(0);
+        self.id_at(self.tensors.len() - 1)
+    }
+
+    /// Drops the slots from `len` on (tensors declared by a pass that failed).
+    fn truncate(&mut self, len: usize) {
+        self.tensors.truncate(len);
+        self.generations.truncate(len);
+    }
+
     fn declare(&mut self, name: &str, dtype: DType, shape: &[usize], kind: TensorKind) -> TensorId {
-        self.tensors.push(TensorDecl {
+        self.push(TensorDecl {
             name: name.to_string(),
             dtype,
             shape: shape.to_vec(),
             kind,
             alias_of: None,
             offset: 0,
-        });
-        self.id_at(self.tensors.len() - 1)
+        })
     }
 
     /// Declares an input, set before each run.
@@ -306,15 +327,14 @@ impl Graph {
             });
         }
         let root = src.alias_of.unwrap_or(t);
-        self.tensors.push(TensorDecl {
+        Ok(self.push(TensorDecl {
             name: format!("{}.reshape", src.name),
             dtype: src.dtype,
             shape: shape.to_vec(),
             kind: src.kind,
             alias_of: Some(root),
             offset: src.offset,
-        });
-        Ok(self.id_at(self.tensors.len() - 1))
+        }))
     }
 
     /// A new tensor of `shape` over the bytes of `t` from `offset` (in bytes, relative to `t`):
@@ -355,15 +375,14 @@ impl Graph {
             });
         }
         let root = src.alias_of.unwrap_or(t);
-        self.tensors.push(TensorDecl {
+        Ok(self.push(TensorDecl {
             name: format!("{}[{offset}..{}]", src.name, offset + size),
             dtype: src.dtype,
             shape: shape.to_vec(),
             kind: src.kind,
             alias_of: Some(root),
             offset: src.offset + offset,
-        });
-        Ok(self.id_at(self.tensors.len() - 1))
+        }))
     }
 
     /// Marks `t` as a graph output (kept after the run, readable). A foreign id is refused by
@@ -377,20 +396,33 @@ impl Graph {
     /// The declaration of `t`.
     ///
     /// # Errors
-    /// [`Error::ForeignTensor`] for an id from another graph.
+    /// [`Error::ForeignTensor`] for an id from another graph, [`Error::StaleHandle`] for an id of
+    /// a tensor this graph removed ([`Graph::tile`]).
     pub fn decl(&self, t: TensorId) -> Result<&TensorDecl> {
-        self.tensors
+        let foreign = || Error::ForeignTensor {
+            tensor: t.index,
+            tensors: self.tensors.len(),
+        };
+        let decl = self
+            .tensors
             .get(t.index)
             .filter(|_| t.graph == self.id)
-            .ok_or(Error::ForeignTensor {
-                tensor: t.index,
-                tensors: self.tensors.len(),
-            })
+            .ok_or_else(foreign)?;
+        let current = self.generations.get(t.index).copied().unwrap_or(0);
+        if t.generation != current {
+            return Err(Error::StaleHandle {
+                what: "graph tensor removed by Graph::tile",
+                slot: u32::try_from(t.index).unwrap_or(u32::MAX),
+                generation: t.generation,
+                current,
+            });
+        }
+        Ok(decl)
     }
 
-    /// Whether `t` was declared by this graph (or a clone of it).
+    /// Whether `t` names a tensor of this graph (or a clone of it) that it has not removed.
     pub fn contains(&self, t: TensorId) -> bool {
-        t.graph == self.id && t.index < self.tensors.len()
+        self.decl(t).is_ok()
     }
 
     /// The tensor owning the bytes of `t` (itself unless it is a reshape).
@@ -414,6 +446,8 @@ impl Graph {
     }
 }
 
+#[cfg(any(test, feature = "test-support"))]
+pub mod samples;
 mod tile;
 
 #[cfg(test)]

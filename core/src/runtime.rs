@@ -15,21 +15,20 @@
 //!
 //! Every transfer and wait has a blocking form (native only) and an `_async` form (every target;
 //! the only one in a browser), written once over [`Waiting`] (see [`crate::backend::completion`]);
-//! the async forms are in `async_io`.
+//! the async forms are in `async_io`, the transfer paths themselves in `transfer`.
 
-use std::borrow::Cow;
 use std::sync::{Arc, PoisonError, RwLock};
 
 #[cfg(not(target_arch = "wasm32"))]
 use crate::backend::completion::complete_now;
-use crate::backend::{Backend, BlockRange, HostAccess, MemoryKind, Ticket, Waiting};
+use crate::backend::{Backend, MemoryKind, Ticket, Waiting};
 use crate::devices::DeviceId;
 use crate::ops::DType;
 use crate::pool::{
-    Allocation, AllocationStats, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim,
-    StagingBelt, StagingConfig, Traced,
+    AllocationStats, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim, StagingBelt,
+    StagingConfig, Traced,
 };
-use crate::trace::{EventKind, Tracer};
+use crate::trace::Tracer;
 use crate::validate::{DeviceLimits, Validated};
 use crate::{Error, Result};
 
@@ -39,10 +38,10 @@ mod managed;
 mod model;
 mod segments;
 pub(crate) mod tensor;
+mod transfer;
 mod weights;
 
 pub use model::{CompileDesc, MemoryReport, Model, OffloadReport, WEIGHT_CHUNK_BYTES};
-use tensor::check_element;
 pub use tensor::{Element, Tensor};
 pub use weights::{WeightHasher, WeightKey, WeightStore, WeightStoreReport, content_hash};
 
@@ -415,283 +414,6 @@ impl Runtime {
             result = result.and(pool.free(a.handle));
         }
         result
-    }
-
-    /// The latest ticket of work that uses `alloc`: recorded on the allocation, or seen by the
-    /// front on any range overlapping it.
-    pub(crate) fn last_use(&self, pool: &dyn DevicePool, alloc: Allocation) -> Result<Ticket> {
-        let recorded = pool.last_use(alloc.handle)?;
-        Ok(recorded.max(self.inner.front.last_use(&pool.resolve(alloc.handle)?)?))
-    }
-
-    /// Uploads `data` (exactly the tensor's byte size) into `tensor`. `T` is the tensor's dtype,
-    /// or `u8` for raw bytes ([`Element`]). Native only; see [`Runtime::upload_async`].
-    ///
-    /// # Errors
-    /// [`Error::DTypeMismatch`], [`Error::SizeMismatch`], [`Error::StaleHandle`] for a freed
-    /// tensor, [`Error::WrongDevice`], backend errors.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn upload<T: Element>(&self, tensor: &Tensor, data: &[T]) -> Result<Ticket> {
-        complete_now(self.upload_with(Waiting::Blocking, tensor, data))
-    }
-
-    async fn upload_with<T: Element>(
-        &self,
-        waiting: Waiting,
-        tensor: &Tensor,
-        data: &[T],
-    ) -> Result<Ticket> {
-        let what = || format!("upload into tensor of shape {:?}", tensor.shape());
-        self.check_device(tensor, what)?;
-        check_element::<T>(tensor.dtype(), what)?;
-        let bytes: &[u8] = bytemuck::cast_slice(data);
-        if bytes.len() as u64 != tensor.size() {
-            return Err(Error::SizeMismatch {
-                what: format!("upload into tensor of shape {:?}", tensor.shape()),
-                expected: tensor.size(),
-                actual: bytes.len() as u64,
-            });
-        }
-        self.write_segments(waiting, tensor.placement(), tensor.size(), 0, bytes)
-            .await
-    }
-
-    /// Downloads the whole tensor as elements of `T`: the tensor's dtype, or `u8` for raw bytes
-    /// ([`Element`]). Native only; see [`Runtime::download_async`].
-    ///
-    /// # Errors
-    /// [`Error::DTypeMismatch`], [`Error::StaleHandle`], [`Error::WrongDevice`], backend errors.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn download<T: Element>(&self, tensor: &Tensor) -> Result<Vec<T>> {
-        complete_now(self.download_with(Waiting::Blocking, tensor))
-    }
-
-    async fn download_with<T: Element>(&self, waiting: Waiting, tensor: &Tensor) -> Result<Vec<T>> {
-        let what = || format!("download of tensor of shape {:?}", tensor.shape());
-        self.check_device(tensor, what)?;
-        check_element::<T>(tensor.dtype(), what)?;
-        let elem = std::mem::size_of::<T>() as u64;
-        let mut out = vec![T::zeroed(); (tensor.size() / elem) as usize];
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut out);
-        self.read_segments(waiting, tensor.placement(), tensor.size(), 0, bytes)
-            .await?;
-        Ok(out)
-    }
-
-    pub(crate) fn host_visible(&self) -> bool {
-        self.inner.backend.capabilities().device_host_visible && !self.inner.config.force_staging
-    }
-
-    /// Writes `data` at `offset` bytes into a device allocation, choosing the transfer path (module
-    /// doc). The offset must be a multiple of the copy alignment. Returns the ticket after which the
-    /// bytes are in place for device work (already in place for host access when the path was
-    /// mapped). Native only; see [`Runtime::write_bytes_async`].
-    ///
-    /// A length that is not a multiple of the copy alignment ends inside a word the backend can
-    /// only write whole: the bytes after `data` in that word are read first and written back
-    /// unchanged, so a partial write never touches its neighbours (issue 12, defect 1). That costs
-    /// one small read (a wait for earlier work on the allocation) per unaligned write.
-    ///
-    /// # Errors
-    /// [`Error::ZeroSize`], [`Error::OutOfBounds`], [`Error::Misaligned`] offset,
-    /// [`Error::StaleHandle`], backend errors.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn write_bytes(&self, alloc: Allocation, offset: u64, data: &[u8]) -> Result<Ticket> {
-        complete_now(self.write_bytes_with(Waiting::Blocking, alloc, offset, data))
-    }
-
-    /// The one write path (module doc), waiting in `waiting`'s mode.
-    pub(crate) async fn write_bytes_with(
-        &self,
-        waiting: Waiting,
-        alloc: Allocation,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<Ticket> {
-        let pool = self.device_pool();
-        let dst = self.sub_range(pool.as_ref(), alloc, offset, data.len() as u64, "write")?;
-        let padded = self
-            .with_tail(waiting, pool.as_ref(), alloc, offset, data)
-            .await?;
-        let ticket = match self
-            .write_range(waiting, pool.as_ref(), alloc, dst, &padded)
-            .await
-        {
-            Ok(t) => t,
-            Err(e) => {
-                // Chunks that were queued before the failure still write: later frees wait.
-                if let Ok(t) = self.inner.backend.flush() {
-                    let _ = pool.mark_used(alloc.handle, t);
-                }
-                return Err(e);
-            }
-        };
-        pool.mark_used(alloc.handle, ticket)?;
-        if let Some(t) = self.tracer() {
-            t.record(EventKind::Upload {
-                id: self.trace_id(alloc.handle),
-                size: data.len() as u64,
-            });
-        }
-        Ok(ticket)
-    }
-
-    /// `data` extended to whole copy words with the bytes that follow it in the allocation.
-    async fn with_tail<'a>(
-        &self,
-        waiting: Waiting,
-        pool: &dyn DevicePool,
-        alloc: Allocation,
-        offset: u64,
-        data: &'a [u8],
-    ) -> Result<Cow<'a, [u8]>> {
-        let align = self.inner.backend.capabilities().copy_align.max(1) as usize;
-        let whole = data.len() / align * align;
-        if whole == data.len() {
-            return Ok(Cow::Borrowed(data));
-        }
-        let mut word = vec![0u8; align];
-        // Boxed: `read_into` is itself async, and a future may not contain itself.
-        Box::pin(self.read_into(waiting, pool, alloc, offset + whole as u64, &mut word)).await?;
-        let mut v = Vec::with_capacity(whole + align);
-        v.extend_from_slice(data);
-        v.extend_from_slice(&word[data.len() - whole..]);
-        Ok(Cow::Owned(v))
-    }
-
-    /// Writes whole words `data` into `dst`: mapped, queued or staged (module doc).
-    async fn write_range(
-        &self,
-        waiting: Waiting,
-        pool: &dyn DevicePool,
-        alloc: Allocation,
-        dst: BlockRange,
-        data: &[u8],
-    ) -> Result<Ticket> {
-        let backend = self.inner.backend.as_ref();
-        if self.host_visible() {
-            waiting.ticket(backend, self.last_use(pool, alloc)?).await?;
-            waiting
-                .host_access(backend, dst.block, HostAccess::Write)
-                .await?;
-            backend.write_mapped(dst.block, dst.offset, data)?;
-            Ok(Ticket::DONE)
-        } else if !self.inner.config.force_staging
-            && (data.len() as u64) <= backend.capabilities().queued_write_max
-        {
-            match backend.write_queued(dst, data)? {
-                Some(t) => Ok(t),
-                None => self.inner.staging.upload_with(waiting, dst, data).await,
-            }
-        } else {
-            self.inner.staging.upload_with(waiting, dst, data).await
-        }
-    }
-
-    /// Reads `out.len()` bytes at `offset` of a device allocation, after all work enqueued on it.
-    /// Native only; see [`Runtime::read_bytes_async`].
-    ///
-    /// # Errors
-    /// As [`Runtime::write_bytes`].
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn read_bytes(&self, alloc: Allocation, offset: u64, out: &mut [u8]) -> Result<()> {
-        complete_now(self.read_bytes_with(Waiting::Blocking, alloc, offset, out))
-    }
-
-    /// The one read path, waiting in `waiting`'s mode.
-    pub(crate) async fn read_bytes_with(
-        &self,
-        waiting: Waiting,
-        alloc: Allocation,
-        offset: u64,
-        out: &mut [u8],
-    ) -> Result<()> {
-        let pool = self.device_pool();
-        self.read_into(waiting, pool.as_ref(), alloc, offset, out)
-            .await?;
-        if let Some(t) = self.tracer() {
-            t.record(EventKind::Download {
-                id: self.trace_id(alloc.handle),
-                size: out.len() as u64,
-            });
-        }
-        Ok(())
-    }
-
-    async fn read_into(
-        &self,
-        waiting: Waiting,
-        pool: &dyn DevicePool,
-        alloc: Allocation,
-        offset: u64,
-        out: &mut [u8],
-    ) -> Result<()> {
-        let src = self.sub_range(pool, alloc, offset, out.len() as u64, "read")?;
-        let backend = self.inner.backend.as_ref();
-        let padded = src.size != out.len() as u64;
-        let mut buf = vec![0u8; if padded { src.size as usize } else { 0 }];
-        let target: &mut [u8] = if padded { &mut buf } else { &mut *out };
-        if self.host_visible() {
-            waiting.ticket(backend, self.last_use(pool, alloc)?).await?;
-            waiting
-                .host_access(backend, src.block, HostAccess::Read)
-                .await?;
-            backend.read_mapped(src.block, src.offset, target)?;
-        } else {
-            self.inner
-                .staging
-                .download_with(waiting, src, target)
-                .await?;
-        }
-        if padded {
-            let n = out.len();
-            out.copy_from_slice(&buf[..n]);
-        }
-        // A synchronous read is a use that has completed: a pool that leases resolved ranges
-        // (the spilling pool) may move the allocation again.
-        pool.mark_used(alloc.handle, Ticket::DONE)
-    }
-
-    /// The checked range `[offset, offset + size)` of an allocation, with `size` rounded up to the
-    /// copy alignment.
-    pub(crate) fn sub_range(
-        &self,
-        pool: &dyn DevicePool,
-        alloc: Allocation,
-        offset: u64,
-        size: u64,
-        what: &'static str,
-    ) -> Result<BlockRange> {
-        if size == 0 {
-            return Err(Error::ZeroSize { what });
-        }
-        let range = pool.resolve(alloc.handle)?;
-        let align = self.inner.backend.capabilities().copy_align.max(1);
-        if !offset.is_multiple_of(align) {
-            return Err(Error::Misaligned {
-                what: "transfer offset",
-                value: offset,
-                align,
-                align_name: "copy_align",
-            });
-        }
-        let padded = size.div_ceil(align) * align;
-        if offset
-            .checked_add(padded)
-            .is_none_or(|end| end > range.size)
-        {
-            return Err(Error::OutOfBounds {
-                what: "allocation",
-                offset,
-                size,
-                limit: range.size,
-            });
-        }
-        Ok(BlockRange {
-            block: range.block,
-            offset: range.offset + offset,
-            size: padded,
-        })
     }
 
     /// Waits until all work submitted so far, on both lanes, has completed and reclaims deferred

@@ -40,12 +40,15 @@ use crate::ops::Op;
 use crate::{Error, Result};
 
 mod direct;
+mod dispatch;
 mod holes;
 mod lanes;
+mod limits;
 mod rules;
 pub(crate) mod split;
 mod uses;
 
+pub use limits::DeviceLimits;
 use uses::InFlight;
 
 /// Uses recorded before the front asks the backend which tickets completed, to forget theirs.
@@ -65,62 +68,6 @@ struct State {
     issued: Ticket,
     /// Highest transfer ticket any call returned.
     transfer_issued: crate::backend::TransferTicket,
-}
-
-/// Device limits lower than the backend's, which the front reports as its capabilities and
-/// enforces ([`Validated::with_limits`], [`RuntimeConfig::limits`](crate::RuntimeConfig)).
-///
-/// They exist so that tests reach the paths of a large device on a small one: a tensor larger than
-/// `max_block_size` is split into segments in several blocks, an operand larger than
-/// `max_binding_size` is bound as several dispatches, on every backend and in a browser, with
-/// kilobytes instead of WebGPU's 256 MiB buffers and 128 MiB bindings. A limit only lowers: one
-/// above the backend's is the backend's.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct DeviceLimits {
-    /// Largest block in bytes. Default `None` (the backend's). At least the binding alignment
-    /// and a multiple of the copy alignment, so one aligned segment always fits in a block.
-    pub max_block_size: Option<u64>,
-    /// Largest kernel binding in bytes (at most the block limit). Default `None` (the backend's).
-    /// At least the binding alignment.
-    pub max_binding_size: Option<u64>,
-}
-
-impl DeviceLimits {
-    /// `caps` with these limits applied.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a limit below the binding alignment or a block limit that
-    /// is not a multiple of the copy alignment.
-    fn apply(&self, caps: &Capabilities) -> Result<Capabilities> {
-        let mut caps = caps.clone();
-        let floor = caps.binding_align.max(caps.copy_align).max(1);
-        for (name, limit) in [
-            ("max_block_size", self.max_block_size),
-            ("max_binding_size", self.max_binding_size),
-        ] {
-            if limit.is_some_and(|l| l < floor) {
-                return Err(Error::invalid(format!(
-                    "device limit {name} = {} is below the binding alignment ({floor} bytes)",
-                    limit.unwrap_or(0)
-                )));
-            }
-        }
-        if let Some(block) = self.max_block_size {
-            if !block.is_multiple_of(caps.copy_align.max(1)) {
-                return Err(Error::invalid(format!(
-                    "device limit max_block_size = {block} is not a multiple of the copy \
-                     alignment ({} bytes)",
-                    caps.copy_align
-                )));
-            }
-            caps.max_block_size = caps.max_block_size.min(block);
-        }
-        if let Some(binding) = self.max_binding_size {
-            caps.max_binding_size = caps.max_binding_size.min(binding);
-        }
-        caps.max_binding_size = caps.max_binding_size.min(caps.max_block_size);
-        Ok(caps)
-    }
 }
 
 /// The validating front. See the module doc.
@@ -588,62 +535,6 @@ impl Backend for Validated {
 }
 
 impl Validated {
-    /// Enqueues `op` over operands each given as its segments in order (a tensor split across
-    /// blocks, see [`Tensor`](crate::Tensor)), as dispatches that each bind within one segment
-    /// and within `max_binding_size` ([`split::split_segments`]). Operands of one segment each
-    /// take [`Backend::dispatch`]. Every part is validated before any is issued; the last part's
-    /// ticket covers them all.
-    ///
-    /// # Errors
-    /// As [`Backend::dispatch`]; [`Error::SegmentedOperand`] when the op cannot be cut so that
-    /// each part binds within one segment of every operand; [`Error::Overlap`] for an output
-    /// segment overlapping another operand's.
-    pub fn dispatch_segments(&self, op: &Op, operands: &[&[BlockRange]]) -> Result<Ticket> {
-        if operands.iter().all(|s| s.len() == 1) {
-            let bindings: Vec<BlockRange> =
-                operands.iter().flat_map(|s| s.iter().copied()).collect();
-            return self.dispatch(op, &bindings);
-        }
-        self.check_alive()?;
-        let caps = self.capabilities();
-        let parts = split::split_segments(op, operands, caps.max_binding_size, caps.binding_align)?;
-        let inputs = op.signature()?.inputs.len();
-        let names = op.operand_names();
-        for (o, out) in operands.iter().enumerate().skip(inputs) {
-            for (i, other) in operands.iter().enumerate().filter(|&(i, _)| i != o) {
-                for (a, b) in out.iter().flat_map(|a| other.iter().map(move |b| (a, b))) {
-                    rules::disjoint(a, b, || {
-                        format!(
-                            "{} output `{}` and operand `{}`",
-                            op.name(),
-                            names.get(o).copied().unwrap_or("?"),
-                            names.get(i).copied().unwrap_or("?"),
-                        )
-                    })?;
-                }
-            }
-        }
-        self.issue_parts(&parts)
-    }
-
-    /// Validates every part, then issues them in order; the last ticket covers them all
-    /// (tickets complete in order).
-    fn issue_parts(&self, parts: &[split::Part]) -> Result<Ticket> {
-        let caps = self.capabilities();
-        {
-            let st = self.lock();
-            for (part, ranges) in parts {
-                rules::bindings(&st.blocks, caps, part, ranges, caps.max_binding_size)?;
-            }
-        }
-        let mut last = Ticket::DONE;
-        for (part, ranges) in parts {
-            last = self.observe(self.backend.dispatch(part, ranges))?;
-            self.issued(last, ranges);
-        }
-        Ok(last)
-    }
-
     /// The checks of a copy on either lane.
     fn check_copy(&self, src: BlockRange, dst: BlockRange) -> Result<()> {
         self.check_alive()?;

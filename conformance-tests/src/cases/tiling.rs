@@ -3,9 +3,8 @@
 //! untiled chain cannot meet; a view past its tensor is a typed error; a view an op binds off the
 //! target's `binding_align` is refused by the compiler with the numbers.
 
-use std::ops::Range;
-
-use tensormem::ops::{DType, Op, WeightFormat};
+use tensormem::graph::samples::{self, Attention};
+use tensormem::ops::{DType, Op};
 use tensormem::{CompileDesc, Error, Graph, Model, Runtime, RuntimeConfig, TensorId};
 
 use crate::{Case, Ctx, case, check, fail};
@@ -33,72 +32,8 @@ const S: usize = 64;
 const H: usize = 2;
 const D: usize = 8;
 
-struct Attention {
-    g: Graph,
-    inputs: Vec<(TensorId, Vec<f32>)>,
-    out: TensorId,
-    chain: Range<usize>,
-}
-
 fn attention() -> Result<Attention, String> {
-    let graph = fail("graph");
-    let bh = B * H;
-    let mut g = Graph::new();
-    let q = g.input("q", DType::F32, &[bh, S, D]);
-    let k = g.input("k", DType::F32, &[bh, S, D]);
-    let v = g.input("v", DType::F32, &[bh, S, D]);
-    let mask = g.input("mask", DType::F32, &[B, S]);
-    let len = (bh * S * D) as u32;
-    let pre = g
-        .op(Op::Relu { len }, &[q], &[bh, S, D], "pre")
-        .map_err(&graph)?;
-    let first = g.nodes().len();
-    let mm = |n: usize, k: usize, trans_b: bool, alpha: f32| Op::MatMul {
-        batch: bh as u32,
-        m: S as u32,
-        n: n as u32,
-        k: k as u32,
-        trans_a: false,
-        trans_b,
-        broadcast_b: false,
-        bias: false,
-        alpha,
-        weight_format: WeightFormat::F32,
-    };
-    let scores = g
-        .op(mm(S, D, true, 0.35), &[pre, k], &[bh, S, S], "scores")
-        .map_err(&graph)?;
-    let softmax = Op::Softmax {
-        rows: (bh * S) as u32,
-        cols: S as u32,
-        masked: true,
-        rows_per_mask: (H * S) as u32,
-    };
-    let probs = g
-        .op(softmax, &[scores, mask], &[bh, S, S], "probs")
-        .map_err(&graph)?;
-    let ctx = g
-        .op(mm(D, S, false, 1.0), &[probs, v], &[bh, S, D], "context")
-        .map_err(&graph)?;
-    let chain = first..g.nodes().len();
-    let out = g
-        .op(Op::Scale { len, alpha: 0.5 }, &[ctx], &[bh, S, D], "after")
-        .map_err(&graph)?;
-    g.output(out);
-    let mut rng = crate::cases::Rng::new(16);
-    let mut data = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.f32()).collect() };
-    let n = bh * S * D;
-    let (qd, kd, vd) = (data(n), data(n), data(n));
-    // Padded keys: a different count per sentence, none in the first.
-    let m: Vec<f32> = (0..B * S)
-        .map(|i| if i % S + 3 * (i / S) >= S { 0.0 } else { 1.0 })
-        .collect();
-    Ok(Attention {
-        inputs: vec![(q, qd), (k, kd), (v, vd), (mask, m)],
-        g,
-        out,
-        chain,
-    })
+    samples::attention(B, S, H, D, 16).map_err(fail("graph"))
 }
 
 /// The output's bits after two runs (the second over the first's stale bytes).
@@ -119,7 +54,7 @@ async fn run(ctx: &Ctx, model: &mut Model, a: &Attention) -> Result<Vec<u32>, St
 
 fn tiled(parts: u32) -> Result<Attention, String> {
     let mut a = attention()?;
-    a.g.tile(a.chain.clone(), parts).map_err(fail("tile"))?;
+    a.graph.tile(a.chain.clone(), parts).map_err(fail("tile"))?;
     Ok(a)
 }
 
@@ -128,16 +63,20 @@ async fn tiled_attention_equals_untiled(ctx: &Ctx) -> R {
         .runtime(RuntimeConfig::default())
         .map_err(fail("runtime"))?;
     let whole = attention()?;
-    let mut plain = rt.compile(&whole.g).map_err(fail("compile"))?;
+    let mut plain = rt.compile(&whole.graph).map_err(fail("compile"))?;
     let want = run(ctx, &mut plain, &whole).await?;
     let arena = plain.memory_report().activation_planned_bytes;
     drop(plain);
     for parts in [2u32, 4] {
         let a = tiled(parts)?;
-        check(a.g.nodes().len() == 2 + 3 * parts as usize, || {
-            format!("{parts} parts: {} nodes", a.g.nodes().len())
+        check(a.graph.nodes().len() == 2 + 3 * parts as usize, || {
+            format!("{parts} parts: {} nodes", a.graph.nodes().len())
         })?;
-        let mut model = rt.compile(&a.g).map_err(fail("compile tiled"))?;
+        let unused = samples::unused_tensors(&a.graph);
+        check(unused.is_empty(), || {
+            format!("{parts} parts: tensors {unused:?} are declared but unused")
+        })?;
+        let mut model = rt.compile(&a.graph).map_err(fail("compile tiled"))?;
         let got = run(ctx, &mut model, &a).await?;
         check(got == want, || {
             format!("{parts} parts: the output differs from the untiled graph's")
@@ -159,14 +98,14 @@ async fn tiled_attention_within_a_budget_only_it_meets(ctx: &Ctx) -> R {
             })
             .map_err(fail("runtime"))?;
         let whole = attention()?;
-        let mut plain = rt.compile(&whole.g).map_err(fail("compile"))?;
+        let mut plain = rt.compile(&whole.graph).map_err(fail("compile"))?;
         let want = run(ctx, &mut plain, &whole).await?;
         drop(plain);
         // The untiled softmax binds its scores, mask and probabilities: a budget a little above
         // the tiled chain's largest op but below that, with every tensor the chain does not bind
         // still resident, is met only by the tiled graph.
         let a = tiled(4)?;
-        let budget = within(&rt, &a.g, &whole.g)?;
+        let budget = within(&rt, &a.graph, &whole.graph)?;
         let desc = CompileDesc {
             device_budget: Some(budget),
             min_offload_size: 0,
@@ -175,7 +114,7 @@ async fn tiled_attention_within_a_budget_only_it_meets(ctx: &Ctx) -> R {
         // On unified memory the schedule may bind the untiled operands in host memory instead.
         let unified = ctx.backend.capabilities().device_host_visible && !force_staging;
         if !unified {
-            match rt.compile_with(&whole.g, &desc) {
+            match rt.compile_with(&whole.graph, &desc) {
                 Err(Error::BudgetBelowWorkingSet { op, needed, .. }) => {
                     check(["scores", "probs"].contains(&op.as_str()), || {
                         format!("the untiled graph fails at '{op}'")
@@ -187,7 +126,7 @@ async fn tiled_attention_within_a_budget_only_it_meets(ctx: &Ctx) -> R {
             }
         }
         let mut model = rt
-            .compile_with(&a.g, &desc)
+            .compile_with(&a.graph, &desc)
             .map_err(fail("compile tiled"))?;
         let got = run(ctx, &mut model, &a).await?;
         check(got == want, || {

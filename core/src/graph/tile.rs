@@ -17,14 +17,18 @@
 //! * an operand of a shared shape (a weight, a bias) whole;
 //! * an operand that grows with the units: a [view](Graph::view) of its `i`-th slice when the
 //!   tensor comes from outside the chain or is *exported* (no op of the chain reads it, or a node
-//!   outside the chain binds it, or it is a graph output or already a view: each part writes its
-//!   slice of it, through [`Graph::op_into`]); a fresh tensor of one part's size when only the
-//!   chain reads it (the bytes the tiling saves). So a builder may tile a chain as soon as it
-//!   has appended it, before the ops that read its result.
+//!   outside the chain binds it, or it is a graph output or already a view, or it has a reshape or
+//!   view no op of the chain binds: each part writes its slice of it, through
+//!   [`Graph::op_into`]); a fresh tensor of one part's size when only the chain reads it (the bytes
+//!   the tiling saves), bound through a reshape of it where the untiled op bound a reshape. So a
+//!   builder may tile a chain as soon as it has appended it, before the ops that read its result.
 //!
 //! The parts run in order (all of part 0's ops, then part 1's ...), so a part reads only slices
-//! earlier ops of the same part wrote. The chain's internal tensors of the untiled graph stay
-//! declared (their ids stay valid) but no op binds them, so they get no storage.
+//! earlier ops of the same part wrote. The chain's internal tensors of the untiled graph, which
+//! no op binds any more, are removed with their reshapes: the last tensors the pass declared take
+//! their slots, so the tiled graph declares no tensor it does not use, and the id of every other
+//! tensor stays valid. An id of a removed tensor is refused ([`Error::StaleHandle`]) rather than
+//! naming the tensor now in its slot.
 //!
 //! # Limits
 //! * `parts` must divide every op's unit count (a masked softmax's unit is one mask row: at
@@ -71,13 +75,18 @@ impl Graph {
             return Ok(());
         }
         let declared = self.tensors.len();
+        let written: Vec<usize> = self.nodes[nodes.clone()]
+            .iter()
+            .map(|n| self.root(n.output).index())
+            .collect();
         match self.tiled(nodes.clone(), parts) {
             Ok(tiled) => {
                 self.nodes.splice(nodes, tiled);
+                self.remove_untiled(&written, declared);
                 Ok(())
             }
             Err(e) => {
-                self.tensors.truncate(declared); // the views and parts declared so far
+                self.truncate(declared); // the views and parts declared so far
                 Err(e)
             }
         }
@@ -89,10 +98,13 @@ impl Graph {
         let exported = self.exported_roots(&range);
         let steps = self.steps(&chain, parts)?;
         let mut out = Vec::with_capacity(chain.len() * parts as usize);
-        // Per part: the fresh tensor standing for each internal root.
+        // Per part: the fresh tensor standing for each internal root, and the reshape of it standing
+        // for each reshape of that root the chain binds.
         let mut part_of: HashMap<usize, TensorId> = HashMap::new();
+        let mut alias_part: HashMap<usize, TensorId> = HashMap::new();
         for i in 0..parts {
             part_of.clear();
+            alias_part.clear();
             for (node, step) in chain.iter().zip(&steps) {
                 let op = split::restrict(&node.op, step.per_part);
                 let label = format!("{}.part{i}", node.label);
@@ -101,7 +113,17 @@ impl Graph {
                     inputs.push(match *share {
                         Share::Whole => t,
                         Share::PerUnit(unit) => match part_of.get(&self.root(t).index()) {
-                            Some(&p) => p,
+                            Some(&p) if self.root(t) == t => p,
+                            Some(&p) => match alias_part.get(&t.index()) {
+                                Some(&a) => a,
+                                None => {
+                                    let len = self.decl(p)?.len()?;
+                                    let shape = part_shape(&self.decl(t)?.shape, len);
+                                    let a = self.reshape(p, &shape)?;
+                                    alias_part.insert(t.index(), a);
+                                    a
+                                }
+                            },
                             None => self.part_view(t, i, unit * u64::from(step.per_part))?,
                         },
                     });
@@ -135,18 +157,27 @@ impl Graph {
     }
 
     /// Roots a tiled chain must still fill whole: graph outputs, every tensor a node outside
-    /// `range` binds, and every output of the chain no op of the chain reads (the chain's
-    /// result, which later nodes, perhaps not added yet, read).
+    /// `range` binds, every output of the chain no op of the chain reads (the chain's
+    /// result, which later nodes, perhaps not added yet, read), and the root of every reshape or
+    /// view no op of the chain binds (declared to be read later, as well).
     fn exported_roots(&self, range: &Range<usize>) -> HashSet<usize> {
         let mut out: HashSet<usize> = self.outputs.iter().map(|&o| self.root(o).index()).collect();
         let mut read_in_chain = HashSet::new();
+        let mut bound_in_chain = HashSet::new();
         for (k, node) in self.nodes.iter().enumerate() {
             if range.contains(&k) {
                 read_in_chain.extend(node.inputs.iter().map(|&t| self.root(t).index()));
+                bound_in_chain.extend(node.inputs.iter().map(|t| t.index()));
+                bound_in_chain.insert(node.output.index());
             } else {
                 for &t in node.inputs.iter().chain(std::iter::once(&node.output)) {
                     out.insert(self.root(t).index());
                 }
+            }
+        }
+        for (k, decl) in self.tensors.iter().enumerate() {
+            if let Some(root) = decl.alias_of.filter(|_| !bound_in_chain.contains(&k)) {
+                out.insert(root.index());
             }
         }
         for node in &self.nodes[range.clone()] {
@@ -217,6 +248,53 @@ impl Graph {
             steps.push(Step { per_part, shares });
         }
         Ok(steps)
+    }
+
+    /// Removes the tensors of the untiled chain no node binds any more (module doc): each root in
+    /// `written` that is no graph output and that no node binds, itself or through a reshape or
+    /// view, with its reshapes and views. The last tensors declared after the first `declared`
+    /// (the pass's own) move into the freed slots, which get a new generation.
+    ///
+    /// The pass declares at least two tensors for every one it frees (per part, a part tensor for
+    /// each internal root and a reshape of it for each reshape the chain bound), so every freed
+    /// slot is filled and the ids of the tensors declared before the pass stay as they were.
+    fn remove_untiled(&mut self, written: &[usize], declared: usize) {
+        let mut bound = vec![false; self.tensors.len()];
+        let nodes = self.nodes.iter();
+        let ids = nodes.flat_map(|n| n.inputs.iter().chain(std::iter::once(&n.output)));
+        for &t in ids.chain(&self.outputs) {
+            if let Some(b) = bound.get_mut(self.root(t).index()) {
+                *b = true;
+            }
+        }
+        let gone: HashSet<usize> = written.iter().copied().filter(|&r| !bound[r]).collect();
+        let holes = (0..declared).filter(|&k| {
+            let root = self.tensors[k].alias_of.map_or(k, TensorId::index);
+            gone.contains(&root)
+        });
+        let mut moved: HashMap<usize, TensorId> = HashMap::new();
+        for hole in holes.collect::<Vec<_>>() {
+            let last = self.tensors.len() - 1;
+            if last < declared {
+                break; // not reached: see the doc
+            }
+            self.tensors.swap_remove(hole);
+            self.generations.pop();
+            self.generations[hole] = self.generations[hole].wrapping_add(1);
+            moved.insert(last, self.id_at(hole));
+        }
+        let remap = |t: &mut TensorId| {
+            if let Some(&to) = moved.get(&t.index()) {
+                *t = to;
+            }
+        };
+        for node in &mut self.nodes {
+            node.inputs.iter_mut().for_each(&remap);
+            remap(&mut node.output);
+        }
+        for decl in &mut self.tensors {
+            decl.alias_of.iter_mut().for_each(&remap);
+        }
     }
 
     /// The `i`-th slice of `bytes` bytes of `t`, as a view.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::backend::BlockRange;
 use crate::graph::Graph;
 use crate::host::{HostBackend, HostConfig};
 use crate::ops::Op;

@@ -14,7 +14,8 @@ fn front(config: HostConfig) -> (Arc<HostBackend>, Validated) {
     (host, front)
 }
 
-fn block(f: &Validated, kind: MemoryKind, size: u64) -> BlockId {
+/// A block of `size` bytes of `kind` from `f` (the validate tests' one allocation helper).
+pub(super) fn block(f: &dyn Backend, kind: MemoryKind, size: u64) -> BlockId {
     f.alloc_block(&BlockDesc {
         kind,
         size,
@@ -23,7 +24,7 @@ fn block(f: &Validated, kind: MemoryKind, size: u64) -> BlockId {
     .unwrap()
 }
 
-fn range(block: BlockId, offset: u64, size: u64) -> BlockRange {
+pub(super) fn range(block: BlockId, offset: u64, size: u64) -> BlockRange {
     BlockRange {
         block,
         offset,

@@ -5,103 +5,12 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::ops::{DType, Op, WeightFormat};
+use crate::graph::samples::{self, Attention, unused_tensors};
+use crate::ops::{DType, Op};
 use crate::{CompileDesc, HostBackend, HostConfig, Model, Runtime, RuntimeConfig, offload::Score};
 
-/// Attention over `b` sentences of `s` tokens, `h` heads of `d`: q, k, v and a mask in; scores,
-/// masked softmax, context; a scale after the chain reads the context. Returns the graph, its
-/// inputs and output, and the chain's node range.
-struct Attention {
-    g: Graph,
-    inputs: Vec<(TensorId, Vec<f32>)>,
-    out: TensorId,
-    chain: Range<usize>,
-}
-
 fn attention(b: usize, s: usize, h: usize, d: usize) -> Attention {
-    let mut g = Graph::new();
-    let bh = b * h;
-    let q = g.input("q", DType::F32, &[bh, s, d]);
-    let k = g.input("k", DType::F32, &[bh, s, d]);
-    let v = g.input("v", DType::F32, &[bh, s, d]);
-    let mask = g.input("mask", DType::F32, &[b, s]);
-    let pre = g
-        .op(
-            Op::Relu {
-                len: (bh * s * d) as u32,
-            },
-            &[q],
-            &[bh, s, d],
-            "pre",
-        )
-        .unwrap();
-    let first = g.nodes().len();
-    let mm = |n: usize, k: usize, trans_b: bool, alpha: f32| Op::MatMul {
-        batch: bh as u32,
-        m: s as u32,
-        n: n as u32,
-        k: k as u32,
-        trans_a: false,
-        trans_b,
-        broadcast_b: false,
-        bias: false,
-        alpha,
-        weight_format: WeightFormat::F32,
-    };
-    let scores = g
-        .op(mm(s, d, true, 0.25), &[pre, k], &[bh, s, s], "scores")
-        .unwrap();
-    let softmax = Op::Softmax {
-        rows: (bh * s) as u32,
-        cols: s as u32,
-        masked: true,
-        rows_per_mask: (h * s) as u32,
-    };
-    let probs = g
-        .op(softmax, &[scores, mask], &[bh, s, s], "probs")
-        .unwrap();
-    let ctx = g
-        .op(mm(d, s, false, 1.0), &[probs, v], &[bh, s, d], "context")
-        .unwrap();
-    let chain = first..g.nodes().len();
-    let out = g
-        .op(
-            Op::Scale {
-                len: (bh * s * d) as u32,
-                alpha: 0.5,
-            },
-            &[ctx],
-            &[bh, s, d],
-            "after",
-        )
-        .unwrap();
-    g.output(out);
-    let data = |n: usize, seed: u32| -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8) as f32
-                    / 16_777_216.0
-                    - 0.5
-            })
-            .collect()
-    };
-    let mut m = vec![1.0f32; b * s];
-    for (i, x) in m.iter_mut().enumerate() {
-        if i % s >= s - 1 - (i / s) % 3 {
-            *x = 0.0; // padded keys, a different count per sentence
-        }
-    }
-    Attention {
-        inputs: vec![
-            (q, data(bh * s * d, 1)),
-            (k, data(bh * s * d, 2)),
-            (v, data(bh * s * d, 3)),
-            (mask, m),
-        ],
-        g,
-        out,
-        chain,
-    }
+    samples::attention(b, s, h, d, 1).unwrap()
 }
 
 fn runtime(force_staging: bool) -> Runtime {
@@ -142,20 +51,20 @@ fn largest_op(g: &Graph, part: &str) -> u64 {
 fn a_tiled_attention_chain_equals_the_untiled_one_bit_for_bit() {
     let rt = runtime(false);
     let whole = attention(4, 8, 3, 4);
-    let mut plain = rt.compile(&whole.g).unwrap();
+    let mut plain = rt.compile(&whole.graph).unwrap();
     let want = run(&mut plain, &whole);
     let plain = plain.memory_report();
-    let softmax = largest_op(&whole.g, "probs");
+    let softmax = largest_op(&whole.graph, "probs");
     for parts in [1u32, 2, 4] {
         let mut a = attention(4, 8, 3, 4);
-        a.g.tile(a.chain.clone(), parts).unwrap();
-        assert_eq!(a.g.nodes().len(), 1 + 3 * parts as usize + 1);
+        a.graph.tile(a.chain.clone(), parts).unwrap();
+        assert_eq!(a.graph.nodes().len(), 1 + 3 * parts as usize + 1);
         if parts > 1 {
-            assert_eq!(a.g.nodes()[1].label, "scores.part0");
+            assert_eq!(a.graph.nodes()[1].label, "scores.part0");
             // Every op of the chain binds at most the untiled softmax's bytes over the parts.
-            assert_eq!(largest_op(&a.g, ".part"), softmax / u64::from(parts));
+            assert_eq!(largest_op(&a.graph, ".part"), softmax / u64::from(parts));
         }
-        let mut model = rt.compile(&a.g).unwrap();
+        let mut model = rt.compile(&a.graph).unwrap();
         assert_eq!(run(&mut model, &a), want, "{parts} parts");
         let tiled = model.memory_report();
         if parts > 1 {
@@ -175,7 +84,7 @@ fn a_tiled_attention_chain_equals_the_untiled_one_bit_for_bit() {
 fn a_budget_below_the_untiled_softmax_runs_once_tiled() {
     let rt = runtime(true);
     let whole = attention(4, 32, 3, 4);
-    let mut plain = rt.compile(&whole.g).unwrap();
+    let mut plain = rt.compile(&whole.graph).unwrap();
     let want = run(&mut plain, &whole);
     let need = plain.memory_report().unbudgeted_device_bytes();
     drop(plain);
@@ -185,7 +94,7 @@ fn a_budget_below_the_untiled_softmax_runs_once_tiled() {
         scores: vec![Score::Area],
         ..CompileDesc::default()
     };
-    match rt.compile_with(&whole.g, &desc) {
+    match rt.compile_with(&whole.graph, &desc) {
         Err(Error::BudgetBelowWorkingSet { op, .. }) => {
             assert!(["scores", "probs"].contains(&op.as_str()), "{op}");
         }
@@ -193,8 +102,8 @@ fn a_budget_below_the_untiled_softmax_runs_once_tiled() {
         Err(e) => panic!("{e}"),
     }
     let mut a = attention(4, 32, 3, 4);
-    a.g.tile(a.chain.clone(), 4).unwrap();
-    let mut model = rt.compile_with(&a.g, &desc).unwrap();
+    a.graph.tile(a.chain.clone(), 4).unwrap();
+    let mut model = rt.compile_with(&a.graph, &desc).unwrap();
     assert_eq!(run(&mut model, &a), want);
     assert_eq!(
         run(&mut model, &a),
@@ -215,11 +124,11 @@ fn a_chain_the_pass_cannot_tile_leaves_the_graph_as_it_was() {
         assert_eq!(t.tensors().len(), g.tensors().len());
     };
     let a = attention(4, 8, 3, 4);
-    check(&a.g, a.chain.clone(), 0, "zero parts");
-    check(&a.g, 3..3, 2, "non-empty range");
-    check(&a.g, 0..9, 2, "non-empty range");
+    check(&a.graph, a.chain.clone(), 0, "zero parts");
+    check(&a.graph, 3..3, 2, "non-empty range");
+    check(&a.graph, 0..9, 2, "non-empty range");
     // The softmax has 4 units (one per mask row): 3 parts do not divide them.
-    check(&a.g, a.chain.clone(), 3, "not a multiple of 3 parts");
+    check(&a.graph, a.chain.clone(), 3, "not a multiple of 3 parts");
     // A broadcast operand is bound whole by every part: when the chain produces it a part at a
     // time, no part could read it.
     let mut g = Graph::new();
@@ -243,8 +152,8 @@ fn a_chain_the_pass_cannot_tile_leaves_the_graph_as_it_was() {
 fn a_chain_tiled_before_its_readers_exist_still_fills_its_result() {
     let rt = runtime(false);
     let whole = attention(4, 8, 3, 4);
-    let want = run(&mut rt.compile(&whole.g).unwrap(), &whole);
-    let mut g = whole.g.clone();
+    let want = run(&mut rt.compile(&whole.graph).unwrap(), &whole);
+    let mut g = whole.graph.clone();
     // Rebuild: the same nodes, tiled before "after" is appended.
     let after = g.nodes()[whole.chain.end].clone();
     let mut early = Graph::new();
@@ -255,6 +164,139 @@ fn a_chain_tiled_before_its_readers_exist_still_fills_its_result() {
     early.nodes.push(after);
     early.output(whole.out);
     let mut model = rt.compile(&early).unwrap();
-    let a = Attention { g: early, ..whole };
+    let a = Attention {
+        graph: early,
+        ..whole
+    };
     assert_eq!(run(&mut model, &a), want);
+}
+
+/// Issue 17: the untiled chain's internal tensors stayed declared, unbound, after tiling. They are
+/// removed; their ids are refused as stale while every other id keeps naming its tensor.
+#[test]
+fn a_tiled_graph_declares_no_tensor_it_does_not_use() {
+    let whole = attention(4, 8, 3, 4);
+    assert_eq!(unused_tensors(&whole.graph), Vec::<usize>::new());
+    for parts in [2u32, 4] {
+        let mut a = attention(4, 8, 3, 4);
+        let node = |k: usize| a.graph.nodes()[a.chain.start + k].output;
+        let (scores, probs, ctx) = (node(0), node(1), node(2));
+        let before = a.graph.tensors().len();
+        a.graph.tile(a.chain.clone(), parts).unwrap();
+        assert_eq!(
+            unused_tensors(&a.graph),
+            Vec::<usize>::new(),
+            "{parts} parts"
+        );
+        // Per part: views of k, v, mask, the pre-op's output and the context, and two part
+        // tensors (scores, probs); the two untiled ones are gone.
+        assert_eq!(a.graph.tensors().len(), before + 7 * parts as usize - 2);
+        for gone in [scores, probs] {
+            assert!(
+                matches!(a.graph.decl(gone), Err(Error::StaleHandle { .. })),
+                "{:?}",
+                a.graph.decl(gone)
+            );
+            assert!(!a.graph.contains(gone));
+        }
+        assert_eq!(a.graph.decl(ctx).unwrap().name, "context");
+        assert_eq!(a.graph.decl(a.out).unwrap().name, "after");
+        for (t, _) in &a.inputs {
+            assert_eq!(a.graph.decl(*t).unwrap().kind, TensorKind::Input);
+        }
+        // Every id a node binds names a live tensor of the graph.
+        for n in a.graph.nodes() {
+            for &t in n.inputs.iter().chain(std::iter::once(&n.output)) {
+                a.graph.decl(t).unwrap();
+            }
+        }
+    }
+    // The check sees a dead declaration: a reshape nothing binds.
+    let mut g = whole.graph.clone();
+    let dead = g.reshape(whole.out, &[4 * 3 * 8 * 4]).unwrap();
+    assert_eq!(unused_tensors(&g), vec![dead.index()]);
+}
+
+/// `x → relu → (a reshape of it) → scale → after`, the chain `relu, scale`, with `bind_reshape`:
+/// whether the scale reads the relu's output through the reshape (else directly, the reshape
+/// declared for a later reader). Returns the graph, its input, the relu's output and the reshape.
+fn relu_scale(bind_reshape: bool) -> (Graph, TensorId, TensorId, TensorId, TensorId) {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[4, 8]);
+    let r = g.op(Op::Relu { len: 32 }, &[x], &[4, 8], "relu").unwrap();
+    let flat = g.reshape(r, &[32]).unwrap();
+    let read = if bind_reshape { flat } else { r };
+    let scaled = g
+        .op(
+            Op::Scale {
+                len: 32,
+                alpha: 3.0,
+            },
+            &[read],
+            &[32],
+            "scale",
+        )
+        .unwrap();
+    let out = g
+        .op(
+            Op::Scale {
+                len: 32,
+                alpha: 0.5,
+            },
+            &[scaled],
+            &[32],
+            "after",
+        )
+        .unwrap();
+    g.output(out);
+    (g, x, r, flat, out)
+}
+
+fn run_one(rt: &Runtime, g: &Graph, x: TensorId, out: TensorId) -> Vec<u32> {
+    let mut model = rt.compile(g).unwrap();
+    let data: Vec<f32> = (0..32).map(|i| i as f32 - 15.5).collect();
+    model.set_input(x, bytemuck::cast_slice(&data)).unwrap();
+    model.run().unwrap();
+    let got: Vec<f32> = model.read_output(out).unwrap();
+    got.iter().map(|v| v.to_bits()).collect()
+}
+
+/// A reshape of an internal tensor that the chain reads is bound, part by part, as a reshape of
+/// the part tensor; the untiled tensor and its reshape are removed and the result is unchanged.
+#[test]
+fn a_reshape_the_chain_reads_is_removed_with_its_tensor() {
+    let rt = runtime(false);
+    let (mut g, x, r, flat, out) = relu_scale(true);
+    let want = run_one(&rt, &g, x, out);
+    g.tile(0..2, 2).unwrap();
+    assert_eq!(unused_tensors(&g), Vec::<usize>::new());
+    for gone in [r, flat] {
+        assert!(matches!(g.decl(gone), Err(Error::StaleHandle { .. })));
+    }
+    let scale_part = &g.nodes()[1];
+    assert_eq!(scale_part.label, "scale.part0");
+    assert_eq!(g.decl(scale_part.inputs[0]).unwrap().shape, vec![16]);
+    assert!(g.decl(scale_part.inputs[0]).unwrap().alias_of.is_some());
+    assert_eq!(run_one(&rt, &g, x, out), want);
+}
+
+/// A reshape of an internal tensor that no op binds yet is declared for a later reader: the
+/// tensor stays whole (filled a part at a time), and an op added after tiling reads it.
+#[test]
+fn a_reshape_declared_for_a_later_reader_keeps_its_tensor_whole() {
+    let rt = runtime(false);
+    let (untiled, x, _, flat, _) = relu_scale(false);
+    let read_later = |g: &mut Graph| {
+        let y = g.op(Op::Relu { len: 32 }, &[flat], &[32], "later").unwrap();
+        g.output(y);
+        y
+    };
+    let mut whole = untiled.clone();
+    let y = read_later(&mut whole);
+    let want = run_one(&rt, &whole, x, y);
+    let mut g = untiled;
+    g.tile(0..2, 2).unwrap();
+    let y = read_later(&mut g);
+    assert_eq!(unused_tensors(&g), Vec::<usize>::new());
+    assert_eq!(run_one(&rt, &g, x, y), want);
 }

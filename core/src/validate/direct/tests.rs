@@ -8,26 +8,10 @@ use super::*;
 use crate::backend::{BlockDesc, BlockId, Capabilities, ManagedMemory, PeerPath};
 use crate::host::{HostBackend, HostConfig};
 use crate::ops::Op;
+use crate::validate::tests::{block, range};
 
 fn host_front() -> Validated {
     Validated::new(Arc::new(HostBackend::new(HostConfig::default()).unwrap()))
-}
-
-fn block(f: &dyn Backend, kind: MemoryKind, size: u64) -> BlockId {
-    f.alloc_block(&BlockDesc {
-        kind,
-        size,
-        label: "test",
-    })
-    .unwrap()
-}
-
-fn range(block: BlockId, offset: u64, size: u64) -> BlockRange {
-    BlockRange {
-        block,
-        offset,
-        size,
-    }
 }
 
 /// The host backend with the trait's defaults for everything optional: no managed memory, no

@@ -27,7 +27,7 @@ impl Runtime {
             return Err(unsupported());
         }
         let caps = self.backend().capabilities();
-        super::super::check_bindings(graph, caps)?;
+        super::super::compile::check_bindings(graph, caps)?;
         let copy_align = caps.copy_align.max(1);
         let align = caps.binding_align.max(copy_align).next_power_of_two();
         let unified = caps.device_host_visible && !self.config().force_staging;
