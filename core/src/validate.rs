@@ -34,13 +34,15 @@ use std::task::{Context, Poll};
 
 use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, HostAccess, InPlaceGrowth,
-    ManagedMemory, MemoryKind, PeerCopy, Residence, Ticket, TransferLane, TransferTicket,
+    ManagedMemory, PeerCopy, Residence, Ticket, TransferLane, TransferTicket,
 };
 use crate::ops::Op;
 use crate::{Error, Result};
 
+mod checks;
 mod direct;
 mod dispatch;
+mod growth;
 mod holes;
 mod lanes;
 mod limits;
@@ -252,63 +254,11 @@ impl Backend for Validated {
     }
 
     fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
-        self.check_alive()?;
-        let growth = rules::growth(self)?;
-        if desc.kind == MemoryKind::Managed {
-            return Err(Error::Unsupported {
-                backend: self.capabilities().backend,
-                what: "managed blocks that grow in place (reserve_block)".into(),
-            });
-        }
-        if reserve == 0 {
-            return Err(Error::ZeroSize {
-                what: "reservation",
-            });
-        }
-        rules::committed_size(growth, reserve, growth.max_reserve, "max_reserve")?;
-        rules::committed_size(growth, desc.size, reserve, "reservation")?;
-        let id = self.observe(self.backend.reserve_block(desc, reserve))?;
-        let mut st = self.lock();
-        let mirrored = st.blocks.insert_as(id, desc.kind, desc.size, ());
-        st.reserved.insert(id, reserve);
-        drop(st);
-        mirrored.map_err(|e| self.mark_broken(e))?;
-        Ok(id)
+        self.reserve_checked(desc, reserve)
     }
 
     fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
-        self.check_alive()?;
-        let growth = rules::growth(self)?;
-        let reserve = {
-            let st = self.lock();
-            st.blocks.get(block)?;
-            *st.reserved.get(&block).ok_or_else(|| Error::Unsupported {
-                backend: self.capabilities().backend,
-                what: format!("resizing block {}, which was not reserved", block.0),
-            })?
-        };
-        rules::committed_size(growth, size, reserve, "reservation")?;
-        let old = self.lock().blocks.get(block)?.size;
-        let now = self.observe(self.backend.resize_block(block, size))?;
-        // Growth commits exactly `size`; a shrink keeps between `size` and the old size, in
-        // whole granules.
-        let (lo, hi) = if size >= old {
-            (size, size)
-        } else {
-            (size, old)
-        };
-        if now < lo || now > hi || !now.is_multiple_of(growth.granularity) {
-            return Err(self.mark_broken(Error::invalid(format!(
-                "{}: resize_block of block {} from {old} to {size} bytes reported {now} bytes \
-                 committed (want {lo}..={hi}, a multiple of {})",
-                self.capabilities().backend,
-                block.0,
-                growth.granularity
-            ))));
-        }
-        let resized = self.lock().blocks.resize(block, now);
-        resized.map_err(|e| self.mark_broken(e))?;
-        Ok(now)
+        self.resize_checked(block, size)
     }
 
     fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
@@ -531,58 +481,6 @@ impl Backend for Validated {
 
     fn host_visible_copies(&self) -> bool {
         self.backend.host_visible_copies()
-    }
-}
-
-impl Validated {
-    /// The checks of a copy on either lane.
-    fn check_copy(&self, src: BlockRange, dst: BlockRange) -> Result<()> {
-        self.check_alive()?;
-        if src.size != dst.size {
-            return Err(Error::SizeMismatch {
-                what: "copy source and destination".into(),
-                expected: src.size,
-                actual: dst.size,
-            });
-        }
-        {
-            let st = self.lock();
-            let caps = self.capabilities();
-            let both_ways = self.backend.host_visible_copies();
-            let from = rules::transfer_range(&st.blocks, caps, src, "copy source")?;
-            rules::copy_end(from, &src, "copy source", both_ways)?;
-            let to = rules::transfer_range(&st.blocks, caps, dst, "copy destination")?;
-            rules::copy_end(to, &dst, "copy destination", both_ways)?;
-        }
-        rules::disjoint(&src, &dst, || "copy source and destination".into())
-    }
-
-    /// The checks of a fill on either lane.
-    fn check_fill(&self, range: BlockRange) -> Result<()> {
-        self.check_alive()?;
-        let st = self.lock();
-        let entry = rules::transfer_range(&st.blocks, self.capabilities(), range, "fill")?;
-        rules::kind_for(entry, &range, "fill target")
-    }
-
-    /// `Ok` when the device is alive and `ticket` was issued (waiting for a ticket never issued
-    /// would never end).
-    ///
-    /// # Errors
-    /// [`Error::DeviceLost`], [`Error::UnknownTicket`].
-    fn check_issued(&self, ticket: Ticket) -> Result<()> {
-        self.check_alive()?;
-        if ticket > self.lock().issued {
-            // Work may have been issued on the backend before the front was put in front of it.
-            let issued = self.flush()?;
-            if ticket > issued {
-                return Err(Error::UnknownTicket {
-                    ticket: ticket.0,
-                    issued: issued.0,
-                });
-            }
-        }
-        Ok(())
     }
 }
 
