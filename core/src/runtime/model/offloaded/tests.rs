@@ -41,7 +41,12 @@ fn graph() -> (Graph, TensorId, Vec<TensorId>, TensorId) {
 }
 
 fn runtime(force_staging: bool, budget: Option<u64>) -> Runtime {
-    let host = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    runtime_on(HostConfig::default(), force_staging, budget)
+}
+
+/// [`runtime`] on a host backend configured as given (slowed lanes, copy rules).
+fn runtime_on(host: HostConfig, force_staging: bool, budget: Option<u64>) -> Runtime {
+    let host = Arc::new(HostBackend::new(host).unwrap());
     let mut config = RuntimeConfig {
         force_staging,
         ..RuntimeConfig::default()
@@ -318,20 +323,12 @@ fn copies_on_a_slow_transfer_lane_keep_the_output_bit_identical() {
     let (expected, need) = unbudgeted();
     for transfer_lane in [true, false] {
         let (g, x, w, y) = graph();
-        let host = Arc::new(
-            HostBackend::new(HostConfig {
-                worker_delay: Duration::from_micros(300),
-                ..HostConfig::default()
-            })
-            .unwrap(),
-        );
         let budget = need * 2 / 5;
-        let mut config = RuntimeConfig {
-            force_staging: true,
-            ..RuntimeConfig::default()
+        let host = HostConfig {
+            worker_delay: Duration::from_micros(300),
+            ..HostConfig::default()
         };
-        config.device.budget = Some(budget);
-        let rt = Runtime::new(host, config).unwrap();
+        let rt = runtime_on(host, true, Some(budget));
         let mut m = rt
             .compile_with(
                 &g,
@@ -363,21 +360,13 @@ fn swap_ins_copy_straight_from_host_visible_memory_where_the_backend_can() {
         for direct_swap_in in [true, false] {
             for transfer_lane in [true, false] {
                 let (g, x, w, y) = graph();
-                let host = Arc::new(
-                    HostBackend::new(HostConfig {
-                        worker_delay: Duration::from_micros(200),
-                        host_visible_copies,
-                        ..HostConfig::default()
-                    })
-                    .unwrap(),
-                );
                 let budget = need * 2 / 5;
-                let mut config = RuntimeConfig {
-                    force_staging: true,
-                    ..RuntimeConfig::default()
+                let host = HostConfig {
+                    worker_delay: Duration::from_micros(200),
+                    host_visible_copies,
+                    ..HostConfig::default()
                 };
-                config.device.budget = Some(budget);
-                let rt = Runtime::new(host, config).unwrap();
+                let rt = runtime_on(host, true, Some(budget));
                 let desc = CompileDesc {
                     device_budget: Some(budget),
                     transfer_lane,
