@@ -9,7 +9,7 @@
 
 use tensormem::graph::TensorKind;
 use tensormem::ops::{DType, Op, WeightFormat};
-use tensormem::{CompileDesc, DevicePool, Error, Graph, Model, RuntimeConfig, TensorId};
+use tensormem::{CompileDesc, DevicePool, Error, Graph, Model, Runtime, RuntimeConfig, TensorId};
 
 use super::graphs::{RandomGraph, bytes, random_graph};
 use crate::{Case, Ctx, case, check, fail};
@@ -68,21 +68,8 @@ async fn budgeted_equals_unbudgeted(ctx: &Ctx) -> R {
             let need = plain.memory_report().unbudgeted_device_bytes();
             drop(plain);
             // Half of the need, raised to what the tightest op needs when that is more.
-            let mut budget = need / 2;
-            let mut model = loop {
-                let desc = CompileDesc {
-                    device_budget: Some(budget),
-                    min_offload_size: 0,
-                    ..CompileDesc::default()
-                };
-                match rt.compile_with(&rg.graph, &desc) {
-                    Ok(m) => break m,
-                    Err(Error::BudgetBelowWorkingSet { needed, .. }) if budget < need => {
-                        budget = needed.max(budget + 1).min(need);
-                    }
-                    Err(e) => return Err(format!("graph {seed} at {budget} of {need}: {e}")),
-                }
-            };
+            let (mut model, budget) =
+                compile_within(&rt, &rg.graph, CompileDesc::default(), need / 2, need, seed)?;
             feed(ctx, &mut model, &rg).await?;
             let got = outputs(ctx, &mut model, &rg.outputs).await?;
             check(got == want, || {
@@ -136,22 +123,11 @@ async fn swap_in_paths(ctx: &Ctx) -> R {
         drop(plain);
         let mut moved = Vec::new();
         for direct_swap_in in [true, false] {
-            let mut budget = need * 2 / 5;
-            let mut model = loop {
-                let desc = CompileDesc {
-                    device_budget: Some(budget),
-                    min_offload_size: 0,
-                    direct_swap_in,
-                    ..CompileDesc::default()
-                };
-                match rt.compile_with(&rg.graph, &desc) {
-                    Ok(m) => break m,
-                    Err(Error::BudgetBelowWorkingSet { needed, .. }) if budget < need => {
-                        budget = needed.max(budget + 1).min(need);
-                    }
-                    Err(e) => return Err(format!("graph {seed} at {budget} of {need}: {e}")),
-                }
+            let desc = CompileDesc {
+                direct_swap_in,
+                ..CompileDesc::default()
             };
+            let (mut model, _) = compile_within(&rt, &rg.graph, desc, need * 2 / 5, need, seed)?;
             feed(ctx, &mut model, &rg).await?;
             let got = outputs(ctx, &mut model, &rg.outputs).await?;
             check(got == want, || {
@@ -339,4 +315,31 @@ async fn embedding_rows_below_the_table(ctx: &Ctx) -> R {
         rt.check_leaks().map_err(fail("leaks"))?;
     }
     Ok(())
+}
+
+/// Compiles `graph` (random graph `seed`, needing `need` bytes unbudgeted) with `desc` under
+/// `budget`, offloading tensors of any size; a budget below the tightest op is raised to what that
+/// op needs. Returns the model and the budget it compiled under.
+fn compile_within(
+    rt: &Runtime,
+    graph: &Graph,
+    desc: CompileDesc,
+    mut budget: u64,
+    need: u64,
+    seed: u64,
+) -> Result<(Model, u64), String> {
+    loop {
+        let desc = CompileDesc {
+            device_budget: Some(budget),
+            min_offload_size: 0,
+            ..desc.clone()
+        };
+        match rt.compile_with(graph, &desc) {
+            Ok(m) => return Ok((m, budget)),
+            Err(Error::BudgetBelowWorkingSet { needed, .. }) if budget < need => {
+                budget = needed.max(budget + 1).min(need);
+            }
+            Err(e) => return Err(format!("graph {seed} at {budget} of {need}: {e}")),
+        }
+    }
 }
