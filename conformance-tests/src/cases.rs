@@ -20,6 +20,7 @@ mod segments;
 #[cfg(not(target_arch = "wasm32"))]
 mod spill;
 mod staging;
+mod stall;
 mod tiling;
 #[cfg(not(target_arch = "wasm32"))]
 mod waits;
@@ -32,6 +33,7 @@ pub fn all() -> Vec<Case> {
     v.extend(growth::cases());
     v.extend(managed::cases());
     v.extend(lanes::cases());
+    v.extend(stall::cases());
     v.extend(staging::cases());
     v.extend(ops::cases());
     v.extend(segments::cases());
