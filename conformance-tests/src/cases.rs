@@ -21,6 +21,7 @@ mod segments;
 mod spill;
 mod staging;
 mod stall;
+mod swap_order;
 mod tiling;
 #[cfg(not(target_arch = "wasm32"))]
 mod waits;
@@ -39,6 +40,7 @@ pub fn all() -> Vec<Case> {
     v.extend(segments::cases());
     v.extend(graphs::cases());
     v.extend(offload::cases());
+    v.extend(swap_order::cases());
     v.extend(tiling::cases());
     #[cfg(not(target_arch = "wasm32"))]
     v.extend(spill::cases());
