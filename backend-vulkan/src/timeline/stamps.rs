@@ -39,7 +39,7 @@ impl Timestamps {
     /// From the compute family's `timestampValidBits` and the device's `timestampPeriod`;
     /// `None` where the family writes no timestamps.
     pub(crate) fn new(valid_bits: u32, period_ns: f32) -> Option<Timestamps> {
-        if valid_bits == 0 || !(period_ns > 0.0) {
+        if valid_bits == 0 || period_ns.is_nan() || period_ns <= 0.0 {
             return None;
         }
         let mask = if valid_bits >= 64 {
