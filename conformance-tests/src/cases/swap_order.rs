@@ -17,7 +17,7 @@ type R = std::result::Result<(), String>;
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![case!(
-        "offload: a swap-in follows its copy-out with nothing else ordering them",
+        "swap_in_follows_its_copy_out_with_nothing_else_ordering_them",
         swap_in_after_copy_out
     )]
 }
