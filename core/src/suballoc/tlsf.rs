@@ -20,6 +20,8 @@
 //!   [`Tlsf::ALIGN_PROBES`] failed classes the search jumps to the class of `size + align - 1`, where any
 //!   block fits, so the cost does not grow with the alignment.
 
+use std::num::NonZeroU64;
+
 use super::{Region, SubAllocReport, align_up, check_capacity, check_request, next_owner_id};
 use crate::{Error, Result};
 
@@ -170,6 +172,15 @@ fn fit(offset: u64, block_size: u64, size: u64, align: u64) -> Option<u64> {
     (block_size >= size && block_size - size >= pad).then_some(pad)
 }
 
+/// A carved allocation: its offset and its region key (`generation << 32 | node`; never 0, as node
+/// 0 is the sentinel). Two words, so it comes back in registers and the `Region` is built in the
+/// caller: a `Region` returned through memory cost a failed store-to-load forward per allocation.
+#[derive(Clone, Copy, Debug)]
+struct Carved {
+    offset: u64,
+    key: NonZeroU64,
+}
+
 /// A free block chosen for a request: its node, the alignment padding in front of the request, and
 /// the class list it is in.
 #[derive(Clone, Copy, Debug)]
@@ -264,18 +275,35 @@ impl Tlsf {
     /// # Errors
     /// [`Error::ZeroSize`] for `size == 0`; [`Error::InvalidAlignment`] if `align` is not a power of
     /// two or exceeds [`MAX_ALIGN`](super::MAX_ALIGN); [`Error::TooLarge`] if `size > capacity`.
+    #[inline]
     pub fn allocate(&mut self, size: u64, align: u64) -> Result<Option<Region>> {
         check_request(size, align, self.capacity)?;
+        Ok(self.place(size, align).map(|c| self.region(c, size)))
+    }
+
+    /// The allocation path behind [`Tlsf::allocate`], for a validated request.
+    fn place(&mut self, size: u64, align: u64) -> Option<Carved> {
         // Each allocation creates at most two nodes (leading pad, tail remainder).
         if self.nodes.len() > MAX_NODES - 2 && self.vacant.len() < 2 {
-            return Ok(None);
+            return None;
         }
         let own = class_of(size);
         let found = match self.own_class_head(own, size, align) {
             Some(hit) => Some(hit),
-            None => self.search_above(own, size, align),
+            None => self.search_from(own + 1, size, align),
         };
-        Ok(found.map(|hit| self.carve(hit, size)))
+        found.map(|hit| self.carve(hit, size))
+    }
+
+    /// The handle of a carved allocation of `size` bytes.
+    #[inline]
+    fn region(&self, carved: Carved, size: u64) -> Region {
+        Region {
+            offset: carved.offset,
+            size,
+            owner: self.owner,
+            key: carved.key.get(),
+        }
     }
 
     /// The head of class `own` if it fits, or `None`.
@@ -294,11 +322,12 @@ impl Tlsf {
         })
     }
 
-    /// Good-fit search above class `own`: heads of the next non-empty classes (which fit unless
-    /// alignment padding intervenes), then the class of `size + align - 1`, where every block fits.
+    /// Good-fit search from class `from` up: heads of the first non-empty classes (which fit
+    /// unless alignment padding intervenes), then the class of `size + align - 1`, where every
+    /// block fits.
     #[inline]
-    fn search_above(&self, own: usize, size: u64, align: u64) -> Option<Hit> {
-        let mut from = own + 1;
+    fn search_from(&self, from: usize, size: u64, align: u64) -> Option<Hit> {
+        let mut from = from;
         for _ in 0..Self::ALIGN_PROBES {
             let class = self.first_nonempty(from)?;
             if let Some(hit) = self.take_from(class, size, align) {
@@ -362,7 +391,7 @@ impl Tlsf {
 
     /// Hands out `size` bytes of the free node of `hit`, starting `hit.pad` bytes in. The pad and
     /// the remainder become free blocks when they reach `min_split`, else slack.
-    fn carve(&mut self, hit: Hit, size: u64) -> Region {
+    fn carve(&mut self, hit: Hit, size: u64) -> Carved {
         let n = self.nodes[hit.node as usize];
         let rest = n.size.wrapping_sub(hit.pad + size);
         // One branch, rarely taken outside a filling arena (so well predicted): `&`, not `&&`,
@@ -378,7 +407,7 @@ impl Tlsf {
     /// used front. This is the path of a tail block being eaten from the front (an arena filling
     /// up), where it saves a third of the work per allocation.
     #[inline]
-    fn carve_front(&mut self, idx: u32, size: u64) -> Region {
+    fn carve_front(&mut self, idx: u32, size: u64) -> Carved {
         let n = self.nodes[idx as usize];
         self.allocations += 1;
         self.generation = self.generation.wrapping_add(1);
@@ -393,12 +422,12 @@ impl Tlsf {
         free.prev_phys = used;
         free.offset += size;
         free.size -= size;
-        self.region(used, n.offset, size, generation)
+        Self::carved(used, n.offset, generation)
     }
 
     /// The general carve: `idx` leaves its list, becomes the used block, and the pad and remainder
     /// become new free blocks (or slack).
-    fn carve_general(&mut self, hit: Hit, size: u64) -> Region {
+    fn carve_general(&mut self, hit: Hit, size: u64) -> Carved {
         let Hit {
             node: idx,
             pad,
@@ -452,17 +481,17 @@ impl Tlsf {
         node.size = block;
         node.prev_free = generation;
         node.next_free = USED;
-        self.region(idx, offset, size, generation)
+        Self::carved(idx, offset, generation)
     }
 
-    /// The handle of used node `idx`.
+    /// What a carve returns for used node `idx`.
     #[inline]
-    fn region(&self, idx: u32, offset: u64, size: u64, generation: u32) -> Region {
-        Region {
+    fn carved(idx: u32, offset: u64, generation: u32) -> Carved {
+        let key = (u64::from(generation) << 32) | u64::from(idx);
+        Carved {
             offset,
-            size,
-            owner: self.owner,
-            key: (u64::from(generation) << 32) | u64::from(idx),
+            // The sentinel (index 0) is never carved, so the key is never 0.
+            key: NonZeroU64::new(key).unwrap_or(NonZeroU64::MIN),
         }
     }
 

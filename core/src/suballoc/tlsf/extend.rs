@@ -117,6 +117,7 @@ impl Tlsf {
             pad,
             class: class_of(n.size),
         };
-        Ok(Some(self.carve_general(hit, size)))
+        let carved = self.carve_general(hit, size);
+        Ok(Some(self.region(carved, size)))
     }
 }
