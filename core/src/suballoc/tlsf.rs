@@ -392,26 +392,40 @@ impl Tlsf {
     /// Hands out `size` bytes of the free node of `hit`, starting `hit.pad` bytes in. The pad and
     /// the remainder become free blocks when they reach `min_split`, else slack.
     fn carve(&mut self, hit: Hit, size: u64) -> Carved {
-        let n = self.nodes[hit.node as usize];
-        let rest = n.size.wrapping_sub(hit.pad + size);
-        // One branch, rarely taken outside a filling arena (so well predicted): `&`, not `&&`,
-        // keeps the split test — a coin flip in churn — out of it.
-        if (hit.pad == 0) & (rest >= self.min_split) & (class_of(rest.max(1)) == hit.class) {
-            return self.carve_front(hit.node, size);
+        if hit.pad != 0 {
+            return self.carve_general(hit, size);
         }
-        self.carve_general(hit, size)
+        // The one unpredictable decision (an exact fit or a split is a coin flip in churn), made
+        // once; which list the remainder goes to is then well predicted.
+        let rest = self.nodes[hit.node as usize].size - size;
+        if rest < self.min_split {
+            self.carve_whole(hit.node, hit.class)
+        } else {
+            self.carve_front(hit.node, hit.class, size)
+        }
     }
 
-    /// Carves `size` bytes off the front of free node `idx` whose remainder stays in its class: the
-    /// free node keeps its place in its list (no unlink, no link) and a new node describes the
-    /// used front. This is the path of a tail block being eaten from the front (an arena filling
-    /// up), where it saves a third of the work per allocation.
+    /// Hands out the whole free node `idx` (of class `class`): a fit within `min_split`.
     #[inline]
-    fn carve_front(&mut self, idx: u32, size: u64) -> Carved {
+    fn carve_whole(&mut self, idx: u32, class: usize) -> Carved {
+        self.unlink_from(idx, class);
+        let generation = self.next_generation();
+        let node = &mut self.nodes[idx as usize];
+        self.free_bytes -= node.size;
+        node.prev_free = generation;
+        node.next_free = USED;
+        let offset = node.offset;
+        Self::carved(idx, offset, generation)
+    }
+
+    /// Carves `size` bytes off the front of free node `idx` (of class `class`): a new node
+    /// describes the used front, and `idx` stays the free remainder. It keeps its place in its
+    /// list when the remainder stays in its class (a tail block eaten from the front as an arena
+    /// fills up, where that saves a third of the work) and moves to the remainder's list otherwise.
+    #[inline]
+    fn carve_front(&mut self, idx: u32, class: usize, size: u64) -> Carved {
         let n = self.nodes[idx as usize];
-        self.allocations += 1;
-        self.generation = self.generation.wrapping_add(1);
-        let generation = self.generation;
+        let generation = self.next_generation();
         self.free_bytes -= size;
         let used = self.new_node(n.offset, size, n.prev_phys, idx, generation, USED);
         match n.prev_phys {
@@ -422,7 +436,19 @@ impl Tlsf {
         free.prev_phys = used;
         free.offset += size;
         free.size -= size;
+        if class_of(free.size) != class {
+            self.unlink_from(idx, class);
+            self.link(idx);
+        }
         Self::carved(used, n.offset, generation)
+    }
+
+    /// Counts a new allocation and returns the generation to stamp into it.
+    #[inline]
+    fn next_generation(&mut self) -> u32 {
+        self.allocations += 1;
+        self.generation = self.generation.wrapping_add(1);
+        self.generation
     }
 
     /// The general carve: `idx` leaves its list, becomes the used block, and the pad and remainder
@@ -436,9 +462,7 @@ impl Tlsf {
         let n = self.nodes[idx as usize];
         debug_assert!(n.state() == State::Free && n.size >= pad + size);
         debug_assert_eq!(class_of(n.size), class);
-        self.allocations += 1;
-        self.generation = self.generation.wrapping_add(1);
-        let generation = self.generation;
+        let generation = self.next_generation();
         let rest = n.size - pad - size;
         self.unlink_from(idx, class);
         self.free_bytes -= n.size;
