@@ -633,7 +633,7 @@ impl Tlsf {
     }
 
     /// Removes free node `idx` from its class list, clearing bitmap bits that become empty.
-    #[inline]
+    #[inline(always)]
     fn unlink(&mut self, idx: u32) {
         self.unlink_from(idx, class_of(self.nodes[idx as usize].size));
     }
