@@ -85,7 +85,8 @@ struct Node {
     /// Physically next block, or `NONE` for the last block.
     next_phys: u32,
     /// Free: previous entry in the free list (or `NONE`). Used: the generation stamped into the
-    /// block's region, so a handle from an earlier use of the slot is recognised.
+    /// block's region, so a handle from an earlier use of the slot is recognised. Vacant: the next
+    /// node down the vacant stack (or `NONE`).
     prev_free: u32,
     /// Free: next entry in the free list (or `NONE`). Otherwise the tag `USED` or `VACANT`.
     next_free: u32,
@@ -143,8 +144,11 @@ pub struct Tlsf {
     owner: u32,
     /// Block metadata; indices are stable while a block lives. Index [`SENTINEL`] is not a block.
     nodes: Vec<Node>,
-    /// Vacant node indices, reused before `nodes` grows.
-    vacant: Vec<u32>,
+    /// Top of the stack of vacant nodes, reused before `nodes` grows (`NONE` when empty). The
+    /// stack is threaded through the vacant nodes' `prev_free`, so retiring a node costs no push.
+    vacant: u32,
+    /// Nodes on the vacant stack.
+    vacant_count: usize,
     /// Head of each class's free list.
     heads: Box<[u32; HEADS_LEN]>,
     /// Bit f set iff `sl_bitmap[f] != 0`.
@@ -225,7 +229,8 @@ impl Tlsf {
             min_split,
             owner: next_owner_id(),
             nodes: Vec::with_capacity(64),
-            vacant: Vec::new(),
+            vacant: NONE,
+            vacant_count: 0,
             heads: Box::new([NONE; HEADS_LEN]),
             fl_bitmap: 0,
             sl_bitmap: [0; 64],
@@ -284,7 +289,7 @@ impl Tlsf {
     /// The allocation path behind [`Tlsf::allocate`], for a validated request.
     fn place(&mut self, size: u64, align: u64) -> Option<Carved> {
         // Each allocation creates at most two nodes (leading pad, tail remainder).
-        if self.nodes.len() > MAX_NODES - 2 && self.vacant.len() < 2 {
+        if self.nodes.len() > MAX_NODES - 2 && self.vacant_count < 2 {
             return None;
         }
         let own = class_of(size);
@@ -684,17 +689,17 @@ impl Tlsf {
             prev_free,
             next_free,
         };
-        match self.vacant.pop() {
-            Some(idx) => {
-                self.nodes[idx as usize] = node;
-                idx
-            }
-            None => {
-                // `allocate` checked that indices stay below the tags.
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
-            }
+        let idx = self.vacant;
+        if idx == NONE {
+            // `allocate` checked that indices stay below the tags.
+            self.nodes.push(node);
+            return (self.nodes.len() - 1) as u32;
         }
+        let slot = &mut self.nodes[idx as usize];
+        self.vacant = slot.prev_free;
+        self.vacant_count -= 1;
+        *slot = node;
+        idx
     }
 
     /// Retires node `idx` to the vacant stack.
@@ -702,8 +707,9 @@ impl Tlsf {
     fn release_node(&mut self, idx: u32) {
         let node = &mut self.nodes[idx as usize];
         node.next_free = VACANT;
-        node.prev_free = NONE;
-        self.vacant.push(idx);
+        node.prev_free = self.vacant;
+        self.vacant = idx;
+        self.vacant_count += 1;
     }
 
     /// Used, free, largest free block and fragmentation. Constant time except for the scan of the
