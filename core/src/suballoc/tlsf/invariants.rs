@@ -2,8 +2,9 @@
 //! apart from the allocator because it walks everything (O(blocks + classes)) and is never on the
 //! hot path.
 
+use super::Tlsf;
 use super::class::{CLASS_COUNT, FL_COUNT, SL_COUNT, class_of};
-use super::{NONE, State, Tlsf};
+use super::node::{NONE, State};
 
 impl Tlsf {
     /// Verifies every structural invariant; O(blocks). For tests and debugging.
@@ -103,7 +104,10 @@ impl Tlsf {
             if stacked > limit {
                 return Err("vacant stack has a cycle".into());
             }
-            let n = self.nodes.get(cur as usize).ok_or("vacant link out of range")?;
+            let n = self
+                .nodes
+                .get(cur as usize)
+                .ok_or("vacant link out of range")?;
             if n.state() != State::Vacant {
                 return Err(format!("node {cur} on the vacant stack is not vacant"));
             }

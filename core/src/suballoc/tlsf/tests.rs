@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use super::class::class_start;
+use super::class::{CLASS_COUNT, class_start};
 use super::*;
 use crate::suballoc::{MAX_ALIGN, RingAllocator};
 
