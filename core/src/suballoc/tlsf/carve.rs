@@ -5,7 +5,7 @@
 use std::num::NonZeroU64;
 
 use super::class::class_of;
-use super::node::{NONE, State, USED};
+use super::node::{NONE, SENTINEL, State, USED};
 use super::{Hit, Tlsf};
 use crate::suballoc::Region;
 
@@ -14,7 +14,9 @@ use crate::suballoc::Region;
 /// caller: a `Region` returned through memory cost a failed store-to-load forward per allocation.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Carved {
+    /// Start of the allocation.
     offset: u64,
+    /// The region key.
     key: NonZeroU64,
 }
 
@@ -37,7 +39,7 @@ impl Tlsf {
 
     /// Hands out the whole free node `idx` (of class `class`): a fit within `min_split`.
     #[inline]
-    pub(super) fn carve_whole(&mut self, idx: u32, class: usize) -> Carved {
+    fn carve_whole(&mut self, idx: u32, class: usize) -> Carved {
         self.unlink_from(idx, class);
         let generation = self.next_generation();
         let node = &mut self.nodes[idx as usize];
@@ -53,7 +55,7 @@ impl Tlsf {
     /// list when the remainder stays in its class (a tail block eaten from the front as an arena
     /// fills up, where that saves a third of the work) and moves to the remainder's list otherwise.
     #[inline]
-    pub(super) fn carve_front(&mut self, idx: u32, class: usize, size: u64) -> Carved {
+    fn carve_front(&mut self, idx: u32, class: usize, size: u64) -> Carved {
         let n = self.nodes[idx as usize];
         let generation = self.next_generation();
         self.free_bytes -= size;
@@ -75,7 +77,7 @@ impl Tlsf {
 
     /// Counts a new allocation and returns the generation to stamp into it.
     #[inline]
-    pub(super) fn next_generation(&mut self) -> u32 {
+    fn next_generation(&mut self) -> u32 {
         self.allocations += 1;
         self.generation = self.generation.wrapping_add(1);
         self.generation
@@ -140,7 +142,8 @@ impl Tlsf {
 
     /// What a carve returns for used node `idx`.
     #[inline]
-    pub(super) fn carved(idx: u32, offset: u64, generation: u32) -> Carved {
+    fn carved(idx: u32, offset: u64, generation: u32) -> Carved {
+        debug_assert!(idx != SENTINEL);
         let key = (u64::from(generation) << 32) | u64::from(idx);
         Carved {
             offset,

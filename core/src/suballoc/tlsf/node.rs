@@ -33,7 +33,7 @@ pub(super) fn or_sentinel(idx: u32) -> usize {
 pub(super) enum State {
     /// A free block, linked in the free list of its round-down class.
     Free,
-    /// A block handed out as a [`Region`].
+    /// A block handed out as a [`Region`](crate::suballoc::Region).
     Used,
     /// An unused node on the recycling stack; describes no block.
     Vacant,
