@@ -69,6 +69,9 @@ pub struct OffloadRow {
     pub error: Option<String>,
     /// Whether the copies ran on a concurrent transfer lane.
     pub transfer_lane: bool,
+    /// Whether `stall` includes the compute lane's device-side waits, timed by the backend
+    /// (`Backend::transfer_stall`); else host waits only.
+    pub lane_waits_measured: bool,
     /// Whether swap-ins were device copies out of host-visible memory (else through the host).
     pub direct_swap_in: bool,
     /// With `compare_lanes`: the same row with the copies on the compute queue.
@@ -190,6 +193,7 @@ struct Measured {
     predicted_stall: Duration,
     unified: bool,
     transfer_lane: bool,
+    lane_waits_measured: bool,
     direct_swap_in: bool,
     chunks: u32,
 }
@@ -254,6 +258,10 @@ fn measure(
     };
     let transfer_lane = report.offload.as_ref().is_some_and(|o| o.transfer_lane);
     let direct_swap_in = report.offload.as_ref().is_some_and(|o| o.direct_swap_in);
+    let lane_waits_measured = report
+        .offload
+        .as_ref()
+        .is_some_and(|o| o.lane_waits_measured);
     let predicted_stall = report
         .offload
         .as_ref()
@@ -272,6 +280,7 @@ fn measure(
         predicted_stall,
         unified,
         transfer_lane,
+        lane_waits_measured,
         direct_swap_in,
     })
 }
@@ -304,6 +313,7 @@ impl Measured {
             identical: self.bits == base.bits,
             error: None,
             transfer_lane: self.transfer_lane,
+            lane_waits_measured: self.lane_waits_measured,
             direct_swap_in: self.direct_swap_in,
             lane_off: None,
         }
@@ -339,7 +349,7 @@ pub fn to_markdown(rows: &[OffloadRow]) -> String {
             continue;
         }
         out += &format!(
-            "| {} | {budget} ({}) | {score} | {} | {} | {:.2}x | {} | {} | {:.1} / {:.1} ms | {}{} |\n",
+            "| {} | {budget} ({}) | {score} | {} | {} | {:.2}x | {} | {} | {:.1} / {:.1} ms{} | {}{} |\n",
             r.seq,
             mib(r.budget),
             r.chunks,
@@ -349,6 +359,11 @@ pub fn to_markdown(rows: &[OffloadRow]) -> String {
             mib(r.to_host),
             r.predicted_stall.as_secs_f64() * 1e3,
             r.stall.as_secs_f64() * 1e3,
+            if r.transfer_lane && !r.lane_waits_measured {
+                " (host waits only: the backend does not time the lane)"
+            } else {
+                ""
+            },
             if r.identical { "yes" } else { "NO" },
             match (
                 r.unified,
@@ -409,6 +424,7 @@ pub fn to_json(rows: &[OffloadRow]) -> Value {
                 "identical": r.identical,
                 "error": r.error,
                 "transfer_lane": r.transfer_lane,
+                "lane_waits_measured": r.lane_waits_measured,
                 "direct_swap_in": r.direct_swap_in,
                 "lane_off": r.lane_off.as_ref().map(|o| json!({
                     "time_ratio": o.time_ratio,

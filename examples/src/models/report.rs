@@ -159,7 +159,7 @@ impl InferenceReport {
              \x20 peak device bytes            {peak} (measured by the pool; schedule {planned})\n\
              \x20 offload schedule             {score} score won{unified}; predicted per run: {scores}\n\
              \x20 bytes moved per run          {to_dev} to device, {to_host} to host\n\
-             \x20 stall (last run)             {stall:.3} ms waiting for copies\n\
+             \x20 stall (last run)             {stall:.3} ms waiting for copies ({waits})\n\
              \x20 runtime device account       {account} reserved (this model included), limit {limit}",
             budget = bytes(o.budget),
             peak = bytes(m.peak_device_bytes),
@@ -174,6 +174,13 @@ impl InferenceReport {
             to_dev = bytes(o.bytes_to_device / runs),
             to_host = bytes(o.bytes_to_host / runs),
             stall = o.last_stall.as_secs_f64() * 1e3,
+            waits = if o.lane_waits_measured {
+                "host waits and the compute lane's device-side waits"
+            } else if o.transfer_lane {
+                "host waits; this backend does not time the lane's waits"
+            } else {
+                "host waits; copies ran between kernels"
+            },
             account = bytes(m.runtime_reserved_bytes),
             limit = m.runtime_limit.map_or_else(|| "none".to_string(), bytes),
         )

@@ -114,6 +114,11 @@ pub struct OffloadReport {
     /// (after [`Model::run`](super::Model::run), where the backend measures it) the time the
     /// compute lane waited for the transfer lane.
     pub last_stall: Duration,
+    /// Whether `last_stall` holds the compute lane's device-side waits for the transfer lane
+    /// ([`Backend::transfer_stall`](crate::Backend::transfer_stall): measured on the host,
+    /// CUDA and Vulkan); `false` where the backend does not measure them (a collapsed lane:
+    /// WebGPU, Vulkan with the lane off) or the lane was off, so only host waits count.
+    pub lane_waits_measured: bool,
     /// Whether the copies ran on a concurrent transfer lane.
     pub transfer_lane: bool,
     /// Whether swap-ins are device copies from host-visible memory (else through the host; see

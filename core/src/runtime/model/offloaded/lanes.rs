@@ -145,9 +145,11 @@ impl Offloaded {
     /// After the run's last ticket completed: adds the compute lane's device-side waits for the
     /// transfer lane during the run to the reported stall, where the backend measures them.
     pub(in crate::runtime::model) fn finish(&mut self, rt: &Runtime) {
-        if let (Some(before), Some(now)) = (self.stall_mark.take(), rt.backend().transfer_stall()) {
+        let measured = self.stall_mark.take().zip(rt.backend().transfer_stall());
+        if let Some((before, now)) = measured {
             self.report.last_stall += now.saturating_sub(before);
         }
+        self.report.lane_waits_measured = measured.is_some() && self.report.transfer_lane;
     }
 }
 

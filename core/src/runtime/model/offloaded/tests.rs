@@ -342,6 +342,10 @@ fn copies_on_a_slow_transfer_lane_keep_the_output_bit_identical() {
         assert_eq!(run(&mut m, x, &w, y), expected, "lane {transfer_lane}");
         let o = m.memory_report().offload.unwrap();
         assert_eq!(o.transfer_lane, transfer_lane);
+        assert_eq!(
+            o.lane_waits_measured, transfer_lane,
+            "the host times its compute lane's waits"
+        );
         assert!(o.bytes_to_host > 0 && o.bytes_to_device > 0, "{o:?}");
         drop(m);
         rt.check_leaks().unwrap();
