@@ -176,7 +176,7 @@ impl<'a> Heuristics<'a> {
                 && self.descending()
             {
                 self.turn += 1;
-                if self.turn % DESCENT_SHARE != 0 {
+                if !self.turn.is_multiple_of(DESCENT_SHARE) {
                     spent += self.descent_round(deadline);
                     continue;
                 }
