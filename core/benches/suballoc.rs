@@ -448,6 +448,14 @@ fn summary(_c: &mut Criterion) {
             }
         );
     }
+    // The bar: ours at most 0.95 of the faster crate on every workload, in this run.
+    let faster = |i: usize| net(rows[1].1)[i].min(net(rows[2].1)[i]);
+    eprintln!(
+        "  ours / faster crate: churn 50% {:.2}, churn 85% {:.2}, ramp {:.2} (target <= 0.95)",
+        ours[0] / faster(0),
+        ours[1] / faster(1),
+        ours[2] / faster(2)
+    );
     eprintln!();
 }
 

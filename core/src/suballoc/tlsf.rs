@@ -19,94 +19,38 @@
 //! * **Alignment by probing.** Candidate heads are tested with their padding; after
 //!   [`Tlsf::ALIGN_PROBES`] failed classes the search jumps to the class of `size + align - 1`, where any
 //!   block fits, so the cost does not grow with the alignment.
+//!
+//! # Hot path
+//!
+//! Shaped by the suballoc benchmark (`core/benches/suballoc.rs`: churn at 50 % and 85 % load, ramp
+//! to failure), where the cost is branch mispredictions and store-forwarding stalls more than
+//! instructions:
+//!
+//! * [`Tlsf::allocate`] is inlined into the caller and its out-of-line part returns two words in
+//!   registers (`Carved`); returning the whole `Region` through memory stalled every call.
+//! * A carve makes its one unpredictable decision (exact fit or split) once; a split leaves the
+//!   free node as the remainder, so its list changes only when its class does.
+//! * List links never branch on "no node" (the sentinel), and vacant nodes are recycled through a
+//!   stack threaded through themselves.
+//! * Branches that the predictor gets right stay branches: testing the own class head with
+//!   conditional moves put two dependent loads before every search and was 10 % slower.
 
 use super::{Region, SubAllocReport, align_up, check_capacity, check_request, next_owner_id};
 use crate::{Error, Result};
 
+mod carve;
 mod class;
 mod extend;
+mod free;
 mod invariants;
+mod lists;
+mod node;
 #[cfg(test)]
 mod tests;
 
-use class::{CLASS_COUNT, HEADS_LEN, SL_COUNT, class_at_least, class_of};
-
-/// "No node" in index links.
-const NONE: u32 = u32::MAX;
-/// `Node::next_free` tag of a used block.
-const USED: u32 = u32::MAX - 1;
-/// `Node::next_free` tag of a vacant node.
-const VACANT: u32 = u32::MAX - 2;
-/// Largest number of metadata nodes: indices stay below the three tags.
-const MAX_NODES: usize = VACANT as usize;
-/// Index of the sentinel node: never a block, it absorbs the list-link writes whose target is
-/// `NONE`, so that linking and unlinking need no data-dependent branch (those branches were a third
-/// of the allocator's mispredictions in the steady-state benchmark).
-const SENTINEL: u32 = 0;
-
-/// A slot of `Tlsf::heads` past the last class: the target of head writes that must not land.
-const SPARE_HEAD: usize = HEADS_LEN - 1;
-const _: () = assert!(
-    SPARE_HEAD >= CLASS_COUNT,
-    "the spare head slot must not be a class"
-);
-
-/// The node a link write to `idx` goes to: `idx` itself, or the sentinel for `NONE`. A conditional
-/// move, never a branch.
-#[inline(always)]
-fn or_sentinel(idx: u32) -> usize {
-    (if idx == NONE { SENTINEL } else { idx }) as usize
-}
-
-/// What a node currently describes, decoded from `Node::next_free`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
-    /// A free block, linked in the free list of its round-down class.
-    Free,
-    /// A block handed out as a [`Region`].
-    Used,
-    /// An unused node on the recycling stack; describes no block.
-    Vacant,
-}
-
-/// Metadata of one block: a slot in `Tlsf::nodes`. 32 bytes, two per cache line, never straddling
-/// one: the free-list links double as the state tag and the generation.
-#[derive(Clone, Copy, Debug)]
-struct Node {
-    /// First byte of the block.
-    offset: u64,
-    /// Length of the block in bytes. For a used block this includes its slack (a tail remainder
-    /// below `min_split`, plus leading pads of later neighbours below `min_split`).
-    size: u64,
-    /// Physically previous block (lower offset), or `NONE` for the block at offset 0.
-    prev_phys: u32,
-    /// Physically next block, or `NONE` for the last block.
-    next_phys: u32,
-    /// Free: previous entry in the free list (or `NONE`). Used: the generation stamped into the
-    /// block's region, so a handle from an earlier use of the slot is recognised.
-    prev_free: u32,
-    /// Free: next entry in the free list (or `NONE`). Otherwise the tag `USED` or `VACANT`.
-    next_free: u32,
-}
-
-impl Node {
-    /// Whether a node of the physical chain is a free block. Chain nodes are never vacant, so one
-    /// comparison decides it.
-    #[inline]
-    fn is_free_in_chain(&self) -> bool {
-        debug_assert!(self.state() != State::Vacant);
-        self.next_free != USED
-    }
-
-    #[inline]
-    fn state(&self) -> State {
-        match self.next_free {
-            USED => State::Used,
-            VACANT => State::Vacant,
-            _ => State::Free,
-        }
-    }
-}
+use carve::Carved;
+use class::{HEADS_LEN, SL_COUNT, class_at_least, class_of};
+use node::{MAX_NODES, NONE, Node};
 
 /// Two-level segregated fit allocator over `[0, capacity)`.
 ///
@@ -141,8 +85,11 @@ pub struct Tlsf {
     owner: u32,
     /// Block metadata; indices are stable while a block lives. Index [`SENTINEL`] is not a block.
     nodes: Vec<Node>,
-    /// Vacant node indices, reused before `nodes` grows.
-    vacant: Vec<u32>,
+    /// Top of the stack of vacant nodes, reused before `nodes` grows (`NONE` when empty). The
+    /// stack is threaded through the vacant nodes' `prev_free`, so retiring a node costs no push.
+    vacant: u32,
+    /// Nodes on the vacant stack.
+    vacant_count: usize,
     /// Head of each class's free list.
     heads: Box<[u32; HEADS_LEN]>,
     /// Bit f set iff `sl_bitmap[f] != 0`.
@@ -214,7 +161,8 @@ impl Tlsf {
             min_split,
             owner: next_owner_id(),
             nodes: Vec::with_capacity(64),
-            vacant: Vec::new(),
+            vacant: NONE,
+            vacant_count: 0,
             heads: Box::new([NONE; HEADS_LEN]),
             fl_bitmap: 0,
             sl_bitmap: [0; 64],
@@ -264,18 +212,24 @@ impl Tlsf {
     /// # Errors
     /// [`Error::ZeroSize`] for `size == 0`; [`Error::InvalidAlignment`] if `align` is not a power of
     /// two or exceeds [`MAX_ALIGN`](super::MAX_ALIGN); [`Error::TooLarge`] if `size > capacity`.
+    #[inline]
     pub fn allocate(&mut self, size: u64, align: u64) -> Result<Option<Region>> {
         check_request(size, align, self.capacity)?;
+        Ok(self.place(size, align).map(|c| self.region(c, size)))
+    }
+
+    /// The allocation path behind [`Tlsf::allocate`], for a validated request.
+    fn place(&mut self, size: u64, align: u64) -> Option<Carved> {
         // Each allocation creates at most two nodes (leading pad, tail remainder).
-        if self.nodes.len() > MAX_NODES - 2 && self.vacant.len() < 2 {
-            return Ok(None);
+        if self.nodes.len() > MAX_NODES - 2 && self.vacant_count < 2 {
+            return None;
         }
         let own = class_of(size);
         let found = match self.own_class_head(own, size, align) {
             Some(hit) => Some(hit),
-            None => self.search_above(own, size, align),
+            None => self.search_from(own + 1, size, align),
         };
-        Ok(found.map(|hit| self.carve(hit, size)))
+        found.map(|hit| self.carve(hit, size))
     }
 
     /// The head of class `own` if it fits, or `None`.
@@ -294,11 +248,12 @@ impl Tlsf {
         })
     }
 
-    /// Good-fit search above class `own`: heads of the next non-empty classes (which fit unless
-    /// alignment padding intervenes), then the class of `size + align - 1`, where every block fits.
+    /// Good-fit search from class `from` up: heads of the first non-empty classes (which fit
+    /// unless alignment padding intervenes), then the class of `size + align - 1`, where every
+    /// block fits.
     #[inline]
-    fn search_above(&self, own: usize, size: u64, align: u64) -> Option<Hit> {
-        let mut from = own + 1;
+    fn search_from(&self, from: usize, size: u64, align: u64) -> Option<Hit> {
+        let mut from = from;
         for _ in 0..Self::ALIGN_PROBES {
             let class = self.first_nonempty(from)?;
             if let Some(hit) = self.take_from(class, size, align) {
@@ -332,325 +287,6 @@ impl Tlsf {
             pad,
             class,
         })
-    }
-
-    /// First class `>= from` with a non-empty free list.
-    #[inline]
-    fn first_nonempty(&self, from: usize) -> Option<usize> {
-        if from >= CLASS_COUNT {
-            return None;
-        }
-        let (fl, sl) = (from / SL_COUNT, from % SL_COUNT);
-        let here = self.sl_bitmap[fl & 63] & (u32::MAX << sl);
-        if here != 0 {
-            return Some(fl * SL_COUNT + here.trailing_zeros() as usize);
-        }
-        let above = self.fl_bitmap & (u64::MAX << (fl + 1));
-        if above == 0 {
-            return None;
-        }
-        let f = above.trailing_zeros() as usize;
-        Some(f * SL_COUNT + self.sl_bitmap[f & 63].trailing_zeros() as usize)
-    }
-
-    /// Head of the free list of `class` (`class < CLASS_COUNT`; the mask only spares the bounds
-    /// check).
-    #[inline]
-    fn head(&self, class: usize) -> u32 {
-        self.heads[class & (HEADS_LEN - 1)]
-    }
-
-    /// Hands out `size` bytes of the free node of `hit`, starting `hit.pad` bytes in. The pad and
-    /// the remainder become free blocks when they reach `min_split`, else slack.
-    fn carve(&mut self, hit: Hit, size: u64) -> Region {
-        let n = self.nodes[hit.node as usize];
-        let rest = n.size.wrapping_sub(hit.pad + size);
-        // One branch, rarely taken outside a filling arena (so well predicted): `&`, not `&&`,
-        // keeps the split test — a coin flip in churn — out of it.
-        if (hit.pad == 0) & (rest >= self.min_split) & (class_of(rest.max(1)) == hit.class) {
-            return self.carve_front(hit.node, size);
-        }
-        self.carve_general(hit, size)
-    }
-
-    /// Carves `size` bytes off the front of free node `idx` whose remainder stays in its class: the
-    /// free node keeps its place in its list (no unlink, no link) and a new node describes the
-    /// used front. This is the path of a tail block being eaten from the front (an arena filling
-    /// up), where it saves a third of the work per allocation.
-    #[inline]
-    fn carve_front(&mut self, idx: u32, size: u64) -> Region {
-        let n = self.nodes[idx as usize];
-        self.allocations += 1;
-        self.generation = self.generation.wrapping_add(1);
-        let generation = self.generation;
-        self.free_bytes -= size;
-        let used = self.new_node(n.offset, size, n.prev_phys, idx, generation, USED);
-        match n.prev_phys {
-            NONE => self.first = used,
-            prev => self.nodes[prev as usize].next_phys = used,
-        }
-        let free = &mut self.nodes[idx as usize];
-        free.prev_phys = used;
-        free.offset += size;
-        free.size -= size;
-        self.region(used, n.offset, size, generation)
-    }
-
-    /// The general carve: `idx` leaves its list, becomes the used block, and the pad and remainder
-    /// become new free blocks (or slack).
-    fn carve_general(&mut self, hit: Hit, size: u64) -> Region {
-        let Hit {
-            node: idx,
-            pad,
-            class,
-        } = hit;
-        let n = self.nodes[idx as usize];
-        debug_assert!(n.state() == State::Free && n.size >= pad + size);
-        debug_assert_eq!(class_of(n.size), class);
-        self.allocations += 1;
-        self.generation = self.generation.wrapping_add(1);
-        let generation = self.generation;
-        let rest = n.size - pad - size;
-        self.unlink_from(idx, class);
-        self.free_bytes -= n.size;
-        let mut offset = n.offset;
-        let mut block = n.size;
-        if pad > 0 {
-            if pad < self.min_split && n.prev_phys != NONE {
-                // Too small to be a block: becomes slack of the block in front, which is used (a
-                // free block never follows a free block).
-                let prev = &mut self.nodes[n.prev_phys as usize];
-                debug_assert!(prev.state() == State::Used);
-                prev.size += pad;
-            } else {
-                let p = self.new_node(offset, pad, n.prev_phys, idx, NONE, NONE);
-                match n.prev_phys {
-                    NONE => self.first = p,
-                    prev => self.nodes[prev as usize].next_phys = p,
-                }
-                self.nodes[idx as usize].prev_phys = p;
-                self.link(p);
-                self.free_bytes += pad;
-            }
-            offset += pad;
-            block -= pad;
-        }
-        if rest >= self.min_split {
-            let r = self.new_node(offset + size, rest, idx, n.next_phys, NONE, NONE);
-            if n.next_phys != NONE {
-                self.nodes[n.next_phys as usize].prev_phys = r;
-            } else {
-                self.last = r;
-            }
-            self.nodes[idx as usize].next_phys = r;
-            self.link(r);
-            self.free_bytes += rest;
-            block = size;
-        }
-        let node = &mut self.nodes[idx as usize];
-        node.offset = offset;
-        node.size = block;
-        node.prev_free = generation;
-        node.next_free = USED;
-        self.region(idx, offset, size, generation)
-    }
-
-    /// The handle of used node `idx`.
-    #[inline]
-    fn region(&self, idx: u32, offset: u64, size: u64, generation: u32) -> Region {
-        Region {
-            offset,
-            size,
-            owner: self.owner,
-            key: (u64::from(generation) << 32) | u64::from(idx),
-        }
-    }
-
-    /// Returns `region` to the free space, merging it with free neighbours. Constant time.
-    ///
-    /// # Errors
-    /// [`Error::ForeignHandle`] if another allocator issued `region`; [`Error::StaleHandle`],
-    /// [`Error::DoubleFree`] or [`Error::InvalidArgument`] if its slot no longer describes it. The
-    /// allocator is unchanged on error.
-    #[inline]
-    pub fn free(&mut self, region: Region) -> Result<()> {
-        self.free_merged(region).map(|_| ())
-    }
-
-    /// [`Tlsf::free`], returning the free block the region became part of, as (offset, size):
-    /// the hole an arena may give the memory of back.
-    ///
-    /// # Errors
-    /// As [`Tlsf::free`].
-    pub fn free_merged(&mut self, region: Region) -> Result<(u64, u64)> {
-        let idx = self.validate(&region)?;
-        let n = self.nodes[idx as usize];
-        self.allocations -= 1;
-        self.free_bytes += n.size;
-        let mut merged = idx;
-        if n.prev_phys != NONE && self.nodes[n.prev_phys as usize].is_free_in_chain() {
-            let prev = n.prev_phys;
-            self.unlink(prev);
-            self.absorb_next(prev);
-            merged = prev;
-        }
-        let next = self.nodes[merged as usize].next_phys;
-        if next != NONE && self.nodes[next as usize].is_free_in_chain() {
-            self.unlink(next);
-            self.absorb_next(merged);
-        }
-        self.link(merged);
-        let m = &self.nodes[merged as usize];
-        Ok((m.offset, m.size))
-    }
-
-    /// Checks that `region` is a live allocation of this allocator; returns its node index.
-    fn validate(&self, region: &Region) -> Result<u32> {
-        const WHAT: &str = "sub-allocation region";
-        let idx = region.key as u32;
-        let generation = (region.key >> 32) as u32;
-        let Some(n) = self
-            .nodes
-            .get(idx as usize)
-            .filter(|_| region.owner == self.owner && idx != SENTINEL)
-        else {
-            return Err(Error::ForeignHandle {
-                what: WHAT,
-                slot: idx,
-                owner: "Tlsf sub-allocator",
-            });
-        };
-        if n.state() != State::Used {
-            return Err(Error::DoubleFree {
-                what: WHAT,
-                slot: idx,
-                generation,
-            });
-        }
-        if n.prev_free != generation {
-            return Err(Error::StaleHandle {
-                what: WHAT,
-                slot: idx,
-                generation,
-                current: n.prev_free,
-            });
-        }
-        if n.offset != region.offset || n.size < region.size {
-            return Err(Error::invalid(format!(
-                "region at offset {} of {} bytes does not match its slot {idx} \
-                 (offset {}, {} bytes)",
-                region.offset, region.size, n.offset, n.size
-            )));
-        }
-        Ok(idx)
-    }
-
-    /// Merges the physical successor of `idx` into it and recycles the successor's node. Both
-    /// must be out of the free lists; `idx` is then a free block not yet linked.
-    #[inline]
-    fn absorb_next(&mut self, idx: u32) {
-        let next = self.nodes[idx as usize].next_phys;
-        debug_assert!(next != NONE);
-        let gone = self.nodes[next as usize];
-        let node = &mut self.nodes[idx as usize];
-        node.size += gone.size;
-        node.next_phys = gone.next_phys;
-        if gone.next_phys != NONE {
-            self.nodes[gone.next_phys as usize].prev_phys = idx;
-        } else {
-            self.last = idx;
-        }
-        self.release_node(next);
-    }
-
-    /// Pushes node `idx` at the head of the free list of its class and sets the bitmap bits.
-    #[inline]
-    fn link(&mut self, idx: u32) {
-        let class = class_of(self.nodes[idx as usize].size);
-        let slot = &mut self.heads[class & (HEADS_LEN - 1)];
-        let head = *slot;
-        *slot = idx;
-        let node = &mut self.nodes[idx as usize];
-        node.prev_free = NONE;
-        node.next_free = head;
-        self.nodes[or_sentinel(head)].prev_free = idx;
-        let (fl, sl) = (class / SL_COUNT, class % SL_COUNT);
-        self.sl_bitmap[fl & 63] |= 1 << sl;
-        self.fl_bitmap |= 1 << fl;
-    }
-
-    /// Removes free node `idx` from its class list, clearing bitmap bits that become empty.
-    #[inline]
-    fn unlink(&mut self, idx: u32) {
-        self.unlink_from(idx, class_of(self.nodes[idx as usize].size));
-    }
-
-    /// [`unlink`](Self::unlink) when the caller knows the node's class.
-    #[inline]
-    fn unlink_from(&mut self, idx: u32, class: usize) {
-        let Node {
-            prev_free,
-            next_free,
-            ..
-        } = self.nodes[idx as usize];
-        debug_assert!(next_free != USED && next_free != VACANT);
-        // Branch-free: writes aimed at `NONE` land in the sentinel, the head moves only when `idx`
-        // was the head, and the bitmap bits clear only when the list became empty.
-        self.nodes[or_sentinel(next_free)].prev_free = prev_free;
-        self.nodes[or_sentinel(prev_free)].next_free = next_free;
-        debug_assert!(prev_free != NONE || self.heads[class] == idx);
-        // The head moves to `next_free` iff `idx` was the head; otherwise the write goes to a
-        // spare slot past the classes (an index select, so a conditional move, like the sentinel).
-        let target = if prev_free == NONE { class } else { SPARE_HEAD };
-        self.heads[target & (HEADS_LEN - 1)] = next_free;
-        let emptied = u32::from(self.heads[class & (HEADS_LEN - 1)] == NONE);
-        let (fl, sl) = (class / SL_COUNT, class % SL_COUNT);
-        let word = &mut self.sl_bitmap[fl & 63];
-        *word &= !(emptied << sl);
-        self.fl_bitmap &= !(u64::from(*word == 0) << fl);
-    }
-
-    /// A node for a new block, recycled from the vacant stack when possible. `prev_free` and
-    /// `next_free` are set as given (`NONE, NONE` for a free block about to be linked,
-    /// `generation, USED` for a used one).
-    #[inline]
-    fn new_node(
-        &mut self,
-        offset: u64,
-        size: u64,
-        prev_phys: u32,
-        next_phys: u32,
-        prev_free: u32,
-        next_free: u32,
-    ) -> u32 {
-        let node = Node {
-            offset,
-            size,
-            prev_phys,
-            next_phys,
-            prev_free,
-            next_free,
-        };
-        match self.vacant.pop() {
-            Some(idx) => {
-                self.nodes[idx as usize] = node;
-                idx
-            }
-            None => {
-                // `allocate` checked that indices stay below the tags.
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
-            }
-        }
-    }
-
-    /// Retires node `idx` to the vacant stack.
-    #[inline]
-    fn release_node(&mut self, idx: u32) {
-        let node = &mut self.nodes[idx as usize];
-        node.next_free = VACANT;
-        node.prev_free = NONE;
-        self.vacant.push(idx);
     }
 
     /// Used, free, largest free block and fragmentation. Constant time except for the scan of the

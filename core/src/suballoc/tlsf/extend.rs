@@ -101,7 +101,7 @@ impl Tlsf {
     /// As [`Tlsf::allocate`].
     pub fn allocate_at_end(&mut self, size: u64, align: u64) -> Result<Option<Region>> {
         check_request(size, align, self.capacity)?;
-        if self.nodes.len() > MAX_NODES - 2 && self.vacant.len() < 2 {
+        if self.nodes.len() > MAX_NODES - 2 && self.vacant_count < 2 {
             return Ok(None);
         }
         let last = self.last;
@@ -117,6 +117,7 @@ impl Tlsf {
             pad,
             class: class_of(n.size),
         };
-        Ok(Some(self.carve_general(hit, size)))
+        let carved = self.carve_general(hit, size);
+        Ok(Some(self.region(carved, size)))
     }
 }

@@ -2,8 +2,9 @@
 //! apart from the allocator because it walks everything (O(blocks + classes)) and is never on the
 //! hot path.
 
+use super::Tlsf;
 use super::class::{CLASS_COUNT, FL_COUNT, SL_COUNT, class_of};
-use super::{NONE, Node, State, Tlsf};
+use super::node::{NONE, State};
 
 impl Tlsf {
     /// Verifies every structural invariant; O(blocks). For tests and debugging.
@@ -95,14 +96,32 @@ impl Tlsf {
                 "{listed} listed free blocks, {free_blocks} in the chain"
             ));
         }
-        // The sentinel (index 0) is neither a block nor vacant.
-        if self.vacant.len() + free_blocks + used_blocks + 1 != self.nodes.len()
-            || self
-                .vacant
-                .iter()
-                .any(|&v| self.nodes.get(v as usize).map(Node::state) != Some(State::Vacant))
+        // The vacant stack: vacant nodes only, no cycle, as long as counted; with the sentinel
+        // (index 0, neither a block nor vacant) it accounts for every node.
+        let (mut stacked, mut cur) = (0usize, self.vacant);
+        while cur != NONE {
+            stacked += 1;
+            if stacked > limit {
+                return Err("vacant stack has a cycle".into());
+            }
+            let n = self
+                .nodes
+                .get(cur as usize)
+                .ok_or("vacant link out of range")?;
+            if n.state() != State::Vacant {
+                return Err(format!("node {cur} on the vacant stack is not vacant"));
+            }
+            cur = n.prev_free;
+        }
+        if stacked != self.vacant_count
+            || stacked + free_blocks + used_blocks + 1 != self.nodes.len()
         {
-            return Err("vacant stack does not match the vacant nodes".into());
+            return Err(format!(
+                "vacant stack holds {stacked} nodes (counted {}), {free_blocks} free and \
+                 {used_blocks} used blocks, {} nodes",
+                self.vacant_count,
+                self.nodes.len()
+            ));
         }
         Ok(())
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use super::class::class_start;
+use super::class::{CLASS_COUNT, class_start};
 use super::*;
 use crate::suballoc::{MAX_ALIGN, RingAllocator};
 
@@ -170,7 +170,7 @@ fn freeing_coalesces_with_both_neighbours() {
         (1 << 16, 1 << 16, 0.0)
     );
     assert_eq!(
-        t.nodes.len() - t.vacant.len(),
+        t.nodes.len() - t.vacant_count,
         2,
         "one block (and the sentinel) remains"
     );
@@ -542,6 +542,6 @@ proptest! {
         let report = t.report();
         prop_assert!(t.is_empty());
         prop_assert_eq!((report.used, report.largest_free), (0, capacity));
-        prop_assert_eq!(t.nodes.len() - t.vacant.len(), 2, "one block and the sentinel");
+        prop_assert_eq!(t.nodes.len() - t.vacant_count, 2, "one block and the sentinel");
     }
 }

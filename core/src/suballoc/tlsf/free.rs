@@ -1,0 +1,106 @@
+//! Freeing: validating a region against its node, then immediate coalescing with the free
+//! physical neighbours.
+
+use super::Tlsf;
+use super::node::{NONE, SENTINEL, State};
+use crate::suballoc::Region;
+use crate::{Error, Result};
+
+impl Tlsf {
+    /// Returns `region` to the free space, merging it with free neighbours. Constant time.
+    ///
+    /// # Errors
+    /// [`Error::ForeignHandle`] if another allocator issued `region`; [`Error::StaleHandle`],
+    /// [`Error::DoubleFree`] or [`Error::InvalidArgument`] if its slot no longer describes it. The
+    /// allocator is unchanged on error.
+    #[inline]
+    pub fn free(&mut self, region: Region) -> Result<()> {
+        self.free_merged(region).map(|_| ())
+    }
+
+    /// [`Tlsf::free`], returning the free block the region became part of, as (offset, size):
+    /// the hole an arena may give the memory of back.
+    ///
+    /// # Errors
+    /// As [`Tlsf::free`].
+    pub fn free_merged(&mut self, region: Region) -> Result<(u64, u64)> {
+        let idx = self.validate(&region)?;
+        let n = self.nodes[idx as usize];
+        self.allocations -= 1;
+        self.free_bytes += n.size;
+        let mut merged = idx;
+        if n.prev_phys != NONE && self.nodes[n.prev_phys as usize].is_free_in_chain() {
+            let prev = n.prev_phys;
+            self.unlink(prev);
+            self.absorb_next(prev);
+            merged = prev;
+        }
+        let next = self.nodes[merged as usize].next_phys;
+        if next != NONE && self.nodes[next as usize].is_free_in_chain() {
+            self.unlink(next);
+            self.absorb_next(merged);
+        }
+        self.link(merged);
+        let m = &self.nodes[merged as usize];
+        Ok((m.offset, m.size))
+    }
+
+    /// Checks that `region` is a live allocation of this allocator; returns its node index.
+    fn validate(&self, region: &Region) -> Result<u32> {
+        const WHAT: &str = "sub-allocation region";
+        let idx = region.key as u32;
+        let generation = (region.key >> 32) as u32;
+        let Some(n) = self
+            .nodes
+            .get(idx as usize)
+            .filter(|_| region.owner == self.owner && idx != SENTINEL)
+        else {
+            return Err(Error::ForeignHandle {
+                what: WHAT,
+                slot: idx,
+                owner: "Tlsf sub-allocator",
+            });
+        };
+        if n.state() != State::Used {
+            return Err(Error::DoubleFree {
+                what: WHAT,
+                slot: idx,
+                generation,
+            });
+        }
+        if n.prev_free != generation {
+            return Err(Error::StaleHandle {
+                what: WHAT,
+                slot: idx,
+                generation,
+                current: n.prev_free,
+            });
+        }
+        if n.offset != region.offset || n.size < region.size {
+            return Err(Error::invalid(format!(
+                "region at offset {} of {} bytes does not match its slot {idx} \
+                 (offset {}, {} bytes)",
+                region.offset, region.size, n.offset, n.size
+            )));
+        }
+        Ok(idx)
+    }
+
+    /// Merges the physical successor of `idx` into it and recycles the successor's node. Both
+    /// must be out of the free lists; `idx` is then a free block not yet linked.
+    #[inline]
+    fn absorb_next(&mut self, idx: u32) {
+        let next = self.nodes[idx as usize].next_phys;
+        debug_assert!(next != NONE);
+        let gone = self.nodes[next as usize];
+        let node = &mut self.nodes[idx as usize];
+        node.size += gone.size;
+        node.next_phys = gone.next_phys;
+        if gone.next_phys != NONE {
+            self.nodes[gone.next_phys as usize].prev_phys = idx;
+        } else {
+            self.last = idx;
+        }
+        self.release_node(next);
+    }
+}
