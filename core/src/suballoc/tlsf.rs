@@ -26,10 +26,8 @@
 //! to failure), where the cost is branch mispredictions and store-forwarding stalls more than
 //! instructions:
 //!
-//! * [`Tlsf::allocate`] and [`Tlsf::free`] are inlined into the caller around out-of-line parts
-//!   that return at most two words, in registers (`Carved`, a node index): returning a `Region` or
-//!   a `Result` through memory cost a store and a reload per call, and for the `Region` a failed
-//!   store-to-load forward.
+//! * [`Tlsf::allocate`] is inlined into the caller and its out-of-line part returns two words in
+//!   registers (`Carved`); returning the whole `Region` through memory stalled every call.
 //! * A carve makes its one unpredictable decision (exact fit or split) once; a split leaves the
 //!   free node as the remainder, so its list changes only when its class does.
 //! * List links never branch on "no node" (the sentinel), and vacant nodes are recycled through a

@@ -15,13 +15,7 @@ impl Tlsf {
     /// allocator is unchanged on error.
     #[inline]
     pub fn free(&mut self, region: Region) -> Result<()> {
-        match self.live_node(&region) {
-            Some(idx) => {
-                self.release(idx);
-                Ok(())
-            }
-            None => Err(self.invalid_region(&region)),
-        }
+        self.free_merged(region).map(|_| ())
     }
 
     /// [`Tlsf::free`], returning the free block the region became part of, as (offset, size):
@@ -29,37 +23,8 @@ impl Tlsf {
     ///
     /// # Errors
     /// As [`Tlsf::free`].
-    #[inline]
     pub fn free_merged(&mut self, region: Region) -> Result<(u64, u64)> {
-        match self.live_node(&region) {
-            Some(idx) => {
-                let merged = self.release(idx);
-                let merged = &self.nodes[merged as usize];
-                Ok((merged.offset, merged.size))
-            }
-            None => Err(self.invalid_region(&region)),
-        }
-    }
-
-    /// The node of `region` if it is a live allocation of this allocator. Inlined into the
-    /// caller with the public `free`, so the common case returns no `Result` through memory.
-    #[inline]
-    fn live_node(&self, region: &Region) -> Option<u32> {
-        let idx = region.key as u32;
-        let generation = (region.key >> 32) as u32;
-        let n = self.nodes.get(idx as usize)?;
-        let live = (region.owner == self.owner)
-            & (idx != SENTINEL)
-            & (n.state() == State::Used)
-            & (n.prev_free == generation)
-            & (n.offset == region.offset)
-            & (n.size >= region.size);
-        live.then_some(idx)
-    }
-
-    /// Frees used node `idx`, merging it with its free neighbours; returns the node of the merged
-    /// free block.
-    fn release(&mut self, idx: u32) -> u32 {
+        let idx = self.validate(&region)?;
         let n = self.nodes[idx as usize];
         self.allocations -= 1;
         self.free_bytes += n.size;
@@ -76,13 +41,12 @@ impl Tlsf {
             self.absorb_next(merged);
         }
         self.link(merged);
-        merged
+        let m = &self.nodes[merged as usize];
+        Ok((m.offset, m.size))
     }
 
-    /// Why `region` is not a live allocation of this allocator (the error of a failed
-    /// [`Tlsf::live_node`]).
-    #[cold]
-    fn invalid_region(&self, region: &Region) -> Error {
+    /// Checks that `region` is a live allocation of this allocator; returns its node index.
+    fn validate(&self, region: &Region) -> Result<u32> {
         const WHAT: &str = "sub-allocation region";
         let idx = region.key as u32;
         let generation = (region.key >> 32) as u32;
@@ -91,32 +55,35 @@ impl Tlsf {
             .get(idx as usize)
             .filter(|_| region.owner == self.owner && idx != SENTINEL)
         else {
-            return Error::ForeignHandle {
+            return Err(Error::ForeignHandle {
                 what: WHAT,
                 slot: idx,
                 owner: "Tlsf sub-allocator",
-            };
+            });
         };
         if n.state() != State::Used {
-            return Error::DoubleFree {
+            return Err(Error::DoubleFree {
                 what: WHAT,
                 slot: idx,
                 generation,
-            };
+            });
         }
         if n.prev_free != generation {
-            return Error::StaleHandle {
+            return Err(Error::StaleHandle {
                 what: WHAT,
                 slot: idx,
                 generation,
                 current: n.prev_free,
-            };
+            });
         }
-        Error::invalid(format!(
-            "region at offset {} of {} bytes does not match its slot {idx} \
-             (offset {}, {} bytes)",
-            region.offset, region.size, n.offset, n.size
-        ))
+        if n.offset != region.offset || n.size < region.size {
+            return Err(Error::invalid(format!(
+                "region at offset {} of {} bytes does not match its slot {idx} \
+                 (offset {}, {} bytes)",
+                region.offset, region.size, n.offset, n.size
+            )));
+        }
+        Ok(idx)
     }
 
     /// Merges the physical successor of `idx` into it and recycles the successor's node. Both
