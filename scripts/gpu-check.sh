@@ -386,8 +386,11 @@ run() {
     step 02-conformance-$targets 150 env TENSORMEM_TARGETS=$targets \
         TENSORMEM_REQUIRE_BACKENDS=$targets "$WORK/bin/suite"
 
+    # Includes device/stall.rs: the compute stream's timed wait for a 1 GiB upload (its log
+    # line "stall of a 1 GiB upload" is the measurement).
     [ "$CUDA_OK" = 1 ] || STEP_NOTE="CUDA unavailable: only checked the binary starts and skips"
-    step 03-cuda-device-tests 80 "${cuda_env[@]}" "$WORK/bin/cuda-device" --test-threads=1
+    step 03-cuda-device-tests 80 "${cuda_env[@]}" "$WORK/bin/cuda-device" --test-threads=1 \
+        --show-output
 
     step "04-mnist-$sample_backend" 30 "$SELF" _sample mnist "$sample_backend"
     if [ -f "$BUNDLE/assets/minilm/model.pack" ]; then
@@ -398,10 +401,12 @@ run() {
 
     # Issue 16 on a discrete GPU: MiniLM under device budgets, every offload copy real (the
     # bundle's weights keep only some embedding rows: times and bytes are the full model's).
+    # Each budgeted row runs again with the transfer lane off (the copy stream against the
+    # compute stream); the stall column is the device-timed wait (`backend-cuda/src/stall.rs`).
     if [ "$CUDA_OK" = 1 ] && [ -f "$BUNDLE/assets/minilm/model.pack" ]; then
-        step 06-offload-cuda 60 "$WORK/bin/minilm" --backend cuda --model-dir "$WORK/minilm" \
+        step 06-offload-cuda 90 "$WORK/bin/minilm" --backend cuda --model-dir "$WORK/minilm" \
             --offload-table --offload-seq 128 --offload-seq 512 --offload-percent 75 \
-            --offload-percent 50 --offload-percent 35 --runs 3
+            --offload-percent 50 --offload-percent 35 --runs 3 --offload-compare-lanes
     else
         record 06-offload-cuda skipped 0 "needs CUDA and the bundle's MiniLM"
     fi

@@ -452,6 +452,11 @@ impl Backend for CudaBackend {
         TransferLane::Concurrent
     }
 
+    /// Timed on the compute stream around each wait for the copy stream (`stall.rs`).
+    fn transfer_stall(&self) -> Option<std::time::Duration> {
+        self.transfer_stall_cuda()
+    }
+
     fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
         self.transfer_copy_cuda(src, dst)
     }

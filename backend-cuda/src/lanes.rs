@@ -4,7 +4,8 @@
 //!
 //! Cross-lane order is device-side: `transfer_after` and `compute_after` record an event on one
 //! stream and make the other wait for it (`cuEventRecord` + `cuStreamWaitEvent`,
-//! [`Timeline::join_from`](crate::timeline::Timeline)); the host never blocks. A join waits for
+//! [`Timeline::join_from`](crate::timeline::Timeline)); the host never blocks. The compute
+//! stream's waits are timed between two events (`stall.rs`, the lane's stall). A join waits for
 //! everything enqueued on the other stream so far, which covers the ticket asked for (a wait
 //! that may be longer than needed, never shorter).
 //!
@@ -107,7 +108,29 @@ impl CudaBackend {
                 issued: issued.0,
             });
         }
-        self.timeline.join_from(self.transfer.stream())
+        // Earlier waits read first: the pending list stays as short as the waits in flight.
+        self.stall.settle()?;
+        let pair = self.stall.pair()?;
+        match self
+            .timeline
+            .join_from_timed(self.transfer.stream(), (&pair.0, &pair.1))
+        {
+            Ok(joined) => {
+                self.stall.timed(pair);
+                Ok(joined)
+            }
+            Err(e) => {
+                self.stall.unused(pair);
+                Err(e)
+            }
+        }
+    }
+
+    /// The timed waits read so far, after reading those that have passed (`stall.rs`).
+    pub(crate) fn transfer_stall_cuda(&self) -> Option<std::time::Duration> {
+        // A lost device shows in the caller's next call; the total so far stays valid.
+        let _ = self.bind().and_then(|()| self.stall.settle());
+        Some(self.stall.stalled())
     }
 
     pub(crate) fn transfer_completed_cuda(&self) -> Result<TransferTicket> {

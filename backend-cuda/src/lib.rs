@@ -121,6 +121,7 @@ mod nvrtc;
 mod peer;
 pub mod probe;
 mod staging;
+mod stall;
 mod timeline;
 pub mod toolchain;
 mod vmm;
@@ -229,6 +230,8 @@ pub struct CudaBackend {
     timeline: Timeline<CudaEvents>,
     /// The transfer lane: copies and fills on a second, non-blocking stream (`lanes.rs`).
     transfer: Timeline<CudaEvents>,
+    /// The compute stream's timed waits for the copy stream (`stall.rs`).
+    stall: stall::StallTimer,
     /// Allocations from the stream-ordered pool so far, and how many of them the copy stream is
     /// ordered after (`lanes.rs`).
     stream_allocs: AtomicU64,
@@ -328,6 +331,7 @@ impl CudaBackend {
             kernels,
             timeline: Timeline::new(CudaEvents::new(stream)),
             transfer: Timeline::new(CudaEvents::new(copy_stream)),
+            stall: stall::StallTimer::default(),
             stream_allocs: AtomicU64::new(0),
             transfer_sees_allocs: AtomicU64::new(0),
             ctx,

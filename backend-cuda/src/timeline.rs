@@ -37,7 +37,7 @@ use tensormem::{Error, Result, Ticket};
 use crate::health::Health;
 use ring::TicketRing;
 
-pub(crate) use cuda::CudaEvents;
+pub(crate) use cuda::{CudaEvents, Event, elapsed_ms, timing_event};
 
 /// Completed events kept for reuse. Each flush/wait/poll point needs one event in flight; 64
 /// covers deep pipelines without creating events in steady state.

@@ -15,6 +15,7 @@ mod device {
     pub mod holes;
     pub mod managed;
     pub mod peer;
+    pub mod stall;
 }
 
 use tensormem::backend::{BlockDesc, BlockRange};

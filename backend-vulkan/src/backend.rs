@@ -188,6 +188,9 @@ impl VulkanBackend {
         match Timeline::new(gpu, Lane::Transfer, queue) {
             Ok(mut transfer) => {
                 Timeline::pair(&mut compute, &mut transfer);
+                if let Some(t) = gpu.timestamps {
+                    compute.measure_waits(t);
+                }
                 Ok((compute, Some(transfer)))
             }
             Err(e) => {
@@ -448,6 +451,19 @@ impl Backend for VulkanBackend {
     /// host-visible memory the device reads and writes: copies go either way.
     fn host_visible_copies(&self) -> bool {
         true
+    }
+
+    /// Measured with timestamps on the compute queue around each join (`timeline::stamps`),
+    /// over the batches completed so far; `None` with the lane off (no cross-lane waits) or
+    /// where the compute family writes no timestamps.
+    fn transfer_stall(&self) -> Option<Duration> {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        s.transfer.as_ref()?;
+        // Reads the batches completed meanwhile; never blocks. An error here (a lost device)
+        // reaches the caller through its next call; the total so far stays valid.
+        let _ = s.compute.recycle(&s.gpu);
+        s.compute.stalled()
     }
 
     fn transfer_lane(&self) -> TransferLane {

@@ -15,6 +15,7 @@ use tensormem::{Error, Result};
 
 use crate::error::{BACKEND, vk_err};
 use crate::instance::OwnedInstance;
+use crate::timeline::Timestamps;
 
 /// Where the transfer lane ([`tensormem::backend::lanes`]) runs.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -94,6 +95,9 @@ pub(crate) struct Gpu {
     pub budget: u64,
     /// Where host-visible memory lives (see [`host_placement`]).
     pub host_placement: tensormem::HostPlacement,
+    /// How the compute queue's timestamps read; `None` where its family writes none
+    /// (`timestampValidBits` 0), so the lane's stall is not measured.
+    pub timestamps: Option<Timestamps>,
 }
 
 /// Where host-visible memory lives. gpu-allocator has the driver allocate it (`vkAllocateMemory`),
@@ -424,6 +428,11 @@ impl Gpu {
         // maxBufferSize (maintenance4) is not queried: a 1.2 device need not have it, and every
         // device seen has it at or above maxMemoryAllocationSize.
         let max_block_size = max_alloc.min(largest_heap.max(1));
+        // SAFETY: as above.
+        let families = unsafe { instance.get_physical_device_queue_family_properties(physical) };
+        let timestamps = families
+            .get(compute.family as usize)
+            .and_then(|f| Timestamps::new(f.timestamp_valid_bits, props.limits.timestamp_period));
         Gpu {
             _entry: entry,
             instance,
@@ -439,6 +448,7 @@ impl Gpu {
             max_block_size,
             budget,
             host_placement,
+            timestamps,
         }
     }
 

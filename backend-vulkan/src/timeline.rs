@@ -19,18 +19,28 @@
 //! # Recycling
 //! A batch's command pool, descriptor pool and parameter buffer are reset and reused once the
 //! semaphore passes its ticket; nothing is created per call in the steady state.
+//!
+//! # Stall
+//! A compute lane paired with a transfer lane on a queue that writes timestamps measures how
+//! long its joins held it ([`stamps`]); the timestamps are read when batches are recycled.
+
+mod resources;
+mod stamps;
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use ash::vk;
-use gpu_allocator::MemoryLocation;
-use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme, Allocator};
+use gpu_allocator::vulkan::Allocator;
 use tensormem::{Error, Result, Ticket};
 
 use crate::barriers::{GlobalBarrier, HazardTracker, for_transfer_queue, host_barrier};
 use crate::conv::align_up;
 use crate::device::{Gpu, QueueLane};
-use crate::error::{BACKEND, map_alloc, map_vk, vk_err};
+use crate::error::{BACKEND, map_vk, vk_err};
+use resources::{BatchResources, destroy_resources};
+use stamps::StallClock;
+pub(crate) use stamps::Timestamps;
 
 /// Descriptor sets (and so dispatches) per batch.
 pub(crate) const SETS_PER_BATCH: u32 = 256;
@@ -46,15 +56,6 @@ pub(crate) enum Lane {
     Compute,
     /// Copies and fills beside them: [`tensormem::TransferTicket`]s.
     Transfer,
-}
-
-/// Reusable objects of one batch.
-struct BatchResources {
-    pool: vk::CommandPool,
-    cmd: vk::CommandBuffer,
-    descriptors: vk::DescriptorPool,
-    params: vk::Buffer,
-    params_alloc: Option<Allocation>,
 }
 
 /// The batch being recorded.
@@ -139,6 +140,8 @@ pub(crate) struct Timeline {
     pub slot_size: u64,
     /// Whether device-lost was seen; every later call fails.
     pub lost: bool,
+    /// The compute lane's waits for the transfer lane, where measured ([`stamps`]).
+    stall: Option<StallClock>,
 }
 
 impl Timeline {
@@ -169,6 +172,7 @@ impl Timeline {
             tracker: HazardTracker::default(),
             slot_size,
             lost: false,
+            stall: None,
         })
     }
 
@@ -177,6 +181,21 @@ impl Timeline {
     pub(crate) fn pair(a: &mut Timeline, b: &mut Timeline) {
         a.peer = b.semaphore;
         b.peer = a.semaphore;
+    }
+
+    /// Measures this (compute) lane's waits for its peer with `timestamps` of its queue. Called
+    /// before any batch exists, so every batch carries its queries.
+    pub(crate) fn measure_waits(&mut self, timestamps: Timestamps) {
+        debug_assert!(
+            self.lane == Lane::Compute && self.in_flight.is_empty() && self.free.is_empty()
+        );
+        self.stall = Some(StallClock::new(timestamps));
+    }
+
+    /// The time this lane's joins held it, over the batches completed so far; `None` where it
+    /// is not measured.
+    pub(crate) fn stalled(&self) -> Option<Duration> {
+        self.stall.as_ref().map(StallClock::stalled)
     }
 
     /// The ticket work recorded now will carry.
@@ -214,7 +233,7 @@ impl Timeline {
         self.check_alive()?;
         if self.open.is_none() {
             self.recycle(gpu)?;
-            let res = match self.free.pop() {
+            let mut res = match self.free.pop() {
                 Some(res) => res,
                 None => self.create_resources(gpu, allocator)?,
             };
@@ -225,6 +244,9 @@ impl Timeline {
             if let Err(e) = unsafe { gpu.device.begin_command_buffer(res.cmd, &begin) } {
                 self.free.push(res);
                 return Err(vk_err("vkBeginCommandBuffer")(e));
+            }
+            if let Some(stamps) = res.stamps.as_mut() {
+                stamps.reset(&gpu.device, res.cmd);
             }
             self.open = Some(OpenBatch {
                 res,
@@ -270,107 +292,13 @@ impl Timeline {
         value: u64,
     ) -> Result<Ticket> {
         self.order_after(gpu, value)?;
-        self.batch(gpu, allocator)?.join = true;
+        let batch = self.batch(gpu, allocator)?;
+        batch.join = true;
+        if let Some(stamps) = batch.res.stamps.as_mut() {
+            // Nothing is recorded in the batch yet (`order_after` submitted what was).
+            stamps.start(&gpu.device, batch.res.cmd);
+        }
         Ok(self.open_ticket())
-    }
-
-    fn create_resources(&mut self, gpu: &Gpu, allocator: &mut Allocator) -> Result<BatchResources> {
-        let device = &gpu.device;
-        let info = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(self.queue.family)
-            .flags(vk::CommandPoolCreateFlags::TRANSIENT);
-        // SAFETY: valid create info on a live device.
-        let pool = unsafe { device.create_command_pool(&info, None) }
-            .map_err(vk_err("vkCreateCommandPool"))?;
-        let mut res = BatchResources {
-            pool,
-            cmd: vk::CommandBuffer::null(),
-            descriptors: vk::DescriptorPool::null(),
-            params: vk::Buffer::null(),
-            params_alloc: None,
-        };
-        match self.fill_resources(gpu, allocator, &mut res) {
-            Ok(()) => Ok(res),
-            Err(e) => {
-                // SAFETY: nothing in `res` was used.
-                unsafe { destroy_resources(device, allocator, res) };
-                Err(e)
-            }
-        }
-    }
-
-    fn fill_resources(
-        &self,
-        gpu: &Gpu,
-        allocator: &mut Allocator,
-        res: &mut BatchResources,
-    ) -> Result<()> {
-        let device = &gpu.device;
-        let alloc_info = vk::CommandBufferAllocateInfo::default()
-            .command_pool(res.pool)
-            .level(vk::CommandBufferLevel::PRIMARY)
-            .command_buffer_count(1);
-        // SAFETY: the pool is live.
-        let cmds = unsafe { device.allocate_command_buffers(&alloc_info) }
-            .map_err(vk_err("vkAllocateCommandBuffers"))?;
-        res.cmd = cmds.first().copied().unwrap_or_default();
-        if self.lane == Lane::Transfer {
-            // Copies and fills only: no descriptors or parameters.
-            return Ok(());
-        }
-        let sizes = [
-            vk::DescriptorPoolSize {
-                ty: vk::DescriptorType::STORAGE_BUFFER,
-                descriptor_count: SETS_PER_BATCH * MAX_STORAGE_BINDINGS,
-            },
-            vk::DescriptorPoolSize {
-                ty: vk::DescriptorType::UNIFORM_BUFFER,
-                descriptor_count: SETS_PER_BATCH,
-            },
-        ];
-        let info = vk::DescriptorPoolCreateInfo::default()
-            .max_sets(SETS_PER_BATCH)
-            .pool_sizes(&sizes);
-        // SAFETY: valid create info.
-        res.descriptors = unsafe { device.create_descriptor_pool(&info, None) }
-            .map_err(vk_err("vkCreateDescriptorPool"))?;
-        let size = self.slot_size * u64::from(SETS_PER_BATCH);
-        let info = vk::BufferCreateInfo::default()
-            .size(size)
-            .usage(vk::BufferUsageFlags::UNIFORM_BUFFER)
-            .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        // SAFETY: valid create info.
-        res.params = unsafe { device.create_buffer(&info, None) }
-            .map_err(|e| map_vk("vkCreateBuffer", e, size))?;
-        // SAFETY: the buffer was just created.
-        let requirements = unsafe { device.get_buffer_memory_requirements(res.params) };
-        let alloc = allocator
-            .allocate(&AllocationCreateDesc {
-                name: "tensormem kernel parameters",
-                requirements,
-                location: MemoryLocation::CpuToGpu,
-                linear: true,
-                allocation_scheme: AllocationScheme::GpuAllocatorManaged,
-            })
-            .map_err(|e| map_alloc(e, size, "upload", "kernel parameters"))?;
-        // SAFETY: the allocation satisfies the requirements; the buffer is unbound.
-        let bound =
-            unsafe { device.bind_buffer_memory(res.params, alloc.memory(), alloc.offset()) };
-        let coherent = alloc
-            .memory_properties()
-            .contains(vk::MemoryPropertyFlags::HOST_COHERENT);
-        let mapped = alloc.mapped_ptr().is_some();
-        res.params_alloc = Some(alloc);
-        bound.map_err(vk_err("vkBindBufferMemory"))?;
-        if !mapped || !coherent {
-            // CpuToGpu is host-visible on every device; coherent on every device seen. A
-            // non-coherent one would need a flush per submission, which is not implemented.
-            return Err(Error::Unsupported {
-                backend: BACKEND,
-                what: "kernel parameters need host-visible coherent memory".into(),
-            });
-        }
-        Ok(())
     }
 
     /// Records a pipeline barrier into `cmd` (the open batch's command buffer), restricted to
@@ -422,6 +350,9 @@ impl Timeline {
             .map_err(vk_err("vkResetCommandPool"))?;
             self.free.push(batch.res);
             return Ok(self.submitted());
+        }
+        if let Some(stamps) = &batch.res.stamps {
+            stamps.end(device, batch.res.cmd);
         }
         self.record_barrier(device, batch.res.cmd, host_barrier());
         // SAFETY: the command buffer is recording.
@@ -481,6 +412,9 @@ impl Timeline {
             let Some((_, res)) = self.in_flight.pop_front() else {
                 break;
             };
+            if let (Some(clock), Some(stamps)) = (self.stall.as_mut(), &res.stamps) {
+                clock.complete(&gpu.device, stamps);
+            }
             // SAFETY: the batch's ticket completed, so nothing in the pools is pending.
             unsafe {
                 gpu.device
@@ -583,25 +517,5 @@ impl Timeline {
         }
         // SAFETY: the device is idle, so no submission waits on or signals the semaphore.
         unsafe { device.destroy_semaphore(self.semaphore, None) };
-    }
-}
-
-/// Destroys one batch's objects.
-///
-/// # Safety
-/// None of them is in use by the device.
-unsafe fn destroy_resources(
-    device: &ash::Device,
-    allocator: &mut Allocator,
-    mut res: BatchResources,
-) {
-    // SAFETY: the caller guarantees the objects are idle; destroying null handles is a no-op.
-    unsafe {
-        device.destroy_command_pool(res.pool, None);
-        device.destroy_descriptor_pool(res.descriptors, None);
-        device.destroy_buffer(res.params, None);
-    }
-    if let Some(a) = res.params_alloc.take() {
-        let _ = allocator.free(a);
     }
 }

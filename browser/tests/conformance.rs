@@ -79,6 +79,8 @@ browser_cases!(
     transfer_read_memory_not_reused_after_free,
     transfer_tickets_unknown_refused,
     copies_out_of_and_into_host_visible_memory_where_capable,
+    transfer_stall_grows_while_compute_waits_for_a_long_copy,
+    swap_in_follows_its_copy_out_with_nothing_else_ordering_them,
 );
 
 /// The adapter is the browser's WebGPU, and its limits reach the contract's capabilities.

@@ -20,6 +20,8 @@ mod segments;
 #[cfg(not(target_arch = "wasm32"))]
 mod spill;
 mod staging;
+mod stall;
+mod swap_order;
 mod tiling;
 #[cfg(not(target_arch = "wasm32"))]
 mod waits;
@@ -32,11 +34,13 @@ pub fn all() -> Vec<Case> {
     v.extend(growth::cases());
     v.extend(managed::cases());
     v.extend(lanes::cases());
+    v.extend(stall::cases());
     v.extend(staging::cases());
     v.extend(ops::cases());
     v.extend(segments::cases());
     v.extend(graphs::cases());
     v.extend(offload::cases());
+    v.extend(swap_order::cases());
     v.extend(tiling::cases());
     #[cfg(not(target_arch = "wasm32"))]
     v.extend(spill::cases());

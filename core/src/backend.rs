@@ -599,8 +599,14 @@ pub trait Backend: Any + Send + Sync {
     }
 
     /// Total time the compute lane has spent waiting for the transfer lane
-    /// ([`Backend::compute_after`]) since the backend was created, where the backend measures
-    /// it (the host backend's worker does); `None` (the default) where it cannot.
+    /// ([`Backend::compute_after`]) since the backend was created, over the waits that have
+    /// finished; never decreases. Measured where the lane is concurrent: the host backend's
+    /// compute worker times each wait, CUDA times the compute stream between events recorded
+    /// around its `cuStreamWaitEvent`, Vulkan reads timestamps on the compute queue (the end of
+    /// the batch before a wait, the start of the batch that waits). `None` (the default) where
+    /// nothing is measured: a collapsed lane has no cross-lane waits (WebGPU; Vulkan with the
+    /// lane off), so its transfers' cost is queue time shared with compute, not a wait, and a
+    /// Vulkan compute queue without timestamps (`timestampValidBits` 0) cannot time its waits.
     fn transfer_stall(&self) -> Option<Duration> {
         None
     }

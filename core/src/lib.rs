@@ -111,6 +111,11 @@ pub use pool::{
     Allocation, AllocationStats, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats,
     StagingBelt, StagingConfig,
 };
+/// The offload executor's lane state, driven directly by the conformance suite's test of the
+/// swap-in's order after its copy-out (no public API reaches that order alone).
+#[cfg(any(test, feature = "test-support"))]
+#[doc(hidden)]
+pub use runtime::model::offloaded::lanes::RunLanes as OffloadLanes;
 pub use runtime::{
     CompileDesc, Element, MemoryReport, Model, OffloadReport, Runtime, RuntimeConfig, Tensor,
 };

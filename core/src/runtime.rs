@@ -35,7 +35,7 @@ use crate::{Error, Result};
 mod async_io;
 pub(crate) mod dispatch;
 mod managed;
-mod model;
+pub(crate) mod model;
 mod segments;
 pub(crate) mod tensor;
 mod transfer;

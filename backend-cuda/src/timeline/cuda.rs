@@ -26,6 +26,36 @@ use crate::error::map_driver_err;
 pub(crate) const EVENT_FLAGS: u32 = sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
     | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
 
+/// An event with timing, for `cuEventElapsedTime` (`crate::stall`). The context must be
+/// current.
+///
+/// # Errors
+/// A mapped driver error.
+pub(crate) fn timing_event() -> Result<Event> {
+    let mut ev: sys::CUevent = ptr::null_mut();
+    let flags = sys::CUevent_flags::CU_EVENT_DEFAULT as u32;
+    // SAFETY: `ev` is valid for writes; the caller made the context current.
+    unsafe { sys::cuEventCreate(&mut ev, flags) }
+        .result()
+        .map_err(|e| map_driver_err("cuEventCreate (timing)", e))?;
+    Ok(Event(ev))
+}
+
+/// Milliseconds from `start` to `end` (two [`timing_event`]s recorded on one stream), or `None`
+/// while `end` has not passed. Never blocks.
+///
+/// # Errors
+/// A mapped driver error other than "not ready".
+pub(crate) fn elapsed_ms(start: &Event, end: &Event) -> Result<Option<f32>> {
+    // SAFETY: both events are live timing events recorded on one stream (cudarc picks
+    // `cuEventElapsedTime` or its CUDA 13 `_v2` by the pinned API version).
+    match unsafe { cudarc::driver::result::event::elapsed(start.0, end.0) } {
+        Ok(ms) => Ok(Some(ms)),
+        Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(None),
+        Err(e) => Err(map_driver_err("cuEventElapsedTime", e)),
+    }
+}
+
 /// A `CUevent`, destroyed on drop.
 #[derive(Debug)]
 pub(crate) struct Event(sys::CUevent);
@@ -125,6 +155,39 @@ impl Timeline<CudaEvents> {
             unsafe { sys::cuStreamWaitEvent(stream, event.0, 0) }
                 .result()
                 .map_err(|e| map_driver_err("cuStreamWaitEvent", e))
+        })
+    }
+
+    /// [`Timeline::join_from`] between two timing events recorded on this stream, right before
+    /// and right after the wait (`crate::stall`).
+    ///
+    /// # Errors
+    /// A mapped driver error.
+    pub(crate) fn join_from_timed(
+        &self,
+        other: &CudaStream,
+        (before, after): (&Event, &Event),
+    ) -> Result<Ticket> {
+        let event = self.ops().create_raw()?;
+        // SAFETY: both handles are live.
+        unsafe { sys::cuEventRecord(event.0, other.cu_stream()) }
+            .result()
+            .map_err(|e| map_driver_err("cuEventRecord", e))?;
+        let stream = self.stream().cu_stream();
+        self.submit(|| {
+            // SAFETY: all handles are live; the wait captures the event's current state, so
+            // `event` may be destroyed when this returns.
+            unsafe {
+                sys::cuEventRecord(before.0, stream)
+                    .result()
+                    .map_err(|e| map_driver_err("cuEventRecord (timing)", e))?;
+                sys::cuStreamWaitEvent(stream, event.0, 0)
+                    .result()
+                    .map_err(|e| map_driver_err("cuStreamWaitEvent", e))?;
+                sys::cuEventRecord(after.0, stream)
+                    .result()
+                    .map_err(|e| map_driver_err("cuEventRecord (timing)", e))
+            }
         })
     }
 

@@ -159,3 +159,62 @@ fn tickets_never_issued_are_refused() {
         }
     });
 }
+
+/// The compute lane's wait for a long transfer-lane copy is measured (timestamps on the compute
+/// queue around the join): it grows by at most the wall time of the sequence, and a
+/// `compute_after` on a transfer that already finished adds nothing. With the lane off there are
+/// no cross-lane waits and nothing is reported.
+#[test]
+fn the_compute_lanes_wait_for_a_long_copy_is_the_measured_stall() {
+    on_each(|name, b| {
+        if !concurrent(b) {
+            assert_eq!(b.transfer_stall(), None, "{name}: collapsed lane");
+            return;
+        }
+        let before = b
+            .transfer_stall()
+            .expect("lavapipe's compute queue writes timestamps");
+        let big: u64 = 32 << 20;
+        let small = alloc(b, MemoryKind::DeviceLocal, N * 4);
+        let small2 = alloc(b, MemoryKind::DeviceLocal, N * 4);
+        let src = alloc(b, MemoryKind::DeviceLocal, big);
+        let dst = alloc(b, MemoryKind::DeviceLocal, big);
+        let started = std::time::Instant::now();
+        // Compute work, submitted before the copies (the order after it issues it), so the
+        // compute queue finishes it and then waits.
+        let c = b
+            .copy(range(small, 0, N * 4), range(small2, 0, N * 4))
+            .unwrap();
+        b.transfer_after(c).unwrap();
+        let mut t = TransferTicket::DONE;
+        for _ in 0..4 {
+            t = b
+                .transfer_copy(range(src, 0, big), range(dst, 0, big))
+                .unwrap();
+        }
+        b.compute_after(t).unwrap();
+        let c = b
+            .copy(range(small2, 0, N * 4), range(small, 0, N * 4))
+            .unwrap();
+        b.wait_timeout(c, Some(LIMIT)).unwrap();
+        let wall = started.elapsed();
+        let after = b.transfer_stall().unwrap();
+        assert!(after > before, "{name}: the wait was not measured");
+        assert!(
+            after - before <= wall,
+            "{name}: a stall of {:?} in {wall:?}",
+            after - before
+        );
+        // Finished already: no wait is submitted, so nothing is added.
+        b.wait_transfer_timeout(t, Some(LIMIT)).unwrap();
+        b.compute_after(t).unwrap();
+        let c = b
+            .copy(range(small, 0, N * 4), range(small2, 0, N * 4))
+            .unwrap();
+        b.wait_timeout(c, Some(LIMIT)).unwrap();
+        assert_eq!(b.transfer_stall().unwrap(), after, "{name}");
+        for block in [small, small2, src, dst] {
+            b.free_block(block).unwrap();
+        }
+    });
+}

@@ -16,7 +16,7 @@ use crate::{Error, Result};
 mod compile;
 mod execute;
 mod node_trace;
-mod offloaded;
+pub(crate) mod offloaded;
 mod report;
 mod upload;
 

@@ -52,7 +52,7 @@ use super::Model;
 
 mod compile;
 mod gather;
-mod lanes;
+pub(crate) mod lanes;
 
 use compile::Variant;
 use gather::RowGather;

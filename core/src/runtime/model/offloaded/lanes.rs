@@ -68,8 +68,7 @@ impl Offloaded {
                         })?;
                         let src = self.readback.resolve(s.handle)?;
                         if self.direct_swap_in {
-                            // After its copy-out in lane (or queue) order: no host wait.
-                            lanes.copy_in(b, &mut last, t, src, dst)?;
+                            lanes.swap_in(b, &mut last, t, src, dst, self.out_ticket[t])?;
                         } else {
                             let waited = Instant::now();
                             lanes.wait(b, self.out_ticket[t])?;
@@ -152,8 +151,10 @@ impl Offloaded {
     }
 }
 
-/// The lane state of one run.
-pub(super) struct RunLanes {
+/// The lane state of one run: where each copy goes and which joins the compute lane needs.
+/// Public under `test-support` (as `tensormem::OffloadLanes`) so that the conformance suite
+/// drives the executor's copy paths on every backend.
+pub struct RunLanes {
     /// Copies go on the transfer lane (else on the compute queue).
     on: bool,
     /// The latest compute ticket the lane was ordered after.
@@ -171,7 +172,7 @@ pub(super) struct RunLanes {
 impl RunLanes {
     /// The state for a run over `roots` tensors; `on` puts copies on the transfer lane where the
     /// backend has a concurrent one.
-    pub(super) fn new(backend: &dyn Backend, on: bool, roots: usize) -> Self {
+    pub fn new(backend: &dyn Backend, on: bool, roots: usize) -> Self {
         RunLanes {
             on: on && backend.transfer_lane() == TransferLane::Concurrent,
             ordered_after: Ticket::DONE,
@@ -205,7 +206,7 @@ impl RunLanes {
     }
 
     /// A copy into root tensor `root`'s arena range `dst`.
-    pub(super) fn copy_in(
+    pub fn copy_in(
         &mut self,
         backend: &dyn Backend,
         last: &mut Ticket,
@@ -220,9 +221,41 @@ impl RunLanes {
         Ok(())
     }
 
+    /// A swap-in that is one device copy: root tensor `root` comes back from its host slot
+    /// `src` into its arena range `dst`, after its copy-out `out` (from [`RunLanes::copy_out`])
+    /// wrote the slot. That order is the lane's own, and nothing else gives it (the arena bytes
+    /// the copy-out read may be joined much later or never): the copy-out is an earlier copy on
+    /// the same lane, or with the lane off earlier work on the compute queue, so the swap-in
+    /// goes where its copy-out went. Kernels reading the tensor join it as any copy-in.
+    ///
+    /// # Errors
+    /// [`Error::InvariantViolated`] when `out` was not issued on this run's lane; the backend's.
+    pub fn swap_in(
+        &mut self,
+        backend: &dyn Backend,
+        last: &mut Ticket,
+        root: usize,
+        src: BlockRange,
+        dst: BlockRange,
+        out: TransferTicket,
+    ) -> Result<()> {
+        let issued = if self.on {
+            self.issued
+        } else {
+            TransferTicket(last.0)
+        };
+        if out == TransferTicket::DONE || out > issued {
+            return Err(Error::invariant(
+                "a swap-in follows its copy-out on the same lane",
+                format!("copy-out ticket {} (issued {})", out.0, issued.0),
+            ));
+        }
+        self.copy_in(backend, last, root, src, dst)
+    }
+
     /// A copy out of the arena at `offset` (`src`) into its host slot; returns the ticket the host
     /// waits for before reading the slot.
-    pub(super) fn copy_out(
+    pub fn copy_out(
         &mut self,
         backend: &dyn Backend,
         last: &mut Ticket,
@@ -240,7 +273,7 @@ impl RunLanes {
     /// Before compute work that reads the tensors `reads` and writes the arena ranges `writes`
     /// (offset, size): joins the copies it depends on (the compute work's own ticket then covers
     /// the join).
-    pub(super) fn before_compute(
+    pub fn before_compute(
         &mut self,
         backend: &dyn Backend,
         reads: impl IntoIterator<Item = usize>,
@@ -264,7 +297,7 @@ impl RunLanes {
     }
 
     /// At the end of the run: joins the whole lane, so the returned ticket covers every copy.
-    pub(super) fn finish(&mut self, backend: &dyn Backend) -> Result<Option<Ticket>> {
+    pub fn finish(&mut self, backend: &dyn Backend) -> Result<Option<Ticket>> {
         let issued = self.issued;
         self.join(backend, issued)
     }

@@ -397,3 +397,100 @@ fn swap_ins_copy_straight_from_host_visible_memory_where_the_backend_can() {
     }
     assert!(moved.windows(2).all(|p| p[0] == p[1]), "{moved:?}");
 }
+
+/// The swap-in's order after its copy-out, alone: on slowed host lanes a copy-out queued behind
+/// a prefetch, its swap-in into other arena bytes (no write joins the copy-out), a kernel reading
+/// it. Without that order (the swap-in on the compute queue) the kernel reads the slot's old
+/// zeros; the conformance case `swap_order` runs the same path on every backend.
+#[test]
+fn a_swap_in_on_slowed_lanes_follows_its_copy_out() {
+    use crate::backend::{BlockDesc, BlockRange};
+    use crate::{Backend, BlockId, MemoryKind};
+    const N: u64 = 256;
+    let bytes = N * 4;
+    let b = HostBackend::new(HostConfig {
+        worker_delay: Duration::from_millis(20),
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let alloc = |kind, size| {
+        b.alloc_block(&BlockDesc {
+            kind,
+            size,
+            label: "swap order",
+        })
+        .unwrap()
+    };
+    let at = |block: BlockId, offset: u64| BlockRange {
+        block,
+        offset,
+        size: bytes,
+    };
+    let arena = alloc(MemoryKind::DeviceLocal, 3 * bytes);
+    let input = alloc(MemoryKind::Upload, bytes);
+    let (slot, out_slot) = (
+        alloc(MemoryKind::Readback, bytes),
+        alloc(MemoryKind::Readback, bytes),
+    );
+    let (weight, weight_home) = (
+        alloc(MemoryKind::Upload, bytes),
+        alloc(MemoryKind::DeviceLocal, bytes),
+    );
+    let x: Vec<f32> = (0..N).map(|i| i as f32 - 100.5).collect();
+    b.write_mapped(input, 0, bytemuck::cast_slice(&x)).unwrap();
+
+    let mut lanes = lanes::RunLanes::new(&b, true, 2);
+    let mut last = b.copy(at(input, 0), at(arena, 0)).unwrap();
+    lanes
+        .copy_in(&b, &mut last, 1, at(weight, 0), at(weight_home, 0))
+        .unwrap();
+    let out = lanes
+        .copy_out(&b, &mut last, 0, at(arena, 0), at(slot, 0))
+        .unwrap();
+    lanes
+        .swap_in(&b, &mut last, 0, at(slot, 0), at(arena, bytes), out)
+        .unwrap();
+    lanes
+        .before_compute(&b, [0], &[(2 * bytes, bytes)])
+        .unwrap();
+    last = b
+        .dispatch(
+            &Op::Relu { len: N as u32 },
+            &[at(arena, bytes), at(arena, 2 * bytes)],
+        )
+        .unwrap();
+    lanes
+        .copy_out(
+            &b,
+            &mut last,
+            2 * bytes,
+            at(arena, 2 * bytes),
+            at(out_slot, 0),
+        )
+        .unwrap();
+    let last = lanes.finish(&b).unwrap().unwrap_or(last);
+    b.wait(last).unwrap();
+    let mut got = vec![0f32; N as usize];
+    b.read_mapped(out_slot, 0, bytemuck::cast_slice_mut(&mut got))
+        .unwrap();
+    let want: Vec<f32> = x.iter().map(|v| v.max(0.0)).collect();
+    assert_eq!(
+        got, want,
+        "the kernel read the slot before the copy-out wrote it"
+    );
+    // A copy-out never issued on this lane is not an order: refused, nothing enqueued.
+    let mut after = last;
+    let err = lanes.swap_in(
+        &b,
+        &mut after,
+        0,
+        at(slot, 0),
+        at(arena, bytes),
+        TransferTicket(99),
+    );
+    assert!(
+        matches!(err, Err(Error::InvariantViolated { .. })),
+        "{err:?}"
+    );
+    assert_eq!(after, last, "nothing enqueued");
+}
