@@ -51,6 +51,7 @@
 
 mod bound;
 mod csv;
+mod descent;
 mod events;
 mod exact;
 mod freelist;
@@ -73,7 +74,7 @@ mod tests;
 pub use bound::lower_bound;
 
 pub use csv::{CsvInstance, parse_csv, write_csv};
-pub use generate::{PackingDesc, PackingFamily, perfect_packing};
+pub use generate::{PackingDesc, PackingFamily, perfect_packing, random_lifetimes};
 pub use greedy::greedy_by_size;
 pub use liveness::{Liveness, OpUses, TensorRole, liveness};
 pub use solve::{EXACT_MAX_BUFFERS, Progress, ProgressFn, Solution, SolveOptions, solve};

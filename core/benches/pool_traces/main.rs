@@ -5,9 +5,13 @@
 //! pool in place, our pool on blocks and cubecl; the reservations each made from its device; and
 //! the time per allocate+free pair as a ratio to cubecl's: thread CPU time of a whole replay
 //! divided by its allocations, best of `--rounds` rounds in which the three run interleaved (the
-//! machine is shared, and the best round is the one least disturbed). The record-and-replay pool
-//! runs too (steps marked where the trace repeats a model run: gpt2s_train, llama8b_prefill and
-//! mobilenet_v2 by iteration, xfmr_eager by prefill; rand_logu has none), with the share of
+//! machine is shared, and the best round is the one least disturbed). Our pools are timed over a
+//! device whose holes calls return at once (`CountingBackend::without_books`): the pool's own
+//! time, since the counting device's bookkeeping models no driver's cost; a line under each
+//! trace gives the holes row's time with the books kept, and the difference, the device's
+//! share. The record-and-replay pool runs too (steps marked where the trace repeats a model run:
+//! gpt2s_train, llama8b_prefill and mobilenet_v2 by iteration, xfmr_eager by prefill; rand_logu
+//! has none), with the share of
 //! allocations it served from plans and its steady state: peak reserved from the first plan on,
 //! over the arena the plans need. It writes one SVG per trace: live bytes and each pool's
 //! reserved bytes over the events. Under each trace it also prints the peak of exact best fit
@@ -112,9 +116,15 @@ fn replay<P: Peer>(trace: &Trace) -> Result<(Replayed, P), String> {
     Ok((r, pool))
 }
 
-/// Nanoseconds per allocate+free pair of one timed replay (pool creation and drop excluded).
-fn timed<P: Peer>(trace: &Trace) -> Result<f64, String> {
-    let mut pool = P::create();
+/// Nanoseconds per allocate+free pair of one timed replay (pool creation and drop excluded),
+/// over a device that keeps no books where the pool calls it often ([`Peer::create_timed`]),
+/// or over the counting device when `books`.
+fn timed<P: Peer>(trace: &Trace, books: bool) -> Result<f64, String> {
+    let mut pool = if books {
+        P::create()
+    } else {
+        P::create_timed()
+    };
     let start = thread_cpu_ns();
     drive(&mut pool, trace, |_| {})?;
     let ns = thread_cpu_ns() - start;
@@ -214,6 +224,8 @@ fn run(args: &Args) -> Result<(), String> {
         args.rounds,
     );
     const POOLS: usize = 5;
+    // The last timed replay: the holes row again, over the counting device's books.
+    const BOOKS: usize = POOLS;
     for trace in &traces {
         let live = trace.live();
         let peak_live = live.iter().copied().max().unwrap_or(0).max(1);
@@ -222,17 +234,18 @@ fn run(args: &Args) -> Result<(), String> {
         let (blocks, _) = replay::<Blocks>(trace)?;
         let (replayed, pool) = replay::<Replay>(trace)?;
         let (cubecl, _) = replay::<Cubecl>(trace)?;
-        let mut ns = [f64::INFINITY; POOLS];
+        let mut ns = [f64::INFINITY; POOLS + 1];
         for round in 0..args.rounds {
             // Rotate who goes first, so none always runs on a warmer cache.
-            for k in 0..POOLS {
-                let who = (round as usize + k) % POOLS;
+            for k in 0..=POOLS {
+                let who = (round as usize + k) % (POOLS + 1);
                 let t = match who {
-                    0 => timed::<Holes>(trace)?,
-                    1 => timed::<InPlace>(trace)?,
-                    2 => timed::<Blocks>(trace)?,
-                    3 => timed::<Replay>(trace)?,
-                    _ => timed::<Cubecl>(trace)?,
+                    0 => timed::<Holes>(trace, false)?,
+                    1 => timed::<InPlace>(trace, false)?,
+                    2 => timed::<Blocks>(trace, false)?,
+                    3 => timed::<Replay>(trace, false)?,
+                    BOOKS => timed::<Holes>(trace, true)?,
+                    _ => timed::<Cubecl>(trace, false)?,
                 };
                 ns[who] = ns[who].min(t);
             }
@@ -277,6 +290,14 @@ fn run(args: &Args) -> Result<(), String> {
                 ns[k] / ns[POOLS - 1]
             );
         }
+        println!(
+            "    {} with the counting device's books: {:.1} ns/pair ({:+.1} for the device), \
+             t/cubecl {:.2}",
+            Holes::NAME,
+            ns[BOOKS],
+            ns[BOOKS] - ns[0],
+            ns[BOOKS] / ns[POOLS - 1]
+        );
         println!(
             "    exact best fit over the in-place arena's growing range: {:.3}, {} growths",
             best.peak() as f64 / peak_live as f64,

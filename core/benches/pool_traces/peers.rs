@@ -59,6 +59,14 @@ pub trait Peer {
     const NAME: &'static str;
     /// A fresh, empty pool over a fresh counting device.
     fn create() -> Self;
+    /// A fresh pool for a timed replay: over a device that keeps no books where the pool calls
+    /// it on every allocation (our holes), else as [`Peer::create`].
+    fn create_timed() -> Self
+    where
+        Self: Sized,
+    {
+        Self::create()
+    }
     /// Serves the trace's allocation `id`.
     fn alloc(&mut self, id: u32, size: u64) -> std::result::Result<(), String>;
     /// Frees the trace's allocation `id`.
@@ -144,6 +152,21 @@ pub struct Ours<const M: u8> {
     counters: Arc<Counters>,
 }
 
+impl<const M: u8> Ours<M> {
+    /// Our pool over a fresh counting device of mode `M`, as `device` adapts it.
+    fn on(device: impl FnOnce(CountingBackend) -> CountingBackend) -> Self {
+        let counters = Arc::new(Counters::default());
+        let backend = Arc::new(device(CountingBackend::new(counters.clone(), mode(M))));
+        #[expect(clippy::expect_used, reason = "the default configuration is valid")]
+        let pool = our_pool(backend).expect("default pool");
+        Ours {
+            pool,
+            live: Live::default(),
+            counters,
+        }
+    }
+}
+
 /// The one place the bench names the pool API: the pool a runtime gets by default.
 fn our_pool(backend: Arc<dyn Backend>) -> Result<ArenaPool> {
     ArenaPool::new(backend, ArenaConfig::device())
@@ -157,15 +180,11 @@ impl<const M: u8> Peer for Ours<M> {
     };
 
     fn create() -> Self {
-        let counters = Arc::new(Counters::default());
-        let backend = Arc::new(CountingBackend::new(counters.clone(), mode(M)));
-        #[expect(clippy::expect_used, reason = "the default configuration is valid")]
-        let pool = our_pool(backend).expect("default pool");
-        Ours {
-            pool,
-            live: Live::default(),
-            counters,
-        }
+        Self::on(|b| b)
+    }
+
+    fn create_timed() -> Self {
+        Self::on(CountingBackend::without_books)
     }
 
     fn alloc(&mut self, id: u32, size: u64) -> std::result::Result<(), String> {
@@ -218,14 +237,11 @@ impl Replay {
     pub fn planned_from(&self) -> Option<usize> {
         self.planned_from
     }
-}
 
-impl Peer for Replay {
-    const NAME: &'static str = "replay";
-
-    fn create() -> Self {
+    /// The replay pool over a fresh counting device with holes, as `device` adapts it.
+    fn on(device: impl FnOnce(CountingBackend) -> CountingBackend) -> Self {
         let counters = Arc::new(Counters::default());
-        let backend = Arc::new(CountingBackend::new(counters.clone(), Mode::Holes));
+        let backend = Arc::new(device(CountingBackend::new(counters.clone(), Mode::Holes)));
         // The arena joins the dynamic pool's budget, as in a runtime.
         #[expect(clippy::expect_used, reason = "the default configuration is valid")]
         let dynamic = ArenaPool::with_budget(backend, ArenaConfig::device(), Budget::new(None))
@@ -237,6 +253,18 @@ impl Peer for Replay {
             events: 0,
             planned_from: None,
         }
+    }
+}
+
+impl Peer for Replay {
+    const NAME: &'static str = "replay";
+
+    fn create() -> Self {
+        Self::on(|b| b)
+    }
+
+    fn create_timed() -> Self {
+        Self::on(CountingBackend::without_books)
     }
 
     fn alloc(&mut self, id: u32, size: u64) -> std::result::Result<(), String> {

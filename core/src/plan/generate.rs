@@ -17,6 +17,20 @@
 use super::Buffer;
 use super::rng::Rng;
 
+/// `count` buffers with random lifetimes and sizes, the shape of the large instances the planner's
+/// time limits are measured on (no known optimum): each starts at a uniform time in `[0, count)`,
+/// lives 1 to 10^4 steps and takes 64 B to 1 MiB + 63 B, so about 5,000 are live at a time
+/// whatever the count. Equal counts and seeds give equal instances.
+pub fn random_lifetimes(count: usize, seed: u64) -> Vec<Buffer> {
+    let mut rng = Rng::new(seed);
+    (0..count)
+        .map(|_| {
+            let l = rng.below(count as u64);
+            Buffer::new(l, l + 1 + rng.below(10_000), 64 + rng.below(1 << 20))
+        })
+        .collect()
+}
+
 /// The shape of a generated perfect packing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PackingFamily {

@@ -282,16 +282,8 @@ fn results_do_not_depend_on_thread_timing() {
     }
 }
 
-/// `n` buffers with random lifetimes (up to 10^4 steps) and sizes (up to 1 MiB), the shape of the
-/// issue's large instances.
 fn random_instance(n: usize, seed: u64) -> Vec<Buffer> {
-    let mut rng = crate::plan::rng::Rng::new(seed);
-    (0..n)
-        .map(|_| {
-            let l = rng.below(n as u64);
-            Buffer::new(l, l + 1 + rng.below(10_000), 64 + rng.below(1 << 20))
-        })
-        .collect()
+    crate::plan::random_lifetimes(n, seed)
 }
 
 #[test]

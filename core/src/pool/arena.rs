@@ -415,9 +415,10 @@ impl ArenaPool {
     fn release(&self, st: &mut State, block: usize, region: Region, handle: Handle) -> Result<()> {
         match st.blocks.get_mut(block).and_then(Option::as_mut) {
             Some(b) => {
-                let (offset, size) = b.tlsf.free_merged(region)?;
+                let freed = (region.offset, region.size);
+                let merged = b.tlsf.free_merged(region)?;
                 if let Some(h) = b.holes.as_mut() {
-                    h.freed(offset, size);
+                    h.freed_region(freed, merged);
                 }
                 if b.tlsf.is_empty() {
                     b.idle_since = Some(Instant::now());

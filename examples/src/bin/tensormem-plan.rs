@@ -5,7 +5,7 @@
 //! tensormem-plan FILE.csv [--capacity N] [--time-limit SECS] [--seed N] [--threads N]
 //!                [--out PLAN.csv] [--svg PLAN.svg] [--json]
 //! tensormem-plan sweep [--family F] [--counts 100,150,...] [--seeds 10] [--time-limit SECS] [--json]
-//! tensormem-plan generate --count N [--family F] [--seed N] [-o FILE.csv]
+//! tensormem-plan generate --count N [--family F | --random] [--seed N] [-o FILE.csv]
 //! ```
 //! Input is MiniMalloc's CSV `id,lower,upper,size[,alignment][,offset]` (half-open lifetimes). The
 //! planner uses no device, so the tool has no `--backend` or `--timeout`; `--time-limit` bounds the
@@ -19,8 +19,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tensormem::plan::{
-    Buffer, PackingDesc, PackingFamily, Plan, Progress, Solution, SolveOptions, parse_csv, solve,
-    verify, write_csv,
+    Buffer, PackingDesc, PackingFamily, Plan, Progress, Solution, SolveOptions, parse_csv,
+    random_lifetimes, solve, verify, write_csv,
 };
 use tensormem::{Error, Result};
 
@@ -59,7 +59,8 @@ struct Cli {
 enum Command {
     /// Solve generated perfect packings (optimum = capacity) and print solved counts and times.
     Sweep(SweepArgs),
-    /// Write one generated perfect packing as CSV, with the witness offsets.
+    /// Write one generated perfect packing as CSV, with the witness offsets (or, with `--random`,
+    /// an instance with random lifetimes).
     Generate(GenerateArgs),
 }
 
@@ -158,6 +159,11 @@ struct GenerateArgs {
     /// Number of buffers.
     #[arg(long)]
     count: usize,
+    /// Write random lifetimes and sizes instead (no witness, no known optimum): starts uniform in
+    /// [0, count), lifetimes 1 to 10^4 steps, sizes 64 B to 1 MiB, about 5,000 live at a time;
+    /// the large instances the time limits are measured on.
+    #[arg(long, conflicts_with_all = ["family", "capacity", "horizon", "grid"])]
+    random: bool,
     #[arg(long, value_enum, default_value = "guillotine")]
     family: Family,
     #[arg(long, default_value_t = 0)]
@@ -376,6 +382,11 @@ fn print_text(file: &str, buffers: usize, s: &Solution, capacity: Option<u64>) {
 }
 
 fn generate(args: &GenerateArgs) -> Result<()> {
+    if args.random {
+        let buffers = random_lifetimes(args.count, args.seed);
+        let ids: Vec<String> = (0..buffers.len()).map(|i| i.to_string()).collect();
+        return write_out(args.out.as_deref(), &write_csv(&ids, &buffers, None)?);
+    }
     let desc = PackingDesc {
         count: args.count,
         capacity: args.shape.capacity,
@@ -386,11 +397,18 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     };
     let (buffers, witness) = desc.generate();
     let ids: Vec<String> = (0..buffers.len()).map(|i| i.to_string()).collect();
-    let csv = write_csv(&ids, &buffers, Some(&witness))?;
-    match &args.out {
-        Some(path) => std::fs::write(path, csv).map_err(io_err(path)),
+    write_out(
+        args.out.as_deref(),
+        &write_csv(&ids, &buffers, Some(&witness))?,
+    )
+}
+
+/// Writes `text` to `path`, or to stdout without one.
+fn write_out(path: Option<&str>, text: &str) -> Result<()> {
+    match path {
+        Some(path) => std::fs::write(path, text).map_err(io_err(path)),
         None => {
-            print!("{csv}");
+            print!("{text}");
             Ok(())
         }
     }

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use super::super::greedy::{Squeezer, Stop, size_order};
 use super::super::rng::Rng;
-use super::super::{Buffer, align_up};
+use super::super::{Buffer, Plan, align_up, verify};
 use super::Fit;
 
 /// The old engine's gap choice among placed ranges sorted by start.
@@ -82,6 +82,8 @@ proptest! {
                 prop_assert_eq!(&got, &want);
                 let want_peak = buffers.iter().zip(&want).map(|(b, &o)| o + b.size).max().unwrap();
                 prop_assert_eq!(peak, want_peak);
+                let plan = Plan::from_offsets(&buffers, got);
+                prop_assert!(verify(&buffers, &plan, None).is_ok());
             }
         }
     }

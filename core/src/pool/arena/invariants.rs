@@ -5,6 +5,10 @@
 
 use super::{ArenaPool, State};
 
+/// Bytes past a region that may still belong to its TLSF block (slack and later pads, each
+/// under the minimum split): a bound, far below a granule.
+const SLACK: u64 = 64;
+
 impl ArenaPool {
     /// Checks the state behind the lock.
     pub(super) fn check_state(&self, st: &State) -> std::result::Result<(), String> {
@@ -50,10 +54,20 @@ impl ArenaPool {
                             .filter(|d| d.1.0 == i)
                             .map(|d| (d.1.1.offset, d.1.1.size)),
                     );
-                for (offset, size) in held {
+                let mut held: Vec<(u64, u64)> = held.collect();
+                held.sort_unstable();
+                let mut free_from = 0;
+                for &(offset, size) in &held {
                     h.check_backed(offset, size)
                         .map_err(|e| format!("block {i}: {e}"))?;
+                    // TLSF keeps under its minimum split of slack behind a region: the gap
+                    // from a little past it to the next region is free.
+                    h.check_free(free_from, offset.saturating_sub(free_from))
+                        .map_err(|e| format!("block {i}: {e}"))?;
+                    free_from = free_from.max(offset + size + SLACK);
                 }
+                h.check_free(free_from, b.size.saturating_sub(free_from))
+                    .map_err(|e| format!("block {i}: {e}"))?;
                 h.check().map_err(|e| format!("block {i}: {e}"))?;
             }
             reserved += b.committed();

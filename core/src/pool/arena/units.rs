@@ -52,20 +52,24 @@ impl Units {
         }
     }
 
-    /// Visits the words of `[a, b)` with their masks; `f` returns the new word.
-    fn update(&mut self, a: u64, b: u64, mut f: impl FnMut(u64, u64) -> u64) {
+    /// Visits the words of `[a, b)` with their masks; `f` returns the new word. Returns how
+    /// many granules changed.
+    fn update(&mut self, a: u64, b: u64, mut f: impl FnMut(u64, u64) -> u64) -> u64 {
         debug_assert!(a <= b && b <= self.len, "range {a}..{b} of {}", self.len);
         if a >= b {
-            return;
+            return 0;
         }
+        let mut changed = 0;
         for w in a / 64..=(b - 1) / 64 {
             let m = mask(w, a, b);
             let old = self.words[w as usize];
             let new = f(old, m);
-            self.ones = self.ones + u64::from((new & !old).count_ones())
-                - u64::from((old & !new).count_ones());
+            let (up, down) = ((new & !old).count_ones(), (old & !new).count_ones());
+            self.ones = self.ones + u64::from(up) - u64::from(down);
+            changed += u64::from(up + down);
             self.words[w as usize] = new;
         }
+        changed
     }
 
     /// Sets `[a, b)`.
@@ -78,15 +82,16 @@ impl Units {
         self.update(a, b, |w, m| w & !m);
     }
 
-    /// Sets the granules of `[a, b)` that are set in `other` (which tracks at least `b`).
-    pub(super) fn set_where(&mut self, other: &Units, a: u64, b: u64) {
+    /// Sets the granules of `[a, b)` that are set in `other` (which tracks at least `b`);
+    /// returns how many were not set before.
+    pub(super) fn set_where(&mut self, other: &Units, a: u64, b: u64) -> u64 {
         let words = &other.words;
         let mut w = a / 64;
         self.update(a, b, |old, m| {
             let new = old | (m & words[w as usize]);
             w += 1;
             new
-        });
+        })
     }
 
     /// Granules set in `[a, b)`.
