@@ -51,6 +51,7 @@
 
 mod bound;
 mod csv;
+mod descent;
 mod events;
 mod exact;
 mod freelist;

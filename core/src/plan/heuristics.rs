@@ -18,6 +18,7 @@ use std::cmp::Reverse;
 
 use super::Buffer;
 use super::bound::max_load_over_life;
+use super::descent::Descent;
 use super::events::Events;
 use super::greedy::{Fit, Squeezer, Stop, order_by};
 use super::rng::Rng;
@@ -96,7 +97,19 @@ pub(crate) struct Heuristics<'a> {
     rounds: u64,
     /// When set, `candidate` already holds a proposal (a bottleneck moved earlier) to evaluate.
     pending: bool,
+    /// The peak-descent walk, alternating with the order perturbations (`None` above
+    /// [`DESCENT_MAX_BUFFERS`]).
+    descent: Option<Descent<'a>>,
+    /// Steps of the first phase taken, to interleave descent rounds.
+    turn: u64,
 }
+
+/// Largest instance that gets a peak-descent walk: it keeps a second occupancy tree, and each of
+/// its rounds scans every buffer a few times.
+const DESCENT_MAX_BUFFERS: usize = 100_000;
+
+/// An odd variant runs `DESCENT_SHARE - 1` descent rounds per ordering in its first phase.
+const DESCENT_SHARE: u64 = 4;
 
 impl<'a> Heuristics<'a> {
     /// A worker starting from `start`. Variant `k` starts the orderings at the `k`-th one and
@@ -108,6 +121,16 @@ impl<'a> Heuristics<'a> {
         seed: u64,
         variant: usize,
     ) -> Self {
+        let descent = (buffers.len() <= DESCENT_MAX_BUFFERS).then(|| {
+            Descent::new(
+                buffers,
+                events,
+                events.peak_load(buffers).1,
+                &start.offsets,
+                start.peak,
+                seed.wrapping_add(variant as u64),
+            )
+        });
         Heuristics {
             buffers,
             squeezer: Squeezer::with_events(buffers, events),
@@ -120,6 +143,8 @@ impl<'a> Heuristics<'a> {
             rng: Rng::new(seed.wrapping_add(variant as u64)),
             rounds: 0,
             pending: false,
+            descent,
+            turn: 0,
         }
     }
 
@@ -144,6 +169,18 @@ impl<'a> Heuristics<'a> {
             return false;
         }
         while spent < budget && self.best.peak > target && Instant::now() < deadline && !stop() {
+            // Odd variants give three steps in four to peak descent once their first ordering
+            // has produced a plan (see `descent`: it needs a good plan, then many rounds).
+            if self.variant % 2 == 1
+                && (1..RUNS.len()).contains(&self.next_run)
+                && self.descending()
+            {
+                self.turn += 1;
+                if !self.turn.is_multiple_of(DESCENT_SHARE) {
+                    spent += self.descent_round(deadline);
+                    continue;
+                }
+            }
             if self.next_run < RUNS.len() {
                 let (name, key, fit) = RUNS[(self.next_run + self.variant) % RUNS.len()];
                 self.next_run += 1;
@@ -175,7 +212,11 @@ impl<'a> Heuristics<'a> {
                 }
                 continue;
             }
-            spent += self.local_search_round(deadline);
+            spent += if self.rounds % 2 == 1 && self.descending() {
+                self.descent_round(deadline)
+            } else {
+                self.local_search_round(deadline)
+            };
         }
         self.best.peak < start_peak
     }
@@ -228,6 +269,34 @@ impl<'a> Heuristics<'a> {
             Err(Stop::Cutoff(_)) => 1,
             Err(Stop::Deadline) => n as u64,
         }
+    }
+
+    /// Whether the descent walk can make progress (it exists and is not stuck).
+    fn descending(&self) -> bool {
+        self.descent.as_ref().is_some_and(|d| !d.stuck())
+    }
+
+    /// Hands a plan found elsewhere (a lower peak) to the descent walk.
+    pub fn offer(&mut self, plan: &Incumbent) {
+        if let Some(descent) = &mut self.descent {
+            descent.rebase(&plan.offsets, plan.peak);
+        }
+    }
+
+    /// One peak-descent round from the best plan so far; returns the placements spent.
+    fn descent_round(&mut self, deadline: Instant) -> u64 {
+        self.rounds += 1;
+        if let Some(descent) = &mut self.descent {
+            descent.rebase(&self.best.offsets, self.best.peak);
+            if let Some((offsets, peak)) = descent.round(deadline) {
+                self.best = Incumbent {
+                    offsets,
+                    peak,
+                    algorithm: format!("peak descent (round {})", self.rounds),
+                };
+            }
+        }
+        self.buffers.len() as u64
     }
 
     /// The buffer order for `key`, ids as the final tie-break.

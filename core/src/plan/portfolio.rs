@@ -152,6 +152,11 @@ pub(crate) fn run(task: &Task<'_>, start: Incumbent, report: &dyn Fn(&str, u64))
                 _ => {}
             }
         }
+        for w in &mut workers {
+            if let Worker::Heuristic(h) = w {
+                h.offer(&best);
+            }
+        }
         if let Some(cap) = task.capacity
             && best.peak <= cap
         {
