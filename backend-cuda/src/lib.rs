@@ -179,7 +179,11 @@ pub struct CudaDesc {
     /// arena's memory follows the live bytes (1.03× of the live peak instead of 1.17× on the
     /// issue 14 transformer traces, at about 600 map and 600 unmap calls per Llama-8B prefill
     /// in the counting model of `core/benches/pool_traces`). Default `false` until measured on a
-    /// GPU: a growth then makes one `cuMemCreate` + `cuMemMap` per granule instead of per growth.
+    /// GPU: a growth then makes one `cuMemCreate` + `cuMemMap` per granule instead of per growth,
+    /// about peak ÷ 2 MiB physical allocations in all (3504 on GPT-2 training against cubecl's
+    /// 36): `cuMemMap` maps an allocation only from its offset 0 and `cuMemUnmap` takes whole
+    /// mappings, so only a whole allocation can be given back or moved (the trade-off against
+    /// the granule is measured in `core/src/pool/arena/holes.rs`).
     pub vmm_holes: bool,
 }
 

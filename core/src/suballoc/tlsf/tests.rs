@@ -351,6 +351,53 @@ fn carving_the_front_of_a_block_keeps_it_in_its_class() {
 }
 
 #[test]
+fn a_split_remainder_that_changes_class_moves_to_its_list() {
+    // A 3000-byte hole split by a 2000-byte request: the free node stays the remainder, which
+    // drops to the class of 1000 and must head that list, where an exact fit then takes it whole.
+    let mut t = Tlsf::new(1 << 20).unwrap();
+    let a = alloc(&mut t, 3000, 1);
+    let _b = alloc(&mut t, 100, 1);
+    t.free(a).unwrap();
+    assert_ne!(class_of(3000), class_of(1000));
+    let r = alloc(&mut t, 2000, 1);
+    assert_eq!(r.offset, 0, "the hole, not the tail");
+    let rest = t.head(class_of(1000));
+    assert_ne!(rest, NONE);
+    let n = &t.nodes[rest as usize];
+    assert_eq!((n.offset, n.size), (2000, 1000));
+    let whole = alloc(&mut t, 1000, 1);
+    assert_eq!(whole.offset, 2000);
+    assert_eq!(
+        t.head(class_of(1000)),
+        NONE,
+        "taken whole, the list is empty"
+    );
+}
+
+#[test]
+fn vacant_nodes_are_recycled_before_the_node_vector_grows() {
+    let mut t = Tlsf::new(1 << 20).unwrap();
+    let first: Vec<_> = (0..8).map(|_| alloc(&mut t, 1000, 1)).collect();
+    let peak = t.nodes.len();
+    for r in first {
+        t.free(r).unwrap();
+        t.check_invariants().unwrap();
+    }
+    assert_eq!(
+        t.vacant_count,
+        peak - 2,
+        "all but the sentinel and the whole range"
+    );
+    let again: Vec<_> = (0..8).map(|_| alloc(&mut t, 1000, 1)).collect();
+    assert_eq!(t.nodes.len(), peak, "every node came off the vacant stack");
+    assert_eq!(t.vacant_count, 0);
+    for r in again {
+        t.free(r).unwrap();
+    }
+    t.check_invariants().unwrap();
+}
+
+#[test]
 fn holes_are_filled_before_the_tail() {
     // Layout: A [0,3100) B [3100,3200) C [3200,3220) tail [3220,6320). A's hole and the tail
     // (after C merges into it) share a class, and the tail ends up at the head of that list.

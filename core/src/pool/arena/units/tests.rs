@@ -22,7 +22,11 @@ fn apply(u: &mut Units, m: &mut Vec<bool>, other: &Units, om: &[bool], op: (u8, 
             m[a as usize..b as usize].fill(false);
         }
         2 => {
-            u.set_where(other, a, b);
+            let newly = u.set_where(other, a, b);
+            let want = (a..b)
+                .filter(|i| om[*i as usize] && !m[*i as usize])
+                .count() as u64;
+            assert_eq!(newly, want, "set_where counts the granules it set");
             for i in a..b {
                 m[i as usize] |= om[i as usize];
             }
