@@ -168,6 +168,68 @@ fn minimisation_proves_the_gap_example_optimal_at_five() {
     );
 }
 
+/// A second infeasible family, beside the gap example: aligned slots as pigeonholes. `k + 1`
+/// buffers of `unit` bytes aligned to `2 * unit`, live together around one time: below a capacity
+/// of `2k·unit` only `k` aligned offsets leave room, so no plan exists although the load,
+/// `(k + 1)·unit`, is far below the capacity. One more unit opens slot `k + 1`. A feasible part
+/// comes first, so the proof must name the later part.
+fn aligned_pigeonholes(k: u64, unit: u64) -> Vec<Buffer> {
+    let mut b: Vec<Buffer> = (0..4).map(|i| Buffer::new(i, i + 3, unit)).collect();
+    b.extend((0..=k).map(|i| Buffer {
+        align: 2 * unit,
+        ..Buffer::new(100 + i, 101 + k + i, unit)
+    }));
+    b
+}
+
+#[test]
+fn aligned_pigeonholes_are_proved_infeasible_below_the_load_bound() {
+    for k in 2..=5u64 {
+        for unit in [1u64, 64] {
+            let b = aligned_pigeonholes(k, unit);
+            let decide = |capacity: u64| {
+                solve(
+                    &b,
+                    &SolveOptions {
+                        capacity: Some(capacity),
+                        time_limit: Duration::from_secs(10),
+                        threads: 1,
+                        ..SolveOptions::default()
+                    },
+                )
+                .unwrap()
+            };
+            let tight = decide(2 * k * unit);
+            assert!(tight.lower_bound < 2 * k * unit, "k {k}: {tight:?}");
+            assert_eq!(tight.feasible, Some(false), "k {k} unit {unit}: {tight:?}");
+            assert!(tight.plan.is_none());
+            let why = tight.infeasible_reason.unwrap();
+            // The proof names the pigeonholes' part (the times it reports lie inside it), not the
+            // feasible part before it.
+            let part = format!(
+                "exhausted every canonical placement of the {} buffers live between times ",
+                k + 1
+            );
+            let times: Vec<u64> = why
+                .split_once(&part)
+                .unwrap_or_else(|| panic!("k {k} unit {unit}: {why}"))
+                .1
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|t| t.parse().ok())
+                .take(2)
+                .collect();
+            assert!(
+                times.len() == 2 && times.iter().all(|t| (100..101 + 2 * k).contains(t)),
+                "k {k} unit {unit}: {why}"
+            );
+            let roomy = decide((2 * k + 1) * unit);
+            assert_eq!(roomy.feasible, Some(true), "k {k} unit {unit}: {roomy:?}");
+            let plan = roomy.plan.unwrap();
+            verify(&b, &plan, Some((2 * k + 1) * unit)).unwrap();
+        }
+    }
+}
+
 #[test]
 fn capacity_below_a_live_set_is_infeasible_without_search() {
     let b = [Buffer::new(0, 2, 5), Buffer::new(1, 3, 5)];
