@@ -9,6 +9,10 @@
 //! perturbed and squeezed again with the incumbent peak as a cutoff (idealloc's "abort once the peak
 //! exceeds the best so far"): the buffer that broke the cutoff moves earlier (it is a bottleneck),
 //! plus a few random swaps; an equal peak is accepted so the search drifts across plateaus.
+//! Interleaved with both (odd variants from their second ordering on, every variant in the local
+//! search), the peak descent ([`super::descent`]) re-packs from the best plan itself, closing the
+//! holes at the fullest step that no ordering removes; the portfolio hands it other workers' better
+//! plans at each epoch.
 //!
 //! The worker only reads its own state, so the plans it produces depend on the seed, its variant
 //! and the budgets it is given, never on timing (except a deadline cut).
