@@ -143,19 +143,7 @@ impl Timeline<CudaEvents> {
     /// # Errors
     /// A mapped driver error.
     pub(crate) fn join_from(&self, other: &CudaStream) -> Result<Ticket> {
-        let event = self.ops().create_raw()?;
-        // SAFETY: both handles are live.
-        unsafe { sys::cuEventRecord(event.0, other.cu_stream()) }
-            .result()
-            .map_err(|e| map_driver_err("cuEventRecord", e))?;
-        let stream = self.stream().cu_stream();
-        self.submit(|| {
-            // SAFETY: both handles are live; cuStreamWaitEvent captures the event's current
-            // state, so `event` may be destroyed when this returns.
-            unsafe { sys::cuStreamWaitEvent(stream, event.0, 0) }
-                .result()
-                .map_err(|e| map_driver_err("cuStreamWaitEvent", e))
-        })
+        self.join(other, None)
     }
 
     /// [`Timeline::join_from`] between two timing events recorded on this stream, right before
@@ -166,28 +154,34 @@ impl Timeline<CudaEvents> {
     pub(crate) fn join_from_timed(
         &self,
         other: &CudaStream,
-        (before, after): (&Event, &Event),
+        timing: (&Event, &Event),
     ) -> Result<Ticket> {
+        self.join(other, Some(timing))
+    }
+
+    /// The wait behind both joins, with `timing` events around it when given.
+    fn join(&self, other: &CudaStream, timing: Option<(&Event, &Event)>) -> Result<Ticket> {
         let event = self.ops().create_raw()?;
         // SAFETY: both handles are live.
         unsafe { sys::cuEventRecord(event.0, other.cu_stream()) }
             .result()
             .map_err(|e| map_driver_err("cuEventRecord", e))?;
         let stream = self.stream().cu_stream();
+        let record = |timer: Option<&Event>| match timer {
+            // SAFETY: both handles are live.
+            Some(t) => unsafe { sys::cuEventRecord(t.0, stream) }
+                .result()
+                .map_err(|e| map_driver_err("cuEventRecord (timing)", e)),
+            None => Ok(()),
+        };
         self.submit(|| {
-            // SAFETY: all handles are live; the wait captures the event's current state, so
-            // `event` may be destroyed when this returns.
-            unsafe {
-                sys::cuEventRecord(before.0, stream)
-                    .result()
-                    .map_err(|e| map_driver_err("cuEventRecord (timing)", e))?;
-                sys::cuStreamWaitEvent(stream, event.0, 0)
-                    .result()
-                    .map_err(|e| map_driver_err("cuStreamWaitEvent", e))?;
-                sys::cuEventRecord(after.0, stream)
-                    .result()
-                    .map_err(|e| map_driver_err("cuEventRecord (timing)", e))
-            }
+            record(timing.map(|t| t.0))?;
+            // SAFETY: both handles are live; cuStreamWaitEvent captures the event's current
+            // state, so `event` may be destroyed when this returns.
+            unsafe { sys::cuStreamWaitEvent(stream, event.0, 0) }
+                .result()
+                .map_err(|e| map_driver_err("cuStreamWaitEvent", e))?;
+            record(timing.map(|t| t.1))
         })
     }
 
