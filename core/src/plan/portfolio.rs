@@ -264,7 +264,8 @@ where
         .collect()
 }
 
-fn peak_of(buffers: &[Buffer], offsets: &[u64]) -> u64 {
+/// The end of the highest-reaching buffer at `offsets` (a plan's peak).
+pub(super) fn peak_of(buffers: &[Buffer], offsets: &[u64]) -> u64 {
     buffers
         .iter()
         .zip(offsets)

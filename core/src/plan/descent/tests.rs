@@ -1,18 +1,10 @@
 use super::*;
 use crate::plan::generate::perfect_packing;
+use crate::plan::portfolio::peak_of;
 use crate::plan::{Plan, verify};
 
 fn far_future() -> Instant {
     Instant::now() + std::time::Duration::from_secs(3600)
-}
-
-fn peak_of(buffers: &[Buffer], offsets: &[u64]) -> u64 {
-    buffers
-        .iter()
-        .zip(offsets)
-        .map(|(b, &o)| o + b.size)
-        .max()
-        .unwrap_or(0)
 }
 
 /// Every buffer on its own floor, in id order: valid for any instance, far above the bound.
