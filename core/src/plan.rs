@@ -77,7 +77,9 @@ pub use csv::{CsvInstance, parse_csv, write_csv};
 pub use generate::{PackingDesc, PackingFamily, perfect_packing, random_lifetimes};
 pub use greedy::greedy_by_size;
 pub use liveness::{Liveness, OpUses, TensorRole, liveness};
-pub use solve::{EXACT_MAX_BUFFERS, Progress, ProgressFn, Solution, SolveOptions, solve};
+pub use solve::{
+    EXACT_MAX_BUFFERS, MAX_THREADS, Progress, ProgressFn, Solution, SolveOptions, solve,
+};
 pub use verify::verify;
 
 use crate::{Error, Result};

@@ -69,10 +69,15 @@ pub(crate) enum Outcome {
 pub(crate) enum Infeasibility {
     /// Buffer `index` alone is larger than the capacity.
     Buffer { index: usize, size: u64 },
-    /// The buffers live at time `time` need `load` bytes together.
-    Load { time: u64, load: u64 },
+    /// The `buffers` buffers live at time `time` need `load` bytes together.
+    Load {
+        time: u64,
+        load: u64,
+        buffers: usize,
+    },
     /// The exhaustive search found no placement of the `buffers` buffers that are live between
-    /// times `from` and `to` (a part of the instance that no buffer links to the rest).
+    /// times `from` and `to` inclusive (a part of the instance that no buffer links to the rest;
+    /// `from == to` when they are all live together).
     Search { buffers: usize, from: u64, to: u64 },
 }
 
@@ -82,17 +87,43 @@ impl std::fmt::Display for Infeasibility {
             Infeasibility::Buffer { index, size } => {
                 write!(f, "buffer {index} alone needs {size} bytes")
             }
-            Infeasibility::Load { time, load } => {
-                write!(
+            Infeasibility::Load {
+                time,
+                load,
+                buffers,
+            } => match buffers {
+                1 => write!(f, "{} needs {load} bytes", Live(1, *time, *time)),
+                _ => write!(
                     f,
-                    "the buffers live at time {time} need {load} bytes together"
-                )
-            }
+                    "{} need {load} bytes together",
+                    Live(*buffers, *time, *time)
+                ),
+            },
             Infeasibility::Search { buffers, from, to } => write!(
                 f,
-                "the exact search exhausted every canonical placement of the {buffers} buffers \
-                 live between times {from} and {to} without finding one"
+                "the exact search exhausted every canonical placement of {} without finding one",
+                Live(*buffers, *from, *to)
             ),
+        }
+    }
+}
+
+/// "the 3 buffers live at step 5", "the buffer live at step 5", "the 4 buffers live between steps
+/// 2 and 9": a set of buffers named by their count and the steps at which they are live, `from`
+/// to `to` inclusive (a single step is never written as a range).
+pub(crate) struct Live(pub usize, pub u64, pub u64);
+
+impl std::fmt::Display for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Live(count, from, to) = *self;
+        match count {
+            1 => write!(f, "the buffer live")?,
+            _ => write!(f, "the {count} buffers live")?,
+        }
+        if from == to {
+            write!(f, " at step {from}")
+        } else {
+            write!(f, " between steps {from} and {to}")
         }
     }
 }
@@ -289,11 +320,12 @@ impl Prepared {
         if let Some((index, &size)) = self.size.iter().enumerate().find(|(_, s)| **s > capacity) {
             return Some(Infeasibility::Buffer { index, size });
         }
-        self.section_total
-            .iter()
-            .zip(&self.section_time)
-            .find(|(t, _)| **t > capacity)
-            .map(|(&load, &time)| Infeasibility::Load { time, load })
+        let s = self.section_total.iter().position(|&t| t > capacity)?;
+        Some(Infeasibility::Load {
+            time: self.section_time[s],
+            load: self.section_total[s],
+            buffers: self.section_members(s).len(),
+        })
     }
 
     /// One search run at `capacity` under preorder `preorder` (`< PREORDERS`), stopped after

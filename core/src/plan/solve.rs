@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::time::Instant;
 
+use super::exact::Infeasibility;
 use super::greedy::{Fit, Squeezer, Stop, size_order, sweep_best_fit};
 use super::heuristics::Incumbent;
 use super::portfolio::{self, Task};
@@ -23,6 +24,17 @@ pub const EXACT_MAX_BUFFERS: usize = 4096;
 /// reserve cut sweep-line planning short for nothing: the stacked fallback is hundreds of times
 /// the bound.
 const VERIFY_UNITS: u32 = 2;
+
+/// Share of the time limit held back for the portfolio's workers to notice the deadline and be
+/// joined (1/100: 10 ms of a 1 s limit). A worker polls the deadline every few hundred
+/// placements, which on a loaded machine (two CPU hogs beside two worker threads on two cores)
+/// ended 5–30 ms past it.
+const JOIN_SHARE: u32 = 100;
+
+/// Most portfolio threads [`solve`] accepts: every thread runs its own workers, each holding
+/// occupancy trees of the instance's size, so a count far above any machine's cores only costs
+/// memory.
+pub const MAX_THREADS: usize = 1024;
 
 /// Time, in the same units, that a step which cannot stop midway (sorting the buffers, building an
 /// occupancy tree) must have left before it starts.
@@ -63,7 +75,8 @@ pub struct SolveOptions {
     /// Seed of the randomised heuristics (default 0). Equal instances, seeds, thread counts and
     /// limits give equal results unless the deadline cuts the work at a different point.
     pub seed: u64,
-    /// Worker threads of the portfolio; 0 (default) = every core the system reports. More threads
+    /// Worker threads of the portfolio, at most [`MAX_THREADS`]; 0 (default) = every core the
+    /// system reports. More threads
     /// run more provers (up to three preorders) and heuristic workers side by side; the result
     /// depends on the count, never on the threads' timing (see `portfolio`).
     pub threads: usize,
@@ -139,19 +152,27 @@ pub struct Solution {
 ///
 /// # Errors
 /// The validation errors of [`verify`](fn@super::verify) for invalid buffers, [`crate::Error::PlanTooLarge`] when
-/// offsets could overflow `u64`; an internal verification failure is returned, never hidden.
+/// offsets could overflow `u64`, [`crate::Error::InvalidArgument`] for more than [`MAX_THREADS`]
+/// threads; an internal verification failure is returned, never hidden.
 pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
     let started = Instant::now();
+    if opts.threads > MAX_THREADS {
+        return Err(crate::Error::invalid(format!(
+            "{} portfolio threads: at most {MAX_THREADS} (0 = every core)",
+            opts.threads
+        )));
+    }
     let events = validate(buffers)?;
     let (lb, lb_time) = events.peak_load(buffers);
     // `unit`: what an O(n) pass over the endpoints costs on this machine right now (the radix sort
     // and the passes above). The final verification is reserved in units up front, and steps that
     // cannot stop midway (a sort, an occupancy tree) only start when enough units are left.
     let unit = started.elapsed();
-    let deadline = started + opts.time_limit.saturating_sub(unit * VERIFY_UNITS);
+    let reserve = unit * VERIFY_UNITS + opts.time_limit / JOIN_SHARE;
+    let deadline = later(started, opts.time_limit.saturating_sub(reserve));
     let left = || deadline.saturating_duration_since(Instant::now());
     let threads = match opts.threads {
-        0 => std::thread::available_parallelism().map_or(1, |t| t.get()),
+        0 => std::thread::available_parallelism().map_or(1, |t| t.get().min(MAX_THREADS)),
         t => t,
     };
     let progress = |phase: &str, best: u64| {
@@ -209,9 +230,18 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
     {
         // A live set exceeds the capacity: proved infeasible without search.
         feasible = Some(false);
-        infeasible_reason = Some(format!(
-            "the buffers live at time {lb_time} need {lb} bytes together"
-        ));
+        let live = buffers
+            .iter()
+            .filter(|b| b.lower <= lb_time && lb_time < b.upper)
+            .count();
+        infeasible_reason = Some(
+            Infeasibility::Load {
+                time: lb_time,
+                load: lb,
+                buffers: live,
+            }
+            .to_string(),
+        );
     } else if best.peak > lb && left() >= unit * SETUP_UNITS {
         let task = Task {
             buffers,
@@ -252,4 +282,14 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
     });
     drop(squeezer);
     solution
+}
+
+/// `start + after`, or a year after `start` when that is not representable (a limit of
+/// `Duration::MAX` means no limit, not a panic).
+fn later(start: Instant, after: Duration) -> Instant {
+    const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+    start
+        .checked_add(after)
+        .or_else(|| start.checked_add(YEAR))
+        .unwrap_or(start)
 }

@@ -162,7 +162,7 @@ fn minimisation_proves_the_gap_example_optimal_at_five() {
     let why = d.infeasible_reason.unwrap();
     assert!(
         why.contains(
-            "exhausted every canonical placement of the 7 buffers live between times 0 and 7"
+            "exhausted every canonical placement of the 7 buffers live between steps 0 and 7"
         ),
         "{why}"
     );
@@ -204,23 +204,18 @@ fn aligned_pigeonholes_are_proved_infeasible_below_the_load_bound() {
             assert_eq!(tight.feasible, Some(false), "k {k} unit {unit}: {tight:?}");
             assert!(tight.plan.is_none());
             let why = tight.infeasible_reason.unwrap();
-            // The proof names the pigeonholes' part (the times it reports lie inside it), not the
-            // feasible part before it.
-            let part = format!(
-                "exhausted every canonical placement of the {} buffers live between times ",
-                k + 1
-            );
-            let times: Vec<u64> = why
-                .split_once(&part)
-                .unwrap_or_else(|| panic!("k {k} unit {unit}: {why}"))
-                .1
-                .split(|c: char| !c.is_ascii_digit())
-                .filter_map(|t| t.parse().ok())
-                .take(2)
-                .collect();
-            assert!(
-                times.len() == 2 && times.iter().all(|t| (100..101 + 2 * k).contains(t)),
-                "k {k} unit {unit}: {why}"
+            // The proof names the pigeonholes' part, not the feasible part before it. They are
+            // all live at step 100 + k only: one step, never a range from a step to itself
+            // (regression: "between times 102 and 102").
+            assert_eq!(
+                why,
+                format!(
+                    "the exact search exhausted every canonical placement of the {} buffers live \
+                     at step {} without finding one",
+                    k + 1,
+                    100 + k
+                ),
+                "k {k} unit {unit}"
             );
             let roomy = decide((2 * k + 1) * unit);
             assert_eq!(roomy.feasible, Some(true), "k {k} unit {unit}: {roomy:?}");
@@ -312,7 +307,7 @@ fn infeasible_capacity_says_why() {
     assert_eq!(s.feasible, Some(false));
     assert_eq!(
         s.infeasible_reason.as_deref(),
-        Some("the buffers live at time 1 need 10 bytes together")
+        Some("the 2 buffers live at step 1 need 10 bytes together")
     );
 }
 
@@ -385,4 +380,35 @@ fn a_sweep_cut_by_the_deadline_stacks_the_rest_validly() {
     let (full, finished) = crate::plan::greedy::sweep_best_fit(&b, &events, None);
     assert!(finished);
     verify(&b, &full, None).unwrap();
+}
+
+#[test]
+fn an_unrepresentable_time_limit_means_no_limit_not_a_panic() {
+    // Regression: `start + Duration::MAX` overflowed `Instant` and panicked.
+    let b = [Buffer::new(0, 2, 5), Buffer::new(1, 3, 5)];
+    let s = solve(
+        &b,
+        &SolveOptions {
+            time_limit: Duration::MAX,
+            ..SolveOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((s.best_peak, s.proved_optimal), (10, true));
+}
+
+#[test]
+fn too_many_threads_are_refused_before_any_work() {
+    let b = [Buffer::new(0, 2, 5)];
+    let opts = |threads| SolveOptions {
+        threads,
+        ..SolveOptions::default()
+    };
+    match solve(&b, &opts(crate::plan::MAX_THREADS + 1)) {
+        Err(crate::Error::InvalidArgument(msg)) => {
+            assert!(msg.contains("at most 1024"), "{msg}");
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    assert!(solve(&b, &opts(crate::plan::MAX_THREADS)).is_ok());
 }

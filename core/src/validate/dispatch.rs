@@ -33,21 +33,7 @@ impl Validated {
         let caps = self.capabilities();
         let parts = split::split_segments(op, operands, caps.max_binding_size, caps.binding_align)?;
         let inputs = op.signature()?.inputs.len();
-        let names = op.operand_names();
-        for (o, out) in operands.iter().enumerate().skip(inputs) {
-            for (i, other) in operands.iter().enumerate().filter(|&(i, _)| i != o) {
-                for (a, b) in out.iter().flat_map(|a| other.iter().map(move |b| (a, b))) {
-                    rules::disjoint(a, b, || {
-                        format!(
-                            "{} output `{}` and operand `{}`",
-                            op.name(),
-                            names.get(o).copied().unwrap_or("?"),
-                            names.get(i).copied().unwrap_or("?"),
-                        )
-                    })?;
-                }
-            }
-        }
+        rules::outputs_disjoint(op, inputs, operands.len(), |i| operands[i])?;
         self.issue_parts(&parts)
     }
 

@@ -195,20 +195,43 @@ pub(crate) fn bindings(
         }
     }
     let inputs = sig.inputs.len();
+    outputs_disjoint(op, inputs, bindings.len(), |i| {
+        std::slice::from_ref(&bindings[i])
+    })?;
+    Ok(inputs)
+}
+
+/// No output operand shares a byte with any other operand (inputs may alias each other: they are
+/// only read). Operand `i` is `operand(i)`: one binding, or a tensor's segments; the first
+/// `inputs` operands are the inputs.
+///
+/// # Errors
+/// [`Error::Overlap`] naming the op, the output and the other operand.
+pub(crate) fn outputs_disjoint<'a>(
+    op: &Op,
+    inputs: usize,
+    count: usize,
+    operand: impl Fn(usize) -> &'a [BlockRange],
+) -> Result<()> {
     let names = op.operand_names();
-    for (o, out) in bindings.iter().enumerate().skip(inputs) {
-        for (i, other) in bindings.iter().enumerate().filter(|&(i, _)| i != o) {
-            disjoint(out, other, || {
-                format!(
-                    "{} output `{}` and operand `{}`",
-                    op.name(),
-                    names.get(o).copied().unwrap_or("?"),
-                    names.get(i).copied().unwrap_or("?"),
-                )
-            })?;
+    for o in inputs..count {
+        for i in (0..count).filter(|&i| i != o) {
+            for (a, b) in operand(o)
+                .iter()
+                .flat_map(|a| operand(i).iter().map(move |b| (a, b)))
+            {
+                disjoint(a, b, || {
+                    format!(
+                        "{} output `{}` and operand `{}`",
+                        op.name(),
+                        names.get(o).copied().unwrap_or("?"),
+                        names.get(i).copied().unwrap_or("?"),
+                    )
+                })?;
+            }
         }
     }
-    Ok(inputs)
+    Ok(())
 }
 
 /// The backend grows blocks in place.

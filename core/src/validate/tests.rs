@@ -189,6 +189,24 @@ fn force_staging_hides_device_memory_from_the_host() {
 }
 
 #[test]
+fn a_segmented_output_sharing_bytes_with_an_input_segment_is_refused() {
+    let (_, f) = front(HostConfig::default());
+    let dev = block(&f, MemoryKind::DeviceLocal, 4096);
+    let relu = Op::Relu { len: 8 };
+    let x = [range(dev, 0, 16), range(dev, 1024, 16)];
+    // The output's second segment is the input's first.
+    let y = [range(dev, 2048, 16), range(dev, 0, 16)];
+    match f.dispatch_segments(&relu, &[&x, &y]) {
+        Err(Error::Overlap { what, .. }) => assert_eq!(what, "relu output `y` and operand `x`"),
+        other => panic!("expected Overlap, got {other:?}"),
+    }
+    // Disjoint segments are issued.
+    let y = [range(dev, 2048, 16), range(dev, 3072, 16)];
+    let t = f.dispatch_segments(&relu, &[&x, &y]).unwrap();
+    f.wait(t).unwrap();
+}
+
+#[test]
 fn bindings_must_match_the_op_exactly_and_outputs_must_not_overlap() {
     let (_, f) = front(HostConfig::default());
     let dev = block(&f, MemoryKind::DeviceLocal, 1024);

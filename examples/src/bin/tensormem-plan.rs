@@ -19,8 +19,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tensormem::plan::{
-    Buffer, PackingDesc, PackingFamily, Plan, Progress, Solution, SolveOptions, parse_csv,
-    random_lifetimes, solve, verify, write_csv,
+    Buffer, MAX_THREADS, PackingDesc, PackingFamily, Plan, Progress, Solution, SolveOptions,
+    parse_csv, random_lifetimes, solve, verify, write_csv,
 };
 use tensormem::{Error, Result};
 
@@ -32,10 +32,14 @@ Exit codes:
   3  with --capacity: proved that no plan fits (`feasible` is false)
   4  with --capacity: undecided, the time limit ran out first (`feasible` is null)
 
-`feasible` (text and --json) has three states:
-  true   a plan within --capacity was found (always true without --capacity)
-  false  proved that no plan within --capacity exists; `infeasible_reason` says how
-  null   undecided: the time limit ran out before a plan or a proof was found";
+`feasible` in --json has three states (in text, the `capacity:` line says the same in words):
+  true   a plan within --capacity was found (\"met\"; always true without --capacity)
+  false  proved that no plan within --capacity exists (\"proved infeasible\");
+         `infeasible_reason` says how
+  null   undecided: the time limit ran out before a plan or a proof was found (\"undecided\")
+
+--json also reports `seconds` (planning, the part --time-limit bounds) and `parse_seconds`
+(reading and parsing FILE).";
 
 /// Plan a static memory layout (Dynamic Storage Allocation) from a CSV instance.
 ///
@@ -93,8 +97,8 @@ struct SolverArgs {
     /// Seed of the randomised heuristics.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Portfolio threads; 0 = every core. Results depend on the count, not on timing.
-    #[arg(long, default_value_t = 0)]
+    /// Portfolio threads, 0 to 1024; 0 = every core. Results depend on the count, not on timing.
+    #[arg(long, default_value_t = 0, value_parser = threads)]
     threads: usize,
 }
 
@@ -184,6 +188,18 @@ fn seconds(s: &str) -> std::result::Result<f64, String> {
         .map_err(|_| format!("{v} is not a valid duration"))
 }
 
+fn threads(s: &str) -> std::result::Result<usize, String> {
+    let n: usize = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a thread count"))?;
+    if n > MAX_THREADS {
+        return Err(format!(
+            "{n} threads: at most {MAX_THREADS} (0 = every core)"
+        ));
+    }
+    Ok(n)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
@@ -252,8 +268,11 @@ fn options(solver: &SolverArgs, capacity: Option<u64>, bar: Option<&ProgressBar>
 
 /// Plans the file; the exit code says whether the capacity (if any) was met.
 fn plan_file(file: &str, args: &PlanArgs) -> Result<ExitCode> {
+    let parsing = std::time::Instant::now();
     let text = std::fs::read_to_string(file).map_err(io_err(file))?;
     let inst = parse_csv(&text, file)?;
+    drop(text);
+    let parse_seconds = parsing.elapsed().as_secs_f64();
     let input_plan = match &inst.offsets {
         Some(offsets) => {
             let plan = Plan::from_offsets(&inst.buffers, offsets.clone());
@@ -286,6 +305,7 @@ fn plan_file(file: &str, args: &PlanArgs) -> Result<ExitCode> {
         let mut obj = solution_json(&s, args.capacity);
         obj["file"] = file.into();
         obj["buffers"] = inst.buffers.len().into();
+        obj["parse_seconds"] = parse_seconds.into();
         if let Some((peak, verdict)) = &input_plan {
             obj["input_plan"] = serde_json::json!({
                 "peak": peak,

@@ -300,3 +300,53 @@ fn memo_remembers_fingerprints_of_word_sequences() {
     memo.clear();
     assert!(!memo.failed(keys[0]));
 }
+
+#[test]
+fn reasons_name_a_single_step_as_a_step_never_as_a_range() {
+    use super::{Infeasibility, Live};
+    assert_eq!(
+        Live(3, 102, 102).to_string(),
+        "the 3 buffers live at step 102"
+    );
+    assert_eq!(Live(1, 7, 7).to_string(), "the buffer live at step 7");
+    assert_eq!(
+        Live(4, 2, 9).to_string(),
+        "the 4 buffers live between steps 2 and 9"
+    );
+    let search = Infeasibility::Search {
+        buffers: 5,
+        from: 102,
+        to: 102,
+    };
+    assert_eq!(
+        search.to_string(),
+        "the exact search exhausted every canonical placement of the 5 buffers live at step 102 \
+         without finding one"
+    );
+    let one = Infeasibility::Load {
+        time: 4,
+        load: 10,
+        buffers: 1,
+    };
+    assert_eq!(one.to_string(), "the buffer live at step 4 needs 10 bytes");
+}
+
+#[test]
+fn a_live_set_above_the_capacity_is_reported_with_its_count() {
+    let b = [
+        Buffer::new(0, 3, 4),
+        Buffer::new(1, 3, 4),
+        Buffer::new(2, 5, 4),
+        Buffer::new(5, 6, 10),
+    ];
+    let prepared = super::Prepared::new(&b);
+    assert_eq!(
+        prepared.quick_infeasibility(11).map(|r| r.to_string()),
+        Some("the 3 buffers live at step 2 need 12 bytes together".into())
+    );
+    // A buffer larger than the capacity on its own is named first.
+    assert_eq!(
+        prepared.quick_infeasibility(3).map(|r| r.to_string()),
+        Some("buffer 0 alone needs 4 bytes".into())
+    );
+}

@@ -88,18 +88,17 @@ impl ArenaPool {
     ) -> Result<Option<(usize, Region)>> {
         let class = Class::of(size);
         self.release_empty(st, class);
-        let class_reserved = st
-            .blocks
-            .iter()
-            .flatten()
-            .filter(|b| b.class == Some(class))
-            .map(|b| b.size)
-            .sum();
+        let (class_reserved, pool_reserved) =
+            st.blocks.iter().flatten().fold((0, 0), |(c, p), b| {
+                let mine = if b.class == Some(class) { b.size } else { 0 };
+                (c + mine, p + b.size)
+            });
         for attempt in 0..2 {
             let bytes = BlockRequest {
                 class,
                 need: size,
                 class_reserved,
+                pool_reserved,
                 block_size: self.config.block_size,
                 room: self.budget.room(),
                 max_block: self.backend.capabilities().max_block_size,

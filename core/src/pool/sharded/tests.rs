@@ -53,22 +53,25 @@ fn a_thread_keeps_its_shard_and_frees_reach_the_owner_from_any_thread() {
 
 #[test]
 fn a_full_home_shard_borrows_memory_another_shard_reserved() {
-    // The budget holds one block. Another shard reserves it; this thread's shard cannot grow,
-    // the pressure path finds nothing idle, and the request is served from the other shard's
-    // block, as one pool with the same budget would serve it.
-    let p = pool(2, Some(MIB));
+    // The budget holds one block: the 64 KiB an empty pool's first small block takes. Another
+    // shard reserves it; this thread's shard cannot grow, the pressure path finds nothing idle,
+    // and the request is served from the other shard's block, as one pool with the same budget
+    // would serve it.
+    let block = 64 << 10;
+    let p = pool(2, Some(block));
     let other = (p.home() + 1) % 2;
-    let held = p.shards()[other].allocate(512 << 10, 256, "held").unwrap();
-    let a = p.allocate(256 << 10, 256, "borrowed").unwrap();
+    let held = p.shards()[other].allocate(16 << 10, 256, "held").unwrap();
+    assert_eq!(p.stats().reserved, block);
+    let a = p.allocate(16 << 10, 256, "borrowed").unwrap();
     assert_eq!(shard_of(&p, a.handle), other);
     // What no shard can serve is out of memory, explained by the home shard.
-    match p.allocate(MIB, 256, "too much") {
-        Err(Error::OutOfMemory(r)) => assert_eq!(r.requested, MIB),
+    match p.allocate(block, 256, "too much") {
+        Err(Error::OutOfMemory(r)) => assert_eq!(r.requested, block),
         other => panic!("expected out of memory, got {other:?}"),
     }
     p.free(a.handle).unwrap();
     p.free(held.handle).unwrap();
-    assert_eq!(p.trim().unwrap(), MIB);
+    assert_eq!(p.trim().unwrap(), block);
     assert_eq!(p.stats().reserved, 0);
     p.check_invariants().unwrap();
 }
