@@ -248,10 +248,12 @@ async fn pools_reclaim_from_each_other(ctx: &Ctx) -> R {
         },
     )
     .map_err(fail("runtime"))?;
-    // Fill the device: four 1 MiB blocks hold every byte of the cap.
+    // Fill the device: four 1 MiB tensors in 1 MiB blocks hold every byte of the cap. (Blocks
+    // hold whole requests: 768 KiB fillers made 768 KiB blocks and left 256 KiB of the cap
+    // free, so the belt needed no pressure.)
     let mut tensors = Vec::new();
     loop {
-        match rt.alloc(DType::U8, &[768 << 10], "filler") {
+        match rt.alloc(DType::U8, &[1 << 20], "filler") {
             Ok(t) => tensors.push(t),
             Err(Error::OutOfMemory(_)) => break,
             Err(e) => return Err(format!("filler: {e}")),

@@ -11,7 +11,8 @@
 //! trace gives the holes row's time with the books kept, and the difference, the device's
 //! share. The record-and-replay pool runs too (steps marked where the trace repeats a model run:
 //! gpt2s_train, llama8b_prefill and mobilenet_v2 by iteration, xfmr_eager by prefill; rand_logu
-//! has none), with the share of
+//! has none), over our pool with holes and over our pool on blocks (the path of wgpu, lavapipe
+//! and the browser), with the share of
 //! allocations it served from plans and its steady state: peak reserved from the first plan on,
 //! over the arena the plans need. It writes one SVG per trace: live bytes and each pool's
 //! reserved bytes over the events. Under each trace it also prints the peak of exact best fit
@@ -39,7 +40,7 @@ mod traces;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use peers::{Cubecl, Ours, Peer, Replay};
+use peers::{Cubecl, Ours, Peer};
 use thread_cpu::thread_cpu_ns;
 
 /// Our pool on a device that grows blocks in place and decommits and remaps holes (the host,
@@ -51,6 +52,10 @@ type Unlearned = Ours<3>;
 type InPlace = Ours<1>;
 /// Our pool on a device that cannot: the fallback of adding blocks.
 type Blocks = Ours<0>;
+/// The record-and-replay pool over our pool with holes.
+type Replay = peers::Replay<2>;
+/// The record-and-replay pool over our pool on blocks (wgpu, lavapipe, the browser).
+type ReplayBlocks = peers::Replay<0>;
 use traces::Trace;
 
 /// What one replay of a trace through one pool measured.
@@ -237,7 +242,7 @@ fn run(args: &Args) -> Result<(), String> {
             )
         }
     );
-    const POOLS: usize = 6;
+    const POOLS: usize = 7;
     // The last timed replay: the holes row again, over the counting device's books.
     const BOOKS: usize = POOLS;
     for trace in &traces {
@@ -248,6 +253,7 @@ fn run(args: &Args) -> Result<(), String> {
         let (in_place, _) = replay::<InPlace>(trace)?;
         let (blocks, _) = replay::<Blocks>(trace)?;
         let (replayed, pool) = replay::<Replay>(trace)?;
+        let (replayed_blocks, pool_blocks) = replay::<ReplayBlocks>(trace)?;
         let (cubecl, _) = replay::<Cubecl>(trace)?;
         let mut ns = [f64::INFINITY; POOLS + 1];
         for round in 0..args.rounds {
@@ -260,6 +266,7 @@ fn run(args: &Args) -> Result<(), String> {
                     2 => timed::<InPlace>(trace, false)?,
                     3 => timed::<Blocks>(trace, false)?,
                     4 => timed::<Replay>(trace, false)?,
+                    5 => timed::<ReplayBlocks>(trace, false)?,
                     BOOKS => timed::<Holes>(trace, true)?,
                     _ => timed::<Cubecl>(trace, false)?,
                 };
@@ -292,6 +299,7 @@ fn run(args: &Args) -> Result<(), String> {
             (InPlace::NAME, &in_place),
             (Blocks::NAME, &blocks),
             (Replay::NAME, &replayed),
+            (ReplayBlocks::NAME, &replayed_blocks),
             (Cubecl::NAME, &cubecl),
         ];
         for (k, (name, r)) in rows.iter().enumerate() {
@@ -320,27 +328,8 @@ fn run(args: &Args) -> Result<(), String> {
             best.peak() as f64 / peak_live as f64,
             best.growths()
         );
-        let s = pool.stats();
-        let steady = pool
-            .planned_from()
-            .and_then(|from| replayed.held[from..].iter().copied().max())
-            .map_or("never planned".to_string(), |peak| {
-                format!(
-                    "peak reserved from the first plan on {} = {:.4}x the arena the plans need \
-                     ({})",
-                    mib(peak),
-                    peak as f64 / s.arena_needed.max(1) as f64,
-                    mib(s.arena_needed)
-                )
-            });
-        println!(
-            "    replay: {} of {} allocations from plans ({:.1}%), {} plans, {} divergences; {steady}",
-            s.planned,
-            trace.allocations,
-            100.0 * s.planned as f64 / trace.allocations.max(1) as f64,
-            s.plans,
-            s.divergences
-        );
+        println!("    {}", replay_line(&pool, &replayed, trace));
+        println!("    {}", replay_line(&pool_blocks, &replayed_blocks, trace));
         let series =
             |name: &str, r: &Replayed| format!("{name} reserved (peak {:.3}x live)", ratio(r));
         let doc = svg::chart(
@@ -372,6 +361,11 @@ fn run(args: &Args) -> Result<(), String> {
                     values: &replayed.held,
                 },
                 svg::Series {
+                    label: series(ReplayBlocks::NAME, &replayed_blocks),
+                    colour: "#17becf",
+                    values: &replayed_blocks.held,
+                },
+                svg::Series {
                     label: series(Cubecl::NAME, &cubecl),
                     colour: "#ff7f0e",
                     values: &cubecl.held,
@@ -383,6 +377,32 @@ fn run(args: &Args) -> Result<(), String> {
     }
     println!("SVGs in {}", args.svg_dir.display());
     Ok(())
+}
+
+/// What the record-and-replay `pool` did on `trace` (replayed as `r`): allocations served from
+/// plans, and its steady state (peak reserved from the first plan on, over the plans' arena).
+fn replay_line<const M: u8>(pool: &peers::Replay<M>, r: &Replayed, trace: &Trace) -> String {
+    let s = pool.stats();
+    let steady = pool
+        .planned_from()
+        .and_then(|from| r.held[from..].iter().copied().max())
+        .map_or("never planned".to_string(), |peak| {
+            format!(
+                "peak reserved from the first plan on {} = {:.4}x the arena the plans need ({})",
+                mib(peak),
+                peak as f64 / s.arena_needed.max(1) as f64,
+                mib(s.arena_needed)
+            )
+        });
+    format!(
+        "{}: {} of {} allocations from plans ({:.1}%), {} plans, {} divergences; {steady}",
+        peers::Replay::<M>::NAME,
+        s.planned,
+        trace.allocations,
+        100.0 * s.planned as f64 / trace.allocations.max(1) as f64,
+        s.plans,
+        s.divergences
+    )
 }
 
 /// Bytes as MiB with one decimal, for the table.

@@ -229,9 +229,10 @@ impl<const M: u8> Drop for Ours<M> {
     }
 }
 
-/// tensormem's record-and-replay pool over the default dynamic pool on a device that grows blocks
-/// in place, steps marked by the trace.
-pub struct Replay {
+/// tensormem's record-and-replay pool over the default dynamic pool on a device of [`Mode`] `M`
+/// (the default dynamic pool's two paths: 2 in place with holes, 0 blocks), steps marked by the
+/// trace.
+pub struct Replay<const M: u8> {
     pool: ReplayPool,
     live: Live,
     counters: Arc<Counters>,
@@ -240,7 +241,7 @@ pub struct Replay {
     planned_from: Option<usize>,
 }
 
-impl Replay {
+impl<const M: u8> Replay<M> {
     /// Record-and-replay counters.
     pub fn stats(&self) -> ReplayStats {
         self.pool.replay_stats()
@@ -251,10 +252,10 @@ impl Replay {
         self.planned_from
     }
 
-    /// The replay pool over a fresh counting device with holes, as `device` adapts it.
+    /// The replay pool over a fresh counting device of mode `M`, as `device` adapts it.
     fn on(device: impl FnOnce(CountingBackend) -> CountingBackend) -> Self {
         let counters = Arc::new(Counters::default());
-        let backend = Arc::new(device(CountingBackend::new(counters.clone(), Mode::Holes)));
+        let backend = Arc::new(device(CountingBackend::new(counters.clone(), mode(M))));
         // The arena joins the dynamic pool's budget, as in a runtime.
         #[expect(clippy::expect_used, reason = "the default configuration is valid")]
         let dynamic = ArenaPool::with_budget(backend, ArenaConfig::device(), Budget::new(None))
@@ -269,8 +270,11 @@ impl Replay {
     }
 }
 
-impl Peer for Replay {
-    const NAME: &'static str = "replay";
+impl<const M: u8> Peer for Replay<M> {
+    const NAME: &'static str = match mode(M) {
+        Mode::Blocks => "replay on blocks",
+        _ => "replay",
+    };
 
     fn create() -> Self {
         Self::on(|b| b)
@@ -307,7 +311,7 @@ impl Peer for Replay {
     }
 }
 
-impl Drop for Replay {
+impl<const M: u8> Drop for Replay<M> {
     fn drop(&mut self) {
         self.live.clear(&self.pool);
     }

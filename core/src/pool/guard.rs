@@ -281,6 +281,21 @@ impl<P: DevicePool> Guarded<P> {
         io
     }
 
+    /// Runs `margin_io` (a fill or a check). Staged margins need a temporary block from the
+    /// backend: when the device is out of memory, the inner pool's empty blocks go back and it
+    /// runs once more, so a margin never fails for memory the pool holds idle (a device pool
+    /// whose blocks fill a device cap exactly, then empty, made the last frees fail).
+    fn staged<T>(&self, margin_io: impl Fn(&Io<'_>) -> Result<T>) -> Result<T> {
+        let r = margin_io(&self.io());
+        if matches!(r, Err(Error::OutOfMemory(_)))
+            && !self.mapped
+            && self.inner.trim().is_ok_and(|n| n > 0)
+        {
+            return margin_io(&self.io());
+        }
+        r
+    }
+
     fn layouts(&self) -> MutexGuard<'_, HashMap<Handle, Layout>> {
         self.layouts.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -325,13 +340,7 @@ impl<P: DevicePool> device_pool::PoolAdaptor for Guarded<P> {
             Err(e) => Err(e),
         };
         let filled = pending.and_then(|()| {
-            fill(
-                &self.io(),
-                a.range.block,
-                (a.range.offset, total),
-                front,
-                data,
-            )
+            self.staged(|io| fill(io, a.range.block, (a.range.offset, total), front, data))
         });
         if let Err(e) = filled {
             // Nothing was handed out: undo the carve (issue 12, defect 5).
@@ -362,13 +371,15 @@ impl<P: DevicePool> device_pool::PoolAdaptor for Guarded<P> {
             self.backend.as_ref(),
             ticket.max(self.inner.last_use(handle)?),
         )?;
-        let damage = check(
-            &self.io(),
-            region.block,
-            (region.offset, region.size),
-            layout.front,
-            layout.size,
-        )?;
+        let damage = self.staged(|io| {
+            check(
+                io,
+                region.block,
+                (region.offset, region.size),
+                layout.front,
+                layout.size,
+            )
+        })?;
         self.inner.free_after(handle, ticket)?;
         self.layouts().remove(&handle);
         match damage {

@@ -143,3 +143,134 @@ fn many_long_lived_conflicts_stay_exact() {
         assert_eq!(got, want);
     }
 }
+
+/// Both fit rules on `buffers` in size order and in input order, against the oracle, verified.
+fn assert_matches_oracle(buffers: &[Buffer]) -> Vec<Vec<u64>> {
+    let mut squeezer = Squeezer::new(buffers);
+    let input: Vec<u32> = (0..buffers.len() as u32).collect();
+    let mut plans = Vec::new();
+    for order in [size_order(buffers), input] {
+        for fit in [Fit::Best, Fit::Lowest] {
+            let want = oracle_place(buffers, &order, fit);
+            let (got, peak) = squeezer.place(&order, fit, u64::MAX, None).unwrap();
+            assert_eq!(got, want, "{fit:?}");
+            let plan = Plan::from_offsets(buffers, got.clone());
+            assert_eq!(plan.peak, peak);
+            verify(buffers, &plan, None).unwrap();
+            plans.push(got);
+        }
+    }
+    plans
+}
+
+#[test]
+fn every_alignment_up_to_64_kib_matches_the_oracle() {
+    // Alignments 1 B to 64 KiB mixed with sizes that are not multiples of them, so the aligned
+    // start of a gap lies inside it and a gap can hold the size only when unaligned.
+    let mut rng = Rng::new(17);
+    let buffers: Vec<Buffer> = (0..400)
+        .map(|_| {
+            let l = rng.below(200);
+            Buffer {
+                lower: l,
+                upper: l + 1 + rng.below(40),
+                size: 1 + rng.below(100_000),
+                align: 1 << rng.below(17),
+            }
+        })
+        .collect();
+    let plans = assert_matches_oracle(&buffers);
+    for offsets in plans {
+        for (b, o) in buffers.iter().zip(offsets) {
+            assert!(
+                o.is_multiple_of(b.align),
+                "offset {o} for align {}",
+                b.align
+            );
+        }
+    }
+}
+
+#[test]
+fn a_gap_long_enough_only_when_unaligned_is_skipped() {
+    // A [0, 6) and C [16, 20) leave the 10-byte gap [6, 16) to buffers alive after B ends. D
+    // (8 bytes aligned to 16) would start at 16 there and overlap C, so it goes on top, at
+    // align_up(20, 16) = 32; E (8 bytes, unaligned) takes the gap, the smallest that fits.
+    let aligned = |lower, upper, size, align| Buffer {
+        lower,
+        upper,
+        size,
+        align,
+    };
+    let b = [
+        Buffer::new(0, 4, 6),
+        Buffer::new(0, 2, 10),
+        Buffer::new(0, 4, 4),
+        aligned(2, 4, 8, 16),
+        Buffer::new(2, 4, 8),
+    ];
+    let (offsets, peak) = Squeezer::new(&b)
+        .place(&[0, 1, 2, 3, 4], Fit::Best, u64::MAX, None)
+        .unwrap();
+    assert_eq!((offsets, peak), (vec![0, 6, 16, 32, 6], 40));
+    // Aligned to 2 instead, D fits the gap at 6.
+    let mut b2 = b;
+    b2[3].align = 2;
+    let (offsets, _) = Squeezer::new(&b2)
+        .place(&[0, 1, 2, 3, 4], Fit::Best, u64::MAX, None)
+        .unwrap();
+    assert_eq!(offsets[3], 6);
+    assert_matches_oracle(&b);
+    assert_matches_oracle(&b2);
+}
+
+#[test]
+fn sizes_near_u64_max_place_without_false_overflow() {
+    let half = 1u64 << 63;
+    // Never alive together: both at 0, whatever their sizes.
+    let apart = [Buffer::new(0, 1, u64::MAX), Buffer::new(1, 2, u64::MAX)];
+    assert_eq!(assert_matches_oracle(&apart)[0], vec![0, 0]);
+    // Alive together, summing to exactly u64::MAX: the second ends at the last byte.
+    let together = [Buffer::new(0, 2, half), Buffer::new(1, 3, half - 1)];
+    let (offsets, peak) = Squeezer::new(&together)
+        .place(&[0, 1], Fit::Best, u64::MAX, None)
+        .unwrap();
+    assert_eq!((offsets, peak), (vec![0, half], u64::MAX));
+    assert_matches_oracle(&together);
+    // The aligned top of a huge buffer: 3·2^61 rounds up to 2^63 for a 2^62 alignment, and a
+    // buffer alive once the first has ended reuses offset 0, below the aligned one.
+    let aligned = [
+        Buffer::new(0, 2, 3 << 61),
+        Buffer {
+            lower: 1,
+            upper: 3,
+            size: 1 << 61,
+            align: 1 << 62,
+        },
+        Buffer::new(2, 4, 1 << 62),
+    ];
+    let plans = assert_matches_oracle(&aligned);
+    assert_eq!(plans[0], vec![0, half, 0]);
+    // A gap test near the top must not wrap: candidate + size saturates instead.
+    let near_top = [
+        Buffer::new(0, 2, half),
+        Buffer::new(0, 2, (half - 1) / 2),
+        Buffer::new(1, 2, half / 2),
+    ];
+    assert_matches_oracle(&near_top);
+}
+
+#[test]
+fn buffers_alive_at_one_step_stack_and_touching_lifetimes_share() {
+    // Ten buffers alive only at step 5 conflict pairwise; the ones alive only at steps 4 and 6
+    // touch them (half-open lifetimes), so they reuse offset 0.
+    let mut b: Vec<Buffer> = (0..10).map(|i| Buffer::new(5, 6, 1 + i)).collect();
+    b.push(Buffer::new(4, 5, 100));
+    b.push(Buffer::new(6, 7, 100));
+    let plans = assert_matches_oracle(&b);
+    // Size order, best fit: sizes 10 down to 1 stacked, total 55.
+    let offsets = &plans[0];
+    assert_eq!((offsets[10], offsets[11]), (0, 0));
+    let stacked = offsets[..10].iter().zip(&b).map(|(o, x)| o + x.size).max();
+    assert_eq!(stacked, Some(55));
+}

@@ -387,6 +387,13 @@ impl ArenaPool {
                     h.freed_region(freed, merged);
                 }
             }
+            if lacking == 0 {
+                // Backed already (the usual case once placement is learned): no run to walk.
+                if let Some(h) = b.holes.as_mut() {
+                    h.taken(&region);
+                }
+                return Ok(Some((i, region)));
+            }
         }
         if self.back(st, i, &region)? {
             return Ok(Some((i, region)));
