@@ -28,14 +28,13 @@
 //!
 //! # What it costs (`core/benches/pool_traces`, release)
 //! * **Time.** The bookkeeping is a word of 64 granules at a time, and a free touches only the
-//!   words of its own region. What is left over the pool without holes is the moves: on
-//!   Llama-8B prefill at 2 MiB three allocations in four land on given-back granules, and
-//!   each is probed up to [`PROBES`] more places (probing cuts the granules moved threefold).
-//!   Time per pair ÷ cubecl's, the pool alone: 0.02 / 0.73 / 0.28 / 1.10 / 0.62 on the five
-//!   traces at 2 MiB (Llama above 1), 0.03 / 0.89 / 0.53 / 1.54 / 0.86 at 64 KiB. Probing
-//!   only where two or more granules lack memory, or stopping at the first probe that is no
-//!   better, brought Llama to 1.0 at 2–31 % more granules moved: each is a driver call on a
-//!   GPU, so the probes stay.
+//!   words of its own region. What is left over the pool without holes is the moves: placed by
+//!   TLSF alone, three allocations in four of Llama-8B prefill at 2 MiB landed on given-back
+//!   granules and were probed up to [`PROBES`] more places and remapped (1.04–1.10× cubecl's
+//!   time, 1.57× at 64 KiB). Learned placement ([`sites`](super::sites)) puts a repeated step
+//!   back where it went, on granules still committed: 149 mappings instead of 6250, time per
+//!   pair ÷ cubecl's 0.02 / 0.72 / 0.38 / 0.71 / 0.69 on the five traces at 2 MiB and 0.04 /
+//!   0.81 / 0.62 / 0.95 / 0.76 at 64 KiB (load ~9; `pool_traces` prints both rows).
 //! * **Physical allocations on CUDA.** `cuMemMap` maps a physical allocation from its offset 0
 //!   and `cuMemUnmap` takes whole mappings, so a granule whose memory can be given back or moved
 //!   alone must be a `cuMemCreate` of its own: the backend creates about peak ÷ granule
