@@ -73,7 +73,18 @@ impl Region {
     pub fn end(&self) -> u64 {
         self.offset + self.size
     }
+
+    /// Where its allocator carved the region, kept past the region's free: a starting point
+    /// for placing a request at a chosen offset later ([`Tlsf::allocate_at`]).
+    pub fn landmark(&self) -> Landmark {
+        Landmark(self.key)
+    }
 }
+
+/// Where a region was carved, as its allocator knows it (TLSF: its block), opaque; it may go
+/// stale as the allocator carves and frees, which costs a search, never a wrong placement.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Landmark(u64);
 
 /// What a sub-allocator holds, for statistics and out-of-memory reports. All sizes in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

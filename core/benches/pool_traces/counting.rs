@@ -87,12 +87,16 @@ impl Counters {
 
 /// A backend whose blocks are numbers: no memory, no queue.
 ///
-/// Its in-place growth counts as CUDA's virtual memory management would call the driver: one
-/// physical allocation and one mapping per growth, or, on a device that offers holes, one per
-/// granule (`cuMemUnmap` takes whole allocations, so a granule that may be decommitted alone is
-/// an allocation of its own); a remap unmaps and maps each granule it moves, creating nothing.
-/// Below CUDA's 2 MiB granularity (`--granularity`, a model of the host's pages) every call
-/// counts once, as the host's `mprotect` and `madvise` take whole ranges.
+/// Its in-place growth counts what the backend it models creates and calls:
+/// * **CUDA** (a granularity of 2 MiB or more, CUDA's virtual memory management): one physical
+///   allocation (`cuMemCreate`) and one mapping per growth, or, on a device that offers holes,
+///   one per granule (`cuMemUnmap` takes whole allocations, so a granule that may be
+///   decommitted alone is an allocation of its own); a remap unmaps and maps each granule it
+///   moves, creating nothing.
+/// * **Host** (below 2 MiB, `--granularity`, a model of the host's pages): the reservation is
+///   the one creation (`mmap`); growth and shrinking are one `mprotect` each, a decommit or a
+///   remap one `madvise` of the range given back, and a commit no call at all (pages come back
+///   on first touch). Commits are not creations.
 pub struct CountingBackend {
     /// Whether the holes calls keep the books (which granules are holes, the counters). Off for
     /// the timed replays of our pools: those calls then return at once, so the time measured is
@@ -211,14 +215,26 @@ impl CountingBackend {
         }
     }
 
-    /// Physical allocations (and mappings) behind one call over `bytes`: one per granule with
-    /// holes on a device of CUDA's granularity or coarser, else one (the host maps and
-    /// `madvise`s a whole range with one call).
-    fn units(&self, bytes: u64) -> u64 {
+    /// Whether the in-place device models the host (pages below CUDA's granularity).
+    fn host(&self) -> bool {
+        self.growth.is_some_and(|g| g.granularity < GRANULARITY)
+    }
+
+    /// Driver calls (mappings made or removed) behind one call over `bytes`: one per granule
+    /// with holes on CUDA, else one (one growth is one mapping; the host's `mprotect` and
+    /// `madvise` take whole ranges).
+    fn calls(&self, bytes: u64) -> u64 {
         match self.growth {
-            Some(g) if g.holes && g.granularity >= GRANULARITY => bytes / g.granularity,
+            Some(g) if g.holes && !self.host() => bytes / g.granularity,
             _ => u64::from(bytes > 0),
         }
+    }
+
+    /// Physical allocations created (or returned) behind one growth, commit or decommit over
+    /// `bytes`: as many as its mappings on CUDA, none on the host (the reservation is its one
+    /// creation).
+    fn creations(&self, bytes: u64) -> u64 {
+        if self.host() { 0 } else { self.calls(bytes) }
     }
 
     /// Marks a range of a block as holes or not; returns the bytes whose state changed.
@@ -271,8 +287,12 @@ impl Backend for CountingBackend {
             .ok_or_else(|| Error::invalid(format!("unknown block {}", block.0)))?;
         let g = granularity();
         let committed = b.committed(0, b.size, g);
-        if b.in_place {
-            let n = self.units(committed);
+        if b.in_place && self.host() {
+            // One `munmap` returns the reservation.
+            self.counters.release_n(committed, 1);
+            self.counters.mapped(0, 1);
+        } else if b.in_place {
+            let n = self.calls(committed);
             self.counters.release_n(committed, n);
             self.counters.mapped(0, n);
         } else {
@@ -301,8 +321,10 @@ impl Backend for CountingBackend {
                     in_place: true,
                 },
             );
-        let n = self.units(desc.size);
-        self.counters.reserve_n(desc.size, n);
+        // The host's one creation is the reservation; CUDA creates what it commits.
+        let n = self.calls(desc.size);
+        let created = if self.host() { 1 } else { n };
+        self.counters.reserve_n(desc.size, created);
         self.counters.mapped(n, 0);
         Ok(BlockId(id))
     }
@@ -315,14 +337,13 @@ impl Backend for CountingBackend {
         let g = granularity();
         // A growth maps new memory; a shrink unmaps what the cut range still holds.
         if size > b.size {
-            let n = self.units(size - b.size);
-            self.counters.reserve_n(size - b.size, n);
-            self.counters.mapped(n, 0);
+            let add = size - b.size;
+            self.counters.reserve_n(add, self.creations(add));
+            self.counters.mapped(self.calls(add), 0);
         } else {
             let gone = b.committed(size, b.size, g);
-            let n = self.units(gone);
-            self.counters.release_n(gone, n);
-            self.counters.mapped(0, n);
+            self.counters.release_n(gone, self.creations(gone));
+            self.counters.mapped(0, self.calls(gone));
             b.truncate(size / g);
         }
         b.size = size;
@@ -334,9 +355,8 @@ impl Backend for CountingBackend {
             return Ok(());
         }
         let changed = self.mark(block, offset, size, true)?;
-        let n = self.units(changed);
-        self.counters.release_n(changed, n);
-        self.counters.mapped(0, n);
+        self.counters.release_n(changed, self.creations(changed));
+        self.counters.mapped(0, self.calls(changed));
         Ok(())
     }
 
@@ -345,9 +365,10 @@ impl Backend for CountingBackend {
             return Ok(());
         }
         let changed = self.mark(block, offset, size, false)?;
-        let n = self.units(changed);
-        self.counters.reserve_n(changed, n);
-        self.counters.mapped(n, 0);
+        self.counters.reserve_n(changed, self.creations(changed));
+        // The host's pages come back on first touch: no call.
+        let calls = if self.host() { 0 } else { self.calls(changed) };
+        self.counters.mapped(calls, 0);
         Ok(())
     }
 
@@ -362,8 +383,10 @@ impl Backend for CountingBackend {
                 "remap of {size} bytes from {from} to {to}: {gone} were committed, {back} not"
             )));
         }
-        let n = self.units(size);
-        self.counters.mapped(n, n);
+        // CUDA unmaps and maps each granule; the host `madvise`s the source (no pages move).
+        let n = self.calls(size);
+        let maps = if self.host() { 0 } else { n };
+        self.counters.mapped(maps, n);
         Ok(())
     }
 

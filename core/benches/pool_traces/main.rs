@@ -46,6 +46,8 @@ use thread_cpu::thread_cpu_ns;
 /// Our pool on a device that grows blocks in place and decommits and remaps holes (the host,
 /// CUDA's virtual memory management).
 type Holes = Ours<2>;
+/// The same without learned placement (`ArenaConfig::learned_placement` off): placed by TLSF.
+type Unlearned = Ours<3>;
 /// Our pool on a device that grows blocks in place at their end only (before holes).
 type InPlace = Ours<1>;
 /// Our pool on a device that cannot: the fallback of adding blocks.
@@ -221,20 +223,33 @@ fn run(args: &Args) -> Result<(), String> {
         .map_err(|e| format!("creating {}: {e}", args.svg_dir.display()))?;
     println!(
         "pool trace replay: peak reserved / peak live (reserved = bytes backed by memory: on the \
-         holes path the peak of committed granules), physical allocations from the device \
-         (reserves), mappings made and removed (in-place devices count CUDA's calls: one per \
-         growth, or one per {} KiB granule where holes are on), thread CPU ns per \
-         allocate+free pair (best of {} interleaved rounds) and its ratio to cubecl's",
-        peers::granularity() >> 10,
+         holes path the peak of committed granules), physical allocations the device creates \
+         (reserves), mappings made and removed, thread CPU ns per allocate+free pair (best of {} \
+         interleaved rounds) and its ratio to cubecl's.\nThe in-place devices model {}",
         args.rounds,
+        if peers::granularity() < peers::GRANULARITY {
+            format!(
+                "the host ({} KiB pages): the reservation is the one creation, growth one \
+                 mprotect, a decommit or remap one madvise, a commit no call",
+                peers::granularity() >> 10
+            )
+        } else {
+            format!(
+                "CUDA ({} KiB granules): one cuMemCreate and cuMemMap per growth, or per \
+                 granule where holes are on (a granule that moves alone is its own \
+                 allocation); a remap unmaps and maps, creating nothing",
+                peers::granularity() >> 10
+            )
+        }
     );
-    const POOLS: usize = 6;
+    const POOLS: usize = 7;
     // The last timed replay: the holes row again, over the counting device's books.
     const BOOKS: usize = POOLS;
     for trace in &traces {
         let live = trace.live();
         let peak_live = live.iter().copied().max().unwrap_or(0).max(1);
         let (holes, _) = replay::<Holes>(trace)?;
+        let (unlearned, _) = replay::<Unlearned>(trace)?;
         let (in_place, _) = replay::<InPlace>(trace)?;
         let (blocks, _) = replay::<Blocks>(trace)?;
         let (replayed, pool) = replay::<Replay>(trace)?;
@@ -247,10 +262,11 @@ fn run(args: &Args) -> Result<(), String> {
                 let who = (round as usize + k) % (POOLS + 1);
                 let t = match who {
                     0 => timed::<Holes>(trace, false)?,
-                    1 => timed::<InPlace>(trace, false)?,
-                    2 => timed::<Blocks>(trace, false)?,
-                    3 => timed::<Replay>(trace, false)?,
-                    4 => timed::<ReplayBlocks>(trace, false)?,
+                    1 => timed::<Unlearned>(trace, false)?,
+                    2 => timed::<InPlace>(trace, false)?,
+                    3 => timed::<Blocks>(trace, false)?,
+                    4 => timed::<Replay>(trace, false)?,
+                    5 => timed::<ReplayBlocks>(trace, false)?,
                     BOOKS => timed::<Holes>(trace, true)?,
                     _ => timed::<Cubecl>(trace, false)?,
                 };
@@ -279,6 +295,7 @@ fn run(args: &Args) -> Result<(), String> {
         );
         let rows = [
             (Holes::NAME, &holes),
+            (Unlearned::NAME, &unlearned),
             (InPlace::NAME, &in_place),
             (Blocks::NAME, &blocks),
             (Replay::NAME, &replayed),

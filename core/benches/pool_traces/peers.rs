@@ -144,8 +144,15 @@ const fn mode(m: u8) -> Mode {
     }
 }
 
+/// Whether the pool of const generic parameter `m` learns placement (all but 3, the holes
+/// path placed by TLSF alone: the comparison for `ArenaConfig::learned_placement`).
+const fn learns(m: u8) -> bool {
+    m != 3
+}
+
 /// tensormem's dynamic pool: the device arena pool, default configuration, on a device of
-/// [`Mode`] `M` (0 blocks, 1 in place, 2 in place with holes).
+/// [`Mode`] `M` (0 blocks, 1 in place, 2 in place with holes; 3 with holes, placement learning
+/// off).
 pub struct Ours<const M: u8> {
     pool: ArenaPool,
     live: Live,
@@ -158,7 +165,7 @@ impl<const M: u8> Ours<M> {
         let counters = Arc::new(Counters::default());
         let backend = Arc::new(device(CountingBackend::new(counters.clone(), mode(M))));
         #[expect(clippy::expect_used, reason = "the default configuration is valid")]
-        let pool = our_pool(backend).expect("default pool");
+        let pool = our_pool(backend, learns(M)).expect("default pool");
         Ours {
             pool,
             live: Live::default(),
@@ -167,16 +174,22 @@ impl<const M: u8> Ours<M> {
     }
 }
 
-/// The one place the bench names the pool API: the pool a runtime gets by default.
-fn our_pool(backend: Arc<dyn Backend>) -> Result<ArenaPool> {
-    ArenaPool::new(backend, ArenaConfig::device())
+/// The one place the bench names the pool API: the pool a runtime gets by default (with
+/// `learned_placement` off when not `learns`).
+fn our_pool(backend: Arc<dyn Backend>, learns: bool) -> Result<ArenaPool> {
+    let config = ArenaConfig {
+        learned_placement: learns,
+        ..ArenaConfig::device()
+    };
+    ArenaPool::new(backend, config)
 }
 
 impl<const M: u8> Peer for Ours<M> {
-    const NAME: &'static str = match mode(M) {
-        Mode::Blocks => "tensormem blocks",
-        Mode::InPlace => "tensormem in place",
-        Mode::Holes => "tensormem in place + holes",
+    const NAME: &'static str = match (mode(M), learns(M)) {
+        (Mode::Blocks, _) => "tensormem blocks",
+        (Mode::InPlace, _) => "tensormem in place",
+        (Mode::Holes, true) => "tensormem in place + holes",
+        (Mode::Holes, false) => "  holes, TLSF placement only",
     };
 
     fn create() -> Self {

@@ -49,6 +49,7 @@ mod in_place;
 mod invariants;
 mod oom;
 mod policy;
+mod sites;
 mod units;
 
 pub use growth::DEFAULT_BLOCK_SIZE;
@@ -85,6 +86,11 @@ pub struct ArenaConfig {
     /// [`holes`]); default `true`. `false` keeps every byte of the arena committed until a
     /// trim returns its free tail (fewer driver calls, more memory held).
     pub holes: bool,
+    /// On the arena with holes, place a request where its allocation site (its size and the
+    /// pool's last few events) went last time, when that range is free again ([`sites`]);
+    /// default `true`. A repeated step then finds its granules committed and moves no memory;
+    /// `false` leaves placement to TLSF alone (for comparisons).
+    pub learned_placement: bool,
     /// A block that has been empty this long is returned to the backend at the pool's next miss
     /// (a request that fits no block), before the pool grows; default 10 s, `None` never (only
     /// trim and the pressure path release). There is no timer thread: an idle pool that is not
@@ -103,6 +109,7 @@ impl ArenaConfig {
             budget: None,
             in_place: true,
             holes: true,
+            learned_placement: true,
             idle_release: Some(DEFAULT_IDLE_RELEASE),
         }
     }
@@ -116,6 +123,7 @@ impl ArenaConfig {
             budget: None,
             in_place: true,
             holes: true,
+            learned_placement: true,
             idle_release: Some(DEFAULT_IDLE_RELEASE),
         }
     }
@@ -423,6 +431,7 @@ impl ArenaPool {
                 if b.tlsf.is_empty() {
                     b.idle_since = Some(Instant::now());
                 }
+                Self::unplaced(st, freed.1);
             }
             None => {
                 return Err(Error::invalid(

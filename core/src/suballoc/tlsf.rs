@@ -38,6 +38,7 @@
 use super::{Region, SubAllocReport, align_up, check_capacity, check_request, next_owner_id};
 use crate::{Error, Result};
 
+mod at;
 mod carve;
 mod class;
 mod extend;

@@ -49,6 +49,7 @@ impl DevicePool for ArenaPool {
             drop(st);
             return Err(Error::OutOfMemory(Box::new(snapshot.explain())));
         };
+        Self::placed(&mut st, block, &region, rounded, align);
         let range = BlockRange {
             block: Self::block_id(&st, block)?,
             offset: region.offset,

@@ -12,6 +12,7 @@
 
 use super::holes::Holes;
 use super::policy::{BlockRequest, Class};
+use super::sites::Sites;
 use super::{ArenaPool, Block, State};
 use crate::Error;
 use crate::Result;
@@ -188,7 +189,11 @@ impl ArenaPool {
         let holes = self
             .growth
             .filter(|g| g.holes && self.config.holes && reserved.is_some())
-            .map(|g| Holes::new(g.granularity, bytes));
+            .map(|g| {
+                let mut h = Holes::new(g.granularity, bytes);
+                h.sites = self.config.learned_placement.then(Sites::default);
+                h
+            });
         st.blocks[idx] = Some(Block {
             id,
             size: bytes,

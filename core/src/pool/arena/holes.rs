@@ -49,6 +49,7 @@
 
 use std::collections::VecDeque;
 
+use super::sites::Sites;
 use super::units::Units;
 use super::{ArenaPool, State};
 use crate::backend::BlockId;
@@ -84,6 +85,9 @@ pub(super) struct Holes {
     /// the bitmap decides): memory is moved from the holes that have been free the longest,
     /// not from those just freed, where the next tensors of a step are likely placed.
     queue: VecDeque<(u64, u64)>,
+    /// Where each allocation site went last time ([`sites`](super::sites)); `None` when
+    /// [`ArenaConfig::learned_placement`](super::ArenaConfig::learned_placement) is off.
+    pub(super) sites: Option<Sites>,
 }
 
 impl Holes {
@@ -96,6 +100,7 @@ impl Holes {
             committed: Units::default(),
             spare: Units::default(),
             queue: VecDeque::new(),
+            sites: None,
         };
         h.resize(extent);
         h
@@ -290,6 +295,29 @@ impl ArenaPool {
             .and_then(|b| b.holes.as_mut())
     }
 
+    /// A request of `size` bytes at `align` was placed at `region` of the block at `index`: the
+    /// arena's sites learn where it went (when it is in the arena) and see the allocation.
+    pub(super) fn placed(st: &mut State, index: usize, region: &Region, size: u64, align: u64) {
+        let Some(arena) = st.arena else {
+            return;
+        };
+        if let Some(s) = Self::holes(st, arena).and_then(|h| h.sites.as_mut()) {
+            if index == arena {
+                let key = s.key(size, align);
+                s.learn(key, region);
+            }
+            s.saw(size, false);
+        }
+    }
+
+    /// A region of `size` bytes went back to its block: the arena's sites see the free.
+    pub(super) fn unplaced(st: &mut State, size: u64) {
+        let arena = st.arena;
+        if let Some(s) = arena.and_then(|a| Self::holes(st, a)?.sites.as_mut()) {
+            s.saw(size, true);
+        }
+    }
+
     /// Committed bytes of the block at `index` (0 for none).
     fn committed(st: &State, index: usize) -> u64 {
         st.blocks
@@ -315,7 +343,21 @@ impl ArenaPool {
         else {
             return Ok(None);
         };
-        let Some(mut region) = b.tlsf.allocate(size, align)? else {
+        // Where the site went last time, when that range is free again ([`sites`](super::sites)).
+        let sites = b.holes.as_mut().and_then(|h| h.sites.as_mut());
+        let hint = sites.and_then(|s| {
+            let key = s.key(size, align);
+            s.hint(key)
+        });
+        let hinted = match hint {
+            Some((offset, near)) if offset.is_multiple_of(align) => {
+                b.tlsf.allocate_at(offset, size, align, Some(near))?
+            }
+            _ => None,
+        };
+        let Some(mut region) =
+            hinted.map_or_else(|| b.tlsf.allocate(size, align), |r| Ok(Some(r)))?
+        else {
             return Ok(None);
         };
         if let Some(h) = b.holes.as_ref() {
@@ -344,6 +386,13 @@ impl ArenaPool {
                 if let Some(h) = b.holes.as_mut() {
                     h.freed_region(freed, merged);
                 }
+            }
+            if lacking == 0 {
+                // Backed already (the usual case once placement is learned): no run to walk.
+                if let Some(h) = b.holes.as_mut() {
+                    h.taken(&region);
+                }
+                return Ok(Some((i, region)));
             }
         }
         if self.back(st, i, &region)? {

@@ -200,15 +200,36 @@ impl ArenaPool {
         let Some(b) = st.blocks[index].as_mut() else {
             return Err(Error::invalid("internal: the arena index names no block"));
         };
-        let region = b
-            .tlsf
-            .allocate_at_end(size, align)?
-            .ok_or_else(|| Error::invalid("internal: a grown arena does not fit its request"))?;
+        // A request of a granule or more ends on a granule boundary where the tail has room:
+        // the slack of its last granule lies below it, where the free space joins it when its
+        // neighbour is freed, instead of above it, where only a smaller request fits before
+        // the arena grows again (MobileNet at 2 MiB: a 1.1 MiB tensor after a 4.6 MiB one
+        // found 0.7 MiB below and 0.6 MiB above, and took a fourth granule). Smaller requests
+        // pack from the tail's start, where the next small ones follow.
+        let unit = b.holes.as_ref().map_or(growth.granularity, Holes::granule);
+        let top = round_up(tail_start, align)
+            .filter(|_| size >= unit)
+            .and_then(|start| start.checked_add(size))
+            .and_then(|end| round_up(end, unit))
+            .map(|end| (end - size) & !(align - 1))
+            .filter(|offset| offset + size <= b.size);
+        let at_top = match top {
+            Some(offset) => b.tlsf.allocate_at(offset, size, align, None)?,
+            None => None,
+        };
+        let region = match at_top {
+            Some(region) => region,
+            None => b.tlsf.allocate_at_end(size, align)?.ok_or_else(|| {
+                Error::invalid("internal: a grown arena does not fit its request")
+            })?,
+        };
         if let Some(h) = b.holes.as_mut() {
-            // What the growth committed past the request is spare; granules of the old free
-            // tail that were given back need memory again.
+            // What the growth committed past the request is spare (and below it, where the
+            // tail started); granules of the old free tail that were given back need memory
+            // again.
             let rest = b.tlsf.free_tail();
             h.freed(b.size - rest, rest);
+            h.freed(tail_start, region.offset - tail_start);
         }
         if !self.back(st, index, &region)? {
             Self::unplace(st, index, region)?;

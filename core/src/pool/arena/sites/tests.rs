@@ -1,0 +1,285 @@
+//! Learned placement: a site is its request and the pool's recent events; a repeated sequence
+//! is put back where it went, on the host's arena with holes, without moving memory; hints never
+//! place over live tensors nor change contents.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::*;
+use crate::Result;
+use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, InPlaceGrowth, Ticket};
+use crate::host::{HostBackend, HostConfig};
+use crate::pool::arena::holes::{ALLOWANCE_DIVISOR, MIN_GRANULE};
+use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn a_site_is_its_request_and_the_recent_events() {
+    let mut s = Sites::default();
+    let k = s.key(4096, 256);
+    assert_eq!(k, s.key(4096, 256));
+    assert_ne!(k, s.key(8192, 256), "the size is part of the site");
+    assert_ne!(k, s.key(4096, 512), "the alignment is part of the site");
+    s.saw(4096, false);
+    let after_alloc = s.key(4096, 256);
+    assert_ne!(k, after_alloc, "the history is part of the site");
+    let mut t = Sites::default();
+    t.saw(4096, true);
+    assert_ne!(after_alloc, t.key(4096, 256), "a free is not an allocation");
+    // Only the last HISTORY events count.
+    let (mut a, mut b) = (Sites::default(), Sites::default());
+    a.saw(1, false);
+    for _ in 0..HISTORY {
+        a.saw(7, false);
+        b.saw(7, false);
+    }
+    assert_eq!(a.key(64, 1), b.key(64, 1));
+}
+
+#[test]
+fn a_learned_site_gives_its_last_placement_back() {
+    let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
+    let (a, b) = (
+        tlsf.allocate(4096, 256).unwrap().unwrap(),
+        tlsf.allocate(4096, 256).unwrap().unwrap(),
+    );
+    let mut s = Sites::default();
+    let k = s.key(4096, 256);
+    assert_eq!(s.hint(k), None);
+    s.learn(k, &a);
+    assert_eq!(s.hint(k), Some((a.offset, a.landmark())));
+    s.learn(k, &b);
+    assert_eq!(
+        s.hint(k),
+        Some((b.offset, b.landmark())),
+        "the last placement wins"
+    );
+    // Another site in the same slot replaces it; a hint is never given to the wrong site.
+    let other = (k & !((1u64 << 52) - 1)) | 0x1234_0001;
+    assert_ne!(other, k);
+    s.learn(other, &a);
+    assert_eq!(s.hint(k), None);
+    assert_eq!(s.hint(other), Some((a.offset, a.landmark())));
+}
+
+/// The host backend, counting the holes calls (moves and new memory) the pool makes.
+struct Counted {
+    host: HostBackend,
+    calls: AtomicU64,
+}
+
+impl Backend for Counted {
+    fn capabilities(&self) -> &crate::backend::Capabilities {
+        self.host.capabilities()
+    }
+    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
+        self.host.alloc_block(desc)
+    }
+    fn free_block(&self, block: BlockId) -> Result<()> {
+        self.host.free_block(block)
+    }
+    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
+        self.host.in_place_growth()
+    }
+    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+        self.host.reserve_block(desc, reserve)
+    }
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.host.resize_block(block, size)
+    }
+    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.host.decommit_range(block, offset, size)
+    }
+    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.host.commit_range(block, offset, size)
+    }
+    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.host.remap_range(block, from, to, size)
+    }
+    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
+        self.host.write_mapped(block, offset, data)
+    }
+    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.host.read_mapped(block, offset, out)
+    }
+    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
+        self.host.copy(src, dst)
+    }
+    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
+        self.host.fill_zero(range)
+    }
+    fn dispatch(&self, op: &crate::Op, bindings: &[BlockRange]) -> Result<Ticket> {
+        self.host.dispatch(op, bindings)
+    }
+    fn flush(&self) -> Result<Ticket> {
+        self.host.flush()
+    }
+    fn completed(&self) -> Result<Ticket> {
+        self.host.completed()
+    }
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
+        self.host.wait_timeout(ticket, timeout)
+    }
+}
+
+fn pool(learned: bool) -> (Arc<Counted>, ArenaPool) {
+    let backend = Arc::new(Counted {
+        host: HostBackend::new(HostConfig::default()).unwrap(),
+        calls: AtomicU64::new(0),
+    });
+    assert!(backend.in_place_growth().unwrap().holes);
+    let config = ArenaConfig {
+        learned_placement: learned,
+        ..ArenaConfig::device()
+    };
+    let p = ArenaPool::new(backend.clone(), config).unwrap();
+    (backend, p)
+}
+
+/// One decoder layer of a Llama-style prefill, in `xfmr_infer`'s order (a tensor is freed after
+/// its last reader), at a quarter of Llama-8B's sizes over 256 tokens; `x` is the layer's input
+/// and becomes its output. Returns the offsets it placed.
+fn layer(p: &ArenaPool, x: &mut Option<Allocation>) -> Vec<u64> {
+    const ACT: u64 = MIB;
+    const KV: u64 = 256 * KIB;
+    const FFN: u64 = 3584 * KIB;
+    let mut offsets = Vec::new();
+    let mut a = |size: u64| {
+        let t = p.allocate(size, 256, "t").unwrap();
+        offsets.push(t.range.offset);
+        t
+    };
+    let f = |t: Allocation| p.free(t.handle).unwrap();
+    let n1 = a(ACT);
+    let q = a(ACT);
+    let k = a(KV);
+    let v = a(KV);
+    f(n1);
+    let (qr, kr) = (a(ACT), a(KV));
+    f(q);
+    f(k);
+    let attn = a(ACT);
+    f(v);
+    f(qr);
+    f(kr);
+    let o = a(ACT);
+    f(attn);
+    let r1 = a(ACT);
+    f(o);
+    if let Some(x) = x.take() {
+        f(x);
+    }
+    let n2 = a(ACT);
+    let gate = a(FFN);
+    let up = a(FFN);
+    f(n2);
+    let swiglu = a(FFN);
+    f(gate);
+    f(up);
+    let down = a(ACT);
+    f(swiglu);
+    *x = Some(a(ACT));
+    f(r1);
+    f(down);
+    p.check_invariants().unwrap();
+    offsets
+}
+
+#[test]
+fn a_repeated_sequence_goes_back_where_it_went_and_moves_nothing() {
+    let (backend, p) = pool(true);
+    let mut x = None;
+    let mut runs = Vec::new();
+    for _ in 0..8 {
+        runs.push(layer(&p, &mut x));
+    }
+    // The layer's output alternates between two places, so the layout repeats every two runs.
+    assert_eq!(runs[7], runs[5], "placements drift: {runs:?}");
+    let calls = backend.calls.load(Ordering::Relaxed);
+    let committed = p.stats().reserved;
+    for i in 0..8 {
+        assert_eq!(layer(&p, &mut x), runs[6 + i % 2], "placements drift");
+    }
+    assert_eq!(
+        backend.calls.load(Ordering::Relaxed),
+        calls,
+        "a repeated run moves, commits or gives back nothing"
+    );
+    assert_eq!(p.stats().reserved, committed);
+    if let Some(x) = x {
+        p.free(x.handle).unwrap();
+    }
+    p.check_invariants().unwrap();
+}
+
+#[test]
+fn hints_never_land_on_live_tensors_and_contents_hold() {
+    let (backend, p) = pool(true);
+    let temporaries = |p: &ArenaPool| {
+        for _ in 0..HISTORY / 2 {
+            let t = p.allocate(64 * KIB, 256, "t").unwrap();
+            p.free(t.handle).unwrap();
+        }
+    };
+    // The site: a megabyte after a run of temporaries. Learn where it goes.
+    temporaries(&p);
+    let a = p.allocate(MIB, 256, "a").unwrap();
+    let at = a.range.offset;
+    p.free(a.handle).unwrap();
+    // Pin its place with another tensor, then lead to the same site again.
+    let pin = p.allocate(MIB, 256, "pin").unwrap();
+    assert_eq!(pin.range.offset, at, "TLSF reuses the hole");
+    let data = vec![9u8; MIB as usize];
+    backend
+        .write_mapped(pin.range.block, pin.range.offset, &data)
+        .unwrap();
+    temporaries(&p);
+    let b = p.allocate(MIB, 256, "b").unwrap();
+    assert_ne!(b.range.offset, at, "the learned place is taken");
+    let mut out = vec![0u8; MIB as usize];
+    backend
+        .read_mapped(pin.range.block, pin.range.offset, &mut out)
+        .unwrap();
+    assert!(
+        out.iter().all(|x| *x == 9),
+        "a live tensor's contents changed"
+    );
+    for x in [pin, b] {
+        p.free(x.handle).unwrap();
+    }
+    p.check_invariants().unwrap();
+}
+
+#[test]
+fn learning_moves_less_than_tlsf_alone_within_the_same_allowance() {
+    let mut calls = Vec::new();
+    for learned in [false, true] {
+        let (backend, p) = pool(learned);
+        let mut x = None;
+        for _ in 0..32 {
+            layer(&p, &mut x);
+        }
+        if let Some(x) = x {
+            p.free(x.handle).unwrap();
+        }
+        let s = p.stats();
+        assert!(
+            s.peak_reserved <= s.peak_in_use + s.peak_in_use / ALLOWANCE_DIVISOR + MIN_GRANULE,
+            "learned {learned}: {} reserved at most for {} live",
+            s.peak_reserved,
+            s.peak_in_use
+        );
+        assert_eq!(s.reserved, backend.host.block_bytes());
+        calls.push(backend.calls.load(Ordering::Relaxed));
+    }
+    assert!(
+        calls[1] < calls[0],
+        "holes calls without / with learning: {calls:?}"
+    );
+}
