@@ -55,6 +55,13 @@ fn help_documents_flags_exit_codes_and_feasible_states() {
     assert_eq!(run(&[]).status.code(), Some(2), "no input is a usage error");
     assert_eq!(run(&["x.csv", "--bogus"]).status.code(), Some(2));
     assert_eq!(run(&["x.csv", "--time-limit", "-1"]).status.code(), Some(2));
+    let threads = run(&["x.csv", "--threads", "1025"]);
+    assert_eq!(
+        threads.status.code(),
+        Some(2),
+        "more threads than MAX_THREADS"
+    );
+    assert!(String::from_utf8_lossy(&threads.stderr).contains("at most 1024"));
 }
 
 #[test]
@@ -98,6 +105,9 @@ fn capacity_decisions_map_to_feasible_and_exit_codes() {
     assert_eq!(v["peak"], 65536);
     assert_eq!(v["input_plan"]["valid"], Value::Bool(true));
     assert!(v["feasible_states"].as_str().unwrap().contains("null"));
+    // Planning and parsing are timed apart: the time limit bounds `seconds` only.
+    assert!(v["seconds"].as_f64().unwrap() >= 0.0);
+    assert!(v["parse_seconds"].as_f64().unwrap() >= 0.0);
 
     // Below a live set: proved infeasible with the reason, exit 3, no plan written.
     let out = temp("never.csv");

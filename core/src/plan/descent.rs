@@ -44,6 +44,8 @@ pub(crate) struct Descent<'a> {
     stuck: bool,
     rng: Rng,
     offsets: Vec<u64>,
+    /// Buffers placed by all rounds so far (the work done, for the portfolio's budgets).
+    placements: u64,
 }
 
 impl<'a> Descent<'a> {
@@ -69,6 +71,7 @@ impl<'a> Descent<'a> {
             stuck: false,
             rng: Rng::new(seed),
             offsets: vec![0; buffers.len()],
+            placements: 0,
         };
         walk.rebuild();
         walk
@@ -79,6 +82,11 @@ impl<'a> Descent<'a> {
     /// A lower plan from [`Self::rebase`] restarts it.
     pub fn stuck(&self) -> bool {
         self.stuck
+    }
+
+    /// Buffers placed by all rounds so far.
+    pub fn placements(&self) -> u64 {
+        self.placements
     }
 
     /// Continues from `offsets` (peak `peak`) when it is lower than the walk's best.
@@ -151,6 +159,7 @@ impl<'a> Descent<'a> {
                 return Err(None);
             }
             let i = i as usize;
+            self.placements += 1;
             let offset = self.placed.choose(i, b[i].size, b[i].align, Fit::Lowest);
             let end = offset + b[i].size;
             if end >= self.peak {

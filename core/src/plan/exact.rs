@@ -108,6 +108,11 @@ impl std::fmt::Display for Infeasibility {
     }
 }
 
+/// The first node limit of the restart schedule for `n` buffers (MiniMalloc's 2n, at least 1000).
+pub(crate) fn first_node_limit(n: usize) -> u64 {
+    (2 * n as u64).max(1000)
+}
+
 /// "the 3 buffers live at step 5", "the buffer live at step 5", "the 4 buffers live between steps
 /// 2 and 9": a set of buffers named by their count and the steps at which they are live, `from`
 /// to `to` inclusive (a single step is never written as a range).
@@ -398,7 +403,7 @@ impl Prepared {
 
     /// The first node limit of the restart schedule for this instance.
     pub(crate) fn initial_node_limit(&self) -> u64 {
-        (2 * self.size.len() as u64).max(1000)
+        first_node_limit(self.size.len())
     }
 }
 

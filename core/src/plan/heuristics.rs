@@ -9,10 +9,13 @@
 //! perturbed and squeezed again with the incumbent peak as a cutoff (idealloc's "abort once the peak
 //! exceeds the best so far"): the buffer that broke the cutoff moves earlier (it is a bottleneck),
 //! plus a few random swaps; an equal peak is accepted so the search drifts across plateaus.
-//! Interleaved with both (odd variants from their second ordering on, every variant in the local
-//! search), the peak descent ([`super::descent`]) re-packs from the best plan itself, closing the
-//! holes at the fullest step that no ordering removes; the portfolio hands it other workers' better
-//! plans at each epoch.
+//! Interleaved with both (odd variants after their first ordering, three quarters of their work
+//! counted in placement cost units; every variant in the local search), the peak descent
+//! ([`super::descent`]) re-packs from the best plan itself, closing the holes at the fullest step
+//! that no ordering removes; the portfolio hands it other workers' better plans at each epoch.
+//!
+//! On large instances the portfolio's first worker runs greedy by size, the baseline, before all
+//! that (see [`Heuristics::greedy_peak`]).
 //!
 //! The worker only reads its own state, so the plans it produces depend on the seed, its variant
 //! and the budgets it is given, never on timing (except a deadline cut).
@@ -24,7 +27,7 @@ use super::Buffer;
 use super::bound::max_load_over_life;
 use super::descent::Descent;
 use super::events::Events;
-use super::greedy::{Fit, Squeezer, Stop, order_by};
+use super::greedy::{Fit, Squeezer, Stop, order_by, size_order};
 use super::rng::Rng;
 
 /// The best placement found so far.
@@ -54,8 +57,11 @@ enum Key {
 
 /// Most promising first, as measured on the SOMAS and IOPDDL traces: size with start-time ties
 /// (PanGu: 3.3% -> 0.8% over the bound; equal sizes are common and TFLite's lifetime tie-break
-/// scatters them), the pressure orders that stack the heaviest sections first (S_1: 2.5% -> 0.3%,
-/// Y_1: to the bound). Size + best fit is the baseline itself, so it is not repeated.
+/// scatters them; best fit first: it is the odd variants' start for peak descent, and on PanGu
+/// the walk from its plan reaches 1.0038 in five rounds, while the lowest-offset plan, as low and
+/// a third of the cost, is a fixed point of the walk's compaction), the pressure orders that
+/// stack the heaviest sections first (S_1: 2.5% -> 0.3%, Y_1: to the bound). Size + best fit is
+/// the baseline itself, so it is not repeated.
 const RUNS: [(&str, Key, Fit); 17] = [
     ("heaviest section, lifetime", Key::PressureLife, Fit::Best),
     ("size, start time", Key::SizeStart, Fit::Best),
@@ -104,26 +110,56 @@ pub(crate) struct Heuristics<'a> {
     /// The peak-descent walk, alternating with the order perturbations (`None` above
     /// [`DESCENT_MAX_BUFFERS`]).
     descent: Option<Descent<'a>>,
-    /// Steps of the first phase taken, to interleave descent rounds.
-    turn: u64,
+    /// Cost units spent on orderings and on descent rounds in the first phase, to interleave
+    /// them (see [`DESCENT_SHARE`]).
+    ordering_spent: u64,
+    descent_spent: u64,
+    /// Greedy by size, when this worker runs it before anything else.
+    baseline: Baseline,
+}
+
+/// Greedy by size run by a worker (the portfolio's first heuristic worker on large instances, so
+/// that the baseline runs beside the other workers instead of before all of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Baseline {
+    /// Not this worker's job.
+    Elsewhere,
+    Pending,
+    /// Finished with this peak.
+    Finished(u64),
+    /// The deadline cut it.
+    Cut,
+}
+
+/// Placement cost units per buffer of each fit rule, for the budgets that keep workers in step: a
+/// best-fit placement scans every gap that fits, a lowest-fit one stops at the first (19–21 µs
+/// vs 6–13 µs per placement on PanGu-2.6B under load).
+fn cost(fit: Fit) -> u64 {
+    match fit {
+        Fit::Best => 2,
+        Fit::Lowest => 1,
+    }
 }
 
 /// Largest instance that gets a peak-descent walk: it keeps a second occupancy tree, and each of
 /// its rounds scans every buffer a few times.
 const DESCENT_MAX_BUFFERS: usize = 100_000;
 
-/// An odd variant runs `DESCENT_SHARE - 1` descent rounds per ordering in its first phase.
+/// An odd variant gives `DESCENT_SHARE - 1` times the work of its orderings to descent rounds in
+/// its first phase, counted in cost units: counted in steps, a best-fit ordering (0.2–0.4 s on
+/// PanGu-2.6B under load) took as long as two rounds.
 const DESCENT_SHARE: u64 = 4;
 
 impl<'a> Heuristics<'a> {
     /// A worker starting from `start`. Variant `k` starts the orderings at the `k`-th one and
-    /// seeds its local search with `seed + k`, so parallel workers explore differently.
+    /// seeds its local search with `seed + k`, so parallel workers explore differently. With
+    /// `baseline`, its first step runs greedy by size (see [`Self::greedy_peak`]).
     pub fn new(
         buffers: &'a [Buffer],
         events: &Events,
         start: Incumbent,
-        seed: u64,
-        variant: usize,
+        (seed, variant): (u64, usize),
+        baseline: bool,
     ) -> Self {
         let descent = (buffers.len() <= DESCENT_MAX_BUFFERS).then(|| {
             Descent::new(
@@ -148,7 +184,21 @@ impl<'a> Heuristics<'a> {
             rounds: 0,
             pending: false,
             descent,
-            turn: 0,
+            ordering_spent: 0,
+            descent_spent: 0,
+            baseline: if baseline {
+                Baseline::Pending
+            } else {
+                Baseline::Elsewhere
+            },
+        }
+    }
+
+    /// Greedy by size's peak, once this worker has run it to the end.
+    pub fn greedy_peak(&self) -> Option<u64> {
+        match self.baseline {
+            Baseline::Finished(peak) => Some(peak),
+            _ => None,
         }
     }
 
@@ -157,8 +207,9 @@ impl<'a> Heuristics<'a> {
         &self.best
     }
 
-    /// Works until about `budget` buffer placements are spent, the peak reaches `target`, the
-    /// deadline passes or `stop` returns true. Returns whether the best placement improved.
+    /// Works until about `budget` placement cost units (see [`cost`]) are spent, the peak reaches
+    /// `target`, the deadline passes or `stop` returns true. Returns whether the best placement
+    /// improved.
     pub fn step(
         &mut self,
         budget: u64,
@@ -172,18 +223,38 @@ impl<'a> Heuristics<'a> {
         if n < 2 {
             return false;
         }
+        if self.baseline == Baseline::Pending && !stop() {
+            let order = size_order(self.buffers);
+            match self
+                .squeezer
+                .place(&order, Fit::Best, u64::MAX, Some(deadline))
+            {
+                Ok((offsets, peak)) => {
+                    spent += n as u64 * cost(Fit::Best);
+                    self.baseline = Baseline::Finished(peak);
+                    if peak < self.best.peak {
+                        self.best = Incumbent {
+                            offsets,
+                            peak,
+                            algorithm: "greedy by size".into(),
+                        };
+                    }
+                }
+                Err(_) => self.baseline = Baseline::Cut,
+            }
+        }
         while spent < budget && self.best.peak > target && Instant::now() < deadline && !stop() {
-            // Odd variants give three steps in four to peak descent once their first ordering
-            // has produced a plan (see `descent`: it needs a good plan, then many rounds).
+            // Odd variants give three quarters of their work to peak descent once their first
+            // ordering has produced a plan (see `descent`: it needs a good plan, then many rounds).
             if self.variant % 2 == 1
                 && (1..RUNS.len()).contains(&self.next_run)
                 && self.descending()
+                && self.descent_spent < (DESCENT_SHARE - 1) * self.ordering_spent
             {
-                self.turn += 1;
-                if !self.turn.is_multiple_of(DESCENT_SHARE) {
-                    spent += self.descent_round(deadline);
-                    continue;
-                }
+                let units = self.descent_round(deadline);
+                spent += units;
+                self.descent_spent += units;
+                continue;
             }
             if self.next_run < RUNS.len() {
                 let (name, key, fit) = RUNS[(self.next_run + self.variant) % RUNS.len()];
@@ -195,7 +266,8 @@ impl<'a> Heuristics<'a> {
                     .place(&order, fit, self.best.peak, Some(deadline))
                 {
                     Ok((offsets, peak)) => {
-                        spent += n as u64;
+                        spent += n as u64 * cost(fit);
+                        self.ordering_spent += n as u64 * cost(fit);
                         if peak < self.best.peak || self.order.is_none() {
                             let fit_name = match fit {
                                 Fit::Best => "best fit",
@@ -211,7 +283,10 @@ impl<'a> Heuristics<'a> {
                             self.order = Some((order, fit));
                         }
                     }
-                    Err(Stop::Cutoff(k)) => spent += k as u64 + 1,
+                    Err(Stop::Cutoff(k)) => {
+                        spent += (k as u64 + 1) * cost(fit);
+                        self.ordering_spent += (k as u64 + 1) * cost(fit);
+                    }
                     Err(Stop::Deadline) => break,
                 }
                 continue;
@@ -225,7 +300,7 @@ impl<'a> Heuristics<'a> {
         self.best.peak < start_peak
     }
 
-    /// One perturb-and-squeeze round; returns the placements spent.
+    /// One perturb-and-squeeze round; returns the cost units spent.
     fn local_search_round(&mut self, deadline: Instant) -> u64 {
         let n = self.buffers.len();
         if self.order.is_none() {
@@ -247,32 +322,35 @@ impl<'a> Heuristics<'a> {
             }
         }
         self.pending = false;
-        match self
-            .squeezer
-            .place(&self.candidate, *fit, self.best.peak, Some(deadline))
-        {
-            Ok((offsets, peak)) => {
-                order.copy_from_slice(&self.candidate);
-                if peak < self.best.peak {
-                    self.best = Incumbent {
-                        offsets,
-                        peak,
-                        algorithm: format!("randomised squeeze (round {})", self.rounds),
-                    };
+        let unit = cost(*fit);
+        let placements =
+            match self
+                .squeezer
+                .place(&self.candidate, *fit, self.best.peak, Some(deadline))
+            {
+                Ok((offsets, peak)) => {
+                    order.copy_from_slice(&self.candidate);
+                    if peak < self.best.peak {
+                        self.best = Incumbent {
+                            offsets,
+                            peak,
+                            algorithm: format!("randomised squeeze (round {})", self.rounds),
+                        };
+                    }
+                    n as u64
                 }
-                n as u64
-            }
-            Err(Stop::Cutoff(k)) if k > 0 => {
-                // The buffer at `k` broke the cutoff: propose it earlier, evaluated next round.
-                let to = self.rng.below(k as u64) as usize;
-                let x = self.candidate.remove(k);
-                self.candidate.insert(to, x);
-                self.pending = true;
-                k as u64 + 1
-            }
-            Err(Stop::Cutoff(_)) => 1,
-            Err(Stop::Deadline) => n as u64,
-        }
+                Err(Stop::Cutoff(k)) if k > 0 => {
+                    // The buffer at `k` broke the cutoff: propose it earlier, evaluated next round.
+                    let to = self.rng.below(k as u64) as usize;
+                    let x = self.candidate.remove(k);
+                    self.candidate.insert(to, x);
+                    self.pending = true;
+                    k as u64 + 1
+                }
+                Err(Stop::Cutoff(_)) => 1,
+                Err(Stop::Deadline) => n as u64,
+            };
+        placements * unit
     }
 
     /// Whether the descent walk can make progress (it exists and is not stuck).
@@ -287,20 +365,23 @@ impl<'a> Heuristics<'a> {
         }
     }
 
-    /// One peak-descent round from the best plan so far; returns the placements spent.
+    /// One peak-descent round from the best plan so far; returns the cost units spent (its
+    /// lowest-fit placements: a round cut off early costs what it placed).
     fn descent_round(&mut self, deadline: Instant) -> u64 {
         self.rounds += 1;
-        if let Some(descent) = &mut self.descent {
-            descent.rebase(&self.best.offsets, self.best.peak);
-            if let Some((offsets, peak)) = descent.round(deadline) {
-                self.best = Incumbent {
-                    offsets,
-                    peak,
-                    algorithm: format!("peak descent (round {})", self.rounds),
-                };
-            }
+        let Some(descent) = &mut self.descent else {
+            return self.buffers.len() as u64;
+        };
+        let before = descent.placements();
+        descent.rebase(&self.best.offsets, self.best.peak);
+        if let Some((offsets, peak)) = descent.round(deadline) {
+            self.best = Incumbent {
+                offsets,
+                peak,
+                algorithm: format!("peak descent (round {})", self.rounds),
+            };
         }
-        self.buffers.len() as u64
+        (descent.placements() - before).max(1) * cost(Fit::Lowest)
     }
 
     /// The buffer order for `key`, ids as the final tie-break.

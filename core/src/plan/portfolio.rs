@@ -2,13 +2,17 @@
 //! lockstep epochs, so that results are deterministic for a given seed and thread count.
 //!
 //! Each epoch gives every worker a step of work measured in work units, not time: a prover runs
-//! one search with its current node limit, a heuristic worker spends about four placements per node
-//! of that limit. The steps of an epoch run on up to `threads` threads; at the end of the epoch the
-//! results are merged in worker order (lowest peak wins, ties to the lower index), the shared bounds
-//! are updated and the next epoch starts. A worker that ends the whole run (a plan at the proved
-//! lower bound, or a proof that the capacity cannot be met) stops only the workers after it in the
-//! order, whose results of that epoch are then discarded; so the outcome is the same whatever the
-//! threads' timing. Only the deadline cuts work at a timing-dependent point.
+//! one search with its current node limit, a heuristic worker spends about four placement cost
+//! units per node of that limit (without provers, `4 max(n, 4096)` units every epoch: the epochs
+//! then only pace the exchange of plans, and short ones bound the time a worker that has reached
+//! the lower bound waits for the workers before it). The steps of an epoch run on up to `threads`
+//! threads; at the end of the epoch the results are merged in worker order (lowest peak wins, ties
+//! to the lower index), the shared bounds are updated and the next epoch starts. A worker that
+//! ends the whole run (a plan at the proved lower bound, or a proof that the capacity cannot be
+//! met) stops only the workers after it in the order, whose results of that epoch are then
+//! discarded; so the outcome is the same whatever the threads' timing. Only the deadline cuts
+//! work at a timing-dependent point. The workers are built at their first step, each on its own
+//! thread.
 //!
 //! With a capacity the provers decide it first, then everybody lowers the peak. Without one the
 //! provers probe the lower bound first, then bisect between the proved bound and the incumbent.
@@ -19,14 +23,15 @@ use crate::time::Instant;
 
 use super::Buffer;
 use super::events::Events;
-use super::exact::{Event, Prover};
+use super::exact::{Event, Prover, first_node_limit};
 use super::heuristics::{Heuristics, Incumbent};
 
 /// Instances above this many buffers get one heuristic worker: each worker holds its own
 /// occupancy tree, and at a million buffers one tree is a large share of the memory budget.
 const PARALLEL_HEURISTICS_MAX_BUFFERS: usize = 250_000;
 
-/// Heuristic placements per prover node in an epoch (a node costs a few placements' time).
+/// Heuristic placement cost units per prover node in an epoch (a node costs a few placements'
+/// time).
 const PLACEMENTS_PER_NODE: u64 = 4;
 
 /// What the portfolio is asked to do.
@@ -44,6 +49,9 @@ pub(crate) struct Task<'a> {
     pub seed: u64,
     /// Worker threads (at least 1).
     pub threads: usize,
+    /// Whether the first heuristic worker runs greedy by size, the baseline, before anything
+    /// else (see [`Verdict::greedy_peak`]); the caller ran it otherwise.
+    pub baseline: bool,
 }
 
 /// What the portfolio established.
@@ -56,11 +64,22 @@ pub(crate) struct Verdict {
     pub infeasible_reason: Option<String>,
     /// Every capacity below this is proved infeasible (at least the lower bound).
     pub proved_bound: u64,
+    /// With [`Task::baseline`]: greedy by size's peak, `None` when the deadline cut it.
+    pub greedy_peak: Option<u64>,
 }
 
 enum Worker<'a> {
+    /// Built on its own thread at its first step, so that the workers' set-up (occupancy trees,
+    /// sections, preorders: 60–100 ms on PanGu-2.6B under load) runs in parallel.
+    Pending(Role),
     Prover(Box<Prover>),
     Heuristic(Box<Heuristics<'a>>),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    Prover { variant: usize },
+    Heuristic { variant: usize, baseline: bool },
 }
 
 /// One worker's contribution to an epoch.
@@ -74,7 +93,7 @@ enum Step {
 /// `report` is called on the coordinating thread with each new incumbent and phase.
 pub(crate) fn run(task: &Task<'_>, start: Incumbent, report: &dyn Fn(&str, u64)) -> Verdict {
     let n = task.buffers.len();
-    let mut workers = build_workers(task, &start);
+    let mut workers = roles(task);
     let mut best = start;
     let mut feasible = match task.capacity {
         Some(cap) => (best.peak <= cap).then_some(true),
@@ -85,7 +104,6 @@ pub(crate) fn run(task: &Task<'_>, start: Incumbent, report: &dyn Fn(&str, u64))
     // probes that were abandoned undecided.
     let mut proved = task.lower_bound;
     let mut searched = task.lower_bound;
-    let mut epoch = 0u32;
     while Instant::now() < task.deadline && best.peak > proved && feasible != Some(false) {
         let must_decide = task.capacity.filter(|&c| best.peak > c);
         let hi = best.peak - 1;
@@ -93,27 +111,32 @@ pub(crate) fn run(task: &Task<'_>, start: Incumbent, report: &dyn Fn(&str, u64))
             .iter()
             .find_map(|w| match w {
                 Worker::Prover(p) => Some(p.node_limit()),
-                Worker::Heuristic(_) => None,
+                Worker::Pending(Role::Prover { .. }) => Some(first_node_limit(n)),
+                _ => None,
             })
-            .unwrap_or_else(|| (n as u64).max(4096) << epoch.min(10));
+            .unwrap_or((n as u64).max(4096));
         let budget = nodes.saturating_mul(PLACEMENTS_PER_NODE);
         let end_peak = proved;
-        let steps = run_epoch(&mut workers, task.threads, |w, stop| match w {
-            Worker::Prover(p) => {
-                let event = p.step(must_decide, searched, hi, task.deadline, stop);
-                let ends = match &event {
-                    Event::Found { offsets, .. } => peak_of(task.buffers, offsets) <= end_peak,
-                    Event::Proved { capacity, .. } => must_decide == Some(*capacity),
-                    _ => false,
-                };
-                (Step::Event(event), ends)
-            }
-            Worker::Heuristic(h) => {
-                if h.step(budget, end_peak, task.deadline, stop) {
-                    let ends = h.best().peak <= end_peak;
-                    (Step::Plan(h.best().clone()), ends)
-                } else {
-                    (Step::Nothing, false)
+        let incumbent = &best;
+        let steps = run_epoch(&mut workers, task.threads, |w, stop| {
+            match w.built(task, incumbent) {
+                Worker::Pending(_) => (Step::Nothing, false),
+                Worker::Prover(p) => {
+                    let event = p.step(must_decide, searched, hi, task.deadline, stop);
+                    let ends = match &event {
+                        Event::Found { offsets, .. } => peak_of(task.buffers, offsets) <= end_peak,
+                        Event::Proved { capacity, .. } => must_decide == Some(*capacity),
+                        _ => false,
+                    };
+                    (Step::Event(event), ends)
+                }
+                Worker::Heuristic(h) => {
+                    if h.step(budget, end_peak, task.deadline, stop) {
+                        let ends = h.best().peak <= end_peak;
+                        (Step::Plan(h.best().clone()), ends)
+                    } else {
+                        (Step::Nothing, false)
+                    }
                 }
             }
         });
@@ -162,24 +185,35 @@ pub(crate) fn run(task: &Task<'_>, start: Incumbent, report: &dyn Fn(&str, u64))
         {
             feasible = Some(true);
         }
-        if searched > hi && !workers.iter().any(|w| matches!(w, Worker::Heuristic(_))) {
+        let heuristic = |w: &Worker<'_>| {
+            matches!(
+                w,
+                Worker::Heuristic(_) | Worker::Pending(Role::Heuristic { .. })
+            )
+        };
+        if searched > hi && !workers.iter().any(heuristic) {
             break;
         }
-        epoch = epoch.saturating_add(1);
     }
+    let greedy_peak = workers.iter().find_map(|w| match w {
+        Worker::Heuristic(h) => h.greedy_peak(),
+        _ => None,
+    });
     Verdict {
         best,
         feasible,
         infeasible_reason,
         proved_bound: proved,
+        greedy_peak,
     }
 }
 
-/// The workers for this task. While the exact search applies: provers first (one per preorder
-/// up to three, two from two threads on, since hard decision instances are the provers' to
-/// win), then heuristic workers on the remaining threads, at least one. Otherwise heuristic workers
-/// only. Worker `k` runs on thread `k % threads`.
-fn build_workers<'a>(task: &Task<'a>, start: &Incumbent) -> Vec<Worker<'a>> {
+/// The workers for this task, not built yet. While the exact search applies: provers first (one
+/// per preorder up to three, two from two threads on, since hard decision instances are the
+/// provers' to win), then heuristic workers on the remaining threads, at least one. Otherwise
+/// heuristic workers only, the first one running the baseline when [`Task::baseline`] asks.
+/// Worker `k` runs on thread `k % threads`.
+fn roles<'a>(task: &Task<'a>) -> Vec<Worker<'a>> {
     let n = task.buffers.len();
     let threads = task.threads.max(1);
     let (provers, heuristics) = if task.exact {
@@ -190,19 +224,35 @@ fn build_workers<'a>(task: &Task<'a>, start: &Incumbent) -> Vec<Worker<'a>> {
     } else {
         (0, threads)
     };
-    let mut workers: Vec<Worker<'a>> = (0..provers)
-        .map(|k| Worker::Prover(Box::new(Prover::new(task.buffers, k))))
-        .collect();
-    workers.extend((0..heuristics).map(|k| {
-        Worker::Heuristic(Box::new(Heuristics::new(
-            task.buffers,
-            task.events,
-            start.clone(),
-            task.seed,
-            k,
-        )))
-    }));
-    workers
+    let provers = (0..provers).map(|variant| Role::Prover { variant });
+    let heuristics = (0..heuristics).map(|variant| Role::Heuristic {
+        variant,
+        baseline: task.baseline && variant == 0,
+    });
+    provers.chain(heuristics).map(Worker::Pending).collect()
+}
+
+impl<'a> Worker<'a> {
+    /// The worker, built first if it is still pending (from the incumbent `start`).
+    fn built(&mut self, task: &Task<'a>, start: &Incumbent) -> &mut Self {
+        if let Worker::Pending(role) = *self {
+            *self = match role {
+                Role::Prover { variant } => {
+                    Worker::Prover(Box::new(Prover::new(task.buffers, variant)))
+                }
+                Role::Heuristic { variant, baseline } => {
+                    Worker::Heuristic(Box::new(Heuristics::new(
+                        task.buffers,
+                        task.events,
+                        start.clone(),
+                        (task.seed, variant),
+                        baseline,
+                    )))
+                }
+            };
+        }
+        self
+    }
 }
 
 /// Runs `work` on every worker, on up to `threads` threads, and returns the steps in worker

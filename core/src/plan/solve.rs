@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::time::Instant;
 
 use super::exact::Infeasibility;
-use super::greedy::{Fit, Squeezer, Stop, size_order, sweep_best_fit};
+use super::greedy::{Fit, Squeezer, size_order, sweep_best_fit};
 use super::heuristics::Incumbent;
 use super::portfolio::{self, Task};
 use super::verify::verify_sorted;
@@ -141,8 +141,10 @@ pub struct Solution {
     pub elapsed: Duration,
 }
 
-/// Plans `buffers`: a fast baseline, then the portfolio (exact provers and heuristic workers in
-/// parallel, from the start), all within `opts.time_limit`.
+/// Plans `buffers`: a first plan (sweep-line good fit), greedy by size as the baseline, then the
+/// portfolio (exact provers and heuristic workers in parallel), all within `opts.time_limit`.
+/// On instances above [`EXACT_MAX_BUFFERS`] buffers the portfolio's first heuristic worker runs
+/// the baseline beside the others instead of before them.
 ///
 /// Never worse than [`super::greedy_by_size`] when that finishes within the limit; every returned
 /// plan has passed [`verify`](fn@super::verify). Stops early when the peak reaches the lower bound, when a capacity
@@ -190,24 +192,32 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
     // final verification is skipped, and it never runs after greedy has filled the caches.
     verify_sorted(buffers, &events, &sweep, None)?;
     let verified = sweep.offsets.clone();
+    let sweep_peak = sweep.peak;
     let mut best = Incumbent {
         offsets: sweep.offsets,
         peak: sweep.peak,
         algorithm: "sweep-line good fit".into(),
     };
+    let load_too_high = opts.capacity.is_some_and(|c| lb > c);
+    // Large instances bound for the portfolio run greedy there, on its first heuristic worker,
+    // beside the other workers instead of before all of them (0.16–0.7 s on PanGu-2.6B under
+    // load). Small ones run it here: it is cheap, and a prover that ends the run could cut it
+    // short in the portfolio.
+    let delegate = buffers.len() > EXACT_MAX_BUFFERS
+        && best.peak > lb
+        && !load_too_high
+        && left() >= unit * SETUP_UNITS;
     // Kept until the end: freeing a large occupancy tree (on a background thread) would compete
     // with the final verification.
     let mut squeezer = None;
-    let greedy = if left() >= unit * SETUP_UNITS {
+    // Greedy by size's peak once it has run to the end.
+    let mut greedy = None;
+    if !delegate && left() >= unit * SETUP_UNITS {
         let order = size_order(buffers);
-        squeezer
+        let placed = squeezer
             .insert(Squeezer::with_events(buffers, &events))
-            .place(&order, Fit::Best, u64::MAX, Some(deadline))
-    } else {
-        Err(Stop::Deadline)
-    };
-    let (greedy_peak, greedy_finished) = match greedy {
-        Ok((offsets, peak)) => {
+            .place(&order, Fit::Best, u64::MAX, Some(deadline));
+        if let Ok((offsets, peak)) = placed {
             if peak <= best.peak {
                 best = Incumbent {
                     offsets,
@@ -215,19 +225,16 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
                     algorithm: "greedy by size".into(),
                 };
             }
-            (peak, true)
+            greedy = Some(peak);
         }
-        Err(_) => (best.peak, false),
-    };
-    progress("baseline", best.peak);
+        progress("baseline", best.peak);
+    }
     let mut feasible = opts
         .capacity
         .map_or(Some(true), |c| (best.peak <= c).then_some(true));
     let mut infeasible_reason = None;
     let mut proved_bound = lb;
-    if let Some(cap) = opts.capacity
-        && lb > cap
-    {
+    if load_too_high {
         // A live set exceeds the capacity: proved infeasible without search.
         feasible = Some(false);
         let live = buffers
@@ -242,7 +249,7 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
             }
             .to_string(),
         );
-    } else if best.peak > lb && left() >= unit * SETUP_UNITS {
+    } else if delegate || (best.peak > lb && left() >= unit * SETUP_UNITS) {
         let task = Task {
             buffers,
             events: &events,
@@ -252,12 +259,16 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
             deadline,
             seed: opts.seed,
             threads,
+            baseline: delegate,
         };
         let verdict = portfolio::run(&task, best, &progress);
         best = verdict.best;
         feasible = verdict.feasible;
         infeasible_reason = verdict.infeasible_reason;
         proved_bound = verdict.proved_bound;
+        if delegate {
+            greedy = verdict.greedy_peak;
+        }
     }
     let plan = Plan {
         offsets: best.offsets,
@@ -271,8 +282,8 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         best_peak: plan.peak,
         plan: fits.then_some(plan),
         lower_bound: lb,
-        greedy_peak,
-        greedy_finished,
+        greedy_peak: greedy.unwrap_or(sweep_peak),
+        greedy_finished: greedy.is_some(),
         feasible,
         infeasible_reason,
         proved_optimal: best.peak <= proved_bound,
