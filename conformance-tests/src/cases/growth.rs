@@ -6,7 +6,7 @@
 //! small model's pool stays within 5 % of its live bytes (issue 14: the blocks path held 1.63×
 //! for the MNIST sample).
 
-use tensormem::{Backend, DType, DevicePool, RuntimeConfig};
+use tensormem::{Backend, DType, DevicePool, Runtime, RuntimeConfig, Tensor};
 
 use super::Rng;
 use crate::{Case, Ctx, case, check, fail};
@@ -57,16 +57,7 @@ async fn arena_growth(ctx: &Ctx) -> R {
         }
         None => check(s.blocks >= 2, || format!("blocks: {} blocks", s.blocks))?,
     }
-    for t in more {
-        rt.free(t).map_err(fail("free"))?;
-    }
-    rt.free(first).map_err(fail("free"))?;
-    ctx.synchronize(&rt).await.map_err(fail("synchronize"))?;
-    pool.trim().map_err(fail("trim"))?;
-    check(pool.stats().reserved == 0, || {
-        format!("after trim: {:?}", pool.stats())
-    })?;
-    pool.check_invariants()
+    free_all_and_trim(ctx, &rt, more.into_iter().chain([first])).await
 }
 
 /// A tensor freed between two others leaves a hole; a larger one outgrows the arena, and later
@@ -123,15 +114,7 @@ async fn arena_holes(ctx: &Ctx) -> R {
         check(back == *data, || "a live tensor's contents changed".into())?;
     }
     pool.check_invariants()?;
-    for (t, _) in live {
-        rt.free(t).map_err(fail("free"))?;
-    }
-    ctx.synchronize(&rt).await.map_err(fail("synchronize"))?;
-    pool.trim().map_err(fail("trim"))?;
-    check(pool.stats().reserved == 0, || {
-        format!("after trim: {:?}", pool.stats())
-    })?;
-    pool.check_invariants()
+    free_all_and_trim(ctx, &rt, live.into_iter().map(|(t, _)| t)).await
 }
 
 /// The device pool requests of the MNIST sample (planned activation arena, input image,
@@ -191,10 +174,20 @@ async fn small_model(ctx: &Ctx) -> R {
             s.blocks
         )
     })?;
-    for (t, _) in live {
+    free_all_and_trim(ctx, &rt, live.into_iter().map(|(t, _)| t)).await
+}
+
+/// Frees `tensors` in order; then trim gives every byte back and the pool stays consistent.
+async fn free_all_and_trim(
+    ctx: &Ctx,
+    rt: &Runtime,
+    tensors: impl IntoIterator<Item = Tensor>,
+) -> R {
+    for t in tensors {
         rt.free(t).map_err(fail("free"))?;
     }
-    ctx.synchronize(&rt).await.map_err(fail("synchronize"))?;
+    ctx.synchronize(rt).await.map_err(fail("synchronize"))?;
+    let pool = rt.device_pool();
     pool.trim().map_err(fail("trim"))?;
     check(pool.stats().reserved == 0, || {
         format!("after trim: {:?}", pool.stats())
