@@ -8,7 +8,7 @@
 //! - [`lower_bound`]: the maximum live load over time. No plan beats it; a plan that meets it is optimal.
 //! - [`greedy_by_size`]: the TFLite / XNNPACK baseline (largest first, best-fitting gap among the
 //!   time-overlapping placed buffers, the gap below the lowest one included). Every result is compared
-//!   with it.
+//!   with it; [`greedy_by_size_with`] also runs its lowest-fit twin.
 //! - [`solve`]: a parallel portfolio from time zero: exact MiniMalloc-style provers (canonical
 //!   placements, dominance, section inference with an energy bound, hatless pruning, dynamic
 //!   decomposition at cut points, restarts) next to heuristic workers (XLA's spatial / temporal /
@@ -75,7 +75,7 @@ pub use bound::lower_bound;
 
 pub use csv::{CsvInstance, parse_csv, write_csv};
 pub use generate::{PackingDesc, PackingFamily, perfect_packing, random_lifetimes};
-pub use greedy::greedy_by_size;
+pub use greedy::{Fit, greedy_by_size, greedy_by_size_with};
 pub use liveness::{Liveness, OpUses, TensorRole, liveness};
 pub use solve::{
     EXACT_MAX_BUFFERS, MAX_THREADS, Progress, ProgressFn, Solution, SolveOptions, solve,

@@ -1,6 +1,6 @@
 //! `tensormem-plan` as a user runs it: `--help`/`--version`, exit codes (0 met, 1 bad input,
 //! 2 usage, 3 proved infeasible, 4 undecided), the three states of `feasible` in `--json`, and the
-//! `generate` and `sweep` subcommands.
+//! `generate`, `sweep` and `greedy` subcommands.
 
 #![allow(
     clippy::unwrap_used,
@@ -45,6 +45,7 @@ fn help_documents_flags_exit_codes_and_feasible_states() {
         "--svg",
         "sweep",
         "generate",
+        "greedy",
         "3  with --capacity: proved",
         "4  with --capacity: undecided",
         "null   undecided",
@@ -232,4 +233,42 @@ fn generate_random_writes_a_reproducible_instance_that_plans_within_the_limit() 
         "generate", "--random", "--count", "10", "--family", "pinwheel",
     ]);
     assert_eq!(clash.status.code(), Some(2));
+}
+
+#[test]
+fn greedy_runs_the_baseline_alone_with_either_fit_and_planning_is_never_worse() {
+    let file = temp("g.csv");
+    let path = file.to_str().unwrap();
+    let o = run(&[
+        "generate", "--random", "--count", "3000", "--seed", "1", "-o", path,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let inst = tensormem::plan::parse_csv(&std::fs::read_to_string(&file).unwrap(), path).unwrap();
+    let mut peaks = Vec::new();
+    for (arg, fit) in [
+        ("best", tensormem::plan::Fit::Best),
+        ("lowest", tensormem::plan::Fit::Lowest),
+    ] {
+        let o = run(&["greedy", path, "--fit", arg, "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+        let v = json(&o);
+        let want = tensormem::plan::greedy_by_size_with(&inst.buffers, fit).unwrap();
+        assert_eq!(v["peak"].as_u64(), Some(want.peak), "{arg}");
+        assert_eq!(v["fit"], arg);
+        assert_eq!(v["buffers"], 3000);
+        assert!(v["peak"].as_u64().unwrap() >= v["lower_bound"].as_u64().unwrap());
+        peaks.push(want.peak);
+    }
+    assert_ne!(peaks[0], peaks[1], "the two fits differ on this instance");
+    // Where greedy by size finished within the limit, the plan is never worse than it.
+    let v = json(&run(&[path, "--time-limit", "5", "--json"]));
+    if v["greedy_finished"] == true {
+        assert_eq!(v["greedy_peak"].as_u64(), Some(peaks[0]));
+    }
+    assert!(v["peak"].as_u64().unwrap() <= v["greedy_peak"].as_u64().unwrap());
+    assert_eq!(
+        run(&["greedy", path, "--fit", "worst"]).status.code(),
+        Some(2)
+    );
+    assert_eq!(run(&["greedy", "missing.csv"]).status.code(), Some(1));
 }

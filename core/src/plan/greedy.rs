@@ -16,7 +16,7 @@ use super::verify::GATHER;
 use super::{Buffer, Plan, align_up, validate};
 use crate::Result;
 
-pub(crate) use super::occupancy::Fit;
+pub use super::occupancy::Fit;
 
 /// Offset marker for a buffer not placed yet.
 const UNPLACED: u64 = u64::MAX;
@@ -118,9 +118,20 @@ pub(crate) fn size_order(buffers: &[Buffer]) -> Vec<u32> {
 /// The validation errors of [`super::verify`] for invalid buffers (empty lifetime, zero size, bad
 /// alignment, padded total beyond `u64`).
 pub fn greedy_by_size(buffers: &[Buffer]) -> Result<Plan> {
+    greedy_by_size_with(buffers, Fit::Best)
+}
+
+/// Greedy by size with either fit rule: [`Fit::Best`] is [`greedy_by_size`]; [`Fit::Lowest`]
+/// (XLA's newer option) takes the lowest gap that fits instead, about half the cost per placement.
+/// Both run to the end without a time limit: the unlimited baselines [`super::solve`]'s limited
+/// answer is compared with.
+///
+/// # Errors
+/// As [`greedy_by_size`].
+pub fn greedy_by_size_with(buffers: &[Buffer], fit: Fit) -> Result<Plan> {
     let events = validate(buffers)?;
     let order = size_order(buffers);
-    let placed = Squeezer::with_events(buffers, &events).place(&order, Fit::Best, u64::MAX, None);
+    let placed = Squeezer::with_events(buffers, &events).place(&order, fit, u64::MAX, None);
     debug_assert!(placed.is_ok(), "no cutoff, so placement always completes");
     let (offsets, peak) = placed.unwrap_or_default();
     Ok(Plan { offsets, peak })

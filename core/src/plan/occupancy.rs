@@ -32,8 +32,8 @@ use super::events::Events;
 type Ranges = Vec<(u64, u64)>;
 
 /// How a buffer picks its gap among the placed conflicts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fit {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fit {
     /// Smallest gap between placed conflicts (or below the lowest) that fits, the lowest such gap
     /// on ties; otherwise on top of the highest conflict (TFLite's rule).
     Best,

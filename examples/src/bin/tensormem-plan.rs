@@ -6,6 +6,7 @@
 //!                [--out PLAN.csv] [--svg PLAN.svg] [--json]
 //! tensormem-plan sweep [--family F] [--counts 100,150,...] [--seeds 10] [--time-limit SECS] [--json]
 //! tensormem-plan generate --count N [--family F | --random] [--seed N] [-o FILE.csv]
+//! tensormem-plan greedy FILE.csv [--fit best|lowest] [--json]
 //! ```
 //! Input is MiniMalloc's CSV `id,lower,upper,size[,alignment][,offset]` (half-open lifetimes). The
 //! planner uses no device, so the tool has no `--backend` or `--timeout`; `--time-limit` bounds the
@@ -19,8 +20,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tensormem::plan::{
-    Buffer, MAX_THREADS, PackingDesc, PackingFamily, Plan, Progress, Solution, SolveOptions,
-    parse_csv, random_lifetimes, solve, verify, write_csv,
+    Buffer, Fit, MAX_THREADS, PackingDesc, PackingFamily, Plan, Progress, Solution, SolveOptions,
+    greedy_by_size_with, lower_bound, parse_csv, random_lifetimes, solve, verify, write_csv,
 };
 use tensormem::{Error, Result};
 
@@ -66,6 +67,27 @@ enum Command {
     /// Write one generated perfect packing as CSV, with the witness offsets (or, with `--random`,
     /// an instance with random lifetimes).
     Generate(GenerateArgs),
+    /// Run greedy by size alone, to the end, without a time limit (minutes at 10^6 buffers): the
+    /// baseline the planner's limited answer is measured against. The plan is verified.
+    Greedy(GreedyArgs),
+}
+
+#[derive(Debug, Args)]
+struct GreedyArgs {
+    /// Instance, as for planning.
+    file: String,
+    /// Gap rule: the best-fitting gap (TFLite) or the lowest one that fits (XLA's newer option).
+    #[arg(long, value_enum, default_value = "best")]
+    fit: FitArg,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FitArg {
+    Best,
+    Lowest,
 }
 
 #[derive(Debug, Args)]
@@ -205,6 +227,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Some(Command::Sweep(args)) => sweep(&args).map(|()| ExitCode::SUCCESS),
         Some(Command::Generate(args)) => generate(&args).map(|()| ExitCode::SUCCESS),
+        Some(Command::Greedy(args)) => greedy(&args).map(|()| ExitCode::SUCCESS),
         None => match &cli.plan.file {
             Some(file) => plan_file(file, &cli.plan),
             None => {
@@ -423,6 +446,45 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     )
 }
 
+/// Greedy by size without a limit, verified, against the lower bound.
+fn greedy(args: &GreedyArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&args.file).map_err(io_err(&args.file))?;
+    let inst = parse_csv(&text, &args.file)?;
+    drop(text);
+    let (fit, name) = match args.fit {
+        FitArg::Best => (Fit::Best, "best"),
+        FitArg::Lowest => (Fit::Lowest, "lowest"),
+    };
+    let started = std::time::Instant::now();
+    let plan = greedy_by_size_with(&inst.buffers, fit)?;
+    let seconds = started.elapsed().as_secs_f64();
+    verify(&inst.buffers, &plan, None)?;
+    let lb = lower_bound(&inst.buffers);
+    if args.json {
+        let obj = serde_json::json!({
+            "file": args.file,
+            "buffers": inst.buffers.len(),
+            "fit": name,
+            "lower_bound": lb,
+            "peak": plan.peak,
+            "peak_over_lower_bound": ratio(plan.peak, lb),
+            "seconds": seconds,
+        });
+        println!("{obj}");
+    } else {
+        println!("file:           {}", args.file);
+        println!("buffers:        {}", inst.buffers.len());
+        println!("lower bound:    {lb} bytes");
+        println!(
+            "greedy by size: {} bytes ({name} fit; peak / lower bound = {:.6})",
+            plan.peak,
+            ratio(plan.peak, lb)
+        );
+        println!("time:           {seconds:.3} s");
+    }
+    Ok(())
+}
+
 /// Writes `text` to `path`, or to stdout without one.
 fn write_out(path: Option<&str>, text: &str) -> Result<()> {
     match path {
@@ -458,7 +520,7 @@ fn sweep(args: &SweepArgs) -> Result<()> {
                     seed,
                 };
                 let (buffers, _) = desc.generate();
-                let cap = tensormem::plan::lower_bound(&buffers);
+                let cap = lower_bound(&buffers);
                 bar.set_message(format!("{family:?} n={count} seed={seed}"));
                 let s = solve(&buffers, &options(&args.solver, Some(cap), None))?;
                 let secs = s.elapsed.as_secs_f64();
