@@ -46,6 +46,7 @@ fn help_documents_flags_exit_codes_and_feasible_states() {
         "sweep",
         "generate",
         "greedy",
+        "greedy_finished",
         "3  with --capacity: proved",
         "4  with --capacity: undecided",
         "null   undecided",

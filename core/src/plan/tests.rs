@@ -412,3 +412,36 @@ fn too_many_threads_are_refused_before_any_work() {
     }
     assert!(solve(&b, &opts(crate::plan::MAX_THREADS)).is_ok());
 }
+
+#[test]
+fn the_baseline_worker_keeps_its_lowest_fit_twin_when_lower() {
+    // The baseline worker runs greedy by size at the lowest fit before the best fit: its plan is
+    // the answer when lower (here, as on most random instances) and stands when the deadline cuts
+    // the best fit. Budget 0: the step runs the baseline and nothing else.
+    use super::events::Events;
+    use super::greedy::{Fit, greedy_by_size_with, sweep_best_fit};
+    use super::heuristics::{Heuristics, Incumbent};
+    let b = random_instance(3000, 1);
+    let best = greedy_by_size(&b).unwrap().peak;
+    let lowest = greedy_by_size_with(&b, Fit::Lowest).unwrap().peak;
+    let events = Events::new(&b);
+    let (sweep, _) = sweep_best_fit(&b, &events, None);
+    assert!(
+        lowest < best && lowest < sweep.peak,
+        "{lowest} {best} {}",
+        sweep.peak
+    );
+    let start = Incumbent {
+        offsets: sweep.offsets,
+        peak: sweep.peak,
+        algorithm: "sweep".into(),
+    };
+    let mut worker = Heuristics::new(&b, &events, start, (0, 0), true);
+    let far = crate::time::Instant::now() + Duration::from_secs(3600);
+    worker.step(0, 0, far, &|| false);
+    assert_eq!(worker.greedy_peak(), Some(best));
+    assert_eq!(worker.best().peak, lowest);
+    assert_eq!(worker.best().algorithm, "greedy by size, lowest fit");
+    let plan = Plan::from_offsets(&b, worker.best().offsets.clone());
+    verify(&b, &plan, None).unwrap();
+}
