@@ -8,7 +8,8 @@
 # HOGS busy loops (`nice -n 0 sh -c 'while :; do :; done'`, started and stopped by this script).
 # One row per run: input, limit, load, binary, wall s (/usr/bin/time), solver s (`seconds`),
 # parse s (`parse_seconds`, when the build reports it), over-limit s = wall - parse - limit, the
-# peak over the lower bound, and the load average when the run started.
+# peak over the lower bound, the heuristic that produced it (`algorithm`; "+g" when greedy by size
+# finished), and the load average when the run started.
 set -euo pipefail
 LIMITS="1 2 5 10"
 HOGS=2
@@ -33,8 +34,8 @@ stop_hogs() {
 }
 trap stop_hogs EXIT
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/plan-limits.XXXXXX")
-echo "| input | limit s | load | binary | wall s | solver s | parse s | over-limit s | peak / LB | loadavg |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| input | limit s | load | binary | wall s | solver s | parse s | over-limit s | peak / LB | algorithm | loadavg |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for load in alone hog; do
     if [ "$load" = hog ]; then
         for _ in $(seq "$HOGS"); do
@@ -57,7 +58,8 @@ v = json.load(open(ofile))
 parse = v.get("parse_seconds")
 over = wall - (parse or 0.0) - float(limit)
 print(f"| {os.path.basename(inp)} | {limit} | {load} | {binary} | {wall:.2f} | {v['seconds']:.3f} | "
-      f"{'-' if parse is None else f'{parse:.3f}'} | {over:+.3f} | {v['peak_over_lower_bound']:.6f} | {avg} |")
+      f"{'-' if parse is None else f'{parse:.3f}'} | {over:+.3f} | {v['peak_over_lower_bound']:.6f} | "
+      f"{v['algorithm']}{' +g' if v['greedy_finished'] else ''} | {avg} |")
 PY
             done
         done
