@@ -164,6 +164,9 @@ impl VulkanBackend {
         let host_visible = desc.kind != MemoryKind::DeviceLocal || self.caps.device_host_visible;
         let block = Block::sparse(buffer, granules, desc.kind, 0, host_visible, s.policy);
         let id = s.blocks.insert(desc.kind, 0, block);
+        if let Some(log) = &self.validation {
+            log.note_sparse_buffer(buffer, true);
+        }
         let first: Vec<u64> = (0..desc.size / granule).collect();
         if first.is_empty() {
             return Ok(id);
@@ -175,6 +178,9 @@ impl VulkanBackend {
                 Ok(id)
             }
             Err(e) => {
+                if let Some(log) = &self.validation {
+                    log.note_sparse_buffer(buffer, false);
+                }
                 if let Ok(mut b) = s.blocks.remove(id) {
                     // SAFETY: nothing was bound to the buffer and no work recorded on it.
                     unsafe { b.destroy(&s.gpu.device, &mut s.allocator) };
@@ -331,11 +337,14 @@ impl VulkanBackend {
         let Memory::Sparse(g) = &b.memory else {
             return Ok(());
         };
-        let (last, reserve) = (g.last_bind, g.reserve);
+        let (last, reserve, buffer) = (g.last_bind, g.reserve, b.buffer);
         if let Some(binder) = s.binder.as_mut() {
             binder.wait(&s.gpu, last, self.config.wait_timeout)?;
             binder.release(reserve);
             binder.reclaim(&s.gpu, &mut s.allocator)?;
+        }
+        if let Some(log) = &self.validation {
+            log.note_sparse_buffer(buffer, false);
         }
         Ok(())
     }

@@ -212,3 +212,24 @@ fn a_reservation_beyond_the_sparse_address_space_is_out_of_memory() {
         b.free_block(again).unwrap();
     });
 }
+
+/// Two halves of one granule share an allocation; a copy between them is legal (validation
+/// 1.3.239 reports it, and the backend's log drops exactly that message on sparse buffers).
+#[test]
+fn a_copy_between_halves_of_one_granule() {
+    on_each_front(|name, b| {
+        let Some(growth) = sparse(name, b) else {
+            return;
+        };
+        let g = growth.granularity;
+        let block = reserve(b, g, 4 * g);
+        let data = pattern(30, g / 2);
+        upload(b, block, 0, &data);
+        let t = b
+            .copy(range(block, 0, g / 2), range(block, g / 2, g / 2))
+            .unwrap();
+        b.wait(t).unwrap();
+        assert_eq!(download(b, block, g / 2, g / 2), data, "{name}");
+        b.free_block(block).unwrap();
+    });
+}
