@@ -248,7 +248,7 @@ impl VulkanBackend {
         &self.config
     }
 
-    /// Counters: live blocks, barriers, kernel compilations, batches.
+    /// Counters: live blocks, barriers, kernel compilations, batches, memory objects.
     pub fn stats(&self) -> VulkanStats {
         let s = self.lock();
         let lanes = || std::iter::once(&s.compute).chain(s.transfer.as_ref());
@@ -261,6 +261,7 @@ impl VulkanBackend {
             kernel_compiles: s.kernels.compiles,
             batches_in_flight: in_flight,
             batches_free: free,
+            memory_objects: s.allocator.generate_report().blocks.len(),
         }
     }
 

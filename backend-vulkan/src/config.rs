@@ -107,4 +107,7 @@ pub struct VulkanStats {
     pub batches_in_flight: usize,
     /// Command batches ready for reuse.
     pub batches_free: usize,
+    /// `VkDeviceMemory` objects held, each one `vkAllocateMemory`: the allocator's blocks that
+    /// blocks and sparse granules are sub-allocated from, and dedicated allocations.
+    pub memory_objects: usize,
 }

@@ -233,3 +233,43 @@ fn a_copy_between_halves_of_one_granule() {
         b.free_block(block).unwrap();
     });
 }
+
+/// Granules are sub-allocated from the allocator's large memory objects: growing a block by 64
+/// granules in 16 steps allocates at most one more `VkDeviceMemory` per 64 MiB (gpu-allocator's
+/// block for host-visible memory types, lavapipe's only kind; 256 MiB for device-only ones), not
+/// one per granule or per step.
+#[test]
+fn growth_sub_allocates_granules_from_few_memory_objects() {
+    let config = VulkanConfig {
+        validation: VulkanBackend::validation_available(),
+        ..VulkanConfig::default()
+    };
+    let Ok(b) = VulkanBackend::new(config) else {
+        return;
+    };
+    let Some(growth) = sparse("memory objects", &b) else {
+        return;
+    };
+    let g = growth.granularity;
+    let desc = BlockDesc {
+        kind: MemoryKind::DeviceLocal,
+        size: 0,
+        label: "counted",
+    };
+    let before = b.stats().memory_objects;
+    let block = b.reserve_block(&desc, 64 * g).unwrap();
+    for step in 1..=16 {
+        b.resize_block(block, step * 4 * g).unwrap();
+    }
+    let grown = b.stats().memory_objects - before;
+    assert!(
+        grown as u64 <= (64 * g).div_ceil(64 << 20),
+        "{grown} memory objects for 64 granules of {g} bytes"
+    );
+    b.free_block(block).unwrap();
+    assert!(
+        b.validation_messages().is_empty(),
+        "{:?}",
+        b.validation_messages()
+    );
+}
