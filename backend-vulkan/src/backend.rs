@@ -15,18 +15,20 @@ use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use gpu_allocator::{AllocationSizes, AllocatorDebugSettings};
 use tensormem::{
-    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Error, ManagedMemory,
-    MemoryKind, Op, Result, Ticket, TransferLane, TransferTicket,
+    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Error, InPlaceGrowth,
+    ManagedMemory, MemoryKind, Op, Result, Ticket, TransferLane, TransferTicket,
 };
 
 use crate::blocks::{Block, BlockPolicy};
 use crate::config::{CustomKernel, VulkanConfig, VulkanStats};
 use crate::device::{Gpu, LaneQueue, RawVulkan};
 use crate::error::BACKEND;
+use crate::sparse::Binder;
 
 mod copies;
 mod dispatch;
 mod lanes;
+mod sparse;
 
 use crate::instance::{
     ValidationLog, create_instance, keep_driver_loaded, load_entry, validation_layer_present,
@@ -45,6 +47,9 @@ struct State {
     transfer: Option<Timeline>,
     kernels: KernelCache,
     policy: BlockPolicy,
+    /// Sparse binding for blocks that grow in place; `None` where the device does not offer it
+    /// or [`VulkanConfig::sparse_growth`] is off.
+    binder: Option<Binder>,
     /// Adopted handles are not destroyed and the device is not waited on as a whole.
     owns_device: bool,
 }
@@ -52,6 +57,8 @@ struct State {
 /// The tensormem backend on one Vulkan device. See the crate doc.
 pub struct VulkanBackend {
     caps: Capabilities,
+    /// What [`Backend::in_place_growth`] reports (the binder's, read without the lock).
+    growth: Option<InPlaceGrowth>,
     config: VulkanConfig,
     state: Mutex<State>,
     validation: Option<Arc<ValidationLog>>,
@@ -78,6 +85,7 @@ impl VulkanBackend {
             owned,
             config.device_name.as_deref(),
             config.transfer_queue,
+            config.sparse_growth,
         )?;
         Self::finish(gpu, config, validation, true)
     }
@@ -162,8 +170,17 @@ impl VulkanBackend {
             force_flush: config.force_flush,
             atom: limits.non_coherent_atom_size.max(1).next_power_of_two(),
         };
+        // A device that cannot create one more semaphore grows by blocks, as without sparse
+        // binding.
+        let binder = gpu
+            .sparse
+            .filter(|_| config.sparse_growth)
+            .and_then(|limits| {
+                Binder::new(&gpu, crate::sparse::growth(&gpu, limits)?, limits).ok()
+            });
         Ok(VulkanBackend {
             caps,
+            growth: binder.as_ref().map(|b| b.growth),
             config,
             state: Mutex::new(State {
                 gpu,
@@ -173,6 +190,7 @@ impl VulkanBackend {
                 transfer,
                 kernels: KernelCache::default(),
                 policy,
+                binder,
                 owns_device,
             }),
             validation,
@@ -230,7 +248,7 @@ impl VulkanBackend {
         &self.config
     }
 
-    /// Counters: live blocks, barriers, kernel compilations, batches.
+    /// Counters: live blocks, barriers, kernel compilations, batches, memory objects.
     pub fn stats(&self) -> VulkanStats {
         let s = self.lock();
         let lanes = || std::iter::once(&s.compute).chain(s.transfer.as_ref());
@@ -243,6 +261,7 @@ impl VulkanBackend {
             kernel_compiles: s.kernels.compiles,
             batches_in_flight: in_flight,
             batches_free: free,
+            memory_objects: s.allocator.generate_report().blocks.len(),
         }
     }
 
@@ -359,6 +378,10 @@ impl Backend for VulkanBackend {
         let mut guard = self.lock();
         let s = &mut *guard;
         s.check_alive()?;
+        if let Some(b) = s.binder.as_mut() {
+            // Memory that executed unbinds released is free for the new block.
+            b.reclaim(&s.gpu, &mut s.allocator)?;
+        }
         let block = Block::create(&s.gpu, &mut s.allocator, desc, s.policy)?;
         Ok(s.blocks.insert(desc.kind, desc.size, block))
     }
@@ -377,6 +400,7 @@ impl Backend for VulkanBackend {
     fn free_block(&self, block: BlockId) -> Result<()> {
         let mut guard = self.lock();
         let s = &mut *guard;
+        self.before_free_sparse(s, block)?;
         let mut b = s.blocks.remove(block)?;
         s.compute.tracker.forget_block(block.0);
         if let Some(t) = s.transfer.as_mut() {
@@ -386,6 +410,32 @@ impl Backend for VulkanBackend {
         // unsubmitted work would be a caller bug the pools prevent by waiting on tickets.
         unsafe { b.destroy(&s.gpu.device, &mut s.allocator) };
         Ok(())
+    }
+
+    /// Sparse buffers over the reservation, where the device binds sparse memory on its compute
+    /// queue; see `crate::sparse` for the granularity.
+    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
+        self.growth
+    }
+
+    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+        self.reserve_sparse(desc, reserve)
+    }
+
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
+        self.resize_sparse(block, size)
+    }
+
+    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.decommit_sparse(block, offset, size)
+    }
+
+    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.commit_sparse(block, offset, size)
+    }
+
+    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
+        self.remap_sparse(block, from, to, size)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
@@ -539,6 +589,9 @@ impl Drop for VulkanBackend {
             s.compute.destroy(&s.gpu.device, &mut s.allocator);
             s.kernels.destroy(&s.gpu.device);
             for (_, mut b) in s.blocks.drain() {
+                b.destroy(&s.gpu.device, &mut s.allocator);
+            }
+            if let Some(b) = s.binder.as_mut() {
                 b.destroy(&s.gpu.device, &mut s.allocator);
             }
             ManuallyDrop::drop(&mut s.allocator);

@@ -10,6 +10,9 @@
 //! to it ([`crate::conv::atom_range`]), so a flush never touches a neighbour's bytes outside the
 //! allocation. Under `force_staging`, `DeviceLocal` blocks are never mapped for host access even
 //! when the memory is host-visible (lavapipe), so the discrete-GPU staging path is what runs.
+//!
+//! A block that grows in place is a sparse buffer whose granules each have their own allocation
+//! ([`crate::sparse`]); host access walks the granules a range covers.
 
 use ash::vk;
 use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme, Allocator};
@@ -17,7 +20,8 @@ use tensormem::{BlockDesc, Error, MemoryKind, Result};
 
 use crate::conv::{align_up, atom_range, memory_location};
 use crate::device::Gpu;
-use crate::error::{BACKEND, map_alloc, map_vk, vk_err};
+use crate::error::{BACKEND, map_alloc, vk_err};
+use crate::sparse::{Granules, create_buffer};
 
 /// Options of block creation, from the backend's configuration.
 #[derive(Copy, Clone, Debug)]
@@ -32,17 +36,25 @@ pub(crate) struct BlockPolicy {
     pub atom: u64,
 }
 
+/// The memory behind a block's buffer.
+pub(crate) enum Memory {
+    /// One allocation bound to the whole buffer (`None` once destroyed).
+    Whole(Option<Allocation>),
+    /// A sparse buffer's granules, each bound to its own allocation or to nothing.
+    Sparse(Granules),
+}
+
 /// One live block.
 pub(crate) struct Block {
     pub buffer: vk::Buffer,
-    allocation: Option<Allocation>,
+    pub memory: Memory,
     pub kind: MemoryKind,
-    /// Usable size in bytes (as requested).
+    /// Usable size in bytes (as requested; a sparse block's committed size).
     pub size: u64,
     /// Whether `write_mapped` / `read_mapped` may touch it.
     pub host_access: bool,
-    /// Whether host access needs flush/invalidate.
-    needs_flush: bool,
+    /// Flush and invalidate even coherent memory ([`BlockPolicy::force_flush`]).
+    force_flush: bool,
 }
 
 impl Block {
@@ -66,21 +78,7 @@ impl Block {
             limit: gpu.max_block_size,
             limit_name: "max_block_size",
         })?;
-        let families = gpu.sharing_families();
-        let mut info = vk::BufferCreateInfo::default().size(buffer_size).usage(
-            vk::BufferUsageFlags::STORAGE_BUFFER
-                | vk::BufferUsageFlags::TRANSFER_SRC
-                | vk::BufferUsageFlags::TRANSFER_DST,
-        );
-        info = match &families {
-            Some(f) => info
-                .sharing_mode(vk::SharingMode::CONCURRENT)
-                .queue_family_indices(f),
-            None => info.sharing_mode(vk::SharingMode::EXCLUSIVE),
-        };
-        // SAFETY: `info` is valid (non-zero size, supported usage); the device is live.
-        let buffer = unsafe { device.create_buffer(&info, None) }
-            .map_err(|e| map_vk("vkCreateBuffer", e, desc.size))?;
+        let buffer = create_buffer(gpu, buffer_size, false)?;
         // SAFETY: `buffer` was just created on `device`.
         let mut requirements = unsafe { device.get_buffer_memory_requirements(buffer) };
         let dedicated = desc.size >= policy.dedicated_threshold;
@@ -118,18 +116,36 @@ impl Block {
             unsafe { device.destroy_buffer(buffer, None) };
             return Err(vk_err("vkBindBufferMemory")(e));
         }
-        let props = allocation.memory_properties();
         let mapped = allocation.mapped_ptr().is_some();
         let host_access = mapped && !(policy.force_staging && desc.kind == MemoryKind::DeviceLocal);
         Ok(Block {
             buffer,
-            allocation: Some(allocation),
+            memory: Memory::Whole(Some(allocation)),
             kind: desc.kind,
             size: desc.size,
             host_access,
-            needs_flush: policy.force_flush
-                || !props.contains(vk::MemoryPropertyFlags::HOST_COHERENT),
+            force_flush: policy.force_flush,
         })
+    }
+
+    /// A block over a sparse `buffer` with `granules` bound for its first `size` bytes.
+    /// `host_visible`: whether memory of its kind is (the granules' allocations are mapped).
+    pub(crate) fn sparse(
+        buffer: vk::Buffer,
+        granules: Granules,
+        kind: MemoryKind,
+        size: u64,
+        host_visible: bool,
+        policy: BlockPolicy,
+    ) -> Block {
+        Block {
+            buffer,
+            memory: Memory::Sparse(granules),
+            kind,
+            size,
+            host_access: host_visible && !(policy.force_staging && kind == MemoryKind::DeviceLocal),
+            force_flush: policy.force_flush,
+        }
     }
 
     /// Destroys the buffer and frees its memory.
@@ -139,14 +155,21 @@ impl Block {
     pub(crate) unsafe fn destroy(&mut self, device: &ash::Device, allocator: &mut Allocator) {
         // SAFETY: the caller guarantees the buffer is idle.
         unsafe { device.destroy_buffer(self.buffer, None) };
-        if let Some(a) = self.allocation.take() {
-            // Freeing can only fail for a null allocation or a foreign memory type, which would be
-            // a bug here; nothing useful can be done with the error during destruction.
-            let _ = allocator.free(a);
+        match &mut self.memory {
+            Memory::Whole(a) => crate::sparse::free_all(allocator, a.take()),
+            Memory::Sparse(g) => crate::sparse::free_all(allocator, g.drain()),
         }
     }
 
-    fn check_host(&self, offset: u64, len: usize) -> Result<(MappedView, u64)> {
+    /// Checks host access to `len` bytes at `offset`, then calls `f` with each mapped piece of
+    /// the range in order: the view, the piece's offset in it, its offset in the range and its
+    /// length. One piece for a whole block; one per granule for a sparse block.
+    fn each_mapped(
+        &self,
+        offset: u64,
+        len: usize,
+        mut f: impl FnMut(&MappedView, u64, usize, usize) -> Result<()>,
+    ) -> Result<()> {
         if !self.host_access {
             return Err(Error::Unsupported {
                 backend: BACKEND,
@@ -161,37 +184,63 @@ impl Block {
                 ),
             });
         }
-        let len = len as u64;
-        if offset.checked_add(len).is_none_or(|end| end > self.size) {
-            return Err(Error::OutOfBounds {
+        let end = offset
+            .checked_add(len as u64)
+            .filter(|end| *end <= self.size)
+            .ok_or(Error::OutOfBounds {
                 what: "block",
                 offset,
-                size: len,
+                size: len as u64,
                 limit: self.size,
-            });
+            })?;
+        if len == 0 {
+            return Ok(());
         }
-        let a = self
-            .allocation
-            .as_ref()
-            .ok_or_else(|| Error::invalid("block already destroyed"))?;
+        match &self.memory {
+            Memory::Whole(a) => {
+                let a = a
+                    .as_ref()
+                    .ok_or_else(|| Error::invalid("block already destroyed"))?;
+                f(&self.view(a)?, offset, 0, len)
+            }
+            Memory::Sparse(g) => {
+                for (start, a) in g.overlapping(offset, end) {
+                    let a = a.ok_or_else(|| {
+                        Error::invalid(format!(
+                            "host access to bytes {offset}..{end} of a block that grows in place, \
+                             whose granule at {start} is decommitted"
+                        ))
+                    })?;
+                    let from = offset.max(start);
+                    let to = end.min(start + g.granule());
+                    let at = (from - offset) as usize;
+                    f(&self.view(a)?, from - start, at, (to - from) as usize)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The mapped view of `a`, one of this block's allocations.
+    fn view(&self, a: &Allocation) -> Result<MappedView> {
         let ptr = a.mapped_ptr().ok_or_else(|| Error::Unsupported {
             backend: BACKEND,
             what: "host access to unmapped memory".into(),
         })?;
-        Ok((
-            MappedView {
-                ptr: ptr.as_ptr().cast::<u8>(),
-                // SAFETY: reading the handle of a live allocation.
-                memory: unsafe { a.memory() },
-                offset: a.offset(),
-                size: a.size(),
-            },
-            len,
-        ))
+        Ok(MappedView {
+            ptr: ptr.as_ptr().cast::<u8>(),
+            // SAFETY: reading the handle of a live allocation.
+            memory: unsafe { a.memory() },
+            offset: a.offset(),
+            size: a.size(),
+            flush: self.force_flush
+                || !a
+                    .memory_properties()
+                    .contains(vk::MemoryPropertyFlags::HOST_COHERENT),
+        })
     }
 
     fn mapped_range(
-        &self,
         m: &MappedView,
         offset: u64,
         len: u64,
@@ -207,7 +256,8 @@ impl Block {
     /// Copies `data` into the block at `offset`, then flushes non-coherent memory.
     ///
     /// # Errors
-    /// [`Error::Unsupported`] without host access, [`Error::OutOfBounds`] past the end.
+    /// [`Error::Unsupported`] without host access, [`Error::OutOfBounds`] past the end,
+    /// [`Error::InvalidArgument`] over a decommitted granule.
     pub(crate) fn write(
         &self,
         device: &ash::Device,
@@ -215,23 +265,22 @@ impl Block {
         offset: u64,
         data: &[u8],
     ) -> Result<()> {
-        let (m, len) = self.check_host(offset, data.len())?;
-        if len == 0 {
-            return Ok(());
-        }
-        // SAFETY: `m.ptr` maps the whole allocation (gpu-allocator maps persistently);
-        // `offset + len <= self.size <= allocation size` was checked; the caller guarantees no
-        // in-flight work touches the range; `data` cannot overlap device-mapped memory.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), m.ptr.add(offset as usize), data.len())
-        };
-        if self.needs_flush {
-            let range = self.mapped_range(&m, offset, len, atom);
-            // SAFETY: the range is atom-aligned inside a mapped allocation.
-            unsafe { device.flush_mapped_memory_ranges(&[range]) }
-                .map_err(vk_err("vkFlushMappedMemoryRanges"))?;
-        }
-        Ok(())
+        self.each_mapped(offset, data.len(), |m, at, from, n| {
+            // SAFETY: `m.ptr` maps the whole allocation (gpu-allocator maps persistently) and
+            // `at + n` lies inside it (checked against the block's size, and a granule's piece
+            // inside the granule); the caller guarantees no in-flight work touches the range;
+            // `data` cannot overlap device-mapped memory.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr().add(from), m.ptr.add(at as usize), n)
+            };
+            if m.flush {
+                let range = Self::mapped_range(m, at, n as u64, atom);
+                // SAFETY: the range is atom-aligned inside a mapped allocation.
+                unsafe { device.flush_mapped_memory_ranges(&[range]) }
+                    .map_err(vk_err("vkFlushMappedMemoryRanges"))?;
+            }
+            Ok(())
+        })
     }
 
     /// Invalidates non-coherent memory, then copies from the block at `offset` into `out`.
@@ -245,21 +294,19 @@ impl Block {
         offset: u64,
         out: &mut [u8],
     ) -> Result<()> {
-        let (m, len) = self.check_host(offset, out.len())?;
-        if len == 0 {
-            return Ok(());
-        }
-        if self.needs_flush {
-            let range = self.mapped_range(&m, offset, len, atom);
-            // SAFETY: as in `write`.
-            unsafe { device.invalidate_mapped_memory_ranges(&[range]) }
-                .map_err(vk_err("vkInvalidateMappedMemoryRanges"))?;
-        }
-        // SAFETY: as in `write`, reversed.
-        unsafe {
-            std::ptr::copy_nonoverlapping(m.ptr.add(offset as usize), out.as_mut_ptr(), out.len())
-        };
-        Ok(())
+        self.each_mapped(offset, out.len(), |m, at, from, n| {
+            if m.flush {
+                let range = Self::mapped_range(m, at, n as u64, atom);
+                // SAFETY: as in `write`.
+                unsafe { device.invalidate_mapped_memory_ranges(&[range]) }
+                    .map_err(vk_err("vkInvalidateMappedMemoryRanges"))?;
+            }
+            // SAFETY: as in `write`, reversed.
+            unsafe {
+                std::ptr::copy_nonoverlapping(m.ptr.add(at as usize), out.as_mut_ptr().add(from), n)
+            };
+            Ok(())
+        })
     }
 }
 
@@ -269,4 +316,6 @@ struct MappedView {
     memory: vk::DeviceMemory,
     offset: u64,
     size: u64,
+    /// Whether host access flushes and invalidates (non-coherent memory, or forced).
+    flush: bool,
 }

@@ -39,6 +39,11 @@ pub struct VulkanConfig {
     /// real GPU become undefined. Default `false`.
     #[doc(hidden)]
     pub skip_barriers_for_testing: bool,
+    /// Grow blocks in place with sparse buffers ([`tensormem::Backend::in_place_growth`]) where
+    /// the device offers `sparseBinding`, `sparseResidencyBuffer` and a compute queue that binds
+    /// sparse memory; `false` leaves the features off, so the pools add blocks as on a device
+    /// without them (the fallback, testable on a sparse-capable driver). Default `true`.
+    pub sparse_growth: bool,
     /// Longest [`Backend::wait`](tensormem::Backend::wait) (a wait that names no limit) before
     /// it fails with `Error::Timeout`. Default 60 s.
     pub wait_timeout: Duration,
@@ -54,6 +59,7 @@ impl Default for VulkanConfig {
             dedicated_threshold: 32 << 20,
             force_flush: false,
             skip_barriers_for_testing: false,
+            sparse_growth: true,
             wait_timeout: Duration::from_secs(60),
         }
     }
@@ -101,4 +107,7 @@ pub struct VulkanStats {
     pub batches_in_flight: usize,
     /// Command batches ready for reuse.
     pub batches_free: usize,
+    /// `VkDeviceMemory` objects held, each one `vkAllocateMemory`: the allocator's blocks that
+    /// blocks and sparse granules are sub-allocated from, and dedicated allocations.
+    pub memory_objects: usize,
 }

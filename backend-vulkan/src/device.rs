@@ -7,6 +7,11 @@
 //! `GRAPHICS` nor `COMPUTE` (the copy engines of discrete GPUs) when there is one, else a second
 //! queue of the compute family when it has two, else the compute queue itself ([`LaneQueue`]).
 //! lavapipe has one family with one queue, so there the lane shares the queue.
+//!
+//! Sparse binding (blocks that grow in place, `crate::sparse`) is enabled where the device offers
+//! `sparseBinding` and `sparseResidencyBuffer` and the compute family binds sparse memory
+//! (`SPARSE_BINDING`): binds then go on the compute queue, in order with its timeline. An adopted
+//! device's enabled features are unknown, so it takes the blocks path.
 
 use std::ffi::CStr;
 
@@ -98,6 +103,28 @@ pub(crate) struct Gpu {
     /// How the compute queue's timestamps read; `None` where its family writes none
     /// (`timestampValidBits` 0), so the lane's stall is not measured.
     pub timestamps: Option<Timestamps>,
+    /// The sparse binding the device was created with; `None` where it was not enabled.
+    pub sparse: Option<SparseLimits>,
+}
+
+/// Limits of sparse buffers on a device created with `sparseBinding` and `sparseResidencyBuffer`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SparseLimits {
+    /// `sparseAddressSpaceSize`: the bytes all live sparse resources may span together.
+    pub address_space: u64,
+    /// The largest buffer: `maxBufferSize` (Vulkan 1.3), else `maxMemoryAllocationSize`.
+    pub max_buffer: u64,
+}
+
+/// Whether `pd` can bind sparse buffers with unbound ranges on its compute family.
+fn offers_sparse(instance: &ash::Instance, pd: vk::PhysicalDevice, compute_family: u32) -> bool {
+    // SAFETY: `pd` was enumerated from `instance`.
+    let features = unsafe { instance.get_physical_device_features(pd) };
+    features.sparse_binding == vk::TRUE
+        && features.sparse_residency_buffer == vk::TRUE
+        && families_of(instance, pd)
+            .get(compute_family as usize)
+            .is_some_and(|f| f.queue_flags.contains(vk::QueueFlags::SPARSE_BINDING))
 }
 
 /// Where host-visible memory lives. gpu-allocator has the driver allocate it (`vkAllocateMemory`),
@@ -210,12 +237,14 @@ impl Gpu {
         owned: OwnedInstance,
         name_filter: Option<&str>,
         transfer_mode: TransferQueue,
+        want_sparse: bool,
     ) -> Result<Gpu> {
         let mut owned = owned;
-        match Self::create_device(&owned.instance, name_filter, transfer_mode) {
-            Ok((physical, device, compute, transfer)) => {
+        match Self::create_device(&owned.instance, name_filter, transfer_mode, want_sparse) {
+            Ok((physical, device, compute, transfer, sparse)) => {
                 let instance = owned.instance.clone();
-                let mut gpu = Gpu::describe(entry, instance, physical, device, compute, transfer);
+                let mut gpu =
+                    Gpu::describe(entry, instance, physical, device, compute, transfer, sparse);
                 gpu.owned_instance = Some(owned);
                 gpu.owns_device = true;
                 Ok(gpu)
@@ -228,15 +257,18 @@ impl Gpu {
         }
     }
 
+    /// The chosen device, its queues, and whether sparse binding was enabled on it.
     fn create_device(
         instance: &ash::Instance,
         name_filter: Option<&str>,
         transfer_mode: TransferQueue,
+        want_sparse: bool,
     ) -> Result<(
         vk::PhysicalDevice,
         ash::Device,
         QueueLane,
         Option<TransferLaneQueue>,
+        bool,
     )> {
         // SAFETY: enumerating physical devices of a live instance.
         let devices = unsafe { instance.enumerate_physical_devices() }
@@ -301,12 +333,18 @@ impl Gpu {
         if has_extension(instance, pd, ash::ext::memory_budget::NAME) {
             extensions.push(ash::ext::memory_budget::NAME.as_ptr());
         }
+        let sparse = want_sparse && offers_sparse(instance, pd, compute_family);
+        let features = vk::PhysicalDeviceFeatures::default()
+            .sparse_binding(sparse)
+            .sparse_residency_buffer(sparse);
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
         let info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)
             .enabled_extension_names(&extensions)
+            .enabled_features(&features)
             .push_next(&mut f12);
-        // SAFETY: `pd` qualifies (1.2, timeline semaphores, the families exist); `info` is valid.
+        // SAFETY: `pd` qualifies (1.2, timeline semaphores, the families exist, the sparse features
+        // are enabled only where offered); `info` is valid.
         let device =
             unsafe { instance.create_device(pd, &info, None) }.map_err(vk_err("vkCreateDevice"))?;
         // SAFETY: queue 0 of each family, and queue 1 of the compute family for a second
@@ -335,7 +373,7 @@ impl Gpu {
             Some(kind @ LaneQueue::SameQueue) => Some((compute, kind)),
             None => None,
         };
-        Ok((pd, device, compute, transfer))
+        Ok((pd, device, compute, transfer, sparse))
     }
 
     /// Adopts an application's handles. Nothing adopted is destroyed on drop.
@@ -382,6 +420,7 @@ impl Gpu {
             raw.device,
             compute,
             transfer,
+            false,
         ))
     }
 
@@ -392,16 +431,25 @@ impl Gpu {
         device: ash::Device,
         compute: QueueLane,
         transfer: Option<TransferLaneQueue>,
+        sparse: bool,
     ) -> Gpu {
         let mut maint3 = vk::PhysicalDeviceMaintenance3Properties::default();
+        let mut maint4 = vk::PhysicalDeviceMaintenance4Properties::default();
         let mut pci = vk::PhysicalDevicePCIBusInfoPropertiesEXT::default();
         let has_pci = has_extension(&instance, physical, ash::ext::pci_bus_info::NAME);
+        // SAFETY: `physical` belongs to `instance`.
+        let api = unsafe { instance.get_physical_device_properties(physical) }.api_version;
+        let has_maint4 = api >= vk::API_VERSION_1_3;
         let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut maint3);
         if has_pci {
             props2 = props2.push_next(&mut pci);
         }
+        if has_maint4 {
+            props2 = props2.push_next(&mut maint4);
+        }
         // SAFETY: `physical` belongs to `instance` (1.2, so properties2 and maintenance3 are core);
-        // the PCI struct is chained only when the device supports VK_EXT_pci_bus_info.
+        // the PCI struct is chained only when the device supports VK_EXT_pci_bus_info, the
+        // maintenance4 one only on Vulkan 1.3, where it is core.
         unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
         let props = props2.properties;
         let host_placement = host_placement(has_pci.then_some(pci));
@@ -425,8 +473,8 @@ impl Gpu {
         } else {
             local.iter().map(|&i| heaps[i].size).sum()
         };
-        // maxBufferSize (maintenance4) is not queried: a 1.2 device need not have it, and every
-        // device seen has it at or above maxMemoryAllocationSize.
+        // maxBufferSize (maintenance4, 1.3) bounds only sparse buffers here: a 1.2 device need not
+        // have it, and every device seen has it at or above maxMemoryAllocationSize.
         let max_block_size = max_alloc.min(largest_heap.max(1));
         // SAFETY: as above.
         let families = unsafe { instance.get_physical_device_queue_family_properties(physical) };
@@ -449,6 +497,14 @@ impl Gpu {
             budget,
             host_placement,
             timestamps,
+            sparse: sparse.then_some(SparseLimits {
+                address_space: props.limits.sparse_address_space_size,
+                max_buffer: if has_maint4 {
+                    maint4.max_buffer_size
+                } else {
+                    max_alloc
+                },
+            }),
         }
     }
 

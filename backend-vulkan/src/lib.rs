@@ -84,6 +84,7 @@ mod error;
 mod instance;
 mod kernels;
 mod ops;
+mod sparse;
 mod timeline;
 
 pub use backend::VulkanBackend;

@@ -16,6 +16,12 @@
 //! ([`Timeline::join`]) is an order whose batch is submitted even when nothing else is recorded
 //! into it, because its ticket was handed out: it completes only after the awaited value.
 //!
+//! # Sparse binds
+//! A sparse bind (`crate::sparse`) goes on the compute queue between submissions: it waits for
+//! both lanes' submitted work and signals the binder's own timeline semaphore, and each lane's
+//! next submission waits for that value ([`Timeline::after_bind`]), so work recorded after a
+//! bind sees its memory.
+//!
 //! # Recycling
 //! A batch's command pool, descriptor pool and parameter buffer are reset and reused once the
 //! semaphore passes its ticket; nothing is created per call in the steady state.
@@ -129,6 +135,9 @@ pub(crate) struct Timeline {
     /// already submitted the batch that signals it (the caller's rule, see `order_after`), so a
     /// wait never precedes its signal, even on one queue.
     peer_wait: u64,
+    /// The sparse binder's semaphore and the value of it the next submission waits for (0:
+    /// none); see [`Timeline::after_bind`].
+    bind_wait: (vk::Semaphore, u64),
     /// The last submitted ticket.
     submitted: u64,
     open: Option<OpenBatch>,
@@ -165,6 +174,7 @@ impl Timeline {
             semaphore,
             peer: vk::Semaphore::null(),
             peer_wait: 0,
+            bind_wait: (vk::Semaphore::null(), 0),
             submitted: 0,
             open: None,
             in_flight: VecDeque::new(),
@@ -282,6 +292,22 @@ impl Timeline {
         Ok(())
     }
 
+    /// Makes this lane's next submission wait for the sparse bind that signals `value` on
+    /// `semaphore`, already submitted (the binder submitted this lane's recorded work before it).
+    pub(crate) fn after_bind(&mut self, semaphore: vk::Semaphore, value: u64) {
+        debug_assert!(
+            self.open
+                .as_ref()
+                .is_none_or(|b| b.commands == 0 && !b.join)
+        );
+        self.bind_wait = (semaphore, value);
+    }
+
+    /// The lane's timeline semaphore, which a sparse bind waits on.
+    pub(crate) fn semaphore(&self) -> vk::Semaphore {
+        self.semaphore
+    }
+
     /// [`Timeline::order_after`], returning the ticket of the batch that carries the wait: it
     /// is submitted even if nothing else is recorded into it, so the ticket completes, and only
     /// after the other lane reached `value`.
@@ -359,24 +385,29 @@ impl Timeline {
         unsafe { device.end_command_buffer(batch.res.cmd) }
             .map_err(vk_err("vkEndCommandBuffer"))?;
         let ticket = self.submitted + 1;
-        let wait_values = [self.peer_wait];
-        let wait_semaphores = [self.peer];
+        // The other lane's value and a sparse bind's, each where there is one.
+        let (mut wait_semaphores, mut wait_values, mut waits) =
+            ([vk::Semaphore::null(); 2], [0; 2], 0);
+        for (semaphore, value) in [(self.peer, self.peer_wait), self.bind_wait] {
+            if value > 0 {
+                wait_semaphores[waits] = semaphore;
+                wait_values[waits] = value;
+                waits += 1;
+            }
+        }
+        let wait_stages = [vk::PipelineStageFlags::ALL_COMMANDS; 2];
         let signal_values = [ticket];
         let semaphores = [self.semaphore];
-        let wait_stages = [vk::PipelineStageFlags::ALL_COMMANDS];
         let cmds = [batch.res.cmd];
-        let mut timeline_info =
-            vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&signal_values);
-        let mut submit = vk::SubmitInfo::default()
+        let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
+            .signal_semaphore_values(&signal_values)
+            .wait_semaphore_values(&wait_values[..waits]);
+        let submit = vk::SubmitInfo::default()
             .command_buffers(&cmds)
-            .signal_semaphores(&semaphores);
-        if self.peer_wait > 0 {
-            timeline_info = timeline_info.wait_semaphore_values(&wait_values);
-            submit = submit
-                .wait_semaphores(&wait_semaphores)
-                .wait_dst_stage_mask(&wait_stages);
-        }
-        let submit = submit.push_next(&mut timeline_info);
+            .signal_semaphores(&semaphores)
+            .wait_semaphores(&wait_semaphores[..waits])
+            .wait_dst_stage_mask(&wait_stages[..waits])
+            .push_next(&mut timeline_info);
         // SAFETY: the command buffer is executable; the signal value is greater than every value
         // signalled before (tickets increase); the awaited value's signal was submitted before
         // (`peer_wait`'s invariant); the queue is only used under the backend's lock (an adopted
@@ -386,6 +417,7 @@ impl Timeline {
             Ok(()) => {
                 self.submitted = ticket;
                 self.peer_wait = 0;
+                self.bind_wait.1 = 0;
                 self.in_flight.push_back((ticket, batch.res));
                 Ok(Ticket(ticket))
             }

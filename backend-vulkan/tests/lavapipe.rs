@@ -21,6 +21,7 @@ mod lavapipe {
     pub mod lanes;
     pub mod ops;
     pub mod raw;
+    pub mod sparse;
     pub mod transfers;
 }
 

@@ -46,12 +46,26 @@ fn cuda_stream_ordered() -> Result<Arc<dyn Backend>> {
 static VULKAN_LOGS: Mutex<Vec<Arc<ValidationLog>>> = Mutex::new(Vec::new());
 
 /// Vulkan, under the Khronos validation layer with synchronization validation when installed.
+/// With `TENSORMEM_REQUIRE_VULKAN_SPARSE=1` (the run on a driver with sparse binding,
+/// `scripts/test.sh`) a device without it is unavailable, so the suite cannot silently run
+/// the blocks path instead of arenas that grow in place.
 fn vulkan_with(force_staging: bool) -> Result<Arc<dyn Backend>> {
     let backend = VulkanBackend::new(VulkanConfig {
         force_staging,
         validation: VulkanBackend::validation_available(),
         ..VulkanConfig::default()
     })?;
+    if backend.in_place_growth().is_none()
+        && std::env::var("TENSORMEM_REQUIRE_VULKAN_SPARSE").is_ok_and(|v| v == "1")
+    {
+        return Err(tensormem::Error::BackendUnavailable {
+            backend: "vulkan",
+            reason: format!(
+                "TENSORMEM_REQUIRE_VULKAN_SPARSE=1 but {} offers no sparse binding",
+                backend.capabilities().device_name
+            ),
+        });
+    }
     if let Some(log) = backend.validation_log() {
         VULKAN_LOGS
             .lock()

@@ -1,0 +1,351 @@
+//! The backend's blocks that grow in place: reserving a sparse buffer, resizing its bound prefix,
+//! and the holes inside it ([`crate::sparse`] binds and keeps the memory). Each call binds in one
+//! `vkQueueBindSparse`, ordered after every earlier call and before every later one, and keeps
+//! the block as it was when the bind fails.
+
+use tensormem::{BlockDesc, BlockId, Error, MemoryKind, Result};
+
+use super::{State, VulkanBackend};
+use crate::blocks::{Block, Memory};
+use crate::conv::memory_location;
+use crate::error::BACKEND;
+use crate::sparse::{Binder, Granules, create_buffer, free_all};
+
+/// Label of granule allocations, for gpu-allocator's reports.
+const LABEL: &str = "tensormem sparse granule";
+
+fn unsupported(what: &str) -> Error {
+    Error::Unsupported {
+        backend: BACKEND,
+        what: what.into(),
+    }
+}
+
+impl State {
+    /// The binder, after freeing what executed unbinds released.
+    fn binder(&mut self) -> Result<&mut Binder> {
+        self.check_alive()?;
+        let binder = self
+            .binder
+            .as_mut()
+            .ok_or_else(|| unsupported("blocks that grow in place (no sparse binding)"))?;
+        binder.reclaim(&self.gpu, &mut self.allocator)?;
+        Ok(binder)
+    }
+
+    /// Binds new memory to the unbound granules `indices` of sparse `block`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`], [`Error::DeviceLost`]; the granules stay unbound then.
+    fn commit_granules(&mut self, block: BlockId, indices: &[u64]) -> Result<()> {
+        self.binder()?;
+        let State {
+            gpu,
+            allocator,
+            blocks,
+            compute,
+            transfer,
+            binder,
+            ..
+        } = self;
+        let binder = binder
+            .as_mut()
+            .ok_or_else(|| unsupported("sparse binding"))?;
+        let b = blocks.get_mut(block)?;
+        let buffer = b.buffer;
+        let Memory::Sparse(g) = &mut b.memory else {
+            return Err(unsupported("committing a block that was not reserved"));
+        };
+        let fresh = g.allocate(allocator, indices, LABEL)?;
+        let binds: Vec<_> = indices
+            .iter()
+            .zip(&fresh)
+            .map(|(&i, a)| g.bind_of(i, Some(a)))
+            .collect();
+        match binder.bind(gpu, compute, transfer.as_mut(), buffer, &binds) {
+            Ok(value) => {
+                g.last_bind = value;
+                g.insert(indices, fresh);
+                Ok(())
+            }
+            Err(e) => {
+                free_all(allocator, fresh);
+                Err(e)
+            }
+        }
+    }
+
+    /// Unbinds the bound granules among `indices` of sparse `block` (from its end when `tail`:
+    /// every granule at or past `indices.start`), and frees their memory once the unbind ran.
+    ///
+    /// # Errors
+    /// [`Error::DeviceLost`]; the granules stay bound then.
+    fn decommit_granules(
+        &mut self,
+        block: BlockId,
+        indices: std::ops::Range<u64>,
+        tail: bool,
+    ) -> Result<()> {
+        self.binder()?;
+        let State {
+            gpu,
+            blocks,
+            compute,
+            transfer,
+            binder,
+            ..
+        } = self;
+        let binder = binder
+            .as_mut()
+            .ok_or_else(|| unsupported("sparse binding"))?;
+        let b = blocks.get_mut(block)?;
+        let buffer = b.buffer;
+        let Memory::Sparse(g) = &mut b.memory else {
+            return Err(unsupported("decommitting a block that was not reserved"));
+        };
+        let taken = if tail {
+            g.take_from(indices.start)
+        } else {
+            g.take(indices)
+        };
+        if taken.is_empty() {
+            return Ok(());
+        }
+        let binds: Vec<_> = taken.iter().map(|(i, _)| g.bind_of(*i, None)).collect();
+        match binder.bind(gpu, compute, transfer.as_mut(), buffer, &binds) {
+            Ok(value) => {
+                g.last_bind = value;
+                binder.retire(value, taken.into_iter().map(|(_, a)| a).collect());
+                Ok(())
+            }
+            Err(e) => {
+                let (indices, allocations): (Vec<u64>, Vec<_>) = taken.into_iter().unzip();
+                g.insert(&indices, allocations);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl VulkanBackend {
+    /// [`tensormem::Backend::reserve_block`]: a sparse buffer of `reserve` bytes with its first
+    /// `desc.size` bytes bound.
+    pub(crate) fn reserve_sparse(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+        if desc.kind == MemoryKind::Managed {
+            return Err(unsupported("managed blocks that grow in place"));
+        }
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        let binder = s.binder()?;
+        let granule = binder.growth.granularity;
+        debug_assert!(
+            reserve > 0
+                && reserve.is_multiple_of(granule)
+                && desc.size.is_multiple_of(granule)
+                && desc.size <= reserve,
+            "vulkan: reservation of {reserve} bytes committing {} (the front checks granules)",
+            desc.size
+        );
+        binder.claim(reserve, desc.label)?;
+        let buffer = match create_buffer(&s.gpu, reserve, true) {
+            Ok(b) => b,
+            Err(e) => {
+                if let Some(b) = s.binder.as_mut() {
+                    b.release(reserve);
+                }
+                return Err(e);
+            }
+        };
+        // SAFETY: `buffer` was just created on the device.
+        let mut requirements = unsafe { s.gpu.device.get_buffer_memory_requirements(buffer) };
+        requirements.alignment = requirements.alignment.max(s.policy.atom);
+        let granules = Granules::new(reserve, granule, requirements, memory_location(desc.kind));
+        // Force staging already hides device-local memory from `caps`, and `Block::sparse` too.
+        let host_visible = desc.kind != MemoryKind::DeviceLocal || self.caps.device_host_visible;
+        let block = Block::sparse(buffer, granules, desc.kind, 0, host_visible, s.policy);
+        let id = s.blocks.insert(desc.kind, 0, block);
+        if let Some(log) = &self.validation {
+            log.note_sparse_buffer(buffer, true);
+        }
+        let first: Vec<u64> = (0..desc.size / granule).collect();
+        if first.is_empty() {
+            return Ok(id);
+        }
+        match s.commit_granules(id, &first) {
+            Ok(()) => {
+                s.blocks.resize(id, desc.size)?;
+                s.blocks.get_mut(id)?.native.size = desc.size;
+                Ok(id)
+            }
+            Err(e) => {
+                if let Some(log) = &self.validation {
+                    log.note_sparse_buffer(buffer, false);
+                }
+                if let Ok(mut b) = s.blocks.remove(id) {
+                    // SAFETY: nothing was bound to the buffer and no work recorded on it.
+                    unsafe { b.destroy(&s.gpu.device, &mut s.allocator) };
+                }
+                if let Some(b) = s.binder.as_mut() {
+                    b.release(reserve);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// [`tensormem::Backend::resize_block`]: binds granules at the end, or unbinds those past
+    /// `size`; returns `size`.
+    pub(crate) fn resize_sparse(&self, block: BlockId, size: u64) -> Result<u64> {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        let granule = s.binder()?.growth.granularity;
+        let b = s.blocks.get(block)?;
+        let old = b.size;
+        let Memory::Sparse(g) = &b.memory else {
+            return Err(unsupported("resizing a block that was not reserved"));
+        };
+        if size > g.reserve || !size.is_multiple_of(granule) {
+            return Err(Error::invalid(format!(
+                "resize_block: {size} bytes is not whole granules of {granule} within the \
+                 reservation of {}",
+                g.reserve
+            )));
+        }
+        if size > old {
+            let indices: Vec<u64> = g.indices(old, size - old).collect();
+            s.commit_granules(block, &indices)?;
+        } else if size < old {
+            s.decommit_granules(block, size / granule..old / granule, true)?;
+        }
+        s.blocks.resize(block, size)?;
+        s.blocks.get_mut(block)?.native.size = size;
+        Ok(size)
+    }
+
+    /// The granule indices of `[offset, offset + size)` of sparse `block`, checked: whole
+    /// granules inside its committed size.
+    fn hole_indices(
+        s: &mut State,
+        block: BlockId,
+        offset: u64,
+        size: u64,
+    ) -> Result<std::ops::Range<u64>> {
+        let granule = s.binder()?.growth.granularity;
+        let b = s.blocks.get(block)?;
+        let Memory::Sparse(g) = &b.memory else {
+            return Err(unsupported("holes in a block that was not reserved"));
+        };
+        b.check_range(offset, size, "committed size of the reserved block")?;
+        if !offset.is_multiple_of(granule) || !size.is_multiple_of(granule) {
+            return Err(Error::invalid(format!(
+                "range {offset}+{size} is not whole granules of {granule}"
+            )));
+        }
+        Ok(g.indices(offset, size))
+    }
+
+    /// [`tensormem::Backend::decommit_range`].
+    pub(crate) fn decommit_sparse(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        let indices = Self::hole_indices(s, block, offset, size)?;
+        s.decommit_granules(block, indices, false)
+    }
+
+    /// [`tensormem::Backend::commit_range`]: binds new memory to the unbound granules of the
+    /// range.
+    pub(crate) fn commit_sparse(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        let indices = Self::hole_indices(s, block, offset, size)?;
+        let Memory::Sparse(g) = &s.blocks.get(block)?.memory else {
+            return Err(unsupported("holes in a block that was not reserved"));
+        };
+        let unbound: Vec<u64> = indices.filter(|&i| !g.is_bound(i)).collect();
+        if unbound.is_empty() {
+            return Ok(());
+        }
+        s.commit_granules(block, &unbound)
+    }
+
+    /// [`tensormem::Backend::remap_range`]: one bind unbinds `from` and binds `to` to the memory
+    /// that backed it.
+    pub(crate) fn remap_sparse(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        let sources = Self::hole_indices(s, block, from, size)?;
+        let targets = Self::hole_indices(s, block, to, size)?;
+        let State {
+            gpu,
+            blocks,
+            compute,
+            transfer,
+            binder,
+            ..
+        } = s;
+        let binder = binder
+            .as_mut()
+            .ok_or_else(|| unsupported("sparse binding"))?;
+        let b = blocks.get_mut(block)?;
+        let buffer = b.buffer;
+        let Memory::Sparse(g) = &mut b.memory else {
+            return Err(unsupported("holes in a block that was not reserved"));
+        };
+        if sources.start < targets.end && targets.start < sources.end {
+            return Err(Error::invalid("remap_range: the ranges overlap"));
+        }
+        if let Some(i) = sources.clone().find(|&i| !g.is_bound(i)) {
+            return Err(Error::invalid(format!(
+                "remap_range: granule {i} of the source is not committed"
+            )));
+        }
+        if let Some(i) = targets.clone().find(|&i| g.is_bound(i)) {
+            return Err(Error::invalid(format!(
+                "remap_range: granule {i} of the target is committed"
+            )));
+        }
+        let moved = g.take(sources);
+        let binds: Vec<_> = moved
+            .iter()
+            .map(|(i, _)| g.bind_of(*i, None))
+            .chain(
+                moved
+                    .iter()
+                    .zip(targets.clone())
+                    .map(|((_, a), t)| g.bind_of(t, Some(a))),
+            )
+            .collect();
+        let result = binder.bind(gpu, compute, transfer.as_mut(), buffer, &binds);
+        let (indices, allocations): (Vec<u64>, Vec<_>) = moved.into_iter().unzip();
+        match result {
+            Ok(value) => {
+                g.last_bind = value;
+                g.insert(&targets.collect::<Vec<_>>(), allocations);
+                Ok(())
+            }
+            Err(e) => {
+                g.insert(&indices, allocations);
+                Err(e)
+            }
+        }
+    }
+
+    /// Before a sparse block is destroyed: waits until its last bind has executed (Vulkan
+    /// forbids destroying a buffer a pending bind names) and returns its address space.
+    pub(super) fn before_free_sparse(&self, s: &mut State, block: BlockId) -> Result<()> {
+        let b = s.blocks.get(block)?;
+        let Memory::Sparse(g) = &b.memory else {
+            return Ok(());
+        };
+        let (last, reserve, buffer) = (g.last_bind, g.reserve, b.buffer);
+        if let Some(binder) = s.binder.as_mut() {
+            binder.wait(&s.gpu, last, self.config.wait_timeout)?;
+            binder.release(reserve);
+            binder.reclaim(&s.gpu, &mut s.allocator)?;
+        }
+        if let Some(log) = &self.validation {
+            log.note_sparse_buffer(buffer, false);
+        }
+        Ok(())
+    }
+}
