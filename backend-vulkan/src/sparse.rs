@@ -54,6 +54,8 @@ pub(crate) fn growth(gpu: &Gpu, limits: SparseLimits) -> Option<InPlaceGrowth> {
         granularity,
         max_reserve,
         holes: true,
+        // A sparse bind takes any granule range.
+        whole_units: false,
     })
 }
 
