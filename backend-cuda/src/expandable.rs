@@ -32,9 +32,9 @@ pub struct ExpandableDesc<'a> {
     pub chunk: u64,
     /// Label for reports.
     pub label: &'a str,
-    /// Map one physical allocation per chunk, so that chunks can be given back and moved
-    /// inside the block (the contract's holes, [`tensormem::Backend::decommit_range`]); `false`
-    /// maps each growth as one allocation (fewer driver calls per growth).
+    /// Let ranges of whole physical allocations (each growth or commit maps one) be given back,
+    /// backed again and moved inside the block (the contract's holes,
+    /// [`tensormem::Backend::decommit_range`]); `false` refuses them.
     pub holes: bool,
 }
 
@@ -153,6 +153,8 @@ impl CudaBackend {
             granularity,
             max_reserve,
             holes: self.vmm_holes,
+            // One physical allocation per unit (`vmm.rs`).
+            whole_units: true,
         })
     }
 

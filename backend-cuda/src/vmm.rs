@@ -22,10 +22,17 @@
 //! that mapping). The pools grow by steps of a thirty-second of the arena, so that is a few
 //! percent of it at most.
 //!
+//! **Holes** (`vmm/holes.rs`, where the segment offers them): a range of whole mappings can be
+//! unmapped and released, a hole backed by one new allocation, and whole mappings moved into a
+//! hole (unmapped and mapped there: no `cuMemCreate`). Each mapping is a unit of the contract
+//! ([`tensormem::InPlaceGrowth::whole_units`]): the pools give back and move only whole ones,
+//! so a growth or a commit stays one allocation however many granules it spans.
+//!
 //! Sizes are rounded to the chunk size, itself a multiple of the allocation granularity the driver
 //! reports (`cuMemGetAllocationGranularity`, 2 MiB on current GPUs). The rounding and the
 //! grow / shrink plans are pure functions tested without a GPU (`vmm/tests.rs`).
 
+use std::collections::BTreeMap;
 use std::ptr;
 
 use cudarc::driver::sys;
@@ -82,26 +89,35 @@ pub(crate) fn grow_plan(mapped: u64, target: u64, chunk: u64, reserved: u64) -> 
     Ok(round_up(target, chunk)?.saturating_sub(mapped))
 }
 
-/// How many of the mappings of `sizes` (in address order) a shrink to `target` bytes keeps: the
-/// fewest leading ones that hold `target` (all of them when they do not).
-pub(crate) fn shrink_plan(sizes: &[u64], target: u64) -> usize {
-    let mut held = 0u64;
-    for (i, size) in sizes.iter().enumerate() {
-        if held >= target {
-            return i;
-        }
-        held += size;
+/// The extent a shrink of a segment of `mapped` bytes to `target` bytes leaves, given its
+/// mappings `units` (offset, size) in address order: `target` rounded up to `chunk`, or the end
+/// of the mapping that holds it (a mapping is returned whole or not at all), at most `mapped`.
+///
+/// # Errors
+/// As [`round_up`].
+pub(crate) fn shrink_end(
+    units: &[(u64, u64)],
+    target: u64,
+    chunk: u64,
+    mapped: u64,
+) -> Result<u64> {
+    let holder = units
+        .iter()
+        .find(|(offset, size)| *offset < target && offset + size > target)
+        .map(|(offset, size)| offset + size);
+    Ok(match holder {
+        Some(end) => end,
+        None => round_up(target, chunk)?,
     }
-    sizes.len()
+    .min(mapped))
 }
 
-/// One physical allocation mapped into the segment, or (with holes) a chunk whose memory was
-/// given back or moved.
+/// One physical allocation mapped into the segment: a unit of the contract
+/// ([`tensormem::InPlaceGrowth::whole_units`]), mapped from its start and unmapped whole.
 #[derive(Clone, Copy, Debug)]
 struct Mapping {
-    /// `None`: a hole (its address range is unmapped).
-    handle: Option<sys::CUmemGenericAllocationHandle>,
-    /// Bytes, a multiple of the segment's chunk (exactly one chunk with holes).
+    handle: sys::CUmemGenericAllocationHandle,
+    /// Bytes, a multiple of the segment's chunk.
     size: u64,
 }
 
@@ -116,15 +132,14 @@ pub(crate) struct ExpandableSegment {
     chunk: u64,
     /// Device the memory lives on.
     device: sys::CUdevice,
-    /// Physical allocations mapped back to back from `base`, in address order. Invariant: every
-    /// one with a handle is mapped with read-write access for `device`, and their sizes sum to
-    /// `mapped`.
-    mappings: Vec<Mapping>,
-    /// Bytes mapped from `base` (holes included: the extent).
+    /// Physical allocations mapped in the segment, by offset. Invariant: each is mapped with
+    /// read-write access for `device`, they do not overlap and lie below `mapped`; without
+    /// holes they lie back to back from `base` and their sizes sum to `mapped`.
+    mappings: BTreeMap<u64, Mapping>,
+    /// Bytes of the extent from `base` (holes included).
     mapped: u64,
-    /// One physical allocation per chunk, so that any chunk can be unmapped and moved alone
-    /// (`cuMemUnmap` takes whole mappings, and `cuMemMap` maps a whole allocation): the price of
-    /// holes is a `cuMemCreate` + `cuMemMap` per chunk of a growth instead of per growth.
+    /// Whether ranges of whole mappings can be given back and mapped again or elsewhere
+    /// (`vmm/holes.rs`): the gaps between mappings are then holes.
     holes: bool,
 }
 
@@ -193,7 +208,7 @@ impl ExpandableSegment {
             reserved,
             chunk,
             device,
-            mappings: Vec::new(),
+            mappings: BTreeMap::new(),
             mapped: 0,
             holes,
         })
@@ -226,29 +241,30 @@ impl ExpandableSegment {
             return Ok(());
         }
         let at = self.mapped;
-        // With holes, one allocation per chunk; else the whole growth as one.
-        let piece = if self.holes { self.chunk } else { add };
-        let mut made = Vec::new();
-        let mut done = 0;
-        while done < add {
-            match self.map_new(at + done, piece, budget) {
-                Ok(handle) => made.push(handle),
-                Err(e) => {
-                    self.undo(at, piece, &made);
-                    return Err(e);
-                }
-            }
-            done += piece;
-        }
-        if let Err(e) = self.set_access(at, add) {
-            self.undo(at, piece, &made);
+        self.map_unit(at, add, budget)?;
+        self.mapped += add;
+        Ok(())
+    }
+
+    /// Backs `[offset, offset + bytes)` (unmapped, inside the reservation) with one new
+    /// physical allocation, mapped with access: one unit. Leaves the segment unchanged when the
+    /// driver refuses.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when the driver has no physical memory; a mapped driver error.
+    fn map_unit(&mut self, offset: u64, bytes: u64, budget: Option<u64>) -> Result<()> {
+        let handle = self.map_new(offset, bytes, budget)?;
+        if let Err(e) = self.set_access(offset, bytes) {
+            self.undo(offset, bytes, handle);
             return Err(e);
         }
-        self.mappings.extend(made.into_iter().map(|handle| Mapping {
-            handle: Some(handle),
-            size: piece,
-        }));
-        self.mapped += add;
+        self.mappings.insert(
+            offset,
+            Mapping {
+                handle,
+                size: bytes,
+            },
+        );
         Ok(())
     }
 
@@ -296,44 +312,44 @@ impl ExpandableSegment {
             .map_err(|e| map_driver_err("cuMemSetAccess", e))
     }
 
-    /// Unmaps and releases `handles`, mapped back to back from `offset` in pieces of `piece`
-    /// bytes (undoing a failed growth or commit).
-    fn undo(&self, offset: u64, piece: u64, handles: &[sys::CUmemGenericAllocationHandle]) {
-        let Ok(size) = to_usize(piece, "expandable undo") else {
+    /// Unmaps and releases `handle`, mapped at `offset` for `bytes` (undoing a failed growth or
+    /// commit).
+    fn undo(&self, offset: u64, bytes: u64, handle: sys::CUmemGenericAllocationHandle) {
+        let Ok(size) = to_usize(bytes, "expandable undo") else {
             return;
         };
-        for (i, &h) in handles.iter().enumerate() {
-            // SAFETY: each handle is mapped at its place by this call's earlier steps and no
-            // work has used it yet.
-            unsafe {
-                let _ = sys::cuMemUnmap(self.base + offset + i as u64 * piece, size);
-                let _ = sys::cuMemRelease(h);
-            }
+        // SAFETY: the handle was mapped there by this call's earlier step and no work has used
+        // it yet.
+        unsafe {
+            let _ = sys::cuMemUnmap(self.base + offset, size);
+            let _ = sys::cuMemRelease(handle);
         }
     }
 
-    /// Unmaps trailing mappings so that the fewest mappings holding `target` bytes stay mapped
-    /// (a mapping is returned whole or not at all; see the module doc).
+    /// Unmaps the mappings past the new end: `target` rounded up to the chunk, or the end of
+    /// the mapping that holds it (a mapping is returned whole or not at all; see the module
+    /// doc).
     ///
     /// The caller guarantees that no in-flight work touches the bytes past `target` (it waits
     /// for their tickets first, as for `free_block`).
     ///
     /// # Errors
-    /// A mapped driver error; mappings already unmapped stay unmapped.
+    /// A mapped driver error; mappings already unmapped stay unmapped (the extent then ends
+    /// after the last one left).
     pub(crate) fn shrink_to(&mut self, target: u64) -> Result<()> {
-        let sizes: Vec<u64> = self.mappings.iter().map(|m| m.size).collect();
-        let keep = shrink_plan(&sizes, target);
-        while self.mappings.len() > keep {
-            let Some(&Mapping { handle, size }) = self.mappings.last() else {
+        let units: Vec<(u64, u64)> = self.mappings.iter().map(|(o, m)| (*o, m.size)).collect();
+        let end = shrink_end(&units, target, self.chunk, self.mapped)?;
+        while let Some((&offset, &Mapping { handle, size })) = self.mappings.last_key_value() {
+            if offset < end {
                 break;
-            };
-            let start = self.mapped - size;
-            if let Some(handle) = handle {
-                self.unmap(start, size, handle, true)?;
             }
-            self.mappings.pop();
-            self.mapped = start;
+            if let Err(e) = self.unmap(offset, size, handle, true) {
+                self.mapped = offset + size;
+                return Err(e);
+            }
+            self.mappings.pop_last();
         }
+        self.mapped = end;
         Ok(())
     }
 

@@ -4,7 +4,8 @@
 //! Every call takes the backend's mutex: Vulkan requires external synchronisation of the queue,
 //! the command buffer being recorded and the allocator, and the calls are short (recording, not
 //! executing). Destruction order in `Drop`: wait idle, batches and semaphore, pipelines, blocks,
-//! the allocator, the device, the messenger, the instance.
+//! the sparse binder (its semaphore and the memory it still holds), the allocator, the device, the
+//! messenger, the instance.
 
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -581,7 +582,7 @@ impl Drop for VulkanBackend {
         }
         // SAFETY: the device is idle (or our work on an adopted one has finished), and each
         // destroy runs once, children before parents: batches and semaphore, pipelines, blocks,
-        // then the allocator's memory, then the device and instance.
+        // the binder, then the allocator's memory, then the device and instance.
         unsafe {
             if let Some(t) = s.transfer.as_mut() {
                 t.destroy(&s.gpu.device, &mut s.allocator);

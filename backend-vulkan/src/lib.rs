@@ -49,6 +49,11 @@
 //!   execution-ordered unless synchronised, so even there the lane is its own stream.
 //!   `transfer_after` and `compute_after` are semaphore waits between the two timelines, never
 //!   host waits. [`TransferQueue::Off`] collapses the lane onto the compute lane instead.
+//! * **Blocks that grow in place** (`sparse`, [`VulkanConfig::sparse_growth`]): where the device
+//!   offers sparse binding of buffers with unbound ranges, a reserved block is a sparse buffer
+//!   whose 64 KiB granules are bound one by one to memory sub-allocated by gpu-allocator, with
+//!   `vkQueueBindSparse` on the compute queue ordered between the lanes' submissions by a timeline
+//!   semaphore; elsewhere the pools add blocks.
 //! * **Kernels** are the WGSL sources wgpu uses, compiled by naga (validated) and cached per key.
 //!   Parameters go in a 64-byte uniform slot per dispatch.
 //! * **Validation** ([`VulkanConfig::validation`] or `TENSORMEM_VULKAN_VALIDATION=1`): the Khronos

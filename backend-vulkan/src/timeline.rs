@@ -409,8 +409,8 @@ impl Timeline {
             .wait_dst_stage_mask(&wait_stages[..waits])
             .push_next(&mut timeline_info);
         // SAFETY: the command buffer is executable; the signal value is greater than every value
-        // signalled before (tickets increase); the awaited value's signal was submitted before
-        // (`peer_wait`'s invariant); the queue is only used under the backend's lock (an adopted
+        // signalled before (tickets increase); the awaited values' signals were submitted before
+        // (`peer_wait`'s invariant; a bind is submitted before the lanes wait for it); the queue is only used under the backend's lock (an adopted
         // queue: the application's guarantee in `from_raw`).
         let result = unsafe { device.queue_submit(self.queue.queue, &[submit], vk::Fence::null()) };
         match result {

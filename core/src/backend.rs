@@ -230,6 +230,17 @@ pub struct InPlaceGrowth {
     /// where tensors need it, so committed memory follows the live bytes (the host through
     /// `madvise`, CUDA by unmapping and remapping its physical allocations).
     pub holes: bool,
+    /// Whether memory comes in *units* that go back and move only whole: a unit is the range
+    /// one call backed (the initial size of [`Backend::reserve_block`], one growth of
+    /// [`Backend::resize_block`], one [`Backend::commit_range`]), and it stays one unit where
+    /// [`Backend::remap_range`] moves it. The range of [`Backend::decommit_range`] and the
+    /// source of [`Backend::remap_range`] are then unions of whole units, the target of
+    /// `commit_range` and `remap_range` holds no memory, and a shrink by `resize_block` cuts no
+    /// unit (CUDA: a unit is one physical allocation, which `cuMemMap` maps from its start and
+    /// `cuMemUnmap` takes whole). `false` (the host's `madvise`): any whole granules. The pools
+    /// keep to it either way, so a backend with units creates one allocation per call instead
+    /// of one per granule.
+    pub whole_units: bool,
 }
 
 /// One device. See the module doc for the contract every implementation keeps.
@@ -418,7 +429,8 @@ pub trait Backend: Any + Send + Sync {
     }
 
     /// Returns the memory behind `[offset, offset + size)` of a reserved block (whole granules
-    /// inside its committed size) to the device. The range stays part of the block, its
+    /// inside its committed size; whole units where [`InPlaceGrowth::whole_units`]) to the
+    /// device. The range stays part of the block, its
     /// contents are lost, and no work may touch it until [`Backend::commit_range`] or
     /// [`Backend::remap_range`] backs it again (the pools guarantee it: the range is free). The
     /// caller guarantees that no in-flight work uses it. A decommitted range does not count as
@@ -426,8 +438,9 @@ pub trait Backend: Any + Send + Sync {
     ///
     /// # Errors
     /// [`Error::Unsupported`](crate::Error::Unsupported) without
-    /// [`InPlaceGrowth::holes`] (the default), [`Error::DeviceLost`](crate::Error::DeviceLost);
-    /// on error the range keeps its memory.
+    /// [`InPlaceGrowth::holes`] (the default), [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// for a range that cuts a unit where [`InPlaceGrowth::whole_units`],
+    /// [`Error::DeviceLost`](crate::Error::DeviceLost); on error the range keeps its memory.
     fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         let _ = (block, offset, size);
         Err(crate::Error::Unsupported {
@@ -437,7 +450,8 @@ pub trait Backend: Any + Send + Sync {
     }
 
     /// Backs the decommitted range `[offset, offset + size)` of a reserved block (whole
-    /// granules inside its committed size) with new memory, of unspecified contents.
+    /// granules inside its committed size) with new memory, of unspecified contents: one new
+    /// unit where [`InPlaceGrowth::whole_units`] (the range then holds no memory before).
     ///
     /// # Errors
     /// As [`Backend::decommit_range`], and [`Error::OutOfMemory`](crate::Error::OutOfMemory)
@@ -452,7 +466,8 @@ pub trait Backend: Any + Send + Sync {
 
     /// Moves the memory behind the committed range `[from, from + size)` of a reserved block to
     /// its decommitted range `[to, to + size)` (whole granules, inside its committed size, not
-    /// overlapping): `from` is decommitted afterwards, `to` committed with unspecified contents,
+    /// overlapping; `from` whole units where [`InPlaceGrowth::whole_units`], which keep their
+    /// boundaries at `to`): `from` is decommitted afterwards, `to` committed with unspecified contents,
     /// and no memory is allocated (CUDA maps the same physical allocations at `to`). What
     /// [`Backend::decommit_range`] then [`Backend::commit_range`] would do, without giving the
     /// memory back and asking for it again. The caller guarantees that no in-flight work uses

@@ -1,27 +1,26 @@
 //! Holes in an expandable segment ([`tensormem::Backend::decommit_range`], `commit_range`,
-//! `remap_range`): with one physical allocation per chunk, a chunk can be unmapped and released
-//! (a hole), mapped afresh, or unmapped and mapped elsewhere in the segment with the same
-//! physical allocation (a remap: no `cuMemCreate`, the memory moves). The chunk arithmetic is
-//! pure ([`chunks`]) and tested without a GPU.
+//! `remap_range`): each physical allocation is a unit of the contract
+//! ([`tensormem::InPlaceGrowth::whole_units`]), so a range of whole units can be unmapped and
+//! released (a hole), a hole backed by one new allocation (one `cuMemCreate` whatever its
+//! size), or whole units unmapped and mapped elsewhere in the segment (a remap: no
+//! `cuMemCreate`, the memory moves). `cuMemMap` maps an allocation from its offset 0 and
+//! `cuMemUnmap` takes whole mappings, so a range that cuts a unit is refused. The range
+//! arithmetic is pure ([`chunks`], [`units_in`]) and tested without a GPU.
+
+use std::collections::BTreeMap;
 
 use tensormem::{Error, Result};
 
 use super::{ExpandableSegment, Mapping};
 use crate::error::map_driver_err;
 
-/// The chunk indices `[first, first + count)` of the range `[offset, offset + size)` of a
-/// segment with holes of `mapped` bytes in chunks of `chunk` bytes.
+/// Checks the range `[offset, offset + size)` of a segment with holes of `mapped` bytes in
+/// chunks of `chunk` bytes: whole chunks, non-empty, inside the extent.
 ///
 /// # Errors
 /// [`Error::Unsupported`] without holes; [`Error::Misaligned`] for a range that is not whole
-/// chunks; [`Error::OutOfBounds`] past the mapped extent.
-pub(crate) fn chunks(
-    holes: bool,
-    offset: u64,
-    size: u64,
-    chunk: u64,
-    mapped: u64,
-) -> Result<(usize, usize)> {
+/// chunks; [`Error::ZeroSize`] for an empty one; [`Error::OutOfBounds`] past the mapped extent.
+pub(crate) fn chunks(holes: bool, offset: u64, size: u64, chunk: u64, mapped: u64) -> Result<()> {
     if !holes {
         return Err(Error::Unsupported {
             backend: crate::error::BACKEND,
@@ -38,6 +37,9 @@ pub(crate) fn chunks(
             });
         }
     }
+    if size == 0 {
+        return Err(Error::ZeroSize { what: "hole range" });
+    }
     if offset.checked_add(size).is_none_or(|end| end > mapped) {
         return Err(Error::OutOfBounds {
             what: "mapped extent of the expandable block",
@@ -46,124 +48,137 @@ pub(crate) fn chunks(
             limit: mapped,
         });
     }
-    Ok(((offset / chunk) as usize, (size / chunk) as usize))
+    Ok(())
+}
+
+/// The units (offset, size) of `units` (size by offset) inside `[offset, offset + size)`, and
+/// the bytes they cover.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when a unit is cut by the range's start or end (`cuMemUnmap`
+/// takes whole mappings, `cuMemMap` maps whole allocations).
+pub(crate) fn units_in(
+    units: &BTreeMap<u64, u64>,
+    offset: u64,
+    size: u64,
+) -> Result<(Vec<(u64, u64)>, u64)> {
+    let end = offset + size;
+    let cut = |at: u64| {
+        units
+            .range(..at)
+            .next_back()
+            .is_some_and(|(o, n)| o + n > at)
+    };
+    if cut(offset) || cut(end) {
+        return Err(Error::invalid(format!(
+            "cuda: the range [{offset}, {end}) cuts a physical allocation (decommit, commit and \
+             remap take whole units)"
+        )));
+    }
+    let inside: Vec<(u64, u64)> = units.range(offset..end).map(|(o, n)| (*o, *n)).collect();
+    let bytes = inside.iter().map(|u| u.1).sum();
+    Ok((inside, bytes))
 }
 
 impl ExpandableSegment {
-    /// Unmaps and releases the chunks of `[offset, offset + size)` that hold memory. On a driver
-    /// error the chunks before the failing one stay given back.
+    /// The sizes of the mappings by offset (for [`units_in`]).
+    fn unit_sizes(&self) -> BTreeMap<u64, u64> {
+        self.mappings.iter().map(|(o, m)| (*o, m.size)).collect()
+    }
+
+    /// Unmaps and releases the mappings in `[offset, offset + size)`, whole units and holes. On
+    /// a driver error the mappings before the failing one stay given back.
     ///
     /// # Errors
-    /// As [`chunks`]; a mapped driver error.
+    /// As [`chunks`] and [`units_in`]; a mapped driver error.
     pub(crate) fn decommit(&mut self, offset: u64, size: u64) -> Result<()> {
-        let (first, count) = chunks(self.holes, offset, size, self.chunk, self.mapped)?;
-        for i in first..first + count {
-            if let Some(handle) = self.mappings[i].handle {
-                self.unmap(i as u64 * self.chunk, self.chunk, handle, true)?;
-                self.mappings[i].handle = None;
+        chunks(self.holes, offset, size, self.chunk, self.mapped)?;
+        let (units, _) = units_in(&self.unit_sizes(), offset, size)?;
+        for (at, _) in units {
+            if let Some(&Mapping { handle, size }) = self.mappings.get(&at) {
+                self.unmap(at, size, handle, true)?;
+                self.mappings.remove(&at);
             }
         }
         Ok(())
     }
 
-    /// Maps new memory on the holes of `[offset, offset + size)`. On failure the chunks this
-    /// call mapped are given back.
+    /// Backs the hole `[offset, offset + size)` with one new physical allocation.
     ///
     /// # Errors
-    /// As [`chunks`]; [`Error::OutOfMemory`] when the driver has no memory.
+    /// As [`chunks`]; [`Error::InvalidArgument`] when part of the range holds memory;
+    /// [`Error::OutOfMemory`] when the driver has no memory (the range stays a hole).
     pub(crate) fn commit(&mut self, offset: u64, size: u64, budget: Option<u64>) -> Result<()> {
-        let (first, count) = chunks(self.holes, offset, size, self.chunk, self.mapped)?;
-        let chunk = self.chunk;
-        let mut made: Vec<(usize, _)> = Vec::new();
-        let mut result = Ok(());
-        for i in first..first + count {
-            if self.mappings[i].handle.is_some() {
-                continue;
-            }
-            match self.map_new(i as u64 * chunk, chunk, budget) {
-                Ok(h) => made.push((i, h)),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
-        let result = result.and_then(|()| self.set_access_runs(&made));
-        if let Err(e) = result {
-            for &(i, h) in &made {
-                self.undo(i as u64 * chunk, chunk, &[h]);
-            }
-            return Err(e);
-        }
-        for (i, h) in made {
-            self.mappings[i].handle = Some(h);
-        }
-        Ok(())
-    }
-
-    /// Moves the physical allocations of `[from, from + size)` to the holes of
-    /// `[to, to + size)`, chunk by chunk (unmap, map at the new place), then sets access there.
-    ///
-    /// # Errors
-    /// As [`chunks`]; [`Error::InvalidArgument`] when a chunk of `from` is a hole, one of `to`
-    /// holds memory or the ranges overlap; a mapped driver error (chunks moved before it stay
-    /// moved, and mapped).
-    pub(crate) fn remap(&mut self, from: u64, to: u64, size: u64) -> Result<()> {
-        let (src, count) = chunks(self.holes, from, size, self.chunk, self.mapped)?;
-        let (dst, _) = chunks(self.holes, to, size, self.chunk, self.mapped)?;
-        if src < dst + count && dst < src + count {
-            return Err(Error::invalid("remap_range: the two ranges overlap"));
-        }
-        let ok = (0..count).all(|k| {
-            self.mappings[src + k].handle.is_some() && self.mappings[dst + k].handle.is_none()
-        });
-        if !ok {
+        chunks(self.holes, offset, size, self.chunk, self.mapped)?;
+        let (_, held) = units_in(&self.unit_sizes(), offset, size)?;
+        if held > 0 {
             return Err(Error::invalid(
-                "remap_range: the source must hold memory and the target be a hole, chunk by chunk",
+                "commit_range: the range must be a hole (it holds memory)",
             ));
         }
-        let chunk = self.chunk;
-        let bytes = crate::conv::to_usize(chunk, "expandable chunk")?;
+        self.map_unit(offset, size, budget)
+    }
+
+    /// Moves the physical allocations of `[from, from + size)`, whole units that cover it, to
+    /// the hole `[to, to + size)` (unmap, map at the same place relative to `to`), then sets
+    /// access there.
+    ///
+    /// # Errors
+    /// As [`chunks`] and [`units_in`]; [`Error::InvalidArgument`] when the source is not all
+    /// memory, the target not all a hole, or the ranges overlap; a mapped driver error (units
+    /// moved before it stay moved, and mapped).
+    pub(crate) fn remap(&mut self, from: u64, to: u64, size: u64) -> Result<()> {
+        chunks(self.holes, from, size, self.chunk, self.mapped)?;
+        chunks(self.holes, to, size, self.chunk, self.mapped)?;
+        if from < to + size && to < from + size {
+            return Err(Error::invalid("remap_range: the two ranges overlap"));
+        }
+        let sizes = self.unit_sizes();
+        let (units, held) = units_in(&sizes, from, size)?;
+        let (_, taken) = units_in(&sizes, to, size)?;
+        if held != size || taken != 0 {
+            return Err(Error::invalid(
+                "remap_range: the source must be all memory and the target all a hole",
+            ));
+        }
         let mut moved = Vec::new();
-        for k in 0..count {
-            let Mapping { handle, .. } = self.mappings[src + k];
-            let Some(handle) = handle else { continue };
-            self.unmap((src + k) as u64 * chunk, chunk, handle, false)?;
-            self.mappings[src + k].handle = None;
-            let at = self.base + (dst + k) as u64 * chunk;
-            // SAFETY: `at .. at + chunk` is a hole of the reservation (checked above), and
-            // `handle` is a whole physical allocation of one chunk, now mapped nowhere.
+        for (at, bytes) in units {
+            let Some(&Mapping { handle, .. }) = self.mappings.get(&at) else {
+                continue;
+            };
+            self.unmap(at, bytes, handle, false)?;
+            self.mappings.remove(&at);
+            let dst = to + (at - from);
+            let len = crate::conv::to_usize(bytes, "expandable unit")?;
+            // SAFETY: `dst .. dst + bytes` is a hole of the reservation (checked above), and
+            // `handle` is a whole physical allocation of `bytes`, now mapped nowhere.
             if let Err(e) =
-                unsafe { cudarc::driver::sys::cuMemMap(at, bytes, 0, handle, 0) }.result()
+                unsafe { cudarc::driver::sys::cuMemMap(self.base + dst, len, 0, handle, 0) }
+                    .result()
             {
                 // SAFETY: the allocation is mapped nowhere; its memory is given back.
                 unsafe {
                     let _ = cudarc::driver::sys::cuMemRelease(handle);
                 }
-                let _ = self.set_access_runs(&moved);
+                self.set_access_all(&moved)?;
                 return Err(map_driver_err("cuMemMap", e));
             }
-            self.mappings[dst + k].handle = Some(handle);
-            moved.push((dst + k, handle));
+            self.mappings.insert(
+                dst,
+                Mapping {
+                    handle,
+                    size: bytes,
+                },
+            );
+            moved.push((dst, bytes));
         }
-        self.set_access_runs(&moved)
+        self.set_access_all(&moved)
     }
 
-    /// Sets access on the chunks `mapped` (index, handle), one call per run of adjacent chunks.
-    fn set_access_runs(
-        &self,
-        mapped: &[(usize, cudarc::driver::sys::CUmemGenericAllocationHandle)],
-    ) -> Result<()> {
-        let mut k = 0;
-        while k < mapped.len() {
-            let start = mapped[k].0;
-            let mut end = start + 1;
-            while k + 1 < mapped.len() && mapped[k + 1].0 == end {
-                k += 1;
-                end += 1;
-            }
-            self.set_access(start as u64 * self.chunk, (end - start) as u64 * self.chunk)?;
-            k += 1;
+    /// Sets access on the mapped ranges `moved` (offset, size).
+    fn set_access_all(&self, moved: &[(u64, u64)]) -> Result<()> {
+        for &(offset, size) in moved {
+            self.set_access(offset, size)?;
         }
         Ok(())
     }

@@ -59,18 +59,35 @@ fn growth_maps_the_missing_bytes_as_one_mapping() {
 }
 
 #[test]
-fn shrink_keeps_the_fewest_mappings_that_hold_the_target() {
-    let sizes = [4 * MIB, 2 * MIB, 10 * MIB, 2 * MIB];
-    assert_eq!(shrink_plan(&sizes, 0), 0);
-    assert_eq!(shrink_plan(&sizes, 1), 1);
-    assert_eq!(shrink_plan(&sizes, 4 * MIB), 1);
-    assert_eq!(shrink_plan(&sizes, 4 * MIB + 1), 2);
+fn shrink_keeps_the_mapping_that_holds_the_target() {
+    // Back to back: 4, 2, 10 and 2 MiB.
+    let units = [
+        (0, 4 * MIB),
+        (4 * MIB, 2 * MIB),
+        (6 * MIB, 10 * MIB),
+        (16 * MIB, 2 * MIB),
+    ];
+    let end = |target| shrink_end(&units, target, 2 * MIB, 18 * MIB).unwrap();
+    assert_eq!(end(0), 0);
+    assert_eq!(end(1), 4 * MIB);
+    assert_eq!(end(4 * MIB), 4 * MIB);
+    assert_eq!(end(4 * MIB + 1), 6 * MIB);
     // Inside the 10 MiB growth: it stays whole (a mapping cannot be returned in part).
-    assert_eq!(shrink_plan(&sizes, 7 * MIB), 3);
-    assert_eq!(shrink_plan(&sizes, 16 * MIB), 3);
+    assert_eq!(end(7 * MIB), 16 * MIB);
+    assert_eq!(end(16 * MIB), 16 * MIB);
     // More than is mapped: "shrinking" keeps everything.
-    assert_eq!(shrink_plan(&sizes, 100 * MIB), 4);
-    assert_eq!(shrink_plan(&[], 5), 0);
+    assert_eq!(end(100 * MIB), 18 * MIB);
+    // With holes: a target in a hole ends there, rounded up to the chunk.
+    let holed = [(0, 4 * MIB), (10 * MIB, 4 * MIB)];
+    assert_eq!(
+        shrink_end(&holed, 5 * MIB, 2 * MIB, 14 * MIB).unwrap(),
+        6 * MIB
+    );
+    assert_eq!(
+        shrink_end(&holed, 11 * MIB, 2 * MIB, 14 * MIB).unwrap(),
+        14 * MIB
+    );
+    assert_eq!(shrink_end(&[], 5, 2 * MIB, 0).unwrap(), 0);
 }
 
 #[test]
@@ -79,7 +96,7 @@ fn grow_then_shrink_in_a_model_keeps_whole_growths() {
     // mapped size always holds the target, and a shrink keeps at most the growth that holds it.
     let chunk = 2 * MIB;
     let reserved = 256 * MIB;
-    let mut sizes: Vec<u64> = Vec::new();
+    let mut units: Vec<(u64, u64)> = Vec::new();
     for target in [
         3 * MIB,
         40 * MIB,
@@ -90,21 +107,22 @@ fn grow_then_shrink_in_a_model_keeps_whole_growths() {
         100 * MIB,
         99 * MIB,
     ] {
-        let mapped: u64 = sizes.iter().sum();
+        let mapped: u64 = units.iter().map(|u| u.1).sum();
         if target > mapped {
             let add = grow_plan(mapped, target, chunk, reserved).unwrap();
-            sizes.push(add);
+            units.push((mapped, add));
             assert_eq!(
                 mapped + add,
                 target.div_ceil(chunk) * chunk,
                 "target {target}"
             );
         } else {
-            let keep = shrink_plan(&sizes, target);
-            sizes.truncate(keep);
-            let now: u64 = sizes.iter().sum();
+            let end = shrink_end(&units, target, chunk, mapped).unwrap();
+            units.retain(|(offset, _)| *offset < end);
+            let now: u64 = units.iter().map(|u| u.1).sum();
+            assert_eq!(now, end, "back to back");
             assert!(now >= target, "target {target}");
-            let last = sizes.last().copied().unwrap_or(0);
+            let last = units.last().map_or(0, |u| u.1);
             assert!(
                 now - last < target || now == 0,
                 "kept a growth past the target"

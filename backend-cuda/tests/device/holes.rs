@@ -1,7 +1,8 @@
-//! Holes in a block that grows in place (`CudaDesc::vmm_holes`): granules given back, moved
-//! (`cuMemUnmap` + `cuMemMap` of the same physical allocation) and committed afresh stay usable
-//! for copies; the untouched granules keep their contents; and a pool over the validating front
-//! keeps a tensor's contents while memory moves under it.
+//! Holes in a block that grows in place (`CudaDesc::vmm_holes`): whole units (physical
+//! allocations) given back, moved (`cuMemUnmap` + `cuMemMap` of the same physical allocation)
+//! and committed afresh stay usable for copies, a range that cuts a unit is refused, the
+//! untouched granules keep their contents; and a pool over the validating front keeps a
+//! tensor's contents while memory moves under it.
 
 use std::sync::Arc;
 
@@ -45,44 +46,58 @@ fn round_trip(b: &dyn Backend, block: BlockId, offset: u64, byte: u8) -> Vec<u8>
 }
 
 #[test]
-fn granules_are_given_back_moved_and_committed_again() {
+fn whole_units_are_given_back_moved_and_committed_again() {
     let Some(b) = holes_backend() else { return };
     let growth = b.in_place_growth().expect("VMM on the device");
-    assert!(growth.holes);
+    assert!(growth.holes && growth.whole_units);
     let g = growth.granularity;
+    // Units [0, g), [g, 2g) and [2g, 4g): the reservation's first size and two growths.
     let blk = b
         .reserve_block(
             &BlockDesc {
                 kind: MemoryKind::DeviceLocal,
-                size: 4 * g,
+                size: g,
                 label: "holes",
             },
             16 * g,
         )
         .unwrap();
+    assert_eq!(b.resize_block(blk, 2 * g).unwrap(), 2 * g);
+    assert_eq!(b.resize_block(blk, 4 * g).unwrap(), 4 * g);
     assert_eq!(round_trip(&b, blk, 0, 1), vec![1; 4096]);
     assert_eq!(round_trip(&b, blk, 3 * g, 3), vec![3; 4096]);
-    b.decommit_range(blk, g, 2 * g).unwrap();
-    // Granule 3's memory moves to granule 1; granule 0 is untouched.
-    b.remap_range(blk, 3 * g, g, g).unwrap();
-    assert_eq!(round_trip(&b, blk, g, 5), vec![5; 4096]);
-    b.commit_range(blk, 2 * g, g).unwrap();
-    b.commit_range(blk, 3 * g, g).unwrap();
-    assert_eq!(round_trip(&b, blk, 2 * g, 6), vec![6; 4096]);
+    // Part of a unit is refused, not a fault, and the unit keeps its memory.
+    assert!(b.decommit_range(blk, 2 * g, g).is_err());
+    assert_eq!(round_trip(&b, blk, 3 * g, 0), vec![3; 4096]);
+    b.decommit_range(blk, g, g).unwrap();
+    // The two-granule unit moves whole to a hole at the end: the same physical memory.
+    assert_eq!(b.resize_block(blk, 6 * g).unwrap(), 6 * g);
+    b.decommit_range(blk, 4 * g, 2 * g).unwrap();
+    b.remap_range(blk, 2 * g, 4 * g, 2 * g).unwrap();
+    assert_eq!(
+        round_trip(&b, blk, 5 * g, 0),
+        vec![3; 4096],
+        "moved with its bytes"
+    );
+    assert_eq!(round_trip(&b, blk, 4 * g, 5), vec![5; 4096]);
+    // One new allocation backs a hole of three granules.
+    b.commit_range(blk, g, 3 * g).unwrap();
+    assert_eq!(round_trip(&b, blk, g, 6), vec![6; 4096]);
     assert_eq!(round_trip(&b, blk, 3 * g, 7), vec![7; 4096]);
     assert_eq!(
         round_trip(&b, blk, 0, 0),
         vec![1; 4096],
         "granule 0 kept its bytes"
     );
-    // Misuse is refused, not a fault: moving onto memory, a hole's memory away.
+    // Misuse is refused: moving onto memory, a hole's memory away, committing over memory.
     assert!(b.remap_range(blk, 0, g, g).is_err());
-    b.decommit_range(blk, 2 * g, g).unwrap();
-    assert!(b.remap_range(blk, 2 * g, 3 * g, g).is_err());
-    // Growth and shrink around a hole, then release.
+    assert!(b.commit_range(blk, 0, g).is_err());
+    b.decommit_range(blk, 0, g).unwrap();
+    assert!(b.remap_range(blk, 0, 4 * g, g).is_err());
+    // A shrink keeps the unit that holds the new end ([g, 4g)), and growth goes on past it.
+    assert_eq!(b.resize_block(blk, 2 * g).unwrap(), 4 * g);
     assert_eq!(b.resize_block(blk, 8 * g).unwrap(), 8 * g);
     assert_eq!(round_trip(&b, blk, 7 * g, 8), vec![8; 4096]);
-    assert_eq!(b.resize_block(blk, 2 * g).unwrap(), 2 * g);
     b.free_block(blk).unwrap();
 }
 

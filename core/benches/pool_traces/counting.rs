@@ -3,7 +3,7 @@
 //! `peers.rs`); both report to [`Counters`], so the ratios measure the pools' policies and
 //! bookkeeping alone.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -89,10 +89,12 @@ impl Counters {
 ///
 /// Its in-place growth counts what the backend it models creates and calls:
 /// * **CUDA** (a granularity of 2 MiB or more, CUDA's virtual memory management): one physical
-///   allocation (`cuMemCreate`) and one mapping per growth, or, on a device that offers holes,
-///   one per granule (`cuMemUnmap` takes whole allocations, so a granule that may be
-///   decommitted alone is an allocation of its own); a remap unmaps and maps each granule it
-///   moves, creating nothing.
+///   allocation (`cuMemCreate`) and one mapping per call that backs memory (a reservation's
+///   first size, a growth, a commit): a *unit* ([`InPlaceGrowth::whole_units`]). A decommit
+///   unmaps and releases each unit in its range, a remap unmaps and maps each unit it moves,
+///   creating nothing, and a shrink keeps the unit that holds the new end. A range that cuts a
+///   unit is refused, as `cuMemUnmap` refuses part of a mapping: the bench checks that the pool
+///   keeps to whole units.
 /// * **Host** (below 2 MiB, `--granularity`, a model of the host's pages): the reservation is
 ///   the one creation (`mmap`); growth and shrinking are one `mprotect` each, a decommit or a
 ///   remap one `madvise` of the range given back, and a commit no call at all (pages come back
@@ -122,6 +124,8 @@ struct Blk {
     holes: Vec<u64>,
     /// Reserved through `reserve_block` (mapped in place), not `alloc_block`.
     in_place: bool,
+    /// CUDA's units of an in-place block: size by offset (each one physical allocation).
+    units: BTreeMap<u64, u64>,
 }
 
 /// The bits of word `w` that lie in granules `[a, b)`.
@@ -169,6 +173,28 @@ impl Blk {
         end - offset - holes * g
     }
 
+    /// The units inside `[offset, offset + size)`, as (offset, size); an error when one is cut
+    /// by the range's ends (`cuMemUnmap` takes whole mappings).
+    fn units_in(&self, offset: u64, size: u64) -> Result<Vec<(u64, u64)>> {
+        let end = offset + size;
+        let cut = |at: u64| {
+            self.units
+                .range(..at)
+                .next_back()
+                .is_some_and(|(o, n)| o + n > at)
+        };
+        if cut(offset) || cut(end) {
+            return Err(Error::invalid(format!(
+                "range [{offset}, {end}) cuts a unit (a physical allocation)"
+            )));
+        }
+        Ok(self
+            .units
+            .range(offset..end)
+            .map(|(o, n)| (*o, *n))
+            .collect())
+    }
+
     /// Forgets the granules at and past granule `len`.
     fn truncate(&mut self, len: u64) {
         self.holes.truncate(len.div_ceil(64) as usize);
@@ -188,6 +214,7 @@ impl CountingBackend {
                 granularity: granularity(),
                 max_reserve: 1 << 40,
                 holes: mode == Mode::Holes,
+                whole_units: granularity() >= GRANULARITY,
             }),
             caps: Capabilities {
                 backend: "counting",
@@ -220,33 +247,55 @@ impl CountingBackend {
         self.growth.is_some_and(|g| g.granularity < GRANULARITY)
     }
 
-    /// Driver calls (mappings made or removed) behind one call over `bytes`: one per granule
-    /// with holes on CUDA, else one (one growth is one mapping; the host's `mprotect` and
-    /// `madvise` take whole ranges).
-    fn calls(&self, bytes: u64) -> u64 {
-        match self.growth {
-            Some(g) if g.holes && !self.host() => bytes / g.granularity,
-            _ => u64::from(bytes > 0),
-        }
-    }
-
-    /// Physical allocations created (or returned) behind one growth, commit or decommit over
-    /// `bytes`: as many as its mappings on CUDA, none on the host (the reservation is its one
-    /// creation).
-    fn creations(&self, bytes: u64) -> u64 {
-        if self.host() { 0 } else { self.calls(bytes) }
-    }
-
-    /// Marks a range of a block as holes or not; returns the bytes whose state changed.
-    fn mark(&self, block: BlockId, offset: u64, size: u64, hole: bool) -> Result<u64> {
+    /// Runs `f` on a block.
+    fn with<T>(&self, block: BlockId, f: impl FnOnce(&mut Blk) -> Result<T>) -> Result<T> {
         let mut blocks = self.blocks.lock().unwrap_or_else(PoisonError::into_inner);
         let b = blocks
             .get_mut(&block.0)
             .ok_or_else(|| Error::invalid(format!("unknown block {}", block.0)))?;
-        if offset + size > b.size {
-            return Err(Error::invalid("hole past the block's extent"));
+        f(b)
+    }
+
+    /// Marks a range of a block as holes or not; returns the bytes whose state changed.
+    fn mark(&self, block: BlockId, offset: u64, size: u64, hole: bool) -> Result<u64> {
+        self.with(block, |b| {
+            if offset + size > b.size {
+                return Err(Error::invalid("hole past the block's extent"));
+            }
+            Ok(b.mark(offset, size, granularity(), hole))
+        })
+    }
+
+    /// The host model's `decommit_range` (`from` alone), `commit_range` (`to` alone) and
+    /// `remap_range` (both): one `madvise` of the range given back; a commit makes no call
+    /// (pages come back on first touch) and a remap moves no memory.
+    fn host_holes(
+        &self,
+        block: BlockId,
+        from: Option<u64>,
+        to: Option<u64>,
+        size: u64,
+    ) -> Result<()> {
+        let gone = from.map_or(Ok(0), |f| self.mark(block, f, size, true))?;
+        let back = to.map_or(Ok(0), |t| self.mark(block, t, size, false))?;
+        match (from, to) {
+            (Some(_), Some(_)) if gone != size || back != size => Err(Error::invalid(format!(
+                "remap of {size} bytes: {gone} were committed, {back} not"
+            ))),
+            (Some(_), Some(_)) => {
+                self.counters.mapped(0, 1);
+                Ok(())
+            }
+            (Some(_), None) => {
+                self.counters.release_n(gone, 0);
+                self.counters.mapped(0, u64::from(gone > 0));
+                Ok(())
+            }
+            _ => {
+                self.counters.reserve_n(back, 0);
+                Ok(())
+            }
         }
-        Ok(b.mark(offset, size, granularity(), hole))
     }
 
     fn unsupported(what: &str) -> Error {
@@ -285,18 +334,17 @@ impl Backend for CountingBackend {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&block.0)
             .ok_or_else(|| Error::invalid(format!("unknown block {}", block.0)))?;
-        let g = granularity();
-        let committed = b.committed(0, b.size, g);
         if b.in_place && self.host() {
             // One `munmap` returns the reservation.
-            self.counters.release_n(committed, 1);
+            self.counters
+                .release_n(b.committed(0, b.size, granularity()), 1);
             self.counters.mapped(0, 1);
         } else if b.in_place {
-            let n = self.calls(committed);
-            self.counters.release_n(committed, n);
+            let n = b.units.len() as u64;
+            self.counters.release_n(b.units.values().sum(), n);
             self.counters.mapped(0, n);
         } else {
-            self.counters.release(committed);
+            self.counters.release(b.size);
         }
         Ok(())
     }
@@ -310,6 +358,10 @@ impl Backend for CountingBackend {
             return Err(Self::unsupported("in-place growth"));
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut units = BTreeMap::new();
+        if desc.size > 0 && !self.host() {
+            units.insert(0, desc.size);
+        }
         self.blocks
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -319,75 +371,126 @@ impl Backend for CountingBackend {
                     size: desc.size,
                     holes: Vec::new(),
                     in_place: true,
+                    units,
                 },
             );
-        // The host's one creation is the reservation; CUDA creates what it commits.
-        let n = self.calls(desc.size);
-        let created = if self.host() { 1 } else { n };
-        self.counters.reserve_n(desc.size, created);
+        // The host's one creation is the reservation; CUDA creates what it commits, one unit.
+        let n = u64::from(desc.size > 0);
+        self.counters
+            .reserve_n(desc.size, if self.host() { 1 } else { n });
         self.counters.mapped(n, 0);
         Ok(BlockId(id))
     }
 
     fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
-        let mut blocks = self.blocks.lock().unwrap_or_else(PoisonError::into_inner);
-        let b = blocks
-            .get_mut(&block.0)
-            .ok_or_else(|| Error::invalid(format!("unknown block {}", block.0)))?;
-        let g = granularity();
-        // A growth maps new memory; a shrink unmaps what the cut range still holds.
-        if size > b.size {
-            let add = size - b.size;
-            self.counters.reserve_n(add, self.creations(add));
-            self.counters.mapped(self.calls(add), 0);
-        } else {
-            let gone = b.committed(size, b.size, g);
-            self.counters.release_n(gone, self.creations(gone));
-            self.counters.mapped(0, self.calls(gone));
-            b.truncate(size / g);
-        }
-        b.size = size;
-        Ok(size)
+        let host = self.host();
+        let counters = &self.counters;
+        self.with(block, |b| {
+            let g = granularity();
+            if host {
+                // One `mprotect`; a shrink gives back what the cut range still holds.
+                if size > b.size {
+                    counters.reserve_n(size - b.size, 0);
+                    counters.mapped(1, 0);
+                } else {
+                    let gone = b.committed(size, b.size, g);
+                    counters.release_n(gone, 0);
+                    counters.mapped(0, u64::from(gone > 0));
+                    b.truncate(size / g);
+                }
+                b.size = size;
+                return Ok(size);
+            }
+            if size > b.size {
+                // One growth: one unit.
+                let add = size - b.size;
+                b.units.insert(b.size, add);
+                counters.reserve_n(add, 1);
+                counters.mapped(1, 0);
+                b.size = size;
+                return Ok(size);
+            }
+            // The unit that holds the new end stays whole; those past it go.
+            let now = match b.units.range(..size).next_back() {
+                Some((o, n)) if o + n > size => o + n,
+                _ => size,
+            };
+            let gone = b.units.split_off(&now);
+            counters.release_n(gone.values().sum(), gone.len() as u64);
+            counters.mapped(0, gone.len() as u64);
+            b.size = now;
+            Ok(now)
+        })
     }
 
     fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         if !self.books {
             return Ok(());
         }
-        let changed = self.mark(block, offset, size, true)?;
-        self.counters.release_n(changed, self.creations(changed));
-        self.counters.mapped(0, self.calls(changed));
-        Ok(())
+        if self.host() {
+            return self.host_holes(block, Some(offset), None, size);
+        }
+        let counters = &self.counters;
+        self.with(block, |b| {
+            let units = b.units_in(offset, size)?;
+            for (o, _) in &units {
+                b.units.remove(o);
+            }
+            let n = units.len() as u64;
+            counters.release_n(units.iter().map(|u| u.1).sum(), n);
+            counters.mapped(0, n);
+            Ok(())
+        })
     }
 
     fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         if !self.books {
             return Ok(());
         }
-        let changed = self.mark(block, offset, size, false)?;
-        self.counters.reserve_n(changed, self.creations(changed));
-        // The host's pages come back on first touch: no call.
-        let calls = if self.host() { 0 } else { self.calls(changed) };
-        self.counters.mapped(calls, 0);
-        Ok(())
+        if self.host() {
+            return self.host_holes(block, None, Some(offset), size);
+        }
+        let counters = &self.counters;
+        self.with(block, |b| {
+            if !b.units_in(offset, size)?.is_empty() || offset + size > b.size {
+                return Err(Error::invalid(format!(
+                    "commit of [{offset}, {}): not a hole of the extent",
+                    offset + size
+                )));
+            }
+            b.units.insert(offset, size);
+            counters.reserve_n(size, 1);
+            counters.mapped(1, 0);
+            Ok(())
+        })
     }
 
     fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
         if !self.books {
             return Ok(());
         }
-        let gone = self.mark(block, from, size, true)?;
-        let back = self.mark(block, to, size, false)?;
-        if gone != size || back != size {
-            return Err(Error::invalid(format!(
-                "remap of {size} bytes from {from} to {to}: {gone} were committed, {back} not"
-            )));
+        if self.host() {
+            return self.host_holes(block, Some(from), Some(to), size);
         }
-        // CUDA unmaps and maps each granule; the host `madvise`s the source (no pages move).
-        let n = self.calls(size);
-        let maps = if self.host() { 0 } else { n };
-        self.counters.mapped(maps, n);
-        Ok(())
+        let counters = &self.counters;
+        self.with(block, |b| {
+            let units = b.units_in(from, size)?;
+            let whole = units.iter().map(|u| u.1).sum::<u64>() == size;
+            if !whole || !b.units_in(to, size)?.is_empty() || to + size > b.size {
+                return Err(Error::invalid(format!(
+                    "remap of {size} bytes from {from} to {to}: the source is not all memory or \
+                     the target not all a hole"
+                )));
+            }
+            for (o, n) in &units {
+                b.units.remove(o);
+                b.units.insert(to + (o - from), *n);
+            }
+            // Each unit is unmapped and mapped at its new place, creating nothing.
+            let n = units.len() as u64;
+            counters.mapped(n, n);
+            Ok(())
+        })
     }
 
     fn write_mapped(&self, _: BlockId, _: u64, _: &[u8]) -> Result<()> {

@@ -235,9 +235,10 @@ fn run(args: &Args) -> Result<(), String> {
             )
         } else {
             format!(
-                "CUDA ({} KiB granules): one cuMemCreate and cuMemMap per growth, or per \
-                 granule where holes are on (a granule that moves alone is its own \
-                 allocation); a remap unmaps and maps, creating nothing",
+                "CUDA ({} KiB granules): one cuMemCreate and cuMemMap per call that backs \
+                 memory (a growth, a commit: one unit), decommits and remaps of whole units \
+                 only (the model refuses a range that cuts one); a remap unmaps and maps each \
+                 unit, creating nothing",
                 peers::granularity() >> 10
             )
         }

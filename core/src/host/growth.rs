@@ -29,6 +29,8 @@ pub(super) fn offered(config: &HostConfig) -> Option<InPlaceGrowth> {
             granularity,
             max_reserve,
             holes: true,
+            // `madvise` takes any page range.
+            whole_units: false,
         });
     }
     let _ = config;

@@ -44,6 +44,7 @@ use crate::{Error, Result};
 
 mod api;
 mod growth;
+mod handles;
 mod holes;
 mod in_place;
 mod invariants;

@@ -2,8 +2,10 @@
 //! [`Backend::commit_range`], [`Backend::remap_range`]): the backend offers them
 //! ([`InPlaceGrowth::holes`](crate::backend::InPlaceGrowth::holes)), the block was reserved,
 //! every range is whole granules inside its committed size, and the two ranges of a remap do not
-//! overlap. The front does not track which ranges are committed: that is the pool's
-//! bookkeeping, as which ranges are free is.
+//! overlap. The front does not track which ranges are committed, nor the units a backend with
+//! [`InPlaceGrowth::whole_units`](crate::backend::InPlaceGrowth::whole_units) takes only whole
+//! (such a backend refuses a range that cuts one): that is the pool's bookkeeping, as which
+//! ranges are free is.
 
 use super::{Validated, rules};
 use crate::backend::{Backend, BlockId};

@@ -190,7 +190,7 @@ impl ArenaPool {
             .growth
             .filter(|g| g.holes && self.config.holes && reserved.is_some())
             .map(|g| {
-                let mut h = Holes::new(g.granularity, bytes);
+                let mut h = Holes::new(g.granularity, bytes, g.whole_units);
                 h.sites = self.config.learned_placement.then(Sites::default);
                 h
             });

@@ -48,6 +48,7 @@
 
 use std::collections::VecDeque;
 
+use super::handles::Handles;
 use super::sites::Sites;
 use super::units::Units;
 use super::{ArenaPool, State};
@@ -84,6 +85,9 @@ pub(super) struct Holes {
     /// the bitmap decides): memory is moved from the holes that have been free the longest,
     /// not from those just freed, where the next tensors of a step are likely placed.
     queue: VecDeque<(u64, u64)>,
+    /// The units memory goes back and moves in, on a backend that takes only whole ones
+    /// ([`handles`](super::handles)); `None` where any granule goes alone.
+    handles: Option<Handles>,
     /// Where each allocation site went last time ([`sites`](super::sites)); `None` when
     /// [`ArenaConfig::learned_placement`](super::ArenaConfig::learned_placement) is off.
     pub(super) sites: Option<Sites>,
@@ -91,14 +95,23 @@ pub(super) struct Holes {
 
 impl Holes {
     /// An extent of `extent` bytes on a backend of `granularity` (a power of two), all
-    /// committed and none spare. The arena's granule is the backend's, at least
-    /// [`MIN_GRANULE`]; the part of the extent past its last whole granule is never given back.
-    pub(super) fn new(granularity: u64, extent: u64) -> Self {
+    /// committed and none spare, in units that go only whole when `whole_units`
+    /// ([`InPlaceGrowth::whole_units`]). The arena's granule is the backend's, at least
+    /// [`MIN_GRANULE`] where granules go alone; the part of the extent past its last whole
+    /// granule is never given back. (With whole units the granule is the backend's own, so
+    /// every extent is whole granules and no unit ends inside one.)
+    pub(super) fn new(granularity: u64, extent: u64, whole_units: bool) -> Self {
+        let granule = if whole_units {
+            granularity
+        } else {
+            granularity.max(MIN_GRANULE)
+        };
         let mut h = Holes {
-            shift: granularity.max(MIN_GRANULE).trailing_zeros(),
+            shift: granule.trailing_zeros(),
             committed: Units::default(),
             spare: Units::default(),
             queue: VecDeque::new(),
+            handles: whole_units.then(Handles::default),
             sites: None,
         };
         h.resize(extent);
@@ -115,12 +128,36 @@ impl Holes {
         1 << self.shift
     }
 
-    /// The extent becomes `extent` bytes: granules added are committed (growth maps memory),
-    /// granules removed are forgotten.
+    /// The extent becomes `extent` bytes: granules added are committed (growth maps memory, as
+    /// one unit), granules removed are forgotten.
     pub(super) fn resize(&mut self, extent: u64) {
-        let len = extent >> self.shift;
+        let (old, len) = (self.committed.len(), extent >> self.shift);
         self.committed.resize(len, true);
         self.spare.resize(len, false);
+        if let Some(u) = self.handles.as_mut() {
+            if len > old {
+                u.add(old, len - old);
+            } else {
+                u.truncate(len);
+            }
+        }
+    }
+
+    /// The first byte at or after `offset` where no unit is cut in two (`offset` itself where
+    /// granules go alone): where a shrink may end.
+    pub(super) fn unit_boundary(&self, offset: u64) -> u64 {
+        match self.handles.as_ref() {
+            Some(u) if offset.is_multiple_of(self.granule()) => {
+                u.boundary(offset >> self.shift) << self.shift
+            }
+            _ => offset,
+        }
+    }
+
+    /// Units of memory, where they go only whole (`None` elsewhere).
+    #[cfg(test)]
+    pub(super) fn unit_count(&self) -> Option<usize> {
+        self.handles.as_ref().map(Handles::count)
     }
 
     /// `[offset, offset + size)` became (part of) the free block of the same extent: its whole
@@ -159,6 +196,10 @@ impl Holes {
     /// Granules `[a, b)` lie wholly in free space: the committed ones become spare.
     fn mark_spare(&mut self, a: u64, b: u64, hole: (u64, u64)) {
         if a < b && self.spare.set_where(&self.committed, a, b) > 0 {
+            if let Some(u) = self.handles.as_mut() {
+                u.respare(a, b, &self.spare);
+                return;
+            }
             self.queue.push_back(hole);
             if self.queue.len() > 2 * self.spare.ones() as usize + 64 {
                 // Mostly stale: rebuild from the bitmap (in address order; the ages are lost).
@@ -191,7 +232,11 @@ impl Holes {
     /// it touches.
     fn taken(&mut self, region: &Region) -> (u64, u64) {
         let (a, b) = self.touched(region.offset, region.size);
-        self.spare.clear(a, b);
+        if self.spare.clear(a, b) > 0 {
+            if let Some(u) = self.handles.as_mut() {
+                u.unspare(a, b);
+            }
+        }
         (a, b)
     }
 
@@ -204,10 +249,16 @@ impl Holes {
         Some((start, self.committed.next(start, b, true).unwrap_or(b)))
     }
 
-    /// Takes up to `n` spare granules below granule `end`, one run, from the range that became
-    /// spare the longest ago; returns its first granule and length.
+    /// Takes up to `n` spare granules below granule `end`, one run: with whole units the
+    /// largest spare unit that fits, else from the range that became spare the longest ago;
+    /// returns its first granule and length.
     fn take_spare(&mut self, n: u64, end: u64) -> Option<(u64, u64)> {
         let end = end.min(self.spare.len());
+        if let Some(u) = self.handles.as_mut() {
+            let (start, len) = u.take(n, end)?;
+            self.spare.clear(start, start + len);
+            return Some((start, len));
+        }
         let mut skipped = Vec::new();
         let mut found = None;
         while let Some((a, b)) = self.queue.pop_front() {
@@ -236,6 +287,39 @@ impl Holes {
         let (start, len) = found?;
         self.spare.clear(start, start + len);
         Some((start, len))
+    }
+
+    /// `n` granules taken at `from` by [`Holes::take_spare`] stay where they are: spare again.
+    fn untake(&mut self, from: u64, n: u64) {
+        self.spare.set(from, from + n);
+        if let Some(u) = self.handles.as_mut() {
+            u.untake(from, n);
+        }
+    }
+
+    /// The memory of `n` granules taken at `from` now backs granule `to` on.
+    fn moved(&mut self, from: u64, to: u64, n: u64) {
+        self.committed.clear(from, from + n);
+        self.committed.set(to, to + n);
+        if let Some(u) = self.handles.as_mut() {
+            u.moved(from, to);
+        }
+    }
+
+    /// The memory of `n` granules taken at `from` was given back.
+    fn given_back(&mut self, from: u64, n: u64) {
+        self.committed.clear(from, from + n);
+        if let Some(u) = self.handles.as_mut() {
+            u.removed(from);
+        }
+    }
+
+    /// Granules `[a, b)` were backed with new memory by one call: one unit.
+    fn backed(&mut self, a: u64, b: u64) {
+        self.committed.set(a, b);
+        if let Some(u) = self.handles.as_mut() {
+            u.add(a, b - a);
+        }
     }
 }
 
@@ -271,8 +355,11 @@ impl Holes {
         Ok(())
     }
 
-    /// Spare granules are committed.
+    /// Spare granules are committed, and the units agree with both.
     pub(super) fn check(&self) -> std::result::Result<(), String> {
+        if let Some(u) = &self.handles {
+            u.check(&self.committed, &self.spare)?;
+        }
         let spare_uncommitted = (0..self.spare.len())
             .filter(|i| self.spare.get(*i) && !self.committed.get(*i))
             .count();
@@ -447,13 +534,12 @@ impl ArenaPool {
                             .remap_range(id, from << shift, at << shift, n << shift);
                     if let Err(e) = Self::note(st, moved) {
                         if let Some(h) = Self::holes(st, index) {
-                            h.spare.set(from, from + n);
+                            h.untake(from, n);
                         }
                         return Err(e);
                     }
                     if let Some(h) = Self::holes(st, index) {
-                        h.committed.clear(from, from + n);
-                        h.committed.set(at, at + n);
+                        h.moved(from, at, n);
                     }
                     at += n;
                 } else {
@@ -501,7 +587,7 @@ impl ArenaPool {
         let before = Self::committed(st, index);
         if let Some(h) = Self::holes(st, index) {
             let shift = h.shift;
-            h.committed.set(offset >> shift, (offset + size) >> shift);
+            h.backed(offset >> shift, (offset + size) >> shift);
         }
         self.committed_changed(st, index, before);
         Ok(true)
@@ -533,13 +619,13 @@ impl ArenaPool {
             let r = self.backend.decommit_range(id, from << shift, n << shift);
             if let Err(e) = Self::note(st, r) {
                 if let Some(h) = Self::holes(st, index) {
-                    h.spare.set(from, from + n);
+                    h.untake(from, n);
                 }
                 return if released > 0 { Ok(released) } else { Err(e) };
             }
             let before = Self::committed(st, index);
             if let Some(h) = Self::holes(st, index) {
-                h.committed.clear(from, from + n);
+                h.given_back(from, n);
             }
             self.budget.release(n << shift);
             self.committed_changed(st, index, before);

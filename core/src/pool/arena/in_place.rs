@@ -168,7 +168,11 @@ impl ArenaPool {
             // past its allowance: its memory grows only by what no hole can give. (A refusal
             // keeps it; growth goes on.)
             let step = growth_bytes(deficit, committed, growth.granularity, u64::MAX);
-            let shift = growth.granularity.max(MIN_GRANULE).trailing_zeros();
+            let shift = b
+                .holes
+                .as_ref()
+                .map_or(growth.granularity.max(MIN_GRANULE), Holes::granule)
+                .trailing_zeros();
             let over = (st.stats.reserved + step.unwrap_or(0))
                 .saturating_sub(Self::allowance(st, size, shift));
             if over > 0 {
@@ -289,6 +293,8 @@ impl ArenaPool {
         let Some(keep) = round_up(end.max(b.size.saturating_sub(at_most)), unit) else {
             return Ok(0);
         };
+        // With whole units, the end moves past the unit it would cut.
+        let keep = b.holes.as_ref().map_or(keep, |h| h.unit_boundary(keep));
         let cut = b.size.saturating_sub(keep);
         if cut == 0 || cut >= b.size {
             return Ok(0);

@@ -77,9 +77,9 @@ impl Units {
         self.update(a, b, |w, m| w | m);
     }
 
-    /// Clears `[a, b)`.
-    pub(super) fn clear(&mut self, a: u64, b: u64) {
-        self.update(a, b, |w, m| w & !m);
+    /// Clears `[a, b)`; returns how many granules were set.
+    pub(super) fn clear(&mut self, a: u64, b: u64) -> u64 {
+        self.update(a, b, |w, m| w & !m)
     }
 
     /// Sets the granules of `[a, b)` that are set in `other` (which tracks at least `b`);

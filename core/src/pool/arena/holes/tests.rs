@@ -179,7 +179,7 @@ fn churn_keeps_contents_and_accounting() {
 
 #[test]
 fn spare_granules_are_the_whole_committed_granules_of_free_space() {
-    let mut h = Holes::new(64 * KIB, MIB);
+    let mut h = Holes::new(64 * KIB, MIB, false);
     // Free space [100 KiB, 700 KiB): granules 2..10 are whole inside it.
     h.freed(100 * KIB, 600 * KIB);
     assert_eq!(h.spare.runs(0, 16, true), vec![(2, 10)]);

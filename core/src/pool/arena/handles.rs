@@ -1,0 +1,165 @@
+//! The units of memory of an arena with holes on a backend that gives memory back and moves it
+//! only in the units it was backed in ([`InPlaceGrowth::whole_units`]: CUDA, where a unit is one
+//! physical allocation, mapped from its start and unmapped whole).
+//!
+//! Holes per granule would make every granule its own allocation there: thousands of
+//! `cuMemCreate`s on a large arena, against a handful for a caching allocator. So one call
+//! that backs memory makes one unit (the arena's first size, a growth at its end, the commit
+//! of a decommitted run a tensor lands on), and the pool tracks the units: a unit is *spare*
+//! when all its granules lie in free space, and only spare units are given back or moved, whole.
+//! A run a tensor lands on is backed by the largest spare units that fit inside it, moved, and
+//! one new unit for the rest ([`holes`](super::holes)), so a large tensor costs one creation,
+//! and learned placement ([`sites`](super::sites)) puts the next step's tensor back on its unit.
+//!
+//! The price is granularity: a unit a live tensor touches keeps all its memory, where per
+//! granule the rest of it would be given back.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::units::Units;
+
+#[cfg(doc)]
+use crate::backend::InPlaceGrowth;
+
+/// The units of an arena, in granules.
+#[derive(Debug, Default)]
+pub(super) struct Handles {
+    /// Length of each unit, by its first granule. Units are disjoint and cover exactly the
+    /// committed granules.
+    units: BTreeMap<u64, u64>,
+    /// The spare units as (length, first granule): the largest that fits a run is one lookup.
+    spare: BTreeSet<(u64, u64)>,
+}
+
+impl Handles {
+    /// Granules `[start, start + len)` were backed by one call: a new unit, not spare.
+    pub(super) fn add(&mut self, start: u64, len: u64) {
+        if len > 0 {
+            self.units.insert(start, len);
+        }
+    }
+
+    /// The units that overlap granules `[a, b)`, as (first granule, length), last first.
+    fn overlapping(&self, a: u64, b: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.units
+            .range(..b)
+            .rev()
+            .map(|(s, n)| (*s, *n))
+            .take_while(move |(s, n)| s + n > a)
+    }
+
+    /// Granules in `[a, b)` stopped being spare: the units they belong to are no longer spare.
+    pub(super) fn unspare(&mut self, a: u64, b: u64) {
+        let touched: Vec<(u64, u64)> = self.overlapping(a, b).collect();
+        for (s, n) in touched {
+            self.spare.remove(&(n, s));
+        }
+    }
+
+    /// Granules in `[a, b)` became spare (`spare` has them): the units they belong to whose
+    /// granules are all spare now are spare units.
+    pub(super) fn respare(&mut self, a: u64, b: u64, spare: &Units) {
+        let touched: Vec<(u64, u64)> = self
+            .overlapping(a, b)
+            .filter(|(s, n)| spare.count(*s, s + n) == *n)
+            .collect();
+        for (s, n) in touched {
+            self.spare.insert((n, s));
+        }
+    }
+
+    /// Takes the largest spare unit of at most `n` granules that ends at or below granule
+    /// `end`; returns its first granule and length. It stays a unit (at the same place) until
+    /// [`Handles::moved`] or [`Handles::removed`]; [`Handles::untake`] makes it spare again.
+    pub(super) fn take(&mut self, n: u64, end: u64) -> Option<(u64, u64)> {
+        let (len, start) = *self
+            .spare
+            .range(..(n, u64::MAX))
+            .rev()
+            .find(|(len, start)| start + len <= end)?;
+        self.spare.remove(&(len, start));
+        Some((start, len))
+    }
+
+    /// A unit taken by [`Handles::take`] was not moved or given back: it is spare again.
+    pub(super) fn untake(&mut self, start: u64, len: u64) {
+        self.spare.insert((len, start));
+    }
+
+    /// The unit at granule `from` now lies at granule `to` (its memory was moved).
+    pub(super) fn moved(&mut self, from: u64, to: u64) {
+        if let Some(len) = self.units.remove(&from) {
+            self.units.insert(to, len);
+        }
+    }
+
+    /// The unit at granule `start` was given back.
+    pub(super) fn removed(&mut self, start: u64) {
+        self.units.remove(&start);
+    }
+
+    /// The extent ends at granule `len`: units past it are forgotten (a unit cut by the end,
+    /// which the pool never asks for, is kept up to it).
+    pub(super) fn truncate(&mut self, len: u64) {
+        let cut = self.units.split_off(&len);
+        if let Some((s, n)) = self.units.iter_mut().next_back() {
+            *n = (*n).min(len - s);
+        }
+        if !cut.is_empty() || self.spare.iter().any(|(n, s)| s + n > len) {
+            self.spare.retain(|(n, s)| s + n <= len);
+        }
+    }
+
+    /// The first unit boundary at or after granule `g`: `g` itself unless a unit holds it and
+    /// the granule before it, then that unit's end.
+    pub(super) fn boundary(&self, g: u64) -> u64 {
+        match self.units.range(..g).next_back() {
+            Some((s, n)) if s + n > g => s + n,
+            _ => g,
+        }
+    }
+
+    /// Units in all.
+    #[cfg(test)]
+    pub(super) fn count(&self) -> usize {
+        self.units.len()
+    }
+
+    /// The units are disjoint, cover exactly the `committed` granules, and the spare ones are
+    /// exactly those whose granules are all `spare`.
+    pub(super) fn check(&self, committed: &Units, spare: &Units) -> Result<(), String> {
+        let mut end = 0;
+        let mut covered = 0;
+        for (&s, &n) in &self.units {
+            if s < end || n == 0 {
+                return Err(format!(
+                    "unit at granule {s} of {n} overlaps the one before"
+                ));
+            }
+            if committed.count(s, s + n) != n {
+                return Err(format!(
+                    "unit at granule {s} of {n} has decommitted granules"
+                ));
+            }
+            let is_spare = spare.count(s, s + n) == n;
+            if is_spare != self.spare.contains(&(n, s)) {
+                return Err(format!(
+                    "unit at granule {s} of {n}: spare {is_spare}, listed {}",
+                    !is_spare
+                ));
+            }
+            end = s + n;
+            covered += n;
+        }
+        if covered != committed.ones() || self.spare.len() > self.units.len() {
+            return Err(format!(
+                "units cover {covered} granules of {} committed",
+                committed.ones()
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

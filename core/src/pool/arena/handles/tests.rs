@@ -1,0 +1,445 @@
+//! The units' bookkeeping alone, then the arena on a backend that takes memory back only in
+//! whole units (the host behind a model of CUDA's physical allocations, which refuses any range
+//! that cuts one): one creation per backed run, whole units moved and given back, contents kept.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, InPlaceGrowth, Ticket};
+use crate::host::{HostBackend, HostConfig};
+use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
+use crate::{Error, Result};
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+/// The model's granule: a multiple of the host's page, so its ranges are the host's too.
+const G: u64 = 64 * KIB;
+
+fn units(list: &[(u64, u64)]) -> Handles {
+    let mut h = Handles::default();
+    for &(s, n) in list {
+        h.add(s, n);
+    }
+    h
+}
+
+fn bits(len: u64, set: &[(u64, u64)]) -> Units {
+    let mut u = Units::default();
+    u.resize(len, false);
+    for &(a, b) in set {
+        u.set(a, b);
+    }
+    u
+}
+
+#[test]
+fn a_unit_is_spare_only_when_all_its_granules_are() {
+    let mut h = units(&[(0, 4), (4, 2), (6, 10)]);
+    let committed = bits(16, &[(0, 16)]);
+    // Granules 2..9 free: only the unit of 4..6 lies wholly inside.
+    let mut spare = bits(16, &[(2, 9)]);
+    h.respare(2, 9, &spare);
+    h.check(&committed, &spare).unwrap();
+    assert_eq!(h.take(16, 16), Some((4, 2)));
+    h.untake(4, 2);
+    // The rest of the last unit frees: it is spare too, and the largest that fits comes first.
+    spare.set(9, 16);
+    h.respare(9, 16, &spare);
+    h.check(&committed, &spare).unwrap();
+    assert_eq!(h.take(16, 16), Some((6, 10)));
+    h.untake(6, 10);
+    // A region on granule 7 takes its unit out of the spare ones, and no other.
+    spare.clear(7, 8);
+    h.unspare(7, 8);
+    h.check(&committed, &spare).unwrap();
+    assert_eq!(h.take(16, 16), Some((4, 2)));
+    // Listed and not spare, or spare and not listed: the check says so.
+    h.untake(6, 10);
+    assert!(h.check(&committed, &spare).is_err());
+}
+
+#[test]
+fn the_largest_spare_unit_that_fits_is_taken_and_stays_below_the_end() {
+    let mut h = units(&[(0, 3), (3, 5), (8, 2), (10, 6)]);
+    let spare = bits(16, &[(0, 16)]);
+    h.respare(0, 16, &spare);
+    // At most 5 granules: the unit of 5, not the larger one of 6.
+    assert_eq!(h.take(5, 16), Some((3, 5)));
+    // At most 5 again, ending by granule 8: the one of 3 (the one of 2 is smaller).
+    assert_eq!(h.take(5, 8), Some((0, 3)));
+    assert_eq!(h.take(1, 16), None);
+    // Moved and given back units keep the books straight.
+    h.moved(3, 20);
+    h.removed(0);
+    assert_eq!(h.boundary(22), 25);
+    assert_eq!(h.boundary(20), 20);
+    assert_eq!(h.boundary(9), 10);
+    // The end cuts past the unit at 10: those past it are forgotten.
+    h.truncate(16);
+    assert_eq!(h.count(), 2);
+    assert_eq!(h.take(100, 100), Some((10, 6)));
+}
+
+/// A model of CUDA's physical allocations over the host: one unit per call that backs memory,
+/// and a range that cuts a unit refused (as `cuMemUnmap` refuses part of a mapping).
+struct WholeUnits {
+    host: HostBackend,
+    /// The one reserved block's extent and its units (size by offset).
+    state: Mutex<(u64, BTreeMap<u64, u64>)>,
+    /// Units created (`cuMemCreate`).
+    created: AtomicU64,
+    /// Units moved by `remap_range`.
+    moved: AtomicU64,
+}
+
+impl WholeUnits {
+    fn new() -> Arc<Self> {
+        Arc::new(WholeUnits {
+            host: HostBackend::new(HostConfig::default()).unwrap(),
+            state: Mutex::new((0, BTreeMap::new())),
+            created: AtomicU64::new(0),
+            moved: AtomicU64::new(0),
+        })
+    }
+
+    /// The units inside `[offset, offset + size)`; an error when one is cut.
+    fn inside(units: &BTreeMap<u64, u64>, offset: u64, size: u64) -> Result<Vec<(u64, u64)>> {
+        let cut = |at: u64| {
+            units
+                .range(..at)
+                .next_back()
+                .is_some_and(|(o, n)| o + n > at)
+        };
+        if cut(offset) || cut(offset + size) {
+            return Err(Error::invalid(format!(
+                "[{offset}, {}) cuts a unit",
+                offset + size
+            )));
+        }
+        Ok(units
+            .range(offset..offset + size)
+            .map(|(o, n)| (*o, *n))
+            .collect())
+    }
+
+    fn created(&self) -> u64 {
+        self.created.load(Ordering::Relaxed)
+    }
+
+    fn moved(&self) -> u64 {
+        self.moved.load(Ordering::Relaxed)
+    }
+
+    fn units(&self) -> usize {
+        self.state.lock().unwrap().1.len()
+    }
+}
+
+impl Backend for WholeUnits {
+    fn capabilities(&self) -> &crate::backend::Capabilities {
+        self.host.capabilities()
+    }
+    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
+        self.host.alloc_block(desc)
+    }
+    fn free_block(&self, block: BlockId) -> Result<()> {
+        self.host.free_block(block)
+    }
+    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
+        let g = self.host.in_place_growth()?;
+        Some(InPlaceGrowth {
+            granularity: G,
+            max_reserve: g.max_reserve / G * G,
+            whole_units: true,
+            ..g
+        })
+    }
+    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+        let id = self.host.reserve_block(desc, reserve)?;
+        let mut st = self.state.lock().unwrap();
+        *st = (desc.size, BTreeMap::new());
+        if desc.size > 0 {
+            st.1.insert(0, desc.size);
+            self.created.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(id)
+    }
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
+        let mut st = self.state.lock().unwrap();
+        let (extent, units) = &mut *st;
+        if size > *extent {
+            self.host.resize_block(block, size)?;
+            units.insert(*extent, size - *extent);
+            self.created.fetch_add(1, Ordering::Relaxed);
+            *extent = size;
+            return Ok(size);
+        }
+        // The unit that holds the new end stays whole.
+        let now = match units.range(..size).next_back() {
+            Some((o, n)) if o + n > size => o + n,
+            _ => size,
+        };
+        units.split_off(&now);
+        *extent = now;
+        self.host.resize_block(block, now)
+    }
+    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        let mut st = self.state.lock().unwrap();
+        for (o, _) in Self::inside(&st.1, offset, size)? {
+            st.1.remove(&o);
+        }
+        self.host.decommit_range(block, offset, size)
+    }
+    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        let mut st = self.state.lock().unwrap();
+        if !Self::inside(&st.1, offset, size)?.is_empty() {
+            return Err(Error::invalid("commit_range over memory"));
+        }
+        self.host.commit_range(block, offset, size)?;
+        st.1.insert(offset, size);
+        self.created.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
+        let mut st = self.state.lock().unwrap();
+        let src = Self::inside(&st.1, from, size)?;
+        if src.iter().map(|u| u.1).sum::<u64>() != size
+            || !Self::inside(&st.1, to, size)?.is_empty()
+        {
+            return Err(Error::invalid("remap_range: not memory to a hole"));
+        }
+        self.host.remap_range(block, from, to, size)?;
+        for (o, n) in &src {
+            st.1.remove(o);
+            st.1.insert(to + (o - from), *n);
+        }
+        self.moved.fetch_add(src.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
+        self.host.write_mapped(block, offset, data)
+    }
+    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.host.read_mapped(block, offset, out)
+    }
+    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
+        self.host.copy(src, dst)
+    }
+    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
+        self.host.fill_zero(range)
+    }
+    fn dispatch(&self, op: &crate::Op, bindings: &[BlockRange]) -> Result<Ticket> {
+        self.host.dispatch(op, bindings)
+    }
+    fn flush(&self) -> Result<Ticket> {
+        self.host.flush()
+    }
+    fn completed(&self) -> Result<Ticket> {
+        self.host.completed()
+    }
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
+        self.host.wait_timeout(ticket, timeout)
+    }
+}
+
+/// A pool over `backend` through the validating front, learned placement on or off.
+fn pool(backend: &Arc<WholeUnits>, learned: bool) -> ArenaPool {
+    let front = Arc::new(crate::Validated::new(backend.clone()));
+    let config = ArenaConfig {
+        learned_placement: learned,
+        ..ArenaConfig::device()
+    };
+    ArenaPool::new(front, config).unwrap()
+}
+
+/// Allocates and fills with `byte`.
+fn filled(backend: &WholeUnits, p: &ArenaPool, size: u64, byte: u8) -> Allocation {
+    let a = p.allocate(size, 256, "t").unwrap();
+    let data = vec![byte; size as usize];
+    backend
+        .write_mapped(a.range.block, a.range.offset, &data)
+        .unwrap();
+    a
+}
+
+fn assert_holds(backend: &WholeUnits, a: &Allocation, byte: u8) {
+    let BlockRange {
+        block,
+        offset,
+        size,
+    } = a.range;
+    let mut out = vec![0u8; size as usize];
+    backend.read_mapped(block, offset, &mut out).unwrap();
+    assert!(
+        out.iter().all(|b| *b == byte),
+        "contents of a live tensor changed"
+    );
+}
+
+/// The pool's invariants (its units among them) hold, its committed bytes are the backend's,
+/// and it counts as many units as the backend holds.
+fn check(backend: &WholeUnits, p: &ArenaPool) {
+    p.check_invariants().unwrap();
+    assert_eq!(p.stats().reserved, backend.host.block_bytes());
+    let st = p.state.lock().unwrap();
+    if let Some(h) = st
+        .arena
+        .and_then(|i| st.blocks[i].as_ref())
+        .and_then(|b| b.holes.as_ref())
+    {
+        assert_eq!(h.unit_count(), Some(backend.units()));
+    }
+}
+
+#[test]
+fn a_run_over_many_granules_is_one_new_unit_and_is_reused_in_place() {
+    let backend = WholeUnits::new();
+    let p = pool(&backend, true);
+    let pin = filled(&backend, &p, 64 * KIB, 1);
+    let big = filled(&backend, &p, 8 * MIB, 2);
+    let top = filled(&backend, &p, 64 * KIB, 3);
+    check(&backend, &p);
+    p.free(big.handle).unwrap();
+    // The hole is 128 granules of one unit; trim gives the unit back whole.
+    assert!(p.trim().unwrap() >= 8 * MIB - 2 * G);
+    check(&backend, &p);
+    let created = backend.created();
+    // The same tensor lands on the decommitted run again: one creation for all of it.
+    let again = filled(&backend, &p, 8 * MIB, 4);
+    check(&backend, &p);
+    assert_eq!(backend.created(), created + 1);
+    // Freed and allocated again, it lands on its unit, still committed: no call at all.
+    p.free(again.handle).unwrap();
+    let again = filled(&backend, &p, 8 * MIB, 5);
+    check(&backend, &p);
+    assert_eq!((backend.created(), backend.moved()), (created + 1, 0));
+    for (a, byte) in [(&pin, 1), (&top, 3), (&again, 5)] {
+        assert_holds(&backend, a, byte);
+    }
+    for a in [pin, top, again] {
+        p.free(a.handle).unwrap();
+    }
+    p.trim().unwrap();
+    assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+}
+
+#[test]
+fn a_region_on_a_run_gets_whole_spare_units_largest_first_then_one_new_unit() {
+    let backend = WholeUnits::new();
+    let p = pool(&backend, false);
+    // Tensors of 1, 2, 3 and 6 MiB, each committed (most of it) by a growth of its own, pinned
+    // apart.
+    let mut pins = Vec::new();
+    let mut held = Vec::new();
+    for (i, mib) in [1u64, 2, 3, 6].into_iter().enumerate() {
+        pins.push(filled(&backend, &p, 64 * KIB, 10 + i as u8));
+        held.push(filled(&backend, &p, mib * MIB, 20 + i as u8));
+    }
+    pins.push(filled(&backend, &p, 64 * KIB, 30));
+    check(&backend, &p);
+    // The 6 MiB one goes and trim gives its memory back: a decommitted run.
+    let last = held.pop().unwrap();
+    p.free(last.handle).unwrap();
+    assert!(p.trim().unwrap() >= 5 * MIB);
+    // The others go: their units lie in free space, spare, still committed.
+    for a in held {
+        p.free(a.handle).unwrap();
+    }
+    check(&backend, &p);
+    let (created, reserved) = (backend.created(), p.stats().reserved);
+    // A later phase with a lower live peak: the pool is over its allowance, so a tensor on the
+    // decommitted run gets spare memory moved there rather than new memory.
+    {
+        let mut st = p.state.lock().unwrap();
+        st.stats.peak_in_use = st.stats.in_use;
+    }
+    let x = filled(&backend, &p, 6 * MIB, 40);
+    check(&backend, &p);
+    assert_holds(&backend, &x, 40);
+    for (i, a) in pins.iter().enumerate() {
+        assert_holds(&backend, a, if i < 4 { 10 + i as u8 } else { 30 });
+    }
+    // The run is 93 granules: the 3 MiB tensor's unit (47) fits first, then the 2 MiB one's
+    // (32); the 1 MiB one's (16) no longer does, so one new unit backs the 14 left. Smallest
+    // first would have moved 16 + 32 and created 45 granules.
+    assert_eq!((backend.moved(), backend.created()), (2, created + 1));
+    assert!(
+        p.stats().reserved - reserved < MIB,
+        "{} committed past {reserved}",
+        p.stats().reserved
+    );
+    p.free(x.handle).unwrap();
+    for a in pins {
+        p.free(a.handle).unwrap();
+    }
+    p.trim().unwrap();
+    assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+}
+
+#[test]
+fn trim_gives_back_whole_spare_units_and_keeps_those_a_tensor_touches() {
+    let backend = WholeUnits::new();
+    let p = pool(&backend, true);
+    // The arena's first unit, 32 MiB; then a growth of a thirty-second of it (1 MiB, one
+    // unit) holds the two small ones.
+    let a = filled(&backend, &p, 32 * MIB, 1);
+    let b = filled(&backend, &p, 64 * KIB, 2);
+    let c = filled(&backend, &p, 64 * KIB, 3);
+    check(&backend, &p);
+    assert_eq!((backend.units(), p.stats().reserved), (2, 33 * MIB));
+    // `b` goes: its granules are free, but its unit holds `c`, so nothing goes back.
+    p.free(b.handle).unwrap();
+    assert_eq!(p.trim().unwrap(), 0);
+    check(&backend, &p);
+    // `a` goes: its unit is spare and goes back whole; `c`'s stays.
+    p.free(a.handle).unwrap();
+    assert_eq!(p.trim().unwrap(), 32 * MIB);
+    check(&backend, &p);
+    assert_eq!((backend.units(), p.stats().reserved), (1, MIB));
+    assert_holds(&backend, &c, 3);
+    p.free(c.handle).unwrap();
+    p.trim().unwrap();
+    assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+}
+
+/// Churn with random sizes on whole units: every call the pool makes keeps to whole units (the
+/// backend refuses one that cuts a unit, and the pool would fail), the invariants hold after
+/// every step, and live contents never change.
+#[test]
+fn churn_keeps_to_whole_units() {
+    for learned in [true, false] {
+        let backend = WholeUnits::new();
+        let p = pool(&backend, learned);
+        let mut live: Vec<(Allocation, u8)> = Vec::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for step in 0..400u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if live.len() > 12 || (x.is_multiple_of(3) && !live.is_empty()) {
+                let (a, byte) = live.swap_remove((x as usize / 3) % live.len());
+                assert_holds(&backend, &a, byte);
+                p.free(a.handle).unwrap();
+            } else {
+                let size = (4 * KIB) << (x % 10);
+                let byte = (step % 250) as u8 + 1;
+                live.push((
+                    filled(&backend, &p, size + (x >> 40) % 4096 * 4, byte),
+                    byte,
+                ));
+            }
+            if step % 50 == 0 {
+                p.trim().unwrap();
+            }
+            check(&backend, &p);
+        }
+        for (a, byte) in live {
+            assert_holds(&backend, &a, byte);
+            p.free(a.handle).unwrap();
+        }
+        p.trim().unwrap();
+        assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+    }
+}
