@@ -173,17 +173,14 @@ pub struct CudaDesc {
     /// `false` makes a device set stage through host memory, as with `NCCL_P2P_DISABLE`: for
     /// measuring the staged path against the direct one, or a platform whose peer link is bad.
     pub direct_copies: bool,
-    /// Offer holes in the blocks that grow in place (`InPlaceGrowth::holes`): each 2 MiB
-    /// granule of the pools' arena is then a physical allocation of its own, which the pool
-    /// gives back or moves (`cuMemUnmap` + `cuMemMap`) where tensors need memory, so the
-    /// arena's memory follows the live bytes (1.03× of the live peak instead of 1.17× on the
-    /// issue 14 transformer traces, at about 600 map and 600 unmap calls per Llama-8B prefill
-    /// in the counting model of `core/benches/pool_traces`). Default `false` until measured on a
-    /// GPU: a growth then makes one `cuMemCreate` + `cuMemMap` per granule instead of per growth,
-    /// about peak ÷ 2 MiB physical allocations in all (3504 on GPT-2 training against cubecl's
-    /// 36): `cuMemMap` maps an allocation only from its offset 0 and `cuMemUnmap` takes whole
-    /// mappings, so only a whole allocation can be given back or moved (the trade-off against
-    /// the granule is measured in `core/src/pool/arena/holes.rs`).
+    /// Offer holes in the blocks that grow in place (`InPlaceGrowth::holes`): the pool gives
+    /// back the memory of free holes in its arena and moves it (`cuMemUnmap` + `cuMemMap`)
+    /// where tensors need it, in whole physical allocations (`InPlaceGrowth::whole_units`: each
+    /// growth or commit is one `cuMemCreate`). Default `false`: in the counting model of
+    /// `core/benches/pool_traces` at 2 MiB, holes peak at 1.11–1.14× the live bytes on the
+    /// transformer traces (1.15–1.17× without, but 1.112 against 1.040 on GPT-2 training) with
+    /// 10–126 allocations (cubecl: 8–201), not within 1.05, and cost time on every move (the
+    /// table is in `core/src/pool/arena/holes.rs`). Not yet run on a GPU.
     pub vmm_holes: bool,
 }
 

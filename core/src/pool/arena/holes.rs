@@ -36,15 +36,19 @@
 //!   pair ÷ cubecl's 0.02 / 0.72 / 0.38 / 0.71 / 0.69 on the five traces at 2 MiB and 0.04 /
 //!   0.81 / 0.62 / 0.95 / 0.76 at 64 KiB (load ~9; `pool_traces` prints both rows).
 //! * **Physical allocations on CUDA.** `cuMemMap` maps a physical allocation from its offset 0
-//!   and `cuMemUnmap` takes whole mappings, so a granule whose memory can be given back or moved
-//!   alone must be a `cuMemCreate` of its own: the backend creates about peak ÷ granule
-//!   allocations, against cubecl's handful of large pages. The granule trades them for the
-//!   peak (peak ÷ live and creations at 2 / 8 / 32 MiB granules, cubecl's in brackets):
-//!   `rand_logu` 1.048 / 1.086 / 1.156 at 6025 / 1533 / 377 (1.275 at 201); `xfmr_eager`
-//!   1.036 / 1.085 / 1.240 at 184 / 38 / 8 (1.554 at 48); `gpt2s_train` 1.031 / 1.032 / 1.039
-//!   at 3504 / 860 / 217 (1.018 at 36); `llama8b_prefill` 1.033 / 1.043 / 1.217 at 124 / 29 /
-//!   7 (1.239 at 8). No granule is within 1.05 of the live peak and at or below cubecl's
-//!   creations on all of them; CUDA's holes stay opt-in (`CudaDesc::vmm_holes`).
+//!   and `cuMemUnmap` takes whole mappings, so per granule every granule would be its own
+//!   `cuMemCreate`. Such a backend gives memory back and moves it in whole units
+//!   ([`InPlaceGrowth::whole_units`], [`handles`](super::handles)): one allocation per call
+//!   that backs memory. At 2 MiB in the bench's CUDA model (peak ÷ live at creations; per
+//!   granule, then cubecl's, in brackets): `rand_logu` 1.141 at 126 (1.031 at 6016; 1.275 at
+//!   201), `xfmr_eager` 1.143 at 57 (1.036 at 169; 1.554 at 48), `gpt2s_train` 1.112 at 43
+//!   (1.031 at 3514; 1.018 at 36), `llama8b_prefill` 1.109 at 10 (1.033 at 116; 1.239 at 8),
+//!   `mobilenet_v2` 1.045 at 3 (1.045 at 3; 3.483 at 5); time per pair ÷ cubecl's 0.03 / 1.61
+//!   / 0.63 / 1.70 / 0.96 (load ~6). Units cut creations 12–80×, but a unit a live tensor
+//!   touches keeps all its memory, and a run no spare unit fits gets new memory while larger
+//!   spare units stay idle: only MobileNet is within 1.05 of the live peak with fewer
+//!   creations than cubecl, and GPT-2 peaks above the arena without holes (1.040). CUDA's
+//!   holes stay opt-in (`CudaDesc::vmm_holes`).
 
 use std::collections::VecDeque;
 
