@@ -3,13 +3,17 @@
 //! `vkQueueBindSparse`, ordered after every earlier call and before every later one, and keeps
 //! the block as it was when the bind fails.
 
+use ash::vk;
+use gpu_allocator::vulkan::Allocator;
 use tensormem::{BlockDesc, BlockId, Error, MemoryKind, Result};
 
 use super::{State, VulkanBackend};
 use crate::blocks::{Block, Memory};
 use crate::conv::memory_location;
+use crate::device::Gpu;
 use crate::error::BACKEND;
 use crate::sparse::{Binder, Granules, create_buffer, free_all};
+use crate::timeline::Timeline;
 
 /// Label of granule allocations, for gpu-allocator's reports.
 const LABEL: &str = "tensormem sparse granule";
@@ -18,6 +22,33 @@ fn unsupported(what: &str) -> Error {
     Error::Unsupported {
         backend: BACKEND,
         what: what.into(),
+    }
+}
+
+/// What one bind of a sparse block needs, borrowed from the state at once.
+struct SparseBlock<'a> {
+    gpu: &'a Gpu,
+    allocator: &'a mut Allocator,
+    compute: &'a mut Timeline,
+    transfer: Option<&'a mut Timeline>,
+    binder: &'a mut Binder,
+    buffer: vk::Buffer,
+    granules: &'a mut Granules,
+}
+
+impl SparseBlock<'_> {
+    /// Submits `binds` of the block (see [`Binder::bind`]) and records the bind's value as the
+    /// block's last.
+    fn bind(&mut self, binds: &[vk::SparseMemoryBind]) -> Result<()> {
+        let value = self.binder.bind(
+            self.gpu,
+            self.compute,
+            self.transfer.as_deref_mut(),
+            self.buffer,
+            binds,
+        )?;
+        self.granules.last_bind = value;
+        Ok(())
     }
 }
 
@@ -33,12 +64,9 @@ impl State {
         Ok(binder)
     }
 
-    /// Binds new memory to the unbound granules `indices` of sparse `block`.
-    ///
-    /// # Errors
-    /// [`Error::OutOfMemory`], [`Error::DeviceLost`]; the granules stay unbound then.
-    fn commit_granules(&mut self, block: BlockId, indices: &[u64]) -> Result<()> {
-        self.binder()?;
+    /// The sparse `block` with what binding it needs; `what` names the call refused when the
+    /// block was not reserved.
+    fn sparse_block(&mut self, block: BlockId, what: &str) -> Result<SparseBlock<'_>> {
         let State {
             gpu,
             allocator,
@@ -53,23 +81,40 @@ impl State {
             .ok_or_else(|| unsupported("sparse binding"))?;
         let b = blocks.get_mut(block)?;
         let buffer = b.buffer;
-        let Memory::Sparse(g) = &mut b.memory else {
-            return Err(unsupported("committing a block that was not reserved"));
+        let Memory::Sparse(granules) = &mut b.memory else {
+            return Err(unsupported(what));
         };
-        let fresh = g.allocate(allocator, indices, LABEL)?;
+        Ok(SparseBlock {
+            gpu,
+            allocator,
+            compute,
+            transfer: transfer.as_mut(),
+            binder,
+            buffer,
+            granules,
+        })
+    }
+
+    /// Binds new memory to the unbound granules `indices` of sparse `block`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`], [`Error::DeviceLost`]; the granules stay unbound then.
+    fn commit_granules(&mut self, block: BlockId, indices: &[u64]) -> Result<()> {
+        self.binder()?;
+        let mut sb = self.sparse_block(block, "committing a block that was not reserved")?;
+        let fresh = sb.granules.allocate(sb.allocator, indices, LABEL)?;
         let binds: Vec<_> = indices
             .iter()
             .zip(&fresh)
-            .map(|(&i, a)| g.bind_of(i, Some(a)))
+            .map(|(&i, a)| sb.granules.bind_of(i, Some(a)))
             .collect();
-        match binder.bind(gpu, compute, transfer.as_mut(), buffer, &binds) {
-            Ok(value) => {
-                g.last_bind = value;
-                g.insert(indices, fresh);
+        match sb.bind(&binds) {
+            Ok(()) => {
+                sb.granules.insert(indices, fresh);
                 Ok(())
             }
             Err(e) => {
-                free_all(allocator, fresh);
+                free_all(sb.allocator, fresh);
                 Err(e)
             }
         }
@@ -87,40 +132,29 @@ impl State {
         tail: bool,
     ) -> Result<()> {
         self.binder()?;
-        let State {
-            gpu,
-            blocks,
-            compute,
-            transfer,
-            binder,
-            ..
-        } = self;
-        let binder = binder
-            .as_mut()
-            .ok_or_else(|| unsupported("sparse binding"))?;
-        let b = blocks.get_mut(block)?;
-        let buffer = b.buffer;
-        let Memory::Sparse(g) = &mut b.memory else {
-            return Err(unsupported("decommitting a block that was not reserved"));
-        };
+        let mut sb = self.sparse_block(block, "decommitting a block that was not reserved")?;
         let taken = if tail {
-            g.take_from(indices.start)
+            sb.granules.take_from(indices.start)
         } else {
-            g.take(indices)
+            sb.granules.take(indices)
         };
         if taken.is_empty() {
             return Ok(());
         }
-        let binds: Vec<_> = taken.iter().map(|(i, _)| g.bind_of(*i, None)).collect();
-        match binder.bind(gpu, compute, transfer.as_mut(), buffer, &binds) {
-            Ok(value) => {
-                g.last_bind = value;
-                binder.retire(value, taken.into_iter().map(|(_, a)| a).collect());
+        let binds: Vec<_> = taken
+            .iter()
+            .map(|(i, _)| sb.granules.bind_of(*i, None))
+            .collect();
+        match sb.bind(&binds) {
+            Ok(()) => {
+                let value = sb.granules.last_bind;
+                sb.binder
+                    .retire(value, taken.into_iter().map(|(_, a)| a).collect());
                 Ok(())
             }
             Err(e) => {
                 let (indices, allocations): (Vec<u64>, Vec<_>) = taken.into_iter().unzip();
-                g.insert(&indices, allocations);
+                sb.granules.insert(&indices, allocations);
                 Err(e)
             }
         }
@@ -275,22 +309,8 @@ impl VulkanBackend {
         let s = &mut *guard;
         let sources = Self::hole_indices(s, block, from, size)?;
         let targets = Self::hole_indices(s, block, to, size)?;
-        let State {
-            gpu,
-            blocks,
-            compute,
-            transfer,
-            binder,
-            ..
-        } = s;
-        let binder = binder
-            .as_mut()
-            .ok_or_else(|| unsupported("sparse binding"))?;
-        let b = blocks.get_mut(block)?;
-        let buffer = b.buffer;
-        let Memory::Sparse(g) = &mut b.memory else {
-            return Err(unsupported("holes in a block that was not reserved"));
-        };
+        let mut sb = s.sparse_block(block, "holes in a block that was not reserved")?;
+        let g = &mut *sb.granules;
         if sources.start < targets.end && targets.start < sources.end {
             return Err(Error::invalid("remap_range: the ranges overlap"));
         }
@@ -315,19 +335,15 @@ impl VulkanBackend {
                     .map(|((_, a), t)| g.bind_of(t, Some(a))),
             )
             .collect();
-        let result = binder.bind(gpu, compute, transfer.as_mut(), buffer, &binds);
+        let result = sb.bind(&binds);
         let (indices, allocations): (Vec<u64>, Vec<_>) = moved.into_iter().unzip();
-        match result {
-            Ok(value) => {
-                g.last_bind = value;
-                g.insert(&targets.collect::<Vec<_>>(), allocations);
-                Ok(())
-            }
-            Err(e) => {
-                g.insert(&indices, allocations);
-                Err(e)
-            }
-        }
+        let at = if result.is_ok() {
+            targets.collect()
+        } else {
+            indices
+        };
+        sb.granules.insert(&at, allocations);
+        result
     }
 
     /// Before a sparse block is destroyed: waits until its last bind has executed (Vulkan
