@@ -55,7 +55,7 @@ use std::collections::VecDeque;
 use super::handles::Handles;
 use super::sites::Sites;
 use super::units::Units;
-use super::{ArenaPool, State};
+use super::{ArenaPool, Block, State};
 use crate::backend::BlockId;
 use crate::suballoc::Region;
 use crate::{Error, Result};
@@ -229,6 +229,9 @@ impl Holes {
             return 0;
         }
         let (a, b) = self.touched(region.offset, region.size);
+        if self.committed.all(a, b) {
+            return 0;
+        }
         (b - a) - self.committed.count(a, b)
     }
 
@@ -450,32 +453,10 @@ impl ArenaPool {
         else {
             return Ok(None);
         };
-        if let Some(h) = b.holes.as_ref() {
-            // On decommitted granules: look at the next few places TLSF offers, and keep the
-            // one that needs the least memory moved.
+        if let Some(h) = b.holes.as_mut() {
             let mut lacking = h.lacking(&region);
-            let mut others: [Option<Region>; PROBES] = Default::default();
-            for slot in &mut others {
-                if lacking == 0 {
-                    break;
-                }
-                let Some(next) = b.tlsf.allocate(size, align)? else {
-                    break;
-                };
-                let l = h.lacking(&next);
-                *slot = Some(if l < lacking {
-                    lacking = l;
-                    std::mem::replace(&mut region, next)
-                } else {
-                    next
-                });
-            }
-            for r in others.into_iter().flatten() {
-                let freed = (r.offset, r.size);
-                let merged = b.tlsf.free_merged(r)?;
-                if let Some(h) = b.holes.as_mut() {
-                    h.freed_region(freed, merged);
-                }
+            if lacking > 0 {
+                (region, lacking) = Self::probe(b, region, lacking, size, align)?;
             }
             if lacking == 0 {
                 // Backed already (the usual case once placement is learned): no run to walk.
@@ -490,6 +471,42 @@ impl ArenaPool {
         }
         Self::unplace(st, i, region)?;
         Ok(None)
+    }
+
+    /// `region`, placed in the arena `b` with holes, lies on `lacking` decommitted granules:
+    /// looks at the next few places TLSF offers and keeps the one that needs the least memory
+    /// moved (the others go back). Returns it with its decommitted granules.
+    fn probe(
+        b: &mut Block,
+        mut region: Region,
+        mut lacking: u64,
+        size: u64,
+        align: u64,
+    ) -> Result<(Region, u64)> {
+        let mut others: [Option<Region>; PROBES] = Default::default();
+        for slot in &mut others {
+            if lacking == 0 {
+                break;
+            }
+            let Some(next) = b.tlsf.allocate(size, align)? else {
+                break;
+            };
+            let l = b.holes.as_ref().map_or(0, |h| h.lacking(&next));
+            *slot = Some(if l < lacking {
+                lacking = l;
+                std::mem::replace(&mut region, next)
+            } else {
+                next
+            });
+        }
+        for r in others.into_iter().flatten() {
+            let freed = (r.offset, r.size);
+            let merged = b.tlsf.free_merged(r)?;
+            if let Some(h) = b.holes.as_mut() {
+                h.freed_region(freed, merged);
+            }
+        }
+        Ok((region, lacking))
     }
 
     /// Returns a region that was never handed out to the arena's free space.

@@ -20,6 +20,44 @@ fn mask(w: u64, a: u64, b: u64) -> u64 {
     top & !((1u64 << lo) - 1)
 }
 
+/// The words a non-empty range `[a, b)` of granules touches, and the masks of its two end words
+/// (every word between is whole).
+struct Span {
+    first: u64,
+    last: u64,
+    head: u64,
+    tail: u64,
+}
+
+impl Span {
+    /// `None` for an empty range.
+    fn new(a: u64, b: u64) -> Option<Self> {
+        let (first, last) = (a / 64, b.checked_sub(1)? / 64);
+        (a < b).then(|| Span {
+            first,
+            last,
+            head: mask(first, a, b),
+            tail: mask(last, a, b),
+        })
+    }
+
+    /// The indices of its words.
+    fn words(&self) -> std::ops::RangeInclusive<usize> {
+        self.first as usize..=self.last as usize
+    }
+
+    /// The bits of its `i`th word that lie in the range.
+    fn mask(&self, i: usize) -> u64 {
+        if i == 0 {
+            self.head
+        } else if i as u64 == self.last - self.first {
+            self.tail
+        } else {
+            !0
+        }
+    }
+}
+
 impl Units {
     /// Granules tracked.
     pub(super) fn len(&self) -> u64 {
@@ -52,56 +90,71 @@ impl Units {
         }
     }
 
-    /// Visits the words of `[a, b)` with their masks; `f` returns the new word. Returns how
-    /// many granules changed.
-    fn update(&mut self, a: u64, b: u64, mut f: impl FnMut(u64, u64) -> u64) -> u64 {
+    /// Visits the words of `[a, b)`: `f(old, mask, i)` returns the new word of the `i`th word of
+    /// the range, whose bits in `[a, b)` are `mask`. Returns how many granules changed. A word
+    /// that did not change costs no population count (baseline x86-64 has no `popcnt`
+    /// instruction): a 400 MiB tensor over 64 KiB granules is 100 words, visited on every
+    /// allocation and free.
+    fn update(&mut self, a: u64, b: u64, mut f: impl FnMut(u64, u64, usize) -> u64) -> u64 {
         debug_assert!(a <= b && b <= self.len, "range {a}..{b} of {}", self.len);
-        if a >= b {
+        let Some(span) = Span::new(a, b) else {
             return 0;
-        }
+        };
         let mut changed = 0;
-        for w in a / 64..=(b - 1) / 64 {
-            let m = mask(w, a, b);
-            let old = self.words[w as usize];
-            let new = f(old, m);
-            let (up, down) = ((new & !old).count_ones(), (old & !new).count_ones());
-            self.ones = self.ones + u64::from(up) - u64::from(down);
-            changed += u64::from(up + down);
-            self.words[w as usize] = new;
+        for (i, word) in self.words[span.words()].iter_mut().enumerate() {
+            let old = *word;
+            let new = f(old, span.mask(i), i);
+            if new != old {
+                changed += u64::from((new ^ old).count_ones());
+                *word = new;
+            }
         }
         changed
     }
 
     /// Sets `[a, b)`.
     pub(super) fn set(&mut self, a: u64, b: u64) {
-        self.update(a, b, |w, m| w | m);
+        self.ones += self.update(a, b, |w, m, _| w | m);
     }
 
     /// Clears `[a, b)`; returns how many granules were set.
     pub(super) fn clear(&mut self, a: u64, b: u64) -> u64 {
-        self.update(a, b, |w, m| w & !m)
+        let cleared = self.update(a, b, |w, m, _| w & !m);
+        self.ones -= cleared;
+        cleared
     }
 
     /// Sets the granules of `[a, b)` that are set in `other` (which tracks at least `b`);
     /// returns how many were not set before.
     pub(super) fn set_where(&mut self, other: &Units, a: u64, b: u64) -> u64 {
-        let words = &other.words;
-        let mut w = a / 64;
-        self.update(a, b, |old, m| {
-            let new = old | (m & words[w as usize]);
-            w += 1;
-            new
-        })
+        let words = &other.words[(a / 64) as usize..];
+        let set = self.update(a, b, |old, m, i| old | (m & words[i]));
+        self.ones += set;
+        set
     }
 
     /// Granules set in `[a, b)`.
     pub(super) fn count(&self, a: u64, b: u64) -> u64 {
-        if a >= b {
+        let Some(span) = Span::new(a, b) else {
             return 0;
-        }
-        (a / 64..=(b - 1) / 64)
-            .map(|w| u64::from((self.words[w as usize] & mask(w, a, b)).count_ones()))
+        };
+        self.words[span.words()]
+            .iter()
+            .enumerate()
+            .map(|(i, w)| u64::from((w & span.mask(i)).count_ones()))
             .sum()
+    }
+
+    /// Whether every granule of `[a, b)` is set (true for an empty range): a scan that stops
+    /// at the first clear one and counts nothing.
+    pub(super) fn all(&self, a: u64, b: u64) -> bool {
+        let Some(span) = Span::new(a, b) else {
+            return true;
+        };
+        self.words[span.words()]
+            .iter()
+            .enumerate()
+            .all(|(i, w)| w & span.mask(i) == span.mask(i))
     }
 
     /// Whether granule `i` is set.

@@ -18,7 +18,9 @@ fn apply(u: &mut Units, m: &mut Vec<bool>, other: &Units, om: &[bool], op: (u8, 
             m[a as usize..b as usize].fill(true);
         }
         1 => {
-            u.clear(a, b);
+            let cleared = u.clear(a, b);
+            let want = m[a as usize..b as usize].iter().filter(|b| **b).count() as u64;
+            assert_eq!(cleared, want, "clear counts the granules it cleared");
             m[a as usize..b as usize].fill(false);
         }
         2 => {
@@ -62,6 +64,7 @@ proptest! {
             let (a, b) = ((op.1 % (len + 1)).min(op.2 % (len + 1)), (op.1 % (len + 1)).max(op.2 % (len + 1)));
             let want = m[a as usize..b as usize].iter().filter(|b| **b).count() as u64;
             prop_assert_eq!(u.count(a, b), want);
+            prop_assert_eq!(u.all(a, b), want == b - a);
             for value in [true, false] {
                 let next = (a..b).find(|i| m[*i as usize] == value);
                 prop_assert_eq!(u.next(a, b, value), next);
