@@ -8,7 +8,7 @@
 //!
 //! Copies and fills on the **transfer lane** ([`Backend::transfer_copy`]) run on a second worker
 //! thread with its own tickets, beside the compute worker, so copy/compute overlap is real here;
-//! cross-lane waits are commands the workers execute ([`queue`]).
+//! cross-lane waits are commands the workers execute (`queue`).
 //!
 //! On `wasm32` there are no threads: each command runs inline when it is enqueued and its ticket
 //! is complete at once (the planner, the pools and the ops are the same code).
@@ -61,7 +61,10 @@ pub struct HostConfig {
     /// [`Error::TooLarge`] (hopeless), not a retryable [`Error::OutOfMemory`].
     pub max_block_size: u64,
     /// Total bytes of blocks the "device" holds before `alloc_block` fails with
-    /// [`Error::OutOfMemory`], as a driver would; also the reported budget. Default `None`: no
+    /// [`Error::OutOfMemory`], as a driver would; also the reported budget. With
+    /// [`force_staging`](Self::force_staging) the `Upload` and `Readback` blocks are host memory,
+    /// as on a discrete GPU, and do not count: a full device still stages transfers (and guard
+    /// margin checks), as pinned host memory would on CUDA or Vulkan. Default `None`: no
     /// limit of its own, and the machine's physical memory (where the platform reports it) is the
     /// reported budget, so a runtime refuses a tensor larger than the machine as hopeless.
     pub device_memory: Option<u64>,
@@ -123,7 +126,21 @@ pub struct HostBackend {
     transfer: Lane,
     lost: AtomicBool,
     /// Bytes of reserved blocks given back in holes ([`holes`]): not counted as committed.
-    decommitted: AtomicU64,
+    decommitted: HoleBytes,
+}
+
+/// Bytes given back in holes, apart for device memory and staging memory
+/// ([`HostBackend::on_device`]), so the device memory limit counts only the device's holes.
+#[derive(Default)]
+struct HoleBytes {
+    device: AtomicU64,
+    staging: AtomicU64,
+}
+
+impl HoleBytes {
+    fn total(&self) -> u64 {
+        self.device.load(Ordering::Relaxed) + self.staging.load(Ordering::Relaxed)
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -162,7 +179,7 @@ impl HostBackend {
             compute: Lane::new("tensormem-host-worker", config.worker_delay)?,
             transfer: Lane::new("tensormem-host-transfer", config.worker_delay)?,
             lost: AtomicBool::new(false),
-            decommitted: AtomicU64::new(0),
+            decommitted: HoleBytes::default(),
         })
     }
 
@@ -183,7 +200,7 @@ impl HostBackend {
 
     /// Total bytes committed in live blocks (holes given back in reserved blocks excluded).
     pub fn block_bytes(&self) -> u64 {
-        lock(&self.blocks).bytes() - self.decommitted.load(Ordering::Relaxed)
+        lock(&self.blocks).bytes() - self.decommitted.total()
     }
 
     /// Number of live blocks.
@@ -266,7 +283,9 @@ impl Backend for HostBackend {
             desc.size
         );
         let mut blocks = lock(&self.blocks);
-        self.check_device_memory(blocks.bytes(), desc.size, desc.label)?;
+        if self.on_device(desc.kind) {
+            self.check_device_memory(self.device_bytes(&blocks), desc.size, desc.label)?;
+        }
         let size = usize::try_from(desc.size).map_err(|_| Error::TooLarge {
             what: "block",
             requested: desc.size,
@@ -287,7 +306,7 @@ impl Backend for HostBackend {
         let entry = lock(&self.blocks).remove(block)?;
         #[cfg(unix)]
         if let memory::HostMemory::Reserved(r) = &*lock(&entry.native) {
-            self.decommitted
+            self.decommitted_of(entry.kind)
                 .fetch_sub(r.holes.bytes(), Ordering::Relaxed);
         }
         drop(entry);
@@ -515,11 +534,38 @@ impl HostBackend {
         self.placement.bound_node()
     }
 
-    /// Refuses `more` bytes beyond `held` when [`HostConfig::device_memory`] caps the device.
-    /// Refuses `more` bytes when the committed bytes (`held`, the block table's bytes, less
-    /// the holes) would pass [`HostConfig::device_memory`].
+    /// Whether blocks of `kind` are device memory, which [`HostConfig::device_memory`] caps: all
+    /// of them on a device whose memory is the host's, all but the staging kinds under
+    /// [`HostConfig::force_staging`] (a discrete GPU stages through host memory).
+    fn on_device(&self, kind: MemoryKind) -> bool {
+        !self.config.force_staging || !matches!(kind, MemoryKind::Upload | MemoryKind::Readback)
+    }
+
+    /// The hole counter of blocks of `kind`.
+    fn decommitted_of(&self, kind: MemoryKind) -> &AtomicU64 {
+        if self.on_device(kind) {
+            &self.decommitted.device
+        } else {
+            &self.decommitted.staging
+        }
+    }
+
+    /// Bytes of `blocks` on the device ([`Self::on_device`]), holes included (see
+    /// [`Self::check_device_memory`]).
+    fn device_bytes(&self, blocks: &BlockTable<BlockMem>) -> u64 {
+        if self.config.force_staging {
+            blocks.bytes()
+                - blocks.bytes_of(MemoryKind::Upload)
+                - blocks.bytes_of(MemoryKind::Readback)
+        } else {
+            blocks.bytes()
+        }
+    }
+
+    /// Refuses `more` bytes when the committed bytes (`held`, the device's bytes in the block
+    /// table, less the holes) would pass [`HostConfig::device_memory`].
     fn check_device_memory(&self, held: u64, more: u64, label: &str) -> Result<()> {
-        let held = held.saturating_sub(self.decommitted.load(Ordering::Relaxed));
+        let held = held.saturating_sub(self.decommitted.device.load(Ordering::Relaxed));
         match self.config.device_memory {
             Some(limit) if held.saturating_add(more) > limit => {
                 Err(Error::OutOfMemory(Box::new(crate::OomReport {

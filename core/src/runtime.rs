@@ -61,7 +61,7 @@ pub struct RuntimeConfig {
     /// Time the static planner may spend per compiled graph (default 200 ms).
     pub plan_time_limit: std::time::Duration,
     /// The longest any one blocking device wait of this runtime (its pools, transfers and model
-    /// runs) may take before it fails with [`Error::Timeout`](crate::Error::Timeout). `None`
+    /// runs) may take before it fails with [`Error::Timeout`]. `None`
     /// (the default) keeps the backend's own limit (60 s on Vulkan and wgpu, none on the host
     /// and CUDA); `Some(Duration::MAX)` waits forever. Native only: nothing blocks on `wasm32`.
     #[cfg(not(target_arch = "wasm32"))]

@@ -5,7 +5,7 @@
 //! `Option<Tracer>`; with none set (the default) recording costs one branch per operation.
 //!
 //! What records what:
-//! - [`ArenaPool`](crate::ArenaPool) (see [`ArenaPool::set_tracer`](crate::ArenaPool::set_tracer)):
+//! - [`ArenaPool`](crate::ArenaPool) (wrapped in [`Traced`](crate::pool::Traced)):
 //!   [`EventKind::Alloc`], [`EventKind::FreeRequested`], [`EventKind::FreeReclaimed`] (the bytes
 //!   return to the sub-allocator, possibly later, after in-flight work), [`EventKind::BlockReserve`],
 //!   [`EventKind::BlockRelease`];

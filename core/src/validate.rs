@@ -8,7 +8,7 @@
 //!                    └─ a shadow BlockTable<()> of every live block, and the in-flight uses
 //! ```
 //!
-//! Each check is one rule in [`rules`] with one typed error, so the same misuse gets the same
+//! Each check is one rule in `rules` with one typed error, so the same misuse gets the same
 //! error on every backend; backends assume validated input (they keep only the lookups they need
 //! to reach native objects, which also keeps a direct caller memory-safe). The front also:
 //!
@@ -340,7 +340,7 @@ impl Backend for Validated {
     }
 
     /// An op with an operand beyond `max_binding_size` runs as several dispatches over row
-    /// ranges when it can be split ([`split`]); all parts are validated before any is issued, and
+    /// ranges when it can be split (`split`); all parts are validated before any is issued, and
     /// the last part's ticket covers them all (tickets complete in order).
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
         self.check_alive()?;

@@ -256,7 +256,7 @@ pub struct Pick<T> {
     pub passed_over: Vec<PassedOver>,
 }
 
-/// `auto`'s search over [`AUTO_ORDER`]: `start` creates a backend, `describe` reads its device
+/// `auto`'s search over `AUTO_ORDER`: `start` creates a backend, `describe` reads its device
 /// type and name. Generic so the policy is tested without devices.
 pub fn pick_fastest<T>(
     mut start: impl FnMut(BackendChoice) -> Result<T>,

@@ -9,7 +9,7 @@
 //!
 //! Pool and runtime code that waits (the staging belt's readback, a stalled belt, a model run) is
 //! written once as an `async fn` taking a [`Waiting`] mode. [`Waiting::Blocking`] waits inside the
-//! backend call, so such a future completes on its first poll and [`complete_now`] runs it without
+//! backend call, so such a future completes on its first poll and `complete_now` runs it without
 //! an executor; [`Waiting::Async`] awaits the backend's futures. Neither path spins on native
 //! blocking forms, and both run the same bookkeeping.
 

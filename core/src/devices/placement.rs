@@ -7,7 +7,7 @@
 //! planned separately against its own budget, and weights live in that device's store (a weight
 //! two devices read is held on both). A tensor produced in one stage and read in a later one is an
 //! output of the first and an input of the second; [`PlacedModel::run`] copies it across
-//! ([`transfer`](super::transfer)) before the second stage runs. Inputs are uploaded to every
+//! ([`transfer`]) before the second stage runs. Inputs are uploaded to every
 //! stage that reads them.
 //!
 //! The stages run the same kernels on the same bytes in the same order as one device would, so a

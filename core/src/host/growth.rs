@@ -90,7 +90,9 @@ pub(super) fn reserve(host: &HostBackend, desc: &BlockDesc<'_>, reserve: u64) ->
         });
     }
     let mut blocks = lock(&host.blocks);
-    host.check_device_memory(blocks.bytes(), desc.size, desc.label)?;
+    if host.on_device(desc.kind) {
+        host.check_device_memory(host.device_bytes(&blocks), desc.size, desc.label)?;
+    }
     let mem = super::memory::Reservation::new(reserve_len, committed, host.bound_node())
         .map_err(|e| super::map_alloc_err(e, desc.label, desc.size, blocks.bytes()))?;
     let mem = super::memory::HostMemory::Reserved(mem);
@@ -101,9 +103,10 @@ pub(super) fn reserve(host: &HostBackend, desc: &BlockDesc<'_>, reserve: u64) ->
 pub(super) fn resize(host: &HostBackend, block: BlockId, size: u64) -> Result<u64> {
     let growth = offered(&host.config).ok_or_else(unsupported)?;
     let mut blocks = lock(&host.blocks);
-    let held = blocks.bytes();
+    let held = host.device_bytes(&blocks);
     let entry = blocks.get(block)?;
     let old = entry.size;
+    let kind = entry.kind;
     let mem = entry.native.clone();
     let mut mem = lock(&mem);
     let super::memory::HostMemory::Reserved(r) = &mut *mem else {
@@ -113,14 +116,14 @@ pub(super) fn resize(host: &HostBackend, block: BlockId, size: u64) -> Result<u6
         });
     };
     let len = check_size(growth, size, r.reserved() as u64, "reservation")?;
-    if size > old {
+    if size > old && host.on_device(kind) {
         host.check_device_memory(held, size - old, "in-place growth")?;
     }
     r.resize(len)
         .map_err(|e| super::map_alloc_err(e, "in-place growth", size - old.min(size), held))?;
     // Holes past a new end leave with it.
     let gone = r.holes.remove(size, old.max(size));
-    host.decommitted
+    host.decommitted_of(kind)
         .fetch_sub(gone, std::sync::atomic::Ordering::Relaxed);
     drop(mem);
     blocks.resize(block, size)?;

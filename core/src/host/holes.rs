@@ -18,6 +18,8 @@ use super::HostBackend;
 #[cfg(unix)]
 use super::lock;
 use crate::backend::BlockId;
+#[cfg(unix)]
+use crate::backend::MemoryKind;
 use crate::{Error, Result};
 
 #[cfg(doc)]
@@ -102,7 +104,7 @@ fn with_reservation<T>(
     host: &HostBackend,
     block: BlockId,
     ranges: &[(u64, u64)],
-    f: impl FnOnce(&mut super::memory::Reservation) -> Result<T>,
+    f: impl FnOnce(&mut super::memory::Reservation, MemoryKind) -> Result<T>,
 ) -> Result<T> {
     let blocks = lock(&host.blocks);
     let entry = blocks.get(block)?;
@@ -124,17 +126,18 @@ fn with_reservation<T>(
             what: format!("holes in block {}, which was not reserved", block.0),
         });
     };
-    f(r)
+    f(r, entry.kind)
 }
 
 /// Gives the pages of `[offset, offset + size)` back.
 #[cfg(unix)]
 pub(super) fn decommit(host: &HostBackend, block: BlockId, offset: u64, size: u64) -> Result<()> {
-    with_reservation(host, block, &[(offset, size)], |r| {
+    with_reservation(host, block, &[(offset, size)], |r, kind| {
         r.discard(offset as usize, size as usize)
             .map_err(madvise_err)?;
         let added = r.holes.add(offset, offset + size);
-        host.decommitted.fetch_add(added, Ordering::Relaxed);
+        host.decommitted_of(kind)
+            .fetch_add(added, Ordering::Relaxed);
         Ok(())
     })
 }
@@ -142,11 +145,13 @@ pub(super) fn decommit(host: &HostBackend, block: BlockId, offset: u64, size: u6
 /// Counts `[offset, offset + size)` as committed again, within the device memory limit.
 #[cfg(unix)]
 pub(super) fn commit(host: &HostBackend, block: BlockId, offset: u64, size: u64) -> Result<()> {
-    let held = lock(&host.blocks).bytes();
-    with_reservation(host, block, &[(offset, size)], |r| {
-        host.check_device_memory(held, size, "committing a hole")?;
+    let held = host.device_bytes(&lock(&host.blocks));
+    with_reservation(host, block, &[(offset, size)], |r, kind| {
+        if host.on_device(kind) {
+            host.check_device_memory(held, size, "committing a hole")?;
+        }
         let back = r.holes.remove(offset, offset + size);
-        host.decommitted.fetch_sub(back, Ordering::Relaxed);
+        host.decommitted_of(kind).fetch_sub(back, Ordering::Relaxed);
         Ok(())
     })
 }
@@ -161,13 +166,14 @@ pub(super) fn remap(
     to: u64,
     size: u64,
 ) -> Result<()> {
-    with_reservation(host, block, &[(from, size), (to, size)], |r| {
+    with_reservation(host, block, &[(from, size), (to, size)], |r, kind| {
         r.discard(from as usize, size as usize)
             .map_err(madvise_err)?;
         let added = r.holes.add(from, from + size);
         let back = r.holes.remove(to, to + size);
-        host.decommitted.fetch_add(added, Ordering::Relaxed);
-        host.decommitted.fetch_sub(back, Ordering::Relaxed);
+        let decommitted = host.decommitted_of(kind);
+        decommitted.fetch_add(added, Ordering::Relaxed);
+        decommitted.fetch_sub(back, Ordering::Relaxed);
         Ok(())
     })
 }

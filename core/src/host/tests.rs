@@ -138,6 +138,32 @@ fn device_memory_limit_and_loss() {
     b.free_block(blk).unwrap();
 }
 
+/// The device memory limit models the device: on unified memory every block counts, under
+/// `force_staging` (a discrete GPU) staging blocks are host memory and a full device still stages.
+#[test]
+fn staging_blocks_count_against_device_memory_only_on_unified_memory() {
+    for force_staging in [true, false] {
+        let b = backend(HostConfig {
+            force_staging,
+            device_memory: Some(128),
+            ..HostConfig::default()
+        });
+        let dev = b.alloc_block(&desc(MemoryKind::DeviceLocal, 128)).unwrap();
+        for kind in [MemoryKind::Upload, MemoryKind::Readback] {
+            match b.alloc_block(&desc(kind, 64)) {
+                Ok(blk) if force_staging => b.free_block(blk).unwrap(),
+                Err(Error::OutOfMemory(_)) if !force_staging => {}
+                other => panic!("{kind:?} with force_staging {force_staging}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            b.alloc_block(&desc(MemoryKind::DeviceLocal, 4)),
+            Err(Error::OutOfMemory(_))
+        ));
+        b.free_block(dev).unwrap();
+    }
+}
+
 /// Regression, issue 12 defect 2's trigger: op parameters whose size arithmetic overflowed or
 /// truncated reached the worker and killed it. They are refused at dispatch now, even on a
 /// direct call, and the device stays usable.

@@ -20,9 +20,9 @@ pub enum DType {
     U8,
     /// 16-bit unsigned integer (storage only).
     U16,
-    /// IEEE half float: an f16 weight ([`WeightFormat::F16`]); ops read it, none writes it.
+    /// IEEE half float: an f16 weight ([`WeightFormat::F16`](crate::WeightFormat::F16)); ops read it, none writes it.
     F16,
-    /// 8-bit signed integer: an int8 weight ([`WeightFormat::Int8`]); ops read it, none writes it.
+    /// 8-bit signed integer: an int8 weight ([`WeightFormat::Int8`](crate::WeightFormat::Int8)); ops read it, none writes it.
     I8,
 }
 

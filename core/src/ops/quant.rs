@@ -1,5 +1,5 @@
-//! Weight formats: how the weight operand of [`Op::MatMul`](crate::ops::Op::MatMul) (`b`),
-//! [`Op::Conv2d`](crate::ops::Op::Conv2d) (`weight`) and [`Op::Embedding`](crate::ops::Op::Embedding)
+//! Weight formats: how the weight operand of [`Op::MatMul`] (`b`),
+//! [`Op::Conv2d`] (`weight`) and [`Op::Embedding`]
 //! (`table`) is stored, and the host conversions to and from it.
 //!
 //! Weights are most of an inference model's memory; storing them in fewer bits and dequantising

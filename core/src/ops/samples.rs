@@ -1,7 +1,7 @@
 //! Sample op instances and inputs for checking a backend against the host reference.
 //!
 //! The conformance suite and each backend's own tests check every op the same way: run it on the
-//! device, run [`host::run`](super::host::run) on the same inputs, compare. This module holds that
+//! device, run [`host::run`] on the same inputs, compare. This module holds that
 //! shared part once: representative instances of every op (odd sizes that do not fill a workgroup,
 //! every transpose combination, a dispatch large enough to spill into a second grid dimension),
 //! deterministic inputs suited to each op, the reference output, and the comparison rule (1e-5

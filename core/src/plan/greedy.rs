@@ -108,7 +108,7 @@ pub(crate) fn size_order(buffers: &[Buffer]) -> Vec<u32> {
 /// placed, the gap below the lowest one included; on top of the highest one when no gap fits.
 ///
 /// Cost: O(n log² n) plus O(log² n) per free gap scanned below each buffer's placed conflicts
-/// (an [`Occupancy`] tree over compressed time), independent of the number of conflicting pairs;
+/// (an `Occupancy` tree over compressed time), independent of the number of conflicting pairs;
 /// memory O(n log n) ranges at worst, far fewer as touching ranges merge.
 ///
 /// # Errors

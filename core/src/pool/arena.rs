@@ -72,7 +72,7 @@ pub struct ArenaConfig {
     pub kind: MemoryKind,
     /// Largest block the small class (requests up to 1 MiB) grows by, in bytes (default 32 MiB,
     /// clamped to the device's largest block); also the coarsest rounding of block sizes. Blocks
-    /// are otherwise sized by the workload ([`policy`]): bigger means fewer driver calls for
+    /// are otherwise sized by the workload (`policy`): bigger means fewer driver calls for
     /// many small tensors, and more memory held idle.
     pub block_size: u64,
     /// Hard limit on reserved bytes (default: the backend's reported budget for device memory, else
@@ -84,11 +84,11 @@ pub struct ArenaConfig {
     pub in_place: bool,
     /// On the arena that grows in place, give the memory of free holes back and move it where
     /// tensors need it, where the backend offers holes ([`InPlaceGrowth::holes`]; see
-    /// [`holes`]); default `true`. `false` keeps every byte of the arena committed until a
+    /// `holes`); default `true`. `false` keeps every byte of the arena committed until a
     /// trim returns its free tail (fewer driver calls, more memory held).
     pub holes: bool,
     /// On the arena with holes, place a request where its allocation site (its size and the
-    /// pool's last few events) went last time, when that range is free again ([`sites`]);
+    /// pool's last few events) went last time, when that range is free again (`sites`);
     /// default `true`. A repeated step then finds its granules committed and moves no memory;
     /// `false` leaves placement to TLSF alone (for comparisons).
     pub learned_placement: bool,

@@ -12,7 +12,7 @@ use super::{Validated, rules, split};
 impl Validated {
     /// Enqueues `op` over operands each given as its segments in order (a tensor split across
     /// blocks, see [`Tensor`](crate::Tensor)), as dispatches that each bind within one segment
-    /// and within `max_binding_size` ([`split::split_segments`]). Operands of one segment each
+    /// and within `max_binding_size` (`split::split_segments`). Operands of one segment each
     /// take [`Backend::dispatch`]. Every part is validated before any is issued; the last part's
     /// ticket covers them all.
     ///

@@ -18,8 +18,8 @@ use tensormem_examples::outln;
 ///
 /// Tensors of rank 2 or more (linear and convolution weights, embedding tables) are converted;
 /// vectors (biases, norms) stay f32. An int8 tensor NAME gets its scales in NAME.scale (F32,
-/// [shape[0], groups]); the file's metadata records tensormem.format and tensormem.group. The
-/// mnist and minilm samples read such files with --weights-file.
+/// rows × groups, rows = the first dimension); the file's metadata records tensormem.format and
+/// tensormem.group. The mnist and minilm samples read such files with --weights-file.
 #[derive(Parser, Debug)]
 #[command(version, after_help = EXIT_CODES)]
 struct Args {

@@ -65,7 +65,7 @@ impl Mnist {
     /// is given (see [`crate::cli::compile`]).
     ///
     /// # Errors
-    /// As [`Mnist::new`]; [`Error::BudgetBelowWorkingSet`](tensormem::Error::BudgetBelowWorkingSet).
+    /// As [`Mnist::new`]; [`Error::BudgetBelowWorkingSet`].
     pub fn with_budget(
         rt: &Runtime,
         weights: &WeightFile,

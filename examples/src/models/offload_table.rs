@@ -90,7 +90,7 @@ pub struct LaneOff {
     pub identical: bool,
 }
 
-/// A batch of `batch` sentences of exactly `seq` tokens cut from [`TEXT`].
+/// A batch of `batch` sentences of exactly `seq` tokens cut from `TEXT`.
 ///
 /// # Errors
 /// Tokenizer errors.

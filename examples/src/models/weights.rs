@@ -316,7 +316,7 @@ impl WeightFile {
     /// The format tensor `name` is stored in (int8 with the file's group size).
     ///
     /// # Errors
-    /// As [`WeightFile::entry`].
+    /// As `WeightFile::entry`.
     pub fn stored_format(&self, name: &str, shape: &[usize]) -> Result<WeightFormat> {
         Ok(match self.entry(name, shape)?.dtype {
             Dtype::F16 => WeightFormat::F16,
@@ -354,7 +354,7 @@ impl WeightFile {
     /// The little-endian f32 bytes of tensor `name`, after checking that its shape is `shape`.
     ///
     /// # Errors
-    /// As [`WeightFile::entry`]; [`Error::Malformed`] when the tensor is stored as f16 or int8.
+    /// As `WeightFile::entry`; [`Error::Malformed`] when the tensor is stored as f16 or int8.
     pub fn f32_bytes(&self, name: &str, shape: &[usize]) -> Result<&[u8]> {
         let entry = self.entry(name, shape)?;
         if entry.dtype != Dtype::F32 {
@@ -368,10 +368,10 @@ impl WeightFile {
     }
 
     /// Tensor `name` as f32 values (dequantised when stored as f16 or int8), after the checks of
-    /// [`WeightFile::entry`].
+    /// `WeightFile::entry`.
     ///
     /// # Errors
-    /// As [`WeightFile::entry`].
+    /// As `WeightFile::entry`.
     pub fn f32_values(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
         let entry = self.entry(name, shape)?;
         let format = self.stored_format(name, shape)?;
@@ -388,7 +388,7 @@ impl WeightFile {
     /// f16 ⇄ int8, through f32; quantising along axis 0 as [`SCALE_SUFFIX`] says).
     ///
     /// # Errors
-    /// As [`WeightFile::entry`]; quantisation errors.
+    /// As `WeightFile::entry`; quantisation errors.
     pub fn weight(
         &self,
         name: &str,

@@ -83,6 +83,42 @@ fn device_memory_counts_committed_bytes_only() {
     host.free_block(b).unwrap();
 }
 
+/// Under `force_staging` a staging reservation is host memory: it takes nothing from the device's
+/// limit, and its holes lend the device nothing.
+#[test]
+fn staging_reservations_and_their_holes_leave_the_device_limit() {
+    let host = HostBackend::new(HostConfig {
+        force_staging: true,
+        device_memory: Some(2 * 4096),
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let page = host.in_place_growth().unwrap().granularity;
+    if page != 4096 {
+        return;
+    }
+    let desc = BlockDesc {
+        kind: MemoryKind::Upload,
+        size: 4 * page,
+        label: "staging",
+    };
+    let staging = host.reserve_block(&desc, 64 * page).unwrap();
+    host.decommit_range(staging, 0, 4 * page).unwrap();
+    let (dev, _) = reserved(&host, 2);
+    assert!(
+        matches!(
+            host.resize_block(dev, 3 * page),
+            Err(crate::Error::OutOfMemory(_))
+        ),
+        "the staging holes lend the device nothing"
+    );
+    host.commit_range(staging, 0, 4 * page).unwrap();
+    host.resize_block(staging, 8 * page).unwrap();
+    host.free_block(staging).unwrap();
+    host.free_block(dev).unwrap();
+    assert_eq!(host.block_bytes(), 0);
+}
+
 #[test]
 fn holes_outside_a_reserved_block_are_refused() {
     let host = Arc::new(HostBackend::new(HostConfig::default()).unwrap());

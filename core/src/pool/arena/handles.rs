@@ -21,12 +21,20 @@ use super::units::Units;
 #[cfg(doc)]
 use crate::backend::InPlaceGrowth;
 
+/// One unit: its length in granules, and whether it is listed spare.
+#[derive(Clone, Copy, Debug)]
+struct Unit {
+    len: u64,
+    spare: bool,
+}
+
 /// The units of an arena, in granules.
 #[derive(Debug, Default)]
 pub(super) struct Handles {
-    /// Length of each unit, by its first granule. Units are disjoint and cover exactly the
-    /// committed granules.
-    units: BTreeMap<u64, u64>,
+    /// Each unit by its first granule. Units are disjoint and cover exactly the committed
+    /// granules. The flag mirrors `spare`, so an allocation or a free on granules whose units
+    /// keep their state (the usual case) costs a map walk and no set update.
+    units: BTreeMap<u64, Unit>,
     /// The spare units as (length, first granule): the largest that fits a run is one lookup.
     spare: BTreeSet<(u64, u64)>,
 }
@@ -35,36 +43,42 @@ impl Handles {
     /// Granules `[start, start + len)` were backed by one call: a new unit, not spare.
     pub(super) fn add(&mut self, start: u64, len: u64) {
         if len > 0 {
-            self.units.insert(start, len);
+            self.units.insert(start, Unit { len, spare: false });
         }
-    }
-
-    /// The units that overlap granules `[a, b)`, as (first granule, length), last first.
-    fn overlapping(&self, a: u64, b: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.units
-            .range(..b)
-            .rev()
-            .map(|(s, n)| (*s, *n))
-            .take_while(move |(s, n)| s + n > a)
     }
 
     /// Granules in `[a, b)` stopped being spare: the units they belong to are no longer spare.
     pub(super) fn unspare(&mut self, a: u64, b: u64) {
-        let touched: Vec<(u64, u64)> = self.overlapping(a, b).collect();
-        for (s, n) in touched {
-            self.spare.remove(&(n, s));
+        for (s, u) in self.units.range_mut(..b).rev() {
+            if s + u.len <= a {
+                break;
+            }
+            if u.spare {
+                u.spare = false;
+                self.spare.remove(&(u.len, *s));
+            }
         }
     }
 
     /// Granules in `[a, b)` became spare (`spare` has them): the units they belong to whose
     /// granules are all spare now are spare units.
     pub(super) fn respare(&mut self, a: u64, b: u64, spare: &Units) {
-        let touched: Vec<(u64, u64)> = self
-            .overlapping(a, b)
-            .filter(|(s, n)| spare.count(*s, s + n) == *n)
-            .collect();
-        for (s, n) in touched {
-            self.spare.insert((n, s));
+        for (s, u) in self.units.range_mut(..b).rev() {
+            if s + u.len <= a {
+                break;
+            }
+            if !u.spare && spare.count(*s, s + u.len) == u.len {
+                u.spare = true;
+                self.spare.insert((u.len, *s));
+            }
+        }
+    }
+
+    /// Unlists the spare unit (`len`, `start`) taken from `spare`.
+    fn unlist(&mut self, len: u64, start: u64) {
+        self.spare.remove(&(len, start));
+        if let Some(u) = self.units.get_mut(&start) {
+            u.spare = false;
         }
     }
 
@@ -77,19 +91,22 @@ impl Handles {
             .range(..(n, u64::MAX))
             .rev()
             .find(|(len, start)| start + len <= end)?;
-        self.spare.remove(&(len, start));
+        self.unlist(len, start);
         Some((start, len))
     }
 
     /// A unit taken by [`Handles::take`] was not moved or given back: it is spare again.
     pub(super) fn untake(&mut self, start: u64, len: u64) {
-        self.spare.insert((len, start));
+        if let Some(u) = self.units.get_mut(&start) {
+            u.spare = true;
+            self.spare.insert((len, start));
+        }
     }
 
     /// The unit at granule `from` now lies at granule `to` (its memory was moved).
     pub(super) fn moved(&mut self, from: u64, to: u64) {
-        if let Some(len) = self.units.remove(&from) {
-            self.units.insert(to, len);
+        if let Some(u) = self.units.remove(&from) {
+            self.units.insert(to, u);
         }
     }
 
@@ -102,11 +119,20 @@ impl Handles {
     /// which the pool never asks for, is kept up to it).
     pub(super) fn truncate(&mut self, len: u64) {
         let cut = self.units.split_off(&len);
-        if let Some((s, n)) = self.units.iter_mut().next_back() {
-            *n = (*n).min(len - s);
+        if let Some((s, u)) = self.units.iter_mut().next_back() {
+            if s + u.len > len {
+                // Cut by the end (the pool never asks for it): it keeps its granules below.
+                if u.spare {
+                    self.spare.remove(&(u.len, *s));
+                    self.spare.insert((len - s, *s));
+                }
+                u.len = len - s;
+            }
         }
-        if !cut.is_empty() || self.spare.iter().any(|(n, s)| s + n > len) {
-            self.spare.retain(|(n, s)| s + n <= len);
+        for (s, u) in cut {
+            if u.spare {
+                self.spare.remove(&(u.len, s));
+            }
         }
     }
 
@@ -114,7 +140,7 @@ impl Handles {
     /// the granule before it, then that unit's end.
     pub(super) fn boundary(&self, g: u64) -> u64 {
         match self.units.range(..g).next_back() {
-            Some((s, n)) if s + n > g => s + n,
+            Some((s, u)) if s + u.len > g => s + u.len,
             _ => g,
         }
     }
@@ -130,7 +156,14 @@ impl Handles {
     pub(super) fn check(&self, committed: &Units, spare: &Units) -> Result<(), String> {
         let mut end = 0;
         let mut covered = 0;
-        for (&s, &n) in &self.units {
+        for (
+            &s,
+            &Unit {
+                len: n,
+                spare: flag,
+            },
+        ) in &self.units
+        {
             if s < end || n == 0 {
                 return Err(format!(
                     "unit at granule {s} of {n} overlaps the one before"
@@ -142,7 +175,7 @@ impl Handles {
                 ));
             }
             let is_spare = spare.count(s, s + n) == n;
-            if is_spare != self.spare.contains(&(n, s)) {
+            if is_spare != self.spare.contains(&(n, s)) || flag != is_spare {
                 return Err(format!(
                     "unit at granule {s} of {n}: spare {is_spare}, listed {}",
                     !is_spare
@@ -151,7 +184,8 @@ impl Handles {
             end = s + n;
             covered += n;
         }
-        if covered != committed.ones() || self.spare.len() > self.units.len() {
+        let flagged = self.units.values().filter(|u| u.spare).count();
+        if covered != committed.ones() || self.spare.len() != flagged {
             return Err(format!(
                 "units cover {covered} granules of {} committed",
                 committed.ones()

@@ -49,6 +49,18 @@
 //!   spare units stay idle: only MobileNet is within 1.05 of the live peak with fewer
 //!   creations than cubecl, and GPT-2 peaks above the arena without holes (1.040). CUDA's
 //!   holes stay opt-in (`CudaDesc::vmm_holes`).
+//! * **The frontier of whole units** (same bench at 2 MiB, load 8–10; peak ÷ live and creations
+//!   on `rand_logu` / `xfmr_eager` / `gpt2s_train` / `llama8b_prefill`, MobileNet 1.045 at 3
+//!   throughout). Units capped at the committed size ÷ c (growths and commits split into
+//!   pieces): c = 4: 1.149 / 1.162 / 1.112 / 1.109 at 140 / 69 / 64 / 19; c = 16: 1.148 /
+//!   1.152 / 1.210 / 1.087 at 179 / 97 / 203 / 53; c = 32: 1.172 / 1.036 / 1.128 / 1.087 at
+//!   330 / 134 / 258 / 82. A spare unit larger than a run backing it, its other granules over
+//!   the decommitted free space around the run: as the last resort before new memory, GPT-2
+//!   1.093 at 33 but `xfmr_eager` 1.375 at 47; tried first, `xfmr_eager` 1.365 at 43; only
+//!   when the unit exceeds the run by at most a half (to an eighth) of it, no change on any
+//!   trace. Smaller units raise creations far faster than they lower peaks: what holds the
+//!   peak is where tensors fall across units (learned placement and the growth steps), not
+//!   the units' size — GPT-2 placed by TLSF alone peaks at 1.040 on the same units.
 
 use std::collections::VecDeque;
 

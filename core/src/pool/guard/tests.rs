@@ -131,3 +131,27 @@ fn margins_of_unmappable_device_memory_are_checked_through_copies() {
     p.free(clean.handle).unwrap();
     p.check_invariants().unwrap();
 }
+
+/// Regression (fault injection, seed 17): checking the margins of unmappable memory stages them
+/// through a readback block, which a full device refused, so a free failed while the device was
+/// full. Staging memory is host memory on a discrete GPU: every free succeeds.
+#[test]
+fn a_full_device_still_frees_guarded_allocations() {
+    let (backend, p) = guarded_on(HostConfig {
+        force_staging: true,
+        device_memory: Some(1 << 16),
+        ..HostConfig::default()
+    });
+    let mut live = Vec::new();
+    while let Ok(a) = p.allocate(1000, 1, "filler") {
+        live.push(a);
+    }
+    assert!(live.len() > 10, "{} allocations", live.len());
+    for a in live {
+        p.free(a.handle).unwrap();
+    }
+    p.check_invariants().unwrap();
+    assert_eq!(p.stats().in_use, 0);
+    drop(p);
+    assert_eq!(backend.block_count(), 0);
+}
