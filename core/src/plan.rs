@@ -54,6 +54,7 @@ mod csv;
 mod descent;
 mod events;
 mod exact;
+mod first;
 mod freelist;
 mod generate;
 mod greedy;
@@ -66,6 +67,7 @@ pub mod replay;
 
 mod rng;
 mod solve;
+mod sweep;
 mod verify;
 
 #[cfg(test)]
@@ -78,7 +80,7 @@ pub use generate::{PackingDesc, PackingFamily, perfect_packing, random_lifetimes
 pub use greedy::{Fit, greedy_by_size, greedy_by_size_with};
 pub use liveness::{Liveness, OpUses, TensorRole, liveness};
 pub use solve::{
-    EXACT_MAX_BUFFERS, MAX_THREADS, Progress, ProgressFn, Solution, SolveOptions, solve,
+    EXACT_MAX_BUFFERS, MAX_THREADS, Progress, ProgressFn, Solution, SolveOptions, Stages, solve,
 };
 pub use verify::verify;
 
@@ -161,14 +163,14 @@ pub const PLAN_OFFSET_LIMIT: u64 = u64::MAX;
 /// buffer at 0 or at the aligned top of a conflicting one, so an offset is at most the padded total
 /// `sum(size + align - 1)` of its time-connected group (groups never overlap in time, so the peak
 /// is the maximum over groups, not the sum). Returns the sorted lifetime endpoints, which every
-/// later sweep reuses.
+/// later sweep reuses, and the largest padded total of one group.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming the buffer for `lower >= upper` or a zero size, or for 2^31
 /// buffers or more, [`Error::InvalidAlignment`] for an alignment that is not a power of two,
 /// [`Error::PlanTooLarge`] when one group's padded total exceeds [`PLAN_OFFSET_LIMIT`].
-pub(crate) fn validate(buffers: &[Buffer]) -> Result<Events> {
-    check_buffers(buffers)?;
+pub(crate) fn validate(buffers: &[Buffer]) -> Result<(Events, u128)> {
+    check_buffers(buffers, &|i| i.to_string())?;
     if buffers.len() > MAX_BUFFERS {
         return Err(Error::invalid(format!(
             "{} buffers: the planner takes at most {MAX_BUFFERS}",
@@ -176,7 +178,7 @@ pub(crate) fn validate(buffers: &[Buffer]) -> Result<Events> {
         )));
     }
     let events = Events::new(buffers);
-    let (padded_total, count) = events.worst_group(buffers);
+    let (padded_total, count) = events.worst_group();
     if padded_total > PLAN_OFFSET_LIMIT as u128 {
         return Err(Error::PlanTooLarge {
             buffers: count,
@@ -184,7 +186,7 @@ pub(crate) fn validate(buffers: &[Buffer]) -> Result<Events> {
             limit: PLAN_OFFSET_LIMIT,
         });
     }
-    Ok(events)
+    Ok((events, padded_total))
 }
 
 /// Most buffers one instance may have: ids are `u32` with one bit kept for event tags.
@@ -194,18 +196,21 @@ pub const MAX_BUFFERS: usize = (1 << 31) - 1;
 /// alignment of at most 2^62.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] naming the buffer, or [`Error::InvalidAlignment`].
-pub(crate) fn check_buffers(buffers: &[Buffer]) -> Result<()> {
+/// [`Error::InvalidArgument`] naming buffer `i` as `name(i)`, or [`Error::InvalidAlignment`].
+pub(crate) fn check_buffers(buffers: &[Buffer], name: &dyn Fn(usize) -> String) -> Result<()> {
     for (i, b) in buffers.iter().enumerate() {
         if b.lower >= b.upper {
             return Err(Error::invalid(format!(
-                "buffer {i}: empty lifetime [{}, {}) (lower must be below upper)",
-                b.lower, b.upper
+                "buffer {}: empty lifetime [{}, {}) (lower must be below upper)",
+                name(i),
+                b.lower,
+                b.upper
             )));
         }
         if b.size == 0 {
             return Err(Error::invalid(format!(
-                "buffer {i}: size 0 (every buffer needs at least 1 byte)"
+                "buffer {}: size 0 (every buffer needs at least 1 byte)",
+                name(i)
             )));
         }
         if !b.align.is_power_of_two() || b.align > 1 << 62 {

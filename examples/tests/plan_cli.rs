@@ -78,6 +78,34 @@ fn bad_input_exits_one_with_the_reason() {
 }
 
 #[test]
+fn an_invalid_input_plan_names_buffers_by_their_ids() {
+    // Ids as the file wrote them, in a different order from the rows: the error must not say
+    // "buffers 0 and 1".
+    let overlap = temp("named.csv");
+    std::fs::write(
+        &overlap,
+        "id,lower,upper,size,offset\nconv1,0,4,8,0\nrelu7,2,6,8,4\npool,6,8,8,0\n",
+    )
+    .unwrap();
+    let v = json(&run(&[overlap.to_str().unwrap(), "--json"]));
+    assert_eq!(v["input_plan"]["valid"], Value::Bool(false));
+    let err = v["input_plan"]["error"].as_str().unwrap();
+    assert!(err.contains("buffers `conv1` and `relu7` overlap"), "{err}");
+    let misaligned = temp("misaligned.csv");
+    std::fs::write(
+        &misaligned,
+        "id,lower,upper,size,alignment,offset\nw,0,1,4,4,2\n",
+    )
+    .unwrap();
+    let o = run(&[misaligned.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("buffer `w`: offset 2 is not a multiple of its alignment 4"),
+        "{text}"
+    );
+}
+
+#[test]
 fn capacity_decisions_map_to_feasible_and_exit_codes() {
     let file = temp("pp.csv");
     let path = file.to_str().unwrap();

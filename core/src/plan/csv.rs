@@ -6,7 +6,8 @@
 
 use std::collections::HashSet;
 
-use super::Buffer;
+use super::verify::verify_named;
+use super::{Buffer, Plan};
 use crate::{Error, Result};
 
 /// A parsed instance: ids as written, buffers, and offsets when the file had an `offset` column.
@@ -18,6 +19,22 @@ pub struct CsvInstance {
     pub buffers: Vec<Buffer>,
     /// The `offset` column, when present.
     pub offsets: Option<Vec<u64>>,
+}
+
+impl CsvInstance {
+    /// [`super::verify`] of a plan of this instance, naming buffers by their ids as the file
+    /// wrote them (the row index means nothing to whoever wrote the file).
+    ///
+    /// # Errors
+    /// Those of [`super::verify`].
+    pub fn verify(&self, plan: &Plan, capacity: Option<u64>) -> Result<()> {
+        let name = |i: usize| {
+            self.ids
+                .get(i)
+                .map_or(i.to_string(), |id| format!("`{id}`"))
+        };
+        verify_named(&self.buffers, plan, capacity, &name)
+    }
 }
 
 const COLUMNS: [&str; 6] = ["id", "lower", "upper", "size", "alignment", "offset"];

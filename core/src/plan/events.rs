@@ -1,11 +1,15 @@
 //! The lifetime endpoints of an instance in time order, sorted once per [`super::solve`] and shared
 //! by every sweep over time: validation's group totals, the lower bound, sweep-line good fit, the
-//! compressed time of the occupancy trees and the final verification.
+//! compressed time of the occupancy trees and the verification.
 //!
 //! A million buffers have two million endpoints. A comparison sort of them costs a few hundred
 //! milliseconds on a loaded machine and `solve` used to run five of them, so one LSD radix sort
 //! (O(n), two or three passes for typical time ranges) now serves all; only time ranges that need
-//! all 64 bits fall back to a comparison sort.
+//! all 64 bits fall back to a comparison sort. Each endpoint carries its buffer's size and
+//! alignment, read once in input order, and each free the rank of its buffer's allocation among
+//! the allocations: the sweeps then read memory in order and keep their state per buffer in
+//! allocation order, where looking buffers up by id at each endpoint (a cache miss at every one,
+//! at a million buffers) made each pass cost as much as the sweep-line plan itself.
 
 use super::Buffer;
 
@@ -17,96 +21,158 @@ const DIGIT_BITS: u32 = 11;
 /// best), then by buffer id.
 #[derive(Debug, Clone)]
 pub(crate) struct Events {
-    /// `(time, tag)`: `tag & ALLOC` set for an allocation, `tag & !ALLOC` the buffer id.
-    list: Vec<(u64, u32)>,
+    list: Vec<Endpoint>,
+    /// See [`Events::peak_load`] and [`Events::worst_group`].
+    load: (u64, u64),
+    worst: (u128, usize),
+}
+
+/// The live load and the time-connected groups, measured along the sorted endpoints.
+#[derive(Debug, Default)]
+struct Profile {
+    live_bytes: u64,
+    live: usize,
+    /// The current group's padded total and buffer count.
+    group: (u128, usize),
+    load: (u64, u64),
+    worst: (u128, usize),
+}
+
+impl Profile {
+    fn open(&mut self, time: u64, size: u64, align: u64) {
+        if self.live == 0 {
+            self.group = (0, 0);
+        }
+        self.live += 1;
+        self.group.0 += size as u128 + (align - 1) as u128;
+        self.group.1 += 1;
+        self.worst = self.worst.max(self.group);
+        self.live_bytes = self.live_bytes.saturating_add(size);
+        if self.live_bytes > self.load.0 {
+            self.load = (self.live_bytes, time);
+        }
+    }
+
+    fn close(&mut self, size: u64) {
+        self.live -= 1;
+        self.live_bytes = self.live_bytes.saturating_sub(size);
+    }
 }
 
 /// Tag bit of an allocation event (buffer ids stay below 2^31).
 const ALLOC: u32 = 1 << 31;
 
-/// One endpoint.
+/// One endpoint as stored (24 bytes).
+#[derive(Debug, Clone, Copy)]
+struct Endpoint {
+    time: u64,
+    size: u64,
+    /// `tag & ALLOC` set for an allocation, `tag & !ALLOC` the buffer id.
+    tag: u32,
+    /// An allocation's log2 alignment; a free's [`Event::opened`].
+    aux: u32,
+}
+
+/// One endpoint, with its buffer's size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Event {
     pub time: u64,
     pub alloc: bool,
     pub id: u32,
+    pub size: u64,
+    /// The buffer's alignment at an allocation (1 at a free).
+    pub align: u64,
+    /// At a free, the rank of the buffer's allocation among all allocations in time order (0 at
+    /// an allocation): a sweep keeps what it knows of live buffers in that order, near in memory
+    /// to the endpoints around, instead of in input order.
+    pub opened: u32,
 }
 
 impl Events {
-    /// Sorts the endpoints of valid buffers (`lower < upper`, fewer than 2^31 buffers).
+    /// Sorts the endpoints of valid buffers (`lower < upper`, fewer than 2^31 buffers). Four
+    /// passes over them: building (with the time range), two or three radix passes, and one that
+    /// orders equal-time allocations, ranks them and measures the load.
     pub fn new(buffers: &[Buffer]) -> Events {
         debug_assert!(buffers.len() < ALLOC as usize);
-        let mut list: Vec<(u64, u32)> = Vec::with_capacity(buffers.len() * 2);
+        let mut list: Vec<Endpoint> = Vec::with_capacity(buffers.len() * 2);
+        let (mut min, mut max) = (u64::MAX, 0);
         for (i, b) in buffers.iter().enumerate() {
-            list.push((b.upper, i as u32));
-            list.push((b.lower, i as u32 | ALLOC));
+            (min, max) = (min.min(b.lower), max.max(b.upper));
+            list.push(Endpoint {
+                time: b.upper,
+                size: b.size,
+                tag: i as u32,
+                aux: 0,
+            });
+            list.push(Endpoint {
+                time: b.lower,
+                size: b.size,
+                tag: i as u32 | ALLOC,
+                aux: b.align.trailing_zeros(),
+            });
         }
-        sort(&mut list);
-        // Allocations at one time: largest first (the sort left them in id order).
+        if !list.is_empty() {
+            sort(&mut list, min, max);
+        }
+        let mut profile = Profile::default();
+        // Each free learns its allocation's rank: the one access by buffer id.
+        let mut rank = vec![0u32; buffers.len()];
+        let mut allocs = 0u32;
         let mut k = 0;
         while k < list.len() {
+            let (time, kind) = (list[k].time, list[k].tag & ALLOC);
             let mut j = k + 1;
-            while j < list.len() && list[j].0 == list[k].0 && list[j].1 & ALLOC == list[k].1 & ALLOC
-            {
+            while j < list.len() && list[j].time == time && list[j].tag & ALLOC == kind {
                 j += 1;
             }
-            if list[k].1 & ALLOC != 0 && j - k > 1 {
-                list[k..j].sort_by_key(|&(_, tag)| {
-                    std::cmp::Reverse(buffers[(tag & !ALLOC) as usize].size)
-                });
+            let group = &mut list[k..j];
+            if kind != 0 {
+                // Allocations at one time: largest first (the sort left them in id order).
+                group.sort_by_key(|e| std::cmp::Reverse(e.size));
+                for e in group {
+                    rank[(e.tag & !ALLOC) as usize] = allocs;
+                    allocs += 1;
+                    profile.open(time, e.size, 1 << e.aux);
+                }
+            } else {
+                for e in group {
+                    e.aux = rank[(e.tag & !ALLOC) as usize];
+                    profile.close(e.size);
+                }
             }
             k = j;
         }
-        Events { list }
+        Events {
+            list,
+            load: profile.load,
+            worst: profile.worst,
+        }
     }
 
     /// The endpoints in order.
     pub fn iter(&self) -> impl Iterator<Item = Event> + '_ {
-        self.list.iter().map(|&(time, tag)| Event {
-            time,
-            alloc: tag & ALLOC != 0,
-            id: tag & !ALLOC,
+        self.list.iter().map(|e| {
+            let alloc = e.tag & ALLOC != 0;
+            Event {
+                time: e.time,
+                alloc,
+                id: e.tag & !ALLOC,
+                size: e.size,
+                align: if alloc { 1 << e.aux } else { 1 },
+                opened: if alloc { 0 } else { e.aux },
+            }
         })
     }
 
     /// The max-load lower bound and a time at which it is reached (0 for no buffers).
-    pub fn peak_load(&self, buffers: &[Buffer]) -> (u64, u64) {
-        let mut live: u64 = 0;
-        let mut best = (0, 0);
-        for e in self.iter() {
-            let size = buffers[e.id as usize].size;
-            if e.alloc {
-                live = live.saturating_add(size);
-                if live > best.0 {
-                    best = (live, e.time);
-                }
-            } else {
-                live = live.saturating_sub(size);
-            }
-        }
-        best
+    pub fn peak_load(&self) -> (u64, u64) {
+        self.load
     }
 
     /// The largest padded total `sum(size + align - 1)` of one time-connected group of buffers
     /// (a maximal run of the sweep during which something is live), exact, and its buffer count.
-    pub fn worst_group(&self, buffers: &[Buffer]) -> (u128, usize) {
-        let (mut live, mut total, mut count) = (0usize, 0u128, 0usize);
-        let mut worst = (0u128, 0usize);
-        for e in self.iter() {
-            let b = &buffers[e.id as usize];
-            if e.alloc {
-                if live == 0 {
-                    (total, count) = (0, 0);
-                }
-                live += 1;
-                total += b.size as u128 + (b.align - 1) as u128;
-                count += 1;
-                worst = worst.max((total, count));
-            } else {
-                live -= 1;
-            }
-        }
-        worst
+    pub fn worst_group(&self) -> (u128, usize) {
+        self.worst
     }
 
     /// Compressed time: each buffer's lifetime as `[first, last)` over the elementary segments
@@ -132,24 +198,27 @@ impl Events {
 }
 
 /// Sorts by `(time, alloc flag, id)`, stable on the initial id order: an LSD radix sort on
-/// `(time - min) << 1 | alloc` when that fits in 64 bits, a comparison sort otherwise.
-fn sort(list: &mut Vec<(u64, u32)>) {
-    let Some(min) = list.iter().map(|e| e.0).min() else {
-        return;
-    };
-    let max = list.iter().map(|e| e.0).max().unwrap_or(min);
+/// `(time - min) << 1 | alloc` when that fits in 64 bits, a comparison sort otherwise. Every time
+/// is within `[min, max]`.
+fn sort(list: &mut Vec<Endpoint>, min: u64, max: u64) {
     if max - min >= 1 << 63 {
-        list.sort_unstable_by_key(|&(t, tag)| (t, tag & ALLOC, tag & !ALLOC));
+        list.sort_unstable_by_key(|e| (e.time, e.tag & ALLOC, e.tag & !ALLOC));
         return;
     }
-    let key = |&(t, tag): &(u64, u32)| ((t - min) << 1) | u64::from(tag >> 31);
+    let key = |e: &Endpoint| ((e.time - min) << 1) | u64::from(e.tag >> 31);
     let bits = 64 - (((max - min) << 1) | 1).leading_zeros();
     let mut from = std::mem::take(list);
-    let mut to = vec![(0u64, 0u32); from.len()];
+    let zero = Endpoint {
+        time: 0,
+        size: 0,
+        tag: 0,
+        aux: 0,
+    };
+    let mut to = vec![zero; from.len()];
     let mut shift = 0;
     while shift < bits {
         let mut count = vec![0usize; 1 << DIGIT_BITS];
-        let digit = |e: &(u64, u32)| ((key(e) >> shift) & ((1 << DIGIT_BITS) - 1)) as usize;
+        let digit = |e: &Endpoint| ((key(e) >> shift) & ((1 << DIGIT_BITS) - 1)) as usize;
         for e in &from {
             count[digit(e)] += 1;
         }

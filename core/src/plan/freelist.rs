@@ -78,7 +78,6 @@ impl FreeList {
     }
 
     /// The end of the highest used block: the arena's size now.
-    #[cfg(test)]
     pub fn top(&self) -> u64 {
         self.top
     }

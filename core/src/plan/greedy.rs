@@ -4,16 +4,13 @@
 //! already-placed conflicts: the best-fitting gap (TFLite, XLA) or the lowest one (XLA's newer
 //! option, idealloc's squeeze). Gaps start at 0, so the space below the lowest conflict counts;
 //! XNNPACK misses it. [`greedy_by_size`] is that engine with TFLite's order, the baseline every
-//! result is compared with. [`sweep_best_fit`] is XLA's fast pass: an online good-fit allocator
-//! simulated in time order, O(n) after the sort.
+//! result is compared with.
 
 use crate::time::Instant;
 
-use super::events::{Event, Events};
-use super::freelist::FreeList;
+use super::events::Events;
 use super::occupancy::Occupancy;
-use super::verify::GATHER;
-use super::{Buffer, Plan, align_up, validate};
+use super::{Buffer, Plan, validate};
 use crate::Result;
 
 pub use super::occupancy::Fit;
@@ -129,85 +126,10 @@ pub fn greedy_by_size(buffers: &[Buffer]) -> Result<Plan> {
 /// # Errors
 /// As [`greedy_by_size`].
 pub fn greedy_by_size_with(buffers: &[Buffer], fit: Fit) -> Result<Plan> {
-    let events = validate(buffers)?;
+    let (events, _) = validate(buffers)?;
     let order = size_order(buffers);
     let placed = Squeezer::with_events(buffers, &events).place(&order, fit, u64::MAX, None);
     debug_assert!(placed.is_ok(), "no cutoff, so placement always completes");
     let (offsets, peak) = placed.unwrap_or_default();
     Ok(Plan { offsets, peak })
-}
-
-/// XLA's fast pass: walk allocations and frees in time order (frees first at equal times) and serve
-/// each allocation from an online allocator whose top grows when nothing fits: a simulated TLSF
-/// ([`FreeList`]: good fit, O(1) per operation), so the whole sweep is O(n) after the sort.
-///
-/// The first plan of [`super::solve`], so it must also respect the time limit: once `deadline`
-/// passes (checked every 1024 endpoints) the buffers not yet allocated are stacked, per
-/// time-connected group, above the highest buffer that group has placed, in O(n). Returns the
-/// plan and whether the sweep ran to the end.
-pub(crate) fn sweep_best_fit(
-    buffers: &[Buffer],
-    events: &Events,
-    deadline: Option<Instant>,
-) -> (Plan, bool) {
-    let mut arena = FreeList::new();
-    let mut handle = vec![0u32; buffers.len()];
-    let mut offsets = vec![UNPLACED; buffers.len()];
-    let mut peak = 0u64;
-    // Endpoints in chunks, each buffer's size and alignment gathered first in a loop of
-    // independent loads (the arrays are indexed in random order; see `verify_sorted`).
-    let mut chunk: Vec<(Event, u64, u64)> = Vec::with_capacity(GATHER);
-    let mut endpoints = events.iter();
-    loop {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            peak = stack_the_rest(buffers, events, &mut offsets);
-            return (Plan { offsets, peak }, false);
-        }
-        chunk.clear();
-        chunk.extend(endpoints.by_ref().take(GATHER).map(|e| {
-            let b = &buffers[e.id as usize];
-            (e, b.size, b.align)
-        }));
-        if chunk.is_empty() {
-            return (Plan { offsets, peak }, true);
-        }
-        for &(e, size, align) in &chunk {
-            let i = e.id as usize;
-            if e.alloc {
-                let (offset, h) = arena.alloc(size, align);
-                offsets[i] = offset;
-                handle[i] = h;
-                peak = peak.max(offset + size);
-            } else {
-                arena.free(handle[i]);
-            }
-        }
-    }
-}
-
-/// Completes a cut sweep in O(n): the buffers without an offset go on a stack above the highest
-/// top of the placed buffers of their time-connected group. Their allocations come after every
-/// placed one's in `events`, so that top is final when the first of them is met. Never overflows:
-/// the sweep's top stays within the padded total of the group's allocations so far, and the stack
-/// adds at most the padded total of the rest ([`super::validate`] bounds the group's sum).
-/// Returns the peak.
-fn stack_the_rest(buffers: &[Buffer], events: &Events, offsets: &mut [u64]) -> u64 {
-    let (mut live, mut top, mut peak) = (0usize, 0u64, 0u64);
-    for e in events.iter() {
-        if !e.alloc {
-            live -= 1;
-            continue;
-        }
-        if live == 0 {
-            top = 0;
-        }
-        live += 1;
-        let (i, b) = (e.id as usize, &buffers[e.id as usize]);
-        if offsets[i] == UNPLACED {
-            offsets[i] = align_up(top, b.align);
-        }
-        top = top.max(offsets[i] + b.size);
-        peak = peak.max(top);
-    }
-    peak
 }

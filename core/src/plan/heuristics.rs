@@ -204,7 +204,7 @@ impl<'a> Heuristics<'a> {
             Descent::new(
                 buffers,
                 events,
-                events.peak_load(buffers).1,
+                events.peak_load().1,
                 &self.best.offsets,
                 self.best.peak,
                 self.seed,

@@ -6,7 +6,8 @@ use std::time::Duration;
 use crate::time::Instant;
 
 use super::exact::Infeasibility;
-use super::greedy::{Fit, Squeezer, size_order, sweep_best_fit};
+use super::first::first_plan;
+use super::greedy::{Fit, Squeezer, size_order};
 use super::heuristics::Incumbent;
 use super::portfolio::{self, Task};
 use super::verify::verify_sorted;
@@ -18,15 +19,13 @@ use crate::Result;
 /// heuristic portfolio gets all the time instead.
 pub const EXACT_MAX_BUFFERS: usize = 4096;
 
-/// The final verification's reserve, in units of the measured cost of validation (one radix sort
-/// of the endpoints and the passes over them): 1.1 to 1.4 units at a million random buffers on a
-/// loaded machine (its data gathered in chunks, then an ordered map of the live buffers). A larger
-/// reserve cut sweep-line planning short for nothing: the stacked fallback is hundreds of times
-/// the bound.
-const VERIFY_UNITS: u32 = 2;
+/// The verifier's cost per endpoint before it is measured, in units of validation's (one radix sort
+/// of the endpoints and the passes over them): 1.1 to 1.4 at a million random buffers on a loaded
+/// machine (its data gathered in chunks, then an ordered map of the live buffers).
+const VERIFY_UNITS: f64 = 1.5;
 
 /// Share of the time limit held back for the portfolio's workers to notice the deadline and be
-/// joined (1/100: 10 ms of a 1 s limit). A worker polls the deadline every few hundred
+/// joined, and for the first plan's estimates to be off (1/100: 10 ms of a 1 s limit). A worker polls the deadline every few hundred
 /// placements, which on a loaded machine (two CPU hogs beside two worker threads on two cores)
 /// ended 5–30 ms past it.
 const JOIN_SHARE: u32 = 100;
@@ -35,6 +34,10 @@ const JOIN_SHARE: u32 = 100;
 /// occupancy trees of the instance's size, so a count far above any machine's cores only costs
 /// memory.
 pub const MAX_THREADS: usize = 1024;
+
+/// Smallest instance whose first plan is verified on a thread of its own (with two threads or
+/// more): below it the check takes less time than starting a thread is worth.
+const PARALLEL_CHECK_MIN_BUFFERS: usize = 1 << 14;
 
 /// Time, in the same units, that a step which cannot stop midway (sorting the buffers, building an
 /// occupancy tree) must have left before it starts.
@@ -139,6 +142,23 @@ pub struct Solution {
     pub threads: usize,
     /// Wall time spent.
     pub elapsed: Duration,
+    /// Where that time went.
+    pub stages: Stages,
+}
+
+/// The wall time of each stage of [`solve`], in order; together they make up
+/// [`Solution::elapsed`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stages {
+    /// Checking the buffers, sorting their endpoints, the lower bound.
+    pub validation: Duration,
+    /// The first plan (sweep-line good fit, its rest in slabs when cut) and its verification,
+    /// which runs beside it.
+    pub first_plan: Duration,
+    /// Greedy by size and the portfolio.
+    pub search: Duration,
+    /// Verifying a plan that beat the first one.
+    pub final_verification: Duration,
 }
 
 /// Plans `buffers`: a first plan (sweep-line good fit), greedy by size as the baseline, then the
@@ -164,15 +184,20 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
             opts.threads
         )));
     }
-    let events = validate(buffers)?;
-    let (lb, lb_time) = events.peak_load(buffers);
+    let (events, padded_worst) = validate(buffers)?;
+    let (lb, lb_time) = events.peak_load();
     // `unit`: what an O(n) pass over the endpoints costs on this machine right now (the radix sort
-    // and the passes above). The final verification is reserved in units up front, and steps that
-    // cannot stop midway (a sort, an occupancy tree) only start when enough units are left.
+    // and the passes above). Steps that cannot stop midway (a sort, an occupancy tree) only start
+    // when enough units are left, and it is the first plan's prior cost.
     let unit = started.elapsed();
-    let reserve = unit * VERIFY_UNITS + opts.time_limit / JOIN_SHARE;
-    let deadline = later(started, opts.time_limit.saturating_sub(reserve));
-    let left = || deadline.saturating_duration_since(Instant::now());
+    let mut stages = Stages {
+        validation: unit,
+        ..Stages::default()
+    };
+    let end = later(
+        started,
+        opts.time_limit.saturating_sub(opts.time_limit / JOIN_SHARE),
+    );
     let threads = match opts.threads {
         0 => std::thread::available_parallelism().map_or(1, |t| t.get().min(MAX_THREADS)),
         t => t,
@@ -187,17 +212,23 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
             });
         }
     };
-    let (sweep, _) = sweep_best_fit(buffers, &events, Some(deadline));
-    // The first plan is verified at once: when nothing beats it (large inputs, short limits), the
-    // final verification is skipped, and it never runs after greedy has filled the caches.
-    verify_sorted(buffers, &events, &sweep, None)?;
-    let verified = sweep.offsets.clone();
-    let sweep_peak = sweep.peak;
+    let per_endpoint = unit.as_secs_f64() / (2 * buffers.len()).max(1) as f64;
+    let prior = (per_endpoint, per_endpoint * VERIFY_UNITS);
+    let parallel = threads > 1 && buffers.len() >= PARALLEL_CHECK_MIN_BUFFERS;
+    let first = first_plan(buffers, &events, padded_worst, end, prior, parallel)
+        .map_err(|fault| fault.into_error(buffers, &|i| i.to_string()))?;
+    stages.first_plan = started.elapsed() - stages.validation;
+    let sweep = first.sweep;
+    let sweep_peak = sweep.plan.peak;
     let mut best = Incumbent {
-        offsets: sweep.offsets,
-        peak: sweep.peak,
-        algorithm: "sweep-line good fit".into(),
+        algorithm: sweep.describe(),
+        offsets: sweep.plan.offsets,
+        peak: sweep.plan.peak,
     };
+    let verified = best.offsets.clone();
+    // Later plans are verified at the end, in about the time the first one's check took.
+    let deadline = end.checked_sub(first.check_time).unwrap_or(started);
+    let left = || deadline.saturating_duration_since(Instant::now());
     let load_too_high = opts.capacity.is_some_and(|c| lb > c);
     // Large instances bound for the portfolio run greedy there, on its first heuristic worker,
     // beside the other workers instead of before all of them (0.16–0.7 s on PanGu-2.6B under
@@ -270,13 +301,17 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
             greedy = verdict.greedy_peak;
         }
     }
+    stages.search = started.elapsed() - stages.validation - stages.first_plan;
     let plan = Plan {
         offsets: best.offsets,
         peak: best.peak,
     };
     if plan.offsets != verified {
-        verify_sorted(buffers, &events, &plan, None)?;
+        verify_sorted(buffers, &events, &plan, None)
+            .map_err(|fault| fault.into_error(buffers, &|i| i.to_string()))?;
     }
+    let elapsed = started.elapsed();
+    stages.final_verification = elapsed - stages.validation - stages.first_plan - stages.search;
     let fits = opts.capacity.is_none_or(|c| plan.peak <= c);
     let solution = Ok(Solution {
         best_peak: plan.peak,
@@ -289,7 +324,8 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         proved_optimal: best.peak <= proved_bound,
         algorithm: best.algorithm,
         threads,
-        elapsed: started.elapsed(),
+        elapsed,
+        stages,
     });
     drop(squeezer);
     solution

@@ -365,21 +365,27 @@ fn the_time_limit_holds_on_a_large_instance() {
 }
 
 #[test]
-fn a_sweep_cut_by_the_deadline_stacks_the_rest_validly() {
-    let mut b = random_instance(5000, 4);
-    // A second time-connected group far later, and aligned buffers.
-    b.extend((0..50).map(|i| Buffer {
-        align: 1 << (i % 5),
-        ..Buffer::new(1_000_000 + i, 1_000_100 + i, 3 + i)
-    }));
-    let events = crate::plan::events::Events::new(&b);
-    let past = crate::time::Instant::now();
-    let (cut, finished) = crate::plan::greedy::sweep_best_fit(&b, &events, Some(past));
-    assert!(!finished);
-    verify(&b, &cut, None).unwrap();
-    let (full, finished) = crate::plan::greedy::sweep_best_fit(&b, &events, None);
-    assert!(finished);
-    verify(&b, &full, None).unwrap();
+fn no_time_at_all_still_gives_a_verified_plan_far_below_stacking() {
+    // A limit of 0: the first plan is cut before its first endpoint, so every buffer goes to the
+    // size-class slabs; verified, and within a few times the bound (stacking them was hundreds).
+    let b = random_instance(100_000, 5);
+    for threads in [1, 2] {
+        let opts = SolveOptions {
+            time_limit: Duration::ZERO,
+            threads,
+            ..SolveOptions::default()
+        };
+        let s = solve(&b, &opts).unwrap();
+        verify(&b, s.plan.as_ref().unwrap(), None).unwrap();
+        assert!(
+            s.best_peak < 3 * s.lower_bound,
+            "threads {threads}: {} for a bound of {}, {}",
+            s.best_peak,
+            s.lower_bound,
+            s.algorithm
+        );
+        assert!(s.algorithm.contains("cut at 0%"), "{}", s.algorithm);
+    }
 }
 
 #[test]
@@ -419,13 +425,14 @@ fn the_baseline_worker_keeps_its_lowest_fit_twin_when_lower() {
     // the answer when lower (here, as on most random instances) and stands when the deadline cuts
     // the best fit. Budget 0: the step runs the baseline and nothing else.
     use super::events::Events;
-    use super::greedy::{Fit, greedy_by_size_with, sweep_best_fit};
+    use super::greedy::{Fit, greedy_by_size_with};
     use super::heuristics::{Heuristics, Incumbent};
+    use super::sweep::tests::sweep_all;
     let b = random_instance(3000, 1);
     let best = greedy_by_size(&b).unwrap().peak;
     let lowest = greedy_by_size_with(&b, Fit::Lowest).unwrap().peak;
     let events = Events::new(&b);
-    let (sweep, _) = sweep_best_fit(&b, &events, None);
+    let sweep = sweep_all(&b, &events);
     assert!(
         lowest < best && lowest < sweep.peak,
         "{lowest} {best} {}",

@@ -1,28 +1,49 @@
 //! The plan verifier: an O(n log n) sweep that proves a plan valid or names two buffers that clash.
 //!
 //! Walk the lifetime endpoints in time order (frees before allocations at equal times) and keep the
-//! live buffers in a map ordered by offset. Live buffers are pairwise disjoint, so a new buffer can
-//! only overlap its predecessor or its successor in offset order: two map look-ups per insertion.
+//! live buffers ordered by offset ([`live::LiveSet`]). Live buffers are pairwise disjoint, so a new
+//! buffer can only overlap the live buffer that starts last below its end: one look-up per
+//! insertion.
+//!
+//! The walk is a [`Checker`] fed chunks of endpoints with their offsets, so the planner can check
+//! its first plan while it is being built (on another thread, or interleaved with it) instead of
+//! after it.
 
-use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::time::Instant;
 
 use super::events::{Event, Events};
 use super::{Buffer, MAX_BUFFERS, Plan, check_buffers};
 use crate::{Error, Result};
+use live::{Entry, LiveSet};
+
+mod live;
 
 /// Checks that `plan` is a valid placement of `buffers`.
 ///
 /// Verifies, in O(n log n): one offset per buffer; every offset a multiple of its buffer's
 /// alignment; no two buffers with intersecting lifetimes sharing a byte; `plan.peak` equal to
 /// `max(offset + size)`; and, with a capacity, `offset + size <= capacity` for every buffer.
+/// Errors name buffers by their index; [`super::CsvInstance::verify`] names them by their ids.
 ///
 /// # Errors
 /// - [`Error::SizeMismatch`] when the offset count or the reported peak is wrong;
 /// - [`Error::InvalidArgument`] for an invalid buffer, a misaligned offset, or two overlapping
-///   buffers (the message names both indices, their lifetimes and byte ranges);
+///   buffers (the message names both, their lifetimes and byte ranges);
 /// - [`Error::OutOfBounds`] when a buffer ends beyond the capacity.
 pub fn verify(buffers: &[Buffer], plan: &Plan, capacity: Option<u64>) -> Result<()> {
-    check_buffers(buffers)?;
+    verify_named(buffers, plan, capacity, &|i| i.to_string())
+}
+
+/// [`verify`], naming buffer `i` as `name(i)` in errors.
+pub(crate) fn verify_named(
+    buffers: &[Buffer],
+    plan: &Plan,
+    capacity: Option<u64>,
+    name: &dyn Fn(usize) -> String,
+) -> Result<()> {
+    check_buffers(buffers, name)?;
     if buffers.len() > MAX_BUFFERS {
         return Err(Error::invalid(format!(
             "{} buffers: at most {MAX_BUFFERS} are supported",
@@ -30,6 +51,7 @@ pub fn verify(buffers: &[Buffer], plan: &Plan, capacity: Option<u64>) -> Result<
         )));
     }
     verify_sorted(buffers, &Events::new(buffers), plan, capacity)
+        .map_err(|fault| fault.into_error(buffers, name))
 }
 
 /// [`verify`] for valid buffers whose sorted endpoints are `events` (as [`super::validate`]
@@ -39,101 +61,193 @@ pub(crate) fn verify_sorted(
     events: &Events,
     plan: &Plan,
     capacity: Option<u64>,
-) -> Result<()> {
+) -> Result<(), Fault> {
     if plan.offsets.len() != buffers.len() {
-        return Err(Error::SizeMismatch {
-            what: "plan offsets (one per buffer)".into(),
-            expected: buffers.len() as u64,
-            actual: plan.offsets.len() as u64,
-        });
+        return Err(Fault::Length(plan.offsets.len()));
     }
-    let mut peak = 0u64;
-    for (i, (b, &o)) in buffers.iter().zip(&plan.offsets).enumerate() {
-        if !o.is_multiple_of(b.align) {
-            return Err(Error::invalid(format!(
-                "buffer {i}: offset {o} is not a multiple of its alignment {}",
-                b.align
-            )));
-        }
-        let end = o.checked_add(b.size).ok_or(Error::OutOfBounds {
-            what: "u64 address space",
-            offset: o,
-            size: b.size,
-            limit: u64::MAX,
-        })?;
-        if let Some(cap) = capacity
-            && end > cap
-        {
-            return Err(Error::OutOfBounds {
-                what: "planned arena (capacity)",
-                offset: o,
-                size: b.size,
-                limit: cap,
-            });
-        }
-        peak = peak.max(end);
-    }
-    if peak != plan.peak {
-        return Err(Error::SizeMismatch {
-            what: "plan peak (max offset + size)".into(),
-            expected: peak,
-            actual: plan.peak,
-        });
-    }
-
-    // Live buffers by offset: offset -> (end, index). The endpoints come in chunks whose offsets
-    // and sizes are gathered first, in a loop of independent loads: at a million buffers, cache
-    // misses on those two arrays were 90% of the sweep while interleaved with the tree.
-    let mut live: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
-    let mut chunk: Vec<(Event, u64, u64)> = Vec::with_capacity(GATHER);
+    let mut checker = Checker::new(capacity);
+    let mut chunk: Vec<Placed> = Vec::with_capacity(GATHER);
     let mut endpoints = events.iter();
     loop {
+        // Offsets are gathered first, in a loop of independent loads: at a million buffers,
+        // cache misses on the offsets and sizes were 90% of the sweep while interleaved with the
+        // tree.
         chunk.clear();
-        chunk.extend(endpoints.by_ref().take(GATHER).map(|e| {
-            let i = e.id as usize;
-            (e, plan.offsets[i], buffers[i].size)
+        chunk.extend(endpoints.by_ref().take(GATHER).map(|event| Placed {
+            event,
+            offset: plan.offsets[event.id as usize],
         }));
         if chunk.is_empty() {
-            return Ok(());
+            return checker.finish(plan.peak);
         }
-        for &(e, o, size) in &chunk {
-            let i = e.id as usize;
-            if !e.alloc {
-                let removed = live.remove(&o);
-                debug_assert_eq!(removed.map(|r| r.1), Some(i), "live map out of sync");
-                continue;
-            }
-            let end = o + size;
-            if let Some((&po, &(pend, j))) = live.range(..=o).next_back()
-                && pend > o
-            {
-                return Err(clash(buffers, j, po, pend, i, o, end));
-            }
-            if let Some((&so, &(send, j))) = live.range(o..).next()
-                && so < end
-            {
-                return Err(clash(buffers, j, so, send, i, o, end));
-            }
-            live.insert(o, (end, i));
-        }
+        checker.check(&chunk)?;
     }
 }
 
 /// Endpoints whose data one gather loop fetches (see `verify_sorted`).
 pub(crate) const GATHER: usize = 1024;
 
-/// The error for buffers `a` and `b` sharing bytes, smaller index first.
-fn clash(buffers: &[Buffer], a: usize, ao: u64, aend: u64, b: usize, bo: u64, bend: u64) -> Error {
-    let (a, b, ao, aend, bo, bend) = if a < b {
-        (a, b, ao, aend, bo, bend)
-    } else {
-        (b, a, bo, bend, ao, aend)
-    };
-    Error::invalid(format!(
-        "buffers {a} and {b} overlap: buffer {a} lives [{}, {}) at bytes [{ao}, {aend}), \
-         buffer {b} lives [{}, {}) at bytes [{bo}, {bend})",
-        buffers[a].lower, buffers[a].upper, buffers[b].lower, buffers[b].upper
-    ))
+/// One endpoint of a plan: the event, and its buffer's offset.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Placed {
+    pub event: Event,
+    pub offset: u64,
+}
+
+/// What is wrong with a plan, by buffer index; [`Fault::into_error`] names the buffers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// Not one offset per buffer: this many.
+    Length(usize),
+    /// Buffer `.0` at offset `.1` breaks its alignment.
+    Misaligned(usize, u64),
+    /// Buffer at `offset` of `size` bytes ends past `limit` (the capacity, or `u64::MAX`).
+    OutOfBounds {
+        offset: u64,
+        size: u64,
+        limit: Option<u64>,
+    },
+    /// The reported peak is not the plan's.
+    Peak { reported: u64, actual: u64 },
+    /// Buffers `a` and `b` (each with its byte range) share bytes while both are live.
+    Clash {
+        a: (usize, u64, u64),
+        b: (usize, u64, u64),
+    },
+}
+
+impl Fault {
+    /// The error a caller sees, buffer `i` named `name(i)`.
+    pub fn into_error(self, buffers: &[Buffer], name: &dyn Fn(usize) -> String) -> Error {
+        match self {
+            Fault::Length(actual) => Error::SizeMismatch {
+                what: "plan offsets (one per buffer)".into(),
+                expected: buffers.len() as u64,
+                actual: actual as u64,
+            },
+            Fault::Misaligned(i, o) => Error::invalid(format!(
+                "buffer {}: offset {o} is not a multiple of its alignment {}",
+                name(i),
+                buffers[i].align
+            )),
+            Fault::OutOfBounds {
+                offset,
+                size,
+                limit,
+            } => Error::OutOfBounds {
+                what: if limit.is_some() {
+                    "planned arena (capacity)"
+                } else {
+                    "u64 address space"
+                },
+                offset,
+                size,
+                limit: limit.unwrap_or(u64::MAX),
+            },
+            Fault::Peak { reported, actual } => Error::SizeMismatch {
+                what: "plan peak (max offset + size)".into(),
+                expected: actual,
+                actual: reported,
+            },
+            Fault::Clash { a, b } => {
+                let ((a, ao, aend), (b, bo, bend)) = if a.0 < b.0 { (a, b) } else { (b, a) };
+                let (an, bn) = (name(a), name(b));
+                Error::invalid(format!(
+                    "buffers {an} and {bn} overlap: buffer {an} lives [{}, {}) at bytes \
+                     [{ao}, {aend}), buffer {bn} lives [{}, {}) at bytes [{bo}, {bend})",
+                    buffers[a].lower, buffers[a].upper, buffers[b].lower, buffers[b].upper
+                ))
+            }
+        }
+    }
+}
+
+/// The verifier's sweep, fed the endpoints in time order a chunk at a time: every allocation is
+/// checked for alignment, overflow, capacity and overlap with the buffers live then.
+#[derive(Debug)]
+pub(crate) struct Checker {
+    capacity: Option<u64>,
+    live: LiveSet,
+    peak: u64,
+    /// Endpoints checked, and the time spent on them (to tell what checking the rest costs).
+    checked: usize,
+    busy: Duration,
+}
+
+impl Checker {
+    pub fn new(capacity: Option<u64>) -> Self {
+        Checker {
+            capacity,
+            live: LiveSet::default(),
+            peak: 0,
+            checked: 0,
+            busy: Duration::ZERO,
+        }
+    }
+
+    /// Checks the next endpoints.
+    pub fn check(&mut self, chunk: &[Placed]) -> Result<(), Fault> {
+        let started = Instant::now();
+        for p in chunk {
+            let (i, o, size) = (p.event.id, p.offset, p.event.size);
+            if !p.event.alloc {
+                let removed = self.live.remove(o);
+                debug_assert_eq!(removed.map(|r| r.id), Some(i), "live set out of sync");
+                continue;
+            }
+            if !o.is_multiple_of(p.event.align) {
+                return Err(Fault::Misaligned(i as usize, o));
+            }
+            let end = o.checked_add(size).ok_or(Fault::OutOfBounds {
+                offset: o,
+                size,
+                limit: None,
+            })?;
+            if self.capacity.is_some_and(|cap| end > cap) {
+                return Err(Fault::OutOfBounds {
+                    offset: o,
+                    size,
+                    limit: self.capacity,
+                });
+            }
+            // Live buffers are disjoint, so if any overlaps `[o, end)`, the one starting last
+            // below `end` does.
+            if let Some(last) = self.live.last_below(end)
+                && last.end > o
+            {
+                return Err(Fault::Clash {
+                    a: (last.id as usize, last.offset, last.end),
+                    b: (i as usize, o, end),
+                });
+            }
+            self.live.insert(Entry {
+                offset: o,
+                end,
+                id: i,
+            });
+            self.peak = self.peak.max(end);
+        }
+        self.checked += chunk.len();
+        self.busy += started.elapsed();
+        Ok(())
+    }
+
+    /// Endpoints checked so far, and the time that took.
+    pub fn progress(&self) -> (usize, Duration) {
+        (self.checked, self.busy)
+    }
+
+    /// After the last endpoint: whether `reported` is the plan's peak.
+    pub fn finish(&self, reported: u64) -> Result<(), Fault> {
+        if reported == self.peak {
+            Ok(())
+        } else {
+            Err(Fault::Peak {
+                reported,
+                actual: self.peak,
+            })
+        }
+    }
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tensormem::plan::{
     Buffer, Fit, MAX_THREADS, PackingDesc, PackingFamily, Plan, Progress, Solution, SolveOptions,
-    greedy_by_size_with, lower_bound, parse_csv, random_lifetimes, solve, verify, write_csv,
+    greedy_by_size_with, lower_bound, parse_csv, random_lifetimes, solve, write_csv,
 };
 use tensormem::{Error, Result};
 
@@ -308,7 +308,7 @@ fn plan_file(file: &str, args: &PlanArgs) -> Result<ExitCode> {
     let input_plan = match &inst.offsets {
         Some(offsets) => {
             let plan = Plan::from_offsets(&inst.buffers, offsets.clone());
-            let verdict = verify(&inst.buffers, &plan, args.capacity);
+            let verdict = inst.verify(&plan, args.capacity);
             Some((plan.peak, verdict.map_err(|e| e.to_string())))
         }
         None => None,
@@ -391,6 +391,12 @@ fn solution_json(s: &Solution, capacity: Option<u64>) -> serde_json::Value {
         "algorithm": s.algorithm,
         "threads": s.threads,
         "seconds": s.elapsed.as_secs_f64(),
+        "stage_seconds": {
+            "validation": s.stages.validation.as_secs_f64(),
+            "first_plan": s.stages.first_plan.as_secs_f64(),
+            "search": s.stages.search.as_secs_f64(),
+            "final_verification": s.stages.final_verification.as_secs_f64(),
+        },
     })
 }
 
@@ -467,7 +473,7 @@ fn greedy(args: &GreedyArgs) -> Result<()> {
     let started = std::time::Instant::now();
     let plan = greedy_by_size_with(&inst.buffers, fit)?;
     let seconds = started.elapsed().as_secs_f64();
-    verify(&inst.buffers, &plan, None)?;
+    inst.verify(&plan, None)?;
     let lb = lower_bound(&inst.buffers);
     if args.json {
         let obj = serde_json::json!({

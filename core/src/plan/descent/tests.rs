@@ -23,7 +23,7 @@ fn stacked(buffers: &[Buffer]) -> Vec<u64> {
 /// Runs up to `rounds` rounds; checks every plan it reports and returns the last one.
 fn walk(buffers: &[Buffer], offsets: Vec<u64>, seed: u64, rounds: usize) -> (Vec<u64>, u64) {
     let events = Events::new(buffers);
-    let (lb, fullest) = events.peak_load(buffers);
+    let (lb, fullest) = events.peak_load();
     let mut peak = peak_of(buffers, &offsets);
     let mut best = offsets;
     let mut walk = Descent::new(buffers, &events, fullest, &best, peak, seed);
@@ -96,7 +96,7 @@ fn equal_seeds_walk_equally() {
 fn a_plan_at_the_bound_is_never_replaced() {
     let (b, witness) = perfect_packing(40, 1 << 16, 200, 1);
     let events = Events::new(&b);
-    let (lb, fullest) = events.peak_load(&b);
+    let (lb, fullest) = events.peak_load();
     assert_eq!(peak_of(&b, &witness), lb);
     let mut walk = Descent::new(&b, &events, fullest, &witness, lb, 0);
     for _ in 0..50 {
@@ -111,7 +111,7 @@ fn a_plan_at_the_bound_is_never_replaced() {
 fn a_passed_deadline_stops_the_round() {
     let (b, _) = perfect_packing(600, 1 << 20, 1000, 2);
     let events = Events::new(&b);
-    let (_, fullest) = events.peak_load(&b);
+    let (_, fullest) = events.peak_load();
     let start = stacked(&b);
     let peak = peak_of(&b, &start);
     let mut walk = Descent::new(&b, &events, fullest, &start, peak, 0);

@@ -21,21 +21,24 @@ use super::units::Units;
 #[cfg(doc)]
 use crate::backend::InPlaceGrowth;
 
-/// One unit: its length in granules, and whether it is listed spare.
+/// One unit: its length in granules, whether it is spare, and whether `spare` lists it.
 #[derive(Clone, Copy, Debug)]
 struct Unit {
     len: u64,
     spare: bool,
+    listed: bool,
 }
 
 /// The units of an arena, in granules.
 #[derive(Debug, Default)]
 pub(super) struct Handles {
     /// Each unit by its first granule. Units are disjoint and cover exactly the committed
-    /// granules. The flag mirrors `spare`, so an allocation or a free on granules whose units
-    /// keep their state (the usual case) costs a map walk and no set update.
+    /// granules.
     units: BTreeMap<u64, Unit>,
-    /// The spare units as (length, first granule): the largest that fits a run is one lookup.
+    /// The spare units as (length, first granule), and units that were spare since (listed
+    /// once, unlisted when a lookup meets them): the largest that fits a run is one lookup,
+    /// and a tensor that comes and goes on a unit flips its flag without touching the set
+    /// (the set updates were half the whole-unit bookkeeping's time on the transformer traces).
     spare: BTreeSet<(u64, u64)>,
 }
 
@@ -43,7 +46,12 @@ impl Handles {
     /// Granules `[start, start + len)` were backed by one call: a new unit, not spare.
     pub(super) fn add(&mut self, start: u64, len: u64) {
         if len > 0 {
-            self.units.insert(start, Unit { len, spare: false });
+            let unit = Unit {
+                len,
+                spare: false,
+                listed: false,
+            };
+            self.units.insert(start, unit);
         }
     }
 
@@ -53,10 +61,7 @@ impl Handles {
             if s + u.len <= a {
                 break;
             }
-            if u.spare {
-                u.spare = false;
-                self.spare.remove(&(u.len, *s));
-            }
+            u.spare = false;
         }
     }
 
@@ -69,16 +74,20 @@ impl Handles {
             }
             if !u.spare && spare.count(*s, s + u.len) == u.len {
                 u.spare = true;
-                self.spare.insert((u.len, *s));
+                if !u.listed {
+                    u.listed = true;
+                    self.spare.insert((u.len, *s));
+                }
             }
         }
     }
 
-    /// Unlists the spare unit (`len`, `start`) taken from `spare`.
+    /// Takes the unit at granule `start` of `len` out of the set, not spare.
     fn unlist(&mut self, len: u64, start: u64) {
         self.spare.remove(&(len, start));
         if let Some(u) = self.units.get_mut(&start) {
             u.spare = false;
+            u.listed = false;
         }
     }
 
@@ -86,11 +95,27 @@ impl Handles {
     /// `end`; returns its first granule and length. It stays a unit (at the same place) until
     /// [`Handles::moved`] or [`Handles::removed`]; [`Handles::untake`] makes it spare again.
     pub(super) fn take(&mut self, n: u64, end: u64) -> Option<(u64, u64)> {
-        let (len, start) = *self
+        // Listed units no longer spare met on the way are unlisted.
+        let mut stale = Vec::new();
+        let found = self
             .spare
             .range(..(n, u64::MAX))
             .rev()
-            .find(|(len, start)| start + len <= end)?;
+            .filter(|(len, start)| start + len <= end)
+            .find(|(_, start)| {
+                let spare = self.units.get(start).is_some_and(|u| u.spare);
+                if !spare {
+                    stale.push(*start);
+                }
+                spare
+            })
+            .copied();
+        for start in stale {
+            if let Some(&Unit { len, .. }) = self.units.get(&start) {
+                self.unlist(len, start);
+            }
+        }
+        let (len, start) = found?;
         self.unlist(len, start);
         Some((start, len))
     }
@@ -99,6 +124,7 @@ impl Handles {
     pub(super) fn untake(&mut self, start: u64, len: u64) {
         if let Some(u) = self.units.get_mut(&start) {
             u.spare = true;
+            u.listed = true;
             self.spare.insert((len, start));
         }
     }
@@ -106,13 +132,25 @@ impl Handles {
     /// The unit at granule `from` now lies at granule `to` (its memory was moved).
     pub(super) fn moved(&mut self, from: u64, to: u64) {
         if let Some(u) = self.units.remove(&from) {
-            self.units.insert(to, u);
+            if u.listed {
+                self.spare.remove(&(u.len, from));
+            }
+            let unit = Unit {
+                spare: false,
+                listed: false,
+                ..u
+            };
+            self.units.insert(to, unit);
         }
     }
 
     /// The unit at granule `start` was given back.
     pub(super) fn removed(&mut self, start: u64) {
-        self.units.remove(&start);
+        if let Some(u) = self.units.remove(&start) {
+            if u.listed {
+                self.spare.remove(&(u.len, start));
+            }
+        }
     }
 
     /// The extent ends at granule `len`: units past it are forgotten (a unit cut by the end,
@@ -122,7 +160,7 @@ impl Handles {
         if let Some((s, u)) = self.units.iter_mut().next_back() {
             if s + u.len > len {
                 // Cut by the end (the pool never asks for it): it keeps its granules below.
-                if u.spare {
+                if u.listed {
                     self.spare.remove(&(u.len, *s));
                     self.spare.insert((len - s, *s));
                 }
@@ -130,7 +168,7 @@ impl Handles {
             }
         }
         for (s, u) in cut {
-            if u.spare {
+            if u.listed {
                 self.spare.remove(&(u.len, s));
             }
         }
@@ -156,14 +194,9 @@ impl Handles {
     pub(super) fn check(&self, committed: &Units, spare: &Units) -> Result<(), String> {
         let mut end = 0;
         let mut covered = 0;
-        for (
-            &s,
-            &Unit {
-                len: n,
-                spare: flag,
-            },
-        ) in &self.units
-        {
+        let mut listed = 0;
+        for (&s, u) in &self.units {
+            let n = u.len;
             if s < end || n == 0 {
                 return Err(format!(
                     "unit at granule {s} of {n} overlaps the one before"
@@ -175,20 +208,22 @@ impl Handles {
                 ));
             }
             let is_spare = spare.count(s, s + n) == n;
-            if is_spare != self.spare.contains(&(n, s)) || flag != is_spare {
+            let in_set = self.spare.contains(&(n, s));
+            if is_spare != u.spare || in_set != u.listed || (u.spare && !u.listed) {
                 return Err(format!(
-                    "unit at granule {s} of {n}: spare {is_spare}, listed {}",
-                    !is_spare
+                    "unit at granule {s} of {n}: spare {is_spare}, flagged {}, listed {in_set}",
+                    u.spare
                 ));
             }
             end = s + n;
             covered += n;
+            listed += usize::from(u.listed);
         }
-        let flagged = self.units.values().filter(|u| u.spare).count();
-        if covered != committed.ones() || self.spare.len() != flagged {
+        if covered != committed.ones() || self.spare.len() != listed {
             return Err(format!(
-                "units cover {covered} granules of {} committed",
-                committed.ones()
+                "units cover {covered} granules of {} committed; {} listed of {listed}",
+                committed.ones(),
+                self.spare.len()
             ));
         }
         Ok(())

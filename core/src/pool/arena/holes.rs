@@ -44,7 +44,11 @@
 //!   201), `xfmr_eager` 1.143 at 57 (1.036 at 169; 1.554 at 48), `gpt2s_train` 1.112 at 43
 //!   (1.031 at 3514; 1.018 at 36), `llama8b_prefill` 1.109 at 10 (1.033 at 116; 1.239 at 8),
 //!   `mobilenet_v2` 1.045 at 3 (1.045 at 3; 3.483 at 5); time per pair ÷ cubecl's 0.03 / 1.61
-//!   / 0.63 / 1.70 / 0.96 (load ~6). Units cut creations 12–80×, but a unit a live tensor
+//!   / 0.63 / 1.70 / 0.96 (load ~6). That time was the units' bookkeeping, a set update on
+//!   every allocation and free that changed a unit's state: with a flag per unit and the set
+//!   updated lazily ([`handles`](super::handles)) `xfmr_eager` takes 0.99–1.04 and
+//!   `llama8b_prefill` 0.92–1.10 of cubecl's time, against 1.60–1.61 and 1.65–1.72 before in
+//!   the same runs (15 rounds, load 8). Units cut creations 12–80×, but a unit a live tensor
 //!   touches keeps all its memory, and a run no spare unit fits gets new memory while larger
 //!   spare units stay idle: only MobileNet is within 1.05 of the live peak with fewer
 //!   creations than cubecl, and GPT-2 peaks above the arena without holes (1.040). CUDA's

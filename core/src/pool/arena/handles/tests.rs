@@ -82,6 +82,36 @@ fn the_largest_spare_unit_that_fits_is_taken_and_stays_below_the_end() {
     assert_eq!(h.take(100, 100), Some((10, 6)));
 }
 
+#[test]
+fn a_unit_whose_tensor_comes_and_goes_stays_listed_until_a_lookup_meets_it_held() {
+    let mut h = units(&[(0, 6), (6, 2)]);
+    let committed = bits(8, &[(0, 8)]);
+    let mut spare = bits(8, &[(0, 8)]);
+    h.respare(0, 8, &spare);
+    // A tensor lands on the first unit and goes, again and again: both stay listed.
+    for _ in 0..3 {
+        spare.clear(1, 2);
+        h.unspare(1, 2);
+        h.check(&committed, &spare).unwrap();
+        assert_eq!(h.spare.len(), 2);
+        spare.set(1, 2);
+        h.respare(1, 2, &spare);
+        h.check(&committed, &spare).unwrap();
+    }
+    // Held when a lookup meets it: passed over, and unlisted on the way.
+    spare.clear(1, 2);
+    h.unspare(1, 2);
+    assert_eq!(h.take(8, 8), Some((6, 2)));
+    assert!(h.spare.is_empty());
+    spare.clear(6, 8);
+    h.check(&committed, &spare).unwrap();
+    // Spare again: listed again, and taken.
+    spare.set(1, 2);
+    h.respare(1, 2, &spare);
+    h.check(&committed, &spare).unwrap();
+    assert_eq!(h.take(8, 8), Some((0, 6)));
+}
+
 /// A model of CUDA's physical allocations over the host: one unit per call that backs memory,
 /// and a range that cuts a unit refused (as `cuMemUnmap` refuses part of a mapping).
 struct WholeUnits {

@@ -1,0 +1,202 @@
+//! The first plan, verified while it is built: the sweep ([`super::sweep`]) hands each chunk of
+//! placed endpoints to the verifier ([`Checker`]), on a second thread when the portfolio has one,
+//! else interleaved on the same thread. So the plan `solve` falls back on is proved valid when the
+//! sweep ends, not one verification later.
+//!
+//! The sweep is cut as soon as finishing from there (placing the rest in slabs and checking every
+//! endpoint not yet checked) would no longer end by the deadline, estimated from what the sweep
+//! and the verifier have cost so far on this machine at its current load. Where the cut falls
+//! depends on that timing, so a cut first plan is not reproducible run to run.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::time::Instant;
+
+use super::Buffer;
+use super::events::Events;
+use super::sweep::{Sweep, Watch, sweep_best_fit};
+use super::verify::{Checker, Fault, GATHER, Placed};
+
+/// Completing a cut sweep (gathering the rest's endpoints, slab or stack operations) costs at
+/// most this fraction of the sweep's good-fit placement per endpoint.
+const REST_SHARE: f64 = 0.5;
+
+/// Chunks the sweep may run ahead of the verifier thread before it waits.
+const QUEUE: usize = 8;
+
+/// Endpoints measured before a measured cost per endpoint replaces the prior.
+const MEASURED_AFTER: usize = 8 * GATHER;
+
+/// The first plan and what checking it cost.
+#[derive(Debug)]
+pub(crate) struct First {
+    pub sweep: Sweep,
+    /// Time the verifier spent, for the final verification's reserve.
+    pub check_time: Duration,
+}
+
+/// Builds and verifies the first plan by `deadline`. `prior`: the expected seconds per endpoint
+/// of the sweep and of the verifier before either is measured (from validation's speed).
+/// `parallel`: verify on a second thread.
+///
+/// # Errors
+/// The verifier's [`Fault`]: a bug in the sweep, never hidden.
+pub(crate) fn first_plan(
+    buffers: &[Buffer],
+    events: &Events,
+    padded_worst: u128,
+    deadline: Instant,
+    prior: (f64, f64),
+    parallel: bool,
+) -> Result<First, Fault> {
+    let rule = Rule {
+        started: Instant::now(),
+        deadline,
+        total: buffers.len() * 2,
+        prior,
+    };
+    if !parallel {
+        let mut inline = Inline {
+            rule,
+            checker: Checker::new(None),
+            fault: None,
+        };
+        let sweep = sweep_best_fit(buffers, events, padded_worst, &mut inline);
+        if let Some(fault) = inline.fault {
+            return Err(fault);
+        }
+        inline.checker.finish(sweep.plan.peak)?;
+        let check_time = inline.checker.progress().1;
+        return Ok(First { sweep, check_time });
+    }
+    let progress = Progress::default();
+    std::thread::scope(|s| {
+        let (to_check, inbox) = mpsc::sync_channel::<Vec<Placed>>(QUEUE);
+        let (give_back, spare) = mpsc::channel::<Vec<Placed>>();
+        let progress = &progress;
+        let verifier = s.spawn(move || {
+            let mut checker = Checker::new(None);
+            for chunk in inbox {
+                checker.check(&chunk)?;
+                progress.publish(checker.progress());
+                // The sweep may be done and gone: then the buffer is simply dropped.
+                let _ = give_back.send(chunk);
+            }
+            Ok(checker)
+        });
+        let mut threaded = Threaded {
+            rule,
+            progress,
+            to_check,
+            spare,
+        };
+        let sweep = sweep_best_fit(buffers, events, padded_worst, &mut threaded);
+        drop(threaded);
+        let checker = verifier
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e))?;
+        checker.finish(sweep.plan.peak)?;
+        let check_time = checker.progress().1;
+        Ok(First { sweep, check_time })
+    })
+}
+
+/// When to cut the sweep; see the module docs.
+struct Rule {
+    started: Instant,
+    deadline: Instant,
+    /// Endpoints in all.
+    total: usize,
+    /// Seconds per endpoint of the sweep and of the verifier until measured.
+    prior: (f64, f64),
+}
+
+impl Rule {
+    /// Whether to cut with `done` endpoints placed and `checked` of them checked in `busy`;
+    /// `alone`: the verifier runs on the sweep's thread, so their remaining times add up.
+    fn cut(&self, done: usize, (checked, busy): (usize, Duration), alone: bool) -> bool {
+        let per = |spent: Duration, count: usize, prior: f64| {
+            if count >= MEASURED_AFTER {
+                spent.as_secs_f64() / count as f64
+            } else {
+                prior
+            }
+        };
+        let sweep = per(self.started.elapsed(), done, self.prior.0);
+        let check = per(busy, checked, self.prior.1);
+        let rest = sweep * REST_SHARE * (self.total - done) as f64;
+        let verify = check * (self.total - checked) as f64;
+        let needed = if alone {
+            rest + verify
+        } else {
+            rest.max(verify)
+        };
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        left.as_secs_f64() <= needed
+    }
+}
+
+/// The verifier on the sweep's thread.
+struct Inline {
+    rule: Rule,
+    checker: Checker,
+    fault: Option<Fault>,
+}
+
+impl Watch for Inline {
+    fn cut(&mut self, done: usize) -> bool {
+        self.rule.cut(done, self.checker.progress(), true)
+    }
+
+    fn placed(&mut self, chunk: &[Placed]) {
+        if self.fault.is_none() {
+            self.fault = self.checker.check(chunk).err();
+        }
+    }
+}
+
+/// The verifier thread's progress, published after each chunk.
+#[derive(Default)]
+struct Progress {
+    checked: AtomicUsize,
+    busy_nanos: AtomicU64,
+}
+
+impl Progress {
+    fn publish(&self, (checked, busy): (usize, Duration)) {
+        let nanos = u64::try_from(busy.as_nanos()).unwrap_or(u64::MAX);
+        self.busy_nanos.store(nanos, Ordering::Relaxed);
+        self.checked.store(checked, Ordering::Release);
+    }
+
+    fn read(&self) -> (usize, Duration) {
+        let checked = self.checked.load(Ordering::Acquire);
+        let busy = Duration::from_nanos(self.busy_nanos.load(Ordering::Relaxed));
+        (checked, busy)
+    }
+}
+
+/// The sweep's side of a verifier thread.
+struct Threaded<'a> {
+    rule: Rule,
+    progress: &'a Progress,
+    to_check: mpsc::SyncSender<Vec<Placed>>,
+    /// Chunk buffers the verifier is done with.
+    spare: mpsc::Receiver<Vec<Placed>>,
+}
+
+impl Watch for Threaded<'_> {
+    fn cut(&mut self, done: usize) -> bool {
+        self.rule.cut(done, self.progress.read(), false)
+    }
+
+    fn placed(&mut self, chunk: &[Placed]) {
+        let mut copy = self.spare.try_recv().unwrap_or_default();
+        copy.clear();
+        copy.extend_from_slice(chunk);
+        // A verifier that stopped has found a fault, which its join returns.
+        let _ = self.to_check.send(copy);
+    }
+}

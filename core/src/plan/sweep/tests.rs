@@ -1,0 +1,125 @@
+use super::*;
+use crate::plan::{lower_bound, random_lifetimes, verify};
+
+/// A watch that cuts after `chunks` chunks (never, with `usize::MAX`) and keeps what it is handed.
+pub(crate) struct CutAfter {
+    pub chunks: usize,
+    pub seen: Vec<Placed>,
+}
+
+impl CutAfter {
+    pub fn new(chunks: usize) -> Self {
+        CutAfter {
+            chunks,
+            seen: Vec::new(),
+        }
+    }
+}
+
+impl Watch for CutAfter {
+    fn cut(&mut self, done: usize) -> bool {
+        done >= self.chunks.saturating_mul(GATHER)
+    }
+
+    fn placed(&mut self, chunk: &[Placed]) {
+        self.seen.extend_from_slice(chunk);
+    }
+}
+
+/// The whole sweep, never cut.
+pub(crate) fn sweep_all(buffers: &[Buffer], events: &Events) -> Plan {
+    sweep_best_fit(buffers, events, 0, &mut CutAfter::new(usize::MAX)).plan
+}
+
+/// Random lifetimes, then a second time-connected group far later with aligned buffers.
+fn two_groups() -> Vec<Buffer> {
+    let mut b = random_lifetimes(50_000, 4);
+    b.extend((0..200).map(|i| Buffer {
+        align: 1 << (i % 7),
+        ..Buffer::new(1_000_000 + i, 1_000_040 + i, 3 + 5 * i)
+    }));
+    b
+}
+
+/// Every buffer stacked per group, as a cut sweep used to complete: its peak.
+fn stacked_peak(buffers: &[Buffer]) -> u64 {
+    let events = Events::new(buffers);
+    let (mut live, mut top, mut peak) = (0usize, 0u64, 0u64);
+    for e in events.iter() {
+        if !e.alloc {
+            live -= 1;
+            continue;
+        }
+        if live == 0 {
+            top = 0;
+        }
+        live += 1;
+        let b = &buffers[e.id as usize];
+        top = align_up(top, b.align) + b.size;
+        peak = peak.max(top);
+    }
+    peak
+}
+
+#[test]
+fn a_cut_sweep_keeps_what_it_placed_and_puts_the_rest_in_slabs() {
+    let b = two_groups();
+    let events = Events::new(&b);
+    let (_, padded) = crate::plan::validate(&b).unwrap();
+    let full = sweep_best_fit(&b, &events, padded, &mut CutAfter::new(usize::MAX));
+    assert!(full.finished());
+    verify(&b, &full.plan, None).unwrap();
+    let lb = lower_bound(&b);
+    for chunks in [0, 1, 30, 70] {
+        let mut watch = CutAfter::new(chunks);
+        let cut = sweep_best_fit(&b, &events, padded, &mut watch);
+        assert_eq!((cut.swept, cut.slabs), (chunks * GATHER, true));
+        assert!(!cut.finished());
+        verify(&b, &cut.plan, None).unwrap();
+        // The buffers allocated before the cut are where the full sweep put them.
+        let before: Vec<u32> = events
+            .iter()
+            .take(chunks * GATHER)
+            .filter(|e| e.alloc)
+            .map(|e| e.id)
+            .collect();
+        for &i in &before {
+            assert_eq!(cut.plan.offsets[i as usize], full.plan.offsets[i as usize]);
+        }
+        // Every endpoint was handed over once, in order, with the plan's offsets.
+        assert_eq!(watch.seen.len(), 2 * b.len());
+        for (p, e) in watch.seen.iter().zip(events.iter()) {
+            assert_eq!(p.event, e);
+            assert_eq!(p.offset, cut.plan.offsets[e.id as usize]);
+        }
+        // Slabs reuse the slots of dead buffers: far below stacking the rest.
+        let stacked = stacked_peak(&b);
+        assert!(
+            cut.plan.peak < 3 * lb && cut.plan.peak * 3 < stacked,
+            "cut after {chunks} chunks: peak {} for a bound of {lb}, stacked {stacked}",
+            cut.plan.peak
+        );
+    }
+}
+
+#[test]
+fn a_cut_sweep_stacks_the_rest_when_slabs_could_overflow() {
+    // A group whose padded total is near the limit of `u64` (three quarters of it), then a small
+    // second group.
+    let big = 1u64 << 62;
+    let b = [
+        Buffer::new(0, 2, big),
+        Buffer::new(1, 3, big - 1),
+        Buffer {
+            align: big / 2,
+            ..Buffer::new(2, 4, big / 2)
+        },
+        Buffer::new(10, 11, 5),
+    ];
+    let (events, padded) = crate::plan::validate(&b).unwrap();
+    assert!(padded > (u64::MAX / 5) as u128);
+    let cut = sweep_best_fit(&b, &events, padded, &mut CutAfter::new(0));
+    assert!(!cut.slabs);
+    verify(&b, &cut.plan, None).unwrap();
+    assert_eq!(cut.plan.offsets, [0, big, 2 * big, 0]);
+}
