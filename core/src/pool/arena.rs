@@ -364,14 +364,15 @@ impl ArenaPool {
             });
         }
         let limit = self.backend.capabilities().max_block_size;
-        let rounded = round_up(size, self.copy_align)
-            .filter(|r| *r <= limit)
-            .ok_or(Error::TooLarge {
+        // Not `ok_or`: an error built on every request is dropped on every request.
+        let Some(rounded) = round_up(size, self.copy_align).filter(|r| *r <= limit) else {
+            return Err(Error::TooLarge {
                 what: "allocation",
                 requested: size,
                 limit,
                 limit_name: "largest block of the device",
-            })?;
+            });
+        };
         if let Some(budget) = self.budget.limit() {
             if rounded > budget {
                 return Err(Error::TooLarge {

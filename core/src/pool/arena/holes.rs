@@ -230,8 +230,12 @@ impl Holes {
             }
             self.queue.push_back(hole);
             if self.queue.len() > 2 * self.spare.ones() as usize + 64 {
-                // Mostly stale: rebuild from the bitmap (in address order; the ages are lost).
-                self.queue = self.spare.runs(0, self.spare.len(), true).into();
+                // Mostly stale: rebuild from the bitmap (in address order; the ages are lost),
+                // in the queue's own memory (a new one per rebuild was a malloc and a free on
+                // the free path).
+                self.queue.clear();
+                self.queue
+                    .extend(self.spare.runs(0, self.spare.len(), true));
             }
         }
     }

@@ -77,11 +77,13 @@ impl Sites {
                 return key;
             }
         }
-        let mut h = mix(mix(0, size), align);
-        for i in 0..HISTORY {
-            h = mix(h, self.history[(self.at + i) % HISTORY]);
-        }
-        let key = h | 1;
+        // Oldest first: the ring from `at` on, then its start (no index arithmetic per event).
+        let (newer, older) = self.history.split_at(self.at);
+        let key = older
+            .iter()
+            .chain(newer)
+            .fold(mix(mix(0, size), align), |h, v| mix(h, *v))
+            | 1;
         self.hashed = Some((size, align, key));
         key
     }

@@ -181,16 +181,14 @@ impl Units {
         None
     }
 
-    /// The runs of `value` granules in `[a, b)`, as (start, end).
-    pub(super) fn runs(&self, a: u64, b: u64, value: bool) -> Vec<(u64, u64)> {
-        let mut out = Vec::new();
+    /// The runs of `value` granules in `[a, b)`, as (start, end), in order.
+    pub(super) fn runs(&self, a: u64, b: u64, value: bool) -> impl Iterator<Item = (u64, u64)> {
         let mut i = a;
-        while let Some(start) = self.next(i, b, value) {
-            let end = self.next(start, b, !value).unwrap_or(b);
-            out.push((start, end));
-            i = end;
-        }
-        out
+        std::iter::from_fn(move || {
+            let start = self.next(i, b, value)?;
+            i = self.next(start, b, !value).unwrap_or(b);
+            Some((start, i))
+        })
     }
 }
 

@@ -182,7 +182,7 @@ fn spare_granules_are_the_whole_committed_granules_of_free_space() {
     let mut h = Holes::new(64 * KIB, MIB, false);
     // Free space [100 KiB, 700 KiB): granules 2..10 are whole inside it.
     h.freed(100 * KIB, 600 * KIB);
-    assert_eq!(h.spare.runs(0, 16, true), vec![(2, 10)]);
+    assert_eq!(h.spare.runs(0, 16, true).collect::<Vec<_>>(), vec![(2, 10)]);
     // A region touching granules 3..5 takes them.
     let (a, b) = h.taken(
         &crate::suballoc::Tlsf::new(MIB)
