@@ -3,6 +3,7 @@
 # the backends CI must run required (a skipped required backend fails the run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/stage.sh
 
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 export TENSORMEM_REQUIRE_BACKENDS="${TENSORMEM_REQUIRE_BACKENDS:-host,vulkan,wgpu}"
@@ -17,22 +18,24 @@ if [ -x scripts/fetch_minilm.sh ]; then
     scripts/fetch_minilm.sh || echo "warning: MiniLM fetch failed; its tests will be skipped"
 fi
 
-cargo test --workspace --lib --bins --tests
-cargo test --workspace --doc
+stage cargo test --workspace --lib --bins --tests
+stage cargo test --workspace --doc
 
 # Arenas that grow in place on Vulkan (sparse binding). Bookworm's lavapipe has none, so the run
 # above covers the blocks fallback; Mesa 25's lavapipe from bookworm-backports, fetched beside it
 # (not installed), runs the backend's sparse tests and the whole conformance suite on every Vulkan
 # target, each of which must then grow in place. Only the sparse tests of the backend crate: with
 # LLVM 15 that driver runs one op of every_op_matches_the_host_reference past the 60 s wait limit.
+# `--workspace --test NAME` rather than `-p`: the workspace's feature set, so the binaries built
+# above run again instead of the workspace crates being compiled twice more.
 # TENSORMEM_SKIP_VULKAN_SPARSE=1 skips it on a machine without Debian's apt (CI never sets it).
 if [ "${TENSORMEM_SKIP_VULKAN_SPARSE:-0}" != 1 ]; then
     lvp_sparse="$(scripts/fetch-lavapipe-sparse.sh)"
-    VK_DRIVER_FILES="$lvp_sparse" VK_ICD_FILENAMES="$lvp_sparse" TENSORMEM_REQUIRE_VULKAN_SPARSE=1 \
-        cargo test -p tensormem-vulkan --test lavapipe sparse
-    VK_DRIVER_FILES="$lvp_sparse" VK_ICD_FILENAMES="$lvp_sparse" TENSORMEM_REQUIRE_VULKAN_SPARSE=1 \
-        TENSORMEM_REQUIRE_BACKENDS=vulkan TENSORMEM_TARGETS=vulkan \
-        cargo test -p tensormem-conformance --test suite
+    export VK_DRIVER_FILES="$lvp_sparse" VK_ICD_FILENAMES="$lvp_sparse"
+    stage env TENSORMEM_REQUIRE_VULKAN_SPARSE=1 cargo test --workspace --test lavapipe sparse
+    stage env TENSORMEM_REQUIRE_VULKAN_SPARSE=1 TENSORMEM_REQUIRE_BACKENDS=vulkan \
+        TENSORMEM_TARGETS=vulkan cargo test --workspace --test suite
+    unset VK_DRIVER_FILES VK_ICD_FILENAMES
 fi
 
 # The GPU check's dry run (scripts/gpu-check.sh, README "The GPU check"): the bundle is built once
@@ -41,12 +44,12 @@ fi
 # Without the MiniLM cache (fetch failed above) the bundle goes without it, like its tests.
 minilm_cache="${TENSORMEM_CACHE:-$HOME/.cache/tensormem}/minilm/model.safetensors"
 [ -f "$minilm_cache" ] || export GPU_CHECK_ALLOW_NO_MINILM=1
-scripts/gpu-check.sh prepare
-scripts/gpu-check.sh dry-run
+stage scripts/gpu-check.sh prepare
+stage scripts/gpu-check.sh dry-run
 
 # The browser build: wasm32 + WebGPU in headless Chromium (conformance cases, negative control,
 # the MNIST sample page). Installs its toolchain on first use; TENSORMEM_SKIP_BROWSER=1 skips it
 # for a quick local run (CI never sets it).
 if [ "${TENSORMEM_SKIP_BROWSER:-0}" != 1 ]; then
-    scripts/browser-test.sh
+    stage scripts/browser-test.sh
 fi

@@ -178,9 +178,12 @@ pub struct CudaDesc {
     /// where tensors need it, in whole physical allocations (`InPlaceGrowth::whole_units`: each
     /// growth or commit is one `cuMemCreate`). Default `false`: in the counting model of
     /// `core/benches/pool_traces` at 2 MiB, holes peak at 1.11–1.14× the live bytes on the
-    /// transformer traces (1.15–1.17× without, but 1.112 against 1.040 on GPT-2 training) with
-    /// 10–126 allocations (cubecl: 8–201), not within 1.05, and cost time on every move (the
-    /// table is in `core/src/pool/arena/holes.rs`). Not yet run on a GPU.
+    /// random and transformer traces (1.15–1.17× without, but 1.112 against 1.040 on GPT-2
+    /// training) with 10–126 allocations (cubecl: 8–201, and fewer on three traces), so neither
+    /// target of issue 14 is met (the table and what was tried are in
+    /// `core/src/pool/arena/holes.rs`). Moves are rare once placement is learned (1–232 unmaps
+    /// per trace); the pool's own time per pair is 0.02–1.14× cubecl's, but 1.8–1.9× on Llama
+    /// prefill (load 7–8), and the driver's cost of a map is not modelled. Not yet run on a GPU.
     pub vmm_holes: bool,
 }
 

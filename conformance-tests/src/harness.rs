@@ -109,7 +109,8 @@ fn run_case(target: &Target, case: &Case, mode: Waiting) -> Option<String> {
 }
 
 /// Runs `cases` on `targets` (filtered by the `TENSORMEM_TARGETS` and `TENSORMEM_CASES`
-/// substring filters when set), prints the report, and returns whether everything required passed.
+/// filters when set: comma-separated substrings, any of which selects), prints the report, and
+/// returns whether everything required passed.
 pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
     let required = required();
     let target_filter = std::env::var("TENSORMEM_TARGETS").ok();
@@ -137,7 +138,7 @@ pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
                 for case in cases {
                     if case_filter
                         .as_ref()
-                        .is_some_and(|f| !case.name.contains(f.as_str()))
+                        .is_some_and(|f| !f.split(',').any(|x| case.name.contains(x.trim())))
                         || (case.devices == 2 && target.second.is_none())
                         || (case.devices == 1 && target.set_cases_only)
                     {
