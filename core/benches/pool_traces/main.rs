@@ -4,8 +4,9 @@
 //! For each trace it prints peak reserved ÷ peak live (live = bytes the trace requested) for our
 //! pool in place, our pool on blocks and cubecl; the reservations each made from its device; and
 //! the time per allocate+free pair as a ratio to cubecl's: thread CPU time of a whole replay
-//! divided by its allocations, best of `--rounds` rounds in which the three run interleaved (the
-//! machine is shared, and the best round is the one least disturbed). Our pools are timed over a
+//! divided by its allocations, each short stretch of the trace at its fastest of `--replays`
+//! warm replays per pool taken in turns with every other pool's, with the spread of the
+//! replays (`timing.rs`). Our pools are timed over a
 //! device whose holes calls return at once (`CountingBackend::without_books`): the pool's own
 //! time, since the counting device's bookkeeping models no driver's cost; a line under each
 //! trace gives the holes row's time with the books kept, and the difference, the device's
@@ -21,9 +22,9 @@
 //! The traces and how they are made are in `traces.rs`; the pools and the counting devices, and
 //! why counting devices, in `peers.rs`.
 //!
-//! Run: `cargo bench -p tensormem --bench pool_traces -- [--rounds N] [--svg-dir DIR]
-//! [--trace NAME]...` (SVGs default to `target/pool_traces/`). Exit code 0 on success, 1 when a
-//! pool fails a request or a file cannot be written, 2 for bad arguments.
+//! Run: `cargo bench -p tensormem --bench pool_traces -- [--replays N] [--svg-dir DIR]
+//! [--trace NAME]... [--granularity BYTES]` (SVGs default to `target/pool_traces/`). Exit code 0
+//! on success, 1 when a pool fails a request or a file cannot be written, 2 for bad arguments.
 
 mod best_fit;
 mod counting;
@@ -35,6 +36,7 @@ mod svg;
     reason = "replays are timed whole, without criterion's ThreadCpu"
 )]
 mod thread_cpu;
+mod timing;
 mod traces;
 
 use std::path::PathBuf;
@@ -42,6 +44,7 @@ use std::process::ExitCode;
 
 use peers::{Cubecl, Ours, Peer};
 use thread_cpu::thread_cpu_ns;
+use timing::Samples;
 
 /// Our pool on a device that grows blocks in place and decommits and remaps holes (the host,
 /// CUDA's virtual memory management).
@@ -123,37 +126,47 @@ fn replay<P: Peer>(trace: &Trace) -> Result<(Replayed, P), String> {
     Ok((r, pool))
 }
 
-/// Nanoseconds per allocate+free pair of one timed replay (pool creation and drop excluded),
-/// over a device that keeps no books where the pool calls it often ([`Peer::create_timed`]),
-/// or over the counting device when `books`.
-fn timed<P: Peer>(trace: &Trace, books: bool) -> Result<f64, String> {
+/// Times one replay of `trace` through a fresh `P` (pool creation and drop excluded) in
+/// segments of [`timing::SEGMENT`] events, into `samples`; over a device that keeps no books
+/// where the pool calls it often ([`Peer::create_timed`]), or over the counting device when
+/// `books`.
+fn timed<P: Peer>(trace: &Trace, books: bool, samples: &mut Samples) -> Result<(), String> {
     let mut pool = if books {
         P::create()
     } else {
         P::create_timed()
     };
-    let start = thread_cpu_ns();
-    drive(&mut pool, trace, |_| {})?;
-    let ns = thread_cpu_ns() - start;
+    let mut marks = Vec::with_capacity(trace.events.len() / timing::SEGMENT + 2);
+    let mut events = 0;
+    marks.push(thread_cpu_ns());
+    drive(&mut pool, trace, |_| {
+        events += 1;
+        if events % timing::SEGMENT == 0 {
+            marks.push(thread_cpu_ns());
+        }
+    })?;
+    marks.push(thread_cpu_ns());
     drop(pool);
-    Ok(ns as f64 / trace.allocations.max(1) as f64)
+    samples.add(&marks);
+    Ok(())
 }
 
-const USAGE: &str = "usage: pool_traces [--rounds N] [--svg-dir DIR] [--trace NAME]... \
+const USAGE: &str = "usage: pool_traces [--replays N] [--svg-dir DIR] [--trace NAME]... \
     [--granularity BYTES]\n\
+    --replays: timed replays of each trace per pool, taken in turns (default 30)\n\
     --granularity: mapping unit of the in-place device (a power of two; default 2 MiB, CUDA's)\n\
     traces: rand_logu xfmr_eager gpt2s_train llama8b_prefill mobilenet_v2\n\
     exit codes: 0 success, 1 a pool failed a request or a file could not be written, 2 bad arguments";
 
 struct Args {
-    rounds: u32,
+    replays: u32,
     svg_dir: PathBuf,
     only: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
-        rounds: 5,
+        replays: 30,
         svg_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/pool_traces"),
         only: Vec::new(),
     };
@@ -163,12 +176,12 @@ fn parse_args() -> Result<Args, String> {
         match a.as_str() {
             // What `cargo bench` passes to every harness.
             "--bench" => {}
-            "--rounds" => {
-                args.rounds = value("--rounds")?
+            "--replays" => {
+                args.replays = value("--replays")?
                     .parse()
                     .ok()
                     .filter(|r| *r > 0)
-                    .ok_or("--rounds wants a positive integer")?;
+                    .ok_or("--replays wants a positive integer")?;
             }
             "--svg-dir" => args.svg_dir = value("--svg-dir")?.into(),
             "--trace" => args.only.push(value("--trace")?),
@@ -224,9 +237,11 @@ fn run(args: &Args) -> Result<(), String> {
     println!(
         "pool trace replay: peak reserved / peak live (reserved = bytes backed by memory: on the \
          holes path the peak of committed granules), physical allocations the device creates \
-         (reserves), mappings made and removed, thread CPU ns per allocate+free pair (best of {} \
-         interleaved rounds) and its ratio to cubecl's.\nThe in-place devices model {}",
-        args.rounds,
+         (reserves), mappings made and removed, thread CPU ns per allocate+free pair (of {} \
+         warm replays per pool, the pools taking turns, each stretch of {} events at its fastest), \
+         the spread (the median whole replay ÷ that − 1) and the ratio to cubecl's.\nThe in-place devices model {}",
+        args.replays,
+        timing::SEGMENT,
         if peers::granularity() < peers::GRANULARITY {
             format!(
                 "the host ({} KiB pages): the reservation is the one creation, growth one \
@@ -256,24 +271,35 @@ fn run(args: &Args) -> Result<(), String> {
         let (replayed, pool) = replay::<Replay>(trace)?;
         let (replayed_blocks, pool_blocks) = replay::<ReplayBlocks>(trace)?;
         let (cubecl, _) = replay::<Cubecl>(trace)?;
-        let mut ns = [f64::INFINITY; POOLS + 1];
-        for round in 0..args.rounds {
+        let mut samples: [Samples; POOLS + 1] = Default::default();
+        let mut warm_up: [Samples; POOLS + 1] = Default::default();
+        // One warm-up replay per pool (caches, the allocator's free lists), then the timed ones.
+        for round in 0..=args.replays {
+            let into = if round == 0 {
+                &mut warm_up
+            } else {
+                &mut samples
+            };
             // Rotate who goes first, so none always runs on a warmer cache.
             for k in 0..=POOLS {
                 let who = (round as usize + k) % (POOLS + 1);
-                let t = match who {
-                    0 => timed::<Holes>(trace, false)?,
-                    1 => timed::<Unlearned>(trace, false)?,
-                    2 => timed::<InPlace>(trace, false)?,
-                    3 => timed::<Blocks>(trace, false)?,
-                    4 => timed::<Replay>(trace, false)?,
-                    5 => timed::<ReplayBlocks>(trace, false)?,
-                    BOOKS => timed::<Holes>(trace, true)?,
-                    _ => timed::<Cubecl>(trace, false)?,
-                };
-                ns[who] = ns[who].min(t);
+                let s = &mut into[who];
+                match who {
+                    0 => timed::<Holes>(trace, false, s)?,
+                    1 => timed::<Unlearned>(trace, false, s)?,
+                    2 => timed::<InPlace>(trace, false, s)?,
+                    3 => timed::<Blocks>(trace, false, s)?,
+                    4 => timed::<Replay>(trace, false, s)?,
+                    5 => timed::<ReplayBlocks>(trace, false, s)?,
+                    BOOKS => timed::<Holes>(trace, true, s)?,
+                    _ => timed::<Cubecl>(trace, false, s)?,
+                }
             }
         }
+        let ns = samples.each_ref().map(|s| s.best(trace.allocations));
+        let spread = samples
+            .each_ref()
+            .map(|s| 100.0 * s.spread(trace.allocations));
         let ratio = |r: &Replayed| r.peak_reserved as f64 / peak_live as f64;
         let mut best = best_fit::BestFit::default();
         for e in &trace.events {
@@ -291,8 +317,16 @@ fn run(args: &Args) -> Result<(), String> {
             trace.what
         );
         println!(
-            "    {:<28} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}",
-            "pool", "peak/live", "reserves", "releases", "maps", "unmaps", "ns/pair", "t/cubecl"
+            "    {:<28} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>9}",
+            "pool",
+            "peak/live",
+            "reserves",
+            "releases",
+            "maps",
+            "unmaps",
+            "ns/pair",
+            "spread",
+            "t/cubecl"
         );
         let rows = [
             (Holes::NAME, &holes),
@@ -305,7 +339,7 @@ fn run(args: &Args) -> Result<(), String> {
         ];
         for (k, (name, r)) in rows.iter().enumerate() {
             println!(
-                "    {:<28} {:>9.3} {:>8} {:>8} {:>8} {:>8} {:>8.1} {:>9.2}",
+                "    {:<28} {:>9.3} {:>8} {:>8} {:>8} {:>8} {:>8.1} {:>6.1}% {:>9.2}",
                 name,
                 ratio(r),
                 r.reserves,
@@ -313,15 +347,17 @@ fn run(args: &Args) -> Result<(), String> {
                 r.maps,
                 r.unmaps,
                 ns[k],
+                spread[k],
                 ns[k] / ns[POOLS - 1]
             );
         }
         println!(
             "    {} with the counting device's books: {:.1} ns/pair ({:+.1} for the device), \
-             t/cubecl {:.2}",
+             spread {:.1}%, t/cubecl {:.2}",
             Holes::NAME,
             ns[BOOKS],
             ns[BOOKS] - ns[0],
+            spread[BOOKS],
             ns[BOOKS] / ns[POOLS - 1]
         );
         println!(
