@@ -73,6 +73,20 @@ struct Endpoint {
     aux: u32,
 }
 
+impl Endpoint {
+    fn event(&self) -> Event {
+        let alloc = self.tag & ALLOC != 0;
+        Event {
+            time: self.time,
+            alloc,
+            id: self.tag & !ALLOC,
+            size: self.size,
+            align: if alloc { 1 << self.aux } else { 1 },
+            opened: if alloc { 0 } else { self.aux },
+        }
+    }
+}
+
 /// One endpoint, with its buffer's size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Event {
@@ -151,17 +165,20 @@ impl Events {
 
     /// The endpoints in order.
     pub fn iter(&self) -> impl Iterator<Item = Event> + '_ {
-        self.list.iter().map(|e| {
-            let alloc = e.tag & ALLOC != 0;
-            Event {
-                time: e.time,
-                alloc,
-                id: e.tag & !ALLOC,
-                size: e.size,
-                align: if alloc { 1 << e.aux } else { 1 },
-                opened: if alloc { 0 } else { e.aux },
-            }
-        })
+        self.list.iter().map(Endpoint::event)
+    }
+
+    /// Number of endpoints (twice the buffers).
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// The endpoints at positions `range`, either way round.
+    pub fn range(
+        &self,
+        range: std::ops::Range<usize>,
+    ) -> impl DoubleEndedIterator<Item = Event> + '_ {
+        self.list[range].iter().map(Endpoint::event)
     }
 
     /// The max-load lower bound and a time at which it is reached (0 for no buffers).

@@ -1,7 +1,9 @@
 //! The first plan, verified while it is built: the sweep ([`super::sweep`]) hands each chunk of
 //! placed endpoints to the verifier ([`Checker`]), on a second thread when the portfolio has one,
 //! else interleaved on the same thread. So the plan `solve` falls back on is proved valid when the
-//! sweep ends, not one verification later.
+//! sweep ends, not one verification later. On two threads the sweep never waits for the verifier
+//! (checking costs more per endpoint than placing): once the plan is whole, the sweep's thread
+//! checks it from the last endpoint back until the two meet ([`Meet`]).
 //!
 //! The sweep is cut as soon as finishing from there (placing the rest in slabs and checking every
 //! endpoint not yet checked) would no longer end by the deadline, estimated from what the sweep
@@ -17,14 +19,11 @@ use crate::time::Instant;
 use super::Buffer;
 use super::events::Events;
 use super::sweep::{Sweep, Watch, sweep_best_fit};
-use super::verify::{Checker, Fault, GATHER, Placed};
+use super::verify::{Checker, Fault, GATHER, Meet, Placed};
 
 /// Completing a cut sweep (gathering the rest's endpoints, slab or stack operations) costs at
 /// most this fraction of the sweep's good-fit placement per endpoint.
 const REST_SHARE: f64 = 0.5;
-
-/// Chunks the sweep may run ahead of the verifier thread before it waits.
-const QUEUE: usize = 8;
 
 /// Endpoints measured before a measured cost per endpoint replaces the prior.
 const MEASURED_AFTER: usize = 8 * GATHER;
@@ -60,7 +59,7 @@ pub(crate) fn first_plan(
     if !parallel {
         let mut inline = Inline {
             rule,
-            checker: Checker::new(None),
+            checker: Checker::new(None, false),
             fault: None,
         };
         let sweep = sweep_best_fit(buffers, events, padded_worst, &mut inline);
@@ -72,17 +71,26 @@ pub(crate) fn first_plan(
         return Ok(First { sweep, check_time });
     }
     let progress = Progress::default();
+    let meet = Meet::new(events.len());
     std::thread::scope(|s| {
-        let (to_check, inbox) = mpsc::sync_channel::<Vec<Placed>>(QUEUE);
-        let (give_back, spare) = mpsc::channel::<Vec<Placed>>();
-        let progress = &progress;
+        let (to_check, inbox) = mpsc::channel::<Vec<u64>>();
+        let (give_back, spare) = mpsc::channel::<Vec<u64>>();
+        let (progress, meet) = (&progress, &meet);
         let verifier = s.spawn(move || {
-            let mut checker = Checker::new(None);
-            for chunk in inbox {
+            let mut checker = Checker::new(None, false);
+            let mut chunk: Vec<Placed> = Vec::with_capacity(GATHER);
+            // Chunks arrive in order; the walk back may have claimed the last ones.
+            for (k, offsets) in inbox.into_iter().enumerate() {
+                if !meet.claim() {
+                    break;
+                }
+                chunk.clear();
+                let placed = events.range(meet.chunk(k)).zip(&offsets);
+                chunk.extend(placed.map(|(event, &offset)| Placed { event, offset }));
                 checker.check(&chunk)?;
                 progress.publish(checker.progress());
                 // The sweep may be done and gone: then the buffer is simply dropped.
-                let _ = give_back.send(chunk);
+                let _ = give_back.send(offsets);
             }
             Ok(checker)
         });
@@ -94,11 +102,15 @@ pub(crate) fn first_plan(
         };
         let sweep = sweep_best_fit(buffers, events, padded_worst, &mut threaded);
         drop(threaded);
-        let checker = verifier
+        // The plan is whole: check it from the last endpoint back until the verifier is met.
+        let back = meet.walk_back(events, &sweep.plan.offsets, Checker::new(None, true));
+        let front = verifier
             .join()
-            .unwrap_or_else(|e| std::panic::resume_unwind(e))?;
+            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        let checker = front?.join(back?);
         checker.finish(sweep.plan.peak)?;
-        let check_time = checker.progress().1;
+        // The final verification runs on two threads too.
+        let check_time = checker.progress().1 / 2;
         Ok(First { sweep, check_time })
     })
 }
@@ -128,10 +140,11 @@ impl Rule {
         let check = per(busy, checked, self.prior.1);
         let rest = sweep * REST_SHARE * (self.total - done) as f64;
         let verify = check * (self.total - checked) as f64;
+        // Beside the verifier, the sweep's thread completes the plan, then checks from the end.
         let needed = if alone {
             rest + verify
         } else {
-            rest.max(verify)
+            rest.max((rest + verify) / 2.0)
         };
         let left = self.deadline.saturating_duration_since(Instant::now());
         left.as_secs_f64() <= needed
@@ -182,9 +195,11 @@ impl Progress {
 struct Threaded<'a> {
     rule: Rule,
     progress: &'a Progress,
-    to_check: mpsc::SyncSender<Vec<Placed>>,
+    /// Each chunk's offsets, without a bound: the sweep never waits for the verifier (a chunk is
+    /// 8 KiB, a million buffers at most 16 MB), so it is done sooner and helps check.
+    to_check: mpsc::Sender<Vec<u64>>,
     /// Chunk buffers the verifier is done with.
-    spare: mpsc::Receiver<Vec<Placed>>,
+    spare: mpsc::Receiver<Vec<u64>>,
 }
 
 impl Watch for Threaded<'_> {
@@ -195,7 +210,7 @@ impl Watch for Threaded<'_> {
     fn placed(&mut self, chunk: &[Placed]) {
         let mut copy = self.spare.try_recv().unwrap_or_default();
         copy.clear();
-        copy.extend_from_slice(chunk);
+        copy.extend(chunk.iter().map(|p| p.offset));
         // A verifier that stopped has found a fault, which its join returns.
         let _ = self.to_check.send(copy);
     }

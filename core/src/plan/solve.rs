@@ -307,7 +307,7 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         peak: best.peak,
     };
     if plan.offsets != verified {
-        verify_sorted(buffers, &events, &plan, None)
+        verify_sorted(buffers, &events, &plan, None, parallel)
             .map_err(|fault| fault.into_error(buffers, &|i| i.to_string()))?;
     }
     let elapsed = started.elapsed();

@@ -5,7 +5,11 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use super::super::{Buffer, Plan, verify};
+use super::super::events::Events;
+use super::super::rng::Rng;
+use super::super::sweep::tests::sweep_all;
+use super::super::{Buffer, Plan, random_lifetimes, verify};
+use super::{Checker, Fault, Meet, Placed, verify_sorted};
 use crate::Error;
 
 fn plan(offsets: &[u64], buffers: &[Buffer]) -> Plan {
@@ -115,4 +119,72 @@ fn rejects_invalid_buffers() {
         verify(&huge, &plan(&[0, 1], &huge), None),
         Err(Error::OutOfBounds { .. })
     ));
+}
+
+/// Checks a plan with the front checker over chunks `..split` and the back one over the rest.
+fn split_verdict(
+    events: &Events,
+    plan: &Plan,
+    capacity: Option<u64>,
+    split: usize,
+) -> Result<(), Fault> {
+    let meet = Meet::new(events.len());
+    let placed = |k: usize| {
+        events.range(meet.chunk(k)).map(|event| Placed {
+            event,
+            offset: plan.offsets[event.id as usize],
+        })
+    };
+    let mut front = Checker::new(capacity, false);
+    for k in 0..split {
+        front.check(&placed(k).collect::<Vec<_>>())?;
+    }
+    let mut back = Checker::new(capacity, true);
+    for k in (split..meet.chunks).rev() {
+        back.check(&placed(k).rev().collect::<Vec<_>>())?;
+    }
+    front.join(back).finish(plan.peak)
+}
+
+/// The two checkers of a `Meet` reach the forward checker's verdict wherever they meet, on
+/// valid plans and on plans with one buffer moved onto a conflicting one, off its alignment or
+/// past a capacity.
+#[test]
+fn checkers_meeting_anywhere_agree_with_one_walking_forward() {
+    let mut rng = Rng::new(5);
+    let buffers: Vec<Buffer> = random_lifetimes(3000, 2)
+        .into_iter()
+        .map(|b| Buffer {
+            align: 1 << rng.below(5),
+            ..b
+        })
+        .collect();
+    let events = Events::new(&buffers);
+    let valid = sweep_all(&buffers, &events);
+    let chunks = Meet::new(events.len()).chunks;
+    assert_eq!(chunks, 6);
+    let mut faults = 0;
+    for trial in 0..60 {
+        let mut plan = valid.clone();
+        let i = rng.below(buffers.len() as u64) as usize;
+        let capacity = (trial % 3 == 2).then_some(valid.peak - 1);
+        if trial % 3 == 0 {
+            let j = (0..buffers.len())
+                .find(|&j| j != i && buffers[j].conflicts(&buffers[i]))
+                .unwrap();
+            plan.offsets[i] = plan.offsets[j];
+        } else if trial % 3 == 1 {
+            plan.offsets[i] += 1;
+        }
+        plan = Plan::from_offsets(&buffers, plan.offsets);
+        let want = verify_sorted(&buffers, &events, &plan, capacity, false).is_err();
+        faults += usize::from(want);
+        for split in 0..=chunks {
+            let got = split_verdict(&events, &plan, capacity, split);
+            assert_eq!(got.is_err(), want, "trial {trial}, split {split}: {got:?}");
+        }
+        let parallel = verify_sorted(&buffers, &events, &plan, capacity, true);
+        assert_eq!(parallel.is_err(), want, "trial {trial}: {parallel:?}");
+    }
+    assert!(faults >= 30, "{faults} faulty plans of 60");
 }
