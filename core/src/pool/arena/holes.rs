@@ -72,7 +72,14 @@
 //!   only for requests of a granule or more: 1.174 at 248, 1.240 at 50; no growth step (each
 //!   growth exactly the request's part past the end): 1.125 at 624, 1.201 at 62; both: as no
 //!   step. The units of growths are not what keeps GPT-2 and Llama above 1.05 (neither cut
-//!   moves them), and on the other two the cuts raise peaks and creations alike.
+//!   moves them), and on the other two the cuts raise peaks and creations alike. Two more did
+//!   not help: a hint dropped when it lands on decommitted granules (no change on any trace); a
+//!   spare unit larger than asked given back before a growth when none fits (Llama 1.239 at 22,
+//!   the rest unchanged). TLSF's own place first, the hint only where that lacks memory: GPT-2
+//!   1.040 at 31 (cubecl: 36), but `xfmr_eager` 1.162 at 66 and MobileNet 1.393 at 4, as
+//!   placement by TLSF alone; the hint helps those two and hurts GPT-2. On GPT-2 the committed peak comes in the third step (event ~1660 of 7380), long
+//!   after the live peak in the first (~210), with two units ever given back: new units come
+//!   past the allowance while the learned layout settles, not at the live peak.
 
 use std::collections::VecDeque;
 
