@@ -6,7 +6,7 @@
 //! milliseconds on a loaded machine and `solve` used to run five of them, so one LSD radix sort
 //! (O(n), two or three passes for typical time ranges) now serves all; only time ranges that need
 //! all 64 bits fall back to a comparison sort. Each endpoint carries its buffer's size and
-//! alignment, read once in input order, and each free the rank of its buffer's allocation among
+//! alignment, fetched once after the sort, and each free the rank of its buffer's allocation among
 //! the allocations: the sweeps then read memory in order and keep their state per buffer in
 //! allocation order, where looking buffers up by id at each endpoint (a cache miss at every one,
 //! at a million buffers) made each pass cost as much as the sweep-line plan itself.
@@ -108,26 +108,10 @@ impl Events {
     /// orders equal-time allocations, ranks them and measures the load.
     pub fn new(buffers: &[Buffer]) -> Events {
         debug_assert!(buffers.len() < ALLOC as usize);
-        let mut list: Vec<Endpoint> = Vec::with_capacity(buffers.len() * 2);
-        let (mut min, mut max) = (u64::MAX, 0);
-        for (i, b) in buffers.iter().enumerate() {
-            (min, max) = (min.min(b.lower), max.max(b.upper));
-            list.push(Endpoint {
-                time: b.upper,
-                size: b.size,
-                tag: i as u32,
-                aux: 0,
-            });
-            list.push(Endpoint {
-                time: b.lower,
-                size: b.size,
-                tag: i as u32 | ALLOC,
-                aux: b.align.trailing_zeros(),
-            });
-        }
-        if !list.is_empty() {
-            sort(&mut list, min, max);
-        }
+        let (min, max) = buffers.iter().fold((u64::MAX, 0), |(lo, hi), b| {
+            (lo.min(b.lower), hi.max(b.upper))
+        });
+        let mut list = sorted(buffers, min, max);
         let mut profile = Profile::default();
         // Each free learns its allocation's rank: the one access by buffer id.
         let mut rank = vec![0u32; buffers.len()];
@@ -214,44 +198,68 @@ impl Events {
     }
 }
 
-/// Sorts by `(time, alloc flag, id)`, stable on the initial id order: an LSD radix sort on
-/// `(time - min) << 1 | alloc` when that fits in 64 bits, a comparison sort otherwise. Every time
-/// is within `[min, max]`.
-fn sort(list: &mut Vec<Endpoint>, min: u64, max: u64) {
-    if max - min >= 1 << 63 {
-        list.sort_unstable_by_key(|e| (e.time, e.tag & ALLOC, e.tag & !ALLOC));
-        return;
+/// The endpoints sorted by `(time, alloc flag, id)`, every time within `[min, max]`. When
+/// `(time - min) << 1 | alloc` and the id fit in one `u64` together (they do unless times span
+/// more than about 2^32 steps at a million buffers), an LSD radix sort of those 8-byte keys on
+/// the time bits alone (ids are already in order), then one pass that fetches each endpoint's
+/// size and alignment: three times less memory moved than sorting the 24-byte endpoints, whose
+/// digit counts were a pass of their own. Otherwise a comparison sort.
+fn sorted(buffers: &[Buffer], min: u64, max: u64) -> Vec<Endpoint> {
+    if buffers.is_empty() {
+        return Vec::new();
     }
-    let key = |e: &Endpoint| ((e.time - min) << 1) | u64::from(e.tag >> 31);
-    let bits = 64 - (((max - min) << 1) | 1).leading_zeros();
-    let mut from = std::mem::take(list);
-    let zero = Endpoint {
-        time: 0,
-        size: 0,
-        tag: 0,
-        aux: 0,
-    };
-    let mut to = vec![zero; from.len()];
-    let mut shift = 0;
-    while shift < bits {
-        let mut count = vec![0usize; 1 << DIGIT_BITS];
-        let digit = |e: &Endpoint| ((key(e) >> shift) & ((1 << DIGIT_BITS) - 1)) as usize;
-        for e in &from {
-            count[digit(e)] += 1;
+    let endpoint = |id: usize, alloc: bool| {
+        let b = &buffers[id];
+        Endpoint {
+            time: if alloc { b.lower } else { b.upper },
+            size: b.size,
+            tag: id as u32 | if alloc { ALLOC } else { 0 },
+            aux: if alloc { b.align.trailing_zeros() } else { 0 },
         }
+    };
+    let id_bits = usize::BITS - buffers.len().leading_zeros();
+    let time_bits =
+        (max.saturating_sub(min) < 1 << 62).then(|| 64 - (((max - min) << 1) | 1).leading_zeros());
+    let Some(time_bits) = time_bits.filter(|t| t + id_bits <= 64) else {
+        let mut list: Vec<Endpoint> = (0..buffers.len())
+            .flat_map(|i| [endpoint(i, false), endpoint(i, true)])
+            .collect();
+        list.sort_unstable_by_key(|e| (e.time, e.tag & ALLOC, e.tag & !ALLOC));
+        return list;
+    };
+    let digits = time_bits.div_ceil(DIGIT_BITS) as usize;
+    let digit = |key: u64, d: usize| {
+        ((key >> (id_bits + d as u32 * DIGIT_BITS)) & ((1 << DIGIT_BITS) - 1)) as usize
+    };
+    let mut counts = vec![[0usize; 1 << DIGIT_BITS]; digits];
+    let mut keys: Vec<u64> = Vec::with_capacity(buffers.len() * 2);
+    for (i, b) in buffers.iter().enumerate() {
+        for (time, alloc) in [(b.upper, 0), (b.lower, 1)] {
+            let key = ((((time - min) << 1) | alloc) << id_bits) | i as u64;
+            for (d, count) in counts.iter_mut().enumerate() {
+                count[digit(key, d)] += 1;
+            }
+            keys.push(key);
+        }
+    }
+    let mut to = vec![0u64; keys.len()];
+    for (d, count) in counts.iter_mut().enumerate() {
         let mut sum = 0;
         for c in count.iter_mut() {
             (*c, sum) = (sum, sum + *c);
         }
-        for e in &from {
-            let d = digit(e);
-            to[count[d]] = *e;
-            count[d] += 1;
+        for &key in &keys {
+            let k = digit(key, d);
+            to[count[k]] = key;
+            count[k] += 1;
         }
-        std::mem::swap(&mut from, &mut to);
-        shift += DIGIT_BITS;
+        std::mem::swap(&mut keys, &mut to);
     }
-    *list = from;
+    drop(to);
+    let id_mask = (1u64 << id_bits) - 1;
+    keys.iter()
+        .map(|&key| endpoint((key & id_mask) as usize, (key >> id_bits) & 1 == 1))
+        .collect()
 }
 
 #[cfg(test)]
