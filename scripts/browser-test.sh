@@ -42,11 +42,26 @@ if ! "$TOOLS/bin/wasm-bindgen" --version 2>/dev/null | grep -qx "wasm-bindgen $W
 fi
 
 # The native references first, with the native toolchain: the host backend's logits and the
-# native wgpu timing (lavapipe) for the page test's comparison.
+# native wgpu timing (lavapipe) for the page test's comparison. The samples are the binaries the
+# test command builds (its feature set: no build at all after it); `cargo run -p` would compile
+# the workspace and much of its dependency graph again with the examples' own feature set.
 mkdir -p "$OUT"
+step "native samples: building (nothing to do after the test command)"
+# "NAME PATH" per line: the debug executables of the examples' bins as the test command built them.
+bins=$(cargo test --workspace --lib --bins --tests --no-run \
+    --message-format=json-render-diagnostics | python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    t = m.get("target", {})
+    if (m.get("reason") == "compiler-artifact" and t.get("kind") == ["bin"]
+            and not m["profile"]["test"]):
+        print(t["name"], m["executable"])')
+MNIST_BIN=$(awk '$1 == "mnist" { print $2 }' <<<"$bins")
+MINILM_BIN=$(awk '$1 == "minilm" { print $2 }' <<<"$bins")
+[ -x "$MNIST_BIN" ] && [ -x "$MINILM_BIN" ] || { echo "no native sample binaries: $bins"; exit 1; }
 step "native mnist (host, wgpu)"
-cargo run -q -p tensormem-examples --bin mnist -- --backend host --json >"$OUT/native-host.json"
-cargo run -q -p tensormem-examples --bin mnist -- --backend wgpu --json >"$OUT/native-wgpu.json" ||
+"$MNIST_BIN" --backend host --json >"$OUT/native-host.json"
+"$MNIST_BIN" --backend wgpu --json >"$OUT/native-wgpu.json" ||
     echo "native wgpu run failed (no Vulkan driver?); its timing is left out"
 MINILM_DIR="$CACHE/minilm"
 MINILM=0
@@ -56,8 +71,8 @@ if [ -f "$MINILM_DIR/model.safetensors" ] && [ -f "$MINILM_DIR/config.json" ] &&
     M0=$(date +%s)
     step "native minilm (host, wgpu) on examples/web/sentences.txt"
     for backend in host wgpu; do
-        TENSORMEM_CACHE="$CACHE" cargo run -q -p tensormem-examples --bin minilm -- \
-            --backend "$backend" --runs 3 --json <examples/web/sentences.txt \
+        TENSORMEM_CACHE="$CACHE" "$MINILM_BIN" --backend "$backend" --runs 3 --json \
+            <examples/web/sentences.txt \
             >"$OUT/native-minilm-$backend.json" ||
             { rm -f "$OUT/native-minilm-$backend.json"; echo "native minilm on $backend failed"; }
     done
@@ -74,7 +89,9 @@ export CARGO_TARGET_DIR="$ROOT/target-wasm"
 export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER="$TOOLS/bin/wasm-bindgen-test-runner"
 export CHROMEDRIVER=/usr/bin/chromedriver
 export WASM_BINDGEN_TEST_TIMEOUT=900
-WASM=(--release --target wasm32-unknown-unknown -Zbuild-std=std,panic_abort -p tensormem-browser)
+# `test` among the std crates: cargo adds it to a test build's sysroot, and with it named here
+# the page build (`--lib`) reuses every crate the test build compiled.
+WASM=(--release --target wasm32-unknown-unknown -Zbuild-std=std,panic_abort,test -p tensormem-browser)
 
 step "building and running the conformance cases in headless Chromium (WebGPU)"
 WASM_BINDGEN_TEST_WEBDRIVER_JSON="$ROOT/browser/webdriver.json" \
