@@ -553,13 +553,12 @@ impl HostBackend {
     /// Bytes of `blocks` on the device ([`Self::on_device`]), holes included (see
     /// [`Self::check_device_memory`]).
     fn device_bytes(&self, blocks: &BlockTable<BlockMem>) -> u64 {
-        if self.config.force_staging {
-            blocks.bytes()
-                - blocks.bytes_of(MemoryKind::Upload)
-                - blocks.bytes_of(MemoryKind::Readback)
-        } else {
-            blocks.bytes()
-        }
+        let staged: u64 = [MemoryKind::Upload, MemoryKind::Readback]
+            .into_iter()
+            .filter(|&kind| !self.on_device(kind))
+            .map(|kind| blocks.bytes_of(kind))
+            .sum();
+        blocks.bytes() - staged
     }
 
     /// Refuses `more` bytes when the committed bytes (`held`, the device's bytes in the block

@@ -91,6 +91,8 @@ pub mod plan;
 pub mod pool;
 pub mod runtime;
 pub mod suballoc;
+#[cfg(test)]
+mod test_support;
 mod time;
 pub mod trace;
 pub mod validate;

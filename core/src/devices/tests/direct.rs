@@ -6,7 +6,7 @@ use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::*;
-use crate::backend::{BlockDesc, BlockId, BlockRange, Capabilities, PeerCopy, PeerPath};
+use crate::backend::{BlockRange, PeerCopy, PeerPath};
 
 /// A host backend that copies directly into another `Linked` one (both are host memory).
 struct Linked {
@@ -22,39 +22,10 @@ fn linked() -> Arc<Linked> {
 }
 
 impl Backend for Linked {
-    fn capabilities(&self) -> &Capabilities {
-        self.host.capabilities()
-    }
-    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
-        self.host.alloc_block(desc)
-    }
-    fn free_block(&self, block: BlockId) -> Result<()> {
-        self.host.free_block(block)
-    }
-    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
-        self.host.write_mapped(block, offset, data)
-    }
-    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
-        self.host.read_mapped(block, offset, out)
-    }
-    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
-        self.host.copy(src, dst)
-    }
-    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
-        self.host.fill_zero(range)
-    }
-    fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
-        self.host.dispatch(op, bindings)
-    }
-    fn flush(&self) -> Result<Ticket> {
-        self.host.flush()
-    }
-    fn completed(&self) -> Result<Ticket> {
-        self.host.completed()
-    }
-    fn wait_timeout(&self, ticket: Ticket, timeout: Option<Duration>) -> Result<()> {
-        self.host.wait_timeout(ticket, timeout)
-    }
+    crate::test_support::forward_backend!(
+        host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy,
+        fill_zero, dispatch, flush, completed, wait_timeout
+    );
     /// After both sides' queued work, through the host (synchronous, so both tickets are done).
     fn copy_to_peer(
         &self,

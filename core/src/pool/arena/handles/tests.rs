@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, InPlaceGrowth, Ticket};
+use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, InPlaceGrowth};
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
 use crate::{Error, Result};
@@ -168,15 +168,10 @@ impl WholeUnits {
 }
 
 impl Backend for WholeUnits {
-    fn capabilities(&self) -> &crate::backend::Capabilities {
-        self.host.capabilities()
-    }
-    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
-        self.host.alloc_block(desc)
-    }
-    fn free_block(&self, block: BlockId) -> Result<()> {
-        self.host.free_block(block)
-    }
+    crate::test_support::forward_backend!(
+        host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy,
+        fill_zero, dispatch, flush, completed, wait_timeout
+    );
     fn in_place_growth(&self) -> Option<InPlaceGrowth> {
         let g = self.host.in_place_growth()?;
         Some(InPlaceGrowth {
@@ -247,30 +242,6 @@ impl Backend for WholeUnits {
         }
         self.moved.fetch_add(src.len() as u64, Ordering::Relaxed);
         Ok(())
-    }
-    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
-        self.host.write_mapped(block, offset, data)
-    }
-    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
-        self.host.read_mapped(block, offset, out)
-    }
-    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
-        self.host.copy(src, dst)
-    }
-    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
-        self.host.fill_zero(range)
-    }
-    fn dispatch(&self, op: &crate::Op, bindings: &[BlockRange]) -> Result<Ticket> {
-        self.host.dispatch(op, bindings)
-    }
-    fn flush(&self) -> Result<Ticket> {
-        self.host.flush()
-    }
-    fn completed(&self) -> Result<Ticket> {
-        self.host.completed()
-    }
-    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
-        self.host.wait_timeout(ticket, timeout)
     }
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::backend::{Backend, BlockId, BlockRange, Ticket};
+use crate::backend::{Backend, BlockId};
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::{ArenaConfig, DevicePool, PoolStats};
 
@@ -188,15 +188,10 @@ struct WholeGrowths {
 }
 
 impl Backend for WholeGrowths {
-    fn capabilities(&self) -> &crate::backend::Capabilities {
-        self.host.capabilities()
-    }
-    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
-        self.host.alloc_block(desc)
-    }
-    fn free_block(&self, block: BlockId) -> Result<()> {
-        self.host.free_block(block)
-    }
+    crate::test_support::forward_backend!(
+        host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy,
+        fill_zero, dispatch, flush, completed, wait_timeout
+    );
     fn in_place_growth(&self) -> Option<InPlaceGrowth> {
         // CUDA without holes: each growth is one mapping.
         let g = self.host.in_place_growth()?;
@@ -219,30 +214,6 @@ impl Backend for WholeGrowths {
             }
         };
         self.host.resize_block(block, now)
-    }
-    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
-        self.host.write_mapped(block, offset, data)
-    }
-    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
-        self.host.read_mapped(block, offset, out)
-    }
-    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
-        self.host.copy(src, dst)
-    }
-    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
-        self.host.fill_zero(range)
-    }
-    fn dispatch(&self, op: &crate::Op, bindings: &[BlockRange]) -> Result<Ticket> {
-        self.host.dispatch(op, bindings)
-    }
-    fn flush(&self) -> Result<Ticket> {
-        self.host.flush()
-    }
-    fn completed(&self) -> Result<Ticket> {
-        self.host.completed()
-    }
-    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
-        self.host.wait_timeout(ticket, timeout)
     }
 }
 

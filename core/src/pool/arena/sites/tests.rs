@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::*;
 use crate::Result;
-use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, InPlaceGrowth, Ticket};
+use crate::backend::{Backend, BlockId};
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::arena::holes::{ALLOWANCE_DIVISOR, MIN_GRANULE};
 use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
@@ -71,21 +71,10 @@ struct Counted {
 }
 
 impl Backend for Counted {
-    fn capabilities(&self) -> &crate::backend::Capabilities {
-        self.host.capabilities()
-    }
-    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
-        self.host.alloc_block(desc)
-    }
-    fn free_block(&self, block: BlockId) -> Result<()> {
-        self.host.free_block(block)
-    }
-    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
-        self.host.in_place_growth()
-    }
-    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
-        self.host.reserve_block(desc, reserve)
-    }
+    crate::test_support::forward_backend!(
+        host: capabilities, alloc_block, free_block, in_place_growth, reserve_block,
+        write_mapped, read_mapped, copy, fill_zero, dispatch, flush, completed, wait_timeout
+    );
     fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.host.resize_block(block, size)
@@ -101,30 +90,6 @@ impl Backend for Counted {
     fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.host.remap_range(block, from, to, size)
-    }
-    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
-        self.host.write_mapped(block, offset, data)
-    }
-    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
-        self.host.read_mapped(block, offset, out)
-    }
-    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
-        self.host.copy(src, dst)
-    }
-    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
-        self.host.fill_zero(range)
-    }
-    fn dispatch(&self, op: &crate::Op, bindings: &[BlockRange]) -> Result<Ticket> {
-        self.host.dispatch(op, bindings)
-    }
-    fn flush(&self) -> Result<Ticket> {
-        self.host.flush()
-    }
-    fn completed(&self) -> Result<Ticket> {
-        self.host.completed()
-    }
-    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
-        self.host.wait_timeout(ticket, timeout)
     }
 }
 
