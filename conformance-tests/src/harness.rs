@@ -5,7 +5,8 @@
 
 use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tensormem::{Backend, Waiting};
@@ -108,61 +109,96 @@ fn run_case(target: &Target, case: &Case, mode: Waiting) -> Option<String> {
     failure
 }
 
+/// Targets run at once: `TENSORMEM_SUITE_JOBS` when set (at least 1), every core otherwise. Each
+/// target creates a fresh backend per case and cases share nothing across targets, so targets are
+/// independent; the suite's cases are mostly one thread each (debug code, one shader compile at a
+/// time), so running targets side by side is what uses a machine's cores.
+fn jobs() -> usize {
+    std::env::var("TENSORMEM_SUITE_JOBS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
+}
+
+fn selected(filter: &Option<String>, name: &str) -> bool {
+    filter
+        .as_ref()
+        .is_none_or(|f| f.split(',').any(|x| name.contains(x.trim())))
+}
+
+/// Runs the selected cases on one target, printing a line per case as it ends (every line names
+/// its target: targets running side by side interleave).
+fn run_target(target: &Target, cases: &[Case], case_filter: &Option<String>) -> Outcome {
+    let probe = match (target.create)() {
+        Err(e) => return Outcome::Skipped(e.to_string()),
+        Ok(probe) => probe,
+    };
+    // Which device ran the cases (a CPU driver and a GPU read alike otherwise).
+    println!(
+        "  target {:<16} on {}",
+        target.name,
+        probe.capabilities().device_name
+    );
+    drop(probe);
+    let mut results = Vec::new();
+    for case in cases {
+        if !selected(case_filter, case.name)
+            || (case.devices == 2 && target.second.is_none())
+            || (case.devices == 1 && target.set_cases_only)
+        {
+            continue;
+        }
+        for (mode, suffix) in MODES {
+            let name = format!("{}{suffix}", case.name);
+            let start = Instant::now();
+            let failure = run_case(target, case, mode);
+            let secs = start.elapsed().as_secs_f64();
+            match &failure {
+                None => println!("  ok    {:<16} {name:<42} {secs:>7.2}s", target.name),
+                Some(f) => println!("  FAIL  {:<16} {name:<42} {secs:>7.2}s  {f}", target.name),
+            }
+            results.push((name, failure, secs));
+        }
+    }
+    Outcome::Ran(results)
+}
+
 /// Runs `cases` on `targets` (filtered by the `TENSORMEM_TARGETS` and `TENSORMEM_CASES`
-/// filters when set: comma-separated substrings, any of which selects), prints the report, and
-/// returns whether everything required passed.
+/// filters when set: comma-separated substrings, any of which selects), [`jobs`] targets at a
+/// time, prints the report, and returns whether everything required passed.
 pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
     let required = required();
     let target_filter = std::env::var("TENSORMEM_TARGETS").ok();
     let case_filter = std::env::var("TENSORMEM_CASES").ok();
+    let chosen: Vec<&Target> = targets
+        .iter()
+        .filter(|t| selected(&target_filter, t.name))
+        .collect();
+    // Targets are taken in report order by whichever worker is free.
+    let next = AtomicUsize::new(0);
+    let done: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..jobs().min(chosen.len()) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(target) = chosen.get(i) else { break };
+                    let outcome = run_target(target, cases, &case_filter);
+                    done.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((i, outcome));
+                }
+            });
+        }
+    });
+    // Every target is done: a worker that panicked outside a case ended the scope with its panic.
+    let mut done = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    done.sort_by_key(|d| d.0);
     let mut ok = true;
     let mut summary = Vec::new();
-    for target in targets {
-        if target_filter
-            .as_ref()
-            .is_some_and(|f| !f.split(',').any(|x| target.name.contains(x.trim())))
-        {
-            continue;
-        }
-        let outcome = match (target.create)() {
-            Err(e) => Outcome::Skipped(e.to_string()),
-            Ok(probe) => {
-                // Which device ran the cases (a CPU driver and a GPU read alike otherwise).
-                println!(
-                    "  target {:<16} on {}",
-                    target.name,
-                    probe.capabilities().device_name
-                );
-                drop(probe);
-                let mut results = Vec::new();
-                for case in cases {
-                    if case_filter
-                        .as_ref()
-                        .is_some_and(|f| !f.split(',').any(|x| case.name.contains(x.trim())))
-                        || (case.devices == 2 && target.second.is_none())
-                        || (case.devices == 1 && target.set_cases_only)
-                    {
-                        continue;
-                    }
-                    for (mode, suffix) in MODES {
-                        let name = format!("{}{suffix}", case.name);
-                        let start = Instant::now();
-                        let failure = run_case(target, case, mode);
-                        let secs = start.elapsed().as_secs_f64();
-                        match &failure {
-                            None => {
-                                println!("  ok    {:<16} {name:<42} {secs:>7.2}s", target.name)
-                            }
-                            Some(f) => {
-                                println!("  FAIL  {:<16} {name:<42} {secs:>7.2}s  {f}", target.name)
-                            }
-                        }
-                        results.push((name, failure, secs));
-                    }
-                }
-                Outcome::Ran(results)
-            }
-        };
+    for (i, outcome) in done {
+        let target = chosen[i];
         let is_required = required.contains(target.name) || required.contains(target.backend);
         match &outcome {
             Outcome::Skipped(reason) => {

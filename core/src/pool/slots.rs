@@ -169,12 +169,23 @@ impl<T> Slots<T> {
     /// Removes the value. A handle whose slot was freed under the same generation is a double free;
     /// one from an older generation is stale.
     pub(crate) fn remove(&mut self, h: Handle) -> Result<T> {
-        self.get_for_remove(h)?;
+        self.remove_if(h, |_| Ok(())).map(|(value, ())| value)
+    }
+
+    /// Checks `h` as [`Slots::remove`] does, passes the value to `f` and removes it only when
+    /// `f` succeeds (its error is returned and the value stays): a free that must ask something
+    /// first, such as whether the value's ticket completed, in one lookup instead of two.
+    pub(crate) fn remove_if<R>(
+        &mut self,
+        h: Handle,
+        f: impl FnOnce(&T) -> Result<R>,
+    ) -> Result<(T, R)> {
+        let r = f(self.get_for_remove(h)?)?;
         let s = &mut self.slots[h.slot as usize];
         let value = s.value.take().ok_or_else(Self::empty_live_slot)?;
         self.free.push(h.slot);
         self.live -= 1;
-        Ok(value)
+        Ok((value, r))
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -220,6 +231,23 @@ mod tests {
         assert!(matches!(s.get(a), Err(Error::StaleHandle { .. })));
         assert!(matches!(s.remove(a), Err(Error::StaleHandle { .. })));
         assert_eq!(*s.get(b).unwrap(), 2);
+    }
+
+    #[test]
+    fn remove_if_keeps_the_value_when_its_check_fails() {
+        let mut s = Slots::new(3, "allocation");
+        let a = s.insert(5u32);
+        let refused = s.remove_if(a, |v| {
+            assert_eq!(*v, 5);
+            Err::<(), _>(Error::invalid("not yet"))
+        });
+        assert!(matches!(refused, Err(Error::InvalidArgument(_))));
+        assert_eq!((*s.get(a).unwrap(), s.len()), (5, 1));
+        let (v, seen) = s.remove_if(a, |v| Ok(*v + 1)).unwrap();
+        assert_eq!((v, seen, s.len()), (5, 6, 0));
+        // The check runs before `f`: a double free never reaches it.
+        let again = s.remove_if(a, |_| -> Result<()> { panic!("checked after the free") });
+        assert!(matches!(again, Err(Error::DoubleFree { .. })));
     }
 
     #[test]

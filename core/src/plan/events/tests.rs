@@ -78,6 +78,22 @@ fn radix_order_matches_a_comparison_sort() {
     assert_eq!(got, expected(&b));
 }
 
+/// The radix keys carry each allocation's alignment below the id: every alignment up to 2^62
+/// comes back on its allocation, frees keep 1.
+#[test]
+fn radix_keys_carry_alignments() {
+    let mut rng = Rng::new(7);
+    let b: Vec<Buffer> = random(2000, 500, 8)
+        .into_iter()
+        .map(|b| Buffer {
+            align: 1 << rng.below(63),
+            ..b
+        })
+        .collect();
+    let got: Vec<Event> = Events::new(&b).iter().collect();
+    assert_eq!(got, expected(&b));
+}
+
 #[test]
 fn load_groups_and_spans_match_brute_force() {
     let b = random(400, 300, 5);

@@ -73,10 +73,13 @@ impl DevicePool for ArenaPool {
 
     fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
         let mut st = self.lock();
-        let wait = ticket.max(st.slots.get_for_remove(handle)?.last_use);
+        let backend = &self.backend;
         // Ask the backend before changing anything: if it fails, the allocation stays live.
-        let done = wait == Ticket::DONE || wait <= Self::note(&mut st, self.backend.completed())?;
-        let live = st.slots.remove(handle)?;
+        let removed = st.slots.remove_if(handle, |live| {
+            let wait = ticket.max(live.last_use);
+            Ok((wait, wait == Ticket::DONE || wait <= backend.completed()?))
+        });
+        let (live, (wait, done)) = Self::note(&mut st, removed)?;
         let size = live.region.size;
         st.stats.in_use -= size;
         st.stats.allocations -= 1;

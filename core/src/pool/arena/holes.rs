@@ -485,7 +485,8 @@ impl ArenaPool {
             s.hint(key)
         });
         let hinted = match hint {
-            Some((offset, near)) if offset.is_multiple_of(align) => {
+            // `align` is a power of two (checked): a mask, not a division.
+            Some((offset, near)) if offset & (align - 1) == 0 => {
                 b.tlsf.allocate_at(offset, size, align, Some(near))?
             }
             _ => None,

@@ -31,7 +31,8 @@ impl Tlsf {
         near: Option<Landmark>,
     ) -> Result<Option<Region>> {
         check_request(size, align, self.capacity)?;
-        if !offset.is_multiple_of(align) {
+        // `align` is a power of two (checked): a mask, not a division.
+        if offset & (align - 1) != 0 {
             return Err(Error::Misaligned {
                 what: "placement offset",
                 value: offset,

@@ -95,3 +95,19 @@ fn masks_cover_word_edges() {
     u.resize(128, true);
     assert_eq!(u.runs(0, 128, true).collect::<Vec<_>>(), vec![(63, 128)]);
 }
+
+#[test]
+fn flipped_counts_match_population_counts() {
+    let runs = (0..64).flat_map(|lo| (lo + 1..=64).map(move |hi| (lo, hi)));
+    for (lo, hi) in runs {
+        let run = (!0u64 >> (64 - (hi - lo))) << lo;
+        assert_eq!(
+            flipped_count(run),
+            u64::from(run.count_ones()),
+            "{lo}..{hi}"
+        );
+    }
+    for scattered in [0b101u64, 1 | 1 << 63, 0x5555_5555_5555_5555, !0 ^ 1 << 7] {
+        assert_eq!(flipped_count(scattered), u64::from(scattered.count_ones()));
+    }
+}
