@@ -1,5 +1,5 @@
 //! Learned placement: the arena with holes puts a request where the same allocation site went
-//! the first time, when that range is free again.
+//! last time, when that range is free again.
 //!
 //! Models run the same steps over and over (a training step, a prefill, an inference), and a
 //! transformer runs the same layer dozens of times per step. Placed by TLSF alone, each
@@ -15,7 +15,7 @@
 //!   of the pool (allocation and free sizes) before it: the position in a repeated sequence,
 //!   whatever its period (a layer or a whole step). Sites are hashed into a direct-mapped table
 //!   of [`SITES`] entries; a collision only loses a hint.
-//! * **Hint.** The offset the site got first, and the landmark of that region, from whose block
+//! * **Hint.** The offset the site got last time, and the landmark of that region, from whose block
 //!   TLSF looks for the free block holding the offset ([`Tlsf::allocate_at`], a bounded walk).
 //!   A range that is not free, or lacks memory where TLSF's own choice would not, goes through
 //!   the usual placement: a hint never costs memory, only the lookup.
@@ -88,30 +88,19 @@ impl Sites {
         key
     }
 
-    /// Where `key` was placed first: offset and the region's landmark.
+    /// Where `key` was placed last time: offset and the region's landmark.
     pub(super) fn hint(&self, key: u64) -> Option<(u64, Landmark)> {
         let s = &self.table[Self::slot(key)];
         (s.key == key).then_some((s.offset, s.near))
     }
 
-    /// `key` was placed at `region`. A site keeps the place it got first (the landmark follows
-    /// the region placed there again, so the walk starts from a live block): while a step's
-    /// layout settles, a tensor whose learned range is still held lands somewhere transient,
-    /// and learning that place made the next step follow it, a layout that drifted and grew.
-    /// Kept, the first place is the one the live peak was packed in (GPT-2 training at 2 MiB
-    /// on whole units: 1.008 × live at 30 creations, against 1.112 at 43 when the last place
-    /// won; the other traces unchanged).
+    /// `key` was placed at `region`.
     pub(super) fn learn(&mut self, key: u64, region: &Region) {
-        let site = &mut self.table[Self::slot(key)];
-        if site.key != key {
-            *site = Site {
-                key,
-                offset: region.offset,
-                near: region.landmark(),
-            };
-        } else if site.offset == region.offset {
-            site.near = region.landmark();
-        }
+        self.table[Self::slot(key)] = Site {
+            key,
+            offset: region.offset,
+            near: region.landmark(),
+        };
     }
 
     /// An allocation of `size` bytes (`freed`: a free of one) happened.
