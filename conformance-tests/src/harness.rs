@@ -232,7 +232,7 @@ pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
             Outcome::Skipped(reason) => println!("  {name:<16} skipped: {reason}"),
             Outcome::Ran(results) => {
                 let failed = results.iter().filter(|r| r.1.is_some()).count();
-                let secs: f64 = results.iter().map(|r| r.2).sum();
+                let secs = results.iter().fold(0.0, |s, r| s + r.2);
                 println!(
                     "  {name:<16} ran {} cases: {} passed, {failed} failed ({secs:.1}s)",
                     results.len(),
