@@ -80,15 +80,15 @@
 //!   1.040 at 31 (cubecl: 36), but `xfmr_eager` 1.162 at 66 and MobileNet 1.393 at 4, as
 //!   placement by TLSF alone; the hint helps those two and hurts GPT-2. On GPT-2 the
 //!   committed peak came in the third step (event ~1660 of 7380), long after the live peak
-//!   in the first (~210): new units came while the learned layout settled,
-//!   each site following the transient place it got while its own was held. A site that
-//!   keeps its first place ([`sites`](super::sites); the landmark follows it) takes GPT-2
-//!   to 1.008 at 30 creations, 0 unmaps (cubecl: 1.018 at 36), the rest unchanged at 2 MiB,
-//!   but not kept: per granule (64 KiB) the layout no longer repeats with a step's period
-//!   (unmaps on Llama 18 to 1695, MobileNet 15 to 201, `xfmr_eager` 597 to 744; the host
-//!   layer test of `sites` moves more than TLSF alone, 218 holes calls against 199). A
-//!   whole-units-only switch is untried. Tried with it or alone (load 9–11), no gain: the hint taken only where its free block is no larger than
-//!   the one TLSF would split (`xfmr_eager` 1.327 at 54, GPT-2 1.098 at 46 alone; with the
+//!   in the first (~210): new units came while the learned layout settled, each site
+//!   following the transient place it got while its own was held. A site that keeps its
+//!   first place ([`sites`](super::sites); the landmark follows it) takes GPT-2 to 1.008 at
+//!   30 creations, 0 unmaps (cubecl: 1.018 at 36), the rest unchanged at 2 MiB, but is not
+//!   kept: per granule (64 KiB) the layout no longer repeats with a step's period (unmaps on
+//!   Llama 18 to 1695, MobileNet 15 to 201, `xfmr_eager` 597 to 744; the host layer test of
+//!   `sites` moves more than TLSF alone, 218 holes calls against 199). A whole-units-only
+//!   switch is untried. Tried with it or alone (load 9–11), no gain: the hint taken only
+//!   where its free block is no larger than the one TLSF would split (`xfmr_eager` 1.327 at 54, GPT-2 1.098 at 46 alone; with the
 //!   first place kept `xfmr_eager` 1.201 at 71); the same, and the hint tried where TLSF's
 //!   place lacks memory (GPT-2 1.098 at 46, the rest unchanged).
 
@@ -134,7 +134,7 @@ pub(super) struct Holes {
     /// The units memory goes back and moves in, on a backend that takes only whole ones
     /// ([`handles`](super::handles)); `None` where any granule goes alone.
     handles: Option<Handles>,
-    /// Where each allocation site went first ([`sites`](super::sites)); `None` when
+    /// Where each allocation site went last time ([`sites`](super::sites)); `None` when
     /// [`ArenaConfig::learned_placement`](super::ArenaConfig::learned_placement) is off.
     pub(super) sites: Option<Sites>,
 }
@@ -482,7 +482,7 @@ impl ArenaPool {
         else {
             return Ok(None);
         };
-        // Where the site went first, when that range is free again ([`sites`](super::sites)).
+        // Where the site went last time, when that range is free again ([`sites`](super::sites)).
         let sites = b.holes.as_mut().and_then(|h| h.sites.as_mut());
         let hint = sites.and_then(|s| {
             let key = s.key(size, align);
