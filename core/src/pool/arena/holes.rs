@@ -88,9 +88,10 @@
 //!   Llama 18 to 1695, MobileNet 15 to 201, `xfmr_eager` 597 to 744; the host layer test of
 //!   `sites` moves more than TLSF alone, 218 holes calls against 199). A whole-units-only
 //!   switch is untried. Tried with it or alone (load 9–11), no gain: the hint taken only
-//!   where its free block is no larger than the one TLSF would split (`xfmr_eager` 1.327 at 54, GPT-2 1.098 at 46 alone; with the
-//!   first place kept `xfmr_eager` 1.201 at 71); the same, and the hint tried where TLSF's
-//!   place lacks memory (GPT-2 1.098 at 46, the rest unchanged).
+//!   where its free block is no larger than the one TLSF would split (`xfmr_eager` 1.327 at
+//!   54, GPT-2 1.098 at 46 alone; with the first place kept `xfmr_eager` 1.201 at 71); the
+//!   same, and the hint tried where TLSF's place lacks memory (GPT-2 1.098 at 46, the rest
+//!   unchanged).
 
 use std::collections::VecDeque;
 
