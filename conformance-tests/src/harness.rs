@@ -165,8 +165,8 @@ fn run_target(target: &Target, cases: &[Case], case_filter: &Option<String>) -> 
 }
 
 /// Runs `cases` on `targets` (filtered by the `TENSORMEM_TARGETS` and `TENSORMEM_CASES`
-/// filters when set: comma-separated substrings, any of which selects), `TENSORMEM_SUITE_JOBS` targets at a
-/// time, prints the report, and returns whether everything required passed.
+/// filters when set: comma-separated substrings, any of which selects), `TENSORMEM_SUITE_JOBS`
+/// targets at a time, prints the report, and returns whether everything required passed.
 pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
     let required = required();
     let target_filter = std::env::var("TENSORMEM_TARGETS").ok();
