@@ -121,6 +121,30 @@ fn jobs() -> usize {
         .max(1)
 }
 
+/// `f(0)`, …, `f(n - 1)` on `jobs` threads, each taking the next index when it is free; the
+/// results in index order. A panic in `f` is the caller's panic.
+pub fn in_parallel<T: Send>(n: usize, jobs: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let next = AtomicUsize::new(0);
+    let done = Mutex::new(Vec::with_capacity(n));
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, n.max(1)) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let r = f(i);
+                    done.lock().unwrap_or_else(|e| e.into_inner()).push((i, r));
+                }
+            });
+        }
+    });
+    let mut done = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    done.sort_by_key(|d| d.0);
+    done.into_iter().map(|d| d.1).collect()
+}
+
 fn selected(filter: &Option<String>, name: &str) -> bool {
     filter
         .as_ref()
@@ -175,30 +199,12 @@ pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
         .iter()
         .filter(|t| selected(&target_filter, t.name))
         .collect();
-    // Targets are taken in report order by whichever worker is free.
-    let next = AtomicUsize::new(0);
-    let done: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..jobs().min(chosen.len()) {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(target) = chosen.get(i) else { break };
-                    let outcome = run_target(target, cases, &case_filter);
-                    done.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push((i, outcome));
-                }
-            });
-        }
+    let outcomes = in_parallel(chosen.len(), jobs(), |i| {
+        run_target(chosen[i], cases, &case_filter)
     });
-    // Every target is done: a worker that panicked outside a case ended the scope with its panic.
-    let mut done = done.into_inner().unwrap_or_else(|e| e.into_inner());
-    done.sort_by_key(|d| d.0);
     let mut ok = true;
     let mut summary = Vec::new();
-    for (i, outcome) in done {
-        let target = chosen[i];
+    for (target, outcome) in chosen.iter().zip(outcomes) {
         let is_required = required.contains(target.name) || required.contains(target.backend);
         match &outcome {
             Outcome::Skipped(reason) => {

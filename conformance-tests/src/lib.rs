@@ -34,7 +34,7 @@ pub mod inject;
 
 pub use ctx::Ctx;
 #[cfg(not(target_arch = "wasm32"))]
-pub use harness::{Outcome, run_suite};
+pub use harness::{Outcome, in_parallel, run_suite};
 
 /// Creates a fresh backend of a target, or says why it cannot run here.
 pub type CreateBackend = fn() -> Result<Arc<dyn Backend>>;

@@ -10,12 +10,12 @@
 //! `TENSORMEM_FAULT_OPS` overrides the total number of operations (default 10^6).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use tensormem::{
     Allocation, Backend, DevicePool, Error, HostBackend, HostConfig, PoolConfig, Runtime,
     RuntimeConfig, StagingConfig,
 };
+use tensormem_conformance::in_parallel;
 use tensormem_conformance::inject::Faulty;
 
 /// xorshift64*: deterministic, so a failing seed replays.
@@ -262,31 +262,9 @@ fn random_sequences_with_a_failure_at_every_backend_call() {
         .unwrap_or(1_000_000);
     let per_seed = total.div_ceil(SEEDS);
     // Seeds share nothing: they run on every core, each taking the next seed.
-    let next = AtomicU64::new(0);
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let outcomes: Vec<Result<(u64, u64), String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut sums = (0, 0);
-                    loop {
-                        let seed = next.fetch_add(1, Ordering::Relaxed);
-                        if seed >= SEEDS {
-                            return Ok(sums);
-                        }
-                        let (f, i) = run_seed(seed, per_seed)?;
-                        sums = (sums.0 + f, sums.1 + i);
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("a seed's thread panicked".into()))
-            })
-            .collect()
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let outcomes = in_parallel(SEEDS as usize, cores, |seed| {
+        run_seed(seed as u64, per_seed)
     });
     let (mut failed, mut injected) = (0, 0);
     for outcome in outcomes {
