@@ -381,12 +381,9 @@ run() {
     # Every CUDA target (cuda, cuda-async-alloc, cuda-2dev, host+cuda: the filter is a substring);
     # the host targets run in CI. Without CUDA (the dry run), the host targets prove the binary.
     local targets=${GPU_CHECK_CUDA_TARGETS:-cuda}
-    # On the GPU one target at a time: they share the one device, and its cases fill budgets and
-    # time copies. The host targets run side by side (the suite's default).
-    local suite_jobs=(TENSORMEM_SUITE_JOBS=1)
-    [ "$CUDA_OK" = 1 ] || targets=host suite_jobs=()
+    [ "$CUDA_OK" = 1 ] || targets=host
     STEP_NOTE="targets *$targets*" DEVICE_NOTE=1
-    step 02-conformance-$targets 150 env "${suite_jobs[@]}" TENSORMEM_TARGETS=$targets \
+    step 02-conformance-$targets 150 env TENSORMEM_TARGETS=$targets \
         TENSORMEM_REQUIRE_BACKENDS=$targets "$WORK/bin/suite"
 
     # Includes device/stall.rs: the compute stream's timed wait for a 1 GiB upload (its log

@@ -1,7 +1,6 @@
 //! The targets the suite runs on. Each backend adds its configurations here: a few lines each.
 
-use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tensormem::{Backend, HostBackend, HostConfig, Result};
 use tensormem_vulkan::{ValidationLog, VulkanBackend, VulkanConfig};
@@ -42,13 +41,9 @@ fn cuda_stream_ordered() -> Result<Arc<dyn Backend>> {
     )?))
 }
 
-thread_local! {
-    /// Validation logs of the Vulkan backends this thread created so far (checked after every
-    /// case; a log is dropped once its backend is gone and it has been checked one last time).
-    /// Per thread: the suite runs targets side by side, each on its own thread, and a message
-    /// belongs to the case of the target that made the backend.
-    static VULKAN_LOGS: RefCell<Vec<Arc<ValidationLog>>> = const { RefCell::new(Vec::new()) };
-}
+/// Validation logs of the Vulkan backends created so far (checked after every case; a log is
+/// dropped once its backend is gone and it has been checked one last time).
+static VULKAN_LOGS: Mutex<Vec<Arc<ValidationLog>>> = Mutex::new(Vec::new());
 
 /// Vulkan, under the Khronos validation layer with synchronization validation when installed.
 /// With `TENSORMEM_REQUIRE_VULKAN_SPARSE=1` (the run on a driver with sparse binding,
@@ -72,7 +67,10 @@ fn vulkan_with(force_staging: bool) -> Result<Arc<dyn Backend>> {
         });
     }
     if let Some(log) = backend.validation_log() {
-        VULKAN_LOGS.with_borrow_mut(|logs| logs.push(log));
+        VULKAN_LOGS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(log);
     }
     Ok(Arc::new(backend))
 }
@@ -85,19 +83,18 @@ fn vulkan_staging() -> Result<Arc<dyn Backend>> {
     vulkan_with(true)
 }
 
-/// Fails the case on any validation message of any Vulkan backend this thread created so far.
+/// Fails the case on any validation message of any Vulkan backend created so far.
 fn vulkan_validation(_: &Arc<dyn Backend>) -> std::result::Result<(), String> {
-    VULKAN_LOGS.with_borrow_mut(|logs| {
-        let messages: Vec<String> = logs.iter().flat_map(|l| l.messages()).collect();
-        // Keep only logs whose backend is alive (the backend holds the other reference), and drop
-        // every log that has reported, so one failure is not repeated by every later case.
-        logs.retain(|l| Arc::strong_count(l) > 1 && l.messages().is_empty());
-        if messages.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("Vulkan validation: {}", messages.join("\n")))
-        }
-    })
+    let mut logs = VULKAN_LOGS.lock().unwrap_or_else(|e| e.into_inner());
+    let messages: Vec<String> = logs.iter().flat_map(|l| l.messages()).collect();
+    // Keep only logs whose backend is alive (the backend holds the other reference), and drop
+    // every log that has reported, so one failure is not repeated by every later case.
+    logs.retain(|l| Arc::strong_count(l) > 1 && l.messages().is_empty());
+    if messages.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("Vulkan validation: {}", messages.join("\n")))
+    }
 }
 
 fn wgpu() -> Result<Arc<dyn Backend>> {

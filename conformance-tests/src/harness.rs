@@ -109,18 +109,6 @@ fn run_case(target: &Target, case: &Case, mode: Waiting) -> Option<String> {
     failure
 }
 
-/// Targets run at once: `TENSORMEM_SUITE_JOBS` when set (at least 1), every core otherwise. Each
-/// target creates a fresh backend per case and cases share nothing across targets, so targets are
-/// independent; the suite's cases are mostly one thread each (debug code, one shader compile at a
-/// time), so running targets side by side is what uses a machine's cores.
-fn jobs() -> usize {
-    std::env::var("TENSORMEM_SUITE_JOBS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1)
-}
-
 /// `f(0)`, …, `f(n - 1)` on `jobs` threads, each taking the next index when it is free; the
 /// results in index order. A panic in `f` is the caller's panic.
 pub fn in_parallel<T: Send>(n: usize, jobs: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
@@ -151,8 +139,7 @@ fn selected(filter: &Option<String>, name: &str) -> bool {
         .is_none_or(|f| f.split(',').any(|x| name.contains(x.trim())))
 }
 
-/// Runs the selected cases on one target, printing a line per case as it ends (every line names
-/// its target: targets running side by side interleave).
+/// Runs the selected cases on one target, printing a line per case as it ends.
 fn run_target(target: &Target, cases: &[Case], case_filter: &Option<String>) -> Outcome {
     let probe = match (target.create)() {
         Err(e) => return Outcome::Skipped(e.to_string()),
@@ -189,8 +176,8 @@ fn run_target(target: &Target, cases: &[Case], case_filter: &Option<String>) -> 
 }
 
 /// Runs `cases` on `targets` (filtered by the `TENSORMEM_TARGETS` and `TENSORMEM_CASES`
-/// filters when set: comma-separated substrings, any of which selects), `TENSORMEM_SUITE_JOBS`
-/// targets at a time, prints the report, and returns whether everything required passed.
+/// filters when set: comma-separated substrings, any of which selects), prints the report, and
+/// returns whether everything required passed.
 pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
     let required = required();
     let target_filter = std::env::var("TENSORMEM_TARGETS").ok();
@@ -199,9 +186,12 @@ pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
         .iter()
         .filter(|t| selected(&target_filter, t.name))
         .collect();
-    let outcomes = in_parallel(chosen.len(), jobs(), |i| {
-        run_target(chosen[i], cases, &case_filter)
-    });
+    // One target at a time: side by side, lavapipe crashed (SIGSEGV with vulkan-2dev beside
+    // wgpu-2dev, one run in four).
+    let outcomes: Vec<Outcome> = chosen
+        .iter()
+        .map(|t| run_target(t, cases, &case_filter))
+        .collect();
     let mut ok = true;
     let mut summary = Vec::new();
     for (target, outcome) in chosen.iter().zip(outcomes) {
