@@ -39,6 +39,29 @@ fn a_site_is_its_request_and_the_recent_events() {
 }
 
 #[test]
+fn the_window_kept_per_event_is_the_last_events_hashed_afresh() {
+    // A pseudo-random stream of allocations and frees: after each event, the window equals
+    // the polynomial over the last HISTORY events' values (oldest first, Horner), whatever
+    // came before them.
+    let mut s = Sites::default();
+    let mut seen = Vec::new();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for i in 0..200 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let (size, freed) = ((x >> 24) << 8, i % 3 == 0);
+        s.saw(size, freed);
+        seen.push(event(size, freed));
+        let from = seen.len().saturating_sub(HISTORY);
+        let afresh = seen[from..]
+            .iter()
+            .fold(0u64, |h, v| h.wrapping_mul(BASE).wrapping_add(*v));
+        assert_eq!(s.window, afresh, "after event {i}");
+    }
+}
+
+#[test]
 fn a_learned_site_gives_its_last_placement_back() {
     let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
     let (a, b) = (
@@ -56,12 +79,18 @@ fn a_learned_site_gives_its_last_placement_back() {
         Some((b.offset, b.landmark())),
         "the last placement wins"
     );
-    // Another site in the same slot replaces it; a hint is never given to the wrong site.
-    let other = (k & !((1u64 << 52) - 1)) | 0x1234_0001;
+    // Another request after the same history shares its bucket and keeps it; a third evicts
+    // the one learned longest ago. A hint is never given to the wrong site.
+    let other = s.key(8192, 256);
     assert_ne!(other, k);
     s.learn(other, &a);
+    assert_eq!(s.hint(k), Some((b.offset, b.landmark())));
+    assert_eq!(s.hint(other), Some((a.offset, a.landmark())));
+    let third = s.key(16384, 256);
+    s.learn(third, &b);
     assert_eq!(s.hint(k), None);
     assert_eq!(s.hint(other), Some((a.offset, a.landmark())));
+    assert_eq!(s.hint(third), Some((b.offset, b.landmark())));
 }
 
 /// The host backend, counting the holes calls (moves and new memory) the pool makes.
