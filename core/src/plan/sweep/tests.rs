@@ -82,7 +82,7 @@ fn stacked_peak(buffers: &[Buffer]) -> u64 {
 fn a_cut_sweep_keeps_what_it_placed_and_puts_the_rest_in_slabs() {
     let b = two_groups();
     let events = Events::new(&b);
-    let (_, padded) = crate::plan::validate(&b).unwrap();
+    let (_, padded) = crate::plan::validate(&b, 1).unwrap();
     let full = sweep_best_fit(&b, &events, padded, &mut CutAfter::new(usize::MAX)).unwrap();
     assert!(full.finished());
     verify(&b, &full.plan, None).unwrap();
@@ -138,7 +138,7 @@ fn a_cut_sweep_stacks_the_rest_when_slabs_could_overflow() {
         },
         Buffer::new(10, 11, 5),
     ];
-    let (events, padded) = crate::plan::validate(&b).unwrap();
+    let (events, padded) = crate::plan::validate(&b, 1).unwrap();
     assert!(padded > (u64::MAX / 5) as u128);
     let cut = sweep_best_fit(&b, &events, padded, &mut CutAfter::new(0)).unwrap();
     assert!(!cut.slabs);
