@@ -25,6 +25,7 @@ import base64
 import functools
 import http.server
 import json
+import shutil
 import socket
 import struct
 import subprocess
@@ -119,6 +120,8 @@ def open_page(www, page, screenshot, limit_s):
     driver = subprocess.Popen(["chromedriver", f"--port={port}"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     failures = []
+    # Chromium's profile (about 95 MB) lives only as long as the page test.
+    profile = tempfile.mkdtemp(prefix="tensormem-page-")
     try:
         for _ in range(100):
             try:
@@ -126,7 +129,6 @@ def open_page(www, page, screenshot, limit_s):
                 break
             except OSError:
                 time.sleep(0.1)
-        profile = tempfile.mkdtemp(prefix="tensormem-page-")
         caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
             "binary": "/usr/bin/chromium", "args": CHROMIUM_ARGS + [f"--user-data-dir={profile}"]}}}}
         session = webdriver(port, "POST", "/session", caps)["sessionId"]
@@ -154,6 +156,7 @@ def open_page(www, page, screenshot, limit_s):
         driver.terminate()
         driver.wait(10)
         server.shutdown()
+        shutil.rmtree(profile, ignore_errors=True)
     return (json.loads(result) if result else None), skipped, page_secs, len(png), failures
 
 

@@ -89,10 +89,7 @@ pub async fn run_minilm(
             json!({ "sentence": s, "token_ids": ids, "embedding": v })
         })
         .collect();
-    let cosine: Vec<Vec<f32>> = vectors
-        .iter()
-        .map(|a| vectors.iter().map(|b| minilm::cosine(a, b)).collect())
-        .collect();
+    let cosine = minilm::cosine_matrix(&vectors);
     let memory = memory_json(&model.memory_report());
     drop(model); // its frees belong in the timeline
     let timeline_html = tracer

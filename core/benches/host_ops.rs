@@ -21,6 +21,29 @@ fn data(len: usize) -> Vec<f32> {
         .collect()
 }
 
+/// MiniLM's linear layer as one op: `x [m, k] · w [n, k]ᵀ + bias`, f32 weights.
+fn linear_op(m: usize, n: usize, k: usize) -> Op {
+    Op::MatMul {
+        batch: 1,
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        trans_a: false,
+        trans_b: true,
+        broadcast_b: true,
+        bias: true,
+        alpha: 1.0,
+        weight_format: WeightFormat::F32,
+    }
+}
+
+/// Runs `op` on f32 inputs into `out` on the host backend (no allocation inside the timed loop).
+fn run_f32<const N: usize>(op: &Op, inputs: [&[f32]; N], out: &mut [f32]) {
+    let inputs: [&[u8]; N] = inputs.map(bytemuck::cast_slice);
+    host::run(op, &inputs, &mut [bytemuck::cast_slice_mut(out)]).unwrap();
+    black_box(out);
+}
+
 /// `c = x · wᵀ + bias` for `x [m, k]`, `w [n, k]`: the plain loop a first version would write.
 fn naive_linear(m: usize, n: usize, k: usize, x: &[f32], w: &[f32], bias: &[f32], c: &mut [f32]) {
     for i in 0..m {
@@ -37,32 +60,13 @@ fn naive_linear(m: usize, n: usize, k: usize, x: &[f32], w: &[f32], bias: &[f32]
 fn matmul(c: &mut Criterion) {
     // MiniLM's FFN up-projection for 128 tokens: [128, 384] · [1536, 384]ᵀ + bias.
     let (m, n, k) = (128usize, 1536usize, 384usize);
-    let op = Op::MatMul {
-        batch: 1,
-        m: m as u32,
-        n: n as u32,
-        k: k as u32,
-        trans_a: false,
-        trans_b: true,
-        broadcast_b: true,
-        bias: true,
-        alpha: 1.0,
-        weight_format: WeightFormat::F32,
-    };
+    let op = linear_op(m, n, k);
     let (x, w, bias) = (data(m * k), data(n * k), data(n));
     let mut out = vec![0f32; m * n];
     let mut g = c.benchmark_group("linear_128x384x1536");
     g.throughput(Throughput::Elements((2 * m * n * k) as u64));
     g.bench_function("host_sgemm_threaded", |b| {
-        b.iter(|| {
-            let inputs: [&[u8]; 3] = [
-                bytemuck::cast_slice(&x),
-                bytemuck::cast_slice(&w),
-                bytemuck::cast_slice(&bias),
-            ];
-            host::run(&op, &inputs, &mut [bytemuck::cast_slice_mut(&mut out)]).unwrap();
-            black_box(&out);
-        })
+        b.iter(|| run_f32(&op, [&x, &w, &bias], &mut out))
     });
     g.bench_function("naive_baseline", |b| {
         b.iter(|| {
@@ -90,11 +94,7 @@ fn matmul(c: &mut Criterion) {
     let mut g = c.benchmark_group("attention_scores_12x128x128x32");
     g.throughput(Throughput::Elements(2 * 12 * 128 * 128 * 32));
     g.bench_function("host_sgemm_threaded", |b| {
-        b.iter(|| {
-            let inputs: [&[u8]; 2] = [bytemuck::cast_slice(&q), bytemuck::cast_slice(&kk)];
-            host::run(&op, &inputs, &mut [bytemuck::cast_slice_mut(&mut s)]).unwrap();
-            black_box(&s);
-        })
+        b.iter(|| run_f32(&op, [&q, &kk], &mut s))
     });
     g.finish();
 }
@@ -107,49 +107,19 @@ fn rows(c: &mut Criterion) {
     let gelu = Op::Gelu {
         len: x.len() as u32,
     };
-    g.bench_function("gelu", |b| {
-        b.iter(|| {
-            host::run(
-                &gelu,
-                &[bytemuck::cast_slice(&x)],
-                &mut [bytemuck::cast_slice_mut(&mut y)],
-            )
-            .unwrap();
-            black_box(&y);
-        })
-    });
+    g.bench_function("gelu", |b| b.iter(|| run_f32(&gelu, [&x], &mut y)));
     // Baseline: a copy of the same bytes, the floor for any elementwise op.
     let copy = Op::Copy {
         len: x.len() as u32,
     };
-    g.bench_function("copy_baseline", |b| {
-        b.iter(|| {
-            host::run(
-                &copy,
-                &[bytemuck::cast_slice(&x)],
-                &mut [bytemuck::cast_slice_mut(&mut y)],
-            )
-            .unwrap();
-            black_box(&y);
-        })
-    });
+    g.bench_function("copy_baseline", |b| b.iter(|| run_f32(&copy, [&x], &mut y)));
     let softmax = Op::Softmax {
         rows: 128,
         cols: 1536,
         masked: false,
         rows_per_mask: 1,
     };
-    g.bench_function("softmax", |b| {
-        b.iter(|| {
-            host::run(
-                &softmax,
-                &[bytemuck::cast_slice(&x)],
-                &mut [bytemuck::cast_slice_mut(&mut y)],
-            )
-            .unwrap();
-            black_box(&y);
-        })
-    });
+    g.bench_function("softmax", |b| b.iter(|| run_f32(&softmax, [&x], &mut y)));
     g.finish();
 }
 
@@ -157,32 +127,13 @@ fn rows(c: &mut Criterion) {
 /// reference batch), where each weight is reused only 33 times, so decoding it is a visible share.
 fn quantized(c: &mut Criterion) {
     let (m, n, k) = (33usize, 1536usize, 384usize);
-    let f32_op = Op::MatMul {
-        batch: 1,
-        m: m as u32,
-        n: n as u32,
-        k: k as u32,
-        trans_a: false,
-        trans_b: true,
-        broadcast_b: true,
-        bias: true,
-        alpha: 1.0,
-        weight_format: WeightFormat::F32,
-    };
+    let f32_op = linear_op(m, n, k);
     let (x, w, bias) = (data(m * k), data(n * k), data(n));
     let mut out = vec![0f32; m * n];
     let mut g = c.benchmark_group("linear_33x384x1536");
     g.throughput(Throughput::Elements((2 * m * n * k) as u64));
     g.bench_function("f32_baseline", |b| {
-        b.iter(|| {
-            let inputs: [&[u8]; 3] = [
-                bytemuck::cast_slice(&x),
-                bytemuck::cast_slice(&w),
-                bytemuck::cast_slice(&bias),
-            ];
-            host::run(&f32_op, &inputs, &mut [bytemuck::cast_slice_mut(&mut out)]).unwrap();
-            black_box(&out);
-        })
+        b.iter(|| run_f32(&f32_op, [&x, &w, &bias], &mut out))
     });
     for format in [WeightFormat::F16, WeightFormat::Int8 { group: 0 }] {
         let q = quant::quantize(&w, n as u64, k as u64, format).unwrap();
@@ -201,14 +152,7 @@ fn quantized(c: &mut Criterion) {
         g.bench_function(format!("{}_dequantize_whole_peer", format.name()), |b| {
             b.iter(|| {
                 let deq = quant::dequantize(&q.bytes, &q.scales, n as u64, k as u64, format);
-                let deq = deq.unwrap();
-                let inputs: [&[u8]; 3] = [
-                    bytemuck::cast_slice(&x),
-                    bytemuck::cast_slice(&deq),
-                    bytemuck::cast_slice(&bias),
-                ];
-                host::run(&f32_op, &inputs, &mut [bytemuck::cast_slice_mut(&mut out)]).unwrap();
-                black_box(&out);
+                run_f32(&f32_op, [&x, &deq.unwrap(), &bias], &mut out);
             })
         });
     }

@@ -268,14 +268,7 @@ fn run(mut args: Args) -> Result<()> {
     meter.phase("timed runs");
     let report = InferenceReport::new(&rt, &selection, compiled, shape, timing).with_phases(meter);
 
-    let n = sentences.len();
-    let sims: Vec<Vec<f32>> = (0..n)
-        .map(|i| {
-            (0..n)
-                .map(|j| minilm::cosine(&emb.vectors[i], &emb.vectors[j]))
-                .collect()
-        })
-        .collect();
+    let sims = minilm::cosine_matrix(&emb.vectors);
     let mut text = String::new();
     if s.json {
         let items: Vec<_> = sentences
@@ -298,18 +291,7 @@ fn run(mut args: Args) -> Result<()> {
         });
         outln!(text, "{out}");
     } else {
-        for (i, (s, v)) in sentences.iter().zip(&emb.vectors).enumerate() {
-            let head: Vec<String> = v.iter().take(8).map(|x| format!("{x:+.6}")).collect();
-            outln!(text, "[{i}] {s:?} ({} tokens)", emb.tokens.lengths[i]);
-            outln!(text, "    embedding[0..8] {}", head.join(" "));
-        }
-        if n > 1 {
-            outln!(text, "cosine similarity:");
-            for (i, row) in sims.iter().enumerate() {
-                let cells: Vec<String> = row.iter().map(|c| format!("{c:7.4}")).collect();
-                outln!(text, "  [{i}] {}", cells.join(" "));
-            }
-        }
+        write_embeddings(&mut text, &sentences, &emb, &sims);
         outln!(text, "{}", report.to_text());
     }
     cli::emit(&text);
@@ -317,6 +299,28 @@ fn run(mut args: Args) -> Result<()> {
 }
 
 /// `--offload-percent` values: a percentage in (0, 100].
+/// The text report's body: each sentence with its first embedding values, then the cosine
+/// similarity of every pair when there is more than one sentence.
+fn write_embeddings(
+    text: &mut String,
+    sentences: &[String],
+    emb: &minilm::Embeddings,
+    sims: &[Vec<f32>],
+) {
+    for (i, (s, v)) in sentences.iter().zip(&emb.vectors).enumerate() {
+        let head: Vec<String> = v.iter().take(8).map(|x| format!("{x:+.6}")).collect();
+        outln!(text, "[{i}] {s:?} ({} tokens)", emb.tokens.lengths[i]);
+        outln!(text, "    embedding[0..8] {}", head.join(" "));
+    }
+    if sims.len() > 1 {
+        outln!(text, "cosine similarity:");
+        for (i, row) in sims.iter().enumerate() {
+            let cells: Vec<String> = row.iter().map(|c| format!("{c:7.4}")).collect();
+            outln!(text, "  [{i}] {}", cells.join(" "));
+        }
+    }
+}
+
 fn percent(s: &str) -> std::result::Result<f64, String> {
     match s.parse::<f64>() {
         Ok(p) if p > 0.0 && p <= 100.0 => Ok(p),

@@ -36,6 +36,7 @@ mod placed;
 use consistency::{check_ids, check_weights_match};
 pub use graph::{
     BertConfig, MiniLmGraph, attention_chunk_counts, build_graph, build_graph_chunked, cosine,
+    cosine_matrix,
 };
 pub use placed::PlacedMiniLm;
 

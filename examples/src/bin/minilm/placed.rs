@@ -77,14 +77,7 @@ pub(crate) fn run(args: &Args, model_dir: &Path, sentences: &[String]) -> Result
     let mean = times.iter().sum::<Duration>() / s.runs.max(1);
     let report = placed.model.report();
     let (batch, seq) = (emb.tokens.batch, emb.tokens.seq);
-    let n = sentences.len();
-    let sims: Vec<Vec<f32>> = (0..n)
-        .map(|i| {
-            (0..n)
-                .map(|j| minilm::cosine(&emb.vectors[i], &emb.vectors[j]))
-                .collect()
-        })
-        .collect();
+    let sims = minilm::cosine_matrix(&emb.vectors);
     let mut text = String::new();
     if s.json {
         let items: Vec<_> = sentences
@@ -106,18 +99,7 @@ pub(crate) fn run(args: &Args, model_dir: &Path, sentences: &[String]) -> Result
         });
         outln!(text, "{out}");
     } else {
-        for (i, (s, v)) in sentences.iter().zip(&emb.vectors).enumerate() {
-            let head: Vec<String> = v.iter().take(8).map(|x| format!("{x:+.6}")).collect();
-            outln!(text, "[{i}] {s:?} ({} tokens)", emb.tokens.lengths[i]);
-            outln!(text, "    embedding[0..8] {}", head.join(" "));
-        }
-        if n > 1 {
-            outln!(text, "cosine similarity:");
-            for (i, row) in sims.iter().enumerate() {
-                let cells: Vec<String> = row.iter().map(|c| format!("{c:7.4}")).collect();
-                outln!(text, "  [{i}] {}", cells.join(" "));
-            }
-        }
+        super::write_embeddings(&mut text, sentences, &emb, &sims);
         outln!(
             text,
             "batch {batch} x seq {seq} on {} devices, {} stages, {} copied between devices per run, {:.2} ms per run ({} runs)",

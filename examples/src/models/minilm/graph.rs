@@ -383,3 +383,11 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
         dot / (na * nb)
     }
 }
+
+/// Every pair's cosine similarity: row `i`, column `j` compares `vectors[i]` with `vectors[j]`.
+pub fn cosine_matrix(vectors: &[Vec<f32>]) -> Vec<Vec<f32>> {
+    vectors
+        .iter()
+        .map(|a| vectors.iter().map(|b| cosine(a, b)).collect())
+        .collect()
+}

@@ -110,6 +110,20 @@ fn cosine_of_known_vectors() {
     assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), 0.0);
 }
 
+#[test]
+fn cosine_matrix_compares_every_pair_in_order() {
+    let m = cosine_matrix(&[vec![1.0, 0.0], vec![0.0, 3.0], vec![2.0, 2.0]]);
+    let half = std::f32::consts::FRAC_1_SQRT_2;
+    let want = [[1.0, 0.0, half], [0.0, 1.0, half], [half, half, 1.0]];
+    assert_eq!(m.len(), 3);
+    for (row, want) in m.iter().zip(want) {
+        assert_eq!(row.len(), 3);
+        for (got, want) in row.iter().zip(want) {
+            assert!((got - want).abs() < 1e-6, "{m:?}");
+        }
+    }
+}
+
 /// A 1-layer BERT small enough to write by hand.
 fn tiny_cfg() -> BertConfig {
     BertConfig {
