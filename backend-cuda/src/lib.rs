@@ -178,12 +178,13 @@ pub struct CudaDesc {
     /// where tensors need it, in whole physical allocations (`InPlaceGrowth::whole_units`: each
     /// growth or commit is one `cuMemCreate`). Default `false`: in the counting model of
     /// `core/benches/pool_traces` at 2 MiB, holes peak at 1.11–1.14× the live bytes on the
-    /// random and transformer traces (1.15–1.17× without, but 1.112 against 1.040 on GPT-2
-    /// training) with 10–126 allocations (cubecl: 8–201, and fewer on three traces), so neither
-    /// target of issue 14 is met (the table and what was tried are in
-    /// `core/src/pool/arena/holes.rs`). Moves are rare once placement is learned (1–232 unmaps
-    /// per trace); the pool's own time per pair is 0.02–1.14× cubecl's, but 1.8–1.9× on Llama
-    /// prefill (load 7–8), and the driver's cost of a map is not modelled. Not yet run on a GPU.
+    /// random, eager-transformer and Llama prefill traces (1.15–1.17× without) with 126, 57 and
+    /// 10 allocations (cubecl: 201, 48 and 8); GPT-2 training (1.008× at 30, cubecl 36) and
+    /// MobileNet (1.045× at 3, cubecl 5) meet both targets of issue 14, the other three do not
+    /// (the table and what was tried are in `core/src/pool/arena/holes.rs`). Moves are rare
+    /// once placement is learned (0–232 unmaps per trace); the pool's own time per pair is
+    /// 0.03–1.12× cubecl's in one replay at load 10 (above 1 on Llama prefill), and the
+    /// driver's cost of a map is not modelled. Not yet run on a GPU.
     pub vmm_holes: bool,
 }
 

@@ -191,7 +191,10 @@ impl ArenaPool {
             .filter(|g| g.holes && self.config.holes && reserved.is_some())
             .map(|g| {
                 let mut h = Holes::new(g.granularity, bytes, g.whole_units);
-                h.sites = self.config.learned_placement.then(Sites::default);
+                h.sites = self
+                    .config
+                    .learned_placement
+                    .then(|| Sites::new(g.whole_units));
                 h
             });
         st.blocks[idx] = Some(Block {

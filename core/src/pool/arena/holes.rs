@@ -41,7 +41,7 @@
 //!   ([`InPlaceGrowth::whole_units`], [`handles`](super::handles)): one allocation per call
 //!   that backs memory. At 2 MiB in the bench's CUDA model (peak ÷ live at creations; per
 //!   granule, then cubecl's, in brackets): `rand_logu` 1.141 at 126 (1.031 at 6016; 1.275 at
-//!   201), `xfmr_eager` 1.143 at 57 (1.036 at 169; 1.554 at 48), `gpt2s_train` 1.112 at 43
+//!   201), `xfmr_eager` 1.143 at 57 (1.036 at 169; 1.554 at 48), `gpt2s_train` 1.008 at 30
 //!   (1.031 at 3514; 1.018 at 36), `llama8b_prefill` 1.109 at 10 (1.033 at 116; 1.239 at 8),
 //!   `mobilenet_v2` 1.045 at 3 (1.045 at 3; 3.483 at 5); time per pair ÷ cubecl's 0.03 / 1.61
 //!   / 0.63 / 1.70 / 0.96 (load ~6). That time was the units' bookkeeping, a set update on
@@ -50,9 +50,10 @@
 //!   `llama8b_prefill` 0.92–1.10 of cubecl's time, against 1.60–1.61 and 1.65–1.72 before in
 //!   the same runs (15 rounds, load 8). Units cut creations 12–80×, but a unit a live tensor
 //!   touches keeps all its memory, and a run no spare unit fits gets new memory while larger
-//!   spare units stay idle: only MobileNet is within 1.05 of the live peak with fewer
-//!   creations than cubecl, and GPT-2 peaks above the arena without holes (1.040);
-//!   `rand_logu` repeats nothing, so no hint policy moves it. CUDA's holes stay opt-in
+//!   spare units stay idle: GPT-2 and MobileNet are within 1.05 of the live peak with fewer
+//!   creations than cubecl (GPT-2 since a site keeps its first place, below), `rand_logu`,
+//!   `xfmr_eager` and `llama8b_prefill` are not; `rand_logu` repeats nothing, so no hint
+//!   policy moves it. CUDA's holes stay opt-in
 //!   (`CudaDesc::vmm_holes`).
 //! * **The frontier of whole units** (same bench at 2 MiB, load 8–10; peak ÷ live and creations
 //!   on `rand_logu` / `xfmr_eager` / `gpt2s_train` / `llama8b_prefill`, MobileNet 1.045 at 3
@@ -83,11 +84,12 @@
 //!   in the first (~210): new units came while the learned layout settled, each site
 //!   following the transient place it got while its own was held. A site that keeps its
 //!   first place ([`sites`](super::sites); the landmark follows it) takes GPT-2 to 1.008 at
-//!   30 creations, 0 unmaps (cubecl: 1.018 at 36), the rest unchanged at 2 MiB, but is not
-//!   kept: per granule (64 KiB) the layout no longer repeats with a step's period (unmaps on
-//!   Llama 18 to 1695, MobileNet 15 to 201, `xfmr_eager` 597 to 744; the host layer test of
-//!   `sites` moves more than TLSF alone, 218 holes calls against 199). A whole-units-only
-//!   switch is untried. Tried with it or alone (load 9–11), no gain: the hint taken only
+//!   30 creations, 0 unmaps (cubecl: 1.018 at 36), the rest unchanged at 2 MiB; per granule
+//!   (64 KiB) the layout then no longer repeats with a step's period (unmaps on Llama 18 to
+//!   1695, MobileNet 15 to 201, `xfmr_eager` 597 to 744; the host layer test of `sites` moves
+//!   more than TLSF alone, 218 holes calls against 199). So first places are kept with whole
+//!   units only: the 2 MiB CUDA rows above, and every 64 KiB row identical to the last place's
+//!   (load 10–11). Tried with it or alone (load 9–11), no gain: the hint taken only
 //!   where its free block is no larger than the one TLSF would split (`xfmr_eager` 1.327 at
 //!   54, GPT-2 1.098 at 46 alone; with the first place kept `xfmr_eager` 1.201 at 71); the
 //!   same, and the hint tried where TLSF's place lacks memory (GPT-2 1.098 at 46, the rest

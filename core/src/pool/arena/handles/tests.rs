@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use super::*;
 use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, InPlaceGrowth};
 use crate::host::{HostBackend, HostConfig};
+use crate::pool::arena::sites::HISTORY;
 use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
 use crate::{Error, Result};
 
@@ -443,4 +444,38 @@ fn churn_keeps_to_whole_units() {
         p.trim().unwrap();
         assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
     }
+}
+
+/// Learned placement on whole units: a site whose place was held once lands somewhere
+/// transient, and when both places are free again it goes back to the first one (per granule
+/// it would follow the transient place, `sites`).
+#[test]
+fn a_site_whose_place_was_held_goes_back_to_its_first_place() {
+    let backend = WholeUnits::new();
+    let p = pool(&backend, true);
+    let temporaries = |p: &ArenaPool| {
+        for _ in 0..HISTORY / 2 {
+            let t = p.allocate(64 * KIB, 256, "t").unwrap();
+            p.free(t.handle).unwrap();
+        }
+    };
+    temporaries(&p);
+    let a = p.allocate(MIB, 256, "a").unwrap();
+    let at = a.range.offset;
+    p.free(a.handle).unwrap();
+    // Held once: the site lands elsewhere, a transient place.
+    let pin = filled(&backend, &p, MIB, 1);
+    assert_eq!(pin.range.offset, at, "TLSF reuses the hole");
+    temporaries(&p);
+    let b = p.allocate(MIB, 256, "b").unwrap();
+    assert_ne!(b.range.offset, at);
+    for x in [pin, b] {
+        p.free(x.handle).unwrap();
+    }
+    // Both places are free again: the site goes where it went first.
+    temporaries(&p);
+    let c = p.allocate(MIB, 256, "c").unwrap();
+    assert_eq!(c.range.offset, at, "the transient place replaced the first");
+    p.free(c.handle).unwrap();
+    check(&backend, &p);
 }

@@ -17,7 +17,7 @@ const MIB: u64 = 1 << 20;
 
 #[test]
 fn a_site_is_its_request_and_the_recent_events() {
-    let mut s = Sites::default();
+    let mut s = Sites::new(false);
     let k = s.key(4096, 256);
     assert_eq!(k, s.key(4096, 256));
     assert_ne!(k, s.key(8192, 256), "the size is part of the site");
@@ -25,11 +25,11 @@ fn a_site_is_its_request_and_the_recent_events() {
     s.saw(4096, false);
     let after_alloc = s.key(4096, 256);
     assert_ne!(k, after_alloc, "the history is part of the site");
-    let mut t = Sites::default();
+    let mut t = Sites::new(false);
     t.saw(4096, true);
     assert_ne!(after_alloc, t.key(4096, 256), "a free is not an allocation");
     // Only the last HISTORY events count.
-    let (mut a, mut b) = (Sites::default(), Sites::default());
+    let (mut a, mut b) = (Sites::new(false), Sites::new(false));
     a.saw(1, false);
     for _ in 0..HISTORY {
         a.saw(7, false);
@@ -45,7 +45,7 @@ fn a_learned_site_gives_its_last_placement_back() {
         tlsf.allocate(4096, 256).unwrap().unwrap(),
         tlsf.allocate(4096, 256).unwrap().unwrap(),
     );
-    let mut s = Sites::default();
+    let mut s = Sites::new(false);
     let k = s.key(4096, 256);
     assert_eq!(s.hint(k), None);
     s.learn(k, &a);
@@ -62,6 +62,36 @@ fn a_learned_site_gives_its_last_placement_back() {
     s.learn(other, &a);
     assert_eq!(s.hint(k), None);
     assert_eq!(s.hint(other), Some((a.offset, a.landmark())));
+}
+
+#[test]
+fn a_table_that_keeps_first_places_gives_the_first_back() {
+    let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
+    let (a, b) = (
+        tlsf.allocate(4096, 256).unwrap().unwrap(),
+        tlsf.allocate(4096, 256).unwrap().unwrap(),
+    );
+    let mut s = Sites::new(true);
+    let k = s.key(4096, 256);
+    s.learn(k, &a);
+    s.learn(k, &b);
+    assert_eq!(
+        s.hint(k),
+        Some((a.offset, a.landmark())),
+        "the first placement stays"
+    );
+    // Placed at its first place again, the site's landmark follows the new region.
+    let (at, first) = (a.offset, a.landmark());
+    tlsf.free(a).unwrap();
+    let again = tlsf.allocate_at(at, 4096, 256, None).unwrap().unwrap();
+    assert_ne!(again.landmark(), first);
+    s.learn(k, &again);
+    assert_eq!(s.hint(k), Some((at, again.landmark())));
+    // Replaced by another site in its slot, it learns anew.
+    let other = (k & !((1u64 << 52) - 1)) | 0x1234_0001;
+    s.learn(other, &again);
+    s.learn(k, &b);
+    assert_eq!(s.hint(k), Some((b.offset, b.landmark())));
 }
 
 /// The host backend, counting the holes calls (moves and new memory) the pool makes.
