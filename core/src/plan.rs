@@ -162,14 +162,14 @@ pub const PLAN_OFFSET_LIMIT: u64 = u64::MAX;
 /// Checks that every buffer is valid and that no plan can overflow: every planner here places a
 /// buffer at 0 or at the aligned top of a conflicting one, so an offset is at most the padded total
 /// `sum(size + align - 1)` of its time-connected group (groups never overlap in time, so the peak
-/// is the maximum over groups, not the sum). Returns the sorted lifetime endpoints, which every
-/// later sweep reuses, and the largest padded total of one group.
+/// is the maximum over groups, not the sum). Returns the sorted lifetime endpoints (sorted on
+/// `threads` threads), which every later sweep reuses, and the largest padded total of one group.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming the buffer for `lower >= upper` or a zero size, or for 2^31
 /// buffers or more, [`Error::InvalidAlignment`] for an alignment that is not a power of two,
 /// [`Error::PlanTooLarge`] when one group's padded total exceeds [`PLAN_OFFSET_LIMIT`].
-pub(crate) fn validate(buffers: &[Buffer]) -> Result<(Events, u128)> {
+pub(crate) fn validate(buffers: &[Buffer], threads: usize) -> Result<(Events, u128)> {
     check_buffers(buffers, &|i| i.to_string())?;
     if buffers.len() > MAX_BUFFERS {
         return Err(Error::invalid(format!(
@@ -177,7 +177,7 @@ pub(crate) fn validate(buffers: &[Buffer]) -> Result<(Events, u128)> {
             buffers.len()
         )));
     }
-    let events = Events::new(buffers);
+    let events = Events::on(buffers, threads);
     let (padded_total, count) = events.worst_group();
     if padded_total > PLAN_OFFSET_LIMIT as u128 {
         return Err(Error::PlanTooLarge {

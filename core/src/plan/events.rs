@@ -3,18 +3,35 @@
 //! compressed time of the occupancy trees and the verification.
 //!
 //! A million buffers have two million endpoints. A comparison sort of them costs a few hundred
-//! milliseconds on a loaded machine and `solve` used to run five of them, so one LSD radix sort
-//! (O(n), two or three passes for typical time ranges) now serves all; only time ranges that need
-//! all 64 bits fall back to a comparison sort. Each endpoint carries its buffer's size and
-//! alignment (through the sort itself), and each free the rank of its buffer's allocation among
-//! the allocations: the sweeps then read memory in order and keep their state per buffer in
-//! allocation order, where looking buffers up by id at each endpoint (a cache miss at every one,
-//! at a million buffers) made each pass cost as much as the sweep-line plan itself.
+//! milliseconds on a loaded machine and `solve` used to run five of them, so one radix sort (O(n))
+//! now serves all; only time ranges that need all 64 bits fall back to a comparison sort. Each
+//! endpoint carries its buffer's size and alignment (through the sort itself), and each free the
+//! rank of its buffer's allocation among the allocations: the sweeps then read memory in order and
+//! keep their state per buffer in allocation order, where looking buffers up by id at each endpoint
+//! (a cache miss at every one, at a million buffers) made each pass cost as much as the sweep-line
+//! plan itself.
+//!
+//! The sort is most significant digit first, on as many threads as `solve` has: each thread
+//! buckets its share of the buffers by the high time bits (no thread waits on another), then each
+//! takes a run of buckets, sorts each bucket by the low bits in cache, ranks its allocations and
+//! measures its part of the load profile from a start it knows from the bucket counts. Ranks a
+//! free cannot see (its allocation in an earlier thread's run) are filled in after, and the
+//! threads' profiles are joined in order. Equal keys cannot occur (each holds its
+//! buffer's id), so the result is the same on any number of threads.
+
+use std::ops::Range;
 
 use super::Buffer;
 
 /// Radix digit width: 2048 buckets (16 KiB of counters) stay in L1.
 const DIGIT_BITS: u32 = 11;
+
+/// Buckets this small are sorted by comparison: clearing a digit's counters costs more.
+const COUNTING_MIN: usize = 64;
+
+/// Most threads one sort runs on: each keeps a rank per buffer (4 bytes), and beyond a few the
+/// passes are bound by memory, not by cores.
+const MAX_SORTERS: usize = 8;
 
 /// Lifetime endpoints sorted by time, frees before allocations at equal times (half-open
 /// lifetimes), then allocations by size descending (the order an online best fit serves them
@@ -27,40 +44,11 @@ pub(crate) struct Events {
     worst: (u128, usize),
 }
 
-/// The live load and the time-connected groups, measured along the sorted endpoints.
-#[derive(Debug, Default)]
-struct Profile {
-    live_bytes: u64,
-    live: usize,
-    /// The current group's padded total and buffer count.
-    group: (u128, usize),
-    load: (u64, u64),
-    worst: (u128, usize),
-}
-
-impl Profile {
-    fn open(&mut self, time: u64, size: u64, align: u64) {
-        if self.live == 0 {
-            self.group = (0, 0);
-        }
-        self.live += 1;
-        self.group.0 += size as u128 + (align - 1) as u128;
-        self.group.1 += 1;
-        self.worst = self.worst.max(self.group);
-        self.live_bytes = self.live_bytes.saturating_add(size);
-        if self.live_bytes > self.load.0 {
-            self.load = (self.live_bytes, time);
-        }
-    }
-
-    fn close(&mut self, size: u64) {
-        self.live -= 1;
-        self.live_bytes = self.live_bytes.saturating_sub(size);
-    }
-}
-
 /// Tag bit of an allocation event (buffer ids stay below 2^31).
 const ALLOC: u32 = 1 << 31;
+
+/// A rank not known yet (ranks stay below 2^31).
+const UNRANKED: u32 = u32::MAX;
 
 /// One endpoint as stored (24 bytes).
 #[derive(Debug, Clone, Copy)]
@@ -103,48 +91,44 @@ pub(crate) struct Event {
 }
 
 impl Events {
-    /// Sorts the endpoints of valid buffers (`lower < upper`, fewer than 2^31 buffers). Four
-    /// passes over them: building (with the time range), two or three radix passes, and one that
-    /// orders equal-time allocations, ranks them and measures the load.
+    /// Sorts the endpoints of valid buffers (`lower < upper`, fewer than 2^31 buffers).
     pub fn new(buffers: &[Buffer]) -> Events {
+        Events::on(buffers, 1)
+    }
+
+    /// [`Events::new`] on `threads` threads (at least one, at most [`MAX_SORTERS`] used); the same
+    /// result for any count.
+    pub fn on(buffers: &[Buffer], threads: usize) -> Events {
         debug_assert!(buffers.len() < ALLOC as usize);
         let (min, max) = buffers.iter().fold((u64::MAX, 0), |(lo, hi), b| {
             (lo.min(b.lower), hi.max(b.upper))
         });
-        let mut list = sorted(buffers, min, max);
-        let mut profile = Profile::default();
-        // Each free learns its allocation's rank: the one access by buffer id.
-        let mut rank = vec![0u32; buffers.len()];
-        let mut allocs = 0u32;
-        let mut k = 0;
-        while k < list.len() {
-            let (time, kind) = (list[k].time, list[k].tag & ALLOC);
-            let mut j = k + 1;
-            while j < list.len() && list[j].time == time && list[j].tag & ALLOC == kind {
-                j += 1;
+        let (mut list, runs) = match Keys::new(buffers.len(), min, max) {
+            Some(keys) => keys.sort(buffers, threads.clamp(1, MAX_SORTERS)),
+            None => {
+                let mut list = compared(buffers);
+                let mut run = Run::new(0, 0, buffers.len());
+                run.finish(&mut list);
+                (list, vec![run])
             }
-            let group = &mut list[k..j];
-            if kind != 0 {
-                // Allocations at one time: largest first (the sort left them in id order).
-                group.sort_by_key(|e| std::cmp::Reverse(e.size));
-                for e in group {
-                    rank[(e.tag & !ALLOC) as usize] = allocs;
-                    allocs += 1;
-                    profile.open(time, e.size, 1 << e.aux);
-                }
-            } else {
-                for e in group {
-                    e.aux = rank[(e.tag & !ALLOC) as usize];
-                    profile.close(e.size);
-                }
+        };
+        // Frees whose allocation an earlier thread ranked.
+        let mut base = 0;
+        for (r, run) in runs.iter().enumerate() {
+            for &k in &run.unranked {
+                let e = &mut list[base + k];
+                let id = (e.tag & !ALLOC) as usize;
+                e.aux = runs[..r]
+                    .iter()
+                    .map(|earlier| earlier.ranks[id])
+                    .find(|&rank| rank != UNRANKED)
+                    .unwrap_or(UNRANKED);
+                debug_assert_ne!(e.aux, UNRANKED, "a free before its allocation");
             }
-            k = j;
+            base += run.len;
         }
-        Events {
-            list,
-            load: profile.load,
-            worst: profile.worst,
-        }
+        let (load, worst) = join(&runs);
+        Events { list, load, worst }
     }
 
     /// The endpoints in order.
@@ -158,10 +142,7 @@ impl Events {
     }
 
     /// The endpoints at positions `range`, either way round.
-    pub fn range(
-        &self,
-        range: std::ops::Range<usize>,
-    ) -> impl DoubleEndedIterator<Item = Event> + '_ {
+    pub fn range(&self, range: Range<usize>) -> impl DoubleEndedIterator<Item = Event> + '_ {
         self.list[range].iter().map(Endpoint::event)
     }
 
@@ -198,89 +179,396 @@ impl Events {
     }
 }
 
+/// One thread's run of endpoints, being finished: allocations ranked, frees given their
+/// allocation's rank, and the load profile measured from the run's start.
+#[derive(Debug)]
+struct Run {
+    /// Endpoints in the run.
+    len: usize,
+    /// Rank of the run's next allocation.
+    allocs: u32,
+    /// Buffers live, counted from before the run.
+    live: usize,
+    /// Live bytes relative to the run's start, and the highest after an allocation with its time.
+    bytes: i128,
+    high: Option<(i128, u64)>,
+    /// Whether the group live at the run's start (if any) is still going, and its total in the
+    /// run; the total of the group now going (if it started in the run); the largest of those.
+    in_head: bool,
+    head: (u128, usize),
+    group: Option<(u128, usize)>,
+    worst: (u128, usize),
+    /// The rank of each buffer allocated in the run, by id (else [`UNRANKED`]): one array per
+    /// thread, as threads writing one array at random places would share its cache lines.
+    ranks: Vec<u32>,
+    /// Positions (in the run) of frees whose allocation is in an earlier run.
+    unranked: Vec<usize>,
+}
+
+impl Run {
+    /// A run of `n` buffers' endpoints starting at allocation rank `allocs` with `live` buffers
+    /// live before it.
+    fn new(allocs: u32, live: usize, n: usize) -> Self {
+        Run {
+            len: 0,
+            allocs,
+            live,
+            bytes: 0,
+            high: None,
+            in_head: live > 0,
+            head: (0, 0),
+            group: None,
+            worst: (0, 0),
+            ranks: vec![UNRANKED; n],
+            unranked: Vec::new(),
+        }
+    }
+
+    /// Finishes the run's next endpoints, `list`, sorted by key: allocations at one time largest
+    /// first (the sort left them in id order), ranked (into `ranks` by buffer id), frees given
+    /// their rank, and the profile.
+    fn finish(&mut self, list: &mut [Endpoint]) {
+        let mut k = 0;
+        while k < list.len() {
+            let (time, kind) = (list[k].time, list[k].tag & ALLOC);
+            let mut j = k + 1;
+            while j < list.len() && list[j].time == time && list[j].tag & ALLOC == kind {
+                j += 1;
+            }
+            let group = &mut list[k..j];
+            if kind != 0 {
+                group.sort_by_key(|e| std::cmp::Reverse(e.size));
+                for e in group {
+                    self.ranks[(e.tag & !ALLOC) as usize] = self.allocs;
+                    self.allocs += 1;
+                    self.open(time, e.size, 1 << e.aux);
+                }
+            } else {
+                for (i, e) in group.iter_mut().enumerate() {
+                    e.aux = self.ranks[(e.tag & !ALLOC) as usize];
+                    if e.aux == UNRANKED {
+                        self.unranked.push(self.len + k + i);
+                    }
+                    self.live -= 1;
+                    self.bytes -= i128::from(e.size);
+                }
+            }
+            k = j;
+        }
+        self.len += list.len();
+    }
+
+    fn open(&mut self, time: u64, size: u64, align: u64) {
+        if self.live == 0 {
+            self.in_head = false;
+            self.group = Some((0, 0));
+        }
+        self.live += 1;
+        let padded = size as u128 + (align - 1) as u128;
+        let total = if self.in_head {
+            &mut self.head
+        } else {
+            self.group.get_or_insert((0, 0))
+        };
+        *total = (total.0 + padded, total.1 + 1);
+        if !self.in_head {
+            self.worst = self.worst.max(*total);
+        }
+        self.bytes += i128::from(size);
+        if self.high.is_none_or(|(h, _)| self.bytes > h) {
+            self.high = Some((self.bytes, time));
+        }
+    }
+}
+
+/// The profile of the whole list from its runs' in order: the max-load bound with the earliest
+/// time it is reached, and the largest group total.
+fn join(runs: &[Run]) -> ((u64, u64), (u128, usize)) {
+    let (mut base, mut load) = (0i128, (0i128, 0u64));
+    let (mut open, mut worst) = ((0u128, 0usize), (0u128, 0usize));
+    for run in runs {
+        if let Some((high, time)) = run.high
+            && base + high > load.0
+        {
+            load = (base + high, time);
+        }
+        base += run.bytes;
+        // The run's first allocations (until nothing is live) add to the group going before it.
+        open = (open.0 + run.head.0, open.1 + run.head.1);
+        worst = worst.max(open).max(run.worst);
+        if let Some(group) = run.group {
+            open = group;
+        }
+    }
+    let load = (u64::try_from(load.0).unwrap_or(u64::MAX), load.1);
+    (load, worst)
+}
+
 /// Bits of a radix key below the id: an allocation's log2 alignment (at most 62).
 const ALIGN_BITS: u32 = 6;
 
-/// The endpoints sorted by `(time, alloc flag, id)`, every time within `[min, max]`. When
-/// `(time - min) << 1 | alloc`, the id and the log2 alignment fit in one `u64` together (they do
-/// unless times span more than about 2^32 steps at a million buffers), an LSD radix sort of
-/// `(key, size)` records on the time bits alone (ids are already in order); otherwise a comparison
-/// sort. The records carry everything an endpoint needs, so no pass reads the buffers in time
-/// order: fetching each endpoint's buffer after sorting 8-byte keys was a cache and TLB miss per
-/// endpoint, 0.14 CPU s of the 0.3 s validation took at a million buffers.
-fn sorted(buffers: &[Buffer], min: u64, max: u64) -> Vec<Endpoint> {
-    if buffers.is_empty() {
-        return Vec::new();
-    }
-    let id_bits = usize::BITS - buffers.len().leading_zeros();
-    let low = id_bits + ALIGN_BITS;
-    let time_bits =
-        (max.saturating_sub(min) < 1 << 62).then(|| 64 - (((max - min) << 1) | 1).leading_zeros());
-    let Some(time_bits) = time_bits.filter(|t| t + low <= 64) else {
-        let endpoint = |id: usize, alloc: bool| {
-            let b = &buffers[id];
-            Endpoint {
-                time: if alloc { b.lower } else { b.upper },
-                size: b.size,
-                tag: id as u32 | if alloc { ALLOC } else { 0 },
-                aux: if alloc { b.align.trailing_zeros() } else { 0 },
-            }
-        };
-        let mut list: Vec<Endpoint> = (0..buffers.len())
-            .flat_map(|i| [endpoint(i, false), endpoint(i, true)])
-            .collect();
-        list.sort_unstable_by_key(|e| (e.time, e.tag & ALLOC, e.tag & !ALLOC));
-        return list;
-    };
-    let digits = time_bits.div_ceil(DIGIT_BITS) as usize;
-    let digit = |key: u64, d: usize| {
-        ((key >> (low + d as u32 * DIGIT_BITS)) & ((1 << DIGIT_BITS) - 1)) as usize
-    };
-    let mut counts = vec![[0usize; 1 << DIGIT_BITS]; digits];
-    let mut records: Vec<(u64, u64)> = Vec::with_capacity(buffers.len() * 2);
-    for (i, b) in buffers.iter().enumerate() {
-        let id = (i as u64) << ALIGN_BITS;
-        let free = (((b.upper - min) << 1) << low) | id;
-        let alloc =
-            ((((b.lower - min) << 1) | 1) << low) | id | u64::from(b.align.trailing_zeros());
-        for key in [free, alloc] {
-            for (d, count) in counts.iter_mut().enumerate() {
-                count[digit(key, d)] += 1;
-            }
-            records.push((key, b.size));
+/// The radix key of an endpoint: `((time - min) << 1 | alloc) << low | id << ALIGN_BITS |
+/// log2 alignment`, sorted on its `time` bits above `low`, paired with the buffer's size.
+#[derive(Debug, Clone, Copy)]
+struct Keys {
+    min: u64,
+    /// Bits below the time: the id's and the alignment's.
+    low: u32,
+    id_bits: u32,
+    /// Time bits (with the allocation flag); the top `high` of them pick the bucket.
+    time: u32,
+    high: u32,
+}
+
+impl Keys {
+    /// The layout for `n` buffers with times in `[min, max]`, or `None` when it does not fit in
+    /// 64 bits (times spanning more than about 2^32 steps at a million buffers).
+    fn new(n: usize, min: u64, max: u64) -> Option<Keys> {
+        if n == 0 {
+            return None;
         }
-    }
-    let mut to = vec![(0u64, 0u64); records.len()];
-    for (d, count) in counts.iter_mut().enumerate() {
-        let mut sum = 0;
-        for c in count.iter_mut() {
-            (*c, sum) = (sum, sum + *c);
-        }
-        for &record in &records {
-            let k = digit(record.0, d);
-            to[count[k]] = record;
-            count[k] += 1;
-        }
-        std::mem::swap(&mut records, &mut to);
-    }
-    drop(to);
-    let id_mask = (1u64 << id_bits) - 1;
-    records
-        .iter()
-        .map(|&(key, size)| {
-            let alloc = (key >> low) & 1 == 1;
-            Endpoint {
-                time: min + (key >> (low + 1)),
-                size,
-                tag: ((key >> ALIGN_BITS) & id_mask) as u32 | if alloc { ALLOC } else { 0 },
-                aux: if alloc {
-                    (key & ((1 << ALIGN_BITS) - 1)) as u32
-                } else {
-                    0
-                },
-            }
+        let id_bits = usize::BITS - n.leading_zeros();
+        let low = id_bits + ALIGN_BITS;
+        let time = (max.saturating_sub(min) < 1 << 62)
+            .then(|| 64 - (((max - min) << 1) | 1).leading_zeros())
+            .filter(|t| t + low <= 64)?;
+        Some(Keys {
+            min,
+            low,
+            id_bits,
+            time,
+            high: time.min(DIGIT_BITS),
         })
+    }
+
+    /// The two records of buffer `id`: free first.
+    fn records(&self, id: usize, b: &Buffer) -> [(u64, u64); 2] {
+        let id = (id as u64) << ALIGN_BITS;
+        let free = (((b.upper - self.min) << 1) << self.low) | id;
+        let alloc = ((((b.lower - self.min) << 1) | 1) << self.low)
+            | id
+            | u64::from(b.align.trailing_zeros());
+        [(free, b.size), (alloc, b.size)]
+    }
+
+    fn bucket(&self, key: u64) -> usize {
+        (key >> (self.low + self.time - self.high)) as usize
+    }
+
+    fn endpoint(&self, (key, size): (u64, u64)) -> Endpoint {
+        let alloc = (key >> self.low) & 1 == 1;
+        let id = ((key >> ALIGN_BITS) & ((1 << self.id_bits) - 1)) as u32;
+        Endpoint {
+            time: self.min + (key >> (self.low + 1)),
+            size,
+            tag: id | if alloc { ALLOC } else { 0 },
+            aux: if alloc {
+                (key & ((1 << ALIGN_BITS) - 1)) as u32
+            } else {
+                0
+            },
+        }
+    }
+
+    /// The sorted endpoints and their runs (one per thread, in order).
+    fn sort(&self, buffers: &[Buffer], threads: usize) -> (Vec<Endpoint>, Vec<Run>) {
+        let parts = split(buffers.len(), threads);
+        // Each thread buckets its share of the buffers by the high time bits.
+        let bucketed: Vec<Bucketed> = in_parallel(&parts, |part| self.bucket_all(buffers, part));
+        let buckets = 1usize << self.high;
+        let total = 2 * buffers.len();
+        // Runs of buckets with about equal numbers of endpoints, at most one per thread, each with
+        // the allocation rank and the live count at its start.
+        let mut runs: Vec<(Range<usize>, u32, usize)> = Vec::with_capacity(threads);
+        let (mut first, mut rank, mut live) = (0, 0, 0);
+        let (mut at, mut opened) = (0usize, 0usize);
+        for b in 0..buckets {
+            at += bucketed.iter().map(|p| p.len(b)).sum::<usize>();
+            opened += bucketed.iter().map(|p| p.allocs[b]).sum::<usize>();
+            let full = runs.len() + 1 < threads && at * threads >= total * (runs.len() + 1);
+            if full || b + 1 == buckets {
+                runs.push((first..b + 1, rank, live));
+                // Ranks stay below 2^31, and no more buffers die than were allocated.
+                (first, rank, live) = (b + 1, opened as u32, 2 * opened - at);
+            }
+        }
+        let done: Vec<(Vec<Endpoint>, Run)> = in_parallel(&runs, |(range, rank, live)| {
+            // The first run's list takes the others' after it.
+            let capacity = if range.start == 0 { total } else { 0 };
+            let run = Run::new(*rank, *live, buffers.len());
+            self.finish_buckets(&bucketed, range.clone(), run, capacity)
+        });
+        let mut done = done.into_iter();
+        let Some((mut list, first)) = done.next() else {
+            return (Vec::new(), Vec::new());
+        };
+        let mut profiles = vec![first];
+        for (part, run) in done {
+            list.extend_from_slice(&part);
+            profiles.push(run);
+        }
+        (list, profiles)
+    }
+
+    /// The records of `buffers[part]`, bucketed by the high time bits (in id order within a
+    /// bucket), and each bucket's allocation count.
+    fn bucket_all(&self, buffers: &[Buffer], part: &Range<usize>) -> Bucketed {
+        let buckets = 1usize << self.high;
+        let mut starts = vec![0usize; buckets + 1];
+        let mut allocs = vec![0usize; buckets];
+        for (i, b) in buffers[part.clone()].iter().enumerate() {
+            let [free, alloc] = self.records(part.start + i, b);
+            starts[self.bucket(free.0) + 1] += 1;
+            let a = self.bucket(alloc.0);
+            starts[a + 1] += 1;
+            allocs[a] += 1;
+        }
+        let mut sum = 0;
+        for start in &mut starts {
+            sum += *start;
+            *start = sum;
+        }
+        let mut next = starts.clone();
+        let mut records = vec![(0u64, 0u64); 2 * part.len()];
+        for (i, b) in buffers[part.clone()].iter().enumerate() {
+            for record in self.records(part.start + i, b) {
+                let k = self.bucket(record.0);
+                records[next[k]] = record;
+                next[k] += 1;
+            }
+        }
+        Bucketed {
+            records,
+            starts,
+            allocs,
+        }
+    }
+
+    /// Sorts and finishes buckets `range` of every thread's records: the run's endpoints.
+    fn finish_buckets(
+        &self,
+        bucketed: &[Bucketed],
+        range: Range<usize>,
+        mut run: Run,
+        capacity: usize,
+    ) -> (Vec<Endpoint>, Run) {
+        let count = range
+            .clone()
+            .map(|b| bucketed.iter().map(|p| p.len(b)).sum::<usize>());
+        let mut list = Vec::with_capacity(capacity.max(count.sum()));
+        let mut bucket: Vec<(u64, u64)> = Vec::new();
+        let mut scratch: Vec<(u64, u64)> = Vec::new();
+        let low_bits = self.time - self.high;
+        for b in range {
+            bucket.clear();
+            for p in bucketed {
+                bucket.extend_from_slice(p.bucket(b));
+            }
+            self.sort_low(&mut bucket, &mut scratch, low_bits);
+            let at = list.len();
+            list.extend(bucket.iter().map(|&r| self.endpoint(r)));
+            run.finish(&mut list[at..]);
+        }
+        (list, run)
+    }
+
+    /// Sorts one bucket (records in id order) by the `bits` time bits below the bucket's.
+    fn sort_low(&self, bucket: &mut Vec<(u64, u64)>, scratch: &mut Vec<(u64, u64)>, bits: u32) {
+        if bits == 0 {
+            return;
+        }
+        let passes = bits.div_ceil(DIGIT_BITS);
+        if bucket.len() < COUNTING_MIN || passes > 2 {
+            // Keys are distinct (each holds an id): any sort gives the one order.
+            bucket.sort_unstable_by_key(|r| r.0);
+            return;
+        }
+        let width = bits.div_ceil(passes);
+        let mut counts = vec![0usize; 1 << width];
+        scratch.clear();
+        scratch.resize(bucket.len(), (0, 0));
+        for pass in 0..passes {
+            let shift = self.low + pass * width;
+            let digit = |key: u64| ((key >> shift) & ((1 << width) - 1)) as usize;
+            counts.iter_mut().for_each(|c| *c = 0);
+            for r in bucket.iter() {
+                counts[digit(r.0)] += 1;
+            }
+            let mut sum = 0;
+            for c in counts.iter_mut() {
+                (*c, sum) = (sum, sum + *c);
+            }
+            for &r in bucket.iter() {
+                let k = digit(r.0);
+                scratch[counts[k]] = r;
+                counts[k] += 1;
+            }
+            std::mem::swap(bucket, scratch);
+        }
+    }
+}
+
+/// One thread's records bucketed by the high time bits.
+#[derive(Debug)]
+struct Bucketed {
+    records: Vec<(u64, u64)>,
+    /// `starts[b]..starts[b + 1]`: bucket `b`'s records.
+    starts: Vec<usize>,
+    /// Allocations in each bucket.
+    allocs: Vec<usize>,
+}
+
+impl Bucketed {
+    fn bucket(&self, b: usize) -> &[(u64, u64)] {
+        &self.records[self.starts[b]..self.starts[b + 1]]
+    }
+
+    fn len(&self, b: usize) -> usize {
+        self.starts[b + 1] - self.starts[b]
+    }
+}
+
+/// `0..n` in `parts` ranges of about equal length, in order.
+fn split(n: usize, parts: usize) -> Vec<Range<usize>> {
+    (0..parts)
+        .map(|p| n * p / parts..n * (p + 1) / parts)
         .collect()
+}
+
+/// `work` on each item, the first on this thread and the others on threads of their own; the
+/// results in the items' order.
+fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let Some((first, others)) = items.split_first() else {
+        return Vec::new();
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = others.iter().map(|item| s.spawn(|| work(item))).collect();
+        let mut results = vec![work(first)];
+        results.extend(
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
+        );
+        results
+    })
+}
+
+/// The endpoints sorted by comparison, for time ranges the radix keys cannot hold.
+fn compared(buffers: &[Buffer]) -> Vec<Endpoint> {
+    let endpoint = |id: usize, alloc: bool| {
+        let b = &buffers[id];
+        Endpoint {
+            time: if alloc { b.lower } else { b.upper },
+            size: b.size,
+            tag: id as u32 | if alloc { ALLOC } else { 0 },
+            aux: if alloc { b.align.trailing_zeros() } else { 0 },
+        }
+    };
+    let mut list: Vec<Endpoint> = (0..buffers.len())
+        .flat_map(|i| [endpoint(i, false), endpoint(i, true)])
+        .collect();
+    list.sort_unstable_by_key(|e| (e.time, e.tag & ALLOC, e.tag & !ALLOC));
+    list
 }
 
 #[cfg(test)]

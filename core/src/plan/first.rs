@@ -5,10 +5,11 @@
 //! (checking costs more per endpoint than placing): once the plan is whole, the sweep's thread
 //! checks it from the last endpoint back until the two meet ([`Meet`]).
 //!
-//! The sweep is cut as soon as finishing from there (placing the rest in slabs and checking every
-//! endpoint not yet checked) would no longer end by the deadline, estimated from what the sweep
-//! and the verifier have cost so far on this machine at its current load. Where the cut falls
-//! depends on that timing, so a cut first plan is not reproducible run to run.
+//! The sweep is cut as soon as finishing from there (placing the rest in slabs, which checks it in
+//! its slots as it goes, while the verifier finishes the endpoints placed before the cut) would no
+//! longer end by the deadline, estimated from what the sweep and the verifier have cost so far on
+//! this machine at its current load. Where the cut falls depends on that timing, so a cut first
+//! plan is not reproducible run to run.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -62,12 +63,12 @@ pub(crate) fn first_plan(
             checker: Checker::new(None, false),
             fault: None,
         };
-        let sweep = sweep_best_fit(buffers, events, padded_worst, &mut inline);
+        let sweep = sweep_best_fit(buffers, events, padded_worst, &mut inline)?;
         if let Some(fault) = inline.fault {
             return Err(fault);
         }
-        inline.checker.finish(sweep.plan.peak)?;
-        let check_time = inline.checker.progress().1;
+        settle(&inline.checker, &sweep)?;
+        let check_time = inline.rule.full_check(inline.checker.progress(), 1);
         return Ok(First { sweep, check_time });
     }
     let progress = Progress::default();
@@ -100,19 +101,43 @@ pub(crate) fn first_plan(
             to_check,
             spare,
         };
-        let sweep = sweep_best_fit(buffers, events, padded_worst, &mut threaded);
-        drop(threaded);
-        // The plan is whole: check it from the last endpoint back until the verifier is met.
-        let back = meet.walk_back(events, &sweep.plan.offsets, Checker::new(None, true));
-        let front = verifier
+        let swept = sweep_best_fit(buffers, events, padded_worst, &mut threaded);
+        let rule = threaded.rule;
+        drop(threaded.to_check);
+        let sweep = swept?;
+        // A whole sweep is checked from the last endpoint back too, until the verifier is met; a
+        // cut one was checked after the cut as it was placed, and the verifier ends at the cut.
+        let back = match sweep.rest {
+            None => Some(meet.walk_back(events, &sweep.plan.offsets, Checker::new(None, true))),
+            Some(_) => None,
+        };
+        let mut checker = verifier
             .join()
-            .unwrap_or_else(|e| std::panic::resume_unwind(e));
-        let checker = front?.join(back?);
-        checker.finish(sweep.plan.peak)?;
+            .unwrap_or_else(|e| std::panic::resume_unwind(e))?;
+        if let Some(back) = back {
+            checker = checker.join(back?);
+        }
+        settle(&checker, &sweep)?;
         // The final verification runs on two threads too.
-        let check_time = checker.progress().1 / 2;
+        let check_time = rule.full_check(checker.progress(), 2);
         Ok(First { sweep, check_time })
     })
+}
+
+/// Checks, once the sweep is done, what joins the verifier's part to the rest's: the buffers live
+/// at a cut (those the verifier, which stopped there, has live) end at or below the rest's base,
+/// and the plan's peak is the largest end.
+fn settle(checker: &Checker, sweep: &Sweep) -> Result<(), Fault> {
+    let Some(rest) = sweep.rest else {
+        return checker.finish(sweep.plan.peak);
+    };
+    if checker.live_top() > rest.base {
+        return Err(Fault::Certificate {
+            buffer: None,
+            why: "a buffer live at the cut ends above the slots' base",
+        });
+    }
+    checker.finish_with(rest.peak, sweep.plan.peak)
 }
 
 /// When to cut the sweep; see the module docs.
@@ -127,27 +152,39 @@ struct Rule {
 
 impl Rule {
     /// Whether to cut with `done` endpoints placed and `checked` of them checked in `busy`;
-    /// `alone`: the verifier runs on the sweep's thread, so their remaining times add up.
+    /// `alone`: the verifier runs on the sweep's thread, so their remaining times add up. After a
+    /// cut, the verifier only finishes the endpoints placed before it, and the rest is checked in
+    /// its slots as it is placed (about as costly as placing it, within [`REST_SHARE`]).
     fn cut(&self, done: usize, (checked, busy): (usize, Duration), alone: bool) -> bool {
-        let per = |spent: Duration, count: usize, prior: f64| {
-            if count >= MEASURED_AFTER {
-                spent.as_secs_f64() / count as f64
-            } else {
-                prior
-            }
-        };
         let sweep = per(self.started.elapsed(), done, self.prior.0);
         let check = per(busy, checked, self.prior.1);
         let rest = sweep * REST_SHARE * (self.total - done) as f64;
-        let verify = check * (self.total - checked) as f64;
-        // Beside the verifier, the sweep's thread completes the plan, then checks from the end.
+        let behind = check * (done - checked.min(done)) as f64;
         let needed = if alone {
-            rest + verify
+            rest + behind
         } else {
-            rest.max((rest + verify) / 2.0)
+            rest.max(behind)
         };
         let left = self.deadline.saturating_duration_since(Instant::now());
         left.as_secs_f64() <= needed
+    }
+
+    /// What the general verifier would take over every endpoint on `threads` threads, at the cost
+    /// per endpoint it showed over `checked` endpoints in `busy` (a plan that beats the first one
+    /// is checked that way at the end).
+    fn full_check(&self, (checked, busy): (usize, Duration), threads: u32) -> Duration {
+        let check = per(busy, checked, self.prior.1);
+        Duration::from_secs_f64(check * self.total as f64) / threads
+    }
+}
+
+/// Seconds per endpoint: measured over `count` endpoints in `spent` once there are enough of
+/// them, else `prior`.
+fn per(spent: Duration, count: usize, prior: f64) -> f64 {
+    if count >= MEASURED_AFTER {
+        spent.as_secs_f64() / count as f64
+    } else {
+        prior
     }
 }
 

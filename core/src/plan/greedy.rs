@@ -126,7 +126,7 @@ pub fn greedy_by_size(buffers: &[Buffer]) -> Result<Plan> {
 /// # Errors
 /// As [`greedy_by_size`].
 pub fn greedy_by_size_with(buffers: &[Buffer], fit: Fit) -> Result<Plan> {
-    let (events, _) = validate(buffers)?;
+    let (events, _) = validate(buffers, 1)?;
     let order = size_order(buffers);
     let placed = Squeezer::with_events(buffers, &events).place(&order, fit, u64::MAX, None);
     debug_assert!(placed.is_ok(), "no cutoff, so placement always completes");

@@ -35,8 +35,9 @@ const JOIN_SHARE: u32 = 100;
 /// memory.
 pub const MAX_THREADS: usize = 1024;
 
-/// Smallest instance whose first plan is verified on a thread of its own (with two threads or
-/// more): below it the check takes less time than starting a thread is worth.
+/// Smallest instance whose endpoints are sorted and whose first plan is verified on more threads
+/// than one (with two threads or more), and the least share of the buffers each sorting thread
+/// takes: below it the work takes less time than starting a thread is worth.
 const PARALLEL_CHECK_MIN_BUFFERS: usize = 1 << 14;
 
 /// Time, in the same units, that a step which cannot stop midway (sorting the buffers, building an
@@ -184,7 +185,15 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
             opts.threads
         )));
     }
-    let (events, padded_worst) = validate(buffers)?;
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |t| t.get().min(MAX_THREADS)),
+        t => t,
+    };
+    let parallel = threads > 1 && buffers.len() >= PARALLEL_CHECK_MIN_BUFFERS;
+    let sorters = threads
+        .min(buffers.len() / PARALLEL_CHECK_MIN_BUFFERS)
+        .max(1);
+    let (events, padded_worst) = validate(buffers, sorters)?;
     let (lb, lb_time) = events.peak_load();
     // `unit`: what an O(n) pass over the endpoints costs on this machine right now (the radix sort
     // and the passes above). Steps that cannot stop midway (a sort, an occupancy tree) only start
@@ -198,10 +207,6 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         started,
         opts.time_limit.saturating_sub(opts.time_limit / JOIN_SHARE),
     );
-    let threads = match opts.threads {
-        0 => std::thread::available_parallelism().map_or(1, |t| t.get().min(MAX_THREADS)),
-        t => t,
-    };
     let progress = |phase: &str, best: u64| {
         if let Some(p) = &opts.progress {
             p(&Progress {
@@ -214,7 +219,6 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
     };
     let per_endpoint = unit.as_secs_f64() / (2 * buffers.len()).max(1) as f64;
     let prior = (per_endpoint, per_endpoint * VERIFY_UNITS);
-    let parallel = threads > 1 && buffers.len() >= PARALLEL_CHECK_MIN_BUFFERS;
     let first = first_plan(buffers, &events, padded_worst, end, prior, parallel)
         .map_err(|fault| fault.into_error(buffers, &|i| i.to_string()))?;
     stages.first_plan = started.elapsed() - stages.validation;

@@ -10,12 +10,14 @@
 //! of two), not their sum: stacking every unplaced buffer gave 24–188 times the lower bound on
 //! random instances of 2·10^5 to 10^6 buffers cut under load.
 //!
-//! Every chunk of endpoints, with the offsets the sweep gave them, is handed to the caller (the
-//! verifier, see [`super::first`]) as soon as it is placed.
+//! Every chunk of endpoints the good fit places, with their offsets, is handed to the caller (the
+//! verifier, see [`super::first`]) as soon as it is placed. The rest is checked as it is placed,
+//! against the slot each buffer went to ([`SlotCheck`]: O(1) per endpoint, where the general
+//! verifier's ordered set of live buffers cost more than the slabs themselves at a million).
 
 use super::events::{Event, Events};
 use super::freelist::FreeList;
-use super::verify::{GATHER, Placed};
+use super::verify::{Fault, GATHER, Placed, SlotCheck};
 use super::{Buffer, Plan, align_up};
 
 /// Offset marker for a buffer not placed yet.
@@ -29,6 +31,18 @@ pub(crate) struct Sweep {
     pub swept: usize,
     /// Whether the rest went to slabs (false: stacked, for groups whose slabs could overflow).
     pub slabs: bool,
+    /// After a cut, what checking the rest left to the caller.
+    pub rest: Option<Rested>,
+}
+
+/// The rest of a cut sweep, checked in its slots ([`SlotCheck`]) as it was placed; the buffers
+/// placed before the cut must end at or below `base` for the whole plan to be valid.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rested {
+    /// The arena's top at the cut, where the first group's slots start.
+    pub base: u64,
+    /// The largest end of a buffer in the rest.
+    pub peak: u64,
 }
 
 impl Sweep {
@@ -61,7 +75,10 @@ pub(crate) trait Watch {
 }
 
 /// Runs the sweep, asking `watch` before each chunk of endpoints whether to stop and complete
-/// the plan as the module docs describe, and handing it every chunk once placed.
+/// the plan as the module docs describe, and handing it every chunk placed before that.
+///
+/// # Errors
+/// The [`Fault`] the check of the rest found: a bug in the slabs, never hidden.
 /// `padded_worst` is the largest padded total of one time-connected group (see
 /// [`super::validate`]): it tells whether slabs could overflow `u64`.
 pub(crate) fn sweep_best_fit(
@@ -69,11 +86,11 @@ pub(crate) fn sweep_best_fit(
     events: &Events,
     padded_worst: u128,
     watch: &mut dyn Watch,
-) -> Sweep {
+) -> Result<Sweep, Fault> {
     let mut arena = FreeList::new();
     let mut offsets = vec![UNPLACED; buffers.len()];
     // By allocation rank (see `Event::opened`): the offset, and the arena's handle (before the
-    // cut) or the slab class (after it).
+    // cut) or the slot number (after it).
     let mut slots: Vec<(u64, u32)> = Vec::with_capacity(buffers.len());
     let (mut peak, mut live, mut done) = (0u64, 0usize, 0usize);
     let mut chunk: Vec<Placed> = Vec::with_capacity(GATHER);
@@ -84,11 +101,12 @@ pub(crate) fn sweep_best_fit(
         }
         next_chunk(&mut chunk, &mut endpoints);
         if chunk.is_empty() {
-            return Sweep {
+            return Ok(Sweep {
                 plan: Plan { offsets, peak },
                 swept: done,
                 slabs: false,
-            };
+                rest: None,
+            });
         }
         for p in &mut chunk {
             let e = p.event;
@@ -113,44 +131,44 @@ pub(crate) fn sweep_best_fit(
     // its start at most a slot above the slab top, and the arena's top is within the group's
     // padded total (see `Rest`).
     let slabs = padded_worst <= (u64::MAX / 5) as u128;
-    let mut rest = Rest::new(slabs, arena.top());
+    let base = arena.top();
     drop(arena);
+    let mut rest = Rest::new(slabs, base);
+    let mut check = SlotCheck::new(base, live);
     // Allocations of rank `cut` and above are the rest's.
     let cut = slots.len();
-    loop {
-        next_chunk(&mut chunk, &mut endpoints);
-        if chunk.is_empty() {
-            break;
-        }
-        for p in &mut chunk {
-            let e = p.event;
-            if e.alloc {
-                if live == 0 {
-                    rest.reset();
-                }
-                live += 1;
-                let (offset, class) = rest.alloc(e.size, e.align);
-                offsets[e.id as usize] = offset;
-                slots.push((offset, class));
-                p.offset = offset;
-                peak = peak.max(offset + e.size);
-            } else {
-                live -= 1;
-                let (offset, class) = slots[e.opened as usize];
-                // Buffers the sweep placed die where it put them; the slabs take back their own.
-                if e.opened as usize >= cut {
-                    rest.free(offset, class);
-                }
-                p.offset = offset;
+    for e in endpoints {
+        if e.alloc {
+            if live == 0 {
+                rest.reset();
             }
+            live += 1;
+            let (offset, slot, len) = rest.alloc(e.size, e.align);
+            offsets[e.id as usize] = offset;
+            slots.push((offset, slot));
+            peak = peak.max(offset + e.size);
+            check.alloc((e.id, e.size, e.align), offset, slot, len)?;
+        } else {
+            live -= 1;
+            // Buffers the sweep placed die where it put them; the slabs take back their own.
+            let (_, slot) = slots[e.opened as usize];
+            let mine = e.opened as usize >= cut;
+            if mine {
+                rest.free(slot);
+            }
+            check.free(e.id, mine.then_some(slot))?;
         }
-        watch.placed(&chunk);
     }
-    Sweep {
+    check.finish()?;
+    Ok(Sweep {
         plan: Plan { offsets, peak },
         swept: done,
         slabs,
-    }
+        rest: Some(Rested {
+            base,
+            peak: check.peak(),
+        }),
+    })
 }
 
 /// Fills `chunk` with the next endpoints, not placed yet.
@@ -174,8 +192,10 @@ fn next_chunk(chunk: &mut Vec<Placed>, endpoints: &mut impl Iterator<Item = Even
 struct Rest {
     slabs: bool,
     top: u64,
-    /// Free slots per class (`free[k]`: offsets of free `2^k`-byte slots).
-    free: Vec<Vec<u64>>,
+    /// The group's slots by number: offset and class (0 in a stack, where none is reused).
+    slots: Vec<(u64, u32)>,
+    /// Free slots per class (`free[k]`: numbers of free `2^k`-byte slots).
+    free: Vec<Vec<u32>>,
 }
 
 impl Rest {
@@ -183,12 +203,14 @@ impl Rest {
         Rest {
             slabs,
             top: base,
+            slots: Vec::new(),
             free: vec![Vec::new(); 64],
         }
     }
 
     fn reset(&mut self) {
         self.top = 0;
+        self.slots.clear();
         self.free.iter_mut().for_each(Vec::clear);
     }
 
@@ -197,25 +219,27 @@ impl Rest {
         size.max(align).next_power_of_two().trailing_zeros() as usize
     }
 
-    /// An offset for the buffer, and its class for [`Self::free`].
-    fn alloc(&mut self, size: u64, align: u64) -> (u64, u32) {
-        if !self.slabs {
-            let offset = align_up(self.top, align);
-            self.top = offset + size;
-            return (offset, 0);
-        }
-        let k = Self::class(size, align);
-        let offset = self.free[k].pop().unwrap_or_else(|| {
-            let offset = align_up(self.top, 1 << k);
-            self.top = offset + (1 << k);
-            offset
-        });
-        (offset, k as u32)
+    /// An offset for the buffer, its slot's number for [`Self::free`] and the slot's length.
+    fn alloc(&mut self, size: u64, align: u64) -> (u64, u32, u64) {
+        let (k, len) = if self.slabs {
+            let k = Self::class(size, align);
+            if let Some(slot) = self.free[k].pop() {
+                return (self.slots[slot as usize].0, slot, 1 << k);
+            }
+            (k, 1 << k)
+        } else {
+            (0, size)
+        };
+        let offset = align_up(self.top, align.max(1 << k));
+        self.top = offset + len;
+        self.slots.push((offset, k as u32));
+        (offset, (self.slots.len() - 1) as u32, len)
     }
 
-    fn free(&mut self, offset: u64, class: u32) {
+    fn free(&mut self, slot: u32) {
         if self.slabs {
-            self.free[class as usize].push(offset);
+            let class = self.slots[slot as usize].1;
+            self.free[class as usize].push(slot);
         }
     }
 }

@@ -18,8 +18,10 @@ use super::events::{Event, Events};
 use super::{Buffer, MAX_BUFFERS, Plan, check_buffers};
 use crate::{Error, Result};
 use live::{Entry, LiveSet};
+pub(crate) use slots::SlotCheck;
 
 mod live;
+mod slots;
 
 /// Checks that `plan` is a valid placement of `buffers`.
 ///
@@ -195,6 +197,11 @@ pub(crate) enum Fault {
         a: (usize, u64, u64),
         b: (usize, u64, u64),
     },
+    /// A plan checked against its slots ([`SlotCheck`]) breaks them: a bug in the planner.
+    Certificate {
+        buffer: Option<usize>,
+        why: &'static str,
+    },
 }
 
 impl Fault {
@@ -239,6 +246,13 @@ impl Fault {
                     buffers[a].lower, buffers[a].upper, buffers[b].lower, buffers[b].upper
                 ))
             }
+            Fault::Certificate { buffer, why } => Error::invariant(
+                "a plan in slots keeps to its slots",
+                match buffer {
+                    Some(i) => format!("buffer {}: {why}", name(i)),
+                    None => why.to_string(),
+                },
+            ),
         }
     }
 }
@@ -335,14 +349,22 @@ impl Checker {
 
     /// After the last endpoint: whether `reported` is the plan's peak.
     pub fn finish(&self, reported: u64) -> Result<(), Fault> {
-        if reported == self.peak {
+        self.finish_with(0, reported)
+    }
+
+    /// [`Self::finish`] for a plan whose other buffers, checked elsewhere, end at most at `others`.
+    pub fn finish_with(&self, others: u64, reported: u64) -> Result<(), Fault> {
+        let actual = self.peak.max(others);
+        if reported == actual {
             Ok(())
         } else {
-            Err(Fault::Peak {
-                reported,
-                actual: self.peak,
-            })
+            Err(Fault::Peak { reported, actual })
         }
+    }
+
+    /// The largest end of a buffer live now (0 for none).
+    pub fn live_top(&self) -> u64 {
+        self.live.last_below(u64::MAX).map_or(0, |e| e.end)
     }
 }
 

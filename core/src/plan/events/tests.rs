@@ -128,3 +128,84 @@ fn load_groups_and_spans_match_brute_force() {
     assert_eq!(Events::new(&g).worst_group(), (11, 2));
     assert_eq!(Events::new(&g[2..]).worst_group(), (11, 2));
 }
+
+/// Sorting on several threads gives the one order, ranks, load and group totals, whatever the
+/// time range (one bucket digit or two, two low passes, buckets sorted by comparison), wherever
+/// the threads' runs of buckets split groups, and with frees whose allocation another thread
+/// ranks.
+#[test]
+fn threads_sort_as_one_does() {
+    let mut rng = Rng::new(11);
+    let cases: Vec<Vec<Buffer>> = vec![
+        random(5000, 3000, 12),
+        random(5000, 1 << 16, 13),
+        random(4000, 1 << 30, 14),
+        random(3000, 40, 15),
+        // Short-lived: many groups, runs split between and inside them.
+        (0..4000)
+            .map(|i| {
+                let l = i / 3 * 7 + rng.below(3);
+                Buffer {
+                    align: 1 << rng.below(5),
+                    ..Buffer::new(l, l + 1 + rng.below(9), 1 + rng.below(100))
+                }
+            })
+            .collect(),
+        // Long-lived: most frees far after their allocation.
+        (0..3000)
+            .map(|i| Buffer::new(i, 3000 + rng.below(3000), 1 + rng.below(1 << 40)))
+            .collect(),
+    ];
+    for b in &cases {
+        let want = expected(b);
+        let one = Events::new(b);
+        for threads in 1..=4 {
+            let e = Events::on(b, threads);
+            let got: Vec<Event> = e.iter().collect();
+            let first = got.iter().zip(&want).position(|(g, w)| g != w);
+            assert_eq!((got.len(), first), (want.len(), None), "{threads} threads");
+            assert_eq!(e.peak_load(), one.peak_load(), "{threads} threads");
+            assert_eq!(e.worst_group(), one.worst_group(), "{threads} threads");
+        }
+    }
+}
+
+/// The load and group totals on several threads match brute force.
+#[test]
+fn threads_measure_load_and_groups() {
+    let mut rng = Rng::new(21);
+    let b: Vec<Buffer> = (0..3000)
+        .map(|i| {
+            let l = i / 4 * 5 + rng.below(4);
+            Buffer::new(l, l + 1 + rng.below(12), 1 + rng.below(50))
+        })
+        .collect();
+    // Groups: sort by lower, merge overlapping lifetimes.
+    let mut by_lower: Vec<&Buffer> = b.iter().collect();
+    by_lower.sort_by_key(|x| x.lower);
+    let (mut worst, mut group, mut end) = ((0u128, 0usize), (0u128, 0usize), 0u64);
+    for x in by_lower {
+        if x.lower >= end {
+            group = (0, 0);
+        }
+        end = end.max(x.upper);
+        group = (
+            group.0 + x.size as u128 + (x.align - 1) as u128,
+            group.1 + 1,
+        );
+        worst = worst.max(group);
+    }
+    let load_at = |t: u64| -> u64 {
+        b.iter()
+            .filter(|x| x.lower <= t && t < x.upper)
+            .map(|x| x.size)
+            .sum()
+    };
+    let lb = b.iter().map(|x| load_at(x.lower)).max().unwrap();
+    for threads in 1..=4 {
+        let e = Events::on(&b, threads);
+        assert_eq!(e.worst_group(), worst, "{threads} threads");
+        let (load, at) = e.peak_load();
+        assert_eq!((load, load_at(at)), (lb, lb), "{threads} threads");
+    }
+}

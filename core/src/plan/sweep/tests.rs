@@ -28,7 +28,24 @@ impl Watch for CutAfter {
 
 /// The whole sweep, never cut.
 pub(crate) fn sweep_all(buffers: &[Buffer], events: &Events) -> Plan {
-    sweep_best_fit(buffers, events, 0, &mut CutAfter::new(usize::MAX)).plan
+    sweep_best_fit(buffers, events, 0, &mut CutAfter::new(usize::MAX))
+        .unwrap()
+        .plan
+}
+
+/// The largest end among the allocations handed over, and among those not freed in them.
+fn ends_before(seen: &[Placed]) -> (u64, u64) {
+    let mut live = std::collections::BTreeMap::new();
+    for p in seen {
+        if p.event.alloc {
+            live.insert(p.event.id, p.offset + p.event.size);
+        } else {
+            live.remove(&p.event.id);
+        }
+    }
+    let end = |p: &Placed| p.event.alloc.then(|| p.offset + p.event.size);
+    let peak = seen.iter().filter_map(end).max().unwrap_or(0);
+    (peak, live.values().copied().max().unwrap_or(0))
 }
 
 /// Random lifetimes, then a second time-connected group far later with aligned buffers.
@@ -65,14 +82,14 @@ fn stacked_peak(buffers: &[Buffer]) -> u64 {
 fn a_cut_sweep_keeps_what_it_placed_and_puts_the_rest_in_slabs() {
     let b = two_groups();
     let events = Events::new(&b);
-    let (_, padded) = crate::plan::validate(&b).unwrap();
-    let full = sweep_best_fit(&b, &events, padded, &mut CutAfter::new(usize::MAX));
+    let (_, padded) = crate::plan::validate(&b, 1).unwrap();
+    let full = sweep_best_fit(&b, &events, padded, &mut CutAfter::new(usize::MAX)).unwrap();
     assert!(full.finished());
     verify(&b, &full.plan, None).unwrap();
     let lb = lower_bound(&b);
     for chunks in [0, 1, 30, 70] {
         let mut watch = CutAfter::new(chunks);
-        let cut = sweep_best_fit(&b, &events, padded, &mut watch);
+        let cut = sweep_best_fit(&b, &events, padded, &mut watch).unwrap();
         assert_eq!((cut.swept, cut.slabs), (chunks * GATHER, true));
         assert!(!cut.finished());
         verify(&b, &cut.plan, None).unwrap();
@@ -86,8 +103,13 @@ fn a_cut_sweep_keeps_what_it_placed_and_puts_the_rest_in_slabs() {
         for &i in &before {
             assert_eq!(cut.plan.offsets[i as usize], full.plan.offsets[i as usize]);
         }
-        // Every endpoint was handed over once, in order, with the plan's offsets.
-        assert_eq!(watch.seen.len(), 2 * b.len());
+        // Every endpoint before the cut was handed over once, in order, with the plan's offsets;
+        // the rest were checked in their slots.
+        assert_eq!(watch.seen.len(), chunks * GATHER);
+        let rest = cut.rest.unwrap();
+        let (peak, live_top) = ends_before(&watch.seen);
+        assert_eq!(rest.peak.max(peak), cut.plan.peak);
+        assert!(live_top <= rest.base);
         for (p, e) in watch.seen.iter().zip(events.iter()) {
             assert_eq!(p.event, e);
             assert_eq!(p.offset, cut.plan.offsets[e.id as usize]);
@@ -116,9 +138,9 @@ fn a_cut_sweep_stacks_the_rest_when_slabs_could_overflow() {
         },
         Buffer::new(10, 11, 5),
     ];
-    let (events, padded) = crate::plan::validate(&b).unwrap();
+    let (events, padded) = crate::plan::validate(&b, 1).unwrap();
     assert!(padded > (u64::MAX / 5) as u128);
-    let cut = sweep_best_fit(&b, &events, padded, &mut CutAfter::new(0));
+    let cut = sweep_best_fit(&b, &events, padded, &mut CutAfter::new(0)).unwrap();
     assert!(!cut.slabs);
     verify(&b, &cut.plan, None).unwrap();
     assert_eq!(cut.plan.offsets, [0, big, 2 * big, 0]);
