@@ -10,4 +10,4 @@ mod consistency;
 mod graph;
 
 pub use consistency::{check_ids, check_weights_match};
-pub use graph::{BertConfig, MiniLmGraph, build_graph, cosine};
+pub use graph::{BertConfig, MiniLmGraph, build_graph, cosine_matrix};
