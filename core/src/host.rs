@@ -541,7 +541,8 @@ impl HostBackend {
         !self.config.force_staging || !matches!(kind, MemoryKind::Upload | MemoryKind::Readback)
     }
 
-    /// The hole counter of blocks of `kind`.
+    /// The hole counter of blocks of `kind` (holes exist only where blocks grow in place: unix).
+    #[cfg(unix)]
     fn decommitted_of(&self, kind: MemoryKind) -> &AtomicU64 {
         if self.on_device(kind) {
             &self.decommitted.device
