@@ -74,6 +74,7 @@ impl<T> Slots<T> {
         self.pool
     }
 
+    #[inline]
     pub(crate) fn insert(&mut self, value: T) -> Handle {
         self.live += 1;
         if let Some(slot) = self.free.pop() {
@@ -175,6 +176,7 @@ impl<T> Slots<T> {
     /// Checks `h` as [`Slots::remove`] does, passes the value to `f` and removes it only when
     /// `f` succeeds (its error is returned and the value stays): a free that must ask something
     /// first, such as whether the value's ticket completed, in one lookup instead of two.
+    #[inline]
     pub(crate) fn remove_if<R>(
         &mut self,
         h: Handle,

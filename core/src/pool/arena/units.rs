@@ -34,41 +34,43 @@ fn flipped_count(flipped: u64) -> u64 {
 }
 
 /// The words a non-empty range `[a, b)` of granules touches, and the masks of its two end words
-/// (every word between is whole).
+/// (every word between is whole). A range inside one word has one mask, `head`, and `tail` is
+/// unused: the usual range (a tensor of a few granules) then costs one masked word and no loop.
 struct Span {
-    first: u64,
-    last: u64,
+    first: usize,
+    last: usize,
     head: u64,
     tail: u64,
 }
 
 impl Span {
     /// `None` for an empty range.
+    #[inline]
     fn new(a: u64, b: u64) -> Option<Self> {
-        let (first, last) = (a / 64, b.checked_sub(1)? / 64);
-        (a < b).then(|| Span {
+        if a >= b {
+            return None;
+        }
+        let (first, last) = ((a / 64) as usize, ((b - 1) / 64) as usize);
+        let (head, tail) = (!0u64 << (a % 64), !0u64 >> (63 - (b - 1) % 64));
+        Some(Span {
             first,
             last,
-            head: mask(first, a, b),
-            tail: mask(last, a, b),
+            head: if first == last { head & tail } else { head },
+            tail,
         })
     }
+}
 
-    /// The indices of its words.
-    fn words(&self) -> std::ops::RangeInclusive<usize> {
-        self.first as usize..=self.last as usize
+/// Writes `new` into `word`; returns how many of its bits changed ([`flipped_count`]; a word
+/// that did not change costs no count and no store).
+#[inline]
+fn replace(word: &mut u64, new: u64) -> u64 {
+    let flipped = new ^ *word;
+    if flipped == 0 {
+        return 0;
     }
-
-    /// The bits of its `i`th word that lie in the range.
-    fn mask(&self, i: usize) -> u64 {
-        if i == 0 {
-            self.head
-        } else if i as u64 == self.last - self.first {
-            self.tail
-        } else {
-            !0
-        }
-    }
+    *word = new;
+    flipped_count(flipped)
 }
 
 impl Units {
@@ -104,26 +106,30 @@ impl Units {
     }
 
     /// Visits the words of `[a, b)`: `f(old, mask, i)` returns the new word of the `i`th word of
-    /// the range, whose bits in `[a, b)` are `mask`. Returns how many granules changed. A word
-    /// that did not change costs no count, one that changed in one run no population count
+    /// the range, whose bits in `[a, b)` are `mask`. Returns how many granules changed. The end
+    /// words are masked and the words between are whole, with no test per word; a word that did
+    /// not change costs no count, one that changed in one run no population count
     /// ([`flipped_count`]): a 400 MiB tensor over 64 KiB granules is 100 words, visited on
     /// every allocation and free.
+    #[inline]
     fn update(&mut self, a: u64, b: u64, mut f: impl FnMut(u64, u64, usize) -> u64) -> u64 {
         debug_assert!(a <= b && b <= self.len, "range {a}..{b} of {}", self.len);
         let Some(span) = Span::new(a, b) else {
             return 0;
         };
-        let mut changed = 0;
-        for (i, word) in self.words[span.words()].iter_mut().enumerate() {
-            let old = *word;
-            let new = f(old, span.mask(i), i);
-            let flipped = new ^ old;
-            if flipped != 0 {
-                changed += flipped_count(flipped);
-                *word = new;
-            }
+        let words = &mut self.words[span.first..=span.last];
+        let Some((last, rest)) = words.split_last_mut() else {
+            return 0;
+        };
+        let Some((first, middle)) = rest.split_first_mut() else {
+            // One word: `head` is its mask.
+            return replace(last, f(*last, span.head, 0));
+        };
+        let mut changed = replace(first, f(*first, span.head, 0));
+        for (i, word) in middle.iter_mut().enumerate() {
+            changed += replace(word, f(*word, !0, i + 1));
         }
-        changed
+        changed + replace(last, f(*last, span.tail, span.last - span.first))
     }
 
     /// Sets `[a, b)`.
@@ -149,14 +155,7 @@ impl Units {
 
     /// Granules set in `[a, b)`.
     pub(super) fn count(&self, a: u64, b: u64) -> u64 {
-        let Some(span) = Span::new(a, b) else {
-            return 0;
-        };
-        self.words[span.words()]
-            .iter()
-            .enumerate()
-            .map(|(i, w)| u64::from((w & span.mask(i)).count_ones()))
-            .sum()
+        self.fold(a, b, 0, |n, w, m| n + u64::from((w & m).count_ones()))
     }
 
     /// Whether every granule of `[a, b)` is set (true for an empty range): a scan that stops
@@ -165,10 +164,35 @@ impl Units {
         let Some(span) = Span::new(a, b) else {
             return true;
         };
-        self.words[span.words()]
-            .iter()
-            .enumerate()
-            .all(|(i, w)| w & span.mask(i) == span.mask(i))
+        let words = &self.words[span.first..=span.last];
+        let Some((last, rest)) = words.split_last() else {
+            return true;
+        };
+        let Some((first, middle)) = rest.split_first() else {
+            return last & span.head == span.head;
+        };
+        first & span.head == span.head
+            && middle.iter().all(|w| *w == !0)
+            && last & span.tail == span.tail
+    }
+
+    /// Folds `f(acc, word, mask)` over the words of `[a, b)`, each with the mask of its bits in
+    /// the range.
+    #[inline]
+    fn fold<T>(&self, a: u64, b: u64, init: T, mut f: impl FnMut(T, u64, u64) -> T) -> T {
+        let Some(span) = Span::new(a, b) else {
+            return init;
+        };
+        let words = &self.words[span.first..=span.last];
+        let Some((last, rest)) = words.split_last() else {
+            return init;
+        };
+        let Some((first, middle)) = rest.split_first() else {
+            return f(init, *last, span.head);
+        };
+        let acc = f(init, *first, span.head);
+        let acc = middle.iter().fold(acc, |acc, w| f(acc, *w, !0));
+        f(acc, *last, span.tail)
     }
 
     /// Whether granule `i` is set.

@@ -5,7 +5,7 @@
 
 use super::class::class_of;
 use super::node::{NONE, SENTINEL, State};
-use super::{Hit, MAX_NODES, Tlsf};
+use super::{Carved, Hit, MAX_NODES, Tlsf};
 use crate::suballoc::{Landmark, Region, check_request};
 use crate::{Error, Result};
 
@@ -23,6 +23,7 @@ impl Tlsf {
     /// # Errors
     /// As [`Tlsf::allocate`]; [`Error::Misaligned`] for an `offset` that is not a multiple of
     /// `align`.
+    #[inline]
     pub fn allocate_at(
         &mut self,
         offset: u64,
@@ -40,26 +41,30 @@ impl Tlsf {
                 align_name: "requested alignment",
             });
         }
-        let Some(end) = offset.checked_add(size).filter(|e| *e <= self.capacity) else {
-            return Ok(None);
-        };
+        Ok(self
+            .place_at(offset, size, near.map_or(NONE, |l| l.0 as u32))
+            .map(|c| self.region(c, size)))
+    }
+
+    /// The placement behind [`Tlsf::allocate_at`], for a validated request, looked for from
+    /// node `near`. Out of line and returning a [`Carved`] in registers, as [`Tlsf::place`]
+    /// does: the whole `Region` returned through memory stalled the caller on every hint.
+    fn place_at(&mut self, offset: u64, size: u64, near: u32) -> Option<Carved> {
+        let end = offset.checked_add(size).filter(|e| *e <= self.capacity)?;
         if self.nodes.len() > MAX_NODES - 2 && self.vacant_count < 2 {
-            return Ok(None);
+            return None;
         }
-        let Some(node) = self.block_at(offset, near.map_or(NONE, |l| l.0 as u32)) else {
-            return Ok(None);
-        };
+        let node = self.block_at(offset, near)?;
         let n = self.nodes[node as usize];
         if !n.is_free_in_chain() || n.offset + n.size < end {
-            return Ok(None);
+            return None;
         }
         let hit = Hit {
             node,
             pad: offset - n.offset,
             class: class_of(n.size),
         };
-        let carved = self.carve_general(hit, size);
-        Ok(Some(self.region(carved, size)))
+        Some(self.carve_general(hit, size))
     }
 
     /// The block holding byte `offset`, walking the physical chain from node `from` (an index
