@@ -14,27 +14,47 @@
 //! The price is granularity: a unit a live tensor touches keeps all its memory, where per
 //! granule the rest of it would be given back.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use super::units::Units;
 
 #[cfg(doc)]
 use crate::backend::InPlaceGrowth;
 
-/// One unit: its length in granules, whether it is spare, and whether `spare` lists it.
+/// A granule's entry: the unit that holds it, and at a unit's first granule the unit itself.
 #[derive(Clone, Copy, Debug)]
-struct Unit {
+struct Cell {
+    /// First granule of the unit that holds this one ([`FREE`]: none, the granule is not
+    /// backed).
+    unit: u64,
+    /// At a unit's first granule: its length in granules, whether it is spare, and whether
+    /// `spare` lists it (meaningless elsewhere).
     len: u64,
     spare: bool,
     listed: bool,
 }
 
+/// [`Cell::unit`] of a granule that no unit holds.
+const FREE: u64 = u64::MAX;
+
+impl Cell {
+    const EMPTY: Cell = Cell {
+        unit: FREE,
+        len: 0,
+        spare: false,
+        listed: false,
+    };
+}
+
 /// The units of an arena, in granules.
 #[derive(Debug, Default)]
 pub(super) struct Handles {
-    /// Each unit by its first granule. Units are disjoint and cover exactly the committed
+    /// One cell per granule of the extent, which names the unit holding it: the units a range
+    /// touches are found by indexing, a step per unit (they were a `BTreeMap` range, whose two
+    /// descents were a third of the holes path's time on every allocation and free that
+    /// changed a granule's state). Units are disjoint and cover exactly the committed
     /// granules.
-    units: BTreeMap<u64, Unit>,
+    cells: Vec<Cell>,
     /// The spare units as (length, first granule), and units that were spare since (listed
     /// once, unlisted when a lookup meets them): the largest that fits a run is one lookup,
     /// and a tensor that comes and goes on a unit flips its flag without touching the set
@@ -43,49 +63,87 @@ pub(super) struct Handles {
 }
 
 impl Handles {
+    /// The unit that starts at granule `start`, if one does.
+    fn unit_mut(&mut self, start: u64) -> Option<&mut Cell> {
+        self.cells
+            .get_mut(start as usize)
+            .filter(|c| c.unit == start)
+    }
+
+    /// Granules `[start, start + len)` now belong to a unit at `start` (or to none, `FREE`).
+    fn own(&mut self, start: u64, len: u64, unit: u64) {
+        let end = (start + len) as usize;
+        if self.cells.len() < end {
+            self.cells.resize(end, Cell::EMPTY);
+        }
+        for c in &mut self.cells[start as usize..end] {
+            c.unit = unit;
+        }
+    }
+
     /// Granules `[start, start + len)` were backed by one call: a new unit, not spare.
     pub(super) fn add(&mut self, start: u64, len: u64) {
         if len > 0 {
-            let unit = Unit {
+            self.own(start, len, start);
+            self.cells[start as usize] = Cell {
+                unit: start,
                 len,
                 spare: false,
                 listed: false,
             };
-            self.units.insert(start, unit);
         }
     }
 
     /// Granules in `[a, b)` stopped being spare: the units they belong to are no longer spare.
     pub(super) fn unspare(&mut self, a: u64, b: u64) {
-        for (s, u) in self.units.range_mut(..b).rev() {
-            if s + u.len <= a {
-                break;
+        let mut g = a;
+        while g < b {
+            let Some(&Cell { unit, .. }) = self.cells.get(g as usize) else {
+                return;
+            };
+            if unit == FREE {
+                g += 1;
+                continue;
             }
+            let Some(u) = self.cells.get_mut(unit as usize) else {
+                return;
+            };
             u.spare = false;
+            g = unit + u.len.max(1);
         }
     }
 
     /// Granules in `[a, b)` became spare (`spare` has them): the units they belong to whose
     /// granules are all spare now are spare units.
     pub(super) fn respare(&mut self, a: u64, b: u64, spare: &Units) {
-        for (s, u) in self.units.range_mut(..b).rev() {
-            if s + u.len <= a {
-                break;
+        let mut g = a;
+        while g < b {
+            let Some(&Cell { unit, .. }) = self.cells.get(g as usize) else {
+                return;
+            };
+            if unit == FREE {
+                g += 1;
+                continue;
             }
-            if !u.spare && spare.count(*s, s + u.len) == u.len {
+            let Some(u) = self.cells.get_mut(unit as usize) else {
+                return;
+            };
+            let len = u.len.max(1);
+            if !u.spare && spare.all(unit, unit + len) {
                 u.spare = true;
                 if !u.listed {
                     u.listed = true;
-                    self.spare.insert((u.len, *s));
+                    self.spare.insert((len, unit));
                 }
             }
+            g = unit + len;
         }
     }
 
     /// Takes the unit at granule `start` of `len` out of the set, not spare.
     fn unlist(&mut self, len: u64, start: u64) {
         self.spare.remove(&(len, start));
-        if let Some(u) = self.units.get_mut(&start) {
+        if let Some(u) = self.unit_mut(start) {
             u.spare = false;
             u.listed = false;
         }
@@ -97,13 +155,16 @@ impl Handles {
     pub(super) fn take(&mut self, n: u64, end: u64) -> Option<(u64, u64)> {
         // Listed units no longer spare met on the way are unlisted.
         let mut stale = Vec::new();
+        let cells = &self.cells;
         let found = self
             .spare
             .range(..(n, u64::MAX))
             .rev()
             .filter(|(len, start)| start + len <= end)
             .find(|(_, start)| {
-                let spare = self.units.get(start).is_some_and(|u| u.spare);
+                let spare = cells
+                    .get(*start as usize)
+                    .is_some_and(|c| c.unit == *start && c.spare);
                 if !spare {
                     stale.push(*start);
                 }
@@ -111,7 +172,7 @@ impl Handles {
             })
             .copied();
         for start in stale {
-            if let Some(&Unit { len, .. }) = self.units.get(&start) {
+            if let Some(&mut Cell { len, .. }) = self.unit_mut(start) {
                 self.unlist(len, start);
             }
         }
@@ -122,7 +183,7 @@ impl Handles {
 
     /// A unit taken by [`Handles::take`] was not moved or given back: it is spare again.
     pub(super) fn untake(&mut self, start: u64, len: u64) {
-        if let Some(u) = self.units.get_mut(&start) {
+        if let Some(u) = self.unit_mut(start) {
             u.spare = true;
             u.listed = true;
             self.spare.insert((len, start));
@@ -131,45 +192,47 @@ impl Handles {
 
     /// The unit at granule `from` now lies at granule `to` (its memory was moved).
     pub(super) fn moved(&mut self, from: u64, to: u64) {
-        if let Some(u) = self.units.remove(&from) {
+        if let Some(&mut u) = self.unit_mut(from) {
             if u.listed {
                 self.spare.remove(&(u.len, from));
             }
-            let unit = Unit {
-                spare: false,
-                listed: false,
-                ..u
-            };
-            self.units.insert(to, unit);
+            self.own(from, u.len, FREE);
+            self.add(to, u.len);
         }
     }
 
     /// The unit at granule `start` was given back.
     pub(super) fn removed(&mut self, start: u64) {
-        if let Some(u) = self.units.remove(&start) {
+        if let Some(&mut u) = self.unit_mut(start) {
             if u.listed {
                 self.spare.remove(&(u.len, start));
             }
+            self.own(start, u.len, FREE);
         }
     }
 
     /// The extent ends at granule `len`: units past it are forgotten (a unit cut by the end,
     /// which the pool never asks for, is kept up to it).
     pub(super) fn truncate(&mut self, len: u64) {
-        let cut = self.units.split_off(&len);
-        if let Some((s, u)) = self.units.iter_mut().next_back() {
-            if s + u.len > len {
-                // Cut by the end (the pool never asks for it): it keeps its granules below.
-                if u.listed {
-                    self.spare.remove(&(u.len, *s));
-                    self.spare.insert((len - s, *s));
-                }
-                u.len = len - s;
+        let Some(cut) = self.cells.get(len as usize..) else {
+            return;
+        };
+        for (g, c) in (len..).zip(cut) {
+            if c.unit == g && c.listed {
+                self.spare.remove(&(c.len, g));
             }
         }
-        for (s, u) in cut {
-            if u.listed {
-                self.spare.remove(&(u.len, s));
+        self.cells.truncate(len as usize);
+        let last = self.cells.last().map_or(FREE, |c| c.unit);
+        if let Some(u) = self.unit_mut(last) {
+            if last + u.len > len {
+                // Cut by the end (the pool never asks for it): it keeps its granules below.
+                let (old, listed) = (u.len, u.listed);
+                u.len = len - last;
+                if listed {
+                    self.spare.remove(&(old, last));
+                    self.spare.insert((len - last, last));
+                }
             }
         }
     }
@@ -177,8 +240,11 @@ impl Handles {
     /// The first unit boundary at or after granule `g`: `g` itself unless a unit holds it and
     /// the granule before it, then that unit's end.
     pub(super) fn boundary(&self, g: u64) -> u64 {
-        match self.units.range(..g).next_back() {
-            Some((s, u)) if s + u.len > g => s + u.len,
+        let Some(before) = g.checked_sub(1).and_then(|p| self.cells.get(p as usize)) else {
+            return g;
+        };
+        match self.cells.get(before.unit as usize) {
+            Some(u) if before.unit != FREE && before.unit + u.len > g => before.unit + u.len,
             _ => g,
         }
     }
@@ -186,20 +252,37 @@ impl Handles {
     /// Units in all.
     #[cfg(test)]
     pub(super) fn count(&self) -> usize {
-        self.units.len()
+        (0..).zip(&self.cells).filter(|(g, c)| c.unit == *g).count()
     }
 
     /// The units are disjoint, cover exactly the `committed` granules, and the spare ones are
-    /// exactly those whose granules are all `spare`.
+    /// exactly those whose granules are all `spare`; every granule names the unit holding it.
     pub(super) fn check(&self, committed: &Units, spare: &Units) -> Result<(), String> {
         let mut end = 0;
         let mut covered = 0;
         let mut listed = 0;
-        for (&s, u) in &self.units {
+        for (s, c) in (0u64..).zip(&self.cells) {
+            if c.unit == FREE {
+                continue;
+            }
+            if c.unit != s {
+                // Inside a unit: the check of the unit's own granules below covers it.
+                if c.unit > s || s >= end {
+                    return Err(format!("granule {s} names the unit at {}", c.unit));
+                }
+                continue;
+            }
+            let u = c;
             let n = u.len;
             if s < end || n == 0 {
                 return Err(format!(
                     "unit at granule {s} of {n} overlaps the one before"
+                ));
+            }
+            let own = self.cells.get(s as usize..(s + n) as usize);
+            if !own.is_some_and(|cells| cells.iter().all(|c| c.unit == s)) {
+                return Err(format!(
+                    "unit at granule {s} of {n}: not all its granules name it"
                 ));
             }
             if committed.count(s, s + n) != n {
