@@ -84,6 +84,27 @@ fn the_largest_spare_unit_that_fits_is_taken_and_stays_below_the_end() {
 }
 
 #[test]
+fn every_granule_names_the_unit_that_holds_it_after_a_move() {
+    let mut h = units(&[(0, 4), (4, 4)]);
+    let mut committed = bits(12, &[(0, 8)]);
+    let none = bits(12, &[]);
+    h.check(&committed, &none).unwrap();
+    // The first unit's memory moves past the second: its old granules name no unit.
+    h.moved(0, 8);
+    committed.clear(0, 4);
+    committed.set(8, 12);
+    h.check(&committed, &none).unwrap();
+    assert_eq!((h.boundary(2), h.boundary(10)), (2, 12));
+    // A granule inside the moved unit finds it: it becomes spare whole, and is taken.
+    h.respare(10, 11, &bits(12, &[(8, 12)]));
+    assert_eq!(h.take(4, 12), Some((8, 4)));
+    h.check(&committed, &none).unwrap();
+    // A granule that names a unit that does not hold it is caught.
+    h.cells[5].unit = 8;
+    assert!(h.check(&committed, &none).is_err());
+}
+
+#[test]
 fn a_unit_whose_tensor_comes_and_goes_stays_listed_until_a_lookup_meets_it_held() {
     let mut h = units(&[(0, 6), (6, 2)]);
     let committed = bits(8, &[(0, 8)]);
