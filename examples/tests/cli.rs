@@ -19,6 +19,10 @@ use serde_json::Value;
 use tensormem_examples::models::minilm;
 use tensormem_examples::models::mnist::assets_dir;
 
+#[path = "support/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
+
 const MNIST: &str = env!("CARGO_BIN_EXE_mnist");
 const MINILM: &str = env!("CARGO_BIN_EXE_minilm");
 
@@ -41,13 +45,6 @@ fn json(o: &Output) -> Value {
 
 fn asset(name: &str) -> String {
     assets_dir().join(name).display().to_string()
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tensormem-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 #[test]
@@ -139,7 +136,7 @@ fn mnist_reads_png_jpeg_and_colour_photos() {
 /// 100 MB file was read in full before its size was checked.
 #[test]
 fn mnist_refuses_bad_files_with_exit_1() {
-    let d = temp_dir("bad-files");
+    let d = Scratch::new("cli-bad-files");
     let big = d.join("big.png");
     std::fs::File::create(&big)
         .unwrap()
@@ -169,7 +166,6 @@ fn mnist_refuses_bad_files_with_exit_1() {
             "{path}: {err}"
         );
     }
-    let _ = std::fs::remove_dir_all(d);
 }
 
 /// Regression for issue 18: `auto` picked lavapipe (4.1 s per MiniLM inference) over the host
@@ -234,8 +230,8 @@ fn minilm_dir() -> Option<PathBuf> {
 }
 
 /// A model directory whose files link to the cached ones, with `config.json` edited by `edit`.
-fn model_with_config(src: &Path, name: &str, edit: impl Fn(&mut Value)) -> PathBuf {
-    let d = temp_dir(name);
+fn model_with_config(src: &Path, name: &str, edit: impl Fn(&mut Value)) -> Scratch {
+    let d = Scratch::new(&format!("cli-{name}"));
     for f in ["model.safetensors", "tokenizer.json"] {
         std::os::unix::fs::symlink(src.join(f), d.join(f)).unwrap();
     }
@@ -272,23 +268,20 @@ fn minilm_refuses_configs_that_disagree_with_the_weights() {
     let Some(src) = minilm_dir() else { return };
     let d = model_with_config(&src, "eps", |c| c["layer_norm_eps"] = (-1e-12).into());
     minilm_fails(&d, "layer_norm_eps");
-    let _ = std::fs::remove_dir_all(d);
     let d = model_with_config(&src, "layers", |c| c["num_hidden_layers"] = 5.into());
     minilm_fails(
         &d,
         "the weights hold 6 encoder layers but config.json says num_hidden_layers = 5",
     );
-    let _ = std::fs::remove_dir_all(d);
     let d = model_with_config(&src, "hidden", |c| c["intermediate_size"] = 1024.into());
     minilm_fails(&d, "intermediate.dense.weight");
-    let _ = std::fs::remove_dir_all(d);
 }
 
 /// Regression for issue 18: NaN weights exited 0 and printed `null` embeddings.
 #[test]
 fn minilm_refuses_non_finite_weights() {
     let Some(src) = minilm_dir() else { return };
-    let d = temp_dir("nan");
+    let d = Scratch::new("cli-nan");
     for f in ["config.json", "tokenizer.json"] {
         std::os::unix::fs::symlink(src.join(f), d.join(f)).unwrap();
     }
@@ -300,14 +293,12 @@ fn minilm_refuses_non_finite_weights() {
     bytes[start + 4 * 5..start + 4 * 6].copy_from_slice(&f32::NAN.to_le_bytes());
     std::fs::write(d.join("model.safetensors"), bytes).unwrap();
     minilm_fails(&d, &format!("tensor '{name}' [384] holds NaN at element 5"));
-    let _ = std::fs::remove_dir_all(d);
 }
 
 #[test]
 fn minilm_without_a_model_says_how_to_get_one() {
-    let d = temp_dir("empty");
+    let d = Scratch::new("cli-empty");
     minilm_fails(&d, "scripts/fetch_minilm.sh");
-    let _ = std::fs::remove_dir_all(d);
 }
 
 /// Regression: `println!` panicked ("failed printing to stdout: Broken pipe") when the reader of

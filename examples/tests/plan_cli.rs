@@ -9,10 +9,13 @@
     reason = "tests fail loudly on any unexpected result"
 )]
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+#[path = "support/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
 
 const PLAN: &str = env!("CARGO_BIN_EXE_tensormem-plan");
 
@@ -23,12 +26,6 @@ fn run(args: &[&str]) -> Output {
 fn json(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)))
-}
-
-fn temp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tensormem-plan-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
 }
 
 #[test]
@@ -68,9 +65,10 @@ fn help_documents_flags_exit_codes_and_feasible_states() {
 
 #[test]
 fn bad_input_exits_one_with_the_reason() {
+    let dir = Scratch::new("plan-cli");
     let missing = run(&["/nonexistent/instance.csv"]);
     assert_eq!(missing.status.code(), Some(1));
-    let bad = temp("bad.csv");
+    let bad = dir.join("bad.csv");
     std::fs::write(&bad, "id,lower,upper,size\n0,5,2,10\n").unwrap();
     let o = run(&[bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
@@ -79,9 +77,10 @@ fn bad_input_exits_one_with_the_reason() {
 
 #[test]
 fn an_invalid_input_plan_names_buffers_by_their_ids() {
+    let dir = Scratch::new("plan-cli");
     // Ids as the file wrote them, in a different order from the rows: the error must not say
     // "buffers 0 and 1".
-    let overlap = temp("named.csv");
+    let overlap = dir.join("named.csv");
     std::fs::write(
         &overlap,
         "id,lower,upper,size,offset\nconv1,0,4,8,0\nrelu7,2,6,8,4\npool,6,8,8,0\n",
@@ -91,7 +90,7 @@ fn an_invalid_input_plan_names_buffers_by_their_ids() {
     assert_eq!(v["input_plan"]["valid"], Value::Bool(false));
     let err = v["input_plan"]["error"].as_str().unwrap();
     assert!(err.contains("buffers `conv1` and `relu7` overlap"), "{err}");
-    let misaligned = temp("misaligned.csv");
+    let misaligned = dir.join("misaligned.csv");
     std::fs::write(
         &misaligned,
         "id,lower,upper,size,alignment,offset\nw,0,1,4,4,2\n",
@@ -107,7 +106,8 @@ fn an_invalid_input_plan_names_buffers_by_their_ids() {
 
 #[test]
 fn capacity_decisions_map_to_feasible_and_exit_codes() {
-    let file = temp("pp.csv");
+    let dir = Scratch::new("plan-cli");
+    let file = dir.join("pp.csv");
     let path = file.to_str().unwrap();
     let g = run(&[
         "generate",
@@ -140,7 +140,7 @@ fn capacity_decisions_map_to_feasible_and_exit_codes() {
     assert!(v["parse_seconds"].as_f64().unwrap() >= 0.0);
 
     // Below a live set: proved infeasible with the reason, exit 3, no plan written.
-    let out = temp("never.csv");
+    let out = dir.join("never.csv");
     let proved = run(&[
         path,
         "--capacity",
@@ -161,7 +161,7 @@ fn capacity_decisions_map_to_feasible_and_exit_codes() {
     assert!(!out.exists());
 
     // No time at all on an instance greedy cannot pack at capacity: undecided, exit 4.
-    let hard = temp("hard.csv");
+    let hard = dir.join("hard.csv");
     let hard_path = hard.to_str().unwrap();
     assert!(
         run(&["generate", "--count", "200", "-o", hard_path])
@@ -223,7 +223,8 @@ fn sweep_prints_one_row_per_family_and_count() {
 
 #[test]
 fn generate_random_writes_a_reproducible_instance_that_plans_within_the_limit() {
-    let (a, b) = (temp("r-a.csv"), temp("r-b.csv"));
+    let dir = Scratch::new("plan-cli");
+    let (a, b) = (dir.join("r-a.csv"), dir.join("r-b.csv"));
     for f in [&a, &b] {
         let o = run(&[
             "generate",
@@ -266,7 +267,8 @@ fn generate_random_writes_a_reproducible_instance_that_plans_within_the_limit() 
 
 #[test]
 fn greedy_runs_the_baseline_alone_with_either_fit_and_planning_is_never_worse() {
-    let file = temp("g.csv");
+    let dir = Scratch::new("plan-cli");
+    let file = dir.join("g.csv");
     let path = file.to_str().unwrap();
     let o = run(&[
         "generate", "--random", "--count", "3000", "--seed", "1", "-o", path,

@@ -16,13 +16,11 @@ use tensormem::WeightFormat;
 use tensormem_examples::models::mnist::{self, Mnist};
 use tensormem_examples::models::weights::WeightFile;
 
-const QUANTIZE: &str = env!("CARGO_BIN_EXE_tensormem-quantize");
+#[path = "support/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tensormem-quantize-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
+const QUANTIZE: &str = env!("CARGO_BIN_EXE_tensormem-quantize");
 
 fn mnist_weights() -> PathBuf {
     mnist::assets_dir().join("mnist.safetensors")
@@ -30,7 +28,8 @@ fn mnist_weights() -> PathBuf {
 
 #[test]
 fn int8_of_mnist_reports_every_tensor_and_loads_in_the_sample() {
-    let out = scratch("mnist-int8.safetensors");
+    let dir = Scratch::new("quantize");
+    let out = dir.join("mnist-int8.safetensors");
     let run = Command::new(QUANTIZE)
         .arg(mnist_weights())
         .arg(&out)
@@ -76,7 +75,7 @@ fn int8_of_mnist_reports_every_tensor_and_loads_in_the_sample() {
     // The text table names every tensor and the totals.
     let text = Command::new(QUANTIZE)
         .arg(mnist_weights())
-        .arg(scratch("mnist-f16.safetensors"))
+        .arg(dir.join("mnist-f16.safetensors"))
         .args(["--format", "f16"])
         .output()
         .unwrap();
@@ -88,12 +87,13 @@ fn int8_of_mnist_reports_every_tensor_and_loads_in_the_sample() {
 
 #[test]
 fn bad_files_exit_1_and_bad_flags_exit_2() {
-    let garbage = scratch("garbage.safetensors");
+    let dir = Scratch::new("quantize");
+    let garbage = dir.join("garbage.safetensors");
     std::fs::write(&garbage, b"not a safetensors file").unwrap();
-    for input in [garbage, scratch("missing.safetensors")] {
+    for input in [garbage, dir.join("missing.safetensors")] {
         let run = Command::new(QUANTIZE)
             .arg(&input)
-            .arg(scratch("out.safetensors"))
+            .arg(dir.join("out.safetensors"))
             .args(["--format", "f16"])
             .output()
             .unwrap();
@@ -109,7 +109,7 @@ fn bad_files_exit_1_and_bad_flags_exit_2() {
     ] {
         let run = Command::new(QUANTIZE)
             .arg(mnist_weights())
-            .arg(scratch("out.safetensors"))
+            .arg(dir.join("out.safetensors"))
             .args(&args)
             .output()
             .unwrap();

@@ -9,6 +9,10 @@ use std::sync::Arc;
 
 use tensormem::{DType, HostBackend, HostConfig, Runtime, RuntimeConfig, Tracer};
 
+#[path = "support/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
+
 fn workload_trace() -> String {
     let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
     let rt = Runtime::new(backend, RuntimeConfig::default()).unwrap();
@@ -27,15 +31,9 @@ fn workload_trace() -> String {
     tracer.snapshot().to_chrome_json()
 }
 
-fn dir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("tensormem-report-test-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 #[test]
 fn prints_findings_largest_first_and_writes_the_timeline() {
-    let d = dir();
+    let d = Scratch::new("report-test");
     let trace = d.join("trace.json");
     let html = d.join("timeline.html");
     std::fs::write(&trace, workload_trace()).unwrap();
@@ -89,7 +87,7 @@ fn prints_findings_largest_first_and_writes_the_timeline() {
 
 #[test]
 fn a_malformed_file_fails_with_its_line() {
-    let d = dir();
+    let d = Scratch::new("report-test");
     let bad = d.join("bad.json");
     std::fs::write(
         &bad,
@@ -134,7 +132,7 @@ fn huge_sizes_do_not_overflow_the_totals() {
     for id in 0..8u64 {
         tracer.record(EventKind::FreeRequested { id });
     }
-    let d = dir();
+    let d = Scratch::new("report-test");
     let trace = d.join("huge.json");
     let html = d.join("huge.html");
     std::fs::write(&trace, tracer.snapshot().to_chrome_json()).unwrap();

@@ -12,6 +12,10 @@ use std::process::Command;
 
 use tensormem::Trace;
 
+#[path = "support/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
+
 /// Runs the MNIST sample with tracing and the report on its trace; returns the HTML path.
 fn traced_mnist_timeline(dir: &Path) -> PathBuf {
     let json = dir.join("mnist.trace.json");
@@ -90,8 +94,7 @@ fn have(cmd: &str) -> bool {
 
 #[test]
 fn the_timeline_of_the_traced_mnist_sample_renders_in_headless_chromium() {
-    let dir = std::env::temp_dir().join(format!("tensormem-timeline-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("timeline");
     let html = traced_mnist_timeline(&dir);
 
     let Some(browser) = ["chromium", "chromium-browser"]
@@ -114,6 +117,7 @@ fn the_timeline_of_the_traced_mnist_sample_renders_in_headless_chromium() {
             "--hide-scrollbars",
             "--window-size=1280,900",
         ])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
         .arg(format!("--screenshot={}", png.display()))
         .arg(format!("file://{}", html.display()))
         .output()
