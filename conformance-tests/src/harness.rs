@@ -139,7 +139,15 @@ fn selected(filter: &Option<String>, name: &str) -> bool {
         .is_none_or(|f| f.split(',').any(|x| name.contains(x.trim())))
 }
 
-/// Runs the selected cases on one target, printing a line per case as it ends.
+/// Whether `name` is one of the case names listed in `TENSORMEM_SKIP_CASES` (comma-separated,
+/// whole names: a run can leave out one case without the cases whose names contain it).
+fn skipped(skip: &Option<String>, name: &str) -> bool {
+    skip.as_ref()
+        .is_some_and(|s| s.split(',').any(|x| x.trim() == name))
+}
+
+/// Runs the selected cases on one target, printing a line per case as it ends, and one per case
+/// left out by `TENSORMEM_SKIP_CASES`.
 fn run_target(target: &Target, cases: &[Case], case_filter: &Option<String>) -> Outcome {
     let probe = match (target.create)() {
         Err(e) => return Outcome::Skipped(e.to_string()),
@@ -152,12 +160,20 @@ fn run_target(target: &Target, cases: &[Case], case_filter: &Option<String>) -> 
         probe.capabilities().device_name
     );
     drop(probe);
+    let skip = std::env::var("TENSORMEM_SKIP_CASES").ok();
     let mut results = Vec::new();
     for case in cases {
         if !selected(case_filter, case.name)
             || (case.devices == 2 && target.second.is_none())
             || (case.devices == 1 && target.set_cases_only)
         {
+            continue;
+        }
+        if skipped(&skip, case.name) {
+            println!(
+                "  skip  {:<16} {:<42} (TENSORMEM_SKIP_CASES)",
+                target.name, case.name
+            );
             continue;
         }
         for (mode, suffix) in MODES {
@@ -176,7 +192,8 @@ fn run_target(target: &Target, cases: &[Case], case_filter: &Option<String>) -> 
 }
 
 /// Runs `cases` on `targets` (filtered by the `TENSORMEM_TARGETS` and `TENSORMEM_CASES`
-/// filters when set: comma-separated substrings, any of which selects), prints the report, and
+/// filters when set: comma-separated substrings, any of which selects; less the whole case names
+/// in `TENSORMEM_SKIP_CASES`), prints the report, and
 /// returns whether everything required passed.
 pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
     let required = required();
