@@ -97,38 +97,35 @@ impl Handles {
     /// Granules in `[a, b)` stopped being spare: the units they belong to are no longer spare.
     pub(super) fn unspare(&mut self, a: u64, b: u64) {
         let mut g = a;
-        while g < b {
-            let Some(&Cell { unit, .. }) = self.cells.get(g as usize) else {
-                return;
-            };
-            if unit == FREE {
-                g += 1;
-                continue;
+        while let Some((unit, len)) = self.unit_from(g, b) {
+            if let Some(u) = self.cells.get_mut(unit as usize) {
+                u.spare = false;
             }
-            let Some(u) = self.cells.get_mut(unit as usize) else {
-                return;
-            };
-            u.spare = false;
-            g = unit + u.len.max(1);
+            g = unit + len;
         }
+    }
+
+    /// The first unit that holds a granule of `[g, b)`: its first granule and its length.
+    fn unit_from(&self, mut g: u64, b: u64) -> Option<(u64, u64)> {
+        while g < b {
+            let unit = self.cells.get(g as usize)?.unit;
+            if unit != FREE {
+                return Some((unit, self.cells.get(unit as usize)?.len.max(1)));
+            }
+            g += 1;
+        }
+        None
     }
 
     /// Granules in `[a, b)` became spare (`spare` has them): the units they belong to whose
     /// granules are all spare now are spare units.
     pub(super) fn respare(&mut self, a: u64, b: u64, spare: &Units) {
         let mut g = a;
-        while g < b {
-            let Some(&Cell { unit, .. }) = self.cells.get(g as usize) else {
-                return;
-            };
-            if unit == FREE {
-                g += 1;
-                continue;
-            }
+        while let Some((unit, len)) = self.unit_from(g, b) {
+            g = unit + len;
             let Some(u) = self.cells.get_mut(unit as usize) else {
                 return;
             };
-            let len = u.len.max(1);
             if !u.spare && spare.all(unit, unit + len) {
                 u.spare = true;
                 if !u.listed {
@@ -136,7 +133,6 @@ impl Handles {
                     self.spare.insert((len, unit));
                 }
             }
-            g = unit + len;
         }
     }
 
