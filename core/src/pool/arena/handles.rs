@@ -177,6 +177,42 @@ impl Handles {
         Some((start, len))
     }
 
+    /// The smallest spare units of at least `n` granules, smallest first, at most `out.len()`
+    /// of them (the rest of `out` is `None`), left spare: where a request placed on memory
+    /// that is not there may go instead. Listed units no longer spare are unlisted on the way.
+    pub(super) fn smallest(&mut self, n: u64, out: &mut [Option<(u64, u64)>]) {
+        let mut stale = Vec::new();
+        let cells = &self.cells;
+        let spare = self.spare.range((n, 0)..).filter(|(_, start)| {
+            let spare = cells
+                .get(*start as usize)
+                .is_some_and(|c| c.unit == *start && c.spare);
+            if !spare {
+                stale.push(*start);
+            }
+            spare
+        });
+        out.fill(None);
+        for (slot, &(len, start)) in out.iter_mut().zip(spare) {
+            *slot = Some((start, len));
+        }
+        for start in stale {
+            if let Some(&mut Cell { len, .. }) = self.unit_mut(start) {
+                self.unlist(len, start);
+            }
+        }
+    }
+
+    /// Takes the smallest spare unit (of at least one granule); returns its first granule and
+    /// length, as [`Handles::take`] does.
+    pub(super) fn take_smallest(&mut self) -> Option<(u64, u64)> {
+        let mut one = [None];
+        self.smallest(1, &mut one);
+        let (start, len) = one[0]?;
+        self.unlist(len, start);
+        Some((start, len))
+    }
+
     /// A unit taken by [`Handles::take`] was not moved or given back: it is spare again.
     pub(super) fn untake(&mut self, start: u64, len: u64) {
         if let Some(u) = self.unit_mut(start) {

@@ -125,6 +125,10 @@ pub const MIN_GRANULE: u64 = 64 << 10;
 /// Places TLSF offers a request that lands on decommitted granules, beyond the first.
 const PROBES: usize = 3;
 
+/// Spare units a request past the pool's peak is tried in, smallest first (with whole units):
+/// a unit whose free block TLSF does not find near the request's place is passed over.
+const SPARE_UNIT_TRIES: usize = 4;
+
 /// Which granules of an arena with holes hold memory, and which of those are spare.
 #[derive(Debug)]
 pub(super) struct Holes {
@@ -349,6 +353,32 @@ impl Holes {
         Some((start, len))
     }
 
+    /// With whole units, the places where a request of `size` bytes at `align` lies wholly on
+    /// one spare unit, in the smallest such units first (at most [`SPARE_UNIT_TRIES`]), as byte
+    /// offsets; none where granules go alone.
+    fn spare_unit_places(&mut self, size: u64, align: u64) -> [Option<u64>; SPARE_UNIT_TRIES] {
+        let mut places = [None; SPARE_UNIT_TRIES];
+        let shift = self.shift;
+        let Some(u) = self.handles.as_mut() else {
+            return places;
+        };
+        let mut units = [None; SPARE_UNIT_TRIES];
+        u.smallest(size.div_ceil(1 << shift), &mut units);
+        for (place, (start, len)) in places.iter_mut().zip(units.into_iter().flatten()) {
+            // `align` is a power of two (checked).
+            let offset = ((start << shift) + align - 1) & !(align - 1);
+            *place = Some(offset).filter(|o| o + size <= (start + len) << shift);
+        }
+        places
+    }
+
+    /// With whole units, takes the smallest spare unit to give back; as [`Holes::take_spare`].
+    fn take_smallest_unit(&mut self) -> Option<(u64, u64)> {
+        let (start, len) = self.handles.as_mut()?.take_smallest()?;
+        self.spare.clear(start, start + len);
+        Some((start, len))
+    }
+
     /// `n` granules taken at `from` by [`Holes::take_spare`] stay where they are: spare again.
     fn untake(&mut self, from: u64, n: u64) {
         self.spare.set(from, from + n);
@@ -519,6 +549,10 @@ impl ArenaPool {
                 }
                 return Ok(Some((i, region)));
             }
+            if let Some(unit) = Self::in_spare_unit(st, i, &region, size, align, lacking)? {
+                Self::unplace(st, i, region)?;
+                return Ok(Some((i, unit)));
+            }
         }
         if self.back(st, i, &region)? {
             return Ok(Some((i, region)));
@@ -563,6 +597,54 @@ impl ArenaPool {
         Ok((region, lacking))
     }
 
+    /// With whole units, a request placed at `region` on `lacking` decommitted granules, whose
+    /// memory would take the pool past both its allowance and its peak, is carved instead in
+    /// the smallest spare unit that holds it, found near `region` (which the caller returns).
+    /// New memory or a unit moved there would leave a larger spare unit idle beside it, and on
+    /// the transformer traces those units were what the peak was made of. Under the pool's own
+    /// peak (a trimmed pool growing again) the place stays: the large units spare there are
+    /// the ones the step's large tensors take moments later. `Ok(None)` when no spare unit
+    /// holds it, or TLSF does not find the one that does.
+    fn in_spare_unit(
+        st: &mut State,
+        index: usize,
+        region: &Region,
+        size: u64,
+        align: u64,
+        lacking: u64,
+    ) -> Result<Option<Region>> {
+        let Some(shift) = Self::holes(st, index)
+            .filter(|h| h.handles.is_some())
+            .map(|h| h.shift)
+        else {
+            return Ok(None);
+        };
+        let s = &st.stats;
+        let bound = Self::allowance(st, size, shift).max(s.peak_reserved);
+        if s.reserved + (lacking << shift) <= bound {
+            return Ok(None);
+        }
+        let Some(b) = st.blocks.get_mut(index).and_then(Option::as_mut) else {
+            return Ok(None);
+        };
+        let Some(h) = b.holes.as_mut() else {
+            return Ok(None);
+        };
+        for offset in h.spare_unit_places(size, align).into_iter().flatten() {
+            let mut unit = b
+                .tlsf
+                .allocate_at(offset, size, align, Some(region.landmark()))?;
+            if unit.is_none() {
+                unit = b.tlsf.allocate_at(offset, size, align, None)?;
+            }
+            if let (Some(unit), Some(h)) = (unit, b.holes.as_mut()) {
+                h.taken(&unit);
+                return Ok(Some(unit));
+            }
+        }
+        Ok(None)
+    }
+
     /// Returns a region that was never handed out to the arena's free space.
     pub(super) fn unplace(st: &mut State, index: usize, region: Region) -> Result<()> {
         let Some(b) = st.blocks.get_mut(index).and_then(Option::as_mut) else {
@@ -603,6 +685,12 @@ impl ArenaPool {
                 } else {
                     h.take_spare(b - at, len)
                 };
+                // Whole units past the pool's peak: a spare unit (larger than the run, or it
+                // would have been moved) goes back before new memory is made.
+                let peak = st.stats.reserved + ((b - at) << shift) > st.stats.peak_reserved;
+                if spare.is_none() && !fresh && peak {
+                    self.give_back_smallest(st, index, id);
+                }
                 if let Some((from, n)) = spare {
                     let moved =
                         self.backend
@@ -708,6 +796,31 @@ impl ArenaPool {
             left -= n;
         }
         Ok(released)
+    }
+
+    /// With whole units, decommits the smallest spare unit of the arena at `index` (block `id`),
+    /// if there is one. A unit the backend refuses stays committed (and spare).
+    fn give_back_smallest(&self, st: &mut State, index: usize, id: BlockId) {
+        let Some(h) = Self::holes(st, index) else {
+            return;
+        };
+        let shift = h.shift;
+        let Some((from, n)) = h.take_smallest_unit() else {
+            return;
+        };
+        let r = self.backend.decommit_range(id, from << shift, n << shift);
+        if Self::note(st, r).is_err() {
+            if let Some(h) = Self::holes(st, index) {
+                h.untake(from, n);
+            }
+            return;
+        }
+        let before = Self::committed(st, index);
+        if let Some(h) = Self::holes(st, index) {
+            h.given_back(from, n);
+        }
+        self.budget.release(n << shift);
+        self.committed_changed(st, index, before);
     }
 
     /// Counts a change of the committed bytes of the block at `index` from `before` and tells
