@@ -10,6 +10,9 @@
 //! A run a tensor lands on is backed by the largest spare units that fit inside it, moved, and
 //! one new unit for the rest ([`holes`](super::holes)), so a large tensor costs one creation,
 //! and learned placement ([`sites`](super::sites)) puts the next step's tensor back on its unit.
+//! Past the pool's peak a request goes to the smallest spare unit that holds it instead, and a
+//! run that needs new memory gives the smallest spare unit back first
+//! ([`Handles::smallest`], [`Handles::take_smallest`]).
 //!
 //! The price is granularity: a unit a live tensor touches keeps all its memory, where per
 //! granule the rest of it would be given back.

@@ -59,6 +59,22 @@
 //!   `xfmr_eager` and `llama8b_prefill` are not; `rand_logu` repeats nothing, so no hint
 //!   policy moves it. CUDA's holes stay opt-in
 //!   (`CudaDesc::vmm_holes`).
+//! * **Spare units before new memory** (whole units only). Where the memory a request lacks
+//!   would take the pool past its allowance and its own peak, the request goes to the
+//!   smallest spare unit that holds it instead (`in_spare_unit`), and a run that still needs
+//!   new memory first gives the smallest spare unit back (every smaller one was moved into the
+//!   run already). `xfmr_eager` at 2 MiB 1.143 at 57 creations → 1.104 at 47, its replay row
+//!   1.114 at 123 → 1.114 at 114; `rand_logu` 1.141 at 126 → 1.140 at 127 (144 maps against
+//!   133); GPT-2, Llama and MobileNet unchanged, every 64 KiB row identical; time ÷ cubecl's
+//!   0.66–0.68 on `xfmr_eager` against 0.64–0.65 (2 alternated rounds of 30 replays, load
+//!   1–3). The peak is the gate: without it (past the allowance alone) `xfmr_eager` peaks at
+//!   1.172 at 63, and its replay row at 1.181 at 114: the replay pool's dynamic pool, trimmed
+//!   and growing again from nothing at a step no plan takes, is past its allowance far below
+//!   its old peak, and its small tensors took the spare units the step's large ones needed
+//!   next. Either half alone does worse on `xfmr_eager`: the place alone 1.162 at 27
+//!   creations, the give-back alone 1.162 at 46 (Llama 1.174 at 25). Placed by TLSF alone
+//!   (the bench's second row) Llama goes from 1.109 at 10 to 1.174 at 16; learned placement
+//!   keeps it at 1.109.
 //! * **The frontier of whole units** (same bench at 2 MiB, load 8–10; peak ÷ live and creations
 //!   on `rand_logu` / `xfmr_eager` / `gpt2s_train` / `llama8b_prefill`, MobileNet 1.045 at 3
 //!   throughout). Units capped at the committed size ÷ c (growths and commits split into
