@@ -1,6 +1,7 @@
 //! The targets the suite runs on. Each backend adds its configurations here: a few lines each.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tensormem::{Backend, HostBackend, HostConfig, Result};
 use tensormem_vulkan::{ValidationLog, VulkanBackend, VulkanConfig};
@@ -41,6 +42,25 @@ fn cuda_stream_ordered() -> Result<Arc<dyn Backend>> {
     )?))
 }
 
+/// The backends' own wait limit (a wait that names none): their 60 s default, or
+/// `TENSORMEM_WAIT_TIMEOUT` seconds (0 = forever). A driver that compiles kernels on first use
+/// with a cold shader cache can take minutes on one (`scripts/test.sh`, the sparse stage).
+///
+/// # Errors
+/// [`tensormem::Error::InvalidArgument`] for a value that is not a whole number of seconds.
+pub(crate) fn wait_limit(default: Duration) -> Result<Option<Duration>> {
+    let Ok(value) = std::env::var("TENSORMEM_WAIT_TIMEOUT") else {
+        return Ok(Some(default));
+    };
+    match value.trim().parse::<u64>() {
+        Ok(0) => Ok(None),
+        Ok(secs) => Ok(Some(Duration::from_secs(secs))),
+        Err(_) => Err(tensormem::Error::invalid(format!(
+            "TENSORMEM_WAIT_TIMEOUT={value:?}: a whole number of seconds (0 waits forever)"
+        ))),
+    }
+}
+
 /// Validation logs of the Vulkan backends created so far (checked after every case; a log is
 /// dropped once its backend is gone and it has been checked one last time).
 static VULKAN_LOGS: Mutex<Vec<Arc<ValidationLog>>> = Mutex::new(Vec::new());
@@ -50,10 +70,12 @@ static VULKAN_LOGS: Mutex<Vec<Arc<ValidationLog>>> = Mutex::new(Vec::new());
 /// `scripts/test.sh`) a device without it is unavailable, so the suite cannot silently run
 /// the blocks path instead of arenas that grow in place.
 fn vulkan_with(force_staging: bool) -> Result<Arc<dyn Backend>> {
+    let defaults = VulkanConfig::default();
     let backend = VulkanBackend::new(VulkanConfig {
         force_staging,
         validation: VulkanBackend::validation_available(),
-        ..VulkanConfig::default()
+        wait_timeout: wait_limit(defaults.wait_timeout)?.unwrap_or(Duration::MAX),
+        ..defaults
     })?;
     if backend.in_place_growth().is_none()
         && std::env::var("TENSORMEM_REQUIRE_VULKAN_SPARSE").is_ok_and(|v| v == "1")
@@ -97,17 +119,26 @@ fn vulkan_validation(_: &Arc<dyn Backend>) -> std::result::Result<(), String> {
     }
 }
 
-fn wgpu() -> Result<Arc<dyn Backend>> {
+fn wgpu_with(force_staging: bool) -> Result<Arc<dyn Backend>> {
+    let config = tensormem_wgpu::WgpuConfig::staging(force_staging);
     Ok(Arc::new(tensormem_wgpu::WgpuBackend::new(
-        tensormem_wgpu::WgpuConfig::staging(false),
+        tensormem_wgpu::WgpuConfig {
+            wait_timeout: match config.wait_timeout {
+                Some(default) => wait_limit(default)?,
+                None => None,
+            },
+            ..config
+        },
     )?))
+}
+
+fn wgpu() -> Result<Arc<dyn Backend>> {
+    wgpu_with(false)
 }
 
 /// wgpu with staging forced: the discrete-GPU path, even on lavapipe's unified memory.
 fn wgpu_staging() -> Result<Arc<dyn Backend>> {
-    Ok(Arc::new(tensormem_wgpu::WgpuBackend::new(
-        tensormem_wgpu::WgpuConfig::staging(true),
-    )?))
+    wgpu_with(true)
 }
 
 /// Every target, in report order.

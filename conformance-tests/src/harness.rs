@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tensormem::{Backend, Waiting};
 
@@ -196,6 +196,11 @@ fn run_target(target: &Target, cases: &[Case], case_filter: &Option<String>) -> 
 /// in `TENSORMEM_SKIP_CASES`), prints the report, and
 /// returns whether everything required passed.
 pub fn run_suite(targets: &[Target], cases: &[Case]) -> bool {
+    // A malformed limit fails the run rather than skipping every target that reads it.
+    if let Err(e) = crate::backends::wait_limit(Duration::ZERO) {
+        println!("conformance: {e}");
+        return false;
+    }
     let required = required();
     let target_filter = std::env::var("TENSORMEM_TARGETS").ok();
     let case_filter = std::env::var("TENSORMEM_CASES").ok();
