@@ -153,8 +153,8 @@ pub struct Solution {
 pub struct Stages {
     /// Checking the buffers, sorting their endpoints, the lower bound.
     pub validation: Duration,
-    /// The first plan (sweep-line good fit, its rest in slabs when cut) and its verification,
-    /// which runs beside it.
+    /// The first plan (sweep-line good fit, its rest in slabs when cut, or slabs alone if lower)
+    /// and its verification, which runs beside it.
     pub first_plan: Duration,
     /// Greedy by size and the portfolio.
     pub search: Duration,
