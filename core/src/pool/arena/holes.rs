@@ -82,7 +82,11 @@
 //!   layer's feed-forward part each held one 4 MiB tensor (`k`, `v`): 1.109 at 10 creations →
 //!   1.087 at 10; its replay row 1.109 at 11 → 1.087 at 10, placed by TLSF alone 1.174 at 16
 //!   → 1.152 at 18; `xfmr_eager`'s replay row 1.114 at 114 → 1.114 at 111; every other row
-//!   unchanged, every 64 KiB row identical. Llama's peak is then the first layer's `swiglu`
+//!   unchanged, every 64 KiB row identical. It costs Llama time: ÷ cubecl's 0.64–0.66 →
+//!   0.77–0.79 (TLSF alone 0.61–0.62 → 0.92–0.95; 30 replays, 2 alternated rounds, load
+//!   4–6), since `kr`'s site keeps its first layer's place (granule 28), which the next
+//!   layers' input holds: each layer's `kr` probes and searches the runs again (a relearn
+//!   of the place the runs gave did not change the time). Llama's peak is then the first layer's `swiglu`
 //!   (100 granules for 92 live): it grows the arena, and the growth gives back only spare
 //!   units up to what it takes past the allowance, so of two spare 8-granule units (`o`'s,
 //!   and `n2`'s, just freed) one stays; the later layers' layout (first places kept) keeps
