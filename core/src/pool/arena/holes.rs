@@ -75,6 +75,24 @@
 //!   creations, the give-back alone 1.162 at 46 (Llama 1.174 at 25). Placed by TLSF alone
 //!   (the bench's second row) Llama goes from 1.109 at 10 to 1.174 at 16; learned placement
 //!   keeps it at 1.109.
+//! * **Free parts of held units** (whole units). Where no spare unit holds such a request, it
+//!   goes to the first run of spare granules long enough (`spare_run_places`), committed
+//!   memory in a unit a live tensor holds. Llama-8B prefill at 2 MiB peaked at its second
+//!   layer's 4 MiB `kr`, given a unit of its own while the two 56 MiB units of the first
+//!   layer's feed-forward part each held one 4 MiB tensor (`k`, `v`): 1.109 at 10 creations →
+//!   1.087 at 10; its replay row 1.109 at 11 → 1.087 at 10, placed by TLSF alone 1.174 at 16
+//!   → 1.152 at 18; `xfmr_eager`'s replay row 1.114 at 114 → 1.114 at 111; every other row
+//!   unchanged, every 64 KiB row identical. It costs Llama time: ÷ cubecl's 0.64–0.66 →
+//!   0.77–0.79 (TLSF alone 0.61–0.62 → 0.92–0.95; 30 replays, 2 alternated rounds, load
+//!   4–6), since `kr`'s site keeps its first layer's place (granule 28), which the next
+//!   layers' input holds: each layer's `kr` probes and searches the runs again (a relearn
+//!   of the place the runs gave did not change the time). Llama's peak is then the first layer's `swiglu`
+//!   (100 granules for 92 live): it grows the arena, and the growth gives back only spare
+//!   units up to what it takes past the allowance, so of two spare 8-granule units (`o`'s,
+//!   and `n2`'s, just freed) one stays; the later layers' layout (first places kept) keeps
+//!   that unit for their attention part and `n2`, idle at every feed-forward peak. Giving
+//!   back both at that growth (the smallest spare unit past what it takes) peaks at 92 there,
+//!   but the second layer, placed anew, then made 7 more units: 1.152 at 17.
 //! * **The frontier of whole units** (same bench at 2 MiB, load 8–10; peak ÷ live and creations
 //!   on `rand_logu` / `xfmr_eager` / `gpt2s_train` / `llama8b_prefill`, MobileNet 1.045 at 3
 //!   throughout). Units capped at the committed size ÷ c (growths and commits split into
@@ -142,7 +160,8 @@ pub const MIN_GRANULE: u64 = 64 << 10;
 const PROBES: usize = 3;
 
 /// Spare units a request past the pool's peak is tried in, smallest first (with whole units):
-/// a unit whose free block TLSF does not find near the request's place is passed over.
+/// a unit whose free block TLSF does not find near the request's place is passed over. As many
+/// runs of spare granules are tried after them, in address order.
 const SPARE_UNIT_TRIES: usize = 4;
 
 /// Which granules of an arena with holes hold memory, and which of those are spare.
@@ -388,6 +407,31 @@ impl Holes {
         places
     }
 
+    /// With whole units, the places where a request of `size` bytes at `align` lies wholly on
+    /// a run of spare granules, the first such runs in address order (at most
+    /// [`SPARE_UNIT_TRIES`]), as byte offsets; none where granules go alone. A run may lie in
+    /// a unit a live tensor holds, or span units: committed memory the request needs no call
+    /// for.
+    fn spare_run_places(&self, size: u64, align: u64) -> [Option<u64>; SPARE_UNIT_TRIES] {
+        let mut places = [None; SPARE_UNIT_TRIES];
+        if self.handles.is_none() {
+            return places;
+        }
+        let shift = self.shift;
+        let fits = self
+            .spare
+            .runs(0, self.spare.len(), true)
+            .filter_map(|(a, b)| {
+                // `align` is a power of two (checked).
+                let offset = ((a << shift) + align - 1) & !(align - 1);
+                (offset + size <= b << shift).then_some(offset)
+            });
+        for (place, offset) in places.iter_mut().zip(fits) {
+            *place = Some(offset);
+        }
+        places
+    }
+
     /// With whole units, takes the smallest spare unit to give back; as [`Holes::take_spare`].
     fn take_smallest_unit(&mut self) -> Option<(u64, u64)> {
         let (start, len) = self.handles.as_mut()?.take_smallest()?;
@@ -619,8 +663,10 @@ impl ArenaPool {
     /// New memory or a unit moved there would leave a larger spare unit idle beside it, and on
     /// the transformer traces those units were what the peak was made of. Under the pool's own
     /// peak (a trimmed pool growing again) the place stays: the large units spare there are
-    /// the ones the step's large tensors take moments later. `Ok(None)` when no spare unit
-    /// holds it, or TLSF does not find the one that does.
+    /// the ones the step's large tensors take moments later. Where no spare unit holds it, it
+    /// goes to a run of spare granules long enough (the free part of a unit a live tensor
+    /// holds: committed memory, no call). `Ok(None)` when neither holds it, or TLSF does not
+    /// find the ones that do.
     fn in_spare_unit(
         st: &mut State,
         index: usize,
@@ -656,6 +702,18 @@ impl ArenaPool {
             if let (Some(unit), Some(h)) = (unit, b.holes.as_mut()) {
                 h.taken(&unit);
                 return Ok(Some(unit));
+            }
+        }
+        let Some(h) = b.holes.as_mut() else {
+            return Ok(None);
+        };
+        // Spare granules are wholly free: TLSF holds the range, as its own block or inside one.
+        for offset in h.spare_run_places(size, align).into_iter().flatten() {
+            if let Some(run) = b.tlsf.allocate_at(offset, size, align, None)? {
+                if let Some(h) = b.holes.as_mut() {
+                    h.taken(&run);
+                }
+                return Ok(Some(run));
             }
         }
         Ok(None)

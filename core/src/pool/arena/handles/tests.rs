@@ -574,6 +574,54 @@ fn past_the_peak_a_request_off_memory_goes_to_the_smallest_spare_unit_that_holds
     assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
 }
 
+/// Past its allowance and its peak, a request whose place lacks memory and which no spare unit
+/// holds goes to free committed granules of a unit a live tensor holds: no new memory (Llama-8B
+/// prefill at 2 MiB made a unit for a 4 MiB tensor while two 56 MiB units held one tensor of
+/// 4 MiB each, and peaked there).
+#[test]
+fn past_the_peak_a_request_no_spare_unit_holds_goes_to_the_free_part_of_a_held_unit() {
+    let backend = WholeUnits::new();
+    let p = pool(&backend, false);
+    let mut held = pinned(&backend, &p, &[64, 6656, 12288], 10);
+    // The 6.5 MiB tensor goes and trim gives its memory back: a hole without memory, where
+    // every place TLSF offers a 1.5 MiB request lies.
+    p.free(held.remove(2).handle).unwrap();
+    assert!(p.trim().unwrap() >= 6 * MIB);
+    // An 8 MiB tensor grows the arena at its end to its peak and stays; the 12 MiB one goes:
+    // one spare unit.
+    let c = filled(&backend, &p, 8 * MIB, 30);
+    let y = held.remove(3);
+    let y_at = y.range.offset;
+    p.free(y.handle).unwrap();
+    check(&backend, &p);
+    let (created, moved, reserved) = (backend.created(), backend.moved(), p.stats().reserved);
+    assert_eq!(reserved, p.stats().peak_reserved);
+    // The first 1.5 MiB goes to the spare 12 MiB unit; the second finds no spare unit, but the
+    // rest of that unit is free and committed.
+    let a = filled(&backend, &p, 3 * MIB / 2, 40);
+    let b = filled(&backend, &p, 3 * MIB / 2, 41);
+    check(&backend, &p);
+    for x in [&a, &b] {
+        assert!(
+            x.range.offset >= y_at && x.range.offset + x.range.size <= y_at + 12 * MIB,
+            "placed at {} (the 12 MiB unit at {y_at})",
+            x.range.offset
+        );
+    }
+    assert_eq!(
+        (backend.created(), backend.moved(), p.stats().reserved),
+        (created, moved, reserved)
+    );
+    assert_holds(&backend, &a, 40);
+    assert_holds(&backend, &b, 41);
+    assert_holds(&backend, &c, 30);
+    for x in [a, b, c].into_iter().chain(held) {
+        p.free(x.handle).unwrap();
+    }
+    p.trim().unwrap();
+    assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+}
+
 /// Past its allowance and its peak, a run no spare unit fits gives a spare unit back before
 /// new memory is made for it: the pool's committed bytes fall instead of rising.
 #[test]
