@@ -160,21 +160,9 @@ impl Handles {
             .range(..(n, u64::MAX))
             .rev()
             .filter(|(len, start)| start + len <= end)
-            .find(|(_, start)| {
-                let spare = cells
-                    .get(*start as usize)
-                    .is_some_and(|c| c.unit == *start && c.spare);
-                if !spare {
-                    stale.push(*start);
-                }
-                spare
-            })
+            .find(|(_, start)| still_spare(cells, *start, &mut stale))
             .copied();
-        for start in stale {
-            if let Some(&mut Cell { len, .. }) = self.unit_mut(start) {
-                self.unlist(len, start);
-            }
-        }
+        self.unlist_stale(stale);
         let (len, start) = found?;
         self.unlist(len, start);
         Some((start, len))
@@ -186,19 +174,19 @@ impl Handles {
     pub(super) fn smallest(&mut self, n: u64, out: &mut [Option<(u64, u64)>]) {
         let mut stale = Vec::new();
         let cells = &self.cells;
-        let spare = self.spare.range((n, 0)..).filter(|(_, start)| {
-            let spare = cells
-                .get(*start as usize)
-                .is_some_and(|c| c.unit == *start && c.spare);
-            if !spare {
-                stale.push(*start);
-            }
-            spare
-        });
+        let spare = self
+            .spare
+            .range((n, 0)..)
+            .filter(|(_, start)| still_spare(cells, *start, &mut stale));
         out.fill(None);
         for (slot, &(len, start)) in out.iter_mut().zip(spare) {
             *slot = Some((start, len));
         }
+        self.unlist_stale(stale);
+    }
+
+    /// Unlists the listed units [`still_spare`] found no longer spare.
+    fn unlist_stale(&mut self, stale: Vec<u64>) {
         for start in stale {
             if let Some(&mut Cell { len, .. }) = self.unit_mut(start) {
                 self.unlist(len, start);
@@ -346,6 +334,18 @@ impl Handles {
         }
         Ok(())
     }
+}
+
+/// Whether the unit listed at granule `start` is still a spare unit there (the list is updated
+/// lazily); if not, `start` goes to `stale` for [`Handles::unlist_stale`].
+fn still_spare(cells: &[Cell], start: u64, stale: &mut Vec<u64>) -> bool {
+    let spare = cells
+        .get(start as usize)
+        .is_some_and(|c| c.unit == start && c.spare);
+    if !spare {
+        stale.push(start);
+    }
+    spare
 }
 
 #[cfg(test)]
