@@ -214,13 +214,14 @@ impl Rule {
     /// Whether to cut with `done` endpoints placed and `checked` of them checked in `busy`;
     /// `alone`: the verifier runs on the sweep's thread, so their remaining times add up. After a
     /// cut, the verifier only finishes the endpoints placed before it, and the rest is checked in
-    /// its slots as it is placed (about as costly as placing it, within [`REST_SHARE`]); past the
-    /// first endpoint, slabs alone are placed over every endpoint too ([`or_slabs_alone`]).
+    /// its slots as it is placed (about as costly as placing it, within [`REST_SHARE`]), and
+    /// slabs alone are placed over every endpoint too ([`or_slabs_alone`]). That pass is counted
+    /// at the first endpoint as well, where a cut costs only one of the two: a sweep that could
+    /// not afford it one chunk later is cut before it starts, not after one chunk with both.
     fn cut(&self, done: usize, (checked, busy): (usize, Duration), alone: bool) -> bool {
         let sweep = per(self.started.elapsed(), done, self.prior.0);
         let check = per(busy, checked, self.prior.1);
-        let slabs_alone = if done > 0 { self.total } else { 0 };
-        let rest = sweep * REST_SHARE * (self.total - done + slabs_alone) as f64;
+        let rest = sweep * REST_SHARE * (2 * self.total - done) as f64;
         let behind = check * (done - checked.min(done)) as f64;
         let needed = if alone {
             rest + behind
