@@ -400,9 +400,7 @@ impl Holes {
         let mut units = [None; SPARE_UNIT_TRIES];
         u.smallest(size.div_ceil(1 << shift), &mut units);
         for (place, (start, len)) in places.iter_mut().zip(units.into_iter().flatten()) {
-            // `align` is a power of two (checked).
-            let offset = ((start << shift) + align - 1) & !(align - 1);
-            *place = Some(offset).filter(|o| o + size <= (start + len) << shift);
+            *place = place_on(start, start + len, shift, size, align);
         }
         places
     }
@@ -421,11 +419,7 @@ impl Holes {
         let fits = self
             .spare
             .runs(0, self.spare.len(), true)
-            .filter_map(|(a, b)| {
-                // `align` is a power of two (checked).
-                let offset = ((a << shift) + align - 1) & !(align - 1);
-                (offset + size <= b << shift).then_some(offset)
-            });
+            .filter_map(|(a, b)| place_on(a, b, shift, size, align));
         for (place, offset) in places.iter_mut().zip(fits) {
             *place = Some(offset);
         }
@@ -520,6 +514,13 @@ impl Holes {
         }
         Ok(())
     }
+}
+
+/// The lowest offset at `align` (a power of two, checked) from which `size` bytes lie within
+/// granules `[start, end)` of `2^shift` bytes, if any.
+fn place_on(start: u64, end: u64, shift: u32, size: u64, align: u64) -> Option<u64> {
+    let offset = ((start << shift) + align - 1) & !(align - 1);
+    (offset + size <= end << shift).then_some(offset)
 }
 
 impl ArenaPool {
@@ -853,19 +854,9 @@ impl ArenaPool {
             let Some((from, n)) = h.take_spare(left, end) else {
                 break;
             };
-            let r = self.backend.decommit_range(id, from << shift, n << shift);
-            if let Err(e) = Self::note(st, r) {
-                if let Some(h) = Self::holes(st, index) {
-                    h.untake(from, n);
-                }
+            if let Err(e) = self.give_back_taken(st, index, id, (from, n), shift) {
                 return if released > 0 { Ok(released) } else { Err(e) };
             }
-            let before = Self::committed(st, index);
-            if let Some(h) = Self::holes(st, index) {
-                h.given_back(from, n);
-            }
-            self.budget.release(n << shift);
-            self.committed_changed(st, index, before);
             released += n << shift;
             left -= n;
         }
@@ -879,15 +870,29 @@ impl ArenaPool {
             return;
         };
         let shift = h.shift;
-        let Some((from, n)) = h.take_smallest_unit() else {
+        let Some(taken) = h.take_smallest_unit() else {
             return;
         };
+        // Refused, the unit stays committed and spare: new memory is made as before.
+        let _ = self.give_back_taken(st, index, id, taken, shift);
+    }
+
+    /// Decommits `n` granules from granule `from`, taken spare from the arena at `index` (block
+    /// `id`), and counts them given back; refused, they are spare again and the error returned.
+    fn give_back_taken(
+        &self,
+        st: &mut State,
+        index: usize,
+        id: BlockId,
+        (from, n): (u64, u64),
+        shift: u32,
+    ) -> Result<()> {
         let r = self.backend.decommit_range(id, from << shift, n << shift);
-        if Self::note(st, r).is_err() {
+        if let Err(e) = Self::note(st, r) {
             if let Some(h) = Self::holes(st, index) {
                 h.untake(from, n);
             }
-            return;
+            return Err(e);
         }
         let before = Self::committed(st, index);
         if let Some(h) = Self::holes(st, index) {
@@ -895,6 +900,7 @@ impl ArenaPool {
         }
         self.budget.release(n << shift);
         self.committed_changed(st, index, before);
+        Ok(())
     }
 
     /// Counts a change of the committed bytes of the block at `index` from `before` and tells

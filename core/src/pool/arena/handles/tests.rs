@@ -532,6 +532,29 @@ fn pinned(backend: &WholeUnits, p: &ArenaPool, kib: &[u64], first: u8) -> Vec<Al
     held
 }
 
+/// 64 KiB, 6.5 MiB and 12 MiB tensors pinned apart, then the 6.5 MiB one freed and trimmed: a
+/// hole without memory, where every place TLSF offers a 1.5 MiB request lies. The rest, held.
+fn hole_without_memory(backend: &WholeUnits, p: &ArenaPool) -> Vec<Allocation> {
+    let mut held = pinned(backend, p, &[64, 6656, 12288], 10);
+    p.free(held.remove(2).handle).unwrap();
+    assert!(p.trim().unwrap() >= 6 * MIB);
+    held
+}
+
+/// Units the backend created, moves it made, and the pool's committed bytes.
+fn counts(backend: &WholeUnits, p: &ArenaPool) -> (u64, u64, u64) {
+    (backend.created(), backend.moved(), p.stats().reserved)
+}
+
+/// Frees `live`, trims, and checks that nothing is left in the pool or the backend.
+fn release(backend: &WholeUnits, p: &ArenaPool, live: impl IntoIterator<Item = Allocation>) {
+    for a in live {
+        p.free(a.handle).unwrap();
+    }
+    p.trim().unwrap();
+    assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+}
+
 /// Past its allowance and its peak, a request whose place lacks memory goes to the smallest
 /// spare unit that holds it: no new memory, no move (new memory would have left both spare
 /// units idle beside it).
@@ -539,11 +562,7 @@ fn pinned(backend: &WholeUnits, p: &ArenaPool, kib: &[u64], first: u8) -> Vec<Al
 fn past_the_peak_a_request_off_memory_goes_to_the_smallest_spare_unit_that_holds_it() {
     let backend = WholeUnits::new();
     let p = pool(&backend, false);
-    let mut held = pinned(&backend, &p, &[64, 6656, 12288], 10);
-    // The 6.5 MiB tensor goes and trim gives its memory back: a hole without memory, where
-    // every place TLSF offers a 1.5 MiB request lies.
-    p.free(held.remove(2).handle).unwrap();
-    assert!(p.trim().unwrap() >= 6 * MIB);
+    let mut held = hole_without_memory(&backend, &p);
     // An 8 MiB tensor grows the arena at its end to its peak; then it and the 12 MiB one go:
     // two spare units.
     let c = filled(&backend, &p, 8 * MIB, 30);
@@ -551,7 +570,7 @@ fn past_the_peak_a_request_off_memory_goes_to_the_smallest_spare_unit_that_holds
     p.free(c.handle).unwrap();
     p.free(held.remove(3).handle).unwrap();
     check(&backend, &p);
-    let (created, moved, reserved) = (backend.created(), backend.moved(), p.stats().reserved);
+    let (created, moved, reserved) = counts(&backend, &p);
     assert_eq!(reserved, p.stats().peak_reserved);
     // 1.5 MiB: TLSF's places are in the hole, without memory; the 8 MiB tensor's unit holds
     // it, and is smaller than the 12 MiB one's.
@@ -562,16 +581,9 @@ fn past_the_peak_a_request_off_memory_goes_to_the_smallest_spare_unit_that_holds
         "placed at {} (the 8 MiB unit at {c_at})",
         x.range.offset
     );
-    assert_eq!(
-        (backend.created(), backend.moved(), p.stats().reserved),
-        (created, moved, reserved)
-    );
+    assert_eq!(counts(&backend, &p), (created, moved, reserved));
     assert_holds(&backend, &x, 40);
-    for x in std::iter::once(x).chain(held) {
-        p.free(x.handle).unwrap();
-    }
-    p.trim().unwrap();
-    assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+    release(&backend, &p, std::iter::once(x).chain(held));
 }
 
 /// Past its allowance and its peak, a request whose place lacks memory and which no spare unit
@@ -582,11 +594,7 @@ fn past_the_peak_a_request_off_memory_goes_to_the_smallest_spare_unit_that_holds
 fn past_the_peak_a_request_no_spare_unit_holds_goes_to_the_free_part_of_a_held_unit() {
     let backend = WholeUnits::new();
     let p = pool(&backend, false);
-    let mut held = pinned(&backend, &p, &[64, 6656, 12288], 10);
-    // The 6.5 MiB tensor goes and trim gives its memory back: a hole without memory, where
-    // every place TLSF offers a 1.5 MiB request lies.
-    p.free(held.remove(2).handle).unwrap();
-    assert!(p.trim().unwrap() >= 6 * MIB);
+    let mut held = hole_without_memory(&backend, &p);
     // An 8 MiB tensor grows the arena at its end to its peak and stays; the 12 MiB one goes:
     // one spare unit.
     let c = filled(&backend, &p, 8 * MIB, 30);
@@ -594,7 +602,7 @@ fn past_the_peak_a_request_no_spare_unit_holds_goes_to_the_free_part_of_a_held_u
     let y_at = y.range.offset;
     p.free(y.handle).unwrap();
     check(&backend, &p);
-    let (created, moved, reserved) = (backend.created(), backend.moved(), p.stats().reserved);
+    let (created, moved, reserved) = counts(&backend, &p);
     assert_eq!(reserved, p.stats().peak_reserved);
     // The first 1.5 MiB goes to the spare 12 MiB unit; the second finds no spare unit, but the
     // rest of that unit is free and committed.
@@ -608,18 +616,11 @@ fn past_the_peak_a_request_no_spare_unit_holds_goes_to_the_free_part_of_a_held_u
             x.range.offset
         );
     }
-    assert_eq!(
-        (backend.created(), backend.moved(), p.stats().reserved),
-        (created, moved, reserved)
-    );
+    assert_eq!(counts(&backend, &p), (created, moved, reserved));
     assert_holds(&backend, &a, 40);
     assert_holds(&backend, &b, 41);
     assert_holds(&backend, &c, 30);
-    for x in [a, b, c].into_iter().chain(held) {
-        p.free(x.handle).unwrap();
-    }
-    p.trim().unwrap();
-    assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+    release(&backend, &p, [a, b, c].into_iter().chain(held));
 }
 
 /// Past its allowance and its peak, a run no spare unit fits gives a spare unit back before
@@ -640,7 +641,7 @@ fn past_the_peak_a_spare_unit_goes_back_before_new_memory() {
     // the growth takes past the allowance, so both stay).
     let e = filled(&backend, &p, 4 * MIB, 50);
     check(&backend, &p);
-    let (created, moved, reserved) = (backend.created(), backend.moved(), p.stats().reserved);
+    let (created, moved, reserved) = counts(&backend, &p);
     assert_eq!(reserved, p.stats().peak_reserved);
     // 2.75 MiB lands in the 3 MiB hole: the 2.5 MiB tensor's unit is moved there, and the
     // few granules left get new memory after the 2 MiB tensor's unit, which fits neither
@@ -658,11 +659,7 @@ fn past_the_peak_a_spare_unit_goes_back_before_new_memory() {
     );
     assert_holds(&backend, &x, 40);
     assert_holds(&backend, &e, 50);
-    for x in [x, e, pin].into_iter().chain(held) {
-        p.free(x.handle).unwrap();
-    }
-    p.trim().unwrap();
-    assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+    release(&backend, &p, [x, e, pin].into_iter().chain(held));
 }
 
 /// A trimmed pool growing again under its old peak (past its allowance) keeps a small
@@ -699,9 +696,5 @@ fn under_its_old_peak_a_pool_keeps_a_small_request_out_of_a_large_spare_unit() {
     // The 9 MiB unit is still spare: trim gives it back.
     assert!(p.trim().unwrap() >= 9 * MIB - 8 * G);
     assert_holds(&backend, &x, 40);
-    for x in std::iter::once(x).chain(held) {
-        p.free(x.handle).unwrap();
-    }
-    p.trim().unwrap();
-    assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+    release(&backend, &p, std::iter::once(x).chain(held));
 }
