@@ -9,6 +9,7 @@
 )]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tensormem::{Backend, Runtime, RuntimeConfig};
 use tensormem_examples::backend_select::{self, BackendChoice, SelectOptions};
@@ -21,19 +22,27 @@ pub const NAMES: [(&str, BackendChoice); 4] = [
     ("cuda", BackendChoice::Cuda),
 ];
 
+/// The Vulkan and wgpu backends' wait limit in these tests, past their 60 s default: lavapipe
+/// compiles a kernel on its first wait, and on a cold shader cache beside a loaded build one took
+/// longer than 60 s (MiniLM's chunked attention, `vkWaitSemaphores`, 2026-12-02). A hang still
+/// fails, later.
+const WAIT_LIMIT: Duration = Duration::from_secs(600);
+
 /// A runtime on every backend available here, with its name. Prints one line per backend that is
 /// skipped. Host must always be available.
 pub fn available_runtimes() -> Vec<(&'static str, Runtime)> {
     let mut out = Vec::new();
+    let options = SelectOptions {
+        wait_timeout: Some(WAIT_LIMIT),
+    };
     for (name, choice) in NAMES {
-        let backend: Arc<dyn Backend> =
-            match backend_select::select(choice, &SelectOptions::default()) {
-                Ok(s) => s.backend,
-                Err(e) => {
-                    println!("SKIP backend {name}: {e}");
-                    continue;
-                }
-            };
+        let backend: Arc<dyn Backend> = match backend_select::select(choice, &options) {
+            Ok(s) => s.backend,
+            Err(e) => {
+                println!("SKIP backend {name}: {e}");
+                continue;
+            }
+        };
         let actual = backend.capabilities().backend;
         if actual != name {
             println!("SKIP backend {name}: selection fell back to {actual}");

@@ -256,6 +256,28 @@ fn randomised_preorders_keep_identical_buffers_in_id_order() {
     panic!("not found in 64 steps");
 }
 
+/// A probe's first step is the canonical search alone: on this exactly-full pinwheel the
+/// exact cover's first run used up its 1000 nodes (90 ms) undecided, where the canonical search
+/// finds the plan within them.
+#[test]
+fn a_probe_starts_with_the_canonical_search_alone() {
+    use super::super::{PackingDesc, PackingFamily};
+    let desc = PackingDesc {
+        count: 100,
+        capacity: 1 << 20,
+        horizon: 1 << 20,
+        grid: 1024,
+        family: PackingFamily::Pinwheel,
+        seed: 0,
+    };
+    let (b, _) = desc.generate();
+    let mut prover = Prover::new(&b, 0);
+    match prover.step(Some(1 << 20), 0, 0, deadline(60), &|| false) {
+        Event::Found { offsets, .. } => check_found(&b, 1 << 20, Outcome::Found(offsets)),
+        other => panic!("the first step did not find the plan: {other:?}"),
+    }
+}
+
 #[test]
 fn order_twins_sorts_each_group_by_id() {
     let b = vec![
