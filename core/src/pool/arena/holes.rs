@@ -84,15 +84,25 @@
 //!   → 1.152 at 18; `xfmr_eager`'s replay row 1.114 at 114 → 1.114 at 111; every other row
 //!   unchanged, every 64 KiB row identical. It costs Llama time: ÷ cubecl's 0.64–0.66 →
 //!   0.77–0.79 (TLSF alone 0.61–0.62 → 0.92–0.95; 30 replays, 2 alternated rounds, load
-//!   4–6), since `kr`'s site keeps its first layer's place (granule 28), which the next
-//!   layers' input holds: each layer's `kr` probes and searches the runs again (a relearn
-//!   of the place the runs gave did not change the time). Llama's peak is then the first layer's `swiglu`
-//!   (100 granules for 92 live): it grows the arena, and the growth gives back only spare
-//!   units up to what it takes past the allowance, so of two spare 8-granule units (`o`'s,
-//!   and `n2`'s, just freed) one stays; the later layers' layout (first places kept) keeps
-//!   that unit for their attention part and `n2`, idle at every feed-forward peak. Giving
-//!   back both at that growth (the smallest spare unit past what it takes) peaks at 92 there,
-//!   but the second layer, placed anew, then made 7 more units: 1.152 at 17.
+//!   4–6). Instrumented, the cost was not `kr`'s alone: the later runs are laid out 8
+//!   granules off the first (their first layer, after another history, had no hints), so the
+//!   first places kept ([`sites`](super::sites)) failed in every layer, for the three
+//!   feed-forward tensors, `kr` and the residual, and `o`'s and `r1`'s lay on given-back
+//!   granules (probed): 2661 of 4820 placements missed their hint, 1527 probed. A site whose
+//!   last two uses got the same other place learns it: 43 missed, 36 probed, ÷ cubecl's
+//!   0.85–0.89 → 0.71 (3 alternated rounds of 30 replays, load 5–6; 0.84–0.86 → 0.71–0.72 at
+//!   load 1), every row's peaks, creations and maps unchanged, the 64 KiB rows' times too.
+//!   Learned on one miss, GPT-2 1.073 at 37 and Llama 1.152 at 11; on two misses at any
+//!   places GPT-2 1.042 at 33. Llama's peak is then the first layer's `swiglu` (100 granules
+//!   for 92 live): it grows the arena, and the growth gives back only spare units up to what
+//!   it takes past the allowance, so of two spare 8-granule units (`o`'s, and `n2`'s, just
+//!   freed) one stays; the later layers' layout (first places kept) keeps that unit for their
+//!   attention part and `n2`, idle at every feed-forward peak. Giving back both at that
+//!   growth (the smallest spare unit past what it takes) peaks at 92 there, but the second
+//!   layer, placed anew, then made 7 more units: 1.152 at 17; with the relearned places the
+//!   same (the smallest spare unit below the tail given back while the growth is still past
+//!   its allowance): 1.152 at 17, replay 1.152 at 16, the other holes rows unchanged (TLSF
+//!   alone, `xfmr_eager` 1.133 at 61 → 1.114 at 47).
 //! * **The frontier of whole units** (same bench at 2 MiB, load 8–10; peak ÷ live and creations
 //!   on `rand_logu` / `xfmr_eager` / `gpt2s_train` / `llama8b_prefill`, MobileNet 1.045 at 3
 //!   throughout). Units capped at the committed size ÷ c (growths and commits split into

@@ -125,6 +125,31 @@ fn a_table_that_keeps_first_places_gives_the_first_back() {
     assert_eq!(s.hint(k), Some((b.offset, b.landmark())));
 }
 
+#[test]
+fn a_kept_first_place_missed_twice_in_a_row_for_one_other_is_replaced_by_it() {
+    let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
+    let [a, b, c] = [(); 3].map(|()| tlsf.allocate(4096, 256).unwrap().unwrap());
+    let mut s = Sites::new(true);
+    let k = s.key(4096, 256);
+    let first = Some((a.offset, a.landmark()));
+    s.learn(k, &a);
+    // Misses at different places, or a miss between uses at the first place, keep it.
+    for r in [&b, &c, &b, &a, &b, &a] {
+        s.learn(k, r);
+        assert_eq!(s.hint(k), first);
+    }
+    s.learn(k, &b);
+    assert_eq!(s.hint(k), first, "one miss keeps the first place");
+    s.learn(k, &b);
+    assert_eq!(
+        s.hint(k),
+        Some((b.offset, b.landmark())),
+        "the second miss in a row at the same place learns it"
+    );
+    s.learn(k, &a);
+    assert_eq!(s.hint(k), Some((b.offset, b.landmark())), "kept again");
+}
+
 /// The host backend, counting the holes calls (moves and new memory) the pool makes.
 struct Counted {
     host: HostBackend,
