@@ -102,7 +102,16 @@
 //!   layer, placed anew, then made 7 more units: 1.152 at 17; with the relearned places the
 //!   same (the smallest spare unit below the tail given back while the growth is still past
 //!   its allowance): 1.152 at 17, replay 1.152 at 16, the other holes rows unchanged (TLSF
-//!   alone, `xfmr_eager` 1.133 at 61 → 1.114 at 47).
+//!   alone, `xfmr_eager` 1.133 at 61 → 1.114 at 47). Llama's tenth creation is iteration 1's
+//!   `swiglu` growing the arena by 8 granules: `o`'s unit, given back at the first `swiglu`,
+//!   leaves the first layer's places (`n1` at granule 8) on decommitted granules, and the next
+//!   runs' first layers land 8 granules up. Tried, no gain: the give-back's spare unit taken
+//!   lowest among equal sizes (not highest), Llama 1.152 at 11 (`xfmr_eager` 1.104 at 48); the
+//!   sites' history restarted when the pool empties (the next run's first layer finds the
+//!   first run's hints), 1.152 at 11; with it, a hinted place on decommitted granules not
+//!   probed, 1.087 at 10 (`n1` still goes to the smallest spare unit, 8 granules up;
+//!   `xfmr_eager` 1.133 at 46); and backed by a moved unit instead of that (skipping
+//!   `in_spare_unit`), 1.087 at 15 with 656 maps, `xfmr_eager` 1.162 at 38 (2 MiB, load 3).
 //! * **The frontier of whole units** (same bench at 2 MiB, load 8–10; peak ÷ live and creations
 //!   on `rand_logu` / `xfmr_eager` / `gpt2s_train` / `llama8b_prefill`, MobileNet 1.045 at 3
 //!   throughout). Units capped at the committed size ÷ c (growths and commits split into
