@@ -112,6 +112,10 @@
 //!   probed, 1.087 at 10 (`n1` still goes to the smallest spare unit, 8 granules up;
 //!   `xfmr_eager` 1.133 at 46); and backed by a moved unit instead of that (skipping
 //!   `in_spare_unit`), 1.087 at 15 with 656 maps, `xfmr_eager` 1.162 at 38 (2 MiB, load 3).
+//!   For the peak, no gain either: `in_spare_unit` past the peak alone, past the allowance
+//!   alone, or always, Llama 1.087 at 10 each (`xfmr_eager` 1.104 at 47, 1.181 at 54, 1.249
+//!   at 48); the growth giving back smallest spare units until within its allowance, 1.152 at
+//!   18 (`xfmr_eager` 1.143 at 54), with `in_spare_unit` always 1.152 at 14 (1.143 at 49).
 //! * **The frontier of whole units** (same bench at 2 MiB, load 8–10; peak ÷ live and creations
 //!   on `rand_logu` / `xfmr_eager` / `gpt2s_train` / `llama8b_prefill`, MobileNet 1.045 at 3
 //!   throughout). Units capped at the committed size ÷ c (growths and commits split into
