@@ -2,4 +2,5 @@
 
 pub mod backend_select;
 pub mod cli;
+pub mod huge_pages;
 pub mod models;

@@ -51,7 +51,7 @@ const ALLOC: u32 = 1 << 31;
 const UNRANKED: u32 = u32::MAX;
 
 /// One endpoint as stored (24 bytes).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, bytemuck::Zeroable)]
 struct Endpoint {
     time: u64,
     size: u64,
@@ -374,40 +374,39 @@ impl Keys {
     fn sort(&self, buffers: &[Buffer], threads: usize) -> (Vec<Endpoint>, Vec<Run>) {
         let parts = split(buffers.len(), threads);
         // Each thread buckets its share of the buffers by the high time bits.
-        let bucketed: Vec<Bucketed> = in_parallel(&parts, |part| self.bucket_all(buffers, part));
+        let bucketed: Vec<Bucketed> = in_parallel(parts, |part| self.bucket_all(buffers, &part));
         let buckets = 1usize << self.high;
         let total = 2 * buffers.len();
         // Runs of buckets with about equal numbers of endpoints, at most one per thread, each with
         // the allocation rank and the live count at its start.
-        let mut runs: Vec<(Range<usize>, u32, usize)> = Vec::with_capacity(threads);
-        let (mut first, mut rank, mut live) = (0, 0, 0);
+        let mut runs: Vec<(Range<usize>, u32, usize, usize)> = Vec::with_capacity(threads);
+        let (mut first, mut rank, mut live, mut start) = (0, 0, 0, 0);
         let (mut at, mut opened) = (0usize, 0usize);
         for b in 0..buckets {
             at += bucketed.iter().map(|p| p.len(b)).sum::<usize>();
             opened += bucketed.iter().map(|p| p.allocs[b]).sum::<usize>();
             let full = runs.len() + 1 < threads && at * threads >= total * (runs.len() + 1);
             if full || b + 1 == buckets {
-                runs.push((first..b + 1, rank, live));
+                runs.push((first..b + 1, rank, live, at - start));
                 // Ranks stay below 2^31, and no more buffers die than were allocated.
-                (first, rank, live) = (b + 1, opened as u32, 2 * opened - at);
+                (first, rank, live, start) = (b + 1, opened as u32, 2 * opened - at, at);
             }
         }
-        let done: Vec<(Vec<Endpoint>, Run)> = in_parallel(&runs, |(range, rank, live)| {
-            // The first run's list takes the others' after it.
-            let capacity = if range.start == 0 { total } else { 0 };
-            let run = Run::new(*rank, *live, buffers.len());
-            self.finish_buckets(&bucketed, range.clone(), run, capacity)
-        });
-        let mut done = done.into_iter();
-        let Some((mut list, first)) = done.next() else {
-            return (Vec::new(), Vec::new());
-        };
-        let mut profiles = vec![first];
-        for (part, run) in done {
-            list.extend_from_slice(&part);
-            profiles.push(run);
+        // Each run writes its endpoints into its own part of one list, which the allocator hands
+        // over zeroed (untouched pages), so no pass over it comes before the runs' and none joins
+        // their lists after.
+        let mut list: Vec<Endpoint> = bytemuck::zeroed_vec(total);
+        let mut jobs = Vec::with_capacity(runs.len());
+        let mut unclaimed = list.as_mut_slice();
+        for (range, rank, live, len) in runs {
+            let (part, after) = std::mem::take(&mut unclaimed).split_at_mut(len);
+            unclaimed = after;
+            jobs.push((range, Run::new(rank, live, buffers.len()), part));
         }
-        (list, profiles)
+        let runs = in_parallel(jobs, |(range, run, part)| {
+            self.finish_buckets(&bucketed, range, run, part)
+        });
+        (list, runs)
     }
 
     /// The records of `buffers[part]`, bucketed by the high time bits (in id order within a
@@ -444,32 +443,34 @@ impl Keys {
         }
     }
 
-    /// Sorts and finishes buckets `range` of every thread's records: the run's endpoints.
+    /// Sorts and finishes buckets `range` of every thread's records into `out`, the run's
+    /// endpoints (exactly as many as those buckets hold).
     fn finish_buckets(
         &self,
         bucketed: &[Bucketed],
         range: Range<usize>,
         mut run: Run,
-        capacity: usize,
-    ) -> (Vec<Endpoint>, Run) {
-        let count = range
-            .clone()
-            .map(|b| bucketed.iter().map(|p| p.len(b)).sum::<usize>());
-        let mut list = Vec::with_capacity(capacity.max(count.sum()));
+        out: &mut [Endpoint],
+    ) -> Run {
         let mut bucket: Vec<(u64, u64)> = Vec::new();
         let mut scratch: Vec<(u64, u64)> = Vec::new();
         let low_bits = self.time - self.high;
+        let mut at = 0;
         for b in range {
             bucket.clear();
             for p in bucketed {
                 bucket.extend_from_slice(p.bucket(b));
             }
             self.sort_low(&mut bucket, &mut scratch, low_bits);
-            let at = list.len();
-            list.extend(bucket.iter().map(|&r| self.endpoint(r)));
-            run.finish(&mut list[at..]);
+            let part = &mut out[at..at + bucket.len()];
+            for (e, &r) in part.iter_mut().zip(&bucket) {
+                *e = self.endpoint(r);
+            }
+            run.finish(part);
+            at += bucket.len();
         }
-        (list, run)
+        debug_assert_eq!(at, out.len());
+        run
     }
 
     /// Sorts one bucket (records in id order) by the `bits` time bits below the bucket's.
@@ -537,12 +538,14 @@ fn split(n: usize, parts: usize) -> Vec<Range<usize>> {
 
 /// `work` on each item, the first on this thread and the others on threads of their own; the
 /// results in the items' order.
-fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let Some((first, others)) = items.split_first() else {
+fn in_parallel<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let mut items = items.into_iter();
+    let Some(first) = items.next() else {
         return Vec::new();
     };
     std::thread::scope(|s| {
-        let handles: Vec<_> = others.iter().map(|item| s.spawn(|| work(item))).collect();
+        let work = &work;
+        let handles: Vec<_> = items.map(|item| s.spawn(move || work(item))).collect();
         let mut results = vec![work(first)];
         results.extend(
             handles

@@ -173,7 +173,8 @@ fn lower(cut: Sweep, alone: Sweep) -> Sweep {
     }
 }
 
-/// A sweep cut before its first endpoint.
+/// A sweep cut before its first endpoint, its slabs checked on its own thread (slabs alone run
+/// on one thread, or on two beside the verifier).
 struct AtOnce;
 
 impl Watch for AtOnce {
@@ -182,6 +183,10 @@ impl Watch for AtOnce {
     }
 
     fn placed(&mut self, _: &[Placed]) {}
+
+    fn beside(&self) -> bool {
+        false
+    }
 }
 
 /// Checks, once the sweep is done, what joins the verifier's part to the rest's: the buffers live
@@ -268,6 +273,10 @@ impl Watch for Inline {
             self.fault = self.checker.check(chunk).err();
         }
     }
+
+    fn beside(&self) -> bool {
+        false
+    }
 }
 
 /// The verifier thread's progress, published after each chunk.
@@ -313,6 +322,10 @@ impl Watch for Threaded<'_> {
         copy.extend(chunk.iter().map(|p| p.offset));
         // A verifier that stopped has found a fault, which its join returns.
         let _ = self.to_check.send(copy);
+    }
+
+    fn beside(&self) -> bool {
+        true
     }
 }
 

@@ -18,7 +18,8 @@
 use super::events::{Event, Events};
 use super::freelist::FreeList;
 use super::verify::{Fault, GATHER, Placed, SlotCheck};
-use super::{Buffer, Plan, align_up};
+use super::{Buffer, Plan};
+use rest::{AtCut, Rest, place_rest};
 
 /// Offset marker for a buffer not placed yet.
 const UNPLACED: u64 = u64::MAX;
@@ -72,6 +73,8 @@ pub(crate) trait Watch {
     fn cut(&mut self, done: usize) -> bool;
     /// The next endpoints in time order, with their offsets.
     fn placed(&mut self, chunk: &[Placed]);
+    /// Whether a second core is free to check the rest after a cut beside its placing.
+    fn beside(&self) -> bool;
 }
 
 /// Runs the sweep, asking `watch` before each chunk of endpoints whether to stop and complete
@@ -133,33 +136,15 @@ pub(crate) fn sweep_best_fit(
     let slabs = padded_worst <= (u64::MAX / 5) as u128;
     let base = arena.top();
     drop(arena);
-    let mut rest = Rest::new(slabs, base);
-    let mut check = SlotCheck::new(base, live);
-    // Allocations of rank `cut` and above are the rest's.
-    let cut = slots.len();
-    for e in endpoints {
-        if e.alloc {
-            if live == 0 {
-                rest.reset();
-            }
-            live += 1;
-            let (offset, slot, len) = rest.alloc(e.size, e.align);
-            offsets[e.id as usize] = offset;
-            slots.push((offset, slot));
-            peak = peak.max(offset + e.size);
-            check.alloc((e.id, e.size, e.align), offset, slot, len)?;
-        } else {
-            live -= 1;
-            // Buffers the sweep placed die where it put them; the slabs take back their own.
-            let (_, slot) = slots[e.opened as usize];
-            let mine = e.opened as usize >= cut;
-            if mine {
-                rest.free(slot);
-            }
-            check.free(e.id, mine.then_some(slot))?;
-        }
-    }
-    check.finish()?;
+    let at = AtCut {
+        cut: slots.len(),
+        slots: &mut slots,
+        live,
+        peak,
+    };
+    let check = SlotCheck::new(base, live);
+    let rest = Rest::new(slabs, base);
+    let (peak, check) = place_rest(events, done, rest, at, &mut offsets, check, watch.beside())?;
     Ok(Sweep {
         plan: Plan { offsets, peak },
         swept: done,
@@ -180,69 +165,6 @@ fn next_chunk(chunk: &mut Vec<Placed>, endpoints: &mut impl Iterator<Item = Even
     }));
 }
 
-/// The allocator for the buffers after a cut: size-class slabs over `[base, …)`, or a stack when
-/// slabs could overflow. Reset (to 0) when nothing at all is live: a new time-connected group.
-///
-/// A slot of class `k` is `2^k` bytes at a multiple of `2^k`, for a buffer whose size and
-/// alignment are at most `2^k`: any slot of a class fits any buffer of that class. A new slot
-/// starts at most `2^k - 1` above the top and `2^k` is at most twice the buffer's padded size
-/// `size + align - 1`, so the top grows by at most four padded sizes per buffer; with the base
-/// (the arena's top, itself within the padded total of the group's buffers placed before) the
-/// slabs stay within five times the group's padded total.
-struct Rest {
-    slabs: bool,
-    top: u64,
-    /// The group's slots by number: offset and class (0 in a stack, where none is reused).
-    slots: Vec<(u64, u32)>,
-    /// Free slots per class (`free[k]`: numbers of free `2^k`-byte slots).
-    free: Vec<Vec<u32>>,
-}
-
-impl Rest {
-    fn new(slabs: bool, base: u64) -> Self {
-        Rest {
-            slabs,
-            top: base,
-            slots: Vec::new(),
-            free: vec![Vec::new(); 64],
-        }
-    }
-
-    fn reset(&mut self) {
-        self.top = 0;
-        self.slots.clear();
-        self.free.iter_mut().for_each(Vec::clear);
-    }
-
-    /// The class of a buffer: `k` with `2^k >= max(size, align)`.
-    fn class(size: u64, align: u64) -> usize {
-        size.max(align).next_power_of_two().trailing_zeros() as usize
-    }
-
-    /// An offset for the buffer, its slot's number for [`Self::free`] and the slot's length.
-    fn alloc(&mut self, size: u64, align: u64) -> (u64, u32, u64) {
-        let (k, len) = if self.slabs {
-            let k = Self::class(size, align);
-            if let Some(slot) = self.free[k].pop() {
-                return (self.slots[slot as usize].0, slot, 1 << k);
-            }
-            (k, 1 << k)
-        } else {
-            (0, size)
-        };
-        let offset = align_up(self.top, align.max(1 << k));
-        self.top = offset + len;
-        self.slots.push((offset, k as u32));
-        (offset, (self.slots.len() - 1) as u32, len)
-    }
-
-    fn free(&mut self, slot: u32) {
-        if self.slabs {
-            let class = self.slots[slot as usize].1;
-            self.free[class as usize].push(slot);
-        }
-    }
-}
-
+mod rest;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -24,6 +24,11 @@ use tensormem::plan::{
     greedy_by_size_with, lower_bound, parse_csv, random_lifetimes, solve, write_csv,
 };
 use tensormem::{Error, Result};
+use tensormem_examples::huge_pages::HugePages;
+
+/// Huge pages for the planner's arrays of millions of entries (see `huge_pages`).
+#[global_allocator]
+static ALLOCATOR: HugePages = HugePages;
 
 const EXIT_CODES: &str = "\
 Exit codes:

@@ -1,10 +1,12 @@
 use super::*;
-use crate::plan::{lower_bound, random_lifetimes, verify};
+use crate::plan::{align_up, lower_bound, random_lifetimes, verify};
 
 /// A watch that cuts after `chunks` chunks (never, with `usize::MAX`) and keeps what it is handed.
 pub(crate) struct CutAfter {
     pub chunks: usize,
     pub seen: Vec<Placed>,
+    /// Whether the rest is checked on a second thread.
+    pub beside: bool,
 }
 
 impl CutAfter {
@@ -12,6 +14,7 @@ impl CutAfter {
         CutAfter {
             chunks,
             seen: Vec::new(),
+            beside: false,
         }
     }
 }
@@ -23,6 +26,10 @@ impl Watch for CutAfter {
 
     fn placed(&mut self, chunk: &[Placed]) {
         self.seen.extend_from_slice(chunk);
+    }
+
+    fn beside(&self) -> bool {
+        self.beside
     }
 }
 
@@ -114,6 +121,15 @@ fn a_cut_sweep_keeps_what_it_placed_and_puts_the_rest_in_slabs() {
             assert_eq!(p.event, e);
             assert_eq!(p.offset, cut.plan.offsets[e.id as usize]);
         }
+        // The rest checked on a second thread: the same plan, the same check.
+        let mut beside = CutAfter::new(chunks);
+        beside.beside = true;
+        let threaded = sweep_best_fit(&b, &events, padded, &mut beside).unwrap();
+        assert_eq!(threaded.plan, cut.plan);
+        assert_eq!(
+            threaded.rest.map(|r| (r.base, r.peak)),
+            Some((rest.base, rest.peak))
+        );
         // Slabs reuse the slots of dead buffers: far below stacking the rest.
         let stacked = stacked_peak(&b);
         assert!(
