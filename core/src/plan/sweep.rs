@@ -92,8 +92,8 @@ pub(crate) fn sweep_best_fit(
 ) -> Result<Sweep, Fault> {
     let mut arena = FreeList::new();
     let mut offsets = vec![UNPLACED; buffers.len()];
-    // By allocation rank (see `Event::opened`): the offset, and the arena's handle (before the
-    // cut) or the slot number (after it).
+    // By allocation rank (see `Event::opened`): the offset and the arena's handle before the cut,
+    // the slot's length and number after it (see `AtCut`).
     let mut slots: Vec<(u64, u32)> = Vec::with_capacity(buffers.len());
     let (mut peak, mut live, mut done) = (0u64, 0usize, 0usize);
     let mut chunk: Vec<Placed> = Vec::with_capacity(GATHER);

@@ -28,8 +28,8 @@ const NO_SLOT: u32 = u32::MAX;
 pub(super) struct Rest {
     slabs: bool,
     top: u64,
-    /// The group's slots by number: offset and class (0 in a stack, where none is reused).
-    slots: Vec<(u64, u32)>,
+    /// The group's slots' offsets, by number.
+    slots: Vec<u64>,
     /// Free slots per class (`free[k]`: numbers of free `2^k`-byte slots).
     free: Vec<Vec<u32>>,
 }
@@ -60,7 +60,7 @@ impl Rest {
         let (k, len) = if self.slabs {
             let k = Self::class(size, align);
             if let Some(slot) = self.free[k].pop() {
-                return (self.slots[slot as usize].0, slot, 1 << k);
+                return (self.slots[slot as usize], slot, 1 << k);
             }
             (k, 1 << k)
         } else {
@@ -68,21 +68,23 @@ impl Rest {
         };
         let offset = align_up(self.top, align.max(1 << k));
         self.top = offset + len;
-        self.slots.push((offset, k as u32));
+        self.slots.push(offset);
         (offset, (self.slots.len() - 1) as u32, len)
     }
 
-    fn free(&mut self, slot: u32) {
+    /// Takes back slot number `slot` of `len` bytes (as [`Self::alloc`] returned them).
+    fn free(&mut self, slot: u32, len: u64) {
         if self.slabs {
-            let class = self.slots[slot as usize].1;
-            self.free[class as usize].push(slot);
+            self.free[len.trailing_zeros() as usize].push(slot);
         }
     }
 }
 
 /// The state of the sweep at its cut, which the rest goes on from.
 pub(super) struct AtCut<'a> {
-    /// By allocation rank: the arena's handle before the cut, the slot number after it.
+    /// By allocation rank: the offset and the arena's handle before the cut; after it, the
+    /// slot's length and number (the length is what [`Rest::free`] needs, where looking it up by
+    /// slot number was a second cache miss at each free).
     pub slots: &'a mut Vec<(u64, u32)>,
     /// Allocations of this rank and above are the rest's.
     pub cut: usize,
@@ -177,15 +179,15 @@ fn place(
             }
             live += 1;
             let (offset, slot, len) = rest.alloc(e.size, e.align);
-            slots.push((offset, slot));
+            slots.push((len, slot));
             peak = peak.max(offset + e.size);
             chunk.push(Slotted { offset, len, slot });
         } else {
             live -= 1;
             // Buffers the sweep placed die where it put them; the slabs take back their own.
-            let (_, slot) = slots[e.opened as usize];
+            let (len, slot) = slots[e.opened as usize];
             let slot = if e.opened as usize >= cut {
-                rest.free(slot);
+                rest.free(slot, len);
                 slot
             } else {
                 NO_SLOT
