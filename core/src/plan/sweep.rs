@@ -13,7 +13,8 @@
 //! Every chunk of endpoints the good fit places, with their offsets, is handed to the caller (the
 //! verifier, see [`super::first`]) as soon as it is placed. The rest is checked as it is placed,
 //! against the slot each buffer went to ([`SlotCheck`]: O(1) per endpoint, where the general
-//! verifier's ordered set of live buffers cost more than the slabs themselves at a million).
+//! verifier's ordered set of live buffers cost more than the slabs themselves at a million), on a
+//! second thread beside the placing where the caller has one ([`rest`]).
 
 use super::events::{Event, Events};
 use super::freelist::FreeList;
