@@ -155,6 +155,15 @@
 //!   54, GPT-2 1.098 at 46 alone; with the first place kept `xfmr_eager` 1.201 at 71); the
 //!   same, and the hint tried where TLSF's place lacks memory (GPT-2 1.098 at 46, the rest
 //!   unchanged).
+//! * **Small tensors apart** (same bench at 2 MiB, 1 replay; peak ÷ live at creations). On
+//!   `rand_logu` small tensors pin units: seven allocations in ten are under 2 MiB, with
+//!   lifetimes as long as the large ones'. Requests up to 64 KiB / 1 MiB served by a second
+//!   pool with holes on the same device: `rand_logu` 1.140 at 127 → 1.115 at 135 / 1.092 at
+//!   178, but `xfmr_eager` 1.104 at 47 → 1.114 at 48 / 1.220 at 66 and MobileNet 1.045 at 3 →
+//!   1.393 at 4 (the small pool's own 2 MiB unit, 5.7 MiB live); GPT-2 unchanged, Llama 1.087
+//!   / 1.098. Served by the small class's blocks instead: `rand_logu` 1.112 at 134 / 1.092 at
+//!   195, `xfmr_eager` 1.249 / 1.259, MobileNet 1.303 / 1.429. Only the random trace gains, so
+//!   neither was kept.
 
 use std::collections::VecDeque;
 
