@@ -160,4 +160,34 @@ fn a_cut_sweep_stacks_the_rest_when_slabs_could_overflow() {
     assert!(!cut.slabs);
     verify(&b, &cut.plan, None).unwrap();
     assert_eq!(cut.plan.offsets, [0, big, 2 * big, 0]);
+    // Checked on a second thread, the stack is the same.
+    let mut beside = CutAfter::new(0);
+    beside.beside = true;
+    let threaded = sweep_best_fit(&b, &events, padded, &mut beside).unwrap();
+    assert_eq!((threaded.plan, threaded.slabs), (cut.plan, false));
+}
+
+#[test]
+fn a_fault_in_the_rest_is_returned_from_either_thread() {
+    // A check told that one buffer placed before the cut is live, which never dies: the rest's
+    // check must fail at its end, whether it runs inline or beside the placing.
+    let b = [Buffer::new(0, 2, 8), Buffer::new(1, 3, 8)];
+    let events = Events::new(&b);
+    for beside in [false, true] {
+        let mut slots = Vec::new();
+        let at = rest::AtCut {
+            slots: &mut slots,
+            cut: 0,
+            live: 0,
+            peak: 0,
+        };
+        let mut offsets = vec![0; b.len()];
+        let check = SlotCheck::new(0, 1);
+        let rest = rest::Rest::new(true, 0);
+        let placed = rest::place_rest(&events, 0, rest, at, &mut offsets, check, beside);
+        assert!(
+            matches!(placed, Err(Fault::Certificate { buffer: None, .. })),
+            "beside {beside}: {placed:?}"
+        );
+    }
 }
