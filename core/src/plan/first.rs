@@ -173,8 +173,8 @@ fn lower(cut: Sweep, alone: Sweep) -> Sweep {
     }
 }
 
-/// A sweep cut before its first endpoint, its slabs checked on its own thread (slabs alone run
-/// on one thread, or on two beside the verifier).
+/// A sweep cut before its first endpoint, its slabs checked on the placing thread: slabs alone
+/// run after a cut, while the second thread (if any) is still the verifier's.
 struct AtOnce;
 
 impl Watch for AtOnce {
