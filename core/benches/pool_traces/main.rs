@@ -432,12 +432,14 @@ fn replay_line<const M: u8>(pool: &peers::Replay<M>, r: &Replayed, trace: &Trace
             )
         });
     format!(
-        "{}: {} of {} allocations from plans ({:.1}%), {} plans, {} divergences; {steady}",
+        "{}: {} of {} allocations from plans ({:.1}%), {} plans, {} stretched, {} divergences; \
+         {steady}",
         peers::Replay::<M>::NAME,
         s.planned,
         trace.allocations,
         100.0 * s.planned as f64 / trace.allocations.max(1) as f64,
         s.plans,
+        s.stretched,
         s.divergences
     )
 }

@@ -14,8 +14,19 @@ use super::{Event, Recorder, Recording, RepeatDetector, ReplayPlan, Step};
 use crate::Error;
 
 /// A transformer-layer-like step: per layer, allocate q/k/v/attn/out and an MLP hidden, free in a
-/// nested order; `seq` scales the sizes (a different sequence length = a dynamic shape).
+/// nested order; `seq` scales the sizes (a different sequence length = a dynamic shape), the
+/// attention scores with its square.
 fn transformer_step(layers: usize, seq: u64) -> Recording {
+    layer_step(layers, seq, seq * seq * 4)
+}
+
+/// [`transformer_step`] with flash attention: every tensor grows linearly with `seq`.
+fn flash_step(layers: usize, seq: u64) -> Recording {
+    layer_step(layers, seq, seq * 32)
+}
+
+/// The layers of [`transformer_step`], with attention scores of `scores` bytes.
+fn layer_step(layers: usize, seq: u64, scores: u64) -> Recording {
     let mut r = Recorder::new();
     let d = 64 * seq;
     let mut x = r.allocate(d, 256).unwrap();
@@ -23,7 +34,7 @@ fn transformer_step(layers: usize, seq: u64) -> Recording {
         let q = r.allocate(d, 256).unwrap();
         let k = r.allocate(d, 256).unwrap();
         let v = r.allocate(d, 256).unwrap();
-        let s = r.allocate(seq * seq * 4, 256).unwrap();
+        let s = r.allocate(scores, 256).unwrap();
         r.free(q).unwrap();
         r.free(k).unwrap();
         let a = r.allocate(d, 256).unwrap();
@@ -104,6 +115,97 @@ fn a_free_out_of_order_diverges() {
     assert_eq!(rep.free(0), Step::Diverged);
 }
 
+/// Walks `run` against `plan` and returns the planned offset of each allocation, or `None` at the
+/// first event the plan does not serve.
+fn follow(plan: &std::sync::Arc<ReplayPlan>, run: &Recording) -> Option<Vec<u64>> {
+    let mut rep = plan.replayer();
+    let mut offsets = Vec::new();
+    for e in run.events() {
+        match *e {
+            Event::Allocate { size, align } => match rep.allocate(size, align) {
+                Step::Planned { offset, .. } => offsets.push(offset),
+                Step::Diverged => return None,
+            },
+            Event::Free { ordinal } => {
+                if rep.free(ordinal) == Step::Diverged {
+                    return None;
+                }
+            }
+        }
+    }
+    rep.complete().then_some(offsets)
+}
+
+/// The first allocation's size of a recording.
+fn first_size(run: &Recording) -> u64 {
+    match run.events()[0] {
+        Event::Allocate { size, .. } => size,
+        Event::Free { .. } => panic!("a recording starts with an allocation"),
+    }
+}
+
+/// A longer sequence than the plan's follows the plan stretched to its first allocation from
+/// start to end: its offsets are a valid packing in the stretched arena, which is the plan's arena
+/// in proportion; the stretched plan still serves the plan's own run.
+#[test]
+fn a_stretched_plan_serves_a_longer_sequence_from_its_start() {
+    let rec = flash_step(4, 128);
+    let plan = ReplayPlan::compile(&rec, Duration::from_millis(200)).unwrap();
+    let run = flash_step(4, 200);
+    let stretched = std::sync::Arc::new(plan.stretched(first_size(&run)).unwrap());
+    let offsets = follow(&stretched, &run).expect("the longer run follows the stretched plan");
+    let buffers = run.buffers();
+    verify(
+        &buffers,
+        &Plan::from_offsets(&buffers, offsets),
+        Some(stretched.arena_size()),
+    )
+    .unwrap();
+    let proportional = (plan.arena_size() * 200)
+        .div_ceil(128)
+        .next_multiple_of(256);
+    assert_eq!(stretched.arena_size(), proportional);
+    assert!(stretched.arena_size() >= lower_bound(&buffers));
+    assert!(
+        follow(&stretched, &rec).is_some(),
+        "a shorter run still fits"
+    );
+}
+
+/// Attention scores grow with the square of the sequence, faster than the first allocation: the
+/// stretched plan serves the run up to them, and the run diverges there.
+#[test]
+fn a_tensor_that_grew_faster_than_the_first_diverges_at_its_slot() {
+    let plan = ReplayPlan::compile(&transformer_step(2, 64), Duration::from_millis(100)).unwrap();
+    let run = transformer_step(2, 128);
+    let stretched = std::sync::Arc::new(plan.stretched(first_size(&run)).unwrap());
+    let mut rep = stretched.replayer();
+    let allocations: Vec<(u64, u64)> = run
+        .events()
+        .iter()
+        .filter_map(|e| match *e {
+            Event::Allocate { size, align } => Some((size, align)),
+            Event::Free { .. } => None,
+        })
+        .take(5)
+        .collect();
+    // x, q, k and v grew as x did; the scores (the fifth) grew 4 times as much.
+    for &(size, align) in &allocations[..4] {
+        assert!(matches!(rep.allocate(size, align), Step::Planned { .. }));
+    }
+    let (size, align) = allocations[4];
+    assert_eq!(rep.allocate(size, align), Step::Diverged);
+}
+
+#[test]
+fn stretching_refuses_a_first_allocation_it_cannot_serve() {
+    let plan = ReplayPlan::compile(&flash_step(2, 64), Duration::from_millis(100)).unwrap();
+    let (first, _) = plan.first_allocation().unwrap();
+    assert!(plan.stretched(first).is_none(), "not larger");
+    assert!(plan.stretched(first - 1).is_none(), "smaller");
+    assert!(plan.stretched(u64::MAX).is_none(), "offsets past u64");
+}
+
 #[test]
 fn recorder_rejects_bad_calls() {
     let mut r = Recorder::new();
@@ -136,6 +238,22 @@ fn repeat_detector_counts_consecutive_identical_runs() {
     assert_eq!(d.times_seen(&a), 3);
 }
 
+/// A recording of random operations: (allocate or free, size, log2 of the alignment, which live
+/// allocation to free).
+fn random_recording(ops: &[(bool, u64, u32, u16)]) -> Recording {
+    let mut r = Recorder::new();
+    let mut live: Vec<u32> = Vec::new();
+    for &(alloc, size, a, pick) in ops {
+        if alloc || live.is_empty() {
+            live.push(r.allocate(size, 1 << a).unwrap());
+        } else {
+            let k = pick as usize % live.len();
+            r.free(live.swap_remove(k)).unwrap();
+        }
+    }
+    r.finish()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -143,17 +261,7 @@ proptest! {
     /// live at the same time never overlap and all fit in the arena.
     #[test]
     fn replayed_offsets_never_overlap_live_allocations(ops in prop::collection::vec((any::<bool>(), 1u64..512, 0u32..4, any::<u16>()), 1..80)) {
-        let mut r = Recorder::new();
-        let mut live: Vec<u32> = Vec::new();
-        for &(alloc, size, a, pick) in &ops {
-            if alloc || live.is_empty() {
-                live.push(r.allocate(size, 1 << a).unwrap());
-            } else {
-                let k = pick as usize % live.len();
-                r.free(live.swap_remove(k)).unwrap();
-            }
-        }
-        let rec = r.finish();
+        let rec = random_recording(&ops);
         let plan = std::sync::Arc::new(ReplayPlan::compile(&rec, Duration::from_millis(10)).unwrap());
         let mut rep = plan.replayer();
         let mut held: Vec<(u64, u64, u32)> = Vec::new();
@@ -176,5 +284,21 @@ proptest! {
             }
         }
         prop_assert!(rep.complete());
+    }
+
+    /// Model check: a plan stretched by any factor keeps every two buffers live together in
+    /// disjoint slots inside its arena, aligned, none smaller than the plan's.
+    #[test]
+    fn stretched_slots_stay_apart(ops in prop::collection::vec((any::<bool>(), 1u64..512, 0u32..4, any::<u16>()), 1..80), grow in 1u64..5000) {
+        let rec = random_recording(&ops);
+        let plan = ReplayPlan::compile(&rec, Duration::from_millis(10)).unwrap();
+        let (first, _) = plan.first_allocation().unwrap();
+        let stretched = plan.stretched(first + grow).unwrap();
+        let slots = Recording { events: stretched.events.clone(), shape: 0, sizes: 0 };
+        let buffers = slots.buffers();
+        verify(&buffers, &Plan::from_offsets(&buffers, stretched.offsets().to_vec()), Some(stretched.arena_size())).unwrap();
+        for (slot, buffer) in buffers.iter().zip(rec.buffers()) {
+            prop_assert!(slot.size >= buffer.size);
+        }
     }
 }

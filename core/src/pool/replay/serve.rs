@@ -101,18 +101,32 @@ impl ReplayPool {
         Ok(Allocation { handle, range })
     }
 
-    /// At a step's first allocation: the plan that takes it, if the arena holds one. A step that
-    /// no plan takes runs dynamically; if no planned allocation is live, an idle arena smaller than
-    /// the plans need is returned now, so the step does not run beside it (it re-plans at its end).
+    /// At a step's first allocation: the plan that takes it, if the arena holds one. A step
+    /// larger than every plan of its key, with no planned allocation live, takes a plan
+    /// stretched to its first allocation ([`Shapes::stretch`](super::shapes::Shapes::stretch)),
+    /// on an arena of the stretched size ([`ReplayPool::arena_of`]): a sequence length never
+    /// seen then runs from a plan instead of beside the arena in the dynamic pool. A step that
+    /// no plan takes runs dynamically; if no planned allocation is live, an idle arena is
+    /// returned now, so the step does not run beside it (it re-plans at its end).
     fn choose_plan(&self, st: &mut State, size: u64, align: u64) -> Result<()> {
         let arena = st.arena.map_or(0, |b| b.size);
         st.replayer = st.shapes.choose(st.key, size, align, arena);
-        if st.replayer.is_none() && st.planned_live == 0 {
-            if let Some(block) = st.arena {
-                if self.source.idle(&block)? {
-                    self.source.release(&block)?;
-                    st.arena = None;
-                }
+        if st.replayer.is_some() || st.planned_live > 0 {
+            return Ok(());
+        }
+        if let Some((shape, plan)) = st.shapes.stretch(st.key, size, align) {
+            if self.arena_of(st, plan.arena_size())? {
+                let plan = Arc::new(plan);
+                st.replayer = Some((shape, plan.replayer()));
+                st.stretched = Some(plan);
+                st.stats.stretched += 1;
+                return Ok(());
+            }
+        }
+        if let Some(block) = st.arena {
+            if self.source.idle(&block)? {
+                self.source.release(&block)?;
+                st.arena = None;
             }
         }
         Ok(())

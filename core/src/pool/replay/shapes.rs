@@ -4,7 +4,8 @@
 //!
 //! One plan per shape rather than one per size bucket: runs of one shape never overlap in time,
 //! so they share one arena whose size is set by the largest run either way; planning the widest
-//! run gives every run a plan without a bucket of its own, and a larger run re-plans once.
+//! run gives every run a plan without a bucket of its own, and a larger run re-plans once, or
+//! not at all when it follows the plan stretched to it ([`Shapes::stretch`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -71,6 +72,41 @@ impl Shapes {
             })?;
         let plan = self.by_shape.get(&chosen)?.plan.as_ref()?;
         Some((chosen, plan.replayer()))
+    }
+
+    /// For a step of `key` that no plan takes: the plan of the same key whose first allocation
+    /// has `align` and is the largest below `size`, [stretched](ReplayPlan::stretched) to
+    /// `size`, with its shape; `None` when no plan stretches so that its first slot takes the
+    /// allocation. O(shapes) plus the stretch, linear in the plan, once per such step.
+    pub(super) fn stretch(&self, key: u64, size: u64, align: u64) -> Option<(u64, ReplayPlan)> {
+        let (id, plan) = self
+            .by_shape
+            .iter()
+            .filter_map(|(id, s)| {
+                let plan = s.plan.as_ref().filter(|_| s.key == key)?;
+                let (first, first_align) = plan.first_allocation()?;
+                (first < size && first_align == align).then_some((first, *id, plan))
+            })
+            .max_by_key(|(first, id, _)| (*first, *id))
+            .map(|(_, id, plan)| (id, plan))?;
+        let stretched = plan.stretched(size)?;
+        let (first, _) = stretched.first_allocation()?;
+        (first >= size).then_some((id, stretched))
+    }
+
+    /// Makes `plan`, which the step `run` followed to the end, shape `id`'s plan: the shape
+    /// widens to the run, and the plan (which serves every run the shape's plan served, and
+    /// this one) is kept without compiling. O(events).
+    pub(super) fn adopt(&mut self, id: u64, run: &Recording, plan: Arc<ReplayPlan>, step: u64) {
+        if let Some(s) = self.by_shape.get_mut(&id) {
+            if s.widest.widen(run).is_some() {
+                s.plan = Some(plan);
+                s.stale = false;
+            }
+            s.runs = s.runs.saturating_add(1);
+            s.used = step;
+        }
+        self.current = Some(id);
     }
 
     /// Notes that a step followed shape `key`'s plan to the end (O(1)).

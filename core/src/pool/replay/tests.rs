@@ -33,8 +33,19 @@ fn step(p: &ReplayPool, seq: u64) -> Vec<BlockRange> {
     step_layers(p, seq, 4)
 }
 
-/// One transformer-like step: a residual stream plus short-lived temporaries per layer.
+/// One transformer-like step: a residual stream plus short-lived temporaries per layer, the
+/// attention scores growing with the square of `seq`.
 fn step_layers(p: &ReplayPool, seq: u64, layers: usize) -> Vec<BlockRange> {
+    layer_step(p, seq, layers, 12 * seq * seq * 4)
+}
+
+/// [`step`] with flash attention: every tensor grows linearly with `seq`.
+fn flash_step(p: &ReplayPool, seq: u64) -> Vec<BlockRange> {
+    layer_step(p, seq, 4, 12 * seq * 256)
+}
+
+/// The layers of [`step_layers`], with attention scores of `scores` bytes.
+fn layer_step(p: &ReplayPool, seq: u64, layers: usize, scores: u64) -> Vec<BlockRange> {
     p.begin_step_keyed(layers as u64).unwrap();
     let mut seen = Vec::new();
     let hidden = seq * 1536;
@@ -42,7 +53,7 @@ fn step_layers(p: &ReplayPool, seq: u64, layers: usize) -> Vec<BlockRange> {
     seen.push(x.range);
     for _layer in 0..layers {
         let qkv = p.allocate(3 * hidden, 256, "qkv").unwrap();
-        let scores = p.allocate(12 * seq * seq * 4, 256, "scores").unwrap();
+        let scores = p.allocate(scores, 256, "scores").unwrap();
         let ctx = p.allocate(hidden, 256, "ctx").unwrap();
         let live = [x, qkv, scores, ctx];
         assert_disjoint(&live);
@@ -93,8 +104,10 @@ fn a_repeated_sequence_is_planned_then_replayed() {
     assert_eq!(p.pool().stats().blocks_allocated, before);
 }
 
-/// A larger run of the same shape (a longer sequence) leaves the plan at its first allocation,
-/// runs dynamically without error, and widens the plan; smaller runs then follow the widened plan.
+/// A larger run of the same shape (a longer sequence) whose attention scores grow faster than its
+/// first allocation leaves the stretched plan at the scores (x and qkv came from it), runs
+/// dynamically from there without error, and widens the plan; smaller runs then follow the
+/// widened plan.
 #[test]
 fn a_larger_run_falls_back_then_widens_the_plan() {
     let p = replay_pool();
@@ -103,6 +116,7 @@ fn a_larger_run_falls_back_then_widens_the_plan() {
     step(&p, 24);
     let s = p.replay_stats();
     assert_eq!((s.divergences, s.plans, s.shapes), (1, 2, 1), "{s:?}");
+    assert_eq!((s.stretched, s.planned), (1, 2), "{s:?}");
     let planned = s.planned;
     step(&p, 24);
     step(&p, 16);
@@ -110,6 +124,74 @@ fn a_larger_run_falls_back_then_widens_the_plan() {
     let s = p.replay_stats();
     assert_eq!(s.planned, planned + 3 * 21, "{s:?}");
     assert_eq!((s.divergences, s.plans), (1, 2));
+    p.check_invariants().unwrap();
+}
+
+/// A longer sequence than any planned, whose tensors all grow with it, runs from its first
+/// allocation on the plan stretched to it, on an arena reserved after the old one and the
+/// dynamic pool's blocks went back; the stretched plan becomes the shape's, and the same and
+/// shorter lengths follow it without compiling.
+#[test]
+fn a_longer_sequence_runs_from_a_stretched_plan() {
+    let p = replay_pool();
+    flash_step(&p, 64);
+    flash_step(&p, 64);
+    let s = p.replay_stats();
+    assert_eq!((s.plans, s.stretched, s.planned), (1, 0, 0), "{s:?}");
+    let arena = s.arena_size;
+    flash_step(&p, 96);
+    let s = p.replay_stats();
+    assert_eq!((s.stretched, s.divergences, s.plans), (1, 0, 1), "{s:?}");
+    assert_eq!(s.planned, 21, "every allocation from the stretched plan");
+    assert_eq!(
+        s.arena_size,
+        (arena * 96).div_ceil(64).next_multiple_of(256)
+    );
+    assert_eq!(
+        p.stats().reserved,
+        s.arena_size,
+        "only the arena is reserved"
+    );
+    for seq in [96, 80, 64] {
+        flash_step(&p, seq);
+    }
+    let after = p.replay_stats();
+    assert_eq!(
+        (
+            after.planned,
+            after.plans,
+            after.stretched,
+            after.divergences
+        ),
+        (4 * 21, 1, 1, 0),
+        "{after:?}"
+    );
+    assert_eq!(after.arena_size, s.arena_size);
+    p.check_invariants().unwrap();
+}
+
+/// A step whose first allocation is larger than the plan's but which is another model (same key)
+/// takes the stretched plan, leaves it at its second allocation, and runs on; at its end the
+/// stretched arena goes back to what the plans need.
+#[test]
+fn a_wrong_stretch_costs_its_step_only() {
+    let p = replay_pool();
+    flash_step(&p, 64);
+    flash_step(&p, 64);
+    let arena = p.replay_stats().arena_size;
+    p.begin_step_keyed(4).unwrap();
+    let big = p.allocate(640 * 1536, 256, "x").unwrap();
+    let s = p.replay_stats();
+    assert_eq!(s.stretched, 1, "{s:?}");
+    assert!(s.arena_size > 5 * arena, "{s:?}");
+    let other = p.allocate(7, 8, "another model's tensor").unwrap();
+    p.free(other.handle).unwrap();
+    p.free(big.handle).unwrap();
+    p.end_step().unwrap();
+    let s = p.replay_stats();
+    assert_eq!((s.divergences, s.arena_size), (1, arena), "{s:?}");
+    assert_eq!(flash_step(&p, 64).len(), 21);
+    assert_eq!(p.replay_stats().planned, 1 + 21);
     p.check_invariants().unwrap();
 }
 
