@@ -16,6 +16,7 @@ mod misuse;
 mod offload;
 mod ops;
 mod pools;
+mod replay;
 mod segments;
 #[cfg(not(target_arch = "wasm32"))]
 mod spill;
@@ -31,6 +32,7 @@ pub fn all() -> Vec<Case> {
     let mut v = Vec::new();
     v.extend(memory::cases());
     v.extend(pools::cases());
+    v.extend(replay::cases());
     v.extend(growth::cases());
     v.extend(managed::cases());
     v.extend(lanes::cases());
