@@ -97,6 +97,14 @@ fn each_malformed_case_names_its_line() {
         line_of("id,lower,upper,size\n7,0,1,1\n7,1,2,1\n"),
         (3, "duplicate id `7`".into())
     );
+    // The first repeat in file order, among numbers and names alike.
+    let rows = "id,lower,upper,size\nx,0,1,1\n5,0,1,1\n9,0,1,1\n5,0,1,1\nx,0,1,1\n";
+    assert_eq!(line_of(rows), (5, "duplicate id `5`".into()));
+    let rows = "id,lower,upper,size\nx,0,1,1\n5,0,1,1\nx,0,1,1\n5,0,1,1\n";
+    assert_eq!(line_of(rows), (4, "duplicate id `x`".into()));
+    // Ids are strings: `07`, `+7` and `7` are three ids.
+    let rows = "id,lower,upper,size\n7,0,1,1\n07,0,1,1\n+7,0,1,1\n0,0,1,1\n00,0,1,1\n";
+    assert_eq!(parse_csv(rows, "t").unwrap().ids.len(), 5);
     assert!(
         line_of("id,lower,upper,size\n,0,1,1\n")
             .1
