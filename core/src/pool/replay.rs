@@ -13,7 +13,8 @@
 //!   blocks (the recorded steps' memory), so in steady state the pool reserves the plan.
 //! * **O(1) per allocation.** Following a plan is one comparison per event; telling whether a step
 //!   repeats compares hashes, never recordings. Work linear in a step happens only at the end of a
-//!   step that did not follow a plan (re-planning).
+//!   step that did not follow a plan (re-planning), and at both ends of a step on a stretched plan
+//!   (the stretch, and adopting it).
 //! * **Dynamic shapes.** One plan per shape, kept across steps of other shapes (up to
 //!   [`ReplayConfig::max_shapes`], least recently used evicted); a step takes the plan that fits its
 //!   first allocation. A step whose first allocation is larger than every plan's (a sequence length
