@@ -1,4 +1,5 @@
-//! Pool trace replay (issue 14): five allocation traces through tensormem's dynamic pool and
+//! Pool trace replay (issue 14): five allocation traces (and `xfmr_eager_sdpa`, its eager
+//! trace with attention scores quadratic in the sequence) through tensormem's dynamic pool and
 //! through cubecl's memory management, in one process, over devices that only count.
 //!
 //! For each trace it prints peak reserved ÷ peak live (live = bytes the trace requested) for our
@@ -11,7 +12,7 @@
 //! time, since the counting device's bookkeeping models no driver's cost; a line under each
 //! trace gives the holes row's time with the books kept, and the difference, the device's
 //! share. The record-and-replay pool runs too (steps marked where the trace repeats a model run:
-//! gpt2s_train, llama8b_prefill and mobilenet_v2 by iteration, xfmr_eager by prefill; rand_logu
+//! gpt2s_train, llama8b_prefill and mobilenet_v2 by iteration, the eager traces by prefill; rand_logu
 //! has none), over our pool with holes and over our pool on blocks (the path of wgpu, lavapipe
 //! and the browser), with the share of
 //! allocations it served from plans and its steady state: peak reserved from the first plan on,
@@ -155,7 +156,7 @@ const USAGE: &str = "usage: pool_traces [--replays N] [--svg-dir DIR] [--trace N
     [--granularity BYTES]\n\
     --replays: timed replays of each trace per pool, taken in turns (default 30)\n\
     --granularity: mapping unit of the in-place device (a power of two; default 2 MiB, CUDA's)\n\
-    traces: rand_logu xfmr_eager gpt2s_train llama8b_prefill mobilenet_v2\n\
+    traces: rand_logu xfmr_eager gpt2s_train llama8b_prefill mobilenet_v2 xfmr_eager_sdpa\n\
     exit codes: 0 success, 1 a pool failed a request or a file could not be written, 2 bad arguments";
 
 struct Args {

@@ -1,10 +1,13 @@
-//! The five allocation traces of issue 14, as allocate/free event streams.
+//! The five allocation traces of issue 14, as allocate/free event streams, and a sixth: the
+//! eager prefills without flash attention, whose attention scores grow with the square of the
+//! sequence length (the dynamic-shape case a plan stretched linearly does not cover).
 //!
 //! Ports of `shared/data/traces/gen/tracegen.py` (standard library Python, seeded):
 //! * `rand_logu`: its algorithm with a seeded xorshift generator instead of Python's Mersenne
 //!   Twister (same distribution, different draws; the `suballoc` bench does the same);
-//! * `xfmr_eager` and `llama8b_prefill`: `xfmr_infer` ported exactly (the Llama-8B rows equal
-//!   `derived/llama8b_prefill_s2048_bf16_flash.csv`), the eager pass lengths drawn by xorshift;
+//! * `xfmr_eager`, `xfmr_eager_sdpa` and `llama8b_prefill`: `xfmr_infer` ported exactly (the
+//!   Llama-8B rows equal `derived/llama8b_prefill_s2048_bf16_flash.csv`; `xfmr_eager_sdpa` is
+//!   its `--no-flash` attention), the eager pass lengths drawn by xorshift;
 //! * `gpt2s_train` and `mobilenet_v2`: the committed DSA instances in `data/` (copies of
 //!   `derived/*.csv`, byte-identical to the generator's output), replayed online as its
 //!   `dsa2events --repeat K` does (at one time step, frees before allocations).
@@ -73,7 +76,7 @@ impl Trace {
 pub fn all() -> Result<Vec<Trace>, String> {
     let gpt2 = parse_dsa(include_str!("data/gpt2s_train_b8_s1024_bf16.csv"))?;
     let mobilenet = parse_dsa(include_str!("data/mobilenet_v2_224_fp32.csv"))?;
-    let llama = xfmr_infer(&Llama::LLAMA_8B, 2048);
+    let llama = xfmr_infer(&Llama::LLAMA_8B, 2048, true);
     Ok(vec![
         Trace::new(
             "rand_logu",
@@ -83,7 +86,7 @@ pub fn all() -> Result<Vec<Trace>, String> {
         Trace::new(
             "xfmr_eager",
             "eager prefills, 16-layer Llama-style model, 200 seq lengths 16-4096".into(),
-            xfmr_eager(1, 200),
+            xfmr_eager(1, 200, true),
         ),
         Trace::new(
             "gpt2s_train",
@@ -99,6 +102,11 @@ pub fn all() -> Result<Vec<Trace>, String> {
             "mobilenet_v2",
             "mobilenet_v2 224 fp32 inference x100".into(),
             dsa_events(&mobilenet, 100, 256),
+        ),
+        Trace::new(
+            "xfmr_eager_sdpa",
+            "xfmr_eager without flash attention: scores and probs of seq^2 x heads".into(),
+            xfmr_eager(1, 200, false),
         ),
     ])
 }
@@ -290,8 +298,9 @@ impl Graph {
     }
 }
 
-/// `xfmr_infer` with flash attention: one prefill's activations, sizes aligned to 256 bytes.
-fn xfmr_infer(m: &Llama, seq: u64) -> Vec<Row> {
+/// `xfmr_infer`: one prefill's activations, sizes aligned to 256 bytes. Without `flash` the
+/// attention materialises its scores and their softmax, `heads × seq²` each.
+fn xfmr_infer(m: &Llama, seq: u64, flash: bool) -> Vec<Row> {
     const DTYPE: u64 = 2;
     let head_dim = m.hidden / m.heads;
     let act = seq * m.hidden * DTYPE;
@@ -308,7 +317,14 @@ fn xfmr_infer(m: &Llama, seq: u64) -> Vec<Row> {
         g.op(&[o(&n("k"), kv)], &[&n("n1")]);
         g.op(&[o(&n("v"), kv)], &[&n("n1")]);
         g.op(&[o(&n("qr"), act), o(&n("kr"), kv)], &[&n("q"), &n("k")]);
-        g.op(&[o(&n("attn"), act)], &[&n("qr"), &n("kr"), &n("v")]);
+        if flash {
+            g.op(&[o(&n("attn"), act)], &[&n("qr"), &n("kr"), &n("v")]);
+        } else {
+            let scores = m.heads * seq * seq * DTYPE;
+            g.op(&[o(&n("scores"), scores)], &[&n("qr"), &n("kr")]);
+            g.op(&[o(&n("probs"), scores)], &[&n("scores")]);
+            g.op(&[o(&n("attn"), act)], &[&n("probs"), &n("v")]);
+        }
         g.op(&[o(&n("o"), act)], &[&n("attn")]);
         g.op(&[o(&n("r1"), act)], &[&x, &n("o")]);
         g.op(&[o(&n("n2"), act)], &[&n("r1")]);
@@ -334,14 +350,14 @@ fn xfmr_infer(m: &Llama, seq: u64) -> Vec<Row> {
 /// `xfmr_eager`: `iters` prefills of [`Llama::EAGER`], each with a sequence length log-uniform in
 /// 16..4096, every pass's activations allocated in op order and freed after last use. Each pass
 /// is a step.
-fn xfmr_eager(seed: u64, iters: u32) -> (Vec<Event>, Vec<usize>) {
+fn xfmr_eager(seed: u64, iters: u32, flash: bool) -> (Vec<Event>, Vec<usize>) {
     let mut rng = Rng(seed);
     let mut out = Vec::new();
     let mut steps = Vec::with_capacity(iters as usize);
     let mut base = 0u32;
     for _ in 0..iters {
         let seq = rng.log_uniform(16, 4096);
-        let rows = xfmr_infer(&Llama::EAGER, seq);
+        let rows = xfmr_infer(&Llama::EAGER, seq, flash);
         let n = rows.len() as u32;
         steps.push(out.len());
         out.extend(dsa_events(&rows, 1, 256).0.into_iter().map(|e| Event {

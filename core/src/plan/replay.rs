@@ -169,18 +169,7 @@ impl Recording {
     /// same shape; the widened recording's plan then serves both runs. Returns `None` when the
     /// shapes differ (nothing changes), else whether any size grew. Linear in the events.
     pub fn widen(&mut self, other: &Recording) -> Option<bool> {
-        let same = self.shape == other.shape
-            && self.events.len() == other.events.len()
-            && self
-                .events
-                .iter()
-                .zip(&other.events)
-                .all(|(a, b)| match (a, b) {
-                    (Event::Allocate { align: x, .. }, Event::Allocate { align: y, .. }) => x == y,
-                    (Event::Free { ordinal: x }, Event::Free { ordinal: y }) => x == y,
-                    _ => false,
-                });
-        if !same {
+        if !self.same_shape(other) {
             return None;
         }
         let (mut sizes, mut grew) = (0, false);
@@ -193,6 +182,29 @@ impl Recording {
         }
         self.sizes = sizes;
         Some(grew)
+    }
+
+    /// Whether both recordings have one shape: the same events but for their sizes. Linear.
+    fn same_shape(&self, other: &Recording) -> bool {
+        self.shape == other.shape
+            && self.events.len() == other.events.len()
+            && self
+                .events
+                .iter()
+                .zip(&other.events)
+                .all(|(a, b)| match (a, b) {
+                    (Event::Allocate { align: x, .. }, Event::Allocate { align: y, .. }) => x == y,
+                    (Event::Free { ordinal: x }, Event::Free { ordinal: y }) => x == y,
+                    _ => false,
+                })
+    }
+
+    /// The allocation sizes in order.
+    fn sizes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.events.iter().filter_map(|e| match *e {
+            Event::Allocate { size, .. } => Some(size),
+            Event::Free { .. } => None,
+        })
     }
 
     /// Whether the recording has no events.
@@ -279,7 +291,7 @@ impl ReplayPlan {
     }
 
     /// The max-load lower bound of the recording: no allocator can serve it in fewer bytes (of
-    /// a [stretched](ReplayPlan::stretched) plan, the bound stretched alike: an estimate).
+    /// a [stretched](ReplayPlan::stretched) plan, the bound of its predicted sizes: an estimate).
     pub fn lower_bound(&self) -> u64 {
         self.lower_bound
     }
@@ -295,60 +307,6 @@ impl ReplayPlan {
         self.events.iter().find_map(|e| match *e {
             Event::Allocate { size, align } => Some((size, align)),
             Event::Free { .. } => None,
-        })
-    }
-
-    /// This plan stretched for a run of its shape whose first allocation is `size` bytes, more
-    /// than the plan's `first`: every slot's start and end `x` move up by `x · (size − first) /
-    /// first`, rounded up to the plan's largest alignment, and so does the arena's end. The
-    /// map is monotone and moves starts by whole alignments, so buffers the plan keeps apart
-    /// stay apart and aligned (the model-check test verifies it), and no slot shrinks: the
-    /// stretched plan serves every run the plan served. A buffer that grew in proportion to
-    /// the first allocation fits its stretched slot (exactly, when sizes are multiples of that
-    /// alignment: an activation at a longer sequence); one that grew faster (attention scores
-    /// without flash attention) makes the run diverge there. So a run larger than every run
-    /// seen follows a plan from its start instead of running dynamically, and its arena is the
-    /// stretched peak. `None` when `size` is not larger than `first`, or a stretched offset
-    /// passes `u64`. Linear in the events.
-    pub fn stretched(&self, size: u64) -> Option<ReplayPlan> {
-        let (first, _) = self.first_allocation()?;
-        if size <= first {
-            return None;
-        }
-        let unit = self
-            .events
-            .iter()
-            .filter_map(|e| match *e {
-                Event::Allocate { align, .. } => Some(align),
-                Event::Free { .. } => None,
-            })
-            .max()?;
-        let stretch = |x: u64| {
-            let steps = (u128::from(x) * u128::from(size - first))
-                .div_ceil(u128::from(first) * u128::from(unit));
-            x.checked_add(u64::try_from(steps).ok()?.checked_mul(unit)?)
-        };
-        let mut offsets = Vec::with_capacity(self.offsets.len());
-        let mut events = Vec::with_capacity(self.events.len());
-        for e in &self.events {
-            let Event::Allocate { size: s, align } = *e else {
-                events.push(*e);
-                continue;
-            };
-            let o = *self.offsets.get(offsets.len())?;
-            let (start, end) = (stretch(o)?, stretch(o.checked_add(s)?)?);
-            offsets.push(start);
-            events.push(Event::Allocate {
-                size: end - start,
-                align,
-            });
-        }
-        Some(ReplayPlan {
-            events,
-            offsets,
-            arena_size: stretch(self.arena_size)?,
-            lower_bound: stretch(self.lower_bound)?,
-            algorithm: format!("{} stretched by {size}/{first}", self.algorithm),
         })
     }
 
@@ -487,5 +445,8 @@ impl RepeatDetector {
     }
 }
 
+mod stretch;
 #[cfg(test)]
 mod tests;
+
+pub use stretch::Growth;

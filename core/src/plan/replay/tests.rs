@@ -10,7 +10,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::super::{Plan, lower_bound, verify};
-use super::{Event, Recorder, Recording, RepeatDetector, ReplayPlan, Step};
+use super::stretch::predicted;
+use super::{Event, Growth, Recorder, Recording, RepeatDetector, ReplayPlan, Step};
 use crate::Error;
 
 /// A transformer-layer-like step: per layer, allocate q/k/v/attn/out and an MLP hidden, free in a
@@ -144,6 +145,25 @@ fn first_size(run: &Recording) -> u64 {
     }
 }
 
+/// `plan` stretched to `run`'s first allocation by `growth`, checked to serve `run` from start
+/// to end with a valid packing inside the stretched arena.
+fn stretch_and_follow(
+    plan: &ReplayPlan,
+    run: &Recording,
+    growth: Option<&Growth>,
+) -> std::sync::Arc<ReplayPlan> {
+    let stretched = std::sync::Arc::new(plan.stretched(first_size(run), growth).unwrap());
+    let offsets = follow(&stretched, run).expect("the longer run follows the stretched plan");
+    let buffers = run.buffers();
+    verify(
+        &buffers,
+        &Plan::from_offsets(&buffers, offsets),
+        Some(stretched.arena_size()),
+    )
+    .unwrap();
+    stretched
+}
+
 /// A longer sequence than the plan's follows the plan stretched to its first allocation from
 /// start to end: its offsets are a valid packing in the stretched arena, which is the plan's arena
 /// in proportion; the stretched plan still serves the plan's own run.
@@ -152,15 +172,8 @@ fn a_stretched_plan_serves_a_longer_sequence_from_its_start() {
     let rec = flash_step(4, 128);
     let plan = ReplayPlan::compile(&rec, Duration::from_millis(200)).unwrap();
     let run = flash_step(4, 200);
-    let stretched = std::sync::Arc::new(plan.stretched(first_size(&run)).unwrap());
-    let offsets = follow(&stretched, &run).expect("the longer run follows the stretched plan");
+    let stretched = stretch_and_follow(&plan, &run, None);
     let buffers = run.buffers();
-    verify(
-        &buffers,
-        &Plan::from_offsets(&buffers, offsets),
-        Some(stretched.arena_size()),
-    )
-    .unwrap();
     let proportional = (plan.arena_size() * 200)
         .div_ceil(128)
         .next_multiple_of(256);
@@ -178,7 +191,7 @@ fn a_stretched_plan_serves_a_longer_sequence_from_its_start() {
 fn a_tensor_that_grew_faster_than_the_first_diverges_at_its_slot() {
     let plan = ReplayPlan::compile(&transformer_step(2, 64), Duration::from_millis(100)).unwrap();
     let run = transformer_step(2, 128);
-    let stretched = std::sync::Arc::new(plan.stretched(first_size(&run)).unwrap());
+    let stretched = std::sync::Arc::new(plan.stretched(first_size(&run), None).unwrap());
     let mut rep = stretched.replayer();
     let allocations: Vec<(u64, u64)> = run
         .events()
@@ -197,13 +210,88 @@ fn a_tensor_that_grew_faster_than_the_first_diverges_at_its_slot() {
     assert_eq!(rep.allocate(size, align), Step::Diverged);
 }
 
+/// Exponents fitted to two runs: the first allocation and every activation 1, the attention
+/// scores 2, in either order; runs of one length or of another shape fit nothing.
+#[test]
+fn growth_fits_each_allocation_its_exponent() {
+    let (short, long) = (transformer_step(2, 64), transformer_step(2, 96));
+    let growth = Growth::between(&short, &long).unwrap();
+    assert_eq!(Growth::between(&long, &short).as_ref(), Some(&growth));
+    // Per layer: q, k, v, scores, attention output, MLP hidden, layer output.
+    let layer = [1.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0];
+    let expected: Vec<f64> = std::iter::once(1.0)
+        .chain(layer.iter().chain(&layer).copied())
+        .collect();
+    assert_eq!(growth.exponents, expected);
+    assert_eq!(
+        growth.exponent(1000),
+        1.0,
+        "beyond the fitted runs: in proportion"
+    );
+    assert!(Growth::between(&short, &transformer_step(2, 64)).is_none());
+    assert!(Growth::between(&short, &transformer_step(3, 96)).is_none());
+    // A tensor that did not grow keeps its size; one that grew past cubic is held to cubic.
+    let fixed = |seq: u64, other: u64| {
+        let mut r = Recorder::new();
+        let a = r.allocate(64 * seq, 256).unwrap();
+        let b = r.allocate(other, 256).unwrap();
+        r.free(b).unwrap();
+        r.free(a).unwrap();
+        r.finish()
+    };
+    let growth = Growth::between(&fixed(4, 512), &fixed(8, 512)).unwrap();
+    assert_eq!(growth.exponents, [1.0, 0.0]);
+    let growth = Growth::between(&fixed(4, 256), &fixed(8, 1 << 20)).unwrap();
+    assert_eq!(growth.exponents, [1.0, 3.0]);
+    // A square rounded up to 256 bytes in the shorter run (10 000 bytes to 10 240) fits 1.97:
+    // the square. An exponent well between two whole ones stays as fitted.
+    let growth = Growth::between(&fixed(100, 10_240), &fixed(200, 40_192)).unwrap();
+    assert_eq!(growth.exponents, [1.0, 2.0]);
+    let growth = Growth::between(&fixed(100, 10_240), &fixed(200, 30_000)).unwrap();
+    assert!((1.5..1.6).contains(&growth.exponents[1]), "{growth:?}");
+}
+
+/// With the growth fitted to two shorter runs, a longer run whose scores grew with the square
+/// follows the stretched plan from start to end, in an arena within an eighth of its own plan's;
+/// the stretch still serves the plan's run. Growth in proportion stretches as no growth does.
+#[test]
+fn a_stretch_by_fitted_growth_serves_scores_that_grew_with_the_square() {
+    let rec = transformer_step(2, 64);
+    let plan = ReplayPlan::compile(&rec, Duration::from_millis(100)).unwrap();
+    let growth = Growth::between(&rec, &transformer_step(2, 96)).unwrap();
+    let run = transformer_step(2, 160);
+    let stretched = stretch_and_follow(&plan, &run, Some(&growth));
+    let buffers = run.buffers();
+    let own = ReplayPlan::compile(&run, Duration::from_millis(100)).unwrap();
+    assert!(
+        8 * stretched.arena_size() <= 9 * own.arena_size(),
+        "{} against {}",
+        stretched.arena_size(),
+        own.arena_size()
+    );
+    assert_eq!(stretched.lower_bound(), lower_bound(&buffers));
+    assert!(
+        follow(&stretched, &rec).is_some(),
+        "a shorter run still fits"
+    );
+    let proportional = Growth {
+        exponents: vec![1.0; 15],
+    };
+    let (a, b) = (
+        plan.stretched(first_size(&run), Some(&proportional))
+            .unwrap(),
+        plan.stretched(first_size(&run), None).unwrap(),
+    );
+    assert_eq!((a.offsets(), a.arena_size()), (b.offsets(), b.arena_size()));
+}
+
 #[test]
 fn stretching_refuses_a_first_allocation_it_cannot_serve() {
     let plan = ReplayPlan::compile(&flash_step(2, 64), Duration::from_millis(100)).unwrap();
     let (first, _) = plan.first_allocation().unwrap();
-    assert!(plan.stretched(first).is_none(), "not larger");
-    assert!(plan.stretched(first - 1).is_none(), "smaller");
-    assert!(plan.stretched(u64::MAX).is_none(), "offsets past u64");
+    assert!(plan.stretched(first, None).is_none(), "not larger");
+    assert!(plan.stretched(first - 1, None).is_none(), "smaller");
+    assert!(plan.stretched(u64::MAX, None).is_none(), "offsets past u64");
 }
 
 #[test]
@@ -286,18 +374,22 @@ proptest! {
         prop_assert!(rep.complete());
     }
 
-    /// Model check: a plan stretched by any factor keeps every two buffers live together in
-    /// disjoint slots inside its arena, aligned, none smaller than the plan's.
+    /// Model check: a plan stretched by any factor, with any growth, keeps every two buffers
+    /// live together in disjoint slots inside its arena, aligned, none smaller than the plan's
+    /// or than its predicted size.
     #[test]
-    fn stretched_slots_stay_apart(ops in prop::collection::vec((any::<bool>(), 1u64..512, 0u32..4, any::<u16>()), 1..80), grow in 1u64..5000) {
+    fn stretched_slots_stay_apart(ops in prop::collection::vec((any::<bool>(), 1u64..512, 0u32..4, any::<u16>()), 1..80), grow in 1u64..5000, exponents in prop::option::of(prop::collection::vec(0.0f64..3.0, 80))) {
         let rec = random_recording(&ops);
         let plan = ReplayPlan::compile(&rec, Duration::from_millis(10)).unwrap();
         let (first, _) = plan.first_allocation().unwrap();
-        let stretched = plan.stretched(first + grow).unwrap();
+        let growth = exponents.map(|exponents| Growth { exponents });
+        let stretched = plan.stretched(first + grow, growth.as_ref()).unwrap();
         let slots = Recording { events: stretched.events.clone(), shape: 0, sizes: 0 };
         let buffers = slots.buffers();
         verify(&buffers, &Plan::from_offsets(&buffers, stretched.offsets().to_vec()), Some(stretched.arena_size())).unwrap();
-        for (slot, buffer) in buffers.iter().zip(rec.buffers()) {
+        for (k, (slot, buffer)) in buffers.iter().zip(rec.buffers()).enumerate() {
+            let exponent = growth.as_ref().map_or(1.0, |g| g.exponent(k));
+            prop_assert!(slot.size >= predicted(buffer.size, first, first + grow, exponent).unwrap());
             prop_assert!(slot.size >= buffer.size);
         }
     }

@@ -5,20 +5,25 @@
 //! One plan per shape rather than one per size bucket: runs of one shape never overlap in time,
 //! so they share one arena whose size is set by the largest run either way; planning the widest
 //! run gives every run a plan without a bucket of its own, and a larger run re-plans once, or
-//! not at all when it follows the plan stretched to it ([`Shapes::stretch`]).
+//! not at all when it follows the plan stretched to it ([`Shapes::stretch`]). A shape learns how
+//! each allocation grows ([`Growth`]) from the first run larger or smaller than its widest, so
+//! after one re-plan the stretch predicts allocations that grow faster than the first (attention
+//! scores with the square of the sequence).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Result;
-use crate::plan::replay::{Recording, ReplayPlan, Replayer};
+use crate::plan::replay::{Growth, Recording, ReplayPlan, Replayer};
 
 /// One shape: its widest run and, once planned, the plan of it.
 struct Shape {
     /// The caller's key of the steps that recorded it.
     key: u64,
     widest: Recording,
+    /// How its allocations grow with the first, once two runs' first allocations differed.
+    growth: Option<Growth>,
     /// Runs of this shape seen.
     runs: u32,
     plan: Option<Arc<ReplayPlan>>,
@@ -76,8 +81,9 @@ impl Shapes {
 
     /// For a step of `key` that no plan takes: the plan of the same key whose first allocation
     /// has `align` and is the largest below `size`, [stretched](ReplayPlan::stretched) to
-    /// `size`, with its shape; `None` when no plan stretches so that its first slot takes the
-    /// allocation. O(shapes) plus the stretch, linear in the plan, once per such step.
+    /// `size` as its shape's allocations grow, with its shape; `None` when no plan stretches so
+    /// that its first slot takes the allocation. O(shapes) plus the stretch, n log n in the
+    /// plan, once per such step.
     pub(super) fn stretch(&self, key: u64, size: u64, align: u64) -> Option<(u64, ReplayPlan)> {
         let (id, plan) = self
             .by_shape
@@ -89,7 +95,8 @@ impl Shapes {
             })
             .max_by_key(|(first, id, _)| (*first, *id))
             .map(|(_, id, plan)| (id, plan))?;
-        let stretched = plan.stretched(size)?;
+        let growth = self.by_shape.get(&id)?.growth.as_ref();
+        let stretched = plan.stretched(size, growth)?;
         let (first, _) = stretched.first_allocation()?;
         (first >= size).then_some((id, stretched))
     }
@@ -99,6 +106,7 @@ impl Shapes {
     /// this one) is kept without compiling. O(events).
     pub(super) fn adopt(&mut self, id: u64, run: &Recording, plan: Arc<ReplayPlan>, step: u64) {
         if let Some(s) = self.by_shape.get_mut(&id) {
+            s.learn(run);
             if s.widest.widen(run).is_some() {
                 s.plan = Some(plan);
                 s.stale = false;
@@ -136,6 +144,7 @@ impl Shapes {
         let id = run.shape() ^ key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let shape = match self.by_shape.get_mut(&id) {
             Some(s) => {
+                s.learn(&run);
                 match s.widest.widen(&run) {
                     Some(grew) => s.stale |= grew,
                     // A hash collision between two shapes: the newer run takes the entry.
@@ -204,10 +213,19 @@ impl Shape {
         Shape {
             key,
             widest: run,
+            growth: None,
             runs: 0,
             plan: None,
             stale: false,
             used: step,
+        }
+    }
+
+    /// Fits the shape's growth to `run` and its widest run, when their first allocations
+    /// differ (the last such pair wins: the newest sizes). Linear in the events.
+    fn learn(&mut self, run: &Recording) {
+        if let Some(growth) = Growth::between(&self.widest, run) {
+            self.growth = Some(growth);
         }
     }
 }

@@ -127,6 +127,40 @@ fn a_larger_run_falls_back_then_widens_the_plan() {
     p.check_invariants().unwrap();
 }
 
+/// Scores that grow with the square of the sequence: the first longer step leaves the plan
+/// stretched in proportion, and the shape learns each tensor's growth from it; the next longer
+/// step follows the plan stretched by that growth from start to end, on the arena alone.
+#[test]
+fn a_longer_run_follows_the_growth_its_shape_learned() {
+    let p = replay_pool();
+    step(&p, 16);
+    step(&p, 16);
+    step(&p, 24);
+    let s = p.replay_stats();
+    assert_eq!((s.stretched, s.divergences), (1, 1), "{s:?}");
+    let planned = s.planned;
+    step(&p, 40);
+    let s = p.replay_stats();
+    assert_eq!((s.stretched, s.divergences), (2, 1), "{s:?}");
+    assert_eq!(
+        s.planned,
+        planned + 21,
+        "every allocation from the stretched plan"
+    );
+    assert_eq!(
+        p.stats().reserved,
+        s.arena_size,
+        "only the arena is reserved"
+    );
+    for seq in [40, 32, 16] {
+        step(&p, seq);
+    }
+    let after = p.replay_stats();
+    assert_eq!(after.planned, planned + 4 * 21, "{after:?}");
+    assert_eq!((after.divergences, after.arena_size), (1, s.arena_size));
+    p.check_invariants().unwrap();
+}
+
 /// A longer sequence than any planned, whose tensors all grow with it, runs from its first
 /// allocation on the plan stretched to it, on an arena reserved after the old one and the
 /// dynamic pool's blocks went back; the stretched plan becomes the shape's, and the same and
