@@ -82,6 +82,8 @@ browser_cases!(
     copies_out_of_and_into_host_visible_memory_where_capable,
     transfer_stall_grows_while_compute_waits_for_a_long_copy,
     swap_in_follows_its_copy_out_with_nothing_else_ordering_them,
+    replay_steps_keep_their_data_on_planned_and_stretched_arenas,
+    replay_steps_with_square_temporaries_follow_the_growth_they_showed,
 );
 
 /// The adapter is the browser's WebGPU, and its limits reach the contract's capabilities.

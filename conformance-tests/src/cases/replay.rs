@@ -1,10 +1,11 @@
 //! Record and replay on every target (issue 14): a runtime over a [`ReplayPool`] serves repeated
 //! steps from one planned arena of the target's memory, a longer step from the plan stretched to
-//! it, and every tensor keeps its data while the plan overlaps the ones already dead.
+//! it (by the growth of each tensor its shape showed), and every tensor keeps its data while the
+//! plan overlaps the ones already dead.
 
 use std::sync::Arc;
 
-use tensormem::pool::{ReplayConfig, ReplayPool};
+use tensormem::pool::{ReplayConfig, ReplayPool, ReplayStats};
 use tensormem::{ArenaConfig, ArenaPool, DType, DevicePool, Runtime, RuntimeConfig, Tensor};
 
 use crate::{Case, Ctx, case, check, fail};
@@ -12,10 +13,16 @@ use crate::{Case, Ctx, case, check, fail};
 type R = std::result::Result<(), String>;
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![case!(
-        "replay_steps_keep_their_data_on_planned_and_stretched_arenas",
-        steps_on_planned_arenas
-    )]
+    vec![
+        case!(
+            "replay_steps_keep_their_data_on_planned_and_stretched_arenas",
+            steps_on_planned_arenas
+        ),
+        case!(
+            "replay_steps_with_square_temporaries_follow_the_growth_they_showed",
+            square_steps_follow_their_growth
+        ),
+    ]
 }
 
 /// Layers of one step: each uploads a wide temporary and the next activation.
@@ -58,6 +65,39 @@ async fn intact(ctx: &Ctx, rt: &Runtime, t: &Tensor, data: &[f32], what: &str) -
 /// third (longer than any seen) follows the plan stretched to its first allocation, the fourth the
 /// stretched plan. Every tensor reads back intact while the next ones are written.
 async fn steps_on_planned_arenas(ctx: &Ctx) -> R {
+    let s = run_steps(ctx, &[32, 32, 48, 32], |_| 256).await?;
+    check(
+        (s.planned, s.stretched, s.divergences) == (3 * PER_STEP, 1, 0),
+        || format!("three steps from plans, one stretched, none diverged: {s:?}"),
+    )
+}
+
+/// Steps of 32, 32, 48, 64 and 48 rows whose temporaries are square (`seq × seq`, attention
+/// scores): the step of 48, on the plan stretched in proportion, leaves it at its first
+/// temporary and runs on dynamically (one divergence); the step of 64 follows the plan
+/// stretched by the growth the shape learned from it, from start to end, and so does the last.
+async fn square_steps_follow_their_growth(ctx: &Ctx) -> R {
+    let s = run_steps(ctx, &[32, 32, 48, 64, 48], |seq| seq).await?;
+    check(
+        (s.planned, s.stretched, s.divergences) == (3 * PER_STEP + 1, 2, 1),
+        || {
+            format!(
+                "three steps from plans and the input of the one that diverged, two stretched, \
+                 one divergence: {s:?}"
+            )
+        },
+    )
+}
+
+/// Runs one step per length through a runtime over a replay pool: per layer a temporary of
+/// `seq × temporary(seq)` and the next activation of `seq × 64`, every tensor read back intact
+/// while later ones are written. Returns the pool's counts, after checking leaks and its
+/// invariants.
+async fn run_steps(
+    ctx: &Ctx,
+    lengths: &[usize],
+    temporary: fn(usize) -> usize,
+) -> std::result::Result<ReplayStats, String> {
     let mut made = None;
     let rt = Runtime::with_pool(
         ctx.backend.clone(),
@@ -75,13 +115,13 @@ async fn steps_on_planned_arenas(ctx: &Ctx) -> R {
     )
     .map_err(fail("runtime over a replay pool"))?;
     let replay = made.ok_or("the runtime did not build its pool")?;
-    for (step, seq) in [32, 32, 48, 32].into_iter().enumerate() {
+    for (step, &seq) in lengths.iter().enumerate() {
         // Between steps the arena is idle, so the pool may re-size it.
         ctx.synchronize(&rt).await.map_err(fail("sync"))?;
         replay.begin_step().map_err(fail("begin_step"))?;
         let (mut x, mut xd) = upload(ctx, &rt, (step, 0), seq, 64).await?;
         for layer in 0..LAYERS {
-            let (h, hd) = upload(ctx, &rt, (step, 2 * layer + 1), seq, 256).await?;
+            let (h, hd) = upload(ctx, &rt, (step, 2 * layer + 1), seq, temporary(seq)).await?;
             let (y, yd) = upload(ctx, &rt, (step, 2 * layer + 2), seq, 64).await?;
             intact(ctx, &rt, &x, &xd, "the layer's input").await?;
             intact(ctx, &rt, &h, &hd, "the temporary").await?;
@@ -93,12 +133,8 @@ async fn steps_on_planned_arenas(ctx: &Ctx) -> R {
         rt.free(x).map_err(fail("free"))?;
         replay.end_step().map_err(fail("end_step"))?;
     }
-    let s = replay.replay_stats();
-    check(
-        (s.planned, s.stretched, s.divergences) == (3 * PER_STEP, 1, 0),
-        || format!("three steps from plans, one stretched, none diverged: {s:?}"),
-    )?;
     ctx.synchronize(&rt).await.map_err(fail("sync"))?;
     rt.check_leaks().map_err(fail("leaks"))?;
-    replay.check_invariants()
+    replay.check_invariants()?;
+    Ok(replay.replay_stats())
 }
