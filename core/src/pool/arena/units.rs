@@ -12,14 +12,6 @@ pub(super) struct Units {
     ones: u64,
 }
 
-/// The bits of word `w` that lie in `[a, b)`.
-fn mask(w: u64, a: u64, b: u64) -> u64 {
-    let lo = a.max(w * 64) - w * 64;
-    let hi = b.min(w * 64 + 64) - w * 64;
-    let top = if hi == 64 { !0 } else { (1u64 << hi) - 1 };
-    top & !((1u64 << lo) - 1)
-}
-
 /// The bits set in `flipped` (not 0): a run of consecutive bits, the usual change (a whole
 /// word inside a tensor's range, a partial one at its ends), is counted from its ends; only
 /// scattered bits take a population count, which baseline x86-64 (no `popcnt`) computes in a
@@ -200,23 +192,27 @@ impl Units {
         i < self.len && self.words[(i / 64) as usize] & (1 << (i % 64)) != 0
     }
 
-    /// The first granule at or after `from` and before `end` that is `value`.
+    /// The first granule at or after `from` and before `end` that is `value`. The words
+    /// between the range's ends are tested whole, with no mask: a search through the free
+    /// space around a 1 GiB tensor over 64 KiB granules is 256 words.
     pub(super) fn next(&self, from: u64, end: u64, value: bool) -> Option<u64> {
-        let end = end.min(self.len);
-        let mut i = from;
-        while i < end {
-            let w = i / 64;
-            let word = if value {
-                self.words[w as usize]
-            } else {
-                !self.words[w as usize]
-            } & mask(w, i, end);
-            if word != 0 {
-                return Some(w * 64 + u64::from(word.trailing_zeros()));
-            }
-            i = (w + 1) * 64;
-        }
-        None
+        let span = Span::new(from, end.min(self.len))?;
+        // Searching for clear granules is searching the inverted words for set ones.
+        let flip = if value { 0 } else { !0 };
+        let at = |w: usize, bits: u64| {
+            (bits != 0).then(|| w as u64 * 64 + u64::from(bits.trailing_zeros()))
+        };
+        let words = &self.words[span.first..=span.last];
+        let (last, rest) = words.split_last()?;
+        let Some((first, middle)) = rest.split_first() else {
+            return at(span.first, (last ^ flip) & span.head);
+        };
+        at(span.first, (first ^ flip) & span.head)
+            .or_else(|| {
+                let k = middle.iter().position(|w| w ^ flip != 0)?;
+                at(span.first + 1 + k, middle[k] ^ flip)
+            })
+            .or_else(|| at(span.last, (last ^ flip) & span.tail))
     }
 
     /// The runs of `value` granules in `[a, b)`, as (start, end), in order.
