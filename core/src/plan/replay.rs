@@ -267,6 +267,7 @@ impl ReplayPlan {
             &buffers,
             &SolveOptions {
                 time_limit,
+                baseline: false,
                 ..SolveOptions::default()
             },
         )?;

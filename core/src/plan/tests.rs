@@ -403,6 +403,39 @@ fn an_unrepresentable_time_limit_means_no_limit_not_a_panic() {
     assert_eq!((s.best_peak, s.proved_optimal), (10, true));
 }
 
+/// Without the baseline, a first plan at the lower bound is the answer and greedy by size does
+/// not run (its peak is the first plan's); one above the bound still runs it.
+#[test]
+fn the_baseline_runs_only_when_asked_or_needed() {
+    // A stack of four buffers live together: the first plan meets the bound.
+    let stack: Vec<Buffer> = (0..4).map(|i| Buffer::new(i, 8, 16 << i)).collect();
+    let opts = |baseline| SolveOptions {
+        baseline,
+        ..SolveOptions::default()
+    };
+    let with = solve(&stack, &opts(true)).unwrap();
+    let without = solve(&stack, &opts(false)).unwrap();
+    assert_eq!(with.best_peak, with.lower_bound);
+    assert!(with.greedy_finished);
+    let plan = without.plan.unwrap();
+    assert_eq!(plan.peak, with.best_peak);
+    verify(&stack, &plan, None).unwrap();
+    assert!(!without.greedy_finished);
+    assert_eq!(without.greedy_peak, without.best_peak);
+    // The gap example's first plan is above the bound: the search, baseline included, runs.
+    let gap = [
+        Buffer::new(0, 3, 2),
+        Buffer::new(0, 1, 2),
+        Buffer::new(2, 5, 1),
+        Buffer::new(2, 7, 1),
+        Buffer::new(4, 7, 1),
+        Buffer::new(6, 8, 2),
+        Buffer::new(7, 8, 2),
+    ];
+    let s = solve(&gap, &opts(false)).unwrap();
+    assert!(s.greedy_finished && s.proved_optimal, "{s:?}");
+}
+
 #[test]
 fn too_many_threads_are_refused_before_any_work() {
     let b = [Buffer::new(0, 2, 5)];

@@ -300,6 +300,7 @@ fn options(solver: &SolverArgs, capacity: Option<u64>, bar: Option<&ProgressBar>
         seed: solver.seed,
         threads: solver.threads,
         progress,
+        ..SolveOptions::default()
     }
 }
 
