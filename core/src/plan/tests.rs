@@ -135,9 +135,9 @@ fn solve_reaches_the_lower_bound_on_perfect_packings() {
     }
 }
 
-#[test]
-fn minimisation_proves_the_gap_example_optimal_at_five() {
-    let b = [
+/// The gap example: seven buffers whose load peaks at 4 bytes, while no plan fits in 4.
+fn gap_example() -> [Buffer; 7] {
+    [
         Buffer::new(0, 3, 2),
         Buffer::new(0, 1, 2),
         Buffer::new(2, 5, 1),
@@ -145,7 +145,12 @@ fn minimisation_proves_the_gap_example_optimal_at_five() {
         Buffer::new(4, 7, 1),
         Buffer::new(6, 8, 2),
         Buffer::new(7, 8, 2),
-    ];
+    ]
+}
+
+#[test]
+fn minimisation_proves_the_gap_example_optimal_at_five() {
+    let b = gap_example();
     let s = solve(&b, &SolveOptions::default()).unwrap();
     assert_eq!((s.lower_bound, s.best_peak, s.proved_optimal), (4, 5, true));
     let d = solve(
@@ -423,16 +428,7 @@ fn the_baseline_runs_only_when_asked_or_needed() {
     assert!(!without.greedy_finished);
     assert_eq!(without.greedy_peak, without.best_peak);
     // The gap example's first plan is above the bound: the search, baseline included, runs.
-    let gap = [
-        Buffer::new(0, 3, 2),
-        Buffer::new(0, 1, 2),
-        Buffer::new(2, 5, 1),
-        Buffer::new(2, 7, 1),
-        Buffer::new(4, 7, 1),
-        Buffer::new(6, 8, 2),
-        Buffer::new(7, 8, 2),
-    ];
-    let s = solve(&gap, &opts(false)).unwrap();
+    let s = solve(&gap_example(), &opts(false)).unwrap();
     assert!(s.greedy_finished && s.proved_optimal, "{s:?}");
 }
 
