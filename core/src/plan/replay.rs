@@ -49,6 +49,14 @@ pub enum Event {
     },
 }
 
+/// The allocations among `events`, as (size, alignment), in order.
+fn allocations(events: &[Event]) -> impl Iterator<Item = (u64, u64)> + '_ {
+    events.iter().filter_map(|e| match *e {
+        Event::Allocate { size, align } => Some((size, align)),
+        Event::Free { .. } => None,
+    })
+}
+
 /// Captures one run's allocation sequence. Ids it returns are allocation ordinals (0, 1, 2, ...).
 #[derive(Debug, Clone, Default)]
 pub struct Recorder {
@@ -201,10 +209,7 @@ impl Recording {
 
     /// The allocation sizes in order.
     fn sizes(&self) -> impl Iterator<Item = u64> + '_ {
-        self.events.iter().filter_map(|e| match *e {
-            Event::Allocate { size, .. } => Some(size),
-            Event::Free { .. } => None,
-        })
+        allocations(&self.events).map(|(size, _)| size)
     }
 
     /// Whether the recording has no events.
@@ -214,10 +219,7 @@ impl Recording {
 
     /// Number of allocations.
     pub fn allocations(&self) -> usize {
-        self.events
-            .iter()
-            .filter(|e| matches!(e, Event::Allocate { .. }))
-            .count()
+        allocations(&self.events).count()
     }
 
     /// The planner instance: allocation `k` becomes buffer `k`, live from its allocate event to its
@@ -305,10 +307,7 @@ impl ReplayPlan {
     /// Size and alignment of the first allocation, if any: what a run must start with to follow
     /// this plan.
     pub fn first_allocation(&self) -> Option<(u64, u64)> {
-        self.events.iter().find_map(|e| match *e {
-            Event::Allocate { size, align } => Some((size, align)),
-            Event::Free { .. } => None,
-        })
+        allocations(&self.events).next()
     }
 
     /// Which planner produced the offsets.

@@ -298,11 +298,8 @@ impl ReplayPool {
     /// for one step only.
     fn fit_arena(&self, st: &mut State, exact: bool) -> Result<()> {
         let needed = st.shapes.arena_needed();
-        if let Some(block) = st.arena.filter(|b| exact && b.size > needed) {
-            if st.planned_live == 0 && self.source.idle(&block)? {
-                self.source.release(&block)?;
-                st.arena = None;
-            }
+        if st.arena.is_some_and(|b| exact && b.size > needed) {
+            self.release_idle_arena(st)?;
         }
         if needed > 0 {
             self.arena_of(st, needed)?;
@@ -318,12 +315,8 @@ impl ReplayPool {
         if st.arena.is_some_and(|b| b.size >= needed) {
             return Ok(true);
         }
-        if let Some(block) = st.arena {
-            if st.planned_live > 0 || !self.source.idle(&block)? {
-                return Ok(false);
-            }
-            self.source.release(&block)?;
-            st.arena = None;
+        if st.arena.is_some() && !self.release_idle_arena(st)? {
+            return Ok(false);
         }
         self.pool.trim()?;
         // Planned sizes and offsets are multiples of the copy alignment, so the peak is too.
@@ -343,6 +336,20 @@ impl ReplayPool {
                 Ok(false)
             }
         }
+    }
+
+    /// Releases the arena if no planned allocation is live and no work uses it; returns
+    /// whether no arena is held now.
+    fn release_idle_arena(&self, st: &mut State) -> Result<bool> {
+        let Some(block) = st.arena else {
+            return Ok(true);
+        };
+        if st.planned_live > 0 || !self.source.idle(&block)? {
+            return Ok(false);
+        }
+        self.source.release(&block)?;
+        st.arena = None;
+        Ok(true)
     }
 
     /// Counters of record and replay (the dynamic pool's are [`DevicePool::stats`]).

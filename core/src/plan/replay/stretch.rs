@@ -14,7 +14,7 @@
 
 use std::cmp::Ordering;
 
-use super::{Event, Recording, ReplayPlan};
+use super::{Event, Recording, ReplayPlan, allocations};
 
 /// The largest exponent fitted: cubic (a volume in the first allocation's length). A larger fit
 /// comes from sizes rounded up at small scales, and would stretch a slot far past its use.
@@ -149,14 +149,7 @@ impl ReplayPlan {
         if size <= first {
             return None;
         }
-        let unit = self
-            .events
-            .iter()
-            .filter_map(|e| match *e {
-                Event::Allocate { align, .. } => Some(align),
-                Event::Free { .. } => None,
-            })
-            .max()?;
+        let unit = allocations(&self.events).map(|(_, align)| align).max()?;
         let mut slots = Vec::with_capacity(self.offsets.len());
         let mut grown = Vec::with_capacity(self.offsets.len());
         for e in &self.events {

@@ -123,12 +123,7 @@ impl ReplayPool {
                 return Ok(());
             }
         }
-        if let Some(block) = st.arena {
-            if self.source.idle(&block)? {
-                self.source.release(&block)?;
-                st.arena = None;
-            }
-        }
+        self.release_idle_arena(st)?;
         Ok(())
     }
 

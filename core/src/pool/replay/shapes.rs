@@ -85,18 +85,17 @@ impl Shapes {
     /// that its first slot takes the allocation. O(shapes) plus the stretch, n log n in the
     /// plan, once per such step.
     pub(super) fn stretch(&self, key: u64, size: u64, align: u64) -> Option<(u64, ReplayPlan)> {
-        let (id, plan) = self
+        let (id, plan, growth) = self
             .by_shape
             .iter()
             .filter_map(|(id, s)| {
                 let plan = s.plan.as_ref().filter(|_| s.key == key)?;
                 let (first, first_align) = plan.first_allocation()?;
-                (first < size && first_align == align).then_some((first, *id, plan))
+                (first < size && first_align == align).then_some((first, *id, plan, &s.growth))
             })
-            .max_by_key(|(first, id, _)| (*first, *id))
-            .map(|(_, id, plan)| (id, plan))?;
-        let growth = self.by_shape.get(&id)?.growth.as_ref();
-        let stretched = plan.stretched(size, growth)?;
+            .max_by_key(|(first, id, _, _)| (*first, *id))
+            .map(|(_, id, plan, growth)| (id, plan, growth))?;
+        let stretched = plan.stretched(size, growth.as_ref())?;
         let (first, _) = stretched.first_allocation()?;
         (first >= size).then_some((id, stretched))
     }
