@@ -259,6 +259,11 @@ impl Backend for CudaBackend {
         self.timeline.health().note(resized)
     }
 
+    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
+        let r = self.extend_expandable(block, size);
+        self.timeline.health().note(r)
+    }
+
     fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         let r = self.decommit_expandable(block, offset, size);
         self.timeline.health().note(r)

@@ -177,6 +177,15 @@ impl CudaBackend {
         })
     }
 
+    /// [`tensormem::Backend::extend_block`] on an expandable block reserved with holes: the
+    /// extent grows, nothing is mapped (no driver call).
+    pub(crate) fn extend_expandable(&self, block: BlockId, size: u64) -> Result<()> {
+        check_block_size(size, self.caps.max_block_size)?;
+        let mut blocks = lock(&self.blocks);
+        expandable(blocks.get_mut(block)?, block)?.extend_to(size)?;
+        blocks.resize(block, size)
+    }
+
     /// [`tensormem::Backend::decommit_range`] on an expandable block reserved with holes.
     pub(crate) fn decommit_expandable(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         self.bind()?;

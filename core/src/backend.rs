@@ -483,6 +483,26 @@ pub trait Backend: Any + Send + Sync {
         })
     }
 
+    /// Grows the committed size of a reserved block to `size` bytes (a multiple of the
+    /// granularity, above the old size, at most its reservation) without memory: the added
+    /// range is decommitted, as after [`Backend::decommit_range`], until
+    /// [`Backend::commit_range`] or [`Backend::remap_range`] backs it. Where
+    /// [`InPlaceGrowth::whole_units`], a growth made with [`Backend::resize_block`] is one new
+    /// unit; extended instead, the range can take spare units moved from elsewhere in the block
+    /// and one new unit for the rest, so memory that no other hole could use backs the growth.
+    ///
+    /// # Errors
+    /// As [`Backend::decommit_range`] (`Unsupported` without [`InPlaceGrowth::holes`], the
+    /// default), [`Error::TooLarge`](crate::Error::TooLarge) beyond the reservation; on error
+    /// the block keeps its size.
+    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
+        let _ = (block, size);
+        Err(crate::Error::Unsupported {
+            backend: self.capabilities().backend,
+            what: "holes in blocks that grow in place (extend_block)".into(),
+        })
+    }
+
     /// How this backend serves [`MemoryKind::Managed`] blocks. `Unsupported` (the default): the
     /// validating front then refuses the kind. A method with a default rather than a
     /// [`Capabilities`] field, as [`Backend::in_place_growth`].

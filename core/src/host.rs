@@ -337,6 +337,11 @@ impl Backend for HostBackend {
         growth::resize(self, block, size)
     }
 
+    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
+        self.check_alive()?;
+        growth::extend(self, block, size)
+    }
+
     fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         self.check_alive()?;
         holes::decommit(self, block, offset, size)

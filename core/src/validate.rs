@@ -261,6 +261,10 @@ impl Backend for Validated {
         self.resize_checked(block, size)
     }
 
+    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
+        self.extend_checked(block, size)
+    }
+
     fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         self.decommit_checked(block, offset, size)
     }

@@ -1,5 +1,5 @@
 //! Holes in an expandable segment ([`tensormem::Backend::decommit_range`], `commit_range`,
-//! `remap_range`): each physical allocation is a unit of the contract
+//! `remap_range`, and `extend_block`, which adds a hole at the end): each physical allocation is a unit of the contract
 //! ([`tensormem::InPlaceGrowth::whole_units`]), so a range of whole units can be unmapped and
 //! released (a hole), a hole backed by one new allocation (one `cuMemCreate` whatever its
 //! size), or whole units unmapped and mapped elsewhere in the segment (a remap: no
@@ -51,6 +51,28 @@ pub(crate) fn chunks(holes: bool, offset: u64, size: u64, chunk: u64, mapped: u6
     Ok(())
 }
 
+/// The bytes an extension of a segment with holes of `mapped` bytes to `target` bytes adds:
+/// whole chunks past the extent, inside the `reserved` range.
+///
+/// # Errors
+/// As [`chunks`] for the added range (`reserved` as its limit), and
+/// [`Error::InvalidArgument`] when `target` does not exceed `mapped`.
+pub(crate) fn extension(
+    holes: bool,
+    mapped: u64,
+    target: u64,
+    chunk: u64,
+    reserved: u64,
+) -> Result<u64> {
+    let Some(add) = target.checked_sub(mapped).filter(|a| *a > 0) else {
+        return Err(Error::invalid(format!(
+            "extend_block: the extent is {mapped} bytes; {target} does not extend it"
+        )));
+    };
+    chunks(holes, mapped, add, chunk, reserved)?;
+    Ok(add)
+}
+
 /// The units (offset, size) of `units` (size by offset) inside `[offset, offset + size)`, and
 /// the bytes they cover.
 ///
@@ -100,6 +122,17 @@ impl ExpandableSegment {
                 self.mappings.remove(&at);
             }
         }
+        Ok(())
+    }
+
+    /// Grows the extent to `target` bytes without mapping anything: the added range is a hole
+    /// until a commit or a remap backs it (no driver call).
+    ///
+    /// # Errors
+    /// As [`extension`].
+    pub(crate) fn extend_to(&mut self, target: u64) -> Result<()> {
+        extension(self.holes, self.mapped, target, self.chunk, self.reserved)?;
+        self.mapped = target;
         Ok(())
     }
 

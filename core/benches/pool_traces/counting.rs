@@ -423,6 +423,25 @@ impl Backend for CountingBackend {
         })
     }
 
+    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
+        let (host, books) = (self.host(), self.books);
+        let counters = &self.counters;
+        self.with(block, |b| {
+            let old = b.size;
+            if size <= old {
+                return Err(Error::invalid("extend_block must grow the extent"));
+            }
+            b.size = size;
+            // The host makes the range usable with one `mprotect` and counts it a hole; CUDA
+            // makes no call (the range is reserved), and the hole is where no unit lies.
+            if host && books {
+                b.mark(old, size - old, granularity(), true);
+                counters.mapped(1, 0);
+            }
+            Ok(())
+        })
+    }
+
     fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         if !self.books {
             return Ok(());

@@ -1,6 +1,7 @@
 //! The host backend's blocks that grow in place: reserve-and-commit of address space
-//! ([`memory::Reservation`](super::memory)), behind [`Backend::reserve_block`] and
-//! [`Backend::resize_block`](crate::Backend::resize_block).
+//! ([`memory::Reservation`](super::memory)), behind [`Backend::reserve_block`],
+//! [`Backend::resize_block`](crate::Backend::resize_block) and
+//! [`Backend::extend_block`](crate::Backend::extend_block).
 //!
 //! The block table's size of a reserved block is its committed size, so ranges, copies and
 //! [`HostBackend::block_bytes`] see exactly the memory that is usable, and
@@ -129,6 +130,45 @@ pub(super) fn resize(host: &HostBackend, block: BlockId, size: u64) -> Result<u6
     blocks.resize(block, size)?;
     // Page-granular: always exactly the size asked.
     Ok(size)
+}
+
+/// Extends a reserved block to `size` bytes without memory ([`Backend::extend_block`]): the
+/// pages become usable (`mprotect`) but stay untouched, so none is resident, and the range is
+/// counted as a hole until it is committed or remapped.
+#[cfg(unix)]
+pub(super) fn extend(host: &HostBackend, block: BlockId, size: u64) -> Result<()> {
+    let growth = offered(&host.config).ok_or_else(unsupported)?;
+    let mut blocks = lock(&host.blocks);
+    let held = host.device_bytes(&blocks);
+    let entry = blocks.get(block)?;
+    let (old, kind) = (entry.size, entry.kind);
+    let mem = entry.native.clone();
+    let mut mem = lock(&mem);
+    let super::memory::HostMemory::Reserved(r) = &mut *mem else {
+        return Err(Error::Unsupported {
+            backend: super::NAME,
+            what: format!("extending block {}, which was not reserved", block.0),
+        });
+    };
+    let len = check_size(growth, size, r.reserved() as u64, "reservation")?;
+    if size <= old {
+        return Err(Error::invalid(format!(
+            "extend_block: block {} has {old} bytes committed; {size} does not extend it",
+            block.0
+        )));
+    }
+    r.resize(len)
+        .map_err(|e| super::map_alloc_err(e, "in-place extension", 0, held))?;
+    let added = r.holes.add(old, size);
+    host.decommitted_of(kind)
+        .fetch_add(added, std::sync::atomic::Ordering::Relaxed);
+    drop(mem);
+    blocks.resize(block, size)
+}
+
+#[cfg(not(unix))]
+pub(super) fn extend(_: &HostBackend, _: BlockId, _: u64) -> Result<()> {
+    Err(unsupported())
 }
 
 #[cfg(not(unix))]

@@ -1,5 +1,6 @@
-//! The front's checks of holes in reserved blocks ([`Backend::decommit_range`],
-//! [`Backend::commit_range`], [`Backend::remap_range`]): the backend offers them
+//! The front's checks of holes in reserved blocks ([`Backend::extend_block`],
+//! [`Backend::decommit_range`], [`Backend::commit_range`], [`Backend::remap_range`]): the
+//! backend offers them
 //! ([`InPlaceGrowth::holes`](crate::backend::InPlaceGrowth::holes)), the block was reserved,
 //! every range is whole granules inside its committed size, and the two ranges of a remap do not
 //! overlap. The front does not track which ranges are committed, nor the units a backend with
@@ -69,6 +70,28 @@ impl Validated {
             }
         }
         Ok(())
+    }
+
+    /// [`Backend::extend_block`], checked: holes are offered, the block was reserved, and `size`
+    /// is whole granules above its committed size, within the reservation.
+    pub(super) fn extend_checked(&self, block: BlockId, size: u64) -> Result<()> {
+        self.check_holes("extend_block", block, &[])?;
+        let growth = rules::growth(self)?;
+        let (old, reserve) = {
+            let st = self.lock();
+            let old = st.blocks.get(block)?.size;
+            (old, st.reserved.get(&block).copied().unwrap_or(old))
+        };
+        rules::committed_size(growth, size, reserve, "reservation")?;
+        if size <= old {
+            return Err(Error::invalid(format!(
+                "extend_block: block {} has {old} bytes committed; {size} does not extend it",
+                block.0
+            )));
+        }
+        self.observe(self.backend.extend_block(block, size))?;
+        let extended = self.lock().blocks.resize(block, size);
+        extended.map_err(|e| self.mark_broken(e))
     }
 
     pub(super) fn decommit_checked(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {

@@ -37,6 +37,34 @@ fn holes_are_whole_chunks_inside_the_extent() {
 }
 
 #[test]
+fn an_extension_adds_whole_chunks_up_to_the_reservation() {
+    let c = 2 * MIB;
+    assert_eq!(
+        extension(true, 4 * MIB, 10 * MIB, c, 16 * MIB).unwrap(),
+        6 * MIB
+    );
+    assert_eq!(extension(true, 0, 16 * MIB, c, 16 * MIB).unwrap(), 16 * MIB);
+    for target in [4 * MIB, 2 * MIB] {
+        assert!(matches!(
+            extension(true, 4 * MIB, target, c, 16 * MIB),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    assert!(matches!(
+        extension(true, 4 * MIB, 5 * MIB, c, 16 * MIB),
+        Err(Error::Misaligned { value, .. }) if value == MIB
+    ));
+    assert!(matches!(
+        extension(true, 4 * MIB, 18 * MIB, c, 16 * MIB),
+        Err(Error::OutOfBounds { limit, .. }) if limit == 16 * MIB
+    ));
+    assert!(matches!(
+        extension(false, 4 * MIB, 8 * MIB, c, 16 * MIB),
+        Err(Error::Unsupported { .. })
+    ));
+}
+
+#[test]
 fn a_segment_without_holes_refuses_them() {
     assert!(matches!(
         chunks(false, 0, 2 * MIB, 2 * MIB, 16 * MIB),

@@ -163,3 +163,67 @@ fn misuse_is_refused_with_typed_errors() {
         Err(Error::Unsupported { .. })
     ));
 }
+
+#[test]
+fn an_extension_is_a_hole_until_committed_and_counts_no_memory() {
+    let h = host(HostConfig {
+        device_memory: Some(1 << 20),
+        ..HostConfig::default()
+    });
+    let page = h.in_place_growth().unwrap().granularity;
+    let blk = h.reserve_block(&desc(page), 1024 * page).unwrap();
+    h.write_mapped(blk, 0, &[7u8; 64]).unwrap();
+    // Past the device's memory, since nothing is committed: the range is a hole.
+    h.extend_block(blk, 1024 * page).unwrap();
+    assert_eq!(h.block_bytes(), page);
+    let (base, _) = reservation(&h, blk);
+    assert_eq!(
+        mapped(base, 1024 * page as usize).0,
+        1024 * page as usize,
+        "the extent is usable address space"
+    );
+    // Committed, a page of it counts and reads as zero; the prefix keeps its contents.
+    h.commit_range(blk, 8 * page, page).unwrap();
+    assert_eq!(h.block_bytes(), 2 * page);
+    let mut out = vec![1u8; 64];
+    h.read_mapped(blk, 8 * page, &mut out).unwrap();
+    assert_eq!(out, vec![0u8; 64]);
+    h.read_mapped(blk, 0, &mut out).unwrap();
+    assert_eq!(out, vec![7u8; 64]);
+    // A remap moves the prefix's memory into the extension; a shrink drops the rest's holes.
+    h.remap_range(blk, 0, 16 * page, page).unwrap();
+    assert_eq!(h.block_bytes(), 2 * page);
+    h.resize_block(blk, 32 * page).unwrap();
+    assert_eq!(
+        h.block_bytes(),
+        2 * page,
+        "a shrink past holes gives back nothing more"
+    );
+}
+
+#[test]
+fn an_extension_that_does_not_grow_is_refused_and_changes_nothing() {
+    let h = host(HostConfig::default());
+    let page = h.in_place_growth().unwrap().granularity;
+    let blk = h.reserve_block(&desc(4 * page), 16 * page).unwrap();
+    for size in [4 * page, 2 * page] {
+        assert!(matches!(
+            h.extend_block(blk, size),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    assert!(matches!(
+        h.extend_block(blk, 17 * page),
+        Err(Error::TooLarge { .. })
+    ));
+    assert!(matches!(
+        h.extend_block(blk, 5 * page + 1),
+        Err(Error::Misaligned { .. })
+    ));
+    let plain = h.alloc_block(&desc(page)).unwrap();
+    assert!(matches!(
+        h.extend_block(plain, 2 * page),
+        Err(Error::Unsupported { .. })
+    ));
+    assert_eq!(h.block_bytes(), 5 * page);
+}

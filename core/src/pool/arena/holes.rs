@@ -172,7 +172,7 @@ use super::sites::Sites;
 use super::units::Units;
 use super::{ArenaPool, Block, State};
 use crate::backend::BlockId;
-use crate::suballoc::Region;
+use crate::suballoc::{Landmark, Region};
 use crate::{Error, Result};
 
 #[cfg(doc)]
@@ -240,6 +240,19 @@ impl Holes {
         };
         h.resize(extent);
         h
+    }
+
+    /// Whether memory goes back and moves only in whole units.
+    pub(super) fn whole_units(&self) -> bool {
+        self.handles.is_some()
+    }
+
+    /// The extent grows to `extent` bytes without memory ([`Backend::extend_block`]): the
+    /// granules added are decommitted.
+    pub(super) fn extend(&mut self, extent: u64) {
+        let len = extent >> self.shift;
+        self.committed.resize(len, false);
+        self.spare.resize(len, false);
     }
 
     /// Bytes of the extent not backed by memory.
@@ -359,10 +372,10 @@ impl Holes {
         (b - a) - self.committed.count(a, b)
     }
 
-    /// `region` was allocated: its granules are no longer spare. Returns the granules `[a, b)`
-    /// it touches.
-    fn taken(&mut self, region: &Region) -> (u64, u64) {
-        let (a, b) = self.touched(region.offset, region.size);
+    /// `[offset, offset + size)` was allocated: its granules are no longer spare. Returns the
+    /// granules `[a, b)` it touches.
+    fn taken(&mut self, offset: u64, size: u64) -> (u64, u64) {
+        let (a, b) = self.touched(offset, size);
         if self.spare.clear(a, b) > 0 {
             if let Some(u) = self.handles.as_mut() {
                 u.unspare(a, b);
@@ -557,7 +570,7 @@ fn place_on(start: u64, end: u64, shift: u32, size: u64, align: u64) -> Option<u
 
 impl ArenaPool {
     /// The arena's holes, when it has them.
-    fn holes(st: &mut State, index: usize) -> Option<&mut Holes> {
+    pub(super) fn holes(st: &mut State, index: usize) -> Option<&mut Holes> {
         st.blocks
             .get_mut(index)
             .and_then(Option::as_mut)
@@ -579,11 +592,16 @@ impl ArenaPool {
         }
     }
 
-    /// A region of `size` bytes went back to its block: the arena's sites see the free.
+    /// A region of `size` bytes went back to its block: the arena's sites see the free. When
+    /// that emptied the pool, their history starts again: the next run of the model then meets
+    /// the histories its first run had, and its first layer the places that one learned.
     pub(super) fn unplaced(st: &mut State, size: u64) {
-        let arena = st.arena;
+        let (arena, empty) = (st.arena, st.stats.in_use == 0);
         if let Some(s) = arena.and_then(|a| Self::holes(st, a)?.sites.as_mut()) {
             s.saw(size, true);
+            if empty {
+                s.restart();
+            }
         }
     }
 
@@ -638,7 +656,7 @@ impl ArenaPool {
             if lacking == 0 {
                 // Backed already (the usual case once placement is learned): no run to walk.
                 if let Some(h) = b.holes.as_mut() {
-                    h.taken(&region);
+                    h.taken(region.offset, region.size);
                 }
                 return Ok(Some((i, region)));
             }
@@ -733,7 +751,7 @@ impl ArenaPool {
                 unit = b.tlsf.allocate_at(offset, size, align, None)?;
             }
             if let (Some(unit), Some(h)) = (unit, b.holes.as_mut()) {
-                h.taken(&unit);
+                h.taken(unit.offset, unit.size);
                 return Ok(Some(unit));
             }
         }
@@ -744,7 +762,7 @@ impl ArenaPool {
         for offset in h.spare_run_places(size, align).into_iter().flatten() {
             if let Some(run) = b.tlsf.allocate_at(offset, size, align, None)? {
                 if let Some(h) = b.holes.as_mut() {
-                    h.taken(&run);
+                    h.taken(run.offset, run.size);
                 }
                 return Ok(Some(run));
             }
@@ -769,13 +787,26 @@ impl ArenaPool {
     /// `Ok(false)` when the budget or the device refuses new memory (granules backed so far
     /// stay committed; the caller returns the region, which makes them spare).
     pub(super) fn back(&self, st: &mut State, index: usize, region: &Region) -> Result<bool> {
+        self.back_range(st, index, (region.offset, region.size), None)
+    }
+
+    /// Backs the granules `[offset, offset + size)` touches, as [`ArenaPool::back`] a region's;
+    /// `near` is the landmark of the region placed there (where sites whose memory moves there
+    /// look for it).
+    pub(super) fn back_range(
+        &self,
+        st: &mut State,
+        index: usize,
+        (offset, size): (u64, u64),
+        follow: Option<Landmark>,
+    ) -> Result<bool> {
         let Some(h) = Self::holes(st, index) else {
             return Ok(true);
         };
-        let (mut pos, end) = h.taken(region);
+        let (mut pos, end) = h.taken(offset, size);
         let shift = h.shift;
         let id = Self::block_id(st, index)?;
-        let allowance = Self::allowance(st, region.size, shift);
+        let allowance = Self::allowance(st, size, shift);
         // Run by run, left to right (what a run is backed with lies outside the region, so the
         // runs after it do not change).
         while let Some((a, b)) = Self::holes(st, index).and_then(|h| h.next_lacking(pos, end)) {
@@ -810,6 +841,13 @@ impl ArenaPool {
                     }
                     if let Some(h) = Self::holes(st, index) {
                         h.moved(from, at, n);
+                        // With whole units, the sites placed on that memory find it where it
+                        // went (per granule, memory is moved far more often and any spare
+                        // granule serves: there the walk cost rand_logu at 64 KiB 5× its time
+                        // per pair, for no lower peak).
+                        if let (Some(s), Some(near)) = (h.sites.as_mut(), follow) {
+                            s.follow((from << shift, n << shift), at << shift, near);
+                        }
                     }
                     at += n;
                 } else {

@@ -34,7 +34,7 @@
 use super::growth::Role;
 use super::holes::{Holes, MIN_GRANULE};
 use super::{ArenaPool, Carved, State, round_up};
-use crate::backend::{BlockDesc, InPlaceGrowth};
+use crate::backend::{BlockDesc, BlockId, InPlaceGrowth};
 use crate::suballoc::Region;
 use crate::{Error, Result};
 
@@ -43,6 +43,15 @@ use crate::backend::Backend;
 
 /// The growth step is at least the committed size divided by this (so at most ~3 % above need).
 pub const GROWTH_STEP_DIVISOR: u64 = 32;
+
+/// Where memory comes in whole units ([`InPlaceGrowth::whole_units`]), a growth is at least this
+/// (up to half the committed size, so a small pool is not doubled): each growth is one physical
+/// allocation on CUDA, and tensors of a few megabytes, grown one at a time, made one each.
+/// PyTorch's caching allocator rounds requests of 1–10 MiB up to 20 MiB segments for the same
+/// reason. On `llama8b_prefill` at 2 MiB, 10–16 MiB took the first layer's three 4 MiB tensors
+/// in one unit and peaked at 1.022 × live with 8 allocations; 20 MiB peaked at 1.261 (the
+/// unit outlived its tensors beside the feed-forward ones).
+pub const MIN_UNIT: u64 = 12 << 20;
 
 /// Bytes to commit at the end of an arena of `committed` bytes whose free tail lacks `deficit`
 /// bytes: the deficit, raised to the growth step, rounded to `granularity`; falls back to the
@@ -163,14 +172,31 @@ impl ArenaPool {
         };
         // A tail that fits but was passed over by the good-fit search is taken as it is.
         let deficit = need.saturating_sub(tail);
-        if deficit > 0 && growth.holes {
+        // The growth for a deficit of `d` bytes: at least `least`, where the step and `room`
+        // allow.
+        let step = |d: u64, least: u64, room: u64| match d {
+            0 => Some(0),
+            d => growth_bytes(d.max(least.min(room)), committed, growth.granularity, room),
+        };
+        // With whole units the arena is extended without memory, by at least `MIN_UNIT`, and
+        // the growth is backed by moved spare units first (below), so none goes back for it.
+        let whole = b.holes.as_ref().is_some_and(Holes::whole_units);
+        let room = (reserved - committed).min(self.budget.room());
+        let extension = match step(deficit, MIN_UNIT.min(committed / 2), room) {
+            Some(a) if whole && a > 0 && self.extend(st, index, id, committed + a)? => Some(a),
+            _ => None,
+        };
+        let extended = extension.is_some();
+        if deficit > 0 && growth.holes && !extended {
             // Spare memory in holes goes back first, as much as the growth would take the pool
             // past its allowance: its memory grows only by what no hole can give. (A refusal
             // keeps it; growth goes on.)
             let step = growth_bytes(deficit, committed, growth.granularity, u64::MAX);
-            let shift = b
-                .holes
-                .as_ref()
+            let shift = st
+                .blocks
+                .get(index)
+                .and_then(Option::as_ref)
+                .and_then(|b| b.holes.as_ref())
                 .map_or(growth.granularity.max(MIN_GRANULE), Holes::granule)
                 .trailing_zeros();
             let over = (st.stats.reserved + step.unwrap_or(0))
@@ -180,14 +206,10 @@ impl ArenaPool {
             }
         }
         let room = (reserved - committed).min(self.budget.room());
-        let add = match deficit {
-            0 => 0,
-            d => match growth_bytes(d, committed, growth.granularity, room) {
-                Some(add) => add,
-                None => return Ok(None),
-            },
+        let Some(add) = extension.or_else(|| step(deficit, 0, room)) else {
+            return Ok(None);
         };
-        if add > 0 {
+        if add > 0 && !extended {
             if !self.budget.try_reserve(add) {
                 return Ok(None);
             }
@@ -227,19 +249,59 @@ impl ArenaPool {
                 Error::invalid("internal: a grown arena does not fit its request")
             })?,
         };
+        let end = b.size;
+        // Extended, the region and the growth step past it are backed together: spare units
+        // moved in, then one new unit for the rest through the end (the step's slack is in that
+        // unit, so later growths stay few).
+        let backed = if extended { end - region.offset } else { 0 };
         if let Some(h) = b.holes.as_mut() {
-            // What the growth committed past the request is spare (and below it, where the
-            // tail started); granules of the old free tail that were given back need memory
-            // again.
-            let rest = b.tlsf.free_tail();
-            h.freed(b.size - rest, rest);
+            if !extended {
+                // What the growth committed past the request is spare; granules of the old
+                // free tail that were given back need memory again.
+                let rest = b.tlsf.free_tail();
+                h.freed(b.size - rest, rest);
+            }
+            // Below the region, where the tail started, is spare too.
             h.freed(tail_start, region.offset - tail_start);
         }
-        if !self.back(st, index, &region)? {
+        let ok = if extended {
+            self.back_range(st, index, (region.offset, backed), Some(region.landmark()))?
+        } else {
+            self.back(st, index, &region)?
+        };
+        if !ok {
             Self::unplace(st, index, region)?;
             return Ok(None);
         }
+        if extended {
+            let rest = region.offset + region.size;
+            if let Some(h) = Self::holes(st, index) {
+                h.freed(rest, end - rest);
+            }
+        }
         Ok(Some((region, add)))
+    }
+
+    /// Extends the arena at `index` (block `id`) to `size` bytes without memory
+    /// ([`Backend::extend_block`]): `Ok(false)` where the backend does not offer it (the caller
+    /// then commits the growth) or refuses it for want of address space or budget.
+    fn extend(&self, st: &mut State, index: usize, id: BlockId, size: u64) -> Result<bool> {
+        match Self::note(st, self.backend.extend_block(id, size)) {
+            Ok(()) => {}
+            Err(Error::Unsupported { .. } | Error::OutOfMemory(_) | Error::TooLarge { .. }) => {
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        }
+        let Some(b) = st.blocks[index].as_mut() else {
+            return Err(Error::invalid("internal: the arena index names no block"));
+        };
+        b.tlsf.grow(size - b.size)?;
+        if let Some(h) = b.holes.as_mut() {
+            h.extend(size);
+        }
+        b.size = size;
+        Ok(true)
     }
 
     /// Records that the arena at `index` now commits `new` bytes instead of `old` (the backend

@@ -196,6 +196,30 @@ impl Sites {
         }
     }
 
+    /// The memory of `[from, from + len)` moved to `to` (`near`: the landmark of the region
+    /// placed there): every site placed in that range learns the same place in the new one.
+    /// The memory is where the next repetition finds it committed; the old range has none. A
+    /// walk of the whole table, once per move (a remap: a driver call or a system call, which
+    /// costs more).
+    pub(super) fn follow(&mut self, (from, len): (u64, u64), to: u64, near: Landmark) {
+        for site in self.table.iter_mut().flatten() {
+            if site.key != 0 && site.offset.wrapping_sub(from) < len {
+                site.offset = site.offset - from + to;
+                site.near = near;
+                site.missed = ELSEWHERE;
+            }
+        }
+    }
+
+    /// Forgets the recent events (the pool emptied): the sites of a model's next run have the
+    /// histories of its first.
+    pub(super) fn restart(&mut self) {
+        self.history = [0; HISTORY];
+        self.at = 0;
+        self.window = 0;
+        self.hashed = None;
+    }
+
     /// An allocation of `size` bytes (`freed`: a free of one) happened.
     pub(super) fn saw(&mut self, size: u64, freed: bool) {
         let v = event(size, freed);

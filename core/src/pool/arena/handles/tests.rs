@@ -144,15 +144,27 @@ struct WholeUnits {
     created: AtomicU64,
     /// Units moved by `remap_range`.
     moved: AtomicU64,
+    /// Whether it offers `extend_block` (CUDA does; without it the pool commits each growth).
+    extends: bool,
 }
 
 impl WholeUnits {
     fn new() -> Arc<Self> {
+        Self::with(false)
+    }
+
+    /// One that extends its block without memory, as CUDA does.
+    fn extending() -> Arc<Self> {
+        Self::with(true)
+    }
+
+    fn with(extends: bool) -> Arc<Self> {
         Arc::new(WholeUnits {
             host: HostBackend::new(HostConfig::default()).unwrap(),
             state: Mutex::new((0, BTreeMap::new())),
             created: AtomicU64::new(0),
             moved: AtomicU64::new(0),
+            extends,
         })
     }
 
@@ -231,6 +243,18 @@ impl Backend for WholeUnits {
         units.split_off(&now);
         *extent = now;
         self.host.resize_block(block, now)
+    }
+    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
+        if !self.extends {
+            return Err(Error::Unsupported {
+                backend: "whole units",
+                what: "extend_block".into(),
+            });
+        }
+        let mut st = self.state.lock().unwrap();
+        self.host.extend_block(block, size)?;
+        st.0 = size;
+        Ok(())
     }
     fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         let mut st = self.state.lock().unwrap();
@@ -399,6 +423,52 @@ fn a_region_on_a_run_gets_whole_spare_units_largest_first_then_one_new_unit() {
     }
     p.trim().unwrap();
     assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+}
+
+/// Spare units of 8 granules, and a 28-granule request that fits no free range: extended, the
+/// growth takes both spare units and one new unit for the rest, so the pool commits exactly
+/// the live bytes; committed at the end instead, one spare unit goes back for the growth's
+/// excess over the allowance and the other stays (`llama8b_prefill`'s first feed-forward
+/// peak).
+#[test]
+fn an_extended_growth_takes_the_spare_units_and_one_new_unit() {
+    for extends in [true, false] {
+        let backend = if extends {
+            WholeUnits::extending()
+        } else {
+            WholeUnits::new()
+        };
+        let p = pool(&backend, false);
+        let mut t: Vec<Allocation> = (0..4u8)
+            .map(|i| filled(&backend, &p, 8 * G, i + 1))
+            .collect();
+        assert_eq!(backend.units(), 4);
+        let d = t.pop().unwrap();
+        let c = t.pop().unwrap();
+        let b = t.pop().unwrap();
+        let a = t.pop().unwrap();
+        p.free(a.handle).unwrap();
+        p.free(c.handle).unwrap();
+        let created = backend.created();
+        let e = filled(&backend, &p, 28 * G, 9);
+        check(&backend, &p);
+        for (x, byte) in [(&b, 2), (&d, 4), (&e, 9)] {
+            assert_holds(&backend, x, byte);
+        }
+        assert_eq!(p.stats().in_use, 44 * G);
+        if extends {
+            assert_eq!((backend.moved(), backend.created()), (2, created + 1));
+            assert_eq!(p.stats().reserved, 44 * G, "no spare unit is left");
+        } else {
+            assert_eq!(backend.created(), created + 1);
+            assert_eq!(p.stats().reserved, 52 * G, "one spare unit stays");
+        }
+        for x in [b, d, e] {
+            p.free(x.handle).unwrap();
+        }
+        p.trim().unwrap();
+        assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+    }
 }
 
 #[test]

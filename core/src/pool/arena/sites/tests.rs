@@ -94,6 +94,45 @@ fn a_learned_site_gives_its_last_placement_back() {
 }
 
 #[test]
+fn sites_follow_memory_that_moved_and_only_that() {
+    let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
+    let (a, b, c) = (
+        tlsf.allocate(64 * KIB, 256).unwrap().unwrap(),
+        tlsf.allocate(64 * KIB, 256).unwrap().unwrap(),
+        tlsf.allocate(64 * KIB, 256).unwrap().unwrap(),
+    );
+    let mut s = Sites::new(true);
+    let (ka, kb) = (s.key(4096, 256), s.key(8192, 256));
+    s.learn(ka, &a);
+    s.learn(kb, &b);
+    // `a`'s 64 KiB moved to where `c` lies: its site learns the place at the same distance.
+    s.follow((a.offset, a.size), c.offset + 4096, c.landmark());
+    assert_eq!(s.hint(ka), Some((c.offset + 4096, c.landmark())));
+    assert_eq!(s.hint(kb), Some((b.offset, b.landmark())), "b did not move");
+    // A followed first place is the site's place: one use elsewhere does not replace it.
+    s.learn(ka, &a);
+    assert_eq!(s.hint(ka), Some((c.offset + 4096, c.landmark())));
+}
+
+#[test]
+fn a_restarted_history_gives_the_first_run_s_sites_back() {
+    let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
+    let a = tlsf.allocate(4096, 256).unwrap().unwrap();
+    let mut s = Sites::new(false);
+    let first = s.key(4096, 256);
+    s.learn(first, &a);
+    for size in [4096, 8192, 512] {
+        s.saw(size, false);
+        s.saw(size, true);
+    }
+    let later = s.key(4096, 256);
+    assert_eq!(s.hint(later), None, "another history, another site");
+    s.restart();
+    assert_eq!(s.key(4096, 256), first);
+    assert_eq!(s.hint(first), Some((a.offset, a.landmark())));
+}
+
+#[test]
 fn a_table_that_keeps_first_places_gives_the_first_back() {
     let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
     let (a, b) = (
