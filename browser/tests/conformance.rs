@@ -50,6 +50,7 @@ browser_cases!(
     defect_7_one_pressure_path_across_device_pool_and_belt,
     arena_growth_in_place_or_blocks,
     arena_holes_follow_the_live_bytes,
+    an_extension_is_a_hole_until_it_is_backed,
     a_small_model_reserves_within_5_percent,
     staging_under_pressure,
     staging_larger_than_belt,

@@ -6,7 +6,10 @@
 //! small model's pool stays within 5 % of its live bytes (issue 14: the blocks path held 1.63×
 //! for the MNIST sample).
 
-use tensormem::{Backend, DType, DevicePool, Runtime, RuntimeConfig, Tensor};
+use tensormem::{
+    Backend, BlockDesc, BlockRange, DType, DevicePool, Error, MemoryKind, Runtime, RuntimeConfig,
+    Tensor,
+};
 
 use super::Rng;
 use crate::{Case, Ctx, case, check, fail};
@@ -17,6 +20,7 @@ pub(crate) fn cases() -> Vec<Case> {
     vec![
         case!("arena_growth_in_place_or_blocks", arena_growth),
         case!("arena_holes_follow_the_live_bytes", arena_holes),
+        case!("an_extension_is_a_hole_until_it_is_backed", extension),
         case!("a_small_model_reserves_within_5_percent", small_model),
     ]
 }
@@ -115,6 +119,96 @@ async fn arena_holes(ctx: &Ctx) -> R {
     }
     pool.check_invariants()?;
     free_all_and_trim(ctx, &rt, live.into_iter().map(|(t, _)| t)).await
+}
+
+/// `Backend::extend_block`, the contract: where the backend offers holes, a reserved block
+/// grows without memory, and the range it adds takes `commit_range` and `remap_range` as a
+/// decommitted one does; an extension that does not grow, or goes past the reservation, is a
+/// typed error; where the backend offers no holes, it is unsupported. Host-visible memory keeps
+/// what is written into the extension once it is backed.
+async fn extension(ctx: &Ctx) -> R {
+    let rt = ctx
+        .runtime(RuntimeConfig::default())
+        .map_err(fail("runtime"))?;
+    let front = rt.front();
+    let unsupported = |r: tensormem::Result<()>| {
+        check(matches!(r, Err(Error::Unsupported { .. })), || {
+            format!("extend_block without holes: {r:?}")
+        })
+    };
+    let Some(g) = front.in_place_growth() else {
+        return unsupported(front.extend_block(tensormem::BlockId(0), 1 << 21));
+    };
+    let gran = g.granularity;
+    let desc = BlockDesc {
+        kind: MemoryKind::DeviceLocal,
+        size: gran,
+        label: "extension",
+    };
+    let b = front
+        .reserve_block(&desc, 8 * gran)
+        .map_err(fail("reserve"))?;
+    let result = extension_of(ctx, front, b, gran, g.holes).await;
+    front.free_block(b).map_err(fail("free"))?;
+    result
+}
+
+/// The checks of [`extension`] on the reserved block `b` of one granule `gran` committed, eight
+/// reserved.
+async fn extension_of(
+    ctx: &Ctx,
+    front: &tensormem::Validated,
+    b: tensormem::BlockId,
+    gran: u64,
+    holes: bool,
+) -> R {
+    if !holes {
+        return check(
+            matches!(
+                front.extend_block(b, 2 * gran),
+                Err(Error::Unsupported { .. })
+            ),
+            || "extend_block without holes is not refused as unsupported".into(),
+        );
+    }
+    front.extend_block(b, 4 * gran).map_err(fail("extend"))?;
+    let same = front.extend_block(b, 4 * gran);
+    check(matches!(same, Err(Error::InvalidArgument(_))), || {
+        format!("an extension to the same size: {same:?}")
+    })?;
+    let past = front.extend_block(b, 9 * gran);
+    check(matches!(past, Err(Error::TooLarge { .. })), || {
+        format!("an extension past the reservation: {past:?}")
+    })?;
+    // The added range is a hole: a commit backs a granule of it, a remap moves the first
+    // granule's memory into another.
+    front
+        .commit_range(b, 2 * gran, gran)
+        .map_err(fail("commit"))?;
+    front
+        .remap_range(b, 0, 3 * gran, gran)
+        .map_err(fail("remap"))?;
+    let backed = BlockRange {
+        block: b,
+        offset: 2 * gran,
+        size: 2 * gran,
+    };
+    let t = front.fill_zero(backed).map_err(fail("fill"))?;
+    ctx.wait(t).await.map_err(fail("wait"))?;
+    if front.capabilities().device_host_visible {
+        let data: Vec<u8> = (0..2 * gran).map(|i| (i % 251) as u8).collect();
+        front
+            .write_mapped(b, 2 * gran, &data)
+            .map_err(fail("write"))?;
+        let mut back = vec![0u8; data.len()];
+        front
+            .read_mapped(b, 2 * gran, &mut back)
+            .map_err(fail("read"))?;
+        check(back == data, || {
+            "the backed extension lost what was written".into()
+        })?;
+    }
+    Ok(())
 }
 
 /// The device pool requests of the MNIST sample (planned activation arena, input image,

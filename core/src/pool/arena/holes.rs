@@ -20,7 +20,9 @@
 //!   below its free tail are decommitted, as many as the growth adds ([`Backend::decommit_range`]),
 //!   and trim and the runtime's pressure path decommit all of them (PyTorch's expandable segments
 //!   release cached memory before an out-of-memory likewise). A free alone never calls the
-//!   backend: holes that are filled again soon cost nothing.
+//!   backend: holes that are filled again soon cost nothing. With whole units the growth is
+//!   extended without memory instead and takes the spare units
+//!   ([`in_place`](super::in_place)): a unit given back there had to be created again.
 //!
 //! Committed bytes (the pool's `reserved`) are then the granules that hold live bytes at their
 //! peak, plus the growth step's slack. The granule is the backend's: 4 KiB pages on the host,

@@ -23,6 +23,14 @@
 //!   (with alignment padding), but at least [`GROWTH_STEP_DIVISOR`]⁻¹ of the committed size:
 //!   a growth step that bounds the overshoot to about 3 % while keeping the number of driver
 //!   calls logarithmic in the peak. Sizes are rounded to the backend's granularity.
+//! * **Growth in whole units** ([`InPlaceGrowth::whole_units`], CUDA). The arena is extended
+//!   without memory ([`Backend::extend_block`]), by at least [`MIN_UNIT`], and the request and
+//!   the step past it are backed like any range with holes: spare units moved there first, one
+//!   new unit for the rest. Committed at the end instead, a growth was a new unit beside spare
+//!   units no hole could take (smaller than the runs that lacked memory): on Llama-8B prefill
+//!   at 2 MiB the first feed-forward block's `swiglu` grew the arena by 28 granules while two
+//!   8-granule units were spare, and one of them stayed (1.087 × live). A backend without
+//!   `extend_block` gets the committed growth.
 //! * **Release.** Trim (and the pressure path) decommits the free tail, rounded down to the
 //!   granularity (on CUDA, down to the end of the growth step that holds the new end: each
 //!   step is mapped as one allocation), and returns the whole reservation when the arena is
@@ -44,13 +52,16 @@ use crate::backend::Backend;
 /// The growth step is at least the committed size divided by this (so at most ~3 % above need).
 pub const GROWTH_STEP_DIVISOR: u64 = 32;
 
-/// Where memory comes in whole units ([`InPlaceGrowth::whole_units`]), a growth is at least this
-/// (up to half the committed size, so a small pool is not doubled): each growth is one physical
-/// allocation on CUDA, and tensors of a few megabytes, grown one at a time, made one each.
-/// PyTorch's caching allocator rounds requests of 1–10 MiB up to 20 MiB segments for the same
-/// reason. On `llama8b_prefill` at 2 MiB, 10–16 MiB took the first layer's three 4 MiB tensors
-/// in one unit and peaked at 1.022 × live with 8 allocations; 20 MiB peaked at 1.261 (the
-/// unit outlived its tensors beside the feed-forward ones).
+/// An extended growth (whole units, [`Backend::extend_block`]) is at least this, up to half
+/// the committed size (a small pool is not doubled): its new memory is one physical allocation
+/// on CUDA, and tensors of a few megabytes grown one at a time made one each. PyTorch's caching
+/// allocator rounds requests of 1–10 MiB up to 20 MiB segments for the same reason. On
+/// `llama8b_prefill` at 2 MiB (`pool_traces`), 12 and 16 MiB put the first layer's three 4 MiB
+/// tensors in one unit and peaked at 1.022 × live with 8 allocations (cubecl: 1.239 with 8);
+/// 10 MiB, 1.033 at 8; none, 1.022 at 10; 20 MiB, 1.261 at 8 (that unit, held beside the
+/// feed-forward tensors, is what the peak was made of, and `xfmr_eager_sdpa` went from 1.020 to
+/// 1.169). `xfmr_eager`: 1.152 at 31 without, 1.114 at 39 / 1.123 at 28 / 1.152 at 33 with 10 /
+/// 12 / 16 MiB; `rand_logu` 1.140 at 127 without, 1.137–1.174 at 126–132 with.
 pub const MIN_UNIT: u64 = 12 << 20;
 
 /// Bytes to commit at the end of an arena of `committed` bytes whose free tail lacks `deficit`
