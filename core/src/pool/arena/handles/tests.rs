@@ -497,13 +497,17 @@ fn trim_gives_back_whole_spare_units_and_keeps_those_a_tensor_touches() {
     assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
 }
 
-/// Churn with random sizes on whole units: every call the pool makes keeps to whole units (the
-/// backend refuses one that cuts a unit, and the pool would fail), the invariants hold after
-/// every step, and live contents never change.
+/// Churn with random sizes on whole units, growths committed or extended: every call the pool
+/// makes keeps to whole units (the backend refuses one that cuts a unit, and the pool would
+/// fail), the invariants hold after every step, and live contents never change.
 #[test]
 fn churn_keeps_to_whole_units() {
-    for learned in [true, false] {
-        let backend = WholeUnits::new();
+    for (learned, extends) in [(true, false), (false, false), (true, true), (false, true)] {
+        let backend = if extends {
+            WholeUnits::extending()
+        } else {
+            WholeUnits::new()
+        };
         let p = pool(&backend, learned);
         let mut live: Vec<(Allocation, u8)> = Vec::new();
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
