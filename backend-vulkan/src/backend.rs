@@ -427,6 +427,10 @@ impl Backend for VulkanBackend {
         self.resize_sparse(block, size)
     }
 
+    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
+        self.extend_sparse(block, size)
+    }
+
     fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         self.decommit_sparse(block, offset, size)
     }

@@ -1,5 +1,5 @@
 //! The backend's blocks that grow in place: reserving a sparse buffer, resizing its bound prefix,
-//! and the holes inside it ([`crate::sparse`] binds and keeps the memory). Each call binds in one
+//! extending it without binding, and the holes inside it ([`crate::sparse`] binds and keeps the memory). Each call binds in one
 //! `vkQueueBindSparse`, ordered after every earlier call and before every later one, and keeps
 //! the block as it was when the bind fails.
 
@@ -254,6 +254,36 @@ impl VulkanBackend {
         s.blocks.resize(block, size)?;
         s.blocks.get_mut(block)?.native.size = size;
         Ok(size)
+    }
+
+    /// [`tensormem::Backend::extend_block`]: the block grows to `size` bytes with no bind (the
+    /// granules added stay unbound: holes).
+    pub(crate) fn extend_sparse(&self, block: BlockId, size: u64) -> Result<()> {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        let granule = s.binder()?.growth.granularity;
+        let b = s.blocks.get(block)?;
+        let old = b.size;
+        let Memory::Sparse(g) = &b.memory else {
+            return Err(unsupported("extending a block that was not reserved"));
+        };
+        if size > g.reserve {
+            return Err(Error::TooLarge {
+                what: "extended sparse block",
+                requested: size,
+                limit: g.reserve,
+                limit_name: "reservation",
+            });
+        }
+        if size <= old || !size.is_multiple_of(granule) {
+            return Err(Error::invalid(format!(
+                "extend_block: {size} bytes is not whole granules of {granule} above the {old} \
+                 bytes committed"
+            )));
+        }
+        s.blocks.resize(block, size)?;
+        s.blocks.get_mut(block)?.native.size = size;
+        Ok(())
     }
 
     /// The granule indices of `[offset, offset + size)` of sparse `block`, checked: whole

@@ -1,5 +1,5 @@
 //! Blocks that grow in place on sparse buffers, on a driver that offers sparse binding (Mesa 25's
-//! lavapipe in CI, `scripts/test.sh`): reserve, grow, shrink, holes, and device work over
+//! lavapipe in CI, `scripts/test.sh`): reserve, grow, extend, shrink, holes, and device work over
 //! granule boundaries, through core's validating front. On a driver without sparse binding the
 //! tests report themselves skipped, unless `TENSORMEM_REQUIRE_VULKAN_SPARSE=1`, when they fail.
 
@@ -103,6 +103,39 @@ fn grow_write_across_granules_and_shrink_keep_contents() {
             tail[..],
             "{name}"
         );
+        b.free_block(block).unwrap();
+    });
+}
+
+#[test]
+fn an_extension_binds_nothing_until_committed_or_remapped() {
+    on_each_front(|name, b| {
+        let Some(growth) = sparse(name, b) else {
+            return;
+        };
+        let g = growth.granularity;
+        let block = reserve(b, g, 8 * g);
+        let first = pattern(30, g);
+        upload(b, block, 0, &first);
+        b.extend_block(block, 4 * g).unwrap();
+        assert!(
+            b.extend_block(block, 9 * g).is_err(),
+            "{name}: past the reservation"
+        );
+        assert!(b.extend_block(block, 4 * g).is_err(), "{name}: no growth");
+        // The extension is holes: a remap moves the first granule's memory into it, a commit
+        // backs another, and both take data.
+        b.remap_range(block, 0, 3 * g, g).unwrap();
+        assert_eq!(
+            download(b, block, 3 * g, g),
+            first,
+            "{name}: remapped granule"
+        );
+        b.commit_range(block, g, g).unwrap();
+        let fresh = pattern(31, g);
+        upload(b, block, g, &fresh);
+        assert_eq!(download(b, block, g, g), fresh, "{name}");
+        assert_eq!(download(b, block, 3 * g, g), first, "{name}");
         b.free_block(block).unwrap();
     });
 }
