@@ -230,6 +230,19 @@ impl VulkanBackend {
     /// [`tensormem::Backend::resize_block`]: binds granules at the end, or unbinds those past
     /// `size`; returns `size`.
     pub(crate) fn resize_sparse(&self, block: BlockId, size: u64) -> Result<u64> {
+        self.set_size(block, size, true)
+    }
+
+    /// [`tensormem::Backend::extend_block`]: the block grows to `size` bytes with no bind (the
+    /// granules added stay unbound: holes).
+    pub(crate) fn extend_sparse(&self, block: BlockId, size: u64) -> Result<()> {
+        self.set_size(block, size, false).map(|_| ())
+    }
+
+    /// Makes `size` bytes of sparse `block` its committed size: granules added are bound to new
+    /// memory when `bind`, else left unbound (an extension, which must grow); granules past
+    /// `size` are unbound. Returns `size`.
+    fn set_size(&self, block: BlockId, size: u64, bind: bool) -> Result<u64> {
         let mut guard = self.lock();
         let s = &mut *guard;
         let granule = s.binder()?.growth.granularity;
@@ -238,14 +251,15 @@ impl VulkanBackend {
         let Memory::Sparse(g) = &b.memory else {
             return Err(unsupported("resizing a block that was not reserved"));
         };
-        if size > g.reserve || !size.is_multiple_of(granule) {
+        if size > g.reserve || !size.is_multiple_of(granule) || (!bind && size <= old) {
+            let call = if bind { "resize_block" } else { "extend_block" };
             return Err(Error::invalid(format!(
-                "resize_block: {size} bytes is not whole granules of {granule} within the \
-                 reservation of {}",
+                "{call}: {size} bytes is not whole granules of {granule} within the \
+                 reservation of {} (extending: above the {old} bytes committed)",
                 g.reserve
             )));
         }
-        if size > old {
+        if size > old && bind {
             let indices: Vec<u64> = g.indices(old, size - old).collect();
             s.commit_granules(block, &indices)?;
         } else if size < old {
@@ -254,36 +268,6 @@ impl VulkanBackend {
         s.blocks.resize(block, size)?;
         s.blocks.get_mut(block)?.native.size = size;
         Ok(size)
-    }
-
-    /// [`tensormem::Backend::extend_block`]: the block grows to `size` bytes with no bind (the
-    /// granules added stay unbound: holes).
-    pub(crate) fn extend_sparse(&self, block: BlockId, size: u64) -> Result<()> {
-        let mut guard = self.lock();
-        let s = &mut *guard;
-        let granule = s.binder()?.growth.granularity;
-        let b = s.blocks.get(block)?;
-        let old = b.size;
-        let Memory::Sparse(g) = &b.memory else {
-            return Err(unsupported("extending a block that was not reserved"));
-        };
-        if size > g.reserve {
-            return Err(Error::TooLarge {
-                what: "extended sparse block",
-                requested: size,
-                limit: g.reserve,
-                limit_name: "reservation",
-            });
-        }
-        if size <= old || !size.is_multiple_of(granule) {
-            return Err(Error::invalid(format!(
-                "extend_block: {size} bytes is not whole granules of {granule} above the {old} \
-                 bytes committed"
-            )));
-        }
-        s.blocks.resize(block, size)?;
-        s.blocks.get_mut(block)?.native.size = size;
-        Ok(())
     }
 
     /// The granule indices of `[offset, offset + size)` of sparse `block`, checked: whole

@@ -102,34 +102,7 @@ pub(super) fn reserve(host: &HostBackend, desc: &BlockDesc<'_>, reserve: u64) ->
 
 #[cfg(unix)]
 pub(super) fn resize(host: &HostBackend, block: BlockId, size: u64) -> Result<u64> {
-    let growth = offered(&host.config).ok_or_else(unsupported)?;
-    let mut blocks = lock(&host.blocks);
-    let held = host.device_bytes(&blocks);
-    let entry = blocks.get(block)?;
-    let old = entry.size;
-    let kind = entry.kind;
-    let mem = entry.native.clone();
-    let mut mem = lock(&mem);
-    let super::memory::HostMemory::Reserved(r) = &mut *mem else {
-        return Err(Error::Unsupported {
-            backend: super::NAME,
-            what: format!("resizing block {}, which was not reserved", block.0),
-        });
-    };
-    let len = check_size(growth, size, r.reserved() as u64, "reservation")?;
-    if size > old && host.on_device(kind) {
-        host.check_device_memory(held, size - old, "in-place growth")?;
-    }
-    r.resize(len)
-        .map_err(|e| super::map_alloc_err(e, "in-place growth", size - old.min(size), held))?;
-    // Holes past a new end leave with it.
-    let gone = r.holes.remove(size, old.max(size));
-    host.decommitted_of(kind)
-        .fetch_sub(gone, std::sync::atomic::Ordering::Relaxed);
-    drop(mem);
-    blocks.resize(block, size)?;
-    // Page-granular: always exactly the size asked.
-    Ok(size)
+    set_size(host, block, size, true)
 }
 
 /// Extends a reserved block to `size` bytes without memory ([`Backend::extend_block`]): the
@@ -137,6 +110,14 @@ pub(super) fn resize(host: &HostBackend, block: BlockId, size: u64) -> Result<u6
 /// counted as a hole until it is committed or remapped.
 #[cfg(unix)]
 pub(super) fn extend(host: &HostBackend, block: BlockId, size: u64) -> Result<()> {
+    set_size(host, block, size, false).map(|_| ())
+}
+
+/// Makes `size` bytes of a reserved block usable: the pages added count as committed memory
+/// when `commit` (a growth, within the device's memory), else as a hole (an extension, which
+/// must grow); holes past a new end leave with it. Returns `size`.
+#[cfg(unix)]
+fn set_size(host: &HostBackend, block: BlockId, size: u64, commit: bool) -> Result<u64> {
     let growth = offered(&host.config).ok_or_else(unsupported)?;
     let mut blocks = lock(&host.blocks);
     let held = host.device_bytes(&blocks);
@@ -147,23 +128,33 @@ pub(super) fn extend(host: &HostBackend, block: BlockId, size: u64) -> Result<()
     let super::memory::HostMemory::Reserved(r) = &mut *mem else {
         return Err(Error::Unsupported {
             backend: super::NAME,
-            what: format!("extending block {}, which was not reserved", block.0),
+            what: format!("resizing block {}, which was not reserved", block.0),
         });
     };
     let len = check_size(growth, size, r.reserved() as u64, "reservation")?;
-    if size <= old {
+    if !commit && size <= old {
         return Err(Error::invalid(format!(
             "extend_block: block {} has {old} bytes committed; {size} does not extend it",
             block.0
         )));
     }
+    let added = size.saturating_sub(old);
+    if commit && added > 0 && host.on_device(kind) {
+        host.check_device_memory(held, added, "in-place growth")?;
+    }
     r.resize(len)
-        .map_err(|e| super::map_alloc_err(e, "in-place extension", 0, held))?;
-    let added = r.holes.add(old, size);
-    host.decommitted_of(kind)
-        .fetch_add(added, std::sync::atomic::Ordering::Relaxed);
+        .map_err(|e| super::map_alloc_err(e, "in-place growth", added, held))?;
+    let decommitted = host.decommitted_of(kind);
+    let gone = r.holes.remove(size, old.max(size));
+    decommitted.fetch_sub(gone, std::sync::atomic::Ordering::Relaxed);
+    if !commit {
+        let holes = r.holes.add(old, size);
+        decommitted.fetch_add(holes, std::sync::atomic::Ordering::Relaxed);
+    }
     drop(mem);
-    blocks.resize(block, size)
+    blocks.resize(block, size)?;
+    // Page-granular: always exactly the size asked.
+    Ok(size)
 }
 
 #[cfg(not(unix))]
