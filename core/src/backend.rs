@@ -17,7 +17,8 @@
 //!   tensors cannot span (CUDA virtual memory management, Vulkan sparse binding, the host's
 //!   reserve-and-commit). Backends without it keep the defaults, and the pools add blocks.
 //!   Where [`InPlaceGrowth::holes`] says so, ranges inside the committed size can also give
-//!   their memory back and have it moved elsewhere in the block ([`Backend::remap_range`]).
+//!   their memory back and have it moved elsewhere in the block ([`Backend::remap_range`]), and
+//!   the block can grow by a hole ([`Backend::extend_block`]).
 //! * **Host access.** [`Backend::write_mapped`] and [`Backend::read_mapped`] copy between host memory
 //!   and a *host-visible* block: `Upload` and `Readback` blocks always, `DeviceLocal` blocks only when
 //!   [`Capabilities::device_host_visible`] is true. They are synchronous. The caller guarantees that
@@ -226,7 +227,8 @@ pub struct InPlaceGrowth {
     pub max_reserve: u64,
     /// Whether ranges inside a reserved block's committed size can lose their memory and get it
     /// back, in whole granules ([`Backend::decommit_range`], [`Backend::commit_range`],
-    /// [`Backend::remap_range`]): the pools then return the memory of free holes and move it
+    /// [`Backend::remap_range`], [`Backend::extend_block`]): the pools then return the memory
+    /// of free holes and move it
     /// where tensors need it, so committed memory follows the live bytes (the host through
     /// `madvise`, CUDA by unmapping and remapping its physical allocations).
     pub holes: bool,
