@@ -789,17 +789,19 @@ impl ArenaPool {
     /// `Ok(false)` when the budget or the device refuses new memory (granules backed so far
     /// stay committed; the caller returns the region, which makes them spare).
     pub(super) fn back(&self, st: &mut State, index: usize, region: &Region) -> Result<bool> {
-        self.back_range(st, index, (region.offset, region.size), None)
+        self.back_range(st, index, (region.offset, region.size), region.size, None)
     }
 
-    /// Backs the granules `[offset, offset + size)` touches, as [`ArenaPool::back`] a region's;
-    /// `near` is the landmark of the region placed there (where sites whose memory moves there
-    /// look for it).
+    /// Backs the granules `[offset, offset + size)` touches, as [`ArenaPool::back`] a region's,
+    /// for a request of `request` bytes (the pool's allowance counts it). With `follow` (the
+    /// landmark of the region placed there: a growth), the sites placed on memory moved there
+    /// follow it.
     pub(super) fn back_range(
         &self,
         st: &mut State,
         index: usize,
         (offset, size): (u64, u64),
+        request: u64,
         follow: Option<Landmark>,
     ) -> Result<bool> {
         let Some(h) = Self::holes(st, index) else {
@@ -808,7 +810,7 @@ impl ArenaPool {
         let (mut pos, end) = h.taken(offset, size);
         let shift = h.shift;
         let id = Self::block_id(st, index)?;
-        let allowance = Self::allowance(st, size, shift);
+        let allowance = Self::allowance(st, request, shift);
         // Run by run, left to right (what a run is backed with lies outside the region, so the
         // runs after it do not change).
         while let Some((a, b)) = Self::holes(st, index).and_then(|h| h.next_lacking(pos, end)) {
@@ -843,10 +845,8 @@ impl ArenaPool {
                     }
                     if let Some(h) = Self::holes(st, index) {
                         h.moved(from, at, n);
-                        // With whole units, the sites placed on that memory find it where it
-                        // went (per granule, memory is moved far more often and any spare
-                        // granule serves: there the walk cost rand_logu at 64 KiB 5× its time
-                        // per pair, for no lower peak).
+                        // For a growth, the sites placed on that memory find it where it went
+                        // ([`Sites::follow`]).
                         if let (Some(s), Some(near)) = (h.sites.as_mut(), follow) {
                             s.follow((from << shift, n << shift), at << shift, near);
                         }

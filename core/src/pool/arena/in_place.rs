@@ -276,7 +276,8 @@ impl ArenaPool {
             h.freed(tail_start, region.offset - tail_start);
         }
         let ok = if extended {
-            self.back_range(st, index, (region.offset, backed), Some(region.landmark()))?
+            let near = Some(region.landmark());
+            self.back_range(st, index, (region.offset, backed), region.size, near)?
         } else {
             self.back(st, index, &region)?
         };
