@@ -42,16 +42,18 @@
 //!   walk, then TLSF, and up to [`PROBES`](super::holes) more places where TLSF's lacked
 //!   memory. A transient place is seldom taken twice in a row: learned on one miss, GPT-2
 //!   training peaks at 1.073 × live instead of 1.008, on two misses anywhere 1.042.
-//! * **Memory that moved.** Where an extended growth (whole units,
-//!   [`in_place`](super::in_place)) takes spare units from elsewhere in the arena, the sites
-//!   placed on them learn the same places in the growth ([`Sites::follow`]): the next layer
-//!   then finds its tensors' memory committed where it went, instead of following its sites to
-//!   the ranges the units left and moving memory again. Without it, Llama-8B prefill's later
-//!   layers drifted onto new units (1.152 × live at 16 allocations instead of 1.022 at 8;
-//!   `xfmr_eager` 1.075 at 47 against 1.123 at 28).
-//!   Followed on a growth's moves only: on every move, `xfmr_eager` peaked lower (1.065 against
-//!   1.123) but each move walked the table, and its time per pair went from 0.74–0.80 of
-//!   cubecl's to 0.99–1.12.
+//! * **Memory that moved.** Where memory moves only in whole units ([`in_place`](super::in_place),
+//!   [`holes`](super::holes)), the sites placed on a unit that moves learn the same places where
+//!   it went ([`Sites::follow`]): the next layer then finds its tensors' memory committed where
+//!   it went, instead of following its sites to the range the unit left and moving memory
+//!   again. Without it on an extended growth's moves, Llama-8B prefill's later layers drifted
+//!   onto new units (1.152 × live at 16 allocations instead of 1.022 at 8); followed on every
+//!   move, not only a growth's, `xfmr_eager` peaks at 1.065 × live at 37 allocations instead of
+//!   1.123 at 28 (cubecl: 1.554 at 48). A move is logged and each site follows the moves it
+//!   has not seen when it is next looked up: the walk of the whole table per move this
+//!   replaced took `xfmr_eager`'s time per pair from 0.74–0.80 of cubecl's to 0.99–1.12; the
+//!   log keeps it at 0.85–0.97, against 0.84–0.98 following a growth's moves only (three
+//!   alternated rounds, `pool_traces` at 2 MiB).
 //! * **A new run.** When the pool empties (a model's run ended), the history starts again
 //!   ([`Sites::restart`]): the next run's first layer has the first run's histories, so it finds
 //!   their places instead of being placed anew after the last run's final frees. On Llama-8B
@@ -84,7 +86,24 @@ struct Site {
     /// ([`ELSEWHERE`]: it got `offset`, or none yet). A second use in a row placed there
     /// makes it the site's place.
     missed: u64,
+    /// The moves of memory ([`Sites::follow`]) the site has followed: the log's count when it
+    /// was learned or last caught up.
+    seen: u64,
 }
+
+/// Memory that moved: `len` bytes from `from` to `to`, where a region with landmark `near` was
+/// placed.
+#[derive(Clone, Copy, Debug, Default)]
+struct Move {
+    from: u64,
+    len: u64,
+    to: u64,
+    near: Landmark,
+}
+
+/// Moves the log keeps (a power of two). A site more moves behind follows only the last
+/// [`MOVES`]: a hint that went stale costs a lookup, never memory.
+pub const MOVES: usize = 256;
 
 /// [`Site::missed`] when the site's last use got its place.
 const ELSEWHERE: u64 = u64::MAX;
@@ -106,6 +125,10 @@ pub(super) struct Sites {
     /// Whether a site keeps the place it got first rather than its last one.
     keep_first: bool,
     table: Box<[[Site; 2]]>,
+    /// The last [`MOVES`] moves of memory, a ring indexed by their count.
+    moves: Box<[Move]>,
+    /// Moves logged since the table was made.
+    moved: u64,
 }
 
 /// Fx's multiplier.
@@ -156,6 +179,8 @@ impl Sites {
             hashed: None,
             keep_first,
             table: vec![[Site::default(); 2]; BUCKETS].into_boxed_slice(),
+            moves: vec![Move::default(); MOVES].into_boxed_slice(),
+            moved: 0,
         }
     }
 
@@ -174,8 +199,10 @@ impl Sites {
 
     /// Where `key`, a site of now ([`Sites::key`] since the last event), was placed last time
     /// (first, when the table keeps first places): offset and the region's landmark.
-    pub(super) fn hint(&self, key: u64) -> Option<(u64, Landmark)> {
-        let s = self.table[self.bucket()].iter().find(|s| s.key == key)?;
+    pub(super) fn hint(&mut self, key: u64) -> Option<(u64, Landmark)> {
+        let bucket = self.bucket();
+        let s = self.table[bucket].iter_mut().find(|s| s.key == key)?;
+        catch_up(s, &self.moves, self.moved);
         Some((s.offset, s.near))
     }
 
@@ -191,11 +218,15 @@ impl Sites {
             offset: region.offset,
             near: region.landmark(),
             missed: ELSEWHERE,
+            seen: self.moved,
         };
         if older.key == key {
             // The site learned latest comes first.
             std::mem::swap(latest, older);
-        } else if latest.key != key {
+        }
+        if latest.key == key {
+            catch_up(latest, &self.moves, self.moved);
+        } else {
             // A new site: the other moves down, the older one goes.
             *older = *latest;
             *latest = placed;
@@ -214,17 +245,17 @@ impl Sites {
 
     /// The memory of `[from, from + len)` moved to `to` (`near`: the landmark of the region
     /// placed there): every site placed in that range learns the same place in the new one.
-    /// The memory is where the next repetition finds it committed; the old range has none. A
-    /// walk of the whole table, once per move (a remap: a driver call or a system call, which
-    /// costs more).
+    /// The memory is where the next repetition finds it committed; the old range has none.
+    /// Logged, and followed by each site when it is next looked up: a walk of the table per
+    /// move cost `xfmr_eager` at 2 MiB a third of its time per pair.
     pub(super) fn follow(&mut self, (from, len): (u64, u64), to: u64, near: Landmark) {
-        for site in self.table.iter_mut().flatten() {
-            if site.key != 0 && site.offset.wrapping_sub(from) < len {
-                site.offset = site.offset - from + to;
-                site.near = near;
-                site.missed = ELSEWHERE;
-            }
-        }
+        self.moves[self.moved as usize % MOVES] = Move {
+            from,
+            len,
+            to,
+            near,
+        };
+        self.moved += 1;
     }
 
     /// Forgets the recent events (the pool emptied): the sites of a model's next run have the
@@ -261,6 +292,23 @@ impl Sites {
     fn bucket(&self) -> usize {
         (self.window >> (64 - BUCKETS.trailing_zeros())) as usize
     }
+}
+
+/// `site` follows the logged moves it has not seen, in order (the last [`MOVES`] of `moved`).
+#[inline]
+fn catch_up(site: &mut Site, moves: &[Move], moved: u64) {
+    if site.seen == moved {
+        return;
+    }
+    for n in site.seen.max(moved.saturating_sub(MOVES as u64))..moved {
+        let m = &moves[n as usize % MOVES];
+        if site.offset.wrapping_sub(m.from) < m.len {
+            site.offset = site.offset - m.from + m.to;
+            site.near = m.near;
+            site.missed = ELSEWHERE;
+        }
+    }
+    site.seen = moved;
 }
 
 /// Asks the cache for `site`'s line without waiting for it (no effect on the program's state).

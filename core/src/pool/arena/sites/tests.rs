@@ -114,6 +114,44 @@ fn sites_follow_memory_that_moved_and_only_that() {
     assert_eq!(s.hint(ka), Some((c.offset + 4096, c.landmark())));
 }
 
+/// Moves are logged and followed at the next lookup: in order, only those after the site was
+/// learned, and at most the last [`MOVES`].
+#[test]
+fn sites_follow_the_moves_after_their_placement_in_order() {
+    let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
+    let (a, b, c) = (
+        tlsf.allocate(64 * KIB, 256).unwrap().unwrap(),
+        tlsf.allocate(64 * KIB, 256).unwrap().unwrap(),
+        tlsf.allocate(64 * KIB, 256).unwrap().unwrap(),
+    );
+    let mut s = Sites::new(true);
+    let ka = s.key(4096, 256);
+    s.learn(ka, &a);
+    // `a`'s memory went to `b`, then `b`'s to `c`: the site follows both.
+    s.follow((a.offset, a.size), b.offset, b.landmark());
+    s.follow((b.offset, b.size), c.offset, c.landmark());
+    assert_eq!(s.hint(ka), Some((c.offset, c.landmark())));
+    // Learned after a move, a site does not follow it.
+    s.saw(1, false);
+    let kb = s.key(4096, 256);
+    s.follow((b.offset, b.size), a.offset, a.landmark());
+    s.learn(kb, &b);
+    assert_eq!(s.hint(kb), Some((b.offset, b.landmark())));
+    // Learned, then more than the log holds: only the last MOVES moves are followed.
+    s.saw(2, false);
+    let kc = s.key(4096, 256);
+    s.learn(kc, &a);
+    s.follow((a.offset, a.size), b.offset, b.landmark());
+    for _ in 0..MOVES {
+        s.follow((c.offset, c.size), a.offset, a.landmark());
+    }
+    assert_eq!(
+        s.hint(kc),
+        Some((a.offset, a.landmark())),
+        "the move to b fell out of the log"
+    );
+}
+
 #[test]
 fn a_restarted_history_gives_the_first_run_s_sites_back() {
     let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
