@@ -176,15 +176,15 @@ pub struct CudaDesc {
     /// Offer holes in the blocks that grow in place (`InPlaceGrowth::holes`): the pool gives
     /// back the memory of free holes in its arena and moves it (`cuMemUnmap` + `cuMemMap`)
     /// where tensors need it, in whole physical allocations (`InPlaceGrowth::whole_units`: each
-    /// growth or commit is one `cuMemCreate`). Default `false`: in the counting model of
-    /// `core/benches/pool_traces` at 2 MiB, holes peak at 1.11–1.14× the live bytes on the
-    /// random, eager-transformer and Llama prefill traces (1.15–1.17× without) with 126, 57 and
-    /// 10 allocations (cubecl: 201, 48 and 8); GPT-2 training (1.008× at 30, cubecl 36) and
-    /// MobileNet (1.045× at 3, cubecl 5) meet both targets of issue 14, the other three do not
-    /// (the table and what was tried are in `core/src/pool/arena/holes.rs`). Moves are rare
-    /// once placement is learned (0–232 unmaps per trace); the pool's own time per pair is
-    /// 0.03–1.12× cubecl's in one replay at load 10 (above 1 on Llama prefill), and the
-    /// driver's cost of a map is not modelled. Not yet run on a GPU.
+    /// growth or commit is one `cuMemCreate`). Default `true`: in the counting model of
+    /// `core/benches/pool_traces` at 2 MiB, the pool with holes peaks at or below the pool
+    /// without on all six traces (peak ÷ live 1.146 / 1.065 / 1.008 / 1.022 / 1.045 / 1.020
+    /// on `rand_logu`, `xfmr_eager`, `gpt2s_train`, `llama8b_prefill`, `mobilenet_v2`,
+    /// `xfmr_eager_sdpa`, against 1.152 / 1.162 / 1.040 / 1.174 / 1.393 / 1.020), with fewer
+    /// physical allocations than cubecl on each, and moves memory 0–288 times per trace. The
+    /// driver's cost of a map is not modelled, and nothing of it has run on a GPU yet; `false`
+    /// keeps every granule of the arena mapped (the conformance suite's stream-ordered CUDA
+    /// target runs that path).
     pub vmm_holes: bool,
 }
 
@@ -195,7 +195,7 @@ impl Default for CudaDesc {
             device_alloc: DeviceAlloc::MemAlloc,
             queued_write_max: 64 * 1024,
             direct_copies: true,
-            vmm_holes: false,
+            vmm_holes: true,
         }
     }
 }

@@ -37,6 +37,8 @@ fn cuda_stream_ordered() -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(tensormem_cuda::CudaBackend::new(
         &tensormem_cuda::CudaDesc {
             device_alloc: tensormem_cuda::DeviceAlloc::StreamOrdered,
+            // The arena without holes (the default target has them): both in-place paths run.
+            vmm_holes: false,
             ..tensormem_cuda::CudaDesc::default()
         },
     )?))

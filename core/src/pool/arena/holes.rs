@@ -59,8 +59,10 @@
 //!   spare units stay idle: GPT-2 and MobileNet are within 1.05 of the live peak with fewer
 //!   creations than cubecl (GPT-2 since a site keeps its first place, below), `rand_logu`,
 //!   `xfmr_eager` and `llama8b_prefill` are not; `rand_logu` repeats nothing, so no hint
-//!   policy moves it. CUDA's holes stay opt-in
-//!   (`CudaDesc::vmm_holes`).
+//!   policy moves it. Since learned placement, growths extended without memory
+//!   and sites that follow moved memory (below, [`in_place`](super::in_place),
+//!   [`sites`](super::sites)), holes peak at or below the arena without them on every trace,
+//!   and CUDA offers them by default (`CudaDesc::vmm_holes`).
 //! * **Spare units before new memory** (whole units only). Where the memory a request lacks
 //!   would take the pool past its allowance and its own peak, the request goes to the
 //!   smallest spare unit that holds it instead (`in_spare_unit`), and a run that still needs
