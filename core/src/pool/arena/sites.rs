@@ -21,7 +21,7 @@
 //!   eight dependent multiplies that every placement waited on.
 //! * **Bucket.** The table is indexed by the history alone (the full key, with the request, is
 //!   checked in the entry), so each event knows the next request's entries and asks the cache
-//!   for them: the lookup then no longer waits on a miss in a table of 128 KiB, which after the
+//!   for them: the lookup then no longer waits on a miss in a table of 160 KiB, which after the
 //!   hash was the most expensive instruction of a placement (a third of `carve`). A bucket
 //!   holds the two requests last seen after its history, the latest first: with one, the sites
 //!   a history shares evicted each other, and GPT-2 at 64 KiB unmapped 334 times instead of
@@ -68,7 +68,7 @@ use crate::suballoc::{Landmark, Region};
 /// Events (allocations and frees) that make up a site with the request itself.
 pub const HISTORY: usize = 6;
 
-/// Entries of the table of sites (a power of two), two per bucket: 128 KiB per arena with holes.
+/// Entries of the table of sites (a power of two), two per bucket: 160 KiB per arena with holes.
 pub const SITES: usize = 4096;
 
 /// Buckets of the table.
@@ -283,7 +283,7 @@ impl Sites {
             .wrapping_add(v);
         self.hashed = None;
         let [latest, older] = &self.table[self.bucket()];
-        // A bucket of 64 bytes may span two lines.
+        // A bucket of 80 bytes spans two lines; a site's key, read first, is in the one asked for.
         prefetch(latest);
         prefetch(older);
     }
