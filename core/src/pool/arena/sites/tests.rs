@@ -93,14 +93,16 @@ fn a_learned_site_gives_its_last_placement_back() {
     assert_eq!(s.hint(third), Some((b.offset, b.landmark())));
 }
 
+/// Three adjacent regions of 64 KiB, where memory moves from and to.
+fn three_regions() -> (Region, Region, Region) {
+    let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
+    let mut next = || tlsf.allocate(64 * KIB, 256).unwrap().unwrap();
+    (next(), next(), next())
+}
+
 #[test]
 fn sites_follow_memory_that_moved_and_only_that() {
-    let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
-    let (a, b, c) = (
-        tlsf.allocate(64 * KIB, 256).unwrap().unwrap(),
-        tlsf.allocate(64 * KIB, 256).unwrap().unwrap(),
-        tlsf.allocate(64 * KIB, 256).unwrap().unwrap(),
-    );
+    let (a, b, c) = three_regions();
     let mut s = Sites::new(true);
     let (ka, kb) = (s.key(4096, 256), s.key(8192, 256));
     s.learn(ka, &a);
@@ -118,12 +120,7 @@ fn sites_follow_memory_that_moved_and_only_that() {
 /// learned, and at most the last [`MOVES`].
 #[test]
 fn sites_follow_the_moves_after_their_placement_in_order() {
-    let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
-    let (a, b, c) = (
-        tlsf.allocate(64 * KIB, 256).unwrap().unwrap(),
-        tlsf.allocate(64 * KIB, 256).unwrap().unwrap(),
-        tlsf.allocate(64 * KIB, 256).unwrap().unwrap(),
-    );
+    let (a, b, c) = three_regions();
     let mut s = Sites::new(true);
     let ka = s.key(4096, 256);
     s.learn(ka, &a);
