@@ -456,6 +456,9 @@ pub enum Error {
         /// The budget, in bytes.
         budget: u64,
     },
+    /// The paged KV cache refused an operation; nothing changed.
+    #[error(transparent)]
+    Kv(#[from] crate::kv::KvError),
     /// An op over a tensor split into segments in several blocks (one larger than the device's
     /// largest block) that cannot run as parts each binding within one segment: the op reads the
     /// operand whole (a weight or mask every row shares), has no axis to split along, or a segment

@@ -84,6 +84,7 @@ pub mod devices;
 pub mod error;
 pub mod graph;
 pub mod host;
+pub mod kv;
 pub mod numa;
 pub mod offload;
 pub mod ops;

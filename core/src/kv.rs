@@ -1,0 +1,20 @@
+//! The paged KV cache of LLM serving: a layer above the pools that stores each sequence's keys
+//! and values in fixed-size blocks, shares blocks between sequences (forks, common prompt
+//! prefixes) and gives memory back under pressure.
+//!
+//! * [`KvGeometry`] fixes the shape and the byte layout of a block.
+//! * [`KvLedger`] is the bookkeeping, free of any device: block tables, reference counts,
+//!   copy-on-write, the prefix cache with its LRU, preemption by swap or recomputation. The
+//!   serving simulator (`tensormem-kv replay`) runs it alone.
+//! * [`prefix`] keys full blocks by a chained hash of their tokens.
+//!
+//! See ARCHITECTURE.md, "Paged KV cache", for how the pieces fit.
+
+mod error;
+mod geometry;
+mod ledger;
+pub mod prefix;
+
+pub use error::KvError;
+pub use geometry::{KvDType, KvGeometry, MAX_BLOCK_TOKENS, PRESETS};
+pub use ledger::{Admission, BlockCopy, KvLedger, KvStats, Preemption, SeqId, SeqState, Slot};
