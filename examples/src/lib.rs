@@ -4,3 +4,4 @@ pub mod backend_select;
 pub mod cli;
 pub mod huge_pages;
 pub mod models;
+pub mod serving;
