@@ -7,11 +7,16 @@
 //!   copy-on-write, the prefix cache with its LRU, preemption by swap or recomputation. The
 //!   serving simulator (`tensormem-kv replay`) runs it alone.
 //! * [`prefix`] keys full blocks by a chained hash of their tokens.
+//! * [`layout`] reads and writes a token in a block's bytes (f32, f16, int8 with scales), and
+//!   [`attention`] computes paged attention on the host (decode and chunked prefill), the
+//!   reference every kernel path is checked against.
 //!
 //! See ARCHITECTURE.md, "Paged KV cache", for how the pieces fit.
 
+pub mod attention;
 mod error;
 mod geometry;
+pub mod layout;
 mod ledger;
 pub mod prefix;
 
