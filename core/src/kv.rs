@@ -6,6 +6,8 @@
 //! * [`KvLedger`] is the bookkeeping, free of any device: block tables, reference counts,
 //!   copy-on-write, the prefix cache with its LRU, preemption by swap or recomputation. The
 //!   serving simulator (`tensormem-kv replay`) runs it alone.
+//! * [`KvCache`] keeps the ledger's blocks in the runtime's device memory: segments from the
+//!   pools, growth up to a budget, copy-on-write on the device, swaps through host memory.
 //! * [`prefix`] keys full blocks by a chained hash of their tokens.
 //! * [`layout`] reads and writes a token in a block's bytes (f32, f16, int8 with scales), and
 //!   [`attention`] computes paged attention on the host (decode and chunked prefill), the
@@ -14,12 +16,14 @@
 //! See ARCHITECTURE.md, "Paged KV cache", for how the pieces fit.
 
 pub mod attention;
+mod cache;
 mod error;
 mod geometry;
 pub mod layout;
 mod ledger;
 pub mod prefix;
 
+pub use cache::{KvCache, KvCacheConfig, KvCacheStats};
 pub use error::KvError;
 pub use geometry::{KvDType, KvGeometry, MAX_BLOCK_TOKENS, PRESETS};
 pub use ledger::{Admission, BlockCopy, KvLedger, KvStats, Preemption, SeqId, SeqState, Slot};

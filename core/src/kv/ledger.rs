@@ -216,8 +216,9 @@ impl KvLedger {
         self.refs.resize(new, 0);
         self.filled.resize(new, 0);
         self.prefix.grow(new);
-        // Lowest index on top: blocks are handed out in address order.
-        self.free.extend((old as u32..new as u32).rev());
+        // New blocks go under the free ones, lowest on top: blocks are reused before new ones
+        // are touched, and handed out in address order.
+        self.free.splice(0..0, (old as u32..new as u32).rev());
         self.stats.capacity_blocks = new;
         Ok(())
     }

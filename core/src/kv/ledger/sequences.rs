@@ -405,6 +405,14 @@ impl KvLedger {
         Ok(&self.seq(id)?.blocks)
     }
 
+    /// The block table of resident `id`.
+    ///
+    /// # Errors
+    /// An unknown, freed or preempted sequence.
+    pub fn resident_blocks(&self, id: SeqId) -> Result<&[u32], KvError> {
+        Ok(&self.resident_ref(id, "reading its blocks")?.blocks)
+    }
+
     /// The tokens of `id`.
     pub fn tokens(&self, id: SeqId) -> Result<&[u32], KvError> {
         Ok(&self.seq(id)?.tokens)

@@ -1,0 +1,383 @@
+//! `KvCache`: a paged KV cache in a runtime's device memory — a [`KvLedger`] over blocks held in
+//! segment tensors taken from the runtime's pools, so every block counts in the runtime's memory
+//! account and budget.
+//!
+//! * **Storage.** Blocks live in segments, each one device tensor of `segment_blocks` blocks at a
+//!   fixed stride (the block's bytes rounded up to the binding alignment). A segment is at most
+//!   the device's largest block, so a cache larger than one buffer (WebGPU's 256 MiB) spans
+//!   several. The cache grows a segment at a time, up to its budget, when the ledger runs out of
+//!   free blocks; global block `b` is block `b % segment_blocks` of segment `b / segment_blocks`.
+//! * **Pressure.** An append that finds no block free grows the storage; past the budget the
+//!   ledger evicts idle cached prefixes; when none is left, the most recently admitted other
+//!   resident sequence is preempted as [`KvCacheConfig::preemption`] says: swapped (its blocks
+//!   copied to host memory through the runtime's readback path, coalesced into one copy per run
+//!   of adjacent blocks, and restored bit-identical on [`KvCache::resume`]) or dropped for
+//!   recomputation. Preempted sequences are reported by [`KvCache::take_preempted`].
+//! * **Copy-on-write** copies run on the device (one copy per block) before the write that
+//!   needed them.
+//! * **Kernels** read a batch's block tables as one `U32` tensor ([`KvCache::block_tables`]).
+//!   The host path here ([`KvCache::write_token`], [`KvCache::attention`]) reads and writes whole
+//!   blocks through transfers: the reference the device kernels are checked against, not a fast
+//!   path.
+
+mod storage;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+
+use super::attention::{PagedQuery, paged_attention};
+use super::layout;
+use super::{Admission, KvError, KvGeometry, KvLedger, KvStats, Preemption, SeqId, SeqState, Slot};
+use crate::runtime::{Runtime, Tensor};
+use crate::{DType, Result};
+
+use storage::Segments;
+
+/// How a [`KvCache`] is built.
+#[derive(Clone, Copy, Debug)]
+pub struct KvCacheConfig {
+    /// Shape and block layout.
+    pub geometry: KvGeometry,
+    /// Most bytes of blocks the cache holds on the device.
+    pub budget: u64,
+    /// How a sequence is preempted when memory runs out.
+    pub preemption: Preemption,
+}
+
+/// Counters of a [`KvCache`]: the ledger's, and the storage's.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KvCacheStats {
+    /// Blocks, sequences, prefix hits, evictions, copies, swaps.
+    pub ledger: KvStats,
+    /// Segment tensors held.
+    pub segments: usize,
+    /// Device bytes held by the segments.
+    pub device_bytes: u64,
+    /// Host bytes held by swapped sequences.
+    pub host_bytes: u64,
+    /// Stored tokens ÷ token slots of held blocks.
+    pub utilization: f64,
+}
+
+/// A paged KV cache on a runtime's device. See the module doc.
+pub struct KvCache {
+    rt: Runtime,
+    config: KvCacheConfig,
+    ledger: KvLedger,
+    segments: Segments,
+    /// Resident sequences in admission order (the last is preempted first).
+    order: Vec<SeqId>,
+    host: HashMap<SeqId, Vec<u8>>,
+    preempted: Vec<SeqId>,
+}
+
+impl KvCache {
+    /// A cache on `rt`. Allocates nothing until the first sequence.
+    ///
+    /// # Errors
+    /// [`KvError::BudgetBelowBlock`]; [`KvError::Geometry`] for a block larger than the device's
+    /// largest block.
+    pub fn new(rt: &Runtime, config: KvCacheConfig) -> Result<Self> {
+        let segments = Segments::plan(rt, &config.geometry, config.budget)?;
+        let ledger = KvLedger::new(
+            config.geometry.block_tokens,
+            config.geometry.max_seq as usize,
+            0,
+        )?;
+        Ok(KvCache {
+            rt: rt.clone(),
+            config,
+            ledger,
+            segments,
+            order: Vec::new(),
+            host: HashMap::new(),
+            preempted: Vec::new(),
+        })
+    }
+
+    /// The geometry.
+    pub fn geometry(&self) -> &KvGeometry {
+        &self.config.geometry
+    }
+
+    /// Admits a sequence holding `tokens`; see [`KvLedger::admit`]. Grows the storage when the
+    /// blocks do not fit, and preempts other sequences past the budget.
+    ///
+    /// # Errors
+    /// [`KvError::TooLong`]; [`KvError::OutOfBlocks`] when even preempting every other sequence
+    /// would not make room; device errors while growing or swapping.
+    pub fn admit(&mut self, tokens: &[u32], salt: u64) -> Result<Admission> {
+        let need = tokens
+            .len()
+            .div_ceil(self.config.geometry.block_tokens as usize);
+        loop {
+            self.make_room(need, None)?;
+            match self.ledger.admit(tokens, salt) {
+                Ok(a) => {
+                    self.order.push(a.seq);
+                    return Ok(a);
+                }
+                Err(KvError::OutOfBlocks { .. }) if self.preempt_one(None)? => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Appends one token to `seq` and returns its slot (copy-on-write performed first).
+    ///
+    /// # Errors
+    /// As [`KvLedger::append`]; [`KvError::OutOfBlocks`] when no other sequence is left to
+    /// preempt; device errors.
+    pub fn append(&mut self, seq: SeqId, token: u32) -> Result<Slot> {
+        loop {
+            let need = self.ledger.blocks_for_append(seq)?;
+            self.make_room(need, Some(seq))?;
+            match self.ledger.append(seq, token) {
+                Ok(slot) => {
+                    self.run_copies()?;
+                    return Ok(slot);
+                }
+                Err(KvError::OutOfBlocks { .. }) if self.preempt_one(Some(seq))? => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// A copy-on-write fork of `seq`.
+    ///
+    /// # Errors
+    /// As [`KvLedger::fork`].
+    pub fn fork(&mut self, seq: SeqId) -> Result<SeqId> {
+        let child = self.ledger.fork(seq)?;
+        self.order.push(child);
+        Ok(child)
+    }
+
+    /// Shortens `seq` to `len` tokens.
+    ///
+    /// # Errors
+    /// As [`KvLedger::truncate`].
+    pub fn truncate(&mut self, seq: SeqId, len: usize) -> Result<()> {
+        Ok(self.ledger.truncate(seq, len)?)
+    }
+
+    /// Frees `seq` (resident or preempted).
+    ///
+    /// # Errors
+    /// As [`KvLedger::free`].
+    pub fn free(&mut self, seq: SeqId) -> Result<()> {
+        self.ledger.free(seq)?;
+        self.order.retain(|&s| s != seq);
+        self.host.remove(&seq);
+        Ok(())
+    }
+
+    /// Preempts `seq` as the configuration says (see the module doc).
+    ///
+    /// # Errors
+    /// As [`KvLedger::preempt`]; device errors while copying out (the sequence stays resident).
+    pub fn preempt(&mut self, seq: SeqId) -> Result<()> {
+        let how = self.config.preemption;
+        self.ledger.resident_blocks(seq)?;
+        if how == Preemption::Swap {
+            let table = self.ledger.table(seq)?.to_vec();
+            let bytes = self.segments.read_blocks(&self.rt, &table)?;
+            self.host.insert(seq, bytes);
+        }
+        self.ledger.preempt(seq, how)?;
+        self.order.retain(|&s| s != seq);
+        self.preempted.push(seq);
+        Ok(())
+    }
+
+    /// Brings a preempted `seq` back: a swapped one bit-identical, a dropped one admitted again
+    /// (recompute `tokens[cached_tokens..]`).
+    ///
+    /// # Errors
+    /// As [`KvLedger::resume`]; device errors.
+    pub fn resume(&mut self, seq: SeqId) -> Result<Admission> {
+        let need = self
+            .ledger
+            .tokens(seq)?
+            .len()
+            .div_ceil(self.config.geometry.block_tokens as usize);
+        self.make_room(need, Some(seq))?;
+        let (admission, blocks) = self.ledger.resume(seq)?;
+        if let Some(bytes) = self.host.remove(&seq) {
+            if let Err(e) = self.segments.write_blocks(&self.rt, &blocks, &bytes) {
+                // Keep the host copy: the sequence goes back to swapped, nothing is lost.
+                let _ = self.ledger.preempt(seq, Preemption::Swap);
+                self.host.insert(seq, bytes);
+                return Err(e);
+            }
+        }
+        self.order.push(seq);
+        Ok(admission)
+    }
+
+    /// Sequences preempted since the last call, in order.
+    pub fn take_preempted(&mut self) -> Vec<SeqId> {
+        std::mem::take(&mut self.preempted)
+    }
+
+    /// Where `seq`'s keys and values are.
+    ///
+    /// # Errors
+    /// An unknown or freed sequence.
+    pub fn state(&self, seq: SeqId) -> Result<SeqState> {
+        Ok(self.ledger.state(seq)?)
+    }
+
+    /// The block table of `seq` (empty while preempted).
+    ///
+    /// # Errors
+    /// An unknown or freed sequence.
+    pub fn table(&self, seq: SeqId) -> Result<&[u32]> {
+        Ok(self.ledger.table(seq)?)
+    }
+
+    /// The tokens of `seq`.
+    ///
+    /// # Errors
+    /// An unknown or freed sequence.
+    pub fn tokens(&self, seq: SeqId) -> Result<&[u32]> {
+        Ok(self.ledger.tokens(seq)?)
+    }
+
+    /// Writes the keys and values (`[layers][kv_heads][head_dim]` each) of token `pos` of `seq`
+    /// (host path: one read and one write of the block).
+    ///
+    /// # Errors
+    /// A position outside the sequence, wrong lengths, device errors.
+    pub fn write_token(&mut self, seq: SeqId, pos: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        let g = self.config.geometry;
+        let per_layer = (g.kv_heads * g.head_dim) as usize;
+        if k.len() != per_layer * g.layers as usize || v.len() != k.len() {
+            return Err(KvError::Geometry(format!(
+                "token keys of {} and values of {} elements; the geometry takes {} each",
+                k.len(),
+                v.len(),
+                per_layer * g.layers as usize
+            ))
+            .into());
+        }
+        let slot = self.ledger.slot(seq, pos)?;
+        let mut bytes = self.segments.read_blocks(&self.rt, &[slot.block])?;
+        for layer in 0..g.layers as usize {
+            let (kl, vl) = (
+                &k[layer * per_layer..][..per_layer],
+                &v[layer * per_layer..][..per_layer],
+            );
+            layout::write_token(&g, &mut bytes, layer as u32, slot.offset, kl, vl);
+        }
+        self.segments.write_blocks(&self.rt, &[slot.block], &bytes)
+    }
+
+    /// Paged attention of `seq`'s last `q.len() / (q_heads × head_dim)` tokens in `layer` (host
+    /// path: the sequence's blocks are read, then [`paged_attention`] runs).
+    ///
+    /// # Errors
+    /// As [`paged_attention`]; a preempted sequence; device errors.
+    pub fn attention(&self, seq: SeqId, layer: u32, q_heads: u32, q: &[f32]) -> Result<Vec<f32>> {
+        let g = self.config.geometry;
+        let table = self.ledger.resident_blocks(seq)?;
+        let bytes = self.segments.read_blocks(&self.rt, table)?;
+        let len = self.ledger.tokens(seq)?.len();
+        let local: Vec<u32> = (0..table.len() as u32).collect();
+        let block_bytes = g.block_bytes() as usize;
+        let query = PagedQuery {
+            layer,
+            q_heads,
+            q,
+            table: &local,
+            len,
+            scale: 1.0 / (g.head_dim as f32).sqrt(),
+        };
+        Ok(paged_attention(&g, &query, &|b| {
+            &bytes[b as usize * block_bytes..][..block_bytes]
+        })?)
+    }
+
+    /// The block tables of `seqs` as one `U32` tensor `[seqs][max blocks]` of global block
+    /// indices, padded with `u32::MAX`: what the paged-attention kernels read. The caller frees it.
+    ///
+    /// # Errors
+    /// A preempted or freed sequence; device errors.
+    pub fn block_tables(&self, seqs: &[SeqId]) -> Result<Tensor> {
+        let mut tables = Vec::with_capacity(seqs.len());
+        for &s in seqs {
+            tables.push(self.ledger.resident_blocks(s)?);
+        }
+        let width = tables.iter().map(|t| t.len()).max().unwrap_or(0).max(1);
+        let mut flat = vec![u32::MAX; seqs.len().max(1) * width];
+        for (row, t) in tables.iter().enumerate() {
+            flat[row * width..row * width + t.len()].copy_from_slice(t);
+        }
+        self.rt.tensor_from(
+            DType::U32,
+            &[seqs.len().max(1), width],
+            &flat,
+            "kv block tables",
+        )
+    }
+
+    /// The segment tensors (kernels bind them; block `b` is at `(b % segment_blocks) × stride`
+    /// of segment `b / segment_blocks`).
+    pub fn segments(&self) -> &[Tensor] {
+        self.segments.tensors()
+    }
+
+    /// Blocks per segment, and the stride between blocks in bytes.
+    pub fn segment_shape(&self) -> (usize, u64) {
+        (self.segments.blocks_per_segment(), self.segments.stride())
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> KvCacheStats {
+        let ledger = self.ledger.stats();
+        KvCacheStats {
+            utilization: ledger.utilization(self.config.geometry.block_tokens),
+            ledger,
+            segments: self.segments.tensors().len(),
+            device_bytes: self.segments.device_bytes(),
+            host_bytes: self.host.values().map(|b| b.len() as u64).sum(),
+        }
+    }
+
+    /// Frees every segment. Sequences are forgotten.
+    ///
+    /// # Errors
+    /// Device errors (every segment is still released).
+    pub fn release(self) -> Result<()> {
+        self.segments.release(&self.rt)
+    }
+
+    /// Grows the storage until `need` blocks are available, within the budget.
+    fn make_room(&mut self, need: usize, _for_seq: Option<SeqId>) -> Result<()> {
+        while self.ledger.available() < need {
+            match self.segments.grow(&self.rt)? {
+                Some(blocks) => self.ledger.grow(blocks)?,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Preempts the most recently admitted resident sequence other than `keep`; whether one was.
+    fn preempt_one(&mut self, keep: Option<SeqId>) -> Result<bool> {
+        let Some(&victim) = self.order.iter().rev().find(|&&s| Some(s) != keep) else {
+            return Ok(false);
+        };
+        self.preempt(victim)?;
+        Ok(true)
+    }
+
+    /// Performs the ledger's pending copy-on-write copies on the device.
+    fn run_copies(&mut self) -> Result<()> {
+        for c in self.ledger.take_copies() {
+            self.segments.copy_block(&self.rt, c.src, c.dst)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,194 @@
+//! The segments behind a [`KvCache`](super::KvCache): device tensors of whole blocks at a fixed
+//! stride, grown one segment at a time up to the budget, read and written in runs of adjacent
+//! blocks (one transfer per run).
+
+use crate::kv::{KvError, KvGeometry};
+use crate::runtime::{Runtime, Tensor};
+use crate::{Backend, DType, Result};
+
+/// Segments stop growing at this many; a segment holds at least `1/TARGET_SEGMENTS` of the
+/// budget's blocks unless the device's largest block is smaller.
+const TARGET_SEGMENTS: usize = 8;
+
+pub(super) struct Segments {
+    tensors: Vec<Tensor>,
+    per_segment: usize,
+    stride: u64,
+    block_bytes: u64,
+    max_blocks: usize,
+    blocks: usize,
+}
+
+impl Segments {
+    /// The segment plan for `budget` bytes of `geometry` blocks on `rt`.
+    pub(super) fn plan(rt: &Runtime, g: &KvGeometry, budget: u64) -> Result<Self> {
+        let caps = rt.front().capabilities();
+        let stride = g.block_stride(caps.binding_align.max(caps.copy_align));
+        if stride > caps.max_block_size {
+            return Err(KvError::Geometry(format!(
+                "a block of {stride} bytes is larger than the device's largest block ({} bytes): \
+                 use fewer tokens per block",
+                caps.max_block_size
+            ))
+            .into());
+        }
+        let max_blocks = usize::try_from(budget / stride).unwrap_or(usize::MAX);
+        if max_blocks == 0 {
+            return Err(KvError::BudgetBelowBlock {
+                budget,
+                block_bytes: stride,
+            }
+            .into());
+        }
+        let by_device = usize::try_from(caps.max_block_size / stride).unwrap_or(usize::MAX);
+        let per_segment = max_blocks.div_ceil(TARGET_SEGMENTS).min(by_device).max(1);
+        Ok(Segments {
+            tensors: Vec::new(),
+            per_segment,
+            stride,
+            block_bytes: g.block_bytes(),
+            max_blocks,
+            blocks: 0,
+        })
+    }
+
+    /// Adds a segment; the blocks it adds, or `None` at the budget.
+    pub(super) fn grow(&mut self, rt: &Runtime) -> Result<Option<usize>> {
+        let n = self.per_segment.min(self.max_blocks - self.blocks);
+        if n == 0 {
+            return Ok(None);
+        }
+        // Only the last segment may be shorter: earlier ones are full, so `b / per_segment`
+        // finds any block's segment.
+        let t = rt.alloc(DType::U8, &[n * self.stride as usize], "kv cache segment")?;
+        self.tensors.push(t);
+        self.blocks += n;
+        Ok(Some(n))
+    }
+
+    pub(super) fn tensors(&self) -> &[Tensor] {
+        &self.tensors
+    }
+
+    pub(super) fn blocks_per_segment(&self) -> usize {
+        self.per_segment
+    }
+
+    pub(super) fn stride(&self) -> u64 {
+        self.stride
+    }
+
+    pub(super) fn device_bytes(&self) -> u64 {
+        self.tensors.iter().map(Tensor::size).sum()
+    }
+
+    fn locate(&self, b: u32) -> Result<(&Tensor, u64)> {
+        let b = b as usize;
+        let t = self
+            .tensors
+            .get(b / self.per_segment)
+            .filter(|_| b < self.blocks)
+            .ok_or_else(|| {
+                crate::Error::invariant(
+                    "kv block in a segment",
+                    format!("block {b} of {}", self.blocks),
+                )
+            })?;
+        Ok((t, (b % self.per_segment) as u64 * self.stride))
+    }
+
+    /// Runs of blocks adjacent in one segment: (first index in `blocks`, run length).
+    fn runs(&self, blocks: &[u32]) -> Vec<(usize, usize)> {
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for (i, &b) in blocks.iter().enumerate() {
+            match runs.last_mut() {
+                Some((start, len))
+                    if blocks[*start + *len - 1] + 1 == b
+                        && !(b as usize).is_multiple_of(self.per_segment) =>
+                {
+                    *len += 1
+                }
+                _ => runs.push((i, 1)),
+            }
+        }
+        runs
+    }
+
+    /// The bytes of `blocks`, `block_bytes` each, in order.
+    pub(super) fn read_blocks(&self, rt: &Runtime, blocks: &[u32]) -> Result<Vec<u8>> {
+        let (bb, stride) = (self.block_bytes as usize, self.stride as usize);
+        let mut out = vec![0u8; blocks.len() * bb];
+        let mut run_buf = Vec::new();
+        for (start, len) in self.runs(blocks) {
+            let (t, offset) = self.locate(blocks[start])?;
+            if stride == bb {
+                rt.read_bytes(
+                    t.allocation(),
+                    offset,
+                    &mut out[start * bb..(start + len) * bb],
+                )?;
+                continue;
+            }
+            run_buf.resize(len * stride, 0);
+            rt.read_bytes(t.allocation(), offset, &mut run_buf)?;
+            for i in 0..len {
+                out[(start + i) * bb..][..bb].copy_from_slice(&run_buf[i * stride..][..bb]);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes `bytes` (`block_bytes` per block) into `blocks`.
+    pub(super) fn write_blocks(&self, rt: &Runtime, blocks: &[u32], bytes: &[u8]) -> Result<()> {
+        let (bb, stride) = (self.block_bytes as usize, self.stride as usize);
+        let mut run_buf = Vec::new();
+        for (start, len) in self.runs(blocks) {
+            let (t, offset) = self.locate(blocks[start])?;
+            let src = &bytes[start * bb..(start + len) * bb];
+            if stride == bb {
+                rt.write_bytes(t.allocation(), offset, src)?;
+                continue;
+            }
+            run_buf.clear();
+            run_buf.resize(len * stride, 0);
+            for i in 0..len {
+                run_buf[i * stride..][..bb].copy_from_slice(&src[i * bb..][..bb]);
+            }
+            rt.write_bytes(t.allocation(), offset, &run_buf)?;
+        }
+        Ok(())
+    }
+
+    /// Copies block `src` to block `dst` on the device.
+    pub(super) fn copy_block(&self, rt: &Runtime, src: u32, dst: u32) -> Result<()> {
+        let pool = rt.device_pool();
+        let (ts, os) = self.locate(src)?;
+        let (td, od) = self.locate(dst)?;
+        let s = rt.sub_range(
+            pool.as_ref(),
+            ts.allocation(),
+            os,
+            self.stride,
+            "kv copy source",
+        )?;
+        let d = rt.sub_range(
+            pool.as_ref(),
+            td.allocation(),
+            od,
+            self.stride,
+            "kv copy destination",
+        )?;
+        let front: &dyn Backend = rt.front();
+        front.copy(s, d)?;
+        Ok(())
+    }
+
+    /// Frees every segment.
+    pub(super) fn release(self, rt: &Runtime) -> Result<()> {
+        let mut result = Ok(());
+        for t in self.tensors {
+            result = result.and(rt.free(t));
+        }
+        result
+    }
+}
