@@ -23,7 +23,7 @@
 use super::Runtime;
 use crate::backend::{BlockId, BlockRange, Capabilities, Ticket, Waiting};
 use crate::ops::{DType, Op};
-use crate::pool::{Allocation, DevicePool};
+use crate::pool::{Allocation, DevicePool, Lease};
 use crate::validate::split::{gcd, lcm};
 use crate::{Error, Result};
 
@@ -184,7 +184,13 @@ impl Runtime {
             })?;
         let caps = self.backend().capabilities();
         if words <= caps.max_block_size {
-            return Ok(Segments::one(pool.allocate(words, align, label)?, size));
+            let a = pool.allocate(words, align, label)?;
+            // The runtime keeps handles, not the range `allocate` leased: every use resolves.
+            if let Err(e) = pool.release(a.handle) {
+                let _ = pool.free(a.handle);
+                return Err(e);
+            }
+            return Ok(Segments::one(a, size));
         }
         // Segments that together exceed the device's memory can never all be held: refused as
         // hopeless up front, not as a retryable out of memory at some later segment.
@@ -202,7 +208,10 @@ impl Runtime {
         for i in 0..count {
             let bytes = segment.min(words - i * segment);
             let label = format!("{label} [segment {} of {count}]", i + 1);
-            match pool.allocate(bytes, align, &label) {
+            match pool
+                .allocate(bytes, align, &label)
+                .and_then(|a| pool.release(a.handle).map(|()| a))
+            {
                 Ok(a) => allocs.push(a),
                 Err(e) => {
                     for a in allocs {
@@ -275,21 +284,25 @@ impl Runtime {
 }
 
 /// The bindings of a tensor of `size` bytes held in `segments`, each segment's bytes rounded to
-/// whole 32-bit words (an f16 or int8 tensor of odd length binds its padding too).
+/// whole 32-bit words (an f16 or int8 tensor of odd length binds its padding too). Each segment
+/// stays leased (pushed to `leases`) until the caller drops the lease after recording its use.
 ///
 /// # Errors
 /// [`Error::StaleHandle`] for a freed segment.
-pub(crate) fn segment_ranges(
-    pool: &dyn DevicePool,
+pub(crate) fn segment_ranges<'p>(
+    pool: &'p dyn DevicePool,
     segments: &Segments,
     size: u64,
+    leases: &mut Vec<Lease<'p>>,
 ) -> Result<Vec<BlockRange>> {
     segments
         .pieces(size)
         .map(|(a, _, len)| {
+            let (range, lease) = Lease::resolve(pool, a.handle)?;
+            leases.push(lease);
             Ok(BlockRange {
                 size: len.next_multiple_of(4),
-                ..pool.resolve(a.handle)?
+                ..range
             })
         })
         .collect()
