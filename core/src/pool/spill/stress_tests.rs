@@ -13,7 +13,7 @@ use crate::{DType, HostBackend, HostConfig, Runtime, RuntimeConfig, Tensor};
 
 const THREADS: u32 = 16;
 /// Tensors each thread holds at most.
-const LIVE: usize = 4;
+const LIVE: usize = 6;
 
 fn runtime(force_staging: bool, capacity: u64) -> (Runtime, Arc<SpillPool>) {
     let host = Arc::new(
@@ -79,8 +79,8 @@ struct Seen {
 /// `THREADS` threads for `time`, each holding up to `LIVE` tensors; `pins`: a pin/unpin pair
 /// around every read and write.
 fn run(force_staging: bool, pins: bool, time: Duration) -> Seen {
-    // Room for every thread's pinned tensor and a few more: about a third of what is live.
-    let (rt, pool) = runtime(force_staging, 192 << 10);
+    // Twice what the threads pin at once (8 KiB each at most), about 60% of what is live.
+    let (rt, pool) = runtime(force_staging, 256 << 10);
     let reads = AtomicU64::new(0);
     let bad = AtomicU64::new(0);
     let end = Instant::now() + time;
