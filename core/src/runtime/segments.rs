@@ -27,6 +27,34 @@ use crate::pool::{Allocation, DevicePool, Lease};
 use crate::validate::split::{gcd, lcm};
 use crate::{Error, Result};
 
+/// Most segments one tensor may have: with WebGPU's 256 MiB blocks, 256 TiB. A segment list is
+/// built in proportion to the count, so a count beyond any device is refused before it is built.
+pub(crate) const MAX_SEGMENTS: u64 = 1 << 20;
+
+/// The number of segments of `segment` bytes for `size` bytes, refused as [`Error::TooLarge`]
+/// when the tensor exceeds the device's memory (`caps.budget`, where the backend reports one)
+/// or [`MAX_SEGMENTS`]: checked before any list of segments is built.
+pub(crate) fn segment_count(caps: &Capabilities, size: u64, segment: u64) -> Result<u64> {
+    if let Some(limit) = caps.budget.filter(|&l| size > l) {
+        return Err(Error::TooLarge {
+            what: "tensor (in segments)",
+            requested: size,
+            limit,
+            limit_name: "device memory",
+        });
+    }
+    let count = size.div_ceil(segment);
+    if count > MAX_SEGMENTS {
+        return Err(Error::TooLarge {
+            what: "tensor (in segments)",
+            requested: size,
+            limit: MAX_SEGMENTS.saturating_mul(segment),
+            limit_name: "segments per tensor",
+        });
+    }
+    Ok(count)
+}
+
 /// Bytes of every segment but the last for a `dtype` tensor of `shape` (of `size` bytes, larger
 /// than `caps.max_block_size`): the most that fits in one block and ends between outermost slices
 /// (or elements) at a step that keeps op parts aligned (module doc).
@@ -110,7 +138,7 @@ impl Segments {
 /// entry when it fits in a block.
 ///
 /// # Errors
-/// As [`segment_size`].
+/// As [`segment_size`] and [`segment_count`].
 pub(crate) fn segment_sizes(
     caps: &Capabilities,
     dtype: DType,
@@ -121,7 +149,7 @@ pub(crate) fn segment_sizes(
         return Ok(vec![size]);
     }
     let segment = segment_size(caps, dtype, shape, size)?;
-    let count = size.div_ceil(segment);
+    let count = segment_count(caps, size, segment)?;
     Ok((0..count)
         .map(|i| segment.min(size - i * segment))
         .collect())
@@ -203,7 +231,7 @@ impl Runtime {
             });
         }
         let segment = segment_size(caps, dtype, shape, size)?;
-        let count = words.div_ceil(segment);
+        let count = segment_count(caps, words, segment)?;
         let mut allocs: Vec<Allocation> = Vec::with_capacity(count as usize);
         for i in 0..count {
             let bytes = segment.min(words - i * segment);
