@@ -31,6 +31,8 @@ mod ctx;
 #[cfg(not(target_arch = "wasm32"))]
 mod harness;
 pub mod inject;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod spill_stress;
 
 pub use ctx::Ctx;
 #[cfg(not(target_arch = "wasm32"))]

@@ -25,8 +25,8 @@ use crate::backend::{Backend, MemoryKind, Ticket, Waiting};
 use crate::devices::DeviceId;
 use crate::ops::DType;
 use crate::pool::{
-    AllocationStats, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim, StagingBelt,
-    StagingConfig, Traced,
+    AllocationStats, Budget, DevicePool, Handle, Lease, PoolConfig, PoolStack, Reclaim,
+    StagingBelt, StagingConfig, Traced,
 };
 use crate::trace::Tracer;
 use crate::validate::{DeviceLimits, Validated};
@@ -397,7 +397,7 @@ impl Runtime {
         let mut result = Ok(());
         for a in tensor.segments() {
             // A stale handle falls through to the pool, which says whether it is a double free.
-            if let Ok(range) = pool.resolve(a.handle) {
+            if let Ok((range, _lease)) = Lease::resolve(pool.as_ref(), a.handle) {
                 match self.inner.front.last_use(&range) {
                     Ok(pending) if pending > Ticket::DONE => {
                         result = result.and(pool.mark_used(a.handle, pending));

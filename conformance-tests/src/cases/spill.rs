@@ -1,5 +1,6 @@
 //! Spill under pressure (issue 16): a spilling pool under pressure from 8 threads loses no byte,
-//! keeps its arena within budget and holds nothing spilled at the end. Native only: `SpillPool`
+//! keeps its arena within budget and holds nothing spilled at the end; 16 threads of the stress
+//! workload (issue 46) read back every byte they wrote. Native only: `SpillPool`
 //! blocks on its copies and a browser page has one thread, so this module is not compiled on
 //! `wasm32`.
 
@@ -13,11 +14,36 @@ use crate::{Case, Ctx, case, check, fail};
 type R = std::result::Result<(), String>;
 
 pub(crate) fn cases() -> Vec<Case> {
-    vec![case!(
-        "offload: spill under pressure from 8 threads loses no data",
-        spill_from_eight_threads,
-        native_only: "threads: a browser page has one thread here"
-    )]
+    vec![
+        case!(
+            "offload: spill under pressure from 8 threads loses no data",
+            spill_from_eight_threads,
+            native_only: "threads: a browser page has one thread here"
+        ),
+        case!(
+            "offload: spill stress from 16 threads reads back every byte of every live tensor",
+            spill_stress_sixteen_threads,
+            native_only: "threads: a browser page has one thread here"
+        ),
+    ]
+}
+
+/// The stress workload of [`crate::spill_stress`], briefly, without and with pins.
+async fn spill_stress_sixteen_threads(ctx: &Ctx) -> R {
+    for pins in [false, true] {
+        let time = std::time::Duration::from_millis(300);
+        let r = crate::spill_stress::run(ctx.backend.clone(), false, 16, pins, time)?;
+        check(r.errors.is_empty(), || {
+            format!("pins {pins}: {:?}", r.errors)
+        })?;
+        check(r.bad_reads == 0 && r.reads > 0, || {
+            format!("pins {pins}: {r:?}")
+        })?;
+        check(r.spills > 0, || {
+            format!("pins {pins}: nothing spilled: {r:?}")
+        })?;
+    }
+    Ok(())
 }
 
 async fn spill_from_eight_threads(ctx: &Ctx) -> R {

@@ -182,18 +182,18 @@ async fn mapped(
         return Ok(0);
     }
     let (sp, dp) = (src.rt.device_pool(), dst.rt.device_pool());
-    let from = src
-        .rt
-        .sub_range(sp.as_ref(), src.alloc, src.offset, whole, "copy")?;
-    let to = dst
+    let (from, _from_lease) =
+        src.rt
+            .sub_range(sp.as_ref(), src.alloc, src.offset, whole, "copy")?;
+    let (to, _to_lease) = dst
         .rt
         .sub_range(dp.as_ref(), dst.alloc, dst.offset, whole, "copy")?;
     let (sb, db) = (src.rt.backend().as_ref(), dst.rt.backend().as_ref());
     waiting
-        .ticket(sb, src.rt.last_use(sp.as_ref(), src.alloc)?)
+        .ticket(sb, src.rt.last_use(sp.as_ref(), src.alloc, from)?)
         .await?;
     waiting
-        .ticket(db, dst.rt.last_use(dp.as_ref(), dst.alloc)?)
+        .ticket(db, dst.rt.last_use(dp.as_ref(), dst.alloc, to)?)
         .await?;
     let mut done = 0u64;
     while done < whole {
@@ -207,9 +207,7 @@ async fn mapped(
         db.write_mapped(to.block, to.offset + done, part)?;
         done += n;
     }
-    // Synchronous copies are uses that have completed (a pool leasing ranges may move them).
-    sp.mark_used(src.alloc.handle, Ticket::DONE)?;
-    dp.mark_used(dst.alloc.handle, Ticket::DONE)?;
+    // Synchronous copies have completed: the leases end here.
     Ok(done)
 }
 
@@ -223,8 +221,8 @@ fn same_runtime(a: &Runtime, b: &Runtime) -> bool {
 fn same_device(src: End<'_>, dst: End<'_>, size: u64) -> Result<Ticket> {
     let rt = src.rt;
     let pool = rt.device_pool();
-    let from = rt.sub_range(pool.as_ref(), src.alloc, src.offset, size, "copy")?;
-    let to = rt.sub_range(pool.as_ref(), dst.alloc, dst.offset, size, "copy")?;
+    let (from, _from_lease) = rt.sub_range(pool.as_ref(), src.alloc, src.offset, size, "copy")?;
+    let (to, _to_lease) = rt.sub_range(pool.as_ref(), dst.alloc, dst.offset, size, "copy")?;
     let ticket = rt.backend().copy(from, to)?;
     pool.mark_used(src.alloc.handle, ticket)?;
     pool.mark_used(dst.alloc.handle, ticket)?;
@@ -234,10 +232,10 @@ fn same_device(src: End<'_>, dst: End<'_>, size: u64) -> Result<Ticket> {
 /// A direct copy where the source's backend offers one to the destination's; `None` otherwise.
 fn direct(src: End<'_>, dst: End<'_>, size: u64) -> Result<Option<(Ticket, TransferPath)>> {
     let (sp, dp) = (src.rt.device_pool(), dst.rt.device_pool());
-    let from = src
+    let (from, _from_lease) = src
         .rt
         .sub_range(sp.as_ref(), src.alloc, src.offset, size, "copy")?;
-    let to = dst
+    let (to, _to_lease) = dst
         .rt
         .sub_range(dp.as_ref(), dst.alloc, dst.offset, size, "copy")?;
     let Some(copied) = src

@@ -147,10 +147,27 @@ pub trait DevicePool: Send + Sync {
 
     /// Checks a handle and returns where its bytes are.
     ///
+    /// The range stays where it is until the caller [`release`](DevicePool::release)s it: a pool
+    /// whose ranges move ([`SpillPool`](crate::pool::SpillPool)) counts each `resolve` (and each
+    /// `allocate`) as a lease and moves only allocations with none. A caller that never
+    /// releases keeps the allocation in place until it is freed.
+    ///
     /// # Errors
     /// [`Error::StaleHandle`](crate::Error::StaleHandle) after the allocation was freed,
     /// [`Error::ForeignHandle`](crate::Error::ForeignHandle).
     fn resolve(&self, handle: Handle) -> Result<BlockRange>;
+
+    /// Ends one lease begun by [`DevicePool::resolve`] or [`DevicePool::allocate`]: the caller no
+    /// longer touches the range it was given (work it queued on the range is recorded with
+    /// [`DevicePool::mark_used`] first). Nothing to do for pools whose ranges never move (the
+    /// default). Releasing more often than leasing is harmless.
+    ///
+    /// # Errors
+    /// As [`DevicePool::resolve`].
+    fn release(&self, handle: Handle) -> Result<()> {
+        let _ = handle;
+        Ok(())
+    }
 
     /// Records that work with `ticket` uses the allocation: its free will wait for that ticket.
     ///
@@ -274,6 +291,14 @@ pub trait PoolAdaptor: Send + Sync {
         self.inner().mark_used(handle, ticket)
     }
 
+    /// As [`DevicePool::release`]; forwards by default.
+    ///
+    /// # Errors
+    /// As [`DevicePool::release`].
+    fn release(&self, handle: Handle) -> Result<()> {
+        self.inner().release(handle)
+    }
+
     /// As [`DevicePool::last_use`]; forwards by default.
     ///
     /// # Errors
@@ -351,6 +376,9 @@ impl<A: PoolAdaptor> DevicePool for A {
     fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
         PoolAdaptor::mark_used(self, handle, ticket)
     }
+    fn release(&self, handle: Handle) -> Result<()> {
+        PoolAdaptor::release(self, handle)
+    }
     fn last_use(&self, handle: Handle) -> Result<Ticket> {
         PoolAdaptor::last_use(self, handle)
     }
@@ -383,5 +411,31 @@ impl<P: DevicePool + ?Sized> PoolAdaptor for Arc<P> {
 
     fn inner(&self) -> &P {
         self
+    }
+}
+
+/// A lease on an allocation's range ([`DevicePool::resolve`] to [`DevicePool::release`]), ended
+/// when dropped, on every path: how the runtime holds a range while it copies or dispatches.
+#[must_use = "the range may move once the lease is dropped"]
+pub(crate) struct Lease<'a> {
+    pool: &'a dyn DevicePool,
+    handle: Handle,
+}
+
+impl<'a> Lease<'a> {
+    /// Resolves `handle` and holds the range until the lease is dropped.
+    ///
+    /// # Errors
+    /// As [`DevicePool::resolve`].
+    pub(crate) fn resolve(pool: &'a dyn DevicePool, handle: Handle) -> Result<(BlockRange, Self)> {
+        let range = pool.resolve(handle)?;
+        Ok((range, Lease { pool, handle }))
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        // Only a freed handle can fail, and it holds nothing any more.
+        let _ = self.pool.release(self.handle);
     }
 }

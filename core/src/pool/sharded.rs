@@ -176,6 +176,10 @@ impl DevicePool for ShardedPool {
         self.owner(handle)?.mark_used(handle, ticket)
     }
 
+    fn release(&self, handle: Handle) -> Result<()> {
+        self.owner(handle)?.release(handle)
+    }
+
     fn last_use(&self, handle: Handle) -> Result<Ticket> {
         self.owner(handle)?.last_use(handle)
     }

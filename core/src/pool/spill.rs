@@ -3,18 +3,23 @@
 //! back transparently on their next use.
 //!
 //! The dynamic counterpart of the planned offload in [`crate::offload`]: no schedule is known, so
-//! the victim is the least recently used allocation that is *idle* — not pinned
+//! the victim is the least recently used allocation that is *movable* (`spill/entry.rs`): not pinned
 //! ([`SpillPool::pin`]), not referenced by queued work (its last recorded use, in this pool and in
-//! the pool below, has completed), and not *leased*: a `resolve` hands out a range the caller is
-//! about to use, so it leases the allocation until the caller records that use with `mark_used`
-//! (the runtime does for every write and dispatch), or, for callers that never record one (a
-//! synchronous read), until [`SpillConfig::lease`] has passed. Its bytes are
-//! copied to host memory (mapped where device memory is host-visible, else through a `Readback`
-//! block) and its device range is freed. The next [`DevicePool::resolve`] of its handle allocates
-//! a new range (spilling others if needed), copies the bytes back (mapped, or through an `Upload`
-//! block) and returns the new range: handles stay valid, only ranges move, which is why this pool
-//! issues its own handles (a bottom, like [`ReplayPool`](crate::pool::ReplayPool)) rather than
-//! passing the inner pool's through.
+//! the pool below, has completed), and not *leased*. Every [`DevicePool::resolve`] and the
+//! `allocate` that made the allocation lease it until the caller calls
+//! [`DevicePool::release`]; leases are counted and never expire, so a range in a caller's hands
+//! is never moved under it (the runtime releases after each transfer, dispatch and model step).
+//! A victim's bytes are copied to host memory (mapped where device memory is host-visible, else
+//! through a `Readback` block) and its device range is freed. The next resolve of its handle
+//! allocates a new range (spilling others if needed), copies the bytes back (mapped, or through
+//! an `Upload` block) and returns the new range: handles stay valid, only ranges move, which is
+//! why this pool issues its own handles (a bottom, like [`ReplayPool`](crate::pool::ReplayPool))
+//! rather than passing the inner pool's through.
+//!
+//! A spill runs whole under the pool's lock (choice, copy out, free), so no lease, pin or use can
+//! arrive between the choice and the free. A restore allocates with the lock released, then
+//! copies back under it; a concurrent restore of the same handle keeps the first range, a
+//! concurrent free wins and the new range is cancelled.
 //!
 //! When every candidate is busy (in flight or leased), `allocate` waits for one to become
 //! idle, with its lock released, for at most [`SpillConfig::max_wait`]; then it returns the inner
@@ -24,25 +29,24 @@
 //! Native only (not compiled on `wasm32`): spills and restores block on their copies, which a
 //! browser's thread may not.
 //!
-//! Limits: a restore waits for its copy (a stall the caller sees); a range obtained from
-//! `resolve` stays valid until its use is recorded or the lease ends, so callers that hold ranges
-//! longer (kernels recorded for later submission) pin the allocation.
+//! Limits: a restore waits for its copy (a stall the caller sees); a caller that resolves
+//! without releasing keeps the allocation on the device until it is freed.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use self::entry::{Entry, Mobility, Site};
 
 use crate::backend::{Backend, BlockDesc, BlockRange, MemoryKind, Ticket};
 use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
 use crate::pool::slots::{Handle, Slots, next_pool_id};
 use crate::{Error, Result};
 
+mod entry;
+
 /// Configuration of a [`SpillPool`].
 #[derive(Clone, Debug)]
 pub struct SpillConfig {
-    /// How long a `resolve` not followed by a `mark_used` keeps the allocation from being spilled
-    /// (default 1 s): the longest a caller may hold a range before using it. Shorter spills
-    /// sooner after synchronous reads, at the risk of moving a range a slow caller still holds.
-    pub lease: Duration,
     /// How long `allocate` waits for a busy allocation to become idle before it reports out of
     /// memory (default 2 s).
     pub max_wait: Duration,
@@ -51,7 +55,6 @@ pub struct SpillConfig {
 impl Default for SpillConfig {
     fn default() -> Self {
         SpillConfig {
-            lease: Duration::from_secs(1),
             max_wait: Duration::from_secs(2),
         }
     }
@@ -72,32 +75,17 @@ pub struct SpillStats {
     pub spilled_now: usize,
 }
 
-/// Where an allocation's bytes are.
-enum Site {
-    /// In the inner pool, under this handle.
-    Device(Allocation),
-    /// In host memory (the spilled bytes, padded to the copy alignment).
-    Host(Vec<u8>),
-}
-
-struct Entry {
+/// One allocation: what it was asked for, and its state (the inner pool's allocation while on
+/// the device).
+struct Slot {
     size: u64,
     align: u64,
     label: String,
-    site: Site,
-    pinned: bool,
-    /// Logical time of the last resolve or use (LRU order).
-    touched: u64,
-    /// Wall time of the last resolve.
-    resolved_at: Instant,
-    /// Resolved and not yet used: its range may be in a caller's hands (module doc).
-    leased: bool,
-    /// Latest ticket recorded against it.
-    last_use: Ticket,
+    e: Entry<Allocation>,
 }
 
 struct State {
-    slots: Slots<Entry>,
+    slots: Slots<Slot>,
     clock: u64,
     stats: SpillStats,
 }
@@ -142,23 +130,27 @@ impl SpillPool {
     }
 
     /// Keeps the allocation resident: it is brought back now if spilled, and never spilled until
-    /// [`SpillPool::unpin`].
+    /// as many [`SpillPool::unpin`]s as pins (pins are counted, so two users may pin one
+    /// allocation and each unpin once).
     ///
     /// # Errors
     /// [`Error::StaleHandle`] and the errors of a restore.
     pub fn pin(&self, handle: Handle) -> Result<()> {
+        // The resolve's lease holds it on the device until the pin does.
         self.resolve(handle)?;
-        self.lock().slots.get_mut(handle)?.pinned = true;
-        Ok(())
+        let mut st = self.lock();
+        let e = &mut st.slots.get_mut(handle)?.e;
+        let pinned = e.pin();
+        e.release();
+        pinned
     }
 
-    /// Lets a pinned allocation be spilled again.
+    /// Removes one pin; with none left the allocation may be spilled again.
     ///
     /// # Errors
-    /// [`Error::StaleHandle`].
+    /// [`Error::StaleHandle`]; [`Error::InvalidArgument`] when it is not pinned.
     pub fn unpin(&self, handle: Handle) -> Result<()> {
-        self.lock().slots.get_mut(handle)?.pinned = false;
-        Ok(())
+        self.lock().slots.get_mut(handle)?.e.unpin()
     }
 
     /// Whether the allocation's bytes are in device memory now.
@@ -166,10 +158,7 @@ impl SpillPool {
     /// # Errors
     /// [`Error::StaleHandle`].
     pub fn is_resident(&self, handle: Handle) -> Result<bool> {
-        Ok(matches!(
-            self.lock().slots.get(handle)?.site,
-            Site::Device(_)
-        ))
+        Ok(self.lock().slots.get(handle)?.e.device().is_some())
     }
 
     /// The spill counters.
@@ -203,7 +192,8 @@ impl SpillPool {
         }
     }
 
-    /// Spills the least recently used idle allocation. `Ok(Err(_))` when there is none.
+    /// Spills the least recently used movable allocation, whole under the lock (module doc).
+    /// `Ok(Err(_))` when there is none.
     fn spill_one(
         &self,
         st: &mut State,
@@ -212,37 +202,78 @@ impl SpillPool {
         let done = self.backend.completed()?;
         let mut busy = false;
         let mut best: Option<(u64, Handle)> = None;
-        for (h, e) in st.slots.iter_handles() {
-            let Site::Device(a) = &e.site else { continue };
-            if e.pinned || Some(h) == except {
+        for (h, slot) in st.slots.iter_handles() {
+            let Some(a) = slot.e.device() else { continue };
+            if Some(h) == except {
                 continue;
             }
-            let in_flight = e.last_use > done || self.inner.last_use(a.handle)? > done;
-            let leased = e.leased && e.resolved_at.elapsed() < self.config.lease;
-            if in_flight || leased {
-                busy = true;
-                continue;
-            }
-            if best.is_none_or(|(t, _)| e.touched < t) {
-                best = Some((e.touched, h));
+            match slot.e.mobility(done, self.inner.last_use(a.handle)?) {
+                Mobility::Fixed => {}
+                Mobility::Busy => busy = true,
+                Mobility::Movable => {
+                    if best.is_none_or(|(t, _)| slot.e.touched < t) {
+                        best = Some((slot.e.touched, h));
+                    }
+                }
             }
         }
         let Some((_, victim)) = best else {
             return Ok(Err(if busy { NoVictim::Busy } else { NoVictim::None }));
         };
-        let e = st.slots.get_mut(victim)?;
-        let Site::Device(a) = e.site else {
+        let e = &mut st.slots.get_mut(victim)?.e;
+        let Some(a) = e.device() else {
             return Err(Error::invariant("a spill victim is on the device", "host"));
         };
         let range = self.inner.resolve(a.handle)?;
         let bytes = self.read(range)?;
-        self.inner.free(a.handle)?;
         let n = bytes.len() as u64;
-        e.site = Site::Host(bytes);
+        let inner_use = self.inner.last_use(a.handle)?;
+        let a = e.spilled(bytes, done, inner_use)?;
+        if let Err(err) = self.inner.free(a.handle) {
+            // Still on the device: it stays there.
+            e.restored(a);
+            return Err(err);
+        }
         st.stats.spills += 1;
         st.stats.bytes_out += n;
         st.stats.spilled_now += 1;
         Ok(Ok(()))
+    }
+
+    /// Brings a leased, spilled allocation back: a new range allocated with the lock released,
+    /// then the copy under it.
+    fn restore(&self, handle: Handle, size: u64, align: u64, label: &str) -> Result<BlockRange> {
+        let a = self.allocate_spilling(size, align, label, Some(handle))?;
+        let mut st = self.lock();
+        let slot = match st.slots.get_mut(handle) {
+            Ok(slot) => slot,
+            Err(err) => {
+                // Freed meanwhile.
+                self.inner.cancel(a.handle)?;
+                return Err(err);
+            }
+        };
+        let Site::Host(bytes) = &slot.e.site else {
+            // Another thread brought it back meanwhile; this lease holds that range.
+            let Some(cur) = slot.e.device() else {
+                return Err(Error::invariant(
+                    "a restored allocation is on the device",
+                    "host",
+                ));
+            };
+            self.inner.cancel(a.handle)?;
+            return self.inner.resolve(cur.handle);
+        };
+        if let Err(err) = self.write(a.range, bytes) {
+            self.inner.cancel(a.handle)?;
+            return Err(err);
+        }
+        let n = bytes.len() as u64;
+        slot.e.restored(a);
+        st.stats.restores += 1;
+        st.stats.bytes_in += n;
+        st.stats.spilled_now -= 1;
+        Ok(a.range)
     }
 
     /// Copies a device range to host memory (all work on it has completed).
@@ -307,16 +338,11 @@ impl DevicePool for SpillPool {
         let mut st = self.lock();
         st.clock += 1;
         let touched = st.clock;
-        let handle = st.slots.insert(Entry {
+        let handle = st.slots.insert(Slot {
             size,
             align,
             label: label.to_string(),
-            site: Site::Device(a),
-            pinned: false,
-            touched,
-            resolved_at: Instant::now(),
-            leased: true,
-            last_use: Ticket::DONE,
+            e: Entry::allocated(a, touched),
         });
         Ok(Allocation {
             handle,
@@ -326,12 +352,13 @@ impl DevicePool for SpillPool {
 
     fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
         let mut st = self.lock();
-        let e = st.slots.get_for_remove(handle)?;
-        if let Site::Device(a) = &e.site {
-            self.inner.free_after(a.handle, ticket.max(e.last_use))?;
+        let slot = st.slots.get_for_remove(handle)?;
+        if let Some(a) = slot.e.device() {
+            self.inner
+                .free_after(a.handle, ticket.max(slot.e.last_use))?;
         }
-        let e = st.slots.remove(handle)?;
-        if matches!(e.site, Site::Host(_)) {
+        let slot = st.slots.remove(handle)?;
+        if slot.e.device().is_none() {
             st.stats.spilled_now -= 1;
         }
         Ok(())
@@ -339,82 +366,68 @@ impl DevicePool for SpillPool {
 
     fn cancel(&self, handle: Handle) -> Result<()> {
         let mut st = self.lock();
-        let e = st.slots.get_for_remove(handle)?;
-        if let Site::Device(a) = &e.site {
+        let slot = st.slots.get_for_remove(handle)?;
+        if let Some(a) = slot.e.device() {
             self.inner.cancel(a.handle)?;
         }
-        let e = st.slots.remove(handle)?;
-        if matches!(e.site, Site::Host(_)) {
+        let slot = st.slots.remove(handle)?;
+        if slot.e.device().is_none() {
             st.stats.spilled_now -= 1;
         }
         Ok(())
     }
 
-    /// Where the bytes are now; a spilled allocation is brought back first (see the module doc).
+    /// Where the bytes are now, leased until [`DevicePool::release`]; a spilled allocation is
+    /// brought back first (see the module doc).
     fn resolve(&self, handle: Handle) -> Result<BlockRange> {
         let (size, align, label) = {
             let mut st = self.lock();
             st.clock += 1;
             let clock = st.clock;
-            let e = st.slots.get_mut(handle)?;
-            e.touched = clock;
-            e.resolved_at = Instant::now();
-            e.leased = true;
-            match &e.site {
-                Site::Device(a) => return self.inner.resolve(a.handle),
-                Site::Host(_) => (e.size, e.align, e.label.clone()),
+            let slot = st.slots.get_mut(handle)?;
+            slot.e.lease(clock)?;
+            match slot.e.device() {
+                Some(a) => {
+                    let range = self.inner.resolve(a.handle);
+                    if range.is_err() {
+                        slot.e.release();
+                    }
+                    return range;
+                }
+                None => (slot.size, slot.align, slot.label.clone()),
             }
         };
-        let a = self.allocate_spilling(size, align, &label, Some(handle))?;
-        let mut st = self.lock();
-        let e = match st.slots.get_mut(handle) {
-            Ok(e) => e,
-            Err(err) => {
-                self.inner.cancel(a.handle)?;
-                return Err(err);
+        // Leased and in host memory: nothing moves it until this restore ends.
+        let restored = self.restore(handle, size, align, &label);
+        if restored.is_err() {
+            if let Ok(slot) = self.lock().slots.get_mut(handle) {
+                slot.e.release();
             }
-        };
-        let Site::Host(bytes) = &e.site else {
-            // Another thread brought it back meanwhile.
-            let Site::Device(cur) = e.site else {
-                return Err(Error::invariant(
-                    "a restored allocation is on the device",
-                    "host",
-                ));
-            };
-            self.inner.cancel(a.handle)?;
-            return self.inner.resolve(cur.handle);
-        };
-        if let Err(err) = self.write(a.range, bytes) {
-            self.inner.cancel(a.handle)?;
-            return Err(err);
         }
-        let n = bytes.len() as u64;
-        e.site = Site::Device(a);
-        e.resolved_at = Instant::now();
-        st.stats.restores += 1;
-        st.stats.bytes_in += n;
-        st.stats.spilled_now -= 1;
-        Ok(a.range)
+        restored
     }
 
     fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
         let mut st = self.lock();
-        let e = st.slots.get_mut(handle)?;
-        e.last_use = e.last_use.max(ticket);
-        e.leased = false;
-        match &e.site {
-            Site::Device(a) => self.inner.mark_used(a.handle, ticket),
-            Site::Host(_) => Ok(()),
+        let e = &mut st.slots.get_mut(handle)?.e;
+        e.record_use(ticket);
+        match e.device() {
+            Some(a) => self.inner.mark_used(a.handle, ticket),
+            None => Ok(()),
         }
+    }
+
+    fn release(&self, handle: Handle) -> Result<()> {
+        self.lock().slots.get_mut(handle)?.e.release();
+        Ok(())
     }
 
     fn last_use(&self, handle: Handle) -> Result<Ticket> {
         let st = self.lock();
-        let e = st.slots.get(handle)?;
-        match &e.site {
-            Site::Device(a) => Ok(e.last_use.max(self.inner.last_use(a.handle)?)),
-            Site::Host(_) => Ok(e.last_use),
+        let e = &st.slots.get(handle)?.e;
+        match e.device() {
+            Some(a) => Ok(e.last_use.max(self.inner.last_use(a.handle)?)),
+            None => Ok(e.last_use),
         }
     }
 
@@ -437,7 +450,7 @@ impl DevicePool for SpillPool {
 
     fn live_allocations(&self) -> Vec<LiveAllocation> {
         let st = self.lock();
-        LiveAllocation::all_in(&st.slots, |e| (&e.label, e.size))
+        LiveAllocation::all_in(&st.slots, |s| (&s.label, s.size))
     }
 
     fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
@@ -447,11 +460,7 @@ impl DevicePool for SpillPool {
     fn check_invariants(&self) -> std::result::Result<(), String> {
         self.inner.check_invariants()?;
         let st = self.lock();
-        let host = st
-            .slots
-            .iter()
-            .filter(|e| matches!(e.site, Site::Host(_)))
-            .count();
+        let host = st.slots.iter().filter(|s| s.e.device().is_none()).count();
         if host != st.stats.spilled_now {
             return Err(format!(
                 "spill pool: {host} allocations in host memory, counter says {}",
@@ -462,5 +471,9 @@ impl DevicePool for SpillPool {
     }
 }
 
+#[cfg(test)]
+mod model_tests;
+#[cfg(test)]
+mod stress_tests;
 #[cfg(test)]
 mod tests;

@@ -65,9 +65,11 @@ impl Runtime {
             }
         }
         let pool = self.device_pool();
+        // Every operand's ranges stay leased until its use is recorded (dropped at return).
+        let mut leases = Vec::new();
         let operands = tensors
             .iter()
-            .map(|t| segment_ranges(pool.as_ref(), t.placement(), t.size()))
+            .map(|t| segment_ranges(pool.as_ref(), t.placement(), t.size(), &mut leases))
             .collect::<Result<Vec<_>>>()?;
         let operands: Vec<&[BlockRange]> = operands.iter().map(Vec::as_slice).collect();
         let ticket = self.front().dispatch_segments(op, &operands)?;

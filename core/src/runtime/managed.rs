@@ -23,7 +23,7 @@ impl Runtime {
         let pool = self.device_pool();
         let mut last = Ticket::DONE;
         for (alloc, _, size) in tensor.pieces() {
-            let range = self.sub_range(pool.as_ref(), alloc, 0, size, "prefetch")?;
+            let (range, _lease) = self.sub_range(pool.as_ref(), alloc, 0, size, "prefetch")?;
             let ticket = self.backend().prefetch(range, to)?;
             if ticket != Ticket::DONE {
                 pool.mark_used(alloc.handle, ticket)?;

@@ -23,9 +23,37 @@
 use super::Runtime;
 use crate::backend::{BlockId, BlockRange, Capabilities, Ticket, Waiting};
 use crate::ops::{DType, Op};
-use crate::pool::{Allocation, DevicePool};
+use crate::pool::{Allocation, DevicePool, Lease};
 use crate::validate::split::{gcd, lcm};
 use crate::{Error, Result};
+
+/// Most segments one tensor may have: with WebGPU's 256 MiB blocks, 256 TiB. A segment list is
+/// built in proportion to the count, so a count beyond any device is refused before it is built.
+pub(crate) const MAX_SEGMENTS: u64 = 1 << 20;
+
+/// The number of segments of `segment` bytes for `size` bytes, refused as [`Error::TooLarge`]
+/// when the tensor exceeds the device's memory (`caps.budget`, where the backend reports one)
+/// or [`MAX_SEGMENTS`]: checked before any list of segments is built.
+pub(crate) fn segment_count(caps: &Capabilities, size: u64, segment: u64) -> Result<u64> {
+    if let Some(limit) = caps.budget.filter(|&l| size > l) {
+        return Err(Error::TooLarge {
+            what: "tensor (in segments)",
+            requested: size,
+            limit,
+            limit_name: "device memory",
+        });
+    }
+    let count = size.div_ceil(segment);
+    if count > MAX_SEGMENTS {
+        return Err(Error::TooLarge {
+            what: "tensor (in segments)",
+            requested: size,
+            limit: MAX_SEGMENTS.saturating_mul(segment),
+            limit_name: "segments per tensor",
+        });
+    }
+    Ok(count)
+}
 
 /// Bytes of every segment but the last for a `dtype` tensor of `shape` (of `size` bytes, larger
 /// than `caps.max_block_size`): the most that fits in one block and ends between outermost slices
@@ -110,7 +138,7 @@ impl Segments {
 /// entry when it fits in a block.
 ///
 /// # Errors
-/// As [`segment_size`].
+/// As [`segment_size`] and [`segment_count`].
 pub(crate) fn segment_sizes(
     caps: &Capabilities,
     dtype: DType,
@@ -121,7 +149,7 @@ pub(crate) fn segment_sizes(
         return Ok(vec![size]);
     }
     let segment = segment_size(caps, dtype, shape, size)?;
-    let count = size.div_ceil(segment);
+    let count = segment_count(caps, size, segment)?;
     Ok((0..count)
         .map(|i| segment.min(size - i * segment))
         .collect())
@@ -184,7 +212,13 @@ impl Runtime {
             })?;
         let caps = self.backend().capabilities();
         if words <= caps.max_block_size {
-            return Ok(Segments::one(pool.allocate(words, align, label)?, size));
+            let a = pool.allocate(words, align, label)?;
+            // The runtime keeps handles, not the range `allocate` leased: every use resolves.
+            if let Err(e) = pool.release(a.handle) {
+                let _ = pool.free(a.handle);
+                return Err(e);
+            }
+            return Ok(Segments::one(a, size));
         }
         // Segments that together exceed the device's memory can never all be held: refused as
         // hopeless up front, not as a retryable out of memory at some later segment.
@@ -197,12 +231,15 @@ impl Runtime {
             });
         }
         let segment = segment_size(caps, dtype, shape, size)?;
-        let count = words.div_ceil(segment);
+        let count = segment_count(caps, words, segment)?;
         let mut allocs: Vec<Allocation> = Vec::with_capacity(count as usize);
         for i in 0..count {
             let bytes = segment.min(words - i * segment);
             let label = format!("{label} [segment {} of {count}]", i + 1);
-            match pool.allocate(bytes, align, &label) {
+            match pool
+                .allocate(bytes, align, &label)
+                .and_then(|a| pool.release(a.handle).map(|()| a))
+            {
                 Ok(a) => allocs.push(a),
                 Err(e) => {
                     for a in allocs {
@@ -275,21 +312,25 @@ impl Runtime {
 }
 
 /// The bindings of a tensor of `size` bytes held in `segments`, each segment's bytes rounded to
-/// whole 32-bit words (an f16 or int8 tensor of odd length binds its padding too).
+/// whole 32-bit words (an f16 or int8 tensor of odd length binds its padding too). Each segment
+/// stays leased (pushed to `leases`) until the caller drops the lease after recording its use.
 ///
 /// # Errors
 /// [`Error::StaleHandle`] for a freed segment.
-pub(crate) fn segment_ranges(
-    pool: &dyn DevicePool,
+pub(crate) fn segment_ranges<'p>(
+    pool: &'p dyn DevicePool,
     segments: &Segments,
     size: u64,
+    leases: &mut Vec<Lease<'p>>,
 ) -> Result<Vec<BlockRange>> {
     segments
         .pieces(size)
         .map(|(a, _, len)| {
+            let (range, lease) = Lease::resolve(pool, a.handle)?;
+            leases.push(lease);
             Ok(BlockRange {
                 size: len.next_multiple_of(4),
-                ..pool.resolve(a.handle)?
+                ..range
             })
         })
         .collect()

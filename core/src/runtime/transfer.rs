@@ -8,7 +8,7 @@ use std::borrow::Cow;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::backend::completion::complete_now;
 use crate::backend::{BlockRange, HostAccess, Ticket, Waiting};
-use crate::pool::{Allocation, DevicePool};
+use crate::pool::{Allocation, DevicePool, Lease};
 use crate::trace::EventKind;
 use crate::{Error, Result};
 
@@ -16,11 +16,16 @@ use super::tensor::check_element;
 use super::{Element, Runtime, Tensor};
 
 impl Runtime {
-    /// The latest ticket of work that uses `alloc`: recorded on the allocation, or seen by the
-    /// front on any range overlapping it.
-    pub(crate) fn last_use(&self, pool: &dyn DevicePool, alloc: Allocation) -> Result<Ticket> {
+    /// The latest ticket of work that uses `alloc`, whose range the caller holds leased as
+    /// `range`: recorded on the allocation, or seen by the front on any range overlapping it.
+    pub(crate) fn last_use(
+        &self,
+        pool: &dyn DevicePool,
+        alloc: Allocation,
+        range: BlockRange,
+    ) -> Result<Ticket> {
         let recorded = pool.last_use(alloc.handle)?;
-        Ok(recorded.max(self.inner.front.last_use(&pool.resolve(alloc.handle)?)?))
+        Ok(recorded.max(self.inner.front.last_use(&range)?))
     }
 
     /// Uploads `data` (exactly the tensor's byte size) into `tensor`. `T` is the tensor's dtype,
@@ -112,7 +117,9 @@ impl Runtime {
         data: &[u8],
     ) -> Result<Ticket> {
         let pool = self.device_pool();
-        let dst = self.sub_range(pool.as_ref(), alloc, offset, data.len() as u64, "write")?;
+        // Held until the use is recorded below; `with_tail`'s read holds a lease of its own.
+        let (dst, _lease) =
+            self.sub_range(pool.as_ref(), alloc, offset, data.len() as u64, "write")?;
         let padded = self
             .with_tail(waiting, pool.as_ref(), alloc, offset, data)
             .await?;
@@ -173,7 +180,9 @@ impl Runtime {
     ) -> Result<Ticket> {
         let backend = self.inner.backend.as_ref();
         if self.host_visible() {
-            waiting.ticket(backend, self.last_use(pool, alloc)?).await?;
+            waiting
+                .ticket(backend, self.last_use(pool, alloc, dst)?)
+                .await?;
             waiting
                 .host_access(backend, dst.block, HostAccess::Write)
                 .await?;
@@ -229,13 +238,15 @@ impl Runtime {
         offset: u64,
         out: &mut [u8],
     ) -> Result<()> {
-        let src = self.sub_range(pool, alloc, offset, out.len() as u64, "read")?;
+        let (src, _lease) = self.sub_range(pool, alloc, offset, out.len() as u64, "read")?;
         let backend = self.inner.backend.as_ref();
         let padded = src.size != out.len() as u64;
         let mut buf = vec![0u8; if padded { src.size as usize } else { 0 }];
         let target: &mut [u8] = if padded { &mut buf } else { &mut *out };
         if self.host_visible() {
-            waiting.ticket(backend, self.last_use(pool, alloc)?).await?;
+            waiting
+                .ticket(backend, self.last_use(pool, alloc, src)?)
+                .await?;
             waiting
                 .host_access(backend, src.block, HostAccess::Read)
                 .await?;
@@ -250,25 +261,24 @@ impl Runtime {
             let n = out.len();
             out.copy_from_slice(&buf[..n]);
         }
-        // A synchronous read is a use that has completed: a pool that leases resolved ranges
-        // (the spilling pool) may move the allocation again.
-        pool.mark_used(alloc.handle, Ticket::DONE)
+        // A synchronous read has completed: the lease ends here.
+        Ok(())
     }
 
     /// The checked range `[offset, offset + size)` of an allocation, with `size` rounded up to the
-    /// copy alignment.
-    pub(crate) fn sub_range(
+    /// copy alignment, and the lease that keeps it there (drop it after recording the use).
+    pub(crate) fn sub_range<'p>(
         &self,
-        pool: &dyn DevicePool,
+        pool: &'p dyn DevicePool,
         alloc: Allocation,
         offset: u64,
         size: u64,
         what: &'static str,
-    ) -> Result<BlockRange> {
+    ) -> Result<(BlockRange, Lease<'p>)> {
         if size == 0 {
             return Err(Error::ZeroSize { what });
         }
-        let range = pool.resolve(alloc.handle)?;
+        let (range, lease) = Lease::resolve(pool, alloc.handle)?;
         let align = self.inner.backend.capabilities().copy_align.max(1);
         if !offset.is_multiple_of(align) {
             return Err(Error::Misaligned {
@@ -290,10 +300,11 @@ impl Runtime {
                 limit: range.size,
             });
         }
-        Ok(BlockRange {
+        let sub = BlockRange {
             block: range.block,
             offset: range.offset + offset,
             size: padded,
-        })
+        };
+        Ok((sub, lease))
     }
 }

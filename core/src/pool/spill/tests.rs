@@ -7,7 +7,7 @@ use crate::{DType, HostBackend, HostConfig, Runtime, RuntimeConfig, Tensor};
 const LEN: usize = 16 << 10; // 64 KiB of u32
 
 /// A runtime whose device pool is a spilling pool over an arena of `capacity` bytes.
-fn runtime(force_staging: bool, capacity: u64, lease: Duration) -> (Runtime, Arc<SpillPool>) {
+fn runtime(force_staging: bool, capacity: u64) -> (Runtime, Arc<SpillPool>) {
     let host = Arc::new(
         HostBackend::new(HostConfig {
             force_staging,
@@ -27,11 +27,7 @@ fn runtime(force_staging: bool, capacity: u64, lease: Duration) -> (Runtime, Arc
                 ..ArenaConfig::device()
             },
         )?;
-        let config = SpillConfig {
-            lease,
-            ..SpillConfig::default()
-        };
-        let pool = Arc::new(SpillPool::new(Arc::new(arena), b, config));
+        let pool = Arc::new(SpillPool::new(Arc::new(arena), b, SpillConfig::default()));
         let _ = keep.set(pool.clone());
         Ok(pool)
     })
@@ -49,7 +45,7 @@ fn pattern(seed: u32) -> Vec<u32> {
 #[test]
 fn four_times_the_capacity_fits_and_every_byte_comes_back() {
     for force_staging in [false, true] {
-        let (rt, pool) = runtime(force_staging, 4 << 16, Duration::ZERO);
+        let (rt, pool) = runtime(force_staging, 4 << 16);
         let tensors: Vec<Tensor> = (0..16)
             .map(|k| {
                 rt.tensor_from(DType::U32, &[LEN], &pattern(k), "t")
@@ -85,7 +81,7 @@ fn four_times_the_capacity_fits_and_every_byte_comes_back() {
 
 #[test]
 fn everything_pinned_is_out_of_memory_and_loses_nothing() {
-    let (rt, pool) = runtime(true, 2 << 16, Duration::ZERO);
+    let (rt, pool) = runtime(true, 2 << 16);
     let a = rt
         .tensor_from(DType::U32, &[LEN], &pattern(1), "a")
         .unwrap();
@@ -112,7 +108,7 @@ fn everything_pinned_is_out_of_memory_and_loses_nothing() {
 
 #[test]
 fn eight_threads_under_pressure_lose_no_data() {
-    let (rt, pool) = runtime(true, 8 << 16, SpillConfig::default().lease);
+    let (rt, pool) = runtime(true, 8 << 16);
     std::thread::scope(|s| {
         for thread in 0..8u32 {
             let rt = rt.clone();

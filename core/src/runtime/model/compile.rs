@@ -183,6 +183,8 @@ impl Runtime {
         let arena = if plan.peak > 0 {
             let a = pool.allocate(plan.peak, align, "activations (planned arena)")?;
             model.owned.push(a);
+            // Runs resolve it: the lease of `allocate` is not needed.
+            pool.release(a.handle)?;
             Some(a)
         } else {
             None
@@ -230,6 +232,7 @@ impl Runtime {
                 _ => {
                     let a = pool.allocate(sizes[i], align, &t.name)?;
                     model.owned.push(a);
+                    pool.release(a.handle)?;
                     report.io_bytes += sizes[i];
                     report.padding_bytes += sizes[i].next_multiple_of(align) - sizes[i];
                     Place {

@@ -6,6 +6,7 @@
 use crate::backend::completion::complete_now;
 use crate::backend::{BlockRange, Ticket, Waiting};
 use crate::graph::TensorId;
+use crate::pool::Lease;
 use crate::runtime::segments::segment_ranges;
 use crate::runtime::tensor::{Element, check_element};
 use crate::time::Instant;
@@ -58,6 +59,8 @@ impl Model {
         }
         let pool = self.rt.device_pool();
         let mut ranges: Vec<Option<Vec<BlockRange>>> = vec![None; self.places.len()];
+        // Each range resolved below stays leased until the run's uses are recorded.
+        let mut leases = Vec::new();
         let mut last = Ticket::DONE;
         let mut tracing = match self.rt.tracer() {
             Some(t) => Some(NodeTracer::new(self, t)?),
@@ -85,11 +88,15 @@ impl Model {
                                 ),
                             });
                         }
-                        Some(segs) => {
-                            segment_ranges(pool.as_ref(), segs, self.graph.decl(t)?.size()?)?
-                        }
+                        Some(segs) => segment_ranges(
+                            pool.as_ref(),
+                            segs,
+                            self.graph.decl(t)?.size()?,
+                            &mut leases,
+                        )?,
                         None => {
-                            let base = pool.resolve(p.alloc.handle)?;
+                            let (base, lease) = Lease::resolve(pool.as_ref(), p.alloc.handle)?;
+                            leases.push(lease);
                             vec![BlockRange {
                                 block: base.block,
                                 offset: base.offset + p.offset,

@@ -86,3 +86,37 @@ fn runtime_tensors_beyond_a_block_are_segmented() {
     rt.free(t).unwrap();
     rt.check_leaks().unwrap();
 }
+
+/// A graph input far larger than any device, on a backend whose block limit forces segments, is
+/// refused with a typed error before any list proportional to its size is built (issue 46,
+/// finding 2: a 2^63-byte input aborted the process allocating a 2^51-entry segment list).
+#[test]
+fn a_huge_segmented_input_is_too_large_not_an_abort() {
+    use crate::{DeviceLimits, Graph, Runtime, RuntimeConfig};
+    let host = std::sync::Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    let rt = Runtime::new(
+        host,
+        RuntimeConfig {
+            limits: DeviceLimits {
+                max_block_size: Some(4096),
+                max_binding_size: None,
+            },
+            ..RuntimeConfig::default()
+        },
+    )
+    .unwrap();
+    let huge = 1usize << 61; // f32: 2^63 bytes
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[huge]);
+    g.output(x);
+    let compiled = rt.compile(&g).err();
+    assert!(
+        matches!(compiled, Some(Error::TooLarge { .. })),
+        "{compiled:?}"
+    );
+    let caps = rt.backend().capabilities().clone();
+    let sizes = segment_sizes(&caps, DType::F32, &[huge], 1 << 63).err();
+    assert!(matches!(sizes, Some(Error::TooLarge { .. })), "{sizes:?}");
+    let alloc = rt.alloc(DType::F32, &[huge], "x").err();
+    assert!(matches!(alloc, Some(Error::TooLarge { .. })), "{alloc:?}");
+}
