@@ -164,14 +164,14 @@ impl Segments {
         let pool = rt.device_pool();
         let (ts, os) = self.locate(src)?;
         let (td, od) = self.locate(dst)?;
-        let s = rt.sub_range(
+        let (s, _src_lease) = rt.sub_range(
             pool.as_ref(),
             ts.allocation(),
             os,
             self.stride,
             "kv copy source",
         )?;
-        let d = rt.sub_range(
+        let (d, _dst_lease) = rt.sub_range(
             pool.as_ref(),
             td.allocation(),
             od,
@@ -179,7 +179,9 @@ impl Segments {
             "kv copy destination",
         )?;
         let front: &dyn Backend = rt.front();
-        front.copy(s, d)?;
+        let ticket = front.copy(s, d)?;
+        pool.mark_used(ts.allocation().handle, ticket)?;
+        pool.mark_used(td.allocation().handle, ticket)?;
         Ok(())
     }
 
