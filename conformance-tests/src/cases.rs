@@ -9,6 +9,8 @@ pub(crate) use tensormem::ops::samples::Rng;
 mod devices;
 mod graphs;
 mod growth;
+#[cfg(not(target_arch = "wasm32"))]
+mod kv;
 mod lanes;
 mod managed;
 mod memory;
@@ -46,6 +48,8 @@ pub fn all() -> Vec<Case> {
     v.extend(tiling::cases());
     #[cfg(not(target_arch = "wasm32"))]
     v.extend(spill::cases());
+    #[cfg(not(target_arch = "wasm32"))]
+    v.extend(kv::cases());
     v.extend(misuse::cases());
     #[cfg(not(target_arch = "wasm32"))]
     v.extend(waits::cases());

@@ -112,7 +112,7 @@ impl KvCache {
             .len()
             .div_ceil(self.config.geometry.block_tokens as usize);
         loop {
-            self.make_room(need, None)?;
+            self.make_room(need)?;
             match self.ledger.admit(tokens, salt) {
                 Ok(a) => {
                     self.order.push(a.seq);
@@ -132,7 +132,7 @@ impl KvCache {
     pub fn append(&mut self, seq: SeqId, token: u32) -> Result<Slot> {
         loop {
             let need = self.ledger.blocks_for_append(seq)?;
-            self.make_room(need, Some(seq))?;
+            self.make_room(need)?;
             match self.ledger.append(seq, token) {
                 Ok(slot) => {
                     self.run_copies()?;
@@ -202,7 +202,7 @@ impl KvCache {
             .tokens(seq)?
             .len()
             .div_ceil(self.config.geometry.block_tokens as usize);
-        self.make_room(need, Some(seq))?;
+        self.make_room(need)?;
         let (admission, blocks) = self.ledger.resume(seq)?;
         if let Some(bytes) = self.host.remove(&seq) {
             if let Err(e) = self.segments.write_blocks(&self.rt, &blocks, &bytes) {
@@ -345,17 +345,19 @@ impl KvCache {
         }
     }
 
-    /// Frees every segment. Sequences are forgotten.
+    /// Frees every segment now, reporting device errors (dropping the cache frees them too,
+    /// silently). Sequences are forgotten.
     ///
     /// # Errors
     /// Device errors (every segment is still released).
-    pub fn release(self) -> Result<()> {
+    pub fn release(mut self) -> Result<()> {
         self.segments.release(&self.rt)
     }
 
-    /// Grows the storage until `need` blocks are available, within the budget.
-    fn make_room(&mut self, need: usize, _for_seq: Option<SeqId>) -> Result<()> {
-        while self.ledger.available() < need {
+    /// Grows the storage until `need` blocks are free, within the budget: growing comes before
+    /// evicting cached prefixes, which later prompts may still hit.
+    fn make_room(&mut self, need: usize) -> Result<()> {
+        while self.ledger.free_blocks() < need {
             match self.segments.grow(&self.rt)? {
                 Some(blocks) => self.ledger.grow(blocks)?,
                 None => break,
@@ -379,5 +381,11 @@ impl KvCache {
             self.segments.copy_block(&self.rt, c.src, c.dst)?;
         }
         Ok(())
+    }
+}
+
+impl Drop for KvCache {
+    fn drop(&mut self) {
+        let _ = self.segments.release(&self.rt);
     }
 }

@@ -243,6 +243,11 @@ impl KvLedger {
         self.free.len() + self.prefix.lru_len()
     }
 
+    /// Blocks on the free stack (cached idle blocks excluded).
+    pub fn free_blocks(&self) -> usize {
+        self.free.len()
+    }
+
     /// The counters, with the block counts as they are now.
     pub fn stats(&self) -> KvStats {
         let mut s = self.stats.clone();

@@ -185,10 +185,11 @@ impl Segments {
         Ok(())
     }
 
-    /// Frees every segment.
-    pub(super) fn release(self, rt: &Runtime) -> Result<()> {
+    /// Frees every segment; the cache holds no blocks after.
+    pub(super) fn release(&mut self, rt: &Runtime) -> Result<()> {
         let mut result = Ok(());
-        for t in self.tensors {
+        self.blocks = 0;
+        for t in std::mem::take(&mut self.tensors) {
             result = result.and(rt.free(t));
         }
         result
