@@ -7,7 +7,7 @@
 use tensormem::kv::attention::{PagedQuery, paged_attention};
 use tensormem::kv::layout::write_token;
 use tensormem::kv::{KvCache, KvCacheConfig, KvDType, KvGeometry, Preemption, SeqId, SeqState};
-use tensormem::{Backend, DeviceLimits, Runtime, RuntimeConfig};
+use tensormem::{DeviceLimits, Runtime, RuntimeConfig};
 
 use crate::{Case, Ctx, case, check, fail};
 
