@@ -203,15 +203,28 @@ impl KvCache {
             .len()
             .div_ceil(self.config.geometry.block_tokens as usize);
         self.make_room(need)?;
-        let (admission, blocks) = self.ledger.resume(seq)?;
+        let resumed = self.ledger.resume(seq)?;
         if let Some(bytes) = self.host.remove(&seq) {
-            if let Err(e) = self.segments.write_blocks(&self.rt, &blocks, &bytes) {
+            let bb = self.config.geometry.block_bytes() as usize;
+            let blocks: Vec<u32> = resumed.restore.iter().map(|&c| resumed.table[c]).collect();
+            let copy: Vec<u8> = if blocks.len() == resumed.table.len() {
+                bytes.clone()
+            } else {
+                resumed
+                    .restore
+                    .iter()
+                    .flat_map(|&c| &bytes[c * bb..(c + 1) * bb])
+                    .copied()
+                    .collect()
+            };
+            if let Err(e) = self.segments.write_blocks(&self.rt, &blocks, &copy) {
                 // Keep the host copy: the sequence goes back to swapped, nothing is lost.
                 let _ = self.ledger.preempt(seq, Preemption::Swap);
                 self.host.insert(seq, bytes);
                 return Err(e);
             }
         }
+        let admission = resumed.admission;
         self.order.push(seq);
         Ok(admission)
     }

@@ -24,7 +24,7 @@
 
 mod sequences;
 
-pub use sequences::Admission;
+pub use sequences::{Admission, Resumed};
 #[cfg(test)]
 mod tests;
 

@@ -157,8 +157,8 @@ impl KvPolicy for Paged {
         if !self.fits(need, running) {
             return None;
         }
-        let (_, blocks) = self.ledger.resume(seq).ok()?;
-        Some(blocks.len() as u64 * self.block_bytes)
+        let resumed = self.ledger.resume(seq).ok()?;
+        Some(resumed.restore.len() as u64 * self.block_bytes)
     }
 
     fn finish(&mut self, r: usize) {

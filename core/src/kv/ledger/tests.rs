@@ -182,11 +182,13 @@ fn run(bt: u32, capacity: usize, steps: Vec<Step>) {
             }
             Step::Resume(i) => {
                 let Some(id) = pick(&ids, i) else { continue };
-                if let Ok((a, blocks)) = l.resume(id) {
+                if let Ok(r) = l.resume(id) {
+                    let (a, blocks) = (r.admission, r.table);
                     let bt = bt as usize;
                     if let Some(copy) = m.host.remove(&id) {
-                        for (c, &b) in blocks.iter().enumerate() {
-                            d.slots[b as usize * bt..(b as usize + 1) * bt]
+                        for &c in &r.restore {
+                            let b = blocks[c] as usize;
+                            d.slots[b * bt..(b + 1) * bt]
                                 .copy_from_slice(&copy[c * bt..(c + 1) * bt]);
                         }
                     } else {
@@ -346,4 +348,26 @@ fn every_bad_call_is_a_typed_error_that_changes_nothing() {
     ));
     assert_eq!(before.capacity_blocks, l.stats().capacity_blocks);
     assert!(KvLedger::new(0, 8, 1).is_err());
+}
+
+/// A swapped sequence's blocks that are still cached are taken back before any new block is
+/// taken, so the new block cannot evict one of them.
+#[test]
+fn a_swap_in_holds_its_cached_blocks_before_taking_new_ones() {
+    use Step::*;
+    run(
+        1,
+        11,
+        vec![
+            Admit(vec![0, 1], 0),
+            Append(0, 0),
+            Preempt(0, true),
+            Admit(vec![1, 0, 0, 0], 0),
+            Fork(1),
+            Admit(vec![2, 0, 0, 0, 0], 0),
+            Truncate(3, 0),
+            Admit(vec![], 0),
+            Resume(5),
+        ],
+    );
 }
