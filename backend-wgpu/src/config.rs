@@ -35,6 +35,13 @@ pub struct WgpuConfig {
     /// Longest a `wait` that names no limit, or a buffer mapping, blocks before it fails with
     /// `Error::Timeout`. Default 60 s; `None` waits forever.
     pub wait_timeout: Option<Duration>,
+    /// Reported as `Capabilities::budget`: the device bytes the runtime may use, so a tensor
+    /// larger than the device is refused with `Error::TooLarge` before anything is allocated.
+    /// Default `None`: wgpu has no heap size or budget query, so the backend reports the
+    /// system's memory ([`system_memory`](crate::system_memory)), which is the device's memory on
+    /// CPU (llvmpipe, lavapipe) and integrated adapters and an upper bound on discrete ones; set
+    /// the GPU's real size here on a discrete adapter. `Some(0)` is treated as no budget.
+    pub budget: Option<u64>,
 }
 
 impl Default for WgpuConfig {
@@ -49,6 +56,7 @@ impl Default for WgpuConfig {
             power_preference: wgpu::PowerPreference::HighPerformance,
             queued_write_max: DEFAULT_QUEUED_WRITE_MAX,
             wait_timeout: Some(Duration::from_secs(60)),
+            budget: None,
         }
     }
 }

@@ -80,7 +80,11 @@ pub(crate) fn wants_zero_copy(
 ///   handles itself by widening the mapped view, so the contract's single alignment stays 4.
 /// * `max_block_size` / `max_binding_size`: `max_buffer_size` /
 ///   `max_storage_buffer_binding_size`.
-/// * `budget`: `None`; wgpu exposes no heap size or budget query.
+/// * `budget`: [`WgpuConfig::budget`] when set, else the system's memory
+///   ([`system_memory`](crate::system_memory)): wgpu exposes no heap size or budget query, and
+///   on CPU and integrated adapters (every adapter whose memory the host can size) device memory
+///   is system memory; on a discrete adapter it bounds a runaway request (a 1 TiB tensor) until
+///   the configured value says the real size.
 pub(crate) fn capabilities(device: &wgpu::Device, config: &WgpuConfig) -> Capabilities {
     let limits = device.limits();
     let info = device.adapter_info();
@@ -99,6 +103,25 @@ pub(crate) fn capabilities(device: &wgpu::Device, config: &WgpuConfig) -> Capabi
         max_binding_size: limits.max_storage_buffer_binding_size,
         device_host_visible: zero_copy,
         queued_write_max: config.queued_write_max,
-        budget: None,
+        budget: config
+            .budget
+            .or_else(crate::system_memory)
+            .filter(|&b| b > 0),
+    }
+}
+
+/// Bytes of memory the system has (`MemTotal` of `/proc/meminfo` on Linux), or `None` where it
+/// cannot tell (other systems, a browser).
+pub fn system_memory() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
     }
 }

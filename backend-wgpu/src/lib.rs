@@ -82,7 +82,9 @@
 //! * Natively, awaiting a ticket or a mapping polls the device each time the executor polls the
 //!   future (wgpu runs callbacks only inside `Device::poll`): a busy wait; prefer the blocking
 //!   forms there.
-//! * `budget` is `None`: wgpu reports no heap size or memory budget.
+//! * wgpu reports no heap size or memory budget: `budget` is `WgpuConfig::budget` when set, else
+//!   the system's memory ([`system_memory`]), exact on CPU and integrated adapters and only an
+//!   upper bound on a discrete GPU (configure its real size there).
 //! * Host-visible buffers are not NUMA-bound: the driver (or the browser) allocates them, and wgpu
 //!   does not name an adapter's PCI device; on a NUMA machine the backend reports `DriverPlaced`.
 //! * A binding above `max_storage_buffer_binding_size` (128 MiB on lavapipe and in Chromium) is
@@ -107,6 +109,7 @@ use std::sync::{Arc, Mutex};
 use tensormem::{Capabilities, Result, TicketWakers};
 
 pub use config::{DEFAULT_QUEUED_WRITE_MAX, FORCE_STAGING_ENV, WgpuConfig};
+pub use device::system_memory;
 
 use blocks::BlockTable;
 use error::Health;

@@ -11,6 +11,9 @@ pub mod builder;
 #[rustfmt::skip]
 #[path = "../../examples/src/models/checks.rs"]
 pub mod checks;
+#[rustfmt::skip]
+#[path = "../../examples/src/models/checksum.rs"]
+pub mod checksum;
 pub mod minilm;
 #[rustfmt::skip]
 #[path = "../../examples/src/models/mnist/graph.rs"]

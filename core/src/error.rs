@@ -4,6 +4,7 @@
 //! caller needs (what was asked, what the limit was) so a message can say what to do, and
 //! [`Error::is_retryable`] says whether trying again later can succeed.
 
+mod classify;
 mod oom;
 
 pub use oom::OomReport;
@@ -456,6 +457,18 @@ pub enum Error {
         /// The budget, in bytes.
         budget: u64,
     },
+    /// A float weight (f32 or f16) handed to a model holds a NaN or an infinity: every output it
+    /// feeds would be a non-number. Hopeless as given: fix or re-export the weights. Nothing was
+    /// bound (the weight keeps its previous binding).
+    #[error("weight '{tensor}' holds {value} at element {element}: weights must be finite")]
+    NonFiniteWeight {
+        /// The weight's name in the graph.
+        tensor: String,
+        /// Index of the first non-finite element.
+        element: u64,
+        /// That element (NaN, inf or -inf).
+        value: f32,
+    },
     /// The paged KV cache refused an operation; nothing changed.
     #[error(transparent)]
     Kv(#[from] crate::kv::KvError),
@@ -480,43 +493,4 @@ pub enum Error {
         /// Why no split of the op keeps each part's binding in one segment.
         reason: String,
     },
-}
-
-impl Error {
-    /// Whether the same call can succeed later without the caller changing its arguments.
-    ///
-    /// True for [`Error::OutOfMemory`] (frees may still be queued behind in-flight work, so
-    /// waiting for the device and retrying can succeed) and [`Error::Timeout`] (the work is still
-    /// queued and may finish). Everything else is hopeless as asked
-    /// (too large, bad alignment, stale handle) or fatal (device lost).
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::OutOfMemory(_) | Error::Timeout { .. })
-    }
-
-    /// The one cold path for internal bugs: an [`Error::InvariantViolated`] naming the broken
-    /// invariant. The validating front marks its device broken when it sees one (wgpu-hal's
-    /// `hal_internal_error` is the model), so the bug surfaces once, as an error, never as a panic
-    /// or a hang.
-    #[cold]
-    #[inline(never)]
-    pub fn invariant(invariant: &'static str, detail: impl Into<String>) -> Self {
-        Error::InvariantViolated {
-            invariant,
-            detail: detail.into(),
-        }
-    }
-
-    /// Whether this error means the device (or the runtime in front of it) can no longer be used:
-    /// [`Error::DeviceLost`] or [`Error::InvariantViolated`].
-    pub fn is_fatal(&self) -> bool {
-        matches!(
-            self,
-            Error::DeviceLost { .. } | Error::InvariantViolated { .. }
-        )
-    }
-
-    /// Shorthand for [`Error::InvalidArgument`].
-    pub fn invalid(msg: impl Into<String>) -> Self {
-        Error::InvalidArgument(msg.into())
-    }
 }

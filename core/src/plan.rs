@@ -80,7 +80,8 @@ pub use generate::{PackingDesc, PackingFamily, perfect_packing, random_lifetimes
 pub use greedy::{Fit, greedy_by_size, greedy_by_size_with};
 pub use liveness::{Liveness, OpUses, TensorRole, liveness};
 pub use solve::{
-    EXACT_MAX_BUFFERS, MAX_THREADS, Progress, ProgressFn, Solution, SolveOptions, Stages, solve,
+    EXACT_MAX_BUFFERS, MAX_THREADS, Progress, ProgressFn, Solution, SolveOptions, Stages,
+    portfolio_threads, solve,
 };
 pub use verify::verify;
 

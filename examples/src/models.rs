@@ -6,12 +6,13 @@
 //!
 //! [`offload_table`] is MiniLM's offload benchmark (`minilm --offload-table`).
 //!
-//! Shared pieces: [`weights`] reads safetensors, [`builder`] keeps a graph with the file names of
+//! Shared pieces: [`weights`] reads safetensors ([`checksum`]: the integrity of tensormem's own files), [`builder`] keeps a graph with the file names of
 //! its weights, [`tokenize`] is MiniLM's word-piece glue, [`report`] prints the memory report,
 //! [`host_memory`] measures the host memory of each phase of a run.
 
 pub mod builder;
 pub mod checks;
+pub mod checksum;
 pub mod host_memory;
 pub mod minilm;
 pub mod mnist;

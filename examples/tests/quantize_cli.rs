@@ -125,3 +125,46 @@ fn bad_files_exit_1_and_bad_flags_exit_2() {
     assert!(help.contains("Exit status"), "{help}");
     assert!(help.contains("NAME.scale"), "{help}");
 }
+
+/// Regression for issue 46 (finding 6): a directory as the input said "No such device (os error
+/// 19)"; a damaged int8 file loaded and ran. Now the first names the directory and the second
+/// fails its checksum, both with exit 1.
+#[test]
+fn directory_input_and_damaged_output_say_what_is_wrong() {
+    let dir = Scratch::new("quantize");
+    let run = Command::new(QUANTIZE)
+        .arg(dir.join("."))
+        .arg(dir.join("out.safetensors"))
+        .args(["--format", "int8"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("is a directory"), "{err}");
+    assert!(!err.contains("No such device"), "{err}");
+
+    let out = dir.join("int8.safetensors");
+    let run = Command::new(QUANTIZE)
+        .arg(mnist_weights())
+        .arg(&out)
+        .args(["--format", "int8"])
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    let mut bytes = std::fs::read(&out).unwrap();
+    let n = bytes.len();
+    // The classifier's int8 body is most of the file: flip 1,000 bytes of its middle.
+    for b in &mut bytes[n / 2..n / 2 + 1000] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&out, &bytes).unwrap();
+    let run = Command::new(QUANTIZE)
+        .arg(&out)
+        .arg(dir.join("again.safetensors"))
+        .args(["--format", "f16"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("checksum mismatch"), "{err}");
+}

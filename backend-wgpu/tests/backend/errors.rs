@@ -263,3 +263,33 @@ fn no_adapter_is_backend_unavailable() {
         other => panic!("expected BackendUnavailable, got {other:?}"),
     }
 }
+
+/// Regression for issue 46 (finding 3): wgpu reported no budget, so a 1 TiB tensor was cut into
+/// 513 segments and allocated until the machine ran out. The backend now reports the configured
+/// budget, else the system's memory, and the runtime refuses the tensor before allocating.
+#[test]
+fn a_tensor_above_the_budget_is_refused_before_allocation() {
+    use tensormem::{DType, Runtime, RuntimeConfig};
+    let system = tensormem_wgpu::system_memory().expect("/proc/meminfo names MemTotal");
+    for (budget, size, limit) in [
+        (None, 1u64 << 40, system),
+        (Some(1 << 30), 3 << 29, 1 << 30),
+    ] {
+        let config = tensormem_wgpu::WgpuConfig {
+            budget,
+            ..tensormem_wgpu::WgpuConfig::default()
+        };
+        let b = tensormem_wgpu::WgpuBackend::new(config).unwrap();
+        assert_eq!(b.capabilities().budget, Some(limit));
+        let rt = Runtime::new(std::sync::Arc::new(b), RuntimeConfig::default()).unwrap();
+        match rt.alloc(DType::U8, &[size as usize], "huge") {
+            Err(Error::TooLarge {
+                requested,
+                limit: l,
+                ..
+            }) => assert_eq!((requested, l), (size, limit)),
+            other => panic!("{budget:?}: expected TooLarge, got {other:?}"),
+        }
+        assert_eq!(rt.device_pool().stats().in_use, 0);
+    }
+}

@@ -30,6 +30,11 @@ use super::heuristics::{Heuristics, Incumbent};
 /// occupancy tree, and at a million buffers one tree is a large share of the memory budget.
 const PARALLEL_HEURISTICS_MAX_BUFFERS: usize = 250_000;
 
+/// Buffers all heuristic workers together hold at most (each worker's occupancy tree and
+/// incumbent take about 150 bytes per buffer, so about 600 MB): an instance of `n` buffers gets
+/// at most `HEURISTIC_BUFFERS_IN_MEMORY / n` heuristic workers, whatever the thread count.
+const HEURISTIC_BUFFERS_IN_MEMORY: usize = 16 * PARALLEL_HEURISTICS_MAX_BUFFERS;
+
 /// Heuristic placement cost units per prover node in an epoch (a node costs a few placements'
 /// time).
 const PLACEMENTS_PER_NODE: u64 = 4;
@@ -222,7 +227,10 @@ fn roles<'a>(task: &Task<'a>) -> Vec<Worker<'a>> {
     } else if n > PARALLEL_HEURISTICS_MAX_BUFFERS {
         (0, 1)
     } else {
-        (0, threads)
+        (
+            0,
+            threads.min(HEURISTIC_BUFFERS_IN_MEMORY / n.max(1)).max(1),
+        )
     };
     let provers = (0..provers).map(|variant| Role::Prover { variant });
     let heuristics = (0..heuristics).map(|variant| Role::Heuristic {

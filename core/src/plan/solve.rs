@@ -45,6 +45,17 @@ fn cores() -> usize {
     })
 }
 
+/// The portfolio threads a solve runs for `requested` threads (0: every core): never more than
+/// the cores the system reports. Threads beyond the cores only take turns on them, while each
+/// adds a worker (its own occupancy tree, about 150 bytes per buffer) and its share of the join
+/// at the deadline, so memory and the deadline's overrun would grow with the count for nothing.
+pub fn portfolio_threads(requested: usize) -> usize {
+    match requested {
+        0 => cores(),
+        t => t.min(cores()),
+    }
+}
+
 /// Smallest instance whose endpoints are sorted and whose first plan is verified on more threads
 /// than one (with two threads or more), and the least share of the buffers each sorting thread
 /// takes: below it the work takes less time than starting a thread is worth.
@@ -91,7 +102,9 @@ pub struct SolveOptions {
     /// limits give equal results unless the deadline cuts the work at a different point.
     pub seed: u64,
     /// Worker threads of the portfolio, at most [`MAX_THREADS`]; 0 (default) = every core the
-    /// system reports. More threads
+    /// system reports. Counts above the cores run as many threads as there are cores
+    /// ([`portfolio_threads`]), so a count gives the same result on every machine with at least
+    /// that many cores. More threads
     /// run more provers (up to three preorders) and heuristic workers side by side; the result
     /// depends on the count, never on the threads' timing (see `portfolio`).
     pub threads: usize,
@@ -204,10 +217,7 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
             opts.threads
         )));
     }
-    let threads = match opts.threads {
-        0 => cores(),
-        t => t,
-    };
+    let threads = portfolio_threads(opts.threads);
     let parallel = threads > 1 && buffers.len() >= PARALLEL_CHECK_MIN_BUFFERS;
     let sorters = threads
         .min(buffers.len() / PARALLEL_CHECK_MIN_BUFFERS)

@@ -481,3 +481,34 @@ fn the_baseline_worker_keeps_its_lowest_fit_twin_when_lower() {
     let plan = Plan::from_offsets(&b, worker.best().offsets.clone());
     verify(&b, &plan, None).unwrap();
 }
+
+/// Regression for issue 46 (finding 4): `tensormem-plan --threads 1024` ran 1024 portfolio
+/// threads whatever the machine (about 29 MB each on 200k buffers, 24 GB in all) and overran its
+/// time limit more the more threads it had. Counts above the cores now run on the cores.
+#[test]
+fn thread_counts_above_the_cores_run_on_the_cores_within_the_limit() {
+    let cores =
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(crate::plan::MAX_THREADS));
+    assert_eq!(crate::plan::portfolio_threads(0), cores);
+    assert_eq!(crate::plan::portfolio_threads(1), 1);
+    assert_eq!(
+        crate::plan::portfolio_threads(crate::plan::MAX_THREADS),
+        cores
+    );
+    assert_eq!(crate::plan::portfolio_threads(cores + 1), cores);
+    // Not a speed test: a generous bound the limit holds by on any machine.
+    let b = random_instance(20_000, 9);
+    let opts = SolveOptions {
+        threads: crate::plan::MAX_THREADS,
+        time_limit: Duration::from_millis(300),
+        ..SolveOptions::default()
+    };
+    let s = solve(&b, &opts).unwrap();
+    assert_eq!(s.threads, cores);
+    assert!(
+        s.elapsed <= opts.time_limit + Duration::from_secs(3),
+        "took {:?}",
+        s.elapsed
+    );
+    verify(&b, s.plan.as_ref().unwrap(), None).unwrap();
+}

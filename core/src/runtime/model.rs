@@ -15,6 +15,7 @@ use crate::{Error, Result};
 
 mod compile;
 mod execute;
+mod finite;
 mod node_trace;
 pub(crate) mod offloaded;
 mod report;

@@ -133,7 +133,8 @@ struct SolverArgs {
     /// Seed of the randomised heuristics.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Portfolio threads, 0 to 1024; 0 = every core. Results depend on the count, not on timing.
+    /// Portfolio threads, 0 to 1024; 0 = every core, and counts above the cores run on the cores.
+    /// Results depend on the count, not on timing.
     #[arg(long, default_value_t = 0, value_parser = threads)]
     threads: usize,
 }

@@ -5,7 +5,8 @@
 //! tensor of rank 2 or more (linear and convolution weights, embedding tables) is stored in the
 //! new format under its own name; int8 adds `NAME.scale` (F32, `[shape[0], groups]`, axis 0 the
 //! output channel); vectors (biases, norm parameters) stay f32, as the samples read them. The
-//! metadata records the format and the int8 group size, so a loader never guesses them.
+//! metadata records the format and the int8 group size, so a loader never guesses them, and the
+//! format version and a [`checksum`] of every tensor, which the loader verifies.
 
 use std::collections::HashMap;
 
@@ -14,6 +15,7 @@ use safetensors::tensor::TensorView;
 use tensormem::ops::quant;
 use tensormem::{Error, Result, WeightFormat};
 
+use super::checksum::{self, file_checksum};
 use super::weights::{META_FORMAT, META_GROUP, SCALE_SUFFIX, WeightFile, channels_inner};
 
 /// What happened to one tensor. Sizes in bytes.
@@ -114,7 +116,10 @@ pub fn quantize_file(
                 .map_err(|e| Error::invalid(format!("quantize: tensor '{name}': {e}")))
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut meta = HashMap::new();
+    let sum = file_checksum(out.iter().map(|(name, dtype, shape, bytes)| {
+        (name.as_str(), *dtype, &shape[..], crc32fast::hash(bytes))
+    }));
+    let mut meta: HashMap<String, String> = checksum::metadata(sum).into_iter().collect();
     meta.insert(META_FORMAT.to_string(), format.name().to_string());
     if let WeightFormat::Int8 { group } = format {
         meta.insert(META_GROUP.to_string(), group.to_string());

@@ -27,8 +27,11 @@ use tensormem::runtime::WeightHasher;
 use tensormem::{Model, TensorId};
 
 use safetensors::{Dtype, SafeTensors};
-use tensormem::ops::quant::{self, f16_to_f32};
+use tensormem::ops::quant;
 use tensormem::{Error, Result, WeightFormat};
+
+use super::checks::{first_non_finite, float_size};
+use super::checksum::{self, file_checksum};
 
 /// Metadata key of a quantized file's format ("f16" or "int8"), written by `tensormem-quantize`.
 pub const META_FORMAT: &str = "tensormem.format";
@@ -129,14 +132,16 @@ impl WeightFile {
     /// truncated while the returned value lives (as for any mapped file).
     ///
     /// # Errors
-    /// [`Error::Io`] when the file cannot be opened or mapped, [`Error::Malformed`] when it is not
-    /// a valid safetensors file or a float tensor holds a NaN or infinity.
+    /// [`Error::Io`] when the path is a directory or the file cannot be opened or mapped,
+    /// [`Error::Malformed`] when it is not a valid safetensors file, a float tensor holds a NaN
+    /// or infinity, or a tensormem file fails its [`checksum`] (or predates it).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn open(path: &Path) -> Result<Self> {
         let io = |source| Error::Io {
             path: path.display().to_string(),
             source,
         };
+        refuse_directory(path)?;
         let file = std::fs::File::open(path).map_err(io)?;
         // SAFETY: a read-only mapping of a file this process does not write; the contract above
         // (the file is not modified while mapped) is the caller's, as for every mmap'd input.
@@ -150,6 +155,7 @@ impl WeightFile {
     /// # Errors
     /// As [`WeightFile::open`].
     pub fn read(path: &Path) -> Result<Self> {
+        refuse_directory(path)?;
         let bytes = std::fs::read(path).map_err(|source| Error::Io {
             path: path.display().to_string(),
             source,
@@ -163,14 +169,15 @@ impl WeightFile {
     /// 10 ms for MiniLM's 91 MB.
     ///
     /// # Errors
-    /// [`Error::Malformed`] when `bytes` is not a valid safetensors file or an f32 tensor holds
-    /// a NaN or infinity.
+    /// [`Error::Malformed`] when `bytes` is not a valid safetensors file, an f32 tensor holds
+    /// a NaN or infinity, or a tensormem file fails its [`checksum`] (or predates it).
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self> {
         Self::index(path, Storage::Owned(bytes))
     }
 
     /// Parses the header, checks and hashes every tensor in [`STREAM_CHUNK`] pieces (releasing
-    /// each piece's pages when mapped), and pairs int8 tensors with their scales.
+    /// each piece's pages when mapped), verifies a tensormem file's [`checksum`] from the same
+    /// pieces, and pairs int8 tensors with their scales.
     fn index(path: &Path, storage: Storage) -> Result<Self> {
         let malformed = |message: String| Error::Malformed {
             source_name: path.display().to_string(),
@@ -181,10 +188,13 @@ impl WeightFile {
         let base = bytes.as_ptr() as usize;
         let mut entries = HashMap::new();
         let group;
+        let declared;
+        let mut sums = Vec::new();
         {
             let (_, meta) = SafeTensors::read_metadata(bytes)
                 .map_err(|e| malformed(format!("not a safetensors file: {e}")))?;
             let meta = meta.metadata().clone().unwrap_or_default();
+            declared = checksum::declared(&meta, META_FORMAT).map_err(malformed)?;
             group = match meta.get(META_GROUP) {
                 None => 0,
                 Some(g) => g.parse().map_err(|_| {
@@ -202,19 +212,24 @@ impl WeightFile {
                 // The view borrows `bytes`; its position is an offset into that buffer.
                 let start = data.as_ptr() as usize - base;
                 let mut hasher = WeightHasher::new();
+                let mut crc = crc32fast::Hasher::new();
                 for (k, chunk) in data.chunks(STREAM_CHUNK).enumerate() {
                     if let Some((i, v)) = first_non_finite(dtype, chunk) {
-                        let elem = (k * STREAM_CHUNK) / chunk_elem(dtype) + i;
+                        let elem = (k * STREAM_CHUNK) / float_size(dtype) + i;
                         return Err(malformed(format!(
                             "tensor '{name}' {:?} holds {v} at element {elem}",
                             view.shape()
                         )));
                     }
                     hasher.update(chunk);
+                    if declared.is_some() {
+                        crc.update(chunk);
+                    }
                     let at = start + k * STREAM_CHUNK;
                     storage.release(at, at + chunk.len());
                 }
                 debug_assert!(start + data.len() <= bytes.len());
+                sums.push((name.clone(), dtype, view.shape().to_vec(), crc.finalize()));
                 entries.insert(
                     name,
                     Entry {
@@ -225,6 +240,14 @@ impl WeightFile {
                         hash: hasher.finish(),
                     },
                 );
+            }
+        }
+        if let Some(want) = declared {
+            let got = file_checksum(sums.iter().map(|(n, d, s, c)| (n.as_str(), *d, &s[..], *c)));
+            if got != want {
+                return Err(malformed(format!(
+                    "checksum mismatch: the tensors sum to {got:08x}, the file declares                      {want:08x}; the file is damaged: copy or re-quantize it again"
+                )));
             }
         }
         // Pair every I8 tensor with its scales `[shape[0], groups]`.
@@ -334,7 +357,11 @@ impl WeightFile {
         let entry = self.entries.get(name).ok_or_else(|| self.missing(name))?;
         if entry.shape.len() != shape.len() {
             return Err(Error::SizeMismatch {
-                what: format!("rank of weight '{name}' {:?}", entry.shape),
+                what: format!(
+                    "rank of weight '{name}' {:?} in {}",
+                    entry.shape,
+                    self.path.display()
+                ),
                 expected: shape.len() as u64,
                 actual: entry.shape.len() as u64,
             });
@@ -342,7 +369,11 @@ impl WeightFile {
         for (axis, (&got, &want)) in entry.shape.iter().zip(shape).enumerate() {
             if got != want {
                 return Err(Error::SizeMismatch {
-                    what: format!("axis {axis} of weight '{name}' {:?}", entry.shape),
+                    what: format!(
+                        "axis {axis} of weight '{name}' {:?} in {}",
+                        entry.shape,
+                        self.path.display()
+                    ),
                     expected: want as u64,
                     actual: got as u64,
                 });
@@ -382,6 +413,31 @@ impl WeightFile {
         };
         let (channels, inner) = channels_inner(shape);
         quant::dequantize(bytes, &scales, channels, inner, format)
+            .map_err(|e| self.context(name, e))
+    }
+
+    /// `e`, raised while decoding or converting tensor `name`, as an error naming this file and
+    /// the tensor: [`Error::Malformed`] for a conversion's complaint about the values, the same
+    /// variant with the file added for a size mismatch.
+    fn context(&self, name: &str, e: Error) -> Error {
+        let file = self.path.display().to_string();
+        match e {
+            Error::SizeMismatch {
+                what,
+                expected,
+                actual,
+            } if !what.contains(&file) => Error::SizeMismatch {
+                what: format!("{what} in {file}"),
+                expected,
+                actual,
+            },
+            Error::InvalidArgument(m) | Error::Malformed { message: m, .. } => Error::Malformed {
+                source_name: file,
+                line: 0,
+                message: format!("tensor '{name}': {m}"),
+            },
+            e => e,
+        }
     }
 
     /// Tensor `name` in `format`: the file's bytes when it is stored so, else converted (f32 ⇄
@@ -407,7 +463,9 @@ impl WeightFile {
                 hash: Some(entry.hash),
             });
         }
-        let (bytes, scales) = self.convert(name, entry, shape, format)?;
+        let (bytes, scales) = self
+            .convert(name, entry, shape, format)
+            .map_err(|e| self.context(name, e))?;
         Ok(StoredWeight {
             bytes: Cow::Owned(bytes),
             scales: format
@@ -532,32 +590,6 @@ impl WeightFile {
     }
 }
 
-/// The first NaN or infinity of a chunk of float elements, with its index in the chunk.
-fn first_non_finite(dtype: Dtype, chunk: &[u8]) -> Option<(usize, f32)> {
-    match dtype {
-        Dtype::F32 => chunk
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .enumerate()
-            .find(|(_, v)| !v.is_finite()),
-        Dtype::F16 => chunk
-            .chunks_exact(2)
-            .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-            .enumerate()
-            .find(|(_, v)| !v.is_finite()),
-        _ => None,
-    }
-}
-
-/// Bytes per element of a stored dtype.
-fn chunk_elem(dtype: Dtype) -> usize {
-    match dtype {
-        Dtype::F32 => 4,
-        Dtype::F16 => 2,
-        _ => 1,
-    }
-}
-
 /// `(channels, inner)` of a weight of `shape`: axis 0 (the output channel in PyTorch's layout of
 /// Linear and Conv weights, the row of an embedding table) and the product of the other axes.
 pub fn channels_inner(shape: &[usize]) -> (u64, u64) {
@@ -565,6 +597,24 @@ pub fn channels_inner(shape: &[usize]) -> (u64, u64) {
         Some((&c, rest)) => (c as u64, rest.iter().product::<usize>() as u64),
         None => (1, 1),
     }
+}
+
+/// Refuses a directory where a weights file is expected: mapping one fails with the puzzling
+/// "No such device" and reading one with "Is a directory" only on some systems.
+///
+/// # Errors
+/// [`Error::Io`] (kind `IsADirectory`) naming the directory.
+fn refuse_directory(path: &Path) -> Result<()> {
+    if path.is_dir() {
+        return Err(Error::Io {
+            path: path.display().to_string(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "is a directory, not a safetensors weights file (name the .safetensors file in it)",
+            ),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

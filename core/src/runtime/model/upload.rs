@@ -11,6 +11,7 @@ use crate::runtime::segments::Segments;
 use crate::runtime::weights::{WeightHasher, WeightKey};
 use crate::{Error, Result};
 
+use super::finite::FiniteScan;
 use super::{Model, Place};
 
 /// Bytes per upload call when a weight streams in ([`Model::set_weight_chunks`] cuts a whole
@@ -67,8 +68,9 @@ impl Model {
     /// only; see [`Model::set_weight_async`].
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `t` is not a weight, [`Error::SizeMismatch`], transfer and
-    /// allocation errors (the weight keeps its previous binding).
+    /// [`Error::InvalidArgument`] when `t` is not a weight, [`Error::SizeMismatch`],
+    /// [`Error::NonFiniteWeight`] when an f32, f16 or f64 weight holds a NaN or an infinity,
+    /// transfer and allocation errors (the weight keeps its previous binding).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn set_weight(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
         let mut h = WeightHasher::new();
@@ -155,8 +157,10 @@ impl Model {
         if self.offload.is_some() {
             // A budgeted model keeps its weights in its own arena or host masters (the schedule
             // streams them), not in the runtime's shared store.
+            let mut scan = FiniteScan::new(&decl.name, decl.dtype);
             let mut data = Vec::with_capacity(size as usize);
             for chunk in chunks {
+                scan.feed(chunk)?;
                 data.extend_from_slice(chunk);
             }
             return self.set(waiting, t, TensorKind::Weight, &data).await;
@@ -185,8 +189,9 @@ impl Model {
             None => {
                 let segs =
                     rt.alloc_segments(decl.dtype, &decl.shape, size, self.align, &key.name)?;
+                let scan = FiniteScan::new(&key.name, decl.dtype);
                 let uploaded =
-                    upload_chunks(&rt, waiting, &segs, &key.name, size, copy_align, chunks).await;
+                    upload_chunks(&rt, waiting, &segs, scan, size, copy_align, chunks).await;
                 match uploaded {
                     Ok(t) => last = t,
                     Err(e) => {
@@ -233,12 +238,13 @@ impl Model {
 }
 
 /// Writes the `size` bytes `chunks` yield into `segs` in order (each boundary a multiple of
-/// `copy_align`). Returns the latest ticket of the writes.
+/// `copy_align`), each chunk checked by `scan` before it is written. Returns the latest ticket of
+/// the writes.
 async fn upload_chunks<'a>(
     rt: &Runtime,
     waiting: Waiting,
     segs: &Segments,
-    name: &str,
+    mut scan: FiniteScan<'_>,
     size: u64,
     copy_align: u64,
     chunks: impl IntoIterator<Item = &'a [u8]>,
@@ -256,11 +262,12 @@ async fn upload_chunks<'a>(
         }
         if offset + chunk.len() as u64 > size {
             return Err(Error::SizeMismatch {
-                what: format!("streamed bytes of weight '{name}'"),
+                what: format!("streamed bytes of weight '{}'", scan.tensor()),
                 expected: size,
                 actual: offset + chunk.len() as u64,
             });
         }
+        scan.feed(chunk)?;
         if !chunk.is_empty() {
             last = last.max(
                 rt.write_segments(waiting, segs, size, offset, chunk)
@@ -271,7 +278,7 @@ async fn upload_chunks<'a>(
     }
     if offset != size {
         return Err(Error::SizeMismatch {
-            what: format!("streamed bytes of weight '{name}'"),
+            what: format!("streamed bytes of weight '{}'", scan.tensor()),
             expected: size,
             actual: offset,
         });

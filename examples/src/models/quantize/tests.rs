@@ -13,6 +13,7 @@ use std::path::Path;
 use safetensors::tensor::TensorView;
 
 use super::*;
+use crate::models::checksum;
 
 fn f32_file() -> WeightFile {
     // A [3, 5] weight (odd rows: int8 rows straddle words) and a [3] bias.
@@ -126,4 +127,114 @@ fn f32_target_and_broken_int8_files_are_errors() {
         WeightFile::from_bytes(Path::new("bad.safetensors"), bytes),
         Err(Error::Malformed { .. })
     ));
+}
+
+/// The byte range of tensor `name` in safetensors `bytes`.
+fn body(bytes: &[u8], name: &str) -> std::ops::Range<usize> {
+    let st = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    let data = st.tensor(name).unwrap().data();
+    let start = data.as_ptr() as usize - bytes.as_ptr() as usize;
+    start..start + data.len()
+}
+
+/// Regression for issue 46 (finding 6): tensormem's int8 files had no checksum, so one with
+/// bytes flipped in its int8 body loaded and ran with different output. Each flipped byte of a
+/// body, a scale, or a shape is now refused when the file is read.
+#[test]
+fn damaged_int8_files_fail_their_checksum() {
+    let (good, _) = quantize_file(&f32_file(), WeightFormat::Int8 { group: 2 }).unwrap();
+    WeightFile::from_bytes(Path::new("int8.safetensors"), good.clone()).unwrap();
+    for (tensor, byte) in [
+        ("dense.weight", 0),
+        ("dense.weight", 14),
+        ("dense.weight.scale", 1),
+        ("dense.bias", 0),
+    ] {
+        let mut bad = good.clone();
+        bad[body(&good, tensor).start + byte] ^= 0x01;
+        match WeightFile::from_bytes(Path::new("int8.safetensors"), bad) {
+            Err(Error::Malformed {
+                source_name,
+                message,
+                ..
+            }) => {
+                assert_eq!(source_name, "int8.safetensors");
+                assert!(message.contains("checksum mismatch"), "{message}");
+            }
+            other => panic!("{tensor} byte {byte}: expected Malformed, got {other:?}"),
+        }
+    }
+}
+
+/// Files of format version 1 (no version, no checksum) and of an unknown version are refused
+/// with a message that says to re-quantize.
+#[test]
+fn old_and_unknown_format_versions_are_refused() {
+    let w = [1i8, -2, 3, -4];
+    let wb: Vec<u8> = bytemuck::cast_slice(&w).to_vec();
+    let s = [0.5f32, 0.25];
+    let sb: Vec<u8> = bytemuck::cast_slice(&s).to_vec();
+    for version in [None, Some("3"), Some("two")] {
+        let tensors = vec![
+            ("w", TensorView::new(Dtype::I8, vec![2, 2], &wb).unwrap()),
+            (
+                "w.scale",
+                TensorView::new(Dtype::F32, vec![2, 1], &sb).unwrap(),
+            ),
+        ];
+        let mut meta = HashMap::new();
+        meta.insert(META_FORMAT.to_string(), "int8".to_string());
+        if let Some(v) = version {
+            meta.insert(checksum::META_VERSION.to_string(), v.to_string());
+        }
+        let bytes = safetensors::tensor::serialize(tensors, Some(meta)).unwrap();
+        match WeightFile::from_bytes(Path::new("old.safetensors"), bytes) {
+            Err(Error::Malformed { message, .. }) => {
+                assert!(message.contains("re-quantize"), "{version:?}: {message}");
+            }
+            other => panic!("{version:?}: expected Malformed, got {other:?}"),
+        }
+    }
+}
+
+/// Regression for issue 46 (finding 6): an int8 file whose scale is -1e38, converted to another
+/// group size at load, failed with "quantize: element 0 is inf", naming neither the file nor the
+/// tensor.
+#[test]
+fn conversion_errors_name_the_file_and_the_tensor() {
+    let w = [127i8, 1, 1, 1];
+    let wb: Vec<u8> = bytemuck::cast_slice(&w).to_vec();
+    let s = [-1e38f32, 1.0];
+    let sb: Vec<u8> = bytemuck::cast_slice(&s).to_vec();
+    let out: Vec<(&str, Dtype, Vec<usize>, &[u8])> = vec![
+        ("enc.w", Dtype::I8, vec![2, 2], &wb),
+        ("enc.w.scale", Dtype::F32, vec![2, 1], &sb),
+    ];
+    let sum = file_checksum(
+        out.iter()
+            .map(|(n, d, s, b)| (*n, *d, &s[..], crc32fast::hash(b))),
+    );
+    let mut meta: HashMap<String, String> = checksum::metadata(sum).into_iter().collect();
+    meta.insert(META_FORMAT.to_string(), "int8".to_string());
+    let views = out
+        .iter()
+        .map(|(n, d, s, b)| (*n, TensorView::new(*d, s.clone(), b).unwrap()));
+    let bytes = safetensors::tensor::serialize(views, Some(meta)).unwrap();
+    let f = WeightFile::from_bytes(Path::new("scaled.safetensors"), bytes).unwrap();
+    let e = f
+        .weight("enc.w", &[2, 2], WeightFormat::Int8 { group: 1 })
+        .unwrap_err();
+    match &e {
+        Error::Malformed {
+            source_name,
+            message,
+            ..
+        } => {
+            assert_eq!(source_name, "scaled.safetensors");
+            assert!(message.contains("'enc.w'"), "{message}");
+        }
+        other => panic!("expected Malformed, got {other:?}"),
+    }
+    let e = f.weight("enc.w", &[4, 1], WeightFormat::F16).unwrap_err();
+    assert!(e.to_string().contains("scaled.safetensors"), "{e}");
 }

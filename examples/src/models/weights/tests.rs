@@ -167,3 +167,23 @@ fn conversion_in_pieces_equals_quantising_whole() {
     let got = f.weight("w", &shape, WeightFormat::F16).unwrap();
     assert_eq!(&got.bytes[..], &want.bytes[..rows * inner * 2]);
 }
+
+/// Regression for issue 46 (finding 6): a directory given as a weights file failed with "No such
+/// device (os error 19)" (mapping) instead of saying it is a directory.
+#[test]
+fn a_directory_is_named_as_one() {
+    let dir = std::env::temp_dir();
+    for e in [
+        WeightFile::open(&dir).unwrap_err(),
+        WeightFile::read(&dir).unwrap_err(),
+    ] {
+        match &e {
+            Error::Io { path, source } => {
+                assert_eq!(path, &dir.display().to_string());
+                assert_eq!(source.kind(), std::io::ErrorKind::IsADirectory);
+                assert!(e.to_string().contains("is a directory"), "{e}");
+            }
+            other => panic!("expected Io, got {other:?}"),
+        }
+    }
+}
