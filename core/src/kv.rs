@@ -29,4 +29,6 @@ pub mod prefix;
 pub use cache::{KvCache, KvCacheConfig, KvCacheStats};
 pub use error::KvError;
 pub use geometry::{KvDType, KvGeometry, MAX_BLOCK_TOKENS, PRESETS};
-pub use ledger::{Admission, BlockCopy, KvLedger, KvStats, Preemption, SeqId, SeqState, Slot};
+pub use ledger::{
+    Admission, BlockCopy, KvLedger, KvStats, Preemption, Resumed, SeqId, SeqState, Slot,
+};
