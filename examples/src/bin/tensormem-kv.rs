@@ -37,7 +37,7 @@ struct Replay {
     #[arg(value_name = "TRACE.csv")]
     trace: PathBuf,
     /// Model geometry: llama3-8b, llama2-7b, qwen2-0.5b, smollm2-135m, or
-    /// layers,kv_heads,head_dim[,max_seq].
+    /// `layers,kv_heads,head_dim[,max_seq]`.
     #[arg(long, default_value = "llama3-8b")]
     geometry: String,
     /// KV element type: f32, f16 or int8 (one f32 scale per block and head).
