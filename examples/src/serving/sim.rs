@@ -107,6 +107,13 @@ fn output_token(r: usize, i: usize) -> u32 {
     0x4000_0000 | ((r as u32) << 11 ^ i as u32)
 }
 
+/// Finishes `running[i]`: its memory goes back to the policy.
+fn retire(policy: &mut dyn KvPolicy, live: &mut [Live], running: &mut Vec<usize>, i: usize) {
+    let r = running.remove(i);
+    policy.finish(r);
+    live[r].phase = Phase::Done;
+}
+
 /// Runs `policy` over `requests`.
 pub fn simulate(policy: &mut dyn KvPolicy, requests: &[Request], cfg: &SimConfig) -> SimResult {
     let step_s = cfg.step_ms / 1000.0;
@@ -195,10 +202,8 @@ pub fn simulate(policy: &mut dyn KvPolicy, requests: &[Request], cfg: &SimConfig
             budget = budget.saturating_sub(1);
             live[r].generated += 1;
             if live[r].generated >= requests[r].generate {
-                policy.finish(r);
-                live[r].phase = Phase::Done;
+                retire(policy, &mut live, &mut running, i);
                 finished += 1;
-                running.remove(i);
                 continue;
             }
             i += 1;
@@ -215,10 +220,8 @@ pub fn simulate(policy: &mut dyn KvPolicy, requests: &[Request], cfg: &SimConfig
                     live[r].phase = Phase::Decode;
                     live[r].generated = live[r].generated.max(1);
                     if live[r].generated >= requests[r].generate {
-                        policy.finish(r);
-                        live[r].phase = Phase::Done;
+                        retire(policy, &mut live, &mut running, i);
                         finished += 1;
-                        running.remove(i);
                         continue;
                     }
                 } else {

@@ -46,22 +46,8 @@ impl KvLedger {
             keys: Vec::new(),
         };
         self.check_len(0, tokens.len())?;
-        let index = match self.vacant.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push(SeqSlot {
-                    generation: 0,
-                    seq: None,
-                });
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let slot = &mut self.slots[index as usize];
-        slot.seq = Some(seq);
-        let id = SeqId {
-            index,
-            generation: slot.generation,
-        };
+        let id = self.insert_seq(seq);
+        let index = id.index;
         match self.place(id) {
             Ok(cached_tokens) => {
                 self.stats.sequences += 1;
@@ -247,23 +233,8 @@ impl KvLedger {
         for &b in &child.blocks {
             self.refs[b as usize] += 1;
         }
-        let index = match self.vacant.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push(SeqSlot {
-                    generation: 0,
-                    seq: None,
-                });
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let slot = &mut self.slots[index as usize];
-        slot.seq = Some(child);
         self.stats.sequences += 1;
-        Ok(SeqId {
-            index,
-            generation: slot.generation,
-        })
+        Ok(self.insert_seq(child))
     }
 
     /// Shortens `id` to `len` tokens (rejected speculative tokens), releasing the blocks past it.
@@ -488,6 +459,23 @@ impl KvLedger {
         Ok(usize::from(
             seq.tokens.len().is_multiple_of(bt) || shared_tail,
         ))
+    }
+
+    /// Stores `seq` in a vacant slot (or a new one) and returns its id.
+    fn insert_seq(&mut self, seq: Seq) -> SeqId {
+        let index = self.vacant.pop().unwrap_or_else(|| {
+            self.slots.push(SeqSlot {
+                generation: 0,
+                seq: None,
+            });
+            (self.slots.len() - 1) as u32
+        });
+        let slot = &mut self.slots[index as usize];
+        slot.seq = Some(seq);
+        SeqId {
+            index,
+            generation: slot.generation,
+        }
     }
 
     fn check_len(&self, len: usize, adding: usize) -> Result<(), KvError> {
