@@ -69,6 +69,8 @@ pub struct KvCache {
     /// Resident sequences in admission order (the last is preempted first).
     order: Vec<SeqId>,
     host: HashMap<SeqId, Vec<u8>>,
+    /// Host buffers of finished swaps, kept for the next one.
+    host_spare: Vec<Vec<u8>>,
     preempted: Vec<SeqId>,
 }
 
@@ -92,6 +94,7 @@ impl KvCache {
             segments,
             order: Vec::new(),
             host: HashMap::new(),
+            host_spare: Vec::new(),
             preempted: Vec::new(),
         })
     }
@@ -182,7 +185,12 @@ impl KvCache {
         self.ledger.resident_blocks(seq)?;
         if how == Preemption::Swap {
             let table = self.ledger.table(seq)?.to_vec();
-            let bytes = self.segments.read_blocks(&self.rt, &table)?;
+            // A host buffer of an earlier swap is reused: no page faults on its bytes.
+            let mut bytes = self.host_spare.pop().unwrap_or_default();
+            if let Err(e) = self.segments.read_blocks_into(&self.rt, &table, &mut bytes) {
+                self.host_spare.push(bytes);
+                return Err(e);
+            }
             self.host.insert(seq, bytes);
         }
         self.ledger.preempt(seq, how)?;
@@ -207,21 +215,25 @@ impl KvCache {
         if let Some(bytes) = self.host.remove(&seq) {
             let bb = self.config.geometry.block_bytes() as usize;
             let blocks: Vec<u32> = resumed.restore.iter().map(|&c| resumed.table[c]).collect();
-            let copy: Vec<u8> = if blocks.len() == resumed.table.len() {
-                bytes.clone()
+            let written = if blocks.len() == resumed.table.len() {
+                self.segments.write_blocks(&self.rt, &blocks, &bytes)
             } else {
-                resumed
+                let copy: Vec<u8> = resumed
                     .restore
                     .iter()
                     .flat_map(|&c| &bytes[c * bb..(c + 1) * bb])
                     .copied()
-                    .collect()
+                    .collect();
+                self.segments.write_blocks(&self.rt, &blocks, &copy)
             };
-            if let Err(e) = self.segments.write_blocks(&self.rt, &blocks, &copy) {
+            if let Err(e) = written {
                 // Keep the host copy: the sequence goes back to swapped, nothing is lost.
                 let _ = self.ledger.preempt(seq, Preemption::Swap);
                 self.host.insert(seq, bytes);
                 return Err(e);
+            }
+            if self.host_spare.len() < 2 {
+                self.host_spare.push(bytes);
             }
         }
         let admission = resumed.admission;

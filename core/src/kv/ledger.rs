@@ -47,13 +47,14 @@ impl SeqId {
 }
 
 /// Where a sequence's keys and values are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SeqState {
     /// In device blocks.
     Resident,
     /// Copied to host memory; its blocks were released.
     Swapped,
     /// Released; its tokens are kept so the keys and values can be recomputed.
+    #[default]
     Dropped,
 }
 
@@ -145,7 +146,7 @@ impl KvStats {
 }
 
 /// One sequence's table and tokens.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Seq {
     pub(crate) state: SeqState,
     pub(crate) root: u64,
@@ -171,6 +172,8 @@ pub struct KvLedger {
     slots: Vec<SeqSlot>,
     vacant: Vec<u32>,
     copies: Vec<BlockCopy>,
+    /// Freed sequences, emptied, whose vectors the next fork reuses.
+    spare: Vec<Seq>,
     stats: KvStats,
 }
 
@@ -197,6 +200,7 @@ impl KvLedger {
             slots: Vec::new(),
             vacant: Vec::new(),
             copies: Vec::new(),
+            spare: Vec::new(),
             stats: KvStats::default(),
         };
         ledger.grow(capacity)?;

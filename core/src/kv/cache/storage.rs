@@ -116,8 +116,20 @@ impl Segments {
 
     /// The bytes of `blocks`, `block_bytes` each, in order.
     pub(super) fn read_blocks(&self, rt: &Runtime, blocks: &[u32]) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.read_blocks_into(rt, blocks, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Segments::read_blocks`] into `out` (resized; its capacity is reused).
+    pub(super) fn read_blocks_into(
+        &self,
+        rt: &Runtime,
+        blocks: &[u32],
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
         let (bb, stride) = (self.block_bytes as usize, self.stride as usize);
-        let mut out = vec![0u8; blocks.len() * bb];
+        out.resize(blocks.len() * bb, 0);
         let mut run_buf = Vec::new();
         for (start, len) in self.runs(blocks) {
             let (t, offset) = self.locate(blocks[start])?;
@@ -135,7 +147,7 @@ impl Segments {
                 out[(start + i) * bb..][..bb].copy_from_slice(&run_buf[i * stride..][..bb]);
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Writes `bytes` (`block_bytes` per block) into `blocks`.

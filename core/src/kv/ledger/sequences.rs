@@ -6,6 +6,9 @@ use super::{BlockCopy, KvLedger, Preemption, Seq, SeqId, SeqSlot, SeqState, Slot
 use crate::kv::KvError;
 use crate::kv::prefix::{block_key, root_key};
 
+/// Freed sequences whose vectors are kept for reuse.
+const SPARE_SEQS: usize = 64;
+
 /// What resuming a preempted sequence did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resumed {
@@ -229,7 +232,15 @@ impl KvLedger {
     /// # Errors
     /// An unknown, freed or preempted sequence.
     pub fn fork(&mut self, id: SeqId) -> Result<SeqId, KvError> {
-        let child = self.resident_ref(id, "a fork")?.clone();
+        self.resident_ref(id, "a fork")?;
+        // A freed sequence's vectors are reused: a fork allocates nothing in steady state.
+        let mut child = self.spare.pop().unwrap_or_default();
+        let parent = self.resident_ref(id, "a fork")?;
+        child.state = parent.state;
+        child.root = parent.root;
+        child.blocks.clone_from(&parent.blocks);
+        child.tokens.clone_from(&parent.tokens);
+        child.keys.clone_from(&parent.keys);
         for &b in &child.blocks {
             self.refs[b as usize] += 1;
         }
@@ -276,13 +287,19 @@ impl KvLedger {
     /// # Errors
     /// An unknown id; [`KvError::FreedSequence`] for a double free.
     pub fn free(&mut self, id: SeqId) -> Result<(), KvError> {
-        let seq = self.take_seq(id)?;
+        let mut seq = self.take_seq(id)?;
         if seq.state == SeqState::Resident {
             for &b in &seq.blocks {
                 self.release(b);
             }
         }
         self.stats.sequences -= 1;
+        if self.spare.len() < SPARE_SEQS {
+            seq.blocks.clear();
+            seq.tokens.clear();
+            seq.keys.clear();
+            self.spare.push(seq);
+        }
         Ok(())
     }
 
