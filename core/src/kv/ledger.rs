@@ -22,9 +22,11 @@
 //! O(blocks), free and truncate O(blocks released), a prefix lookup one hash and one map probe
 //! per block. Memory: per block 4 counters and the cache's key, parent and tokens.
 
+mod preemption;
 mod sequences;
 
-pub use sequences::{Admission, Resumed};
+pub use preemption::Resumed;
+pub use sequences::Admission;
 #[cfg(test)]
 mod tests;
 
