@@ -296,6 +296,13 @@ macro_rules! outln {
     }};
 }
 
+/// `s` with `&`, `<` and `>` escaped for XML text (the tools' SVG labels).
+pub fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
 /// Writes `out` to stdout at once. A closed pipe (`mnist | head -1`) ends the output quietly,
 /// where `println!` would panic.
 pub fn emit(out: &str) {

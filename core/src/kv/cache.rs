@@ -182,9 +182,8 @@ impl KvCache {
     /// As [`KvLedger::preempt`]; device errors while copying out (the sequence stays resident).
     pub fn preempt(&mut self, seq: SeqId) -> Result<()> {
         let how = self.config.preemption;
-        self.ledger.resident_blocks(seq)?;
+        let table = self.ledger.resident_blocks(seq)?.to_vec();
         if how == Preemption::Swap {
-            let table = self.ledger.table(seq)?.to_vec();
             // A host buffer of an earlier swap is reused: no page faults on its bytes.
             let mut bytes = self.host_spare.pop().unwrap_or_default();
             if let Err(e) = self.segments.read_blocks_into(&self.rt, &table, &mut bytes) {

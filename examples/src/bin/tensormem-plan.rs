@@ -24,6 +24,7 @@ use tensormem::plan::{
     greedy_by_size_with, lower_bound, parse_csv, random_lifetimes, solve, write_csv,
 };
 use tensormem::{Error, Result};
+use tensormem_examples::cli::xml_escape;
 use tensormem_examples::huge_pages::HugePages;
 
 /// Huge pages for the planner's arrays of millions of entries (see `huge_pages`).
@@ -656,10 +657,4 @@ fn draw_svg(ids: &[String], buffers: &[Buffer], plan: &Plan, lb: u64, cap: Optio
     }
     out.push_str("</svg>\n");
     out
-}
-
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }

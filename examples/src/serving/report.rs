@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use super::sim::SimResult;
+use crate::cli::xml_escape;
 
 /// One line per policy.
 pub fn table(results: &[SimResult]) -> String {
@@ -61,7 +62,7 @@ pub fn svg(results: &[SimResult], title: &str) -> String {
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\
          <rect width=\"100%\" height=\"100%\" fill=\"white\"/><text x=\"{pad}\" y=\"20\" font-size=\"14\">{}</text>",
         2.0 * h + 60.0,
-        escape(title)
+        xml_escape(title)
     );
     for (panel, (label, top)) in [
         ("KV utilization (bytes holding tokens ÷ bytes held)", 30.0),
@@ -115,15 +116,9 @@ pub fn svg(results: &[SimResult], title: &str) -> String {
             pad + 190.0 * i as f64,
             2.0 * h + 50.0,
             COLORS[i % COLORS.len()],
-            escape(&r.policy)
+            xml_escape(&r.policy)
         );
     }
     out.push_str("</svg>\n");
     out
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
