@@ -393,6 +393,16 @@ pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
             vec![p(0), p(1), Arg::U32(len)],
             elementwise_dims(u64::from(len)),
         ),
+        Op::RmsNorm { .. }
+        | Op::Rope { .. }
+        | Op::SiluMul { .. }
+        | Op::KvWrite { .. }
+        | Op::PagedAttention { .. } => {
+            return Err(Error::Unsupported {
+                backend: "cuda",
+                what: format!("{} has no CUDA kernel yet", op.name()),
+            });
+        }
     })
 }
 

@@ -10,8 +10,8 @@
 //!   pools, growth up to a budget, copy-on-write on the device, swaps through host memory.
 //!   Native only for now: its transfers block, which a browser's thread may not.
 //! * [`prefix`] keys full blocks by a chained hash of their tokens.
-//! * [`layout`] reads and writes a token in a block's bytes (f32, f16, int8 with scales), and
-//!   [`attention`] computes paged attention on the host (decode and chunked prefill), the
+//! * [`KvLayout`](crate::ops::KvLayout) reads and writes a token in a block's bytes (f32, f16,
+//!   int8 with scales), and [`attention`] computes paged attention on the host (decode and chunked prefill), the
 //!   reference every kernel path is checked against.
 //!
 //! See ARCHITECTURE.md, "Paged KV cache", for how the pieces fit.
@@ -21,7 +21,6 @@ pub mod attention;
 mod cache;
 mod error;
 mod geometry;
-pub mod layout;
 mod ledger;
 pub mod prefix;
 

@@ -109,7 +109,7 @@ pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
 pub use numa::HostPlacement;
-pub use ops::{DType, Op, WeightFormat};
+pub use ops::{DType, KvDType, KvLayout, Op, WeightFormat};
 pub use pool::{
     Allocation, AllocationStats, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats,
     StagingBelt, StagingConfig,

@@ -12,12 +12,15 @@
 use crate::{Error, Result};
 
 pub mod host;
+mod kv;
 mod operand;
 pub mod quant;
 #[cfg(any(test, feature = "test-support"))]
 pub mod samples;
+mod signature;
 pub mod wgsl;
 
+pub use kv::{KvDType, KvLayout};
 pub use operand::{DType, Operand, Signature};
 pub use quant::WeightFormat;
 
@@ -193,6 +196,89 @@ pub enum Op {
         /// Output axis `i` takes input axis `perm[i]`.
         perm: [u8; 4],
     },
+    /// Root-mean-square normalisation over the last axis, as Llama's RMSNorm: inputs `x`
+    /// `[rows, cols]` and `weight` `[cols]`; output `y = x / √(mean(x²) + eps) · weight`.
+    RmsNorm {
+        /// Rows.
+        rows: u32,
+        /// Normalised axis length.
+        cols: u32,
+        /// Added to the mean square.
+        eps: f32,
+    },
+    /// Rotary position embedding in the rotate-half form (Hugging Face's Llama): inputs `x`
+    /// `[tokens, heads · head_dim]` and `positions` `[tokens]` (u32); output `y` of `x`'s shape.
+    /// In each head, element `i < head_dim / 2` pairs with `i + head_dim / 2`, rotated by the
+    /// angle `position · theta^(−2i / head_dim)`.
+    Rope {
+        /// Tokens.
+        tokens: u32,
+        /// Heads per token.
+        heads: u32,
+        /// Elements per head (even).
+        head_dim: u32,
+        /// Base of the rotation frequencies (`rope_theta`).
+        theta: f32,
+    },
+    /// The SwiGLU gate `y[i] = silu(gate[i]) · up[i]`, `silu(x) = x / (1 + e^−x)`: inputs `gate`
+    /// and `up`, output `y`, each of `len`.
+    SiluMul {
+        /// Elements.
+        len: u32,
+    },
+    /// Writes the keys and values of `tokens` tokens of one layer into a segment of a paged KV
+    /// cache, in place: inputs `k` and `v` `[tokens, kv_heads · head_dim]` and `slots` `[tokens]`
+    /// (u32, `block · block_tokens + offset` within the segment; a slot past the segment is
+    /// skipped); output the segment itself, `blocks · stride` bytes of u8, of which only the
+    /// written slots (and, for int8, their heads' scales and earlier tokens) change
+    /// ([`Op::updates_output`]). Tokens of one block are written in order.
+    KvWrite {
+        /// The blocks' layout.
+        kv: KvLayout,
+        /// Blocks in the segment.
+        blocks: u32,
+        /// Bytes from one block to the next (a multiple of 4, at least the block's bytes).
+        stride: u32,
+        /// The layer written.
+        layer: u32,
+        /// Tokens written.
+        tokens: u32,
+    },
+    /// Paged attention of `tokens` query tokens over the blocks of one KV segment, with the online
+    /// softmax's state carried from segment to segment. Inputs: `q` `[tokens, q_heads · head_dim]`,
+    /// the segment (u8, `blocks · stride`), `tables` `[rows, width]` (u32 global block ids),
+    /// `meta` `[tokens, 2]` (u32: the token's table row and how many positions it sees, causal),
+    /// then `carry` when `carry_in`. Output: the state `[tokens, q_heads, head_dim + 2]` (running
+    /// maximum, running sum, unnormalised sum of values) when `carry_out`, else the attention
+    /// `[tokens, q_heads · head_dim]`. Blocks outside `first_block .. first_block + blocks` are
+    /// left to the other segments' dispatches; query head `h` reads KV head
+    /// `h / (q_heads / kv_heads)`; a token that sees no position gets zeros.
+    PagedAttention {
+        /// The blocks' layout.
+        kv: KvLayout,
+        /// Blocks in the segment.
+        blocks: u32,
+        /// Bytes from one block to the next.
+        stride: u32,
+        /// Global id of the segment's first block.
+        first_block: u32,
+        /// The layer read.
+        layer: u32,
+        /// Query tokens.
+        tokens: u32,
+        /// Query heads (a multiple of the layout's KV heads).
+        q_heads: u32,
+        /// Rows of the block table.
+        rows: u32,
+        /// Blocks per table row.
+        width: u32,
+        /// Score scale (`1 / √head_dim`).
+        scale: f32,
+        /// A `carry` state input follows `meta`.
+        carry_in: bool,
+        /// Output the state instead of the attention.
+        carry_out: bool,
+    },
     /// `y = x` over `len` elements of 4 bytes (any 32-bit dtype).
     Copy {
         /// Elements.
@@ -219,317 +305,18 @@ impl Op {
             Op::MaxPool2d { .. } => "maxpool2d",
             Op::Permute { .. } => "permute",
             Op::Copy { .. } => "copy",
+            Op::RmsNorm { .. } => "rmsnorm",
+            Op::Rope { .. } => "rope",
+            Op::SiluMul { .. } => "silu_mul",
+            Op::KvWrite { .. } => "kv_write",
+            Op::PagedAttention { .. } => "paged_attention",
         }
     }
 
-    /// Checks the parameters and returns the operands in binding order.
-    ///
-    /// Every size is computed with checked arithmetic: an element count that does not fit the
-    /// kernels' 32-bit index is refused, never wrapped or truncated.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a zero dimension, a `b_len` that does not divide `len`, a
-    /// permutation that is not one, or a convolution window larger than its padded input;
-    /// [`Error::ArithmeticOverflow`] for an element count past `u64` or a spatial output size past
-    /// `u32`; [`Error::TooLarge`] for an operand of more than `u32::MAX` elements.
-    pub fn signature(&self) -> Result<Signature> {
-        let nz = |name: &str, v: u32| {
-            if v == 0 {
-                Err(Error::invalid(format!(
-                    "{}: dimension {name} is zero",
-                    self.name()
-                )))
-            } else {
-                Ok(u64::from(v))
-            }
-        };
-        // An operand of `dims` elements (product checked, at most u32::MAX: kernels index with u32).
-        let f = |what: &str, dims: &[u64]| self.operand(DType::F32, what, dims);
-        let sig = |inputs: Vec<Operand>, outputs: Vec<Operand>| Signature { inputs, outputs };
-        Ok(match *self {
-            Op::MatMul {
-                batch,
-                m,
-                n,
-                k,
-                broadcast_b,
-                bias,
-                weight_format,
-                ..
-            } => {
-                let (batch, m, n, k) = (nz("batch", batch)?, nz("m", m)?, nz("n", n)?, nz("k", k)?);
-                let b_batch = if broadcast_b { 1 } else { batch };
-                let mut inputs = vec![f("a", &[batch, m, k])?];
-                self.push_weight(&mut inputs, weight_format, "b", [b_batch * n, k])?;
-                if bias {
-                    inputs.push(f("bias", &[n])?);
-                }
-                sig(inputs, vec![f("c", &[batch, m, n])?])
-            }
-            Op::Add { len, b_len } | Op::Mul { len, b_len } => {
-                let (len, b_len) = (nz("len", len)?, nz("b_len", b_len)?);
-                if len % b_len != 0 {
-                    return Err(Error::invalid(format!(
-                        "{}: b_len {b_len} does not divide len {len}",
-                        self.name()
-                    )));
-                }
-                sig(
-                    vec![f("a", &[len])?, f("b", &[b_len])?],
-                    vec![f("c", &[len])?],
-                )
-            }
-            Op::Scale { len, .. } | Op::Gelu { len } | Op::Relu { len } | Op::Copy { len } => {
-                let len = nz("len", len)?;
-                sig(vec![f("x", &[len])?], vec![f("y", &[len])?])
-            }
-            Op::LayerNorm { rows, cols, .. } => {
-                let (rows, cols) = (nz("rows", rows)?, nz("cols", cols)?);
-                sig(
-                    vec![
-                        f("x", &[rows, cols])?,
-                        f("gamma", &[cols])?,
-                        f("beta", &[cols])?,
-                    ],
-                    vec![f("y", &[rows, cols])?],
-                )
-            }
-            Op::Softmax {
-                rows,
-                cols,
-                masked,
-                rows_per_mask,
-            } => {
-                let (rows, cols) = (nz("rows", rows)?, nz("cols", cols)?);
-                let mut inputs = vec![f("x", &[rows, cols])?];
-                if masked {
-                    let per = nz("rows_per_mask", rows_per_mask)?;
-                    if rows % per != 0 {
-                        return Err(Error::invalid(format!(
-                            "softmax: rows_per_mask {per} does not divide rows {rows}"
-                        )));
-                    }
-                    inputs.push(f("mask", &[rows / per, cols])?);
-                }
-                sig(inputs, vec![f("y", &[rows, cols])?])
-            }
-            Op::Embedding {
-                vocab,
-                dim,
-                rows,
-                weight_format,
-            } => {
-                let (vocab, dim, rows) = (nz("vocab", vocab)?, nz("dim", dim)?, nz("rows", rows)?);
-                let mut inputs = Vec::with_capacity(3);
-                self.push_weight(&mut inputs, weight_format, "table", [vocab, dim])?;
-                inputs.push(self.operand(DType::U32, "ids", &[rows])?);
-                sig(inputs, vec![f("y", &[rows, dim])?])
-            }
-            Op::MeanPool { batch, seq, dim } => {
-                let (batch, seq, dim) = (nz("batch", batch)?, nz("seq", seq)?, nz("dim", dim)?);
-                sig(
-                    vec![f("x", &[batch, seq, dim])?, f("mask", &[batch, seq])?],
-                    vec![f("y", &[batch, dim])?],
-                )
-            }
-            Op::L2Normalize { rows, cols, .. } => {
-                let (rows, cols) = (nz("rows", rows)?, nz("cols", cols)?);
-                sig(vec![f("x", &[rows, cols])?], vec![f("y", &[rows, cols])?])
-            }
-            Op::Conv2d {
-                n,
-                c_in,
-                h,
-                w,
-                c_out,
-                kh,
-                kw,
-                bias,
-                weight_format,
-                ..
-            } => {
-                let (n, c_in, c_out) = (nz("n", n)?, nz("c_in", c_in)?, nz("c_out", c_out)?);
-                let (h, w) = (nz("h", h)?, nz("w", w)?);
-                let (oh, ow) = self.conv_out()?;
-                let (oh, ow) = (u64::from(oh), u64::from(ow));
-                let mut inputs = vec![f("x", &[n, c_in, h, w])?];
-                let inner =
-                    checked_product(&[c_in, nz("kh", kh)?, nz("kw", kw)?]).ok_or_else(|| {
-                        Error::ArithmeticOverflow {
-                            what: "conv2d weight row c_in·kh·kw".into(),
-                            limit_name: "u64",
-                        }
-                    })?;
-                self.push_weight(&mut inputs, weight_format, "weight", [c_out, inner])?;
-                if bias {
-                    inputs.push(f("bias", &[c_out])?);
-                }
-                sig(inputs, vec![f("y", &[n, c_out, oh, ow])?])
-            }
-            Op::MaxPool2d { n, c, h, w, .. } => {
-                let (n, c) = (nz("n", n)?, nz("c", c)?);
-                let (oh, ow) = self.conv_out()?;
-                let (oh, ow) = (u64::from(oh), u64::from(ow));
-                sig(
-                    vec![f("x", &[n, c, nz("h", h)?, nz("w", w)?])?],
-                    vec![f("y", &[n, c, oh, ow])?],
-                )
-            }
-            Op::Permute { dims, perm } => {
-                let mut seen = [false; 4];
-                for &p in &perm {
-                    if p > 3 || seen[p as usize] {
-                        return Err(Error::invalid(format!(
-                            "permute: {perm:?} is not a permutation of 0..4"
-                        )));
-                    }
-                    seen[p as usize] = true;
-                }
-                let mut d = [0u64; 4];
-                for (i, v) in dims.iter().enumerate() {
-                    d[i] = nz(["d0", "d1", "d2", "d3"][i], *v)?;
-                }
-                sig(vec![f("x", &d)?], vec![f("y", &d)?])
-            }
-        })
-    }
-
-    /// An operand of `dims` elements of `dtype`, the product checked and at most `u32::MAX`.
-    ///
-    /// # Errors
-    /// [`Error::ArithmeticOverflow`] when the product overflows `u64`; [`Error::TooLarge`] past
-    /// `u32::MAX` elements (kernels index in u32: hopeless on every backend).
-    fn operand(&self, dtype: DType, what: &str, dims: &[u64]) -> Result<Operand> {
-        let len = checked_product(dims).ok_or_else(|| Error::ArithmeticOverflow {
-            what: format!("{} operand `{what}` element count {dims:?}", self.name()),
-            limit_name: "u64",
-        })?;
-        if len > u64::from(u32::MAX) {
-            return Err(Error::TooLarge {
-                what: "kernel operand",
-                requested: len.saturating_mul(dtype.size()),
-                limit: u64::from(u32::MAX) * dtype.size(),
-                limit_name: "2^32 - 1 elements (kernels index in u32)",
-            });
-        }
-        Ok(Operand { dtype, len })
-    }
-
-    /// Pushes a weight operand of `channels · inner` elements stored in `format`, then its scales
-    /// `[channels, groups]` when the format has them (the products are of validated dimensions;
-    /// [`Op::operand`] checks them against the kernels' range).
-    ///
-    /// # Errors
-    /// As [`Op::operand`].
-    fn push_weight(
-        &self,
-        inputs: &mut Vec<Operand>,
-        format: WeightFormat,
-        what: &str,
-        [channels, inner]: [u64; 2],
-    ) -> Result<()> {
-        inputs.push(self.operand(format.dtype(), what, &[channels, inner])?);
-        if format.has_scales() {
-            let (_, groups) = format.groups(inner);
-            inputs.push(self.operand(DType::F32, "scales", &[channels, groups])?);
-        }
-        Ok(())
-    }
-
-    /// The format of the op's weight operand (f32 for ops without one).
-    pub fn weight_format(&self) -> WeightFormat {
-        match *self {
-            Op::MatMul { weight_format, .. }
-            | Op::Conv2d { weight_format, .. }
-            | Op::Embedding { weight_format, .. } => weight_format,
-            _ => WeightFormat::F32,
-        }
-    }
-
-    /// Names of the operands in binding order (inputs, then outputs), for error messages.
-    /// The list matches [`Op::signature`] (optional inputs appear only when present).
-    pub fn operand_names(&self) -> Vec<&'static str> {
-        let scales = self.weight_format().has_scales();
-        let mut names = match *self {
-            Op::MatMul { bias, .. } => {
-                if bias {
-                    vec!["a", "b", "bias", "c"]
-                } else {
-                    vec!["a", "b", "c"]
-                }
-            }
-            Op::Add { .. } | Op::Mul { .. } => vec!["a", "b", "c"],
-            Op::Scale { .. }
-            | Op::Gelu { .. }
-            | Op::Relu { .. }
-            | Op::L2Normalize { .. }
-            | Op::MaxPool2d { .. }
-            | Op::Permute { .. }
-            | Op::Copy { .. } => vec!["x", "y"],
-            Op::LayerNorm { .. } => vec!["x", "gamma", "beta", "y"],
-            Op::Softmax { masked, .. } => {
-                if masked {
-                    vec!["x", "mask", "y"]
-                } else {
-                    vec!["x", "y"]
-                }
-            }
-            Op::Embedding { .. } => vec!["table", "ids", "y"],
-            Op::MeanPool { .. } => vec!["x", "mask", "y"],
-            Op::Conv2d { bias, .. } => {
-                if bias {
-                    vec!["x", "weight", "bias", "y"]
-                } else {
-                    vec!["x", "weight", "y"]
-                }
-            }
-        };
-        if scales {
-            // Right after the weight: operand 1 of matmul and conv2d, 0 of embedding.
-            let at = if matches!(self, Op::Embedding { .. }) {
-                1
-            } else {
-                2
-            };
-            names.insert(at, "scales");
-        }
-        names
-    }
-
-    /// Checks a dispatch's binding sizes (inputs then outputs, in bytes) against the signature and
-    /// returns the signature. The rule is exact: a binding larger than its operand is refused like
-    /// a smaller one, so no backend trims, pads or reads past an operand. The validating front and
-    /// the host reference use this, so a bad binding gets the same error everywhere.
-    ///
-    /// # Errors
-    /// As [`Op::signature`]; [`Error::BindingCount`] for a wrong number of bindings;
-    /// [`Error::BindingSize`] naming the first operand whose size is wrong.
-    pub fn check_binding_sizes(&self, sizes: &[u64]) -> Result<Signature> {
-        let sig = self.signature()?;
-        let operands = sig.inputs.iter().chain(&sig.outputs);
-        let count = sig.inputs.len() + sig.outputs.len();
-        if sizes.len() != count {
-            return Err(Error::BindingCount {
-                op: self.name(),
-                expected: count,
-                actual: sizes.len(),
-                operands: self.operand_names().join(", "),
-            });
-        }
-        for (index, ((operand, &size), name)) in
-            operands.zip(sizes).zip(self.operand_names()).enumerate()
-        {
-            if operand.size() != size {
-                return Err(Error::BindingSize {
-                    op: self.name(),
-                    operand: name,
-                    index,
-                    expected: operand.size(),
-                    actual: size,
-                });
-            }
-        }
-        Ok(sig)
+    /// Whether the op reads its output's bytes and changes only some of them ([`Op::KvWrite`]):
+    /// a backend binds the output's current bytes, never a fresh buffer.
+    pub fn updates_output(&self) -> bool {
+        matches!(self, Op::KvWrite { .. })
     }
 
     /// Output height and width of [`Op::Conv2d`] and [`Op::MaxPool2d`].

@@ -5,7 +5,6 @@
 //! Native only: the cache's transfers block.
 
 use tensormem::kv::attention::{PagedQuery, paged_attention};
-use tensormem::kv::layout::write_token;
 use tensormem::kv::{KvCache, KvCacheConfig, KvDType, KvGeometry, Preemption, SeqId, SeqState};
 use tensormem::{DeviceLimits, Runtime, RuntimeConfig};
 
@@ -66,8 +65,7 @@ fn attend(c: &KvCache, seq: SeqId, tag: u32) -> std::result::Result<Vec<f32>, St
         let (k, v) = token(&g, tag, pos);
         for l in 0..g.layers as usize {
             let block = &mut mem[pos / bt * bb..][..bb];
-            write_token(
-                &g,
+            g.layout().write_token(
                 block,
                 l as u32,
                 (pos % bt) as u32,

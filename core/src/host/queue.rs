@@ -388,6 +388,21 @@ fn dispatch(op: &Op, args: &[Arg], n_inputs: usize) -> std::result::Result<(), S
         })
         .collect();
     let mut guards: Vec<MutexGuard<'_, HostMemory>> = blocks.iter().map(|m| lock(m)).collect();
+    if op.updates_output() {
+        // The op changes a few slots of a large output (a KV segment): its inputs are copied out
+        // (they are small) and the output is updated where it lies.
+        let inputs: Vec<Vec<u8>> = args[..n_inputs]
+            .iter()
+            .zip(&slot)
+            .map(|(a, &i)| guards[i][a.offset..a.offset + a.size].to_vec())
+            .collect();
+        let inputs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+        let (Some(a), Some(&i)) = (args.get(n_inputs), slot.get(n_inputs)) else {
+            return Err(format!("{}: no output binding", op.name()));
+        };
+        let out = &mut guards[i][a.offset..a.offset + a.size];
+        return ops::host::run(op, &inputs, &mut [out]).map_err(|e| e.to_string());
+    }
     let mut outputs: Vec<Vec<u8>> = args[n_inputs..].iter().map(|a| vec![0u8; a.size]).collect();
     {
         let inputs: Vec<&[u8]> = args[..n_inputs]

@@ -8,7 +8,6 @@
 
 use super::KvError;
 use super::geometry::KvGeometry;
-use super::layout::read_head;
 
 /// One sequence's attention call.
 pub struct PagedQuery<'a> {
@@ -69,12 +68,14 @@ pub fn paged_attention<'b>(
             for pos in 0..visible {
                 let bytes = block(query.table[pos / bt]);
                 let off = (pos % bt) as u32;
-                read_head(g, bytes, query.layer, 0, kvh, off, &mut k);
+                g.layout()
+                    .read_head(bytes, query.layer, 0, kvh, off, &mut k);
                 let s = q.iter().zip(&k).map(|(a, b)| a * b).sum::<f32>() * query.scale;
                 let new_max = max.max(s);
                 let correction = (max - new_max).exp();
                 let p = (s - new_max).exp();
-                read_head(g, bytes, query.layer, 1, kvh, off, &mut v);
+                g.layout()
+                    .read_head(bytes, query.layer, 1, kvh, off, &mut v);
                 for (a, &x) in acc.iter_mut().zip(&v) {
                     *a = *a * correction + p * x;
                 }

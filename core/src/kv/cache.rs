@@ -27,7 +27,6 @@ mod tests;
 use std::collections::HashMap;
 
 use super::attention::{PagedQuery, paged_attention};
-use super::layout;
 use super::{Admission, KvError, KvGeometry, KvLedger, KvStats, Preemption, SeqId, SeqState, Slot};
 use crate::runtime::{Runtime, Tensor};
 use crate::{DType, Result};
@@ -293,7 +292,8 @@ impl KvCache {
                 &k[layer * per_layer..][..per_layer],
                 &v[layer * per_layer..][..per_layer],
             );
-            layout::write_token(&g, &mut bytes, layer as u32, slot.offset, kl, vl);
+            g.layout()
+                .write_token(&mut bytes, layer as u32, slot.offset, kl, vl);
         }
         self.segments.write_blocks(&self.rt, &[slot.block], &bytes)
     }

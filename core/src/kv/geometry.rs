@@ -9,49 +9,8 @@
 //! bound on its own.
 
 use super::KvError;
-
-/// Element type of the cached keys and values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum KvDType {
-    /// 4 bytes per element.
-    F32,
-    /// IEEE half precision, 2 bytes per element.
-    F16,
-    /// Symmetric int8 with one f32 scale per block, layer, K/V and head.
-    Int8,
-}
-
-impl KvDType {
-    /// Bytes per element (scales excluded).
-    pub fn elem_bytes(self) -> u64 {
-        match self {
-            KvDType::F32 => 4,
-            KvDType::F16 => 2,
-            KvDType::Int8 => 1,
-        }
-    }
-
-    /// Parses `f32`, `f16` or `int8`.
-    pub fn parse(s: &str) -> Result<Self, KvError> {
-        match s {
-            "f32" => Ok(KvDType::F32),
-            "f16" => Ok(KvDType::F16),
-            "int8" | "i8" => Ok(KvDType::Int8),
-            other => Err(KvError::Geometry(format!(
-                "unknown KV dtype `{other}` (f32, f16 or int8)"
-            ))),
-        }
-    }
-
-    /// The name [`KvDType::parse`] reads.
-    pub fn name(self) -> &'static str {
-        match self {
-            KvDType::F32 => "f32",
-            KvDType::F16 => "f16",
-            KvDType::Int8 => "int8",
-        }
-    }
-}
+pub use crate::ops::KvDType;
+use crate::ops::KvLayout;
 
 /// Largest block the layout accepts, in tokens.
 pub const MAX_BLOCK_TOKENS: u32 = 4096;
@@ -150,25 +109,25 @@ impl KvGeometry {
             .ok_or_else(|| KvError::Geometry("token elements overflow".into()))
     }
 
-    /// Key and value bytes of one token over every layer, scales excluded.
-    pub fn token_bytes(&self) -> u64 {
-        2 * u64::from(self.layers)
-            * u64::from(self.kv_heads)
-            * u64::from(self.head_dim)
-            * self.dtype.elem_bytes()
+    /// The layout of one block, as the KV ops read it.
+    pub fn layout(&self) -> KvLayout {
+        KvLayout {
+            layers: self.layers,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            block_tokens: self.block_tokens,
+            dtype: self.dtype,
+        }
     }
 
-    /// Scale bytes of one block (int8 only).
-    pub fn scale_bytes(&self) -> u64 {
-        match self.dtype {
-            KvDType::Int8 => 2 * u64::from(self.layers) * u64::from(self.kv_heads) * 4,
-            _ => 0,
-        }
+    /// Key and value bytes of one token over every layer, scales excluded.
+    pub fn token_bytes(&self) -> u64 {
+        self.layout().token_bytes()
     }
 
     /// Bytes of one block: its tokens' keys and values, and its scales.
     pub fn block_bytes(&self) -> u64 {
-        self.token_bytes() * u64::from(self.block_tokens) + self.scale_bytes()
+        self.layout().block_bytes()
     }
 
     /// The distance between two blocks in device memory: [`KvGeometry::block_bytes`] rounded up
@@ -176,20 +135,6 @@ impl KvGeometry {
     pub fn block_stride(&self, align: u64) -> u64 {
         let align = align.max(4);
         self.block_bytes().div_ceil(align) * align
-    }
-
-    /// Element offset of `(layer, kv (0 = K, 1 = V), head, token)` in a block, in elements.
-    pub fn elem_offset(&self, layer: u32, kv: u32, head: u32, token: u32) -> u64 {
-        let slab = u64::from(self.block_tokens) * u64::from(self.head_dim);
-        ((u64::from(layer) * 2 + u64::from(kv)) * u64::from(self.kv_heads) + u64::from(head)) * slab
-            + u64::from(token) * u64::from(self.head_dim)
-    }
-
-    /// Byte offset of the scale of `(layer, kv, head)` in an int8 block.
-    pub fn scale_offset(&self, layer: u32, kv: u32, head: u32) -> u64 {
-        self.token_bytes() * u64::from(self.block_tokens)
-            + ((u64::from(layer) * 2 + u64::from(kv)) * u64::from(self.kv_heads) + u64::from(head))
-                * 4
     }
 
     /// The default block size for a device: 8 tokens (half the tail waste of vLLM's 16; the serving

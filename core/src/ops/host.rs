@@ -30,6 +30,7 @@ use crate::ops::{Op, WeightFormat};
 use crate::{Error, Result};
 
 mod erf;
+mod llm;
 mod matmul;
 mod rows;
 mod spatial;
@@ -38,7 +39,8 @@ mod tests;
 
 pub use erf::erf;
 
-/// Runs `op` on the CPU: reads `inputs`, writes every element of `outputs`.
+/// Runs `op` on the CPU: reads `inputs`, writes every element of `outputs` (or, for an op that
+/// [updates its output](Op::updates_output), the elements it addresses).
 ///
 /// Operands are little-endian element bytes in [`Op::signature`] order; they need no alignment.
 /// Inputs and outputs cannot alias (Rust's borrows guarantee it), so no op runs in place.
@@ -203,6 +205,39 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
             write_f32(out, |y| spatial::permute(dims, perm, &xs, y));
         }
         Op::Copy { .. } => out.copy_from_slice(inputs[0]),
+        Op::RmsNorm { cols, eps, .. } => {
+            let (xs, weight) = (x(0), x(1));
+            let cols = cols as usize;
+            write_f32(out, |y| {
+                par_rows(y, cols, |row0, y| {
+                    let x = &xs[row0 * cols..row0 * cols + y.len()];
+                    llm::rms_norm(x, &weight, cols, eps, y);
+                });
+            });
+        }
+        Op::Rope { .. } => {
+            let (xs, positions) = (x(0), u32s(inputs[1]));
+            write_f32(out, |y| llm::rope(op, &xs, &positions, y));
+        }
+        Op::SiluMul { .. } => binary(inputs, out, sig.inputs[0].len as u32, |g, u| {
+            llm::silu(g) * u
+        }),
+        Op::KvWrite { .. } => {
+            let (k, v, slots) = (x(0), x(1), u32s(inputs[2]));
+            llm::kv_write(op, &k, &v, &slots, out);
+        }
+        Op::PagedAttention { carry_in, .. } => {
+            let (q, tables, meta) = (x(0), u32s(inputs[2]), u32s(inputs[3]));
+            let carry = carry_in.then(|| x(4));
+            let paged = llm::Paged {
+                q: &q,
+                segment: inputs[1],
+                tables: &tables,
+                meta: &meta,
+                carry: carry.as_deref(),
+            };
+            write_f32(out, |y| llm::paged_attention(op, &paged, y));
+        }
     }
     Ok(())
 }

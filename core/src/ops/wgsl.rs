@@ -378,6 +378,16 @@ pub fn kernel(op: &Op) -> Result<Kernel> {
             p[8] = out_len;
             (PERMUTE, per_element)
         }
+        Op::RmsNorm { .. }
+        | Op::Rope { .. }
+        | Op::SiluMul { .. }
+        | Op::KvWrite { .. }
+        | Op::PagedAttention { .. } => {
+            return Err(Error::Unsupported {
+                backend: "wgsl",
+                what: format!("{} has no WGSL kernel yet", op.name()),
+            });
+        }
     };
     Ok(Kernel {
         key: source.0,

@@ -83,6 +83,11 @@ pub(crate) fn units(op: &Op) -> Option<u32> {
             }
             dims[0]
         }
+        Op::RmsNorm { rows, .. } => rows,
+        Op::Rope { tokens, .. } => tokens,
+        Op::SiluMul { len } => len,
+        // Block tables and segments are indexed globally: no independent axis to cut.
+        Op::KvWrite { .. } | Op::PagedAttention { .. } => return None,
     })
 }
 
@@ -123,6 +128,10 @@ pub(crate) fn restrict(op: &Op, r: u32) -> Op {
         Op::Conv2d { n, .. } => *n = r,
         Op::MaxPool2d { n, c, .. } => (*n, *c) = (r, 1),
         Op::Permute { dims, .. } => dims[0] = r,
+        Op::RmsNorm { rows, .. } => *rows = r,
+        Op::Rope { tokens, .. } => *tokens = r,
+        Op::SiluMul { len } => *len = r,
+        Op::KvWrite { .. } | Op::PagedAttention { .. } => {}
     }
     op
 }

@@ -1,6 +1,5 @@
 use super::*;
 use crate::kv::KvDType;
-use crate::kv::layout::write_token;
 
 /// Deterministic values in [-1, 1) with occasional outliers, so int8 scales must grow.
 fn values(seed: u64, n: usize) -> Vec<f32> {
@@ -71,16 +70,11 @@ fn compare(dtype: KvDType, block_tokens: u32, len: usize, n: usize) -> (Vec<f32>
             &k[pos * hkv * d..][..hkv * d],
             &v[pos * hkv * d..][..hkv * d],
         );
-        write_token(
-            &g,
-            bytes,
-            layer,
-            (pos % block_tokens as usize) as u32,
-            kt,
-            vt,
-        );
+        g.layout()
+            .write_token(bytes, layer, (pos % block_tokens as usize) as u32, kt, vt);
         // The other layer gets other values: attention must read the right one.
-        write_token(&g, bytes, 0, (pos % block_tokens as usize) as u32, vt, kt);
+        g.layout()
+            .write_token(bytes, 0, (pos % block_tokens as usize) as u32, vt, kt);
     }
     let q = values(3, n * hq * d);
     let query = PagedQuery {
@@ -163,15 +157,17 @@ fn an_int8_head_rescales_its_earlier_tokens_instead_of_clipping() {
     let g = KvGeometry::new(1, 1, 4, KvDType::Int8, 4, 64).unwrap();
     let mut block = vec![0u8; g.block_bytes() as usize];
     let zeros = [0f32; 4];
-    write_token(&g, &mut block, 0, 0, &[0.5, -0.25, 0.0, 0.1], &zeros);
-    write_token(&g, &mut block, 0, 1, &[8.0, 0.0, -8.0, 1.0], &zeros);
+    g.layout()
+        .write_token(&mut block, 0, 0, &[0.5, -0.25, 0.0, 0.1], &zeros);
+    g.layout()
+        .write_token(&mut block, 0, 1, &[8.0, 0.0, -8.0, 1.0], &zeros);
     let mut out = [0f32; 4];
-    read_head(&g, &block, 0, 0, 0, 0, &mut out);
+    g.layout().read_head(&block, 0, 0, 0, 0, &mut out);
     let step = 8.0 / 127.0;
     for (a, b) in out.iter().zip([0.5, -0.25, 0.0, 0.1]) {
         assert!((a - b).abs() <= step, "{a} vs {b}");
     }
-    read_head(&g, &block, 0, 0, 0, 1, &mut out);
+    g.layout().read_head(&block, 0, 0, 0, 1, &mut out);
     assert!((out[0] - 8.0).abs() < 1e-6 && (out[2] + 8.0).abs() < 1e-6);
 }
 

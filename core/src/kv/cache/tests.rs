@@ -69,8 +69,7 @@ fn check_attention(c: &KvCache, seq: SeqId, tag: u32) -> Vec<f32> {
         let per = (g.kv_heads * g.head_dim) as usize;
         let b = pos / g.block_tokens as usize;
         for layer in 0..g.layers as usize {
-            layout::write_token(
-                &g,
+            g.layout().write_token(
                 &mut mem[b * bb..][..bb],
                 layer as u32,
                 (pos % 4) as u32,
