@@ -18,6 +18,10 @@ if [ -x scripts/fetch_minilm.sh ]; then
     scripts/fetch_minilm.sh || echo "warning: MiniLM fetch failed; its tests will be skipped"
 fi
 
+# The Llama decoder's tests compare it with a numpy reference (scripts/llama_reference.py); they
+# skip with a reason when numpy cannot be installed.
+scripts/fetch_numpy.sh >/dev/null || echo "warning: numpy install failed; the Llama reference tests will be skipped"
+
 stage cargo test --workspace --lib --bins --tests
 stage cargo test --workspace --doc
 

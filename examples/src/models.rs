@@ -14,6 +14,7 @@ pub mod builder;
 pub mod checks;
 pub mod checksum;
 pub mod host_memory;
+pub mod llama;
 pub mod minilm;
 pub mod mnist;
 pub mod offload_table;

@@ -1,0 +1,255 @@
+//! The Llama decoder against an independent numpy implementation (`scripts/llama_reference.py`):
+//! logits within 1e-4 at every one of 64 greedy steps (f32 KV) and 1e-3 (f16 KV, against the
+//! reference with keys and values rounded to f16), of the row's largest logit, and the engine's
+//! greedy tokens identical for 64 steps with every prompt batched together, chunked prefill,
+//! tied embeddings, and a KV budget small enough to force preemption (swap and recompute).
+//!
+//! The reference needs python3 with numpy: `TENSORMEM_PYTHON`, else the virtual environment
+//! `scripts/fetch_numpy.sh` makes in the cache, else `python3`. Without numpy the tests skip with
+//! the reason (as the MiniLM tests do without their weights); `scripts/test.sh` provides it.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly on any unexpected result"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tensormem::kv::{KvCache, KvCacheConfig, KvDType, Preemption};
+use tensormem::{HostBackend, HostConfig, Runtime, RuntimeConfig, WeightFormat};
+use tensormem_examples::models::llama::{
+    Chunk, Engine, EngineConfig, Event, Llama, Request, Sampling,
+};
+
+fn python() -> Option<PathBuf> {
+    let cache = std::env::var_os("TENSORMEM_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/tensormem")));
+    let candidates = std::env::var_os("TENSORMEM_PYTHON")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(cache.map(|c| c.join("pyenv/bin/python")))
+        .chain([PathBuf::from("python3")]);
+    for p in candidates {
+        let ok = Command::new(&p)
+            .args(["-c", "import numpy"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// Writes the checkpoint and its reference into a fresh directory; `None` (skip) without numpy.
+fn checkpoint(tied: bool) -> Option<(PathBuf, Value)> {
+    let Some(py) = python() else {
+        eprintln!("skipping: no python3 with numpy (run scripts/fetch_numpy.sh)");
+        return None;
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "tensormem-llama-{}-{}",
+        std::process::id(),
+        if tied { "tied" } else { "untied" }
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/llama_reference.py");
+    let mut cmd = Command::new(py);
+    cmd.arg(script).arg(&dir);
+    if tied {
+        cmd.arg("--tied");
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reference =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    Some((dir, reference))
+}
+
+fn host() -> Runtime {
+    let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    Runtime::new(backend, RuntimeConfig::default()).unwrap()
+}
+
+fn cache(model: &Llama, dtype: KvDType, block: u32, budget: u64, how: Preemption) -> KvCache {
+    let geometry = model.kv_geometry(dtype, block).unwrap();
+    KvCache::new(
+        &model.decoder.rt,
+        KvCacheConfig {
+            geometry,
+            budget,
+            preemption: how,
+        },
+    )
+    .unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// Prefill then 64 decode steps fed the reference's tokens; every step's logits compared.
+fn logits_match(dtype: KvDType, key: &str, tol: f64) {
+    let Some((dir, reference)) = checkpoint(false) else {
+        return;
+    };
+    let rt = host();
+    let model = Llama::load(&rt, &dir, WeightFormat::F32).unwrap();
+    for case in reference["cases"].as_array().unwrap() {
+        assert!(
+            case["min_margin"].as_f64().unwrap() > 1e-3,
+            "reference margins too thin"
+        );
+        let prompt = ids(&case["ids"]);
+        assert_eq!(
+            model.encode(case["prompt"].as_str().unwrap()).unwrap(),
+            prompt
+        );
+        let tokens = ids(&case["tokens"]);
+        let mut kv = cache(&model, dtype, 4, 1 << 20, Preemption::Swap);
+        let seq = kv.admit(&prompt, 0).unwrap().seq;
+        let mut chunk = Chunk {
+            seq,
+            start: 0,
+            tokens: prompt.clone(),
+            logits: true,
+        };
+        for (step, want) in case[key].as_array().unwrap().iter().enumerate() {
+            let got = model
+                .decoder
+                .forward(&kv, std::slice::from_ref(&chunk))
+                .unwrap();
+            let want: Vec<f64> = want
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            // Relative to the row's largest logit: an f16 key the f32 path rounds the other way
+            // at a half-ulp tie moves a small logit by about that much.
+            let scale = want.iter().fold(1f64, |m, w| m.max(w.abs()));
+            for (j, (g, &w)) in got[0].iter().zip(&want).enumerate() {
+                assert!(
+                    (f64::from(*g) - w).abs() <= tol * scale,
+                    "{:?} step {step} logit {j}: {g} vs {w}",
+                    case["prompt"]
+                );
+            }
+            let next = tokens[step];
+            let start = chunk.start + chunk.tokens.len();
+            kv.append(seq, next).unwrap();
+            chunk = Chunk {
+                seq,
+                start,
+                tokens: vec![next],
+                logits: true,
+            };
+        }
+        kv.release().unwrap();
+    }
+    model.decoder.weights.release(&rt).unwrap();
+    rt.check_leaks().unwrap();
+}
+
+#[test]
+fn logits_match_numpy_for_64_steps_f32_kv() {
+    logits_match(KvDType::F32, "logits", 1e-4);
+}
+
+#[test]
+fn logits_match_numpy_for_64_steps_f16_kv() {
+    logits_match(KvDType::F16, "logits_f16_kv", 1e-3);
+}
+
+/// Every prompt at once through the engine; the tokens of each must equal the reference's.
+fn engine_tokens(tied: bool, step_tokens: usize, budget: u64, how: Preemption) -> u64 {
+    let Some((dir, reference)) = checkpoint(tied) else {
+        return 0;
+    };
+    let rt = host();
+    let model = Llama::load(&rt, &dir, WeightFormat::F32).unwrap();
+    let mut kv = cache(&model, KvDType::F32, 4, budget, how);
+    let cases = reference["cases"].as_array().unwrap();
+    let mut engine = Engine::new(
+        &model.decoder,
+        &mut kv,
+        budget,
+        how,
+        EngineConfig {
+            step_tokens,
+            salt: 0,
+        },
+    );
+    for case in cases {
+        engine
+            .add(Request {
+                prompt: ids(&case["ids"]),
+                max_new_tokens: 64,
+                sampling: Sampling::default(),
+                stop: Vec::new(),
+            })
+            .unwrap();
+    }
+    let mut got = vec![Vec::new(); cases.len()];
+    let mut finished = 0;
+    while !engine.is_idle() {
+        for e in engine.step().unwrap() {
+            match e {
+                Event::Token { id, token } => got[id].push(token),
+                Event::Finished { .. } => finished += 1,
+            }
+        }
+    }
+    assert_eq!(finished, cases.len());
+    for (case, got) in cases.iter().zip(&got) {
+        assert_eq!(got, &ids(&case["tokens"]), "{:?}", case["prompt"]);
+    }
+    let preemptions = engine.stats().preemptions;
+    drop(engine);
+    assert_eq!(kv.stats().ledger.sequences, 0);
+    kv.release().unwrap();
+    model.decoder.weights.release(&rt).unwrap();
+    rt.check_leaks().unwrap();
+    preemptions
+}
+
+#[test]
+fn batched_engine_tokens_match_numpy() {
+    engine_tokens(false, 256, 1 << 20, Preemption::Swap);
+}
+
+#[test]
+fn chunked_prefill_and_tied_embeddings_tokens_match_numpy() {
+    engine_tokens(true, 7, 1 << 20, Preemption::Swap);
+}
+
+#[test]
+fn preempted_requests_still_generate_the_reference_tokens() {
+    // 40 blocks of 4 tokens for three sequences that reach 18, 17 and 24 blocks.
+    let Some((dir, _)) = checkpoint(false) else {
+        return;
+    };
+    let rt = host();
+    let model = Llama::load(&rt, &dir, WeightFormat::F32).unwrap();
+    let g = model.kv_geometry(KvDType::F32, 4).unwrap();
+    let budget = g.block_bytes().next_multiple_of(64) * 40;
+    model.decoder.weights.release(&rt).unwrap();
+    for how in [Preemption::Swap, Preemption::Recompute] {
+        let n = engine_tokens(false, 64, budget, how);
+        assert!(n > 0, "{how:?}: the budget was meant to force a preemption");
+    }
+}
