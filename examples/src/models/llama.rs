@@ -14,6 +14,7 @@
 pub mod config;
 pub mod engine;
 pub mod forward;
+pub mod report;
 pub mod sampler;
 pub mod weights;
 

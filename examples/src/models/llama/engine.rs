@@ -115,6 +115,8 @@ pub struct EngineStats {
     pub decode_secs: f64,
     /// Largest running batch.
     pub max_batch: usize,
+    /// Most KV blocks in use at once.
+    pub peak_kv_blocks: usize,
 }
 
 /// The batching engine (module doc).
@@ -248,6 +250,8 @@ impl<'a> Engine<'a> {
             ));
         }
         self.stats.max_batch = self.stats.max_batch.max(chunks.len());
+        let used = self.cache.stats().ledger.used_blocks;
+        self.stats.peak_kv_blocks = self.stats.peak_kv_blocks.max(used);
         let start = std::time::Instant::now();
         let plain: Vec<Chunk> = chunks.iter().map(|(_, c)| c.clone()).collect();
         let logits = self.decoder.forward(self.cache, &plain)?;

@@ -1,0 +1,257 @@
+//! `generate`: text generation with a Llama-architecture decoder over tensormem's paged KV cache,
+//! every prompt batched continuously, on any backend. Prints the text as it comes, then the memory
+//! report (KV section included) and prefill and decode speed. `generate --help` lists the flags.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Parser;
+use serde_json::json;
+use tensormem::kv::{KvCache, KvCacheConfig, KvDType, Preemption};
+use tensormem::{Error, Result, Runtime};
+use tensormem_examples::backend_select;
+use tensormem_examples::cli::{self, DeviceArgs, DeviceBudget, EXIT_CODES, WeightChoice, emit};
+use tensormem_examples::models::llama::report::GenerateReport;
+use tensormem_examples::models::llama::{
+    Engine, EngineConfig, Event, Finish, Llama, Request, Sampling,
+};
+
+/// Generate text with a Llama-architecture decoder (SmolLM2, TinyLlama, Qwen2-style checkpoints
+/// in Hugging Face layout) on a tensormem backend, every prompt in one continuously batched run
+/// over a paged KV cache.
+///
+/// The model directory holds `config.json`, `model.safetensors` (or shards with
+/// `model.safetensors.index.json`) and `tokenizer.json`. Without --model-dir the SmolLM2-135M
+/// cache of `scripts/fetch_smollm2.sh` is used. A config this decoder cannot run exactly (rope
+/// scaling, sliding windows, another activation) is refused by name.
+#[derive(Parser, Debug)]
+#[command(version, after_help = EXIT_CODES)]
+struct Args {
+    /// Prompts (each generates independently; all run batched).
+    #[arg(value_name = "PROMPT", required = true)]
+    prompts: Vec<String>,
+    /// Model directory (Hugging Face layout).
+    #[arg(long, value_name = "DIR")]
+    model_dir: Option<PathBuf>,
+    /// Most tokens to generate per prompt.
+    #[arg(long, value_name = "N", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_new_tokens: u32,
+    /// Device flags.
+    #[command(flatten)]
+    device: DeviceArgs,
+    /// Format of the weight matrices on the device (norms stay f32).
+    #[arg(long, value_enum, default_value_t = WeightChoice::F32)]
+    weights: WeightChoice,
+    /// Element type of the KV cache.
+    #[arg(long, value_name = "f32|f16|int8", default_value = "f32", value_parser = parse_kv_dtype)]
+    kv_dtype: KvDType,
+    /// Device memory of the KV cache (e.g. 256MiB); requests beyond it wait or are preempted.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = cli::parse_device_budget)]
+    kv_budget: DeviceBudget,
+    /// Tokens per KV block (0: the device's default).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    block: u32,
+    /// Most tokens computed per step (chunked prefill splits longer prompts).
+    #[arg(long, value_name = "N", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    step_tokens: u32,
+    /// How a request steps aside when the KV budget is full.
+    #[arg(long, value_name = "swap|recompute", default_value = "swap", value_parser = parse_preempt)]
+    preempt: Preemption,
+    /// Sampling temperature (0: greedy).
+    #[arg(long, value_name = "T", default_value_t = 0.0)]
+    temperature: f32,
+    /// Sample among the K most likely tokens (0: all).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    top_k: usize,
+    /// Sample within the smallest set of tokens of probability P (1: all).
+    #[arg(long, value_name = "P", default_value_t = 1.0)]
+    top_p: f32,
+    /// Seed of the sampler (prompt i uses seed + i).
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    seed: u64,
+    /// Keep generating past end-of-sequence tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Print one JSON object (tokens, text, report, timings) instead of streaming text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_kv_dtype(s: &str) -> std::result::Result<KvDType, String> {
+    KvDType::parse(s).map_err(|e| e.to_string())
+}
+
+fn parse_preempt(s: &str) -> std::result::Result<Preemption, String> {
+    match s {
+        "swap" => Ok(Preemption::Swap),
+        "recompute" => Ok(Preemption::Recompute),
+        _ => Err(format!("'{s}': swap or recompute")),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => cli::fail("generate", &e),
+    }
+}
+
+/// The model directory: the flag, else the SmolLM2 cache.
+fn model_dir(args: &Args) -> Result<PathBuf> {
+    if let Some(d) = &args.model_dir {
+        return Ok(d.clone());
+    }
+    let cache = std::env::var_os("TENSORMEM_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/tensormem")))
+        .unwrap_or_default()
+        .join("smollm2");
+    if cache.join("config.json").is_file() {
+        return Ok(cache);
+    }
+    Err(Error::invalid(format!(
+        "no --model-dir and no cached model at {} (run scripts/fetch_smollm2.sh)",
+        cache.display()
+    )))
+}
+
+fn run(args: &Args) -> Result<()> {
+    let DeviceBudget::Bytes(budget) = args.kv_budget else {
+        return Err(Error::invalid("--kv-budget takes a size, not a percentage"));
+    };
+    let dir = model_dir(args)?;
+    let selection = backend_select::select(args.device.backend, &args.device.select_options())?;
+    let rt = Runtime::new(selection.backend.clone(), args.device.runtime_config())?;
+    let format = cli::WeightArgs {
+        format: args.weights,
+        group: 0,
+        weights_file: None,
+    }
+    .format();
+    let model = Llama::load(&rt, &dir, format)?;
+    let result = generate(args, &rt, &model, budget, &selection.to_text());
+    let released = model.decoder.weights.release(&rt);
+    result.and(released)
+}
+
+fn generate(args: &Args, rt: &Runtime, model: &Llama, budget: u64, backend: &str) -> Result<()> {
+    let geometry = model.kv_geometry(args.kv_dtype, args.block)?;
+    let mut kv = KvCache::new(
+        rt,
+        KvCacheConfig {
+            geometry,
+            budget,
+            preemption: args.preempt,
+        },
+    )?;
+    let stop = if args.ignore_eos {
+        Vec::new()
+    } else {
+        model.decoder.cfg.eos_ids()
+    };
+    let prompts: Vec<Vec<u32>> = args
+        .prompts
+        .iter()
+        .map(|p| model.encode(p))
+        .collect::<Result<_>>()?;
+    let config = EngineConfig {
+        step_tokens: args.step_tokens as usize,
+        salt: 0,
+    };
+    let mut engine = Engine::new(&model.decoder, &mut kv, budget, args.preempt, config);
+    for (i, prompt) in prompts.iter().enumerate() {
+        engine.add(Request {
+            prompt: prompt.clone(),
+            max_new_tokens: args.max_new_tokens as usize,
+            sampling: Sampling {
+                temperature: args.temperature,
+                top_k: args.top_k,
+                top_p: args.top_p,
+                seed: args.seed.wrapping_add(i as u64),
+            },
+            stop: stop.clone(),
+        })?;
+    }
+    let n = prompts.len();
+    let mut tokens = vec![Vec::new(); n];
+    let mut finish = vec![None; n];
+    let mut printed = vec![0usize; n];
+    let stream = !args.json;
+    if stream {
+        print!("{}", args.prompts[0]);
+    }
+    while !engine.is_idle() {
+        for event in engine.step()? {
+            match event {
+                Event::Token { id, token } => {
+                    tokens[id].push(token);
+                    if stream && id == 0 {
+                        let text = model.decode(&tokens[0])?;
+                        if let Some(delta) = text.get(printed[0]..) {
+                            print!("{delta}");
+                            let _ = std::io::stdout().flush();
+                        }
+                        printed[0] = text.len();
+                    }
+                }
+                Event::Finished { id, finish: f } => {
+                    finish[id] = Some(f);
+                    if stream && id > 0 {
+                        println!(
+                            "\n[{id}] {}{}",
+                            args.prompts[id],
+                            model.decode(&tokens[id])?
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let report = GenerateReport {
+        weight_bytes: model.decoder.weights.bytes,
+        kv: engine.cache().stats(),
+        block_tokens: geometry.block_tokens,
+        kv_dtype: args.kv_dtype.name(),
+        engine: engine.stats().clone(),
+        pool: rt.allocation_stats(),
+    };
+    drop(engine);
+    let texts: Vec<String> = tokens
+        .iter()
+        .map(|t| model.decode(t))
+        .collect::<Result<_>>()?;
+    if args.json {
+        let out: Vec<_> = (0..n)
+            .map(|i| {
+                json!({
+                    "prompt": args.prompts[i],
+                    "prompt_ids": prompts[i],
+                    "tokens": tokens[i],
+                    "text": texts[i],
+                    "finish": finish[i].map(finish_name),
+                })
+            })
+            .collect();
+        let mut doc = json!({ "backend": backend, "outputs": out });
+        let r = report.to_json();
+        doc["report"] = r.clone();
+        doc["timings"] = r["timings"].clone();
+        emit(&format!("{doc:#}\n"));
+    } else {
+        println!("\n\nbackend: {backend}");
+        emit(&report.to_text());
+    }
+    kv.release()
+}
+
+fn finish_name(f: Finish) -> &'static str {
+    match f {
+        Finish::Stop => "stop",
+        Finish::Length => "length",
+        Finish::Context => "context",
+    }
+}
