@@ -1,0 +1,206 @@
+//! `generate` as a user runs it: `--help`, streaming and `--json`, and the refusals of bad input
+//! (missing or corrupt weights and tokenizer, an unsupported config, a prompt past the context,
+//! `--max-new-tokens 0`, a KV budget below one sequence) with exit code 1 or 2 and a message that
+//! names the problem. Models are synthetic (`Synthetic::TINY`).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly on any unexpected result"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use tensormem_examples::models::llama::synthetic::Synthetic;
+
+const GENERATE: &str = env!("CARGO_BIN_EXE_generate");
+
+fn model(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tensormem-gen-{}-{name}", std::process::id()));
+    Synthetic::TINY.write(&dir, 7).unwrap();
+    dir
+}
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    Command::new(GENERATE)
+        .arg("--model-dir")
+        .arg(dir)
+        .args(["--backend", "host"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn help_lists_the_flags() {
+    let o = Command::new(GENERATE).arg("--help").output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for flag in [
+        "--model-dir",
+        "--max-new-tokens",
+        "--backend",
+        "--weights",
+        "--kv-dtype",
+        "--kv-budget",
+        "--seed",
+        "--json",
+        "--temperature",
+        "--top-k",
+        "--top-p",
+        "Exit status",
+    ] {
+        assert!(text.contains(flag), "--help lacks {flag}");
+    }
+}
+
+#[test]
+fn streams_text_and_reports_in_json() {
+    let dir = model("ok");
+    let o = run(&dir, &["w1 w2 w3", "--max-new-tokens", "5", "--ignore-eos"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.starts_with("w1 w2 w3"), "{out}");
+    for section in ["kv cache", "prefix cache", "decode", "tokens/s"] {
+        assert!(out.contains(section), "no {section}: {out}");
+    }
+    let o = run(
+        &dir,
+        &[
+            "w1 w2 w3",
+            "w4",
+            "--max-new-tokens",
+            "6",
+            "--ignore-eos",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let outputs = v["outputs"].as_array().unwrap();
+    assert_eq!(outputs.len(), 2);
+    for out in outputs {
+        assert_eq!(out["tokens"].as_array().unwrap().len(), 6);
+        assert_eq!(out["finish"], "length");
+    }
+    assert_eq!(
+        v["timings"]["decode_tokens"], 10,
+        "two prompts, 5 decode steps after the first token each"
+    );
+    assert!(v["report"]["kv"]["blocks"].as_u64().unwrap() > 0);
+    // Same seed, same tokens; the greedy output does not depend on the batch.
+    let alone = run(
+        &dir,
+        &["w4", "--max-new-tokens", "6", "--ignore-eos", "--json"],
+    );
+    let alone: Value = serde_json::from_slice(&alone.stdout).unwrap();
+    assert_eq!(alone["outputs"][0]["tokens"], outputs[1]["tokens"]);
+}
+
+#[test]
+fn bad_input_is_refused_with_a_message() {
+    let dir = model("bad");
+    let cases: Vec<(&str, Vec<&str>, i32, &str)> = vec![
+        (
+            "zero tokens",
+            vec!["w1", "--max-new-tokens", "0"],
+            2,
+            "max-new-tokens",
+        ),
+        (
+            "long prompt",
+            vec![&LONG, "--max-new-tokens", "4"],
+            1,
+            "context",
+        ),
+        (
+            "tiny budget",
+            vec!["w1 w2", "--kv-budget", "64B"],
+            1,
+            "budget",
+        ),
+        ("bad dtype", vec!["w1", "--kv-dtype", "f8"], 2, "f8"),
+    ];
+    for (what, args, code, word) in cases {
+        let o = run(&dir, &args);
+        assert_eq!(o.status.code(), Some(code), "{what}: {}", stderr(&o));
+        assert!(stderr(&o).contains(word), "{what}: {}", stderr(&o));
+    }
+}
+
+static LONG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| vec!["w5"; 200].join(" "));
+
+#[test]
+fn broken_model_directories_are_refused_by_name() {
+    let breakers: Vec<(&str, Box<dyn Fn(&Path)>, &str)> = vec![
+        (
+            "no weights",
+            Box::new(|d: &Path| std::fs::remove_file(d.join("model.safetensors")).unwrap()),
+            "model.safetensors",
+        ),
+        (
+            "corrupt weights",
+            Box::new(|d: &Path| {
+                std::fs::write(d.join("model.safetensors"), b"\x10\0\0\0\0\0\0\0{not json").unwrap()
+            }),
+            "model.safetensors",
+        ),
+        (
+            "truncated weights",
+            Box::new(|d: &Path| {
+                let p = d.join("model.safetensors");
+                let b = std::fs::read(&p).unwrap();
+                std::fs::write(&p, &b[..b.len() / 2]).unwrap();
+            }),
+            "model.safetensors",
+        ),
+        (
+            "no tokenizer",
+            Box::new(|d: &Path| std::fs::remove_file(d.join("tokenizer.json")).unwrap()),
+            "tokenizer",
+        ),
+        (
+            "corrupt tokenizer",
+            Box::new(|d: &Path| std::fs::write(d.join("tokenizer.json"), "{").unwrap()),
+            "tokenizer",
+        ),
+        (
+            "rope scaling",
+            Box::new(|d: &Path| {
+                edit_config(d, "rope_scaling", r#"{"type": "dynamic", "factor": 2.0}"#)
+            }),
+            "rope_scaling",
+        ),
+        (
+            "gelu",
+            Box::new(|d: &Path| edit_config(d, "hidden_act", r#""gelu""#)),
+            "hidden_act",
+        ),
+        (
+            "wrong shape",
+            Box::new(|d: &Path| edit_config(d, "intermediate_size", "65")),
+            "mlp",
+        ),
+    ];
+    for (what, breaker, word) in breakers {
+        let dir = model(&what.replace(' ', "-"));
+        breaker(&dir);
+        let o = run(&dir, &["w1", "--max-new-tokens", "2"]);
+        assert_eq!(o.status.code(), Some(1), "{what}: {}", stderr(&o));
+        assert!(stderr(&o).contains(word), "{what}: {}", stderr(&o));
+    }
+}
+
+fn edit_config(dir: &Path, key: &str, value: &str) {
+    let p = dir.join("config.json");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    v[key] = serde_json::from_str(value).unwrap();
+    std::fs::write(&p, v.to_string()).unwrap();
+}
