@@ -139,7 +139,7 @@ static LONG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| vec!["w5"
 
 #[test]
 fn broken_model_directories_are_refused_by_name() {
-    let breakers: Vec<(&str, Box<dyn Fn(&Path)>, &str)> = vec![
+    let breakers: Vec<(&str, Breaker, &str)> = vec![
         (
             "no weights",
             Box::new(|d: &Path| std::fs::remove_file(d.join("model.safetensors")).unwrap()),
@@ -198,9 +198,55 @@ fn broken_model_directories_are_refused_by_name() {
     }
 }
 
+/// Damages a model directory.
+type Breaker = Box<dyn Fn(&Path)>;
+
 fn edit_config(dir: &Path, key: &str, value: &str) {
     let p = dir.join("config.json");
     let mut v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
     v[key] = serde_json::from_str(value).unwrap();
     std::fs::write(&p, v.to_string()).unwrap();
+}
+
+#[test]
+fn serve_replays_a_trace_beside_the_simulator() {
+    let dir = model("serve");
+    let trace = dir.join("trace.csv");
+    let mut csv = String::from("TIMESTAMP,ContextTokens,GeneratedTokens\n");
+    for i in 0..12 {
+        csv.push_str(&format!(
+            "2023-11-16 18:15:{:02}.0000000,{},{}\n",
+            i,
+            20 + i * 7,
+            5 + i
+        ));
+    }
+    std::fs::write(&trace, csv).unwrap();
+    let o = run(
+        &dir,
+        &[
+            "--serve",
+            trace.to_str().unwrap(),
+            "--json",
+            "--kv-budget",
+            "64KiB",
+            "--block",
+            "4",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let policies = v["policies"].as_array().unwrap();
+    assert_eq!(policies[0]["policy"], "engine");
+    assert_eq!(policies[1]["policy"], "simulator");
+    for p in policies {
+        assert_eq!(p["completed"], 12, "{p}");
+    }
+    assert!(v["engine"]["decode_tokens"].as_u64().unwrap() > 0);
+    let bad = run(
+        &dir,
+        &["--serve", dir.join("missing.csv").to_str().unwrap()],
+    );
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(stderr(&bad).contains("missing.csv"), "{}", stderr(&bad));
 }

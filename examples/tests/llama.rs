@@ -211,6 +211,7 @@ fn engine_tokens(tied: bool, step_tokens: usize, budget: u64, how: Preemption) -
             match e {
                 Event::Token { id, token } => got[id].push(token),
                 Event::Finished { .. } => finished += 1,
+                Event::Admitted { .. } => {}
             }
         }
     }

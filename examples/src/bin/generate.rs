@@ -13,9 +13,14 @@ use tensormem::{Error, Result, Runtime};
 use tensormem_examples::backend_select;
 use tensormem_examples::cli::{self, DeviceArgs, DeviceBudget, EXIT_CODES, WeightChoice, emit};
 use tensormem_examples::models::llama::report::GenerateReport;
+use tensormem_examples::models::llama::serve::{self, ServeConfig};
 use tensormem_examples::models::llama::{
     Engine, EngineConfig, Event, Finish, Llama, Request, Sampling,
 };
+use tensormem_examples::serving::paged::{Paged, PagedConfig};
+use tensormem_examples::serving::report::table;
+use tensormem_examples::serving::sim::{SimConfig, simulate};
+use tensormem_examples::serving::trace;
 
 /// Generate text with a Llama-architecture decoder (SmolLM2, TinyLlama, Qwen2-style checkpoints
 /// in Hugging Face layout) on a tensormem backend, every prompt in one continuously batched run
@@ -29,8 +34,22 @@ use tensormem_examples::models::llama::{
 #[command(version, after_help = EXIT_CODES)]
 struct Args {
     /// Prompts (each generates independently; all run batched).
-    #[arg(value_name = "PROMPT", required = true)]
+    #[arg(value_name = "PROMPT", required_unless_present = "serve")]
     prompts: Vec<String>,
+    /// Replay a request trace (Azure format: `TIMESTAMP,ContextTokens,GeneratedTokens`) through
+    /// the engine, lengths scaled to the model's context, and report it with the serving
+    /// simulator's metrics beside the simulator's own run of the same trace (`tensormem-kv`).
+    #[arg(long, value_name = "TRACE.csv", conflicts_with = "prompts")]
+    serve: Option<PathBuf>,
+    /// With --serve: replay only the first N requests.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    requests: usize,
+    /// With --serve: simulated milliseconds per step (arrivals are placed in steps).
+    #[arg(long, value_name = "MS", default_value_t = 40.0)]
+    step_ms: f64,
+    /// With --serve: arrivals this many times faster than in the trace.
+    #[arg(long, value_name = "X", default_value_t = 1.0)]
+    rate_scale: f64,
     /// Model directory (Hugging Face layout).
     #[arg(long, value_name = "DIR")]
     model_dir: Option<PathBuf>,
@@ -133,7 +152,10 @@ fn run(args: &Args) -> Result<()> {
     }
     .format();
     let model = Llama::load(&rt, &dir, format)?;
-    let result = generate(args, &rt, &model, budget, &selection.to_text());
+    let result = match &args.serve {
+        Some(trace) => serve(args, &rt, &model, budget, trace),
+        None => generate(args, &rt, &model, budget, &selection.to_text()),
+    };
     let released = model.decoder.weights.release(&rt);
     result.and(released)
 }
@@ -198,6 +220,7 @@ fn generate(args: &Args, rt: &Runtime, model: &Llama, budget: u64, backend: &str
                         printed[0] = text.len();
                     }
                 }
+                Event::Admitted { .. } => {}
                 Event::Finished { id, finish: f } => {
                     finish[id] = Some(f);
                     if stream && id > 0 {
@@ -246,6 +269,98 @@ fn generate(args: &Args, rt: &Runtime, model: &Llama, budget: u64, backend: &str
         emit(&report.to_text());
     }
     kv.release()
+}
+
+fn serve(args: &Args, rt: &Runtime, model: &Llama, budget: u64, path: &Path) -> Result<()> {
+    for (v, what) in [
+        (args.step_ms, "--step-ms"),
+        (args.rate_scale, "--rate-scale"),
+    ] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(Error::invalid(format!("{what} must be positive")));
+        }
+    }
+    let geometry = model.kv_geometry(args.kv_dtype, args.block)?;
+    let mut kv = KvCache::new(
+        rt,
+        KvCacheConfig {
+            geometry,
+            budget,
+            preemption: args.preempt,
+        },
+    )?;
+    let (_, stride) = kv.segment_shape();
+    let cfg = &model.decoder.cfg;
+    let requests = trace::read(path, Some(args.requests))?;
+    let (scaled, factor) = serve::scale(&requests, cfg.max_position_embeddings);
+    let config = EngineConfig {
+        step_tokens: args.step_tokens as usize,
+        salt: 0,
+    };
+    let mut engine = Engine::new(&model.decoder, &mut kv, budget, args.preempt, config);
+    let serve_cfg = ServeConfig {
+        step_ms: args.step_ms,
+        rate_scale: args.rate_scale,
+        context: cfg.max_position_embeddings,
+        vocab: cfg.vocab_size,
+    };
+    let started = std::time::Instant::now();
+    let ours = serve::serve(&mut engine, &geometry, stride, &scaled, &serve_cfg)?;
+    let wall = started.elapsed().as_secs_f64();
+    let stats = engine.stats().clone();
+    drop(engine);
+    kv.release()?;
+    // The simulator's run of the same scaled trace, same geometry, budget and step size.
+    let sim_cfg = SimConfig {
+        step_ms: args.step_ms,
+        step_tokens: args.step_tokens as usize,
+        token_us: 0.0,
+        rate_scale: args.rate_scale,
+        link_gbps: 25.0,
+        shared_prefix: 0,
+        max_seq: cfg.max_position_embeddings,
+    };
+    let paged = PagedConfig {
+        swap: args.preempt == Preemption::Swap,
+        growth_reserve: 16,
+    };
+    let mut policy = Paged::new("simulator", &geometry, budget, scaled.len(), paged)?;
+    let sim = simulate(&mut policy, &scaled, &sim_cfg);
+    let results = [ours, sim];
+    let title = format!(
+        "{}: {} requests, lengths x{factor:.3}, {} KV, budget {} MiB, block {}; engine wall {wall:.1} s, decode {:.1} tokens/s",
+        path.display(),
+        scaled.len(),
+        geometry.dtype.name(),
+        budget >> 20,
+        geometry.block_tokens,
+        stats.decode_tokens as f64 / stats.decode_secs.max(1e-9),
+    );
+    if args.json {
+        let doc = json!({
+            "trace": path.display().to_string(),
+            "requests": scaled.len(),
+            "length_scale": factor,
+            "kv_budget_bytes": budget,
+            "block_tokens": geometry.block_tokens,
+            "wall_secs": wall,
+            "engine": stats_json(&stats),
+            "policies": results,
+        });
+        emit(&format!("{doc:#}\n"));
+    } else {
+        emit(&format!("{title}\n{}", table(&results)));
+    }
+    Ok(())
+}
+
+fn stats_json(s: &tensormem_examples::models::llama::EngineStats) -> serde_json::Value {
+    json!({
+        "steps": s.steps, "prefill_tokens": s.prefill_tokens, "decode_tokens": s.decode_tokens,
+        "prefill_secs": s.prefill_secs, "decode_secs": s.decode_secs,
+        "recomputed_tokens": s.recomputed_tokens, "preemptions": s.preemptions,
+        "max_batch": s.max_batch, "peak_kv_blocks": s.peak_kv_blocks,
+    })
 }
 
 fn finish_name(f: Finish) -> &'static str {

@@ -16,6 +16,7 @@ pub mod engine;
 pub mod forward;
 pub mod report;
 pub mod sampler;
+pub mod serve;
 pub mod synthetic;
 pub mod weights;
 

@@ -49,6 +49,11 @@ pub enum Finish {
 /// What a step produced for one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
+    /// Request `id` left the queue and joined the running batch.
+    Admitted {
+        /// The request.
+        id: usize,
+    },
     /// Request `id` generated `token`.
     Token {
         /// The request (the index [`Engine::add`] returned).
@@ -205,6 +210,16 @@ impl<'a> Engine<'a> {
         self.waiting.is_empty() && self.running.is_empty() && self.preempted.is_empty()
     }
 
+    /// Requests waiting for admission, running, and preempted.
+    pub fn queues(&self) -> (usize, usize, usize) {
+        (self.waiting.len(), self.running.len(), self.preempted.len())
+    }
+
+    /// Most KV blocks the cache may hold.
+    pub fn max_blocks(&self) -> usize {
+        self.max_blocks
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> &EngineStats {
         &self.stats
@@ -233,8 +248,12 @@ impl<'a> Engine<'a> {
             }
             self.collect_preempted(&mut chunks);
         }
+        let mut admitted = Vec::new();
         while budget > 0 && self.preempted.is_empty() && self.admit_next(budget)? {
             let i = self.running.len() - 1;
+            admitted.push(Event::Admitted {
+                id: self.running[i].id,
+            });
             if let Some(c) = self.reserve(i, budget)? {
                 budget -= c.tokens.len();
                 chunks.push((self.running[i].id, c));
@@ -279,7 +298,9 @@ impl<'a> Engine<'a> {
         } else {
             self.stats.prefill_secs += secs;
         }
-        self.finish_step(&chunks, logits)
+        let mut events = admitted;
+        events.extend(self.finish_step(&chunks, logits)?);
+        Ok(events)
     }
 
     /// Applies the forward pass's results: advances each chunk's request, samples where the
