@@ -4,12 +4,18 @@
 # memory report. MiniLM sentence embeddings when its model cache exists (scripts/fetch_minilm.sh
 # makes it), the MNIST CNN on the bundled digits otherwise.
 # Extra arguments go to the sample (e.g. --backend host, --json, --runs 50; see --help).
+# `scripts/infer.sh generate "prompt" ...` runs text generation instead (the SmolLM2 cache of
+# scripts/fetch_smollm2.sh, or --model-dir DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 
 cache="${TENSORMEM_CACHE:-$HOME/.cache/tensormem}/minilm"
-if [ -f "$cache/model.safetensors" ] && [ -f "$cache/tokenizer.json" ]; then
+if [ "${1:-}" = generate ]; then
+    shift
+    sample=generate
+    inputs=()
+elif [ -f "$cache/model.safetensors" ] && [ -f "$cache/tokenizer.json" ]; then
     sample=minilm
     inputs=("A man is eating food." "A man is eating a piece of bread." "The new movie is awesome.")
 else

@@ -9,7 +9,8 @@ Hugging Face Llama semantics) and writes DIR/reference.json:
 
     {"prompt", "ids" (prompt ids, no BOS: the GGUF's add_bos_token is false), "tokens" (the
      greedy ids), "text" (their decoding), "first_logits" (the first 8 logits of step 1),
-     "min_margin" (smallest top-1/top-2 logit gap met), "bos_added": false}
+     "margins" (each step's top-1/top-2 logit gap, to tell how far the tokens are from a tie),
+     "min_margin", "bos_added": false}
 
 It refuses (exit 1) a prompt whose greedy continuation is not plain text, a sign of a wrong
 conversion. With --gguf FILE it also checks two tensors of model.safetensors against a
@@ -161,14 +162,14 @@ def main():
     if bpe.decode(ids) != a.prompt:
         fail(f"the prompt does not round-trip: {bpe.decode(ids)!r}")
     w = {k: np.asarray(v, dtype=np.float64) for k, v in w.items()}
-    seq, first, margin = list(ids), None, float("inf")
+    seq, first, margins = list(ids), None, []
     print(f"smollm2_reference: prompt {a.prompt!r} = {ids}; {a.steps} greedy steps", file=sys.stderr)
     for _ in range(a.steps):
         row = logits(cfg, w, seq)[-1]
         if first is None:
             first = [float(v) for v in row[:8]]
         top = np.sort(row)[::-1]
-        margin = min(margin, float(top[0] - top[1]))
+        margins.append(float(top[0] - top[1]))
         seq.append(int(np.argmax(row)))
     tokens = seq[len(ids):]
     text = bpe.decode(tokens)
@@ -177,9 +178,9 @@ def main():
     if len(text) < 20 or letters < 0.9 * len(text):
         fail(f"the greedy continuation {text!r} does not look like text (a bad conversion?)")
     ref = {"prompt": a.prompt, "ids": ids, "bos_added": False, "steps": a.steps, "tokens": tokens,
-           "text": text, "first_logits": first, "min_margin": margin}
+           "text": text, "first_logits": first, "margins": margins, "min_margin": min(margins)}
     with open(os.path.join(a.dir, "reference.json"), "w") as f:
-        json.dump(ref, f, indent=1)
+        json.dump(ref, f, separators=(",", ": "))
         f.write("\n")
 
 
