@@ -7,6 +7,9 @@
                                    model to OUT/model.safetensors and its packed form to PACKED
   minilm-unpack PACKED OUT         rebuild OUT/model.safetensors from PACKED
   compare KIND REF GOT             compare a sample's --json output with the host reference
+                                   (KIND mnist, minilm, or generate: identical tokens)
+  llama-synthetic OUT              write a small Llama checkpoint with seeded random f16 weights
+                                   (config.json, model.safetensors, tokenizer.json) to OUT
   sha256 FILE                      print the file's sha256
   xz SRC DST / unxz SRC DST        compress / decompress one file (no xz program needed)
   nvrtc-dirs                       print the lib folders of pip-installed NVRTC wheels
@@ -189,12 +192,81 @@ def compare(kind, ref_path, got_path):
             for a, b in zip(rr, gr):
                 if not close(a, b, 1e-3, 0.0):
                     bad.append(f"cosine {b} vs {a}")
+    elif kind == "generate":
+        if len(ref["outputs"]) != len(got["outputs"]):
+            bad.append("prompt count differs")
+        for r, g in zip(ref["outputs"], got["outputs"]):
+            if r["tokens"] != g["tokens"]:
+                at = next((i for i, (a, b) in enumerate(zip(r["tokens"], g["tokens"])) if a != b),
+                          min(len(r["tokens"]), len(g["tokens"])))
+                bad.append(f"{r['prompt']!r}: tokens differ from position {at}")
+        t = got["timings"]
+        print(f"generate: prefill {t['prefill_tokens_per_s']:.1f} tokens/s, decode "
+              f"{t['decode_tokens_per_s']:.1f} tokens/s, KV reads "
+              f"{t['kv_read_bytes_per_s'] / 1e9:.2f} GB/s (H200 HBM3e peak: 4800 GB/s)")
     else:
         sys.exit(f"compare: unknown kind {kind}")
     print(f"compare {kind}: max abs difference {worst:.3g} against the host reference")
     for line in bad[:10]:
         print(f"  MISMATCH {line}")
     sys.exit(1 if bad else 0)
+
+
+LLAMA = {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024}
+
+
+def llama_synthetic(out):
+    """A Llama checkpoint of seeded random f16 weights; tokens are the words w0..w1020."""
+    os.makedirs(out, exist_ok=True)
+    c = dict(LLAMA, architectures=["LlamaForCausalLM"], model_type="llama", rms_norm_eps=1e-5,
+             rope_theta=10000.0, max_position_embeddings=2048, hidden_act="silu",
+             tie_word_embeddings=True, bos_token_id=0, eos_token_id=1)
+    h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    d = h // c["num_attention_heads"]
+    q, kv = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
+    rng = __import__("random").Random(20261203)
+    tensors = {"model.embed_tokens.weight": ([v, h], 1.0)}
+    for n in range(c["num_hidden_layers"]):
+        p = f"model.layers.{n}"
+        for name, shape, gain in [("self_attn.q_proj", [q, h], 2.0), ("self_attn.k_proj", [kv, h], 2.0),
+                                  ("self_attn.v_proj", [kv, h], 1.0), ("self_attn.o_proj", [h, q], 1.0),
+                                  ("mlp.gate_proj", [i, h], 1.0), ("mlp.up_proj", [i, h], 1.0),
+                                  ("mlp.down_proj", [h, i], 1.0)]:
+            tensors[f"{p}.{name}.weight"] = (shape, gain / math.sqrt(shape[1]))
+        tensors[f"{p}.input_layernorm.weight"] = ([h], None)
+        tensors[f"{p}.post_attention_layernorm.weight"] = ([h], None)
+    tensors["model.norm.weight"] = ([h], None)
+    header, blobs, offset = {}, [], 0
+    for name, (shape, scale) in tensors.items():
+        n = math.prod(shape)
+        vals = [1.0] * n if scale is None else [rng.gauss(0.0, scale) for _ in range(n)]
+        b = struct.pack(f"<{n}e", *vals)
+        header[name] = {"dtype": "F16", "shape": shape, "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * (-len(hb) % 8)
+    with open(os.path.join(out, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=1)
+    special = ["<s>", "</s>", "<unk>"]
+    vocab = {t: k for k, t in enumerate(special + [f"w{k}" for k in range(v - 3)])}
+    bos = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+    tok = {"version": "1.0", "truncation": None, "padding": None,
+           "added_tokens": [{"id": k, "content": t, "single_word": False, "lstrip": False,
+                             "rstrip": False, "normalized": False, "special": True}
+                            for k, t in enumerate(special)],
+           "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"},
+           "post_processor": {"type": "TemplateProcessing",
+                              "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+                              "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}},
+                                       {"Sequence": {"id": "B", "type_id": 1}}],
+                              "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}},
+           "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}}
+    with open(os.path.join(out, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
 
 
 def nvrtc_dirs():
@@ -257,6 +329,7 @@ def main(argv):
         "minilm-pack": (minilm_pack, 4),
         "minilm-unpack": (minilm_unpack, 2),
         "compare": (compare, 3),
+        "llama-synthetic": (llama_synthetic, 1),
         "sha256": (lambda p: print(sha256(p)), 1),
         "nvrtc-dirs": (nvrtc_dirs, 0),
         "fdwatch": (fdwatch, None),

@@ -36,13 +36,24 @@ fn decode_step_secs(model: &Llama, batch: usize, block: u32) -> f64 {
     let budget = geometry.block_bytes().next_multiple_of(256)
         * (batch * (PROMPT + STEPS + 1).div_ceil(block as usize)) as u64
         * 2;
-    let config = KvCacheConfig { geometry, budget, preemption: Preemption::Swap };
+    let config = KvCacheConfig {
+        geometry,
+        budget,
+        preemption: Preemption::Swap,
+    };
     let mut kv = KvCache::new(&model.decoder.rt, config).unwrap();
     let mut chunks = Vec::new();
     for b in 0..batch {
-        let prompt: Vec<u32> = (0..PROMPT).map(|i| (3 + (i * 31 + b * 7) % 4000) as u32).collect();
+        let prompt: Vec<u32> = (0..PROMPT)
+            .map(|i| (3 + (i * 31 + b * 7) % 4000) as u32)
+            .collect();
         let seq = kv.admit(&prompt, b as u64).unwrap().seq;
-        chunks.push(Chunk { seq, start: 0, tokens: prompt, logits: true });
+        chunks.push(Chunk {
+            seq,
+            start: 0,
+            tokens: prompt,
+            logits: true,
+        });
     }
     model.decoder.forward(&kv, &chunks).unwrap();
     let mut total = 0.0;
@@ -77,9 +88,14 @@ fn main() {
     println!(
         "decode, SmolLM2-135M shape (synthetic f32 weights), host backend, prompt {PROMPT}, \
          {STEPS} steps, {ROUNDS} rounds interleaved; load average {}",
-        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
-    println!("{:>6} {:>22} {:>22} {:>8}", "batch", "paged ms/token", "contiguous ms/token", "ratio");
+    println!(
+        "{:>6} {:>22} {:>22} {:>8}",
+        "batch", "paged ms/token", "contiguous ms/token", "ratio"
+    );
     for batch in [1usize, 8, 32] {
         let (mut paged, mut contiguous, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..ROUNDS {

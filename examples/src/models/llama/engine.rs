@@ -122,6 +122,9 @@ pub struct EngineStats {
     pub max_batch: usize,
     /// Most KV blocks in use at once.
     pub peak_kv_blocks: usize,
+    /// Key and value bytes the decode tokens' attention read (every visible position, every
+    /// layer): with `decode_secs`, the KV read bandwidth of decoding.
+    pub decode_kv_bytes: u64,
 }
 
 /// The batching engine (module doc).
@@ -284,6 +287,7 @@ impl<'a> Engine<'a> {
             if c.start >= prompt_len {
                 if c.tokens.len() == 1 && live.is_some_and(|l| l.tokens.len() == end) {
                     self.stats.decode_tokens += 1;
+                    self.stats.decode_kv_bytes += end as u64 * self.cache.geometry().token_bytes();
                     decode = true;
                 } else {
                     self.stats.recomputed_tokens += c.tokens.len() as u64;

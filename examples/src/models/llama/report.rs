@@ -44,6 +44,11 @@ impl GenerateReport {
         rate(self.engine.decode_tokens, self.engine.decode_secs)
     }
 
+    /// Key and value bytes read per second of decoding.
+    pub fn kv_read_rate(&self) -> f64 {
+        rate(self.engine.decode_kv_bytes, self.engine.decode_secs)
+    }
+
     /// The text form.
     pub fn to_text(&self) -> String {
         let l = &self.kv.ledger;
@@ -98,6 +103,10 @@ impl GenerateReport {
             e.steps,
             e.max_batch
         ));
+        s.push_str(&format!(
+            "  kv reads         {:.2} GB/s while decoding\n",
+            self.kv_read_rate() / 1e9
+        ));
         s
     }
 
@@ -136,6 +145,8 @@ impl GenerateReport {
                 "decode_secs": e.decode_secs,
                 "decode_tokens_per_s": self.decode_rate(),
                 "recomputed_tokens": e.recomputed_tokens,
+                "decode_kv_bytes": e.decode_kv_bytes,
+                "kv_read_bytes_per_s": self.kv_read_rate(),
             },
         })
     }
