@@ -44,6 +44,11 @@ pub fn first_non_finite(dtype: Dtype, chunk: &[u8]) -> Option<(usize, f32)> {
             .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
             .enumerate()
             .find(|(_, v)| !v.is_finite()),
+        Dtype::BF16 => chunk
+            .chunks_exact(2)
+            .map(|c| bf16_to_f32([c[0], c[1]]))
+            .enumerate()
+            .find(|(_, v)| !v.is_finite()),
         _ => None,
     }
 }
@@ -52,9 +57,22 @@ pub fn first_non_finite(dtype: Dtype, chunk: &[u8]) -> Option<(usize, f32)> {
 pub fn float_size(dtype: Dtype) -> usize {
     match dtype {
         Dtype::F32 => 4,
-        Dtype::F16 => 2,
+        Dtype::F16 | Dtype::BF16 => 2,
         _ => 1,
     }
+}
+
+/// A little-endian bfloat16 as f32 (exact: bf16 is f32's upper half).
+pub fn bf16_to_f32(b: [u8; 2]) -> f32 {
+    f32::from_bits(u32::from(u16::from_le_bytes(b)) << 16)
+}
+
+/// Little-endian bfloat16 bytes as f32 values.
+pub fn bf16_values(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(2)
+        .map(|c| bf16_to_f32([c[0], c[1]]))
+        .collect()
 }
 
 #[cfg(test)]

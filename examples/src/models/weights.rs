@@ -30,7 +30,7 @@ use safetensors::{Dtype, SafeTensors};
 use tensormem::ops::quant;
 use tensormem::{Error, Result, WeightFormat};
 
-use super::checks::{first_non_finite, float_size};
+use super::checks::{self, first_non_finite, float_size};
 use super::checksum::{self, file_checksum};
 
 /// Metadata key of a quantized file's format ("f16" or "int8"), written by `tensormem-quantize`.
@@ -205,7 +205,7 @@ impl WeightFile {
                 .map_err(|e| malformed(format!("not a safetensors file: {e}")))?;
             for (name, view) in st.tensors() {
                 let dtype = view.dtype();
-                if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::I8) {
+                if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::I8) {
                     continue;
                 }
                 let data = view.data();
@@ -336,7 +336,8 @@ impl WeightFile {
         }
     }
 
-    /// The format tensor `name` is stored in (int8 with the file's group size).
+    /// The format tensor `name` is stored in (int8 with the file's group size; bfloat16, which
+    /// is always converted, counts as f32).
     ///
     /// # Errors
     /// As `WeightFile::entry`.
@@ -407,6 +408,9 @@ impl WeightFile {
         let entry = self.entry(name, shape)?;
         let format = self.stored_format(name, shape)?;
         let bytes = &self.storage.bytes()[entry.start..entry.end];
+        if entry.dtype == Dtype::BF16 {
+            return Ok(checks::bf16_values(bytes));
+        }
         let scales: Vec<f32> = match self.scales.get(name) {
             Some(s) => bytemuck::pod_collect_to_vec(&self.storage.bytes()[s.start..s.end]),
             None => Vec::new(),
@@ -452,7 +456,8 @@ impl WeightFile {
         format: WeightFormat,
     ) -> Result<StoredWeight<'_>> {
         let entry = self.entry(name, shape)?;
-        if self.stored_format(name, shape)? == format {
+        // bfloat16 (as Hugging Face checkpoints ship) is always converted.
+        if entry.dtype != Dtype::BF16 && self.stored_format(name, shape)? == format {
             let scales = self
                 .scales
                 .get(name)
@@ -500,8 +505,13 @@ impl WeightFile {
         let (channels, inner) = (channels as usize, inner as usize);
         let (_, src_groups) = stored.groups(inner.max(1) as u64);
         let (_, groups) = format.groups(inner.max(1) as u64);
+        let bf16 = entry.dtype == Dtype::BF16;
         let (src_size, size) = (
-            stored.dtype().size() as usize,
+            if bf16 {
+                2
+            } else {
+                stored.dtype().size() as usize
+            },
             format.dtype().size() as usize,
         );
         let row_bytes = inner * src_size;
@@ -530,13 +540,12 @@ impl WeightFile {
             } else {
                 &[][..]
             };
-            let values = quant::dequantize(
-                &self.storage.bytes()[at..end],
-                piece_scales,
-                rows as u64,
-                inner as u64,
-                stored,
-            )?;
+            let piece = &self.storage.bytes()[at..end];
+            let values = if bf16 {
+                checks::bf16_values(piece)
+            } else {
+                quant::dequantize(piece, piece_scales, rows as u64, inner as u64, stored)?
+            };
             let q = quant::quantize(&values, rows as u64, inner as u64, format)?;
             // `quantize` pads each piece to whole words; the tensor is padded once, on upload.
             bytes.extend_from_slice(&q.bytes[..rows * inner * size]);

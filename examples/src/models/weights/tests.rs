@@ -187,3 +187,33 @@ fn a_directory_is_named_as_one() {
         }
     }
 }
+
+#[test]
+fn bfloat16_tensors_are_read_and_converted() {
+    // bf16 of 1.5, -2.0, 0.3125, 1024.0: the upper halves of their f32 bits.
+    let vals = [1.5f32, -2.0, 0.3125, 1024.0];
+    let bf: Vec<u8> = vals
+        .iter()
+        .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
+        .collect();
+    let nan: Vec<u8> = [0x7fc0u16, 0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let ok = vec![("w", TensorView::new(Dtype::BF16, vec![2, 2], &bf).unwrap())];
+    let bytes = safetensors::tensor::serialize(ok, None).unwrap();
+    let f = WeightFile::from_bytes(Path::new("bf16.safetensors"), bytes).unwrap();
+    assert_eq!(f.f32_values("w", &[2, 2]).unwrap(), vals);
+    let w = f.weight("w", &[2, 2], WeightFormat::F32).unwrap();
+    assert_eq!(bytemuck::pod_collect_to_vec::<u8, f32>(&w.bytes), vals);
+    assert!(
+        w.hash.is_none(),
+        "converted, never the file's bf16 bytes as f32"
+    );
+    let h = f.weight("w", &[2, 2], WeightFormat::F16).unwrap();
+    assert_eq!(h.bytes.len(), 8);
+    let bad = vec![("w", TensorView::new(Dtype::BF16, vec![2], &nan).unwrap())];
+    let bytes = safetensors::tensor::serialize(bad, None).unwrap();
+    let e = WeightFile::from_bytes(Path::new("nan.safetensors"), bytes).unwrap_err();
+    assert!(e.to_string().contains("NaN"), "{e}");
+}
