@@ -250,3 +250,22 @@ fn serve_replays_a_trace_beside_the_simulator() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(stderr(&bad).contains("missing.csv"), "{}", stderr(&bad));
 }
+
+#[test]
+fn a_refused_checkpoint_leaves_nothing_allocated() {
+    use std::sync::Arc;
+    use tensormem::{HostBackend, HostConfig, Runtime, RuntimeConfig, WeightFormat};
+    use tensormem_examples::models::llama::Llama;
+    let dir = model("leak");
+    // Wrong MLP width: the norms and attention matrices of layer 0 upload before it is found.
+    edit_config(&dir, "intermediate_size", "65");
+    let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    let rt = Runtime::new(backend, RuntimeConfig::default()).unwrap();
+    for format in [WeightFormat::F32, WeightFormat::Int8 { group: 0 }] {
+        let e = Llama::load(&rt, &dir, format).err().expect("refused");
+        assert!(e.to_string().contains("mlp"), "{e}");
+        rt.synchronize().unwrap();
+        rt.check_leaks().unwrap();
+        assert_eq!(rt.weights().report().tensors, 0);
+    }
+}

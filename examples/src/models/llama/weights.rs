@@ -145,52 +145,6 @@ impl LlamaWeights {
     /// device errors. Nothing stays allocated on error.
     pub fn load(rt: &Runtime, dir: &Path, cfg: &LlamaConfig, format: WeightFormat) -> Result<Self> {
         let files = Files::open(dir)?;
-        let mut loader = Loader {
-            rt,
-            files: &files,
-            format,
-            bytes: 0,
-        };
-        let (h, kv) = (cfg.hidden_size, cfg.kv_heads() * cfg.head_dim());
-        let qd = cfg.num_attention_heads * cfg.head_dim();
-        let embed = loader.linear("model.embed_tokens.weight", cfg.vocab_size, h, None)?;
-        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
-        for i in 0..cfg.num_hidden_layers {
-            let p = format!("model.layers.{i}");
-            let bias = |n: &str| Some(format!("{p}.self_attn.{n}_proj.bias"));
-            layers.push(Layer {
-                attn_norm: loader.vector(&format!("{p}.input_layernorm.weight"), h)?,
-                q: loader.linear(&format!("{p}.self_attn.q_proj.weight"), qd, h, bias("q"))?,
-                k: loader.linear(&format!("{p}.self_attn.k_proj.weight"), kv, h, bias("k"))?,
-                v: loader.linear(&format!("{p}.self_attn.v_proj.weight"), kv, h, bias("v"))?,
-                o: loader.linear(&format!("{p}.self_attn.o_proj.weight"), h, qd, None)?,
-                mlp_norm: loader.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
-                gate: loader.linear(
-                    &format!("{p}.mlp.gate_proj.weight"),
-                    cfg.intermediate_size,
-                    h,
-                    None,
-                )?,
-                up: loader.linear(
-                    &format!("{p}.mlp.up_proj.weight"),
-                    cfg.intermediate_size,
-                    h,
-                    None,
-                )?,
-                down: loader.linear(
-                    &format!("{p}.mlp.down_proj.weight"),
-                    h,
-                    cfg.intermediate_size,
-                    None,
-                )?,
-            });
-        }
-        let norm = loader.vector("model.norm.weight", h)?;
-        let lm_head = if cfg.tie_word_embeddings {
-            None
-        } else {
-            Some(loader.linear("lm_head.weight", cfg.vocab_size, h, None)?)
-        };
         let known = |n: &str| {
             n == "lm_head.weight"
                 || n.starts_with("model.layers.")
@@ -205,13 +159,21 @@ impl LlamaWeights {
                 message: format!("tensor '{extra}' is not part of a Llama-layout decoder"),
             });
         }
-        Ok(LlamaWeights {
-            embed,
-            layers,
-            norm,
-            lm_head,
-            bytes: loader.bytes,
-        })
+        let mut loader = Loader {
+            rt,
+            files: &files,
+            format,
+            bytes: 0,
+            held: HashMap::new(),
+        };
+        // Every tensor is uploaded first; on any error all of them are freed.
+        if let Err(e) = loader.upload_all(cfg) {
+            for (_, t) in loader.held.drain() {
+                let _ = rt.free(t);
+            }
+            return Err(e);
+        }
+        loader.assemble(cfg)
     }
 
     /// Frees every tensor.
@@ -246,62 +208,164 @@ impl LlamaWeights {
     }
 }
 
+/// What `load` needs of a matrix: its name, rows, columns, and whether a bias may follow.
+struct MatrixSpec {
+    name: String,
+    out: usize,
+    inp: usize,
+    bias: Option<String>,
+}
+
+/// The matrices and vectors of a checkpoint of `cfg`, in file-name order of use.
+fn specs(cfg: &LlamaConfig) -> (Vec<MatrixSpec>, Vec<(String, usize)>) {
+    let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+    let kv = cfg.kv_heads() * cfg.head_dim();
+    let qd = cfg.num_attention_heads * cfg.head_dim();
+    let m = |name: String, out, inp, bias: Option<String>| MatrixSpec {
+        name,
+        out,
+        inp,
+        bias,
+    };
+    let mut mats = vec![m(
+        "model.embed_tokens.weight".into(),
+        cfg.vocab_size,
+        h,
+        None,
+    )];
+    let mut vecs = vec![("model.norm.weight".to_string(), h)];
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("model.layers.{l}");
+        let attn = |n: &str, out, inp, bias: bool| {
+            let b = bias.then(|| format!("{p}.self_attn.{n}_proj.bias"));
+            m(format!("{p}.self_attn.{n}_proj.weight"), out, inp, b)
+        };
+        mats.push(attn("q", qd, h, true));
+        mats.push(attn("k", kv, h, true));
+        mats.push(attn("v", kv, h, true));
+        mats.push(attn("o", h, qd, false));
+        for (n, out, inp) in [("gate", i, h), ("up", i, h), ("down", h, i)] {
+            mats.push(m(format!("{p}.mlp.{n}_proj.weight"), out, inp, None));
+        }
+        vecs.push((format!("{p}.input_layernorm.weight"), h));
+        vecs.push((format!("{p}.post_attention_layernorm.weight"), h));
+    }
+    if !cfg.tie_word_embeddings {
+        mats.push(m("lm_head.weight".into(), cfg.vocab_size, h, None));
+    }
+    (mats, vecs)
+}
+
+/// Suffix of the key under which a matrix's int8 scales are held.
+const SCALES: &str = "#scales";
+
 struct Loader<'a> {
     rt: &'a Runtime,
     files: &'a Files,
     format: WeightFormat,
     bytes: u64,
+    /// Every uploaded tensor by name (scales under `name#scales`).
+    held: HashMap<String, Tensor>,
 }
 
 impl Loader<'_> {
-    fn upload(
-        &mut self,
-        dtype: DType,
-        shape: &[usize],
-        bytes: &[u8],
-        label: &str,
-    ) -> Result<Tensor> {
-        let t = self.rt.alloc(dtype, shape, label)?;
+    fn upload(&mut self, key: String, dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<()> {
+        let t = self.rt.alloc(dtype, shape, &key)?;
         if let Err(e) = self.rt.upload(&t, bytes) {
             let _ = self.rt.free(t);
             return Err(e);
         }
         self.bytes += t.size();
-        Ok(t)
+        self.held.insert(key, t);
+        Ok(())
     }
 
-    fn vector(&mut self, name: &str, len: usize) -> Result<Tensor> {
+    fn vector(&mut self, name: &str, len: usize) -> Result<()> {
         let values = self.files.file(name)?.f32_values(name, &[len])?;
-        self.upload(DType::F32, &[len], bytemuck::cast_slice(&values), name)
+        self.upload(
+            name.to_string(),
+            DType::F32,
+            &[len],
+            bytemuck::cast_slice(&values),
+        )
     }
 
-    fn linear(
-        &mut self,
-        name: &str,
-        out: usize,
-        inp: usize,
-        bias: Option<String>,
-    ) -> Result<Linear> {
-        let file = self.files.file(name)?;
-        let w = file.weight(name, &[out, inp], self.format)?;
-        let dtype = self.format.dtype();
-        let elems = w.bytes.len() as u64 / dtype.size();
-        let w_t = self.upload(dtype, &[elems as usize], &w.bytes, name)?;
-        let scales = match &w.scales {
-            Some(s) => Some(self.upload(DType::F32, &[s.len() / 4], s, name)?),
-            None => None,
+    fn upload_all(&mut self, cfg: &LlamaConfig) -> Result<()> {
+        let (mats, vecs) = specs(cfg);
+        for (name, len) in &vecs {
+            self.vector(name, *len)?;
+        }
+        for m in &mats {
+            let w = self
+                .files
+                .file(&m.name)?
+                .weight(&m.name, &[m.out, m.inp], self.format)?;
+            let dtype = self.format.dtype();
+            let elems = w.bytes.len() / dtype.size() as usize;
+            self.upload(m.name.clone(), dtype, &[elems], &w.bytes)?;
+            if let Some(s) = &w.scales {
+                self.upload(format!("{}{SCALES}", m.name), DType::F32, &[s.len() / 4], s)?;
+            }
+            if let Some(b) = m.bias.as_ref().filter(|b| self.files.has(b)) {
+                self.vector(b, m.out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the weights from the uploaded tensors (all present: `upload_all` succeeded).
+    fn assemble(mut self, cfg: &LlamaConfig) -> Result<LlamaWeights> {
+        let mut take = |key: &str| {
+            self.held
+                .remove(key)
+                .ok_or_else(|| Error::invariant("every tensor was uploaded", key.to_string()))
         };
-        let bias = match bias.filter(|b| self.files.has(b)) {
-            Some(b) => Some(self.vector(&b, out)?),
-            None => None,
+        let (mats, _) = specs(cfg);
+        let mut linears = HashMap::new();
+        for m in mats {
+            let scales = take(&format!("{}{SCALES}", m.name)).ok();
+            let bias = m.bias.as_deref().and_then(|b| take(b).ok());
+            let w = take(&m.name)?;
+            let l = Linear {
+                w,
+                scales,
+                bias,
+                out: m.out,
+                inp: m.inp,
+                format: self.format,
+            };
+            linears.insert(m.name, l);
+        }
+        let mut lin = |key: String| {
+            linears
+                .remove(&key)
+                .ok_or_else(|| Error::invariant("every matrix was uploaded", key))
         };
-        Ok(Linear {
-            w: w_t,
-            scales,
-            bias,
-            out,
-            inp,
-            format: self.format,
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for l in 0..cfg.num_hidden_layers {
+            let p = format!("model.layers.{l}");
+            layers.push(Layer {
+                attn_norm: take(&format!("{p}.input_layernorm.weight"))?,
+                q: lin(format!("{p}.self_attn.q_proj.weight"))?,
+                k: lin(format!("{p}.self_attn.k_proj.weight"))?,
+                v: lin(format!("{p}.self_attn.v_proj.weight"))?,
+                o: lin(format!("{p}.self_attn.o_proj.weight"))?,
+                mlp_norm: take(&format!("{p}.post_attention_layernorm.weight"))?,
+                gate: lin(format!("{p}.mlp.gate_proj.weight"))?,
+                up: lin(format!("{p}.mlp.up_proj.weight"))?,
+                down: lin(format!("{p}.mlp.down_proj.weight"))?,
+            });
+        }
+        Ok(LlamaWeights {
+            embed: lin("model.embed_tokens.weight".into())?,
+            layers,
+            norm: take("model.norm.weight")?,
+            lm_head: if cfg.tie_word_embeddings {
+                None
+            } else {
+                Some(lin("lm_head.weight".into())?)
+            },
+            bytes: self.bytes,
         })
     }
 }
