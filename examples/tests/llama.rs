@@ -21,7 +21,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tensormem::kv::{KvCache, KvCacheConfig, KvDType, Preemption};
-use tensormem::{HostBackend, HostConfig, Runtime, RuntimeConfig, WeightFormat};
+use tensormem::pool::{ReplayConfig, ReplayPool};
+use tensormem::{
+    ArenaConfig, ArenaPool, HostBackend, HostConfig, Runtime, RuntimeConfig, WeightFormat,
+};
 use tensormem_examples::models::llama::{
     Chunk, Engine, EngineConfig, Event, Llama, Request, Sampling,
 };
@@ -79,6 +82,24 @@ fn checkpoint(tied: bool) -> Option<(PathBuf, Value)> {
 fn host() -> Runtime {
     let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
     Runtime::new(backend, RuntimeConfig::default()).unwrap()
+}
+
+/// A host runtime whose device pool records and replays steps.
+fn host_replay() -> (Runtime, Arc<ReplayPool>) {
+    let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    let mut made = None;
+    let rt = Runtime::with_pool(backend, RuntimeConfig::default(), |front, budget| {
+        let dynamic = Arc::new(ArenaPool::with_budget(
+            front,
+            ArenaConfig::device(),
+            budget,
+        )?);
+        let pool = Arc::new(ReplayPool::new(dynamic, ReplayConfig::default()));
+        made = Some(pool.clone());
+        Ok(pool)
+    })
+    .unwrap();
+    (rt, made.unwrap())
 }
 
 fn cache(model: &Llama, dtype: KvDType, block: u32, budget: u64, how: Preemption) -> KvCache {
@@ -180,8 +201,10 @@ fn engine_tokens(tied: bool, step_tokens: usize, budget: u64, how: Preemption) -
     let Some((dir, reference)) = checkpoint(tied) else {
         return 0;
     };
-    let rt = host();
-    let model = Llama::load(&rt, &dir, WeightFormat::F32).unwrap();
+    // Steps through a record-and-replay pool: planned offsets must not change a token.
+    let (rt, replay) = host_replay();
+    let mut model = Llama::load(&rt, &dir, WeightFormat::F32).unwrap();
+    model.decoder.replay = Some(replay.clone());
     let mut kv = cache(&model, KvDType::F32, 4, budget, how);
     let cases = reference["cases"].as_array().unwrap();
     let mut engine = Engine::new(
@@ -221,6 +244,8 @@ fn engine_tokens(tied: bool, step_tokens: usize, budget: u64, how: Preemption) -
     }
     let preemptions = engine.stats().preemptions;
     drop(engine);
+    let r = replay.replay_stats();
+    assert!(r.planned > r.dynamic, "steps replayed their plans: {r:?}");
     assert_eq!(kv.stats().ledger.sequences, 0);
     kv.release().unwrap();
     model.decoder.weights.release(&rt).unwrap();

@@ -5,11 +5,13 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
 use serde_json::json;
 use tensormem::kv::{KvCache, KvCacheConfig, KvDType, Preemption};
-use tensormem::{Error, Result, Runtime};
+use tensormem::pool::{ReplayConfig, ReplayPool};
+use tensormem::{ArenaConfig, ArenaPool, Error, Result, Runtime};
 use tensormem_examples::backend_select;
 use tensormem_examples::cli::{self, DeviceArgs, DeviceBudget, EXIT_CODES, WeightChoice, emit};
 use tensormem_examples::models::llama::report::GenerateReport;
@@ -144,14 +146,31 @@ fn run(args: &Args) -> Result<()> {
     };
     let dir = model_dir(args)?;
     let selection = backend_select::select(args.device.backend, &args.device.select_options())?;
-    let rt = Runtime::new(selection.backend.clone(), args.device.runtime_config())?;
+    // Steps' intermediates go through a record-and-replay pool: a shape seen before replays its
+    // plan (forward.rs keys each step by its bucketed shape).
+    let mut replay = None;
+    let rt = Runtime::with_pool(
+        selection.backend.clone(),
+        args.device.runtime_config(),
+        |front, budget| {
+            let dynamic = Arc::new(ArenaPool::with_budget(
+                front,
+                ArenaConfig::device(),
+                budget,
+            )?);
+            let pool = Arc::new(ReplayPool::new(dynamic, ReplayConfig::default()));
+            replay = Some(pool.clone());
+            Ok(pool)
+        },
+    )?;
     let format = cli::WeightArgs {
         format: args.weights,
         group: 0,
         weights_file: None,
     }
     .format();
-    let model = Llama::load(&rt, &dir, format)?;
+    let mut model = Llama::load(&rt, &dir, format)?;
+    model.decoder.replay = replay;
     let result = match &args.serve {
         Some(trace) => serve(args, &rt, &model, budget, trace),
         None => generate(args, &rt, &model, budget, &selection.to_text()),
@@ -241,6 +260,7 @@ fn generate(args: &Args, rt: &Runtime, model: &Llama, budget: u64, backend: &str
         kv_dtype: args.kv_dtype.name(),
         engine: engine.stats().clone(),
         pool: rt.allocation_stats(),
+        replay: model.decoder.replay.as_ref().map(|r| r.replay_stats()),
     };
     drop(engine);
     let texts: Vec<String> = tokens

@@ -65,6 +65,7 @@ impl Llama {
                 rt: rt.clone(),
                 cfg,
                 weights,
+                replay: None,
             },
             tokenizer,
         })

@@ -10,7 +10,10 @@
 //! next), the output projection, the residual, and the SwiGLU MLP. Only the rows whose logits are
 //! asked for (a chunk's last token) go through the final norm and the vocabulary projection.
 
+use std::sync::Arc;
+
 use tensormem::kv::{KvCache, SeqId};
+use tensormem::pool::ReplayPool;
 use tensormem::{DType, Error, Op, Result, Runtime, Tensor, WeightFormat};
 
 use super::config::LlamaConfig;
@@ -37,6 +40,20 @@ pub struct Decoder {
     pub cfg: LlamaConfig,
     /// Device weights.
     pub weights: LlamaWeights,
+    /// The runtime's record-and-replay pool, when it has one: each step is bracketed as one
+    /// replay step keyed by its bucketed shape, so repeated shapes take their intermediates'
+    /// offsets from a plan.
+    pub replay: Option<Arc<ReplayPool>>,
+}
+
+/// The replay key of a step: its token count rounded up to a power of two (the bucket), the
+/// KV segments it reaches and the rows whose logits it computes (each changes the step's
+/// sequence of allocations).
+fn step_key(tokens: usize, segments: usize, logit_rows: usize) -> u64 {
+    let bucket = tokens.next_power_of_two() as u64;
+    (bucket << 32)
+        | ((segments as u64 & 0xffff) << 16)
+        | (logit_rows.next_power_of_two() as u64 & 0xffff)
 }
 
 /// Tensors of one step, freed together when the step ends (on success or error).
@@ -118,6 +135,22 @@ impl Decoder {
     /// An empty step, a sequence that is not resident, a cache of another geometry, device
     /// errors. The step's intermediates are freed on every path.
     pub fn forward(&self, cache: &KvCache, chunks: &[Chunk]) -> Result<Vec<Vec<f32>>> {
+        let Some(replay) = &self.replay else {
+            return self.step(cache, chunks);
+        };
+        let tokens = chunks.iter().map(|c| c.tokens.len()).sum();
+        let rows = chunks.iter().filter(|c| c.logits).count();
+        replay.begin_step_keyed(step_key(tokens, cache.segments().len(), rows))?;
+        let out = self.step(cache, chunks);
+        // Every intermediate of the step is freed by now (`step`'s scratch is dropped).
+        let ended = replay.end_step();
+        let out = out?;
+        ended?;
+        Ok(out)
+    }
+
+    /// One step (the module doc), outside any replay bracket.
+    fn step(&self, cache: &KvCache, chunks: &[Chunk]) -> Result<Vec<Vec<f32>>> {
         let cfg = &self.cfg;
         let (h, hd) = (cfg.hidden_size, cfg.head_dim());
         let (hq, hkv) = (cfg.num_attention_heads, cfg.kv_heads());

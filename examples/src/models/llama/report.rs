@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 use tensormem::kv::KvCacheStats;
-use tensormem::pool::AllocationStats;
+use tensormem::pool::{AllocationStats, ReplayStats};
 
 use super::engine::EngineStats;
 use crate::models::report::bytes;
@@ -23,6 +23,8 @@ pub struct GenerateReport {
     pub engine: EngineStats,
     /// The device pool's counters, when it keeps them.
     pub pool: Option<AllocationStats>,
+    /// The record-and-replay pool's counters, when steps ran through one.
+    pub replay: Option<ReplayStats>,
 }
 
 fn rate(tokens: u64, secs: f64) -> f64 {
@@ -73,6 +75,17 @@ impl GenerateReport {
                 bytes(p.peak_requested)
             ));
         }
+        if let Some(r) = &self.replay {
+            s.push_str(&format!(
+                "  activations      {} planned arena (lower bound {}), {} shapes; {} of {} \
+                 allocations from plans\n",
+                bytes(r.arena_size),
+                bytes(r.lower_bound),
+                r.shapes,
+                r.planned,
+                r.planned + r.dynamic
+            ));
+        }
         s.push_str("kv cache\n");
         s.push_str(&format!(
             "  blocks           {} held, peak {} in use, {} cached prefix\n",
@@ -117,6 +130,11 @@ impl GenerateReport {
         json!({
             "weight_bytes": self.weight_bytes,
             "device_peak_bytes": self.pool.as_ref().map(|p| p.peak_in_use),
+            "activations": self.replay.as_ref().map(|r| json!({
+                "arena_bytes": r.arena_size, "lower_bound_bytes": r.lower_bound,
+                "shapes": r.shapes, "planned_allocations": r.planned,
+                "dynamic_allocations": r.dynamic, "divergences": r.divergences,
+            })),
             "kv": {
                 "dtype": self.kv_dtype,
                 "block_tokens": self.block_tokens,
