@@ -39,11 +39,13 @@ mod analyze;
 mod chrome;
 mod html;
 mod json;
+mod kv;
 
 #[cfg(test)]
 mod tests;
 
 pub use analyze::{AnalyzeOptions, Finding, FindingKind, analyze};
+pub use kv::KvSummary;
 
 /// Whether an op reads or writes a tensor.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -135,6 +137,22 @@ pub enum EventKind {
         /// Bytes of the allocation the op's binding covers.
         size: u64,
     },
+    /// A paged KV cache's state after a change of its blocks ([`KvCache`](crate::kv::KvCache)):
+    /// the timeline's KV lane.
+    Kv {
+        /// Blocks held by sequences.
+        used: u64,
+        /// Idle blocks kept for their prefix.
+        cached: u64,
+        /// Free blocks of those the cache holds.
+        free: u64,
+        /// Tokens stored.
+        tokens: u64,
+        /// Prefix-cache hits so far.
+        hits: u64,
+        /// Blocks swapped out or in so far.
+        swapped: u64,
+    },
 }
 
 impl EventKind {
@@ -147,7 +165,9 @@ impl EventKind {
             | EventKind::Upload { id, .. }
             | EventKind::Download { id, .. }
             | EventKind::Use { id, .. } => Some(*id),
-            EventKind::BlockReserve { .. } | EventKind::BlockRelease { .. } => None,
+            EventKind::BlockReserve { .. }
+            | EventKind::BlockRelease { .. }
+            | EventKind::Kv { .. } => None,
         }
     }
 

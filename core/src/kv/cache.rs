@@ -20,6 +20,7 @@
 //!   blocks through transfers: the reference the device kernels are checked against, not a fast
 //!   path.
 
+mod lane;
 mod storage;
 #[cfg(test)]
 mod tests;
@@ -71,6 +72,8 @@ pub struct KvCache {
     /// Host buffers of finished swaps, kept for the next one.
     host_spare: Vec<Vec<u8>>,
     preempted: Vec<SeqId>,
+    /// The blocks' state last recorded in the trace (`lane`).
+    lane: Option<[u64; 5]>,
 }
 
 impl KvCache {
@@ -95,6 +98,7 @@ impl KvCache {
             host: HashMap::new(),
             host_spare: Vec::new(),
             preempted: Vec::new(),
+            lane: None,
         })
     }
 
@@ -118,6 +122,7 @@ impl KvCache {
             match self.ledger.admit(tokens, salt) {
                 Ok(a) => {
                     self.order.push(a.seq);
+                    self.record_lane();
                     return Ok(a);
                 }
                 Err(KvError::OutOfBlocks { .. }) if self.preempt_one(None)? => continue,
@@ -138,6 +143,7 @@ impl KvCache {
             match self.ledger.append(seq, token) {
                 Ok(slot) => {
                     self.run_copies()?;
+                    self.record_lane();
                     return Ok(slot);
                 }
                 Err(KvError::OutOfBlocks { .. }) if self.preempt_one(Some(seq))? => continue,
@@ -153,6 +159,7 @@ impl KvCache {
     pub fn fork(&mut self, seq: SeqId) -> Result<SeqId> {
         let child = self.ledger.fork(seq)?;
         self.order.push(child);
+        self.record_lane();
         Ok(child)
     }
 
@@ -161,7 +168,9 @@ impl KvCache {
     /// # Errors
     /// As [`KvLedger::truncate`].
     pub fn truncate(&mut self, seq: SeqId, len: usize) -> Result<()> {
-        Ok(self.ledger.truncate(seq, len)?)
+        self.ledger.truncate(seq, len)?;
+        self.record_lane();
+        Ok(())
     }
 
     /// Frees `seq` (resident or preempted).
@@ -172,6 +181,7 @@ impl KvCache {
         self.ledger.free(seq)?;
         self.order.retain(|&s| s != seq);
         self.host.remove(&seq);
+        self.record_lane();
         Ok(())
     }
 
@@ -194,6 +204,7 @@ impl KvCache {
         self.ledger.preempt(seq, how)?;
         self.order.retain(|&s| s != seq);
         self.preempted.push(seq);
+        self.record_lane();
         Ok(())
     }
 
@@ -236,6 +247,7 @@ impl KvCache {
         }
         let admission = resumed.admission;
         self.order.push(seq);
+        self.record_lane();
         Ok(admission)
     }
 

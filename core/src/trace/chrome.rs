@@ -2,7 +2,9 @@
 //!
 //! Layout: one process per pool (named after it) with two counter tracks, `in use` and `reserved`
 //! (bytes), and one complete slice (`ph: "X"`) per allocation lifetime, on as few threads (rows)
-//! as keep slices from overlapping; op uses are instant events on the allocation's row. The raw
+//! as keep slices from overlapping; op uses are instant events on the allocation's row. A paged KV
+//! cache's events make one more process, `kv cache`, with `blocks` (used, cached, free) and
+//! `tokens` counter tracks. The raw
 //! events ride along under `tensormemEvents` (ignored by the viewers) so [`Trace::from_json`]
 //! reads the file back losslessly.
 
@@ -38,6 +40,7 @@ impl Trace {
         let mut in_use: HashMap<&str, u128> = HashMap::new();
         let mut reserved: HashMap<&str, u128> = HashMap::new();
         let mut sizes: HashMap<u64, (&str, u64)> = HashMap::new();
+        let mut kv_named = false;
         let counter = |lines: &mut Vec<String>, name: &str, pool: &str, t: u64, v: u128| {
             lines.push(format!(
                 "{{\"ph\":\"C\",\"name\":\"{name}\",\"pid\":{},\"tid\":0,\"ts\":{},\"args\":{{\"bytes\":{v}}}}}",
@@ -72,6 +75,28 @@ impl Trace {
                     }
                     let v = *v;
                     counter(&mut lines, "reserved", pool, ev.time_ns, v);
+                }
+                EventKind::Kv {
+                    used,
+                    cached,
+                    free,
+                    tokens,
+                    ..
+                } => {
+                    let pid = pools.len() + 1;
+                    if !kv_named {
+                        kv_named = true;
+                        lines.push(format!(
+                            "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{pid},\"tid\":0,\"args\":{{\"name\":\"kv cache\"}}}}"
+                        ));
+                    }
+                    let t = us(ev.time_ns);
+                    lines.push(format!(
+                        "{{\"ph\":\"C\",\"name\":\"blocks\",\"pid\":{pid},\"tid\":0,\"ts\":{t},\"args\":{{\"used\":{used},\"cached\":{cached},\"free\":{free}}}}}"
+                    ));
+                    lines.push(format!(
+                        "{{\"ph\":\"C\",\"name\":\"tokens\",\"pid\":{pid},\"tid\":0,\"ts\":{t},\"args\":{{\"tokens\":{tokens}}}}}"
+                    ));
                 }
                 _ => {}
             }

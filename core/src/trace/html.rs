@@ -1,7 +1,8 @@
 //! The self-contained HTML memory timeline: one SVG chart per pool, every allocation a polygon
 //! stacked over time in the spirit of PyTorch's memory viewer (an allocation sits on top of the
 //! ones made before it and drops when one below it is freed). Hovering shows a `<title>` with
-//! label, size and lifetime. No script, no external resource: the file opens anywhere.
+//! label, size and lifetime. A paged KV cache's events add a lane of its blocks (used and cached)
+//! over the same axis. No script, no external resource: the file opens anywhere.
 //!
 //! The x axis is the event step (the index of an event in the trace), so bursts of activity stay
 //! readable whatever their wall-clock duration; times are in the hover text.
@@ -9,7 +10,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use super::Trace;
+use super::{EventKind, Trace};
 
 const WIDTH: f64 = 1100.0;
 const HEIGHT: f64 = 260.0;
@@ -194,7 +195,61 @@ impl Trace {
             }
             out.push_str("</svg>\n");
         }
+        self.kv_lane(&mut out);
         out.push_str("</body></html>\n");
         out
+    }
+
+    /// The KV cache's lane: blocks used (dark) and cached (light) over the event axis, when the
+    /// trace has KV events.
+    fn kv_lane(&self, out: &mut String) {
+        let n = self.events.len().max(1);
+        let points: Vec<(usize, u64, u64, u64, u64, u64)> = self
+            .events
+            .iter()
+            .enumerate()
+            .filter_map(|(step, e)| match e.kind {
+                EventKind::Kv {
+                    used,
+                    cached,
+                    tokens,
+                    hits,
+                    swapped,
+                    ..
+                } => Some((step, used, cached, tokens, hits, swapped)),
+                _ => None,
+            })
+            .collect();
+        let Some(&(_, _, _, _, hits, swapped)) = points.last() else {
+            return;
+        };
+        let peak = points.iter().map(|p| p.1 + p.2).max().unwrap_or(0).max(1);
+        let peak_used = points.iter().map(|p| p.1).max().unwrap_or(0);
+        let peak_tokens = points.iter().map(|p| p.3).max().unwrap_or(0);
+        let xs = |s: usize| LEFT + s as f64 * WIDTH / n as f64;
+        let ys = |b: u64| 10.0 + HEIGHT - b as f64 * HEIGHT / peak as f64;
+        let area = |top: &dyn Fn(&(usize, u64, u64, u64, u64, u64)) -> u64| {
+            let mut pts = format!("{:.1},{:.1} ", xs(points[0].0), ys(0));
+            for (i, p) in points.iter().enumerate() {
+                let end = points.get(i + 1).map_or(n, |q| q.0);
+                let y = ys(top(p));
+                let _ = write!(pts, "{:.1},{y:.1} {:.1},{y:.1} ", xs(p.0), xs(end));
+            }
+            let _ = write!(pts, "{:.1},{:.1}", xs(n), ys(0));
+            pts
+        };
+        let _ = write!(
+            out,
+            "<h2>kv cache (peak {peak_used} blocks used, {peak_tokens} tokens; {hits} prefix hits, \
+             {swapped} blocks swapped)</h2>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" \
+             height=\"{}\">\n<rect x=\"{LEFT}\" y=\"10\" width=\"{WIDTH}\" height=\"{HEIGHT}\" \
+             fill=\"#f4f4f4\"/>\n<text x=\"4\" y=\"20\" font-size=\"11\">{peak} blocks</text>\n\
+             <polygon points=\"{}\" fill=\"#b9d3ee\"><title>used + cached blocks</title></polygon>\n\
+             <polygon points=\"{}\" fill=\"#3a6ea5\"><title>blocks used by sequences</title></polygon>\n</svg>\n",
+            LEFT + WIDTH + 10.0,
+            HEIGHT + 40.0,
+            area(&|p| p.1 + p.2),
+            area(&|p| p.1),
+        );
     }
 }

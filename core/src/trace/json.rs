@@ -93,6 +93,19 @@ pub(super) fn write_event(out: &mut String, ev: &TraceEvent) {
             );
             write_str(out, op);
         }
+        EventKind::Kv {
+            used,
+            cached,
+            free,
+            tokens,
+            hits,
+            swapped,
+        } => {
+            let _ = write!(
+                out,
+                "\"kv\",\"used\":{used},\"cached\":{cached},\"free\":{free},\"tokens\":{tokens},\"hits\":{hits},\"swapped\":{swapped}"
+            );
+        }
     }
     if let Some(bt) = &ev.backtrace {
         out.push_str(",\"bt\":");
@@ -181,6 +194,14 @@ impl Reader<'_> {
                         );
                     }
                 },
+            },
+            "kv" => EventKind::Kv {
+                used: self.u64(o, "used")?,
+                cached: self.u64(o, "cached")?,
+                free: self.u64(o, "free")?,
+                tokens: self.u64(o, "tokens")?,
+                hits: self.u64(o, "hits")?,
+                swapped: self.u64(o, "swapped")?,
             },
             other => return Err(self.err(format!("unknown event kind '{other}'"))),
         };

@@ -66,6 +66,7 @@ fn pool_events_are_recorded_in_order() {
             EventKind::Upload { .. } => "upload",
             EventKind::Download { .. } => "download",
             EventKind::Use { .. } => "use",
+            EventKind::Kv { .. } => "kv",
         })
         .collect();
     assert_eq!(

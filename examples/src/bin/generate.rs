@@ -11,7 +11,7 @@ use clap::Parser;
 use serde_json::json;
 use tensormem::kv::{KvCache, KvCacheConfig, KvDType, Preemption};
 use tensormem::pool::{ReplayConfig, ReplayPool};
-use tensormem::{ArenaConfig, ArenaPool, Error, Result, Runtime};
+use tensormem::{ArenaConfig, ArenaPool, Error, Result, Runtime, Tracer};
 use tensormem_examples::backend_select;
 use tensormem_examples::cli::{self, DeviceArgs, DeviceBudget, EXIT_CODES, WeightChoice, emit};
 use tensormem_examples::models::llama::report::GenerateReport;
@@ -99,6 +99,10 @@ struct Args {
     /// Print one JSON object (tokens, text, report, timings) instead of streaming text.
     #[arg(long)]
     json: bool,
+    /// Record every allocation, transfer, tensor use and the KV cache's blocks over the run and
+    /// write them as Chrome trace JSON (`tensormem-report` shows the KV cache as its own lane).
+    #[arg(long, value_name = "OUT.json")]
+    trace: Option<PathBuf>,
 }
 
 fn parse_kv_dtype(s: &str) -> std::result::Result<KvDType, String> {
@@ -169,6 +173,8 @@ fn run(args: &Args) -> Result<()> {
         weights_file: None,
     }
     .format();
+    let tracer = args.trace.as_ref().map(|_| Tracer::new());
+    rt.set_tracer(tracer.clone());
     let mut model = Llama::load(&rt, &dir, format)?;
     model.decoder.replay = replay;
     let result = match &args.serve {
@@ -176,6 +182,18 @@ fn run(args: &Args) -> Result<()> {
         None => generate(args, &rt, &model, budget, &selection.to_text()),
     };
     let released = model.decoder.weights.release(&rt);
+    if let (Some(path), Some(tracer)) = (&args.trace, &tracer) {
+        let trace = tracer.snapshot();
+        std::fs::write(path, trace.to_chrome_json()).map_err(|source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        eprintln!(
+            "generate: trace of {} events written to {}",
+            trace.events.len(),
+            path.display()
+        );
+    }
     result.and(released)
 }
 

@@ -135,6 +135,18 @@ fn run(args: &Args) -> Result<(), Error> {
             }
         }
     }
+    if let Some(kv) = trace.kv_summary() {
+        outln!(
+            out,
+            "kv cache: peak {} blocks used ({} with cached prefixes), {} tokens; {} prefix hits, \
+             {} blocks swapped",
+            kv.peak_used,
+            kv.peak_held,
+            kv.peak_tokens,
+            kv.hits,
+            kv.swapped
+        );
+    }
     if let Some(path) = &args.html {
         outln!(out, "timeline written to {}", path.display());
     }

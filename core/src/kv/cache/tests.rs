@@ -267,3 +267,43 @@ fn block_tables_are_one_u32_tensor_padded_per_batch() {
     rt.free(t).unwrap();
     c.release().unwrap();
 }
+
+#[test]
+fn a_traced_cache_records_its_blocks_as_a_lane() {
+    let rt = runtime(false, None);
+    let tracer = crate::Tracer::new();
+    rt.set_tracer(Some(tracer.clone()));
+    let mut c = cache(&rt, KvDType::F32, 6, Preemption::Swap);
+    let a = c.admit(&(0..8).collect::<Vec<_>>(), 0).unwrap().seq;
+    // Appends inside the last block change only the tokens: no new event.
+    let before = tracer.snapshot().events.len();
+    c.append(a, 8).unwrap(); // a third block
+    c.append(a, 9).unwrap(); // same block
+    let lanes = |t: &crate::Tracer| {
+        t.snapshot()
+            .events
+            .into_iter()
+            .filter_map(|e| match e.kind {
+                crate::trace::EventKind::Kv { used, tokens, .. } => Some((used, tokens)),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(lanes(&tracer), vec![(2, 8), (3, 9)]);
+    assert!(tracer.snapshot().events.len() > before);
+    let b = c.admit(&(0..8).collect::<Vec<_>>(), 0).unwrap().seq;
+    c.free(b).unwrap();
+    let trace = tracer.snapshot();
+    let kv = trace.kv_summary().unwrap();
+    assert_eq!(
+        (kv.peak_used, kv.hits),
+        (4, 1),
+        "the second prompt hit its first block"
+    );
+    let json = trace.to_chrome_json();
+    assert!(json.contains("\"kv cache\"") && json.contains("\"blocks\""));
+    let back = crate::trace::Trace::from_json(&json, "mem").unwrap();
+    assert_eq!(back.kv_summary(), Some(kv));
+    assert!(trace.to_html("t").contains("kv cache (peak 4 blocks used"));
+    c.release().unwrap();
+}
