@@ -12,6 +12,9 @@ use std::fmt::Write as _;
 
 use super::{EventKind, Trace};
 
+/// One KV event for the lane: (event step, used, cached, tokens, hits, swapped).
+type KvPoint = (usize, u64, u64, u64, u64, u64);
+
 const WIDTH: f64 = 1100.0;
 const HEIGHT: f64 = 260.0;
 const LEFT: f64 = 90.0;
@@ -204,7 +207,7 @@ impl Trace {
     /// trace has KV events.
     fn kv_lane(&self, out: &mut String) {
         let n = self.events.len().max(1);
-        let points: Vec<(usize, u64, u64, u64, u64, u64)> = self
+        let points: Vec<KvPoint> = self
             .events
             .iter()
             .enumerate()
@@ -228,7 +231,7 @@ impl Trace {
         let peak_tokens = points.iter().map(|p| p.3).max().unwrap_or(0);
         let xs = |s: usize| LEFT + s as f64 * WIDTH / n as f64;
         let ys = |b: u64| 10.0 + HEIGHT - b as f64 * HEIGHT / peak as f64;
-        let area = |top: &dyn Fn(&(usize, u64, u64, u64, u64, u64)) -> u64| {
+        let area = |top: &dyn Fn(&KvPoint) -> u64| {
             let mut pts = format!("{:.1},{:.1} ", xs(points[0].0), ys(0));
             for (i, p) in points.iter().enumerate() {
                 let end = points.get(i + 1).map_or(n, |q| q.0);
