@@ -10,7 +10,8 @@
 //     correct and element counts up to 2^32 - 1 never overflow an index;
 //   * row kernels (layernorm, softmax, l2normalize) use one block per row, a power-of-two block
 //     size and blockDim.x floats of dynamic shared memory for the reductions.
-// No headers: NVRTC provides the built-ins (erff, expf, sqrtf, fmaxf, __int_as_float).
+// No headers: NVRTC provides the built-ins (erff, expf, sqrtf, fmaxf, __int_as_float, pow,
+// sinf, cosf, roundf).
 
 typedef unsigned int u32;
 typedef unsigned long long u64;

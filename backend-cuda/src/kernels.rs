@@ -22,8 +22,12 @@ use crate::nvrtc;
 use crate::timeline::lock;
 use crate::toolchain::{CodeTarget, Toolchain};
 
-/// The CUDA C source of every kernel.
-pub(crate) const SOURCE: &str = include_str!("kernels.cu");
+/// The CUDA C source of every kernel: `kernels.cu`, then the decoder ops of `kernels/llm.cu`.
+pub(crate) const SOURCE: &str = concat!(
+    include_str!("kernels.cu"),
+    "\n#line 1 \"kernels/llm.cu\"\n",
+    include_str!("kernels/llm.cu")
+);
 
 /// Compiled images per code target, compiled once per process.
 fn image_cache() -> &'static Mutex<HashMap<CodeTarget, Arc<Vec<u8>>>> {

@@ -58,7 +58,7 @@ pub(crate) struct KernelCall {
 }
 
 /// Every kernel `kernels.cu` defines; `kernels.rs` loads each of them at startup.
-pub(crate) const KERNEL_NAMES: [&str; 16] = [
+pub(crate) const KERNEL_NAMES: [&str; 21] = [
     "tm_matmul",
     "tm_add",
     "tm_mul",
@@ -75,6 +75,11 @@ pub(crate) const KERNEL_NAMES: [&str; 16] = [
     "tm_permute",
     "tm_copy",
     "tm_fill_zero_bytes",
+    "tm_rmsnorm",
+    "tm_rope",
+    "tm_silu_mul",
+    "tm_kv_write",
+    "tm_paged_attention",
 ];
 
 fn blocks_for(elements: u64, per_block: u32) -> u32 {
@@ -397,12 +402,8 @@ pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
         | Op::Rope { .. }
         | Op::SiluMul { .. }
         | Op::KvWrite { .. }
-        | Op::PagedAttention { .. } => {
-            return Err(Error::Unsupported {
-                backend: "cuda",
-                what: format!("{} has no CUDA kernel yet", op.name()),
-            });
-        }
+        | Op::PagedAttention { .. } => llm::plan_call(op, addrs, sig.outputs[0].len)
+            .ok_or_else(|| Error::invariant("decoder ops have a plan", op.name()))?,
     })
 }
 
@@ -424,5 +425,6 @@ fn u32_arg(op: &Op, what: &str, v: u64) -> Result<u32> {
     })
 }
 
+mod llm;
 #[cfg(test)]
 mod tests;

@@ -24,6 +24,13 @@ float erff(float);
 float expf(float);
 float sqrtf(float);
 float fmaxf(float, float);
+float fminf(float, float);
+float fabsf(float);
+float roundf(float);
+float sinf(float);
+float cosf(float);
+double pow(double, double);
+int __float_as_int(float);
 "#;
 
 /// The CUDA source parses as C++ under the shim: catches syntax and type errors (undeclared

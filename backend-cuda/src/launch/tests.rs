@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 
 use super::*;
 
-const SOURCE: &str = include_str!("../kernels.cu");
+use tensormem::ops::{KvDType, KvLayout};
+
+use super::llm::PAGED_ATTENTION_BLOCK;
+use crate::kernels::SOURCE;
 
 /// Kind of one kernel parameter as declared in `kernels.cu`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -178,7 +181,55 @@ fn f32_ops() -> Vec<Op> {
             perm: [0, 2, 1, 3],
         },
         Op::Copy { len: 7 },
+        Op::RmsNorm {
+            rows: 3,
+            cols: 10,
+            eps: 1e-6,
+        },
+        Op::Rope {
+            tokens: 2,
+            heads: 3,
+            head_dim: 4,
+            theta: 10_000.0,
+        },
+        Op::SiluMul { len: 9 },
+        Op::KvWrite {
+            kv: small_kv(),
+            blocks: 3,
+            stride: small_kv().block_bytes().next_multiple_of(4) as u32,
+            layer: 1,
+            tokens: 5,
+        },
+        paged_attention(false, false),
+        paged_attention(true, true),
     ]
+}
+
+fn small_kv() -> KvLayout {
+    KvLayout {
+        layers: 2,
+        kv_heads: 2,
+        head_dim: 3,
+        block_tokens: 4,
+        dtype: KvDType::Int8,
+    }
+}
+
+fn paged_attention(carry_in: bool, carry_out: bool) -> Op {
+    Op::PagedAttention {
+        kv: small_kv(),
+        blocks: 3,
+        stride: small_kv().block_bytes().next_multiple_of(4) as u32,
+        first_block: 2,
+        layer: 1,
+        tokens: 5,
+        q_heads: 4,
+        rows: 2,
+        width: 3,
+        scale: 0.5,
+        carry_in,
+        carry_out,
+    }
 }
 
 fn addrs_for(op: &Op) -> Vec<u64> {
@@ -360,4 +411,51 @@ fn int8_matmul_passes_scales_and_groups() {
     assert_eq!(call.args[3], Arg::Ptr(40));
     let n = call.args.len();
     assert_eq!(call.args[n - 3..], [Arg::U32(1), Arg::U32(13), Arg::U32(1)]);
+}
+
+#[test]
+fn kv_ops_pass_their_layout_and_carry() {
+    // 2 layers x 2 (K, V) x 2 heads x 4 tokens x 3 int8 elements, then the scales.
+    let scales_at = Arg::U32(2 * 2 * 2 * 4 * 3);
+    let op = paged_attention(false, false);
+    let call = plan_call(&op, &[10, 20, 30, 40, 50]).unwrap();
+    assert_eq!(call.kernel, "tm_paged_attention");
+    assert_eq!(
+        call.args[..6],
+        [
+            Arg::Ptr(10),
+            Arg::Ptr(20),
+            Arg::Ptr(30),
+            Arg::Ptr(40),
+            Arg::Ptr(0),
+            Arg::Ptr(50)
+        ]
+    );
+    assert_eq!(call.args[9], Arg::U32(2), "int8 is dtype 2");
+    assert_eq!(call.args[21], scales_at);
+    assert_eq!(
+        call.dims,
+        LaunchDims {
+            grid: (5 * 4, 1, 1),
+            block: (PAGED_ATTENTION_BLOCK, 1, 1),
+            shared_bytes: 0
+        }
+    );
+    let call = plan_call(&paged_attention(true, true), &[10, 20, 30, 40, 50, 60]).unwrap();
+    assert_eq!(call.args[4..6], [Arg::Ptr(50), Arg::Ptr(60)]);
+    assert_eq!(call.args[19..21], [Arg::U32(1), Arg::U32(1)]);
+
+    let op = Op::KvWrite {
+        kv: small_kv(),
+        blocks: 3,
+        stride: 400,
+        layer: 1,
+        tokens: 5,
+    };
+    let call = plan_call(&op, &[1, 2, 3, 4]).unwrap();
+    assert_eq!(call.kernel, "tm_kv_write");
+    // One thread per (token, K/V head pair).
+    assert_eq!(call.args[12], Arg::U32(4));
+    assert_eq!(call.args[13], scales_at);
+    assert_eq!(call.dims, elementwise_dims(5 * 4));
 }

@@ -42,9 +42,16 @@ pub async fn run_on_target(
         );
     }
     let out = sig.outputs[0];
-    let output = rt
-        .alloc(out.dtype, &[out.len as usize], "op output")
-        .map_err(fail("output"))?;
+    // An op that updates its output starts from the bytes the reference starts from.
+    let output = match samples::initial_output(op) {
+        Some(init) => ctx
+            .tensor_from(rt, out.dtype, &[out.len as usize], &init, "op output")
+            .await
+            .map_err(fail("output"))?,
+        None => rt
+            .alloc(out.dtype, &[out.len as usize], "op output")
+            .map_err(fail("output"))?,
+    };
     let inputs: Vec<&Tensor> = tensors.iter().collect();
     rt.dispatch(op, &inputs, &[&output])
         .map_err(fail(&format!("dispatch {op:?}")))?;

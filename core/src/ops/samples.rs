@@ -15,6 +15,12 @@ use super::quant::f32_to_f16;
 use super::{DType, Op, WeightFormat};
 use crate::Result;
 
+mod llm;
+mod split;
+
+pub use llm::initial_output;
+pub use split::{segment_instances, split_instances};
+
 /// A small deterministic generator (xorshift64*), so a failing case replays.
 pub struct Rng(u64);
 
@@ -80,6 +86,7 @@ pub fn instances() -> Vec<Op> {
         rows: 19,
         weight_format: WeightFormat::F32,
     };
+    ops.extend(llm::instances());
     for (op, format) in [
         (mm(1, 5, 7, 13, true, true, true), WeightFormat::F16),
         (mm(2, 9, 13, 31, false, false, false), WeightFormat::F16),
@@ -238,236 +245,6 @@ fn f32_instances() -> Vec<Op> {
     ]
 }
 
-/// Ops of every kind the validating front splits across bindings, each with a binding limit that
-/// some of its operands exceed while a split keeps it at offsets on 256 bytes (4 KiB; 64 KiB for
-/// the mean pool, whose mask rows need 64 units per part).
-pub fn split_instances() -> Vec<(Op, u64)> {
-    let mean_pool = Op::MeanPool {
-        batch: 12,
-        seq: 64,
-        dim: 64,
-    };
-    let small = [
-        Op::Add {
-            len: 3001,
-            b_len: 3001,
-        },
-        Op::Mul {
-            len: 96 * 40,
-            b_len: 96,
-        },
-        Op::Gelu { len: 2049 },
-        Op::Scale {
-            len: 5000,
-            alpha: -0.5,
-        },
-        Op::Relu { len: 1500 },
-        Op::Copy { len: 1111 },
-        Op::LayerNorm {
-            rows: 50,
-            cols: 96,
-            eps: 1e-5,
-        },
-        Op::Softmax {
-            rows: 48,
-            cols: 64,
-            masked: true,
-            rows_per_mask: 4,
-        },
-        Op::Softmax {
-            rows: 33,
-            cols: 64,
-            masked: false,
-            rows_per_mask: 1,
-        },
-        Op::L2Normalize {
-            rows: 40,
-            cols: 64,
-            eps: 1e-12,
-        },
-        Op::Embedding {
-            vocab: 50,
-            dim: 16,
-            rows: 300,
-            weight_format: WeightFormat::F32,
-        },
-        Op::Embedding {
-            vocab: 50,
-            dim: 16,
-            rows: 300,
-            weight_format: WeightFormat::Int8 { group: 0 },
-        },
-        Op::MatMul {
-            batch: 1,
-            m: 70,
-            n: 24,
-            k: 16,
-            trans_a: false,
-            trans_b: true,
-            broadcast_b: true,
-            bias: true,
-            alpha: 1.0,
-            weight_format: WeightFormat::F32,
-        },
-        Op::MatMul {
-            batch: 3,
-            m: 20,
-            n: 24,
-            k: 16,
-            trans_a: false,
-            trans_b: false,
-            broadcast_b: true,
-            bias: false,
-            alpha: 0.5,
-            weight_format: WeightFormat::F16,
-        },
-        Op::MatMul {
-            batch: 12,
-            m: 8,
-            n: 16,
-            k: 8,
-            trans_a: true,
-            trans_b: false,
-            broadcast_b: false,
-            bias: false,
-            alpha: 1.0,
-            weight_format: WeightFormat::F32,
-        },
-        Op::Conv2d {
-            n: 6,
-            c_in: 2,
-            h: 8,
-            w: 8,
-            c_out: 4,
-            kh: 3,
-            kw: 3,
-            stride: 1,
-            pad: 1,
-            bias: true,
-            weight_format: WeightFormat::F32,
-        },
-        Op::MaxPool2d {
-            n: 3,
-            c: 8,
-            h: 16,
-            w: 16,
-            k: 2,
-            stride: 2,
-        },
-        Op::Permute {
-            dims: [6, 8, 4, 8],
-            perm: [0, 2, 1, 3],
-        },
-    ];
-    let mut ops: Vec<(Op, u64)> = small.into_iter().map(|op| (op, 1 << 12)).collect();
-    ops.push((mean_pool, 1 << 16));
-    ops
-}
-
-/// One instance of every op the validating front can cut into parts, each with at least 256
-/// units along its split axis: enough that a tensor of it splits into several segments cut at
-/// the coarsest step any backend's binding alignment asks (64 units of 4 bytes at CUDA's 256-byte
-/// alignment), with the operands every part reads whole (weights, biases, tables) small. The
-/// conformance suite runs them over segmented tensors ([`Op::split_shapes`]).
-pub fn segment_instances() -> Vec<Op> {
-    let matmul = |batch, m, n, k, broadcast_b, weight_format| Op::MatMul {
-        batch,
-        m,
-        n,
-        k,
-        trans_a: false,
-        trans_b: broadcast_b,
-        broadcast_b,
-        bias: broadcast_b,
-        alpha: 0.75,
-        weight_format,
-    };
-    vec![
-        Op::Add {
-            len: 6000,
-            b_len: 6000,
-        },
-        Op::Mul {
-            len: 256 * 40,
-            b_len: 40,
-        },
-        Op::Gelu { len: 5001 },
-        Op::Scale {
-            len: 5000,
-            alpha: 1.5,
-        },
-        Op::Relu { len: 4099 },
-        Op::Copy { len: 3333 },
-        Op::LayerNorm {
-            rows: 256,
-            cols: 40,
-            eps: 1e-5,
-        },
-        Op::Softmax {
-            rows: 512,
-            cols: 16,
-            masked: true,
-            rows_per_mask: 2,
-        },
-        Op::Softmax {
-            rows: 256,
-            cols: 24,
-            masked: false,
-            rows_per_mask: 1,
-        },
-        Op::L2Normalize {
-            rows: 256,
-            cols: 20,
-            eps: 1e-12,
-        },
-        Op::Embedding {
-            vocab: 50,
-            dim: 16,
-            rows: 512,
-            weight_format: WeightFormat::F32,
-        },
-        Op::Embedding {
-            vocab: 50,
-            dim: 16,
-            rows: 512,
-            weight_format: WeightFormat::Int8 { group: 0 },
-        },
-        matmul(1, 256, 24, 16, true, WeightFormat::F32),
-        matmul(1, 256, 24, 16, true, WeightFormat::F16),
-        matmul(256, 2, 8, 4, false, WeightFormat::F32),
-        Op::MeanPool {
-            batch: 256,
-            seq: 8,
-            dim: 8,
-        },
-        Op::Conv2d {
-            n: 256,
-            c_in: 2,
-            h: 4,
-            w: 4,
-            c_out: 4,
-            kh: 3,
-            kw: 3,
-            stride: 1,
-            pad: 1,
-            bias: true,
-            weight_format: WeightFormat::F32,
-        },
-        Op::MaxPool2d {
-            n: 16,
-            c: 16,
-            h: 4,
-            w: 4,
-            k: 2,
-            stride: 2,
-        },
-        Op::Permute {
-            dims: [256, 2, 3, 4],
-            perm: [0, 2, 1, 3],
-        },
-    ]
-}
-
 /// Input bytes suited to `op`: token ids within the vocabulary (and one beyond it, which must give
 /// a zero row), 0/1 masks whose first row drops everything, values in `[-1.5, 1.5)` otherwise.
 ///
@@ -475,6 +252,9 @@ pub fn segment_instances() -> Vec<Op> {
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid op.
 pub fn inputs(op: &Op, rng: &mut Rng) -> Result<Vec<Vec<u8>>> {
     let sig = op.signature()?;
+    if let Some(inputs) = llm::inputs(op, rng) {
+        return Ok(inputs);
+    }
     Ok(sig
         .inputs
         .iter()
@@ -527,13 +307,14 @@ fn padded(mut bytes: Vec<u8>) -> Vec<u8> {
     bytes
 }
 
-/// The host reference's output for `op` on `inputs`.
+/// The host reference's output for `op` on `inputs`, starting from [`initial_output`] for an op
+/// that [updates its output](Op::updates_output) (a device run must start from the same bytes).
 ///
 /// # Errors
 /// As [`host::run`].
 pub fn reference(op: &Op, inputs: &[Vec<u8>]) -> Result<Vec<u8>> {
     let sig = op.signature()?;
-    let mut out = vec![0u8; sig.outputs[0].size() as usize];
+    let mut out = initial_output(op).unwrap_or_else(|| vec![0u8; sig.outputs[0].size() as usize]);
     let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
     host::run(op, &refs, &mut [out.as_mut_slice()])?;
     Ok(out)
@@ -568,9 +349,13 @@ pub fn compare_f32(got: &[u8], want: &[u8], tol: f32) -> std::result::Result<(),
     Ok(())
 }
 
-/// Checks a device output of `op` against the reference: bit-exact for [`exact`] ops, else
-/// [`compare_f32`] with a tolerance of 1e-5.
+/// Checks a device output of `op` against the reference: bit-exact for [`exact`] ops, a KV
+/// segment by its layout (f32 and f16 exact, int8 within a rounding), else [`compare_f32`] with
+/// a tolerance of 1e-5.
 pub fn check(op: &Op, got: &[u8], want: &[u8]) -> std::result::Result<(), String> {
+    if let Some(result) = llm::check(op, got, want) {
+        return result;
+    }
     if exact(op) {
         if got == want {
             return Ok(());

@@ -32,7 +32,7 @@
 //!   65535 ([`MAX_WORKGROUPS_PER_DIM`]) spills into y, and kernels linearise
 //!   `wid.x + wid.y * num_workgroups.x`. Every kernel bounds-checks, so surplus invocations do
 //!   nothing.
-//! - Per operand at most 2³² − 1 elements (kernels index in u32); at most 5 storage bindings per
+//! - Per operand at most 2³² − 1 elements (kernels index in u32); at most 6 storage bindings per
 //!   kernel (WebGPU's default limit is 8).
 //! - **Weight formats** ([`WeightFormat`]): the weight operand of matmul (`b`), conv2d (`weight`)
 //!   and embedding (`table`) is `array<f32>`, or `array<u32>` holding two f16 (read with
@@ -58,11 +58,25 @@
 //! | `conv2d`, `conv2d_bias` (+ `_f16`, `_int8`) | x, weight, (scales), (bias), y | n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, len, group, groups | output element |
 //! | `maxpool2d` | x, y | n·c, h, w, k, stride, oh, ow, len | output element |
 //! | `permute` | x, y | out dims ×4, input stride of each output axis ×4, len | element |
+//! | `rmsnorm` | x, weight, y | rows, cols, eps | row (workgroup) |
+//! | `rope` | x, positions (u32), y | tokens, heads, head_dim, len, r_hi, r_lo (`r = θ^(−2/head_dim)`) | element |
+//! | `silu_mul` | gate, up, y | len | element |
+//! | `kv_write` | k, v, slots (u32), segment (u32 words) | kv_heads, head_dim, block_tokens, dtype, blocks, stride, layer, tokens, groups, scales_at, tokens·groups | (token, K/V-head group); a block's first token writes all of its tokens |
+//! | `paged_attention`, `paged_attention_carry` | q, segment (u32 words), tables, meta, (carry), y | kv_heads, head_dim, block_tokens, dtype, blocks, stride, first_block, layer, tokens, q_heads, rows, width, scale, carry_out, scales_at | (token, query head) (workgroup) |
+//!
+//! - **KV segments** ([`Op::KvWrite`], [`Op::PagedAttention`]) are bound as `array<u32>` over the
+//!   segment's bytes (`kv.wgsl` reads f32, f16 and int8 elements and unaligned int8 scales out of
+//!   words; dtype codes 0 f32, 1 f16, 2 int8). `kv_write` updates the segment in place with
+//!   read-modify-write of whole words, each word owned by one invocation (see `kv_write.wgsl`).
 //!
 //! Numerics match the host reference (`ops::host`) formula for formula; sums that the host runs
 //! in index order run per invocation in the same order (matmul, conv, meanpool) or as a workgroup
 //! tree (row kernels). GELU uses the same `erf` port as the host; `exp`, division and `sqrt` are
 //! within the few-ulp bounds WGSL allows, so compare against the host with a tolerance (~1e-5).
+//! Rotary angles are the host's f32 `position · inv_freq` bit for bit (`rope.wgsl` explains how);
+//! paged attention folds 64 positions at a time into the online softmax (the same maximum, sums
+//! in a different order). KV writes store the host's bytes (f16 rounds as `quant::f32_to_f16`;
+//! an int8 byte may differ by one where a division rounds differently).
 
 use crate::ops::{Op, WeightFormat};
 use crate::{Error, Result};
@@ -189,6 +203,34 @@ const CONV2D: Variants = weight_variants!("conv2d", "conv2d.wgsl");
 const CONV2D_BIAS: Variants = weight_variants!("conv2d_bias", "conv2d.wgsl");
 const MAXPOOL2D: Source = ("maxpool2d", wgsl!("common.wgsl", "maxpool2d.wgsl"));
 const PERMUTE: Source = ("permute", wgsl!("common.wgsl", "permute.wgsl"));
+// The decoder ops (their parameters in `llm`).
+const RMSNORM: Source = (
+    "rmsnorm",
+    wgsl!("common.wgsl", "reduce.wgsl", "rmsnorm.wgsl"),
+);
+const ROPE: Source = ("rope", wgsl!("common.wgsl", "rope.wgsl"));
+const SILU_MUL: Source = ("silu_mul", wgsl!("common.wgsl", "silu_mul.wgsl"));
+const KV_WRITE: Source = ("kv_write", wgsl!("common.wgsl", "kv.wgsl", "kv_write.wgsl"));
+const PAGED_ATTENTION: Source = (
+    "paged_attention",
+    wgsl!(
+        "common.wgsl",
+        "kv.wgsl",
+        "paged_attention_bind.wgsl",
+        "paged_attention.wgsl"
+    ),
+);
+const PAGED_ATTENTION_CARRY: Source = (
+    "paged_attention_carry",
+    wgsl!(
+        "common.wgsl",
+        "kv.wgsl",
+        "paged_attention_carry_bind.wgsl",
+        "paged_attention.wgsl"
+    ),
+);
+
+mod llm;
 
 const SOURCES: &[Source] = &[
     MATMUL[0],
@@ -219,6 +261,12 @@ const SOURCES: &[Source] = &[
     CONV2D_BIAS[2],
     MAXPOOL2D,
     PERMUTE,
+    RMSNORM,
+    ROPE,
+    SILU_MUL,
+    KV_WRITE,
+    PAGED_ATTENTION,
+    PAGED_ATTENTION_CARRY,
 ];
 
 /// Every kernel source as `(key, source)`, e.g. to compile all pipelines up front.
@@ -378,16 +426,12 @@ pub fn kernel(op: &Op) -> Result<Kernel> {
             p[8] = out_len;
             (PERMUTE, per_element)
         }
-        Op::RmsNorm { .. }
-        | Op::Rope { .. }
-        | Op::SiluMul { .. }
-        | Op::KvWrite { .. }
-        | Op::PagedAttention { .. } => {
-            return Err(Error::Unsupported {
-                backend: "wgsl",
-                what: format!("{} has no WGSL kernel yet", op.name()),
-            });
-        }
+        _ => llm::kernel(op, out_len, &mut p).ok_or_else(|| {
+            Error::invariant(
+                "every op has a WGSL kernel",
+                format!("{} reached no kernel", op.name()),
+            )
+        })?,
     };
     Ok(Kernel {
         key: source.0,

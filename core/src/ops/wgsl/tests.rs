@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 
 use super::*;
-use crate::ops::DType;
+use crate::ops::{DType, KvDType, KvLayout};
 
 fn parse(key: &str, src: &str) -> (naga::Module, naga::valid::ModuleInfo) {
     let module = naga::front::wgsl::parse_str(src)
@@ -114,6 +114,7 @@ fn sample_ops() -> Vec<Op> {
             perm: [0, 2, 1, 3],
         },
     ]);
+    ops.extend(llm_ops());
     // Every weight-reading op again with f16 and int8 weights (per-group scales).
     let weighted: Vec<Op> = ops
         .iter()
@@ -128,6 +129,58 @@ fn sample_ops() -> Vec<Op> {
     for op in weighted {
         for format in [WeightFormat::F16, WeightFormat::Int8 { group: 2 }] {
             ops.push(op.with_weight_format(format));
+        }
+    }
+    ops
+}
+
+/// The decoder ops, each KV op with every KV dtype and paged attention with every carry variant.
+fn llm_ops() -> Vec<Op> {
+    let mut ops = vec![
+        Op::RmsNorm {
+            rows: 3,
+            cols: 100,
+            eps: 1e-6,
+        },
+        Op::Rope {
+            tokens: 3,
+            heads: 2,
+            head_dim: 8,
+            theta: 10_000.0,
+        },
+        Op::SiluMul { len: 70 },
+    ];
+    for dtype in [KvDType::F32, KvDType::F16, KvDType::Int8] {
+        let kv = KvLayout {
+            layers: 2,
+            kv_heads: 2,
+            head_dim: 6,
+            block_tokens: 4,
+            dtype,
+        };
+        let stride = kv.block_bytes().next_multiple_of(4) as u32;
+        ops.push(Op::KvWrite {
+            kv,
+            blocks: 3,
+            stride,
+            layer: 1,
+            tokens: 5,
+        });
+        for (carry_in, carry_out) in [(false, false), (true, false), (false, true), (true, true)] {
+            ops.push(Op::PagedAttention {
+                kv,
+                blocks: 3,
+                stride,
+                first_block: 2,
+                layer: 1,
+                tokens: 5,
+                q_heads: 4,
+                rows: 2,
+                width: 3,
+                scale: 0.5,
+                carry_in,
+                carry_out,
+            });
         }
     }
     ops
@@ -167,7 +220,7 @@ fn declared_bindings_follow_the_abi() {
         let k = kernel(&op).unwrap();
         let sig = op.signature().unwrap();
         assert_eq!(k.bindings, sig.inputs.len() + sig.outputs.len(), "{op:?}");
-        assert!(k.bindings <= 5, "{op:?}: at most 5 storage bindings");
+        assert!(k.bindings <= 6, "{op:?}: at most 6 storage bindings");
         let (module, _) = parse(k.key, k.source);
         let mut seen = vec![false; k.bindings + 1];
         for (_, var) in module.global_variables.iter() {
@@ -204,8 +257,8 @@ fn declared_bindings_follow_the_abi() {
             };
             let want = match operand.dtype {
                 DType::F32 => naga::Scalar::F32,
-                // Packed weights: two f16 or four int8 per word.
-                DType::U32 | DType::F16 | DType::I8 => naga::Scalar::U32,
+                // Packed weights: two f16 or four int8 per word; KV segments' bytes as words.
+                DType::U32 | DType::F16 | DType::I8 | DType::U8 => naga::Scalar::U32,
                 other => panic!("unexpected dtype {other:?}"),
             };
             // Copy moves any 32-bit type as u32.
@@ -343,7 +396,14 @@ fn workgroup_counts_cover_the_work_and_spill_into_y() {
             }
             Op::Softmax { rows, .. }
             | Op::LayerNorm { rows, .. }
-            | Op::L2Normalize { rows, .. } => u64::from(rows),
+            | Op::L2Normalize { rows, .. }
+            | Op::RmsNorm { rows, .. } => u64::from(rows),
+            Op::PagedAttention {
+                tokens, q_heads, ..
+            } => u64::from(tokens) * u64::from(q_heads),
+            Op::KvWrite { kv, tokens, .. } => {
+                u64::from(tokens * llm::kv_write_groups(&kv, tokens)).div_ceil(64)
+            }
             _ => sig.outputs[0].len.div_ceil(64),
         };
         cover(&op, units);
