@@ -344,3 +344,72 @@ fn smollm2_generates_its_numpy_reference() {
 fn cache_of(model: &Llama, budget: u64) -> KvCache {
     cache(model, KvDType::F32, 0, budget, Preemption::Swap)
 }
+
+#[path = "support/backends.rs"]
+mod backends;
+
+/// Every backend here (host, and Vulkan and wgpu on lavapipe): the engine's batched greedy
+/// tokens equal numpy's for 64 steps, and the first step's logits are within 1e-4.
+#[test]
+fn every_backend_generates_the_reference_tokens() {
+    let Some((dir, reference)) = checkpoint(false) else {
+        return;
+    };
+    let cases = reference["cases"].as_array().unwrap();
+    for (name, rt) in backends::available_runtimes() {
+        let model = Llama::load(&rt, &dir, WeightFormat::F32).unwrap();
+        let budget = 1 << 20;
+        let mut kv = cache(&model, KvDType::F32, 4, budget, Preemption::Swap);
+        let seq = kv.admit(&ids(&cases[0]["ids"]), 1).unwrap().seq;
+        let chunk = Chunk {
+            seq,
+            start: 0,
+            tokens: ids(&cases[0]["ids"]),
+            logits: true,
+        };
+        let got = model.decoder.forward(&kv, &[chunk]).unwrap();
+        let want: Vec<f64> = cases[0]["logits"][0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        let scale = want.iter().fold(1f64, |m, w| m.max(w.abs()));
+        for (g, w) in got[0].iter().zip(&want) {
+            assert!(
+                (f64::from(*g) - w).abs() <= 1e-4 * scale,
+                "{name}: logit {g} vs {w}"
+            );
+        }
+        kv.free(seq).unwrap();
+        let config = EngineConfig {
+            step_tokens: 16,
+            salt: 0,
+        };
+        let mut engine = Engine::new(&model.decoder, &mut kv, budget, Preemption::Swap, config);
+        for case in cases {
+            let request = Request {
+                prompt: ids(&case["ids"]),
+                max_new_tokens: 64,
+                sampling: Sampling::default(),
+                stop: Vec::new(),
+            };
+            engine.add(request).unwrap();
+        }
+        let mut tokens = vec![Vec::new(); cases.len()];
+        while !engine.is_idle() {
+            for e in engine.step().unwrap() {
+                if let Event::Token { id, token } = e {
+                    tokens[id].push(token);
+                }
+            }
+        }
+        drop(engine);
+        for (case, got) in cases.iter().zip(&tokens) {
+            assert_eq!(got, &ids(&case["tokens"]), "{name}: {:?}", case["prompt"]);
+        }
+        println!("{name}: {} prompts x 64 tokens equal numpy's", cases.len());
+        kv.release().unwrap();
+        model.decoder.weights.release(&rt).unwrap();
+    }
+}
