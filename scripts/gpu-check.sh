@@ -117,10 +117,10 @@ prepare() {
     (cd "$ROOT" && build_all "$list") || die "cargo build failed"
 
     rm -rf "$BUNDLE"
-    mkdir -p "$BUNDLE"/{bin,ref,vulkan,assets/mnist,assets/minilm}
+    mkdir -p "$BUNDLE"/{bin,ref,vulkan,assets/mnist,assets/minilm,assets/llama}
     local name kind crate
     for spec in "test suite suite" "test device cuda-device" "bench cuda_memory cuda-bench" \
-        "bin mnist mnist" "bin minilm minilm"; do
+        "bin mnist mnist" "bin minilm minilm" "bin generate generate"; do
         read -r kind crate name <<<"$spec"
         local exe
         exe=$(pick "$list" "$kind" "$crate")
@@ -137,11 +137,14 @@ prepare() {
 
     # Host references, computed with the bundle's own binaries (the dry run checks them again).
     mkdir -p "$tmp/bin"
-    for f in "$tmp"/mnist "$tmp"/minilm; do cp "$f" "$tmp/bin/"; done
+    for f in "$tmp"/mnist "$tmp"/minilm "$tmp"/generate; do cp "$f" "$tmp/bin/"; done
     export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
     TENSORMEM_MNIST_ASSETS="$BUNDLE/assets/mnist" "$tmp/bin/mnist" --backend host --json \
         --runs 1 >"$BUNDLE/ref/mnist-host.json" || die "mnist on the host failed"
     [ "$minilm" = 1 ] && pack_minilm "$cache" "$tmp"
+    python3 "$HELPER" llama-synthetic "$BUNDLE/assets/llama" || die "llama-synthetic failed"
+    "$tmp/bin/generate" --backend host --model-dir "$BUNDLE/assets/llama" --json \
+        "${GENERATE_ARGS[@]}" >"$BUNDLE/ref/generate-host.json" || die "generate on the host failed"
 
     {
         echo "tensormem GPU-check bundle"
@@ -153,6 +156,7 @@ prepare() {
         echo "cuda: cudarc feature cuda-13000 (driver API CUDA 13.0), NVRTC found at run time"
         cat "$tmp/vulkan.txt"
         echo "minilm: all-MiniLM-L6-v2 truncated to bf16, embedding rows of the check's sentences"
+        echo "llama: a 4-layer Llama of seeded random f16 weights (gpu_check.py llama-synthetic)"
         echo "files:"
         (cd "$BUNDLE" && find . -type f ! -name MANIFEST.txt -printf '  %p %s\n' | sort)
     } >"$BUNDLE/MANIFEST.txt"
@@ -309,9 +313,15 @@ unpack_bundle() { # binaries and MiniLM into $WORK
     echo "unpacked: $(ls "$WORK/bin" | tr '\n' ' ')"
 }
 
+# The text-generation check: four prompts batched, 32 greedy tokens each, f32 KV.
+GENERATE_ARGS=(--max-new-tokens 32 --ignore-eos --kv-dtype f32 --step-tokens 64
+    "$(seq -f 'w%g' 10 70 | tr '\n' ' ')" "w5 w6 w7" "$(seq -f 'w%g' 200 330 | tr '\n' ' ')" "w999")
+
 sample() { # kind backend: the sample on `backend`, compared with the host reference
     local kind=$1 backend=$2 json="$LOGS/$1-$2.json"
     case $kind in
+        generate) "$WORK/bin/generate" --backend "$backend" --json \
+            --model-dir "$BUNDLE/assets/llama" "${GENERATE_ARGS[@]}" >"$json" ;;
         mnist) TENSORMEM_MNIST_ASSETS="$BUNDLE/assets/mnist" "$WORK/bin/mnist" \
             --backend "$backend" --json --runs 3 >"$json" ;;
         minilm) mapfile -t s <"$BUNDLE/assets/minilm/sentences.txt"
@@ -411,6 +421,8 @@ run() {
         record 06-offload-cuda skipped 0 "needs CUDA and the bundle's MiniLM"
     fi
 
+    step "10-generate-$sample_backend" 60 "$SELF" _sample generate "$sample_backend"
+
     [ "$CUDA_OK" = 1 ] || STEP_NOTE="CUDA unavailable: only checked the binary starts and skips"
     step 07-cuda-bench 90 "${cuda_env[@]}" "$WORK/bin/cuda-bench" --bench \
         --warm-up-time 0.2 --measurement-time 1 --noplot
@@ -442,6 +454,10 @@ run() {
         STEP_NOTE="$vk_note" DEVICE_NOTE=1
         step 09-conformance-wgpu 120 python3 "$HELPER" fdwatch env "${vk_cases[@]}" \
             TENSORMEM_TARGETS=wgpu TENSORMEM_REQUIRE_BACKENDS=wgpu "$WORK/bin/suite"
+        STEP_NOTE="$vk_note" DEVICE_NOTE=1
+        step 11-generate-vulkan 60 "$SELF" _sample generate vulkan
+        STEP_NOTE="$vk_note" DEVICE_NOTE=1
+        step 12-generate-wgpu 60 "$SELF" _sample generate wgpu
         # The subshell's records reach the summary through summary.tsv.
     )
     summary "$dry"

@@ -221,7 +221,7 @@ def llama_synthetic(out):
     os.makedirs(out, exist_ok=True)
     c = dict(LLAMA, architectures=["LlamaForCausalLM"], model_type="llama", rms_norm_eps=1e-5,
              rope_theta=10000.0, max_position_embeddings=2048, hidden_act="silu",
-             tie_word_embeddings=True, bos_token_id=0, eos_token_id=1)
+             tie_word_embeddings=False, bos_token_id=0, eos_token_id=1)
     h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     d = h // c["num_attention_heads"]
     q, kv = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
@@ -237,6 +237,8 @@ def llama_synthetic(out):
         tensors[f"{p}.input_layernorm.weight"] = ([h], None)
         tensors[f"{p}.post_attention_layernorm.weight"] = ([h], None)
     tensors["model.norm.weight"] = ([h], None)
+    # A strong untied head keeps greedy decoding off a single repeated token.
+    tensors["lm_head.weight"] = ([v, h], 4.0 / math.sqrt(h))
     header, blobs, offset = {}, [], 0
     for name, (shape, scale) in tensors.items():
         n = math.prod(shape)
