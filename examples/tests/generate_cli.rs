@@ -269,3 +269,37 @@ fn a_refused_checkpoint_leaves_nothing_allocated() {
         assert_eq!(rt.weights().report().tensors, 0);
     }
 }
+
+#[test]
+fn a_device_budget_below_the_weights_spills_and_keeps_the_tokens() {
+    let dir = model("budget");
+    let args = [
+        "w1 w2 w3 w9",
+        "--max-new-tokens",
+        "8",
+        "--ignore-eos",
+        "--json",
+        "--kv-budget",
+        "16KiB",
+        "--block",
+        "4",
+    ];
+    let free = run(&dir, &args);
+    assert_eq!(free.status.code(), Some(0), "{}", stderr(&free));
+    let free: Value = serde_json::from_slice(&free.stdout).unwrap();
+    let weights = free["report"]["weight_bytes"].as_u64().unwrap();
+    let budget = format!("{}B", weights / 2);
+    let tight = run(&dir, &[&args[..], &["--device-budget", &budget]].concat());
+    assert_eq!(tight.status.code(), Some(0), "{}", stderr(&tight));
+    let tight: Value = serde_json::from_slice(&tight.stdout).unwrap();
+    assert_eq!(tight["outputs"][0]["tokens"], free["outputs"][0]["tokens"]);
+    let spills = tight["report"]["device_budget"]["spills"].as_u64().unwrap();
+    assert!(
+        spills > 0,
+        "half the weights' bytes must spill: {}",
+        tight["report"]
+    );
+    let pct = run(&dir, &["w1", "--device-budget", "50%"]);
+    assert_eq!(pct.status.code(), Some(1));
+    assert!(stderr(&pct).contains("percentage"), "{}", stderr(&pct));
+}

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use clap::Parser;
 use serde_json::json;
 use tensormem::kv::{KvCache, KvCacheConfig, KvDType, Preemption};
-use tensormem::pool::{ReplayConfig, ReplayPool};
+use tensormem::pool::{ReplayConfig, ReplayPool, SpillConfig, SpillPool};
 use tensormem::{ArenaConfig, ArenaPool, Error, Result, Runtime, Tracer};
 use tensormem_examples::backend_select;
 use tensormem_examples::cli::{self, DeviceArgs, DeviceBudget, EXIT_CODES, WeightChoice, emit};
@@ -68,6 +68,11 @@ struct Args {
     /// Element type of the KV cache.
     #[arg(long, value_name = "f32|f16|int8", default_value = "f32", value_parser = parse_kv_dtype)]
     kv_dtype: KvDType,
+    /// Device memory the whole run may hold (weights, KV cache, activations), e.g. 300MiB: what
+    /// does not fit is spilled to host memory while idle and brought back on its next use
+    /// (least recently used first), with identical tokens. Steps then run without replay plans.
+    #[arg(long, value_name = "SIZE", value_parser = cli::parse_device_budget)]
+    device_budget: Option<DeviceBudget>,
     /// Device memory of the KV cache (e.g. 256MiB); requests beyond it wait or are preempted.
     #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = cli::parse_device_budget)]
     kv_budget: DeviceBudget,
@@ -103,6 +108,16 @@ struct Args {
     /// write them as Chrome trace JSON (`tensormem-report` shows the KV cache as its own lane).
     #[arg(long, value_name = "OUT.json")]
     trace: Option<PathBuf>,
+}
+
+impl Args {
+    /// The `--device-budget` in bytes (0 without one; `run` refuses percentages).
+    fn device_budget_bytes(&self) -> u64 {
+        match self.device_budget {
+            Some(DeviceBudget::Bytes(b)) => b,
+            _ => 0,
+        }
+    }
 }
 
 fn parse_kv_dtype(s: &str) -> std::result::Result<KvDType, String> {
@@ -151,22 +166,35 @@ fn run(args: &Args) -> Result<()> {
     let dir = model_dir(args)?;
     let selection = backend_select::select(args.device.backend, &args.device.select_options())?;
     // Steps' intermediates go through a record-and-replay pool: a shape seen before replays its
-    // plan (forward.rs keys each step by its bucketed shape).
-    let mut replay = None;
-    let rt = Runtime::with_pool(
-        selection.backend.clone(),
-        args.device.runtime_config(),
-        |front, budget| {
-            let dynamic = Arc::new(ArenaPool::with_budget(
-                front,
-                ArenaConfig::device(),
-                budget,
-            )?);
-            let pool = Arc::new(ReplayPool::new(dynamic, ReplayConfig::default()));
-            replay = Some(pool.clone());
-            Ok(pool)
-        },
-    )?;
+    // plan (forward.rs keys each step by its bucketed shape). Under a device budget, a spilling
+    // pool instead moves the least recently used idle allocations to host memory.
+    let device_budget = match args.device_budget {
+        None => None,
+        Some(DeviceBudget::Bytes(b)) => Some(b),
+        Some(DeviceBudget::Percent(_)) => {
+            return Err(Error::invalid(
+                "--device-budget takes a size here, not a percentage",
+            ));
+        }
+    };
+    let mut config = args.device.runtime_config();
+    config.device.budget = device_budget.or(config.device.budget);
+    let (mut replay, mut spill) = (None, None);
+    let rt = Runtime::with_pool(selection.backend.clone(), config, |front, budget| {
+        let dynamic = Arc::new(ArenaPool::with_budget(
+            front.clone(),
+            ArenaConfig::device(),
+            budget,
+        )?);
+        if device_budget.is_some() {
+            let pool = Arc::new(SpillPool::new(dynamic, front, SpillConfig::default()));
+            spill = Some(pool.clone());
+            return Ok(pool);
+        }
+        let pool = Arc::new(ReplayPool::new(dynamic, ReplayConfig::default()));
+        replay = Some(pool.clone());
+        Ok(pool)
+    })?;
     let format = cli::WeightArgs {
         format: args.weights,
         group: 0,
@@ -179,7 +207,14 @@ fn run(args: &Args) -> Result<()> {
     model.decoder.replay = replay;
     let result = match &args.serve {
         Some(trace) => serve(args, &rt, &model, budget, trace),
-        None => generate(args, &rt, &model, budget, &selection.to_text()),
+        None => generate(
+            args,
+            &rt,
+            &model,
+            budget,
+            &selection.to_text(),
+            spill.as_deref(),
+        ),
     };
     let released = model.decoder.weights.release(&rt);
     if let (Some(path), Some(tracer)) = (&args.trace, &tracer) {
@@ -197,7 +232,14 @@ fn run(args: &Args) -> Result<()> {
     result.and(released)
 }
 
-fn generate(args: &Args, rt: &Runtime, model: &Llama, budget: u64, backend: &str) -> Result<()> {
+fn generate(
+    args: &Args,
+    rt: &Runtime,
+    model: &Llama,
+    budget: u64,
+    backend: &str,
+    spill: Option<&SpillPool>,
+) -> Result<()> {
     let geometry = model.kv_geometry(args.kv_dtype, args.block)?;
     let mut kv = KvCache::new(
         rt,
@@ -279,6 +321,7 @@ fn generate(args: &Args, rt: &Runtime, model: &Llama, budget: u64, backend: &str
         engine: engine.stats().clone(),
         pool: rt.allocation_stats(),
         replay: model.decoder.replay.as_ref().map(|r| r.replay_stats()),
+        spill: spill.map(|s| (args.device_budget_bytes(), s.spill_stats())),
     };
     drop(engine);
     let texts: Vec<String> = tokens

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 use tensormem::kv::KvCacheStats;
-use tensormem::pool::{AllocationStats, ReplayStats};
+use tensormem::pool::{AllocationStats, ReplayStats, SpillStats};
 
 use super::engine::EngineStats;
 use crate::models::report::bytes;
@@ -25,6 +25,8 @@ pub struct GenerateReport {
     pub pool: Option<AllocationStats>,
     /// The record-and-replay pool's counters, when steps ran through one.
     pub replay: Option<ReplayStats>,
+    /// The device budget and the spilling pool's counters, when the run had a budget.
+    pub spill: Option<(u64, SpillStats)>,
 }
 
 fn rate(tokens: u64, secs: f64) -> f64 {
@@ -86,6 +88,16 @@ impl GenerateReport {
                 r.planned + r.dynamic
             ));
         }
+        if let Some((budget, sp)) = &self.spill {
+            s.push_str(&format!(
+                "  device budget    {}: {} spills ({} out), {} restores ({} in)\n",
+                bytes(*budget),
+                sp.spills,
+                bytes(sp.bytes_out),
+                sp.restores,
+                bytes(sp.bytes_in)
+            ));
+        }
         s.push_str("kv cache\n");
         s.push_str(&format!(
             "  blocks           {} held, peak {} in use, {} cached prefix\n",
@@ -130,6 +142,10 @@ impl GenerateReport {
         json!({
             "weight_bytes": self.weight_bytes,
             "device_peak_bytes": self.pool.as_ref().map(|p| p.peak_in_use),
+            "device_budget": self.spill.as_ref().map(|(b, sp)| json!({
+                "bytes": b, "spills": sp.spills, "restores": sp.restores,
+                "bytes_out": sp.bytes_out, "bytes_in": sp.bytes_in,
+            })),
             "activations": self.replay.as_ref().map(|r| json!({
                 "arena_bytes": r.arena_size, "lower_bound_bytes": r.lower_bound,
                 "shapes": r.shapes, "planned_allocations": r.planned,
