@@ -47,7 +47,8 @@ build_all() { # writes "kind name path" lines for every executable built to $1
     # unchanged, so a later `cargo bench` reuses these artifacts).
     cargo build --release --message-format=json-render-diagnostics \
         -p tensormem-conformance -p tensormem-cuda -p tensormem-examples \
-        --test suite --test device --bench cuda_memory --bin mnist --bin minilm >"$json" ||
+        --test suite --test device --bench cuda_memory --bin mnist --bin minilm --bin generate \
+        >"$json" ||
         { rm -f "$json"; return 1; }
     python3 "$HELPER" executables "$json" >"$list"
     rm -f "$json"
