@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use cudarc::driver::{result, sys};
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{
-    Backend, BlockId, Capabilities, Error, InPlaceGrowth, ManagedMemory, MemoryKind, Op, PeerCopy,
+    Backend, BlockId, Capabilities, Error, Growable, ManagedMemory, MemoryKind, Op, PeerCopy,
     Residence, Result, Ticket, TransferLane, TransferTicket,
 };
 
@@ -241,42 +241,13 @@ impl Backend for CudaBackend {
         self.timeline.health().note(freed)
     }
 
-    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
-        self.vmm_growth()
+    /// Expandable blocks with a chunk of one granule, on a device with VMM (`expandable`).
+    fn growable(&self) -> Option<&dyn Growable> {
+        self.vmm_growth().map(|_| self as &dyn Growable)
     }
 
     fn host_placement(&self) -> tensormem::HostPlacement {
         self.host_placement.clone()
-    }
-
-    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
-        let reserved = self.reserve_expandable(desc, reserve);
-        self.timeline.health().note(reserved)
-    }
-
-    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
-        let resized = self.resize_expandable(block, size);
-        self.timeline.health().note(resized)
-    }
-
-    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
-        let r = self.extend_expandable(block, size);
-        self.timeline.health().note(r)
-    }
-
-    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
-        let r = self.decommit_expandable(block, offset, size);
-        self.timeline.health().note(r)
-    }
-
-    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
-        let r = self.commit_expandable(block, offset, size);
-        self.timeline.health().note(r)
-    }
-
-    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
-        let r = self.remap_expandable(block, from, to, size);
-        self.timeline.health().note(r)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {

@@ -2,12 +2,12 @@
 //!
 //! An expandable block is a `DeviceLocal` block like any other for every [`tensormem::Backend`]
 //! method (copies, fills, bindings); its size is the mapped part of its reserved range. The
-//! contract's blocks that grow in place ([`tensormem::Backend::in_place_growth`],
+//! contract's blocks that grow in place ([`tensormem::Backend::growable`],
 //! `reserve_block`, `resize_block`) are these blocks with a chunk of one granule, so the pools'
 //! arena grows by exactly the granules it asks for, each growth mapped as one allocation; the
 //! inherent API below keeps a chunk size of its own for direct users.
 
-use tensormem::{BlockDesc, BlockId, Error, InPlaceGrowth, MemoryKind, Result};
+use tensormem::{BlockDesc, BlockId, Error, Growable, InPlaceGrowth, MemoryKind, Result};
 
 use crate::CudaBackend;
 use crate::blocks::{Block, Memory};
@@ -34,8 +34,47 @@ pub struct ExpandableDesc<'a> {
     pub label: &'a str,
     /// Let ranges of whole physical allocations (each growth or commit maps one) be given back,
     /// backed again and moved inside the block (the contract's holes,
-    /// [`tensormem::Backend::decommit_range`]); `false` refuses them.
+    /// [`tensormem::Growable::decommit_range`]); `false` refuses them.
     pub holes: bool,
+}
+
+/// Reached through [`Backend::growable`](tensormem::Backend::growable) on a device with VMM; a
+/// direct call elsewhere reports [`InPlaceGrowth::NONE`] and is refused. A lost device any call
+/// reports is remembered (`health`), as for every other call.
+impl Growable for CudaBackend {
+    fn in_place_growth(&self) -> InPlaceGrowth {
+        self.vmm_growth().unwrap_or(InPlaceGrowth::NONE)
+    }
+
+    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+        let reserved = self.reserve_expandable(desc, reserve);
+        self.timeline.health().note(reserved)
+    }
+
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
+        let resized = self.resize_expandable(block, size);
+        self.timeline.health().note(resized)
+    }
+
+    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
+        let r = self.extend_expandable(block, size);
+        self.timeline.health().note(r)
+    }
+
+    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        let r = self.decommit_expandable(block, offset, size);
+        self.timeline.health().note(r)
+    }
+
+    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        let r = self.commit_expandable(block, offset, size);
+        self.timeline.health().note(r)
+    }
+
+    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
+        let r = self.remap_expandable(block, from, to, size);
+        self.timeline.health().note(r)
+    }
 }
 
 impl CudaBackend {
@@ -158,7 +197,7 @@ impl CudaBackend {
         })
     }
 
-    /// [`tensormem::Backend::reserve_block`]: an expandable `DeviceLocal` block with a chunk of
+    /// [`tensormem::Growable::reserve_block`]: an expandable `DeviceLocal` block with a chunk of
     /// one granule, `desc.size` mapped.
     pub(crate) fn reserve_expandable(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
         if desc.kind != MemoryKind::DeviceLocal {
@@ -177,7 +216,7 @@ impl CudaBackend {
         })
     }
 
-    /// [`tensormem::Backend::extend_block`] on an expandable block reserved with holes: the
+    /// [`tensormem::Growable::extend_block`] on an expandable block reserved with holes: the
     /// extent grows, nothing is mapped (no driver call).
     pub(crate) fn extend_expandable(&self, block: BlockId, size: u64) -> Result<()> {
         check_block_size(size, self.caps.max_block_size)?;
@@ -186,21 +225,21 @@ impl CudaBackend {
         blocks.resize(block, size)
     }
 
-    /// [`tensormem::Backend::decommit_range`] on an expandable block reserved with holes.
+    /// [`tensormem::Growable::decommit_range`] on an expandable block reserved with holes.
     pub(crate) fn decommit_expandable(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         self.bind()?;
         let mut blocks = lock(&self.blocks);
         expandable(blocks.get_mut(block)?, block)?.decommit(offset, size)
     }
 
-    /// [`tensormem::Backend::commit_range`] on an expandable block reserved with holes.
+    /// [`tensormem::Growable::commit_range`] on an expandable block reserved with holes.
     pub(crate) fn commit_expandable(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         self.bind()?;
         let mut blocks = lock(&self.blocks);
         expandable(blocks.get_mut(block)?, block)?.commit(offset, size, self.caps.budget)
     }
 
-    /// [`tensormem::Backend::remap_range`] on an expandable block reserved with holes.
+    /// [`tensormem::Growable::remap_range`] on an expandable block reserved with holes.
     pub(crate) fn remap_expandable(
         &self,
         block: BlockId,
@@ -213,7 +252,7 @@ impl CudaBackend {
         expandable(blocks.get_mut(block)?, block)?.remap(from, to, size)
     }
 
-    /// [`tensormem::Backend::resize_block`]: maps `size` bytes (a multiple of the granularity)
+    /// [`tensormem::Growable::resize_block`]: maps `size` bytes (a multiple of the granularity)
     /// with one growth, or unmaps the growths past the one that holds `size`; returns the
     /// committed size (exactly `size` when growing).
     pub(crate) fn resize_expandable(&self, block: BlockId, size: u64) -> Result<u64> {

@@ -19,7 +19,7 @@ mod device {
 }
 
 use tensormem::backend::{BlockDesc, BlockRange};
-use tensormem::{Backend, BlockId, Error, MemoryKind, Op, Ticket, WeightFormat};
+use tensormem::{Backend, BlockId, Error, Growable, MemoryKind, Op, Ticket, WeightFormat};
 use tensormem_cuda::toolchain::CodeTarget;
 use tensormem_cuda::{CudaBackend, CudaDesc, DeviceAlloc, ExpandableDesc};
 
@@ -352,7 +352,7 @@ fn expandable_block_grows_in_place_and_keeps_contents() {
 #[test]
 fn reserved_blocks_resize_by_granules_through_the_trait() {
     let Some(b) = backend() else { return };
-    let Some(growth) = b.in_place_growth() else {
+    let Some(growth) = b.growable().map(|g| g.in_place_growth()) else {
         assert!(b.vmm_granularity().is_err(), "VMM without in-place growth");
         return;
     };

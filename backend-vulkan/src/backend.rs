@@ -16,8 +16,8 @@ use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use gpu_allocator::{AllocationSizes, AllocatorDebugSettings};
 use tensormem::{
-    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Error, InPlaceGrowth,
-    ManagedMemory, MemoryKind, Op, Result, Ticket, TransferLane, TransferTicket,
+    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Error, Growable,
+    InPlaceGrowth, ManagedMemory, MemoryKind, Op, Result, Ticket, TransferLane, TransferTicket,
 };
 
 use crate::blocks::{Block, BlockPolicy};
@@ -58,7 +58,7 @@ struct State {
 /// The tensormem backend on one Vulkan device. See the crate doc.
 pub struct VulkanBackend {
     caps: Capabilities,
-    /// What [`Backend::in_place_growth`] reports (the binder's, read without the lock).
+    /// What [`Growable::in_place_growth`] reports (the binder's, read without the lock).
     growth: Option<InPlaceGrowth>,
     config: VulkanConfig,
     state: Mutex<State>,
@@ -415,32 +415,8 @@ impl Backend for VulkanBackend {
 
     /// Sparse buffers over the reservation, where the device binds sparse memory on its compute
     /// queue; see `crate::sparse` for the granularity.
-    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
-        self.growth
-    }
-
-    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
-        self.reserve_sparse(desc, reserve)
-    }
-
-    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
-        self.resize_sparse(block, size)
-    }
-
-    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
-        self.extend_sparse(block, size)
-    }
-
-    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
-        self.decommit_sparse(block, offset, size)
-    }
-
-    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
-        self.commit_sparse(block, offset, size)
-    }
-
-    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
-        self.remap_sparse(block, from, to, size)
+    fn growable(&self) -> Option<&dyn Growable> {
+        self.growth.map(|_| self as &dyn Growable)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {

@@ -39,7 +39,7 @@ pub struct VulkanConfig {
     /// real GPU become undefined. Default `false`.
     #[doc(hidden)]
     pub skip_barriers_for_testing: bool,
-    /// Grow blocks in place with sparse buffers ([`tensormem::Backend::in_place_growth`]) where
+    /// Grow blocks in place with sparse buffers ([`tensormem::Backend::growable`]) where
     /// the device offers `sparseBinding`, `sparseResidencyBuffer` and a compute queue that binds
     /// sparse memory; `false` leaves the features off, so the pools add blocks as on a device
     /// without them (the fallback, testable on a sparse-capable driver). Default `true`.

@@ -1,4 +1,4 @@
-//! Blocks that grow in place on Vulkan ([`tensormem::Backend::in_place_growth`]): a
+//! Blocks that grow in place on Vulkan ([`tensormem::Growable`]): a
 //! sparse-residency buffer spans the reservation, and each granule of it is bound to memory with
 //! `vkQueueBindSparse` or left unbound.
 //!
@@ -93,7 +93,7 @@ pub(crate) struct Binder {
     signalled: u64,
     /// Allocations unbound by the bind of each value, freed once it has executed.
     retired: VecDeque<(u64, Vec<Allocation>)>,
-    /// What [`tensormem::Backend::in_place_growth`] reports.
+    /// What [`tensormem::Growable::in_place_growth`] reports.
     pub growth: InPlaceGrowth,
     /// `sparseAddressSpaceSize`, and the bytes live sparse buffers span.
     address_space: u64,

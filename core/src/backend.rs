@@ -10,15 +10,9 @@
 //! * **Blocks** are one native allocation each (`cuMemAlloc`, `VkDeviceMemory` + `VkBuffer`,
 //!   `wgpu::Buffer`, a host allocation) of one [`MemoryKind`]. A block from
 //!   [`Backend::alloc_block`] is never resized.
-//! * **Blocks that grow in place** (optional, [`Backend::in_place_growth`]): a block from
-//!   [`Backend::reserve_block`] owns a range of address space of which only a prefix is backed by
-//!   memory; [`Backend::resize_block`] maps or unmaps memory at its end, so the offsets of
-//!   everything inside it stay valid. One arena can then grow instead of adding blocks that its
-//!   tensors cannot span (CUDA virtual memory management, Vulkan sparse binding, the host's
-//!   reserve-and-commit). Backends without it keep the defaults, and the pools add blocks.
-//!   Where [`InPlaceGrowth::holes`] says so, ranges inside the committed size can also give
-//!   their memory back and have it moved elsewhere in the block ([`Backend::remap_range`]), and
-//!   the block can grow by a hole ([`Backend::extend_block`]).
+//! * **Blocks that grow in place** (optional, [`Backend::growable`]): a backend that can reserve
+//!   address space and back it with memory piece by piece offers the [`Growable`] capability, so
+//!   one arena grows instead of adding blocks; see [`growable`].
 //! * **Host access.** [`Backend::write_mapped`] and [`Backend::read_mapped`] copy between host memory
 //!   and a *host-visible* block: `Upload` and `Readback` blocks always, `DeviceLocal` blocks only when
 //!   [`Capabilities::device_host_visible`] is true. They are synchronous. The caller guarantees that
@@ -72,13 +66,17 @@ use crate::Result;
 use crate::ops::Op;
 
 mod blocks;
+mod capabilities;
 pub mod completion;
+pub mod growable;
 pub mod lanes;
 pub mod managed;
 pub mod peer;
 
 pub use blocks::{BlockEntry, BlockTable};
+pub use capabilities::{Capabilities, DeviceType};
 pub use completion::{HostAccess, HostAccessWait, TicketWait, TicketWakers, Waiting};
+pub use growable::{Growable, InPlaceGrowth};
 pub use lanes::{TransferLane, TransferTicket, TransferWait};
 pub use managed::{ManagedMemory, Residence};
 pub use peer::{PeerCopy, PeerPath};
@@ -146,103 +144,6 @@ pub struct BlockRange {
     pub offset: u64,
     /// Length of the range in bytes.
     pub size: u64,
-}
-
-/// What kind of processor runs a backend's work, as the driver reports it. Applications that pick
-/// a backend for speed use it: a software implementation of a GPU API runs the same kernels far
-/// slower than the host backend's native CPU code.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum DeviceType {
-    /// A GPU with its own memory (Vulkan `DISCRETE_GPU`, wgpu `DiscreteGpu`, CUDA devices that
-    /// are not integrated).
-    DiscreteGpu,
-    /// A GPU sharing the host's memory (Vulkan `INTEGRATED_GPU`, wgpu `IntegratedGpu`, CUDA's
-    /// `CU_DEVICE_ATTRIBUTE_INTEGRATED`).
-    IntegratedGpu,
-    /// A GPU exposed through virtualisation (Vulkan `VIRTUAL_GPU`, wgpu `VirtualGpu`).
-    VirtualGpu,
-    /// A GPU API implemented in software on the CPU: lavapipe and llvmpipe (Mesa), SwiftShader,
-    /// WARP (Vulkan `CPU`, wgpu `Cpu`).
-    SoftwareGpu,
-    /// The host backend's native CPU kernels.
-    HostCpu,
-    /// The driver did not say (Vulkan `OTHER`, wgpu `Other`).
-    Unknown,
-}
-
-impl DeviceType {
-    /// A short lower-case name for reports ("discrete GPU", "software GPU", ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            DeviceType::DiscreteGpu => "discrete GPU",
-            DeviceType::IntegratedGpu => "integrated GPU",
-            DeviceType::VirtualGpu => "virtual GPU",
-            DeviceType::SoftwareGpu => "software GPU",
-            DeviceType::HostCpu => "host CPU",
-            DeviceType::Unknown => "unknown device type",
-        }
-    }
-}
-
-/// What a device can do, read once when the backend is created.
-#[derive(Clone, Debug)]
-pub struct Capabilities {
-    /// Backend name: "host", "wgpu", "vulkan", "cuda".
-    pub backend: &'static str,
-    /// The device's name as the driver reports it.
-    pub device_name: String,
-    /// The kind of processor the device is, as the driver reports it.
-    pub device_type: DeviceType,
-    /// Alignment in bytes of binding offsets in `dispatch` (WebGPU's
-    /// `min_storage_buffer_offset_alignment`, Vulkan's `minStorageBufferOffsetAlignment`).
-    pub binding_align: u64,
-    /// Alignment in bytes of offsets and sizes of copies, fills and mapped access (wgpu: 4;
-    /// Vulkan: 4 for fills; 1 where the API has no rule).
-    pub copy_align: u64,
-    /// Largest block in bytes.
-    pub max_block_size: u64,
-    /// Largest range one kernel binding may cover, in bytes.
-    pub max_binding_size: u64,
-    /// Whether `DeviceLocal` blocks are host-visible (integrated GPUs, lavapipe, the host backend):
-    /// the zero-copy path. Backends report `false` when configured to force staging copies.
-    pub device_host_visible: bool,
-    /// Largest upload, in bytes, for which the pools prefer [`Backend::write_queued`] over their
-    /// own staging belt (0: never). A backend sets it from measurement: wgpu's
-    /// `queue.write_buffer` beats a mapped belt for small writes.
-    pub queued_write_max: u64,
-    /// Bytes of device memory this process may use, when the API reports it (`cuMemGetInfo`,
-    /// `VK_EXT_memory_budget`, heap size).
-    pub budget: Option<u64>,
-}
-
-/// How a backend grows blocks in place (see [`Backend::in_place_growth`]).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct InPlaceGrowth {
-    /// Unit of mapping in bytes, a power of two: the committed size of a reserved block is always
-    /// a multiple of it (CUDA: the allocation granularity, 2 MiB on current GPUs; host: the page).
-    pub granularity: u64,
-    /// Largest address range one reserved block may span, in bytes (a multiple of
-    /// `granularity`).
-    pub max_reserve: u64,
-    /// Whether ranges inside a reserved block's committed size can lose their memory and get it
-    /// back, in whole granules ([`Backend::decommit_range`], [`Backend::commit_range`],
-    /// [`Backend::remap_range`], [`Backend::extend_block`]): the pools then return the memory
-    /// of free holes and move it
-    /// where tensors need it, so committed memory follows the live bytes (the host through
-    /// `madvise`, CUDA by unmapping and remapping its physical allocations).
-    pub holes: bool,
-    /// Whether memory comes in *units* that go back and move only whole: a unit is the range
-    /// one call backed (the initial size of [`Backend::reserve_block`], one growth of
-    /// [`Backend::resize_block`], one [`Backend::commit_range`]), and it stays one unit where
-    /// [`Backend::remap_range`] moves it. The range of [`Backend::decommit_range`] and the
-    /// source of [`Backend::remap_range`] are then unions of whole units, the target of
-    /// `commit_range` and `remap_range` holds no memory, and a shrink by `resize_block` cuts no
-    /// unit (CUDA: a unit is one physical allocation, which `cuMemMap` maps from its start and
-    /// `cuMemUnmap` takes whole). `false` (the host's `madvise`): any whole granules. The pools
-    /// keep to it either way, so a backend with units creates one allocation per call instead
-    /// of one per granule.
-    pub whole_units: bool,
 }
 
 /// One device. See the module doc for the contract every implementation keeps.
@@ -377,137 +278,21 @@ pub trait Backend: Any + Send + Sync {
     /// Where the backend's host memory (upload, readback and host-visible blocks) lives: bound to
     /// the NUMA node closest to the device, placed by the driver, or unbound, with the reason
     /// ([`crate::numa`] explains the policy and its fallbacks). The default: unbound, not
-    /// reported. A method with a default, as [`Backend::in_place_growth`], so a backend that
-    /// does not place host memory needs no change.
+    /// reported. A method with a default, so a backend that does not place host memory needs no
+    /// change.
     fn host_placement(&self) -> crate::HostPlacement {
         crate::HostPlacement::default()
     }
 
-    /// Whether blocks can grow in place, and in which unit. `None` (the default) for backends that
-    /// cannot; [`Backend::reserve_block`] and [`Backend::resize_block`] then refuse. A method with
-    /// a default rather than a [`Capabilities`] field, so a backend without the capability needs
-    /// no change.
-    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
+    /// Blocks that grow in place, where the backend offers them: `None` (the default) for a
+    /// backend that cannot, and the pools then add blocks. See [`growable`].
+    fn growable(&self) -> Option<&dyn Growable> {
         None
-    }
-
-    /// Reserves `reserve` bytes of address space as one block and backs its first `desc.size`
-    /// bytes with memory. The block behaves like any other for copies, ops and mapped access over
-    /// its committed size; [`Backend::free_block`] releases the memory and the reservation.
-    /// `desc.size` (may be 0: nothing committed yet) and `reserve` (> 0) are multiples of
-    /// [`InPlaceGrowth::granularity`], `desc.size <= reserve <= max_reserve`.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`](crate::Error::Unsupported) without in-place growth (the default),
-    /// [`Error::OutOfMemory`](crate::Error::OutOfMemory) when address space or memory is short,
-    /// [`Error::DeviceLost`](crate::Error::DeviceLost).
-    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
-        let _ = (desc, reserve);
-        Err(crate::Error::Unsupported {
-            backend: self.capabilities().backend,
-            what: "blocks that grow in place (reserve_block)".into(),
-        })
-    }
-
-    /// Changes the committed size of a reserved block to `size` bytes (a multiple of the
-    /// granularity, at most its reservation) and returns the committed size. Growing maps new
-    /// zeroed-or-not memory at the end and commits exactly `size`. Shrinking returns the memory
-    /// past `size`, or, on a backend that maps each growth as one unit (CUDA maps a whole growth
-    /// step with one allocation, which cannot be returned in part), the memory past the end of
-    /// the unit that holds `size`: the result is then between `size` and the old size. The
-    /// caller guarantees that no in-flight work uses bytes past `size`. Offsets below
-    /// `min(old, new)` keep their contents.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`](crate::Error::Unsupported) without in-place growth or for a block
-    /// that was not reserved, [`Error::OutOfMemory`](crate::Error::OutOfMemory) when memory is
-    /// short (the block keeps its old size), [`Error::DeviceLost`](crate::Error::DeviceLost).
-    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
-        let _ = (block, size);
-        Err(crate::Error::Unsupported {
-            backend: self.capabilities().backend,
-            what: "blocks that grow in place (resize_block)".into(),
-        })
-    }
-
-    /// Returns the memory behind `[offset, offset + size)` of a reserved block (whole granules
-    /// inside its committed size; whole units where [`InPlaceGrowth::whole_units`]) to the
-    /// device. The range stays part of the block, its
-    /// contents are lost, and no work may touch it until [`Backend::commit_range`] or
-    /// [`Backend::remap_range`] backs it again (the pools guarantee it: the range is free). The
-    /// caller guarantees that no in-flight work uses it. A decommitted range does not count as
-    /// committed memory.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`](crate::Error::Unsupported) without
-    /// [`InPlaceGrowth::holes`] (the default), [`Error::InvalidArgument`](crate::Error::InvalidArgument)
-    /// for a range that cuts a unit where [`InPlaceGrowth::whole_units`],
-    /// [`Error::DeviceLost`](crate::Error::DeviceLost); on error the range keeps its memory.
-    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
-        let _ = (block, offset, size);
-        Err(crate::Error::Unsupported {
-            backend: self.capabilities().backend,
-            what: "holes in blocks that grow in place (decommit_range)".into(),
-        })
-    }
-
-    /// Backs the decommitted range `[offset, offset + size)` of a reserved block (whole
-    /// granules inside its committed size) with new memory, of unspecified contents: one new
-    /// unit where [`InPlaceGrowth::whole_units`] (the range then holds no memory before).
-    ///
-    /// # Errors
-    /// As [`Backend::decommit_range`], and [`Error::OutOfMemory`](crate::Error::OutOfMemory)
-    /// when memory is short; on error the range stays decommitted.
-    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
-        let _ = (block, offset, size);
-        Err(crate::Error::Unsupported {
-            backend: self.capabilities().backend,
-            what: "holes in blocks that grow in place (commit_range)".into(),
-        })
-    }
-
-    /// Moves the memory behind the committed range `[from, from + size)` of a reserved block to
-    /// its decommitted range `[to, to + size)` (whole granules, inside its committed size, not
-    /// overlapping; `from` whole units where [`InPlaceGrowth::whole_units`], which keep their
-    /// boundaries at `to`): `from` is decommitted afterwards, `to` committed with unspecified contents,
-    /// and no memory is allocated (CUDA maps the same physical allocations at `to`). What
-    /// [`Backend::decommit_range`] then [`Backend::commit_range`] would do, without giving the
-    /// memory back and asking for it again. The caller guarantees that no in-flight work uses
-    /// `from`.
-    ///
-    /// # Errors
-    /// As [`Backend::decommit_range`]; on error both ranges keep their state.
-    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
-        let _ = (block, from, to, size);
-        Err(crate::Error::Unsupported {
-            backend: self.capabilities().backend,
-            what: "holes in blocks that grow in place (remap_range)".into(),
-        })
-    }
-
-    /// Grows the committed size of a reserved block to `size` bytes (a multiple of the
-    /// granularity, above the old size, at most its reservation) without memory: the added
-    /// range is decommitted, as after [`Backend::decommit_range`], until
-    /// [`Backend::commit_range`] or [`Backend::remap_range`] backs it. Where
-    /// [`InPlaceGrowth::whole_units`], a growth made with [`Backend::resize_block`] is one new
-    /// unit; extended instead, the range can take spare units moved from elsewhere in the block
-    /// and one new unit for the rest, so memory that no other hole could use backs the growth.
-    ///
-    /// # Errors
-    /// As [`Backend::decommit_range`] (`Unsupported` without [`InPlaceGrowth::holes`], the
-    /// default), [`Error::TooLarge`](crate::Error::TooLarge) beyond the reservation; on error
-    /// the block keeps its size.
-    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
-        let _ = (block, size);
-        Err(crate::Error::Unsupported {
-            backend: self.capabilities().backend,
-            what: "holes in blocks that grow in place (extend_block)".into(),
-        })
     }
 
     /// How this backend serves [`MemoryKind::Managed`] blocks. `Unsupported` (the default): the
     /// validating front then refuses the kind. A method with a default rather than a
-    /// [`Capabilities`] field, as [`Backend::in_place_growth`].
+    /// [`Capabilities`] field, so a backend without managed memory needs no change.
     fn managed_memory(&self) -> ManagedMemory {
         ManagedMemory::Unsupported
     }

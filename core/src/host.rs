@@ -33,7 +33,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::backend::{
-    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, InPlaceGrowth,
+    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, Growable,
     ManagedMemory, MemoryKind, Ticket, TransferLane, TransferTicket,
 };
 use crate::numa::HostPlacement;
@@ -71,7 +71,7 @@ pub struct HostConfig {
     /// Extra time the worker spends on every command, to widen the window in which work is in
     /// flight (tests of deferred frees). Default zero. No effect on `wasm32` (no worker).
     pub worker_delay: Duration,
-    /// Offer blocks that grow in place ([`Backend::in_place_growth`]) through reserve-and-commit
+    /// Offer blocks that grow in place ([`Backend::growable`]) through reserve-and-commit
     /// of address space (Unix only). Default `true`; `false` makes the pools take the fallback
     /// path of adding blocks, as on a device without virtual memory management.
     pub in_place_growth: bool,
@@ -313,8 +313,10 @@ impl Backend for HostBackend {
         Ok(())
     }
 
-    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
-        growth::offered(&self.config)
+    /// Reserve-and-commit of address space, on Unix where [`HostConfig::in_place_growth`] is set
+    /// (`growth`).
+    fn growable(&self) -> Option<&dyn Growable> {
+        growth::offered(&self.config).map(|_| self as &dyn Growable)
     }
 
     fn host_placement(&self) -> HostPlacement {
@@ -325,36 +327,6 @@ impl Backend for HostBackend {
     /// `force_staging`, which only hides device-local blocks from the host).
     fn managed_memory(&self) -> ManagedMemory {
         ManagedMemory::SameMemory
-    }
-
-    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
-        self.check_alive()?;
-        growth::reserve(self, desc, reserve)
-    }
-
-    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
-        self.check_alive()?;
-        growth::resize(self, block, size)
-    }
-
-    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
-        self.check_alive()?;
-        growth::extend(self, block, size)
-    }
-
-    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
-        self.check_alive()?;
-        holes::decommit(self, block, offset, size)
-    }
-
-    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
-        self.check_alive()?;
-        holes::commit(self, block, offset, size)
-    }
-
-    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
-        self.check_alive()?;
-        holes::remap(self, block, from, to, size)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {

@@ -100,9 +100,9 @@ pub mod validate;
 
 pub use backend::{
     Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType,
-    HostAccess, HostAccessWait, InPlaceGrowth, ManagedMemory, MemoryKind, PeerCopy, PeerPath,
-    Residence, Ticket, TicketWait, TicketWakers, TransferLane, TransferTicket, TransferWait,
-    Waiting,
+    Growable, HostAccess, HostAccessWait, InPlaceGrowth, ManagedMemory, MemoryKind, PeerCopy,
+    PeerPath, Residence, Ticket, TicketWait, TicketWakers, TransferLane, TransferTicket,
+    TransferWait, Waiting,
 };
 pub use devices::{DeviceId, DeviceSet, PlacedModel, Placement};
 pub use error::{Error, OomReport, Result};

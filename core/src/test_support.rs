@@ -91,58 +91,9 @@ macro_rules! forward_backend {
             self.$i.wait_timeout(ticket, timeout)
         }
     };
-    (@ $i:ident in_place_growth) => {
-        fn in_place_growth(&self) -> Option<$crate::backend::InPlaceGrowth> {
-            self.$i.in_place_growth()
-        }
-    };
-    (@ $i:ident reserve_block) => {
-        fn reserve_block(
-            &self,
-            desc: &$crate::backend::BlockDesc<'_>,
-            reserve: u64,
-        ) -> $crate::Result<$crate::backend::BlockId> {
-            self.$i.reserve_block(desc, reserve)
-        }
-    };
-    (@ $i:ident resize_block) => {
-        fn resize_block(
-            &self,
-            block: $crate::backend::BlockId,
-            size: u64,
-        ) -> $crate::Result<u64> {
-            self.$i.resize_block(block, size)
-        }
-    };
-    (@ $i:ident decommit_range) => {
-        fn decommit_range(
-            &self,
-            block: $crate::backend::BlockId,
-            offset: u64,
-            size: u64,
-        ) -> $crate::Result<()> {
-            self.$i.decommit_range(block, offset, size)
-        }
-    };
-    (@ $i:ident commit_range) => {
-        fn commit_range(
-            &self,
-            block: $crate::backend::BlockId,
-            offset: u64,
-            size: u64,
-        ) -> $crate::Result<()> {
-            self.$i.commit_range(block, offset, size)
-        }
-    };
-    (@ $i:ident remap_range) => {
-        fn remap_range(
-            &self,
-            block: $crate::backend::BlockId,
-            from: u64,
-            to: u64,
-            size: u64,
-        ) -> $crate::Result<()> {
-            self.$i.remap_range(block, from, to, size)
+    (@ $i:ident growable) => {
+        fn growable(&self) -> Option<&dyn $crate::backend::Growable> {
+            self.$i.growable()
         }
     };
 }

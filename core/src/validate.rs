@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 
 use crate::backend::{
-    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, HostAccess, InPlaceGrowth,
+    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Growable, HostAccess,
     ManagedMemory, PeerCopy, Residence, Ticket, TransferLane, TransferTicket,
 };
 use crate::ops::Op;
@@ -239,42 +239,12 @@ impl Backend for Validated {
         Ok(())
     }
 
-    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
-        // A reservation is a block: never beyond the (possibly lowered) block limit; none when
-        // that limit is below one granule.
-        let g = self.backend.in_place_growth()?;
-        let max_reserve = g
-            .max_reserve
-            .min(self.caps.max_block_size / g.granularity * g.granularity);
-        (max_reserve > 0).then_some(InPlaceGrowth { max_reserve, ..g })
+    fn growable(&self) -> Option<&dyn Growable> {
+        self.growth().map(|_| self as &dyn Growable)
     }
 
     fn host_placement(&self) -> crate::HostPlacement {
         self.backend.host_placement()
-    }
-
-    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
-        self.reserve_checked(desc, reserve)
-    }
-
-    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
-        self.resize_checked(block, size)
-    }
-
-    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
-        self.extend_checked(block, size)
-    }
-
-    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
-        self.decommit_checked(block, offset, size)
-    }
-
-    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
-        self.commit_checked(block, offset, size)
-    }
-
-    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
-        self.remap_checked(block, from, to, size)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {

@@ -1,4 +1,4 @@
-//! Holes in an expandable segment ([`tensormem::Backend::decommit_range`], `commit_range`,
+//! Holes in an expandable segment ([`tensormem::Growable::decommit_range`], `commit_range`,
 //! `remap_range`, and `extend_block`, which adds a hole at the end): each physical allocation is a unit of the contract
 //! ([`tensormem::InPlaceGrowth::whole_units`]), so a range of whole units can be unmapped and
 //! released (a hole), a hole backed by one new allocation (one `cuMemCreate` whatever its

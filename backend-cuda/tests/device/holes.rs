@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use tensormem::{
-    ArenaConfig, ArenaPool, Backend, BlockDesc, BlockId, DevicePool, MemoryKind, Validated,
+    ArenaConfig, ArenaPool, Backend, BlockDesc, BlockId, DevicePool, Growable, MemoryKind,
+    Validated,
 };
 use tensormem_cuda::CudaDesc;
 
@@ -48,7 +49,7 @@ fn round_trip(b: &dyn Backend, block: BlockId, offset: u64, byte: u8) -> Vec<u8>
 #[test]
 fn whole_units_are_given_back_moved_and_committed_again() {
     let Some(b) = holes_backend() else { return };
-    let growth = b.in_place_growth().expect("VMM on the device");
+    let growth = b.growable().expect("VMM on the device").in_place_growth();
     assert!(growth.holes && growth.whole_units);
     let g = growth.granularity;
     // Units [0, g), [g, 2g) and [2g, 4g): the reservation's first size and two growths.
@@ -104,7 +105,11 @@ fn whole_units_are_given_back_moved_and_committed_again() {
 #[test]
 fn a_pool_keeps_contents_while_its_memory_moves() {
     let Some(b) = holes_backend() else { return };
-    let g = b.in_place_growth().expect("VMM on the device").granularity;
+    let g = b
+        .growable()
+        .expect("VMM on the device")
+        .in_place_growth()
+        .granularity;
     let front: Arc<dyn Backend> = Arc::new(Validated::new(Arc::new(b)));
     let pool = ArenaPool::new(front.clone(), ArenaConfig::device()).unwrap();
     let low = pool.allocate(4096, 256, "low").unwrap();

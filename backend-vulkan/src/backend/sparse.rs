@@ -5,7 +5,7 @@
 
 use ash::vk;
 use gpu_allocator::vulkan::Allocator;
-use tensormem::{BlockDesc, BlockId, Error, MemoryKind, Result};
+use tensormem::{BlockDesc, BlockId, Error, Growable, InPlaceGrowth, MemoryKind, Result};
 
 use super::{State, VulkanBackend};
 use crate::blocks::{Block, Memory};
@@ -161,8 +161,40 @@ impl State {
     }
 }
 
+/// Reached through [`Backend::growable`](tensormem::Backend::growable) where the device binds
+/// sparse memory; a direct call elsewhere reports [`InPlaceGrowth::NONE`] and is refused.
+impl Growable for VulkanBackend {
+    fn in_place_growth(&self) -> InPlaceGrowth {
+        self.growth.unwrap_or(InPlaceGrowth::NONE)
+    }
+
+    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+        self.reserve_sparse(desc, reserve)
+    }
+
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
+        self.resize_sparse(block, size)
+    }
+
+    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.decommit_sparse(block, offset, size)
+    }
+
+    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.commit_sparse(block, offset, size)
+    }
+
+    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
+        self.remap_sparse(block, from, to, size)
+    }
+
+    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
+        self.extend_sparse(block, size)
+    }
+}
+
 impl VulkanBackend {
-    /// [`tensormem::Backend::reserve_block`]: a sparse buffer of `reserve` bytes with its first
+    /// [`tensormem::Growable::reserve_block`]: a sparse buffer of `reserve` bytes with its first
     /// `desc.size` bytes bound.
     pub(crate) fn reserve_sparse(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
         if desc.kind == MemoryKind::Managed {
@@ -227,13 +259,13 @@ impl VulkanBackend {
         }
     }
 
-    /// [`tensormem::Backend::resize_block`]: binds granules at the end, or unbinds those past
+    /// [`tensormem::Growable::resize_block`]: binds granules at the end, or unbinds those past
     /// `size`; returns `size`.
     pub(crate) fn resize_sparse(&self, block: BlockId, size: u64) -> Result<u64> {
         self.set_size(block, size, true)
     }
 
-    /// [`tensormem::Backend::extend_block`]: the block grows to `size` bytes with no bind (the
+    /// [`tensormem::Growable::extend_block`]: the block grows to `size` bytes with no bind (the
     /// granules added stay unbound: holes).
     pub(crate) fn extend_sparse(&self, block: BlockId, size: u64) -> Result<()> {
         self.set_size(block, size, false).map(|_| ())
@@ -292,7 +324,7 @@ impl VulkanBackend {
         Ok(g.indices(offset, size))
     }
 
-    /// [`tensormem::Backend::decommit_range`].
+    /// [`tensormem::Growable::decommit_range`].
     pub(crate) fn decommit_sparse(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         let mut guard = self.lock();
         let s = &mut *guard;
@@ -300,7 +332,7 @@ impl VulkanBackend {
         s.decommit_granules(block, indices, false)
     }
 
-    /// [`tensormem::Backend::commit_range`]: binds new memory to the unbound granules of the
+    /// [`tensormem::Growable::commit_range`]: binds new memory to the unbound granules of the
     /// range.
     pub(crate) fn commit_sparse(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         let mut guard = self.lock();
@@ -316,7 +348,7 @@ impl VulkanBackend {
         s.commit_granules(block, &unbound)
     }
 
-    /// [`tensormem::Backend::remap_range`]: one bind unbinds `from` and binds `to` to the memory
+    /// [`tensormem::Growable::remap_range`]: one bind unbinds `from` and binds `to` to the memory
     /// that backed it.
     pub(crate) fn remap_sparse(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
         let mut guard = self.lock();

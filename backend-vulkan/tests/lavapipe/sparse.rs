@@ -3,14 +3,14 @@
 //! granule boundaries, through core's validating front. On a driver without sparse binding the
 //! tests report themselves skipped, unless `TENSORMEM_REQUIRE_VULKAN_SPARSE=1`, when they fail.
 
-use tensormem::{Backend, BlockDesc, BlockId, InPlaceGrowth, MemoryKind, Op, Validated};
+use tensormem::{Backend, BlockDesc, BlockId, Growable, InPlaceGrowth, MemoryKind, Op, Validated};
 use tensormem_vulkan::{VulkanBackend, VulkanConfig};
 
 use crate::{bytes_f32, download, f32_bytes, on_each_front, range, upload};
 
 /// The backend's growth, or `None` (skipped with a reason, or failing where sparse is required).
 fn sparse(name: &str, b: &dyn Backend) -> Option<InPlaceGrowth> {
-    let growth = b.in_place_growth();
+    let growth = b.growable().map(|g| g.in_place_growth());
     if growth.is_none() {
         let device = &b.capabilities().device_name;
         if std::env::var("TENSORMEM_REQUIRE_VULKAN_SPARSE").is_ok_and(|v| v == "1") {
@@ -62,7 +62,7 @@ fn sparse_growth_off_takes_the_blocks_path() {
         ..VulkanConfig::default()
     };
     if let Ok(b) = VulkanBackend::new(config) {
-        assert_eq!(b.in_place_growth(), None);
+        assert!(b.growable().is_none());
         let desc = BlockDesc {
             kind: MemoryKind::DeviceLocal,
             size: 0,

@@ -7,8 +7,8 @@
 //! for the MNIST sample).
 
 use tensormem::{
-    Backend, BlockDesc, BlockRange, DType, DevicePool, Error, MemoryKind, Runtime, RuntimeConfig,
-    Tensor,
+    Backend, BlockDesc, BlockRange, DType, DevicePool, Error, Growable, InPlaceGrowth, MemoryKind,
+    Runtime, RuntimeConfig, Tensor,
 };
 
 use super::Rng;
@@ -32,7 +32,7 @@ async fn arena_growth(ctx: &Ctx) -> R {
     let rt = ctx
         .runtime(RuntimeConfig::default())
         .map_err(fail("runtime"))?;
-    let growth = rt.front().in_place_growth();
+    let growth = growth_of(rt.front());
     let n = 100_000usize;
     let mut r = Rng::new(14);
     let data: Vec<u8> = (0..n).map(|_| r.next_u64() as u8).collect();
@@ -72,7 +72,7 @@ async fn arena_holes(ctx: &Ctx) -> R {
     let rt = ctx
         .runtime(RuntimeConfig::default())
         .map_err(fail("runtime"))?;
-    let holes = rt.front().in_place_growth().filter(|g| g.holes);
+    let holes = growth_of(rt.front()).filter(|g| g.holes);
     let mib = 1usize << 20;
     let mut r = Rng::new(41);
     let mut pattern = |n: usize| -> Vec<u8> { (0..n).map(|_| r.next_u64() as u8).collect() };
@@ -121,10 +121,11 @@ async fn arena_holes(ctx: &Ctx) -> R {
     free_all_and_trim(ctx, &rt, live.into_iter().map(|(t, _)| t)).await
 }
 
-/// `Backend::extend_block`, the contract: where the backend offers holes, a reserved block
+/// `Growable::extend_block`, the contract: where the backend offers holes, a reserved block
 /// grows without memory, and the range it adds takes `commit_range` and `remap_range` as a
 /// decommitted one does; an extension that does not grow, or goes past the reservation, is a
-/// typed error; where the backend offers no holes, it is unsupported. Host-visible memory keeps
+/// typed error; where the backend offers no holes (or no growth: the front's own `Growable`,
+/// called directly), it is unsupported. Host-visible memory keeps
 /// what is written into the extension once it is backed.
 async fn extension(ctx: &Ctx) -> R {
     let rt = ctx
@@ -136,7 +137,7 @@ async fn extension(ctx: &Ctx) -> R {
             format!("extend_block without holes: {r:?}")
         })
     };
-    let Some(g) = front.in_place_growth() else {
+    let Some(g) = growth_of(front) else {
         return unsupported(front.extend_block(tensormem::BlockId(0), 1 << 21));
     };
     let gran = g.granularity;
@@ -255,7 +256,7 @@ async fn small_model(ctx: &Ctx) -> R {
     }
     let s = pool.stats();
     let within = s.peak_in_use + s.peak_in_use / 20;
-    let bound = match rt.front().in_place_growth() {
+    let bound = match growth_of(rt.front()) {
         Some(g) => within.next_multiple_of(g.granularity.max(64 << 10)),
         None => within,
     };
@@ -269,6 +270,11 @@ async fn small_model(ctx: &Ctx) -> R {
         )
     })?;
     free_all_and_trim(ctx, &rt, live.into_iter().map(|(t, _)| t)).await
+}
+
+/// The growth the front offers, if any.
+fn growth_of(front: &tensormem::Validated) -> Option<InPlaceGrowth> {
+    front.growable().map(|g| g.in_place_growth())
 }
 
 /// Frees `tensors` in order; then trim gives every byte back and the pool stays consistent.

@@ -1,7 +1,7 @@
 //! The host backend's blocks that grow in place: reserve-and-commit of address space
-//! ([`memory::Reservation`](super::memory)), behind [`Backend::reserve_block`],
-//! [`Backend::resize_block`](crate::Backend::resize_block) and
-//! [`Backend::extend_block`](crate::Backend::extend_block).
+//! ([`memory::Reservation`](super::memory)), behind its [`Growable`] implementation
+//! ([`Growable::reserve_block`], [`Growable::resize_block`], [`Growable::extend_block`]; the hole
+//! calls are in `holes`).
 //!
 //! The block table's size of a reserved block is its committed size, so ranges, copies and
 //! [`HostBackend::block_bytes`] see exactly the memory that is usable, and
@@ -13,11 +13,8 @@ use std::sync::{Arc, Mutex};
 #[cfg(unix)]
 use super::lock;
 use super::{HostBackend, HostConfig};
-use crate::backend::{BlockDesc, BlockId, InPlaceGrowth};
+use crate::backend::{BlockDesc, BlockId, Growable, InPlaceGrowth};
 use crate::{Error, Result};
-
-#[cfg(doc)]
-use crate::Backend;
 
 /// What the host offers: page-granular growth of a block up to the largest block, on Unix when
 /// [`HostConfig::in_place_growth`] is set.
@@ -105,7 +102,7 @@ pub(super) fn resize(host: &HostBackend, block: BlockId, size: u64) -> Result<u6
     set_size(host, block, size, true)
 }
 
-/// Extends a reserved block to `size` bytes without memory ([`Backend::extend_block`]): the
+/// Extends a reserved block to `size` bytes without memory ([`Growable::extend_block`]): the
 /// pages become usable (`mprotect`) but stay untouched, so none is resident, and the range is
 /// counted as a hole until it is committed or remapped.
 #[cfg(unix)]
@@ -170,6 +167,45 @@ pub(super) fn reserve(_: &HostBackend, _: &BlockDesc<'_>, _: u64) -> Result<Bloc
 #[cfg(not(unix))]
 pub(super) fn resize(_: &HostBackend, _: BlockId, _: u64) -> Result<u64> {
     Err(unsupported())
+}
+
+/// Reached through [`Backend::growable`](crate::Backend::growable) on Unix where
+/// [`HostConfig::in_place_growth`] is set; a direct call elsewhere reports
+/// [`InPlaceGrowth::NONE`] and is refused.
+impl Growable for HostBackend {
+    fn in_place_growth(&self) -> InPlaceGrowth {
+        offered(&self.config).unwrap_or(InPlaceGrowth::NONE)
+    }
+
+    fn reserve_block(&self, desc: &BlockDesc<'_>, bytes: u64) -> Result<BlockId> {
+        self.check_alive()?;
+        reserve(self, desc, bytes)
+    }
+
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
+        self.check_alive()?;
+        resize(self, block, size)
+    }
+
+    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.check_alive()?;
+        super::holes::decommit(self, block, offset, size)
+    }
+
+    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.check_alive()?;
+        super::holes::commit(self, block, offset, size)
+    }
+
+    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
+        self.check_alive()?;
+        super::holes::remap(self, block, from, to, size)
+    }
+
+    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
+        self.check_alive()?;
+        extend(self, block, size)
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! Holes in the host's blocks that grow in place ([`Backend::decommit_range`],
-//! [`Backend::commit_range`], [`Backend::remap_range`]).
+//! Holes in the host's blocks that grow in place ([`Growable::decommit_range`],
+//! [`Growable::commit_range`], [`Growable::remap_range`]).
 //!
 //! A decommitted range is given back with `madvise(MADV_DONTNEED)`: the pages return to the
 //! kernel at once, and the range stays mapped read-write, so a direct caller that touches it
@@ -23,7 +23,7 @@ use crate::backend::MemoryKind;
 use crate::{Error, Result};
 
 #[cfg(doc)]
-use crate::Backend;
+use crate::Growable;
 
 /// Disjoint decommitted byte ranges of one reservation, by start.
 #[cfg(unix)]

@@ -7,7 +7,7 @@
 //! transfers.
 //!
 //! # Growth: in place, else blocks
-//! Where the backend can grow a block in place ([`Backend::in_place_growth`]: CUDA virtual memory
+//! Where the backend can grow a block in place ([`Backend::growable`]: CUDA virtual memory
 //! management, the host's reserve-and-commit), the pool keeps **one arena**: a reservation of
 //! address space carved by one TLSF, whose committed size grows at its end as the live set
 //! grows and whose free tail is returned by trim ([`in_place`]). Tensors can then be placed
@@ -79,7 +79,7 @@ pub struct ArenaConfig {
     /// none). The pool never reserves more, whatever it costs in failed allocations. A pool built
     /// on a runtime's shared [`Budget`] ([`ArenaPool::with_budget`]) is limited by that instead.
     pub budget: Option<u64>,
-    /// Grow one arena in place where the backend can ([`Backend::in_place_growth`]); default
+    /// Grow one arena in place where the backend can ([`Backend::growable`]); default
     /// `true`. `false` always adds blocks (the fallback path, for tests and comparisons).
     pub in_place: bool,
     /// On the arena that grows in place, give the memory of free holes back and move it where
@@ -282,7 +282,8 @@ impl ArenaPool {
         }
         .max(copy_align);
         let growth = backend
-            .in_place_growth()
+            .growable()
+            .map(|g| g.in_place_growth())
             .filter(|g| config.in_place && g.granularity.is_power_of_two());
         Ok(ArenaPool {
             growth,

@@ -1,19 +1,68 @@
-//! The front's checks of blocks that grow in place ([`Backend::reserve_block`],
-//! [`Backend::resize_block`]): sizes in whole granules within the reservation, and the committed
-//! size a backend reports after a resize (exact on growth, between the target and the old size on
-//! a shrink), since the pools count it. Separate from the holes checks, which act on ranges inside
-//! a reserved block.
+//! The front's [`Growable`]: offered exactly where the backend's is, with reservations capped
+//! at the (possibly lowered) block limit, and every call checked before the backend's sees it.
+//! Here the checks of [`Growable::reserve_block`] and [`Growable::resize_block`]: sizes in whole
+//! granules within the reservation, and the committed size a backend reports after a resize
+//! (exact on growth, between the target and the old size on a shrink), since the pools count it.
+//! The holes checks, which act on ranges inside a reserved block, are in `holes`.
 
 use super::{Validated, rules};
-use crate::backend::{Backend, BlockDesc, BlockId, MemoryKind};
+use crate::backend::{Backend, BlockDesc, BlockId, Growable, InPlaceGrowth, MemoryKind};
 use crate::{Error, Result};
 
+impl Growable for Validated {
+    fn in_place_growth(&self) -> InPlaceGrowth {
+        self.growth().unwrap_or(InPlaceGrowth::NONE)
+    }
+
+    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+        self.reserve_checked(desc, reserve)
+    }
+
+    fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
+        self.resize_checked(block, size)
+    }
+
+    fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.decommit_checked(block, offset, size)
+    }
+
+    fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
+        self.commit_checked(block, offset, size)
+    }
+
+    fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
+        self.remap_checked(block, from, to, size)
+    }
+
+    fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
+        self.extend_checked(block, size)
+    }
+}
+
 impl Validated {
-    /// [`Backend::reserve_block`], checked: the backend grows in place, the block is not managed,
+    /// The growth the front offers: the backend's, a reservation never beyond the (possibly
+    /// lowered) block limit; none when that limit is below one granule.
+    pub(super) fn growth(&self) -> Option<InPlaceGrowth> {
+        let g = self.backend.growable()?.in_place_growth();
+        let max_reserve = g
+            .max_reserve
+            .min(self.caps.max_block_size / g.granularity * g.granularity);
+        (max_reserve > 0).then_some(InPlaceGrowth { max_reserve, ..g })
+    }
+
+    /// The backend's capability, behind the front's checks (which found growth offered).
+    pub(super) fn inner_growable(&self) -> Result<&dyn Growable> {
+        self.backend.growable().ok_or_else(|| Error::Unsupported {
+            backend: self.capabilities().backend,
+            what: "blocks that grow in place".into(),
+        })
+    }
+
+    /// [`Growable::reserve_block`], checked: the backend grows in place, the block is not managed,
     /// and the reservation and its first commit are whole granules within `max_reserve`.
     pub(super) fn reserve_checked(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
         self.check_alive()?;
-        let growth = rules::growth(self)?;
+        let growth = rules::growth(self.growth(), self.capabilities())?;
         if desc.kind == MemoryKind::Managed {
             return Err(Error::Unsupported {
                 backend: self.capabilities().backend,
@@ -27,7 +76,7 @@ impl Validated {
         }
         rules::committed_size(growth, reserve, growth.max_reserve, "max_reserve")?;
         rules::committed_size(growth, desc.size, reserve, "reservation")?;
-        let id = self.observe(self.backend.reserve_block(desc, reserve))?;
+        let id = self.observe(self.inner_growable()?.reserve_block(desc, reserve))?;
         let mut st = self.lock();
         let mirrored = st.blocks.insert_as(id, desc.kind, desc.size, ());
         st.reserved.insert(id, reserve);
@@ -36,12 +85,12 @@ impl Validated {
         Ok(id)
     }
 
-    /// [`Backend::resize_block`], checked: the block was reserved, `size` is whole granules within
+    /// [`Growable::resize_block`], checked: the block was reserved, `size` is whole granules within
     /// the reservation, and the committed size the backend reports is one it may report (else the
     /// device is marked broken).
     pub(super) fn resize_checked(&self, block: BlockId, size: u64) -> Result<u64> {
         self.check_alive()?;
-        let growth = rules::growth(self)?;
+        let growth = rules::growth(self.growth(), self.capabilities())?;
         let reserve = {
             let st = self.lock();
             st.blocks.get(block)?;
@@ -52,7 +101,7 @@ impl Validated {
         };
         rules::committed_size(growth, size, reserve, "reservation")?;
         let old = self.lock().blocks.get(block)?.size;
-        let now = self.observe(self.backend.resize_block(block, size))?;
+        let now = self.observe(self.inner_growable()?.resize_block(block, size))?;
         // Growth commits exactly `size`; a shrink keeps between `size` and the old size, in
         // whole granules.
         let (lo, hi) = if size >= old {

@@ -1,5 +1,5 @@
-//! The front's checks of holes in reserved blocks ([`Backend::extend_block`],
-//! [`Backend::decommit_range`], [`Backend::commit_range`], [`Backend::remap_range`]): the
+//! The front's checks of holes in reserved blocks ([`Growable::extend_block`],
+//! [`Growable::decommit_range`], [`Growable::commit_range`], [`Growable::remap_range`]): the
 //! backend offers them
 //! ([`InPlaceGrowth::holes`](crate::backend::InPlaceGrowth::holes)), the block was reserved,
 //! every range is whole granules inside its committed size, and the two ranges of a remap do not
@@ -11,6 +11,9 @@
 use super::{Validated, rules};
 use crate::backend::{Backend, BlockId};
 use crate::{Error, Result};
+
+#[cfg(doc)]
+use crate::backend::Growable;
 
 /// What a range of a hole call is, for errors.
 const WHAT: &str = "range of a hole in a reserved block";
@@ -25,7 +28,7 @@ impl Validated {
         ranges: &[(u64, u64)],
     ) -> Result<()> {
         self.check_alive()?;
-        let growth = rules::growth(self)?;
+        let growth = rules::growth(self.growth(), self.capabilities())?;
         if !growth.holes {
             return Err(Error::Unsupported {
                 backend: self.capabilities().backend,
@@ -72,11 +75,11 @@ impl Validated {
         Ok(())
     }
 
-    /// [`Backend::extend_block`], checked: holes are offered, the block was reserved, and `size`
+    /// [`Growable::extend_block`], checked: holes are offered, the block was reserved, and `size`
     /// is whole granules above its committed size, within the reservation.
     pub(super) fn extend_checked(&self, block: BlockId, size: u64) -> Result<()> {
         self.check_holes("extend_block", block, &[])?;
-        let growth = rules::growth(self)?;
+        let growth = rules::growth(self.growth(), self.capabilities())?;
         let (old, reserve) = {
             let st = self.lock();
             let old = st.blocks.get(block)?.size;
@@ -89,19 +92,19 @@ impl Validated {
                 block.0
             )));
         }
-        self.observe(self.backend.extend_block(block, size))?;
+        self.observe(self.inner_growable()?.extend_block(block, size))?;
         let extended = self.lock().blocks.resize(block, size);
         extended.map_err(|e| self.mark_broken(e))
     }
 
     pub(super) fn decommit_checked(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         self.check_holes("decommit_range", block, &[(offset, size)])?;
-        self.observe(self.backend.decommit_range(block, offset, size))
+        self.observe(self.inner_growable()?.decommit_range(block, offset, size))
     }
 
     pub(super) fn commit_checked(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         self.check_holes("commit_range", block, &[(offset, size)])?;
-        self.observe(self.backend.commit_range(block, offset, size))
+        self.observe(self.inner_growable()?.commit_range(block, offset, size))
     }
 
     pub(super) fn remap_checked(
@@ -112,6 +115,6 @@ impl Validated {
         size: u64,
     ) -> Result<()> {
         self.check_holes("remap_range", block, &[(from, size), (to, size)])?;
-        self.observe(self.backend.remap_range(block, from, to, size))
+        self.observe(self.inner_growable()?.remap_range(block, from, to, size))
     }
 }

@@ -1,9 +1,7 @@
 //! The front's rules, each written once as a pure function over the block table and the
 //! capabilities: one rule, one typed error.
 
-use crate::backend::{
-    Backend, BlockEntry, BlockRange, BlockTable, Capabilities, InPlaceGrowth, MemoryKind,
-};
+use crate::backend::{BlockEntry, BlockRange, BlockTable, Capabilities, InPlaceGrowth, MemoryKind};
 use crate::ops::Op;
 use crate::{Error, Result};
 
@@ -234,13 +232,13 @@ pub(crate) fn outputs_disjoint<'a>(
     Ok(())
 }
 
-/// The backend grows blocks in place.
+/// The backend grows blocks in place: `offered` is what the front offers.
 ///
 /// # Errors
 /// [`Error::Unsupported`].
-pub(crate) fn growth(backend: &dyn Backend) -> Result<InPlaceGrowth> {
-    backend.in_place_growth().ok_or_else(|| Error::Unsupported {
-        backend: backend.capabilities().backend,
+pub(crate) fn growth(offered: Option<InPlaceGrowth>, caps: &Capabilities) -> Result<InPlaceGrowth> {
+    offered.ok_or_else(|| Error::Unsupported {
+        backend: caps.backend,
         what: "blocks that grow in place".into(),
     })
 }

@@ -346,7 +346,8 @@ fn lowered_limits_are_reported_and_enforced() {
     ));
     let b = block(&f, MemoryKind::DeviceLocal, 8192);
     assert!(
-        f.in_place_growth()
+        f.growable()
+            .map(|g| g.in_place_growth())
             .is_none_or(|g| g.max_reserve <= 8192 && g.max_reserve > 0)
     );
     let relu = Op::Relu { len: 1024 };

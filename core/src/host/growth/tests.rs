@@ -3,7 +3,7 @@
 
 use super::super::memory::HostMemory;
 use super::*;
-use crate::backend::{Backend, BlockRange, MemoryKind};
+use crate::backend::{Backend, BlockRange, Growable, MemoryKind};
 use crate::host::HostConfig;
 
 fn host(config: HostConfig) -> HostBackend {
@@ -55,8 +55,9 @@ fn mapped(base: usize, len: usize) -> (usize, usize) {
 fn committed_pages_are_what_the_block_reports() {
     let h = host(HostConfig::default());
     let g = h
-        .in_place_growth()
-        .expect("the host offers in-place growth on Unix");
+        .growable()
+        .expect("the host offers in-place growth on Unix")
+        .in_place_growth();
     let page = g.granularity;
     let blk = h.reserve_block(&desc(4 * page), 64 * page).unwrap();
     let (base, reserved) = reservation(&h, blk);
@@ -84,7 +85,7 @@ fn committed_pages_are_what_the_block_reports() {
 #[test]
 fn growth_keeps_contents_and_new_bytes_read_zero() {
     let h = host(HostConfig::default());
-    let page = h.in_place_growth().unwrap().granularity;
+    let page = h.growable().unwrap().in_place_growth().granularity;
     let blk = h.reserve_block(&desc(page), 16 * page).unwrap();
     h.write_mapped(blk, 0, &[7u8; 64]).unwrap();
     let past = BlockRange {
@@ -124,7 +125,7 @@ fn misuse_is_refused_with_typed_errors() {
         device_memory: Some(1 << 20),
         ..HostConfig::default()
     });
-    let page = h.in_place_growth().unwrap().granularity;
+    let page = h.growable().unwrap().in_place_growth().granularity;
     let blk = h.reserve_block(&desc(page), 1024 * page).unwrap();
     assert!(matches!(
         h.resize_block(blk, 1025 * page),
@@ -157,7 +158,7 @@ fn misuse_is_refused_with_typed_errors() {
         in_place_growth: false,
         ..HostConfig::default()
     });
-    assert!(off.in_place_growth().is_none());
+    assert!(off.growable().is_none());
     assert!(matches!(
         off.reserve_block(&desc(page), page),
         Err(Error::Unsupported { .. })
@@ -170,7 +171,7 @@ fn an_extension_is_a_hole_until_committed_and_counts_no_memory() {
         device_memory: Some(1 << 20),
         ..HostConfig::default()
     });
-    let page = h.in_place_growth().unwrap().granularity;
+    let page = h.growable().unwrap().in_place_growth().granularity;
     let blk = h.reserve_block(&desc(page), 1024 * page).unwrap();
     h.write_mapped(blk, 0, &[7u8; 64]).unwrap();
     // Past the device's memory, since nothing is committed: the range is a hole.
@@ -204,7 +205,7 @@ fn an_extension_is_a_hole_until_committed_and_counts_no_memory() {
 #[test]
 fn an_extension_that_does_not_grow_is_refused_and_changes_nothing() {
     let h = host(HostConfig::default());
-    let page = h.in_place_growth().unwrap().granularity;
+    let page = h.growable().unwrap().in_place_growth().granularity;
     let blk = h.reserve_block(&desc(4 * page), 16 * page).unwrap();
     for size in [4 * page, 2 * page] {
         assert!(matches!(

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::super::{HostBackend, HostConfig, lock};
-use crate::backend::{Backend, BlockDesc, BlockId, MemoryKind};
+use crate::backend::{Backend, BlockDesc, BlockId, Growable, MemoryKind};
 use crate::numa::kernel::{self, PolicyMode};
 use crate::numa::tests::FakeSysfs;
 use crate::numa::{HostPlacement, NumaTopology};
@@ -118,7 +118,7 @@ fn a_reserved_block_keeps_its_node_through_shrink_and_regrowth() {
         ..HostConfig::default()
     })
     .unwrap();
-    let growth = host.in_place_growth().unwrap();
+    let growth = host.growable().unwrap().in_place_growth();
     let g = growth.granularity;
     let desc = BlockDesc {
         kind: MemoryKind::DeviceLocal,

@@ -12,12 +12,12 @@
 //!   tracks them as it frees (the merged free block's whole granules) and allocates (the
 //!   granules a region touches), a word of 64 granules at a time.
 //! * **Moved, not re-created.** A region placed on decommitted granules gets the memory of spare
-//!   granules elsewhere ([`Backend::remap_range`]: no new memory, CUDA maps the same physical
+//!   granules elsewhere ([`Growable::remap_range`]: no new memory, CUDA maps the same physical
 //!   allocations there), and new memory only when no granule is spare
-//!   ([`Backend::commit_range`]). So committed memory grows only when every committed granule
+//!   ([`Growable::commit_range`]). So committed memory grows only when every committed granule
 //!   holds live bytes.
 //! * **Given back under pressure only.** Before the arena grows at its end, spare granules
-//!   below its free tail are decommitted, as many as the growth adds ([`Backend::decommit_range`]),
+//!   below its free tail are decommitted, as many as the growth adds ([`Growable::decommit_range`]),
 //!   and trim and the runtime's pressure path decommit all of them (PyTorch's expandable segments
 //!   release cached memory before an out-of-memory likewise). A free alone never calls the
 //!   backend: holes that are filled again soon cost nothing. With whole units the growth is
@@ -180,7 +180,7 @@ use crate::suballoc::{Landmark, Region};
 use crate::{Error, Result};
 
 #[cfg(doc)]
-use crate::backend::{Backend, InPlaceGrowth};
+use crate::backend::{Growable, InPlaceGrowth};
 
 /// The arena holds up to its live peak plus this fraction of it before it moves memory: free
 /// memory under that is kept where it is (a later tensor placed there costs no driver call), and
@@ -251,7 +251,7 @@ impl Holes {
         self.handles.is_some()
     }
 
-    /// The extent grows to `extent` bytes without memory ([`Backend::extend_block`]): the
+    /// The extent grows to `extent` bytes without memory ([`Growable::extend_block`]): the
     /// granules added are decommitted.
     pub(super) fn extend(&mut self, extent: u64) {
         let len = extent >> self.shift;
@@ -841,9 +841,9 @@ impl ArenaPool {
                     self.give_back_smallest(st, index, id);
                 }
                 if let Some((from, n)) = spare {
-                    let moved =
-                        self.backend
-                            .remap_range(id, from << shift, at << shift, n << shift);
+                    let moved = self
+                        .growable()
+                        .and_then(|g| g.remap_range(id, from << shift, at << shift, n << shift));
                     if let Err(e) = Self::note(st, moved) {
                         if let Some(h) = Self::holes(st, index) {
                             h.untake(from, n);
@@ -894,7 +894,11 @@ impl ArenaPool {
         if !self.budget.try_reserve(size) {
             return Ok(false);
         }
-        if let Err(e) = Self::note(st, self.backend.commit_range(id, offset, size)) {
+        if let Err(e) = Self::note(
+            st,
+            self.growable()
+                .and_then(|g| g.commit_range(id, offset, size)),
+        ) {
             self.budget.release(size);
             return match e {
                 Error::OutOfMemory(_) => Ok(false),
@@ -966,7 +970,9 @@ impl ArenaPool {
         (from, n): (u64, u64),
         shift: u32,
     ) -> Result<()> {
-        let r = self.backend.decommit_range(id, from << shift, n << shift);
+        let r = self
+            .growable()
+            .and_then(|g| g.decommit_range(id, from << shift, n << shift));
         if let Err(e) = Self::note(st, r) {
             if let Some(h) = Self::holes(st, index) {
                 h.untake(from, n);

@@ -1,5 +1,5 @@
 //! The arena that grows in place: one reservation of address space, carved by one TLSF, whose
-//! committed size follows the live set ([`Backend::in_place_growth`]).
+//! committed size follows the live set ([`Backend::growable`]).
 //!
 //! Blocks cannot be merged, so a pool of blocks loses memory at every boundary: a tensor that
 //! fits in the sum of two blocks' free space fits in neither, and a block pinned by one small
@@ -24,7 +24,7 @@
 //!   a growth step that bounds the overshoot to about 3 % while keeping the number of driver
 //!   calls logarithmic in the peak. Sizes are rounded to the backend's granularity.
 //! * **Growth in whole units** ([`InPlaceGrowth::whole_units`], CUDA). The arena is extended
-//!   without memory ([`Backend::extend_block`]), by at least [`MIN_UNIT`], and the request and
+//!   without memory ([`Growable::extend_block`]), by at least [`MIN_UNIT`], and the request and
 //!   the step past it are backed like any range with holes: spare units moved there first, one
 //!   new unit for the rest. Committed at the end instead, a growth was a new unit beside spare
 //!   units no hole could take (smaller than the runs that lacked memory): on Llama-8B prefill
@@ -42,7 +42,7 @@
 use super::growth::Role;
 use super::holes::{Holes, MIN_GRANULE};
 use super::{ArenaPool, Carved, State, round_up};
-use crate::backend::{BlockDesc, BlockId, InPlaceGrowth};
+use crate::backend::{BlockDesc, BlockId, Growable, InPlaceGrowth};
 use crate::suballoc::Region;
 use crate::{Error, Result};
 
@@ -52,7 +52,7 @@ use crate::backend::Backend;
 /// The growth step is at least the committed size divided by this (so at most ~3 % above need).
 pub const GROWTH_STEP_DIVISOR: u64 = 32;
 
-/// An extended growth (whole units, [`Backend::extend_block`]) is at least this, up to half
+/// An extended growth (whole units, [`Growable::extend_block`]) is at least this, up to half
 /// the committed size (a small pool is not doubled): its new memory is one physical allocation
 /// on CUDA, and tensors of a few megabytes grown one at a time made one each. PyTorch's caching
 /// allocator rounds requests of 1–10 MiB up to 20 MiB segments for the same reason. On
@@ -79,6 +79,15 @@ pub(crate) fn growth_bytes(
 }
 
 impl ArenaPool {
+    /// The backend's blocks that grow in place: offered wherever the arena grows in place (the
+    /// pool's growth comes from it), refused as unsupported elsewhere.
+    pub(super) fn growable(&self) -> Result<&dyn Growable> {
+        self.backend.growable().ok_or_else(|| Error::Unsupported {
+            backend: self.backend.capabilities().backend,
+            what: "blocks that grow in place".into(),
+        })
+    }
+
     /// Serves a request that fits nowhere by reserving the arena or growing it. `Ok(None)` when
     /// the pool has no in-place growth or cannot grow (the caller then adds a block).
     pub(super) fn grow_in_place(
@@ -129,7 +138,11 @@ impl ArenaPool {
             size: bytes,
             label: &format!("tensormem {} arena for {label}", self.config.name),
         };
-        let id = match Self::note(st, self.backend.reserve_block(&desc, reserve)) {
+        let id = match Self::note(
+            st,
+            self.growable()
+                .and_then(|g| g.reserve_block(&desc, reserve)),
+        ) {
             Ok(id) => id,
             Err(e) => {
                 self.budget.release(bytes);
@@ -225,7 +238,11 @@ impl ArenaPool {
                 return Ok(None);
             }
             // Growth commits exactly what was asked (the contract).
-            if let Err(e) = Self::note(st, self.backend.resize_block(id, committed + add)) {
+            if let Err(e) = Self::note(
+                st,
+                self.growable()
+                    .and_then(|g| g.resize_block(id, committed + add)),
+            ) {
                 self.budget.release(add);
                 return match e {
                     Error::OutOfMemory(_) => Ok(None),
@@ -295,10 +312,10 @@ impl ArenaPool {
     }
 
     /// Extends the arena at `index` (block `id`) to `size` bytes without memory
-    /// ([`Backend::extend_block`]): `Ok(false)` where the backend does not offer it (the caller
+    /// ([`Growable::extend_block`]): `Ok(false)` where the backend does not offer it (the caller
     /// then commits the growth) or refuses it for want of address space or budget.
     fn extend(&self, st: &mut State, index: usize, id: BlockId, size: u64) -> Result<bool> {
-        match Self::note(st, self.backend.extend_block(id, size)) {
+        match Self::note(st, self.growable().and_then(|g| g.extend_block(id, size))) {
             Ok(()) => {}
             Err(Error::Unsupported { .. } | Error::OutOfMemory(_) | Error::TooLarge { .. }) => {
                 return Ok(false);
@@ -375,7 +392,10 @@ impl ArenaPool {
         }
         let (id, old, before) = (b.id, b.size, b.committed());
         // A backend that maps each growth as one unit keeps the unit that holds the new end.
-        let now = Self::note(st, self.backend.resize_block(id, old - cut))?;
+        let now = Self::note(
+            st,
+            self.growable().and_then(|g| g.resize_block(id, old - cut)),
+        )?;
         if now >= old {
             return Ok(0);
         }

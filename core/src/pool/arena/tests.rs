@@ -414,10 +414,7 @@ fn pools_sharing_a_budget_release_idle_blocks_for_each_other() {
 #[test]
 fn in_place_growth_under_a_sub_account_never_exceeds_its_limit() {
     let backend: Arc<dyn Backend> = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-    assert!(
-        backend.in_place_growth().is_some(),
-        "the host grows in place"
-    );
+    assert!(backend.growable().is_some(), "the host grows in place");
     let parent = Budget::new(Some(64 << 20));
     let limit = (5 << 20) + 12345; // not a multiple of the growth granularity
     let sub = Budget::sub_account(&parent, Some(limit));

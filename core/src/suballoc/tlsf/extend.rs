@@ -1,5 +1,5 @@
 //! Growing and shrinking the managed range at its end: the sub-allocator of an arena whose block
-//! grows in place (`Backend::resize_block`). Kept apart from the allocation path, which never
+//! grows in place (`Growable::resize_block`). Kept apart from the allocation path, which never
 //! changes the capacity.
 //!
 //! Both are O(1): the end of the physical chain is tracked (`Tlsf::last`), so growth extends the

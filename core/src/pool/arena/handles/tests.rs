@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, InPlaceGrowth};
+use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, Growable, InPlaceGrowth};
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::arena::sites::HISTORY;
 use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
@@ -206,14 +206,20 @@ impl Backend for WholeUnits {
         host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy,
         fill_zero, dispatch, flush, completed, wait_timeout
     );
-    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
-        let g = self.host.in_place_growth()?;
-        Some(InPlaceGrowth {
+    fn growable(&self) -> Option<&dyn Growable> {
+        self.host.growable().map(|_| self as &dyn Growable)
+    }
+}
+
+impl Growable for WholeUnits {
+    fn in_place_growth(&self) -> InPlaceGrowth {
+        let g = self.host.in_place_growth();
+        InPlaceGrowth {
             granularity: G,
             max_reserve: g.max_reserve / G * G,
             whole_units: true,
             ..g
-        })
+        }
     }
     fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
         let id = self.host.reserve_block(desc, reserve)?;

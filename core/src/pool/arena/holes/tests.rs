@@ -14,7 +14,7 @@ const MIB: u64 = 1 << 20;
 
 fn pool() -> (Arc<HostBackend>, ArenaPool) {
     let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-    assert!(backend.in_place_growth().unwrap().holes);
+    assert!(backend.growable().unwrap().in_place_growth().holes);
     let p = ArenaPool::new(backend.clone(), ArenaConfig::device()).unwrap();
     (backend, p)
 }

@@ -5,14 +5,14 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::backend::{Backend, BlockId};
+use crate::backend::{Backend, BlockId, Growable};
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::{ArenaConfig, DevicePool, PoolStats};
 
 /// A pool that grows in place at its end only (holes are tested in `holes/tests.rs`).
 fn pool(config: HostConfig) -> (Arc<HostBackend>, ArenaPool, u64) {
     let backend = Arc::new(HostBackend::new(config).unwrap());
-    let page = backend.in_place_growth().unwrap().granularity;
+    let page = backend.growable().unwrap().in_place_growth().granularity;
     let config = ArenaConfig {
         holes: false,
         ..ArenaConfig::device()
@@ -192,10 +192,18 @@ impl Backend for WholeGrowths {
         host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy,
         fill_zero, dispatch, flush, completed, wait_timeout
     );
-    fn in_place_growth(&self) -> Option<InPlaceGrowth> {
+    fn growable(&self) -> Option<&dyn Growable> {
+        self.host.growable().map(|_| self as &dyn Growable)
+    }
+}
+
+impl Growable for WholeGrowths {
+    fn in_place_growth(&self) -> InPlaceGrowth {
         // CUDA without holes: each growth is one mapping.
-        let g = self.host.in_place_growth()?;
-        Some(InPlaceGrowth { holes: false, ..g })
+        InPlaceGrowth {
+            holes: false,
+            ..self.host.in_place_growth()
+        }
     }
     fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
         *self.ends.lock().unwrap() = vec![desc.size];
@@ -215,6 +223,26 @@ impl Backend for WholeGrowths {
         };
         self.host.resize_block(block, now)
     }
+    fn decommit_range(&self, _: BlockId, _: u64, _: u64) -> Result<()> {
+        Err(no_holes(self, "decommit_range"))
+    }
+    fn commit_range(&self, _: BlockId, _: u64, _: u64) -> Result<()> {
+        Err(no_holes(self, "commit_range"))
+    }
+    fn remap_range(&self, _: BlockId, _: u64, _: u64, _: u64) -> Result<()> {
+        Err(no_holes(self, "remap_range"))
+    }
+    fn extend_block(&self, _: BlockId, _: u64) -> Result<()> {
+        Err(no_holes(self, "extend_block"))
+    }
+}
+
+/// What [`WholeGrowths`] answers a hole call: it offers none.
+fn no_holes(backend: &WholeGrowths, call: &str) -> crate::Error {
+    crate::Error::Unsupported {
+        backend: backend.capabilities().backend,
+        what: format!("holes in blocks that grow in place ({call})"),
+    }
 }
 
 /// A backend that returns growths whole (CUDA maps each growth as one allocation) may keep more
@@ -222,7 +250,7 @@ impl Backend for WholeGrowths {
 #[test]
 fn trim_counts_what_a_backend_that_keeps_whole_growths_reports() {
     let host = HostBackend::new(HostConfig::default()).unwrap();
-    let page = host.in_place_growth().unwrap().granularity;
+    let page = host.growable().unwrap().in_place_growth().granularity;
     let backend = Arc::new(crate::Validated::new(Arc::new(WholeGrowths {
         host,
         ends: std::sync::Mutex::new(Vec::new()),

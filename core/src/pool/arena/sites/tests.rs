@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::*;
 use crate::Result;
-use crate::backend::{Backend, BlockId};
+use crate::backend::{Backend, BlockDesc, BlockId, Growable, InPlaceGrowth};
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::arena::holes::{ALLOWANCE_DIVISOR, MIN_GRANULE};
 use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
@@ -232,9 +232,21 @@ struct Counted {
 
 impl Backend for Counted {
     crate::test_support::forward_backend!(
-        host: capabilities, alloc_block, free_block, in_place_growth, reserve_block,
-        write_mapped, read_mapped, copy, fill_zero, dispatch, flush, completed, wait_timeout
+        host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy, fill_zero,
+        dispatch, flush, completed, wait_timeout
     );
+    fn growable(&self) -> Option<&dyn Growable> {
+        self.host.growable().map(|_| self as &dyn Growable)
+    }
+}
+
+impl Growable for Counted {
+    fn in_place_growth(&self) -> InPlaceGrowth {
+        self.host.in_place_growth()
+    }
+    fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
+        self.host.reserve_block(desc, reserve)
+    }
     fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.host.resize_block(block, size)
@@ -251,6 +263,13 @@ impl Backend for Counted {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.host.remap_range(block, from, to, size)
     }
+    /// No extensions: growth is committed at the end.
+    fn extend_block(&self, _: BlockId, _: u64) -> Result<()> {
+        Err(crate::Error::Unsupported {
+            backend: self.capabilities().backend,
+            what: "holes in blocks that grow in place (extend_block)".into(),
+        })
+    }
 }
 
 fn pool(learned: bool) -> (Arc<Counted>, ArenaPool) {
@@ -258,7 +277,7 @@ fn pool(learned: bool) -> (Arc<Counted>, ArenaPool) {
         host: HostBackend::new(HostConfig::default()).unwrap(),
         calls: AtomicU64::new(0),
     });
-    assert!(backend.in_place_growth().unwrap().holes);
+    assert!(backend.growable().unwrap().in_place_growth().holes);
     let config = ArenaConfig {
         learned_placement: learned,
         ..ArenaConfig::device()
