@@ -203,7 +203,7 @@ def compare(kind, ref_path, got_path):
         t = got["timings"]
         print(f"generate: prefill {t['prefill_tokens_per_s']:.1f} tokens/s, decode "
               f"{t['decode_tokens_per_s']:.1f} tokens/s, KV reads "
-              f"{t['kv_read_bytes_per_s'] / 1e9:.2f} GB/s (H200 HBM3e peak: 4800 GB/s)")
+              f"{t['kv_read_bytes_per_s'] / 1e9:.4g} GB/s (H200 HBM3e peak: 4800 GB/s)")
     else:
         sys.exit(f"compare: unknown kind {kind}")
     print(f"compare {kind}: max abs difference {worst:.3g} against the host reference")

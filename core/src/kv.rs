@@ -8,7 +8,7 @@
 //!   serving simulator (`tensormem-kv replay`) runs it alone.
 //! * [`KvCache`] keeps the ledger's blocks in the runtime's device memory: segments from the
 //!   pools, growth up to a budget, copy-on-write on the device, swaps through host memory.
-//!   Native only for now: its transfers block, which a browser's thread may not.
+//!   On wasm32 it preempts by recomputation only (swaps block, which a browser's thread may not).
 //! * [`prefix`] keys full blocks by a chained hash of their tokens.
 //! * [`KvLayout`](crate::ops::KvLayout) reads and writes a token in a block's bytes (f32, f16,
 //!   int8 with scales), and [`attention`] computes paged attention on the host (decode and chunked prefill), the
@@ -17,14 +17,12 @@
 //! See ARCHITECTURE.md, "Paged KV cache", for how the pieces fit.
 
 pub mod attention;
-#[cfg(not(target_arch = "wasm32"))]
 mod cache;
 mod error;
 mod geometry;
 mod ledger;
 pub mod prefix;
 
-#[cfg(not(target_arch = "wasm32"))]
 pub use cache::{KvCache, KvCacheConfig, KvCacheStats};
 pub use error::KvError;
 pub use geometry::{KvDType, KvGeometry, MAX_BLOCK_TOKENS, PRESETS};

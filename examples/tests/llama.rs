@@ -413,3 +413,72 @@ fn every_backend_generates_the_reference_tokens() {
         model.decoder.weights.release(&rt).unwrap();
     }
 }
+
+/// The browser's path, natively: the model loaded from its files' contents and every step
+/// awaited ([`Llama::load_async`], [`Engine::step_async`], driven here by `pollster`), on every
+/// backend, with a budget that forces preemption by recomputation (the only kind wasm32 has):
+/// the tokens equal numpy's.
+#[test]
+fn the_awaitable_path_generates_the_reference_tokens() {
+    let Some((dir, reference)) = checkpoint(false) else {
+        return;
+    };
+    let cases = reference["cases"].as_array().unwrap();
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    for (name, rt) in backends::available_runtimes() {
+        let file = tensormem_examples::models::weights::WeightFile::from_bytes(
+            Path::new("model.safetensors"),
+            read("model.safetensors"),
+        )
+        .unwrap();
+        let config = String::from_utf8(read("config.json")).unwrap();
+        let model = pollster::block_on(Llama::load_async(
+            &rt,
+            &config,
+            &read("tokenizer.json"),
+            file,
+            WeightFormat::F32,
+        ))
+        .unwrap();
+        let g = model.kv_geometry(KvDType::F32, 4).unwrap();
+        let budget = g.block_bytes().next_multiple_of(64) * 40;
+        let mut kv = cache(&model, KvDType::F32, 4, budget, Preemption::Recompute);
+        let config = EngineConfig {
+            step_tokens: 16,
+            salt: 0,
+        };
+        let mut engine = Engine::new(
+            &model.decoder,
+            &mut kv,
+            budget,
+            Preemption::Recompute,
+            config,
+        );
+        for case in cases {
+            let request = Request {
+                prompt: ids(&case["ids"]),
+                max_new_tokens: 64,
+                sampling: Sampling::default(),
+                stop: Vec::new(),
+            };
+            engine.add(request).unwrap();
+        }
+        let mut tokens = vec![Vec::new(); cases.len()];
+        while !engine.is_idle() {
+            for e in pollster::block_on(engine.step_async()).unwrap() {
+                if let Event::Token { id, token } = e {
+                    tokens[id].push(token);
+                }
+            }
+        }
+        let preemptions = engine.stats().preemptions;
+        drop(engine);
+        assert!(preemptions > 0, "{name}: the budget was meant to preempt");
+        for (case, got) in cases.iter().zip(&tokens) {
+            assert_eq!(got, &ids(&case["tokens"]), "{name}: {:?}", case["prompt"]);
+        }
+        kv.release().unwrap();
+        model.decoder.weights.release(&rt).unwrap();
+        rt.check_leaks().unwrap();
+    }
+}

@@ -16,18 +16,24 @@
 //! * **Copy-on-write** copies run on the device (one copy per block) before the write that
 //!   needed them.
 //! * **Kernels** read a batch's block tables as one `U32` tensor ([`KvCache::block_tables`]).
-//!   The host path here ([`KvCache::write_token`], [`KvCache::attention`]) reads and writes whole
+//!   The host path (`host_path`: `write_token`, `attention`; native only) reads and writes whole
 //!   blocks through transfers: the reference the device kernels are checked against, not a fast
 //!   path.
+//! * **wasm32** has everything but swapping and the host path, whose transfers block: there the
+//!   cache preempts by recomputation and kernels reach the blocks
+//!   ([`KvCache::block_tables_async`]).
 
+#[cfg(not(target_arch = "wasm32"))]
+mod host_path;
 mod lane;
 mod storage;
+#[cfg(not(target_arch = "wasm32"))]
+mod swap;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
 
-use super::attention::{PagedQuery, paged_attention};
 use super::{Admission, KvError, KvGeometry, KvLedger, KvStats, Preemption, SeqId, SeqState, Slot};
 use crate::runtime::{Runtime, Tensor};
 use crate::{DType, Result};
@@ -83,6 +89,14 @@ impl KvCache {
     /// [`KvError::BudgetBelowBlock`]; [`KvError::Geometry`] for a block larger than the device's
     /// largest block.
     pub fn new(rt: &Runtime, config: KvCacheConfig) -> Result<Self> {
+        if cfg!(target_arch = "wasm32") && config.preemption == Preemption::Swap {
+            return Err(crate::Error::Unsupported {
+                backend: crate::Backend::capabilities(rt.front()).backend,
+                what: "KV swap preemption on wasm32 (its copies to host memory block; \
+                       preempt by recomputation)"
+                    .into(),
+            });
+        }
         let segments = Segments::plan(rt, &config.geometry, config.budget)?;
         let ledger = KvLedger::new(
             config.geometry.block_tokens,
@@ -193,13 +207,7 @@ impl KvCache {
         let how = self.config.preemption;
         let table = self.ledger.resident_blocks(seq)?.to_vec();
         if how == Preemption::Swap {
-            // A host buffer of an earlier swap is reused: no page faults on its bytes.
-            let mut bytes = self.host_spare.pop().unwrap_or_default();
-            if let Err(e) = self.segments.read_blocks_into(&self.rt, &table, &mut bytes) {
-                self.host_spare.push(bytes);
-                return Err(e);
-            }
-            self.host.insert(seq, bytes);
+            self.swap_out(seq, &table)?;
         }
         self.ledger.preempt(seq, how)?;
         self.order.retain(|&s| s != seq);
@@ -221,30 +229,7 @@ impl KvCache {
             .div_ceil(self.config.geometry.block_tokens as usize);
         self.make_room(need)?;
         let resumed = self.ledger.resume(seq)?;
-        if let Some(bytes) = self.host.remove(&seq) {
-            let bb = self.config.geometry.block_bytes() as usize;
-            let blocks: Vec<u32> = resumed.restore.iter().map(|&c| resumed.table[c]).collect();
-            let written = if blocks.len() == resumed.table.len() {
-                self.segments.write_blocks(&self.rt, &blocks, &bytes)
-            } else {
-                let copy: Vec<u8> = resumed
-                    .restore
-                    .iter()
-                    .flat_map(|&c| &bytes[c * bb..(c + 1) * bb])
-                    .copied()
-                    .collect();
-                self.segments.write_blocks(&self.rt, &blocks, &copy)
-            };
-            if let Err(e) = written {
-                // Keep the host copy: the sequence goes back to swapped, nothing is lost.
-                let _ = self.ledger.preempt(seq, Preemption::Swap);
-                self.host.insert(seq, bytes);
-                return Err(e);
-            }
-            if self.host_spare.len() < 2 {
-                self.host_spare.push(bytes);
-            }
-        }
+        self.swap_in(seq, &resumed)?;
         let admission = resumed.admission;
         self.order.push(seq);
         self.record_lane();
@@ -280,82 +265,45 @@ impl KvCache {
         Ok(self.ledger.tokens(seq)?)
     }
 
-    /// Writes the keys and values (`[layers][kv_heads][head_dim]` each) of token `pos` of `seq`
-    /// (host path: one read and one write of the block).
-    ///
-    /// # Errors
-    /// A position outside the sequence, wrong lengths, device errors.
-    pub fn write_token(&mut self, seq: SeqId, pos: usize, k: &[f32], v: &[f32]) -> Result<()> {
-        let g = self.config.geometry;
-        let per_layer = (g.kv_heads * g.head_dim) as usize;
-        if k.len() != per_layer * g.layers as usize || v.len() != k.len() {
-            return Err(KvError::Geometry(format!(
-                "token keys of {} and values of {} elements; the geometry takes {} each",
-                k.len(),
-                v.len(),
-                per_layer * g.layers as usize
-            ))
-            .into());
-        }
-        let slot = self.ledger.slot(seq, pos)?;
-        let mut bytes = self.segments.read_blocks(&self.rt, &[slot.block])?;
-        for layer in 0..g.layers as usize {
-            let (kl, vl) = (
-                &k[layer * per_layer..][..per_layer],
-                &v[layer * per_layer..][..per_layer],
-            );
-            g.layout()
-                .write_token(&mut bytes, layer as u32, slot.offset, kl, vl);
-        }
-        self.segments.write_blocks(&self.rt, &[slot.block], &bytes)
-    }
-
-    /// Paged attention of `seq`'s last `q.len() / (q_heads × head_dim)` tokens in `layer` (host
-    /// path: the sequence's blocks are read, then [`paged_attention`] runs).
-    ///
-    /// # Errors
-    /// As [`paged_attention`]; a preempted sequence; device errors.
-    pub fn attention(&self, seq: SeqId, layer: u32, q_heads: u32, q: &[f32]) -> Result<Vec<f32>> {
-        let g = self.config.geometry;
-        let table = self.ledger.resident_blocks(seq)?;
-        let bytes = self.segments.read_blocks(&self.rt, table)?;
-        let len = self.ledger.tokens(seq)?.len();
-        let local: Vec<u32> = (0..table.len() as u32).collect();
-        let block_bytes = g.block_bytes() as usize;
-        let query = PagedQuery {
-            layer,
-            q_heads,
-            q,
-            table: &local,
-            len,
-            scale: 1.0 / (g.head_dim as f32).sqrt(),
-        };
-        Ok(paged_attention(&g, &query, &|b| {
-            &bytes[b as usize * block_bytes..][..block_bytes]
-        })?)
-    }
-
     /// The block tables of `seqs` as one `U32` tensor `[seqs][max blocks]` of global block
     /// indices, padded with `u32::MAX`: what the paged-attention kernels read. The caller frees it.
     ///
     /// # Errors
     /// A preempted or freed sequence; device errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn block_tables(&self, seqs: &[SeqId]) -> Result<Tensor> {
+        let (flat, shape) = self.block_table_rows(seqs)?;
+        self.rt
+            .tensor_from(DType::U32, &shape, &flat, "kv block tables")
+    }
+
+    /// [`KvCache::block_tables`] without blocking (every target).
+    ///
+    /// # Errors
+    /// As [`KvCache::block_tables`].
+    pub async fn block_tables_async(&self, seqs: &[SeqId]) -> Result<Tensor> {
+        let (flat, shape) = self.block_table_rows(seqs)?;
+        self.rt
+            .tensor_from_async(DType::U32, &shape, &flat, "kv block tables")
+            .await
+    }
+
+    /// The block tables of `seqs` on the host, row-major, and their shape `[rows, width]`.
+    ///
+    /// # Errors
+    /// A preempted or freed sequence.
+    pub fn block_table_rows(&self, seqs: &[SeqId]) -> Result<(Vec<u32>, [usize; 2])> {
         let mut tables = Vec::with_capacity(seqs.len());
         for &s in seqs {
             tables.push(self.ledger.resident_blocks(s)?);
         }
         let width = tables.iter().map(|t| t.len()).max().unwrap_or(0).max(1);
-        let mut flat = vec![u32::MAX; seqs.len().max(1) * width];
+        let rows = seqs.len().max(1);
+        let mut flat = vec![u32::MAX; rows * width];
         for (row, t) in tables.iter().enumerate() {
             flat[row * width..row * width + t.len()].copy_from_slice(t);
         }
-        self.rt.tensor_from(
-            DType::U32,
-            &[seqs.len().max(1), width],
-            &flat,
-            "kv block tables",
-        )
+        Ok((flat, [rows, width]))
     }
 
     /// The segment tensors (kernels bind them; block `b` is at `(b % segment_blocks) × stride`
@@ -409,6 +357,21 @@ impl KvCache {
         };
         self.preempt(victim)?;
         Ok(true)
+    }
+
+    /// Swapping needs blocking copies, which wasm32 refuses at [`KvCache::new`].
+    #[cfg(target_arch = "wasm32")]
+    fn swap_out(&mut self, _seq: SeqId, _table: &[u32]) -> Result<()> {
+        Err(crate::Error::invariant(
+            "no KV swap on wasm32",
+            "KvCache::new refuses swap preemption there",
+        ))
+    }
+
+    /// Nothing is ever swapped on wasm32 (see `swap_out`).
+    #[cfg(target_arch = "wasm32")]
+    fn swap_in(&mut self, _seq: SeqId, _resumed: &super::Resumed) -> Result<()> {
+        Ok(())
     }
 
     /// Performs the ledger's pending copy-on-write copies on the device.

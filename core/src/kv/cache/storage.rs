@@ -115,6 +115,7 @@ impl Segments {
     }
 
     /// The bytes of `blocks`, `block_bytes` each, in order.
+    #[cfg(not(target_arch = "wasm32"))]
     pub(super) fn read_blocks(&self, rt: &Runtime, blocks: &[u32]) -> Result<Vec<u8>> {
         let mut out = Vec::new();
         self.read_blocks_into(rt, blocks, &mut out)?;
@@ -122,6 +123,7 @@ impl Segments {
     }
 
     /// [`Segments::read_blocks`] into `out` (resized; its capacity is reused).
+    #[cfg(not(target_arch = "wasm32"))]
     pub(super) fn read_blocks_into(
         &self,
         rt: &Runtime,
@@ -151,6 +153,7 @@ impl Segments {
     }
 
     /// Writes `bytes` (`block_bytes` per block) into `blocks`.
+    #[cfg(not(target_arch = "wasm32"))]
     pub(super) fn write_blocks(&self, rt: &Runtime, blocks: &[u32], bytes: &[u8]) -> Result<()> {
         let (bb, stride) = (self.block_bytes as usize, self.stride as usize);
         let mut run_buf = Vec::new();

@@ -16,77 +16,14 @@
 
 use std::collections::VecDeque;
 
+use web_time::Instant;
+
 use tensormem::kv::{KvCache, Preemption, SeqId};
 use tensormem::{Error, Result};
 
 use super::forward::{Chunk, Decoder};
-use super::sampler::{Sampler, Sampling};
-
-/// One generation request.
-#[derive(Clone, Debug)]
-pub struct Request {
-    /// Prompt token ids (BOS included when the tokenizer adds it).
-    pub prompt: Vec<u32>,
-    /// Most tokens to generate (at least 1).
-    pub max_new_tokens: usize,
-    /// Token choice.
-    pub sampling: Sampling,
-    /// Tokens that end the request (generated, then the request stops).
-    pub stop: Vec<u32>,
-}
-
-/// Why a request ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Finish {
-    /// A stop token was generated.
-    Stop,
-    /// `max_new_tokens` were generated.
-    Length,
-    /// The model's context is full.
-    Context,
-}
-
-/// What a step produced for one request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Event {
-    /// Request `id` left the queue and joined the running batch.
-    Admitted {
-        /// The request.
-        id: usize,
-    },
-    /// Request `id` generated `token`.
-    Token {
-        /// The request (the index [`Engine::add`] returned).
-        id: usize,
-        /// The token.
-        token: u32,
-    },
-    /// Request `id` ended.
-    Finished {
-        /// The request.
-        id: usize,
-        /// Why.
-        finish: Finish,
-    },
-}
-
-/// How the engine batches.
-#[derive(Clone, Copy, Debug)]
-pub struct EngineConfig {
-    /// Most tokens computed per step (decode tokens and prefill chunks together).
-    pub step_tokens: usize,
-    /// Salt of the prefix cache (requests share prefixes only under one salt).
-    pub salt: u64,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            step_tokens: 256,
-            salt: 0,
-        }
-    }
-}
+use super::requests::{EngineConfig, EngineStats, Event, Finish, Request};
+use super::sampler::Sampler;
 
 struct Live {
     id: usize,
@@ -99,32 +36,6 @@ struct Live {
     seq: Option<SeqId>,
     /// Leading tokens whose keys and values are in the cache.
     computed: usize,
-}
-
-/// Counters of a run.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct EngineStats {
-    /// Forward steps.
-    pub steps: u64,
-    /// Prompt tokens computed (prefix hits and recomputation excluded).
-    pub prefill_tokens: u64,
-    /// Tokens computed again after a preemption.
-    pub recomputed_tokens: u64,
-    /// Decode tokens computed.
-    pub decode_tokens: u64,
-    /// Preemptions.
-    pub preemptions: u64,
-    /// Seconds in prefill-only steps, and in steps with decode tokens.
-    pub prefill_secs: f64,
-    /// Seconds in steps with decode tokens.
-    pub decode_secs: f64,
-    /// Largest running batch.
-    pub max_batch: usize,
-    /// Most KV blocks in use at once.
-    pub peak_kv_blocks: usize,
-    /// Key and value bytes the decode tokens' attention read (every visible position, every
-    /// layer): with `decode_secs`, the KV read bandwidth of decoding.
-    pub decode_kv_bytes: u64,
 }
 
 /// The batching engine (module doc).
@@ -237,7 +148,35 @@ impl<'a> Engine<'a> {
     ///
     /// # Errors
     /// A KV budget that cannot hold even one request; device errors.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn step(&mut self) -> Result<Vec<Event>> {
+        let Some(planned) = self.plan_step()? else {
+            return Ok(Vec::new());
+        };
+        let start = Instant::now();
+        let logits = self.decoder.forward(self.cache, &planned.plain())?;
+        self.complete_step(planned, logits, start.elapsed().as_secs_f64())
+    }
+
+    /// [`Engine::step`] without blocking (every target; the browser's form).
+    ///
+    /// # Errors
+    /// As [`Engine::step`].
+    pub async fn step_async(&mut self) -> Result<Vec<Event>> {
+        let Some(planned) = self.plan_step()? else {
+            return Ok(Vec::new());
+        };
+        let start = Instant::now();
+        let logits = self
+            .decoder
+            .forward_async(self.cache, &planned.plain())
+            .await?;
+        self.complete_step(planned, logits, start.elapsed().as_secs_f64())
+    }
+
+    /// Chooses the step's chunks: resumes preempted requests, reserves the running requests'
+    /// next tokens, admits waiting ones while the step's token budget lasts. `None` when idle.
+    fn plan_step(&mut self) -> Result<Option<Planned>> {
         let mut chunks: Vec<(usize, Chunk)> = Vec::new();
         let mut budget = self.config.step_tokens.max(1);
         self.resume_preempted()?;
@@ -265,7 +204,7 @@ impl<'a> Engine<'a> {
         }
         if chunks.is_empty() {
             if self.is_idle() {
-                return Ok(Vec::new());
+                return Ok(None);
             }
             return Err(Error::invalid(
                 "generate: the KV budget cannot hold the next request's tokens",
@@ -274,10 +213,17 @@ impl<'a> Engine<'a> {
         self.stats.max_batch = self.stats.max_batch.max(chunks.len());
         let used = self.cache.stats().ledger.used_blocks;
         self.stats.peak_kv_blocks = self.stats.peak_kv_blocks.max(used);
-        let start = std::time::Instant::now();
-        let plain: Vec<Chunk> = chunks.iter().map(|(_, c)| c.clone()).collect();
-        let logits = self.decoder.forward(self.cache, &plain)?;
-        let secs = start.elapsed().as_secs_f64();
+        Ok(Some(Planned { chunks, admitted }))
+    }
+
+    /// Counts the step that took `secs`, then applies its logits ([`Engine::finish_step`]).
+    fn complete_step(
+        &mut self,
+        planned: Planned,
+        logits: Vec<Vec<f32>>,
+        secs: f64,
+    ) -> Result<Vec<Event>> {
+        let Planned { chunks, admitted } = planned;
         self.stats.steps += 1;
         let mut decode = false;
         for (_, c) in &chunks {
@@ -466,5 +412,17 @@ impl<'a> Engine<'a> {
         let live = self.waiting.pop_front().unwrap_or_else(|| unreachable!());
         self.running.push(live);
         Ok(true)
+    }
+}
+
+/// A step's chunks (with their requests' ids) and the admissions made while choosing them.
+struct Planned {
+    chunks: Vec<(usize, Chunk)>,
+    admitted: Vec<Event>,
+}
+
+impl Planned {
+    fn plain(&self) -> Vec<Chunk> {
+        self.chunks.iter().map(|(_, c)| c.clone()).collect()
     }
 }

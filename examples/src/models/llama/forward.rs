@@ -17,6 +17,7 @@ use tensormem::pool::ReplayPool;
 use tensormem::{DType, Error, Op, Result, Runtime, Tensor, WeightFormat};
 
 use super::config::LlamaConfig;
+use super::step_inputs::{InputIndices, StepInputs};
 use super::weights::{Linear, LlamaWeights};
 
 /// Tokens of one sequence computed in a step.
@@ -62,7 +63,14 @@ struct Scratch<'a> {
     held: Vec<Tensor>,
 }
 
-impl Scratch<'_> {
+impl<'a> Scratch<'a> {
+    fn new(rt: &'a Runtime) -> Self {
+        Scratch {
+            rt,
+            held: Vec::new(),
+        }
+    }
+
     fn keep(&mut self, t: Tensor) -> usize {
         self.held.push(t);
         self.held.len() - 1
@@ -134,23 +142,84 @@ impl Decoder {
     /// # Errors
     /// An empty step, a sequence that is not resident, a cache of another geometry, device
     /// errors. The step's intermediates are freed on every path.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn forward(&self, cache: &KvCache, chunks: &[Chunk]) -> Result<Vec<Vec<f32>>> {
-        let Some(replay) = &self.replay else {
-            return self.step(cache, chunks);
-        };
-        let tokens = chunks.iter().map(|c| c.tokens.len()).sum();
-        let rows = chunks.iter().filter(|c| c.logits).count();
-        replay.begin_step_keyed(step_key(tokens, cache.segments().len(), rows))?;
-        let out = self.step(cache, chunks);
-        // Every intermediate of the step is freed by now (`step`'s scratch is dropped).
-        let ended = replay.end_step();
+        let inputs = StepInputs::new(cache, chunks)?;
+        self.begin(cache, &inputs)?;
+        let out = (|| {
+            let mut s = Scratch::new(&self.rt);
+            for (data, shape, label) in inputs.uploads() {
+                s.keep(self.rt.tensor_from(DType::U32, &shape, data, label)?);
+            }
+            match self.run(&mut s, cache, &inputs, &inputs.indices(0))? {
+                Some(logits) => Ok(self.rows(self.rt.download(&s.held[logits])?)),
+                None => Ok(Vec::new()),
+            }
+        })();
+        self.end(out)
+    }
+
+    /// [`Decoder::forward`] without blocking (every target; the browser's form).
+    ///
+    /// # Errors
+    /// As [`Decoder::forward`].
+    pub async fn forward_async(&self, cache: &KvCache, chunks: &[Chunk]) -> Result<Vec<Vec<f32>>> {
+        let inputs = StepInputs::new(cache, chunks)?;
+        self.begin(cache, &inputs)?;
+        let out = async {
+            let mut s = Scratch::new(&self.rt);
+            for (data, shape, label) in inputs.uploads() {
+                s.keep(
+                    self.rt
+                        .tensor_from_async(DType::U32, &shape, data, label)
+                        .await?,
+                );
+            }
+            match self.run(&mut s, cache, &inputs, &inputs.indices(0))? {
+                Some(logits) => Ok(self.rows(self.rt.download_async(&s.held[logits]).await?)),
+                None => Ok(Vec::new()),
+            }
+        }
+        .await;
+        self.end(out)
+    }
+
+    /// Opens the step's replay bracket, keyed by its shape, where the runtime replays.
+    fn begin(&self, cache: &KvCache, inputs: &StepInputs) -> Result<()> {
+        match &self.replay {
+            Some(r) => r.begin_step_keyed(step_key(
+                inputs.n,
+                cache.segments().len(),
+                inputs.logit_rows(),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Closes the replay bracket once every intermediate of the step is freed.
+    fn end<T>(&self, out: Result<T>) -> Result<T> {
+        let ended = self.replay.as_ref().map_or(Ok(()), |r| r.end_step());
         let out = out?;
         ended?;
         Ok(out)
     }
 
-    /// One step (the module doc), outside any replay bracket.
-    fn step(&self, cache: &KvCache, chunks: &[Chunk]) -> Result<Vec<Vec<f32>>> {
+    /// One row of logits per `vocab_size` values.
+    fn rows(&self, flat: Vec<f32>) -> Vec<Vec<f32>> {
+        flat.chunks(self.cfg.vocab_size)
+            .map(<[f32]>::to_vec)
+            .collect()
+    }
+
+    /// The step's ops (module doc) over its uploaded inputs; the index in `s` of the logits
+    /// `[rows, vocab]`, or `None` when no row asks for them.
+    fn run(
+        &self,
+        s: &mut Scratch<'_>,
+        cache: &KvCache,
+        inp: &StepInputs,
+        ix: &InputIndices,
+    ) -> Result<Option<usize>> {
         let cfg = &self.cfg;
         let (h, hd) = (cfg.hidden_size, cfg.head_dim());
         let (hq, hkv) = (cfg.num_attention_heads, cfg.kv_heads());
@@ -162,78 +231,13 @@ impl Decoder {
                 "KV cache geometry {g:?} does not match the model's layers, KV heads and head dim"
             )));
         }
-        let mut ids = Vec::new();
-        let mut positions = Vec::new();
-        let mut meta = Vec::new();
-        let mut seqs = Vec::new();
-        let mut logit_rows = Vec::new();
-        for (row, c) in chunks.iter().enumerate() {
-            seqs.push(c.seq);
-            for (i, &t) in c.tokens.iter().enumerate() {
-                ids.push(t);
-                positions.push((c.start + i) as u32);
-                meta.extend([row as u32, (c.start + i + 1) as u32]);
-            }
-            if c.logits && !c.tokens.is_empty() {
-                logit_rows.push((ids.len() - 1) as u32);
-            }
-        }
-        let n = ids.len();
-        if n == 0 {
-            return Err(Error::invalid("forward: a step with no tokens"));
-        }
+        let n = inp.n;
         let (per_segment, stride) = cache.segment_shape();
-        let bt = g.block_tokens as usize;
         let segments = cache.segments();
-        // Slots per segment (u32::MAX where the token's block is in another), and which
-        // segments the step's sequences reach at all.
-        let mut slots = vec![vec![u32::MAX; n]; segments.len()];
-        let mut reached = vec![false; segments.len()];
-        let mut t = 0;
-        for c in chunks {
-            let table = cache.table(c.seq)?;
-            for &b in table {
-                if let Some(r) = reached.get_mut(b as usize / per_segment) {
-                    *r = true;
-                }
-            }
-            for i in 0..c.tokens.len() {
-                let pos = c.start + i;
-                let block = *table.get(pos / bt).ok_or_else(|| {
-                    Error::invalid(format!("forward: position {pos} has no block in the cache"))
-                })? as usize;
-                let seg = block / per_segment;
-                let local = ((block % per_segment) * bt + pos % bt) as u32;
-                let slot = slots.get_mut(seg).ok_or_else(|| {
-                    Error::invalid(format!("forward: block {block} past the cache's segments"))
-                })?;
-                slot[t] = local;
-                t += 1;
-            }
-        }
+        let width = inp.table_shape[1];
         let rt = &self.rt;
-        let mut s = Scratch {
-            rt,
-            held: Vec::new(),
-        };
-        let ids_t = s.keep(rt.tensor_from(DType::U32, &[n], &ids, "token ids")?);
-        let pos_t = s.keep(rt.tensor_from(DType::U32, &[n], &positions, "positions")?);
-        let meta_t = s.keep(rt.tensor_from(DType::U32, &[n, 2], &meta, "attention meta")?);
-        let tables_t = s.keep(cache.block_tables(&seqs)?);
-        let width = s.held[tables_t].shape()[1];
-        let mut slot_t = Vec::new();
-        for (i, sl) in slots.iter().enumerate() {
-            if reached[i] {
-                slot_t.push(Some(s.keep(rt.tensor_from(
-                    DType::U32,
-                    &[n],
-                    sl,
-                    "kv slots",
-                )?)));
-            } else {
-                slot_t.push(None);
-            }
-        }
+        let (ids_t, pos_t, meta_t, tables_t) = (ix.ids, ix.positions, ix.meta, ix.tables);
+        let slot_t = &ix.slots;
         let e = &self.weights.embed;
         let embed = Op::Embedding {
             vocab: cfg.vocab_size as u32,
@@ -245,7 +249,7 @@ impl Decoder {
         inputs.extend(e.scales.as_ref());
         inputs.push(&s.held[ids_t]);
         let mut x = self.op(&embed, &inputs, &[n, h], "embeddings")?;
-        let used: Vec<usize> = (0..segments.len()).filter(|&i| reached[i]).collect();
+        let used = inp.reached();
         for (li, layer) in self.weights.layers.iter().enumerate() {
             let step = |x: &Tensor| -> Result<Tensor> {
                 let hn = self.rms_norm(x, &layer.attn_norm, n)?;
@@ -292,7 +296,7 @@ impl Decoder {
                         layer: li as u32,
                         tokens: n as u32,
                         q_heads: hq as u32,
-                        rows: chunks.len() as u32,
+                        rows: inp.rows as u32,
                         width: width as u32,
                         scale: 1.0 / (hd as f32).sqrt(),
                         carry_in: carry.is_some(),
@@ -350,12 +354,10 @@ impl Decoder {
             rt.free(x)?;
             x = next?;
         }
-        let r = logit_rows.len();
-        if r == 0 {
+        let (r, Some(rows_t)) = (inp.logit_rows(), ix.logit_rows) else {
             rt.free(x)?;
-            return Ok(Vec::new());
-        }
-        let rows_t = s.keep(rt.tensor_from(DType::U32, &[r], &logit_rows, "logit rows")?);
+            return Ok(None);
+        };
         let gather = Op::Embedding {
             vocab: n as u32,
             dim: h as u32,
@@ -367,8 +369,6 @@ impl Decoder {
         let last = s.keep(last?);
         let xn = s.keep(self.rms_norm(&s.held[last], &self.weights.norm, r)?);
         let head = self.weights.lm_head.as_ref().unwrap_or(&self.weights.embed);
-        let logits = s.keep(self.linear(&s.held[xn], head, r, "logits")?);
-        let flat: Vec<f32> = rt.download(&s.held[logits])?;
-        Ok(flat.chunks(cfg.vocab_size).map(<[f32]>::to_vec).collect())
+        Ok(Some(s.keep(self.linear(&s.held[xn], head, r, "logits")?)))
     }
 }

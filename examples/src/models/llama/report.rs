@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use tensormem::kv::KvCacheStats;
 use tensormem::pool::{AllocationStats, ReplayStats, SpillStats};
 
-use super::engine::EngineStats;
+use super::requests::EngineStats;
 use crate::models::report::bytes;
 
 /// The report of one `generate` run.

@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use tensormem::Result;
 use tensormem::kv::KvGeometry;
 
-use super::engine::{Engine, Event, Request};
+use super::engine::Engine;
+use super::requests::{Event, Request};
 use super::sampler::Sampling;
 use crate::serving::sim::SimResult;
 use crate::serving::trace;

@@ -3,6 +3,7 @@
 //! format (f32, f16, int8; norms stay f32), uploaded once as runtime tensors.
 
 use std::collections::HashMap;
+#[cfg(not(target_arch = "wasm32"))]
 use std::path::Path;
 
 use tensormem::{DType, Error, Result, Runtime, Tensor, WeightFormat};
@@ -69,6 +70,7 @@ struct Files {
 }
 
 impl Files {
+    #[cfg(not(target_arch = "wasm32"))]
     fn open(dir: &Path) -> Result<Self> {
         let index = dir.join("model.safetensors.index.json");
         let names: Vec<String> = if index.is_file() {
@@ -99,7 +101,6 @@ impl Files {
             vec!["model.safetensors".to_string()]
         };
         let mut files = Vec::new();
-        let mut by_name = HashMap::new();
         for name in names {
             if name.contains('/') || name.contains("..") {
                 return Err(Error::Malformed {
@@ -108,13 +109,39 @@ impl Files {
                     message: format!("shard {name:?} is outside the model directory"),
                 });
             }
-            let f = WeightFile::open(&dir.join(&name))?;
-            for t in f.names() {
-                by_name.insert(t.to_string(), files.len());
-            }
-            files.push(f);
+            files.push(WeightFile::open(&dir.join(&name))?);
         }
-        Ok(Files { files, by_name })
+        Ok(Files::new(files))
+    }
+
+    fn new(files: Vec<WeightFile>) -> Self {
+        let mut by_name = HashMap::new();
+        for (i, f) in files.iter().enumerate() {
+            for t in f.names() {
+                by_name.insert(t.to_string(), i);
+            }
+        }
+        Files { files, by_name }
+    }
+
+    /// Refuses a tensor that is not part of a Llama-layout decoder (a checkpoint of another
+    /// layout), naming it and `source`.
+    fn check_names(&self, source: &str) -> Result<()> {
+        let known = |n: &str| {
+            n == "lm_head.weight"
+                || n.starts_with("model.layers.")
+                || n == "model.embed_tokens.weight"
+                || n == "model.norm.weight"
+                || n.ends_with(".rotary_emb.inv_freq")
+        };
+        match self.by_name.keys().find(|n| !known(n)) {
+            Some(extra) => Err(Error::Malformed {
+                source_name: source.to_string(),
+                line: 0,
+                message: format!("tensor '{extra}' is not part of a Llama-layout decoder"),
+            }),
+            None => Ok(()),
+        }
     }
 
     fn file(&self, name: &str) -> Result<&WeightFile> {
@@ -143,37 +170,50 @@ impl LlamaWeights {
     /// # Errors
     /// A missing or malformed file or tensor, a tensor of the wrong shape, an unexpected tensor,
     /// device errors. Nothing stays allocated on error.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn load(rt: &Runtime, dir: &Path, cfg: &LlamaConfig, format: WeightFormat) -> Result<Self> {
         let files = Files::open(dir)?;
-        let known = |n: &str| {
-            n == "lm_head.weight"
-                || n.starts_with("model.layers.")
-                || n == "model.embed_tokens.weight"
-                || n == "model.norm.weight"
-                || n.ends_with(".rotary_emb.inv_freq")
-        };
-        if let Some(extra) = files.by_name.keys().find(|n| !known(n)) {
-            return Err(Error::Malformed {
-                source_name: dir.display().to_string(),
-                line: 0,
-                message: format!("tensor '{extra}' is not part of a Llama-layout decoder"),
-            });
-        }
-        let mut loader = Loader {
-            rt,
-            files: &files,
-            format,
-            bytes: 0,
-            held: HashMap::new(),
-        };
-        // Every tensor is uploaded first; on any error all of them are freed.
-        if let Err(e) = loader.upload_all(cfg) {
-            for (_, t) in loader.held.drain() {
-                let _ = rt.free(t);
+        files.check_names(&dir.display().to_string())?;
+        let mut loader = Loader::new(rt, &files, format);
+        let uploaded = (|| {
+            for item in items(cfg) {
+                for u in loader.convert(&item)? {
+                    let t = rt.alloc(u.dtype, &u.shape, &u.key)?;
+                    let sent = rt.upload(&t, &u.bytes);
+                    loader.hold(u.key, t, sent)?;
+                }
             }
-            return Err(e);
+            Ok(())
+        })();
+        loader.finish(uploaded, cfg)
+    }
+
+    /// [`LlamaWeights::load`] from one safetensors file already in memory, without blocking
+    /// (every target; the browser's form).
+    ///
+    /// # Errors
+    /// As [`LlamaWeights::load`].
+    pub async fn load_async(
+        rt: &Runtime,
+        file: WeightFile,
+        cfg: &LlamaConfig,
+        format: WeightFormat,
+    ) -> Result<Self> {
+        let files = Files::new(vec![file]);
+        files.check_names(&files.files[0].path().display().to_string())?;
+        let mut loader = Loader::new(rt, &files, format);
+        let uploaded = async {
+            for item in items(cfg) {
+                for u in loader.convert(&item)? {
+                    let t = rt.alloc(u.dtype, &u.shape, &u.key)?;
+                    let sent = rt.upload_async(&t, &u.bytes).await;
+                    loader.hold(u.key, t, sent)?;
+                }
+            }
+            Ok(())
         }
-        loader.assemble(cfg)
+        .await;
+        loader.finish(uploaded, cfg)
     }
 
     /// Frees every tensor.
@@ -268,10 +308,41 @@ struct Loader<'a> {
     held: HashMap<String, Tensor>,
 }
 
-impl Loader<'_> {
-    fn upload(&mut self, key: String, dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<()> {
-        let t = self.rt.alloc(dtype, shape, &key)?;
-        if let Err(e) = self.rt.upload(&t, bytes) {
+/// One tensor to upload: its key, element type, shape and bytes.
+struct Upload {
+    key: String,
+    dtype: DType,
+    shape: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+/// One item of the checkpoint: a vector (norm weights) or a matrix (with its scales and bias).
+enum Item {
+    Vector(String, usize),
+    Matrix(MatrixSpec),
+}
+
+/// Every item of a checkpoint of `cfg`, vectors first.
+fn items(cfg: &LlamaConfig) -> Vec<Item> {
+    let (mats, vecs) = specs(cfg);
+    let vecs = vecs.into_iter().map(|(n, len)| Item::Vector(n, len));
+    vecs.chain(mats.into_iter().map(Item::Matrix)).collect()
+}
+
+impl<'a> Loader<'a> {
+    fn new(rt: &'a Runtime, files: &'a Files, format: WeightFormat) -> Self {
+        Loader {
+            rt,
+            files,
+            format,
+            bytes: 0,
+            held: HashMap::new(),
+        }
+    }
+
+    /// Keeps the tensor `key` once its upload was `sent`; frees it when the upload failed.
+    fn hold<T>(&mut self, key: String, t: Tensor, sent: Result<T>) -> Result<()> {
+        if let Err(e) = sent {
             let _ = self.rt.free(t);
             return Err(e);
         }
@@ -280,40 +351,58 @@ impl Loader<'_> {
         Ok(())
     }
 
-    fn vector(&mut self, name: &str, len: usize) -> Result<()> {
-        let values = self.files.file(name)?.f32_values(name, &[len])?;
-        self.upload(
-            name.to_string(),
-            DType::F32,
-            &[len],
-            bytemuck::cast_slice(&values),
-        )
+    /// The uploads of `item`, converted to the loader's format.
+    fn convert(&self, item: &Item) -> Result<Vec<Upload>> {
+        let vector = |name: &str, len: usize| -> Result<Upload> {
+            let values = self.files.file(name)?.f32_values(name, &[len])?;
+            Ok(Upload {
+                key: name.to_string(),
+                dtype: DType::F32,
+                shape: vec![len],
+                bytes: bytemuck::cast_slice(&values).to_vec(),
+            })
+        };
+        let m = match item {
+            Item::Vector(name, len) => return Ok(vec![vector(name, *len)?]),
+            Item::Matrix(m) => m,
+        };
+        let w = self
+            .files
+            .file(&m.name)?
+            .weight(&m.name, &[m.out, m.inp], self.format)?;
+        let dtype = self.format.dtype();
+        let mut out = vec![Upload {
+            key: m.name.clone(),
+            dtype,
+            shape: vec![w.bytes.len() / dtype.size() as usize],
+            bytes: w.bytes.into_owned(),
+        }];
+        if let Some(s) = w.scales {
+            out.push(Upload {
+                key: format!("{}{SCALES}", m.name),
+                dtype: DType::F32,
+                shape: vec![s.len() / 4],
+                bytes: s.into_owned(),
+            });
+        }
+        if let Some(b) = m.bias.as_ref().filter(|b| self.files.has(b)) {
+            out.push(vector(b, m.out)?);
+        }
+        Ok(out)
     }
 
-    fn upload_all(&mut self, cfg: &LlamaConfig) -> Result<()> {
-        let (mats, vecs) = specs(cfg);
-        for (name, len) in &vecs {
-            self.vector(name, *len)?;
-        }
-        for m in &mats {
-            let w = self
-                .files
-                .file(&m.name)?
-                .weight(&m.name, &[m.out, m.inp], self.format)?;
-            let dtype = self.format.dtype();
-            let elems = w.bytes.len() / dtype.size() as usize;
-            self.upload(m.name.clone(), dtype, &[elems], &w.bytes)?;
-            if let Some(s) = &w.scales {
-                self.upload(format!("{}{SCALES}", m.name), DType::F32, &[s.len() / 4], s)?;
+    /// The weights once every upload went (`uploaded`), or, on its error, every tensor freed.
+    fn finish(mut self, uploaded: Result<()>, cfg: &LlamaConfig) -> Result<LlamaWeights> {
+        if let Err(e) = uploaded {
+            for (_, t) in self.held.drain() {
+                let _ = self.rt.free(t);
             }
-            if let Some(b) = m.bias.as_ref().filter(|b| self.files.has(b)) {
-                self.vector(b, m.out)?;
-            }
+            return Err(e);
         }
-        Ok(())
+        self.assemble(cfg)
     }
 
-    /// Builds the weights from the uploaded tensors (all present: `upload_all` succeeded).
+    /// Builds the weights from the uploaded tensors (all present: every upload succeeded).
     fn assemble(mut self, cfg: &LlamaConfig) -> Result<LlamaWeights> {
         let mut take = |key: &str| {
             self.held
