@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::kv::KvDType;
+use crate::kv::attention::{PagedQuery, paged_attention};
 use crate::{Backend, DeviceLimits, HostBackend, HostConfig, RuntimeConfig};
 
 fn runtime(force_staging: bool, max_block: Option<u64>) -> Runtime {
