@@ -10,6 +10,9 @@
 #      the sentences of examples/web/sentences.txt, token ids equal and embeddings within 1e-3 of
 #      the native host run, its sizes and times next to native host and wgpu. Without the cache
 #      it is skipped with a message.
+#   5. the text generation page (examples/web/generate.html) on a synthetic Llama checkpoint:
+#      every prompt's tokens equal the native host run's, also with the largest buffer lowered so
+#      the KV cache spans several; its decode speed beside native host and wgpu.
 # Installs what is missing: the apt packages (Debian's rustc-web toolchain, whose std source
 # -Zbuild-std compiles for wasm32; lld-22; chromium and chromedriver) and wasm-bindgen-cli at the
 # version pinned in Cargo.toml, cached in $TENSORMEM_CACHE (default ~/.cache/tensormem).
@@ -58,7 +61,9 @@ for line in sys.stdin:
         print(t["name"], m["executable"])')
 MNIST_BIN=$(awk '$1 == "mnist" { print $2 }' <<<"$bins")
 MINILM_BIN=$(awk '$1 == "minilm" { print $2 }' <<<"$bins")
-[ -x "$MNIST_BIN" ] && [ -x "$MINILM_BIN" ] || { echo "no native sample binaries: $bins"; exit 1; }
+GENERATE_BIN=$(awk '$1 == "generate" { print $2 }' <<<"$bins")
+[ -x "$MNIST_BIN" ] && [ -x "$MINILM_BIN" ] && [ -x "$GENERATE_BIN" ] ||
+    { echo "no native sample binaries: $bins"; exit 1; }
 step "native mnist (host, wgpu)"
 "$MNIST_BIN" --backend host --json >"$OUT/native-host.json"
 "$MNIST_BIN" --backend wgpu --json >"$OUT/native-wgpu.json" ||
@@ -81,6 +86,23 @@ if [ -f "$MINILM_DIR/model.safetensors" ] && [ -f "$MINILM_DIR/config.json" ] &&
 else
     echo "MiniLM page skipped: no model in $MINILM_DIR (scripts/fetch_minilm.sh fetches it)"
 fi
+
+# Text generation: a small Llama checkpoint of seeded random weights (gpu_check.py, standard
+# library only), the prompts the page reads from generate.json, generated natively on the host
+# (the tokens the page must equal) and on wgpu (its decode speed beside the page's).
+step "native generate (host, wgpu) on a synthetic Llama checkpoint"
+LLAMA_DIR="$OUT/llama"
+python3 scripts/gpu_check.py llama-synthetic "$LLAMA_DIR" >/dev/null
+GEN_PROMPTS=("$(seq -f 'w%g' 10 70 | tr '\n' ' ')" "w5 w6 w7" "$(seq -f 'w%g' 200 330 | tr '\n' ' ')"
+    "w999")
+GEN_MAX_NEW=32 GEN_STEP=64
+for backend in host wgpu; do
+    "$GENERATE_BIN" --backend "$backend" --json --model-dir "$LLAMA_DIR" --kv-dtype f32 \
+        --preempt recompute --ignore-eos --max-new-tokens $GEN_MAX_NEW --step-tokens $GEN_STEP \
+        "${GEN_PROMPTS[@]}" >"$OUT/native-generate-$backend.json" ||
+        { rm -f "$OUT/native-generate-$backend.json"; echo "native generate on $backend failed"; }
+done
+[ -s "$OUT/native-generate-host.json" ] || exit 1
 
 # Debian's rustc-web for wasm32, kept apart from rustup's toolchain by environment.
 export PATH="$TOOLS/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -121,7 +143,8 @@ WWW="$OUT/www"
 rm -rf "$WWW" && mkdir -p "$WWW/mnist"
 wasm-bindgen --target web --out-dir "$WWW/pkg" \
     "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/tensormem_browser.wasm"
-cp examples/web/index.html examples/web/minilm.html examples/web/sentences.txt "$WWW/"
+cp examples/web/index.html examples/web/minilm.html examples/web/generate.html \
+    examples/web/sentences.txt "$WWW/"
 cp examples/assets/mnist/mnist.safetensors examples/assets/mnist/*.u8 "$WWW/mnist/"
 WASM_FILE="$WWW/pkg/tensormem_browser_bg.wasm"
 echo "wasm: $(stat -c %s "$WASM_FILE") bytes raw, $(gzip -9c "$WASM_FILE" | wc -c) bytes gzip"
@@ -138,6 +161,18 @@ if [ "$MINILM" = 1 ]; then
         "$OUT/minilm-page.png" "${wgpu_json[@]}"
     echo "MiniLM added $((MINILM_NATIVE_S + $(date +%s) - M0)) s (native runs ${MINILM_NATIVE_S} s, page test $(($(date +%s) - M0)) s)"
 fi
+step "generation page test in headless Chromium (tokens equal the native host run's)"
+ln -s "$LLAMA_DIR" "$WWW/llama"
+python3 - "$WWW/generate.json" $GEN_MAX_NEW $GEN_STEP "${GEN_PROMPTS[@]}" <<'PY'
+import json, sys
+out, max_new, step, prompts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+json.dump({"prompts": prompts, "max_new_tokens": max_new, "ignore_eos": True,
+           "step_tokens": step}, open(out, "w"))
+PY
+gen_wgpu=()
+[ -s "$OUT/native-generate-wgpu.json" ] && gen_wgpu=("$OUT/native-generate-wgpu.json")
+python3 scripts/browser_page_test.py generate "$WWW" "$OUT/native-generate-host.json" \
+    "$OUT/generate-page.png" "${gen_wgpu[@]}"
 for backend in host wgpu; do
     [ -s "$OUT/native-$backend.json" ] || continue
     python3 - "$OUT/native-$backend.json" <<'PY'

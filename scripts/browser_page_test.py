@@ -12,11 +12,18 @@ then checks the result against the native run of the same sample (NATIVE_JSON, i
           cosine within 1e-3 of the native host backend's. NATIVE_WGPU_JSON (optional) adds the
           native wgpu times to the summary. A page that reports the model as not served is a
           skip (exit 0, "skipped" in the summary), not a failure.
+  generate  generate.html: every prompt's generated token ids equal the native host run's (greedy,
+          the same checkpoint and prompts, served as ./llama/ and ./generate.json), every token
+          was streamed to the page, and again with the device's largest buffer lowered to
+          MAX_BUFFER bytes (generate.html?max_buffer=...), where the KV cache must span several
+          segments none larger than it. NATIVE_WGPU_JSON (optional) adds native wgpu's decode
+          speed beside the page's and the host's.
 
 Prints one JSON summary line (sizes and times included).
 
 usage: browser_page_test.py mnist WWW_DIR NATIVE_JSON SCREENSHOT
        browser_page_test.py minilm WWW_DIR NATIVE_JSON SCREENSHOT [NATIVE_WGPU_JSON]
+       browser_page_test.py generate WWW_DIR NATIVE_JSON SCREENSHOT [NATIVE_WGPU_JSON]
 Exit status: 0 pass (or MiniLM skipped), 1 a check failed or the page reported an error,
 2 usage error.
 """
@@ -217,18 +224,74 @@ def check_minilm(r, native, native_wgpu):
     return failures, summary
 
 
+MAX_BUFFER = 512 << 10
+
+
+def check_generate(r, native, native_wgpu, lowered):
+    """The generation page's checks (its default run `r`, and the run with MAX_BUFFER as the
+    largest buffer) against the native host run; returns (failures, summary)."""
+    failures = []
+    for name, run in (("page", r), (f"page at max_buffer {MAX_BUFFER}", lowered)):
+        if run is None:
+            failures.append(f"{name}: no result")
+            continue
+        got, want = run["outputs"], native["outputs"]
+        if [o["prompt"] for o in got] != [o["prompt"] for o in want]:
+            failures.append(f"{name}: other prompts than the native run")
+            continue
+        for i, (g, w) in enumerate(zip(got, want)):
+            if g["prompt_ids"] != w["prompt_ids"]:
+                failures.append(f"{name}: prompt {i} ids {g['prompt_ids']} != {w['prompt_ids']}")
+            if g["tokens"] != w["tokens"]:
+                at = next((k for k, (a, b) in enumerate(zip(g["tokens"], w["tokens"])) if a != b),
+                          min(len(g["tokens"]), len(w["tokens"])))
+                failures.append(f"{name}: prompt {i} tokens differ from position {at}")
+        if run.get("streamed_tokens") != sum(len(o["tokens"]) for o in got):
+            failures.append(f"{name}: {run.get('streamed_tokens')} tokens streamed, "
+                            f"{sum(len(o['tokens']) for o in got)} generated")
+    if lowered is not None:
+        kv = lowered["kv"]
+        if kv["segments"] < 2 or kv["largest_segment_bytes"] > MAX_BUFFER:
+            failures.append(f"max_buffer {MAX_BUFFER}: the KV cache held {kv['segments']} "
+                            f"segments, the largest {kv['largest_segment_bytes']} bytes")
+
+    def decode_speed(t):
+        return round(t["decode_tokens_per_s"], 1)
+
+    summary = {"device": r["device"] if r else None,
+               "prompts": len(native["outputs"]),
+               "tokens": sum(len(o["tokens"]) for o in native["outputs"]),
+               "page_decode_tokens_per_s": decode_speed(r["timings"]) if r else None,
+               "page_prefill_tokens_per_s": round(r["timings"]["prefill_tokens_per_s"], 1)
+               if r else None,
+               "native_host_decode_tokens_per_s": decode_speed(native["timings"]),
+               "lowered_kv_segments": lowered["kv"]["segments"] if lowered else None,
+               "load_ms": round(r["load_ms"], 1) if r else None}
+    if native_wgpu is not None:
+        summary["native_wgpu_decode_tokens_per_s"] = decode_speed(native_wgpu["timings"])
+    return failures, summary
+
+
 def main():
-    if len(sys.argv) not in (5, 6) or sys.argv[1] not in ("mnist", "minilm") \
+    if len(sys.argv) not in (5, 6) or sys.argv[1] not in ("mnist", "minilm", "generate") \
             or (sys.argv[1] == "mnist" and len(sys.argv) != 5):
         print(__doc__, file=sys.stderr)
         return 2
     sample, www, native_json, screenshot = sys.argv[1:5]
     native = json.load(open(native_json))
     native_wgpu = json.load(open(sys.argv[5])) if len(sys.argv) == 6 else None
-    page, limit_s = ("index.html", 180) if sample == "mnist" else ("minilm.html", 600)
+    page, limit_s = {"mnist": ("index.html", 180), "minilm": ("minilm.html", 600),
+                     "generate": ("generate.html", 600)}[sample]
     result, skipped, page_secs, png_bytes, failures = open_page(www, page, screenshot, limit_s)
     summary = {}
-    if result is not None:
+    if sample == "generate" and result is not None:
+        lowered, _, _, _, more = open_page(www, f"{page}?max_buffer={MAX_BUFFER}",
+                                           screenshot.replace(".png", "-lowered.png"), limit_s)
+        failures += more
+        check = check_generate(result, native, native_wgpu, lowered)
+        failures += check[0]
+        summary = check[1]
+    elif result is not None:
         check = check_mnist(result, native) if sample == "mnist" else \
             check_minilm(result, native, native_wgpu)
         failures += check[0]

@@ -5,9 +5,10 @@
 //!
 //! * the browser tests (`tests/conformance.rs`, `wasm-bindgen-test` in headless Chromium): the
 //!   conformance suite's own cases ([`conformance`]), awaited on the page's event loop;
-//! * the sample pages (`examples/web/`): [`page::run_mnist`] (`index.html`) and
-//!   [`minilm_page::run_minilm`] (`minilm.html`) fetch nothing themselves; the pages pass the
-//!   weights, images, config and tokenizer they fetched from the same origin.
+//! * the sample pages (`examples/web/`): [`page::run_mnist`] (`index.html`),
+//!   [`minilm_page::run_minilm`] (`minilm.html`) and [`generate_page::run_generate`]
+//!   (`generate.html`, text generation over the paged KV cache) fetch nothing themselves; the
+//!   pages pass the weights, images, config and tokenizer they fetched from the same origin.
 //!
 //! ## Design choices
 //!
@@ -32,6 +33,8 @@
 
 #[cfg(target_arch = "wasm32")]
 pub mod conformance;
+#[cfg(target_arch = "wasm32")]
+pub mod generate_page;
 #[cfg(target_arch = "wasm32")]
 pub mod minilm_page;
 #[cfg(target_arch = "wasm32")]

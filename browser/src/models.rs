@@ -1,6 +1,6 @@
-//! The sample models' graphs, graph builder, weight reader and MiniLM's tokenizer glue: the source
-//! files of `tensormem-examples`, compiled here as they are (its tools, image decoding and
-//! blocking drivers stay native). `rustfmt::skip`: those files are formatted as part of
+//! The sample models' graphs, graph builder, weight reader, MiniLM's tokenizer glue and the
+//! Llama decoder: the source files of `tensormem-examples`, compiled here as they are (its tools,
+//! image decoding and blocking drivers stay native). `rustfmt::skip`: those files are formatted as part of
 //! `tensormem-examples` (and rustfmt would resolve their test modules relative to this crate).
 
 // The native-only `upload_weights` is compiled out here, leaving two of its imports unused.
@@ -14,6 +14,7 @@ pub mod checks;
 #[rustfmt::skip]
 #[path = "../../examples/src/models/checksum.rs"]
 pub mod checksum;
+pub mod llama;
 pub mod minilm;
 #[rustfmt::skip]
 #[path = "../../examples/src/models/mnist/graph.rs"]

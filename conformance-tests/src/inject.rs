@@ -62,6 +62,15 @@ impl Faulty {
         faulty
     }
 
+    /// Wraps `inner` reporting a largest block and binding of at most `limit` bytes, as a
+    /// smaller device would (WebGPU's `maxBufferSize` and `maxStorageBufferBindingSize`):
+    /// larger tensors are segmented, larger dispatches split or refused.
+    pub fn with_block_limit(inner: Arc<dyn Backend>, limit: u64) -> Self {
+        let mut faulty = Faulty::with_binding_limit(inner, limit);
+        faulty.caps.max_block_size = faulty.caps.max_block_size.min(limit);
+        faulty
+    }
+
     /// Caps the bytes of blocks the device holds: beyond it, `alloc_block` is out of memory.
     pub fn set_cap(&self, bytes: u64) {
         self.cap.store(bytes, Ordering::SeqCst);

@@ -76,6 +76,7 @@ pub struct KvCache {
     order: Vec<SeqId>,
     host: HashMap<SeqId, Vec<u8>>,
     /// Host buffers of finished swaps, kept for the next one.
+    #[cfg(not(target_arch = "wasm32"))]
     host_spare: Vec<Vec<u8>>,
     preempted: Vec<SeqId>,
     /// The blocks' state last recorded in the trace (`lane`).
@@ -110,6 +111,7 @@ impl KvCache {
             segments,
             order: Vec::new(),
             host: HashMap::new(),
+            #[cfg(not(target_arch = "wasm32"))]
             host_spare: Vec::new(),
             preempted: Vec::new(),
             lane: None,

@@ -14,6 +14,7 @@ pub(super) struct Segments {
     tensors: Vec<Tensor>,
     per_segment: usize,
     stride: u64,
+    #[cfg(not(target_arch = "wasm32"))]
     block_bytes: u64,
     max_blocks: usize,
     blocks: usize,
@@ -46,6 +47,7 @@ impl Segments {
             tensors: Vec::new(),
             per_segment,
             stride,
+            #[cfg(not(target_arch = "wasm32"))]
             block_bytes: g.block_bytes(),
             max_blocks,
             blocks: 0,
@@ -98,6 +100,7 @@ impl Segments {
     }
 
     /// Runs of blocks adjacent in one segment: (first index in `blocks`, run length).
+    #[cfg(not(target_arch = "wasm32"))]
     fn runs(&self, blocks: &[u32]) -> Vec<(usize, usize)> {
         let mut runs: Vec<(usize, usize)> = Vec::new();
         for (i, &b) in blocks.iter().enumerate() {

@@ -8,7 +8,7 @@
 // accumulator elements it owns (e = lid, lid + 64, ...), which live in the output itself: y's
 // row, or the carry row after its (max, sum). An empty state has max -f32::MAX (finite), so
 // exp(max - new max) is 0 without an infinity.
-const EMPTY_MAX: f32 = -3.40282347e38;
+const EMPTY_MAX: f32 = -3.4028234663852886e38;
 const NONE: u32 = 0xffffffffu;
 
 // Chunk scores, then their weights exp(score - new max).
