@@ -12,6 +12,9 @@ pub mod engine;
 #[path = "../../../examples/src/models/llama/forward.rs"]
 pub mod forward;
 #[rustfmt::skip]
+#[path = "../../../examples/src/models/llama/layer.rs"]
+pub mod layer;
+#[rustfmt::skip]
 #[path = "../../../examples/src/models/llama/model.rs"]
 pub mod model;
 #[rustfmt::skip]

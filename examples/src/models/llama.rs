@@ -5,7 +5,8 @@
 //!
 //! * [`config`] reads and checks `config.json`, refusing by name what it cannot run.
 //! * [`weights`] maps the safetensors files and uploads the weights (f32, f16 or int8).
-//! * [`forward`] is one step over a batch of chunks, every op a standard runtime op; keys and
+//! * [`forward`] is one step over a batch of chunks ([`layer`]: one decoder layer, its
+//!   intermediates guarded so an error frees them), every op a standard runtime op; keys and
 //!   values go to the [`KvCache`](tensormem::kv::KvCache) with [`tensormem::Op::KvWrite`] and are
 //!   read by [`tensormem::Op::PagedAttention`].
 //! * [`engine`] batches [`requests`] continuously (chunked prefill, decode, preemption);
@@ -16,6 +17,7 @@
 pub mod config;
 pub mod engine;
 pub mod forward;
+pub mod layer;
 pub mod model;
 pub mod report;
 pub mod requests;

@@ -17,8 +17,9 @@ use tensormem::pool::ReplayPool;
 use tensormem::{DType, Error, Op, Result, Runtime, Tensor, WeightFormat};
 
 use super::config::LlamaConfig;
+use super::layer::StepView;
 use super::step_inputs::{InputIndices, StepInputs};
-use super::weights::{Linear, LlamaWeights};
+use super::weights::LlamaWeights;
 
 /// Tokens of one sequence computed in a step.
 #[derive(Clone, Debug)]
@@ -86,56 +87,6 @@ impl Drop for Scratch<'_> {
 }
 
 impl Decoder {
-    /// Allocates an output of `shape` and runs `op` into it.
-    fn op(&self, op: &Op, inputs: &[&Tensor], shape: &[usize], label: &str) -> Result<Tensor> {
-        let out = self.rt.alloc(DType::F32, shape, label)?;
-        if let Err(e) = self.rt.dispatch(op, inputs, &[&out]) {
-            let _ = self.rt.free(out);
-            return Err(e);
-        }
-        Ok(out)
-    }
-
-    /// `x · Wᵀ (+ bias)` for `rows` rows of `x`.
-    fn linear(&self, x: &Tensor, l: &Linear, rows: usize, label: &str) -> Result<Tensor> {
-        let op = Op::MatMul {
-            batch: 1,
-            m: rows as u32,
-            n: l.out as u32,
-            k: l.inp as u32,
-            trans_a: false,
-            trans_b: true,
-            broadcast_b: true,
-            bias: l.bias.is_some(),
-            alpha: 1.0,
-            weight_format: l.format,
-        };
-        let mut inputs = vec![x, &l.w];
-        inputs.extend(l.scales.as_ref());
-        inputs.extend(l.bias.as_ref());
-        self.op(&op, &inputs, &[rows, l.out], label)
-    }
-
-    fn rms_norm(&self, x: &Tensor, w: &Tensor, rows: usize) -> Result<Tensor> {
-        let cols = self.cfg.hidden_size;
-        let op = Op::RmsNorm {
-            rows: rows as u32,
-            cols: cols as u32,
-            eps: self.cfg.rms_norm_eps,
-        };
-        self.op(&op, &[x, w], &[rows, cols], "rmsnorm")
-    }
-
-    fn add(&self, a: &Tensor, b: &Tensor, len: usize) -> Result<Tensor> {
-        let len = len as u32;
-        self.op(
-            &Op::Add { len, b_len: len },
-            &[a, b],
-            &[len as usize],
-            "residual",
-        )
-    }
-
     /// Runs `chunks` through the model, writing their keys and values into `cache`, and returns
     /// the logits (`vocab_size` each) of the chunks that ask for them, in chunk order.
     ///
@@ -221,11 +172,10 @@ impl Decoder {
         ix: &InputIndices,
     ) -> Result<Option<usize>> {
         let cfg = &self.cfg;
-        let (h, hd) = (cfg.hidden_size, cfg.head_dim());
-        let (hq, hkv) = (cfg.num_attention_heads, cfg.kv_heads());
+        let h = cfg.hidden_size;
         let g = *cache.geometry();
         if (g.layers as usize, g.kv_heads as usize, g.head_dim as usize)
-            != (cfg.num_hidden_layers, hkv, hd)
+            != (cfg.num_hidden_layers, cfg.kv_heads(), cfg.head_dim())
         {
             return Err(Error::invalid(format!(
                 "KV cache geometry {g:?} does not match the model's layers, KV heads and head dim"
@@ -233,11 +183,21 @@ impl Decoder {
         }
         let n = inp.n;
         let (per_segment, stride) = cache.segment_shape();
-        let segments = cache.segments();
-        let width = inp.table_shape[1];
-        let rt = &self.rt;
-        let (ids_t, pos_t, meta_t, tables_t) = (ix.ids, ix.positions, ix.meta, ix.tables);
-        let slot_t = &ix.slots;
+        let used = inp.reached();
+        let view = StepView {
+            n,
+            rows: inp.rows,
+            segments: cache.segments(),
+            per_segment,
+            stride,
+            kv: g.layout(),
+            used: &used,
+            slots: ix.slots.iter().map(|i| i.map(|i| &s.held[i])).collect(),
+            positions: &s.held[ix.positions],
+            meta: &s.held[ix.meta],
+            tables: &s.held[ix.tables],
+            width: inp.table_shape[1],
+        };
         let e = &self.weights.embed;
         let embed = Op::Embedding {
             vocab: cfg.vocab_size as u32,
@@ -247,115 +207,13 @@ impl Decoder {
         };
         let mut inputs = vec![&e.w];
         inputs.extend(e.scales.as_ref());
-        inputs.push(&s.held[ids_t]);
+        inputs.push(&s.held[ix.ids]);
         let mut x = self.op(&embed, &inputs, &[n, h], "embeddings")?;
-        let used = inp.reached();
         for (li, layer) in self.weights.layers.iter().enumerate() {
-            let step = |x: &Tensor| -> Result<Tensor> {
-                let hn = self.rms_norm(x, &layer.attn_norm, n)?;
-                let q = self.linear(&hn, &layer.q, n, "q");
-                let k = self.linear(&hn, &layer.k, n, "k");
-                let v = self.linear(&hn, &layer.v, n, "v");
-                rt.free(hn)?;
-                let (q, k, v) = (q?, k?, v?);
-                let rope = |t: Tensor, heads: usize| -> Result<Tensor> {
-                    let op = Op::Rope {
-                        tokens: n as u32,
-                        heads: heads as u32,
-                        head_dim: hd as u32,
-                        theta: cfg.rope_theta,
-                    };
-                    let r = self.op(&op, &[&t, &s.held[pos_t]], &[n, heads * hd], "rope");
-                    rt.free(t)?;
-                    r
-                };
-                let q = rope(q, hq)?;
-                let k = rope(k, hkv)?;
-                for &si in &used {
-                    let Some(st) = slot_t[si] else { continue };
-                    let op = Op::KvWrite {
-                        kv: g.layout(),
-                        blocks: (segments[si].size() / stride) as u32,
-                        stride: stride as u32,
-                        layer: li as u32,
-                        tokens: n as u32,
-                    };
-                    rt.dispatch(&op, &[&k, &v, &s.held[st]], &[&segments[si]])?;
-                }
-                rt.free(k)?;
-                rt.free(v)?;
-                let mut carry: Option<Tensor> = None;
-                let mut attn = None;
-                for (j, &si) in used.iter().enumerate() {
-                    let last = j + 1 == used.len();
-                    let op = Op::PagedAttention {
-                        kv: g.layout(),
-                        blocks: (segments[si].size() / stride) as u32,
-                        stride: stride as u32,
-                        first_block: (si * per_segment) as u32,
-                        layer: li as u32,
-                        tokens: n as u32,
-                        q_heads: hq as u32,
-                        rows: inp.rows as u32,
-                        width: width as u32,
-                        scale: 1.0 / (hd as f32).sqrt(),
-                        carry_in: carry.is_some(),
-                        carry_out: !last,
-                    };
-                    let mut ins = vec![&q, &segments[si], &s.held[tables_t], &s.held[meta_t]];
-                    ins.extend(carry.as_ref());
-                    let shape = if last {
-                        vec![n, hq * hd]
-                    } else {
-                        vec![n, hq, hd + 2]
-                    };
-                    let out = self.op(&op, &ins, &shape, "attention");
-                    if let Some(c) = carry.take() {
-                        rt.free(c)?;
-                    }
-                    if last {
-                        attn = Some(out?);
-                    } else {
-                        carry = Some(out?);
-                    }
-                }
-                rt.free(q)?;
-                let attn = attn.ok_or_else(|| Error::invalid("forward: no KV segment reached"))?;
-                let o = self.linear(&attn, &layer.o, n, "attn out");
-                rt.free(attn)?;
-                let o = o?;
-                let x1 = self.add(x, &o, n * h);
-                rt.free(o)?;
-                let x1 = x1?;
-                let hn = self.rms_norm(&x1, &layer.mlp_norm, n)?;
-                let gate = self.linear(&hn, &layer.gate, n, "gate");
-                let up = self.linear(&hn, &layer.up, n, "up");
-                rt.free(hn)?;
-                let (gate, up) = (gate?, up?);
-                let len = (n * cfg.intermediate_size) as u32;
-                let a = self.op(
-                    &Op::SiluMul { len },
-                    &[&gate, &up],
-                    &[len as usize],
-                    "swiglu",
-                );
-                rt.free(gate)?;
-                rt.free(up)?;
-                let a = a?;
-                let d = self.linear(&a, &layer.down, n, "down");
-                rt.free(a)?;
-                let d = d?;
-                let x2 = self.add(&x1, &d, n * h);
-                rt.free(x1)?;
-                rt.free(d)?;
-                x2
-            };
-            let next = step(&x);
-            rt.free(x)?;
-            x = next?;
+            x = self.layer(li, layer, x, &view)?;
         }
         let (r, Some(rows_t)) = (inp.logit_rows(), ix.logit_rows) else {
-            rt.free(x)?;
+            x.free()?;
             return Ok(None);
         };
         let gather = Op::Embedding {
@@ -364,11 +222,13 @@ impl Decoder {
             rows: r as u32,
             weight_format: WeightFormat::F32,
         };
-        let last = self.op(&gather, &[&x, &s.held[rows_t]], &[r, h], "last rows");
-        rt.free(x)?;
-        let last = s.keep(last?);
-        let xn = s.keep(self.rms_norm(&s.held[last], &self.weights.norm, r)?);
+        let last = self.op(&gather, &[&x, &s.held[rows_t]], &[r, h], "last rows")?;
+        x.free()?;
+        let xn = self.rms_norm(&last, &self.weights.norm, r)?;
+        last.free()?;
         let head = self.weights.lm_head.as_ref().unwrap_or(&self.weights.embed);
-        Ok(Some(s.keep(self.linear(&s.held[xn], head, r, "logits")?)))
+        let logits = self.linear(&xn, head, r, "logits")?;
+        xn.free()?;
+        Ok(Some(s.keep(logits.into_inner())))
     }
 }
