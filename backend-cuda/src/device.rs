@@ -4,13 +4,12 @@
 
 use std::ptr;
 use std::sync::Mutex;
-use std::task::{Context, Poll};
 
 use cudarc::driver::{result, sys};
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{
     Backend, BlockId, Capabilities, Error, Growable, ManagedMemory, MemoryKind, Op, PeerCopy,
-    Residence, Result, Ticket, TransferLane, TransferTicket,
+    Residence, Result, Ticket, TransferLanes,
 };
 
 use crate::blocks::{Block, Memory, alloc_pinned, free_memory, pinned_api, release_all};
@@ -246,6 +245,11 @@ impl Backend for CudaBackend {
         self.vmm_growth().map(|_| self as &dyn Growable)
     }
 
+    /// A second stream (`lanes.rs`): copies on it overlap kernels on the compute stream.
+    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
+        Some(self)
+    }
+
     fn host_placement(&self) -> tensormem::HostPlacement {
         self.host_placement.clone()
     }
@@ -421,48 +425,6 @@ impl Backend for CudaBackend {
     /// `cuMemcpyAsync` copies between it and device memory in either direction.
     fn host_visible_copies(&self) -> bool {
         true
-    }
-
-    /// A second stream (`lanes.rs`): copies on it overlap kernels on the compute stream.
-    fn transfer_lane(&self) -> TransferLane {
-        TransferLane::Concurrent
-    }
-
-    /// Timed on the compute stream around each wait for the copy stream (`stall.rs`).
-    fn transfer_stall(&self) -> Option<std::time::Duration> {
-        self.transfer_stall_cuda()
-    }
-
-    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
-        self.transfer_copy_cuda(src, dst)
-    }
-
-    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
-        self.transfer_fill_cuda(range)
-    }
-
-    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
-        self.transfer_after_cuda(ticket)
-    }
-
-    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
-        self.compute_after_cuda(ticket)
-    }
-
-    fn transfer_completed(&self) -> Result<TransferTicket> {
-        self.transfer_completed_cuda()
-    }
-
-    fn wait_transfer_timeout(
-        &self,
-        ticket: TransferTicket,
-        timeout: Option<std::time::Duration>,
-    ) -> Result<()> {
-        self.wait_transfer_cuda(ticket, timeout)
-    }
-
-    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        self.poll_transfer_cuda(ticket, cx)
     }
 }
 

@@ -9,7 +9,6 @@
 
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ash::vk;
@@ -17,7 +16,7 @@ use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use gpu_allocator::{AllocationSizes, AllocatorDebugSettings};
 use tensormem::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Error, Growable,
-    InPlaceGrowth, ManagedMemory, MemoryKind, Op, Result, Ticket, TransferLane, TransferTicket,
+    InPlaceGrowth, ManagedMemory, MemoryKind, Op, Result, Ticket, TransferLanes,
 };
 
 use crate::blocks::{Block, BlockPolicy};
@@ -419,6 +418,12 @@ impl Backend for VulkanBackend {
         self.growth.map(|_| self as &dyn Growable)
     }
 
+    /// Always, concurrent or not (`lanes`): with the lane off, transfer work is recorded on the
+    /// compute lane, and the backend still refuses tickets it never issued.
+    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
+        Some(self)
+    }
+
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
         let s = self.lock();
         let b = s.blocks.get(block)?;
@@ -482,61 +487,6 @@ impl Backend for VulkanBackend {
     /// host-visible memory the device reads and writes: copies go either way.
     fn host_visible_copies(&self) -> bool {
         true
-    }
-
-    /// Measured with timestamps on the compute queue around each join (`timeline::stamps`),
-    /// over the batches completed so far; `None` with the lane off (no cross-lane waits) or
-    /// where the compute family writes no timestamps.
-    fn transfer_stall(&self) -> Option<Duration> {
-        let mut guard = self.lock();
-        let s = &mut *guard;
-        s.transfer.as_ref()?;
-        // Reads the batches completed meanwhile; never blocks. An error here (a lost device)
-        // reaches the caller through its next call; the total so far stays valid.
-        let _ = s.compute.recycle(&s.gpu);
-        s.compute.stalled()
-    }
-
-    fn transfer_lane(&self) -> TransferLane {
-        if self.lock().transfer.is_some() {
-            TransferLane::Concurrent
-        } else {
-            TransferLane::Collapsed
-        }
-    }
-
-    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
-        self.record_copy(Lane::Transfer, src, dst)
-            .map(|t| TransferTicket(t.0))
-    }
-
-    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
-        self.record_fill(Lane::Transfer, range)
-            .map(|t| TransferTicket(t.0))
-    }
-
-    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
-        self.transfer_after_vk(ticket)
-    }
-
-    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
-        self.compute_after_vk(ticket)
-    }
-
-    fn transfer_completed(&self) -> Result<TransferTicket> {
-        self.transfer_completed_vk()
-    }
-
-    fn wait_transfer_timeout(
-        &self,
-        ticket: TransferTicket,
-        timeout: Option<Duration>,
-    ) -> Result<()> {
-        self.wait_transfer_vk(ticket, timeout.unwrap_or(self.config.wait_timeout))
-    }
-
-    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        self.poll_transfer_vk(ticket, cx)
     }
 }
 

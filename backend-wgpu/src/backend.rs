@@ -502,11 +502,12 @@ impl Backend for WgpuBackend {
     }
 
     /// `None`, as the trait's default, stated here because it is a decision: the transfer lane is
-    /// collapsed onto wgpu's one queue, so compute never waits across lanes; a transfer's cost
-    /// is queue time shared with the kernels, and timing it would take timestamps inside
-    /// encoders (`TIMESTAMP_QUERY_INSIDE_ENCODERS`: lavapipe's adapter has it, WebGPU in a
-    /// browser does not) around copies the offload executor issues as compute work there.
-    fn transfer_stall(&self) -> Option<Duration> {
+    /// collapsed onto wgpu's one queue (callers get a `CollapsedLane`), so compute never waits
+    /// across lanes and no stall is reported; a transfer's cost is queue time shared with the
+    /// kernels, and timing it would take timestamps inside encoders
+    /// (`TIMESTAMP_QUERY_INSIDE_ENCODERS`: lavapipe's adapter has it, WebGPU in a browser does
+    /// not) around copies the offload executor issues as compute work there.
+    fn transfer_lanes(&self) -> Option<&dyn tensormem::TransferLanes> {
         None
     }
 

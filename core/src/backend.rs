@@ -28,9 +28,9 @@
 //!   `DeviceLocal`, `Managed` and `Readback` memory; where [`Backend::host_visible_copies`] says
 //!   so, also the reverse (`Readback` as a source, `Upload` as a destination).
 //! * **Transfer lane.** Copies and fills may also go on a second ordered lane with its own
-//!   [`TransferTicket`]s ([`Backend::transfer_copy`]), which runs beside the compute queue where
-//!   [`Backend::transfer_lane`] says so and collapses onto it elsewhere; cross-lane order is
-//!   explicit ([`Backend::transfer_after`], [`Backend::compute_after`]). See [`lanes`].
+//!   [`TransferTicket`]s, the [`TransferLanes`] capability: a backend's own where
+//!   [`Backend::transfer_lanes`] offers one, running beside the compute queue, else a
+//!   [`CollapsedLane`] on the compute queue; [`lanes::of`] reaches either. See [`lanes`].
 //! * **Tickets** increase monotonically. `completed()` returns the highest ticket `t` such that every
 //!   ticket `<= t` has finished. Frees of memory used by in-flight work are deferred by the pools
 //!   until its ticket completes.
@@ -77,7 +77,7 @@ pub use blocks::{BlockEntry, BlockTable};
 pub use capabilities::{Capabilities, DeviceType};
 pub use completion::{HostAccess, HostAccessWait, TicketWait, TicketWakers, Waiting};
 pub use growable::{Growable, InPlaceGrowth};
-pub use lanes::{TransferLane, TransferTicket, TransferWait};
+pub use lanes::{CollapsedLane, Lanes, TransferLane, TransferLanes, TransferTicket, TransferWait};
 pub use managed::{ManagedMemory, Residence};
 pub use peer::{PeerCopy, PeerPath};
 
@@ -290,6 +290,13 @@ pub trait Backend: Any + Send + Sync {
         None
     }
 
+    /// A transfer lane of the backend's own, where it runs one: `None` (the default) for a
+    /// backend with one queue, whose lane callers then reach as a [`CollapsedLane`] over the
+    /// compute queue. Callers go through [`lanes::of`], which picks. See [`lanes`].
+    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
+        None
+    }
+
     /// How this backend serves [`MemoryKind::Managed`] blocks. `Unsupported` (the default): the
     /// validating front then refuses the kind. A method with a default rather than a
     /// [`Capabilities`] field, so a backend without managed memory needs no change.
@@ -317,98 +324,6 @@ pub trait Backend: Any + Send + Sync {
         }
     }
 
-    /// Whether the transfer lane runs beside the compute lane. `Collapsed` (the default) for a
-    /// backend with one queue: every other transfer-lane method then has a default that enqueues
-    /// on the compute queue. See [`lanes`].
-    fn transfer_lane(&self) -> TransferLane {
-        TransferLane::Collapsed
-    }
-
-    /// Enqueues a copy as [`Backend::copy`], on the transfer lane: it starts after the earlier
-    /// transfer work and after the compute ticket of the latest [`Backend::transfer_after`], and
-    /// runs beside later compute work. Compute work sees its bytes only after
-    /// [`Backend::compute_after`] with its ticket.
-    ///
-    /// # Errors
-    /// As [`Backend::copy`].
-    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
-        self.copy(src, dst).map(lanes::as_transfer)
-    }
-
-    /// Enqueues filling `range` with zero bytes on the transfer lane (as
-    /// [`Backend::transfer_copy`]).
-    ///
-    /// # Errors
-    /// As [`Backend::fill_zero`].
-    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
-        self.fill_zero(range).map(lanes::as_transfer)
-    }
-
-    /// Makes transfer work enqueued from now on start after compute `ticket` (and every earlier
-    /// compute ticket) has finished, with a device-side wait. A collapsed lane (the default)
-    /// already runs in compute order: nothing to do.
-    ///
-    /// # Errors
-    /// [`Error::UnknownTicket`](crate::Error::UnknownTicket) for a ticket never issued,
-    /// [`Error::DeviceLost`](crate::Error::DeviceLost).
-    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
-        let _ = ticket;
-        Ok(())
-    }
-
-    /// Makes compute work enqueued from now on start after transfer `ticket` (and every earlier
-    /// transfer ticket) has finished, with a device-side wait, and returns the *joined ticket*:
-    /// a compute ticket that completes only after `ticket` has. A pool frees memory the transfer
-    /// work touched after the joined ticket. On a collapsed lane (the default) the transfer
-    /// ticket is already a compute ticket.
-    ///
-    /// # Errors
-    /// As [`Backend::transfer_after`].
-    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
-        Ok(lanes::collapsed(ticket))
-    }
-
-    /// The highest transfer ticket such that it and every earlier transfer ticket have finished.
-    /// Does not block.
-    ///
-    /// # Errors
-    /// As [`Backend::completed`].
-    fn transfer_completed(&self) -> Result<TransferTicket> {
-        self.completed().map(lanes::as_transfer)
-    }
-
-    /// Blocks until transfer `ticket` has finished, for at most `timeout` (as
-    /// [`Backend::wait_timeout`]). Native only: on `wasm32` await [`TransferWait`].
-    ///
-    /// # Errors
-    /// As [`Backend::wait_timeout`].
-    #[cfg(not(target_arch = "wasm32"))]
-    fn wait_transfer_timeout(
-        &self,
-        ticket: TransferTicket,
-        timeout: Option<Duration>,
-    ) -> Result<()> {
-        self.wait_timeout(lanes::collapsed(ticket), timeout)
-    }
-
-    /// [`Backend::wait_transfer_timeout`] with the default limit.
-    ///
-    /// # Errors
-    /// As [`Backend::wait_timeout`].
-    #[cfg(not(target_arch = "wasm32"))]
-    fn wait_transfer(&self, ticket: TransferTicket) -> Result<()> {
-        self.wait_transfer_timeout(ticket, None)
-    }
-
-    /// Polls whether transfer `ticket` and every earlier transfer ticket have finished; never
-    /// blocks (as [`Backend::poll_ticket`]).
-    ///
-    /// # Errors
-    /// As [`Backend::poll_ticket`].
-    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        self.poll_ticket(lanes::collapsed(ticket), cx)
-    }
-
     /// Whether copies (on either lane) may also read `Readback` blocks and write `Upload` blocks,
     /// so that bytes parked in host-visible memory go back to the device, or out to it, with one
     /// device copy instead of a round trip through host code: pinned memory on CUDA, host-visible
@@ -418,19 +333,6 @@ pub trait Backend: Any + Send + Sync {
     /// mappable-primary-buffers. The validating front enforces whichever rule applies.
     fn host_visible_copies(&self) -> bool {
         false
-    }
-
-    /// Total time the compute lane has spent waiting for the transfer lane
-    /// ([`Backend::compute_after`]) since the backend was created, over the waits that have
-    /// finished; never decreases. Measured where the lane is concurrent: the host backend's
-    /// compute worker times each wait, CUDA times the compute stream between events recorded
-    /// around its `cuStreamWaitEvent`, Vulkan reads timestamps on the compute queue (the end of
-    /// the batch before a wait, the start of the batch that waits). `None` (the default) where
-    /// nothing is measured: a collapsed lane has no cross-lane waits (WebGPU; Vulkan with the
-    /// lane off), so its transfers' cost is queue time shared with compute, not a wait, and a
-    /// Vulkan compute queue without timestamps (`timestampValidBits` 0) cannot time its waits.
-    fn transfer_stall(&self) -> Option<Duration> {
-        None
     }
 
     /// Copies `src` (of this backend) to `dst` (of `peer`) directly when both sit on one physical

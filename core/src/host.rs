@@ -6,7 +6,7 @@
 //! and the ticket completes when the worker has finished it. That makes the pools' deferred-free
 //! path real on a machine without a GPU: a free issued while the worker is busy must wait.
 //!
-//! Copies and fills on the **transfer lane** ([`Backend::transfer_copy`]) run on a second worker
+//! Copies and fills on the **transfer lane** ([`TransferLanes`], `lanes`) run on a second worker
 //! thread with its own tickets, beside the compute worker, so copy/compute overlap is real here;
 //! cross-lane waits are commands the workers execute (`queue`).
 //!
@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, Growable,
-    ManagedMemory, MemoryKind, Ticket, TransferLane, TransferTicket,
+    ManagedMemory, MemoryKind, Ticket, TransferLanes, TransferTicket,
 };
 use crate::numa::HostPlacement;
 use crate::ops::Op;
@@ -42,6 +42,7 @@ use crate::{Error, Result};
 
 mod growth;
 mod holes;
+mod lanes;
 mod memory;
 mod queue;
 
@@ -319,6 +320,11 @@ impl Backend for HostBackend {
         growth::offered(&self.config).map(|_| self as &dyn Growable)
     }
 
+    /// A second worker thread (`lanes`).
+    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
+        Some(self)
+    }
+
     fn host_placement(&self) -> HostPlacement {
         self.placement.clone()
     }
@@ -407,75 +413,10 @@ impl Backend for HostBackend {
         self.compute.poll(ticket.0, cx).map(|()| self.check_alive())
     }
 
-    /// Measured by the compute worker around each cross-lane wait.
-    fn transfer_stall(&self) -> Option<Duration> {
-        Some(self.compute.waited())
-    }
-
     /// Every block is host memory: a copy is a `memcpy` in any direction (unless the
     /// configuration narrows it, [`HostConfig::host_visible_copies`]).
     fn host_visible_copies(&self) -> bool {
         self.config.host_visible_copies
-    }
-
-    /// A second worker thread: copies on it run while the compute worker runs kernels.
-    fn transfer_lane(&self) -> TransferLane {
-        TransferLane::Concurrent
-    }
-
-    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
-        self.check_alive()?;
-        let (s, d) = (
-            self.arg(src, "copy source")?,
-            self.arg(dst, "copy destination")?,
-        );
-        self.enqueue_transfer(Command::Copy(s, d))
-    }
-
-    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
-        let r = self.arg(range, "fill range")?;
-        self.enqueue_transfer(Command::Fill(r))
-    }
-
-    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
-        self.check_alive()?;
-        self.compute.check_issued(ticket.0)?;
-        if self.compute.timeline.completed() < ticket.0 {
-            self.enqueue_transfer(Command::After(self.compute.timeline.clone(), ticket.0))?;
-        }
-        Ok(())
-    }
-
-    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
-        self.check_alive()?;
-        self.transfer.check_issued(ticket.0)?;
-        self.enqueue(Command::After(self.transfer.timeline.clone(), ticket.0))
-    }
-
-    fn transfer_completed(&self) -> Result<TransferTicket> {
-        self.check_alive()?;
-        Ok(TransferTicket(self.transfer.timeline.completed()))
-    }
-
-    #[cfg(not(target_arch = "wasm32"))]
-    fn wait_transfer_timeout(
-        &self,
-        ticket: TransferTicket,
-        timeout: Option<Duration>,
-    ) -> Result<()> {
-        self.check_alive()?;
-        self.transfer.check_issued(ticket.0)?;
-        self.transfer.wait(ticket.0, timeout, "transfer ticket")?;
-        self.check_alive()
-    }
-
-    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        if let Err(e) = self.check_alive().and(self.transfer.check_issued(ticket.0)) {
-            return Poll::Ready(Err(e));
-        }
-        self.transfer
-            .poll(ticket.0, cx)
-            .map(|()| self.check_alive())
     }
 }
 

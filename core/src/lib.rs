@@ -101,8 +101,8 @@ pub mod validate;
 pub use backend::{
     Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType,
     Growable, HostAccess, HostAccessWait, InPlaceGrowth, ManagedMemory, MemoryKind, PeerCopy,
-    PeerPath, Residence, Ticket, TicketWait, TicketWakers, TransferLane, TransferTicket,
-    TransferWait, Waiting,
+    PeerPath, Residence, Ticket, TicketWait, TicketWakers, TransferLane, TransferLanes,
+    TransferTicket, TransferWait, Waiting,
 };
 pub use devices::{DeviceId, DeviceSet, PlacedModel, Placement};
 pub use error::{Error, OomReport, Result};

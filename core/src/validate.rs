@@ -34,7 +34,7 @@ use std::task::{Context, Poll};
 
 use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Growable, HostAccess,
-    ManagedMemory, PeerCopy, Residence, Ticket, TransferLane, TransferTicket,
+    ManagedMemory, PeerCopy, Residence, Ticket, TransferLanes,
 };
 use crate::ops::Op;
 use crate::{Error, Result};
@@ -183,15 +183,15 @@ impl Validated {
 
     /// The latest unfinished ticket of work (through this front) that touches `range`, or
     /// [`Ticket::DONE`]. A pool that frees `range` must defer the free to it. Unfinished
-    /// transfer-lane work on the range is joined first ([`Backend::compute_after`]), and the
-    /// joined ticket counts as its use.
+    /// transfer-lane work on the range is joined first ([`TransferLanes::compute_after`]), and
+    /// the joined ticket counts as its use.
     ///
     /// # Errors
-    /// As [`Backend::compute_after`], when a join is needed.
+    /// As [`TransferLanes::compute_after`], when a join is needed.
     pub fn last_use(&self, range: &BlockRange) -> Result<Ticket> {
         let transfer = self.lock().transfer_uses.last_use(range);
         if transfer > Ticket::DONE {
-            self.compute_after(crate::backend::TransferTicket(transfer.0))?;
+            self.compute_after_checked(crate::backend::TransferTicket(transfer.0))?;
         }
         Ok(self.lock().uses.last_use(range))
     }
@@ -241,6 +241,12 @@ impl Backend for Validated {
 
     fn growable(&self) -> Option<&dyn Growable> {
         self.growth().map(|_| self as &dyn Growable)
+    }
+
+    /// Always: the front checks and records transfer tickets whether the lane behind it is the
+    /// backend's own or collapsed (`lanes`).
+    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
+        Some(self)
     }
 
     fn host_placement(&self) -> crate::HostPlacement {
@@ -409,48 +415,6 @@ impl Backend for Validated {
         dst: BlockRange,
     ) -> Result<Option<PeerCopy>> {
         self.copy_to_peer_checked(src, peer, dst)
-    }
-
-    fn transfer_lane(&self) -> TransferLane {
-        self.backend.transfer_lane()
-    }
-
-    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
-        self.transfer_copy_checked(src, dst)
-    }
-
-    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
-        self.transfer_fill_checked(range)
-    }
-
-    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
-        self.check_issued(ticket)?;
-        self.observe(self.backend.transfer_after(ticket))
-    }
-
-    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
-        self.compute_after_checked(ticket)
-    }
-
-    fn transfer_completed(&self) -> Result<TransferTicket> {
-        self.transfer_completed_checked()
-    }
-
-    #[cfg(not(target_arch = "wasm32"))]
-    fn wait_transfer_timeout(
-        &self,
-        ticket: TransferTicket,
-        timeout: Option<std::time::Duration>,
-    ) -> Result<()> {
-        self.wait_transfer_checked(ticket, timeout.or(self.wait_timeout))
-    }
-
-    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        self.poll_transfer_checked(ticket, cx)
-    }
-
-    fn transfer_stall(&self) -> Option<std::time::Duration> {
-        self.backend.transfer_stall()
     }
 
     fn host_visible_copies(&self) -> bool {

@@ -24,7 +24,7 @@
 //! device-side ([`lanes`]): a kernel waits only for the copies it reads and for copy-outs of the
 //! bytes it overwrites. The host waits only to bring an activation back through host code (its
 //! copy-out must have landed; never where the swap-in is a device copy); that wait plus the compute lane's device-side waits for the transfer lane (where the
-//! backend measures them, [`crate::Backend::transfer_stall`]) is the reported stall.
+//! backend measures them, [`crate::TransferLanes::transfer_stall`]) is the reported stall.
 //!
 //! # Limits
 //! * Where the backend copies only in the staging directions (WebGPU: a `MAP_READ` buffer is no
@@ -115,8 +115,8 @@ pub struct OffloadReport {
     /// compute lane waited for the transfer lane.
     pub last_stall: Duration,
     /// Whether `last_stall` holds the compute lane's device-side waits for the transfer lane
-    /// ([`Backend::transfer_stall`](crate::Backend::transfer_stall): measured on the host,
-    /// CUDA and Vulkan); `false` where the backend does not measure them (a collapsed lane:
+    /// ([`TransferLanes::transfer_stall`](crate::TransferLanes::transfer_stall): measured on
+    /// the host, CUDA and Vulkan); `false` where the backend does not measure them (a collapsed lane:
     /// WebGPU, Vulkan with the lane off) or the lane was off, so only host waits count.
     pub lane_waits_measured: bool,
     /// Whether the copies ran on a concurrent transfer lane.
@@ -360,7 +360,8 @@ impl Offloaded {
             outcomes: schedule.outcomes.clone(),
             unified,
             transfer_lane: transfer_lane
-                && rt.backend().transfer_lane() == crate::backend::TransferLane::Concurrent,
+                && crate::backend::lanes::of(rt.backend().as_ref()).transfer_lane()
+                    == crate::backend::TransferLane::Concurrent,
             direct_swap_in,
             ..OffloadReport::default()
         };
