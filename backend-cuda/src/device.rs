@@ -8,8 +8,8 @@ use std::sync::Mutex;
 use cudarc::driver::{result, sys};
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{
-    Backend, BlockId, Capabilities, Error, Growable, ManagedMemory, MemoryKind, Op, PeerCopy,
-    Residence, Result, Ticket, TransferLanes,
+    Backend, BlockId, Capabilities, Error, Growable, Managed, ManagedMemory, MemoryKind, Op, Peer,
+    PeerCopy, Residence, Result, Ticket, TransferLanes,
 };
 
 use crate::blocks::{Block, Memory, alloc_pinned, free_memory, pinned_api, release_all};
@@ -250,6 +250,16 @@ impl Backend for CudaBackend {
         Some(self)
     }
 
+    /// `cuMemAllocManaged`, on a device with concurrent managed access (`managed.rs`).
+    fn managed(&self) -> Option<&dyn Managed> {
+        self.managed.supported().then_some(self as &dyn Managed)
+    }
+
+    /// The same context or peer access between two devices (`peer.rs`).
+    fn peer(&self) -> Option<&dyn Peer> {
+        Some(self)
+    }
+
     fn host_placement(&self) -> tensormem::HostPlacement {
         self.host_placement.clone()
     }
@@ -378,6 +388,26 @@ impl Backend for CudaBackend {
         self.timeline.flush()
     }
 
+    fn completed(&self) -> Result<Ticket> {
+        self.bind()?;
+        self.timeline.completed()
+    }
+
+    /// CUDA has no default limit (`None` waits forever): set one per call or through
+    /// `RuntimeConfig::wait_timeout`.
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
+        self.bind()?;
+        self.timeline.wait(ticket, timeout)
+    }
+
+    /// `Upload` and `Readback` blocks are pinned host memory in the unified address space:
+    /// `cuMemcpyAsync` copies between it and device memory in either direction.
+    fn host_visible_copies(&self) -> bool {
+        true
+    }
+}
+
+impl Managed for CudaBackend {
     fn managed_memory(&self) -> ManagedMemory {
         self.managed
     }
@@ -399,7 +429,9 @@ impl Backend for CudaBackend {
             unsafe { crate::managed::prefetch(addr, bytes, to, device, stream) }
         })
     }
+}
 
+impl Peer for CudaBackend {
     fn copy_to_peer(
         &self,
         src: BlockRange,
@@ -407,24 +439,6 @@ impl Backend for CudaBackend {
         dst: BlockRange,
     ) -> Result<Option<PeerCopy>> {
         self.copy_to_peer_cuda(src, peer, dst)
-    }
-
-    fn completed(&self) -> Result<Ticket> {
-        self.bind()?;
-        self.timeline.completed()
-    }
-
-    /// CUDA has no default limit (`None` waits forever): set one per call or through
-    /// `RuntimeConfig::wait_timeout`.
-    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
-        self.bind()?;
-        self.timeline.wait(ticket, timeout)
-    }
-
-    /// `Upload` and `Readback` blocks are pinned host memory in the unified address space:
-    /// `cuMemcpyAsync` copies between it and device memory in either direction.
-    fn host_visible_copies(&self) -> bool {
-        true
     }
 }
 

@@ -98,9 +98,9 @@
 //! * `join_from` serialises our stream behind the other stream at the join point.
 //! * **Managed memory** (`managed.rs`): `MemoryKind::Managed` blocks are `cuMemAllocManaged`
 //!   memory advised onto the device, host-visible, prefetched on the stream
-//!   ([`tensormem::Backend::prefetch`]); a request larger than `cuMemGetInfo`'s free memory is
+//!   ([`tensormem::Managed::prefetch`]); a request larger than `cuMemGetInfo`'s free memory is
 //!   refused before the driver is asked, so managed memory is never oversubscribed.
-//! * **Direct copies between CUDA backends** (`peer.rs`, [`tensormem::Backend::copy_to_peer`]):
+//! * **Direct copies between CUDA backends** (`peer.rs`, [`tensormem::Peer::copy_to_peer`]):
 //!   device to device within one context, `cuMemcpyPeerAsync` with peer access between GPUs,
 //!   ordered by events against both streams; a device set stages only where neither applies.
 

@@ -16,7 +16,7 @@ use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use gpu_allocator::{AllocationSizes, AllocatorDebugSettings};
 use tensormem::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Error, Growable,
-    InPlaceGrowth, ManagedMemory, MemoryKind, Op, Result, Ticket, TransferLanes,
+    InPlaceGrowth, Managed, ManagedMemory, MemoryKind, Op, Result, Ticket, TransferLanes,
 };
 
 use crate::blocks::{Block, BlockPolicy};
@@ -369,7 +369,7 @@ impl Backend for VulkanBackend {
             "vulkan: block of {} bytes (the front refuses zero and > max_block_size)",
             desc.size
         );
-        if desc.kind == MemoryKind::Managed && !self.managed_memory().supported() {
+        if desc.kind == MemoryKind::Managed && self.managed().is_none() {
             return Err(Error::Unsupported {
                 backend: BACKEND,
                 what: "managed blocks on a device whose memory is not host-visible".into(),
@@ -387,14 +387,13 @@ impl Backend for VulkanBackend {
     }
 
     /// Managed blocks are device-local blocks the host maps, where device memory is host-visible
-    /// (lavapipe, integrated GPUs): nothing moves. A discrete GPU has no such memory in Vulkan
-    /// (a small BAR window at best), and forced staging hides it.
-    fn managed_memory(&self) -> ManagedMemory {
-        if self.caps.device_host_visible {
-            ManagedMemory::SameMemory
-        } else {
-            ManagedMemory::Unsupported
-        }
+    /// (lavapipe, integrated GPUs): nothing moves, and a prefetch is the default no-op. A
+    /// discrete GPU has no such memory in Vulkan (a small BAR window at best), and forced staging
+    /// hides it.
+    fn managed(&self) -> Option<&dyn Managed> {
+        self.caps
+            .device_host_visible
+            .then_some(self as &dyn Managed)
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {
@@ -487,6 +486,12 @@ impl Backend for VulkanBackend {
     /// host-visible memory the device reads and writes: copies go either way.
     fn host_visible_copies(&self) -> bool {
         true
+    }
+}
+
+impl Managed for VulkanBackend {
+    fn managed_memory(&self) -> ManagedMemory {
+        ManagedMemory::SameMemory
     }
 }
 

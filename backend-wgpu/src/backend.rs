@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use tensormem::ops::Op;
 use tensormem::{
-    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, HostAccess, ManagedMemory,
-    MemoryKind, Result, Ticket,
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, HostAccess, Managed,
+    ManagedMemory, MemoryKind, Result, Ticket,
 };
 
 use crate::blocks::{Block, MapState};
@@ -224,14 +224,11 @@ impl Backend for WgpuBackend {
     }
 
     /// Where device buffers are mappable storage (zero copy: integrated GPUs, CPU adapters),
-    /// managed blocks are such buffers and nothing moves. WebGPU has no migrating memory, and a
-    /// discrete GPU's mappable device memory is slow or tiny, so it has none.
-    fn managed_memory(&self) -> ManagedMemory {
-        if zero_copy(&self.caps) {
-            ManagedMemory::SameMemory
-        } else {
-            ManagedMemory::Unsupported
-        }
+    /// managed blocks are such buffers and nothing moves (a prefetch is the default no-op).
+    /// WebGPU has no migrating memory, and a discrete GPU's mappable device memory is slow or
+    /// tiny, so it has none.
+    fn managed(&self) -> Option<&dyn Managed> {
+        zero_copy(&self.caps).then_some(self as &dyn Managed)
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {
@@ -549,5 +546,11 @@ impl Backend for WgpuBackend {
         self.health.check()?;
         lock(&self.state).timeline.mark_completed(ticket.0);
         Ok(())
+    }
+}
+
+impl Managed for WgpuBackend {
+    fn managed_memory(&self) -> ManagedMemory {
+        ManagedMemory::SameMemory
     }
 }

@@ -43,12 +43,12 @@
 //!   (a browser's main thread) it is not compiled, so a blocking call is a compile error. On a
 //!   backend whose mapping is asynchronous (WebGPU), `read_mapped` / `write_mapped` block natively
 //!   and on `wasm32` require a completed `poll_host_access` first. See [`completion`].
-//! * **Managed memory** (optional, [`Backend::managed_memory`]): blocks of
-//!   [`MemoryKind::Managed`] are device memory and host-visible at once; [`Backend::prefetch`]
-//!   moves a range to the device or the host in queue order where the driver migrates pages.
-//! * **Direct copies between backends** (optional, [`Backend::copy_to_peer`]): two backends on
-//!   one physical device, or two devices with peer access, copy without staging through host
-//!   memory, ordered after both timelines' earlier work.
+//! * **Managed memory** (optional, [`Backend::managed`]): blocks of [`MemoryKind::Managed`] are
+//!   device memory and host-visible at once; [`Managed::prefetch`] moves a range to the device
+//!   or the host in queue order where the driver migrates pages. See [`managed`].
+//! * **Direct copies between backends** (optional, [`Backend::peer`]): two backends on one
+//!   physical device, or two devices with peer access, copy without staging through host
+//!   memory, ordered after both timelines' earlier work. See [`peer`].
 //! * **Errors.** No method panics; native failures map into [`Error`](crate::Error), a lost device
 //!   into [`Error::DeviceLost`](crate::Error::DeviceLost).
 //! * **Validated input.** Callers go through [`Validated`](crate::Validated) (the runtime always
@@ -78,8 +78,8 @@ pub use capabilities::{Capabilities, DeviceType};
 pub use completion::{HostAccess, HostAccessWait, TicketWait, TicketWakers, Waiting};
 pub use growable::{Growable, InPlaceGrowth};
 pub use lanes::{CollapsedLane, Lanes, TransferLane, TransferLanes, TransferTicket, TransferWait};
-pub use managed::{ManagedMemory, Residence};
-pub use peer::{PeerCopy, PeerPath};
+pub use managed::{Managed, ManagedMemory, Residence};
+pub use peer::{Peer, PeerCopy, PeerPath};
 
 /// A backend's name for one block. Opaque to core; unique among the backend's live blocks.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -106,7 +106,7 @@ pub enum MemoryKind {
     Readback,
     /// One allocation the host and the device both address, kept where it is used by the driver
     /// (CUDA managed memory), or device memory that is host memory. Kernels bind it, copies read
-    /// and write it, the host maps it. Only where [`Backend::managed_memory`] supports it; see
+    /// and write it, the host maps it. Only where [`Backend::managed`] offers it; see
     /// [`managed`].
     Managed,
 }
@@ -148,7 +148,7 @@ pub struct BlockRange {
 
 /// One device. See the module doc for the contract every implementation keeps.
 ///
-/// `Any` lets a backend recognise a peer of its own type in [`Backend::copy_to_peer`].
+/// `Any` lets a backend recognise a peer of its own type in [`Peer::copy_to_peer`].
 pub trait Backend: Any + Send + Sync {
     /// What this device can do. Constant for the backend's lifetime.
     fn capabilities(&self) -> &Capabilities;
@@ -297,31 +297,17 @@ pub trait Backend: Any + Send + Sync {
         None
     }
 
-    /// How this backend serves [`MemoryKind::Managed`] blocks. `Unsupported` (the default): the
-    /// validating front then refuses the kind. A method with a default rather than a
-    /// [`Capabilities`] field, so a backend without managed memory needs no change.
-    fn managed_memory(&self) -> ManagedMemory {
-        ManagedMemory::Unsupported
+    /// Managed memory, where the backend serves [`MemoryKind::Managed`] blocks: `None` (the
+    /// default) for a backend without it, and the validating front then refuses the kind. See
+    /// [`managed`].
+    fn managed(&self) -> Option<&dyn Managed> {
+        None
     }
 
-    /// Enqueues moving the pages of `range` (in a [`MemoryKind::Managed`] block) to `to`, in
-    /// order with earlier work: a kernel enqueued later finds them on the device, and the host
-    /// reads them without faults once the ticket completed. Where nothing moves
-    /// ([`ManagedMemory::SameMemory`], the default's answer) it enqueues nothing and returns
-    /// [`Ticket::DONE`].
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`](crate::Error::Unsupported) without managed memory,
-    /// [`Error::OutOfBounds`](crate::Error::OutOfBounds), [`Error::DeviceLost`](crate::Error::DeviceLost).
-    fn prefetch(&self, range: BlockRange, to: Residence) -> Result<Ticket> {
-        let _ = (range, to);
-        match self.managed_memory() {
-            ManagedMemory::SameMemory => Ok(Ticket::DONE),
-            _ => Err(crate::Error::Unsupported {
-                backend: self.capabilities().backend,
-                what: "prefetching managed memory".into(),
-            }),
-        }
+    /// Direct copies to another backend, where the backend has a path that avoids host memory:
+    /// `None` (the default), and callers stage through host memory. See [`peer`].
+    fn peer(&self) -> Option<&dyn Peer> {
+        None
     }
 
     /// Whether copies (on either lane) may also read `Readback` blocks and write `Upload` blocks,
@@ -333,22 +319,5 @@ pub trait Backend: Any + Send + Sync {
     /// mappable-primary-buffers. The validating front enforces whichever rule applies.
     fn host_visible_copies(&self) -> bool {
         false
-    }
-
-    /// Copies `src` (of this backend) to `dst` (of `peer`) directly when both sit on one physical
-    /// device or on two devices with peer access, ordered after the work enqueued so far on both
-    /// backends. `Ok(None)` (the default) when there is no direct path: the caller stages through
-    /// host memory. `peer` may be `self` only when the caller wants a device copy.
-    ///
-    /// # Errors
-    /// As [`Backend::copy`] on either side.
-    fn copy_to_peer(
-        &self,
-        src: BlockRange,
-        peer: &dyn Backend,
-        dst: BlockRange,
-    ) -> Result<Option<PeerCopy>> {
-        let _ = (src, peer, dst);
-        Ok(None)
     }
 }

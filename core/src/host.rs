@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, Growable,
-    ManagedMemory, MemoryKind, Ticket, TransferLanes, TransferTicket,
+    Managed, ManagedMemory, MemoryKind, Ticket, TransferLanes, TransferTicket,
 };
 use crate::numa::HostPlacement;
 use crate::ops::Op;
@@ -329,10 +329,9 @@ impl Backend for HostBackend {
         self.placement.clone()
     }
 
-    /// Every block is host memory, so managed blocks are too, and nothing ever moves (also under
-    /// `force_staging`, which only hides device-local blocks from the host).
-    fn managed_memory(&self) -> ManagedMemory {
-        ManagedMemory::SameMemory
+    /// Every block is host memory, so managed blocks are too.
+    fn managed(&self) -> Option<&dyn Managed> {
+        Some(self)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
@@ -417,6 +416,14 @@ impl Backend for HostBackend {
     /// configuration narrows it, [`HostConfig::host_visible_copies`]).
     fn host_visible_copies(&self) -> bool {
         self.config.host_visible_copies
+    }
+}
+
+/// Nothing ever moves (also under `force_staging`, which only hides device-local blocks from the
+/// host): a prefetch is the default no-op.
+impl Managed for HostBackend {
+    fn managed_memory(&self) -> ManagedMemory {
+        ManagedMemory::SameMemory
     }
 }
 

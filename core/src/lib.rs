@@ -100,8 +100,8 @@ pub mod validate;
 
 pub use backend::{
     Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType,
-    Growable, HostAccess, HostAccessWait, InPlaceGrowth, ManagedMemory, MemoryKind, PeerCopy,
-    PeerPath, Residence, Ticket, TicketWait, TicketWakers, TransferLane, TransferLanes,
+    Growable, HostAccess, HostAccessWait, InPlaceGrowth, Managed, ManagedMemory, MemoryKind, Peer,
+    PeerCopy, PeerPath, Residence, Ticket, TicketWait, TicketWakers, TransferLane, TransferLanes,
     TransferTicket, TransferWait, Waiting,
 };
 pub use devices::{DeviceId, DeviceSet, PlacedModel, Placement};

@@ -34,7 +34,7 @@ use std::task::{Context, Poll};
 
 use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Growable, HostAccess,
-    ManagedMemory, PeerCopy, Residence, Ticket, TransferLanes,
+    Managed, Peer, Ticket, TransferLanes,
 };
 use crate::ops::Op;
 use crate::{Error, Result};
@@ -249,6 +249,16 @@ impl Backend for Validated {
         Some(self)
     }
 
+    /// Where the backend has managed memory (`direct`).
+    fn managed(&self) -> Option<&dyn Managed> {
+        self.backend.managed().map(|_| self as &dyn Managed)
+    }
+
+    /// Where the backend has direct copies (`direct`).
+    fn peer(&self) -> Option<&dyn Peer> {
+        self.backend.peer().map(|_| self as &dyn Peer)
+    }
+
     fn host_placement(&self) -> crate::HostPlacement {
         self.backend.host_placement()
     }
@@ -398,23 +408,6 @@ impl Backend for Validated {
         self.backend
             .poll_host_access(block, access, cx)
             .map(|r| self.observe(r))
-    }
-
-    fn managed_memory(&self) -> ManagedMemory {
-        self.backend.managed_memory()
-    }
-
-    fn prefetch(&self, range: BlockRange, to: Residence) -> Result<Ticket> {
-        self.prefetch_checked(range, to)
-    }
-
-    fn copy_to_peer(
-        &self,
-        src: BlockRange,
-        peer: &dyn Backend,
-        dst: BlockRange,
-    ) -> Result<Option<PeerCopy>> {
-        self.copy_to_peer_checked(src, peer, dst)
     }
 
     fn host_visible_copies(&self) -> bool {
