@@ -198,7 +198,7 @@ impl Backend for CudaBackend {
                 self.alloc_device(size),
             ),
             Placement::PinnedHost { flags } => {
-                let node = self.host_placement.bound_node();
+                let node = self.caps.host_placement.bound_node();
                 (pinned_api(node), alloc_pinned(size, flags, node))
             }
             Placement::Managed => {
@@ -258,10 +258,6 @@ impl Backend for CudaBackend {
     /// The same context or peer access between two devices (`peer.rs`).
     fn peer(&self) -> Option<&dyn Peer> {
         Some(self)
-    }
-
-    fn host_placement(&self) -> tensormem::HostPlacement {
-        self.host_placement.clone()
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
@@ -398,12 +394,6 @@ impl Backend for CudaBackend {
     fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
         self.bind()?;
         self.timeline.wait(ticket, timeout)
-    }
-
-    /// `Upload` and `Readback` blocks are pinned host memory in the unified address space:
-    /// `cuMemcpyAsync` copies between it and device memory in either direction.
-    fn host_visible_copies(&self) -> bool {
-        true
     }
 }
 

@@ -163,6 +163,10 @@ impl VulkanBackend {
             device_host_visible: !config.force_staging && device_local_is_host_visible(&gpu),
             queued_write_max: 0,
             budget: Some(gpu.budget),
+            // Every block is a buffer with both transfer usages, and `Upload`/`Readback` memory
+            // is host-visible memory the device reads and writes: copies go either way.
+            host_visible_copies: true,
+            host_placement: gpu.host_placement.clone(),
         };
         let policy = BlockPolicy {
             force_staging: config.force_staging,
@@ -359,10 +363,6 @@ impl Backend for VulkanBackend {
         &self.caps
     }
 
-    fn host_placement(&self) -> tensormem::HostPlacement {
-        self.lock().gpu.host_placement.clone()
-    }
-
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
         debug_assert!(
             desc.size > 0 && desc.size <= self.caps.max_block_size,
@@ -480,12 +480,6 @@ impl Backend for VulkanBackend {
         }
         let limit = timeout.unwrap_or(self.config.wait_timeout);
         s.compute.wait_until(&s.gpu, ticket.0, limit)
-    }
-
-    /// Every block is a buffer with both transfer usages, and `Upload`/`Readback` memory is
-    /// host-visible memory the device reads and writes: copies go either way.
-    fn host_visible_copies(&self) -> bool {
-        true
     }
 }
 

@@ -162,21 +162,6 @@ impl Backend for WgpuBackend {
         &self.caps
     }
 
-    /// wgpu allocates every buffer through the driver (or the browser), which places the pages:
-    /// nothing can be bound, and wgpu does not say which PCI device an adapter is.
-    fn host_placement(&self) -> tensormem::HostPlacement {
-        #[cfg(target_arch = "wasm32")]
-        return tensormem::HostPlacement::unbound("the browser owns the memory");
-        #[cfg(not(target_arch = "wasm32"))]
-        match tensormem::numa::NumaTopology::system() {
-            Ok(t) if t.nodes().len() >= 2 => {
-                tensormem::HostPlacement::DriverPlaced { device_node: None }
-            }
-            Ok(_) => tensormem::HostPlacement::unbound("one NUMA node"),
-            Err(e) => tensormem::HostPlacement::unbound(e.to_string()),
-        }
-    }
-
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
         self.health.check()?;
         debug_assert!(

@@ -25,8 +25,8 @@
 //!   must submit no later than the first [`Backend::wait`], [`Backend::completed`] or
 //!   [`Backend::flush`] that concerns them.
 //! * **Copy directions.** Copies read `DeviceLocal`, `Managed` and `Upload` memory and write
-//!   `DeviceLocal`, `Managed` and `Readback` memory; where [`Backend::host_visible_copies`] says
-//!   so, also the reverse (`Readback` as a source, `Upload` as a destination).
+//!   `DeviceLocal`, `Managed` and `Readback` memory; where [`Capabilities::host_visible_copies`]
+//!   says so, also the reverse (`Readback` as a source, `Upload` as a destination).
 //! * **Transfer lane.** Copies and fills may also go on a second ordered lane with its own
 //!   [`TransferTicket`]s, the [`TransferLanes`] capability: a backend's own where
 //!   [`Backend::transfer_lanes`] offers one, running beside the compute queue, else a
@@ -275,15 +275,6 @@ pub trait Backend: Any + Send + Sync {
         Poll::Ready(Ok(()))
     }
 
-    /// Where the backend's host memory (upload, readback and host-visible blocks) lives: bound to
-    /// the NUMA node closest to the device, placed by the driver, or unbound, with the reason
-    /// ([`crate::numa`] explains the policy and its fallbacks). The default: unbound, not
-    /// reported. A method with a default, so a backend that does not place host memory needs no
-    /// change.
-    fn host_placement(&self) -> crate::HostPlacement {
-        crate::HostPlacement::default()
-    }
-
     /// Blocks that grow in place, where the backend offers them: `None` (the default) for a
     /// backend that cannot, and the pools then add blocks. See [`growable`].
     fn growable(&self) -> Option<&dyn Growable> {
@@ -308,16 +299,5 @@ pub trait Backend: Any + Send + Sync {
     /// `None` (the default), and callers stage through host memory. See [`peer`].
     fn peer(&self) -> Option<&dyn Peer> {
         None
-    }
-
-    /// Whether copies (on either lane) may also read `Readback` blocks and write `Upload` blocks,
-    /// so that bytes parked in host-visible memory go back to the device, or out to it, with one
-    /// device copy instead of a round trip through host code: pinned memory on CUDA, host-visible
-    /// buffers with both transfer usages on Vulkan, and the host backend can. `false` (the
-    /// default) keeps the staging directions only (copies read `Upload` and write `Readback`):
-    /// WebGPU cannot, since a `MAP_READ` buffer may not be a copy source without
-    /// mappable-primary-buffers. The validating front enforces whichever rule applies.
-    fn host_visible_copies(&self) -> bool {
-        false
     }
 }

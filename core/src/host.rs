@@ -83,8 +83,8 @@ pub struct HostConfig {
     /// reports unbound. [`HostBackend::new`] refuses a node the kernel does not allow.
     pub host_placement: HostPlacement,
     /// Copies in both directions between host-visible and device memory
-    /// ([`Backend::host_visible_copies`]). Default `true` (every block is host memory); `false`
-    /// reports the staging directions only, as WebGPU does, so the front's narrower rule and the
+    /// ([`Capabilities::host_visible_copies`]). Default `true` (every block is host memory);
+    /// `false` reports the staging directions only, as WebGPU does, so the front's narrower rule and the
     /// offload executor's swap-in through the host run on the host backend too.
     pub host_visible_copies: bool,
 }
@@ -117,9 +117,6 @@ fn physical_memory() -> Option<u64> {
 pub struct HostBackend {
     caps: Capabilities,
     config: HostConfig,
-    /// The placement in effect: the configured one, checked against the kernel (unbound off
-    /// Linux).
-    placement: HostPlacement,
     blocks: Mutex<BlockTable<BlockMem>>,
     /// Kernels, and the copies and fills of the original contract.
     compute: Lane,
@@ -171,11 +168,16 @@ impl HostBackend {
             queued_write_max: 0,
             // The host device's memory is the machine's: a runtime never plans beyond it.
             budget: config.device_memory.or_else(physical_memory),
+            // Every block is host memory: a copy is a `memcpy` in any direction, unless the
+            // configuration narrows it.
+            host_visible_copies: config.host_visible_copies,
+            // The placement in effect: the configured one, checked against the kernel (unbound
+            // off Linux).
+            host_placement: placement,
         };
         Ok(HostBackend {
             caps,
             config: config.clone(),
-            placement,
             blocks,
             compute: Lane::new("tensormem-host-worker", config.worker_delay)?,
             transfer: Lane::new("tensormem-host-transfer", config.worker_delay)?,
@@ -325,10 +327,6 @@ impl Backend for HostBackend {
         Some(self)
     }
 
-    fn host_placement(&self) -> HostPlacement {
-        self.placement.clone()
-    }
-
     /// Every block is host memory, so managed blocks are too.
     fn managed(&self) -> Option<&dyn Managed> {
         Some(self)
@@ -411,12 +409,6 @@ impl Backend for HostBackend {
         }
         self.compute.poll(ticket.0, cx).map(|()| self.check_alive())
     }
-
-    /// Every block is host memory: a copy is a `memcpy` in any direction (unless the
-    /// configuration narrows it, [`HostConfig::host_visible_copies`]).
-    fn host_visible_copies(&self) -> bool {
-        self.config.host_visible_copies
-    }
 }
 
 /// Nothing ever moves (also under `force_staging`, which only hides device-local blocks from the
@@ -456,7 +448,7 @@ fn map_alloc_err(e: std::io::Error, label: &str, requested: u64, reserved: u64) 
 impl HostBackend {
     /// The NUMA node blocks are bound to, if any.
     fn bound_node(&self) -> Option<u32> {
-        self.placement.bound_node()
+        self.caps.host_placement.bound_node()
     }
 
     /// Whether blocks of `kind` are device memory, which [`HostConfig::device_memory`] caps: all

@@ -60,7 +60,7 @@
 //! * **Host memory near its device** ([`numa`]): on a machine with several NUMA nodes, host memory
 //!   the runtime maps itself for a device (the host backend's blocks, CUDA's pinned blocks) is
 //!   bound to the device's node before its first touch; every backend reports where its host
-//!   memory lives ([`Backend::host_placement`]) and the memory report carries it.
+//!   memory lives ([`Capabilities::host_placement`]) and the memory report carries it.
 //! * **Tracing off by default** ([`trace`]): [`Runtime::set_tracer`] records allocations, frees,
 //!   blocks, transfers and every op's tensor uses; off, it costs one atomic load per operation.
 //!   Traces export to Chrome/Perfetto JSON and a self-contained HTML timeline, and

@@ -259,10 +259,6 @@ impl Backend for Validated {
         self.backend.peer().map(|_| self as &dyn Peer)
     }
 
-    fn host_placement(&self) -> crate::HostPlacement {
-        self.backend.host_placement()
-    }
-
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
         self.check_alive()?;
         let r = BlockRange {
@@ -408,10 +404,6 @@ impl Backend for Validated {
         self.backend
             .poll_host_access(block, access, cx)
             .map(|r| self.observe(r))
-    }
-
-    fn host_visible_copies(&self) -> bool {
-        self.backend.host_visible_copies()
     }
 }
 

@@ -343,10 +343,11 @@ async fn unknown_ticket(ctx: &Ctx) -> R {
 async fn host_visible_copies(ctx: &Ctx) -> R {
     use MemoryKind::{DeviceLocal, Readback, Upload};
     let (front, b) = blocks(ctx, &[Upload, DeviceLocal, Readback, DeviceLocal, Upload])?;
-    let both_ways = front.host_visible_copies();
-    check(both_ways == ctx.backend.host_visible_copies(), || {
-        "the front reports another copy rule than the backend".into()
-    })?;
+    let both_ways = front.capabilities().host_visible_copies;
+    check(
+        both_ways == ctx.backend.capabilities().host_visible_copies,
+        || "the front reports another copy rule than the backend".into(),
+    )?;
     for (on_lane, seed) in [(false, 1.25f32), (true, -2.5)] {
         let lane = if on_lane { "transfer" } else { "compute" };
         let x = input(seed);

@@ -17,7 +17,7 @@
 //!
 //! Per run, in op order: before op `k`, the residencies that start at `k` arrive (a streamed
 //! weight: a device copy from its master; an activation: a device copy from its `Readback` slot
-//! where the backend copies out of host-visible memory ([`crate::Backend::host_visible_copies`]),
+//! where the backend copies out of host-visible memory ([`crate::Capabilities::host_visible_copies`]),
 //! else its copy-out is read back and staged in); op `k` is dispatched on the ranges of the residencies that hold its operands; after it,
 //! residencies that end with a copy-out are copied to their `Readback` slot. The device copies
 //! (prefetches and copy-outs) run on the backend's transfer lane beside the kernels, ordered
@@ -73,7 +73,7 @@ pub struct CompileDesc {
     /// kernels (the executor before lanes, kept to measure what the lane gains).
     pub transfer_lane: bool,
     /// Swap activations back in with one device copy from their `Readback` slot where the
-    /// backend allows it ([`crate::Backend::host_visible_copies`]) (default `true`); `false`
+    /// backend allows it ([`crate::Capabilities::host_visible_copies`]) (default `true`); `false`
     /// reads the slot on the host and stages the bytes back in, as on a backend that cannot (kept
     /// to test and measure that path everywhere). Outputs are identical either way.
     pub direct_swap_in: bool,
@@ -200,7 +200,7 @@ impl Offloaded {
         desc: &CompileDesc,
     ) -> Result<Model> {
         let transfer_lane = desc.transfer_lane;
-        let direct_swap_in = desc.direct_swap_in && rt.backend().host_visible_copies();
+        let direct_swap_in = desc.direct_swap_in && rt.backend().capabilities().host_visible_copies;
         let Variant {
             items,
             sizes,
