@@ -46,7 +46,9 @@ mod lanes;
 mod memory;
 mod queue;
 
-use memory::HostMemory;
+#[cfg(unix)]
+use memory::map_alloc_err;
+use memory::{HostMemory, heap_oom};
 use queue::{Arg, BlockMem, Command, Lane};
 
 const NAME: &str = "host";
@@ -416,32 +418,6 @@ impl Backend for HostBackend {
 impl Managed for HostBackend {
     fn managed_memory(&self) -> ManagedMemory {
         ManagedMemory::SameMemory
-    }
-}
-
-/// The driver-style out-of-memory error of a failed host allocation.
-fn heap_oom(label: &str, requested: u64, reserved: u64) -> Error {
-    Error::OutOfMemory(Box::new(crate::OomReport {
-        pool: "host heap".into(),
-        label: Some(label.to_string()),
-        requested,
-        reserved,
-        ..Default::default()
-    }))
-}
-
-/// The error of a failed `mmap` or `mbind`: out of memory for `ENOMEM` (retryable, as a
-/// driver's), otherwise the OS error.
-#[cfg(unix)]
-fn map_alloc_err(e: std::io::Error, label: &str, requested: u64, reserved: u64) -> Error {
-    match e.raw_os_error() {
-        Some(libc::ENOMEM) | None => heap_oom(label, requested, reserved),
-        Some(code) => Error::Backend {
-            backend: NAME,
-            api: "mmap/mbind",
-            code: code.into(),
-            message: e.to_string(),
-        },
     }
 }
 
