@@ -4,13 +4,12 @@
 
 use std::ptr;
 use std::sync::Mutex;
-use std::task::{Context, Poll};
 
 use cudarc::driver::{result, sys};
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{
-    Backend, BlockId, Capabilities, Error, Growable, ManagedMemory, MemoryKind, Op, PeerCopy,
-    Residence, Result, Ticket, TransferLane, TransferTicket,
+    Backend, BlockId, Capabilities, Error, Growable, Managed, ManagedMemory, MemoryKind, Op, Peer,
+    PeerCopy, Residence, Result, Ticket, TransferLanes,
 };
 
 use crate::blocks::{Block, Memory, alloc_pinned, free_memory, pinned_api, release_all};
@@ -199,7 +198,7 @@ impl Backend for CudaBackend {
                 self.alloc_device(size),
             ),
             Placement::PinnedHost { flags } => {
-                let node = self.host_placement.bound_node();
+                let node = self.caps.host_placement.bound_node();
                 (pinned_api(node), alloc_pinned(size, flags, node))
             }
             Placement::Managed => {
@@ -246,8 +245,19 @@ impl Backend for CudaBackend {
         self.vmm_growth().map(|_| self as &dyn Growable)
     }
 
-    fn host_placement(&self) -> tensormem::HostPlacement {
-        self.host_placement.clone()
+    /// A second stream (`lanes.rs`): copies on it overlap kernels on the compute stream.
+    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
+        Some(self)
+    }
+
+    /// `cuMemAllocManaged`, on a device with concurrent managed access (`managed.rs`).
+    fn managed(&self) -> Option<&dyn Managed> {
+        self.managed.supported().then_some(self as &dyn Managed)
+    }
+
+    /// The same context or peer access between two devices (`peer.rs`).
+    fn peer(&self) -> Option<&dyn Peer> {
+        Some(self)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
@@ -374,6 +384,20 @@ impl Backend for CudaBackend {
         self.timeline.flush()
     }
 
+    fn completed(&self) -> Result<Ticket> {
+        self.bind()?;
+        self.timeline.completed()
+    }
+
+    /// CUDA has no default limit (`None` waits forever): set one per call or through
+    /// `RuntimeConfig::wait_timeout`.
+    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
+        self.bind()?;
+        self.timeline.wait(ticket, timeout)
+    }
+}
+
+impl Managed for CudaBackend {
     fn managed_memory(&self) -> ManagedMemory {
         self.managed
     }
@@ -395,7 +419,9 @@ impl Backend for CudaBackend {
             unsafe { crate::managed::prefetch(addr, bytes, to, device, stream) }
         })
     }
+}
 
+impl Peer for CudaBackend {
     fn copy_to_peer(
         &self,
         src: BlockRange,
@@ -403,66 +429,6 @@ impl Backend for CudaBackend {
         dst: BlockRange,
     ) -> Result<Option<PeerCopy>> {
         self.copy_to_peer_cuda(src, peer, dst)
-    }
-
-    fn completed(&self) -> Result<Ticket> {
-        self.bind()?;
-        self.timeline.completed()
-    }
-
-    /// CUDA has no default limit (`None` waits forever): set one per call or through
-    /// `RuntimeConfig::wait_timeout`.
-    fn wait_timeout(&self, ticket: Ticket, timeout: Option<std::time::Duration>) -> Result<()> {
-        self.bind()?;
-        self.timeline.wait(ticket, timeout)
-    }
-
-    /// `Upload` and `Readback` blocks are pinned host memory in the unified address space:
-    /// `cuMemcpyAsync` copies between it and device memory in either direction.
-    fn host_visible_copies(&self) -> bool {
-        true
-    }
-
-    /// A second stream (`lanes.rs`): copies on it overlap kernels on the compute stream.
-    fn transfer_lane(&self) -> TransferLane {
-        TransferLane::Concurrent
-    }
-
-    /// Timed on the compute stream around each wait for the copy stream (`stall.rs`).
-    fn transfer_stall(&self) -> Option<std::time::Duration> {
-        self.transfer_stall_cuda()
-    }
-
-    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
-        self.transfer_copy_cuda(src, dst)
-    }
-
-    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
-        self.transfer_fill_cuda(range)
-    }
-
-    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
-        self.transfer_after_cuda(ticket)
-    }
-
-    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
-        self.compute_after_cuda(ticket)
-    }
-
-    fn transfer_completed(&self) -> Result<TransferTicket> {
-        self.transfer_completed_cuda()
-    }
-
-    fn wait_transfer_timeout(
-        &self,
-        ticket: TransferTicket,
-        timeout: Option<std::time::Duration>,
-    ) -> Result<()> {
-        self.wait_transfer_cuda(ticket, timeout)
-    }
-
-    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        self.poll_transfer_cuda(ticket, cx)
     }
 }
 

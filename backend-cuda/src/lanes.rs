@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 
 use cudarc::driver::{result, sys};
 use tensormem::backend::BlockRange;
-use tensormem::{Error, Result, Ticket, TransferTicket};
+use tensormem::{Error, Result, Ticket, TransferLane, TransferLanes, TransferTicket};
 
 use crate::CudaBackend;
 use crate::conv::{Placement, to_usize};
@@ -42,12 +42,15 @@ impl CudaBackend {
         }
         Ok(())
     }
+}
 
-    pub(crate) fn transfer_copy_cuda(
-        &self,
-        src: BlockRange,
-        dst: BlockRange,
-    ) -> Result<TransferTicket> {
+/// A second stream: copies on it overlap kernels on the compute stream.
+impl TransferLanes for CudaBackend {
+    fn transfer_lane(&self) -> TransferLane {
+        TransferLane::Concurrent
+    }
+
+    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
         self.check_copy(src, dst)?;
         self.bind_transfer()?;
         let (s, _) = self.resolve(src)?;
@@ -65,7 +68,7 @@ impl CudaBackend {
         Ok(TransferTicket(t.0))
     }
 
-    pub(crate) fn transfer_fill_cuda(&self, range: BlockRange) -> Result<TransferTicket> {
+    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
         if range.size == 0 {
             return Err(Error::ZeroSize { what: "fill" });
         }
@@ -91,7 +94,7 @@ impl CudaBackend {
         Ok(TransferTicket(t.0))
     }
 
-    pub(crate) fn transfer_after_cuda(&self, ticket: Ticket) -> Result<()> {
+    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
         self.bind_transfer()?;
         if self.timeline.known_completed() >= ticket {
             return Ok(());
@@ -99,7 +102,7 @@ impl CudaBackend {
         self.transfer.join_from(self.stream()).map(drop)
     }
 
-    pub(crate) fn compute_after_cuda(&self, ticket: TransferTicket) -> Result<Ticket> {
+    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
         self.bind_transfer()?;
         let issued = self.transfer.flush()?;
         if ticket.0 > issued.0 {
@@ -126,19 +129,20 @@ impl CudaBackend {
         }
     }
 
-    /// The timed waits read so far, after reading those that have passed (`stall.rs`).
-    pub(crate) fn transfer_stall_cuda(&self) -> Option<std::time::Duration> {
+    /// Timed on the compute stream around each wait for the copy stream: the timed waits read
+    /// so far, after reading those that have passed (`stall.rs`).
+    fn transfer_stall(&self) -> Option<std::time::Duration> {
         // A lost device shows in the caller's next call; the total so far stays valid.
         let _ = self.bind().and_then(|()| self.stall.settle());
         Some(self.stall.stalled())
     }
 
-    pub(crate) fn transfer_completed_cuda(&self) -> Result<TransferTicket> {
+    fn transfer_completed(&self) -> Result<TransferTicket> {
         self.bind_transfer()?;
         self.transfer.completed().map(|t| TransferTicket(t.0))
     }
 
-    pub(crate) fn wait_transfer_cuda(
+    fn wait_transfer_timeout(
         &self,
         ticket: TransferTicket,
         timeout: Option<std::time::Duration>,
@@ -149,11 +153,7 @@ impl CudaBackend {
 
     /// Submits, compares with the lane's completed ticket, and asks to be polled again while
     /// pending (CUDA reports completion only when asked, as the compute lane's default poll).
-    pub(crate) fn poll_transfer_cuda(
-        &self,
-        ticket: TransferTicket,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<()>> {
+    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let polled = self.bind_transfer().and_then(|()| {
             let issued = self.transfer.flush()?;
             if ticket.0 > issued.0 {

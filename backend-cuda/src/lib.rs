@@ -45,7 +45,7 @@
 //!   the node from `CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID` (or the PCI address in sysfs); pinned
 //!   blocks are then mapped, bound with `mbind` before first touch and registered
 //!   (`cuMemHostRegister`), as PyTorch's `pinned_use_cuda_host_register` does, trading
-//!   write-combining for locality. [`tensormem::Backend::host_placement`] reports the policy in use.
+//!   write-combining for locality. [`tensormem::Capabilities::host_placement`] reports the policy in use.
 //! * **Small uploads skip the pools' staging**: `write_queued` copies the bytes into a pinned,
 //!   write-combined ring owned by the backend (`staging.rs`) and enqueues a truly asynchronous
 //!   `cuMemcpyHtoDAsync` from there; each region is reused once its copy's ticket completes, and a
@@ -98,9 +98,9 @@
 //! * `join_from` serialises our stream behind the other stream at the join point.
 //! * **Managed memory** (`managed.rs`): `MemoryKind::Managed` blocks are `cuMemAllocManaged`
 //!   memory advised onto the device, host-visible, prefetched on the stream
-//!   ([`tensormem::Backend::prefetch`]); a request larger than `cuMemGetInfo`'s free memory is
+//!   ([`tensormem::Managed::prefetch`]); a request larger than `cuMemGetInfo`'s free memory is
 //!   refused before the driver is asked, so managed memory is never oversubscribed.
-//! * **Direct copies between CUDA backends** (`peer.rs`, [`tensormem::Backend::copy_to_peer`]):
+//! * **Direct copies between CUDA backends** (`peer.rs`, [`tensormem::Peer::copy_to_peer`]):
 //!   device to device within one context, `cuMemcpyPeerAsync` with peer access between GPUs,
 //!   ordered by events against both streams; a device set stages only where neither applies.
 
@@ -254,9 +254,6 @@ pub struct CudaBackend {
     device_alloc: DeviceAlloc,
     tools: Toolchain,
     target: CodeTarget,
-    /// Where pinned blocks live: bound to the device's NUMA node, or unbound and why
-    /// (`numa.rs`).
-    host_placement: tensormem::HostPlacement,
 }
 
 impl CudaBackend {
@@ -328,6 +325,12 @@ impl CudaBackend {
             device_host_visible: false,
             queued_write_max: desc.queued_write_max,
             budget: Some(info.free),
+            // `Upload` and `Readback` blocks are pinned host memory in the unified address
+            // space: `cuMemcpyAsync` copies between it and device memory in either direction.
+            host_visible_copies: true,
+            // Where pinned blocks live: bound to the device's NUMA node, or unbound and why
+            // (`numa.rs`).
+            host_placement,
         };
         Ok(CudaBackend {
             pool,
@@ -348,7 +351,6 @@ impl CudaBackend {
             device_alloc: desc.device_alloc,
             tools,
             target,
-            host_placement,
         })
     }
 

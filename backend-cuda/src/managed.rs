@@ -9,7 +9,7 @@
 //!   failing. A request is checked against `cuMemGetInfo`'s free bytes less [`HEADROOM`] (left
 //!   to the driver for launches and the kernels' module) *before* the driver is called, and a
 //!   request that does not fit is [`Error::OutOfMemory`], the pools' retry path.
-//! * **Prefetch** ([`tensormem::Backend::prefetch`]) enqueues `cuMemPrefetchAsync` to the
+//! * **Prefetch** ([`tensormem::Managed::prefetch`]) enqueues `cuMemPrefetchAsync` to the
 //!   device or the host on the stream: in order after earlier kernels on the range and before
 //!   later ones, with a ticket like any submission.
 //! * Offered only on devices with concurrent managed access (`Migrating`; every Linux GPU since

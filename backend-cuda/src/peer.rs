@@ -1,4 +1,4 @@
-//! Direct copies between two CUDA backends ([`tensormem::Backend::copy_to_peer`]).
+//! Direct copies between two CUDA backends ([`tensormem::Peer::copy_to_peer`]).
 //!
 //! The route depends on where the two backends' contexts live ([`choose_route`]):
 //!
@@ -76,7 +76,7 @@ pub(crate) fn choose_route(
 pub(crate) struct PeerLinks(Mutex<Vec<(usize, Option<Route>)>>);
 
 impl CudaBackend {
-    /// [`tensormem::Backend::copy_to_peer`]: `self` is the source, `peer` the destination.
+    /// [`tensormem::Peer::copy_to_peer`]: `self` is the source, `peer` the destination.
     pub(crate) fn copy_to_peer_cuda(
         &self,
         src: BlockRange,

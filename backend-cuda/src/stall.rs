@@ -1,5 +1,5 @@
 //! The compute stream's waits for the copy stream, timed on the device
-//! ([`tensormem::Backend::transfer_stall`]).
+//! ([`tensormem::TransferLanes::transfer_stall`]).
 //!
 //! `compute_after` enqueues, on the compute stream, a timing event, the `cuStreamWaitEvent` on
 //! the copy stream, and a second timing event (`Timeline::join_from_timed`). The first fires

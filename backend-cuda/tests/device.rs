@@ -808,7 +808,7 @@ fn pinned_blocks_follow_the_reported_numa_placement() {
     use tensormem::HostPlacement;
     use tensormem::numa::{NumaTopology, kernel};
     let Some(b) = backend() else { return };
-    let placement = b.host_placement();
+    let placement = b.capabilities().host_placement.clone();
     // No node directory (a kernel without NUMA) counts as none: the backend is unbound then too.
     let nodes = NumaTopology::system().map_or(0, |t| t.nodes().len());
     let Some(node) = placement.bound_node() else {

@@ -9,7 +9,6 @@
 
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ash::vk;
@@ -17,17 +16,18 @@ use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use gpu_allocator::{AllocationSizes, AllocatorDebugSettings};
 use tensormem::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Error, Growable,
-    InPlaceGrowth, ManagedMemory, MemoryKind, Op, Result, Ticket, TransferLane, TransferTicket,
+    InPlaceGrowth, Managed, ManagedMemory, MemoryKind, Op, Result, Ticket, TransferLanes,
 };
 
 use crate::blocks::{Block, BlockPolicy};
-use crate::config::{CustomKernel, VulkanConfig, VulkanStats};
-use crate::device::{Gpu, LaneQueue, RawVulkan};
+use crate::config::{CustomKernel, VulkanConfig};
+use crate::device::{Gpu, RawVulkan};
 use crate::error::BACKEND;
 use crate::sparse::Binder;
 
 mod copies;
 mod dispatch;
+mod inspect;
 mod lanes;
 mod sparse;
 
@@ -164,6 +164,10 @@ impl VulkanBackend {
             device_host_visible: !config.force_staging && device_local_is_host_visible(&gpu),
             queued_write_max: 0,
             budget: Some(gpu.budget),
+            // Every block is a buffer with both transfer usages, and `Upload`/`Readback` memory
+            // is host-visible memory the device reads and writes: copies go either way.
+            host_visible_copies: true,
+            host_placement: gpu.host_placement.clone(),
         };
         let policy = BlockPolicy {
             force_staging: config.force_staging,
@@ -222,54 +226,6 @@ impl VulkanBackend {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Every validation warning and error recorded so far (empty without validation). Tests
-    /// assert this is empty.
-    pub fn validation_messages(&self) -> Vec<String> {
-        self.validation
-            .as_ref()
-            .map(|v| v.messages())
-            .unwrap_or_default()
-    }
-
-    /// A handle on the validation log that outlives the backend (`None` without validation), so
-    /// tests can also check the messages emitted while it is destroyed.
-    pub fn validation_log(&self) -> Option<Arc<ValidationLog>> {
-        self.validation.clone()
-    }
-
-    /// Whether this backend runs under the validation layer.
-    pub fn validation_enabled(&self) -> bool {
-        self.validation.is_some()
-    }
-
-    /// The configuration the backend was created with.
-    pub fn config(&self) -> &VulkanConfig {
-        &self.config
-    }
-
-    /// Counters: live blocks, barriers, kernel compilations, batches, memory objects.
-    pub fn stats(&self) -> VulkanStats {
-        let s = self.lock();
-        let lanes = || std::iter::once(&s.compute).chain(s.transfer.as_ref());
-        let (in_flight, free) = lanes()
-            .map(Timeline::batch_counts)
-            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-        VulkanStats {
-            blocks: s.blocks.len(),
-            barriers: lanes().map(|t| t.tracker.barrier_count()).sum(),
-            kernel_compiles: s.kernels.compiles,
-            batches_in_flight: in_flight,
-            batches_free: free,
-            memory_objects: s.allocator.generate_report().blocks.len(),
-        }
-    }
-
-    /// The queue the concurrent transfer lane submits to, or `None` when the lane is collapsed
-    /// onto the compute queue ([`TransferQueue::Off`](crate::TransferQueue::Off)).
-    pub fn transfer_queue(&self) -> Option<LaneQueue> {
-        self.lock().gpu.transfer.map(|(_, kind)| kind)
     }
 
     /// Enqueues a custom WGSL kernel over `bindings` (one range per [`CustomKernel::bindings`]).
@@ -360,17 +316,13 @@ impl Backend for VulkanBackend {
         &self.caps
     }
 
-    fn host_placement(&self) -> tensormem::HostPlacement {
-        self.lock().gpu.host_placement.clone()
-    }
-
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
         debug_assert!(
             desc.size > 0 && desc.size <= self.caps.max_block_size,
             "vulkan: block of {} bytes (the front refuses zero and > max_block_size)",
             desc.size
         );
-        if desc.kind == MemoryKind::Managed && !self.managed_memory().supported() {
+        if desc.kind == MemoryKind::Managed && self.managed().is_none() {
             return Err(Error::Unsupported {
                 backend: BACKEND,
                 what: "managed blocks on a device whose memory is not host-visible".into(),
@@ -388,14 +340,13 @@ impl Backend for VulkanBackend {
     }
 
     /// Managed blocks are device-local blocks the host maps, where device memory is host-visible
-    /// (lavapipe, integrated GPUs): nothing moves. A discrete GPU has no such memory in Vulkan
-    /// (a small BAR window at best), and forced staging hides it.
-    fn managed_memory(&self) -> ManagedMemory {
-        if self.caps.device_host_visible {
-            ManagedMemory::SameMemory
-        } else {
-            ManagedMemory::Unsupported
-        }
+    /// (lavapipe, integrated GPUs): nothing moves, and a prefetch is the default no-op. A
+    /// discrete GPU has no such memory in Vulkan (a small BAR window at best), and forced staging
+    /// hides it.
+    fn managed(&self) -> Option<&dyn Managed> {
+        self.caps
+            .device_host_visible
+            .then_some(self as &dyn Managed)
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {
@@ -417,6 +368,12 @@ impl Backend for VulkanBackend {
     /// queue; see `crate::sparse` for the granularity.
     fn growable(&self) -> Option<&dyn Growable> {
         self.growth.map(|_| self as &dyn Growable)
+    }
+
+    /// Always, concurrent or not (`lanes`): with the lane off, transfer work is recorded on the
+    /// compute lane, and the backend still refuses tickets it never issued.
+    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
+        Some(self)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
@@ -477,66 +434,11 @@ impl Backend for VulkanBackend {
         let limit = timeout.unwrap_or(self.config.wait_timeout);
         s.compute.wait_until(&s.gpu, ticket.0, limit)
     }
+}
 
-    /// Every block is a buffer with both transfer usages, and `Upload`/`Readback` memory is
-    /// host-visible memory the device reads and writes: copies go either way.
-    fn host_visible_copies(&self) -> bool {
-        true
-    }
-
-    /// Measured with timestamps on the compute queue around each join (`timeline::stamps`),
-    /// over the batches completed so far; `None` with the lane off (no cross-lane waits) or
-    /// where the compute family writes no timestamps.
-    fn transfer_stall(&self) -> Option<Duration> {
-        let mut guard = self.lock();
-        let s = &mut *guard;
-        s.transfer.as_ref()?;
-        // Reads the batches completed meanwhile; never blocks. An error here (a lost device)
-        // reaches the caller through its next call; the total so far stays valid.
-        let _ = s.compute.recycle(&s.gpu);
-        s.compute.stalled()
-    }
-
-    fn transfer_lane(&self) -> TransferLane {
-        if self.lock().transfer.is_some() {
-            TransferLane::Concurrent
-        } else {
-            TransferLane::Collapsed
-        }
-    }
-
-    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
-        self.record_copy(Lane::Transfer, src, dst)
-            .map(|t| TransferTicket(t.0))
-    }
-
-    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
-        self.record_fill(Lane::Transfer, range)
-            .map(|t| TransferTicket(t.0))
-    }
-
-    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
-        self.transfer_after_vk(ticket)
-    }
-
-    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
-        self.compute_after_vk(ticket)
-    }
-
-    fn transfer_completed(&self) -> Result<TransferTicket> {
-        self.transfer_completed_vk()
-    }
-
-    fn wait_transfer_timeout(
-        &self,
-        ticket: TransferTicket,
-        timeout: Option<Duration>,
-    ) -> Result<()> {
-        self.wait_transfer_vk(ticket, timeout.unwrap_or(self.config.wait_timeout))
-    }
-
-    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        self.poll_transfer_vk(ticket, cx)
+impl Managed for VulkanBackend {
+    fn managed_memory(&self) -> ManagedMemory {
+        ManagedMemory::SameMemory
     }
 }
 

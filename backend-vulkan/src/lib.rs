@@ -71,7 +71,7 @@
 //!   `Error::Unsupported` otherwise).
 //! * `from_raw` relies on the application not using the adopted queue concurrently.
 //! * Host-visible memory is not NUMA-bound: the driver allocates it (through gpu-allocator) and
-//!   places its pages. On a NUMA machine [`tensormem::Backend::host_placement`] reports
+//!   places its pages. On a NUMA machine [`tensormem::Capabilities::host_placement`] reports
 //!   `DriverPlaced` with the device's node (`VK_EXT_pci_bus_info` + sysfs); binding would take
 //!   importing memory the runtime mapped itself (`VK_EXT_external_memory_host`).
 //!

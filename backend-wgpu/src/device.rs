@@ -107,6 +107,25 @@ pub(crate) fn capabilities(device: &wgpu::Device, config: &WgpuConfig) -> Capabi
             .budget
             .or_else(crate::system_memory)
             .filter(|&b| b > 0),
+        // A `MAP_READ` buffer may not be a copy source without mappable-primary-buffers, so
+        // copies keep the staging directions.
+        host_visible_copies: false,
+        host_placement: host_placement(),
+    }
+}
+
+/// wgpu allocates every buffer through the driver (or the browser), which places the pages:
+/// nothing can be bound, and wgpu does not say which PCI device an adapter is.
+fn host_placement() -> tensormem::HostPlacement {
+    #[cfg(target_arch = "wasm32")]
+    return tensormem::HostPlacement::unbound("the browser owns the memory");
+    #[cfg(not(target_arch = "wasm32"))]
+    match tensormem::numa::NumaTopology::system() {
+        Ok(t) if t.nodes().len() >= 2 => {
+            tensormem::HostPlacement::DriverPlaced { device_node: None }
+        }
+        Ok(_) => tensormem::HostPlacement::unbound("one NUMA node"),
+        Err(e) => tensormem::HostPlacement::unbound(e.to_string()),
     }
 }
 

@@ -43,8 +43,14 @@ pub struct Faulty {
 impl Faulty {
     /// Wraps `inner` with nothing armed.
     pub fn new(inner: Arc<dyn Backend>) -> Self {
+        let caps = Capabilities {
+            // The wrapper promises the staging copy directions only, whatever the backend
+            // behind it copies.
+            host_visible_copies: false,
+            ..inner.capabilities().clone()
+        };
         Faulty {
-            caps: inner.capabilities().clone(),
+            caps,
             inner,
             countdown: AtomicU64::new(UNARMED),
             injected: AtomicU64::new(0),
@@ -144,10 +150,6 @@ impl Faulty {
 impl Backend for Faulty {
     fn capabilities(&self) -> &Capabilities {
         &self.caps
-    }
-
-    fn host_placement(&self) -> tensormem::HostPlacement {
-        self.inner.host_placement()
     }
 
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {

@@ -25,12 +25,12 @@
 //!   must submit no later than the first [`Backend::wait`], [`Backend::completed`] or
 //!   [`Backend::flush`] that concerns them.
 //! * **Copy directions.** Copies read `DeviceLocal`, `Managed` and `Upload` memory and write
-//!   `DeviceLocal`, `Managed` and `Readback` memory; where [`Backend::host_visible_copies`] says
-//!   so, also the reverse (`Readback` as a source, `Upload` as a destination).
+//!   `DeviceLocal`, `Managed` and `Readback` memory; where [`Capabilities::host_visible_copies`]
+//!   says so, also the reverse (`Readback` as a source, `Upload` as a destination).
 //! * **Transfer lane.** Copies and fills may also go on a second ordered lane with its own
-//!   [`TransferTicket`]s ([`Backend::transfer_copy`]), which runs beside the compute queue where
-//!   [`Backend::transfer_lane`] says so and collapses onto it elsewhere; cross-lane order is
-//!   explicit ([`Backend::transfer_after`], [`Backend::compute_after`]). See [`lanes`].
+//!   [`TransferTicket`]s, the [`TransferLanes`] capability: a backend's own where
+//!   [`Backend::transfer_lanes`] offers one, running beside the compute queue, else a
+//!   [`CollapsedLane`] on the compute queue; [`lanes::of`] reaches either. See [`lanes`].
 //! * **Tickets** increase monotonically. `completed()` returns the highest ticket `t` such that every
 //!   ticket `<= t` has finished. Frees of memory used by in-flight work are deferred by the pools
 //!   until its ticket completes.
@@ -43,12 +43,12 @@
 //!   (a browser's main thread) it is not compiled, so a blocking call is a compile error. On a
 //!   backend whose mapping is asynchronous (WebGPU), `read_mapped` / `write_mapped` block natively
 //!   and on `wasm32` require a completed `poll_host_access` first. See [`completion`].
-//! * **Managed memory** (optional, [`Backend::managed_memory`]): blocks of
-//!   [`MemoryKind::Managed`] are device memory and host-visible at once; [`Backend::prefetch`]
-//!   moves a range to the device or the host in queue order where the driver migrates pages.
-//! * **Direct copies between backends** (optional, [`Backend::copy_to_peer`]): two backends on
-//!   one physical device, or two devices with peer access, copy without staging through host
-//!   memory, ordered after both timelines' earlier work.
+//! * **Managed memory** (optional, [`Backend::managed`]): blocks of [`MemoryKind::Managed`] are
+//!   device memory and host-visible at once; [`Managed::prefetch`] moves a range to the device
+//!   or the host in queue order where the driver migrates pages. See [`managed`].
+//! * **Direct copies between backends** (optional, [`Backend::peer`]): two backends on one
+//!   physical device, or two devices with peer access, copy without staging through host
+//!   memory, ordered after both timelines' earlier work. See [`peer`].
 //! * **Errors.** No method panics; native failures map into [`Error`](crate::Error), a lost device
 //!   into [`Error::DeviceLost`](crate::Error::DeviceLost).
 //! * **Validated input.** Callers go through [`Validated`](crate::Validated) (the runtime always
@@ -77,9 +77,9 @@ pub use blocks::{BlockEntry, BlockTable};
 pub use capabilities::{Capabilities, DeviceType};
 pub use completion::{HostAccess, HostAccessWait, TicketWait, TicketWakers, Waiting};
 pub use growable::{Growable, InPlaceGrowth};
-pub use lanes::{TransferLane, TransferTicket, TransferWait};
-pub use managed::{ManagedMemory, Residence};
-pub use peer::{PeerCopy, PeerPath};
+pub use lanes::{CollapsedLane, Lanes, TransferLane, TransferLanes, TransferTicket, TransferWait};
+pub use managed::{Managed, ManagedMemory, Residence};
+pub use peer::{Peer, PeerCopy, PeerPath};
 
 /// A backend's name for one block. Opaque to core; unique among the backend's live blocks.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -106,7 +106,7 @@ pub enum MemoryKind {
     Readback,
     /// One allocation the host and the device both address, kept where it is used by the driver
     /// (CUDA managed memory), or device memory that is host memory. Kernels bind it, copies read
-    /// and write it, the host maps it. Only where [`Backend::managed_memory`] supports it; see
+    /// and write it, the host maps it. Only where [`Backend::managed`] offers it; see
     /// [`managed`].
     Managed,
 }
@@ -148,7 +148,7 @@ pub struct BlockRange {
 
 /// One device. See the module doc for the contract every implementation keeps.
 ///
-/// `Any` lets a backend recognise a peer of its own type in [`Backend::copy_to_peer`].
+/// `Any` lets a backend recognise a peer of its own type in [`Peer::copy_to_peer`].
 pub trait Backend: Any + Send + Sync {
     /// What this device can do. Constant for the backend's lifetime.
     fn capabilities(&self) -> &Capabilities;
@@ -275,178 +275,29 @@ pub trait Backend: Any + Send + Sync {
         Poll::Ready(Ok(()))
     }
 
-    /// Where the backend's host memory (upload, readback and host-visible blocks) lives: bound to
-    /// the NUMA node closest to the device, placed by the driver, or unbound, with the reason
-    /// ([`crate::numa`] explains the policy and its fallbacks). The default: unbound, not
-    /// reported. A method with a default, so a backend that does not place host memory needs no
-    /// change.
-    fn host_placement(&self) -> crate::HostPlacement {
-        crate::HostPlacement::default()
-    }
-
     /// Blocks that grow in place, where the backend offers them: `None` (the default) for a
     /// backend that cannot, and the pools then add blocks. See [`growable`].
     fn growable(&self) -> Option<&dyn Growable> {
         None
     }
 
-    /// How this backend serves [`MemoryKind::Managed`] blocks. `Unsupported` (the default): the
-    /// validating front then refuses the kind. A method with a default rather than a
-    /// [`Capabilities`] field, so a backend without managed memory needs no change.
-    fn managed_memory(&self) -> ManagedMemory {
-        ManagedMemory::Unsupported
-    }
-
-    /// Enqueues moving the pages of `range` (in a [`MemoryKind::Managed`] block) to `to`, in
-    /// order with earlier work: a kernel enqueued later finds them on the device, and the host
-    /// reads them without faults once the ticket completed. Where nothing moves
-    /// ([`ManagedMemory::SameMemory`], the default's answer) it enqueues nothing and returns
-    /// [`Ticket::DONE`].
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`](crate::Error::Unsupported) without managed memory,
-    /// [`Error::OutOfBounds`](crate::Error::OutOfBounds), [`Error::DeviceLost`](crate::Error::DeviceLost).
-    fn prefetch(&self, range: BlockRange, to: Residence) -> Result<Ticket> {
-        let _ = (range, to);
-        match self.managed_memory() {
-            ManagedMemory::SameMemory => Ok(Ticket::DONE),
-            _ => Err(crate::Error::Unsupported {
-                backend: self.capabilities().backend,
-                what: "prefetching managed memory".into(),
-            }),
-        }
-    }
-
-    /// Whether the transfer lane runs beside the compute lane. `Collapsed` (the default) for a
-    /// backend with one queue: every other transfer-lane method then has a default that enqueues
-    /// on the compute queue. See [`lanes`].
-    fn transfer_lane(&self) -> TransferLane {
-        TransferLane::Collapsed
-    }
-
-    /// Enqueues a copy as [`Backend::copy`], on the transfer lane: it starts after the earlier
-    /// transfer work and after the compute ticket of the latest [`Backend::transfer_after`], and
-    /// runs beside later compute work. Compute work sees its bytes only after
-    /// [`Backend::compute_after`] with its ticket.
-    ///
-    /// # Errors
-    /// As [`Backend::copy`].
-    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
-        self.copy(src, dst).map(lanes::as_transfer)
-    }
-
-    /// Enqueues filling `range` with zero bytes on the transfer lane (as
-    /// [`Backend::transfer_copy`]).
-    ///
-    /// # Errors
-    /// As [`Backend::fill_zero`].
-    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
-        self.fill_zero(range).map(lanes::as_transfer)
-    }
-
-    /// Makes transfer work enqueued from now on start after compute `ticket` (and every earlier
-    /// compute ticket) has finished, with a device-side wait. A collapsed lane (the default)
-    /// already runs in compute order: nothing to do.
-    ///
-    /// # Errors
-    /// [`Error::UnknownTicket`](crate::Error::UnknownTicket) for a ticket never issued,
-    /// [`Error::DeviceLost`](crate::Error::DeviceLost).
-    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
-        let _ = ticket;
-        Ok(())
-    }
-
-    /// Makes compute work enqueued from now on start after transfer `ticket` (and every earlier
-    /// transfer ticket) has finished, with a device-side wait, and returns the *joined ticket*:
-    /// a compute ticket that completes only after `ticket` has. A pool frees memory the transfer
-    /// work touched after the joined ticket. On a collapsed lane (the default) the transfer
-    /// ticket is already a compute ticket.
-    ///
-    /// # Errors
-    /// As [`Backend::transfer_after`].
-    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
-        Ok(lanes::collapsed(ticket))
-    }
-
-    /// The highest transfer ticket such that it and every earlier transfer ticket have finished.
-    /// Does not block.
-    ///
-    /// # Errors
-    /// As [`Backend::completed`].
-    fn transfer_completed(&self) -> Result<TransferTicket> {
-        self.completed().map(lanes::as_transfer)
-    }
-
-    /// Blocks until transfer `ticket` has finished, for at most `timeout` (as
-    /// [`Backend::wait_timeout`]). Native only: on `wasm32` await [`TransferWait`].
-    ///
-    /// # Errors
-    /// As [`Backend::wait_timeout`].
-    #[cfg(not(target_arch = "wasm32"))]
-    fn wait_transfer_timeout(
-        &self,
-        ticket: TransferTicket,
-        timeout: Option<Duration>,
-    ) -> Result<()> {
-        self.wait_timeout(lanes::collapsed(ticket), timeout)
-    }
-
-    /// [`Backend::wait_transfer_timeout`] with the default limit.
-    ///
-    /// # Errors
-    /// As [`Backend::wait_timeout`].
-    #[cfg(not(target_arch = "wasm32"))]
-    fn wait_transfer(&self, ticket: TransferTicket) -> Result<()> {
-        self.wait_transfer_timeout(ticket, None)
-    }
-
-    /// Polls whether transfer `ticket` and every earlier transfer ticket have finished; never
-    /// blocks (as [`Backend::poll_ticket`]).
-    ///
-    /// # Errors
-    /// As [`Backend::poll_ticket`].
-    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        self.poll_ticket(lanes::collapsed(ticket), cx)
-    }
-
-    /// Whether copies (on either lane) may also read `Readback` blocks and write `Upload` blocks,
-    /// so that bytes parked in host-visible memory go back to the device, or out to it, with one
-    /// device copy instead of a round trip through host code: pinned memory on CUDA, host-visible
-    /// buffers with both transfer usages on Vulkan, and the host backend can. `false` (the
-    /// default) keeps the staging directions only (copies read `Upload` and write `Readback`):
-    /// WebGPU cannot, since a `MAP_READ` buffer may not be a copy source without
-    /// mappable-primary-buffers. The validating front enforces whichever rule applies.
-    fn host_visible_copies(&self) -> bool {
-        false
-    }
-
-    /// Total time the compute lane has spent waiting for the transfer lane
-    /// ([`Backend::compute_after`]) since the backend was created, over the waits that have
-    /// finished; never decreases. Measured where the lane is concurrent: the host backend's
-    /// compute worker times each wait, CUDA times the compute stream between events recorded
-    /// around its `cuStreamWaitEvent`, Vulkan reads timestamps on the compute queue (the end of
-    /// the batch before a wait, the start of the batch that waits). `None` (the default) where
-    /// nothing is measured: a collapsed lane has no cross-lane waits (WebGPU; Vulkan with the
-    /// lane off), so its transfers' cost is queue time shared with compute, not a wait, and a
-    /// Vulkan compute queue without timestamps (`timestampValidBits` 0) cannot time its waits.
-    fn transfer_stall(&self) -> Option<Duration> {
+    /// A transfer lane of the backend's own, where it runs one: `None` (the default) for a
+    /// backend with one queue, whose lane callers then reach as a [`CollapsedLane`] over the
+    /// compute queue. Callers go through [`lanes::of`], which picks. See [`lanes`].
+    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
         None
     }
 
-    /// Copies `src` (of this backend) to `dst` (of `peer`) directly when both sit on one physical
-    /// device or on two devices with peer access, ordered after the work enqueued so far on both
-    /// backends. `Ok(None)` (the default) when there is no direct path: the caller stages through
-    /// host memory. `peer` may be `self` only when the caller wants a device copy.
-    ///
-    /// # Errors
-    /// As [`Backend::copy`] on either side.
-    fn copy_to_peer(
-        &self,
-        src: BlockRange,
-        peer: &dyn Backend,
-        dst: BlockRange,
-    ) -> Result<Option<PeerCopy>> {
-        let _ = (src, peer, dst);
-        Ok(None)
+    /// Managed memory, where the backend serves [`MemoryKind::Managed`] blocks: `None` (the
+    /// default) for a backend without it, and the validating front then refuses the kind. See
+    /// [`managed`].
+    fn managed(&self) -> Option<&dyn Managed> {
+        None
+    }
+
+    /// Direct copies to another backend, where the backend has a path that avoids host memory:
+    /// `None` (the default), and callers stage through host memory. See [`peer`].
+    fn peer(&self) -> Option<&dyn Peer> {
+        None
     }
 }

@@ -6,7 +6,7 @@
 //! and the ticket completes when the worker has finished it. That makes the pools' deferred-free
 //! path real on a machine without a GPU: a free issued while the worker is busy must wait.
 //!
-//! Copies and fills on the **transfer lane** ([`Backend::transfer_copy`]) run on a second worker
+//! Copies and fills on the **transfer lane** ([`TransferLanes`], `lanes`) run on a second worker
 //! thread with its own tickets, beside the compute worker, so copy/compute overlap is real here;
 //! cross-lane waits are commands the workers execute (`queue`).
 //!
@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, Growable,
-    ManagedMemory, MemoryKind, Ticket, TransferLane, TransferTicket,
+    Managed, ManagedMemory, MemoryKind, Ticket, TransferLanes, TransferTicket,
 };
 use crate::numa::HostPlacement;
 use crate::ops::Op;
@@ -42,10 +42,13 @@ use crate::{Error, Result};
 
 mod growth;
 mod holes;
+mod lanes;
 mod memory;
 mod queue;
 
-use memory::HostMemory;
+#[cfg(unix)]
+use memory::map_alloc_err;
+use memory::{HostMemory, heap_oom};
 use queue::{Arg, BlockMem, Command, Lane};
 
 const NAME: &str = "host";
@@ -82,8 +85,8 @@ pub struct HostConfig {
     /// reports unbound. [`HostBackend::new`] refuses a node the kernel does not allow.
     pub host_placement: HostPlacement,
     /// Copies in both directions between host-visible and device memory
-    /// ([`Backend::host_visible_copies`]). Default `true` (every block is host memory); `false`
-    /// reports the staging directions only, as WebGPU does, so the front's narrower rule and the
+    /// ([`Capabilities::host_visible_copies`]). Default `true` (every block is host memory);
+    /// `false` reports the staging directions only, as WebGPU does, so the front's narrower rule and the
     /// offload executor's swap-in through the host run on the host backend too.
     pub host_visible_copies: bool,
 }
@@ -116,9 +119,6 @@ fn physical_memory() -> Option<u64> {
 pub struct HostBackend {
     caps: Capabilities,
     config: HostConfig,
-    /// The placement in effect: the configured one, checked against the kernel (unbound off
-    /// Linux).
-    placement: HostPlacement,
     blocks: Mutex<BlockTable<BlockMem>>,
     /// Kernels, and the copies and fills of the original contract.
     compute: Lane,
@@ -170,11 +170,16 @@ impl HostBackend {
             queued_write_max: 0,
             // The host device's memory is the machine's: a runtime never plans beyond it.
             budget: config.device_memory.or_else(physical_memory),
+            // Every block is host memory: a copy is a `memcpy` in any direction, unless the
+            // configuration narrows it.
+            host_visible_copies: config.host_visible_copies,
+            // The placement in effect: the configured one, checked against the kernel (unbound
+            // off Linux).
+            host_placement: placement,
         };
         Ok(HostBackend {
             caps,
             config: config.clone(),
-            placement,
             blocks,
             compute: Lane::new("tensormem-host-worker", config.worker_delay)?,
             transfer: Lane::new("tensormem-host-transfer", config.worker_delay)?,
@@ -319,14 +324,14 @@ impl Backend for HostBackend {
         growth::offered(&self.config).map(|_| self as &dyn Growable)
     }
 
-    fn host_placement(&self) -> HostPlacement {
-        self.placement.clone()
+    /// A second worker thread (`lanes`).
+    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
+        Some(self)
     }
 
-    /// Every block is host memory, so managed blocks are too, and nothing ever moves (also under
-    /// `force_staging`, which only hides device-local blocks from the host).
-    fn managed_memory(&self) -> ManagedMemory {
-        ManagedMemory::SameMemory
+    /// Every block is host memory, so managed blocks are too.
+    fn managed(&self) -> Option<&dyn Managed> {
+        Some(self)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
@@ -406,109 +411,20 @@ impl Backend for HostBackend {
         }
         self.compute.poll(ticket.0, cx).map(|()| self.check_alive())
     }
-
-    /// Measured by the compute worker around each cross-lane wait.
-    fn transfer_stall(&self) -> Option<Duration> {
-        Some(self.compute.waited())
-    }
-
-    /// Every block is host memory: a copy is a `memcpy` in any direction (unless the
-    /// configuration narrows it, [`HostConfig::host_visible_copies`]).
-    fn host_visible_copies(&self) -> bool {
-        self.config.host_visible_copies
-    }
-
-    /// A second worker thread: copies on it run while the compute worker runs kernels.
-    fn transfer_lane(&self) -> TransferLane {
-        TransferLane::Concurrent
-    }
-
-    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
-        self.check_alive()?;
-        let (s, d) = (
-            self.arg(src, "copy source")?,
-            self.arg(dst, "copy destination")?,
-        );
-        self.enqueue_transfer(Command::Copy(s, d))
-    }
-
-    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
-        let r = self.arg(range, "fill range")?;
-        self.enqueue_transfer(Command::Fill(r))
-    }
-
-    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
-        self.check_alive()?;
-        self.compute.check_issued(ticket.0)?;
-        if self.compute.timeline.completed() < ticket.0 {
-            self.enqueue_transfer(Command::After(self.compute.timeline.clone(), ticket.0))?;
-        }
-        Ok(())
-    }
-
-    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
-        self.check_alive()?;
-        self.transfer.check_issued(ticket.0)?;
-        self.enqueue(Command::After(self.transfer.timeline.clone(), ticket.0))
-    }
-
-    fn transfer_completed(&self) -> Result<TransferTicket> {
-        self.check_alive()?;
-        Ok(TransferTicket(self.transfer.timeline.completed()))
-    }
-
-    #[cfg(not(target_arch = "wasm32"))]
-    fn wait_transfer_timeout(
-        &self,
-        ticket: TransferTicket,
-        timeout: Option<Duration>,
-    ) -> Result<()> {
-        self.check_alive()?;
-        self.transfer.check_issued(ticket.0)?;
-        self.transfer.wait(ticket.0, timeout, "transfer ticket")?;
-        self.check_alive()
-    }
-
-    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        if let Err(e) = self.check_alive().and(self.transfer.check_issued(ticket.0)) {
-            return Poll::Ready(Err(e));
-        }
-        self.transfer
-            .poll(ticket.0, cx)
-            .map(|()| self.check_alive())
-    }
 }
 
-/// The driver-style out-of-memory error of a failed host allocation.
-fn heap_oom(label: &str, requested: u64, reserved: u64) -> Error {
-    Error::OutOfMemory(Box::new(crate::OomReport {
-        pool: "host heap".into(),
-        label: Some(label.to_string()),
-        requested,
-        reserved,
-        ..Default::default()
-    }))
-}
-
-/// The error of a failed `mmap` or `mbind`: out of memory for `ENOMEM` (retryable, as a
-/// driver's), otherwise the OS error.
-#[cfg(unix)]
-fn map_alloc_err(e: std::io::Error, label: &str, requested: u64, reserved: u64) -> Error {
-    match e.raw_os_error() {
-        Some(libc::ENOMEM) | None => heap_oom(label, requested, reserved),
-        Some(code) => Error::Backend {
-            backend: NAME,
-            api: "mmap/mbind",
-            code: code.into(),
-            message: e.to_string(),
-        },
+/// Nothing ever moves (also under `force_staging`, which only hides device-local blocks from the
+/// host): a prefetch is the default no-op.
+impl Managed for HostBackend {
+    fn managed_memory(&self) -> ManagedMemory {
+        ManagedMemory::SameMemory
     }
 }
 
 impl HostBackend {
     /// The NUMA node blocks are bound to, if any.
     fn bound_node(&self) -> Option<u32> {
-        self.placement.bound_node()
+        self.caps.host_placement.bound_node()
     }
 
     /// Whether blocks of `kind` are device memory, which [`HostConfig::device_memory`] caps: all

@@ -60,7 +60,7 @@
 //! * **Host memory near its device** ([`numa`]): on a machine with several NUMA nodes, host memory
 //!   the runtime maps itself for a device (the host backend's blocks, CUDA's pinned blocks) is
 //!   bound to the device's node before its first touch; every backend reports where its host
-//!   memory lives ([`Backend::host_placement`]) and the memory report carries it.
+//!   memory lives ([`Capabilities::host_placement`]) and the memory report carries it.
 //! * **Tracing off by default** ([`trace`]): [`Runtime::set_tracer`] records allocations, frees,
 //!   blocks, transfers and every op's tensor uses; off, it costs one atomic load per operation.
 //!   Traces export to Chrome/Perfetto JSON and a self-contained HTML timeline, and
@@ -100,9 +100,9 @@ pub mod validate;
 
 pub use backend::{
     Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType,
-    Growable, HostAccess, HostAccessWait, InPlaceGrowth, ManagedMemory, MemoryKind, PeerCopy,
-    PeerPath, Residence, Ticket, TicketWait, TicketWakers, TransferLane, TransferTicket,
-    TransferWait, Waiting,
+    Growable, HostAccess, HostAccessWait, InPlaceGrowth, Managed, ManagedMemory, MemoryKind, Peer,
+    PeerCopy, PeerPath, Residence, Ticket, TicketWait, TicketWakers, TransferLane, TransferLanes,
+    TransferTicket, TransferWait, Waiting,
 };
 pub use devices::{DeviceId, DeviceSet, PlacedModel, Placement};
 pub use error::{Error, OomReport, Result};

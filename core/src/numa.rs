@@ -11,7 +11,8 @@
 //!   (`/sys/bus/pci/devices/<bdf>/numa_node`). The sysfs root is a parameter, so tests inject a
 //!   topology with several nodes from a fake tree in a temporary directory.
 //! * [`HostPlacement`]: the policy in use, as a value a backend reports
-//!   ([`Backend::host_placement`](crate::Backend::host_placement)) and the memory report carries.
+//!   ([`Capabilities::host_placement`](crate::Capabilities::host_placement)) and the memory
+//!   report carries.
 //! * [`kernel`] (Linux only): `mbind` on memory the runtime maps itself, and the kernel queries
 //!   (`get_mempolicy`, `move_pages`) that say where pages actually are.
 //!
@@ -55,8 +56,8 @@ mod topology;
 pub use topology::{NumaNode, NumaTopology, detect_device_placement};
 
 /// Where a backend's host memory (upload, readback and host-visible blocks) lives: the policy in
-/// use, reported by [`Backend::host_placement`](crate::Backend::host_placement) and in the memory
-/// report.
+/// use, reported by [`Capabilities::host_placement`](crate::Capabilities::host_placement) and in
+/// the memory report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HostPlacement {
     /// The runtime binds the host memory it maps itself to `node` (`MPOL_PREFERRED`) before its

@@ -34,7 +34,7 @@ use std::task::{Context, Poll};
 
 use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Growable, HostAccess,
-    ManagedMemory, PeerCopy, Residence, Ticket, TransferLane, TransferTicket,
+    Managed, Peer, Ticket, TransferLanes,
 };
 use crate::ops::Op;
 use crate::{Error, Result};
@@ -183,15 +183,15 @@ impl Validated {
 
     /// The latest unfinished ticket of work (through this front) that touches `range`, or
     /// [`Ticket::DONE`]. A pool that frees `range` must defer the free to it. Unfinished
-    /// transfer-lane work on the range is joined first ([`Backend::compute_after`]), and the
-    /// joined ticket counts as its use.
+    /// transfer-lane work on the range is joined first ([`TransferLanes::compute_after`]), and
+    /// the joined ticket counts as its use.
     ///
     /// # Errors
-    /// As [`Backend::compute_after`], when a join is needed.
+    /// As [`TransferLanes::compute_after`], when a join is needed.
     pub fn last_use(&self, range: &BlockRange) -> Result<Ticket> {
         let transfer = self.lock().transfer_uses.last_use(range);
         if transfer > Ticket::DONE {
-            self.compute_after(crate::backend::TransferTicket(transfer.0))?;
+            self.compute_after_checked(crate::backend::TransferTicket(transfer.0))?;
         }
         Ok(self.lock().uses.last_use(range))
     }
@@ -243,8 +243,20 @@ impl Backend for Validated {
         self.growth().map(|_| self as &dyn Growable)
     }
 
-    fn host_placement(&self) -> crate::HostPlacement {
-        self.backend.host_placement()
+    /// Always: the front checks and records transfer tickets whether the lane behind it is the
+    /// backend's own or collapsed (`lanes`).
+    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
+        Some(self)
+    }
+
+    /// Where the backend has managed memory (`direct`).
+    fn managed(&self) -> Option<&dyn Managed> {
+        self.backend.managed().map(|_| self as &dyn Managed)
+    }
+
+    /// Where the backend has direct copies (`direct`).
+    fn peer(&self) -> Option<&dyn Peer> {
+        self.backend.peer().map(|_| self as &dyn Peer)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
@@ -392,69 +404,6 @@ impl Backend for Validated {
         self.backend
             .poll_host_access(block, access, cx)
             .map(|r| self.observe(r))
-    }
-
-    fn managed_memory(&self) -> ManagedMemory {
-        self.backend.managed_memory()
-    }
-
-    fn prefetch(&self, range: BlockRange, to: Residence) -> Result<Ticket> {
-        self.prefetch_checked(range, to)
-    }
-
-    fn copy_to_peer(
-        &self,
-        src: BlockRange,
-        peer: &dyn Backend,
-        dst: BlockRange,
-    ) -> Result<Option<PeerCopy>> {
-        self.copy_to_peer_checked(src, peer, dst)
-    }
-
-    fn transfer_lane(&self) -> TransferLane {
-        self.backend.transfer_lane()
-    }
-
-    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
-        self.transfer_copy_checked(src, dst)
-    }
-
-    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
-        self.transfer_fill_checked(range)
-    }
-
-    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
-        self.check_issued(ticket)?;
-        self.observe(self.backend.transfer_after(ticket))
-    }
-
-    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
-        self.compute_after_checked(ticket)
-    }
-
-    fn transfer_completed(&self) -> Result<TransferTicket> {
-        self.transfer_completed_checked()
-    }
-
-    #[cfg(not(target_arch = "wasm32"))]
-    fn wait_transfer_timeout(
-        &self,
-        ticket: TransferTicket,
-        timeout: Option<std::time::Duration>,
-    ) -> Result<()> {
-        self.wait_transfer_checked(ticket, timeout.or(self.wait_timeout))
-    }
-
-    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        self.poll_transfer_checked(ticket, cx)
-    }
-
-    fn transfer_stall(&self) -> Option<std::time::Duration> {
-        self.backend.transfer_stall()
-    }
-
-    fn host_visible_copies(&self) -> bool {
-        self.backend.host_visible_copies()
     }
 }
 

@@ -167,6 +167,8 @@ impl Virtual {
                 device_host_visible: false,
                 queued_write_max: 0,
                 budget: None,
+                host_visible_copies: false,
+                host_placement: tensormem::HostPlacement::default(),
             },
             next_block: AtomicU64::new(1),
             blocks: Mutex::new(HashMap::new()),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput};
-use tensormem::{Backend, MemoryKind, Op, Residence};
+use tensormem::{Backend, Managed, MemoryKind, Op, Residence};
 use tensormem_cuda::CudaBackend;
 
 use crate::{MIB, alloc, range, record};

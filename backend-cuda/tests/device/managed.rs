@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use tensormem::{Backend, Error, ManagedMemory, MemoryKind, Op, Residence, Ticket, Validated};
+use tensormem::{
+    Backend, Error, Managed, ManagedMemory, MemoryKind, Op, Residence, Ticket, Validated,
+};
 
 use crate::{alloc, backend, bytes_f32, f32_bytes, range};
 
@@ -109,9 +111,12 @@ fn the_front_checks_prefetches_and_pools_take_managed_memory() {
         return;
     }
     let front: Arc<dyn Backend> = Arc::new(Validated::new(Arc::new(b)));
+    let managed = front
+        .managed()
+        .expect("the front offers the backend's managed memory");
     let dev = alloc_on(&front, MemoryKind::DeviceLocal, 4096);
     assert!(matches!(
-        front.prefetch(range(dev, 0, 4096), Residence::Device),
+        managed.prefetch(range(dev, 0, 4096), Residence::Device),
         Err(Error::WrongMemoryKind {
             role: "prefetch",
             ..
@@ -131,7 +136,7 @@ fn the_front_checks_prefetches_and_pools_take_managed_memory() {
     let a = pool.allocate(1 << 20, 256, "a").unwrap();
     let r = a.range;
     front.write_mapped(r.block, r.offset, &[5; 4096]).unwrap();
-    let t = front.prefetch(r, Residence::Device).unwrap();
+    let t = managed.prefetch(r, Residence::Device).unwrap();
     front.wait(t).unwrap();
     let mut out = [0u8; 4096];
     front.read_mapped(r.block, r.offset, &mut out).unwrap();

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use tensormem::devices::TransferPath;
-use tensormem::{Backend, DType, DeviceId, DeviceSet, MemoryKind, PeerPath, RuntimeConfig, Ticket};
+use tensormem::{
+    Backend, DType, DeviceId, DeviceSet, MemoryKind, Peer, PeerPath, RuntimeConfig, Ticket,
+};
 use tensormem_cuda::{CudaBackend, CudaDesc};
 
 use crate::{alloc, backend, backend_with, range};

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use tensormem::{Backend, MemoryKind, TransferTicket};
+use tensormem::{Backend, MemoryKind, TransferLanes, TransferTicket};
 
 use crate::{alloc, backend, range};
 

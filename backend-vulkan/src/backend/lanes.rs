@@ -18,14 +18,17 @@
 //!
 //! With [`TransferQueue::Off`](crate::TransferQueue::Off) there is no transfer timeline: transfer
 //! work is recorded on the compute lane and a transfer ticket is the compute ticket of its work
-//! (the contract's collapsed lane).
+//! (the contract's collapsed lane). The backend offers its lane even then, so a direct caller's
+//! ticket never issued is still refused on both lanes.
 
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tensormem::{Backend, Error, Result, Ticket, TransferTicket};
+use tensormem::backend::BlockRange;
+use tensormem::{Backend, Error, Result, Ticket, TransferLane, TransferLanes, TransferTicket};
 
 use super::VulkanBackend;
+use crate::timeline::Lane;
 
 /// The error for a ticket beyond the last one a lane issued.
 fn unknown(ticket: u64, issued: Ticket) -> Error {
@@ -35,8 +38,26 @@ fn unknown(ticket: u64, issued: Ticket) -> Error {
     }
 }
 
-impl VulkanBackend {
-    pub(crate) fn transfer_after_vk(&self, ticket: Ticket) -> Result<()> {
+impl TransferLanes for VulkanBackend {
+    fn transfer_lane(&self) -> TransferLane {
+        if self.lock().transfer.is_some() {
+            TransferLane::Concurrent
+        } else {
+            TransferLane::Collapsed
+        }
+    }
+
+    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
+        self.record_copy(Lane::Transfer, src, dst)
+            .map(|t| TransferTicket(t.0))
+    }
+
+    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
+        self.record_fill(Lane::Transfer, range)
+            .map(|t| TransferTicket(t.0))
+    }
+
+    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
         let mut guard = self.lock();
         let s = &mut *guard;
         s.check_alive()?;
@@ -59,7 +80,7 @@ impl VulkanBackend {
         transfer.order_after(&s.gpu, ticket.0)
     }
 
-    pub(crate) fn compute_after_vk(&self, ticket: TransferTicket) -> Result<Ticket> {
+    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
         let mut guard = self.lock();
         let s = &mut *guard;
         s.check_alive()?;
@@ -81,7 +102,7 @@ impl VulkanBackend {
         s.compute.join(&s.gpu, &mut s.allocator, ticket.0)
     }
 
-    pub(crate) fn transfer_completed_vk(&self) -> Result<TransferTicket> {
+    fn transfer_completed(&self) -> Result<TransferTicket> {
         let mut guard = self.lock();
         let s = &mut *guard;
         s.check_alive()?;
@@ -94,7 +115,12 @@ impl VulkanBackend {
         Ok(TransferTicket(done.min(submitted.0)))
     }
 
-    pub(crate) fn wait_transfer_vk(&self, ticket: TransferTicket, limit: Duration) -> Result<()> {
+    fn wait_transfer_timeout(
+        &self,
+        ticket: TransferTicket,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        let limit = timeout.unwrap_or(self.config.wait_timeout);
         let mut guard = self.lock();
         let s = &mut *guard;
         s.check_alive()?;
@@ -110,11 +136,7 @@ impl VulkanBackend {
 
     /// Submits, compares with the lane's semaphore, and asks to be polled again while pending
     /// (the driver reports completion only when asked, as on the compute lane).
-    pub(crate) fn poll_transfer_vk(
-        &self,
-        ticket: TransferTicket,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<()>> {
+    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let mut guard = self.lock();
         let s = &mut *guard;
         if let Err(e) = s.check_alive() {
@@ -138,5 +160,18 @@ impl VulkanBackend {
                 Poll::Pending
             }
         }
+    }
+
+    /// Measured with timestamps on the compute queue around each join (`timeline::stamps`),
+    /// over the batches completed so far; `None` with the lane off (no cross-lane waits) or
+    /// where the compute family writes no timestamps.
+    fn transfer_stall(&self) -> Option<Duration> {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        s.transfer.as_ref()?;
+        // Reads the batches completed meanwhile; never blocks. An error here (a lost device)
+        // reaches the caller through its next call; the total so far stays valid.
+        let _ = s.compute.recycle(&s.gpu);
+        s.compute.stalled()
     }
 }

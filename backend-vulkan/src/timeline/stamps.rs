@@ -1,5 +1,5 @@
 //! The compute lane's stall, measured on the device: how long the compute queue sat waiting for
-//! the transfer lane ([`tensormem::Backend::transfer_stall`]).
+//! the transfer lane ([`tensormem::TransferLanes::transfer_stall`]).
 //!
 //! Every compute batch writes a timestamp when its work is done (its end), and a batch that
 //! waits for the transfer lane (a join, `compute_after`) writes one first thing (its start,

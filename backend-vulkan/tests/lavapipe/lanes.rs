@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tensormem::{Backend, MemoryKind, Op, TransferLane, TransferTicket};
+use tensormem::{Backend, MemoryKind, Op, TransferLane, TransferLanes, TransferTicket};
 use tensormem_vulkan::{LaneQueue, TransferQueue, VulkanBackend};
 
 use crate::{alloc, bytes_f32, f32_bytes, on_each, range};

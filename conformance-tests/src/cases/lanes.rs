@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use tensormem::backend::{BlockDesc, BlockRange};
+use tensormem::backend::{BlockDesc, BlockRange, lanes};
 use tensormem::{
     Backend, BlockId, DType, Error, HostAccess, MemoryKind, Op, RuntimeConfig, Ticket,
     TransferLane, TransferTicket, Validated,
@@ -122,10 +122,10 @@ async fn copies_and_fills(ctx: &Ctx) -> R {
     let (front, b) = blocks(ctx, &[Upload, DeviceLocal, Readback])?;
     let x = input(0.25);
     write(ctx, front.as_ref(), b[0], &x).await?;
-    front
+    lanes::of(front.as_ref())
         .transfer_copy(whole(b[0]), whole(b[1]))
         .map_err(fail("transfer copy in"))?;
-    let out = front
+    let out = lanes::of(front.as_ref())
         .transfer_copy(whole(b[1]), whole(b[2]))
         .map_err(fail("transfer copy out"))?;
     ctx.mode
@@ -133,7 +133,10 @@ async fn copies_and_fills(ctx: &Ctx) -> R {
         .await
         .map_err(fail("wait transfer"))?;
     check(
-        front.transfer_completed().map_err(fail("completed"))? >= out,
+        lanes::of(front.as_ref())
+            .transfer_completed()
+            .map_err(fail("completed"))?
+            >= out,
         || "transfer_completed is below a ticket that was waited for".into(),
     )?;
     same(&read(ctx, front.as_ref(), b[2]).await?, &x, "round trip")?;
@@ -141,10 +144,10 @@ async fn copies_and_fills(ctx: &Ctx) -> R {
         size: N as u64 * 2,
         ..whole(b[1])
     };
-    front
+    lanes::of(front.as_ref())
         .transfer_fill_zero(half)
         .map_err(fail("transfer fill"))?;
-    let out = front
+    let out = lanes::of(front.as_ref())
         .transfer_copy(whole(b[1]), whole(b[2]))
         .map_err(fail("transfer copy out after fill"))?;
     ctx.mode
@@ -169,8 +172,10 @@ async fn after_compute(ctx: &Ctx) -> R {
     let relu = front
         .dispatch(&Op::Relu { len: N as u32 }, &[whole(b[1]), whole(b[2])])
         .map_err(fail("relu"))?;
-    front.transfer_after(relu).map_err(fail("transfer_after"))?;
-    let out = front
+    lanes::of(front.as_ref())
+        .transfer_after(relu)
+        .map_err(fail("transfer_after"))?;
+    let out = lanes::of(front.as_ref())
         .transfer_copy(whole(b[2]), whole(b[3]))
         .map_err(fail("transfer copy out"))?;
     ctx.mode
@@ -192,10 +197,12 @@ async fn after_transfer(ctx: &Ctx) -> R {
     let (front, b) = blocks(ctx, &[Upload, DeviceLocal, DeviceLocal, Readback])?;
     let x = input(-0.75);
     write(ctx, front.as_ref(), b[0], &x).await?;
-    let copied = front
+    let copied = lanes::of(front.as_ref())
         .transfer_copy(whole(b[0]), whole(b[1]))
         .map_err(fail("transfer copy in"))?;
-    let joined = front.compute_after(copied).map_err(fail("compute_after"))?;
+    let joined = lanes::of(front.as_ref())
+        .compute_after(copied)
+        .map_err(fail("compute_after"))?;
     front
         .dispatch(&Op::Relu { len: N as u32 }, &[whole(b[1]), whole(b[2])])
         .map_err(fail("relu"))?;
@@ -207,7 +214,10 @@ async fn after_transfer(ctx: &Ctx) -> R {
         .await
         .map_err(fail("wait joined"))?;
     check(
-        front.transfer_completed().map_err(fail("completed"))? >= copied,
+        lanes::of(front.as_ref())
+            .transfer_completed()
+            .map_err(fail("completed"))?
+            >= copied,
         || "the joined ticket completed before the transfer it joins".into(),
     )?;
     ctx.mode
@@ -237,7 +247,7 @@ async fn freed_while_read(ctx: &Ctx) -> R {
     // The upload is compute-lane work (a staged copy where memory is not host-visible): the lane
     // reads `a` only after it.
     let uploaded = ctx.upload(&rt, &a, &x).await.map_err(fail("upload a"))?;
-    front
+    lanes::of(front.as_ref())
         .transfer_after(uploaded)
         .map_err(fail("transfer_after"))?;
     let src = rt
@@ -255,7 +265,7 @@ async fn freed_while_read(ctx: &Ctx) -> R {
     // Several copies of the same bytes, so the lane is still busy when the free comes.
     for _ in 0..8 {
         copies.push(
-            front
+            lanes::of(front.as_ref())
                 .transfer_copy(src, whole(rb))
                 .map_err(fail("transfer copy"))?,
         );
@@ -293,13 +303,14 @@ async fn freed_while_read(ctx: &Ctx) -> R {
 async fn unknown_ticket(ctx: &Ctx) -> R {
     use MemoryKind::{DeviceLocal, Upload};
     let (front, b) = blocks(ctx, &[Upload, DeviceLocal])?;
-    let t = front
+    let t = lanes::of(front.as_ref())
         .transfer_copy(whole(b[0]), whole(b[1]))
         .map_err(fail("transfer copy"))?;
-    let lane = front.transfer_lane();
-    check(lane == ctx.backend.transfer_lane(), || {
-        format!("the front reports a {} lane", lane.name())
-    })?;
+    let lane = lanes::of(front.as_ref()).transfer_lane();
+    check(
+        lane == lanes::of(ctx.backend.as_ref()).transfer_lane(),
+        || format!("the front reports a {} lane", lane.name()),
+    )?;
     let never = TransferTicket(t.0 + 1_000_000);
     match ctx.mode.transfer(front.as_ref(), never).await {
         Err(Error::UnknownTicket { .. }) => {}
@@ -309,7 +320,7 @@ async fn unknown_ticket(ctx: &Ctx) -> R {
             ));
         }
     }
-    match front.compute_after(never) {
+    match lanes::of(front.as_ref()).compute_after(never) {
         Err(Error::UnknownTicket { .. }) => {}
         other => return Err(format!("joining a transfer ticket never issued: {other:?}")),
     }
@@ -332,10 +343,11 @@ async fn unknown_ticket(ctx: &Ctx) -> R {
 async fn host_visible_copies(ctx: &Ctx) -> R {
     use MemoryKind::{DeviceLocal, Readback, Upload};
     let (front, b) = blocks(ctx, &[Upload, DeviceLocal, Readback, DeviceLocal, Upload])?;
-    let both_ways = front.host_visible_copies();
-    check(both_ways == ctx.backend.host_visible_copies(), || {
-        "the front reports another copy rule than the backend".into()
-    })?;
+    let both_ways = front.capabilities().host_visible_copies;
+    check(
+        both_ways == ctx.backend.capabilities().host_visible_copies,
+        || "the front reports another copy rule than the backend".into(),
+    )?;
     for (on_lane, seed) in [(false, 1.25f32), (true, -2.5)] {
         let lane = if on_lane { "transfer" } else { "compute" };
         let x = input(seed);
@@ -343,7 +355,7 @@ async fn host_visible_copies(ctx: &Ctx) -> R {
         let mut last = (Ticket::DONE, TransferTicket::DONE);
         let mut copy = |src: BlockId, dst: BlockId| -> tensormem::Result<()> {
             if on_lane {
-                last.1 = front.transfer_copy(whole(src), whole(dst))?;
+                last.1 = lanes::of(front.as_ref()).transfer_copy(whole(src), whole(dst))?;
             } else {
                 last.0 = front.copy(whole(src), whole(dst))?;
             }

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use tensormem::backend::managed::memory_of;
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{
     Backend, DType, Error, HostAccess, ManagedMemory, MemoryKind, Op, PoolConfig, Residence,
@@ -64,10 +65,13 @@ fn refused(ctx: &Ctx, front: &dyn Backend) -> R {
 
 async fn managed_blocks(ctx: &Ctx) -> R {
     let front: Arc<dyn Backend> = Arc::new(Validated::new(ctx.backend.clone()));
-    let support = front.managed_memory();
-    if !support.supported() {
+    let Some(managed) = front.managed() else {
         return refused(ctx, front.as_ref());
-    }
+    };
+    let support = managed.managed_memory();
+    check(support == memory_of(ctx.backend.as_ref()), || {
+        format!("the front reports {} managed memory", support.name())
+    })?;
     let n = 1024usize;
     let size = n as u64 * 4;
     let align = front.capabilities().binding_align.max(4);
@@ -92,7 +96,7 @@ async fn managed_blocks(ctx: &Ctx) -> R {
     front
         .write_mapped(m, 0, &bytes(&x))
         .map_err(fail("write managed"))?;
-    let t = front
+    let t = managed
         .prefetch(r(0), Residence::Device)
         .map_err(fail("prefetch to device"))?;
     check(
@@ -122,7 +126,7 @@ async fn managed_blocks(ctx: &Ctx) -> R {
     };
     front.copy(r(1), whole).map_err(fail("copy out"))?;
     front.copy(whole, r(2)).map_err(fail("copy back"))?;
-    let t = front
+    let t = managed
         .prefetch(
             BlockRange {
                 block: m,
@@ -153,7 +157,7 @@ async fn managed_blocks(ctx: &Ctx) -> R {
     front.read_mapped(m, 0, &mut out).map_err(fail("read"))?;
     check(floats(&out) == x, || "the input changed".into())?;
     // A prefetch names managed memory.
-    match front.prefetch(whole, Residence::Device) {
+    match managed.prefetch(whole, Residence::Device) {
         Err(Error::WrongMemoryKind {
             role: "prefetch", ..
         }) => {}
@@ -173,7 +177,7 @@ async fn managed_runtime(ctx: &Ctx) -> R {
     };
     let n = 100_000usize;
     let x = input(n);
-    if !ctx.backend.managed_memory().supported() {
+    if ctx.backend.managed().is_none() {
         let rt = match ctx.runtime(config) {
             Err(Error::Unsupported { .. }) => return Ok(()),
             other => other.map_err(fail("runtime"))?,

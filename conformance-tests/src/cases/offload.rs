@@ -112,7 +112,7 @@ async fn swap_in_paths(ctx: &Ctx) -> R {
             ..RuntimeConfig::default()
         })
         .map_err(fail("runtime"))?;
-    let both_ways = ctx.backend.host_visible_copies();
+    let both_ways = ctx.backend.capabilities().host_visible_copies;
     let mut swapped = 0u64;
     for seed in 1..=8 {
         let rg = random_graph(seed)?;

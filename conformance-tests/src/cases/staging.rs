@@ -102,7 +102,7 @@ async fn staging_larger_than_belt(ctx: &Ctx) -> R {
 /// and a backend claims a NUMA binding only where there is a choice (two or more nodes, the node
 /// among them).
 async fn host_memory_placement(ctx: &Ctx) -> R {
-    let placement = ctx.backend.host_placement();
+    let placement = ctx.backend.capabilities().host_placement.clone();
     check(!placement.to_string().is_empty(), || {
         "empty placement".into()
     })?;

@@ -1,11 +1,12 @@
-//! The transfer lane's stall ([`Backend::transfer_stall`]) on every target: where the backend
-//! measures it, the total never goes back, and it grows when compute work is made to wait for
-//! a long copy on the transfer lane. Where it does not (a collapsed lane: WebGPU, Vulkan with
+//! The transfer lane's stall
+//! ([`TransferLanes::transfer_stall`](tensormem::TransferLanes::transfer_stall)) on every target:
+//! where the backend measures it, the total never goes back, and it grows when compute work is
+//! made to wait for a long copy on the transfer lane. Where it does not (a collapsed lane: WebGPU, Vulkan with
 //! the lane off), it says so consistently with `None`.
 
 use std::sync::Arc;
 
-use tensormem::backend::{BlockDesc, BlockRange};
+use tensormem::backend::{BlockDesc, BlockRange, lanes};
 use tensormem::{Backend, BlockId, MemoryKind, TransferTicket, Validated};
 
 use crate::{Case, Ctx, case, check, fail};
@@ -36,7 +37,7 @@ fn stall_of(
     what: &str,
     measured: bool,
 ) -> Result<Option<std::time::Duration>, String> {
-    let s = front.transfer_stall();
+    let s = lanes::of(front).transfer_stall();
     check(s.is_some() == measured, || {
         format!("{what}: the stall is {s:?}, measured before: {measured}")
     })?;
@@ -47,7 +48,7 @@ fn stall_of(
 /// joined to the last copy: the compute lane finishes its own work and waits for the copies.
 async fn grows_with_a_long_wait(ctx: &Ctx) -> R {
     let front: Arc<dyn Backend> = Arc::new(Validated::new(ctx.backend.clone()));
-    let before = front.transfer_stall();
+    let before = lanes::of(front.as_ref()).transfer_stall();
     let measured = before.is_some();
     let alloc = |size: u64| {
         front.alloc_block(&BlockDesc {
@@ -64,14 +65,18 @@ async fn grows_with_a_long_wait(ctx: &Ctx) -> R {
     let c = front
         .copy(range(s1, SMALL), range(s2, SMALL))
         .map_err(fail("compute copy"))?;
-    front.transfer_after(c).map_err(fail("transfer_after"))?;
+    lanes::of(front.as_ref())
+        .transfer_after(c)
+        .map_err(fail("transfer_after"))?;
     let mut t = TransferTicket::DONE;
     for _ in 0..4 {
-        t = front
+        t = lanes::of(front.as_ref())
             .transfer_copy(range(src, BIG), range(dst, BIG))
             .map_err(fail("long transfer copy"))?;
     }
-    front.compute_after(t).map_err(fail("compute_after"))?;
+    lanes::of(front.as_ref())
+        .compute_after(t)
+        .map_err(fail("compute_after"))?;
     let c = front
         .copy(range(s2, SMALL), range(s1, SMALL))
         .map_err(fail("joined compute copy"))?;

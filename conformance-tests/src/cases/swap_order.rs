@@ -53,7 +53,7 @@ async fn read(ctx: &Ctx, front: &dyn Backend, block: BlockId) -> Result<Vec<f32>
 async fn swap_in_after_copy_out(ctx: &Ctx) -> R {
     use MemoryKind::{DeviceLocal, Readback, Upload};
     let front: Arc<dyn Backend> = Arc::new(Validated::new(ctx.backend.clone()));
-    if !front.host_visible_copies() {
+    if !front.capabilities().host_visible_copies {
         // Swap-ins go through the host there (WebGPU): the host waits for the copy-out.
         return Ok(());
     }

@@ -230,6 +230,8 @@ impl CountingBackend {
                 device_host_visible: false,
                 queued_write_max: 0,
                 budget: None,
+                host_visible_copies: false,
+                host_placement: tensormem::HostPlacement::default(),
             },
             counters,
             blocks: Mutex::new(HashMap::new()),

@@ -3,6 +3,7 @@
 
 #[cfg(doc)]
 use super::Backend;
+use crate::numa::HostPlacement;
 
 /// What kind of processor runs a backend's work, as the driver reports it. Applications that pick
 /// a backend for speed use it: a software implementation of a GPU API runs the same kernels far
@@ -70,4 +71,17 @@ pub struct Capabilities {
     /// Bytes of device memory this process may use, when the API reports it (`cuMemGetInfo`,
     /// `VK_EXT_memory_budget`, heap size).
     pub budget: Option<u64>,
+    /// Whether copies (on either lane) may also read `Readback` blocks and write `Upload` blocks,
+    /// so that bytes parked in host-visible memory go back to the device, or out to it, with one
+    /// device copy instead of a round trip through host code: pinned memory on CUDA, host-visible
+    /// buffers with both transfer usages on Vulkan, and the host backend can. `false` keeps the
+    /// staging directions only (copies read `Upload` and write `Readback`): WebGPU cannot, since
+    /// a `MAP_READ` buffer may not be a copy source without mappable-primary-buffers. The
+    /// validating front enforces whichever rule applies.
+    pub host_visible_copies: bool,
+    /// Where the backend's host memory (upload, readback and host-visible blocks) lives: bound to
+    /// the NUMA node closest to the device, placed by the driver, or unbound, with the reason
+    /// ([`crate::numa`] explains the policy and its fallbacks; the default is unbound, not
+    /// reported).
+    pub host_placement: HostPlacement,
 }

@@ -17,6 +17,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
+#[cfg(doc)]
+use super::TransferLanes;
 use super::{Backend, BlockId, Ticket, TransferTicket, TransferWait};
 use crate::{Error, Result};
 
@@ -106,11 +108,11 @@ impl Waiting {
     /// Waits for transfer-lane `ticket` in this mode.
     ///
     /// # Errors
-    /// As [`Backend::wait_transfer`] / [`Backend::poll_transfer`].
+    /// As [`TransferLanes::wait_transfer`] / [`TransferLanes::poll_transfer`].
     pub async fn transfer(self, backend: &dyn Backend, ticket: TransferTicket) -> Result<()> {
         match self {
             #[cfg(not(target_arch = "wasm32"))]
-            Waiting::Blocking => backend.wait_transfer(ticket),
+            Waiting::Blocking => super::lanes::of(backend).wait_transfer(ticket),
             Waiting::Async => TransferWait::new(backend, ticket).await,
         }
     }

@@ -1,7 +1,34 @@
-//! Direct copies between two backends ([`Backend::copy_to_peer`](super::Backend::copy_to_peer)):
-//! the paths a driver offers that avoid staging through host memory.
+//! Direct copies between two backends: the paths a driver offers that avoid staging through host
+//! memory, the optional capability a backend offers through [`Backend::peer`].
+//!
+//! Two backends on one physical device (two streams or queues of one context), or on two
+//! devices with peer access, copy device to device, ordered after both timelines' earlier work,
+//! with a ticket on each ([`PeerCopy`]). A backend recognises a peer of its own type through
+//! `Any` (every [`Backend`] is one) and answers `Ok(None)` for any other, and so does a caller
+//! whose backend has no [`Peer`]: the caller then stages through host memory. The
+//! [`Validated`](crate::Validated) front offers it exactly where the backend behind it does,
+//! checks the source in its own shadow table and the destination in the peer's front, and hands
+//! the backend the peer's inner backend, so a backend sees a peer of its own type.
 
-use super::Ticket;
+use super::{Backend, BlockRange, Ticket};
+use crate::Result;
+
+/// Direct copies to another backend, reached through [`Backend::peer`]. See the module doc.
+pub trait Peer: Send + Sync {
+    /// Copies `src` (of this backend) to `dst` (of `peer`) directly when both sit on one physical
+    /// device or on two devices with peer access, ordered after the work enqueued so far on both
+    /// backends. `Ok(None)` when there is no direct path to this `peer`: the caller stages
+    /// through host memory. `peer` may be this backend only when the caller wants a device copy.
+    ///
+    /// # Errors
+    /// As [`Backend::copy`] on either side.
+    fn copy_to_peer(
+        &self,
+        src: BlockRange,
+        peer: &dyn Backend,
+        dst: BlockRange,
+    ) -> Result<Option<PeerCopy>>;
+}
 
 /// How a direct copy between two backends travelled.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

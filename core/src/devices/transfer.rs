@@ -4,7 +4,7 @@
 //! 1. **same device** — one device copy on the device's queue ([`Backend::copy`](crate::Backend::copy)):
 //!    ordered after earlier work on both ranges, its ticket recorded on both allocations;
 //! 2. **direct** — across devices, when the source's backend offers a direct path to the
-//!    destination's ([`Backend::copy_to_peer`](crate::Backend::copy_to_peer)): two backends on one
+//!    destination's ([`Peer::copy_to_peer`](crate::Peer::copy_to_peer)): two backends on one
 //!    physical device ([`TransferPath::SharedDevice`]) or two devices with peer access
 //!    ([`TransferPath::PeerToPeer`], CUDA). The backend orders it after both devices' earlier
 //!    work; the source allocation's use is recorded with the source-side ticket, the
@@ -231,6 +231,9 @@ fn same_device(src: End<'_>, dst: End<'_>, size: u64) -> Result<Ticket> {
 
 /// A direct copy where the source's backend offers one to the destination's; `None` otherwise.
 fn direct(src: End<'_>, dst: End<'_>, size: u64) -> Result<Option<(Ticket, TransferPath)>> {
+    let Some(peer) = src.rt.backend().peer() else {
+        return Ok(None);
+    };
     let (sp, dp) = (src.rt.device_pool(), dst.rt.device_pool());
     let (from, _from_lease) = src
         .rt
@@ -238,11 +241,7 @@ fn direct(src: End<'_>, dst: End<'_>, size: u64) -> Result<Option<(Ticket, Trans
     let (to, _to_lease) = dst
         .rt
         .sub_range(dp.as_ref(), dst.alloc, dst.offset, size, "copy")?;
-    let Some(copied) = src
-        .rt
-        .backend()
-        .copy_to_peer(from, dst.rt.backend().as_ref(), to)?
-    else {
+    let Some(copied) = peer.copy_to_peer(from, dst.rt.backend().as_ref(), to)? else {
         return Ok(None);
     };
     sp.mark_used(src.alloc.handle, copied.src_ticket)?;

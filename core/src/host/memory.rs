@@ -21,6 +21,37 @@ use std::ops::{Deref, DerefMut};
 use crate::numa::HostPlacement;
 use crate::{Error, Result};
 
+/// The driver-style out-of-memory error of a failed host allocation.
+pub(super) fn heap_oom(label: &str, requested: u64, reserved: u64) -> Error {
+    Error::OutOfMemory(Box::new(crate::OomReport {
+        pool: "host heap".into(),
+        label: Some(label.to_string()),
+        requested,
+        reserved,
+        ..Default::default()
+    }))
+}
+
+/// The error of a failed `mmap` or `mbind`: out of memory for `ENOMEM` (retryable, as a
+/// driver's), otherwise the OS error.
+#[cfg(unix)]
+pub(super) fn map_alloc_err(
+    e: std::io::Error,
+    label: &str,
+    requested: u64,
+    reserved: u64,
+) -> Error {
+    match e.raw_os_error() {
+        Some(libc::ENOMEM) | None => heap_oom(label, requested, reserved),
+        Some(code) => Error::Backend {
+            backend: super::NAME,
+            api: "mmap/mbind",
+            code: code.into(),
+            message: e.to_string(),
+        },
+    }
+}
+
 /// The placement a [`HostPlacement`] from the configuration gives this platform: a bound node
 /// that the kernel allows (Linux), unbound elsewhere.
 ///

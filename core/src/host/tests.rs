@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::backend::TransferLane;
 use crate::ops::WeightFormat;
 
 fn backend(config: HostConfig) -> HostBackend {
@@ -296,13 +297,17 @@ fn freed_while_the_transfer_lane_reads_is_not_reused_early() {
     let rb = front
         .alloc_block(&desc(MemoryKind::Readback, 1024))
         .unwrap();
-    let t = front.transfer_copy(src, whole(rb, 1024)).unwrap();
+    let t = crate::backend::lanes::of(front.as_ref())
+        .transfer_copy(src, whole(rb, 1024))
+        .unwrap();
     rt.free(a).unwrap();
     let y = vec![-2.0f32; 256];
     let c = rt
         .tensor_from(crate::DType::F32, &[256], &y, "written after the free")
         .unwrap();
-    front.wait_transfer(t).unwrap();
+    crate::backend::lanes::of(front.as_ref())
+        .wait_transfer(t)
+        .unwrap();
     let mut out = vec![0u8; 1024];
     front.read_mapped(rb, 0, &mut out).unwrap();
     let got: Vec<f32> = out

@@ -5,7 +5,7 @@
 //! host reads it or to free device memory (an offloaded tensor).
 
 use crate::Result;
-use crate::backend::{Residence, Ticket};
+use crate::backend::{Residence, Ticket, managed};
 use crate::runtime::{Runtime, Tensor};
 
 impl Runtime {
@@ -24,7 +24,7 @@ impl Runtime {
         let mut last = Ticket::DONE;
         for (alloc, _, size) in tensor.pieces() {
             let (range, _lease) = self.sub_range(pool.as_ref(), alloc, 0, size, "prefetch")?;
-            let ticket = self.backend().prefetch(range, to)?;
+            let ticket = managed::prefetch(self.backend().as_ref(), range, to)?;
             if ticket != Ticket::DONE {
                 pool.mark_used(alloc.handle, ticket)?;
             }

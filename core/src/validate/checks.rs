@@ -19,7 +19,7 @@ impl Validated {
         {
             let st = self.lock();
             let caps = self.capabilities();
-            let both_ways = self.backend.host_visible_copies();
+            let both_ways = caps.host_visible_copies;
             let from = rules::transfer_range(&st.blocks, caps, src, "copy source")?;
             rules::copy_end(from, &src, "copy source", both_ways)?;
             let to = rules::transfer_range(&st.blocks, caps, dst, "copy destination")?;

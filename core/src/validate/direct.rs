@@ -1,12 +1,37 @@
-//! The front's checks of the optional paths: managed memory ([`Backend::prefetch`], managed
-//! allocations) and direct copies between two backends ([`Backend::copy_to_peer`]).
+//! The front's checks of the optional paths: managed memory ([`Managed::prefetch`], managed
+//! allocations) and direct copies between two backends ([`Peer::copy_to_peer`]). The front
+//! offers each exactly where the backend behind it does.
 
 use std::any::Any;
 use std::ptr;
 
 use super::{Validated, rules};
-use crate::backend::{Backend, BlockRange, MemoryKind, PeerCopy, Residence, Ticket};
+use crate::backend::{
+    Backend, BlockRange, Managed, ManagedMemory, MemoryKind, Peer, PeerCopy, Residence, Ticket,
+    managed,
+};
 use crate::{Error, Result};
+
+impl Managed for Validated {
+    fn managed_memory(&self) -> ManagedMemory {
+        managed::memory_of(self.backend.as_ref())
+    }
+
+    fn prefetch(&self, range: BlockRange, to: Residence) -> Result<Ticket> {
+        self.prefetch_checked(range, to)
+    }
+}
+
+impl Peer for Validated {
+    fn copy_to_peer(
+        &self,
+        src: BlockRange,
+        peer: &dyn Backend,
+        dst: BlockRange,
+    ) -> Result<Option<PeerCopy>> {
+        self.copy_to_peer_checked(src, peer, dst)
+    }
+}
 
 impl Validated {
     /// Refuses [`MemoryKind::Managed`] where the backend has no managed memory, so every backend
@@ -15,7 +40,7 @@ impl Validated {
     /// # Errors
     /// [`Error::Unsupported`] naming `what`.
     pub(super) fn check_managed(&self, kind: MemoryKind, what: &str) -> Result<()> {
-        if kind == MemoryKind::Managed && !self.backend.managed_memory().supported() {
+        if kind == MemoryKind::Managed && !managed::memory_of(self.backend.as_ref()).supported() {
             return Err(Error::Unsupported {
                 backend: self.capabilities().backend,
                 what: format!("{what} (the device has no managed memory)"),
@@ -24,8 +49,8 @@ impl Validated {
         Ok(())
     }
 
-    /// [`Backend::prefetch`]: a live, in-bounds range of a managed block.
-    pub(super) fn prefetch_checked(&self, range: BlockRange, to: Residence) -> Result<Ticket> {
+    /// [`Managed::prefetch`]: a live, in-bounds range of a managed block.
+    fn prefetch_checked(&self, range: BlockRange, to: Residence) -> Result<Ticket> {
         self.check_alive()?;
         self.check_managed(MemoryKind::Managed, "prefetching")?;
         {
@@ -33,18 +58,18 @@ impl Validated {
             let entry = rules::transfer_range(&st.blocks, self.capabilities(), range, "prefetch")?;
             rules::kind_for(entry, &range, "prefetch")?;
         }
-        let t = self.observe(self.backend.prefetch(range, to))?;
+        let t = self.observe(managed::prefetch(self.backend.as_ref(), range, to))?;
         if t != Ticket::DONE {
             self.issued(t, &[range]);
         }
         Ok(t)
     }
 
-    /// [`Backend::copy_to_peer`]: the source is checked here and the destination by the peer's
+    /// [`Peer::copy_to_peer`]: the source is checked here and the destination by the peer's
     /// own front when the peer is one (a runtime's backend always is); the inner backends then
     /// see each other, so a backend recognises a peer of its own type. Both uses are recorded,
     /// each on its own timeline.
-    pub(super) fn copy_to_peer_checked(
+    fn copy_to_peer_checked(
         &self,
         src: BlockRange,
         peer: &dyn Backend,
@@ -79,7 +104,10 @@ impl Validated {
         if front.is_some_and(|f| ptr::eq(f, self)) {
             rules::disjoint(&src, &dst, || "peer copy source and destination".into())?;
         }
-        let copied = self.observe(self.backend.copy_to_peer(src, inner, dst));
+        let copied = match self.backend.peer() {
+            Some(p) => self.observe(p.copy_to_peer(src, inner, dst)),
+            None => Ok(None),
+        };
         let copied = match front {
             Some(f) => copied.map_err(|e| if e.is_fatal() { f.mark_broken(e) } else { e })?,
             None => copied?,

@@ -105,7 +105,7 @@ pub(crate) fn kind_for(entry: &BlockEntry<()>, r: &BlockRange, role: &'static st
 
 /// The kind rule of one end of a copy ([`kind_for`] with the role "copy source" or "copy
 /// destination"), widened to every host-visible kind where the backend copies in both directions
-/// ([`crate::Backend::host_visible_copies`]).
+/// ([`Capabilities::host_visible_copies`](crate::Capabilities::host_visible_copies)).
 ///
 /// # Errors
 /// [`Error::WrongMemoryKind`].

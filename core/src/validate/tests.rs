@@ -84,7 +84,11 @@ fn copy_directions_follow_the_backend() {
     });
     let (_, wide) = front(HostConfig::default());
     for (f, both_ways) in [(&narrow, false), (&wide, true)] {
-        assert_eq!(f.host_visible_copies(), both_ways, "the front forwards it");
+        assert_eq!(
+            f.capabilities().host_visible_copies,
+            both_ways,
+            "the front forwards it"
+        );
         let up = block(f, MemoryKind::Upload, 64);
         let down = block(f, MemoryKind::Readback, 64);
         let dev = block(f, MemoryKind::DeviceLocal, 64);

@@ -70,7 +70,7 @@ pub struct OffloadRow {
     /// Whether the copies ran on a concurrent transfer lane.
     pub transfer_lane: bool,
     /// Whether `stall` includes the compute lane's device-side waits, timed by the backend
-    /// (`Backend::transfer_stall`); else host waits only.
+    /// (`TransferLanes::transfer_stall`); else host waits only.
     pub lane_waits_measured: bool,
     /// Whether swap-ins were device copies out of host-visible memory (else through the host).
     pub direct_swap_in: bool,

@@ -6,7 +6,7 @@ use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::*;
-use crate::backend::{BlockRange, PeerCopy, PeerPath};
+use crate::backend::{BlockRange, Peer, PeerCopy, PeerPath};
 
 /// A host backend that copies directly into another `Linked` one (both are host memory).
 struct Linked {
@@ -26,6 +26,12 @@ impl Backend for Linked {
         host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy,
         fill_zero, dispatch, flush, completed, wait_timeout
     );
+    fn peer(&self) -> Option<&dyn Peer> {
+        Some(self)
+    }
+}
+
+impl Peer for Linked {
     /// After both sides' queued work, through the host (synchronous, so both tickets are done).
     fn copy_to_peer(
         &self,

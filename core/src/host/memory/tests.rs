@@ -58,7 +58,7 @@ fn blocks_of_every_kind_are_bound_before_first_touch() {
         ..HostConfig::default()
     })
     .unwrap();
-    assert_eq!(host.host_placement(), placement);
+    assert_eq!(host.capabilities().host_placement, placement);
     for (kind, size) in [
         (MemoryKind::Upload, 3 * PAGE as u64 + 100),
         (MemoryKind::Readback, 64),
@@ -94,7 +94,7 @@ fn blocks_of_every_kind_are_bound_before_first_touch() {
 #[test]
 fn unconfigured_blocks_keep_the_default_policy() {
     let host = HostBackend::new(HostConfig::default()).unwrap();
-    assert_eq!(host.host_placement().policy(), "none");
+    assert_eq!(host.capabilities().host_placement.policy(), "none");
     let size = 1 << 20;
     let id = host
         .alloc_block(&BlockDesc {

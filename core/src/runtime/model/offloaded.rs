@@ -17,14 +17,14 @@
 //!
 //! Per run, in op order: before op `k`, the residencies that start at `k` arrive (a streamed
 //! weight: a device copy from its master; an activation: a device copy from its `Readback` slot
-//! where the backend copies out of host-visible memory ([`crate::Backend::host_visible_copies`]),
+//! where the backend copies out of host-visible memory ([`crate::Capabilities::host_visible_copies`]),
 //! else its copy-out is read back and staged in); op `k` is dispatched on the ranges of the residencies that hold its operands; after it,
 //! residencies that end with a copy-out are copied to their `Readback` slot. The device copies
 //! (prefetches and copy-outs) run on the backend's transfer lane beside the kernels, ordered
 //! device-side ([`lanes`]): a kernel waits only for the copies it reads and for copy-outs of the
 //! bytes it overwrites. The host waits only to bring an activation back through host code (its
 //! copy-out must have landed; never where the swap-in is a device copy); that wait plus the compute lane's device-side waits for the transfer lane (where the
-//! backend measures them, [`crate::Backend::transfer_stall`]) is the reported stall.
+//! backend measures them, [`crate::TransferLanes::transfer_stall`]) is the reported stall.
 //!
 //! # Limits
 //! * Where the backend copies only in the staging directions (WebGPU: a `MAP_READ` buffer is no
@@ -73,7 +73,7 @@ pub struct CompileDesc {
     /// kernels (the executor before lanes, kept to measure what the lane gains).
     pub transfer_lane: bool,
     /// Swap activations back in with one device copy from their `Readback` slot where the
-    /// backend allows it ([`crate::Backend::host_visible_copies`]) (default `true`); `false`
+    /// backend allows it ([`crate::Capabilities::host_visible_copies`]) (default `true`); `false`
     /// reads the slot on the host and stages the bytes back in, as on a backend that cannot (kept
     /// to test and measure that path everywhere). Outputs are identical either way.
     pub direct_swap_in: bool,
@@ -115,8 +115,8 @@ pub struct OffloadReport {
     /// compute lane waited for the transfer lane.
     pub last_stall: Duration,
     /// Whether `last_stall` holds the compute lane's device-side waits for the transfer lane
-    /// ([`Backend::transfer_stall`](crate::Backend::transfer_stall): measured on the host,
-    /// CUDA and Vulkan); `false` where the backend does not measure them (a collapsed lane:
+    /// ([`TransferLanes::transfer_stall`](crate::TransferLanes::transfer_stall): measured on
+    /// the host, CUDA and Vulkan); `false` where the backend does not measure them (a collapsed lane:
     /// WebGPU, Vulkan with the lane off) or the lane was off, so only host waits count.
     pub lane_waits_measured: bool,
     /// Whether the copies ran on a concurrent transfer lane.
@@ -200,7 +200,7 @@ impl Offloaded {
         desc: &CompileDesc,
     ) -> Result<Model> {
         let transfer_lane = desc.transfer_lane;
-        let direct_swap_in = desc.direct_swap_in && rt.backend().host_visible_copies();
+        let direct_swap_in = desc.direct_swap_in && rt.backend().capabilities().host_visible_copies;
         let Variant {
             items,
             sizes,
@@ -360,7 +360,8 @@ impl Offloaded {
             outcomes: schedule.outcomes.clone(),
             unified,
             transfer_lane: transfer_lane
-                && rt.backend().transfer_lane() == crate::backend::TransferLane::Concurrent,
+                && crate::backend::lanes::of(rt.backend().as_ref()).transfer_lane()
+                    == crate::backend::TransferLane::Concurrent,
             direct_swap_in,
             ..OffloadReport::default()
         };

@@ -72,7 +72,7 @@ pub struct MemoryReport {
     pub offload: Option<OffloadReport>,
     /// Where the runtime's host memory lives (the staging belt's and host-visible pools' blocks,
     /// all from the one backend): the NUMA node they are bound to, or why none
-    /// ([`Backend::host_placement`](crate::Backend::host_placement)).
+    /// ([`Capabilities::host_placement`](crate::Capabilities::host_placement)).
     pub host_memory: HostPlacement,
 }
 
@@ -94,7 +94,7 @@ impl Model {
         r.runtime_reserved_bytes = self.rt.budget().reserved();
         r.runtime_limit = self.rt.budget().limit();
         r.weight_store = self.rt.weights().report();
-        r.host_memory = self.rt.backend().host_placement();
+        r.host_memory = self.rt.backend().capabilities().host_placement.clone();
         r
     }
 }

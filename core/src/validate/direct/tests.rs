@@ -1,11 +1,12 @@
 //! The front's checks of managed memory and direct copies, on the host backend (managed memory
-//! that is host memory) and on a host backend that offers neither (the trait's defaults).
+//! that is host memory, no direct copies), on a host backend that offers neither (the trait's
+//! defaults) and on one that offers a direct path that never applies (`Peered`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::backend::{BlockDesc, BlockId, Capabilities, ManagedMemory, PeerPath};
+use crate::backend::{BlockDesc, BlockId, Capabilities, ManagedMemory, PeerPath, managed};
 use crate::host::{HostBackend, HostConfig};
 use crate::ops::Op;
 use crate::validate::tests::{block, range};
@@ -54,6 +55,40 @@ impl Backend for Plain {
     }
 }
 
+/// The host backend with a direct path that has no route to any peer: the front offers the
+/// capability and checks every call, and the backend answers `None` (stage).
+struct Peered {
+    host: HostBackend,
+}
+
+impl Backend for Peered {
+    crate::test_support::forward_backend!(
+        host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy, fill_zero,
+        dispatch, flush, completed, wait_timeout
+    );
+    fn peer(&self) -> Option<&dyn Peer> {
+        Some(self)
+    }
+}
+
+impl Peer for Peered {
+    fn copy_to_peer(
+        &self,
+        src: BlockRange,
+        peer: &dyn Backend,
+        dst: BlockRange,
+    ) -> Result<Option<PeerCopy>> {
+        let _ = (src, peer, dst);
+        Ok(None)
+    }
+}
+
+fn peered_front() -> Validated {
+    Validated::new(Arc::new(Peered {
+        host: HostBackend::new(HostConfig::default()).unwrap(),
+    }))
+}
+
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -61,7 +96,7 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 #[test]
 fn managed_blocks_on_the_host_bind_map_and_prefetch_as_no_ops() {
     let f = host_front();
-    assert_eq!(f.managed_memory(), ManagedMemory::SameMemory);
+    assert_eq!(managed::memory_of(&f), ManagedMemory::SameMemory);
     let m = block(&f, MemoryKind::Managed, 64);
     let x = [-1.0f32, 2.0, -3.0, 4.0];
     f.write_mapped(m, 0, &f32_bytes(&x)).unwrap();
@@ -111,7 +146,11 @@ fn prefetches_name_a_live_managed_range() {
 fn without_managed_memory_the_kind_is_refused_before_the_backend() {
     let plain = Arc::new(Plain(HostBackend::new(HostConfig::default()).unwrap()));
     let f = Validated::new(plain.clone());
-    assert_eq!(f.managed_memory(), ManagedMemory::Unsupported);
+    assert!(
+        f.managed().is_none(),
+        "the front offers what the backend does"
+    );
+    assert_eq!(managed::memory_of(&f), ManagedMemory::Unsupported);
     let refused = f.alloc_block(&BlockDesc {
         kind: MemoryKind::Managed,
         size: 64,
@@ -123,6 +162,11 @@ fn without_managed_memory_the_kind_is_refused_before_the_backend() {
     );
     let d = block(&f, MemoryKind::DeviceLocal, 64);
     assert!(matches!(
+        managed::prefetch(&f, range(d, 0, 64), Residence::Device),
+        Err(Error::Unsupported { .. })
+    ));
+    // A direct call on the front's own `Managed` refuses as well.
+    assert!(matches!(
         f.prefetch(range(d, 0, 64), Residence::Device),
         Err(Error::Unsupported { .. })
     ));
@@ -132,12 +176,16 @@ fn without_managed_memory_the_kind_is_refused_before_the_backend() {
 
 #[test]
 fn direct_copies_are_checked_on_both_fronts_and_default_to_none() {
-    let (a, b) = (host_front(), host_front());
+    assert!(
+        host_front().peer().is_none(),
+        "the host backend has no direct path"
+    );
+    let (a, b) = (peered_front(), peered_front());
     let src = block(&a, MemoryKind::DeviceLocal, 64);
     let up = block(&a, MemoryKind::Upload, 64);
     let down = block(&a, MemoryKind::Readback, 64);
     let dst = block(&b, MemoryKind::DeviceLocal, 64);
-    // The host backend has no direct path: the caller stages.
+    // No route between these two: the caller stages.
     assert_eq!(
         a.copy_to_peer(range(src, 0, 64), &b, range(dst, 0, 64))
             .unwrap(),

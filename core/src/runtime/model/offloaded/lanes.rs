@@ -23,7 +23,7 @@
 
 use std::time::Duration;
 
-use crate::backend::{Backend, BlockRange, Ticket, TransferLane, TransferTicket};
+use crate::backend::{Backend, BlockRange, Ticket, TransferLane, TransferTicket, lanes};
 use crate::offload::Arrival;
 use crate::pool::DevicePool;
 use crate::runtime::Runtime;
@@ -43,7 +43,7 @@ impl Offloaded {
         rt.front().check_alive()?;
         let backend = rt.backend().clone();
         let b = backend.as_ref();
-        self.stall_mark = b.transfer_stall();
+        self.stall_mark = lanes::of(b).transfer_stall();
         let mut lanes = RunLanes::new(b, self.transfer_lane, self.sizes.len());
         let mut stall = Duration::ZERO;
         // The previous run's last ticket: this run's first copies must not overwrite bytes its
@@ -145,7 +145,10 @@ impl Offloaded {
     /// After the run's last ticket completed: adds the compute lane's device-side waits for the
     /// transfer lane during the run to the reported stall, where the backend measures them.
     pub(in crate::runtime::model) fn finish(&mut self, rt: &Runtime) {
-        let measured = self.stall_mark.take().zip(rt.backend().transfer_stall());
+        let measured = self
+            .stall_mark
+            .take()
+            .zip(lanes::of(rt.backend().as_ref()).transfer_stall());
         if let Some((before, now)) = measured {
             self.report.last_stall += now.saturating_sub(before);
         }
@@ -176,7 +179,7 @@ impl RunLanes {
     /// backend has a concurrent one.
     pub fn new(backend: &dyn Backend, on: bool, roots: usize) -> Self {
         RunLanes {
-            on: on && backend.transfer_lane() == TransferLane::Concurrent,
+            on: on && lanes::of(backend).transfer_lane() == TransferLane::Concurrent,
             ordered_after: Ticket::DONE,
             joined: TransferTicket::DONE,
             issued: TransferTicket::DONE,
@@ -199,10 +202,10 @@ impl RunLanes {
             return Ok(TransferTicket(last.0));
         }
         if *last > self.ordered_after {
-            backend.transfer_after(*last)?;
+            lanes::of(backend).transfer_after(*last)?;
             self.ordered_after = *last;
         }
-        let t = backend.transfer_copy(src, dst)?;
+        let t = lanes::of(backend).transfer_copy(src, dst)?;
         self.issued = t;
         Ok(t)
     }
@@ -309,7 +312,7 @@ impl RunLanes {
     fn wait(&self, backend: &dyn Backend, ticket: TransferTicket) -> Result<()> {
         #[cfg(not(target_arch = "wasm32"))]
         return if self.on {
-            backend.wait_transfer(ticket)
+            lanes::of(backend).wait_transfer(ticket)
         } else {
             backend.wait(Ticket(ticket.0))
         };
@@ -324,7 +327,7 @@ impl RunLanes {
         if need <= self.joined {
             return Ok(None);
         }
-        let joined = backend.compute_after(need)?;
+        let joined = lanes::of(backend).compute_after(need)?;
         self.joined = need;
         self.leaving.retain(|l| l.2 > need);
         Ok(Some(joined))
