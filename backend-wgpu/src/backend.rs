@@ -6,6 +6,7 @@
 //! The non-blocking completion methods live in `poll`.
 
 use std::task::{Context, Poll};
+#[cfg(not(target_arch = "wasm32"))]
 use std::time::Duration;
 
 use tensormem::ops::Op;

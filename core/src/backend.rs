@@ -60,6 +60,7 @@
 
 use std::any::Any;
 use std::task::{Context, Poll};
+#[cfg(not(target_arch = "wasm32"))]
 use std::time::Duration;
 
 use crate::Result;
