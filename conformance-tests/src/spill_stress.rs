@@ -15,6 +15,9 @@ use tensormem::{Backend, DType, DevicePool, Runtime, RuntimeConfig, Tensor};
 /// Tensors each thread holds at most.
 const LIVE: usize = 6;
 
+/// Longest a run goes on past its time while nothing has spilled yet.
+const SPILL_GRACE: Duration = Duration::from_secs(30);
+
 /// What a run saw.
 #[derive(Clone, Debug, Default)]
 pub struct StressReport {
@@ -150,8 +153,15 @@ fn worker(
         }
         Ok(())
     };
+    // Past `end`, the threads go on until the pool has spilled (a slow or loaded device may
+    // not have filled the budget yet), for at most `SPILL_GRACE` more.
+    let grace_end = end + SPILL_GRACE;
+    let go_on = || {
+        let now = Instant::now();
+        now < end || (now < grace_end && pool.spill_stats().spills == 0)
+    };
     let mut result = Ok(());
-    while result.is_ok() && Instant::now() < end {
+    while result.is_ok() && go_on() {
         let r = next(&mut x);
         let k = (r >> 8) as usize % LIVE;
         result = match r % 4 {
