@@ -348,6 +348,33 @@ fn cache_of(model: &Llama, budget: u64) -> KvCache {
 #[path = "support/backends.rs"]
 mod backends;
 
+/// Adds every reference case as a greedy 64-token request, then runs `step` until the engine is
+/// idle; each request's generated tokens.
+fn generate_all(
+    engine: &mut Engine<'_>,
+    cases: &[Value],
+    step: impl Fn(&mut Engine<'_>) -> tensormem::Result<Vec<Event>>,
+) -> Vec<Vec<u32>> {
+    for case in cases {
+        let request = Request {
+            prompt: ids(&case["ids"]),
+            max_new_tokens: 64,
+            sampling: Sampling::default(),
+            stop: Vec::new(),
+        };
+        engine.add(request).unwrap();
+    }
+    let mut tokens = vec![Vec::new(); cases.len()];
+    while !engine.is_idle() {
+        for e in step(engine).unwrap() {
+            if let Event::Token { id, token } = e {
+                tokens[id].push(token);
+            }
+        }
+    }
+    tokens
+}
+
 /// Every backend here (host, and Vulkan and wgpu on lavapipe): the engine's batched greedy
 /// tokens equal numpy's for 64 steps, and the first step's logits are within 1e-4.
 #[test]
@@ -387,23 +414,7 @@ fn every_backend_generates_the_reference_tokens() {
             salt: 0,
         };
         let mut engine = Engine::new(&model.decoder, &mut kv, budget, Preemption::Swap, config);
-        for case in cases {
-            let request = Request {
-                prompt: ids(&case["ids"]),
-                max_new_tokens: 64,
-                sampling: Sampling::default(),
-                stop: Vec::new(),
-            };
-            engine.add(request).unwrap();
-        }
-        let mut tokens = vec![Vec::new(); cases.len()];
-        while !engine.is_idle() {
-            for e in engine.step().unwrap() {
-                if let Event::Token { id, token } = e {
-                    tokens[id].push(token);
-                }
-            }
-        }
+        let tokens = generate_all(&mut engine, cases, |e| e.step());
         drop(engine);
         for (case, got) in cases.iter().zip(&tokens) {
             assert_eq!(got, &ids(&case["tokens"]), "{name}: {:?}", case["prompt"]);
@@ -454,23 +465,7 @@ fn the_awaitable_path_generates_the_reference_tokens() {
             Preemption::Recompute,
             config,
         );
-        for case in cases {
-            let request = Request {
-                prompt: ids(&case["ids"]),
-                max_new_tokens: 64,
-                sampling: Sampling::default(),
-                stop: Vec::new(),
-            };
-            engine.add(request).unwrap();
-        }
-        let mut tokens = vec![Vec::new(); cases.len()];
-        while !engine.is_idle() {
-            for e in pollster::block_on(engine.step_async()).unwrap() {
-                if let Event::Token { id, token } = e {
-                    tokens[id].push(token);
-                }
-            }
-        }
+        let tokens = generate_all(&mut engine, cases, |e| pollster::block_on(e.step_async()));
         let preemptions = engine.stats().preemptions;
         drop(engine);
         assert!(preemptions > 0, "{name}: the budget was meant to preempt");
