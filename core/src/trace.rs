@@ -40,12 +40,16 @@ mod chrome;
 mod html;
 mod json;
 mod kv;
+mod lifetime;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod transfer_tests;
 
 pub use analyze::{AnalyzeOptions, Finding, FindingKind, analyze};
 pub use kv::KvSummary;
+pub use lifetime::Lifetime;
 
 /// Whether an op reads or writes a tensor.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -137,6 +141,19 @@ pub enum EventKind {
         /// Bytes of the allocation the op's binding covers.
         size: u64,
     },
+    /// Bytes copied between device and host memory by an offloading pool or model: a budgeted
+    /// model's prefetches and swaps, a spill pool's spills and restores.
+    Transfer {
+        /// Trace id of the allocation read (0: host memory no traced allocation holds, such as a
+        /// spilled allocation's host copy).
+        from: u64,
+        /// Trace id of the allocation written (0: such host memory).
+        to: u64,
+        /// Bytes.
+        size: u64,
+        /// Why the bytes moved.
+        kind: TransferKind,
+    },
     /// A paged KV cache's state after a change of its blocks ([`KvCache`](crate::kv::KvCache)):
     /// the timeline's KV lane.
     Kv {
@@ -165,23 +182,84 @@ impl EventKind {
             | EventKind::Upload { id, .. }
             | EventKind::Download { id, .. }
             | EventKind::Use { id, .. } => Some(*id),
+            EventKind::Transfer { from, to, .. } => Some(if *from != 0 { *from } else { *to }),
             EventKind::BlockReserve { .. }
             | EventKind::BlockRelease { .. }
             | EventKind::Kv { .. } => None,
         }
     }
 
-    /// The size in bytes of a use of an allocation, with its access, for the events that are
-    /// uses: [`EventKind::Use`], [`EventKind::Upload`] (a write), [`EventKind::Download`] (a read).
-    pub fn as_use(&self) -> Option<(u64, Access, u64)> {
-        match self {
+    /// The uses of allocations the event is, as `(id, access, bytes)`: [`EventKind::Use`],
+    /// [`EventKind::Upload`] (a write), [`EventKind::Download`] (a read), and a copy between two
+    /// allocations ([`EventKind::Transfer`] other than a spill or restore: a read of `from` and a
+    /// write of `to`). A spill or restore moves an allocation's bytes without using them: it is
+    /// no use (the lifetime records it as time off the device).
+    pub fn uses(&self) -> impl Iterator<Item = (u64, Access, u64)> {
+        let (a, b) = match self {
             EventKind::Use {
                 id, access, size, ..
-            } => Some((*id, *access, *size)),
-            EventKind::Upload { id, size } => Some((*id, Access::Write, *size)),
-            EventKind::Download { id, size } => Some((*id, Access::Read, *size)),
-            _ => None,
+            } => (Some((*id, *access, *size)), None),
+            EventKind::Upload { id, size } => (Some((*id, Access::Write, *size)), None),
+            EventKind::Download { id, size } => (Some((*id, Access::Read, *size)), None),
+            EventKind::Transfer {
+                from,
+                to,
+                size,
+                kind,
+            } if !kind.is_spill() => (
+                (*from != 0).then_some((*from, Access::Read, *size)),
+                (*to != 0).then_some((*to, Access::Write, *size)),
+            ),
+            _ => (None, None),
+        };
+        a.into_iter().chain(b)
+    }
+}
+
+/// Why bytes moved between device and host memory ([`EventKind::Transfer`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TransferKind {
+    /// A budgeted model copies a streamed weight from its host master into the device.
+    Prefetch,
+    /// A budgeted model copies an activation out to its host slot.
+    SwapOut,
+    /// A budgeted model brings an activation back from its host slot.
+    SwapIn,
+    /// A spill pool moves an idle allocation's bytes to host memory, freeing its device bytes.
+    Spill,
+    /// A spill pool brings a spilled allocation's bytes back into device memory.
+    Restore,
+}
+
+impl TransferKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [TransferKind; 5] = [
+        TransferKind::Prefetch,
+        TransferKind::SwapOut,
+        TransferKind::SwapIn,
+        TransferKind::Spill,
+        TransferKind::Restore,
+    ];
+
+    /// `"prefetch"`, `"swap out"`, `"swap in"`, `"spill"` or `"restore"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransferKind::Prefetch => "prefetch",
+            TransferKind::SwapOut => "swap out",
+            TransferKind::SwapIn => "swap in",
+            TransferKind::Spill => "spill",
+            TransferKind::Restore => "restore",
         }
+    }
+
+    /// The kind named `name` ([`TransferKind::name`]).
+    pub fn from_name(name: &str) -> Option<TransferKind> {
+        TransferKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// A spill or a restore: the same allocation leaves or re-enters device memory.
+    pub fn is_spill(self) -> bool {
+        matches!(self, TransferKind::Spill | TransferKind::Restore)
     }
 }
 
@@ -335,101 +413,4 @@ impl Tracer {
 pub struct Trace {
     /// The events, in the order they were recorded (times non-decreasing).
     pub events: Vec<TraceEvent>,
-}
-
-/// One allocation's life as read from a trace: the unit the exports and the analysis work on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lifetime {
-    /// Trace id.
-    pub id: u64,
-    /// Pool name.
-    pub pool: String,
-    /// Label.
-    pub label: String,
-    /// Bytes held.
-    pub size: u64,
-    /// Offset in its block or arena, in bytes.
-    pub offset: u64,
-    /// The containing allocation, for virtual ones.
-    pub parent: Option<u64>,
-    /// Index of the `Alloc` event.
-    pub alloc_step: usize,
-    /// Index of the `FreeRequested` event; `None` if never freed (a leak).
-    pub free_step: Option<usize>,
-    /// Time of the `Alloc` event, ns.
-    pub alloc_ns: u64,
-    /// Time of the `FreeRequested` event, ns.
-    pub free_ns: Option<u64>,
-    /// Uses in order: (event index, access, bytes covered).
-    pub uses: Vec<(usize, Access, u64)>,
-    /// Backtrace of the allocation, when recorded.
-    pub backtrace: Option<String>,
-}
-
-impl Trace {
-    /// The lifetimes of every allocation in the trace, in allocation order. Events naming an id
-    /// with no `Alloc` before them are ignored (a trace may start after some allocations).
-    pub fn lifetimes(&self) -> Vec<Lifetime> {
-        let mut out: Vec<Lifetime> = Vec::new();
-        let mut index: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
-        for (step, ev) in self.events.iter().enumerate() {
-            match &ev.kind {
-                EventKind::Alloc {
-                    id,
-                    pool,
-                    size,
-                    offset,
-                    label,
-                    parent,
-                } => {
-                    index.insert(*id, out.len());
-                    out.push(Lifetime {
-                        id: *id,
-                        pool: pool.clone(),
-                        label: label.clone(),
-                        size: *size,
-                        offset: *offset,
-                        parent: *parent,
-                        alloc_step: step,
-                        free_step: None,
-                        alloc_ns: ev.time_ns,
-                        free_ns: None,
-                        uses: Vec::new(),
-                        backtrace: ev.backtrace.clone(),
-                    });
-                }
-                EventKind::FreeRequested { id } => {
-                    if let Some(l) = index.remove(id).and_then(|i| out.get_mut(i)) {
-                        l.free_step = Some(step);
-                        l.free_ns = Some(ev.time_ns);
-                    }
-                }
-                kind => {
-                    if let Some((id, access, size)) = kind.as_use() {
-                        if let Some(l) = index.get(&id).and_then(|&i| out.get_mut(i)) {
-                            l.uses.push((step, access, size));
-                        }
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    /// Pool names in order of first appearance.
-    pub fn pools(&self) -> Vec<String> {
-        let mut pools: Vec<String> = Vec::new();
-        for ev in &self.events {
-            let p = match &ev.kind {
-                EventKind::Alloc { pool, .. }
-                | EventKind::BlockReserve { pool, .. }
-                | EventKind::BlockRelease { pool, .. } => pool,
-                _ => continue,
-            };
-            if !pools.contains(p) {
-                pools.push(p.clone());
-            }
-        }
-        pools
-    }
 }

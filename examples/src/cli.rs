@@ -216,7 +216,7 @@ pub fn compile_scored(
     };
     let need = match budget {
         DeviceBudget::Bytes(_) => 0,
-        DeviceBudget::Percent(_) => rt.compile(graph)?.memory_report().unbudgeted_device_bytes(),
+        DeviceBudget::Percent(_) => rt.memory_need(graph)?.unbudgeted_device_bytes(),
     };
     rt.compile_with(
         graph,

@@ -12,6 +12,9 @@
 //! Findings (see [`FindingKind`]): early allocation, late deallocation, unused allocation, leak,
 //! temporary idleness, dead write, overallocation. A virtual allocation's container (the activation
 //! arena) takes its children's uses as its own and is checked only for early/late/unused/leak.
+//! Copies an offloading model makes ([`super::TransferKind`]: prefetch, swap out, swap in) are uses
+//! of the allocations they read and write; a spilled allocation is out of its pool's load from its
+//! spill to its restore, and a gap between uses that it spent spilled is not reported as idle.
 
 use std::collections::HashMap;
 
@@ -193,6 +196,11 @@ pub fn analyze(trace: &Trace, options: &AnalyzeOptions) -> Vec<Finding> {
             .or_insert_with(|| vec![0; n + 1]);
         d[l.alloc_step] += l.size as i128;
         d[l.free_step.unwrap_or(n)] -= l.size as i128;
+        // Spilled: off the device, so out of its pool's load.
+        for &(from, to) in &l.away {
+            d[from.min(n)] -= l.size as i128;
+            d[to.min(n)] += l.size as i128;
+        }
     }
     let pools: HashMap<&str, PoolLoad> = diffs
         .into_iter()
@@ -320,8 +328,10 @@ pub fn analyze(trace: &Trace, options: &AnalyzeOptions) -> Vec<Finding> {
         for (i, w) in l.uses.windows(2).enumerate() {
             let (a, b) = (w[0], w[1]);
             let r = (a.0 + 1, b.0);
+            // A gap its pool spilled it through was offloaded already.
+            let spilled = l.away.iter().any(|&(x, y)| x < r.1 && r.0 < y);
             let saved = saving(&[r], l.size);
-            if b.0 > a.0 + 1 && worth(r, saved) {
+            if b.0 > a.0 + 1 && !spilled && worth(r, saved) {
                 push(
                     FindingKind::TemporaryIdleness,
                     r,

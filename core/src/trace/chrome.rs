@@ -2,17 +2,18 @@
 //!
 //! Layout: one process per pool (named after it) with two counter tracks, `in use` and `reserved`
 //! (bytes), and one complete slice (`ph: "X"`) per allocation lifetime, on as few threads (rows)
-//! as keep slices from overlapping; op uses are instant events on the allocation's row. A paged KV
+//! as keep slices from overlapping; op uses and copies are instant events on the allocation's row,
+//! and a spilled allocation leaves its pool's `in use` count until it is restored. A paged KV
 //! cache's events make one more process, `kv cache`, with `blocks` (used, cached, free) and
 //! `tokens` counter tracks. The raw
 //! events ride along under `tensormemEvents` (ignored by the viewers) so [`Trace::from_json`]
 //! reads the file back losslessly.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use super::json::{RAW_KEY, push_events, write_str};
-use super::{EventKind, Trace};
+use super::{EventKind, Trace, TransferKind};
 
 /// Nanoseconds as Chrome's microsecond timestamps.
 fn us(ns: u64) -> String {
@@ -40,6 +41,8 @@ impl Trace {
         let mut in_use: HashMap<&str, u128> = HashMap::new();
         let mut reserved: HashMap<&str, u128> = HashMap::new();
         let mut sizes: HashMap<u64, (&str, u64)> = HashMap::new();
+        // Spilled allocations: their bytes are counted out of their pool until restored.
+        let mut away: HashSet<u64> = HashSet::new();
         let mut kv_named = false;
         let counter = |lines: &mut Vec<String>, name: &str, pool: &str, t: u64, v: u128| {
             lines.push(format!(
@@ -58,9 +61,33 @@ impl Trace {
                     counter(&mut lines, "in use", pool, ev.time_ns, v);
                 }
                 EventKind::FreeRequested { id } => {
-                    if let Some((pool, size)) = sizes.remove(id) {
+                    if let Some((pool, size)) = sizes.remove(id).filter(|_| !away.remove(id)) {
                         let v = in_use.entry(pool).or_default();
                         *v = v.saturating_sub(u128::from(size));
+                        let v = *v;
+                        counter(&mut lines, "in use", pool, ev.time_ns, v);
+                    }
+                }
+                EventKind::Transfer {
+                    from,
+                    to,
+                    kind: kind @ (TransferKind::Spill | TransferKind::Restore),
+                    ..
+                } => {
+                    // A spilled allocation's bytes leave its pool's device memory until restored.
+                    let id = if *kind == TransferKind::Spill { from } else { to };
+                    let moved = if *kind == TransferKind::Spill {
+                        away.insert(*id)
+                    } else {
+                        away.remove(id)
+                    };
+                    if let Some(&(pool, size)) = sizes.get(id).filter(|_| moved) {
+                        let v = in_use.entry(pool).or_default();
+                        if *kind == TransferKind::Spill {
+                            *v = v.saturating_sub(u128::from(size));
+                        } else {
+                            *v += u128::from(size);
+                        }
                         let v = *v;
                         counter(&mut lines, "in use", pool, ev.time_ns, v);
                     }
@@ -149,6 +176,7 @@ impl Trace {
                 let name = match &self.events[step].kind {
                     EventKind::Use { op, .. } => op.as_str(),
                     EventKind::Upload { .. } => "upload",
+                    EventKind::Transfer { kind, .. } => kind.name(),
                     _ => "download",
                 };
                 write_str(&mut u, name);

@@ -4,13 +4,14 @@
 //! Each event is one JSON object: `{"t": time_ns, "k": kind, ...fields, "bt": backtrace?}` with
 //! kinds `alloc` (`id`, `pool`, `size`, `offset`, `label`, `parent`?), `free` (`id`), `reclaim`
 //! (`id`), `reserve` / `release` (`pool`, `block`, `size`), `upload` / `download` (`id`, `size`),
-//! `use` (`id`, `op`, `access`: `"read"` | `"write"`, `size`).
+//! `use` (`id`, `op`, `access`: `"read"` | `"write"`, `size`), `transfer` (`from`, `to`, `size`,
+//! `why`: a [`TransferKind`] name), `kv` (the cache's counters).
 
 use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
 
-use super::{Access, EventKind, Trace, TraceEvent};
+use super::{Access, EventKind, Trace, TraceEvent, TransferKind};
 use crate::{Error, Result};
 
 /// Key of the raw events array in a trace file (next to Chrome's `traceEvents`).
@@ -92,6 +93,18 @@ pub(super) fn write_event(out: &mut String, ev: &TraceEvent) {
                 access.name()
             );
             write_str(out, op);
+        }
+        EventKind::Transfer {
+            from,
+            to,
+            size,
+            kind,
+        } => {
+            let _ = write!(
+                out,
+                "\"transfer\",\"from\":{from},\"to\":{to},\"size\":{size},\"why\":\"{}\"",
+                kind.name()
+            );
         }
         EventKind::Kv {
             used,
@@ -193,6 +206,16 @@ impl Reader<'_> {
                             self.err(format!("access '{other}' is neither 'read' nor 'write'"))
                         );
                     }
+                },
+            },
+            "transfer" => EventKind::Transfer {
+                from: self.u64(o, "from")?,
+                to: self.u64(o, "to")?,
+                size: self.u64(o, "size")?,
+                kind: {
+                    let why = self.str(o, "why")?;
+                    TransferKind::from_name(&why)
+                        .ok_or_else(|| self.err(format!("unknown transfer reason '{why}'")))?
                 },
             },
             "kv" => EventKind::Kv {

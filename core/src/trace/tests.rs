@@ -67,6 +67,7 @@ fn pool_events_are_recorded_in_order() {
             EventKind::Download { .. } => "download",
             EventKind::Use { .. } => "use",
             EventKind::Kv { .. } => "kv",
+            EventKind::Transfer { .. } => "transfer",
         })
         .collect();
     assert_eq!(

@@ -232,7 +232,7 @@ impl MiniLm {
         let budget = match self.budget {
             Some(p @ DeviceBudget::Percent(_)) => {
                 let g = build_graph(&self.cfg, batch, seq, self.format)?;
-                let need = self.rt.compile(&g.builder.graph)?.memory_report();
+                let need = self.rt.memory_need(&g.builder.graph)?;
                 Some(DeviceBudget::Bytes(
                     p.resolve(need.unbudgeted_device_bytes()),
                 ))

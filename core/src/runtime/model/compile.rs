@@ -80,20 +80,18 @@ fn check_segmented(graph: &Graph, caps: &crate::Capabilities, segmented: &[bool]
 }
 
 impl Runtime {
-    /// Compiles `graph`: computes lifetimes, plans every intermediate into one arena, and allocates
-    /// weights, inputs, outputs and the arena from the device pool.
-    ///
-    /// A tensor larger than the device's largest block is held in segments (as
-    /// [`Runtime::alloc`] holds one): a weight, input or output in its own segments, and an
-    /// intermediate too, outside the planned arena (which is one block), so it is not reused.
+    /// What [`Runtime::compile`] would place, without allocating anything: the memory report of
+    /// the unbudgeted model (the device bytes a percentage budget is a percentage of,
+    /// [`MemoryReport::unbudgeted_device_bytes`]).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an ill-formed graph (a tensor read before it is written),
-    /// [`Error::ForeignTensor`] for an output of another graph, [`Error::ArithmeticOverflow`] for a
-    /// shape whose size overflows, an operand beyond the device's largest binding
-    /// ([`Error::TooLarge`]), an op that cannot be cut over a tensor held in segments
-    /// ([`Error::SegmentedOperand`]), allocation errors.
-    pub fn compile(&self, graph: &Graph) -> Result<Model> {
+    /// As [`Runtime::compile`], less the allocation errors.
+    pub fn memory_need(&self, graph: &Graph) -> Result<MemoryReport> {
+        Ok(self.layout(graph)?.report)
+    }
+
+    /// The planning half of [`Runtime::compile`].
+    fn layout(&self, graph: &Graph) -> Result<Layout> {
         let caps = self.backend().capabilities();
         let copy_align = caps.copy_align.max(1);
         let align = caps.binding_align.max(copy_align).next_power_of_two();
@@ -158,7 +156,7 @@ impl Runtime {
                 "plan::solve returned none",
             ))
         })?;
-        let mut report = MemoryReport {
+        let report = MemoryReport {
             activation_planned_bytes: plan.peak,
             activation_no_reuse_bytes: live.buffers.iter().map(|b| b.size).sum(),
             activation_lower_bound_bytes: solution.lower_bound,
@@ -167,7 +165,43 @@ impl Runtime {
             planned_buffers: live.buffers.len(),
             ..MemoryReport::default()
         };
+        let mut layout = Layout {
+            align,
+            sizes,
+            segmented,
+            roles,
+            buffer_of: live.buffer_of,
+            offsets: plan.offsets,
+            report,
+        };
+        layout.count_bytes(graph);
+        Ok(layout)
+    }
 
+    /// Compiles `graph`: computes lifetimes, plans every intermediate into one arena, and allocates
+    /// weights, inputs, outputs and the arena from the device pool.
+    ///
+    /// A tensor larger than the device's largest block is held in segments (as
+    /// [`Runtime::alloc`] holds one): a weight, input or output in its own segments, and an
+    /// intermediate too, outside the planned arena (which is one block), so it is not reused.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an ill-formed graph (a tensor read before it is written),
+    /// [`Error::ForeignTensor`] for an output of another graph, [`Error::ArithmeticOverflow`] for a
+    /// shape whose size overflows, an operand beyond the device's largest binding
+    /// ([`Error::TooLarge`]), an op that cannot be cut over a tensor held in segments
+    /// ([`Error::SegmentedOperand`]), allocation errors.
+    pub fn compile(&self, graph: &Graph) -> Result<Model> {
+        let Layout {
+            align,
+            sizes,
+            segmented,
+            roles,
+            buffer_of,
+            offsets,
+            report,
+        } = self.layout(graph)?;
+        let tensors = graph.tensors();
         let mut model = Model {
             rt: self.clone(),
             graph: graph.clone(),
@@ -180,8 +214,9 @@ impl Runtime {
             offload: None,
         };
         let pool = self.device_pool();
-        let arena = if plan.peak > 0 {
-            let a = pool.allocate(plan.peak, align, "activations (planned arena)")?;
+        let peak = report.activation_planned_bytes;
+        let arena = if peak > 0 {
+            let a = pool.allocate(peak, align, "activations (planned arena)")?;
             model.owned.push(a);
             // Runs resolve it: the lease of `allocate` is not needed.
             pool.release(a.handle)?;
@@ -193,33 +228,20 @@ impl Runtime {
             if t.alias_of.is_some() {
                 continue;
             }
-            let place = match (roles[i], live.buffer_of[i], arena) {
+            let place = match (roles[i], buffer_of[i], arena) {
                 (TensorRole::Intermediate, Some(b), Some(arena)) => Place {
                     alloc: arena,
-                    offset: plan.offsets[b],
+                    offset: offsets[b],
                     size: sizes[i],
                     planned: true,
                     segmented: None,
                 },
                 (TensorRole::Intermediate, _, _) => continue, // never written nor read
-                (TensorRole::Persistent, _, _) => {
-                    // Bound to the store by `set_weight`, which knows the bytes.
-                    report.weight_bytes += sizes[i];
-                    report.padding_bytes += sizes[i].next_multiple_of(align) - sizes[i];
-                    match report
-                        .weight_bytes_by_dtype
-                        .iter_mut()
-                        .find(|(d, _)| *d == t.dtype)
-                    {
-                        Some((_, b)) => *b += sizes[i],
-                        None => report.weight_bytes_by_dtype.push((t.dtype, sizes[i])),
-                    }
-                    continue;
-                }
+                // Bound to the store by `set_weight`, which knows the bytes.
+                (TensorRole::Persistent, _, _) => continue,
                 _ if segmented[i] => {
                     let segs = self.alloc_segments(t.dtype, &t.shape, t.size()?, align, &t.name)?;
                     model.owned.extend_from_slice(segs.allocs());
-                    report.io_bytes += sizes[i];
                     model.segmented.push(segs);
                     Place {
                         alloc: model.segmented[model.segmented.len() - 1].first(),
@@ -233,8 +255,6 @@ impl Runtime {
                     let a = pool.allocate(sizes[i], align, &t.name)?;
                     model.owned.push(a);
                     pool.release(a.handle)?;
-                    report.io_bytes += sizes[i];
-                    report.padding_bytes += sizes[i].next_multiple_of(align) - sizes[i];
                     Place {
                         alloc: a,
                         offset: 0,
@@ -246,8 +266,52 @@ impl Runtime {
             };
             model.places[i] = Some(place);
         }
-        report.weight_bytes_by_dtype.sort_by_key(|(d, _)| *d as u8);
         model.report = report;
         Ok(model)
+    }
+}
+
+/// A graph's placement before any allocation ([`Runtime::memory_need`]).
+struct Layout {
+    align: u64,
+    /// Per tensor: bytes padded to the copy alignment.
+    sizes: Vec<u64>,
+    /// Per tensor: held in segments.
+    segmented: Vec<bool>,
+    roles: Vec<TensorRole>,
+    /// Per tensor: its buffer in the plan.
+    buffer_of: Vec<Option<usize>>,
+    /// Per buffer: its offset in the arena.
+    offsets: Vec<u64>,
+    report: MemoryReport,
+}
+
+impl Layout {
+    /// Counts the weights', inputs' and outputs' bytes (and their padding to the binding
+    /// alignment) into the report, as compile places them.
+    fn count_bytes(&mut self, graph: &Graph) {
+        let r = &mut self.report;
+        for (i, t) in graph.tensors().iter().enumerate() {
+            let size = self.sizes[i];
+            let padding = size.next_multiple_of(self.align) - size;
+            match self.roles[i] {
+                _ if t.alias_of.is_some() => {}
+                TensorRole::Intermediate => {}
+                TensorRole::Persistent => {
+                    r.weight_bytes += size;
+                    r.padding_bytes += padding;
+                    match r.weight_bytes_by_dtype.iter_mut().find(|(d, _)| *d == t.dtype) {
+                        Some((_, b)) => *b += size,
+                        None => r.weight_bytes_by_dtype.push((t.dtype, size)),
+                    }
+                }
+                _ if self.segmented[i] => r.io_bytes += size,
+                _ => {
+                    r.io_bytes += size;
+                    r.padding_bytes += padding;
+                }
+            }
+        }
+        r.weight_bytes_by_dtype.sort_by_key(|(d, _)| *d as u8);
     }
 }

@@ -52,10 +52,13 @@ use super::Model;
 
 mod compile;
 mod gather;
+mod host_io;
 pub(crate) mod lanes;
+mod run_trace;
 
 use compile::Variant;
 use gather::RowGather;
+use run_trace::OffloadTrace;
 
 /// How a budgeted model is compiled ([`Runtime::compile_with`]).
 #[derive(Clone, Debug)]
@@ -141,16 +144,16 @@ type Span = (u64, u64);
 /// The per-run program of a budgeted model.
 pub(super) struct Offloaded {
     /// The model's device pool, limited to the budget.
-    device: Arc<ArenaPool>,
+    device: Arc<dyn DevicePool>,
     /// Device memory is host-visible and staging is not forced: map instead of staging.
     unified: bool,
     /// Per root tensor: its arena offset between runs (inputs, resident weights) or after the run
     /// (outputs), where the host writes and reads it.
     fixed_at: Vec<Option<u64>>,
     /// Host-visible `Upload` pool: masters of streamed weights, host-resident tensors.
-    upload: Arc<ArenaPool>,
+    upload: Arc<dyn DevicePool>,
     /// Host-visible `Readback` pool: copy-out slots.
-    readback: Arc<ArenaPool>,
+    readback: Arc<dyn DevicePool>,
     /// The arena in the runtime's device pool (`None` when nothing is on the device).
     arena: Option<Allocation>,
     /// Per root tensor: its `Upload` allocation (streamed weight master, host-resident tensor).
@@ -188,6 +191,8 @@ pub(super) struct Offloaded {
     gather_at: Vec<Option<usize>>,
     /// Per tensor of the schedule: the lookup and operand a staged tensor holds.
     staged_part: Vec<Option<(usize, gather::Part)>>,
+    /// The run's trace, when the runtime had a tracer at compile time ([`run_trace`]).
+    trace: Option<OffloadTrace>,
 }
 
 impl Offloaded {
@@ -209,29 +214,36 @@ impl Offloaded {
         } = v;
         let n = graph.nodes().len();
         let backend = rt.backend().clone();
-        let upload = Arc::new(ArenaPool::new(
-            backend.clone(),
-            ArenaConfig::host_visible(MemoryKind::Upload),
-        )?);
-        let readback = Arc::new(ArenaPool::new(
-            backend,
-            ArenaConfig::host_visible(MemoryKind::Readback),
-        )?);
+        let tracer = rt.tracer();
+        let (upload, upload_ids) = run_trace::pool(
+            ArenaPool::new(
+                backend.clone(),
+                ArenaConfig::host_visible(MemoryKind::Upload),
+            )?,
+            tracer.as_ref(),
+        );
+        let (readback, readback_ids) = run_trace::pool(
+            ArenaPool::new(backend, ArenaConfig::host_visible(MemoryKind::Readback))?,
+            tracer.as_ref(),
+        );
         let caps = rt.backend().capabilities();
         let align = caps.binding_align.max(caps.copy_align).max(1);
         // The model's own account within the runtime's: its budget is a hard limit the pool
         // checks on every reservation and every in-place growth, and its bytes count against the
         // runtime's limit beside the runtime's pools.
-        let device = Arc::new(ArenaPool::with_budget(
-            rt.backend().clone(),
-            ArenaConfig {
-                name: "device (budgeted model)".into(),
-                kind: MemoryKind::DeviceLocal,
-                block_size: schedule.peak.max(1),
-                ..ArenaConfig::device()
-            },
-            Budget::sub_account(rt.budget(), Some(budget)),
-        )?);
+        let (device, device_ids) = run_trace::pool(
+            ArenaPool::with_budget(
+                rt.backend().clone(),
+                ArenaConfig {
+                    name: "device (budgeted model)".into(),
+                    kind: MemoryKind::DeviceLocal,
+                    block_size: schedule.peak.max(1),
+                    ..ArenaConfig::device()
+                },
+                Budget::sub_account(rt.budget(), Some(budget)),
+            )?,
+            tracer.as_ref(),
+        );
         let mut model = Model {
             rt: rt.clone(),
             graph: graph.clone(),
@@ -381,6 +393,27 @@ impl Offloaded {
             planned_buffers: schedule.residencies.len(),
             ..super::MemoryReport::default()
         };
+        let trace = tracer.map(|tracer| {
+            let id = |ids: &Option<Arc<crate::pool::TraceIds>>, a: &Option<Allocation>| {
+                ids.as_ref().zip(a.as_ref()).map_or(0, |(ids, a)| ids.id(a.handle))
+            };
+            let residencies: Vec<run_trace::Residency> = schedule
+                .residencies
+                .iter()
+                .map(|r| (r.tensor, r.lower, r.upper, r.offset))
+                .collect();
+            OffloadTrace::new(
+                tracer,
+                device.name(),
+                n,
+                &residencies,
+                (
+                    id(&device_ids, &arena),
+                    host.iter().map(|a| id(&upload_ids, a)).collect(),
+                    slot.iter().map(|a| id(&readback_ids, a)).collect(),
+                ),
+            )
+        });
         model.offload = Some(Box::new(Offloaded {
             device,
             unified,
@@ -405,6 +438,7 @@ impl Offloaded {
             gathers,
             gather_at,
             staged_part,
+            trace,
         }));
         Ok(model)
     }
@@ -420,94 +454,19 @@ impl Offloaded {
             size,
         })
     }
+}
 
-    /// Writes a tensor the host sets (a weight or an input): into its host copy, else into its
-    /// arena place (mapped on unified memory, staged otherwise), after the last run.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a tensor with no storage; transfer errors.
-    pub(super) fn write(&mut self, rt: &Runtime, root: usize, data: &[u8]) -> Result<Ticket> {
-        let backend = rt.backend();
-        if self.keeps_copy.get(root) == Some(&true) {
-            // Read at each run's enqueue, so no wait: in-flight work holds copies of it.
-            self.host_copy[root] = data.to_vec();
-            if self.host[root].is_none() && self.fixed_at[root].is_none() {
-                return Ok(Ticket::DONE);
-            }
+/// The model's allocations go back to its pools after its last run (the pools, dropped with it,
+/// return their blocks); a traced model's lifetimes end here.
+impl Drop for Offloaded {
+    fn drop(&mut self) {
+        let last = self.last;
+        let frees = self.arena.iter().map(|a| (&self.device, a));
+        let host = self.host.iter().flatten().map(|a| (&self.upload, a));
+        let slots = self.slot.iter().flatten().map(|a| (&self.readback, a));
+        for (pool, a) in frees.chain(host).chain(slots) {
+            let _ = pool.free_after(a.handle, last);
         }
-        let mut padded = data.to_vec();
-        padded.resize(self.sizes[root] as usize, 0);
-        wait_for(rt, self.last)?;
-        if let Some(a) = self.host[root] {
-            let range = self.upload.resolve(a.handle)?;
-            backend.write_mapped(range.block, range.offset, &padded)?;
-            return Ok(Ticket::DONE);
-        }
-        let dst = self.fixed_range(root)?;
-        if self.unified {
-            backend.write_mapped(dst.block, dst.offset, &padded)?;
-            Ok(Ticket::DONE)
-        } else {
-            let t = stage_in(rt, dst, &padded)?;
-            self.last = self.last.max(t);
-            Ok(t)
-        }
-    }
-
-    /// Reads a tensor the host reads (an output, a weight, an input; or a view of one, `offset`
-    /// bytes into its root) into `out`, after the last run.
-    ///
-    /// # Errors
-    /// As [`Offloaded::write`].
-    pub(super) fn read(
-        &self,
-        rt: &Runtime,
-        root: usize,
-        offset: u64,
-        out: &mut [u8],
-    ) -> Result<()> {
-        let offset = offset as usize;
-        if self.keeps_copy.get(root) == Some(&true) {
-            let copy = self.host_copy[root].get(offset..).unwrap_or_default();
-            let n = copy.len().min(out.len());
-            out[..n].copy_from_slice(&copy[..n]);
-            out[n..].fill(0);
-            return Ok(());
-        }
-        let backend = rt.backend();
-        let mut buf = vec![0u8; self.sizes[root] as usize];
-        wait_for(rt, self.last)?;
-        if let Some(a) = self.host[root] {
-            let range = self.upload.resolve(a.handle)?;
-            backend.read_mapped(range.block, range.offset, &mut buf)?;
-        } else {
-            let src = self.fixed_range(root)?;
-            if self.unified {
-                backend.read_mapped(src.block, src.offset, &mut buf)?;
-            } else {
-                stage_out(rt, src, &mut buf)?;
-            }
-        }
-        let part = buf
-            .get(offset..offset + out.len())
-            .ok_or(Error::OutOfBounds {
-                what: "read of a budgeted model's tensor",
-                offset: offset as u64,
-                size: out.len() as u64,
-                limit: buf.len() as u64,
-            })?;
-        out.copy_from_slice(part);
-        Ok(())
-    }
-
-    fn fixed_range(&self, root: usize) -> Result<BlockRange> {
-        let offset = self.fixed_at[root].ok_or_else(|| {
-            Error::invalid(format!(
-                "tensor {root} has no storage between runs in this budgeted model (an \
-                 intermediate, or never used)"
-            ))
-        })?;
-        self.arena_range(offset, self.sizes[root])
     }
 }
 
@@ -529,50 +488,7 @@ impl super::MemoryReport {
     }
 }
 
-/// The error for a device budget on `wasm32`: a budgeted run waits synchronously (a swap-in reads
-/// back its copy-out), and a browser cannot block.
-fn unsupported() -> Error {
-    Error::Unsupported {
-        backend: "core",
-        what: "budgeted compilation on wasm32 (its swap-ins wait synchronously; a browser cannot \
-               block)"
-            .into(),
-    }
-}
-
-/// Blocks until `ticket` completes. On `wasm32` [`Runtime::compile_with`] refuses a budget, so
-/// this is never reached there.
-fn wait_for(rt: &Runtime, ticket: Ticket) -> Result<()> {
-    #[cfg(not(target_arch = "wasm32"))]
-    return rt.backend().wait(ticket);
-    #[cfg(target_arch = "wasm32")]
-    {
-        let _ = (rt, ticket);
-        Err(unsupported())
-    }
-}
-
-/// Uploads `data` into `dst` through the runtime's staging belt (native only, as [`wait_for`]).
-fn stage_in(rt: &Runtime, dst: BlockRange, data: &[u8]) -> Result<Ticket> {
-    #[cfg(not(target_arch = "wasm32"))]
-    return rt.staging().upload(dst, data);
-    #[cfg(target_arch = "wasm32")]
-    {
-        let _ = (rt, dst, data);
-        Err(unsupported())
-    }
-}
-
-/// Downloads `src` into `out` through the runtime's staging belt (native only, as [`wait_for`]).
-fn stage_out(rt: &Runtime, src: BlockRange, out: &mut [u8]) -> Result<()> {
-    #[cfg(not(target_arch = "wasm32"))]
-    return rt.staging().download(src, out);
-    #[cfg(target_arch = "wasm32")]
-    {
-        let _ = (rt, src, out);
-        Err(unsupported())
-    }
-}
-
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod trace_tests;

@@ -8,7 +8,8 @@ use crate::runtime::Runtime;
 use crate::{Error, Result};
 
 use super::gather::{self, RowGather};
-use super::{CompileDesc, Model, Offloaded, unsupported};
+use super::host_io::unsupported;
+use super::{CompileDesc, Model, Offloaded};
 
 impl Runtime {
     /// Compiles `graph` as [`Runtime::compile`] does, or, with `desc.device_budget`, within that

@@ -28,9 +28,11 @@ use crate::offload::Arrival;
 use crate::pool::DevicePool;
 use crate::runtime::Runtime;
 use crate::time::Instant;
+use crate::trace::{Access, TransferKind};
 use crate::{Error, Result};
 
-use super::{Offloaded, Site, stage_in};
+use super::host_io::stage_in;
+use super::{Offloaded, Site};
 
 impl Offloaded {
     /// Enqueues one run: arrivals, dispatches, copy-outs (module doc). Returns the last ticket,
@@ -51,8 +53,14 @@ impl Offloaded {
         let mut last = self.last;
         let mut bindings = Vec::with_capacity(4);
         for (k, node) in graph.nodes().iter().enumerate() {
+            if let Some(trace) = &mut self.trace {
+                trace.open(k, &self.sizes, |t| tensor_name(graph, t));
+            }
             for &(t, offset, arrival) in &self.arrive[k] {
                 let size = self.sizes[t];
+                if let (Some(trace), false) = (&self.trace, arrival == Arrival::InPlace) {
+                    trace.arrive(t, size, transfer_kind(arrival));
+                }
                 let dst = self.arena_range(offset, size)?;
                 match arrival {
                     Arrival::Prefetch => {
@@ -118,6 +126,16 @@ impl Offloaded {
                 (_, Site::Host, _) => &[],
             };
             lanes.before_compute(b, inputs.iter().map(|s| s.0), writes)?;
+            if let Some(trace) = &self.trace {
+                for (i, &(root, site, (_, size))) in self.sites[k].iter().enumerate() {
+                    let access = if i + 1 < self.sites[k].len() {
+                        Access::Read
+                    } else {
+                        Access::Write
+                    };
+                    trace.bind(&node.label, root, matches!(site, Site::Arena(_)), size, access);
+                }
+            }
             let op = self.gather_at[k].map_or(&node.op, |gi| &self.gathers[gi].op);
             last = b.dispatch(op, &bindings)?;
             for &(t, offset) in &self.leave[k] {
@@ -129,6 +147,12 @@ impl Offloaded {
                 let dst = self.readback.resolve(s.handle)?;
                 self.out_ticket[t] = lanes.copy_out(b, &mut last, offset, src, dst)?;
                 self.report.bytes_to_host += size;
+                if let Some(trace) = &self.trace {
+                    trace.copy_out(t, size);
+                }
+            }
+            if let Some(trace) = &mut self.trace {
+                trace.close(k);
             }
         }
         if let Some(j) = lanes.finish(b)? {
@@ -319,7 +343,7 @@ impl RunLanes {
         #[cfg(target_arch = "wasm32")]
         {
             let _ = (backend, ticket, self.on);
-            Err(super::unsupported())
+            Err(super::host_io::unsupported())
         }
     }
 
@@ -331,5 +355,22 @@ impl RunLanes {
         self.joined = need;
         self.leaving.retain(|l| l.2 > need);
         Ok(Some(joined))
+    }
+}
+
+/// A tensor's name for its residencies in the trace (staged tensors past the graph's: `staged`).
+fn tensor_name(graph: &crate::Graph, t: usize) -> String {
+    graph
+        .tensors()
+        .get(t)
+        .map_or_else(|| format!("staged {t}"), |d| d.name.clone())
+}
+
+/// The copy an arrival is in the trace (`None`: an upload from the host).
+fn transfer_kind(arrival: Arrival) -> Option<TransferKind> {
+    match arrival {
+        Arrival::Prefetch => Some(TransferKind::Prefetch),
+        Arrival::SwapIn => Some(TransferKind::SwapIn),
+        Arrival::HostWrite | Arrival::InPlace => None,
     }
 }

@@ -9,7 +9,7 @@ const LEN: usize = 64 << 10; // 256 KiB of f32 per tensor
 
 /// Six layers `h = relu(h + w_k)`, the first layer's output added back at the end (a long
 /// absence), `y` the output.
-fn graph() -> (Graph, TensorId, Vec<TensorId>, TensorId) {
+pub(super) fn graph() -> (Graph, TensorId, Vec<TensorId>, TensorId) {
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[LEN]);
     let add = Op::Add {
@@ -40,7 +40,7 @@ fn graph() -> (Graph, TensorId, Vec<TensorId>, TensorId) {
     (g, x, weights, y)
 }
 
-fn runtime(force_staging: bool, budget: Option<u64>) -> Runtime {
+pub(super) fn runtime(force_staging: bool, budget: Option<u64>) -> Runtime {
     runtime_on(HostConfig::default(), force_staging, budget)
 }
 
@@ -56,7 +56,7 @@ fn runtime_on(host: HostConfig, force_staging: bool, budget: Option<u64>) -> Run
 }
 
 /// Sets the weights and the input, runs twice, returns the output's bits.
-fn run(model: &mut Model, x: TensorId, weights: &[TensorId], y: TensorId) -> Vec<u32> {
+pub(super) fn run(model: &mut Model, x: TensorId, weights: &[TensorId], y: TensorId) -> Vec<u32> {
     for (k, &w) in weights.iter().enumerate() {
         let data: Vec<f32> = (0..LEN)
             .map(|i| ((i * 7 + k * 13) % 17) as f32 - 8.0)
@@ -73,7 +73,7 @@ fn run(model: &mut Model, x: TensorId, weights: &[TensorId], y: TensorId) -> Vec
     first.iter().map(|v| v.to_bits()).collect()
 }
 
-fn unbudgeted() -> (Vec<u32>, u64) {
+pub(super) fn unbudgeted() -> (Vec<u32>, u64) {
     let (g, x, w, y) = graph();
     let rt = runtime(false, None);
     let mut m = rt.compile(&g).unwrap();
