@@ -29,6 +29,7 @@ use std::sync::Arc;
 use crate::Result;
 use crate::backend::{BlockId, BlockRange, Ticket};
 use crate::pool::slots::{Handle, Slots};
+use crate::trace::TransferKind;
 
 /// A live allocation: the handle that owns it and where its bytes are. `Copy`; every use is checked
 /// against the pool, so a copy kept after `free` is detected, not dangling.
@@ -227,6 +228,11 @@ pub trait PoolListener: Send + Sync {
     fn block_released(&self, pool: &str, block: BlockId, size: u64);
     /// The bytes of a freed allocation went back to the sub-allocator (after its last use).
     fn reclaimed(&self, handle: Handle);
+    /// A live allocation's bytes left device memory for host memory or came back
+    /// ([`TransferKind::Spill`], [`TransferKind::Restore`]: a [`SpillPool`](crate::pool::SpillPool)).
+    fn transferred(&self, handle: Handle, kind: TransferKind, size: u64) {
+        let _ = (handle, kind, size);
+    }
 }
 
 /// An adaptor: a [`DevicePool`] that wraps another pool and changes only some of its behaviour.

@@ -36,13 +36,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use self::entry::{Entry, Mobility, Site};
+use self::listen::Listen;
 
 use crate::backend::{Backend, BlockDesc, BlockRange, MemoryKind, Ticket};
 use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
 use crate::pool::slots::{Handle, Slots, next_pool_id};
+use crate::trace::TransferKind;
 use crate::{Error, Result};
 
 mod entry;
+mod listen;
 
 /// Configuration of a [`SpillPool`].
 #[derive(Clone, Debug)]
@@ -97,6 +100,7 @@ pub struct SpillPool {
     config: SpillConfig,
     name: String,
     state: Mutex<State>,
+    listen: Listen,
 }
 
 /// Why no allocation could be spilled now.
@@ -122,6 +126,7 @@ impl SpillPool {
                 clock: 0,
                 stats: SpillStats::default(),
             }),
+            listen: Listen::default(),
         }
     }
 
@@ -237,6 +242,8 @@ impl SpillPool {
         st.stats.spills += 1;
         st.stats.bytes_out += n;
         st.stats.spilled_now += 1;
+        self.listen
+            .tell(|l| l.transferred(victim, TransferKind::Spill, n));
         Ok(Ok(()))
     }
 
@@ -273,6 +280,8 @@ impl SpillPool {
         st.stats.restores += 1;
         st.stats.bytes_in += n;
         st.stats.spilled_now -= 1;
+        self.listen
+            .tell(|l| l.transferred(handle, TransferKind::Restore, n));
         Ok(a.range)
     }
 
@@ -361,6 +370,7 @@ impl DevicePool for SpillPool {
         if slot.e.device().is_none() {
             st.stats.spilled_now -= 1;
         }
+        self.listen.tell(|l| l.reclaimed(handle));
         Ok(())
     }
 
@@ -374,6 +384,7 @@ impl DevicePool for SpillPool {
         if slot.e.device().is_none() {
             st.stats.spilled_now -= 1;
         }
+        self.listen.tell(|l| l.reclaimed(handle));
         Ok(())
     }
 
@@ -454,7 +465,7 @@ impl DevicePool for SpillPool {
     }
 
     fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
-        self.inner.set_listener(listener);
+        self.inner.set_listener(self.listen.set(listener));
     }
 
     fn check_invariants(&self) -> std::result::Result<(), String> {

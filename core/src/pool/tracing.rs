@@ -14,7 +14,7 @@ use crate::Result;
 use crate::backend::{BlockId, Ticket};
 use crate::pool::device_pool::{self, Allocation, DevicePool, PoolListener};
 use crate::pool::slots::Handle;
-use crate::trace::{EventKind, Tracer};
+use crate::trace::{EventKind, Tracer, TransferKind};
 
 /// The tracer and the trace id of every traced live allocation (shared with the listener and the
 /// leak report, which prints each leak's backtrace).
@@ -66,6 +66,24 @@ impl PoolListener for TraceIds {
         if let Some(id) = self.ids().remove(&handle) {
             self.tracer.record(EventKind::FreeReclaimed { id });
         }
+    }
+
+    fn transferred(&self, handle: Handle, kind: TransferKind, size: u64) {
+        let id = self.id(handle);
+        if id == 0 {
+            return;
+        }
+        let (from, to) = if kind == TransferKind::Restore {
+            (0, id)
+        } else {
+            (id, 0)
+        };
+        self.tracer.record(EventKind::Transfer {
+            from,
+            to,
+            size,
+            kind,
+        });
     }
 }
 

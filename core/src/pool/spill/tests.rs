@@ -136,3 +136,56 @@ fn eight_threads_under_pressure_lose_no_data() {
     pool.check_invariants().unwrap();
     rt.check_leaks().unwrap();
 }
+
+#[test]
+fn a_traced_spill_pool_records_each_spill_and_restore_under_its_own_handles() {
+    use crate::trace::{AnalyzeOptions, EventKind, FindingKind, Tracer, TransferKind, analyze};
+    let (rt, pool) = runtime(false, 2 << 16);
+    let tracer = Tracer::new();
+    rt.set_tracer(Some(tracer.clone()));
+    let tensors: Vec<Tensor> = (0..4)
+        .map(|k| {
+            rt.tensor_from(DType::U32, &[LEN], &pattern(k), "t")
+                .unwrap()
+        })
+        .collect();
+    for (k, t) in tensors.iter().enumerate() {
+        assert_eq!(rt.download::<u32>(t).unwrap(), pattern(k as u32));
+    }
+    for t in tensors {
+        rt.free(t).unwrap();
+    }
+    rt.synchronize().unwrap();
+    let trace = tracer.take();
+    let stats = pool.spill_stats();
+    assert!(stats.spills > 0 && stats.restores > 0, "{stats:?}");
+    let count = |kind: TransferKind| {
+        trace
+            .events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Transfer { kind: k, .. } if k == kind))
+            .count() as u64
+    };
+    assert_eq!(
+        (count(TransferKind::Spill), count(TransferKind::Restore)),
+        (stats.spills, stats.restores)
+    );
+    // Every allocation is freed and reclaimed once, under its own id: the inner pool's reclaims
+    // (in its own handles) no longer close another allocation's trace.
+    let lifetimes = trace.lifetimes();
+    assert_eq!(lifetimes.len(), 4);
+    for l in &lifetimes {
+        let reclaims = trace
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::FreeReclaimed { id: l.id })
+            .count();
+        assert!(l.free_step.is_some() && reclaims == 1, "{l:?}");
+    }
+    assert!(lifetimes.iter().any(|l| !l.away.is_empty()));
+    let findings = analyze(&trace, &AnalyzeOptions::default());
+    assert!(
+        !findings.iter().any(|f| f.kind == FindingKind::Leak),
+        "{findings:#?}"
+    );
+}
