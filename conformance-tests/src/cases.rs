@@ -15,6 +15,8 @@ mod lanes;
 mod managed;
 mod memory;
 mod misuse;
+#[cfg(not(target_arch = "wasm32"))]
+mod misuse_serving;
 mod offload;
 mod ops;
 mod pools;
@@ -51,6 +53,8 @@ pub fn all() -> Vec<Case> {
     #[cfg(not(target_arch = "wasm32"))]
     v.extend(kv::cases());
     v.extend(misuse::cases());
+    #[cfg(not(target_arch = "wasm32"))]
+    v.extend(misuse_serving::cases());
     #[cfg(not(target_arch = "wasm32"))]
     v.extend(waits::cases());
     #[cfg(not(target_arch = "wasm32"))]
