@@ -16,9 +16,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
+use tensormem::backend::lanes;
 use tensormem::{
     Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, HostAccess, OomReport, Op,
-    Result, Ticket,
+    Result, Ticket, TransferLane, TransferLanes, TransferTicket,
 };
 
 /// Sentinel for "nothing armed".
@@ -38,6 +39,9 @@ pub struct Faulty {
     cap: AtomicU64,
     /// Live blocks and their sizes, for the cap.
     blocks: Mutex<HashMap<BlockId, u64>>,
+    /// Offer the inner backend's transfer lane (its calls counted and failed like the rest);
+    /// else the lane collapses onto the compute queue.
+    lanes: bool,
 }
 
 impl Faulty {
@@ -57,7 +61,16 @@ impl Faulty {
             lost: AtomicBool::new(false),
             cap: AtomicU64::new(u64::MAX),
             blocks: Mutex::new(HashMap::new()),
+            lanes: false,
         }
+    }
+
+    /// Wraps `inner` offering its transfer lane, where it has one: the lane's calls count and
+    /// fail like the others.
+    pub fn with_lanes(inner: Arc<dyn Backend>) -> Self {
+        let mut faulty = Faulty::new(inner);
+        faulty.lanes = faulty.inner.transfer_lanes().is_some();
+        faulty
     }
 
     /// Wraps `inner` reporting a largest binding of at most `limit` bytes: dispatches over larger
@@ -150,6 +163,10 @@ impl Faulty {
 impl Backend for Faulty {
     fn capabilities(&self) -> &Capabilities {
         &self.caps
+    }
+
+    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
+        self.lanes.then_some(self as &dyn TransferLanes)
     }
 
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
@@ -264,5 +281,58 @@ impl Backend for Faulty {
             return Poll::Ready(Err(e));
         }
         self.inner.poll_host_access(block, access, cx)
+    }
+}
+
+/// The inner backend's lane, each call counted and failed like the compute calls.
+impl TransferLanes for Faulty {
+    fn transfer_lane(&self) -> TransferLane {
+        lanes::of(self.inner.as_ref()).transfer_lane()
+    }
+
+    fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
+        self.check("transfer_copy")?;
+        lanes::of(self.inner.as_ref()).transfer_copy(src, dst)
+    }
+
+    fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
+        self.check("transfer_fill_zero")?;
+        lanes::of(self.inner.as_ref()).transfer_fill_zero(range)
+    }
+
+    fn transfer_after(&self, ticket: Ticket) -> Result<()> {
+        self.check("transfer_after")?;
+        lanes::of(self.inner.as_ref()).transfer_after(ticket)
+    }
+
+    fn compute_after(&self, ticket: TransferTicket) -> Result<Ticket> {
+        self.check("compute_after")?;
+        lanes::of(self.inner.as_ref()).compute_after(ticket)
+    }
+
+    fn transfer_completed(&self) -> Result<TransferTicket> {
+        self.check("transfer_completed")?;
+        lanes::of(self.inner.as_ref()).transfer_completed()
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn wait_transfer_timeout(
+        &self,
+        ticket: TransferTicket,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<()> {
+        self.check("wait_transfer")?;
+        lanes::of(self.inner.as_ref()).wait_transfer_timeout(ticket, timeout)
+    }
+
+    fn poll_transfer(&self, ticket: TransferTicket, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if let Err(e) = self.check("poll_transfer") {
+            return Poll::Ready(Err(e));
+        }
+        lanes::of(self.inner.as_ref()).poll_transfer(ticket, cx)
+    }
+
+    fn transfer_stall(&self) -> Option<std::time::Duration> {
+        lanes::of(self.inner.as_ref()).transfer_stall()
     }
 }

@@ -286,3 +286,36 @@ fn random_sequences_with_a_failure_at_every_backend_call() {
         "too few failures were exercised: {failed}"
     );
 }
+
+/// A free whose last use on the transfer lane cannot be joined (the join fails) reports the error
+/// and frees the memory at the next synchronize: before, the tensor was consumed and its
+/// allocation stayed live with no handle left to free it.
+#[test]
+fn a_free_whose_last_use_is_unknown_is_settled_by_the_next_synchronize() {
+    let host = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    let faulty = Arc::new(Faulty::with_lanes(host));
+    assert!(faulty.transfer_lanes().is_some(), "the host has a lane");
+    let rt = Runtime::new(faulty.clone(), RuntimeConfig::default()).unwrap();
+    let src = rt
+        .tensor_from(tensormem::DType::U32, &[1024], &[7u32; 1024], "src")
+        .unwrap();
+    let dst = rt.alloc(tensormem::DType::U32, &[1024], "dst").unwrap();
+    let range = |t: &tensormem::Tensor| {
+        let pool = rt.device_pool();
+        let r = pool.resolve(t.allocation().handle).unwrap();
+        pool.release(t.allocation().handle).unwrap();
+        r
+    };
+    let lanes = tensormem::backend::lanes::of(rt.backend().as_ref());
+    lanes.transfer_copy(range(&src), range(&dst)).unwrap();
+    // The free's join of that copy onto the compute lane is the next backend call.
+    faulty.fail_call(0);
+    let freed = rt.free(dst);
+    assert_eq!(faulty.injected(), 1);
+    assert!(matches!(freed, Err(Error::Backend { .. })), "{freed:?}");
+    assert!(rt.check_leaks().is_err(), "not freed before the work settles");
+    rt.synchronize().unwrap();
+    rt.free(src).unwrap();
+    rt.synchronize().unwrap();
+    rt.check_leaks().unwrap();
+}

@@ -17,7 +17,7 @@
 //! the only one in a browser), written once over [`Waiting`] (see [`crate::backend::completion`]);
 //! the async forms are in `async_io`, the transfer paths themselves in `transfer`.
 
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 #[cfg(not(target_arch = "wasm32"))]
 use crate::backend::completion::complete_now;
@@ -107,6 +107,9 @@ struct Inner {
     _device_member: Arc<dyn Reclaim>,
     /// Weights shared by every model compiled on this runtime.
     weights: WeightStore,
+    /// Allocations freed while their last use could not be known (a failed join of the transfer
+    /// lane): freed by the next successful synchronize, once every lane's work has completed.
+    unsettled: Mutex<Vec<Handle>>,
     config: RuntimeConfig,
 }
 
@@ -208,6 +211,7 @@ impl Runtime {
                 budget,
                 _device_member: device_member,
                 weights: WeightStore::default(),
+                unsettled: Mutex::new(Vec::new()),
                 config,
             }),
         })
@@ -390,7 +394,9 @@ impl Runtime {
     ///
     /// # Errors
     /// [`Error::StaleHandle`] / [`Error::DoubleFree`] if the allocation was already freed through
-    /// the pool; [`Error::WrongDevice`] for another device's tensor.
+    /// the pool; [`Error::WrongDevice`] for another device's tensor; the backend's error when the
+    /// tensor's last use on the transfer lane cannot be joined: the memory is then freed by the
+    /// next successful [`Runtime::synchronize`], when no work can use it any more.
     pub fn free(&self, tensor: Tensor) -> Result<()> {
         self.check_device(&tensor, || "free".into())?;
         let pool = self.device_pool();
@@ -403,9 +409,15 @@ impl Runtime {
                         result = result.and(pool.mark_used(a.handle, pending));
                     }
                     Ok(_) => {}
-                    // Whether work still uses it is unknown: it is not freed.
+                    // Whether work still uses it is unknown: it is freed once all work has
+                    // completed (the next synchronize), never before.
                     Err(e) => {
                         result = result.and(Err(e));
+                        self.inner
+                            .unsettled
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(a.handle);
                         continue;
                     }
                 }
@@ -430,7 +442,19 @@ impl Runtime {
         self.inner.front.join_transfers()?;
         let t = self.inner.backend.flush()?;
         waiting.ticket(self.inner.backend.as_ref(), t).await?;
-        self.device_pool().reclaim()
+        let unsettled = std::mem::take(
+            &mut *self
+                .inner
+                .unsettled
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let pool = self.device_pool();
+        let mut result = Ok(());
+        for h in unsettled {
+            result = result.and(pool.free(h));
+        }
+        result.and(pool.reclaim())
     }
 }
 
