@@ -25,7 +25,7 @@ use crate::backend::{Backend, MemoryKind, Ticket, Waiting};
 use crate::devices::DeviceId;
 use crate::ops::DType;
 use crate::pool::{
-    AllocationStats, Budget, DevicePool, Handle, Lease, PoolConfig, PoolStack, Reclaim,
+    AllocationStats, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim,
     StagingBelt, StagingConfig, Traced,
 };
 use crate::trace::Tracer;
@@ -402,8 +402,9 @@ impl Runtime {
         let pool = self.device_pool();
         let mut result = Ok(());
         for a in tensor.segments() {
-            // A stale handle falls through to the pool, which says whether it is a double free.
-            if let Ok((range, _lease)) = Lease::resolve(pool.as_ref(), a.handle) {
+            // A stale handle falls through to the pool, which says whether it is a double free;
+            // bytes spilled to host memory are not brought back to be freed.
+            if let Ok(Some(range)) = pool.resident(a.handle) {
                 match self.inner.front.last_use(&range) {
                     Ok(pending) if pending > Ticket::DONE => {
                         result = result.and(pool.mark_used(a.handle, pending));

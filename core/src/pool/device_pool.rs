@@ -158,6 +158,19 @@ pub trait DevicePool: Send + Sync {
     /// [`Error::ForeignHandle`](crate::Error::ForeignHandle).
     fn resolve(&self, handle: Handle) -> Result<BlockRange>;
 
+    /// Where the allocation's bytes are in device memory now, without moving them: `None` while
+    /// they are elsewhere (a [`SpillPool`](crate::pool::SpillPool)'s spilled allocation, whose
+    /// device work has all completed). What a free asks before it frees: unlike
+    /// [`DevicePool::resolve`], it never brings bytes back. The default resolves and releases.
+    ///
+    /// # Errors
+    /// As [`DevicePool::resolve`].
+    fn resident(&self, handle: Handle) -> Result<Option<BlockRange>> {
+        let range = self.resolve(handle)?;
+        self.release(handle)?;
+        Ok(Some(range))
+    }
+
     /// Ends one lease begun by [`DevicePool::resolve`] or [`DevicePool::allocate`]: the caller no
     /// longer touches the range it was given (work it queued on the range is recorded with
     /// [`DevicePool::mark_used`] first). Nothing to do for pools whose ranges never move (the
@@ -289,6 +302,14 @@ pub trait PoolAdaptor: Send + Sync {
         self.inner().resolve(handle)
     }
 
+    /// As [`DevicePool::resident`]; forwards by default.
+    ///
+    /// # Errors
+    /// As [`DevicePool::resolve`].
+    fn resident(&self, handle: Handle) -> Result<Option<BlockRange>> {
+        self.inner().resident(handle)
+    }
+
     /// As [`DevicePool::mark_used`]; forwards by default.
     ///
     /// # Errors
@@ -378,6 +399,9 @@ impl<A: PoolAdaptor> DevicePool for A {
     }
     fn resolve(&self, handle: Handle) -> Result<BlockRange> {
         PoolAdaptor::resolve(self, handle)
+    }
+    fn resident(&self, handle: Handle) -> Result<Option<BlockRange>> {
+        PoolAdaptor::resident(self, handle)
     }
     fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
         PoolAdaptor::mark_used(self, handle, ticket)

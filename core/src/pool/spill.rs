@@ -418,6 +418,15 @@ impl DevicePool for SpillPool {
         restored
     }
 
+    /// Where the bytes are if on the device; a spilled allocation stays in host memory.
+    fn resident(&self, handle: Handle) -> Result<Option<BlockRange>> {
+        let st = self.lock();
+        match st.slots.get(handle)?.e.device() {
+            Some(a) => self.inner.resident(a.handle),
+            None => Ok(None),
+        }
+    }
+
     fn mark_used(&self, handle: Handle, ticket: Ticket) -> Result<()> {
         let mut st = self.lock();
         let e = &mut st.slots.get_mut(handle)?.e;

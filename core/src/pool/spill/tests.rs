@@ -152,12 +152,18 @@ fn a_traced_spill_pool_records_each_spill_and_restore_under_its_own_handles() {
     for (k, t) in tensors.iter().enumerate() {
         assert_eq!(rt.download::<u32>(t).unwrap(), pattern(k as u32));
     }
+    let before = pool.spill_stats();
+    assert!(before.spilled_now > 0, "{before:?}");
     for t in tensors {
         rt.free(t).unwrap();
     }
     rt.synchronize().unwrap();
     let trace = tracer.take();
     let stats = pool.spill_stats();
+    assert_eq!(
+        stats.restores, before.restores,
+        "a spilled tensor is freed where it is, not brought back first"
+    );
     assert!(stats.spills > 0 && stats.restores > 0, "{stats:?}");
     let count = |kind: TransferKind| {
         trace
