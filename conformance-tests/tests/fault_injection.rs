@@ -313,7 +313,10 @@ fn a_free_whose_last_use_is_unknown_is_settled_by_the_next_synchronize() {
     let freed = rt.free(dst);
     assert_eq!(faulty.injected(), 1);
     assert!(matches!(freed, Err(Error::Backend { .. })), "{freed:?}");
-    assert!(rt.check_leaks().is_err(), "not freed before the work settles");
+    assert!(
+        rt.check_leaks().is_err(),
+        "not freed before the work settles"
+    );
     rt.synchronize().unwrap();
     rt.free(src).unwrap();
     rt.synchronize().unwrap();

@@ -25,8 +25,8 @@ use crate::backend::{Backend, MemoryKind, Ticket, Waiting};
 use crate::devices::DeviceId;
 use crate::ops::DType;
 use crate::pool::{
-    AllocationStats, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim,
-    StagingBelt, StagingConfig, Traced,
+    AllocationStats, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim, StagingBelt,
+    StagingConfig, Traced,
 };
 use crate::trace::Tracer;
 use crate::validate::{DeviceLimits, Validated};

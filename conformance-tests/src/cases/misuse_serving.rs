@@ -46,7 +46,10 @@ fn token(g: &KvGeometry, pos: usize) -> (Vec<f32>, Vec<f32>) {
     (k, v)
 }
 
-fn snapshot(c: &KvCache, seq: SeqId) -> Result<(Vec<u32>, Vec<u32>, Vec<f32>), String> {
+/// A sequence's block table, tokens and attention output: what a refused call must not change.
+type Snapshot = (Vec<u32>, Vec<u32>, Vec<f32>);
+
+fn snapshot(c: &KvCache, seq: SeqId) -> Result<Snapshot, String> {
     let q = vec![0.25; 4 * c.geometry().head_dim as usize];
     Ok((
         c.table(seq).map_err(fail("table"))?.to_vec(),
@@ -66,9 +69,11 @@ async fn kv_misuse(ctx: &Ctx) -> R {
         budget,
         preemption: Preemption::Swap,
     };
-    kv_refused("a budget below one block", KvCache::new(&rt, config(stride - 1)), |e| {
-        matches!(e, KvError::BudgetBelowBlock { .. })
-    })?;
+    kv_refused(
+        "a budget below one block",
+        KvCache::new(&rt, config(stride - 1)),
+        |e| matches!(e, KvError::BudgetBelowBlock { .. }),
+    )?;
     kv_refused(
         "a geometry with no heads",
         KvGeometry::new(2, 0, 8, KvDType::F16, 4, 64).map_err(Error::from),
@@ -108,15 +113,20 @@ async fn kv_misuse(ctx: &Ctx) -> R {
     check(c.write_token(kept, 10, &k, &v).is_err(), || {
         "a write past the sequence's end was accepted".into()
     })?;
-    kv_refused("a token of the wrong size", c.write_token(kept, 0, &k[1..], &v), |e| {
-        matches!(e, KvError::Geometry(_))
-    })?;
+    kv_refused(
+        "a token of the wrong size",
+        c.write_token(kept, 0, &k[1..], &v),
+        |e| matches!(e, KvError::Geometry(_)),
+    )?;
 
     check(snapshot(&c, kept)? == before, || {
         "a refused call changed the surviving sequence".into()
     })?;
     check(c.stats().ledger.used_blocks == used, || {
-        format!("{} blocks used, {used} before", c.stats().ledger.used_blocks)
+        format!(
+            "{} blocks used, {used} before",
+            c.stats().ledger.used_blocks
+        )
     })?;
     c.free(kept).map_err(fail("free"))?;
     c.release().map_err(fail("release"))?;

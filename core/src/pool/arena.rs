@@ -49,6 +49,7 @@ mod holes;
 mod in_place;
 mod invariants;
 mod oom;
+mod pending;
 mod policy;
 mod sites;
 mod units;
@@ -387,8 +388,9 @@ impl ArenaPool {
         Ok((rounded, align.max(self.base_align)))
     }
 
-    /// Existing blocks, then completed frees, then (after returning idle blocks) growth in place,
-    /// then a new block.
+    /// Existing blocks, then completed frees, then pending frees where growth would pass the
+    /// allowance ([`pending`]), then (after returning idle blocks) growth in place, then a new
+    /// block.
     fn carve(&self, st: &mut State, size: u64, align: u64, label: &str) -> Result<Option<Carved>> {
         for attempt in 0..2 {
             if attempt == 1 {
@@ -403,6 +405,9 @@ impl ArenaPool {
             if let Some(found) = Self::try_existing(st, size, align)? {
                 return Ok(Some(Carved::existing(found)));
             }
+        }
+        if let Some(found) = self.after_pending_frees(st, size, align)? {
+            return Ok(Some(Carved::existing(found)));
         }
         self.release_idle(st);
         if let Some(found) = self.grow_in_place(st, size, align, label)? {

@@ -64,6 +64,19 @@ impl<T> Deferred<T> {
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }
+
+    /// The earliest ticket whose completion releases at least `bytes` bytes (`None` when all
+    /// that is queued is less). O(k) for the k items it passes.
+    pub(crate) fn covering(&self, bytes: u64) -> Option<Ticket> {
+        let mut sum = 0u64;
+        for (&(ticket, _), &(size, _)) in &self.items {
+            sum += size;
+            if sum >= bytes {
+                return Some(ticket);
+            }
+        }
+        None
+    }
 }
 
 #[cfg(test)]
@@ -77,6 +90,10 @@ mod tests {
         d.push(Ticket(1), 20, "b");
         d.push(Ticket(5), 30, "c");
         assert_eq!(d.bytes(), 60);
+        assert_eq!(d.covering(20), Some(Ticket(1)));
+        assert_eq!(d.covering(21), Some(Ticket(3)));
+        assert_eq!(d.covering(60), Some(Ticket(5)));
+        assert_eq!(d.covering(61), None);
         assert_eq!(d.reclaim(Ticket(0)), Vec::<&str>::new());
         assert_eq!(d.reclaim(Ticket(3)), vec!["b", "a"]);
         assert_eq!(d.bytes(), 30);

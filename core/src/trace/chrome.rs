@@ -75,7 +75,11 @@ impl Trace {
                     ..
                 } => {
                     // A spilled allocation's bytes leave its pool's device memory until restored.
-                    let id = if *kind == TransferKind::Spill { from } else { to };
+                    let id = if *kind == TransferKind::Spill {
+                        from
+                    } else {
+                        to
+                    };
                     let moved = if *kind == TransferKind::Spill {
                         away.insert(*id)
                     } else {

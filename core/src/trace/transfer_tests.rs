@@ -64,12 +64,17 @@ fn spilled_trace() -> Trace {
 fn transfers_round_trip_through_json_and_an_unknown_reason_is_an_error() {
     let mut t = spilled_trace();
     for (i, kind) in TransferKind::ALL.into_iter().enumerate() {
-        t.events.push(at(20_000_000 + i as u64, transfer(1, 2, kind)));
+        t.events
+            .push(at(20_000_000 + i as u64, transfer(1, 2, kind)));
     }
     assert_eq!(Trace::from_json(&t.to_chrome_json(), "t.json").unwrap(), t);
-    let bad = "[\n{\"t\":0,\"k\":\"transfer\",\"from\":1,\"to\":0,\"size\":4,\"why\":\"teleport\"}\n]";
+    let bad =
+        "[\n{\"t\":0,\"k\":\"transfer\",\"from\":1,\"to\":0,\"size\":4,\"why\":\"teleport\"}\n]";
     let err = Trace::from_json(bad, "bad.json").unwrap_err().to_string();
-    assert!(err.contains("teleport") && err.contains("bad.json:2"), "{err}");
+    assert!(
+        err.contains("teleport") && err.contains("bad.json:2"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -87,7 +92,8 @@ fn a_spilled_allocation_is_off_its_pools_load_and_not_idle() {
     );
     // Without the spill, the 10 ms gap is idleness that would save b's overlap: the peak is 200.
     let mut kept = t.clone();
-    kept.events.retain(|e| !matches!(e.kind, EventKind::Transfer { .. }));
+    kept.events
+        .retain(|e| !matches!(e.kind, EventKind::Transfer { .. }));
     let f = analyze(&kept, &AnalyzeOptions::default());
     let idle = f
         .iter()

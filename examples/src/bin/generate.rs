@@ -319,7 +319,7 @@ fn generate(
         block_tokens: geometry.block_tokens,
         kv_dtype: args.kv_dtype.name(),
         engine: engine.stats().clone(),
-        pool: rt.allocation_stats(),
+        device_peak: rt.budget().peak_reserved(),
         replay: model.decoder.replay.as_ref().map(|r| r.replay_stats()),
         spill: spill.map(|s| (args.device_budget_bytes(), s.spill_stats())),
     };

@@ -300,7 +300,11 @@ impl Layout {
                 TensorRole::Persistent => {
                     r.weight_bytes += size;
                     r.padding_bytes += padding;
-                    match r.weight_bytes_by_dtype.iter_mut().find(|(d, _)| *d == t.dtype) {
+                    match r
+                        .weight_bytes_by_dtype
+                        .iter_mut()
+                        .find(|(d, _)| *d == t.dtype)
+                    {
                         Some((_, b)) => *b += size,
                         None => r.weight_bytes_by_dtype.push((t.dtype, size)),
                     }

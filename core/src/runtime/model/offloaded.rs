@@ -395,7 +395,9 @@ impl Offloaded {
         };
         let trace = tracer.map(|tracer| {
             let id = |ids: &Option<Arc<crate::pool::TraceIds>>, a: &Option<Allocation>| {
-                ids.as_ref().zip(a.as_ref()).map_or(0, |(ids, a)| ids.id(a.handle))
+                ids.as_ref()
+                    .zip(a.as_ref())
+                    .map_or(0, |(ids, a)| ids.id(a.handle))
             };
             let residencies: Vec<run_trace::Residency> = schedule
                 .residencies

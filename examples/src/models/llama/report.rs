@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 use tensormem::kv::KvCacheStats;
-use tensormem::pool::{AllocationStats, ReplayStats, SpillStats};
+use tensormem::pool::{ReplayStats, SpillStats};
 
 use super::requests::EngineStats;
 use crate::models::report::bytes;
@@ -21,8 +21,9 @@ pub struct GenerateReport {
     pub kv_dtype: &'static str,
     /// The engine's counters.
     pub engine: EngineStats,
-    /// The device pool's counters, when it keeps them.
-    pub pool: Option<AllocationStats>,
+    /// Peak bytes of device memory the run held (the runtime's account: weights, KV cache,
+    /// activations and every other block).
+    pub device_peak: u64,
     /// The record-and-replay pool's counters, when steps ran through one.
     pub replay: Option<ReplayStats>,
     /// The device budget and the spilling pool's counters, when the run had a budget.
@@ -38,6 +39,12 @@ fn rate(tokens: u64, secs: f64) -> f64 {
 }
 
 impl GenerateReport {
+    /// Weights + the KV cache + the activations' lower bound from the planner (0 without a
+    /// replay pool): what the run's device memory cannot go below.
+    pub fn device_bound(&self) -> u64 {
+        self.weight_bytes + self.kv.device_bytes + self.replay.as_ref().map_or(0, |r| r.lower_bound)
+    }
+
     /// Prefill tokens per second.
     pub fn prefill_rate(&self) -> f64 {
         rate(self.engine.prefill_tokens, self.engine.prefill_secs)
@@ -70,13 +77,12 @@ impl GenerateReport {
             self.kv_dtype,
             self.block_tokens
         ));
-        if let Some(p) = &self.pool {
-            s.push_str(&format!(
-                "  device peak      {} in use ({} requested)\n",
-                bytes(p.peak_in_use),
-                bytes(p.peak_requested)
-            ));
-        }
+        s.push_str(&format!(
+            "  device peak      {} held: {:.3}x weights + KV + activation lower bound ({})\n",
+            bytes(self.device_peak),
+            self.device_peak as f64 / self.device_bound().max(1) as f64,
+            bytes(self.device_bound())
+        ));
         if let Some(r) = &self.replay {
             s.push_str(&format!(
                 "  activations      {} planned arena (lower bound {}), {} shapes; {} of {} \
@@ -141,7 +147,8 @@ impl GenerateReport {
         let e = &self.engine;
         json!({
             "weight_bytes": self.weight_bytes,
-            "device_peak_bytes": self.pool.as_ref().map(|p| p.peak_in_use),
+            "device_peak_bytes": self.device_peak,
+            "device_bound_bytes": self.device_bound(),
             "device_budget": self.spill.as_ref().map(|(b, sp)| json!({
                 "bytes": b, "spills": sp.spills, "restores": sp.restores,
                 "bytes_out": sp.bytes_out, "bytes_in": sp.bytes_in,

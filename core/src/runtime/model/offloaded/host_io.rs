@@ -15,7 +15,12 @@ impl Offloaded {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a tensor with no storage; transfer errors.
-    pub(in crate::runtime::model) fn write(&mut self, rt: &Runtime, root: usize, data: &[u8]) -> Result<Ticket> {
+    pub(in crate::runtime::model) fn write(
+        &mut self,
+        rt: &Runtime,
+        root: usize,
+        data: &[u8],
+    ) -> Result<Ticket> {
         let backend = rt.backend();
         if let Some(trace) = &self.trace {
             trace.host_io(root, data.len() as u64, true);

@@ -133,7 +133,13 @@ impl Offloaded {
                     } else {
                         Access::Write
                     };
-                    trace.bind(&node.label, root, matches!(site, Site::Arena(_)), size, access);
+                    trace.bind(
+                        &node.label,
+                        root,
+                        matches!(site, Site::Arena(_)),
+                        size,
+                        access,
+                    );
                 }
             }
             let op = self.gather_at[k].map_or(&node.op, |gi| &self.gathers[gi].op);

@@ -85,10 +85,9 @@ fn a_budgeted_model_traces_its_allocations_uses_and_copies() {
         assert!(children.iter().all(|l| l.offset + l.size <= arena.size));
         let findings = analyze(&trace, &AnalyzeOptions::default());
         assert!(
-            !findings.iter().any(|f| matches!(
-                f.kind,
-                FindingKind::Leak | FindingKind::UnusedAllocation
-            )),
+            !findings
+                .iter()
+                .any(|f| matches!(f.kind, FindingKind::Leak | FindingKind::UnusedAllocation)),
             "{findings:#?}"
         );
         rt.check_leaks().unwrap();

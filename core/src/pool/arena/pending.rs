@@ -1,0 +1,62 @@
+//! Waiting for pending frees instead of growing: when the bytes freed behind in-flight work
+//! would serve a request whose growth (the request, or the arena's growth step) would take the
+//! pool past its allowance (the live peak plus
+//! [`ALLOWANCE_DIVISOR`](super::holes::ALLOWANCE_DIVISOR)⁻¹ of it), the pool waits for the
+//! earliest ticket whose completion releases enough of them, reclaims, and places the request
+//! there. The wait is for work already queued, so the device keeps running; what the host loses
+//! is the lead it had over the device. Within the allowance the pool grows as before. Native
+//! only: a browser cannot block, so there the pool grows.
+
+use super::holes::{Holes, MIN_GRANULE};
+use super::in_place::GROWTH_STEP_DIVISOR;
+use super::{ArenaPool, State};
+use crate::Result;
+use crate::suballoc::Region;
+
+impl ArenaPool {
+    /// After the completed frees were reclaimed and nothing fits: waits for enough pending frees
+    /// where growing would pass the allowance (module doc), then places the request among the
+    /// pool's blocks. `Ok(None)` when it did not wait or nothing fits after all.
+    pub(super) fn after_pending_frees(
+        &self,
+        st: &mut State,
+        size: u64,
+        align: u64,
+    ) -> Result<Option<(usize, Region)>> {
+        if cfg!(target_arch = "wasm32") || st.deferred.bytes() < size {
+            return Ok(None);
+        }
+        let arena = st
+            .arena
+            .and_then(|i| st.blocks.get(i))
+            .and_then(Option::as_ref);
+        let granule = arena
+            .and_then(|b| b.holes.as_ref())
+            .map_or(MIN_GRANULE, Holes::granule);
+        // What growing would add: the request, or the arena's growth step.
+        let step = arena.map_or(size, |b| size.max(b.size / GROWTH_STEP_DIVISOR));
+        let allowance = Self::allowance(st, size, granule.trailing_zeros());
+        if st.stats.reserved + step <= allowance {
+            return Ok(None);
+        }
+        // Each round waits for the next ticket that releases `size` bytes: freed bytes in pieces
+        // or in the wrong place may not hold the request, and later ones may.
+        while let Some(ticket) = st.deferred.covering(size) {
+            #[cfg(not(target_arch = "wasm32"))]
+            Self::note(st, self.backend.wait(ticket))?;
+            #[cfg(target_arch = "wasm32")]
+            let _ = ticket;
+            self.reclaim_locked(st)?;
+            if let Some(found) = self.try_arena(st, size, align)? {
+                return Ok(Some(found));
+            }
+            if let Some(found) = Self::try_existing(st, size, align)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests;
