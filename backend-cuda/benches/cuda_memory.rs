@@ -135,7 +135,7 @@ fn bench_transfer(c: &mut Criterion, b: &CudaBackend) {
             let t = Instant::now();
             for _ in 0..iters {
                 let tk = b.copy(full(up), full(dev)).unwrap();
-                b.wait(tk).unwrap();
+                b.wait_timeout(tk, None).unwrap();
             }
             let e = t.elapsed();
             record("transfer", "h2d pinned", e, iters, TRANSFER);
@@ -161,7 +161,7 @@ fn bench_transfer(c: &mut Criterion, b: &CudaBackend) {
             let t = Instant::now();
             for _ in 0..iters {
                 let tk = b.copy(full(dev), full(down)).unwrap();
-                b.wait(tk).unwrap();
+                b.wait_timeout(tk, None).unwrap();
             }
             let e = t.elapsed();
             record("transfer", "d2h pinned", e, iters, TRANSFER);
@@ -202,7 +202,7 @@ fn bench_alloc(c: &mut Criterion, plain: &CudaBackend, ordered: &CudaBackend) {
                     end += s.div_ceil(256) * 256;
                 }
                 let tk = plain.flush().unwrap();
-                plain.wait(tk).unwrap();
+                plain.wait_timeout(tk, None).unwrap();
             }
             let e = t.elapsed();
             record("alloc", "arena offsets (baseline)", e, iters, 0);
@@ -277,14 +277,14 @@ fn bench_expandable(c: &mut Criterion, b: &CudaBackend) {
                         let tk = b
                             .copy(range(block, 0, live), range(bigger, 0, live))
                             .unwrap();
-                        b.wait(tk).unwrap();
+                        b.wait_timeout(tk, None).unwrap();
                         b.free_block(block).unwrap();
                         block = bigger;
                         cap = need;
                     }
                     live = need;
                     let tk = b.fill_zero(range(block, 0, need)).unwrap();
-                    b.wait(tk).unwrap();
+                    b.wait_timeout(tk, None).unwrap();
                     plain_res.add(cap);
                 }
                 b.free_block(block).unwrap();
@@ -312,7 +312,7 @@ fn bench_expandable(c: &mut Criterion, b: &CudaBackend) {
                 for &need in &steps {
                     let cap = b.grow_block(block, need).unwrap();
                     let tk = b.fill_zero(range(block, 0, need)).unwrap();
-                    b.wait(tk).unwrap();
+                    b.wait_timeout(tk, None).unwrap();
                     exp_res.add(cap);
                     b.shrink_block(block, need).unwrap();
                 }
@@ -357,7 +357,7 @@ fn bench_hbm(c: &mut Criterion, b: &CudaBackend) {
             let t = Instant::now();
             for _ in 0..iters {
                 let tk = b.copy(range(x, 0, size), range(y, 0, size)).unwrap();
-                b.wait(tk).unwrap();
+                b.wait_timeout(tk, None).unwrap();
             }
             let e = t.elapsed();
             record("hbm", "d2d copy (read + write)", e, iters, 2 * size);

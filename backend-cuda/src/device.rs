@@ -9,7 +9,7 @@ use cudarc::driver::{result, sys};
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{
     Backend, BlockId, Capabilities, Error, Growable, Managed, ManagedMemory, MemoryKind, Op, Peer,
-    PeerCopy, Residence, Result, Ticket, TransferLanes,
+    PeerCopy, Residence, Result, Ticket,
 };
 
 use crate::blocks::{Block, Memory, alloc_pinned, free_memory, pinned_api, release_all};
@@ -240,24 +240,13 @@ impl Backend for CudaBackend {
         self.timeline.health().note(freed)
     }
 
-    /// Expandable blocks with a chunk of one granule, on a device with VMM (`expandable`).
-    fn growable(&self) -> Option<&dyn Growable> {
-        self.vmm_growth().map(|_| self as &dyn Growable)
-    }
-
-    /// A second stream (`lanes.rs`): copies on it overlap kernels on the compute stream.
-    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
-        Some(self)
-    }
-
-    /// `cuMemAllocManaged`, on a device with concurrent managed access (`managed.rs`).
-    fn managed(&self) -> Option<&dyn Managed> {
-        self.managed.supported().then_some(self as &dyn Managed)
-    }
-
-    /// The same context or peer access between two devices (`peer.rs`).
-    fn peer(&self) -> Option<&dyn Peer> {
-        Some(self)
+    fn extensions(&self) -> tensormem::Extensions<'_> {
+        tensormem::Extensions {
+            growable: self.vmm_growth().map(|_| self as &dyn Growable),
+            transfer_lanes: Some(self),
+            managed: self.managed.supported().then_some(self as &dyn Managed),
+            peer: Some(self),
+        }
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {

@@ -2,7 +2,7 @@
 //!
 //! An expandable block is a `DeviceLocal` block like any other for every [`tensormem::Backend`]
 //! method (copies, fills, bindings); its size is the mapped part of its reserved range. The
-//! contract's blocks that grow in place ([`tensormem::Backend::growable`],
+//! contract's blocks that grow in place ([`tensormem::Extensions::growable`],
 //! `reserve_block`, `resize_block`) are these blocks with a chunk of one granule, so the pools'
 //! arena grows by exactly the granules it asks for, each growth mapped as one allocation; the
 //! inherent API below keeps a chunk size of its own for direct users.
@@ -38,7 +38,7 @@ pub struct ExpandableDesc<'a> {
     pub holes: bool,
 }
 
-/// Reached through [`Backend::growable`](tensormem::Backend::growable) on a device with VMM; a
+/// Reached through [`Extensions::growable`](tensormem::Extensions::growable) on a device with VMM; a
 /// direct call elsewhere reports [`InPlaceGrowth::NONE`] and is refused. A lost device any call
 /// reports is remembered (`health`), as for every other call.
 impl Growable for CudaBackend {

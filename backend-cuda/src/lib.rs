@@ -53,7 +53,7 @@
 //!   [`CudaDesc::queued_write_max`]) tells the pools when to prefer it.
 //! * **Expandable blocks** through the VMM API (`vmm.rs`, [`CudaBackend::alloc_expandable_block`]):
 //!   one reserved address range grown and shrunk in place, PyTorch's expandable segments. They
-//!   are the contract's blocks that grow in place ([`tensormem::Backend::growable`], each
+//!   are the contract's blocks that grow in place ([`tensormem::Extensions::growable`], each
 //!   growth mapped as one allocation), so the pools keep one arena on CUDA instead of adding
 //!   blocks.
 //! * **Kernels in CUDA C** (`kernels.cu`), compiled once per process with NVRTC for the device

@@ -129,7 +129,7 @@ fn run_op(b: &CudaBackend, op: &Op, inputs: &[Vec<u8>]) -> Vec<f32> {
             range(down, offsets[out], sizes[out]),
         )
         .unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     let mut bytes = vec![0u8; sizes[out] as usize];
     b.read_mapped(down, offsets[out], &mut bytes).unwrap();
     for blk in [dev, up, down] {
@@ -177,7 +177,7 @@ fn upload_device_readback_round_trip() {
         .copy(range(dev, 0, n as u64), range(down, 0, n as u64))
         .unwrap();
     assert!(t2 > t1, "tickets increase");
-    b.wait(t2).unwrap();
+    b.wait_timeout(t2, None).unwrap();
     assert!(b.completed().unwrap() >= t2);
     let mut out = vec![0u8; n];
     b.read_mapped(down, 0, &mut out).unwrap();
@@ -217,14 +217,14 @@ fn queued_write_and_fill_zero() {
     let t = b
         .copy(range(dev, 2048, 2048), range(down, 2048, 2048))
         .unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     let mut out = vec![0u8; 4096];
     b.read_mapped(down, 0, &mut out).unwrap();
     assert!(out[..512].iter().all(|&x| x == 0));
     assert!(out[512..2048].iter().all(|&x| x == 0xCD));
     assert!(out[2048..].iter().all(|&x| x == 0xAB));
     let t = b.copy(range(dev, 0, 2048), range(down, 0, 2048)).unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     b.read_mapped(down, 0, &mut out[..2048]).unwrap();
     assert!(out[..1024].iter().all(|&x| x == 0xAB));
     assert!(out[1024..2048].iter().all(|&x| x == 0));
@@ -242,10 +242,10 @@ fn tickets_reject_the_future_and_never_go_back() {
     let Some(b) = backend() else { return };
     let last = b.flush().unwrap();
     assert!(matches!(
-        b.wait(Ticket(last.0 + 10)),
+        b.wait_timeout(Ticket(last.0 + 10), None),
         Err(Error::UnknownTicket { .. })
     ));
-    b.wait(Ticket::DONE).unwrap();
+    b.wait_timeout(Ticket::DONE, None).unwrap();
     let dev = alloc(&b, MemoryKind::DeviceLocal, 1 << 20);
     let mut prev = b.completed().unwrap();
     for _ in 0..100 {
@@ -255,7 +255,7 @@ fn tickets_reject_the_future_and_never_go_back() {
         prev = c;
     }
     let t = b.flush().unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     assert_eq!(b.completed().unwrap(), t);
     b.free_block(dev).unwrap();
 }
@@ -291,7 +291,7 @@ fn stream_ordered_blocks_work_like_plain_ones() {
         let down = alloc(&b, MemoryKind::Readback, 4096);
         b.write_queued(range(dev, 0, 4096), &[7; 4096]).unwrap();
         let t = b.copy(range(dev, 0, 4096), range(down, 0, 4096)).unwrap();
-        b.wait(t).unwrap();
+        b.wait_timeout(t, None).unwrap();
         let mut out = vec![0u8; 4096];
         b.read_mapped(down, 0, &mut out).unwrap();
         assert!(out.iter().all(|&x| x == 7));
@@ -325,7 +325,7 @@ fn expandable_block_grows_in_place_and_keeps_contents() {
     b.fill_zero(range(blk, 10 * g, g)).unwrap();
     let down = alloc(&b, MemoryKind::Readback, 4096);
     let t = b.copy(range(blk, 0, 4096), range(down, 0, 4096)).unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     let mut out = vec![0u8; 4096];
     b.read_mapped(down, 0, &mut out).unwrap();
     assert!(out.iter().all(|&x| x == 9));
@@ -352,7 +352,7 @@ fn expandable_block_grows_in_place_and_keeps_contents() {
 #[test]
 fn reserved_blocks_resize_by_granules_through_the_trait() {
     let Some(b) = backend() else { return };
-    let Some(growth) = b.growable().map(|g| g.in_place_growth()) else {
+    let Some(growth) = b.extensions().growable.map(|g| g.in_place_growth()) else {
         assert!(b.vmm_granularity().is_err(), "VMM without in-place growth");
         return;
     };
@@ -368,7 +368,7 @@ fn reserved_blocks_resize_by_granules_through_the_trait() {
     front.write_queued(range(blk, 0, 4096), &[5; 4096]).unwrap();
     front.resize_block(blk, 5 * g).unwrap();
     let t = front.fill_zero(range(blk, 4 * g, g)).unwrap();
-    front.wait(t).unwrap();
+    front.wait_timeout(t, None).unwrap();
     assert!(matches!(
         front.resize_block(blk, 5 * g + 1),
         Err(Error::Misaligned { .. })
@@ -395,7 +395,7 @@ fn other_streams_join_the_timeline() {
     let Some(b) = backend() else { return };
     let other = b.context().new_stream().unwrap();
     let t = b.join_from(&other).unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     b.join_into(&other).unwrap();
     other.synchronize().unwrap();
 }
@@ -681,7 +681,7 @@ fn queued_writes_own_their_bytes_and_recycle_the_ring() {
         if b.write_queued(r, &buf).unwrap().is_none() {
             // The ring is full: the pools would stage; here, drain and retry.
             full += 1;
-            b.wait(b.flush().unwrap()).unwrap();
+            b.wait_timeout(b.flush().unwrap(), None).unwrap();
             assert!(b.write_queued(r, &buf).unwrap().is_some());
         }
         // The caller reuses its buffer at once: the device must still get `i + 1`.
@@ -689,7 +689,7 @@ fn queued_writes_own_their_bytes_and_recycle_the_ring() {
     }
     println!("write_queued: the ring was full {full} times in {N} writes");
     let t = b.copy(range(dev, 0, N * W), range(down, 0, N * W)).unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     let mut out = vec![0u8; (N * W) as usize];
     b.read_mapped(down, 0, &mut out).unwrap();
     for (i, chunk) in out.chunks(W as usize).enumerate() {
@@ -715,7 +715,7 @@ fn the_per_thread_default_stream_cannot_be_adopted() {
     let adopted = CudaBackend::adopt(own, &CudaDesc::default()).unwrap();
     let dev = alloc(&adopted, MemoryKind::DeviceLocal, 4096);
     adopted
-        .wait(adopted.fill_zero(range(dev, 0, 4096)).unwrap())
+        .wait_timeout(adopted.fill_zero(range(dev, 0, 4096)).unwrap(), None)
         .unwrap();
     adopted.free_block(dev).unwrap();
 }
@@ -740,7 +740,7 @@ fn sticky_error_child() {
     let b = backend().expect("the parent saw CUDA");
     let dev = alloc(&b, MemoryKind::DeviceLocal, 4096);
     let retired = b.fill_zero(range(dev, 0, 4096)).unwrap();
-    b.wait(retired).unwrap();
+    b.wait_timeout(retired, None).unwrap();
     // The application's own kernel on the backend's stream writes through a bad pointer.
     let ptx = cudarc::nvrtc::compile_ptx(
         "extern \"C\" __global__ void bad(float* p) { p[threadIdx.x] = 1.0f; }",
@@ -755,10 +755,15 @@ fn sticky_error_child() {
     unsafe { launch.launch(LaunchConfig::for_num_elems(32)) }.unwrap();
     // The backend tracks only its own work: the next ticket it issues covers the kernel. The fault
     // surfaces at that submission or at its wait, as a lost device either way.
-    let lost = b.fill_zero(range(dev, 0, 4096)).and_then(|t| b.wait(t));
+    let lost = b
+        .fill_zero(range(dev, 0, 4096))
+        .and_then(|t| b.wait_timeout(t, None));
     assert!(matches!(lost, Err(Error::DeviceLost { .. })), "{lost:?}");
     // Remembered: a ticket that had completed, a poll, an allocation all fail fast now.
-    assert!(matches!(b.wait(retired), Err(Error::DeviceLost { .. })));
+    assert!(matches!(
+        b.wait_timeout(retired, None),
+        Err(Error::DeviceLost { .. })
+    ));
     assert!(matches!(b.completed(), Err(Error::DeviceLost { .. })));
     assert!(matches!(
         b.alloc_block(&BlockDesc {
@@ -840,10 +845,10 @@ fn pinned_blocks_follow_the_reported_numa_placement() {
         b.write_mapped(block, 0, &data).unwrap();
         let dev = alloc(&b, MemoryKind::DeviceLocal, size);
         let t = b.copy(range(block, 0, size), range(dev, 0, size)).unwrap();
-        b.wait(t).unwrap();
+        b.wait_timeout(t, None).unwrap();
         let back = alloc(&b, MemoryKind::Readback, size);
         let t = b.copy(range(dev, 0, size), range(back, 0, size)).unwrap();
-        b.wait(t).unwrap();
+        b.wait_timeout(t, None).unwrap();
         let mut out = vec![0u8; size as usize];
         b.read_mapped(back, 0, &mut out).unwrap();
         assert_eq!(out, data);

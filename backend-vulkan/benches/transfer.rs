@@ -97,10 +97,10 @@ fn transfers(c: &mut Criterion) {
                     if upload {
                         staged.write_mapped(stage, 0, &host_src).unwrap();
                         let t = staged.copy(whole(stage, size), whole(dev, size));
-                        staged.wait(t.unwrap()).unwrap();
+                        staged.wait_timeout(t.unwrap(), None).unwrap();
                     } else {
                         let t = staged.copy(whole(dev, size), whole(stage, size));
-                        staged.wait(t.unwrap()).unwrap();
+                        staged.wait_timeout(t.unwrap(), None).unwrap();
                         staged.read_mapped(stage, 0, &mut host_dst).unwrap();
                     }
                     black_box(&mut host_dst);
@@ -117,7 +117,7 @@ fn transfers(c: &mut Criterion) {
                         } else {
                             // The contract: wait for the range's work, then read it mapped.
                             let t = zero.flush().unwrap();
-                            zero.wait(t).unwrap();
+                            zero.wait_timeout(t, None).unwrap();
                             zero.read_mapped(dev, 0, &mut host_dst).unwrap();
                         }
                         black_box(&mut host_dst);

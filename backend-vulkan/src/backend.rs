@@ -16,7 +16,7 @@ use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use gpu_allocator::{AllocationSizes, AllocatorDebugSettings};
 use tensormem::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Error, Growable,
-    InPlaceGrowth, Managed, ManagedMemory, MemoryKind, Op, Result, Ticket, TransferLanes,
+    InPlaceGrowth, Managed, ManagedMemory, MemoryKind, Op, Result, Ticket,
 };
 
 use crate::blocks::{Block, BlockPolicy};
@@ -322,7 +322,7 @@ impl Backend for VulkanBackend {
             "vulkan: block of {} bytes (the front refuses zero and > max_block_size)",
             desc.size
         );
-        if desc.kind == MemoryKind::Managed && self.managed().is_none() {
+        if desc.kind == MemoryKind::Managed && self.extensions().managed.is_none() {
             return Err(Error::Unsupported {
                 backend: BACKEND,
                 what: "managed blocks on a device whose memory is not host-visible".into(),
@@ -339,14 +339,17 @@ impl Backend for VulkanBackend {
         Ok(s.blocks.insert(desc.kind, desc.size, block))
     }
 
-    /// Managed blocks are device-local blocks the host maps, where device memory is host-visible
-    /// (lavapipe, integrated GPUs): nothing moves, and a prefetch is the default no-op. A
-    /// discrete GPU has no such memory in Vulkan (a small BAR window at best), and forced staging
-    /// hides it.
-    fn managed(&self) -> Option<&dyn Managed> {
-        self.caps
-            .device_host_visible
-            .then_some(self as &dyn Managed)
+    fn extensions(&self) -> tensormem::Extensions<'_> {
+        tensormem::Extensions {
+            managed: {
+                self.caps
+                    .device_host_visible
+                    .then_some(self as &dyn Managed)
+            },
+            growable: self.growth.map(|_| self as &dyn Growable),
+            transfer_lanes: Some(self),
+            ..tensormem::Extensions::default()
+        }
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {
@@ -362,18 +365,6 @@ impl Backend for VulkanBackend {
         // unsubmitted work would be a caller bug the pools prevent by waiting on tickets.
         unsafe { b.destroy(&s.gpu.device, &mut s.allocator) };
         Ok(())
-    }
-
-    /// Sparse buffers over the reservation, where the device binds sparse memory on its compute
-    /// queue; see `crate::sparse` for the granularity.
-    fn growable(&self) -> Option<&dyn Growable> {
-        self.growth.map(|_| self as &dyn Growable)
-    }
-
-    /// Always, concurrent or not (`lanes`): with the lane off, transfer work is recorded on the
-    /// compute lane, and the backend still refuses tickets it never issued.
-    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
-        Some(self)
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {

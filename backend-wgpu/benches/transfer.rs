@@ -155,7 +155,7 @@ fn upload(c: &mut Criterion) {
                         .write_queued(dev, &data)
                         .unwrap()
                         .expect("queued path");
-                    staging.wait(t).unwrap();
+                    staging.wait_timeout(t, None).unwrap();
                 })
             },
         );
@@ -165,7 +165,7 @@ fn upload(c: &mut Criterion) {
             |b, _| {
                 b.iter(|| {
                     let t = belt.upload(dev, &data).unwrap();
-                    staging.wait(t).unwrap();
+                    staging.wait_timeout(t, None).unwrap();
                 })
             },
         );
@@ -228,7 +228,7 @@ fn readback(c: &mut Criterion) {
 
         let dev = block(&staging, MemoryKind::DeviceLocal, size);
         let t = staging.write_queued(dev, &data).unwrap().expect("queued");
-        staging.wait(t).unwrap();
+        staging.wait_timeout(t, None).unwrap();
         g.bench_with_input(
             BenchmarkId::new("core_staging_belt", size),
             &size,

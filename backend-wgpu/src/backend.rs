@@ -82,12 +82,12 @@ impl Backend for WgpuBackend {
         ))
     }
 
-    /// Where device buffers are mappable storage (zero copy: integrated GPUs, CPU adapters),
-    /// managed blocks are such buffers and nothing moves (a prefetch is the default no-op).
-    /// WebGPU has no migrating memory, and a discrete GPU's mappable device memory is slow or
-    /// tiny, so it has none.
-    fn managed(&self) -> Option<&dyn Managed> {
-        zero_copy(&self.caps).then_some(self as &dyn Managed)
+    fn extensions(&self) -> tensormem::Extensions<'_> {
+        tensormem::Extensions {
+            managed: zero_copy(&self.caps).then_some(self as &dyn Managed),
+            transfer_lanes: None,
+            ..tensormem::Extensions::default()
+        }
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {
@@ -355,16 +355,6 @@ impl Backend for WgpuBackend {
 
     fn poll_ticket(&self, ticket: Ticket, cx: &mut Context<'_>) -> Poll<Result<()>> {
         self.poll_ticket_impl(ticket, cx)
-    }
-
-    /// `None`, as the trait's default, stated here because it is a decision: the transfer lane is
-    /// collapsed onto wgpu's one queue (callers get a `CollapsedLane`), so compute never waits
-    /// across lanes and no stall is reported; a transfer's cost is queue time shared with the
-    /// kernels, and timing it would take timestamps inside encoders
-    /// (`TIMESTAMP_QUERY_INSIDE_ENCODERS`: lavapipe's adapter has it, WebGPU in a browser does
-    /// not) around copies the offload executor issues as compute work there.
-    fn transfer_lanes(&self) -> Option<&dyn tensormem::TransferLanes> {
-        None
     }
 
     fn poll_host_access(

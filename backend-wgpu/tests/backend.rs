@@ -87,7 +87,7 @@ pub fn upload(b: &WgpuBackend, dst: BlockRange, data: &[u8]) {
     let staging = alloc(b, MemoryKind::Upload, dst.size);
     b.write_mapped(staging, 0, data).unwrap();
     let t = b.copy(range(staging, 0, dst.size), dst).unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     b.free_block(staging).unwrap();
 }
 
@@ -95,7 +95,7 @@ pub fn upload(b: &WgpuBackend, dst: BlockRange, data: &[u8]) {
 pub fn download(b: &WgpuBackend, src: BlockRange) -> Vec<u8> {
     let rb = alloc(b, MemoryKind::Readback, src.size);
     let t = b.copy(src, range(rb, 0, src.size)).unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     let mut out = vec![0u8; src.size as usize];
     b.read_mapped(rb, 0, &mut out).unwrap();
     b.free_block(rb).unwrap();

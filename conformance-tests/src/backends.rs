@@ -79,7 +79,7 @@ fn vulkan_with(force_staging: bool) -> Result<Arc<dyn Backend>> {
         wait_timeout: wait_limit(defaults.wait_timeout)?.unwrap_or(Duration::MAX),
         ..defaults
     })?;
-    if backend.growable().is_none()
+    if backend.extensions().growable.is_none()
         && std::env::var("TENSORMEM_REQUIRE_VULKAN_SPARSE").is_ok_and(|v| v == "1")
     {
         return Err(tensormem::Error::BackendUnavailable {

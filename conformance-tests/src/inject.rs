@@ -165,8 +165,11 @@ impl Backend for Faulty {
         &self.caps
     }
 
-    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
-        self.lanes.then_some(self as &dyn TransferLanes)
+    fn extensions(&self) -> tensormem::Extensions<'_> {
+        tensormem::Extensions {
+            transfer_lanes: self.lanes.then_some(self as &dyn TransferLanes),
+            ..tensormem::Extensions::default()
+        }
     }
 
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {

@@ -294,7 +294,10 @@ fn random_sequences_with_a_failure_at_every_backend_call() {
 fn a_free_whose_last_use_is_unknown_is_settled_by_the_next_synchronize() {
     let host = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
     let faulty = Arc::new(Faulty::with_lanes(host));
-    assert!(faulty.transfer_lanes().is_some(), "the host has a lane");
+    assert!(
+        faulty.extensions().transfer_lanes.is_some(),
+        "the host has a lane"
+    );
     let rt = Runtime::new(faulty.clone(), RuntimeConfig::default()).unwrap();
     let src = rt
         .tensor_from(tensormem::DType::U32, &[1024], &[7u32; 1024], "src")

@@ -10,7 +10,7 @@
 //! * **Blocks** are one native allocation each (`cuMemAlloc`, `VkDeviceMemory` + `VkBuffer`,
 //!   `wgpu::Buffer`, a host allocation) of one [`MemoryKind`]. A block from
 //!   [`Backend::alloc_block`] is never resized.
-//! * **Blocks that grow in place** (optional, [`Backend::growable`]): a backend that can reserve
+//! * **Blocks that grow in place** (optional, [`Extensions::growable`]): a backend that can reserve
 //!   address space and back it with memory piece by piece offers the [`Growable`] capability, so
 //!   one arena grows instead of adding blocks; see [`growable`].
 //! * **Host access.** [`Backend::write_mapped`] and [`Backend::read_mapped`] copy between host memory
@@ -22,14 +22,14 @@
 //!   [`Ticket`] of the submission that carries it, and a later call observes the effects of every
 //!   earlier one (the backend inserts whatever barriers its API needs; on Vulkan, memory barriers
 //!   between dependent commands). A backend may batch several calls into one native submission; it
-//!   must submit no later than the first [`Backend::wait`], [`Backend::completed`] or
+//!   must submit no later than the first [`Backend::wait_timeout`], [`Backend::completed`] or
 //!   [`Backend::flush`] that concerns them.
 //! * **Copy directions.** Copies read `DeviceLocal`, `Managed` and `Upload` memory and write
 //!   `DeviceLocal`, `Managed` and `Readback` memory; where [`Capabilities::host_visible_copies`]
 //!   says so, also the reverse (`Readback` as a source, `Upload` as a destination).
 //! * **Transfer lane.** Copies and fills may also go on a second ordered lane with its own
 //!   [`TransferTicket`]s, the [`TransferLanes`] capability: a backend's own where
-//!   [`Backend::transfer_lanes`] offers one, running beside the compute queue, else a
+//!   [`Extensions::transfer_lanes`] offers one, running beside the compute queue, else a
 //!   [`CollapsedLane`] on the compute queue; [`lanes::of`] reaches either. See [`lanes`].
 //! * **Tickets** increase monotonically. `completed()` returns the highest ticket `t` such that every
 //!   ticket `<= t` has finished. Frees of memory used by in-flight work are deferred by the pools
@@ -39,14 +39,14 @@
 //!   multiples of [`Capabilities::binding_align`]. The pools guarantee both.
 //! * **Completion never has to block.** [`Backend::poll_ticket`] and [`Backend::poll_host_access`]
 //!   poll without blocking and register the caller's waker; [`TicketWait`] and [`HostAccessWait`]
-//!   are their futures. The blocking [`Backend::wait`] exists on native targets only: on `wasm32`
+//!   are their futures. The blocking [`Backend::wait_timeout`] exists on native targets only: on `wasm32`
 //!   (a browser's main thread) it is not compiled, so a blocking call is a compile error. On a
 //!   backend whose mapping is asynchronous (WebGPU), `read_mapped` / `write_mapped` block natively
 //!   and on `wasm32` require a completed `poll_host_access` first. See [`completion`].
-//! * **Managed memory** (optional, [`Backend::managed`]): blocks of [`MemoryKind::Managed`] are
+//! * **Managed memory** (optional, [`Extensions::managed`]): blocks of [`MemoryKind::Managed`] are
 //!   device memory and host-visible at once; [`Managed::prefetch`] moves a range to the device
 //!   or the host in queue order where the driver migrates pages. See [`managed`].
-//! * **Direct copies between backends** (optional, [`Backend::peer`]): two backends on one
+//! * **Direct copies between backends** (optional, [`Extensions::peer`]): two backends on one
 //!   physical device, or two devices with peer access, copy without staging through host
 //!   memory, ordered after both timelines' earlier work. See [`peer`].
 //! * **Errors.** No method panics; native failures map into [`Error`](crate::Error), a lost device
@@ -107,7 +107,7 @@ pub enum MemoryKind {
     Readback,
     /// One allocation the host and the device both address, kept where it is used by the driver
     /// (CUDA managed memory), or device memory that is host memory. Kernels bind it, copies read
-    /// and write it, the host maps it. Only where [`Backend::managed`] offers it; see
+    /// and write it, the host maps it. Only where [`Extensions::managed`] offers it; see
     /// [`managed`].
     Managed,
 }
@@ -236,16 +236,6 @@ pub trait Backend: Any + Send + Sync {
     #[cfg(not(target_arch = "wasm32"))]
     fn wait_timeout(&self, ticket: Ticket, timeout: Option<Duration>) -> Result<()>;
 
-    /// [`Backend::wait_timeout`] with the default limit: what every pool and the runtime call,
-    /// so the validating front's limit (`RuntimeConfig::wait_timeout`) applies to all of them.
-    ///
-    /// # Errors
-    /// As [`Backend::wait_timeout`].
-    #[cfg(not(target_arch = "wasm32"))]
-    fn wait(&self, ticket: Ticket) -> Result<()> {
-        self.wait_timeout(ticket, None)
-    }
-
     /// Polls whether `ticket` and every earlier ticket have finished, submitting it first if
     /// needed; never blocks. While pending, the backend arranges for `cx`'s waker to be woken when
     /// polling again can make progress. The default asks to be polled again at once (correct on
@@ -253,7 +243,7 @@ pub trait Backend: Any + Send + Sync {
     /// thread or callback override it to wake exactly.
     ///
     /// # Errors
-    /// As [`Backend::wait`], and [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
+    /// As [`Backend::wait_timeout`], and [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
     /// ticket that was never issued.
     fn poll_ticket(&self, ticket: Ticket, cx: &mut Context<'_>) -> Poll<Result<()>> {
         completion::poll_ticket_by_polling(self, ticket, cx)
@@ -276,29 +266,73 @@ pub trait Backend: Any + Send + Sync {
         Poll::Ready(Ok(()))
     }
 
-    /// Blocks that grow in place, where the backend offers them: `None` (the default) for a
-    /// backend that cannot, and the pools then add blocks. See [`growable`].
-    fn growable(&self) -> Option<&dyn Growable> {
-        None
+    /// The optional capabilities the backend offers, each a trait of its own: blocks that grow
+    /// in place, a transfer lane, managed memory, direct copies to a peer. The default offers
+    /// none. Callers reach them through [`Extensions::growable`] and its siblings (methods of
+    /// `dyn Backend`).
+    fn extensions(&self) -> Extensions<'_> {
+        Extensions::default()
+    }
+}
+
+/// The optional capability traits a backend offers ([`Backend::extensions`]): each is `None`
+/// where the backend lacks it.
+#[derive(Clone, Copy, Default)]
+pub struct Extensions<'a> {
+    /// Blocks that grow in place; without them the pools add blocks. See [`growable`].
+    pub growable: Option<&'a dyn Growable>,
+    /// A transfer lane of the backend's own; without one the lane collapses onto the compute
+    /// queue ([`CollapsedLane`]). See [`lanes`].
+    pub transfer_lanes: Option<&'a dyn TransferLanes>,
+    /// Managed memory ([`MemoryKind::Managed`] blocks); without it the front refuses the kind.
+    /// See [`managed`].
+    pub managed: Option<&'a dyn Managed>,
+    /// Direct copies to another backend; without them callers stage through host memory. See
+    /// [`peer`].
+    pub peer: Option<&'a dyn Peer>,
+}
+
+impl std::fmt::Debug for Extensions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extensions")
+            .field("growable", &self.growable.is_some())
+            .field("transfer_lanes", &self.transfer_lanes.is_some())
+            .field("managed", &self.managed.is_some())
+            .field("peer", &self.peer.is_some())
+            .finish()
+    }
+}
+
+/// What every backend offers on top of the trait, built from it.
+impl<'b> dyn Backend + 'b {
+    /// [`Backend::wait_timeout`] with the default limit: what every pool and the runtime call,
+    /// so the validating front's limit (`RuntimeConfig::wait_timeout`) applies to all of them.
+    ///
+    /// # Errors
+    /// As [`Backend::wait_timeout`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn wait(&self, ticket: Ticket) -> Result<()> {
+        self.wait_timeout(ticket, None)
     }
 
-    /// A transfer lane of the backend's own, where it runs one: `None` (the default) for a
-    /// backend with one queue, whose lane callers then reach as a [`CollapsedLane`] over the
-    /// compute queue. Callers go through [`lanes::of`], which picks. See [`lanes`].
-    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
-        None
+    /// Blocks that grow in place, where the backend offers them ([`Extensions::growable`]).
+    pub fn growable(&self) -> Option<&dyn Growable> {
+        self.extensions().growable
     }
 
-    /// Managed memory, where the backend serves [`MemoryKind::Managed`] blocks: `None` (the
-    /// default) for a backend without it, and the validating front then refuses the kind. See
-    /// [`managed`].
-    fn managed(&self) -> Option<&dyn Managed> {
-        None
+    /// The backend's own transfer lane, where it runs one ([`Extensions::transfer_lanes`]).
+    /// Callers go through [`lanes::of`], which collapses the lane where there is none.
+    pub fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
+        self.extensions().transfer_lanes
     }
 
-    /// Direct copies to another backend, where the backend has a path that avoids host memory:
-    /// `None` (the default), and callers stage through host memory. See [`peer`].
-    fn peer(&self) -> Option<&dyn Peer> {
-        None
+    /// Managed memory, where the backend serves it ([`Extensions::managed`]).
+    pub fn managed(&self) -> Option<&dyn Managed> {
+        self.extensions().managed
+    }
+
+    /// Direct copies to another backend, where there is a path ([`Extensions::peer`]).
+    pub fn peer(&self) -> Option<&dyn Peer> {
+        self.extensions().peer
     }
 }

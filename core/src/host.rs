@@ -6,7 +6,7 @@
 //! and the ticket completes when the worker has finished it. That makes the pools' deferred-free
 //! path real on a machine without a GPU: a free issued while the worker is busy must wait.
 //!
-//! Copies and fills on the **transfer lane** ([`TransferLanes`], `lanes`) run on a second worker
+//! Copies and fills on the **transfer lane** ([`TransferLanes`](crate::backend::TransferLanes), `lanes`) run on a second worker
 //! thread with its own tickets, beside the compute worker, so copy/compute overlap is real here;
 //! cross-lane waits are commands the workers execute (`queue`).
 //!
@@ -33,8 +33,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::backend::{
-    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, Growable,
-    Managed, ManagedMemory, MemoryKind, Ticket, TransferLanes, TransferTicket,
+    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, DeviceType, Extensions,
+    Growable, Managed, ManagedMemory, MemoryKind, Ticket, TransferTicket,
 };
 use crate::numa::HostPlacement;
 use crate::ops::Op;
@@ -74,7 +74,7 @@ pub struct HostConfig {
     /// Extra time the worker spends on every command, to widen the window in which work is in
     /// flight (tests of deferred frees). Default zero. No effect on `wasm32` (no worker).
     pub worker_delay: Duration,
-    /// Offer blocks that grow in place ([`Backend::growable`]) through reserve-and-commit
+    /// Offer blocks that grow in place ([`Extensions::growable`]) through reserve-and-commit
     /// of address space (Unix only). Default `true`; `false` makes the pools take the fallback
     /// path of adding blocks, as on a device without virtual memory management.
     pub in_place_growth: bool,
@@ -318,20 +318,13 @@ impl Backend for HostBackend {
         Ok(())
     }
 
-    /// Reserve-and-commit of address space, on Unix where [`HostConfig::in_place_growth`] is set
-    /// (`growth`).
-    fn growable(&self) -> Option<&dyn Growable> {
-        growth::offered(&self.config).map(|_| self as &dyn Growable)
-    }
-
-    /// A second worker thread (`lanes`).
-    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
-        Some(self)
-    }
-
-    /// Every block is host memory, so managed blocks are too.
-    fn managed(&self) -> Option<&dyn Managed> {
-        Some(self)
+    fn extensions(&self) -> Extensions<'_> {
+        Extensions {
+            growable: growth::offered(&self.config).map(|_| self as &dyn Growable),
+            transfer_lanes: Some(self),
+            managed: Some(self),
+            ..Extensions::default()
+        }
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {

@@ -100,9 +100,9 @@ pub mod validate;
 
 pub use backend::{
     Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType,
-    Growable, HostAccess, HostAccessWait, InPlaceGrowth, Managed, ManagedMemory, MemoryKind, Peer,
-    PeerCopy, PeerPath, Residence, Ticket, TicketWait, TicketWakers, TransferLane, TransferLanes,
-    TransferTicket, TransferWait, Waiting,
+    Extensions, Growable, HostAccess, HostAccessWait, InPlaceGrowth, Managed, ManagedMemory,
+    MemoryKind, Peer, PeerCopy, PeerPath, Residence, Ticket, TicketWait, TicketWakers,
+    TransferLane, TransferLanes, TransferTicket, TransferWait, Waiting,
 };
 pub use devices::{DeviceId, DeviceSet, PlacedModel, Placement};
 pub use error::{Error, OomReport, Result};

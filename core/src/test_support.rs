@@ -91,9 +91,9 @@ macro_rules! forward_backend {
             self.$i.wait_timeout(ticket, timeout)
         }
     };
-    (@ $i:ident growable) => {
-        fn growable(&self) -> Option<&dyn $crate::backend::Growable> {
-            self.$i.growable()
+    (@ $i:ident extensions) => {
+        fn extensions(&self) -> $crate::backend::Extensions<'_> {
+            self.$i.extensions()
         }
     };
 }

@@ -33,8 +33,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 
 use crate::backend::{
-    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Growable, HostAccess,
-    Managed, Peer, Ticket, TransferLanes,
+    Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Extensions, Growable,
+    HostAccess, Managed, Peer, Ticket,
 };
 use crate::ops::Op;
 use crate::{Error, Result};
@@ -80,7 +80,7 @@ pub struct Validated {
     state: Mutex<State>,
     /// Why the device is unusable, once it is.
     broken: OnceLock<String>,
-    /// The limit of a wait that names none ([`Backend::wait`]); `None` defers to the backend.
+    /// The limit of a wait that names none ([`Backend::wait_timeout`]); `None` defers to the backend.
     #[cfg(not(target_arch = "wasm32"))]
     wait_timeout: Option<std::time::Duration>,
 }
@@ -108,7 +108,7 @@ impl Validated {
     }
 
     /// Sets the limit of every wait through the front that names none: the pools' and the
-    /// runtime's waits ([`Backend::wait`]). `None` (the default) keeps the backend's own default.
+    /// runtime's waits ([`Backend::wait_timeout`]). `None` (the default) keeps the backend's own default.
     #[cfg(not(target_arch = "wasm32"))]
     #[must_use]
     pub fn with_wait_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
@@ -183,11 +183,11 @@ impl Validated {
 
     /// The latest unfinished ticket of work (through this front) that touches `range`, or
     /// [`Ticket::DONE`]. A pool that frees `range` must defer the free to it. Unfinished
-    /// transfer-lane work on the range is joined first ([`TransferLanes::compute_after`]), and
+    /// transfer-lane work on the range is joined first ([`TransferLanes::compute_after`](crate::backend::TransferLanes::compute_after)), and
     /// the joined ticket counts as its use.
     ///
     /// # Errors
-    /// As [`TransferLanes::compute_after`], when a join is needed.
+    /// As [`TransferLanes::compute_after`](crate::backend::TransferLanes::compute_after), when a join is needed.
     pub fn last_use(&self, range: &BlockRange) -> Result<Ticket> {
         let transfer = self.lock().transfer_uses.last_use(range);
         if transfer > Ticket::DONE {
@@ -239,24 +239,13 @@ impl Backend for Validated {
         Ok(())
     }
 
-    fn growable(&self) -> Option<&dyn Growable> {
-        self.growth().map(|_| self as &dyn Growable)
-    }
-
-    /// Always: the front checks and records transfer tickets whether the lane behind it is the
-    /// backend's own or collapsed (`lanes`).
-    fn transfer_lanes(&self) -> Option<&dyn TransferLanes> {
-        Some(self)
-    }
-
-    /// Where the backend has managed memory (`direct`).
-    fn managed(&self) -> Option<&dyn Managed> {
-        self.backend.managed().map(|_| self as &dyn Managed)
-    }
-
-    /// Where the backend has direct copies (`direct`).
-    fn peer(&self) -> Option<&dyn Peer> {
-        self.backend.peer().map(|_| self as &dyn Peer)
+    fn extensions(&self) -> Extensions<'_> {
+        Extensions {
+            growable: self.growth().map(|_| self as &dyn Growable),
+            transfer_lanes: Some(self),
+            managed: self.backend.managed().map(|_| self as &dyn Managed),
+            peer: self.backend.peer().map(|_| self as &dyn Peer),
+        }
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {

@@ -21,7 +21,7 @@ use crate::{MIB, alloc, range, record};
 /// Sends `r` to `to` and waits, untimed.
 fn place(b: &CudaBackend, r: tensormem::BlockRange, to: Residence) {
     let t = b.prefetch(r, to).unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
 }
 
 /// One variant of `group`: `run` does one iteration and returns its timed part.
@@ -71,7 +71,7 @@ pub(crate) fn bench_managed(c: &mut Criterion, b: &CudaBackend) {
         || {
             let t = Instant::now();
             let tk = b.dispatch(&relu, &[d_in, d_out]).unwrap();
-            b.wait(tk).unwrap();
+            b.wait_timeout(tk, None).unwrap();
             t.elapsed()
         },
     );
@@ -85,7 +85,7 @@ pub(crate) fn bench_managed(c: &mut Criterion, b: &CudaBackend) {
             let t = Instant::now();
             b.prefetch(whole, Residence::Device).unwrap();
             let tk = b.dispatch(&relu, &[m_in, m_out]).unwrap();
-            b.wait(tk).unwrap();
+            b.wait_timeout(tk, None).unwrap();
             t.elapsed()
         },
     );
@@ -98,7 +98,7 @@ pub(crate) fn bench_managed(c: &mut Criterion, b: &CudaBackend) {
             place(b, whole, Residence::Host);
             let t = Instant::now();
             let tk = b.dispatch(&relu, &[m_in, m_out]).unwrap();
-            b.wait(tk).unwrap();
+            b.wait_timeout(tk, None).unwrap();
             t.elapsed()
         },
     );
@@ -111,7 +111,7 @@ pub(crate) fn bench_managed(c: &mut Criterion, b: &CudaBackend) {
         || {
             let t = Instant::now();
             let tk = b.dispatch(&relu, &[m_in, m_out]).unwrap();
-            b.wait(tk).unwrap();
+            b.wait_timeout(tk, None).unwrap();
             t.elapsed()
         },
     );

@@ -88,7 +88,7 @@ pub(crate) fn bench_peer(c: &mut Criterion, plain: &CudaBackend) {
             let t = Instant::now();
             for _ in 0..iters {
                 let tk = plain.copy(range(x, 0, SIZE), range(y, 0, SIZE)).unwrap();
-                plain.wait(tk).unwrap();
+                plain.wait_timeout(tk, None).unwrap();
             }
             let e = t.elapsed();
             record("peer", "d2d one backend (baseline)", e, iters, SIZE);

@@ -49,7 +49,11 @@ fn round_trip(b: &dyn Backend, block: BlockId, offset: u64, byte: u8) -> Vec<u8>
 #[test]
 fn whole_units_are_given_back_moved_and_committed_again() {
     let Some(b) = holes_backend() else { return };
-    let growth = b.growable().expect("VMM on the device").in_place_growth();
+    let growth = b
+        .extensions()
+        .growable
+        .expect("VMM on the device")
+        .in_place_growth();
     assert!(growth.holes && growth.whole_units);
     let g = growth.granularity;
     // Units [0, g), [g, 2g) and [2g, 4g): the reservation's first size and two growths.
@@ -106,7 +110,8 @@ fn whole_units_are_given_back_moved_and_committed_again() {
 fn a_pool_keeps_contents_while_its_memory_moves() {
     let Some(b) = holes_backend() else { return };
     let g = b
-        .growable()
+        .extensions()
+        .growable
         .expect("VMM on the device")
         .in_place_growth()
         .granularity;

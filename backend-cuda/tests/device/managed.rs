@@ -42,7 +42,7 @@ fn managed_blocks_prefetch_both_ways_and_keep_their_values() {
     b.dispatch(&Op::Relu { len: n as u32 }, &[input, output])
         .unwrap();
     let t = b.prefetch(output, Residence::Host).unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     let mut out = vec![0u8; bytes as usize];
     b.read_mapped(m, bytes, &mut out).unwrap();
     let want: Vec<f32> = x.iter().map(|v| v.max(0.0)).collect();
@@ -54,7 +54,7 @@ fn managed_blocks_prefetch_both_ways_and_keep_their_values() {
     b.fill_zero(range(m, bytes, 4096)).unwrap();
     b.copy(range(dev, 0, bytes), range(down, 0, bytes)).unwrap();
     let t = b.prefetch(range(m, bytes, 4096), Residence::Host).unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     b.read_mapped(down, 0, &mut out).unwrap();
     assert_eq!(bytes_f32(&out), want, "the copy through device memory");
     let mut head = vec![0xFFu8; 4096];

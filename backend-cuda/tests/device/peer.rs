@@ -19,16 +19,16 @@ fn filled(b: &CudaBackend, n: u64, seed: u8) -> (tensormem::BlockId, Vec<u8>) {
     let up = alloc(b, MemoryKind::Upload, n);
     b.write_mapped(up, 0, &data).unwrap();
     let t = b.copy(range(up, 0, n), range(dev, 0, n)).unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     b.free_block(up).unwrap();
     (dev, data)
 }
 
 fn read(b: &CudaBackend, dev: tensormem::BlockId, n: u64, after: Ticket) -> Vec<u8> {
-    b.wait(after).unwrap();
+    b.wait_timeout(after, None).unwrap();
     let down = alloc(b, MemoryKind::Readback, n);
     let t = b.copy(range(dev, 0, n), range(down, 0, n)).unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     let mut out = vec![0u8; n as usize];
     b.read_mapped(down, 0, &mut out).unwrap();
     b.free_block(down).unwrap();
@@ -50,7 +50,7 @@ fn two_backends_on_one_gpu_copy_device_to_device() {
     assert_eq!(copied.path, PeerPath::SharedDevice);
     assert_eq!(read(&b, dst, n, copied.dst_ticket), data);
     // The source's ticket completes after the copy: the source may then be reused.
-    a.wait(copied.src_ticket).unwrap();
+    a.wait_timeout(copied.src_ticket, None).unwrap();
     // Back the other way, into an offset, after both sides did more work.
     let t = a.fill_zero(range(src, 0, n)).unwrap();
     let back = b
@@ -151,7 +151,7 @@ fn two_gpus_copy_peer_to_peer_where_the_driver_allows() {
         Some(c) => {
             assert_eq!(c.path, PeerPath::PeerToPeer);
             assert_eq!(read(&b, dst, n, c.dst_ticket), data);
-            a.wait(c.src_ticket).unwrap();
+            a.wait_timeout(c.src_ticket, None).unwrap();
         }
         None => println!("no peer access between GPU 0 and 1: the set stages"),
     }

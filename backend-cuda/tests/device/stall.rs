@@ -33,7 +33,7 @@ fn the_compute_streams_wait_for_a_long_copy_is_the_measured_stall() {
     }
     b.compute_after(t).unwrap();
     let c = b.copy(range(s2, 0, small), range(s1, 0, small)).unwrap();
-    b.wait(c).unwrap();
+    b.wait_timeout(c, None).unwrap();
     let wall = started.elapsed();
     let after = b.transfer_stall().unwrap();
     let stall = after - before;
@@ -47,7 +47,7 @@ fn the_compute_streams_wait_for_a_long_copy_is_the_measured_stall() {
     b.wait_transfer(t).unwrap();
     b.compute_after(t).unwrap();
     let c = b.copy(range(s1, 0, small), range(s2, 0, small)).unwrap();
-    b.wait(c).unwrap();
+    b.wait_timeout(c, None).unwrap();
     let again = b.transfer_stall().unwrap() - after;
     assert!(again < Duration::from_millis(1), "{again:?}");
     for block in [up, dev, s1, s2] {

@@ -161,7 +161,7 @@ impl State {
     }
 }
 
-/// Reached through [`Backend::growable`](tensormem::Backend::growable) where the device binds
+/// Reached through [`Extensions::growable`](tensormem::Extensions::growable) where the device binds
 /// sparse memory; a direct call elsewhere reports [`InPlaceGrowth::NONE`] and is refused.
 impl Growable for VulkanBackend {
     fn in_place_growth(&self) -> InPlaceGrowth {

@@ -216,7 +216,7 @@ fn kernel_then_staging_copies_interleave() {
         b.copy(range(d, 0, bytes), range(rb, 0, bytes)).unwrap();
         b.dispatch_custom(&inc(n), &[range(d, 0, bytes)]).unwrap();
         let t = b.copy(range(up, 0, bytes), range(d, 0, bytes)).unwrap();
-        b.wait(t).unwrap();
+        b.wait_timeout(t, None).unwrap();
         let mut out = vec![0u8; bytes as usize];
         b.read_mapped(rb, 0, &mut out).unwrap();
         let got = bytes_f32(&out);
@@ -298,7 +298,7 @@ fn binding_rules_are_enforced() {
             Err(Error::Backend { .. })
         ));
         let t = b.flush().unwrap();
-        b.wait(t).unwrap();
+        b.wait_timeout(t, None).unwrap();
         b.free_block(big).unwrap();
         b.free_block(small).unwrap();
     });
@@ -336,7 +336,7 @@ fn sync_validation_reports_missing_barriers() {
     b.dispatch_custom(&axpb(n, -1.0, 0.0), &[range(x, 0, bytes), a])
         .unwrap();
     let t = b.flush().unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     let messages = b.validation_messages();
     assert!(
         messages.iter().any(|m| m.contains("SYNC-HAZARD")),

@@ -62,7 +62,7 @@ fn sparse_growth_off_takes_the_blocks_path() {
         ..VulkanConfig::default()
     };
     if let Ok(b) = VulkanBackend::new(config) {
-        assert!(b.growable().is_none());
+        assert!(b.extensions().growable.is_none());
         let desc = BlockDesc {
             kind: MemoryKind::DeviceLocal,
             size: 0,
@@ -211,7 +211,7 @@ fn a_dispatch_and_a_copy_run_over_a_grown_block() {
                 range(block, 2 * g + 64, len * 4),
             )
             .unwrap();
-        b.wait(t).unwrap();
+        b.wait_timeout(t, None).unwrap();
         assert_eq!(
             bytes_f32(&download(b, block, 2 * g + 64, len * 4)),
             want,
@@ -261,7 +261,7 @@ fn a_copy_between_halves_of_one_granule() {
         let t = b
             .copy(range(block, 0, g / 2), range(block, g / 2, g / 2))
             .unwrap();
-        b.wait(t).unwrap();
+        b.wait_timeout(t, None).unwrap();
         assert_eq!(download(b, block, g / 2, g / 2), data, "{name}");
         b.free_block(block).unwrap();
     });

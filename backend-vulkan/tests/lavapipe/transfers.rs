@@ -43,7 +43,7 @@ fn chained_copies_in_one_batch_are_ordered() {
             t1 <= t2 && t2 <= t3 && t3 <= t4 && t4 <= t5,
             "{name}: tickets increase"
         );
-        b.wait(t5).unwrap();
+        b.wait_timeout(t5, None).unwrap();
         let mut out = vec![0u8; n as usize];
         b.read_mapped(rb, 0, &mut out).unwrap();
         assert_eq!(out, first, "{name}");
@@ -135,7 +135,7 @@ fn tickets_complete_in_order_and_batches_recycle() {
     on_each(|name, b| {
         assert_eq!(b.completed().unwrap(), Ticket::DONE);
         assert_eq!(b.flush().unwrap(), Ticket::DONE, "nothing recorded");
-        b.wait(Ticket::DONE).unwrap();
+        b.wait_timeout(Ticket::DONE, None).unwrap();
         let dev = alloc(b, MemoryKind::DeviceLocal, 4096);
         let mut last = Ticket::DONE;
         for round in 0..20u64 {
@@ -153,7 +153,7 @@ fn tickets_complete_in_order_and_batches_recycle() {
         }
         let issued = b.flush().unwrap();
         assert!(issued.0 >= 7, "{name}: {issued:?}");
-        b.wait(issued).unwrap();
+        b.wait_timeout(issued, None).unwrap();
         assert_eq!(b.completed().unwrap(), issued);
         let s = b.stats();
         assert_eq!(s.batches_in_flight, 0, "{name}");
@@ -161,14 +161,14 @@ fn tickets_complete_in_order_and_batches_recycle() {
             s.batches_free >= 1,
             "{name}: command batches are kept for reuse"
         );
-        match b.wait(Ticket(issued.0 + 5)) {
+        match b.wait_timeout(Ticket(issued.0 + 5), None) {
             Err(Error::InvalidArgument(m)) => assert!(m.contains("never issued")),
             other => panic!("{name}: {other:?}"),
         }
         // Waiting on the open batch's ticket submits it.
         let open = b.fill_zero(range(dev, 0, 4)).unwrap();
         assert_eq!(open.0, issued.0 + 1);
-        b.wait(open).unwrap();
+        b.wait_timeout(open, None).unwrap();
         assert!(b.completed().unwrap() >= open);
         b.free_block(dev).unwrap();
     });
@@ -197,7 +197,7 @@ fn many_batches_reuse_resources() {
         let dev = alloc(b, MemoryKind::DeviceLocal, 1024);
         for _ in 0..50 {
             let t = b.fill_zero(range(dev, 0, 1024)).unwrap();
-            b.wait(t).unwrap();
+            b.wait_timeout(t, None).unwrap();
         }
         let s = b.stats();
         assert!(s.batches_free + s.batches_in_flight <= 4, "{name}: {s:?}");

@@ -89,7 +89,7 @@ fn mapped_access_at_offsets_not_multiple_of_map_alignment() {
         }
         b.write_mapped(up, 0, &data).unwrap();
         let t = b.copy(range(up, 0, 256), range(rb, 0, 256)).unwrap();
-        b.wait(t).unwrap();
+        b.wait_timeout(t, None).unwrap();
         for offset in [4usize, 12, 20, 252] {
             let mut out = vec![0u8; 256 - offset];
             b.read_mapped(rb, offset as u64, &mut out).unwrap();
@@ -163,7 +163,7 @@ fn copy_within_one_block_including_overlap() {
         b.copy(range(dev, 0, 256), range(dev, 512, 256)).unwrap();
         // Overlapping: memmove semantics.
         let t = b.copy(range(dev, 0, 512), range(dev, 4, 512)).unwrap();
-        b.wait(t).unwrap();
+        b.wait_timeout(t, None).unwrap();
         let mut expect = data.clone();
         expect.copy_within(0..256, 512);
         expect.copy_within(0..512, 4);
@@ -179,7 +179,7 @@ fn fill_zero_clears_only_its_range() {
         let data = bytes(5, 4096);
         upload(b, range(dev, 0, 4096), &data);
         let t = b.fill_zero(range(dev, 1024, 2048)).unwrap();
-        b.wait(t).unwrap();
+        b.wait_timeout(t, None).unwrap();
         let got = download(b, range(dev, 0, 4096));
         assert_eq!(got[..1024], data[..1024]);
         assert!(got[1024..3072].iter().all(|&x| x == 0));
@@ -208,7 +208,7 @@ fn queued_write_keeps_program_order() {
             t0 <= t1 && t1 < t2 && t2 <= t3,
             "{t0:?} {t1:?} {t2:?} {t3:?}"
         );
-        b.wait(t3).unwrap();
+        b.wait_timeout(t3, None).unwrap();
         assert_eq!(download(b, range(before_copy, 0, 256)), old);
         assert_eq!(download(b, range(after_copy, 0, 256)), new);
         assert_eq!(download(b, range(a, 0, 256)), new);
@@ -231,7 +231,7 @@ fn upload_block_reused_after_its_copy() {
         b.copy(range(up, 0, 128), range(dev, 0, 128)).unwrap();
         b.write_mapped(up, 0, &second).unwrap();
         let t = b.copy(range(up, 0, 128), range(dev, 128, 128)).unwrap();
-        b.wait(t).unwrap();
+        b.wait_timeout(t, None).unwrap();
         let got = download(b, range(dev, 0, 256));
         assert_eq!(got[..128], first[..]);
         assert_eq!(got[128..], second[..]);
@@ -273,7 +273,7 @@ fn random_transfers_under_pressure() {
                 let t = b
                     .copy(range(dev, offset, size), range(rbs[slot], 0, size))
                     .unwrap();
-                b.wait(t).unwrap();
+                b.wait_timeout(t, None).unwrap();
                 let mut out = vec![0; size as usize];
                 b.read_mapped(rbs[slot], 0, &mut out).unwrap();
                 assert_eq!(

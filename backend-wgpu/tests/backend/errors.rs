@@ -129,7 +129,7 @@ fn out_of_bounds_and_misaligned_ranges() {
         assert!(matches!(queued, Error::OutOfBounds { .. }), "{queued}");
         // The device is still healthy after all of that.
         b.fill_zero(range(dev, 0, 1024)).unwrap();
-        b.wait(b.flush().unwrap()).unwrap();
+        b.wait_timeout(b.flush().unwrap(), None).unwrap();
         for id in [dev, up, rb] {
             b.free_block(id).unwrap();
         }
@@ -156,7 +156,7 @@ fn an_op_over_the_binding_limit_runs_as_parts() {
             range(dev, size + 256 - size % 256, size),
         ];
         let t = b.dispatch(&op, &bindings).unwrap();
-        b.wait(t).unwrap();
+        b.wait_timeout(t, None).unwrap();
         b.free_block(dev).unwrap();
     });
 }
@@ -198,7 +198,7 @@ fn bad_bindings_are_rejected() {
         assert!(matches!(err, Error::WrongMemoryKind { .. }), "{err}");
         let on_upload = b.dispatch(&op, &[range(up, 0, 64), range(dev, 256, 64)]);
         if b.capabilities().device_host_visible {
-            b.wait(on_upload.unwrap()).unwrap();
+            b.wait_timeout(on_upload.unwrap(), None).unwrap();
         } else {
             assert!(matches!(on_upload, Err(Error::WrongMemoryKind { .. })));
         }

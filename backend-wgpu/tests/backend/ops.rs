@@ -54,7 +54,7 @@ fn run_on(b: &WgpuBackend, op: &Op, ins: &[Vec<u8>]) -> Vec<Vec<u8>> {
         upload(b, *r, &init);
     }
     let t = b.dispatch(op, &ranges).unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     let outs = ranges[ins.len()..]
         .iter()
         .map(|r| download(b, *r))
@@ -123,7 +123,7 @@ fn chained_ops_in_one_batch_see_each_other() {
         let t = b
             .dispatch(&Op::Add { len, b_len: len }, &[x, z, y])
             .unwrap();
-        b.wait(t).unwrap();
+        b.wait_timeout(t, None).unwrap();
         let expect: Vec<f32> = f32s(&data)
             .iter()
             .map(|v| 2.0 * (2.0 * v).max(0.0))

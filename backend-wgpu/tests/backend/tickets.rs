@@ -8,7 +8,7 @@ use super::{alloc, each_config, range};
 fn tickets_increase_and_complete() {
     each_config(|b| {
         assert!(b.completed().unwrap() >= Ticket::DONE);
-        b.wait(Ticket::DONE).unwrap();
+        b.wait_timeout(Ticket::DONE, None).unwrap();
         let dev = alloc(b, MemoryKind::DeviceLocal, 1 << 16);
         let mut last = b.flush().unwrap();
         for i in 0..20u64 {
@@ -28,7 +28,7 @@ fn tickets_increase_and_complete() {
         let a = b.fill_zero(range(dev, 0, 4)).unwrap();
         let c = b.fill_zero(range(dev, 4, 4)).unwrap();
         assert_eq!(a, c);
-        b.wait(c).unwrap();
+        b.wait_timeout(c, None).unwrap();
         let done = b.completed().unwrap();
         assert!(done >= c, "completed {done:?} after waiting for {c:?}");
         // A flush with nothing enqueued returns the last ticket and completes.
@@ -63,7 +63,7 @@ fn completed_eventually_reaches_every_ticket() {
 fn waiting_for_an_unissued_ticket_is_an_error() {
     each_config(|b| {
         let last = b.flush().unwrap();
-        let err = b.wait(Ticket(last.0 + 5)).unwrap_err();
+        let err = b.wait_timeout(Ticket(last.0 + 5), None).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
     });
 }
@@ -133,10 +133,10 @@ fn kernel_parameters_reuse_the_ring() {
             )
             .unwrap();
         if i % 100 == 99 {
-            b.wait(t).unwrap();
+            b.wait_timeout(t, None).unwrap();
         }
     }
-    b.wait(b.flush().unwrap()).unwrap();
+    b.wait_timeout(b.flush().unwrap(), None).unwrap();
     let rings = b.param_ring_buffers();
     assert!(
         (1..=2).contains(&rings),

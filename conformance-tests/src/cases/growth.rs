@@ -274,7 +274,7 @@ async fn small_model(ctx: &Ctx) -> R {
 
 /// The growth the front offers, if any.
 fn growth_of(front: &tensormem::Validated) -> Option<InPlaceGrowth> {
-    front.growable().map(|g| g.in_place_growth())
+    front.extensions().growable.map(|g| g.in_place_growth())
 }
 
 /// Frees `tensors` in order; then trim gives every byte back and the pool stays consistent.

@@ -354,8 +354,11 @@ impl Backend for CountingBackend {
         Ok(())
     }
 
-    fn growable(&self) -> Option<&dyn Growable> {
-        self.growth.map(|_| self as &dyn Growable)
+    fn extensions(&self) -> tensormem::Extensions<'_> {
+        tensormem::Extensions {
+            growable: self.growth.map(|_| self as &dyn Growable),
+            ..tensormem::Extensions::default()
+        }
     }
 
     fn write_mapped(&self, _: BlockId, _: u64, _: &[u8]) -> Result<()> {

@@ -4,7 +4,7 @@
 //! A browser's main thread may not block, and WebGPU reports completion only through promises, so
 //! the contract's waits have awaitable forms ([`TicketWait`], [`HostAccessWait`]) built on the
 //! backend's polling methods ([`Backend::poll_ticket`], [`Backend::poll_host_access`]). The blocking
-//! [`Backend::wait`] exists only where the platform allows it (not on `wasm32`): calling it there
+//! [`Backend::wait_timeout`] exists only where the platform allows it (not on `wasm32`): calling it there
 //! is a compile error, not a runtime panic.
 //!
 //! Pool and runtime code that waits (the staging belt's readback, a stalled belt, a model run) is
@@ -85,7 +85,7 @@ impl Future for HostAccessWait<'_> {
 /// by awaiting its futures.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Waiting {
-    /// [`Backend::wait`]; mapped access maps synchronously. Not available on `wasm32`.
+    /// [`Backend::wait_timeout`]; mapped access maps synchronously. Not available on `wasm32`.
     #[cfg(not(target_arch = "wasm32"))]
     Blocking,
     /// [`TicketWait`] and [`HostAccessWait`]: the caller's executor is woken by the backend.
@@ -96,7 +96,7 @@ impl Waiting {
     /// Waits for `ticket` in this mode.
     ///
     /// # Errors
-    /// As [`Backend::wait`] / [`Backend::poll_ticket`].
+    /// As [`Backend::wait_timeout`] / [`Backend::poll_ticket`].
     pub async fn ticket(self, backend: &dyn Backend, ticket: Ticket) -> Result<()> {
         match self {
             #[cfg(not(target_arch = "wasm32"))]

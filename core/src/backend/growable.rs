@@ -1,5 +1,5 @@
 //! Blocks that grow in place: the optional capability a backend offers through
-//! [`Backend::growable`].
+//! [`Extensions::growable`](crate::backend::Extensions::growable).
 //!
 //! A block from [`Growable::reserve_block`] owns a range of address space of which only a prefix
 //! is backed by memory; [`Growable::resize_block`] maps or unmaps memory at its end, so the
@@ -58,7 +58,7 @@ pub struct InPlaceGrowth {
 impl InPlaceGrowth {
     /// Growth that reserves nothing (`max_reserve` 0, no holes). A type that implements
     /// [`Growable`] but offers it only in some configurations reports it to a direct call where
-    /// [`Backend::growable`] is `None`; its other methods then refuse.
+    /// [`Extensions::growable`](crate::backend::Extensions::growable) is `None`; its other methods then refuse.
     pub const NONE: InPlaceGrowth = InPlaceGrowth {
         granularity: 1,
         max_reserve: 0,
@@ -67,7 +67,7 @@ impl InPlaceGrowth {
     };
 }
 
-/// Blocks that grow in place, reached through [`Backend::growable`]. See the module doc.
+/// Blocks that grow in place, reached through [`Extensions::growable`](crate::backend::Extensions::growable). See the module doc.
 ///
 /// Every method keeps the contract of [`Backend`]: no panics, native failures mapped into
 /// [`Error`](crate::Error), validated input (the front checks sizes, granules, reservations and

@@ -1,5 +1,5 @@
 //! Transfer lanes: copies that overlap compute, the optional capability a backend offers through
-//! [`Backend::transfer_lanes`].
+//! [`Extensions::transfer_lanes`](crate::backend::Extensions::transfer_lanes).
 //!
 //! A backend runs its work on two *lanes*, each an ordered stream with its own tickets:
 //!
@@ -27,7 +27,7 @@
 //! # Every backend has a lane
 //!
 //! [`lanes::of`](of) is how callers reach it: the backend's own [`TransferLanes`] where
-//! [`Backend::transfer_lanes`] offers one (the host's second worker, CUDA's copy stream, Vulkan's
+//! [`Extensions::transfer_lanes`](crate::backend::Extensions::transfer_lanes) offers one (the host's second worker, CUDA's copy stream, Vulkan's
 //! queues), otherwise a [`CollapsedLane`] over the compute queue (WebGPU has one queue and one
 //! timeline): transfer work is compute work and a transfer ticket *is* the compute ticket of its
 //! work, so cross-lane waits hold by queue order and results are identical. An implementation
@@ -79,7 +79,7 @@ impl TransferLane {
     }
 }
 
-/// The transfer lane, reached through [`of`] (or [`Backend::transfer_lanes`] where a backend
+/// The transfer lane, reached through [`of`] (or [`Extensions::transfer_lanes`](crate::backend::Extensions::transfer_lanes) where a backend
 /// runs one of its own). See the module doc.
 ///
 /// Every method keeps the contract of [`Backend`]: no panics, native failures mapped into

@@ -1,6 +1,6 @@
 //! Managed (unified) memory: one allocation that the host and the device both address, with the
 //! driver keeping it where it is used; the optional capability a backend offers through
-//! [`Backend::managed`].
+//! [`Extensions::managed`](crate::backend::Extensions::managed).
 //!
 //! A [`MemoryKind::Managed`](super::MemoryKind::Managed) block is bound by kernels, copied to and
 //! from, and read or written by the host ([`Backend::read_mapped`] / [`Backend::write_mapped`])
@@ -12,7 +12,7 @@
 //!   queue, in order with the rest of its work.
 //! * [`ManagedMemory::SameMemory`] (the host backend, integrated GPUs, lavapipe): device memory
 //!   already is host memory, so nothing ever moves and a prefetch is a no-op.
-//! * No managed memory (discrete GPUs on Vulkan and WebGPU): [`Backend::managed`] is `None`
+//! * No managed memory (discrete GPUs on Vulkan and WebGPU): [`Extensions::managed`](crate::backend::Extensions::managed) is `None`
 //!   ([`memory_of`] answers [`ManagedMemory::Unsupported`]), and the front refuses the kind with
 //!   [`Error::Unsupported`] before the backend sees it.
 //!
@@ -25,13 +25,13 @@
 use super::{Backend, BlockRange, Ticket};
 use crate::{Error, Result};
 
-/// Managed memory, reached through [`Backend::managed`]. See the module doc.
+/// Managed memory, reached through [`Extensions::managed`](crate::backend::Extensions::managed). See the module doc.
 ///
 /// Every method keeps the contract of [`Backend`]: no panics, native failures mapped into
 /// [`Error`], validated input.
 pub trait Managed: Send + Sync {
     /// How the backend serves [`MemoryKind::Managed`](super::MemoryKind::Managed) blocks.
-    /// Constant for the backend's lifetime; not `Unsupported` where [`Backend::managed`] offers
+    /// Constant for the backend's lifetime; not `Unsupported` where [`Extensions::managed`](crate::backend::Extensions::managed) offers
     /// the capability.
     fn managed_memory(&self) -> ManagedMemory;
 
@@ -50,7 +50,7 @@ pub trait Managed: Send + Sync {
 }
 
 /// How `backend` serves managed blocks: its [`Managed::managed_memory`], or
-/// [`ManagedMemory::Unsupported`] where [`Backend::managed`] is `None`.
+/// [`ManagedMemory::Unsupported`] where [`Extensions::managed`](crate::backend::Extensions::managed) is `None`.
 pub fn memory_of(backend: &dyn Backend) -> ManagedMemory {
     backend
         .managed()
@@ -60,7 +60,7 @@ pub fn memory_of(backend: &dyn Backend) -> ManagedMemory {
 /// [`Managed::prefetch`] on `backend`.
 ///
 /// # Errors
-/// [`Error::Unsupported`] where [`Backend::managed`] is `None`; as [`Managed::prefetch`].
+/// [`Error::Unsupported`] where [`Extensions::managed`](crate::backend::Extensions::managed) is `None`; as [`Managed::prefetch`].
 pub fn prefetch(backend: &dyn Backend, range: BlockRange, to: Residence) -> Result<Ticket> {
     match backend.managed() {
         Some(m) => m.prefetch(range, to),
@@ -74,7 +74,7 @@ pub fn prefetch(backend: &dyn Backend, range: BlockRange, to: Residence) -> Resu
 /// How a backend serves [`MemoryKind::Managed`](super::MemoryKind::Managed) blocks.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ManagedMemory {
-    /// No managed memory: allocations of the kind are refused ([`Backend::managed`] is `None`).
+    /// No managed memory: allocations of the kind are refused ([`Extensions::managed`](crate::backend::Extensions::managed) is `None`).
     Unsupported,
     /// Device memory is host memory: managed blocks are ordinary device blocks the host maps,
     /// and nothing needs to move.

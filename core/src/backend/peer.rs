@@ -1,5 +1,5 @@
 //! Direct copies between two backends: the paths a driver offers that avoid staging through host
-//! memory, the optional capability a backend offers through [`Backend::peer`].
+//! memory, the optional capability a backend offers through [`Extensions::peer`](crate::backend::Extensions::peer).
 //!
 //! Two backends on one physical device (two streams or queues of one context), or on two
 //! devices with peer access, copy device to device, ordered after both timelines' earlier work,
@@ -13,7 +13,7 @@
 use super::{Backend, BlockRange, Ticket};
 use crate::Result;
 
-/// Direct copies to another backend, reached through [`Backend::peer`]. See the module doc.
+/// Direct copies to another backend, reached through [`Extensions::peer`](crate::backend::Extensions::peer). See the module doc.
 pub trait Peer: Send + Sync {
     /// Copies `src` (of this backend) to `dst` (of `peer`) directly when both sit on one physical
     /// device or on two devices with peer access, ordered after the work enqueued so far on both

@@ -169,7 +169,7 @@ pub(super) fn resize(_: &HostBackend, _: BlockId, _: u64) -> Result<u64> {
     Err(unsupported())
 }
 
-/// Reached through [`Backend::growable`](crate::Backend::growable) on Unix where
+/// Reached through [`Extensions::growable`](crate::Extensions::growable) on Unix where
 /// [`HostConfig::in_place_growth`] is set; a direct call elsewhere reports
 /// [`InPlaceGrowth::NONE`] and is refused.
 impl Growable for HostBackend {

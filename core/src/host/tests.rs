@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::backend::TransferLane;
+use crate::backend::{TransferLane, TransferLanes};
 use crate::ops::WeightFormat;
 
 fn backend(config: HostConfig) -> HostBackend {
@@ -36,7 +36,7 @@ fn work_completes_asynchronously_in_order() {
     assert!(t2 > t1);
     // With a 20 ms worker delay, the second command cannot have finished yet.
     assert!(b.completed().unwrap() < t2);
-    b.wait(t2).unwrap();
+    b.wait_timeout(t2, None).unwrap();
     assert!(b.completed().unwrap() >= t2);
     let mut out = [1u8; 64];
     b.read_mapped(blk, 0, &mut out).unwrap();
@@ -48,13 +48,13 @@ fn work_completes_asynchronously_in_order() {
 fn waiting_for_an_unissued_ticket_is_an_error_not_a_hang() {
     let b = backend(HostConfig::default());
     assert!(matches!(
-        b.wait(Ticket(99)),
+        b.wait_timeout(Ticket(99), None),
         Err(Error::UnknownTicket {
             ticket: 99,
             issued: 0
         })
     ));
-    b.wait(Ticket::DONE).unwrap();
+    b.wait_timeout(Ticket::DONE, None).unwrap();
 }
 
 #[test]
@@ -97,10 +97,16 @@ fn defect_2_worker_panic_is_a_lost_device_and_nothing_hangs() {
     let poisoned = b.simulate_worker_panic().unwrap();
     // Queued behind the panic: must complete (or be refused), never block.
     let after = b.fill_zero(r);
-    assert!(matches!(b.wait(poisoned), Err(Error::DeviceLost { .. })));
+    assert!(matches!(
+        b.wait_timeout(poisoned, None),
+        Err(Error::DeviceLost { .. })
+    ));
     assert!(poisoned > before);
     if let Ok(t) = after {
-        assert!(matches!(b.wait(t), Err(Error::DeviceLost { .. })));
+        assert!(matches!(
+            b.wait_timeout(t, None),
+            Err(Error::DeviceLost { .. })
+        ));
     }
     assert!(matches!(b.completed(), Err(Error::DeviceLost { .. })));
     assert!(matches!(b.flush(), Err(Error::DeviceLost { .. })));
@@ -203,7 +209,7 @@ fn defect_2_overflowing_op_parameters_never_reach_the_worker() {
         Err(Error::ArithmeticOverflow { .. })
     ));
     let t = b.fill_zero(r(0)).unwrap();
-    b.wait(t).unwrap();
+    b.wait_timeout(t, None).unwrap();
     assert!(b.completed().is_ok());
 }
 
@@ -242,7 +248,7 @@ fn transfer_lane_runs_beside_compute() {
         b.completed().unwrap() < last,
         "the transfer waited for the whole compute queue"
     );
-    b.wait(last).unwrap();
+    b.wait_timeout(last, None).unwrap();
 }
 
 /// Cross-lane order holds both ways with slow workers: the transfer after a compute ticket
@@ -272,7 +278,7 @@ fn cross_lane_waits_order_both_ways() {
     let joined = b.compute_after(t).unwrap();
     let c = b.copy(whole(mid, 64), whole(dst, 64)).unwrap();
     assert!(c > joined);
-    b.wait(c).unwrap();
+    b.wait_timeout(c, None).unwrap();
     assert!(b.transfer_completed().unwrap() >= t);
     b.read_mapped(dst, 0, &mut out).unwrap();
     assert_eq!(out, [5u8; 64], "compute ran before the transfer it joins");

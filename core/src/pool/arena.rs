@@ -7,7 +7,7 @@
 //! transfers.
 //!
 //! # Growth: in place, else blocks
-//! Where the backend can grow a block in place ([`Backend::growable`]: CUDA virtual memory
+//! Where the backend can grow a block in place ([`Extensions::growable`](crate::backend::Extensions::growable): CUDA virtual memory
 //! management, the host's reserve-and-commit), the pool keeps **one arena**: a reservation of
 //! address space carved by one TLSF, whose committed size grows at its end as the live set
 //! grows and whose free tail is returned by trim ([`in_place`]). Tensors can then be placed
@@ -80,7 +80,7 @@ pub struct ArenaConfig {
     /// none). The pool never reserves more, whatever it costs in failed allocations. A pool built
     /// on a runtime's shared [`Budget`] ([`ArenaPool::with_budget`]) is limited by that instead.
     pub budget: Option<u64>,
-    /// Grow one arena in place where the backend can ([`Backend::growable`]); default
+    /// Grow one arena in place where the backend can ([`Extensions::growable`](crate::backend::Extensions::growable)); default
     /// `true`. `false` always adds blocks (the fallback path, for tests and comparisons).
     pub in_place: bool,
     /// On the arena that grows in place, give the memory of free holes back and move it where

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::backend::MemoryKind;
+use crate::backend::{MemoryKind, TransferLanes};
 use crate::host::{HostBackend, HostConfig};
 
 fn front(config: HostConfig) -> (Arc<HostBackend>, Validated) {
@@ -123,7 +123,7 @@ fn copy_directions_follow_the_backend() {
             }
         }
         f.join_transfers().unwrap();
-        f.wait(f.flush().unwrap()).unwrap();
+        f.wait_timeout(f.flush().unwrap(), None).unwrap();
     }
 }
 
@@ -172,7 +172,7 @@ fn transfers_need_live_in_bounds_aligned_ranges() {
         Err(Error::UnknownBlock { block: 999, .. })
     ));
     assert!(matches!(
-        f.wait(Ticket(1000)),
+        f.wait_timeout(Ticket(1000), None),
         Err(Error::UnknownTicket { ticket: 1000, .. })
     ));
 }
@@ -207,7 +207,7 @@ fn a_segmented_output_sharing_bytes_with_an_input_segment_is_refused() {
     // Disjoint segments are issued.
     let y = [range(dev, 2048, 16), range(dev, 3072, 16)];
     let t = f.dispatch_segments(&relu, &[&x, &y]).unwrap();
-    f.wait(t).unwrap();
+    f.wait_timeout(t, None).unwrap();
 }
 
 #[test]
@@ -250,7 +250,7 @@ fn bindings_must_match_the_op_exactly_and_outputs_must_not_overlap() {
             &[range(dev, 0, 16), range(dev, 0, 16), range(dev, 512, 16)],
         )
         .unwrap();
-    f.wait(t).unwrap();
+    f.wait_timeout(t, None).unwrap();
     // Shape arithmetic past u64 is refused, never wrapped.
     let huge = Op::Permute {
         dims: [u32::MAX; 4],
@@ -279,7 +279,7 @@ fn in_flight_uses_are_tracked_by_range_until_completion() {
     assert_eq!(f.last_use(&range(dev, 0, 16)).unwrap(), t);
     assert_eq!(f.last_use(&range(dev, 512, 16)).unwrap(), Ticket::DONE);
     assert!(f.block_in_use(dev));
-    f.wait(t).unwrap();
+    f.wait_timeout(t, None).unwrap();
     assert_eq!(f.last_use(&range(dev, 256, 4)).unwrap(), Ticket::DONE);
 }
 
@@ -318,7 +318,10 @@ fn an_invariant_violation_marks_the_device_broken() {
 fn a_dead_worker_is_a_lost_device_for_the_front() {
     let (host, f) = front(HostConfig::default());
     let t = host.simulate_worker_panic().unwrap();
-    assert!(matches!(f.wait(t), Err(Error::DeviceLost { .. })));
+    assert!(matches!(
+        f.wait_timeout(t, None),
+        Err(Error::DeviceLost { .. })
+    ));
     assert!(f.is_broken());
     assert!(matches!(f.completed(), Err(Error::DeviceLost { .. })));
 }
@@ -350,7 +353,8 @@ fn lowered_limits_are_reported_and_enforced() {
     ));
     let b = block(&f, MemoryKind::DeviceLocal, 8192);
     assert!(
-        f.growable()
+        f.extensions()
+            .growable
             .map(|g| g.in_place_growth())
             .is_none_or(|g| g.max_reserve <= 8192 && g.max_reserve > 0)
     );
@@ -370,7 +374,7 @@ fn lowered_limits_are_reported_and_enforced() {
     let t = binding
         .dispatch(&relu, &[range(b2, 0, 4096), range(b2, 4096, 4096)])
         .unwrap();
-    binding.wait(t).unwrap();
+    binding.wait_timeout(t, None).unwrap();
     for bad in [
         DeviceLimits {
             max_block_size: Some(8),

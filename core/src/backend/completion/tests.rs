@@ -58,7 +58,7 @@ fn host_worker_wakes_a_pending_ticket_exactly() {
     let mut wait = TicketWait::new(&backend, ticket);
     assert!(Pin::new(&mut wait).poll(&mut cx).is_pending());
     assert_eq!(counter.0.load(Ordering::SeqCst), 0, "no busy wake");
-    backend.wait(ticket).unwrap();
+    backend.wait_timeout(ticket, None).unwrap();
     // The worker publishes the ticket, then wakes: allow it a moment to reach the waker.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while counter.0.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < deadline {

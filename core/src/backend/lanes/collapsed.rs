@@ -1,7 +1,7 @@
 //! The lane every backend has: the backend's own where it offers one, else the compute queue.
 //!
 //! [`of`] returns a [`Lanes`], which dereferences to the [`TransferLanes`] to call: the
-//! backend's (through [`Backend::transfer_lanes`]) or a [`CollapsedLane`] built on the spot. A
+//! backend's (through [`Extensions::transfer_lanes`](crate::backend::Extensions::transfer_lanes)) or a [`CollapsedLane`] built on the spot. A
 //! collapsed lane enqueues transfer work as compute work ([`Backend::copy`],
 //! [`Backend::fill_zero`]), and a transfer ticket is the compute ticket of that work, so every
 //! cross-lane order already holds by queue order. It keeps no state and checks nothing beyond
@@ -16,7 +16,7 @@ use super::{TransferLane, TransferLanes, TransferTicket};
 use crate::Result;
 use crate::backend::{Backend, BlockRange, Ticket};
 
-/// The transfer lane of `backend`: its own where [`Backend::transfer_lanes`] offers one, else a
+/// The transfer lane of `backend`: its own where [`Extensions::transfer_lanes`](crate::backend::Extensions::transfer_lanes) offers one, else a
 /// [`CollapsedLane`] over its compute queue. Costs one virtual call and no allocation.
 pub fn of(backend: &dyn Backend) -> Lanes<'_> {
     Lanes(match backend.transfer_lanes() {

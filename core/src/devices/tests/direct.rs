@@ -26,8 +26,11 @@ impl Backend for Linked {
         host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy,
         fill_zero, dispatch, flush, completed, wait_timeout
     );
-    fn peer(&self) -> Option<&dyn Peer> {
-        Some(self)
+    fn extensions(&self) -> crate::backend::Extensions<'_> {
+        crate::backend::Extensions {
+            peer: Some(self),
+            ..crate::backend::Extensions::default()
+        }
     }
 }
 
@@ -43,8 +46,8 @@ impl Peer for Linked {
         let Some(to) = any.downcast_ref::<Linked>() else {
             return Ok(None);
         };
-        self.host.wait(self.host.flush()?)?;
-        to.host.wait(to.host.flush()?)?;
+        self.host.wait_timeout(self.host.flush()?, None)?;
+        to.host.wait_timeout(to.host.flush()?, None)?;
         let mut buf = vec![0u8; usize::try_from(src.size).unwrap()];
         self.host.read_mapped(src.block, src.offset, &mut buf)?;
         to.host.write_mapped(dst.block, dst.offset, &buf)?;

@@ -55,7 +55,8 @@ fn mapped(base: usize, len: usize) -> (usize, usize) {
 fn committed_pages_are_what_the_block_reports() {
     let h = host(HostConfig::default());
     let g = h
-        .growable()
+        .extensions()
+        .growable
         .expect("the host offers in-place growth on Unix")
         .in_place_growth();
     let page = g.granularity;
@@ -91,7 +92,12 @@ fn committed_pages_are_what_the_block_reports() {
 #[test]
 fn growth_keeps_contents_and_new_bytes_read_zero() {
     let h = host(HostConfig::default());
-    let page = h.growable().unwrap().in_place_growth().granularity;
+    let page = h
+        .extensions()
+        .growable
+        .unwrap()
+        .in_place_growth()
+        .granularity;
     let blk = h.reserve_block(&desc(page), 16 * page).unwrap();
     h.write_mapped(blk, 0, &[7u8; 64]).unwrap();
     let past = BlockRange {
@@ -111,7 +117,7 @@ fn growth_keeps_contents_and_new_bytes_read_zero() {
         ..head
     };
     let t = h.copy(head, dst).unwrap();
-    h.wait(t).unwrap();
+    h.wait_timeout(t, None).unwrap();
     let mut out = vec![1u8; 128];
     h.read_mapped(blk, 3 * page, &mut out).unwrap();
     assert_eq!(&out[..64], &[7u8; 64]);
@@ -131,7 +137,12 @@ fn misuse_is_refused_with_typed_errors() {
         device_memory: Some(1 << 20),
         ..HostConfig::default()
     });
-    let page = h.growable().unwrap().in_place_growth().granularity;
+    let page = h
+        .extensions()
+        .growable
+        .unwrap()
+        .in_place_growth()
+        .granularity;
     let blk = h.reserve_block(&desc(page), 1024 * page).unwrap();
     assert!(matches!(
         h.resize_block(blk, 1025 * page),
@@ -164,7 +175,7 @@ fn misuse_is_refused_with_typed_errors() {
         in_place_growth: false,
         ..HostConfig::default()
     });
-    assert!(off.growable().is_none());
+    assert!(off.extensions().growable.is_none());
     assert!(matches!(
         off.reserve_block(&desc(page), page),
         Err(Error::Unsupported { .. })
@@ -177,7 +188,12 @@ fn an_extension_is_a_hole_until_committed_and_counts_no_memory() {
         device_memory: Some(1 << 20),
         ..HostConfig::default()
     });
-    let page = h.growable().unwrap().in_place_growth().granularity;
+    let page = h
+        .extensions()
+        .growable
+        .unwrap()
+        .in_place_growth()
+        .granularity;
     let blk = h.reserve_block(&desc(page), 1024 * page).unwrap();
     h.write_mapped(blk, 0, &[7u8; 64]).unwrap();
     // Past the device's memory, since nothing is committed: the range is a hole.
@@ -211,7 +227,12 @@ fn an_extension_is_a_hole_until_committed_and_counts_no_memory() {
 #[test]
 fn an_extension_that_does_not_grow_is_refused_and_changes_nothing() {
     let h = host(HostConfig::default());
-    let page = h.growable().unwrap().in_place_growth().granularity;
+    let page = h
+        .extensions()
+        .growable
+        .unwrap()
+        .in_place_growth()
+        .granularity;
     let blk = h.reserve_block(&desc(4 * page), 16 * page).unwrap();
     for size in [4 * page, 2 * page] {
         assert!(matches!(

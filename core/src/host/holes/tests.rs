@@ -19,7 +19,12 @@ fn decommitted_ranges_merge_split_and_count() {
 }
 
 fn reserved(host: &HostBackend, pages: u64) -> (crate::BlockId, u64) {
-    let page = host.growable().unwrap().in_place_growth().granularity;
+    let page = host
+        .extensions()
+        .growable
+        .unwrap()
+        .in_place_growth()
+        .granularity;
     let desc = BlockDesc {
         kind: MemoryKind::DeviceLocal,
         size: pages * page,
@@ -93,7 +98,12 @@ fn staging_reservations_and_their_holes_leave_the_device_limit() {
         ..HostConfig::default()
     })
     .unwrap();
-    let page = host.growable().unwrap().in_place_growth().granularity;
+    let page = host
+        .extensions()
+        .growable
+        .unwrap()
+        .in_place_growth()
+        .granularity;
     if page != 4096 {
         return;
     }

@@ -118,7 +118,7 @@ fn a_reserved_block_keeps_its_node_through_shrink_and_regrowth() {
         ..HostConfig::default()
     })
     .unwrap();
-    let growth = host.growable().unwrap().in_place_growth();
+    let growth = host.extensions().growable.unwrap().in_place_growth();
     let g = growth.granularity;
     let desc = BlockDesc {
         kind: MemoryKind::DeviceLocal,

@@ -1,5 +1,5 @@
 //! The arena that grows in place: one reservation of address space, carved by one TLSF, whose
-//! committed size follows the live set ([`Backend::growable`]).
+//! committed size follows the live set ([`Extensions::growable`]).
 //!
 //! Blocks cannot be merged, so a pool of blocks loses memory at every boundary: a tensor that
 //! fits in the sum of two blocks' free space fits in neither, and a block pinned by one small

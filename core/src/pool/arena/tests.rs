@@ -47,7 +47,7 @@ fn free_waits_for_the_ticket_of_in_flight_work() {
     // The other half of the block is free; this allocation must not land on `a`'s bytes.
     let b = p.allocate(1 << 15, 1, "b").unwrap();
     assert!(b.range.offset >= a.range.offset + a.range.size || b.range.block != a.range.block);
-    backend.wait(t).unwrap();
+    backend.wait_timeout(t, None).unwrap();
     p.reclaim().unwrap();
     assert_eq!(p.stats().pending_free, 0);
     p.check_invariants().unwrap();

@@ -105,7 +105,9 @@ fn belt_blocks_are_traced() {
     belt.upload(dst, &[3u8; 4096]).unwrap();
     let mut back = vec![0u8; 4096];
     belt.download(dst, &mut back).unwrap();
-    backend.wait(backend.flush().unwrap()).unwrap();
+    backend
+        .wait_timeout(backend.flush().unwrap(), None)
+        .unwrap();
     let released = belt.trim().unwrap();
     let events = tracer.snapshot().events;
     let count =

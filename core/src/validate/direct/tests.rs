@@ -66,8 +66,11 @@ impl Backend for Peered {
         host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy, fill_zero,
         dispatch, flush, completed, wait_timeout
     );
-    fn peer(&self) -> Option<&dyn Peer> {
-        Some(self)
+    fn extensions(&self) -> crate::backend::Extensions<'_> {
+        crate::backend::Extensions {
+            peer: Some(self),
+            ..crate::backend::Extensions::default()
+        }
     }
 }
 
@@ -108,7 +111,7 @@ fn managed_blocks_on_the_host_bind_map_and_prefetch_as_no_ops() {
     let t = f
         .dispatch(&Op::Relu { len: 4 }, &[range(m, 0, 16), range(m, 32, 16)])
         .unwrap();
-    f.wait(t).unwrap();
+    f.wait_timeout(t, None).unwrap();
     let mut out = [0u8; 16];
     f.read_mapped(m, 32, &mut out).unwrap();
     assert_eq!(out.to_vec(), f32_bytes(&[0.0, 2.0, 0.0, 4.0]));
@@ -147,7 +150,7 @@ fn without_managed_memory_the_kind_is_refused_before_the_backend() {
     let plain = Arc::new(Plain(HostBackend::new(HostConfig::default()).unwrap()));
     let f = Validated::new(plain.clone());
     assert!(
-        f.managed().is_none(),
+        f.extensions().managed.is_none(),
         "the front offers what the backend does"
     );
     assert_eq!(managed::memory_of(&f), ManagedMemory::Unsupported);
@@ -177,7 +180,7 @@ fn without_managed_memory_the_kind_is_refused_before_the_backend() {
 #[test]
 fn direct_copies_are_checked_on_both_fronts_and_default_to_none() {
     assert!(
-        host_front().peer().is_none(),
+        host_front().extensions().peer.is_none(),
         "the host backend has no direct path"
     );
     let (a, b) = (peered_front(), peered_front());

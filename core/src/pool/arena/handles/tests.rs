@@ -206,8 +206,15 @@ impl Backend for WholeUnits {
         host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy,
         fill_zero, dispatch, flush, completed, wait_timeout
     );
-    fn growable(&self) -> Option<&dyn Growable> {
-        self.host.growable().map(|_| self as &dyn Growable)
+    fn extensions(&self) -> crate::backend::Extensions<'_> {
+        crate::backend::Extensions {
+            growable: self
+                .host
+                .extensions()
+                .growable
+                .map(|_| self as &dyn Growable),
+            ..crate::backend::Extensions::default()
+        }
     }
 }
 

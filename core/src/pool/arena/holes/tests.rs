@@ -14,7 +14,14 @@ const MIB: u64 = 1 << 20;
 
 fn pool() -> (Arc<HostBackend>, ArenaPool) {
     let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-    assert!(backend.growable().unwrap().in_place_growth().holes);
+    assert!(
+        backend
+            .extensions()
+            .growable
+            .unwrap()
+            .in_place_growth()
+            .holes
+    );
     let p = ArenaPool::new(backend.clone(), ArenaConfig::device()).unwrap();
     (backend, p)
 }

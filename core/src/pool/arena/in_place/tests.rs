@@ -12,7 +12,12 @@ use crate::pool::{ArenaConfig, DevicePool, PoolStats};
 /// A pool that grows in place at its end only (holes are tested in `holes/tests.rs`).
 fn pool(config: HostConfig) -> (Arc<HostBackend>, ArenaPool, u64) {
     let backend = Arc::new(HostBackend::new(config).unwrap());
-    let page = backend.growable().unwrap().in_place_growth().granularity;
+    let page = backend
+        .extensions()
+        .growable
+        .unwrap()
+        .in_place_growth()
+        .granularity;
     let config = ArenaConfig {
         holes: false,
         ..ArenaConfig::device()
@@ -192,8 +197,15 @@ impl Backend for WholeGrowths {
         host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy,
         fill_zero, dispatch, flush, completed, wait_timeout
     );
-    fn growable(&self) -> Option<&dyn Growable> {
-        self.host.growable().map(|_| self as &dyn Growable)
+    fn extensions(&self) -> crate::backend::Extensions<'_> {
+        crate::backend::Extensions {
+            growable: self
+                .host
+                .extensions()
+                .growable
+                .map(|_| self as &dyn Growable),
+            ..crate::backend::Extensions::default()
+        }
     }
 }
 
@@ -250,7 +262,12 @@ fn no_holes(backend: &WholeGrowths, call: &str) -> crate::Error {
 #[test]
 fn trim_counts_what_a_backend_that_keeps_whole_growths_reports() {
     let host = HostBackend::new(HostConfig::default()).unwrap();
-    let page = host.growable().unwrap().in_place_growth().granularity;
+    let page = host
+        .extensions()
+        .growable
+        .unwrap()
+        .in_place_growth()
+        .granularity;
     let backend = Arc::new(crate::Validated::new(Arc::new(WholeGrowths {
         host,
         ends: std::sync::Mutex::new(Vec::new()),

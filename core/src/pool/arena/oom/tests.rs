@@ -87,7 +87,7 @@ fn blocks_held_only_by_pending_frees_make_trim_helpful() {
     assert!(r.trim_would_help, "{r}");
     assert_eq!(r.static_plan_would_fit, Some(true));
     assert!(r.to_string().contains("trim the pool"));
-    backend.wait(t).unwrap();
+    backend.wait_timeout(t, None).unwrap();
     // Once the work completes, the retry succeeds.
     let c = p.allocate(1024, 1, "c").unwrap();
     p.free(b.handle).unwrap();

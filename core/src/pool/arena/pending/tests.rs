@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::backend::{Backend, Growable, Ticket};
+use crate::backend::{Backend, Ticket};
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::{ArenaConfig, ArenaPool, DevicePool};
 
@@ -34,8 +34,11 @@ impl Backend for Lazy {
         self.waited.fetch_max(ticket.0, Ordering::SeqCst);
         Ok(())
     }
-    fn growable(&self) -> Option<&dyn Growable> {
-        self.host.growable()
+    fn extensions(&self) -> crate::backend::Extensions<'_> {
+        crate::backend::Extensions {
+            growable: self.host.extensions().growable,
+            ..crate::backend::Extensions::default()
+        }
     }
 }
 

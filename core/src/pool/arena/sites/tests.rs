@@ -235,8 +235,15 @@ impl Backend for Counted {
         host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy, fill_zero,
         dispatch, flush, completed, wait_timeout
     );
-    fn growable(&self) -> Option<&dyn Growable> {
-        self.host.growable().map(|_| self as &dyn Growable)
+    fn extensions(&self) -> crate::backend::Extensions<'_> {
+        crate::backend::Extensions {
+            growable: self
+                .host
+                .extensions()
+                .growable
+                .map(|_| self as &dyn Growable),
+            ..crate::backend::Extensions::default()
+        }
     }
 }
 
@@ -277,7 +284,14 @@ fn pool(learned: bool) -> (Arc<Counted>, ArenaPool) {
         host: HostBackend::new(HostConfig::default()).unwrap(),
         calls: AtomicU64::new(0),
     });
-    assert!(backend.growable().unwrap().in_place_growth().holes);
+    assert!(
+        backend
+            .extensions()
+            .growable
+            .unwrap()
+            .in_place_growth()
+            .holes
+    );
     let config = ArenaConfig {
         learned_placement: learned,
         ..ArenaConfig::device()

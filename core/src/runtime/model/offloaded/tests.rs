@@ -473,7 +473,7 @@ fn a_swap_in_on_slowed_lanes_follows_its_copy_out() {
         )
         .unwrap();
     let last = lanes.finish(&b).unwrap().unwrap_or(last);
-    b.wait(last).unwrap();
+    b.wait_timeout(last, None).unwrap();
     let mut got = vec![0f32; N as usize];
     b.read_mapped(out_slot, 0, bytemuck::cast_slice_mut(&mut got))
         .unwrap();
