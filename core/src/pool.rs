@@ -34,7 +34,9 @@ mod stats;
 mod tracing;
 mod zeroing;
 
-pub use arena::{ArenaConfig, ArenaPool, DEFAULT_BLOCK_SIZE, DEFAULT_IDLE_RELEASE, MAX_ALIGN};
+pub use arena::{
+    ArenaConfig, ArenaPool, Carver, DEFAULT_BLOCK_SIZE, DEFAULT_IDLE_RELEASE, MAX_ALIGN,
+};
 pub use budget::{Budget, MemberId, Reclaim};
 pub(crate) use device_pool::Lease;
 pub use device_pool::{

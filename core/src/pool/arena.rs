@@ -38,11 +38,12 @@ use crate::pool::budget::Budget;
 use crate::pool::deferred::Deferred;
 use crate::pool::device_pool::{PoolListener, PoolStats};
 use crate::pool::slots::{Handle, Slots, next_pool_id};
-use crate::suballoc::{Region, Tlsf};
+use crate::suballoc::Region;
 use crate::time::Instant;
 use crate::{Error, Result};
 
 mod api;
+mod carving;
 mod growth;
 mod handles;
 mod holes;
@@ -53,6 +54,8 @@ mod policy;
 mod sites;
 mod units;
 
+pub use carving::Carver;
+use carving::Carving;
 pub use growth::DEFAULT_BLOCK_SIZE;
 use holes::Holes;
 use policy::Class;
@@ -98,6 +101,10 @@ pub struct ArenaConfig {
     /// asked for memory keeps its blocks until a trim or another pool's pressure. Shorter means
     /// less memory held between bursts and more driver calls when the bursts repeat.
     pub idle_release: Option<Duration>,
+    /// The sub-allocator that carves the blocks; default [`Carver::Tlsf`]. [`Carver::Buddy`]
+    /// turns in-place growth off (the pool adds blocks) and holds each request in the next power
+    /// of two: more memory for arbitrary sizes, none lost for power-of-two ones.
+    pub carver: Carver,
 }
 
 impl ArenaConfig {
@@ -112,6 +119,7 @@ impl ArenaConfig {
             holes: true,
             learned_placement: true,
             idle_release: Some(DEFAULT_IDLE_RELEASE),
+            carver: Carver::Tlsf,
         }
     }
 
@@ -126,6 +134,7 @@ impl ArenaConfig {
             holes: true,
             learned_placement: true,
             idle_release: Some(DEFAULT_IDLE_RELEASE),
+            carver: Carver::Tlsf,
         }
     }
 }
@@ -139,9 +148,9 @@ impl Default for ArenaConfig {
 struct Block {
     id: BlockId,
     /// Bytes backed by memory (for the arena that grows in place: its committed size); always
-    /// the TLSF's capacity.
+    /// its carver's capacity.
     size: u64,
-    tlsf: Tlsf,
+    carving: Carving,
     /// The request class the block serves (the fallback path's block policy); `None` for the
     /// arena that grows in place, which serves every request.
     class: Option<Class>,
@@ -284,7 +293,7 @@ impl ArenaPool {
         let growth = backend
             .growable()
             .map(|g| g.in_place_growth())
-            .filter(|g| config.in_place && g.granularity.is_power_of_two());
+            .filter(|g| Carver::grows_in_place(&config) && g.granularity.is_power_of_two());
         Ok(ArenaPool {
             growth,
             base_align,
@@ -427,11 +436,11 @@ impl ArenaPool {
         match st.blocks.get_mut(block).and_then(Option::as_mut) {
             Some(b) => {
                 let freed = (region.offset, region.size);
-                let merged = b.tlsf.free_merged(region)?;
+                let merged = b.carving.free_merged(region)?;
                 if let Some(h) = b.holes.as_mut() {
                     h.freed_region(freed, merged);
                 }
-                if b.tlsf.is_empty() {
+                if b.carving.is_empty() {
                     b.idle_since = Some(Instant::now());
                 }
                 Self::unplaced(st, freed.1);
@@ -485,7 +494,7 @@ impl ArenaPool {
         };
         for i in 0..st.blocks.len() {
             let expired = st.blocks[i].as_ref().is_some_and(|b| {
-                b.tlsf.is_empty() && b.idle_since.is_some_and(|t| t.elapsed() >= idle)
+                b.carving.is_empty() && b.idle_since.is_some_and(|t| t.elapsed() >= idle)
             });
             if expired {
                 let _ = self.release_block(st, i);
@@ -498,7 +507,7 @@ impl ArenaPool {
         // Blocks with pending frees are not empty in their TLSF, so they are kept.
         let mut released = 0;
         for i in 0..st.blocks.len() {
-            if st.blocks[i].as_ref().is_some_and(|b| b.tlsf.is_empty()) {
+            if st.blocks[i].as_ref().is_some_and(|b| b.carving.is_empty()) {
                 released += self.release_block(st, i)?;
             }
         }
