@@ -34,6 +34,7 @@ use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 
+#[path = "suballoc/fragmentation.rs"]
 mod fragmentation;
 
 /// Size of the managed range: 16 GiB.

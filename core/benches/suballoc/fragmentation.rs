@@ -33,7 +33,8 @@ fn replay<A: SubAllocator>(mut sub: A, trace: &traces::Trace) -> Held {
     for e in &trace.events {
         if e.alloc {
             let r = sub.allocate(e.size, ALIGN).unwrap();
-            let r = r.unwrap_or_else(|| panic!("{}: {} bytes refused", trace.name, e.size));
+            let r = r.ok_or_else(|| format!("{}: {} bytes refused", trace.name, e.size));
+            let r = r.unwrap();
             live[e.id as usize] = Some(r);
             requested += e.size;
         } else if let Some(r) = live[e.id as usize].take() {
