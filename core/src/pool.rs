@@ -4,8 +4,8 @@
 //! model), and every feature is an adaptor around a pool, so features compose and cost nothing
 //! when left out:
 //!
-//! * bottoms — [`ArenaPool`] (TLSF carving and growth, for every memory kind), [`ReplayPool`]
-//!   (record and replay of a repeating allocation sequence), or a user's own pool;
+//! * bottoms — [`ArenaPool`] (TLSF or buddy carving and growth, for every memory kind),
+//!   [`ReplayPool`] (record and replay of a repeating allocation sequence), or a user's own pool;
 //! * adaptors ([`PoolAdaptor`]: each writes only what it changes) — [`Guarded`] (guard margins),
 //!   [`ZeroOnReuse`], [`StatsPool`] (statistics), [`LeakReport`], [`Traced`];
 //! * [`PoolConfig`] builds the stack a runtime uses ([`PoolStack`]);
