@@ -111,8 +111,8 @@ pub use host::{HostBackend, HostConfig};
 pub use numa::HostPlacement;
 pub use ops::{DType, KvDType, KvLayout, Op, WeightFormat};
 pub use pool::{
-    Allocation, AllocationStats, ArenaConfig, ArenaPool, DevicePool, Handle, PoolConfig, PoolStats,
-    StagingBelt, StagingConfig,
+    Allocation, AllocationStats, ArenaConfig, ArenaPool, Carver, DevicePool, Handle, PoolConfig,
+    PoolStats, StagingBelt, StagingConfig,
 };
 /// The offload executor's lane state, driven directly by the conformance suite's test of the
 /// swap-in's order after its copy-out (no public API reaches that order alone).

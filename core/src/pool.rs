@@ -4,8 +4,8 @@
 //! model), and every feature is an adaptor around a pool, so features compose and cost nothing
 //! when left out:
 //!
-//! * bottoms — [`ArenaPool`] (TLSF carving and growth, for every memory kind), [`ReplayPool`]
-//!   (record and replay of a repeating allocation sequence), or a user's own pool;
+//! * bottoms — [`ArenaPool`] (TLSF or buddy carving and growth, for every memory kind),
+//!   [`ReplayPool`] (record and replay of a repeating allocation sequence), or a user's own pool;
 //! * adaptors ([`PoolAdaptor`]: each writes only what it changes) — [`Guarded`] (guard margins),
 //!   [`ZeroOnReuse`], [`StatsPool`] (statistics), [`LeakReport`], [`Traced`];
 //! * [`PoolConfig`] builds the stack a runtime uses ([`PoolStack`]);
@@ -34,7 +34,9 @@ mod stats;
 mod tracing;
 mod zeroing;
 
-pub use arena::{ArenaConfig, ArenaPool, DEFAULT_BLOCK_SIZE, DEFAULT_IDLE_RELEASE, MAX_ALIGN};
+pub use arena::{
+    ArenaConfig, ArenaPool, Carver, DEFAULT_BLOCK_SIZE, DEFAULT_IDLE_RELEASE, MAX_ALIGN,
+};
 pub use budget::{Budget, MemberId, Reclaim};
 pub(crate) use device_pool::Lease;
 pub use device_pool::{

@@ -1,4 +1,5 @@
-//! Pure offset sub-allocators over `u64` ranges: TLSF, linear (bump) and ring. No memory is touched.
+//! Pure offset sub-allocators over `u64` ranges: TLSF, buddy, linear (bump) and ring. No memory is
+//! touched.
 //!
 //! Every allocator here manages an abstract range `[0, capacity)` of bytes and hands out
 //! [`Region`]s (an offset and a size inside that range). They never read or write the memory they
@@ -8,6 +9,7 @@
 //! | allocator | use | allocate | free |
 //! |---|---|---|---|
 //! | [`Tlsf`] | general purpose arenas | O(1), good fit | O(1), immediate coalescing |
+//! | [`Buddy`] | power-of-two blocks | O(log n), next power of two | O(log n), buddy merge |
 //! | [`LinearAllocator`] | per-step scratch | O(1), bump | all at once with `reset` |
 //! | [`RingAllocator`] | staging, fence-tagged | O(1), FIFO | `retire` + `reclaim` by ticket |
 //!
@@ -30,7 +32,10 @@
 //!   request's own size class beyond the bounded scan. The bound is documented on [`Tlsf`].
 #![forbid(unsafe_code)]
 
+mod buddy;
 mod linear;
+#[cfg(test)]
+mod model;
 mod ring;
 mod tlsf;
 
@@ -38,9 +43,69 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::{Error, Result};
 
+pub use buddy::Buddy;
 pub use linear::LinearAllocator;
 pub use ring::RingAllocator;
 pub use tlsf::Tlsf;
+
+/// What the sub-allocators that free regions one at a time ([`Tlsf`], [`Buddy`]) share: enough for
+/// a pool, a test or a benchmark to carve a range without knowing which one it holds. Each type's
+/// own methods say more (placement, growth, reports); this is the common part only.
+pub trait SubAllocator {
+    /// Carves `size` bytes at a multiple of `align`; `Ok(None)` when nothing fits now.
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`], [`Error::InvalidAlignment`] or [`Error::TooLarge`] for a request
+    /// that can never succeed.
+    fn allocate(&mut self, size: u64, align: u64) -> Result<Option<Region>>;
+
+    /// Returns a region this allocator issued.
+    ///
+    /// # Errors
+    /// [`Error::ForeignHandle`], [`Error::StaleHandle`], [`Error::DoubleFree`] or
+    /// [`Error::InvalidArgument`] for a region that is not live here; nothing changes then.
+    fn free(&mut self, region: Region) -> Result<()>;
+
+    /// Size of the managed range in bytes.
+    fn capacity(&self) -> u64;
+
+    /// Bytes that cannot be handed out now: live regions with the slack or rounding each holds.
+    fn used(&self) -> u64;
+}
+
+impl SubAllocator for Tlsf {
+    #[inline]
+    fn allocate(&mut self, size: u64, align: u64) -> Result<Option<Region>> {
+        Tlsf::allocate(self, size, align)
+    }
+    #[inline]
+    fn free(&mut self, region: Region) -> Result<()> {
+        Tlsf::free(self, region)
+    }
+    fn capacity(&self) -> u64 {
+        Tlsf::capacity(self)
+    }
+    fn used(&self) -> u64 {
+        Tlsf::capacity(self) - self.free_bytes()
+    }
+}
+
+impl SubAllocator for Buddy {
+    #[inline]
+    fn allocate(&mut self, size: u64, align: u64) -> Result<Option<Region>> {
+        Buddy::allocate(self, size, align)
+    }
+    #[inline]
+    fn free(&mut self, region: Region) -> Result<()> {
+        Buddy::free(self, region)
+    }
+    fn capacity(&self) -> u64 {
+        Buddy::capacity(self)
+    }
+    fn used(&self) -> u64 {
+        Buddy::capacity(self) - self.free_bytes()
+    }
+}
 
 /// Largest alignment any sub-allocator accepts, in bytes: 1 GiB.
 ///
@@ -51,7 +116,7 @@ pub const MAX_ALIGN: u64 = 1 << 30;
 
 /// A range `[offset, offset + size)` handed out by a sub-allocator.
 ///
-/// Move-only: [`Tlsf::free`] and [`RingAllocator::retire`] consume it, so a region cannot be freed
+/// Move-only: [`Tlsf::free`], [`Buddy::free`] and [`RingAllocator::retire`] consume it, so a region cannot be freed
 /// twice. It remembers which allocator issued it (and the generation of its metadata slot), so
 /// giving it to another allocator returns an error instead of corrupting either one.
 #[derive(Debug, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Property tests of TLSF and of the arena pool at the edges of their ranges (issue 12, item 7):
+//! Property tests of TLSF, buddy and of the arena pool at the edges of their ranges (issue 12, item 7):
 //! capacities up to 2^63 bytes, alignments up to 2^30, sequences of 10^5 operations, each checked
 //! against a model (the set of live regions: aligned, inside the range, disjoint, exactly sized)
 //! and against the allocator's own invariants.
@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
-use tensormem::suballoc::Tlsf;
+use tensormem::suballoc::{Buddy, SubAllocator, Tlsf};
 use tensormem::{
     ArenaConfig, ArenaPool, Backend, BlockDesc, BlockId, BlockRange, Capabilities, DevicePool,
     DeviceType, Error, Op, Result, Ticket,
@@ -58,10 +58,36 @@ impl Model {
     }
 }
 
-/// TLSF over `capacity` bytes, 10^5 operations.
-fn tlsf_case(capacity: u64, max_align_log: u32, seed: u64) -> std::result::Result<(), String> {
+/// A sub-allocator under test: how to build one, its structural check, and the largest request it
+/// can ever hold (TLSF: the capacity; buddy: the largest power of two in it).
+struct Subject<A> {
+    build: fn(u64) -> Result<A>,
+    check: fn(&A) -> std::result::Result<(), String>,
+    largest: fn(u64) -> u64,
+}
+
+const TLSF: Subject<Tlsf> = Subject {
+    build: Tlsf::new,
+    check: Tlsf::check_invariants,
+    largest: |capacity| capacity,
+};
+
+const BUDDY: Subject<Buddy> = Subject {
+    build: Buddy::new,
+    check: Buddy::check_invariants,
+    largest: |capacity| 1 << (63 - capacity.leading_zeros()),
+};
+
+/// A sub-allocator over `capacity` bytes, 10^5 operations.
+fn suballoc_case<A: SubAllocator>(
+    subject: &Subject<A>,
+    capacity: u64,
+    max_align_log: u32,
+    seed: u64,
+) -> std::result::Result<(), String> {
     let mut rng = Rng(seed | 1);
-    let mut tlsf = Tlsf::new(capacity).map_err(|e| e.to_string())?;
+    let mut sub = (subject.build)(capacity).map_err(|e| e.to_string())?;
+    let largest = (subject.largest)(capacity);
     let mut model = Model::default();
     let mut live = Vec::new();
     let mut carved = 0u32;
@@ -69,7 +95,7 @@ fn tlsf_case(capacity: u64, max_align_log: u32, seed: u64) -> std::result::Resul
         if rng.below(100) < 55 || live.is_empty() {
             let size = rng.size(capacity);
             let align = 1u64 << rng.below(u64::from(max_align_log) + 1);
-            match tlsf.allocate(size, align) {
+            match sub.allocate(size, align) {
                 Ok(Some(r)) => {
                     if r.offset % align != 0 || r.size != size || r.end() > capacity {
                         return Err(format!("op {i}: bad region {r:?} for {size} at {align}"));
@@ -81,21 +107,20 @@ fn tlsf_case(capacity: u64, max_align_log: u32, seed: u64) -> std::result::Resul
                 Ok(None) => {
                     // Out of memory is allowed only when the request cannot fit at all or the
                     // range is partly in use.
-                    if live.is_empty() && size <= capacity && align == 1 {
+                    if live.is_empty() && size <= largest && align == 1 {
                         return Err(format!("op {i}: empty allocator refused {size}"));
                     }
                 }
-                Err(Error::TooLarge { .. }) if size > capacity => {}
+                Err(Error::TooLarge { .. }) if size > largest => {}
                 Err(e) => return Err(format!("op {i}: {e}")),
             }
         } else {
             let r = live.swap_remove(rng.below(live.len() as u64) as usize);
             model.0.remove(&r.offset);
-            tlsf.free(r).map_err(|e| format!("op {i}: free: {e}"))?;
+            sub.free(r).map_err(|e| format!("op {i}: free: {e}"))?;
         }
         if i % 4096 == 0 {
-            tlsf.check_invariants()
-                .map_err(|m| format!("op {i}: {m}"))?;
+            (subject.check)(&sub).map_err(|m| format!("op {i}: {m}"))?;
         }
     }
     // Not a vacuous run: most requests are log-uniform below the capacity, so many fit.
@@ -103,16 +128,18 @@ fn tlsf_case(capacity: u64, max_align_log: u32, seed: u64) -> std::result::Resul
         return Err(format!("only {carved} of 10^5 operations allocated"));
     }
     for r in live.drain(..) {
-        tlsf.free(r).map_err(|e| e.to_string())?;
+        sub.free(r).map_err(|e| e.to_string())?;
     }
-    tlsf.check_invariants()?;
-    let rep = tlsf.report();
-    if !tlsf.is_empty() || rep.free != capacity || rep.largest_free != capacity {
-        return Err(format!("not whole again after freeing everything: {rep:?}"));
+    (subject.check)(&sub)?;
+    if sub.used() != 0 || sub.capacity() != capacity {
+        return Err(format!(
+            "not whole again after freeing everything: {} used",
+            sub.used()
+        ));
     }
-    // The whole range comes back as one region.
-    match tlsf.allocate(capacity, 1) {
-        Ok(Some(r)) if r.offset == 0 && r.size == capacity => Ok(()),
+    // The largest request comes back as one region at the start.
+    match sub.allocate(largest, 1) {
+        Ok(Some(r)) if r.offset == 0 && r.size == largest => Ok(()),
         other => Err(format!("whole range after free: {other:?}")),
     }
 }
@@ -133,14 +160,36 @@ proptest! {
         } else {
             1u64 << log
         };
-        tlsf_case(capacity, 30, seed).map_err(TestCaseError::fail)?;
+        suballoc_case(&TLSF, capacity, 30, seed).map_err(TestCaseError::fail)?;
+    }
+
+    /// The same for the buddy allocator.
+    #[test]
+    fn buddy_holds_its_invariants_at_every_scale(
+        log in 0u32..=63,
+        odd in any::<u64>(),
+        arbitrary in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let capacity = if arbitrary {
+            (odd % (1u64 << 63)).max(1)
+        } else {
+            1u64 << log
+        };
+        suballoc_case(&BUDDY, capacity, 30, seed).map_err(TestCaseError::fail)?;
     }
 }
 
 #[test]
 fn tlsf_at_the_largest_capacity_and_alignment() {
-    tlsf_case(1 << 63, 30, 7).unwrap();
-    tlsf_case((1 << 63) - 1, 30, 11).unwrap();
+    suballoc_case(&TLSF, 1 << 63, 30, 7).unwrap();
+    suballoc_case(&TLSF, (1 << 63) - 1, 30, 11).unwrap();
+}
+
+#[test]
+fn buddy_at_the_largest_capacity_and_alignment() {
+    suballoc_case(&BUDDY, 1 << 63, 30, 7).unwrap();
+    suballoc_case(&BUDDY, u64::MAX, 30, 11).unwrap();
 }
 
 /// A backend whose blocks hold no memory and whose tickets complete when the test says so.

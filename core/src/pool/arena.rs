@@ -1,6 +1,7 @@
-//! The arena pool: blocks from a backend, carved by TLSF, grown on demand, with ticket-deferred
-//! frees and an out-of-memory path that explains itself. Nothing else: guard margins,
-//! zero-on-reuse, tracing and leak reports are adaptors around it (see [`crate::pool`]).
+//! The arena pool: blocks from a backend, carved by TLSF (or buddy: [`ArenaConfig::carver`]),
+//! grown on demand, with ticket-deferred frees and an out-of-memory path that explains itself.
+//! Nothing else: guard margins, zero-on-reuse, tracing and leak reports are adaptors around it
+//! (see [`crate::pool`]).
 //!
 //! One type serves every memory kind: with [`MemoryKind::DeviceLocal`] it is the device arena pool;
 //! with `Upload` or `Readback` it is the host-visible (pinned) pool for host tensors that take part in
@@ -31,18 +32,19 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
-use std::time::Duration;
 
 use crate::backend::{Backend, BlockId, InPlaceGrowth, MemoryKind, Ticket};
 use crate::pool::budget::Budget;
 use crate::pool::deferred::Deferred;
 use crate::pool::device_pool::{PoolListener, PoolStats};
 use crate::pool::slots::{Handle, Slots, next_pool_id};
-use crate::suballoc::{Region, Tlsf};
+use crate::suballoc::Region;
 use crate::time::Instant;
 use crate::{Error, Result};
 
 mod api;
+mod carving;
+mod config;
 mod growth;
 mod handles;
 mod holes;
@@ -54,95 +56,22 @@ mod policy;
 mod sites;
 mod units;
 
+pub use carving::Carver;
+use carving::Carving;
+pub use config::{ArenaConfig, DEFAULT_IDLE_RELEASE};
 pub use growth::DEFAULT_BLOCK_SIZE;
 use holes::Holes;
 use policy::Class;
 
-/// Default of [`ArenaConfig::idle_release`]: 10 s.
-pub const DEFAULT_IDLE_RELEASE: Duration = Duration::from_secs(10);
-
 /// Largest alignment a pool accepts, in bytes (1 GiB).
 pub const MAX_ALIGN: u64 = 1 << 30;
-
-/// Configuration of an [`ArenaPool`].
-#[derive(Clone, Debug)]
-pub struct ArenaConfig {
-    /// Name used in reports and errors ("device", "host-visible", ...).
-    pub name: String,
-    /// Memory kind of the pool's blocks.
-    pub kind: MemoryKind,
-    /// Largest block the small class (requests up to 1 MiB) grows by, in bytes (default 32 MiB,
-    /// clamped to the device's largest block); also the coarsest rounding of block sizes. Blocks
-    /// are otherwise sized by the workload (`policy`): bigger means fewer driver calls for
-    /// many small tensors, and more memory held idle.
-    pub block_size: u64,
-    /// Hard limit on reserved bytes (default: the backend's reported budget for device memory, else
-    /// none). The pool never reserves more, whatever it costs in failed allocations. A pool built
-    /// on a runtime's shared [`Budget`] ([`ArenaPool::with_budget`]) is limited by that instead.
-    pub budget: Option<u64>,
-    /// Grow one arena in place where the backend can ([`Extensions::growable`](crate::backend::Extensions::growable)); default
-    /// `true`. `false` always adds blocks (the fallback path, for tests and comparisons).
-    pub in_place: bool,
-    /// On the arena that grows in place, give the memory of free holes back and move it where
-    /// tensors need it, where the backend offers holes ([`InPlaceGrowth::holes`]; see
-    /// `holes`); default `true`. `false` keeps every byte of the arena committed until a
-    /// trim returns its free tail (fewer driver calls, more memory held).
-    pub holes: bool,
-    /// On the arena with holes, place a request where its allocation site (its size and the
-    /// pool's last few events) went last time, when that range is free again (`sites`);
-    /// default `true`. A repeated step then finds its granules committed and moves no memory;
-    /// `false` leaves placement to TLSF alone (for comparisons).
-    pub learned_placement: bool,
-    /// A block that has been empty this long is returned to the backend at the pool's next miss
-    /// (a request that fits no block), before the pool grows; default 10 s, `None` never (only
-    /// trim and the pressure path release). There is no timer thread: an idle pool that is not
-    /// asked for memory keeps its blocks until a trim or another pool's pressure. Shorter means
-    /// less memory held between bursts and more driver calls when the bursts repeat.
-    pub idle_release: Option<Duration>,
-}
-
-impl ArenaConfig {
-    /// The default device arena configuration.
-    pub fn device() -> Self {
-        ArenaConfig {
-            name: "device".into(),
-            kind: MemoryKind::DeviceLocal,
-            block_size: DEFAULT_BLOCK_SIZE,
-            budget: None,
-            in_place: true,
-            holes: true,
-            learned_placement: true,
-            idle_release: Some(DEFAULT_IDLE_RELEASE),
-        }
-    }
-
-    /// The default configuration of a host-visible pool of `kind` (`Upload` or `Readback`).
-    pub fn host_visible(kind: MemoryKind) -> Self {
-        ArenaConfig {
-            name: format!("host-visible ({})", kind.name()),
-            kind,
-            block_size: 8 << 20,
-            budget: None,
-            in_place: true,
-            holes: true,
-            learned_placement: true,
-            idle_release: Some(DEFAULT_IDLE_RELEASE),
-        }
-    }
-}
-
-impl Default for ArenaConfig {
-    fn default() -> Self {
-        ArenaConfig::device()
-    }
-}
 
 struct Block {
     id: BlockId,
     /// Bytes backed by memory (for the arena that grows in place: its committed size); always
-    /// the TLSF's capacity.
+    /// its carver's capacity.
     size: u64,
-    tlsf: Tlsf,
+    carving: Carving,
     /// The request class the block serves (the fallback path's block policy); `None` for the
     /// arena that grows in place, which serves every request.
     class: Option<Class>,
@@ -285,7 +214,7 @@ impl ArenaPool {
         let growth = backend
             .growable()
             .map(|g| g.in_place_growth())
-            .filter(|g| config.in_place && g.granularity.is_power_of_two());
+            .filter(|g| Carver::grows_in_place(&config) && g.granularity.is_power_of_two());
         Ok(ArenaPool {
             growth,
             base_align,
@@ -432,11 +361,11 @@ impl ArenaPool {
         match st.blocks.get_mut(block).and_then(Option::as_mut) {
             Some(b) => {
                 let freed = (region.offset, region.size);
-                let merged = b.tlsf.free_merged(region)?;
+                let merged = b.carving.free_merged(region)?;
                 if let Some(h) = b.holes.as_mut() {
                     h.freed_region(freed, merged);
                 }
-                if b.tlsf.is_empty() {
+                if b.carving.is_empty() {
                     b.idle_since = Some(Instant::now());
                 }
                 Self::unplaced(st, freed.1);
@@ -490,7 +419,7 @@ impl ArenaPool {
         };
         for i in 0..st.blocks.len() {
             let expired = st.blocks[i].as_ref().is_some_and(|b| {
-                b.tlsf.is_empty() && b.idle_since.is_some_and(|t| t.elapsed() >= idle)
+                b.carving.is_empty() && b.idle_since.is_some_and(|t| t.elapsed() >= idle)
             });
             if expired {
                 let _ = self.release_block(st, i);
@@ -503,7 +432,7 @@ impl ArenaPool {
         // Blocks with pending frees are not empty in their TLSF, so they are kept.
         let mut released = 0;
         for i in 0..st.blocks.len() {
-            if st.blocks[i].as_ref().is_some_and(|b| b.tlsf.is_empty()) {
+            if st.blocks[i].as_ref().is_some_and(|b| b.carving.is_empty()) {
                 released += self.release_block(st, i)?;
             }
         }

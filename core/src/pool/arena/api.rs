@@ -112,7 +112,9 @@ impl DevicePool for ArenaPool {
         st.stats.total_allocations -= 1;
         let block = live.block;
         self.release(&mut st, block, live.region, handle)?;
-        let empty = st.blocks[block].as_ref().is_some_and(|b| b.tlsf.is_empty());
+        let empty = st.blocks[block]
+            .as_ref()
+            .is_some_and(|b| b.carving.is_empty());
         if drained && live.fresh_block && empty && self.release_block(&mut st, block).is_ok() {
             // As if the block had never been reserved. (If the backend refused to take it back,
             // it stays as an idle block that the next trim returns.)

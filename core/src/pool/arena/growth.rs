@@ -13,11 +13,11 @@
 use super::holes::Holes;
 use super::policy::{BlockRequest, Class};
 use super::sites::Sites;
-use super::{ArenaPool, Block, State};
+use super::{ArenaPool, Block, Carving, State};
 use crate::Error;
 use crate::Result;
 use crate::backend::{BlockDesc, BlockId};
-use crate::suballoc::{Region, Tlsf};
+use crate::suballoc::Region;
 
 /// What a new block is for.
 #[derive(Clone, Copy, Debug)]
@@ -40,13 +40,13 @@ impl ArenaPool {
         align: u64,
     ) -> Result<Option<(usize, Region)>> {
         let class = Some(Class::of(size));
-        let fits = |b: &Block| b.class == class && b.tlsf.free_bytes() >= size;
+        let fits = |b: &Block| b.class == class && b.carving.free_bytes() >= size;
         let fullest = st
             .blocks
             .iter()
             .enumerate()
             .filter_map(|(i, b)| b.as_ref().filter(|b| fits(b)).map(|b| (i, b)))
-            .min_by_key(|(_, b)| b.tlsf.free_bytes())
+            .min_by_key(|(_, b)| b.carving.free_bytes())
             .map(|(i, _)| i);
         let Some(fullest) = fullest else {
             return Ok(None);
@@ -56,7 +56,7 @@ impl ArenaPool {
             let Some(b) = st.blocks[i].as_mut().filter(|b| fits(b)) else {
                 continue;
             };
-            if let Some(region) = b.tlsf.allocate(size, align)? {
+            if let Some(region) = b.carving.allocate(size, align)? {
                 return Ok(Some((i, region)));
             }
         }
@@ -69,7 +69,7 @@ impl ArenaPool {
         for i in 0..st.blocks.len() {
             let empty = st.blocks[i]
                 .as_ref()
-                .is_some_and(|b| b.class == Some(class) && b.tlsf.is_empty());
+                .is_some_and(|b| b.class == Some(class) && b.carving.is_empty());
             if empty {
                 let _ = self.release_block(st, i);
             }
@@ -105,7 +105,9 @@ impl ArenaPool {
                 max_block: self.backend.capabilities().max_block_size,
                 align: self.copy_align,
             }
-            .block_bytes();
+            .block_bytes()
+            .and_then(|b| self.config.carver.block_bytes(b, size))
+            .filter(|b| *b <= self.backend.capabilities().max_block_size);
             if let Some(bytes) = bytes.filter(|b| self.budget.try_reserve(*b)) {
                 if let Some(found) = self.reserve(st, bytes, class, size, align, label)? {
                     return Ok(Some(found));
@@ -161,13 +163,14 @@ impl ArenaPool {
         size: u64,
         align: u64,
     ) -> Result<(usize, Region)> {
-        let carved = Tlsf::new(bytes).and_then(|mut tlsf| {
-            let region = tlsf.allocate(size, align)?.ok_or_else(|| {
+        let carving = Carving::new(self.config.carver, bytes, self.base_align);
+        let carved = carving.and_then(|mut carving| {
+            let region = carving.allocate(size, align)?.ok_or_else(|| {
                 Error::invalid("internal: a fresh block does not fit its request")
             })?;
-            Ok((tlsf, region))
+            Ok((carving, region))
         });
-        let (tlsf, region) = match carved {
+        let (carving, region) = match carved {
             Ok(c) => c,
             Err(e) => {
                 self.budget.release(bytes);
@@ -200,7 +203,7 @@ impl ArenaPool {
         st.blocks[idx] = Some(Block {
             id,
             size: bytes,
-            tlsf,
+            carving,
             class,
             reserved,
             idle_since: None,

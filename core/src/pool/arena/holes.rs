@@ -630,7 +630,7 @@ impl ArenaPool {
         };
         let Some(b) = st.blocks[i]
             .as_mut()
-            .filter(|b| b.tlsf.free_bytes() >= size)
+            .filter(|b| b.carving.free_bytes() >= size)
         else {
             return Ok(None);
         };
@@ -643,12 +643,12 @@ impl ArenaPool {
         let hinted = match hint {
             // `align` is a power of two (checked): a mask, not a division.
             Some((offset, near)) if offset & (align - 1) == 0 => {
-                b.tlsf.allocate_at(offset, size, align, Some(near))?
+                b.carving.allocate_at(offset, size, align, Some(near))?
             }
             _ => None,
         };
         let Some(mut region) =
-            hinted.map_or_else(|| b.tlsf.allocate(size, align), |r| Ok(Some(r)))?
+            hinted.map_or_else(|| b.carving.allocate(size, align), |r| Ok(Some(r)))?
         else {
             return Ok(None);
         };
@@ -691,7 +691,7 @@ impl ArenaPool {
             if lacking == 0 {
                 break;
             }
-            let Some(next) = b.tlsf.allocate(size, align)? else {
+            let Some(next) = b.carving.allocate(size, align)? else {
                 break;
             };
             let l = b.holes.as_ref().map_or(0, |h| h.lacking(&next));
@@ -704,7 +704,7 @@ impl ArenaPool {
         }
         for r in others.into_iter().flatten() {
             let freed = (r.offset, r.size);
-            let merged = b.tlsf.free_merged(r)?;
+            let merged = b.carving.free_merged(r)?;
             if let Some(h) = b.holes.as_mut() {
                 h.freed_region(freed, merged);
             }
@@ -749,10 +749,10 @@ impl ArenaPool {
         };
         for offset in h.spare_unit_places(size, align).into_iter().flatten() {
             let mut unit = b
-                .tlsf
+                .carving
                 .allocate_at(offset, size, align, Some(region.landmark()))?;
             if unit.is_none() {
-                unit = b.tlsf.allocate_at(offset, size, align, None)?;
+                unit = b.carving.allocate_at(offset, size, align, None)?;
             }
             if let (Some(unit), Some(h)) = (unit, b.holes.as_mut()) {
                 h.taken(unit.offset, unit.size);
@@ -764,7 +764,7 @@ impl ArenaPool {
         };
         // Spare granules are wholly free: TLSF holds the range, as its own block or inside one.
         for offset in h.spare_run_places(size, align).into_iter().flatten() {
-            if let Some(run) = b.tlsf.allocate_at(offset, size, align, None)? {
+            if let Some(run) = b.carving.allocate_at(offset, size, align, None)? {
                 if let Some(h) = b.holes.as_mut() {
                     h.taken(run.offset, run.size);
                 }
@@ -780,7 +780,7 @@ impl ArenaPool {
             return Err(Error::invalid("internal: the arena index names no block"));
         };
         let freed = (region.offset, region.size);
-        let merged = b.tlsf.free_merged(region)?;
+        let merged = b.carving.free_merged(region)?;
         if let Some(h) = b.holes.as_mut() {
             h.freed_region(freed, merged);
         }

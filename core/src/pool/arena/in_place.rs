@@ -186,7 +186,7 @@ impl ArenaPool {
         };
         let (id, committed) = (b.id, b.size);
         let reserved = b.reserved.unwrap_or(committed);
-        let tail = b.tlsf.free_tail();
+        let tail = b.carving.free_tail();
         let tail_start = committed - tail;
         let Some(need) = round_up(tail_start, align)
             .and_then(|start| start.checked_add(size))
@@ -268,12 +268,12 @@ impl ArenaPool {
             .map(|end| (end - size) & !(align - 1))
             .filter(|offset| offset + size <= b.size);
         let at_top = match top {
-            Some(offset) => b.tlsf.allocate_at(offset, size, align, None)?,
+            Some(offset) => b.carving.allocate_at(offset, size, align, None)?,
             None => None,
         };
         let region = match at_top {
             Some(region) => region,
-            None => b.tlsf.allocate_at_end(size, align)?.ok_or_else(|| {
+            None => b.carving.allocate_at_end(size, align)?.ok_or_else(|| {
                 Error::invalid("internal: a grown arena does not fit its request")
             })?,
         };
@@ -286,7 +286,7 @@ impl ArenaPool {
             if !extended {
                 // What the growth committed past the request is spare; granules of the old
                 // free tail that were given back need memory again.
-                let rest = b.tlsf.free_tail();
+                let rest = b.carving.free_tail();
                 h.freed(b.size - rest, rest);
             }
             // Below the region, where the tail started, is spare too.
@@ -325,7 +325,7 @@ impl ArenaPool {
         let Some(b) = st.blocks[index].as_mut() else {
             return Err(Error::invalid("internal: the arena index names no block"));
         };
-        b.tlsf.grow(size - b.size)?;
+        b.carving.grow(size - b.size)?;
         if let Some(h) = b.holes.as_mut() {
             h.extend(size);
         }
@@ -341,9 +341,9 @@ impl ArenaPool {
         };
         let before = b.committed();
         if new > old {
-            b.tlsf.grow(new - old)?;
+            b.carving.grow(new - old)?;
         } else {
-            b.tlsf.shrink(old - new)?;
+            b.carving.shrink(old - new)?;
         }
         if let Some(h) = b.holes.as_mut() {
             h.resize(new);
@@ -380,7 +380,7 @@ impl ArenaPool {
         // With holes the new end falls on a granule of the arena's, so no granule is cut in
         // two (the part of one past the end would be untracked).
         let unit = b.holes.as_ref().map_or(growth.granularity, Holes::granule);
-        let end = b.size - b.tlsf.free_tail();
+        let end = b.size - b.carving.free_tail();
         let Some(keep) = round_up(end.max(b.size.saturating_sub(at_most)), unit) else {
             return Ok(0);
         };

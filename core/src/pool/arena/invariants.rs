@@ -15,12 +15,12 @@ impl ArenaPool {
         let mut reserved = 0;
         for (i, b) in st.blocks.iter().enumerate() {
             let Some(b) = b else { continue };
-            b.tlsf.check_invariants()?;
-            if b.tlsf.capacity() != b.size {
+            b.carving.check_invariants()?;
+            if b.carving.capacity() != b.size {
                 return Err(format!(
                     "block {i}: {} bytes, TLSF over {}",
                     b.size,
-                    b.tlsf.capacity()
+                    b.carving.capacity()
                 ));
             }
             // Exactly the arena has a reservation, and it covers the committed size.
@@ -103,7 +103,7 @@ impl ArenaPool {
             .blocks
             .iter()
             .flatten()
-            .map(|b| b.tlsf.report().used)
+            .map(|b| b.carving.report().used)
             .sum();
         let held = live + st.deferred.bytes();
         if used < held || (held == 0) != (used == 0) {

@@ -65,7 +65,7 @@ impl ArenaPool {
         let mut reclaimable = 0u64;
         for (i, b) in st.blocks.iter().enumerate() {
             let Some(b) = b else { continue };
-            let r = b.tlsf.report();
+            let r = b.carving.report();
             free += r.free;
             largest = largest.max(r.largest_free);
             if r.used <= pending[i] {

@@ -1,12 +1,11 @@
 //! Tests of the TLSF sub-allocator: edge cases one by one, then random traces against a reference
 //! model of live ranges.
 
-use std::collections::BTreeMap;
-
 use proptest::prelude::*;
 
 use super::class::{CLASS_COUNT, class_start};
 use super::*;
+use crate::suballoc::model::LiveRanges;
 use crate::suballoc::{MAX_ALIGN, RingAllocator};
 
 /// Allocates and unwraps the `Ok(Some(_))` case.
@@ -517,7 +516,7 @@ proptest! {
     ) {
         let mut t = Tlsf::with_min_split(capacity, min_split).unwrap();
         let mut live: Vec<Region> = Vec::new();
-        let mut model: BTreeMap<u64, u64> = BTreeMap::new(); // offset -> end of live ranges
+        let mut model = LiveRanges::default();
         for op in ops {
             match op {
                 Op::Alloc { size, align_log2 } => {
@@ -534,16 +533,7 @@ proptest! {
                                 "refused {size}@{align} with a {largest}-byte free block");
                         }
                         Ok(Some(r)) => {
-                            prop_assert_eq!(r.size, size);
-                            prop_assert_eq!(r.offset % align, 0);
-                            prop_assert!(r.end() <= capacity);
-                            if let Some((&start, _)) = model.range(r.offset..).next() {
-                                prop_assert!(start >= r.end(), "overlap with the range at {start}");
-                            }
-                            if let Some((_, &end)) = model.range(..r.offset).next_back() {
-                                prop_assert!(end <= r.offset, "overlap with a range ending at {end}");
-                            }
-                            model.insert(r.offset, r.end());
+                            model.insert(&r, size, align, capacity).map_err(TestCaseError::fail)?;
                             live.push(r);
                         }
                     }
@@ -551,7 +541,7 @@ proptest! {
                 Op::Free { pick } => {
                     if !live.is_empty() {
                         let r = live.swap_remove(pick % live.len());
-                        prop_assert!(model.remove(&r.offset).is_some());
+                        model.remove(&r).map_err(TestCaseError::fail)?;
                         t.free(r).unwrap();
                     }
                 }
@@ -564,7 +554,7 @@ proptest! {
                 }
                 Op::Shrink { pick } => {
                     let tail = t.free_tail();
-                    let end = model.values().next_back().copied().unwrap_or(0);
+                    let end = model.high_water();
                     prop_assert!(capacity - tail >= end, "the free tail overlaps a live range");
                     let cut = if tail == 0 { 0 } else { 1 + pick % tail };
                     if cut == 0 || cut >= capacity {
@@ -579,7 +569,8 @@ proptest! {
             t.check_invariants().map_err(TestCaseError::fail)?;
             let report = t.report();
             prop_assert_eq!(report.allocations, live.len());
-            prop_assert!(report.used >= live.iter().map(|r| r.size).sum::<u64>());
+            prop_assert_eq!(model.len(), live.len());
+            prop_assert!(report.used >= model.bytes());
             prop_assert_eq!(report.used + report.free, capacity);
         }
         for r in live.drain(..) {

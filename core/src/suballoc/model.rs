@@ -1,0 +1,92 @@
+//! The reference model the sub-allocators' random traces are checked against: the set of live
+//! ranges. Shared by the TLSF and buddy tests so both answer to the same rules: every region has
+//! the size asked for, lies inside the range at a multiple of its alignment, and overlaps no
+//! other live region; a freed region was live.
+
+use std::collections::BTreeMap;
+
+use super::Region;
+
+/// Live ranges keyed by offset (offset -> end): overlap checks in O(log n).
+#[derive(Debug, Default)]
+pub(super) struct LiveRanges {
+    ranges: BTreeMap<u64, u64>,
+    /// Sum of the live sizes asked for, in bytes.
+    bytes: u64,
+}
+
+impl LiveRanges {
+    /// Records a region handed out for `size` bytes at `align` in a range of `capacity` bytes,
+    /// or says which rule it breaks.
+    pub(super) fn insert(
+        &mut self,
+        r: &Region,
+        size: u64,
+        align: u64,
+        capacity: u64,
+    ) -> Result<(), String> {
+        if r.size != size {
+            return Err(format!(
+                "region of {} bytes for a request of {size}",
+                r.size
+            ));
+        }
+        if !r.offset.is_multiple_of(align) {
+            return Err(format!("offset {} not a multiple of {align}", r.offset));
+        }
+        let end = r
+            .offset
+            .checked_add(r.size)
+            .filter(|e| *e <= capacity)
+            .ok_or_else(|| format!("[{}, +{}) outside [0, {capacity})", r.offset, r.size))?;
+        if let Some((&start, _)) = self.ranges.range(r.offset..).next() {
+            if start < end {
+                return Err(format!(
+                    "[{}, {end}) overlaps the range at {start}",
+                    r.offset
+                ));
+            }
+        }
+        if let Some((_, &prev_end)) = self.ranges.range(..r.offset).next_back() {
+            if prev_end > r.offset {
+                return Err(format!(
+                    "[{}, {end}) overlaps a range ending at {prev_end}",
+                    r.offset
+                ));
+            }
+        }
+        self.ranges.insert(r.offset, end);
+        self.bytes += size;
+        Ok(())
+    }
+
+    /// Forgets a region about to be freed; an error if it was not live.
+    pub(super) fn remove(&mut self, r: &Region) -> Result<(), String> {
+        match self.ranges.remove(&r.offset) {
+            Some(end) if end == r.end() => {
+                self.bytes -= r.size;
+                Ok(())
+            }
+            _ => Err(format!(
+                "freeing [{}, {}), which is not live",
+                r.offset,
+                r.end()
+            )),
+        }
+    }
+
+    /// Number of live ranges.
+    pub(super) fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// Live bytes asked for.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// End of the highest live range (0 when none).
+    pub(super) fn high_water(&self) -> u64 {
+        self.ranges.values().next_back().copied().unwrap_or(0)
+    }
+}
