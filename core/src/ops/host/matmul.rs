@@ -1,10 +1,12 @@
 //! Host batched matrix product: the one op whose speed matters on the CPU.
 //!
-//! A transformer spends nearly all its time here (a 128-token MiniLM pass is ~2.8 GFLOP), so the
-//! product goes to `matrixmultiply`'s `sgemm`: packed panels and a SIMD micro-kernel chosen at run
-//! time (AVX-512/AVX2+FMA/SSE2 on x86-64, NEON on AArch64, portable Rust elsewhere, wasm
-//! included). It takes arbitrary row and column strides, so transposed operands are read in
-//! place, never copied.
+//! A transformer spends nearly all its time here (a 128-token MiniLM pass is ~2.8 GFLOP). Two
+//! kernels, chosen by the product's shape alone ([`uses_dot`]): when both operands run along `k`
+//! (a linear layer's `[out, in]` weight, `q·kᵀ`), the dot-product kernel in `dot`, which reads
+//! the weight in place; otherwise `matrixmultiply`'s `sgemm`: packed panels and a SIMD
+//! micro-kernel chosen at run time (AVX-512/AVX2+FMA/SSE2 on x86-64, NEON on AArch64, portable
+//! Rust elsewhere, wasm included). Both take row and column strides, so transposed operands are
+//! read in place, never copied.
 //!
 //! **Threads.** The output is cut into tiles (whole matrices of the batch first, then row and
 //! column ranges of one matrix) and the tiles run on rayon's pool. A tile never splits the inner
@@ -14,9 +16,9 @@
 //! [`PARALLEL_MIN_MACS`] run on the calling thread, where rayon's hand-off would cost more than it
 //! saves.
 //!
-//! Numerics: each sum is `sgemm`'s blocked, possibly fused, f32 accumulation, then scaled by
-//! `alpha` and offset by the bias; it differs from a naive in-order loop by a few ulps of
-//! `Σ|a·b|`, far inside the conformance suite's tolerance.
+//! Numerics: each sum is `sgemm`'s blocked or `dot`'s lane-wise, possibly fused, f32
+//! accumulation, then scaled by `alpha` and offset by the bias; it differs from a naive in-order
+//! loop by a few ulps of `Σ|a·b|`, far inside the conformance suite's tolerance.
 
 use rayon::prelude::*;
 
