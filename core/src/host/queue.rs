@@ -24,13 +24,16 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::backend::{Ticket, TicketWakers};
-use crate::ops::{self, Op};
+use crate::ops::Op;
 use crate::{Error, Result};
 
 #[cfg(not(target_arch = "wasm32"))]
 use super::NAME;
 use super::lock;
 use super::memory::HostMemory;
+
+mod dispatch;
+use dispatch::dispatch;
 
 pub(super) type BlockMem = Arc<Mutex<HostMemory>>;
 
@@ -364,59 +367,6 @@ fn lock_pair<'a>(
         let gb = lock(b);
         (lock(a), gb)
     }
-}
-
-/// Runs one op. Each distinct block is locked once, in address order (the lanes' workers share
-/// the blocks); outputs are computed from borrowed inputs into fresh buffers and then copied back:
-/// operands may alias one block (an arena) and outputs may overlap inputs of later ops, never of
-/// this one.
-fn dispatch(op: &Op, args: &[Arg], n_inputs: usize) -> std::result::Result<(), String> {
-    let mut blocks: Vec<&BlockMem> = Vec::new();
-    for a in args {
-        if !blocks.iter().any(|m| Arc::ptr_eq(m, &a.mem)) {
-            blocks.push(&a.mem);
-        }
-    }
-    blocks.sort_by_key(|m| Arc::as_ptr(m));
-    let slot: Vec<usize> = args
-        .iter()
-        .map(|a| {
-            blocks
-                .iter()
-                .position(|m| Arc::ptr_eq(m, &a.mem))
-                .unwrap_or_default()
-        })
-        .collect();
-    let mut guards: Vec<MutexGuard<'_, HostMemory>> = blocks.iter().map(|m| lock(m)).collect();
-    if op.updates_output() {
-        // The op changes a few slots of a large output (a KV segment): its inputs are copied out
-        // (they are small) and the output is updated where it lies.
-        let inputs: Vec<Vec<u8>> = args[..n_inputs]
-            .iter()
-            .zip(&slot)
-            .map(|(a, &i)| guards[i][a.offset..a.offset + a.size].to_vec())
-            .collect();
-        let inputs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-        let (Some(a), Some(&i)) = (args.get(n_inputs), slot.get(n_inputs)) else {
-            return Err(format!("{}: no output binding", op.name()));
-        };
-        let out = &mut guards[i][a.offset..a.offset + a.size];
-        return ops::host::run(op, &inputs, &mut [out]).map_err(|e| e.to_string());
-    }
-    let mut outputs: Vec<Vec<u8>> = args[n_inputs..].iter().map(|a| vec![0u8; a.size]).collect();
-    {
-        let inputs: Vec<&[u8]> = args[..n_inputs]
-            .iter()
-            .zip(&slot)
-            .map(|(a, &i)| &guards[i][a.offset..a.offset + a.size])
-            .collect();
-        let mut out_refs: Vec<&mut [u8]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
-        ops::host::run(op, &inputs, &mut out_refs).map_err(|e| e.to_string())?;
-    }
-    for ((a, &i), out) in args[n_inputs..].iter().zip(&slot[n_inputs..]).zip(&outputs) {
-        guards[i][a.offset..a.offset + a.size].copy_from_slice(out);
-    }
-    Ok(())
 }
 
 #[expect(clippy::panic, reason = "fault injection: the panic is the point")]

@@ -345,3 +345,35 @@ fn transfer_tickets_poll_and_wake() {
         Poll::Ready(Err(Error::UnknownTicket { .. }))
     ));
 }
+
+/// An op's output is written in place when it is apart from the op's inputs, and through a fresh
+/// buffer when a direct caller binds it over an input (`queue::dispatch`): both give the op's
+/// result, and the overlapping one reads its input before overwriting it.
+#[test]
+fn op_outputs_in_place_or_over_an_input_give_the_same_result() {
+    let b = backend(HostConfig::default());
+    let blk = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    let floats = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    b.write_mapped(blk, 0, &floats(&[1.0, 2.0, 3.0, 4.0]))
+        .unwrap();
+    b.write_mapped(blk, 16, &floats(&[10.0, 20.0, 30.0, 40.0]))
+        .unwrap();
+    let r = |offset| BlockRange {
+        block: blk,
+        offset,
+        size: 16,
+    };
+    let add = Op::Add { len: 4, b_len: 4 };
+    b.dispatch(&add, &[r(0), r(16), r(32)]).unwrap();
+    let t = b.dispatch(&add, &[r(0), r(16), r(0)]).unwrap();
+    b.wait_timeout(t, None).unwrap();
+    let mut out = [0u8; 48];
+    b.read_mapped(blk, 0, &mut out).unwrap();
+    let want = floats(&[11.0, 22.0, 33.0, 44.0]);
+    assert_eq!(&out[32..48], &want[..], "apart: written in place");
+    assert_eq!(
+        &out[0..16],
+        &want[..],
+        "over input a: through a fresh buffer"
+    );
+}

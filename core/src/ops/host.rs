@@ -2,9 +2,10 @@
 //!
 //! Every backend is checked against [`run`], and the host backend executes models with it (it is
 //! the embedded default on a machine without a GPU), so it must be both plainly right and fast:
-//! [`Op::MatMul`] and [`Op::Conv2d`] (almost all of a model's time) go to `matrixmultiply`'s packed
-//! SIMD `sgemm` (see `matmul`), and every op with enough work spreads it over all cores with
-//! rayon, in chunks of whole rows that never change how an element is computed.
+//! [`Op::MatMul`] and [`Op::Conv2d`] (almost all of a model's time) go to a dot-product kernel or
+//! `matrixmultiply`'s packed SIMD `sgemm` (see `matmul`), and every op with enough work spreads
+//! it over all cores with rayon, in chunks of whole rows that never change how an element is
+//! computed.
 //!
 //! Numerics follow PyTorch's CPU kernels in f32: the same formulas in the same order where it
 //! matters (GELU is `x·0.5·(1 + erf(x/√2))` with a ~1 ulp `erf`; layer norm uses population

@@ -1,10 +1,12 @@
 //! Host batched matrix product: the one op whose speed matters on the CPU.
 //!
-//! A transformer spends nearly all its time here (a 128-token MiniLM pass is ~2.8 GFLOP), so the
-//! product goes to `matrixmultiply`'s `sgemm`: packed panels and a SIMD micro-kernel chosen at run
-//! time (AVX-512/AVX2+FMA/SSE2 on x86-64, NEON on AArch64, portable Rust elsewhere, wasm
-//! included). It takes arbitrary row and column strides, so transposed operands are read in
-//! place, never copied.
+//! A transformer spends nearly all its time here (a 128-token MiniLM pass is ~2.8 GFLOP). Two
+//! kernels, chosen by the product's shape alone ([`uses_dot`]): when both operands run along `k`
+//! (a linear layer's `[out, in]` weight, `q·kᵀ`), the dot-product kernel in `dot`, which reads
+//! the weight in place; otherwise `matrixmultiply`'s `sgemm`: packed panels and a SIMD
+//! micro-kernel chosen at run time (AVX-512/AVX2+FMA/SSE2 on x86-64, NEON on AArch64, portable
+//! Rust elsewhere, wasm included). Both take row and column strides, so transposed operands are
+//! read in place, never copied.
 //!
 //! **Threads.** The output is cut into tiles (whole matrices of the batch first, then row and
 //! column ranges of one matrix) and the tiles run on rayon's pool. A tile never splits the inner
@@ -14,17 +16,28 @@
 //! [`PARALLEL_MIN_MACS`] run on the calling thread, where rayon's hand-off would cost more than it
 //! saves.
 //!
-//! Numerics: each sum is `sgemm`'s blocked, possibly fused, f32 accumulation, then scaled by
-//! `alpha` and offset by the bias; it differs from a naive in-order loop by a few ulps of
-//! `Σ|a·b|`, far inside the conformance suite's tolerance.
+//! Numerics: each sum is `sgemm`'s blocked or `dot`'s lane-wise, possibly fused, f32
+//! accumulation, then scaled by `alpha` and offset by the bias; it differs from a naive in-order
+//! loop by a few ulps of `Σ|a·b|`, far inside the conformance suite's tolerance.
 
 use rayon::prelude::*;
 
 use crate::{Error, Result};
 
+mod dot;
 mod stored;
 
 pub(super) use stored::matmul_stored;
+
+/// Whether a product of `m` rows (of one matrix, or the stacked rows `matmul_stored` computes)
+/// runs on the dot-product kernel (`dot`) rather than `sgemm`: when op(A)'s rows and op(B)'s
+/// columns are contiguous along `k` (column stride `csa`, row stride `rsb` of 1), `k` is long
+/// enough for the lanes' final sums to be a small share, and the product is not one where
+/// `sgemm`'s packing pays for itself (many rows and a long `k`). The choice depends on the shape
+/// only, never on the tiling, so every element is computed the same way on any number of threads.
+fn uses_dot(m: usize, k: usize, csa: usize, rsb: usize) -> bool {
+    csa == 1 && rsb == 1 && k >= 128 && (m < 256 || k <= 512)
+}
 
 /// Shape and layout flags of a product (see [`Op::MatMul`](crate::ops::Op::MatMul)).
 pub(super) struct Shape {
@@ -35,6 +48,19 @@ pub(super) struct Shape {
     pub trans_a: bool,
     pub trans_b: bool,
     pub broadcast_b: bool,
+}
+
+impl Shape {
+    /// The rows `matmul_stored` computes in one product: the batch's `a` matrices stacked when
+    /// they share one `b` (and `a` is row-major), else one matrix's `m`. The kernel choice
+    /// ([`uses_dot`]) reads this in both paths, so they agree.
+    fn stacked_rows(&self) -> usize {
+        if self.broadcast_b && !self.trans_a {
+            self.batch * self.m
+        } else {
+            self.m
+        }
+    }
 }
 
 /// Products of fewer multiply-adds than this run on the calling thread (about 30 µs of work on
@@ -123,8 +149,9 @@ fn check_lengths(s: &Shape, a: usize, b: usize, bias: Option<usize>, c: usize) -
 }
 
 /// Cuts the batch into tiles. Serially, one tile per matrix. In parallel, one per matrix when the
-/// batch alone feeds the pool; otherwise each matrix is halved along its longer side (never below
-/// [`MIN_TILE`]) until there are about four tiles per thread, for load balance.
+/// batch alone feeds the pool; otherwise each matrix is halved along its longer side (along its
+/// columns first for the dot kernel), never below [`MIN_TILE`], until there are about four tiles
+/// per thread, for load balance.
 fn tiles(s: &Shape, parallel: bool) -> Vec<Tile> {
     let want = if parallel {
         4 * rayon::current_num_threads()
@@ -132,11 +159,16 @@ fn tiles(s: &Shape, parallel: bool) -> Vec<Tile> {
         1
     };
     let per_matrix = want.div_ceil(s.batch);
+    // The dot kernel packs nothing, so splitting columns costs nothing; splitting rows re-reads
+    // `b` (a weight) once more.
+    let dot = !s.trans_a && s.trans_b && uses_dot(s.stacked_rows(), s.k, 1, 1);
     let (mut row_parts, mut col_parts) = (1usize, 1usize);
     while row_parts * col_parts < per_matrix {
         let rows = s.m.div_ceil(row_parts);
         let cols = s.n.div_ceil(col_parts);
-        if rows >= cols && rows >= 2 * MIN_TILE {
+        if dot && cols >= 2 * MIN_TILE {
+            col_parts *= 2;
+        } else if rows >= cols && rows >= 2 * MIN_TILE {
             row_parts *= 2;
         } else if cols >= 2 * MIN_TILE {
             col_parts *= 2;
@@ -190,6 +222,7 @@ fn run_tile(
         b_strides: (rsb, csb),
         c_row_stride: n,
         bias: bias.map(|b| &b[t.j0..t.j1]),
+        dot: uses_dot(s.stacked_rows(), k, csa, rsb),
     };
     // SAFETY: `matmul` checked `a.len() == batch·m·k`, `b.len() == (1 or batch)·k·n` and
     // `c.len() == batch·m·n`. For this tile, sgemm reads op(A) rows `i0..i1` × `0..k` of matrix
@@ -219,6 +252,8 @@ struct TileGemm<'a> {
     c_row_stride: usize,
     /// The bias of the tile's `cols` columns.
     bias: Option<&'a [f32]>,
+    /// Run on the dot-product kernel (the strides allow it: see [`uses_dot`]), not `sgemm`.
+    dot: bool,
 }
 
 impl TileGemm<'_> {
@@ -232,6 +267,37 @@ impl TileGemm<'_> {
     unsafe fn run(&self, a: *const f32, b: *const f32, c: *mut f32) {
         let (rsa, csa) = self.a_strides;
         let (rsb, csb) = self.b_strides;
+        if self.dot && csa == 1 && rsb == 1 {
+            // The rows of op(A) and the columns of op(B) are contiguous along `k`.
+            let span = |count: usize, stride: usize| match count {
+                0 => 0,
+                n => (n - 1) * stride + self.k,
+            };
+            // SAFETY: the caller's contract makes every element `(i, p)` of A, at `i·rsa + p`,
+            // readable for `i < rows`, `p < k`: the slice spans exactly up to the last one. Only
+            // C is written, through `c`, so the shared reads alias no write. Likewise for B.
+            let (a, b) = unsafe {
+                (
+                    std::slice::from_raw_parts(a, span(self.rows, rsa)),
+                    std::slice::from_raw_parts(b, span(self.cols, csb)),
+                )
+            };
+            let nt = dot::Nt {
+                a,
+                lda: rsa,
+                b,
+                ldb: csb,
+                rows: self.rows,
+                cols: self.cols,
+                k: self.k,
+                alpha: self.alpha,
+                bias: self.bias,
+            };
+            // SAFETY: the caller's contract: C's tile is writable and unshared; `bias` holds
+            // `cols` values.
+            unsafe { dot::gemm_nt(&nt, c, self.c_row_stride) };
+            return;
+        }
         // SAFETY: the caller's contract covers exactly the elements sgemm reads and writes;
         // `beta = 0` means C's old contents are not read.
         unsafe {

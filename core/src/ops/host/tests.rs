@@ -153,7 +153,8 @@ fn matmul_hand_computed() {
 }
 
 /// Every transpose combination, with and without broadcast, bias and alpha, on shapes that cross
-/// sgemm's micro-kernel and cache blocks, and (the larger ones) the threaded tiling: each element
+/// sgemm's micro-kernel and cache blocks, the dot kernel's blocks and row chunks, and (the larger
+/// ones) the threaded tiling: each element
 /// must be within f32 rounding of the exact product.
 #[test]
 fn matmul_all_layouts_match_naive_loop() {
@@ -164,6 +165,8 @@ fn matmul_all_layouts_match_naive_loop() {
         (2, 9, 17, 260),
         (1, 130, 97, 40),
         (3, 70, 65, 33),
+        // The dot kernel over several row chunks, with edge rows, columns and a `k` tail.
+        (1, 130, 6, 1001),
     ] {
         for flags in 0..16u32 {
             let (ta, tb, bc, bias) = (

@@ -181,6 +181,7 @@ impl Product<'_> {
             b_strides,
             c_row_stride: n,
             bias: bias.map(|b| &b[t.j0..t.j1]),
+            dot: super::uses_dot(s.stacked_rows(), k, csa, b_strides.0),
         };
         // The `a` (and `c`) matrices this `b` matrix multiplies: all stacked as one, each of a
         // broadcast batch, or the one of its own batch index.

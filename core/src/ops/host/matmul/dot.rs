@@ -1,0 +1,285 @@
+//! The product `C = alpha · A · Bᵀ (+ bias)` when the rows of both `A` and `B` run contiguously
+//! along `k` (`trans_b` without `trans_a`): every linear layer (its weight is `[out, in]`) and
+//! attention's `q·kᵀ`. Each output is the dot product of two contiguous rows, so the kernel reads
+//! both operands where they lie and packs nothing.
+//!
+//! Why not `sgemm` here: `matrixmultiply` packs `B` into panels on every call. A linear layer's
+//! `B` is its weight, streamed from memory once per product; with a few dozen rows of `A` (a
+//! sentence or three) re-packing the weight costs more than the arithmetic (it was over half of
+//! MiniLM's host time at batch 1). Read in place, the weight is streamed once per row chunk.
+//!
+//! **Kernel.** A block of 3 rows of `A` × 4 rows of `B` keeps 12 accumulators of `L` lanes in
+//! registers; each step along `k` loads 7 vectors and issues 12 multiply-adds. For each group of
+//! 4 rows of `B` (which stay in L1) the blocks walk a chunk of `A`'s rows sized to stay in L2.
+//! The lane width is chosen at run time: 8 with AVX2 + FMA, otherwise 4 (SSE2, wasm32, NEON).
+//! AVX-512 would need Rust 1.89, above the workspace's MSRV; AVX2 reaches the same FMA rate on
+//! CPUs that split 512-bit operations in two (AMD Zen 4).
+//!
+//! **Numerics.** Every `C[i][j]` is computed the same way wherever it falls (a full block or an
+//! edge): lane `l` sums `a[p]·b[p]` for `p ≡ l (mod L)` in index order, the lanes are added in a
+//! fixed pairwise tree, then the `k mod L` tail is added in order, then `alpha·sum + bias`. So
+//! results do not depend on the tiling or the thread count; like `sgemm`'s, they depend on the
+//! CPU's features.
+
+/// The operands of one product: `C[i][j] = alpha · Σₚ a[i·lda + p] · b[j·ldb + p] (+ bias[j])`
+/// for `i < rows`, `j < cols`, `p < k`.
+pub(super) struct Nt<'a> {
+    pub a: &'a [f32],
+    pub lda: usize,
+    pub b: &'a [f32],
+    pub ldb: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub k: usize,
+    pub alpha: f32,
+    /// At least `cols` values when given.
+    pub bias: Option<&'a [f32]>,
+}
+
+/// Bytes of `A` rows one chunk keeps in a core's L2 cache while every row of `B` passes by.
+const A_CHUNK_BYTES: usize = 256 << 10;
+
+/// Computes the product into `c` (row `i` at `c + i·ldc`, `cols` contiguous elements).
+///
+/// # Safety
+/// `c` must be valid for writes of `c[i·ldc + j]` for every `i < rows`, `j < cols`, and no other
+/// thread may access those elements during the call. `a` must hold every row `i < rows` (`k`
+/// values from `i·lda`) and `b` every row `j < cols` (`k` values from `j·ldb`), else this panics
+/// on an out-of-bounds index before writing.
+pub(super) unsafe fn gemm_nt(p: &Nt<'_>, c: *mut f32, ldc: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the features the function enables were detected; the caller's contract
+            // is passed on.
+            return unsafe { x86::nt_avx2(p, c, ldc) };
+        }
+    }
+    // SAFETY: the caller's contract is passed on; `Portable` needs no CPU feature.
+    unsafe { nt::<Portable>(p, c, ldc) }
+}
+
+/// One vector of `L` f32 lanes and the few operations the kernel needs.
+trait Simd {
+    type V: Copy;
+    const L: usize;
+    /// # Safety
+    /// The CPU has the implementation's features.
+    unsafe fn zero() -> Self::V;
+    /// The first `L` values of `s` (panics when `s` is shorter).
+    ///
+    /// # Safety
+    /// As [`Simd::zero`].
+    unsafe fn load(s: &[f32]) -> Self::V;
+    /// `a·b + acc` per lane.
+    ///
+    /// # Safety
+    /// As [`Simd::zero`].
+    unsafe fn madd(a: Self::V, b: Self::V, acc: Self::V) -> Self::V;
+    /// The lanes' sum in the order of [`reduce`].
+    ///
+    /// # Safety
+    /// As [`Simd::zero`].
+    unsafe fn sum(v: Self::V) -> f32;
+    /// `x·y + acc` for the tail, fused exactly when [`Simd::madd`] is.
+    fn madd1(x: f32, y: f32, acc: f32) -> f32;
+}
+
+/// 4 lanes of plain arrays: any CPU (wasm32 included); fused on AArch64, where FMA is baseline.
+struct Portable;
+
+impl Simd for Portable {
+    type V = [f32; 4];
+    const L: usize = 4;
+    #[inline(always)]
+    unsafe fn zero() -> [f32; 4] {
+        [0.0; 4]
+    }
+    #[inline(always)]
+    unsafe fn load(s: &[f32]) -> [f32; 4] {
+        [s[0], s[1], s[2], s[3]]
+    }
+    #[inline(always)]
+    unsafe fn madd(a: [f32; 4], b: [f32; 4], acc: [f32; 4]) -> [f32; 4] {
+        std::array::from_fn(|l| Self::madd1(a[l], b[l], acc[l]))
+    }
+    #[inline(always)]
+    unsafe fn sum(v: [f32; 4]) -> f32 {
+        reduce(v)
+    }
+    #[inline(always)]
+    fn madd1(x: f32, y: f32, acc: f32) -> f32 {
+        if cfg!(target_arch = "aarch64") {
+            x.mul_add(y, acc)
+        } else {
+            x * y + acc
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Nt, Simd, nt};
+
+    /// # Safety
+    /// The CPU has AVX2 and FMA; as [`super::gemm_nt`].
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn nt_avx2(p: &Nt<'_>, c: *mut f32, ldc: usize) {
+        // SAFETY: the features `Avx2` needs are enabled here; the contract is passed on.
+        unsafe { nt::<Avx2>(p, c, ldc) }
+    }
+
+    /// 8 lanes (AVX2 + FMA).
+    struct Avx2;
+
+    impl Simd for Avx2 {
+        type V = __m256;
+        const L: usize = 8;
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn zero() -> __m256 {
+            _mm256_setzero_ps()
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn load(s: &[f32]) -> __m256 {
+            let s = &s[..8];
+            // SAFETY: `s` holds 8 floats; unaligned loads are allowed.
+            unsafe { _mm256_loadu_ps(s.as_ptr()) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn madd(a: __m256, b: __m256, acc: __m256) -> __m256 {
+            _mm256_fmadd_ps(a, b, acc)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn sum(v: __m256) -> f32 {
+            // Halves added as `reduce` adds them: lane l + l+4, then l + l+2, then 0 + 1.
+            let v4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+            let v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+            let v1 = _mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1));
+            _mm_cvtss_f32(v1)
+        }
+        #[inline(always)]
+        fn madd1(x: f32, y: f32, acc: f32) -> f32 {
+            x.mul_add(y, acc)
+        }
+    }
+}
+
+/// The blocked loops (module doc) on `M`'s vectors.
+///
+/// # Safety
+/// The CPU has `M`'s features; as [`gemm_nt`].
+#[inline(always)]
+unsafe fn nt<M: Simd>(p: &Nt<'_>, c: *mut f32, ldc: usize) {
+    // Rows per block: 3 × 4 accumulators plus 3 + 1 loaded vectors fill AVX2's 16 registers.
+    const MR: usize = 3;
+    let chunk = (A_CHUNK_BYTES / 4 / p.k.max(1) / MR * MR).max(MR);
+    let store = |i: usize, j: usize, v: f32| {
+        let bias = p.bias.map_or(0.0, |b| b[j]);
+        // SAFETY: `i < rows`, `j < cols`: writable and unshared per the caller's contract.
+        unsafe { *c.add(i * ldc + j) = p.alpha * v + bias };
+    };
+    for i0 in (0..p.rows).step_by(chunk) {
+        let i_end = (i0 + chunk).min(p.rows);
+        let mut j = 0;
+        while j + 4 <= p.cols {
+            let mut i = i0;
+            while i + MR <= i_end {
+                // SAFETY: the caller's CPU features are passed on.
+                let v = unsafe { block::<M, MR, 4>(p, i, j) };
+                for (r, row) in v.iter().enumerate() {
+                    for (s, &x) in row.iter().enumerate() {
+                        store(i + r, j + s, x);
+                    }
+                }
+                i += MR;
+            }
+            for i in i..i_end {
+                // SAFETY: as above.
+                let [row] = unsafe { block::<M, 1, 4>(p, i, j) };
+                for (s, &x) in row.iter().enumerate() {
+                    store(i, j + s, x);
+                }
+            }
+            j += 4;
+        }
+        for j in j..p.cols {
+            let mut i = i0;
+            while i + MR <= i_end {
+                // SAFETY: as above.
+                let v = unsafe { block::<M, MR, 1>(p, i, j) };
+                for (r, &[x]) in v.iter().enumerate() {
+                    store(i + r, j, x);
+                }
+                i += MR;
+            }
+            for i in i..i_end {
+                // SAFETY: as above.
+                let [[x]] = unsafe { block::<M, 1, 1>(p, i, j) };
+                store(i, j, x);
+            }
+        }
+    }
+}
+
+/// The `R × S` dot products of rows `i..i + R` of `A` with rows `j..j + S` of `B`.
+///
+/// # Safety
+/// The CPU has `M`'s features.
+#[inline(always)]
+unsafe fn block<M: Simd, const R: usize, const S: usize>(
+    p: &Nt<'_>,
+    i: usize,
+    j: usize,
+) -> [[f32; S]; R] {
+    let k = p.k;
+    let ar: [&[f32]; R] = std::array::from_fn(|r| &p.a[(i + r) * p.lda..][..k]);
+    let br: [&[f32]; S] = std::array::from_fn(|s| &p.b[(j + s) * p.ldb..][..k]);
+    // SAFETY (every `M::` call below): the caller guarantees `M`'s features.
+    let mut acc = [[unsafe { M::zero() }; S]; R];
+    let full = k / M::L * M::L;
+    let mut q = 0;
+    while q < full {
+        let mut av = [unsafe { M::zero() }; R];
+        for r in 0..R {
+            av[r] = unsafe { M::load(&ar[r][q..]) };
+        }
+        for s in 0..S {
+            let bv = unsafe { M::load(&br[s][q..]) };
+            for r in 0..R {
+                acc[r][s] = unsafe { M::madd(av[r], bv, acc[r][s]) };
+            }
+        }
+        q += M::L;
+    }
+    let mut out = [[0f32; S]; R];
+    for r in 0..R {
+        for s in 0..S {
+            let mut sum = unsafe { M::sum(acc[r][s]) };
+            for q in full..k {
+                sum = M::madd1(ar[r][q], br[s][q], sum);
+            }
+            out[r][s] = sum;
+        }
+    }
+    out
+}
+
+/// The lanes' sum in a fixed pairwise order: halves added until one lane is left.
+#[inline(always)]
+fn reduce<const L: usize>(mut v: [f32; L]) -> f32 {
+    let mut width = L;
+    while width > 1 {
+        width /= 2;
+        for l in 0..width {
+            v[l] += v[l + width];
+        }
+    }
+    v[0]
+}
