@@ -16,7 +16,7 @@
 //!     BlockRange { block: up, offset: 0, size: 256 },
 //!     BlockRange { block: dev, offset: 0, size: 256 },
 //! )?;
-//! gpu.wait(t)?;
+//! gpu.wait_timeout(t, None)?;
 //! # Ok::<(), tensormem::Error>(())
 //! ```
 //!
