@@ -66,6 +66,7 @@ use std::time::Duration;
 use crate::Result;
 use crate::ops::Op;
 
+mod adaptor;
 mod blocks;
 mod capabilities;
 pub mod completion;
@@ -74,6 +75,7 @@ pub mod lanes;
 pub mod managed;
 pub mod peer;
 
+pub use adaptor::BackendAdaptor;
 pub use blocks::{BlockEntry, BlockTable};
 pub use capabilities::{Capabilities, DeviceType};
 pub use completion::{HostAccess, HostAccessWait, TicketWait, TicketWakers, Waiting};

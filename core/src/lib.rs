@@ -92,17 +92,15 @@ pub mod plan;
 pub mod pool;
 pub mod runtime;
 pub mod suballoc;
-#[cfg(test)]
-mod test_support;
 mod time;
 pub mod trace;
 pub mod validate;
 
 pub use backend::{
-    Backend, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities, DeviceType,
-    Extensions, Growable, HostAccess, HostAccessWait, InPlaceGrowth, Managed, ManagedMemory,
-    MemoryKind, Peer, PeerCopy, PeerPath, Residence, Ticket, TicketWait, TicketWakers,
-    TransferLane, TransferLanes, TransferTicket, TransferWait, Waiting,
+    Backend, BackendAdaptor, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities,
+    DeviceType, Extensions, Growable, HostAccess, HostAccessWait, InPlaceGrowth, Managed,
+    ManagedMemory, MemoryKind, Peer, PeerCopy, PeerPath, Residence, Ticket, TicketWait,
+    TicketWakers, TransferLane, TransferLanes, TransferTicket, TransferWait, Waiting,
 };
 pub use devices::{DeviceId, DeviceSet, PlacedModel, Placement};
 pub use error::{Error, OomReport, Result};

@@ -21,11 +21,11 @@ fn linked() -> Arc<Linked> {
     })
 }
 
-impl Backend for Linked {
-    crate::test_support::forward_backend!(
-        host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy,
-        fill_zero, dispatch, flush, completed, wait_timeout
-    );
+impl crate::backend::BackendAdaptor for Linked {
+    type Inner = HostBackend;
+    fn inner(&self) -> &HostBackend {
+        &self.host
+    }
     fn extensions(&self) -> crate::backend::Extensions<'_> {
         crate::backend::Extensions {
             peer: Some(self),

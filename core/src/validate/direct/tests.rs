@@ -3,10 +3,9 @@
 //! defaults) and on one that offers a direct path that never applies (`Peered`).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::*;
-use crate::backend::{BlockDesc, BlockId, Capabilities, ManagedMemory, PeerPath, managed};
+use crate::backend::{BlockDesc, ManagedMemory, PeerPath, managed};
 use crate::host::{HostBackend, HostConfig};
 use crate::ops::Op;
 use crate::validate::tests::{block, range};
@@ -19,39 +18,13 @@ fn host_front() -> Validated {
 /// direct copies.
 struct Plain(HostBackend);
 
-impl Backend for Plain {
-    fn capabilities(&self) -> &Capabilities {
-        self.0.capabilities()
+impl crate::backend::BackendAdaptor for Plain {
+    type Inner = HostBackend;
+    fn inner(&self) -> &HostBackend {
+        &self.0
     }
-    fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
-        self.0.alloc_block(desc)
-    }
-    fn free_block(&self, block: BlockId) -> Result<()> {
-        self.0.free_block(block)
-    }
-    fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
-        self.0.write_mapped(block, offset, data)
-    }
-    fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
-        self.0.read_mapped(block, offset, out)
-    }
-    fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
-        self.0.copy(src, dst)
-    }
-    fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
-        self.0.fill_zero(range)
-    }
-    fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
-        self.0.dispatch(op, bindings)
-    }
-    fn flush(&self) -> Result<Ticket> {
-        self.0.flush()
-    }
-    fn completed(&self) -> Result<Ticket> {
-        self.0.completed()
-    }
-    fn wait_timeout(&self, ticket: Ticket, timeout: Option<Duration>) -> Result<()> {
-        self.0.wait_timeout(ticket, timeout)
+    fn extensions(&self) -> crate::backend::Extensions<'_> {
+        crate::backend::Extensions::default()
     }
 }
 
@@ -61,11 +34,11 @@ struct Peered {
     host: HostBackend,
 }
 
-impl Backend for Peered {
-    crate::test_support::forward_backend!(
-        host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy, fill_zero,
-        dispatch, flush, completed, wait_timeout
-    );
+impl crate::backend::BackendAdaptor for Peered {
+    type Inner = HostBackend;
+    fn inner(&self) -> &HostBackend {
+        &self.host
+    }
     fn extensions(&self) -> crate::backend::Extensions<'_> {
         crate::backend::Extensions {
             peer: Some(self),

@@ -15,11 +15,11 @@ struct Lazy {
     waits: AtomicU64,
 }
 
-impl Backend for Lazy {
-    crate::test_support::forward_backend!(
-        host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy,
-        fill_zero, dispatch, flush
-    );
+impl crate::backend::BackendAdaptor for Lazy {
+    type Inner = HostBackend;
+    fn inner(&self) -> &HostBackend {
+        &self.host
+    }
     fn completed(&self) -> crate::Result<Ticket> {
         Ok(Ticket(self.waited.load(Ordering::SeqCst)))
     }

@@ -230,11 +230,11 @@ struct Counted {
     calls: AtomicU64,
 }
 
-impl Backend for Counted {
-    crate::test_support::forward_backend!(
-        host: capabilities, alloc_block, free_block, write_mapped, read_mapped, copy, fill_zero,
-        dispatch, flush, completed, wait_timeout
-    );
+impl crate::backend::BackendAdaptor for Counted {
+    type Inner = HostBackend;
+    fn inner(&self) -> &HostBackend {
+        &self.host
+    }
     fn extensions(&self) -> crate::backend::Extensions<'_> {
         crate::backend::Extensions {
             growable: self
