@@ -133,6 +133,28 @@ pub struct Region {
     key: u64,
 }
 
+/// The checks TLSF and buddy share on a region handed back, after finding its slot: the slot
+/// holds a live region (else a double free) of the region's generation (else a stale handle).
+pub(crate) fn check_live(slot: u32, generation: u32, used: bool, current: u32) -> Result<()> {
+    const WHAT: &str = "sub-allocation region";
+    if !used {
+        return Err(Error::DoubleFree {
+            what: WHAT,
+            slot,
+            generation,
+        });
+    }
+    if current != generation {
+        return Err(Error::StaleHandle {
+            what: WHAT,
+            slot,
+            generation,
+            current,
+        });
+    }
+    Ok(())
+}
+
 impl Region {
     /// One past the last byte of the region.
     pub fn end(&self) -> u64 {

@@ -349,21 +349,7 @@ impl Buddy {
                 owner: "buddy sub-allocator",
             });
         };
-        if n.state != State::Used {
-            return Err(Error::DoubleFree {
-                what: WHAT,
-                slot: idx,
-                generation,
-            });
-        }
-        if n.generation != generation {
-            return Err(Error::StaleHandle {
-                what: WHAT,
-                slot: idx,
-                generation,
-                current: n.generation,
-            });
-        }
+        super::check_live(idx, generation, n.state == State::Used, n.generation)?;
         if n.offset != region.offset || region.size > 1 << n.order {
             return Err(Error::invalid(format!(
                 "region at offset {} of {} bytes does not match its block {idx} \

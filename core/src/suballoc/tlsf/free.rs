@@ -61,21 +61,7 @@ impl Tlsf {
                 owner: "Tlsf sub-allocator",
             });
         };
-        if n.state() != State::Used {
-            return Err(Error::DoubleFree {
-                what: WHAT,
-                slot: idx,
-                generation,
-            });
-        }
-        if n.prev_free != generation {
-            return Err(Error::StaleHandle {
-                what: WHAT,
-                slot: idx,
-                generation,
-                current: n.prev_free,
-            });
-        }
+        crate::suballoc::check_live(idx, generation, n.state() == State::Used, n.prev_free)?;
         if n.offset != region.offset || n.size < region.size {
             return Err(Error::invalid(format!(
                 "region at offset {} of {} bytes does not match its slot {idx} \
