@@ -195,6 +195,8 @@ async fn kv_pressure(ctx: &Ctx) -> R {
         c.state(b).map_err(fail("state"))? == SeqState::Swapped,
         || "b is not swapped".into(),
     )?;
+    // `a` writes its new tokens, over the blocks `b` gave up: what comes back must be the copy.
+    write(&mut c, a, 1, 8..25)?;
     c.free(a).map_err(fail("free a"))?;
     let r = c.resume(b).map_err(fail("resume"))?;
     check(r.cached_tokens == 8, || {

@@ -10,8 +10,8 @@
 //! * **Pressure.** An append that finds no block free grows the storage; past the budget the
 //!   ledger evicts idle cached prefixes; when none is left, the most recently admitted other
 //!   resident sequence is preempted as [`KvCacheConfig::preemption`] says: swapped (its blocks
-//!   copied to host memory through the runtime's readback path, coalesced into one copy per run
-//!   of adjacent blocks, and restored bit-identical on [`KvCache::resume`]) or dropped for
+//!   copied to the cache's readback pool on the backend's transfer lane, one copy per run of
+//!   adjacent blocks, and restored bit-identical on [`KvCache::resume`]; `swap`) or dropped for
 //!   recomputation. Preempted sequences are reported by [`KvCache::take_preempted`].
 //! * **Copy-on-write** copies run on the device (one copy per block) before the write that
 //!   needed them.
@@ -19,7 +19,7 @@
 //!   The host path (`host_path`: `write_token`, `attention`; native only) reads and writes whole
 //!   blocks through transfers: the reference the device kernels are checked against, not a fast
 //!   path.
-//! * **wasm32** has everything but swapping and the host path, whose transfers block: there the
+//! * **wasm32** has everything but swapping and the host path, whose reads block: there the
 //!   cache preempts by recomputation and kernels reach the blocks
 //!   ([`KvCache::block_tables_async`]).
 
@@ -32,9 +32,14 @@ mod swap;
 #[cfg(test)]
 mod tests;
 
+#[cfg(not(target_arch = "wasm32"))]
 use std::collections::HashMap;
+#[cfg(not(target_arch = "wasm32"))]
+use std::sync::Arc;
 
 use super::{Admission, KvError, KvGeometry, KvLedger, KvStats, Preemption, SeqId, SeqState, Slot};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::pool::DevicePool;
 use crate::runtime::{Runtime, Tensor};
 use crate::{DType, Result};
 
@@ -74,10 +79,12 @@ pub struct KvCache {
     segments: Segments,
     /// Resident sequences in admission order (the last is preempted first).
     order: Vec<SeqId>,
-    host: HashMap<SeqId, Vec<u8>>,
-    /// Host buffers of finished swaps, kept for the next one.
+    /// Swapped sequences' slots in host memory (`swap`).
     #[cfg(not(target_arch = "wasm32"))]
-    host_spare: Vec<Vec<u8>>,
+    host: HashMap<SeqId, swap::Swapped>,
+    /// The readback pool swaps go to, made on the first swap.
+    #[cfg(not(target_arch = "wasm32"))]
+    swap_pool: Option<Arc<dyn DevicePool>>,
     preempted: Vec<SeqId>,
     /// The blocks' state last recorded in the trace (`lane`).
     lane: Option<[u64; 5]>,
@@ -110,9 +117,10 @@ impl KvCache {
             ledger,
             segments,
             order: Vec::new(),
+            #[cfg(not(target_arch = "wasm32"))]
             host: HashMap::new(),
             #[cfg(not(target_arch = "wasm32"))]
-            host_spare: Vec::new(),
+            swap_pool: None,
             preempted: Vec::new(),
             lane: None,
         })
@@ -196,7 +204,7 @@ impl KvCache {
     pub fn free(&mut self, seq: SeqId) -> Result<()> {
         self.ledger.free(seq)?;
         self.order.retain(|&s| s != seq);
-        self.host.remove(&seq);
+        self.drop_swapped(seq);
         self.record_lane();
         Ok(())
     }
@@ -327,7 +335,7 @@ impl KvCache {
             ledger,
             segments: self.segments.tensors().len(),
             device_bytes: self.segments.device_bytes(),
-            host_bytes: self.host.values().map(|b| b.len() as u64).sum(),
+            host_bytes: self.swapped_bytes(),
         }
     }
 
@@ -374,6 +382,18 @@ impl KvCache {
     #[cfg(target_arch = "wasm32")]
     fn swap_in(&mut self, _seq: SeqId, _resumed: &super::Resumed) -> Result<()> {
         Ok(())
+    }
+
+    /// Nothing is ever swapped on wasm32.
+    #[cfg(target_arch = "wasm32")]
+    fn drop_swapped(&mut self, _seq: SeqId) {}
+
+    /// Host bytes of swapped sequences.
+    fn swapped_bytes(&self) -> u64 {
+        #[cfg(not(target_arch = "wasm32"))]
+        return self.host.values().map(swap::Swapped::size).sum();
+        #[cfg(target_arch = "wasm32")]
+        0
     }
 
     /// Performs the ledger's pending copy-on-write copies on the device.

@@ -403,7 +403,7 @@ fn serve(args: &Args, rt: &Runtime, model: &Llama, budget: u64, path: &Path) -> 
     };
     let paged = PagedConfig {
         swap: args.preempt == Preemption::Swap,
-        growth_reserve: 16,
+        ..PagedConfig::default()
     };
     let mut policy = Paged::new("simulator", &geometry, budget, scaled.len(), paged)?;
     let sim = simulate(&mut policy, &scaled, &sim_cfg);

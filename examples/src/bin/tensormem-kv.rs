@@ -54,8 +54,15 @@ struct Replay {
     preempt: String,
     /// `paged` admits a request only while the running ones keep enough free blocks to grow by
     /// this many tokens each (0: vLLM's 1% watermark alone).
-    #[arg(long, value_name = "TOKENS", default_value_t = 16)]
+    #[arg(long, value_name = "TOKENS", default_value_t = PagedConfig::default().growth_reserve)]
     growth_reserve: usize,
+    /// `paged`'s admission look-ahead: when the first waiting request does not fit, up to this
+    /// many after it may be admitted past it (0: first come first served, as vLLM).
+    #[arg(long, value_name = "N", default_value_t = PagedConfig::default().lookahead.0)]
+    lookahead: usize,
+    /// How many admissions may pass one waiting request before it is admitted itself.
+    #[arg(long, value_name = "N", default_value_t = PagedConfig::default().lookahead.1)]
+    passes: usize,
     /// Replay only the first N requests.
     #[arg(long, value_name = "N")]
     requests: Option<usize>,
@@ -148,11 +155,9 @@ fn replay(a: &Replay) -> tensormem::Result<()> {
     let ours = PagedConfig {
         swap: a.preempt == "swap",
         growth_reserve: a.growth_reserve,
+        lookahead: (a.lookahead, a.passes),
     };
-    let vllm = PagedConfig {
-        swap: false,
-        growth_reserve: 0,
-    };
+    let vllm = PagedConfig::VLLM;
     let mut policies: Vec<Box<dyn KvPolicy>> = vec![
         Box::new(Paged::new("paged", &geometry, budget, n, ours)?),
         Box::new(Paged::new(

@@ -1,10 +1,13 @@
 //! The paged policies: requests hold blocks of a [`KvLedger`], taken as they fill.
 //!
-//! `paged` (tensormem's defaults) takes 8-token blocks (half the tail waste of 16), swaps a
-//! preempted request to host memory, and admits a request only while the free blocks cover what
-//! the running requests need to grow by `growth_reserve` tokens each, so requests already decoding
-//! are rarely preempted by ones just admitted. `paged_vllm` is the same ledger with vLLM's
-//! defaults: 16-token blocks, recomputation, and a 1% watermark.
+//! `paged` (tensormem's defaults, [`PagedConfig::default`]) takes 8-token blocks (half the tail
+//! waste of 16), swaps a preempted request to host memory, admits a request only while the free
+//! blocks cover what the running requests need to grow by `growth_reserve` tokens each (so
+//! requests already decoding are rarely preempted by ones just admitted), and lets up to 16
+//! later requests pass one that does not fit yet, at most 16 times (long prompts no longer hold
+//! free memory idle behind them). `paged_vllm` ([`PagedConfig::VLLM`]) is the same ledger with
+//! vLLM's defaults: 16-token blocks, recomputation, a 1% watermark, first come first served.
+//! Both count only the blocks an admission takes: a prefix other requests hold costs nothing.
 
 use tensormem::kv::{KvGeometry, KvLedger, Preemption, SeqId};
 
@@ -18,6 +21,29 @@ pub struct PagedConfig {
     /// When admitting, keep free the blocks the running requests need for this many more
     /// tokens each (0: vLLM's 1% watermark only).
     pub growth_reserve: usize,
+    /// Admission look-ahead `(window, passes)` ([`KvPolicy::lookahead`]); `(0, 0)` is first
+    /// come first served.
+    pub lookahead: (usize, usize),
+}
+
+impl PagedConfig {
+    /// vLLM's scheduler: recomputation, the watermark alone, first come first served.
+    pub const VLLM: PagedConfig = PagedConfig {
+        swap: false,
+        growth_reserve: 0,
+        lookahead: (0, 0),
+    };
+}
+
+impl Default for PagedConfig {
+    /// tensormem's defaults (module doc).
+    fn default() -> Self {
+        PagedConfig {
+            swap: true,
+            growth_reserve: 20,
+            lookahead: (16, 16),
+        }
+    }
 }
 
 /// A paged KV cache policy over a [`KvLedger`].
@@ -105,8 +131,8 @@ impl KvPolicy for Paged {
         _total: usize,
         running: &[usize],
     ) -> Option<usize> {
-        let need = tokens.len().div_ceil(self.ledger.block_tokens() as usize);
-        if !self.fits(need, running) {
+        // Blocks of a cached prefix other requests hold cost nothing (as vLLM counts them).
+        if !self.fits(self.ledger.blocks_to_admit(tokens, 0), running) {
             return None;
         }
         let admission = self.ledger.admit(tokens, 0).ok()?;
@@ -124,6 +150,10 @@ impl KvPolicy for Paged {
             }
             None => false,
         }
+    }
+
+    fn lookahead(&self) -> (usize, usize) {
+        self.config.lookahead
     }
 
     fn preempt(&mut self, r: usize) -> Preempted {

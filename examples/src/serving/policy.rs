@@ -39,6 +39,12 @@ pub trait KvPolicy {
     fn victim(&self, running: &[usize]) -> Option<usize> {
         running.last().copied()
     }
+    /// Admission look-ahead `(window, passes)`: when the first waiting request does not fit,
+    /// the next `window` may be admitted past it, at most `passes` times before it is admitted
+    /// itself. `(0, 0)`, the default, is first come first served.
+    fn lookahead(&self) -> (usize, usize) {
+        (0, 0)
+    }
     /// Preempts running request `r`.
     fn preempt(&mut self, r: usize) -> Preempted;
     /// Brings swapped request `r` back; the bytes copied in, or `None` if it does not fit now.

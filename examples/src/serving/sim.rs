@@ -135,6 +135,9 @@ pub fn simulate(policy: &mut dyn KvPolicy, requests: &[Request], cfg: &SimConfig
     let mut running: Vec<usize> = Vec::new();
     let (mut next, mut step, mut finished) = (0usize, 0u64, 0usize);
     let mut prefilled = 0u64;
+    let lookahead = policy.lookahead();
+    // Admissions that passed the request now first in the arrival queue.
+    let mut head_passed = 0;
     let (mut util_sum, mut util_n, mut running_sum, mut queued_sum, mut delay_sum) =
         (0.0, 0u64, 0u64, 0u64, 0u64);
     let tokens_of = |r: usize, l: &Live| -> Vec<u32> {
@@ -230,52 +233,57 @@ pub fn simulate(policy: &mut dyn KvPolicy, requests: &[Request], cfg: &SimConfig
             }
             i += 1;
         }
-        // Admission: preempted requests first, then arrivals, in order; the first that does not
-        // fit stops the admission.
-        'admission: for from_preempted in [true, false] {
-            loop {
-                let queue = if from_preempted {
-                    &mut preempted
-                } else {
-                    &mut waiting
-                };
-                let Some(&r) = queue.front() else { break };
-                let ok = match live[r].phase {
-                    Phase::Swapped(prefill) => policy.resume(r, &running).map(|bytes| {
-                        res.swap_bytes += bytes;
-                        prefill.map_or(Phase::Decode, Phase::Prefill)
-                    }),
-                    _ => {
-                        let tokens = tokens_of(r, &live[r]);
-                        let total = requests[r].prompt + requests[r].generate - 1;
-                        policy.admit(r, &tokens, total, &running).map(|cached| {
-                            if live[r].admitted.is_some() {
-                                res.recomputed_tokens += (tokens.len() - cached) as u64;
-                            }
-                            Phase::Prefill(tokens.len() - cached)
-                        })
-                    }
-                };
-                let Some(phase) = ok else {
-                    // A preempted request that does not fit keeps new ones out: they would take
-                    // the memory it waits for.
-                    if from_preempted {
-                        break 'admission;
-                    }
-                    break;
-                };
-                let queue = if from_preempted {
-                    &mut preempted
-                } else {
-                    &mut waiting
-                };
-                queue.pop_front();
-                live[r].phase = phase;
-                if live[r].admitted.is_none() {
-                    live[r].admitted = Some(step);
-                    delay_sum += step - arrival(&requests[r]);
+        // Admission: preempted requests first, in order, the first that does not fit stopping
+        // everything (new requests would take the memory it waits for); then arrivals in order,
+        // where a request that does not fit stops the queue unless the policy lets later ones
+        // within its look-ahead pass it (a bounded number of times per head).
+        let mut admit = |r: usize, running: &mut Vec<usize>, res: &mut SimResult| {
+            let phase = match live[r].phase {
+                Phase::Swapped(prefill) => policy.resume(r, running).map(|bytes| {
+                    res.swap_bytes += bytes;
+                    prefill.map_or(Phase::Decode, Phase::Prefill)
+                }),
+                _ => {
+                    let tokens = tokens_of(r, &live[r]);
+                    let total = requests[r].prompt + requests[r].generate - 1;
+                    policy.admit(r, &tokens, total, running).map(|cached| {
+                        if live[r].admitted.is_some() {
+                            res.recomputed_tokens += (tokens.len() - cached) as u64;
+                        }
+                        Phase::Prefill(tokens.len() - cached)
+                    })
                 }
-                running.push(r);
+            };
+            let Some(phase) = phase else { return false };
+            live[r].phase = phase;
+            if live[r].admitted.is_none() {
+                live[r].admitted = Some(step);
+                delay_sum += step - arrival(&requests[r]);
+            }
+            running.push(r);
+            true
+        };
+        while let Some(&r) = preempted.front() {
+            if !admit(r, &mut running, &mut res) {
+                break;
+            }
+            preempted.pop_front();
+        }
+        if preempted.is_empty() {
+            let (window, passes) = lookahead;
+            let mut k = 0;
+            while k < waiting.len() && k <= window && (k == 0 || head_passed < passes) {
+                let r = waiting[k];
+                if admit(r, &mut running, &mut res) {
+                    waiting.remove(k);
+                    if k == 0 {
+                        head_passed = 0;
+                    } else {
+                        head_passed += 1;
+                    }
+                } else {
+                    k += 1;
+                }
             }
         }
         let usage = policy.usage();

@@ -84,7 +84,14 @@ impl Segments {
         self.tensors.iter().map(Tensor::size).sum()
     }
 
-    fn locate(&self, b: u32) -> Result<(&Tensor, u64)> {
+    /// Whether block `b` directly follows block `a` in one segment.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(super) fn adjacent(&self, a: u32, b: u32) -> bool {
+        a.checked_add(1) == Some(b) && !(b as usize).is_multiple_of(self.per_segment)
+    }
+
+    /// Block `b`'s segment and its offset there.
+    pub(super) fn locate(&self, b: u32) -> Result<(&Tensor, u64)> {
         let b = b as usize;
         let t = self
             .tensors
@@ -105,12 +112,7 @@ impl Segments {
         let mut runs: Vec<(usize, usize)> = Vec::new();
         for (i, &b) in blocks.iter().enumerate() {
             match runs.last_mut() {
-                Some((start, len))
-                    if blocks[*start + *len - 1] + 1 == b
-                        && !(b as usize).is_multiple_of(self.per_segment) =>
-                {
-                    *len += 1
-                }
+                Some((start, len)) if self.adjacent(blocks[*start + *len - 1], b) => *len += 1,
                 _ => runs.push((i, 1)),
             }
         }
@@ -120,21 +122,8 @@ impl Segments {
     /// The bytes of `blocks`, `block_bytes` each, in order.
     #[cfg(not(target_arch = "wasm32"))]
     pub(super) fn read_blocks(&self, rt: &Runtime, blocks: &[u32]) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
-        self.read_blocks_into(rt, blocks, &mut out)?;
-        Ok(out)
-    }
-
-    /// [`Segments::read_blocks`] into `out` (resized; its capacity is reused).
-    #[cfg(not(target_arch = "wasm32"))]
-    pub(super) fn read_blocks_into(
-        &self,
-        rt: &Runtime,
-        blocks: &[u32],
-        out: &mut Vec<u8>,
-    ) -> Result<()> {
         let (bb, stride) = (self.block_bytes as usize, self.stride as usize);
-        out.resize(blocks.len() * bb, 0);
+        let mut out = vec![0u8; blocks.len() * bb];
         let mut run_buf = Vec::new();
         for (start, len) in self.runs(blocks) {
             let (t, offset) = self.locate(blocks[start])?;
@@ -152,7 +141,7 @@ impl Segments {
                 out[(start + i) * bb..][..bb].copy_from_slice(&run_buf[i * stride..][..bb]);
             }
         }
-        Ok(())
+        Ok(out)
     }
 
     /// Writes `bytes` (`block_bytes` per block) into `blocks`.

@@ -188,6 +188,54 @@ fn pressure_swaps_the_newest_sequence_out_and_back_bit_identical() {
 }
 
 #[test]
+fn a_swap_goes_over_the_transfer_lane_and_restores_blocks_others_overwrote() {
+    for (host_visible_copies, staging) in [(true, false), (true, true), (false, false)] {
+        let backend = Arc::new(
+            HostBackend::new(HostConfig {
+                host_visible_copies,
+                ..HostConfig::default()
+            })
+            .unwrap(),
+        );
+        let config = RuntimeConfig {
+            force_staging: staging,
+            ..RuntimeConfig::default()
+        };
+        let rt = Runtime::new(backend, config).unwrap();
+        let lane = crate::backend::lanes::of(rt.backend().as_ref());
+        let mut c = cache(&rt, KvDType::F16, 4, Preemption::Swap);
+        // Three tokens: the sequence's one block is not full, so it is never cached and
+        // every byte comes back from the host copy.
+        let b = c.admit(&[7, 8, 9], 0).unwrap().seq;
+        fill(&mut c, b, 2, 0);
+        let before = check_attention(&c, b, 2);
+        let issued = lane.transfer_completed().unwrap();
+        c.preempt(b).unwrap();
+        rt.synchronize().unwrap();
+        assert!(
+            lane.transfer_completed().unwrap() > issued,
+            "the swap-out copied on the transfer lane"
+        );
+        assert_eq!(c.stats().host_bytes, c.segment_shape().1);
+        // Another sequence takes and overwrites every block.
+        let d = c.admit(&(100..116).collect::<Vec<_>>(), 0).unwrap().seq;
+        fill(&mut c, d, 3, 0);
+        c.free(d).unwrap();
+        let e = c.admit(&(200..216).collect::<Vec<_>>(), 0).unwrap().seq;
+        fill(&mut c, e, 4, 0);
+        c.free(e).unwrap();
+        c.resume(b).unwrap();
+        assert_eq!(c.stats().host_bytes, 0);
+        assert_eq!(
+            check_attention(&c, b, 2),
+            before,
+            "host_visible_copies {host_visible_copies}, staging {staging}"
+        );
+        c.release().unwrap();
+    }
+}
+
+#[test]
 fn recomputation_drops_blocks_and_readmits_the_tokens_with_prefix_hits() {
     let rt = runtime(false, None);
     let mut c = cache(&rt, KvDType::F32, 5, Preemption::Recompute);

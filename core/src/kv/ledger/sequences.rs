@@ -55,6 +55,29 @@ impl KvLedger {
         }
     }
 
+    /// The available blocks ([`KvLedger::available`]) admitting `tokens` after `salt` would take
+    /// now: a new block for each block not in the prefix cache, and the idle cached blocks it
+    /// would hit (they leave the LRU). Blocks other sequences already hold cost nothing, so a
+    /// scheduler that admits by this count admits prompts sharing a cached prefix that a count
+    /// of all their blocks would refuse. Changes nothing: no hit or miss is counted.
+    pub fn blocks_to_admit(&self, tokens: &[u32], salt: u64) -> usize {
+        let bt = self.block_tokens as usize;
+        let n = tokens.len();
+        let lookable = n.saturating_sub(1) / bt;
+        let (mut held_hits, mut parent) = (0, root_key(salt));
+        for c in 0..lookable {
+            let chunk = &tokens[c * bt..(c + 1) * bt];
+            let key = block_key(parent, chunk);
+            match self.prefix.lookup(key, parent, chunk) {
+                Some(b) if self.refs[b as usize] > 0 => held_hits += 1,
+                Some(_) => {}
+                None => break,
+            }
+            parent = key;
+        }
+        n.div_ceil(bt) - held_hits
+    }
+
     /// Gives a sequence whose tokens are set and blocks empty its blocks: prefix hits, then new.
     pub(super) fn place(&mut self, id: SeqId) -> Result<usize, KvError> {
         let bt = self.block_tokens as usize;

@@ -110,7 +110,14 @@ fn run(bt: u32, capacity: usize, steps: Vec<Step>) {
     for st in steps {
         match st {
             Step::Admit(tokens, salt) => {
-                if let Ok(a) = l.admit(&tokens, salt) {
+                let (predicted, available) = (l.blocks_to_admit(&tokens, salt), l.available());
+                let admitted = l.admit(&tokens, salt);
+                match &admitted {
+                    Ok(_) => assert_eq!(available - l.available(), predicted, "blocks_to_admit"),
+                    Err(KvError::OutOfBlocks { .. }) => assert!(predicted > available),
+                    Err(_) => {}
+                }
+                if let Ok(a) = admitted {
                     for (pos, &t) in tokens.iter().enumerate() {
                         let slot = l.slot(a.seq, pos).unwrap();
                         if pos < a.cached_tokens {

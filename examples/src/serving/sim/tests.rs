@@ -30,14 +30,7 @@ fn config(shared_prefix: usize) -> SimConfig {
 fn run_all(budget: u64, shared_prefix: usize) -> Vec<SimResult> {
     let reqs = requests(300);
     let g = KvGeometry::new(2, 1, 4, KvDType::F16, 4, 512).unwrap();
-    let ours = PagedConfig {
-        swap: true,
-        growth_reserve: 16,
-    };
-    let vllm = PagedConfig {
-        swap: false,
-        growth_reserve: 0,
-    };
+    let (ours, vllm) = (PagedConfig::default(), PagedConfig::VLLM);
     let mut policies: Vec<Box<dyn KvPolicy>> = vec![
         Box::new(Paged::new("paged", &g, budget, reqs.len(), ours).unwrap()),
         Box::new(Paged::new("paged_vllm", &g, budget, reqs.len(), vllm).unwrap()),
@@ -100,30 +93,50 @@ fn requests_longer_than_the_context_are_rejected_by_every_policy() {
     let mut reqs = requests(20);
     reqs[3].prompt = 600;
     let g = KvGeometry::new(2, 1, 4, KvDType::F32, 4, 512).unwrap();
-    let mut p = Paged::new(
-        "paged",
-        &g,
-        64 << 10,
-        reqs.len(),
-        PagedConfig {
-            swap: true,
-            growth_reserve: 16,
-        },
-    )
-    .unwrap();
+    let mut p = Paged::new("paged", &g, 64 << 10, reqs.len(), PagedConfig::default()).unwrap();
     let r = simulate(&mut p, &reqs, &config(0));
     assert_eq!((r.completed, r.rejected), (19, 1));
+    assert!(Paged::new("paged", &g, 16, 1, PagedConfig::default()).is_err());
+}
+
+#[test]
+fn later_requests_pass_one_that_does_not_fit_a_bounded_number_of_times() {
+    // Every fifth request is long: behind it, first come first served leaves memory idle.
+    let reqs: Vec<Request> = (0..200)
+        .map(|i| Request {
+            arrival_s: i as f64 * 0.005,
+            prompt: if i % 5 == 0 { 400 } else { 20 },
+            generate: 8,
+        })
+        .collect();
+    let g = KvGeometry::new(2, 1, 4, KvDType::F32, 4, 512).unwrap();
+    let run = |lookahead| {
+        let cfg = PagedConfig {
+            lookahead,
+            ..PagedConfig::default()
+        };
+        let mut p = Paged::new("paged", &g, 32 << 10, reqs.len(), cfg).unwrap();
+        simulate(&mut p, &reqs, &config(0))
+    };
+    let (fcfs, no_passes, ahead) = (run((0, 0)), run((16, 0)), run((16, 16)));
+    for r in [&fcfs, &no_passes, &ahead] {
+        assert_eq!(r.completed, 200);
+    }
+    // A window without passes is first come first served.
+    assert_eq!(
+        (no_passes.steps, no_passes.running_mean),
+        (fcfs.steps, fcfs.running_mean)
+    );
     assert!(
-        Paged::new(
-            "paged",
-            &g,
-            16,
-            1,
-            PagedConfig {
-                swap: true,
-                growth_reserve: 0
-            }
-        )
-        .is_err()
+        ahead.running_mean > fcfs.running_mean,
+        "{} vs {}",
+        ahead.running_mean,
+        fcfs.running_mean
+    );
+    assert!(
+        ahead.steps < fcfs.steps,
+        "{} vs {}",
+        ahead.steps,
+        fcfs.steps
     );
 }
