@@ -10,9 +10,9 @@
 //! * **Spare granules.** A committed granule wholly in free space is *spare*; frees and
 //!   allocations keep the set current, a bitmap word of 64 granules at a time.
 //! * **Moved, not re-created.** A region placed on decommitted granules gets the memory of spare
-//!   granules elsewhere ([`Growable::remap_range`]), the longest-spare first, and new memory
-//!   ([`Growable::commit_range`]) only while the pool stays within its allowance (the live
-//!   peak plus [`ALLOWANCE_DIVISOR`]⁻¹ of it) or when nothing is spare.
+//!   granules elsewhere ([`Growable::remap_range`]; per granule the longest-spare first), and
+//!   new memory ([`Growable::commit_range`]) only while the pool stays within its allowance (the
+//!   live peak plus [`ALLOWANCE_DIVISOR`]⁻¹ of it) or when nothing is spare.
 //! * **Given back under pressure only.** A free never calls the backend: holes filled again soon
 //!   cost nothing. Before the arena grows at its end, spare granules below its free tail are
 //!   decommitted, as many as the growth adds ([`Growable::decommit_range`]); trim and the
