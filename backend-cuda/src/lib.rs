@@ -15,94 +15,39 @@
 //! }
 //! ```
 //!
-//! ## Design choices
+//! ## Design
 //!
 //! * **One stream, one timeline.** Every copy, fill and kernel goes to the backend's stream in
-//!   submission order, which is the contract's single logical queue; no barriers are needed.
-//!   The stream is created, or adopted from an application ([`CudaBackend::adopt`]) so tensormem
-//!   and the application's own kernels are ordered without host syncs; the per-thread default
-//!   stream is refused, since its one handle names a different stream on every thread.
-//! * **Tickets are CUDA events, recorded lazily** (`timeline.rs`). A submission only bumps a
-//!   counter; one `cuEventRecord` at the next `flush` / `completed` / `wait` covers every ticket
-//!   since the last one (a stream completes in order). Completed events are kept in a ring and
-//!   re-recorded, so steady state creates no events. Events use `CU_EVENT_BLOCKING_SYNC`, so
-//!   `wait` sleeps in `cuEventSynchronize` (holding no lock) instead of spinning a core, and
-//!   `completed` never blocks: the lock held across possibly blocking enqueues is only tried.
-//! * **A lost device stays lost** (`health.rs`): the first sticky error (illegal address, launch
-//!   failure, unknown, …) is remembered and every later call fails with
-//!   [`Error::DeviceLost`], also a wait on a ticket that had completed.
-//! * **Other streams join the timeline** ([`CudaBackend::join_from`]): the application's stream
-//!   records an event, ours waits for it, and the wait gets a ticket. Deferring a free to that
-//!   ticket is PyTorch's `record_stream` expressed in the contract's own terms.
-//! * **Device blocks: `cuMemAlloc` by default, or stream-ordered** `cuMemAllocFromPoolAsync` from
-//!   a private memory pool that keeps freed memory ([`DeviceAlloc`]). A private pool rather than
-//!   the device's default one, so an adopting application's pool settings are left alone.
-//! * **Upload and Readback blocks are pinned host memory** (`cuMemHostAlloc`): write-combined for
-//!   uploads, cached for readbacks. `write_mapped` / `read_mapped` are plain memcpys into them, and
-//!   `copy` is `cuMemcpyAsync` on unified addresses, the DMA fast path. Device memory is not
-//!   host-visible (`device_host_visible = false`), so the pools stage, as on any discrete GPU.
-//! * **Pinned blocks on the device's NUMA node** (`numa.rs`): on a machine with several nodes,
-//!   the node from `CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID` (or the PCI address in sysfs); pinned
-//!   blocks are then mapped, bound with `mbind` before first touch and registered
-//!   (`cuMemHostRegister`), as PyTorch's `pinned_use_cuda_host_register` does, trading
-//!   write-combining for locality. [`tensormem::Capabilities::host_placement`] reports the policy in use.
-//! * **Small uploads skip the pools' staging**: `write_queued` copies the bytes into a pinned,
-//!   write-combined ring owned by the backend (`staging.rs`) and enqueues a truly asynchronous
-//!   `cuMemcpyHtoDAsync` from there; each region is reused once its copy's ticket completes, and a
-//!   full ring answers `Ok(None)` so the pools stage instead. `queued_write_max` (default 64 KiB,
-//!   [`CudaDesc::queued_write_max`]) tells the pools when to prefer it.
-//! * **Expandable blocks** through the VMM API (`vmm.rs`, [`CudaBackend::alloc_expandable_block`]):
-//!   one reserved address range grown and shrunk in place, PyTorch's expandable segments. They
-//!   are the contract's blocks that grow in place ([`tensormem::Extensions::growable`], each
-//!   growth mapped as one allocation), so the pools keep one arena on CUDA instead of adding
-//!   blocks.
-//! * **Kernels in CUDA C** (`kernels.cu`), compiled once per process with NVRTC for the device
-//!   (see "CUDA version and NVRTC" below); launch math and argument lists are pure functions
-//!   (`launch.rs`) tested against the source's parameter lists without a GPU.
-//! * **Errors** (`error.rs`): allocation OOM → [`Error::OutOfMemory`] (the pools' retry path),
-//!   sticky errors → [`Error::DeviceLost`], everything else keeps its `CUresult`.
+//!   submission order, the contract's one logical queue; the stream is created or adopted
+//!   ([`CudaBackend::adopt`]; the per-thread default stream is refused). Tickets are CUDA events
+//!   recorded lazily, one per flush, from a ring (`timeline.rs`); waits sleep in
+//!   `cuEventSynchronize`. Other streams join with an event wait ([`CudaBackend::join_from`]).
+//! * **A lost device stays lost** (`health.rs`): after the first sticky error every call is
+//!   [`Error::DeviceLost`]; allocation OOM is [`Error::OutOfMemory`] (`error.rs`).
+//! * **Memory.** Device blocks are `cuMemAlloc`, or stream-ordered from a private pool
+//!   ([`DeviceAlloc`]); Upload / Readback blocks are pinned (`cuMemHostAlloc`), bound to the
+//!   device's NUMA node where there are several (`numa.rs`); expandable blocks reserve address
+//!   space and map physical allocations (`vmm.rs`, the pools' arena with holes); managed blocks
+//!   are advised onto the device and never oversubscribed (`managed.rs`). Small uploads go
+//!   through a pinned ring ([`CudaDesc::queued_write_max`], `staging.rs`); copies between CUDA
+//!   backends go direct where a context or peer access allows (`peer.rs`).
+//! * **Kernels in CUDA C** (`kernels.cu`), compiled once per process by NVRTC; launch math is
+//!   pure and tested without a GPU (`launch.rs`).
+//! * **Versions** (`toolchain.rs`). The build targets the CUDA 13.0 driver API (cudarc's
+//!   `cuda-13000`, [`toolchain::BUILD_CUDA`]); an older driver is refused up front, naming both
+//!   versions, since cudarc panics on a missing symbol. NVRTC is the first `libnvrtc.so*` on the
+//!   loader path; the kernels compile to a cubin for the device's architecture, PTX only for a
+//!   device newer than NVRTC; a mismatched pair is [`Error::BackendUnavailable`] with the fix.
+//!   [`CudaBackend::toolchain`] and [`CudaBackend::kernel_target`] report the choice.
 //!
-//! ## CUDA version and NVRTC
+//! ## Limits
 //!
-//! * **The build targets the CUDA 13.0 driver API**: cudarc's `cuda-13000` feature (root
-//!   `Cargo.toml`, [`toolchain::BUILD_CUDA`]), matching the GPU machine's R580 driver. cudarc
-//!   resolves driver symbols lazily and panics on a missing one, so a driver reporting an older
-//!   CUDA (`cuDriverGetVersion`) is refused up front with [`Error::BackendUnavailable`] naming
-//!   both versions. `cuda-version-from-build-system` is not used: it needs nvcc at build time.
-//! * **How NVRTC is picked**: cudarc dlopens the first of `libnvrtc.so`, `libnvrtc.so.13`,
-//!   `libnvrtc.so.12`, … found on the loader path, so `LD_LIBRARY_PATH` decides (the CUDA 13
-//!   wheel ships only `libnvrtc.so.13`, which the pin makes a candidate). Its version
-//!   (`nvrtcVersion`) and architectures (`nvrtcGetSupportedArchs`) are read at startup;
-//!   [`CudaBackend::toolchain`] and [`CudaBackend::kernel_target`] report them.
-//! * **What is compiled** (`toolchain::choose_target`): a **cubin** for the device's architecture
-//!   (`sm_90` on an H200) whenever NVRTC knows one of the device's major, so the driver loads
-//!   machine code without JIT and a newer-minor NVRTC still works; **PTX** only for a device newer
-//!   than NVRTC, which needs an NVRTC no newer than the driver.
-//! * **When the pair does not match**: NVRTC of a newer CUDA major than the driver, or PTX from an
-//!   NVRTC newer than the driver, is [`Error::BackendUnavailable`] with both versions and the fix
-//!   (an NVRTC of the driver's version first on `LD_LIBRARY_PATH`, or a newer driver); a module
-//!   the driver still refuses (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`, `NO_BINARY_FOR_GPU`, …) gets
-//!   the same message instead of an opaque code. A device older than NVRTC's oldest architecture
-//!   (Volta with NVRTC 13) is [`Error::Unsupported`].
-//!
-//! ## Limits / drawbacks
-//!
-//! * Needs unified addressing (every 64-bit Linux / Windows platform CUDA supports); the backend
-//!   refuses to start without it.
-//! * Needs a driver supporting CUDA ≥ 13.0 (R580); for an older driver, rebuild with a lower
-//!   cudarc `cuda-XXXXX` feature and [`toolchain::BUILD_CUDA`] to match.
-//! * Kernels are straightforward (16×16 tiled matmul, one block per row for reductions), written
-//!   for correctness and portability, not peak FLOPs: the crate is about memory.
-//! * Same-stream reuse of freed memory is safe immediately on CUDA, but the contract has no way to
-//!   say so; the pools still wait for the free's ticket.
-//! * `join_from` serialises our stream behind the other stream at the join point.
-//! * **Managed memory** (`managed.rs`): `MemoryKind::Managed` blocks are `cuMemAllocManaged`
-//!   memory advised onto the device, host-visible, prefetched on the stream
-//!   ([`tensormem::Managed::prefetch`]); a request larger than `cuMemGetInfo`'s free memory is
-//!   refused before the driver is asked, so managed memory is never oversubscribed.
-//! * **Direct copies between CUDA backends** (`peer.rs`, [`tensormem::Peer::copy_to_peer`]):
-//!   device to device within one context, `cuMemcpyPeerAsync` with peer access between GPUs,
-//!   ordered by events against both streams; a device set stages only where neither applies.
+//! * Needs unified addressing and a driver for CUDA ≥ 13.0 (R580; else rebuild with a lower
+//!   cudarc feature and [`toolchain::BUILD_CUDA`]). A device older than NVRTC's oldest
+//!   architecture is [`Error::Unsupported`].
+//! * Kernels are written for correctness and portability, not peak FLOPs.
+//! * Same-stream reuse of freed memory would be safe at once, but the pools wait for the free's
+//!   ticket; `join_from` serialises our stream behind the other at the join point.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -177,14 +122,11 @@ pub struct CudaDesc {
     /// back the memory of free holes in its arena and moves it (`cuMemUnmap` + `cuMemMap`)
     /// where tensors need it, in whole physical allocations (`InPlaceGrowth::whole_units`: each
     /// growth or commit is one `cuMemCreate`). Default `true`: in the counting model of
-    /// `core/benches/pool_traces` at 2 MiB, the pool with holes peaks at or below the pool
-    /// without on all six traces (peak ÷ live 1.146 / 1.065 / 1.008 / 1.022 / 1.045 / 1.020
-    /// on `rand_logu`, `xfmr_eager`, `gpt2s_train`, `llama8b_prefill`, `mobilenet_v2`,
-    /// `xfmr_eager_sdpa`, against 1.152 / 1.162 / 1.040 / 1.174 / 1.393 / 1.020), with fewer
-    /// physical allocations than cubecl on each, and moves memory 0–288 times per trace. The
-    /// driver's cost of a map is not modelled, and nothing of it has run on a GPU yet; `false`
-    /// keeps every granule of the arena mapped (the conformance suite's stream-ordered CUDA
-    /// target runs that path).
+    /// `core/benches/pool_traces` at 2 MiB the pool with holes peaks at or below the pool
+    /// without on every trace, with fewer physical allocations than cubecl
+    /// (`docs/performance.md`, "Arena with holes"). The driver's cost of a map is not
+    /// modelled, and nothing of it has run on a GPU yet; `false` keeps every granule of the
+    /// arena mapped (the conformance suite's stream-ordered CUDA target runs that path).
     pub vmm_holes: bool,
 }
 

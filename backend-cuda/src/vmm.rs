@@ -14,9 +14,9 @@
 //! ```
 //!
 //! **One mapping per growth.** A growth maps all its bytes as one physical allocation: three
-//! driver calls whatever its size. Mapping one granule at a time cost three calls per 2 MiB, and
-//! made in-place growth two to three times slower than reallocating and copying (18.6–24 ms vs
-//! 8.4–9.1 ms per pattern of the `expandable` benchmark on an H200). The price is on shrinking:
+//! driver calls whatever its size. Mapping one granule at a time costs three calls per 2 MiB and
+//! makes in-place growth slower than reallocating and copying
+//! (`docs/decisions/cuda-vmm-granule-mappings.md`). The price is on shrinking:
 //! `cuMemUnmap` takes whole mappings only, so a shrink keeps the mapping that holds the new end
 //! and returns the ones past it (the committed size it reports can exceed the target by up to
 //! that mapping). The pools grow by steps of a thirty-second of the arena, so that is a few

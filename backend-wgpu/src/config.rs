@@ -9,11 +9,10 @@ pub const FORCE_STAGING_ENV: &str = "TENSORMEM_WGPU_FORCE_STAGING";
 /// Largest upload, in bytes, that the pools send through `queue.write_buffer` instead of their
 /// mapped staging belt, unless configured otherwise: 4 MiB.
 ///
-/// Measured with the `transfer` benchmark on lavapipe (upload + wait, median):
-/// `write_queued` vs core's `StagingBelt` took 136 vs 174 µs at 4 KiB, 175 vs 235 µs at 64 KiB,
-/// 588 vs 784 µs at 1 MiB, 20.5 vs 20.7 ms at 16 MiB (a tie) and 1.01 s vs 0.33 s at 256 MiB.
-/// The threshold sits between the last clear win (1 MiB) and the tie (16 MiB), and also bounds
-/// the hidden staging memory wgpu allocates per queued write.
+/// `queue.write_buffer` beats the belt on small uploads and loses on large ones (its hidden
+/// staging copy); the threshold sits between its last clear win and the tie in the `transfer`
+/// benchmark (`docs/performance.md`, "wgpu transfers"), and also bounds the hidden staging
+/// memory wgpu allocates per queued write.
 pub const DEFAULT_QUEUED_WRITE_MAX: u64 = 4 << 20;
 
 /// How the backend creates or adopts its device.

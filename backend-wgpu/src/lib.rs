@@ -15,82 +15,39 @@
 //! # Ok::<(), tensormem::Error>(())
 //! ```
 //!
-//! ## Design choices
+//! ## Design
 //!
-//! * **One buffer per block, with usages fixed by kind.** `DeviceLocal`: `STORAGE | COPY_SRC |
-//!   COPY_DST`; `Upload`: `MAP_WRITE | COPY_SRC`; `Readback`: `MAP_READ | COPY_DST` (the only
-//!   mappable usages WebGPU allows without extensions). A tensor is a `(buffer, offset, size)`
-//!   binding inside a block, which is what WebGPU bind groups take anyway.
-//! * **Zero-copy on unified memory.** On an integrated GPU or a CPU device (lavapipe) whose
-//!   adapter has `MAPPABLE_PRIMARY_BUFFERS`, device-local buffers also get `MAP_READ |
-//!   MAP_WRITE` and `device_host_visible` is reported, so pools skip staging.
-//!   [`WgpuConfig::force_staging`] turns this off, which is how CI exercises the discrete-GPU path
-//!   on lavapipe. Discrete GPUs never take it: mapped VRAM is slow or scarce.
-//! * **Completion never has to block** (`poll`). `poll_ticket` / `poll_host_access` register the
-//!   caller's waker with the `onSubmittedWorkDone` / `mapAsync` callbacks, which wake it; in a
-//!   browser (`wasm32`, the `webgpu` backend, [`WgpuBackend::new_async`]) that is the only way to
-//!   wait, and no `pollster` or blocking `Device::poll` is compiled there.
-//! * **Kernel parameters from a pooled ring** (`params`): 64 KiB uniform buffers carved by core's
-//!   ring allocator, slots reused once their dispatch's ticket completes, never a buffer per
-//!   dispatch.
-//! * **Synchronous mapping over async `map_async` (native).** Host access maps the whole buffer and polls
-//!   the device until the callback fires; the mapping is kept until the block is next handed to
-//!   the GPU (wgpu forbids mapped buffers in submissions), so repeated writes cost one map.
-//!   Mapped views need 8-byte-aligned starts; the backend widens the view itself, so
-//!   `copy_align` stays 4 (`COPY_BUFFER_ALIGNMENT`).
+//! * **One buffer per block, usages fixed by kind** (`DeviceLocal`: storage and copies;
+//!   `Upload`: `MAP_WRITE | COPY_SRC`; `Readback`: `MAP_READ | COPY_DST`). A tensor binds as
+//!   `(buffer, offset, size)`. On a device with `MAPPABLE_PRIMARY_BUFFERS` (integrated GPUs,
+//!   lavapipe) device-local buffers are mappable too and the pools skip staging, unless
+//!   [`WgpuConfig::force_staging`] (how CI takes the discrete-GPU path).
 //! * **Batching, tickets = submission numbers.** Copies, fills and dispatches go into one open
-//!   encoder; `flush`, `wait` and `completed` submit it. Each submission registers
-//!   `on_submitted_work_done`, which raises the completed ticket, so `completed` is one
-//!   non-blocking poll. Tickets are our own counter, independent of the application's
-//!   submissions on an adopted device.
-//! * **`write_queued` is `queue.write_buffer`.** wgpu executes queued writes before the next
-//!   submission's commands, so a dirty batch is submitted before each queued write to keep
-//!   program order. `queued_write_max` (default [`DEFAULT_QUEUED_WRITE_MAX`]) comes from the
-//!   `transfer` benchmark.
-//! * **No panics from wgpu.** The uncaptured-error handler (whose default panics) and the
-//!   device-lost callback are replaced: a lost device turns every later call into
-//!   `Error::DeviceLost`; an uncaptured error surfaces as `Error::Backend` on the next call.
-//!   Buffer creation and pipeline compilation run inside error scopes, so out-of-memory is
-//!   `Error::OutOfMemory` (retryable) at the call that caused it. Everything wgpu would reject
-//!   (bounds, alignment, usage, same-buffer copies, binding sizes) is checked first.
+//!   encoder; `flush`, `wait` and `completed` submit it, and `on_submitted_work_done` raises the
+//!   completed ticket, so `completed` is one non-blocking poll. Kernel parameters come from a
+//!   ring of 64 KiB uniform buffers (`params`).
+//! * **Completion never has to block** (`poll`): wakers ride on the `onSubmittedWorkDone` and
+//!   `mapAsync` callbacks; in a browser ([`WgpuBackend::new_async`]) that is the only way to
+//!   wait. Natively, host access maps the whole buffer and keeps the mapping until the block is
+//!   next handed to the GPU, so repeated writes cost one map.
+//! * **`write_queued` is `queue.write_buffer`**, with a dirty batch submitted first to keep
+//!   program order, for uploads up to [`DEFAULT_QUEUED_WRITE_MAX`].
+//! * **No panics from wgpu.** Lost devices and uncaptured errors become `Error::DeviceLost` and
+//!   `Error::Backend`; out-of-memory is `Error::OutOfMemory` at the call that caused it (error
+//!   scopes); everything wgpu would reject is checked first.
 //!
-//! ## Measured (lavapipe, 2 loaded cores; `cargo bench -p tensormem-wgpu --bench transfer`)
+//! ## Limits
 //!
-//! * Upload + wait at 1 MiB: `write_queued` 0.59 ms, core's belt 0.78 ms, raw mapped staging
-//!   0.56 ms, `create_buffer_init` 0.59 ms; at 256 MiB: belt 0.33 s, `write_buffer` 0.92 s,
-//!   `create_buffer_init` 1.86 s (host memcpy ceiling 0.09 s). Zero-copy `write_mapped` runs at
-//!   memcpy speed. Hence `queued_write_max` = 4 MiB.
-//! * 10 000 tensors (256 B .. 64 KiB) allocated and freed: 1.7 µs each from core's arena pool vs
-//!   9.4 µs each with one `create_buffer` per tensor.
-//!
-//! ## Limits and drawbacks
-//!
-//! * Mapping is per buffer: host access to a block waits until *all* in-flight work on that
-//!   block finished, not just work on the accessed range. A staging belt should rotate several
-//!   blocks rather than write one block while the GPU copies from another part of it.
-//! * Host reads of `Upload` blocks and host writes of `Readback` blocks (which WebGPU cannot
-//!   map that way) are emulated with a device copy and a wait: correct, slow, off the hot path.
-//! * Each dispatch creates a bind group (its parameters come from the pooled ring); fine for
-//!   inference-sized ops, measurable for thousands of tiny dispatches.
-//! * An output of a dispatch must not overlap another operand (no in-place ops, as the WGSL ABI
-//!   requires). Inputs may alias each other; since WebGPU forbids overlapping writable storage
-//!   bindings in one dispatch, an aliasing input is bound as a device copy (one temporary buffer).
-//! * In a browser, out-of-memory and validation errors surface on the next call (through the
-//!   uncaptured-error handler), not at the call that caused them: error scopes are promises there.
-//! * One mutex guards the block table, the open batch and the pipeline cache; natively, blocking
-//!   waits for mapping happen under it.
-//! * Natively, awaiting a ticket or a mapping polls the device each time the executor polls the
-//!   future (wgpu runs callbacks only inside `Device::poll`): a busy wait; prefer the blocking
-//!   forms there.
-//! * wgpu reports no heap size or memory budget: `budget` is `WgpuConfig::budget` when set, else
-//!   the system's memory ([`system_memory`]), exact on CPU and integrated adapters and only an
-//!   upper bound on a discrete GPU (configure its real size there).
-//! * Host-visible buffers are not NUMA-bound: the driver (or the browser) allocates them, and wgpu
-//!   does not name an adapter's PCI device; on a NUMA machine the backend reports `DriverPlaced`.
-//! * A binding above `max_storage_buffer_binding_size` (128 MiB on lavapipe and in Chromium) is
-//!   `Error::TooLarge` here; the validating front splits ops over larger tensors into parts that
-//!   fit (`tensormem::Validated`); a tensor above `max_buffer_size` (256 MiB in Chromium) is held by
-//!   the runtime in segments across buffers (`tensormem::Tensor::segments`).
+//! * Mapping is per buffer: host access waits for all in-flight work on the block. Host reads of
+//!   `Upload` and writes of `Readback` blocks are emulated with a device copy and a wait.
+//! * A bind group per dispatch; outputs must not overlap operands, and an aliasing input is
+//!   bound as a device copy (WebGPU forbids overlapping writable bindings).
+//! * In a browser, errors surface on the next call; natively, awaiting polls the device (a busy
+//!   wait), and one mutex guards the block table, the batch and the pipeline cache.
+//! * No heap size from wgpu: `budget` is `WgpuConfig::budget`, else [`system_memory`] (an upper
+//!   bound on a discrete GPU). Host-visible buffers are driver-placed, not NUMA-bound.
+//! * Bindings above `max_storage_buffer_binding_size` are `Error::TooLarge`; the validating
+//!   front splits ops into parts that fit, and tensors above `max_buffer_size` are segmented.
 
 mod backend;
 mod blocks;

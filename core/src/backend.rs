@@ -1,62 +1,40 @@
 //! The `Backend` trait: the one thing a device implements.
 //!
-//! The trait is deliberately narrow (see `shared/notes/style.md` 1.1): a backend allocates and frees
-//! *blocks*, copies bytes, dispatches standard ops, issues and reports *tickets*, states its
-//! capabilities and maps native errors into [`Error`](crate::Error). Pooling, budgets, statistics,
-//! validation and staging all live above it in core, once, for every backend.
+//! The trait is deliberately narrow: a backend allocates and frees *blocks*, copies bytes,
+//! dispatches standard ops, issues and reports *tickets*, states its capabilities and maps native
+//! errors into [`Error`](crate::Error). Pooling, budgets, statistics, validation and staging all
+//! live above it in core, once, for every backend. The trait is object safe (`Arc<dyn Backend>`).
 //!
 //! # Contract
 //!
-//! * **Blocks** are one native allocation each (`cuMemAlloc`, `VkDeviceMemory` + `VkBuffer`,
-//!   `wgpu::Buffer`, a host allocation) of one [`MemoryKind`]. A block from
-//!   [`Backend::alloc_block`] is never resized.
-//! * **Blocks that grow in place** (optional, [`Extensions::growable`]): a backend that can reserve
-//!   address space and back it with memory piece by piece offers the [`Growable`] capability, so
-//!   one arena grows instead of adding blocks; see [`growable`].
-//! * **Host access.** [`Backend::write_mapped`] and [`Backend::read_mapped`] copy between host memory
-//!   and a *host-visible* block: `Upload` and `Readback` blocks always, `DeviceLocal` blocks only when
-//!   [`Capabilities::device_host_visible`] is true. They are synchronous. The caller guarantees that
-//!   no in-flight work touches the range (it waits for the range's tickets first).
+//! * **Blocks** are one native allocation each, of one [`MemoryKind`], never resized. Blocks
+//!   that grow in place are the optional [`Growable`] capability ([`growable`]).
+//! * **Host access.** [`Backend::write_mapped`] and [`Backend::read_mapped`] are synchronous
+//!   copies to and from a host-visible block (`Upload` and `Readback` always, `DeviceLocal` where
+//!   [`Capabilities::device_host_visible`]); the caller guarantees no in-flight work touches the
+//!   range.
 //! * **Device work** ([`Backend::copy`], [`Backend::fill_zero`], [`Backend::dispatch`]) is
-//!   asynchronous and executes in submission order on one logical queue: each call returns the
-//!   [`Ticket`] of the submission that carries it, and a later call observes the effects of every
-//!   earlier one (the backend inserts whatever barriers its API needs; on Vulkan, memory barriers
-//!   between dependent commands). A backend may batch several calls into one native submission; it
-//!   must submit no later than the first [`Backend::wait_timeout`], [`Backend::completed`] or
-//!   [`Backend::flush`] that concerns them.
-//! * **Copy directions.** Copies read `DeviceLocal`, `Managed` and `Upload` memory and write
-//!   `DeviceLocal`, `Managed` and `Readback` memory; where [`Capabilities::host_visible_copies`]
-//!   says so, also the reverse (`Readback` as a source, `Upload` as a destination).
-//! * **Transfer lane.** Copies and fills may also go on a second ordered lane with its own
-//!   [`TransferTicket`]s, the [`TransferLanes`] capability: a backend's own where
-//!   [`Extensions::transfer_lanes`] offers one, running beside the compute queue, else a
-//!   [`CollapsedLane`] on the compute queue; [`lanes::of`] reaches either. See [`lanes`].
-//! * **Tickets** increase monotonically. `completed()` returns the highest ticket `t` such that every
-//!   ticket `<= t` has finished. Frees of memory used by in-flight work are deferred by the pools
-//!   until its ticket completes.
-//! * **Alignment.** Every offset and size passed to `copy`, `fill_zero`, `write_mapped` and
-//!   `read_mapped` is a multiple of [`Capabilities::copy_align`]; binding offsets in `dispatch` are
-//!   multiples of [`Capabilities::binding_align`]. The pools guarantee both.
-//! * **Completion never has to block.** [`Backend::poll_ticket`] and [`Backend::poll_host_access`]
-//!   poll without blocking and register the caller's waker; [`TicketWait`] and [`HostAccessWait`]
-//!   are their futures. The blocking [`Backend::wait_timeout`] exists on native targets only: on `wasm32`
-//!   (a browser's main thread) it is not compiled, so a blocking call is a compile error. On a
-//!   backend whose mapping is asynchronous (WebGPU), `read_mapped` / `write_mapped` block natively
-//!   and on `wasm32` require a completed `poll_host_access` first. See [`completion`].
-//! * **Managed memory** (optional, [`Extensions::managed`]): blocks of [`MemoryKind::Managed`] are
-//!   device memory and host-visible at once; [`Managed::prefetch`] moves a range to the device
-//!   or the host in queue order where the driver migrates pages. See [`managed`].
-//! * **Direct copies between backends** (optional, [`Extensions::peer`]): two backends on one
-//!   physical device, or two devices with peer access, copy without staging through host
-//!   memory, ordered after both timelines' earlier work. See [`peer`].
-//! * **Errors.** No method panics; native failures map into [`Error`](crate::Error), a lost device
-//!   into [`Error::DeviceLost`](crate::Error::DeviceLost).
-//! * **Validated input.** Callers go through [`Validated`](crate::Validated) (the runtime always
-//!   does), which checks every rule above and the binding rules with one typed error each; a
-//!   backend assumes validated input and debug-asserts it, keeping only the block-table lookups
+//!   asynchronous on one logical queue: each call returns the [`Ticket`] of its submission and
+//!   observes every earlier call's effects (the backend inserts its API's barriers). Batched
+//!   work is submitted no later than the first [`Backend::wait_timeout`], [`Backend::completed`]
+//!   or [`Backend::flush`] that concerns it. Copies read `DeviceLocal`, `Managed` and `Upload`
+//!   memory and write `DeviceLocal`, `Managed` and `Readback` (the reverse too where
+//!   [`Capabilities::host_visible_copies`]).
+//! * **Tickets** increase monotonically; `completed()` is the highest `t` with every ticket
+//!   `<= t` finished. The pools defer frees of memory in use until its ticket completes.
+//! * **Alignment.** Copy and mapped offsets and sizes are multiples of
+//!   [`Capabilities::copy_align`], binding offsets of [`Capabilities::binding_align`].
+//! * **Completion never has to block** ([`completion`]): [`Backend::poll_ticket`] and
+//!   [`Backend::poll_host_access`] register wakers ([`TicketWait`], [`HostAccessWait`]); the
+//!   blocking [`Backend::wait_timeout`] is not compiled on `wasm32`.
+//! * **Optional capabilities**: a second ordered lane for copies ([`TransferLanes`], [`lanes`];
+//!   [`CollapsedLane`] where the backend has none, [`lanes::of`] reaches either), managed memory
+//!   ([`Managed`], [`managed`]) and direct copies between backends ([`Peer`], [`peer`]), each
+//!   reached through [`Extensions`].
+//! * **Errors.** No method panics; a lost device is [`Error::DeviceLost`](crate::Error::DeviceLost).
+//! * **Validated input.** Callers go through [`Validated`](crate::Validated), which checks every
+//!   rule above with one typed error each; a backend debug-asserts it and keeps only the lookups
 //!   and bounds checks that keep a direct caller memory-safe.
-//!
-//! The trait is object safe so examples can choose a backend at run time (`Arc<dyn Backend>`).
 
 use std::any::Any;
 use std::task::{Context, Poll};

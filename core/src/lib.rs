@@ -30,53 +30,40 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # Design choices
-//! * **One narrow backend trait** ([`Backend`]): blocks, mapped access, copies, op dispatch, tickets.
-//!   Pooling, budgets, staging, statistics and checks live once in core, so every backend behaves
-//!   the same and the conformance suite proves it.
-//! * **One validating front** ([`Validated`]) in front of every backend: ranges, alignment, exact
-//!   binding sizes, overlapping outputs, checked shape arithmetic and device state, one rule and one
-//!   typed error each; the first fatal error marks the device broken for every later call.
-//! * **Tensors bind to kernels** ([`Runtime::dispatch`]): their uses are recorded automatically, and
-//!   raw-range work through [`Runtime::backend`] is tracked by range in the front.
-//! * **Tickets, not fences per allocation**: work returns a monotonically increasing ticket; a free
-//!   while work is in flight is deferred to its ticket (stream-ordered reuse, as RMM and PyTorch).
-//! * **Out-of-band sub-allocation** ([`suballoc`]): TLSF metadata lives in host memory, so device
-//!   memory is never touched for bookkeeping and the same code serves arenas, rings and planning.
-//! * **Generational handles**: double free and use after free are errors, not undefined behaviour.
-//! * **Tensors larger than a block are segmented in the tensor, not the pool** ([`Tensor`]):
-//!   WebGPU caps a buffer at 256 MiB by default. Such a tensor is several ordinary pool
-//!   allocations cut between outermost slices; transfers go segment by segment and the front cuts
-//!   each op into parts that bind within one segment, so pools and planners keep one range per
-//!   handle. [`RuntimeConfig::limits`] lowers the block and binding limits, so tests run these
-//!   paths with kilobyte tensors on every backend.
+//! # Design
+//! * **One narrow backend trait** ([`Backend`]): blocks, mapped access, copies, op dispatch,
+//!   tickets. Pooling, budgets, staging, statistics and checks live once in core, so every
+//!   backend behaves the same and the conformance suite proves it.
+//! * **One validating front** ([`Validated`]) before every backend: one rule and one typed error
+//!   per misuse; the first fatal error marks the device broken for every later call.
+//! * **Tickets, not fences per allocation**: a free while work is in flight is deferred to the
+//!   work's ticket (stream-ordered reuse, as RMM and PyTorch). Tensors bound to kernels
+//!   ([`Runtime::dispatch`]) record their uses automatically.
+//! * **Out-of-band sub-allocation** ([`suballoc`]): allocator metadata lives in host memory, so
+//!   device memory is never touched for bookkeeping. Handles are generational: double free and
+//!   use after free are errors.
 //! * **Static planning** ([`plan`]): a compiled [`Graph`] puts every intermediate in one arena at
 //!   planned offsets, so a steady-state inference allocates nothing.
-//! * **Weights belong to the runtime** ([`runtime::WeightStore`]): a model binds each weight by
-//!   name and content hash, so every model compiled on a runtime (one per input shape) shares one
-//!   device copy, freed with the last model. Weights of matmul, conv2d and embedding can be f16 or
-//!   int8 with per-channel or per-group scales ([`ops::quant`]); every backend dequantises as it
-//!   loads, so no full-precision copy exists on the device.
-//! * **Host memory near its device** ([`numa`]): on a machine with several NUMA nodes, host memory
-//!   the runtime maps itself for a device (the host backend's blocks, CUDA's pinned blocks) is
-//!   bound to the device's node before its first touch; every backend reports where its host
-//!   memory lives ([`Capabilities::host_placement`]) and the memory report carries it.
-//! * **Tracing off by default** ([`trace`]): [`Runtime::set_tracer`] records allocations, frees,
-//!   blocks, transfers and every op's tensor uses; off, it costs one atomic load per operation.
-//!   Traces export to Chrome/Perfetto JSON and a self-contained HTML timeline, and
-//!   [`trace::analyze`] reports wasted memory with the peak bytes each fix saves.
+//! * **Tensors larger than a block are segmented in the tensor** ([`Tensor`]), not the pool;
+//!   the front cuts each op into parts that bind within one segment. [`RuntimeConfig::limits`]
+//!   lowers the limits so tests take these paths with kilobyte tensors.
+//! * **Weights belong to the runtime** ([`runtime::WeightStore`]), shared by name and content
+//!   hash between models; f16 and int8 weights are dequantised as kernels load them
+//!   ([`ops::quant`]).
+//! * **Host memory near its device** ([`numa`]), reported as [`Capabilities::host_placement`].
+//! * **Tracing off by default** ([`trace`]): one atomic load per operation when off; traces
+//!   export to Perfetto JSON and HTML, and [`trace::analyze`] reports wasted memory.
+//!
+//! `ARCHITECTURE.md` describes the layers and how they fit.
 //!
 //! # Limits
-//! * One logical queue per backend: work executes in submission order; no multi-queue overlap yet.
-//! * The host backend copies operands around each op (it is a reference, not a fast CPU runtime).
-//! * Host memory the driver allocates (Vulkan, wgpu) cannot be NUMA-bound; it is reported as
-//!   placed by the driver.
-//! * A tensor larger than the device's largest block is held in segments and an op over it runs as
-//!   parts within one segment each, but only along the op's outermost axis: an operand every part
+//! * One logical queue per backend: work executes in submission order.
+//! * Host memory the driver allocates (Vulkan, wgpu) cannot be NUMA-bound.
+//! * A segmented tensor's op runs in parts along its outermost axis only: an operand every part
 //!   reads whole (a matmul weight, an embedding table) must fit one block and one binding
-//!   ([`Error::SegmentedOperand`], [`Error::TooLarge`] otherwise). A model's planned activation
-//!   arena is one block; activations larger than a block are held in segments outside it.
-//!   Copies between the stages of a model split across devices do not take segmented tensors.
+//!   ([`Error::SegmentedOperand`], [`Error::TooLarge`]). A model's planned activation arena is
+//!   one block; copies between the stages of a model split across devices take no segmented
+//!   tensors.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;

@@ -31,18 +31,13 @@
 //!   buffers): the driver places its pages, this runtime cannot bind them; the backend reports
 //!   [`HostPlacement::DriverPlaced`] with the device's node where it knows it.
 //!
-//! # Fallbacks (no NUMA)
-//! * One node (this development machine, most laptops, single-socket GPU servers):
-//!   [`HostPlacement::Unbound`] ("one NUMA node"), nothing to choose, whatever the device
-//!   reports. A kernel without NUMA (no `/sys/devices/system/node`): the same, with that reason.
-//! * Not Linux: [`HostPlacement::Unbound`]; `mbind` is Linux's, the topology is not read.
-//! * `wasm32`: only [`HostPlacement`] is compiled (the browser owns its memory).
-//! * A device with no NUMA affinity: [`HostPlacement::Unbound`]. A driver that reports the host
-//!   node (CUDA's `HOST_NUMA_ID`) but answers -1, or has no such query, falls through to the PCI
-//!   address; its `numa_node` reading -1 (no affinity, common on single-root machines) is unbound.
+//! # Fallbacks
+//! * One node, a kernel without NUMA, not Linux, or a device with no NUMA affinity (a driver
+//!   answering -1, a PCI `numa_node` of -1): [`HostPlacement::Unbound`] with the reason.
+//!   `wasm32` compiles only [`HostPlacement`] (the browser owns its memory).
 //! * A node the topology lacks or the kernel refuses this process (cpuset `mems`):
-//!   [`Error::NumaNode`](crate::Error::NumaNode) where the caller asked for that node, and
-//!   [`HostPlacement::Unbound`] carrying the error's text where a backend detected it.
+//!   [`Error::NumaNode`](crate::Error::NumaNode) where the caller asked for that node, else
+//!   [`HostPlacement::Unbound`] carrying the error's text.
 //! * Malformed sysfs content: [`Error::Malformed`](crate::Error::Malformed) naming the file.
 
 use std::fmt;

@@ -9,14 +9,10 @@
 //! - [`greedy_by_size`]: the TFLite / XNNPACK baseline (largest first, best-fitting gap among the
 //!   time-overlapping placed buffers, the gap below the lowest one included). Every result is compared
 //!   with it; [`greedy_by_size_with`] also runs its lowest-fit twin.
-//! - [`solve`]: a parallel portfolio from time zero: exact MiniMalloc-style provers (canonical
-//!   placements, dominance, section inference with an energy bound, hatless pruning, dynamic
-//!   decomposition at cut points, restarts) next to heuristic workers (XLA's spatial / temporal /
-//!   area orders, MiniMalloc's section-pressure order, sweep-line good fit, squeezes × {best fit, lowest
-//!   offset}, randomised reorder and squeeze), in lockstep epochs so results are deterministic for
-//!   a seed and thread count. Given a capacity it decides feasibility first (a plan, or a proof
-//!   with its reason) and then lowers the peak; without one it lowers the peak toward the lower
-//!   bound until time runs out or optimality is proved.
+//! - [`solve`]: a parallel portfolio of exact MiniMalloc-style provers and heuristic workers
+//!   (XLA's orders, section pressure, sweep-line good fit, squeezes, randomised reorder) in
+//!   lockstep epochs. Given a capacity it decides feasibility first (a plan, or a proof with its
+//!   reason); it lowers the peak toward the lower bound until time runs out or it proves optimal.
 //! - [`PackingDesc`]: perfect packings (optimum known) in three families, for tests and sweeps.
 //! - [`verify`]: an O(n log n) sweep that checks any plan (overlaps, alignment, capacity, peak).
 //!   Every plan [`solve`] returns has passed it.
@@ -24,28 +20,23 @@
 //! - [`parse_csv`] / [`write_csv`]: MiniMalloc's `id,lower,upper,size[,alignment][,offset]` format.
 //! - [`replay`]: record an allocation sequence once, plan it, serve repeats in O(1) per allocation.
 //!
-//! Design choices and why:
-//! - Half-open lifetimes everywhere (MiniMalloc's convention); TFLite's inclusive `[first, last]`
-//!   converts with `upper = last + 1`.
-//! - Offsets and sizes are `u64` bytes. An input is refused ([`Error::PlanTooLarge`], with the exact
-//!   total) only when the buffers of one time-connected group, stacked with their alignment padding,
-//!   could pass `u64::MAX`; groups that never overlap in time are counted apart, so huge buffers
-//!   that are never alive together plan fine, and no planner can overflow.
-//! - Heuristic placement never enumerates conflicting pairs (1.8e8 on IOPDDL Y_1): an occupancy tree
-//!   over compressed time (a segment tree whose nodes hold merged offset ranges) yields the free gaps
-//!   among a buffer's placed conflicts directly. The exact search uses a flat CSR conflict list and
-//!   keeps flat per-buffer arrays with undo logs, never copying state.
-//! - Everything is deterministic: randomness comes from a seeded generator, and the portfolio's
-//!   threads exchange results only at epoch boundaries, in worker order.
-//! - The time limit is a promise: every phase, greedy included, checks the deadline; only the
-//!   first plan (sweep-line good fit, O(n) after the sort) always completes.
+//! Design:
+//! - Half-open lifetimes (MiniMalloc's convention); TFLite's `[first, last]` is `upper = last + 1`.
+//! - Offsets and sizes are `u64` bytes. An input is refused ([`Error::PlanTooLarge`]) only when
+//!   the buffers of one time-connected group, stacked with alignment padding, could pass
+//!   `u64::MAX`; groups never alive together count apart, and no planner can overflow.
+//! - Heuristics never enumerate conflicting pairs (quadratic on large traces): an occupancy tree
+//!   over compressed time yields the free gaps among a buffer's placed conflicts. The exact
+//!   search keeps a flat conflict list and per-buffer arrays with undo logs, never copying state.
+//! - Deterministic: seeded randomness, results exchanged only at epoch boundaries, in worker
+//!   order. The time limit is a promise: every phase checks the deadline; only the first plan
+//!   (sweep-line good fit, O(n) after the sort) always completes.
 //!
-//! Limits: the exact search is exponential in the worst case and is only attempted on instances of
-//! at most [`EXACT_MAX_BUFFERS`] buffers; larger ones get the heuristic portfolio. Alignment padding
-//! loosens the lower bound (it counts sizes, not padded sizes).
+//! Limits: the exact search is exponential in the worst case and runs only on instances of at
+//! most [`EXACT_MAX_BUFFERS`] buffers. Alignment padding loosens the lower bound.
 //!
-//! Sources: M. D. Moffitt, "MiniMalloc", ASPLOS 2023; Pisarchyk & Lee, "Efficient Memory Management
-//! for Deep Neural Net Inference" (2020); XLA's `GlobalDecreasingSizeBestFitHeap`; Lamprakos et al.,
+//! Sources: Moffitt, "MiniMalloc", ASPLOS 2023; Pisarchyk & Lee, "Efficient Memory Management for
+//! Deep Neural Net Inference" (2020); XLA's `GlobalDecreasingSizeBestFitHeap`; Lamprakos et al.,
 //! "Futureproof Static Memory Planning" (idealloc), arXiv 2504.04874.
 #![forbid(unsafe_code)]
 

@@ -1,7 +1,7 @@
-//! Pool stack regressions from issue 12, on every target: partial unaligned writes (defect 1), a
-//! failed allocate that had already carved (defect 5), free after a failed backend call and after
-//! device loss (defect 6), and pools of one runtime reclaiming from each other (defect 7). Failures
-//! are injected with [`Faulty`] around the target's backend.
+//! Pool stack regressions, on every target: partial unaligned writes, a failed allocate that had
+//! already carved, free after a failed backend call and after device loss, and pools of one
+//! runtime reclaiming from each other (each case named for what it guards). Failures are injected
+//! with [`Faulty`] around the target's backend.
 
 use std::sync::Arc;
 

@@ -2,10 +2,10 @@
 
 use super::*;
 
-/// Regression, defect 3: `TensorDecl::len` and `Graph::op` multiplied shapes unchecked (debug
+/// Regression: `TensorDecl::len` and `Graph::op` multiplied shapes unchecked (debug
 /// panic, release wrap).
 #[test]
-fn defect_3_tensor_sizes_are_checked() {
+fn tensor_sizes_are_checked() {
     let mut g = Graph::new();
     let huge = g.input("huge", DType::F32, &[usize::MAX, 2]);
     let decl = g.decl(huge).unwrap();
@@ -32,9 +32,9 @@ fn defect_3_tensor_sizes_are_checked() {
     ));
 }
 
-/// Regression, defect 4: an id of another graph named whatever tensor had its index here.
+/// Regression: an id of another graph named whatever tensor had its index here.
 #[test]
-fn defect_4_ids_of_another_graph_are_refused() {
+fn ids_of_another_graph_are_refused() {
     let mut a = Graph::new();
     let mut b = Graph::new();
     let xa = a.input("x", DType::F32, &[4]);

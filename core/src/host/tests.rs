@@ -79,10 +79,10 @@ fn unknown_blocks_and_ranges_are_typed_errors_even_without_the_front() {
     ));
 }
 
-/// Regression, issue 12 defect 2: a panic in the worker left every later wait, synchronize and
+/// Regression: a panic in the worker left every later wait, synchronize and
 /// drop blocked forever while `completed()` kept answering.
 #[test]
-fn defect_2_worker_panic_is_a_lost_device_and_nothing_hangs() {
+fn worker_panic_is_a_lost_device_and_nothing_hangs() {
     let b = backend(HostConfig {
         worker_delay: Duration::from_millis(5),
         ..HostConfig::default()
@@ -171,11 +171,11 @@ fn staging_blocks_count_against_device_memory_only_on_unified_memory() {
     }
 }
 
-/// Regression, issue 12 defect 2's trigger: op parameters whose size arithmetic overflowed or
+/// Regression, the lost-device panic's trigger: op parameters whose size arithmetic overflowed or
 /// truncated reached the worker and killed it. They are refused at dispatch now, even on a
 /// direct call, and the device stays usable.
 #[test]
-fn defect_2_overflowing_op_parameters_never_reach_the_worker() {
+fn overflowing_op_parameters_never_reach_the_worker() {
     let b = backend(HostConfig::default());
     let blk = b.alloc_block(&desc(MemoryKind::DeviceLocal, 256)).unwrap();
     let r = |offset| BlockRange {

@@ -1,11 +1,11 @@
-//! Checked shape arithmetic of the op signatures (issue 12, defect 3).
+//! Checked shape arithmetic of the op signatures.
 
 use super::*;
 
-/// Regression, defect 3: a conv output size was truncated with `as u32` and the op ran with a
+/// Regression: a conv output size was truncated with `as u32` and the op ran with a
 /// wrong output size, returning Ok.
 #[test]
-fn defect_3_conv_output_size_is_never_truncated() {
+fn conv_output_size_is_never_truncated() {
     let conv = Op::Conv2d {
         n: 1,
         c_in: 1,
@@ -45,10 +45,10 @@ fn defect_3_conv_output_size_is_never_truncated() {
     assert!(matches!(conv.signature(), Err(Error::TooLarge { .. })));
 }
 
-/// Regression, defect 3: permute dims whose product exceeds 64 bits panicked in debug builds
+/// Regression: permute dims whose product exceeds 64 bits panicked in debug builds
 /// ("attempt to multiply with overflow") and wrapped in release.
 #[test]
-fn defect_3_shape_products_are_checked() {
+fn shape_products_are_checked() {
     let permute = Op::Permute {
         dims: [u32::MAX; 4],
         perm: [3, 2, 1, 0],

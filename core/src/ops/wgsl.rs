@@ -15,68 +15,27 @@
 //! | `@group(0) @binding(i)`, `i < n` | operand `i` | `var<storage, read_write> name: array<f32>` (`array<u32>` for token ids and for [`Op::Copy`]) |
 //! | `@group(0) @binding(n)` | parameters | `var<uniform> p: Params`, `struct Params { v: array<vec4<u32>, 4> }` (64 bytes) |
 //!
-//! - The backend binds each operand as `(buffer, offset, size)` with exactly the operand's size
-//!   (a multiple of 4 bytes; the offset a multiple of the device's storage offset alignment), so
-//!   a kernel indexes from 0. Operands must not overlap.
-//! - **Every operand is `read_write`, inputs included.** wgpu tracks usage per buffer, not per
-//!   range, and rejects a dispatch that uses one buffer both as read-only and as read-write
-//!   storage (`STORAGE_READ_ONLY | STORAGE_READ_WRITE` is a conflicting state in wgpu-core's
-//!   tracker). Tensors are sub-allocated from shared blocks, so an op's input and output often live
-//!   in the same buffer; declaring every operand `read_write` keeps that legal. A backend's bind
-//!   group layout therefore has `read_only: false` for every storage entry (or derives the layout
-//!   from the shader).
-//! - Parameters are 16 `u32` ([`Kernel::params`]); f32 parameters are stored as their bits and
-//!   read with `bitcast<f32>`. Word `i` is `p.v[i / 4][i % 4]`. Each key's layout is listed below.
-//! - Entry point `main`. 1-D kernels use `@workgroup_size(64)` ([`WORKGROUP_SIZE`]); matmul uses
-//!   8×8 invocations per 32×32 output tile. Dispatch [`Kernel::workgroups`] as given: a count above
-//!   65535 ([`MAX_WORKGROUPS_PER_DIM`]) spills into y, and kernels linearise
-//!   `wid.x + wid.y * num_workgroups.x`. Every kernel bounds-checks, so surplus invocations do
-//!   nothing.
-//! - Per operand at most 2³² − 1 elements (kernels index in u32); at most 6 storage bindings per
-//!   kernel (WebGPU's default limit is 8).
-//! - **Weight formats** ([`WeightFormat`]): the weight operand of matmul (`b`), conv2d (`weight`)
-//!   and embedding (`table`) is `array<f32>`, or `array<u32>` holding two f16 (read with
-//!   `unpack2x16float`) or four int8 (read with `extractBits`) per word, flat over the tensor, so a
-//!   row of odd length straddles words; int8 adds an f32 `scales` operand right after the weight.
-//!   Each variant's binding header defines `w_at(element, scale index)`; the kernel bodies are
-//!   shared, and dequantise as they load (no f32 copy of a weight exists on the device). Params
-//!   `group, groups` give the scale index `channel · groups + inner / group` (`group` is the whole
-//!   row for per-channel scales).
+//! - Each operand is bound with exactly its size (a multiple of 4 bytes, at the device's storage
+//!   offset alignment), so a kernel indexes from 0. Operands must not overlap.
+//! - **Every operand is `read_write`, inputs included**: wgpu tracks usage per buffer, not per
+//!   range, and rejects one buffer bound both read-only and read-write, while sub-allocated
+//!   tensors often share a buffer. Bind group layouts have `read_only: false` throughout.
+//! - Parameters are 16 `u32` ([`Kernel::params`], layout per key in [`Kernel`]'s doc); f32
+//!   parameters are stored as their bits. Entry point `main`; 1-D kernels use
+//!   `@workgroup_size(64)` ([`WORKGROUP_SIZE`]), matmul 8×8 per 32×32 tile. Workgroup counts
+//!   above [`MAX_WORKGROUPS_PER_DIM`] spill into y; every kernel bounds-checks.
+//! - Per operand at most 2³² − 1 elements; at most 6 storage bindings per kernel.
+//! - **Weight formats** ([`WeightFormat`]): the weight operand of matmul, conv2d and embedding
+//!   is `array<f32>`, or `array<u32>` holding two f16 or four int8 per word (int8 adds an f32
+//!   `scales` operand after it). Each variant's binding header defines `w_at`; the shared bodies
+//!   dequantise as they load, so no f32 copy of a weight exists on the device.
 //!
-//! | key | operands | params | one invocation / workgroup per |
-//! |---|---|---|---|
-//! | `matmul`, `matmul_bias` (+ `_f16`, `_int8`) | a, b, (scales), (bias), c | batch, m, n, k, trans_a, trans_b, broadcast_b, alpha, tiles_n, tiles_m, group, groups | 32×32 tile of c (8×8 workgroup) |
-//! | `add`, `mul` | a, b, c | len, b_len | element |
-//! | `scale` | x, y | len, alpha | element |
-//! | `gelu`, `relu` | x, y | len | element |
-//! | `copy` | x, y (u32) | len | element |
-//! | `layernorm` | x, gamma, beta, y | rows, cols, eps | row (workgroup) |
-//! | `softmax`, `softmax_masked` | x, (mask), y | rows, cols, rows_per_mask | row (workgroup) |
-//! | `embedding` (+ `_f16`, `_int8`) | table, (scales), ids (u32), y | vocab, dim, rows, rows·dim, group, groups | element |
-//! | `meanpool` | x, mask, y | batch, seq, dim, batch·dim | output element (loops over seq) |
-//! | `l2normalize` | x, y | rows, cols, eps | row (workgroup) |
-//! | `conv2d`, `conv2d_bias` (+ `_f16`, `_int8`) | x, weight, (scales), (bias), y | n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, len, group, groups | output element |
-//! | `maxpool2d` | x, y | n·c, h, w, k, stride, oh, ow, len | output element |
-//! | `permute` | x, y | out dims ×4, input stride of each output axis ×4, len | element |
-//! | `rmsnorm` | x, weight, y | rows, cols, eps | row (workgroup) |
-//! | `rope` | x, positions (u32), y | tokens, heads, head_dim, len, r_hi, r_lo (`r = θ^(−2/head_dim)`) | element |
-//! | `silu_mul` | gate, up, y | len | element |
-//! | `kv_write` | k, v, slots (u32), segment (u32 words) | kv_heads, head_dim, block_tokens, dtype, blocks, stride, layer, tokens, groups, scales_at, tokens·groups | (token, K/V-head group); a block's first token writes all of its tokens |
-//! | `paged_attention`, `paged_attention_carry` | q, segment (u32 words), tables, meta, (carry), y | kv_heads, head_dim, block_tokens, dtype, blocks, stride, first_block, layer, tokens, q_heads, rows, width, scale, carry_out, scales_at | (token, query head) (workgroup) |
-//!
-//! - **KV segments** ([`Op::KvWrite`], [`Op::PagedAttention`]) are bound as `array<u32>` over the
-//!   segment's bytes (`kv.wgsl` reads f32, f16 and int8 elements and unaligned int8 scales out of
-//!   words; dtype codes 0 f32, 1 f16, 2 int8). `kv_write` updates the segment in place with
-//!   read-modify-write of whole words, each word owned by one invocation (see `kv_write.wgsl`).
-//!
-//! Numerics match the host reference (`ops::host`) formula for formula; sums that the host runs
-//! in index order run per invocation in the same order (matmul, conv, meanpool) or as a workgroup
-//! tree (row kernels). GELU uses the same `erf` port as the host; `exp`, division and `sqrt` are
-//! within the few-ulp bounds WGSL allows, so compare against the host with a tolerance (~1e-5).
-//! Rotary angles are the host's f32 `position · inv_freq` bit for bit (`rope.wgsl` explains how);
-//! paged attention folds 64 positions at a time into the online softmax (the same maximum, sums
-//! in a different order). KV writes store the host's bytes (f16 rounds as `quant::f32_to_f16`;
-//! an int8 byte may differ by one where a division rounds differently).
+//! Numerics match the host reference (`ops::host`) formula for formula; sums run per invocation
+//! in the host's order (matmul, conv, meanpool) or as a workgroup tree (row kernels). `exp`,
+//! division and `sqrt` are within WGSL's few-ulp bounds, so compare with a tolerance (~1e-5).
+//! Rotary angles are the host's bit for bit; paged attention folds 64 positions at a time into
+//! the online softmax; KV writes store the host's bytes (an int8 byte may differ by one where a
+//! division rounds differently).
 
 use crate::ops::{Op, WeightFormat};
 use crate::{Error, Result};
@@ -95,6 +54,35 @@ pub const MAX_WORKGROUPS_PER_DIM: u32 = 65_535;
 pub const MATMUL_TILE: u32 = 32;
 
 /// Everything needed to dispatch one op on a WGSL backend.
+///
+/// Operands and parameter words per key (word `i` of [`Kernel::params`] is `p.v[i / 4][i % 4]`
+/// in WGSL; `group, groups` give an int8 weight's scale index `channel · groups + inner / group`):
+///
+/// | key | operands | params | one invocation / workgroup per |
+/// |---|---|---|---|
+/// | `matmul`, `matmul_bias` (+ `_f16`, `_int8`) | a, b, (scales), (bias), c | batch, m, n, k, trans_a, trans_b, broadcast_b, alpha, tiles_n, tiles_m, group, groups | 32×32 tile of c (8×8 workgroup) |
+/// | `add`, `mul` | a, b, c | len, b_len | element |
+/// | `scale` | x, y | len, alpha | element |
+/// | `gelu`, `relu` | x, y | len | element |
+/// | `copy` | x, y (u32) | len | element |
+/// | `layernorm` | x, gamma, beta, y | rows, cols, eps | row (workgroup) |
+/// | `softmax`, `softmax_masked` | x, (mask), y | rows, cols, rows_per_mask | row (workgroup) |
+/// | `embedding` (+ `_f16`, `_int8`) | table, (scales), ids (u32), y | vocab, dim, rows, rows·dim, group, groups | element |
+/// | `meanpool` | x, mask, y | batch, seq, dim, batch·dim | output element (loops over seq) |
+/// | `l2normalize` | x, y | rows, cols, eps | row (workgroup) |
+/// | `conv2d`, `conv2d_bias` (+ `_f16`, `_int8`) | x, weight, (scales), (bias), y | n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, len, group, groups | output element |
+/// | `maxpool2d` | x, y | n·c, h, w, k, stride, oh, ow, len | output element |
+/// | `permute` | x, y | out dims ×4, input stride of each output axis ×4, len | element |
+/// | `rmsnorm` | x, weight, y | rows, cols, eps | row (workgroup) |
+/// | `rope` | x, positions (u32), y | tokens, heads, head_dim, len, r_hi, r_lo (`r = θ^(−2/head_dim)`) | element |
+/// | `silu_mul` | gate, up, y | len | element |
+/// | `kv_write` | k, v, slots (u32), segment (u32 words) | kv_heads, head_dim, block_tokens, dtype, blocks, stride, layer, tokens, groups, scales_at, tokens·groups | (token, K/V-head group); a block's first token writes all of its tokens |
+/// | `paged_attention`, `paged_attention_carry` | q, segment (u32 words), tables, meta, (carry), y | kv_heads, head_dim, block_tokens, dtype, blocks, stride, first_block, layer, tokens, q_heads, rows, width, scale, carry_out, scales_at | (token, query head) (workgroup) |
+///
+/// - **KV segments** ([`Op::KvWrite`], [`Op::PagedAttention`]) are bound as `array<u32>` over the
+///   segment's bytes (`kv.wgsl` reads f32, f16 and int8 elements and unaligned int8 scales out of
+///   words; dtype codes 0 f32, 1 f16, 2 int8). `kv_write` updates the segment in place with
+///   read-modify-write of whole words, each word owned by one invocation (see `kv_write.wgsl`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Kernel {
     /// Pipeline cache key: the source variant (op kind plus optional operands, e.g. `matmul_bias`).
@@ -104,7 +92,7 @@ pub struct Kernel {
     pub source: &'static str,
     /// Entry point name (`main`).
     pub entry_point: &'static str,
-    /// The uniform block, bound at `@binding(bindings)`; layout per key in the module doc.
+    /// The uniform block, bound at `@binding(bindings)`; layout per key in the type's doc.
     pub params: [u32; 16],
     /// Workgroup counts for `dispatch_workgroups(x, y, z)`; each at most [`MAX_WORKGROUPS_PER_DIM`].
     pub workgroups: [u32; 3],

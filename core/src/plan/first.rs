@@ -10,11 +10,9 @@
 //! longer end by the deadline, estimated from what the sweep and the verifier have cost so far on
 //! this machine at its current load. Where the cut falls depends on that timing, so a cut first
 //! plan is not reproducible run to run. A cut sweep's rest goes above the arena's top at the cut,
-//! so it can peak far above slabs alone (the answer of a zero limit): on 10^6 buffers with random
-//! lifetimes, whose live load is near the bound all along, a cut anywhere from 1 % to 99 % of the
-//! endpoints peaked at 2.46–2.65 × the lower bound, slabs alone at 1.63, and limits of 0.2–0.4 s
-//! answered worse than a limit of 0. Slabs alone are placed too after a cut and the lower plan is
-//! kept ([`or_slabs_alone`]); the cut comes that much earlier.
+//! so it can peak far above slabs alone (the answer of a zero limit) where the live load is near
+//! the bound all along (`docs/decisions/planner-tuning.md`). Slabs alone are placed too after a
+//! cut and the lower plan is kept ([`or_slabs_alone`]); the cut comes that much earlier.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;

@@ -55,12 +55,11 @@ enum Key {
     Start,
 }
 
-/// Most promising first, as measured on the SOMAS and IOPDDL traces: size with start-time ties
-/// (PanGu: 3.3% -> 0.8% over the bound; equal sizes are common and TFLite's lifetime tie-break
-/// scatters them; best fit first: it is the odd variants' start for peak descent, and on PanGu
-/// the walk from its plan reaches 1.0038 in five rounds, while the lowest-offset plan, as low and
-/// a third of the cost, is a fixed point of the walk's compaction), the pressure orders that
-/// stack the heaviest sections first (S_1: 2.5% -> 0.3%, Y_1: to the bound). Size + best fit is
+/// Most promising first on the SOMAS and IOPDDL traces (`docs/decisions/planner-tuning.md`):
+/// size with start-time ties (equal sizes are common and TFLite's lifetime tie-break scatters
+/// them; best fit first: it is the odd variants' start for peak descent, while the
+/// lowest-offset plan, as low and a third of the cost, is a fixed point of the walk's
+/// compaction), the pressure orders that stack the heaviest sections first. Size + best fit is
 /// the baseline itself, so it is not repeated.
 const RUNS: [(&str, Key, Fit); 17] = [
     ("heaviest section, lifetime", Key::PressureLife, Fit::Best),
@@ -136,8 +135,8 @@ enum Baseline {
 }
 
 /// Placement cost units per buffer of each fit rule, for the budgets that keep workers in step: a
-/// best-fit placement scans every gap that fits, a lowest-fit one stops at the first (19–21 µs
-/// vs 6–13 µs per placement on PanGu-2.6B under load).
+/// best-fit placement scans every gap that fits, a lowest-fit one stops at the first (a third
+/// to a half of the cost).
 fn cost(fit: Fit) -> u64 {
     match fit {
         Fit::Best => 2,
@@ -308,9 +307,9 @@ impl<'a> Heuristics<'a> {
     /// Greedy by size, the baseline, preceded by its lowest-fit twin; returns the cost units spent.
     ///
     /// The lowest fit costs a third to a half of the best fit and lands within a few tenths of a
-    /// percent of it (IOPDDL S_1: 1.0293 against 1.0249 of the bound, 0.14 against 0.30 CPU s), so
-    /// when the deadline cuts the baseline (a short limit on a loaded machine, or a large
-    /// instance) the answer is still a greedy plan, not the sweep's (S_1: 1.2627). The walk of
+    /// percent of it, so when the deadline cuts the baseline (a short limit on a loaded machine,
+    /// or a large instance) the answer is still a greedy plan, not the sweep's, which is far
+    /// higher (`docs/decisions/planner-tuning.md`). The walk of
     /// peak descent is built after both, from their plan (see [`Self::build_descent`]).
     fn run_baseline(&mut self, deadline: Instant) -> u64 {
         let n = self.buffers.len() as u64;

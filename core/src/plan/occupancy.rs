@@ -59,10 +59,10 @@ pub(crate) struct Occupancy {
 }
 
 /// Trees with more nodes than this are freed on a background thread (native builds): a million
-/// buffers leave millions of range lists, and freeing them took about a second on a loaded
-/// machine, after the deadline that greedy had just respected. Mid-sized trees count too: the
-/// portfolio drops five trees of 2^16 nodes on PanGu-2.6B (18,692 buffers) after its deadline,
-/// 85–330 ms at load 8–10, while starting a thread costs tens of microseconds.
+/// buffers leave millions of range lists, whose free would land after the deadline that greedy
+/// had just respected. Mid-sized trees count too: the portfolio drops several after its
+/// deadline, each far dearer to free than a thread is to start
+/// (`docs/decisions/planner-tuning.md`).
 #[cfg(not(target_arch = "wasm32"))]
 const BACKGROUND_FREE_NODES: usize = 1 << 12;
 

@@ -75,7 +75,7 @@ pub(crate) struct Verdict {
 
 enum Worker<'a> {
     /// Built on its own thread at its first step, so that the workers' set-up (occupancy trees,
-    /// sections, preorders: 60–100 ms on PanGu-2.6B under load) runs in parallel.
+    /// sections, preorders: tens of milliseconds on large instances) runs in parallel.
     Pending(Role),
     Prover(Box<Prover>),
     Heuristic(Box<Heuristics<'a>>),

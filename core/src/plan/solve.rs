@@ -20,14 +20,15 @@ use crate::Result;
 pub const EXACT_MAX_BUFFERS: usize = 4096;
 
 /// The verifier's cost per endpoint before it is measured, in units of validation's (one radix sort
-/// of the endpoints and the passes over them): 1.1 to 1.4 at a million random buffers on a loaded
-/// machine (its data gathered in chunks, then an ordered map of the live buffers).
+/// of the endpoints and the passes over them), a little above what a million random buffers
+/// take (its data gathered in chunks, then an ordered map of the live buffers;
+/// `docs/decisions/planner-tuning.md`).
 const VERIFY_UNITS: f64 = 1.5;
 
 /// Share of the time limit held back for the portfolio's workers to notice the deadline and be
-/// joined, and for the first plan's estimates to be off (1/100: 10 ms of a 1 s limit). A worker polls the deadline every few hundred
-/// placements, which on a loaded machine (two CPU hogs beside two worker threads on two cores)
-/// ended 5–30 ms past it.
+/// joined, and for the first plan's estimates to be off (1/100: 10 ms of a 1 s limit). A worker
+/// polls the deadline every few hundred placements, so on a loaded machine it ends a few
+/// milliseconds past it.
 const JOIN_SHARE: u32 = 100;
 
 /// Most portfolio threads [`solve`] accepts: every thread runs its own workers, each holding
@@ -112,9 +113,8 @@ pub struct SolveOptions {
     pub progress: Option<ProgressFn>,
     /// Whether greedy by size runs when the first plan already meets the lower bound, for
     /// [`Solution::greedy_peak`] alone (default true). A caller that plans at run time and
-    /// reads only the plan (record and replay) turns it off; without it, and with the cores
-    /// asked once per process, the replay pool's time per pair on Llama-8B prefill (a
-    /// 483-buffer step planned once per run) went from 147–149 ns to 140–142.
+    /// reads only the plan (record and replay) turns it off, which saves the replay pool a few
+    /// percent of its time per pair.
     pub baseline: bool,
 }
 

@@ -13,7 +13,7 @@ pub(crate) struct Deferred<T> {
     /// Keyed by (ticket, push number): a reclaim takes the completed prefix in O(k log n) for k
     /// items released, and O(log n) when none is. (A list scanned on every reclaim made each
     /// allocation O(n) in the pending frees, quadratic when a slow queue let thousands pile up:
-    /// zero-on-reuse on the host backend spent 10x its CPU time there.)
+    /// zero-on-reuse on the host backend spent most of its CPU time there.)
     items: BTreeMap<(Ticket, u64), (u64, T)>,
     pushed: u64,
     /// Sum of the sizes of the queued items, in bytes.

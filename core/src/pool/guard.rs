@@ -343,7 +343,8 @@ impl<P: DevicePool> device_pool::PoolAdaptor for Guarded<P> {
             self.staged(|io| fill(io, a.range.block, (a.range.offset, total), front, data))
         });
         if let Err(e) = filled {
-            // Nothing was handed out: undo the carve (issue 12, defect 5).
+            // Nothing was handed out: undo the carve (the conformance case
+            // `defect_5_a_failed_allocate_holds_nothing`).
             self.inner.cancel(a.handle)?;
             return Err(e);
         }

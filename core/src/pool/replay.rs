@@ -23,16 +23,10 @@
 //!   for the size it is predicted to grow to, in proportion to the first allocation until two
 //!   runs of the shape have shown how it grows ([`Growth`](crate::plan::replay::Growth):
 //!   attention scores without flash attention grow with the square). The step then follows the
-//!   plan from its start, and the plan becomes its shape's. On the `xfmr_eager` trace (200
-//!   prefills of 16–4096 tokens) this serves 99.5 % of the allocations from plans instead of
-//!   94.5 %, and the pool peaks at the live peak (1.000× with 14 physical allocations at 2 MiB,
-//!   against 1.114× with 111: each new longest prefill ran dynamically beside the arena,
-//!   `core/benches/pool_traces`). Without flash attention (`xfmr_eager_sdpa`), stretched in
-//!   proportion alone, each new longest prefill left its plan at the scores and ran on beside
-//!   the stretched arena: 1.976× at 54 with 10 divergences; with the growth learned at the
-//!   first of them, 1.000× at 18 with 1. The first event a plan cannot serve (a larger size,
-//!   another order) diverges: from there the step is served by the dynamic pool, without
-//!   error, and the plan stays; the step then widens its shape's plan.
+//!   plan from its start, and the plan becomes its shape's, so a new longest step does not run
+//!   dynamically beside the arena (`docs/performance.md`, "Replay pool"). The first event a plan
+//!   cannot serve (a larger size, another order) diverges: from there the step is served by the
+//!   dynamic pool, without error, and the plan stays; the step then widens its shape's plan.
 //!
 //! A `ReplayPool` is itself a [`DevicePool`], so a [`Runtime`](crate::Runtime) can use it
 //! ([`Runtime::with_pool`](crate::Runtime::with_pool)): allocations made outside a step are served

@@ -6,13 +6,11 @@
 //! jemalloc give each thread its own heap or arena, PyTorch's caching allocator and RMM keep a
 //! free list per stream).
 //!
-//! Measured (`cargo bench -p tensormem --bench pool_threads`, best of 15 interleaved rounds, on
-//! the 2-core development machine under load): the one-lock default stack went from 12.2 M
-//! allocations/s at 1 thread to 1.36x at 2, 1.81x at 4 and 1.21x at 16 threads; sharded
-//! (2 shards) 1.46x, 1.88x and 1.17x: equal within the noise, because two cores rarely find the
-//! lock held. The lock only becomes the limit with more cores than that, so sharding stays off
-//! by default and this pool is there for many-core servers, to be enabled after the same bench
-//! shows the gain on their hardware.
+//! On two cores the one-lock stack and the sharded one scale alike (`docs/performance.md`, "Pool
+//! threads"): two cores rarely find the lock held. The lock only becomes the limit with more
+//! cores than that, so sharding stays off by default and this pool is there for many-core
+//! servers, to be enabled after `cargo bench -p tensormem --bench pool_threads` shows the gain
+//! on their hardware.
 //!
 //! How:
 //! * A thread gets a shard on its first allocation, round-robin over the shards, and keeps it

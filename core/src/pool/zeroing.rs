@@ -68,7 +68,8 @@ impl<P: DevicePool> device_pool::PoolAdaptor for ZeroOnReuse<P> {
                 Ok(a)
             }
             Err(e) => {
-                // Nothing was queued and nothing handed out: undo the carve (issue 12, defect 5).
+                // Nothing was queued and nothing handed out: undo the carve (the conformance
+                // case `defect_5_a_failed_allocate_holds_nothing`).
                 self.inner.cancel(a.handle)?;
                 Err(e)
             }

@@ -1,6 +1,7 @@
 //! Tensors bound to kernels: [`Runtime::dispatch`] enqueues a standard op over [`Tensor`]s and
 //! records every tensor's use with the op's ticket, so nothing is left for the caller to
-//! remember (defect 8 of issue 12: a kernel on a freed tensor's range overwrote its successor).
+//! remember: a kernel on a freed tensor's range never overwrites its successor
+//! (`runtime::tests::kernels_on_freed_tensors_never_overwrite_their_successor`).
 
 use crate::backend::{BlockRange, Ticket};
 use crate::ops::Op;

@@ -15,10 +15,10 @@ fn runtime(config: HostConfig) -> Runtime {
     Runtime::new(backend, RuntimeConfig::default()).unwrap()
 }
 
-/// Regression, defect 4: `compile` panicked (index out of bounds) on an output id of another
+/// Regression: `compile` panicked (index out of bounds) on an output id of another
 /// graph, and `read_output` on an intermediate returned whatever occupied its arena offset.
 #[test]
-fn defect_4_foreign_outputs_and_intermediate_reads_are_errors() {
+fn foreign_outputs_and_intermediate_reads_are_errors() {
     let rt = runtime(HostConfig::default());
     let mut other = Graph::new();
     for i in 0..8 {
@@ -54,11 +54,11 @@ fn defect_4_foreign_outputs_and_intermediate_reads_are_errors() {
     assert_eq!(m.read_output::<f32>(x).unwrap(), [-1.0, 1.0, 2.0, -2.0]);
 }
 
-/// Regression, defect 8: a kernel on a tensor's range was not tracked unless the caller called
+/// Regression: a kernel on a tensor's range was not tracked unless the caller called
 /// `mark_used`; a freed tensor's range was reused while the kernel was queued and the kernel
 /// overwrote the new tensor. Both the typed and the raw-range dispatch are tracked now.
 #[test]
-fn defect_8_kernels_on_freed_tensors_never_overwrite_their_successor() {
+fn kernels_on_freed_tensors_never_overwrite_their_successor() {
     for raw in [false, true] {
         let rt = runtime(HostConfig {
             worker_delay: Duration::from_millis(20),
@@ -133,10 +133,10 @@ fn tensors_bind_to_kernels_with_their_dtype_and_size_checked() {
     }
 }
 
-/// Regression, defect 9: typed transfers checked byte counts only (f64 data went into an f32
+/// Regression: typed transfers checked byte counts only (f64 data went into an f32
 /// tensor), and a 2^40-byte request on the host reported a retryable out-of-memory.
 #[test]
-fn defect_9_typed_transfers_check_the_dtype_and_huge_requests_are_too_large() {
+fn typed_transfers_check_the_dtype_and_huge_requests_are_too_large() {
     let rt = runtime(HostConfig::default());
     let t = rt.alloc(DType::F32, &[4], "f32").unwrap();
     assert!(matches!(

@@ -8,9 +8,8 @@
 //!
 //! * **Own class first.** Before the classic rounded-up search, the head of the request's own
 //!   (round-down) class is taken if it fits. This recovers most of the best-fit packing that plain
-//!   good fit gives away. (Scanning up to 4 entries of the class and keeping the smallest was
-//!   measured: slower by 10–15 % per pair and no better packing — 548 vs 533 refusals in the
-//!   benchmark's 90 % load churn.)
+//!   good fit gives away. (Scanning a few entries of the class for the smallest is slower and
+//!   packs no better: `docs/decisions/tlsf-class-scan.md`.)
 //! * **Holes before the tail.** When the chosen list's head is the free tail of the range and the
 //!   list holds another block, that block is taken instead, keeping the high-water mark down.
 //! * **No slivers.** A remainder smaller than the minimum split (default [`Tlsf::DEFAULT_MIN_SPLIT`]) is

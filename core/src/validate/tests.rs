@@ -312,7 +312,8 @@ fn an_invariant_violation_marks_the_device_broken() {
     }
 }
 
-/// Issue 12 defect 2 through the front: after the worker dies every call is `DeviceLost` and the
+/// The lost worker (`host::tests::worker_panic_is_a_lost_device_and_nothing_hangs`) through the
+/// front: after the worker dies every call is `DeviceLost` and the
 /// front remembers it.
 #[test]
 fn a_dead_worker_is_a_lost_device_for_the_front() {

@@ -3,8 +3,8 @@
 //! Every copy, fill and dispatch that passes the front is recorded here, whoever issued it. A
 //! free asks [`InFlight::last_use`] for the latest unfinished ticket that touches its range, so a
 //! kernel dispatched on raw ranges is tracked exactly like one dispatched on tensors: the pool
-//! defers the free until that ticket completes (defect 8 of issue 12: the freed range was reused
-//! while the kernel was still queued, and the kernel overwrote the new tensor).
+//! defers the free until that ticket completes, so a freed range is not reused while a kernel on
+//! it is still queued (the conformance case `defect_8_kernel_on_freed_tensor_is_tracked`).
 
 use crate::backend::{BlockId, BlockRange, Ticket};
 

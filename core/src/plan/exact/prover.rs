@@ -10,10 +10,9 @@
 //!
 //! Each probe starts with one run of the canonical search alone, at the first node limit (what
 //! MiniMalloc does first), before that schedule: the static runs decide exactly-full parts by
-//! exact cover (`tiling`), whose nodes cost far more than a canonical node (about 90 times on the
-//! pinwheel below; `tiling` allows up to about 10 ms a node), and where the canonical search finds
-//! a plan at once the exact cover's first run was most of the time (a 100-buffer pinwheel over
-//! 2^20 steps: 90 ms of exact cover, then a plan in 1.3 ms).
+//! exact cover (`tiling`), whose nodes cost far more than a canonical node (`tiling` allows up to
+//! about 10 ms a node), and where the canonical search finds a plan at once the exact cover's
+//! first run would be most of the time (`docs/decisions/planner-tuning.md`).
 
 use crate::time::Instant;
 

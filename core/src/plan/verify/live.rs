@@ -3,9 +3,9 @@
 //!
 //! The verifier needs three operations per endpoint (the live buffer starting last below an end,
 //! insert, remove) on a set of a few thousand buffers, two million times at a million buffers.
-//! A `BTreeMap` spent about 150 ns on each, most of it walking nodes and allocating them as they
-//! split and merge; two binary searches and a short move within one block cost a fraction of that,
-//! and blocks are allocated only as the set grows. A set of `m` buffers moves `O(m / BLOCK)` block
+//! A `BTreeMap` spends most of its time walking nodes and allocating them as they split and merge
+//! (`docs/decisions/verifier-live-set.md`); two binary searches and a short move within one block
+//! cost a fraction of that, and blocks are allocated only as the set grows. A set of `m` buffers moves `O(m / BLOCK)` block
 //! headers when a block splits or empties (every `BLOCK` operations at most).
 
 /// Entries per block, half the most a block holds before it splits.

@@ -9,13 +9,11 @@
 //! virtual memory management.
 //!
 //! What is left above the live peak is online placement, not TLSF: exact best fit over the same
-//! growing range peaks at the same bytes on all five issue 14 traces (the `pool_traces`
-//! benchmark prints it under each trace: 1.17 on random log-uniform churn, 1.16 on eager
-//! prefills, 1.17 on Llama prefill, 1.39 on MobileNet, whose 5.7 MiB peak falls on a 2 MiB
-//! granule). Placed before their lifetimes are known, a 16 MiB residual lands between holes that
-//! three later 56 MiB FFN tensors cannot use. So where the backend offers holes, the memory of
-//! free holes is given back and moved instead ([`holes`](super::holes)): the address range keeps
-//! the TLSF's layout, and committed memory follows the live bytes.
+//! growing range peaks at the same bytes on every issue 14 trace (the `pool_traces` benchmark
+//! prints it under each trace). Placed before their lifetimes are known, a residual lands between
+//! holes that later, larger feed-forward tensors cannot use. So where the backend offers holes,
+//! the memory of free holes is given back and moved instead ([`holes`](super::holes)): the
+//! address range keeps the TLSF's layout, and committed memory follows the live bytes.
 //!
 //! * **Reservation.** The first request reserves the whole range the pool may ever use: the
 //!   budget, else the backend's [`InPlaceGrowth::max_reserve`]; address space costs nothing.
@@ -26,10 +24,8 @@
 //! * **Growth in whole units** ([`InPlaceGrowth::whole_units`], CUDA). The arena is extended
 //!   without memory ([`Growable::extend_block`]), by at least [`MIN_UNIT`], and the request and
 //!   the step past it are backed like any range with holes: spare units moved there first, one
-//!   new unit for the rest. Committed at the end instead, a growth was a new unit beside spare
-//!   units no hole could take (smaller than the runs that lacked memory): on Llama-8B prefill
-//!   at 2 MiB the first feed-forward block's `swiglu` grew the arena by 28 granules while two
-//!   8-granule units were spare, and one of them stayed (1.087 × live). A backend without
+//!   new unit for the rest. Committed at the end instead, a growth would be a new unit beside
+//!   spare units no hole can take (`docs/decisions/arena-min-unit.md`). A backend without
 //!   `extend_block` gets the committed growth.
 //! * **Release.** Trim (and the pressure path) decommits the free tail, rounded down to the
 //!   granularity (on CUDA, down to the end of the growth step that holds the new end: each
@@ -54,14 +50,10 @@ pub const GROWTH_STEP_DIVISOR: u64 = 32;
 
 /// An extended growth (whole units, [`Growable::extend_block`]) is at least this, up to half
 /// the committed size (a small pool is not doubled): its new memory is one physical allocation
-/// on CUDA, and tensors of a few megabytes grown one at a time made one each. PyTorch's caching
-/// allocator rounds requests of 1–10 MiB up to 20 MiB segments for the same reason. On
-/// `llama8b_prefill` at 2 MiB (`pool_traces`), 12 and 16 MiB put the first layer's three 4 MiB
-/// tensors in one unit and peaked at 1.022 × live with 8 allocations (cubecl: 1.239 with 8);
-/// 10 MiB, 1.033 at 8; none, 1.022 at 10; 20 MiB, 1.261 at 8 (that unit, held beside the
-/// feed-forward tensors, is what the peak was made of, and `xfmr_eager_sdpa` went from 1.020 to
-/// 1.169). `xfmr_eager`: 1.152 at 31 without, 1.114 at 39 / 1.123 at 28 / 1.152 at 33 with 10 /
-/// 12 / 16 MiB; `rand_logu` 1.140 at 127 without, 1.137–1.174 at 126–132 with.
+/// on CUDA, and tensors of a few megabytes grown one at a time would make one each. PyTorch's
+/// caching allocator rounds requests of 1–10 MiB up to 20 MiB segments for the same reason; a
+/// unit that large, held beside the feed-forward tensors, is what a peak is made of
+/// (`docs/decisions/arena-min-unit.md` has the sizes tried).
 pub const MIN_UNIT: u64 = 12 << 20;
 
 /// Bytes to commit at the end of an arena of `committed` bytes whose free tail lacks `deficit`

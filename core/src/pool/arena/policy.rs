@@ -15,28 +15,19 @@
 //! * **Small pools get small blocks.** A small block is at least [`SMALL_BLOCK_MIN`] (PyTorch's
 //!   2 MiB small segment) only once the pool holds [`SMALL_FLOOR_DIVISOR`] times that; below,
 //!   its floor is that fraction of what the pool holds, and never under [`SMALL_BLOCK_FLOOR`].
-//!   A fixed 2 MiB floor made the MNIST sample (2.2 MiB live: a 588 KiB planned arena, weights
-//!   of 120 B to 1.5 MiB) reserve 1.63× its live bytes on wgpu and Vulkan; a floor that follows
-//!   the pool keeps a tiny model within a few percent, and reaches 2 MiB after about 15 blocks
-//!   (each at least 1¼× the pool before it) when a workload is all small tensors.
+//!   A fixed 2 MiB floor would hold a tiny model's few small tensors in a block several times
+//!   their size; a floor that follows the pool keeps it within a few percent, and reaches 2 MiB
+//!   after about 15 blocks (each at least 1¼× the pool before it) when a workload is all small
+//!   tensors.
 //! * **Whole requests.** A small block holds a whole number of the request that made it (the
-//!   step rounded down to a multiple of it): a model's tensor sizes repeat, and three 576 KiB
-//!   MiniLM weights filled 84 % of a 2 MiB block. (Large blocks keep their step: on random sizes
-//!   the rule cost `rand_logu` 212 reservations, more than cubecl's 201.)
+//!   step rounded down to a multiple of it): a model's tensor sizes repeat, and a block that is
+//!   not a multiple of them wastes its tail. Large blocks keep their step: on random sizes the
+//!   rule makes more reservations.
 //! * **Rounding that follows the size.** Block sizes are rounded to a power of two of at most
 //!   [`ROUNDING_DIVISOR`]⁻¹ of the block (at least a 4 KiB page, at most [`BLOCK_GRANULE`]), so
-//!   rounding costs at most a page or about 1.6 % of a block, and never more than 64 KiB. (A
-//!   flat 64 KiB cost a 588 KiB block 8 %.)
+//!   rounding costs at most a page or about 1.6 % of a block, and never more than 64 KiB.
 //!
-//! Measured on the issue 14 traces (`cargo bench -p tensormem --bench pool_traces`), against the
-//! alternatives tried: folding the class's empty blocks into the new block (their bytes added to
-//! it) made the first pass of a model overshoot (Llama prefill 1.55× live instead of 1.23×);
-//! releasing the other class's empty blocks too made small and large blocks take turns (thousands
-//! of reservations); letting a class borrow room in the other's blocks traded 3–5 % on the large
-//! traces for 5 % on MobileNet, and pins blocks; a 16ᵗʰ step cost 2 % on GPT-2 for fewer driver
-//! calls. The small floor's divisor (1, 2, 3, 4, 6, 8, 16 of the pool) moves MobileNet's peak
-//! (5.7 MiB live, blocks of a few MiB) between 1.34× and 1.62× with no trend, and only 4 and
-//! more keep MNIST within 5 %; 16 makes more reservations than cubecl on the eager transformer.
+//! Alternatives tried and their numbers on the issue 14 traces: `docs/decisions/block-policy.md`.
 
 use super::round_up;
 

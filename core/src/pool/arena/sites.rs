@@ -1,65 +1,40 @@
 //! Learned placement: the arena with holes puts a request where the same allocation site went
 //! last time, when that range is free again.
 //!
-//! Models run the same steps over and over (a training step, a prefill, an inference), and a
-//! transformer runs the same layer dozens of times per step. Placed by TLSF alone, each
-//! repetition lands a little differently, and with holes the difference is paid in moved
-//! memory: on Llama-8B prefill three allocations in four fell on granules whose memory had
-//! been given to another hole, each probed up to [`PROBES`](super::holes) more places and
-//! remapped. Put back where it was, a repetition finds its granules still committed (they
-//! held the same tensors last time), so it costs no probe and no remap: the lifetimes the
-//! previous repetition showed decide the layout, as the replay pool's plan does, without
-//! marking steps and without a plan.
+//! Models run the same steps over and over, and a transformer runs the same layer dozens of
+//! times per step. Placed by TLSF alone, each repetition lands a little differently, and with
+//! holes the difference is paid in moved memory (probes and remaps, [`holes`](super::holes)).
+//! Put back where it was, a repetition finds its granules still committed: the lifetimes the
+//! previous repetition showed decide the layout, as the replay pool's plan does, without marking
+//! steps and without a plan.
 //!
 //! * **Site.** An allocation is known by its size and alignment and the last [`HISTORY`] events
-//!   of the pool (allocation and free sizes) before it: the position in a repeated sequence,
-//!   whatever its period (a layer or a whole step). Sites are hashed into a table of [`SITES`]
-//!   entries, two per history; a collision only loses a hint.
+//!   of the pool (allocation and free sizes) before it: its position in a repeated sequence,
+//!   whatever the period. Sites hash into a table of [`SITES`] entries; a collision only loses a
+//!   hint.
 //! * **Hash.** The history's part is a polynomial over the events' mixed values, kept as each
-//!   event happens (one multiply-add in and one out of the window), so a request hashes only its
-//!   own size and alignment on top of it. Folding the whole history per request was a chain of
-//!   eight dependent multiplies that every placement waited on.
-//! * **Bucket.** The table is indexed by the history alone (the full key, with the request, is
-//!   checked in the entry), so each event knows the next request's entries and asks the cache
-//!   for them: the lookup then no longer waits on a miss in a table of 160 KiB, which after the
-//!   hash was the most expensive instruction of a placement (a third of `carve`). A bucket
-//!   holds the two requests last seen after its history, the latest first: with one, the sites
-//!   a history shares evicted each other, and GPT-2 at 64 KiB unmapped 334 times instead of
-//!   196.
-//! * **Hint.** The offset the site got last time, and the landmark of that region, from whose block
-//!   TLSF looks for the free block holding the offset ([`Tlsf::allocate_at`], a bounded walk).
-//!   A range that is not free, or lacks memory where TLSF's own choice would not, goes through
-//!   the usual placement: a hint never costs memory, only the lookup.
-//! * **First place, with whole units.** Where memory moves only in whole units (CUDA), a site
-//!   keeps the place it got first ([`Sites::new`]): while a step's layout settles, a tensor
-//!   whose learned range is still held lands somewhere transient, and learning that place made
-//!   the next step follow it, a layout that drifted onto new units. Per granule the last place
-//!   wins: there the first place broke the layout's repetition with a step's period.
-//! * **A first place that keeps failing.** A site whose two last uses in a row got the same
-//!   other place learns that place. Llama-8B prefill's later runs are laid out 8 granules off
-//!   its first (their first layer, after another history, had no hints), so the first places
-//!   of its feed-forward tensors, `kr`, `o` and the residuals failed in every layer: a failed
-//!   walk, then TLSF, and up to [`PROBES`](super::holes) more places where TLSF's lacked
-//!   memory. A transient place is seldom taken twice in a row: learned on one miss, GPT-2
-//!   training peaks at 1.073 × live instead of 1.008, on two misses anywhere 1.042.
-//! * **Memory that moved.** Where memory moves only in whole units ([`in_place`](super::in_place),
-//!   [`holes`](super::holes)), the sites placed on a unit that moves learn the same places where
-//!   it went ([`Sites::follow`]): the next layer then finds its tensors' memory committed where
-//!   it went, instead of following its sites to the range the unit left and moving memory
-//!   again. Without it on an extended growth's moves, Llama-8B prefill's later layers drifted
-//!   onto new units (1.152 × live at 16 allocations instead of 1.022 at 8); followed on every
-//!   move, not only a growth's, `xfmr_eager` peaks at 1.065 × live at 37 allocations instead of
-//!   1.123 at 28 (cubecl: 1.554 at 48). A move is logged and each site follows the moves it
-//!   has not seen when it is next looked up: the walk of the whole table per move this
-//!   replaced took `xfmr_eager`'s time per pair from 0.74–0.80 of cubecl's to 0.99–1.12; the
-//!   log keeps it at 0.85–0.97, against 0.84–0.98 following a growth's moves only (three
-//!   alternated rounds, `pool_traces` at 2 MiB).
-//! * **A new run.** When the pool empties (a model's run ended), the history starts again
-//!   ([`Sites::restart`]): the next run's first layer has the first run's histories, so it finds
-//!   their places instead of being placed anew after the last run's final frees. On Llama-8B
-//!   prefill at 2 MiB that second run's first layer was placed by TLSF, gave back a spare unit
-//!   and grew again: 1.174 × live at 10 allocations against 1.022 at 8; at 64 KiB MobileNet
-//!   went from 1.034 to 1.012.
+//!   event happens (one multiply-add in, one out of the window), so a request hashes only its
+//!   own size and alignment on top of it.
+//! * **Bucket.** The table is indexed by the history alone (the full key is checked in the
+//!   entry), so each event prefetches the next request's bucket. A bucket holds the two requests
+//!   last seen after its history, the latest first, so sites sharing a history do not evict
+//!   each other.
+//! * **Hint.** The offset the site got last time and the landmark of that region, from which
+//!   TLSF finds the free block holding the offset ([`Tlsf::allocate_at`], a bounded walk). A
+//!   range that is not free goes through the usual placement: a hint costs only the lookup.
+//! * **First place, with whole units** ([`Sites::new`]). Where memory moves only in whole units
+//!   (CUDA) a site keeps the place it got first, so a tensor that lands somewhere transient
+//!   while its range is held does not drag the next step onto new units; a site whose last two
+//!   uses in a row got the same other place learns that place. Per granule the last place wins.
+//! * **Memory that moved** ([`Sites::follow`], whole units). Sites placed on a unit that moves
+//!   learn where it went, so the next layer finds its memory committed there. A move is O(1)
+//!   (logged); a lookup follows the logged moves its site has not seen.
+//! * **A new run** ([`Sites::restart`]). When the pool empties, the history starts again, so the
+//!   next run's first layer meets the first run's histories and their places.
+//!
+//! Costs: per event one multiply-add and a prefetch; per request one bucket lookup and, with a
+//! hint, one bounded TLSF walk. The table is fixed-size ([`SITES`] entries). The numbers behind
+//! these rules are in `docs/decisions/sites.md` and `docs/decisions/holes-hints.md`.
 //!
 //! [`Tlsf::allocate_at`]: crate::suballoc::Tlsf::allocate_at
 
@@ -166,11 +141,10 @@ fn event(size: u64, freed: bool) -> u64 {
 
 impl Sites {
     /// An empty table whose hints give a site's last placement back, or its first with
-    /// `keep_first` (for an arena whose memory moves only in whole units). Measured in the
-    /// `pool_traces` bench's CUDA model at 2 MiB, first against last: GPT-2 training 1.008 ×
-    /// live at 30 creations against 1.112 at 43, the other traces unchanged; per granule
-    /// (64 KiB, the host) the layout no longer repeated with a step's period (unmaps on Llama
-    /// prefill 18 to 1695), so there the last place stays.
+    /// `keep_first` (for an arena whose memory moves only in whole units, where the first place
+    /// keeps a step's layout on the units it already has; per granule the first place breaks the
+    /// layout's repetition with a step's period, so there the last place wins;
+    /// `docs/decisions/holes-hints.md`).
     pub(super) fn new(keep_first: bool) -> Self {
         Sites {
             history: [0; HISTORY],
@@ -247,7 +221,8 @@ impl Sites {
     /// placed there): every site placed in that range learns the same place in the new one.
     /// The memory is where the next repetition finds it committed; the old range has none.
     /// Logged, and followed by each site when it is next looked up: a walk of the table per
-    /// move cost `xfmr_eager` at 2 MiB a third of its time per pair.
+    /// move costs a third of the allocation time on the transformer traces
+    /// (`docs/decisions/sites.md`).
     pub(super) fn follow(&mut self, (from, len): (u64, u64), to: u64, near: Landmark) {
         self.moves[self.moved as usize % MOVES] = Move {
             from,

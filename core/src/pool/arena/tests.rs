@@ -273,7 +273,7 @@ proptest! {
     }
 }
 
-/// Regression (issue 12, defect 6): after device loss a free used to remove the allocation and
+/// Regression: after device loss a free used to remove the allocation and
 /// then fail, so a retry said DoubleFree and the region was lost; allocation went on succeeding.
 #[test]
 fn a_free_that_fails_keeps_the_allocation_and_loss_stops_allocation() {
@@ -300,7 +300,7 @@ fn a_free_that_fails_keeps_the_allocation_and_loss_stops_allocation() {
     p.check_invariants().unwrap();
 }
 
-/// Regression (issue 12, defect 5): a cancelled allocation (an adaptor's step after the carve
+/// Regression: a cancelled allocation (an adaptor's step after the carve
 /// failed) leaves nothing behind, not even the block reserved for it.
 #[test]
 fn cancel_undoes_an_allocation_and_its_fresh_block() {

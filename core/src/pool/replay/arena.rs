@@ -3,8 +3,7 @@
 //!
 //! It is a block of its own rather than an allocation of the dynamic pool, so what the replay pool
 //! reserves in steady state is the plan and nothing else: a dynamic pool would round it up to its
-//! block policy and keep the recorded steps' blocks beside it (the double reservation issue 14
-//! measured at about 2x live).
+//! block policy and keep the recorded steps' blocks beside it, reserving the live bytes twice.
 
 use std::sync::{Arc, PoisonError, RwLock};
 

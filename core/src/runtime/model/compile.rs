@@ -99,7 +99,7 @@ impl Runtime {
         let is_output: Vec<bool> = {
             let mut v = vec![false; tensors.len()];
             for &o in graph.outputs() {
-                graph.decl(o)?; // an output id of another graph (defect 4: was an index panic)
+                graph.decl(o)?; // an output id of another graph: an error, not an index panic
                 v[graph.root(o).index()] = true;
             }
             v

@@ -1,10 +1,11 @@
 //! The batched product when `b` is a weight stored as f16 or int8: dequantised one column panel
 //! at a time, each panel fed to the same `sgemm` as the f32 path.
 //!
-//! Dequantising the whole weight into a fresh f32 vector before the product made a quantized
-//! MiniLM 5–6.6× slower than f32 on the host: at a few dozen tokens the product reuses each weight
-//! only a few dozen times, so a per-element decode and a full-size f32 copy written to and read
-//! back from memory cost more than the arithmetic. Here a task decodes a panel of `b` (all of `k`,
+//! Dequantising the whole weight into a fresh f32 vector before the product would make a
+//! quantized model several times slower than f32 (`docs/decisions/quantized-matmul-dequant.md`):
+//! at a few dozen tokens the product reuses each weight only a few dozen times, so a per-element
+//! decode and a full-size f32 copy written to and read back from memory cost more than the
+//! arithmetic. Here a task decodes a panel of `b` (all of `k`,
 //! a few dozen output columns, about [`PANEL_BYTES`]) into a buffer its thread keeps, with loops
 //! that vectorise ([`WeightView::row_run`], [`WeightView::channel_run`]), and runs `sgemm` on it
 //! while the panel is still in cache; memory traffic is the stored bytes. Panels are spread over
