@@ -15,6 +15,8 @@
 //! grow, the belt returns every empty block (even those it would keep); when the driver refuses
 //! the belt a block, it trims itself and asks the runtime's other pools to release idle blocks
 //! before it reports out of memory.
+//!
+//! [`Waiting`]: crate::backend::Waiting
 
 mod blocks;
 mod transfer;
