@@ -12,6 +12,8 @@
 //!
 //! The stages run the same kernels on the same bytes in the same order as one device would, so a
 //! split model's outputs equal the single-device outputs bit for bit on devices of one backend.
+//!
+//! [`DeviceSet`]: crate::devices::DeviceSet
 
 mod compile;
 mod model;

@@ -14,7 +14,8 @@ use crate::models::checks;
 
 impl WeightFile {
     /// Tensor `name` in `format`: the file's bytes when it is stored so, else converted (f32 ⇄
-    /// f16 ⇄ int8, through f32; quantising along axis 0 as [`SCALE_SUFFIX`] says).
+    /// f16 ⇄ int8, through f32; quantising along axis 0 as [`SCALE_SUFFIX`](super::SCALE_SUFFIX)
+    /// says).
     ///
     /// # Errors
     /// As `WeightFile::entry`; quantisation errors.
