@@ -13,14 +13,16 @@
 //! (`SPARSE_BINDING`): binds then go on the compute queue, in order with its timeline. An adopted
 //! device's enabled features are unknown, so it takes the blocks path.
 
-use std::ffi::CStr;
+mod create;
+mod properties;
 
 use ash::vk;
 use tensormem::{Error, Result};
 
-use crate::error::{BACKEND, vk_err};
+use crate::error::BACKEND;
 use crate::instance::OwnedInstance;
 use crate::timeline::Timestamps;
+use properties::{device_name, supports_timeline};
 
 /// Where the transfer lane ([`tensormem::backend::lanes`]) runs.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -116,46 +118,6 @@ pub(crate) struct SparseLimits {
     pub max_buffer: u64,
 }
 
-/// Whether `pd` can bind sparse buffers with unbound ranges on its compute family.
-fn offers_sparse(instance: &ash::Instance, pd: vk::PhysicalDevice, compute_family: u32) -> bool {
-    // SAFETY: `pd` was enumerated from `instance`.
-    let features = unsafe { instance.get_physical_device_features(pd) };
-    features.sparse_binding == vk::TRUE
-        && features.sparse_residency_buffer == vk::TRUE
-        && families_of(instance, pd)
-            .get(compute_family as usize)
-            .is_some_and(|f| f.queue_flags.contains(vk::QueueFlags::SPARSE_BINDING))
-}
-
-/// Where host-visible memory lives. gpu-allocator has the driver allocate it (`vkAllocateMemory`),
-/// and the driver places its pages, so this backend cannot bind them to a NUMA node (that would
-/// take importing memory it mapped itself, `VK_EXT_external_memory_host`). On a NUMA machine it
-/// reports the device's node from `VK_EXT_pci_bus_info` and sysfs, so the report says where the
-/// memory should be; on one node, or off Linux, unbound.
-fn host_placement(
-    pci: Option<vk::PhysicalDevicePCIBusInfoPropertiesEXT<'_>>,
-) -> tensormem::HostPlacement {
-    use tensormem::HostPlacement;
-    if !cfg!(target_os = "linux") {
-        return HostPlacement::unbound("NUMA binding (mbind) is Linux-only");
-    }
-    let topology = match tensormem::numa::NumaTopology::system() {
-        Ok(t) => t,
-        Err(e) => return HostPlacement::unbound(e.to_string()),
-    };
-    if topology.nodes().len() < 2 {
-        return HostPlacement::unbound("one NUMA node");
-    }
-    let device_node = pci.and_then(|p| {
-        let bdf = format!(
-            "{:04x}:{:02x}:{:02x}.{:x}",
-            p.pci_domain, p.pci_bus, p.pci_device, p.pci_function
-        );
-        topology.pci_device_node(&bdf).ok().flatten()
-    });
-    HostPlacement::DriverPlaced { device_node }
-}
-
 /// Device type preference, lower is better.
 fn type_rank(t: vk::PhysicalDeviceType) -> u32 {
     match t {
@@ -165,29 +127,6 @@ fn type_rank(t: vk::PhysicalDeviceType) -> u32 {
         vk::PhysicalDeviceType::CPU => 3,
         _ => 4,
     }
-}
-
-fn has_extension(instance: &ash::Instance, pd: vk::PhysicalDevice, name: &CStr) -> bool {
-    // SAFETY: `pd` was enumerated from `instance`.
-    unsafe { instance.enumerate_device_extension_properties(pd) }
-        .unwrap_or_default()
-        .iter()
-        .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
-}
-
-fn supports_timeline(instance: &ash::Instance, pd: vk::PhysicalDevice) -> bool {
-    let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
-    let mut f = vk::PhysicalDeviceFeatures2::default().push_next(&mut f12);
-    // SAFETY: `pd` belongs to `instance`, which is Vulkan 1.2, so the 1.2 feature struct is valid.
-    unsafe { instance.get_physical_device_features2(pd, &mut f) };
-    f12.timeline_semaphore == vk::TRUE
-}
-
-fn device_name(props: &vk::PhysicalDeviceProperties) -> String {
-    props
-        .device_name_as_c_str()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
 }
 
 /// The families to use: compute, and a dedicated transfer family if any.
@@ -203,12 +142,6 @@ fn pick_families(families: &[vk::QueueFamilyProperties]) -> Option<(u32, Option<
             && f.queue_count > 0
     });
     Some((compute as u32, transfer.map(|t| t as u32)))
-}
-
-/// The queue families of `pd`.
-fn families_of(instance: &ash::Instance, pd: vk::PhysicalDevice) -> Vec<vk::QueueFamilyProperties> {
-    // SAFETY: `pd` was enumerated from `instance`.
-    unsafe { instance.get_physical_device_queue_family_properties(pd) }
 }
 
 /// Where the transfer lane runs under `mode`, given whether the device has a dedicated transfer
@@ -257,125 +190,6 @@ impl Gpu {
         }
     }
 
-    /// The chosen device, its queues, and whether sparse binding was enabled on it.
-    fn create_device(
-        instance: &ash::Instance,
-        name_filter: Option<&str>,
-        transfer_mode: TransferQueue,
-        want_sparse: bool,
-    ) -> Result<(
-        vk::PhysicalDevice,
-        ash::Device,
-        QueueLane,
-        Option<TransferLaneQueue>,
-        bool,
-    )> {
-        // SAFETY: enumerating physical devices of a live instance.
-        let devices = unsafe { instance.enumerate_physical_devices() }
-            .map_err(vk_err("vkEnumeratePhysicalDevices"))?;
-        let mut rejected = Vec::new();
-        let mut candidates = Vec::new();
-        for pd in devices {
-            // SAFETY: `pd` was just enumerated from `instance`.
-            let props = unsafe { instance.get_physical_device_properties(pd) };
-            let name = device_name(&props);
-            let families = families_of(instance, pd);
-            if name_filter.is_some_and(|f| !name.contains(f)) {
-                rejected.push(format!("{name}: name does not contain the filter"));
-            } else if props.api_version < vk::API_VERSION_1_2 {
-                rejected.push(format!(
-                    "{name}: Vulkan {}.{} < 1.2",
-                    vk::api_version_major(props.api_version),
-                    vk::api_version_minor(props.api_version)
-                ));
-            } else if !supports_timeline(instance, pd) {
-                rejected.push(format!("{name}: no timelineSemaphore"));
-            } else if let Some(fams) = pick_families(&families) {
-                candidates.push((type_rank(props.device_type), pd, fams));
-            } else {
-                rejected.push(format!("{name}: no compute queue"));
-            }
-        }
-        candidates.sort_by_key(|c| c.0);
-        let Some(&(_, pd, (compute_family, transfer_family))) = candidates.first() else {
-            return Err(Error::BackendUnavailable {
-                backend: BACKEND,
-                reason: if rejected.is_empty() {
-                    "no Vulkan physical device found".into()
-                } else {
-                    format!("no suitable Vulkan device: {}", rejected.join("; "))
-                },
-            });
-        };
-        let compute_queues = families_of(instance, pd)
-            .get(compute_family as usize)
-            .map_or(1, |f| f.queue_count);
-        let lane_queue = lane_queue(transfer_mode, transfer_family.is_some(), compute_queues);
-        let priorities = [1.0f32, 1.0];
-        let compute_count = if lane_queue == Some(LaneQueue::SecondQueue) {
-            2
-        } else {
-            1
-        };
-        let mut queue_infos = vec![
-            vk::DeviceQueueCreateInfo::default()
-                .queue_family_index(compute_family)
-                .queue_priorities(&priorities[..compute_count]),
-        ];
-        if let (Some(LaneQueue::DedicatedFamily), Some(t)) = (lane_queue, transfer_family) {
-            queue_infos.push(
-                vk::DeviceQueueCreateInfo::default()
-                    .queue_family_index(t)
-                    .queue_priorities(&priorities[..1]),
-            );
-        }
-        let mut extensions = Vec::new();
-        if has_extension(instance, pd, ash::ext::memory_budget::NAME) {
-            extensions.push(ash::ext::memory_budget::NAME.as_ptr());
-        }
-        let sparse = want_sparse && offers_sparse(instance, pd, compute_family);
-        let features = vk::PhysicalDeviceFeatures::default()
-            .sparse_binding(sparse)
-            .sparse_residency_buffer(sparse);
-        let mut f12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
-        let info = vk::DeviceCreateInfo::default()
-            .queue_create_infos(&queue_infos)
-            .enabled_extension_names(&extensions)
-            .enabled_features(&features)
-            .push_next(&mut f12);
-        // SAFETY: `pd` qualifies (1.2, timeline semaphores, the families exist, the sparse features
-        // are enabled only where offered); `info` is valid.
-        let device =
-            unsafe { instance.create_device(pd, &info, None) }.map_err(vk_err("vkCreateDevice"))?;
-        // SAFETY: queue 0 of each family, and queue 1 of the compute family for a second
-        // queue, were requested above.
-        let compute = QueueLane {
-            family: compute_family,
-            queue: unsafe { device.get_device_queue(compute_family, 0) },
-        };
-        let transfer = match lane_queue {
-            Some(kind @ LaneQueue::DedicatedFamily) => transfer_family.map(|family| {
-                let queue = QueueLane {
-                    family,
-                    // SAFETY: as above.
-                    queue: unsafe { device.get_device_queue(family, 0) },
-                };
-                (queue, kind)
-            }),
-            Some(kind @ LaneQueue::SecondQueue) => {
-                let queue = QueueLane {
-                    family: compute_family,
-                    // SAFETY: as above.
-                    queue: unsafe { device.get_device_queue(compute_family, 1) },
-                };
-                Some((queue, kind))
-            }
-            Some(kind @ LaneQueue::SameQueue) => Some((compute, kind)),
-            None => None,
-        };
-        Ok((pd, device, compute, transfer, sparse))
-    }
-
     /// Adopts an application's handles. Nothing adopted is destroyed on drop.
     ///
     /// # Errors
@@ -422,90 +236,6 @@ impl Gpu {
             transfer,
             false,
         ))
-    }
-
-    fn describe(
-        entry: ash::Entry,
-        instance: ash::Instance,
-        physical: vk::PhysicalDevice,
-        device: ash::Device,
-        compute: QueueLane,
-        transfer: Option<TransferLaneQueue>,
-        sparse: bool,
-    ) -> Gpu {
-        let mut maint3 = vk::PhysicalDeviceMaintenance3Properties::default();
-        let mut maint4 = vk::PhysicalDeviceMaintenance4Properties::default();
-        let mut pci = vk::PhysicalDevicePCIBusInfoPropertiesEXT::default();
-        let has_pci = has_extension(&instance, physical, ash::ext::pci_bus_info::NAME);
-        // SAFETY: `physical` belongs to `instance`.
-        let api = unsafe { instance.get_physical_device_properties(physical) }.api_version;
-        let has_maint4 = api >= vk::API_VERSION_1_3;
-        let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut maint3);
-        if has_pci {
-            props2 = props2.push_next(&mut pci);
-        }
-        if has_maint4 {
-            props2 = props2.push_next(&mut maint4);
-        }
-        // SAFETY: `physical` belongs to `instance` (1.2, so properties2 and maintenance3 are core);
-        // the PCI struct is chained only when the device supports VK_EXT_pci_bus_info, the
-        // maintenance4 one only on Vulkan 1.3, where it is core.
-        unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
-        let props = props2.properties;
-        let host_placement = host_placement(has_pci.then_some(pci));
-        let max_alloc = maint3.max_memory_allocation_size;
-        let mut budget_props = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
-        let has_budget = has_extension(&instance, physical, ash::ext::memory_budget::NAME);
-        let mut mem2 = vk::PhysicalDeviceMemoryProperties2::default();
-        if has_budget {
-            mem2 = mem2.push_next(&mut budget_props);
-        }
-        // SAFETY: as above; the budget struct is chained only when the extension is supported.
-        unsafe { instance.get_physical_device_memory_properties2(physical, &mut mem2) };
-        let mem = mem2.memory_properties;
-        let heaps = &mem.memory_heaps[..mem.memory_heap_count as usize];
-        let local: Vec<usize> = (0..heaps.len())
-            .filter(|&i| heaps[i].flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
-            .collect();
-        let largest_heap = local.iter().map(|&i| heaps[i].size).max().unwrap_or(0);
-        let budget = if has_budget {
-            local.iter().map(|&i| budget_props.heap_budget[i]).sum()
-        } else {
-            local.iter().map(|&i| heaps[i].size).sum()
-        };
-        // maxBufferSize (maintenance4, 1.3) bounds only sparse buffers here: a 1.2 device need not
-        // have it, and every device seen has it at or above maxMemoryAllocationSize.
-        let max_block_size = max_alloc.min(largest_heap.max(1));
-        // SAFETY: as above.
-        let families = unsafe { instance.get_physical_device_queue_family_properties(physical) };
-        let timestamps = families
-            .get(compute.family as usize)
-            .and_then(|f| Timestamps::new(f.timestamp_valid_bits, props.limits.timestamp_period));
-        Gpu {
-            _entry: entry,
-            instance,
-            owned_instance: None,
-            physical,
-            device,
-            owns_device: false,
-            compute,
-            transfer,
-            limits: props.limits,
-            name: device_name(&props),
-            device_type: props.device_type,
-            max_block_size,
-            budget,
-            host_placement,
-            timestamps,
-            sparse: sparse.then_some(SparseLimits {
-                address_space: props.limits.sparse_address_space_size,
-                max_buffer: if has_maint4 {
-                    maint4.max_buffer_size
-                } else {
-                    max_alloc
-                },
-            }),
-        }
     }
 
     /// The queue families buffers are shared between (for `VK_SHARING_MODE_CONCURRENT`), or

@@ -12,231 +12,34 @@
 //! planner uses no device, so the tool has no `--backend` or `--timeout`; `--time-limit` bounds the
 //! planning itself. Exit codes are listed in `--help`.
 
+#[path = "tensormem-plan/args.rs"]
+mod args;
+#[path = "tensormem-plan/report.rs"]
+mod report;
+#[path = "tensormem-plan/svg.rs"]
+mod svg;
+
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tensormem::plan::{
-    Buffer, Fit, MAX_THREADS, PackingDesc, PackingFamily, Plan, Progress, Solution, SolveOptions,
-    greedy_by_size_with, lower_bound, parse_csv, random_lifetimes, solve, write_csv,
+    Fit, PackingDesc, Plan, Progress, SolveOptions, greedy_by_size_with, lower_bound, parse_csv,
+    random_lifetimes, solve, write_csv,
 };
 use tensormem::{Error, Result};
-use tensormem_examples::cli::xml_escape;
 use tensormem_examples::huge_pages::HugePages;
+
+use args::{Cli, Command, FitArg, GenerateArgs, GreedyArgs, PlanArgs, SolverArgs, SweepArgs};
+use report::{gap, print_text, ratio, solution_json};
+use svg::draw_svg;
 
 /// Huge pages for the planner's arrays of millions of entries (see `huge_pages`).
 #[global_allocator]
 static ALLOCATOR: HugePages = HugePages;
-
-const EXIT_CODES: &str = "\
-Exit codes:
-  0  success (with --capacity: a plan within it was found)
-  1  failure while running: unreadable or malformed input, I/O error
-  2  usage error
-  3  with --capacity: proved that no plan fits (`feasible` is false)
-  4  with --capacity: undecided, the time limit ran out first (`feasible` is null)
-
-`feasible` in --json has three states (in text, the `capacity:` line says the same in words):
-  true   a plan within --capacity was found (\"met\"; always true without --capacity)
-  false  proved that no plan within --capacity exists (\"proved infeasible\");
-         `infeasible_reason` says how
-  null   undecided: the time limit ran out before a plan or a proof was found (\"undecided\")
-
---json also reports `seconds` (planning, the part --time-limit bounds) and `parse_seconds`
-(reading and parsing FILE).
-
-Greedy by size (largest first, into the best-fitting gap) is the baseline. --json says whether it
-ran to the end within --time-limit (`greedy_finished`) and which heuristic produced the plan
-(`algorithm`); where greedy finished, the plan is never worse than it (`greedy_peak`). Above 4096
-buffers it runs beside the other heuristics, after its cheaper lowest-fit twin, and it does not
-finish at every scale: on random instances (`generate --random`) it needs 19 CPU s at 10^5
-buffers and 36 at 2*10^5. There `greedy_peak` is the first plan's (sweep-line good fit, O(n)
-after a sort), lower on those instances: 1.04x the lower bound against greedy's 1.15x (1.07x at
-the lowest fit). `greedy FILE` runs greedy by size alone, without a limit.";
-
-/// Plan a static memory layout (Dynamic Storage Allocation) from a CSV instance.
-///
-/// The planner runs exact provers and heuristics in parallel from the start, within the time
-/// limit, and reports the peak against the max-load lower bound and the greedy-by-size baseline.
-#[derive(Debug, Parser)]
-#[command(
-    name = "tensormem-plan",
-    version,
-    after_help = EXIT_CODES,
-    args_conflicts_with_subcommands = true
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Option<Command>,
-    #[command(flatten)]
-    plan: PlanArgs,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Solve generated perfect packings (optimum = capacity) and print solved counts and times.
-    Sweep(SweepArgs),
-    /// Write one generated perfect packing as CSV, with the witness offsets (or, with `--random`,
-    /// an instance with random lifetimes).
-    Generate(GenerateArgs),
-    /// Run greedy by size alone, to the end, without a time limit (minutes at 10^6 buffers): the
-    /// baseline the planner's limited answer is measured against. The plan is verified.
-    Greedy(GreedyArgs),
-}
-
-#[derive(Debug, Args)]
-struct GreedyArgs {
-    /// Instance, as for planning.
-    file: String,
-    /// Gap rule: the best-fitting gap (TFLite) or the lowest one that fits (XLA's newer option).
-    #[arg(long, value_enum, default_value = "best")]
-    fit: FitArg,
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum FitArg {
-    Best,
-    Lowest,
-}
-
-#[derive(Debug, Args)]
-struct PlanArgs {
-    /// Instance: `id,lower,upper,size[,alignment][,offset]` per line (offsets, if present, are
-    /// verified and reported).
-    file: Option<String>,
-    /// Decision form: decide whether a plan with peak <= N bytes exists, then lower the peak.
-    #[arg(long, value_name = "N")]
-    capacity: Option<u64>,
-    #[command(flatten)]
-    solver: SolverArgs,
-    /// Write the plan as CSV (ids, lifetimes, sizes, offsets).
-    #[arg(long, value_name = "PLAN.csv")]
-    out: Option<String>,
-    /// Draw the plan as SVG (time right, address up).
-    #[arg(long, value_name = "PLAN.svg")]
-    svg: Option<String>,
-    /// Print one JSON object instead of text; `feasible` is true, false or null (see below).
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Debug, Args)]
-struct SolverArgs {
-    /// Wall-clock limit of the planning (parsing excluded), in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = seconds)]
-    time_limit: f64,
-    /// Seed of the randomised heuristics.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Portfolio threads, 0 to 1024; 0 = every core, and counts above the cores run on the cores.
-    /// Results depend on the count, not on timing.
-    #[arg(long, default_value_t = 0, value_parser = threads)]
-    threads: usize,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Family {
-    /// Random guillotine cuts of the rectangle.
-    Guillotine,
-    /// Long-lived large buffers in some byte bands, short small ones in the others.
-    LongAndShort,
-    /// Guillotine cuts mixed with five-piece pinwheels (non-guillotine).
-    Pinwheel,
-}
-
-impl From<Family> for PackingFamily {
-    fn from(f: Family) -> Self {
-        match f {
-            Family::Guillotine => PackingFamily::Guillotine,
-            Family::LongAndShort => PackingFamily::LongAndShort,
-            Family::Pinwheel => PackingFamily::Pinwheel,
-        }
-    }
-}
-
-#[derive(Debug, Args)]
-struct ShapeArgs {
-    /// Rectangle height in bytes: the capacity and the optimal peak.
-    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
-    capacity: u64,
-    /// Rectangle width in time steps.
-    #[arg(long, value_name = "STEPS", default_value_t = 1000)]
-    horizon: u64,
-    /// Byte granularity of sizes and offsets.
-    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
-    grid: u64,
-}
-
-/// The issue's sweep: `sweep` (1000 steps × 1 MiB, 1 KiB grid, n = 100..300, 10 seeds). The
-/// MiniMalloc-style hard sets: `sweep --horizon 1048576 --family pinwheel --counts
-/// 150,200,250,300,350,400,450`.
-#[derive(Debug, Args)]
-struct SweepArgs {
-    /// Families to sweep (repeat or comma-separate).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "guillotine")]
-    family: Vec<Family>,
-    /// Buffer counts.
-    #[arg(long, value_delimiter = ',', default_value = "100,150,200,250,300")]
-    counts: Vec<usize>,
-    /// Seeds per count (0, 1, ...).
-    #[arg(long, default_value_t = 10)]
-    seeds: u64,
-    #[command(flatten)]
-    shape: ShapeArgs,
-    #[command(flatten)]
-    solver: SolverArgs,
-    /// Print one JSON object per row instead of a table.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Debug, Args)]
-struct GenerateArgs {
-    /// Number of buffers.
-    #[arg(long)]
-    count: usize,
-    /// Write random lifetimes and sizes instead (no witness, no known optimum): starts uniform in
-    /// [0, count), lifetimes 1 to 10^4 steps, sizes 64 B to 1 MiB, about 5,000 live at a time;
-    /// the large instances the time limits are measured on.
-    #[arg(long, conflicts_with_all = ["family", "capacity", "horizon", "grid"])]
-    random: bool,
-    #[arg(long, value_enum, default_value = "guillotine")]
-    family: Family,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    #[command(flatten)]
-    shape: ShapeArgs,
-    /// Output file (default: stdout).
-    #[arg(short, long, value_name = "FILE.csv")]
-    out: Option<String>,
-}
-
-fn seconds(s: &str) -> std::result::Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    Duration::try_from_secs_f64(v)
-        .map(|_| v)
-        .map_err(|_| format!("{v} is not a valid duration"))
-}
-
-fn threads(s: &str) -> std::result::Result<usize, String> {
-    let n: usize = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a thread count"))?;
-    if n > MAX_THREADS {
-        return Err(format!(
-            "{n} threads: at most {MAX_THREADS} (0 = every core)"
-        ));
-    }
-    Ok(n)
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -373,83 +176,6 @@ fn plan_file(file: &str, args: &PlanArgs) -> Result<ExitCode> {
     std::mem::forget(inst);
     std::mem::forget(s);
     Ok(code)
-}
-
-/// The three states of `feasible`, in words.
-fn decision(s: &Solution, capacity: Option<u64>) -> &'static str {
-    match (capacity, s.feasible) {
-        (None, _) => "not asked (no --capacity)",
-        (Some(_), Some(true)) => "met",
-        (Some(_), Some(false)) => "proved infeasible",
-        (Some(_), None) => "undecided (time limit reached)",
-    }
-}
-
-fn solution_json(s: &Solution, capacity: Option<u64>) -> serde_json::Value {
-    serde_json::json!({
-        "lower_bound": s.lower_bound,
-        "peak": s.best_peak,
-        "peak_over_lower_bound": ratio(s.best_peak, s.lower_bound),
-        "greedy_peak": s.greedy_peak,
-        "greedy_finished": s.greedy_finished,
-        "greedy_over_lower_bound": ratio(s.greedy_peak, s.lower_bound),
-        "capacity": capacity,
-        "feasible": s.feasible,
-        "feasible_states": "true: a plan within capacity was found (always true without one); \
-                            false: proved that none exists (see infeasible_reason); \
-                            null: undecided, the time limit ran out first",
-        "decision": decision(s, capacity),
-        "infeasible_reason": s.infeasible_reason,
-        "proved_optimal": s.proved_optimal,
-        "algorithm": s.algorithm,
-        "threads": s.threads,
-        "seconds": s.elapsed.as_secs_f64(),
-        "stage_seconds": {
-            "validation": s.stages.validation.as_secs_f64(),
-            "first_plan": s.stages.first_plan.as_secs_f64(),
-            "search": s.stages.search.as_secs_f64(),
-            "final_verification": s.stages.final_verification.as_secs_f64(),
-        },
-    })
-}
-
-fn print_text(file: &str, buffers: usize, s: &Solution, capacity: Option<u64>) {
-    println!("file:           {file}");
-    println!("buffers:        {buffers}");
-    println!("lower bound:    {} bytes", s.lower_bound);
-    println!(
-        "peak:           {} bytes (peak / lower bound = {:.6})",
-        s.best_peak,
-        ratio(s.best_peak, s.lower_bound)
-    );
-    println!(
-        "greedy by size: {} bytes (greedy / lower bound = {:.6}; ours is {:.3}% lower){}",
-        s.greedy_peak,
-        ratio(s.greedy_peak, s.lower_bound),
-        (1.0 - s.best_peak as f64 / s.greedy_peak.max(1) as f64) * 100.0,
-        if s.greedy_finished {
-            ""
-        } else {
-            " [greedy cut by the time limit: sweep-line good fit shown]"
-        }
-    );
-    if let Some(cap) = capacity {
-        println!("capacity:       {cap} bytes: {}", decision(s, capacity));
-        if let Some(why) = &s.infeasible_reason {
-            println!("                {why}");
-        }
-    }
-    println!(
-        "optimal:        {}",
-        if s.proved_optimal {
-            "proved"
-        } else {
-            "not proved"
-        }
-    );
-    println!("algorithm:      {}", s.algorithm);
-    println!("threads:        {}", s.threads);
-    println!("time:           {:.3} s", s.elapsed.as_secs_f64());
 }
 
 fn generate(args: &GenerateArgs) -> Result<()> {
@@ -591,70 +317,4 @@ fn sweep(args: &SweepArgs) -> Result<()> {
     }
     bar.finish_and_clear();
     Ok(())
-}
-
-fn ratio(peak: u64, lb: u64) -> f64 {
-    if lb == 0 {
-        1.0
-    } else {
-        peak as f64 / lb as f64
-    }
-}
-
-fn gap(peak: u64, lb: u64) -> f64 {
-    ratio(peak, lb) - 1.0
-}
-
-/// Draws the plan: time on x, address on y (0 at the bottom), one rectangle per buffer, with the
-/// lower bound (and capacity) as horizontal lines. Hover a rectangle for its id, lifetime and range.
-fn draw_svg(ids: &[String], buffers: &[Buffer], plan: &Plan, lb: u64, cap: Option<u64>) -> String {
-    let (w, h, margin) = (1200.0f64, 700.0f64, 40.0f64);
-    let t0 = buffers.iter().map(|b| b.lower).min().unwrap_or(0);
-    let t1 = buffers
-        .iter()
-        .map(|b| b.upper)
-        .max()
-        .unwrap_or(1)
-        .max(t0 + 1);
-    let top = plan.peak.max(cap.unwrap_or(0)).max(lb).max(1);
-    let x = |t: u64| margin + (t - t0) as f64 / (t1 - t0) as f64 * (w - 2.0 * margin);
-    let y = |a: u64| h - margin - a as f64 / top as f64 * (h - 2.0 * margin);
-    let mut out = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{margin}\" y=\"20\">{} buffers, peak {} bytes, lower bound {} bytes ({:+.3}%); time → , address ↑</text>\n",
-        buffers.len(),
-        plan.peak,
-        lb,
-        gap(plan.peak, lb) * 100.0
-    );
-    for (i, b) in buffers.iter().enumerate() {
-        let o = plan.offsets[i];
-        let hue = (i as u64).wrapping_mul(2654435761) % 360;
-        let (x0, x1) = (x(b.lower), x(b.upper));
-        let (y0, y1) = (y(o + b.size), y(o));
-        out.push_str(&format!(
-            "<rect x=\"{x0:.2}\" y=\"{y0:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"hsl({hue},65%,65%)\" stroke=\"black\" stroke-width=\"0.3\"><title>{} [{}, {}) bytes [{}, {})</title></rect>\n",
-            (x1 - x0).max(0.5),
-            (y1 - y0).max(0.5),
-            xml_escape(&ids[i]),
-            b.lower,
-            b.upper,
-            o,
-            o + b.size
-        ));
-    }
-    let mut line = |a: u64, colour: &str, label: &str| {
-        let (ya, x_end) = (y(a), w - margin);
-        let (tx, ty) = (w - margin - 120.0, y(a) - 3.0);
-        out.push_str(&format!(
-            "<line x1=\"{margin}\" x2=\"{x_end:.2}\" y1=\"{ya:.2}\" y2=\"{ya:.2}\" stroke=\"{colour}\" stroke-dasharray=\"6 3\"/><text x=\"{tx:.2}\" y=\"{ty:.2}\" fill=\"{colour}\">{label}</text>\n"
-        ));
-    };
-    line(lb, "blue", "lower bound");
-    if let Some(c) = cap {
-        line(c, "red", "capacity");
-    }
-    out.push_str("</svg>\n");
-    out
 }

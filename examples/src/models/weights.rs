@@ -15,6 +15,12 @@
 //! The browser sample compiles this file too (`tensormem-browser`): there only
 //! [`WeightFile::from_bytes`] exists (the page fetches the file; nothing is mapped) and weights
 //! are bound with the runtime's awaitable uploads, not [`WeightFile::upload`], which blocks.
+//!
+//! [`Model::set_weight_chunks`]: tensormem::Model::set_weight_chunks
+
+mod convert;
+mod index;
+mod storage;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -22,16 +28,13 @@ use std::path::{Path, PathBuf};
 
 #[cfg(not(target_arch = "wasm32"))]
 use memmap2::Mmap;
-use tensormem::runtime::WeightHasher;
-#[cfg(not(target_arch = "wasm32"))]
-use tensormem::{Model, TensorId};
 
-use safetensors::{Dtype, SafeTensors};
+use safetensors::Dtype;
 use tensormem::ops::quant;
 use tensormem::{Error, Result, WeightFormat};
 
-use super::checks::{self, first_non_finite, float_size};
-use super::checksum::{self, file_checksum};
+use super::checks;
+use storage::Storage;
 
 /// Metadata key of a quantized file's format ("f16" or "int8"), written by `tensormem-quantize`.
 pub const META_FORMAT: &str = "tensormem.format";
@@ -47,46 +50,6 @@ pub const SCALE_SUFFIX: &str = ".scale";
 #[cfg(not(target_endian = "little"))]
 compile_error!("safetensors weights are little-endian and are uploaded without conversion");
 
-/// The file's bytes: read into memory, or mapped (native only: a browser fetches them).
-#[derive(Debug)]
-enum Storage {
-    Owned(Vec<u8>),
-    #[cfg(not(target_arch = "wasm32"))]
-    Mapped(Mmap),
-}
-
-impl Storage {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Storage::Owned(v) => v,
-            #[cfg(not(target_arch = "wasm32"))]
-            Storage::Mapped(m) => m,
-        }
-    }
-
-    /// Drops the resident pages of `range` from the process when mapped (a no-op when owned).
-    /// Only whole pages inside the range are released; failure is harmless (the pages stay).
-    #[cfg(not(target_arch = "wasm32"))]
-    fn release(&self, start: usize, end: usize) {
-        let Storage::Mapped(m) = self else { return };
-        const PAGE: usize = 4096;
-        let (first, last) = (start.next_multiple_of(PAGE), end / PAGE * PAGE);
-        if last > first {
-            // SAFETY: `m` is a read-only shared mapping of a file (`Mmap::map`); MADV_DONTNEED
-            // only drops its resident pages, and the next access faults them back in from the
-            // file with the same contents, so no byte a live borrow sees ever changes. The
-            // range is inside the map (`start..end` is a tensor's range of it).
-            let _ = unsafe {
-                m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first)
-            };
-        }
-    }
-
-    /// Nothing is mapped in a browser (the page fetches the file).
-    #[cfg(target_arch = "wasm32")]
-    fn release(&self, _start: usize, _end: usize) {}
-}
-
 /// Where one tensor's bytes lie in the file.
 #[derive(Clone, Debug)]
 struct Entry {
@@ -96,7 +59,8 @@ struct Entry {
     /// Byte range inside the file.
     start: usize,
     end: usize,
-    /// Content hash of the range ([`WeightHasher`]), taken at open.
+    /// Content hash of the range ([`WeightHasher`](tensormem::runtime::WeightHasher)), taken at
+    /// open.
     hash: u64,
 }
 
@@ -134,7 +98,7 @@ impl WeightFile {
     /// # Errors
     /// [`Error::Io`] when the path is a directory or the file cannot be opened or mapped,
     /// [`Error::Malformed`] when it is not a valid safetensors file, a float tensor holds a NaN
-    /// or infinity, or a tensormem file fails its [`checksum`] (or predates it).
+    /// or infinity, or a tensormem file fails its [`checksum`](super::checksum) (or predates it).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn open(path: &Path) -> Result<Self> {
         let io = |source| Error::Io {
@@ -170,120 +134,10 @@ impl WeightFile {
     ///
     /// # Errors
     /// [`Error::Malformed`] when `bytes` is not a valid safetensors file, an f32 tensor holds
-    /// a NaN or infinity, or a tensormem file fails its [`checksum`] (or predates it).
+    /// a NaN or infinity, or a tensormem file fails its [`checksum`](super::checksum) (or
+    /// predates it).
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self> {
         Self::index(path, Storage::Owned(bytes))
-    }
-
-    /// Parses the header, checks and hashes every tensor in [`STREAM_CHUNK`] pieces (releasing
-    /// each piece's pages when mapped), verifies a tensormem file's [`checksum`] from the same
-    /// pieces, and pairs int8 tensors with their scales.
-    fn index(path: &Path, storage: Storage) -> Result<Self> {
-        let malformed = |message: String| Error::Malformed {
-            source_name: path.display().to_string(),
-            line: 0,
-            message,
-        };
-        let bytes = storage.bytes();
-        let base = bytes.as_ptr() as usize;
-        let mut entries = HashMap::new();
-        let group;
-        let declared;
-        let mut sums = Vec::new();
-        {
-            let (_, meta) = SafeTensors::read_metadata(bytes)
-                .map_err(|e| malformed(format!("not a safetensors file: {e}")))?;
-            let meta = meta.metadata().clone().unwrap_or_default();
-            declared = checksum::declared(&meta, META_FORMAT).map_err(malformed)?;
-            group = match meta.get(META_GROUP) {
-                None => 0,
-                Some(g) => g.parse().map_err(|_| {
-                    malformed(format!("metadata {META_GROUP} = {g:?} is not a group size"))
-                })?,
-            };
-            let st = SafeTensors::deserialize(bytes)
-                .map_err(|e| malformed(format!("not a safetensors file: {e}")))?;
-            for (name, view) in st.tensors() {
-                let dtype = view.dtype();
-                if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::I8) {
-                    continue;
-                }
-                let data = view.data();
-                // The view borrows `bytes`; its position is an offset into that buffer.
-                let start = data.as_ptr() as usize - base;
-                let mut hasher = WeightHasher::new();
-                let mut crc = crc32fast::Hasher::new();
-                for (k, chunk) in data.chunks(STREAM_CHUNK).enumerate() {
-                    if let Some((i, v)) = first_non_finite(dtype, chunk) {
-                        let elem = (k * STREAM_CHUNK) / float_size(dtype) + i;
-                        return Err(malformed(format!(
-                            "tensor '{name}' {:?} holds {v} at element {elem}",
-                            view.shape()
-                        )));
-                    }
-                    hasher.update(chunk);
-                    if declared.is_some() {
-                        crc.update(chunk);
-                    }
-                    let at = start + k * STREAM_CHUNK;
-                    storage.release(at, at + chunk.len());
-                }
-                debug_assert!(start + data.len() <= bytes.len());
-                sums.push((name.clone(), dtype, view.shape().to_vec(), crc.finalize()));
-                entries.insert(
-                    name,
-                    Entry {
-                        dtype,
-                        shape: view.shape().to_vec(),
-                        start,
-                        end: start + data.len(),
-                        hash: hasher.finish(),
-                    },
-                );
-            }
-        }
-        if let Some(want) = declared {
-            let got = file_checksum(sums.iter().map(|(n, d, s, c)| (n.as_str(), *d, &s[..], *c)));
-            if got != want {
-                return Err(malformed(format!(
-                    "checksum mismatch: the tensors sum to {got:08x}, the file declares                      {want:08x}; the file is damaged: copy or re-quantize it again"
-                )));
-            }
-        }
-        // Pair every I8 tensor with its scales `[shape[0], groups]`.
-        let mut scales = HashMap::new();
-        let int8: Vec<String> = entries
-            .iter()
-            .filter(|(_, e)| e.dtype == Dtype::I8)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for name in int8 {
-            let shape = entries[&name].shape.clone();
-            let scale_name = format!("{name}{SCALE_SUFFIX}");
-            let scale = entries
-                .remove(&scale_name)
-                .filter(|e| e.dtype == Dtype::F32)
-                .ok_or_else(|| {
-                    malformed(format!("int8 tensor '{name}' has no f32 '{scale_name}'"))
-                })?;
-            let (channels, inner) = channels_inner(&shape);
-            let (_, groups) = WeightFormat::Int8 { group }.groups(inner.max(1));
-            if channels == 0 || scale.shape.iter().product::<usize>() as u64 != channels * groups {
-                return Err(malformed(format!(
-                    "'{scale_name}' {:?} does not hold {channels} x {groups} scales for '{name}' \
-                     {shape:?} (group {group})",
-                    scale.shape
-                )));
-            }
-            scales.insert(name, scale);
-        }
-        Ok(WeightFile {
-            path: path.to_path_buf(),
-            storage,
-            entries,
-            scales,
-            group,
-        })
     }
 
     /// The file this was read from.
@@ -442,160 +296,6 @@ impl WeightFile {
             },
             e => e,
         }
-    }
-
-    /// Tensor `name` in `format`: the file's bytes when it is stored so, else converted (f32 ⇄
-    /// f16 ⇄ int8, through f32; quantising along axis 0 as [`SCALE_SUFFIX`] says).
-    ///
-    /// # Errors
-    /// As `WeightFile::entry`; quantisation errors.
-    pub fn weight(
-        &self,
-        name: &str,
-        shape: &[usize],
-        format: WeightFormat,
-    ) -> Result<StoredWeight<'_>> {
-        let entry = self.entry(name, shape)?;
-        // bfloat16 (as Hugging Face checkpoints ship) is always converted.
-        if entry.dtype != Dtype::BF16 && self.stored_format(name, shape)? == format {
-            let scales = self
-                .scales
-                .get(name)
-                .map(|s| Cow::Borrowed(&self.storage.bytes()[s.start..s.end]));
-            return Ok(StoredWeight {
-                bytes: Cow::Borrowed(&self.storage.bytes()[entry.start..entry.end]),
-                scales,
-                hash: Some(entry.hash),
-            });
-        }
-        let (bytes, scales) = self
-            .convert(name, entry, shape, format)
-            .map_err(|e| self.context(name, e))?;
-        Ok(StoredWeight {
-            bytes: Cow::Owned(bytes),
-            scales: format
-                .has_scales()
-                .then(|| Cow::Owned(bytemuck::cast_slice(&scales).to_vec())),
-            hash: None,
-        })
-    }
-
-    /// Tensor `name` (`entry`, of `shape`) converted to `format` (unpadded bytes, and int8
-    /// scales), a piece of whole rows (about [`STREAM_CHUNK`] of the file) at a time: each piece
-    /// is decoded to f32, quantised (every scale covers part of one row, so pieces of whole rows
-    /// quantise exactly as the whole tensor does) and its file pages released. Host memory holds
-    /// the converted tensor and one piece, never an f32 copy of the whole nor the whole mapped
-    /// source (MiniLM's word embeddings are 47 MB as f32).
-    ///
-    /// # Errors
-    /// Quantisation errors; [`Error::SizeMismatch`] for an int8 tensor whose scales are short.
-    fn convert(
-        &self,
-        name: &str,
-        entry: &Entry,
-        shape: &[usize],
-        format: WeightFormat,
-    ) -> Result<(Vec<u8>, Vec<f32>)> {
-        let stored = self.stored_format(name, shape)?;
-        let all_scales: Vec<f32> = match self.scales.get(name) {
-            Some(s) => bytemuck::pod_collect_to_vec(&self.storage.bytes()[s.start..s.end]),
-            None => Vec::new(),
-        };
-        let (channels, inner) = channels_inner(shape);
-        let (channels, inner) = (channels as usize, inner as usize);
-        let (_, src_groups) = stored.groups(inner.max(1) as u64);
-        let (_, groups) = format.groups(inner.max(1) as u64);
-        let bf16 = entry.dtype == Dtype::BF16;
-        let (src_size, size) = (
-            if bf16 {
-                2
-            } else {
-                stored.dtype().size() as usize
-            },
-            format.dtype().size() as usize,
-        );
-        let row_bytes = inner * src_size;
-        let rows_per_piece = (STREAM_CHUNK / row_bytes.max(1)).max(1);
-        let mut bytes = Vec::with_capacity(channels * inner * size);
-        let mut scales = Vec::with_capacity(if format.has_scales() {
-            channels * groups as usize
-        } else {
-            0
-        });
-        for r0 in (0..channels).step_by(rows_per_piece) {
-            let rows = rows_per_piece.min(channels - r0);
-            let (at, end) = (
-                entry.start + r0 * row_bytes,
-                entry.start + (r0 + rows) * row_bytes,
-            );
-            let piece_scales = if stored.has_scales() {
-                let g = src_groups as usize;
-                all_scales
-                    .get(r0 * g..(r0 + rows) * g)
-                    .ok_or_else(|| Error::SizeMismatch {
-                        what: format!("scales of int8 weight '{name}'"),
-                        expected: (channels * g) as u64,
-                        actual: all_scales.len() as u64,
-                    })?
-            } else {
-                &[][..]
-            };
-            let piece = &self.storage.bytes()[at..end];
-            let values = if bf16 {
-                checks::bf16_values(piece)
-            } else {
-                quant::dequantize(piece, piece_scales, rows as u64, inner as u64, stored)?
-            };
-            let q = quant::quantize(&values, rows as u64, inner as u64, format)?;
-            // `quantize` pads each piece to whole words; the tensor is padded once, on upload.
-            bytes.extend_from_slice(&q.bytes[..rows * inner * size]);
-            scales.extend_from_slice(&q.scales);
-            self.storage.release(at, end);
-        }
-        // Pages straddling two pieces were kept by each piece's release.
-        self.storage.release(entry.start, entry.end);
-        Ok((bytes, scales))
-    }
-
-    /// Binds weight `id` of `model` to tensor `name` of this file in `format`: a tensor stored
-    /// so streams from the file in [`STREAM_CHUNK`] pieces (each piece's pages released once
-    /// uploaded; nothing is read when the runtime's store already holds it), any other is
-    /// converted first. `scales` receives the int8 scales.
-    ///
-    /// # Errors
-    /// As [`WeightFile::weight`] and [`Model::set_weight_chunks`].
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn upload(
-        &self,
-        model: &mut Model,
-        name: &str,
-        shape: &[usize],
-        format: WeightFormat,
-        (id, scales): (TensorId, Option<TensorId>),
-    ) -> Result<()> {
-        let w = self.weight(name, shape, format)?;
-        match (w.hash, &w.bytes) {
-            (Some(hash), Cow::Borrowed(bytes)) => {
-                let start = bytes.as_ptr() as usize - self.storage.bytes().as_ptr() as usize;
-                let pieces = bytes.chunks(STREAM_CHUNK).enumerate().map(|(k, chunk)| {
-                    // Release the previous piece: it was uploaded before this one is asked for.
-                    if k > 0 {
-                        let at = start + (k - 1) * STREAM_CHUNK;
-                        self.storage.release(at, at + STREAM_CHUNK);
-                    }
-                    chunk
-                });
-                model.set_weight_chunks(id, hash, bytes.len() as u64, pieces)?;
-                self.storage.release(start, start + bytes.len());
-            }
-            _ => {
-                model.set_weight(id, &w.bytes)?;
-            }
-        }
-        if let (Some(id), Some(s)) = (scales, &w.scales) {
-            model.set_weight(id, s)?;
-        }
-        Ok(())
     }
 }
 

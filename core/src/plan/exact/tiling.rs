@@ -27,10 +27,16 @@
 //! (offsets are sums of sizes from 0 in a tiling); [`Tiling::applies`] says when it is small
 //! enough.
 
+mod bits;
+mod propagate;
+
 use crate::time::Instant;
 
 use super::Prepared;
 use super::memo::Memo;
+#[cfg(test)]
+use bits::shift_or;
+use bits::{any_set, flip, next_bit};
 
 /// Largest grid, in bits, the search takes on (sections times capacity units): 2 MiB of bitsets.
 const MAX_GRID_BITS: u64 = 1 << 24;
@@ -254,114 +260,6 @@ impl<'a> Tiling<'a> {
         solved
     }
 
-    /// Necessary conditions over the whole grid. Each unplaced buffer lies in a free run of the
-    /// union of its sections' rows at least its size long (none: dead). In each section every
-    /// free range is exactly tiled by unplaced buffers live there, each of which lies in a range
-    /// that holds one of its runs: the range's length must be a sum of the sizes of those.
-    fn propagate(&mut self) -> bool {
-        let p = self.p;
-        let words = self.words;
-        let mut union = std::mem::take(&mut self.union);
-        let mut runs = std::mem::take(&mut self.runs);
-        let mut run_start = std::mem::take(&mut self.run_start);
-        runs.clear();
-        run_start.clear();
-        let mut ok = true;
-        for &y in &self.members {
-            run_start.push(runs.len());
-            let yi = y as usize;
-            if self.placed[yi] {
-                continue;
-            }
-            union.clear();
-            union.resize(words, 0);
-            for s in p.first[yi]..=p.last[yi] {
-                let s = (s - self.first) as usize;
-                for (u, &w) in union.iter_mut().zip(&self.grid[s * words..(s + 1) * words]) {
-                    *u |= w;
-                }
-            }
-            let need = (p.size[yi] / self.unit) as usize;
-            let before = runs.len();
-            let mut at = 0;
-            while let Some(a) = next_bit(&union, at, false) {
-                let b = next_bit(&union, a, true).unwrap_or(words * 64);
-                if b - a >= need {
-                    runs.push((a, b));
-                }
-                at = b;
-            }
-            if runs.len() == before {
-                ok = false;
-                break;
-            }
-        }
-        run_start.push(runs.len());
-        if ok {
-            ok = self.ranges_fill(&runs, &run_start);
-        }
-        self.union = union;
-        self.runs = runs;
-        self.run_start = run_start;
-        ok
-    }
-
-    /// The per-range subset sums of [`Self::propagate`], given each member's runs.
-    fn ranges_fill(&mut self, runs: &[(usize, usize)], run_start: &[usize]) -> bool {
-        let p = self.p;
-        let mut sums = std::mem::take(&mut self.sums);
-        let mut ranges = std::mem::take(&mut self.ranges);
-        let mut ok = true;
-        'sections: for s in 0..self.sections {
-            ranges.clear();
-            let mut at = 0;
-            while let Some((a, b)) = self.free_range(s, at) {
-                ranges.push((a, b, sums.len()));
-                at = b;
-            }
-            if ranges.is_empty() {
-                continue;
-            }
-            sums.clear();
-            for r in ranges.iter_mut() {
-                r.2 = sums.len();
-                sums.push(1);
-                sums.resize(sums.len() + (r.1 - r.0) / 64, 0);
-            }
-            let section = s + self.first as usize;
-            for &y in p.section_members(section) {
-                let yi = y as usize;
-                if self.placed[yi] {
-                    continue;
-                }
-                let k = self.local[yi] as usize;
-                let units = (p.size[yi] / self.unit) as usize;
-                let mut last_range = usize::MAX;
-                for &(a, _) in &runs[run_start[k]..run_start[k + 1]] {
-                    let r = ranges.partition_point(|r| r.1 <= a);
-                    if r == last_range || r >= ranges.len() {
-                        continue;
-                    }
-                    last_range = r;
-                    let end = ranges.get(r + 1).map_or(sums.len(), |n| n.2);
-                    shift_or(&mut sums[ranges[r].2..end], units);
-                }
-            }
-            for (r, range) in ranges.iter().enumerate() {
-                let v = range.1 - range.0;
-                let end = ranges.get(r + 1).map_or(sums.len(), |n| n.2);
-                let bits = &sums[range.2..end];
-                if bits[v / 64] >> (v % 64) & 1 == 0 {
-                    ok = false;
-                    break 'sections;
-                }
-            }
-        }
-        self.sums = sums;
-        self.ranges = ranges;
-        ok
-    }
-
     /// The options (buffer, offset) of the choice point with the fewest, or `None` when one has
     /// none (a dead branch).
     fn choose(&self) -> Option<Vec<(u32, u64)>> {
@@ -475,70 +373,6 @@ impl<'a> Tiling<'a> {
         } else {
             self.remaining += 1;
         }
-    }
-}
-
-/// `bits |= bits << by` over a little-endian word array (bits shifted past the end are dropped).
-fn shift_or(bits: &mut [u64], by: usize) {
-    let (words, rem) = (by / 64, (by % 64) as u32);
-    if words >= bits.len() {
-        return;
-    }
-    for i in (words..bits.len()).rev() {
-        let lo = bits[i - words] << rem;
-        let carry = if rem > 0 && i > words {
-            bits[i - words - 1] >> (64 - rem)
-        } else {
-            0
-        };
-        bits[i] |= lo | carry;
-    }
-}
-
-/// The first bit at or after `from` equal to `value`, if any.
-fn next_bit(row: &[u64], from: usize, value: bool) -> Option<usize> {
-    let mut w = from / 64;
-    if w >= row.len() {
-        return None;
-    }
-    let load = |w: usize| if value { row[w] } else { !row[w] };
-    let mut bits = load(w) & (!0u64 << (from % 64));
-    loop {
-        if bits != 0 {
-            return Some(w * 64 + bits.trailing_zeros() as usize);
-        }
-        w += 1;
-        if w == row.len() {
-            return None;
-        }
-        bits = load(w);
-    }
-}
-
-/// The mask of bits `lo..hi` within word `w`.
-fn mask(w: usize, lo: usize, hi: usize) -> u64 {
-    let (a, b) = (lo.max(w * 64) - w * 64, hi.min(w * 64 + 64) - w * 64);
-    if b >= 64 {
-        !0u64 << a
-    } else {
-        (!0u64 << a) & !(!0u64 << b)
-    }
-}
-
-/// Whether any bit in `lo..hi` is set.
-fn any_set(row: &[u64], lo: usize, hi: usize) -> bool {
-    (lo / 64..hi.div_ceil(64)).any(|w| row[w] & mask(w, lo, hi) != 0)
-}
-
-/// Toggles bits `lo..hi` (placement sets clear bits, removal clears set ones).
-fn flip(row: &mut [u64], lo: usize, hi: usize) {
-    for (w, word) in row
-        .iter_mut()
-        .enumerate()
-        .take(hi.div_ceil(64))
-        .skip(lo / 64)
-    {
-        *word ^= mask(w, lo, hi);
     }
 }
 

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::backend::{BlockDesc, BlockRange};
 use crate::host::{HostBackend, HostConfig};
 
 fn belt(block_size: u64, max_blocks: usize, delay_ms: u64) -> (Arc<HostBackend>, StagingBelt) {
