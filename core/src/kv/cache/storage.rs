@@ -1,6 +1,7 @@
 //! The segments behind a [`KvCache`](super::KvCache): device tensors of whole blocks at a fixed
-//! stride, grown one segment at a time up to the budget, read and written in runs of adjacent
-//! blocks (one transfer per run).
+//! stride, grown one segment at a time up to the budget (segments of 1/8 of the budget, at least
+//! 64 MiB, at most the device's largest block), read and written in runs of adjacent blocks (one
+//! transfer per run).
 
 use crate::kv::{KvError, KvGeometry};
 use crate::runtime::{Runtime, Tensor};
@@ -9,6 +10,11 @@ use crate::{Backend, DType, Result};
 /// Segments stop growing at this many; a segment holds at least `1/TARGET_SEGMENTS` of the
 /// budget's blocks unless the device's largest block is smaller.
 const TARGET_SEGMENTS: usize = 8;
+
+/// A segment holds at least this many bytes of blocks (or the whole budget, or the device's
+/// largest block, if smaller): kernels dispatch once per segment a batch's blocks are in, so a
+/// small cache is one segment, and a large one grows in steps of 1/8 of its budget.
+const MIN_SEGMENT_BYTES: u64 = 64 << 20;
 
 pub(super) struct Segments {
     tensors: Vec<Tensor>,
@@ -42,7 +48,13 @@ impl Segments {
             .into());
         }
         let by_device = usize::try_from(caps.max_block_size / stride).unwrap_or(usize::MAX);
-        let per_segment = max_blocks.div_ceil(TARGET_SEGMENTS).min(by_device).max(1);
+        let at_least = usize::try_from(MIN_SEGMENT_BYTES.div_ceil(stride)).unwrap_or(usize::MAX);
+        let per_segment = max_blocks
+            .div_ceil(TARGET_SEGMENTS)
+            .max(at_least)
+            .min(max_blocks)
+            .min(by_device)
+            .max(1);
         Ok(Segments {
             tensors: Vec::new(),
             per_segment,
