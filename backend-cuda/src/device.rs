@@ -205,7 +205,7 @@ impl Backend for CudaBackend {
                 crate::managed::check_supported(self.managed)?;
                 let reserved = lock(&self.blocks).bytes_of(MemoryKind::Managed);
                 let memory = crate::managed::alloc(desc.size, self.ctx.cu_device(), reserved);
-                let memory = self.timeline.health().note(memory)?;
+                let memory = self.timeline.health().remember_loss(memory)?;
                 return Ok(lock(&self.blocks).insert(
                     desc.kind,
                     desc.size,
@@ -214,7 +214,7 @@ impl Backend for CudaBackend {
             }
         };
         let mut blocks = lock(&self.blocks);
-        let memory = self.timeline.health().note(memory.map_err(|e| {
+        let memory = self.timeline.health().remember_loss(memory.map_err(|e| {
             map_alloc_err(
                 api,
                 e,
@@ -237,7 +237,7 @@ impl Backend for CudaBackend {
         // SAFETY: the contract guarantees no in-flight work uses the block; it left the table, so
         // nothing can name it again.
         let freed = unsafe { free_memory(&mut removed.memory, self.stream().cu_stream()) };
-        self.timeline.health().note(freed)
+        self.timeline.health().remember_loss(freed)
     }
 
     fn extensions(&self) -> tensormem::Extensions<'_> {

@@ -48,32 +48,32 @@ impl Growable for CudaBackend {
 
     fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
         let reserved = self.reserve_expandable(desc, reserve);
-        self.timeline.health().note(reserved)
+        self.timeline.health().remember_loss(reserved)
     }
 
     fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {
         let resized = self.resize_expandable(block, size);
-        self.timeline.health().note(resized)
+        self.timeline.health().remember_loss(resized)
     }
 
     fn extend_block(&self, block: BlockId, size: u64) -> Result<()> {
         let r = self.extend_expandable(block, size);
-        self.timeline.health().note(r)
+        self.timeline.health().remember_loss(r)
     }
 
     fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         let r = self.decommit_expandable(block, offset, size);
-        self.timeline.health().note(r)
+        self.timeline.health().remember_loss(r)
     }
 
     fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         let r = self.commit_expandable(block, offset, size);
-        self.timeline.health().note(r)
+        self.timeline.health().remember_loss(r)
     }
 
     fn remap_range(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
         let r = self.remap_expandable(block, from, to, size);
-        self.timeline.health().note(r)
+        self.timeline.health().remember_loss(r)
     }
 }
 

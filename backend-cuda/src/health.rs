@@ -34,7 +34,7 @@ impl Health {
     }
 
     /// Passes `result` through, remembering it when it is a lost device.
-    pub(crate) fn note<T>(&self, result: Result<T>) -> Result<T> {
+    pub(crate) fn remember_loss<T>(&self, result: Result<T>) -> Result<T> {
         if let Err(Error::DeviceLost { detail, .. }) = &result {
             let _ = self.lost.set(detail.clone());
         }

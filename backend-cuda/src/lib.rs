@@ -349,7 +349,7 @@ impl CudaBackend {
             .ctx
             .bind_to_thread()
             .map_err(|e| error::map_driver_err("cuCtxSetCurrent", e));
-        self.timeline.health().note(bound)
+        self.timeline.health().remember_loss(bound)
     }
 }
 

@@ -103,7 +103,7 @@ impl<D: EventOps> Timeline<D> {
     pub(crate) fn submit(&self, enqueue: impl FnOnce() -> Result<()>) -> Result<Ticket> {
         self.health.check()?;
         let _order = lock(&self.submit);
-        self.health.note(enqueue())?;
+        self.health.remember_loss(enqueue())?;
         Ok(lock(&self.ring).issue())
     }
 
@@ -122,7 +122,7 @@ impl<D: EventOps> Timeline<D> {
             Some(e) => e,
             None => Arc::new(self.ops.create()?),
         };
-        self.health.note(self.ops.record(&event))?;
+        self.health.remember_loss(self.ops.record(&event))?;
         lock(&self.ring).push_recorded(ticket, event);
         Ok(())
     }
@@ -156,7 +156,7 @@ impl<D: EventOps> Timeline<D> {
             Err(TryLockError::WouldBlock) => {}
         }
         let polled = lock(&self.ring).poll(|e| self.ops.query(e));
-        self.health.note(polled)
+        self.health.remember_loss(polled)
     }
 
     /// Blocks until `ticket` has finished, for at most `timeout` (`None` or `Duration::MAX`: no
@@ -189,7 +189,7 @@ impl<D: EventOps> Timeline<D> {
         // the wait longer, never shorter, and the Arc keeps it alive.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         match deadline {
-            None => self.health.note(self.ops.synchronize(&event))?,
+            None => self.health.remember_loss(self.ops.synchronize(&event))?,
             Some(deadline) => self.poll_until(&event, deadline, ticket, timeout)?,
         }
         lock(&self.ring).retire_through(covering);
@@ -205,7 +205,7 @@ impl<D: EventOps> Timeline<D> {
         timeout: Option<Duration>,
     ) -> Result<()> {
         let mut pause = Duration::from_micros(10);
-        while !self.health.note(self.ops.query(event))? {
+        while !self.health.remember_loss(self.ops.query(event))? {
             let now = Instant::now();
             if now >= deadline {
                 return Err(Error::Timeout {

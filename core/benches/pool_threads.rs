@@ -4,10 +4,9 @@
 //! pool's 1-thread row, and to `vec_u8` (the system allocator, thread-cached, the peer that
 //! scales) at the same thread count.
 //!
-//! Pools: the [`ArenaPool`] alone, the runtime's default device stack (the leak report over the
-//! arena, on the validating front) as an application's threads reach it through
-//! [`Runtime::device_pool`], and the same stack with its arena sharded by thread
-//! ([`PoolConfig::shards`] = the machine's available parallelism).
+//! Pools: the [`ArenaPool`] alone, and the runtime's default device stack (the leak report over
+//! the arena, on the validating front) as an application's threads reach it through
+//! [`Runtime::device_pool`].
 //!
 //! Every thread runs the same seeded workload: sizes 256 B .. 512 KiB (a transformer step's
 //! spread), a window of 4 live allocations (allocate one, free the oldest), so frees interleave
@@ -43,7 +42,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 use tensormem::{
-    ArenaConfig, ArenaPool, DevicePool, HostBackend, HostConfig, PoolConfig, Runtime, RuntimeConfig,
+    ArenaConfig, ArenaPool, DevicePool, HostBackend, HostConfig, Runtime, RuntimeConfig,
 };
 
 /// Allocations (each freed again) per thread per iteration.
@@ -128,27 +127,10 @@ fn contention(c: &mut Criterion) {
     let arena = ArenaPool::new(host.clone(), ArenaConfig::device()).expect("pool");
     let rt = Runtime::new(host.clone(), RuntimeConfig::default()).expect("runtime");
     let stack = rt.device_pool();
-    let shards = std::thread::available_parallelism().map_or(4, usize::from);
-    let sharded_rt = Runtime::new(
-        host,
-        RuntimeConfig {
-            device: PoolConfig {
-                shards,
-                ..PoolConfig::device()
-            },
-            ..RuntimeConfig::default()
-        },
-    )
-    .expect("runtime");
-    let sharded = sharded_rt.device_pool();
-    eprintln!("sharded_stack: {shards} shards");
-    let subjects: [(&str, &(dyn Fn(usize) + Sync)); 4] = [
+    let subjects: [(&str, &(dyn Fn(usize) + Sync)); 3] = [
         ("vec_u8", &|t| vec_worker(&sizes[t])),
         ("arena_pool", &|t| pool_worker(&arena, &sizes[t])),
         ("default_stack", &|t| pool_worker(stack.as_ref(), &sizes[t])),
-        ("sharded_stack", &|t| {
-            pool_worker(sharded.as_ref(), &sizes[t])
-        }),
     ];
     let mut g = c.benchmark_group("alloc_free_contended");
     for &(name, work) in &subjects {

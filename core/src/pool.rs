@@ -24,7 +24,6 @@ mod device_pool;
 mod guard;
 mod leaks;
 mod replay;
-mod sharded;
 mod slots;
 #[cfg(not(target_arch = "wasm32"))]
 mod spill;
@@ -46,7 +45,6 @@ pub use guard::{GUARD_PATTERN, Guarded};
 pub use leaks::LeakReport;
 pub(crate) use leaks::check as check_leaks;
 pub use replay::{ReplayConfig, ReplayPool, ReplayStats};
-pub use sharded::{MAX_SHARDS, ShardedPool};
 pub use slots::Handle;
 #[cfg(not(target_arch = "wasm32"))]
 pub use spill::{SpillConfig, SpillPool, SpillStats};

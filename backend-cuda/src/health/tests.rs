@@ -18,7 +18,7 @@ fn device_lost(detail: &str) -> Error {
 fn a_healthy_device_passes_results_through() {
     let h = Health::default();
     assert!(h.check().is_ok());
-    assert_eq!(h.note(Ok(7)).unwrap(), 7);
+    assert_eq!(h.remember_loss(Ok(7)).unwrap(), 7);
     // Ordinary errors are returned and not remembered.
     let err = h.note::<()>(Err(Error::invalid("bad range"))).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)));

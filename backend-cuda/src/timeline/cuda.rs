@@ -194,7 +194,7 @@ impl Timeline<CudaEvents> {
         self.health().check()?;
         let event = self.ops().create_raw()?;
         let _order = lock(&self.submit);
-        self.health().note(self.ops().record(&event))?;
+        self.health().remember_loss(self.ops().record(&event))?;
         Ok(event)
     }
 
@@ -253,6 +253,6 @@ impl Timeline<CudaEvents> {
         let waited = unsafe { sys::cuStreamWaitEvent(other.cu_stream(), event.0, 0) }
             .result()
             .map_err(|e: DriverError| map_driver_err("cuStreamWaitEvent", e));
-        self.health().note(waited)
+        self.health().remember_loss(waited)
     }
 }

@@ -174,11 +174,11 @@ impl StallClock {
     /// wait, if it waited.
     pub(super) fn complete(&mut self, device: &ash::Device, batch: &BatchStamps) {
         let (start, end) = batch.read(device);
-        self.note(start, end);
+        self.add_stall(start, end);
     }
 
     /// [`StallClock::complete`] on the ticks read.
-    fn note(&mut self, start: Option<u64>, end: Option<u64>) {
+    fn add_stall(&mut self, start: Option<u64>, end: Option<u64>) {
         if let (Some(start), Some(before)) = (start, self.last_end) {
             self.stalled_ns = self
                 .stalled_ns

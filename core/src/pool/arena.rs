@@ -266,7 +266,7 @@ impl ArenaPool {
     }
 
     /// Calls `f` with the listener, if one is installed.
-    fn tell(&self, f: impl FnOnce(&dyn PoolListener)) {
+    fn notify(&self, f: impl FnOnce(&dyn PoolListener)) {
         if self.heard.load(Ordering::Acquire) {
             let l = self.listener.read().unwrap_or_else(PoisonError::into_inner);
             if let Some(l) = l.as_deref() {
@@ -276,7 +276,7 @@ impl ArenaPool {
     }
 
     /// Passes a backend result through, remembering a lost device.
-    fn note<T>(st: &mut State, r: Result<T>) -> Result<T> {
+    fn remember_loss<T>(st: &mut State, r: Result<T>) -> Result<T> {
         if let Err(Error::DeviceLost { backend, detail }) = &r {
             st.lost.get_or_insert_with(|| (*backend, detail.clone()));
         }
@@ -353,7 +353,7 @@ impl ArenaPool {
             .get(block)
             .and_then(Option::as_ref)
             .map(|b| b.id)
-            .ok_or_else(|| Error::invalid("internal: allocation refers to a released block"))
+            .ok_or_else(|| Error::invariant("an allocation's block is live", format!("block {block}")))
     }
 
     /// Returns a region to its block's TLSF and tells the listener.
@@ -371,12 +371,13 @@ impl ArenaPool {
                 Self::unplaced(st, freed.1);
             }
             None => {
-                return Err(Error::invalid(
-                    "internal: allocation refers to a released block",
+                return Err(Error::invariant(
+                    "an allocation's block is live",
+                    format!("block {block}"),
                 ));
             }
         }
-        self.tell(|l| l.reclaimed(handle));
+        self.notify(|l| l.reclaimed(handle));
         Ok(())
     }
 
@@ -384,7 +385,7 @@ impl ArenaPool {
         if st.deferred.bytes() == 0 {
             return Ok(());
         }
-        let completed = Self::note(st, self.backend.completed())?;
+        let completed = Self::remember_loss(st, self.backend.completed())?;
         for (block, region, handle) in st.deferred.reclaim(completed) {
             self.release(st, block, region, handle)?;
         }
@@ -398,7 +399,7 @@ impl ArenaPool {
             return Ok(0);
         };
         let (id, size) = (b.id, b.committed());
-        Self::note(st, self.backend.free_block(id))?;
+        Self::remember_loss(st, self.backend.free_block(id))?;
         st.blocks[index] = None;
         if st.arena == Some(index) {
             st.arena = None;
@@ -407,7 +408,7 @@ impl ArenaPool {
         st.stats.reserved -= size;
         st.stats.blocks -= 1;
         st.stats.blocks_freed += 1;
-        self.tell(|l| l.block_released(&self.config.name, id, size));
+        self.notify(|l| l.block_released(&self.config.name, id, size));
         Ok(size)
     }
 

@@ -19,7 +19,7 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// The pool that issued the handle (routes a free in a sharded pool).
+    /// The pool that issued the handle.
     pub(crate) fn pool(&self) -> u32 {
         self.pool
     }

@@ -243,7 +243,7 @@ impl SpillPool {
         st.stats.bytes_out += n;
         st.stats.spilled_now += 1;
         self.listen
-            .tell(|l| l.transferred(victim, TransferKind::Spill, n));
+            .notify(|l| l.transferred(victim, TransferKind::Spill, n));
         Ok(Ok(()))
     }
 
@@ -281,7 +281,7 @@ impl SpillPool {
         st.stats.bytes_in += n;
         st.stats.spilled_now -= 1;
         self.listen
-            .tell(|l| l.transferred(handle, TransferKind::Restore, n));
+            .notify(|l| l.transferred(handle, TransferKind::Restore, n));
         Ok(a.range)
     }
 
@@ -370,7 +370,7 @@ impl DevicePool for SpillPool {
         if slot.e.device().is_none() {
             st.stats.spilled_now -= 1;
         }
-        self.listen.tell(|l| l.reclaimed(handle));
+        self.listen.notify(|l| l.reclaimed(handle));
         Ok(())
     }
 
@@ -384,7 +384,7 @@ impl DevicePool for SpillPool {
         if slot.e.device().is_none() {
             st.stats.spilled_now -= 1;
         }
-        self.listen.tell(|l| l.reclaimed(handle));
+        self.listen.notify(|l| l.reclaimed(handle));
         Ok(())
     }
 

@@ -15,7 +15,6 @@ use crate::pool::budget::Budget;
 use crate::pool::device_pool::DevicePool;
 use crate::pool::guard::Guarded;
 use crate::pool::leaks::LeakReport;
-use crate::pool::sharded::ShardedPool;
 use crate::pool::stats::StatsPool;
 use crate::pool::zeroing::ZeroOnReuse;
 
@@ -47,12 +46,6 @@ pub struct PoolConfig {
     /// pool. Default `false`: one uncontended lock per allocation and per free, measured at
     /// about a quarter of an allocate+free pair's cost (`cargo bench -p tensormem --bench pool`).
     pub statistics: bool,
-    /// Arena pools the bottom is split into, one per allocating thread round-robin
-    /// ([`ShardedPool`]), 1 to [`MAX_SHARDS`](crate::pool::MAX_SHARDS). Default 1: one
-    /// [`ArenaPool`]. More lets threads allocate without queueing on one lock, at the cost of up
-    /// to `shards - 1` more partly used blocks; measure first
-    /// (`cargo bench -p tensormem --bench pool_threads`).
-    pub shards: usize,
 }
 
 impl PoolConfig {
@@ -68,7 +61,6 @@ impl PoolConfig {
             guard_bytes: 0,
             leak_report: true,
             statistics: false,
-            shards: 1,
         }
     }
 
@@ -99,15 +91,6 @@ impl PoolConfig {
     /// # Errors
     /// Invalid arena or adaptor configuration.
     pub fn build(&self, backend: Arc<dyn Backend>) -> Result<PoolStack> {
-        if self.shards != 1 {
-            let arena = self.arena();
-            let limit = match (arena.budget, arena.kind) {
-                (Some(b), _) => Some(b),
-                (None, MemoryKind::DeviceLocal) => backend.capabilities().budget,
-                (None, _) => None,
-            };
-            return self.build_with_budget(backend, Budget::new(limit));
-        }
         let arena = ArenaPool::new(backend.clone(), self.arena())?;
         self.wrap(backend, Arc::new(arena))
     }
@@ -121,21 +104,8 @@ impl PoolConfig {
         backend: Arc<dyn Backend>,
         budget: Arc<Budget>,
     ) -> Result<PoolStack> {
-        let bottom: Arc<dyn DevicePool> = if self.shards == 1 {
-            Arc::new(ArenaPool::with_budget(
-                backend.clone(),
-                self.arena(),
-                budget,
-            )?)
-        } else {
-            Arc::new(ShardedPool::new(
-                backend.clone(),
-                self.arena(),
-                budget,
-                self.shards,
-            )?)
-        };
-        self.wrap(backend, bottom)
+        let bottom = ArenaPool::with_budget(backend.clone(), self.arena(), budget)?;
+        self.wrap(backend, Arc::new(bottom))
     }
 
     /// Wraps `bottom` (any pool of this configuration's memory kind) in the configured adaptors.

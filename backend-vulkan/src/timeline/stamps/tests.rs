@@ -3,26 +3,26 @@ use super::*;
 #[test]
 fn a_wait_counts_from_the_previous_batchs_end_to_its_start() {
     let mut clock = StallClock::new(Timestamps::new(64, 2.0).unwrap());
-    clock.note(None, Some(100));
-    clock.note(Some(150), Some(400));
+    clock.add_stall(None, Some(100));
+    clock.add_stall(Some(150), Some(400));
     assert_eq!(
         clock.stalled(),
         Duration::from_nanos(100),
         "50 ticks of 2 ns"
     );
     // A batch that did not wait adds nothing, and moves the reference end.
-    clock.note(None, Some(1_000));
-    clock.note(Some(1_010), Some(1_020));
+    clock.add_stall(None, Some(1_000));
+    clock.add_stall(Some(1_010), Some(1_020));
     assert_eq!(clock.stalled(), Duration::from_nanos(120));
 }
 
 #[test]
 fn a_first_wait_or_a_lost_query_counts_nothing() {
     let mut clock = StallClock::new(Timestamps::new(64, 1.0).unwrap());
-    clock.note(Some(500), Some(600));
+    clock.add_stall(Some(500), Some(600));
     assert_eq!(clock.stalled(), Duration::ZERO, "no compute work before it");
-    clock.note(None, None);
-    clock.note(Some(900), Some(950));
+    clock.add_stall(None, None);
+    clock.add_stall(Some(900), Some(950));
     assert_eq!(
         clock.stalled(),
         Duration::ZERO,

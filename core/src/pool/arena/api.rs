@@ -79,7 +79,7 @@ impl DevicePool for ArenaPool {
             let wait = ticket.max(live.last_use);
             Ok((wait, wait == Ticket::DONE || wait <= backend.completed()?))
         });
-        let (live, (wait, done)) = Self::note(&mut st, removed)?;
+        let (live, (wait, done)) = Self::remember_loss(&mut st, removed)?;
         let size = live.region.size;
         st.stats.in_use -= size;
         st.stats.allocations -= 1;

@@ -129,7 +129,7 @@ impl Carving {
     }
 
     fn fixed() -> Error {
-        Error::invalid("internal: a buddy-carved block was asked to change size")
+        Error::invariant("only a TLSF-carved block changes size", "buddy")
     }
 }
 

@@ -137,7 +137,7 @@ impl ArenaPool {
             size: bytes,
             label: &format!("tensormem {} block for {label}", self.config.name),
         };
-        let id = match Self::note(st, self.backend.alloc_block(&desc)) {
+        let id = match Self::remember_loss(st, self.backend.alloc_block(&desc)) {
             Ok(id) => id,
             Err(e) => {
                 self.budget.release(bytes);
@@ -166,7 +166,10 @@ impl ArenaPool {
         let carving = Carving::new(self.config.carver, bytes, self.base_align);
         let carved = carving.and_then(|mut carving| {
             let region = carving.allocate(size, align)?.ok_or_else(|| {
-                Error::invalid("internal: a fresh block does not fit its request")
+                Error::invariant(
+                    "a fresh block fits its request",
+                    format!("{size} bytes at alignment {align}"),
+                )
             })?;
             Ok((carving, region))
         });
@@ -209,7 +212,7 @@ impl ArenaPool {
             idle_since: None,
             holes,
         });
-        self.tell(|l| l.block_reserved(&self.config.name, id, bytes));
+        self.notify(|l| l.block_reserved(&self.config.name, id, bytes));
         let s = &mut st.stats;
         s.reserved += bytes;
         s.peak_reserved = s.peak_reserved.max(s.reserved);

@@ -130,7 +130,7 @@ impl ArenaPool {
             size: bytes,
             label: &format!("tensormem {} arena for {label}", self.config.name),
         };
-        let id = match Self::note(
+        let id = match Self::remember_loss(
             st,
             self.growable()
                 .and_then(|g| g.reserve_block(&desc, reserve)),
@@ -174,7 +174,7 @@ impl ArenaPool {
         align: u64,
     ) -> Result<Option<(Region, u64)>> {
         let Some(b) = st.blocks.get(index).and_then(Option::as_ref) else {
-            return Err(Error::invalid("internal: the arena index names no block"));
+            return Err(Error::invariant("the arena index names a block", "none"));
         };
         let (id, committed) = (b.id, b.size);
         let reserved = b.reserved.unwrap_or(committed);
@@ -230,7 +230,7 @@ impl ArenaPool {
                 return Ok(None);
             }
             // Growth commits exactly what was asked (the contract).
-            if let Err(e) = Self::note(
+            if let Err(e) = Self::remember_loss(
                 st,
                 self.growable()
                     .and_then(|g| g.resize_block(id, committed + add)),
@@ -244,7 +244,7 @@ impl ArenaPool {
             self.resized(st, index, committed, committed + add)?;
         }
         let Some(b) = st.blocks[index].as_mut() else {
-            return Err(Error::invalid("internal: the arena index names no block"));
+            return Err(Error::invariant("the arena index names a block", "none"));
         };
         // A request of a granule or more ends on a granule boundary where the tail has room:
         // the slack of its last granule lies below it, where the free space joins it when its
@@ -266,7 +266,10 @@ impl ArenaPool {
         let region = match at_top {
             Some(region) => region,
             None => b.carving.allocate_at_end(size, align)?.ok_or_else(|| {
-                Error::invalid("internal: a grown arena does not fit its request")
+                Error::invariant(
+                    "a grown arena fits its request",
+                    format!("{size} bytes at alignment {align}"),
+                )
             })?,
         };
         let end = b.size;
@@ -307,7 +310,7 @@ impl ArenaPool {
     /// ([`Growable::extend_block`]): `Ok(false)` where the backend does not offer it (the caller
     /// then commits the growth) or refuses it for want of address space or budget.
     fn extend(&self, st: &mut State, index: usize, id: BlockId, size: u64) -> Result<bool> {
-        match Self::note(st, self.growable().and_then(|g| g.extend_block(id, size))) {
+        match Self::remember_loss(st, self.growable().and_then(|g| g.extend_block(id, size))) {
             Ok(()) => {}
             Err(Error::Unsupported { .. } | Error::OutOfMemory(_) | Error::TooLarge { .. }) => {
                 return Ok(false);
@@ -315,7 +318,7 @@ impl ArenaPool {
             Err(e) => return Err(e),
         }
         let Some(b) = st.blocks[index].as_mut() else {
-            return Err(Error::invalid("internal: the arena index names no block"));
+            return Err(Error::invariant("the arena index names a block", "none"));
         };
         b.carving.grow(size - b.size)?;
         if let Some(h) = b.holes.as_mut() {
@@ -329,7 +332,7 @@ impl ArenaPool {
     /// has done it; the budget is charged for growth, and released here for shrinking).
     fn resized(&self, st: &mut State, index: usize, old: u64, new: u64) -> Result<()> {
         let Some(b) = st.blocks[index].as_mut() else {
-            return Err(Error::invalid("internal: the arena index names no block"));
+            return Err(Error::invariant("the arena index names a block", "none"));
         };
         let before = b.committed();
         if new > old {
@@ -351,7 +354,7 @@ impl ArenaPool {
         s.peak_reserved = s.peak_reserved.max(s.reserved);
         // Listeners know blocks, not resizes: the old extent goes and the new one comes, so a
         // reserved-bytes total kept from the events stays exact.
-        self.tell(|l| {
+        self.notify(|l| {
             l.block_released(&self.config.name, id, before);
             l.block_reserved(&self.config.name, id, after);
         });
@@ -384,7 +387,7 @@ impl ArenaPool {
         }
         let (id, old, before) = (b.id, b.size, b.committed());
         // A backend that maps each growth as one unit keeps the unit that holds the new end.
-        let now = Self::note(
+        let now = Self::remember_loss(
             st,
             self.growable().and_then(|g| g.resize_block(id, old - cut)),
         )?;

@@ -43,7 +43,7 @@ impl ArenaPool {
         // or in the wrong place may not hold the request, and later ones may.
         while let Some(ticket) = st.deferred.covering(size) {
             #[cfg(not(target_arch = "wasm32"))]
-            Self::note(st, self.backend.wait(ticket))?;
+            Self::remember_loss(st, self.backend.wait(ticket))?;
             #[cfg(target_arch = "wasm32")]
             let _ = ticket;
             self.reclaim_locked(st)?;

@@ -32,7 +32,7 @@ pub(super) struct Source {
 }
 
 impl Source {
-    fn tell(&self, f: impl FnOnce(&dyn PoolListener)) {
+    fn notify(&self, f: impl FnOnce(&dyn PoolListener)) {
         let l = self.listener.read().unwrap_or_else(PoisonError::into_inner);
         if let Some(l) = l.as_deref() {
             f(l);
@@ -55,7 +55,7 @@ impl Source {
         };
         match self.backend.alloc_block(&desc) {
             Ok(id) => {
-                self.tell(|l| l.block_reserved(&self.name, id, size));
+                self.notify(|l| l.block_reserved(&self.name, id, size));
                 Ok(Some(Block {
                     id,
                     size,
@@ -87,7 +87,7 @@ impl Source {
     pub(super) fn release(&self, block: &Block) -> Result<()> {
         self.backend.free_block(block.id)?;
         self.budget.release(block.size);
-        self.tell(|l| l.block_released(&self.name, block.id, block.size));
+        self.notify(|l| l.block_released(&self.name, block.id, block.size));
         Ok(())
     }
 }

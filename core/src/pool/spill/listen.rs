@@ -30,7 +30,7 @@ impl Listen {
     }
 
     /// Tells the listener, if there is one.
-    pub(super) fn tell(&self, f: impl FnOnce(&dyn PoolListener)) {
+    pub(super) fn notify(&self, f: impl FnOnce(&dyn PoolListener)) {
         let l = self.listener.read().unwrap_or_else(PoisonError::into_inner);
         if let Some(l) = l.as_deref() {
             f(l);

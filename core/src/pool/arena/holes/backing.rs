@@ -71,7 +71,7 @@ impl ArenaPool {
                     let moved = self
                         .growable()
                         .and_then(|g| g.remap_range(id, from << shift, at << shift, n << shift));
-                    if let Err(e) = Self::note(st, moved) {
+                    if let Err(e) = Self::remember_loss(st, moved) {
                         if let Some(h) = Self::holes(st, index) {
                             h.untake(from, n);
                         }
@@ -129,7 +129,7 @@ impl ArenaPool {
         if !self.budget.try_reserve(size) {
             return Ok(false);
         }
-        if let Err(e) = Self::note(
+        if let Err(e) = Self::remember_loss(
             st,
             self.growable()
                 .and_then(|g| g.commit_range(id, offset, size)),
@@ -208,7 +208,7 @@ impl ArenaPool {
         let r = self
             .growable()
             .and_then(|g| g.decommit_range(id, from << shift, n << shift));
-        if let Err(e) = Self::note(st, r) {
+        if let Err(e) = Self::remember_loss(st, r) {
             if let Some(h) = Self::holes(st, index) {
                 h.untake(from, n);
             }
@@ -233,7 +233,7 @@ impl ArenaPool {
         let s = &mut st.stats;
         s.reserved = s.reserved - before + now;
         s.peak_reserved = s.peak_reserved.max(s.reserved);
-        self.tell(|l| {
+        self.notify(|l| {
             l.block_released(&self.config.name, id, before);
             l.block_reserved(&self.config.name, id, now);
         });

@@ -213,7 +213,7 @@ impl ArenaPool {
         region: Region,
     ) -> Result<()> {
         let Some(b) = st.blocks.get_mut(index).and_then(Option::as_mut) else {
-            return Err(Error::invalid("internal: the arena index names no block"));
+            return Err(Error::invariant("the arena index names a block", "none"));
         };
         let freed = (region.offset, region.size);
         let merged = b.carving.free_merged(region)?;
