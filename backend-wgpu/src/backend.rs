@@ -16,12 +16,12 @@ use tensormem::{
 };
 
 use crate::WgpuBackend;
+use crate::blocks::mapping;
 use crate::blocks::{Block, MapState};
 use crate::conv::{align_up, buffer_usages};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::error::poll_wait;
 use crate::error::{lock, map_poll_error};
-use crate::mapping;
 
 mod access;
 

@@ -5,9 +5,11 @@
 //! submission (or in `queue.write_buffer`): every path that hands a block to the GPU calls
 //! [`Block::unmap`] first, and host access maps lazily again (see `mapping`).
 
+pub(crate) mod mapping;
+
 use tensormem::MemoryKind;
 
-use crate::mapping::PendingMap;
+use mapping::PendingMap;
 
 /// How a block's buffer is currently mapped.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -56,7 +56,6 @@ mod conv;
 mod device;
 mod error;
 mod kernels;
-mod mapping;
 mod params;
 mod poll;
 mod timeline;

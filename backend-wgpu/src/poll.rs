@@ -15,8 +15,8 @@ use tensormem::{BlockId, HostAccess, Result, Ticket};
 
 use crate::WgpuBackend;
 use crate::blocks::MapState;
+use crate::blocks::mapping;
 use crate::error::lock;
-use crate::mapping;
 
 impl WgpuBackend {
     /// `Backend::poll_ticket`: submit the ticket's batch if still open, then compare with the

@@ -17,7 +17,6 @@
 //! Two devices may be two GPUs, two backend instances on one adapter (two lavapipe devices), or
 //! a mix (host and Vulkan): the set only asks that each be a [`Backend`].
 
-use std::fmt;
 use std::sync::Arc;
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -36,25 +35,9 @@ pub mod placement;
 pub mod samples;
 pub mod transfer;
 
+pub use crate::backend::DeviceId;
 pub use placement::{DeviceMemory, PlacedModel, PlacedReport, Placement};
 pub use transfer::{TransferPath, TransferStats};
-
-/// One device of a [`DeviceSet`]: its index in the set.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DeviceId(pub u32);
-
-impl DeviceId {
-    /// The index as a `usize`, for indexing the set's devices.
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl fmt::Display for DeviceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "device {}", self.0)
-    }
-}
 
 /// One device's memory, as [`DeviceSet::report`] lists it. Sizes in bytes.
 #[derive(Clone, Debug, PartialEq)]

@@ -412,11 +412,11 @@ pub enum Error {
         /// The first operand's name and device.
         first_operand: String,
         /// Its device.
-        first: crate::DeviceId,
+        first: crate::backend::DeviceId,
         /// The first operand on another device.
         second_operand: String,
         /// Its device.
-        second: crate::DeviceId,
+        second: crate::backend::DeviceId,
     },
 
     /// A tensor used with the runtime of another device.
@@ -425,16 +425,16 @@ pub enum Error {
         /// The call.
         what: String,
         /// The tensor's device.
-        tensor: crate::DeviceId,
+        tensor: crate::backend::DeviceId,
         /// The runtime's device.
-        runtime: crate::DeviceId,
+        runtime: crate::backend::DeviceId,
     },
 
     /// A device id that the device set does not have.
     #[error("{device} is not in this device set ({devices} devices)")]
     UnknownDevice {
         /// The id asked for.
-        device: crate::DeviceId,
+        device: crate::backend::DeviceId,
         /// Devices in the set.
         devices: usize,
     },

@@ -85,11 +85,11 @@ pub mod validate;
 
 pub use backend::{
     Backend, BackendAdaptor, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities,
-    DeviceType, Extensions, Growable, HostAccess, HostAccessWait, InPlaceGrowth, Managed,
+    DeviceId, DeviceType, Extensions, Growable, HostAccess, HostAccessWait, InPlaceGrowth, Managed,
     ManagedMemory, MemoryKind, Peer, PeerCopy, PeerPath, Residence, Ticket, TicketWait,
     TicketWakers, TransferLane, TransferLanes, TransferTicket, TransferWait, Waiting,
 };
-pub use devices::{DeviceId, DeviceSet, PlacedModel, Placement};
+pub use devices::{DeviceSet, PlacedModel, Placement};
 pub use error::{Error, OomReport, Result};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};

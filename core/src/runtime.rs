@@ -19,10 +19,10 @@
 
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
+use crate::backend::DeviceId;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::backend::completion::complete_now;
 use crate::backend::{Backend, MemoryKind, Ticket, Waiting};
-use crate::devices::DeviceId;
 use crate::ops::DType;
 use crate::pool::{
     AllocationStats, Budget, DevicePool, Handle, PoolConfig, PoolStack, Reclaim, StagingBelt,

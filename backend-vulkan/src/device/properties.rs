@@ -5,8 +5,8 @@ use std::ffi::CStr;
 
 use ash::vk;
 
+use super::Timestamps;
 use super::{Gpu, QueueLane, SparseLimits, TransferLaneQueue};
-use crate::timeline::Timestamps;
 
 /// Whether `pd` can bind sparse buffers with unbound ranges on its compute family.
 pub(super) fn offers_sparse(

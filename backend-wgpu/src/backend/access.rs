@@ -4,12 +4,12 @@
 
 use tensormem::{BlockId, BlockRange, Error, Result};
 
+use crate::blocks::mapping;
 use crate::blocks::{Block, MapState};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::conv::align_up;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::error::poll_wait;
-use crate::mapping;
 use crate::{State, WgpuBackend};
 
 /// Checks that `value` (an offset or size named `what`) is a multiple of `align`.

@@ -353,7 +353,9 @@ impl ArenaPool {
             .get(block)
             .and_then(Option::as_ref)
             .map(|b| b.id)
-            .ok_or_else(|| Error::invariant("an allocation's block is live", format!("block {block}")))
+            .ok_or_else(|| {
+                Error::invariant("an allocation's block is live", format!("block {block}"))
+            })
     }
 
     /// Returns a region to its block's TLSF and tells the listener.

@@ -4,7 +4,7 @@
 
 use bytemuck::Pod;
 
-use crate::devices::DeviceId;
+use crate::backend::DeviceId;
 use crate::ops::DType;
 use crate::pool::Allocation;
 use crate::runtime::segments::Segments;

@@ -17,22 +17,9 @@ use tensormem::pool::ReplayPool;
 use tensormem::{DType, Error, Op, Result, Runtime, Tensor, WeightFormat};
 
 use super::config::LlamaConfig;
-use super::layer::StepView;
+pub use super::step_inputs::Chunk;
 use super::step_inputs::{InputIndices, StepInputs};
 use super::weights::LlamaWeights;
-
-/// Tokens of one sequence computed in a step.
-#[derive(Clone, Debug)]
-pub struct Chunk {
-    /// The sequence (its blocks already hold slots for every token of the chunk).
-    pub seq: SeqId,
-    /// Position of the chunk's first token.
-    pub start: usize,
-    /// The tokens.
-    pub tokens: Vec<u32>,
-    /// Whether the logits of the chunk's last token are wanted.
-    pub logits: bool,
-}
 
 /// The decoder: config and device weights on a runtime.
 pub struct Decoder {
@@ -231,4 +218,32 @@ impl Decoder {
         xn.free()?;
         Ok(Some(s.keep(logits.into_inner())))
     }
+}
+
+/// What every layer of a step reads: the step's shape, its KV segments and its uploaded inputs.
+pub struct StepView<'s> {
+    /// Tokens in the step.
+    pub n: usize,
+    /// Chunks (block table rows).
+    pub rows: usize,
+    /// The KV cache's segments, blocks per segment and block stride.
+    pub segments: &'s [Tensor],
+    /// Blocks per segment.
+    pub per_segment: usize,
+    /// Bytes between blocks.
+    pub stride: u64,
+    /// The cache's block layout.
+    pub kv: tensormem::ops::KvLayout,
+    /// The segments the step reaches, in order.
+    pub used: &'s [usize],
+    /// Per segment, the token slots (`None` where not reached).
+    pub slots: Vec<Option<&'s Tensor>>,
+    /// Positions, attention metadata and block tables.
+    pub positions: &'s Tensor,
+    /// `[row, length]` per token.
+    pub meta: &'s Tensor,
+    /// Block tables `[rows, width]`.
+    pub tables: &'s Tensor,
+    /// Width of the block tables.
+    pub width: usize,
 }

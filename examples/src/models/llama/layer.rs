@@ -9,7 +9,7 @@ use std::ops::Deref;
 
 use tensormem::{DType, Error, Op, Result, Runtime, Tensor};
 
-use super::forward::Decoder;
+use super::forward::{Decoder, StepView};
 use super::weights::{Layer, Linear};
 
 /// An intermediate tensor of a step (module doc).
@@ -48,34 +48,6 @@ impl Drop for Temp<'_> {
             let _ = self.rt.free(t);
         }
     }
-}
-
-/// What every layer of a step reads: the step's shape, its KV segments and its uploaded inputs.
-pub struct StepView<'s> {
-    /// Tokens in the step.
-    pub n: usize,
-    /// Chunks (block table rows).
-    pub rows: usize,
-    /// The KV cache's segments, blocks per segment and block stride.
-    pub segments: &'s [Tensor],
-    /// Blocks per segment.
-    pub per_segment: usize,
-    /// Bytes between blocks.
-    pub stride: u64,
-    /// The cache's block layout.
-    pub kv: tensormem::ops::KvLayout,
-    /// The segments the step reaches, in order.
-    pub used: &'s [usize],
-    /// Per segment, the token slots (`None` where not reached).
-    pub slots: Vec<Option<&'s Tensor>>,
-    /// Positions, attention metadata and block tables.
-    pub positions: &'s Tensor,
-    /// `[row, length]` per token.
-    pub meta: &'s Tensor,
-    /// Block tables `[rows, width]`.
-    pub tables: &'s Tensor,
-    /// Width of the block tables.
-    pub width: usize,
 }
 
 impl Decoder {

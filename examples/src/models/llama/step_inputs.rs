@@ -8,7 +8,18 @@
 use tensormem::kv::{KvCache, SeqId};
 use tensormem::{Error, Result};
 
-use super::forward::Chunk;
+/// Tokens of one sequence computed in a step.
+#[derive(Clone, Debug)]
+pub struct Chunk {
+    /// The sequence (its blocks already hold slots for every token of the chunk).
+    pub seq: SeqId,
+    /// Position of the chunk's first token.
+    pub start: usize,
+    /// The tokens.
+    pub tokens: Vec<u32>,
+    /// Whether the logits of the chunk's last token are wanted.
+    pub logits: bool,
+}
 
 /// The host-side inputs of a step (module doc).
 pub struct StepInputs {

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use tensormem::{Error, Result};
 
-use crate::blocks::{Block, MapState};
+use super::{Block, MapState};
 use crate::conv::{align_down, align_up};
 use crate::error::{BACKEND, lock, map_mapping_error};
 
