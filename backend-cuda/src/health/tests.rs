@@ -20,7 +20,9 @@ fn a_healthy_device_passes_results_through() {
     assert!(h.check().is_ok());
     assert_eq!(h.remember_loss(Ok(7)).unwrap(), 7);
     // Ordinary errors are returned and not remembered.
-    let err = h.note::<()>(Err(Error::invalid("bad range"))).unwrap_err();
+    let err = h
+        .remember_loss::<()>(Err(Error::invalid("bad range")))
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)));
     assert!(h.check().is_ok() && !h.is_lost());
 }
@@ -28,7 +30,7 @@ fn a_healthy_device_passes_results_through() {
 #[test]
 fn the_first_sticky_error_is_remembered_and_fails_every_later_call() {
     let h = Health::default();
-    let first = h.note::<()>(Err(device_lost(
+    let first = h.remember_loss::<()>(Err(device_lost(
         "cuEventQuery returned CUDA_ERROR_ILLEGAL_ADDRESS",
     )));
     assert!(matches!(first, Err(Error::DeviceLost { .. })));
@@ -40,7 +42,7 @@ fn the_first_sticky_error_is_remembered_and_fails_every_later_call() {
         assert!(detail.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{detail}");
     }
     // A later, different sticky error does not replace the first one.
-    let _ = h.note::<()>(Err(device_lost(
+    let _ = h.remember_loss::<()>(Err(device_lost(
         "cuMemFree returned CUDA_ERROR_LAUNCH_FAILED",
     )));
     let Err(Error::DeviceLost { detail, .. }) = h.check() else {

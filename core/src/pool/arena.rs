@@ -260,11 +260,6 @@ impl ArenaPool {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The pool id this pool's handles carry.
-    pub(crate) fn pool_id(&self) -> u32 {
-        self.lock().slots.pool_id()
-    }
-
     /// Calls `f` with the listener, if one is installed.
     fn notify(&self, f: impl FnOnce(&dyn PoolListener)) {
         if self.heard.load(Ordering::Acquire) {

@@ -19,11 +19,6 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// The pool that issued the handle.
-    pub(crate) fn pool(&self) -> u32 {
-        self.pool
-    }
-
     /// The slot index (for reports and traces).
     pub fn slot(&self) -> u32 {
         self.slot
@@ -67,11 +62,6 @@ impl<T> Slots<T> {
             free: Vec::new(),
             live: 0,
         }
-    }
-
-    /// The pool id every handle of this slab carries.
-    pub(crate) fn pool_id(&self) -> u32 {
-        self.pool
     }
 
     #[inline]

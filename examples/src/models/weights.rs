@@ -18,8 +18,13 @@
 //!
 //! [`Model::set_weight_chunks`]: tensormem::Model::set_weight_chunks
 
+// Paths relative to this file's folder: the browser crate includes this file by path, where
+// its children would otherwise be looked for beside it.
+#[path = "weights/convert.rs"]
 mod convert;
+#[path = "weights/index.rs"]
 mod index;
+#[path = "weights/storage.rs"]
 mod storage;
 
 use std::borrow::Cow;

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use tensormem::kv::{KvCache, SeqId};
+use tensormem::kv::KvCache;
 use tensormem::pool::ReplayPool;
 use tensormem::{DType, Error, Op, Result, Runtime, Tensor, WeightFormat};
 
