@@ -122,7 +122,7 @@ fn cache(
 async fn kv_sequences(ctx: &Ctx) -> R {
     for dtype in [KvDType::F32, KvDType::F16, KvDType::Int8] {
         // Small device blocks: the cache spans several segments.
-        let (rt, mut c) = cache(ctx, dtype, 32, Some(2048))?;
+        let (rt, mut c) = cache(ctx, dtype, 32, Some(1024))?;
         let prompt: Vec<u32> = (0..18).collect();
         let a = c.admit(&prompt, 0).map_err(fail("admit"))?.seq;
         write(&mut c, a, 1, 0..18)?;

@@ -55,6 +55,9 @@ impl KvCache {
 
     /// Copies `seq`'s resident blocks (`table`) to host memory on the transfer lane.
     pub(super) fn swap_out(&mut self, seq: SeqId, table: &[u32]) -> Result<()> {
+        if table.is_empty() {
+            return Ok(()); // nothing to copy; the resume has nothing to restore
+        }
         let pool = self.swap_pool()?;
         let stride = self.segments.stride();
         let slot = pool.allocate(table.len() as u64 * stride, 1, "kv swap")?;

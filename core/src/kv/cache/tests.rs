@@ -226,6 +226,13 @@ fn a_swap_goes_over_the_transfer_lane_and_restores_blocks_others_overwrote() {
         c.free(e).unwrap();
         c.resume(b).unwrap();
         assert_eq!(c.stats().host_bytes, 0);
+        // A sequence with no tokens swaps nothing and comes back empty.
+        let empty = c.admit(&[], 0).unwrap().seq;
+        c.preempt(empty).unwrap();
+        assert_eq!(c.stats().host_bytes, 0);
+        c.resume(empty).unwrap();
+        assert!(c.table(empty).unwrap().is_empty());
+        c.free(empty).unwrap();
         assert_eq!(
             check_attention(&c, b, 2),
             before,
