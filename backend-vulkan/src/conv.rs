@@ -61,11 +61,7 @@ pub(crate) fn access_flags(stage: Stage, write: bool) -> vk::AccessFlags {
     }
 }
 
-/// Rounds `value` up to a multiple of `align` (a power of two). `None` on overflow.
-pub(crate) fn align_up(value: u64, align: u64) -> Option<u64> {
-    debug_assert!(align.is_power_of_two());
-    value.checked_add(align - 1).map(|v| v & !(align - 1))
-}
+pub(crate) use tensormem::align::align_up;
 
 /// The range to pass to `vkFlushMappedMemoryRanges` / `vkInvalidateMappedMemoryRanges` for the
 /// host access of `size` bytes at `offset` inside an allocation that starts at `alloc_offset` in

@@ -44,17 +44,7 @@ pub(crate) fn is_unified_memory(device_type: wgpu::DeviceType) -> bool {
     )
 }
 
-/// `value` rounded down to a multiple of `align` (a power of two).
-pub(crate) fn align_down(value: u64, align: u64) -> u64 {
-    debug_assert!(align.is_power_of_two());
-    value & !(align - 1)
-}
-
-/// `value` rounded up to a multiple of `align` (a power of two), `None` on overflow.
-pub(crate) fn align_up(value: u64, align: u64) -> Option<u64> {
-    debug_assert!(align.is_power_of_two());
-    Some(value.checked_add(align - 1)? & !(align - 1))
-}
+pub(crate) use tensormem::align::{align_down, align_up};
 
 #[cfg(test)]
 mod tests;

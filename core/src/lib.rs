@@ -66,6 +66,7 @@
 //!   tensors.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod align;
 pub mod backend;
 pub mod devices;
 pub mod error;

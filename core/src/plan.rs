@@ -140,8 +140,7 @@ impl Plan {
 /// ([`validate`] bounds every reachable offset).
 #[inline]
 pub(crate) fn align_up(x: u64, align: u64) -> u64 {
-    debug_assert!(align.is_power_of_two());
-    (x + (align - 1)) & !(align - 1)
+    crate::align::align_up(x, align).unwrap_or(u64::MAX)
 }
 
 /// The largest stacked total (sizes plus alignment padding) of one time-connected group of

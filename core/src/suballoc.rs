@@ -41,6 +41,8 @@ mod tlsf;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::align::align_up;
+
 use crate::{Error, Result};
 
 pub use buddy::Buddy;
@@ -248,11 +250,4 @@ fn check_request(size: u64, align: u64, capacity: u64) -> Result<()> {
         });
     }
     Ok(())
-}
-
-/// `offset` rounded up to a multiple of `align` (a power of two), or `None` on overflow.
-#[inline]
-fn align_up(offset: u64, align: u64) -> Option<u64> {
-    let mask = align - 1;
-    offset.checked_add(mask).map(|v| v & !mask)
 }

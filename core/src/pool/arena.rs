@@ -33,6 +33,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
+use crate::align::align_up;
 use crate::backend::{Backend, BlockId, InPlaceGrowth, MemoryKind, Ticket};
 use crate::pool::budget::Budget;
 use crate::pool::deferred::Deferred;
@@ -157,10 +158,6 @@ pub struct ArenaPool {
     heard: AtomicBool,
     listener: RwLock<Option<Arc<dyn PoolListener>>>,
     state: Mutex<State>,
-}
-
-pub(crate) fn round_up(v: u64, align: u64) -> Option<u64> {
-    v.checked_add(align - 1).map(|x| x & !(align - 1))
 }
 
 impl ArenaPool {
@@ -291,7 +288,7 @@ impl ArenaPool {
         }
         let limit = self.backend.capabilities().max_block_size;
         // Not `ok_or`: an error built on every request is dropped on every request.
-        let Some(rounded) = round_up(size, self.copy_align).filter(|r| *r <= limit) else {
+        let Some(rounded) = align_up(size, self.copy_align).filter(|r| *r <= limit) else {
             return Err(Error::TooLarge {
                 what: "allocation",
                 requested: size,

@@ -12,8 +12,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::align::align_up;
 use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind, Ticket};
-use crate::pool::arena::round_up;
 use crate::pool::device_pool::{self, Allocation, DevicePool};
 use crate::pool::slots::Handle;
 use crate::{Error, Result};
@@ -244,7 +244,7 @@ impl<P: DevicePool> Guarded<P> {
         }
         let caps = backend.capabilities();
         let copy_align = caps.copy_align.max(1).next_power_of_two();
-        let back = round_up(margin, copy_align)
+        let back = align_up(margin, copy_align)
             .filter(|b| *b > 0)
             .ok_or(Error::ZeroSize {
                 what: "guard margin",
@@ -325,8 +325,8 @@ impl<P: DevicePool> device_pool::PoolAdaptor for Guarded<P> {
             limit: u64::MAX,
             limit_name: "u64 byte count with guard margins",
         };
-        let data = round_up(size, self.copy_align).ok_or_else(too_large)?;
-        let front = round_up(self.back, align.max(self.base_align)).ok_or_else(too_large)?;
+        let data = align_up(size, self.copy_align).ok_or_else(too_large)?;
+        let front = align_up(self.back, align.max(self.base_align)).ok_or_else(too_large)?;
         let total = data
             .checked_add(front)
             .and_then(|t| t.checked_add(self.back))

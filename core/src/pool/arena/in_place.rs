@@ -37,7 +37,8 @@
 
 use super::growth::Role;
 use super::holes::{Holes, MIN_GRANULE};
-use super::{ArenaPool, Carved, State, round_up};
+use super::{ArenaPool, Carved, State};
+use crate::align::align_up;
 use crate::backend::{BlockDesc, BlockId, Growable, InPlaceGrowth};
 use crate::suballoc::Region;
 use crate::{Error, Result};
@@ -66,8 +67,8 @@ pub(crate) fn growth_bytes(
     room: u64,
 ) -> Option<u64> {
     let step =
-        round_up(deficit.max(committed / GROWTH_STEP_DIVISOR), granularity).filter(|s| *s <= room);
-    step.or_else(|| round_up(deficit, granularity).filter(|s| *s <= room))
+        align_up(deficit.max(committed / GROWTH_STEP_DIVISOR), granularity).filter(|s| *s <= room);
+    step.or_else(|| align_up(deficit, granularity).filter(|s| *s <= room))
 }
 
 impl ArenaPool {
@@ -119,7 +120,7 @@ impl ArenaPool {
         let g = growth.granularity;
         let limit = self.budget.limit().unwrap_or(u64::MAX);
         let reserve = growth.max_reserve.min(limit) & !(g - 1);
-        let Some(bytes) = round_up(size, g).filter(|b| *b <= reserve) else {
+        let Some(bytes) = align_up(size, g).filter(|b| *b <= reserve) else {
             return Ok(None);
         };
         if !self.budget.try_reserve(bytes) {
@@ -180,7 +181,7 @@ impl ArenaPool {
         let reserved = b.reserved.unwrap_or(committed);
         let tail = b.carving.free_tail();
         let tail_start = committed - tail;
-        let Some(need) = round_up(tail_start, align)
+        let Some(need) = align_up(tail_start, align)
             .and_then(|start| start.checked_add(size))
             .map(|end| end - tail_start)
         else {
@@ -253,10 +254,10 @@ impl ArenaPool {
         // found 0.7 MiB below and 0.6 MiB above, and took a fourth granule). Smaller requests
         // pack from the tail's start, where the next small ones follow.
         let unit = b.holes.as_ref().map_or(growth.granularity, Holes::granule);
-        let top = round_up(tail_start, align)
+        let top = align_up(tail_start, align)
             .filter(|_| size >= unit)
             .and_then(|start| start.checked_add(size))
-            .and_then(|end| round_up(end, unit))
+            .and_then(|end| align_up(end, unit))
             .map(|end| (end - size) & !(align - 1))
             .filter(|offset| offset + size <= b.size);
         let at_top = match top {
@@ -376,7 +377,7 @@ impl ArenaPool {
         // two (the part of one past the end would be untracked).
         let unit = b.holes.as_ref().map_or(growth.granularity, Holes::granule);
         let end = b.size - b.carving.free_tail();
-        let Some(keep) = round_up(end.max(b.size.saturating_sub(at_most)), unit) else {
+        let Some(keep) = align_up(end.max(b.size.saturating_sub(at_most)), unit) else {
             return Ok(0);
         };
         // With whole units, the end moves past the unit it would cut.

@@ -17,8 +17,9 @@
 
 use std::time::Duration;
 
-use super::{ArenaPool, State, round_up};
+use super::{ArenaPool, State};
 use crate::OomReport;
+use crate::align::align_up;
 use crate::plan::{self, Buffer, SolveOptions};
 
 /// Above this many live allocations the explainer uses bounds instead of the planner.
@@ -128,7 +129,7 @@ pub(crate) fn static_plan_fits(sizes: &[u64], align: u64, capacity: u64) -> Opti
         return Some(false); // the lower bound alone exceeds it
     }
     let packed = sizes.iter().fold(0u64, |a, &s| {
-        round_up(a, align).unwrap_or(u64::MAX).saturating_add(s)
+        align_up(a, align).unwrap_or(u64::MAX).saturating_add(s)
     });
     if packed <= capacity {
         return Some(true); // contiguous packing is a plan

@@ -29,7 +29,7 @@
 //!
 //! Alternatives tried and their numbers on the issue 14 traces: `docs/decisions/block-policy.md`.
 
-use super::round_up;
+use crate::align::align_up;
 
 /// Requests of at most this many bytes are small (served by small blocks): 1 MiB.
 pub const SMALL_REQUEST_MAX: u64 = 1 << 20;
@@ -109,10 +109,10 @@ impl BlockRequest {
         };
         let largest = self.max_block / self.align * self.align;
         let want = self.need.max(step);
-        let want = round_up(want, granule(want, self.block_size, self.align))
+        let want = align_up(want, granule(want, self.block_size, self.align))
             .map(|w| w.min(largest))
             .filter(|w| *w >= self.need && *w <= self.room);
-        want.or_else(|| round_up(self.need, self.align).filter(|n| *n <= self.room))
+        want.or_else(|| align_up(self.need, self.align).filter(|n| *n <= self.room))
     }
 }
 
