@@ -299,6 +299,11 @@ impl KvCache {
     }
 
     /// The block tables of `seqs` on the host, row-major, and their shape `[rows, width]`.
+    /// The width is the longest table's length rounded up to a power of two, the entries past a
+    /// table's end `u32::MAX` (kernels read only a sequence's own positions): a decoding
+    /// sequence's table then keeps its size for ever longer runs of steps, so a step's
+    /// allocations repeat and the record-and-replay pool keeps its plan (a table one block
+    /// longer every `block_tokens` steps would change the step's sizes each time).
     ///
     /// # Errors
     /// A preempted or freed sequence.
@@ -307,7 +312,8 @@ impl KvCache {
         for &s in seqs {
             tables.push(self.ledger.resident_blocks(s)?);
         }
-        let width = tables.iter().map(|t| t.len()).max().unwrap_or(0).max(1);
+        let longest = tables.iter().map(|t| t.len()).max().unwrap_or(0).max(1);
+        let width = longest.checked_next_power_of_two().unwrap_or(longest);
         let rows = seqs.len().max(1);
         let mut flat = vec![u32::MAX; rows * width];
         for (row, t) in tables.iter().enumerate() {

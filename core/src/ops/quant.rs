@@ -297,6 +297,15 @@ impl<'a> WeightView<'a> {
         })
     }
 
+    /// The stored halves of an f16 weight, when its bytes can be read as `u16` in place (2-byte
+    /// aligned, little-endian target): kernels then decode them as they load them.
+    pub(crate) fn halves(&self) -> Option<&'a [u16]> {
+        if self.format != WeightFormat::F16 || cfg!(target_endian = "big") {
+            return None;
+        }
+        bytemuck::try_cast_slice(&self.bytes[..2 * self.len]).ok()
+    }
+
     /// Element `e`, in channel `ch` at inner position `p`, as f32.
     #[inline]
     pub(crate) fn at(&self, e: usize, ch: usize, p: usize) -> f32 {

@@ -118,6 +118,20 @@ impl WeightFile {
         Self::index(path, Storage::Mapped(map))
     }
 
+    /// Drops from the process the resident pages of `bytes`, a slice this file lent (a tensor's
+    /// stored bytes, once uploaded): the page cache keeps them, and a later read faults them
+    /// back in with the same contents. A slice from elsewhere, or a file read into memory, is
+    /// left alone.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn release_pages(&self, bytes: &[u8]) {
+        let base = self.storage.bytes().as_ptr() as usize;
+        let start = (bytes.as_ptr() as usize).wrapping_sub(base);
+        if start <= self.storage.bytes().len() && bytes.len() <= self.storage.bytes().len() - start
+        {
+            self.storage.release(start, start + bytes.len());
+        }
+    }
+
     /// Reads `path` whole into memory and indexes it: the loading path before mapping, kept to
     /// measure what mapping saves (`minilm --load read`).
     ///

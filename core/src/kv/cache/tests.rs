@@ -314,13 +314,26 @@ fn block_tables_are_one_u32_tensor_padded_per_batch() {
     let a = c.admit(&(0..9).collect::<Vec<_>>(), 0).unwrap().seq;
     let b = c.admit(&(0..2).collect::<Vec<_>>(), 1).unwrap().seq;
     let t = c.block_tables(&[a, b]).unwrap();
-    assert_eq!(t.shape(), &[2, 3]);
+    // The longest table (3 blocks) rounded up to a power of two.
+    assert_eq!(t.shape(), &[2, 4]);
     let v: Vec<u32> = rt.download(&t).unwrap();
     assert_eq!(&v[..3], c.table(a).unwrap());
-    assert_eq!(&v[3..], &[c.table(b).unwrap()[0], u32::MAX, u32::MAX]);
+    assert_eq!(v[3], u32::MAX);
+    assert_eq!(
+        &v[4..],
+        &[c.table(b).unwrap()[0], u32::MAX, u32::MAX, u32::MAX]
+    );
     // Blocks are handed out in address order, older segments first.
     assert_eq!(c.table(a).unwrap(), &[0, 1, 2]);
     rt.free(t).unwrap();
+    // A fourth block keeps the width; a fifth doubles it.
+    for (tok, width) in [(12u32, 4usize), (16, 8)] {
+        while c.tokens(a).unwrap().len() < tok as usize + 1 {
+            c.append(a, tok).unwrap();
+        }
+        let (_, shape) = c.block_table_rows(&[a, b]).unwrap();
+        assert_eq!(shape, [2, width]);
+    }
     c.release().unwrap();
 }
 

@@ -100,6 +100,10 @@ pub(super) struct Paged<'a> {
     pub carry: Option<&'a [f32]>,
 }
 
+/// Paged attention runs its query heads on the pool from this many multiply-adds (positions
+/// seen × heads × head dim; about 30 µs on one core), else on the calling thread.
+const PARALLEL_ATTENTION_MACS: usize = 1 << 16;
+
 /// Paged attention over one segment (the op's doc): fills `y` with the state or the attention.
 pub(super) fn paged_attention(op: &Op, input: &Paged<'_>, y: &mut [f32]) {
     let Op::PagedAttention {
@@ -149,7 +153,13 @@ pub(super) fn paged_attention(op: &Op, input: &Paged<'_>, y: &mut [f32]) {
             }
         }
     };
-    if y.len() >= 1 << 14 {
+    // Heads go to the pool when their positions add up to enough work: a decode step of one
+    // sequence has few heads but a long context. Each head is computed alike either way.
+    let heads = y.len() / out_row;
+    let seen: usize = (0..heads.div_ceil(q_heads as usize))
+        .map(|t| input.meta.get(2 * t + 1).map_or(0, |&n| n as usize))
+        .sum();
+    if seen * q_heads as usize * d >= PARALLEL_ATTENTION_MACS {
         y.par_chunks_mut(out_row)
             .enumerate()
             .for_each(|(i, y)| head(i, y));

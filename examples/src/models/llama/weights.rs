@@ -2,6 +2,7 @@
 //! `model.safetensors.index.json` lists (each file memory-mapped), converted to the requested
 //! format (f32, f16, int8; norms stay f32), uploaded once as runtime tensors.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 #[cfg(not(target_arch = "wasm32"))]
 use std::path::Path;
@@ -180,6 +181,7 @@ impl LlamaWeights {
                 for u in loader.convert(&item)? {
                     let t = rt.alloc(u.dtype, &u.shape, &u.key)?;
                     let sent = rt.upload(&t, &u.bytes);
+                    u.release();
                     loader.hold(u.key, t, sent)?;
                 }
             }
@@ -207,6 +209,7 @@ impl LlamaWeights {
                 for u in loader.convert(&item)? {
                     let t = rt.alloc(u.dtype, &u.shape, &u.key)?;
                     let sent = rt.upload_async(&t, &u.bytes).await;
+                    u.release();
                     loader.hold(u.key, t, sent)?;
                 }
             }
@@ -308,12 +311,28 @@ struct Loader<'a> {
     held: HashMap<String, Tensor>,
 }
 
-/// One tensor to upload: its key, element type, shape and bytes.
-struct Upload {
+/// One tensor to upload: its key, element type, shape and bytes (borrowed from the mapped file
+/// when stored as uploaded, so nothing is copied, and its pages are dropped once uploaded).
+struct Upload<'f> {
     key: String,
     dtype: DType,
     shape: Vec<usize>,
-    bytes: Vec<u8>,
+    bytes: Cow<'f, [u8]>,
+    /// The file that lent `bytes`, when borrowed.
+    lender: Option<&'f WeightFile>,
+}
+
+impl Upload<'_> {
+    /// Drops the uploaded bytes' pages from the process when they were borrowed from a mapping.
+    fn release(&self) {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let (Some(file), Cow::Borrowed(b)) = (self.lender, &self.bytes) {
+            file.release_pages(b);
+        }
+        // A browser's file is fetched into memory: nothing is mapped.
+        #[cfg(target_arch = "wasm32")]
+        let _ = self.lender;
+    }
 }
 
 /// One item of the checkpoint: a vector (norm weights) or a matrix (with its scales and bias).
@@ -352,37 +371,38 @@ impl<'a> Loader<'a> {
     }
 
     /// The uploads of `item`, converted to the loader's format.
-    fn convert(&self, item: &Item) -> Result<Vec<Upload>> {
+    fn convert(&self, item: &Item) -> Result<Vec<Upload<'a>>> {
         let vector = |name: &str, len: usize| -> Result<Upload> {
             let values = self.files.file(name)?.f32_values(name, &[len])?;
             Ok(Upload {
                 key: name.to_string(),
                 dtype: DType::F32,
                 shape: vec![len],
-                bytes: bytemuck::cast_slice(&values).to_vec(),
+                bytes: Cow::Owned(bytemuck::cast_slice(&values).to_vec()),
+                lender: None,
             })
         };
         let m = match item {
             Item::Vector(name, len) => return Ok(vec![vector(name, *len)?]),
             Item::Matrix(m) => m,
         };
-        let w = self
-            .files
-            .file(&m.name)?
-            .weight(&m.name, &[m.out, m.inp], self.format)?;
+        let file: &'a WeightFile = self.files.file(&m.name)?;
+        let w = file.weight(&m.name, &[m.out, m.inp], self.format)?;
         let dtype = self.format.dtype();
         let mut out = vec![Upload {
             key: m.name.clone(),
             dtype,
             shape: vec![w.bytes.len() / dtype.size() as usize],
-            bytes: w.bytes.into_owned(),
+            bytes: w.bytes,
+            lender: Some(file),
         }];
         if let Some(s) = w.scales {
             out.push(Upload {
                 key: format!("{}{SCALES}", m.name),
                 dtype: DType::F32,
                 shape: vec![s.len() / 4],
-                bytes: s.into_owned(),
+                bytes: s,
+                lender: Some(file),
             });
         }
         if let Some(b) = m.bias.as_ref().filter(|b| self.files.has(b)) {

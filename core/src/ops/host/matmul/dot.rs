@@ -15,6 +15,10 @@
 //! AVX-512 would need Rust 1.89, above the workspace's MSRV; AVX2 reaches the same FMA rate on
 //! CPUs that split 512-bit operations in two (AMD Zen 4).
 //!
+//! **f16 weights** are read the same way, as halves converted to f32 as they are loaded (F16C
+//! on x86-64): a decode step reads each weight once, so decoding it into a buffer first would
+//! write and re-read twice its bytes ([`super::stored`] decodes panels for the other layouts).
+//!
 //! **Numerics.** Every `C[i][j]` is computed the same way wherever it falls (a full block or an
 //! edge): lane `l` sums `a[p]·b[p]` for `p ≡ l (mod L)` in index order, the lanes are added in a
 //! fixed pairwise tree, then the `k mod L` tail is added in order, then `alpha·sum + bias`. So
@@ -22,11 +26,12 @@
 //! CPU's features.
 
 /// The operands of one product: `C[i][j] = alpha · Σₚ a[i·lda + p] · b[j·ldb + p] (+ bias[j])`
-/// for `i < rows`, `j < cols`, `p < k`.
-pub(super) struct Nt<'a> {
+/// for `i < rows`, `j < cols`, `p < k`. `B` holds f32, or f16 halves (`u16`) decoded as they are
+/// loaded: the same sums in the same order as over the decoded f32 values.
+pub(super) struct Nt<'a, E: Stored = f32> {
     pub a: &'a [f32],
     pub lda: usize,
-    pub b: &'a [f32],
+    pub b: &'a [E],
     pub ldb: usize,
     pub rows: usize,
     pub cols: usize,
@@ -46,10 +51,12 @@ const A_CHUNK_BYTES: usize = 256 << 10;
 /// thread may access those elements during the call. `a` must hold every row `i < rows` (`k`
 /// values from `i·lda`) and `b` every row `j < cols` (`k` values from `j·ldb`), else this panics
 /// on an out-of-bounds index before writing.
-pub(super) unsafe fn gemm_nt(p: &Nt<'_>, c: *mut f32, ldc: usize) {
+pub(super) unsafe fn gemm_nt<E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
         {
             // SAFETY: the features the function enables were detected; the caller's contract
             // is passed on.
@@ -57,11 +64,46 @@ pub(super) unsafe fn gemm_nt(p: &Nt<'_>, c: *mut f32, ldc: usize) {
         }
     }
     // SAFETY: the caller's contract is passed on; `Portable` needs no CPU feature.
-    unsafe { nt::<Portable>(p, c, ldc) }
+    unsafe { nt::<Portable, E>(p, c, ldc) }
+}
+
+/// An element type `B` may be stored in: f32, or an f16 half (`u16`, its bits).
+pub(super) trait Stored: Copy {
+    /// The element as f32 (exact).
+    fn value(self) -> f32;
+    /// The first `M::L` elements of `s` as f32 lanes (panics when `s` is shorter).
+    ///
+    /// # Safety
+    /// The CPU has `M`'s features.
+    unsafe fn load<M: Simd>(s: &[Self]) -> M::V;
+}
+
+impl Stored for f32 {
+    #[inline(always)]
+    fn value(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    unsafe fn load<M: Simd>(s: &[f32]) -> M::V {
+        // SAFETY: the caller guarantees `M`'s features.
+        unsafe { M::load(s) }
+    }
+}
+
+impl Stored for u16 {
+    #[inline(always)]
+    fn value(self) -> f32 {
+        crate::ops::quant::f16_to_f32(self)
+    }
+    #[inline(always)]
+    unsafe fn load<M: Simd>(s: &[u16]) -> M::V {
+        // SAFETY: the caller guarantees `M`'s features.
+        unsafe { M::load_halves(s) }
+    }
 }
 
 /// One vector of `L` f32 lanes and the few operations the kernel needs.
-trait Simd {
+pub(super) trait Simd {
     type V: Copy;
     const L: usize;
     /// # Safety
@@ -72,6 +114,11 @@ trait Simd {
     /// # Safety
     /// As [`Simd::zero`].
     unsafe fn load(s: &[f32]) -> Self::V;
+    /// The first `L` halves of `s` as f32 lanes, exactly (panics when `s` is shorter).
+    ///
+    /// # Safety
+    /// As [`Simd::zero`].
+    unsafe fn load_halves(s: &[u16]) -> Self::V;
     /// `a·b + acc` per lane.
     ///
     /// # Safety
@@ -101,6 +148,10 @@ impl Simd for Portable {
         [s[0], s[1], s[2], s[3]]
     }
     #[inline(always)]
+    unsafe fn load_halves(s: &[u16]) -> [f32; 4] {
+        std::array::from_fn(|l| s[l].value())
+    }
+    #[inline(always)]
     unsafe fn madd(a: [f32; 4], b: [f32; 4], acc: [f32; 4]) -> [f32; 4] {
         std::array::from_fn(|l| Self::madd1(a[l], b[l], acc[l]))
     }
@@ -122,14 +173,14 @@ impl Simd for Portable {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Nt, Simd, nt};
+    use super::{Nt, Simd, Stored, nt};
 
     /// # Safety
-    /// The CPU has AVX2 and FMA; as [`super::gemm_nt`].
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn nt_avx2(p: &Nt<'_>, c: *mut f32, ldc: usize) {
+    /// The CPU has AVX2, FMA and F16C; as [`super::gemm_nt`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn nt_avx2<E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
         // SAFETY: the features `Avx2` needs are enabled here; the contract is passed on.
-        unsafe { nt::<Avx2>(p, c, ldc) }
+        unsafe { nt::<Avx2, E>(p, c, ldc) }
     }
 
     /// 8 lanes (AVX2 + FMA).
@@ -149,6 +200,14 @@ mod x86 {
             let s = &s[..8];
             // SAFETY: `s` holds 8 floats; unaligned loads are allowed.
             unsafe { _mm256_loadu_ps(s.as_ptr()) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn load_halves(s: &[u16]) -> __m256 {
+            let s = &s[..8];
+            // SAFETY: `s` holds 8 halves (16 bytes); unaligned loads are allowed. The conversion
+            // is exact, as `f16_to_f32` is.
+            unsafe { _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast::<__m128i>())) }
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
@@ -176,7 +235,7 @@ mod x86 {
 /// # Safety
 /// The CPU has `M`'s features; as [`gemm_nt`].
 #[inline(always)]
-unsafe fn nt<M: Simd>(p: &Nt<'_>, c: *mut f32, ldc: usize) {
+unsafe fn nt<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
     // Rows per block: 3 × 4 accumulators plus 3 + 1 loaded vectors fill AVX2's 16 registers.
     const MR: usize = 3;
     let chunk = (A_CHUNK_BYTES / 4 / p.k.max(1) / MR * MR).max(MR);
@@ -192,7 +251,7 @@ unsafe fn nt<M: Simd>(p: &Nt<'_>, c: *mut f32, ldc: usize) {
             let mut i = i0;
             while i + MR <= i_end {
                 // SAFETY: the caller's CPU features are passed on.
-                let v = unsafe { block::<M, MR, 4>(p, i, j) };
+                let v = unsafe { block::<M, E, MR, 4>(p, i, j) };
                 for (r, row) in v.iter().enumerate() {
                     for (s, &x) in row.iter().enumerate() {
                         store(i + r, j + s, x);
@@ -202,7 +261,7 @@ unsafe fn nt<M: Simd>(p: &Nt<'_>, c: *mut f32, ldc: usize) {
             }
             for i in i..i_end {
                 // SAFETY: as above.
-                let [row] = unsafe { block::<M, 1, 4>(p, i, j) };
+                let [row] = unsafe { block::<M, E, 1, 4>(p, i, j) };
                 for (s, &x) in row.iter().enumerate() {
                     store(i, j + s, x);
                 }
@@ -213,7 +272,7 @@ unsafe fn nt<M: Simd>(p: &Nt<'_>, c: *mut f32, ldc: usize) {
             let mut i = i0;
             while i + MR <= i_end {
                 // SAFETY: as above.
-                let v = unsafe { block::<M, MR, 1>(p, i, j) };
+                let v = unsafe { block::<M, E, MR, 1>(p, i, j) };
                 for (r, &[x]) in v.iter().enumerate() {
                     store(i + r, j, x);
                 }
@@ -221,7 +280,7 @@ unsafe fn nt<M: Simd>(p: &Nt<'_>, c: *mut f32, ldc: usize) {
             }
             for i in i..i_end {
                 // SAFETY: as above.
-                let [[x]] = unsafe { block::<M, 1, 1>(p, i, j) };
+                let [[x]] = unsafe { block::<M, E, 1, 1>(p, i, j) };
                 store(i, j, x);
             }
         }
@@ -233,14 +292,14 @@ unsafe fn nt<M: Simd>(p: &Nt<'_>, c: *mut f32, ldc: usize) {
 /// # Safety
 /// The CPU has `M`'s features.
 #[inline(always)]
-unsafe fn block<M: Simd, const R: usize, const S: usize>(
-    p: &Nt<'_>,
+unsafe fn block<M: Simd, E: Stored, const R: usize, const S: usize>(
+    p: &Nt<'_, E>,
     i: usize,
     j: usize,
 ) -> [[f32; S]; R] {
     let k = p.k;
     let ar: [&[f32]; R] = std::array::from_fn(|r| &p.a[(i + r) * p.lda..][..k]);
-    let br: [&[f32]; S] = std::array::from_fn(|s| &p.b[(j + s) * p.ldb..][..k]);
+    let br: [&[E]; S] = std::array::from_fn(|s| &p.b[(j + s) * p.ldb..][..k]);
     // SAFETY (every `M::` call below): the caller guarantees `M`'s features.
     let mut acc = [[unsafe { M::zero() }; S]; R];
     let full = k / M::L * M::L;
@@ -251,7 +310,7 @@ unsafe fn block<M: Simd, const R: usize, const S: usize>(
             av[r] = unsafe { M::load(&ar[r][q..]) };
         }
         for s in 0..S {
-            let bv = unsafe { M::load(&br[s][q..]) };
+            let bv = unsafe { E::load::<M>(&br[s][q..]) };
             for r in 0..R {
                 acc[r][s] = unsafe { M::madd(av[r], bv, acc[r][s]) };
             }
@@ -263,7 +322,7 @@ unsafe fn block<M: Simd, const R: usize, const S: usize>(
         for s in 0..S {
             let mut sum = unsafe { M::sum(acc[r][s]) };
             for q in full..k {
-                sum = M::madd1(ar[r][q], br[s][q], sum);
+                sum = M::madd1(ar[r][q], br[s][q].value(), sum);
             }
             out[r][s] = sum;
         }

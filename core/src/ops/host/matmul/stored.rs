@@ -13,6 +13,9 @@
 //! are split further and every task decodes its own copy (decode work is `rows / MIN_ROWS` times
 //! smaller than the product it feeds, so the repeat is cheap).
 //!
+//! An f16 weight the dot kernel can read (`[n, k]`, row-major `a`) skips the panel: the kernel
+//! converts its halves as it loads them, with the same sums ([`Product::fused_halves`]).
+//!
 //! **Numerics.** The panel holds exactly the values [`quant::dequantize`](crate::ops::quant::dequantize)
 //! gives, laid out with the strides the f32 path reads `b` with, and a task never splits `k`: so
 //! every output is the f32 product of the dequantised weight, within f32 rounding of the f32
@@ -155,6 +158,9 @@ impl Product<'_> {
         } = *self;
         let (m, n, k) = (s.m, s.n, s.k);
         let cols = t.j1 - t.j0;
+        if let Some(halves) = self.fused_halves() {
+            return self.run_fused(t, halves);
+        }
         panel.resize(cols * k, 0.0);
         let first = t.mat * k * n;
         // The panel takes the layout the f32 path reads `b` in (module doc: identical sums).
@@ -204,6 +210,50 @@ impl Product<'_> {
                     panel.as_ptr(),
                     out.0.add((a_mat * m + t.r0) * n + t.j0),
                 );
+            }
+        }
+    }
+}
+
+impl<'a> Product<'a> {
+    /// The f16 weight's halves when the task can read them in place on the dot kernel (an
+    /// `[n, k]` weight, row-major `a`, [`super::uses_dot`]'s shapes): no panel is decoded, and
+    /// the sums are those of the panel path, as the kernel decodes each half exactly as loaded.
+    fn fused_halves(&self) -> Option<&'a [u16]> {
+        let s = self.s;
+        let dot = s.trans_b && !s.trans_a && super::uses_dot(s.stacked_rows(), s.k, 1, 1);
+        dot.then(|| self.b.halves()).flatten()
+    }
+
+    /// [`Product::run_task`] on the f16 weight read in place.
+    fn run_fused(&self, t: Task, halves: &[u16]) {
+        let s = self.s;
+        let (m, n, k) = (s.m, s.n, s.k);
+        let first = t.mat * k * n;
+        let rows = t.r1 - t.r0;
+        let b = &halves[first + t.j0 * k..first + t.j1 * k];
+        let a_mats = match (self.stacked, s.broadcast_b) {
+            (true, _) => 0..1,
+            (false, true) => 0..s.batch,
+            (false, false) => t.mat..t.mat + 1,
+        };
+        for a_mat in a_mats {
+            let a0 = a_mat * m * k + t.r0 * k;
+            let nt = super::dot::Nt {
+                a: &self.a[a0..a0 + rows * k],
+                lda: k,
+                b,
+                ldb: k,
+                rows,
+                cols: t.j1 - t.j0,
+                k,
+                alpha: self.alpha,
+                bias: self.bias.map(|b| &b[t.j0..t.j1]),
+            };
+            // SAFETY: as in `run_task`: rows `r0..r1` of this `c` matrix (stride n), columns
+            // `j0..j1`, lie inside `c` (`check_lengths`), and tasks cover disjoint tiles of it.
+            unsafe {
+                super::dot::gemm_nt(&nt, self.out.0.add((a_mat * m + t.r0) * n + t.j0), n);
             }
         }
     }
