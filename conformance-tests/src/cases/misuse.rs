@@ -17,19 +17,13 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("overlapping_outputs_are_refused", overlapping_outputs),
         case!("tensors_bind_to_kernels", tensors_bind_to_kernels),
         case!(
-            "defect_2_overflowing_op_params_are_errors_not_a_lost_device",
-            defect_2_op_params
+            "overflowing_op_params_are_errors_not_a_lost_device",
+            op_params
         ),
-        case!("defect_3_shape_arithmetic_is_checked", defect_3_shapes),
-        case!(
-            "defect_4_foreign_outputs_and_intermediate_reads",
-            defect_4_graphs
-        ),
-        case!(
-            "defect_8_kernel_on_freed_tensor_is_tracked",
-            defect_8_tracking
-        ),
-        case!("defect_9_typed_transfers_and_too_large", defect_9_dtypes),
+        case!("shape_arithmetic_is_checked", shapes),
+        case!("foreign_outputs_and_intermediate_reads", graphs),
+        case!("kernel_on_freed_tensor_is_tracked", tracking),
+        case!("typed_transfers_and_too_large", dtypes),
     ]
 }
 
@@ -216,7 +210,7 @@ async fn tensors_bind_to_kernels(ctx: &Ctx) -> R {
     Ok(())
 }
 
-async fn defect_2_op_params(ctx: &Ctx) -> R {
+async fn op_params(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
     let x = ctx
         .tensor_from(&rt, DType::F32, &[4], &[1.0f32; 4], "x")
@@ -268,7 +262,7 @@ async fn defect_2_op_params(ctx: &Ctx) -> R {
 
 /// The shapes overflow u64 bytes with a 32-bit `usize` (wasm32) as well as a 64-bit one (the
 /// browser run found that `[usize::MAX, 2]` is merely too large there).
-async fn defect_3_shapes(ctx: &Ctx) -> R {
+async fn shapes(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
     expect(
         "tensor of usize::MAX x usize::MAX x 2 f32",
@@ -291,7 +285,7 @@ async fn defect_3_shapes(ctx: &Ctx) -> R {
     rt.device_pool().check_invariants()
 }
 
-async fn defect_4_graphs(ctx: &Ctx) -> R {
+async fn graphs(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
     let mut other = Graph::new();
     let mut last = None;
@@ -337,7 +331,7 @@ async fn defect_4_graphs(ctx: &Ctx) -> R {
     )
 }
 
-async fn defect_8_tracking(ctx: &Ctx) -> R {
+async fn tracking(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
     for raw in [false, true] {
         let n = 1 << 16;
@@ -385,7 +379,7 @@ async fn defect_8_tracking(ctx: &Ctx) -> R {
     Ok(())
 }
 
-async fn defect_9_dtypes(ctx: &Ctx) -> R {
+async fn dtypes(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
     let t = rt.alloc(DType::F32, &[4], "f32").map_err(fail("alloc"))?;
     expect(

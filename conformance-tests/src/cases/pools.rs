@@ -17,19 +17,19 @@ type R = std::result::Result<(), String>;
 pub(crate) fn cases() -> Vec<Case> {
     vec![
         case!(
-            "defect_1_partial_unaligned_writes_leave_their_neighbours",
+            "partial_unaligned_writes_leave_their_neighbours",
             partial_unaligned_writes
         ),
         case!(
-            "defect_5_a_failed_allocate_holds_nothing",
+            "a_failed_allocate_holds_nothing",
             failed_allocate_holds_nothing
         ),
         case!(
-            "defect_6_a_failed_free_is_retryable_and_nothing_after_loss",
+            "a_failed_free_is_retryable_and_nothing_after_loss",
             failed_free_is_retryable
         ),
         case!(
-            "defect_7_one_pressure_path_across_device_pool_and_belt",
+            "one_pressure_path_across_device_pool_and_belt",
             pools_reclaim_from_each_other
         ),
     ]
@@ -271,11 +271,11 @@ async fn pools_reclaim_from_each_other(ctx: &Ctx) -> R {
     let t = ctx
         .tensor_from(&rt, DType::U8, &[data.len()], &data, "after freeing")
         .await
-        .map_err(|e| format!("upload after freeing every tensor (defect 7): {e}"))?;
+        .map_err(|e| format!("upload after freeing every tensor: {e}"))?;
     let back: Vec<u8> = ctx
         .download(&rt, &t)
         .await
-        .map_err(|e| format!("download after freeing every tensor (defect 7): {e}"))?;
+        .map_err(|e| format!("download after freeing every tensor: {e}"))?;
     check(back == data, || "round trip damaged".into())?;
     rt.free(t).map_err(fail("free"))?;
     ctx.synchronize(&rt).await.map_err(fail("sync"))?;
@@ -284,7 +284,7 @@ async fn pools_reclaim_from_each_other(ctx: &Ctx) -> R {
     check(belt_blocks > 0, || "the belt kept no block".into())?;
     let full = rt
         .alloc(DType::U8, &[4 << 20], "the whole cap")
-        .map_err(|e| format!("device allocation with idle belt blocks (defect 7): {e}"))?;
+        .map_err(|e| format!("device allocation with idle belt blocks: {e}"))?;
     check(rt.staging().stats().blocks == 0, || {
         "the belt kept its blocks under pressure".into()
     })?;

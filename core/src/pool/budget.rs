@@ -12,7 +12,7 @@
 //! of the runtime to return its idle blocks ([`Reclaim::release_idle`]), and retries once more;
 //! only then does it report [`Error::OutOfMemory`](crate::Error::OutOfMemory). So memory one pool
 //! holds idle is never what makes another pool fail (the conformance case
-//! `defect_7_one_pressure_path_across_device_pool_and_belt`).
+//! `one_pressure_path_across_device_pool_and_belt`).
 //!
 //! Lock order: a caller of `relieve` holds no pool lock, except the staging belt, which holds its
 //! own and is skipped by id (it trimmed itself). Arena pools never wait on another lock while

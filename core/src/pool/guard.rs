@@ -344,7 +344,7 @@ impl<P: DevicePool> device_pool::PoolAdaptor for Guarded<P> {
         });
         if let Err(e) = filled {
             // Nothing was handed out: undo the carve (the conformance case
-            // `defect_5_a_failed_allocate_holds_nothing`).
+            // `a_failed_allocate_holds_nothing`).
             self.inner.cancel(a.handle)?;
             return Err(e);
         }

@@ -69,7 +69,7 @@ impl<P: DevicePool> device_pool::PoolAdaptor for ZeroOnReuse<P> {
             }
             Err(e) => {
                 // Nothing was queued and nothing handed out: undo the carve (the conformance
-                // case `defect_5_a_failed_allocate_holds_nothing`).
+                // case `a_failed_allocate_holds_nothing`).
                 self.inner.cancel(a.handle)?;
                 Err(e)
             }

@@ -98,7 +98,7 @@ impl Runtime {
     /// A length that is not a multiple of the copy alignment ends inside a word the backend can
     /// only write whole: the bytes after `data` in that word are read first and written back
     /// unchanged, so a partial write never touches its neighbours (the conformance case
-    /// `defect_1_partial_unaligned_writes_leave_their_neighbours`). That costs
+    /// `partial_unaligned_writes_leave_their_neighbours`). That costs
     /// one small read (a wait for earlier work on the allocation) per unaligned write.
     ///
     /// # Errors

@@ -4,7 +4,7 @@
 //! free asks [`InFlight::last_use`] for the latest unfinished ticket that touches its range, so a
 //! kernel dispatched on raw ranges is tracked exactly like one dispatched on tensors: the pool
 //! defers the free until that ticket completes, so a freed range is not reused while a kernel on
-//! it is still queued (the conformance case `defect_8_kernel_on_freed_tensor_is_tracked`).
+//! it is still queued (the conformance case `kernel_on_freed_tensor_is_tracked`).
 
 use crate::backend::{BlockId, BlockRange, Ticket};
 

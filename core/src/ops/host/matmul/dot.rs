@@ -244,6 +244,29 @@ unsafe fn nt<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
         // SAFETY: `i < rows`, `j < cols`: writable and unshared per the caller's contract.
         unsafe { *c.add(i * ldc + j) = p.alpha * v + bias };
     };
+    if p.rows < MR {
+        // A matrix-vector product (a decode step): 8 rows of `B` per row of `A`, so 8 independent
+        // accumulator chains hide the multiply-add latency while `B` streams from memory.
+        let mut j = 0;
+        while j + 8 <= p.cols {
+            for i in 0..p.rows {
+                // SAFETY: as below.
+                let [row] = unsafe { block::<M, E, 1, 8>(p, i, j) };
+                for (s, &x) in row.iter().enumerate() {
+                    store(i, j + s, x);
+                }
+            }
+            j += 8;
+        }
+        for j in j..p.cols {
+            for i in 0..p.rows {
+                // SAFETY: as below.
+                let [[x]] = unsafe { block::<M, E, 1, 1>(p, i, j) };
+                store(i, j, x);
+            }
+        }
+        return;
+    }
     for i0 in (0..p.rows).step_by(chunk) {
         let i_end = (i0 + chunk).min(p.rows);
         let mut j = 0;
