@@ -16,7 +16,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use tensormem::plan::replay::{Event, Recorder, Recording, ReplayPlan, Step};
+use tensormem::plan::recording::{Event, Recorder, Recording, ReplayPlan, Step};
 use tensormem::suballoc::{Region, Tlsf};
 
 /// One decoder step: per layer q, k, v, scores, attention output, MLP hidden, residual; nested

@@ -54,7 +54,7 @@ mod index;
 mod liveness;
 mod occupancy;
 mod portfolio;
-pub mod replay;
+pub mod recording;
 
 mod rng;
 mod solve;

@@ -2,9 +2,9 @@
 //!
 //! A workload that allocates the same tensors in the same order every step (a transformer layer
 //! loop, an inference at any sequence length) brackets each step with [`ReplayPool::begin_step`]
-//! and [`ReplayPool::end_step`]. Each step is recorded (`plan::replay::Recorder`, which hashes the
+//! and [`ReplayPool::end_step`]. Each step is recorded (`plan::recording::Recorder`, which hashes the
 //! step's *shape*, its events without their sizes, as it goes). Once a shape has been seen
-//! [`ReplayConfig::repeats`] times it is planned (`plan::replay::ReplayPlan`), for the largest size
+//! [`ReplayConfig::repeats`] times it is planned (`plan::recording::ReplayPlan`), for the largest size
 //! each of its allocations has had, and later steps of that shape take their offsets from the plan
 //! in O(1), with zero fragmentation, as long as no allocation is larger than planned.
 //!
@@ -21,7 +21,7 @@
 //!   never seen) takes the plan of its key with the largest first allocation, stretched to it
 //!   ([`ReplayPlan::stretched`]) on an arena of the stretched size: each allocation gets room
 //!   for the size it is predicted to grow to, in proportion to the first allocation until two
-//!   runs of the shape have shown how it grows ([`Growth`](crate::plan::replay::Growth):
+//!   runs of the shape have shown how it grows ([`Growth`](crate::plan::recording::Growth):
 //!   attention scores without flash attention grow with the square). The step then follows the
 //!   plan from its start, and the plan becomes its shape's, so a new longest step does not run
 //!   dynamically beside the arena (`docs/performance.md`, "Replay pool"). The first event a plan
@@ -37,7 +37,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
-use crate::plan::replay::{Recorder, ReplayPlan, Replayer};
+use crate::plan::recording::{Recorder, ReplayPlan, Replayer};
 use crate::pool::arena::ArenaPool;
 use crate::pool::device_pool::DevicePool;
 use crate::pool::slots::{Handle, Slots, next_pool_id};

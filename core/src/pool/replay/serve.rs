@@ -6,7 +6,7 @@ use std::sync::{Arc, PoisonError, TryLockError};
 
 use super::{Entry, ReplayPool, Source, State};
 use crate::backend::{BlockRange, Ticket};
-use crate::plan::replay::Step;
+use crate::plan::recording::Step;
 use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
 use crate::pool::slots::Handle;
 use crate::{Error, Result};

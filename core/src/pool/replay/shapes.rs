@@ -1,4 +1,4 @@
-//! The replay pool's plans, one per shape (see [`crate::plan::replay`]): each shape keeps the
+//! The replay pool's plans, one per shape (see [`crate::plan::recording`]): each shape keeps the
 //! widest run seen (every allocation at its largest size) and the plan of that run, so a run of
 //! any size up to the widest follows it. The arena is sized for the largest plan kept.
 //!
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Result;
-use crate::plan::replay::{Growth, Recording, ReplayPlan, Replayer};
+use crate::plan::recording::{Growth, Recording, ReplayPlan, Replayer};
 
 /// One shape: its widest run and, once planned, the plan of it.
 struct Shape {
