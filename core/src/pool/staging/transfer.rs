@@ -40,7 +40,7 @@ impl StagingBelt {
         if data.is_empty() {
             return Err(Error::ZeroSize { what: "upload" });
         }
-        let padded = round_up(data.len() as u64, self.align);
+        let padded = pad(data.len(), self.align);
         if padded > dst.size {
             return Err(Error::OutOfBounds {
                 what: "upload destination",
@@ -53,7 +53,7 @@ impl StagingBelt {
         let mut ticket = Ticket::DONE;
         let mut scratch = Vec::new();
         for (i, part) in data.chunks(chunk).enumerate() {
-            let size = round_up(part.len() as u64, self.align);
+            let size = pad(part.len(), self.align);
             let bytes: &[u8] = if size as usize == part.len() {
                 part
             } else {
@@ -126,7 +126,7 @@ impl StagingBelt {
         if out.is_empty() {
             return Err(Error::ZeroSize { what: "download" });
         }
-        let padded = round_up(out.len() as u64, self.align);
+        let padded = pad(out.len(), self.align);
         if padded > src.size {
             return Err(Error::OutOfBounds {
                 what: "download source",
@@ -138,7 +138,7 @@ impl StagingBelt {
         let chunk = self.config.block_size as usize;
         let mut scratch = Vec::new();
         for (i, part) in out.chunks_mut(chunk).enumerate() {
-            let size = round_up(part.len() as u64, self.align);
+            let size = pad(part.len(), self.align);
             let (id, region) = self.region(waiting, MemoryKind::Readback, size).await?;
             let backend = self.backend.as_ref();
             let copied = backend.copy(
@@ -184,6 +184,8 @@ impl StagingBelt {
     }
 }
 
-fn round_up(v: u64, align: u64) -> u64 {
-    v.div_ceil(align) * align
+/// `len` bytes padded to the copy alignment (a power of two); past `u64::MAX` it is `u64::MAX`,
+/// which no destination holds, so the size check refuses it.
+fn pad(len: usize, align: u64) -> u64 {
+    crate::align::align_up(len as u64, align).unwrap_or(u64::MAX)
 }
