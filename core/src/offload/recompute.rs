@@ -176,3 +176,6 @@ pub(super) fn arrival_after(way: Way, op: Option<u64>) -> Arrival {
         _ => Arrival::SwapIn,
     }
 }
+
+#[cfg(test)]
+mod tests;
