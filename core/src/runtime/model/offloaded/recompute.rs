@@ -170,3 +170,6 @@ impl Offloaded {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
