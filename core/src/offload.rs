@@ -8,7 +8,9 @@
 //!    copied out after the first and back before the second), or, for a weight, the whole time it
 //!    is not in use (its host copy is the master, so it is only ever copied in: "streamed");
 //! 2. ranks them by one of four [`Score`]s and, while the device load at the peak step is above
-//!    the budget, takes the best absence that *spans that peak* and is not tiny;
+//!    the budget, takes the best absence that *spans that peak* and is not tiny; an activation
+//!    whose producer can be re-run ([`Recomputable`]) is recomputed instead of swapped where that
+//!    is cheaper and its producer's inputs are resident then ([`recompute`]);
 //! 3. places every device residency interval (the swapped-in copies included) with the static
 //!    planner ([`crate::plan::solve`]) under the budget as capacity, lowering the load target when
 //!    fragmentation leaves the placed peak above the budget;
@@ -37,8 +39,10 @@ use std::time::Duration;
 use crate::plan;
 use crate::{Error, Result};
 
+pub mod recompute;
 mod select;
 
+pub use recompute::{Producer, Recomputable};
 pub use select::score_value;
 
 /// How absences are ranked (AutoSwap's priority scores).
@@ -171,6 +175,12 @@ pub enum Arrival {
     SwapIn,
     /// Written from host memory before op `lower` (a [`TensorClass::Staged`] tensor).
     HostWrite,
+    /// Produced again before op `lower` by re-running op `op` (its producer) into the
+    /// residency's offset, from inputs resident at `lower` ([`recompute`]).
+    Recompute {
+        /// The producing op.
+        op: u64,
+    },
 }
 
 /// One device residency interval of one tensor, with its planned offset.
@@ -186,7 +196,8 @@ pub struct Residency {
     pub offset: u64,
     /// How its bytes arrive.
     pub arrival: Arrival,
-    /// Copied out after op `upper - 1` (an activation that comes back later).
+    /// Copied out after op `upper - 1` (an activation that comes back later by
+    /// [`Arrival::SwapIn`]).
     pub copy_out: bool,
 }
 
@@ -203,7 +214,12 @@ pub struct ScoreOutcome {
     pub bytes_to_host: u64,
     /// Absences taken.
     pub absences: usize,
-    /// Stall the two-lane model predicts per run.
+    /// Bytes produced again by re-running ops, per run ([`Arrival::Recompute`]).
+    pub bytes_recomputed: u64,
+    /// Extra work per run: the bytes the re-run ops bind.
+    pub recompute_work: u64,
+    /// Time per run the two-lane model predicts offloading costs: ops waiting for copies, plus
+    /// the re-run ops.
     pub predicted_stall: Duration,
 }
 
@@ -235,8 +251,11 @@ impl OffloadSchedule {
 #[derive(Clone, Debug)]
 struct Absence {
     tensor: usize,
-    /// Steps away: `[from, to)`, possibly wrapping past the end of the run (weights).
+    /// Steps away when swapped or streamed: `[from, to)`, possibly wrapping past the end of the
+    /// run (weights); empty when the gap is too short for a copy.
     spans: Vec<(u64, u64)>,
+    /// Steps away when recomputed instead: `[from, at)`, re-run before op `at`.
+    recompute: Option<(u64, u64)>,
 }
 
 /// Computes an offload schedule for `tensors` over `ops` within `desc.budget`. See the module doc.
@@ -249,6 +268,20 @@ pub fn schedule(
     tensors: &[OffloadTensor],
     ops: &[OffloadOp],
     desc: &OffloadDesc,
+) -> Result<OffloadSchedule> {
+    schedule_with_recompute(tensors, ops, desc, &Recomputable::none())
+}
+
+/// [`schedule`], where the tensors `rc` names may also be recomputed ([`recompute`]).
+///
+/// # Errors
+/// As [`schedule`]; [`Error::InvalidArgument`] for a producer table that does not fit the tensors
+/// and ops.
+pub fn schedule_with_recompute(
+    tensors: &[OffloadTensor],
+    ops: &[OffloadOp],
+    desc: &OffloadDesc,
+    rc: &Recomputable,
 ) -> Result<OffloadSchedule> {
     let n = ops.len() as u64;
     if !desc.align.is_power_of_two() {
@@ -265,13 +298,14 @@ pub fn schedule(
             "offload: tensor {t} is used at a step beyond the {n} ops"
         )));
     }
+    rc.check(tensors, n)?;
     check_working_sets(tensors, ops, desc)?;
-    let absences = absences(tensors, n, desc);
+    let absences = absences(tensors, n, desc, rc);
     let mut outcomes = Vec::new();
     let mut best: Option<(Score, select::Placed)> = None;
     let mut first_error = None;
     for &score in &desc.scores {
-        match select::run(tensors, ops, &absences, desc, score) {
+        match select::run((tensors, ops, rc), &absences, desc, score) {
             Ok(placed) => {
                 outcomes.push(placed.outcome(score));
                 let better = best
@@ -288,6 +322,8 @@ pub fn schedule(
                     bytes_to_device: 0,
                     bytes_to_host: 0,
                     absences: 0,
+                    bytes_recomputed: 0,
+                    recompute_work: 0,
                     predicted_stall: Duration::ZERO,
                 });
                 first_error.get_or_insert(e);
@@ -349,7 +385,12 @@ fn check_working_sets(
 /// The absences each tensor can take (module doc). An absence frees the tensor's bytes from the
 /// step after a use until `prefetch_lead` steps before the next one, so only gaps longer than the
 /// lead free anything.
-fn absences(tensors: &[OffloadTensor], n: u64, desc: &OffloadDesc) -> Vec<Absence> {
+fn absences(
+    tensors: &[OffloadTensor],
+    n: u64,
+    desc: &OffloadDesc,
+    rc: &Recomputable,
+) -> Vec<Absence> {
     let lead = desc.prefetch_lead;
     let mut out = Vec::new();
     for (i, t) in tensors.iter().enumerate() {
@@ -374,15 +415,22 @@ fn absences(tensors: &[OffloadTensor], n: u64, desc: &OffloadDesc) -> Vec<Absenc
                     spans.push((0, first - lead));
                 }
                 if !spans.is_empty() {
-                    out.push(Absence { tensor: i, spans });
+                    out.push(Absence {
+                        tensor: i,
+                        spans,
+                        recompute: None,
+                    });
                 }
             }
             TensorClass::Output | TensorClass::Intermediate => {
-                for (a, b) in gaps {
-                    if a < b {
+                let producer = rc.producer(i).is_some();
+                for (w, (a, b)) in t.uses.windows(2).zip(gaps) {
+                    let recompute = (producer && w[0] + 1 < w[1]).then_some((w[0] + 1, w[1]));
+                    if a < b || recompute.is_some() {
                         out.push(Absence {
                             tensor: i,
-                            spans: vec![(a, b)],
+                            spans: if a < b { vec![(a, b)] } else { Vec::new() },
+                            recompute,
                         });
                     }
                 }

@@ -5,7 +5,8 @@
 //! graph runs twice: on the target as it is (unified memory binds offloaded tensors
 //! in place) and with staging forced (every offload copy runs, as on a discrete GPU). Swap-ins
 //! take both paths where the backend offers the direct one: a device copy out of host-visible
-//! memory, and a read back through the host.
+//! memory, and a read back through the host. An activation whose producer can be re-run from
+//! resident inputs is recomputed instead of swapped (issue 45), with the same outputs.
 
 use tensormem::graph::TensorKind;
 use tensormem::ops::{DType, Op, WeightFormat};
@@ -22,6 +23,7 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("offload: budget below an op's operands names the op", budget_below_working_set, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
         case!("offload: a table larger than the budget streams only the looked-up rows", embedding_rows_below_the_table, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
         case!("offload: swap-ins as device copies and through the host give the same outputs", swap_in_paths, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
+        case!("offload: a recomputed activation gives the unbudgeted outputs", recomputed_equals_unbudgeted, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
     ]
 }
 
@@ -342,4 +344,98 @@ fn compile_within(
             Err(e) => return Err(format!("graph {seed} at {budget} of {need}: {e}")),
         }
     }
+}
+
+/// `a = relu(x)` branches off the input and is read by the first layer and the last op; four
+/// layers `h = (h + v_k) + (h + w_k)` peak with `x`, `a`, both addends and `h` live. Returns the
+/// graph, its feeds, the output and the bytes of one activation.
+fn branch_graph() -> Result<(Graph, Feeds, TensorId, u64), String> {
+    const LEN: usize = 16 << 10;
+    const W: usize = 256;
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[LEN]);
+    let f32s = |v: Vec<f32>| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let mut feeds = vec![(
+        x,
+        f32s((0..LEN).map(|i| (i % 23) as f32 * 0.37 - 4.0).collect()),
+    )];
+    let relu = Op::Relu { len: LEN as u32 };
+    let a = g.op(relu, &[x], &[LEN], "branch").map_err(fail("graph"))?;
+    let add = |b_len: usize| Op::Add {
+        len: LEN as u32,
+        b_len: b_len as u32,
+    };
+    let mut h = a;
+    for k in 0..4 {
+        let v = g.weight(&format!("v{k}"), DType::F32, &[W]);
+        let w = g.weight(&format!("w{k}"), DType::F32, &[W]);
+        for (j, t) in [v, w].into_iter().enumerate() {
+            let data = (0..W).map(|i| ((i * 5 + k * 3 + j) % 13) as f32 - 6.5);
+            feeds.push((t, f32s(data.collect())));
+        }
+        let p = g.op(add(W), &[h, v], &[LEN], &format!("addv{k}"));
+        let p = p.map_err(fail("graph"))?;
+        let q = g.op(add(W), &[h, w], &[LEN], &format!("addw{k}"));
+        let q = q.map_err(fail("graph"))?;
+        h = g
+            .op(add(LEN), &[p, q], &[LEN], &format!("sum{k}"))
+            .map_err(fail("graph"))?;
+    }
+    let y = g
+        .op(add(LEN), &[h, a], &[LEN], "residual")
+        .map_err(fail("graph"))?;
+    g.output(y);
+    Ok((g, feeds, y, 4 * LEN as u64))
+}
+
+/// Issue 45: under a budget half an activation below the peak, `a` leaves; with staging forced
+/// it is re-run from `x` before the residual (nothing is copied out), and on every path the
+/// outputs equal the unbudgeted run's.
+async fn recomputed_equals_unbudgeted(ctx: &Ctx) -> R {
+    for force_staging in [false, true] {
+        let rt = ctx
+            .runtime(RuntimeConfig {
+                force_staging,
+                ..RuntimeConfig::default()
+            })
+            .map_err(fail("runtime"))?;
+        let (g, feeds, y, bytes) = branch_graph()?;
+        let mut plain = rt.compile(&g).map_err(fail("compile"))?;
+        feed_bytes(ctx, &mut plain, &g, &feeds).await?;
+        let want = outputs(ctx, &mut plain, &[y]).await?;
+        drop(plain);
+        let align = {
+            let c = ctx.backend.capabilities();
+            c.binding_align.max(c.copy_align).max(1).next_power_of_two()
+        };
+        let budget = 4 * bytes + bytes / 2 + 8 * (1024u64).next_multiple_of(align);
+        let desc = CompileDesc {
+            device_budget: Some(budget),
+            min_offload_size: 0,
+            ..CompileDesc::default()
+        };
+        let mut model = rt.compile_with(&g, &desc).map_err(fail("compile_with"))?;
+        feed_bytes(ctx, &mut model, &g, &feeds).await?;
+        let got = outputs(ctx, &mut model, &[y]).await?;
+        check(got == want, || {
+            format!("staging forced {force_staging}: outputs differ")
+        })?;
+        let r = model.memory_report();
+        let o = r.offload.ok_or("a budgeted model reports its offload")?;
+        check(r.peak_device_bytes <= budget, || {
+            format!("peak {} over budget {budget}", r.peak_device_bytes)
+        })?;
+        if !o.unified {
+            let runs = r.runs.max(1);
+            check(o.bytes_recomputed / runs == bytes, || {
+                format!(
+                    "{} bytes recomputed per run, want {bytes}: {o:?}",
+                    o.bytes_recomputed / runs
+                )
+            })?;
+        }
+        drop(model);
+        rt.check_leaks().map_err(fail("leaks"))?;
+    }
+    Ok(())
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::recompute::{self, Recomputable, Way};
 use super::{
     Absence, Arrival, OffloadDesc, OffloadOp, OffloadTensor, Residency, Score, ScoreOutcome,
     TensorClass,
@@ -19,6 +20,8 @@ pub(super) struct Placed {
     pub(super) to_device: u64,
     pub(super) to_host: u64,
     pub(super) absences: usize,
+    pub(super) recomputed: u64,
+    pub(super) recompute_work: u64,
 }
 
 impl Placed {
@@ -33,6 +36,8 @@ impl Placed {
             bytes_to_device: self.to_device,
             bytes_to_host: self.to_host,
             absences: self.absences,
+            bytes_recomputed: self.recomputed,
+            recompute_work: self.recompute_work,
             predicted_stall: self.stall,
         }
     }
@@ -62,20 +67,23 @@ pub fn score_value(
     }
 }
 
+/// The graph as the selection sees it: tensors, ops, and which tensors can be re-run.
+pub(super) type Input<'a> = (&'a [OffloadTensor], &'a [OffloadOp], &'a Recomputable);
+
 /// Takes absences by `score` until the placed peak fits the budget (parent module doc).
 pub(super) fn run(
-    tensors: &[OffloadTensor],
-    ops: &[OffloadOp],
+    input: Input<'_>,
     absences: &[Absence],
     desc: &OffloadDesc,
     score: Score,
 ) -> Result<Placed> {
+    let (tensors, ops, rc) = input;
     let n = ops.len() as u64;
-    let mut chosen = vec![false; absences.len()];
+    let mut chosen: Vec<Option<Way>> = vec![None; absences.len()];
     let mut host = vec![false; tensors.len()];
     let mut target = desc.budget;
     loop {
-        let res = residencies(tensors, absences, &chosen, &host, n, desc.prefetch_lead);
+        let res = residencies(input, absences, &chosen, &host, desc.prefetch_lead);
         let load = load(tensors, &res, n, desc.align);
         let (p, max) = load
             .iter()
@@ -88,7 +96,7 @@ pub(super) fn run(
                 Ok((offsets, peak, algorithm)) => {
                     let placed =
                         Placed::new(tensors, ops, desc, res, offsets, host, peak, algorithm);
-                    let taken = chosen.iter().filter(|c| **c).count();
+                    let taken = chosen.iter().filter(|c| c.is_some()).count();
                     return Ok(Placed {
                         absences: placed.absences + taken,
                         ..placed
@@ -102,25 +110,37 @@ pub(super) fn run(
                 }
             }
         }
-        let spans_peak = |a: &Absence| {
-            a.spans
-                .iter()
-                .any(|&(x, y)| x <= p as u64 && (p as u64) < y)
-        };
+        let covers = |spans: &[(u64, u64)], s: u64| spans.iter().any(|&(x, y)| x <= s && s < y);
+        let recomputes = absences
+            .iter()
+            .zip(&chosen)
+            .filter(|(_, c)| **c == Some(Way::Recompute))
+            .filter_map(|(a, _)| a.recompute.map(|(_, at)| (a.tensor, at)));
+        let pins = recompute::pins(tensors.len(), recomputes, rc);
         let pick = absences
             .iter()
             .enumerate()
-            .filter(|(i, a)| !chosen[*i] && !host[a.tensor] && spans_peak(a))
-            .map(|(i, a)| {
+            .filter(|(i, a)| chosen[*i].is_none() && !host[a.tensor])
+            .filter_map(|(i, a)| {
+                let way = recompute::way(a.tensor, &a.spans, a.recompute, input, &res, desc)?;
+                let spans = match (way, a.recompute) {
+                    (Way::Recompute, Some(r)) => vec![r],
+                    _ => a.spans.clone(),
+                };
+                let pinned = pins[a.tensor].iter().any(|&s| covers(&spans, s));
+                if !covers(&spans, p as u64) || pinned {
+                    return None;
+                }
                 let size = tensors[a.tensor].size;
-                (i, score_value(score, &a.spans, size, &load, target), size)
+                let value = score_value(score, &spans, size, &load, target);
+                Some((i, way, value, size))
             })
             .max_by(|x, y| {
-                (x.1, x.2)
-                    .partial_cmp(&(y.1, y.2))
+                (x.2, x.3)
+                    .partial_cmp(&(y.2, y.3))
                     .unwrap_or(std::cmp::Ordering::Equal)
             });
-        let Some((i, _, _)) = pick else {
+        let Some((i, way, _, _)) = pick else {
             return Err(Error::BudgetBelowWorkingSet {
                 step: p,
                 op: ops.get(p).map_or_else(String::new, |o| o.label.clone()),
@@ -131,23 +151,29 @@ pub(super) fn run(
         if desc.unified {
             host[absences[i].tensor] = true;
         } else {
-            chosen[i] = true;
+            chosen[i] = Some(way);
         }
     }
 }
 
 /// Every tensor's device residency intervals, given the absences taken (offsets not yet placed).
 fn residencies(
-    tensors: &[OffloadTensor],
+    (tensors, ops, rc): Input<'_>,
     absences: &[Absence],
-    chosen: &[bool],
+    chosen: &[Option<Way>],
     host: &[bool],
-    n: u64,
     lead: u64,
 ) -> Vec<Residency> {
-    let mut away: Vec<Vec<(u64, u64)>> = vec![Vec::new(); tensors.len()];
-    for (a, _) in absences.iter().zip(chosen).filter(|(_, c)| **c) {
-        away[a.tensor].extend_from_slice(&a.spans);
+    let n = ops.len() as u64;
+    let mut away: Vec<Vec<(u64, u64, Way)>> = vec![Vec::new(); tensors.len()];
+    for (a, &way) in absences.iter().zip(chosen) {
+        match (way, a.recompute) {
+            (Some(Way::Recompute), Some((from, at))) => {
+                away[a.tensor].push((from, at, Way::Recompute))
+            }
+            (Some(_), _) => away[a.tensor].extend(a.spans.iter().map(|&(x, y)| (x, y, Way::Swap))),
+            (None, _) => {}
+        }
     }
     let mut out = Vec::new();
     for (i, t) in tensors.iter().enumerate() {
@@ -174,33 +200,37 @@ fn residencies(
             }
         };
         let spans = &mut away[i];
-        spans.sort_unstable();
+        spans.sort_unstable_by_key(|s| (s.0, s.1));
         let streamed = t.class == TensorClass::Weight && !spans.is_empty();
+        let producer = rc.producer(i).map(|p| p.op);
         let mut start = lower;
+        let mut arrival = if streamed {
+            Arrival::Prefetch
+        } else {
+            Arrival::InPlace
+        };
         let mut pieces = Vec::new();
-        for &(a, b) in spans.iter() {
+        for &(a, b, way) in spans.iter() {
             if a > start {
-                pieces.push((start, a));
+                pieces.push((start, a, arrival));
+            }
+            if !streamed {
+                arrival = recompute::arrival_after(way, producer);
             }
             start = start.max(b);
         }
         if start < upper {
-            pieces.push((start, upper));
+            pieces.push((start, upper, arrival));
         }
-        let count = pieces.len();
-        for (k, (lo, hi)) in pieces.into_iter().enumerate() {
-            let arrival = match (streamed, k) {
-                (true, _) => Arrival::Prefetch,
-                (false, 0) => Arrival::InPlace,
-                (false, _) => Arrival::SwapIn,
-            };
+        for (k, &(lo, hi, arrival)) in pieces.iter().enumerate() {
+            let next = pieces.get(k + 1).map(|p| p.2);
             out.push(Residency {
                 tensor: i,
                 lower: lo,
                 upper: hi,
                 offset: 0,
                 arrival,
-                copy_out: !streamed && k + 1 < count,
+                copy_out: next == Some(Arrival::SwapIn),
             });
         }
     }
@@ -280,11 +310,20 @@ impl Placed {
         for (r, o) in residencies.iter_mut().zip(offsets) {
             r.offset = o;
         }
+        let copied =
+            |r: &&Residency| !matches!(r.arrival, Arrival::InPlace | Arrival::Recompute { .. });
         let to_device = residencies
             .iter()
-            .filter(|r| r.arrival != Arrival::InPlace)
+            .filter(copied)
             .map(|r| tensors[r.tensor].size)
             .sum();
+        let (mut recomputed, mut recompute_work) = (0, 0);
+        for r in &residencies {
+            if let Arrival::Recompute { op } = r.arrival {
+                recomputed += tensors[r.tensor].size;
+                recompute_work += ops.get(op as usize).map_or(0, |o| o.bytes);
+            }
+        }
         let to_host = residencies
             .iter()
             .filter(|r| r.copy_out)
@@ -301,6 +340,8 @@ impl Placed {
             to_device,
             to_host,
             absences,
+            recomputed,
+            recompute_work,
         }
     }
 }
@@ -308,7 +349,8 @@ impl Placed {
 /// The two-lane model: op `k` takes `bytes / device_bandwidth`; copies run one at a time on the
 /// transfer lane at `link_bandwidth`, a copy in issued when op `lower` of its residency starts
 /// (that op and the ones up to its use overlap it), a copy out when its last op ends. An op waits
-/// for every copy in that it binds. Returns the time ops spend waiting.
+/// for every copy in that it binds; the producers re-run before op `k` take their own time on
+/// the compute lane first. Returns the time ops spend waiting plus the re-runs' time.
 fn predicted_stall(
     tensors: &[OffloadTensor],
     ops: &[OffloadOp],
@@ -321,10 +363,17 @@ fn predicted_stall(
     }
     let mut copies_in: Vec<Vec<(usize, f64)>> = vec![Vec::new(); n];
     let mut copies_out: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut rerun = vec![0f64; n];
     for r in res {
         let t = &tensors[r.tensor];
         let secs = t.size as f64 / desc.link_bandwidth;
-        if r.arrival != Arrival::InPlace && (r.lower as usize) < n {
+        if let (Arrival::Recompute { op }, Some(slot)) =
+            (r.arrival, rerun.get_mut(r.lower as usize))
+        {
+            *slot += ops
+                .get(op as usize)
+                .map_or(0.0, |o| recompute::recompute_seconds(o, desc));
+        } else if r.arrival != Arrival::InPlace && (r.lower as usize) < n {
             let first_use = t
                 .uses
                 .iter()
@@ -343,6 +392,8 @@ fn predicted_stall(
             lane = lane.max(clock) + secs;
             ready[use_at] = ready[use_at].max(lane);
         }
+        clock += rerun[k];
+        stall += rerun[k];
         let start = clock.max(ready[k]);
         stall += start - clock;
         clock = start + ops[k].bytes as f64 / desc.device_bandwidth;

@@ -3,7 +3,8 @@
 //! without a budget (default 100, 75, 50, 35, 25, 15 and 10%), once per offload score. Each row
 //! reports the peak device bytes the model's pool measured; the time of the fastest run as a
 //! ratio to the fastest unbudgeted run interleaved with it (same inputs, same warm-up, same load:
-//! a second, unbudgeted instance runs between the budgeted runs); the bytes moved each way; the
+//! a second, unbudgeted instance runs between the budgeted runs); the bytes moved each way, the
+//! bytes recomputed instead of swapped and the extra work (bytes the re-run ops bind); the
 //! stall the two-lane model predicted and the measured one (the host's wait for copy-outs plus,
 //! where the backend measures them, the compute lane's device-side waits for the transfer lane;
 //! the time ratio is the real overhead); whether the embeddings are bit-identical to the unbudgeted ones; and which score
@@ -55,6 +56,10 @@ pub struct OffloadRow {
     pub to_device: u64,
     /// Bytes copied to the host per run.
     pub to_host: u64,
+    /// Bytes produced again by re-running their ops per run (recomputed instead of swapped).
+    pub recomputed: u64,
+    /// Extra work per run: the bytes the re-run ops bound.
+    pub recompute_work: u64,
     /// Host time waiting for copies in the last run.
     pub stall: Duration,
     /// Stall per run the schedule's two-lane model predicted.
@@ -189,6 +194,8 @@ struct Measured {
     peak: u64,
     to_device: u64,
     to_host: u64,
+    recomputed: u64,
+    recompute_work: u64,
     stall: Duration,
     predicted_stall: Duration,
     unified: bool,
@@ -256,6 +263,9 @@ fn measure(
             false,
         ),
     };
+    let (recomputed, recompute_work) = report.offload.as_ref().map_or((0, 0), |o| {
+        (o.bytes_recomputed / runs_done, o.recompute_work / runs_done)
+    });
     let transfer_lane = report.offload.as_ref().is_some_and(|o| o.transfer_lane);
     let direct_swap_in = report.offload.as_ref().is_some_and(|o| o.direct_swap_in);
     let lane_waits_measured = report
@@ -276,6 +286,8 @@ fn measure(
         peak: report.peak_device_bytes,
         to_device,
         to_host,
+        recomputed,
+        recompute_work,
         stall,
         predicted_stall,
         unified,
@@ -306,6 +318,8 @@ impl Measured {
             time_ratio: self.fastest.as_secs_f64() / self.base_fastest.as_secs_f64().max(1e-12),
             to_device: self.to_device,
             to_host: self.to_host,
+            recomputed: self.recomputed,
+            recompute_work: self.recompute_work,
             stall: self.stall,
             predicted_stall: self.predicted_stall,
             won: false,
@@ -324,12 +338,12 @@ impl Measured {
 pub fn to_markdown(rows: &[OffloadRow]) -> String {
     let compared = rows.iter().any(|r| r.lane_off.is_some());
     let mut out = String::from(
-        "| seq | budget | score | attention chunks | peak device | time vs unbudgeted | to device / run | to host / run | stall predicted / measured | identical |",
+        "| seq | budget | score | attention chunks | peak device | time vs unbudgeted | to device / run | to host / run | recomputed / run (extra work) | stall predicted / measured | identical |",
     );
     out += if compared {
-        " lane off: time / stall |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+        " lane off: time / stall |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     } else {
-        "\n|---|---|---|---|---|---|---|---|---|---|\n"
+        "\n|---|---|---|---|---|---|---|---|---|---|---|\n"
     };
     for r in rows {
         let budget = r
@@ -342,14 +356,14 @@ pub fn to_markdown(rows: &[OffloadRow]) -> String {
         };
         if let Some(e) = &r.error {
             out += &format!(
-                "| {} | {budget} | {score} | - | - | - | - | - | - | {e} |{}\n",
+                "| {} | {budget} | {score} | - | - | - | - | - | - | - | {e} |{}\n",
                 r.seq,
                 if compared { " - |" } else { "" }
             );
             continue;
         }
         out += &format!(
-            "| {} | {budget} ({}) | {score} | {} | {} | {:.2}x | {} | {} | {:.1} / {:.1} ms{} | {}{} |\n",
+            "| {} | {budget} ({}) | {score} | {} | {} | {:.2}x | {} | {} | {} ({}) | {:.1} / {:.1} ms{} | {}{} |\n",
             r.seq,
             mib(r.budget),
             r.chunks,
@@ -357,6 +371,8 @@ pub fn to_markdown(rows: &[OffloadRow]) -> String {
             r.time_ratio,
             mib(r.to_device),
             mib(r.to_host),
+            mib(r.recomputed),
+            mib(r.recompute_work),
             r.predicted_stall.as_secs_f64() * 1e3,
             r.stall.as_secs_f64() * 1e3,
             if r.transfer_lane && !r.lane_waits_measured {
@@ -417,6 +433,8 @@ pub fn to_json(rows: &[OffloadRow]) -> Value {
                 "time_ratio": r.time_ratio,
                 "bytes_to_device_per_run": r.to_device,
                 "bytes_to_host_per_run": r.to_host,
+                "bytes_recomputed_per_run": r.recomputed,
+                "recompute_work_bytes_per_run": r.recompute_work,
                 "stall_ms": r.stall.as_secs_f64() * 1e3,
                 "predicted_stall_ms": r.predicted_stall.as_secs_f64() * 1e3,
                 "picked": r.won,

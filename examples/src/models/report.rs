@@ -159,6 +159,7 @@ impl InferenceReport {
              \x20 peak device bytes            {peak} (measured by the pool; schedule {planned})\n\
              \x20 offload schedule             {score} score won{unified}; predicted per run: {scores}\n\
              \x20 bytes moved per run          {to_dev} to device, {to_host} to host\n\
+             \x20 recomputed per run           {recomputed} (the re-run ops bound {work})\n\
              \x20 stall (last run)             {stall:.3} ms waiting for copies ({waits})\n\
              \x20 runtime device account       {account} reserved (this model included), limit {limit}",
             budget = bytes(o.budget),
@@ -173,6 +174,8 @@ impl InferenceReport {
             scores = scores.join("; "),
             to_dev = bytes(o.bytes_to_device / runs),
             to_host = bytes(o.bytes_to_host / runs),
+            recomputed = bytes(o.bytes_recomputed / runs),
+            work = bytes(o.recompute_work / runs),
             stall = o.last_stall.as_secs_f64() * 1e3,
             waits = if o.lane_waits_measured {
                 "host waits and the compute lane's device-side waits"
@@ -306,6 +309,23 @@ impl InferenceReport {
             }),
         });
         // Added outside `json!`: one macro call with every field passes its recursion limit.
+        if let (Some(o), Some(off)) = (&m.offload, v["offload"].as_object_mut()) {
+            let runs = m.runs.max(1);
+            off.insert(
+                "bytes_recomputed_per_run".into(),
+                json!(o.bytes_recomputed / runs),
+            );
+            off.insert(
+                "recompute_work_bytes_per_run".into(),
+                json!(o.recompute_work / runs),
+            );
+            if let Some(scores) = off.get_mut("scores").and_then(Value::as_array_mut) {
+                for (j, s) in scores.iter_mut().zip(&o.outcomes) {
+                    j["bytes_recomputed"] = json!(s.bytes_recomputed);
+                    j["recompute_work_bytes"] = json!(s.recompute_work);
+                }
+            }
+        }
         v["weight_bytes_by_dtype"] = m
             .weight_bytes_by_dtype
             .iter()

@@ -16,7 +16,8 @@
 //! memory, which kernels then bind in place); `Readback` blocks receive activations copied out.
 //!
 //! Per run, in op order: before op `k`, the residencies that start at `k` arrive (a streamed
-//! weight: a device copy from its master; an activation: a device copy from its `Readback` slot
+//! weight: a device copy from its master; a recomputed activation: its producer re-run
+//! ([`recompute`]); a swapped activation: a device copy from its `Readback` slot
 //! where the backend copies out of host-visible memory ([`crate::Capabilities::host_visible_copies`]),
 //! else its copy-out is read back and staged in); op `k` is dispatched on the ranges of the residencies that hold its operands; after it,
 //! residencies that end with a copy-out are copied to their `Readback` slot. The device copies
@@ -43,7 +44,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{BlockRange, MemoryKind, Ticket, TransferTicket};
-use crate::offload::{self, Arrival, Score, TensorClass};
+use crate::offload::{Arrival, TensorClass};
 use crate::pool::{Allocation, ArenaConfig, ArenaPool, Budget, DevicePool};
 use crate::runtime::Runtime;
 use crate::{Error, Result};
@@ -51,83 +52,18 @@ use crate::{Error, Result};
 use super::Model;
 
 mod compile;
+mod desc;
 mod gather;
 mod host_io;
 pub(crate) mod lanes;
+mod recompute;
 mod run_trace;
 
 use compile::Variant;
+pub use desc::{CompileDesc, OffloadReport};
 use gather::RowGather;
+use recompute::Reruns;
 use run_trace::OffloadTrace;
-
-/// How a budgeted model is compiled ([`Runtime::compile_with`]).
-#[derive(Clone, Debug)]
-pub struct CompileDesc {
-    /// Device bytes the model may use at most (`None`: no budget, the plain [`Runtime::compile`]).
-    pub device_budget: Option<u64>,
-    /// Offload scores to try (default all four; the lowest predicted stall wins).
-    pub scores: Vec<Score>,
-    /// Tensors smaller than this never move (default 64 KiB).
-    pub min_offload_size: u64,
-    /// Ops between a prefetch's issue and its use (default 1).
-    pub prefetch_lead: u64,
-    /// Run the copies on the backend's transfer lane, beside the kernels, where the backend has
-    /// a concurrent one (default `true`); `false` puts them on the compute queue between the
-    /// kernels (the executor before lanes, kept to measure what the lane gains).
-    pub transfer_lane: bool,
-    /// Swap activations back in with one device copy from their `Readback` slot where the
-    /// backend allows it ([`crate::Capabilities::host_visible_copies`]) (default `true`); `false`
-    /// reads the slot on the host and stages the bytes back in, as on a backend that cannot (kept
-    /// to test and measure that path everywhere). Outputs are identical either way.
-    pub direct_swap_in: bool,
-}
-
-impl Default for CompileDesc {
-    fn default() -> Self {
-        CompileDesc {
-            device_budget: None,
-            scores: Score::ALL.to_vec(),
-            min_offload_size: 64 << 10,
-            prefetch_lead: 1,
-            transfer_lane: true,
-            direct_swap_in: true,
-        }
-    }
-}
-
-/// What a budgeted model reports (part of [`MemoryReport`](super::MemoryReport)).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct OffloadReport {
-    /// The budget, in bytes.
-    pub budget: u64,
-    /// The placed device peak of the schedule (the arena), in bytes.
-    pub planned_peak: u64,
-    /// The score that won, and every score's outcome.
-    pub score: String,
-    /// Every score tried.
-    pub outcomes: Vec<offload::ScoreOutcome>,
-    /// Device memory is host-visible: nothing is copied; tensors kept off the device are bound
-    /// in host-visible memory.
-    pub unified: bool,
-    /// Bytes copied host-to-device over all runs.
-    pub bytes_to_device: u64,
-    /// Bytes copied device-to-host over all runs.
-    pub bytes_to_host: u64,
-    /// The measured stall of the last run: the time the host waited for copy-outs to land, plus
-    /// (after [`Model::run`](super::Model::run), where the backend measures it) the time the
-    /// compute lane waited for the transfer lane.
-    pub last_stall: Duration,
-    /// Whether `last_stall` holds the compute lane's device-side waits for the transfer lane
-    /// ([`TransferLanes::transfer_stall`](crate::TransferLanes::transfer_stall): measured on
-    /// the host, CUDA and Vulkan); `false` where the backend does not measure them (a collapsed lane:
-    /// WebGPU, Vulkan with the lane off) or the lane was off, so only host waits count.
-    pub lane_waits_measured: bool,
-    /// Whether the copies ran on a concurrent transfer lane.
-    pub transfer_lane: bool,
-    /// Whether swap-ins are device copies from host-visible memory (else through the host; see
-    /// [`CompileDesc::direct_swap_in`]).
-    pub direct_swap_in: bool,
-}
 
 /// Where a tensor's bytes are at one step.
 #[derive(Copy, Clone, Debug)]
@@ -173,6 +109,8 @@ pub(super) struct Offloaded {
     arrive: Vec<Vec<(usize, u64, Arrival)>>,
     /// Per op: copy-outs after it, as `(tensor, arena offset)`.
     leave: Vec<Vec<(usize, u64)>>,
+    /// Per op: the producers re-run before it ([`recompute`]).
+    reruns: Reruns,
     /// Per op: where each binding (inputs, then the output) is, as its root tensor, the root's
     /// site, and the binding's `(offset, size)` in the root ([`super::span`]: views bind a range).
     sites: Vec<Vec<(usize, Site, Span)>>,
@@ -269,9 +207,12 @@ impl Offloaded {
         let mut arrive = vec![Vec::new(); n];
         let mut leave = vec![Vec::new(); n];
         let mut at: Vec<Vec<(u64, u64, u64)>> = vec![Vec::new(); items.len()];
+        let mut rerun = Vec::new();
         for r in &schedule.residencies {
             at[r.tensor].push((r.lower, r.upper, r.offset));
-            if r.arrival != Arrival::InPlace && (r.lower as usize) < n {
+            if let Arrival::Recompute { op } = r.arrival {
+                rerun.push((r.lower, r.tensor, op));
+            } else if r.arrival != Arrival::InPlace && (r.lower as usize) < n {
                 arrive[r.lower as usize].push((r.tensor, r.offset, r.arrival));
             }
             if r.copy_out {
@@ -282,6 +223,7 @@ impl Offloaded {
                 }
             }
         }
+        let reruns = Reruns::new(graph, &rerun, &at, &sizes)?;
         let decls = graph.tensors();
         // Tables, scales and ids of the lookups served from host memory: kept in host memory.
         let mut keeps_copy = vec![false; decls.len()];
@@ -431,6 +373,7 @@ impl Offloaded {
             stall_mark: None,
             arrive,
             leave,
+            reruns,
             sites,
             sizes,
             last: Ticket::DONE,

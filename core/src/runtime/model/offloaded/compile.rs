@@ -1,6 +1,6 @@
 //! Budgeted compilation: the schedule's view of a graph (every tensor's size, class and uses;
-//! every op's bytes), the lookups that can be served from host memory, and the choice between
-//! scheduling with and without them.
+//! every op's bytes; the tensors that can be recomputed), the lookups that can be served from host
+//! memory, and the choice between scheduling with and without them.
 
 use crate::graph::TensorKind;
 use crate::offload::{self, OffloadDesc, OffloadOp, OffloadTensor, TensorClass};
@@ -9,6 +9,7 @@ use crate::{Error, Result};
 
 use super::gather::{self, RowGather};
 use super::host_io::unsupported;
+use super::recompute;
 use super::{CompileDesc, Model, Offloaded};
 
 impl Runtime {
@@ -92,7 +93,8 @@ impl Runtime {
         } else {
             gather::find(graph, items.len())?
         };
-        let whole = offload::schedule(&items, &ops, &od);
+        let rc = recompute::producers(graph, &items, &[]);
+        let whole = offload::schedule_with_recompute(&items, &ops, &od, &rc);
         if gathers.is_empty() {
             let v = Variant {
                 items,
@@ -103,7 +105,9 @@ impl Runtime {
             return Offloaded::build(self, graph, v, budget, unified, desc);
         }
         let (g_items, g_ops, staged) = gather::rewrite(&gathers, &items, &ops, copy_align)?;
-        let gathered = offload::schedule(&g_items, &g_ops, &od);
+        let steps: Vec<usize> = gathers.iter().map(|g| g.step).collect();
+        let g_rc = recompute::producers(graph, &g_items, &steps);
+        let gathered = offload::schedule_with_recompute(&g_items, &g_ops, &od, &g_rc);
         // The variant with the lower predicted stall (then fewer bytes moved) wins; serving the
         // lookups from host memory is what lets a budget below the table's size run at all.
         let cost = |s: &offload::OffloadSchedule| {

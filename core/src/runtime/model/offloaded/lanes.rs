@@ -95,10 +95,12 @@ impl Offloaded {
                         lanes.before_compute(b, [], &[(offset, size)])?;
                         last = stage_in(rt, dst, &bytes)?;
                     }
-                    Arrival::InPlace => {}
+                    // Re-runs are compute work, enqueued below ([`Offloaded::rerun`]).
+                    Arrival::InPlace | Arrival::Recompute { .. } => continue,
                 }
                 self.report.bytes_to_device += size;
             }
+            self.rerun(b, graph, &mut lanes, k)?;
             bindings.clear();
             for &(root, site, (offset, size)) in &self.sites[k] {
                 bindings.push(match site {
@@ -377,6 +379,6 @@ fn transfer_kind(arrival: Arrival) -> Option<TransferKind> {
     match arrival {
         Arrival::Prefetch => Some(TransferKind::Prefetch),
         Arrival::SwapIn => Some(TransferKind::SwapIn),
-        Arrival::HostWrite | Arrival::InPlace => None,
+        Arrival::HostWrite | Arrival::InPlace | Arrival::Recompute { .. } => None,
     }
 }

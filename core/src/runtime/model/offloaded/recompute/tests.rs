@@ -1,0 +1,93 @@
+use super::super::tests::runtime;
+use super::super::{CompileDesc, Model};
+use crate::{DType, Graph, Op, TensorId};
+
+const LEN: usize = 64 << 10; // 256 KiB of f32 per activation
+const W: usize = 1 << 10; // 4 KiB weights: under the offload minimum, they never move
+
+/// `a = relu(x)` branches off the input and is read by the first layer and by the last op (a
+/// long absence whose producer's input, `x`, is always resident); in between, four layers
+/// `h = (h + v_k) + (h + w_k)`, whose sums are the peak: `x`, `a`, both addends and `h`.
+fn graph() -> (Graph, TensorId, Vec<TensorId>, TensorId) {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[LEN]);
+    let a = g
+        .op(Op::Relu { len: LEN as u32 }, &[x], &[LEN], "branch")
+        .unwrap();
+    let add = |b_len: usize| Op::Add {
+        len: LEN as u32,
+        b_len: b_len as u32,
+    };
+    let mut h = a;
+    let mut weights = Vec::new();
+    for k in 0..4 {
+        let v = g.weight(&format!("v{k}"), DType::F32, &[W]);
+        let w = g.weight(&format!("w{k}"), DType::F32, &[W]);
+        weights.extend([v, w]);
+        let p = g.op(add(W), &[h, v], &[LEN], &format!("addv{k}")).unwrap();
+        let q = g.op(add(W), &[h, w], &[LEN], &format!("addw{k}")).unwrap();
+        h = g.op(add(LEN), &[p, q], &[LEN], &format!("sum{k}")).unwrap();
+    }
+    let y = g.op(add(LEN), &[h, a], &[LEN], "residual").unwrap();
+    g.output(y);
+    (g, x, weights, y)
+}
+
+/// Sets the weights and the input, runs twice, returns the output's bits.
+fn run(model: &mut Model, x: TensorId, weights: &[TensorId], y: TensorId) -> Vec<u32> {
+    for (k, &w) in weights.iter().enumerate() {
+        let data: Vec<f32> = (0..W)
+            .map(|i| ((i * 5 + k * 3) % 13) as f32 - 6.5)
+            .collect();
+        model.set_weight(w, bytemuck::cast_slice(&data)).unwrap();
+    }
+    let input: Vec<f32> = (0..LEN).map(|i| (i % 23) as f32 * 0.37 - 4.0).collect();
+    model.set_input(x, bytemuck::cast_slice(&input)).unwrap();
+    model.run().unwrap();
+    let first: Vec<f32> = model.read_output(y).unwrap();
+    model.run().unwrap();
+    let second: Vec<f32> = model.read_output(y).unwrap();
+    assert_eq!(first, second, "a second run changes nothing");
+    first.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn a_recomputed_activation_gives_the_unbudgeted_bits_with_staging_forced() {
+    let (g, x, w, y) = graph();
+    let plain = runtime(true, None);
+    let mut m = plain.compile(&g).unwrap();
+    let expected = run(&mut m, x, &w, y);
+    drop(m);
+    // At each sum `x`, `a`, both addends and `h` are live: 5 activations and the weights; half
+    // an activation less, and `a` must leave, re-run from `x` before the residual instead of
+    // copied out and back (nothing else can: the addends' inputs are gone by then).
+    let bytes = LEN as u64 * 4;
+    let budget = 4 * bytes + bytes / 2 + 8 * W as u64 * 4;
+    let rt = runtime(true, Some(budget));
+    let desc = CompileDesc {
+        device_budget: Some(budget),
+        ..CompileDesc::default()
+    };
+    let mut m = rt.compile_with(&g, &desc).unwrap();
+    assert_eq!(run(&mut m, x, &w, y), expected);
+    let r = m.memory_report();
+    let o = r.offload.clone().unwrap();
+    assert!(!o.unified, "staging forced");
+    assert!(
+        r.peak_device_bytes <= budget,
+        "{} > {budget}",
+        r.peak_device_bytes
+    );
+    // Two runs, one re-run of `branch` each: reads `x`, writes `a`.
+    assert_eq!(o.bytes_recomputed, 2 * bytes, "{o:?}");
+    assert_eq!(o.recompute_work, 2 * 2 * bytes, "{o:?}");
+    assert_eq!(o.bytes_to_host, 0, "nothing swapped: {o:?}");
+    let won = o
+        .outcomes
+        .iter()
+        .find(|s| s.score.name() == o.score)
+        .unwrap();
+    assert_eq!(won.bytes_recomputed, bytes);
+    drop(m);
+    rt.check_leaks().unwrap();
+}
