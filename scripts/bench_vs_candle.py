@@ -25,27 +25,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_vs_ort import spawn_measured  # noqa: E402  (one measured spawn for both peers)
+
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("TENSORMEM_CACHE", Path.home() / ".cache" / "tensormem"))
 PROMPT = "The memory of a language model server is decided by its key and value cache, so"
-
-
-def spawn_measured(cmd):
-    """Runs `cmd`; returns (stdout, exit code, peak RSS MiB) via wait4."""
-    r_out, w_out = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.dup2(w_out, 1)
-        os.close(r_out)
-        try:
-            os.execvp(cmd[0], cmd)
-        finally:
-            os._exit(127)
-    os.close(w_out)
-    with os.fdopen(r_out) as f:
-        out = f.read()
-    _, status, usage = os.wait4(pid, 0)
-    return out, os.waitstatus_to_exitcode(status), usage.ru_maxrss / 1024
 
 
 def build():
