@@ -168,6 +168,8 @@ pub(crate) struct Prepared {
     /// buffer `i`'s lifetime (see `Search::stack_swappable`).
     life_start: Vec<usize>,
     life_list: Vec<u32>,
+    /// Search nodes of every run on this instance so far (canonical and exact-cover nodes).
+    nodes: std::cell::Cell<u64>,
 }
 
 impl Prepared {
@@ -262,6 +264,7 @@ impl Prepared {
             twin_group_end,
             life_start,
             life_list,
+            nodes: std::cell::Cell::new(0),
             size: buffers.iter().map(|b| b.size).collect(),
             align: buffers.iter().map(|b| b.align).collect(),
             first: sections.first,
@@ -386,7 +389,9 @@ impl Prepared {
             return Outcome::Infeasible(why);
         }
         let search = Search::new(self, rank, capacity, budget, memo, tiling_memo);
-        match search.run() {
+        let (end, nodes) = search.run();
+        self.nodes.set(self.nodes.get() + nodes);
+        match end {
             RunEnd::Found(offsets) => Outcome::Found(offsets),
             RunEnd::Exhausted {
                 buffers,
@@ -399,6 +404,11 @@ impl Prepared {
             }),
             RunEnd::Aborted => Outcome::Timeout,
         }
+    }
+
+    /// Search nodes of every run on this instance so far.
+    pub(crate) fn nodes(&self) -> u64 {
+        self.nodes.get()
     }
 
     /// The first node limit of the restart schedule for this instance.
