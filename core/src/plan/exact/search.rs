@@ -367,3 +367,6 @@ impl<'a> Search<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
