@@ -1,5 +1,6 @@
 //! Placing one buffer in the decision search and propagating it: raised offsets, stranded
-//! buffers, the per-section energy bound, and the zero-slack tiling check of tight sections.
+//! buffers, the per-section energy bound, the zero-slack tiling check of tight sections, and the
+//! stranding cut of a node's remaining candidates.
 
 use super::{Change, Piece, Search};
 use crate::plan::align_up;
