@@ -19,6 +19,10 @@ bounds are exclusive) from the partition's construction on, every plan it return
 overlaps and its peak. Who goes first alternates per seed, so neither sees the other's load more.
 One line per instance, then a table per (family, n): solved and the median and largest time of
 the solved ones.
+
+With `--files NAME.CAPACITY.csv ...` (MiniMalloc's naming, e.g. the challenging instances in
+`shared/data/traces/minimalloc-challenging/`) it decides those files at the capacity in their
+names instead, one row per file: decided and seconds for both, our exact-search nodes, the load.
 """
 
 import argparse
@@ -47,6 +51,7 @@ def ours(binary, path, capacity, limit, threads):
     if out.returncode not in (0, 3, 4):
         sys.exit(f"{binary} failed on {path} ({out.returncode}): {out.stderr.strip()}")
     d = json.loads(out.stdout)
+    ours.nodes = d.get("exact_nodes")
     return d["feasible"] is True, d["seconds"]
 
 
@@ -91,7 +96,10 @@ def main():
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--horizon", type=int, default=1 << 20)
+    ap.add_argument("--files", nargs="+", help="NAME.CAPACITY.csv files to decide instead")
     args = ap.parse_args()
+    if args.files:
+        return files_table(args)
     capacity = 1 << 20
     table = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -121,6 +129,28 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for family, n, res in table:
         print(f"| {family} | {n} | {row(res['ours'])} | {row(res['supermalloc'])} |")
+
+
+def files_table(args):
+    rows = []
+    for k, path in enumerate(args.files):
+        capacity = int(os.path.basename(path).rsplit(".", 2)[-2])
+        runs = [("ours", lambda: ours(args.bin, path, capacity, args.time_limit, args.threads)),
+                ("supermalloc", lambda: supermalloc(path, capacity, args.time_limit,
+                                                    args.threads))]
+        res = {}
+        for name, run in runs if k % 2 == 0 else reversed(runs):
+            res[name] = run()
+            if name == "ours":
+                nodes = ours.nodes
+        rows.append((os.path.basename(path), res, nodes, os.getloadavg()[0]))
+    print(f"time limit {args.time_limit} s, {args.threads} threads")
+    print("| instance | ours decided | s | nodes | SuperMalloc decided | s | load |")
+    print("|---|---|---|---|---|---|---|")
+    for name, res, nodes, load in rows:
+        (o_ok, o_s), (s_ok, s_s) = res["ours"], res["supermalloc"]
+        print(f"| {name} | {'yes' if o_ok else 'no'} | {o_s:.3f} | {nodes} | "
+              f"{'yes' if s_ok else 'no'} | {s_s:.3f} | {load:.2f} |")
 
 
 if __name__ == "__main__":

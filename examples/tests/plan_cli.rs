@@ -1,6 +1,6 @@
 //! `tensormem-plan` as a user runs it: `--help`/`--version`, exit codes (0 met, 1 bad input,
 //! 2 usage, 3 proved infeasible, 4 undecided), the three states of `feasible` in `--json`, and the
-//! `generate`, `sweep` and `greedy` subcommands.
+//! `generate`, `sweep`, `greedy` and `decide` subcommands.
 
 #![allow(
     clippy::unwrap_used,
@@ -302,4 +302,61 @@ fn greedy_runs_the_baseline_alone_with_either_fit_and_planning_is_never_worse() 
         Some(2)
     );
     assert_eq!(run(&["greedy", "missing.csv"]).status.code(), Some(1));
+}
+
+#[test]
+fn decide_reads_the_capacity_from_each_name_and_reports_nodes() {
+    let dir = Scratch::new("plan-cli");
+    let packing = dir.join("pp.4096.csv");
+    let o = run(&[
+        "generate",
+        "--count",
+        "30",
+        "--capacity",
+        "4096",
+        "--grid",
+        "16",
+        "--horizon",
+        "100",
+        "-o",
+        packing.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    // One below the packing's optimum: a live set needs 4096 bytes, so that one is infeasible.
+    let tight = dir.join("pp.4095.csv");
+    std::fs::copy(&packing, &tight).unwrap();
+    let o = run(&[
+        "decide",
+        packing.to_str().unwrap(),
+        tight.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let rows: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        (rows[0]["capacity"].as_u64(), &rows[0]["feasible"]),
+        (Some(4096), &Value::Bool(true))
+    );
+    assert_eq!(
+        (rows[1]["capacity"].as_u64(), &rows[1]["feasible"]),
+        (Some(4095), &Value::Bool(false))
+    );
+    assert!(rows[0]["nodes"].is_u64() && rows[0]["seconds"].is_f64());
+    // A name without a capacity is refused before anything runs, with the reason.
+    let unnamed = dir.join("pp.csv");
+    std::fs::copy(&packing, &unnamed).unwrap();
+    let o = run(&[
+        "decide",
+        packing.to_str().unwrap(),
+        unnamed.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(o.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("NAME.CAPACITY.csv"));
 }

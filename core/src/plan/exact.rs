@@ -14,7 +14,9 @@
 //! - **Stranded buffers.** A buffer below the last placement in canonical order (a lower offset,
 //!   or the same with a lower rank) can only rest on a buffer placed later: it starts at least at
 //!   the lowest top an unplaced conflict can reach, and with no unplaced conflict the branch is
-//!   dead. Those starts feed the section checks.
+//!   dead. Those starts feed the section checks. Every later candidate of a node strands at least
+//!   the earlier ones, no lower, so before each candidate after the first one check at its level
+//!   cuts all that remain when stranding alone already fails (not one failed placement each).
 //! - **Nogood memo.** A subproblem's outcome depends only on its unplaced buffers, their
 //!   `min_offset`s and a few placed neighbours; failures are remembered by fingerprint and reused
 //!   across the restarts of a probe (see `memo`).
@@ -29,11 +31,10 @@
 //!   free-range boundary and checks every range's subset sums across time (see `tiling`). The
 //!   randomised runs keep the canonical search on those parts too.
 //! - **Restarts** over three static preorders (SWA, WAT, TAW: start time, lifetime width, area,
-//!   heaviest section; start time first makes equal offsets fill left to right, the bottom-left
-//!   rule of perfect-packing solvers) with a node limit that doubles each round, alternating with runs under randomised
-//!   preorders and Luby-sized limits (see `prover`), a deadline and a stop signal. "Stopped" is
-//!   distinct from "proved infeasible", and a proof names the time-connected part that has no
-//!   placement.
+//!   heaviest section; start first fills equal offsets left to right, the bottom-left rule) with a
+//!   node limit that doubles each round, alternating with randomised preorders under Luby-sized
+//!   limits (see `prover`), a deadline and a stop signal. "Stopped" is not "proved infeasible";
+//!   a proof names the time-connected part that has no placement.
 //!
 //! [`Prepared`] holds everything that depends only on the instance (sections, conflict lists,
 //! section membership), so a portfolio worker builds it once and runs many searches on it.
@@ -168,6 +169,8 @@ pub(crate) struct Prepared {
     /// buffer `i`'s lifetime (see `Search::stack_swappable`).
     life_start: Vec<usize>,
     life_list: Vec<u32>,
+    /// Search nodes of every run on this instance so far (canonical and exact-cover nodes).
+    nodes: std::cell::Cell<u64>,
 }
 
 impl Prepared {
@@ -262,6 +265,7 @@ impl Prepared {
             twin_group_end,
             life_start,
             life_list,
+            nodes: std::cell::Cell::new(0),
             size: buffers.iter().map(|b| b.size).collect(),
             align: buffers.iter().map(|b| b.align).collect(),
             first: sections.first,
@@ -386,7 +390,9 @@ impl Prepared {
             return Outcome::Infeasible(why);
         }
         let search = Search::new(self, rank, capacity, budget, memo, tiling_memo);
-        match search.run() {
+        let (end, nodes) = search.run();
+        self.nodes.set(self.nodes.get() + nodes);
+        match end {
             RunEnd::Found(offsets) => Outcome::Found(offsets),
             RunEnd::Exhausted {
                 buffers,
@@ -399,6 +405,11 @@ impl Prepared {
             }),
             RunEnd::Aborted => Outcome::Timeout,
         }
+    }
+
+    /// Search nodes of every run on this instance so far.
+    pub(crate) fn nodes(&self) -> u64 {
+        self.nodes.get()
     }
 
     /// The first node limit of the restart schedule for this instance.

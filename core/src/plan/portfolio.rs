@@ -71,6 +71,8 @@ pub(crate) struct Verdict {
     pub proved_bound: u64,
     /// With [`Task::baseline`]: greedy by size's peak, `None` when the deadline cut it.
     pub greedy_peak: Option<u64>,
+    /// Search nodes of every exact prover together.
+    pub exact_nodes: u64,
 }
 
 enum Worker<'a> {
@@ -204,12 +206,20 @@ pub(crate) fn run(task: &Task<'_>, start: Incumbent, report: &dyn Fn(&str, u64))
         Worker::Heuristic(h) => h.greedy_peak(),
         _ => None,
     });
+    let exact_nodes = workers
+        .iter()
+        .map(|w| match w {
+            Worker::Prover(p) => p.nodes(),
+            _ => 0,
+        })
+        .sum();
     Verdict {
         best,
         feasible,
         infeasible_reason,
         proved_bound: proved,
         greedy_peak,
+        exact_nodes,
     }
 }
 

@@ -173,6 +173,9 @@ pub struct Solution {
     pub algorithm: String,
     /// Portfolio threads used.
     pub threads: usize,
+    /// Nodes the exact search visited, over every prover and run (0 when it did not run): a
+    /// measure of the search's work that, unlike time, does not depend on the machine's load.
+    pub exact_nodes: u64,
     /// Wall time spent.
     pub elapsed: Duration,
     /// Where that time went.
@@ -299,6 +302,7 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         .map_or(Some(true), |c| (best.peak <= c).then_some(true));
     let mut infeasible_reason = None;
     let mut proved_bound = lb;
+    let mut exact_nodes = 0;
     if load_too_high {
         // A live set exceeds the capacity: proved infeasible without search.
         feasible = Some(false);
@@ -331,6 +335,7 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         feasible = verdict.feasible;
         infeasible_reason = verdict.infeasible_reason;
         proved_bound = verdict.proved_bound;
+        exact_nodes = verdict.exact_nodes;
         if delegate {
             greedy = verdict.greedy_peak;
         }
@@ -358,6 +363,7 @@ pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
         proved_optimal: best.peak <= proved_bound,
         algorithm: best.algorithm,
         threads,
+        exact_nodes,
         elapsed,
         stages,
     });

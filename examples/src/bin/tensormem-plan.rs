@@ -7,6 +7,7 @@
 //! tensormem-plan sweep [--family F] [--counts 100,150,...] [--seeds 10] [--time-limit SECS] [--json]
 //! tensormem-plan generate --count N [--family F | --random] [--seed N] [-o FILE.csv]
 //! tensormem-plan greedy FILE.csv [--fit best|lowest] [--json]
+//! tensormem-plan decide NAME.CAPACITY.csv... [--time-limit SECS] [--threads N] [--json]
 //! ```
 //! Input is MiniMalloc's CSV `id,lower,upper,size[,alignment][,offset]` (half-open lifetimes). The
 //! planner uses no device, so the tool has no `--backend` or `--timeout`; `--time-limit` bounds the
@@ -14,6 +15,8 @@
 
 #[path = "tensormem-plan/args.rs"]
 mod args;
+#[path = "tensormem-plan/decide.rs"]
+mod decide;
 #[path = "tensormem-plan/report.rs"]
 mod report;
 #[path = "tensormem-plan/svg.rs"]
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Some(Command::Sweep(args)) => sweep(&args).map(|()| ExitCode::SUCCESS),
         Some(Command::Generate(args)) => generate(&args).map(|()| ExitCode::SUCCESS),
         Some(Command::Greedy(args)) => greedy(&args).map(|()| ExitCode::SUCCESS),
+        Some(Command::Decide(args)) => decide::decide(&args).map(|()| ExitCode::SUCCESS),
         None => match &cli.plan.file {
             Some(file) => plan_file(file, &cli.plan),
             None => {

@@ -138,6 +138,11 @@ impl Prover {
         self.prepared.order_twins(&mut self.random_rank);
     }
 
+    /// Search nodes of every run so far.
+    pub fn nodes(&self) -> u64 {
+        self.prepared.nodes()
+    }
+
     /// The node limit of the next run (the portfolio sizes the other workers' steps by it).
     pub fn node_limit(&self) -> u64 {
         self.node_limit

@@ -122,8 +122,13 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// Runs the search over the whole instance.
-    pub(super) fn run(mut self) -> RunEnd {
+    /// Runs the search over the whole instance; also returns the nodes it searched.
+    pub(super) fn run(mut self) -> (RunEnd, u64) {
+        let end = self.run_pieces();
+        (end, self.nodes)
+    }
+
+    fn run_pieces(&mut self) -> RunEnd {
         let mut all: Vec<u32> = (0..self.p.size.len() as u32).collect();
         all.sort_unstable_by_key(|&i| (self.p.first[i as usize], i));
         for piece in self.split(&all) {
@@ -151,7 +156,7 @@ impl<'a> Search<'a> {
                 };
             }
         }
-        RunEnd::Found(self.offset)
+        RunEnd::Found(std::mem::take(&mut self.offset))
     }
 
     /// Whether every section of `piece` is loaded to exactly the capacity, and its grid is small
@@ -282,6 +287,7 @@ impl<'a> Search<'a> {
             .map(|&y| self.min_offset[y as usize] + self.p.size[y as usize])
             .min()
             .unwrap_or(u64::MAX);
+        let mut tried = false;
         for &x in &cands {
             let xi = x as usize;
             let o = self.min_offset[xi];
@@ -300,6 +306,10 @@ impl<'a> Search<'a> {
             if self.stack_swappable(xi, o) {
                 continue;
             }
+            if tried && self.strands_fatally(piece, o, self.rank[xi]) {
+                break;
+            }
+            tried = true;
             let mark = self.log.len();
             let (ok, hat) = self.place(xi, o, piece);
             if ok {
@@ -357,3 +367,6 @@ impl<'a> Search<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

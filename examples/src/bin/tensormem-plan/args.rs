@@ -60,6 +60,22 @@ pub(crate) enum Command {
     /// Run greedy by size alone, to the end, without a time limit (minutes at 10^6 buffers): the
     /// baseline the planner's limited answer is measured against. The plan is verified.
     Greedy(GreedyArgs),
+    /// Decide each file at the capacity its name gives (MiniMalloc's `NAME.CAPACITY.csv`, as in
+    /// `shared/data/traces/minimalloc-challenging/`) and print one row each: decided or not,
+    /// seconds, exact-search nodes.
+    Decide(DecideArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DecideArgs {
+    /// Instances named `NAME.CAPACITY.csv`, decided one after the other.
+    #[arg(required = true)]
+    pub(crate) files: Vec<String>,
+    #[command(flatten)]
+    pub(crate) solver: SolverArgs,
+    /// Print one JSON object per file instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -31,6 +31,7 @@ pub(crate) fn solution_json(s: &Solution, capacity: Option<u64>) -> serde_json::
         "proved_optimal": s.proved_optimal,
         "algorithm": s.algorithm,
         "threads": s.threads,
+        "exact_nodes": s.exact_nodes,
         "seconds": s.elapsed.as_secs_f64(),
         "stage_seconds": {
             "validation": s.stages.validation.as_secs_f64(),

@@ -1,5 +1,6 @@
 //! Placing one buffer in the decision search and propagating it: raised offsets, stranded
-//! buffers, the per-section energy bound, and the zero-slack tiling check of tight sections.
+//! buffers, the per-section energy bound, the zero-slack tiling check of tight sections, and the
+//! stranding cut of a node's remaining candidates.
 
 use super::{Change, Piece, Search};
 use crate::plan::align_up;
@@ -163,5 +164,61 @@ impl Search<'_> {
             }
         }
         self.reach[last + 1 - first]
+    }
+
+    /// Whether every candidate from `(o, rank)` on in canonical order is bound to fail: each
+    /// unplaced buffer before it is stranded in all those branches, so it starts at or above the
+    /// lowest top an unplaced conflict can reach from `o` (a bound valid in every such branch,
+    /// since offsets only rise), and the others at or above `o`; the energy bound on those starts
+    /// must hold in every section. One check cuts a node's remaining candidates together once a
+    /// stranded buffer has no room left, where placing each of them would find it again.
+    pub(super) fn strands_fatally(&mut self, piece: &Piece, o: u64, rank: u32) -> bool {
+        let p = self.p;
+        for &y in &piece.members {
+            let y = y as usize;
+            let mo = self.min_offset[y];
+            if (mo, self.rank[y]) >= (o, rank) {
+                self.start[y] = mo.max(o);
+                continue;
+            }
+            let mut lowest_top = u64::MAX;
+            for &z in p.conflicts(y) {
+                let z = z as usize;
+                if !self.placed[z] {
+                    lowest_top = lowest_top.min(self.min_offset[z].max(o) + p.size[z]);
+                }
+            }
+            if lowest_top == u64::MAX {
+                return true;
+            }
+            let start = align_up(lowest_top, p.align[y]);
+            if start + p.size[y] > self.capacity {
+                return true;
+            }
+            self.start[y] = start;
+        }
+        for s in piece.first..=piece.last {
+            let s = s as usize;
+            if self.total[s] == 0 {
+                continue;
+            }
+            self.scratch.clear();
+            for &y in p.section_members(s) {
+                let y = y as usize;
+                if !self.placed[y] {
+                    self.scratch.push((self.start[y], p.size[y]));
+                }
+            }
+            self.scratch
+                .sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
+            let mut stacked = 0u64;
+            for &(v, size) in &self.scratch {
+                stacked += size;
+                if v + stacked > self.capacity {
+                    return true;
+                }
+            }
+        }
+        false
     }
 }
