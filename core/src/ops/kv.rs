@@ -9,7 +9,7 @@
 //! requantized to the new scale (each loses at most half a step again), so no value is clipped.
 //! Tokens of a block are written in order, so the slots below the one written are the valid ones.
 
-use crate::ops::quant::{f16_to_f32, f32_to_f16};
+use crate::ops::quant::f32_to_f16;
 use crate::{Error, Result};
 
 /// Element type of the cached keys and values.
@@ -177,18 +177,19 @@ impl KvLayout {
         out: &mut [f32],
     ) {
         let at = self.elem_offset(layer, kv, head, offset) as usize;
+        let n = out.len();
+        // One bounds check per head, then loops that vectorise (F16C for halves where the CPU
+        // has it); every conversion is exact, so the values are those of an element-wise read.
         match self.dtype {
             KvDType::F32 => {
-                for (i, o) in out.iter_mut().enumerate() {
-                    *o = read_f32(block, (at + i) * 4);
+                for (o, c) in out
+                    .iter_mut()
+                    .zip(block[at * 4..(at + n) * 4].chunks_exact(4))
+                {
+                    *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
                 }
             }
-            KvDType::F16 => {
-                for (i, o) in out.iter_mut().enumerate() {
-                    let b = (at + i) * 2;
-                    *o = f16_to_f32(u16::from_le_bytes([block[b], block[b + 1]]));
-                }
-            }
+            KvDType::F16 => crate::ops::quant::decode_halves(&block[at * 2..(at + n) * 2], out),
             KvDType::Int8 => {
                 let scale = read_f32(block, self.scale_offset(layer, kv, head) as usize);
                 for (i, o) in out.iter_mut().enumerate() {
