@@ -181,8 +181,12 @@ impl HostBackend {
             caps,
             config: config.clone(),
             blocks,
-            compute: Lane::new("tensormem-host-worker", config.worker_delay)?,
-            transfer: Lane::new("tensormem-host-transfer", config.worker_delay)?,
+            compute: Lane::new(
+                "tensormem-host-worker",
+                config.worker_delay,
+                rayon::current_num_threads(),
+            )?,
+            transfer: Lane::new("tensormem-host-transfer", config.worker_delay, 0)?,
             lost: AtomicBool::new(false),
             decommitted: HoleBytes::default(),
         })

@@ -19,8 +19,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll};
-#[cfg(not(target_arch = "wasm32"))]
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::backend::{Ticket, TicketWakers};
@@ -33,7 +31,11 @@ use super::lock;
 use super::memory::HostMemory;
 
 mod dispatch;
+#[cfg(not(target_arch = "wasm32"))]
+mod thread;
 use dispatch::dispatch;
+#[cfg(not(target_arch = "wasm32"))]
+use thread::WorkerThread;
 
 pub(super) type BlockMem = Arc<Mutex<HostMemory>>;
 
@@ -191,29 +193,23 @@ pub(super) struct Lane {
     pub(super) timeline: Arc<Timeline>,
     submitted: AtomicU64,
     #[cfg(not(target_arch = "wasm32"))]
-    worker: Mutex<Option<JoinHandle<()>>>,
+    worker: Mutex<Option<WorkerThread>>,
 }
 
 impl Lane {
-    /// A lane whose worker (thread `name`) sleeps `delay` before every command.
+    /// A lane whose worker (thread `name`) sleeps `delay` before every command; with
+    /// `pool_threads` > 0 the worker is one thread of a rayon pool of that many, which the ops'
+    /// parallel loops then run on ([`thread`]).
     ///
     /// # Errors
-    /// [`Error::Backend`] if the thread cannot be spawned.
-    pub(super) fn new(name: &str, delay: Duration) -> Result<Self> {
+    /// [`Error::Backend`] if a thread cannot be spawned.
+    pub(super) fn new(name: &str, delay: Duration, pool_threads: usize) -> Result<Self> {
         let timeline = Arc::new(Timeline::new());
         #[cfg(not(target_arch = "wasm32"))]
         {
             let (tx, rx) = mpsc::channel::<(u64, Command)>();
             let tl = timeline.clone();
-            let handle = std::thread::Builder::new()
-                .name(name.into())
-                .spawn(move || worker(rx, tl, delay))
-                .map_err(|e| Error::Backend {
-                    backend: NAME,
-                    api: "std::thread::spawn",
-                    code: e.raw_os_error().map_or(0, i64::from),
-                    message: e.to_string(),
-                })?;
+            let handle = WorkerThread::spawn(name, pool_threads, move || worker(rx, tl, delay))?;
             Ok(Lane {
                 queue: Mutex::new((0, tx)),
                 timeline,
@@ -223,7 +219,7 @@ impl Lane {
         }
         #[cfg(target_arch = "wasm32")]
         {
-            let _ = (name, delay);
+            let _ = (name, delay, pool_threads);
             Ok(Lane {
                 queue: Mutex::new(0),
                 timeline,
@@ -313,7 +309,7 @@ impl Lane {
     pub(super) fn shut_down(&self) {
         let _ = lock(&self.queue).1.send((0, Command::Shutdown));
         if let Some(handle) = lock(&self.worker).take() {
-            let _ = handle.join();
+            handle.join();
         }
     }
 }
