@@ -18,7 +18,7 @@
 //!   Every plan [`solve`] returns has passed it.
 //! - [`liveness`]: op lists to buffers, with in-place reuse.
 //! - [`parse_csv`] / [`write_csv`]: MiniMalloc's `id,lower,upper,size[,alignment][,offset]` format.
-//! - [`replay`]: record an allocation sequence once, plan it, serve repeats in O(1) per allocation.
+//! - [`recording`]: record an allocation sequence once, plan it, serve repeats in O(1) per allocation.
 //!
 //! Design:
 //! - Half-open lifetimes (MiniMalloc's convention); TFLite's `[first, last]` is `upper = last + 1`.

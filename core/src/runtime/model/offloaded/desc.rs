@@ -40,7 +40,7 @@ impl Default for CompileDesc {
     }
 }
 
-/// What a budgeted model reports (part of [`MemoryReport`](super::MemoryReport)).
+/// What a budgeted model reports (part of [`MemoryReport`](crate::runtime::MemoryReport)).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OffloadReport {
     /// The budget, in bytes.
