@@ -6,7 +6,8 @@
 //! "Paged" uses the device's default block (8 tokens on the host); "contiguous" gives every
 //! sequence one block of 256 tokens, a region as long as the request can grow, so attention
 //! reads each sequence's keys and values from one contiguous run (no table indirection across
-//! blocks). The ratio is the median over the rounds of paged ÷ contiguous.
+//! blocks). The ratio is the median over the rounds of paged ÷ contiguous; the two alternate
+//! which runs first in a round.
 //!
 //! Run: `cargo bench -p tensormem-examples --bench decode` (on a quiet machine).
 
@@ -28,7 +29,7 @@ use tensormem_examples::models::llama::{Chunk, Llama};
 
 const PROMPT: usize = 128;
 const STEPS: usize = 16;
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
 /// Seconds per decode step of `batch` sequences with `block` tokens per block.
 fn decode_step_secs(model: &Llama, batch: usize, block: u32) -> f64 {
@@ -98,9 +99,17 @@ fn main() {
     );
     for batch in [1usize, 8, 32] {
         let (mut paged, mut contiguous, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
-            let p = decode_step_secs(&model, batch, paged_block) / batch as f64;
-            let c = decode_step_secs(&model, batch, 256) / batch as f64;
+        for round in 0..ROUNDS {
+            // Each layout goes first in every other round, so neither always runs on a warmer
+            // (or a busier) machine.
+            let time = |block| decode_step_secs(&model, batch, block) / batch as f64;
+            let (p, c) = if round % 2 == 0 {
+                let p = time(paged_block);
+                (p, time(256))
+            } else {
+                let c = time(256);
+                (time(paged_block), c)
+            };
             ratio.push(p / c);
             paged.push(p);
             contiguous.push(c);
