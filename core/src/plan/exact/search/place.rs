@@ -60,20 +60,9 @@ impl Search<'_> {
                 self.start[y] = self.min_offset[y].max(o);
                 continue;
             }
-            let mut lowest_top = u64::MAX;
-            for &z in p.conflicts(y) {
-                let z = z as usize;
-                if !self.placed[z] {
-                    lowest_top = lowest_top.min(self.min_offset[z].max(o) + p.size[z]);
-                }
-            }
-            if lowest_top == u64::MAX {
+            let Some(start) = self.stranded_start(y, o) else {
                 return (false, hat);
-            }
-            let start = align_up(lowest_top, p.align[y]);
-            if start + p.size[y] > self.capacity {
-                return (false, hat);
-            }
+            };
             self.start[y] = start;
             for s in p.first[y]..=p.last[y] {
                 self.stamp[s as usize] = stamp;
@@ -166,6 +155,22 @@ impl Search<'_> {
         self.reach[last + 1 - first]
     }
 
+    /// The lowest start of unplaced buffer `y` stranded below offset `o`: aligned at or above the
+    /// lowest top an unplaced conflict of it can reach from `o`. `None` when it has no unplaced
+    /// conflict to rest on or does not fit below the capacity from there (the branch is dead).
+    fn stranded_start(&self, y: usize, o: u64) -> Option<u64> {
+        let p = self.p;
+        let lowest_top = p
+            .conflicts(y)
+            .iter()
+            .map(|&z| z as usize)
+            .filter(|&z| !self.placed[z])
+            .map(|z| self.min_offset[z].max(o) + p.size[z])
+            .min()?;
+        let start = align_up(lowest_top, p.align[y]);
+        (start + p.size[y] <= self.capacity).then_some(start)
+    }
+
     /// Whether every candidate from `(o, rank)` on in canonical order is bound to fail: each
     /// unplaced buffer before it is stranded in all those branches, so it starts at or above the
     /// lowest top an unplaced conflict can reach from `o` (a bound valid in every such branch,
@@ -181,20 +186,9 @@ impl Search<'_> {
                 self.start[y] = mo.max(o);
                 continue;
             }
-            let mut lowest_top = u64::MAX;
-            for &z in p.conflicts(y) {
-                let z = z as usize;
-                if !self.placed[z] {
-                    lowest_top = lowest_top.min(self.min_offset[z].max(o) + p.size[z]);
-                }
-            }
-            if lowest_top == u64::MAX {
+            let Some(start) = self.stranded_start(y, o) else {
                 return true;
-            }
-            let start = align_up(lowest_top, p.align[y]);
-            if start + p.size[y] > self.capacity {
-                return true;
-            }
+            };
             self.start[y] = start;
         }
         for s in piece.first..=piece.last {
