@@ -149,7 +149,7 @@ impl Product<'_> {
     fn run_task(&self, t: Task, panel: &mut Vec<f32>) {
         let Product {
             s,
-            stacked,
+            stacked: _,
             a,
             b,
             bias,
@@ -190,14 +190,7 @@ impl Product<'_> {
             bias: bias.map(|b| &b[t.j0..t.j1]),
             dot: super::uses_dot(s.stacked_rows(), k, csa, b_strides.0),
         };
-        // The `a` (and `c`) matrices this `b` matrix multiplies: all stacked as one, each of a
-        // broadcast batch, or the one of its own batch index.
-        let a_mats = match (stacked, s.broadcast_b) {
-            (true, _) => 0..1,
-            (false, true) => 0..s.batch,
-            (false, false) => t.mat..t.mat + 1,
-        };
-        for a_mat in a_mats {
+        for a_mat in self.a_mats(t) {
             // SAFETY: `check_lengths` verified `a.len() == batch·m·k` and `c.len() == batch·m·n`.
             // Stacked, rows `r0..r1 ≤ batch·m` of `a` (stride k) and `c` (stride n) are in bounds;
             // otherwise rows `r0..r1 ≤ m` of matrix `a_mat < batch`, read with op(a)'s strides, lie
@@ -216,6 +209,16 @@ impl Product<'_> {
 }
 
 impl<'a> Product<'a> {
+    /// The `a` (and `c`) matrices task `t`'s `b` matrix multiplies: all stacked as one, each of
+    /// a broadcast batch, or the one of its own batch index.
+    fn a_mats(&self, t: Task) -> std::ops::Range<usize> {
+        match (self.stacked, self.s.broadcast_b) {
+            (true, _) => 0..1,
+            (false, true) => 0..self.s.batch,
+            (false, false) => t.mat..t.mat + 1,
+        }
+    }
+
     /// The f16 weight's halves when the task can read them in place on the dot kernel (an
     /// `[n, k]` weight, row-major `a`, [`super::uses_dot`]'s shapes): no panel is decoded, and
     /// the sums are those of the panel path, as the kernel decodes each half exactly as loaded.
@@ -232,12 +235,7 @@ impl<'a> Product<'a> {
         let first = t.mat * k * n;
         let rows = t.r1 - t.r0;
         let b = &halves[first + t.j0 * k..first + t.j1 * k];
-        let a_mats = match (self.stacked, s.broadcast_b) {
-            (true, _) => 0..1,
-            (false, true) => 0..s.batch,
-            (false, false) => t.mat..t.mat + 1,
-        };
-        for a_mat in a_mats {
+        for a_mat in self.a_mats(t) {
             let a0 = a_mat * m * k + t.r0 * k;
             let nt = super::dot::Nt {
                 a: &self.a[a0..a0 + rows * k],
