@@ -8,6 +8,8 @@
 //!   [`ReplayPool`] (record and replay of a repeating allocation sequence), or a user's own pool;
 //! * adaptors ([`PoolAdaptor`]: each writes only what it changes) — [`Guarded`] (guard margins),
 //!   [`ZeroOnReuse`], [`StatsPool`] (statistics), [`LeakReport`], [`Traced`];
+//! * [`Expandable`] — the optional capability of allocations that grow in place, each in a
+//!   reservation of its own ([`DevicePool::expandable`]);
 //! * [`PoolConfig`] builds the stack a runtime uses ([`PoolStack`]);
 //! * [`Budget`] — the device-memory account shared by a runtime's pools, and its one pressure
 //!   path: a pool that cannot grow makes every pool of the runtime release its idle blocks first;
@@ -21,6 +23,7 @@ mod arena;
 mod budget;
 mod deferred;
 mod device_pool;
+mod expandable;
 mod guard;
 mod leaks;
 mod replay;
@@ -41,6 +44,7 @@ pub(crate) use device_pool::Lease;
 pub use device_pool::{
     Allocation, DevicePool, LiveAllocation, PoolAdaptor, PoolListener, PoolStats,
 };
+pub use expandable::Expandable;
 pub use guard::{GUARD_PATTERN, Guarded};
 pub use leaks::LeakReport;
 pub(crate) use leaks::check as check_leaks;

@@ -34,6 +34,7 @@ use crate::{Error, Result};
 
 mod async_io;
 pub(crate) mod dispatch;
+mod expandable;
 mod managed;
 pub(crate) mod model;
 mod segments;

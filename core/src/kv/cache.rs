@@ -2,11 +2,14 @@
 //! segment tensors taken from the runtime's pools, so every block counts in the runtime's memory
 //! account and budget.
 //!
-//! * **Storage.** Blocks live in segments, each one device tensor of `segment_blocks` blocks at a
-//!   fixed stride (the block's bytes rounded up to the binding alignment). A segment is at most
-//!   the device's largest block, so a cache larger than one buffer (WebGPU's 256 MiB) spans
-//!   several. The cache grows a segment at a time, up to its budget, when the ledger runs out of
-//!   free blocks; global block `b` is block `b % segment_blocks` of segment `b / segment_blocks`.
+//! * **Storage.** Blocks live in segments, each one device tensor of up to `segment_blocks`
+//!   blocks at a fixed stride (the block's bytes rounded up to the binding alignment). A segment
+//!   is at most the device's largest block, so a cache larger than one buffer (WebGPU's 256 MiB)
+//!   spans several. When the ledger runs out of free blocks the cache grows, up to its budget:
+//!   in place where the device pool offers expandable tensors (host, CUDA, sparse Vulkan: one
+//!   segment reserved for the budget and committed as blocks are used), else a segment at a
+//!   time (`storage`). Global block `b` is block `b % segment_blocks` of segment
+//!   `b / segment_blocks`.
 //! * **Pressure.** An append that finds no block free grows the storage; past the budget the
 //!   ledger evicts idle cached prefixes; when none is left, the most recently admitted other
 //!   resident sequence is preempted as [`KvCacheConfig::preemption`] says: swapped (its blocks

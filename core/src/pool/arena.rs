@@ -46,6 +46,7 @@ use crate::{Error, Result};
 mod api;
 mod carving;
 mod config;
+mod expandable;
 mod growth;
 mod handles;
 mod holes;
@@ -362,7 +363,12 @@ impl ArenaPool {
                 if b.carving.is_empty() {
                     b.idle_since = Some(Instant::now());
                 }
+                let gone = b.carving.is_empty() && Self::is_expandable(st, block);
                 Self::unplaced(st, freed.1);
+                if gone {
+                    // An expandable allocation's reservation serves nothing else.
+                    self.release_block(st, block)?;
+                }
             }
             None => {
                 return Err(Error::invariant(

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use crate::Result;
 use crate::backend::{BlockId, BlockRange, Ticket};
+use crate::pool::expandable::Expandable;
 use crate::pool::slots::{Handle, Slots};
 use crate::trace::TransferKind;
 
@@ -230,6 +231,11 @@ pub trait DevicePool: Send + Sync {
     /// # Errors
     /// A description of the first broken invariant.
     fn check_invariants(&self) -> std::result::Result<(), String>;
+
+    /// Allocations that grow in place, where the pool offers them (default `None`).
+    fn expandable(&self) -> Option<&dyn Expandable> {
+        None
+    }
 }
 
 /// Hears what happens below the allocate/free interface of a bottom pool: the events a tracer
@@ -381,6 +387,12 @@ pub trait PoolAdaptor: Send + Sync {
     fn check_invariants(&self) -> std::result::Result<(), String> {
         self.inner().check_invariants()
     }
+
+    /// As [`DevicePool::expandable`]: `None` by default, since forwarded, allocations would
+    /// pass the adaptor by; an adaptor that sees them (or needs not) opts in.
+    fn expandable(&self) -> Option<&dyn Expandable> {
+        None
+    }
 }
 
 /// Every adaptor is a pool.
@@ -433,6 +445,9 @@ impl<A: PoolAdaptor> DevicePool for A {
     fn check_invariants(&self) -> std::result::Result<(), String> {
         PoolAdaptor::check_invariants(self)
     }
+    fn expandable(&self) -> Option<&dyn Expandable> {
+        PoolAdaptor::expandable(self)
+    }
 }
 
 /// A shared pool is the pool it points to: the adaptor that changes nothing.
@@ -441,6 +456,10 @@ impl<P: DevicePool + ?Sized> PoolAdaptor for Arc<P> {
 
     fn inner(&self) -> &P {
         self
+    }
+
+    fn expandable(&self) -> Option<&dyn Expandable> {
+        (**self).expandable()
     }
 }
 

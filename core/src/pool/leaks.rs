@@ -98,4 +98,8 @@ impl<P: DevicePool> device_pool::PoolAdaptor for LeakReport<P> {
     fn inner(&self) -> &P {
         &self.inner
     }
+
+    fn expandable(&self) -> Option<&dyn crate::pool::Expandable> {
+        self.inner.expandable()
+    }
 }

@@ -14,6 +14,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::backend::Ticket;
+use crate::pool::Expandable;
 use crate::pool::device_pool::{self, Allocation, DevicePool};
 use crate::pool::slots::Handle;
 use crate::{Error, Result};
@@ -97,6 +98,40 @@ impl<P: DevicePool> StatsPool<P> {
         s.peak_allocations = s.allocations;
     }
 
+    /// Counts an allocation of `size` requested bytes (or its refusal).
+    fn count(&self, size: u64, result: Result<Allocation>) -> Result<Allocation> {
+        let mut k = self.lock();
+        let a = match result {
+            Ok(a) => a,
+            Err(e) => {
+                k.stats.failed_allocations += 1;
+                if matches!(e, Error::OutOfMemory(_)) {
+                    k.stats.out_of_memory += 1;
+                }
+                return Err(e);
+            }
+        };
+        let slot = a.handle.slot() as usize;
+        if k.live.len() <= slot {
+            k.live.resize(slot + 1, Counted::default());
+        }
+        k.live[slot] = Counted {
+            generation: a.handle.generation(),
+            requested: size,
+            handed: a.range.size,
+        };
+        let s = &mut k.stats;
+        s.requested += size;
+        s.peak_requested = s.peak_requested.max(s.requested);
+        s.in_use += a.range.size;
+        s.peak_in_use = s.peak_in_use.max(s.in_use);
+        s.allocations += 1;
+        s.peak_allocations = s.peak_allocations.max(s.allocations);
+        s.total_allocations += 1;
+        s.total_requested = s.total_requested.saturating_add(size);
+        Ok(a)
+    }
+
     /// Runs `free` (the inner pool's free or cancel of `handle`) under the counters' lock, and
     /// uncounts the allocation when it went (`cancelled`: as if never made). One lock per free;
     /// holding it across the inner call cannot deadlock, because no pool calls back into an
@@ -146,37 +181,7 @@ impl<P: DevicePool> device_pool::PoolAdaptor for StatsPool<P> {
     }
 
     fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
-        let result = self.inner.allocate(size, align, label);
-        let mut k = self.lock();
-        let a = match result {
-            Ok(a) => a,
-            Err(e) => {
-                k.stats.failed_allocations += 1;
-                if matches!(e, Error::OutOfMemory(_)) {
-                    k.stats.out_of_memory += 1;
-                }
-                return Err(e);
-            }
-        };
-        let slot = a.handle.slot() as usize;
-        if k.live.len() <= slot {
-            k.live.resize(slot + 1, Counted::default());
-        }
-        k.live[slot] = Counted {
-            generation: a.handle.generation(),
-            requested: size,
-            handed: a.range.size,
-        };
-        let s = &mut k.stats;
-        s.requested += size;
-        s.peak_requested = s.peak_requested.max(s.requested);
-        s.in_use += a.range.size;
-        s.peak_in_use = s.peak_in_use.max(s.in_use);
-        s.allocations += 1;
-        s.peak_allocations = s.peak_allocations.max(s.allocations);
-        s.total_allocations += 1;
-        s.total_requested = s.total_requested.saturating_add(size);
-        Ok(a)
+        self.count(size, self.inner.allocate(size, align, label))
     }
 
     fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
@@ -185,6 +190,10 @@ impl<P: DevicePool> device_pool::PoolAdaptor for StatsPool<P> {
 
     fn cancel(&self, handle: Handle) -> Result<()> {
         self.release(handle, true, || self.inner.cancel(handle))
+    }
+
+    fn expandable(&self) -> Option<&dyn Expandable> {
+        self.inner.expandable().map(|_| self as &dyn Expandable)
     }
 
     fn check_invariants(&self) -> std::result::Result<(), String> {
@@ -219,3 +228,47 @@ impl<P: DevicePool> device_pool::PoolAdaptor for StatsPool<P> {
 
 #[cfg(test)]
 mod tests;
+
+/// Expandable allocations are counted like any other, and their growth as more bytes handed out.
+impl<P: DevicePool> Expandable for StatsPool<P> {
+    fn allocate_expandable(
+        &self,
+        size: u64,
+        reserve: u64,
+        label: &str,
+    ) -> Result<Option<Allocation>> {
+        let Some(inner) = self.inner.expandable() else {
+            return Ok(None);
+        };
+        match inner.allocate_expandable(size, reserve, label) {
+            Ok(Some(a)) => self.count(size, Ok(a)).map(Some),
+            other => other,
+        }
+    }
+
+    fn expand(&self, handle: Handle, size: u64) -> Result<Allocation> {
+        let inner = self
+            .inner
+            .expandable()
+            .ok_or_else(|| Error::invariant("an expandable pool below the statistics", "none"))?;
+        let a = inner.expand(handle, size)?;
+        let mut k = self.lock();
+        let Some(c) = k
+            .live
+            .get_mut(handle.slot() as usize)
+            .filter(|c| c.generation == handle.generation() && c.generation != 0)
+        else {
+            return Ok(a);
+        };
+        let (requested, handed) = (size.max(c.requested), a.range.size.max(c.handed));
+        let (more_requested, more_handed) = (requested - c.requested, handed - c.handed);
+        (c.requested, c.handed) = (requested, handed);
+        let s = &mut k.stats;
+        s.requested += more_requested;
+        s.peak_requested = s.peak_requested.max(s.requested);
+        s.in_use += more_handed;
+        s.peak_in_use = s.peak_in_use.max(s.in_use);
+        s.total_requested = s.total_requested.saturating_add(more_requested);
+        Ok(a)
+    }
+}

@@ -10,11 +10,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::Result;
 use crate::backend::{BlockId, Ticket};
+use crate::pool::Expandable;
 use crate::pool::device_pool::{self, Allocation, DevicePool, PoolListener};
 use crate::pool::slots::Handle;
 use crate::trace::{EventKind, Tracer, TransferKind};
+use crate::{Error, Result};
 
 /// The tracer and the trace id of every traced live allocation (shared with the listener and the
 /// leak report, which prints each leak's backtrace).
@@ -108,6 +109,20 @@ impl<P: DevicePool> Traced<P> {
     pub fn ids(&self) -> &Arc<TraceIds> {
         &self.ids
     }
+
+    /// Records a new allocation under a new trace id.
+    fn record_alloc(&self, a: &Allocation, label: &str) {
+        let id = self.ids.tracer.next_id();
+        self.ids.ids().insert(a.handle, id);
+        self.ids.tracer.record(EventKind::Alloc {
+            id,
+            pool: self.inner.name().to_string(),
+            size: a.range.size,
+            offset: a.range.offset,
+            label: label.to_string(),
+            parent: None,
+        });
+    }
 }
 
 /// Allocating, freeing and cancelling are recorded; the rest passes through.
@@ -120,17 +135,12 @@ impl<P: DevicePool> device_pool::PoolAdaptor for Traced<P> {
 
     fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
         let a = self.inner.allocate(size, align, label)?;
-        let id = self.ids.tracer.next_id();
-        self.ids.ids().insert(a.handle, id);
-        self.ids.tracer.record(EventKind::Alloc {
-            id,
-            pool: self.inner.name().to_string(),
-            size: a.range.size,
-            offset: a.range.offset,
-            label: label.to_string(),
-            parent: None,
-        });
+        self.record_alloc(&a, label);
         Ok(a)
+    }
+
+    fn expandable(&self) -> Option<&dyn Expandable> {
+        self.inner.expandable().map(|_| self as &dyn Expandable)
     }
 
     fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
@@ -157,5 +167,40 @@ impl<P: DevicePool> device_pool::PoolAdaptor for Traced<P> {
             self.ids.tracer.record(EventKind::FreeReclaimed { id });
         }
         Ok(())
+    }
+}
+
+/// An expandable allocation is traced like any other; a growth closes its trace and opens one
+/// of the new size at the same offset, so the timeline shows the bytes it holds at every time.
+impl<P: DevicePool> Expandable for Traced<P> {
+    fn allocate_expandable(
+        &self,
+        size: u64,
+        reserve: u64,
+        label: &str,
+    ) -> Result<Option<Allocation>> {
+        let Some(inner) = self.inner.expandable() else {
+            return Ok(None);
+        };
+        let a = inner.allocate_expandable(size, reserve, label)?;
+        if let Some(a) = &a {
+            self.record_alloc(a, label);
+        }
+        Ok(a)
+    }
+
+    fn expand(&self, handle: Handle, size: u64) -> Result<Allocation> {
+        let inner = self
+            .inner
+            .expandable()
+            .ok_or_else(|| Error::invariant("an expandable pool below the tracing", "none"))?;
+        let a = inner.expand(handle, size)?;
+        if let Some(id) = self.ids.ids().remove(&handle) {
+            self.ids.tracer.record(EventKind::FreeRequested { id });
+            self.ids.tracer.record(EventKind::FreeReclaimed { id });
+            let label = self.inner.label(handle).unwrap_or_default();
+            self.record_alloc(&a, &label);
+        }
+        Ok(a)
     }
 }

@@ -49,6 +49,11 @@ impl Tensor {
         }
     }
 
+    /// The tensor after growing in place ([`Runtime::expand`](crate::Runtime::expand)).
+    pub(crate) fn regrow(&mut self, segments: Segments, shape: Vec<usize>, size: u64) {
+        (self.segments, self.shape, self.size) = (segments, shape, size);
+    }
+
     /// The allocation (handle and range) holding the tensor's first byte: all of it unless the
     /// tensor has several [`segments`](Tensor::segments).
     pub fn allocation(&self) -> Allocation {

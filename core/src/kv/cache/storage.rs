@@ -1,7 +1,16 @@
 //! The segments behind a [`KvCache`](super::KvCache): device tensors of whole blocks at a fixed
-//! stride, grown one segment at a time up to the budget (segments of 1/8 of the budget, at least
-//! 64 MiB, at most the device's largest block), read and written in runs of adjacent blocks (one
-//! transfer per run).
+//! stride, read and written in runs of adjacent blocks (one transfer per run).
+//!
+//! Where the device pool offers tensors that grow in place ([`Runtime::alloc_expandable`]: the
+//! host's reserve-and-commit, CUDA's virtual memory, Vulkan's sparse binding), a segment is
+//! reserved for as many blocks as the budget allows (up to the device's largest block and one
+//! reservation) and committed as the cache grows, by steps of an eighth of what it holds (at
+//! least [`MIN_EXPANSION_BYTES`]): a cache within one reservation is one segment, so kernels
+//! dispatch once, and its memory follows the blocks in use instead of jumping by segments.
+//! Elsewhere the cache grows one segment at a time up to the budget (segments of 1/8 of the
+//! budget, at least 64 MiB, at most the device's largest block). Either way every segment but
+//! the last holds `per_segment` blocks, so block `b` is block `b % per_segment` of segment
+//! `b / per_segment`.
 
 use crate::kv::{KvError, KvGeometry};
 use crate::runtime::{Runtime, Tensor};
@@ -16,6 +25,10 @@ const TARGET_SEGMENTS: usize = 8;
 /// small cache is one segment, and a large one grows in steps of 1/8 of its budget.
 const MIN_SEGMENT_BYTES: u64 = 64 << 20;
 
+/// An expandable segment grows by at least this many bytes of blocks (CUDA's mapping
+/// granularity), else by an eighth of what it holds.
+pub const MIN_EXPANSION_BYTES: u64 = 2 << 20;
+
 pub(super) struct Segments {
     tensors: Vec<Tensor>,
     per_segment: usize,
@@ -24,6 +37,8 @@ pub(super) struct Segments {
     block_bytes: u64,
     max_blocks: usize,
     blocks: usize,
+    /// Whether segments are tried as expandable tensors (cleared when the pool refuses one).
+    expandable: bool,
 }
 
 impl Segments {
@@ -49,12 +64,25 @@ impl Segments {
         }
         let by_device = usize::try_from(caps.max_block_size / stride).unwrap_or(usize::MAX);
         let at_least = usize::try_from(MIN_SEGMENT_BYTES.div_ceil(stride)).unwrap_or(usize::MAX);
-        let per_segment = max_blocks
-            .div_ceil(TARGET_SEGMENTS)
-            .max(at_least)
-            .min(max_blocks)
-            .min(by_device)
-            .max(1);
+        // One reservation's worth of blocks, where the pool grows tensors in place.
+        let by_reservation = rt
+            .device_pool()
+            .expandable()
+            .and(rt.backend().growable())
+            .map(|g| g.in_place_growth())
+            .map(|g| (g.max_reserve.min(caps.max_block_size) & !(g.granularity - 1)) / stride)
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n > 0);
+        let expandable = by_reservation.is_some();
+        let per_segment = match by_reservation {
+            Some(n) => max_blocks.min(by_device).min(n),
+            None => max_blocks
+                .div_ceil(TARGET_SEGMENTS)
+                .max(at_least)
+                .min(max_blocks)
+                .min(by_device),
+        }
+        .max(1);
         Ok(Segments {
             tensors: Vec::new(),
             per_segment,
@@ -63,18 +91,46 @@ impl Segments {
             block_bytes: g.block_bytes(),
             max_blocks,
             blocks: 0,
+            expandable,
         })
     }
 
-    /// Adds a segment; the blocks it adds, or `None` at the budget.
+    /// Grows the last segment in place or adds one; the blocks added, or `None` at the budget.
     pub(super) fn grow(&mut self, rt: &Runtime) -> Result<Option<usize>> {
-        let n = self.per_segment.min(self.max_blocks - self.blocks);
-        if n == 0 {
+        let room = self.max_blocks - self.blocks;
+        if room == 0 {
             return Ok(None);
         }
+        let step = |held: usize| {
+            let least = usize::try_from(MIN_EXPANSION_BYTES.div_ceil(self.stride)).unwrap_or(1);
+            (held / 8).max(least).max(1)
+        };
         // Only the last segment may be shorter: earlier ones are full, so `b / per_segment`
         // finds any block's segment.
-        let t = rt.alloc(DType::U8, &[n * self.stride as usize], "kv cache segment")?;
+        let full = self.tensors.len() * self.per_segment;
+        let stride = self.stride as usize;
+        if let Some(last) = self.tensors.last_mut().filter(|_| self.blocks < full) {
+            let held = last.size() as usize / stride;
+            let n = step(held).min(self.per_segment - held).min(room);
+            rt.expand(last, &[(held + n) * stride])?;
+            self.blocks += n;
+            return Ok(Some(n));
+        }
+        let reserve = (self.per_segment.min(room) * stride) as u64;
+        if self.expandable {
+            let n = step(0).min(self.per_segment).min(room);
+            let label = "kv cache segment (expandable)";
+            match rt.alloc_expandable(DType::U8, &[n * stride], reserve, label)? {
+                Some(t) => {
+                    self.tensors.push(t);
+                    self.blocks += n;
+                    return Ok(Some(n));
+                }
+                None => self.expandable = false,
+            }
+        }
+        let n = self.per_segment.min(room);
+        let t = rt.alloc(DType::U8, &[n * stride], "kv cache segment")?;
         self.tensors.push(t);
         self.blocks += n;
         Ok(Some(n))

@@ -135,6 +135,53 @@ fn a_cache_larger_than_one_block_spans_segments_that_grow_with_use() {
 }
 
 #[test]
+fn where_the_pool_grows_tensors_in_place_the_cache_is_one_segment_that_grows() {
+    for staging in [false, true] {
+        let rt = runtime(staging, None);
+        let g = KvGeometry::new(2, 2, 64, KvDType::F32, 4, 1024).unwrap();
+        let stride = g.block_stride(rt.front().capabilities().binding_align);
+        let config = KvCacheConfig {
+            geometry: g,
+            budget: 2048 * stride,
+            preemption: Preemption::Swap,
+        };
+        let mut c = KvCache::new(&rt, config).unwrap();
+        assert_eq!(
+            c.segment_shape().0,
+            2048,
+            "one reservation for the whole budget"
+        );
+        let a = c.admit(&[1, 2, 3, 4, 5, 6], 0).unwrap().seq;
+        fill(&mut c, a, 1, 0);
+        let first = check_attention(&c, a, 1);
+        let (handle, small) = (c.segments()[0].allocation().handle, c.stats().device_bytes);
+        assert!(
+            small < 2048 * stride / 4,
+            "{small} bytes committed for two blocks"
+        );
+        for s in 0..7 {
+            c.admit(&vec![s; 1024], 0).unwrap();
+        }
+        let grown = c.stats();
+        assert_eq!((c.segments().len(), grown.segments), (1, 1));
+        assert_eq!(
+            c.segments()[0].allocation().handle,
+            handle,
+            "grown in place"
+        );
+        assert!(grown.device_bytes >= 1794 * stride && grown.device_bytes <= 2048 * stride);
+        assert_eq!(grown.device_bytes, c.segments()[0].size());
+        assert_eq!(
+            check_attention(&c, a, 1),
+            first,
+            "the blocks kept their bytes"
+        );
+        c.release().unwrap();
+        assert_eq!(rt.device_pool().stats().in_use, 0);
+    }
+}
+
+#[test]
 fn a_fork_copies_its_shared_tail_on_the_device_before_writing() {
     let rt = runtime(true, None);
     let mut c = cache(&rt, KvDType::F16, 16, Preemption::Swap);

@@ -111,7 +111,13 @@ impl DevicePool for ArenaPool {
         st.stats.allocations -= 1;
         st.stats.total_allocations -= 1;
         let block = live.block;
+        let expandable = Self::is_expandable(&st, block);
         self.release(&mut st, block, live.region, handle)?;
+        if expandable && st.blocks[block].is_none() {
+            // Its reservation went back with it: as if never reserved.
+            st.stats.blocks_allocated -= 1;
+            st.stats.blocks_freed -= 1;
+        }
         let empty = st.blocks[block]
             .as_ref()
             .is_some_and(|b| b.carving.is_empty());
@@ -187,6 +193,10 @@ impl DevicePool for ArenaPool {
 
     fn check_invariants(&self) -> std::result::Result<(), String> {
         self.check_state(&self.lock())
+    }
+
+    fn expandable(&self) -> Option<&dyn crate::pool::Expandable> {
+        self.growth.map(|_| self as &dyn crate::pool::Expandable)
     }
 }
 

@@ -96,6 +96,14 @@ impl Carving {
         }
     }
 
+    /// [`Tlsf::extend_region`]; buddy never widens a region.
+    pub(super) fn extend_region(&mut self, region: &mut Region, by: u64) -> Result<bool> {
+        match self {
+            Carving::Tlsf(t) => t.extend_region(region, by),
+            Carving::Buddy(_) => Ok(false),
+        }
+    }
+
     /// [`Tlsf::allocate_at_end`]; buddy finds no room there.
     pub(super) fn allocate_at_end(&mut self, size: u64, align: u64) -> Result<Option<Region>> {
         match self {

@@ -26,6 +26,8 @@ pub(super) enum Role {
     Class(Class),
     /// The arena that grows in place, with `reserved` bytes of address space.
     Arena { reserved: u64 },
+    /// The reservation of one expandable allocation ([`super::expandable`]), `reserved` bytes.
+    Expandable { reserved: u64 },
 }
 
 /// Default block size of an arena pool: 32 MiB (the small class's largest block).
@@ -190,11 +192,11 @@ impl ArenaPool {
         };
         let (class, reserved) = match role {
             Role::Class(c) => (Some(c), None),
-            Role::Arena { reserved } => (None, Some(reserved)),
+            Role::Arena { reserved } | Role::Expandable { reserved } => (None, Some(reserved)),
         };
         let holes = self
             .growth
-            .filter(|g| g.holes && self.config.holes && reserved.is_some())
+            .filter(|g| g.holes && self.config.holes && matches!(role, Role::Arena { .. }))
             .map(|g| {
                 let mut h = Holes::new(g.granularity, bytes, g.whole_units);
                 h.sites = self

@@ -331,7 +331,7 @@ impl ArenaPool {
 
     /// Records that the arena at `index` now commits `new` bytes instead of `old` (the backend
     /// has done it; the budget is charged for growth, and released here for shrinking).
-    fn resized(&self, st: &mut State, index: usize, old: u64, new: u64) -> Result<()> {
+    pub(super) fn resized(&self, st: &mut State, index: usize, old: u64, new: u64) -> Result<()> {
         let Some(b) = st.blocks[index].as_mut() else {
             return Err(Error::invariant("the arena index names a block", "none"));
         };

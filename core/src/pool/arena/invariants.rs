@@ -23,19 +23,22 @@ impl ArenaPool {
                     b.carving.capacity()
                 ));
             }
-            // Exactly the arena has a reservation, and it covers the committed size.
-            if (st.arena == Some(i)) != b.reserved.is_some_and(|r| r >= b.size) {
+            // Exactly the arena and expandable allocations' blocks (which have no class) have
+            // a reservation, and it covers the committed size.
+            if b.class.is_none() != b.reserved.is_some_and(|r| r >= b.size) {
                 return Err(format!(
-                    "block {i}: reservation {:?} disagrees with arena {:?}",
-                    b.reserved, st.arena
+                    "block {i}: reservation {:?} disagrees with class {:?}",
+                    b.reserved, b.class
                 ));
             }
-            // Exactly the arena serves every class; a regular block serves one.
-            if (st.arena == Some(i)) != b.class.is_none() {
-                return Err(format!(
-                    "block {i}: class {:?} disagrees with arena {:?}",
-                    b.class, st.arena
-                ));
+            // An expandable allocation's block holds it alone, whole.
+            if Self::is_expandable(st, i) {
+                let mut held = st.slots.iter().filter(|l| l.block == i);
+                let whole = held.next().is_some_and(|l| l.region.size == b.size);
+                let waiting = st.deferred.iter().any(|d| d.1.0 == i);
+                if !(whole && held.next().is_none() || waiting) {
+                    return Err(format!("block {i}: an expandable block not held whole"));
+                }
             }
             if b.holes.is_some() && st.arena != Some(i) {
                 return Err(format!("block {i}: holes outside the arena"));

@@ -3,7 +3,9 @@
 //! changes the capacity.
 //!
 //! Both are O(1): the end of the physical chain is tracked (`Tlsf::last`), so growth extends the
-//! free tail or appends a free block after a used one, and shrinking cuts the free tail.
+//! free tail or appends a free block after a used one, and shrinking cuts the free tail. A live
+//! region widens in place into the free block after it (`Tlsf::extend_region`, O(1)): how an
+//! expandable allocation takes the bytes its block grew by.
 
 use super::class::class_of;
 use super::{Hit, MAX_NODES, NONE, Tlsf, fit};
@@ -119,5 +121,50 @@ impl Tlsf {
         };
         let carved = self.carve_general(hit, size);
         Ok(Some(self.region(carved, size)))
+    }
+
+    /// Widens a live region by `additional` bytes into the free block right after it, in
+    /// place: a reallocation that moves nothing. `Ok(false)`, with nothing changed, when the
+    /// bytes past its end are not free. Constant time.
+    ///
+    /// # Errors
+    /// As [`Tlsf::free`] for a region this allocator does not hold live;
+    /// [`Error::TooLarge`] when the size would overflow `u64`. Nothing changes on error.
+    pub fn extend_region(&mut self, region: &mut Region, additional: u64) -> Result<bool> {
+        let idx = self.validate(region)?;
+        let size = region.size.checked_add(additional).ok_or(Error::TooLarge {
+            what: "region growth",
+            requested: additional,
+            limit: u64::MAX - region.size,
+            limit_name: "u64 range",
+        })?;
+        let n = self.nodes[idx as usize];
+        // The block's slack may already hold the growth.
+        let need = size.saturating_sub(n.size);
+        if need > 0 {
+            let next = n.next_phys;
+            if next == NONE {
+                return Ok(false);
+            }
+            let free = self.nodes[next as usize];
+            if !free.is_free_in_chain() || free.size < need {
+                return Ok(false);
+            }
+            self.unlink(next);
+            if free.size - need < self.min_split {
+                // A remainder too small to split stays with the region as slack.
+                self.free_bytes -= free.size;
+                self.absorb_next(idx);
+            } else {
+                self.free_bytes -= need;
+                let f = &mut self.nodes[next as usize];
+                f.offset += need;
+                f.size -= need;
+                self.nodes[idx as usize].size += need;
+                self.link(next);
+            }
+        }
+        region.size = size;
+        Ok(true)
     }
 }

@@ -46,7 +46,7 @@ impl Tlsf {
     }
 
     /// Checks that `region` is a live allocation of this allocator; returns its node index.
-    fn validate(&self, region: &Region) -> Result<u32> {
+    pub(super) fn validate(&self, region: &Region) -> Result<u32> {
         const WHAT: &str = "sub-allocation region";
         let idx = region.key as u32;
         let generation = (region.key >> 32) as u32;
@@ -75,7 +75,7 @@ impl Tlsf {
     /// Merges the physical successor of `idx` into it and recycles the successor's node. Both
     /// must be out of the free lists; `idx` is then a free block not yet linked.
     #[inline]
-    fn absorb_next(&mut self, idx: u32) {
+    pub(super) fn absorb_next(&mut self, idx: u32) {
         let next = self.nodes[idx as usize].next_phys;
         debug_assert!(next != NONE);
         let gone = self.nodes[next as usize];

@@ -451,6 +451,35 @@ fn growth_extends_the_free_tail_or_appends_after_a_used_block() {
 }
 
 #[test]
+fn a_region_widens_in_place_into_the_free_block_after_it_only() {
+    let mut t = Tlsf::new(1000).unwrap();
+    let mut a = alloc(&mut t, 100, 1);
+    let b = alloc(&mut t, 100, 1);
+    assert!(
+        !t.extend_region(&mut a, 1).unwrap(),
+        "its neighbour is used"
+    );
+    assert_eq!(a.size, 100);
+    t.free(b).unwrap();
+    assert!(t.extend_region(&mut a, 300).unwrap());
+    assert_eq!((a.offset, a.size), (0, 400));
+    assert_eq!(t.free_bytes(), 600);
+    t.check_invariants().unwrap();
+    // A remainder below the minimum split stays with the region as slack.
+    assert!(t.extend_region(&mut a, 590).unwrap());
+    assert_eq!((a.size, t.free_bytes()), (990, 0));
+    assert!(t.extend_region(&mut a, 10).unwrap(), "the slack holds it");
+    assert!(!t.extend_region(&mut a, 1).unwrap(), "the range is full");
+    t.check_invariants().unwrap();
+    // A stale region is refused and nothing changes.
+    let mut stale = forge(&a);
+    t.free(a).unwrap();
+    assert!(t.extend_region(&mut stale, 1).is_err());
+    assert_eq!(t.free_bytes(), 1000);
+    t.check_invariants().unwrap();
+}
+
+#[test]
 fn refusal_respects_the_good_fit_bound() {
     // Free blocks of 1000 bytes only; a request of 1001 cannot fit, one of 1000 must.
     let mut t = Tlsf::new(3000).unwrap();
