@@ -22,6 +22,10 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("arena_holes_follow_the_live_bytes", arena_holes),
         case!("an_extension_is_a_hole_until_it_is_backed", extension),
         case!("a_small_model_reserves_within_5_percent", small_model),
+        case!(
+            "an_expandable_tensor_grows_in_place_where_offered",
+            expandable
+        ),
     ]
 }
 
@@ -293,4 +297,50 @@ async fn free_all_and_trim(
         format!("after trim: {:?}", pool.stats())
     })?;
     pool.check_invariants()
+}
+
+/// An expandable tensor (`Runtime::alloc_expandable`) exists only where the backend grows blocks
+/// in place; there it grows along its outer axis keeping its handle and its bytes, and a shape
+/// that changes an inner axis is refused. Elsewhere the caller is told `None`.
+async fn expandable(ctx: &Ctx) -> R {
+    let rt = ctx
+        .runtime(RuntimeConfig::default())
+        .map_err(fail("runtime"))?;
+    let t = rt
+        .alloc_expandable(DType::U32, &[16, 1024], 16 << 20, "rows")
+        .map_err(fail("alloc_expandable"))?;
+    let Some(mut t) = t else {
+        return check(
+            rt.backend().growable().is_none() || !pool_offers_expandable(&rt),
+            || "no expandable tensor from a pool that grows in place".into(),
+        );
+    };
+    let first: Vec<u32> = (0..16 * 1024).collect();
+    ctx.upload(&rt, &t, &first).await.map_err(fail("upload"))?;
+    let handle = t.allocation().handle;
+    rt.expand(&mut t, &[1024, 1024]).map_err(fail("expand"))?;
+    check(t.allocation().handle == handle, || "a new handle".into())?;
+    let mut all: Vec<u32> = ctx.download(&rt, &t).await.map_err(fail("download"))?;
+    check(all[..first.len()] == first[..], || {
+        "the first rows changed".into()
+    })?;
+    all[first.len()..].iter_mut().for_each(|x| *x = 7);
+    ctx.upload(&rt, &t, &all)
+        .await
+        .map_err(fail("upload grown"))?;
+    let back: Vec<u32> = ctx
+        .download(&rt, &t)
+        .await
+        .map_err(fail("download grown"))?;
+    check(back == all, || "the grown rows do not read back".into())?;
+    check(rt.expand(&mut t, &[1024, 512]).is_err(), || {
+        "an inner axis changed".into()
+    })?;
+    rt.free(t).map_err(fail("free"))?;
+    rt.check_leaks().map_err(fail("leaks"))
+}
+
+/// Whether the runtime's device pool offers expandable allocations (the `host-blocks` target has none).
+fn pool_offers_expandable(rt: &Runtime) -> bool {
+    rt.device_pool().expandable().is_some()
 }

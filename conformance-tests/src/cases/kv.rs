@@ -24,6 +24,11 @@ pub(crate) fn cases() -> Vec<Case> {
             kv_pressure,
             native_only: "the KV cache's transfers block"
         ),
+        case!(
+            "kv: the cache grows in place where the pool offers expandable tensors, else by segments",
+            kv_growth,
+            native_only: "the KV cache's transfers block"
+        ),
     ]
 }
 
@@ -204,6 +209,64 @@ async fn kv_pressure(ctx: &Ctx) -> R {
     })?;
     check(attend(&c, b, 2)? == b_before, || {
         "the swapped sequence came back different".into()
+    })?;
+    c.release().map_err(fail("release"))?;
+    rt.check_leaks().map_err(fail("leaks"))?;
+    Ok(())
+}
+
+/// A cache of 2,048 blocks (16 MiB) used a little, then almost whole: where the device pool
+/// grows tensors in place it is one segment whose committed bytes follow the blocks and whose
+/// handle never changes; elsewhere its segments are whole. The first sequence's attention is the
+/// same before and after either growth.
+async fn kv_growth(ctx: &Ctx) -> R {
+    let rt = ctx
+        .runtime(RuntimeConfig::default())
+        .map_err(fail("runtime"))?;
+    let g = KvGeometry::new(2, 2, 64, KvDType::F32, 4, 1024).map_err(|e| e.to_string())?;
+    let stride = g.block_stride(rt.backend().capabilities().binding_align);
+    let budget = 2048 * stride;
+    let config = KvCacheConfig {
+        geometry: g,
+        budget,
+        preemption: Preemption::Swap,
+    };
+    let mut c = KvCache::new(&rt, config).map_err(fail("KvCache::new"))?;
+    let in_place = rt.device_pool().expandable().is_some();
+    let a = c.admit(&[1, 2, 3, 4, 5, 6], 0).map_err(fail("admit"))?.seq;
+    write(&mut c, a, 1, 0..6)?;
+    let before = attend(&c, a, 1)?;
+    let small = c.stats().device_bytes;
+    let handle = c.segments()[0].allocation().handle;
+    for s in 0..7 {
+        c.admit(&vec![s; 1024], 0).map_err(fail("admit 1024"))?;
+    }
+    let grown = c.stats();
+    if in_place {
+        check(small <= budget / 4, || {
+            format!("{small} of {budget} bytes committed for two blocks")
+        })?;
+        check(grown.segments == 1, || {
+            format!("{} segments", grown.segments)
+        })?;
+        check(c.segments()[0].allocation().handle == handle, || {
+            "the segment was not grown in place".into()
+        })?;
+        check(grown.device_bytes >= 1794 * stride, || {
+            format!("{} bytes for 1,794 blocks", grown.device_bytes)
+        })?;
+    } else {
+        let (per, _) = c.segment_shape();
+        let whole = c.segments()[..grown.segments - 1]
+            .iter()
+            .all(|t| t.size() == per as u64 * stride);
+        check(whole, || "a segment before the last is not whole".into())?;
+    }
+    check(grown.device_bytes <= budget, || {
+        format!("{} bytes over the budget", grown.device_bytes)
+    })?;
+    check(attend(&c, a, 1)? == before, || {
+        "the first sequence changed as the cache grew".into()
     })?;
     c.release().map_err(fail("release"))?;
     rt.check_leaks().map_err(fail("leaks"))?;

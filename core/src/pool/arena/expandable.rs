@@ -15,7 +15,7 @@
 use super::growth::Role;
 use super::{ArenaPool, Live, State};
 use crate::align::align_up;
-use crate::backend::{BlockDesc, BlockRange, Ticket};
+use crate::backend::{BlockRange, Ticket};
 use crate::pool::device_pool::Allocation;
 use crate::pool::{Expandable, Handle};
 use crate::{Error, Result};
@@ -84,25 +84,9 @@ impl Expandable for ArenaPool {
         if !charged {
             return Ok(None);
         }
-        let desc = BlockDesc {
-            kind: self.config.kind,
-            size: bytes,
-            label: &format!("tensormem {} expandable {label}", self.config.name),
-        };
-        let reserved = Self::remember_loss(
-            &mut st,
-            self.growable()
-                .and_then(|g| g.reserve_block(&desc, reserve)),
-        );
-        let id = match reserved {
-            Ok(id) => id,
-            Err(e) => {
-                self.budget.release(bytes);
-                return match e {
-                    Error::OutOfMemory(_) | Error::Unsupported { .. } => Ok(None),
-                    e => Err(e),
-                };
-            }
+        let block_label = format!("tensormem {} expandable {label}", self.config.name);
+        let Some(id) = self.reserve_charged(&mut st, bytes, reserve, &block_label)? else {
+            return Ok(None);
         };
         let role = Role::Expandable { reserved: reserve };
         let (block, region) = self.install_block(&mut st, id, bytes, role, bytes, 1)?;

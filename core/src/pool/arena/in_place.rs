@@ -126,25 +126,9 @@ impl ArenaPool {
         if !self.budget.try_reserve(bytes) {
             return Ok(None);
         }
-        let desc = BlockDesc {
-            kind: self.config.kind,
-            size: bytes,
-            label: &format!("tensormem {} arena for {label}", self.config.name),
-        };
-        let id = match Self::remember_loss(
-            st,
-            self.growable()
-                .and_then(|g| g.reserve_block(&desc, reserve)),
-        ) {
-            Ok(id) => id,
-            Err(e) => {
-                self.budget.release(bytes);
-                return match e {
-                    // No address space or memory: the caller adds a regular block instead.
-                    Error::OutOfMemory(_) | Error::Unsupported { .. } => Ok(None),
-                    e => Err(e),
-                };
-            }
+        let label = format!("tensormem {} arena for {label}", self.config.name);
+        let Some(id) = self.reserve_charged(st, bytes, reserve, &label)? else {
+            return Ok(None);
         };
         let (index, region) = self.install_block(
             st,
@@ -161,6 +145,36 @@ impl ArenaPool {
             fresh_block: true,
             grown: 0,
         }))
+    }
+
+    /// Reserves `reserve` bytes of address space as one block with its first `bytes` committed,
+    /// already charged to the budget: `Ok(None)`, the charge returned, when address space or
+    /// memory is short (the caller then does without the reservation).
+    pub(super) fn reserve_charged(
+        &self,
+        st: &mut State,
+        bytes: u64,
+        reserve: u64,
+        label: &str,
+    ) -> Result<Option<BlockId>> {
+        let desc = BlockDesc {
+            kind: self.config.kind,
+            size: bytes,
+            label,
+        };
+        let reserved = self
+            .growable()
+            .and_then(|g| g.reserve_block(&desc, reserve));
+        match Self::remember_loss(st, reserved) {
+            Ok(id) => Ok(Some(id)),
+            Err(e) => {
+                self.budget.release(bytes);
+                match e {
+                    Error::OutOfMemory(_) | Error::Unsupported { .. } => Ok(None),
+                    e => Err(e),
+                }
+            }
+        }
     }
 
     /// Commits more of the arena at `index` and carves the request from its end; returns the
