@@ -110,3 +110,6 @@ impl From<Plan> for Error {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
