@@ -6,6 +6,7 @@
 
 mod classify;
 mod oom;
+mod planner;
 
 pub use oom::OomReport;
 

@@ -66,7 +66,6 @@
 //!   tensors.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod align;
 pub mod backend;
 pub mod devices;
 pub mod error;
@@ -74,15 +73,15 @@ pub mod graph;
 pub mod host;
 pub mod kv;
 pub mod numa;
-pub mod offload;
 pub mod ops;
-pub mod plan;
 pub mod pool;
 pub mod runtime;
-pub mod suballoc;
 mod time;
 pub mod trace;
 pub mod validate;
+
+// The pure planners and sub-allocators, at the paths they have always had.
+pub use tensormem_plan::{align, offload, plan, suballoc};
 
 pub use backend::{
     Backend, BackendAdaptor, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities,

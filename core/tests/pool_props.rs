@@ -61,7 +61,7 @@ impl Model {
 /// A sub-allocator under test: how to build one, its structural check, and the largest request it
 /// can ever hold (TLSF: the capacity; buddy: the largest power of two in it).
 struct Subject<A> {
-    build: fn(u64) -> Result<A>,
+    build: fn(u64) -> tensormem_plan::Result<A>,
     check: fn(&A) -> std::result::Result<(), String>,
     largest: fn(u64) -> u64,
 }
@@ -95,7 +95,7 @@ fn suballoc_case<A: SubAllocator>(
         if rng.below(100) < 55 || live.is_empty() {
             let size = rng.size(capacity);
             let align = 1u64 << rng.below(u64::from(max_align_log) + 1);
-            match sub.allocate(size, align) {
+            match sub.allocate(size, align).map_err(Error::from) {
                 Ok(Some(r)) => {
                     if r.offset % align != 0 || r.size != size || r.end() > capacity {
                         return Err(format!("op {i}: bad region {r:?} for {size} at {align}"));

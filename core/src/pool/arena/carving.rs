@@ -3,6 +3,8 @@
 //! TLSF has (placement at an offset, growth at the end) serve the arena that grows in place,
 //! which the pool builds only with TLSF.
 
+use tensormem_plan::Error as PlanError;
+
 use super::ArenaConfig;
 use crate::suballoc::{Buddy, Landmark, Region, SubAllocReport, Tlsf};
 use crate::{Error, Result};
@@ -52,14 +54,14 @@ impl Carving {
     /// buddy block's largest power of two), which another block may.
     pub(super) fn allocate(&mut self, size: u64, align: u64) -> Result<Option<Region>> {
         match either!(self, a => a.allocate(size, align)) {
-            Err(Error::TooLarge { .. }) => Ok(None),
-            other => other,
+            Err(PlanError::TooLarge { .. }) => Ok(None),
+            other => Ok(other?),
         }
     }
 
     /// Frees `region`; returns the free block it became part of, as (offset, size).
     pub(super) fn free_merged(&mut self, region: Region) -> Result<(u64, u64)> {
-        either!(self, a => a.free_merged(region))
+        Ok(either!(self, a => a.free_merged(region))?)
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -91,7 +93,7 @@ impl Carving {
         near: Option<Landmark>,
     ) -> Result<Option<Region>> {
         match self {
-            Carving::Tlsf(t) => t.allocate_at(offset, size, align, near),
+            Carving::Tlsf(t) => Ok(t.allocate_at(offset, size, align, near)?),
             Carving::Buddy(_) => Ok(None),
         }
     }
@@ -107,7 +109,7 @@ impl Carving {
     /// [`Tlsf::allocate_at_end`]; buddy finds no room there.
     pub(super) fn allocate_at_end(&mut self, size: u64, align: u64) -> Result<Option<Region>> {
         match self {
-            Carving::Tlsf(t) => t.allocate_at_end(size, align),
+            Carving::Tlsf(t) => Ok(t.allocate_at_end(size, align)?),
             Carving::Buddy(_) => Ok(None),
         }
     }
@@ -123,7 +125,7 @@ impl Carving {
     /// [`Tlsf::grow`]; an error for buddy.
     pub(super) fn grow(&mut self, by: u64) -> Result<()> {
         match self {
-            Carving::Tlsf(t) => t.grow(by),
+            Carving::Tlsf(t) => Ok(t.grow(by)?),
             Carving::Buddy(_) => Err(Self::fixed()),
         }
     }
@@ -131,7 +133,7 @@ impl Carving {
     /// [`Tlsf::shrink`]; an error for buddy.
     pub(super) fn shrink(&mut self, by: u64) -> Result<()> {
         match self {
-            Carving::Tlsf(t) => t.shrink(by),
+            Carving::Tlsf(t) => Ok(t.shrink(by)?),
             Carving::Buddy(_) => Err(Self::fixed()),
         }
     }

@@ -79,7 +79,7 @@ impl ReplayPool {
                 if let Source::Dynamic(h) = source {
                     self.pool.cancel(h)?;
                 }
-                return Err(e);
+                return Err(e.into());
             }
         };
         match source {

@@ -49,7 +49,7 @@ impl StagingBelt {
             _ => &mut st.upload,
         };
         match belt.blocks.iter_mut().find(|b| b.id == id) {
-            Some(block) => block.ring.retire(region, ticket.0),
+            Some(block) => Ok(block.ring.retire(region, ticket.0)?),
             // Blocks are only released when their ring is empty, and this region is live.
             None => Err(Error::invalid(format!(
                 "staging belt: block {} of a live region was released",

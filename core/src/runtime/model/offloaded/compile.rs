@@ -119,7 +119,7 @@ impl Runtime {
             (Ok(w), _) => (items, w, Vec::new()),
             (Err(_), Ok(g)) => (g_items, g, gathers),
             // Both fail: the gathered variant's error names the smaller working set.
-            (Err(_), Err(e)) => return Err(e),
+            (Err(_), Err(e)) => return Err(e.into()),
         };
         if !gathers.is_empty() {
             sizes.extend(staged);

@@ -4,7 +4,8 @@
 //! Every allocator here manages an abstract range `[0, capacity)` of bytes and hands out
 //! [`Region`]s (an offset and a size inside that range). They never read or write the memory they
 //! manage, so the same code carves device arenas, staging rings and the planner's verifier
-//! (`shared/notes/style.md` 1.5). The pools in `pool` put them on top of backend blocks.
+//! (`shared/notes/style.md` 1.5). The runtime's pools (`tensormem::pool`) put them on top of backend
+//! blocks.
 //!
 //! | allocator | use | allocate | free |
 //! |---|---|---|---|

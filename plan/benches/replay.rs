@@ -4,7 +4,7 @@
 //! the crate's TLSF sub-allocator serving the same events dynamically, and a no-op walk of the
 //! events (the floor). Throughput is per allocation. Before the timings the bench prints the
 //! reserved bytes each approach needs: the planned arena, TLSF's high-water mark, and the lower
-//! bound. Run: `cargo bench -p tensormem --bench replay`.
+//! bound. Run: `cargo bench -p tensormem-plan --bench replay`.
 #![allow(
     missing_docs,
     clippy::unwrap_used,
@@ -16,8 +16,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use tensormem::plan::recording::{Event, Recorder, Recording, ReplayPlan, Step};
-use tensormem::suballoc::{Region, Tlsf};
+use tensormem_plan::plan::recording::{Event, Recorder, Recording, ReplayPlan, Step};
+use tensormem_plan::suballoc::{Region, Tlsf};
 
 /// One decoder step: per layer q, k, v, scores, attention output, MLP hidden, residual; nested
 /// frees as an eager framework would issue them.

@@ -1,10 +1,10 @@
 //! The planner target table: every instance of the targets, solved under its time budget,
 //! against the lower bound and the greedy-by-size baseline measured in the same run.
 //!
-//! Run: `cargo bench -p tensormem --bench plan` (optionally a substring filter:
-//! `cargo bench -p tensormem --bench plan -- somas`). Trace files come from `shared/data/traces`,
-//! found by walking up from this crate (or `TENSORMEM_TRACES`); missing files are reported as
-//! skipped rows.
+//! Run: `cargo bench -p tensormem-plan --bench plan` (optionally a substring filter:
+//! `cargo bench -p tensormem-plan --bench plan -- somas`). Trace files come from
+//! `shared/data/traces`, found by walking up from this crate (or `TENSORMEM_TRACES`); missing files
+//! are reported as skipped rows.
 #![allow(
     clippy::unwrap_used,
     clippy::panic,
@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use tensormem::plan::{
+use tensormem_plan::plan::{
     Buffer, PackingDesc, PackingFamily, SolveOptions, greedy_by_size, lower_bound, parse_csv,
     solve, verify,
 };
