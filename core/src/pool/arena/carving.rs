@@ -101,7 +101,7 @@ impl Carving {
     /// [`Tlsf::extend_region`]; buddy never widens a region.
     pub(super) fn extend_region(&mut self, region: &mut Region, by: u64) -> Result<bool> {
         match self {
-            Carving::Tlsf(t) => t.extend_region(region, by),
+            Carving::Tlsf(t) => Ok(t.extend_region(region, by)?),
             Carving::Buddy(_) => Ok(false),
         }
     }
