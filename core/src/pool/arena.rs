@@ -62,6 +62,7 @@ pub use carving::Carver;
 use carving::Carving;
 pub use config::{ArenaConfig, DEFAULT_IDLE_RELEASE};
 pub use growth::DEFAULT_BLOCK_SIZE;
+use growth::Role;
 use holes::Holes;
 use policy::Class;
 
@@ -74,11 +75,9 @@ struct Block {
     /// its carver's capacity.
     size: u64,
     carving: Carving,
-    /// The request class the block serves (the fallback path's block policy); `None` for the
-    /// arena that grows in place, which serves every request.
-    class: Option<Class>,
-    /// Address space reserved, for the arena that grows in place; `None` for a regular block.
-    reserved: Option<u64>,
+    /// What the block is for: a regular block of one request class, the arena that grows in
+    /// place, or the reservation of one expandable allocation.
+    role: Role,
     /// When the block last became empty ([`ArenaConfig::idle_release`]); meaningful only while
     /// its TLSF is empty.
     idle_since: Option<Instant>,
@@ -91,6 +90,22 @@ impl Block {
     /// Bytes backed by memory: `size` less the arena's decommitted holes.
     fn committed(&self) -> u64 {
         self.size - self.holes.as_ref().map_or(0, Holes::decommitted)
+    }
+
+    /// The request class a regular block serves.
+    fn class(&self) -> Option<Class> {
+        match self.role {
+            Role::Class(c) => Some(c),
+            Role::Arena { .. } | Role::Expandable { .. } => None,
+        }
+    }
+
+    /// Address space reserved, for the arena and an expandable allocation's block.
+    fn reserved(&self) -> Option<u64> {
+        match self.role {
+            Role::Class(_) => None,
+            Role::Arena { reserved } | Role::Expandable { reserved } => Some(reserved),
+        }
     }
 }
 

@@ -23,12 +23,10 @@ use crate::{Error, Result};
 impl ArenaPool {
     /// Whether block `index` holds one expandable allocation.
     pub(super) fn is_expandable(st: &State, index: usize) -> bool {
-        st.arena != Some(index)
-            && st
-                .blocks
-                .get(index)
-                .and_then(Option::as_ref)
-                .is_some_and(|b| b.class.is_none())
+        st.blocks
+            .get(index)
+            .and_then(Option::as_ref)
+            .is_some_and(|b| matches!(b.role, Role::Expandable { .. }))
     }
 
     /// Charges `bytes` to the budget, asking the runtime's pools to release idle blocks once
@@ -129,7 +127,7 @@ impl Expandable for ArenaPool {
         let b = st.blocks[index]
             .as_ref()
             .ok_or_else(|| Error::invariant("an allocation's block is live", "none"))?;
-        let (id, old, reserved) = (b.id, b.size, b.reserved.unwrap_or(b.size));
+        let (id, old, reserved) = (b.id, b.size, b.reserved().unwrap_or(b.size));
         let at = |size| Allocation {
             handle,
             range: BlockRange {

@@ -20,7 +20,7 @@ use crate::backend::{BlockDesc, BlockId};
 use crate::suballoc::Region;
 
 /// What a new block is for.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Role {
     /// A regular block of one request class.
     Class(Class),
@@ -42,7 +42,7 @@ impl ArenaPool {
         align: u64,
     ) -> Result<Option<(usize, Region)>> {
         let class = Some(Class::of(size));
-        let fits = |b: &Block| b.class == class && b.carving.free_bytes() >= size;
+        let fits = |b: &Block| b.class() == class && b.carving.free_bytes() >= size;
         let fullest = st
             .blocks
             .iter()
@@ -71,7 +71,7 @@ impl ArenaPool {
         for i in 0..st.blocks.len() {
             let empty = st.blocks[i]
                 .as_ref()
-                .is_some_and(|b| b.class == Some(class) && b.carving.is_empty());
+                .is_some_and(|b| b.class() == Some(class) && b.carving.is_empty());
             if empty {
                 let _ = self.release_block(st, i);
             }
@@ -93,7 +93,7 @@ impl ArenaPool {
         self.release_empty(st, class);
         let (class_reserved, pool_reserved) =
             st.blocks.iter().flatten().fold((0, 0), |(c, p), b| {
-                let mine = if b.class == Some(class) { b.size } else { 0 };
+                let mine = if b.class() == Some(class) { b.size } else { 0 };
                 (c + mine, p + b.size)
             });
         for attempt in 0..2 {
@@ -190,10 +190,6 @@ impl ArenaPool {
                 st.blocks.len() - 1
             }
         };
-        let (class, reserved) = match role {
-            Role::Class(c) => (Some(c), None),
-            Role::Arena { reserved } | Role::Expandable { reserved } => (None, Some(reserved)),
-        };
         let holes = self
             .growth
             .filter(|g| g.holes && self.config.holes && matches!(role, Role::Arena { .. }))
@@ -209,8 +205,7 @@ impl ArenaPool {
             id,
             size: bytes,
             carving,
-            class,
-            reserved,
+            role,
             idle_since: None,
             holes,
         });

@@ -192,7 +192,7 @@ impl ArenaPool {
             return Err(Error::invariant("the arena index names a block", "none"));
         };
         let (id, committed) = (b.id, b.size);
-        let reserved = b.reserved.unwrap_or(committed);
+        let reserved = b.reserved().unwrap_or(committed);
         let tail = b.carving.free_tail();
         let tail_start = committed - tail;
         let Some(need) = align_up(tail_start, align)

@@ -3,7 +3,7 @@
 //! and no class, and the counters, the budget's charge and the sub-allocated bytes agree with the
 //! live allocations and pending frees; the arena's holes never lie under a held region.
 
-use super::{ArenaPool, State};
+use super::{ArenaPool, Role, State};
 
 /// Bytes past a region that may still belong to its TLSF block (slack and later pads, each
 /// under the minimum split): a bound, far below a granule.
@@ -23,13 +23,12 @@ impl ArenaPool {
                     b.carving.capacity()
                 ));
             }
-            // Exactly the arena and expandable allocations' blocks (which have no class) have
-            // a reservation, and it covers the committed size.
-            if b.class.is_none() != b.reserved.is_some_and(|r| r >= b.size) {
-                return Err(format!(
-                    "block {i}: reservation {:?} disagrees with class {:?}",
-                    b.reserved, b.class
-                ));
+            // A reservation covers the committed size; exactly the arena is the arena.
+            if b.reserved().is_some_and(|r| r < b.size) {
+                return Err(format!("block {i}: {:?} below {} bytes", b.role, b.size));
+            }
+            if (st.arena == Some(i)) != matches!(b.role, Role::Arena { .. }) {
+                return Err(format!("block {i}: {:?}, arena {:?}", b.role, st.arena));
             }
             // An expandable allocation's block holds it alone, whole.
             if Self::is_expandable(st, i) {
