@@ -55,8 +55,8 @@ pub trait Expandable: Send + Sync {
     /// # Errors
     /// [`Error::TooLarge`](crate::Error::TooLarge) past its reservation,
     /// [`Error::OutOfMemory`](crate::Error::OutOfMemory) when the budget or the device refuses
-    /// the memory, [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an allocation
-    /// that is not expandable, [`Error::StaleHandle`](crate::Error::StaleHandle),
+    /// the memory, [`Error::Unsupported`](crate::Error::Unsupported) for an allocation that is
+    /// not expandable, [`Error::StaleHandle`](crate::Error::StaleHandle),
     /// [`Error::DeviceLost`](crate::Error::DeviceLost). The allocation is unchanged on error.
     fn expand(&self, handle: Handle, size: u64) -> Result<Allocation>;
 }

@@ -63,8 +63,9 @@ impl Runtime {
     /// are; the new ones are uninitialised.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a shape that changes an inner dimension or shrinks, or a
-    /// tensor that was not allocated expandable; [`Error::WrongDevice`]; as
+    /// [`Error::InvalidArgument`] for a shape that changes an inner dimension or shrinks;
+    /// [`Error::Unsupported`] for a tensor that was not allocated expandable;
+    /// [`Error::WrongDevice`]; as
     /// [`Expandable::expand`](crate::pool::Expandable::expand) (`TooLarge` past the
     /// reservation, `OutOfMemory`). The tensor is unchanged on error.
     pub fn expand(&self, t: &mut Tensor, shape: &[usize]) -> Result<()> {
@@ -81,9 +82,10 @@ impl Runtime {
         let size = tensor::byte_size(t.dtype(), shape)?;
         let pool = self.device_pool();
         let (Some(expandable), [a]) = (pool.expandable(), t.segments()) else {
-            return Err(Error::invalid(
-                "expand: the tensor was not allocated expandable",
-            ));
+            return Err(Error::Unsupported {
+                backend: self.backend().capabilities().backend,
+                what: "expanding a tensor that was not allocated expandable".into(),
+            });
         };
         let a = expandable.expand(a.handle, size.next_multiple_of(4))?;
         t.regrow(Segments::one(a, size), shape.to_vec(), size);

@@ -120,9 +120,10 @@ impl Expandable for ArenaPool {
             live.label.clone(),
         );
         if !Self::is_expandable(&st, index) {
-            return Err(Error::invalid(format!(
-                "expand: `{label}` was not allocated expandable"
-            )));
+            return Err(Error::Unsupported {
+                backend: self.backend.capabilities().backend,
+                what: format!("expanding `{label}`, which was not allocated expandable"),
+            });
         }
         let b = st.blocks[index]
             .as_ref()
@@ -166,10 +167,10 @@ impl Expandable for ArenaPool {
                 )),
             }),
             (true, false) => {
+                // Another caller expanded it meanwhile: start again from its new size.
                 self.budget.release(add);
-                return Err(Error::invalid(format!(
-                    "expand: `{label}` was expanded by another caller meanwhile"
-                )));
+                drop(st);
+                return self.expand(handle, size);
             }
             (false, _) => Ok(false),
         };

@@ -94,7 +94,7 @@ fn expansion_is_charged_to_the_budget_and_refusals_change_nothing() {
     let plain = p.allocate(64, 1, "plain").unwrap();
     assert!(matches!(
         e.expand(plain.handle, 2 * page),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Unsupported { .. })
     ));
     p.free(a.handle).unwrap();
     assert!(matches!(
