@@ -31,39 +31,14 @@
 //! ```
 //!
 //! # Design
-//! * **One narrow backend trait** ([`Backend`]): blocks, mapped access, copies, op dispatch,
-//!   tickets. Pooling, budgets, staging, statistics and checks live once in core, so every
-//!   backend behaves the same and the conformance suite proves it.
-//! * **One validating front** ([`Validated`]) before every backend: one rule and one typed error
-//!   per misuse; the first fatal error marks the device broken for every later call.
-//! * **Tickets, not fences per allocation**: a free while work is in flight is deferred to the
-//!   work's ticket (stream-ordered reuse, as RMM and PyTorch). Tensors bound to kernels
-//!   ([`Runtime::dispatch`]) record their uses automatically.
-//! * **Out-of-band sub-allocation** ([`suballoc`]): allocator metadata lives in host memory, so
-//!   device memory is never touched for bookkeeping. Handles are generational: double free and
-//!   use after free are errors.
-//! * **Static planning** ([`plan`]): a compiled [`Graph`] puts every intermediate in one arena at
-//!   planned offsets, so a steady-state inference allocates nothing.
-//! * **Tensors larger than a block are segmented in the tensor** ([`Tensor`]), not the pool;
-//!   the front cuts each op into parts that bind within one segment. [`RuntimeConfig::limits`]
-//!   lowers the limits so tests take these paths with kilobyte tensors.
-//! * **Weights belong to the runtime** ([`runtime::WeightStore`]), shared by name and content
-//!   hash between models; f16 and int8 weights are dequantised as kernels load them
-//!   ([`ops::quant`]).
-//! * **Host memory near its device** ([`numa`]), reported as [`Capabilities::host_placement`].
-//! * **Tracing off by default** ([`trace`]): one atomic load per operation when off; traces
-//!   export to Perfetto JSON and HTML, and [`trace::analyze`] reports wasted memory.
-//!
-//! `ARCHITECTURE.md` describes the layers and how they fit.
-//!
-//! # Limits
-//! * One logical queue per backend: work executes in submission order.
-//! * Host memory the driver allocates (Vulkan, wgpu) cannot be NUMA-bound.
-//! * A segmented tensor's op runs in parts along its outermost axis only: an operand every part
-//!   reads whole (a matmul weight, an embedding table) must fit one block and one binding
-//!   ([`Error::SegmentedOperand`], [`Error::TooLarge`]). A model's planned activation arena is
-//!   one block; copies between the stages of a model split across devices take no segmented
-//!   tensors.
+//! One narrow [`Backend`] trait behind one validating front ([`Validated`]); pools, budgets,
+//! staging, statistics and checks live once in core, as adaptors over [`DevicePool`]. Frees wait
+//! for tickets, not fences; allocator metadata lives on the host ([`suballoc`]) with
+//! generational handles; a compiled [`Graph`] places its intermediates by a static plan
+//! ([`plan`]); tensors larger than a block are segmented in the [`Tensor`]; weights belong to the
+//! runtime ([`runtime::WeightStore`]); tracing costs one atomic load when off ([`trace`]).
+//! `ARCHITECTURE.md` describes every layer. Limits: one logical queue per backend; a segmented
+//! tensor's op runs in parts along its outermost axis only ([`Error::SegmentedOperand`]).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;
