@@ -44,6 +44,7 @@ use crate::pool::slots::{Handle, Slots, next_pool_id};
 use crate::{Error, Result};
 
 mod arena;
+mod expandable;
 mod serve;
 mod shapes;
 

@@ -230,6 +230,12 @@ impl DevicePool for ReplayPool {
         Ok(self.lock().slots.get(handle)?.label.clone())
     }
 
+    fn expandable(&self) -> Option<&dyn crate::pool::Expandable> {
+        self.pool
+            .expandable()
+            .map(|_| self as &dyn crate::pool::Expandable)
+    }
+
     fn reclaim(&self) -> Result<()> {
         self.pool.reclaim()
     }

@@ -104,6 +104,35 @@ fn a_repeated_sequence_is_planned_then_replayed() {
     assert_eq!(p.pool().stats().blocks_allocated, before);
 }
 
+/// A buffer that grows between and inside steps (a KV cache segment) comes from the dynamic pool
+/// and stays out of the recordings: the steps are planned and replayed as without it.
+#[test]
+fn an_expandable_allocation_grows_beside_the_steps_without_changing_their_plan() {
+    let p = replay_pool();
+    let e = DevicePool::expandable(&p).expect("the host arena below grows in place");
+    let kv = e
+        .allocate_expandable(4096, 64 << 20, "kv")
+        .unwrap()
+        .unwrap();
+    step(&p, 16);
+    e.expand(kv.handle, 1 << 20).unwrap();
+    step(&p, 16);
+    p.begin_step_keyed(4).unwrap();
+    let grown = e.expand(kv.handle, 8 << 20).unwrap();
+    p.end_step().unwrap();
+    assert_eq!(
+        (grown.handle, grown.range.offset),
+        (kv.handle, kv.range.offset)
+    );
+    assert_eq!(p.resolve(kv.handle).unwrap(), grown.range);
+    step(&p, 16);
+    step(&p, 16);
+    let s = p.replay_stats();
+    assert_eq!((s.plans, s.planned, s.divergences), (1, 2 * 21, 0), "{s:?}");
+    p.free(kv.handle).unwrap();
+    p.check_invariants().unwrap();
+}
+
 /// A larger run of the same shape (a longer sequence) whose attention scores grow faster than its
 /// first allocation leaves the stretched plan at the scores (x and qkv came from it), runs
 /// dynamically from there without error, and widens the plan; smaller runs then follow the

@@ -1,0 +1,67 @@
+//! [`Expandable`] for [`ReplayPool`]: expandable allocations come from the dynamic pool below and
+//! never enter a step's recording (a growing buffer, such as a KV cache segment, outlives the
+//! steps and its growth is no step's allocation), so plans stay the same with or without them.
+
+use super::{Entry, ReplayPool, Source};
+use crate::pool::device_pool::{Allocation, DevicePool};
+use crate::pool::{Expandable, Handle};
+use crate::{Error, Result};
+
+impl ReplayPool {
+    fn dynamic_expandable(&self) -> Result<&dyn Expandable> {
+        self.pool.expandable().ok_or_else(|| Error::Unsupported {
+            backend: self.pool.backend().capabilities().backend,
+            what: "expandable allocations from a replay pool whose dynamic pool has none".into(),
+        })
+    }
+}
+
+impl Expandable for ReplayPool {
+    fn allocate_expandable(
+        &self,
+        size: u64,
+        reserve: u64,
+        label: &str,
+    ) -> Result<Option<Allocation>> {
+        let Some(dynamic) = self.pool.expandable() else {
+            return Ok(None);
+        };
+        let mut st = self.lock();
+        let Some(a) = dynamic.allocate_expandable(size, reserve, label)? else {
+            return Ok(None);
+        };
+        let arena = st.arena.map_or(0, |b| b.size);
+        st.peak_reserved = st.peak_reserved.max(self.pool.stats().reserved + arena);
+        st.stats.dynamic += 1;
+        let step = st.step;
+        let handle = st.slots.insert(Entry {
+            source: Source::Dynamic(a.handle),
+            step,
+            recorded: None,
+            size: a.range.size,
+            label: label.to_string(),
+        });
+        Ok(Some(Allocation {
+            handle,
+            range: a.range,
+        }))
+    }
+
+    fn expand(&self, handle: Handle, size: u64) -> Result<Allocation> {
+        let mut st = self.lock();
+        let Source::Dynamic(inner) = st.slots.get(handle)?.source else {
+            return Err(Error::Unsupported {
+                backend: self.pool.backend().capabilities().backend,
+                what: "expanding a planned replay allocation".into(),
+            });
+        };
+        let a = self.dynamic_expandable()?.expand(inner, size)?;
+        st.slots.get_mut(handle)?.size = a.range.size;
+        let arena = st.arena.map_or(0, |b| b.size);
+        st.peak_reserved = st.peak_reserved.max(self.pool.stats().reserved + arena);
+        Ok(Allocation {
+            handle,
+            range: a.range,
+        })
+    }
+}
