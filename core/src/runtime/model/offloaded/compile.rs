@@ -93,7 +93,14 @@ impl Runtime {
         } else {
             gather::find(graph, items.len())?
         };
-        let rc = recompute::producers(graph, &items, &[]);
+        let producers = |items: &[OffloadTensor], steps: &[usize]| {
+            if desc.recompute {
+                recompute::producers(graph, items, steps)
+            } else {
+                offload::Recomputable::none()
+            }
+        };
+        let rc = producers(&items, &[]);
         let whole = offload::schedule_with_recompute(&items, &ops, &od, &rc);
         if gathers.is_empty() {
             let v = Variant {
@@ -106,7 +113,7 @@ impl Runtime {
         }
         let (g_items, g_ops, staged) = gather::rewrite(&gathers, &items, &ops, copy_align)?;
         let steps: Vec<usize> = gathers.iter().map(|g| g.step).collect();
-        let g_rc = recompute::producers(graph, &g_items, &steps);
+        let g_rc = producers(&g_items, &steps);
         let gathered = offload::schedule_with_recompute(&g_items, &g_ops, &od, &g_rc);
         // The variant with the lower predicted stall (then fewer bytes moved) wins; serving the
         // lookups from host memory is what lets a budget below the table's size run at all.

@@ -25,6 +25,10 @@ pub struct CompileDesc {
     /// reads the slot on the host and stages the bytes back in, as on a backend that cannot (kept
     /// to test and measure that path everywhere). Outputs are identical either way.
     pub direct_swap_in: bool,
+    /// Let the schedule drop an activation and re-run its producer before the next use where
+    /// that is cheaper than a swap ([`crate::offload::recompute`]) (default `true`); `false`
+    /// only keeps or swaps (to compare the two on one model).
+    pub recompute: bool,
 }
 
 impl Default for CompileDesc {
@@ -36,6 +40,7 @@ impl Default for CompileDesc {
             prefetch_lead: 1,
             transfer_lane: true,
             direct_swap_in: true,
+            recompute: true,
         }
     }
 }
