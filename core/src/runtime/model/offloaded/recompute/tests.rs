@@ -91,3 +91,34 @@ fn a_recomputed_activation_gives_the_unbudgeted_bits_with_staging_forced() {
     drop(m);
     rt.check_leaks().unwrap();
 }
+
+/// `CompileDesc::recompute` off (the switch that compares the two on one model): the budget
+/// only a re-run of `branch` meets is refused, naming the op that cannot fit, and a budget with
+/// room for every activation is met without re-runs, with the same bits.
+#[test]
+fn recompute_switched_off_only_keeps_or_swaps() {
+    let (g, x, w, y) = graph();
+    let plain = runtime(true, None);
+    let expected = run(&mut plain.compile(&g).unwrap(), x, &w, y);
+    let bytes = LEN as u64 * 4;
+    let tight = 4 * bytes + bytes / 2 + 8 * W as u64 * 4;
+    let desc = |budget: u64, recompute: bool| CompileDesc {
+        device_budget: Some(budget),
+        recompute,
+        ..CompileDesc::default()
+    };
+    let rt = runtime(true, None);
+    assert!(rt.compile_with(&g, &desc(tight, true)).is_ok());
+    match rt.compile_with(&g, &desc(tight, false)) {
+        Err(crate::Error::BudgetBelowWorkingSet { op, .. }) => {
+            assert!(op.starts_with("sum"), "{op}")
+        }
+        Ok(_) => panic!("swap-only met the budget: the switch did nothing"),
+        Err(e) => panic!("{e}"),
+    }
+    let roomy = tight + bytes;
+    let mut m = rt.compile_with(&g, &desc(roomy, false)).unwrap();
+    assert_eq!(run(&mut m, x, &w, y), expected);
+    let o = m.memory_report().offload.unwrap();
+    assert_eq!((o.bytes_recomputed, o.recompute_work), (0, 0), "{o:?}");
+}
