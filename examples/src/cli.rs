@@ -196,11 +196,19 @@ pub fn compile(
     graph: &tensormem::Graph,
     budget: Option<DeviceBudget>,
 ) -> tensormem::Result<tensormem::Model> {
-    compile_scored(rt, graph, budget, &tensormem::offload::Score::ALL, true)
+    compile_scored(
+        rt,
+        graph,
+        budget,
+        &tensormem::offload::Score::ALL,
+        true,
+        true,
+    )
 }
 
 /// [`compile`] trying only the offload `scores` given (the benchmark compares them one by one),
-/// with the copies on the transfer lane or not (`transfer_lane`).
+/// with the copies on the transfer lane or not (`transfer_lane`), recomputing activations or
+/// only swapping them (`recompute`).
 ///
 /// # Errors
 /// As [`compile`].
@@ -210,6 +218,7 @@ pub fn compile_scored(
     budget: Option<DeviceBudget>,
     scores: &[tensormem::offload::Score],
     transfer_lane: bool,
+    recompute: bool,
 ) -> tensormem::Result<tensormem::Model> {
     let Some(budget) = budget else {
         return rt.compile(graph);
@@ -224,6 +233,7 @@ pub fn compile_scored(
             device_budget: Some(budget.resolve(need)),
             scores: scores.to_vec(),
             transfer_lane,
+            recompute,
             ..tensormem::CompileDesc::default()
         },
     )
