@@ -83,10 +83,10 @@ struct Args {
     /// device count; overrides --backend.
     #[arg(long, value_name = "LIST", value_enum, value_delimiter = ',')]
     device_backends: Vec<BackendChoice>,
-    /// Chunks each layer's attention runs in (scores, softmax and context over a part of the
-    /// sentences at a time; a divisor of the batch): `auto` is 1 without --device-budget and, with
-    /// one, the fewest chunks whose largest op fits the budget. Embeddings are identical for every
-    /// count. With --offload-table it applies to the budgeted rows.
+    /// Chunks each layer's attention runs in (q/k/v projections, scores, softmax, context and head
+    /// merge over a part of the sentences at a time; a divisor of the batch): `auto` is 1 without
+    /// --device-budget and, with one, grows while an op does not fit the budget. Embeddings are
+    /// identical for every count. With --offload-table it applies to the budgeted rows.
     #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = Chunks::parse)]
     attention_chunks: Chunks,
     /// Chunks each layer's feed-forward block runs in (intermediate.dense, gelu, output.dense,

@@ -200,12 +200,13 @@ pub fn build_graph_chunked(
 }
 
 /// Builds the encoder graph for `batch` sentences of `seq` tokens, with each layer's attention
-/// (scores → masked softmax → context over `batch·heads`) tiled into `tiling.attention` chunks
-/// of whole sentences and each feed-forward block (intermediate.dense → gelu → output.dense →
-/// residual → LayerNorm) into `tiling.ffn` chunks of rows ([`tensormem::Graph::tile`]). Each
-/// attention chunk's scores and probabilities are a `1/attention` part, and its context is
-/// written into a view of the layer's context tensor; each feed-forward chunk's intermediate
-/// activations are a `1/ffn` part, and its output is written into a view of the layer's output.
+/// (q/k/v projections and head splits → scores → masked softmax → context → head merge) tiled
+/// into `tiling.attention` chunks of whole sentences and each feed-forward block
+/// (intermediate.dense → gelu → output.dense → residual → LayerNorm) into `tiling.ffn` chunks of
+/// rows ([`tensormem::Graph::tile`]). Each attention chunk's q, k, v, scores and probabilities
+/// are a `1/attention` part, and its merged context is written into a view of the layer's
+/// context tensor; each feed-forward chunk's intermediate activations are a `1/ffn` part, and its
+/// output is written into a view of the layer's output.
 /// The largest ops' working sets (the softmax: `2·batch·heads·seq²` floats; the gelu:
 /// `2·batch·seq·intermediate`) shrink by the chunk counts, and every element is computed as in
 /// the untiled graph, so the embeddings are bit-identical. One chunk each is the untiled graph.
@@ -340,6 +341,7 @@ pub fn build_graph_tiled(
                 &format!("{p}.{which}.split_heads"),
             )
         };
+        let attn_first = b.graph.nodes().len();
         let q = head(&mut b, "query")?;
         let k = head(&mut b, "key")?;
         let v = head(&mut b, "value")?;
@@ -386,14 +388,14 @@ pub fn build_graph_tiled(
             weight_format: WeightFormat::F32,
         };
         let ctx = b.op(ctx_op, &[probs, v], &heads_shape, &format!("{p}.context"))?;
-        let end = b.graph.nodes().len();
-        b.graph.tile(end - 3..end, attention_chunks)?;
         let ctx = b.op(
             merge.clone(),
             &[ctx],
             &[batch, seq, nh, hd],
             &format!("{p}.merge_heads"),
         )?;
+        let end = b.graph.nodes().len();
+        b.graph.tile(attn_first..end, attention_chunks)?;
         let ctx = b.graph.reshape(ctx, &[rows, h])?;
 
         let attn = b.linear(ctx, &format!("{p}.attention.output.dense"), rows, h, h)?;
