@@ -87,6 +87,8 @@ impl Runtime {
         od.min_size = desc.min_offload_size;
         od.prefetch_lead = desc.prefetch_lead;
         od.plan_time_limit = self.config().plan_time_limit;
+        let rates = desc.rates.resolve(self)?;
+        (od.link_bandwidth, od.device_bandwidth) = rates;
         // On unified memory a table is bound in host memory as it is: nothing to gather.
         let gathers = if unified {
             Vec::new()
@@ -108,6 +110,7 @@ impl Runtime {
                 sizes,
                 schedule: whole?,
                 gathers,
+                rates,
             };
             return Offloaded::build(self, graph, v, budget, unified, desc);
         }
@@ -136,6 +139,7 @@ impl Runtime {
             sizes,
             schedule,
             gathers,
+            rates,
         };
         Offloaded::build(self, graph, v, budget, unified, desc)
     }
@@ -149,4 +153,6 @@ pub(super) struct Variant {
     pub(super) sizes: Vec<u64>,
     pub(super) schedule: offload::OffloadSchedule,
     pub(super) gathers: Vec<RowGather>,
+    /// The (link, device) rates the schedule was planned with.
+    pub(super) rates: (f64, f64),
 }

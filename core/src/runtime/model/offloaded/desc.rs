@@ -29,6 +29,9 @@ pub struct CompileDesc {
     /// that is cheaper than a swap ([`crate::offload::recompute`]) (default `true`); `false`
     /// only keeps or swaps (to compare the two on one model).
     pub recompute: bool,
+    /// Where the planner's link bandwidth and device rate come from (default
+    /// [`Rates::Default`](super::Rates::Default): fixed, so schedules are deterministic).
+    pub rates: super::Rates,
 }
 
 impl Default for CompileDesc {
@@ -41,6 +44,7 @@ impl Default for CompileDesc {
             transfer_lane: true,
             direct_swap_in: true,
             recompute: true,
+            rates: super::Rates::Default,
         }
     }
 }
@@ -68,6 +72,10 @@ pub struct OffloadReport {
     pub bytes_recomputed: u64,
     /// Extra work of those re-runs over all runs: the bytes the re-run ops bound.
     pub recompute_work: u64,
+    /// The link bandwidth the planner used, bytes per second ([`CompileDesc::rates`]).
+    pub link_bandwidth: f64,
+    /// The device rate the planner used, bytes an op binds per second.
+    pub device_rate: f64,
     /// The measured stall of the last run: the time the host waited for copy-outs to land, plus
     /// (after [`Model::run`](super::Model::run), where the backend measures it) the time the
     /// compute lane waited for the transfer lane.
