@@ -122,6 +122,8 @@ pub struct MiniLm {
     transfer_lane: bool,
     /// Budgeted compiles may recompute activations (`CompileDesc::recompute`).
     recompute: bool,
+    /// Where budgeted compiles take the planner's rates from (`CompileDesc::rates`).
+    rates: tensormem::Rates,
     /// How the attention of every shape compiled from now on is tiled.
     chunks: Chunks,
     /// How the feed-forward blocks of every shape compiled from now on are tiled.
@@ -180,6 +182,7 @@ impl MiniLm {
             scores: Score::ALL.to_vec(),
             transfer_lane: true,
             recompute: true,
+            rates: tensormem::Rates::Measured,
             chunks: Chunks::Auto,
             ffn_chunks: Chunks::Auto,
         })
@@ -236,6 +239,15 @@ impl MiniLm {
         if self.recompute != on {
             self.cache.clear();
             self.recompute = on;
+        }
+    }
+
+    /// Takes the planner's rates in budgeted compiles from `rates` (default: measured on the
+    /// backend once per runtime; shapes compiled before are dropped).
+    pub fn set_rates(&mut self, rates: tensormem::Rates) {
+        if self.rates != rates {
+            self.cache.clear();
+            self.rates = rates;
         }
     }
 

@@ -86,6 +86,8 @@ pub struct OffloadRow {
     pub lane_waits_measured: bool,
     /// Whether swap-ins were device copies out of host-visible memory (else through the host).
     pub direct_swap_in: bool,
+    /// The planner's (link, device) rates in bytes per second (zero for the baseline).
+    pub rates: (f64, f64),
     /// With `compare.lanes`: the same row with the copies on the compute queue.
     pub lane_off: Option<Again>,
     /// With `compare.recompute`: the same row without recompute (keep or swap only).
@@ -238,6 +240,7 @@ struct Measured {
     lane_waits_measured: bool,
     direct_swap_in: bool,
     tiling: Tiling,
+    rates: (f64, f64),
 }
 
 /// One inference (inputs, run, read back), timed.
@@ -314,6 +317,10 @@ fn measure(
         .map_or(Duration::ZERO, |s| s.predicted_stall);
     Ok(Measured {
         tiling: model.tiling(batch, seq).unwrap_or(Tiling::NONE),
+        rates: report
+            .offload
+            .as_ref()
+            .map_or((0.0, 0.0), |o| (o.link_bandwidth, o.device_rate)),
         bits,
         fastest,
         base_fastest,
@@ -365,6 +372,7 @@ impl Measured {
             transfer_lane: self.transfer_lane,
             lane_waits_measured: self.lane_waits_measured,
             direct_swap_in: self.direct_swap_in,
+            rates: self.rates,
             lane_off: None,
             swap_only: None,
         }

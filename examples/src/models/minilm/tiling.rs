@@ -114,8 +114,11 @@ impl MiniLm {
                 &graph.builder.graph,
                 budget,
                 &self.scores,
-                self.transfer_lane,
-                self.recompute,
+                crate::cli::CompileOptions {
+                    transfer_lane: self.transfer_lane,
+                    recompute: self.recompute,
+                    rates: self.rates,
+                },
             );
             let ffn_op = match &compiled {
                 Ok(_) => return compiled.map(|m| (graph, m, tiling)),

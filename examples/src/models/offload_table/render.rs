@@ -98,6 +98,15 @@ pub fn to_markdown(rows: &[OffloadRow]) -> String {
         }
         out += "\n";
     }
+    let mut rates: Vec<(f64, f64)> = rows.iter().map(|r| r.rates).filter(|r| r.0 > 0.0).collect();
+    rates.dedup();
+    for (link, device) in rates {
+        out += &format!(
+            "\nplanner rates: link {:.1} GB/s, device {:.1} GB/s (bytes an op binds)\n",
+            link / 1e9,
+            device / 1e9
+        );
+    }
     out
 }
 
@@ -150,6 +159,8 @@ pub fn to_json(rows: &[OffloadRow]) -> Value {
                 "transfer_lane": r.transfer_lane,
                 "lane_waits_measured": r.lane_waits_measured,
                 "direct_swap_in": r.direct_swap_in,
+                "planner_link_bandwidth": r.rates.0,
+                "planner_device_rate": r.rates.1,
                 "lane_off": again_json(r.lane_off.as_ref()),
                 "swap_only": again_json(r.swap_only.as_ref()),
             }))
