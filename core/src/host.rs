@@ -74,6 +74,10 @@ pub struct HostConfig {
     /// Extra time the worker spends on every command, to widen the window in which work is in
     /// flight (tests of deferred frees). Default zero. No effect on `wasm32` (no worker).
     pub worker_delay: Duration,
+    /// Extra time the transfer lane alone spends on every command, on top of `worker_delay`, so
+    /// that copies land well after the kernels issued beside them (tests of the joins between the
+    /// lanes). Default zero.
+    pub transfer_delay: Duration,
     /// Offer blocks that grow in place ([`Extensions::growable`]) through reserve-and-commit
     /// of address space (Unix only). Default `true`; `false` makes the pools take the fallback
     /// path of adding blocks, as on a device without virtual memory management.
@@ -98,6 +102,7 @@ impl Default for HostConfig {
             max_block_size: physical_memory().map_or(1 << 40, |m| m.min(1 << 40)),
             device_memory: None,
             worker_delay: Duration::ZERO,
+            transfer_delay: Duration::ZERO,
             in_place_growth: true,
             host_placement: HostPlacement::unbound(
                 "host backend: pages placed by first touch (HostConfig::host_placement not set)",
@@ -186,7 +191,11 @@ impl HostBackend {
                 config.worker_delay,
                 rayon::current_num_threads(),
             )?,
-            transfer: Lane::new("tensormem-host-transfer", config.worker_delay, 0)?,
+            transfer: Lane::new(
+                "tensormem-host-transfer",
+                config.worker_delay + config.transfer_delay,
+                0,
+            )?,
             lost: AtomicBool::new(false),
             decommitted: HoleBytes::default(),
         })

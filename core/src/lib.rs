@@ -80,7 +80,7 @@ pub use pool::{
 #[doc(hidden)]
 pub use runtime::model::offloaded::lanes::RunLanes as OffloadLanes;
 pub use runtime::{
-    CompileDesc, Element, MemoryReport, Model, OffloadReport, Runtime, RuntimeConfig, Tensor,
+    CompileDesc, Element, MemoryReport, Model, OffloadReport, Rates, Runtime, RuntimeConfig, Tensor,
 };
 pub use trace::{Trace, TraceEvent, Tracer};
 pub use validate::{DeviceLimits, Validated};

@@ -42,7 +42,7 @@ pub(crate) mod tensor;
 mod transfer;
 mod weights;
 
-pub use model::{CompileDesc, MemoryReport, Model, OffloadReport, WEIGHT_CHUNK_BYTES};
+pub use model::{CompileDesc, MemoryReport, Model, OffloadReport, Rates, WEIGHT_CHUNK_BYTES};
 pub use tensor::{Element, Tensor};
 pub use weights::{WeightHasher, WeightKey, WeightStore, WeightStoreReport, content_hash};
 
@@ -112,6 +112,8 @@ struct Inner {
     /// lane): freed by the next successful synchronize, once every lane's work has completed.
     unsettled: Mutex<Vec<Handle>>,
     config: RuntimeConfig,
+    /// The offload planner's (link, device) rates, measured on first use ([`Rates::Measured`]).
+    rates: Mutex<Option<(f64, f64)>>,
 }
 
 /// The tracing adaptor over a runtime's stack.
@@ -214,8 +216,24 @@ impl Runtime {
                 weights: WeightStore::default(),
                 unsettled: Mutex::new(Vec::new()),
                 config,
+                rates: Mutex::new(None),
             }),
         })
+    }
+
+    /// The offload planner's measured (link, device) rates: `measure`'s, the first time, then the
+    /// same numbers for the runtime's life ([`Rates::Measured`]).
+    pub(crate) fn measured_rates(
+        &self,
+        measure: impl FnOnce() -> Result<(f64, f64)>,
+    ) -> Result<(f64, f64)> {
+        let mut rates = self.inner.rates.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = *rates {
+            return Ok(r);
+        }
+        let r = measure()?;
+        *rates = Some(r);
+        Ok(r)
     }
 
     /// The backend, behind the runtime's validating front: work dispatched through it on raw

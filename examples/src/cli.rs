@@ -196,11 +196,34 @@ pub fn compile(
     graph: &tensormem::Graph,
     budget: Option<DeviceBudget>,
 ) -> tensormem::Result<tensormem::Model> {
-    compile_scored(rt, graph, budget, &tensormem::offload::Score::ALL, true)
+    let opts = CompileOptions::default();
+    compile_scored(rt, graph, budget, &tensormem::offload::Score::ALL, opts)
+}
+
+/// How [`compile_scored`] compiles within a budget, beside the scores.
+#[derive(Copy, Clone, Debug)]
+pub struct CompileOptions {
+    /// The copies go on the transfer lane (`CompileDesc::transfer_lane`).
+    pub transfer_lane: bool,
+    /// Activations may be recomputed (`CompileDesc::recompute`).
+    pub recompute: bool,
+    /// Where the planner's rates come from (`CompileDesc::rates`).
+    pub rates: tensormem::Rates,
+}
+
+impl Default for CompileOptions {
+    /// The lane on, recompute on, the planner's default rates.
+    fn default() -> Self {
+        CompileOptions {
+            transfer_lane: true,
+            recompute: true,
+            rates: tensormem::Rates::Default,
+        }
+    }
 }
 
 /// [`compile`] trying only the offload `scores` given (the benchmark compares them one by one),
-/// with the copies on the transfer lane or not (`transfer_lane`).
+/// as `opts` says (the copies on the transfer lane or not, recompute or swap only, the rates).
 ///
 /// # Errors
 /// As [`compile`].
@@ -209,7 +232,7 @@ pub fn compile_scored(
     graph: &tensormem::Graph,
     budget: Option<DeviceBudget>,
     scores: &[tensormem::offload::Score],
-    transfer_lane: bool,
+    opts: CompileOptions,
 ) -> tensormem::Result<tensormem::Model> {
     let Some(budget) = budget else {
         return rt.compile(graph);
@@ -223,7 +246,9 @@ pub fn compile_scored(
         &tensormem::CompileDesc {
             device_budget: Some(budget.resolve(need)),
             scores: scores.to_vec(),
-            transfer_lane,
+            transfer_lane: opts.transfer_lane,
+            recompute: opts.recompute,
+            rates: opts.rates,
             ..tensormem::CompileDesc::default()
         },
     )

@@ -346,6 +346,51 @@ fn chunked_attention_is_bit_identical_on_every_backend() {
     }
 }
 
+/// Issue 45: MiniLM at batch 8 x sequence 128 within 10% of its unbudgeted device bytes, on the
+/// host with every copy staged as on a discrete device: the automatic tiling splits the
+/// feed-forward blocks by rows (their gelu alone needs more than the budget), and the embeddings
+/// equal the unbudgeted run's bit for bit, twice.
+#[test]
+fn minilm_at_ten_percent_tiles_its_feed_forward_blocks_bit_identically() {
+    use tensormem_examples::cli::DeviceBudget;
+    use tensormem_examples::models::offload_table::token_batch;
+    let Some(dir) = model_dir() else { return };
+    let host = tensormem_examples::backend_select::select(
+        tensormem_examples::backend_select::BackendChoice::Host,
+        &tensormem_examples::backend_select::SelectOptions::default(),
+    )
+    .unwrap()
+    .backend;
+    let staging = tensormem::RuntimeConfig {
+        force_staging: true,
+        ..tensormem::RuntimeConfig::default()
+    };
+    let rt = tensormem::Runtime::new(host, staging).unwrap();
+    let (batch, seq) = (8, 128);
+    let embed = |model: &mut MiniLm| -> Vec<u32> {
+        let tokens = token_batch(model, batch, seq).unwrap();
+        model.set_tokens(&tokens).unwrap();
+        model.run(batch, seq).unwrap();
+        let v = model.read_embeddings(batch, seq).unwrap();
+        v.iter().flatten().map(|x| x.to_bits()).collect()
+    };
+    let want = embed(&mut MiniLm::open(&rt, &dir).unwrap());
+    let mut model = MiniLm::open(&rt, &dir).unwrap();
+    model.set_device_budget(Some(DeviceBudget::Percent(10.0)));
+    for run in 0..2 {
+        assert_eq!(embed(&mut model), want, "run {run}");
+    }
+    let tiling = model.tiling(batch, seq).unwrap();
+    assert!(tiling.ffn > 1, "{tiling:?}");
+    let r = model.cached_model(batch, seq).unwrap().memory_report();
+    let o = r.offload.clone().unwrap();
+    assert!(r.peak_device_bytes <= o.budget, "{r:?}");
+    println!(
+        "10%: {tiling:?}, peak {} of {}",
+        r.peak_device_bytes, o.budget
+    );
+}
+
 /// Issue 20: the model split across two devices (balanced by weight bytes, and cut at the middle
 /// node) gives the single device's embeddings bit for bit, on two host devices and on two
 /// lavapipe devices (two Vulkan instances on the one adapter), and each device reports its peak.

@@ -1,6 +1,6 @@
-//! Graph views and tiling (issue 16): an attention chain tiled into parts ([`Graph::tile`])
-//! computes the untiled graph's outputs bit for bit, compiled plainly and within a budget the
-//! untiled chain cannot meet; a view past its tensor is a typed error; a view an op binds off the
+//! Graph views and tiling (issues 16, 45): an attention chain tiled into parts ([`Graph::tile`])
+//! and a feed-forward block tiled by rows compute the untiled graph's outputs bit for bit,
+//! compiled plainly and within a budget the untiled chain cannot meet; a view past its tensor is a typed error; a view an op binds off the
 //! target's `binding_align` is refused by the compiler with the numbers.
 
 use tensormem::graph::samples::{self, Attention};
@@ -18,6 +18,11 @@ pub(crate) fn cases() -> Vec<Case> {
             tiled_attention_equals_untiled
         ),
         case!("tiled_attention_within_a_budget_only_it_meets", tiled_attention_within_a_budget_only_it_meets, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
+        case!(
+            "tiled_feed_forward_equals_untiled",
+            tiled_feed_forward_equals_untiled
+        ),
+        case!("tiled_feed_forward_within_a_budget", tiled_feed_forward_within_a_budget, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
         case!(
             "views_out_of_range_or_off_binding_align",
             views_out_of_range_or_off_binding_align
@@ -86,6 +91,78 @@ async fn tiled_attention_equals_untiled(ctx: &Ctx) -> R {
             format!("{parts} parts: arena {tiled_arena} not below the untiled {arena}")
         })?;
     }
+    rt.check_leaks().map_err(fail("leaks"))
+}
+
+/// A feed-forward block over 512 tokens (up-projection, gelu, down-projection with a `k` of
+/// 640, residual, norm): every part's views sit on 256 bytes.
+fn feed_forward(parts: u32) -> Result<Attention, String> {
+    let mut a = samples::feed_forward(512, 64, 640, 45).map_err(fail("graph"))?;
+    a.graph.tile(a.chain.clone(), parts).map_err(fail("tile"))?;
+    Ok(a)
+}
+
+async fn tiled_feed_forward_equals_untiled(ctx: &Ctx) -> R {
+    let rt = ctx
+        .runtime(RuntimeConfig::default())
+        .map_err(fail("runtime"))?;
+    let whole = feed_forward(1)?;
+    let mut plain = rt.compile(&whole.graph).map_err(fail("compile"))?;
+    let want = run(ctx, &mut plain, &whole).await?;
+    drop(plain);
+    let a = feed_forward(2)?;
+    let mut model = rt.compile(&a.graph).map_err(fail("compile tiled"))?;
+    let got = run(ctx, &mut model, &a).await?;
+    check(got == want, || {
+        "the row-split block's output differs from the untiled one's".to_string()
+    })?;
+    drop(model);
+    rt.check_leaks().map_err(fail("leaks"))
+}
+
+async fn tiled_feed_forward_within_a_budget(ctx: &Ctx) -> R {
+    let rt = ctx
+        .runtime(RuntimeConfig {
+            force_staging: true,
+            ..RuntimeConfig::default()
+        })
+        .map_err(fail("runtime"))?;
+    let whole = feed_forward(1)?;
+    let mut plain = rt.compile(&whole.graph).map_err(fail("compile"))?;
+    let want = run(ctx, &mut plain, &whole).await?;
+    drop(plain);
+    let a = feed_forward(2)?;
+    // Below the untiled gelu's input and output (512·640 floats each): only the tiled block fits.
+    let budget = 2 * 512 * 640 * 4 - 1;
+    match rt.compile_with(
+        &whole.graph,
+        &CompileDesc {
+            device_budget: Some(budget),
+            min_offload_size: 0,
+            ..CompileDesc::default()
+        },
+    ) {
+        Err(Error::BudgetBelowWorkingSet { .. }) => {}
+        Ok(_) => return Err(format!("the untiled block compiled within {budget}")),
+        Err(e) => return Err(format!("untiled at {budget}: {e}")),
+    }
+    let desc = CompileDesc {
+        device_budget: Some(budget),
+        min_offload_size: 0,
+        ..CompileDesc::default()
+    };
+    let mut model = rt
+        .compile_with(&a.graph, &desc)
+        .map_err(fail("compile tiled"))?;
+    let got = run(ctx, &mut model, &a).await?;
+    check(got == want, || {
+        format!("within {budget}: the row-split block's output differs")
+    })?;
+    let peak = model.memory_report().peak_device_bytes;
+    check(peak <= budget, || {
+        format!("peak {peak} over the budget {budget}")
+    })?;
+    drop(model);
     rt.check_leaks().map_err(fail("leaks"))
 }
 

@@ -1,5 +1,5 @@
-//! Sample graphs for tests: an attention chain to tile, and the check that a graph declares no
-//! tensor it does not use.
+//! Sample graphs for tests: an attention chain and a feed-forward block to tile, and the check
+//! that a graph declares no tensor it does not use.
 //!
 //! The tiling unit tests and the conformance suite's tiling cases build the same chain and check
 //! the same property; this module holds them once. Test support, not API: compiled only with the
@@ -12,18 +12,22 @@ use crate::Result;
 use crate::ops::samples::Rng;
 use crate::ops::{DType, Op, WeightFormat};
 
-/// An attention chain and the data to run it: q, k, v and a mask in; scores, masked softmax and
-/// context (the chain); a scale after the chain reads the context and is the graph's output.
-pub struct Attention {
+/// A sample graph with a chain to tile and the data to run it: its inputs, the chain, and a
+/// scale after the chain that reads the chain's result and is the graph's output.
+pub struct Sample {
     /// The graph.
     pub graph: Graph,
     /// Every input with its data.
     pub inputs: Vec<(TensorId, Vec<f32>)>,
     /// The graph's output.
     pub out: TensorId,
-    /// The chain's nodes (scores, probs, context): what [`Graph::tile`] tiles.
+    /// The chain's nodes: what [`Graph::tile`] tiles.
     pub chain: Range<usize>,
 }
+
+/// The attention sample ([`attention`]): q, k, v and a mask in; scores, masked softmax and
+/// context (the chain).
+pub type Attention = Sample;
 
 /// Attention over `b` sentences of `s` tokens, `h` heads of `d`, with deterministic data from
 /// `seed`. Sentence `j` pads its last `j % 4` keys (the first pads none), so the mask differs
@@ -75,6 +79,81 @@ pub fn attention(b: usize, s: usize, h: usize, d: usize, seed: u64) -> Result<At
         .collect();
     Ok(Attention {
         inputs: vec![(q, qd), (k, kd), (v, vd), (mask, m)],
+        graph: g,
+        out,
+        chain,
+    })
+}
+
+/// A feed-forward block over `rows` tokens of width `h` with an intermediate width `ff`, and
+/// deterministic data from `seed`: a relu makes `x`; then the chain up-projection (`x·W1ᵀ + b1`),
+/// gelu, down-projection (`·W2ᵀ + b2`), residual (`+ x`) and layer norm; a scale after the chain
+/// is the graph's output. Every operand is an input (the weights too), set from the data.
+///
+/// # Errors
+/// As [`Graph::op`].
+pub fn feed_forward(rows: usize, h: usize, ff: usize, seed: u64) -> Result<Sample> {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[rows, h]);
+    let w1 = g.input("w1", DType::F32, &[ff, h]);
+    let b1 = g.input("b1", DType::F32, &[ff]);
+    let w2 = g.input("w2", DType::F32, &[h, ff]);
+    let b2 = g.input("b2", DType::F32, &[h]);
+    let gamma = g.input("gamma", DType::F32, &[h]);
+    let beta = g.input("beta", DType::F32, &[h]);
+    let len = |n: usize| (rows * n) as u32;
+    let pre = g.op(Op::Relu { len: len(h) }, &[x], &[rows, h], "pre")?;
+    let first = g.nodes().len();
+    let linear = |n: usize, k: usize| Op::MatMul {
+        batch: 1,
+        m: rows as u32,
+        n: n as u32,
+        k: k as u32,
+        trans_a: false,
+        trans_b: true,
+        broadcast_b: true,
+        bias: true,
+        alpha: 1.0,
+        weight_format: WeightFormat::F32,
+    };
+    let up = g.op(linear(ff, h), &[pre, w1, b1], &[rows, ff], "up")?;
+    let act = g.op(Op::Gelu { len: len(ff) }, &[up], &[rows, ff], "gelu")?;
+    let down = g.op(linear(h, ff), &[act, w2, b2], &[rows, h], "down")?;
+    let add = Op::Add {
+        len: len(h),
+        b_len: len(h),
+    };
+    let res = g.op(add, &[down, pre], &[rows, h], "residual")?;
+    let norm = Op::LayerNorm {
+        rows: rows as u32,
+        cols: h as u32,
+        eps: 1e-12,
+    };
+    let normed = g.op(norm, &[res, gamma, beta], &[rows, h], "norm")?;
+    let chain = first..g.nodes().len();
+    let out = g.op(
+        Op::Scale {
+            len: len(h),
+            alpha: 0.5,
+        },
+        &[normed],
+        &[rows, h],
+        "after",
+    )?;
+    g.output(out);
+    let mut rng = Rng::new(seed);
+    let mut data = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.f32()).collect() };
+    let inputs = vec![
+        (x, data(rows * h)),
+        (w1, data(ff * h)),
+        (b1, data(ff)),
+        (w2, data(h * ff)),
+        (b2, data(h)),
+        (gamma, data(h)),
+        (beta, data(h)),
+    ];
+    Ok(Sample {
+        inputs,
         graph: g,
         out,
         chain,

@@ -1,10 +1,11 @@
 //! Tiling: a chain of ops rewritten as `parts` copies of itself, each over one slice of the ops'
 //! independent axis, so that the chain's largest working set shrinks by the part count.
 //!
-//! The case that needs it is attention: MiniLM's scores → softmax → context over `batch·heads`
-//! binds `2 · batch · heads · seq²` floats in the softmax (201 MB at batch 8, sequence 512), more
-//! than a device budget of half the model's need. Tiled into 8 parts, each softmax binds 25 MB and
-//! the planner reuses one part's scores for the next.
+//! The cases that need it are attention (scores → softmax → context over `batch·heads` binds
+//! `2 · batch · heads · seq²` floats in the softmax) and a feed-forward block (up-projection →
+//! activation → down-projection → residual → norm, by rows of tokens: the activation binds twice
+//! `rows · intermediate` floats). Tiled, each part binds a part's share, and the planner reuses
+//! one part's slots for the next.
 //!
 //! Why a graph pass in core rather than code in one model's builder: core already knows, per op,
 //! the axis along which its output elements are independent and which operands grow along it
@@ -33,6 +34,8 @@
 //! # Limits
 //! * `parts` must divide every op's unit count (a masked softmax's unit is one mask row: at
 //!   batch 8, MiniLM's attention tiles into 1, 2, 4 or 8 parts).
+//! * A product cut by rows must keep the host's arithmetic per row (`rows_split_exact` in the
+//!   host ops: the host picks its kernel by row count), else the parts would not be bit-identical.
 //! * An op that reads a whole tensor the chain produces a part at a time, or whose output does not
 //!   grow with its units, ends the chain: the pass refuses it.
 //! * Views must sit on the device's `binding_align`; the compiler refuses one that does not.
@@ -211,6 +214,15 @@ impl Graph {
                 ));
             }
             let per_part = units / parts;
+            if !crate::ops::host::rows_split_exact(&node.op, per_part) {
+                return Err(refuse(
+                    node,
+                    format!(
+                        "over {per_part} of its {units} rows a part would round differently on \
+                         the host (not bit-identical)"
+                    ),
+                ));
+            }
             let shares = split::shares(&node.op)
                 .ok_or_else(|| refuse(node, "has operands that do not follow its units".into()))?;
             for (&t, share) in node.inputs.iter().zip(&shares) {

@@ -21,7 +21,7 @@ pub(crate) mod offloaded;
 mod report;
 mod upload;
 
-pub use offloaded::{CompileDesc, OffloadReport};
+pub use offloaded::{CompileDesc, OffloadReport, Rates};
 pub use report::MemoryReport;
 pub use upload::WEIGHT_CHUNK_BYTES;
 

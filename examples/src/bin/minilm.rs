@@ -13,7 +13,7 @@ use tensormem::{Error, Result, Runtime, RuntimeConfig};
 use tensormem_examples::backend_select::{self, BackendChoice};
 use tensormem_examples::cli::{self, EXIT_CODES, SampleArgs};
 use tensormem_examples::models::host_memory::PhaseMeter;
-use tensormem_examples::models::minilm::{self, AttentionChunks, BertConfig, MiniLm};
+use tensormem_examples::models::minilm::{self, BertConfig, Chunks, MiniLm};
 use tensormem_examples::models::offload_table;
 use tensormem_examples::models::report::{InferenceReport, blocks_allocated, bytes, time_runs};
 use tensormem_examples::models::weights::WeightFile;
@@ -64,6 +64,11 @@ struct Args {
     /// the same unbudgeted runs: the extra column is that row's time ratio and stall.
     #[arg(long, requires = "offload_table")]
     offload_compare_lanes: bool,
+    /// Measure every budgeted row of the offload benchmark a second time without recompute (each
+    /// activation kept or swapped only), interleaved with the same unbudgeted runs: the extra
+    /// column is that row's time ratio and bytes moved.
+    #[arg(long, requires = "offload_table")]
+    offload_compare_recompute: bool,
     /// Stage every transfer and offload copy as on a discrete GPU, even where device memory is
     /// host-visible (exercises the copies on the host backend and lavapipe).
     #[arg(long)]
@@ -78,12 +83,20 @@ struct Args {
     /// device count; overrides --backend.
     #[arg(long, value_name = "LIST", value_enum, value_delimiter = ',')]
     device_backends: Vec<BackendChoice>,
-    /// Chunks each layer's attention runs in (scores, softmax and context over a part of the
-    /// sentences at a time; a divisor of the batch): `auto` is 1 without --device-budget and, with
-    /// one, the fewest chunks whose largest op fits the budget. Embeddings are identical for every
-    /// count. With --offload-table it applies to the budgeted rows.
-    #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = AttentionChunks::parse)]
-    attention_chunks: AttentionChunks,
+    /// Chunks each layer's attention runs in (q/k/v projections, scores, softmax, context and head
+    /// merge over a part of the sentences at a time; a divisor of the batch): `auto` is 1 without
+    /// --device-budget and, with one, grows while an op does not fit the budget. Embeddings are
+    /// identical for every count. With --offload-table it applies to the budgeted rows.
+    #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = Chunks::parse)]
+    attention_chunks: Chunks,
+    /// Chunks each layer's feed-forward block runs in (intermediate.dense, gelu, output.dense,
+    /// residual and LayerNorm over a part of the tokens at a time; a divisor of batch x seq):
+    /// `auto` is 1 without --device-budget and, with one, grows while a feed-forward op does not
+    /// fit the budget. Counts whose chunks would round differently on the host are refused, so
+    /// embeddings are identical for every count. With --offload-table it applies to the
+    /// budgeted rows.
+    #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = Chunks::parse)]
+    ffn_chunks: Chunks,
     /// Sentences to embed (default: stdin, one per line).
     #[arg(value_name = "SENTENCE")]
     sentences: Vec<String>,
@@ -144,6 +157,7 @@ fn run(mut args: Args) -> Result<()> {
         let mut base = MiniLm::open(&rt, &model_dir)?;
         let mut model = MiniLm::open(&rt, &model_dir)?;
         model.set_attention_chunks(args.attention_chunks);
+        model.set_ffn_chunks(args.ffn_chunks);
         let seqs = if args.offload_seq.is_empty() {
             vec![128, 512]
         } else {
@@ -161,7 +175,10 @@ fn run(mut args: Args) -> Result<()> {
             s.runs,
             &shapes,
             &percents,
-            args.offload_compare_lanes,
+            offload_table::Compare {
+                lanes: args.offload_compare_lanes,
+                recompute: args.offload_compare_recompute,
+            },
         )?;
         let caps = rt.backend().capabilities();
         let mut text = String::new();
@@ -231,6 +248,7 @@ fn run(mut args: Args) -> Result<()> {
     let mut model = MiniLm::with_weights(&rt, &model_dir, weights, s.weights.format())?;
     model.set_device_budget(s.device_budget);
     model.set_attention_chunks(args.attention_chunks);
+    model.set_ffn_chunks(args.ffn_chunks);
     meter.phase("config and tokenizer");
     loading.set_message("compiling and uploading");
     let tokens = model.tokenizer().encode_batch(&sentences)?;
@@ -259,12 +277,14 @@ fn run(mut args: Args) -> Result<()> {
     let compiled = model
         .cached_model(batch, seq)
         .ok_or_else(|| Error::invalid("minilm: the compiled shape left the cache"))?;
-    let chunks = model.attention_chunks(batch, seq).unwrap_or(1);
-    let shape = if chunks > 1 {
-        format!("batch {batch} x seq {seq}, attention in {chunks} chunks")
-    } else {
-        format!("batch {batch} x seq {seq}")
-    };
+    let tiling = model.tiling(batch, seq).unwrap_or(minilm::Tiling::NONE);
+    let mut shape = format!("batch {batch} x seq {seq}");
+    if tiling.attention > 1 {
+        shape += &format!(", attention in {} chunks", tiling.attention);
+    }
+    if tiling.ffn > 1 {
+        shape += &format!(", feed-forward in {} chunks", tiling.ffn);
+    }
     meter.phase("timed runs");
     let report = InferenceReport::new(&rt, &selection, compiled, shape, timing).with_phases(meter);
 
@@ -286,7 +306,8 @@ fn run(mut args: Args) -> Result<()> {
             "cosine": sims,
             "load_ms": load_ms,
             "first_run_ms": first_run_ms,
-            "attention_chunks": chunks,
+            "attention_chunks": tiling.attention,
+            "ffn_chunks": tiling.ffn,
             "report": report.to_json(),
         });
         outln!(text, "{out}");

@@ -13,9 +13,10 @@
 //!   x = layernorm(x + linear(gelu_erf(linear(x)))) (384 → 1536 → 384)
 //! masked mean pool over s ─ L2 normalise ─ embeddings [b, 384]
 //! ```
-//! Under a device budget the attention chain may run in chunks of whole sentences
-//! ([`AttentionChunks`], [`build_graph_chunked`]): at sequence 512 one layer's scores and
-//! probabilities are 100.7 MB each, more than half of what the whole model needs.
+//! Under a device budget the attention chain may run in chunks of whole sentences and the
+//! feed-forward block in chunks of rows ([`Chunks`], [`build_graph_tiled`]): at sequence 512 one
+//! layer's scores and probabilities are 100.7 MB each, more than half of what the whole model
+//! needs, and its gelu binds 50 MB.
 //! Sentences of a batch are padded to the longest; the attention mask drops padded keys in the
 //! softmax and padded tokens in the mean, so a padded batch embeds every sentence as it embeds
 //! alone. The pooler (`pooler.dense`, tanh) is not part of sentence embeddings and is not loaded.
@@ -33,12 +34,14 @@ use tensormem::offload::Score;
 mod consistency;
 mod graph;
 mod placed;
+mod tiling;
 use consistency::{check_ids, check_weights_match};
 pub use graph::{
-    BertConfig, MiniLmGraph, attention_chunk_counts, build_graph, build_graph_chunked, cosine,
-    cosine_matrix,
+    BertConfig, MiniLmGraph, Tiling, attention_chunk_counts, build_graph, build_graph_chunked,
+    build_graph_tiled, cosine, cosine_matrix, ffn_chunk_counts,
 };
 pub use placed::PlacedMiniLm;
+pub use tiling::{AttentionChunks, Chunks};
 
 impl BertConfig {
     /// Reads and checks `config.json` (see [`BertConfig::from_json`]).
@@ -76,41 +79,12 @@ pub fn model_dir_ready(dir: &Path) -> bool {
     MODEL_FILES.iter().all(|f| dir.join(f).is_file())
 }
 
-/// How many chunks each layer's attention is tiled into ([`build_graph_chunked`]).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum AttentionChunks {
-    /// This many (a divisor of the batch; [`attention_chunk_counts`]).
-    Fixed(u32),
-    /// One without a device budget; with one, the fewest chunks whose largest op fits the budget
-    /// (a compile that fails because an op's operands exceed the budget, or because a chunk's
-    /// views are off the device's binding alignment, tries the next count).
-    Auto,
-}
-
-impl AttentionChunks {
-    /// Parses `--attention-chunks`: `auto` or a count of at least 1.
-    ///
-    /// # Errors
-    /// A message for clap.
-    pub fn parse(s: &str) -> std::result::Result<Self, String> {
-        match s.trim() {
-            "auto" => Ok(AttentionChunks::Auto),
-            n => match n.parse::<u32>() {
-                Ok(n) if n > 0 => Ok(AttentionChunks::Fixed(n)),
-                _ => Err(format!(
-                    "'{s}' is neither 'auto' nor a chunk count of at least 1"
-                )),
-            },
-        }
-    }
-}
-
 /// One compiled shape.
 struct Compiled {
     graph: MiniLmGraph,
     model: Model,
-    /// Chunks its attention is tiled into.
-    chunks: u32,
+    /// How its attention and feed-forward blocks are tiled.
+    tiling: Tiling,
     /// Last use (a counter), for evicting the least recently used shape.
     last_use: u64,
 }
@@ -146,8 +120,14 @@ pub struct MiniLm {
     scores: Vec<Score>,
     /// Budgeted compiles put their copies on the transfer lane (`CompileDesc::transfer_lane`).
     transfer_lane: bool,
+    /// Budgeted compiles may recompute activations (`CompileDesc::recompute`).
+    recompute: bool,
+    /// Where budgeted compiles take the planner's rates from (`CompileDesc::rates`).
+    rates: tensormem::Rates,
     /// How the attention of every shape compiled from now on is tiled.
-    chunks: AttentionChunks,
+    chunks: Chunks,
+    /// How the feed-forward blocks of every shape compiled from now on are tiled.
+    ffn_chunks: Chunks,
 }
 
 impl MiniLm {
@@ -201,67 +181,40 @@ impl MiniLm {
             budget: None,
             scores: Score::ALL.to_vec(),
             transfer_lane: true,
-            chunks: AttentionChunks::Auto,
+            recompute: true,
+            rates: tensormem::Rates::Measured,
+            chunks: Chunks::Auto,
+            ffn_chunks: Chunks::Auto,
         })
     }
 
     /// Tiles the attention of every shape from now on as `chunks` says (shapes compiled before
-    /// are dropped). The default is [`AttentionChunks::Auto`].
-    pub fn set_attention_chunks(&mut self, chunks: AttentionChunks) {
+    /// are dropped). The default is [`Chunks::Auto`].
+    pub fn set_attention_chunks(&mut self, chunks: Chunks) {
         if self.chunks != chunks {
             self.cache.clear();
             self.chunks = chunks;
         }
     }
 
+    /// Tiles the feed-forward blocks of every shape from now on as `chunks` says (shapes
+    /// compiled before are dropped). The default is [`Chunks::Auto`].
+    pub fn set_ffn_chunks(&mut self, chunks: Chunks) {
+        if self.ffn_chunks != chunks {
+            self.cache.clear();
+            self.ffn_chunks = chunks;
+        }
+    }
+
     /// The chunks the attention of the compiled shape (`batch`, `seq`) is tiled into, if it is
     /// cached.
     pub fn attention_chunks(&self, batch: usize, seq: usize) -> Option<u32> {
-        self.cache.get(&(batch, seq)).map(|c| c.chunks)
+        self.tiling(batch, seq).map(|t| t.attention)
     }
 
-    /// Builds and compiles shape (`batch`, `seq`) with the attention chunks [`AttentionChunks`]
-    /// asks for. A percentage budget is of the unchunked graph's need, whatever the chunk count
-    /// (the unbudgeted baseline is the unchunked graph).
-    fn compile_shape(&self, batch: usize, seq: usize) -> Result<(MiniLmGraph, Model, u32)> {
-        let counts = match (self.chunks, self.budget) {
-            (AttentionChunks::Fixed(n), _) => vec![n],
-            (AttentionChunks::Auto, None) => vec![1],
-            (AttentionChunks::Auto, Some(_)) => attention_chunk_counts(batch),
-        };
-        let budget = match self.budget {
-            Some(p @ DeviceBudget::Percent(_)) => {
-                let g = build_graph(&self.cfg, batch, seq, self.format)?;
-                let need = self.rt.memory_need(&g.builder.graph)?;
-                Some(DeviceBudget::Bytes(
-                    p.resolve(need.unbudgeted_device_bytes()),
-                ))
-            }
-            other => other,
-        };
-        let mut below = None;
-        for n in counts {
-            let graph = build_graph_chunked(&self.cfg, batch, seq, self.format, n)?;
-            let compiled = crate::cli::compile_scored(
-                &self.rt,
-                &graph.builder.graph,
-                budget,
-                &self.scores,
-                self.transfer_lane,
-            );
-            match compiled {
-                Ok(model) => return Ok((graph, model, n)),
-                // Auto tries the next count: this one's largest op exceeds the budget, or its
-                // views of the mask (a sentence's row at a time) are off the binding alignment.
-                Err(e @ (Error::BudgetBelowWorkingSet { .. } | Error::Misaligned { .. }))
-                    if self.chunks == AttentionChunks::Auto =>
-                {
-                    below = Some(e);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(below.unwrap_or_else(|| Error::invalid("minilm: no attention chunk count to try")))
+    /// How the compiled shape (`batch`, `seq`) is tiled, if it is cached.
+    pub fn tiling(&self, batch: usize, seq: usize) -> Option<Tiling> {
+        self.cache.get(&(batch, seq)).map(|c| c.tiling)
     }
 
     /// Compiles every shape from now on within `budget` (shapes compiled before are dropped).
@@ -277,6 +230,24 @@ impl MiniLm {
         if self.scores != scores {
             self.cache.clear();
             self.scores = scores.to_vec();
+        }
+    }
+
+    /// Lets budgeted compiles recompute activations (`true`, the default) or only swap them
+    /// (to compare the two in one run; shapes compiled before are dropped).
+    pub fn set_recompute(&mut self, on: bool) {
+        if self.recompute != on {
+            self.cache.clear();
+            self.recompute = on;
+        }
+    }
+
+    /// Takes the planner's rates in budgeted compiles from `rates` (default: measured on the
+    /// backend once per runtime; shapes compiled before are dropped).
+    pub fn set_rates(&mut self, rates: tensormem::Rates) {
+        if self.rates != rates {
+            self.cache.clear();
+            self.rates = rates;
         }
     }
 
@@ -318,14 +289,14 @@ impl MiniLm {
                     self.cache.remove(&k);
                 }
             }
-            let (graph, mut model, chunks) = self.compile_shape(batch, seq)?;
+            let (graph, mut model, tiling) = self.compile_shape(batch, seq)?;
             graph.builder.upload_weights(&mut model, &self.weights)?;
             self.cache.insert(
                 key,
                 Compiled {
                     graph,
                     model,
-                    chunks,
+                    tiling,
                     last_use: 0,
                 },
             );

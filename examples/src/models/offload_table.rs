@@ -10,18 +10,23 @@
 //! the time ratio is the real overhead); whether the embeddings are bit-identical to the unbudgeted ones; and which score
 //! the automatic selection picks at that budget (the lowest predicted stall, then the fewest
 //! bytes moved); and the chunks each layer's attention ran in (the fewest whose largest op fits
-//! the budget, unless `--attention-chunks` fixes them). A budget no schedule meets is a row with
-//! the error (the op that cannot fit and the bytes it needs).
+//! the budget, unless `--attention-chunks` fixes them) and each feed-forward block ran in (likewise,
+//! `--ffn-chunks`). A budget no schedule meets is a row with the error (the op that cannot fit and
+//! the bytes it needs). Optionally each budgeted row is measured again with the copies on the
+//! compute queue (`--offload-compare-lanes`) or without recompute, swapping only
+//! (`--offload-compare-recompute`), in the same run against the same baseline.
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
 use tensormem::Result;
 use tensormem::offload::Score;
 
-use super::minilm::MiniLm;
+use super::minilm::{MiniLm, Tiling};
 use super::tokenize::{TokenBatch, pad_batch};
 use crate::cli::DeviceBudget;
+
+mod render;
+pub use render::{to_json, to_markdown};
 
 /// Text the benchmark's sentences are cut from (any text works: only the shape matters).
 const TEXT: &str = "Memory is the scarce resource of inference on small devices. A runtime that \
@@ -43,6 +48,8 @@ pub struct OffloadRow {
     pub score: Option<Score>,
     /// Chunks each layer's attention ran in ([`AttentionChunks`](super::minilm::AttentionChunks)).
     pub chunks: u32,
+    /// Chunks each layer's feed-forward block ran in (rows of tokens).
+    pub ffn_chunks: u32,
     /// The budget in bytes (the unbudgeted device bytes for the baseline).
     pub budget: u64,
     /// Peak device bytes measured by the pool.
@@ -79,20 +86,39 @@ pub struct OffloadRow {
     pub lane_waits_measured: bool,
     /// Whether swap-ins were device copies out of host-visible memory (else through the host).
     pub direct_swap_in: bool,
-    /// With `compare_lanes`: the same row with the copies on the compute queue.
-    pub lane_off: Option<LaneOff>,
+    /// The planner's (link, device) rates in bytes per second (zero for the baseline).
+    pub rates: (f64, f64),
+    /// With `compare.lanes`: the same row with the copies on the compute queue.
+    pub lane_off: Option<Again>,
+    /// With `compare.recompute`: the same row without recompute (keep or swap only).
+    pub swap_only: Option<Again>,
 }
 
-/// A budgeted row measured again with the copies on the compute queue (before lanes), in the
-/// same run and against the same interleaved baseline.
+/// A budgeted row measured again another way (the copies on the compute queue, or without
+/// recompute), in the same run and against the same interleaved baseline.
 #[derive(Clone, Debug)]
-pub struct LaneOff {
+pub struct Again {
     /// Fastest run over the fastest interleaved unbudgeted run.
     pub time_ratio: f64,
     /// The measured stall of the last run.
     pub stall: Duration,
+    /// Bytes copied to the device per run.
+    pub to_device: u64,
+    /// Bytes copied to the host per run.
+    pub to_host: u64,
     /// Embeddings bit-identical to the baseline's.
     pub identical: bool,
+    /// Why no schedule met the budget this way.
+    pub error: Option<String>,
+}
+
+/// Which budgeted rows are measured again another way.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Compare {
+    /// With the copies on the compute queue.
+    pub lanes: bool,
+    /// Without recompute.
+    pub recompute: bool,
 }
 
 /// A batch of `batch` sentences of exactly `seq` tokens cut from `TEXT`.
@@ -127,7 +153,7 @@ pub fn offload_table(
     runs: u32,
     shapes: &[(usize, usize)],
     percents: &[f64],
-    compare_lanes: bool,
+    compare: Compare,
 ) -> Result<Vec<OffloadRow>> {
     let mut rows = Vec::new();
     base.set_device_budget(None);
@@ -147,16 +173,27 @@ pub fn offload_table(
                         ..unbudgeted.row(batch, seq, Some(p), Some(score), &unbudgeted)
                     },
                 };
-                if compare_lanes && row.error.is_none() {
-                    model.set_transfer_lane(false);
-                    let off = measure(model, Some(base), &tokens, runs);
-                    model.set_transfer_lane(true);
-                    let off = off?.row(batch, seq, Some(p), Some(score), &unbudgeted);
-                    row.lane_off = Some(LaneOff {
-                        time_ratio: off.time_ratio,
-                        stall: off.stall,
-                        identical: off.identical,
-                    });
+                if row.error.is_none() {
+                    let mut again = |model: &mut MiniLm, set: fn(&mut MiniLm, bool)| {
+                        set(model, false);
+                        let m = measure(model, Some(&mut *base), &tokens, runs);
+                        set(model, true);
+                        m.map(|m| m.again(&unbudgeted))
+                    };
+                    if compare.lanes {
+                        row.lane_off = Some(again(model, MiniLm::set_transfer_lane)?);
+                    }
+                    if compare.recompute {
+                        let swap_only = again(model, MiniLm::set_recompute);
+                        row.swap_only = Some(swap_only.unwrap_or_else(|e| Again {
+                            time_ratio: 0.0,
+                            stall: Duration::ZERO,
+                            to_device: 0,
+                            to_host: 0,
+                            identical: false,
+                            error: Some(e.to_string()),
+                        }));
+                    }
                 }
                 rows.push(row);
             }
@@ -202,7 +239,8 @@ struct Measured {
     transfer_lane: bool,
     lane_waits_measured: bool,
     direct_swap_in: bool,
-    chunks: u32,
+    tiling: Tiling,
+    rates: (f64, f64),
 }
 
 /// One inference (inputs, run, read back), timed.
@@ -278,7 +316,11 @@ fn measure(
         .and_then(|o| o.outcomes.iter().find(|s| s.score.name() == o.score))
         .map_or(Duration::ZERO, |s| s.predicted_stall);
     Ok(Measured {
-        chunks: model.attention_chunks(batch, seq).unwrap_or(1),
+        tiling: model.tiling(batch, seq).unwrap_or(Tiling::NONE),
+        rates: report
+            .offload
+            .as_ref()
+            .map_or((0.0, 0.0), |o| (o.link_bandwidth, o.device_rate)),
         bits,
         fastest,
         base_fastest,
@@ -311,7 +353,8 @@ impl Measured {
             seq,
             percent,
             score,
-            chunks: self.chunks,
+            chunks: self.tiling.attention,
+            ffn_chunks: self.tiling.ffn,
             budget: self.budget,
             peak_device_bytes: self.peak,
             fastest: self.fastest,
@@ -329,127 +372,21 @@ impl Measured {
             transfer_lane: self.transfer_lane,
             lane_waits_measured: self.lane_waits_measured,
             direct_swap_in: self.direct_swap_in,
+            rates: self.rates,
             lane_off: None,
+            swap_only: None,
         }
     }
-}
 
-/// The rows as a Markdown table (the README's).
-pub fn to_markdown(rows: &[OffloadRow]) -> String {
-    let compared = rows.iter().any(|r| r.lane_off.is_some());
-    let mut out = String::from(
-        "| seq | budget | score | attention chunks | peak device | time vs unbudgeted | to device / run | to host / run | recomputed / run (extra work) | stall predicted / measured | identical |",
-    );
-    out += if compared {
-        " lane off: time / stall |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-    } else {
-        "\n|---|---|---|---|---|---|---|---|---|---|---|\n"
-    };
-    for r in rows {
-        let budget = r
-            .percent
-            .map_or_else(|| "none".to_string(), |p| format!("{p}%"));
-        let score = match (r.score, r.won) {
-            (Some(s), true) => format!("**{}** (picked)", s.name()),
-            (Some(s), false) => s.name().to_string(),
-            (None, _) => "-".to_string(),
-        };
-        if let Some(e) = &r.error {
-            out += &format!(
-                "| {} | {budget} | {score} | - | - | - | - | - | - | - | {e} |{}\n",
-                r.seq,
-                if compared { " - |" } else { "" }
-            );
-            continue;
-        }
-        out += &format!(
-            "| {} | {budget} ({}) | {score} | {} | {} | {:.2}x | {} | {} | {} ({}) | {:.1} / {:.1} ms{} | {}{} |\n",
-            r.seq,
-            mib(r.budget),
-            r.chunks,
-            mib(r.peak_device_bytes),
-            r.time_ratio,
-            mib(r.to_device),
-            mib(r.to_host),
-            mib(r.recomputed),
-            mib(r.recompute_work),
-            r.predicted_stall.as_secs_f64() * 1e3,
-            r.stall.as_secs_f64() * 1e3,
-            if r.transfer_lane && !r.lane_waits_measured {
-                " (host waits only: the backend does not time the lane)"
-            } else {
-                ""
-            },
-            if r.identical { "yes" } else { "NO" },
-            match (
-                r.unified,
-                r.transfer_lane,
-                r.direct_swap_in && r.to_host > 0
-            ) {
-                (true, ..) => " (unified: nothing moves)",
-                (false, true, true) => " (transfer lane, direct swap-ins)",
-                (false, true, false) => " (transfer lane)",
-                (false, false, true) => " (direct swap-ins)",
-                (false, false, false) => "",
-            },
-        );
-        if compared {
-            out.pop();
-            out += &match &r.lane_off {
-                Some(off) => format!(
-                    " {:.2}x / {:.1} ms{} |\n",
-                    off.time_ratio,
-                    off.stall.as_secs_f64() * 1e3,
-                    if off.identical {
-                        ""
-                    } else {
-                        " (NOT identical)"
-                    }
-                ),
-                None => " - |\n".to_string(),
-            };
+    /// This measurement as another way of measuring a row whose baseline is `base`.
+    fn again(&self, base: &Measured) -> Again {
+        Again {
+            time_ratio: self.fastest.as_secs_f64() / self.base_fastest.as_secs_f64().max(1e-12),
+            stall: self.stall,
+            to_device: self.to_device,
+            to_host: self.to_host,
+            identical: self.bits == base.bits,
+            error: None,
         }
     }
-    out
-}
-
-fn mib(n: u64) -> String {
-    format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20))
-}
-
-/// The rows as JSON.
-pub fn to_json(rows: &[OffloadRow]) -> Value {
-    json!(
-        rows.iter()
-            .map(|r| json!({
-                "batch": r.batch,
-                "seq": r.seq,
-                "budget_percent": r.percent,
-                "score": r.score.map(Score::name),
-                "attention_chunks": r.chunks,
-                "budget_bytes": r.budget,
-                "peak_device_bytes": r.peak_device_bytes,
-                "fastest_run_ms": r.fastest.as_secs_f64() * 1e3,
-                "time_ratio": r.time_ratio,
-                "bytes_to_device_per_run": r.to_device,
-                "bytes_to_host_per_run": r.to_host,
-                "bytes_recomputed_per_run": r.recomputed,
-                "recompute_work_bytes_per_run": r.recompute_work,
-                "stall_ms": r.stall.as_secs_f64() * 1e3,
-                "predicted_stall_ms": r.predicted_stall.as_secs_f64() * 1e3,
-                "picked": r.won,
-                "unified_memory": r.unified,
-                "identical": r.identical,
-                "error": r.error,
-                "transfer_lane": r.transfer_lane,
-                "lane_waits_measured": r.lane_waits_measured,
-                "direct_swap_in": r.direct_swap_in,
-                "lane_off": r.lane_off.as_ref().map(|o| json!({
-                    "time_ratio": o.time_ratio,
-                    "stall_ms": o.stall.as_secs_f64() * 1e3,
-                    "identical": o.identical,
-                })),
-            }))
-            .collect::<Vec<_>>()
-    )
 }

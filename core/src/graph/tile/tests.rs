@@ -14,7 +14,16 @@ fn attention(b: usize, s: usize, h: usize, d: usize) -> Attention {
 }
 
 fn runtime(force_staging: bool) -> Runtime {
-    let host = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    runtime_with(force_staging, std::time::Duration::ZERO)
+}
+
+/// A host runtime whose transfer lane spends `transfer_delay` more on every copy.
+fn runtime_with(force_staging: bool, transfer_delay: std::time::Duration) -> Runtime {
+    let config = HostConfig {
+        transfer_delay,
+        ..HostConfig::default()
+    };
+    let host = Arc::new(HostBackend::new(config).unwrap());
     let config = RuntimeConfig {
         force_staging,
         ..RuntimeConfig::default()
@@ -299,4 +308,86 @@ fn a_reshape_declared_for_a_later_reader_keeps_its_tensor_whole() {
     let y = read_later(&mut g);
     assert_eq!(unused_tensors(&g), Vec::<usize>::new());
     assert_eq!(run_one(&rt, &g, x, y), want);
+}
+
+/// A feed-forward block whose down-projection's `k` (640) is past the host's dot-kernel limit:
+/// the whole product runs on `sgemm`, parts of fewer than 256 rows would run on the dot kernel.
+fn feed_forward() -> samples::Sample {
+    samples::feed_forward(512, 64, 640, 3).unwrap()
+}
+
+/// The feed-forward block split by rows of tokens (up-projection, gelu, down-projection,
+/// residual, norm) computes the untiled block's output bit for bit, plainly and, with every copy
+/// staged, within a budget the untiled block's gelu cannot meet; also when the copies land late
+/// (a slow transfer lane: a kernel writing one part of a tensor must wait for the copy bringing
+/// back its other parts).
+#[test]
+fn a_feed_forward_block_tiled_by_rows_equals_the_untiled_one_bit_for_bit() {
+    for delay_ms in [0, 3] {
+        feed_forward_within_a_budget(runtime_with(
+            true,
+            std::time::Duration::from_millis(delay_ms),
+        ));
+    }
+}
+
+fn feed_forward_within_a_budget(rt: Runtime) {
+    let whole = feed_forward();
+    let mut plain = rt.compile(&whole.graph).unwrap();
+    let want = run(&mut plain, &whole);
+    let need = plain.memory_report().unbudgeted_device_bytes();
+    drop(plain);
+    let gelu = largest_op(&whole.graph, "gelu");
+    let mut a = feed_forward();
+    a.graph.tile(a.chain.clone(), 2).unwrap();
+    assert_eq!(a.graph.nodes().len(), 1 + 5 * 2 + 1);
+    assert_eq!(unused_tensors(&a.graph), Vec::<usize>::new());
+    assert_eq!(largest_op(&a.graph, "gelu.part"), gelu / 2);
+    let mut model = rt.compile(&a.graph).unwrap();
+    assert_eq!(run(&mut model, &a), want, "plain compile");
+    drop(model);
+    // Below the untiled gelu's operands (its input and output) plus the weights it must share
+    // the device with: the untiled block is refused, naming an op of the chain.
+    let budget = gelu - 1;
+    let desc = CompileDesc {
+        device_budget: Some(budget),
+        min_offload_size: 0,
+        scores: vec![Score::Area],
+        ..CompileDesc::default()
+    };
+    assert!(budget < need);
+    match rt.compile_with(&whole.graph, &desc) {
+        Err(Error::BudgetBelowWorkingSet { op, .. }) => {
+            assert!(["up", "gelu", "down"].contains(&op.as_str()), "{op}");
+        }
+        Ok(_) => panic!("the untiled block fits: the test proves nothing"),
+        Err(e) => panic!("{e}"),
+    }
+    let mut model = rt.compile_with(&a.graph, &desc).unwrap();
+    assert_eq!(run(&mut model, &a), want, "budgeted, staged");
+    assert_eq!(
+        run(&mut model, &a),
+        want,
+        "a second run over the first's bytes"
+    );
+    assert!(model.memory_report().peak_device_bytes <= budget);
+}
+
+/// Parts short enough to move the down-projection onto another host kernel would not be
+/// bit-identical (`rows_split_exact`): the pass refuses them and leaves the graph as it was.
+#[test]
+fn a_row_split_that_changes_the_host_kernel_is_refused() {
+    let whole = feed_forward();
+    for parts in [4u32, 8] {
+        let mut g = whole.graph.clone();
+        let err = g.tile(whole.chain.clone(), parts).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("'down'") && msg.contains("not bit-identical"),
+            "{msg}"
+        );
+        assert_eq!(g.nodes().len(), whole.graph.nodes().len());
+        assert_eq!(g.tensors().len(), whole.graph.tensors().len());
+    }
 }

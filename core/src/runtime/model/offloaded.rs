@@ -56,12 +56,14 @@ mod desc;
 mod gather;
 mod host_io;
 pub(crate) mod lanes;
+mod rates;
 mod recompute;
 mod run_trace;
 
 use compile::Variant;
 pub use desc::{CompileDesc, OffloadReport};
 use gather::RowGather;
+pub use rates::Rates;
 use recompute::Reruns;
 use run_trace::OffloadTrace;
 
@@ -149,6 +151,7 @@ impl Offloaded {
             sizes,
             schedule,
             gathers,
+            rates,
         } = v;
         let n = graph.nodes().len();
         let backend = rt.backend().clone();
@@ -317,6 +320,8 @@ impl Offloaded {
                 && crate::backend::lanes::of(rt.backend().as_ref()).transfer_lane()
                     == crate::backend::TransferLane::Concurrent,
             direct_swap_in,
+            link_bandwidth: rates.0,
+            device_rate: rates.1,
             ..OffloadReport::default()
         };
         model.report = super::MemoryReport {

@@ -151,20 +151,40 @@ pub fn attention_chunk_counts(batch: usize) -> Vec<u32> {
         .collect()
 }
 
-/// Builds the encoder graph for `batch` sentences of `seq` tokens, with each layer's attention
-/// (scores → masked softmax → context over `batch·heads`) tiled into `attention_chunks` chunks
-/// of whole sentences ([`tensormem::Graph::tile`]): each chunk's scores and probabilities are a
-/// `1/attention_chunks` part, and its context is written into a view of the layer's context
-/// tensor. The largest op's working set (the softmax: `2·batch·heads·seq²` floats) shrinks by the
-/// chunk count, and every element is computed as in the unchunked graph, so the embeddings are
-/// bit-identical. One chunk is the untiled graph.
+/// How each layer's attention and feed-forward block are tiled ([`build_graph_tiled`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Tiling {
+    /// Chunks of whole sentences each layer's attention runs in (a divisor of the batch).
+    pub attention: u32,
+    /// Chunks of rows (tokens) each layer's feed-forward block runs in (a divisor of
+    /// `batch·seq`).
+    pub ffn: u32,
+}
+
+impl Tiling {
+    /// Neither tiled: the plain graph.
+    pub const NONE: Tiling = Tiling {
+        attention: 1,
+        ffn: 1,
+    };
+}
+
+/// The feed-forward chunk counts a batch of `batch` sentences of `seq` tokens allows, ascending:
+/// the divisors of `batch·seq` (a chunk holds whole rows of tokens). [`build_graph_tiled`]
+/// refuses the counts whose chunks would not be bit-identical ([`tensormem::Graph::tile`]).
+pub fn ffn_chunk_counts(batch: usize, seq: usize) -> Vec<u32> {
+    let rows = batch * seq;
+    (1..=rows)
+        .filter(|c| rows.is_multiple_of(*c))
+        .filter_map(|c| u32::try_from(c).ok())
+        .collect()
+}
+
+/// [`build_graph_tiled`] with the attention in `attention_chunks` chunks and the feed-forward
+/// blocks untiled.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for a zero batch or sequence, a sequence longer than the position
-/// table, or a chunk count that does not divide the batch ([`attention_chunk_counts`]); graph
-/// shape checks.
-/// The word, position and type embedding tables and every linear weight are stored in `format`;
-/// biases and LayerNorm parameters stay f32.
+/// As [`build_graph_tiled`].
 pub fn build_graph_chunked(
     cfg: &BertConfig,
     batch: usize,
@@ -172,11 +192,55 @@ pub fn build_graph_chunked(
     format: WeightFormat,
     attention_chunks: u32,
 ) -> Result<MiniLmGraph> {
+    let tiling = Tiling {
+        attention: attention_chunks,
+        ffn: 1,
+    };
+    build_graph_tiled(cfg, batch, seq, format, tiling)
+}
+
+/// Builds the encoder graph for `batch` sentences of `seq` tokens, with each layer's attention
+/// (q/k/v projections and head splits → scores → masked softmax → context → head merge) tiled
+/// into `tiling.attention` chunks of whole sentences and each feed-forward block
+/// (intermediate.dense → gelu → output.dense → residual → LayerNorm) into `tiling.ffn` chunks of
+/// rows ([`tensormem::Graph::tile`]). Each attention chunk's q, k, v, scores and probabilities
+/// are a `1/attention` part, and its merged context is written into a view of the layer's
+/// context tensor; each feed-forward chunk's intermediate activations are a `1/ffn` part, and its
+/// output is written into a view of the layer's output.
+/// The largest ops' working sets (the softmax: `2·batch·heads·seq²` floats; the gelu:
+/// `2·batch·seq·intermediate`) shrink by the chunk counts, and every element is computed as in
+/// the untiled graph, so the embeddings are bit-identical. One chunk each is the untiled graph.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a zero batch or sequence, a sequence longer than the position
+/// table, an attention chunk count that does not divide the batch ([`attention_chunk_counts`]),
+/// a feed-forward chunk count that does not divide `batch·seq` or whose chunks the host would
+/// compute with other roundings ([`ffn_chunk_counts`]); graph shape checks.
+/// The word, position and type embedding tables and every linear weight are stored in `format`;
+/// biases and LayerNorm parameters stay f32.
+pub fn build_graph_tiled(
+    cfg: &BertConfig,
+    batch: usize,
+    seq: usize,
+    format: WeightFormat,
+    tiling: Tiling,
+) -> Result<MiniLmGraph> {
+    let Tiling {
+        attention: attention_chunks,
+        ffn: ffn_chunks,
+    } = tiling;
     if attention_chunks == 0 || !batch.is_multiple_of(attention_chunks as usize) {
         return Err(Error::invalid(format!(
             "minilm: {attention_chunks} attention chunks for a batch of {batch}: a chunk holds \
              whole sentences, so the count must divide the batch ({:?})",
             attention_chunk_counts(batch)
+        )));
+    }
+    if ffn_chunks == 0 || !(batch * seq).is_multiple_of(ffn_chunks as usize) {
+        return Err(Error::invalid(format!(
+            "minilm: {ffn_chunks} feed-forward chunks for {batch}x{seq} tokens: a chunk holds \
+             whole rows, so the count must divide the {} rows",
+            batch * seq
         )));
     }
     if batch == 0 || seq == 0 {
@@ -277,6 +341,7 @@ pub fn build_graph_chunked(
                 &format!("{p}.{which}.split_heads"),
             )
         };
+        let attn_first = b.graph.nodes().len();
         let q = head(&mut b, "query")?;
         let k = head(&mut b, "key")?;
         let v = head(&mut b, "value")?;
@@ -323,20 +388,21 @@ pub fn build_graph_chunked(
             weight_format: WeightFormat::F32,
         };
         let ctx = b.op(ctx_op, &[probs, v], &heads_shape, &format!("{p}.context"))?;
-        let end = b.graph.nodes().len();
-        b.graph.tile(end - 3..end, attention_chunks)?;
         let ctx = b.op(
             merge.clone(),
             &[ctx],
             &[batch, seq, nh, hd],
             &format!("{p}.merge_heads"),
         )?;
+        let end = b.graph.nodes().len();
+        b.graph.tile(attn_first..end, attention_chunks)?;
         let ctx = b.graph.reshape(ctx, &[rows, h])?;
 
         let attn = b.linear(ctx, &format!("{p}.attention.output.dense"), rows, h, h)?;
         let res = add(&mut b, attn, x, &format!("{p}.attention.residual"))?;
         let x1 = layer_norm(&mut b, res, &format!("{p}.attention.output.LayerNorm"))?;
 
+        let ffn_first = b.graph.nodes().len();
         let inter = b.linear(x1, &format!("{p}.intermediate.dense"), rows, h, ff)?;
         let gelu = Op::Gelu {
             len: dim(rows * ff)?,
@@ -345,6 +411,8 @@ pub fn build_graph_chunked(
         let out = b.linear(act, &format!("{p}.output.dense"), rows, ff, h)?;
         let res = add(&mut b, out, x1, &format!("{p}.output.residual"))?;
         x = layer_norm(&mut b, res, &format!("{p}.output.LayerNorm"))?;
+        let end = b.graph.nodes().len();
+        b.graph.tile(ffn_first..end, ffn_chunks)?;
     }
 
     let hidden = b.graph.reshape(x, &[batch, seq, h])?;

@@ -265,10 +265,11 @@ fn chunked_attention_repeats_the_chain_per_chunk_and_keeps_the_rest() {
         let g = build_graph_chunked(&cfg, 4, 9, WeightFormat::F32, chunks).unwrap();
         let nodes = g.builder.graph.nodes();
         let c = chunks as usize;
-        assert_eq!(nodes.len(), 6 + 6 * (18 + 3 * (c - 1)) + 2);
+        // The attention block from the q/k/v projections to the head merge: 10 ops per chunk.
+        assert_eq!(nodes.len(), 6 + 6 * (18 + 10 * (c - 1)) + 2);
         let count = |name: &str| nodes.iter().filter(|n| n.op.name() == name).count();
         assert_eq!(count("softmax"), 6 * c);
-        assert_eq!(count("matmul"), 6 * (6 + 2 * c));
+        assert_eq!(count("matmul"), 6 * (3 + 5 * c));
         let probs = nodes
             .iter()
             .find(|n| n.label == "encoder.layer.0.probs.part1")
@@ -304,4 +305,43 @@ fn attention_chunks_parse_auto_or_a_count() {
     assert!(AttentionChunks::parse("0").is_err());
     assert!(AttentionChunks::parse("-1").is_err());
     assert!(AttentionChunks::parse("many").is_err());
+}
+
+#[test]
+fn tiled_feed_forward_repeats_the_block_per_chunk_and_refuses_inexact_counts() {
+    let cfg = BertConfig::all_minilm_l6_v2();
+    // 4 sentences of 128 tokens: 512 rows. output.dense's k (1536) runs the whole product on the
+    // host's sgemm; chunks below 256 rows would run on its dot kernel and round differently.
+    let (batch, seq) = (4, 128);
+    let one = build_graph(&cfg, batch, seq, WeightFormat::F32).unwrap();
+    let base = one.builder.graph.nodes().len();
+    let tiled = |ffn: u32| {
+        let tiling = Tiling { attention: 1, ffn };
+        build_graph_tiled(&cfg, batch, seq, WeightFormat::F32, tiling)
+    };
+    let g = tiled(2).unwrap();
+    let nodes = g.builder.graph.nodes();
+    assert_eq!(nodes.len(), base + 6 * 5);
+    let count = |name: &str| nodes.iter().filter(|n| n.op.name() == name).count();
+    assert_eq!(count("gelu"), 6 * 2);
+    let gelu = nodes
+        .iter()
+        .find(|n| n.label == "encoder.layer.3.gelu.part1")
+        .unwrap();
+    assert_eq!(gelu.op, Op::Gelu { len: 256 * 1536 });
+    // The block's output is written into views of the layer's output, read by the next layer.
+    let norm = nodes
+        .iter()
+        .find(|n| n.label == "encoder.layer.3.output.LayerNorm.part1")
+        .unwrap();
+    let out = g.builder.graph.decl(norm.output).unwrap();
+    assert_eq!(out.offset, 256 * 384 * 4);
+    assert_eq!(g.builder.weights.len(), one.builder.weights.len());
+    for bad in [0u32, 3, 4, 8] {
+        assert!(
+            matches!(tiled(bad), Err(Error::InvalidArgument(_))),
+            "{bad} chunks"
+        );
+    }
+    assert_eq!(ffn_chunk_counts(2, 3), [1, 2, 3, 6]);
 }

@@ -85,3 +85,63 @@ proptest! {
         }
     }
 }
+
+/// A product over its rows in parts (a graph tiled by rows) against the whole product: where
+/// `rows_split_exact` says the split keeps each row's arithmetic, every bit matches; where the
+/// parts would switch kernels (sgemm for the whole, the dot kernel for short parts), the bits
+/// differ, so the predicate is what keeps tiled graphs bit-identical.
+#[test]
+fn rows_split_exact_says_when_a_product_over_fewer_rows_keeps_the_bits() {
+    let parts_of = |op: &Op, a: &[f32], b: &[f32], bias: &[f32], rows: u32| -> Vec<f32> {
+        let Op::MatMul { m, n, k, .. } = *op else {
+            unreachable!()
+        };
+        let part = crate::validate::split::restrict(op, rows);
+        let (k, n) = (k as usize, n as usize);
+        let mut out = Vec::new();
+        for i in 0..(m / rows) as usize {
+            let rows = rows as usize;
+            out.extend(run_f32(
+                &part,
+                &[&a[i * rows * k..(i + 1) * rows * k], b, bias],
+            ));
+        }
+        assert_eq!(out.len(), m as usize * n);
+        out
+    };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let mut differed = false;
+    // (rows, n, k, alpha): a down-projection (`k` beyond the dot kernel's long-`k` limit), an
+    // up-projection (short `k`), and a scaled product.
+    for &(m, n, k, alpha) in &[
+        (512u32, 48u32, 640u32, 1.0f32),
+        (512, 96, 64, 1.0),
+        (512, 48, 200, 1.0),
+        (512, 48, 40, 0.125),
+    ] {
+        let op = matmul_op(1, m, n, k, false, true, true, true, alpha);
+        let (a, b, bias) = (
+            data((m * k) as usize, 5),
+            data((n * k) as usize, 6),
+            data(n as usize, 7),
+        );
+        let whole = bits(&run_f32(&op, &[&a, &b, &bias]));
+        for rows in [256u32, 128, 64, 8] {
+            let got = bits(&parts_of(&op, &a, &b, &bias, rows));
+            if rows_split_exact(&op, rows) {
+                assert_eq!(got, whole, "{op:?} over {rows} rows a part");
+            } else {
+                differed |= got != whole;
+            }
+        }
+    }
+    assert!(
+        differed,
+        "no split the predicate refuses changed a bit: the test proves nothing"
+    );
+    // Products whose units are whole matrices keep their rows.
+    let batched = matmul_op(4, 64, 8, 640, false, true, false, false, 0.5);
+    assert!(rows_split_exact(&batched, 1));
+    // Other ops compute each element on its own.
+    assert!(rows_split_exact(&Op::Gelu { len: 16 }, 1));
+}

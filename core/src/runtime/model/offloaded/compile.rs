@@ -87,13 +87,22 @@ impl Runtime {
         od.min_size = desc.min_offload_size;
         od.prefetch_lead = desc.prefetch_lead;
         od.plan_time_limit = self.config().plan_time_limit;
+        let rates = desc.rates.resolve(self)?;
+        (od.link_bandwidth, od.device_bandwidth) = rates;
         // On unified memory a table is bound in host memory as it is: nothing to gather.
         let gathers = if unified {
             Vec::new()
         } else {
             gather::find(graph, items.len())?
         };
-        let rc = recompute::producers(graph, &items, &[]);
+        let producers = |items: &[OffloadTensor], steps: &[usize]| {
+            if desc.recompute {
+                recompute::producers(graph, items, steps)
+            } else {
+                offload::Recomputable::none()
+            }
+        };
+        let rc = producers(&items, &[]);
         let whole = offload::schedule_with_recompute(&items, &ops, &od, &rc);
         if gathers.is_empty() {
             let v = Variant {
@@ -101,12 +110,13 @@ impl Runtime {
                 sizes,
                 schedule: whole?,
                 gathers,
+                rates,
             };
             return Offloaded::build(self, graph, v, budget, unified, desc);
         }
         let (g_items, g_ops, staged) = gather::rewrite(&gathers, &items, &ops, copy_align)?;
         let steps: Vec<usize> = gathers.iter().map(|g| g.step).collect();
-        let g_rc = recompute::producers(graph, &g_items, &steps);
+        let g_rc = producers(&g_items, &steps);
         let gathered = offload::schedule_with_recompute(&g_items, &g_ops, &od, &g_rc);
         // The variant with the lower predicted stall (then fewer bytes moved) wins; serving the
         // lookups from host memory is what lets a budget below the table's size run at all.
@@ -129,6 +139,7 @@ impl Runtime {
             sizes,
             schedule,
             gathers,
+            rates,
         };
         Offloaded::build(self, graph, v, budget, unified, desc)
     }
@@ -142,4 +153,6 @@ pub(super) struct Variant {
     pub(super) sizes: Vec<u64>,
     pub(super) schedule: offload::OffloadSchedule,
     pub(super) gathers: Vec<RowGather>,
+    /// The (link, device) rates the schedule was planned with.
+    pub(super) rates: (f64, f64),
 }

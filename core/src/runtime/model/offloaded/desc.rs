@@ -25,6 +25,13 @@ pub struct CompileDesc {
     /// reads the slot on the host and stages the bytes back in, as on a backend that cannot (kept
     /// to test and measure that path everywhere). Outputs are identical either way.
     pub direct_swap_in: bool,
+    /// Let the schedule drop an activation and re-run its producer before the next use where
+    /// that is cheaper than a swap ([`crate::offload::recompute`]) (default `true`); `false`
+    /// only keeps or swaps (to compare the two on one model).
+    pub recompute: bool,
+    /// Where the planner's link bandwidth and device rate come from (default
+    /// [`Rates::Default`](super::Rates::Default): fixed, so schedules are deterministic).
+    pub rates: super::Rates,
 }
 
 impl Default for CompileDesc {
@@ -36,6 +43,8 @@ impl Default for CompileDesc {
             prefetch_lead: 1,
             transfer_lane: true,
             direct_swap_in: true,
+            recompute: true,
+            rates: super::Rates::Default,
         }
     }
 }
@@ -63,6 +72,10 @@ pub struct OffloadReport {
     pub bytes_recomputed: u64,
     /// Extra work of those re-runs over all runs: the bytes the re-run ops bound.
     pub recompute_work: u64,
+    /// The link bandwidth the planner used, bytes per second ([`CompileDesc::rates`]).
+    pub link_bandwidth: f64,
+    /// The device rate the planner used, bytes an op binds per second.
+    pub device_rate: f64,
     /// The measured stall of the last run: the time the host waited for copy-outs to land, plus
     /// (after [`Model::run`](super::Model::run), where the backend measures it) the time the
     /// compute lane waited for the transfer lane.

@@ -8,8 +8,9 @@
 //! bytes a copy-out reads were written by one). Kernels wait on the device, and only where they
 //! must:
 //!
-//! * a kernel that reads a tensor whose copy-in is still on the lane joins that copy
-//!   (`compute_after`);
+//! * a kernel that binds a tensor whose copy-in is still on the lane joins that copy
+//!   (`compute_after`), whether it reads the tensor or writes part of it (a tiled chain's view:
+//!   the copy brings back the other parts);
 //! * compute-lane work that writes arena bytes a copy-out still reads (a kernel's output, a
 //!   staged upload) joins that copy-out first;
 //! * the end of the run joins the whole lane, so the run's last ticket covers every copy (the
@@ -127,7 +128,10 @@ impl Offloaded {
                 (_, Site::Arena(at), (offset, size)) => &[(at + offset, size)],
                 (_, Site::Host, _) => &[],
             };
-            lanes.before_compute(b, inputs.iter().map(|s| s.0), writes)?;
+            // The output's root joins its copy-in too: a kernel that writes one part of a tensor
+            // (a tiled chain's view) must not race the copy bringing back its other parts.
+            let roots = inputs.iter().chain(std::iter::once(output)).map(|s| s.0);
+            lanes.before_compute(b, roots, writes)?;
             if let Some(trace) = &self.trace {
                 for (i, &(root, site, (_, size))) in self.sites[k].iter().enumerate() {
                     let access = if i + 1 < self.sites[k].len() {
@@ -307,9 +311,9 @@ impl RunLanes {
         Ok(t)
     }
 
-    /// Before compute work that reads the tensors `reads` and writes the arena ranges `writes`
-    /// (offset, size): joins the copies it depends on (the compute work's own ticket then covers
-    /// the join).
+    /// Before compute work that binds the tensors `reads` (roots it reads or writes part of) and
+    /// writes the arena ranges `writes` (offset, size): joins the copies it depends on (the
+    /// compute work's own ticket then covers the join).
     pub fn before_compute(
         &mut self,
         backend: &dyn Backend,

@@ -146,10 +146,10 @@ impl Offloaded {
             for &(_, at, (offset, size)) in &r.sites {
                 bindings.push(self.arena_range(at + offset, size)?);
             }
-            let (&(_, at, (offset, size)), inputs) = r.sites.split_last().ok_or_else(|| {
+            let (&(_, at, (offset, size)), _) = r.sites.split_last().ok_or_else(|| {
                 Error::invariant("a re-run binds its output", format!("op {}", r.op))
             })?;
-            lanes.before_compute(b, inputs.iter().map(|s| s.0), &[(at + offset, size)])?;
+            lanes.before_compute(b, r.sites.iter().map(|s| s.0), &[(at + offset, size)])?;
             if let Some(trace) = &self.trace {
                 let label = format!("{} (recompute)", node.label);
                 for (i, &(root, _, (_, size))) in r.sites.iter().enumerate() {

@@ -498,3 +498,63 @@ fn a_swap_in_on_slowed_lanes_follows_its_copy_out() {
     );
     assert_eq!(after, last, "nothing enqueued");
 }
+
+/// A kernel that writes one part of a tensor (a view, as a tiled chain's parts do) while the
+/// tensor's copy-in, bringing back its other part, is still on a slow transfer lane: the kernel
+/// joins that copy, else the copy lands after it and overwrites the part with the old bytes.
+/// `x` is written whole, leaves while two large ops run, comes back during a small one and has
+/// its second half overwritten; the output reads it whole.
+#[test]
+fn a_kernel_writing_part_of_a_tensor_waits_for_its_copy_in() {
+    let (half, big) = (LEN / 2, 4 * LEN);
+    let mut g = Graph::new();
+    let a = g.input("a", DType::F32, &[LEN]);
+    let b = g.input("b", DType::F32, &[big]);
+    let relu = |len: usize| Op::Relu { len: len as u32 };
+    let x = g.op(relu(LEN), &[a], &[LEN], "x").unwrap();
+    // Unread results: they only take the room while `x` is away.
+    g.op(relu(big), &[b], &[big], "big0").unwrap();
+    g.op(relu(big), &[b], &[big], "big1").unwrap();
+    g.op(relu(LEN), &[a], &[LEN], "small").unwrap();
+    let a1 = g.view(a, (half * 4) as u64, &[half]).unwrap();
+    let x1 = g.view(x, (half * 4) as u64, &[half]).unwrap();
+    let scale = |len: usize, alpha: f32| Op::Scale {
+        len: len as u32,
+        alpha,
+    };
+    g.op_into(scale(half, 2.0), &[a1], x1, "x.second_half")
+        .unwrap();
+    let y = g.op(scale(LEN, 0.5), &[x], &[LEN], "y").unwrap();
+    g.output(y);
+    let run = |m: &mut Model| -> Vec<u32> {
+        let av: Vec<f32> = (0..LEN).map(|i| (i % 13) as f32 - 6.0).collect();
+        let bv: Vec<f32> = (0..big).map(|i| (i % 5) as f32 - 2.0).collect();
+        m.set_input(a, bytemuck::cast_slice(&av)).unwrap();
+        m.set_input(b, bytemuck::cast_slice(&bv)).unwrap();
+        m.run().unwrap();
+        let got: Vec<f32> = m.read_output(y).unwrap();
+        got.iter().map(|v| v.to_bits()).collect()
+    };
+    let want = run(&mut runtime(false, None).compile(&g).unwrap());
+    // Room for `a`, `b` and one large result, not for `x` beside them.
+    let budget = ((2 * big + LEN + half) * 4) as u64;
+    let host = HostConfig {
+        transfer_delay: Duration::from_millis(30),
+        ..HostConfig::default()
+    };
+    let rt = runtime_on(host, true, None);
+    let desc = CompileDesc {
+        device_budget: Some(budget),
+        min_offload_size: 0,
+        ..CompileDesc::default()
+    };
+    let mut m = rt.compile_with(&g, &desc).unwrap();
+    let got = run(&mut m);
+    let differ = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+    assert_eq!(differ, 0, "{differ} of {LEN} outputs differ");
+    let o = m.memory_report().offload.unwrap();
+    assert!(
+        o.bytes_to_host >= (LEN * 4) as u64,
+        "x did not leave: {o:?}"
+    );
+}

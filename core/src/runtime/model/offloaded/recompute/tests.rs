@@ -91,3 +91,83 @@ fn a_recomputed_activation_gives_the_unbudgeted_bits_with_staging_forced() {
     drop(m);
     rt.check_leaks().unwrap();
 }
+
+/// `CompileDesc::recompute` off (the switch that compares the two on one model): the budget
+/// only a re-run of `branch` meets is refused, naming the op that cannot fit, and a budget with
+/// room for every activation is met without re-runs, with the same bits.
+#[test]
+fn recompute_switched_off_only_keeps_or_swaps() {
+    let (g, x, w, y) = graph();
+    let plain = runtime(true, None);
+    let expected = run(&mut plain.compile(&g).unwrap(), x, &w, y);
+    let bytes = LEN as u64 * 4;
+    let tight = 4 * bytes + bytes / 2 + 8 * W as u64 * 4;
+    let desc = |budget: u64, recompute: bool| CompileDesc {
+        device_budget: Some(budget),
+        recompute,
+        ..CompileDesc::default()
+    };
+    let rt = runtime(true, None);
+    assert!(rt.compile_with(&g, &desc(tight, true)).is_ok());
+    match rt.compile_with(&g, &desc(tight, false)) {
+        Err(crate::Error::BudgetBelowWorkingSet { op, .. }) => {
+            assert!(op.starts_with("sum"), "{op}")
+        }
+        Ok(_) => panic!("swap-only met the budget: the switch did nothing"),
+        Err(e) => panic!("{e}"),
+    }
+    let roomy = tight + bytes;
+    let mut m = rt.compile_with(&g, &desc(roomy, false)).unwrap();
+    assert_eq!(run(&mut m, x, &w, y), expected);
+    let o = m.memory_report().offload.unwrap();
+    assert_eq!((o.bytes_recomputed, o.recompute_work), (0, 0), "{o:?}");
+}
+
+/// `CompileDesc::rates`: the planner's defaults, given rates (which the report echoes; bad ones
+/// refused), or rates measured once per runtime on its backend and kept for every later compile.
+#[test]
+fn the_planner_plans_with_default_given_or_measured_rates() {
+    use crate::Rates;
+    let (g, ..) = graph();
+    let bytes = LEN as u64 * 4;
+    let budget = 4 * bytes + bytes / 2 + 8 * W as u64 * 4;
+    let rt = runtime(true, None);
+    let rates_of = |rates: Rates| {
+        let desc = CompileDesc {
+            device_budget: Some(budget),
+            rates,
+            ..CompileDesc::default()
+        };
+        let o = rt.compile_with(&g, &desc)?.memory_report().offload.unwrap();
+        Ok::<_, crate::Error>((o.link_bandwidth, o.device_rate))
+    };
+    let d = crate::offload::OffloadDesc::new(0, 1);
+    assert_eq!(
+        rates_of(Rates::Default).unwrap(),
+        (d.link_bandwidth, d.device_bandwidth)
+    );
+    let given = Rates::Given {
+        link: 3e9,
+        device: 7e10,
+    };
+    assert_eq!(rates_of(given).unwrap(), (3e9, 7e10));
+    let bad = Rates::Given {
+        link: 0.0,
+        device: 1e9,
+    };
+    assert!(matches!(
+        rates_of(bad),
+        Err(crate::Error::InvalidArgument(_))
+    ));
+    let measured = rates_of(Rates::Measured).unwrap();
+    assert!(
+        measured.0.is_finite() && measured.0 > 0.0 && measured.1.is_finite() && measured.1 > 0.0,
+        "{measured:?}"
+    );
+    assert_eq!(
+        rates_of(Rates::Measured).unwrap(),
+        measured,
+        "kept per runtime"
+    );
+    rt.check_leaks().unwrap();
+}
