@@ -11,14 +11,13 @@
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, BlockDesc, BlockRange, MemoryKind};
+use crate::backend::Backend;
 use crate::offload::OffloadDesc;
-use crate::ops::Op;
 use crate::runtime::Runtime;
-use crate::time::Instant;
 use crate::{Error, Result};
 
 /// Bytes the measurement copies (and the add binds).
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 pub const PROBE_BYTES: u64 = 12 << 20;
 
 /// Where the planner's two rates come from.
@@ -64,8 +63,22 @@ impl Rates {
     }
 }
 
-/// Measures (link, device) rates on `backend` (module doc).
+/// No measurement on wasm32: it needs blocking waits (and budgeted compiles are refused there).
+#[cfg(target_arch = "wasm32")]
 fn measure(backend: &Arc<dyn Backend>) -> Result<(f64, f64)> {
+    Err(Error::Unsupported {
+        backend: backend.capabilities().backend,
+        what: "measuring offload rates (blocking waits) on wasm32".into(),
+    })
+}
+
+/// Measures (link, device) rates on `backend` (module doc).
+#[cfg(not(target_arch = "wasm32"))]
+fn measure(backend: &Arc<dyn Backend>) -> Result<(f64, f64)> {
+    use crate::backend::{BlockDesc, BlockRange, MemoryKind};
+    use crate::ops::Op;
+    use crate::time::Instant;
+
     let b = backend.as_ref();
     let align = b.capabilities().copy_align.max(4);
     let third = (PROBE_BYTES / 3).next_multiple_of(align);
@@ -90,9 +103,9 @@ fn measure(backend: &Arc<dyn Backend>) -> Result<(f64, f64)> {
         size,
     };
     let timed = |f: &dyn Fn() -> Result<crate::backend::Ticket>| -> Result<f64> {
-        b.wait_timeout(f()?, None)?; // warm-up
+        b.wait(f()?)?; // warm-up
         let start = Instant::now();
-        b.wait_timeout(f()?, None)?;
+        b.wait(f()?)?;
         Ok(start.elapsed().as_secs_f64().max(1e-9))
     };
     let result = (|| -> Result<(f64, f64)> {
