@@ -51,6 +51,7 @@ browser_cases!(
     arena_growth_in_place_or_blocks,
     arena_holes_follow_the_live_bytes,
     an_extension_is_a_hole_until_it_is_backed,
+    an_expandable_tensor_grows_in_place_where_offered,
     a_small_model_reserves_within_5_percent,
     staging_under_pressure,
     staging_larger_than_belt,
