@@ -283,6 +283,17 @@ impl ArenaPool {
         }
     }
 
+    /// Refuses with [`Error::DeviceLost`] once a backend call reported the device lost.
+    fn check_alive(st: &State) -> Result<()> {
+        match &st.lost {
+            Some((backend, detail)) => Err(Error::DeviceLost {
+                backend,
+                detail: detail.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Passes a backend result through, remembering a lost device.
     fn remember_loss<T>(st: &mut State, r: Result<T>) -> Result<T> {
         if let Err(Error::DeviceLost { backend, detail }) = &r {

@@ -20,12 +20,7 @@ impl DevicePool for ArenaPool {
     fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
         let (rounded, align) = self.check_request(size, align)?;
         let mut st = self.lock();
-        if let Some((backend, detail)) = &st.lost {
-            return Err(Error::DeviceLost {
-                backend,
-                detail: detail.clone(),
-            });
-        }
+        Self::check_alive(&st)?;
         let mut found = self.carve(&mut st, rounded, align, label)?;
         if found.is_none() {
             // The pressure path: every pool of the runtime, this one included, releases its idle

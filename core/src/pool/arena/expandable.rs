@@ -44,16 +44,6 @@ impl ArenaPool {
         let st = self.lock();
         Ok((st, released > 0 && self.budget.try_reserve(bytes)))
     }
-
-    fn check_alive(st: &State) -> Result<()> {
-        match &st.lost {
-            Some((backend, detail)) => Err(Error::DeviceLost {
-                backend,
-                detail: detail.clone(),
-            }),
-            None => Ok(()),
-        }
-    }
 }
 
 impl Expandable for ArenaPool {
@@ -128,7 +118,8 @@ impl Expandable for ArenaPool {
         let b = st.blocks[index]
             .as_ref()
             .ok_or_else(|| Error::invariant("an allocation's block is live", "none"))?;
-        let (id, old, reserved) = (b.id, b.size, b.reserved().unwrap_or(b.size));
+        // The allocation holds its block whole: its size is the block's.
+        let (id, reserved) = (b.id, b.reserved().unwrap_or(b.size));
         let at = |size| Allocation {
             handle,
             range: BlockRange {
@@ -149,7 +140,7 @@ impl Expandable for ArenaPool {
                 limit_name: "the allocation's reservation",
             });
         };
-        let add = new - old;
+        let add = new - held;
         let (mut st, charged) = self.charge(st, add)?;
         // The lock was released while the runtime's pools were asked: the allocation may have
         // been freed or grown meanwhile.
@@ -190,20 +181,20 @@ impl Expandable for ArenaPool {
                 return Err(e);
             }
         }
-        self.resized(&mut st, index, old, new)?;
+        self.resized(&mut st, index, held, new)?;
         let State { blocks, slots, .. } = &mut *st;
         let b = blocks[index]
             .as_mut()
             .ok_or_else(|| Error::invariant("an allocation's block is live", "none"))?;
         let region = &mut slots.get_mut(handle)?.region;
-        if !b.carving.extend_region(region, new - held)? {
+        if !b.carving.extend_region(region, add)? {
             return Err(Error::invariant(
                 "a grown expandable block is free past its allocation",
                 format!("{new} bytes"),
             ));
         }
         let s = &mut st.stats;
-        s.in_use += new - held;
+        s.in_use += add;
         s.peak_in_use = s.peak_in_use.max(s.in_use);
         Ok(at(new))
     }

@@ -2,7 +2,7 @@
 //! never enter a step's recording (a growing buffer, such as a KV cache segment, outlives the
 //! steps and its growth is no step's allocation), so plans stay the same with or without them.
 
-use super::{Entry, ReplayPool, Source};
+use super::{ReplayPool, Source};
 use crate::pool::device_pool::{Allocation, DevicePool};
 use crate::pool::{Expandable, Handle};
 use crate::{Error, Result};
@@ -30,21 +30,8 @@ impl Expandable for ReplayPool {
         let Some(a) = dynamic.allocate_expandable(size, reserve, label)? else {
             return Ok(None);
         };
-        let arena = st.arena.map_or(0, |b| b.size);
-        st.peak_reserved = st.peak_reserved.max(self.pool.stats().reserved + arena);
-        st.stats.dynamic += 1;
-        let step = st.step;
-        let handle = st.slots.insert(Entry {
-            source: Source::Dynamic(a.handle),
-            step,
-            recorded: None,
-            size: a.range.size,
-            label: label.to_string(),
-        });
-        Ok(Some(Allocation {
-            handle,
-            range: a.range,
-        }))
+        self.note_peak(&mut st);
+        Ok(Some(Self::unrecorded(&mut st, a, label)))
     }
 
     fn expand(&self, handle: Handle, size: u64) -> Result<Allocation> {
@@ -57,8 +44,7 @@ impl Expandable for ReplayPool {
         };
         let a = self.dynamic_expandable()?.expand(inner, size)?;
         st.slots.get_mut(handle)?.size = a.range.size;
-        let arena = st.arena.map_or(0, |b| b.size);
-        st.peak_reserved = st.peak_reserved.max(self.pool.stats().reserved + arena);
+        self.note_peak(&mut st);
         Ok(Allocation {
             handle,
             range: a.range,

@@ -21,28 +21,38 @@ impl ReplayPool {
         label: &str,
     ) -> Result<Allocation> {
         let a = self.pool.allocate(size, align, label)?;
+        self.note_peak(st);
+        Ok(a)
+    }
+
+    /// Notes the reservation peak the dynamic pool may have raised.
+    pub(super) fn note_peak(&self, st: &mut State) {
         let arena = st.arena.map_or(0, |b| b.size);
         st.peak_reserved = st.peak_reserved.max(self.pool.stats().reserved + arena);
-        Ok(a)
+    }
+
+    /// Files dynamic allocation `a` under a handle of this pool, outside any recording.
+    pub(super) fn unrecorded(st: &mut State, a: Allocation, label: &str) -> Allocation {
+        st.stats.dynamic += 1;
+        let step = st.step;
+        let handle = st.slots.insert(Entry {
+            source: Source::Dynamic(a.handle),
+            step,
+            recorded: None,
+            size: a.range.size,
+            label: label.to_string(),
+        });
+        Allocation {
+            handle,
+            range: a.range,
+        }
     }
 
     fn allocate_entry(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
         let mut st = self.lock();
         if !st.in_step {
             let a = self.allocate_dynamic(&mut st, size, align, label)?;
-            st.stats.dynamic += 1;
-            let step = st.step;
-            let handle = st.slots.insert(Entry {
-                source: Source::Dynamic(a.handle),
-                step,
-                recorded: None,
-                size: a.range.size,
-                label: label.to_string(),
-            });
-            return Ok(Allocation {
-                handle,
-                range: a.range,
-            });
+            return Ok(Self::unrecorded(&mut st, a, label));
         }
         // Recorded and planned as the dynamic pool rounds it, so a planned slot and a dynamic
         // allocation are interchangeable.
