@@ -4,6 +4,7 @@
     python3 scripts/perf.py              # every section (timed ones need a quiet machine)
     python3 scripts/perf.py kv-serving   # one section
     python3 scripts/perf.py --list       # what each section runs
+    python3 scripts/perf.py gpu-check --gpu-check DIR   # from a GPU check's fetched $OUT
 
 A generated section sits between `<!-- perf:NAME -->` and `<!-- /perf:NAME -->` in the file; this
 script replaces what is between the markers with the section's fresh output (its command, the
@@ -11,7 +12,9 @@ build's commit, the date and the load average before and after, then the table) 
 rest of the file alone. Timed sections refuse to run while the one-minute load average is 1.5 or
 more (nothing else may build or run beside a measurement); `--loaded` runs them anyway and marks
 their tables as indicative. Deterministic sections (simulations, no timing) run at any load.
-Not run by CI: the timed benchmarks need minutes and a quiet machine.
+Not run by CI: the timed benchmarks need minutes and a quiet machine. The `gpu-check` section
+runs nothing here: it reads the GPU check's results (`scripts/perf_gpu.py`) and is written only
+when named.
 """
 
 import argparse
@@ -22,6 +25,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+from perf_gpu import gpu_check
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "performance.md"
@@ -135,12 +140,19 @@ def main() -> None:
     ap.add_argument("sections", nargs="*", help="section names (default: all)")
     ap.add_argument("--list", action="store_true", help="list the sections and exit")
     ap.add_argument("--loaded", action="store_true", help="run timed sections at any load")
+    ap.add_argument("--gpu-check", action="append", default=[], metavar="DIR",
+                    help="a GPU check's results folder (repeat: later runs complete earlier ones)")
     a = ap.parse_args()
     if a.list:
         for name, (_, timed, what) in SECTIONS.items():
             print(f"{name:12} {'timed' if timed else 'deterministic':13} {what}")
         return
     names = a.sections or list(SECTIONS)
+    if names == ["gpu-check"]:
+        command, body = gpu_check(a.gpu_check)
+        DOC.write_text(splice(DOC.read_text(), "gpu-check", f"`{command}`:\n\n{body}"))
+        print("perf.py: gpu-check: written")
+        return
     for n in names:
         if n not in SECTIONS:
             sys.exit(f"perf.py: unknown section {n!r} (--list shows them)")

@@ -34,6 +34,22 @@ pub(crate) fn memory_location(kind: MemoryKind) -> MemoryLocation {
     }
 }
 
+/// Whether a resource whose memory requirements allow `type_bits` can take memory of `kind`:
+/// some allowed type has the properties gpu-allocator falls back to for the kind's location
+/// (`DEVICE_LOCAL`; `HOST_VISIBLE | HOST_COHERENT` for upload and readback). NVIDIA's sparse
+/// buffers allow device-local types only, so host-visible blocks cannot grow in place there.
+pub(crate) fn memory_admits(types: &[vk::MemoryType], type_bits: u32, kind: MemoryKind) -> bool {
+    let needed = match memory_location(kind) {
+        MemoryLocation::GpuOnly => vk::MemoryPropertyFlags::DEVICE_LOCAL,
+        _ => vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT,
+    };
+    types
+        .iter()
+        .take(32)
+        .enumerate()
+        .any(|(i, t)| type_bits & (1 << i) != 0 && t.property_flags.contains(needed))
+}
+
 /// The pipeline stage of a device command, as far as hazards are concerned.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Stage {

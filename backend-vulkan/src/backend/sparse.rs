@@ -9,7 +9,7 @@ use tensormem::{BlockDesc, BlockId, Error, Growable, InPlaceGrowth, MemoryKind, 
 
 use super::{State, VulkanBackend};
 use crate::blocks::{Block, Memory};
-use crate::conv::memory_location;
+use crate::conv::{memory_admits, memory_location};
 use crate::device::Gpu;
 use crate::error::BACKEND;
 use crate::sparse::{Binder, Granules, create_buffer, free_all};
@@ -224,6 +224,24 @@ impl VulkanBackend {
         };
         // SAFETY: `buffer` was just created on the device.
         let mut requirements = unsafe { s.gpu.device.get_buffer_memory_requirements(buffer) };
+        // SAFETY: `physical` belongs to `instance`.
+        let memory = unsafe {
+            s.gpu
+                .instance
+                .get_physical_device_memory_properties(s.gpu.physical)
+        };
+        let types = &memory.memory_types[..memory.memory_type_count as usize];
+        if !memory_admits(types, requirements.memory_type_bits, desc.kind) {
+            // SAFETY: the buffer is unused and bound to nothing.
+            unsafe { s.gpu.device.destroy_buffer(buffer, None) };
+            if let Some(b) = s.binder.as_mut() {
+                b.release(reserve);
+            }
+            return Err(unsupported(
+                "blocks of this kind that grow in place (the device's sparse buffers take no \
+                 memory of it)",
+            ));
+        }
         requirements.alignment = requirements.alignment.max(s.policy.atom);
         let granules = Granules::new(reserve, granule, requirements, memory_location(desc.kind));
         // Force staging already hides device-local memory from `caps`, and `Block::sparse` too.

@@ -96,3 +96,41 @@ fn device_types_map_to_core() {
         assert_eq!(map_device_type(vk_type), want, "{vk_type:?}");
     }
 }
+
+/// The memory types of an NVIDIA discrete GPU (the H200's driver 580 lists these kinds).
+fn nvidia_types() -> Vec<vk::MemoryType> {
+    use vk::MemoryPropertyFlags as F;
+    [
+        F::empty(),
+        F::DEVICE_LOCAL,
+        F::HOST_VISIBLE | F::HOST_COHERENT,
+        F::HOST_VISIBLE | F::HOST_COHERENT | F::HOST_CACHED,
+        F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT,
+    ]
+    .into_iter()
+    .map(|property_flags| vk::MemoryType {
+        property_flags,
+        heap_index: 0,
+    })
+    .collect()
+}
+
+#[test]
+fn memory_admits_follows_the_allowed_types() {
+    let types = nvidia_types();
+    // A plain buffer allows every type.
+    for kind in [
+        MemoryKind::DeviceLocal,
+        MemoryKind::Upload,
+        MemoryKind::Readback,
+    ] {
+        assert!(memory_admits(&types, 0b11111, kind), "{kind:?}");
+    }
+    // A sparse buffer there allows the device-local type alone.
+    assert!(memory_admits(&types, 0b00010, MemoryKind::DeviceLocal));
+    assert!(!memory_admits(&types, 0b00010, MemoryKind::Upload));
+    assert!(!memory_admits(&types, 0b00010, MemoryKind::Readback));
+    // Device-local and host-visible (resizable BAR) serves every kind.
+    assert!(memory_admits(&types, 0b10000, MemoryKind::Readback));
+    assert!(!memory_admits(&types, 0, MemoryKind::DeviceLocal));
+}
