@@ -30,7 +30,7 @@ use crate::ops::quant::WeightView;
 use crate::ops::{Op, WeightFormat};
 use crate::{Error, Result};
 
-mod erf;
+pub(crate) mod erf;
 mod llm;
 mod matmul;
 mod rows;
@@ -38,7 +38,7 @@ mod spatial;
 #[cfg(test)]
 mod tests;
 
-pub use erf::erf;
+pub use erf::{erf, gelu};
 pub(crate) use matmul::rows_split_exact;
 
 /// Runs `op` on the CPU: reads `inputs`, writes every element of `outputs` (or, for an op that
@@ -116,7 +116,7 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
         Op::Add { b_len, .. } => binary(inputs, out, b_len, |a, b| a + b),
         Op::Mul { b_len, .. } => binary(inputs, out, b_len, |a, b| a * b),
         Op::Scale { alpha, .. } => unary(inputs, out, |v| alpha * v),
-        Op::Gelu { .. } => unary(inputs, out, gelu),
+        Op::Gelu { .. } => unary_slices(inputs, out, erf::gelu_slice),
         // `v < 0 → 0` keeps NaN, as PyTorch's relu does.
         Op::Relu { .. } => unary(inputs, out, |v| if v < 0.0 { 0.0 } else { v }),
         Op::LayerNorm { cols, eps, .. } => {
@@ -244,11 +244,6 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
     Ok(())
 }
 
-/// Exact GELU as PyTorch computes it in f32: `x·0.5·(1 + erf(x·(1/√2)))`.
-pub fn gelu(x: f32) -> f32 {
-    x * 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
-}
-
 /// The scales operand of a weight stored with scales (the input after the weight, `weight + 1`);
 /// empty otherwise.
 fn scales<'a>(inputs: &[&'a [u8]], weight: usize, format: WeightFormat) -> Cow<'a, [f32]> {
@@ -358,6 +353,12 @@ fn unary(inputs: &[&[u8]], out: &mut [u8], f: impl Fn(f32) -> f32 + Sync) {
             }
         });
     });
+}
+
+/// `y = f(x)` over input 0, `f` taking a slice at a time (a vectorised kernel).
+fn unary_slices(inputs: &[&[u8]], out: &mut [u8], f: impl Fn(&[f32], &mut [f32]) + Sync) {
+    let x = f32s(inputs[0]);
+    write_f32(out, |y| par_rows(y, 1, |i0, y| f(&x[i0..], y)));
 }
 
 /// `c[i] = f(a[i], b[i % b_len])` over inputs 0 and 1.
