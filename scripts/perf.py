@@ -118,11 +118,24 @@ def decode() -> tuple[str, str]:
     return "cargo bench -p tensormem-examples --bench decode", "\n".join(rows)
 
 
+def ort() -> tuple[str, str]:
+    minilm = release_bin("minilm")
+    parts = []
+    for weights in ("f32", "int8"):
+        out = run([sys.executable, "scripts/bench_vs_ort.py", "--minilm", minilm, "--runs", "20",
+                   "--weights", weights])
+        keep = [line for line in out.splitlines() if not line.startswith("load average")]
+        parts.append("```\n" + "\n".join(keep).strip() + "\n```")
+    command = "python3 scripts/bench_vs_ort.py --minilm target/release/minilm --runs 20 --weights f32|int8"
+    return command, "\n\n".join(parts)
+
+
 # name: (generator, timed, what it measures)
 SECTIONS = {
     "kv-serving": (kv_serving, False, "the KV serving simulator on the Azure traces"),
     "planner": (planner, True, "the exact planner on MiniMalloc's challenging instances"),
     "decode": (decode, True, "paged against contiguous KV decode steps (host)"),
+    "ort": (ort, True, "MiniLM on the host backend against ONNX Runtime's CPU provider"),
 }
 
 
