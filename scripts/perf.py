@@ -130,11 +130,23 @@ def ort() -> tuple[str, str]:
     return command, "\n\n".join(parts)
 
 
+def offload() -> tuple[str, str]:
+    minilm = release_bin("minilm")
+    model = Path(os.environ.get("TENSORMEM_CACHE", Path.home() / ".cache" / "tensormem")) / "minilm"
+    args = ["--offload-table", "--backend", "host", "--force-staging", "--offload-seq", "128",
+            "--offload-seq", "512", "--offload-percent", "15", "--offload-percent", "10",
+            "--runs", "3", "--offload-compare-recompute"]
+    out = run([minilm, "--model-dir", str(model), *args])
+    table = "\n".join(line for line in out.splitlines() if line.startswith("|") or "rates" in line)
+    return "minilm " + " ".join(args), table
+
+
 # name: (generator, timed, what it measures)
 SECTIONS = {
     "kv-serving": (kv_serving, False, "the KV serving simulator on the Azure traces"),
     "planner": (planner, True, "the exact planner on MiniMalloc's challenging instances"),
     "decode": (decode, True, "paged against contiguous KV decode steps (host)"),
+    "offload": (offload, True, "MiniLM under device budgets on the host, staging forced"),
     "ort": (ort, True, "MiniLM on the host backend against ONNX Runtime's CPU provider"),
 }
 
