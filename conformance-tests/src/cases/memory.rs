@@ -99,6 +99,7 @@ async fn round_trip_dtypes(ctx: &Ctx) -> R {
         ctx.download::<f32>(&rt, &t).await.map_err(fail("f32"))? == f,
         || "f32 differs".into(),
     )?;
+    rt.free(t).map_err(fail("free"))?;
     let d: Vec<f64> = (0..n).map(|i| i as f64 * -1.5e300 / n as f64).collect();
     let t = ctx
         .tensor_from(&rt, DType::F64, &[n], &d, "f64")
@@ -108,6 +109,7 @@ async fn round_trip_dtypes(ctx: &Ctx) -> R {
         ctx.download::<f64>(&rt, &t).await.map_err(fail("f64"))? == d,
         || "f64 differs".into(),
     )?;
+    rt.free(t).map_err(fail("free"))?;
     let i: Vec<i32> = (0..n as i32).map(|x| x * -7919).collect();
     let t = ctx
         .tensor_from(&rt, DType::I32, &[n], &i, "i32")
@@ -117,6 +119,7 @@ async fn round_trip_dtypes(ctx: &Ctx) -> R {
         ctx.download::<i32>(&rt, &t).await.map_err(fail("i32"))? == i,
         || "i32 differs".into(),
     )?;
+    rt.free(t).map_err(fail("free"))?;
     let u: Vec<u32> = (0..n as u32).map(|x| x.wrapping_mul(2654435761)).collect();
     let t = ctx
         .tensor_from(&rt, DType::U32, &[n], &u, "u32")
@@ -126,6 +129,7 @@ async fn round_trip_dtypes(ctx: &Ctx) -> R {
         ctx.download::<u32>(&rt, &t).await.map_err(fail("u32"))? == u,
         || "u32 differs".into(),
     )?;
+    rt.free(t).map_err(fail("free"))?;
     let l: Vec<i64> = (0..n as i64)
         .map(|x| x.wrapping_mul(i64::MAX / 2000) - x)
         .collect();
@@ -137,6 +141,7 @@ async fn round_trip_dtypes(ctx: &Ctx) -> R {
         ctx.download::<i64>(&rt, &t).await.map_err(fail("i64"))? == l,
         || "i64 differs".into(),
     )?;
+    rt.free(t).map_err(fail("free"))?;
     let h: Vec<u16> = (0..n as u16).map(|x| x.wrapping_mul(40503)).collect();
     let t = ctx
         .tensor_from(&rt, DType::U16, &[n], &h, "u16")
@@ -147,13 +152,11 @@ async fn round_trip_dtypes(ctx: &Ctx) -> R {
         || "u16 differs".into(),
     )?;
     // A size mismatch is an error, not a truncation.
-    check(
-        matches!(
-            ctx.upload(&rt, &t, &h[..10]).await,
-            Err(Error::SizeMismatch { .. })
-        ),
-        || "short upload accepted".into(),
-    )
+    let short = ctx.upload(&rt, &t, &h[..10]).await;
+    rt.free(t).map_err(fail("free"))?;
+    check(matches!(short, Err(Error::SizeMismatch { .. })), || {
+        "short upload accepted".into()
+    })
 }
 
 async fn alignment(ctx: &Ctx) -> R {
