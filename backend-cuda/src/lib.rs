@@ -1,8 +1,8 @@
 //! # tensormem-cuda
 //!
 //! The tensormem backend on CUDA, through cudarc's driver API with **dynamic loading**: it builds
-//! with no CUDA toolkit, and on a machine without the NVIDIA driver or NVRTC
-//! [`CudaBackend::new`] returns [`Error::BackendUnavailable`] instead of panicking.
+//! with no CUDA toolkit, and without the NVIDIA driver or NVRTC [`CudaBackend::new`] returns
+//! [`Error::BackendUnavailable`] instead of panicking.
 //!
 //! ```
 //! use tensormem::{Backend, Error};
@@ -17,37 +17,26 @@
 //!
 //! ## Design
 //!
-//! * **One stream, one timeline.** Every copy, fill and kernel goes to the backend's stream in
-//!   submission order, the contract's one logical queue; the stream is created or adopted
-//!   ([`CudaBackend::adopt`]; the per-thread default stream is refused). Tickets are CUDA events
-//!   recorded lazily, one per flush, from a ring (`timeline.rs`); waits sleep in
-//!   `cuEventSynchronize`. Other streams join with an event wait ([`CudaBackend::join_from`]).
+//! * **One stream, one timeline**: copies, fills and kernels go to the backend's stream (created,
+//!   or adopted by [`CudaBackend::adopt`]) in submission order; tickets are events recorded lazily,
+//!   one per flush (`timeline.rs`); other streams join by an event wait ([`CudaBackend::join_from`]).
 //! * **A lost device stays lost** (`health.rs`): after the first sticky error every call is
-//!   [`Error::DeviceLost`]; allocation OOM is [`Error::OutOfMemory`] (`error.rs`).
-//! * **Memory.** Device blocks are `cuMemAlloc`, or stream-ordered from a private pool
-//!   ([`DeviceAlloc`]); Upload / Readback blocks are pinned (`cuMemHostAlloc`), bound to the
-//!   device's NUMA node where there are several (`numa.rs`); expandable blocks reserve address
-//!   space and map physical allocations (`vmm.rs`, the pools' arena with holes); managed blocks
-//!   are advised onto the device and never oversubscribed (`managed.rs`). Small uploads go
-//!   through a pinned ring ([`CudaDesc::queued_write_max`], `staging.rs`); copies between CUDA
-//!   backends go direct where a context or peer access allows (`peer.rs`).
-//! * **Kernels in CUDA C** (`kernels.cu`), compiled once per process by NVRTC; launch math is
-//!   pure and tested without a GPU (`launch.rs`).
-//! * **Versions** (`toolchain.rs`). The build targets the CUDA 13.0 driver API (cudarc's
-//!   `cuda-13000`, [`toolchain::BUILD_CUDA`]); an older driver is refused up front, naming both
-//!   versions, since cudarc panics on a missing symbol. NVRTC is the first `libnvrtc.so*` on the
-//!   loader path; the kernels compile to a cubin for the device's architecture, PTX only for a
-//!   device newer than NVRTC; a mismatched pair is [`Error::BackendUnavailable`] with the fix.
-//!   [`CudaBackend::toolchain`] and [`CudaBackend::kernel_target`] report the choice.
+//!   [`Error::DeviceLost`]; allocation OOM is [`Error::OutOfMemory`].
+//! * **Memory**: device blocks from `cuMemAlloc` or a stream-ordered pool ([`DeviceAlloc`]); pinned
+//!   Upload / Readback blocks on the device's NUMA node (`numa.rs`); expandable blocks map physical
+//!   memory into reserved address space (`vmm.rs`); managed blocks never oversubscribe
+//!   (`managed.rs`); small uploads go through a pinned ring (`staging.rs`); peer copies go direct
+//!   where the contexts allow (`peer.rs`).
+//! * **Kernels in CUDA C** (`kernels.cu`), compiled once per process by NVRTC to a cubin for the
+//!   device (PTX only for a device newer than NVRTC); launch math is pure and tested on the host.
+//! * **Versions** (`toolchain.rs`): the CUDA 13.0 driver API ([`toolchain::BUILD_CUDA`]); an older
+//!   driver, or an NVRTC newer than the driver, is [`Error::BackendUnavailable`] naming both.
 //!
 //! ## Limits
 //!
-//! * Needs unified addressing and a driver for CUDA ≥ 13.0 (R580; else rebuild with a lower
-//!   cudarc feature and [`toolchain::BUILD_CUDA`]). A device older than NVRTC's oldest
-//!   architecture is [`Error::Unsupported`].
-//! * Kernels are written for correctness and portability, not peak FLOPs.
-//! * Same-stream reuse of freed memory would be safe at once, but the pools wait for the free's
-//!   ticket; `join_from` serialises our stream behind the other at the join point.
+//! Needs unified addressing and a CUDA ≥ 13.0 driver (R580); kernels are written for correctness
+//! and portability, not peak FLOPs; the pools wait for a free's ticket before reuse though
+//! same-stream reuse would be safe at once.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 

@@ -1,9 +1,8 @@
 //! # tensormem-wgpu: the tensormem backend on WebGPU (wgpu 30, native and in a browser)
 //!
 //! [`WgpuBackend`] implements [`tensormem::Backend`]: blocks are `wgpu::Buffer`s, device work is
-//! batched into command encoders and submitted on the device's one queue, tickets are
-//! submission numbers, and the standard ops run as the WGSL kernels kept in
-//! `tensormem::ops::wgsl`. Pooling, staging belts and planning live in core, above this crate.
+//! batched into command encoders on the device's one queue, tickets are submission numbers, and
+//! the standard ops run as core's WGSL kernels (`tensormem::ops::wgsl`).
 //!
 //! ```no_run
 //! use tensormem::{Backend, BlockDesc, MemoryKind};
@@ -17,37 +16,28 @@
 //!
 //! ## Design
 //!
-//! * **One buffer per block, usages fixed by kind** (`DeviceLocal`: storage and copies;
-//!   `Upload`: `MAP_WRITE | COPY_SRC`; `Readback`: `MAP_READ | COPY_DST`). A tensor binds as
-//!   `(buffer, offset, size)`. On a device with `MAPPABLE_PRIMARY_BUFFERS` (integrated GPUs,
-//!   lavapipe) device-local buffers are mappable too and the pools skip staging, unless
-//!   [`WgpuConfig::force_staging`] (how CI takes the discrete-GPU path).
-//! * **Batching, tickets = submission numbers.** Copies, fills and dispatches go into one open
-//!   encoder; `flush`, `wait` and `completed` submit it, and `on_submitted_work_done` raises the
-//!   completed ticket, so `completed` is one non-blocking poll. Kernel parameters come from a
-//!   ring of 64 KiB uniform buffers (`params`).
+//! * **One buffer per block, usages fixed by kind** (`DeviceLocal`: storage and copies; `Upload`:
+//!   `MAP_WRITE | COPY_SRC`; `Readback`: `MAP_READ | COPY_DST`). With `MAPPABLE_PRIMARY_BUFFERS`
+//!   (integrated GPUs, lavapipe) device-local buffers map too, unless [`WgpuConfig::force_staging`].
+//! * **Batching.** Copies, fills and dispatches share one open encoder; `flush`, `wait` and
+//!   `completed` submit it, `on_submitted_work_done` raises the completed ticket; parameters come
+//!   from a ring of 64 KiB uniform buffers (`params`).
 //! * **Completion never has to block** (`poll`): wakers ride on the `onSubmittedWorkDone` and
-//!   `mapAsync` callbacks; in a browser ([`WgpuBackend::new_async`]) that is the only way to
-//!   wait. Natively, host access maps the whole buffer and keeps the mapping until the block is
-//!   next handed to the GPU, so repeated writes cost one map.
-//! * **`write_queued` is `queue.write_buffer`**, with a dirty batch submitted first to keep
-//!   program order, for uploads up to [`DEFAULT_QUEUED_WRITE_MAX`].
-//! * **No panics from wgpu.** Lost devices and uncaptured errors become `Error::DeviceLost` and
-//!   `Error::Backend`; out-of-memory is `Error::OutOfMemory` at the call that caused it (error
-//!   scopes); everything wgpu would reject is checked first.
+//!   `mapAsync` callbacks, the only way to wait in a browser ([`WgpuBackend::new_async`]). Host
+//!   access keeps a buffer mapped until the GPU next uses it; `write_queued` is
+//!   `queue.write_buffer` up to [`DEFAULT_QUEUED_WRITE_MAX`].
+//! * **No panics from wgpu**: lost devices and uncaptured errors become `Error::DeviceLost` and
+//!   `Error::Backend`, out-of-memory `Error::OutOfMemory` at its call (error scopes); everything
+//!   wgpu would reject is checked first.
 //!
 //! ## Limits
 //!
-//! * Mapping is per buffer: host access waits for all in-flight work on the block. Host reads of
-//!   `Upload` and writes of `Readback` blocks are emulated with a device copy and a wait.
-//! * A bind group per dispatch; outputs must not overlap operands, and an aliasing input is
-//!   bound as a device copy (WebGPU forbids overlapping writable bindings).
-//! * In a browser, errors surface on the next call; natively, awaiting polls the device (a busy
-//!   wait), and one mutex guards the block table, the batch and the pipeline cache.
-//! * No heap size from wgpu: `budget` is `WgpuConfig::budget`, else [`system_memory`] (an upper
-//!   bound on a discrete GPU). Host-visible buffers are driver-placed, not NUMA-bound.
-//! * Bindings above `max_storage_buffer_binding_size` are `Error::TooLarge`; the validating
-//!   front splits ops into parts that fit, and tensors above `max_buffer_size` are segmented.
+//! * Host access waits for all in-flight work on the block; host reads of `Upload` and writes of
+//!   `Readback` blocks are a device copy and a wait. One bind group per dispatch; an aliasing input
+//!   is bound as a copy (WebGPU forbids overlapping writable bindings).
+//! * No heap size from wgpu: the budget is `WgpuConfig::budget`, else [`system_memory`]. Bindings
+//!   above `max_storage_buffer_binding_size` are `Error::TooLarge` (the front splits ops; larger
+//!   tensors are segmented). In a browser errors surface on the next call.
 
 mod backend;
 mod blocks;
