@@ -329,7 +329,15 @@ sample() { # kind backend: the sample on `backend`, compared with the host refer
             "$WORK/bin/minilm" --backend "$backend" --json --runs 3 --model-dir "$WORK/minilm" \
                 "${s[@]}" >"$json" ;;
     esac || return 1
-    python3 "$HELPER" compare "$kind" "$BUNDLE/ref/$kind-host.json" "$json"
+    python3 "$HELPER" compare "$kind" "$BUNDLE/ref/$kind-host.json" "$json" || return 1
+    [ "$kind" = generate ] || return 0
+    # The rate: 32 tokens are mostly warm-up (first launches, the replay pool's first plans), so
+    # the same prompts run again for 400 tokens, timed only.
+    local args=("${GENERATE_ARGS[@]}")
+    args[1]=400
+    "$WORK/bin/generate" --backend "$backend" --json --model-dir "$BUNDLE/assets/llama" \
+        "${args[@]}" >"$LOGS/$kind-$backend-rate.json" &&
+        python3 "$HELPER" rate "$LOGS/$kind-$backend-rate.json"
 }
 
 vulkan_env() { # the carried libraries, and NVIDIA's ICD named where the loader finds none

@@ -8,6 +8,7 @@
   minilm-unpack PACKED OUT         rebuild OUT/model.safetensors from PACKED
   compare KIND REF GOT             compare a sample's --json output with the host reference
                                    (KIND mnist, minilm, or generate: identical tokens)
+  rate JSON                        the decode rate of a timed generate run (its --json report)
   llama-synthetic OUT              write a small Llama checkpoint with seeded random f16 weights
                                    (config.json, model.safetensors, tokenizer.json) to OUT
   sha256 FILE                      print the file's sha256
@@ -325,12 +326,20 @@ def fdwatch(*cmd):
     sys.exit(rc)
 
 
+def rate(path):
+    """Prints the decode rate of a timed generate run (its JSON report)."""
+    t = json.load(open(path))["timings"]
+    print(f"generate rate over {t['steps']} steps: decode {t['decode_tokens_per_s']:.1f} tokens/s "
+          f"({t['decode_secs'] * 1e3 / max(t['steps'], 1):.2f} ms a step, batch {t['max_batch']})")
+
+
 def main(argv):
     cmds = {
         "executables": (lambda *p: executables(p), None),
         "minilm-pack": (minilm_pack, 4),
         "minilm-unpack": (minilm_unpack, 2),
         "compare": (compare, 3),
+        "rate": (rate, 1),
         "llama-synthetic": (llama_synthetic, 1),
         "sha256": (lambda p: print(sha256(p)), 1),
         "nvrtc-dirs": (nvrtc_dirs, 0),

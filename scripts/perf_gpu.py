@@ -15,7 +15,7 @@ from pathlib import Path
 # Lines worth keeping from the step logs: the conformance totals per target, the measured stall
 # of a 1 GiB upload, the generate speed, and the comparisons with the host's outputs.
 LOG_LINES = re.compile(
-    r"^\s*(\S+\s+ran \d+ cases: .*|stall of a 1 GiB upload: .*|generate: prefill .*"
+    r"^\s*(\S+\s+ran \d+ cases: .*|stall of a 1 GiB upload: .*|generate: prefill .*|generate rate .*"
     r"|compare \w+: .*)$"
 )
 
