@@ -76,6 +76,7 @@ browser_cases!(
     managed_device_pool_runtime,
     tiled_attention_equals_untiled,
     tiled_feed_forward_equals_untiled,
+    staged_tiling_equals_untiled,
     views_out_of_range_or_off_binding_align,
     transfer_lane_copies_and_fills,
     transfer_after_compute_sees_results,

@@ -23,6 +23,7 @@ pub(crate) fn cases() -> Vec<Case> {
             tiled_feed_forward_equals_untiled
         ),
         case!("tiled_feed_forward_within_a_budget", tiled_feed_forward_within_a_budget, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
+        case!("staged_tiling_equals_untiled", staged_tiling_equals_untiled),
         case!(
             "views_out_of_range_or_off_binding_align",
             views_out_of_range_or_off_binding_align
@@ -89,6 +90,51 @@ async fn tiled_attention_equals_untiled(ctx: &Ctx) -> R {
         let tiled_arena = model.memory_report().activation_planned_bytes;
         check(tiled_arena < arena, || {
             format!("{parts} parts: arena {tiled_arena} not below the untiled {arena}")
+        })?;
+    }
+    rt.check_leaks().map_err(fail("leaks"))
+}
+
+/// Staged tiling ([`Graph::tile_staged`]): the parts read and write tensors of their own, copied
+/// from and into the chain's edge tensors; attention and a feed-forward block give the untiled
+/// outputs bit for bit.
+async fn staged_tiling_equals_untiled(ctx: &Ctx) -> R {
+    let rt = ctx
+        .runtime(RuntimeConfig::default())
+        .map_err(fail("runtime"))?;
+    let samples = [
+        ("attention", attention()?, 4u32),
+        (
+            "feed-forward",
+            samples::feed_forward(512, 64, 640, 45).map_err(fail("graph"))?,
+            2,
+        ),
+    ];
+    for (what, whole, parts) in samples {
+        let mut plain = rt.compile(&whole.graph).map_err(fail("compile"))?;
+        let want = run(ctx, &mut plain, &whole).await?;
+        drop(plain);
+        let mut a = whole;
+        let untiled_nodes = a.graph.nodes().len();
+        a.graph
+            .tile_staged(a.chain.clone(), parts)
+            .map_err(fail("tile staged"))?;
+        let copies = a
+            .graph
+            .nodes()
+            .iter()
+            .filter(|n| matches!(n.op, Op::Copy { .. }))
+            .count();
+        check(copies > 0 && a.graph.nodes().len() > untiled_nodes, || {
+            format!(
+                "{what}: {copies} staging copies in {} nodes",
+                a.graph.nodes().len()
+            )
+        })?;
+        let mut model = rt.compile(&a.graph).map_err(fail("compile staged"))?;
+        let got = run(ctx, &mut model, &a).await?;
+        check(got == want, || {
+            format!("{what}: the staged tiling's output differs from the untiled graph's")
         })?;
     }
     rt.check_leaks().map_err(fail("leaks"))

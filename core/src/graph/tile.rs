@@ -7,12 +7,10 @@
 //! `rows · intermediate` floats). Tiled, each part binds a part's share, and the planner reuses
 //! one part's slots for the next.
 //!
-//! Why a graph pass in core rather than code in one model's builder: core already knows, per op,
-//! the axis along which its output elements are independent and which operands grow along it
-//! (the validating front splits an op that exceeds one binding along that axis:
-//! `validate::split`). The pass reuses that knowledge, so any model's batched chain tiles the same
-//! way, and every element is computed by the same op over the same operand bytes: a tiled graph's
-//! outputs equal the untiled graph's bit for bit (the conformance suite checks it on every target).
+//! Core owns the pass because it knows, per op, the axis along which outputs are independent and
+//! which operands grow along it (`validate::split`), so any model's chain tiles the same way and
+//! every element is computed by the same op over the same bytes: a tiled graph's outputs equal the
+//! untiled graph's bit for bit (the conformance suite checks it on every target).
 //!
 //! Part `i` of the chain binds, per operand of each op:
 //! * an operand of a shared shape (a weight, a bias) whole;
@@ -24,12 +22,14 @@
 //!   the tiling saves), bound through a reshape of it where the untiled op bound a reshape. So a
 //!   builder may tile a chain as soon as it has appended it, before the ops that read its result.
 //!
-//! The parts run in order (all of part 0's ops, then part 1's ...), so a part reads only slices
-//! earlier ops of the same part wrote. The chain's internal tensors of the untiled graph, which
-//! no op binds any more, are removed with their reshapes: the last tensors the pass declared take
-//! their slots, so the tiled graph declares no tensor it does not use, and the id of every other
-//! tensor stays valid. An id of a removed tensor is refused ([`Error::StaleHandle`]) rather than
-//! naming the tensor now in its slot.
+//! **Staged** ([`Graph::tile_staged`]): each slice from outside is copied ([`Op::Copy`]) into a
+//! tensor of its own before part 0, and each exported slice written into a part tensor copied into
+//! place after the last part. Each slice is then a root an offload schedule moves alone, where a
+//! view needs its whole root resident; the cost is one device copy of the edge tensors.
+//!
+//! Parts run in order, so a part reads only slices its own earlier ops wrote. The untiled chain's
+//! internal tensors are removed and the pass's last tensors take their slots, so every other id
+//! stays valid and a removed one is refused ([`Error::StaleHandle`]).
 //!
 //! # Limits
 //! * `parts` must divide every op's unit count (a masked softmax's unit is one mask row: at
@@ -44,6 +44,7 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use crate::graph::{Graph, Node, TensorId, TensorKind};
+use crate::ops::Op;
 use crate::validate::split::{self, Share};
 use crate::{Error, Result};
 
@@ -65,6 +66,21 @@ impl Graph {
     /// a whole read of a tensor the chain produces, an output shared by the parts); the graph is
     /// left as it was.
     pub fn tile(&mut self, nodes: Range<usize>, parts: u32) -> Result<()> {
+        self.tile_as(nodes, parts, false)
+    }
+
+    /// [`Graph::tile`] with every slice that crosses the chain's edge staged through a tensor of
+    /// its own (module doc, "Staged"): the parts read copies of their input slices made before
+    /// the first part and write their output slices into part tensors copied into place after
+    /// the last, so each slice is a root an offload schedule can move on its own.
+    ///
+    /// # Errors
+    /// As [`Graph::tile`].
+    pub fn tile_staged(&mut self, nodes: Range<usize>, parts: u32) -> Result<()> {
+        self.tile_as(nodes, parts, true)
+    }
+
+    fn tile_as(&mut self, nodes: Range<usize>, parts: u32, staged: bool) -> Result<()> {
         if parts == 0 {
             return Err(Error::invalid("tile: zero parts"));
         }
@@ -82,7 +98,7 @@ impl Graph {
             .iter()
             .map(|n| self.root(n.output).index())
             .collect();
-        match self.tiled(nodes.clone(), parts) {
+        match self.tiled(nodes.clone(), parts, staged) {
             Ok(tiled) => {
                 self.nodes.splice(nodes, tiled);
                 self.remove_untiled(&written, declared);
@@ -95,12 +111,17 @@ impl Graph {
         }
     }
 
-    /// The nodes replacing `range`, declaring the views and part tensors they bind.
-    fn tiled(&mut self, range: Range<usize>, parts: u32) -> Result<Vec<Node>> {
+    /// The nodes replacing `range`, declaring the views and part tensors they bind; `staged`:
+    /// slices crossing the chain's edge go through copies (module doc).
+    fn tiled(&mut self, range: Range<usize>, parts: u32, staged: bool) -> Result<Vec<Node>> {
         let chain: Vec<Node> = self.nodes[range.clone()].to_vec();
         let exported = self.exported_roots(&range);
         let steps = self.steps(&chain, parts)?;
         let mut out = Vec::with_capacity(chain.len() * parts as usize);
+        // Staged: the copies into the parts' inputs (before every part, one per slice read) and
+        // out of their outputs (after every part).
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        let mut staged_in: HashMap<(usize, u64, u64), TensorId> = HashMap::new();
         // Per part: the fresh tensor standing for each internal root, and the reshape of it standing
         // for each reshape of that root the chain binds.
         let mut part_of: HashMap<usize, TensorId> = HashMap::new();
@@ -127,7 +148,22 @@ impl Graph {
                                     a
                                 }
                             },
-                            None => self.part_view(t, i, unit * u64::from(step.per_part))?,
+                            None => {
+                                let bytes = unit * u64::from(step.per_part);
+                                let view = self.part_view(t, i, bytes)?;
+                                let key = (t.index(), u64::from(i), bytes);
+                                match staged_in.get(&key) {
+                                    Some(&copy) => copy,
+                                    None if staged && copyable(self, view)? => {
+                                        let name = format!("{}.in{i}", self.decl(t)?.name);
+                                        let (copy, node) = self.staged_copy(view, &name, true)?;
+                                        before.push(node);
+                                        staged_in.insert(key, copy);
+                                        copy
+                                    }
+                                    None => view,
+                                }
+                            }
                         },
                     });
                 }
@@ -138,7 +174,15 @@ impl Graph {
                 let root = self.root(node.output).index();
                 let output =
                     if exported.contains(&root) || self.decl(node.output)?.alias_of.is_some() {
-                        self.part_view(node.output, i, bytes)?
+                        let view = self.part_view(node.output, i, bytes)?;
+                        if staged && copyable(self, view)? {
+                            let (part, node) = self.staged_copy(view, &label, false)?;
+                            after.push(node);
+                            part_of.insert(root, part);
+                            part
+                        } else {
+                            view
+                        }
                     } else {
                         let decl = self.decl(node.output)?.clone();
                         let shape = part_shape(&decl.shape, bytes / decl.dtype.size());
@@ -156,7 +200,44 @@ impl Graph {
                 });
             }
         }
-        Ok(out)
+        before.extend(out);
+        before.extend(after);
+        Ok(before)
+    }
+
+    /// A fresh tensor shaped as `view` and the copy between them: from the view into the tensor
+    /// when `into_part` (a staged input), else from the tensor into the view (a staged output).
+    fn staged_copy(
+        &mut self,
+        view: TensorId,
+        name: &str,
+        into_part: bool,
+    ) -> Result<(TensorId, Node)> {
+        let decl = self.decl(view)?.clone();
+        let part = self.declare(name, decl.dtype, &decl.shape, TensorKind::Intermediate);
+        let len = u32::try_from(decl.len()?).map_err(|_| {
+            Error::invalid(format!(
+                "tile: staged slice of '{}' over u32 elements",
+                decl.name
+            ))
+        })?;
+        let (input, output) = if into_part {
+            (view, part)
+        } else {
+            (part, view)
+        };
+        let op = Op::Copy { len };
+        let label = format!("{name}.copy");
+        self.check_op(&op, &[input], &decl.shape, &label)?;
+        Ok((
+            part,
+            Node {
+                op,
+                inputs: vec![input],
+                output,
+                label,
+            },
+        ))
     }
 
     /// Roots a tiled chain must still fill whole: graph outputs, every tensor a node outside
@@ -315,6 +396,12 @@ impl Graph {
         let shape = part_shape(&decl.shape, bytes / decl.dtype.size());
         self.view(t, u64::from(i) * bytes, &shape)
     }
+}
+
+/// Whether a slice can be staged by [`Op::Copy`] (4-byte elements, a count that fits `u32`).
+fn copyable(g: &Graph, view: TensorId) -> Result<bool> {
+    let decl = g.decl(view)?;
+    Ok(decl.dtype.size() == 4 && u32::try_from(decl.len()?).is_ok())
 }
 
 /// The shape of `len` elements cut from a tensor of `shape`: its outer axis shortened when the

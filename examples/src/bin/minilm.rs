@@ -285,6 +285,9 @@ fn run(mut args: Args) -> Result<()> {
     if tiling.ffn > 1 {
         shape += &format!(", feed-forward in {} chunks", tiling.ffn);
     }
+    if tiling.staged {
+        shape += ", chunk slices staged";
+    }
     meter.phase("timed runs");
     let report = InferenceReport::new(&rt, &selection, compiled, shape, timing).with_phases(meter);
 
@@ -308,6 +311,7 @@ fn run(mut args: Args) -> Result<()> {
             "first_run_ms": first_run_ms,
             "attention_chunks": tiling.attention,
             "ffn_chunks": tiling.ffn,
+            "staged": tiling.staged,
             "report": report.to_json(),
         });
         outln!(text, "{out}");

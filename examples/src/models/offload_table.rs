@@ -11,7 +11,8 @@
 //! the automatic selection picks at that budget (the lowest predicted stall, then the fewest
 //! bytes moved); and the chunks each layer's attention ran in (the fewest whose largest op fits
 //! the budget, unless `--attention-chunks` fixes them) and each feed-forward block ran in (likewise,
-//! `--ffn-chunks`). A budget no schedule meets is a row with the error (the op that cannot fit and
+//! `--ffn-chunks`), "staged" where the chunks' slices go through tensors of their own because that
+//! moves fewer bytes. A budget no schedule meets is a row with the error (the op that cannot fit and
 //! the bytes it needs). Optionally each budgeted row is measured again with the copies on the
 //! compute queue (`--offload-compare-lanes`) or without recompute, swapping only
 //! (`--offload-compare-recompute`), in the same run against the same baseline.
@@ -50,6 +51,8 @@ pub struct OffloadRow {
     pub chunks: u32,
     /// Chunks each layer's feed-forward block ran in (rows of tokens).
     pub ffn_chunks: u32,
+    /// Whether the chunks' slices were staged through tensors of their own (`Tiling::staged`).
+    pub staged: bool,
     /// The budget in bytes (the unbudgeted device bytes for the baseline).
     pub budget: u64,
     /// Peak device bytes measured by the pool.
@@ -355,6 +358,7 @@ impl Measured {
             score,
             chunks: self.tiling.attention,
             ffn_chunks: self.tiling.ffn,
+            staged: self.tiling.staged,
             budget: self.budget,
             peak_device_bytes: self.peak,
             fastest: self.fastest,

@@ -391,3 +391,54 @@ fn a_row_split_that_changes_the_host_kernel_is_refused() {
         assert_eq!(g.tensors().len(), whole.graph.tensors().len());
     }
 }
+
+/// Staged tiling: the parts read and write tensors of their own, copied from and into the
+/// chain's edge tensors before the first part and after the last, so no op of a part binds a
+/// view; the outputs stay bit-identical, plain and within a budget.
+#[test]
+fn a_staged_tiling_binds_no_views_and_equals_the_untiled_chain() {
+    let rt = runtime(true);
+    let whole = attention(4, 32, 3, 4);
+    let mut plain = rt.compile(&whole.graph).unwrap();
+    let want = run(&mut plain, &whole);
+    let need = plain.memory_report().unbudgeted_device_bytes();
+    drop(plain);
+    let mut a = attention(4, 32, 3, 4);
+    let chain = a.chain.len();
+    a.graph.tile_staged(a.chain.clone(), 4).unwrap();
+    let nodes = a.graph.nodes();
+    let copies: Vec<&Node> = nodes
+        .iter()
+        .filter(|n| n.label.ends_with(".copy"))
+        .collect();
+    assert!(!copies.is_empty());
+    assert_eq!(nodes.len() - copies.len(), 1 + chain * 4 + 1);
+    for n in nodes
+        .iter()
+        .filter(|n| n.label.contains(".part") && !n.label.ends_with(".copy"))
+    {
+        for &t in n.inputs.iter().chain(std::iter::once(&n.output)) {
+            let decl = a.graph.decl(t).unwrap();
+            let per_part =
+                decl.size().unwrap() < a.graph.decl(a.graph.root(t)).unwrap().size().unwrap();
+            assert!(!per_part, "'{}' binds a slice of '{}'", n.label, decl.name);
+        }
+    }
+    assert_eq!(unused_tensors(&a.graph), Vec::<usize>::new());
+    let mut model = rt.compile(&a.graph).unwrap();
+    assert_eq!(run(&mut model, &a), want, "plain compile");
+    drop(model);
+    let desc = CompileDesc {
+        device_budget: Some(need / 2),
+        min_offload_size: 0,
+        scores: vec![Score::Area],
+        ..CompileDesc::default()
+    };
+    let mut model = rt.compile_with(&a.graph, &desc).unwrap();
+    assert_eq!(run(&mut model, &a), want, "budgeted");
+    assert_eq!(
+        run(&mut model, &a),
+        want,
+        "a second run over the first's bytes"
+    );
+}

@@ -159,6 +159,9 @@ pub struct Tiling {
     /// Chunks of rows (tokens) each layer's feed-forward block runs in (a divisor of
     /// `batch·seq`).
     pub ffn: u32,
+    /// Whether the chunks' input and output slices are staged through tensors of their own
+    /// ([`tensormem::Graph::tile_staged`]), so a budget can move each slice alone.
+    pub staged: bool,
 }
 
 impl Tiling {
@@ -166,7 +169,22 @@ impl Tiling {
     pub const NONE: Tiling = Tiling {
         attention: 1,
         ffn: 1,
+        staged: false,
     };
+}
+
+/// Tiles `nodes` of `graph` into `parts`, staged or through views.
+fn tile(
+    graph: &mut tensormem::Graph,
+    nodes: std::ops::Range<usize>,
+    parts: u32,
+    staged: bool,
+) -> Result<()> {
+    if staged {
+        graph.tile_staged(nodes, parts)
+    } else {
+        graph.tile(nodes, parts)
+    }
 }
 
 /// The feed-forward chunk counts a batch of `batch` sentences of `seq` tokens allows, ascending:
@@ -195,6 +213,7 @@ pub fn build_graph_chunked(
     let tiling = Tiling {
         attention: attention_chunks,
         ffn: 1,
+        staged: false,
     };
     build_graph_tiled(cfg, batch, seq, format, tiling)
 }
@@ -206,7 +225,8 @@ pub fn build_graph_chunked(
 /// rows ([`tensormem::Graph::tile`]). Each attention chunk's q, k, v, scores and probabilities
 /// are a `1/attention` part, and its merged context is written into a view of the layer's
 /// context tensor; each feed-forward chunk's intermediate activations are a `1/ffn` part, and its
-/// output is written into a view of the layer's output.
+/// output is written into a view of the layer's output (with `tiling.staged`, into a part tensor
+/// copied there after the last chunk, and the chunks read copies of their input slices).
 /// The largest ops' working sets (the softmax: `2·batch·heads·seq²` floats; the gelu:
 /// `2·batch·seq·intermediate`) shrink by the chunk counts, and every element is computed as in
 /// the untiled graph, so the embeddings are bit-identical. One chunk each is the untiled graph.
@@ -228,6 +248,7 @@ pub fn build_graph_tiled(
     let Tiling {
         attention: attention_chunks,
         ffn: ffn_chunks,
+        staged,
     } = tiling;
     if attention_chunks == 0 || !batch.is_multiple_of(attention_chunks as usize) {
         return Err(Error::invalid(format!(
@@ -395,7 +416,7 @@ pub fn build_graph_tiled(
             &format!("{p}.merge_heads"),
         )?;
         let end = b.graph.nodes().len();
-        b.graph.tile(attn_first..end, attention_chunks)?;
+        tile(&mut b.graph, attn_first..end, attention_chunks, staged)?;
         let ctx = b.graph.reshape(ctx, &[rows, h])?;
 
         let attn = b.linear(ctx, &format!("{p}.attention.output.dense"), rows, h, h)?;
@@ -412,7 +433,7 @@ pub fn build_graph_tiled(
         let res = add(&mut b, out, x1, &format!("{p}.output.residual"))?;
         x = layer_norm(&mut b, res, &format!("{p}.output.LayerNorm"))?;
         let end = b.graph.nodes().len();
-        b.graph.tile(ffn_first..end, ffn_chunks)?;
+        tile(&mut b.graph, ffn_first..end, ffn_chunks, staged)?;
     }
 
     let hidden = b.graph.reshape(x, &[batch, seq, h])?;

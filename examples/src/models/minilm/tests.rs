@@ -316,7 +316,11 @@ fn tiled_feed_forward_repeats_the_block_per_chunk_and_refuses_inexact_counts() {
     let one = build_graph(&cfg, batch, seq, WeightFormat::F32).unwrap();
     let base = one.builder.graph.nodes().len();
     let tiled = |ffn: u32| {
-        let tiling = Tiling { attention: 1, ffn };
+        let tiling = Tiling {
+            attention: 1,
+            ffn,
+            staged: false,
+        };
         build_graph_tiled(&cfg, batch, seq, WeightFormat::F32, tiling)
     };
     let g = tiled(2).unwrap();

@@ -99,6 +99,7 @@ impl MiniLm {
             let tiling = Tiling {
                 attention: attn[i],
                 ffn: ffn[j],
+                staged: false,
             };
             let graph = match build_graph_tiled(&self.cfg, batch, seq, self.format, tiling) {
                 Ok(g) => g,
@@ -114,19 +115,27 @@ impl MiniLm {
                 &graph.builder.graph,
                 budget,
                 &self.scores,
-                crate::cli::CompileOptions {
-                    transfer_lane: self.transfer_lane,
-                    recompute: self.recompute,
-                    rates: self.rates,
-                },
+                self.compile_options(),
             );
-            let ffn_op = match &compiled {
-                Ok(_) => return compiled.map(|m| (graph, m, tiling)),
-                Err(Error::BudgetBelowWorkingSet { op, .. }) => in_feed_forward(op),
-                Err(Error::Misaligned { .. }) => false,
-                Err(_) => return compiled.map(|m| (graph, m, tiling)),
+            let ffn_op = match compiled {
+                Ok(model) if budgeted && tiling != Tiling::NONE => {
+                    return self.fewer_bytes_staged(batch, seq, budget, (graph, model, tiling));
+                }
+                Ok(model) => return Ok((graph, model, tiling)),
+                Err(e @ Error::BudgetBelowWorkingSet { .. }) => {
+                    let Error::BudgetBelowWorkingSet { op, .. } = &e else {
+                        unreachable!()
+                    };
+                    let ffn_op = in_feed_forward(op);
+                    refused = Some(e);
+                    ffn_op
+                }
+                Err(e @ Error::Misaligned { .. }) => {
+                    refused = Some(e);
+                    false
+                }
+                Err(e) => return Err(e),
             };
-            refused = compiled.err();
             let (more_attn, more_ffn) = (i + 1 < attn.len(), j + 1 < ffn.len());
             if ffn_op && more_ffn {
                 j += 1;
@@ -139,6 +148,56 @@ impl MiniLm {
             }
         }
         Err(refused.unwrap_or_else(|| Error::invalid("minilm: no tiling to try")))
+    }
+
+    fn compile_options(&self) -> crate::cli::CompileOptions {
+        crate::cli::CompileOptions {
+            transfer_lane: self.transfer_lane,
+            recompute: self.recompute,
+            rates: self.rates,
+        }
+    }
+
+    /// The tiling found, or the same staged when that compiles within the budget with a lower
+    /// predicted stall, then fewer bytes moved per run (staged slices leave and come back one at
+    /// a time).
+    fn fewer_bytes_staged(
+        &self,
+        batch: usize,
+        seq: usize,
+        budget: Option<DeviceBudget>,
+        found: (MiniLmGraph, Model, Tiling),
+    ) -> Result<(MiniLmGraph, Model, Tiling)> {
+        // The winning schedule's predicted stall, then its bytes moved per run (the planner's
+        // own order between schedules).
+        let cost = |m: &Model| {
+            m.memory_report().offload.and_then(|o| {
+                o.outcomes
+                    .iter()
+                    .filter(|x| x.peak.is_some())
+                    .map(|x| (x.predicted_stall, x.bytes_to_device + x.bytes_to_host))
+                    .min()
+            })
+        };
+        if cost(&found.1).is_none_or(|(_, bytes)| bytes == 0) {
+            return Ok(found);
+        }
+        let tiling = Tiling {
+            staged: true,
+            ..found.2
+        };
+        let graph = build_graph_tiled(&self.cfg, batch, seq, self.format, tiling)?;
+        let staged = crate::cli::compile_scored(
+            &self.rt,
+            &graph.builder.graph,
+            budget,
+            &self.scores,
+            self.compile_options(),
+        );
+        match staged {
+            Ok(model) if cost(&model) < cost(&found.1) => Ok((graph, model, tiling)),
+            _ => Ok(found),
+        }
     }
 }
 

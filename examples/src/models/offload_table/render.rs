@@ -40,11 +40,12 @@ pub fn to_markdown(rows: &[OffloadRow]) -> String {
             );
         } else {
             out += &format!(
-                "| {} | {budget} ({}) | {score} | {} / {} | {} | {:.2}x | {} | {} | {} ({}) | {:.1} / {:.1} ms{} | {}{} |",
+                "| {} | {budget} ({}) | {score} | {} / {}{} | {} | {:.2}x | {} | {} | {} ({}) | {:.1} / {:.1} ms{} | {}{} |",
                 r.seq,
                 mib(r.budget),
                 r.chunks,
                 r.ffn_chunks,
+                if r.staged { " staged" } else { "" },
                 mib(r.peak_device_bytes),
                 r.time_ratio,
                 mib(r.to_device),
@@ -142,6 +143,7 @@ pub fn to_json(rows: &[OffloadRow]) -> Value {
                 "score": r.score.map(Score::name),
                 "attention_chunks": r.chunks,
                 "ffn_chunks": r.ffn_chunks,
+                "staged": r.staged,
                 "budget_bytes": r.budget,
                 "peak_device_bytes": r.peak_device_bytes,
                 "fastest_run_ms": r.fastest.as_secs_f64() * 1e3,
