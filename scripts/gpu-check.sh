@@ -454,9 +454,10 @@ run() {
         STEP_NOTE="$vk_note" DEVICE_NOTE=1
         step 08-conformance-vulkan 180 python3 "$HELPER" fdwatch env "${vk_cases[@]}" \
             TENSORMEM_TARGETS=vulkan TENSORMEM_REQUIRE_BACKENDS=vulkan "$WORK/bin/suite" ||
-            if [ -n "${ICD_LIBRARY:-}" ]; then
+            if [ -n "${ICD_LIBRARY:-}" ] && ! tail -n 1 "$OUT/summary.tsv" | grep -q TIMEOUT; then
                 # Diagnostic: the driver kept loaded across instances (it is loaded and unloaded
-                # with each instance otherwise); passing here points at the driver's reloads.
+                # with each instance otherwise); passing here points at the driver's reloads. Not
+                # after a timeout (a slow suite, not a crash: the rerun would only spend time).
                 STEP_NOTE="diagnostic: $ICD_LIBRARY preloaded"
                 step 08b-conformance-vulkan-icd-preloaded 90 env "${vk_cases[@]}" \
                     LD_PRELOAD="$ICD_LIBRARY" TENSORMEM_TARGETS=vulkan \

@@ -87,23 +87,30 @@ fn a_tiled_attention_chain_equals_the_untiled_one_bit_for_bit() {
     }
 }
 
-/// The budget the untiled graph cannot meet (its scores and softmax bind more) runs once tiled, with
-/// every copy staged as on a discrete device, bit-identical.
-#[test]
-fn a_budget_below_the_untiled_softmax_runs_once_tiled() {
+/// A host runtime with every copy staged, and the untiled 4×32 attention's output bits and
+/// unbudgeted device bytes.
+fn staged_attention_baseline() -> (Runtime, Vec<u32>, u64) {
     let rt = runtime(true);
     let whole = attention(4, 32, 3, 4);
     let mut plain = rt.compile(&whole.graph).unwrap();
     let want = run(&mut plain, &whole);
     let need = plain.memory_report().unbudgeted_device_bytes();
     drop(plain);
+    (rt, want, need)
+}
+
+/// The budget the untiled graph cannot meet (its scores and softmax bind more) runs once tiled, with
+/// every copy staged as on a discrete device, bit-identical.
+#[test]
+fn a_budget_below_the_untiled_softmax_runs_once_tiled() {
+    let (rt, want, need) = staged_attention_baseline();
     let desc = CompileDesc {
         device_budget: Some(need / 2),
         min_offload_size: 0,
         scores: vec![Score::Area],
         ..CompileDesc::default()
     };
-    match rt.compile_with(&whole.graph, &desc) {
+    match rt.compile_with(&attention(4, 32, 3, 4).graph, &desc) {
         Err(Error::BudgetBelowWorkingSet { op, .. }) => {
             assert!(["scores", "probs"].contains(&op.as_str()), "{op}");
         }
@@ -397,12 +404,7 @@ fn a_row_split_that_changes_the_host_kernel_is_refused() {
 /// view; the outputs stay bit-identical, plain and within a budget.
 #[test]
 fn a_staged_tiling_binds_no_views_and_equals_the_untiled_chain() {
-    let rt = runtime(true);
-    let whole = attention(4, 32, 3, 4);
-    let mut plain = rt.compile(&whole.graph).unwrap();
-    let want = run(&mut plain, &whole);
-    let need = plain.memory_report().unbudgeted_device_bytes();
-    drop(plain);
+    let (rt, want, need) = staged_attention_baseline();
     let mut a = attention(4, 32, 3, 4);
     let chain = a.chain.len();
     a.graph.tile_staged(a.chain.clone(), 4).unwrap();
