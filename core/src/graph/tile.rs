@@ -150,18 +150,23 @@ impl Graph {
                             },
                             None => {
                                 let bytes = unit * u64::from(step.per_part);
-                                let view = self.part_view(t, i, bytes)?;
                                 let key = (t.index(), u64::from(i), bytes);
                                 match staged_in.get(&key) {
                                     Some(&copy) => copy,
-                                    None if staged && copyable(self, view)? => {
-                                        let name = format!("{}.in{i}", self.decl(t)?.name);
-                                        let (copy, node) = self.staged_copy(view, &name, true)?;
-                                        before.push(node);
-                                        staged_in.insert(key, copy);
-                                        copy
+                                    None => {
+                                        let view = self.part_view(t, i, bytes)?;
+                                        match copy_len(self, view, staged)? {
+                                            Some(len) => {
+                                                let name = format!("{}.in{i}", self.decl(t)?.name);
+                                                let (copy, node) =
+                                                    self.staged_copy(view, len, &name, true)?;
+                                                before.push(node);
+                                                staged_in.insert(key, copy);
+                                                copy
+                                            }
+                                            None => view,
+                                        }
                                     }
-                                    None => view,
                                 }
                             }
                         },
@@ -175,13 +180,14 @@ impl Graph {
                 let output =
                     if exported.contains(&root) || self.decl(node.output)?.alias_of.is_some() {
                         let view = self.part_view(node.output, i, bytes)?;
-                        if staged && copyable(self, view)? {
-                            let (part, node) = self.staged_copy(view, &label, false)?;
-                            after.push(node);
-                            part_of.insert(root, part);
-                            part
-                        } else {
-                            view
+                        match copy_len(self, view, staged)? {
+                            Some(len) => {
+                                let (part, node) = self.staged_copy(view, len, &label, false)?;
+                                after.push(node);
+                                part_of.insert(root, part);
+                                part
+                            }
+                            None => view,
                         }
                     } else {
                         let decl = self.decl(node.output)?.clone();
@@ -205,22 +211,18 @@ impl Graph {
         Ok(before)
     }
 
-    /// A fresh tensor shaped as `view` and the copy between them: from the view into the tensor
-    /// when `into_part` (a staged input), else from the tensor into the view (a staged output).
+    /// A fresh tensor shaped as `view` (`len` elements) and the copy between them: from the view
+    /// into the tensor when `into_part` (a staged input), else from the tensor into the view (a
+    /// staged output).
     fn staged_copy(
         &mut self,
         view: TensorId,
+        len: u32,
         name: &str,
         into_part: bool,
     ) -> Result<(TensorId, Node)> {
         let decl = self.decl(view)?.clone();
         let part = self.declare(name, decl.dtype, &decl.shape, TensorKind::Intermediate);
-        let len = u32::try_from(decl.len()?).map_err(|_| {
-            Error::invalid(format!(
-                "tile: staged slice of '{}' over u32 elements",
-                decl.name
-            ))
-        })?;
         let (input, output) = if into_part {
             (view, part)
         } else {
@@ -398,10 +400,14 @@ impl Graph {
     }
 }
 
-/// Whether a slice can be staged by [`Op::Copy`] (4-byte elements, a count that fits `u32`).
-fn copyable(g: &Graph, view: TensorId) -> Result<bool> {
+/// The element count of `view` when it is to be staged (`staged`) and [`Op::Copy`] can copy it
+/// (4-byte elements, a count that fits `u32`); `None`: it is bound as the view.
+fn copy_len(g: &Graph, view: TensorId, staged: bool) -> Result<Option<u32>> {
     let decl = g.decl(view)?;
-    Ok(decl.dtype.size() == 4 && u32::try_from(decl.len()?).is_ok())
+    if !staged || decl.dtype.size() != 4 {
+        return Ok(None);
+    }
+    Ok(u32::try_from(decl.len()?).ok())
 }
 
 /// The shape of `len` elements cut from a tensor of `shape`: its outer axis shortened when the

@@ -119,22 +119,18 @@ impl MiniLm {
             );
             let ffn_op = match compiled {
                 Ok(model) if budgeted && tiling != Tiling::NONE => {
-                    return self.fewer_bytes_staged(batch, seq, budget, (graph, model, tiling));
+                    return self.staged_if_cheaper(batch, seq, budget, (graph, model, tiling));
                 }
                 Ok(model) => return Ok((graph, model, tiling)),
-                Err(e @ Error::BudgetBelowWorkingSet { .. }) => {
-                    let Error::BudgetBelowWorkingSet { op, .. } = &e else {
-                        unreachable!()
+                Err(e) => {
+                    let ffn_op = match &e {
+                        Error::BudgetBelowWorkingSet { op, .. } => in_feed_forward(op),
+                        Error::Misaligned { .. } => false,
+                        _ => return Err(e),
                     };
-                    let ffn_op = in_feed_forward(op);
                     refused = Some(e);
                     ffn_op
                 }
-                Err(e @ Error::Misaligned { .. }) => {
-                    refused = Some(e);
-                    false
-                }
-                Err(e) => return Err(e),
             };
             let (more_attn, more_ffn) = (i + 1 < attn.len(), j + 1 < ffn.len());
             if ffn_op && more_ffn {
@@ -161,7 +157,7 @@ impl MiniLm {
     /// The tiling found, or the same staged when that compiles within the budget with a lower
     /// predicted stall, then fewer bytes moved per run (staged slices leave and come back one at
     /// a time).
-    fn fewer_bytes_staged(
+    fn staged_if_cheaper(
         &self,
         batch: usize,
         seq: usize,
