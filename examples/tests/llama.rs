@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 use tensormem::kv::{KvCache, KvCacheConfig, KvDType, Preemption};
@@ -50,8 +50,17 @@ fn python() -> Option<PathBuf> {
     None
 }
 
-/// Writes the checkpoint and its reference into a fresh directory; `None` (skip) without numpy.
+/// The checkpoint and its reference, written once per process and variant (the tests run in
+/// parallel and share it read-only); `None` (skip) without numpy.
 fn checkpoint(tied: bool) -> Option<(PathBuf, Value)> {
+    static MADE: [OnceLock<Option<(PathBuf, Value)>>; 2] = [OnceLock::new(), OnceLock::new()];
+    MADE[usize::from(tied)]
+        .get_or_init(|| write_checkpoint(tied))
+        .clone()
+}
+
+/// Writes the checkpoint and its reference into a fresh directory.
+fn write_checkpoint(tied: bool) -> Option<(PathBuf, Value)> {
     let Some(py) = python() else {
         eprintln!("skipping: no python3 with numpy (run scripts/fetch_numpy.sh)");
         return None;
