@@ -19,11 +19,14 @@ type R = std::result::Result<(), String>;
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
-        case!("offload: budgeted graph run equals the unbudgeted run", budgeted_equals_unbudgeted, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
-        case!("offload: budget below an op's operands names the op", budget_below_working_set, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
-        case!("offload: a table larger than the budget streams only the looked-up rows", embedding_rows_below_the_table, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
-        case!("offload: swap-ins as device copies and through the host give the same outputs", swap_in_paths, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
-        case!("offload: a recomputed activation gives the unbudgeted outputs", recomputed_equals_unbudgeted, native_only: "budgeted compilation waits synchronously (refused on wasm32)"),
+        case!("budgeted_equals_unbudgeted", budgeted_equals_unbudgeted),
+        case!("budget_below_working_set", budget_below_working_set),
+        case!(
+            "embedding_rows_below_the_table",
+            embedding_rows_below_the_table
+        ),
+        case!("swap_in_paths", swap_in_paths),
+        case!("recomputed_equals_unbudgeted", recomputed_equals_unbudgeted),
     ]
 }
 

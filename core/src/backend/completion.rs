@@ -136,13 +136,13 @@ impl Waiting {
     }
 }
 
-/// Runs a future that only waits in [`Waiting::Blocking`] mode: such a future finishes on its
-/// first poll, so no executor is needed.
+/// Runs a future that never awaits a pending future (one that waits only in
+/// [`Waiting::Blocking`] mode, or has nothing to wait for): it finishes on its first poll, so no
+/// executor is needed.
 ///
 /// # Errors
 /// The future's own error, or [`Error::Backend`] naming the broken contract if it did not finish
 /// (a bug: something awaited a real future in blocking mode).
-#[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn complete_now<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
     let mut future = std::pin::pin!(future);
     match future

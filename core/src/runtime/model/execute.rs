@@ -2,7 +2,6 @@
 //! schedule of a budgeted model), waiting for the run, and reading outputs back. Separate from
 //! compilation, which decides the places this only reads.
 
-#[cfg(not(target_arch = "wasm32"))]
 use crate::backend::completion::complete_now;
 use crate::backend::{BlockRange, Ticket, Waiting};
 use crate::graph::TensorId;
@@ -36,7 +35,7 @@ impl Model {
 
     async fn run_with(&mut self, waiting: Waiting) -> Result<Ticket> {
         let start = Instant::now();
-        let t = self.enqueue()?;
+        let t = self.enqueue_with(waiting).await?;
         waiting.ticket(self.rt.backend().as_ref(), t).await?;
         if let Some(o) = &mut self.offload {
             o.finish(&self.rt);
@@ -45,18 +44,46 @@ impl Model {
         Ok(t)
     }
 
-    /// Enqueues every node without waiting. Returns the ticket of the last one.
+    /// Enqueues every node without waiting for the run. Returns the ticket of the last one. A
+    /// budgeted model whose schedule brings a tensor back through the host waits for that copy
+    /// (blocking; on `wasm32` such a model is refused here and runs with [`Model::run_async`]).
     ///
     /// # Errors
-    /// As [`Model::run`].
+    /// As [`Model::run`]; [`Error::Unsupported`] for that refusal.
     pub fn enqueue(&mut self) -> Result<Ticket> {
-        let start = Instant::now();
+        #[cfg(not(target_arch = "wasm32"))]
+        return complete_now(self.enqueue_with(Waiting::Blocking));
+        #[cfg(target_arch = "wasm32")]
+        {
+            if self.offload.as_ref().is_some_and(|o| o.waits_on_host()) {
+                return Err(Error::Unsupported {
+                    backend: self.rt.backend().capabilities().backend,
+                    what: "enqueueing a budgeted run that waits on the host (a swap-in read back \
+                           through host memory, or a lookup's staged rows) on wasm32, where \
+                           nothing may block: run it with Model::run_async"
+                        .into(),
+                });
+            }
+            // Nothing in such a run awaits, so its future completes on the first poll.
+            complete_now(self.enqueue_with(Waiting::Async))
+        }
+    }
+
+    /// Enqueues one run, a budgeted model's host waits in `waiting`'s mode.
+    async fn enqueue_with(&mut self, waiting: Waiting) -> Result<Ticket> {
         if let Some(o) = &mut self.offload {
-            let last = o.enqueue(&self.rt, &self.graph)?;
+            let start = Instant::now();
+            let last = o.enqueue(waiting, &self.rt, &self.graph).await?;
             self.report.runs += 1;
             self.report.last_run = start.elapsed();
             return Ok(last);
         }
+        self.enqueue_planned()
+    }
+
+    /// Enqueues a run of an unbudgeted model: every node over its planned places.
+    fn enqueue_planned(&mut self) -> Result<Ticket> {
+        let start = Instant::now();
         let pool = self.rt.device_pool();
         let mut ranges: Vec<Option<Vec<BlockRange>>> = vec![None; self.places.len()];
         // Each range resolved below stays leased until the run's uses are recorded.
@@ -164,11 +191,13 @@ impl Model {
             let mut out = vec![T::zeroed(); (decl.size()? / elem) as usize];
             let root = self.graph.root(t).index();
             o.read(
+                waiting,
                 &self.rt,
                 root,
                 decl.offset,
                 bytemuck::cast_slice_mut(&mut out),
-            )?;
+            )
+            .await?;
             return Ok(out);
         }
         let p = self.place(t)?;

@@ -38,7 +38,8 @@
 //! * Ops are never split here: a budget below one op's operands (MiniLM's untiled attention
 //!   softmax at sequence 512 binds 201 MB) is [`Error::BudgetBelowWorkingSet`]; tiling the chain
 //!   beforehand ([`Graph::tile`](crate::Graph::tile)) is what brings such an op within a budget.
-//! * Native only: a browser cannot block on the swap-in's wait.
+//! * In a browser (`wasm32`) the host's waits are awaited: [`Model::run_async`] runs every
+//!   schedule, while the synchronous [`Model::enqueue`] refuses one that waits on the host.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -50,7 +50,9 @@ impl Model {
             )));
         }
         if let Some(o) = &mut self.offload {
-            return o.write(&self.rt, self.graph.root(t).index(), data);
+            return o
+                .write(waiting, &self.rt, self.graph.root(t).index(), data)
+                .await;
         }
         let p = self.place(t)?;
         if let Some(segs) = self.segments_of(&p) {

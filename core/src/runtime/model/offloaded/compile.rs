@@ -8,7 +8,6 @@ use crate::runtime::Runtime;
 use crate::{Error, Result};
 
 use super::gather::{self, RowGather};
-use super::host_io::unsupported;
 use super::recompute;
 use super::{CompileDesc, Model, Offloaded};
 
@@ -20,14 +19,11 @@ impl Runtime {
     /// # Errors
     /// As [`Runtime::compile`]; [`Error::BudgetBelowWorkingSet`] naming the op that cannot fit;
     /// [`Error::OutOfMemory`] when the runtime's pool refuses the arena; [`Error::Unsupported`] for
-    /// a budget on `wasm32`.
+    /// [`Rates::Measured`](super::Rates::Measured) on `wasm32` (measuring blocks).
     pub fn compile_with(&self, graph: &crate::Graph, desc: &CompileDesc) -> Result<Model> {
         let Some(budget) = desc.device_budget else {
             return self.compile(graph);
         };
-        if cfg!(target_arch = "wasm32") {
-            return Err(unsupported());
-        }
         let caps = self.backend().capabilities();
         super::super::compile::check_bindings(graph, caps)?;
         let copy_align = caps.copy_align.max(1);

@@ -1,8 +1,9 @@
 //! Host writes and reads of a budgeted model's tensors between runs: into a tensor's host copy
 //! (a lookup's table), its host allocation, or its fixed place in the arena (mapped on unified
-//! memory, staged otherwise). Each waits for the model's last run.
+//! memory, staged otherwise). Each waits for the model's last run, blocking or awaiting as its
+//! [`Waiting`] mode says, so both work in a browser.
 
-use crate::backend::{BlockRange, Ticket};
+use crate::backend::{BlockRange, HostAccess, Ticket, Waiting};
 use crate::pool::DevicePool;
 use crate::runtime::Runtime;
 use crate::{Error, Result};
@@ -15,8 +16,9 @@ impl Offloaded {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a tensor with no storage; transfer errors.
-    pub(in crate::runtime::model) fn write(
+    pub(in crate::runtime::model) async fn write(
         &mut self,
+        waiting: Waiting,
         rt: &Runtime,
         root: usize,
         data: &[u8],
@@ -34,18 +36,24 @@ impl Offloaded {
         }
         let mut padded = data.to_vec();
         padded.resize(self.sizes[root] as usize, 0);
-        wait_for(rt, self.last)?;
+        waiting.ticket(backend.as_ref(), self.last).await?;
         if let Some(a) = self.host[root] {
             let range = self.upload.resolve(a.handle)?;
+            waiting
+                .host_access(backend.as_ref(), range.block, HostAccess::Write)
+                .await?;
             backend.write_mapped(range.block, range.offset, &padded)?;
             return Ok(Ticket::DONE);
         }
         let dst = self.fixed_range(root)?;
         if self.unified {
+            waiting
+                .host_access(backend.as_ref(), dst.block, HostAccess::Write)
+                .await?;
             backend.write_mapped(dst.block, dst.offset, &padded)?;
             Ok(Ticket::DONE)
         } else {
-            let t = stage_in(rt, dst, &padded)?;
+            let t = rt.staging().upload_with(waiting, dst, &padded).await?;
             self.last = self.last.max(t);
             Ok(t)
         }
@@ -56,8 +64,9 @@ impl Offloaded {
     ///
     /// # Errors
     /// As [`Offloaded::write`].
-    pub(in crate::runtime::model) fn read(
+    pub(in crate::runtime::model) async fn read(
         &self,
+        waiting: Waiting,
         rt: &Runtime,
         root: usize,
         offset: u64,
@@ -76,16 +85,22 @@ impl Offloaded {
         }
         let backend = rt.backend();
         let mut buf = vec![0u8; self.sizes[root] as usize];
-        wait_for(rt, self.last)?;
+        waiting.ticket(backend.as_ref(), self.last).await?;
         if let Some(a) = self.host[root] {
             let range = self.upload.resolve(a.handle)?;
+            waiting
+                .host_access(backend.as_ref(), range.block, HostAccess::Read)
+                .await?;
             backend.read_mapped(range.block, range.offset, &mut buf)?;
         } else {
             let src = self.fixed_range(root)?;
             if self.unified {
+                waiting
+                    .host_access(backend.as_ref(), src.block, HostAccess::Read)
+                    .await?;
                 backend.read_mapped(src.block, src.offset, &mut buf)?;
             } else {
-                stage_out(rt, src, &mut buf)?;
+                rt.staging().download_with(waiting, src, &mut buf).await?;
             }
         }
         let part = buf
@@ -108,50 +123,5 @@ impl Offloaded {
             ))
         })?;
         self.arena_range(offset, self.sizes[root])
-    }
-}
-
-/// The error for a device budget on `wasm32`: a budgeted run waits synchronously (a swap-in reads
-/// back its copy-out), and a browser cannot block.
-pub(super) fn unsupported() -> Error {
-    Error::Unsupported {
-        backend: "core",
-        what: "budgeted compilation on wasm32 (its swap-ins wait synchronously; a browser cannot \
-               block)"
-            .into(),
-    }
-}
-
-/// Blocks until `ticket` completes. On `wasm32` [`Runtime::compile_with`] refuses a budget, so
-/// this is never reached there.
-pub(super) fn wait_for(rt: &Runtime, ticket: Ticket) -> Result<()> {
-    #[cfg(not(target_arch = "wasm32"))]
-    return rt.backend().wait(ticket);
-    #[cfg(target_arch = "wasm32")]
-    {
-        let _ = (rt, ticket);
-        Err(unsupported())
-    }
-}
-
-/// Uploads `data` into `dst` through the runtime's staging belt (native only, as [`wait_for`]).
-pub(super) fn stage_in(rt: &Runtime, dst: BlockRange, data: &[u8]) -> Result<Ticket> {
-    #[cfg(not(target_arch = "wasm32"))]
-    return rt.staging().upload(dst, data);
-    #[cfg(target_arch = "wasm32")]
-    {
-        let _ = (rt, dst, data);
-        Err(unsupported())
-    }
-}
-
-/// Downloads `src` into `out` through the runtime's staging belt (native only, as [`wait_for`]).
-pub(super) fn stage_out(rt: &Runtime, src: BlockRange, out: &mut [u8]) -> Result<()> {
-    #[cfg(not(target_arch = "wasm32"))]
-    return rt.staging().download(src, out);
-    #[cfg(target_arch = "wasm32")]
-    {
-        let _ = (rt, src, out);
-        Err(unsupported())
     }
 }

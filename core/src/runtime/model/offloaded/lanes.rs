@@ -24,7 +24,9 @@
 
 use std::time::Duration;
 
-use crate::backend::{Backend, BlockRange, Ticket, TransferLane, TransferTicket, lanes};
+use crate::backend::{
+    Backend, BlockRange, HostAccess, Ticket, TransferLane, TransferTicket, Waiting, lanes,
+};
 use crate::offload::Arrival;
 use crate::pool::DevicePool;
 use crate::runtime::Runtime;
@@ -32,14 +34,16 @@ use crate::time::Instant;
 use crate::trace::{Access, TransferKind};
 use crate::{Error, Result};
 
-use super::host_io::stage_in;
 use super::{Offloaded, Site};
 
 impl Offloaded {
     /// Enqueues one run: arrivals, dispatches, copy-outs (module doc). Returns the last ticket,
-    /// which covers the run's copies on the transfer lane too.
-    pub(in crate::runtime::model) fn enqueue(
+    /// which covers the run's copies on the transfer lane too. A swap-in through the host and a
+    /// staged lookup wait (for the copy-out, the readback's mapping, a staging region) in
+    /// `waiting`'s mode; nothing else waits ([`Offloaded::waits_on_host`]).
+    pub(in crate::runtime::model) async fn enqueue(
         &mut self,
+        waiting: Waiting,
         rt: &Runtime,
         graph: &crate::Graph,
     ) -> Result<Ticket> {
@@ -80,12 +84,13 @@ impl Offloaded {
                             lanes.swap_in(b, &mut last, t, src, dst, self.out_ticket[t])?;
                         } else {
                             let waited = Instant::now();
-                            lanes.wait(b, self.out_ticket[t])?;
+                            lanes.wait(waiting, b, self.out_ticket[t]).await?;
+                            waiting.host_access(b, src.block, HostAccess::Read).await?;
                             stall += waited.elapsed();
                             let mut buf = vec![0u8; size as usize];
                             b.read_mapped(src.block, src.offset, &mut buf)?;
                             lanes.before_compute(b, [], &[(offset, size)])?;
-                            last = stage_in(rt, dst, &buf)?;
+                            last = rt.staging().upload_with(waiting, dst, &buf).await?;
                         }
                     }
                     Arrival::HostWrite => {
@@ -94,7 +99,7 @@ impl Offloaded {
                         })?;
                         let bytes = self.gathers[gi].gather(part, &self.host_copy, size);
                         lanes.before_compute(b, [], &[(offset, size)])?;
-                        last = stage_in(rt, dst, &bytes)?;
+                        last = rt.staging().upload_with(waiting, dst, &bytes).await?;
                     }
                     // Re-runs are compute work, enqueued below ([`Offloaded::rerun`]).
                     Arrival::InPlace | Arrival::Recompute { .. } => continue,
@@ -189,6 +194,23 @@ impl Offloaded {
             self.report.last_stall += now.saturating_sub(before);
         }
         self.report.lane_waits_measured = measured.is_some() && self.report.transfer_lane;
+    }
+}
+
+impl Offloaded {
+    /// Whether a run waits on the host (a swap-in read back and staged, or a lookup's rows
+    /// staged): such a run needs [`Model::run_async`](crate::Model::run_async) on `wasm32`, where
+    /// nothing may block; every other budgeted run only enqueues.
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+    pub(in crate::runtime::model) fn waits_on_host(&self) -> bool {
+        self.arrive
+            .iter()
+            .flatten()
+            .any(|&(_, _, arrival)| match arrival {
+                Arrival::SwapIn => !self.direct_swap_in,
+                Arrival::HostWrite => true,
+                Arrival::Prefetch | Arrival::InPlace | Arrival::Recompute { .. } => false,
+            })
     }
 }
 
@@ -343,19 +365,18 @@ impl RunLanes {
         self.join(backend, issued)
     }
 
-    /// Waits on the host for transfer `ticket` (a copy-out the host reads back). On `wasm32`
-    /// [`Runtime::compile_with`] refuses a budget, so this is never reached there.
-    fn wait(&self, backend: &dyn Backend, ticket: TransferTicket) -> Result<()> {
-        #[cfg(not(target_arch = "wasm32"))]
-        return if self.on {
-            lanes::of(backend).wait_transfer(ticket)
+    /// Waits on the host, in `waiting`'s mode, for transfer `ticket` (a copy-out the host reads
+    /// back).
+    async fn wait(
+        &self,
+        waiting: Waiting,
+        backend: &dyn Backend,
+        ticket: TransferTicket,
+    ) -> Result<()> {
+        if self.on {
+            waiting.transfer(backend, ticket).await
         } else {
-            backend.wait(Ticket(ticket.0))
-        };
-        #[cfg(target_arch = "wasm32")]
-        {
-            let _ = (backend, ticket, self.on);
-            Err(super::host_io::unsupported())
+            waiting.ticket(backend, Ticket(ticket.0)).await
         }
     }
 

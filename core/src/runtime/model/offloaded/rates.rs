@@ -63,7 +63,7 @@ impl Rates {
     }
 }
 
-/// No measurement on wasm32: it needs blocking waits (and budgeted compiles are refused there).
+/// No measurement on wasm32: it needs blocking waits (the defaults or given rates plan there).
 #[cfg(target_arch = "wasm32")]
 fn measure(backend: &Arc<dyn Backend>) -> Result<(f64, f64)> {
     Err(Error::Unsupported {
