@@ -61,9 +61,17 @@ pub(super) enum Command {
     Shutdown,
 }
 
+/// The last ticket finished, and the lowest ticket a blocked thread waits for (`u64::MAX`: none).
+/// Finishing a ticket below every waiter's wakes no one: a run of many small ops costs its caller
+/// one wake-up, not one per op.
+struct Progress {
+    done: u64,
+    wanted: u64,
+}
+
 /// Progress of one lane's worker: the last ticket finished, plus a condvar to wait on it.
 pub(super) struct Timeline {
-    completed: Mutex<u64>,
+    completed: Mutex<Progress>,
     cv: Condvar,
     /// First error the worker hit; reported by every later call (a "lost device").
     fault: Mutex<Option<String>>,
@@ -78,7 +86,10 @@ pub(super) struct Timeline {
 impl Timeline {
     fn new() -> Self {
         Timeline {
-            completed: Mutex::new(0),
+            completed: Mutex::new(Progress {
+                done: 0,
+                wanted: u64::MAX,
+            }),
             cv: Condvar::new(),
             fault: Mutex::new(None),
             wakers: Mutex::new(TicketWakers::default()),
@@ -89,6 +100,8 @@ impl Timeline {
 
     fn fail(&self, fault: String) {
         lock(&self.fault).get_or_insert(fault);
+        // Under the progress lock, so a waiter between its check and its wait still sees it.
+        let _progress = lock(&self.completed);
         self.cv.notify_all();
     }
 
@@ -99,8 +112,15 @@ impl Timeline {
         if let Err(e) = result {
             self.fail(e);
         }
-        *lock(&self.completed) = ticket;
-        self.cv.notify_all();
+        {
+            let mut progress = lock(&self.completed);
+            progress.done = ticket;
+            if ticket >= progress.wanted {
+                // Every waiter wakes; those still short of their ticket register it again.
+                progress.wanted = u64::MAX;
+                self.cv.notify_all();
+            }
+        }
         self.wake(Ticket(ticket));
     }
 
@@ -129,7 +149,7 @@ impl Timeline {
     }
 
     pub(super) fn completed(&self) -> u64 {
-        *lock(&self.completed)
+        lock(&self.completed).done
     }
 
     /// Blocks until `ticket` completed, the lane died, or `deadline` passed (`Err(())`).
@@ -139,12 +159,13 @@ impl Timeline {
         ticket: u64,
         deadline: Option<std::time::Instant>,
     ) -> std::result::Result<(), ()> {
-        let mut done = lock(&self.completed);
-        while *done < ticket && !self.dead() {
+        let mut progress = lock(&self.completed);
+        while progress.done < ticket && !self.dead() {
+            progress.wanted = progress.wanted.min(ticket);
             let Some(deadline) = deadline else {
-                done = self
+                progress = self
                     .cv
-                    .wait(done)
+                    .wait(progress)
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 continue;
             };
@@ -152,9 +173,9 @@ impl Timeline {
             if left.is_zero() {
                 return Err(());
             }
-            done = self
+            progress = self
                 .cv
-                .wait_timeout(done, left)
+                .wait_timeout(progress, left)
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
