@@ -120,8 +120,8 @@ impl Program {
 /// architecture.
 ///
 /// # Errors
-/// [`Error::Backend`] with NVRTC's log when compilation fails; [`tensormem::ArgumentError::Invalid`]
-/// for a source or option containing NUL.
+/// [`Error::Backend`] with NVRTC's log when compilation fails;
+/// [`tensormem::ArgumentError::Invalid`] for a source or option containing NUL.
 pub(crate) fn compile(
     src: &str,
     name: &str,

@@ -226,8 +226,8 @@ pub trait Backend: Any + Send + Sync {
     /// thread or callback override it to wake exactly.
     ///
     /// # Errors
-    /// As [`Backend::wait_timeout`], and [`Error::UnknownTicket`](crate::Error::UnknownTicket) for a
-    /// ticket that was never issued.
+    /// As [`Backend::wait_timeout`], and [`Error::UnknownTicket`](crate::Error::UnknownTicket) for
+    /// a ticket that was never issued.
     fn poll_ticket(&self, ticket: Ticket, cx: &mut Context<'_>) -> Poll<Result<()>> {
         completion::poll_ticket_by_polling(self, ticket, cx)
     }

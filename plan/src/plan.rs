@@ -157,9 +157,10 @@ pub const PLAN_OFFSET_LIMIT: u64 = u64::MAX;
 /// `threads` threads), which every later sweep reuses, and the largest padded total of one group.
 ///
 /// # Errors
-/// [`ArgumentError::Invalid`] naming the buffer for `lower >= upper`, [`ArgumentError::Zero`] for
-/// a zero size, [`ArgumentError::TooMany`] for 2^31 buffers or more, [`Error::InvalidAlignment`] for an alignment that is not a power of two,
-/// [`Error::PlanTooLarge`] when one group's padded total exceeds [`PLAN_OFFSET_LIMIT`].
+/// [`ArgumentError::Invalid`] naming the buffer for `lower >= upper`, [`ArgumentError::Zero`] for a
+/// zero size, [`ArgumentError::TooMany`] for 2^31 buffers or more, [`Error::InvalidAlignment`] for
+/// an alignment that is not a power of two, [`Error::PlanTooLarge`] when one group's padded total
+/// exceeds [`PLAN_OFFSET_LIMIT`].
 pub(crate) fn validate(buffers: &[Buffer], threads: usize) -> Result<(Events, u128)> {
     check_buffers(buffers, &|i| i.to_string())?;
     if buffers.len() > MAX_BUFFERS {

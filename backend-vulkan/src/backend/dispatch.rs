@@ -16,8 +16,9 @@ impl VulkanBackend {
     ///
     /// # Errors
     /// [`Error::SizeMismatch`] for a binding count that does not fit, [`Error::Misaligned`] for a
-    /// binding offset; [`Error::TooLarge`] for a binding beyond `max_binding_size` or too many workgroups;
-    /// [`Error::Unsupported`] for more storage bindings than a set holds; compile failures.
+    /// binding offset; [`Error::TooLarge`] for a binding beyond `max_binding_size` or too many
+    /// workgroups; [`Error::Unsupported`] for more storage bindings than a set holds; compile
+    /// failures.
     pub(crate) fn dispatch_spec(
         &self,
         spec: &KernelSpec<'_>,

@@ -258,12 +258,10 @@ impl CountingBackend {
     /// Runs `f` on a block.
     fn with<T>(&self, block: BlockId, f: impl FnOnce(&mut Blk) -> Result<T>) -> Result<T> {
         let mut blocks = self.blocks.lock().unwrap_or_else(PoisonError::into_inner);
-        let b = blocks
-            .get_mut(&block.0)
-            .ok_or_else(|| Error::UnknownBlock {
-                backend: "counting",
-                block: block.0,
-            })?;
+        let b = blocks.get_mut(&block.0).ok_or(Error::UnknownBlock {
+            backend: "counting",
+            block: block.0,
+        })?;
         f(b)
     }
 
@@ -358,7 +356,7 @@ impl Backend for CountingBackend {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&block.0)
-            .ok_or_else(|| Error::UnknownBlock {
+            .ok_or(Error::UnknownBlock {
                 backend: "counting",
                 block: block.0,
             })?;

@@ -62,9 +62,9 @@ impl Graph {
     ///
     /// # Errors
     /// [`ArgumentError`](crate::ArgumentError) for zero parts or a range outside the node list;
-    /// [`GraphError::Untileable`](crate::GraphError::Untileable) for a chain the pass cannot tile (an op without an independent axis, a unit count `parts` does not divide,
-    /// a whole read of a tensor the chain produces, an output shared by the parts); the graph is
-    /// left as it was.
+    /// [`GraphError::Untileable`](crate::GraphError::Untileable) for a chain the pass cannot tile
+    /// (an op without an independent axis, a unit count `parts` does not divide, a whole read of a
+    /// tensor the chain produces, an output shared by the parts); the graph is left as it was.
     pub fn tile(&mut self, nodes: Range<usize>, parts: u32) -> Result<()> {
         self.tile_as(nodes, parts, false)
     }

@@ -122,8 +122,8 @@ impl NumaTopology {
     /// in either case), or `None` when the device has no NUMA affinity (`numa_node` reads -1).
     ///
     /// # Errors
-    /// [`crate::ArgumentError::Invalid`] for a string that is not a PCI address (it becomes a path, so
-    /// nothing else is accepted), [`Error::Io`] when the device's `numa_node` cannot be read (no
+    /// [`crate::ArgumentError::Invalid`] for a string that is not a PCI address (it becomes a path,
+    /// so nothing else is accepted), [`Error::Io`] when the device's `numa_node` cannot be read (no
     /// such device), [`Error::Malformed`] when it is not a number, and [`Error::NumaNode`] for a
     /// node the topology does not have.
     pub fn pci_device_node(&self, bdf: &str) -> Result<Option<u32>> {

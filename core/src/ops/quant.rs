@@ -177,8 +177,9 @@ pub struct Quantized {
 /// weight in the module doc's table except a matmul `b` read without `trans_b`), to `format`.
 ///
 /// # Errors
-/// [`Error::SizeMismatch`] when `values.len() != channels · inner`; [`ArgumentError::Zero`](crate::ArgumentError)
-/// for a zero `inner`, [`Error::NonFiniteWeight`] for a value that is not finite (its scale would poison the whole group).
+/// [`Error::SizeMismatch`] when `values.len() != channels · inner`;
+/// [`ArgumentError::Zero`](crate::ArgumentError) for a zero `inner`, [`Error::NonFiniteWeight`] for
+/// a value that is not finite (its scale would poison the whole group).
 pub fn quantize(
     values: &[f32],
     channels: u64,

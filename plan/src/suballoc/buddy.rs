@@ -302,8 +302,9 @@ impl Buddy {
     ///
     /// # Errors
     /// [`Error::ForeignHandle`] if another allocator issued `region`; [`Error::StaleHandle`],
-    /// [`Error::DoubleFree`] or [`ArgumentError::RegionMismatch`](crate::ArgumentError::RegionMismatch) if its node
-    /// no longer describes it. The allocator is unchanged on error.
+    /// [`Error::DoubleFree`] or
+    /// [`ArgumentError::RegionMismatch`](crate::ArgumentError::RegionMismatch) if its node no
+    /// longer describes it. The allocator is unchanged on error.
     pub fn free(&mut self, region: Region) -> Result<()> {
         self.free_merged(region).map(|_| ())
     }

@@ -14,9 +14,10 @@ impl DeviceSet {
     /// Compiles `graph` split across the set by `placement` (the [`placement`](super) module doc).
     ///
     /// # Errors
-    /// [`ArgumentError::Zero`](crate::ArgumentError::Zero) for a graph without nodes; [`Placement::resolve`]'s errors; as
-    /// [`Runtime::compile`](crate::Runtime::compile) on each device (an arena beyond a device's
-    /// budget is [`Error::OutOfMemory`] there).
+    /// [`ArgumentError::Zero`](crate::ArgumentError::Zero) for a graph without nodes;
+    /// [`Placement::resolve`]'s errors; as [`Runtime::compile`](crate::Runtime::compile) on each
+    /// device (an arena beyond a device's budget is
+    /// [`Error::OutOfMemory`](crate::Error::OutOfMemory) there).
     pub fn compile(&self, graph: &Graph, placement: &Placement) -> Result<PlacedModel> {
         if graph.nodes().is_empty() {
             return Err(crate::ArgumentError::zero("nodes of a placed model's graph").into());

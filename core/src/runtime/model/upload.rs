@@ -71,9 +71,9 @@ impl Model {
     /// only; see [`Model::set_weight_async`].
     ///
     /// # Errors
-    /// [`GraphError::WrongKind`](crate::GraphError) when `t` is not a weight, [`Error::SizeMismatch`],
-    /// [`Error::NonFiniteWeight`] when an f32, f16 or f64 weight holds a NaN or an infinity,
-    /// transfer and allocation errors (the weight keeps its previous binding).
+    /// [`GraphError::WrongKind`](crate::GraphError) when `t` is not a weight,
+    /// [`Error::SizeMismatch`], [`Error::NonFiniteWeight`] when an f32, f16 or f64 weight holds a
+    /// NaN or an infinity, transfer and allocation errors (the weight keeps its previous binding).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn set_weight(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
         let mut h = WeightHasher::new();

@@ -267,7 +267,8 @@ pub fn build_graph_tiled(
             "minilm feed-forward chunks",
             ffn_chunks.to_string(),
             format!(
-                "a count that divides the {} rows of {batch}x{seq} tokens, as a chunk holds whole rows",
+                "a count that divides the {} rows of {batch}x{seq} tokens (a chunk holds whole \
+                 rows)",
                 batch * seq
             ),
         )

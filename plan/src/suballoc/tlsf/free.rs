@@ -11,8 +11,9 @@ impl Tlsf {
     ///
     /// # Errors
     /// [`Error::ForeignHandle`] if another allocator issued `region`; [`Error::StaleHandle`],
-    /// [`Error::DoubleFree`] or [`ArgumentError::RegionMismatch`](crate::ArgumentError::RegionMismatch) if its slot
-    /// no longer describes it. The allocator is unchanged on error.
+    /// [`Error::DoubleFree`] or
+    /// [`ArgumentError::RegionMismatch`](crate::ArgumentError::RegionMismatch) if its slot no
+    /// longer describes it. The allocator is unchanged on error.
     #[inline]
     pub fn free(&mut self, region: Region) -> Result<()> {
         self.free_merged(region).map(|_| ())

@@ -41,8 +41,8 @@ impl Rates {
     /// The (link, device) rates in bytes per second for a compile on `rt`.
     ///
     /// # Errors
-    /// [`ArgumentError::Invalid`](crate::ArgumentError) for a rate that is not a finite number above 0; the
-    /// backend's errors while measuring.
+    /// [`ArgumentError::Invalid`](crate::ArgumentError) for a rate that is not a finite number
+    /// above 0; the backend's errors while measuring.
     pub(super) fn resolve(self, rt: &Runtime) -> Result<(f64, f64)> {
         match self {
             Rates::Default => {
