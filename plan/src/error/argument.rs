@@ -18,7 +18,7 @@ pub enum ArgumentError {
     },
 
     /// More of something than the call supports.
-    #[error("{count} {what}: at most {limit} are supported")]
+    #[error("{what}: {count} given, at most {limit} supported")]
     TooMany {
         /// What is counted ("buffers", "portfolio threads (0 = every core)").
         what: String,
@@ -29,7 +29,7 @@ pub enum ArgumentError {
     },
 
     /// An index past the end of what it indexes.
-    #[error("{what} {index} is out of range: there are {len}")]
+    #[error("{what} {index} is out of range 0..{len}")]
     OutOfRange {
         /// What is indexed ("KV layer", "tensor of op 3").
         what: String,

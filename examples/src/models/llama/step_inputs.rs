@@ -97,7 +97,7 @@ impl StepInputs {
             for i in 0..c.tokens.len() {
                 let pos = c.start + i;
                 let block = *table.get(pos / bt).ok_or_else(|| {
-                    let what = format!("forward: block table entry of position {pos}");
+                    let what = format!("forward: block table index of position {pos}");
                     ArgumentError::out_of_range(what, (pos / bt) as u64, table.len() as u64)
                 })? as usize;
                 let local = ((block % per_segment) * bt + pos % bt) as u32;
