@@ -107,14 +107,16 @@ const STREAM_PER_THREAD: usize = 0x2;
 /// `CU_STREAM_LEGACY`) is one stream for the whole context and is accepted.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for `CU_STREAM_PER_THREAD`.
+/// [`Error::Unsupported`] for `CU_STREAM_PER_THREAD`.
 pub(crate) fn check_adoptable_stream(handle: usize) -> Result<()> {
     if handle == STREAM_PER_THREAD {
-        return Err(Error::invalid(
-            "cuda: adopt() cannot use the per-thread default stream (CU_STREAM_PER_THREAD): \
-             each thread's handle names a different stream, which breaks ticket order across \
-             threads; create a stream (CudaContext::new_stream) and adopt that",
-        ));
+        return Err(Error::Unsupported {
+            backend: "cuda",
+            what: "adopt() of the per-thread default stream (CU_STREAM_PER_THREAD): each \
+                   thread's handle names a different stream, which breaks ticket order across \
+                   threads; create a stream (CudaContext::new_stream) and adopt that"
+                .into(),
+        });
     }
     Ok(())
 }

@@ -85,10 +85,14 @@ impl CudaBackend {
             && src.offset < dst.offset + dst.size
             && dst.offset < src.offset + src.size
         {
-            return Err(Error::invalid(format!(
-                "cuda: copy within block {} overlaps ({}..+{} -> {}..+{})",
-                src.block.0, src.offset, src.size, dst.offset, dst.size
-            )));
+            return Err(Error::Overlap {
+                what: "cuda: copy source and destination".into(),
+                block: src.block.0,
+                first_offset: src.offset,
+                first_size: src.size,
+                second_offset: dst.offset,
+                second_size: dst.size,
+            });
         }
         Ok(())
     }
@@ -109,7 +113,7 @@ impl CudaBackend {
     /// The unified address of `range` (for the application's own kernels or libraries).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a block that is not live, [`Error::OutOfBounds`].
+    /// [`Error::UnknownBlock`] for a block that is not live, [`Error::OutOfBounds`].
     pub fn device_addr(&self, range: BlockRange) -> Result<u64> {
         self.resolve(range).map(|(addr, _)| addr)
     }
@@ -396,10 +400,12 @@ impl Managed for CudaBackend {
         self.bind()?;
         let (addr, placement) = self.resolve(range)?;
         if placement != Placement::Managed {
-            return Err(Error::invalid(format!(
-                "cuda: prefetch of block {}, which is not managed",
-                range.block.0
-            )));
+            return Err(Error::WrongMemoryKind {
+                role: "range of a prefetch",
+                block: range.block.0,
+                kind: "unmanaged",
+                allowed: "managed memory",
+            });
         }
         let bytes = to_usize(range.size, "prefetch")?;
         let (device, stream) = (self.ctx.cu_device(), self.stream().cu_stream());

@@ -146,7 +146,8 @@ impl CudaBackend {
     /// new usable size (a multiple of the chunk). Existing contents and addresses stay valid.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a block that is not live or not expandable,
+    /// [`Error::UnknownBlock`] for a block that is not live, [`Error::Unsupported`] for one that is
+    /// not expandable,
     /// [`Error::TooLarge`] beyond the reservation or `max_block_size`, [`Error::OutOfMemory`]
     /// when the driver has no memory for the new chunks (the block keeps the chunks that mapped).
     pub fn grow_block(&self, block: BlockId, size: u64) -> Result<u64> {
@@ -170,8 +171,8 @@ impl CudaBackend {
     /// tickets first, as before `free_block`).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a block that is not live or not expandable; mapped driver
-    /// errors.
+    /// [`Error::UnknownBlock`] for a block that is not live, [`Error::Unsupported`] for one that is
+    /// not expandable; mapped driver errors.
     pub fn shrink_block(&self, block: BlockId, size: u64) -> Result<u64> {
         self.bind()?;
         let mut blocks = lock(&self.blocks);
@@ -221,7 +222,7 @@ impl CudaBackend {
     pub(crate) fn extend_expandable(&self, block: BlockId, size: u64) -> Result<()> {
         check_block_size(size, self.caps.max_block_size)?;
         let mut blocks = lock(&self.blocks);
-        expandable(blocks.get_mut(block)?, block)?.extend_to(size)?;
+        expandable(blocks.get_mut(block)?, block)?.extend_to(block.0, size)?;
         blocks.resize(block, size)
     }
 
@@ -249,7 +250,7 @@ impl CudaBackend {
     ) -> Result<()> {
         self.bind()?;
         let mut blocks = lock(&self.blocks);
-        expandable(blocks.get_mut(block)?, block)?.remap(from, to, size)
+        expandable(blocks.get_mut(block)?, block)?.remap(block.0, from, to, size)
     }
 
     /// [`tensormem::Growable::resize_block`]: maps `size` bytes (a multiple of the granularity)
@@ -262,11 +263,15 @@ impl CudaBackend {
         }
         let now = self.grow_block(block, size)?;
         if now != size {
-            return Err(Error::invalid(format!(
-                "cuda: block {} grew to {now} bytes instead of {size} (not a multiple of its \
-                 chunk: reserve it through reserve_block)",
-                block.0
-            )));
+            return Err(Error::SizeMismatch {
+                what: format!(
+                    "cuda: resize_block of block {} (an expandable block grows in whole chunks: \
+                     reserve it through reserve_block)",
+                    block.0
+                ),
+                expected: size,
+                actual: now,
+            });
         }
         Ok(now)
     }
@@ -274,7 +279,8 @@ impl CudaBackend {
     /// The reserved size of an expandable block: the most it can grow to.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a block that is not live or not expandable.
+    /// [`Error::UnknownBlock`] for a block that is not live, [`Error::Unsupported`] for one that is
+    /// not expandable.
     pub fn reserved_size(&self, block: BlockId) -> Result<u64> {
         let mut blocks = lock(&self.blocks);
         Ok(expandable(blocks.get_mut(block)?, block)?.reserved())
@@ -284,9 +290,13 @@ impl CudaBackend {
 fn expandable(b: &mut Block, id: BlockId) -> Result<&mut ExpandableSegment> {
     match &mut b.memory {
         Memory::Expandable(seg) => Ok(seg),
-        _ => Err(Error::invalid(format!(
-            "cuda: block {} is not expandable (allocate it with alloc_expandable_block)",
-            id.0
-        ))),
+        _ => Err(Error::Unsupported {
+            backend: "cuda",
+            what: format!(
+                "growing block {} in place: it is not expandable (allocate it with \
+                 alloc_expandable_block)",
+                id.0
+            ),
+        }),
     }
 }

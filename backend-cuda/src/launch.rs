@@ -162,17 +162,17 @@ fn weight_args(op: &Op, addrs: &[u64], w: usize, inner: u64) -> (Arg, Arg, usize
 /// [`check_bindings`]).
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] when the op's parameters are invalid (from [`Op::signature`] or
-/// [`Op::conv_out`]) or `addrs` has the wrong length.
+/// [`tensormem::ArgumentError`] when the op's parameters are invalid (from [`Op::signature`] or
+/// [`Op::conv_out`]), [`Error::BindingCount`] when `addrs` has the wrong length.
 pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
     let sig = op.signature()?;
     if addrs.len() != sig.inputs.len() + sig.outputs.len() {
-        return Err(Error::invalid(format!(
-            "{}: {} addresses for {} operands",
-            op.name(),
-            addrs.len(),
-            sig.inputs.len() + sig.outputs.len()
-        )));
+        return Err(Error::BindingCount {
+            op: op.name(),
+            expected: sig.inputs.len() + sig.outputs.len(),
+            actual: addrs.len(),
+            operands: op.operand_names().join(", "),
+        });
     }
     let p = |i: usize| Arg::Ptr(addrs[i]);
     let call = |kernel, args, dims| KernelCall { kernel, args, dims };
@@ -417,11 +417,9 @@ pub(crate) fn plan_fill_zero(addr: u64, size: u64) -> KernelCall {
 }
 
 fn u32_arg(op: &Op, what: &str, v: u64) -> Result<u32> {
-    u32::try_from(v).map_err(|_| {
-        Error::invalid(format!(
-            "{}: {what} {v} exceeds the kernels' 32-bit element indexing",
-            op.name()
-        ))
+    u32::try_from(v).map_err(|_| Error::ArithmeticOverflow {
+        what: format!("{}: {what} {v}", op.name()),
+        limit_name: "the kernels' u32 element index",
     })
 }
 

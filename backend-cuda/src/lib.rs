@@ -209,7 +209,7 @@ impl CudaBackend {
     /// with the application's on that stream. `desc.ordinal` is ignored.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for the per-thread default stream (`CU_STREAM_PER_THREAD`: one
+    /// [`Error::Unsupported`] for the per-thread default stream (`CU_STREAM_PER_THREAD`: one
     /// handle naming a different stream on every thread, so tickets issued from several threads
     /// would not follow one stream order); otherwise as [`CudaBackend::new`] (`libnvrtc` is
     /// still needed for the kernels).

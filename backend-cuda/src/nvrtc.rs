@@ -120,21 +120,32 @@ impl Program {
 /// architecture.
 ///
 /// # Errors
-/// [`Error::Backend`] with NVRTC's log when compilation fails; [`Error::InvalidArgument`] for a
-/// source or option containing NUL.
+/// [`Error::Backend`] with NVRTC's log when compilation fails;
+/// [`tensormem::ArgumentError::Invalid`] for a source or option containing NUL.
 pub(crate) fn compile(
     src: &str,
     name: &str,
     target: CodeTarget,
     options: &[&str],
 ) -> Result<Vec<u8>> {
-    let nul = |_| Error::invalid("cuda: kernel source, name or option contains NUL");
+    let nul = |_| {
+        tensormem::ArgumentError::invalid_value(
+            "cuda: kernel source or name",
+            "text with a NUL byte",
+            "no NUL bytes",
+        )
+    };
     let c_src = CString::new(src).map_err(nul)?;
     let c_name = CString::new(name).map_err(nul)?;
     let mut opts = vec![format!("--gpu-architecture={}", target.nvrtc_arch())];
     opts.extend(options.iter().map(|o| o.to_string()));
     if opts.iter().any(|o| o.contains('\0')) {
-        return Err(Error::invalid("cuda: NVRTC option contains NUL"));
+        let e = tensormem::ArgumentError::invalid_value(
+            "cuda: NVRTC option",
+            "text with a NUL byte",
+            "no NUL bytes",
+        );
+        return Err(e.into());
     }
     let prog = Program {
         prog: nvrtc::create_program(&c_src, Some(&c_name))

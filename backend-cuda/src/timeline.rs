@@ -164,7 +164,7 @@ impl<D: EventOps> Timeline<D> {
     /// event with exponential backoff (CUDA has no timed event wait), from 10 µs to 1 ms.
     ///
     /// # Errors
-    /// [`tensormem::Error::InvalidArgument`] for a ticket never issued; a lost device, now or
+    /// [`tensormem::Error::UnknownTicket`] for a ticket never issued; a lost device, now or
     /// remembered (also for a ticket that had completed before); [`Error::Timeout`] when the limit
     /// runs out; other mapped driver errors.
     pub(crate) fn wait(&self, ticket: Ticket, timeout: Option<Duration>) -> Result<()> {

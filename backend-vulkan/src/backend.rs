@@ -416,11 +416,10 @@ impl Backend for VulkanBackend {
         let s = &mut *guard;
         s.check_alive()?;
         if !s.compute.issue(&s.gpu, ticket.0)? {
-            return Err(Error::invalid(format!(
-                "wait: ticket {} was never issued (last issued {})",
-                ticket.0,
-                s.compute.submitted().0
-            )));
+            return Err(Error::UnknownTicket {
+                ticket: ticket.0,
+                issued: s.compute.submitted().0,
+            });
         }
         let limit = timeout.unwrap_or(self.config.wait_timeout);
         s.compute.wait_until(&s.gpu, ticket.0, limit)

@@ -198,18 +198,19 @@ impl Block {
         }
         match &self.memory {
             Memory::Whole(a) => {
-                let a = a
-                    .as_ref()
-                    .ok_or_else(|| Error::invalid("block already destroyed"))?;
+                let a = a.as_ref().ok_or_else(|| {
+                    Error::invariant("a live block holds its memory", "destroyed")
+                })?;
                 f(&self.view(a)?, offset, 0, len)
             }
             Memory::Sparse(g) => {
                 for (start, a) in g.overlapping(offset, end) {
                     let a = a.ok_or_else(|| {
-                        Error::invalid(format!(
-                            "host access to bytes {offset}..{end} of a block that grows in place, \
-                             whose granule at {start} is decommitted"
-                        ))
+                        Error::from(tensormem::GrowthError::NotBacked {
+                            call: "host access to a block that grows in place",
+                            offset: start,
+                            size: g.granule(),
+                        })
                     })?;
                     let from = offset.max(start);
                     let to = end.min(start + g.granule());
@@ -257,7 +258,7 @@ impl Block {
     ///
     /// # Errors
     /// [`Error::Unsupported`] without host access, [`Error::OutOfBounds`] past the end,
-    /// [`Error::InvalidArgument`] over a decommitted granule.
+    /// [`tensormem::GrowthError::NotBacked`] over a decommitted granule.
     pub(crate) fn write(
         &self,
         device: &ash::Device,

@@ -176,7 +176,12 @@ fn create_pipeline(device: &ash::Device, spec: &KernelSpec<'_>, words: &[u32]) -
         let module = unsafe { device.create_shader_module(&info, None) }
             .map_err(vk_err("vkCreateShaderModule"))?;
         let entry = std::ffi::CString::new(spec.entry).map_err(|_| {
-            Error::invalid(format!("kernel entry point {:?} contains NUL", spec.entry))
+            let entry = format!("{:?}", spec.entry);
+            tensormem::ArgumentError::invalid_value(
+                "kernel entry point",
+                entry,
+                "a name without NUL bytes",
+            )
         })?;
         let stage = vk::PipelineShaderStageCreateInfo::default()
             .stage(vk::ShaderStageFlags::COMPUTE)

@@ -172,6 +172,7 @@ impl Backend for WgpuBackend {
         let b = state.blocks.get_mut(dst.block)?;
         Self::check_usage(
             b,
+            dst.block,
             wgpu::BufferUsages::COPY_DST,
             "destination of a queued write",
         )?;
@@ -199,11 +200,13 @@ impl Backend for WgpuBackend {
         Self::check_device_range(state, dst, "copy destination")?;
         Self::check_usage(
             state.blocks.get(src.block)?,
+            src.block,
             wgpu::BufferUsages::COPY_SRC,
             "copy source",
         )?;
         Self::check_usage(
             state.blocks.get(dst.block)?,
+            dst.block,
             wgpu::BufferUsages::COPY_DST,
             "copy destination",
         )?;
@@ -246,7 +249,7 @@ impl Backend for WgpuBackend {
         let state = &mut *guard;
         Self::check_device_range(state, range, "fill")?;
         let b = state.blocks.get_mut(range.block)?;
-        Self::check_usage(b, wgpu::BufferUsages::COPY_DST, "fill target")?;
+        Self::check_usage(b, range.block, wgpu::BufferUsages::COPY_DST, "fill target")?;
         b.unmap();
         let buffer = b.buffer.clone();
         state
@@ -289,7 +292,12 @@ impl Backend for WgpuBackend {
                     && other.offset < range.offset + range.size
             });
             let b = state.blocks.get_mut(range.block)?;
-            Self::check_usage(b, wgpu::BufferUsages::STORAGE, "kernel operand")?;
+            Self::check_usage(
+                b,
+                range.block,
+                wgpu::BufferUsages::STORAGE,
+                "kernel operand",
+            )?;
             b.unmap();
             let buffer = b.buffer.clone();
             if aliased {

@@ -136,14 +136,14 @@ impl Timeline {
     /// Checks that `ticket` was issued.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a ticket beyond the last enqueued work.
+    /// [`Error::UnknownTicket`] for a ticket beyond the last enqueued work.
     pub(crate) fn check_issued(&self, ticket: Ticket) -> Result<()> {
         let last = self.last_enqueued();
         if ticket.0 > last {
-            return Err(Error::invalid(format!(
-                "wgpu: ticket {} was never issued (last enqueued ticket is {last})",
-                ticket.0
-            )));
+            return Err(Error::UnknownTicket {
+                ticket: ticket.0,
+                issued: last,
+            });
         }
         Ok(())
     }

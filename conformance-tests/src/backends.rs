@@ -49,7 +49,7 @@ fn cuda_stream_ordered() -> Result<Arc<dyn Backend>> {
 /// with a cold shader cache can take minutes on one (`scripts/test.sh`, the sparse stage).
 ///
 /// # Errors
-/// [`tensormem::Error::InvalidArgument`] for a value that is not a whole number of seconds.
+/// [`tensormem::ArgumentError::Invalid`] for a value that is not a whole number of seconds.
 pub(crate) fn wait_limit(default: Duration) -> Result<Option<Duration>> {
     let Ok(value) = std::env::var("TENSORMEM_WAIT_TIMEOUT") else {
         return Ok(Some(default));
@@ -57,9 +57,12 @@ pub(crate) fn wait_limit(default: Duration) -> Result<Option<Duration>> {
     match value.trim().parse::<u64>() {
         Ok(0) => Ok(None),
         Ok(secs) => Ok(Some(Duration::from_secs(secs))),
-        Err(_) => Err(tensormem::Error::invalid(format!(
-            "TENSORMEM_WAIT_TIMEOUT={value:?}: a whole number of seconds (0 waits forever)"
-        ))),
+        Err(_) => Err(tensormem::ArgumentError::invalid_value(
+            "TENSORMEM_WAIT_TIMEOUT",
+            value,
+            "a whole number of seconds (0 waits forever)",
+        )
+        .into()),
     }
 }
 

@@ -44,11 +44,15 @@ impl Ctx {
     /// device 1), each device with `config`.
     ///
     /// # Errors
-    /// [`tensormem::Error::InvalidArgument`] on a one-device target; as [`DeviceSet::new`].
+    /// [`tensormem::Error::Unsupported`] on a one-device target; as [`DeviceSet::new`].
     pub fn device_set(&self, config: RuntimeConfig) -> Result<DeviceSet> {
-        let peer = self.peer.clone().ok_or_else(|| {
-            tensormem::Error::invalid("this case needs a two-device target (Ctx::peer)")
-        })?;
+        let peer = self
+            .peer
+            .clone()
+            .ok_or_else(|| tensormem::Error::Unsupported {
+                backend: self.backend.capabilities().backend,
+                what: "a two-device case on a one-device target (Ctx::peer)".into(),
+            })?;
         DeviceSet::new(vec![self.backend.clone(), peer], config)
     }
 

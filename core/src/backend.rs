@@ -147,7 +147,7 @@ pub trait Backend: Any + Send + Sync {
     /// Frees a block. The caller guarantees that no in-flight work uses it.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an unknown block.
+    /// [`Error::UnknownBlock`](crate::Error::UnknownBlock) for an unknown block.
     fn free_block(&self, block: BlockId) -> Result<()>;
 
     /// Copies `data` into a host-visible block at `offset`, synchronously.
@@ -194,7 +194,8 @@ pub trait Backend: Any + Send + Sync {
     /// # Errors
     /// [`Error::Unsupported`](crate::Error::Unsupported) for an op the backend lacks,
     /// [`Error::TooLarge`](crate::Error::TooLarge) for a binding beyond `max_binding_size`,
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for bindings that do not match the op.
+    /// [`Error::BindingCount`](crate::Error::BindingCount) or
+    /// [`Error::BindingSize`](crate::Error::BindingSize) for bindings that do not match the op.
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket>;
 
     /// Submits everything enqueued so far. Returns the ticket of the last enqueued work.
@@ -225,8 +226,8 @@ pub trait Backend: Any + Send + Sync {
     /// thread or callback override it to wake exactly.
     ///
     /// # Errors
-    /// As [`Backend::wait_timeout`], and [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
-    /// ticket that was never issued.
+    /// As [`Backend::wait_timeout`], and [`Error::UnknownTicket`](crate::Error::UnknownTicket) for
+    /// a ticket that was never issued.
     fn poll_ticket(&self, ticket: Ticket, cx: &mut Context<'_>) -> Poll<Result<()>> {
         completion::poll_ticket_by_polling(self, ticket, cx)
     }

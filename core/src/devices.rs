@@ -72,7 +72,8 @@ impl DeviceSet {
     /// in order from [`DeviceId(0)`](DeviceId).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty list; [`Runtime::new`]'s errors.
+    /// [`ArgumentError::Zero`](crate::ArgumentError::Zero) for an empty list; [`Runtime::new`]'s
+    /// errors.
     pub fn new(backends: Vec<Arc<dyn Backend>>, config: RuntimeConfig) -> Result<Self> {
         Self::with_configs(backends.into_iter().map(|b| (b, config.clone())).collect())
     }
@@ -84,14 +85,19 @@ impl DeviceSet {
     /// As [`DeviceSet::new`].
     pub fn with_configs(devices: Vec<(Arc<dyn Backend>, RuntimeConfig)>) -> Result<Self> {
         if devices.is_empty() {
-            return Err(Error::invalid("a device set needs at least one device"));
+            return Err(crate::ArgumentError::zero("devices of a device set").into());
         }
         let runtimes = devices
             .into_iter()
             .enumerate()
             .map(|(i, (backend, mut config))| {
-                let id = u32::try_from(i)
-                    .map_err(|_| Error::invalid("a device set holds at most 2^32 devices"))?;
+                let id = u32::try_from(i).map_err(|_| {
+                    crate::ArgumentError::too_many(
+                        "devices in a device set",
+                        i as u64,
+                        u32::MAX.into(),
+                    )
+                })?;
                 config.device_id = DeviceId(id);
                 Runtime::new(backend, config)
             })
@@ -153,7 +159,8 @@ impl DeviceSet {
     /// that will consume it, so the op runs without a transfer.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] without operands (no device to follow), [`Error::MixedDevices`]
+    /// [`ArgumentError::Invalid`](crate::ArgumentError::Invalid) without operands (no device to
+    /// follow), [`Error::MixedDevices`]
     /// when they disagree (the op could not run anyway); as [`Runtime::alloc`].
     pub fn alloc_for(
         &self,
@@ -163,9 +170,11 @@ impl DeviceSet {
         label: &str,
     ) -> Result<Tensor> {
         let first = operands.first().ok_or_else(|| {
-            Error::invalid(format!(
-                "alloc_for '{label}': no operand to take the device from; use DeviceSet::alloc"
-            ))
+            crate::ArgumentError::invalid_value(
+                format!("operands of alloc_for '{label}'"),
+                "none",
+                "at least one, to take the device from (or use DeviceSet::alloc)",
+            )
         })?;
         let names: Vec<String> = (0..operands.len()).map(|i| format!("#{i}")).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();

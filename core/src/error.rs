@@ -1,14 +1,18 @@
 //! The one error type of tensormem.
 //!
 //! Every failure in core and in every backend maps into [`Error`]. Variants carry the numbers the
-//! caller needs (what was asked, what the limit was) so a message can say what to do, and
-//! [`Error::is_retryable`] says whether trying again later can succeed.
+//! caller needs so a message can say what to do; [`Error::is_retryable`] says whether to retry.
 
 mod classify;
+mod graph;
+mod growth;
 mod oom;
 mod planner;
 
+pub use graph::GraphError;
+pub use growth::GrowthError;
 pub use oom::OomReport;
+pub use tensormem_plan::ArgumentError;
 
 /// Result alias used throughout tensormem.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -134,8 +138,7 @@ pub enum Error {
         detail: String,
     },
 
-    /// A device wait that did not finish within its limit. The work is still queued and the
-    /// device still usable: waiting again (with a longer limit) can succeed.
+    /// A device wait past its limit; the work is still queued, so waiting longer can succeed.
     #[error(
         "{backend}: {what} did not complete within {timeout:?} (raise the limit: \
          RuntimeConfig::wait_timeout, or the samples' --timeout SECS; 0 waits forever)"
@@ -171,7 +174,19 @@ pub enum Error {
         what: String,
     },
 
-    /// A call whose arguments are inconsistent (wrong memory kind, wrong dtype, bad shape, ...).
+    /// An argument that breaks a rule of its call (a zero count, an index out of range, ...).
+    #[error(transparent)]
+    Argument(#[from] ArgumentError),
+
+    /// A tensor used against its kind or place in its graph or model.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+
+    /// A growth call (extend, commit, decommit, remap) that does not fit the block's layout.
+    #[error(transparent)]
+    Growth(#[from] GrowthError),
+
+    /// A refusal no typed variant describes; the message is all there is to say.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
@@ -245,8 +260,7 @@ pub enum Error {
         operands: String,
     },
 
-    /// Two ranges that must not share bytes do (an op's output and another binding, or a copy's
-    /// source and destination).
+    /// Two ranges that must not share bytes do (an op's output and another binding, a copy's ends).
     #[error(
         "overlap in block {block}: {what} [{first_offset}, +{first_size}) and [{second_offset}, +{second_size}) share bytes"
     )]
@@ -265,8 +279,7 @@ pub enum Error {
         second_size: u64,
     },
 
-    /// Size or shape arithmetic that does not fit its integer type (element counts past `u64`,
-    /// kernel dimensions past `u32`).
+    /// Size or shape arithmetic that does not fit its integer type (`u64` counts, `u32` indices).
     #[error("arithmetic overflow: {what} does not fit in {limit_name}")]
     ArithmeticOverflow {
         /// The quantity being computed ("conv2d output height", "permute element count").
@@ -351,8 +364,7 @@ pub enum Error {
     },
 
     /// A bug in tensormem: an internal invariant did not hold. The runtime that saw it is marked
-    /// broken, and every later call on it returns [`Error::DeviceLost`]. Made only by
-    /// [`Error::invariant`].
+    /// broken (later calls return [`Error::DeviceLost`]). Made only by [`Error::invariant`].
     #[error("internal invariant violated ({invariant}): {detail}; please report this bug")]
     InvariantViolated {
         /// The broken invariant, named.
@@ -372,8 +384,7 @@ pub enum Error {
     },
 
     /// A NUMA node that cannot hold this runtime's host memory: the topology has no such node, or
-    /// the kernel does not let this process allocate on it (its cpuset's `mems`). Not retryable:
-    /// choose one of `usable`, or no node.
+    /// this process's cpuset (`mems`) excludes it. Choose one of `usable`, or no node.
     #[error("NUMA node {node} cannot be used: {reason} (usable nodes: {usable:?})")]
     NumaNode {
         /// The node asked for.
@@ -384,10 +395,8 @@ pub enum Error {
         reason: String,
     },
 
-    // Planner errors (`plan`).
     /// A planning instance whose offsets could overflow `u64`: the buffers of one time-connected
     /// group, stacked with their alignment padding, may need more than the planner's offset limit.
-    /// Groups that never overlap in time are counted separately, so disjoint huge buffers plan fine.
     #[error(
         "{buffers} buffers live in one connected span of time need up to {padded_total} bytes \
          stacked (sizes plus alignment padding), beyond the planner's offset limit of {limit} bytes"
@@ -401,11 +410,11 @@ pub enum Error {
         limit: u64,
     },
 
-    // Device-set errors (`devices`).
     /// An op or copy whose operands live on different devices. The runtime never copies
     /// silently: move one operand with [`DeviceSet::copy`](crate::DeviceSet::copy) first.
     #[error(
-        "{op}: operand `{first_operand}` is on {first} but operand `{second_operand}` is on          {second}; copy one of them across first (DeviceSet::copy / DeviceSet::transfer)"
+        "{op}: operand `{first_operand}` is on {first} but operand `{second_operand}` is on \
+         {second}; copy one of them across first (DeviceSet::copy / DeviceSet::transfer)"
     )]
     MixedDevices {
         /// The op or call.
@@ -440,10 +449,8 @@ pub enum Error {
         devices: usize,
     },
 
-    // Offload errors (`offload`).
     /// A device budget that no offload schedule can meet: at the named op, the tensors that must
-    /// be on the device together (its operands, plus inputs and tensors arriving for the next op)
-    /// need more bytes than the budget. Hopeless for this budget: raise it or shrink the op.
+    /// be on the device together need more bytes than the budget. Raise it or shrink the op.
     #[error(
         "device budget of {budget} bytes is below what op {step} ('{op}') needs on the device at \
          once: {needed} bytes (its operands and whatever cannot leave around it)"
@@ -458,9 +465,8 @@ pub enum Error {
         /// The budget, in bytes.
         budget: u64,
     },
-    /// A float weight (f32 or f16) handed to a model holds a NaN or an infinity: every output it
-    /// feeds would be a non-number. Hopeless as given: fix or re-export the weights. Nothing was
-    /// bound (the weight keeps its previous binding).
+    /// A float weight handed to a model holds a NaN or an infinity. Fix or re-export the weights;
+    /// nothing was bound (the weight keeps its previous binding).
     #[error("weight '{tensor}' holds {value} at element {element}: weights must be finite")]
     NonFiniteWeight {
         /// The weight's name in the graph.
@@ -473,11 +479,8 @@ pub enum Error {
     /// The paged KV cache refused an operation; nothing changed.
     #[error(transparent)]
     Kv(#[from] crate::kv::KvError),
-    /// An op over a tensor split into segments in several blocks (one larger than the device's
-    /// largest block) that cannot run as parts each binding within one segment: the op reads the
-    /// operand whole (a weight or mask every row shares), has no axis to split along, or a segment
-    /// boundary falls inside one of the op's units. Hopeless for these shapes: give the operand a
-    /// shape whose outermost axis is the op's, or keep it under the block limit.
+    /// An op over a tensor split across blocks that cannot run as parts each binding within one
+    /// segment. Give the operand an outermost axis that is the op's, or keep it under the limit.
     #[error(
         "{op} cannot run over operand `{operand}` (binding {binding}), a tensor split into \
          {segments} segments across blocks: {reason}"

@@ -222,7 +222,8 @@ impl Graph {
     /// any of its views). The op's output must match `output`'s element type and count.
     ///
     /// # Errors
-    /// As [`Graph::op`]; [`Error::InvalidArgument`] when `output` is not an alias of an
+    /// As [`Graph::op`]; [`GraphError::NotAnIntermediateView`](crate::GraphError) when `output` is
+    /// not an alias of an
     /// intermediate (inputs and weights are set by the host, and an op's own output tensor is
     /// written by that op).
     pub fn op_into(
@@ -234,12 +235,13 @@ impl Graph {
     ) -> Result<()> {
         let decl = self.decl(output)?.clone();
         if decl.alias_of.is_none() || decl.kind != TensorKind::Intermediate {
-            return Err(Error::invalid(format!(
-                "{label}: an op writes into a view or reshape of an intermediate, not '{}' (a {:?}{})",
-                decl.name,
-                decl.kind,
-                if decl.alias_of.is_none() { " root" } else { "" }
-            )));
+            return Err(crate::GraphError::NotAnIntermediateView {
+                label: label.to_string(),
+                tensor: decl.name.clone(),
+                kind: decl.kind,
+                root: decl.alias_of.is_none(),
+            }
+            .into());
         }
         let out = self.check_op(&op, inputs, &decl.shape, label)?;
         if out.dtype != decl.dtype {

@@ -65,7 +65,7 @@ pub use backend::{
     TicketWakers, TransferLane, TransferLanes, TransferTicket, TransferWait, Waiting,
 };
 pub use devices::{DeviceSet, PlacedModel, Placement};
-pub use error::{Error, OomReport, Result};
+pub use error::{ArgumentError, Error, GraphError, GrowthError, OomReport, Result};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
 pub use numa::HostPlacement;

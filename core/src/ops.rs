@@ -322,7 +322,8 @@ impl Op {
     /// Output height and width of [`Op::Conv2d`] and [`Op::MaxPool2d`].
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the window does not fit the (padded) input, or for other ops;
+    /// [`ArgumentError`](crate::ArgumentError) when the window does not fit the (padded) input, a
+    /// side or the stride is zero, or for other ops;
     /// [`Error::ArithmeticOverflow`] when an output side does not fit in `u32` (never truncated).
     pub fn conv_out(&self) -> Result<(u32, u32)> {
         let (h, w, kh, kw, stride, pad) = match *self {
@@ -339,25 +340,27 @@ impl Op {
                 h, w, k, stride, ..
             } => (h, w, k, k, stride, 0),
             _ => {
-                return Err(Error::invalid(format!(
-                    "{} has no spatial output",
-                    self.name()
-                )));
+                return Err(crate::ArgumentError::invalid_value(
+                    "op for a spatial output",
+                    self.name(),
+                    "conv2d or max_pool2d",
+                )
+                .into());
             }
         };
         if stride == 0 || kh == 0 || kw == 0 {
-            return Err(Error::invalid(format!(
-                "{}: stride and window must be non-zero",
-                self.name()
-            )));
+            let what = format!("{} stride or window side", self.name());
+            return Err(crate::ArgumentError::zero(what).into());
         }
         let ph = u64::from(h) + 2 * u64::from(pad);
         let pw = u64::from(w) + 2 * u64::from(pad);
         if u64::from(kh) > ph || u64::from(kw) > pw {
-            return Err(Error::invalid(format!(
-                "{}: window {kh}x{kw} larger than padded input {ph}x{pw}",
-                self.name()
-            )));
+            return Err(crate::ArgumentError::invalid_value(
+                format!("{} window", self.name()),
+                format!("{kh}x{kw}"),
+                format!("at most the padded input's {ph}x{pw}"),
+            )
+            .into());
         }
         let side = |padded: u64, k: u32, axis: &str| {
             let out = (padded - u64::from(k)) / u64::from(stride) + 1;

@@ -120,8 +120,9 @@ impl Validated {
     /// the runtime above read them from [`Backend::capabilities`] of the front.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a limit below the binding alignment, or a block limit that is
-    /// not a multiple of the copy alignment.
+    /// [`ArgumentError::Invalid`](crate::ArgumentError::Invalid) for a limit below the binding
+    /// alignment, [`Error::Misaligned`] for a block limit that is not a multiple of the copy
+    /// alignment.
     pub fn with_limits(mut self, limits: DeviceLimits) -> Result<Self> {
         self.caps = limits.apply(self.backend.capabilities())?;
         Ok(self)

@@ -99,7 +99,7 @@ fn an_invalid_input_plan_names_buffers_by_their_ids() {
     let o = run(&[misaligned.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
-        text.contains("buffer `w`: offset 2 is not a multiple of its alignment 4"),
+        text.contains("offset of buffer `w` (2) is not a multiple of its alignment (4)"),
         "{text}"
     );
 }

@@ -5,6 +5,10 @@
 //! messages; the runtime maps each onto its own variant one to one. The enum is exhaustive on
 //! purpose: a new variant fails that mapping's build until it is given a place.
 
+mod argument;
+
+pub use argument::ArgumentError;
+
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -118,9 +122,9 @@ pub enum Error {
         align_name: &'static str,
     },
 
-    /// Arguments that are inconsistent with each other or with the instance.
-    #[error("invalid argument: {0}")]
-    InvalidArgument(String),
+    /// An argument that breaks one of the call's rules.
+    #[error(transparent)]
+    Argument(#[from] ArgumentError),
 
     /// A malformed input text (a CSV plan).
     #[error("{source_name}:{line}: {message}")]
@@ -188,10 +192,5 @@ impl Error {
             invariant,
             detail: detail.into(),
         }
-    }
-
-    /// Shorthand for [`Error::InvalidArgument`].
-    pub fn invalid(msg: impl Into<String>) -> Self {
-        Error::InvalidArgument(msg.into())
     }
 }

@@ -31,4 +31,4 @@ pub mod plan;
 pub mod suballoc;
 mod time;
 
-pub use error::{Error, Result};
+pub use error::{ArgumentError, Error, Result};

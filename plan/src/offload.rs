@@ -262,8 +262,8 @@ struct Absence {
 ///
 /// # Errors
 /// [`Error::BudgetBelowWorkingSet`] naming the first op whose operands (plus what cannot leave
-/// around it) exceed the budget; [`Error::InvalidArgument`] for a use beyond the op count, a zero
-/// alignment or no score; planner errors.
+/// around it) exceed the budget; [`crate::ArgumentError::OutOfRange`] for a use beyond the op
+/// count, [`crate::ArgumentError::Zero`] for no score, [`Error::InvalidAlignment`]; planner errors.
 pub fn schedule(
     tensors: &[OffloadTensor],
     ops: &[OffloadOp],
@@ -275,8 +275,8 @@ pub fn schedule(
 /// [`schedule`], where the tensors `rc` names may also be recomputed ([`recompute`]).
 ///
 /// # Errors
-/// As [`schedule`]; [`Error::InvalidArgument`] for a producer table that does not fit the tensors
-/// and ops.
+/// As [`schedule`]; [`Error::SizeMismatch`] or [`crate::ArgumentError::Invalid`] for a producer
+/// table that does not fit the tensors and ops.
 pub fn schedule_with_recompute(
     tensors: &[OffloadTensor],
     ops: &[OffloadOp],
@@ -291,12 +291,12 @@ pub fn schedule_with_recompute(
         });
     }
     if desc.scores.is_empty() {
-        return Err(Error::invalid("offload: no score to try"));
+        return Err(crate::ArgumentError::zero("offload scores to try").into());
     }
     if let Some(t) = tensors.iter().position(|t| t.uses.iter().any(|&u| u >= n)) {
-        return Err(Error::invalid(format!(
-            "offload: tensor {t} is used at a step beyond the {n} ops"
-        )));
+        let last = tensors[t].uses.iter().copied().max().unwrap_or(n);
+        let what = format!("offload: op used by tensor {t}");
+        return Err(crate::ArgumentError::out_of_range(what, last, n).into());
     }
     rc.check(tensors, n)?;
     check_working_sets(tensors, ops, desc)?;
@@ -339,7 +339,8 @@ pub fn schedule_with_recompute(
             plan_algorithm: placed.algorithm,
             outcomes,
         }),
-        None => Err(first_error.unwrap_or_else(|| Error::invalid("offload: no score ran"))),
+        None => Err(first_error
+            .unwrap_or_else(|| Error::invariant("a score ran", "no outcome and no error"))),
     }
 }
 

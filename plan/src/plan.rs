@@ -76,7 +76,7 @@ pub use solve::{
 };
 pub use verify::verify;
 
-use crate::{Error, Result};
+use crate::{ArgumentError, Error, Result};
 use events::Events;
 
 /// One buffer to place: live during the half-open time interval `[lower, upper)`, `size` bytes,
@@ -157,16 +157,19 @@ pub const PLAN_OFFSET_LIMIT: u64 = u64::MAX;
 /// `threads` threads), which every later sweep reuses, and the largest padded total of one group.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] naming the buffer for `lower >= upper` or a zero size, or for 2^31
-/// buffers or more, [`Error::InvalidAlignment`] for an alignment that is not a power of two,
-/// [`Error::PlanTooLarge`] when one group's padded total exceeds [`PLAN_OFFSET_LIMIT`].
+/// [`ArgumentError::Invalid`] naming the buffer for `lower >= upper`, [`ArgumentError::Zero`] for a
+/// zero size, [`ArgumentError::TooMany`] for 2^31 buffers or more, [`Error::InvalidAlignment`] for
+/// an alignment that is not a power of two, [`Error::PlanTooLarge`] when one group's padded total
+/// exceeds [`PLAN_OFFSET_LIMIT`].
 pub(crate) fn validate(buffers: &[Buffer], threads: usize) -> Result<(Events, u128)> {
     check_buffers(buffers, &|i| i.to_string())?;
     if buffers.len() > MAX_BUFFERS {
-        return Err(Error::invalid(format!(
-            "{} buffers: the planner takes at most {MAX_BUFFERS}",
-            buffers.len()
-        )));
+        return Err(ArgumentError::too_many(
+            "buffers (the planner's limit)",
+            buffers.len() as u64,
+            MAX_BUFFERS as u64,
+        )
+        .into());
     }
     let events = Events::on(buffers, threads);
     let (padded_total, count) = events.worst_group();
@@ -187,22 +190,20 @@ pub const MAX_BUFFERS: usize = (1 << 31) - 1;
 /// alignment of at most 2^62.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] naming buffer `i` as `name(i)`, or [`Error::InvalidAlignment`].
+/// [`ArgumentError::Invalid`] or [`ArgumentError::Zero`] naming buffer `i` as `name(i)`, or
+/// [`Error::InvalidAlignment`].
 pub(crate) fn check_buffers(buffers: &[Buffer], name: &dyn Fn(usize) -> String) -> Result<()> {
     for (i, b) in buffers.iter().enumerate() {
         if b.lower >= b.upper {
-            return Err(Error::invalid(format!(
-                "buffer {}: empty lifetime [{}, {}) (lower must be below upper)",
-                name(i),
-                b.lower,
-                b.upper
-            )));
+            return Err(ArgumentError::invalid_value(
+                format!("lifetime of buffer {}", name(i)),
+                format!("[{}, {})", b.lower, b.upper),
+                "a non-empty lifetime (lower below upper)",
+            )
+            .into());
         }
         if b.size == 0 {
-            return Err(Error::invalid(format!(
-                "buffer {}: size 0 (every buffer needs at least 1 byte)",
-                name(i)
-            )));
+            return Err(ArgumentError::zero(format!("size of buffer {}", name(i))).into());
         }
         if !b.align.is_power_of_two() || b.align > 1 << 62 {
             return Err(Error::InvalidAlignment {

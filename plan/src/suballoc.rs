@@ -66,7 +66,8 @@ pub trait SubAllocator {
     ///
     /// # Errors
     /// [`Error::ForeignHandle`], [`Error::StaleHandle`], [`Error::DoubleFree`] or
-    /// [`Error::InvalidArgument`] for a region that is not live here; nothing changes then.
+    /// [`crate::ArgumentError::RegionMismatch`] for a region that is not live here; nothing changes
+    /// then.
     fn free(&mut self, region: Region) -> Result<()>;
 
     /// Size of the managed range in bytes.

@@ -82,7 +82,7 @@ fn usize_conversion_keeps_the_number() {
 fn the_per_thread_default_stream_cannot_be_adopted() {
     let err = check_adoptable_stream(0x2).unwrap_err();
     assert!(
-        matches!(&err, Error::InvalidArgument(m) if m.contains("CU_STREAM_PER_THREAD")),
+        matches!(&err, Error::Unsupported { what, .. } if what.contains("CU_STREAM_PER_THREAD")),
         "{err:?}"
     );
     // The legacy default stream (null, CU_STREAM_LEGACY) is one stream: accepted, as is any

@@ -305,7 +305,11 @@ fn optional_operands_are_null_when_absent_and_outputs_come_last() {
     assert_eq!(call.args[..3], [Arg::Ptr(10), Arg::Ptr(20), Arg::Ptr(30)]);
     assert!(matches!(
         plan_call(&op, &[10, 20]),
-        Err(Error::InvalidArgument(_))
+        Err(Error::BindingCount {
+            expected: 3,
+            actual: 2,
+            ..
+        })
     ));
 }
 

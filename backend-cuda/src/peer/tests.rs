@@ -38,7 +38,12 @@ fn two_devices_copy_peer_to_peer_only_with_access() {
 #[test]
 fn a_failed_peer_query_is_an_error_not_a_route() {
     let failed = choose_route(false, false, || {
-        Err(Error::invalid("cuDeviceCanAccessPeer failed"))
+        Err(Error::Backend {
+            backend: "cuda",
+            api: "cuDeviceCanAccessPeer",
+            code: 1,
+            message: "failed".into(),
+        })
     });
-    assert!(matches!(failed, Err(Error::InvalidArgument(_))));
+    assert!(matches!(failed, Err(Error::Backend { .. })));
 }

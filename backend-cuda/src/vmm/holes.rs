@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use tensormem::{Error, Result};
+use tensormem::{Error, GrowthError, Result};
 
 use super::{ExpandableSegment, Mapping};
 use crate::error::map_driver_err;
@@ -56,8 +56,9 @@ pub(crate) fn chunks(holes: bool, offset: u64, size: u64, chunk: u64, mapped: u6
 ///
 /// # Errors
 /// As [`chunks`] for the added range (`reserved` as its limit), and
-/// [`Error::InvalidArgument`] when `target` does not exceed `mapped`.
+/// [`GrowthError::NotAnExtension`] when `target` does not exceed `mapped`.
 pub(crate) fn extension(
+    block: u64,
     holes: bool,
     mapped: u64,
     target: u64,
@@ -65,9 +66,12 @@ pub(crate) fn extension(
     reserved: u64,
 ) -> Result<u64> {
     let Some(add) = target.checked_sub(mapped).filter(|a| *a > 0) else {
-        return Err(Error::invalid(format!(
-            "extend_block: the extent is {mapped} bytes; {target} does not extend it"
-        )));
+        return Err(GrowthError::NotAnExtension {
+            block,
+            committed: mapped,
+            size: target,
+        }
+        .into());
     };
     chunks(holes, mapped, add, chunk, reserved)?;
     Ok(add)
@@ -77,7 +81,7 @@ pub(crate) fn extension(
 /// the bytes they cover.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] when a unit is cut by the range's start or end (`cuMemUnmap`
+/// [`GrowthError::CutsUnit`] when a unit is cut by the range's start or end (`cuMemUnmap`
 /// takes whole mappings, `cuMemMap` maps whole allocations).
 pub(crate) fn units_in(
     units: &BTreeMap<u64, u64>,
@@ -92,10 +96,12 @@ pub(crate) fn units_in(
             .is_some_and(|(o, n)| o + n > at)
     };
     if cut(offset) || cut(end) {
-        return Err(Error::invalid(format!(
-            "cuda: the range [{offset}, {end}) cuts a physical allocation (decommit, commit and \
-             remap take whole units)"
-        )));
+        return Err(GrowthError::CutsUnit {
+            call: "cuda: decommit, commit or remap",
+            offset,
+            size,
+        }
+        .into());
     }
     let inside: Vec<(u64, u64)> = units.range(offset..end).map(|(o, n)| (*o, *n)).collect();
     let bytes = inside.iter().map(|u| u.1).sum();
@@ -130,8 +136,15 @@ impl ExpandableSegment {
     ///
     /// # Errors
     /// As [`extension`].
-    pub(crate) fn extend_to(&mut self, target: u64) -> Result<()> {
-        extension(self.holes, self.mapped, target, self.chunk, self.reserved)?;
+    pub(crate) fn extend_to(&mut self, block: u64, target: u64) -> Result<()> {
+        extension(
+            block,
+            self.holes,
+            self.mapped,
+            target,
+            self.chunk,
+            self.reserved,
+        )?;
         self.mapped = target;
         Ok(())
     }
@@ -139,15 +152,18 @@ impl ExpandableSegment {
     /// Backs the hole `[offset, offset + size)` with one new physical allocation.
     ///
     /// # Errors
-    /// As [`chunks`]; [`Error::InvalidArgument`] when part of the range holds memory;
+    /// As [`chunks`]; [`GrowthError::NotAHole`] when part of the range holds memory;
     /// [`Error::OutOfMemory`] when the driver has no memory (the range stays a hole).
     pub(crate) fn commit(&mut self, offset: u64, size: u64, budget: Option<u64>) -> Result<()> {
         chunks(self.holes, offset, size, self.chunk, self.mapped)?;
         let (_, held) = units_in(&self.unit_sizes(), offset, size)?;
         if held > 0 {
-            return Err(Error::invalid(
-                "commit_range: the range must be a hole (it holds memory)",
-            ));
+            return Err(GrowthError::NotAHole {
+                call: "commit_range",
+                offset,
+                size,
+            }
+            .into());
         }
         self.map_unit(offset, size, budget)
     }
@@ -157,22 +173,41 @@ impl ExpandableSegment {
     /// access there.
     ///
     /// # Errors
-    /// As [`chunks`] and [`units_in`]; [`Error::InvalidArgument`] when the source is not all
-    /// memory, the target not all a hole, or the ranges overlap; a mapped driver error (units
+    /// As [`chunks`] and [`units_in`]; [`GrowthError::NotBacked`] when the source is not all
+    /// memory, [`GrowthError::NotAHole`] when the target is not all a hole, [`Error::Overlap`]
+    /// when the ranges overlap; a mapped driver error (units
     /// moved before it stay moved, and mapped).
-    pub(crate) fn remap(&mut self, from: u64, to: u64, size: u64) -> Result<()> {
+    pub(crate) fn remap(&mut self, block: u64, from: u64, to: u64, size: u64) -> Result<()> {
         chunks(self.holes, from, size, self.chunk, self.mapped)?;
         chunks(self.holes, to, size, self.chunk, self.mapped)?;
         if from < to + size && to < from + size {
-            return Err(Error::invalid("remap_range: the two ranges overlap"));
+            return Err(Error::Overlap {
+                what: "remap_range: the source and the target".into(),
+                block,
+                first_offset: from,
+                first_size: size,
+                second_offset: to,
+                second_size: size,
+            });
         }
         let sizes = self.unit_sizes();
         let (units, held) = units_in(&sizes, from, size)?;
         let (_, taken) = units_in(&sizes, to, size)?;
-        if held != size || taken != 0 {
-            return Err(Error::invalid(
-                "remap_range: the source must be all memory and the target all a hole",
-            ));
+        if held != size {
+            return Err(GrowthError::NotBacked {
+                call: "the source of remap_range",
+                offset: from,
+                size,
+            }
+            .into());
+        }
+        if taken != 0 {
+            return Err(GrowthError::NotAHole {
+                call: "the target of remap_range",
+                offset: to,
+                size,
+            }
+            .into());
         }
         let mut moved = Vec::new();
         for (at, bytes) in units {

@@ -63,7 +63,7 @@ fn managed_blocks_prefetch_both_ways_and_keep_their_values() {
     // A prefetch names a managed block.
     assert!(matches!(
         b.prefetch(range(dev, 0, 4096), Residence::Device),
-        Err(Error::InvalidArgument(_))
+        Err(Error::WrongMemoryKind { .. })
     ));
     for blk in [m, dev, down] {
         b.free_block(blk).unwrap();

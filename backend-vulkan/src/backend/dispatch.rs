@@ -15,21 +15,21 @@ impl VulkanBackend {
     /// Enqueues `spec` over `bindings` (one range per storage slot, in order).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a binding count, block, or offset alignment that does not
-    /// fit; [`Error::TooLarge`] for a binding beyond `max_binding_size` or too many workgroups;
-    /// [`Error::Unsupported`] for more storage bindings than a set holds; compile failures.
+    /// [`Error::SizeMismatch`] for a binding count that does not fit, [`Error::Misaligned`] for a
+    /// binding offset; [`Error::TooLarge`] for a binding beyond `max_binding_size` or too many
+    /// workgroups; [`Error::Unsupported`] for more storage bindings than a set holds; compile
+    /// failures.
     pub(crate) fn dispatch_spec(
         &self,
         spec: &KernelSpec<'_>,
         bindings: &[BlockRange],
     ) -> Result<Ticket> {
         if spec.storage.len() != bindings.len() {
-            return Err(Error::invalid(format!(
-                "kernel {} takes {} storage bindings, got {}",
-                spec.key,
-                spec.storage.len(),
-                bindings.len()
-            )));
+            return Err(Error::SizeMismatch {
+                what: format!("storage bindings of kernel {}", spec.key),
+                expected: spec.storage.len() as u64,
+                actual: bindings.len() as u64,
+            });
         }
         if bindings.len() > MAX_STORAGE_BINDINGS as usize {
             return Err(Error::Unsupported {
@@ -66,10 +66,12 @@ impl VulkanBackend {
                 });
             }
             if r.offset % self.caps.binding_align != 0 {
-                return Err(Error::invalid(format!(
-                    "binding offset {} is not a multiple of binding_align {}",
-                    r.offset, self.caps.binding_align
-                )));
+                return Err(Error::Misaligned {
+                    what: "binding offset",
+                    value: r.offset,
+                    align: self.caps.binding_align,
+                    align_name: "binding_align",
+                });
             }
             accesses.push(Access {
                 block: r.block.0,

@@ -301,13 +301,30 @@ impl VulkanBackend {
         let Memory::Sparse(g) = &b.memory else {
             return Err(unsupported("resizing a block that was not reserved"));
         };
-        if size > g.reserve || !size.is_multiple_of(granule) || (!bind && size <= old) {
-            let call = if bind { "resize_block" } else { "extend_block" };
-            return Err(Error::invalid(format!(
-                "{call}: {size} bytes is not whole granules of {granule} within the \
-                 reservation of {} (extending: above the {old} bytes committed)",
-                g.reserve
-            )));
+        let call = if bind { "resize_block" } else { "extend_block" };
+        if size > g.reserve {
+            return Err(Error::TooLarge {
+                what: call,
+                requested: size,
+                limit: g.reserve,
+                limit_name: "the block's reservation",
+            });
+        }
+        if !size.is_multiple_of(granule) {
+            return Err(Error::Misaligned {
+                what: call,
+                value: size,
+                align: granule,
+                align_name: "sparse binding granule",
+            });
+        }
+        if !bind && size <= old {
+            return Err(tensormem::GrowthError::NotAnExtension {
+                block: block.0,
+                committed: old,
+                size,
+            }
+            .into());
         }
         if size > old && bind {
             let indices: Vec<u64> = g.indices(old, size - old).collect();
@@ -334,10 +351,15 @@ impl VulkanBackend {
             return Err(unsupported("holes in a block that was not reserved"));
         };
         b.check_range(offset, size, "committed size of the reserved block")?;
-        if !offset.is_multiple_of(granule) || !size.is_multiple_of(granule) {
-            return Err(Error::invalid(format!(
-                "range {offset}+{size} is not whole granules of {granule}"
-            )));
+        for (what, value) in [("hole range offset", offset), ("hole range size", size)] {
+            if !value.is_multiple_of(granule) {
+                return Err(Error::Misaligned {
+                    what,
+                    value,
+                    align: granule,
+                    align_name: "sparse binding granule",
+                });
+            }
         }
         Ok(g.indices(offset, size))
     }
@@ -373,20 +395,34 @@ impl VulkanBackend {
         let s = &mut *guard;
         let sources = Self::hole_indices(s, block, from, size)?;
         let targets = Self::hole_indices(s, block, to, size)?;
+        let granule = s.binder()?.growth.granularity;
         let mut sb = s.sparse_block(block, "holes in a block that was not reserved")?;
         let g = &mut *sb.granules;
         if sources.start < targets.end && targets.start < sources.end {
-            return Err(Error::invalid("remap_range: the ranges overlap"));
+            return Err(Error::Overlap {
+                what: "remap_range: the source and the target".into(),
+                block: block.0,
+                first_offset: from,
+                first_size: size,
+                second_offset: to,
+                second_size: size,
+            });
         }
         if let Some(i) = sources.clone().find(|&i| !g.is_bound(i)) {
-            return Err(Error::invalid(format!(
-                "remap_range: granule {i} of the source is not committed"
-            )));
+            return Err(tensormem::GrowthError::NotBacked {
+                call: "the source of remap_range",
+                offset: i * granule,
+                size: granule,
+            }
+            .into());
         }
         if let Some(i) = targets.clone().find(|&i| g.is_bound(i)) {
-            return Err(Error::invalid(format!(
-                "remap_range: granule {i} of the target is committed"
-            )));
+            return Err(tensormem::GrowthError::NotAHole {
+                call: "the target of remap_range",
+                offset: i * granule,
+                size: granule,
+            }
+            .into());
         }
         let moved = g.take(sources);
         let binds: Vec<_> = moved

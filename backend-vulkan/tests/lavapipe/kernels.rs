@@ -270,14 +270,14 @@ fn binding_rules_are_enforced() {
                     &axpb(4, 1.0, 0.0),
                     &[range(small, align / 2, 16), range(small, 512, 16)]
                 ),
-                Err(Error::InvalidArgument(_))
+                Err(Error::Misaligned { .. })
             ),
             "{name}: misaligned binding offset"
         );
         assert!(
             matches!(
                 b.dispatch_custom(&axpb(4, 1.0, 0.0), &[range(small, 0, 16)]),
-                Err(Error::InvalidArgument(_))
+                Err(Error::SizeMismatch { .. })
             ),
             "{name}: wrong binding count"
         );

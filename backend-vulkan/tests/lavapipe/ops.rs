@@ -88,7 +88,7 @@ fn op_binding_errors() {
                 &Op::Relu { len: 0 },
                 &[range(block, 0, 4), range(block, 256, 4)]
             ),
-            Err(Error::InvalidArgument(_))
+            Err(Error::Argument(tensormem::ArgumentError::Zero { .. }))
         ));
         // The exact binding touches only the operand's bytes.
         upload(b, block, 1024, &[0xFF; 128]);

@@ -13,11 +13,14 @@ use crate::error::poll_wait;
 use crate::{State, WgpuBackend};
 
 /// Checks that `value` (an offset or size named `what`) is a multiple of `align`.
-pub(super) fn check_aligned(value: u64, align: u64, what: &str) -> Result<()> {
+pub(super) fn check_aligned(value: u64, align: u64, what: &'static str) -> Result<()> {
     if !value.is_multiple_of(align) {
-        return Err(Error::invalid(format!(
-            "wgpu: {what} {value} is not a multiple of {align} bytes"
-        )));
+        return Err(Error::Misaligned {
+            what,
+            value,
+            align,
+            align_name: "wgpu::COPY_BUFFER_ALIGNMENT",
+        });
     }
     Ok(())
 }
@@ -140,13 +143,27 @@ impl WgpuBackend {
         check_aligned(range.size, wgpu::COPY_BUFFER_ALIGNMENT, "size")
     }
 
-    /// Checks that a block has `usage` for the role `role`.
-    pub(super) fn check_usage(block: &Block, usage: wgpu::BufferUsages, role: &str) -> Result<()> {
+    /// Checks that block `id` has `usage` for the role `role`.
+    pub(super) fn check_usage(
+        block: &Block,
+        id: BlockId,
+        usage: wgpu::BufferUsages,
+        role: &'static str,
+    ) -> Result<()> {
         if !block.buffer.usage().contains(usage) {
-            return Err(Error::invalid(format!(
-                "wgpu: a {} block cannot be the {role} (its buffer lacks {usage:?})",
-                block.kind.name()
-            )));
+            let allowed = if usage == wgpu::BufferUsages::COPY_SRC {
+                "DeviceLocal or Upload"
+            } else if usage == wgpu::BufferUsages::COPY_DST {
+                "DeviceLocal or Readback"
+            } else {
+                "DeviceLocal"
+            };
+            return Err(Error::WrongMemoryKind {
+                role,
+                block: id.0,
+                kind: block.kind.name(),
+                allowed,
+            });
         }
         Ok(())
     }

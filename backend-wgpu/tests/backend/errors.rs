@@ -106,7 +106,7 @@ fn out_of_bounds_and_misaligned_ranges() {
         ));
         let misaligned = b.copy(range(up, 2, 32), range(dev, 0, 32)).unwrap_err();
         assert!(
-            matches!(misaligned, Error::InvalidArgument(_)),
+            matches!(misaligned, Error::Misaligned { .. }),
             "{misaligned}"
         );
         let zero = b.fill_zero(range(dev, 0, 0)).unwrap_err();
@@ -114,11 +114,11 @@ fn out_of_bounds_and_misaligned_ranges() {
         // Wrong roles: an upload block cannot be a copy destination, a readback one a source.
         assert!(matches!(
             b.copy(range(dev, 0, 32), range(up, 0, 32)),
-            Err(Error::InvalidArgument(_))
+            Err(Error::WrongMemoryKind { .. })
         ));
         assert!(matches!(
             b.copy(range(rb, 0, 32), range(dev, 0, 32)),
-            Err(Error::InvalidArgument(_))
+            Err(Error::WrongMemoryKind { .. })
         ));
         let mut out = [0u8; 8];
         assert!(matches!(
@@ -210,7 +210,10 @@ fn bad_bindings_are_rejected() {
                 &[range(dev, 0, 4), range(dev, 256, 4)],
             )
             .unwrap_err();
-        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert!(
+            matches!(err, Error::Argument(tensormem::ArgumentError::Zero { .. })),
+            "{err}"
+        );
         b.free_block(dev).unwrap();
         b.free_block(up).unwrap();
     });

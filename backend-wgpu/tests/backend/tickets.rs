@@ -64,7 +64,7 @@ fn waiting_for_an_unissued_ticket_is_an_error() {
     each_config(|b| {
         let last = b.flush().unwrap();
         let err = b.wait_timeout(Ticket(last.0 + 5), None).unwrap_err();
-        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert!(matches!(err, Error::UnknownTicket { .. }), "{err}");
     });
 }
 
@@ -109,7 +109,7 @@ fn ticket_and_host_access_futures() {
         let never = Ticket(t.0 + 100);
         assert!(matches!(
             pollster::block_on(TicketWait::new(b, never)),
-            Err(Error::InvalidArgument(_))
+            Err(Error::UnknownTicket { .. })
         ));
         b.free_block(rb).unwrap();
         b.free_block(dev).unwrap();

@@ -158,7 +158,7 @@ async fn budgeted_misuse(ctx: &Ctx) -> R {
         ..CompileDesc::default()
     };
     match rt.compile_with(&g, &budget(0)) {
-        Err(Error::BudgetBelowWorkingSet { .. } | Error::InvalidArgument(_)) => {}
+        Err(Error::BudgetBelowWorkingSet { .. } | Error::Argument(_)) => {}
         Err(e) => return Err(format!("a zero budget: unexpected error {e:?}")),
         Ok(_) => return Err("a zero budget compiled".into()),
     }

@@ -11,7 +11,7 @@ use tensormem::backend::{
     Backend, BlockDesc, BlockId, BlockRange, Capabilities, DeviceType, Growable, InPlaceGrowth,
     Ticket,
 };
-use tensormem::{Error, Op, Result};
+use tensormem::{Error, GrowthError, Op, Result};
 
 use crate::peers::{ALIGN, GRANULARITY, MAX_BLOCK, Mode, granularity};
 
@@ -187,9 +187,12 @@ impl Blk {
                 .is_some_and(|(o, n)| o + n > at)
         };
         if cut(offset) || cut(end) {
-            return Err(Error::invalid(format!(
-                "range [{offset}, {end}) cuts a unit (a physical allocation)"
-            )));
+            return Err(GrowthError::CutsUnit {
+                call: "counting backend",
+                offset,
+                size,
+            }
+            .into());
         }
         Ok(self
             .units
@@ -255,9 +258,10 @@ impl CountingBackend {
     /// Runs `f` on a block.
     fn with<T>(&self, block: BlockId, f: impl FnOnce(&mut Blk) -> Result<T>) -> Result<T> {
         let mut blocks = self.blocks.lock().unwrap_or_else(PoisonError::into_inner);
-        let b = blocks
-            .get_mut(&block.0)
-            .ok_or_else(|| Error::invalid(format!("unknown block {}", block.0)))?;
+        let b = blocks.get_mut(&block.0).ok_or(Error::UnknownBlock {
+            backend: "counting",
+            block: block.0,
+        })?;
         f(b)
     }
 
@@ -265,7 +269,12 @@ impl CountingBackend {
     fn mark(&self, block: BlockId, offset: u64, size: u64, hole: bool) -> Result<u64> {
         self.with(block, |b| {
             if offset + size > b.size {
-                return Err(Error::invalid("hole past the block's extent"));
+                return Err(Error::OutOfBounds {
+                    what: "block's extent",
+                    offset,
+                    size,
+                    limit: b.size,
+                });
             }
             Ok(b.mark(offset, size, granularity(), hole))
         })
@@ -284,9 +293,18 @@ impl CountingBackend {
         let gone = from.map_or(Ok(0), |f| self.mark(block, f, size, true))?;
         let back = to.map_or(Ok(0), |t| self.mark(block, t, size, false))?;
         match (from, to) {
-            (Some(_), Some(_)) if gone != size || back != size => Err(Error::invalid(format!(
-                "remap of {size} bytes: {gone} were committed, {back} not"
-            ))),
+            (Some(f), Some(_)) if gone != size => Err(GrowthError::NotBacked {
+                call: "the source of remap_range",
+                offset: f,
+                size,
+            }
+            .into()),
+            (Some(_), Some(t)) if back != size => Err(GrowthError::NotAHole {
+                call: "the target of remap_range",
+                offset: t,
+                size,
+            }
+            .into()),
             (Some(_), Some(_)) => {
                 self.counters.mapped(0, 1);
                 Ok(())
@@ -338,7 +356,10 @@ impl Backend for CountingBackend {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&block.0)
-            .ok_or_else(|| Error::invalid(format!("unknown block {}", block.0)))?;
+            .ok_or(Error::UnknownBlock {
+                backend: "counting",
+                block: block.0,
+            })?;
         if b.in_place && self.host() {
             // One `munmap` returns the reservation.
             self.counters

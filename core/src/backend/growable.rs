@@ -112,7 +112,7 @@ pub trait Growable: Send + Sync {
     ///
     /// # Errors
     /// [`Error::Unsupported`](crate::Error::Unsupported) without [`InPlaceGrowth::holes`],
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a range that cuts a unit
+    /// [`GrowthError::CutsUnit`](crate::GrowthError::CutsUnit) for a range that cuts a unit
     /// where [`InPlaceGrowth::whole_units`], [`Error::DeviceLost`](crate::Error::DeviceLost); on
     /// error the range keeps its memory.
     fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()>;

@@ -61,7 +61,7 @@ fn affinity_follows_the_consuming_ops_operands() {
     assert!(matches!(err, Error::MixedDevices { .. }), "{err}");
     assert!(matches!(
         set.alloc_for(&[], DType::F32, &[8], "w"),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Argument(crate::ArgumentError::Invalid { .. }))
     ));
     for t in [x, y, z] {
         set.free(t).unwrap();

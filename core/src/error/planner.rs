@@ -74,7 +74,7 @@ impl From<Plan> for Error {
                 align,
                 align_name,
             },
-            Plan::InvalidArgument(message) => Error::InvalidArgument(message),
+            Plan::Argument(e) => Error::Argument(e),
             Plan::Malformed {
                 source_name,
                 line,

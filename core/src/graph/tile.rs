@@ -61,10 +61,10 @@ impl Graph {
     /// independent axis (module doc). One part leaves the graph as it is.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for zero parts, a range outside the node list, or a chain the
-    /// pass cannot tile (an op without an independent axis, a unit count `parts` does not divide,
-    /// a whole read of a tensor the chain produces, an output shared by the parts); the graph is
-    /// left as it was.
+    /// [`ArgumentError`](crate::ArgumentError) for zero parts or a range outside the node list;
+    /// [`GraphError::Untileable`](crate::GraphError::Untileable) for a chain the pass cannot tile
+    /// (an op without an independent axis, a unit count `parts` does not divide, a whole read of a
+    /// tensor the chain produces, an output shared by the parts); the graph is left as it was.
     pub fn tile(&mut self, nodes: Range<usize>, parts: u32) -> Result<()> {
         self.tile_as(nodes, parts, false)
     }
@@ -82,13 +82,18 @@ impl Graph {
 
     fn tile_as(&mut self, nodes: Range<usize>, parts: u32, staged: bool) -> Result<()> {
         if parts == 0 {
-            return Err(Error::invalid("tile: zero parts"));
+            return Err(crate::ArgumentError::zero("tile parts").into());
         }
         if nodes.start >= nodes.end || nodes.end > self.nodes.len() {
-            return Err(Error::invalid(format!(
-                "tile: nodes {nodes:?} are not a non-empty range of the graph's {} nodes",
-                self.nodes.len()
-            )));
+            return Err(crate::ArgumentError::invalid_value(
+                "tile node range",
+                format!("{nodes:?}"),
+                format!(
+                    "a non-empty range of the graph's {} nodes",
+                    self.nodes.len()
+                ),
+            )
+            .into());
         }
         if parts == 1 {
             return Ok(());
@@ -277,12 +282,12 @@ impl Graph {
 
     /// Checks that `chain` tiles into `parts` (module doc) and returns each op's step.
     fn steps(&self, chain: &[Node], parts: u32) -> Result<Vec<Step>> {
-        let refuse = |node: &Node, why: String| {
-            Error::invalid(format!(
-                "tile: op '{}' ({}) {why}",
-                node.label,
-                node.op.name()
-            ))
+        let refuse = |node: &Node, reason: String| {
+            Error::from(crate::GraphError::Untileable {
+                label: node.label.clone(),
+                op: node.op.name(),
+                reason,
+            })
         };
         // Root produced in the chain -> (the tensor written, bytes per part).
         let mut produced: HashMap<usize, (TensorId, u64)> = HashMap::new();

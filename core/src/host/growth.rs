@@ -130,10 +130,12 @@ fn set_size(host: &HostBackend, block: BlockId, size: u64, commit: bool) -> Resu
     };
     let len = check_size(growth, size, r.reserved() as u64, "reservation")?;
     if !commit && size <= old {
-        return Err(Error::invalid(format!(
-            "extend_block: block {} has {old} bytes committed; {size} does not extend it",
-            block.0
-        )));
+        return Err(crate::GrowthError::NotAnExtension {
+            block: block.0,
+            committed: old,
+            size,
+        }
+        .into());
     }
     let added = size.saturating_sub(old);
     if commit && added > 0 && host.on_device(kind) {

@@ -56,8 +56,8 @@ pub(super) fn map_alloc_err(
 /// that the kernel allows (Linux), unbound elsewhere.
 ///
 /// # Errors
-/// [`Error::NumaNode`] for a node the kernel refuses; [`Error::InvalidArgument`] for
-/// [`HostPlacement::DriverPlaced`] (the host backend maps every block itself).
+/// [`Error::NumaNode`] for a node the kernel refuses; [`crate::ArgumentError::Invalid`]
+/// for [`HostPlacement::DriverPlaced`] (the host backend maps every block itself).
 pub(super) fn effective_placement(placement: &HostPlacement) -> Result<HostPlacement> {
     match placement {
         HostPlacement::Bound { node, .. } => {
@@ -72,10 +72,12 @@ pub(super) fn effective_placement(placement: &HostPlacement) -> Result<HostPlace
                 Ok(HostPlacement::unbound("NUMA binding (mbind) is Linux-only"))
             }
         }
-        HostPlacement::DriverPlaced { .. } => Err(Error::invalid(
-            "HostConfig::host_placement: the host backend maps its blocks itself; \
-             DriverPlaced does not apply (use Bound or Unbound)",
-        )),
+        HostPlacement::DriverPlaced { .. } => Err(crate::ArgumentError::invalid_value(
+            "HostConfig::host_placement",
+            "DriverPlaced",
+            "Bound or Unbound (the host backend maps its blocks itself)",
+        )
+        .into()),
         HostPlacement::Unbound { .. } => Ok(placement.clone()),
     }
 }

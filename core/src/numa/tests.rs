@@ -168,7 +168,10 @@ fn pci_device_node_reads_sysfs() {
         "0000:6:00.0",
     ] {
         assert!(
-            matches!(t.pci_device_node(bad), Err(Error::InvalidArgument(_))),
+            matches!(
+                t.pci_device_node(bad),
+                Err(Error::Argument(crate::ArgumentError::Invalid { .. }))
+            ),
             "{bad:?}"
         );
     }
@@ -278,7 +281,7 @@ fn device_placement_falls_back_from_the_driver_to_sysfs_to_unbound() {
     );
     unbound_with(
         t.device_placement(None, Some("../etc")),
-        "not a PCI address",
+        "invalid PCI address",
     );
 
     // One node: nothing to choose, whatever the device says.

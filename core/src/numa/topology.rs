@@ -122,8 +122,8 @@ impl NumaTopology {
     /// in either case), or `None` when the device has no NUMA affinity (`numa_node` reads -1).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a string that is not a PCI address (it becomes a path, so
-    /// nothing else is accepted), [`Error::Io`] when the device's `numa_node` cannot be read (no
+    /// [`crate::ArgumentError::Invalid`] for a string that is not a PCI address (it becomes a path,
+    /// so nothing else is accepted), [`Error::Io`] when the device's `numa_node` cannot be read (no
     /// such device), [`Error::Malformed`] when it is not a number, and [`Error::NumaNode`] for a
     /// node the topology does not have.
     pub fn pci_device_node(&self, bdf: &str) -> Result<Option<u32>> {
@@ -252,9 +252,16 @@ pub fn detect_device_placement(
         .unwrap_or_else(|e| HostPlacement::unbound(e.to_string()))
 }
 
-/// `bdf` as sysfs names it (`dddd:bb:dd.f`, lower case), or [`Error::InvalidArgument`].
+/// `bdf` as sysfs names it (`dddd:bb:dd.f`, lower case), or
+/// [`ArgumentError::Invalid`](crate::ArgumentError::Invalid).
 fn canonical_bdf(bdf: &str) -> Result<String> {
-    let bad = || Error::invalid(format!("{bdf:?} is not a PCI address (dddd:bb:dd.f)"));
+    let bad = || {
+        Error::from(crate::ArgumentError::invalid_value(
+            "PCI address",
+            bdf,
+            "dddd:bb:dd.f",
+        ))
+    };
     let full = if bdf.matches(':').count() == 1 {
         format!("0000:{bdf}")
     } else {

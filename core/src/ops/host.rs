@@ -48,7 +48,7 @@ pub(crate) use matmul::rows_split_exact;
 /// Inputs and outputs cannot alias (Rust's borrows guarantee it), so no op runs in place.
 ///
 /// # Errors
-/// As [`Op::check_binding_sizes`]: [`Error::InvalidArgument`] for bad op parameters,
+/// As [`Op::check_binding_sizes`]: [`crate::ArgumentError`] for bad op parameters,
 /// [`Error::BindingCount`], [`Error::BindingSize`] naming the operand whose byte length is wrong.
 pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
     let sig = op.signature()?;

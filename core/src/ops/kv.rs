@@ -9,8 +9,8 @@
 //! requantized to the new scale (each loses at most half a step again), so no value is clipped.
 //! Tokens of a block are written in order, so the slots below the one written are the valid ones.
 
+use crate::Result;
 use crate::ops::quant::f32_to_f16;
-use crate::{Error, Result};
 
 /// Element type of the cached keys and values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -36,15 +36,18 @@ impl KvDType {
     /// Parses `f32`, `f16` or `int8`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] naming the accepted values.
+    /// [`ArgumentError::Invalid`](crate::ArgumentError::Invalid) naming the accepted values.
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "f32" => Ok(KvDType::F32),
             "f16" => Ok(KvDType::F16),
             "int8" | "i8" => Ok(KvDType::Int8),
-            other => Err(Error::invalid(format!(
-                "unknown KV dtype `{other}` (f32, f16 or int8)"
-            ))),
+            other => {
+                Err(
+                    crate::ArgumentError::invalid_value("KV dtype", other, "f32, f16 or int8")
+                        .into(),
+                )
+            }
         }
     }
 

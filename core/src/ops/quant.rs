@@ -177,8 +177,9 @@ pub struct Quantized {
 /// weight in the module doc's table except a matmul `b` read without `trans_b`), to `format`.
 ///
 /// # Errors
-/// [`Error::SizeMismatch`] when `values.len() != channels · inner`; [`Error::InvalidArgument`]
-/// for a zero `inner` or a value that is not finite (its scale would poison the whole group).
+/// [`Error::SizeMismatch`] when `values.len() != channels · inner`;
+/// [`ArgumentError::Zero`](crate::ArgumentError) for a zero `inner`, [`Error::NonFiniteWeight`] for
+/// a value that is not finite (its scale would poison the whole group).
 pub fn quantize(
     values: &[f32],
     channels: u64,
@@ -199,13 +200,14 @@ pub fn quantize(
         });
     }
     if inner == 0 {
-        return Err(Error::invalid("quantize: rows of zero elements"));
+        return Err(crate::ArgumentError::zero("quantize: elements per row").into());
     }
     if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-        return Err(Error::invalid(format!(
-            "quantize: element {i} is {} (weights must be finite)",
-            values[i]
-        )));
+        return Err(Error::NonFiniteWeight {
+            tensor: "(values to quantize)".into(),
+            element: i as u64,
+            value: values[i],
+        });
     }
     let padded = |len: usize| len.next_multiple_of(4);
     Ok(match format {

@@ -249,7 +249,7 @@ fn f32_instances() -> Vec<Op> {
 /// a zero row), 0/1 masks whose first row drops everything, values in `[-1.5, 1.5)` otherwise.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an invalid op.
+/// [`ArgumentError`](crate::ArgumentError) for an invalid op.
 pub fn inputs(op: &Op, rng: &mut Rng) -> Result<Vec<Vec<u8>>> {
     let sig = op.signature()?;
     if let Some(inputs) = llm::inputs(op, rng) {

@@ -2,7 +2,7 @@
 //! checked), their names, and the exact binding-size rule every backend applies.
 
 use crate::ops::{DType, KvLayout, Op, Operand, Signature, WeightFormat, checked_product};
-use crate::{Error, Result};
+use crate::{ArgumentError, Error, Result};
 
 impl Op {
     /// Checks the parameters and returns the operands in binding order.
@@ -11,17 +11,19 @@ impl Op {
     /// kernels' 32-bit index is refused, never wrapped or truncated.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a zero dimension, a `b_len` that does not divide `len`, a
-    /// permutation that is not one, or a convolution window larger than its padded input;
+    /// [`ArgumentError`]: [`Zero`](ArgumentError::Zero) for a zero dimension,
+    /// [`NotMultiple`](ArgumentError::NotMultiple) for a `b_len` that does not divide `len` (and
+    /// the like), [`Invalid`](ArgumentError::Invalid) for a permutation that is not one or a
+    /// convolution window larger than its padded input;
     /// [`Error::ArithmeticOverflow`] for an element count past `u64` or a spatial output size past
     /// `u32`; [`Error::TooLarge`] for an operand of more than `u32::MAX` elements.
     pub fn signature(&self) -> Result<Signature> {
         let nz = |name: &str, v: u32| {
             if v == 0 {
-                Err(Error::invalid(format!(
-                    "{}: dimension {name} is zero",
+                Err(Error::from(ArgumentError::zero(format!(
+                    "{} dimension {name}",
                     self.name()
-                )))
+                ))))
             } else {
                 Ok(u64::from(v))
             }
@@ -52,10 +54,8 @@ impl Op {
             Op::Add { len, b_len } | Op::Mul { len, b_len } => {
                 let (len, b_len) = (nz("len", len)?, nz("b_len", b_len)?);
                 if len % b_len != 0 {
-                    return Err(Error::invalid(format!(
-                        "{}: b_len {b_len} does not divide len {len}",
-                        self.name()
-                    )));
+                    let what = format!("{} len", self.name());
+                    return Err(ArgumentError::not_multiple(what, len, "b_len", b_len).into());
                 }
                 sig(
                     vec![f("a", &[len])?, f("b", &[b_len])?],
@@ -88,9 +88,9 @@ impl Op {
                 if masked {
                     let per = nz("rows_per_mask", rows_per_mask)?;
                     if rows % per != 0 {
-                        return Err(Error::invalid(format!(
-                            "softmax: rows_per_mask {per} does not divide rows {rows}"
-                        )));
+                        let e =
+                            ArgumentError::not_multiple("softmax rows", rows, "rows_per_mask", per);
+                        return Err(e.into());
                     }
                     inputs.push(f("mask", &[rows / per, cols])?);
                 }
@@ -174,7 +174,7 @@ impl Op {
                 let (tokens, heads) = (nz("tokens", tokens)?, nz("heads", heads)?);
                 let d = nz("head_dim", head_dim)?;
                 if d % 2 != 0 {
-                    return Err(Error::invalid(format!("rope: head_dim {d} is odd")));
+                    return Err(ArgumentError::not_multiple("rope head_dim", d, "two", 2).into());
                 }
                 let u = |what: &str, dims: &[u64]| self.operand(DType::U32, what, dims);
                 sig(
@@ -225,10 +225,11 @@ impl Op {
                 let segment = self.kv_segment(kv, blocks, stride, layer)?;
                 let (tokens, heads) = (nz("tokens", tokens)?, nz("q_heads", q_heads)?);
                 if !heads.is_multiple_of(u64::from(kv.kv_heads)) {
-                    return Err(Error::invalid(format!(
-                        "paged_attention: {heads} query heads are not a multiple of {} KV heads",
-                        kv.kv_heads
-                    )));
+                    let what = "paged_attention query heads";
+                    let kv_heads = u64::from(kv.kv_heads);
+                    return Err(
+                        ArgumentError::not_multiple(what, heads, "KV heads", kv_heads).into(),
+                    );
                 }
                 let d = u64::from(kv.head_dim);
                 let u = |what: &str, dims: &[u64]| self.operand(DType::U32, what, dims);
@@ -253,9 +254,12 @@ impl Op {
                 let mut seen = [false; 4];
                 for &p in &perm {
                     if p > 3 || seen[p as usize] {
-                        return Err(Error::invalid(format!(
-                            "permute: {perm:?} is not a permutation of 0..4"
-                        )));
+                        let e = ArgumentError::invalid_value(
+                            "permute axes",
+                            format!("{perm:?}"),
+                            "a permutation of 0..4",
+                        );
+                        return Err(e.into());
                     }
                     seen[p as usize] = true;
                 }
@@ -293,8 +297,9 @@ impl Op {
     /// bytes, after checking the layout, the stride and the layer.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a zero dimension, a layer past the layout's, or a stride
-    /// that is not a multiple of 4 or is smaller than a block; as [`Op::operand`].
+    /// [`ArgumentError::Invalid`] for a zero dimension or a stride that is not a multiple of 4 or
+    /// is smaller than a block, [`ArgumentError::OutOfRange`] for a layer past the layout's; as
+    /// [`Op::operand`].
     fn kv_segment(&self, kv: KvLayout, blocks: u32, stride: u32, layer: u32) -> Result<Operand> {
         let name = self.name();
         if kv.layers == 0
@@ -303,21 +308,27 @@ impl Op {
             || kv.block_tokens == 0
             || blocks == 0
         {
-            return Err(Error::invalid(format!(
-                "{name}: a zero dimension in {kv:?} with {blocks} blocks"
-            )));
+            return Err(ArgumentError::invalid_value(
+                format!("{name} KV layout and block count"),
+                format!("{kv:?} with {blocks} blocks"),
+                "every dimension and the block count at least 1",
+            )
+            .into());
         }
         if layer >= kv.layers {
-            return Err(Error::invalid(format!(
-                "{name}: layer {layer} of {} layers",
-                kv.layers
-            )));
+            let what = format!("{name} layer");
+            return Err(ArgumentError::out_of_range(what, layer.into(), kv.layers.into()).into());
         }
         if !stride.is_multiple_of(4) || u64::from(stride) < kv.block_bytes() {
-            return Err(Error::invalid(format!(
-                "{name}: stride {stride} is not a multiple of 4 at least the block's {} bytes",
-                kv.block_bytes()
-            )));
+            return Err(ArgumentError::invalid_value(
+                format!("{name} segment stride"),
+                stride.to_string(),
+                format!(
+                    "a multiple of 4 of at least the block's {} bytes",
+                    kv.block_bytes()
+                ),
+            )
+            .into());
         }
         self.operand(
             DType::U8,

@@ -265,7 +265,7 @@ pub fn sources() -> &'static [(&'static str, &'static str)] {
 /// The kernel, parameters and workgroup counts that compute `op`.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for an op whose parameters are invalid ([`Op::signature`]) or whose
+/// [`crate::ArgumentError`] for an op whose parameters are invalid ([`Op::signature`]) or whose
 /// dispatch would need more than 65535² workgroups; [`Error::TooLarge`] for an operand of more
 /// than 2³² − 1 elements (kernels index in u32).
 pub fn kernel(op: &Op) -> Result<Kernel> {

@@ -231,9 +231,9 @@ mod tests {
         let a = s.insert(5u32);
         let refused = s.remove_if(a, |v| {
             assert_eq!(*v, 5);
-            Err::<(), _>(Error::invalid("not yet"))
+            Err::<(), _>(Error::ZeroSize { what: "check" })
         });
-        assert!(matches!(refused, Err(Error::InvalidArgument(_))));
+        assert!(matches!(refused, Err(Error::ZeroSize { what: "check" })));
         assert_eq!((*s.get(a).unwrap(), s.len()), (5, 1));
         let (v, seen) = s.remove_if(a, |v| Ok(*v + 1)).unwrap();
         assert_eq!((v, seen, s.len()), (5, 6, 0));

@@ -57,7 +57,7 @@ impl Runtime {
     ///
     /// # Errors
     /// [`crate::Error::ZeroSize`], [`crate::Error::OutOfBounds`],
-    /// [`crate::Error::InvalidArgument`] for a misaligned offset, [`crate::Error::StaleHandle`],
+    /// [`crate::Error::Misaligned`] for a misaligned offset, [`crate::Error::StaleHandle`],
     /// backend errors.
     pub async fn write_bytes_async(
         &self,
@@ -87,7 +87,7 @@ impl Runtime {
     /// Resolves once `ticket` (and everything before it) has completed.
     ///
     /// # Errors
-    /// [`crate::Error::DeviceLost`], [`crate::Error::InvalidArgument`] for a ticket never issued.
+    /// [`crate::Error::DeviceLost`], [`crate::Error::UnknownTicket`] for a ticket never issued.
     pub async fn wait_async(&self, ticket: Ticket) -> Result<()> {
         TicketWait::new(self.backend().as_ref(), ticket).await
     }

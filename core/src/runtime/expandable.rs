@@ -63,7 +63,8 @@ impl Runtime {
     /// are; the new ones are uninitialised.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a shape that changes an inner dimension or shrinks;
+    /// [`ArgumentError::Invalid`](crate::ArgumentError::Invalid) for a shape that changes an inner
+    /// dimension or shrinks;
     /// [`Error::Unsupported`] for a tensor that was not allocated expandable;
     /// [`Error::WrongDevice`]; as
     /// [`Expandable::expand`](crate::pool::Expandable::expand) (`TooLarge` past the
@@ -74,10 +75,12 @@ impl Runtime {
             && shape.get(1..) == t.shape().get(1..)
             && shape.first() >= t.shape().first();
         if !inner_same {
-            return Err(Error::invalid(format!(
-                "expand: shape {shape:?} does not grow {:?} along its outermost axis",
-                t.shape()
-            )));
+            return Err(crate::ArgumentError::invalid_value(
+                "expand shape",
+                format!("{shape:?}"),
+                format!("{:?} grown along its outermost axis only", t.shape()),
+            )
+            .into());
         }
         let size = tensor::byte_size(t.dtype(), shape)?;
         let pool = self.device_pool();

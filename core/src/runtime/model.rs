@@ -102,14 +102,16 @@ impl Model {
             .copied()
             .flatten()
             .ok_or_else(|| match self.graph.decl(root) {
-                Ok(d) if d.kind == TensorKind::Weight => Error::invalid(format!(
-                    "weight '{}' is not set: upload it with Model::set_weight before running",
-                    d.name
-                )),
-                _ => Error::invalid(format!(
-                    "tensor {} has no storage in this model (never written nor read)",
-                    root.index()
-                )),
+                Ok(d) if d.kind == TensorKind::Weight => crate::GraphError::WeightNotSet {
+                    tensor: d.name.clone(),
+                }
+                .into(),
+                _ => crate::GraphError::NoStorage {
+                    tensor: root.index(),
+                    scope: "in this model",
+                    why: "never written nor read",
+                }
+                .into(),
             })
     }
 

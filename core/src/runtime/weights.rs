@@ -191,15 +191,15 @@ impl Runtime {
     /// recorded on it).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the store holds no reference to `key`; the pool's free
+    /// [`Error::InvariantViolated`] when the store holds no reference to `key`; the pool's free
     /// errors.
     pub(crate) fn release_weight(&self, key: &WeightKey) -> Result<()> {
         let mut entries = self.weights().lock();
         let e = entries.get_mut(key).ok_or_else(|| {
-            Error::invalid(format!(
-                "weight store: no reference to '{}' to release",
-                key.name
-            ))
+            Error::invariant(
+                "every weight release matches a reference",
+                format!("no reference to '{}'", key.name),
+            )
         })?;
         e.refs -= 1;
         if e.refs > 0 {

@@ -110,13 +110,16 @@ impl Validated {
             (size, old)
         };
         if now < lo || now > hi || !now.is_multiple_of(growth.granularity) {
-            return Err(self.mark_broken(Error::invalid(format!(
-                "{}: resize_block of block {} from {old} to {size} bytes reported {now} bytes \
-                 committed (want {lo}..={hi}, a multiple of {})",
-                self.capabilities().backend,
-                block.0,
-                growth.granularity
-            ))));
+            return Err(self.mark_broken(Error::invariant(
+                "resize_block commits the size asked, in whole granules",
+                format!(
+                    "{}: resize_block of block {} from {old} to {size} bytes reported {now} \
+                     bytes committed (want {lo}..={hi}, a multiple of {})",
+                    self.capabilities().backend,
+                    block.0,
+                    growth.granularity
+                ),
+            )));
         }
         let resized = self.lock().blocks.resize(block, now);
         resized.map_err(|e| self.mark_broken(e))?;

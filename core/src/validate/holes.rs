@@ -64,12 +64,14 @@ impl Validated {
         }
         if let [(a, n), (b, m)] = *ranges {
             if a < b + m && b < a + n {
-                return Err(Error::invalid(format!(
-                    "{call}: ranges [{a}, {}) and [{b}, {}) of block {} overlap",
-                    a + n,
-                    b + m,
-                    block.0
-                )));
+                return Err(Error::Overlap {
+                    what: format!("{call}: the two ranges"),
+                    block: block.0,
+                    first_offset: a,
+                    first_size: n,
+                    second_offset: b,
+                    second_size: m,
+                });
             }
         }
         Ok(())
@@ -87,10 +89,12 @@ impl Validated {
         };
         rules::committed_size(growth, size, reserve, "reservation")?;
         if size <= old {
-            return Err(Error::invalid(format!(
-                "extend_block: block {} has {old} bytes committed; {size} does not extend it",
-                block.0
-            )));
+            return Err(crate::GrowthError::NotAnExtension {
+                block: block.0,
+                committed: old,
+                size,
+            }
+            .into());
         }
         self.observe(self.inner_growable()?.extend_block(block, size))?;
         let extended = self.lock().blocks.resize(block, size);

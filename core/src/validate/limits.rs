@@ -29,8 +29,9 @@ impl DeviceLimits {
     /// `caps` with these limits applied.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a limit below the binding alignment or a block limit that
-    /// is not a multiple of the copy alignment.
+    /// [`ArgumentError::Invalid`](crate::ArgumentError::Invalid) for a limit below the binding
+    /// alignment, [`Error::Misaligned`] for a block limit that is not a multiple of the copy
+    /// alignment.
     pub(super) fn apply(&self, caps: &Capabilities) -> Result<Capabilities> {
         let mut caps = caps.clone();
         let floor = caps.binding_align.max(caps.copy_align).max(1);
@@ -39,19 +40,22 @@ impl DeviceLimits {
             ("max_binding_size", self.max_binding_size),
         ] {
             if limit.is_some_and(|l| l < floor) {
-                return Err(Error::invalid(format!(
-                    "device limit {name} = {} is below the binding alignment ({floor} bytes)",
-                    limit.unwrap_or(0)
-                )));
+                return Err(crate::ArgumentError::invalid_value(
+                    format!("device limit {name}"),
+                    limit.unwrap_or(0).to_string(),
+                    format!("at least the binding alignment ({floor} bytes)"),
+                )
+                .into());
             }
         }
         if let Some(block) = self.max_block_size {
             if !block.is_multiple_of(caps.copy_align.max(1)) {
-                return Err(Error::invalid(format!(
-                    "device limit max_block_size = {block} is not a multiple of the copy \
-                     alignment ({} bytes)",
-                    caps.copy_align
-                )));
+                return Err(Error::Misaligned {
+                    what: "device limit max_block_size",
+                    value: block,
+                    align: caps.copy_align,
+                    align_name: "copy_align",
+                });
             }
             caps.max_block_size = caps.max_block_size.min(block);
         }

@@ -393,7 +393,8 @@ fn lowered_limits_are_reported_and_enforced() {
         assert!(
             matches!(
                 Validated::new(host.clone()).with_limits(bad),
-                Err(Error::InvalidArgument(_))
+                Err(Error::Argument(crate::ArgumentError::Invalid { .. })
+                    | Error::Misaligned { .. })
             ),
             "{bad:?}"
         );

@@ -161,7 +161,12 @@ fn model_dir(args: &Args) -> Result<PathBuf> {
 
 fn run(args: &Args) -> Result<()> {
     let DeviceBudget::Bytes(budget) = args.kv_budget else {
-        return Err(Error::invalid("--kv-budget takes a size, not a percentage"));
+        return Err(tensormem::ArgumentError::invalid_value(
+            "--kv-budget",
+            "a percentage",
+            "a size",
+        )
+        .into());
     };
     let dir = model_dir(args)?;
     let selection = backend_select::select(args.device.backend, &args.device.select_options())?;
@@ -172,9 +177,12 @@ fn run(args: &Args) -> Result<()> {
         None => None,
         Some(DeviceBudget::Bytes(b)) => Some(b),
         Some(DeviceBudget::Percent(_)) => {
-            return Err(Error::invalid(
-                "--device-budget takes a size here, not a percentage",
-            ));
+            return Err(tensormem::ArgumentError::invalid_value(
+                "--device-budget",
+                "a percentage",
+                "a size",
+            )
+            .into());
         }
     };
     let mut config = args.device.runtime_config();
@@ -358,7 +366,12 @@ fn serve(args: &Args, rt: &Runtime, model: &Llama, budget: u64, path: &Path) -> 
         (args.rate_scale, "--rate-scale"),
     ] {
         if !(v.is_finite() && v > 0.0) {
-            return Err(Error::invalid(format!("{what} must be positive")));
+            let e = tensormem::ArgumentError::invalid_value(
+                what,
+                v.to_string(),
+                "a finite number above 0",
+            );
+            return Err(e.into());
         }
     }
     let geometry = model.kv_geometry(args.kv_dtype, args.block)?;

@@ -276,7 +276,7 @@ fn run(mut args: Args) -> Result<()> {
     )?;
     let compiled = model
         .cached_model(batch, seq)
-        .ok_or_else(|| Error::invalid("minilm: the compiled shape left the cache"))?;
+        .ok_or_else(|| Error::invariant("a shape just run stays in the cache", "it left"))?;
     let tiling = model.tiling(batch, seq).unwrap_or(minilm::Tiling::NONE);
     let mut shape = format!("batch {batch} x seq {seq}");
     if tiling.attention > 1 {

@@ -108,27 +108,36 @@ fn main() -> ExitCode {
 
 fn replay(a: &Replay) -> tensormem::Result<()> {
     let DeviceBudget::Bytes(budget) = a.kv_budget else {
-        return Err(tensormem::Error::invalid(
-            "--kv-budget takes a size, not a percentage",
-        ));
+        return Err(tensormem::ArgumentError::invalid_value(
+            "--kv-budget",
+            "a percentage",
+            "a size",
+        )
+        .into());
     };
     let positive = |v: f64, what: &str| {
         if v.is_finite() && v > 0.0 {
             Ok(())
         } else {
-            Err(tensormem::Error::invalid(format!(
-                "{what} must be positive"
-            )))
+            let e = tensormem::ArgumentError::invalid_value(
+                what,
+                v.to_string(),
+                "a finite number above 0",
+            );
+            Err(tensormem::Error::from(e))
         }
     };
     positive(a.step_ms, "--step-ms")?;
     positive(a.rate_scale, "--rate-scale")?;
     positive(a.link_gbps, "--link-gbps")?;
     if !(a.token_us.is_finite() && a.token_us >= 0.0) {
-        return Err(tensormem::Error::invalid("--token-us must be at least 0"));
+        let (token_us, expected) = (a.token_us.to_string(), "a finite number of at least 0");
+        return Err(
+            tensormem::ArgumentError::invalid_value("--token-us", token_us, expected).into(),
+        );
     }
     if a.step_tokens == 0 {
-        return Err(tensormem::Error::invalid("--step-tokens must be positive"));
+        return Err(tensormem::ArgumentError::zero("--step-tokens").into());
     }
     let mut geometry = KvGeometry::parse(&a.geometry, KvDType::parse(&a.kv_dtype)?, a.block)?;
     if let Some(m) = a.max_seq {

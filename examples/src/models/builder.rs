@@ -113,7 +113,7 @@ impl ModelBuilder {
     /// `[out, in]` and `{prefix}.bias` `[out]`. Returns `[rows, out]`.
     ///
     /// # Errors
-    /// As [`ModelBuilder::op`]; [`tensormem::Error::InvalidArgument`] when a dimension exceeds
+    /// As [`ModelBuilder::op`]; [`tensormem::Error::ArithmeticOverflow`] when a dimension exceeds
     /// `u32`.
     pub fn linear(
         &mut self,
@@ -166,11 +166,11 @@ impl ModelBuilder {
 /// `v` as an op dimension.
 ///
 /// # Errors
-/// [`tensormem::Error::InvalidArgument`] when `v` exceeds `u32::MAX` (kernels index in 32 bits).
+/// [`tensormem::Error::ArithmeticOverflow`] when `v` exceeds `u32::MAX` (kernels index in 32
+/// bits).
 pub fn dim(v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| {
-        tensormem::Error::invalid(format!(
-            "dimension {v} exceeds the 32-bit kernel index range"
-        ))
+    u32::try_from(v).map_err(|_| tensormem::Error::ArithmeticOverflow {
+        what: format!("dimension {v}"),
+        limit_name: "u32 kernel index",
     })
 }

@@ -301,10 +301,9 @@ impl MiniLm {
                 },
             );
         }
-        let entry = self
-            .cache
-            .get_mut(&key)
-            .ok_or_else(|| Error::invalid("minilm: shape cache lost an entry just inserted"))?;
+        let entry = self.cache.get_mut(&key).ok_or_else(|| {
+            Error::invariant("the shape cache keeps an entry just inserted", "lost")
+        })?;
         entry.last_use = self.clock;
         Ok(&mut entry.model)
     }
@@ -312,7 +311,7 @@ impl MiniLm {
     /// Uploads a tokenized batch into its shape's model (compiling it if needed).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a token, type or position id outside its embedding table
+    /// [`tensormem::ArgumentError::OutOfRange`] for a token, type or position id outside its table
     /// (the tokenizer and config disagree: such an id would read no row); as
     /// [`MiniLm::model_for`]; upload errors.
     pub fn set_tokens(&mut self, tokens: &TokenBatch) -> Result<()> {
@@ -331,7 +330,7 @@ impl MiniLm {
     /// Runs the model of shape (`batch`, `seq`) on the inputs last set.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when that shape was never set up; runtime errors.
+    /// [`tensormem::ArgumentError::Invalid`] when that shape was never set up; runtime errors.
     pub fn run(&mut self, batch: usize, seq: usize) -> Result<()> {
         self.entry_mut(batch, seq)?.model.run().map(|_| ())
     }
@@ -352,7 +351,7 @@ impl MiniLm {
     /// normalised embedding per sentence.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty list; tokenizer, graph and runtime errors.
+    /// [`tensormem::ArgumentError::Zero`] for an empty list; tokenizer, graph and runtime errors.
     pub fn embed<S: AsRef<str>>(&mut self, sentences: &[S]) -> Result<Embeddings> {
         let tokens = self.tokenizer.encode_batch(sentences)?;
         self.set_tokens(&tokens)?;
@@ -363,8 +362,10 @@ impl MiniLm {
 
     fn entry_mut(&mut self, batch: usize, seq: usize) -> Result<&mut Compiled> {
         self.cache.get_mut(&(batch, seq)).ok_or_else(|| {
-            Error::invalid(format!(
-                "minilm: no compiled graph for batch {batch} x seq {seq}; set tokens of that shape first"
+            Error::from(tensormem::ArgumentError::invalid_value(
+                "minilm shape",
+                format!("batch {batch} x seq {seq}"),
+                "a shape compiled before (set tokens of that shape first)",
             ))
         })
     }

@@ -41,16 +41,19 @@ pub struct TensorReport {
 /// bytes of the new file and one report per tensor, sorted by name.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for `--format f32` (nothing to do) and quantisation errors
+/// [`tensormem::ArgumentError::Invalid`] for `--format f32` (nothing to do) and quantisation errors
 /// (non-finite values are refused when the file is read).
 pub fn quantize_file(
     file: &WeightFile,
     format: WeightFormat,
 ) -> Result<(Vec<u8>, Vec<TensorReport>)> {
     if format == WeightFormat::F32 {
-        return Err(Error::invalid(
-            "quantize: the target format is f32; choose f16 or int8",
-        ));
+        return Err(tensormem::ArgumentError::invalid_value(
+            "quantize target format",
+            "f32",
+            "f16 or int8",
+        )
+        .into());
     }
     let mut names: Vec<String> = file.names().map(str::to_string).collect();
     names.sort_unstable();
@@ -113,7 +116,11 @@ pub fn quantize_file(
         .map(|(name, dtype, shape, bytes)| {
             TensorView::new(*dtype, shape.clone(), bytes)
                 .map(|v| (name.clone(), v))
-                .map_err(|e| Error::invalid(format!("quantize: tensor '{name}': {e}")))
+                .map_err(|e| Error::Malformed {
+                    source_name: format!("quantized tensor '{name}'"),
+                    line: 0,
+                    message: e.to_string(),
+                })
         })
         .collect::<Result<Vec<_>>>()?;
     let sum = file_checksum(out.iter().map(|(name, dtype, shape, bytes)| {
@@ -124,8 +131,12 @@ pub fn quantize_file(
     if let WeightFormat::Int8 { group } = format {
         meta.insert(META_GROUP.to_string(), group.to_string());
     }
-    let bytes = safetensors::tensor::serialize(views, Some(meta))
-        .map_err(|e| Error::invalid(format!("quantize: serializing: {e}")))?;
+    let bytes =
+        safetensors::tensor::serialize(views, Some(meta)).map_err(|e| Error::Malformed {
+            source_name: "quantized weight file".into(),
+            line: 0,
+            message: e.to_string(),
+        })?;
     Ok((bytes, reports))
 }
 

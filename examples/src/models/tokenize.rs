@@ -104,10 +104,10 @@ impl WordPiece {
     /// Tokenizes `sentences` and pads them to the longest.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty batch; as [`WordPiece::encode`].
+    /// [`tensormem::ArgumentError::Zero`] for an empty batch; as [`WordPiece::encode`].
     pub fn encode_batch<S: AsRef<str>>(&self, sentences: &[S]) -> Result<TokenBatch> {
         if sentences.is_empty() {
-            return Err(Error::invalid("minilm: no sentence to embed"));
+            return Err(tensormem::ArgumentError::zero("minilm: sentences to embed").into());
         }
         let encoded = sentences
             .iter()

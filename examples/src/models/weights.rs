@@ -308,7 +308,19 @@ impl WeightFile {
                 expected,
                 actual,
             },
-            Error::InvalidArgument(m) | Error::Malformed { message: m, .. } => Error::Malformed {
+            Error::NonFiniteWeight { element, value, .. } => Error::Malformed {
+                source_name: file,
+                line: 0,
+                message: format!(
+                    "tensor '{name}': element {element} is {value} (weights must be finite)"
+                ),
+            },
+            Error::Argument(a) => Error::Malformed {
+                source_name: file,
+                line: 0,
+                message: format!("tensor '{name}': {a}"),
+            },
+            Error::Malformed { message: m, .. } => Error::Malformed {
                 source_name: file,
                 line: 0,
                 message: format!("tensor '{name}': {m}"),

@@ -61,34 +61,43 @@ impl Recomputable {
     /// Checks the table against the schedule's tensors and op count.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a table of another length, a producer op beyond the op
-    /// count or not the tensor's first use, a producer of a tensor that is not an activation, an
-    /// input index out of range or the tensor itself.
+    /// [`Error::SizeMismatch`] for a table of another length; [`crate::ArgumentError::Invalid`]
+    /// for a producer op beyond the op count or not the tensor's first use, a producer of a tensor
+    /// that is not an activation, an input index out of range or the tensor itself.
     pub(super) fn check(&self, tensors: &[OffloadTensor], n: u64) -> Result<()> {
         if self.producers.is_empty() {
             return Ok(());
         }
         if self.producers.len() != tensors.len() {
-            return Err(Error::invalid(format!(
-                "offload: {} producers for {} tensors",
-                self.producers.len(),
-                tensors.len()
-            )));
+            return Err(Error::SizeMismatch {
+                what: "offload producers (one per tensor)".into(),
+                expected: tensors.len() as u64,
+                actual: self.producers.len() as u64,
+            });
         }
         for (t, p) in self.producers.iter().enumerate() {
             let Some(p) = p else { continue };
-            let bad = |why: &str| Err(Error::invalid(format!("offload: producer of {t}: {why}")));
+            let what = |part: &str| format!("offload: {part} of the producer of tensor {t}");
+            let bad = |part: &str, value: String, expected: &str| {
+                Err(crate::ArgumentError::invalid_value(what(part), value, expected).into())
+            };
             if p.op >= n || tensors[t].uses.first() != Some(&p.op) {
-                return bad(&format!("op {} is not its first use", p.op));
+                return bad("op", p.op.to_string(), "the tensor's first use");
             }
             if !matches!(
                 tensors[t].class,
                 TensorClass::Intermediate | TensorClass::Output
             ) {
-                return bad("only activations are produced by ops");
+                let class = format!("{:?}", tensors[t].class);
+                return bad(
+                    "tensor class",
+                    class,
+                    "an activation (only those are produced by ops)",
+                );
             }
-            if p.inputs.iter().any(|&i| i >= tensors.len() || i == t) {
-                return bad("an input is out of range or the tensor itself");
+            if let Some(&i) = p.inputs.iter().find(|&&i| i >= tensors.len() || i == t) {
+                let expected = "another tensor of the schedule";
+                return bad("input", i.to_string(), expected);
             }
         }
         Ok(())

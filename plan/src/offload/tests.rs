@@ -242,12 +242,15 @@ fn bad_input_is_a_typed_error() {
     none.scores.clear();
     assert!(matches!(
         schedule(&tensors, &ops, &none),
-        Err(Error::InvalidArgument { .. })
+        Err(Error::Argument(crate::ArgumentError::Zero { .. }))
     ));
     tensors[1].uses = vec![9];
     assert!(matches!(
         schedule(&tensors, &ops, &OffloadDesc::new(1 << 30, 256)),
-        Err(Error::InvalidArgument { .. })
+        Err(Error::Argument(crate::ArgumentError::OutOfRange {
+            index: 9,
+            ..
+        }))
     ));
 }
 

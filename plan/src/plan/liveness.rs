@@ -8,7 +8,7 @@
 //! both tensors.
 
 use super::Buffer;
-use crate::{Error, Result};
+use crate::{ArgumentError, Error, Result};
 
 /// What a tensor is to the planner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,9 +51,12 @@ pub struct Liveness {
 ///
 /// # Errors
 /// [`Error::SizeMismatch`] when `roles` and `sizes` differ in length; [`Error::InvalidAlignment`];
-/// [`Error::InvalidArgument`] naming the op and tensor for an index out of range, a tensor read
-/// before any op writes it (inputs and persistent tensors excepted), a write to a graph input, an intermediate of size 0, or an in-place hint whose tensors the op does not
-/// write / read.
+/// [`ArgumentError`] naming the op and tensor: [`OutOfRange`](ArgumentError::OutOfRange) for an
+/// index out of range, [`ReadBeforeWrite`](ArgumentError::ReadBeforeWrite) for a tensor read before
+/// any op writes it (inputs and persistent tensors excepted),
+/// [`WritesInput`](ArgumentError::WritesInput) for a write to a graph input,
+/// [`Zero`](ArgumentError::Zero) for an intermediate of size 0, [`Invalid`](ArgumentError::Invalid)
+/// for an in-place hint whose tensors the op does not write / read.
 pub fn liveness(
     roles: &[TensorRole],
     sizes: &[u64],
@@ -80,26 +83,29 @@ pub fn liveness(
         let k64 = k as u64;
         for &t in op.reads.iter().chain(&op.writes) {
             if t >= n {
-                return Err(Error::invalid(format!(
-                    "op {k}: tensor {t} out of range ({n} tensors)"
-                )));
+                let what = format!("op {k}: tensor");
+                return Err(ArgumentError::out_of_range(what, t as u64, n as u64).into());
             }
         }
         for &t in &op.reads {
             let produced = matches!(roles[t], TensorRole::Input | TensorRole::Persistent)
                 || first_write[t].is_some();
             if !produced {
-                return Err(Error::invalid(format!(
-                    "op {k} reads tensor {t} before any op writes it"
-                )));
+                return Err(ArgumentError::ReadBeforeWrite {
+                    tensor: t.to_string(),
+                    reader: format!("op {k}"),
+                }
+                .into());
             }
             last_use[t] = k64;
         }
         for &t in &op.writes {
             if roles[t] == TensorRole::Input {
-                return Err(Error::invalid(format!(
-                    "op {k} writes tensor {t}, a graph input"
-                )));
+                return Err(ArgumentError::WritesInput {
+                    tensor: t.to_string(),
+                    writer: format!("op {k}"),
+                }
+                .into());
             }
             if first_write[t].is_none() {
                 first_write[t] = Some(k64);
@@ -109,9 +115,12 @@ pub fn liveness(
         if let Some((w, r)) = op.in_place
             && (!op.writes.contains(&w) || !op.reads.contains(&r))
         {
-            return Err(Error::invalid(format!(
-                "op {k}: in-place hint ({w} over {r}) needs {w} among the op's writes and {r} among its reads"
-            )));
+            return Err(ArgumentError::invalid_value(
+                format!("in-place hint of op {k}"),
+                format!("{w} over {r}"),
+                format!("{w} among the op's writes and {r} among its reads"),
+            )
+            .into());
         }
     }
     let mut lifetimes = vec![None; n];
@@ -121,9 +130,7 @@ pub fn liveness(
         }
         if let Some(f) = first_write[t] {
             if sizes[t] == 0 {
-                return Err(Error::invalid(format!(
-                    "tensor {t}: intermediate of size 0"
-                )));
+                return Err(ArgumentError::zero(format!("size of intermediate tensor {t}")).into());
             }
             lifetimes[t] = Some((f, last_use[t] + 1));
         }

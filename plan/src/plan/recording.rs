@@ -114,8 +114,8 @@ impl Recorder {
     /// Records the free of allocation `ordinal`.
     ///
     /// # Errors
-    /// [`Error::DoubleFree`] if it was already freed; [`Error::InvalidArgument`] for an ordinal this
-    /// recorder never returned.
+    /// [`Error::DoubleFree`] if it was already freed; [`crate::ArgumentError::OutOfRange`] for an
+    /// ordinal this recorder never returned.
     pub fn free(&mut self, ordinal: u32) -> Result<()> {
         match self.live.get_mut(ordinal as usize) {
             Some(live @ true) => {
@@ -129,10 +129,12 @@ impl Recorder {
                 slot: ordinal,
                 generation: 0,
             }),
-            None => Err(Error::invalid(format!(
-                "free of allocation {ordinal}, but only {} were recorded",
-                self.live.len()
-            ))),
+            None => Err(crate::ArgumentError::out_of_range(
+                "recorded allocation",
+                ordinal.into(),
+                self.live.len() as u64,
+            )
+            .into()),
         }
     }
 

@@ -210,15 +210,17 @@ pub struct Stages {
 ///
 /// # Errors
 /// The validation errors of [`verify`](fn@super::verify) for invalid buffers, [`crate::Error::PlanTooLarge`] when
-/// offsets could overflow `u64`, [`crate::Error::InvalidArgument`] for more than [`MAX_THREADS`]
+/// offsets could overflow `u64`, [`crate::ArgumentError::TooMany`] for more than [`MAX_THREADS`]
 /// threads; an internal verification failure is returned, never hidden.
 pub fn solve(buffers: &[Buffer], opts: &SolveOptions) -> Result<Solution> {
     let started = Instant::now();
     if opts.threads > MAX_THREADS {
-        return Err(crate::Error::invalid(format!(
-            "{} portfolio threads: at most {MAX_THREADS} (0 = every core)",
-            opts.threads
-        )));
+        return Err(crate::ArgumentError::too_many(
+            "portfolio threads (0 = every core)",
+            opts.threads as u64,
+            MAX_THREADS as u64,
+        )
+        .into());
     }
     let threads = portfolio_threads(opts.threads);
     let parallel = threads > 1 && buffers.len() >= PARALLEL_CHECK_MIN_BUFFERS;

@@ -440,10 +440,10 @@ fn too_many_threads_are_refused_before_any_work() {
         ..SolveOptions::default()
     };
     match solve(&b, &opts(crate::plan::MAX_THREADS + 1)) {
-        Err(crate::Error::InvalidArgument(msg)) => {
-            assert!(msg.contains("at most 1024"), "{msg}");
+        Err(crate::Error::Argument(crate::ArgumentError::TooMany { count, limit, .. })) => {
+            assert_eq!((count, limit), (1025, 1024));
         }
-        other => panic!("expected InvalidArgument, got {other:?}"),
+        other => panic!("expected TooMany, got {other:?}"),
     }
     assert!(solve(&b, &opts(crate::plan::MAX_THREADS)).is_ok());
 }

@@ -32,8 +32,10 @@ mod slots;
 ///
 /// # Errors
 /// - [`Error::SizeMismatch`] when the offset count or the reported peak is wrong;
-/// - [`Error::InvalidArgument`] for an invalid buffer, a misaligned offset, or two overlapping
-///   buffers (the message names both, their lifetimes and byte ranges);
+/// - [`crate::ArgumentError`] for an invalid buffer, a misaligned offset
+///   ([`NotMultiple`](crate::ArgumentError::NotMultiple)), or two overlapping buffers
+///   ([`BuffersOverlap`](crate::ArgumentError::BuffersOverlap), naming both, their lifetimes and
+///   byte ranges);
 /// - [`Error::OutOfBounds`] when a buffer ends beyond the capacity.
 pub fn verify(buffers: &[Buffer], plan: &Plan, capacity: Option<u64>) -> Result<()> {
     verify_named(buffers, plan, capacity, &|i| i.to_string())
@@ -48,10 +50,12 @@ pub(crate) fn verify_named(
 ) -> Result<()> {
     check_buffers(buffers, name)?;
     if buffers.len() > MAX_BUFFERS {
-        return Err(Error::invalid(format!(
-            "{} buffers: at most {MAX_BUFFERS} are supported",
-            buffers.len()
-        )));
+        return Err(crate::ArgumentError::too_many(
+            "buffers",
+            buffers.len() as u64,
+            MAX_BUFFERS as u64,
+        )
+        .into());
     }
     verify_sorted(buffers, &Events::new(buffers), plan, capacity, false)
         .map_err(|fault| fault.into_error(buffers, name))
@@ -213,11 +217,13 @@ impl Fault {
                 expected: buffers.len() as u64,
                 actual: actual as u64,
             },
-            Fault::Misaligned(i, o) => Error::invalid(format!(
-                "buffer {}: offset {o} is not a multiple of its alignment {}",
-                name(i),
-                buffers[i].align
-            )),
+            Fault::Misaligned(i, o) => crate::ArgumentError::not_multiple(
+                format!("offset of buffer {}", name(i)),
+                o,
+                "its alignment",
+                buffers[i].align,
+            )
+            .into(),
             Fault::OutOfBounds {
                 offset,
                 size,
@@ -239,12 +245,15 @@ impl Fault {
             },
             Fault::Clash { a, b } => {
                 let ((a, ao, aend), (b, bo, bend)) = if a.0 < b.0 { (a, b) } else { (b, a) };
-                let (an, bn) = (name(a), name(b));
-                Error::invalid(format!(
-                    "buffers {an} and {bn} overlap: buffer {an} lives [{}, {}) at bytes \
-                     [{ao}, {aend}), buffer {bn} lives [{}, {}) at bytes [{bo}, {bend})",
-                    buffers[a].lower, buffers[a].upper, buffers[b].lower, buffers[b].upper
-                ))
+                crate::ArgumentError::BuffersOverlap {
+                    first: name(a),
+                    first_lifetime: [buffers[a].lower, buffers[a].upper],
+                    first_bytes: [ao, aend],
+                    second: name(b),
+                    second_lifetime: [buffers[b].lower, buffers[b].upper],
+                    second_bytes: [bo, bend],
+                }
+                .into()
             }
             Fault::Certificate { buffer, why } => Error::invariant(
                 "a plan in slots keeps to its slots",

@@ -302,8 +302,9 @@ impl Buddy {
     ///
     /// # Errors
     /// [`Error::ForeignHandle`] if another allocator issued `region`; [`Error::StaleHandle`],
-    /// [`Error::DoubleFree`] or [`Error::InvalidArgument`] if its node no longer describes it. The
-    /// allocator is unchanged on error.
+    /// [`Error::DoubleFree`] or
+    /// [`ArgumentError::RegionMismatch`](crate::ArgumentError::RegionMismatch) if its node no
+    /// longer describes it. The allocator is unchanged on error.
     pub fn free(&mut self, region: Region) -> Result<()> {
         self.free_merged(region).map(|_| ())
     }
@@ -351,14 +352,15 @@ impl Buddy {
         };
         super::check_live(idx, generation, n.state == State::Used, n.generation)?;
         if n.offset != region.offset || region.size > 1 << n.order {
-            return Err(Error::invalid(format!(
-                "region at offset {} of {} bytes does not match its block {idx} \
-                 (offset {}, {} bytes)",
-                region.offset,
-                region.size,
-                n.offset,
-                1u64 << n.order
-            )));
+            return Err(crate::ArgumentError::RegionMismatch {
+                offset: region.offset,
+                size: region.size,
+                slot_kind: "block",
+                slot: idx,
+                slot_offset: n.offset,
+                slot_size: 1u64 << n.order,
+            }
+            .into());
         }
         Ok(idx)
     }

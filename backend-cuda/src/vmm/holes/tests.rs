@@ -40,26 +40,29 @@ fn holes_are_whole_chunks_inside_the_extent() {
 fn an_extension_adds_whole_chunks_up_to_the_reservation() {
     let c = 2 * MIB;
     assert_eq!(
-        extension(true, 4 * MIB, 10 * MIB, c, 16 * MIB).unwrap(),
+        extension(0, true, 4 * MIB, 10 * MIB, c, 16 * MIB).unwrap(),
         6 * MIB
     );
-    assert_eq!(extension(true, 0, 16 * MIB, c, 16 * MIB).unwrap(), 16 * MIB);
+    assert_eq!(
+        extension(0, true, 0, 16 * MIB, c, 16 * MIB).unwrap(),
+        16 * MIB
+    );
     for target in [4 * MIB, 2 * MIB] {
         assert!(matches!(
-            extension(true, 4 * MIB, target, c, 16 * MIB),
-            Err(Error::InvalidArgument(_))
+            extension(0, true, 4 * MIB, target, c, 16 * MIB),
+            Err(Error::Growth(tensormem::GrowthError::NotAnExtension { .. }))
         ));
     }
     assert!(matches!(
-        extension(true, 4 * MIB, 5 * MIB, c, 16 * MIB),
+        extension(0, true, 4 * MIB, 5 * MIB, c, 16 * MIB),
         Err(Error::Misaligned { value, .. }) if value == MIB
     ));
     assert!(matches!(
-        extension(true, 4 * MIB, 18 * MIB, c, 16 * MIB),
+        extension(0, true, 4 * MIB, 18 * MIB, c, 16 * MIB),
         Err(Error::OutOfBounds { limit, .. }) if limit == 16 * MIB
     ));
     assert!(matches!(
-        extension(false, 4 * MIB, 8 * MIB, c, 16 * MIB),
+        extension(0, false, 4 * MIB, 8 * MIB, c, 16 * MIB),
         Err(Error::Unsupported { .. })
     ));
 }
@@ -86,11 +89,11 @@ fn ranges_take_whole_units_and_say_what_they_hold() {
     // Cutting a unit at either end is refused (`cuMemUnmap` takes whole mappings).
     assert!(matches!(
         units_in(&units, 2 * MIB, 2 * MIB),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Growth(tensormem::GrowthError::CutsUnit { .. }))
     ));
     assert!(matches!(
         units_in(&units, 4 * MIB, 4 * MIB),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Growth(tensormem::GrowthError::CutsUnit { .. }))
     ));
     assert!(matches!(
         units_in(&units, 10 * MIB, 4 * MIB),

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 
+use tensormem::Result;
 use tensormem::backend::{BlockDesc, BlockId, Growable, InPlaceGrowth};
-use tensormem::{Error, Result};
 
 use super::{Blk, CountingBackend};
 use crate::peers::granularity;
@@ -93,7 +93,12 @@ impl Growable for CountingBackend {
         self.with(block, |b| {
             let old = b.size;
             if size <= old {
-                return Err(Error::invalid("extend_block must grow the extent"));
+                return Err(tensormem::GrowthError::NotAnExtension {
+                    block: block.0,
+                    committed: old,
+                    size,
+                }
+                .into());
             }
             b.size = size;
             // The host makes the range usable with one `mprotect` and counts it a hole; CUDA
@@ -136,10 +141,12 @@ impl Growable for CountingBackend {
         let counters = &self.counters;
         self.with(block, |b| {
             if !b.units_in(offset, size)?.is_empty() || offset + size > b.size {
-                return Err(Error::invalid(format!(
-                    "commit of [{offset}, {}): not a hole of the extent",
-                    offset + size
-                )));
+                return Err(tensormem::GrowthError::NotAHole {
+                    call: "commit_range",
+                    offset,
+                    size,
+                }
+                .into());
             }
             b.units.insert(offset, size);
             counters.reserve_n(size, 1);
@@ -159,11 +166,21 @@ impl Growable for CountingBackend {
         self.with(block, |b| {
             let units = b.units_in(from, size)?;
             let whole = units.iter().map(|u| u.1).sum::<u64>() == size;
-            if !whole || !b.units_in(to, size)?.is_empty() || to + size > b.size {
-                return Err(Error::invalid(format!(
-                    "remap of {size} bytes from {from} to {to}: the source is not all memory or \
-                     the target not all a hole"
-                )));
+            if !whole {
+                return Err(tensormem::GrowthError::NotBacked {
+                    call: "the source of remap_range",
+                    offset: from,
+                    size,
+                }
+                .into());
+            }
+            if !b.units_in(to, size)?.is_empty() || to + size > b.size {
+                return Err(tensormem::GrowthError::NotAHole {
+                    call: "the target of remap_range",
+                    offset: to,
+                    size,
+                }
+                .into());
             }
             for (o, n) in &units {
                 b.units.remove(o);

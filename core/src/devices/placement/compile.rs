@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 
+use crate::Result;
 use crate::devices::{DeviceId, DeviceSet};
 use crate::graph::{Graph, TensorId, TensorKind};
-use crate::{Error, Result};
 
 use super::Placement;
 use super::model::{Import, PlacedModel, Stage};
@@ -14,12 +14,13 @@ impl DeviceSet {
     /// Compiles `graph` split across the set by `placement` (the [`placement`](super) module doc).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a graph without nodes; [`Placement::resolve`]'s errors; as
-    /// [`Runtime::compile`](crate::Runtime::compile) on each device (an arena beyond a device's
-    /// budget is [`Error::OutOfMemory`] there).
+    /// [`ArgumentError::Zero`](crate::ArgumentError::Zero) for a graph without nodes;
+    /// [`Placement::resolve`]'s errors; as [`Runtime::compile`](crate::Runtime::compile) on each
+    /// device (an arena beyond a device's budget is
+    /// [`Error::OutOfMemory`](crate::Error::OutOfMemory) there).
     pub fn compile(&self, graph: &Graph, placement: &Placement) -> Result<PlacedModel> {
         if graph.nodes().is_empty() {
-            return Err(Error::invalid("a placed model needs at least one node"));
+            return Err(crate::ArgumentError::zero("nodes of a placed model's graph").into());
         }
         let devices = placement.resolve(graph, self.len())?;
         let mut builders: Vec<Builder> = Vec::new();
@@ -120,9 +121,11 @@ fn import(
                 .graph
                 .weight(&decl.name, decl.dtype, &decl.shape),
             TensorKind::Intermediate => {
-                let p = producer[t.index()].ok_or_else(|| {
-                    Error::invalid(format!("'{}' is read before any node writes it", decl.name))
-                })?;
+                let p =
+                    producer[t.index()].ok_or_else(|| crate::ArgumentError::ReadBeforeWrite {
+                        tensor: format!("'{}'", decl.name),
+                        reader: "a node of the placed graph".into(),
+                    })?;
                 let from = builders[p].map[&t.index()];
                 builders[p].graph.output(from);
                 let name = format!("{} (from {})", decl.name, builders[p].device);

@@ -47,10 +47,12 @@ impl PlacedModel {
     fn check_set(&self, t: TensorId, kind: TensorKind, data: &[u8]) -> Result<()> {
         let decl = self.graph.decl(t)?;
         if decl.kind != kind {
-            return Err(Error::invalid(format!(
-                "'{}' is a {:?}, not a {kind:?}",
-                decl.name, decl.kind
-            )));
+            return Err(crate::GraphError::WrongKind {
+                tensor: decl.name.clone(),
+                kind: decl.kind,
+                expected: kind,
+            }
+            .into());
         }
         if data.len() as u64 != decl.size()? {
             return Err(Error::SizeMismatch {

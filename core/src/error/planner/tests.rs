@@ -47,7 +47,15 @@ fn every_variant() -> Vec<Plan> {
             align: 64,
             align_name: "align",
         },
-        Plan::InvalidArgument("offload: no score to try".into()),
+        Plan::Argument(tensormem_plan::ArgumentError::zero("offload scores to try")),
+        Plan::Argument(tensormem_plan::ArgumentError::BuffersOverlap {
+            first: "a".into(),
+            first_lifetime: [0, 2],
+            first_bytes: [0, 8],
+            second: "b".into(),
+            second_lifetime: [1, 3],
+            second_bytes: [4, 12],
+        }),
         Plan::Malformed {
             source_name: "a.csv".into(),
             line: 2,

@@ -237,7 +237,7 @@ fn an_extension_that_does_not_grow_is_refused_and_changes_nothing() {
     for size in [4 * page, 2 * page] {
         assert!(matches!(
             h.extend_block(blk, size),
-            Err(Error::InvalidArgument(_))
+            Err(Error::Growth(crate::GrowthError::NotAnExtension { .. }))
         ));
     }
     assert!(matches!(

@@ -164,7 +164,7 @@ fn holes_outside_a_reserved_block_are_refused() {
     ));
     assert!(matches!(
         front.remap_range(fb, 0, page, 2 * page),
-        Err(crate::Error::InvalidArgument { .. })
+        Err(crate::Error::Overlap { .. })
     ));
     assert!(matches!(
         front.commit_range(fb, 4 * page, page),

@@ -165,7 +165,7 @@ fn a_node_the_kernel_refuses_is_a_typed_error_at_creation() {
     };
     assert!(matches!(
         HostBackend::new(driver),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Argument(crate::ArgumentError::Invalid { .. }))
     ));
 }
 

@@ -283,7 +283,11 @@ fn bad_operands_are_errors_naming_the_operand() {
     let bad = Op::Add { len: 5, b_len: 2 };
     assert!(matches!(
         run(&bad, &[&[0u8; 20], &[0u8; 8]], &mut [&mut [0u8; 20]]),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Argument(crate::ArgumentError::NotMultiple {
+            value: 5,
+            divisor: 2,
+            ..
+        }))
     ));
     let bad = Op::Permute {
         dims: [1, 1, 1, 1],
@@ -291,6 +295,6 @@ fn bad_operands_are_errors_naming_the_operand() {
     };
     assert!(matches!(
         run(&bad, &[&[0u8; 4]], &mut [&mut [0u8; 4]]),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Argument(crate::ArgumentError::Invalid { .. }))
     ));
 }

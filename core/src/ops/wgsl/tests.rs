@@ -468,10 +468,10 @@ fn oversized_or_invalid_ops_are_errors() {
     }
     assert!(matches!(
         kernel(&Op::Add { len: 10, b_len: 3 }),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Argument(crate::ArgumentError::NotMultiple { .. }))
     ));
     assert!(matches!(
         kernel(&Op::Relu { len: 0 }),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Argument(crate::ArgumentError::Zero { .. }))
     ));
 }

@@ -61,9 +61,13 @@ impl<D: Copy> Entry<D> {
 
     /// Begins a lease (a `resolve`).
     pub(super) fn lease(&mut self, clock: u64) -> Result<()> {
-        self.leases = self.leases.checked_add(1).ok_or_else(|| {
-            Error::InvalidArgument("spill pool: 2^32 leases of one allocation".into())
-        })?;
+        self.leases = self
+            .leases
+            .checked_add(1)
+            .ok_or_else(|| Error::ArithmeticOverflow {
+                what: "spill pool: leases of one allocation".into(),
+                limit_name: "u32",
+            })?;
         self.touched = clock;
         Ok(())
     }
@@ -75,9 +79,13 @@ impl<D: Copy> Entry<D> {
 
     /// Adds a pin.
     pub(super) fn pin(&mut self) -> Result<()> {
-        self.pins = self.pins.checked_add(1).ok_or_else(|| {
-            Error::InvalidArgument("spill pool: 2^32 pins of one allocation".into())
-        })?;
+        self.pins = self
+            .pins
+            .checked_add(1)
+            .ok_or_else(|| Error::ArithmeticOverflow {
+                what: "spill pool: pins of one allocation".into(),
+                limit_name: "u32",
+            })?;
         Ok(())
     }
 

@@ -51,10 +51,10 @@ impl StagingBelt {
         match belt.blocks.iter_mut().find(|b| b.id == id) {
             Some(block) => Ok(block.ring.retire(region, ticket.0)?),
             // Blocks are only released when their ring is empty, and this region is live.
-            None => Err(Error::invalid(format!(
-                "staging belt: block {} of a live region was released",
-                id.0
-            ))),
+            None => Err(Error::invariant(
+                "a staging block with a live region stays in its belt",
+                format!("block {} was released", id.0),
+            )),
         }
     }
 

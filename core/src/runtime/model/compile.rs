@@ -186,11 +186,11 @@ impl Runtime {
     /// intermediate too, outside the planned arena (which is one block), so it is not reused.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an ill-formed graph (a tensor read before it is written),
-    /// [`Error::ForeignTensor`] for an output of another graph, [`Error::ArithmeticOverflow`] for a
-    /// shape whose size overflows, an operand beyond the device's largest binding
-    /// ([`Error::TooLarge`]), an op that cannot be cut over a tensor held in segments
-    /// ([`Error::SegmentedOperand`]), allocation errors.
+    /// [`ArgumentError::ReadBeforeWrite`](crate::ArgumentError) for a tensor read before it is
+    /// written, [`Error::ForeignTensor`] for an output of another graph,
+    /// [`Error::ArithmeticOverflow`] for a shape whose size overflows, an operand beyond the
+    /// device's largest binding ([`Error::TooLarge`]), an op that cannot be cut over a tensor held
+    /// in segments ([`Error::SegmentedOperand`]), allocation errors.
     pub fn compile(&self, graph: &Graph) -> Result<Model> {
         let Layout {
             align,

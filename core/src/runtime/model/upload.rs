@@ -29,10 +29,12 @@ impl Model {
     ) -> Result<Ticket> {
         let decl = self.graph.decl(t)?;
         if decl.kind != kind {
-            return Err(Error::invalid(format!(
-                "'{}' is a {:?}, not a {kind:?}",
-                decl.name, decl.kind
-            )));
+            return Err(crate::GraphError::WrongKind {
+                tensor: decl.name.clone(),
+                kind: decl.kind,
+                expected: kind,
+            }
+            .into());
         }
         let size = decl.size()?;
         if data.len() as u64 != size {
@@ -44,10 +46,11 @@ impl Model {
         }
         let root = self.graph.decl(self.graph.root(t))?;
         if decl.offset != 0 || size != root.size()? {
-            return Err(Error::invalid(format!(
-                "'{}' is a view of part of '{}': the host sets the whole tensor",
-                decl.name, root.name
-            )));
+            return Err(crate::GraphError::PartialView {
+                tensor: decl.name.clone(),
+                root: root.name.clone(),
+            }
+            .into());
         }
         if let Some(o) = &mut self.offload {
             return o
@@ -70,9 +73,9 @@ impl Model {
     /// only; see [`Model::set_weight_async`].
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `t` is not a weight, [`Error::SizeMismatch`],
-    /// [`Error::NonFiniteWeight`] when an f32, f16 or f64 weight holds a NaN or an infinity,
-    /// transfer and allocation errors (the weight keeps its previous binding).
+    /// [`GraphError::WrongKind`](crate::GraphError) when `t` is not a weight,
+    /// [`Error::SizeMismatch`], [`Error::NonFiniteWeight`] when an f32, f16 or f64 weight holds a
+    /// NaN or an infinity, transfer and allocation errors (the weight keeps its previous binding).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn set_weight(&mut self, t: TensorId, data: &[u8]) -> Result<Ticket> {
         let mut h = WeightHasher::new();
@@ -143,10 +146,12 @@ impl Model {
     ) -> Result<Ticket> {
         let decl = self.graph.decl(t)?;
         if decl.kind != TensorKind::Weight {
-            return Err(Error::invalid(format!(
-                "'{}' is a {:?}, not a Weight",
-                decl.name, decl.kind
-            )));
+            return Err(crate::GraphError::WrongKind {
+                tensor: decl.name.clone(),
+                kind: decl.kind,
+                expected: TensorKind::Weight,
+            }
+            .into());
         }
         let expected = decl.size()?;
         if size != expected {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tensormem::devices::PlacedReport;
-use tensormem::{DeviceSet, Error, PoolConfig, Result, RuntimeConfig};
+use tensormem::{DeviceSet, PoolConfig, Result, RuntimeConfig};
 use tensormem_examples::backend_select::{self, BackendChoice};
 use tensormem_examples::cli::{self, DeviceBudget};
 use tensormem_examples::models::minilm::{self, MiniLm};
@@ -29,9 +29,12 @@ pub(crate) fn run(args: &Args, model_dir: &Path, sentences: &[String]) -> Result
         None => None,
         Some(DeviceBudget::Bytes(b)) => Some(b),
         Some(DeviceBudget::Percent(_)) => {
-            return Err(Error::invalid(
-                "minilm: with several devices, --device-budget takes a size per device, not a percentage",
-            ));
+            return Err(tensormem::ArgumentError::invalid_value(
+                "--device-budget",
+                "a percentage",
+                "a size per device (with several devices)",
+            )
+            .into());
         }
     };
     let config = RuntimeConfig {

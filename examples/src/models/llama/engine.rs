@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use web_time::Instant;
 
 use tensormem::kv::{KvCache, Preemption, SeqId};
-use tensormem::{Error, Result};
+use tensormem::{ArgumentError, Error, Result};
 
 use super::forward::{Chunk, Decoder};
 use super::requests::{EngineConfig, EngineStats, Event, Finish, Request};
@@ -86,23 +86,31 @@ impl<'a> Engine<'a> {
         let ctx = self.decoder.cfg.max_position_embeddings;
         let bt = self.cache.geometry().block_tokens as usize;
         if r.prompt.is_empty() {
-            return Err(Error::invalid("generate: an empty prompt"));
+            return Err(ArgumentError::zero("generate: prompt tokens").into());
         }
         if r.max_new_tokens == 0 {
-            return Err(Error::invalid("generate: max_new_tokens is 0"));
+            return Err(ArgumentError::zero("generate: max_new_tokens").into());
         }
         if r.prompt.len() >= ctx {
-            return Err(Error::invalid(format!(
-                "generate: a prompt of {} tokens leaves no room in the model's context of {ctx}",
-                r.prompt.len()
-            )));
+            return Err(ArgumentError::too_many(
+                format!(
+                    "generate: prompt tokens (the model's context of {ctx}, less one to generate)"
+                ),
+                r.prompt.len() as u64,
+                ctx.saturating_sub(1) as u64,
+            )
+            .into());
         }
         if (r.prompt.len() + 1).div_ceil(bt) > self.max_blocks {
-            return Err(Error::invalid(format!(
-                "generate: a prompt of {} tokens needs more KV blocks than the budget holds ({})",
-                r.prompt.len(),
-                self.max_blocks
-            )));
+            return Err(ArgumentError::too_many(
+                format!(
+                    "generate: KV blocks for a prompt of {} tokens (the budget's)",
+                    r.prompt.len()
+                ),
+                (r.prompt.len() + 1).div_ceil(bt) as u64,
+                self.max_blocks as u64,
+            )
+            .into());
         }
         let id = self.next_id;
         self.next_id += 1;
@@ -273,7 +281,10 @@ impl<'a> Engine<'a> {
                 continue;
             }
             let row = logits.next().ok_or_else(|| {
-                Error::invalid("generate: the forward pass returned fewer logits than asked")
+                Error::invariant(
+                    "the forward pass returns one logit row per chunk that asks",
+                    "fewer rows than asked",
+                )
             })?;
             let token = live.sampler.sample(&row);
             live.tokens.push(token);
@@ -321,9 +332,12 @@ impl<'a> Engine<'a> {
                 Ok(_) => {}
                 Err(Error::Kv(e)) if e.is_retryable() => {
                     if self.running.len() == 1 {
-                        return Err(Error::invalid(
-                            "generate: the KV budget cannot hold one request's tokens",
-                        ));
+                        return Err(ArgumentError::too_many(
+                            "generate: tokens of one request (the KV budget's)",
+                            end as u64,
+                            (self.max_blocks * self.cache.geometry().block_tokens as usize) as u64,
+                        )
+                        .into());
                     }
                     // Nothing else to take from: this request steps aside.
                     self.cache.truncate(seq, self.running[i].computed)?;

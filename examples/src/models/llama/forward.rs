@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use tensormem::kv::KvCache;
 use tensormem::pool::ReplayPool;
-use tensormem::{DType, Error, Op, Result, Runtime, Tensor, WeightFormat};
+use tensormem::{DType, Op, Result, Runtime, Tensor, WeightFormat};
 
 use super::config::LlamaConfig;
 pub use super::step_inputs::Chunk;
@@ -164,9 +164,17 @@ impl Decoder {
         if (g.layers as usize, g.kv_heads as usize, g.head_dim as usize)
             != (cfg.num_hidden_layers, cfg.kv_heads(), cfg.head_dim())
         {
-            return Err(Error::invalid(format!(
-                "KV cache geometry {g:?} does not match the model's layers, KV heads and head dim"
-            )));
+            return Err(tensormem::ArgumentError::invalid_value(
+                "KV cache geometry",
+                format!("{g:?}"),
+                format!(
+                    "the model's {} layers, {} KV heads and head dim {}",
+                    cfg.num_hidden_layers,
+                    cfg.kv_heads(),
+                    cfg.head_dim()
+                ),
+            )
+            .into());
         }
         let n = inp.n;
         let (per_segment, stride) = cache.segment_shape();

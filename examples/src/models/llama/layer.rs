@@ -192,7 +192,12 @@ impl Decoder {
             }
         }
         q.free()?;
-        let attn = attn.ok_or_else(|| Error::invalid("forward: no KV segment reached"))?;
+        let attn = attn.ok_or_else(|| {
+            Error::invariant(
+                "a step's tokens reach at least one KV segment",
+                "none reached",
+            )
+        })?;
         let o = self.linear(&attn, &layer.o, n, "attn out")?;
         attn.free()?;
         let x1 = self.add(&x, &o, n * h)?;

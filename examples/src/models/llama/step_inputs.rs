@@ -6,7 +6,7 @@
 //! so the blocking and the awaitable upload paths (native, browser) are the same three lines.
 
 use tensormem::kv::{KvCache, SeqId};
-use tensormem::{Error, Result};
+use tensormem::{ArgumentError, Result};
 
 /// Tokens of one sequence computed in a step.
 #[derive(Clone, Debug)]
@@ -79,7 +79,7 @@ impl StepInputs {
         }
         let n = ids.len();
         if n == 0 {
-            return Err(Error::invalid("forward: a step with no tokens"));
+            return Err(ArgumentError::zero("forward: tokens in the step").into());
         }
         let (per_segment, _) = cache.segment_shape();
         let bt = cache.geometry().block_tokens as usize;
@@ -97,11 +97,13 @@ impl StepInputs {
             for i in 0..c.tokens.len() {
                 let pos = c.start + i;
                 let block = *table.get(pos / bt).ok_or_else(|| {
-                    Error::invalid(format!("forward: position {pos} has no block in the cache"))
+                    let what = format!("forward: block table index of position {pos}");
+                    ArgumentError::out_of_range(what, (pos / bt) as u64, table.len() as u64)
                 })? as usize;
                 let local = ((block % per_segment) * bt + pos % bt) as u32;
                 let slot = slots.get_mut(block / per_segment).ok_or_else(|| {
-                    Error::invalid(format!("forward: block {block} past the cache's segments"))
+                    let what = format!("forward: KV segment of block {block}");
+                    ArgumentError::out_of_range(what, (block / per_segment) as u64, segments as u64)
                 })?;
                 slot[t] = local;
                 t += 1;

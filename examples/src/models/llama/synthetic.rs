@@ -86,10 +86,16 @@ impl Synthetic {
                 view.map(|v| (name.clone(), v))
             })
             .collect::<std::result::Result<_, _>>()
-            .map_err(|e| Error::invalid(format!("synthetic tensor: {e}")))?;
+            .map_err(|e| Error::Malformed {
+                source_name: "synthetic tensor".into(),
+                line: 0,
+                message: e.to_string(),
+            })?;
         let p = dir.join("model.safetensors");
-        safetensors::serialize_to_file(views, None, &p)
-            .map_err(|e| Error::invalid(format!("writing {}: {e}", p.display())))
+        safetensors::serialize_to_file(views, None, &p).map_err(|e| Error::Io {
+            path: p.display().to_string(),
+            source: std::io::Error::other(e),
+        })
     }
 
     fn tensors(&self, seed: u64) -> Vec<(String, Vec<usize>, Vec<f32>)> {

@@ -27,13 +27,13 @@ pub fn check_ids(cfg: &BertConfig, tokens: &TokenBatch) -> Result<()> {
         ),
     ] {
         if let Some(i) = ids.iter().position(|&id| id as usize >= table) {
-            return Err(Error::invalid(format!(
-                "{what} {} (sentence {}, token {}) is outside the table of {table} rows \
-                 (config.json {field}); the tokenizer and the config disagree",
-                ids[i],
+            let what = format!(
+                "{what} (sentence {}, token {}; the tokenizer and config.json {field} disagree)",
                 i / seq,
                 i % seq
-            )));
+            );
+            let e = tensormem::ArgumentError::out_of_range(what, u64::from(ids[i]), table as u64);
+            return Err(e.into());
         }
     }
     Ok(())

@@ -232,10 +232,11 @@ pub fn build_graph_chunked(
 /// the untiled graph, so the embeddings are bit-identical. One chunk each is the untiled graph.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for a zero batch or sequence, a sequence longer than the position
+/// [`tensormem::ArgumentError`] for a zero batch or sequence, a sequence longer than the position
 /// table, an attention chunk count that does not divide the batch ([`attention_chunk_counts`]),
-/// a feed-forward chunk count that does not divide `batch·seq` or whose chunks the host would
-/// compute with other roundings ([`ffn_chunk_counts`]); graph shape checks.
+/// a feed-forward chunk count that does not divide `batch·seq`;
+/// [`tensormem::GraphError::Untileable`] for one whose chunks the host would compute with other
+/// roundings ([`ffn_chunk_counts`]); graph shape checks.
 /// The word, position and type embedding tables and every linear weight are stored in `format`;
 /// biases and LayerNorm parameters stay f32.
 pub fn build_graph_tiled(
@@ -251,29 +252,43 @@ pub fn build_graph_tiled(
         staged,
     } = tiling;
     if attention_chunks == 0 || !batch.is_multiple_of(attention_chunks as usize) {
-        return Err(Error::invalid(format!(
-            "minilm: {attention_chunks} attention chunks for a batch of {batch}: a chunk holds \
-             whole sentences, so the count must divide the batch ({:?})",
-            attention_chunk_counts(batch)
-        )));
+        return Err(tensormem::ArgumentError::invalid_value(
+            "minilm attention chunks",
+            attention_chunks.to_string(),
+            format!(
+                "a count that divides the batch of {batch}, as a chunk holds whole sentences: {:?}",
+                attention_chunk_counts(batch)
+            ),
+        )
+        .into());
     }
     if ffn_chunks == 0 || !(batch * seq).is_multiple_of(ffn_chunks as usize) {
-        return Err(Error::invalid(format!(
-            "minilm: {ffn_chunks} feed-forward chunks for {batch}x{seq} tokens: a chunk holds \
-             whole rows, so the count must divide the {} rows",
-            batch * seq
-        )));
+        return Err(tensormem::ArgumentError::invalid_value(
+            "minilm feed-forward chunks",
+            ffn_chunks.to_string(),
+            format!(
+                "a count that divides the {} rows of {batch}x{seq} tokens (a chunk holds whole \
+                 rows)",
+                batch * seq
+            ),
+        )
+        .into());
     }
     if batch == 0 || seq == 0 {
-        return Err(Error::invalid(format!(
-            "minilm: batch {batch} and sequence {seq} must both be at least 1"
-        )));
+        let what = if batch == 0 {
+            "minilm batch"
+        } else {
+            "minilm sequence length"
+        };
+        return Err(tensormem::ArgumentError::zero(what).into());
     }
     if seq > cfg.max_position_embeddings {
-        return Err(Error::invalid(format!(
-            "minilm: sequence of {seq} tokens exceeds the {} positions of the model",
-            cfg.max_position_embeddings
-        )));
+        return Err(tensormem::ArgumentError::too_many(
+            "minilm sequence tokens (the model's positions)",
+            seq as u64,
+            cfg.max_position_embeddings as u64,
+        )
+        .into());
     }
     let (h, nh, hd, ff) = (
         cfg.hidden_size,

@@ -50,15 +50,19 @@ fn bad_shapes_are_errors() {
     let cfg = BertConfig::all_minilm_l6_v2();
     assert!(matches!(
         build_graph(&cfg, 0, 8, WeightFormat::F32),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Argument(tensormem::ArgumentError::Zero { .. }))
     ));
     assert!(matches!(
         build_graph(&cfg, 1, 0, WeightFormat::F32),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Argument(tensormem::ArgumentError::Zero { .. }))
     ));
     assert!(matches!(
         build_graph(&cfg, 1, 513, WeightFormat::F32),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Argument(tensormem::ArgumentError::TooMany {
+            count: 513,
+            limit: 512,
+            ..
+        }))
     ));
     assert!(build_graph(&cfg, 1, 512, WeightFormat::F32).is_ok());
 }
@@ -236,9 +240,21 @@ fn ids_outside_their_tables_are_refused() {
     let ok = super::super::tokenize::pad_batch(&[vec![1, 2, 3], vec![4, 5]]);
     check_ids(&cfg, &ok).unwrap();
     let bad = super::super::tokenize::pad_batch(&[vec![1, 2, 3], vec![4, 10]]);
-    let msg = check_ids(&cfg, &bad).unwrap_err().to_string();
+    let e = check_ids(&cfg, &bad).unwrap_err();
+    let msg = e.to_string();
     assert!(
-        msg.contains("token id 10 (sentence 1, token 1)") && msg.contains("vocab_size"),
+        matches!(
+            e,
+            Error::Argument(tensormem::ArgumentError::OutOfRange {
+                index: 10,
+                len: 10,
+                ..
+            })
+        ),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("(sentence 1, token 1;") && msg.contains("vocab_size"),
         "{msg}"
     );
 }
@@ -291,7 +307,7 @@ fn chunked_attention_repeats_the_chain_per_chunk_and_keeps_the_rest() {
     for bad in [0u32, 3, 8] {
         assert!(matches!(
             build_graph_chunked(&cfg, 4, 9, WeightFormat::F32, bad),
-            Err(Error::InvalidArgument(_))
+            Err(Error::Argument(tensormem::ArgumentError::Invalid { .. }))
         ));
     }
     assert_eq!(attention_chunk_counts(8), [1, 2, 4, 8]);
@@ -343,7 +359,7 @@ fn tiled_feed_forward_repeats_the_block_per_chunk_and_refuses_inexact_counts() {
     assert_eq!(g.builder.weights.len(), one.builder.weights.len());
     for bad in [0u32, 3, 4, 8] {
         assert!(
-            matches!(tiled(bad), Err(Error::InvalidArgument(_))),
+            matches!(tiled(bad), Err(Error::Argument(_) | Error::Graph(_))),
             "{bad} chunks"
         );
     }

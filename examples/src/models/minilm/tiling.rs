@@ -104,7 +104,9 @@ impl MiniLm {
             let graph = match build_graph_tiled(&self.cfg, batch, seq, self.format, tiling) {
                 Ok(g) => g,
                 // A feed-forward count whose chunks would round differently: the next one.
-                Err(Error::InvalidArgument(_)) if auto_ffn && j + 1 < ffn.len() => {
+                Err(
+                    Error::Graph(tensormem::GraphError::Untileable { .. }) | Error::Argument(_),
+                ) if auto_ffn && j + 1 < ffn.len() => {
                     j += 1;
                     continue;
                 }
@@ -143,7 +145,8 @@ impl MiniLm {
                 break;
             }
         }
-        Err(refused.unwrap_or_else(|| Error::invalid("minilm: no tiling to try")))
+        Err(refused
+            .unwrap_or_else(|| tensormem::ArgumentError::zero("minilm: tilings to try").into()))
     }
 
     fn compile_options(&self) -> crate::cli::CompileOptions {

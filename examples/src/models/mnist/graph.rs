@@ -2,7 +2,7 @@
 //! apart from the sample's I/O and its blocking driver (`Mnist`) so that the browser sample
 //! (`tensormem-browser`) compiles this same file for wasm32 and runs the same graph.
 
-use tensormem::{DType, Error, Op, Result, TensorId, WeightFormat};
+use tensormem::{DType, Op, Result, TensorId, WeightFormat};
 
 use crate::models::builder::{ModelBuilder, dim};
 
@@ -41,11 +41,12 @@ pub struct MnistGraph {
 /// `format` (biases stay f32).
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for a zero or oversized batch; graph shape checks.
+/// [`tensormem::ArgumentError::Zero`] for a zero batch,
+/// [`tensormem::Error::ArithmeticOverflow`] for an oversized one; graph shape checks.
 pub fn build_graph(batch: usize, format: WeightFormat) -> Result<MnistGraph> {
     let n = dim(batch)?;
     if n == 0 {
-        return Err(Error::invalid("mnist: batch of 0 images"));
+        return Err(tensormem::ArgumentError::zero("mnist: images in the batch").into());
     }
     let mut b = ModelBuilder::with_format(format);
     let image = b.graph.input("image", DType::F32, &[batch, 1, SIDE, SIDE]);

@@ -93,7 +93,7 @@ fn f16_file_halves_the_matrices() {
 fn f32_target_and_broken_int8_files_are_errors() {
     assert!(matches!(
         quantize_file(&f32_file(), WeightFormat::F32),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Argument(tensormem::ArgumentError::Invalid { .. }))
     ));
     // An int8 tensor without its scales.
     let q = [1u8, 2, 3, 4];

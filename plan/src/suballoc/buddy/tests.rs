@@ -289,12 +289,24 @@ fn forged_handles_are_double_frees_stale_or_invalid_never_panics() {
         offset: 16,
         ..forge(&c)
     };
-    assert!(matches!(b.free(moved), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        b.free(moved),
+        Err(Error::Argument(crate::ArgumentError::RegionMismatch {
+            slot_kind: "block",
+            ..
+        }))
+    ));
     let grown = Region {
         size: 65,
         ..forge(&c)
     };
-    assert!(matches!(b.free(grown), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        b.free(grown),
+        Err(Error::Argument(crate::ArgumentError::RegionMismatch {
+            slot_kind: "block",
+            ..
+        }))
+    ));
     let beyond = Region {
         key: 1_000_000,
         ..forge(&c)

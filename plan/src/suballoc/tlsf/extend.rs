@@ -63,18 +63,20 @@ impl Tlsf {
     /// the range must keep at least one byte. Constant time.
     ///
     /// # Errors
-    /// [`Error::ZeroSize`] for 0; [`Error::InvalidArgument`] when the free tail is shorter than
-    /// `amount` or `amount` is the whole range. The allocator is unchanged on error.
+    /// [`Error::ZeroSize`] for 0; [`Error::TooLarge`] when the free tail is shorter than `amount`
+    /// or `amount` is the whole range. The allocator is unchanged on error.
     pub fn shrink(&mut self, amount: u64) -> Result<()> {
         if amount == 0 {
             return Err(Error::ZeroSize { what: "shrink" });
         }
         let tail = self.free_tail();
         if amount > tail || amount >= self.capacity {
-            return Err(Error::invalid(format!(
-                "cannot cut {amount} bytes off a range of {} bytes whose free tail is {tail} bytes",
-                self.capacity
-            )));
+            return Err(Error::TooLarge {
+                what: "shrink",
+                requested: amount,
+                limit: tail.min(self.capacity.saturating_sub(1)),
+                limit_name: "the range's free tail (and less than the whole range)",
+            });
         }
         let last = self.last;
         self.unlink(last);

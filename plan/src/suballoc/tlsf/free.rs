@@ -11,8 +11,9 @@ impl Tlsf {
     ///
     /// # Errors
     /// [`Error::ForeignHandle`] if another allocator issued `region`; [`Error::StaleHandle`],
-    /// [`Error::DoubleFree`] or [`Error::InvalidArgument`] if its slot no longer describes it. The
-    /// allocator is unchanged on error.
+    /// [`Error::DoubleFree`] or
+    /// [`ArgumentError::RegionMismatch`](crate::ArgumentError::RegionMismatch) if its slot no
+    /// longer describes it. The allocator is unchanged on error.
     #[inline]
     pub fn free(&mut self, region: Region) -> Result<()> {
         self.free_merged(region).map(|_| ())
@@ -63,11 +64,15 @@ impl Tlsf {
         };
         crate::suballoc::check_live(idx, generation, n.state() == State::Used, n.prev_free)?;
         if n.offset != region.offset || n.size < region.size {
-            return Err(Error::invalid(format!(
-                "region at offset {} of {} bytes does not match its slot {idx} \
-                 (offset {}, {} bytes)",
-                region.offset, region.size, n.offset, n.size
-            )));
+            return Err(crate::ArgumentError::RegionMismatch {
+                offset: region.offset,
+                size: region.size,
+                slot_kind: "slot",
+                slot: idx,
+                slot_offset: n.offset,
+                slot_size: n.size,
+            }
+            .into());
         }
         Ok(idx)
     }

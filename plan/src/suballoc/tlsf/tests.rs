@@ -231,7 +231,13 @@ fn forged_second_handle_is_a_double_free_then_stale_after_reuse() {
         offset: 8,
         ..forge(&b)
     };
-    assert!(matches!(t.free(bad), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        t.free(bad),
+        Err(Error::Argument(crate::ArgumentError::RegionMismatch {
+            slot_kind: "slot",
+            ..
+        }))
+    ));
     let beyond = Region {
         key: 1_000_000,
         ..forge(&b)

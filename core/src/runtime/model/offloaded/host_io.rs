@@ -15,7 +15,7 @@ impl Offloaded {
     /// arena place (mapped on unified memory, staged otherwise), after the last run.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a tensor with no storage; transfer errors.
+    /// [`GraphError::NoStorage`](crate::GraphError) for a tensor with no storage; transfer errors.
     pub(in crate::runtime::model) async fn write(
         &mut self,
         waiting: Waiting,
@@ -117,10 +117,11 @@ impl Offloaded {
 
     fn fixed_range(&self, root: usize) -> Result<BlockRange> {
         let offset = self.fixed_at[root].ok_or_else(|| {
-            Error::invalid(format!(
-                "tensor {root} has no storage between runs in this budgeted model (an \
-                 intermediate, or never used)"
-            ))
+            Error::from(crate::GraphError::NoStorage {
+                tensor: root,
+                scope: "between runs in this budgeted model",
+                why: "an intermediate, or never used",
+            })
         })?;
         self.arena_range(offset, self.sizes[root])
     }

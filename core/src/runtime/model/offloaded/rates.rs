@@ -41,8 +41,8 @@ impl Rates {
     /// The (link, device) rates in bytes per second for a compile on `rt`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a given rate that is not a finite number above zero; the
-    /// backend's errors while measuring.
+    /// [`ArgumentError::Invalid`](crate::ArgumentError) for a rate that is not a finite number
+    /// above 0; the backend's errors while measuring.
     pub(super) fn resolve(self, rt: &Runtime) -> Result<(f64, f64)> {
         match self {
             Rates::Default => {
@@ -53,9 +53,12 @@ impl Rates {
                 if [link, device].iter().all(|r| r.is_finite() && *r > 0.0) {
                     Ok((link, device))
                 } else {
-                    Err(Error::invalid(format!(
-                        "offload rates: link {link} and device {device} bytes/s must be finite and above 0"
-                    )))
+                    Err(crate::ArgumentError::invalid_value(
+                        "offload rates (bytes/s)",
+                        format!("link {link}, device {device}"),
+                        "both finite and above 0",
+                    )
+                    .into())
                 }
             }
             Rates::Measured => rt.measured_rates(|| measure(rt.backend())),
@@ -110,7 +113,10 @@ fn measure(backend: &Arc<dyn Backend>) -> Result<(f64, f64)> {
     };
     let result = (|| -> Result<(f64, f64)> {
         let copy = timed(&|| b.copy(range(src, 0, PROBE_BYTES), range(dst, 0, PROBE_BYTES)))?;
-        let len = u32::try_from(third / 4).map_err(|_| Error::invalid("probe too large"))?;
+        let len = u32::try_from(third / 4).map_err(|_| Error::ArithmeticOverflow {
+            what: format!("rate probe of {} elements", third / 4),
+            limit_name: "u32 kernel index",
+        })?;
         let add = Op::Add { len, b_len: len };
         let bindings = [
             range(dst, 0, third),

@@ -160,7 +160,7 @@ fn the_planner_plans_with_default_given_or_measured_rates() {
     };
     assert!(matches!(
         rates_of(bad),
-        Err(crate::Error::InvalidArgument(_))
+        Err(crate::Error::Argument(crate::ArgumentError::Invalid { .. }))
     ));
     let measured = rates_of(Rates::Measured).unwrap();
     assert!(
