@@ -56,22 +56,34 @@ async fn outputs(ctx: &Ctx, model: &mut Model, outs: &[TensorId]) -> Result<Vec<
     Ok(v)
 }
 
+/// The unbudgeted run of `rg` on `rt`: its outputs' bits and the device bytes it needed.
+async fn unbudgeted(
+    ctx: &Ctx,
+    rt: &Runtime,
+    rg: &RandomGraph,
+) -> Result<(Vec<Vec<u32>>, u64), String> {
+    let mut plain = rt.compile(&rg.graph).map_err(fail("compile"))?;
+    feed(ctx, &mut plain, rg).await?;
+    let want = outputs(ctx, &mut plain, &rg.outputs).await?;
+    Ok((want, plain.memory_report().unbudgeted_device_bytes()))
+}
+
+/// A runtime of the context's target, with staging forced or not.
+fn staged_runtime(ctx: &Ctx, force_staging: bool) -> Result<Runtime, String> {
+    ctx.runtime(RuntimeConfig {
+        force_staging,
+        ..RuntimeConfig::default()
+    })
+    .map_err(fail("runtime"))
+}
+
 async fn budgeted_equals_unbudgeted(ctx: &Ctx) -> R {
     let mut moved = 0u64;
     for force_staging in [false, true] {
-        let rt = ctx
-            .runtime(RuntimeConfig {
-                force_staging,
-                ..RuntimeConfig::default()
-            })
-            .map_err(fail("runtime"))?;
+        let rt = staged_runtime(ctx, force_staging)?;
         for seed in 1..=12 {
             let rg = random_graph(seed)?;
-            let mut plain = rt.compile(&rg.graph).map_err(fail("compile"))?;
-            feed(ctx, &mut plain, &rg).await?;
-            let want = outputs(ctx, &mut plain, &rg.outputs).await?;
-            let need = plain.memory_report().unbudgeted_device_bytes();
-            drop(plain);
+            let (want, need) = unbudgeted(ctx, &rt, &rg).await?;
             // Half of the need, raised to what the tightest op needs when that is more.
             let (mut model, budget) =
                 compile_within(&rt, &rg.graph, CompileDesc::default(), need / 2, need, seed)?;
@@ -111,21 +123,12 @@ async fn budgeted_equals_unbudgeted(ctx: &Ctx) -> R {
 /// same bytes move, activations do go out and back in some graph, and the report says a swap-in
 /// was a device copy exactly where the backend copies out of host-visible memory.
 async fn swap_in_paths(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig {
-            force_staging: true,
-            ..RuntimeConfig::default()
-        })
-        .map_err(fail("runtime"))?;
+    let rt = staged_runtime(ctx, true)?;
     let both_ways = ctx.backend.capabilities().host_visible_copies;
     let mut swapped = 0u64;
     for seed in 1..=8 {
         let rg = random_graph(seed)?;
-        let mut plain = rt.compile(&rg.graph).map_err(fail("compile"))?;
-        feed(ctx, &mut plain, &rg).await?;
-        let want = outputs(ctx, &mut plain, &rg.outputs).await?;
-        let need = plain.memory_report().unbudgeted_device_bytes();
-        drop(plain);
+        let (want, need) = unbudgeted(ctx, &rt, &rg).await?;
         let mut moved = Vec::new();
         for direct_swap_in in [true, false] {
             let desc = CompileDesc {
@@ -161,12 +164,7 @@ async fn swap_in_paths(ctx: &Ctx) -> R {
 }
 
 async fn budget_below_working_set(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig {
-            force_staging: true,
-            ..RuntimeConfig::default()
-        })
-        .map_err(fail("runtime"))?;
+    let rt = staged_runtime(ctx, true)?;
     let len = 64 << 10;
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[len]);
@@ -279,12 +277,7 @@ fn lookup_graph(format: WeightFormat) -> Result<(Graph, Feeds, TensorId), String
 /// uploading only the rows the ids select, with outputs bit-identical to the unbudgeted run.
 async fn embedding_rows_below_the_table(ctx: &Ctx) -> R {
     for force_staging in [false, true] {
-        let rt = ctx
-            .runtime(RuntimeConfig {
-                force_staging,
-                ..RuntimeConfig::default()
-            })
-            .map_err(fail("runtime"))?;
+        let rt = staged_runtime(ctx, force_staging)?;
         for format in [WeightFormat::F32, WeightFormat::Int8 { group: 16 }] {
             let (g, feeds, z) = lookup_graph(format)?;
             let mut plain = rt.compile(&g).map_err(fail("compile"))?;
@@ -396,12 +389,7 @@ fn branch_graph() -> Result<(Graph, Feeds, TensorId, u64), String> {
 /// outputs equal the unbudgeted run's.
 async fn recomputed_equals_unbudgeted(ctx: &Ctx) -> R {
     for force_staging in [false, true] {
-        let rt = ctx
-            .runtime(RuntimeConfig {
-                force_staging,
-                ..RuntimeConfig::default()
-            })
-            .map_err(fail("runtime"))?;
+        let rt = staged_runtime(ctx, force_staging)?;
         let (g, feeds, y, bytes) = branch_graph()?;
         let mut plain = rt.compile(&g).map_err(fail("compile"))?;
         feed_bytes(ctx, &mut plain, &g, &feeds).await?;

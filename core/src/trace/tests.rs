@@ -27,6 +27,13 @@ fn touch(rt: &Runtime, t: &Tensor) {
     assert_eq!(rt.download::<u8>(t).unwrap()[0], 7);
 }
 
+/// A used 1 KiB tensor "b", freed at once: the peak the findings measure their savings against.
+fn brief_b(rt: &Runtime) {
+    let b = alloc(rt, 1024, "b");
+    touch(rt, &b);
+    rt.free(b).unwrap();
+}
+
 fn findings(tracer: &Tracer, kind: FindingKind, label: &str) -> Vec<Finding> {
     analyze(&tracer.snapshot(), &AnalyzeOptions::default())
         .into_iter()
@@ -286,9 +293,7 @@ fn html_stacks_allocations_and_drops_them_when_lower_ones_are_freed() {
 fn early_allocation_is_reported_with_its_peak_saving() {
     let (rt, tracer) = traced_runtime();
     let a = alloc(&rt, 4096, "early");
-    let b = alloc(&rt, 1024, "b");
-    touch(&rt, &b);
-    rt.free(b).unwrap();
+    brief_b(&rt);
     touch(&rt, &a);
     rt.free(a).unwrap();
     let f = one(&tracer, FindingKind::EarlyAllocation, "early");
@@ -301,9 +306,7 @@ fn late_deallocation_is_reported_with_its_peak_saving() {
     let (rt, tracer) = traced_runtime();
     let a = alloc(&rt, 4096, "late");
     touch(&rt, &a);
-    let b = alloc(&rt, 1024, "b");
-    touch(&rt, &b);
-    rt.free(b).unwrap();
+    brief_b(&rt);
     rt.free(a).unwrap();
     assert_eq!(
         one(&tracer, FindingKind::LateDeallocation, "late").saved,
@@ -315,9 +318,7 @@ fn late_deallocation_is_reported_with_its_peak_saving() {
 fn unused_allocation_is_reported_with_its_peak_saving() {
     let (rt, tracer) = traced_runtime();
     let a = alloc(&rt, 4096, "unused");
-    let b = alloc(&rt, 1024, "b");
-    touch(&rt, &b);
-    rt.free(b).unwrap();
+    brief_b(&rt);
     rt.free(a).unwrap();
     let f = one(&tracer, FindingKind::UnusedAllocation, "unused");
     assert_eq!((f.saved, f.wasted), (4096, 4096));
@@ -329,9 +330,7 @@ fn leak_is_reported_with_its_peak_saving() {
     let (rt, tracer) = traced_runtime();
     let a = alloc(&rt, 2048, "leak");
     touch(&rt, &a);
-    let b = alloc(&rt, 1024, "b");
-    touch(&rt, &b);
-    rt.free(b).unwrap();
+    brief_b(&rt);
     let f = one(&tracer, FindingKind::Leak, "leak");
     assert_eq!((f.saved, f.size), (1024, 2048));
     assert!(findings(&tracer, FindingKind::Leak, "b").is_empty());
@@ -369,9 +368,7 @@ fn dead_write_is_reported_with_its_peak_saving() {
     let (rt, tracer) = traced_runtime();
     let a = alloc(&rt, 4096, "dead");
     rt.upload(&a, &[1u8; 4096]).unwrap();
-    let b = alloc(&rt, 1024, "b");
-    touch(&rt, &b);
-    rt.free(b).unwrap();
+    brief_b(&rt);
     rt.upload(&a, &[2u8; 4096]).unwrap();
     assert_eq!(rt.download::<u8>(&a).unwrap()[0], 2);
     rt.free(a).unwrap();
@@ -398,9 +395,7 @@ fn findings_come_largest_saving_first() {
     let (rt, tracer) = traced_runtime();
     let unused = alloc(&rt, 8192, "unused");
     let early = alloc(&rt, 4096, "early");
-    let b = alloc(&rt, 1024, "b");
-    touch(&rt, &b);
-    rt.free(b).unwrap();
+    brief_b(&rt);
     touch(&rt, &early);
     rt.free(early).unwrap();
     rt.free(unused).unwrap();

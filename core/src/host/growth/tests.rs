@@ -10,6 +10,26 @@ fn host(config: HostConfig) -> HostBackend {
     HostBackend::new(config).unwrap()
 }
 
+/// A host backend and its in-place growth granularity (a page).
+fn host_and_page(config: HostConfig) -> (HostBackend, u64) {
+    let h = host(config);
+    let page = h
+        .extensions()
+        .growable
+        .unwrap()
+        .in_place_growth()
+        .granularity;
+    (h, page)
+}
+
+/// A host with 1 MiB of device memory, and its page.
+fn capped_host() -> (HostBackend, u64) {
+    host_and_page(HostConfig {
+        device_memory: Some(1 << 20),
+        ..HostConfig::default()
+    })
+}
+
 fn desc(size: u64) -> BlockDesc<'static> {
     BlockDesc {
         kind: MemoryKind::DeviceLocal,
@@ -91,13 +111,7 @@ fn committed_pages_are_what_the_block_reports() {
 
 #[test]
 fn growth_keeps_contents_and_new_bytes_read_zero() {
-    let h = host(HostConfig::default());
-    let page = h
-        .extensions()
-        .growable
-        .unwrap()
-        .in_place_growth()
-        .granularity;
+    let (h, page) = host_and_page(HostConfig::default());
     let blk = h.reserve_block(&desc(page), 16 * page).unwrap();
     h.write_mapped(blk, 0, &[7u8; 64]).unwrap();
     let past = BlockRange {
@@ -133,16 +147,7 @@ fn growth_keeps_contents_and_new_bytes_read_zero() {
 
 #[test]
 fn misuse_is_refused_with_typed_errors() {
-    let h = host(HostConfig {
-        device_memory: Some(1 << 20),
-        ..HostConfig::default()
-    });
-    let page = h
-        .extensions()
-        .growable
-        .unwrap()
-        .in_place_growth()
-        .granularity;
+    let (h, page) = capped_host();
     let blk = h.reserve_block(&desc(page), 1024 * page).unwrap();
     assert!(matches!(
         h.resize_block(blk, 1025 * page),
@@ -184,16 +189,7 @@ fn misuse_is_refused_with_typed_errors() {
 
 #[test]
 fn an_extension_is_a_hole_until_committed_and_counts_no_memory() {
-    let h = host(HostConfig {
-        device_memory: Some(1 << 20),
-        ..HostConfig::default()
-    });
-    let page = h
-        .extensions()
-        .growable
-        .unwrap()
-        .in_place_growth()
-        .granularity;
+    let (h, page) = capped_host();
     let blk = h.reserve_block(&desc(page), 1024 * page).unwrap();
     h.write_mapped(blk, 0, &[7u8; 64]).unwrap();
     // Past the device's memory, since nothing is committed: the range is a hole.
@@ -226,13 +222,7 @@ fn an_extension_is_a_hole_until_committed_and_counts_no_memory() {
 
 #[test]
 fn an_extension_that_does_not_grow_is_refused_and_changes_nothing() {
-    let h = host(HostConfig::default());
-    let page = h
-        .extensions()
-        .growable
-        .unwrap()
-        .in_place_growth()
-        .granularity;
+    let (h, page) = host_and_page(HostConfig::default());
     let blk = h.reserve_block(&desc(4 * page), 16 * page).unwrap();
     for size in [4 * page, 2 * page] {
         assert!(matches!(
