@@ -134,6 +134,38 @@ impl Waiting {
             Waiting::Async => HostAccessWait::new(backend, block, access).await,
         }
     }
+
+    /// [`Backend::read_mapped`] of `out.len()` bytes at `offset` of `block`, once its host access
+    /// is ready in this mode.
+    ///
+    /// # Errors
+    /// As [`Waiting::host_access`] and [`Backend::read_mapped`].
+    pub async fn read_mapped(
+        self,
+        backend: &dyn Backend,
+        block: BlockId,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        self.host_access(backend, block, HostAccess::Read).await?;
+        backend.read_mapped(block, offset, out)
+    }
+
+    /// [`Backend::write_mapped`] of `data` at `offset` of `block`, once its host access is ready
+    /// in this mode.
+    ///
+    /// # Errors
+    /// As [`Waiting::host_access`] and [`Backend::write_mapped`].
+    pub async fn write_mapped(
+        self,
+        backend: &dyn Backend,
+        block: BlockId,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        self.host_access(backend, block, HostAccess::Write).await?;
+        backend.write_mapped(block, offset, data)
+    }
 }
 
 /// Runs a future that never awaits a pending future (one that waits only in

@@ -24,7 +24,7 @@
 
 use std::sync::Mutex;
 
-use crate::backend::{HostAccess, PeerPath, Ticket, Waiting};
+use crate::backend::{PeerPath, Ticket, Waiting};
 use crate::pool::Allocation;
 use crate::runtime::Runtime;
 use crate::{Error, Result};
@@ -200,11 +200,11 @@ async fn mapped(
         let n = (whole - done).min(chunk);
         let part = &mut buf[..n as usize];
         waiting
-            .host_access(sb, from.block, HostAccess::Read)
+            .read_mapped(sb, from.block, from.offset + done, part)
             .await?;
-        sb.read_mapped(from.block, from.offset + done, part)?;
-        waiting.host_access(db, to.block, HostAccess::Write).await?;
-        db.write_mapped(to.block, to.offset + done, part)?;
+        waiting
+            .write_mapped(db, to.block, to.offset + done, part)
+            .await?;
         done += n;
     }
     // Synchronous copies have completed: the leases end here.

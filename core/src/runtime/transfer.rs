@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 #[cfg(not(target_arch = "wasm32"))]
 use crate::backend::completion::complete_now;
-use crate::backend::{BlockRange, HostAccess, Ticket, Waiting};
+use crate::backend::{BlockRange, Ticket, Waiting};
 use crate::pool::{Allocation, DevicePool, Lease};
 use crate::trace::EventKind;
 use crate::{Error, Result};
@@ -185,9 +185,8 @@ impl Runtime {
                 .ticket(backend, self.last_use(pool, alloc, dst)?)
                 .await?;
             waiting
-                .host_access(backend, dst.block, HostAccess::Write)
+                .write_mapped(backend, dst.block, dst.offset, data)
                 .await?;
-            backend.write_mapped(dst.block, dst.offset, data)?;
             Ok(Ticket::DONE)
         } else if !self.inner.config.force_staging
             && (data.len() as u64) <= backend.capabilities().queued_write_max
@@ -249,9 +248,8 @@ impl Runtime {
                 .ticket(backend, self.last_use(pool, alloc, src)?)
                 .await?;
             waiting
-                .host_access(backend, src.block, HostAccess::Read)
+                .read_mapped(backend, src.block, src.offset, target)
                 .await?;
-            backend.read_mapped(src.block, src.offset, target)?;
         } else {
             self.inner
                 .staging

@@ -61,13 +61,7 @@ impl<D: Copy> Entry<D> {
 
     /// Begins a lease (a `resolve`).
     pub(super) fn lease(&mut self, clock: u64) -> Result<()> {
-        self.leases = self
-            .leases
-            .checked_add(1)
-            .ok_or_else(|| Error::ArithmeticOverflow {
-                what: "spill pool: leases of one allocation".into(),
-                limit_name: "u32",
-            })?;
+        self.leases = one_more(self.leases, "leases")?;
         self.touched = clock;
         Ok(())
     }
@@ -79,13 +73,7 @@ impl<D: Copy> Entry<D> {
 
     /// Adds a pin.
     pub(super) fn pin(&mut self) -> Result<()> {
-        self.pins = self
-            .pins
-            .checked_add(1)
-            .ok_or_else(|| Error::ArithmeticOverflow {
-                what: "spill pool: pins of one allocation".into(),
-                limit_name: "u32",
-            })?;
+        self.pins = one_more(self.pins, "pins")?;
         Ok(())
     }
 
@@ -155,4 +143,14 @@ impl<D: Copy> Entry<D> {
     pub(super) fn restored(&mut self, d: D) {
         self.site = Site::Device(d);
     }
+}
+
+/// `count + 1`, or the overflow of the allocation's `what` counter.
+fn one_more(count: u32, what: &str) -> Result<u32> {
+    count
+        .checked_add(1)
+        .ok_or_else(|| Error::ArithmeticOverflow {
+            what: format!("spill pool: {what} of one allocation"),
+            limit_name: "u32",
+        })
 }

@@ -3,7 +3,7 @@
 //! memory, staged otherwise). Each waits for the model's last run, blocking or awaiting as its
 //! [`Waiting`] mode says, so both work in a browser.
 
-use crate::backend::{BlockRange, HostAccess, Ticket, Waiting};
+use crate::backend::{BlockRange, Ticket, Waiting};
 use crate::pool::DevicePool;
 use crate::runtime::Runtime;
 use crate::{Error, Result};
@@ -40,17 +40,15 @@ impl Offloaded {
         if let Some(a) = self.host[root] {
             let range = self.upload.resolve(a.handle)?;
             waiting
-                .host_access(backend.as_ref(), range.block, HostAccess::Write)
+                .write_mapped(backend.as_ref(), range.block, range.offset, &padded)
                 .await?;
-            backend.write_mapped(range.block, range.offset, &padded)?;
             return Ok(Ticket::DONE);
         }
         let dst = self.fixed_range(root)?;
         if self.unified {
             waiting
-                .host_access(backend.as_ref(), dst.block, HostAccess::Write)
+                .write_mapped(backend.as_ref(), dst.block, dst.offset, &padded)
                 .await?;
-            backend.write_mapped(dst.block, dst.offset, &padded)?;
             Ok(Ticket::DONE)
         } else {
             let t = rt.staging().upload_with(waiting, dst, &padded).await?;
@@ -89,16 +87,14 @@ impl Offloaded {
         if let Some(a) = self.host[root] {
             let range = self.upload.resolve(a.handle)?;
             waiting
-                .host_access(backend.as_ref(), range.block, HostAccess::Read)
+                .read_mapped(backend.as_ref(), range.block, range.offset, &mut buf)
                 .await?;
-            backend.read_mapped(range.block, range.offset, &mut buf)?;
         } else {
             let src = self.fixed_range(root)?;
             if self.unified {
                 waiting
-                    .host_access(backend.as_ref(), src.block, HostAccess::Read)
+                    .read_mapped(backend.as_ref(), src.block, src.offset, &mut buf)
                     .await?;
-                backend.read_mapped(src.block, src.offset, &mut buf)?;
             } else {
                 rt.staging().download_with(waiting, src, &mut buf).await?;
             }
