@@ -204,7 +204,9 @@ step() {
     { echo "=== $name (limit ${limit}s, exit $rc) ==="; cat "$log"; echo; } >>"$OUT/steps.log"
     local secs=$((SECONDS - t0)) status note="${STEP_NOTE:-}"
     # Name the device (the suite prints "target NAME on DEVICE").
-    [ -z "$DEVICE_NOTE" ] || note="${note:+$note; }on $(sed -n 's/^  target [^ ]* *on //p' "$log" | sort -u | paste -sd / -)"
+    local device=""
+    [ -z "$DEVICE_NOTE" ] || device=$(sed -n 's/^  target [^ ]* *on //p' "$log" | sort -u | paste -sd / -)
+    [ -z "$device" ] || note="${note:+$note; }on $device"
     DEVICE_NOTE=
     case $rc in
         0) status=ok ;;

@@ -63,12 +63,16 @@ def gpu_check(folders: list[str]) -> tuple[str, str]:
     steps, logs, blocks = {}, {}, {}
     for number, r in enumerate(runs, 1):
         for name, cells in r["steps"].items():
-            if cells[1] == "skipped" and name in steps:
+            # A skipped step keeps an earlier run's result; a skipped diagnostic (NNb-...) that
+            # no run needed is left out.
+            if cells[1] == "skipped" and (name in steps or name[2:3].isalpha()):
                 continue
             # A rerun of step NN drops the earlier run's diagnostics of it (NNb-...).
             for old in [s for s in steps if s[:2] == name[:2] and s[2:3].isalpha()]:
                 del steps[old]
                 logs.pop(old, None)
+            # Checks before 2026-12-04 wrote a bare "on" where a step's log named no device.
+            cells[3] = cells[3].removesuffix("; on").removesuffix(" on")
             steps[name] = [*cells, str(number)]
             logs[name] = r["logs"].get(name, [])
         for b in r["blocks"]:
