@@ -10,7 +10,8 @@
 //! 2. ranks them by one of four [`Score`]s and, while the device load at the peak step is above
 //!    the budget, takes the best absence that *spans that peak* and is not tiny; an activation
 //!    whose producer can be re-run ([`Recomputable`]) is recomputed instead of swapped where that
-//!    is cheaper and its producer's inputs are resident then ([`recompute`]);
+//!    is cheaper and its producer's inputs are resident then or re-runnable from resident ones
+//!    (a short chain, [`recompute`]);
 //! 3. places every device residency interval (the swapped-in copies included) with the static
 //!    planner ([`crate::plan::solve`]) under the budget as capacity, lowering the load target when
 //!    fragmentation leaves the placed peak above the budget;

@@ -5,23 +5,29 @@
 //! Design: the caller states which tensors can be re-run ([`Recomputable`]: per tensor, its one
 //! producing op and the tensors that op reads); the selection offers every gap between two uses
 //! of such a tensor as a recompute absence, away over `[use + 1, next use)` and re-produced before
-//! op `next use` ([`Arrival::Recompute`]). Per gap it takes the cheaper way that is possible now:
-//! a swap costs `2 × size / link_bandwidth` (out and back), a recompute `op bytes /
-//! device_bandwidth` (the op's work over the device's rate); a gap too short for a swap (no
-//! longer than the prefetch lead) can still be recomputed.
+//! op `next use` ([`Arrival::Recompute`]). An input of the producer that is not resident then but
+//! can itself be re-run from what is (recursively, [`MAX_CHAIN_OPS`] ops in all) joins a *chain*:
+//! it is re-run first into a transient residency `[next use, next use + 1)` that holds it only
+//! while the re-runs read it. Per gap the selection takes the cheaper way that is possible now: a
+//! swap costs `2 × size / link_bandwidth` (out and back), a recompute the chain's op bytes over
+//! `device_bandwidth`; a gap too short for a swap (no longer than the prefetch lead) can still be
+//! recomputed.
 //!
 //! Invariants:
-//! * a recompute is taken only while every input of its producer is resident at the step it
-//!   re-runs (a residency covers that step), and from then on each such input is *pinned* there:
-//!   no later absence of it may span that step, so the inputs stay resident in the final schedule;
+//! * a recompute is taken only while every input of each producer its chain re-runs is resident
+//!   at the step or re-run there before it (a residency covers that step), and from then on each
+//!   such input is *pinned* there: no later absence of it may span that step, so the inputs stay
+//!   resident in the final schedule;
+//! * a chain's transient residencies count in the step's load like any residency, so the budget
+//!   holds while the chain runs;
 //! * the re-run reads the same bytes as the first run when each input has at most one writer
 //!   (checked by the caller, who knows the graph): the outputs stay bit-identical;
-//! * inputs recomputed at the same step are re-run first (their producer comes earlier in op
-//!   order, and the runtime re-runs a step's recomputes in producer order).
+//! * tensors re-run at the same step are re-run in producer order (an input's producer comes
+//!   earlier in op order, and the runtime re-runs a step's recomputes in that order).
 //!
-//! Costs: feasibility is one scan of the residencies per input per candidate; pins one pass over
-//! the chosen absences per selection step. A chain (an input that is itself not resident and
-//! re-run too) is not offered: only inputs resident at the step qualify.
+//! Costs: a chain is a depth-first walk over at most [`MAX_CHAIN_OPS`] producers, each input
+//! checked with one scan of the residencies; pins are one pass over the chosen absences per
+//! selection step.
 
 use super::{Arrival, OffloadDesc, OffloadOp, OffloadTensor, Residency, TensorClass};
 use crate::{Error, Result};
@@ -134,48 +140,127 @@ pub(super) fn resident_at(res: &[Residency], t: usize, step: u64) -> bool {
         .any(|r| r.tensor == t && r.lower <= step && step < r.upper)
 }
 
+/// The most ops one recompute re-runs: the tensor's producer and the chain before it.
+pub const MAX_CHAIN_OPS: usize = 4;
+
+/// The tensors re-run before `tensor`'s producer at step `at` so that every input it reads is
+/// there (a chain, module doc), in producer order; empty when its inputs are all resident. `None`
+/// where an input is neither resident at `at` nor re-runnable from what is, or the chain would
+/// re-run more than [`MAX_CHAIN_OPS`] ops. Only intermediates join a chain (their transient
+/// residency ends before the host reads anything).
+pub(super) fn chain(
+    tensor: usize,
+    at: u64,
+    (tensors, _, rc): (&[OffloadTensor], &[OffloadOp], &Recomputable),
+    res: &[Residency],
+) -> Option<Vec<usize>> {
+    let mut chain = Vec::new();
+    let mut todo = vec![tensor];
+    while let Some(t) = todo.pop() {
+        let p = rc.producer(t)?;
+        for &i in &p.inputs {
+            if resident_at(res, i, at) || chain.contains(&i) {
+                continue;
+            }
+            let joins = tensors[i].class == TensorClass::Intermediate
+                && rc.producer(i).is_some_and(|q| q.op < p.op);
+            if !joins || chain.len() + 2 > MAX_CHAIN_OPS {
+                return None;
+            }
+            chain.push(i);
+            todo.push(i);
+        }
+    }
+    chain.sort_unstable_by_key(|&i| rc.producer(i).map_or(0, |p| p.op));
+    Some(chain)
+}
+
+/// Predicted seconds re-running `tensor` and its `chain` costs.
+fn chain_seconds(
+    tensor: usize,
+    chain: &[usize],
+    ops: &[OffloadOp],
+    rc: &Recomputable,
+    desc: &OffloadDesc,
+) -> f64 {
+    chain
+        .iter()
+        .chain(std::iter::once(&tensor))
+        .filter_map(|&t| rc.producer(t).and_then(|p| ops.get(p.op as usize)))
+        .map(|op| recompute_seconds(op, desc))
+        .sum()
+}
+
 /// The way to free tensor `tensor` over a gap given its swap spans (empty: too short) and its
-/// recompute span `(from, at)`, under the residencies `res` of the choices so far; `None` when
-/// neither frees anything now.
+/// recompute span `(from, at)`, under the residencies `res` of the choices so far, with the
+/// chain a recompute re-runs first; `None` when neither frees anything now.
 pub(super) fn way(
     tensor: usize,
     swap: &[(u64, u64)],
     recompute: Option<(u64, u64)>,
-    (tensors, ops, rc): (&[OffloadTensor], &[OffloadOp], &Recomputable),
+    input: (&[OffloadTensor], &[OffloadOp], &Recomputable),
     res: &[Residency],
     desc: &OffloadDesc,
-) -> Option<Way> {
-    let rc_ok = !desc.unified
-        && recompute
-            .zip(rc.producer(tensor))
-            .is_some_and(|((_, at), p)| p.inputs.iter().all(|&i| resident_at(res, i, at)));
-    let cheaper = || {
-        rc.producer(tensor)
-            .and_then(|p| ops.get(p.op as usize))
-            .is_some_and(|op| prefers_recompute(tensors[tensor].size, op, desc))
-    };
-    match (rc_ok, swap.is_empty()) {
-        (true, true) => Some(Way::Recompute),
-        (true, false) if cheaper() => Some(Way::Recompute),
-        (_, false) => Some(Way::Swap),
-        (false, true) => None,
+) -> Option<(Way, Vec<usize>)> {
+    let (tensors, ops, rc) = input;
+    let chain = recompute
+        .filter(|_| !desc.unified)
+        .and_then(|(_, at)| chain(tensor, at, input, res));
+    match (chain, swap.is_empty()) {
+        (Some(c), true) => Some((Way::Recompute, c)),
+        (Some(c), false)
+            if chain_seconds(tensor, &c, ops, rc, desc)
+                < swap_seconds(tensors[tensor].size, desc) =>
+        {
+            Some((Way::Recompute, c))
+        }
+        (_, false) => Some((Way::Swap, Vec::new())),
+        (None, true) => None,
     }
 }
 
 /// Per tensor, the steps it must stay resident at: every step a chosen recompute re-runs a
-/// producer that reads it.
-pub(super) fn pins(
+/// producer (of the tensor or of its chain, `(tensor, step, chain)`) that reads it.
+pub(super) fn pins<'a>(
     tensors: usize,
-    chosen: impl Iterator<Item = (usize, u64)>,
+    chosen: impl Iterator<Item = (usize, u64, &'a [usize])>,
     rc: &Recomputable,
 ) -> Vec<Vec<u64>> {
     let mut out = vec![Vec::new(); tensors];
-    for (t, at) in chosen {
-        for &i in rc.producer(t).map_or(&[][..], |p| &p.inputs) {
-            out[i].push(at);
+    for (t, at, chain) in chosen {
+        for &r in chain.iter().chain(std::iter::once(&t)) {
+            for &i in rc.producer(r).map_or(&[][..], |p| &p.inputs) {
+                out[i].push(at);
+            }
         }
     }
     out
+}
+
+/// The transient residencies of the chosen recomputes' chains (`(tensor, step, chain)`): each
+/// chain member once per step, re-run there by its producer and gone after that op.
+pub(super) fn transients<'a>(
+    chosen: impl Iterator<Item = (usize, u64, &'a [usize])>,
+    rc: &Recomputable,
+) -> Vec<Residency> {
+    let mut seen: Vec<(usize, u64)> = chosen
+        .flat_map(|(_, at, chain)| chain.iter().map(move |&t| (t, at)))
+        .collect();
+    seen.sort_unstable();
+    seen.dedup();
+    seen.into_iter()
+        .filter_map(|(tensor, at)| {
+            let op = rc.producer(tensor)?.op;
+            Some(Residency {
+                tensor,
+                lower: at,
+                upper: at + 1,
+                offset: 0,
+                arrival: Arrival::Recompute { op },
+                copy_out: false,
+            })
+        })
+        .collect()
 }
 
 /// The arrival of a piece that follows an absence taken `way` (`op`: the tensor's producer).

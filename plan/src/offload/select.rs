@@ -80,10 +80,16 @@ pub(super) fn run(
     let (tensors, ops, rc) = input;
     let n = ops.len() as u64;
     let mut chosen: Vec<Option<Way>> = vec![None; absences.len()];
+    // Per absence taken as a recompute: the chain re-run before it (recompute module doc).
+    let mut chains: Vec<Vec<usize>> = vec![Vec::new(); absences.len()];
     let mut host = vec![false; tensors.len()];
     let mut target = desc.budget;
     loop {
-        let res = residencies(input, absences, &chosen, &host, desc.prefetch_lead);
+        let mut res = residencies(input, absences, &chosen, &host, desc.prefetch_lead);
+        res.extend(recompute::transients(
+            recomputes(absences, &chosen, &chains),
+            rc,
+        ));
         let load = load(tensors, &res, n, desc.align);
         let (p, max) = load
             .iter()
@@ -111,18 +117,14 @@ pub(super) fn run(
             }
         }
         let covers = |spans: &[(u64, u64)], s: u64| spans.iter().any(|&(x, y)| x <= s && s < y);
-        let recomputes = absences
-            .iter()
-            .zip(&chosen)
-            .filter(|(_, c)| **c == Some(Way::Recompute))
-            .filter_map(|(a, _)| a.recompute.map(|(_, at)| (a.tensor, at)));
-        let pins = recompute::pins(tensors.len(), recomputes, rc);
+        let pins = recompute::pins(tensors.len(), recomputes(absences, &chosen, &chains), rc);
         let pick = absences
             .iter()
             .enumerate()
             .filter(|(i, a)| chosen[*i].is_none() && !host[a.tensor])
             .filter_map(|(i, a)| {
-                let way = recompute::way(a.tensor, &a.spans, a.recompute, input, &res, desc)?;
+                let (way, chain) =
+                    recompute::way(a.tensor, &a.spans, a.recompute, input, &res, desc)?;
                 let spans = match (way, a.recompute) {
                     (Way::Recompute, Some(r)) => vec![r],
                     _ => a.spans.clone(),
@@ -133,14 +135,14 @@ pub(super) fn run(
                 }
                 let size = tensors[a.tensor].size;
                 let value = score_value(score, &spans, size, &load, target);
-                Some((i, way, value, size))
+                Some((i, (way, chain), value, size))
             })
             .max_by(|x, y| {
                 (x.2, x.3)
                     .partial_cmp(&(y.2, y.3))
                     .unwrap_or(std::cmp::Ordering::Equal)
             });
-        let Some((i, way, _, _)) = pick else {
+        let Some((i, (way, chain), _, _)) = pick else {
             return Err(Error::BudgetBelowWorkingSet {
                 step: p,
                 op: ops.get(p).map_or_else(String::new, |o| o.label.clone()),
@@ -152,11 +154,27 @@ pub(super) fn run(
             host[absences[i].tensor] = true;
         } else {
             chosen[i] = Some(way);
+            chains[i] = chain;
         }
     }
 }
 
-/// Every tensor's device residency intervals, given the absences taken (offsets not yet placed).
+/// The chosen recomputes: `(tensor, step, chain)`.
+fn recomputes<'a>(
+    absences: &'a [Absence],
+    chosen: &'a [Option<Way>],
+    chains: &'a [Vec<usize>],
+) -> impl Iterator<Item = (usize, u64, &'a [usize])> {
+    absences
+        .iter()
+        .zip(chosen)
+        .zip(chains)
+        .filter(|((_, c), _)| **c == Some(Way::Recompute))
+        .filter_map(|((a, _), chain)| a.recompute.map(|(_, at)| (a.tensor, at, &chain[..])))
+}
+
+/// Every tensor's device residency intervals, given the absences taken (offsets not yet placed;
+/// the chains' transient residencies are added by the caller).
 fn residencies(
     (tensors, ops, rc): Input<'_>,
     absences: &[Absence],

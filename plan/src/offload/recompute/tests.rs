@@ -71,10 +71,14 @@ fn check(tensors: &[OffloadTensor], rc: &Recomputable, s: &OffloadSchedule, budg
                 Arrival::Recompute { op } => {
                     let p = rc.producer(i).expect("recomputed without a producer");
                     assert_eq!(p.op, op);
-                    assert!(
-                        k > 0 && !mine[k - 1].copy_out,
-                        "a dropped tensor is not copied"
-                    );
+                    if tensor.uses.contains(&r.lower) {
+                        assert!(
+                            k > 0 && !mine[k - 1].copy_out,
+                            "a dropped tensor is not copied"
+                        );
+                    } else {
+                        check_transient(tensors, rc, s, i, r);
+                    }
                     for &x in &p.inputs {
                         assert!(
                             resident_at(&s.residencies, x, r.lower),
@@ -96,6 +100,32 @@ fn check(tensors: &[OffloadTensor], rc: &Recomputable, s: &OffloadSchedule, budg
             assert!(!(time && space), "{a:?} and {b:?} overlap");
         }
     }
+}
+
+/// A chain member's residency: one step, an intermediate, read there by a later producer
+/// re-run at the same step, and not resident there otherwise.
+fn check_transient(
+    tensors: &[OffloadTensor],
+    rc: &Recomputable,
+    s: &OffloadSchedule,
+    i: usize,
+    r: &Residency,
+) {
+    assert_eq!(r.upper, r.lower + 1, "a transient lasts one step: {r:?}");
+    assert_eq!(tensors[i].class, TensorClass::Intermediate);
+    let read = s.residencies.iter().any(|o| {
+        o.lower == r.lower
+            && o.tensor != i
+            && matches!(o.arrival, Arrival::Recompute { .. })
+            && rc.producer(o.tensor).is_some_and(|p| p.inputs.contains(&i))
+    });
+    assert!(read, "transient {r:?} is read by no re-run at its step");
+    let held = s.residencies.iter().filter(|o| o.tensor == i);
+    assert_eq!(
+        held.filter(|o| o.lower <= r.lower && r.lower < o.upper)
+            .count(),
+        1
+    );
 }
 
 fn recomputes(s: &OffloadSchedule) -> Vec<(usize, u64)> {
@@ -198,6 +228,89 @@ fn a_producer_whose_input_is_gone_at_the_next_use_is_swapped_instead() {
     assert!(s.outcome().unwrap().bytes_to_host > 0);
 }
 
+/// A chain of `depth` ops from the input: `t1 = op0(x)`, `tj = op(j-1)(t(j-1))`, each link dead
+/// after the next op reads it; the last, `b` (512 KiB), is read again at the end. `c`, `d`, `e`
+/// meet `b` at step `depth + 2`, the peak. Returns the graph and `b`'s index.
+fn chain_graph(depth: usize) -> (Vec<OffloadTensor>, Vec<OffloadOp>, Recomputable, usize) {
+    let d = depth as u64;
+    let mut tensors = vec![t(64 * KB, TensorClass::Input, &[0])];
+    let mut producers = vec![None];
+    for j in 1..=depth {
+        let (size, uses) = if j == depth {
+            (512 * KB, vec![d - 1, d, d + 4])
+        } else {
+            (64 * KB, vec![j as u64 - 1, j as u64])
+        };
+        tensors.push(t(size, TensorClass::Intermediate, &uses));
+        producers.push(Some(Producer {
+            op: j as u64 - 1,
+            inputs: vec![j - 1],
+        }));
+    }
+    for uses in [[d, d + 2], [d + 1, d + 2], [d + 2, d + 3]] {
+        tensors.push(t(512 * KB, TensorClass::Intermediate, &uses));
+        producers.push(None);
+    }
+    tensors.push(t(128 * KB, TensorClass::Output, &[d + 3, d + 4]));
+    producers.push(None);
+    (
+        tensors,
+        ops(d + 5, 576 * KB),
+        Recomputable::new(producers),
+        depth,
+    )
+}
+
+#[test]
+fn a_producer_whose_inputs_are_gone_is_recomputed_with_its_chain_up_to_the_op_limit() {
+    for depth in 1..=MAX_CHAIN_OPS + 1 {
+        let (tensors, ops, rc, b) = chain_graph(depth);
+        let budget = 1600 * KB;
+        let mut desc = OffloadDesc::new(budget, 256);
+        desc.link_bandwidth = 1e9;
+        let s = schedule_with_recompute(&tensors, &ops, &desc, &rc).unwrap();
+        check(&tensors, &rc, &s, budget);
+        let late = depth as u64 + 4;
+        let o = s.outcome().unwrap();
+        if depth <= MAX_CHAIN_OPS {
+            // The links from `x` (resident) are re-run first, in op order, then `b`'s producer.
+            let mut want: Vec<(usize, u64)> = (1..=b).map(|j| (j, late)).collect();
+            want.sort_unstable();
+            let mut got = recomputes(&s);
+            got.sort_unstable();
+            assert_eq!(got, want, "depth {depth}");
+            assert_eq!(o.recompute_work, depth as u64 * 576 * KB, "depth {depth}");
+            assert_eq!(
+                (o.bytes_to_device, o.bytes_to_host),
+                (0, 0),
+                "depth {depth}"
+            );
+        } else {
+            assert!(
+                recomputes(&s).is_empty(),
+                "depth {depth}: {:?}",
+                s.residencies
+            );
+            assert!(o.bytes_to_host > 0, "depth {depth}: swapped instead");
+        }
+    }
+}
+
+#[test]
+fn a_chain_dearer_than_the_copy_is_swapped_instead() {
+    // Three ops of 576 KiB against one 512 KiB tensor out and back: with the device 1.5x the
+    // link, the chain costs more than the swap.
+    let (tensors, ops, rc, _) = chain_graph(3);
+    let budget = 1600 * KB;
+    let mut desc = OffloadDesc::new(budget, 256);
+    desc.link_bandwidth = 1e9;
+    desc.device_bandwidth = 1.5e9;
+    let s = schedule_with_recompute(&tensors, &ops, &desc, &rc).unwrap();
+    check(&tensors, &rc, &s, budget);
+    assert!(recomputes(&s).is_empty(), "{:?}", s.residencies);
+    assert!(s.outcome().unwrap().bytes_to_host > 0);
+}
+
 #[test]
 fn a_producer_table_that_does_not_fit_is_a_typed_error() {
     let (tensors, ops, _) = skip_graph();
@@ -256,8 +369,9 @@ fn a_producer_table_that_does_not_fit_is_a_typed_error() {
 }
 
 /// A random layer stack: layer `k` reads the previous activation (every third layer: the input),
-/// a weight and, sometimes, an earlier input-branched activation (a skip); each activation's
-/// producer is its layer, whose inputs are listed.
+/// a weight and, sometimes, an earlier activation (a skip: an odd skip reads an input-branched
+/// layer, recomputable from the input; an even one the layer itself, whose recompute needs a
+/// chain back to the input); each activation's producer is its layer, whose inputs are listed.
 fn random_graph(
     layers: usize,
     sizes: &[u64],
@@ -285,8 +399,11 @@ fn random_graph(
         let mut inputs = vec![from, w];
         let skip = skips[k % skips.len()];
         if skip > 0 && k > skip + 1 {
-            // An earlier input-branched layer's activation (recomputable from the input).
-            let from = (k - 1 - skip) / 3 * 3;
+            let from = if skip.is_multiple_of(2) {
+                k - 1 - skip
+            } else {
+                (k - 1 - skip) / 3 * 3
+            };
             inputs.push(a - 2 * (k - from));
         }
         for &i in &inputs {
@@ -365,13 +482,14 @@ proptest! {
 
 #[test]
 fn the_random_graphs_exercise_both_ways() {
-    // Guards the property test above: its graphs must make recompute and swap both happen.
-    let (mut recomputed, mut swapped) = (0, 0);
-    for layers in 4..10 {
-        for skips in [[1, 3], [2, 3], [3, 1]] {
+    // Guards the property test above: its graphs must make recompute (with chains too) and swap
+    // happen.
+    let (mut recomputed, mut chained, mut swapped) = (0, 0, 0);
+    for layers in 4..12 {
+        for skips in [[1, 3], [2, 3], [3, 1], [2, 2]] {
             let (tensors, ops, rc) = random_graph(layers, &[512 * KB, 256 * KB, 768 * KB], &skips);
             let (floor, peak) = bounds(&tensors, ops.len() as u64);
-            for (quarter, link) in (0..4).flat_map(|q| [(q, 16e9), (q, 1e13)]) {
+            for (quarter, link) in (0..4).flat_map(|q| [(q, 1e8), (q, 16e9), (q, 1e13)]) {
                 let budget = floor + (peak - floor) * quarter / 4;
                 let mut desc = OffloadDesc::new(budget, 256);
                 desc.link_bandwidth = link;
@@ -381,12 +499,16 @@ fn the_random_graphs_exercise_both_ways() {
                 check(&tensors, &rc, &s, budget);
                 let o = s.outcome().unwrap();
                 recomputed += usize::from(o.bytes_recomputed > 0);
+                chained += usize::from(s.residencies.iter().any(|r| {
+                    matches!(r.arrival, Arrival::Recompute { .. })
+                        && !tensors[r.tensor].uses.contains(&r.lower)
+                }));
                 swapped += usize::from(o.bytes_to_host > 0);
             }
         }
     }
     assert!(
-        recomputed > 0 && swapped > 0,
-        "recomputed {recomputed}, swapped {swapped}"
+        recomputed > 0 && chained > 0 && swapped > 0,
+        "recomputed {recomputed}, chained {chained}, swapped {swapped}"
     );
 }

@@ -9,7 +9,9 @@
 //! Invariants ([`producers`] enforces them from the graph): the tensor is a root (not a view)
 //! written by exactly one node, that node is not a lookup served from host memory, and every
 //! root it reads has at most one writer and is not the tensor itself, so its bytes at the re-run
-//! are those of the first run. The schedule keeps the inputs resident at the re-run's step.
+//! are those of the first run. The schedule keeps the inputs resident at the re-run's step, or
+//! re-runs them there first (a chain: each member in a one-step residency of its own, re-run
+//! earlier in the step because its producer comes earlier in op order).
 //!
 //! Costs: one extra dispatch per re-run on the compute lane; it joins the copy-ins of its
 //! inputs and the copy-outs of the bytes it overwrites, as any kernel does.

@@ -14,6 +14,31 @@ fn graph() -> (Graph, TensorId, Vec<TensorId>, TensorId) {
     let a = g
         .op(Op::Relu { len: LEN as u32 }, &[x], &[LEN], "branch")
         .unwrap();
+    let (y, weights) = layers(&mut g, a);
+    (g, x, weights, y)
+}
+
+/// [`graph`] with a chain: `a = x + relu(e)` (a small second input `e` broadcast), so at the
+/// residual `a`'s producer reads `x`, resident, and `relu(e)`, gone since: both are re-run.
+fn chained_graph() -> (Graph, [TensorId; 2], Vec<TensorId>, TensorId) {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[LEN]);
+    let e = g.input("e", DType::F32, &[W]);
+    let s = g
+        .op(Op::Relu { len: W as u32 }, &[e], &[W], "small")
+        .unwrap();
+    let add = Op::Add {
+        len: LEN as u32,
+        b_len: W as u32,
+    };
+    let a = g.op(add, &[x, s], &[LEN], "branch").unwrap();
+    let (y, weights) = layers(&mut g, a);
+    (g, [x, e], weights, y)
+}
+
+/// Four layers `h = (h + v_k) + (h + w_k)` from `a`, then `y = h + a`; returns `y` and the
+/// weights.
+fn layers(g: &mut Graph, a: TensorId) -> (TensorId, Vec<TensorId>) {
     let add = |b_len: usize| Op::Add {
         len: LEN as u32,
         b_len: b_len as u32,
@@ -30,7 +55,7 @@ fn graph() -> (Graph, TensorId, Vec<TensorId>, TensorId) {
     }
     let y = g.op(add(LEN), &[h, a], &[LEN], "residual").unwrap();
     g.output(y);
-    (g, x, weights, y)
+    (y, weights)
 }
 
 /// Sets the weights and the input, runs twice, returns the output's bits.
@@ -88,6 +113,47 @@ fn a_recomputed_activation_gives_the_unbudgeted_bits_with_staging_forced() {
         .find(|s| s.score.name() == o.score)
         .unwrap();
     assert_eq!(won.bytes_recomputed, bytes);
+    drop(m);
+    rt.check_leaks().unwrap();
+}
+
+#[test]
+fn a_chain_is_re_run_before_the_activation_whose_input_is_gone() {
+    let (g, [x, e], w, y) = chained_graph();
+    let small: Vec<f32> = (0..W).map(|i| (i % 7) as f32 - 3.0).collect();
+    let run_all = |m: &mut Model| {
+        m.set_input(e, bytemuck::cast_slice(&small)).unwrap();
+        run(m, x, &w, y)
+    };
+    let plain = runtime(true, None);
+    let expected = run_all(&mut plain.compile(&g).unwrap());
+    // As above, plus `e` and, at the residual, `relu(e)` re-run into a transient residency.
+    let bytes = LEN as u64 * 4;
+    let budget = 4 * bytes + bytes / 2 + 10 * W as u64 * 4;
+    let rt = runtime(true, Some(budget));
+    let desc = CompileDesc {
+        device_budget: Some(budget),
+        ..CompileDesc::default()
+    };
+    let mut m = rt.compile_with(&g, &desc).unwrap();
+    assert_eq!(run_all(&mut m), expected);
+    let r = m.memory_report();
+    let o = r.offload.clone().unwrap();
+    assert!(
+        r.peak_device_bytes <= budget,
+        "{} > {budget}",
+        r.peak_device_bytes
+    );
+    // Two runs, each re-running `small` (reads `e`, writes its W floats), then `branch` (reads
+    // `x` and `relu(e)`, writes `a`).
+    let small_bytes = W as u64 * 4;
+    assert_eq!(o.bytes_recomputed, 2 * (bytes + small_bytes), "{o:?}");
+    assert_eq!(
+        o.recompute_work,
+        2 * (2 * small_bytes + 2 * bytes + small_bytes),
+        "{o:?}"
+    );
+    assert_eq!(o.bytes_to_host, 0, "nothing swapped: {o:?}");
     drop(m);
     rt.check_leaks().unwrap();
 }
