@@ -141,6 +141,18 @@ def offload() -> tuple[str, str]:
     return "minilm " + " ".join(args), table
 
 
+def suballoc() -> tuple[str, str]:
+    # The filter matches no criterion benchmark: only the summary (timed interleaved rounds of
+    # every allocator, then the internal fragmentation on the pool traces) runs.
+    cmd = ["cargo", "bench", "-q", "-p", "tensormem", "--bench", "suballoc", "--", "summary-only"]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    start = p.stderr.find("suballoc summary")
+    if p.returncode != 0 or start < 0:
+        sys.exit(f"perf.py: `{' '.join(cmd)}` printed no summary ({p.returncode}):\n{p.stderr[-4000:]}")
+    body = "```\n" + p.stderr[start:].strip() + "\n```"
+    return "cargo bench -p tensormem --bench suballoc -- summary-only", body
+
+
 # name: (generator, timed, what it measures)
 SECTIONS = {
     "kv-serving": (kv_serving, False, "the KV serving simulator on the Azure traces"),
@@ -148,6 +160,7 @@ SECTIONS = {
     "decode": (decode, True, "paged against contiguous KV decode steps (host)"),
     "offload": (offload, True, "MiniLM under device budgets on the host, staging forced"),
     "ort": (ort, True, "MiniLM on the host backend against ONNX Runtime's CPU provider"),
+    "suballoc": (suballoc, True, "TLSF, buddy and two crates: churn, ramp, fragmentation"),
 }
 
 

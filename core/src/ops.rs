@@ -18,6 +18,7 @@ pub mod quant;
 #[cfg(any(test, feature = "test-support"))]
 pub mod samples;
 mod signature;
+pub(crate) mod split;
 pub mod wgsl;
 
 pub use kv::{KvDType, KvLayout};

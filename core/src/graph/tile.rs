@@ -8,7 +8,7 @@
 //! one part's slots for the next.
 //!
 //! Core owns the pass because it knows, per op, the axis along which outputs are independent and
-//! which operands grow along it (`validate::split`), so any model's chain tiles the same way and
+//! which operands grow along it (`ops::split`), so any model's chain tiles the same way and
 //! every element is computed by the same op over the same bytes: a tiled graph's outputs equal the
 //! untiled graph's bit for bit (the conformance suite checks it on every target).
 //!
@@ -34,8 +34,8 @@
 //! # Limits
 //! * `parts` must divide every op's unit count (a masked softmax's unit is one mask row: at
 //!   batch 8, MiniLM's attention tiles into 1, 2, 4 or 8 parts).
-//! * A product cut by rows must keep the host's arithmetic per row (`rows_split_exact` in the
-//!   host ops: the host picks its kernel by row count), else the parts would not be bit-identical.
+//! * A product cut by rows must keep the host's arithmetic per row ([`Op::rows_split_exact`]: the
+//!   host picks its kernel by row count), else the parts would not be bit-identical.
 //! * An op that reads a whole tensor the chain produces a part at a time, or whose output does not
 //!   grow with its units, ends the chain: the pass refuses it.
 //! * Views must sit on the device's `binding_align`; the compiler refuses one that does not.
@@ -45,7 +45,7 @@ use std::ops::Range;
 
 use crate::graph::{Graph, Node, TensorId, TensorKind};
 use crate::ops::Op;
-use crate::validate::split::{self, Share};
+use crate::ops::split::Share;
 use crate::{Error, Result};
 
 /// One op of the chain as the pass sees it.
@@ -135,7 +135,7 @@ impl Graph {
             part_of.clear();
             alias_part.clear();
             for (node, step) in chain.iter().zip(&steps) {
-                let op = split::restrict(&node.op, step.per_part);
+                let op = node.op.restricted(step.per_part);
                 let label = format!("{}.part{i}", node.label);
                 let mut inputs = Vec::with_capacity(node.inputs.len());
                 for (&t, share) in node.inputs.iter().zip(&step.shares) {
@@ -293,7 +293,9 @@ impl Graph {
         let mut produced: HashMap<usize, (TensorId, u64)> = HashMap::new();
         let mut steps = Vec::with_capacity(chain.len());
         for node in chain {
-            let units = split::units(&node.op)
+            let units = node
+                .op
+                .split_units()
                 .ok_or_else(|| refuse(node, "has no independent axis to tile".into()))?;
             if !units.is_multiple_of(parts) {
                 return Err(refuse(
@@ -302,7 +304,7 @@ impl Graph {
                 ));
             }
             let per_part = units / parts;
-            if !crate::ops::host::rows_split_exact(&node.op, per_part) {
+            if !node.op.rows_split_exact(per_part) {
                 return Err(refuse(
                     node,
                     format!(
@@ -311,7 +313,9 @@ impl Graph {
                     ),
                 ));
             }
-            let shares = split::shares(&node.op)
+            let shares = node
+                .op
+                .split_shares()
                 .ok_or_else(|| refuse(node, "has operands that do not follow its units".into()))?;
             for (&t, share) in node.inputs.iter().zip(&shares) {
                 let Some(&(written, bytes)) = produced.get(&self.root(t).index()) else {

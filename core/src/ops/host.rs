@@ -39,7 +39,6 @@ mod spatial;
 mod tests;
 
 pub use erf::{erf, gelu};
-pub(crate) use matmul::rows_split_exact;
 
 /// Runs `op` on the CPU: reads `inputs`, writes every element of `outputs` (or, for an op that
 /// [updates its output](Op::updates_output), the elements it addresses).

@@ -8,14 +8,15 @@
 //! each operand that does not (weights, biases, masks of a shared shape). Parts run in order on the
 //! device queue, like the one dispatch they replace.
 //!
-//! Which operands grow is derived, not listed: an operand of the op over two units is either as
-//! large as over one unit (bound whole) or twice as large (split, 4-byte elements only). Part
-//! offsets stay on `binding_align`. An op with no such axis ([`Op::Permute`] that moves the
+//! The op's axis, its units and which operands grow with them are facts of the op
+//! ([`crate::ops::split`]); this module cuts bindings by them. Part offsets stay on
+//! `binding_align`. An op with no such axis ([`Op::Permute`] that moves the
 //! outermost axis, `A` transposed in an unbatched matmul), or whose whole operands or single unit
 //! exceed the limit, is not split: the caller refuses it as before ([`Error::TooLarge`]).
 
 use crate::backend::BlockRange;
 use crate::ops::Op;
+use crate::ops::split::Share;
 
 mod segments;
 
@@ -24,145 +25,11 @@ pub(crate) use segments::split_segments;
 /// One dispatch of a split op: the op over its units and its bindings.
 pub(crate) type Part = (Op, Vec<BlockRange>);
 
-/// How an operand's binding follows the split.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Share {
-    /// Bound whole by every part.
-    Whole,
-    /// `bytes` per unit: part `i` binds the units it covers.
-    PerUnit(u64),
-}
-
-/// The units along the op's split axis, if it has one.
-pub(crate) fn units(op: &Op) -> Option<u32> {
-    Some(match *op {
-        Op::Add { len, b_len } | Op::Mul { len, b_len } => {
-            if b_len == len {
-                len
-            } else {
-                len / b_len
-            }
-        }
-        Op::Scale { len, .. } | Op::Gelu { len } | Op::Relu { len } | Op::Copy { len } => len,
-        Op::LayerNorm { rows, .. } | Op::L2Normalize { rows, .. } | Op::Embedding { rows, .. } => {
-            rows
-        }
-        Op::Softmax {
-            rows,
-            masked,
-            rows_per_mask,
-            ..
-        } => {
-            if masked {
-                rows / rows_per_mask
-            } else {
-                rows
-            }
-        }
-        Op::MatMul {
-            batch,
-            m,
-            trans_a,
-            broadcast_b,
-            ..
-        } => {
-            if batch > 1 && !broadcast_b {
-                batch
-            } else if trans_a {
-                return None;
-            } else {
-                batch.checked_mul(m)?
-            }
-        }
-        Op::MeanPool { batch, .. } => batch,
-        Op::Conv2d { n, .. } => n,
-        Op::MaxPool2d { n, c, .. } => n.checked_mul(c)?,
-        Op::Permute { dims, perm } => {
-            if perm[0] != 0 {
-                return None;
-            }
-            dims[0]
-        }
-        Op::RmsNorm { rows, .. } => rows,
-        Op::Rope { tokens, .. } => tokens,
-        Op::SiluMul { len } => len,
-        // Block tables and segments are indexed globally: no independent axis to cut.
-        Op::KvWrite { .. } | Op::PagedAttention { .. } => return None,
-    })
-}
-
-/// `op` over `r` of its units (see [`units`]).
-pub(crate) fn restrict(op: &Op, r: u32) -> Op {
-    let mut op = op.clone();
-    match &mut op {
-        Op::Add { len, b_len } | Op::Mul { len, b_len } => {
-            if *b_len == *len {
-                (*len, *b_len) = (r, r);
-            } else {
-                *len = r * *b_len;
-            }
-        }
-        Op::Scale { len, .. } | Op::Gelu { len } | Op::Relu { len } | Op::Copy { len } => *len = r,
-        Op::LayerNorm { rows, .. } | Op::L2Normalize { rows, .. } | Op::Embedding { rows, .. } => {
-            *rows = r;
-        }
-        Op::Softmax {
-            rows,
-            masked,
-            rows_per_mask,
-            ..
-        } => *rows = if *masked { r * *rows_per_mask } else { r },
-        Op::MatMul {
-            batch,
-            m,
-            broadcast_b,
-            ..
-        } => {
-            if *batch > 1 && !*broadcast_b {
-                *batch = r;
-            } else {
-                (*batch, *m) = (1, r);
-            }
-        }
-        Op::MeanPool { batch, .. } => *batch = r,
-        Op::Conv2d { n, .. } => *n = r,
-        Op::MaxPool2d { n, c, .. } => (*n, *c) = (r, 1),
-        Op::Permute { dims, .. } => dims[0] = r,
-        Op::RmsNorm { rows, .. } => *rows = r,
-        Op::Rope { tokens, .. } => *tokens = r,
-        Op::SiluMul { len } => *len = r,
-        Op::KvWrite { .. } | Op::PagedAttention { .. } => {}
-    }
-    op
-}
-
-/// How each operand of `op` follows the split, from the op over one and over two units.
-pub(crate) fn shares(op: &Op) -> Option<Vec<Share>> {
-    let one = restrict(op, 1).signature().ok()?;
-    let two = restrict(op, 2).signature().ok()?;
-    let pairs = one
-        .inputs
-        .iter()
-        .chain(&one.outputs)
-        .zip(two.inputs.iter().chain(&two.outputs));
-    pairs
-        .map(|(a, b)| {
-            if a == b {
-                Some(Share::Whole)
-            } else if b.len == 2 * a.len && a.dtype.size() == 4 {
-                Some(Share::PerUnit(a.size()))
-            } else {
-                None
-            }
-        })
-        .collect()
-}
-
 /// How `op` splits under `limit` and `align`: each operand's share and the units per part, or
 /// `None` when it cannot be split so (`sizes`: its binding sizes).
 fn plan(op: &Op, sizes: &[u64], limit: u64, align: u64) -> Option<(Vec<Share>, u32)> {
-    let total = units(op)?;
-    let shares = shares(op)?;
+    let total = op.split_units()?;
+    let shares = op.split_shares()?;
     if shares.len() != sizes.len() {
         return None;
     }
@@ -182,31 +49,6 @@ fn plan(op: &Op, sizes: &[u64], limit: u64, align: u64) -> Option<(Vec<Share>, u
     }
     let per_part = u32::try_from(most / step * step).ok()?;
     (per_part > 0).then_some((shares, per_part))
-}
-
-impl Op {
-    /// How this op is cut into parts over large operands, per operand in binding order: `Some([units,
-    /// elements per unit])` for an operand that grows with the op's split axis (elements, rows,
-    /// images, batches), `None` for one every part reads whole (weights, biases, shared masks).
-    /// A tensor of the `Some` shape larger than the device's largest block is held in segments
-    /// cut between units, which the op runs over part by part; an operand read whole must fit in
-    /// one block. `None` for an op with no split axis.
-    pub fn split_shapes(&self) -> Option<Vec<Option<[usize; 2]>>> {
-        let total = units(self)? as usize;
-        let sig = self.signature().ok()?;
-        let shares = shares(self)?;
-        let operands = sig.inputs.iter().chain(&sig.outputs);
-        Some(
-            shares
-                .iter()
-                .zip(operands)
-                .map(|(share, o)| match *share {
-                    Share::Whole => None,
-                    Share::PerUnit(bytes) => Some([total, (bytes / o.dtype.size()) as usize]),
-                })
-                .collect(),
-        )
-    }
 }
 
 /// Whether `op` runs on a device whose bindings hold at most `limit` bytes at offsets on
@@ -229,7 +71,7 @@ pub(crate) fn fits(op: &Op, limit: u64, align: u64) -> bool {
 pub(crate) fn split(op: &Op, bindings: &[BlockRange], limit: u64, align: u64) -> Option<Vec<Part>> {
     let sizes: Vec<u64> = bindings.iter().map(|b| b.size).collect();
     let (shares, per_part) = plan(op, &sizes, limit, align)?;
-    let total = units(op)?;
+    let total = op.split_units()?;
     let mut parts = Vec::new();
     let mut first = 0u32;
     while first < total {
@@ -246,7 +88,7 @@ pub(crate) fn split(op: &Op, bindings: &[BlockRange], limit: u64, align: u64) ->
                 },
             })
             .collect();
-        parts.push((restrict(op, r), ranges));
+        parts.push((op.restricted(r), ranges));
         first += r;
     }
     Some(parts)

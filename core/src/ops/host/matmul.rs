@@ -22,6 +22,7 @@
 
 use rayon::prelude::*;
 
+use crate::ops::split::reference_uses_dot;
 use crate::{Error, Result};
 
 mod dot;
@@ -31,53 +32,10 @@ pub(super) use stored::matmul_stored;
 
 /// Whether a product of `m` rows (of one matrix, or the stacked rows `matmul_stored` computes)
 /// runs on the dot-product kernel (`dot`) rather than `sgemm`: when op(A)'s rows and op(B)'s
-/// columns are contiguous along `k` (column stride `csa`, row stride `rsb` of 1), `k` is long
-/// enough for the lanes' final sums to be a small share, and the product is not one where
-/// `sgemm`'s packing pays for itself (many rows and a long `k`). The choice depends on the shape
-/// only, never on the tiling, so every element is computed the same way on any number of threads.
+/// columns are contiguous along `k` (column stride `csa`, row stride `rsb` of 1) and the shape
+/// picks it ([`reference_uses_dot`], which graph tiling reads too).
 fn uses_dot(m: usize, k: usize, csa: usize, rsb: usize) -> bool {
-    csa == 1 && rsb == 1 && dot_by_rows(m, k)
-}
-
-/// The part of [`uses_dot`]'s choice that reads the row count.
-fn dot_by_rows(m: usize, k: usize) -> bool {
-    k >= 128 && (m < 256 || k <= 512)
-}
-
-/// Whether every output row of `op` (a product) comes out bit-identical when the product runs
-/// over `rows` of its row units at a time instead of all of them (a graph tiled by rows:
-/// [`crate::Graph::tile`]). A product whose units are whole matrices of a batch keeps its shape
-/// per matrix: always. One whose units are rows of `A` keeps its sums when both row counts pick
-/// the same kernel ([`uses_dot`]) and, where that kernel may be `sgemm`, when `alpha` is 1:
-/// `sgemm` rounds `alpha·Σ` once at the edge of a micro-tile (computed aside, then added) and
-/// fuses it into the accumulation inside one, so with another `alpha` a row's bits depend on
-/// where the row falls. The dot kernel computes every element the same way wherever it falls.
-/// Other ops: `true` (the host computes each element or row on its own).
-pub(crate) fn rows_split_exact(op: &crate::ops::Op, rows: u32) -> bool {
-    let crate::ops::Op::MatMul {
-        batch,
-        m,
-        k,
-        trans_a,
-        trans_b,
-        broadcast_b,
-        alpha,
-        weight_format,
-        ..
-    } = *op
-    else {
-        return true;
-    };
-    if batch > 1 && !broadcast_b {
-        return true; // the units are matrices: each keeps its `m`
-    }
-    let (full, part, k) = ((batch as usize) * (m as usize), rows as usize, k as usize);
-    let dot = dot_by_rows(full, k);
-    if dot != dot_by_rows(part, k) {
-        return false;
-    }
-    let surely_dot = dot && trans_b && !trans_a && weight_format == crate::ops::WeightFormat::F32;
-    surely_dot || alpha == 1.0
+    csa == 1 && rsb == 1 && reference_uses_dot(m, k)
 }
 
 /// Shape and layout flags of a product (see [`Op::MatMul`](crate::ops::Op::MatMul)).

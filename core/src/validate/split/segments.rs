@@ -16,7 +16,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{Part, Share, gcd, lcm, restrict, shares, units};
+use super::{Part, Share, gcd, lcm};
 use crate::backend::BlockRange;
 use crate::ops::Op;
 use crate::{Error, Result};
@@ -49,7 +49,7 @@ pub(crate) fn split_segments(
         reason,
     };
     let segmented = operands.iter().position(|s| s.len() > 1).unwrap_or(0);
-    let (Some(total), Some(shares)) = (units(op), shares(op)) else {
+    let (Some(total), Some(shares)) = (op.split_units(), op.split_shares()) else {
         return Err(refuse(
             segmented,
             "the op has no outermost axis whose units it computes independently".into(),
@@ -147,7 +147,7 @@ pub(crate) fn split_segments(
                 });
             }
             // `r` is at most `total`, a `u32`.
-            parts.push((restrict(op, r as u32), ranges));
+            parts.push((op.restricted(r as u32), ranges));
             first += r;
         }
     }

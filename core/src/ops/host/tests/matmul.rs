@@ -96,7 +96,7 @@ fn rows_split_exact_says_when_a_product_over_fewer_rows_keeps_the_bits() {
         let Op::MatMul { m, n, k, .. } = *op else {
             unreachable!()
         };
-        let part = crate::validate::split::restrict(op, rows);
+        let part = op.restricted(rows);
         let (k, n) = (k as usize, n as usize);
         let mut out = Vec::new();
         for i in 0..(m / rows) as usize {
@@ -128,7 +128,7 @@ fn rows_split_exact_says_when_a_product_over_fewer_rows_keeps_the_bits() {
         let whole = bits(&run_f32(&op, &[&a, &b, &bias]));
         for rows in [256u32, 128, 64, 8] {
             let got = bits(&parts_of(&op, &a, &b, &bias, rows));
-            if rows_split_exact(&op, rows) {
+            if op.rows_split_exact(rows) {
                 assert_eq!(got, whole, "{op:?} over {rows} rows a part");
             } else {
                 differed |= got != whole;
@@ -141,7 +141,7 @@ fn rows_split_exact_says_when_a_product_over_fewer_rows_keeps_the_bits() {
     );
     // Products whose units are whole matrices keep their rows.
     let batched = matmul_op(4, 64, 8, 640, false, true, false, false, 0.5);
-    assert!(rows_split_exact(&batched, 1));
+    assert!(batched.rows_split_exact(1));
     // Other ops compute each element on its own.
-    assert!(rows_split_exact(&Op::Gelu { len: 16 }, 1));
+    assert!(Op::Gelu { len: 16 }.rows_split_exact(1));
 }
