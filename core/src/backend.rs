@@ -53,6 +53,7 @@ pub mod growable;
 pub mod lanes;
 pub mod managed;
 pub mod peer;
+mod placement;
 
 pub use adaptor::BackendAdaptor;
 pub use blocks::{BlockEntry, BlockTable};
@@ -63,6 +64,7 @@ pub use growable::{Growable, InPlaceGrowth};
 pub use lanes::{CollapsedLane, Lanes, TransferLane, TransferLanes, TransferTicket, TransferWait};
 pub use managed::{Managed, ManagedMemory, Residence};
 pub use peer::{Peer, PeerCopy, PeerPath};
+pub use placement::HostPlacement;
 
 /// A backend's name for one block. Opaque to core; unique among the backend's live blocks.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -58,6 +58,7 @@ pub mod validate;
 // The pure planners and sub-allocators, at the paths they have always had.
 pub use tensormem_plan::{align, offload, plan, suballoc};
 
+pub use backend::HostPlacement;
 pub use backend::{
     Backend, BackendAdaptor, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities,
     DeviceId, DeviceType, Extensions, Growable, HostAccess, HostAccessWait, InPlaceGrowth, Managed,
@@ -68,7 +69,6 @@ pub use devices::{DeviceSet, PlacedModel, Placement};
 pub use error::{ArgumentError, Error, GraphError, GrowthError, OomReport, Result};
 pub use graph::{Graph, TensorId};
 pub use host::{HostBackend, HostConfig};
-pub use numa::HostPlacement;
 pub use ops::{DType, KvDType, KvLayout, Op, WeightFormat};
 pub use pool::{
     Allocation, AllocationStats, ArenaConfig, ArenaPool, Carver, DevicePool, Handle, PoolConfig,

@@ -4,15 +4,15 @@
 //! socket), a pinned or host-visible buffer on the far socket costs every upload and readback a
 //! trip over the socket interconnect. The pools' host memory (upload and readback blocks, the
 //! staging belt's blocks, the host backend's blocks) therefore belongs on the node closest to its
-//! device. This module owns the three pieces every backend shares:
+//! device. This module holds the three pieces every backend shares:
 //!
 //! * [`NumaTopology`]: the nodes, their CPUs and their distances, read from sysfs
 //!   (`/sys/devices/system/node`), and the node of a PCI device
 //!   (`/sys/bus/pci/devices/<bdf>/numa_node`). The sysfs root is a parameter, so tests inject a
 //!   topology with several nodes from a fake tree in a temporary directory.
-//! * [`HostPlacement`]: the policy in use, as a value a backend reports
-//!   ([`Capabilities::host_placement`](crate::Capabilities::host_placement)) and the memory
-//!   report carries.
+//! * [`HostPlacement`] (defined with the backend contract, re-exported here): the policy in use,
+//!   as a value a backend reports ([`Capabilities::host_placement`](crate::Capabilities::host_placement))
+//!   and the memory report carries.
 //! * [`kernel`] (Linux only): `mbind` on memory the runtime maps itself, and the kernel queries
 //!   (`get_mempolicy`, `move_pages`) that say where pages actually are.
 //!
@@ -40,7 +40,7 @@
 //!   [`HostPlacement::Unbound`] carrying the error's text.
 //! * Malformed sysfs content: [`Error::Malformed`](crate::Error::Malformed) naming the file.
 
-use std::fmt;
+pub use crate::backend::HostPlacement;
 
 #[cfg(target_os = "linux")]
 pub mod kernel;
@@ -49,85 +49,6 @@ mod topology;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use topology::{NumaNode, NumaTopology, detect_device_placement};
-
-/// Where a backend's host memory (upload, readback and host-visible blocks) lives: the policy in
-/// use, reported by [`Capabilities::host_placement`](crate::Capabilities::host_placement) and in
-/// the memory report.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum HostPlacement {
-    /// The runtime binds the host memory it maps itself to `node` (`MPOL_PREFERRED`) before its
-    /// first touch.
-    Bound {
-        /// The NUMA node.
-        node: u32,
-        /// How the node was chosen ("configured", "PCI 0000:65:00.0", "CUDA host NUMA id").
-        source: String,
-    },
-    /// The driver allocates the host-visible memory and places its pages; this runtime cannot
-    /// bind them.
-    DriverPlaced {
-        /// The device's node, where the backend learnt it (`VK_EXT_pci_bus_info` + sysfs).
-        device_node: Option<u32>,
-    },
-    /// No NUMA placement: host memory goes wherever the OS puts it (first touch).
-    Unbound {
-        /// Why ("one NUMA node", "not Linux", "the device reports no NUMA node", ...).
-        reason: String,
-    },
-}
-
-impl HostPlacement {
-    /// [`HostPlacement::Unbound`] with `reason`.
-    pub fn unbound(reason: impl Into<String>) -> Self {
-        HostPlacement::Unbound {
-            reason: reason.into(),
-        }
-    }
-
-    /// The node the runtime binds host memory to, if it binds any.
-    pub fn bound_node(&self) -> Option<u32> {
-        match self {
-            HostPlacement::Bound { node, .. } => Some(*node),
-            _ => None,
-        }
-    }
-
-    /// A short machine-readable name of the policy: `"bound"`, `"driver"` or `"none"`.
-    pub fn policy(&self) -> &'static str {
-        match self {
-            HostPlacement::Bound { .. } => "bound",
-            HostPlacement::DriverPlaced { .. } => "driver",
-            HostPlacement::Unbound { .. } => "none",
-        }
-    }
-}
-
-impl Default for HostPlacement {
-    /// Unbound: what a backend that says nothing about its host memory gets.
-    fn default() -> Self {
-        HostPlacement::unbound("not reported by the backend")
-    }
-}
-
-impl fmt::Display for HostPlacement {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HostPlacement::Bound { node, source } => {
-                write!(f, "NUMA node {node} (bound, from {source})")
-            }
-            HostPlacement::DriverPlaced {
-                device_node: Some(n),
-            } => write!(
-                f,
-                "placed by the driver (device on NUMA node {n}; cannot be bound)"
-            ),
-            HostPlacement::DriverPlaced { device_node: None } => {
-                write!(f, "placed by the driver (device's NUMA node unknown)")
-            }
-            HostPlacement::Unbound { reason } => write!(f, "no NUMA ({reason})"),
-        }
-    }
-}
 
 /// Checks that the kernel lets this process allocate on `node` (its cpuset's `mems`).
 ///

@@ -3,7 +3,7 @@
 
 #[cfg(doc)]
 use super::Backend;
-use crate::numa::HostPlacement;
+use super::HostPlacement;
 
 /// What kind of processor runs a backend's work, as the driver reports it. Applications that pick
 /// a backend for speed use it: a software implementation of a GPU API runs the same kernels far

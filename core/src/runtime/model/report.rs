@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::numa::HostPlacement;
+use crate::backend::HostPlacement;
 use crate::ops::DType;
 use crate::pool::AllocationStats;
 use crate::runtime::weights::WeightStoreReport;
