@@ -466,7 +466,7 @@ run() {
                     TENSORMEM_REQUIRE_BACKENDS=vulkan "$WORK/bin/suite"
             fi
         STEP_NOTE="$vk_note" DEVICE_NOTE=1
-        step 09-conformance-wgpu 150 python3 "$HELPER" fdwatch env "${vk_cases[@]}" \
+        step 09-conformance-wgpu 210 python3 "$HELPER" fdwatch env "${vk_cases[@]}" \
             TENSORMEM_TARGETS=wgpu TENSORMEM_REQUIRE_BACKENDS=wgpu "$WORK/bin/suite"
         STEP_NOTE="$vk_note" DEVICE_NOTE=1
         step 11-generate-vulkan 60 "$SELF" _sample generate vulkan
