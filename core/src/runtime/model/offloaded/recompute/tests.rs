@@ -76,6 +76,31 @@ fn run(model: &mut Model, x: TensorId, weights: &[TensorId], y: TensorId) -> Vec
     first.iter().map(|v| v.to_bits()).collect()
 }
 
+/// `g` compiled within `budget` on a runtime of that budget with staging forced.
+fn budgeted(g: &Graph, budget: u64) -> (crate::Runtime, Model) {
+    let rt = runtime(true, Some(budget));
+    let desc = CompileDesc {
+        device_budget: Some(budget),
+        ..CompileDesc::default()
+    };
+    let m = rt.compile_with(g, &desc).unwrap();
+    (rt, m)
+}
+
+/// The model's offload report, after checking that it copies (staging forced) and that its
+/// peak stayed within `budget`.
+fn report_within(m: &Model, budget: u64) -> super::super::OffloadReport {
+    let r = m.memory_report();
+    let o = r.offload.clone().unwrap();
+    assert!(!o.unified, "staging forced");
+    assert!(
+        r.peak_device_bytes <= budget,
+        "{} > {budget}",
+        r.peak_device_bytes
+    );
+    o
+}
+
 #[test]
 fn a_recomputed_activation_gives_the_unbudgeted_bits_with_staging_forced() {
     let (g, x, w, y) = graph();
@@ -88,21 +113,9 @@ fn a_recomputed_activation_gives_the_unbudgeted_bits_with_staging_forced() {
     // copied out and back (nothing else can: the addends' inputs are gone by then).
     let bytes = LEN as u64 * 4;
     let budget = 4 * bytes + bytes / 2 + 8 * W as u64 * 4;
-    let rt = runtime(true, Some(budget));
-    let desc = CompileDesc {
-        device_budget: Some(budget),
-        ..CompileDesc::default()
-    };
-    let mut m = rt.compile_with(&g, &desc).unwrap();
+    let (rt, mut m) = budgeted(&g, budget);
     assert_eq!(run(&mut m, x, &w, y), expected);
-    let r = m.memory_report();
-    let o = r.offload.clone().unwrap();
-    assert!(!o.unified, "staging forced");
-    assert!(
-        r.peak_device_bytes <= budget,
-        "{} > {budget}",
-        r.peak_device_bytes
-    );
+    let o = report_within(&m, budget);
     // Two runs, one re-run of `branch` each: reads `x`, writes `a`.
     assert_eq!(o.bytes_recomputed, 2 * bytes, "{o:?}");
     assert_eq!(o.recompute_work, 2 * 2 * bytes, "{o:?}");
@@ -130,20 +143,9 @@ fn a_chain_is_re_run_before_the_activation_whose_input_is_gone() {
     // As above, plus `e` and, at the residual, `relu(e)` re-run into a transient residency.
     let bytes = LEN as u64 * 4;
     let budget = 4 * bytes + bytes / 2 + 10 * W as u64 * 4;
-    let rt = runtime(true, Some(budget));
-    let desc = CompileDesc {
-        device_budget: Some(budget),
-        ..CompileDesc::default()
-    };
-    let mut m = rt.compile_with(&g, &desc).unwrap();
+    let (rt, mut m) = budgeted(&g, budget);
     assert_eq!(run_all(&mut m), expected);
-    let r = m.memory_report();
-    let o = r.offload.clone().unwrap();
-    assert!(
-        r.peak_device_bytes <= budget,
-        "{} > {budget}",
-        r.peak_device_bytes
-    );
+    let o = report_within(&m, budget);
     // Two runs, each re-running `small` (reads `e`, writes its W floats), then `branch` (reads
     // `x` and `relu(e)`, writes `a`).
     let small_bytes = W as u64 * 4;
