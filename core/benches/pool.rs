@@ -11,43 +11,27 @@
 //! Run: `cargo bench -p tensormem --bench pool -- alloc_free_1024_tensors`; read each result as a
 //! ratio to `vec_u8` of the same run.
 
-#![allow(
-    missing_docs,
-    reason = "criterion's macros generate undocumented items"
-)]
-#![allow(
-    clippy::expect_used,
-    reason = "a benchmark harness aborts on setup failure"
-)]
+// A benchmark whose setup fails should stop loudly; criterion's macros emit undocumented items.
+#![allow(clippy::expect_used, missing_docs)]
 
 use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 
+#[path = "support/sizes.rs"]
+mod sizes;
 #[path = "support/thread_cpu.rs"]
 mod thread_cpu;
+use sizes::{SEED, sizes};
 use std::time::Duration;
 use thread_cpu::ThreadCpu;
 
 use tensormem::pool::{ReplayConfig, ReplayPool};
 use tensormem::{ArenaConfig, ArenaPool, DevicePool, HostBackend, HostConfig, PoolConfig};
 
-/// Sizes of a transformer-like step: many small and medium tensors (seeded, fixed).
-fn sizes() -> Vec<u64> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    (0..1024)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            256 << (x % 12) // 256 B .. 512 KiB
-        })
-        .collect()
-}
-
 fn bench(c: &mut Criterion<ThreadCpu>) {
-    let sizes = sizes();
+    let sizes = sizes(SEED, 1024);
     let backend = Arc::new(HostBackend::new(HostConfig::default()).expect("host backend"));
     let mut g = c.benchmark_group("alloc_free_1024_tensors");
     g.bench_function("vec_u8", |b| {

@@ -25,14 +25,8 @@
 //!
 //! Run: `cargo bench -p tensormem --bench pool_threads` (summary on stderr).
 
-#![allow(
-    missing_docs,
-    reason = "criterion's macros generate undocumented items"
-)]
-#![allow(
-    clippy::expect_used,
-    reason = "a benchmark harness aborts on setup failure"
-)]
+// A benchmark whose setup fails should stop loudly; criterion's macros emit undocumented items.
+#![allow(clippy::expect_used, missing_docs)]
 
 use std::collections::VecDeque;
 use std::hint::black_box;
@@ -40,6 +34,10 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+
+#[path = "support/sizes.rs"]
+mod support_sizes;
+use support_sizes::SEED;
 
 use tensormem::{
     ArenaConfig, ArenaPool, DevicePool, HostBackend, HostConfig, Runtime, RuntimeConfig,
@@ -53,15 +51,8 @@ const THREADS: [usize; 5] = [1, 2, 4, 8, 16];
 
 /// The seeded size sequence of thread `t`: 256 B .. 512 KiB.
 fn sizes(t: usize) -> Vec<u64> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (t as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
-    (0..OPS)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            256 << (x % 12)
-        })
-        .collect()
+    let seed = SEED ^ (t as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
+    support_sizes::sizes(seed, OPS)
 }
 
 /// One thread's workload on a pool.

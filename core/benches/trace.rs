@@ -14,23 +14,15 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+
+#[path = "support/sizes.rs"]
+mod sizes;
+use sizes::{SEED, sizes};
 use tensormem::pool::Traced;
 use tensormem::{
     ArenaConfig, ArenaPool, DType, DevicePool, Graph, HostBackend, HostConfig, Op, Runtime,
     RuntimeConfig, Tracer,
 };
-
-fn sizes() -> Vec<u64> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    (0..1024)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            256 << (x % 12)
-        })
-        .collect()
-}
 
 fn tracers() -> [(&'static str, Option<Tracer>); 3] {
     [
@@ -41,7 +33,7 @@ fn tracers() -> [(&'static str, Option<Tracer>); 3] {
 }
 
 fn alloc_free(c: &mut Criterion) {
-    let sizes = sizes();
+    let sizes = sizes(SEED, 1024);
     let backend = Arc::new(HostBackend::new(HostConfig::default()).expect("host backend"));
     let mut g = c.benchmark_group("alloc_free_1024_tensors");
     for (name, tracer) in tracers().into_iter().take(2) {

@@ -12,14 +12,8 @@
 //!
 //! Run: `cargo bench -p tensormem --bench transfer`.
 
-#![allow(
-    missing_docs,
-    reason = "criterion's macros generate undocumented items"
-)]
-#![allow(
-    clippy::expect_used,
-    reason = "a benchmark harness aborts on setup failure"
-)]
+// A benchmark whose setup fails should stop loudly; criterion's macros emit undocumented items.
+#![allow(clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -144,38 +144,35 @@ fn suballoc_case<A: SubAllocator>(
     }
 }
 
+/// Capacities from 1 B to 2^63 B: powers of two and arbitrary values.
+fn capacity() -> impl Strategy<Value = u64> {
+    (0u32..=63, any::<u64>(), any::<bool>()).prop_map(|(log, odd, arbitrary)| {
+        if arbitrary {
+            (odd % (1u64 << 63)).max(1)
+        } else {
+            1u64 << log
+        }
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
 
     /// Capacities from 1 B to 2^63 B (powers of two and arbitrary values), alignments to 2^30.
     #[test]
     fn tlsf_holds_its_invariants_at_every_scale(
-        log in 0u32..=63,
-        odd in any::<u64>(),
-        arbitrary in any::<bool>(),
+        capacity in capacity(),
         seed in any::<u64>(),
     ) {
-        let capacity = if arbitrary {
-            (odd % (1u64 << 63)).max(1)
-        } else {
-            1u64 << log
-        };
         suballoc_case(&TLSF, capacity, 30, seed).map_err(TestCaseError::fail)?;
     }
 
     /// The same for the buddy allocator.
     #[test]
     fn buddy_holds_its_invariants_at_every_scale(
-        log in 0u32..=63,
-        odd in any::<u64>(),
-        arbitrary in any::<bool>(),
+        capacity in capacity(),
         seed in any::<u64>(),
     ) {
-        let capacity = if arbitrary {
-            (odd % (1u64 << 63)).max(1)
-        } else {
-            1u64 << log
-        };
         suballoc_case(&BUDDY, capacity, 30, seed).map_err(TestCaseError::fail)?;
     }
 }

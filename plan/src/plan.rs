@@ -107,6 +107,15 @@ impl Buffer {
         }
     }
 
+    /// Buffers with alignment 1 from `(lower, upper, size)` triples: the tests' instances.
+    #[cfg(test)]
+    pub(crate) fn list(triples: &[(u64, u64, u64)]) -> Vec<Buffer> {
+        triples
+            .iter()
+            .map(|&(lower, upper, size)| Buffer::new(lower, upper, size))
+            .collect()
+    }
+
     /// Whether the two lifetimes intersect (then the buffers must not share bytes).
     pub fn conflicts(&self, other: &Buffer) -> bool {
         self.lower < other.upper && other.lower < self.upper

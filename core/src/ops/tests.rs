@@ -6,7 +6,8 @@ use super::*;
 /// wrong output size, returning Ok.
 #[test]
 fn conv_output_size_is_never_truncated() {
-    let conv = Op::Conv2d {
+    // A 1x1 convolution of a 1x1 image with padding `pad` on each side.
+    let conv = |pad| Op::Conv2d {
         n: 1,
         c_in: 1,
         h: 1,
@@ -15,34 +16,23 @@ fn conv_output_size_is_never_truncated() {
         kh: 1,
         kw: 1,
         stride: 1,
-        pad: 1 << 31,
+        pad,
         bias: false,
         weight_format: WeightFormat::F32,
     };
+    let over = conv(1 << 31);
     assert!(matches!(
-        conv.conv_out(),
+        over.conv_out(),
         Err(Error::ArithmeticOverflow { .. })
     ));
     assert!(matches!(
-        conv.signature(),
+        over.signature(),
         Err(Error::ArithmeticOverflow { .. })
     ));
     // Just inside u32: the side is exact, and the operand is then too large for a u32 index.
-    let conv = Op::Conv2d {
-        n: 1,
-        c_in: 1,
-        h: 1,
-        w: 1,
-        c_out: 1,
-        kh: 1,
-        kw: 1,
-        stride: 1,
-        pad: (1 << 31) - 1,
-        bias: false,
-        weight_format: WeightFormat::F32,
-    };
-    assert_eq!(conv.conv_out().unwrap(), (u32::MAX, u32::MAX));
-    assert!(matches!(conv.signature(), Err(Error::TooLarge { .. })));
+    let inside = conv((1 << 31) - 1);
+    assert_eq!(inside.conv_out().unwrap(), (u32::MAX, u32::MAX));
+    assert!(matches!(inside.signature(), Err(Error::TooLarge { .. })));
 }
 
 /// Regression: permute dims whose product exceeds 64 bits panicked in debug builds

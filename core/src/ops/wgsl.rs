@@ -2,9 +2,10 @@
 //!
 //! [`kernel`] turns an [`Op`] into everything a GPU backend needs to dispatch it: which source
 //! (and pipeline) to use, the 16-word uniform block, and the workgroup counts. The sources live in
-//! `ops/wgsl/*.wgsl`, are assembled at compile time from shared pieces (`common.wgsl`,
-//! `reduce.wgsl`, `erf.wgsl`, per-variant binding headers), and use only core WGSL: no f16, no
-//! subgroups, no atomics, no push constants.
+//! `ops/wgsl/*.wgsl` and are assembled at compile time (`sources`): `common.wgsl`, a binding
+//! header generated from the operand list, shared pieces (`element.wgsl`, `reduce.wgsl`,
+//! `erf.wgsl`, a weight format's `w_at`) and the kernel's body. They use only core WGSL: no f16,
+//! no subgroups, no atomics, no push constants.
 //!
 //! # Binding ABI
 //!
@@ -27,7 +28,7 @@
 //! - Per operand at most 2³² − 1 elements; at most 6 storage bindings per kernel.
 //! - **Weight formats** ([`WeightFormat`]): the weight operand of matmul, conv2d and embedding
 //!   is `array<f32>`, or `array<u32>` holding two f16 or four int8 per word (int8 adds an f32
-//!   `scales` operand after it). Each variant's binding header defines `w_at`; the shared bodies
+//!   `scales` operand after it). Each variant's `weight_*.wgsl` defines `w_at`; the shared bodies
 //!   dequantise as they load, so no f32 copy of a weight exists on the device.
 //!
 //! Numerics match the host reference (`ops::host`) formula for formula; sums run per invocation
@@ -107,155 +108,13 @@ impl Kernel {
     }
 }
 
-/// Concatenates files of `ops/wgsl/` into one `&'static str` at compile time.
-macro_rules! wgsl {
-    ($($file:expr),+ $(,)?) => {
-        concat!($(include_str!(concat!("wgsl/", $file)), "\n"),+)
-    };
-}
-
-type Source = (&'static str, &'static str);
-
-/// The variants of a weight-reading op: `[f32, f16, int8]` for each of its binding layouts.
-type Variants = [Source; 3];
-
-/// The three weight formats of one kernel: `$key`, `${key}_f16`, `${key}_int8`, each assembled
-/// from `common.wgsl`, the variant's binding header `<key>[_fmt]_bind.wgsl` (which defines
-/// `w_at`) and the shared body.
-macro_rules! weight_variants {
-    ($key:literal, $body:literal) => {
-        [
-            (
-                $key,
-                wgsl!("common.wgsl", concat!($key, "_bind.wgsl"), $body),
-            ),
-            (
-                concat!($key, "_f16"),
-                wgsl!(
-                    "common.wgsl",
-                    "dequant.wgsl",
-                    concat!($key, "_f16_bind.wgsl"),
-                    $body
-                ),
-            ),
-            (
-                concat!($key, "_int8"),
-                wgsl!(
-                    "common.wgsl",
-                    "dequant.wgsl",
-                    concat!($key, "_int8_bind.wgsl"),
-                    $body
-                ),
-            ),
-        ]
-    };
-}
-
-const MATMUL: Variants = weight_variants!("matmul", "matmul.wgsl");
-const MATMUL_BIAS: Variants = weight_variants!("matmul_bias", "matmul.wgsl");
-const ADD: Source = ("add", wgsl!("common.wgsl", "add.wgsl"));
-const MUL: Source = ("mul", wgsl!("common.wgsl", "mul.wgsl"));
-const SCALE: Source = ("scale", wgsl!("common.wgsl", "scale.wgsl"));
-const GELU: Source = ("gelu", wgsl!("common.wgsl", "erf.wgsl", "gelu.wgsl"));
-const RELU: Source = ("relu", wgsl!("common.wgsl", "relu.wgsl"));
-const COPY: Source = ("copy", wgsl!("common.wgsl", "copy.wgsl"));
-const LAYERNORM: Source = (
-    "layernorm",
-    wgsl!("common.wgsl", "reduce.wgsl", "layernorm.wgsl"),
-);
-const SOFTMAX: Source = (
-    "softmax",
-    wgsl!(
-        "common.wgsl",
-        "reduce.wgsl",
-        "softmax_bind.wgsl",
-        "softmax.wgsl"
-    ),
-);
-const SOFTMAX_MASKED: Source = (
-    "softmax_masked",
-    wgsl!(
-        "common.wgsl",
-        "reduce.wgsl",
-        "softmax_masked_bind.wgsl",
-        "softmax.wgsl"
-    ),
-);
-const EMBEDDING: Variants = weight_variants!("embedding", "embedding.wgsl");
-const MEANPOOL: Source = ("meanpool", wgsl!("common.wgsl", "meanpool.wgsl"));
-const L2NORMALIZE: Source = (
-    "l2normalize",
-    wgsl!("common.wgsl", "reduce.wgsl", "l2normalize.wgsl"),
-);
-const CONV2D: Variants = weight_variants!("conv2d", "conv2d.wgsl");
-const CONV2D_BIAS: Variants = weight_variants!("conv2d_bias", "conv2d.wgsl");
-const MAXPOOL2D: Source = ("maxpool2d", wgsl!("common.wgsl", "maxpool2d.wgsl"));
-const PERMUTE: Source = ("permute", wgsl!("common.wgsl", "permute.wgsl"));
-// The decoder ops (their parameters in `llm`).
-const RMSNORM: Source = (
-    "rmsnorm",
-    wgsl!("common.wgsl", "reduce.wgsl", "rmsnorm.wgsl"),
-);
-const ROPE: Source = ("rope", wgsl!("common.wgsl", "rope.wgsl"));
-const SILU_MUL: Source = ("silu_mul", wgsl!("common.wgsl", "silu_mul.wgsl"));
-const KV_WRITE: Source = ("kv_write", wgsl!("common.wgsl", "kv.wgsl", "kv_write.wgsl"));
-const PAGED_ATTENTION: Source = (
-    "paged_attention",
-    wgsl!(
-        "common.wgsl",
-        "kv.wgsl",
-        "paged_attention_bind.wgsl",
-        "paged_attention.wgsl"
-    ),
-);
-const PAGED_ATTENTION_CARRY: Source = (
-    "paged_attention_carry",
-    wgsl!(
-        "common.wgsl",
-        "kv.wgsl",
-        "paged_attention_carry_bind.wgsl",
-        "paged_attention.wgsl"
-    ),
-);
-
 mod llm;
+mod sources;
 
-const SOURCES: &[Source] = &[
-    MATMUL[0],
-    MATMUL[1],
-    MATMUL[2],
-    MATMUL_BIAS[0],
-    MATMUL_BIAS[1],
-    MATMUL_BIAS[2],
-    ADD,
-    MUL,
-    SCALE,
-    GELU,
-    RELU,
-    COPY,
-    LAYERNORM,
-    SOFTMAX,
-    SOFTMAX_MASKED,
-    EMBEDDING[0],
-    EMBEDDING[1],
-    EMBEDDING[2],
-    MEANPOOL,
-    L2NORMALIZE,
-    CONV2D[0],
-    CONV2D[1],
-    CONV2D[2],
-    CONV2D_BIAS[0],
-    CONV2D_BIAS[1],
-    CONV2D_BIAS[2],
-    MAXPOOL2D,
-    PERMUTE,
-    RMSNORM,
-    ROPE,
-    SILU_MUL,
-    KV_WRITE,
-    PAGED_ATTENTION,
-    PAGED_ATTENTION_CARRY,
-];
+use sources::{
+    ADD, CONV2D, CONV2D_BIAS, COPY, EMBEDDING, GELU, L2NORMALIZE, LAYERNORM, MATMUL, MATMUL_BIAS,
+    MAXPOOL2D, MEANPOOL, MUL, PERMUTE, RELU, SCALE, SOFTMAX, SOFTMAX_MASKED, SOURCES, Variants,
+};
 
 /// Every kernel source as `(key, source)`, e.g. to compile all pipelines up front.
 pub fn sources() -> &'static [(&'static str, &'static str)] {

@@ -44,6 +44,9 @@ use crate::time::Instant;
 use crate::{Error, Result};
 
 mod api;
+#[cfg(test)]
+#[macro_use]
+mod testing;
 mod carving;
 mod config;
 mod expandable;

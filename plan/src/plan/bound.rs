@@ -139,22 +139,14 @@ mod tests {
 
     #[test]
     fn load_counts_frees_before_allocations() {
-        let b = [
-            Buffer::new(0, 2, 5),
-            Buffer::new(2, 4, 7),
-            Buffer::new(1, 3, 1),
-        ];
+        let b = Buffer::list(&[(0, 2, 5), (2, 4, 7), (1, 3, 1)]);
         assert_eq!(lower_bound(&b), 8);
         assert_eq!(lower_bound(&[]), 0);
     }
 
     #[test]
     fn sections_are_maximal_cliques() {
-        let b = [
-            Buffer::new(0, 2, 5),
-            Buffer::new(2, 4, 7),
-            Buffer::new(1, 3, 1),
-        ];
+        let b = Buffer::list(&[(0, 2, 5), (2, 4, 7), (1, 3, 1)]);
         let s = Sections::new(&b);
         assert_eq!(s.rep, vec![1, 2]);
         assert_eq!(s.total, vec![6, 8]);

@@ -256,12 +256,7 @@ fn empty_and_trivial_instances() {
 #[test]
 fn greedy_uses_the_gap_below_the_lowest_block() {
     // XNNPACK's pitfall: it never tries the space below the lowest conflicting block.
-    let b = [
-        Buffer::new(0, 4, 8),
-        Buffer::new(4, 8, 6),
-        Buffer::new(2, 6, 6),
-        Buffer::new(5, 7, 2),
-    ];
+    let b = Buffer::list(&[(0, 4, 8), (4, 8, 6), (2, 6, 6), (5, 7, 2)]);
     let plan = greedy_by_size(&b).unwrap();
     verify(&b, &plan, None).unwrap();
     // 8 at 0; 6 [4,8) at 0; 6 [2,6) conflicts both -> 8; 2 [5,7) conflicts [4,8)@0..6 and [2,6)@8..14:

@@ -1,11 +1,34 @@
 //! The reference model the sub-allocators' random traces are checked against: the set of live
 //! ranges. Shared by the TLSF and buddy tests so both answer to the same rules: every region has
 //! the size asked for, lies inside the range at a multiple of its alignment, and overlaps no
-//! other live region; a freed region was live.
+//! other live region; a freed region was live. Also what every sub-allocator's tests share: the
+//! property tests' case count and forged handles.
 
 use std::collections::BTreeMap;
 
+use proptest::test_runner::Config;
+
 use super::Region;
+
+/// The property tests' configuration: `default` cases, modest so that `cargo test` stays fast,
+/// unless `PROPTEST_CASES` scales them up.
+pub(super) fn cases(default: u32) -> Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default);
+    Config::with_cases(cases)
+}
+
+/// A second handle to the same slot, as a buggy or malicious caller could forge one.
+pub(super) fn forge(r: &Region) -> Region {
+    Region {
+        offset: r.offset,
+        size: r.size,
+        owner: r.owner,
+        key: r.key,
+    }
+}
 
 /// Live ranges keyed by offset (offset -> end): overlap checks in O(log n).
 #[derive(Debug, Default)]

@@ -1,13 +1,6 @@
 //! Tests of the host reference: each op against hand-computed values or an independent naive
 //! loop written straight from the op's definition in `ops.rs`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly on any unexpected result"
-)]
-
 use super::*;
 use crate::Error;
 

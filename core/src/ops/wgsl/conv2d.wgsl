@@ -3,13 +3,10 @@
 // Params: [n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, len = n * c_out * oh * ow, group,
 // groups]; the weight is read through w_at (int8 scale of channel co, row element r:
 // scales[co * groups + r / group]).
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = element_index(wid, nwg, lid);
-    if (i >= p.v[2].w) {
-        return;
-    }
+// The element count is parameter word 11 (see element.wgsl).
+const LEN_AT: u32 = 11u;
+
+fn element(i: u32) {
     let c_in = p.v[0].y;
     let h = p.v[0].z;
     let w = p.v[0].w;

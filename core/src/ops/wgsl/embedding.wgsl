@@ -2,13 +2,10 @@
 // Params: [vocab, dim, rows, len = rows * dim, group, groups] (int8 scale of row id, element d:
 // scales[id * groups + d / group]).
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = element_index(wid, nwg, lid);
-    if (i >= p.v[0].w) {
-        return;
-    }
+// The element count is parameter word 3 (see element.wgsl).
+const LEN_AT: u32 = 3u;
+
+fn element(i: u32) {
     let dim = p.v[0].y;
     let id = ids[i / dim];
     var v = 0.0;

@@ -8,11 +8,6 @@
 // invocations split the block's (K/V, head) pairs: 2 * kv_heads of them when a head's elements
 // fill whole words (head_dim * element bytes a multiple of 4, so no two pairs share a word),
 // else one invocation takes all of them. Blocks never share a word.
-@group(0) @binding(0) var<storage, read_write> k: array<f32>;
-@group(0) @binding(1) var<storage, read_write> v: array<f32>;
-@group(0) @binding(2) var<storage, read_write> slots: array<u32>;
-@group(0) @binding(3) var<storage, read_write> seg: array<u32>;
-@group(0) @binding(4) var<uniform> p: Params;
 
 fn set_byte(b: u32, val: u32) {
     let w = b >> 2u;
@@ -86,13 +81,10 @@ fn src(kv: u32, i: u32) -> f32 {
     return v[i];
 }
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = element_index(wid, nwg, lid);
-    if (i >= p.v[2].z) {
-        return;
-    }
+// The element count is parameter word 10 (see element.wgsl).
+const LEN_AT: u32 = 10u;
+
+fn element(i: u32) {
     let kvh = p.v[0].x;
     let d = p.v[0].y;
     let bt = p.v[0].z;

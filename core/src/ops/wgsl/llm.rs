@@ -1,9 +1,9 @@
 //! Sources and parameters of the decoder ops' WGSL kernels: RMSNorm, rotary embeddings, the
 //! SwiGLU gate, and the paged KV cache's write and attention (layouts in the parent's table).
 
-use super::{
+use super::WORKGROUP_SIZE;
+use super::sources::{
     KV_WRITE, PAGED_ATTENTION, PAGED_ATTENTION_CARRY, RMSNORM, ROPE, SILU_MUL, Source,
-    WORKGROUP_SIZE,
 };
 use crate::ops::{KvDType, KvLayout, Op};
 

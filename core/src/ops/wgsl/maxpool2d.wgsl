@@ -1,16 +1,10 @@
 // NCHW max pooling without padding, one invocation per output element.
 // Params: [n * c, h, w, k, stride, oh, ow, len = n * c * oh * ow].
-@group(0) @binding(0) var<storage, read_write> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> y: array<f32>;
-@group(0) @binding(2) var<uniform> p: Params;
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = element_index(wid, nwg, lid);
-    if (i >= p.v[1].w) {
-        return;
-    }
+// The element count is parameter word 7 (see element.wgsl).
+const LEN_AT: u32 = 7u;
+
+fn element(i: u32) {
     let h = p.v[0].y;
     let w = p.v[0].z;
     let k = p.v[0].w;

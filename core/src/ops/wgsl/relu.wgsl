@@ -1,15 +1,9 @@
 // y[i] = x[i] < 0 ? 0 : x[i] (keeps NaN, as PyTorch). Params: [len].
-@group(0) @binding(0) var<storage, read_write> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> y: array<f32>;
-@group(0) @binding(2) var<uniform> p: Params;
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = element_index(wid, nwg, lid);
-    if (i >= p.v[0].x) {
-        return;
-    }
+// The element count is parameter word 0 (see element.wgsl).
+const LEN_AT: u32 = 0u;
+
+fn element(i: u32) {
     let v = x[i];
     y[i] = select(v, 0.0, v < 0.0);
 }

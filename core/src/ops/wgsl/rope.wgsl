@@ -8,10 +8,6 @@
 // angle by pi/2 in five exact parts (Cody-Waite, exact for |angle| < 2^17) before cephes'
 // polynomials (~1 ulp on [-pi/4, pi/4]). Both depend on the order of their f32 operations, which
 // a driver may reassociate (they are not marked exact); `fixed` pins the intermediate results.
-@group(0) @binding(0) var<storage, read_write> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> positions: array<u32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
 
 // x itself, through a zero the compiler cannot see (params word 6), so that no algebraic rewrite
 // crosses it.
@@ -88,13 +84,10 @@ fn sin_cos(a: f32) -> vec2<f32> {
     return vec2<f32>(-c, s);
 }
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = element_index(wid, nwg, lid);
-    if (i >= p.v[0].w) {
-        return;
-    }
+// The element count is parameter word 3 (see element.wgsl).
+const LEN_AT: u32 = 3u;
+
+fn element(i: u32) {
     let d = p.v[0].z;
     let half = d / 2u;
     let t = i / (p.v[0].y * d);

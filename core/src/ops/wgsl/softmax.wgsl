@@ -1,17 +1,9 @@
 // Softmax over rows, one workgroup per row (any number of columns, strided by WG):
 // y = exp(x - max) / sum(exp(x - max)) over kept columns; dropped columns and rows with no kept
-// column are 0. `keep(row, j)` comes from the binding header (always true without a mask).
+// column are 0. `keep(row, j)` comes from `softmax_all.wgsl` (always true) or
+// `softmax_masked.wgsl`.
 // Params: [rows, cols, rows_per_mask].
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    // Inline (not a helper call) so the uniformity analysis sees a workgroup-uniform row.
-    let row = wid.x + wid.y * nwg.x;
-    let cols = p.v[0].y;
-    if (row >= p.v[0].x) {
-        return;
-    }
-    let base = row * cols;
+fn per_row(row: u32, base: u32, cols: u32, lid: u32) {
     // -FLT_MAX, not -inf: a row with no kept column then sums to exactly 0.
     var m = -3.402823466e+38;
     for (var j = lid; j < cols; j = j + WG) {

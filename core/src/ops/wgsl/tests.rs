@@ -2,13 +2,6 @@
 //! ABI (checked by reflecting the parsed module against `Op::signature`), and `kernel()` gives
 //! sensible parameters and workgroup counts, including dispatches that spill into y.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly on any unexpected result"
-)]
-
 use std::collections::HashSet;
 
 use super::*;

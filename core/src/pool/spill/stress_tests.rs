@@ -3,48 +3,23 @@
 //! and restores; any byte that differs is a bad read. Short runs here (host backend, mapped and
 //! forced staging); ``examples/src/bin/spill_stress.rs`` runs the same workload for longer on every target.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::pool::{ArenaConfig, ArenaPool};
-use crate::{DType, HostBackend, HostConfig, Runtime, RuntimeConfig, Tensor};
+use crate::{DType, Runtime, Tensor};
 
 const THREADS: u32 = 16;
 /// Tensors each thread holds at most.
 const LIVE: usize = 6;
 
+/// A runtime whose spilling pool waits up to 10 s, over an arena of 16 KiB blocks.
 fn runtime(force_staging: bool, capacity: u64) -> (Runtime, Arc<SpillPool>) {
-    let host = Arc::new(
-        HostBackend::new(HostConfig {
-            force_staging,
-            ..HostConfig::default()
-        })
-        .unwrap(),
-    );
-    let spill: Arc<OnceLock<Arc<SpillPool>>> = Arc::new(OnceLock::new());
-    let keep = spill.clone();
-    let rt = Runtime::with_pool(host, RuntimeConfig::default(), move |b, _budget| {
-        let arena = ArenaPool::new(
-            b.clone(),
-            ArenaConfig {
-                block_size: 16 << 10,
-                budget: Some(capacity),
-                in_place: false,
-                ..ArenaConfig::device()
-            },
-        )?;
-        let config = SpillConfig {
-            max_wait: Duration::from_secs(10),
-        };
-        let pool = Arc::new(SpillPool::new(Arc::new(arena), b, config));
-        let _ = keep.set(pool.clone());
-        Ok(pool)
-    })
-    .unwrap();
-    let pool = spill.get().unwrap().clone();
-    (rt, pool)
+    let config = SpillConfig {
+        max_wait: Duration::from_secs(10),
+    };
+    super::tests::runtime_with(force_staging, capacity, 16 << 10, config)
 }
 
 fn pattern(seed: u64) -> Vec<u8> {

@@ -8,6 +8,16 @@ const LEN: usize = 16 << 10; // 64 KiB of u32
 
 /// A runtime whose device pool is a spilling pool over an arena of `capacity` bytes.
 fn runtime(force_staging: bool, capacity: u64) -> (Runtime, Arc<SpillPool>) {
+    runtime_with(force_staging, capacity, 64 << 10, SpillConfig::default())
+}
+
+/// [`runtime`] with the arena's blocks of `block_size` bytes and the spilling pool's `config`.
+pub(super) fn runtime_with(
+    force_staging: bool,
+    capacity: u64,
+    block_size: u64,
+    config: SpillConfig,
+) -> (Runtime, Arc<SpillPool>) {
     let host = Arc::new(
         HostBackend::new(HostConfig {
             force_staging,
@@ -21,13 +31,13 @@ fn runtime(force_staging: bool, capacity: u64) -> (Runtime, Arc<SpillPool>) {
         let arena = ArenaPool::new(
             b.clone(),
             ArenaConfig {
-                block_size: 64 << 10,
+                block_size,
                 budget: Some(capacity),
                 in_place: false,
                 ..ArenaConfig::device()
             },
         )?;
-        let pool = Arc::new(SpillPool::new(Arc::new(arena), b, SpillConfig::default()));
+        let pool = Arc::new(SpillPool::new(Arc::new(arena), b, config));
         let _ = keep.set(pool.clone());
         Ok(pool)
     })

@@ -58,23 +58,25 @@ fn segments_are_cut_between_aligned_runs_of_slices() {
     ));
 }
 
+/// A runtime on the host whose blocks are at most 4 KiB.
+fn runtime_with_4_kib_blocks() -> crate::Runtime {
+    use crate::{DeviceLimits, Runtime, RuntimeConfig};
+    let host = std::sync::Arc::new(HostBackend::new(HostConfig::default()).unwrap());
+    let config = RuntimeConfig {
+        limits: DeviceLimits {
+            max_block_size: Some(4096),
+            max_binding_size: None,
+        },
+        ..RuntimeConfig::default()
+    };
+    Runtime::new(host, config).unwrap()
+}
+
 /// A runtime tensor beyond the block limit is held in segments of at most a block, and the
 /// segments' pieces cover its bytes in order.
 #[test]
 fn runtime_tensors_beyond_a_block_are_segmented() {
-    use crate::{DeviceLimits, Runtime, RuntimeConfig};
-    let host = std::sync::Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-    let rt = Runtime::new(
-        host,
-        RuntimeConfig {
-            limits: DeviceLimits {
-                max_block_size: Some(4096),
-                max_binding_size: None,
-            },
-            ..RuntimeConfig::default()
-        },
-    )
-    .unwrap();
+    let rt = runtime_with_4_kib_blocks();
     let t = rt.alloc(DType::U16, &[5001], "half").unwrap();
     assert_eq!(t.segments().len(), 3);
     let pieces: Vec<(u64, u64)> = t.pieces().map(|(_, o, s)| (o, s)).collect();
@@ -92,19 +94,8 @@ fn runtime_tensors_beyond_a_block_are_segmented() {
 /// finding 2: a 2^63-byte input aborted the process allocating a 2^51-entry segment list).
 #[test]
 fn a_huge_segmented_input_is_too_large_not_an_abort() {
-    use crate::{DeviceLimits, Graph, Runtime, RuntimeConfig};
-    let host = std::sync::Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-    let rt = Runtime::new(
-        host,
-        RuntimeConfig {
-            limits: DeviceLimits {
-                max_block_size: Some(4096),
-                max_binding_size: None,
-            },
-            ..RuntimeConfig::default()
-        },
-    )
-    .unwrap();
+    use crate::Graph;
+    let rt = runtime_with_4_kib_blocks();
     let huge = 1usize << 61; // f32: 2^63 bytes
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[huge]);

@@ -50,11 +50,7 @@ fn walk(buffers: &[Buffer], offsets: Vec<u64>, seed: u64, rounds: usize) -> (Vec
 fn closes_the_hole_at_the_fullest_step() {
     // B and C overlap only at time 4, where the load (8) peaks. The plan leaves a hole of 1 under
     // B there; stacking the buffers live at 4 without a hole reaches the bound in one round.
-    let b = [
-        Buffer::new(0, 10, 4),
-        Buffer::new(0, 5, 2),
-        Buffer::new(4, 10, 2),
-    ];
+    let b = Buffer::list(&[(0, 10, 4), (0, 5, 2), (4, 10, 2)]);
     let with_hole = vec![2, 7, 0];
     verify(
         &b,

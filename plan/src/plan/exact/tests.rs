@@ -426,12 +426,7 @@ fn reasons_name_a_single_step_as_a_step_never_as_a_range() {
 
 #[test]
 fn a_live_set_above_the_capacity_is_reported_with_its_count() {
-    let b = [
-        Buffer::new(0, 3, 4),
-        Buffer::new(1, 3, 4),
-        Buffer::new(2, 5, 4),
-        Buffer::new(5, 6, 10),
-    ];
+    let b = Buffer::list(&[(0, 3, 4), (1, 3, 4), (2, 5, 4), (5, 6, 10)]);
     let prepared = super::Prepared::new(&b);
     assert_eq!(
         prepared.quick_infeasibility(11).map(|r| r.to_string()),

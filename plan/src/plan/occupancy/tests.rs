@@ -91,11 +91,7 @@ proptest! {
 
 #[test]
 fn cutoff_reports_the_breaking_buffer() {
-    let b = [
-        Buffer::new(0, 2, 5),
-        Buffer::new(1, 3, 5),
-        Buffer::new(0, 3, 1),
-    ];
+    let b = Buffer::list(&[(0, 2, 5), (1, 3, 5), (0, 3, 1)]);
     let mut s = Squeezer::new(&b);
     assert_eq!(
         s.place(&[0, 1, 2], Fit::Best, 10, None),

@@ -18,21 +18,13 @@ fn plan(offsets: &[u64], buffers: &[Buffer]) -> Plan {
 
 #[test]
 fn accepts_touching_lifetimes_and_adjacent_ranges() {
-    let b = [
-        Buffer::new(0, 2, 4),
-        Buffer::new(2, 4, 4),
-        Buffer::new(1, 3, 4),
-    ];
+    let b = Buffer::list(&[(0, 2, 4), (2, 4, 4), (1, 3, 4)]);
     verify(&b, &plan(&[0, 0, 4], &b), Some(8)).unwrap();
 }
 
 #[test]
 fn names_both_overlapping_buffers() {
-    let b = [
-        Buffer::new(0, 5, 4),
-        Buffer::new(1, 2, 1),
-        Buffer::new(3, 6, 4),
-    ];
+    let b = Buffer::list(&[(0, 5, 4), (1, 2, 1), (3, 6, 4)]);
     let err = verify(&b, &plan(&[0, 4, 3], &b), None)
         .unwrap_err()
         .to_string();

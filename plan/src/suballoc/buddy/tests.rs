@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::suballoc::model::LiveRanges;
+use crate::suballoc::model::{LiveRanges, cases, forge};
 use crate::suballoc::{MAX_ALIGN, SubAllocator, Tlsf};
 
 /// Allocates, unwraps the `Ok(Some(_))` case and checks the invariants.
@@ -12,16 +12,6 @@ fn alloc(b: &mut Buddy, size: u64, align: u64) -> Region {
     let r = b.allocate(size, align).unwrap().unwrap();
     b.check_invariants().unwrap();
     r
-}
-
-/// A second handle to the same block, as a buggy or malicious caller could forge one.
-fn forge(r: &Region) -> Region {
-    Region {
-        offset: r.offset,
-        size: r.size,
-        owner: r.owner,
-        key: r.key,
-    }
 }
 
 #[test]
@@ -390,17 +380,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Case count: modest by default so `cargo test` stays fast; `PROPTEST_CASES` scales it up.
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(48);
-    ProptestConfig::with_cases(cases)
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(cases(48))]
 
     /// Random allocate/free traces: live ranges never overlap, respect alignment and bounds,
     /// the invariants hold after every step, each region holds the next power of two, refusals

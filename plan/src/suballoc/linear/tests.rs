@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::Error;
 use crate::suballoc::MAX_ALIGN;
+use crate::suballoc::model::cases;
 
 #[test]
 fn zero_and_too_large_are_rejected() {
@@ -107,16 +108,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
-    ProptestConfig::with_cases(cases)
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(cases(64))]
 
     /// Every offset is the model's bump position, regions of an epoch never overlap and stay in
     /// bounds, refusals happen exactly when the model's range is exhausted.

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use proptest::prelude::*;
 
 use super::*;
+use crate::suballoc::model::cases;
 use crate::suballoc::{MAX_ALIGN, Tlsf};
 
 fn alloc(r: &mut RingAllocator, size: u64, align: u64) -> Region {
@@ -168,16 +169,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
-    ProptestConfig::with_cases(cases)
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(cases(64))]
 
     /// Live regions never overlap and respect alignment and bounds; reclaim frees exactly the
     /// model's retired prefix; a refusal means no free run holds the aligned request; retiring and

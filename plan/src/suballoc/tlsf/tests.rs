@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 use super::class::{CLASS_COUNT, class_start};
 use super::*;
-use crate::suballoc::model::LiveRanges;
+use crate::suballoc::model::{LiveRanges, cases, forge};
 use crate::suballoc::{MAX_ALIGN, RingAllocator};
 
 /// Allocates and unwraps the `Ok(Some(_))` case.
@@ -13,16 +13,6 @@ fn alloc(t: &mut Tlsf, size: u64, align: u64) -> Region {
     let r = t.allocate(size, align).unwrap().unwrap();
     t.check_invariants().unwrap();
     r
-}
-
-/// A second handle to the same slot, as a buggy or malicious caller could forge one.
-fn forge(r: &Region) -> Region {
-    Region {
-        offset: r.offset,
-        size: r.size,
-        owner: r.owner,
-        key: r.key,
-    }
 }
 
 #[test]
@@ -528,17 +518,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Case count: modest by default so `cargo test` stays fast; `PROPTEST_CASES` scales it up.
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(48);
-    ProptestConfig::with_cases(cases)
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(cases(48))]
 
     /// Random allocate/free/grow/shrink traces: live ranges never overlap, respect alignment and
     /// bounds, the invariants hold after every step, refusals respect the good-fit bound, a shrink

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, Growable, InPlaceGrowth};
+use crate::backend::{BlockDesc, BlockId, Growable, InPlaceGrowth};
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::arena::sites::HISTORY;
 use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};

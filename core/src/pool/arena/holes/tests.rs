@@ -5,49 +5,18 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::backend::{Backend, BlockRange};
 use crate::host::{HostBackend, HostConfig};
-use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
+use crate::pool::arena::testing::{assert_holds, assert_offers_holes, churn, filled};
+use crate::pool::{ArenaConfig, ArenaPool, DevicePool};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 
 fn pool() -> (Arc<HostBackend>, ArenaPool) {
     let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-    assert!(
-        backend
-            .extensions()
-            .growable
-            .unwrap()
-            .in_place_growth()
-            .holes
-    );
+    assert_offers_holes(&*backend);
     let p = ArenaPool::new(backend.clone(), ArenaConfig::device()).unwrap();
     (backend, p)
-}
-
-/// Allocates and fills with `byte`.
-fn filled(backend: &HostBackend, p: &ArenaPool, size: u64, byte: u8) -> Allocation {
-    let a = p.allocate(size, 256, "t").unwrap();
-    let data = vec![byte; size as usize];
-    backend
-        .write_mapped(a.range.block, a.range.offset, &data)
-        .unwrap();
-    a
-}
-
-fn assert_holds(backend: &HostBackend, a: &Allocation, byte: u8) {
-    let BlockRange {
-        block,
-        offset,
-        size,
-    } = a.range;
-    let mut out = vec![0u8; size as usize];
-    backend.read_mapped(block, offset, &mut out).unwrap();
-    assert!(
-        out.iter().all(|b| *b == byte),
-        "contents of a live tensor changed"
-    );
 }
 
 fn check(backend: &HostBackend, p: &ArenaPool) {
@@ -153,34 +122,7 @@ fn trim_returns_spare_memory_inside_the_arena() {
 #[test]
 fn churn_keeps_contents_and_accounting() {
     let (backend, p) = pool();
-    let mut live: Vec<(Allocation, u8)> = Vec::new();
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    for step in 0..400u32 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        if live.len() > 12 || (x.is_multiple_of(3) && !live.is_empty()) {
-            let (a, byte) = live.swap_remove((x as usize / 3) % live.len());
-            assert_holds(&backend, &a, byte);
-            p.free(a.handle).unwrap();
-        } else {
-            let size = (4 * KIB) << (x % 10);
-            let byte = (step % 250) as u8 + 1;
-            live.push((
-                filled(&backend, &p, size + (x >> 40) % 4096 * 4, byte),
-                byte,
-            ));
-        }
-        if step % 50 == 0 {
-            p.trim().unwrap();
-        }
-        check(&backend, &p);
-    }
-    for (a, byte) in live {
-        assert_holds(&backend, &a, byte);
-        p.free(a.handle).unwrap();
-    }
-    p.trim().unwrap();
+    churn(&backend, &p, || check(&backend, &p));
     assert_eq!((backend.block_count(), p.stats().reserved), (0, 0));
 }
 

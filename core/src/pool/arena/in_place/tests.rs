@@ -192,22 +192,7 @@ struct WholeGrowths {
     ends: std::sync::Mutex<Vec<u64>>,
 }
 
-impl crate::backend::BackendAdaptor for WholeGrowths {
-    type Inner = HostBackend;
-    fn inner(&self) -> &HostBackend {
-        &self.host
-    }
-    fn extensions(&self) -> crate::backend::Extensions<'_> {
-        crate::backend::Extensions {
-            growable: self
-                .host
-                .extensions()
-                .growable
-                .map(|_| self as &dyn Growable),
-            ..crate::backend::Extensions::default()
-        }
-    }
-}
+growable_over_host!(WholeGrowths);
 
 impl Growable for WholeGrowths {
     fn in_place_growth(&self) -> InPlaceGrowth {

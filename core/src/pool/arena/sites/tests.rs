@@ -10,6 +10,7 @@ use crate::Result;
 use crate::backend::{Backend, BlockDesc, BlockId, Growable, InPlaceGrowth};
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::arena::holes::{ALLOWANCE_DIVISOR, MIN_GRANULE};
+use crate::pool::arena::testing::{assert_offers_holes, temporaries};
 use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
 
 const KIB: u64 = 1 << 10;
@@ -230,22 +231,7 @@ struct Counted {
     calls: AtomicU64,
 }
 
-impl crate::backend::BackendAdaptor for Counted {
-    type Inner = HostBackend;
-    fn inner(&self) -> &HostBackend {
-        &self.host
-    }
-    fn extensions(&self) -> crate::backend::Extensions<'_> {
-        crate::backend::Extensions {
-            growable: self
-                .host
-                .extensions()
-                .growable
-                .map(|_| self as &dyn Growable),
-            ..crate::backend::Extensions::default()
-        }
-    }
-}
+growable_over_host!(Counted);
 
 impl Growable for Counted {
     fn in_place_growth(&self) -> InPlaceGrowth {
@@ -284,14 +270,7 @@ fn pool(learned: bool) -> (Arc<Counted>, ArenaPool) {
         host: HostBackend::new(HostConfig::default()).unwrap(),
         calls: AtomicU64::new(0),
     });
-    assert!(
-        backend
-            .extensions()
-            .growable
-            .unwrap()
-            .in_place_growth()
-            .holes
-    );
+    assert_offers_holes(&*backend);
     let config = ArenaConfig {
         learned_placement: learned,
         ..ArenaConfig::device()
@@ -379,14 +358,8 @@ fn a_repeated_sequence_goes_back_where_it_went_and_moves_nothing() {
 #[test]
 fn hints_never_land_on_live_tensors_and_contents_hold() {
     let (backend, p) = pool(true);
-    let temporaries = |p: &ArenaPool| {
-        for _ in 0..HISTORY / 2 {
-            let t = p.allocate(64 * KIB, 256, "t").unwrap();
-            p.free(t.handle).unwrap();
-        }
-    };
     // The site: a megabyte after a run of temporaries. Learn where it goes.
-    temporaries(&p);
+    temporaries(&p, HISTORY / 2);
     let a = p.allocate(MIB, 256, "a").unwrap();
     let at = a.range.offset;
     p.free(a.handle).unwrap();
@@ -397,7 +370,7 @@ fn hints_never_land_on_live_tensors_and_contents_hold() {
     backend
         .write_mapped(pin.range.block, pin.range.offset, &data)
         .unwrap();
-    temporaries(&p);
+    temporaries(&p, HISTORY / 2);
     let b = p.allocate(MIB, 256, "b").unwrap();
     assert_ne!(b.range.offset, at, "the learned place is taken");
     let mut out = vec![0u8; MIB as usize];

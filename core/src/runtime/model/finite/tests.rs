@@ -2,13 +2,6 @@
 //! a model (whole, streamed, budgeted) refusing NaN and infinity (issue 46, finding 6: the
 //! library's weight setter accepted NaN; only the command-line tools checked their files).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly on any unexpected result"
-)]
-
 use std::sync::Arc;
 
 use super::*;

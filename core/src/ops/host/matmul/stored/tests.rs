@@ -2,13 +2,6 @@
 //! rounding: every weight element decoded on its own by [`WeightView::at`] (the per-element
 //! decode the host used before panels), then the f32 product.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly on any unexpected result"
-)]
-
 use proptest::prelude::*;
 
 use crate::ops::host::run;

@@ -1,8 +1,9 @@
 //! The arena growing on whole units: one new unit per backed run, spare units taken whole,
 //! extended or committed growth, trim, and churn that keeps to whole units.
 
-use super::whole_units::{WholeUnits, assert_holds, check, filled, pool};
+use super::whole_units::{WholeUnits, check, pool};
 use super::*;
+use crate::pool::arena::testing::{assert_holds, churn, filled};
 
 #[test]
 fn a_run_over_many_granules_is_one_new_unit_and_is_reused_in_place() {
@@ -173,34 +174,7 @@ fn churn_keeps_to_whole_units() {
             WholeUnits::new()
         };
         let p = pool(&backend, learned);
-        let mut live: Vec<(Allocation, u8)> = Vec::new();
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for step in 0..400u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            if live.len() > 12 || (x.is_multiple_of(3) && !live.is_empty()) {
-                let (a, byte) = live.swap_remove((x as usize / 3) % live.len());
-                assert_holds(&backend, &a, byte);
-                p.free(a.handle).unwrap();
-            } else {
-                let size = (4 * KIB) << (x % 10);
-                let byte = (step % 250) as u8 + 1;
-                live.push((
-                    filled(&backend, &p, size + (x >> 40) % 4096 * 4, byte),
-                    byte,
-                ));
-            }
-            if step % 50 == 0 {
-                p.trim().unwrap();
-            }
-            check(&backend, &p);
-        }
-        for (a, byte) in live {
-            assert_holds(&backend, &a, byte);
-            p.free(a.handle).unwrap();
-        }
-        p.trim().unwrap();
+        churn(&backend, &p, || check(&backend, &p));
         assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
     }
 }

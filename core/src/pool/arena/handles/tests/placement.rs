@@ -1,8 +1,9 @@
 //! Where requests go on whole units: a learned site's first place, the smallest spare unit that
 //! holds a run, and requests past the pool's peak.
 
-use super::whole_units::{WholeUnits, assert_holds, check, filled, pool};
+use super::whole_units::{WholeUnits, check, pool};
 use super::*;
+use crate::pool::arena::testing::{assert_holds, filled, temporaries};
 
 /// Learned placement on whole units: a site whose place was held once lands somewhere
 /// transient, and when both places are free again it goes back to the first one (per granule
@@ -11,27 +12,21 @@ use super::*;
 fn a_site_whose_place_was_held_goes_back_to_its_first_place() {
     let backend = WholeUnits::new();
     let p = pool(&backend, true);
-    let temporaries = |p: &ArenaPool| {
-        for _ in 0..HISTORY / 2 {
-            let t = p.allocate(64 * KIB, 256, "t").unwrap();
-            p.free(t.handle).unwrap();
-        }
-    };
-    temporaries(&p);
+    temporaries(&p, HISTORY / 2);
     let a = p.allocate(MIB, 256, "a").unwrap();
     let at = a.range.offset;
     p.free(a.handle).unwrap();
     // Held once: the site lands elsewhere, a transient place.
     let pin = filled(&backend, &p, MIB, 1);
     assert_eq!(pin.range.offset, at, "TLSF reuses the hole");
-    temporaries(&p);
+    temporaries(&p, HISTORY / 2);
     let b = p.allocate(MIB, 256, "b").unwrap();
     assert_ne!(b.range.offset, at);
     for x in [pin, b] {
         p.free(x.handle).unwrap();
     }
     // Both places are free again: the site goes where it went first.
-    temporaries(&p);
+    temporaries(&p, HISTORY / 2);
     let c = p.allocate(MIB, 256, "c").unwrap();
     assert_eq!(c.range.offset, at, "the transient place replaced the first");
     p.free(c.handle).unwrap();
@@ -60,7 +55,7 @@ fn the_smallest_spare_units_that_hold_a_run_come_first() {
 
 /// Tensors of `kib` KiB, each committed by a growth of its own, with a small pin after each
 /// (so no two of their holes join).
-fn pinned(backend: &WholeUnits, p: &ArenaPool, kib: &[u64], first: u8) -> Vec<Allocation> {
+fn pinned(backend: &Arc<WholeUnits>, p: &ArenaPool, kib: &[u64], first: u8) -> Vec<Allocation> {
     let mut held = Vec::new();
     for (i, k) in kib.iter().enumerate() {
         held.push(filled(backend, p, k * KIB, first + i as u8));
@@ -71,7 +66,7 @@ fn pinned(backend: &WholeUnits, p: &ArenaPool, kib: &[u64], first: u8) -> Vec<Al
 
 /// 64 KiB, 6.5 MiB and 12 MiB tensors pinned apart, then the 6.5 MiB one freed and trimmed: a
 /// hole without memory, where every place TLSF offers a 1.5 MiB request lies. The rest, held.
-fn hole_without_memory(backend: &WholeUnits, p: &ArenaPool) -> Vec<Allocation> {
+fn hole_without_memory(backend: &Arc<WholeUnits>, p: &ArenaPool) -> Vec<Allocation> {
     let mut held = pinned(backend, p, &[64, 6656, 12288], 10);
     p.free(held.remove(2).handle).unwrap();
     assert!(p.trim().unwrap() >= 6 * MIB);

@@ -70,22 +70,7 @@ impl WholeUnits {
     }
 }
 
-impl crate::backend::BackendAdaptor for WholeUnits {
-    type Inner = HostBackend;
-    fn inner(&self) -> &HostBackend {
-        &self.host
-    }
-    fn extensions(&self) -> crate::backend::Extensions<'_> {
-        crate::backend::Extensions {
-            growable: self
-                .host
-                .extensions()
-                .growable
-                .map(|_| self as &dyn Growable),
-            ..crate::backend::Extensions::default()
-        }
-    }
-}
+growable_over_host!(WholeUnits);
 
 impl Growable for WholeUnits {
     fn in_place_growth(&self) -> InPlaceGrowth {
@@ -181,30 +166,6 @@ pub(super) fn pool(backend: &Arc<WholeUnits>, learned: bool) -> ArenaPool {
         ..ArenaConfig::device()
     };
     ArenaPool::new(front, config).unwrap()
-}
-
-/// Allocates and fills with `byte`.
-pub(super) fn filled(backend: &WholeUnits, p: &ArenaPool, size: u64, byte: u8) -> Allocation {
-    let a = p.allocate(size, 256, "t").unwrap();
-    let data = vec![byte; size as usize];
-    backend
-        .write_mapped(a.range.block, a.range.offset, &data)
-        .unwrap();
-    a
-}
-
-pub(super) fn assert_holds(backend: &WholeUnits, a: &Allocation, byte: u8) {
-    let BlockRange {
-        block,
-        offset,
-        size,
-    } = a.range;
-    let mut out = vec![0u8; size as usize];
-    backend.read_mapped(block, offset, &mut out).unwrap();
-    assert!(
-        out.iter().all(|b| *b == byte),
-        "contents of a live tensor changed"
-    );
 }
 
 /// The pool's invariants (its units among them) hold, its committed bytes are the backend's,
