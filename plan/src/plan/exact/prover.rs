@@ -16,6 +16,7 @@
 
 use crate::time::Instant;
 
+use super::memo::MAX_ENTRIES;
 use super::{Infeasibility, Memo, Outcome, PREORDERS, Prepared};
 use crate::plan::Buffer;
 use crate::plan::rng::Rng;
@@ -23,6 +24,10 @@ use crate::plan::rng::Rng;
 /// Restart rounds (each doubling the node limit) before an undecided minimisation probe is
 /// abandoned: 2^14 times the first limit, i.e. tens of millions of nodes.
 const GIVE_UP_ROUNDS: u32 = 14;
+
+/// Failures a prover's static-preorder memos keep together (three default memos' worth), split
+/// evenly among the preorders of its share so that more preorders do not mean more memory.
+const MEMO_ENTRIES: usize = 3 * MAX_ENTRIES;
 
 /// Adjacent-rank swaps that randomise a preorder, per buffer.
 const SHUFFLE_SWAPS_PER_BUFFER: usize = 1;
@@ -115,7 +120,10 @@ impl Prover {
             rng: Rng::new(0x0e7a_c75e_a2c4 ^ variant as u64),
             random_rank: Vec::new(),
             random_order: Vec::new(),
-            memos: Default::default(),
+            memos: std::array::from_fn(|_| {
+                let share = PREORDERS.div_ceil(provers.clamp(1, PREORDERS));
+                Memo::with_limit(MEMO_ENTRIES / share)
+            }),
             scratch_memo: Memo::default(),
             tiling_memo: Memo::default(),
         }
