@@ -30,17 +30,15 @@
 //!   grid; the static runs decide it with a dedicated search that branches on the most constrained
 //!   free-range boundary and checks every range's subset sums across time (see `tiling`). The
 //!   randomised runs keep the canonical search on those parts too.
-//! - **Restarts** over seven static preorders (SWA and every order of W, A and T: start time,
-//!   lifetime width, area, heaviest section; start first fills equal offsets left to right, the
-//!   bottom-left rule) with a node limit that doubles each round, alternating with randomised
-//!   preorders under Luby-sized limits (see `prover`), a deadline and a stop signal. The tree
-//!   size is heavy-tailed in the preorder (an instance one order decides in a few hundred nodes
-//!   can outlast a million under another), so the orders are a portfolio: parallel provers deal
-//!   them out and each runs its share round-robin. "Stopped" is not "proved infeasible"; a proof
-//!   names the time-connected part that has no placement.
+//! - **Restarts** over a portfolio of seven static preorders (SWA and every order of W, A, T:
+//!   start time, lifetime width, area, heaviest section), dealt out among parallel provers, with a
+//!   node limit doubling each round, alternating with randomised preorders under Luby-sized
+//!   limits (see `prover`): the tree size is heavy-tailed in the preorder (a few hundred nodes
+//!   under one, millions under another). "Stopped" is not "proved infeasible"; a proof names the
+//!   time-connected part that has no placement.
 //!
-//! [`Prepared`] holds everything that depends only on the instance (sections, conflict lists,
-//! section membership), so a portfolio worker builds it once and runs many searches on it.
+//! [`Prepared`] holds what depends only on the instance (sections, conflicts, preorders), so a
+//! portfolio worker builds it once and runs many searches on it.
 
 use crate::time::Instant;
 
