@@ -30,14 +30,15 @@
 //!   grid; the static runs decide it with a dedicated search that branches on the most constrained
 //!   free-range boundary and checks every range's subset sums across time (see `tiling`). The
 //!   randomised runs keep the canonical search on those parts too.
-//! - **Restarts** over three static preorders (SWA, WAT, TAW: start time, lifetime width, area,
-//!   heaviest section; start first fills equal offsets left to right, the bottom-left rule) with a
-//!   node limit that doubles each round, alternating with randomised preorders under Luby-sized
-//!   limits (see `prover`), a deadline and a stop signal. "Stopped" is not "proved infeasible";
-//!   a proof names the time-connected part that has no placement.
+//! - **Restarts** over a portfolio of seven static preorders (SWA and every order of W, A, T:
+//!   start time, lifetime width, area, heaviest section), dealt out among parallel provers, with a
+//!   node limit doubling each round, alternating with randomised preorders under Luby-sized
+//!   limits (see `prover`): the tree size is heavy-tailed in the preorder (a few hundred nodes
+//!   under one, millions under another). "Stopped" is not "proved infeasible"; a proof names the
+//!   time-connected part that has no placement.
 //!
-//! [`Prepared`] holds everything that depends only on the instance (sections, conflict lists,
-//! section membership), so a portfolio worker builds it once and runs many searches on it.
+//! [`Prepared`] holds what depends only on the instance (sections, conflicts, preorders), so a
+//! portfolio worker builds it once and runs many searches on it.
 
 use crate::time::Instant;
 
@@ -135,9 +136,12 @@ impl std::fmt::Display for Live {
 }
 
 /// Static preorders for the restarts: S = start time (earliest first), W = lifetime width,
-/// A = area, T = heaviest section touched (the others largest first).
-pub(crate) const PREORDERS: usize = 3;
-const PREORDER_KEYS: [[u8; 3]; PREORDERS] = [*b"SWA", *b"WAT", *b"TAW"];
+/// A = area, T = heaviest section touched (the others largest first). SWA, then MiniMalloc's
+/// three (WAT, TAW, TWA), then the other orders of its keys.
+pub(crate) const PREORDERS: usize = 7;
+const PREORDER_KEYS: [[u8; 3]; PREORDERS] = [
+    *b"SWA", *b"WAT", *b"TAW", *b"TWA", *b"ATW", *b"AWT", *b"WTA",
+];
 
 /// The instance-only part of the search, computed once.
 pub(crate) struct Prepared {

@@ -85,7 +85,7 @@ enum Worker<'a> {
 
 #[derive(Debug, Clone, Copy)]
 enum Role {
-    Prover { variant: usize },
+    Prover { variant: usize, provers: usize },
     Heuristic { variant: usize, baseline: bool },
 }
 
@@ -242,7 +242,7 @@ fn roles<'a>(task: &Task<'a>) -> Vec<Worker<'a>> {
             threads.min(HEURISTIC_BUFFERS_IN_MEMORY / n.max(1)).max(1),
         )
     };
-    let provers = (0..provers).map(|variant| Role::Prover { variant });
+    let provers = (0..provers).map(|variant| Role::Prover { variant, provers });
     let heuristics = (0..heuristics).map(|variant| Role::Heuristic {
         variant,
         baseline: task.baseline && variant == 0,
@@ -255,8 +255,8 @@ impl<'a> Worker<'a> {
     fn built(&mut self, task: &Task<'a>, start: &Incumbent) -> &mut Self {
         if let Worker::Pending(role) = *self {
             *self = match role {
-                Role::Prover { variant } => {
-                    Worker::Prover(Box::new(Prover::new(task.buffers, variant)))
+                Role::Prover { variant, provers } => {
+                    Worker::Prover(Box::new(Prover::new(task.buffers, variant, provers)))
                 }
                 Role::Heuristic { variant, baseline } => {
                     Worker::Heuristic(Box::new(Heuristics::new(

@@ -14,17 +14,32 @@
 
 use std::collections::HashSet;
 
-/// Entries kept at most (16 bytes each plus the table: about 40 MiB); past it new failures are
-/// no longer recorded, the ones recorded still prune.
-const MAX_ENTRIES: usize = 1 << 20;
+/// Entries a memo keeps by default (16 bytes each plus the table: about 40 MiB); past its limit
+/// new failures are no longer recorded, the ones recorded still prune.
+pub(crate) const MAX_ENTRIES: usize = 1 << 20;
 
 /// A set of failed-state fingerprints for one (capacity, rank).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Memo {
     failed: HashSet<u128>,
+    limit: usize,
+}
+
+impl Default for Memo {
+    fn default() -> Self {
+        Memo::with_limit(MAX_ENTRIES)
+    }
 }
 
 impl Memo {
+    /// An empty memo that records at most `limit` failures.
+    pub(crate) fn with_limit(limit: usize) -> Self {
+        Memo {
+            failed: HashSet::new(),
+            limit,
+        }
+    }
+
     /// Whether the state with this fingerprint was proved to have no completion.
     pub(super) fn failed(&self, key: u128) -> bool {
         self.failed.contains(&key)
@@ -32,7 +47,7 @@ impl Memo {
 
     /// Records a state proved to have no completion.
     pub(super) fn record(&mut self, key: u128) {
-        if self.failed.len() < MAX_ENTRIES {
+        if self.failed.len() < self.limit {
             self.failed.insert(key);
         }
     }

@@ -3,8 +3,8 @@
 //! Each step is one search run (one preorder, one node limit). The worker probes one capacity until
 //! the probe is decided: the capacity the caller must decide first, else the proved lower bound
 //! (perfect packings are common and cheapest to confirm), else the middle of the open range
-//! (bisection). Runs rotate through the preorders and double the node limit after each round,
-//! MiniMalloc's restart schedule. A minimisation probe that stays undecided for
+//! (bisection). Runs rotate through the worker's share of the preorders (parallel workers deal
+//! them out) and double the node limit after each round, MiniMalloc's restart schedule. A minimisation probe that stays undecided for
 //! [`GIVE_UP_ROUNDS`] rounds is abandoned so that higher capacities get a turn; the caller then
 //! knows optimality is unproved.
 //!
@@ -16,6 +16,7 @@
 
 use crate::time::Instant;
 
+use super::memo::MAX_ENTRIES;
 use super::{Infeasibility, Memo, Outcome, PREORDERS, Prepared};
 use crate::plan::Buffer;
 use crate::plan::rng::Rng;
@@ -23,6 +24,10 @@ use crate::plan::rng::Rng;
 /// Restart rounds (each doubling the node limit) before an undecided minimisation probe is
 /// abandoned: 2^14 times the first limit, i.e. tens of millions of nodes.
 const GIVE_UP_ROUNDS: u32 = 14;
+
+/// Failures a prover's static-preorder memos keep together (three default memos' worth), split
+/// evenly among the preorders of its share so that more preorders do not mean more memory.
+const MEMO_ENTRIES: usize = 3 * MAX_ENTRIES;
 
 /// Adjacent-rank swaps that randomise a preorder, per buffer.
 const SHUFFLE_SWAPS_PER_BUFFER: usize = 1;
@@ -51,6 +56,8 @@ pub(crate) struct Prover {
     preorder: usize,
     /// The preorder each restart round starts from (the variant's).
     first_preorder: usize,
+    /// Provers side by side: a round takes every `stride`-th preorder from `first_preorder`.
+    stride: usize,
     node_limit: u64,
     rounds: u32,
     /// Whether a minimisation probe was already made (the first one goes to the lower bound).
@@ -85,9 +92,18 @@ fn luby(mut i: u64) -> u64 {
     }
 }
 
+/// The preorder after `preorder` in a round that takes every `stride`-th one, or `None` when the
+/// round is over.
+fn next_in_round(preorder: usize, stride: usize) -> Option<usize> {
+    let next = preorder + stride;
+    (next < PREORDERS).then_some(next)
+}
+
 impl Prover {
-    /// A worker for valid `buffers`; `variant` rotates its preorders so parallel provers differ.
-    pub fn new(buffers: &[Buffer], variant: usize) -> Self {
+    /// A worker for valid `buffers`, prover `variant` of `provers` running side by side: the
+    /// static preorders are dealt out among them (variant `v` takes `v`, `v + provers`, ...), so
+    /// parallel provers differ.
+    pub fn new(buffers: &[Buffer], variant: usize, provers: usize) -> Self {
         let prepared = Prepared::new(buffers);
         let node_limit = prepared.initial_node_limit();
         Prover {
@@ -95,6 +111,7 @@ impl Prover {
             probe: None,
             preorder: variant % PREORDERS,
             first_preorder: variant % PREORDERS,
+            stride: provers.clamp(1, PREORDERS),
             node_limit,
             rounds: 0,
             probed: false,
@@ -103,7 +120,10 @@ impl Prover {
             rng: Rng::new(0x0e7a_c75e_a2c4 ^ variant as u64),
             random_rank: Vec::new(),
             random_order: Vec::new(),
-            memos: Default::default(),
+            memos: std::array::from_fn(|_| {
+                let share = PREORDERS.div_ceil(provers.clamp(1, PREORDERS));
+                Memo::with_limit(MEMO_ENTRIES / share)
+            }),
             scratch_memo: Memo::default(),
             tiling_memo: Memo::default(),
         }
@@ -111,7 +131,7 @@ impl Prover {
 
     /// A fresh randomised preorder: one of the static ones with random swaps of buffers a few
     /// ranks apart. Backtracking search times are heavy-tailed; restarts under randomised orders
-    /// cut the tail where the three fixed preorders all go wrong early (Gomes, Selman and Kautz,
+    /// cut the tail where the fixed preorders all go wrong early (Gomes, Selman and Kautz,
     /// "Boosting combinatorial search through randomization", AAAI 1998).
     fn shuffle(&mut self) {
         let n = self.prepared.len();
@@ -236,8 +256,10 @@ impl Prover {
                 if prelude || random || Instant::now() >= deadline || stop() {
                     return Event::Working;
                 }
-                self.preorder = (self.preorder + 1) % PREORDERS;
-                if self.preorder == self.first_preorder {
+                if let Some(next) = next_in_round(self.preorder, self.stride) {
+                    self.preorder = next;
+                } else {
+                    self.preorder = self.first_preorder;
                     self.node_limit = self.node_limit.saturating_mul(2);
                     self.rounds += 1;
                     if must_decide.is_none() && self.rounds >= GIVE_UP_ROUNDS {
@@ -253,7 +275,23 @@ impl Prover {
 
 #[cfg(test)]
 mod tests {
-    use super::luby;
+    use super::{PREORDERS, luby, next_in_round};
+
+    /// Parallel provers deal the preorders out: each runs exactly once per round, in one prover.
+    #[test]
+    fn provers_share_the_preorders_out() {
+        for provers in 1..=3 {
+            let mut seen = vec![0; PREORDERS];
+            for variant in 0..provers {
+                let mut p = Some(variant);
+                while let Some(q) = p {
+                    seen[q] += 1;
+                    p = next_in_round(q, provers);
+                }
+            }
+            assert_eq!(seen, vec![1; PREORDERS], "{provers} provers");
+        }
+    }
 
     #[test]
     fn luby_sequence() {

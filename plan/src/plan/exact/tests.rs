@@ -14,7 +14,7 @@ use super::{Event, Outcome, Prover};
 /// round-robin over the preorders with a node limit that doubles each round (a [`Prover`] on
 /// its own), until a run completes or `deadline` passes.
 fn decide(buffers: &[Buffer], capacity: u64, deadline: Instant) -> Outcome {
-    let mut prover = Prover::new(buffers, 0);
+    let mut prover = Prover::new(buffers, 0, 1);
     loop {
         match prover.step(Some(capacity), 0, 0, deadline, &|| false) {
             Event::Found { offsets, .. } => return Outcome::Found(offsets),
@@ -299,6 +299,58 @@ mod enumeration {
     }
 }
 
+mod every_preorder {
+    use proptest::prelude::*;
+
+    use super::super::{Memo, PREORDERS, Prepared};
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Each static preorder alone, with and without exact cover for exactly-full parts, run
+        /// to the end decides like exhaustive enumeration: every preorder of the portfolio is a
+        /// complete search on its own.
+        #[test]
+        fn each_static_preorder_decides_like_enumeration(
+            b in prop::collection::vec(
+                (0u64..6, 1u64..4, 1u64..5, 0u32..2).prop_map(|(lower, len, size, a)| Buffer {
+                    lower,
+                    upper: lower + len,
+                    size,
+                    align: 1 << a,
+                }),
+                1..6,
+            )
+        ) {
+            let p = Prepared::new(&b);
+            let lb = lower_bound(&b);
+            let total: u64 = b.iter().map(|x| x.size).sum();
+            for cap in lb.saturating_sub(1)..=total {
+                let expected = fits_by_enumeration(&b, cap);
+                for pre in 0..PREORDERS {
+                    for tiling in [false, true] {
+                        let (mut memo, mut tiling_memo) = (Memo::default(), Memo::default());
+                        let tiling = tiling.then_some((&mut tiling_memo, 0));
+                        let got =
+                            p.run(cap, pre, u64::MAX, deadline(20), &|| false, &mut memo, tiling);
+                        match got {
+                            Outcome::Found(offsets) => {
+                                prop_assert!(expected, "preorder {} found a plan within {}", pre, cap);
+                                verify(&b, &Plan::from_offsets(&b, offsets), Some(cap)).unwrap();
+                            }
+                            Outcome::Infeasible(why) => prop_assert!(
+                                !expected, "preorder {} proved {} infeasible ({})", pre, cap, why
+                            ),
+                            Outcome::Timeout => prop_assert!(false, "tiny instance timed out"),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A randomised preorder once ranked two identical buffers against their id order; the twin rule
 /// and the stack rule then excluded every way to fill a column only identical buffers fit, and
 /// this perfect packing (a piece of six buffers live at time 0: five of size 1 and one of 11, in
@@ -316,7 +368,7 @@ fn randomised_preorders_keep_identical_buffers_in_id_order() {
     };
     let (b, _) = desc.generate();
     // Enough steps for many randomised runs; each must find the packing or stay undecided.
-    let mut prover = Prover::new(&b, 0);
+    let mut prover = Prover::new(&b, 0, 1);
     for _ in 0..64 {
         match prover.step(Some(16), 0, 0, deadline(5), &|| false) {
             Event::Found { .. } => return,
@@ -342,7 +394,7 @@ fn a_probe_starts_with_the_canonical_search_alone() {
         seed: 0,
     };
     let (b, _) = desc.generate();
-    let mut prover = Prover::new(&b, 0);
+    let mut prover = Prover::new(&b, 0, 1);
     match prover.step(Some(1 << 20), 0, 0, deadline(60), &|| false) {
         Event::Found { offsets, .. } => check_found(&b, 1 << 20, Outcome::Found(offsets)),
         other => panic!("the first step did not find the plan: {other:?}"),
