@@ -97,6 +97,28 @@ pub fn instances() -> Vec<Op> {
     ops
 }
 
+/// Where `op`'s operands (inputs, then outputs, in signature order) lie in one block when each
+/// starts at a multiple of `align`, as the arena lays tensors out: `(offsets, sizes, block size)`.
+///
+/// # Errors
+/// As [`Op::signature`].
+pub fn packed(op: &Op, align: u64) -> Result<(Vec<u64>, Vec<u64>, u64)> {
+    let sig = op.signature()?;
+    let sizes: Vec<u64> = sig
+        .inputs
+        .iter()
+        .chain(&sig.outputs)
+        .map(|o| o.size())
+        .collect();
+    let mut offsets = Vec::with_capacity(sizes.len());
+    let mut end = 0u64;
+    for s in &sizes {
+        offsets.push(end);
+        end = (end + s).div_ceil(align) * align;
+    }
+    Ok((offsets, sizes, end))
+}
+
 /// An [`Op::MatMul`] of shape `(batch, m, n, k)` with an f32 weight, the other fields in the
 /// variant's order.
 pub fn matmul(
