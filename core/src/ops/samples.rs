@@ -104,12 +104,7 @@ pub fn instances() -> Vec<Op> {
 /// As [`Op::signature`].
 pub fn packed(op: &Op, align: u64) -> Result<(Vec<u64>, Vec<u64>, u64)> {
     let sig = op.signature()?;
-    let sizes: Vec<u64> = sig
-        .inputs
-        .iter()
-        .chain(&sig.outputs)
-        .map(|o| o.size())
-        .collect();
+    let sizes: Vec<u64> = sig.operands().map(|o| o.size()).collect();
     let mut offsets = Vec::with_capacity(sizes.len());
     let mut end = 0u64;
     for s in &sizes {

@@ -195,7 +195,7 @@ impl Op {
         let total = units(self)? as usize;
         let sig = self.signature().ok()?;
         let shares = shares(self)?;
-        let operands = sig.inputs.iter().chain(&sig.outputs);
+        let operands = sig.operands();
         Some(
             shares
                 .iter()
@@ -215,12 +215,7 @@ pub(crate) fn fits(op: &Op, limit: u64, align: u64) -> bool {
     let Ok(sig) = op.signature() else {
         return false;
     };
-    let sizes: Vec<u64> = sig
-        .inputs
-        .iter()
-        .chain(&sig.outputs)
-        .map(|o| o.size())
-        .collect();
+    let sizes: Vec<u64> = sig.operands().map(|o| o.size()).collect();
     sizes.iter().all(|&s| s <= limit) || plan(op, &sizes, limit, align).is_some()
 }
 
