@@ -30,6 +30,8 @@
 mod best_fit;
 mod counting;
 mod peers;
+#[path = "../support/rng.rs"]
+mod rng;
 mod svg;
 #[path = "../support/thread_cpu.rs"]
 #[allow(
