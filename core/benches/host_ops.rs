@@ -23,18 +23,7 @@ fn data(len: usize) -> Vec<f32> {
 
 /// MiniLM's linear layer as one op: `x [m, k] · w [n, k]ᵀ + bias`, f32 weights.
 fn linear_op(m: usize, n: usize, k: usize) -> Op {
-    Op::MatMul {
-        batch: 1,
-        m: m as u32,
-        n: n as u32,
-        k: k as u32,
-        trans_a: false,
-        trans_b: true,
-        broadcast_b: true,
-        bias: true,
-        alpha: 1.0,
-        weight_format: WeightFormat::F32,
-    }
+    Op::linear(m as u32, n as u32, k as u32)
 }
 
 /// Runs `op` on f32 inputs into `out` on the host backend (no allocation inside the timed loop).

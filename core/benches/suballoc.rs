@@ -36,6 +36,9 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 mod fragmentation;
 #[path = "suballoc/peers.rs"]
 mod peers;
+#[path = "support/rng.rs"]
+mod rng;
+use rng::Rng;
 
 use peers::{Noop, Offset, Ours, OursBuddy, Sub, Xalloc};
 
@@ -56,27 +59,10 @@ const MID_LOAD: f64 = 0.85;
 /// Expected load of the high-load packing trace.
 const HIGH_LOAD: f64 = 0.9;
 
-/// xorshift64*: tiny, seeded, reproducible.
-struct Rng(u64);
-
 impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
     /// Log-uniform size in [LO, HI], rounded up to a multiple of UNIT.
     fn size(&mut self) -> u64 {
-        let (a, b) = ((LO as f64).ln(), (HI as f64).ln());
-        let s = ((a + self.unit() * (b - a)).exp() as u64).max(LO);
-        s.div_ceil(UNIT) * UNIT
+        self.log_uniform(LO, HI).div_ceil(UNIT) * UNIT
     }
 }
 

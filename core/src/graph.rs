@@ -99,6 +99,32 @@ impl TensorDecl {
             .ok_or_else(|| self.overflow("byte size"))
     }
 
+    /// Checks that `len` bytes of data can be bound to this tensor as a `kind` (an input or a
+    /// weight): its kind is `kind` and `len` its size, which it returns.
+    ///
+    /// # Errors
+    /// [`crate::GraphError::WrongKind`], [`Error::SizeMismatch`], or [`Error::ArithmeticOverflow`]
+    /// from [`TensorDecl::size`].
+    pub(crate) fn check_data(&self, kind: TensorKind, len: u64) -> Result<u64> {
+        if self.kind != kind {
+            return Err(crate::GraphError::WrongKind {
+                tensor: self.name.clone(),
+                kind: self.kind,
+                expected: kind,
+            }
+            .into());
+        }
+        let size = self.size()?;
+        if len != size {
+            return Err(Error::SizeMismatch {
+                what: format!("data for '{}' {:?}", self.name, self.shape),
+                expected: size,
+                actual: len,
+            });
+        }
+        Ok(size)
+    }
+
     fn overflow(&self, quantity: &str) -> Error {
         Error::ArithmeticOverflow {
             what: format!("{quantity} of '{}' {:?}", self.name, self.shape),

@@ -491,4 +491,6 @@ impl HostBackend {
 }
 
 #[cfg(test)]
+pub(crate) mod test_adaptors;
+#[cfg(test)]
 mod tests;

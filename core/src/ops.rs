@@ -288,6 +288,24 @@ pub enum Op {
 }
 
 impl Op {
+    /// A PyTorch `Linear` over `m` rows: `y = x · Wᵀ + bias` for `x` `[m, k]`, an f32 weight `W`
+    /// `[n, k]` and `bias` `[n]`, as [`Op::MatMul`] with batch 1, `trans_b`, `broadcast_b`, `bias`
+    /// and alpha 1.
+    pub fn linear(m: u32, n: u32, k: u32) -> Op {
+        Op::MatMul {
+            batch: 1,
+            m,
+            n,
+            k,
+            trans_a: false,
+            trans_b: true,
+            broadcast_b: true,
+            bias: true,
+            alpha: 1.0,
+            weight_format: WeightFormat::F32,
+        }
+    }
+
     /// Short name, for traces and reports.
     pub fn name(&self) -> &'static str {
         match self {

@@ -135,6 +135,24 @@ impl DeviceBudget {
             DeviceBudget::Percent(p) => (unbudgeted as f64 * p / 100.0) as u64,
         }
     }
+
+    /// The budget in bytes where no model is at hand to take a percentage of: none stays none,
+    /// and a percentage is refused, `expected` saying what `--device-budget` takes there.
+    ///
+    /// # Errors
+    /// [`tensormem::ArgumentError`] for a percentage.
+    pub fn bytes_only(budget: Option<Self>, expected: &str) -> tensormem::Result<Option<u64>> {
+        match budget {
+            None => Ok(None),
+            Some(DeviceBudget::Bytes(b)) => Ok(Some(b)),
+            Some(DeviceBudget::Percent(_)) => Err(tensormem::ArgumentError::invalid_value(
+                "--device-budget",
+                "a percentage",
+                expected,
+            )
+            .into()),
+        }
+    }
 }
 
 /// Parses `--device-budget SIZE`: `N`, `N<unit>` with unit B, KB, MB, GB (powers of 1000) or K,

@@ -124,12 +124,18 @@ fn cache(model: &Llama, dtype: KvDType, block: u32, budget: u64, how: Preemption
     .unwrap()
 }
 
+/// The elements of a JSON array, each read by `f`.
+fn array<T>(v: &Value, f: impl Fn(&Value) -> T) -> Vec<T> {
+    v.as_array().unwrap().iter().map(f).collect()
+}
+
+/// A row of reference logits.
+fn f64s(v: &Value) -> Vec<f64> {
+    array(v, |x| x.as_f64().unwrap())
+}
+
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
+    array(v, |x| x.as_u64().unwrap() as u32)
 }
 
 /// Prefill then 64 decode steps fed the reference's tokens; every step's logits compared.
@@ -163,12 +169,7 @@ fn logits_match(dtype: KvDType, key: &str, tol: f64) {
                 .decoder
                 .forward(&kv, std::slice::from_ref(&chunk))
                 .unwrap();
-            let want: Vec<f64> = want
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_f64().unwrap())
-                .collect();
+            let want = f64s(want);
             // Relative to the row's largest logit: an f16 key the f32 path rounds the other way
             // at a half-ulp tie moves a small logit by about that much.
             let scale = want.iter().fold(1f64, |m, w| m.max(w.abs()));
@@ -404,12 +405,7 @@ fn every_backend_generates_the_reference_tokens() {
             logits: true,
         };
         let got = model.decoder.forward(&kv, &[chunk]).unwrap();
-        let want: Vec<f64> = cases[0]["logits"][0]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect();
+        let want = f64s(&cases[0]["logits"][0]);
         let scale = want.iter().fold(1f64, |m, w| m.max(w.abs()));
         for (g, w) in got[0].iter().zip(&want) {
             assert!(

@@ -48,6 +48,21 @@ fn model_dir() -> Option<PathBuf> {
     }
 }
 
+/// The host backend, as the samples select it, with staging forced.
+fn staged_host() -> tensormem::Runtime {
+    let host = tensormem_examples::backend_select::select(
+        tensormem_examples::backend_select::BackendChoice::Host,
+        &tensormem_examples::backend_select::SelectOptions::default(),
+    )
+    .unwrap()
+    .backend;
+    let staging = tensormem::RuntimeConfig {
+        force_staging: true,
+        ..tensormem::RuntimeConfig::default()
+    };
+    tensormem::Runtime::new(host, staging).unwrap()
+}
+
 fn assert_prefix(backend: &str, what: &str, got: &[f32], want: &[f32]) {
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert!(
@@ -252,21 +267,8 @@ fn budgeted_minilm_below_its_word_table_is_bit_identical() {
     let Some(dir) = model_dir() else {
         return;
     };
-    let host = tensormem_examples::backend_select::select(
-        tensormem_examples::backend_select::BackendChoice::Host,
-        &tensormem_examples::backend_select::SelectOptions::default(),
-    )
-    .unwrap()
-    .backend;
-    let staging = tensormem::RuntimeConfig {
-        force_staging: true,
-        ..tensormem::RuntimeConfig::default()
-    };
     let mut targets = backends::available_runtimes();
-    targets.push((
-        "host (staging)",
-        tensormem::Runtime::new(host, staging).unwrap(),
-    ));
+    targets.push(("host (staging)", staged_host()));
     for (name, rt) in targets {
         let mut plain = MiniLm::open(&rt, &dir).unwrap();
         let want = plain.embed(&[S1, S2]).unwrap();
@@ -355,17 +357,7 @@ fn minilm_at_ten_percent_tiles_its_feed_forward_blocks_bit_identically() {
     use tensormem_examples::cli::DeviceBudget;
     use tensormem_examples::models::offload_table::token_batch;
     let Some(dir) = model_dir() else { return };
-    let host = tensormem_examples::backend_select::select(
-        tensormem_examples::backend_select::BackendChoice::Host,
-        &tensormem_examples::backend_select::SelectOptions::default(),
-    )
-    .unwrap()
-    .backend;
-    let staging = tensormem::RuntimeConfig {
-        force_staging: true,
-        ..tensormem::RuntimeConfig::default()
-    };
-    let rt = tensormem::Runtime::new(host, staging).unwrap();
+    let rt = staged_host();
     let (batch, seq) = (8, 128);
     let embed = |model: &mut MiniLm| -> Vec<u32> {
         let tokens = token_batch(model, batch, seq).unwrap();

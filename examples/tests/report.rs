@@ -9,8 +9,11 @@ use std::sync::Arc;
 
 use tensormem::{DType, HostBackend, HostConfig, Runtime, RuntimeConfig, Tracer};
 
+#[path = "support/report_html.rs"]
+mod report_html;
 #[path = "support/scratch.rs"]
 mod scratch;
+use report_html::report_html;
 use scratch::Scratch;
 
 fn workload_trace() -> String {
@@ -37,18 +40,8 @@ fn prints_findings_largest_first_and_writes_the_timeline() {
     let trace = d.join("trace.json");
     let html = d.join("timeline.html");
     std::fs::write(&trace, workload_trace()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
-        .arg(&trace)
-        .arg("--html")
-        .arg(&html)
-        .output()
-        .unwrap();
+    let out = report_html(&trace, &html);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let rows: Vec<&str> = stdout
         .lines()
         .skip(2)
@@ -136,17 +129,7 @@ fn huge_sizes_do_not_overflow_the_totals() {
     let trace = d.join("huge.json");
     let html = d.join("huge.html");
     std::fs::write(&trace, tracer.snapshot().to_chrome_json()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
-        .arg(&trace)
-        .arg("--html")
-        .arg(&html)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    report_html(&trace, &html);
     let page = std::fs::read_to_string(&html).unwrap();
     // 8 · 2^62 = 2^65 bytes = 32 EiB.
     assert!(page.contains("pool device (peak 32.00 EiB)"), "{page}");

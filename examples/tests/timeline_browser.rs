@@ -12,8 +12,11 @@ use std::process::Command;
 
 use tensormem::Trace;
 
+#[path = "support/report_html.rs"]
+mod report_html;
 #[path = "support/scratch.rs"]
 mod scratch;
+use report_html::report_html;
 use scratch::Scratch;
 
 /// Runs the MNIST sample with tracing and the report on its trace; returns the HTML path.
@@ -40,17 +43,7 @@ fn traced_mnist_timeline(dir: &Path) -> PathBuf {
         "the sample frees everything"
     );
     let html = dir.join("mnist.html");
-    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
-        .arg(&json)
-        .arg("--html")
-        .arg(&html)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    report_html(&json, &html);
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("activations (planned arena)") && page.contains("pool device/planned"));
     html

@@ -14,20 +14,8 @@ fn every_op_matches_the_host_reference() {
         let align = b.capabilities().binding_align;
         let mut rng = Rng::new(7);
         for op in samples::instances() {
-            let sig = op.signature().unwrap();
             let data = samples::inputs(&op, &mut rng).unwrap();
-            let sizes: Vec<u64> = sig
-                .inputs
-                .iter()
-                .chain(&sig.outputs)
-                .map(|o| o.size())
-                .collect();
-            let mut offsets = Vec::new();
-            let mut end = 0u64;
-            for s in &sizes {
-                offsets.push(end);
-                end = (end + s).div_ceil(align) * align;
-            }
+            let (offsets, sizes, end) = samples::packed(&op, align).unwrap();
             let block = alloc(b, MemoryKind::DeviceLocal, end);
             for (i, d) in data.iter().enumerate() {
                 upload(b, block, offsets[i], d);

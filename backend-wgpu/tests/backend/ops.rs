@@ -24,20 +24,8 @@ fn f32s(b: &[u8]) -> Vec<f32> {
 
 /// Runs `op` on the backend over one arena block and returns its outputs.
 fn run_on(b: &WgpuBackend, op: &Op, ins: &[Vec<u8>]) -> Vec<Vec<u8>> {
-    let sig = op.signature().unwrap();
     let align = b.capabilities().binding_align;
-    let sizes: Vec<u64> = sig
-        .inputs
-        .iter()
-        .chain(&sig.outputs)
-        .map(|o| o.size())
-        .collect();
-    let mut offsets = Vec::new();
-    let mut end = 0u64;
-    for s in &sizes {
-        offsets.push(end);
-        end = (end + s).div_ceil(align) * align;
-    }
+    let (offsets, sizes, end) = samples::packed(op, align).unwrap();
     let arena = alloc(b, MemoryKind::DeviceLocal, end);
     let ranges: Vec<_> = offsets
         .iter()

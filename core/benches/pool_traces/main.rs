@@ -30,6 +30,8 @@
 mod best_fit;
 mod counting;
 mod peers;
+#[path = "../support/rng.rs"]
+mod rng;
 mod svg;
 #[path = "../support/thread_cpu.rs"]
 #[allow(
@@ -71,6 +73,22 @@ struct Replayed {
     unmaps: u64,
     /// Bytes held by the device after each event (recorded replays only).
     held: Vec<u64>,
+}
+
+/// The chart series of one pool's replay: its reserved bytes after every event, labelled with
+/// its peak over `peak_live`.
+fn reserved_series<'a>(
+    name: &str,
+    colour: &'static str,
+    r: &'a Replayed,
+    peak_live: u64,
+) -> svg::Series<'a> {
+    let ratio = r.peak_reserved as f64 / peak_live as f64;
+    svg::Series {
+        label: format!("{name} reserved (peak {ratio:.3}x live)"),
+        colour,
+        values: &r.held,
+    }
 }
 
 /// Runs `trace` through `pool`, marking its steps; calls `after` after every event.
@@ -368,8 +386,6 @@ fn run(args: &Args) -> Result<(), String> {
         );
         println!("    {}", replay_line(&pool, &replayed, trace));
         println!("    {}", replay_line(&pool_blocks, &replayed_blocks, trace));
-        let series =
-            |name: &str, r: &Replayed| format!("{name} reserved (peak {:.3}x live)", ratio(r));
         let doc = svg::chart(
             &format!("{}: {}", trace.name, trace.what),
             &[
@@ -378,36 +394,12 @@ fn run(args: &Args) -> Result<(), String> {
                     colour: "#222",
                     values: &live,
                 },
-                svg::Series {
-                    label: series(Holes::NAME, &holes),
-                    colour: "#d62728",
-                    values: &holes.held,
-                },
-                svg::Series {
-                    label: series(InPlace::NAME, &in_place),
-                    colour: "#2ca02c",
-                    values: &in_place.held,
-                },
-                svg::Series {
-                    label: series(Blocks::NAME, &blocks),
-                    colour: "#1f77b4",
-                    values: &blocks.held,
-                },
-                svg::Series {
-                    label: series(Replay::NAME, &replayed),
-                    colour: "#9467bd",
-                    values: &replayed.held,
-                },
-                svg::Series {
-                    label: series(ReplayBlocks::NAME, &replayed_blocks),
-                    colour: "#17becf",
-                    values: &replayed_blocks.held,
-                },
-                svg::Series {
-                    label: series(Cubecl::NAME, &cubecl),
-                    colour: "#ff7f0e",
-                    values: &cubecl.held,
-                },
+                reserved_series(Holes::NAME, "#d62728", &holes, peak_live),
+                reserved_series(InPlace::NAME, "#2ca02c", &in_place, peak_live),
+                reserved_series(Blocks::NAME, "#1f77b4", &blocks, peak_live),
+                reserved_series(Replay::NAME, "#9467bd", &replayed, peak_live),
+                reserved_series(ReplayBlocks::NAME, "#17becf", &replayed_blocks, peak_live),
+                reserved_series(Cubecl::NAME, "#ff7f0e", &cubecl, peak_live),
             ],
         );
         let path = args.svg_dir.join(format!("{}.svg", trace.name));

@@ -14,6 +14,8 @@
 
 use std::collections::HashMap;
 
+use crate::rng::Rng;
+
 /// One request of a trace. Ids are dense (`0..allocations`), so replays index a `Vec`.
 #[derive(Clone, Copy, Debug)]
 pub struct Event {
@@ -180,29 +182,6 @@ fn dsa_events(rows: &[Row], repeat: u32, align: u64) -> (Vec<Event>, Vec<usize>)
         out.extend(timed.into_iter().map(|(_, _, e)| e));
     }
     (out, steps)
-}
-
-/// xorshift64*: tiny, seeded, reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Log-uniform in [lo, hi] (truncated, at least `lo`).
-    fn log_uniform(&mut self, lo: u64, hi: u64) -> u64 {
-        let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
-        ((a + self.unit() * (b - a)).exp() as u64).max(lo)
-    }
 }
 
 /// `rand_logu`: warm up to half of 16 GiB expected live (sizes log-uniform 256 B-64 MiB, multiples

@@ -4,7 +4,7 @@
 
 use crate::Result;
 use crate::graph::{Graph, TensorId};
-use crate::ops::{DType, Op, WeightFormat};
+use crate::ops::{DType, Op};
 
 /// The graph, its one input with data, its weights with data, and its output.
 pub struct Mlp {
@@ -58,18 +58,7 @@ pub fn mlp(layers: usize, rows: usize, width: usize, seed: u64) -> Result<Mlp> {
         let gamma = weight(&mut g, "gamma", &[width], 2);
         let beta = weight(&mut g, "beta", &[width], 3);
         let h = g.op(
-            Op::MatMul {
-                batch: 1,
-                m: r,
-                n: w,
-                k: w,
-                trans_a: false,
-                trans_b: true,
-                broadcast_b: true,
-                bias: true,
-                alpha: 1.0,
-                weight_format: WeightFormat::F32,
-            },
+            Op::linear(r, w, w),
             &[x, wt, b],
             &[rows, width],
             &format!("layer{l}.linear"),

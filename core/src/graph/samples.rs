@@ -104,18 +104,7 @@ pub fn feed_forward(rows: usize, h: usize, ff: usize, seed: u64) -> Result<Sampl
     let len = |n: usize| (rows * n) as u32;
     let pre = g.op(Op::Relu { len: len(h) }, &[x], &[rows, h], "pre")?;
     let first = g.nodes().len();
-    let linear = |n: usize, k: usize| Op::MatMul {
-        batch: 1,
-        m: rows as u32,
-        n: n as u32,
-        k: k as u32,
-        trans_a: false,
-        trans_b: true,
-        broadcast_b: true,
-        bias: true,
-        alpha: 1.0,
-        weight_format: WeightFormat::F32,
-    };
+    let linear = |n: usize, k: usize| Op::linear(rows as u32, n as u32, k as u32);
     let up = g.op(linear(ff, h), &[pre, w1, b1], &[rows, ff], "up")?;
     let act = g.op(Op::Gelu { len: len(ff) }, &[up], &[rows, ff], "gelu")?;
     let down = g.op(linear(h, ff), &[act, w2, b2], &[rows, h], "down")?;

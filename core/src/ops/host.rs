@@ -282,8 +282,8 @@ fn conv_weight<'a>(
     Ok(Cow::Owned(out))
 }
 
-/// Borrows `bytes` as f32 when aligned, else copies them into an aligned vector.
-fn f32s(bytes: &[u8]) -> Cow<'_, [f32]> {
+/// Borrows `bytes` as 4-byte elements when aligned, else copies them into an aligned vector.
+fn words<T: bytemuck::Pod>(bytes: &[u8]) -> Cow<'_, [T]> {
     match bytemuck::try_cast_slice(bytes) {
         Ok(s) => Cow::Borrowed(s),
         Err(_) => Cow::Owned(
@@ -295,17 +295,14 @@ fn f32s(bytes: &[u8]) -> Cow<'_, [f32]> {
     }
 }
 
-/// As [`f32s`], for u32 operands (token ids).
+/// `bytes` as f32 ([`words`]).
+fn f32s(bytes: &[u8]) -> Cow<'_, [f32]> {
+    words(bytes)
+}
+
+/// `bytes` as u32 operands, token ids ([`words`]).
 fn u32s(bytes: &[u8]) -> Cow<'_, [u32]> {
-    match bytemuck::try_cast_slice(bytes) {
-        Ok(s) => Cow::Borrowed(s),
-        Err(_) => Cow::Owned(
-            bytes
-                .chunks_exact(4)
-                .map(bytemuck::pod_read_unaligned)
-                .collect(),
-        ),
-    }
+    words(bytes)
 }
 
 /// Lets `f` fill `out` as f32: in place when aligned, else through an aligned vector.

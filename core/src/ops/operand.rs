@@ -79,3 +79,10 @@ pub struct Signature {
     /// Outputs, bound after the inputs.
     pub outputs: Vec<Operand>,
 }
+
+impl Signature {
+    /// Every operand in binding order: the inputs, then the outputs.
+    pub fn operands(&self) -> impl Iterator<Item = &Operand> {
+        self.inputs.iter().chain(&self.outputs)
+    }
+}

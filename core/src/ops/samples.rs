@@ -55,17 +55,8 @@ impl Rng {
 pub fn instances() -> Vec<Op> {
     let mut ops = f32_instances();
     let int8 = |group| WeightFormat::Int8 { group };
-    let mm = |batch, m, n, k, trans_b, broadcast_b, bias| Op::MatMul {
-        batch,
-        m,
-        n,
-        k,
-        trans_a: false,
-        trans_b,
-        broadcast_b,
-        bias,
-        alpha: 1.0,
-        weight_format: WeightFormat::F32,
+    let mm = |batch, m, n, k, trans_b, broadcast_b, bias| {
+        matmul((batch, m, n, k), false, trans_b, broadcast_b, bias, 1.0)
     };
     let conv = |c_in, c_out, kh, kw, bias| Op::Conv2d {
         n: 2,
@@ -106,8 +97,34 @@ pub fn instances() -> Vec<Op> {
     ops
 }
 
-fn f32_instances() -> Vec<Op> {
-    let mm = |batch, m, n, k, trans_a, trans_b, broadcast_b, bias, alpha| Op::MatMul {
+/// Where `op`'s operands (inputs, then outputs, in signature order) lie in one block when each
+/// starts at a multiple of `align`, as the arena lays tensors out: `(offsets, sizes, block size)`.
+///
+/// # Errors
+/// As [`Op::signature`].
+pub fn packed(op: &Op, align: u64) -> Result<(Vec<u64>, Vec<u64>, u64)> {
+    let sig = op.signature()?;
+    let sizes: Vec<u64> = sig.operands().map(|o| o.size()).collect();
+    let mut offsets = Vec::with_capacity(sizes.len());
+    let mut end = 0u64;
+    for s in &sizes {
+        offsets.push(end);
+        end = (end + s).div_ceil(align) * align;
+    }
+    Ok((offsets, sizes, end))
+}
+
+/// An [`Op::MatMul`] of shape `(batch, m, n, k)` with an f32 weight, the other fields in the
+/// variant's order.
+pub fn matmul(
+    (batch, m, n, k): (u32, u32, u32, u32),
+    trans_a: bool,
+    trans_b: bool,
+    broadcast_b: bool,
+    bias: bool,
+    alpha: f32,
+) -> Op {
+    Op::MatMul {
         batch,
         m,
         n,
@@ -118,16 +135,19 @@ fn f32_instances() -> Vec<Op> {
         bias,
         alpha,
         weight_format: WeightFormat::F32,
-    };
+    }
+}
+
+fn f32_instances() -> Vec<Op> {
     vec![
-        mm(1, 1, 1, 1, false, false, false, false, 1.0),
-        mm(1, 17, 33, 65, false, false, false, false, 1.0),
-        mm(3, 16, 32, 48, true, false, false, false, 0.5),
-        mm(2, 19, 23, 37, false, true, false, false, 1.0),
-        mm(2, 9, 13, 31, true, true, false, true, -2.0),
-        mm(4, 7, 40, 24, false, true, true, true, 1.0),
-        mm(1, 64, 64, 64, true, true, false, false, 0.75),
-        mm(1, 64, 64, 300, false, false, false, true, 0.125),
+        matmul((1, 1, 1, 1), false, false, false, false, 1.0),
+        matmul((1, 17, 33, 65), false, false, false, false, 1.0),
+        matmul((3, 16, 32, 48), true, false, false, false, 0.5),
+        matmul((2, 19, 23, 37), false, true, false, false, 1.0),
+        matmul((2, 9, 13, 31), true, true, false, true, -2.0),
+        matmul((4, 7, 40, 24), false, true, true, true, 1.0),
+        matmul((1, 64, 64, 64), true, true, false, false, 0.75),
+        matmul((1, 64, 64, 300), false, false, false, true, 0.125),
         Op::Add {
             len: 1000,
             b_len: 1000,

@@ -444,7 +444,7 @@ impl Op {
     /// [`Error::BindingSize`] naming the first operand whose size is wrong.
     pub fn check_binding_sizes(&self, sizes: &[u64]) -> Result<Signature> {
         let sig = self.signature()?;
-        let operands = sig.inputs.iter().chain(&sig.outputs);
+        let operands = sig.operands();
         let count = sig.inputs.len() + sig.outputs.len();
         if sizes.len() != count {
             return Err(Error::BindingCount {

@@ -145,11 +145,7 @@ impl Op {
     pub(crate) fn split_shares(&self) -> Option<Vec<Share>> {
         let one = self.restricted(1).signature().ok()?;
         let two = self.restricted(2).signature().ok()?;
-        let pairs = one
-            .inputs
-            .iter()
-            .chain(&one.outputs)
-            .zip(two.inputs.iter().chain(&two.outputs));
+        let pairs = one.operands().zip(two.operands());
         pairs
             .map(|(a, b)| {
                 if a == b {
@@ -173,7 +169,7 @@ impl Op {
         let total = self.split_units()? as usize;
         let sig = self.signature().ok()?;
         let shares = self.split_shares()?;
-        let operands = sig.inputs.iter().chain(&sig.outputs);
+        let operands = sig.operands();
         Some(
             shares
                 .iter()

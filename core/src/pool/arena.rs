@@ -44,9 +44,6 @@ use crate::time::Instant;
 use crate::{Error, Result};
 
 mod api;
-#[cfg(test)]
-#[macro_use]
-mod testing;
 mod carving;
 mod config;
 mod expandable;
@@ -59,6 +56,8 @@ mod oom;
 mod pending;
 mod policy;
 mod sites;
+#[cfg(test)]
+mod testing;
 mod units;
 
 pub use carving::Carver;

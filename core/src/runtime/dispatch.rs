@@ -48,11 +48,7 @@ impl Runtime {
         if let Some(t) = tensors.first() {
             self.check_device(t, || op.name().to_string())?;
         }
-        for (i, (t, operand)) in tensors
-            .iter()
-            .zip(sig.inputs.iter().chain(&sig.outputs))
-            .enumerate()
-        {
+        for (i, (t, operand)) in tensors.iter().zip(sig.operands()).enumerate() {
             if t.dtype() != operand.dtype {
                 return Err(Error::DTypeMismatch {
                     what: format!(

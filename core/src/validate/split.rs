@@ -57,12 +57,7 @@ pub(crate) fn fits(op: &Op, limit: u64, align: u64) -> bool {
     let Ok(sig) = op.signature() else {
         return false;
     };
-    let sizes: Vec<u64> = sig
-        .inputs
-        .iter()
-        .chain(&sig.outputs)
-        .map(|o| o.size())
-        .collect();
+    let sizes: Vec<u64> = sig.operands().map(|o| o.size()).collect();
     sizes.iter().all(|&s| s <= limit) || plan(op, &sizes, limit, align).is_some()
 }
 

@@ -173,18 +173,7 @@ fn run(args: &Args) -> Result<()> {
     // Steps' intermediates go through a record-and-replay pool: a shape seen before replays its
     // plan (forward.rs keys each step by its bucketed shape). Under a device budget, a spilling
     // pool instead moves the least recently used idle allocations to host memory.
-    let device_budget = match args.device_budget {
-        None => None,
-        Some(DeviceBudget::Bytes(b)) => Some(b),
-        Some(DeviceBudget::Percent(_)) => {
-            return Err(tensormem::ArgumentError::invalid_value(
-                "--device-budget",
-                "a percentage",
-                "a size",
-            )
-            .into());
-        }
-    };
+    let device_budget = DeviceBudget::bytes_only(args.device_budget, "a size")?;
     let mut config = args.device.runtime_config();
     config.device.budget = device_budget.or(config.device.budget);
     let (mut replay, mut spill) = (None, None);

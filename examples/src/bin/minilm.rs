@@ -3,7 +3,7 @@
 //! memory report. `minilm --help` lists the flags and exit codes.
 
 use std::io::BufRead;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -109,6 +109,22 @@ enum Load {
     Map,
     /// Read the whole file into memory.
     Read,
+}
+
+impl Load {
+    /// The weight file `--weights-file` names, else `model.safetensors` in `model_dir`, mapped or
+    /// read.
+    fn open(self, s: &SampleArgs, model_dir: &Path) -> Result<WeightFile> {
+        let path = s
+            .weights
+            .weights_file
+            .clone()
+            .unwrap_or_else(|| model_dir.join("model.safetensors"));
+        match self {
+            Load::Map => WeightFile::open(&path),
+            Load::Read => WeightFile::read(&path),
+        }
+    }
 }
 
 #[path = "minilm/placed.rs"]
@@ -232,15 +248,7 @@ fn run(mut args: Args) -> Result<()> {
     let loading = cli::spinner("loading and checking the model", s.json);
     let mut meter = PhaseMeter::start();
     let load_start = Instant::now();
-    let weights_file = s
-        .weights
-        .weights_file
-        .clone()
-        .unwrap_or_else(|| model_dir.join("model.safetensors"));
-    let weights = match args.load {
-        Load::Map => WeightFile::open(&weights_file)?,
-        Load::Read => WeightFile::read(&weights_file)?,
-    };
+    let weights = args.load.open(s, &model_dir)?;
     meter.phase(match args.load {
         Load::Map => "map and check weight file",
         Load::Read => "read and check weight file",

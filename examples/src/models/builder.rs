@@ -126,18 +126,7 @@ impl ModelBuilder {
         let mut inputs = vec![x];
         inputs.extend(self.packed_weight(&format!("{prefix}.weight"), &[out, inp]));
         inputs.push(self.weight(&format!("{prefix}.bias"), &[out]));
-        let op = Op::MatMul {
-            batch: 1,
-            m: dim(rows)?,
-            n: dim(out)?,
-            k: dim(inp)?,
-            trans_a: false,
-            trans_b: true,
-            broadcast_b: true,
-            bias: true,
-            alpha: 1.0,
-            weight_format: self.format,
-        };
+        let op = Op::linear(dim(rows)?, dim(out)?, dim(inp)?).with_weight_format(self.format);
         self.op(op, &inputs, &[rows, out], prefix)
     }
 

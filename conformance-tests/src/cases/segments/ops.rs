@@ -17,7 +17,7 @@ pub(super) async fn ops_match_host(ctx: &Ctx) -> R {
             .split_shapes()
             .ok_or_else(|| format!("{op:?} has no split axis"))?;
         let sig = op.signature().map_err(fail("signature"))?;
-        let operands: Vec<_> = sig.inputs.iter().chain(&sig.outputs).collect();
+        let operands: Vec<_> = sig.operands().collect();
         // Half the largest growing operand per block; the operands read whole fit one binding.
         let widest = operands
             .iter()

@@ -45,22 +45,7 @@ pub struct PlacedModel {
 impl PlacedModel {
     /// Checks that `t` is a tensor of kind `kind` of the graph and `data` its size.
     fn check_set(&self, t: TensorId, kind: TensorKind, data: &[u8]) -> Result<()> {
-        let decl = self.graph.decl(t)?;
-        if decl.kind != kind {
-            return Err(crate::GraphError::WrongKind {
-                tensor: decl.name.clone(),
-                kind: decl.kind,
-                expected: kind,
-            }
-            .into());
-        }
-        if data.len() as u64 != decl.size()? {
-            return Err(Error::SizeMismatch {
-                what: format!("data for '{}' {:?}", decl.name, decl.shape),
-                expected: decl.size()?,
-                actual: data.len() as u64,
-            });
-        }
+        self.graph.decl(t)?.check_data(kind, data.len() as u64)?;
         Ok(())
     }
 

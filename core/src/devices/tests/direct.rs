@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::*;
 use crate::backend::{BlockRange, Peer, PeerCopy, PeerPath};
+use crate::host::test_adaptors::host_adaptor;
 
 /// A host backend that copies directly into another `Linked` one (both are host memory).
 struct Linked {
@@ -21,18 +22,7 @@ fn linked() -> Arc<Linked> {
     })
 }
 
-impl crate::backend::BackendAdaptor for Linked {
-    type Inner = HostBackend;
-    fn inner(&self) -> &HostBackend {
-        &self.host
-    }
-    fn extensions(&self) -> crate::backend::Extensions<'_> {
-        crate::backend::Extensions {
-            peer: Some(self),
-            ..crate::backend::Extensions::default()
-        }
-    }
-}
+host_adaptor!(Linked, peer);
 
 impl Peer for Linked {
     /// After both sides' queued work, through the host (synchronous, so both tickets are done).

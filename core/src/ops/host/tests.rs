@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::Error;
+use crate::ops::samples::matmul as matmul_op;
 
 mod elementwise;
 mod matmul;
@@ -38,32 +39,6 @@ fn assert_close(got: &[f32], want: &[f32], tol: f32) {
             (g - w).abs() <= tol * (1.0 + w.abs()),
             "element {i}: got {g}, want {w}"
         );
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn matmul_op(
-    batch: u32,
-    m: u32,
-    n: u32,
-    k: u32,
-    trans_a: bool,
-    trans_b: bool,
-    broadcast_b: bool,
-    bias: bool,
-    alpha: f32,
-) -> Op {
-    Op::MatMul {
-        batch,
-        m,
-        n,
-        k,
-        trans_a,
-        trans_b,
-        broadcast_b,
-        bias,
-        alpha,
-        weight_format: WeightFormat::F32,
     }
 }
 
@@ -135,8 +110,8 @@ fn assert_within_bound(got: &[f32], (want, bound): &(Vec<f32>, Vec<f32>), what: 
 #[test]
 fn results_do_not_depend_on_the_thread_count() {
     let ops = [
-        matmul_op(1, 256, 384, 384, false, true, true, true, 1.0),
-        matmul_op(24, 40, 40, 32, false, true, false, false, 0.25),
+        matmul_op((1, 256, 384, 384), false, true, true, true, 1.0),
+        matmul_op((24, 40, 40, 32), false, true, false, false, 0.25),
         Op::Gelu { len: 200_000 },
         Op::Add {
             len: 196_608,
@@ -216,7 +191,7 @@ fn results_do_not_depend_on_the_thread_count() {
 
 #[test]
 fn unaligned_operands_give_the_same_result() {
-    let op = matmul_op(2, 3, 5, 4, true, false, false, true, 1.5);
+    let op = matmul_op((2, 3, 5, 4), true, false, false, true, 1.5);
     let sig = op.signature().unwrap();
     let (a, b, bias) = (data(24, 31), data(40, 32), data(5, 33));
     let aligned = run_f32(&op, &[&a, &b, &bias]);

@@ -10,7 +10,8 @@ macro_rules! bindings {
     ($($name:ident: $elem:ident),+ $(,)?) => {
         bindings!(@at [0 1 2 3 4 5 6] $($name: $elem),+)
     };
-    (@at [$i:literal $($next:literal)*] $name:ident: $elem:ident $(, $more:ident: $more_elem:ident)*) => {
+    (@at [$i:literal $($next:literal)*]
+        $name:ident: $elem:ident $(, $more:ident: $more_elem:ident)*) => {
         concat!(
             "@group(0) @binding(", $i, ") var<storage, read_write> ",
             stringify!($name), ": array<", stringify!($elem), ">;\n",
@@ -36,6 +37,28 @@ macro_rules! wgsl {
 }
 
 pub(super) type Source = (&'static str, &'static str);
+
+/// A kernel's `(key, source)`.
+macro_rules! kernel {
+    ($key:literal, [$($operand:tt)*] $(, $file:literal)+ $(,)?) => {
+        ($key, wgsl!([$($operand)*] $(, $file)+))
+    };
+}
+
+/// A kernel of one invocation per element: `element.wgsl`'s entry point, then its files.
+macro_rules! per_element {
+    ($key:literal, [$($operand:tt)*] $(, $file:literal)+ $(,)?) => {
+        kernel!($key, [$($operand)*], "element.wgsl" $(, $file)+)
+    };
+}
+
+/// A kernel of one workgroup per row: the reductions and `rows.wgsl`'s entry point, then its
+/// files.
+macro_rules! per_row {
+    ($key:literal, [$($operand:tt)*] $(, $file:literal)+ $(,)?) => {
+        kernel!($key, [$($operand)*], "reduce.wgsl", "rows.wgsl" $(, $file)+)
+    };
+}
 
 /// The variants of a weight-reading op: `[f32, f16, int8]` for each of its binding layouts.
 pub(super) type Variants = [Source; 3];
@@ -72,77 +95,35 @@ macro_rules! weight_variants {
     };
 }
 
+// Each kernel: its key, its operands, then the pieces after the binding header.
 pub(super) const MATMUL: Variants =
     weight_variants!("matmul", [a: f32,], [c: f32], "no_bias.wgsl", "matmul.wgsl");
-pub(super) const MATMUL_BIAS: Variants = weight_variants!(
-    "matmul_bias",
-    [a: f32,],
-    [bias: f32, c: f32],
-    "bias.wgsl",
-    "matmul.wgsl"
-);
-pub(super) const ADD: Source = (
-    "add",
-    wgsl!([a: f32, b: f32, c: f32], "element.wgsl", "add.wgsl"),
-);
-pub(super) const MUL: Source = (
-    "mul",
-    wgsl!([a: f32, b: f32, c: f32], "element.wgsl", "mul.wgsl"),
-);
-pub(super) const SCALE: Source = (
-    "scale",
-    wgsl!([x: f32, y: f32], "element.wgsl", "scale.wgsl"),
-);
-pub(super) const GELU: Source = (
-    "gelu",
-    wgsl!([x: f32, y: f32], "element.wgsl", "erf.wgsl", "gelu.wgsl"),
-);
-pub(super) const RELU: Source = ("relu", wgsl!([x: f32, y: f32], "element.wgsl", "relu.wgsl"));
-pub(super) const COPY: Source = ("copy", wgsl!([x: u32, y: u32], "element.wgsl", "copy.wgsl"));
-pub(super) const LAYERNORM: Source = (
-    "layernorm",
-    wgsl!(
-        [x: f32, gamma: f32, beta: f32, y: f32],
-        "reduce.wgsl", "rows.wgsl",
-        "layernorm.wgsl"
-    ),
-);
-pub(super) const SOFTMAX: Source = (
-    "softmax",
-    wgsl!([x: f32, y: f32], "reduce.wgsl", "rows.wgsl", "softmax_all.wgsl", "softmax.wgsl"),
-);
-pub(super) const SOFTMAX_MASKED: Source = (
+pub(super) const MATMUL_BIAS: Variants =
+    weight_variants!("matmul_bias", [a: f32,], [bias: f32, c: f32], "bias.wgsl", "matmul.wgsl");
+pub(super) const ADD: Source = per_element!("add", [a: f32, b: f32, c: f32], "add.wgsl");
+pub(super) const MUL: Source = per_element!("mul", [a: f32, b: f32, c: f32], "mul.wgsl");
+pub(super) const SCALE: Source = per_element!("scale", [x: f32, y: f32], "scale.wgsl");
+pub(super) const GELU: Source = per_element!("gelu", [x: f32, y: f32], "erf.wgsl", "gelu.wgsl");
+pub(super) const RELU: Source = per_element!("relu", [x: f32, y: f32], "relu.wgsl");
+pub(super) const COPY: Source = per_element!("copy", [x: u32, y: u32], "copy.wgsl");
+pub(super) const LAYERNORM: Source =
+    per_row!("layernorm", [x: f32, gamma: f32, beta: f32, y: f32], "layernorm.wgsl");
+pub(super) const SOFTMAX: Source =
+    per_row!("softmax", [x: f32, y: f32], "softmax_all.wgsl", "softmax.wgsl");
+pub(super) const SOFTMAX_MASKED: Source = per_row!(
     "softmax_masked",
-    wgsl!(
-        [x: f32, mask: f32, y: f32],
-        "reduce.wgsl", "rows.wgsl",
-        "softmax_masked.wgsl",
-        "softmax.wgsl"
-    ),
+    [x: f32, mask: f32, y: f32],
+    "softmax_masked.wgsl",
+    "softmax.wgsl"
 );
-pub(super) const EMBEDDING: Variants = weight_variants!(
-    "embedding",
-    [],
-    [ids: u32, y: f32],
-    "element.wgsl",
-    "embedding.wgsl"
-);
-pub(super) const MEANPOOL: Source = (
-    "meanpool",
-    wgsl!([x: f32, mask: f32, y: f32], "element.wgsl", "meanpool.wgsl"),
-);
-pub(super) const L2NORMALIZE: Source = (
-    "l2normalize",
-    wgsl!([x: f32, y: f32], "reduce.wgsl", "rows.wgsl", "l2normalize.wgsl"),
-);
-pub(super) const CONV2D: Variants = weight_variants!(
-    "conv2d",
-    [x: f32,],
-    [y: f32],
-    "no_bias.wgsl",
-    "element.wgsl",
-    "conv2d.wgsl"
-);
+pub(super) const EMBEDDING: Variants =
+    weight_variants!("embedding", [], [ids: u32, y: f32], "element.wgsl", "embedding.wgsl");
+pub(super) const MEANPOOL: Source =
+    per_element!("meanpool", [x: f32, mask: f32, y: f32], "meanpool.wgsl");
+pub(super) const L2NORMALIZE: Source =
+    per_row!("l2normalize", [x: f32, y: f32], "l2normalize.wgsl");
+pub(super) const CONV2D: Variants =
+    weight_variants!("conv2d", [x: f32,], [y: f32], "no_bias.wgsl", "element.wgsl", "conv2d.wgsl");
 pub(super) const CONV2D_BIAS: Variants = weight_variants!(
     "conv2d_bias",
     [x: f32,],
@@ -151,53 +132,29 @@ pub(super) const CONV2D_BIAS: Variants = weight_variants!(
     "element.wgsl",
     "conv2d.wgsl"
 );
-pub(super) const MAXPOOL2D: Source = (
-    "maxpool2d",
-    wgsl!([x: f32, y: f32], "element.wgsl", "maxpool2d.wgsl"),
-);
-pub(super) const PERMUTE: Source = (
-    "permute",
-    wgsl!([x: f32, y: f32], "element.wgsl", "permute.wgsl"),
-);
+pub(super) const MAXPOOL2D: Source = per_element!("maxpool2d", [x: f32, y: f32], "maxpool2d.wgsl");
+pub(super) const PERMUTE: Source = per_element!("permute", [x: f32, y: f32], "permute.wgsl");
 // The decoder ops (their parameters in `llm`).
-pub(super) const RMSNORM: Source = (
-    "rmsnorm",
-    wgsl!([x: f32, weight: f32, y: f32], "reduce.wgsl", "rows.wgsl", "rmsnorm.wgsl"),
-);
-pub(super) const ROPE: Source = (
-    "rope",
-    wgsl!([x: f32, positions: u32, y: f32], "element.wgsl", "rope.wgsl"),
-);
-pub(super) const SILU_MUL: Source = (
-    "silu_mul",
-    wgsl!([gate: f32, up: f32, y: f32], "element.wgsl", "silu_mul.wgsl"),
-);
-pub(super) const KV_WRITE: Source = (
-    "kv_write",
-    wgsl!(
-        [k: f32, v: f32, slots: u32, seg: u32],
-        "kv.wgsl",
-        "element.wgsl",
-        "kv_write.wgsl"
-    ),
-);
-pub(super) const PAGED_ATTENTION: Source = (
+pub(super) const RMSNORM: Source =
+    per_row!("rmsnorm", [x: f32, weight: f32, y: f32], "rmsnorm.wgsl");
+pub(super) const ROPE: Source = per_element!("rope", [x: f32, positions: u32, y: f32], "rope.wgsl");
+pub(super) const SILU_MUL: Source =
+    per_element!("silu_mul", [gate: f32, up: f32, y: f32], "silu_mul.wgsl");
+pub(super) const KV_WRITE: Source =
+    per_element!("kv_write", [k: f32, v: f32, slots: u32, seg: u32], "kv.wgsl", "kv_write.wgsl");
+pub(super) const PAGED_ATTENTION: Source = kernel!(
     "paged_attention",
-    wgsl!(
-        [q: f32, seg: u32, tables: u32, token_meta: u32, y: f32],
-        "kv.wgsl",
-        "paged_attention_fresh.wgsl",
-        "paged_attention.wgsl"
-    ),
+    [q: f32, seg: u32, tables: u32, token_meta: u32, y: f32],
+    "kv.wgsl",
+    "paged_attention_fresh.wgsl",
+    "paged_attention.wgsl"
 );
-pub(super) const PAGED_ATTENTION_CARRY: Source = (
+pub(super) const PAGED_ATTENTION_CARRY: Source = kernel!(
     "paged_attention_carry",
-    wgsl!(
-        [q: f32, seg: u32, tables: u32, token_meta: u32, carry: f32, y: f32],
-        "kv.wgsl",
-        "paged_attention_carry.wgsl",
-        "paged_attention.wgsl"
-    ),
+    [q: f32, seg: u32, tables: u32, token_meta: u32, carry: f32, y: f32],
+    "kv.wgsl",
+    "paged_attention_carry.wgsl",
+    "paged_attention.wgsl"
 );
 
 pub(super) const SOURCES: &[Source] = &[

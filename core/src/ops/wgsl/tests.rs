@@ -240,7 +240,7 @@ fn declared_bindings_follow_the_abi() {
                 "{}: operand {b} must be read_write",
                 k.key
             );
-            let operand = sig.inputs.iter().chain(&sig.outputs).nth(b).unwrap();
+            let operand = sig.operands().nth(b).unwrap();
             let naga::TypeInner::Array { base, .. } = module.types[var.ty].inner else {
                 panic!("{}: operand {b} is not an array", k.key)
             };

@@ -1,34 +1,11 @@
-//! What the arena's tests share: test backends over the host that rewrite its growth
-//! ([`growable_over_host!`]), tensors filled with a byte and checked to still hold it, a run of
-//! temporaries that leads to a learned site, and a seeded churn of random sizes.
+//! What the arena's tests share: tensors filled with a byte and checked to still hold it, a run
+//! of temporaries that leads to a learned site, and a seeded churn of random sizes.
 
 use std::sync::Arc;
 
 use super::ArenaPool;
 use crate::backend::{Backend, BlockRange};
 use crate::pool::{Allocation, DevicePool};
-
-/// Implements `BackendAdaptor` for a test backend `$ty` whose `host: HostBackend` field takes
-/// every call it does not override, and which offers itself as its only capability trait,
-/// `Growable`, where the host offers growth (the test writes `impl Growable for $ty`).
-macro_rules! growable_over_host {
-    ($ty:ty) => {
-        impl crate::backend::BackendAdaptor for $ty {
-            type Inner = crate::host::HostBackend;
-            fn inner(&self) -> &crate::host::HostBackend {
-                &self.host
-            }
-            fn extensions(&self) -> crate::backend::Extensions<'_> {
-                crate::backend::Extensions {
-                    growable: crate::backend::Backend::extensions(&self.host)
-                        .growable
-                        .map(|_| self as &dyn crate::backend::Growable),
-                    ..crate::backend::Extensions::default()
-                }
-            }
-        }
-    };
-}
 
 /// Panics unless `backend` offers growth with holes (the host's reserve-and-commit does).
 pub(super) fn assert_offers_holes(backend: &dyn Backend) {

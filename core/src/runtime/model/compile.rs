@@ -32,12 +32,7 @@ pub(super) fn check_bindings(graph: &Graph, caps: &crate::Capabilities) -> Resul
         }
         if !crate::validate::split::fits(&node.op, caps.max_binding_size, caps.binding_align) {
             let sig = node.op.signature()?;
-            let largest = sig
-                .inputs
-                .iter()
-                .chain(&sig.outputs)
-                .map(|o| o.size())
-                .max();
+            let largest = sig.operands().map(|o| o.size()).max();
             return Err(Error::TooLarge {
                 what: "tensor binding of an op that cannot be split",
                 requested: largest.unwrap_or(0),

@@ -28,22 +28,7 @@ impl Model {
         data: &[u8],
     ) -> Result<Ticket> {
         let decl = self.graph.decl(t)?;
-        if decl.kind != kind {
-            return Err(crate::GraphError::WrongKind {
-                tensor: decl.name.clone(),
-                kind: decl.kind,
-                expected: kind,
-            }
-            .into());
-        }
-        let size = decl.size()?;
-        if data.len() as u64 != size {
-            return Err(Error::SizeMismatch {
-                what: format!("data for '{}' {:?}", decl.name, decl.shape),
-                expected: size,
-                actual: data.len() as u64,
-            });
-        }
+        let size = decl.check_data(kind, data.len() as u64)?;
         let root = self.graph.decl(self.graph.root(t))?;
         if decl.offset != 0 || size != root.size()? {
             return Err(crate::GraphError::PartialView {
@@ -145,22 +130,7 @@ impl Model {
         chunks: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<Ticket> {
         let decl = self.graph.decl(t)?;
-        if decl.kind != TensorKind::Weight {
-            return Err(crate::GraphError::WrongKind {
-                tensor: decl.name.clone(),
-                kind: decl.kind,
-                expected: TensorKind::Weight,
-            }
-            .into());
-        }
-        let expected = decl.size()?;
-        if size != expected {
-            return Err(Error::SizeMismatch {
-                what: format!("data for '{}' {:?}", decl.name, decl.shape),
-                expected,
-                actual: size,
-            });
-        }
+        decl.check_data(TensorKind::Weight, size)?;
         if self.offload.is_some() {
             // A budgeted model keeps its weights in its own arena or host masters (the schedule
             // streams them), not in the runtime's shared store.

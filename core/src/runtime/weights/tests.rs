@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::graph::{Graph, TensorId};
 use crate::host::{HostBackend, HostConfig};
-use crate::ops::{DType, Op, WeightFormat};
+use crate::ops::{DType, Op};
 use crate::runtime::{Model, Runtime, RuntimeConfig};
 use crate::{Error, Result};
 
@@ -23,18 +23,7 @@ fn linear(rows: usize) -> (Graph, [TensorId; 4]) {
     let x = g.input("x", DType::F32, &[rows, K]);
     let w = g.weight("dense.weight", DType::F32, &[N, K]);
     let b = g.weight("dense.bias", DType::F32, &[N]);
-    let op = Op::MatMul {
-        batch: 1,
-        m: rows as u32,
-        n: N as u32,
-        k: K as u32,
-        trans_a: false,
-        trans_b: true,
-        broadcast_b: true,
-        bias: true,
-        alpha: 1.0,
-        weight_format: WeightFormat::F32,
-    };
+    let op = Op::linear(rows as u32, N as u32, K as u32);
     let y = g.op(op, &[x, w, b], &[rows, N], "dense").unwrap();
     g.output(y);
     (g, [x, w, b, y])

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::backend::{BlockDesc, ManagedMemory, PeerPath, managed};
+use crate::host::test_adaptors::host_adaptor;
 use crate::host::{HostBackend, HostConfig};
 use crate::ops::Op;
 use crate::validate::tests::{block, range};
@@ -34,18 +35,7 @@ struct Peered {
     host: HostBackend,
 }
 
-impl crate::backend::BackendAdaptor for Peered {
-    type Inner = HostBackend;
-    fn inner(&self) -> &HostBackend {
-        &self.host
-    }
-    fn extensions(&self) -> crate::backend::Extensions<'_> {
-        crate::backend::Extensions {
-            peer: Some(self),
-            ..crate::backend::Extensions::default()
-        }
-    }
-}
+host_adaptor!(Peered, peer);
 
 impl Peer for Peered {
     fn copy_to_peer(

@@ -12,9 +12,7 @@ use crate::ops::{WeightFormat, host};
 
 fn ranges(op: &Op) -> Vec<BlockRange> {
     let sig = op.signature().unwrap();
-    sig.inputs
-        .iter()
-        .chain(&sig.outputs)
+    sig.operands()
         .enumerate()
         .map(|(i, o)| BlockRange {
             block: BlockId(i as u64 + 1),

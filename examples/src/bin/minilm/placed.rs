@@ -11,10 +11,9 @@ use tensormem_examples::backend_select::{self, BackendChoice};
 use tensormem_examples::cli::{self, DeviceBudget};
 use tensormem_examples::models::minilm::{self, MiniLm};
 use tensormem_examples::models::report::bytes;
-use tensormem_examples::models::weights::WeightFile;
 use tensormem_examples::outln;
 
-use super::{Args, Load};
+use super::Args;
 
 /// Embeds `sentences` on the device set the flags describe and prints the embeddings, the
 /// similarities and the per-device report.
@@ -25,18 +24,8 @@ pub(crate) fn run(args: &Args, model_dir: &Path, sentences: &[String]) -> Result
     } else {
         args.device_backends.clone()
     };
-    let budget = match s.device_budget {
-        None => None,
-        Some(DeviceBudget::Bytes(b)) => Some(b),
-        Some(DeviceBudget::Percent(_)) => {
-            return Err(tensormem::ArgumentError::invalid_value(
-                "--device-budget",
-                "a percentage",
-                "a size per device (with several devices)",
-            )
-            .into());
-        }
-    };
+    let budget =
+        DeviceBudget::bytes_only(s.device_budget, "a size per device (with several devices)")?;
     let config = RuntimeConfig {
         device: PoolConfig {
             budget,
@@ -52,15 +41,7 @@ pub(crate) fn run(args: &Args, model_dir: &Path, sentences: &[String]) -> Result
     let set = DeviceSet::new(backends, config)?;
 
     let loading = cli::spinner("loading and checking the model", s.json);
-    let weights_file = s
-        .weights
-        .weights_file
-        .clone()
-        .unwrap_or_else(|| model_dir.join("model.safetensors"));
-    let weights = match args.load {
-        Load::Map => WeightFile::open(&weights_file)?,
-        Load::Read => WeightFile::read(&weights_file)?,
-    };
+    let weights = args.load.open(s, model_dir)?;
     let model = MiniLm::with_weights(
         set.device(tensormem::DeviceId(0))?,
         model_dir,

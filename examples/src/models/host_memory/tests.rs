@@ -1,12 +1,5 @@
 //! Parsing `/proc/self/status` and the meter's phases.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly on any unexpected result"
-)]
-
 use super::*;
 
 #[test]

@@ -1,12 +1,5 @@
 //! Unit tests of `minilm`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly on any unexpected result"
-)]
-
 use super::*;
 use tensormem::Op;
 

@@ -1,13 +1,6 @@
 //! Unit tests of `quantize`: the written file reads back in the new format, errors are what
 //! `ops::quant` promises, and reports add up.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly on any unexpected result"
-)]
-
 use std::path::Path;
 
 use safetensors::tensor::TensorView;

@@ -1,12 +1,5 @@
 //! Unit tests of `report`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly on any unexpected result"
-)]
-
 use super::*;
 use std::cell::Cell;
 

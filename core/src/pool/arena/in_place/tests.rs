@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::backend::{Backend, BlockId, Growable};
+use crate::host::test_adaptors::host_adaptor;
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::{ArenaConfig, DevicePool, PoolStats};
 
@@ -192,7 +193,7 @@ struct WholeGrowths {
     ends: std::sync::Mutex<Vec<u64>>,
 }
 
-growable_over_host!(WholeGrowths);
+host_adaptor!(WholeGrowths, growable);
 
 impl Growable for WholeGrowths {
     fn in_place_growth(&self) -> InPlaceGrowth {

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::*;
 use crate::Result;
 use crate::backend::{Backend, BlockDesc, BlockId, Growable, InPlaceGrowth};
+use crate::host::test_adaptors::host_adaptor;
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::arena::holes::{ALLOWANCE_DIVISOR, MIN_GRANULE};
 use crate::pool::arena::testing::{assert_offers_holes, temporaries};
@@ -231,7 +232,7 @@ struct Counted {
     calls: AtomicU64,
 }
 
-growable_over_host!(Counted);
+host_adaptor!(Counted, growable);
 
 impl Growable for Counted {
     fn in_place_growth(&self) -> InPlaceGrowth {

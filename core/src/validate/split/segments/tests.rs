@@ -22,9 +22,7 @@ const STEP: u64 = ALIGN / 4;
 fn layout(op: &Op, rng: &mut Rng, next: &mut u64) -> Vec<Vec<BlockRange>> {
     let sig = op.signature().unwrap();
     let shapes = op.split_shapes().unwrap();
-    sig.inputs
-        .iter()
-        .chain(&sig.outputs)
+    sig.operands()
         .zip(&shapes)
         .map(|(o, shape)| {
             let mut segs = Vec::new();

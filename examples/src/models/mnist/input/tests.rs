@@ -1,13 +1,6 @@
 //! Unit tests of the image input: the committed PNG/JPEG fixtures against the raw samples, the
 //! reference (PIL) preprocessing of a colour photo, and every refusal.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly on any unexpected result"
-)]
-
 use std::path::PathBuf;
 
 use super::super::assets_dir;

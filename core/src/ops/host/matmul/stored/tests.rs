@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use crate::ops::host::run;
 use crate::ops::quant::WeightView;
-use crate::ops::{Op, WeightFormat};
+use crate::ops::{Op, WeightFormat, samples};
 
 /// Deterministic pseudo-random 64-bit values (an LCG; tests need no RNG crate).
 fn lcg(seed: u64) -> impl FnMut() -> u64 {
@@ -155,18 +155,8 @@ fn op(
     bias: bool,
     format: WeightFormat,
 ) -> Op {
-    Op::MatMul {
-        batch,
-        m,
-        n,
-        k,
-        trans_a,
-        trans_b,
-        broadcast_b,
-        bias,
-        alpha: 0.75,
-        weight_format: format,
-    }
+    samples::matmul((batch, m, n, k), trans_a, trans_b, broadcast_b, bias, 0.75)
+        .with_weight_format(format)
 }
 
 /// Whether every output is within its bound of the reference.

@@ -70,7 +70,7 @@ impl WholeUnits {
     }
 }
 
-growable_over_host!(WholeUnits);
+host_adaptor!(WholeUnits, growable);
 
 impl Growable for WholeUnits {
     fn in_place_growth(&self) -> InPlaceGrowth {
