@@ -348,6 +348,14 @@ fn decide_reads_the_capacity_from_each_name_and_reports_nodes() {
         (Some(4095), &Value::Bool(false))
     );
     assert!(rows[0]["nodes"].is_u64() && rows[0]["seconds"].is_f64());
+    // Decided when the plan was found (or, infeasible, when the search ended): never after it.
+    for r in &rows {
+        let (at, all) = (
+            r["decided_at"].as_f64().unwrap(),
+            r["seconds"].as_f64().unwrap(),
+        );
+        assert!(at <= all, "{r}");
+    }
     // A name without a capacity is refused before anything runs, with the reason.
     let unnamed = dir.join("pp.csv");
     std::fs::copy(&packing, &unnamed).unwrap();

@@ -1,11 +1,14 @@
 //! `tensormem-plan decide`: the decision table of a family of instances whose names carry their
 //! capacity (MiniMalloc's `NAME.CAPACITY.csv`). Each file is decided alone, one after the other,
-//! and its row gives the decision, the planning seconds, the exact search's nodes (a measure of
-//! work that, unlike seconds, does not depend on the machine's load) and the load average.
+//! and its row gives the decision, the seconds until it was decided (a plan within the capacity
+//! found, or the proof that none exists), the planning seconds in all (the solver lowers a
+//! feasible peak further until its time limit), the exact search's nodes (a measure of work that,
+//! unlike seconds, does not depend on the machine's load) and the load average.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
-use tensormem::plan::{parse_csv, solve};
+use tensormem::plan::{Progress, parse_csv, solve};
 use tensormem::{Error, Result};
 
 use super::args::DecideArgs;
@@ -45,13 +48,27 @@ pub(crate) fn decide(args: &DecideArgs) -> Result<()> {
             "time limit {} s, {} threads",
             args.solver.time_limit, args.solver.threads
         );
-        println!("| instance | buffers | capacity | decided | seconds | nodes | load |");
-        println!("|---|---|---|---|---|---|---|");
+        println!(
+            "| instance | buffers | capacity | decided | decided at s | seconds | nodes | load |"
+        );
+        println!("|---|---|---|---|---|---|---|---|");
     }
     for (file, &capacity) in args.files.iter().zip(&capacities) {
         let text = std::fs::read_to_string(file).map_err(io_err(file))?;
         let inst = parse_csv(&text, file)?;
-        let s = solve(&inst.buffers, &options(&args.solver, Some(capacity), None))?;
+        // The first progress report of a peak within the capacity is when a plan decided it.
+        let found: Arc<Mutex<Option<f64>>> = Arc::default();
+        let seen = found.clone();
+        let mut opts = options(&args.solver, Some(capacity), None);
+        opts.progress = Some(Arc::new(move |p: &Progress| {
+            let mut seen = seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if p.best_peak <= capacity && seen.is_none() {
+                *seen = Some(p.elapsed.as_secs_f64());
+            }
+        }));
+        let s = solve(&inst.buffers, &opts)?;
         let decided = match s.feasible {
             Some(true) => "feasible",
             Some(false) => "infeasible",
@@ -63,20 +80,31 @@ pub(crate) fn decide(args: &DecideArgs) -> Result<()> {
             .and_then(|s| s.to_str())
             .unwrap_or(file);
         let seconds = s.elapsed.as_secs_f64();
+        let found = *found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A plan decides at its discovery; a proof of infeasibility at the end of the search.
+        let decided_at = match s.feasible {
+            Some(true) => found.or(Some(seconds)),
+            Some(false) => Some(seconds),
+            None => None,
+        };
         if args.json {
             println!(
                 "{}",
                 serde_json::json!({
                     "file": file, "buffers": inst.buffers.len(), "capacity": capacity,
-                    "feasible": s.feasible, "seconds": seconds, "nodes": s.exact_nodes,
+                    "feasible": s.feasible, "decided_at": decided_at, "seconds": seconds,
+                    "nodes": s.exact_nodes,
                     "load": load, "time_limit": args.solver.time_limit,
                     "threads": args.solver.threads,
                 })
             );
         } else {
             let load = load.map_or("-".into(), |l| format!("{l:.2}"));
+            let at = decided_at.map_or("-".into(), |t| format!("{t:.3}"));
             println!(
-                "| {name} | {} | {capacity} | {decided} | {seconds:.3} | {} | {load} |",
+                "| {name} | {} | {capacity} | {decided} | {at} | {seconds:.3} | {} | {load} |",
                 inst.buffers.len(),
                 s.exact_nodes
             );
