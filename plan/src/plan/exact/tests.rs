@@ -257,6 +257,21 @@ fn fits_by_enumeration(b: &[Buffer], capacity: u64) -> bool {
     place(b, capacity, &mut Vec::new())
 }
 
+/// Instances small enough to enumerate: up to five buffers over six steps, sizes 1–4,
+/// alignments 1 or 2.
+fn tiny_instances() -> impl proptest::strategy::Strategy<Value = Vec<Buffer>> {
+    use proptest::prelude::*;
+    prop::collection::vec(
+        (0u64..6, 1u64..4, 1u64..5, 0u32..2).prop_map(|(lower, len, size, a)| Buffer {
+            lower,
+            upper: lower + len,
+            size,
+            align: 1 << a,
+        }),
+        1..6,
+    )
+}
+
 mod enumeration {
     use proptest::prelude::*;
 
@@ -270,15 +285,7 @@ mod enumeration {
         /// shows up as a false proof, an unsound plan as a failed verification.
         #[test]
         fn decisions_match_exhaustive_enumeration(
-            b in prop::collection::vec(
-                (0u64..6, 1u64..4, 1u64..5, 0u32..2).prop_map(|(lower, len, size, a)| Buffer {
-                    lower,
-                    upper: lower + len,
-                    size,
-                    align: 1 << a,
-                }),
-                1..6,
-            )
+            b in tiny_instances()
         ) {
             let lb = lower_bound(&b);
             let total: u64 = b.iter().map(|x| x.size).sum();
@@ -313,15 +320,7 @@ mod every_preorder {
         /// complete search on its own.
         #[test]
         fn each_static_preorder_decides_like_enumeration(
-            b in prop::collection::vec(
-                (0u64..6, 1u64..4, 1u64..5, 0u32..2).prop_map(|(lower, len, size, a)| Buffer {
-                    lower,
-                    upper: lower + len,
-                    size,
-                    align: 1 << a,
-                }),
-                1..6,
-            )
+            b in tiny_instances()
         ) {
             let p = Prepared::new(&b);
             let lb = lower_bound(&b);
