@@ -57,14 +57,32 @@ fn runtime_on(host: HostConfig, force_staging: bool, budget: Option<u64>) -> Run
 
 /// Sets the weights and the input, runs twice, returns the output's bits.
 pub(super) fn run(model: &mut Model, x: TensorId, weights: &[TensorId], y: TensorId) -> Vec<u32> {
-    for (k, &w) in weights.iter().enumerate() {
-        let data: Vec<f32> = (0..LEN)
-            .map(|i| ((i * 7 + k * 13) % 17) as f32 - 8.0)
-            .collect();
-        model.set_weight(w, bytemuck::cast_slice(&data)).unwrap();
+    let weights: Vec<(TensorId, Vec<f32>)> = weights
+        .iter()
+        .enumerate()
+        .map(|(k, &w)| {
+            let data = (0..LEN).map(|i| ((i * 7 + k * 13) % 17) as f32 - 8.0);
+            (w, data.collect())
+        })
+        .collect();
+    let input = (0..LEN).map(|i| (i % 11) as f32 * 0.25 - 1.0).collect();
+    run_twice(model, &weights, &[(x, input)], y)
+}
+
+/// Sets `weights` and `inputs`, runs twice (the second run must change nothing), returns the
+/// output's bits.
+pub(super) fn run_twice(
+    model: &mut Model,
+    weights: &[(TensorId, Vec<f32>)],
+    inputs: &[(TensorId, Vec<f32>)],
+    y: TensorId,
+) -> Vec<u32> {
+    for (w, data) in weights {
+        model.set_weight(*w, bytemuck::cast_slice(data)).unwrap();
     }
-    let input: Vec<f32> = (0..LEN).map(|i| (i % 11) as f32 * 0.25 - 1.0).collect();
-    model.set_input(x, bytemuck::cast_slice(&input)).unwrap();
+    for (x, data) in inputs {
+        model.set_input(*x, bytemuck::cast_slice(data)).unwrap();
+    }
     model.run().unwrap();
     let first: Vec<f32> = model.read_output(y).unwrap();
     model.run().unwrap();

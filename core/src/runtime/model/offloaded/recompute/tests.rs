@@ -1,4 +1,4 @@
-use super::super::tests::runtime;
+use super::super::tests::{run_twice, runtime};
 use super::super::{CompileDesc, Model};
 use crate::{DType, Graph, Op, TensorId};
 
@@ -60,20 +60,16 @@ fn layers(g: &mut Graph, a: TensorId) -> (TensorId, Vec<TensorId>) {
 
 /// Sets the weights and the input, runs twice, returns the output's bits.
 fn run(model: &mut Model, x: TensorId, weights: &[TensorId], y: TensorId) -> Vec<u32> {
-    for (k, &w) in weights.iter().enumerate() {
-        let data: Vec<f32> = (0..W)
-            .map(|i| ((i * 5 + k * 3) % 13) as f32 - 6.5)
-            .collect();
-        model.set_weight(w, bytemuck::cast_slice(&data)).unwrap();
-    }
-    let input: Vec<f32> = (0..LEN).map(|i| (i % 23) as f32 * 0.37 - 4.0).collect();
-    model.set_input(x, bytemuck::cast_slice(&input)).unwrap();
-    model.run().unwrap();
-    let first: Vec<f32> = model.read_output(y).unwrap();
-    model.run().unwrap();
-    let second: Vec<f32> = model.read_output(y).unwrap();
-    assert_eq!(first, second, "a second run changes nothing");
-    first.iter().map(|v| v.to_bits()).collect()
+    let weights: Vec<(TensorId, Vec<f32>)> = weights
+        .iter()
+        .enumerate()
+        .map(|(k, &w)| {
+            let data = (0..W).map(|i| ((i * 5 + k * 3) % 13) as f32 - 6.5);
+            (w, data.collect())
+        })
+        .collect();
+    let input = (0..LEN).map(|i| (i % 23) as f32 * 0.37 - 4.0).collect();
+    run_twice(model, &weights, &[(x, input)], y)
 }
 
 /// `g` compiled within `budget` on a runtime of that budget with staging forced.
