@@ -174,15 +174,7 @@ mod properties {
     use super::*;
 
     fn instance() -> impl Strategy<Value = Vec<Buffer>> {
-        prop::collection::vec(
-            (0u64..20, 1u64..8, 1u64..20, 0u32..3).prop_map(|(lower, len, size, a)| Buffer {
-                lower,
-                upper: lower + len,
-                size,
-                align: 1 << a,
-            }),
-            1..14,
-        )
+        buffer_lists(20, 8, 20, 3, 14)
     }
 
     proptest! {
@@ -260,15 +252,27 @@ fn fits_by_enumeration(b: &[Buffer], capacity: u64) -> bool {
 /// Instances small enough to enumerate: up to five buffers over six steps, sizes 1–4,
 /// alignments 1 or 2.
 fn tiny_instances() -> impl proptest::strategy::Strategy<Value = Vec<Buffer>> {
+    buffer_lists(6, 4, 5, 2, 6)
+}
+
+/// Lists of fewer than `count` buffers starting before `lower`, living fewer than `len` steps
+/// (at least one), of sizes below `size` (at least 1), aligned to 2^a for `a < align_log`.
+fn buffer_lists(
+    lower: u64,
+    len: u64,
+    size: u64,
+    align_log: u32,
+    count: usize,
+) -> impl proptest::strategy::Strategy<Value = Vec<Buffer>> {
     use proptest::prelude::*;
     prop::collection::vec(
-        (0u64..6, 1u64..4, 1u64..5, 0u32..2).prop_map(|(lower, len, size, a)| Buffer {
+        (0..lower, 1..len, 1..size, 0..align_log).prop_map(|(lower, len, size, a)| Buffer {
             lower,
             upper: lower + len,
             size,
             align: 1 << a,
         }),
-        1..6,
+        1..count,
     )
 }
 
