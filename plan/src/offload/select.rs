@@ -79,17 +79,14 @@ pub(super) fn run(
 ) -> Result<Placed> {
     let (tensors, ops, rc) = input;
     let n = ops.len() as u64;
-    let mut chosen: Vec<Option<Way>> = vec![None; absences.len()];
-    // Per absence taken as a recompute: the chain re-run before it (recompute module doc).
-    let mut chains: Vec<Vec<usize>> = vec![Vec::new(); absences.len()];
+    // Per absence: how it was taken, with the chain a recompute re-runs first (recompute module
+    // doc; empty for a swap).
+    let mut chosen: Vec<Option<(Way, Vec<usize>)>> = vec![None; absences.len()];
     let mut host = vec![false; tensors.len()];
     let mut target = desc.budget;
     loop {
         let mut res = residencies(input, absences, &chosen, &host, desc.prefetch_lead);
-        res.extend(recompute::transients(
-            recomputes(absences, &chosen, &chains),
-            rc,
-        ));
+        res.extend(recompute::transients(recomputes(absences, &chosen), rc));
         let load = load(tensors, &res, n, desc.align);
         let (p, max) = load
             .iter()
@@ -117,7 +114,7 @@ pub(super) fn run(
             }
         }
         let covers = |spans: &[(u64, u64)], s: u64| spans.iter().any(|&(x, y)| x <= s && s < y);
-        let pins = recompute::pins(tensors.len(), recomputes(absences, &chosen, &chains), rc);
+        let pins = recompute::pins(tensors.len(), recomputes(absences, &chosen), rc);
         let pick = absences
             .iter()
             .enumerate()
@@ -153,8 +150,7 @@ pub(super) fn run(
         if desc.unified {
             host[absences[i].tensor] = true;
         } else {
-            chosen[i] = Some(way);
-            chains[i] = chain;
+            chosen[i] = Some((way, chain));
         }
     }
 }
@@ -162,15 +158,15 @@ pub(super) fn run(
 /// The chosen recomputes: `(tensor, step, chain)`.
 fn recomputes<'a>(
     absences: &'a [Absence],
-    chosen: &'a [Option<Way>],
-    chains: &'a [Vec<usize>],
+    chosen: &'a [Option<(Way, Vec<usize>)>],
 ) -> impl Iterator<Item = (usize, u64, &'a [usize])> {
     absences
         .iter()
         .zip(chosen)
-        .zip(chains)
-        .filter(|((_, c), _)| **c == Some(Way::Recompute))
-        .filter_map(|((a, _), chain)| a.recompute.map(|(_, at)| (a.tensor, at, &chain[..])))
+        .filter_map(|(a, c)| match (c, a.recompute) {
+            (Some((Way::Recompute, chain)), Some((_, at))) => Some((a.tensor, at, &chain[..])),
+            _ => None,
+        })
 }
 
 /// Every tensor's device residency intervals, given the absences taken (offsets not yet placed;
@@ -178,13 +174,14 @@ fn recomputes<'a>(
 fn residencies(
     (tensors, ops, rc): Input<'_>,
     absences: &[Absence],
-    chosen: &[Option<Way>],
+    chosen: &[Option<(Way, Vec<usize>)>],
     host: &[bool],
     lead: u64,
 ) -> Vec<Residency> {
     let n = ops.len() as u64;
     let mut away: Vec<Vec<(u64, u64, Way)>> = vec![Vec::new(); tensors.len()];
-    for (a, &way) in absences.iter().zip(chosen) {
+    for (a, way) in absences.iter().zip(chosen) {
+        let way = way.as_ref().map(|c| c.0);
         match (way, a.recompute) {
             (Some(Way::Recompute), Some((from, at))) => {
                 away[a.tensor].push((from, at, Way::Recompute))
