@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::ops::{DType, Op, checked_product};
 use crate::{Error, Result};
+pub use tensormem_contract::TensorKind;
 
 /// Names one tensor of a [`Graph`]. It carries its graph's identity, so an id used with another
 /// graph (or a model compiled from one) is refused with [`Error::ForeignTensor`] instead of
@@ -43,17 +44,6 @@ impl Default for Graph {
     fn default() -> Self {
         Graph::new()
     }
-}
-
-/// What a tensor is to its graph.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum TensorKind {
-    /// Set by the caller before each run.
-    Input,
-    /// Set once, kept across runs (model parameters).
-    Weight,
-    /// Produced by a node.
-    Intermediate,
 }
 
 /// One declared tensor.

@@ -18,14 +18,13 @@
 
 pub mod attention;
 mod cache;
-mod error;
 mod geometry;
 mod ledger;
 pub mod prefix;
 
 pub use cache::{KvCache, KvCacheConfig, KvCacheStats};
-pub use error::KvError;
 pub use geometry::{KvDType, KvGeometry, MAX_BLOCK_TOKENS, PRESETS};
 pub use ledger::{
     Admission, BlockCopy, KvLedger, KvStats, Preemption, Resumed, SeqId, SeqState, Slot,
 };
+pub use tensormem_contract::KvError;

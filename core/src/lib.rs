@@ -41,19 +41,23 @@
 //! tensor's op runs in parts along its outermost axis only ([`Error::SegmentedOperand`]).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod backend;
 pub mod devices;
-pub mod error;
 pub mod graph;
-pub mod host;
 pub mod kv;
-pub mod numa;
 pub mod ops;
 pub mod pool;
 pub mod runtime;
-mod time;
+#[cfg(test)]
+mod test_adaptors;
 pub mod trace;
 pub mod validate;
+
+// The backend contract and the error type, at the paths they have always had.
+use tensormem_contract::time;
+pub use tensormem_contract::{backend, error};
+// The host backend, a backend crate of its own.
+pub use tensormem_host as host;
+pub use tensormem_host::numa;
 
 // The pure planners and sub-allocators, at the paths they have always had.
 pub use tensormem_plan::{align, offload, plan, suballoc};

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::*;
 use crate::backend::{BlockRange, Peer, PeerCopy, PeerPath};
-use crate::host::test_adaptors::host_adaptor;
+use crate::test_adaptors::host_adaptor;
 
 /// A host backend that copies directly into another `Linked` one (both are host memory).
 struct Linked {

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use super::*;
 use crate::backend::{BlockDesc, ManagedMemory, PeerPath, managed};
-use crate::host::test_adaptors::host_adaptor;
 use crate::host::{HostBackend, HostConfig};
 use crate::ops::Op;
+use crate::test_adaptors::host_adaptor;
 use crate::validate::tests::{block, range};
 
 fn host_front() -> Validated {

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::backend::{BlockDesc, BlockId, Growable, InPlaceGrowth};
-use crate::host::test_adaptors::host_adaptor;
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::arena::sites::HISTORY;
 use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
+use crate::test_adaptors::host_adaptor;
 use crate::{Error, Result};
 
 mod growth;

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use super::*;
 use crate::backend::{Backend, BlockId, Growable};
-use crate::host::test_adaptors::host_adaptor;
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::{ArenaConfig, DevicePool, PoolStats};
+use crate::test_adaptors::host_adaptor;
 
 /// A pool that grows in place at its end only (holes are tested in `holes/tests.rs`).
 fn pool(config: HostConfig) -> (Arc<HostBackend>, ArenaPool, u64) {

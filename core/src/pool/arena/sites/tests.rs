@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::*;
 use crate::Result;
 use crate::backend::{Backend, BlockDesc, BlockId, Growable, InPlaceGrowth};
-use crate::host::test_adaptors::host_adaptor;
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::arena::holes::{ALLOWANCE_DIVISOR, MIN_GRANULE};
 use crate::pool::arena::testing::{assert_offers_holes, temporaries};
 use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
+use crate::test_adaptors::host_adaptor;
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
