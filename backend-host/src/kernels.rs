@@ -3,7 +3,7 @@
 //! Every backend is checked against [`run`], and the host backend executes models with it (it is
 //! the embedded default on a machine without a GPU), so it must be both plainly right and fast:
 //! [`Op::MatMul`] and [`Op::Conv2d`] (almost all of a model's time) go to a dot-product kernel or
-//! `matrixmultiply`'s packed SIMD `sgemm` (see `matmul`), and every op with enough work spreads
+//! a packed SIMD GEMM (see `matmul`), and every op with enough work spreads
 //! it over all cores with rayon, in chunks of whole rows that never change how an element is
 //! computed.
 //!

@@ -3,9 +3,9 @@
 //! A transformer spends nearly all its time here (a 128-token MiniLM pass is ~2.8 GFLOP). Two
 //! kernels, chosen by the product's shape alone ([`uses_dot`]): when both operands run along `k`
 //! (a linear layer's `[out, in]` weight, `q·kᵀ`), the dot-product kernel in `dot`, which reads
-//! the weight in place; otherwise `matrixmultiply`'s `sgemm`: packed panels and a SIMD
-//! micro-kernel chosen at run time (AVX-512/AVX2+FMA/SSE2 on x86-64, NEON on AArch64, portable
-//! Rust elsewhere, wasm included). Both take row and column strides, so transposed operands are
+//! the weight in place; otherwise the packed GEMM in `packed`: packed panels and a SIMD
+//! micro-kernel chosen at run time (the `gemm` crate's on x86-64 and AArch64, `matrixmultiply`'s
+//! elsewhere, wasm included). Both take row and column strides, so transposed operands are
 //! read in place, never copied.
 //!
 //! **Threads.** The output is cut into tiles (whole matrices of the batch first, then row and
@@ -16,7 +16,7 @@
 //! [`PARALLEL_MIN_MACS`] run on the calling thread, where rayon's hand-off would cost more than it
 //! saves.
 //!
-//! Numerics: each sum is `sgemm`'s blocked or `dot`'s lane-wise, possibly fused, f32
+//! Numerics: each sum is the packed GEMM's blocked or `dot`'s lane-wise, possibly fused, f32
 //! accumulation, then scaled by `alpha` and offset by the bias; it differs from a naive in-order
 //! loop by a few ulps of `Σ|a·b|`, far inside the conformance suite's tolerance.
 
@@ -26,6 +26,7 @@ use crate::ops::split::reference_uses_dot;
 use crate::{Error, Result};
 
 mod dot;
+mod packed;
 mod stored;
 
 pub(super) use stored::matmul_stored;
@@ -297,24 +298,14 @@ impl TileGemm<'_> {
             unsafe { dot::gemm_nt(&nt, c, self.c_row_stride) };
             return;
         }
-        // SAFETY: the caller's contract covers exactly the elements sgemm reads and writes;
-        // `beta = 0` means C's old contents are not read.
+        // SAFETY: the caller's contract is `packed::sgemm`'s.
         unsafe {
-            matrixmultiply::sgemm(
-                self.rows,
-                self.k,
-                self.cols,
+            packed::sgemm(
+                (self.rows, self.k, self.cols),
                 self.alpha,
-                a,
-                rsa as isize,
-                csa as isize,
-                b,
-                rsb as isize,
-                csb as isize,
-                0.0,
-                c,
-                self.c_row_stride as isize,
-                1,
+                (a, rsa, csa),
+                (b, rsb, csb),
+                (c, self.c_row_stride),
             );
         }
         if let Some(bias) = self.bias {

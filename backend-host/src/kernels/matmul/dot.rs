@@ -3,7 +3,7 @@
 //! attention's `q·kᵀ`. Each output is the dot product of two contiguous rows, so the kernel reads
 //! both operands where they lie and packs nothing.
 //!
-//! Why not `sgemm` here: `matrixmultiply` packs `B` into panels on every call. A linear layer's
+//! Why not the packed GEMM here: it packs `B` into panels on every call. A linear layer's
 //! `B` is its weight, streamed from memory once per product; with a few dozen rows of `A` (a
 //! sentence or three) re-packing the weight costs more than the arithmetic (it was over half of
 //! MiniLM's host time at batch 1). Read in place, the weight is streamed once per row chunk.
