@@ -22,6 +22,8 @@ pub struct Timing {
     pub runs: u32,
     /// Mean time per inference.
     pub mean: Duration,
+    /// Median time per inference (the mean's warm-up outliers left aside).
+    pub median: Duration,
     /// Fastest run.
     pub min: Duration,
     /// Backend blocks allocated during the timed runs (0 in steady state).
@@ -43,23 +45,28 @@ pub fn time_runs<S>(
 ) -> Result<Timing> {
     infer(state)?;
     let before = blocks_allocated(state);
-    let mut total = Duration::ZERO;
-    let mut min = Duration::MAX;
-    bar.set_length(u64::from(runs.max(1)));
-    for _ in 0..runs.max(1) {
+    let runs = runs.max(1);
+    let mut times = Vec::with_capacity(runs as usize);
+    bar.set_length(u64::from(runs));
+    for _ in 0..runs {
         let start = Instant::now();
         infer(state)?;
-        let t = start.elapsed();
-        total += t;
-        min = min.min(t);
+        times.push(start.elapsed());
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let runs = runs.max(1);
+    times.sort_unstable();
+    let mid = times.len() / 2;
+    let median = if times.len() % 2 == 1 {
+        times[mid]
+    } else {
+        (times[mid - 1] + times[mid]) / 2
+    };
     Ok(Timing {
         runs,
-        mean: total / runs,
-        min,
+        mean: times.iter().sum::<Duration>() / runs,
+        median,
+        min: times[0],
         steady_state_new_blocks: blocks_allocated(state).saturating_sub(before),
     })
 }
@@ -217,7 +224,7 @@ impl InferenceReport {
              \x20 backend blocks allocated     {dev_blocks} device, {st_blocks} staging\n\
              \x20 staging bytes moved          {st}\n\
              \x20 host memory placement        {host_memory}\n\
-             \x20 time per inference           {mean:.3} ms (mean of {runs}, min {min:.3} ms)\n\
+             \x20 time per inference           {mean:.3} ms (mean of {runs}, median {median:.3}, min {min:.3} ms)\n\
              \x20 new blocks in repeated runs  {steady}\n\
              \x20 device pool peak             {peak_res} reserved for {peak_live} live ({r_pool})\n\
              \x20 peak host memory (VmHWM)     {hwm}{offload}",
@@ -249,6 +256,7 @@ impl InferenceReport {
             host_memory = m.host_memory,
             mean = t.mean.as_secs_f64() * 1e3,
             runs = t.runs,
+            median = t.median.as_secs_f64() * 1e3,
             min = t.min.as_secs_f64() * 1e3,
             peak_res = bytes(m.peak_device_bytes),
             peak_live = bytes(m.peak_device_live_bytes),
@@ -282,6 +290,7 @@ impl InferenceReport {
             "staging_bytes_moved": m.staging_bytes_moved,
             "runs": self.timing.runs,
             "time_per_inference_ms": self.timing.mean.as_secs_f64() * 1e3,
+            "time_median_ms": self.timing.median.as_secs_f64() * 1e3,
             "time_min_ms": self.timing.min.as_secs_f64() * 1e3,
             "steady_state_new_blocks": self.timing.steady_state_new_blocks,
             "peak_device_bytes": m.peak_device_bytes,

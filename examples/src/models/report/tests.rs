@@ -38,6 +38,30 @@ fn time_runs_warms_up_then_counts_runs_and_new_blocks() {
     assert!(t.min <= t.mean);
 }
 
+/// The median is the middle run, not the mean: one slow run (a warm-up outlier) moves the mean
+/// and leaves the median at the typical run.
+#[test]
+fn time_runs_median_ignores_one_slow_run() {
+    let mut calls = 0u32;
+    let t = time_runs(
+        5,
+        &mut calls,
+        |c| {
+            *c += 1;
+            // The first timed run (call 2) sleeps long; the others briefly.
+            let ms = if *c == 2 { 150 } else { 2 };
+            std::thread::sleep(Duration::from_millis(ms));
+            Ok(())
+        },
+        |_| 0,
+        &ProgressBar::hidden(),
+    )
+    .unwrap();
+    assert!(t.min <= t.median && t.median <= t.mean);
+    assert!(t.median < Duration::from_millis(75), "median {:?}", t.median);
+    assert!(t.mean >= Duration::from_millis(30), "mean {:?}", t.mean);
+}
+
 #[test]
 fn time_runs_stops_at_the_first_error() {
     let mut calls = 0u32;
