@@ -3,7 +3,7 @@
 //! product on f16 and int8 weights against the f32 product (the baseline) and against
 //! dequantising the whole weight first (the host's first quantized path, the peer).
 //!
-//! Run: `cargo bench -p tensormem --bench host_ops`.
+//! Run: `cargo bench -p tensormem-host --bench host_ops`.
 
 #![allow(clippy::unwrap_used, reason = "benchmark setup fails loudly")]
 #![allow(
@@ -13,7 +13,8 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
-use tensormem::ops::{Op, WeightFormat, host, quant};
+use tensormem_contract::ops::{Op, WeightFormat, quant};
+use tensormem_host::kernels as host;
 
 fn data(len: usize) -> Vec<f32> {
     (0..len)
