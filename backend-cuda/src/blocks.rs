@@ -13,14 +13,14 @@
 //! * managed memory from `cuMemAllocManaged` (`managed.rs`): one address the host and the device
 //!   both use, which is also its host pointer.
 //!
-//! The table is core's shared [`tensormem::BlockTable`] (ids never reused, typed errors), with a
+//! The table is core's shared [`tensormem_contract::BlockTable`] (ids never reused, typed errors), with a
 //! [`Block`] as each entry's payload; an expandable block's entry size follows its mapped size.
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
 use cudarc::driver::{result, sys};
-use tensormem::{BlockId, Error, MemoryKind, Result};
+use tensormem_contract::{BlockId, Error, MemoryKind, Result};
 
 use crate::vmm::ExpandableSegment;
 
@@ -202,7 +202,7 @@ pub(crate) unsafe fn free_memory(memory: &mut Memory, stream: sys::CUstream) -> 
 }
 
 /// Live blocks by id: core's shared table with [`Block`] payloads.
-pub(crate) type BlockTable = tensormem::BlockTable<Block>;
+pub(crate) type BlockTable = tensormem_contract::BlockTable<Block>;
 
 /// Empties `table`, handing every block's memory to `free` and going on past failures (teardown:
 /// one block that cannot be freed, or a lost device, must not leak the others). Returns the

@@ -6,7 +6,7 @@
 //! (`conv/tests.rs`), as wgpu-hal keeps its `conv.rs` free of device calls.
 
 use cudarc::driver::sys;
-use tensormem::{Error, MemoryKind, Result};
+use tensormem_contract::{Error, MemoryKind, Result};
 
 /// Where a block of a given [`MemoryKind`] lives on CUDA.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -6,8 +6,8 @@ use std::ptr;
 use std::sync::Mutex;
 
 use cudarc::driver::{result, sys};
-use tensormem::backend::{BlockDesc, BlockRange};
-use tensormem::{
+use tensormem_contract::backend::{BlockDesc, BlockRange};
+use tensormem_contract::{
     Backend, BlockId, Capabilities, Error, Growable, Managed, ManagedMemory, MemoryKind, Op, Peer,
     PeerCopy, Residence, Result, Ticket,
 };
@@ -244,8 +244,8 @@ impl Backend for CudaBackend {
         self.timeline.health().remember_loss(freed)
     }
 
-    fn extensions(&self) -> tensormem::Extensions<'_> {
-        tensormem::Extensions {
+    fn extensions(&self) -> tensormem_contract::Extensions<'_> {
+        tensormem_contract::Extensions {
             growable: self.vmm_growth().map(|_| self as &dyn Growable),
             transfer_lanes: Some(self),
             managed: self.managed.supported().then_some(self as &dyn Managed),

@@ -1,4 +1,4 @@
-//! Maps CUDA driver and NVRTC failures into the one [`tensormem::Error`].
+//! Maps CUDA driver and NVRTC failures into the one [`tensormem_contract::Error`].
 //!
 //! Every mapper is named after what it maps and keeps the native code (style guide 4). The rules:
 //!
@@ -18,7 +18,7 @@
 
 use cudarc::driver::DriverError;
 use cudarc::driver::sys::CUresult;
-use tensormem::{Error, MemoryKind, OomReport};
+use tensormem_contract::{Error, MemoryKind, OomReport};
 
 /// Backend name used in every error.
 pub(crate) const BACKEND: &str = "cuda";

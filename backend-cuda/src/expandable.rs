@@ -1,13 +1,13 @@
 //! Expandable blocks on the backend: allocation, in-place growth and shrink through `vmm.rs`.
 //!
-//! An expandable block is a `DeviceLocal` block like any other for every [`tensormem::Backend`]
+//! An expandable block is a `DeviceLocal` block like any other for every [`tensormem_contract::Backend`]
 //! method (copies, fills, bindings); its size is the mapped part of its reserved range. The
-//! contract's blocks that grow in place ([`tensormem::Extensions::growable`],
+//! contract's blocks that grow in place ([`tensormem_contract::Extensions::growable`],
 //! `reserve_block`, `resize_block`) are these blocks with a chunk of one granule, so the pools'
 //! arena grows by exactly the granules it asks for, each growth mapped as one allocation; the
 //! inherent API below keeps a chunk size of its own for direct users.
 
-use tensormem::{BlockDesc, BlockId, Error, Growable, InPlaceGrowth, MemoryKind, Result};
+use tensormem_contract::{BlockDesc, BlockId, Error, Growable, InPlaceGrowth, MemoryKind, Result};
 
 use crate::CudaBackend;
 use crate::blocks::{Block, Memory};
@@ -34,11 +34,11 @@ pub struct ExpandableDesc<'a> {
     pub label: &'a str,
     /// Let ranges of whole physical allocations (each growth or commit maps one) be given back,
     /// backed again and moved inside the block (the contract's holes,
-    /// [`tensormem::Growable::decommit_range`]); `false` refuses them.
+    /// [`tensormem_contract::Growable::decommit_range`]); `false` refuses them.
     pub holes: bool,
 }
 
-/// Reached through [`Extensions::growable`](tensormem::Extensions::growable) on a device with VMM; a
+/// Reached through [`Extensions::growable`](tensormem_contract::Extensions::growable) on a device with VMM; a
 /// direct call elsewhere reports [`InPlaceGrowth::NONE`] and is refused. A lost device any call
 /// reports is remembered (`health`), as for every other call.
 impl Growable for CudaBackend {
@@ -198,7 +198,7 @@ impl CudaBackend {
         })
     }
 
-    /// [`tensormem::Growable::reserve_block`]: an expandable `DeviceLocal` block with a chunk of
+    /// [`tensormem_contract::Growable::reserve_block`]: an expandable `DeviceLocal` block with a chunk of
     /// one granule, `desc.size` mapped.
     pub(crate) fn reserve_expandable(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
         if desc.kind != MemoryKind::DeviceLocal {
@@ -217,7 +217,7 @@ impl CudaBackend {
         })
     }
 
-    /// [`tensormem::Growable::extend_block`] on an expandable block reserved with holes: the
+    /// [`tensormem_contract::Growable::extend_block`] on an expandable block reserved with holes: the
     /// extent grows, nothing is mapped (no driver call).
     pub(crate) fn extend_expandable(&self, block: BlockId, size: u64) -> Result<()> {
         check_block_size(size, self.caps.max_block_size)?;
@@ -226,21 +226,21 @@ impl CudaBackend {
         blocks.resize(block, size)
     }
 
-    /// [`tensormem::Growable::decommit_range`] on an expandable block reserved with holes.
+    /// [`tensormem_contract::Growable::decommit_range`] on an expandable block reserved with holes.
     pub(crate) fn decommit_expandable(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         self.bind()?;
         let mut blocks = lock(&self.blocks);
         expandable(blocks.get_mut(block)?, block)?.decommit(offset, size)
     }
 
-    /// [`tensormem::Growable::commit_range`] on an expandable block reserved with holes.
+    /// [`tensormem_contract::Growable::commit_range`] on an expandable block reserved with holes.
     pub(crate) fn commit_expandable(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         self.bind()?;
         let mut blocks = lock(&self.blocks);
         expandable(blocks.get_mut(block)?, block)?.commit(offset, size, self.caps.budget)
     }
 
-    /// [`tensormem::Growable::remap_range`] on an expandable block reserved with holes.
+    /// [`tensormem_contract::Growable::remap_range`] on an expandable block reserved with holes.
     pub(crate) fn remap_expandable(
         &self,
         block: BlockId,
@@ -253,7 +253,7 @@ impl CudaBackend {
         expandable(blocks.get_mut(block)?, block)?.remap(block.0, from, to, size)
     }
 
-    /// [`tensormem::Growable::resize_block`]: maps `size` bytes (a multiple of the granularity)
+    /// [`tensormem_contract::Growable::resize_block`]: maps `size` bytes (a multiple of the granularity)
     /// with one growth, or unmaps the growths past the one that holds `size`; returns the
     /// committed size (exactly `size` when growing).
     pub(crate) fn resize_expandable(&self, block: BlockId, size: u64) -> Result<u64> {

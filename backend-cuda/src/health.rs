@@ -11,7 +11,7 @@
 
 use std::sync::OnceLock;
 
-use tensormem::{Error, Result};
+use tensormem_contract::{Error, Result};
 
 use crate::error::BACKEND;
 

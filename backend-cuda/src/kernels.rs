@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use tensormem::{Error, Result};
+use tensormem_contract::{Error, Result};
 
 use crate::error::{BACKEND, map_driver_err};
 use crate::launch::{Arg, KERNEL_NAMES, KernelCall};

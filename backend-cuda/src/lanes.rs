@@ -1,6 +1,6 @@
 //! The transfer lane on CUDA: a second stream (non-blocking, so it never serialises with the
 //! legacy default stream) for copies and fills, with its own timeline of events
-//! ([`tensormem::backend::lanes`]).
+//! ([`tensormem_contract::backend::lanes`]).
 //!
 //! Cross-lane order is device-side: `transfer_after` and `compute_after` record an event on one
 //! stream and make the other wait for it (`cuEventRecord` + `cuStreamWaitEvent`,
@@ -18,8 +18,8 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use cudarc::driver::{result, sys};
-use tensormem::backend::BlockRange;
-use tensormem::{Error, Result, Ticket, TransferLane, TransferLanes, TransferTicket};
+use tensormem_contract::backend::BlockRange;
+use tensormem_contract::{Error, Result, Ticket, TransferLane, TransferLanes, TransferTicket};
 
 use crate::CudaBackend;
 use crate::conv::{Placement, to_usize};

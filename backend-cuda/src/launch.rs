@@ -7,8 +7,8 @@
 
 #![forbid(unsafe_code)]
 
-use tensormem::ops::{Op, WeightFormat};
-use tensormem::{Error, Result};
+use tensormem_contract::ops::{Op, WeightFormat};
+use tensormem_contract::{Error, Result};
 
 /// Threads per block of the element-wise kernels.
 pub(crate) const ELEMENTWISE_BLOCK: u32 = 256;
@@ -162,7 +162,7 @@ fn weight_args(op: &Op, addrs: &[u64], w: usize, inner: u64) -> (Arg, Arg, usize
 /// [`check_bindings`]).
 ///
 /// # Errors
-/// [`tensormem::ArgumentError`] when the op's parameters are invalid (from [`Op::signature`] or
+/// [`tensormem_contract::ArgumentError`] when the op's parameters are invalid (from [`Op::signature`] or
 /// [`Op::conv_out`]), [`Error::BindingCount`] when `addrs` has the wrong length.
 pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
     let sig = op.signature()?;

@@ -66,8 +66,8 @@ use std::sync::{Arc, Mutex};
 pub use cudarc::driver::{CudaContext, CudaStream};
 pub use expandable::ExpandableDesc;
 #[cfg(doc)]
-use tensormem::Error;
-use tensormem::{Capabilities, ManagedMemory, Result, Ticket};
+use tensormem_contract::Error;
+use tensormem_contract::{Capabilities, ManagedMemory, Result, Ticket};
 
 use blocks::BlockTable;
 use kernels::Kernels;
@@ -135,9 +135,9 @@ impl Default for CudaDesc {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LiveBlock {
     /// The block.
-    pub id: tensormem::BlockId,
+    pub id: tensormem_contract::BlockId,
     /// Its memory kind.
-    pub kind: tensormem::MemoryKind,
+    pub kind: tensormem_contract::MemoryKind,
     /// Usable size in bytes.
     pub size: u64,
     /// The label given at allocation.
@@ -152,7 +152,7 @@ const MIN_QUEUED_RING: u64 = 1 << 20;
 /// Alignment of binding offsets: what `cuMemAlloc` guarantees, and enough for vector loads.
 const BINDING_ALIGN: u64 = 256;
 
-/// One CUDA device behind the [`tensormem::Backend`] contract. See the crate doc.
+/// One CUDA device behind the [`tensormem_contract::Backend`] contract. See the crate doc.
 #[derive(Debug)]
 pub struct CudaBackend {
     // Field order is drop order: `Drop for CudaBackend` frees the blocks first, then the pool is

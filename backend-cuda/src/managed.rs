@@ -9,7 +9,7 @@
 //!   failing. A request is checked against `cuMemGetInfo`'s free bytes less [`HEADROOM`] (left
 //!   to the driver for launches and the kernels' module) *before* the driver is called, and a
 //!   request that does not fit is [`Error::OutOfMemory`], the pools' retry path.
-//! * **Prefetch** ([`tensormem::Managed::prefetch`]) enqueues `cuMemPrefetchAsync` to the
+//! * **Prefetch** ([`tensormem_contract::Managed::prefetch`]) enqueues `cuMemPrefetchAsync` to the
 //!   device or the host on the stream: in order after earlier kernels on the range and before
 //!   later ones, with a ticket like any submission.
 //! * Offered only on devices with concurrent managed access (`Migrating`; every Linux GPU since
@@ -17,7 +17,7 @@
 //!   the contract's per-range rule cannot promise. Elsewhere the kind is `Unsupported`.
 
 use cudarc::driver::{CudaContext, result, sys};
-use tensormem::{Error, ManagedMemory, MemoryKind, OomReport, Residence, Result};
+use tensormem_contract::{Error, ManagedMemory, MemoryKind, OomReport, Residence, Result};
 
 use crate::blocks::Memory;
 use crate::error::{BACKEND, map_alloc_err, map_driver_err};

@@ -3,7 +3,7 @@
 //! **The node.** `CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID` (CUDA 12.2+ drivers; -1 where the system has
 //! no NUMA); where the driver does not know the attribute, the device's PCI address
 //! (`CU_DEVICE_ATTRIBUTE_PCI_{DOMAIN,BUS,DEVICE}_ID`) looked up in sysfs; the same where the
-//! attribute answers -1 (not known). Core's [`tensormem::numa::detect_device_placement`] turns
+//! attribute answers -1 (not known). Core's [`tensormem_host::numa::detect_device_placement`] turns
 //! it into a [`HostPlacement`]: bound only on a machine with several nodes, and unbound with the
 //! reason everywhere else (one node, `numa_node` = -1, no sysfs).
 //!
@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, sys};
-use tensormem::HostPlacement;
+use tensormem_contract::HostPlacement;
 
 /// Where this device's pinned blocks go (see the module doc). Never an error: a node the driver
 /// does not know (-1, or a driver without the attribute) falls back to the PCI address, and no
@@ -41,7 +41,7 @@ pub(crate) fn host_placement(ctx: &Arc<CudaContext>) -> HostPlacement {
         }
         _ => None,
     };
-    let placement = tensormem::numa::detect_device_placement(driver_node, bdf.as_deref());
+    let placement = tensormem_host::numa::detect_device_placement(driver_node, bdf.as_deref());
     if placement.bound_node().is_some()
         && attr(A::CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM) != Some(1)
     {
@@ -95,7 +95,7 @@ pub(crate) fn alloc_registered(
         unsafe { libc::munmap(raw, len) };
     };
     // SAFETY: our own fresh, page-aligned mapping of `len` bytes; no page of it exists yet.
-    if let Err(e) = unsafe { tensormem::numa::kernel::bind_preferred(raw.cast(), len, node) } {
+    if let Err(e) = unsafe { tensormem_host::numa::kernel::bind_preferred(raw.cast(), len, node) } {
         unmap();
         return Err(os_err(e));
     }

@@ -11,7 +11,7 @@ use std::ffi::{CString, c_char, c_int};
 
 use cudarc::nvrtc::result::{self as nvrtc, NvrtcError};
 use cudarc::nvrtc::sys;
-use tensormem::{Error, Result};
+use tensormem_contract::{Error, Result};
 
 use crate::error::BACKEND;
 use crate::toolchain::{CodeTarget, CudaVersion};
@@ -121,7 +121,7 @@ impl Program {
 ///
 /// # Errors
 /// [`Error::Backend`] with NVRTC's log when compilation fails;
-/// [`tensormem::ArgumentError::Invalid`] for a source or option containing NUL.
+/// [`tensormem_contract::ArgumentError::Invalid`] for a source or option containing NUL.
 pub(crate) fn compile(
     src: &str,
     name: &str,
@@ -129,7 +129,7 @@ pub(crate) fn compile(
     options: &[&str],
 ) -> Result<Vec<u8>> {
     let nul = |_| {
-        tensormem::ArgumentError::invalid_value(
+        tensormem_contract::ArgumentError::invalid_value(
             "cuda: kernel source or name",
             "text with a NUL byte",
             "no NUL bytes",
@@ -140,7 +140,7 @@ pub(crate) fn compile(
     let mut opts = vec![format!("--gpu-architecture={}", target.nvrtc_arch())];
     opts.extend(options.iter().map(|o| o.to_string()));
     if opts.iter().any(|o| o.contains('\0')) {
-        let e = tensormem::ArgumentError::invalid_value(
+        let e = tensormem_contract::ArgumentError::invalid_value(
             "cuda: NVRTC option",
             "text with a NUL byte",
             "no NUL bytes",

@@ -1,4 +1,4 @@
-//! Direct copies between two CUDA backends ([`tensormem::Peer::copy_to_peer`]).
+//! Direct copies between two CUDA backends ([`tensormem_contract::Peer::copy_to_peer`]).
 //!
 //! The route depends on where the two backends' contexts live ([`choose_route`]):
 //!
@@ -22,8 +22,8 @@ use std::any::Any;
 use std::sync::Mutex;
 
 use cudarc::driver::sys;
-use tensormem::backend::BlockRange;
-use tensormem::{Backend, PeerCopy, PeerPath, Result};
+use tensormem_contract::backend::BlockRange;
+use tensormem_contract::{Backend, PeerCopy, PeerPath, Result};
 
 use crate::CudaBackend;
 use crate::conv::to_usize;
@@ -76,7 +76,7 @@ pub(crate) fn choose_route(
 pub(crate) struct PeerLinks(Mutex<Vec<(usize, Option<Route>)>>);
 
 impl CudaBackend {
-    /// [`tensormem::Peer::copy_to_peer`]: `self` is the source, `peer` the destination.
+    /// [`tensormem_contract::Peer::copy_to_peer`]: `self` is the source, `peer` the destination.
     pub(crate) fn copy_to_peer_cuda(
         &self,
         src: BlockRange,

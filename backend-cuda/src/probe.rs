@@ -7,7 +7,7 @@
 
 use std::ffi::c_int;
 
-use tensormem::{Error, Result};
+use tensormem_contract::{Error, Result};
 
 use crate::error::{BACKEND, map_init_err};
 use crate::toolchain::{self, CudaVersion};

@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use tensormem::{Result, Ticket};
+use tensormem_contract::{Result, Ticket};
 
 use crate::timeline::lock;
 

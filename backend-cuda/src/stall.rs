@@ -1,5 +1,5 @@
 //! The compute stream's waits for the copy stream, timed on the device
-//! ([`tensormem::TransferLanes::transfer_stall`]).
+//! ([`tensormem_contract::TransferLanes::transfer_stall`]).
 //!
 //! `compute_after` enqueues, on the compute stream, a timing event, the `cuStreamWaitEvent` on
 //! the copy stream, and a second timing event (`Timeline::join_from_timed`). The first fires
@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tensormem::Result;
+use tensormem_contract::Result;
 
 use crate::timeline::{Event, elapsed_ms, lock, timing_event};
 

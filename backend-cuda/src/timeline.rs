@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use std::time::{Duration, Instant};
 
-use tensormem::{Error, Result, Ticket};
+use tensormem_contract::{Error, Result, Ticket};
 
 use crate::health::Health;
 use ring::TicketRing;
@@ -164,7 +164,7 @@ impl<D: EventOps> Timeline<D> {
     /// event with exponential backoff (CUDA has no timed event wait), from 10 µs to 1 ms.
     ///
     /// # Errors
-    /// [`tensormem::Error::UnknownTicket`] for a ticket never issued; a lost device, now or
+    /// [`tensormem_contract::Error::UnknownTicket`] for a ticket never issued; a lost device, now or
     /// remembered (also for a ticket that had completed before); [`Error::Timeout`] when the limit
     /// runs out; other mapped driver errors.
     pub(crate) fn wait(&self, ticket: Ticket, timeout: Option<Duration>) -> Result<()> {

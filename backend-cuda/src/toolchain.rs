@@ -17,7 +17,7 @@
 
 use std::fmt;
 
-use tensormem::{Error, Result};
+use tensormem_contract::{Error, Result};
 
 use crate::error::BACKEND;
 

@@ -25,7 +25,7 @@
 //! **Holes** (`vmm/holes.rs`, where the segment offers them): a range of whole mappings can be
 //! unmapped and released, a hole backed by one new allocation, and whole mappings moved into a
 //! hole (unmapped and mapped there: no `cuMemCreate`). Each mapping is a unit of the contract
-//! ([`tensormem::InPlaceGrowth::whole_units`]): the pools give back and move only whole ones,
+//! ([`tensormem_contract::InPlaceGrowth::whole_units`]): the pools give back and move only whole ones,
 //! so a growth or a commit stays one allocation however many granules it spans.
 //!
 //! Sizes are rounded to the chunk size, itself a multiple of the allocation granularity the driver
@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use std::ptr;
 
 use cudarc::driver::sys;
-use tensormem::{Error, MemoryKind, Result};
+use tensormem_contract::{Error, MemoryKind, Result};
 
 use crate::conv::to_usize;
 use crate::error::{map_alloc_err, map_driver_err};
@@ -113,7 +113,7 @@ pub(crate) fn shrink_end(
 }
 
 /// One physical allocation mapped into the segment: a unit of the contract
-/// ([`tensormem::InPlaceGrowth::whole_units`]), mapped from its start and unmapped whole.
+/// ([`tensormem_contract::InPlaceGrowth::whole_units`]), mapped from its start and unmapped whole.
 #[derive(Clone, Copy, Debug)]
 struct Mapping {
     handle: sys::CUmemGenericAllocationHandle,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use gpu_allocator::{AllocationSizes, AllocatorDebugSettings};
-use tensormem::{
+use tensormem_contract::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Error, Growable,
     InPlaceGrowth, Managed, ManagedMemory, MemoryKind, Op, Result, Ticket,
 };
@@ -339,8 +339,8 @@ impl Backend for VulkanBackend {
         Ok(s.blocks.insert(desc.kind, desc.size, block))
     }
 
-    fn extensions(&self) -> tensormem::Extensions<'_> {
-        tensormem::Extensions {
+    fn extensions(&self) -> tensormem_contract::Extensions<'_> {
+        tensormem_contract::Extensions {
             managed: {
                 self.caps
                     .device_host_visible
@@ -348,7 +348,7 @@ impl Backend for VulkanBackend {
             },
             growable: self.growth.map(|_| self as &dyn Growable),
             transfer_lanes: Some(self),
-            ..tensormem::Extensions::default()
+            ..tensormem_contract::Extensions::default()
         }
     }
 

@@ -16,7 +16,7 @@
 
 use ash::vk;
 use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme, Allocator};
-use tensormem::{BlockDesc, Error, MemoryKind, Result};
+use tensormem_contract::{BlockDesc, Error, MemoryKind, Result};
 
 use crate::conv::{align_up, atom_range, memory_location};
 use crate::device::Gpu;
@@ -206,7 +206,7 @@ impl Block {
             Memory::Sparse(g) => {
                 for (start, a) in g.overlapping(offset, end) {
                     let a = a.ok_or_else(|| {
-                        Error::from(tensormem::GrowthError::NotBacked {
+                        Error::from(tensormem_contract::GrowthError::NotBacked {
                             call: "host access to a block that grows in place",
                             offset: start,
                             size: g.granule(),
@@ -258,7 +258,7 @@ impl Block {
     ///
     /// # Errors
     /// [`Error::Unsupported`] without host access, [`Error::OutOfBounds`] past the end,
-    /// [`tensormem::GrowthError::NotBacked`] over a decommitted granule.
+    /// [`tensormem_contract::GrowthError::NotBacked`] over a decommitted granule.
     pub(crate) fn write(
         &self,
         device: &ash::Device,

@@ -39,12 +39,12 @@ pub struct VulkanConfig {
     /// real GPU become undefined. Default `false`.
     #[doc(hidden)]
     pub skip_barriers_for_testing: bool,
-    /// Grow blocks in place with sparse buffers ([`tensormem::Extensions::growable`]) where
+    /// Grow blocks in place with sparse buffers ([`tensormem_contract::Extensions::growable`]) where
     /// the device offers `sparseBinding`, `sparseResidencyBuffer` and a compute queue that binds
     /// sparse memory; `false` leaves the features off, so the pools add blocks as on a device
     /// without them (the fallback, testable on a sparse-capable driver). Default `true`.
     pub sparse_growth: bool,
-    /// Longest [`Backend::wait_timeout`](tensormem::Backend::wait_timeout) (a wait that names no limit) before
+    /// Longest [`Backend::wait_timeout`](tensormem_contract::Backend::wait_timeout) (a wait that names no limit) before
     /// it fails with `Error::Timeout`. Default 60 s.
     pub wait_timeout: Duration,
 }

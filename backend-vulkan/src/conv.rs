@@ -5,7 +5,7 @@
 
 use ash::vk;
 use gpu_allocator::MemoryLocation;
-use tensormem::{DeviceType, MemoryKind};
+use tensormem_contract::{DeviceType, MemoryKind};
 
 /// The device type Vulkan reports, in core's words (`CPU` is a software implementation such as
 /// lavapipe or SwiftShader).
@@ -77,7 +77,7 @@ pub(crate) fn access_flags(stage: Stage, write: bool) -> vk::AccessFlags {
     }
 }
 
-pub(crate) use tensormem::align::align_up;
+pub(crate) use tensormem_plan::align::align_up;
 
 /// The range to pass to `vkFlushMappedMemoryRanges` / `vkInvalidateMappedMemoryRanges` for the
 /// host access of `size` bytes at `offset` inside an allocation that starts at `alloc_offset` in

@@ -18,14 +18,14 @@ mod properties;
 mod timestamps;
 
 use ash::vk;
-use tensormem::{Error, Result};
+use tensormem_contract::{Error, Result};
 
 use crate::error::BACKEND;
 use crate::instance::OwnedInstance;
 use properties::{device_name, supports_timeline};
 pub(crate) use timestamps::Timestamps;
 
-/// Where the transfer lane ([`tensormem::backend::lanes`]) runs.
+/// Where the transfer lane ([`tensormem_contract::backend::lanes`]) runs.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum TransferQueue {
     /// A concurrent lane on the best queue the device offers: a dedicated transfer family, else
@@ -35,7 +35,7 @@ pub enum TransferQueue {
     /// A concurrent lane on the compute queue even where the device has other queues: its own
     /// submissions and timeline semaphore, as on a one-queue device. For tests.
     SameQueue,
-    /// No lane of its own: transfer work is compute work ([`tensormem::TransferLane::Collapsed`]),
+    /// No lane of its own: transfer work is compute work ([`tensormem_contract::TransferLane::Collapsed`]),
     /// the contract's fallback, kept to measure what the lane gains.
     Off,
 }
@@ -102,7 +102,7 @@ pub(crate) struct Gpu {
     /// Device-local bytes this process may use, from VK_EXT_memory_budget or the heap sizes.
     pub budget: u64,
     /// Where host-visible memory lives (see [`host_placement`]).
-    pub host_placement: tensormem::HostPlacement,
+    pub host_placement: tensormem_contract::HostPlacement,
     /// How the compute queue's timestamps read; `None` where its family writes none
     /// (`timestampValidBits` 0), so the lane's stall is not measured.
     pub timestamps: Option<Timestamps>,

@@ -1,10 +1,10 @@
-//! Native Vulkan and gpu-allocator failures mapped into the one [`tensormem::Error`].
+//! Native Vulkan and gpu-allocator failures mapped into the one [`tensormem_contract::Error`].
 //!
 //! Each mapper is named after the codes it understands (the wgpu-hal convention). Every mapper
 //! keeps the raw `VkResult` code in the error it returns, so nothing the driver said is lost.
 
 use ash::vk;
-use tensormem::{Error, OomReport};
+use tensormem_contract::{Error, OomReport};
 
 /// Backend name used in every error.
 pub(crate) const BACKEND: &str = "vulkan";

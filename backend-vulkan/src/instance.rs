@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use ash::vk;
 use ash::vk::Handle;
-use tensormem::{Error, Result};
+use tensormem_contract::{Error, Result};
 
 use crate::error::{BACKEND, vk_err};
 

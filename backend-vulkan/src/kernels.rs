@@ -1,7 +1,7 @@
 //! Kernels: WGSL → SPIR-V with naga (validated), compute pipelines cached per kernel key, and the
 //! descriptor set of one dispatch.
 //!
-//! The WGSL sources are the ones wgpu runs (`tensormem::ops::wgsl`), so both GPU backends execute
+//! The WGSL sources are the ones wgpu runs (`tensormem_contract::ops::wgsl`), so both GPU backends execute
 //! the same code. naga's SPIR-V writer maps `@group(0) @binding(b)` to `set = 0, binding = b`
 //! (`fake_missing_bindings`), so the descriptor set layout is built straight from the binding
 //! ABI: one storage buffer per operand and one uniform buffer of 16 `u32` parameters. Compiling
@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use ash::vk;
-use tensormem::{Error, Result};
+use tensormem_contract::{Error, Result};
 
 use crate::error::{BACKEND, vk_err};
 
@@ -177,7 +177,7 @@ fn create_pipeline(device: &ash::Device, spec: &KernelSpec<'_>, words: &[u32]) -
             .map_err(vk_err("vkCreateShaderModule"))?;
         let entry = std::ffi::CString::new(spec.entry).map_err(|_| {
             let entry = format!("{:?}", spec.entry);
-            tensormem::ArgumentError::invalid_value(
+            tensormem_contract::ArgumentError::invalid_value(
                 "kernel entry point",
                 entry,
                 "a name without NUL bytes",

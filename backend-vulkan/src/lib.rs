@@ -1,6 +1,6 @@
 //! # tensormem-vulkan
 //!
-//! The tensormem [`Backend`](tensormem::Backend) on Vulkan: [ash] for the API, [gpu-allocator] for
+//! The tensormem [`Backend`](tensormem_contract::Backend) on Vulkan: [ash] for the API, [gpu-allocator] for
 //! device memory, naga for WGSL → SPIR-V. Works on every Vulkan 1.2 device with timeline
 //! semaphores, including lavapipe (Mesa's CPU driver, under the Khronos validation layer in CI).
 //!

@@ -1,15 +1,15 @@
-//! The standard op set on Vulkan: [`tensormem::Op`] → the WGSL kernel core defines for it
-//! ([`tensormem::ops::wgsl::kernel`]), checked against the op's signature, as a [`KernelSpec`].
+//! The standard op set on Vulkan: [`tensormem_contract::Op`] → the WGSL kernel core defines for it
+//! ([`tensormem_contract::ops::wgsl::kernel`]), checked against the op's signature, as a [`KernelSpec`].
 //!
 //! Binding ABI (from `ops::wgsl`): operand `i` at `@binding(i)`, the 16-word uniform block at
 //! `@binding(n)`. Every operand is declared `read_write` in WGSL (a wgpu constraint), but the
 //! hazard tracker is told the truth from the signature: inputs are read, outputs written, so two
-//! ops sharing an input need no barrier. Bindings arrive validated by core's front
-//! ([`tensormem::Validated`]): each exactly its operand's size, outputs disjoint from every other
+//! ops sharing an input need no barrier. Bindings arrive validated by the runtime's
+//! `Validated` front: each exactly its operand's size, outputs disjoint from every other
 //! binding (debug builds assert it).
 
-use tensormem::ops::wgsl;
-use tensormem::{BlockRange, Error, Op, Result};
+use tensormem_contract::ops::wgsl;
+use tensormem_contract::{BlockRange, Error, Op, Result};
 
 use crate::kernels::{KernelSpec, StorageSlot};
 

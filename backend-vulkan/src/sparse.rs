@@ -1,4 +1,4 @@
-//! Blocks that grow in place on Vulkan ([`tensormem::Growable`]): a
+//! Blocks that grow in place on Vulkan ([`tensormem_contract::Growable`]): a
 //! sparse-residency buffer spans the reservation, and each granule of it is bound to memory with
 //! `vkQueueBindSparse` or left unbound.
 //!
@@ -24,7 +24,7 @@ use std::time::Duration;
 use ash::vk;
 use gpu_allocator::MemoryLocation;
 use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme, Allocator};
-use tensormem::{Error, InPlaceGrowth, OomReport, Result};
+use tensormem_contract::{Error, InPlaceGrowth, OomReport, Result};
 
 use crate::device::{Gpu, SparseLimits};
 use crate::error::{BACKEND, map_alloc, map_vk, vk_err};
@@ -93,7 +93,7 @@ pub(crate) struct Binder {
     signalled: u64,
     /// Allocations unbound by the bind of each value, freed once it has executed.
     retired: VecDeque<(u64, Vec<Allocation>)>,
-    /// What [`tensormem::Growable::in_place_growth`] reports.
+    /// What [`tensormem_contract::Growable::in_place_growth`] reports.
     pub growth: InPlaceGrowth,
     /// `sparseAddressSpaceSize`, and the bytes live sparse buffers span.
     address_space: u64,

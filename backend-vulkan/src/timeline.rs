@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use ash::vk;
 use gpu_allocator::vulkan::Allocator;
-use tensormem::{Error, Result, Ticket};
+use tensormem_contract::{Error, Result, Ticket};
 
 use crate::barriers::HazardTracker;
 use crate::conv::align_up;
@@ -57,12 +57,12 @@ pub(crate) const MAX_STORAGE_BINDINGS: u32 = 8;
 /// Bytes of uniform parameters per dispatch (16 `u32`s).
 pub(crate) const PARAMS_SIZE: u64 = 64;
 
-/// The two lanes of the contract ([`tensormem::backend::lanes`]).
+/// The two lanes of the contract ([`tensormem_contract::backend::lanes`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Lane {
-    /// Dispatches, copies and fills of the original contract: [`tensormem::Ticket`]s.
+    /// Dispatches, copies and fills of the original contract: [`tensormem_contract::Ticket`]s.
     Compute,
-    /// Copies and fills beside them: [`tensormem::TransferTicket`]s.
+    /// Copies and fills beside them: [`tensormem_contract::TransferTicket`]s.
     Transfer,
 }
 

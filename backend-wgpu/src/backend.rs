@@ -9,8 +9,8 @@ use std::task::{Context, Poll};
 #[cfg(not(target_arch = "wasm32"))]
 use std::time::Duration;
 
-use tensormem::ops::Op;
-use tensormem::{
+use tensormem_contract::ops::Op;
+use tensormem_contract::{
     Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, HostAccess, Managed,
     ManagedMemory, MemoryKind, Result, Ticket,
 };
@@ -82,11 +82,11 @@ impl Backend for WgpuBackend {
         ))
     }
 
-    fn extensions(&self) -> tensormem::Extensions<'_> {
-        tensormem::Extensions {
+    fn extensions(&self) -> tensormem_contract::Extensions<'_> {
+        tensormem_contract::Extensions {
             managed: zero_copy(&self.caps).then_some(self as &dyn Managed),
             transfer_lanes: None,
-            ..tensormem::Extensions::default()
+            ..tensormem_contract::Extensions::default()
         }
     }
 
@@ -264,7 +264,7 @@ impl Backend for WgpuBackend {
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {
         self.health.check()?;
         // Invalid parameters are an error even on a direct call; binding sizes are the front's.
-        let kernel = tensormem::ops::wgsl::kernel(op)?;
+        let kernel = tensormem_contract::ops::wgsl::kernel(op)?;
         let sizes: Vec<u64> = bindings.iter().map(|r| r.size).collect();
         debug_assert!(
             op.check_binding_sizes(&sizes).is_ok(),

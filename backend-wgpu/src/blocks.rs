@@ -1,5 +1,5 @@
 //! The wgpu state of one block: its `wgpu::Buffer`, map state and last use, as the payload of
-//! core's shared [`tensormem::BlockTable`] (which owns ids, bounds checks and their errors).
+//! core's shared [`tensormem_contract::BlockTable`] (which owns ids, bounds checks and their errors).
 //!
 //! Map state lives here because wgpu forbids using a mapped buffer in a
 //! submission (or in `queue.write_buffer`): every path that hands a block to the GPU calls
@@ -7,7 +7,7 @@
 
 pub(crate) mod mapping;
 
-use tensormem::MemoryKind;
+use tensormem_contract::MemoryKind;
 
 use mapping::PendingMap;
 
@@ -59,7 +59,7 @@ impl Block {
 }
 
 /// Live blocks by id: core's shared table with [`Block`] payloads.
-pub(crate) type BlockTable = tensormem::BlockTable<Block>;
+pub(crate) type BlockTable = tensormem_contract::BlockTable<Block>;
 
 impl Block {
     /// The state of a fresh, unmapped, never used block.

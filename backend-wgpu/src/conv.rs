@@ -1,7 +1,7 @@
 //! Pure conversions between core's vocabulary and wgpu's: memory kinds to buffer usages, adapter
 //! types to "unified memory", alignment arithmetic. No device calls here.
 
-use tensormem::{DeviceType, MemoryKind};
+use tensormem_contract::{DeviceType, MemoryKind};
 
 /// The adapter type wgpu reports, in core's words (`Cpu` is a software implementation such as
 /// lavapipe, llvmpipe, SwiftShader or WARP).
@@ -44,7 +44,7 @@ pub(crate) fn is_unified_memory(device_type: wgpu::DeviceType) -> bool {
     )
 }
 
-pub(crate) use tensormem::align::{align_down, align_up};
+pub(crate) use tensormem_plan::align::{align_down, align_up};
 
 #[cfg(test)]
 mod tests;

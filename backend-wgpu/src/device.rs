@@ -4,7 +4,7 @@
 //! [`Error::BackendUnavailable`] with a reason a user can act on. `capabilities` derives the
 //! contract's numbers from the device's limits, features and adapter type.
 
-use tensormem::{Capabilities, Error, Result};
+use tensormem_contract::{Capabilities, Error, Result};
 
 use crate::config::WgpuConfig;
 use crate::conv::is_unified_memory;
@@ -116,16 +116,16 @@ pub(crate) fn capabilities(device: &wgpu::Device, config: &WgpuConfig) -> Capabi
 
 /// wgpu allocates every buffer through the driver (or the browser), which places the pages:
 /// nothing can be bound, and wgpu does not say which PCI device an adapter is.
-fn host_placement() -> tensormem::HostPlacement {
+fn host_placement() -> tensormem_contract::HostPlacement {
     #[cfg(target_arch = "wasm32")]
-    return tensormem::HostPlacement::unbound("the browser owns the memory");
+    return tensormem_contract::HostPlacement::unbound("the browser owns the memory");
     #[cfg(not(target_arch = "wasm32"))]
-    match tensormem::numa::NumaTopology::system() {
+    match tensormem_host::numa::NumaTopology::system() {
         Ok(t) if t.nodes().len() >= 2 => {
-            tensormem::HostPlacement::DriverPlaced { device_node: None }
+            tensormem_contract::HostPlacement::DriverPlaced { device_node: None }
         }
-        Ok(_) => tensormem::HostPlacement::unbound("one NUMA node"),
-        Err(e) => tensormem::HostPlacement::unbound(e.to_string()),
+        Ok(_) => tensormem_contract::HostPlacement::unbound("one NUMA node"),
+        Err(e) => tensormem_contract::HostPlacement::unbound(e.to_string()),
     }
 }
 

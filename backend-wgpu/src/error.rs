@@ -1,4 +1,4 @@
-//! Native wgpu failures mapped into [`tensormem::Error`], and the device's health.
+//! Native wgpu failures mapped into [`tensormem_contract::Error`], and the device's health.
 //!
 //! wgpu reports most failures out of band: a lost device through the device-lost callback, and
 //! validation or out-of-memory errors through error scopes or, when no scope catches them, the
@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tensormem::{Error, TicketWakers};
+use tensormem_contract::{Error, TicketWakers};
 
 /// Backend name used in every error.
 pub(crate) const BACKEND: &str = "wgpu";
@@ -64,7 +64,7 @@ impl Health {
     /// # Errors
     /// [`Error::DeviceLost`] once the device is lost; [`Error::Backend`] (api "uncaptured error")
     /// carrying the uncaptured errors seen since the last check, which are then cleared.
-    pub(crate) fn check(&self) -> tensormem::Result<()> {
+    pub(crate) fn check(&self) -> tensormem_contract::Result<()> {
         if let Some(detail) = lock(&self.lost).clone() {
             return Err(Error::DeviceLost {
                 backend: BACKEND,
@@ -99,11 +99,13 @@ impl Health {
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn map_scope_error(error: wgpu::Error, api: &'static str, size: u64) -> Error {
     match error {
-        wgpu::Error::OutOfMemory { .. } => Error::OutOfMemory(Box::new(tensormem::OomReport {
-            pool: "wgpu device".into(),
-            requested: size,
-            ..tensormem::OomReport::default()
-        })),
+        wgpu::Error::OutOfMemory { .. } => {
+            Error::OutOfMemory(Box::new(tensormem_contract::OomReport {
+                pool: "wgpu device".into(),
+                requested: size,
+                ..tensormem_contract::OomReport::default()
+            }))
+        }
         other => Error::Backend {
             backend: BACKEND,
             api,
@@ -121,7 +123,7 @@ pub(crate) fn poll_wait(
     index: Option<wgpu::SubmissionIndex>,
     timeout: Option<std::time::Duration>,
     what: impl FnOnce() -> String,
-) -> tensormem::Result<()> {
+) -> tensormem_contract::Result<()> {
     device
         .poll(wgpu::PollType::Wait {
             submission_index: index,

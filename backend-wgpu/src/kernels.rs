@@ -1,6 +1,6 @@
 //! Compute pipelines for the standard ops, cached per kernel key, and their bind groups.
 //!
-//! `tensormem::ops::wgsl::kernel` gives each op's WGSL module, its 16-word uniform block and its
+//! `tensormem_contract::ops::wgsl::kernel` gives each op's WGSL module, its 16-word uniform block and its
 //! workgroup counts. Pipelines are compiled once per key (`matmul`, `matmul_bias`, ...) against
 //! an explicit layout per operand count: `n` read-write storage buffers, then one uniform
 //! buffer, all in group 0 (the ABI in `ops::wgsl`). An explicit layout (rather than one derived
@@ -16,8 +16,8 @@
 
 use std::collections::HashMap;
 
-use tensormem::Result;
-use tensormem::ops::wgsl::Kernel;
+use tensormem_contract::Result;
+use tensormem_contract::ops::wgsl::Kernel;
 
 /// Layouts shared by every kernel with the same operand count.
 #[derive(Debug)]
@@ -81,7 +81,7 @@ impl KernelCache {
     /// The pipeline for `kernel`, compiling it on first use.
     ///
     /// # Errors
-    /// [`tensormem::Error::Backend`] when wgpu rejects the shader or the pipeline (an error
+    /// [`tensormem_contract::Error::Backend`] when wgpu rejects the shader or the pipeline (an error
     /// scope catches it instead of the panicking default handler).
     pub(crate) fn pipeline(
         &mut self,

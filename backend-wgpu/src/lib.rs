@@ -1,8 +1,8 @@
 //! # tensormem-wgpu: the tensormem backend on WebGPU (wgpu 30, native and in a browser)
 //!
-//! [`WgpuBackend`] implements [`tensormem::Backend`]: blocks are `wgpu::Buffer`s, device work is
+//! [`WgpuBackend`] implements [`tensormem_contract::Backend`]: blocks are `wgpu::Buffer`s, device work is
 //! batched into command encoders on the device's one queue, tickets are submission numbers, and
-//! the standard ops run as core's WGSL kernels (`tensormem::ops::wgsl`).
+//! the standard ops run as core's WGSL kernels (`tensormem_contract::ops::wgsl`).
 //!
 //! ```no_run
 //! use tensormem::{Backend, BlockDesc, MemoryKind};
@@ -52,7 +52,7 @@ mod timeline;
 
 use std::sync::{Arc, Mutex};
 
-use tensormem::{Capabilities, Result, TicketWakers};
+use tensormem_contract::{Capabilities, Result, TicketWakers};
 
 pub use config::{DEFAULT_QUEUED_WRITE_MAX, FORCE_STAGING_ENV, WgpuConfig};
 pub use device::system_memory;
@@ -92,7 +92,7 @@ impl WgpuBackend {
     /// [`WgpuBackend::new_async`].
     ///
     /// # Errors
-    /// [`tensormem::Error::BackendUnavailable`] when no adapter is found (no driver; on a
+    /// [`tensormem_contract::Error::BackendUnavailable`] when no adapter is found (no driver; on a
     /// machine without a GPU install `libvulkan1 mesa-vulkan-drivers`) or no device opens.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn new(config: WgpuConfig) -> Result<Self> {

@@ -10,8 +10,8 @@
 //! other queued writes, see `timeline`): the write lands before the batch's earlier commands, but
 //! no earlier command reads the slot (its previous user has completed), so order does not matter.
 
-use tensormem::suballoc::RingAllocator;
-use tensormem::{Error, Result};
+use tensormem_contract::{Error, Result};
+use tensormem_plan::suballoc::RingAllocator;
 
 /// Bytes per ring buffer: 256 slots at the usual 256-byte uniform offset alignment.
 const RING_BUFFER_SIZE: u64 = 64 << 10;

@@ -11,7 +11,7 @@
 
 use std::task::{Context, Poll};
 
-use tensormem::{BlockId, HostAccess, Result, Ticket};
+use tensormem_contract::{BlockId, HostAccess, Result, Ticket};
 
 use crate::WgpuBackend;
 use crate::blocks::MapState;

@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tensormem::{Error, Result, Ticket, TicketWakers};
+use tensormem_contract::{Error, Result, Ticket, TicketWakers};
 
 use crate::error::lock;
 

@@ -20,7 +20,7 @@ fn device_block(size: u64) -> Block {
     )
 }
 
-/// The table's id and error rules are core's (`tensormem::BlockTable`, tested there); here the
+/// The table's id and error rules are core's (`tensormem_contract::BlockTable`, tested there); here the
 /// payload: a block's size and kind survive the round trip through an entry.
 #[test]
 fn entries_carry_the_cuda_block() {
@@ -32,7 +32,7 @@ fn entries_carry_the_cuda_block() {
     table.remove(id).unwrap();
     assert!(matches!(
         table.get(id),
-        Err(tensormem::Error::UnknownBlock {
+        Err(tensormem_contract::Error::UnknownBlock {
             backend: "cuda",
             ..
         })

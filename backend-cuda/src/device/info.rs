@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, sys};
-use tensormem::{DeviceType, Error, Result};
+use tensormem_contract::{DeviceType, Error, Result};
 
 use crate::error::{BACKEND, map_driver_err, map_init_err};
 

@@ -8,7 +8,7 @@ use std::ptr;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, result, sys};
-use tensormem::{Error, Result};
+use tensormem_contract::{Error, Result};
 
 use crate::error::{BACKEND, map_driver_err};
 

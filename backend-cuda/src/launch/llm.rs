@@ -1,7 +1,7 @@
 //! Launch planning of the decoder ops: RMSNorm, rotary embeddings, the SwiGLU gate, and the
 //! paged KV cache's write and attention (`kernels/llm.cu`).
 
-use tensormem::ops::{KvDType, KvLayout, Op};
+use tensormem_contract::ops::{KvDType, KvLayout, Op};
 
 use super::{Arg, KernelCall, LaunchDims, b, blocks_for, elementwise_dims, row_dims};
 

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 
-use tensormem::ops::{KvDType, KvLayout};
+use tensormem_contract::ops::{KvDType, KvLayout};
 
 use super::llm::PAGED_ATTENTION_BLOCK;
 use crate::kernels::SOURCE;

@@ -5,7 +5,7 @@
     reason = "tests fail loudly"
 )]
 
-use tensormem::Error;
+use tensormem_contract::Error;
 
 use super::*;
 

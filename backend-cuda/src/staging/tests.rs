@@ -129,7 +129,7 @@ fn a_full_ring_polls_the_driver_once_and_without_holding_the_ring() {
     assert_eq!(got.unwrap(), Some(0));
     // A failed poll (a lost device) is the caller's error.
     let lost = reserve_or_poll(&ring, 64, Ticket::DONE, || {
-        Err(tensormem::Error::invalid("x"))
+        Err(tensormem_contract::Error::invalid("x"))
     });
     assert!(lost.is_err());
 }

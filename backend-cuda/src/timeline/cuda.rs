@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::{CudaStream, DriverError};
-use tensormem::{Result, Ticket};
+use tensormem_contract::{Result, Ticket};
 
 use super::{EventOps, Timeline, lock};
 use crate::error::map_driver_err;

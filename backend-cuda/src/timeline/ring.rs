@@ -16,7 +16,7 @@
 
 use std::collections::VecDeque;
 
-use tensormem::{Error, Result, Ticket};
+use tensormem_contract::{Error, Result, Ticket};
 
 /// Issued, recorded and completed tickets plus the events that separate them.
 #[derive(Debug)]

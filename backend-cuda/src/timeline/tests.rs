@@ -11,7 +11,7 @@ use std::thread;
 use std::time::Duration;
 
 use cudarc::driver::sys::CUevent_flags;
-use tensormem::Error;
+use tensormem_contract::Error;
 
 use super::*;
 use crate::error::BACKEND;

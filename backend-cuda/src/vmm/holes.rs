@@ -1,6 +1,6 @@
-//! Holes in an expandable segment ([`tensormem::Growable::decommit_range`], `commit_range`,
+//! Holes in an expandable segment ([`tensormem_contract::Growable::decommit_range`], `commit_range`,
 //! `remap_range`, and `extend_block`, which adds a hole at the end): each physical allocation is a unit of the contract
-//! ([`tensormem::InPlaceGrowth::whole_units`]), so a range of whole units can be unmapped and
+//! ([`tensormem_contract::InPlaceGrowth::whole_units`]), so a range of whole units can be unmapped and
 //! released (a hole), a hole backed by one new allocation (one `cuMemCreate` whatever its
 //! size), or whole units unmapped and mapped elsewhere in the segment (a remap: no
 //! `cuMemCreate`, the memory moves). `cuMemMap` maps an allocation from its offset 0 and
@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use tensormem::{Error, GrowthError, Result};
+use tensormem_contract::{Error, GrowthError, Result};
 
 use super::{ExpandableSegment, Mapping};
 use crate::error::map_driver_err;

@@ -2,7 +2,7 @@
 //! `vkCmdCopyBuffer` / `vkCmdFillBuffer` (both allowed on transfer-only queues since Vulkan 1.1).
 
 use ash::vk;
-use tensormem::{BlockRange, Result, Ticket};
+use tensormem_contract::{BlockRange, Result, Ticket};
 
 use super::VulkanBackend;
 use crate::barriers::Access;

@@ -2,7 +2,7 @@
 //! and a descriptor set from the open batch, the hazard barrier, then bind and dispatch.
 
 use ash::vk;
-use tensormem::{BlockRange, Error, Result, Ticket};
+use tensormem_contract::{BlockRange, Error, Result, Ticket};
 
 use super::VulkanBackend;
 use crate::barriers::Access;

@@ -1,4 +1,4 @@
-//! What a caller can read of a [`VulkanBackend`] beyond the [`Backend`](tensormem::Backend)
+//! What a caller can read of a [`VulkanBackend`] beyond the [`Backend`](tensormem_contract::Backend)
 //! contract: its configuration, counters, the validation layer's messages and the queue of the
 //! transfer lane. Reading takes the backend's lock for a moment; nothing here changes state.
 

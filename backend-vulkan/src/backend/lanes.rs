@@ -1,4 +1,4 @@
-//! The transfer lane on Vulkan ([`tensormem::backend::lanes`]): its own submissions and timeline
+//! The transfer lane on Vulkan ([`tensormem_contract::backend::lanes`]): its own submissions and timeline
 //! semaphore, on the queue [`LaneQueue`](crate::LaneQueue) names, beside the compute lane's.
 //!
 //! Cross-lane order is a semaphore wait between the two timelines, never a host wait:
@@ -24,8 +24,10 @@
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tensormem::backend::BlockRange;
-use tensormem::{Backend, Error, Result, Ticket, TransferLane, TransferLanes, TransferTicket};
+use tensormem_contract::backend::BlockRange;
+use tensormem_contract::{
+    Backend, Error, Result, Ticket, TransferLane, TransferLanes, TransferTicket,
+};
 
 use super::VulkanBackend;
 use crate::timeline::Lane;

@@ -5,7 +5,7 @@
 
 use ash::vk;
 use gpu_allocator::vulkan::Allocator;
-use tensormem::{BlockDesc, BlockId, Error, Growable, InPlaceGrowth, MemoryKind, Result};
+use tensormem_contract::{BlockDesc, BlockId, Error, Growable, InPlaceGrowth, MemoryKind, Result};
 
 use super::{State, VulkanBackend};
 use crate::blocks::{Block, Memory};
@@ -161,7 +161,7 @@ impl State {
     }
 }
 
-/// Reached through [`Extensions::growable`](tensormem::Extensions::growable) where the device binds
+/// Reached through [`Extensions::growable`](tensormem_contract::Extensions::growable) where the device binds
 /// sparse memory; a direct call elsewhere reports [`InPlaceGrowth::NONE`] and is refused.
 impl Growable for VulkanBackend {
     fn in_place_growth(&self) -> InPlaceGrowth {
@@ -194,7 +194,7 @@ impl Growable for VulkanBackend {
 }
 
 impl VulkanBackend {
-    /// [`tensormem::Growable::reserve_block`]: a sparse buffer of `reserve` bytes with its first
+    /// [`tensormem_contract::Growable::reserve_block`]: a sparse buffer of `reserve` bytes with its first
     /// `desc.size` bytes bound.
     pub(crate) fn reserve_sparse(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId> {
         if desc.kind == MemoryKind::Managed {
@@ -277,13 +277,13 @@ impl VulkanBackend {
         }
     }
 
-    /// [`tensormem::Growable::resize_block`]: binds granules at the end, or unbinds those past
+    /// [`tensormem_contract::Growable::resize_block`]: binds granules at the end, or unbinds those past
     /// `size`; returns `size`.
     pub(crate) fn resize_sparse(&self, block: BlockId, size: u64) -> Result<u64> {
         self.set_size(block, size, true)
     }
 
-    /// [`tensormem::Growable::extend_block`]: the block grows to `size` bytes with no bind (the
+    /// [`tensormem_contract::Growable::extend_block`]: the block grows to `size` bytes with no bind (the
     /// granules added stay unbound: holes).
     pub(crate) fn extend_sparse(&self, block: BlockId, size: u64) -> Result<()> {
         self.set_size(block, size, false).map(|_| ())
@@ -319,7 +319,7 @@ impl VulkanBackend {
             });
         }
         if !bind && size <= old {
-            return Err(tensormem::GrowthError::NotAnExtension {
+            return Err(tensormem_contract::GrowthError::NotAnExtension {
                 block: block.0,
                 committed: old,
                 size,
@@ -364,7 +364,7 @@ impl VulkanBackend {
         Ok(g.indices(offset, size))
     }
 
-    /// [`tensormem::Growable::decommit_range`].
+    /// [`tensormem_contract::Growable::decommit_range`].
     pub(crate) fn decommit_sparse(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         let mut guard = self.lock();
         let s = &mut *guard;
@@ -372,7 +372,7 @@ impl VulkanBackend {
         s.decommit_granules(block, indices, false)
     }
 
-    /// [`tensormem::Growable::commit_range`]: binds new memory to the unbound granules of the
+    /// [`tensormem_contract::Growable::commit_range`]: binds new memory to the unbound granules of the
     /// range.
     pub(crate) fn commit_sparse(&self, block: BlockId, offset: u64, size: u64) -> Result<()> {
         let mut guard = self.lock();
@@ -388,7 +388,7 @@ impl VulkanBackend {
         s.commit_granules(block, &unbound)
     }
 
-    /// [`tensormem::Growable::remap_range`]: one bind unbinds `from` and binds `to` to the memory
+    /// [`tensormem_contract::Growable::remap_range`]: one bind unbinds `from` and binds `to` to the memory
     /// that backed it.
     pub(crate) fn remap_sparse(&self, block: BlockId, from: u64, to: u64, size: u64) -> Result<()> {
         let mut guard = self.lock();
@@ -409,7 +409,7 @@ impl VulkanBackend {
             });
         }
         if let Some(i) = sources.clone().find(|&i| !g.is_bound(i)) {
-            return Err(tensormem::GrowthError::NotBacked {
+            return Err(tensormem_contract::GrowthError::NotBacked {
                 call: "the source of remap_range",
                 offset: i * granule,
                 size: granule,
@@ -417,7 +417,7 @@ impl VulkanBackend {
             .into());
         }
         if let Some(i) = targets.clone().find(|&i| g.is_bound(i)) {
-            return Err(tensormem::GrowthError::NotAHole {
+            return Err(tensormem_contract::GrowthError::NotAHole {
                 call: "the target of remap_range",
                 offset: i * granule,
                 size: granule,

@@ -84,7 +84,7 @@ fn atom_range_exhaustive_small() {
 /// `SoftwareGpu`, never to a GPU type.
 #[test]
 fn device_types_map_to_core() {
-    use tensormem::DeviceType as D;
+    use tensormem_contract::DeviceType as D;
     let cases = [
         (vk::PhysicalDeviceType::DISCRETE_GPU, D::DiscreteGpu),
         (vk::PhysicalDeviceType::INTEGRATED_GPU, D::IntegratedGpu),

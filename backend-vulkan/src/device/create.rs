@@ -2,7 +2,7 @@
 //! for the compute and transfer lanes, and the extensions and sparse features enabled.
 
 use ash::vk;
-use tensormem::{Error, Result};
+use tensormem_contract::{Error, Result};
 
 use super::properties::{
     device_name, families_of, has_extension, offers_sparse, supports_timeline,

@@ -30,12 +30,12 @@ pub(super) fn offers_sparse(
 /// memory should be; on one node, or off Linux, unbound.
 fn host_placement(
     pci: Option<vk::PhysicalDevicePCIBusInfoPropertiesEXT<'_>>,
-) -> tensormem::HostPlacement {
-    use tensormem::HostPlacement;
+) -> tensormem_contract::HostPlacement {
+    use tensormem_contract::HostPlacement;
     if !cfg!(target_os = "linux") {
         return HostPlacement::unbound("NUMA binding (mbind) is Linux-only");
     }
-    let topology = match tensormem::numa::NumaTopology::system() {
+    let topology = match tensormem_host::numa::NumaTopology::system() {
         Ok(t) => t,
         Err(e) => return HostPlacement::unbound(e.to_string()),
     };

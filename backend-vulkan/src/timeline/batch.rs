@@ -3,7 +3,7 @@
 
 use ash::vk;
 use gpu_allocator::vulkan::Allocator;
-use tensormem::{Error, Result, Ticket};
+use tensormem_contract::{Error, Result, Ticket};
 
 use super::resources::BatchResources;
 use super::{Lane, PARAMS_SIZE, SETS_PER_BATCH, Timeline};

@@ -2,7 +2,7 @@
 //! of finished batches.
 
 use ash::vk;
-use tensormem::{Error, Result};
+use tensormem_contract::{Error, Result};
 
 use super::Timeline;
 use crate::device::Gpu;

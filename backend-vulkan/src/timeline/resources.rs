@@ -5,7 +5,7 @@
 use ash::vk;
 use gpu_allocator::MemoryLocation;
 use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme, Allocator};
-use tensormem::{Error, Result};
+use tensormem_contract::{Error, Result};
 
 use super::stamps::BatchStamps;
 use super::{Lane, MAX_STORAGE_BINDINGS, SETS_PER_BATCH, Timeline};

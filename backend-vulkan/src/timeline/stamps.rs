@@ -1,5 +1,5 @@
 //! The compute lane's stall, measured on the device: how long the compute queue sat waiting for
-//! the transfer lane ([`tensormem::TransferLanes::transfer_stall`]).
+//! the transfer lane ([`tensormem_contract::TransferLanes::transfer_stall`]).
 //!
 //! Every compute batch writes a timestamp when its work is done (its end), and a batch that
 //! waits for the transfer lane (a join, `compute_after`) writes one first thing (its start,
@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use ash::vk;
-use tensormem::Result;
+use tensormem_contract::Result;
 
 use crate::device::Timestamps;
 use crate::error::vk_err;

@@ -2,7 +2,7 @@
 //! block for the host (waiting natively, already mapped in a browser), reads emulated through a
 //! temporary block, and the range and usage checks every method runs before touching wgpu.
 
-use tensormem::{BlockId, BlockRange, Error, Result};
+use tensormem_contract::{BlockId, BlockRange, Error, Result};
 
 use crate::blocks::mapping;
 use crate::blocks::{Block, MapState};
@@ -89,7 +89,7 @@ impl WgpuBackend {
         self.submit_and_wait(state)?;
         let mut tmp_block = Block {
             buffer: tmp,
-            kind: tensormem::MemoryKind::Readback,
+            kind: tensormem_contract::MemoryKind::Readback,
             size: hi - lo,
             map: MapState::Unmapped,
             last_use: 0,

@@ -21,7 +21,7 @@ use std::task::{Context, Poll, Waker};
 #[cfg(not(target_arch = "wasm32"))]
 use std::time::{Duration, Instant};
 
-use tensormem::{Error, Result};
+use tensormem_contract::{Error, Result};
 
 use super::{Block, MapState};
 use crate::conv::{align_down, align_up};
@@ -203,7 +203,7 @@ pub(crate) fn ensure_mapped(block: &mut Block, state: MapState) -> Result<()> {
         backend: BACKEND,
         what: format!(
             "synchronous mapping of a {} block in a browser: await \
-             tensormem::HostAccessWait (Backend::poll_host_access) first",
+             tensormem_contract::HostAccessWait (Backend::poll_host_access) first",
             block.kind.name()
         ),
     })

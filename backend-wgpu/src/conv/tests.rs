@@ -47,7 +47,7 @@ fn alignment_arithmetic() {
 /// llvmpipe, SwiftShader, WARP) must map to `SoftwareGpu`, never to a GPU type.
 #[test]
 fn device_types_map_to_core() {
-    use tensormem::DeviceType as D;
+    use tensormem_contract::DeviceType as D;
     let cases = [
         (wgpu::DeviceType::DiscreteGpu, D::DiscreteGpu),
         (wgpu::DeviceType::IntegratedGpu, D::IntegratedGpu),

@@ -50,7 +50,9 @@ fn an_extension_adds_whole_chunks_up_to_the_reservation() {
     for target in [4 * MIB, 2 * MIB] {
         assert!(matches!(
             extension(0, true, 4 * MIB, target, c, 16 * MIB),
-            Err(Error::Growth(tensormem::GrowthError::NotAnExtension { .. }))
+            Err(Error::Growth(
+                tensormem_contract::GrowthError::NotAnExtension { .. }
+            ))
         ));
     }
     assert!(matches!(
@@ -89,11 +91,15 @@ fn ranges_take_whole_units_and_say_what_they_hold() {
     // Cutting a unit at either end is refused (`cuMemUnmap` takes whole mappings).
     assert!(matches!(
         units_in(&units, 2 * MIB, 2 * MIB),
-        Err(Error::Growth(tensormem::GrowthError::CutsUnit { .. }))
+        Err(Error::Growth(
+            tensormem_contract::GrowthError::CutsUnit { .. }
+        ))
     ));
     assert!(matches!(
         units_in(&units, 4 * MIB, 4 * MIB),
-        Err(Error::Growth(tensormem::GrowthError::CutsUnit { .. }))
+        Err(Error::Growth(
+            tensormem_contract::GrowthError::CutsUnit { .. }
+        ))
     ));
     assert!(matches!(
         units_in(&units, 10 * MIB, 4 * MIB),

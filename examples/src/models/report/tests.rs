@@ -58,7 +58,11 @@ fn time_runs_median_ignores_one_slow_run() {
     )
     .unwrap();
     assert!(t.min <= t.median && t.median <= t.mean);
-    assert!(t.median < Duration::from_millis(75), "median {:?}", t.median);
+    assert!(
+        t.median < Duration::from_millis(75),
+        "median {:?}",
+        t.median
+    );
     assert!(t.mean >= Duration::from_millis(30), "mean {:?}", t.mean);
 }
 
