@@ -2,8 +2,9 @@
 //! arbitrary row and column strides (transposed operands are read in place).
 //!
 //! On x86-64 and AArch64 it is the `gemm` crate's: packed panels of A and B sized to the caches
-//! and a micro-kernel chosen at run time (AVX-512F, AVX2+FMA or SSE on x86-64, NEON on AArch64),
-//! larger than `matrixmultiply`'s, which serves every other target (wasm included). Either is
+//! and a micro-kernel chosen at run time (AVX2+FMA or SSE on x86-64, its AVX-512 kernels being
+//! behind a nightly-only feature; NEON on AArch64), larger than `matrixmultiply`'s, which serves
+//! every other target (wasm included). Either is
 //! called on one tile by one thread (`Parallelism::None`): the caller's tiling spreads the work.
 //!
 //! **Determinism.** `gemm` blocks `k` by a depth chosen from `k` and the cache sizes only, never
