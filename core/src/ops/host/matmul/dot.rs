@@ -19,15 +19,25 @@
 //! on x86-64): a decode step reads each weight once, so decoding it into a buffer first would
 //! write and re-read twice its bytes ([`super::stored`] decodes panels for the other layouts).
 //!
+//! **int8 weights** are read the same way, as bytes sign-extended and converted to f32 as they
+//! are loaded (exact), with their scales ([`Scales`]) applied per group of `k` rather than per
+//! element: each group's lane sums `Σ a·q` are multiplied by the group's scale and added to the
+//! block's accumulators, and the scale of the last group multiplies the `k mod L` tail. This
+//! needs every group boundary on a lane boundary: one group (per-channel scales) or a group
+//! size that is a multiple of 8 ([`Scales::fit`]); other groupings take the decoded panels.
+//!
 //! **Numerics.** Every `C[i][j]` is computed the same way wherever it falls (a full block or an
 //! edge): lane `l` sums `a[p]·b[p]` for `p ≡ l (mod L)` in index order, the lanes are added in a
 //! fixed pairwise tree, then the `k mod L` tail is added in order, then `alpha·sum + bias`. So
 //! results do not depend on the tiling or the thread count; like `sgemm`'s, they depend on the
-//! CPU's features.
+//! CPU's features. With int8 scales the sums are `Σ_g scale_g · Σ_{p in g} a·q` instead of
+//! `Σ a·(q·scale)`: the f32 product of the dequantised weight within f32 rounding (a few ulps of
+//! `Σ|a·b|`), not bit for bit.
 
 /// The operands of one product: `C[i][j] = alpha · Σₚ a[i·lda + p] · b[j·ldb + p] (+ bias[j])`
 /// for `i < rows`, `j < cols`, `p < k`. `B` holds f32, or f16 halves (`u16`) decoded as they are
-/// loaded: the same sums in the same order as over the decoded f32 values.
+/// loaded: the same sums in the same order as over the decoded f32 values; or int8 values (`i8`)
+/// with `scales`, each `b[j·ldb + p]` then standing for `q · scale` of its column and group.
 pub(super) struct Nt<'a, E: Stored = f32> {
     pub a: &'a [f32],
     pub lda: usize,
@@ -39,6 +49,28 @@ pub(super) struct Nt<'a, E: Stored = f32> {
     pub alpha: f32,
     /// At least `cols` values when given.
     pub bias: Option<&'a [f32]>,
+    /// The scales of an int8 `B` (none for f32 and f16).
+    pub scales: Option<Scales<'a>>,
+}
+
+/// The scales of an int8 `B`: row `j` of `B` (a channel), inner position `p`, is scaled by
+/// `values[j·groups + p / group]`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Scales<'a> {
+    /// At least `cols · groups` values.
+    pub values: &'a [f32],
+    /// Inner elements per scale (`k` itself for one scale per channel).
+    pub group: usize,
+    /// Scales per row of `B`: `k.div_ceil(group)`.
+    pub groups: usize,
+}
+
+impl Scales<'_> {
+    /// Whether the kernel can apply scales grouped so (module doc): one group per row, or group
+    /// boundaries on every lane width's boundaries.
+    pub fn fit(group: usize, groups: usize) -> bool {
+        groups == 1 || (group > 0 && group % 8 == 0)
+    }
 }
 
 /// Bytes of `A` rows one chunk keeps in a core's L2 cache while every row of `B` passes by.
@@ -102,6 +134,18 @@ impl Stored for u16 {
     }
 }
 
+impl Stored for i8 {
+    #[inline(always)]
+    fn value(self) -> f32 {
+        f32::from(self)
+    }
+    #[inline(always)]
+    unsafe fn load<M: Simd>(s: &[i8]) -> M::V {
+        // SAFETY: the caller guarantees `M`'s features.
+        unsafe { M::load_i8(s) }
+    }
+}
+
 /// One vector of `L` f32 lanes and the few operations the kernel needs.
 pub(super) trait Simd {
     type V: Copy;
@@ -119,6 +163,16 @@ pub(super) trait Simd {
     /// # Safety
     /// As [`Simd::zero`].
     unsafe fn load_halves(s: &[u16]) -> Self::V;
+    /// The first `L` int8 values of `s` as f32 lanes, exactly (panics when `s` is shorter).
+    ///
+    /// # Safety
+    /// As [`Simd::zero`].
+    unsafe fn load_i8(s: &[i8]) -> Self::V;
+    /// `x` in every lane.
+    ///
+    /// # Safety
+    /// As [`Simd::zero`].
+    unsafe fn splat(x: f32) -> Self::V;
     /// `a·b + acc` per lane.
     ///
     /// # Safety
@@ -150,6 +204,14 @@ impl Simd for Portable {
     #[inline(always)]
     unsafe fn load_halves(s: &[u16]) -> [f32; 4] {
         std::array::from_fn(|l| s[l].value())
+    }
+    #[inline(always)]
+    unsafe fn load_i8(s: &[i8]) -> [f32; 4] {
+        std::array::from_fn(|l| f32::from(s[l]))
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> [f32; 4] {
+        [x; 4]
     }
     #[inline(always)]
     unsafe fn madd(a: [f32; 4], b: [f32; 4], acc: [f32; 4]) -> [f32; 4] {
@@ -208,6 +270,22 @@ mod x86 {
             // SAFETY: `s` holds 8 halves (16 bytes); unaligned loads are allowed. The conversion
             // is exact, as `f16_to_f32` is.
             unsafe { _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast::<__m128i>())) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn load_i8(s: &[i8]) -> __m256 {
+            let s = &s[..8];
+            // SAFETY: `s` holds 8 bytes, which `_mm_loadl_epi64` reads (unaligned allowed); the
+            // sign extension and the conversion of small integers to f32 are exact.
+            unsafe {
+                let bytes = _mm_loadl_epi64(s.as_ptr().cast::<__m128i>());
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes))
+            }
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn splat(x: f32) -> __m256 {
+            _mm256_set1_ps(x)
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
@@ -310,7 +388,8 @@ unsafe fn nt<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
     }
 }
 
-/// The `R × S` dot products of rows `i..i + R` of `A` with rows `j..j + S` of `B`.
+/// The `R × S` dot products of rows `i..i + R` of `A` with rows `j..j + S` of `B`, scaled by
+/// `B`'s scales when it has them.
 ///
 /// # Safety
 /// The CPU has `M`'s features.
@@ -323,11 +402,62 @@ unsafe fn block<M: Simd, E: Stored, const R: usize, const S: usize>(
     let k = p.k;
     let ar: [&[f32]; R] = std::array::from_fn(|r| &p.a[(i + r) * p.lda..][..k]);
     let br: [&[E]; S] = std::array::from_fn(|s| &p.b[(j + s) * p.ldb..][..k]);
+    let full = k / M::L * M::L;
+    let tail = |r: usize, s: usize, init: f32| {
+        (full..k).fold(init, |sum, q| M::madd1(ar[r][q], br[s][q].value(), sum))
+    };
+    let mut out = [[0f32; S]; R];
+    let Some(sc) = p.scales else {
+        // SAFETY (every `M::` call and `sums` below): the caller guarantees `M`'s features.
+        let acc = unsafe { sums::<M, E, R, S>(&ar, &br, 0, full) };
+        for r in 0..R {
+            for s in 0..S {
+                out[r][s] = tail(r, s, unsafe { M::sum(acc[r][s]) });
+            }
+        }
+        return out;
+    };
+    // Scaled per group (module doc): group boundaries fall on lane boundaries, so the tail lies
+    // in the last group.
+    let scale = |s: usize, g: usize| sc.values[(j + s) * sc.groups + g];
+    let mut acc = [[unsafe { M::zero() }; S]; R];
+    let (mut q0, mut g) = (0, 0);
+    while q0 < full {
+        let q1 = (q0 + sc.group.max(1)).min(full);
+        let part = unsafe { sums::<M, E, R, S>(&ar, &br, q0, q1) };
+        for s in 0..S {
+            let sv = unsafe { M::splat(scale(s, g)) };
+            for r in 0..R {
+                acc[r][s] = unsafe { M::madd(part[r][s], sv, acc[r][s]) };
+            }
+        }
+        (q0, g) = (q1, g + 1);
+    }
+    let last = k.saturating_sub(1) / sc.group.max(1);
+    for r in 0..R {
+        for s in 0..S {
+            let sum = unsafe { M::sum(acc[r][s]) };
+            out[r][s] = M::madd1(tail(r, s, 0.0), scale(s, last), sum);
+        }
+    }
+    out
+}
+
+/// The lane sums `Σ a·b` over `q0..q1` (whole vectors) of the rows `ar` of `A` and `br` of `B`.
+///
+/// # Safety
+/// The CPU has `M`'s features.
+#[inline(always)]
+unsafe fn sums<M: Simd, E: Stored, const R: usize, const S: usize>(
+    ar: &[&[f32]; R],
+    br: &[&[E]; S],
+    q0: usize,
+    q1: usize,
+) -> [[M::V; S]; R] {
     // SAFETY (every `M::` call below): the caller guarantees `M`'s features.
     let mut acc = [[unsafe { M::zero() }; S]; R];
-    let full = k / M::L * M::L;
-    let mut q = 0;
-    while q < full {
+    let mut q = q0;
+    while q < q1 {
         let mut av = [unsafe { M::zero() }; R];
         for r in 0..R {
             av[r] = unsafe { M::load(&ar[r][q..]) };
@@ -340,17 +470,7 @@ unsafe fn block<M: Simd, E: Stored, const R: usize, const S: usize>(
         }
         q += M::L;
     }
-    let mut out = [[0f32; S]; R];
-    for r in 0..R {
-        for s in 0..S {
-            let mut sum = unsafe { M::sum(acc[r][s]) };
-            for q in full..k {
-                sum = M::madd1(ar[r][q], br[s][q].value(), sum);
-            }
-            out[r][s] = sum;
-        }
-    }
-    out
+    acc
 }
 
 /// The lanes' sum in a fixed pairwise order: halves added until one lane is left.

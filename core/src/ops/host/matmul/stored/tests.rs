@@ -4,6 +4,8 @@
 
 use proptest::prelude::*;
 
+use super::super::{OutPtr, Shape};
+use super::{Fused, Product};
 use crate::ops::host::run;
 use crate::ops::quant::WeightView;
 use crate::ops::{Op, WeightFormat, samples};
@@ -269,6 +271,110 @@ proptest! {
             flags & 8 != 0,
             format,
         );
+        let (got, want, bound) = stored_and_reference(&op, seed);
+        if let Err(e) = within_rounding(&got, &want, &bound) {
+            prop_assert!(false, "{:?}: {}", op, e);
+        }
+    }
+}
+
+/// Whether the product `(batch, m, n, k)` of row-major `a` by an `[n, k]` int8 weight in
+/// `format`, broadcast over the batch, reads the weight in place on the dot kernel.
+fn reads_int8_in_place(
+    (batch, m, n, k): (usize, usize, usize, usize),
+    format: WeightFormat,
+) -> bool {
+    let shape = Shape {
+        batch,
+        m,
+        n,
+        k,
+        trans_a: false,
+        trans_b: true,
+        broadcast_b: true,
+    };
+    let (_, groups) = format.groups(k as u64);
+    let bytes = vec![0u8; (n * k).next_multiple_of(4)];
+    let scales = vec![1f32; n * groups as usize];
+    let view =
+        WeightView::new(&bytes, &scales, (n * k) as u64, n as u64, k as u64, format).unwrap();
+    let a = vec![0f32; batch * m * k];
+    let mut c = vec![0f32; batch * m * n];
+    let product = Product {
+        s: &shape,
+        stacked: true,
+        a: &a,
+        b: &view,
+        bias: None,
+        alpha: 1.0,
+        out: OutPtr(c.as_mut_ptr()),
+    };
+    matches!(product.fused(), Some(Fused::Int8(_)))
+}
+
+/// MiniLM's linear layers at batch 1 and 3 (12 or 36 rows, stacked from a batch of 3) read int8
+/// weights in place, per channel or in groups of a multiple of 8; other groupings, and `k` below
+/// the dot kernel's, decode panels. Every output matches the f32 product of the dequantised
+/// weight within `2·(k + 2)·ε·Σ|a·b|` ([`stored_and_reference`]).
+#[test]
+fn int8_minilm_shapes_are_read_in_place() {
+    let mut seed = 500;
+    for batch in [1, 3] {
+        for (n, k) in [(384, 384), (1152, 384), (1536, 384), (384, 1536)] {
+            for group in [0, 32, 64] {
+                let format = WeightFormat::Int8 { group };
+                assert!(
+                    reads_int8_in_place((batch, 12, n, k), format),
+                    "{n}x{k} {group}"
+                );
+                let op = op(
+                    (batch as u32, 12, n as u32, k as u32),
+                    false,
+                    true,
+                    true,
+                    true,
+                    format,
+                );
+                let (got, want, bound) = stored_and_reference(&op, seed);
+                if let Err(e) = within_rounding(&got, &want, &bound) {
+                    panic!("{op:?}: {e}");
+                }
+                seed += 1;
+            }
+        }
+    }
+    assert!(!reads_int8_in_place(
+        (1, 12, 384, 384),
+        WeightFormat::Int8 { group: 12 }
+    ));
+    assert!(!reads_int8_in_place(
+        (1, 12, 384, 64),
+        WeightFormat::Int8 { group: 0 }
+    ));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The in-place int8 path at random small-batch shapes (`k` often not a multiple of 8, odd
+    /// `n`, 1 to 40 rows, per-channel or grouped scales, groups that do not divide `k`) against
+    /// the f32 product of the dequantised weight, within `2·(k + 2)·ε·Σ|a·b|`.
+    #[test]
+    fn int8_in_place_matches_dequantized(
+        batch in 1usize..4,
+        m in 1usize..41,
+        n in 1usize..80,
+        k in 128usize..700,
+        group in prop_oneof![Just(0u32), Just(8), Just(12), Just(40), Just(128)],
+        bias in any::<bool>(),
+        seed in 0u64..1000,
+    ) {
+        let format = WeightFormat::Int8 { group };
+        // Every such shape reads the weight in place; grouped ones where the group is a
+        // multiple of 8 or at least `k`.
+        let fits = group % 8 == 0 || group as usize >= k;
+        prop_assert_eq!(reads_int8_in_place((batch, m, n, k), format), fits);
+        let op = op((batch as u32, m as u32, n as u32, k as u32), false, true, true, bias, format);
         let (got, want, bound) = stored_and_reference(&op, seed);
         if let Err(e) = within_rounding(&got, &want, &bound) {
             prop_assert!(false, "{:?}: {}", op, e);
