@@ -485,3 +485,6 @@ fn reduce<const L: usize>(mut v: [f32; L]) -> f32 {
     }
     v[0]
 }
+
+#[cfg(test)]
+mod tests;
