@@ -69,7 +69,7 @@ impl Scales<'_> {
     /// Whether the kernel can apply scales grouped so (module doc): one group per row, or group
     /// boundaries on every lane width's boundaries.
     pub fn fit(group: usize, groups: usize) -> bool {
-        groups == 1 || (group > 0 && group % 8 == 0)
+        groups == 1 || (group > 0 && group.is_multiple_of(8))
     }
 }
 

@@ -372,7 +372,7 @@ proptest! {
         let format = WeightFormat::Int8 { group };
         // Every such shape reads the weight in place; grouped ones where the group is a
         // multiple of 8 or at least `k`.
-        let fits = group % 8 == 0 || group as usize >= k;
+        let fits = group.is_multiple_of(8) || group as usize >= k;
         prop_assert_eq!(reads_int8_in_place((batch, m, n, k), format), fits);
         let op = op((batch as u32, m as u32, n as u32, k as u32), false, true, true, bias, format);
         let (got, want, bound) = stored_and_reference(&op, seed);
