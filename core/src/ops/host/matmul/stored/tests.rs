@@ -213,12 +213,12 @@ fn stored_matches_dequantized() {
     }
 }
 
-/// f16 weights on the dot kernel's shapes (`[n, k]` weights, `k ≥ 128`) are read in place and
-/// decoded as loaded: every output equals, bit for bit, the f32 product over the decoded weight,
-/// whose dot kernel sums in the same order (single rows as in decoding, several rows, a batch of
-/// weights, a `k` with a tail, bias or none).
+/// f16 weights and int8 weights with grouped scales on the dot kernel's shapes (`[n, k]`
+/// weights, `k ≥ 128`) are read in place and decoded as loaded: every output equals, bit for bit,
+/// the f32 product over the decoded weight, whose dot kernel sums in the same order (single rows
+/// as in decoding, several rows, a batch of weights, a `k` with a tail, bias or none).
 #[test]
-fn f16_read_in_place_equals_the_f32_product_bit_for_bit() {
+fn read_in_place_equals_the_f32_product_bit_for_bit() {
     let shapes = [
         (1, 1, 576, 576),
         (1, 3, 200, 130),
@@ -226,22 +226,22 @@ fn f16_read_in_place_equals_the_f32_product_bit_for_bit() {
         (1, 1, 49, 9000),
         (1, 300, 70, 130),
     ];
-    for (i, shape) in shapes.into_iter().enumerate() {
-        for broadcast_b in [true, false] {
-            let op = op(
-                shape,
-                false,
-                true,
-                broadcast_b,
-                i % 2 == 0,
-                WeightFormat::F16,
-            );
-            let (got, want, _) = stored_and_reference(&op, 100 + i as u64);
-            let differ = got
-                .iter()
-                .zip(&want)
-                .position(|(g, w)| g.to_bits() != w.to_bits());
-            assert_eq!(differ, None, "{op:?}: {differ:?}");
+    let formats = [
+        WeightFormat::F16,
+        WeightFormat::Int8 { group: 8 },
+        WeightFormat::Int8 { group: 32 },
+    ];
+    for format in formats {
+        for (i, shape) in shapes.into_iter().enumerate() {
+            for broadcast_b in [true, false] {
+                let op = op(shape, false, true, broadcast_b, i % 2 == 0, format);
+                let (got, want, _) = stored_and_reference(&op, 100 + i as u64);
+                let differ = got
+                    .iter()
+                    .zip(&want)
+                    .position(|(g, w)| g.to_bits() != w.to_bits());
+                assert_eq!(differ, None, "{op:?}: {differ:?}");
+            }
         }
     }
 }
