@@ -19,22 +19,21 @@
 //! on x86-64): a decode step reads each weight once, so decoding it into a buffer first would
 //! write and re-read twice its bytes ([`super::stored`] decodes panels for the other layouts).
 //!
-//! **int8 weights** are read the same way, as bytes sign-extended and converted to f32 as they
-//! are loaded (exact), with their scales ([`Scales`]). One scale per channel multiplies the
-//! finished sum `Σ a·q` (no work along `k`). Scales per group of `k` multiply the loaded values,
-//! `q·scale` as [`WeightView::at`](crate::ops::quant::WeightView) computes it, one vector
-//! multiply per loaded vector of `B` and the scale vectors replaced at each group boundary. So
-//! group boundaries must fall on lane boundaries: a group size that is a multiple of 8
-//! ([`Scales::fit`]); other groupings take the decoded panels.
+//! **int8 weights** (with [`Scales`]) are dequantised a few rows of `B` at a time: for each chunk
+//! of `A`'s rows, the 4 rows of `B` one block reads (8 for a matrix-vector product) become f32
+//! `q·scale`, as [`WeightView::at`](crate::ops::quant::WeightView) computes them, in a buffer of
+//! `4·k` floats that stays in L1 while the chunk's blocks run over it. The weight is read from
+//! memory as int8, once per row chunk, and the f32 blocks run unchanged. (Widening in registers
+//! instead, inside the block, needs a register more than AVX2's 16 for the 3 × 4 block and
+//! re-widens each value once per block of rows, a few dozen times per weight at a few sentences:
+//! it measured slower than this.)
 //!
 //! **Numerics.** Every `C[i][j]` is computed the same way wherever it falls (a full block or an
 //! edge): lane `l` sums `a[p]·b[p]` for `p ≡ l (mod L)` in index order, the lanes are added in a
 //! fixed pairwise tree, then the `k mod L` tail is added in order, then `alpha·sum + bias`. So
 //! results do not depend on the tiling or the thread count; like `sgemm`'s, they depend on the
-//! CPU's features. Grouped int8 scales give these very sums over the dequantised values `q·scale`
-//! (bit for bit the f32 product of the dequantised weight on this kernel); one scale per channel
-//! gives `scale·Σ a·q` instead of `Σ a·(q·scale)`, the same within f32 rounding (an ulp or two of
-//! `Σ|a·b|`), not bit for bit.
+//! CPU's features. An int8 `B` gives these very sums over its dequantised values: bit for bit
+//! the f32 product of the dequantised weight on this kernel.
 
 /// The operands of one product: `C[i][j] = alpha · Σₚ a[i·lda + p] · b[j·ldb + p] (+ bias[j])`
 /// for `i < rows`, `j < cols`, `p < k`. `B` holds f32, or f16 halves (`u16`) decoded as they are
@@ -65,14 +64,6 @@ pub(super) struct Scales<'a> {
     pub group: usize,
     /// Scales per row of `B`: `k.div_ceil(group)`.
     pub groups: usize,
-}
-
-impl Scales<'_> {
-    /// Whether the kernel can apply scales grouped so (module doc): one group per row, or group
-    /// boundaries on every lane width's boundaries.
-    pub fn fit(group: usize, groups: usize) -> bool {
-        groups == 1 || (group > 0 && group.is_multiple_of(8))
-    }
 }
 
 mod lanes;
@@ -120,15 +111,85 @@ mod x86 {
     }
 }
 
-/// The blocked loops (module doc) on `M`'s vectors.
+/// Rows of `A` per block: 3 × 4 accumulators plus 3 + 1 loaded vectors fill AVX2's 16 registers.
+const MR: usize = 3;
+
+/// Rows of `A` per chunk (module doc) for rows of `k` values.
+fn chunk_rows(k: usize) -> usize {
+    (A_CHUNK_BYTES / 4 / k.max(1) / MR * MR).max(MR)
+}
+
+/// The product on `M`'s vectors: [`blocked`] on `B` as stored, or on its dequantised rows when
+/// it has scales ([`dequantised`]).
 ///
 /// # Safety
 /// The CPU has `M`'s features; as [`gemm_nt`].
 #[inline(always)]
 unsafe fn nt<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
-    // Rows per block: 3 × 4 accumulators plus 3 + 1 loaded vectors fill AVX2's 16 registers.
-    const MR: usize = 3;
-    let chunk = (A_CHUNK_BYTES / 4 / p.k.max(1) / MR * MR).max(MR);
+    // SAFETY (both): the caller's contract is passed on.
+    match p.scales {
+        Some(scales) if p.k > 0 => unsafe { dequantised::<M, E>(p, scales, c, ldc) },
+        _ => unsafe { blocked::<M, E>(p, c, ldc) },
+    }
+}
+
+/// [`blocked`] over `B`'s rows dequantised (module doc): for each chunk of `A`'s rows, each
+/// group of 4 rows of `B` (8 for fewer than [`MR`] rows of `A`) is written as f32 `q·scale` to
+/// a buffer, and the chunk's blocks run over the buffer.
+///
+/// # Safety
+/// The CPU has `M`'s features; as [`gemm_nt`]; `k > 0`.
+#[inline(always)]
+unsafe fn dequantised<M: Simd, E: Stored>(
+    p: &Nt<'_, E>,
+    scales: Scales<'_>,
+    c: *mut f32,
+    ldc: usize,
+) {
+    let k = p.k;
+    let width = if p.rows < MR { 8 } else { 4 };
+    let (group, groups) = (scales.group.max(1), scales.groups);
+    let mut panel = vec![0f32; width * k];
+    for i0 in (0..p.rows).step_by(chunk_rows(k)) {
+        let rows = chunk_rows(k).min(p.rows - i0);
+        for j0 in (0..p.cols).step_by(width) {
+            let cols = width.min(p.cols - j0);
+            for (s, out) in panel.chunks_exact_mut(k).take(cols).enumerate() {
+                let j = j0 + s;
+                let q = &p.b[j * p.ldb..][..k];
+                let scale = &scales.values[j * groups..][..groups];
+                for ((out, q), &scale) in out.chunks_mut(group).zip(q.chunks(group)).zip(scale) {
+                    for (o, q) in out.iter_mut().zip(q) {
+                        *o = q.value() * scale;
+                    }
+                }
+            }
+            let part = Nt {
+                a: &p.a[i0 * p.lda..],
+                lda: p.lda,
+                b: &panel[..cols * k],
+                ldb: k,
+                rows,
+                cols,
+                k,
+                alpha: p.alpha,
+                bias: p.bias.map(|b| &b[j0..j0 + cols]),
+                scales: None,
+            };
+            // SAFETY: rows `i0..i0 + rows` and columns `j0..j0 + cols` of the caller's `C`, at
+            // `c + (i0 + i)·ldc + j0 + j`: writable and unshared per the caller's contract.
+            unsafe { blocked::<M, f32>(&part, c.add(i0 * ldc + j0), ldc) };
+        }
+    }
+}
+
+/// The blocked loops (module doc) on `M`'s vectors.
+///
+/// # Safety
+/// The CPU has `M`'s features; as [`gemm_nt`].
+#[inline(always)]
+unsafe fn blocked<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
+    let chunk = chunk_rows(p.k);
     let store = |i: usize, j: usize, v: f32| {
         let bias = p.bias.map_or(0.0, |b| b[j]);
         // SAFETY: `i < rows`, `j < cols`: writable and unshared per the caller's contract.
@@ -200,8 +261,7 @@ unsafe fn nt<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
     }
 }
 
-/// The `R × S` dot products of rows `i..i + R` of `A` with rows `j..j + S` of `B`, scaled by
-/// `B`'s scales when it has them (module doc).
+/// The `R × S` dot products of rows `i..i + R` of `A` with rows `j..j + S` of `B`.
 ///
 /// # Safety
 /// The CPU has `M`'s features.
@@ -212,82 +272,44 @@ unsafe fn block<M: Simd, E: Stored, const R: usize, const S: usize>(
     j: usize,
 ) -> [[f32; S]; R] {
     let k = p.k;
-    let ar: [&[f32]; R] = std::array::from_fn(|r| &p.a[(i + r) * p.lda..][..k]);
-    let br: [&[E]; S] = std::array::from_fn(|s| &p.b[(j + s) * p.ldb..][..k]);
-    let full = k / M::L * M::L;
-    // SAFETY (every `M::` call and `sums` below): the caller guarantees `M`'s features.
-    let zero = [[unsafe { M::zero() }; S]; R];
-    let mut out = [[0f32; S]; R];
-    let Some(sc) = p.scales.filter(|sc| sc.groups > 1) else {
-        let acc = unsafe { sums::<M, E, R, S, false>(&ar, &br, 0, full, zero[0], zero) };
-        for r in 0..R {
-            for s in 0..S {
-                let sum = (full..k).fold(unsafe { M::sum(acc[r][s]) }, |sum, q| {
-                    M::madd1(ar[r][q], br[s][q].value(), sum)
-                });
-                // One scale per channel, or none.
-                out[r][s] = match p.scales {
-                    Some(sc) => sum * sc.values[j + s],
-                    None => sum,
-                };
-            }
-        }
-        return out;
-    };
-    // Grouped: `B`'s values scaled as loaded; the groups' boundaries are lane boundaries.
-    let group = sc.group.max(1);
-    let scale = |s: usize, q: usize| sc.values[(j + s) * sc.groups + q / group];
-    let mut acc = zero;
-    let mut q0 = 0;
-    while q0 < full {
-        let q1 = (q0 + group).min(full);
-        let sv = std::array::from_fn(|s| unsafe { M::splat(scale(s, q0)) });
-        acc = unsafe { sums::<M, E, R, S, true>(&ar, &br, q0, q1, sv, acc) };
-        q0 = q1;
+    // Plain loops, not `array::from_fn`: inlined, they let the compiler see every row's length
+    // `k` and drop the bounds checks in the loop below (a closure left out of line kept them).
+    let mut ar: [&[f32]; R] = [&[]; R];
+    for (r, row) in ar.iter_mut().enumerate() {
+        *row = &p.a[(i + r) * p.lda..][..k];
     }
-    for r in 0..R {
-        for s in 0..S {
-            out[r][s] = (full..k).fold(unsafe { M::sum(acc[r][s]) }, |sum, q| {
-                M::madd1(ar[r][q], br[s][q].value() * scale(s, q), sum)
-            });
-        }
+    let mut br: [&[E]; S] = [&[]; S];
+    for (s, row) in br.iter_mut().enumerate() {
+        *row = &p.b[(j + s) * p.ldb..][..k];
     }
-    out
-}
-
-/// `acc` plus the lane sums `Σ a·b` over `q0..q1` (whole vectors) of the rows `ar` of `A` and
-/// `br` of `B`, each vector of `br[s]` multiplied by `scale[s]` as loaded when `SCALED`.
-///
-/// # Safety
-/// The CPU has `M`'s features.
-#[inline(always)]
-unsafe fn sums<M: Simd, E: Stored, const R: usize, const S: usize, const SCALED: bool>(
-    ar: &[&[f32]; R],
-    br: &[&[E]; S],
-    q0: usize,
-    q1: usize,
-    scale: [M::V; S],
-    mut acc: [[M::V; S]; R],
-) -> [[M::V; S]; R] {
     // SAFETY (every `M::` call below): the caller guarantees `M`'s features.
-    let mut q = q0;
-    while q < q1 {
+    let mut acc = [[unsafe { M::zero() }; S]; R];
+    let full = k / M::L * M::L;
+    let mut q = 0;
+    while q < full {
         let mut av = [unsafe { M::zero() }; R];
         for r in 0..R {
             av[r] = unsafe { M::load(&ar[r][q..]) };
         }
         for s in 0..S {
-            let mut bv = unsafe { E::load::<M>(&br[s][q..]) };
-            if SCALED {
-                bv = unsafe { M::mul(bv, scale[s]) };
-            }
+            let bv = unsafe { E::load::<M>(&br[s][q..]) };
             for r in 0..R {
                 acc[r][s] = unsafe { M::madd(av[r], bv, acc[r][s]) };
             }
         }
         q += M::L;
     }
-    acc
+    let mut out = [[0f32; S]; R];
+    for r in 0..R {
+        for s in 0..S {
+            let mut sum = unsafe { M::sum(acc[r][s]) };
+            for q in full..k {
+                sum = M::madd1(ar[r][q], br[s][q].value(), sum);
+            }
+            out[r][s] = sum;
+        }
+    }
+    out
 }
 
 #[cfg(test)]

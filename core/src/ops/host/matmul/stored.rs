@@ -14,9 +14,9 @@
 //! smaller than the product it feeds, so the repeat is cheap).
 //!
 //! An f16 or int8 weight the dot kernel can read (`[n, k]`, row-major `a`) skips the panel: the
-//! kernel converts its halves (the same sums) or its int8 values (scaled per group: the same
-//! products within f32 rounding) as it loads them ([`Product::fused`]). Its tasks are cut to
-//! about four per thread, as no panel buffer bounds their width.
+//! kernel converts its halves as it loads them, or dequantises its int8 rows a few at a time into
+//! L1, with the same sums ([`Product::fused`]). Its tasks are cut to about four per thread, as no
+//! panel buffer bounds their width.
 //!
 //! **Numerics.** The panel holds exactly the values [`quant::dequantize`](crate::ops::quant::dequantize)
 //! gives, laid out with the strides the f32 path reads `b` with, and a task never splits `k`: so
@@ -241,8 +241,7 @@ impl<'a> Product<'a> {
     }
 
     /// The weight as the dot kernel reads it in place when it can (an `[n, k]` weight, row-major
-    /// `a`, [`super::uses_dot`]'s shapes, f16 or int8 with scales grouped as [`Scales::fit`]):
-    /// no panel is decoded.
+    /// `a`, [`super::uses_dot`]'s shapes, f16 or int8): no panel is decoded.
     fn fused(&self) -> Option<Fused<'a>> {
         let s = self.s;
         if !(s.trans_b && !s.trans_a && super::uses_dot(s.stacked_rows(), s.k, 1, 1)) {
@@ -251,10 +250,7 @@ impl<'a> Product<'a> {
         if let Some(halves) = self.b.halves() {
             return Some(Fused::Halves(halves));
         }
-        self.b
-            .int8()
-            .filter(|w| Scales::fit(w.group, w.groups))
-            .map(Fused::Int8)
+        self.b.int8().map(Fused::Int8)
     }
 
     /// [`Product::run_task`] on the weight read in place (`scales` for int8).

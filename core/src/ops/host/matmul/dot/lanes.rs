@@ -72,16 +72,6 @@ pub(in crate::ops::host::matmul) trait Simd {
     /// # Safety
     /// As [`Simd::zero`].
     unsafe fn load_i8(s: &[i8]) -> Self::V;
-    /// `x` in every lane.
-    ///
-    /// # Safety
-    /// As [`Simd::zero`].
-    unsafe fn splat(x: f32) -> Self::V;
-    /// `a·b` per lane.
-    ///
-    /// # Safety
-    /// As [`Simd::zero`].
-    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
     /// `a·b + acc` per lane.
     ///
     /// # Safety
@@ -117,14 +107,6 @@ impl Simd for Portable {
     #[inline(always)]
     unsafe fn load_i8(s: &[i8]) -> [f32; 4] {
         std::array::from_fn(|l| f32::from(s[l]))
-    }
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> [f32; 4] {
-        [x; 4]
-    }
-    #[inline(always)]
-    unsafe fn mul(a: [f32; 4], b: [f32; 4]) -> [f32; 4] {
-        std::array::from_fn(|l| a[l] * b[l])
     }
     #[inline(always)]
     unsafe fn madd(a: [f32; 4], b: [f32; 4], acc: [f32; 4]) -> [f32; 4] {
@@ -189,16 +171,6 @@ mod x86 {
                 let bytes = _mm_loadl_epi64(s.as_ptr().cast::<__m128i>());
                 _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes))
             }
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn splat(x: f32) -> __m256 {
-            _mm256_set1_ps(x)
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn mul(a: __m256, b: __m256) -> __m256 {
-            _mm256_mul_ps(a, b)
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
