@@ -292,6 +292,7 @@ impl TileGemm<'_> {
                 k: self.k,
                 alpha: self.alpha,
                 bias: self.bias,
+                scales: None,
             };
             // SAFETY: the caller's contract: C's tile is writable and unshared; `bias` holds
             // `cols` values.

@@ -261,6 +261,20 @@ pub struct WeightView<'a> {
     groups: usize,
 }
 
+/// An int8 weight's stored values and scales ([`WeightView::int8`]).
+#[derive(Copy, Clone, Debug)]
+#[doc(hidden)]
+pub struct Int8Parts<'a> {
+    /// The stored values, one per element of the view.
+    pub q: &'a [i8],
+    /// Scales `[channels, groups]`, at least `channels · groups` of them.
+    pub scales: &'a [f32],
+    /// Inner elements per scale (the whole row for per-channel scales).
+    pub group: usize,
+    /// Scales per channel.
+    pub groups: usize,
+}
+
 impl<'a> WeightView<'a> {
     /// A view of `len` elements in `format` over rows of `inner` elements.
     ///
@@ -307,6 +321,22 @@ impl<'a> WeightView<'a> {
             return None;
         }
         bytemuck::try_cast_slice(&self.bytes[..2 * self.len]).ok()
+    }
+
+    /// The stored values and scales of an int8 weight, read in place (`i8` has no alignment):
+    /// kernels then widen the values as they load them and apply the scales themselves. Element
+    /// `e` of channel `ch` at inner position `p` is `q[e] · scales[ch · groups + p / group]`, as
+    /// [`WeightView::at`] gives it.
+    pub fn int8(&self) -> Option<Int8Parts<'a>> {
+        let WeightFormat::Int8 { .. } = self.format else {
+            return None;
+        };
+        Some(Int8Parts {
+            q: bytemuck::cast_slice(&self.bytes[..self.len]),
+            scales: self.scales,
+            group: self.group,
+            groups: self.groups,
+        })
     }
 
     /// Element `e`, in channel `ch` at inner position `p`, as f32.

@@ -19,15 +19,26 @@
 //! on x86-64): a decode step reads each weight once, so decoding it into a buffer first would
 //! write and re-read twice its bytes ([`super::stored`] decodes panels for the other layouts).
 //!
+//! **int8 weights** (with [`Scales`]) are dequantised a few rows of `B` at a time: for each chunk
+//! of `A`'s rows, the 4 rows of `B` one block reads (8 for a matrix-vector product) become f32
+//! `q·scale`, as [`WeightView::at`](crate::ops::quant::WeightView) computes them, in a buffer of
+//! `4·k` floats that stays in L1 while the chunk's blocks run over it. The weight is read from
+//! memory as int8, once per row chunk, and the f32 blocks run unchanged. (Widening in registers
+//! instead, inside the block, needs a register more than AVX2's 16 for the 3 × 4 block and
+//! re-widens each value once per block of rows, a few dozen times per weight at a few sentences:
+//! it measured slower than this.)
+//!
 //! **Numerics.** Every `C[i][j]` is computed the same way wherever it falls (a full block or an
 //! edge): lane `l` sums `a[p]·b[p]` for `p ≡ l (mod L)` in index order, the lanes are added in a
 //! fixed pairwise tree, then the `k mod L` tail is added in order, then `alpha·sum + bias`. So
 //! results do not depend on the tiling or the thread count; like `sgemm`'s, they depend on the
-//! CPU's features.
+//! CPU's features. An int8 `B` gives these very sums over its dequantised values: bit for bit
+//! the f32 product of the dequantised weight on this kernel.
 
 /// The operands of one product: `C[i][j] = alpha · Σₚ a[i·lda + p] · b[j·ldb + p] (+ bias[j])`
 /// for `i < rows`, `j < cols`, `p < k`. `B` holds f32, or f16 halves (`u16`) decoded as they are
-/// loaded: the same sums in the same order as over the decoded f32 values.
+/// loaded: the same sums in the same order as over the decoded f32 values; or int8 values (`i8`)
+/// with `scales`, each `b[j·ldb + p]` then standing for `q · scale` of its column and group.
 pub(super) struct Nt<'a, E: Stored = f32> {
     pub a: &'a [f32],
     pub lda: usize,
@@ -39,7 +50,26 @@ pub(super) struct Nt<'a, E: Stored = f32> {
     pub alpha: f32,
     /// At least `cols` values when given.
     pub bias: Option<&'a [f32]>,
+    /// The scales of an int8 `B` (none for f32 and f16).
+    pub scales: Option<Scales<'a>>,
 }
+
+/// The scales of an int8 `B`: row `j` of `B` (a channel), inner position `p`, is scaled by
+/// `values[j·groups + p / group]`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Scales<'a> {
+    /// At least `cols · groups` values.
+    pub values: &'a [f32],
+    /// Inner elements per scale (`k` itself for one scale per channel).
+    pub group: usize,
+    /// Scales per row of `B`: `k.div_ceil(group)`.
+    pub groups: usize,
+}
+
+mod lanes;
+
+pub(super) use lanes::Stored;
+use lanes::{Portable, Simd};
 
 /// Bytes of `A` rows one chunk keeps in a core's L2 cache while every row of `B` passes by.
 const A_CHUNK_BYTES: usize = 256 << 10;
@@ -67,113 +97,10 @@ pub(super) unsafe fn gemm_nt<E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) 
     unsafe { nt::<Portable, E>(p, c, ldc) }
 }
 
-/// An element type `B` may be stored in: f32, or an f16 half (`u16`, its bits).
-pub(super) trait Stored: Copy {
-    /// The element as f32 (exact).
-    fn value(self) -> f32;
-    /// The first `M::L` elements of `s` as f32 lanes (panics when `s` is shorter).
-    ///
-    /// # Safety
-    /// The CPU has `M`'s features.
-    unsafe fn load<M: Simd>(s: &[Self]) -> M::V;
-}
-
-impl Stored for f32 {
-    #[inline(always)]
-    fn value(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    unsafe fn load<M: Simd>(s: &[f32]) -> M::V {
-        // SAFETY: the caller guarantees `M`'s features.
-        unsafe { M::load(s) }
-    }
-}
-
-impl Stored for u16 {
-    #[inline(always)]
-    fn value(self) -> f32 {
-        crate::ops::quant::f16_to_f32(self)
-    }
-    #[inline(always)]
-    unsafe fn load<M: Simd>(s: &[u16]) -> M::V {
-        // SAFETY: the caller guarantees `M`'s features.
-        unsafe { M::load_halves(s) }
-    }
-}
-
-/// One vector of `L` f32 lanes and the few operations the kernel needs.
-pub(super) trait Simd {
-    type V: Copy;
-    const L: usize;
-    /// # Safety
-    /// The CPU has the implementation's features.
-    unsafe fn zero() -> Self::V;
-    /// The first `L` values of `s` (panics when `s` is shorter).
-    ///
-    /// # Safety
-    /// As [`Simd::zero`].
-    unsafe fn load(s: &[f32]) -> Self::V;
-    /// The first `L` halves of `s` as f32 lanes, exactly (panics when `s` is shorter).
-    ///
-    /// # Safety
-    /// As [`Simd::zero`].
-    unsafe fn load_halves(s: &[u16]) -> Self::V;
-    /// `a·b + acc` per lane.
-    ///
-    /// # Safety
-    /// As [`Simd::zero`].
-    unsafe fn madd(a: Self::V, b: Self::V, acc: Self::V) -> Self::V;
-    /// The lanes' sum in the order of [`reduce`].
-    ///
-    /// # Safety
-    /// As [`Simd::zero`].
-    unsafe fn sum(v: Self::V) -> f32;
-    /// `x·y + acc` for the tail, fused exactly when [`Simd::madd`] is.
-    fn madd1(x: f32, y: f32, acc: f32) -> f32;
-}
-
-/// 4 lanes of plain arrays: any CPU (wasm32 included); fused on AArch64, where FMA is baseline.
-struct Portable;
-
-impl Simd for Portable {
-    type V = [f32; 4];
-    const L: usize = 4;
-    #[inline(always)]
-    unsafe fn zero() -> [f32; 4] {
-        [0.0; 4]
-    }
-    #[inline(always)]
-    unsafe fn load(s: &[f32]) -> [f32; 4] {
-        [s[0], s[1], s[2], s[3]]
-    }
-    #[inline(always)]
-    unsafe fn load_halves(s: &[u16]) -> [f32; 4] {
-        std::array::from_fn(|l| s[l].value())
-    }
-    #[inline(always)]
-    unsafe fn madd(a: [f32; 4], b: [f32; 4], acc: [f32; 4]) -> [f32; 4] {
-        std::array::from_fn(|l| Self::madd1(a[l], b[l], acc[l]))
-    }
-    #[inline(always)]
-    unsafe fn sum(v: [f32; 4]) -> f32 {
-        reduce(v)
-    }
-    #[inline(always)]
-    fn madd1(x: f32, y: f32, acc: f32) -> f32 {
-        if cfg!(target_arch = "aarch64") {
-            x.mul_add(y, acc)
-        } else {
-            x * y + acc
-        }
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use std::arch::x86_64::*;
-
-    use super::{Nt, Simd, Stored, nt};
+    use super::lanes::Avx2;
+    use super::{Nt, Stored, nt};
 
     /// # Safety
     /// The CPU has AVX2, FMA and F16C; as [`super::gemm_nt`].
@@ -182,50 +109,76 @@ mod x86 {
         // SAFETY: the features `Avx2` needs are enabled here; the contract is passed on.
         unsafe { nt::<Avx2, E>(p, c, ldc) }
     }
+}
 
-    /// 8 lanes (AVX2 + FMA).
-    struct Avx2;
+/// Rows of `A` per block: 3 × 4 accumulators plus 3 + 1 loaded vectors fill AVX2's 16 registers.
+const MR: usize = 3;
 
-    impl Simd for Avx2 {
-        type V = __m256;
-        const L: usize = 8;
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn zero() -> __m256 {
-            _mm256_setzero_ps()
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn load(s: &[f32]) -> __m256 {
-            let s = &s[..8];
-            // SAFETY: `s` holds 8 floats; unaligned loads are allowed.
-            unsafe { _mm256_loadu_ps(s.as_ptr()) }
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn load_halves(s: &[u16]) -> __m256 {
-            let s = &s[..8];
-            // SAFETY: `s` holds 8 halves (16 bytes); unaligned loads are allowed. The conversion
-            // is exact, as `f16_to_f32` is.
-            unsafe { _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast::<__m128i>())) }
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn madd(a: __m256, b: __m256, acc: __m256) -> __m256 {
-            _mm256_fmadd_ps(a, b, acc)
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn sum(v: __m256) -> f32 {
-            // Halves added as `reduce` adds them: lane l + l+4, then l + l+2, then 0 + 1.
-            let v4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-            let v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
-            let v1 = _mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1));
-            _mm_cvtss_f32(v1)
-        }
-        #[inline(always)]
-        fn madd1(x: f32, y: f32, acc: f32) -> f32 {
-            x.mul_add(y, acc)
+/// Rows of `A` per chunk (module doc) for rows of `k` values.
+fn chunk_rows(k: usize) -> usize {
+    (A_CHUNK_BYTES / 4 / k.max(1) / MR * MR).max(MR)
+}
+
+/// The product on `M`'s vectors: [`blocked`] on `B` as stored, or on its dequantised rows when
+/// it has scales ([`dequantised`]).
+///
+/// # Safety
+/// The CPU has `M`'s features; as [`gemm_nt`].
+#[inline(always)]
+unsafe fn nt<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
+    // SAFETY (both): the caller's contract is passed on.
+    match p.scales {
+        Some(scales) if p.k > 0 => unsafe { dequantised::<M, E>(p, scales, c, ldc) },
+        _ => unsafe { blocked::<M, E>(p, c, ldc) },
+    }
+}
+
+/// [`blocked`] over `B`'s rows dequantised (module doc): for each chunk of `A`'s rows, each
+/// group of 4 rows of `B` (8 for fewer than [`MR`] rows of `A`) is written as f32 `q·scale` to
+/// a buffer, and the chunk's blocks run over the buffer.
+///
+/// # Safety
+/// The CPU has `M`'s features; as [`gemm_nt`]; `k > 0`.
+#[inline(always)]
+unsafe fn dequantised<M: Simd, E: Stored>(
+    p: &Nt<'_, E>,
+    scales: Scales<'_>,
+    c: *mut f32,
+    ldc: usize,
+) {
+    let k = p.k;
+    let width = if p.rows < MR { 8 } else { 4 };
+    let (group, groups) = (scales.group.max(1), scales.groups);
+    let mut panel = vec![0f32; width * k];
+    for i0 in (0..p.rows).step_by(chunk_rows(k)) {
+        let rows = chunk_rows(k).min(p.rows - i0);
+        for j0 in (0..p.cols).step_by(width) {
+            let cols = width.min(p.cols - j0);
+            for (s, out) in panel.chunks_exact_mut(k).take(cols).enumerate() {
+                let j = j0 + s;
+                let q = &p.b[j * p.ldb..][..k];
+                let scale = &scales.values[j * groups..][..groups];
+                for ((out, q), &scale) in out.chunks_mut(group).zip(q.chunks(group)).zip(scale) {
+                    for (o, q) in out.iter_mut().zip(q) {
+                        *o = q.value() * scale;
+                    }
+                }
+            }
+            let part = Nt {
+                a: &p.a[i0 * p.lda..],
+                lda: p.lda,
+                b: &panel[..cols * k],
+                ldb: k,
+                rows,
+                cols,
+                k,
+                alpha: p.alpha,
+                bias: p.bias.map(|b| &b[j0..j0 + cols]),
+                scales: None,
+            };
+            // SAFETY: rows `i0..i0 + rows` and columns `j0..j0 + cols` of the caller's `C`, at
+            // `c + (i0 + i)·ldc + j0 + j`: writable and unshared per the caller's contract.
+            unsafe { blocked::<M, f32>(&part, c.add(i0 * ldc + j0), ldc) };
         }
     }
 }
@@ -235,10 +188,8 @@ mod x86 {
 /// # Safety
 /// The CPU has `M`'s features; as [`gemm_nt`].
 #[inline(always)]
-unsafe fn nt<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
-    // Rows per block: 3 × 4 accumulators plus 3 + 1 loaded vectors fill AVX2's 16 registers.
-    const MR: usize = 3;
-    let chunk = (A_CHUNK_BYTES / 4 / p.k.max(1) / MR * MR).max(MR);
+unsafe fn blocked<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
+    let chunk = chunk_rows(p.k);
     let store = |i: usize, j: usize, v: f32| {
         let bias = p.bias.map_or(0.0, |b| b[j]);
         // SAFETY: `i < rows`, `j < cols`: writable and unshared per the caller's contract.
@@ -321,8 +272,16 @@ unsafe fn block<M: Simd, E: Stored, const R: usize, const S: usize>(
     j: usize,
 ) -> [[f32; S]; R] {
     let k = p.k;
-    let ar: [&[f32]; R] = std::array::from_fn(|r| &p.a[(i + r) * p.lda..][..k]);
-    let br: [&[E]; S] = std::array::from_fn(|s| &p.b[(j + s) * p.ldb..][..k]);
+    // Plain loops, not `array::from_fn`: inlined, they let the compiler see every row's length
+    // `k` and drop the bounds checks in the loop below (a closure left out of line kept them).
+    let mut ar: [&[f32]; R] = [&[]; R];
+    for (r, row) in ar.iter_mut().enumerate() {
+        *row = &p.a[(i + r) * p.lda..][..k];
+    }
+    let mut br: [&[E]; S] = [&[]; S];
+    for (s, row) in br.iter_mut().enumerate() {
+        *row = &p.b[(j + s) * p.ldb..][..k];
+    }
     // SAFETY (every `M::` call below): the caller guarantees `M`'s features.
     let mut acc = [[unsafe { M::zero() }; S]; R];
     let full = k / M::L * M::L;
@@ -353,15 +312,5 @@ unsafe fn block<M: Simd, E: Stored, const R: usize, const S: usize>(
     out
 }
 
-/// The lanes' sum in a fixed pairwise order: halves added until one lane is left.
-#[inline(always)]
-fn reduce<const L: usize>(mut v: [f32; L]) -> f32 {
-    let mut width = L;
-    while width > 1 {
-        width /= 2;
-        for l in 0..width {
-            v[l] += v[l + width];
-        }
-    }
-    v[0]
-}
+#[cfg(test)]
+mod tests;

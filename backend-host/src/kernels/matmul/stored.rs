@@ -13,8 +13,10 @@
 //! are split further and every task decodes its own copy (decode work is `rows / MIN_ROWS` times
 //! smaller than the product it feeds, so the repeat is cheap).
 //!
-//! An f16 weight the dot kernel can read (`[n, k]`, row-major `a`) skips the panel: the kernel
-//! converts its halves as it loads them, with the same sums ([`Product::fused_halves`]).
+//! An f16 or int8 weight the dot kernel can read (`[n, k]`, row-major `a`) skips the panel: the
+//! kernel converts its halves as it loads them, or dequantises its int8 rows a few at a time into
+//! L1, with the same sums ([`Product::fused`]). Its tasks are cut to about four per thread, as no
+//! panel buffer bounds their width.
 //!
 //! **Numerics.** The panel holds exactly the values [`quant::dequantize`](crate::ops::quant::dequantize)
 //! gives, laid out with the strides the f32 path reads `b` with, and a task never splits `k`: so
@@ -34,9 +36,10 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
+use super::dot::{Nt, Scales, Stored};
 use super::{OutPtr, PARALLEL_MIN_MACS, Shape, TileGemm};
 use crate::Result;
-use crate::ops::quant::WeightView;
+use crate::ops::quant::{Int8Parts, WeightView};
 
 /// Target size of one decoded panel (`k` × columns f32): well inside a core's L2 cache, so
 /// `sgemm`'s packing reads it from cache right after it is written.
@@ -87,13 +90,30 @@ pub(in crate::kernels) fn matmul_stored(
     let stacked = s.broadcast_b && !s.trans_a;
     let rows = if stacked { s.batch * m } else { m };
     let b_mats = if s.broadcast_b { 1 } else { s.batch };
-    let width = (PANEL_BYTES / 4 / k.max(1) / PANEL_STEP * PANEL_STEP)
-        .max(PANEL_STEP)
-        .min(n);
+    let product = Product {
+        s,
+        stacked,
+        a,
+        b,
+        bias,
+        alpha,
+        out: OutPtr(c.as_mut_ptr()),
+    };
     let parallel = s.batch * m * n * k >= PARALLEL_MIN_MACS;
+    let want = if parallel {
+        4 * rayon::current_num_threads()
+    } else {
+        1
+    };
+    let width = if product.fused().is_some() {
+        // No panel: about `want` tasks, in whole blocks of 4 columns (the kernel's block width).
+        n.div_ceil(want.div_ceil(b_mats)).next_multiple_of(4)
+    } else {
+        (PANEL_BYTES / 4 / k.max(1) / PANEL_STEP * PANEL_STEP).max(PANEL_STEP)
+    }
+    .min(n);
     let panels = b_mats * n.div_ceil(width);
     let row_parts = if parallel {
-        let want = 4 * rayon::current_num_threads();
         want.div_ceil(panels).min(rows / MIN_ROWS).max(1)
     } else {
         1
@@ -113,15 +133,6 @@ pub(in crate::kernels) fn matmul_stored(
             }
         }
     }
-    let product = Product {
-        s,
-        stacked,
-        a,
-        b,
-        bias,
-        alpha,
-        out: OutPtr(c.as_mut_ptr()),
-    };
     let run = |t: &Task| PANEL.with_borrow_mut(|panel| product.run_task(*t, panel));
     if parallel {
         tasks.par_iter().for_each(run);
@@ -158,8 +169,18 @@ impl Product<'_> {
         } = *self;
         let (m, n, k) = (s.m, s.n, s.k);
         let cols = t.j1 - t.j0;
-        if let Some(halves) = self.fused_halves() {
-            return self.run_fused(t, halves);
+        match self.fused() {
+            Some(Fused::Halves(halves)) => return self.run_fused(t, halves, None),
+            Some(Fused::Int8(w)) => {
+                let (first, groups) = ((t.mat * n + t.j0) * w.groups, w.groups);
+                let scales = Scales {
+                    values: &w.scales[first..first + cols * groups],
+                    group: w.group,
+                    groups,
+                };
+                return self.run_fused(t, w.q, Some(scales));
+            }
+            None => {}
         }
         panel.resize(cols * k, 0.0);
         let first = t.mat * k * n;
@@ -219,25 +240,29 @@ impl<'a> Product<'a> {
         }
     }
 
-    /// The f16 weight's halves when the task can read them in place on the dot kernel (an
-    /// `[n, k]` weight, row-major `a`, [`super::uses_dot`]'s shapes): no panel is decoded, and
-    /// the sums are those of the panel path, as the kernel decodes each half exactly as loaded.
-    fn fused_halves(&self) -> Option<&'a [u16]> {
+    /// The weight as the dot kernel reads it in place when it can (an `[n, k]` weight, row-major
+    /// `a`, [`super::uses_dot`]'s shapes, f16 or int8): no panel is decoded.
+    fn fused(&self) -> Option<Fused<'a>> {
         let s = self.s;
-        let dot = s.trans_b && !s.trans_a && super::uses_dot(s.stacked_rows(), s.k, 1, 1);
-        dot.then(|| self.b.halves()).flatten()
+        if !(s.trans_b && !s.trans_a && super::uses_dot(s.stacked_rows(), s.k, 1, 1)) {
+            return None;
+        }
+        if let Some(halves) = self.b.halves() {
+            return Some(Fused::Halves(halves));
+        }
+        self.b.int8().map(Fused::Int8)
     }
 
-    /// [`Product::run_task`] on the f16 weight read in place.
-    fn run_fused(&self, t: Task, halves: &[u16]) {
+    /// [`Product::run_task`] on the weight read in place (`scales` for int8).
+    fn run_fused<E: Stored>(&self, t: Task, stored: &[E], scales: Option<Scales<'_>>) {
         let s = self.s;
         let (m, n, k) = (s.m, s.n, s.k);
         let first = t.mat * k * n;
         let rows = t.r1 - t.r0;
-        let b = &halves[first + t.j0 * k..first + t.j1 * k];
+        let b = &stored[first + t.j0 * k..first + t.j1 * k];
         for a_mat in self.a_mats(t) {
             let a0 = a_mat * m * k + t.r0 * k;
-            let nt = super::dot::Nt {
+            let nt = Nt {
                 a: &self.a[a0..a0 + rows * k],
                 lda: k,
                 b,
@@ -247,6 +272,7 @@ impl<'a> Product<'a> {
                 k,
                 alpha: self.alpha,
                 bias: self.bias.map(|b| &b[t.j0..t.j1]),
+                scales,
             };
             // SAFETY: as in `run_task`: rows `r0..r1` of this `c` matrix (stride n), columns
             // `j0..j1`, lie inside `c` (`check_lengths`), and tasks cover disjoint tiles of it.
@@ -255,6 +281,14 @@ impl<'a> Product<'a> {
             }
         }
     }
+}
+
+/// A weight the dot kernel reads in place ([`Product::fused`]).
+enum Fused<'a> {
+    /// f16 halves, decoded exactly as loaded.
+    Halves(&'a [u16]),
+    /// int8 values and their scales.
+    Int8(Int8Parts<'a>),
 }
 
 #[cfg(test)]

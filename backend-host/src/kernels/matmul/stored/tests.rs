@@ -4,6 +4,8 @@
 
 use proptest::prelude::*;
 
+use super::super::{OutPtr, Shape};
+use super::{Fused, Product};
 use crate::kernels::run;
 use crate::ops::quant::WeightView;
 use crate::ops::{Op, WeightFormat};
@@ -212,12 +214,12 @@ fn stored_matches_dequantized() {
     }
 }
 
-/// f16 weights on the dot kernel's shapes (`[n, k]` weights, `k ≥ 128`) are read in place and
-/// decoded as loaded: every output equals, bit for bit, the f32 product over the decoded weight,
-/// whose dot kernel sums in the same order (single rows as in decoding, several rows, a batch of
-/// weights, a `k` with a tail, bias or none).
+/// f16 and int8 weights on the dot kernel's shapes (`[n, k]` weights, `k ≥ 128`) are read in
+/// place and decoded as loaded (int8 a few rows at a time): every output equals, bit for bit,
+/// the f32 product over the decoded weight, whose dot kernel sums in the same order (single rows
+/// as in decoding, several rows, a batch of weights, a `k` with a tail, bias or none).
 #[test]
-fn f16_read_in_place_equals_the_f32_product_bit_for_bit() {
+fn read_in_place_equals_the_f32_product_bit_for_bit() {
     let shapes = [
         (1, 1, 576, 576),
         (1, 3, 200, 130),
@@ -225,22 +227,23 @@ fn f16_read_in_place_equals_the_f32_product_bit_for_bit() {
         (1, 1, 49, 9000),
         (1, 300, 70, 130),
     ];
-    for (i, shape) in shapes.into_iter().enumerate() {
-        for broadcast_b in [true, false] {
-            let op = op(
-                shape,
-                false,
-                true,
-                broadcast_b,
-                i % 2 == 0,
-                WeightFormat::F16,
-            );
-            let (got, want, _) = stored_and_reference(&op, 100 + i as u64);
-            let differ = got
-                .iter()
-                .zip(&want)
-                .position(|(g, w)| g.to_bits() != w.to_bits());
-            assert_eq!(differ, None, "{op:?}: {differ:?}");
+    let formats = [
+        WeightFormat::F16,
+        WeightFormat::Int8 { group: 0 },
+        WeightFormat::Int8 { group: 5 },
+        WeightFormat::Int8 { group: 32 },
+    ];
+    for format in formats {
+        for (i, shape) in shapes.into_iter().enumerate() {
+            for broadcast_b in [true, false] {
+                let op = op(shape, false, true, broadcast_b, i % 2 == 0, format);
+                let (got, want, _) = stored_and_reference(&op, 100 + i as u64);
+                let differ = got
+                    .iter()
+                    .zip(&want)
+                    .position(|(g, w)| g.to_bits() != w.to_bits());
+                assert_eq!(differ, None, "{op:?}: {differ:?}");
+            }
         }
     }
 }
@@ -272,6 +275,108 @@ proptest! {
         );
         let (got, want, bound) = stored_and_reference(&op, seed);
         if let Err(e) = within_rounding(&got, &want, &bound) {
+            prop_assert!(false, "{:?}: {}", op, e);
+        }
+    }
+}
+
+/// Whether the product `(batch, m, n, k)` of row-major `a` by an `[n, k]` int8 weight in
+/// `format`, broadcast over the batch, reads the weight in place on the dot kernel.
+fn reads_int8_in_place(
+    (batch, m, n, k): (usize, usize, usize, usize),
+    format: WeightFormat,
+) -> bool {
+    let shape = Shape {
+        batch,
+        m,
+        n,
+        k,
+        trans_a: false,
+        trans_b: true,
+        broadcast_b: true,
+    };
+    let (_, groups) = format.groups(k as u64);
+    let bytes = vec![0u8; (n * k).next_multiple_of(4)];
+    let scales = vec![1f32; n * groups as usize];
+    let view =
+        WeightView::new(&bytes, &scales, (n * k) as u64, n as u64, k as u64, format).unwrap();
+    let a = vec![0f32; batch * m * k];
+    let mut c = vec![0f32; batch * m * n];
+    let product = Product {
+        s: &shape,
+        stacked: true,
+        a: &a,
+        b: &view,
+        bias: None,
+        alpha: 1.0,
+        out: OutPtr(c.as_mut_ptr()),
+    };
+    matches!(product.fused(), Some(Fused::Int8(_)))
+}
+
+/// Whether every output equals its reference bit for bit.
+fn bit_for_bit(got: &[f32], want: &[f32]) -> Result<(), String> {
+    match got
+        .iter()
+        .zip(want)
+        .position(|(g, w)| g.to_bits() != w.to_bits())
+    {
+        None => Ok(()),
+        Some(i) => Err(format!("element {i}: {} vs {}", got[i], want[i])),
+    }
+}
+
+/// MiniLM's linear layers at batch 1 and 3 (12 rows, or 3 × 12 stacked) read int8 weights in
+/// place, per channel or grouped; `k` below the dot kernel's decodes panels. Every output equals
+/// the f32 product of the dequantised weight bit for bit (a tolerance of zero).
+#[test]
+fn int8_minilm_shapes_are_read_in_place() {
+    let mut seed = 500;
+    for batch in [1, 3] {
+        for (n, k) in [(384, 384), (1152, 384), (1536, 384), (384, 1536)] {
+            for group in [0, 12, 64] {
+                let format = WeightFormat::Int8 { group };
+                assert!(
+                    reads_int8_in_place((batch, 12, n, k), format),
+                    "{n}x{k} {group}"
+                );
+                let shape = (batch as u32, 12, n as u32, k as u32);
+                let op = op(shape, false, true, true, true, format);
+                let (got, want, _) = stored_and_reference(&op, seed);
+                if let Err(e) = bit_for_bit(&got, &want) {
+                    panic!("{op:?}: {e}");
+                }
+                seed += 1;
+            }
+        }
+    }
+    assert!(!reads_int8_in_place(
+        (1, 12, 384, 64),
+        WeightFormat::Int8 { group: 0 }
+    ));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The in-place int8 path at random small-batch shapes (`k` often not a multiple of 8, odd
+    /// `n`, 1 to 40 rows, per-channel or grouped scales, groups that do not divide `k`) equals
+    /// the f32 product of the dequantised weight bit for bit.
+    #[test]
+    fn int8_in_place_matches_dequantized(
+        batch in 1usize..4,
+        m in 1usize..41,
+        n in 1usize..80,
+        k in 128usize..700,
+        group in prop_oneof![Just(0u32), Just(8), Just(12), Just(40), Just(128)],
+        bias in any::<bool>(),
+        seed in 0u64..1000,
+    ) {
+        let format = WeightFormat::Int8 { group };
+        prop_assert!(reads_int8_in_place((batch, m, n, k), format));
+        let op = op((batch as u32, m as u32, n as u32, k as u32), false, true, true, bias, format);
+        let (got, want, _) = stored_and_reference(&op, seed);
+        if let Err(e) = bit_for_bit(&got, &want) {
             prop_assert!(false, "{:?}: {}", op, e);
         }
     }
