@@ -1,4 +1,4 @@
-use super::super::tests::{run_twice, runtime};
+use super::super::tests::{run_twice, runtime, within};
 use super::super::{CompileDesc, Model};
 use crate::{DType, Graph, Op, TensorId};
 
@@ -75,10 +75,7 @@ fn run(model: &mut Model, x: TensorId, weights: &[TensorId], y: TensorId) -> Vec
 /// `g` compiled within `budget` on a runtime of that budget with staging forced.
 fn budgeted(g: &Graph, budget: u64) -> (crate::Runtime, Model) {
     let rt = runtime(true, Some(budget));
-    let desc = CompileDesc {
-        device_budget: Some(budget),
-        ..CompileDesc::default()
-    };
+    let desc = within(budget);
     let m = rt.compile_with(g, &desc).unwrap();
     (rt, m)
 }
