@@ -1,9 +1,26 @@
 //! The cases, written once against the core contract.
 
-use crate::Case;
+use tensormem::{Runtime, RuntimeConfig};
+
+use crate::{Case, Ctx, fail};
 
 /// The shared deterministic generator, so failures replay.
 pub(crate) use tensormem::ops::samples::Rng;
+
+/// The context's runtime, configured by default.
+pub(crate) fn runtime(ctx: &Ctx) -> Result<Runtime, String> {
+    ctx.runtime(RuntimeConfig::default())
+        .map_err(fail("runtime"))
+}
+
+/// The context's runtime, configured by default but for `force_staging`.
+pub(crate) fn staged_runtime(ctx: &Ctx, force_staging: bool) -> Result<Runtime, String> {
+    ctx.runtime(RuntimeConfig {
+        force_staging,
+        ..RuntimeConfig::default()
+    })
+    .map_err(fail("runtime"))
+}
 
 #[cfg(not(target_arch = "wasm32"))]
 mod devices;

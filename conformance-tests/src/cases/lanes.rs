@@ -9,13 +9,12 @@ use std::sync::Arc;
 
 use tensormem::backend::{BlockDesc, BlockRange, lanes};
 use tensormem::{
-    Backend, BlockId, DType, Error, HostAccess, MemoryKind, Op, RuntimeConfig, Ticket,
-    TransferLane, TransferTicket, Validated,
+    Backend, BlockId, DType, Error, HostAccess, MemoryKind, Op, Ticket, TransferLane,
+    TransferTicket, Validated,
 };
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use super::runtime;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -236,9 +235,7 @@ async fn after_transfer(ctx: &Ctx) -> R {
 /// is then written. The free must wait for the transfer (the front joins it), so the copy still
 /// reads the first tensor's values.
 async fn freed_while_read(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let front = rt.backend().clone();
     let x = input(1.5);
     let a = rt

@@ -12,9 +12,7 @@ use tensormem::{
     RuntimeConfig, Ticket, Validated,
 };
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![

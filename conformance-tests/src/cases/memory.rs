@@ -5,15 +5,11 @@ mod budget;
 mod faults;
 mod reuse;
 
-use tensormem::{
-    ArenaConfig, ArenaPool, DType, DevicePool, Error, HostAccess, MemoryKind, Runtime,
-    RuntimeConfig,
-};
+use tensormem::{ArenaConfig, ArenaPool, DType, DevicePool, Error, HostAccess, MemoryKind};
 
 use super::Rng;
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use super::runtime;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -33,11 +29,6 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("guard_margins_catch_overruns", faults::guard_margins, native_only: "guard margins are checked with blocking waits (refused on wasm32)"),
         case!("trim_returns_blocks", budget::trim_returns_blocks),
     ]
-}
-
-fn runtime(ctx: &Ctx) -> Result<Runtime, String> {
-    ctx.runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))
 }
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {

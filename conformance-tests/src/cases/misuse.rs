@@ -7,9 +7,8 @@ use tensormem::{
     BlockRange, DType, Error, Graph, Op, PoolConfig, Runtime, RuntimeConfig, Tensor, WeightFormat,
 };
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use super::runtime;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -25,11 +24,6 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("kernel_on_freed_tensor_is_tracked", tracking),
         case!("typed_transfers_and_too_large", dtypes),
     ]
-}
-
-fn runtime(ctx: &Ctx) -> Result<Runtime, String> {
-    ctx.runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))
 }
 
 /// The tensor's range, `size` bytes long.

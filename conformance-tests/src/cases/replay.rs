@@ -8,9 +8,7 @@ use std::sync::Arc;
 use tensormem::pool::{ReplayConfig, ReplayPool, ReplayStats};
 use tensormem::{ArenaConfig, ArenaPool, DType, DevicePool, Runtime, RuntimeConfig, Tensor};
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![

@@ -9,9 +9,7 @@ use std::sync::{Arc, OnceLock};
 use tensormem::pool::{ArenaConfig, ArenaPool, SpillConfig, SpillPool};
 use tensormem::{DevicePool, Runtime, RuntimeConfig, Tensor};
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
