@@ -7,6 +7,18 @@ use crate::{Case, Ctx, fail};
 /// The shared deterministic generator, so failures replay.
 pub(crate) use tensormem::ops::samples::Rng;
 
+/// `v` as little-endian bytes.
+pub(crate) fn bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Little-endian `b` as floats.
+pub(crate) fn floats(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
 /// The context's runtime, configured by default.
 pub(crate) fn runtime(ctx: &Ctx) -> Result<Runtime, String> {
     ctx.runtime(RuntimeConfig::default())

@@ -5,8 +5,7 @@ use tensormem::ops::samples::matmul;
 use tensormem::ops::{DType, Op, host};
 use tensormem::{Graph, TensorId};
 
-use super::Rng;
-use super::runtime;
+use super::{Rng, bytes, floats, runtime};
 use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 use tensormem::ops::samples::compare_f32;
 
@@ -21,16 +20,6 @@ pub(super) struct RandomGraph {
     pub(super) outputs: Vec<TensorId>,
     /// Every tensor's value computed on the host with no reuse, by tensor index.
     reference: Vec<Option<Vec<f32>>>,
-}
-
-pub(super) fn bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 pub(super) fn random_graph(seed: u64) -> Result<RandomGraph, String> {

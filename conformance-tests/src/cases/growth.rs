@@ -11,8 +11,7 @@ use tensormem::{
     Runtime, Tensor,
 };
 
-use super::Rng;
-use super::runtime;
+use super::{Rng, runtime};
 use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {

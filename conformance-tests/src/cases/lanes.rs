@@ -13,7 +13,7 @@ use tensormem::{
     TransferTicket, Validated,
 };
 
-use super::runtime;
+use super::{bytes, floats, runtime};
 use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
@@ -37,16 +37,6 @@ const N: usize = 4096;
 
 fn input(seed: f32) -> Vec<f32> {
     (0..N).map(|i| (i as f32 - N as f32 / 2.0) * seed).collect()
-}
-
-fn bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 fn whole(block: BlockId) -> BlockRange {

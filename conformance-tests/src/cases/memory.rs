@@ -7,8 +7,7 @@ mod reuse;
 
 use tensormem::{ArenaConfig, ArenaPool, DType, DevicePool, Error, HostAccess, MemoryKind};
 
-use super::Rng;
-use super::runtime;
+use super::{Rng, runtime};
 use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {

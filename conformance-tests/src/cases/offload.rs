@@ -12,8 +12,8 @@ use tensormem::graph::TensorKind;
 use tensormem::ops::{DType, Op, WeightFormat};
 use tensormem::{CompileDesc, DevicePool, Error, Graph, Model, Runtime, TensorId};
 
-use super::graphs::{RandomGraph, bytes, random_graph};
-use super::staged_runtime;
+use super::graphs::{RandomGraph, random_graph};
+use super::{bytes, staged_runtime};
 use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {

@@ -6,8 +6,7 @@ use tensormem::ops::{Op, samples};
 
 use tensormem::{Error, Runtime, RuntimeConfig, Tensor};
 
-use super::Rng;
-use super::runtime;
+use super::{Rng, runtime};
 use crate::inject::Faulty;
 use crate::{Case, CaseResult as R, Ctx, case, fail};
 

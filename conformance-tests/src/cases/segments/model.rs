@@ -8,7 +8,7 @@ use tensormem::ops::{DType, Op, host};
 use tensormem::{Error, Graph, TensorId};
 
 use super::{R, limited};
-use crate::cases::Rng;
+use crate::cases::{Rng, bytes, floats};
 use crate::{Ctx, check, fail};
 
 /// A compiled model whose weight, activations and output are larger than a block (so held in
@@ -63,13 +63,11 @@ pub(super) async fn model(ctx: &Ctx) -> R {
     ];
     // The host reference, op by op.
     let run = |op: &Op, ins: &[&[f32]], n: u32| -> Result<Vec<f32>, String> {
-        let ins: Vec<Vec<u8>> = ins.iter().map(|v| bytemuck_bytes(v)).collect();
+        let ins: Vec<Vec<u8>> = ins.iter().map(|v| bytes(v)).collect();
         let refs: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
         let mut o = vec![0u8; n as usize * 4];
         host::run(op, &refs, &mut [o.as_mut_slice()]).map_err(fail("host"))?;
-        Ok(o.chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        Ok(floats(&o))
     };
     let f = |t: TensorId| {
         feeds
@@ -87,7 +85,7 @@ pub(super) async fn model(ctx: &Ctx) -> R {
 
     let mut m = rt.compile(&g).map_err(fail("compile"))?;
     for (t, d) in &feeds {
-        let b = bytemuck_bytes(d);
+        let b = bytes(d);
         match g.decl(*t).map_err(fail("decl"))?.kind {
             TensorKind::Weight => ctx.set_weight(&mut m, *t, &b).await,
             _ => ctx.set_input(&mut m, *t, &b).await,
@@ -100,10 +98,10 @@ pub(super) async fn model(ctx: &Ctx) -> R {
     for round in 0..2 {
         ctx.run(&mut m).await.map_err(fail("run"))?;
         let got: Vec<f32> = ctx.read_output(&m, y).await.map_err(fail("read y"))?;
-        compare_f32(&bytemuck_bytes(&got), &bytemuck_bytes(&want_y), 1e-4)
+        compare_f32(&bytes(&got), &bytes(&want_y), 1e-4)
             .map_err(|e| format!("run {round}, segmented output: {e}"))?;
         let got: Vec<f32> = ctx.read_output(&m, out).await.map_err(fail("read out"))?;
-        compare_f32(&bytemuck_bytes(&got), &bytemuck_bytes(&want_out), 1e-4)
+        compare_f32(&bytes(&got), &bytes(&want_out), 1e-4)
             .map_err(|e| format!("run {round}, planned tail: {e}"))?;
     }
     // The weight, the input, the two activations and the output are each held in two segments.
@@ -139,8 +137,4 @@ pub(super) async fn model(ctx: &Ctx) -> R {
     }
     rt.check_leaks()
         .map_err(fail("leaks after the refused compile"))
-}
-
-fn bytemuck_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
