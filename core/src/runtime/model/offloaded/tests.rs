@@ -65,16 +65,22 @@ pub(super) fn within(budget: u64) -> CompileDesc {
 
 /// Sets the weights and the input, runs twice, returns the output's bits.
 pub(super) fn run(model: &mut Model, x: TensorId, weights: &[TensorId], y: TensorId) -> Vec<u32> {
-    let weights: Vec<(TensorId, Vec<f32>)> = weights
-        .iter()
-        .enumerate()
-        .map(|(k, &w)| {
-            let data = (0..LEN).map(|i| ((i * 7 + k * 13) % 17) as f32 - 8.0);
-            (w, data.collect())
-        })
-        .collect();
+    let weights = filled(weights, LEN, |k, i| ((i * 7 + k * 13) % 17) as f32 - 8.0);
     let input = (0..LEN).map(|i| (i % 11) as f32 * 0.25 - 1.0).collect();
     run_twice(model, &weights, &[(x, input)], y)
+}
+
+/// Each of `weights` with `len` values, `value(k, i)` the `i`th of the `k`th weight's.
+pub(super) fn filled(
+    weights: &[TensorId],
+    len: usize,
+    value: impl Fn(usize, usize) -> f32,
+) -> Vec<(TensorId, Vec<f32>)> {
+    weights
+        .iter()
+        .enumerate()
+        .map(|(k, &w)| (w, (0..len).map(|i| value(k, i)).collect()))
+        .collect()
 }
 
 /// Sets `weights` and `inputs`, runs twice (the second run must change nothing), returns the
