@@ -10,6 +10,15 @@ fn backend(config: HostConfig) -> HostBackend {
     HostBackend::new(config).unwrap()
 }
 
+/// `host`'s in-place growth granularity: a page.
+pub(super) fn page_of(host: &HostBackend) -> u64 {
+    host.extensions()
+        .growable
+        .unwrap()
+        .in_place_growth()
+        .granularity
+}
+
 fn desc(kind: MemoryKind, size: u64) -> BlockDesc<'static> {
     BlockDesc {
         kind,
