@@ -3,9 +3,8 @@
 //! target must give the same typed error for the same misuse: the validating front decides, not
 //! the backend.
 
-use tensormem::{
-    BlockRange, DType, Error, Graph, Op, PoolConfig, Runtime, RuntimeConfig, Tensor, WeightFormat,
-};
+use tensormem::ops::samples;
+use tensormem::{BlockRange, DType, Error, Graph, Op, PoolConfig, Runtime, RuntimeConfig, Tensor};
 
 use super::runtime;
 use crate::{Case, CaseResult as R, Ctx, case, check, fail};
@@ -211,19 +210,7 @@ async fn op_params(ctx: &Ctx) -> R {
         .await
         .map_err(fail("x"))?;
     let y = rt.alloc(DType::F32, &[4], "y").map_err(fail("y"))?;
-    let conv = Op::Conv2d {
-        n: 1,
-        c_in: 1,
-        h: 2,
-        w: 2,
-        c_out: 1,
-        kh: 1,
-        kw: 1,
-        stride: 1,
-        pad: (1 << 31) + 5,
-        bias: false,
-        weight_format: WeightFormat::F32,
-    };
+    let conv = samples::overflowing_conv();
     expect(
         "conv with padding near 2^31",
         rt.dispatch(&conv, &[&x, &x], &[&y]),
