@@ -2,7 +2,7 @@
 
 use tensormem::{Runtime, RuntimeConfig};
 
-use crate::{Case, Ctx, fail};
+use crate::{Case, CaseResult, Ctx, fail};
 
 /// The shared deterministic generator, so failures replay.
 pub(crate) use tensormem::ops::samples::Rng;
@@ -17,6 +17,20 @@ pub(crate) fn floats(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
+}
+
+/// Runs `f(i)` for each `i` below `n`, each on a thread of its own, all at once; the first
+/// failure in `i` order (a panic is one).
+pub(crate) fn on_threads(n: u32, f: impl Fn(u32) -> CaseResult + Sync) -> CaseResult {
+    let results: Vec<CaseResult> = std::thread::scope(|s| {
+        let f = &f;
+        let handles: Vec<_> = (0..n).map(|i| s.spawn(move || f(i))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+            .collect()
+    });
+    results.into_iter().collect()
 }
 
 /// The context's runtime, configured by default.

@@ -10,7 +10,7 @@ use tensormem::{
     Tensor,
 };
 
-use super::{Rng, runtime};
+use super::{Rng, on_threads, runtime};
 use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
@@ -168,58 +168,42 @@ async fn alignment(ctx: &Ctx) -> R {
 
 async fn concurrent_8_threads(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
-    let results: Vec<R> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..8u64)
-            .map(|tid| {
-                let rt = rt.clone();
-                // Each thread drives its own awaits in async mode.
-                s.spawn(move || -> R {
-                    pollster::block_on(async move {
-                        let mut rng = Rng::new(tid + 100);
-                        let mut live = Vec::new();
-                        for i in 0..300 {
-                            if live.len() > 8 || (rng.below(3) == 0 && !live.is_empty()) {
-                                let (t, data): (tensormem::Tensor, Vec<u8>) =
-                                    live.swap_remove(rng.below(live.len() as u64) as usize);
-                                if i % 16 == 0 {
-                                    let back: Vec<u8> =
-                                        ctx.download(&rt, &t).await.map_err(fail("download"))?;
-                                    check(back == data, || {
-                                        format!("thread {tid}: data clobbered")
-                                    })?;
-                                }
-                                rt.free(t).map_err(fail("free"))?;
-                            } else {
-                                let n = 1 + rng.below(64 << 10) as usize;
-                                let data = pattern(n, tid * 1000 + i);
-                                let t = ctx
-                                    .tensor_from(&rt, DType::U8, &[n], &data, "thread")
-                                    .await
-                                    .map_err(fail("alloc"))?;
-                                live.push((t, data));
-                            }
-                        }
-                        for (t, data) in live {
-                            let back: Vec<u8> =
-                                ctx.download(&rt, &t).await.map_err(fail("download"))?;
-                            check(back == data, || {
-                                format!("thread {tid}: data clobbered at the end")
-                            })?;
-                            rt.free(t).map_err(fail("free"))?;
-                        }
-                        Ok(())
-                    })
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
-            .collect()
-    });
-    for r in results {
-        r?;
-    }
+    on_threads(8, |tid| {
+        let (rt, tid) = (rt.clone(), u64::from(tid));
+        // Each thread drives its own awaits in async mode.
+        pollster::block_on(async move {
+            let mut rng = Rng::new(tid + 100);
+            let mut live = Vec::new();
+            for i in 0..300 {
+                if live.len() > 8 || (rng.below(3) == 0 && !live.is_empty()) {
+                    let (t, data): (tensormem::Tensor, Vec<u8>) =
+                        live.swap_remove(rng.below(live.len() as u64) as usize);
+                    if i % 16 == 0 {
+                        let back: Vec<u8> =
+                            ctx.download(&rt, &t).await.map_err(fail("download"))?;
+                        check(back == data, || format!("thread {tid}: data clobbered"))?;
+                    }
+                    rt.free(t).map_err(fail("free"))?;
+                } else {
+                    let n = 1 + rng.below(64 << 10) as usize;
+                    let data = pattern(n, tid * 1000 + i);
+                    let t = ctx
+                        .tensor_from(&rt, DType::U8, &[n], &data, "thread")
+                        .await
+                        .map_err(fail("alloc"))?;
+                    live.push((t, data));
+                }
+            }
+            for (t, data) in live {
+                let back: Vec<u8> = ctx.download(&rt, &t).await.map_err(fail("download"))?;
+                check(back == data, || {
+                    format!("thread {tid}: data clobbered at the end")
+                })?;
+                rt.free(t).map_err(fail("free"))?;
+            }
+            Ok(())
+        })
+    })?;
     ctx.synchronize(&rt).await.map_err(fail("sync"))?;
     check(rt.device_pool().stats().allocations == 0, || {
         "allocations left".into()
