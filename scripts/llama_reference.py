@@ -111,22 +111,42 @@ def tokenizer():
         for i, t in enumerate(SPECIAL)
     ]
     bos = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+    post = {
+        "type": "TemplateProcessing",
+        "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}},
+    }
+    model = {"type": "WordLevel", "vocab": {t: i for i, t in enumerate(VOCAB)}, "unk_token": "<unk>"}
+    return tokenizer_json(added, {"type": "WhitespaceSplit"}, post, None, model)
+
+
+def tokenizer_json(added, pre_tokenizer, post_processor, decoder, model):
+    """A tokenizer.json (Hugging Face tokenizers' format) without truncation, padding or
+    normalizer. The keys keep the order the pinned hashes of the written files depend on."""
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
         "added_tokens": added,
         "normalizer": None,
-        "pre_tokenizer": {"type": "WhitespaceSplit"},
-        "post_processor": {
-            "type": "TemplateProcessing",
-            "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}},
-        },
-        "decoder": None,
-        "model": {"type": "WordLevel", "vocab": {t: i for i, t in enumerate(VOCAB)}, "unk_token": "<unk>"},
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": post_processor,
+        "decoder": decoder,
+        "model": model,
     }
+
+
+def byte_level_alphabet():
+    """GPT-2's byte -> printable character map (the ByteLevel pre-tokenizer's), indexed by byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = list(bs), 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for _, c in sorted(zip(bs, cs))]
 
 
 def rms_norm(x, w, eps):

@@ -30,7 +30,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_reference import logits  # noqa: E402
+from llama_reference import byte_level_alphabet, logits  # noqa: E402
 
 
 def fail(msg):
@@ -52,17 +52,6 @@ def read_safetensors(path):
     return out
 
 
-def byte_alphabet():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs, n = list(bs), 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
 class Bpe:
     """Byte-level BPE over tokenizer.json's vocab and merges, for ASCII text: digits split one by
     one, then GPT-2's pre-tokenizer regex (letters/digits restricted to ASCII)."""
@@ -77,7 +66,7 @@ class Bpe:
             self.inv[a["id"]] = a["content"]
         merges = [m.split(" ") if isinstance(m, str) else m for m in model["merges"]]
         self.rank = {tuple(m): i for i, m in enumerate(merges)}
-        self.to_char = byte_alphabet()
+        self.to_char = dict(enumerate(byte_level_alphabet()))
         self.to_byte = {c: b for b, c in self.to_char.items()}
 
     def word(self, piece):

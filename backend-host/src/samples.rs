@@ -138,6 +138,24 @@ pub fn matmul(
     }
 }
 
+/// A 1×1 convolution whose padding, near 2^31, overflows its output shape's arithmetic: refused
+/// with `ArithmeticOverflow` before any work.
+pub fn overflowing_conv() -> Op {
+    Op::Conv2d {
+        n: 1,
+        c_in: 1,
+        h: 2,
+        w: 2,
+        c_out: 1,
+        kh: 1,
+        kw: 1,
+        stride: 1,
+        pad: (1 << 31) + 5,
+        bias: false,
+        weight_format: WeightFormat::F32,
+    }
+}
+
 fn f32_instances() -> Vec<Op> {
     vec![
         matmul((1, 1, 1, 1), false, false, false, false, 1.0),

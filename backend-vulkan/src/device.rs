@@ -20,7 +20,7 @@ mod timestamps;
 use ash::vk;
 use tensormem_contract::{Error, Result};
 
-use crate::error::BACKEND;
+use crate::error::{BACKEND, vk_err};
 use crate::instance::OwnedInstance;
 use properties::{device_name, supports_timeline};
 pub(crate) use timestamps::Timestamps;
@@ -248,6 +248,19 @@ impl Gpu {
             }
             _ => None,
         }
+    }
+
+    /// A timeline semaphore at value 0.
+    ///
+    /// # Errors
+    /// `vkCreateSemaphore`'s.
+    pub(crate) fn timeline_semaphore(&self) -> Result<vk::Semaphore> {
+        let mut type_info = vk::SemaphoreTypeCreateInfo::default()
+            .semaphore_type(vk::SemaphoreType::TIMELINE)
+            .initial_value(0);
+        let info = vk::SemaphoreCreateInfo::default().push_next(&mut type_info);
+        // SAFETY: timeline semaphores are enabled on the device (checked when it was chosen).
+        unsafe { self.device.create_semaphore(&info, None) }.map_err(vk_err("vkCreateSemaphore"))
     }
 
     /// Destroys the device and the instance if this backend created them.

@@ -103,13 +103,7 @@ pub(crate) struct Binder {
 impl Binder {
     /// Creates the binder's semaphore.
     pub(crate) fn new(gpu: &Gpu, growth: InPlaceGrowth, limits: SparseLimits) -> Result<Binder> {
-        let mut type_info = vk::SemaphoreTypeCreateInfo::default()
-            .semaphore_type(vk::SemaphoreType::TIMELINE)
-            .initial_value(0);
-        let info = vk::SemaphoreCreateInfo::default().push_next(&mut type_info);
-        // SAFETY: timeline semaphores are enabled on the device.
-        let semaphore = unsafe { gpu.device.create_semaphore(&info, None) }
-            .map_err(vk_err("vkCreateSemaphore"))?;
+        let semaphore = gpu.timeline_semaphore()?;
         Ok(Binder {
             semaphore,
             signalled: 0,

@@ -45,7 +45,7 @@ use tensormem_contract::{Error, Result, Ticket};
 use crate::barriers::HazardTracker;
 use crate::conv::align_up;
 use crate::device::{Gpu, QueueLane, Timestamps};
-use crate::error::{BACKEND, map_vk, vk_err};
+use crate::error::{BACKEND, map_vk};
 use batch::OpenBatch;
 use resources::{BatchResources, destroy_resources};
 use stamps::StallClock;
@@ -100,13 +100,7 @@ pub(crate) struct Timeline {
 impl Timeline {
     /// Creates the lane's timeline semaphore at value 0.
     pub(crate) fn new(gpu: &Gpu, lane: Lane, queue: QueueLane) -> Result<Timeline> {
-        let mut type_info = vk::SemaphoreTypeCreateInfo::default()
-            .semaphore_type(vk::SemaphoreType::TIMELINE)
-            .initial_value(0);
-        let info = vk::SemaphoreCreateInfo::default().push_next(&mut type_info);
-        // SAFETY: timeline semaphores are enabled on the device (checked when it was chosen).
-        let semaphore = unsafe { gpu.device.create_semaphore(&info, None) }
-            .map_err(vk_err("vkCreateSemaphore"))?;
+        let semaphore = gpu.timeline_semaphore()?;
         let slot_size = align_up(
             PARAMS_SIZE,
             gpu.limits.min_uniform_buffer_offset_alignment.max(1),

@@ -11,27 +11,13 @@
 
 use std::sync::Arc;
 
+use tensormem::ops::samples::Rng;
 use tensormem::{
     Allocation, Backend, DevicePool, Error, HostBackend, HostConfig, PoolConfig, Runtime,
     RuntimeConfig, StagingConfig,
 };
 use tensormem_conformance::in_parallel;
 use tensormem_conformance::inject::Faulty;
-
-/// xorshift64*: deterministic, so a failing seed replays.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 struct Live {
     alloc: Allocation,
@@ -90,12 +76,12 @@ fn setup(seed: u64) -> Result<Seed, String> {
         pool,
         align,
         live: Vec::new(),
-        rng: Rng(0x9E37_79B9_7F4A_7C15 ^ (seed + 1).wrapping_mul(0xD1B5_4A32_D192_ED03)),
+        rng: Rng::new(0x9E37_79B9_7F4A_7C15 ^ (seed + 1).wrapping_mul(0xD1B5_4A32_D192_ED03)),
     })
 }
 
 fn fill(rng: &mut Rng, len: usize) -> Vec<u8> {
-    let x = rng.next();
+    let x = rng.next_u64();
     (0..len)
         .map(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8)
         .collect()

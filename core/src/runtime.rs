@@ -37,6 +37,7 @@ pub(crate) mod dispatch;
 mod expandable;
 mod managed;
 pub(crate) mod model;
+mod replay;
 mod segments;
 pub(crate) mod tensor;
 mod transfer;

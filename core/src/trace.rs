@@ -43,7 +43,7 @@ mod kv;
 mod lifetime;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 #[cfg(test)]
 mod transfer_tests;
 

@@ -16,27 +16,14 @@ use tensormem::{
     ArenaConfig, ArenaPool, Backend, BlockDesc, BlockId, BlockRange, Capabilities, DevicePool,
     DeviceType, Error, Op, Result, Ticket,
 };
+use tensormem_host::samples::Rng;
 
-/// xorshift64*: the operation sequence of one case, from the case's seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    /// A size in `[1, max]`, log-uniform: as many tiny requests as huge ones.
-    fn size(&mut self, max: u64) -> u64 {
-        let bits = 64 - max.leading_zeros() as u64;
-        let b = 1 + self.below(bits);
-        let top = if b >= 64 { u64::MAX } else { (1u64 << b) - 1 };
-        1 + self.below(top.min(max))
-    }
+/// A size in `[1, max]`, log-uniform: as many tiny requests as huge ones.
+fn log_size(rng: &mut Rng, max: u64) -> u64 {
+    let bits = 64 - max.leading_zeros() as u64;
+    let b = 1 + rng.below(bits);
+    let top = if b >= 64 { u64::MAX } else { (1u64 << b) - 1 };
+    1 + rng.below(top.min(max))
 }
 
 /// Live regions keyed by offset: overlap checks in O(log n).
@@ -85,7 +72,7 @@ fn suballoc_case<A: SubAllocator>(
     max_align_log: u32,
     seed: u64,
 ) -> std::result::Result<(), String> {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed | 1);
     let mut sub = (subject.build)(capacity).map_err(|e| e.to_string())?;
     let largest = (subject.largest)(capacity);
     let mut model = Model::default();
@@ -93,7 +80,7 @@ fn suballoc_case<A: SubAllocator>(
     let mut carved = 0u32;
     for i in 0..100_000u32 {
         if rng.below(100) < 55 || live.is_empty() {
-            let size = rng.size(capacity);
+            let size = log_size(&mut rng, capacity);
             let align = 1u64 << rng.below(u64::from(max_align_log) + 1);
             match sub.allocate(size, align).map_err(Error::from) {
                 Ok(Some(r)) => {
@@ -291,7 +278,7 @@ impl Backend for Virtual {
 /// completions, trims. (Many live allocations are the TLSF case's job; here the blocks, growth,
 /// deferral and trim are.)
 fn pool_case(device: u64, block_size: u64, seed: u64) -> std::result::Result<(), String> {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed | 1);
     let max_align_log = 30.min(63 - (device / 8).leading_zeros());
     let backend = Arc::new(Virtual::new(device));
     let pool = ArenaPool::new(
@@ -318,7 +305,7 @@ fn pool_case(device: u64, block_size: u64, seed: u64) -> std::result::Result<(),
             } else {
                 device / 8
             };
-            let size = rng.size(max);
+            let size = log_size(&mut rng, max);
             let align = 1u64 << rng.below(u64::from(max_align_log) + 1);
             match pool.allocate(size, align, "p") {
                 Ok(a) => {

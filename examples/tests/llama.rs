@@ -20,11 +20,9 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
-use tensormem::kv::{KvCache, KvCacheConfig, KvDType, Preemption};
+use tensormem::kv::{KvCache, KvCacheConfig, KvDType, Preemption, SeqId};
 use tensormem::pool::{ReplayConfig, ReplayPool};
-use tensormem::{
-    ArenaConfig, ArenaPool, HostBackend, HostConfig, Runtime, RuntimeConfig, WeightFormat,
-};
+use tensormem::{HostBackend, HostConfig, Runtime, RuntimeConfig, WeightFormat};
 use tensormem_examples::models::llama::{
     Chunk, Engine, EngineConfig, Event, Llama, Request, Sampling,
 };
@@ -96,19 +94,28 @@ fn host() -> Runtime {
 /// A host runtime whose device pool records and replays steps.
 fn host_replay() -> (Runtime, Arc<ReplayPool>) {
     let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-    let mut made = None;
-    let rt = Runtime::with_pool(backend, RuntimeConfig::default(), |front, budget| {
-        let dynamic = Arc::new(ArenaPool::with_budget(
-            front,
-            ArenaConfig::device(),
-            budget,
-        )?);
-        let pool = Arc::new(ReplayPool::new(dynamic, ReplayConfig::default()));
-        made = Some(pool.clone());
-        Ok(pool)
-    })
-    .unwrap();
-    (rt, made.unwrap())
+    Runtime::with_replay_pool(backend, RuntimeConfig::default(), ReplayConfig::default()).unwrap()
+}
+
+/// The chunk of a whole prompt of sequence `seq`, its last logits wanted.
+fn prompt_chunk(seq: SeqId, tokens: Vec<u32>) -> Chunk {
+    Chunk {
+        seq,
+        start: 0,
+        tokens,
+        logits: true,
+    }
+}
+
+/// Appends `next` to `chunk`'s sequence in `kv`; the one-token chunk that follows `chunk`.
+fn advance(kv: &mut KvCache, chunk: &Chunk, next: u32) -> Chunk {
+    kv.append(chunk.seq, next).unwrap();
+    Chunk {
+        seq: chunk.seq,
+        start: chunk.start + chunk.tokens.len(),
+        tokens: vec![next],
+        logits: true,
+    }
 }
 
 fn cache(model: &Llama, dtype: KvDType, block: u32, budget: u64, how: Preemption) -> KvCache {
@@ -158,12 +165,7 @@ fn logits_match(dtype: KvDType, key: &str, tol: f64) {
         let tokens = ids(&case["tokens"]);
         let mut kv = cache(&model, dtype, 4, 1 << 20, Preemption::Swap);
         let seq = kv.admit(&prompt, 0).unwrap().seq;
-        let mut chunk = Chunk {
-            seq,
-            start: 0,
-            tokens: prompt.clone(),
-            logits: true,
-        };
+        let mut chunk = prompt_chunk(seq, prompt.clone());
         for (step, want) in case[key].as_array().unwrap().iter().enumerate() {
             let got = model
                 .decoder
@@ -180,15 +182,7 @@ fn logits_match(dtype: KvDType, key: &str, tol: f64) {
                     case["prompt"]
                 );
             }
-            let next = tokens[step];
-            let start = chunk.start + chunk.tokens.len();
-            kv.append(seq, next).unwrap();
-            chunk = Chunk {
-                seq,
-                start,
-                tokens: vec![next],
-                logits: true,
-            };
+            chunk = advance(&mut kv, &chunk, tokens[step]);
         }
         kv.release().unwrap();
     }
@@ -310,12 +304,7 @@ fn smollm2_generates_its_numpy_reference() {
     assert_eq!(prompt, ids(&reference["ids"]));
     let mut kv = cache_of(&model, 1 << 26);
     let seq = kv.admit(&prompt, 0).unwrap().seq;
-    let mut chunk = Chunk {
-        seq,
-        start: 0,
-        tokens: prompt,
-        logits: true,
-    };
+    let mut chunk = prompt_chunk(seq, prompt);
     let want = ids(&reference["tokens"]);
     for (step, &next) in want.iter().enumerate() {
         let logits = model
@@ -334,14 +323,7 @@ fn smollm2_generates_its_numpy_reference() {
         let got =
             tensormem_examples::models::llama::Sampler::new(Sampling::default()).sample(&logits[0]);
         assert_eq!(got, next, "step {step}");
-        let start = chunk.start + chunk.tokens.len();
-        kv.append(seq, next).unwrap();
-        chunk = Chunk {
-            seq,
-            start,
-            tokens: vec![next],
-            logits: true,
-        };
+        chunk = advance(&mut kv, &chunk, next);
     }
     assert_eq!(
         model.decode(&want).unwrap(),
@@ -398,12 +380,7 @@ fn every_backend_generates_the_reference_tokens() {
         let budget = 1 << 20;
         let mut kv = cache(&model, KvDType::F32, 4, budget, Preemption::Swap);
         let seq = kv.admit(&ids(&cases[0]["ids"]), 1).unwrap().seq;
-        let chunk = Chunk {
-            seq,
-            start: 0,
-            tokens: ids(&cases[0]["ids"]),
-            logits: true,
-        };
+        let chunk = prompt_chunk(seq, ids(&cases[0]["ids"]));
         let got = model.decoder.forward(&kv, &[chunk]).unwrap();
         let want = f64s(&cases[0]["logits"][0]);
         let scale = want.iter().fold(1f64, |m, w| m.max(w.abs()));

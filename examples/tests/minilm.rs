@@ -14,6 +14,9 @@
 
 #[path = "support/backends.rs"]
 mod backends;
+#[path = "support/close.rs"]
+mod close;
+use close::assert_within;
 
 use std::path::PathBuf;
 
@@ -64,12 +67,7 @@ fn staged_host() -> tensormem::Runtime {
 }
 
 fn assert_prefix(backend: &str, what: &str, got: &[f32], want: &[f32]) {
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= TOL,
-            "{backend}: {what} embedding[{i}]: got {g}, reference {w} (tolerance {TOL})"
-        );
-    }
+    assert_within(backend, what, "embedding", got, want, TOL);
 }
 
 #[test]

@@ -12,6 +12,9 @@
 
 #[path = "support/backends.rs"]
 mod backends;
+#[path = "support/close.rs"]
+mod close;
+use close::assert_within;
 
 use tensormem_examples::models::mnist::{self, Mnist, PIXELS};
 use tensormem_examples::models::report::blocks_allocated;
@@ -41,12 +44,7 @@ const ZERO_IMAGE: [f32; 10] = [
 const TOL: f32 = 1e-3;
 
 fn assert_close(backend: &str, what: &str, got: &[f32], want: &[f32]) {
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= TOL,
-            "{backend}: {what} logit {i}: got {g}, reference {w} (tolerance {TOL})"
-        );
-    }
+    assert_within(backend, what, "logit", got, want, TOL);
 }
 
 #[test]

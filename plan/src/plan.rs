@@ -62,6 +62,8 @@ mod sweep;
 mod verify;
 
 #[cfg(test)]
+mod fixtures;
+#[cfg(test)]
 mod tests;
 
 pub use bound::lower_bound;

@@ -4,10 +4,18 @@ use std::time::Duration;
 
 use super::*;
 use crate::backend::{TransferLane, TransferLanes};
-use crate::ops::WeightFormat;
 
 fn backend(config: HostConfig) -> HostBackend {
     HostBackend::new(config).unwrap()
+}
+
+/// `host`'s in-place growth granularity: a page.
+pub(super) fn page_of(host: &HostBackend) -> u64 {
+    host.extensions()
+        .growable
+        .unwrap()
+        .in_place_growth()
+        .granularity
 }
 
 fn desc(kind: MemoryKind, size: u64) -> BlockDesc<'static> {
@@ -183,19 +191,7 @@ fn overflowing_op_parameters_never_reach_the_worker() {
         offset,
         size: 16,
     };
-    let conv = Op::Conv2d {
-        n: 1,
-        c_in: 1,
-        h: 2,
-        w: 2,
-        c_out: 1,
-        kh: 1,
-        kw: 1,
-        stride: 1,
-        pad: (1 << 31) + 5,
-        bias: false,
-        weight_format: WeightFormat::F32,
-    };
+    let conv = crate::samples::overflowing_conv();
     assert!(matches!(
         b.dispatch(&conv, &[r(0), r(64), r(128)]),
         Err(Error::ArithmeticOverflow { .. })

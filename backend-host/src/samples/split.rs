@@ -1,6 +1,7 @@
 //! Instances for the validating front's splits: ops whose operands exceed a binding limit, and
 //! ops run over segmented tensors.
 
+use super::matmul;
 use crate::ops::{Op, WeightFormat};
 
 /// Ops of every kind the validating front splits across bindings, each with a binding limit that
@@ -75,18 +76,7 @@ pub fn split_instances() -> Vec<(Op, u64)> {
             alpha: 0.5,
             weight_format: WeightFormat::F16,
         },
-        Op::MatMul {
-            batch: 12,
-            m: 8,
-            n: 16,
-            k: 8,
-            trans_a: true,
-            trans_b: false,
-            broadcast_b: false,
-            bias: false,
-            alpha: 1.0,
-            weight_format: WeightFormat::F32,
-        },
+        matmul((12, 8, 16, 8), true, false, false, false, 1.0),
         Op::Conv2d {
             n: 6,
             c_in: 2,

@@ -23,6 +23,16 @@ fn sparse(name: &str, b: &dyn Backend) -> Option<InPlaceGrowth> {
     growth
 }
 
+/// Runs `case` on each front whose backend offers sparse growth, with that growth; the others are
+/// skipped (or fail) as [`sparse`] says.
+fn on_each_sparse_front(case: impl Fn(&str, &Validated, InPlaceGrowth)) {
+    on_each_front(|name, b| {
+        if let Some(growth) = sparse(name, b) {
+            case(name, b, growth);
+        }
+    });
+}
+
 fn reserve(b: &Validated, committed: u64, reserve: u64) -> BlockId {
     b.reserve_block(
         &BlockDesc {
@@ -44,8 +54,7 @@ fn pattern(seed: u8, len: u64) -> Vec<u8> {
 
 #[test]
 fn growth_is_offered_with_whole_granules() {
-    on_each_front(|name, b| {
-        let Some(g) = sparse(name, b) else { return };
+    on_each_sparse_front(|name, _, g| {
         assert!(
             g.granularity.is_power_of_two() && g.granularity >= 64 << 10,
             "{name}: {g:?}"
@@ -77,10 +86,7 @@ fn sparse_growth_off_takes_the_blocks_path() {
 
 #[test]
 fn grow_write_across_granules_and_shrink_keep_contents() {
-    on_each_front(|name, b| {
-        let Some(growth) = sparse(name, b) else {
-            return;
-        };
+    on_each_sparse_front(|name, b, growth| {
         let g = growth.granularity;
         let block = reserve(b, g, 8 * g);
         assert_eq!(b.resize_block(block, 3 * g).unwrap(), 3 * g, "{name}");
@@ -109,10 +115,7 @@ fn grow_write_across_granules_and_shrink_keep_contents() {
 
 #[test]
 fn an_extension_binds_nothing_until_committed_or_remapped() {
-    on_each_front(|name, b| {
-        let Some(growth) = sparse(name, b) else {
-            return;
-        };
+    on_each_sparse_front(|name, b, growth| {
         let g = growth.granularity;
         let block = reserve(b, g, 8 * g);
         let first = pattern(30, g);
@@ -142,10 +145,7 @@ fn an_extension_binds_nothing_until_committed_or_remapped() {
 
 #[test]
 fn holes_keep_the_contents_of_untouched_granules() {
-    on_each_front(|name, b| {
-        let Some(growth) = sparse(name, b) else {
-            return;
-        };
+    on_each_sparse_front(|name, b, growth| {
         let g = growth.granularity;
         let block = reserve(b, 4 * g, 4 * g);
         let granules: Vec<Vec<u8>> = (0..4).map(|i| pattern(10 + i as u8, g)).collect();
@@ -183,10 +183,7 @@ fn holes_keep_the_contents_of_untouched_granules() {
 
 #[test]
 fn a_dispatch_and_a_copy_run_over_a_grown_block() {
-    on_each_front(|name, b| {
-        let Some(growth) = sparse(name, b) else {
-            return;
-        };
+    on_each_sparse_front(|name, b, growth| {
         let g = growth.granularity;
         let block = reserve(b, g, 4 * g);
         b.resize_block(block, 2 * g).unwrap();
@@ -223,10 +220,7 @@ fn a_dispatch_and_a_copy_run_over_a_grown_block() {
 
 #[test]
 fn a_reservation_beyond_the_sparse_address_space_is_out_of_memory() {
-    on_each_front(|name, b| {
-        let Some(growth) = sparse(name, b) else {
-            return;
-        };
+    on_each_sparse_front(|name, b, growth| {
         let first = reserve(b, 0, growth.max_reserve);
         let desc = BlockDesc {
             kind: MemoryKind::DeviceLocal,
@@ -250,10 +244,7 @@ fn a_reservation_beyond_the_sparse_address_space_is_out_of_memory() {
 /// 1.3.239 reports it, and the backend's log drops exactly that message on sparse buffers).
 #[test]
 fn a_copy_between_halves_of_one_granule() {
-    on_each_front(|name, b| {
-        let Some(growth) = sparse(name, b) else {
-            return;
-        };
+    on_each_sparse_front(|name, b, growth| {
         let g = growth.granularity;
         let block = reserve(b, g, 4 * g);
         let data = pattern(30, g / 2);

@@ -11,9 +11,7 @@ use tensormem::{
 };
 
 use super::Rng;
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![

@@ -1,14 +1,13 @@
 //! Liveness reuse: random graphs whose intermediates share memory under a static plan give the
 //! same results as the same ops with no reuse at all (every tensor in its own host buffer).
 
-use tensormem::ops::{DType, Op, WeightFormat, host};
-use tensormem::{Graph, RuntimeConfig, TensorId};
+use tensormem::ops::samples::matmul;
+use tensormem::ops::{DType, Op, host};
+use tensormem::{Graph, TensorId};
 
-use super::Rng;
-use crate::{Case, Ctx, case, check, fail};
+use super::{Rng, bytes, floats, runtime};
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 use tensormem::ops::samples::compare_f32;
-
-type R = std::result::Result<(), String>;
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![case!("planned_reuse_matches_no_reuse", planned_reuse)]
@@ -21,16 +20,6 @@ pub(super) struct RandomGraph {
     pub(super) outputs: Vec<TensorId>,
     /// Every tensor's value computed on the host with no reuse, by tensor index.
     reference: Vec<Option<Vec<f32>>>,
-}
-
-pub(super) fn bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 pub(super) fn random_graph(seed: u64) -> Result<RandomGraph, String> {
@@ -114,18 +103,7 @@ pub(super) fn random_graph(seed: u64) -> Result<RandomGraph, String> {
                 vec![a],
             ),
             _ => (
-                Op::MatMul {
-                    batch: 1,
-                    m: rows,
-                    n: cols,
-                    k: cols,
-                    trans_a: false,
-                    trans_b: true,
-                    broadcast_b: true,
-                    bias: false,
-                    alpha: 0.25,
-                    weight_format: WeightFormat::F32,
-                },
+                matmul((1, rows, cols, cols), false, true, true, false, 0.25),
                 vec![a, w],
             ),
         };
@@ -161,9 +139,7 @@ pub(super) fn random_graph(seed: u64) -> Result<RandomGraph, String> {
 }
 
 async fn planned_reuse(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let mut reused = 0;
     let graphs = 40;
     for seed in 1..=graphs {

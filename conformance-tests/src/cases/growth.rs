@@ -8,13 +8,11 @@
 
 use tensormem::{
     Backend, BlockDesc, BlockRange, DType, DevicePool, Error, Growable, InPlaceGrowth, MemoryKind,
-    Runtime, RuntimeConfig, Tensor,
+    Runtime, Tensor,
 };
 
-use super::Rng;
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use super::{Rng, runtime};
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -33,9 +31,7 @@ pub(crate) fn cases() -> Vec<Case> {
 /// every growth; in place the pool holds one block whose committed bytes stay close to the live
 /// bytes, on blocks it holds several; trim gives everything back once all is freed.
 async fn arena_growth(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let growth = growth_of(rt.front());
     let n = 100_000usize;
     let mut r = Rng::new(14);
@@ -73,9 +69,7 @@ async fn arena_growth(ctx: &Ctx) -> R {
 /// hole's memory goes back before the arena grows, so committed bytes stay near the live ones
 /// (without, the arena holds the hole too); trim gives everything back at the end.
 async fn arena_holes(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let holes = growth_of(rt.front()).filter(|g| g.holes);
     let mib = 1usize << 20;
     let mut r = Rng::new(41);
@@ -132,9 +126,7 @@ async fn arena_holes(ctx: &Ctx) -> R {
 /// called directly), it is unsupported. Host-visible memory keeps
 /// what is written into the extension once it is backed.
 async fn extension(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let front = rt.front();
     let unsupported = |r: tensormem::Result<()>| {
         check(matches!(r, Err(Error::Unsupported { .. })), || {
@@ -226,9 +218,7 @@ async fn extension_of(
 /// mapping granularity (CUDA maps 2 MiB at a time). The first and last tensors keep their
 /// contents; trim gives everything back.
 async fn small_model(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let pool = rt.device_pool();
     pool.trim().map_err(fail("trim"))?;
     let before = pool.stats();
@@ -307,9 +297,7 @@ async fn free_all_and_trim(
 /// in place; there it grows along its outer axis keeping its handle and its bytes, and a shape
 /// that changes an inner axis is refused. Elsewhere the caller is told `None`.
 async fn expandable(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let t = rt
         .alloc_expandable(DType::U32, &[16, 1024], 16 << 20, "rows")
         .map_err(fail("alloc_expandable"))?;

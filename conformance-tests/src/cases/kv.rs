@@ -8,9 +8,8 @@ use tensormem::kv::attention::{PagedQuery, paged_attention};
 use tensormem::kv::{KvCache, KvCacheConfig, KvDType, KvGeometry, Preemption, SeqId, SeqState};
 use tensormem::{DeviceLimits, Runtime, RuntimeConfig};
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use super::runtime;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -220,9 +219,7 @@ async fn kv_pressure(ctx: &Ctx) -> R {
 /// handle never changes; elsewhere its segments are whole. The first sequence's attention is the
 /// same before and after either growth.
 async fn kv_growth(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let g = KvGeometry::new(2, 2, 64, KvDType::F32, 4, 1024).map_err(|e| e.to_string())?;
     let stride = g.block_stride(rt.backend().capabilities().binding_align);
     let budget = 2048 * stride;

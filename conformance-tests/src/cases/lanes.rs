@@ -9,13 +9,12 @@ use std::sync::Arc;
 
 use tensormem::backend::{BlockDesc, BlockRange, lanes};
 use tensormem::{
-    Backend, BlockId, DType, Error, HostAccess, MemoryKind, Op, RuntimeConfig, Ticket,
-    TransferLane, TransferTicket, Validated,
+    Backend, BlockId, DType, Error, HostAccess, MemoryKind, Op, Ticket, TransferLane,
+    TransferTicket, Validated,
 };
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use super::{bytes, floats, runtime};
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -38,16 +37,6 @@ const N: usize = 4096;
 
 fn input(seed: f32) -> Vec<f32> {
     (0..N).map(|i| (i as f32 - N as f32 / 2.0) * seed).collect()
-}
-
-fn bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 fn whole(block: BlockId) -> BlockRange {
@@ -236,9 +225,7 @@ async fn after_transfer(ctx: &Ctx) -> R {
 /// is then written. The free must wait for the transfer (the front joins it), so the copy still
 /// reads the first tensor's values.
 async fn freed_while_read(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let front = rt.backend().clone();
     let x = input(1.5);
     let a = rt

@@ -12,9 +12,8 @@ use tensormem::{
     RuntimeConfig, Ticket, Validated,
 };
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use super::{bytes, floats};
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -29,16 +28,6 @@ fn input(n: usize) -> Vec<f32> {
 
 fn relu(x: &[f32]) -> Vec<f32> {
     x.iter().map(|v| v.max(0.0)).collect()
-}
-
-fn bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 /// Without managed memory: the front and the backend both answer `Unsupported`.

@@ -6,14 +6,12 @@ mod faults;
 mod reuse;
 
 use tensormem::{
-    ArenaConfig, ArenaPool, DType, DevicePool, Error, HostAccess, MemoryKind, Runtime,
-    RuntimeConfig,
+    ArenaConfig, ArenaPool, DType, DevicePool, Element, Error, HostAccess, MemoryKind, Runtime,
+    Tensor,
 };
 
-use super::Rng;
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use super::{Rng, on_threads, runtime};
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -33,11 +31,6 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("guard_margins_catch_overruns", faults::guard_margins, native_only: "guard margins are checked with blocking waits (refused on wasm32)"),
         case!("trim_returns_blocks", budget::trim_returns_blocks),
     ]
-}
-
-fn runtime(ctx: &Ctx) -> Result<Runtime, String> {
-    ctx.runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))
 }
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -87,70 +80,49 @@ async fn round_trip_sizes(ctx: &Ctx) -> R {
     rt.device_pool().check_invariants()
 }
 
+/// Uploads `data` as a `dtype` tensor of `shape` (labelled `what`) and checks that it downloads
+/// unchanged; the tensor stays allocated.
+async fn round_trip<T: Element + PartialEq>(
+    ctx: &Ctx,
+    rt: &Runtime,
+    dtype: DType,
+    shape: &[usize],
+    data: &[T],
+    what: &str,
+) -> Result<Tensor, String> {
+    let t = ctx
+        .tensor_from(rt, dtype, shape, data, what)
+        .await
+        .map_err(fail(what))?;
+    check(
+        ctx.download::<T>(rt, &t).await.map_err(fail(what))? == data,
+        || format!("{what} differs"),
+    )?;
+    Ok(t)
+}
+
 async fn round_trip_dtypes(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
     let n = 1001;
     let f: Vec<f32> = (0..n).map(|i| i as f32 * 0.37 - 100.0).collect();
-    let t = ctx
-        .tensor_from(&rt, DType::F32, &[7, 143], &f, "f32")
-        .await
-        .map_err(fail("f32"))?;
-    check(
-        ctx.download::<f32>(&rt, &t).await.map_err(fail("f32"))? == f,
-        || "f32 differs".into(),
-    )?;
+    let t = round_trip(ctx, &rt, DType::F32, &[7, 143], &f, "f32").await?;
     rt.free(t).map_err(fail("free"))?;
     let d: Vec<f64> = (0..n).map(|i| i as f64 * -1.5e300 / n as f64).collect();
-    let t = ctx
-        .tensor_from(&rt, DType::F64, &[n], &d, "f64")
-        .await
-        .map_err(fail("f64"))?;
-    check(
-        ctx.download::<f64>(&rt, &t).await.map_err(fail("f64"))? == d,
-        || "f64 differs".into(),
-    )?;
+    let t = round_trip(ctx, &rt, DType::F64, &[n], &d, "f64").await?;
     rt.free(t).map_err(fail("free"))?;
     let i: Vec<i32> = (0..n as i32).map(|x| x * -7919).collect();
-    let t = ctx
-        .tensor_from(&rt, DType::I32, &[n], &i, "i32")
-        .await
-        .map_err(fail("i32"))?;
-    check(
-        ctx.download::<i32>(&rt, &t).await.map_err(fail("i32"))? == i,
-        || "i32 differs".into(),
-    )?;
+    let t = round_trip(ctx, &rt, DType::I32, &[n], &i, "i32").await?;
     rt.free(t).map_err(fail("free"))?;
     let u: Vec<u32> = (0..n as u32).map(|x| x.wrapping_mul(2654435761)).collect();
-    let t = ctx
-        .tensor_from(&rt, DType::U32, &[n], &u, "u32")
-        .await
-        .map_err(fail("u32"))?;
-    check(
-        ctx.download::<u32>(&rt, &t).await.map_err(fail("u32"))? == u,
-        || "u32 differs".into(),
-    )?;
+    let t = round_trip(ctx, &rt, DType::U32, &[n], &u, "u32").await?;
     rt.free(t).map_err(fail("free"))?;
     let l: Vec<i64> = (0..n as i64)
         .map(|x| x.wrapping_mul(i64::MAX / 2000) - x)
         .collect();
-    let t = ctx
-        .tensor_from(&rt, DType::I64, &[n], &l, "i64")
-        .await
-        .map_err(fail("i64"))?;
-    check(
-        ctx.download::<i64>(&rt, &t).await.map_err(fail("i64"))? == l,
-        || "i64 differs".into(),
-    )?;
+    let t = round_trip(ctx, &rt, DType::I64, &[n], &l, "i64").await?;
     rt.free(t).map_err(fail("free"))?;
     let h: Vec<u16> = (0..n as u16).map(|x| x.wrapping_mul(40503)).collect();
-    let t = ctx
-        .tensor_from(&rt, DType::U16, &[n], &h, "u16")
-        .await
-        .map_err(fail("u16"))?;
-    check(
-        ctx.download::<u16>(&rt, &t).await.map_err(fail("u16"))? == h,
-        || "u16 differs".into(),
-    )?;
+    let t = round_trip(ctx, &rt, DType::U16, &[n], &h, "u16").await?;
     // A size mismatch is an error, not a truncation.
     let short = ctx.upload(&rt, &t, &h[..10]).await;
     rt.free(t).map_err(fail("free"))?;
@@ -196,58 +168,42 @@ async fn alignment(ctx: &Ctx) -> R {
 
 async fn concurrent_8_threads(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
-    let results: Vec<R> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..8u64)
-            .map(|tid| {
-                let rt = rt.clone();
-                // Each thread drives its own awaits in async mode.
-                s.spawn(move || -> R {
-                    pollster::block_on(async move {
-                        let mut rng = Rng::new(tid + 100);
-                        let mut live = Vec::new();
-                        for i in 0..300 {
-                            if live.len() > 8 || (rng.below(3) == 0 && !live.is_empty()) {
-                                let (t, data): (tensormem::Tensor, Vec<u8>) =
-                                    live.swap_remove(rng.below(live.len() as u64) as usize);
-                                if i % 16 == 0 {
-                                    let back: Vec<u8> =
-                                        ctx.download(&rt, &t).await.map_err(fail("download"))?;
-                                    check(back == data, || {
-                                        format!("thread {tid}: data clobbered")
-                                    })?;
-                                }
-                                rt.free(t).map_err(fail("free"))?;
-                            } else {
-                                let n = 1 + rng.below(64 << 10) as usize;
-                                let data = pattern(n, tid * 1000 + i);
-                                let t = ctx
-                                    .tensor_from(&rt, DType::U8, &[n], &data, "thread")
-                                    .await
-                                    .map_err(fail("alloc"))?;
-                                live.push((t, data));
-                            }
-                        }
-                        for (t, data) in live {
-                            let back: Vec<u8> =
-                                ctx.download(&rt, &t).await.map_err(fail("download"))?;
-                            check(back == data, || {
-                                format!("thread {tid}: data clobbered at the end")
-                            })?;
-                            rt.free(t).map_err(fail("free"))?;
-                        }
-                        Ok(())
-                    })
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
-            .collect()
-    });
-    for r in results {
-        r?;
-    }
+    on_threads(8, |tid| {
+        let (rt, tid) = (rt.clone(), u64::from(tid));
+        // Each thread drives its own awaits in async mode.
+        pollster::block_on(async move {
+            let mut rng = Rng::new(tid + 100);
+            let mut live = Vec::new();
+            for i in 0..300 {
+                if live.len() > 8 || (rng.below(3) == 0 && !live.is_empty()) {
+                    let (t, data): (tensormem::Tensor, Vec<u8>) =
+                        live.swap_remove(rng.below(live.len() as u64) as usize);
+                    if i % 16 == 0 {
+                        let back: Vec<u8> =
+                            ctx.download(&rt, &t).await.map_err(fail("download"))?;
+                        check(back == data, || format!("thread {tid}: data clobbered"))?;
+                    }
+                    rt.free(t).map_err(fail("free"))?;
+                } else {
+                    let n = 1 + rng.below(64 << 10) as usize;
+                    let data = pattern(n, tid * 1000 + i);
+                    let t = ctx
+                        .tensor_from(&rt, DType::U8, &[n], &data, "thread")
+                        .await
+                        .map_err(fail("alloc"))?;
+                    live.push((t, data));
+                }
+            }
+            for (t, data) in live {
+                let back: Vec<u8> = ctx.download(&rt, &t).await.map_err(fail("download"))?;
+                check(back == data, || {
+                    format!("thread {tid}: data clobbered at the end")
+                })?;
+                rt.free(t).map_err(fail("free"))?;
+            }
+            Ok(())
+        })
+    })?;
     ctx.synchronize(&rt).await.map_err(fail("sync"))?;
     check(rt.device_pool().stats().allocations == 0, || {
         "allocations left".into()

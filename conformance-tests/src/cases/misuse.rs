@@ -3,13 +3,11 @@
 //! target must give the same typed error for the same misuse: the validating front decides, not
 //! the backend.
 
-use tensormem::{
-    BlockRange, DType, Error, Graph, Op, PoolConfig, Runtime, RuntimeConfig, Tensor, WeightFormat,
-};
+use tensormem::ops::samples;
+use tensormem::{BlockRange, DType, Error, Graph, Op, PoolConfig, Runtime, RuntimeConfig, Tensor};
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use super::runtime;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -25,11 +23,6 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("kernel_on_freed_tensor_is_tracked", tracking),
         case!("typed_transfers_and_too_large", dtypes),
     ]
-}
-
-fn runtime(ctx: &Ctx) -> Result<Runtime, String> {
-    ctx.runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))
 }
 
 /// The tensor's range, `size` bytes long.
@@ -217,19 +210,7 @@ async fn op_params(ctx: &Ctx) -> R {
         .await
         .map_err(fail("x"))?;
     let y = rt.alloc(DType::F32, &[4], "y").map_err(fail("y"))?;
-    let conv = Op::Conv2d {
-        n: 1,
-        c_in: 1,
-        h: 2,
-        w: 2,
-        c_out: 1,
-        kh: 1,
-        kw: 1,
-        stride: 1,
-        pad: (1 << 31) + 5,
-        bias: false,
-        weight_format: WeightFormat::F32,
-    };
+    let conv = samples::overflowing_conv();
     expect(
         "conv with padding near 2^31",
         rt.dispatch(&conv, &[&x, &x], &[&y]),

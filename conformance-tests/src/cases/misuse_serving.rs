@@ -8,9 +8,8 @@
 use tensormem::kv::{KvCache, KvCacheConfig, KvDType, KvError, KvGeometry, Preemption, SeqId};
 use tensormem::{CompileDesc, DType, Error, Graph, Op, RuntimeConfig};
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use super::runtime;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -59,9 +58,7 @@ fn snapshot(c: &KvCache, seq: SeqId) -> Result<Snapshot, String> {
 }
 
 async fn kv_misuse(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let g = KvGeometry::new(2, 2, 8, KvDType::F16, 4, 64).map_err(|e| e.to_string())?;
     let stride = g.block_stride(rt.backend().capabilities().binding_align);
     let config = |budget| KvCacheConfig {

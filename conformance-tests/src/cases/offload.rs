@@ -10,12 +10,11 @@
 
 use tensormem::graph::TensorKind;
 use tensormem::ops::{DType, Op, WeightFormat};
-use tensormem::{CompileDesc, DevicePool, Error, Graph, Model, Runtime, RuntimeConfig, TensorId};
+use tensormem::{CompileDesc, DevicePool, Error, Graph, Model, Runtime, TensorId};
 
-use super::graphs::{RandomGraph, bytes, random_graph};
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use super::graphs::{RandomGraph, random_graph};
+use super::{bytes, staged_runtime};
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -66,15 +65,6 @@ async fn unbudgeted(
     feed(ctx, &mut plain, rg).await?;
     let want = outputs(ctx, &mut plain, &rg.outputs).await?;
     Ok((want, plain.memory_report().unbudgeted_device_bytes()))
-}
-
-/// A runtime of the context's target, with staging forced or not.
-fn staged_runtime(ctx: &Ctx, force_staging: bool) -> Result<Runtime, String> {
-    ctx.runtime(RuntimeConfig {
-        force_staging,
-        ..RuntimeConfig::default()
-    })
-    .map_err(fail("runtime"))
 }
 
 async fn budgeted_equals_unbudgeted(ctx: &Ctx) -> R {

@@ -6,11 +6,9 @@ use tensormem::ops::{Op, samples};
 
 use tensormem::{Error, Runtime, RuntimeConfig, Tensor};
 
-use super::Rng;
+use super::{Rng, runtime};
 use crate::inject::Faulty;
-use crate::{Case, Ctx, case, fail};
-
-type R = std::result::Result<(), String>;
+use crate::{Case, CaseResult as R, Ctx, case, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -66,9 +64,7 @@ pub async fn run_on_target(
 }
 
 async fn ops_match_host(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let mut rng = Rng::new(7);
     for op in samples::instances() {
         let inputs = samples::inputs(&op, &mut rng).map_err(fail("inputs"))?;

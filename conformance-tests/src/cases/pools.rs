@@ -9,10 +9,9 @@ use tensormem::{
     Backend, DType, DevicePool, Error, PoolConfig, Runtime, RuntimeConfig, StagingConfig,
 };
 
+use super::staged_runtime;
 use crate::inject::Faulty;
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -50,12 +49,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 async fn partial_unaligned_writes(ctx: &Ctx) -> R {
     let align = ctx.backend.capabilities().copy_align.max(1) as usize;
     for force_staging in [false, true] {
-        let rt = ctx
-            .runtime(RuntimeConfig {
-                force_staging,
-                ..RuntimeConfig::default()
-            })
-            .map_err(fail("runtime"))?;
+        let rt = staged_runtime(ctx, force_staging)?;
         let base = pattern(96, 7);
         let t = ctx
             .tensor_from(&rt, DType::U8, &[base.len()], &base, "neighbours")

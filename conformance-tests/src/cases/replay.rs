@@ -1,16 +1,12 @@
-//! Record and replay on every target (issue 14): a runtime over a [`ReplayPool`] serves repeated
-//! steps from one planned arena of the target's memory, a longer step from the plan stretched to
-//! it (by the growth of each tensor its shape showed), and every tensor keeps its data while the
-//! plan overlaps the ones already dead.
+//! Record and replay on every target (issue 14): a runtime over a
+//! [`ReplayPool`](tensormem::pool::ReplayPool) serves repeated steps from one planned arena of the
+//! target's memory, a longer step from the plan stretched to it (by the growth of each tensor its
+//! shape showed), and every tensor keeps its data while the plan overlaps the ones already dead.
 
-use std::sync::Arc;
+use tensormem::pool::{ReplayConfig, ReplayStats};
+use tensormem::{DType, DevicePool, Runtime, RuntimeConfig, Tensor};
 
-use tensormem::pool::{ReplayConfig, ReplayPool, ReplayStats};
-use tensormem::{ArenaConfig, ArenaPool, DType, DevicePool, Runtime, RuntimeConfig, Tensor};
-
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -98,23 +94,12 @@ async fn run_steps(
     lengths: &[usize],
     temporary: fn(usize) -> usize,
 ) -> std::result::Result<ReplayStats, String> {
-    let mut made = None;
-    let rt = Runtime::with_pool(
+    let (rt, replay) = Runtime::with_replay_pool(
         ctx.backend.clone(),
         RuntimeConfig::default(),
-        |front, budget| {
-            let dynamic = Arc::new(ArenaPool::with_budget(
-                front,
-                ArenaConfig::device(),
-                budget,
-            )?);
-            let replay = Arc::new(ReplayPool::new(dynamic, ReplayConfig::default()));
-            made = Some(replay.clone());
-            Ok(replay)
-        },
+        ReplayConfig::default(),
     )
     .map_err(fail("runtime over a replay pool"))?;
-    let replay = made.ok_or("the runtime did not build its pool")?;
     for (step, &seq) in lengths.iter().enumerate() {
         // Between steps the arena is idle, so the pool may re-size it.
         ctx.synchronize(&rt).await.map_err(fail("sync"))?;

@@ -10,9 +10,7 @@ mod ops;
 use tensormem::ops::{DType, Op};
 use tensormem::{DeviceLimits, Error, PoolConfig, Runtime, RuntimeConfig, Tensor};
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![

@@ -9,9 +9,8 @@ use std::sync::{Arc, OnceLock};
 use tensormem::pool::{ArenaConfig, ArenaPool, SpillConfig, SpillPool};
 use tensormem::{DevicePool, Runtime, RuntimeConfig, Tensor};
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use super::on_threads;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -79,45 +78,30 @@ async fn spill_from_eight_threads(ctx: &Ctx) -> R {
     // however the threads are scheduled (a fast build could otherwise run them one by one,
     // within the budget).
     let all_live = std::sync::Barrier::new(8);
-    let results: Vec<R> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..8u32)
-            .map(|thread| {
-                let rt = rt.clone();
-                let all_live = &all_live;
-                s.spawn(move || -> R {
-                    let mut mine: Vec<(Tensor, u32)> = Vec::new();
-                    let made = (0..6).try_for_each(|k| {
-                        let seed = thread * 100 + k;
-                        let t = rt
-                            .tensor_from(tensormem::DType::U32, &[LEN], &pattern(seed), "t")
-                            .map_err(fail("tensor"))?;
-                        mine.push((t, seed));
-                        Ok::<(), String>(())
-                    });
-                    // Reached even after a failure, so no thread waits forever.
-                    all_live.wait();
-                    made?;
-                    for (t, seed) in mine.iter().rev().chain(mine.iter()) {
-                        let got: Vec<u32> = rt.download(t).map_err(fail("download"))?;
-                        check(got == pattern(*seed), || {
-                            format!("thread {thread}: tensor {seed} lost its bytes")
-                        })?;
-                    }
-                    for (t, _) in mine {
-                        rt.free(t).map_err(fail("free"))?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
-            .collect()
-    });
-    for r in results {
-        r?;
-    }
+    on_threads(8, |thread| {
+        let mut mine: Vec<(Tensor, u32)> = Vec::new();
+        let made = (0..6).try_for_each(|k| {
+            let seed = thread * 100 + k;
+            let t = rt
+                .tensor_from(tensormem::DType::U32, &[LEN], &pattern(seed), "t")
+                .map_err(fail("tensor"))?;
+            mine.push((t, seed));
+            Ok::<(), String>(())
+        });
+        // Reached even after a failure, so no thread waits forever.
+        all_live.wait();
+        made?;
+        for (t, seed) in mine.iter().rev().chain(mine.iter()) {
+            let got: Vec<u32> = rt.download(t).map_err(fail("download"))?;
+            check(got == pattern(*seed), || {
+                format!("thread {thread}: tensor {seed} lost its bytes")
+            })?;
+        }
+        for (t, _) in mine {
+            rt.free(t).map_err(fail("free"))?;
+        }
+        Ok(())
+    })?;
     let stats = pool.spill_stats();
     check(stats.spills > 0 && stats.restores > 0, || {
         format!("48 tensors of 64 KiB in 512 KiB spilled nothing: {stats:?}")

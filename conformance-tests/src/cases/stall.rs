@@ -9,9 +9,7 @@ use std::sync::Arc;
 use tensormem::backend::{BlockDesc, BlockRange, lanes};
 use tensormem::{Backend, BlockId, MemoryKind, TransferTicket, Validated};
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![case!(

@@ -11,9 +11,8 @@ use std::sync::Arc;
 use tensormem::backend::{BlockDesc, BlockRange};
 use tensormem::{Backend, BlockId, HostAccess, MemoryKind, OffloadLanes, Op, Validated};
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use super::floats;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![case!(
@@ -44,10 +43,7 @@ async fn read(ctx: &Ctx, front: &dyn Backend, block: BlockId) -> Result<Vec<f32>
     front
         .read_mapped(block, 0, &mut out)
         .map_err(fail("read slot"))?;
-    Ok(out
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+    Ok(floats(&out))
 }
 
 async fn swap_in_after_copy_out(ctx: &Ctx) -> R {

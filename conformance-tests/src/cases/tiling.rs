@@ -7,9 +7,8 @@ use tensormem::graph::samples::{self, Attention};
 use tensormem::ops::{DType, Op};
 use tensormem::{CompileDesc, Error, Graph, Model, Runtime, RuntimeConfig, TensorId};
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use super::{runtime, staged_runtime};
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -65,9 +64,7 @@ fn tiled(parts: u32) -> Result<Attention, String> {
 }
 
 async fn tiled_attention_equals_untiled(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let whole = attention()?;
     let mut plain = rt.compile(&whole.graph).map_err(fail("compile"))?;
     let want = run(ctx, &mut plain, &whole).await?;
@@ -99,9 +96,7 @@ async fn tiled_attention_equals_untiled(ctx: &Ctx) -> R {
 /// from and into the chain's edge tensors; attention and a feed-forward block give the untiled
 /// outputs bit for bit.
 async fn staged_tiling_equals_untiled(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let samples = [
         ("attention", attention()?, 4u32),
         (
@@ -149,9 +144,7 @@ fn feed_forward(parts: u32) -> Result<Attention, String> {
 }
 
 async fn tiled_feed_forward_equals_untiled(ctx: &Ctx) -> R {
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let whole = feed_forward(1)?;
     let mut plain = rt.compile(&whole.graph).map_err(fail("compile"))?;
     let want = run(ctx, &mut plain, &whole).await?;
@@ -214,12 +207,7 @@ async fn tiled_feed_forward_within_a_budget(ctx: &Ctx) -> R {
 
 async fn tiled_attention_within_a_budget_only_it_meets(ctx: &Ctx) -> R {
     for force_staging in [false, true] {
-        let rt = ctx
-            .runtime(RuntimeConfig {
-                force_staging,
-                ..RuntimeConfig::default()
-            })
-            .map_err(fail("runtime"))?;
+        let rt = staged_runtime(ctx, force_staging)?;
         let whole = attention()?;
         let mut plain = rt.compile(&whole.graph).map_err(fail("compile"))?;
         let want = run(ctx, &mut plain, &whole).await?;
@@ -334,9 +322,7 @@ async fn views_out_of_range_or_off_binding_align(ctx: &Ctx) -> R {
         )
         .map_err(fail("op"))?;
     g.output(y);
-    let rt = ctx
-        .runtime(RuntimeConfig::default())
-        .map_err(fail("runtime"))?;
+    let rt = runtime(ctx)?;
     let align = ctx.backend.capabilities().binding_align;
     match rt.compile(&g) {
         Err(Error::Misaligned {

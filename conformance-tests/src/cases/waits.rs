@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use tensormem::{DType, Error, Op, Runtime, RuntimeConfig, Ticket};
 
-use crate::{Case, Ctx, case, check, fail};
-
-type R = std::result::Result<(), String>;
+use crate::{Case, CaseResult as R, Ctx, case, check, fail};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![case!(

@@ -52,16 +52,9 @@ fn one(tracer: &Tracer, kind: FindingKind, label: &str) -> Finding {
     f.into_iter().next().unwrap()
 }
 
-#[test]
-fn pool_events_are_recorded_in_order() {
-    let (rt, tracer) = traced_runtime();
-    let a = alloc(&rt, 100, "a");
-    touch(&rt, &a);
-    rt.free(a).unwrap();
-    rt.synchronize().unwrap();
-    rt.device_pool().trim().unwrap();
-    let kinds: Vec<&str> = tracer
-        .snapshot()
+/// Each event's kind, by its name in the JSON form ("alloc", "free", ...).
+pub(crate) fn kind_names(trace: &Trace) -> Vec<&'static str> {
+    trace
         .events
         .iter()
         .map(|e| match e.kind {
@@ -76,9 +69,19 @@ fn pool_events_are_recorded_in_order() {
             EventKind::Kv { .. } => "kv",
             EventKind::Transfer { .. } => "transfer",
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn pool_events_are_recorded_in_order() {
+    let (rt, tracer) = traced_runtime();
+    let a = alloc(&rt, 100, "a");
+    touch(&rt, &a);
+    rt.free(a).unwrap();
+    rt.synchronize().unwrap();
+    rt.device_pool().trim().unwrap();
     assert_eq!(
-        kinds,
+        kind_names(&tracer.snapshot()),
         [
             "reserve", "alloc", "upload", "download", "free", "reclaim", "release"
         ]

@@ -229,6 +229,20 @@ fn run(args: &Args) -> Result<()> {
     result.and(released)
 }
 
+/// The KV cache of `model` within `budget` bytes, with the block size, dtype and preemption
+/// `args` ask for.
+fn kv_cache(args: &Args, rt: &Runtime, model: &Llama, budget: u64) -> Result<KvCache> {
+    let geometry = model.kv_geometry(args.kv_dtype, args.block)?;
+    KvCache::new(
+        rt,
+        KvCacheConfig {
+            geometry,
+            budget,
+            preemption: args.preempt,
+        },
+    )
+}
+
 fn generate(
     args: &Args,
     rt: &Runtime,
@@ -237,15 +251,8 @@ fn generate(
     backend: &str,
     spill: Option<&SpillPool>,
 ) -> Result<()> {
-    let geometry = model.kv_geometry(args.kv_dtype, args.block)?;
-    let mut kv = KvCache::new(
-        rt,
-        KvCacheConfig {
-            geometry,
-            budget,
-            preemption: args.preempt,
-        },
-    )?;
+    let mut kv = kv_cache(args, rt, model, budget)?;
+    let geometry = *kv.geometry();
     let stop = if args.ignore_eos {
         Vec::new()
     } else {
@@ -363,15 +370,8 @@ fn serve(args: &Args, rt: &Runtime, model: &Llama, budget: u64, path: &Path) -> 
             return Err(e.into());
         }
     }
-    let geometry = model.kv_geometry(args.kv_dtype, args.block)?;
-    let mut kv = KvCache::new(
-        rt,
-        KvCacheConfig {
-            geometry,
-            budget,
-            preemption: args.preempt,
-        },
-    )?;
+    let mut kv = kv_cache(args, rt, model, budget)?;
+    let geometry = *kv.geometry();
     let (_, stride) = kv.segment_shape();
     let cfg = &model.decoder.cfg;
     let requests = trace::read(path, Some(args.requests))?;

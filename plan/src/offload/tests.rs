@@ -66,6 +66,17 @@ fn unbudgeted_load(tensors: &[OffloadTensor], n: u64) -> u64 {
 /// one of its residencies (or the tensor in host memory); a swap-in only after a copy-out of the
 /// same tensor; residencies that overlap in time never overlap in space.
 fn check(tensors: &[OffloadTensor], s: &OffloadSchedule, budget: u64) {
+    check_with(tensors, s, budget, |_, _, _| {});
+}
+
+/// [`check`], with `arrival(i, k, mine)` also checking the `k`th of tensor `i`'s residencies
+/// `mine` (for the arrivals a schedule with recompute adds).
+pub(super) fn check_with(
+    tensors: &[OffloadTensor],
+    s: &OffloadSchedule,
+    budget: u64,
+    mut arrival: impl FnMut(usize, usize, &[&Residency]),
+) {
     assert!(s.peak <= budget, "peak {} over budget {budget}", s.peak);
     for (i, t) in tensors.iter().enumerate() {
         let mine: Vec<&Residency> = s.residencies.iter().filter(|r| r.tensor == i).collect();
@@ -79,6 +90,7 @@ fn check(tensors: &[OffloadTensor], s: &OffloadSchedule, budget: u64) {
             if r.arrival == Arrival::SwapIn {
                 assert!(k > 0 && mine[k - 1].copy_out, "swap-in without copy-out");
             }
+            arrival(i, k, &mine);
             assert!(r.offset + t.size <= s.peak);
         }
     }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+use super::fixtures::{buffer_lists, decide, gap_example};
 use super::{
     Buffer, Plan, SolveOptions, greedy_by_size, lower_bound, perfect_packing, solve, verify,
 };
@@ -32,17 +33,8 @@ fn oracle(buffers: &[Buffer], offsets: &[u64], capacity: Option<u64>) -> bool {
     true
 }
 
-fn buffer() -> impl Strategy<Value = Buffer> {
-    (0u64..30, 1u64..10, 1u64..50, 0u32..4).prop_map(|(lower, len, size, a)| Buffer {
-        lower,
-        upper: lower + len,
-        size,
-        align: 1 << a,
-    })
-}
-
 fn instance(max: usize) -> impl Strategy<Value = Vec<Buffer>> {
-    prop::collection::vec(buffer(), 1..max)
+    buffer_lists(30, 10, 50, 4, max)
 }
 
 proptest! {
@@ -135,32 +127,12 @@ fn solve_reaches_the_lower_bound_on_perfect_packings() {
     }
 }
 
-/// The gap example: seven buffers whose load peaks at 4 bytes, while no plan fits in 4.
-fn gap_example() -> [Buffer; 7] {
-    [
-        Buffer::new(0, 3, 2),
-        Buffer::new(0, 1, 2),
-        Buffer::new(2, 5, 1),
-        Buffer::new(2, 7, 1),
-        Buffer::new(4, 7, 1),
-        Buffer::new(6, 8, 2),
-        Buffer::new(7, 8, 2),
-    ]
-}
-
 #[test]
 fn minimisation_proves_the_gap_example_optimal_at_five() {
     let b = gap_example();
     let s = solve(&b, &SolveOptions::default()).unwrap();
     assert_eq!((s.lower_bound, s.best_peak, s.proved_optimal), (4, 5, true));
-    let d = solve(
-        &b,
-        &SolveOptions {
-            capacity: Some(4),
-            ..SolveOptions::default()
-        },
-    )
-    .unwrap();
+    let d = decide(&b, 4);
     assert_eq!(d.feasible, Some(false));
     assert!(d.plan.is_none());
     // The proof names the part of the instance that has no placement: all of it here.
@@ -233,14 +205,7 @@ fn aligned_pigeonholes_are_proved_infeasible_below_the_load_bound() {
 #[test]
 fn capacity_below_a_live_set_is_infeasible_without_search() {
     let b = [Buffer::new(0, 2, 5), Buffer::new(1, 3, 5)];
-    let s = solve(
-        &b,
-        &SolveOptions {
-            capacity: Some(9),
-            ..SolveOptions::default()
-        },
-    )
-    .unwrap();
+    let s = decide(&b, 9);
     assert_eq!((s.feasible, s.best_peak), (Some(false), 10));
 }
 
@@ -296,14 +261,7 @@ fn conflicting_huge_buffers_are_refused_with_the_exact_total() {
 #[test]
 fn infeasible_capacity_says_why() {
     let b = [Buffer::new(0, 2, 5), Buffer::new(1, 3, 5)];
-    let s = solve(
-        &b,
-        &SolveOptions {
-            capacity: Some(9),
-            ..SolveOptions::default()
-        },
-    )
-    .unwrap();
+    let s = decide(&b, 9);
     assert_eq!(s.feasible, Some(false));
     assert_eq!(
         s.infeasible_reason.as_deref(),

@@ -5,6 +5,7 @@ use super::super::memory::HostMemory;
 use super::*;
 use crate::backend::{Backend, BlockRange, Growable, MemoryKind};
 use crate::host::HostConfig;
+use crate::host::tests::page_of;
 
 fn host(config: HostConfig) -> HostBackend {
     HostBackend::new(config).unwrap()
@@ -13,12 +14,7 @@ fn host(config: HostConfig) -> HostBackend {
 /// A host backend and its in-place growth granularity (a page).
 fn host_and_page(config: HostConfig) -> (HostBackend, u64) {
     let h = host(config);
-    let page = h
-        .extensions()
-        .growable
-        .unwrap()
-        .in_place_growth()
-        .granularity;
+    let page = page_of(&h);
     (h, page)
 }
 

@@ -3,6 +3,7 @@ use std::sync::Arc;
 use super::*;
 use crate::HostConfig;
 use crate::backend::{Backend, BlockDesc, Growable, MemoryKind};
+use crate::host::tests::page_of;
 
 #[test]
 fn decommitted_ranges_merge_split_and_count() {
@@ -19,12 +20,7 @@ fn decommitted_ranges_merge_split_and_count() {
 }
 
 fn reserved(host: &HostBackend, pages: u64) -> (crate::backend::BlockId, u64) {
-    let page = host
-        .extensions()
-        .growable
-        .unwrap()
-        .in_place_growth()
-        .granularity;
+    let page = page_of(host);
     let desc = BlockDesc {
         kind: MemoryKind::DeviceLocal,
         size: pages * page,
@@ -98,12 +94,7 @@ fn staging_reservations_and_their_holes_leave_the_device_limit() {
         ..HostConfig::default()
     })
     .unwrap();
-    let page = host
-        .extensions()
-        .growable
-        .unwrap()
-        .in_place_growth()
-        .granularity;
+    let page = page_of(&host);
     if page != 4096 {
         return;
     }

@@ -3,11 +3,12 @@
 
 use tensormem::graph::TensorKind;
 use tensormem::ops::samples::compare_f32;
-use tensormem::ops::{DType, Op, WeightFormat, host};
+use tensormem::ops::samples::matmul;
+use tensormem::ops::{DType, Op, host};
 use tensormem::{Error, Graph, TensorId};
 
 use super::{R, limited};
-use crate::cases::Rng;
+use crate::cases::{Rng, bytes, floats};
 use crate::{Ctx, check, fail};
 
 /// A compiled model whose weight, activations and output are larger than a block (so held in
@@ -35,18 +36,7 @@ pub(super) async fn model(ctx: &Ctx) -> R {
         cols,
         eps: 1e-5,
     };
-    let proj = Op::MatMul {
-        batch: 1,
-        m: rows,
-        n: 2,
-        k: cols,
-        trans_a: false,
-        trans_b: true,
-        broadcast_b: true,
-        bias: false,
-        alpha: 1.0,
-        weight_format: WeightFormat::F32,
-    };
+    let proj = matmul((1, rows, 2, cols), false, true, true, false, 1.0);
     let scale = Op::Scale {
         len: rows * 2,
         alpha: -2.0,
@@ -73,13 +63,11 @@ pub(super) async fn model(ctx: &Ctx) -> R {
     ];
     // The host reference, op by op.
     let run = |op: &Op, ins: &[&[f32]], n: u32| -> Result<Vec<f32>, String> {
-        let ins: Vec<Vec<u8>> = ins.iter().map(|v| bytemuck_bytes(v)).collect();
+        let ins: Vec<Vec<u8>> = ins.iter().map(|v| bytes(v)).collect();
         let refs: Vec<&[u8]> = ins.iter().map(Vec::as_slice).collect();
         let mut o = vec![0u8; n as usize * 4];
         host::run(op, &refs, &mut [o.as_mut_slice()]).map_err(fail("host"))?;
-        Ok(o.chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        Ok(floats(&o))
     };
     let f = |t: TensorId| {
         feeds
@@ -97,7 +85,7 @@ pub(super) async fn model(ctx: &Ctx) -> R {
 
     let mut m = rt.compile(&g).map_err(fail("compile"))?;
     for (t, d) in &feeds {
-        let b = bytemuck_bytes(d);
+        let b = bytes(d);
         match g.decl(*t).map_err(fail("decl"))?.kind {
             TensorKind::Weight => ctx.set_weight(&mut m, *t, &b).await,
             _ => ctx.set_input(&mut m, *t, &b).await,
@@ -110,10 +98,10 @@ pub(super) async fn model(ctx: &Ctx) -> R {
     for round in 0..2 {
         ctx.run(&mut m).await.map_err(fail("run"))?;
         let got: Vec<f32> = ctx.read_output(&m, y).await.map_err(fail("read y"))?;
-        compare_f32(&bytemuck_bytes(&got), &bytemuck_bytes(&want_y), 1e-4)
+        compare_f32(&bytes(&got), &bytes(&want_y), 1e-4)
             .map_err(|e| format!("run {round}, segmented output: {e}"))?;
         let got: Vec<f32> = ctx.read_output(&m, out).await.map_err(fail("read out"))?;
-        compare_f32(&bytemuck_bytes(&got), &bytemuck_bytes(&want_out), 1e-4)
+        compare_f32(&bytes(&got), &bytes(&want_out), 1e-4)
             .map_err(|e| format!("run {round}, planned tail: {e}"))?;
     }
     // The weight, the input, the two activations and the output are each held in two segments.
@@ -139,18 +127,7 @@ pub(super) async fn model(ctx: &Ctx) -> R {
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[4, 2048]);
     let b = g.weight("b", DType::F32, &[2048, 4]);
-    let mm = Op::MatMul {
-        batch: 1,
-        m: 4,
-        n: 4,
-        k: 2048,
-        trans_a: false,
-        trans_b: false,
-        broadcast_b: true,
-        bias: false,
-        alpha: 1.0,
-        weight_format: WeightFormat::F32,
-    };
+    let mm = matmul((1, 4, 4, 2048), false, false, true, false, 1.0);
     let o = g.op(mm, &[x, b], &[4, 4], "mm").map_err(fail("graph"))?;
     g.output(o);
     match rt.compile(&g) {
@@ -160,8 +137,4 @@ pub(super) async fn model(ctx: &Ctx) -> R {
     }
     rt.check_leaks()
         .map_err(fail("leaks after the refused compile"))
-}
-
-fn bytemuck_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }

@@ -103,18 +103,7 @@ pub(super) async fn refused(ctx: &Ctx) -> R {
         }
     };
     // A weight of 64 x 32 floats (8 KiB) is two segments; the matmul reads it whole.
-    let matmul = Op::MatMul {
-        batch: 1,
-        m: 4,
-        n: 32,
-        k: 64,
-        trans_a: false,
-        trans_b: false,
-        broadcast_b: true,
-        bias: false,
-        alpha: 1.0,
-        weight_format: tensormem::ops::WeightFormat::F32,
-    };
+    let matmul = samples::matmul((1, 4, 32, 64), false, false, true, false, 1.0);
     let a = ctx
         .tensor_from(&rt, DType::F32, &[4, 64], &f32s(256), "a")
         .await

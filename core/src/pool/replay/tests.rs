@@ -361,19 +361,8 @@ fn handle_misuse_is_an_error() {
 fn a_runtime_runs_on_a_replay_pool() {
     use crate::{DType, Runtime, RuntimeConfig};
     let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-    let mut made = None;
-    let rt = Runtime::with_pool(backend, RuntimeConfig::default(), |front, budget| {
-        let arena = Arc::new(ArenaPool::with_budget(
-            front,
-            ArenaConfig::device(),
-            budget,
-        )?);
-        let replay = Arc::new(ReplayPool::new(arena, config()));
-        made = Some(replay.clone());
-        Ok(replay)
-    })
-    .unwrap();
-    let replay = made.unwrap();
+    let (rt, replay) =
+        Runtime::with_replay_pool(backend, RuntimeConfig::default(), config()).unwrap();
     let t = rt
         .tensor_from(DType::F32, &[3], &[1.0f32, 2.0, 3.0], "outside")
         .unwrap();

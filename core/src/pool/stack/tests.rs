@@ -9,7 +9,8 @@ use crate::pool::{
     ArenaConfig, ArenaPool, DevicePool, GUARD_PATTERN, Guarded, LeakReport, StatsPool, Traced,
     ZeroOnReuse,
 };
-use crate::trace::{EventKind, Tracer};
+use crate::trace::Tracer;
+use crate::trace::tests::kind_names;
 use crate::{Backend, Error, MemoryKind, PoolConfig};
 
 type Wrap = fn(Arc<dyn DevicePool>, Arc<dyn Backend>) -> Arc<dyn DevicePool>;
@@ -77,21 +78,8 @@ fn adaptors_compose_in_any_order() {
         }
         top.free(b.handle).unwrap();
         top.trim().unwrap();
-        let kinds: Vec<&str> = tracer
-            .snapshot()
-            .events
-            .iter()
-            .map(|e| match e.kind {
-                EventKind::Alloc { .. } => "alloc",
-                EventKind::FreeRequested { .. } => "free",
-                EventKind::FreeReclaimed { .. } => "reclaim",
-                EventKind::BlockReserve { .. } => "reserve",
-                EventKind::BlockRelease { .. } => "release",
-                _ => "other",
-            })
-            .collect();
         assert_eq!(
-            kinds,
+            kind_names(&tracer.snapshot()),
             [
                 "reserve", "alloc", "free", "reclaim", "alloc", "free", "reclaim", "release"
             ],

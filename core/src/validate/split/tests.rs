@@ -106,18 +106,7 @@ fn unsplittable_ops_are_left_whole() {
             1 << 12,
         ),
         (
-            Op::MatMul {
-                batch: 1,
-                m: 300,
-                n: 8,
-                k: 8,
-                trans_a: true,
-                trans_b: false,
-                broadcast_b: true,
-                bias: false,
-                alpha: 1.0,
-                weight_format: WeightFormat::F32,
-            },
+            samples::matmul((1, 300, 8, 8), true, false, true, false, 1.0),
             1 << 10,
         ),
     ];

@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::offload::tests::check_with;
 use crate::offload::{OffloadSchedule, schedule_with_recompute};
 
 const KB: u64 = 1 << 10;
@@ -46,7 +47,6 @@ fn skip_graph() -> (Vec<OffloadTensor>, Vec<OffloadOp>, Recomputable) {
 /// copy-out; a recompute only where its producer's inputs are resident at its step; residencies
 /// that overlap in time never overlap in space.
 fn check(tensors: &[OffloadTensor], rc: &Recomputable, s: &OffloadSchedule, budget: u64) {
-    assert!(s.peak <= budget, "peak {} over budget {budget}", s.peak);
     let n = s.residencies.iter().map(|r| r.upper).max().unwrap_or(0);
     for step in 0..n {
         let live: u64 = s
@@ -57,49 +57,28 @@ fn check(tensors: &[OffloadTensor], rc: &Recomputable, s: &OffloadSchedule, budg
             .sum();
         assert!(live <= budget, "step {step}: {live} bytes over {budget}");
     }
-    for (i, tensor) in tensors.iter().enumerate() {
-        let mine: Vec<&Residency> = s.residencies.iter().filter(|r| r.tensor == i).collect();
-        for &u in &tensor.uses {
-            assert!(
-                s.host_resident[i] || mine.iter().any(|r| r.lower <= u && u < r.upper),
-                "tensor {i} not on the device at its use {u}"
-            );
-        }
-        for (k, r) in mine.iter().enumerate() {
-            match r.arrival {
-                Arrival::SwapIn => assert!(k > 0 && mine[k - 1].copy_out, "swap-in, no copy-out"),
-                Arrival::Recompute { op } => {
-                    let p = rc.producer(i).expect("recomputed without a producer");
-                    assert_eq!(p.op, op);
-                    if tensor.uses.contains(&r.lower) {
-                        assert!(
-                            k > 0 && !mine[k - 1].copy_out,
-                            "a dropped tensor is not copied"
-                        );
-                    } else {
-                        check_transient(tensors, rc, s, i, r);
-                    }
-                    for &x in &p.inputs {
-                        assert!(
-                            resident_at(&s.residencies, x, r.lower),
-                            "input {x} of {i} not resident at its re-run, step {}",
-                            r.lower
-                        );
-                    }
-                }
-                _ => {}
+    check_with(tensors, s, budget, |i, k, mine| {
+        let (r, tensor) = (mine[k], &tensors[i]);
+        if let Arrival::Recompute { op } = r.arrival {
+            let p = rc.producer(i).expect("recomputed without a producer");
+            assert_eq!(p.op, op);
+            if tensor.uses.contains(&r.lower) {
+                assert!(
+                    k > 0 && !mine[k - 1].copy_out,
+                    "a dropped tensor is not copied"
+                );
+            } else {
+                check_transient(tensors, rc, s, i, r);
             }
-            assert!(r.offset + tensor.size <= s.peak);
+            for &x in &p.inputs {
+                assert!(
+                    resident_at(&s.residencies, x, r.lower),
+                    "input {x} of {i} not resident at its re-run, step {}",
+                    r.lower
+                );
+            }
         }
-    }
-    for (x, a) in s.residencies.iter().enumerate() {
-        for b in &s.residencies[x + 1..] {
-            let time = a.lower < b.upper && b.lower < a.upper;
-            let (sa, sb) = (tensors[a.tensor].size, tensors[b.tensor].size);
-            let space = a.offset < b.offset + sb && b.offset < a.offset + sa;
-            assert!(!(time && space), "{a:?} and {b:?} overlap");
-        }
-    }
+    });
 }
 
 /// A chain member's residency: one step, an intermediate, read there by a later producer

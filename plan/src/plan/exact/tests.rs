@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::super::fixtures::{buffer_lists, gap_example};
 use super::super::{Buffer, Plan, lower_bound, parse_csv, perfect_packing, verify};
 use super::{Event, Outcome, Prover};
 
@@ -43,22 +44,9 @@ fn check_found(buffers: &[Buffer], capacity: u64, outcome: Outcome) {
     verify(buffers, &plan, Some(capacity)).unwrap();
 }
 
-/// The planning notes' 7-buffer example: LOAD = 4 but OPT = 5 (checked by hand and exhaustively).
-fn load_four_opt_five() -> Vec<Buffer> {
-    vec![
-        Buffer::new(0, 3, 2), // A
-        Buffer::new(0, 1, 2), // D
-        Buffer::new(2, 5, 1), // B
-        Buffer::new(2, 7, 1), // G
-        Buffer::new(4, 7, 1), // E
-        Buffer::new(6, 8, 2), // C
-        Buffer::new(7, 8, 2), // F
-    ]
-}
-
 #[test]
 fn proves_the_load_gap_example_infeasible_at_its_lower_bound() {
-    let b = load_four_opt_five();
+    let b = gap_example();
     assert_eq!(lower_bound(&b), 4);
     assert!(proved(&decide(&b, 4, deadline(5))));
     check_found(&b, 5, decide(&b, 5, deadline(5)));
@@ -253,27 +241,6 @@ fn fits_by_enumeration(b: &[Buffer], capacity: u64) -> bool {
 /// alignments 1 or 2.
 fn tiny_instances() -> impl proptest::strategy::Strategy<Value = Vec<Buffer>> {
     buffer_lists(6, 4, 5, 2, 6)
-}
-
-/// Lists of fewer than `count` buffers starting before `lower`, living fewer than `len` steps
-/// (at least one), of sizes below `size` (at least 1), aligned to 2^a for `a < align_log`.
-fn buffer_lists(
-    lower: u64,
-    len: u64,
-    size: u64,
-    align_log: u32,
-    count: usize,
-) -> impl proptest::strategy::Strategy<Value = Vec<Buffer>> {
-    use proptest::prelude::*;
-    prop::collection::vec(
-        (0..lower, 1..len, 1..size, 0..align_log).prop_map(|(lower, len, size, a)| Buffer {
-            lower,
-            upper: lower + len,
-            size,
-            align: 1 << a,
-        }),
-        1..count,
-    )
 }
 
 mod enumeration {

@@ -5,27 +5,15 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
+use super::super::fixtures::{FAMILIES, mib_packing};
 use super::super::{Plan, lower_bound, verify};
 use super::{PackingDesc, PackingFamily};
-
-const FAMILIES: [PackingFamily; 3] = [
-    PackingFamily::Guillotine,
-    PackingFamily::LongAndShort,
-    PackingFamily::Pinwheel,
-];
 
 #[test]
 fn every_family_is_a_perfect_packing_on_its_grid() {
     for family in FAMILIES {
         for seed in 0..20 {
-            let desc = PackingDesc {
-                count: 120,
-                capacity: 1 << 20,
-                horizon: 1000,
-                grid: 1024,
-                family,
-                seed,
-            };
+            let desc = mib_packing(120, family, seed);
             let (b, witness) = desc.generate();
             assert_eq!(b.len(), 120, "{family:?} seed {seed}");
             assert!(b.iter().all(|x| x.size % 1024 == 0), "{family:?}");
@@ -44,14 +32,7 @@ fn every_family_is_a_perfect_packing_on_its_grid() {
 
 #[test]
 fn long_and_short_mixes_long_large_with_short_small_buffers() {
-    let desc = PackingDesc {
-        count: 200,
-        capacity: 1 << 20,
-        horizon: 1000,
-        grid: 1024,
-        family: PackingFamily::LongAndShort,
-        seed: 3,
-    };
+    let desc = mib_packing(200, PackingFamily::LongAndShort, 3);
     let (b, _) = desc.generate();
     let long = b.iter().filter(|x| x.upper - x.lower >= 333).count();
     let short = b.iter().filter(|x| x.upper - x.lower < 100).count();
@@ -60,14 +41,7 @@ fn long_and_short_mixes_long_large_with_short_small_buffers() {
 
 #[test]
 fn pinwheels_appear_and_small_rectangles_stop_early() {
-    let desc = PackingDesc {
-        count: 300,
-        capacity: 1 << 20,
-        horizon: 1000,
-        grid: 1024,
-        family: PackingFamily::Pinwheel,
-        seed: 5,
-    };
+    let desc = mib_packing(300, PackingFamily::Pinwheel, 5);
     assert_ne!(
         desc.generate().0,
         PackingDesc {

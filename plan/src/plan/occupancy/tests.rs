@@ -8,6 +8,7 @@
 
 use proptest::prelude::*;
 
+use super::super::fixtures::buffer_lists;
 use super::super::greedy::{Squeezer, Stop, size_order};
 use super::super::rng::Rng;
 use super::super::{Buffer, Plan, align_up, verify};
@@ -52,13 +53,28 @@ fn oracle_place(buffers: &[Buffer], order: &[u32], fit: Fit) -> Vec<u64> {
     offsets
 }
 
-fn buffer() -> impl Strategy<Value = Buffer> {
-    (0u64..40, 1u64..25, 1u64..60, 0u32..4).prop_map(|(lower, len, size, a)| Buffer {
-        lower,
-        upper: lower + len,
-        size,
-        align: 1 << a,
-    })
+/// `count` buffers starting before `horizon`, living 1 to `len` steps, of 1 to `size` bytes,
+/// aligned to 2^a for `a < align_log`.
+fn random_buffers(
+    seed: u64,
+    count: usize,
+    horizon: u64,
+    len: u64,
+    size: u64,
+    align_log: u64,
+) -> Vec<Buffer> {
+    let mut rng = Rng::new(seed);
+    (0..count)
+        .map(|_| {
+            let l = rng.below(horizon);
+            Buffer {
+                lower: l,
+                upper: l + 1 + rng.below(len),
+                size: 1 + rng.below(size),
+                align: 1 << rng.below(align_log),
+            }
+        })
+        .collect()
 }
 
 proptest! {
@@ -66,7 +82,7 @@ proptest! {
 
     #[test]
     fn placement_matches_the_pairwise_oracle(
-        buffers in prop::collection::vec(buffer(), 1..80),
+        buffers in buffer_lists(40, 25, 60, 4, 80),
         seed in 0u64..1_000_000,
     ) {
         let mut rng = Rng::new(seed);
@@ -118,18 +134,7 @@ fn a_passed_deadline_stops_placement() {
 #[test]
 fn many_long_lived_conflicts_stay_exact() {
     // Wide live sets (every buffer conflicts with about 200 others): the regime the tree is for.
-    let mut rng = Rng::new(9);
-    let buffers: Vec<Buffer> = (0..2000)
-        .map(|_| {
-            let l = rng.below(1000);
-            Buffer {
-                lower: l,
-                upper: l + 1 + rng.below(200),
-                size: 1 + rng.below(1000),
-                align: 1 << rng.below(3),
-            }
-        })
-        .collect();
+    let buffers = random_buffers(9, 2000, 1000, 200, 1000, 3);
     let order = size_order(&buffers);
     for fit in [Fit::Best, Fit::Lowest] {
         let want = oracle_place(&buffers, &order, fit);
@@ -163,18 +168,7 @@ fn assert_matches_oracle(buffers: &[Buffer]) -> Vec<Vec<u64>> {
 fn every_alignment_up_to_64_kib_matches_the_oracle() {
     // Alignments 1 B to 64 KiB mixed with sizes that are not multiples of them, so the aligned
     // start of a gap lies inside it and a gap can hold the size only when unaligned.
-    let mut rng = Rng::new(17);
-    let buffers: Vec<Buffer> = (0..400)
-        .map(|_| {
-            let l = rng.below(200);
-            Buffer {
-                lower: l,
-                upper: l + 1 + rng.below(40),
-                size: 1 + rng.below(100_000),
-                align: 1 << rng.below(17),
-            }
-        })
-        .collect();
+    let buffers = random_buffers(17, 400, 200, 40, 100_000, 17);
     let plans = assert_matches_oracle(&buffers);
     for offsets in plans {
         for (b, o) in buffers.iter().zip(offsets) {

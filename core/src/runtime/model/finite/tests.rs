@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::*;
 use crate::graph::{Graph, TensorId};
 use crate::host::{HostBackend, HostConfig};
-use crate::ops::{Op, WeightFormat};
+use crate::ops::samples::matmul;
 use crate::runtime::{CompileDesc, Model, Runtime, RuntimeConfig};
 
 fn expect_non_finite(r: Result<()>, at: u64, nan: bool) {
@@ -54,18 +54,7 @@ fn graph() -> (Graph, TensorId) {
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[1, K]);
     let w = g.weight("w", DType::F32, &[N, K]);
-    let op = Op::MatMul {
-        batch: 1,
-        m: 1,
-        n: N as u32,
-        k: K as u32,
-        trans_a: false,
-        trans_b: true,
-        broadcast_b: true,
-        bias: false,
-        alpha: 1.0,
-        weight_format: WeightFormat::F32,
-    };
+    let op = matmul((1, 1, N as u32, K as u32), false, true, true, false, 1.0);
     let y = g.op(op, &[x, w], &[1, N], "dense").unwrap();
     g.output(y);
     (g, w)

@@ -55,18 +55,32 @@ fn runtime_on(host: HostConfig, force_staging: bool, budget: Option<u64>) -> Run
     Runtime::new(host, config).unwrap()
 }
 
+/// The compile description of a model within `budget` device bytes, the rest default.
+pub(super) fn within(budget: u64) -> CompileDesc {
+    CompileDesc {
+        device_budget: Some(budget),
+        ..CompileDesc::default()
+    }
+}
+
 /// Sets the weights and the input, runs twice, returns the output's bits.
 pub(super) fn run(model: &mut Model, x: TensorId, weights: &[TensorId], y: TensorId) -> Vec<u32> {
-    let weights: Vec<(TensorId, Vec<f32>)> = weights
-        .iter()
-        .enumerate()
-        .map(|(k, &w)| {
-            let data = (0..LEN).map(|i| ((i * 7 + k * 13) % 17) as f32 - 8.0);
-            (w, data.collect())
-        })
-        .collect();
+    let weights = filled(weights, LEN, |k, i| ((i * 7 + k * 13) % 17) as f32 - 8.0);
     let input = (0..LEN).map(|i| (i % 11) as f32 * 0.25 - 1.0).collect();
     run_twice(model, &weights, &[(x, input)], y)
+}
+
+/// Each of `weights` with `len` values, `value(k, i)` the `i`th of the `k`th weight's.
+pub(super) fn filled(
+    weights: &[TensorId],
+    len: usize,
+    value: impl Fn(usize, usize) -> f32,
+) -> Vec<(TensorId, Vec<f32>)> {
+    weights
+        .iter()
+        .enumerate()
+        .map(|(k, &w)| (w, (0..len).map(|i| value(k, i)).collect()))
+        .collect()
 }
 
 /// Sets `weights` and `inputs`, runs twice (the second run must change nothing), returns the
@@ -114,15 +128,7 @@ fn half_and_forty_percent_budget_runs_equal_the_unbudgeted_run_and_stays_within_
     ] {
         let (g, x, w, y) = graph();
         let rt = runtime(force_staging, Some(budget));
-        let mut m = rt
-            .compile_with(
-                &g,
-                &CompileDesc {
-                    device_budget: Some(budget),
-                    ..CompileDesc::default()
-                },
-            )
-            .unwrap();
+        let mut m = rt.compile_with(&g, &within(budget)).unwrap();
         assert_eq!(
             run(&mut m, x, &w, y),
             expected,
@@ -157,16 +163,7 @@ fn half_and_forty_percent_budget_runs_equal_the_unbudgeted_run_and_stays_within_
 fn a_budget_below_an_ops_operands_is_a_typed_error_naming_it() {
     let (g, ..) = graph();
     let rt = runtime(true, None);
-    let err = rt
-        .compile_with(
-            &g,
-            &CompileDesc {
-                device_budget: Some(600 << 10),
-                ..CompileDesc::default()
-            },
-        )
-        .err()
-        .unwrap();
+    let err = rt.compile_with(&g, &within(600 << 10)).err().unwrap();
     match err {
         Error::BudgetBelowWorkingSet { op, needed, .. } => {
             assert_eq!(op, "add0");
@@ -256,15 +253,7 @@ fn a_budget_below_an_embedding_table_streams_only_the_rows_the_ids_select() {
         let table: u64 = w.iter().map(|&t| g.decl(t).unwrap().size().unwrap()).sum();
         let budget = 32 << 10;
         assert!(budget < table / 4, "{format:?}: the table cannot fit");
-        let mut m = rt
-            .compile_with(
-                &g,
-                &CompileDesc {
-                    device_budget: Some(budget),
-                    ..CompileDesc::default()
-                },
-            )
-            .unwrap();
+        let mut m = rt.compile_with(&g, &within(budget)).unwrap();
         assert_eq!(run_lookup(&mut m, ids, &w, z), expected, "{format:?}");
         let r = m.memory_report();
         let o = r.offload.clone().unwrap();
@@ -279,15 +268,7 @@ fn a_budget_below_an_embedding_table_streams_only_the_rows_the_ids_select() {
         );
         drop(m);
         // With room for the whole table it stays resident: nothing moves.
-        let mut m = rt
-            .compile_with(
-                &g,
-                &CompileDesc {
-                    device_budget: Some(need),
-                    ..CompileDesc::default()
-                },
-            )
-            .unwrap();
+        let mut m = rt.compile_with(&g, &within(need)).unwrap();
         assert_eq!(run_lookup(&mut m, ids, &w, z), expected, "{format:?}");
         let o = m.memory_report().offload.unwrap();
         assert_eq!((o.bytes_to_device, o.bytes_to_host), (0, 0), "{format:?}");
@@ -305,10 +286,7 @@ fn a_budgeted_model_counts_in_its_runtimes_account() {
     let budget = need / 2;
     let (g, x, w, y) = graph();
     let rt = runtime(true, Some(budget + budget / 2));
-    let desc = CompileDesc {
-        device_budget: Some(budget),
-        ..CompileDesc::default()
-    };
+    let desc = within(budget);
     let before = rt.budget().reserved();
     let mut m = rt.compile_with(&g, &desc).unwrap();
     run(&mut m, x, &w, y);

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::tests::{graph, run, runtime, unbudgeted};
+use super::tests::{graph, run, runtime, unbudgeted, within};
 use super::*;
 use crate::trace::{AnalyzeOptions, EventKind, FindingKind, Tracer, TransferKind, analyze};
 
@@ -17,10 +17,7 @@ fn a_budgeted_model_traces_its_allocations_uses_and_copies() {
         let rt = runtime(force_staging, Some(budget));
         let tracer = Tracer::new();
         rt.set_tracer(Some(tracer.clone()));
-        let desc = CompileDesc {
-            device_budget: Some(budget),
-            ..CompileDesc::default()
-        };
+        let desc = within(budget);
         let mut m = rt.compile_with(&g, &desc).unwrap();
         assert_eq!(run(&mut m, x, &w, y), expected);
         let o = m.memory_report().offload.unwrap();

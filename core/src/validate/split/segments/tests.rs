@@ -9,8 +9,8 @@ use std::collections::HashMap;
 
 use super::*;
 use crate::backend::BlockId;
+use crate::ops::host;
 use crate::ops::samples::{self, Rng, segment_instances};
-use crate::ops::{WeightFormat, host};
 
 const ALIGN: u64 = 256;
 /// Units per cut at `ALIGN` for 4-byte elements: what the runtime's tensors use.
@@ -150,18 +150,7 @@ fn refused(op: &Op, operands: &[Vec<BlockRange>], operand: &str) {
 /// start off the alignment are each refused naming the op and the operand.
 #[test]
 fn ops_that_cannot_be_cut_are_refused_by_operand() {
-    let matmul = Op::MatMul {
-        batch: 1,
-        m: 128,
-        n: 24,
-        k: 16,
-        trans_a: false,
-        trans_b: false,
-        broadcast_b: true,
-        bias: false,
-        alpha: 1.0,
-        weight_format: WeightFormat::F32,
-    };
+    let matmul = samples::matmul((1, 128, 24, 16), false, false, true, false, 1.0);
     // The weight `b` (16 x 24 floats) in two segments: every part reads it whole.
     let a = segmented(&[128 * 64], 1);
     let b = segmented(&[8 * 96, 8 * 96], 10);

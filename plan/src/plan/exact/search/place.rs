@@ -89,14 +89,8 @@ impl Search<'_> {
                 self.log.push(Change::Low(s as u32, self.low[s]));
                 self.low[s] = low;
             }
-            self.scratch
-                .sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
-            let mut stacked = 0u64;
-            for &(v, size) in &self.scratch {
-                stacked += size;
-                if v + stacked > self.capacity {
-                    return (false, hat);
-                }
+            if self.scratch_overflows() {
+                return (false, hat);
             }
         }
         // Section inference: each section's unplaced members stack above its lowest possible
@@ -203,14 +197,24 @@ impl Search<'_> {
                     self.scratch.push((self.start[y], p.size[y]));
                 }
             }
-            self.scratch
-                .sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
-            let mut stacked = 0u64;
-            for &(v, size) in &self.scratch {
-                stacked += size;
-                if v + stacked > self.capacity {
-                    return true;
-                }
+            if self.scratch_overflows() {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Whether the `(start, size)` pairs in `scratch`, stacked from the latest start down (each
+    /// above all that start later), pass the capacity. Sorts `scratch`.
+    #[inline]
+    fn scratch_overflows(&mut self) -> bool {
+        self.scratch
+            .sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
+        let mut stacked = 0u64;
+        for &(v, size) in &self.scratch {
+            stacked += size;
+            if v + stacked > self.capacity {
+                return true;
             }
         }
         false

@@ -8,7 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::super::super::{Buffer, PackingDesc, PackingFamily, Plan, lower_bound, verify};
+use super::super::super::fixtures::{FAMILIES, gap_example, mib_packing};
+use super::super::super::{Buffer, Plan, lower_bound, verify};
 use super::super::{Memo, Outcome, Prepared};
 use super::{any_set, flip, next_bit, shift_or};
 
@@ -47,21 +48,9 @@ fn by_search(buffers: &[Buffer], capacity: u64) -> Outcome {
 
 #[test]
 fn sweeps_perfect_packings_of_every_family_to_their_bound() {
-    for family in [
-        PackingFamily::Guillotine,
-        PackingFamily::LongAndShort,
-        PackingFamily::Pinwheel,
-    ] {
+    for family in FAMILIES {
         for seed in 0..8 {
-            let (b, _) = PackingDesc {
-                count: 120,
-                capacity: 1 << 20,
-                horizon: 1000,
-                grid: 1024,
-                family,
-                seed,
-            }
-            .generate();
+            let (b, _) = mib_packing(120, family, seed).generate();
             let cap = lower_bound(&b);
             let t = Instant::now();
             let o = by_tiling(&b, cap);
@@ -92,22 +81,9 @@ fn padded(mut buffers: Vec<Buffer>, horizon: u64) -> (Vec<Buffer>, u64) {
     (buffers, cap)
 }
 
-/// The planning notes' example: LOAD 4, OPT 5.
-fn load_gap() -> Vec<Buffer> {
-    vec![
-        Buffer::new(0, 3, 2),
-        Buffer::new(0, 1, 2),
-        Buffer::new(2, 5, 1),
-        Buffer::new(2, 7, 1),
-        Buffer::new(4, 7, 1),
-        Buffer::new(6, 8, 2),
-        Buffer::new(7, 8, 2),
-    ]
-}
-
 #[test]
 fn proves_the_padded_load_gap_example_infeasible() {
-    let (b, cap) = padded(load_gap(), 8);
+    let (b, cap) = padded(gap_example(), 8);
     assert_eq!(cap, 4);
     assert!(matches!(by_tiling(&b, cap), Outcome::Infeasible(_)));
 }
@@ -131,7 +107,7 @@ fn decides_like_the_canonical_search_on_padded_instances() {
         if seed % 2 == 0 {
             let scale = 1 + rng.below(2);
             b.clear();
-            b.extend(load_gap().into_iter().map(|mut g| {
+            b.extend(gap_example().into_iter().map(|mut g| {
                 g.size *= scale;
                 g
             }));

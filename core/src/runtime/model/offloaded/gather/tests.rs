@@ -1,6 +1,6 @@
 use super::*;
 use crate::ops::WeightFormat;
-use crate::{DType, Graph};
+use crate::{DType, Graph, TensorId};
 
 /// A lookup of `rows` ids in a `[vocab, 4]` table in `format`, then a relu of the result.
 fn lookup(vocab: usize, rows: usize, format: WeightFormat) -> Graph {
@@ -32,6 +32,18 @@ fn lookup(vocab: usize, rows: usize, format: WeightFormat) -> Graph {
     g
 }
 
+/// A lookup of the 8 `ids` in a `[1000, 4]` f32 table added to `g`: the table and the result.
+fn f32_lookup(g: &mut Graph, ids: TensorId) -> (TensorId, TensorId) {
+    let table = g.weight("table", DType::F32, &[1000, 4]);
+    let op = Op::Embedding {
+        vocab: 1000,
+        dim: 4,
+        rows: 8,
+        weight_format: WeightFormat::F32,
+    };
+    (table, g.op(op, &[table, ids], &[8, 4], "lookup").unwrap())
+}
+
 #[test]
 fn a_lookup_whose_gathered_rows_are_smaller_than_its_table_is_served_from_host_memory() {
     let g = lookup(1000, 8, WeightFormat::F32);
@@ -60,14 +72,7 @@ fn a_table_no_larger_than_its_gathered_rows_stays_whole() {
 fn a_table_another_op_reads_stays_whole() {
     let mut g = Graph::new();
     let ids = g.input("ids", DType::U32, &[8]);
-    let table = g.weight("table", DType::F32, &[1000, 4]);
-    let op = Op::Embedding {
-        vocab: 1000,
-        dim: 4,
-        rows: 8,
-        weight_format: WeightFormat::F32,
-    };
-    let y = g.op(op, &[table, ids], &[8, 4], "lookup").unwrap();
+    let (table, y) = f32_lookup(&mut g, ids);
     let z = g
         .op(
             Op::Relu { len: 4000 },
@@ -85,14 +90,7 @@ fn a_table_another_op_reads_stays_whole() {
 fn ids_computed_on_the_device_are_not_known_to_the_host() {
     let mut g = Graph::new();
     let ids = g.weight("ids", DType::U32, &[8]);
-    let table = g.weight("table", DType::F32, &[1000, 4]);
-    let op = Op::Embedding {
-        vocab: 1000,
-        dim: 4,
-        rows: 8,
-        weight_format: WeightFormat::F32,
-    };
-    let y = g.op(op, &[table, ids], &[8, 4], "lookup").unwrap();
+    let (_, y) = f32_lookup(&mut g, ids);
     g.output(y);
     assert!(find(&g, 10).unwrap().is_empty());
 }

@@ -1,4 +1,4 @@
-use super::super::tests::{run_twice, runtime};
+use super::super::tests::{filled, run_twice, runtime, within};
 use super::super::{CompileDesc, Model};
 use crate::{DType, Graph, Op, TensorId};
 
@@ -60,14 +60,7 @@ fn layers(g: &mut Graph, a: TensorId) -> (TensorId, Vec<TensorId>) {
 
 /// Sets the weights and the input, runs twice, returns the output's bits.
 fn run(model: &mut Model, x: TensorId, weights: &[TensorId], y: TensorId) -> Vec<u32> {
-    let weights: Vec<(TensorId, Vec<f32>)> = weights
-        .iter()
-        .enumerate()
-        .map(|(k, &w)| {
-            let data = (0..W).map(|i| ((i * 5 + k * 3) % 13) as f32 - 6.5);
-            (w, data.collect())
-        })
-        .collect();
+    let weights = filled(weights, W, |k, i| ((i * 5 + k * 3) % 13) as f32 - 6.5);
     let input = (0..LEN).map(|i| (i % 23) as f32 * 0.37 - 4.0).collect();
     run_twice(model, &weights, &[(x, input)], y)
 }
@@ -75,10 +68,7 @@ fn run(model: &mut Model, x: TensorId, weights: &[TensorId], y: TensorId) -> Vec
 /// `g` compiled within `budget` on a runtime of that budget with staging forced.
 fn budgeted(g: &Graph, budget: u64) -> (crate::Runtime, Model) {
     let rt = runtime(true, Some(budget));
-    let desc = CompileDesc {
-        device_budget: Some(budget),
-        ..CompileDesc::default()
-    };
+    let desc = within(budget);
     let m = rt.compile_with(g, &desc).unwrap();
     (rt, m)
 }
