@@ -133,6 +133,11 @@ unsafe fn nt<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
     }
 }
 
+thread_local! {
+    /// The calling thread's buffer of dequantised `B` rows ([`dequantised`]), kept across calls.
+    static ROWS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// [`blocked`] over `B`'s rows dequantised (module doc): for each chunk of `A`'s rows, each
 /// group of 4 rows of `B` (8 for fewer than [`MR`] rows of `A`) is written as f32 `q·scale` to
 /// a buffer, and the chunk's blocks run over the buffer.
@@ -149,7 +154,13 @@ unsafe fn dequantised<M: Simd, E: Stored>(
     let k = p.k;
     let width = if p.rows < MR { 8 } else { 4 };
     let (group, groups) = (scales.group.max(1), scales.groups);
-    let mut panel = vec![0f32; width * k];
+    // Every element a block reads is written first, so a buffer kept from an earlier call
+    // needs no zeroing, only growing. Taken out and put back rather than borrowed in a closure:
+    // a closure would not inherit the caller's CPU features, and the blocks must inline.
+    let mut panel = ROWS.take();
+    if panel.len() < width * k {
+        panel.resize(width * k, 0.0);
+    }
     for i0 in (0..p.rows).step_by(chunk_rows(k)) {
         let rows = chunk_rows(k).min(p.rows - i0);
         for j0 in (0..p.cols).step_by(width) {
@@ -181,6 +192,7 @@ unsafe fn dequantised<M: Simd, E: Stored>(
             unsafe { blocked::<M, f32>(&part, c.add(i0 * ldc + j0), ldc) };
         }
     }
+    ROWS.set(panel);
 }
 
 /// The blocked loops (module doc) on `M`'s vectors.
