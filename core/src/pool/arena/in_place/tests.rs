@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::backend::{Backend, BlockId, Growable};
+use crate::backend::{Backend, BlockDesc, BlockId, Growable};
+use crate::pool::ArenaPool;
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::{ArenaConfig, DevicePool, PoolStats};
 use crate::test_adaptors::host_adaptor;
