@@ -50,6 +50,7 @@ mod handles;
 mod holes;
 mod in_place;
 mod invariants;
+mod kind;
 mod oom;
 mod pending;
 mod policy;
@@ -80,7 +81,9 @@ type GrowingArena = Carved<InPlace>;
 /// One reservation per expandable allocation.
 type ExpandablePool = Carved<Dedicated>;
 
-/// The bottom pools an arena pool composes.
+/// The bottom pools an arena pool composes. (One per arena pool: the variants' sizes do not
+/// matter, and boxing would add a pointer to every allocation's path.)
+#[allow(clippy::large_enum_variant)]
 enum Bottoms {
     /// Blocks alone (no growth in place).
     Blocks(BlockPool),

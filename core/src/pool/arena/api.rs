@@ -16,8 +16,13 @@ use crate::{Error, Result};
 /// pool is tried at a stage before any grows, and the parts of an out-of-memory report.
 pub(super) trait Bottom: DevicePool {
     /// Places a request already checked (`size` rounded, `align` raised) at `stage`.
-    fn place_at(&self, size: u64, align: u64, label: &str, stage: Stage)
-    -> Result<Option<Allocation>>;
+    fn place_at(
+        &self,
+        size: u64,
+        align: u64,
+        label: &str,
+        stage: Stage,
+    ) -> Result<Option<Allocation>>;
 
     /// The pool's part of an out-of-memory report for a request of `requested` bytes (`need`
     /// after rounding, at `align`).

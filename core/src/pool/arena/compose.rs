@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use super::api::{Bottom, allocate_from};
 use super::{ArenaPool, Bottoms};
+use crate::Result;
 use crate::backend::{BlockRange, Ticket};
+use crate::pool::Expandable;
 use crate::pool::budget::Reclaim;
 use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
 use crate::pool::slots::Handle;
-use crate::pool::Expandable;
-use crate::Result;
 
 impl ArenaPool {
     /// The bottom pools, in the order a request tries them.

@@ -130,7 +130,13 @@ impl Expandable for ExpandablePool {
             return Ok(None);
         };
         let (carving, region) = self.carve_fresh(id, bytes, bytes, 1)?;
-        let block = self.install(&mut st, id, bytes, carving, Reservation { reserved: reserve });
+        let block = self.install(
+            &mut st,
+            id,
+            bytes,
+            carving,
+            Reservation { reserved: reserve },
+        );
         let range = BlockRange {
             block: id,
             offset: region.offset,

@@ -7,14 +7,14 @@
 //! Invariant: the pool holds at most one block, the arena, at index [`ARENA`]; its reservation
 //! covers its extent, and held regions lie on committed, non-spare granules.
 
+use super::ArenaConfig;
 use super::carved::{Block, Carved, Kind, Place, Role, State};
 use super::holes::{Holes, MIN_GRANULE};
 use super::in_place::GROWTH_STEP_DIVISOR;
 use super::sites::Sites;
-use super::ArenaConfig;
+use crate::Result;
 use crate::backend::InPlaceGrowth;
 use crate::suballoc::Region;
-use crate::Result;
 
 /// The growing arena's kind: how the backend grows blocks, and what the configuration turns on.
 pub(super) struct InPlace {
@@ -160,11 +160,7 @@ impl Kind for InPlace {
         }
     }
 
-    fn check_block(
-        st: &ArenaState,
-        i: usize,
-        b: &Block<Arena>,
-    ) -> std::result::Result<(), String> {
+    fn check_block(st: &ArenaState, i: usize, b: &Block<Arena>) -> std::result::Result<(), String> {
         if i != ARENA {
             return Err(format!("block {i}: a second block beside the arena"));
         }

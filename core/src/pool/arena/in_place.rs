@@ -35,9 +35,9 @@
 //! * **Fallback.** When the reservation is full, the backend refuses the growth or the budget
 //!   refuses it, the arena pool adds regular blocks ([`growth`](super::growth)) beside it.
 
+use super::carved::Place;
 pub(super) use super::growing::{Arena, ArenaState, InPlace};
 use super::growing::{ArenaState as State, GrowingArena};
-use super::carved::Place;
 use super::holes::{Holes, MIN_GRANULE};
 use crate::align::align_up;
 use crate::backend::{BlockId, InPlaceGrowth};
@@ -221,7 +221,11 @@ impl GrowingArena {
         // the arena grows again (MobileNet at 2 MiB: a 1.1 MiB tensor after a 4.6 MiB one
         // found 0.7 MiB below and 0.6 MiB above, and took a fourth granule). Smaller requests
         // pack from the tail's start, where the next small ones follow.
-        let unit = b.role.holes.as_ref().map_or(growth.granularity, Holes::granule);
+        let unit = b
+            .role
+            .holes
+            .as_ref()
+            .map_or(growth.granularity, Holes::granule);
         let top = align_up(tail_start, align)
             .filter(|_| size >= unit)
             .and_then(|start| start.checked_add(size))
@@ -311,13 +315,21 @@ impl GrowingArena {
         };
         // With holes the new end falls on a granule of the arena's, so no granule is cut in
         // two (the part of one past the end would be untracked).
-        let unit = b.role.holes.as_ref().map_or(growth.granularity, Holes::granule);
+        let unit = b
+            .role
+            .holes
+            .as_ref()
+            .map_or(growth.granularity, Holes::granule);
         let end = b.size - b.carving.free_tail();
         let Some(keep) = align_up(end.max(b.size.saturating_sub(at_most)), unit) else {
             return Ok(0);
         };
         // With whole units, the end moves past the unit it would cut.
-        let keep = b.role.holes.as_ref().map_or(keep, |h| h.unit_boundary(keep));
+        let keep = b
+            .role
+            .holes
+            .as_ref()
+            .map_or(keep, |h| h.unit_boundary(keep));
         let cut = b.size.saturating_sub(keep);
         if cut == 0 || cut >= b.size {
             return Ok(0);

@@ -26,7 +26,10 @@ fn the_default_is_tlsf_and_buddy_is_chosen_by_the_config() {
     let tlsf = ArenaPool::new(backend, ArenaConfig::device()).unwrap();
     let a = tlsf.allocate(1000, 1, "a").unwrap();
     {
-        let st = tlsf.growing().expect("the host grows TLSF's arena in place").lock();
+        let st = tlsf
+            .growing()
+            .expect("the host grows TLSF's arena in place")
+            .lock();
         assert!(st.blocks[0].is_some(), "the arena is reserved");
         assert!(
             st.blocks
