@@ -47,6 +47,7 @@ mod expandable;
 mod growing;
 mod growth;
 mod handles;
+mod hints;
 mod holes;
 mod in_place;
 mod invariants;

@@ -9,6 +9,7 @@
 
 use super::ArenaConfig;
 use super::carved::{Block, Carved, Kind, Place, Role, State};
+use super::hints::{NoHints, PlacementHints};
 use super::holes::{Holes, MIN_GRANULE};
 use super::in_place::GROWTH_STEP_DIVISOR;
 use super::sites::Sites;
@@ -37,21 +38,30 @@ impl InPlace {
     /// The role of a fresh arena of `extent` bytes in a reservation of `reserved`.
     pub(super) fn arena(&self, reserved: u64, extent: u64) -> Arena {
         let g = self.growth;
-        let holes = self.holes.then(|| {
-            let mut h = Holes::new(g.granularity, extent, g.whole_units);
-            h.sites = self.learned.then(|| Sites::new(g.whole_units));
-            h
-        });
-        Arena { reserved, holes }
+        let holes = self
+            .holes
+            .then(|| Holes::new(g.granularity, extent, g.whole_units));
+        // Learned placement serves the arena with holes: a repeated step finds its granules
+        // committed and moves no memory.
+        let hints: Box<dyn PlacementHints> = match self.holes && self.learned {
+            true => Box::new(Sites::new(g.whole_units)),
+            false => Box::new(NoHints),
+        };
+        Arena {
+            reserved,
+            holes,
+            hints,
+        }
     }
 }
 
-/// The arena's block: its reservation of address space, and which granules hold memory where
-/// the arena has holes (else every byte of its extent is committed).
+/// The arena's block: its reservation of address space, which granules hold memory where the
+/// arena has holes (else every byte of its extent is committed), and its placement hints.
 #[derive(Debug)]
 pub(super) struct Arena {
     pub(super) reserved: u64,
     pub(super) holes: Option<Holes>,
+    pub(super) hints: Box<dyn PlacementHints>,
 }
 
 impl Role for Arena {
@@ -121,7 +131,9 @@ impl Kind for InPlace {
     }
 
     fn placed(st: &mut ArenaState, index: usize, region: &Region, size: u64, align: u64) {
-        GrowingArena::placed(st, index, region, size, align);
+        if let Some(b) = st.blocks.get_mut(index).and_then(Option::as_mut) {
+            b.role.hints.placed(size, align, region);
+        }
     }
 
     fn released(
@@ -131,10 +143,13 @@ impl Kind for InPlace {
         freed: (u64, u64),
         merged: (u64, u64),
     ) -> Result<()> {
-        if let Some(h) = GrowingArena::holes(st, index) {
-            h.freed_region(freed, merged);
+        let emptied = st.stats.in_use == 0;
+        if let Some(b) = st.blocks.get_mut(index).and_then(Option::as_mut) {
+            if let Some(h) = b.role.holes.as_mut() {
+                h.freed_region(freed, merged);
+            }
+            b.role.hints.freed(freed.1, emptied);
         }
-        GrowingArena::unplaced(st, freed.1);
         Ok(())
     }
 

@@ -77,12 +77,16 @@ impl GrowingArena {
                         }
                         return Err(e);
                     }
-                    if let Some(h) = Self::holes(st, index) {
-                        h.moved(from, at, n);
-                        // The sites placed on that memory find it where it went
+                    if let Some(b) = st.blocks.get_mut(index).and_then(Option::as_mut) {
+                        if let Some(h) = b.role.holes.as_mut() {
+                            h.moved(from, at, n);
+                        }
+                        // The requests placed on that memory find it where it went
                         // (`Sites::follow`).
-                        if let (Some(s), Some(near)) = (h.sites.as_mut(), follow) {
-                            s.follow((from << shift, n << shift), at << shift, near);
+                        if let Some(near) = follow {
+                            b.role
+                                .hints
+                                .moved((from << shift, n << shift), at << shift, near);
                         }
                     }
                     at += n;

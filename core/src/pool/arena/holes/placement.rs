@@ -17,40 +17,6 @@ impl GrowingArena {
             .and_then(|b| b.role.holes.as_mut())
     }
 
-    /// A request of `size` bytes at `align` was placed at `region` of the block at `index`: the
-    /// arena's sites learn where it went (when it is in the arena) and see the allocation.
-    pub(in crate::pool::arena) fn placed(
-        st: &mut State,
-        index: usize,
-        region: &Region,
-        size: u64,
-        align: u64,
-    ) {
-        let Some(arena) = Self::arena(st) else {
-            return;
-        };
-        if let Some(s) = Self::holes(st, arena).and_then(|h| h.sites.as_mut()) {
-            if index == arena {
-                let key = s.key(size, align);
-                s.learn(key, region);
-            }
-            s.saw(size, false);
-        }
-    }
-
-    /// A region of `size` bytes went back to its block: the arena's sites see the free. When
-    /// that emptied the pool, their history starts again: the next run of the model then meets
-    /// the histories its first run had, and its first layer the places that one learned.
-    pub(in crate::pool::arena) fn unplaced(st: &mut State, size: u64) {
-        let (arena, empty) = (Self::arena(st), st.stats.in_use == 0);
-        if let Some(s) = arena.and_then(|a| Self::holes(st, a)?.sites.as_mut()) {
-            s.saw(size, true);
-            if empty {
-                s.restart();
-            }
-        }
-    }
-
     /// Places a request in the arena, backing its granules with memory. `Ok(None)` when it
     /// does not fit, or the budget or the device refuses the memory it lacks.
     pub(in crate::pool::arena) fn try_arena(
@@ -68,12 +34,9 @@ impl GrowingArena {
         else {
             return Ok(None);
         };
-        // Where the site went last time, when that range is free again (`sites.rs`).
-        let sites = b.role.holes.as_mut().and_then(|h| h.sites.as_mut());
-        let hint = sites.and_then(|s| {
-            let key = s.key(size, align);
-            s.hint(key)
-        });
+        // Where the hints put it (for learned sites: where the site went last time, when that
+        // range is free again).
+        let hint = b.role.hints.hint(size, align);
         let hinted = match hint {
             // `align` is a power of two (checked): a mask, not a division.
             Some((offset, near)) if offset & (align - 1) == 0 => {
