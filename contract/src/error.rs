@@ -29,7 +29,6 @@ pub enum Error {
         /// What was requested ("allocation", "upload", "block", ...).
         what: &'static str,
     },
-
     /// An alignment that is zero, not a power of two, or above the largest supported alignment.
     #[error(
         "invalid alignment {align}: alignments must be powers of two between 1 and {max} bytes"
@@ -40,7 +39,6 @@ pub enum Error {
         /// The largest alignment supported, in bytes.
         max: u64,
     },
-
     /// A request that can never succeed on this device or pool, whatever is freed first.
     #[error("{what} of {requested} bytes exceeds the limit of {limit} bytes ({limit_name})")]
     TooLarge {
@@ -53,12 +51,10 @@ pub enum Error {
         /// Where the limit comes from (a capability or configuration name).
         limit_name: &'static str,
     },
-
     /// Not enough free memory right now. The report says what is reserved, in use and free, and
     /// what the caller can do. Retrying after frees complete can succeed.
     #[error("{0}")]
     OutOfMemory(Box<OomReport>),
-
     /// A handle freed twice.
     #[error("double free of {what} (slot {slot}, generation {generation}): it was already freed")]
     DoubleFree {
@@ -69,7 +65,6 @@ pub enum Error {
         /// The generation the handle carries.
         generation: u32,
     },
-
     /// A handle used after it was freed (its slot has moved on to a later generation).
     #[error(
         "use after free: {what} (slot {slot}, generation {generation}) was freed; the slot is now at generation {current}"
@@ -84,7 +79,6 @@ pub enum Error {
         /// The slot's current generation.
         current: u32,
     },
-
     /// A handle that this pool never issued (another pool's, or forged).
     #[error("{what} handle (slot {slot}) does not belong to this {owner}")]
     ForeignHandle {
@@ -95,7 +89,6 @@ pub enum Error {
         /// The kind of object asked to use it.
         owner: &'static str,
     },
-
     /// A byte range that does not fit inside the allocation or block it addresses.
     #[error(
         "range out of bounds: offset {offset} + size {size} exceeds {limit} bytes of the {what}"
@@ -110,7 +103,6 @@ pub enum Error {
         /// Length of the addressed object, in bytes.
         limit: u64,
     },
-
     /// Two sizes or shapes that must agree do not.
     #[error("size mismatch in {what}: expected {expected}, got {actual}")]
     SizeMismatch {
@@ -121,7 +113,6 @@ pub enum Error {
         /// The size or element count given.
         actual: u64,
     },
-
     /// The backend cannot run here: no driver, no library, no adapter.
     #[error("backend {backend} is unavailable: {reason}")]
     BackendUnavailable {
@@ -130,7 +121,6 @@ pub enum Error {
         /// Why, in words a user can act on.
         reason: String,
     },
-
     /// The device was lost (driver reset, removal, hang). The runtime must be recreated.
     #[error("device lost on {backend}: {detail}")]
     DeviceLost {
@@ -139,7 +129,6 @@ pub enum Error {
         /// What the driver said.
         detail: String,
     },
-
     /// A device wait past its limit; the work is still queued, so waiting longer can succeed.
     #[error(
         "{backend}: {what} did not complete within {timeout:?} (raise the limit: \
@@ -153,7 +142,6 @@ pub enum Error {
         /// The limit that ran out.
         timeout: std::time::Duration,
     },
-
     /// A native API call failed in a way no other variant describes. Keeps the native code.
     #[error("{backend}: {api} failed (code {code}): {message}")]
     Backend {
@@ -166,7 +154,6 @@ pub enum Error {
         /// The driver's message.
         message: String,
     },
-
     /// The backend or device does not support what was asked.
     #[error("unsupported on {backend}: {what}")]
     Unsupported {
@@ -175,23 +162,18 @@ pub enum Error {
         /// What is unsupported.
         what: String,
     },
-
     /// An argument that breaks a rule of its call (a zero count, an index out of range, ...).
     #[error(transparent)]
     Argument(#[from] ArgumentError),
-
     /// A tensor used against its kind or place in its graph or model.
     #[error(transparent)]
     Graph(#[from] GraphError),
-
     /// A growth call (extend, commit, decommit, remap) that does not fit the block's layout.
     #[error(transparent)]
     Growth(#[from] GrowthError),
-
     /// A refusal no typed variant describes; the message is all there is to say.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-
     /// A malformed input file or text (CSV plan, trace, weights).
     #[error("{source_name}:{line}: {message}")]
     Malformed {
@@ -202,7 +184,6 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
-
     /// Allocations still live when a pool or runtime in strict mode was dropped or checked.
     #[error("{count} allocation(s) leaked, {bytes} bytes:\n{report}")]
     Leak {
@@ -213,7 +194,6 @@ pub enum Error {
         /// One line per allocation: label, size, and where it was made when known.
         report: String,
     },
-
     /// Guard bytes around an allocation were overwritten: something wrote out of bounds.
     #[error("memory corruption: {0}")]
     Corruption(String),
@@ -231,7 +211,6 @@ pub enum Error {
         /// The capability that sets it (`copy_align`, `binding_align`).
         align_name: &'static str,
     },
-
     /// A kernel binding whose byte size is not exactly its operand's size (larger or smaller).
     #[error(
         "binding size of {op} operand {index} `{operand}`: the op needs exactly {expected} bytes, the binding has {actual}"
@@ -248,7 +227,6 @@ pub enum Error {
         /// Bytes the binding covers.
         actual: u64,
     },
-
     /// A kernel dispatch with the wrong number of bindings.
     #[error("{op} takes {expected} bindings ({operands}), got {actual}")]
     BindingCount {
@@ -261,7 +239,6 @@ pub enum Error {
         /// The operand names, in binding order.
         operands: String,
     },
-
     /// Two ranges that must not share bytes do (an op's output and another binding, a copy's ends).
     #[error(
         "overlap in block {block}: {what} [{first_offset}, +{first_size}) and [{second_offset}, +{second_size}) share bytes"
@@ -280,7 +257,6 @@ pub enum Error {
         /// Length of the second range, in bytes.
         second_size: u64,
     },
-
     /// Size or shape arithmetic that does not fit its integer type (`u64` counts, `u32` indices).
     #[error("arithmetic overflow: {what} does not fit in {limit_name}")]
     ArithmeticOverflow {
@@ -289,7 +265,6 @@ pub enum Error {
         /// The type or limit it overflows ("u64", "u32 kernel index").
         limit_name: &'static str,
     },
-
     /// A typed transfer or binding whose element type is not the tensor's.
     #[error("dtype mismatch in {what}: the tensor holds {expected:?}, the call uses {actual:?}")]
     DTypeMismatch {
@@ -300,7 +275,6 @@ pub enum Error {
         /// The element type of the data or operand.
         actual: crate::ops::DType,
     },
-
     /// A read of a graph tensor that is not an output: its bytes are reused by the plan and hold
     /// something else after the run.
     #[error(
@@ -312,7 +286,6 @@ pub enum Error {
         /// Its name.
         name: String,
     },
-
     /// A tensor id that does not belong to the graph it is used with.
     #[error("tensor {tensor} is not in this graph ({tensors} tensors)")]
     ForeignTensor {
@@ -321,7 +294,6 @@ pub enum Error {
         /// Tensors the graph declares.
         tensors: usize,
     },
-
     /// A block id the backend does not know: never allocated, or already freed.
     #[error("{backend}: block {block} is not live (never allocated, or already freed)")]
     UnknownBlock {
@@ -330,7 +302,6 @@ pub enum Error {
         /// The block id.
         block: u64,
     },
-
     /// A wait for a ticket that was never issued.
     #[error("wait for ticket {ticket}, but only {issued} tickets were issued")]
     UnknownTicket {
@@ -339,7 +310,6 @@ pub enum Error {
         /// The last ticket issued.
         issued: u64,
     },
-
     /// Host access to a block that is not host-visible.
     #[error("block {block} ({kind}) is not host-visible on {backend}")]
     NotHostVisible {
@@ -350,7 +320,6 @@ pub enum Error {
         /// The block's memory kind.
         kind: &'static str,
     },
-
     /// A block of the wrong memory kind for its role: kernels bind `DeviceLocal` blocks only,
     /// copies read `DeviceLocal` or `Upload` blocks and write `DeviceLocal` or `Readback` ones.
     #[error("block {block} is {kind} memory and cannot be the {role} (that takes {allowed})")]
@@ -364,7 +333,6 @@ pub enum Error {
         /// The kinds the role takes.
         allowed: &'static str,
     },
-
     /// A bug in tensormem: an internal invariant did not hold. The runtime that saw it is marked
     /// broken (later calls return [`Error::DeviceLost`]). Made only by [`Error::invariant`].
     #[error("internal invariant violated ({invariant}): {detail}; please report this bug")]
@@ -374,7 +342,6 @@ pub enum Error {
         /// What was observed.
         detail: String,
     },
-
     /// An I/O error while reading or writing a file.
     #[error("I/O error on {path}: {source}")]
     Io {
@@ -384,7 +351,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-
     /// A NUMA node that cannot hold this runtime's host memory: the topology has no such node, or
     /// this process's cpuset (`mems`) excludes it. Choose one of `usable`, or no node.
     #[error("NUMA node {node} cannot be used: {reason} (usable nodes: {usable:?})")]
@@ -396,7 +362,6 @@ pub enum Error {
         /// Why the node cannot be used.
         reason: String,
     },
-
     /// A planning instance whose offsets could overflow `u64`: the buffers of one time-connected
     /// group, stacked with their alignment padding, may need more than the planner's offset limit.
     #[error(
@@ -411,7 +376,6 @@ pub enum Error {
         /// The largest stacked total the planner accepts, in bytes.
         limit: u64,
     },
-
     /// An op or copy whose operands live on different devices. The runtime never copies
     /// silently: move one operand with `tensormem::DeviceSet::copy` first.
     #[error(
@@ -430,7 +394,6 @@ pub enum Error {
         /// Its device.
         second: crate::backend::DeviceId,
     },
-
     /// A tensor used with the runtime of another device.
     #[error("{what}: the tensor is on {tensor} but this runtime is {runtime}")]
     WrongDevice {
@@ -441,7 +404,6 @@ pub enum Error {
         /// The runtime's device.
         runtime: crate::backend::DeviceId,
     },
-
     /// A device id that the device set does not have.
     #[error("{device} is not in this device set ({devices} devices)")]
     UnknownDevice {
@@ -450,7 +412,6 @@ pub enum Error {
         /// Devices in the set.
         devices: usize,
     },
-
     /// A device budget that no offload schedule can meet: at the named op, the tensors that must
     /// be on the device together need more bytes than the budget. Raise it or shrink the op.
     #[error(

@@ -1,181 +1,128 @@
-//! The arena pool: blocks from a backend, carved by TLSF (or buddy: [`ArenaConfig::carver`]),
-//! grown on demand, with ticket-deferred frees and an out-of-memory path that explains itself.
-//! Nothing else: guard margins, zero-on-reuse, tracing and leak reports are adaptors around it
-//! (see [`crate::pool`]).
+//! The arena pool: the bottom of every pool stack, composed of bottom pools that each carve
+//! backend blocks with TLSF (or buddy: [`ArenaConfig::carver`]) over one shared carver
+//! ([`carved`]), with ticket-deferred frees and an out-of-memory error that explains itself.
+//! Guard margins, zero-on-reuse, tracing and leak reports are adaptors around it
+//! ([`crate::pool`]). One type serves every memory kind: device memory, and with `Upload` or
+//! `Readback` the host-visible (pinned) pool for host tensors that take part in transfers.
 //!
-//! One type serves every memory kind: with [`MemoryKind::DeviceLocal`] it is the device arena pool;
-//! with `Upload` or `Readback` it is the host-visible (pinned) pool for host tensors that take part in
-//! transfers.
+//! # Two bottom pools and a fallback
+//! * **The growing arena** ([`GrowingArena`], [`in_place`]), where the backend grows blocks in
+//!   place ([`Extensions::growable`](crate::backend::Extensions::growable): CUDA's virtual
+//!   memory, the host's reserve-and-commit): one reservation whose committed size follows the
+//!   live set, with holes ([`holes`]) and learned placement ([`sites`]).
+//! * **The block pool** ([`BlockPool`], [`growth`]): blocks beside each other, by request class,
+//!   sized by the request stream ([`policy`]). Alone where blocks cannot grow (Vulkan without
+//!   sparse binding, wgpu) or `in_place` is off; beside the arena when its reservation is full or
+//!   the backend refuses its growth.
+//! * **Expandable allocations** ([`expandable`]): one reservation per allocation, grown in place.
 //!
-//! # Growth: in place, else blocks
-//! Where the backend can grow a block in place ([`Extensions::growable`](crate::backend::Extensions::growable): CUDA virtual memory
-//! management, the host's reserve-and-commit), the pool keeps **one arena**: a reservation of
-//! address space carved by one TLSF, whose committed size grows at its end as the live set
-//! grows and whose free tail is returned by trim ([`in_place`]). Tensors can then be placed
-//! anywhere in the arena, so nothing is lost to block boundaries. Elsewhere (Vulkan without
-//! sparse binding, wgpu), or once the reservation is full, the pool adds blocks ([`growth`]):
-//! small and large requests in separate block classes, blocks sized by the request stream, split
-//! and shared, empty ones returned when they no longer fit the stream ([`policy`]).
+//! [`ArenaPool`] composes them as a fallback ([`compose`]): a request goes to the first pool
+//! with room at each stage (existing blocks after reclaiming completed frees; waiting for
+//! pending frees where growing would pass the allowance, [`pending`]; growing), every pool
+//! before the next stage; frees and queries go to the pool whose handle it is. All of them
+//! reserve against one [`Budget`].
 //!
 //! # Out-of-memory path
-//! 1. reclaim frees whose tickets completed, retry in the existing blocks;
-//! 2. grow the arena in place, else reserve a new block (returning the class's empty blocks
-//!    first), if the [`Budget`] allows ([`in_place`] and [`policy`] decide the sizes);
-//! 3. if the budget or the driver refuses, trim this pool's empty blocks and retry once;
-//! 4. with the pool's lock released, ask every pool of the runtime to release idle blocks
+//! 1. reclaim completed frees and retry in every pool's blocks; wait for pending frees;
+//! 2. grow the arena, else reserve a block (the class's empty blocks returned first), where
+//!    the budget allows; when the budget or the driver refuses, trim and retry once;
+//! 3. with no lock held, ask every pool of the runtime to release idle blocks
 //!    ([`Budget::relieve`]) and retry once more;
-//! 5. only then return [`Error::OutOfMemory`] with a report ([`oom`]), whose planner call runs
-//!    after the lock is released.
+//! 4. only then return [`Error::OutOfMemory`] with one report over all bottom pools ([`oom`]).
 //!
-//! Every failing call leaves the pool as it was: a free that cannot ask the backend whether its
-//! ticket completed keeps the allocation live; a block whose TLSF cannot be built is returned.
+//! Every failing call leaves the pool as it was.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::Arc;
 
-use crate::align::align_up;
-use crate::backend::{Backend, BlockId, InPlaceGrowth, MemoryKind, Ticket};
+use crate::backend::{Backend, MemoryKind};
 use crate::pool::budget::Budget;
-use crate::pool::deferred::Deferred;
-use crate::pool::device_pool::{PoolListener, PoolStats};
-use crate::pool::slots::{Handle, Slots, next_pool_id};
-use crate::suballoc::Region;
-use crate::time::Instant;
 use crate::{Error, Result};
 
 mod api;
+mod carved;
 mod carving;
+mod compose;
 mod config;
 mod expandable;
+mod growing;
 mod growth;
 mod handles;
+mod hints;
 mod holes;
 mod in_place;
 mod invariants;
+mod kind;
 mod oom;
 mod pending;
 mod policy;
+mod reservation;
 mod sites;
 #[cfg(test)]
 mod testing;
+mod totals;
 mod units;
 
 pub use carving::Carver;
-use carving::Carving;
 pub use config::{ArenaConfig, DEFAULT_IDLE_RELEASE};
 pub use growth::DEFAULT_BLOCK_SIZE;
-use growth::Role;
-use holes::Holes;
-use policy::Class;
+
+use carved::Carved;
+use expandable::Dedicated;
+use growth::Classes;
+use in_place::InPlace;
+use totals::Totals;
 
 /// Largest alignment a pool accepts, in bytes (1 GiB).
 pub const MAX_ALIGN: u64 = 1 << 30;
 
-struct Block {
-    id: BlockId,
-    /// Bytes backed by memory (for the arena that grows in place: its committed size); always
-    /// its carver's capacity.
-    size: u64,
-    carving: Carving,
-    /// What the block is for: a regular block of one request class, the arena that grows in
-    /// place, or the reservation of one expandable allocation.
-    role: Role,
-    /// When the block last became empty ([`ArenaConfig::idle_release`]); meaningful only while
-    /// its TLSF is empty.
-    idle_since: Option<Instant>,
-    /// Which granules hold memory, for the arena on a backend with holes; `None` otherwise
-    /// (every byte of `size` is committed).
-    holes: Option<Holes>,
+/// The block pool: blocks by request class, beside each other.
+type BlockPool = Carved<Classes>;
+/// The arena that grows in place.
+type GrowingArena = Carved<InPlace>;
+/// One reservation per expandable allocation.
+type ExpandablePool = Carved<Dedicated>;
+
+/// The bottom pools an arena pool composes. (One per arena pool: the variants' sizes do not
+/// matter, and boxing would add a pointer to every allocation's path.)
+#[allow(clippy::large_enum_variant)]
+enum Bottoms {
+    /// Blocks alone (no growth in place).
+    Blocks(BlockPool),
+    /// The growing arena first, blocks when it cannot serve, and expandable allocations.
+    InPlace {
+        arena: GrowingArena,
+        blocks: BlockPool,
+        expandables: ExpandablePool,
+    },
 }
 
-impl Block {
-    /// Bytes backed by memory: `size` less the arena's decommitted holes.
-    fn committed(&self) -> u64 {
-        self.size - self.holes.as_ref().map_or(0, Holes::decommitted)
-    }
-
-    /// The request class a regular block serves.
-    fn class(&self) -> Option<Class> {
-        match self.role {
-            Role::Class(c) => Some(c),
-            Role::Arena { .. } | Role::Expandable { .. } => None,
-        }
-    }
-
-    /// Address space reserved, for the arena and an expandable allocation's block.
-    fn reserved(&self) -> Option<u64> {
-        match self.role {
-            Role::Class(_) => None,
-            Role::Arena { reserved } | Role::Expandable { reserved } => Some(reserved),
-        }
-    }
-}
-
-struct Live {
-    block: usize,
-    /// The sub-allocated region; its size is the request rounded to the copy alignment.
-    region: Region,
-    label: String,
-    last_use: Ticket,
-    /// Whether the block was reserved for this allocation (a cancel returns it).
-    fresh_block: bool,
-    /// Bytes the arena grew in place for this allocation (a cancel gives them back).
-    grown: u64,
-}
-
-struct State {
-    /// `None` entries are blocks returned by trim; indices stay stable for `Live::block`.
-    blocks: Vec<Option<Block>>,
-    slots: Slots<Live>,
-    /// Frees waiting for a ticket: block index, region, the freed handle (for the listener).
-    deferred: Deferred<(usize, Region, Handle)>,
-    stats: PoolStats,
-    /// Set by the first backend call that reported the device lost (backend, detail); every later
-    /// allocate fails with [`Error::DeviceLost`].
-    lost: Option<(&'static str, String)>,
-    /// Index in `blocks` of the arena that grows in place, while it is reserved.
-    arena: Option<usize>,
-}
-
-/// A place found for a request.
-struct Carved {
-    block: usize,
-    region: Region,
-    /// Whether the block was reserved for this request.
-    fresh_block: bool,
-    /// Bytes the arena grew in place for this request.
-    grown: u64,
-}
-
-impl Carved {
-    fn existing((block, region): (usize, Region)) -> Self {
-        Carved {
-            block,
-            region,
-            fresh_block: false,
-            grown: 0,
-        }
-    }
-}
-
-/// A pool of blocks of one memory kind, sub-allocated with TLSF. `Send + Sync`; all methods take
-/// `&self` and serialise on one internal lock (sub-allocation is tens of nanoseconds).
+/// A pool of blocks of one memory kind, sub-allocated with TLSF: the composition of the module
+/// doc. `Send + Sync`; every method takes `&self` and takes one bottom pool's lock at a time
+/// (sub-allocation is tens of nanoseconds).
 pub struct ArenaPool {
-    backend: Arc<dyn Backend>,
     config: ArenaConfig,
-    /// Alignment every allocation gets at least: the binding alignment for device memory, the copy
-    /// alignment otherwise.
     base_align: u64,
     copy_align: u64,
-    /// How the backend grows blocks in place, when it does and the configuration allows it.
-    growth: Option<InPlaceGrowth>,
     budget: Arc<Budget>,
     /// Whether `budget` is shared with other pools (else its reservations are exactly this pool's).
     shared_budget: bool,
-    /// Whether `listener` is set: block events skip the lock when it is not.
-    heard: AtomicBool,
-    listener: RwLock<Option<Arc<dyn PoolListener>>>,
-    state: Mutex<State>,
+    /// The peaks of the bottom pools' sums.
+    totals: Arc<Totals>,
+    bottoms: Bottoms,
+}
+
+/// The least alignment of every allocation of a pool of `kind` (the binding alignment for
+/// device memory, the copy alignment otherwise), and the copy alignment.
+fn alignments(backend: &dyn Backend, kind: MemoryKind) -> (u64, u64) {
+    let caps = backend.capabilities();
+    let copy_align = caps.copy_align.max(1).next_power_of_two();
+    let base = match kind {
+        MemoryKind::DeviceLocal | MemoryKind::Managed => {
+            caps.binding_align.max(1).next_power_of_two()
+        }
+        _ => 1,
+    };
+    (base.max(copy_align), copy_align)
 }
 
 impl ArenaPool {
@@ -212,42 +159,58 @@ impl ArenaPool {
         budget: Arc<Budget>,
         shared_budget: bool,
     ) -> Result<Self> {
-        let caps = backend.capabilities();
         if config.block_size == 0 {
             return Err(Error::ZeroSize { what: "block size" });
         }
-        config.block_size = config.block_size.min(caps.max_block_size);
+        config.block_size = config.block_size.min(backend.capabilities().max_block_size);
         config.budget = budget.limit();
-        let copy_align = caps.copy_align.max(1).next_power_of_two();
-        let base_align = match config.kind {
-            MemoryKind::DeviceLocal | MemoryKind::Managed => {
-                caps.binding_align.max(1).next_power_of_two()
-            }
-            _ => 1,
-        }
-        .max(copy_align);
+        let (base_align, copy_align) = alignments(backend.as_ref(), config.kind);
         let growth = backend
             .growable()
             .map(|g| g.in_place_growth())
             .filter(|g| Carver::grows_in_place(&config) && g.granularity.is_power_of_two());
+        // The bottom pools share the budget: each checks only that it holds no more than it.
+        let totals = Arc::new(Totals::default());
+        let bottom = |kind| {
+            Carved::new(
+                backend.clone(),
+                config.clone(),
+                budget.clone(),
+                true,
+                totals.clone(),
+                kind,
+            )
+        };
+        let bottoms = match growth {
+            None => Bottoms::Blocks(bottom(Classes)),
+            Some(growth) => Bottoms::InPlace {
+                arena: Carved::new(
+                    backend.clone(),
+                    config.clone(),
+                    budget.clone(),
+                    true,
+                    totals.clone(),
+                    InPlace::new(growth, &config),
+                ),
+                blocks: bottom(Classes),
+                expandables: Carved::new(
+                    backend.clone(),
+                    config.clone(),
+                    budget.clone(),
+                    true,
+                    totals.clone(),
+                    Dedicated { growth },
+                ),
+            },
+        };
         Ok(ArenaPool {
-            growth,
+            config,
             base_align,
             copy_align,
             budget,
             shared_budget,
-            heard: AtomicBool::new(false),
-            listener: RwLock::new(None),
-            state: Mutex::new(State {
-                blocks: Vec::new(),
-                slots: Slots::new(next_pool_id(), "allocation"),
-                deferred: Deferred::new(),
-                stats: PoolStats::default(),
-                lost: None,
-                arena: None,
-            }),
-            backend,
-            config,
+            totals,
+            bottoms,
         })
     }
 
@@ -258,7 +221,9 @@ impl ArenaPool {
 
     /// The backend the pool draws blocks from.
     pub fn backend(&self) -> &Arc<dyn Backend> {
-        &self.backend
+        match &self.bottoms {
+            Bottoms::Blocks(b) | Bottoms::InPlace { blocks: b, .. } => &b.backend,
+        }
     }
 
     /// The budget the pool reserves blocks against.
@@ -271,204 +236,34 @@ impl ArenaPool {
         self.base_align
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Calls `f` with the listener, if one is installed.
-    fn notify(&self, f: impl FnOnce(&dyn PoolListener)) {
-        if self.heard.load(Ordering::Acquire) {
-            let l = self.listener.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(l) = l.as_deref() {
-                f(l);
-            }
-        }
-    }
-
-    /// Refuses with [`Error::DeviceLost`] once a backend call reported the device lost.
-    fn check_alive(st: &State) -> Result<()> {
-        match &st.lost {
-            Some((backend, detail)) => Err(Error::DeviceLost {
-                backend,
-                detail: detail.clone(),
-            }),
-            None => Ok(()),
-        }
-    }
-
-    /// Passes a backend result through, remembering a lost device.
-    fn remember_loss<T>(st: &mut State, r: Result<T>) -> Result<T> {
-        if let Err(Error::DeviceLost { backend, detail }) = &r {
-            st.lost.get_or_insert_with(|| (*backend, detail.clone()));
-        }
-        r
-    }
-
     /// The request rounded to the copy alignment, and the alignment raised to the pool's base.
     pub(crate) fn check_request(&self, size: u64, align: u64) -> Result<(u64, u64)> {
-        if size == 0 {
-            return Err(Error::ZeroSize { what: "allocation" });
-        }
-        if align == 0 || !align.is_power_of_two() || align > MAX_ALIGN {
-            return Err(Error::InvalidAlignment {
-                align,
-                max: MAX_ALIGN,
-            });
-        }
-        let limit = self.backend.capabilities().max_block_size;
-        // Not `ok_or`: an error built on every request is dropped on every request.
-        let Some(rounded) = align_up(size, self.copy_align).filter(|r| *r <= limit) else {
-            return Err(Error::TooLarge {
-                what: "allocation",
-                requested: size,
-                limit,
-                limit_name: "largest block of the device",
-            });
-        };
-        if let Some(budget) = self.budget.limit() {
-            if rounded > budget {
-                return Err(Error::TooLarge {
-                    what: "allocation",
-                    requested: size,
-                    limit: budget,
-                    limit_name: "pool budget",
-                });
-            }
-        }
-        Ok((rounded, align.max(self.base_align)))
+        carved::check_request(
+            self.backend().as_ref(),
+            &self.budget,
+            self.copy_align,
+            size,
+            align,
+        )
+        .map(|(rounded, align)| (rounded, align.max(self.base_align)))
     }
+}
 
-    /// Existing blocks, then completed frees, then pending frees where growth would pass the
-    /// allowance ([`pending`]), then (after returning idle blocks) growth in place, then a new
-    /// block.
-    fn carve(&self, st: &mut State, size: u64, align: u64, label: &str) -> Result<Option<Carved>> {
-        for attempt in 0..2 {
-            if attempt == 1 {
-                if st.deferred.bytes() == 0 {
-                    break;
-                }
-                self.reclaim_locked(st)?;
-            }
-            if let Some(found) = self.try_arena(st, size, align)? {
-                return Ok(Some(Carved::existing(found)));
-            }
-            if let Some(found) = Self::try_existing(st, size, align)? {
-                return Ok(Some(Carved::existing(found)));
-            }
-        }
-        if let Some(found) = self.after_pending_frees(st, size, align)? {
-            return Ok(Some(Carved::existing(found)));
-        }
-        self.release_idle(st);
-        if let Some(found) = self.grow_in_place(st, size, align, label)? {
-            return Ok(Some(found));
-        }
-        Ok(self.grow(st, size, align, label)?.map(|found| Carved {
-            fresh_block: true,
-            ..Carved::existing(found)
-        }))
-    }
-
-    fn block_id(st: &State, block: usize) -> Result<BlockId> {
-        st.blocks
-            .get(block)
-            .and_then(Option::as_ref)
-            .map(|b| b.id)
-            .ok_or_else(|| {
-                Error::invariant("an allocation's block is live", format!("block {block}"))
-            })
-    }
-
-    /// Returns a region to its block's TLSF and tells the listener.
-    fn release(&self, st: &mut State, block: usize, region: Region, handle: Handle) -> Result<()> {
-        match st.blocks.get_mut(block).and_then(Option::as_mut) {
-            Some(b) => {
-                let freed = (region.offset, region.size);
-                let merged = b.carving.free_merged(region)?;
-                if let Some(h) = b.holes.as_mut() {
-                    h.freed_region(freed, merged);
-                }
-                if b.carving.is_empty() {
-                    b.idle_since = Some(Instant::now());
-                }
-                let gone = b.carving.is_empty() && Self::is_expandable(st, block);
-                Self::unplaced(st, freed.1);
-                if gone {
-                    // An expandable allocation's reservation serves nothing else.
-                    self.release_block(st, block)?;
-                }
-            }
-            None => {
-                return Err(Error::invariant(
-                    "an allocation's block is live",
-                    format!("block {block}"),
-                ));
-            }
-        }
-        self.notify(|l| l.reclaimed(handle));
-        Ok(())
-    }
-
-    fn reclaim_locked(&self, st: &mut State) -> Result<()> {
-        if st.deferred.bytes() == 0 {
-            return Ok(());
-        }
-        let completed = Self::remember_loss(st, self.backend.completed())?;
-        for (block, region, handle) in st.deferred.reclaim(completed) {
-            self.release(st, block, region, handle)?;
-        }
-        st.stats.pending_free = st.deferred.bytes();
-        Ok(())
-    }
-
-    /// Returns one empty block to the backend; on failure the block stays in the pool.
-    fn release_block(&self, st: &mut State, index: usize) -> Result<u64> {
-        let Some(b) = st.blocks.get(index).and_then(Option::as_ref) else {
-            return Ok(0);
-        };
-        let (id, size) = (b.id, b.committed());
-        Self::remember_loss(st, self.backend.free_block(id))?;
-        st.blocks[index] = None;
-        if st.arena == Some(index) {
-            st.arena = None;
-        }
-        self.budget.release(size);
-        st.stats.reserved -= size;
-        st.stats.blocks -= 1;
-        st.stats.blocks_freed += 1;
-        self.notify(|l| l.block_released(&self.config.name, id, size));
-        Ok(size)
-    }
-
-    /// Returns blocks empty for at least [`ArenaConfig::idle_release`] (on a miss, before the
-    /// pool grows). A block the backend refuses to take back stays.
-    fn release_idle(&self, st: &mut State) {
-        let Some(idle) = self.config.idle_release else {
-            return;
-        };
-        for i in 0..st.blocks.len() {
-            let expired = st.blocks[i].as_ref().is_some_and(|b| {
-                b.carving.is_empty() && b.idle_since.is_some_and(|t| t.elapsed() >= idle)
-            });
-            if expired {
-                let _ = self.release_block(st, i);
-            }
+#[cfg(test)]
+impl ArenaPool {
+    /// The growing arena, where the pool has one.
+    fn growing(&self) -> Option<&GrowingArena> {
+        match &self.bottoms {
+            Bottoms::Blocks(_) => None,
+            Bottoms::InPlace { arena, .. } => Some(arena),
         }
     }
 
-    fn trim_locked(&self, st: &mut State) -> Result<u64> {
-        self.reclaim_locked(st)?;
-        // Blocks with pending frees are not empty in their TLSF, so they are kept.
-        let mut released = 0;
-        for i in 0..st.blocks.len() {
-            if st.blocks[i].as_ref().is_some_and(|b| b.carving.is_empty()) {
-                released += self.release_block(st, i)?;
-            }
+    /// The block pool.
+    fn block_pool(&self) -> &BlockPool {
+        match &self.bottoms {
+            Bottoms::Blocks(b) | Bottoms::InPlace { blocks: b, .. } => b,
         }
-        if let Some(i) = st.arena {
-            released += self.release_spare(st, i, u64::MAX, u64::MAX)?;
-        }
-        Ok(released + self.shrink_arena(st, u64::MAX)?)
     }
 }
 

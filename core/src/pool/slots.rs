@@ -24,6 +24,11 @@ impl Handle {
         self.slot
     }
 
+    /// The pool that issued the handle.
+    pub(crate) fn pool(&self) -> u32 {
+        self.pool
+    }
+
     /// The generation the handle was issued under.
     pub fn generation(&self) -> u32 {
         self.generation

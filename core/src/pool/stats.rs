@@ -57,9 +57,40 @@ struct Counted {
 
 struct Counters {
     stats: AllocationStats,
-    /// Indexed by handle slot. Handles are issued by the crate's slot tables only, whose indices
-    /// are dense (at most the live allocations at peak), so this stays as small as the pool's own.
-    live: Vec<Counted>,
+    /// Per pool that issued handles (a composed pool's bottom pools each issue their own), the
+    /// counts indexed by handle slot. Handles are issued by the crate's slot tables only, whose
+    /// indices are dense (at most the live allocations at peak), so each table stays as small as
+    /// its pool's own; the pools are few (at most three), so finding one is a short scan.
+    live: Vec<(u32, Vec<Counted>)>,
+}
+
+impl Counters {
+    /// The entry of `handle`'s slot, made where it is new.
+    fn slot(&mut self, handle: Handle) -> &mut Counted {
+        let i = match self.live.iter().position(|(p, _)| *p == handle.pool()) {
+            Some(i) => i,
+            None => {
+                self.live.push((handle.pool(), Vec::new()));
+                self.live.len() - 1
+            }
+        };
+        let table = &mut self.live[i].1;
+        let slot = handle.slot() as usize;
+        if table.len() <= slot {
+            table.resize(slot + 1, Counted::default());
+        }
+        &mut table[slot]
+    }
+
+    /// The entry of live `handle`, where it was counted.
+    fn live(&mut self, handle: Handle) -> Option<&mut Counted> {
+        self.live
+            .iter_mut()
+            .find(|(p, _)| *p == handle.pool())?
+            .1
+            .get_mut(handle.slot() as usize)
+            .filter(|c| c.generation == handle.generation() && c.generation != 0)
+    }
 }
 
 /// Counts the allocations of the pool below. See the module doc.
@@ -111,11 +142,7 @@ impl<P: DevicePool> StatsPool<P> {
                 return Err(e);
             }
         };
-        let slot = a.handle.slot() as usize;
-        if k.live.len() <= slot {
-            k.live.resize(slot + 1, Counted::default());
-        }
-        k.live[slot] = Counted {
+        *k.slot(a.handle) = Counted {
             generation: a.handle.generation(),
             requested: size,
             handed: a.range.size,
@@ -149,11 +176,7 @@ impl<P: DevicePool> StatsPool<P> {
         if !matches!(result, Ok(()) | Err(Error::Corruption(_))) {
             return result;
         }
-        let Some(e) = k
-            .live
-            .get_mut(handle.slot() as usize)
-            .filter(|c| c.generation == handle.generation() && c.generation != 0)
-        else {
+        let Some(e) = k.live(handle) else {
             // Made before this adaptor was put on the stack: never counted.
             return result;
         };
@@ -199,7 +222,12 @@ impl<P: DevicePool> device_pool::PoolAdaptor for StatsPool<P> {
     fn check_invariants(&self) -> std::result::Result<(), String> {
         self.inner.check_invariants()?;
         let k = self.lock();
-        let live: Vec<_> = k.live.iter().filter(|c| c.generation != 0).collect();
+        let live: Vec<_> = k
+            .live
+            .iter()
+            .flat_map(|(_, t)| t)
+            .filter(|c| c.generation != 0)
+            .collect();
         let s = &k.stats;
         let requested: u64 = live.iter().map(|c| c.requested).sum();
         let handed: u64 = live.iter().map(|c| c.handed).sum();
@@ -253,11 +281,7 @@ impl<P: DevicePool> Expandable for StatsPool<P> {
             .ok_or_else(|| Error::invariant("an expandable pool below the statistics", "none"))?;
         let a = inner.expand(handle, size)?;
         let mut k = self.lock();
-        let Some(c) = k
-            .live
-            .get_mut(handle.slot() as usize)
-            .filter(|c| c.generation == handle.generation() && c.generation != 0)
-        else {
+        let Some(c) = k.live(handle) else {
             return Ok(a);
         };
         let (requested, handed) = (size.max(c.requested), a.range.size.max(c.handed));

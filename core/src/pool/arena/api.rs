@@ -1,54 +1,97 @@
-//! [`DevicePool`] for [`ArenaPool`]: allocate (the out-of-memory path of the module doc),
-//! free after a ticket, cancel, and the queries; plus the pressure hook and the drop that waits
-//! for in-flight work.
+//! [`DevicePool`] for every bottom pool ([`Carved`]): allocate through the stages of
+//! [`Stage`], free after a ticket, cancel, and the queries; the [`Bottom`] face the arena pool
+//! composes them through; and the drop that waits for in-flight work.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
-use super::{ArenaPool, Carved, Live};
+use super::carved::{Carved, Kind, Live, Place, Stage};
+use super::oom::OomSnapshot;
 use crate::backend::{BlockRange, Ticket};
-use crate::pool::budget::Reclaim;
+use crate::pool::budget::{Budget, Reclaim};
 use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
 use crate::pool::slots::Handle;
 use crate::{Error, Result};
 
-impl DevicePool for ArenaPool {
-    fn name(&self) -> &str {
-        &self.config.name
-    }
+/// A bottom pool as the arena pool composes it: placement one stage at a time, so that every
+/// pool is tried at a stage before any grows, and the parts of an out-of-memory report.
+pub(super) trait Bottom: DevicePool {
+    /// Places a request already checked (`size` rounded, `align` raised) at `stage`.
+    fn place_at(
+        &self,
+        size: u64,
+        align: u64,
+        label: &str,
+        stage: Stage,
+    ) -> Result<Option<Allocation>>;
 
-    fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
-        let (rounded, align) = self.check_request(size, align)?;
-        let mut st = self.lock();
-        Self::check_alive(&st)?;
-        let mut found = self.carve(&mut st, rounded, align, label)?;
-        if found.is_none() {
-            // The pressure path: every pool of the runtime, this one included, releases its idle
-            // blocks. Our lock is released so that pools (and this one) can be asked.
-            drop(st);
-            let released = self.budget.relieve(None)?;
-            st = self.lock();
-            if released > 0 {
-                found = self.carve(&mut st, rounded, align, label)?;
+    /// The pool's part of an out-of-memory report for a request of `requested` bytes (`need`
+    /// after rounding, at `align`).
+    fn snapshot(&self, requested: u64, need: u64, align: u64, label: &str) -> OomSnapshot;
+
+    /// Counts an out-of-memory error returned.
+    fn count_oom(&self);
+}
+
+/// Allocates a checked request from the first of `bottoms` with room: each stage in every pool
+/// before the next stage; then, after every pool of the runtime released its idle blocks
+/// ([`Budget::relieve`]), once more; else [`Error::OutOfMemory`] with the report of all of
+/// them (the planner runs with no lock held).
+pub(super) fn allocate_from(
+    bottoms: &[&dyn Bottom],
+    budget: &Budget,
+    requested: u64,
+    (size, align): (u64, u64),
+    label: &str,
+) -> Result<Allocation> {
+    for pass in 0..2 {
+        if pass == 1 && budget.relieve(None)? == 0 {
+            break;
+        }
+        for stage in Stage::ALL {
+            for b in bottoms {
+                if let Some(a) = b.place_at(size, align, label, stage)? {
+                    return Ok(a);
+                }
             }
         }
-        let Some(Carved {
+    }
+    let snapshot = bottoms
+        .iter()
+        .map(|b| b.snapshot(requested, size, align, label))
+        .reduce(OomSnapshot::merge);
+    if let Some(first) = bottoms.first() {
+        first.count_oom();
+    }
+    match snapshot {
+        Some(s) => Err(Error::OutOfMemory(Box::new(s.explain()))),
+        None => Err(Error::invariant("an arena pool has a bottom pool", "none")),
+    }
+}
+
+impl<K: Kind> Bottom for Carved<K> {
+    fn place_at(
+        &self,
+        size: u64,
+        align: u64,
+        label: &str,
+        stage: Stage,
+    ) -> Result<Option<Allocation>> {
+        let mut st = self.lock();
+        Self::check_alive(&st)?;
+        let Some(Place {
             block,
             region,
             fresh_block,
             grown,
-        }) = found
+        }) = self.place(&mut st, size, align, label, stage)?
         else {
-            st.stats.oom_count += 1;
-            let snapshot = self.oom_snapshot(&st, size, rounded, align, label);
-            drop(st);
-            return Err(Error::OutOfMemory(Box::new(snapshot.explain())));
+            return Ok(None);
         };
-        Self::placed(&mut st, block, &region, rounded, align);
+        K::placed(&mut st, block, &region, size, align);
         let range = BlockRange {
             block: Self::block_id(&st, block)?,
             offset: region.offset,
-            size: rounded,
+            size,
         };
         let handle = st.slots.insert(Live {
             block,
@@ -58,12 +101,30 @@ impl DevicePool for ArenaPool {
             fresh_block,
             grown,
         });
+        self.count_in_use(&mut st.stats, size, 0);
         let s = &mut st.stats;
-        s.in_use += rounded;
-        s.peak_in_use = s.peak_in_use.max(s.in_use);
         s.allocations += 1;
         s.total_allocations += 1;
-        Ok(Allocation { handle, range })
+        Ok(Some(Allocation { handle, range }))
+    }
+
+    fn snapshot(&self, requested: u64, need: u64, align: u64, label: &str) -> OomSnapshot {
+        self.oom_snapshot(&self.lock(), requested, need, align, label)
+    }
+
+    fn count_oom(&self) {
+        self.lock().stats.oom_count += 1;
+    }
+}
+
+impl<K: Kind> DevicePool for Carved<K> {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn allocate(&self, size: u64, align: u64, label: &str) -> Result<Allocation> {
+        let checked = self.check_request(size, align)?;
+        allocate_from(&[self], &self.budget, size, checked, label)
     }
 
     fn free_after(&self, handle: Handle, ticket: Ticket) -> Result<()> {
@@ -76,7 +137,7 @@ impl DevicePool for ArenaPool {
         });
         let (live, (wait, done)) = Self::remember_loss(&mut st, removed)?;
         let size = live.region.size;
-        st.stats.in_use -= size;
+        self.count_in_use(&mut st.stats, 0, size);
         st.stats.allocations -= 1;
         st.stats.total_frees += 1;
         if done {
@@ -101,32 +162,24 @@ impl DevicePool for ArenaPool {
         let drained = flushed.is_ok();
         let mut st = self.lock();
         let live = st.slots.remove(handle)?;
-        let size = live.region.size;
-        st.stats.in_use -= size;
+        self.count_in_use(&mut st.stats, 0, live.region.size);
         st.stats.allocations -= 1;
         st.stats.total_allocations -= 1;
         let block = live.block;
-        let expandable = Self::is_expandable(&st, block);
         self.release(&mut st, block, live.region, handle)?;
-        if expandable && st.blocks[block].is_none() {
-            // Its reservation went back with it: as if never reserved.
-            st.stats.blocks_allocated -= 1;
-            st.stats.blocks_freed -= 1;
-        }
+        let gone = st.blocks[block].is_none();
         let empty = st.blocks[block]
             .as_ref()
             .is_some_and(|b| b.carving.is_empty());
-        if drained && live.fresh_block && empty && self.release_block(&mut st, block).is_ok() {
-            // As if the block had never been reserved. (If the backend refused to take it back,
-            // it stays as an idle block that the next trim returns.)
+        // A fresh block that went back (with its allocation, or here) is as if never reserved.
+        // (If the backend refused to take it back, it stays as an idle block that the next trim
+        // returns.)
+        let returned = gone || (drained && empty && self.release_block(&mut st, block).is_ok());
+        if live.fresh_block && returned {
             st.stats.blocks_allocated -= 1;
             st.stats.blocks_freed -= 1;
         }
-        if drained && live.grown > 0 && st.arena == Some(block) {
-            // Give back what the arena grew for this allocation, as far as its tail is free
-            // (if the backend refuses, the bytes stay committed until a trim).
-            let _ = self.shrink_arena(&mut st, live.grown);
-        }
+        K::cancelled(self, &mut st, block, live.grown, drained);
         Ok(())
     }
 
@@ -178,12 +231,7 @@ impl DevicePool for ArenaPool {
     }
 
     fn set_listener(&self, listener: Option<Arc<dyn PoolListener>>) {
-        let mut l = self
-            .listener
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        self.heard.store(listener.is_some(), Ordering::Release);
-        *l = listener;
+        self.listen(listener);
     }
 
     fn check_invariants(&self) -> std::result::Result<(), String> {
@@ -191,17 +239,17 @@ impl DevicePool for ArenaPool {
     }
 
     fn expandable(&self) -> Option<&dyn crate::pool::Expandable> {
-        self.growth.map(|_| self as &dyn crate::pool::Expandable)
+        K::expandable(self)
     }
 }
 
-impl Reclaim for ArenaPool {
+impl<K: Kind> Reclaim for Carved<K> {
     fn release_idle(&self) -> Result<u64> {
         self.trim()
     }
 }
 
-impl Drop for ArenaPool {
+impl<K: Kind> Drop for Carved<K> {
     fn drop(&mut self) {
         // Blocks may still be used by in-flight work: wait for everything before returning them.
         // When that wait fails (a timeout), the device may still read or write them: leak the
@@ -217,16 +265,16 @@ impl Drop for ArenaPool {
             );
             return;
         }
-        let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-        for b in st.blocks.iter_mut().filter_map(Option::take) {
+        let blocks: Vec<_> = self
+            .state_mut()
+            .blocks
+            .iter_mut()
+            .filter_map(Option::take)
+            .collect();
+        for b in blocks {
             self.budget.release(b.committed());
             let _ = self.backend.free_block(b.id);
-            if self.heard.load(Ordering::Acquire) {
-                let l = self.listener.read().unwrap_or_else(PoisonError::into_inner);
-                if let Some(l) = l.as_deref() {
-                    l.block_released(&self.config.name, b.id, b.committed());
-                }
-            }
+            self.notify(|l| l.block_released(&self.config.name, b.id, b.committed()));
         }
     }
 }

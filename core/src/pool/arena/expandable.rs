@@ -1,10 +1,10 @@
-//! [`Expandable`] for [`ArenaPool`]: an allocation alone in a block reserved for it, which
-//! grows in place by committing more of its reservation.
+//! The arena pool's expandable allocations ([`Dedicated`], [`Expandable`]): an allocation alone
+//! in a block reserved for it, which grows in place by committing more of its reservation.
 //!
 //! The block is reserved with [`Growable::reserve_block`](crate::backend::Growable) and carved
 //! whole by its one allocation (the allocation's size is the committed size, in granules), so
-//! no other request is ever placed in it: it has no class and it is not the arena, which the
-//! carving paths alone serve. A growth commits the granules past the end
+//! no other request is ever placed in it: the pool places nothing at any
+//! [`Stage`](super::carved::Stage). A growth commits the granules past the end
 //! ([`Growable::resize_block`](crate::backend::Growable), charged to the budget first) and
 //! widens the allocation over them, under the pool's lock. When the allocation is freed (after
 //! its last use), the block goes back to the backend with its reservation at once.
@@ -12,41 +12,96 @@
 //! Offered wherever the pool grows in place (a backend with growable blocks, in-place growth
 //! on, TLSF carving); nowhere else.
 
-use super::growth::Role;
-use super::{ArenaPool, Live, State};
+use super::carved::{Block, Carved, Kind, Live, Place, Role, State};
 use crate::align::align_up;
-use crate::backend::{BlockRange, Ticket};
+use crate::backend::{BlockRange, InPlaceGrowth, Ticket};
 use crate::pool::device_pool::Allocation;
 use crate::pool::{Expandable, Handle};
+use crate::suballoc::Region;
 use crate::{Error, Result};
 
-impl ArenaPool {
-    /// Whether block `index` holds one expandable allocation.
-    pub(super) fn is_expandable(st: &State, index: usize) -> bool {
-        st.blocks
-            .get(index)
-            .and_then(Option::as_ref)
-            .is_some_and(|b| matches!(b.role, Role::Expandable { .. }))
-    }
+/// The kind of the pool of expandable allocations: how the backend grows blocks.
+pub(super) struct Dedicated {
+    pub(super) growth: InPlaceGrowth,
+}
 
-    /// Charges `bytes` to the budget, asking the runtime's pools to release idle blocks once
-    /// when it refuses (the pool's lock is released meanwhile). Whether it was charged.
-    fn charge<'a>(
-        &'a self,
-        st: std::sync::MutexGuard<'a, State>,
-        bytes: u64,
-    ) -> Result<(std::sync::MutexGuard<'a, State>, bool)> {
-        if self.budget.try_reserve(bytes) {
-            return Ok((st, true));
-        }
-        drop(st);
-        let released = self.budget.relieve(None)?;
-        let st = self.lock();
-        Ok((st, released > 0 && self.budget.try_reserve(bytes)))
+/// A block reserved for one expandable allocation: its reservation of address space.
+#[derive(Debug)]
+pub(super) struct Reservation {
+    reserved: u64,
+}
+
+impl Role for Reservation {
+    fn reserved(&self) -> Option<u64> {
+        Some(self.reserved)
     }
 }
 
-impl Expandable for ArenaPool {
+type ExpandablePool = Carved<Dedicated>;
+
+impl Kind for Dedicated {
+    type Role = Reservation;
+
+    /// Nothing is placed in another allocation's block.
+    fn existing(
+        _: &ExpandablePool,
+        _: &mut State<Self>,
+        _: u64,
+        _: u64,
+    ) -> Result<Option<(usize, Region)>> {
+        Ok(None)
+    }
+
+    /// Expandable allocations come from [`Expandable::allocate_expandable`] alone.
+    fn grow(
+        _: &ExpandablePool,
+        _: &mut State<Self>,
+        _: u64,
+        _: u64,
+        _: &str,
+    ) -> Result<Option<Place>> {
+        Ok(None)
+    }
+
+    /// The reservation serves nothing else: it goes back with its allocation.
+    fn released(
+        pool: &ExpandablePool,
+        st: &mut State<Self>,
+        index: usize,
+        _: (u64, u64),
+        _: (u64, u64),
+    ) -> Result<()> {
+        let empty = st.blocks[index]
+            .as_ref()
+            .is_some_and(|b| b.carving.is_empty());
+        if empty {
+            pool.release_block(st, index)?;
+        }
+        Ok(())
+    }
+
+    fn expandable(pool: &ExpandablePool) -> Option<&dyn Expandable> {
+        Some(pool)
+    }
+
+    /// The block holds its one allocation whole.
+    fn check_block(
+        st: &State<Self>,
+        i: usize,
+        b: &Block<Reservation>,
+    ) -> std::result::Result<(), String> {
+        let mut held = st.slots.iter().filter(|l| l.block == i);
+        let whole = held.next().is_some_and(|l| l.region.size == b.size);
+        let waiting = st.deferred.iter().any(|d| d.1.0 == i);
+        if whole && held.next().is_none() || waiting {
+            Ok(())
+        } else {
+            Err(format!("block {i}: an expandable block not held whole"))
+        }
+    }
+}
+
+impl Expandable for ExpandablePool {
     fn allocate_expandable(
         &self,
         size: u64,
@@ -54,9 +109,7 @@ impl Expandable for ArenaPool {
         label: &str,
     ) -> Result<Option<Allocation>> {
         let (rounded, _) = self.check_request(size, 1)?;
-        let Some(growth) = self.growth else {
-            return Ok(None);
-        };
+        let growth = self.kind.growth;
         let g = growth.granularity;
         let most = growth
             .max_reserve
@@ -76,8 +129,14 @@ impl Expandable for ArenaPool {
         let Some(id) = self.reserve_charged(&mut st, bytes, reserve, &block_label)? else {
             return Ok(None);
         };
-        let role = Role::Expandable { reserved: reserve };
-        let (block, region) = self.install_block(&mut st, id, bytes, role, bytes, 1)?;
+        let (carving, region) = self.carve_fresh(id, bytes, bytes, 1)?;
+        let block = self.install(
+            &mut st,
+            id,
+            bytes,
+            carving,
+            Reservation { reserved: reserve },
+        );
         let range = BlockRange {
             block: id,
             offset: region.offset,
@@ -91,15 +150,20 @@ impl Expandable for ArenaPool {
             fresh_block: true,
             grown: 0,
         });
+        self.count_in_use(&mut st.stats, range.size, 0);
         let s = &mut st.stats;
-        s.in_use += range.size;
-        s.peak_in_use = s.peak_in_use.max(s.in_use);
         s.allocations += 1;
         s.total_allocations += 1;
         Ok(Some(Allocation { handle, range }))
     }
 
     fn expand(&self, handle: Handle, size: u64) -> Result<Allocation> {
+        if !self.owns(handle) {
+            return Err(Error::Unsupported {
+                backend: self.backend.capabilities().backend,
+                what: "expanding an allocation that was not allocated expandable".into(),
+            });
+        }
         let st = self.lock();
         Self::check_alive(&st)?;
         let live = st.slots.get(handle)?;
@@ -109,17 +173,11 @@ impl Expandable for ArenaPool {
             live.region.size,
             live.label.clone(),
         );
-        if !Self::is_expandable(&st, index) {
-            return Err(Error::Unsupported {
-                backend: self.backend.capabilities().backend,
-                what: format!("expanding `{label}`, which was not allocated expandable"),
-            });
-        }
         let b = st.blocks[index]
             .as_ref()
             .ok_or_else(|| Error::invariant("an allocation's block is live", "none"))?;
         // The allocation holds its block whole: its size is the block's.
-        let (id, reserved) = (b.id, b.reserved().unwrap_or(b.size));
+        let (id, reserved) = (b.id, b.role.reserved);
         let at = |size| Allocation {
             handle,
             range: BlockRange {
@@ -131,7 +189,7 @@ impl Expandable for ArenaPool {
         if size <= held {
             return Ok(at(held));
         }
-        let granularity = self.growth.map_or(1, |g| g.granularity);
+        let granularity = self.kind.growth.granularity;
         let Some(new) = align_up(size, granularity).filter(|n| *n <= reserved) else {
             return Err(Error::TooLarge {
                 what: "expansion",
@@ -193,9 +251,7 @@ impl Expandable for ArenaPool {
                 format!("{new} bytes"),
             ));
         }
-        let s = &mut st.stats;
-        s.in_use += add;
-        s.peak_in_use = s.peak_in_use.max(s.in_use);
+        self.count_in_use(&mut st.stats, add, 0);
         Ok(at(new))
     }
 }

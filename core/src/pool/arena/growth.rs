@@ -1,48 +1,67 @@
-//! Blocks beside each other (the fallback path): where a request is placed among them, and how a
-//! new block is reserved when it fits none. The sizes come from [`policy`](super::policy).
+//! The block pool ([`Classes`]): blocks beside each other, where the backend cannot grow one in
+//! place or the growing arena cannot serve. Where a request is placed among them, and how a new
+//! block is reserved when it fits none; the sizes come from [`policy`](super::policy).
 //!
-//! * **Placement.** The arena that grows in place, if any, is tried first
-//!   ([`holes`](super::holes)). Then the blocks of the
-//!   request's class, fullest first (the fewest free bytes that could hold it: best fit across
-//!   blocks, and the emptier blocks drain), the others after it in index order.
+//! * **Placement.** The blocks of the request's class, fullest first (the fewest free bytes
+//!   that could hold it: best fit across blocks, and the emptier blocks drain), the others
+//!   after it in index order.
 //! * **Reservation.** On a miss, the class's empty blocks go back to the backend first: none of
 //!   them could hold the request, and the new block takes their place, so they do not add to the
 //!   peak. When the budget or the driver refuses, the pool trims its own empty blocks once and
 //!   retries.
 
-use super::holes::Holes;
+use super::carved::{Block, Carved, Kind, Place, Role, State};
 use super::policy::{BlockRequest, Class};
-use super::sites::Sites;
-use super::{ArenaPool, Block, Carving, State};
 use crate::Error;
 use crate::Result;
-use crate::backend::{BlockDesc, BlockId};
+use crate::backend::BlockDesc;
 use crate::suballoc::Region;
 
-/// What a new block is for.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Role {
-    /// A regular block of one request class.
-    Class(Class),
-    /// The arena that grows in place, with `reserved` bytes of address space.
-    Arena { reserved: u64 },
-    /// The reservation of one expandable allocation ([`super::expandable`]), `reserved` bytes.
-    Expandable { reserved: u64 },
-}
+/// The block pool's kind: blocks by request class, each a [`Class`].
+pub(super) struct Classes;
+
+impl Role for Class {}
 
 /// Default block size of an arena pool: 32 MiB (the small class's largest block).
 pub const DEFAULT_BLOCK_SIZE: u64 = 32 << 20;
 
-impl ArenaPool {
-    /// Places a request in an existing block of its class, fullest first (the arena is tried
-    /// before, by [`ArenaPool::try_arena`]).
-    pub(super) fn try_existing(
-        st: &mut State,
+type BlockPool = Carved<Classes>;
+
+impl Kind for Classes {
+    type Role = Class;
+
+    fn existing(
+        _: &BlockPool,
+        st: &mut State<Self>,
         size: u64,
         align: u64,
     ) -> Result<Option<(usize, Region)>> {
-        let class = Some(Class::of(size));
-        let fits = |b: &Block| b.class() == class && b.carving.free_bytes() >= size;
+        BlockPool::try_existing(st, size, align)
+    }
+
+    fn grow(
+        pool: &BlockPool,
+        st: &mut State<Self>,
+        size: u64,
+        align: u64,
+        label: &str,
+    ) -> Result<Option<Place>> {
+        Ok(pool.grow(st, size, align, label)?.map(|found| Place {
+            fresh_block: true,
+            ..Place::existing(found)
+        }))
+    }
+}
+
+impl BlockPool {
+    /// Places a request in an existing block of its class, fullest first.
+    fn try_existing(
+        st: &mut State<Classes>,
+        size: u64,
+        align: u64,
+    ) -> Result<Option<(usize, Region)>> {
+        let class = Class::of(size);
+        let fits = |b: &Block<Class>| b.role == class && b.carving.free_bytes() >= size;
         let fullest = st
             .blocks
             .iter()
@@ -67,11 +86,11 @@ impl ArenaPool {
 
     /// Returns the empty blocks of `class` to the backend (on a miss of that class, which none of
     /// them could hold). A block the backend refuses to take back stays.
-    fn release_empty(&self, st: &mut State, class: Class) {
+    fn release_empty(&self, st: &mut State<Classes>, class: Class) {
         for i in 0..st.blocks.len() {
             let empty = st.blocks[i]
                 .as_ref()
-                .is_some_and(|b| b.class() == Some(class) && b.carving.is_empty());
+                .is_some_and(|b| b.role == class && b.carving.is_empty());
             if empty {
                 let _ = self.release_block(st, i);
             }
@@ -82,9 +101,9 @@ impl ArenaPool {
     /// class's empty blocks, and trimming this pool when the budget or the driver refuses.
     /// `Ok(None)` means out of memory. On every error path the budget and the block list are as
     /// they were, but for the empty blocks returned.
-    pub(super) fn grow(
+    fn grow(
         &self,
-        st: &mut State,
+        st: &mut State<Classes>,
         size: u64,
         align: u64,
         label: &str,
@@ -93,7 +112,7 @@ impl ArenaPool {
         self.release_empty(st, class);
         let (class_reserved, pool_reserved) =
             st.blocks.iter().flatten().fold((0, 0), |(c, p), b| {
-                let mine = if b.class() == Some(class) { b.size } else { 0 };
+                let mine = if b.role == class { b.size } else { 0 };
                 (c + mine, p + b.size)
             });
         for attempt in 0..2 {
@@ -127,7 +146,7 @@ impl ArenaPool {
     /// `Ok(None)` when the driver is out of memory; the charge is returned on every failure.
     fn reserve(
         &self,
-        st: &mut State,
+        st: &mut State<Classes>,
         bytes: u64,
         class: Class,
         size: u64,
@@ -149,72 +168,7 @@ impl ArenaPool {
                 };
             }
         };
-        self.install_block(st, id, bytes, Role::Class(class), size, align)
-            .map(Some)
-    }
-
-    /// Carves a request of `size` at `align` in the fresh backend block `id` of `bytes` (already
-    /// charged to the budget) of `role`, puts the block in a free slot and counts it. On failure
-    /// the charge and the block are given back.
-    pub(super) fn install_block(
-        &self,
-        st: &mut State,
-        id: BlockId,
-        bytes: u64,
-        role: Role,
-        size: u64,
-        align: u64,
-    ) -> Result<(usize, Region)> {
-        let carving = Carving::new(self.config.carver, bytes, self.base_align);
-        let carved = carving.and_then(|mut carving| {
-            let region = carving.allocate(size, align)?.ok_or_else(|| {
-                Error::invariant(
-                    "a fresh block fits its request",
-                    format!("{size} bytes at alignment {align}"),
-                )
-            })?;
-            Ok((carving, region))
-        });
-        let (carving, region) = match carved {
-            Ok(c) => c,
-            Err(e) => {
-                self.budget.release(bytes);
-                let _ = self.backend.free_block(id);
-                return Err(e);
-            }
-        };
-        let idx = match st.blocks.iter().position(Option::is_none) {
-            Some(i) => i,
-            None => {
-                st.blocks.push(None);
-                st.blocks.len() - 1
-            }
-        };
-        let holes = self
-            .growth
-            .filter(|g| g.holes && self.config.holes && matches!(role, Role::Arena { .. }))
-            .map(|g| {
-                let mut h = Holes::new(g.granularity, bytes, g.whole_units);
-                h.sites = self
-                    .config
-                    .learned_placement
-                    .then(|| Sites::new(g.whole_units));
-                h
-            });
-        st.blocks[idx] = Some(Block {
-            id,
-            size: bytes,
-            carving,
-            role,
-            idle_since: None,
-            holes,
-        });
-        self.notify(|l| l.block_reserved(&self.config.name, id, bytes));
-        let s = &mut st.stats;
-        s.reserved += bytes;
-        s.peak_reserved = s.peak_reserved.max(s.reserved);
-        s.blocks += 1;
-        s.blocks_allocated += 1;
-        Ok((idx, region))
+        let (carving, region) = self.carve_fresh(id, bytes, size, align)?;
+        Ok(Some((self.install(st, id, bytes, carving, class), region)))
     }
 }

@@ -40,7 +40,6 @@
 use std::collections::VecDeque;
 
 use super::handles::Handles;
-use super::sites::Sites;
 use super::units::Units;
 use crate::suballoc::Region;
 
@@ -85,9 +84,6 @@ pub(super) struct Holes {
     /// The units memory goes back and moves in, on a backend that takes only whole ones
     /// ([`handles`](super::handles)); `None` where any granule goes alone.
     handles: Option<Handles>,
-    /// Where each allocation site went last time ([`sites`](super::sites)); `None` when
-    /// [`ArenaConfig::learned_placement`](super::ArenaConfig::learned_placement) is off.
-    pub(super) sites: Option<Sites>,
 }
 
 impl Holes {
@@ -109,7 +105,6 @@ impl Holes {
             spare: Units::default(),
             queue: VecDeque::new(),
             handles: whole_units.then(Handles::default),
-            sites: None,
         };
         h.resize(extent);
         h

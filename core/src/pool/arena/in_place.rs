@@ -33,18 +33,19 @@
 //!   empty. Free space inside the arena is given back by [`holes`](super::holes) where the
 //!   backend can; elsewhere it stays committed.
 //! * **Fallback.** When the reservation is full, the backend refuses the growth or the budget
-//!   refuses it, the pool adds regular blocks ([`growth`](super::growth)) beside the arena.
+//!   refuses it, the arena pool adds regular blocks ([`growth`](super::growth)) beside it.
 
-use super::growth::Role;
+use super::carved::Place;
+pub(super) use super::growing::{Arena, ArenaState, InPlace};
+use super::growing::{ArenaState as State, GrowingArena};
 use super::holes::{Holes, MIN_GRANULE};
-use super::{ArenaPool, Carved, State};
 use crate::align::align_up;
-use crate::backend::{BlockDesc, BlockId, Growable, InPlaceGrowth};
+use crate::backend::{BlockId, InPlaceGrowth};
 use crate::suballoc::Region;
 use crate::{Error, Result};
 
 #[cfg(doc)]
-use crate::backend::Backend;
+use crate::backend::{Backend, Growable};
 
 /// The growth step is at least the committed size divided by this (so at most ~3 % above need).
 pub const GROWTH_STEP_DIVISOR: u64 = 32;
@@ -71,16 +72,7 @@ pub(crate) fn growth_bytes(
     step.or_else(|| align_up(deficit, granularity).filter(|s| *s <= room))
 }
 
-impl ArenaPool {
-    /// The backend's blocks that grow in place: offered wherever the arena grows in place (the
-    /// pool's growth comes from it), refused as unsupported elsewhere.
-    pub(super) fn growable(&self) -> Result<&dyn Growable> {
-        self.backend.growable().ok_or_else(|| Error::Unsupported {
-            backend: self.backend.capabilities().backend,
-            what: "blocks that grow in place".into(),
-        })
-    }
-
+impl GrowingArena {
     /// Serves a request that fits nowhere by reserving the arena or growing it. `Ok(None)` when
     /// the pool has no in-place growth or cannot grow (the caller then adds a block).
     pub(super) fn grow_in_place(
@@ -89,16 +81,14 @@ impl ArenaPool {
         size: u64,
         align: u64,
         label: &str,
-    ) -> Result<Option<Carved>> {
-        let Some(growth) = self.growth else {
-            return Ok(None);
-        };
-        match st.arena {
+    ) -> Result<Option<Place>> {
+        let growth = self.kind.growth;
+        match Self::arena(st) {
             None => self.reserve_arena(st, growth, size, align, label),
             Some(index) => {
                 Ok(self
                     .extend_arena(st, growth, index, size, align)?
-                    .map(|(region, grown)| Carved {
+                    .map(|(region, grown)| Place {
                         block: index,
                         region,
                         fresh_block: false,
@@ -116,7 +106,7 @@ impl ArenaPool {
         size: u64,
         align: u64,
         label: &str,
-    ) -> Result<Option<Carved>> {
+    ) -> Result<Option<Place>> {
         let g = growth.granularity;
         let limit = self.budget.limit().unwrap_or(u64::MAX);
         let reserve = growth.max_reserve.min(limit) & !(g - 1);
@@ -130,51 +120,15 @@ impl ArenaPool {
         let Some(id) = self.reserve_charged(st, bytes, reserve, &label)? else {
             return Ok(None);
         };
-        let (index, region) = self.install_block(
-            st,
-            id,
-            bytes,
-            Role::Arena { reserved: reserve },
-            size,
-            align,
-        )?;
-        st.arena = Some(index);
-        Ok(Some(Carved {
+        let (carving, region) = self.carve_fresh(id, bytes, size, align)?;
+        let role = self.kind.arena(reserve, bytes);
+        let index = self.install(st, id, bytes, carving, role);
+        Ok(Some(Place {
             block: index,
             region,
             fresh_block: true,
             grown: 0,
         }))
-    }
-
-    /// Reserves `reserve` bytes of address space as one block with its first `bytes` committed,
-    /// already charged to the budget: `Ok(None)`, the charge returned, when address space or
-    /// memory is short (the caller then does without the reservation).
-    pub(super) fn reserve_charged(
-        &self,
-        st: &mut State,
-        bytes: u64,
-        reserve: u64,
-        label: &str,
-    ) -> Result<Option<BlockId>> {
-        let desc = BlockDesc {
-            kind: self.config.kind,
-            size: bytes,
-            label,
-        };
-        let reserved = self
-            .growable()
-            .and_then(|g| g.reserve_block(&desc, reserve));
-        match Self::remember_loss(st, reserved) {
-            Ok(id) => Ok(Some(id)),
-            Err(e) => {
-                self.budget.release(bytes);
-                match e {
-                    Error::OutOfMemory(_) | Error::Unsupported { .. } => Ok(None),
-                    e => Err(e),
-                }
-            }
-        }
     }
 
     /// Commits more of the arena at `index` and carves the request from its end; returns the
@@ -192,7 +146,7 @@ impl ArenaPool {
             return Err(Error::invariant("the arena index names a block", "none"));
         };
         let (id, committed) = (b.id, b.size);
-        let reserved = b.reserved().unwrap_or(committed);
+        let reserved = b.role.reserved;
         let tail = b.carving.free_tail();
         let tail_start = committed - tail;
         let Some(need) = align_up(tail_start, align)
@@ -211,7 +165,7 @@ impl ArenaPool {
         };
         // With whole units the arena is extended without memory, by at least `MIN_UNIT`, and
         // the growth is backed by moved spare units first (below), so none goes back for it.
-        let whole = b.holes.as_ref().is_some_and(Holes::whole_units);
+        let whole = b.role.holes.as_ref().is_some_and(Holes::whole_units);
         let room = (reserved - committed).min(self.budget.room());
         let extension = match step(deficit, MIN_UNIT.min(committed / 2), room) {
             Some(a) if whole && a > 0 && self.extend(st, index, id, committed + a)? => Some(a),
@@ -227,7 +181,7 @@ impl ArenaPool {
                 .blocks
                 .get(index)
                 .and_then(Option::as_ref)
-                .and_then(|b| b.holes.as_ref())
+                .and_then(|b| b.role.holes.as_ref())
                 .map_or(growth.granularity.max(MIN_GRANULE), Holes::granule)
                 .trailing_zeros();
             let over = (st.stats.reserved + step.unwrap_or(0))
@@ -267,7 +221,11 @@ impl ArenaPool {
         // the arena grows again (MobileNet at 2 MiB: a 1.1 MiB tensor after a 4.6 MiB one
         // found 0.7 MiB below and 0.6 MiB above, and took a fourth granule). Smaller requests
         // pack from the tail's start, where the next small ones follow.
-        let unit = b.holes.as_ref().map_or(growth.granularity, Holes::granule);
+        let unit = b
+            .role
+            .holes
+            .as_ref()
+            .map_or(growth.granularity, Holes::granule);
         let top = align_up(tail_start, align)
             .filter(|_| size >= unit)
             .and_then(|start| start.checked_add(size))
@@ -292,7 +250,7 @@ impl ArenaPool {
         // moved in, then one new unit for the rest through the end (the step's slack is in that
         // unit, so later growths stay few).
         let backed = if extended { end - region.offset } else { 0 };
-        if let Some(h) = b.holes.as_mut() {
+        if let Some(h) = b.role.holes.as_mut() {
             if !extended {
                 // What the growth committed past the request is spare; granules of the old
                 // free tail that were given back need memory again.
@@ -336,44 +294,11 @@ impl ArenaPool {
             return Err(Error::invariant("the arena index names a block", "none"));
         };
         b.carving.grow(size - b.size)?;
-        if let Some(h) = b.holes.as_mut() {
+        if let Some(h) = b.role.holes.as_mut() {
             h.extend(size);
         }
         b.size = size;
         Ok(true)
-    }
-
-    /// Records that the arena at `index` now commits `new` bytes instead of `old` (the backend
-    /// has done it; the budget is charged for growth, and released here for shrinking).
-    pub(super) fn resized(&self, st: &mut State, index: usize, old: u64, new: u64) -> Result<()> {
-        let Some(b) = st.blocks[index].as_mut() else {
-            return Err(Error::invariant("the arena index names a block", "none"));
-        };
-        let before = b.committed();
-        if new > old {
-            b.carving.grow(new - old)?;
-        } else {
-            b.carving.shrink(old - new)?;
-        }
-        if let Some(h) = b.holes.as_mut() {
-            h.resize(new);
-        }
-        b.size = new;
-        let (id, after) = (b.id, b.committed());
-        if after < before {
-            // Holes past the new end were given back already: only what was committed goes.
-            self.budget.release(before - after);
-        }
-        let s = &mut st.stats;
-        s.reserved = s.reserved - before + after;
-        s.peak_reserved = s.peak_reserved.max(s.reserved);
-        // Listeners know blocks, not resizes: the old extent goes and the new one comes, so a
-        // reserved-bytes total kept from the events stays exact.
-        self.notify(|l| {
-            l.block_released(&self.config.name, id, before);
-            l.block_reserved(&self.config.name, id, after);
-        });
-        Ok(())
     }
 
     /// Decommits up to `at_most` bytes of the arena's free tail, rounded down to the granularity
@@ -381,7 +306,8 @@ impl ArenaPool {
     /// released whole by the caller's block loop; a cancel gives back its growth). Returns the
     /// committed bytes given back. On a backend error the arena keeps its size.
     pub(super) fn shrink_arena(&self, st: &mut State, at_most: u64) -> Result<u64> {
-        let (Some(growth), Some(index)) = (self.growth, st.arena) else {
+        let growth = self.kind.growth;
+        let Some(index) = Self::arena(st) else {
             return Ok(0);
         };
         let Some(b) = st.blocks.get(index).and_then(Option::as_ref) else {
@@ -389,13 +315,21 @@ impl ArenaPool {
         };
         // With holes the new end falls on a granule of the arena's, so no granule is cut in
         // two (the part of one past the end would be untracked).
-        let unit = b.holes.as_ref().map_or(growth.granularity, Holes::granule);
+        let unit = b
+            .role
+            .holes
+            .as_ref()
+            .map_or(growth.granularity, Holes::granule);
         let end = b.size - b.carving.free_tail();
         let Some(keep) = align_up(end.max(b.size.saturating_sub(at_most)), unit) else {
             return Ok(0);
         };
         // With whole units, the end moves past the unit it would cut.
-        let keep = b.holes.as_ref().map_or(keep, |h| h.unit_boundary(keep));
+        let keep = b
+            .role
+            .holes
+            .as_ref()
+            .map_or(keep, |h| h.unit_boundary(keep));
         let cut = b.size.saturating_sub(keep);
         if cut == 0 || cut >= b.size {
             return Ok(0);

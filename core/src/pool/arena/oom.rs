@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use super::{ArenaPool, State};
+use super::carved::{Carved, Kind, State};
 use crate::OomReport;
 use crate::align::align_up;
 use crate::plan::{self, Buffer, SolveOptions};
@@ -25,30 +25,70 @@ use crate::plan::{self, Buffer, SolveOptions};
 /// Above this many live allocations the explainer uses bounds instead of the planner.
 pub const PLAN_MAX_BUFFERS: usize = 2048;
 
-/// What the explainer needs, copied out under the pool's lock so that the planner (up to 20 ms)
-/// runs after the lock is released.
+/// What the explainer needs, copied out under a pool's lock so that the planner (up to 20 ms)
+/// runs after the lock is released; the snapshots of an arena pool's bottom pools merge into
+/// one ([`OomSnapshot::merge`]).
 pub(super) struct OomSnapshot {
+    /// The report, but for the fields [`OomSnapshot::explain`] derives.
     report: OomReport,
-    /// Live allocation sizes plus the request.
+    /// Free bytes in the blocks.
+    free: u64,
+    /// Committed bytes of blocks that hold nothing but pending frees.
+    reclaimable: u64,
+    /// Bytes charged to the budget, by every pool on it.
+    charged: u64,
+    /// Live allocation sizes.
     sizes: Vec<u64>,
+    /// The request, rounded.
+    need: u64,
     align: u64,
-    capacity: u64,
 }
 
 impl OomSnapshot {
+    /// One snapshot of two pools' that failed the same request.
+    pub(super) fn merge(mut self, other: OomSnapshot) -> OomSnapshot {
+        let (r, o) = (&mut self.report, other.report);
+        r.reserved += o.reserved;
+        r.in_use += o.in_use;
+        r.largest_free = r.largest_free.max(o.largest_free);
+        r.pending_free += o.pending_free;
+        r.largest_live.extend(o.largest_live);
+        r.largest_live.sort_by_key(|l| std::cmp::Reverse(l.1));
+        r.largest_live.truncate(5);
+        self.free += other.free;
+        self.reclaimable += other.reclaimable;
+        self.charged = self.charged.max(other.charged);
+        self.sizes.extend(other.sizes);
+        self
+    }
+
     /// The report, with `static_plan_would_fit` decided by the planner. Call without the lock.
     pub(super) fn explain(mut self) -> OomReport {
-        self.report.static_plan_would_fit =
-            static_plan_fits(&self.sizes, self.align, self.capacity);
+        let r = &mut self.report;
+        r.fragmentation = if self.free == 0 {
+            0.0
+        } else {
+            1.0 - r.largest_free as f64 / self.free as f64
+        };
+        // With a budget shared by several pools, what the others hold counts against it too.
+        let charged = self.charged.max(r.reserved);
+        r.trim_would_help = self.reclaimable > 0
+            && match r.budget {
+                Some(b) => charged - self.reclaimable + self.need <= b,
+                None => self.reclaimable >= self.need,
+            };
+        let capacity = r.budget.unwrap_or(r.reserved);
+        self.sizes.push(self.need);
+        r.static_plan_would_fit = static_plan_fits(&self.sizes, self.align, capacity);
         self.report
     }
 }
 
-impl ArenaPool {
+impl<K: Kind> Carved<K> {
     /// The state of a failed request of `requested` bytes (`need` after rounding, at `align`).
     pub(super) fn oom_snapshot(
         &self,
-        st: &State,
+        st: &State<K>,
         requested: u64,
         need: u64,
         align: u64,
@@ -79,44 +119,28 @@ impl ArenaPool {
             .map(|l| (l.label.clone(), l.region.size))
             .collect();
         live.sort_by_key(|l| std::cmp::Reverse(l.1));
-        let budget = self.budget.limit();
-        let reserved = st.stats.reserved;
-        // With a budget shared by several pools, what the others hold counts against it too.
-        let charged = self.budget.reserved().max(reserved);
-        let trim_would_help = reclaimable > 0
-            && match budget {
-                Some(b) => charged - reclaimable + need <= b,
-                None => reclaimable >= need,
-            };
-        let sizes: Vec<u64> = st
-            .slots
-            .iter()
-            .map(|l| l.region.size)
-            .chain([need])
-            .collect();
         live.truncate(5);
         OomSnapshot {
             report: OomReport {
                 pool: self.config.name.clone(),
                 label: (!label.is_empty()).then(|| label.to_string()),
                 requested,
-                reserved,
+                reserved: st.stats.reserved,
                 in_use: st.stats.in_use,
                 largest_free: largest,
-                fragmentation: if free == 0 {
-                    0.0
-                } else {
-                    1.0 - largest as f64 / free as f64
-                },
-                budget,
+                fragmentation: 0.0,
+                budget: self.budget.limit(),
                 pending_free: st.deferred.bytes(),
                 largest_live: live,
-                trim_would_help,
+                trim_would_help: false,
                 static_plan_would_fit: None,
             },
-            sizes,
+            free,
+            reclaimable,
+            charged: self.budget.reserved(),
+            sizes: st.slots.iter().map(|l| l.region.size).collect(),
+            need,
             align: align.max(self.base_align),
-            capacity: budget.unwrap_or(reserved),
         }
     }
 }

@@ -7,35 +7,27 @@
 //! is the lead it had over the device. Within the allowance the pool grows as before. Native
 //! only: a browser cannot block, so there the pool grows.
 
-use super::holes::{Holes, MIN_GRANULE};
-use super::in_place::GROWTH_STEP_DIVISOR;
-use super::{ArenaPool, State};
+use super::carved::{Carved, Kind, State};
+use super::holes::ALLOWANCE_DIVISOR;
 use crate::Result;
 use crate::suballoc::Region;
 
-impl ArenaPool {
+impl<K: Kind> Carved<K> {
     /// After the completed frees were reclaimed and nothing fits: waits for enough pending frees
     /// where growing would pass the allowance (module doc), then places the request among the
     /// pool's blocks. `Ok(None)` when it did not wait or nothing fits after all.
     pub(super) fn after_pending_frees(
         &self,
-        st: &mut State,
+        st: &mut State<K>,
         size: u64,
         align: u64,
     ) -> Result<Option<(usize, Region)>> {
         if cfg!(target_arch = "wasm32") || st.deferred.bytes() < size {
             return Ok(None);
         }
-        let arena = st
-            .arena
-            .and_then(|i| st.blocks.get(i))
-            .and_then(Option::as_ref);
-        let granule = arena
-            .and_then(|b| b.holes.as_ref())
-            .map_or(MIN_GRANULE, Holes::granule);
         // What growing would add: the request, or the arena's growth step.
-        let step = arena.map_or(size, |b| size.max(b.size / GROWTH_STEP_DIVISOR));
-        let allowance = Self::allowance(st, size, granule.trailing_zeros());
+        let step = K::growth_step(st, size);
+        let allowance = Self::allowance(st, size, K::granule(st).trailing_zeros());
         if st.stats.reserved + step <= allowance {
             return Ok(None);
         }
@@ -47,14 +39,21 @@ impl ArenaPool {
             #[cfg(target_arch = "wasm32")]
             let _ = ticket;
             self.reclaim_locked(st)?;
-            if let Some(found) = self.try_arena(st, size, align)? {
-                return Ok(Some(found));
-            }
-            if let Some(found) = Self::try_existing(st, size, align)? {
+            if let Some(found) = K::existing(self, st, size, align)? {
                 return Ok(Some(found));
             }
         }
         Ok(None)
+    }
+
+    /// The bytes the pool may hold before it waits for pending frees, and before the arena
+    /// moves memory instead of committing more: the live peak, this request included, plus
+    /// [`ALLOWANCE_DIVISOR`]⁻¹ of it, in whole granules of `1 << shift` bytes.
+    pub(super) fn allowance(st: &State<K>, size: u64, shift: u32) -> u64 {
+        let s = &st.stats;
+        let peak = s.peak_in_use.max(s.in_use + size);
+        let g = 1u64 << shift;
+        (peak + peak / ALLOWANCE_DIVISOR).div_ceil(g) * g
     }
 }
 

@@ -38,6 +38,7 @@
 //!
 //! [`Tlsf::allocate_at`]: crate::suballoc::Tlsf::allocate_at
 
+use super::hints::PlacementHints;
 use crate::suballoc::{Landmark, Region};
 
 /// Events (allocations and frees) that make up a site with the request itself.
@@ -299,6 +300,32 @@ fn prefetch(site: &Site) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = site;
+}
+
+impl PlacementHints for Sites {
+    fn hint(&mut self, size: u64, align: u64) -> Option<(u64, Landmark)> {
+        let key = self.key(size, align);
+        Sites::hint(self, key)
+    }
+
+    fn placed(&mut self, size: u64, align: u64, region: &Region) {
+        let key = self.key(size, align);
+        self.learn(key, region);
+        self.saw(size, false);
+    }
+
+    fn freed(&mut self, size: u64, emptied: bool) {
+        self.saw(size, true);
+        if emptied {
+            // The next run of the model meets the histories its first run had, and its first
+            // layer the places that one learned.
+            self.restart();
+        }
+    }
+
+    fn moved(&mut self, range: (u64, u64), to: u64, near: Landmark) {
+        self.follow(range, to, near);
+    }
 }
 
 #[cfg(test)]

@@ -26,8 +26,11 @@ fn the_default_is_tlsf_and_buddy_is_chosen_by_the_config() {
     let tlsf = ArenaPool::new(backend, ArenaConfig::device()).unwrap();
     let a = tlsf.allocate(1000, 1, "a").unwrap();
     {
-        let st = tlsf.lock();
-        assert!(st.arena.is_some(), "the host grows TLSF's arena in place");
+        let st = tlsf
+            .growing()
+            .expect("the host grows TLSF's arena in place")
+            .lock();
+        assert!(st.blocks[0].is_some(), "the arena is reserved");
         assert!(
             st.blocks
                 .iter()
@@ -40,8 +43,8 @@ fn the_default_is_tlsf_and_buddy_is_chosen_by_the_config() {
     let (_backend, pool) = buddy_pool();
     let a = pool.allocate(1000, 1, "a").unwrap();
     {
-        let st = pool.lock();
-        assert!(st.arena.is_none(), "buddy never grows in place");
+        assert!(pool.growing().is_none(), "buddy never grows in place");
+        let st = pool.block_pool().lock();
         let blocks: Vec<_> = st.blocks.iter().flatten().collect();
         assert_eq!(blocks.len(), 1);
         assert!(matches!(blocks[0].carving, Carving::Buddy(_)));
@@ -97,7 +100,7 @@ fn a_pool_on_buddy_places_disjoint_aligned_ranges_and_gives_everything_back() {
         );
     }
     {
-        let st = pool.lock();
+        let st = pool.block_pool().lock();
         for b in st.blocks.iter().flatten() {
             assert!(matches!(b.carving, Carving::Buddy(_)));
             // Whatever the policy asked for, a block holds the next power of two of its first
@@ -130,7 +133,7 @@ fn a_request_past_the_block_size_gets_a_power_of_two_block() {
         "small and large classes stay apart"
     );
     {
-        let st = pool.lock();
+        let st = pool.block_pool().lock();
         let big = st
             .blocks
             .iter()

@@ -2,13 +2,13 @@
 //! while the pool is past its allowance, else new; each change of the committed bytes counted
 //! and told to the listener.
 
-use super::super::{ArenaPool, State};
-use super::ALLOWANCE_DIVISOR;
+use super::super::GrowingArena;
+use super::super::in_place::ArenaState as State;
 use crate::backend::BlockId;
 use crate::suballoc::{Landmark, Region};
 use crate::{Error, Result};
 
-impl ArenaPool {
+impl GrowingArena {
     /// Backs the granules `region` touches with memory: moved from spare granules, else new.
     /// `Ok(false)` when the budget or the device refuses new memory (granules backed so far
     /// stay committed; the caller returns the region, which makes them spare).
@@ -27,7 +27,7 @@ impl ArenaPool {
         self.back_range(st, index, (region.offset, region.size), region.size, follow)
     }
 
-    /// Backs the granules `[offset, offset + size)` touches, as [`ArenaPool::back`] a region's,
+    /// Backs the granules `[offset, offset + size)` touches, as [`GrowingArena::back`] a region's,
     /// for a request of `request` bytes (the pool's allowance counts it). With `follow` (the
     /// landmark of the region placed there), the sites placed on memory moved there follow it.
     pub(in crate::pool::arena) fn back_range(
@@ -77,12 +77,16 @@ impl ArenaPool {
                         }
                         return Err(e);
                     }
-                    if let Some(h) = Self::holes(st, index) {
-                        h.moved(from, at, n);
-                        // The sites placed on that memory find it where it went
+                    if let Some(b) = st.blocks.get_mut(index).and_then(Option::as_mut) {
+                        if let Some(h) = b.role.holes.as_mut() {
+                            h.moved(from, at, n);
+                        }
+                        // The requests placed on that memory find it where it went
                         // (`Sites::follow`).
-                        if let (Some(s), Some(near)) = (h.sites.as_mut(), follow) {
-                            s.follow((from << shift, n << shift), at << shift, near);
+                        if let Some(near) = follow {
+                            b.role
+                                .hints
+                                .moved((from << shift, n << shift), at << shift, near);
                         }
                     }
                     at += n;
@@ -96,16 +100,6 @@ impl ArenaPool {
             pos = b;
         }
         Ok(true)
-    }
-
-    /// The bytes the pool may hold before the arena moves memory instead of committing more:
-    /// the live peak, this request included, plus [`ALLOWANCE_DIVISOR`]⁻¹ of it, in whole
-    /// granules of `1 << shift` bytes.
-    pub(in crate::pool::arena) fn allowance(st: &State, size: u64, shift: u32) -> u64 {
-        let s = &st.stats;
-        let peak = s.peak_in_use.max(s.in_use + size);
-        let g = 1u64 << shift;
-        (peak + peak / ALLOWANCE_DIVISOR).div_ceil(g) * g
     }
 
     /// Committed bytes of the block at `index` (0 for none).
@@ -230,9 +224,7 @@ impl ArenaPool {
             return;
         };
         let (id, now) = (b.id, b.committed());
-        let s = &mut st.stats;
-        s.reserved = s.reserved - before + now;
-        s.peak_reserved = s.peak_reserved.max(s.reserved);
+        self.count_reserved(&mut st.stats, before, now);
         self.notify(|l| {
             l.block_released(&self.config.name, id, before);
             l.block_reserved(&self.config.name, id, now);

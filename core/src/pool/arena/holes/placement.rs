@@ -1,52 +1,20 @@
 //! Placing a request in the arena with holes: the learned hint, TLSF's place, probes past
 //! decommitted granules, and with whole units the spare unit or spare run that holds it.
 
-use super::super::{ArenaPool, Block, State};
+use super::super::GrowingArena;
+use super::super::carved::Block;
+use super::super::in_place::{Arena, ArenaState as State};
 use super::{Holes, PROBES};
 use crate::suballoc::Region;
 use crate::{Error, Result};
 
-impl ArenaPool {
+impl GrowingArena {
     /// The arena's holes, when it has them.
     pub(in crate::pool::arena) fn holes(st: &mut State, index: usize) -> Option<&mut Holes> {
         st.blocks
             .get_mut(index)
             .and_then(Option::as_mut)
-            .and_then(|b| b.holes.as_mut())
-    }
-
-    /// A request of `size` bytes at `align` was placed at `region` of the block at `index`: the
-    /// arena's sites learn where it went (when it is in the arena) and see the allocation.
-    pub(in crate::pool::arena) fn placed(
-        st: &mut State,
-        index: usize,
-        region: &Region,
-        size: u64,
-        align: u64,
-    ) {
-        let Some(arena) = st.arena else {
-            return;
-        };
-        if let Some(s) = Self::holes(st, arena).and_then(|h| h.sites.as_mut()) {
-            if index == arena {
-                let key = s.key(size, align);
-                s.learn(key, region);
-            }
-            s.saw(size, false);
-        }
-    }
-
-    /// A region of `size` bytes went back to its block: the arena's sites see the free. When
-    /// that emptied the pool, their history starts again: the next run of the model then meets
-    /// the histories its first run had, and its first layer the places that one learned.
-    pub(in crate::pool::arena) fn unplaced(st: &mut State, size: u64) {
-        let (arena, empty) = (st.arena, st.stats.in_use == 0);
-        if let Some(s) = arena.and_then(|a| Self::holes(st, a)?.sites.as_mut()) {
-            s.saw(size, true);
-            if empty {
-                s.restart();
-            }
-        }
+            .and_then(|b| b.role.holes.as_mut())
     }
 
     /// Places a request in the arena, backing its granules with memory. `Ok(None)` when it
@@ -57,7 +25,7 @@ impl ArenaPool {
         size: u64,
         align: u64,
     ) -> Result<Option<(usize, Region)>> {
-        let Some(i) = st.arena else {
+        let Some(i) = Self::arena(st) else {
             return Ok(None);
         };
         let Some(b) = st.blocks[i]
@@ -66,12 +34,9 @@ impl ArenaPool {
         else {
             return Ok(None);
         };
-        // Where the site went last time, when that range is free again (`sites.rs`).
-        let sites = b.holes.as_mut().and_then(|h| h.sites.as_mut());
-        let hint = sites.and_then(|s| {
-            let key = s.key(size, align);
-            s.hint(key)
-        });
+        // Where the hints put it (for learned sites: where the site went last time, when that
+        // range is free again).
+        let hint = b.role.hints.hint(size, align);
         let hinted = match hint {
             // `align` is a power of two (checked): a mask, not a division.
             Some((offset, near)) if offset & (align - 1) == 0 => {
@@ -84,14 +49,14 @@ impl ArenaPool {
         else {
             return Ok(None);
         };
-        if let Some(h) = b.holes.as_mut() {
+        if let Some(h) = b.role.holes.as_mut() {
             let mut lacking = h.lacking(&region);
             if lacking > 0 {
                 (region, lacking) = Self::probe(b, region, lacking, size, align)?;
             }
             if lacking == 0 {
                 // Backed already (the usual case once placement is learned): no run to walk.
-                if let Some(h) = b.holes.as_mut() {
+                if let Some(h) = b.role.holes.as_mut() {
                     h.taken(region.offset, region.size);
                 }
                 return Ok(Some((i, region)));
@@ -112,7 +77,7 @@ impl ArenaPool {
     /// looks at the next few places TLSF offers and keeps the one that needs the least memory
     /// moved (the others go back). Returns it with its decommitted granules.
     fn probe(
-        b: &mut Block,
+        b: &mut Block<Arena>,
         mut region: Region,
         mut lacking: u64,
         size: u64,
@@ -126,7 +91,7 @@ impl ArenaPool {
             let Some(next) = b.carving.allocate(size, align)? else {
                 break;
             };
-            let l = b.holes.as_ref().map_or(0, |h| h.lacking(&next));
+            let l = b.role.holes.as_ref().map_or(0, |h| h.lacking(&next));
             *slot = Some(if l < lacking {
                 lacking = l;
                 std::mem::replace(&mut region, next)
@@ -137,7 +102,7 @@ impl ArenaPool {
         for r in others.into_iter().flatten() {
             let freed = (r.offset, r.size);
             let merged = b.carving.free_merged(r)?;
-            if let Some(h) = b.holes.as_mut() {
+            if let Some(h) = b.role.holes.as_mut() {
                 h.freed_region(freed, merged);
             }
         }
@@ -176,7 +141,7 @@ impl ArenaPool {
         let Some(b) = st.blocks.get_mut(index).and_then(Option::as_mut) else {
             return Ok(None);
         };
-        let Some(h) = b.holes.as_mut() else {
+        let Some(h) = b.role.holes.as_mut() else {
             return Ok(None);
         };
         for offset in h.spare_unit_places(size, align).into_iter().flatten() {
@@ -186,18 +151,18 @@ impl ArenaPool {
             if unit.is_none() {
                 unit = b.carving.allocate_at(offset, size, align, None)?;
             }
-            if let (Some(unit), Some(h)) = (unit, b.holes.as_mut()) {
+            if let (Some(unit), Some(h)) = (unit, b.role.holes.as_mut()) {
                 h.taken(unit.offset, unit.size);
                 return Ok(Some(unit));
             }
         }
-        let Some(h) = b.holes.as_mut() else {
+        let Some(h) = b.role.holes.as_mut() else {
             return Ok(None);
         };
         // Spare granules are wholly free: TLSF holds the range, as its own block or inside one.
         for offset in h.spare_run_places(size, align).into_iter().flatten() {
             if let Some(run) = b.carving.allocate_at(offset, size, align, None)? {
-                if let Some(h) = b.holes.as_mut() {
+                if let Some(h) = b.role.holes.as_mut() {
                     h.taken(run.offset, run.size);
                 }
                 return Ok(Some(run));
@@ -217,7 +182,7 @@ impl ArenaPool {
         };
         let freed = (region.offset, region.size);
         let merged = b.carving.free_merged(region)?;
-        if let Some(h) = b.holes.as_mut() {
+        if let Some(h) = b.role.holes.as_mut() {
             h.freed_region(freed, merged);
         }
         Ok(())

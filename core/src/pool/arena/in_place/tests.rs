@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::backend::{Backend, BlockId, Growable};
+use crate::backend::{Backend, BlockDesc, BlockId, Growable};
 use crate::host::{HostBackend, HostConfig};
+use crate::pool::ArenaPool;
 use crate::pool::{ArenaConfig, DevicePool, PoolStats};
 use crate::test_adaptors::host_adaptor;
 
@@ -182,6 +183,45 @@ fn a_full_reservation_falls_back_to_blocks_and_the_budget_binds_commits() {
     assert_eq!(backend.block_bytes(), 2 * mib);
     p.free(x.handle).unwrap();
     p.free(y.handle).unwrap();
+    p.check_invariants().unwrap();
+}
+
+/// Beside a full arena, the block pool issues handles of its own: the same slot as the arena's
+/// first allocation, another pool. Frees, statistics and the counting adaptor above keep them
+/// apart, and the peaks are the peaks of the sums.
+#[test]
+fn handles_of_the_arena_and_the_blocks_beside_it_stay_apart() {
+    let mib = 1 << 20;
+    let backend = Arc::new(
+        HostBackend::new(HostConfig {
+            max_block_size: mib,
+            ..HostConfig::default()
+        })
+        .unwrap(),
+    );
+    let p = crate::pool::StatsPool::new(ArenaPool::new(backend, ArenaConfig::device()).unwrap());
+    let a = p.allocate(600 << 10, 1, "a").unwrap();
+    let b = p.allocate(500 << 10, 1, "b").unwrap();
+    assert_eq!(
+        a.handle.slot(),
+        b.handle.slot(),
+        "each bottom pool's first slot"
+    );
+    assert_ne!(a.handle, b.handle);
+    assert_eq!(p.label(b.handle).unwrap(), "b");
+    assert_eq!(p.allocation_stats().in_use, 1100 << 10);
+    p.free(a.handle).unwrap();
+    assert_eq!(
+        p.allocation_stats().in_use,
+        500 << 10,
+        "only a's bytes went"
+    );
+    assert_eq!(p.resolve(b.handle).unwrap().size, 500 << 10);
+    p.free(b.handle).unwrap();
+    assert_eq!(p.allocation_stats().in_use, 0);
+    let s = p.stats();
+    assert_eq!((s.in_use, s.peak_in_use), (0, 1100 << 10));
+    assert!(s.peak_reserved >= 1100 << 10 && s.peak_reserved <= 2 * mib);
     p.check_invariants().unwrap();
 }
 

@@ -64,7 +64,7 @@ fn a_region_on_a_run_gets_whole_spare_units_largest_first_then_one_new_unit() {
     // A later phase with a lower live peak: the pool is over its allowance, so a tensor on the
     // decommitted run gets spare memory moved there rather than new memory.
     {
-        let mut st = p.state.lock().unwrap();
+        let mut st = p.growing().unwrap().lock();
         st.stats.peak_in_use = st.stats.in_use;
     }
     let x = filled(&backend, &p, 6 * MIB, 40);

@@ -173,12 +173,8 @@ pub(super) fn pool(backend: &Arc<WholeUnits>, learned: bool) -> ArenaPool {
 pub(super) fn check(backend: &WholeUnits, p: &ArenaPool) {
     p.check_invariants().unwrap();
     assert_eq!(p.stats().reserved, backend.host.block_bytes());
-    let st = p.state.lock().unwrap();
-    if let Some(h) = st
-        .arena
-        .and_then(|i| st.blocks[i].as_ref())
-        .and_then(|b| b.holes.as_ref())
-    {
+    let st = p.growing().unwrap().lock();
+    if let Some(h) = st.blocks[0].as_ref().and_then(|b| b.role.holes.as_ref()) {
         assert_eq!(h.unit_count(), Some(backend.units()));
     }
 }
