@@ -6,7 +6,7 @@
 //! `Readback` the host-visible (pinned) pool for host tensors that take part in transfers.
 //!
 //! # Two bottom pools and a fallback
-//! * **The growing arena** ([`GrowingArena`], [`in_place`]), where the backend grows blocks in
+//! * **The growing arena** ([`GrowingArena`], [`growing`]), where the backend grows blocks in
 //!   place ([`Extensions::growable`](crate::backend::Extensions::growable): CUDA's virtual
 //!   memory, the host's reserve-and-commit): one reservation whose committed size follows the
 //!   live set, with holes ([`holes`]) and learned placement ([`sites`]).
@@ -49,9 +49,8 @@ mod growth;
 mod handles;
 mod hints;
 mod holes;
-mod in_place;
 mod invariants;
-mod kind;
+mod lifecycle;
 mod oom;
 mod pending;
 mod policy;
@@ -68,8 +67,8 @@ pub use growth::DEFAULT_BLOCK_SIZE;
 
 use carved::Carved;
 use expandable::Dedicated;
+use growing::InPlace;
 use growth::Classes;
-use in_place::InPlace;
 use totals::Totals;
 
 /// Largest alignment a pool accepts, in bytes (1 GiB).

@@ -1,5 +1,5 @@
 //! The growing arena ([`InPlace`]): the bottom pool whose one block is the arena that grows in
-//! place ([`in_place`](super::in_place)), with holes ([`holes`](super::holes)) and learned
+//! place ([`in_place`]), with holes ([`holes`](super::holes)) and learned
 //! placement ([`sites`](super::sites)) where the backend and the configuration allow. This
 //! module says what its block is ([`Arena`]) and plugs the arena's steps into the shared
 //! carver ([`Kind`]).
@@ -11,9 +11,14 @@ use super::ArenaConfig;
 use super::carved::{Block, Carved, Kind, Place, Role, State};
 use super::hints::{NoHints, PlacementHints};
 use super::holes::{Holes, MIN_GRANULE};
-use super::in_place::GROWTH_STEP_DIVISOR;
 use super::sites::Sites;
 use crate::Result;
+use in_place::GROWTH_STEP_DIVISOR;
+
+mod backing;
+mod check;
+pub(super) mod in_place;
+mod placement;
 use crate::backend::InPlaceGrowth;
 use crate::suballoc::Region;
 

@@ -46,9 +46,7 @@ use crate::suballoc::Region;
 #[cfg(doc)]
 use crate::backend::{Growable, InPlaceGrowth};
 
-mod backing;
 mod check;
-mod placement;
 
 /// The arena holds up to its live peak plus this fraction of it before it moves memory: free
 /// memory under that is kept where it is (a later tensor placed there costs no driver call), and
@@ -61,29 +59,29 @@ pub const ALLOWANCE_DIVISOR: u64 = 32;
 pub const MIN_GRANULE: u64 = 64 << 10;
 
 /// Places TLSF offers a request that lands on decommitted granules, beyond the first.
-const PROBES: usize = 3;
+pub(super) const PROBES: usize = 3;
 
 /// Spare units a request past the pool's peak is tried in, smallest first (with whole units):
 /// a unit whose free block TLSF does not find near the request's place is passed over. As many
 /// runs of spare granules are tried after them, in address order.
-const SPARE_UNIT_TRIES: usize = 4;
+pub(super) const SPARE_UNIT_TRIES: usize = 4;
 
 /// Which granules of an arena with holes hold memory, and which of those are spare.
 #[derive(Debug)]
 pub(super) struct Holes {
     /// log2 of the granule.
-    shift: u32,
+    pub(in crate::pool::arena) shift: u32,
     /// Granules of the committed extent that are backed by memory.
-    committed: Units,
+    pub(in crate::pool::arena) committed: Units,
     /// Committed granules wholly in free space: memory the arena may move or give back.
-    spare: Units,
+    pub(in crate::pool::arena) spare: Units,
     /// Granule ranges that became spare, oldest first (entries go stale as granules are taken;
     /// the bitmap decides): memory is moved from the holes that have been free the longest,
     /// not from those just freed, where the next tensors of a step are likely placed.
-    queue: VecDeque<(u64, u64)>,
+    pub(in crate::pool::arena) queue: VecDeque<(u64, u64)>,
     /// The units memory goes back and moves in, on a backend that takes only whole ones
     /// ([`handles`](super::handles)); `None` where any granule goes alone.
-    handles: Option<Handles>,
+    pub(in crate::pool::arena) handles: Option<Handles>,
 }
 
 impl Holes {
@@ -199,7 +197,7 @@ impl Holes {
     }
 
     /// Granules `[a, b)` lie wholly in free space: the committed ones become spare.
-    fn mark_spare(&mut self, a: u64, b: u64, hole: (u64, u64)) {
+    pub(in crate::pool::arena) fn mark_spare(&mut self, a: u64, b: u64, hole: (u64, u64)) {
         if a < b && self.spare.set_where(&self.committed, a, b) > 0 {
             if let Some(u) = self.handles.as_mut() {
                 u.respare(a, b, &self.spare);
@@ -219,7 +217,7 @@ impl Holes {
 
     /// Granules `[a, b)` touched by `[offset, offset + size)`.
     /// (The part past the last whole granule is always committed and not tracked.)
-    fn touched(&self, offset: u64, size: u64) -> (u64, u64) {
+    pub(in crate::pool::arena) fn touched(&self, offset: u64, size: u64) -> (u64, u64) {
         let g = 1u64 << self.shift;
         let len = self.committed.len();
         (
@@ -229,7 +227,7 @@ impl Holes {
     }
 
     /// Decommitted granules under `region`.
-    fn lacking(&self, region: &Region) -> u64 {
+    pub(in crate::pool::arena) fn lacking(&self, region: &Region) -> u64 {
         if self.committed.ones() == self.committed.len() {
             return 0;
         }
@@ -242,7 +240,7 @@ impl Holes {
 
     /// `[offset, offset + size)` was allocated: its granules are no longer spare. Returns the
     /// granules `[a, b)` it touches.
-    fn taken(&mut self, offset: u64, size: u64) -> (u64, u64) {
+    pub(in crate::pool::arena) fn taken(&mut self, offset: u64, size: u64) -> (u64, u64) {
         let (a, b) = self.touched(offset, size);
         if self.spare.clear(a, b) > 0 {
             if let Some(u) = self.handles.as_mut() {
@@ -253,7 +251,7 @@ impl Holes {
     }
 
     /// The first run of decommitted granules in `[from, b)`, as (start, end).
-    fn next_lacking(&self, from: u64, b: u64) -> Option<(u64, u64)> {
+    pub(in crate::pool::arena) fn next_lacking(&self, from: u64, b: u64) -> Option<(u64, u64)> {
         if self.committed.ones() == self.committed.len() {
             return None;
         }
@@ -264,7 +262,7 @@ impl Holes {
     /// Takes up to `n` spare granules below granule `end`, one run: with whole units the
     /// largest spare unit that fits, else from the range that became spare the longest ago;
     /// returns its first granule and length.
-    fn take_spare(&mut self, n: u64, end: u64) -> Option<(u64, u64)> {
+    pub(in crate::pool::arena) fn take_spare(&mut self, n: u64, end: u64) -> Option<(u64, u64)> {
         let end = end.min(self.spare.len());
         if let Some(u) = self.handles.as_mut() {
             let (start, len) = u.take(n, end)?;
@@ -304,7 +302,11 @@ impl Holes {
     /// With whole units, the places where a request of `size` bytes at `align` lies wholly on
     /// one spare unit, in the smallest such units first (at most [`SPARE_UNIT_TRIES`]), as byte
     /// offsets; none where granules go alone.
-    fn spare_unit_places(&mut self, size: u64, align: u64) -> [Option<u64>; SPARE_UNIT_TRIES] {
+    pub(in crate::pool::arena) fn spare_unit_places(
+        &mut self,
+        size: u64,
+        align: u64,
+    ) -> [Option<u64>; SPARE_UNIT_TRIES] {
         let mut places = [None; SPARE_UNIT_TRIES];
         let shift = self.shift;
         let Some(u) = self.handles.as_mut() else {
@@ -323,7 +325,11 @@ impl Holes {
     /// [`SPARE_UNIT_TRIES`]), as byte offsets; none where granules go alone. A run may lie in
     /// a unit a live tensor holds, or span units: committed memory the request needs no call
     /// for.
-    fn spare_run_places(&self, size: u64, align: u64) -> [Option<u64>; SPARE_UNIT_TRIES] {
+    pub(in crate::pool::arena) fn spare_run_places(
+        &self,
+        size: u64,
+        align: u64,
+    ) -> [Option<u64>; SPARE_UNIT_TRIES] {
         let mut places = [None; SPARE_UNIT_TRIES];
         if self.handles.is_none() {
             return places;
@@ -340,14 +346,14 @@ impl Holes {
     }
 
     /// With whole units, takes the smallest spare unit to give back; as [`Holes::take_spare`].
-    fn take_smallest_unit(&mut self) -> Option<(u64, u64)> {
+    pub(in crate::pool::arena) fn take_smallest_unit(&mut self) -> Option<(u64, u64)> {
         let (start, len) = self.handles.as_mut()?.take_smallest()?;
         self.spare.clear(start, start + len);
         Some((start, len))
     }
 
     /// `n` granules taken at `from` by [`Holes::take_spare`] stay where they are: spare again.
-    fn untake(&mut self, from: u64, n: u64) {
+    pub(in crate::pool::arena) fn untake(&mut self, from: u64, n: u64) {
         self.spare.set(from, from + n);
         if let Some(u) = self.handles.as_mut() {
             u.untake(from, n);
@@ -355,7 +361,7 @@ impl Holes {
     }
 
     /// The memory of `n` granules taken at `from` now backs granule `to` on.
-    fn moved(&mut self, from: u64, to: u64, n: u64) {
+    pub(in crate::pool::arena) fn moved(&mut self, from: u64, to: u64, n: u64) {
         self.committed.clear(from, from + n);
         self.committed.set(to, to + n);
         if let Some(u) = self.handles.as_mut() {
@@ -364,7 +370,7 @@ impl Holes {
     }
 
     /// The memory of `n` granules taken at `from` was given back.
-    fn given_back(&mut self, from: u64, n: u64) {
+    pub(in crate::pool::arena) fn given_back(&mut self, from: u64, n: u64) {
         self.committed.clear(from, from + n);
         if let Some(u) = self.handles.as_mut() {
             u.removed(from);
@@ -372,7 +378,7 @@ impl Holes {
     }
 
     /// Granules `[a, b)` were backed with new memory by one call: one unit.
-    fn backed(&mut self, a: u64, b: u64) {
+    pub(in crate::pool::arena) fn backed(&mut self, a: u64, b: u64) {
         self.committed.set(a, b);
         if let Some(u) = self.handles.as_mut() {
             u.add(a, b - a);

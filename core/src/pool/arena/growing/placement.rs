@@ -1,10 +1,9 @@
 //! Placing a request in the arena with holes: the learned hint, TLSF's place, probes past
 //! decommitted granules, and with whole units the spare unit or spare run that holds it.
 
-use super::super::GrowingArena;
 use super::super::carved::Block;
-use super::super::in_place::{Arena, ArenaState as State};
-use super::{Holes, PROBES};
+use super::super::holes::{Holes, PROBES};
+use super::{Arena, ArenaState as State, GrowingArena};
 use crate::suballoc::Region;
 use crate::{Error, Result};
 

@@ -12,7 +12,7 @@
 //! growing range peaks at the same bytes on every issue 14 trace (the `pool_traces` benchmark
 //! prints it under each trace). Placed before their lifetimes are known, a residual lands between
 //! holes that later, larger feed-forward tensors cannot use. So where the backend offers holes,
-//! the memory of free holes is given back and moved instead ([`holes`](super::holes)): the
+//! the memory of free holes is given back and moved instead ([`holes`](super::super::holes)): the
 //! address range keeps the TLSF's layout, and committed memory follows the live bytes.
 //!
 //! * **Reservation.** The first request reserves the whole range the pool may ever use: the
@@ -33,12 +33,11 @@
 //!   empty. Free space inside the arena is given back by [`holes`](super::holes) where the
 //!   backend can; elsewhere it stays committed.
 //! * **Fallback.** When the reservation is full, the backend refuses the growth or the budget
-//!   refuses it, the arena pool adds regular blocks ([`growth`](super::growth)) beside it.
+//!   refuses it, the arena pool adds regular blocks ([`growth`](super::super::growth)) beside it.
 
-use super::carved::Place;
-pub(super) use super::growing::{Arena, ArenaState, InPlace};
-use super::growing::{ArenaState as State, GrowingArena};
-use super::holes::{Holes, MIN_GRANULE};
+use super::super::carved::Place;
+use super::super::holes::{Holes, MIN_GRANULE};
+use super::{ArenaState as State, GrowingArena};
 use crate::align::align_up;
 use crate::backend::{BlockId, InPlaceGrowth};
 use crate::suballoc::Region;

@@ -2,8 +2,7 @@
 //! while the pool is past its allowance, else new; each change of the committed bytes counted
 //! and told to the listener.
 
-use super::super::GrowingArena;
-use super::super::in_place::ArenaState as State;
+use super::{ArenaState as State, GrowingArena};
 use crate::backend::BlockId;
 use crate::suballoc::{Landmark, Region};
 use crate::{Error, Result};
