@@ -175,9 +175,6 @@ unsafe fn dequantised<M: Simd, E: Stored>(
                     }
                 }
             }
-            // The next group's weight rows are fetched while this group's blocks run.
-            let next = p.b.get((j0 + width) * p.ldb..).unwrap_or(&[]);
-            prefetch_part(&next[..next.len().min(width * p.ldb)], 0, 1);
             let part = Nt {
                 a: &p.a[i0 * p.lda..],
                 lda: p.lda,
