@@ -11,6 +11,8 @@
 //! **Kernel.** A block of 3 rows of `A` × 4 rows of `B` keeps 12 accumulators of `L` lanes in
 //! registers; each step along `k` loads 7 vectors and issues 12 multiply-adds. For each group of
 //! 4 rows of `B` (which stay in L1) the blocks walk a chunk of `A`'s rows sized to stay in L2.
+//! While one group's blocks run, the next group's rows are prefetched, a part per block: with a
+//! few rows of `A` the blocks are few, and the first would otherwise wait on memory alone.
 //! The lane width is chosen at run time: 8 with AVX2 + FMA, otherwise 4 (SSE2, wasm32, NEON).
 //! AVX-512 would need Rust 1.89, above the workspace's MSRV; AVX2 reaches the same FMA rate on
 //! CPUs that split 512-bit operations in two (AMD Zen 4).
