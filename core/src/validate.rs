@@ -212,17 +212,7 @@ impl Backend for Validated {
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
         self.check_alive()?;
         let caps = self.capabilities();
-        if desc.size == 0 {
-            return Err(Error::ZeroSize { what: "block" });
-        }
-        if desc.size > caps.max_block_size {
-            return Err(Error::TooLarge {
-                what: "block",
-                requested: desc.size,
-                limit: caps.max_block_size,
-                limit_name: "max_block_size",
-            });
-        }
+        Error::check_block_size(desc.size, caps.max_block_size)?;
         rules::aligned("block size", desc.size, caps.copy_align, "copy_align")?;
         self.check_managed(desc.kind, "managed blocks")?;
         let id = self.observe(self.backend.alloc_block(desc))?;

@@ -243,13 +243,5 @@ fn check_request(size: u64, align: u64, capacity: u64) -> Result<()> {
             max: MAX_ALIGN,
         });
     }
-    if size > capacity {
-        return Err(Error::TooLarge {
-            what: "allocation",
-            requested: size,
-            limit: capacity,
-            limit_name: "sub-allocator capacity",
-        });
-    }
-    Ok(())
+    Error::check_limit("allocation", size, capacity, "sub-allocator capacity")
 }

@@ -45,23 +45,6 @@ fn range_check_accepts_exact_fit_and_rejects_overflow() {
 }
 
 #[test]
-fn block_size_rules() {
-    assert!(matches!(
-        check_block_size(0, 100),
-        Err(Error::ZeroSize { what: "block" })
-    ));
-    assert!(check_block_size(100, 100).is_ok());
-    assert!(matches!(
-        check_block_size(u64::MAX, 100),
-        Err(Error::TooLarge {
-            requested: u64::MAX,
-            limit: 100,
-            ..
-        })
-    ));
-}
-
-#[test]
 fn usize_conversion_keeps_the_number() {
     assert_eq!(to_usize(4096, "copy").ok(), Some(4096));
     #[cfg(target_pointer_width = "32")]
