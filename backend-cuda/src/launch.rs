@@ -166,13 +166,9 @@ fn weight_args(op: &Op, addrs: &[u64], w: usize, inner: u64) -> (Arg, Arg, usize
 /// [`Op::conv_out`]), [`Error::BindingCount`] when `addrs` has the wrong length.
 pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
     let sig = op.signature()?;
-    if addrs.len() != sig.inputs.len() + sig.outputs.len() {
-        return Err(Error::BindingCount {
-            op: op.name(),
-            expected: sig.inputs.len() + sig.outputs.len(),
-            actual: addrs.len(),
-            operands: op.operand_names().join(", "),
-        });
+    let count = sig.inputs.len() + sig.outputs.len();
+    if addrs.len() != count {
+        return Err(op.binding_count(count, addrs.len()));
     }
     let p = |i: usize| Arg::Ptr(addrs[i]);
     let call = |kernel, args, dims| KernelCall { kernel, args, dims };
