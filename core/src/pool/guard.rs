@@ -40,6 +40,44 @@ impl Io<'_> {
         }
     }
 
+    /// Runs `f` on a temporary block of `kind` and `size`, then returns the block after the ticket
+    /// `f` leaves in its second argument (`DONE` unless a queued copy was not waited for).
+    fn with_staging(
+        &self,
+        kind: MemoryKind,
+        size: u64,
+        label: &'static str,
+        f: impl FnOnce(BlockId, &mut Ticket) -> Result<()>,
+    ) -> Result<()> {
+        let staging = self.backend.alloc_block(&BlockDesc { kind, size, label })?;
+        let mut queued = Ticket::DONE;
+        let result = f(staging, &mut queued);
+        self.free_staging(staging, queued);
+        result
+    }
+
+    /// Copies `size` bytes from `src` to `dst` and waits for the copy; `queued` holds its ticket
+    /// until the wait succeeds, then `DONE`.
+    fn copy_waited(
+        &self,
+        (src, src_offset): (BlockId, u64),
+        (dst, dst_offset): (BlockId, u64),
+        size: u64,
+        queued: &mut Ticket,
+    ) -> Result<()> {
+        let range = |block, offset| BlockRange {
+            block,
+            offset,
+            size,
+        };
+        *queued = self
+            .backend
+            .copy(range(src, src_offset), range(dst, dst_offset))?;
+        wait_for(self.backend, *queued)?;
+        *queued = Ticket::DONE;
+        Ok(())
+    }
+
     /// Returns the kept blocks whose work has completed. Polls, never waits.
     fn retry_orphans(&self) {
         let mut o = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
@@ -83,30 +121,11 @@ fn write(io: &Io<'_>, block: BlockId, offset: u64, bytes: &[u8]) -> Result<()> {
         return backend.write_mapped(block, offset, bytes);
     }
     let size = bytes.len() as u64;
-    let staging = backend.alloc_block(&BlockDesc {
-        kind: MemoryKind::Upload,
-        size,
-        label: "tensormem guard margin (upload)",
-    })?;
-    let mut queued = Ticket::DONE;
-    let result = backend.write_mapped(staging, 0, bytes).and_then(|()| {
-        let t = backend.copy(
-            BlockRange {
-                block: staging,
-                offset: 0,
-                size,
-            },
-            BlockRange {
-                block,
-                offset,
-                size,
-            },
-        )?;
-        queued = t;
-        wait_for(backend, t)
-    });
-    io.free_staging(staging, if result.is_ok() { Ticket::DONE } else { queued });
-    result
+    let label = "tensormem guard margin (upload)";
+    io.with_staging(MemoryKind::Upload, size, label, |staging, queued| {
+        backend.write_mapped(staging, 0, bytes)?;
+        io.copy_waited((staging, 0), (block, offset), size, queued)
+    })
 }
 
 /// Reads `out.len()` bytes at `offset` of `block`: mapped when `mapped`, else through a device
@@ -117,33 +136,11 @@ fn read(io: &Io<'_>, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> 
         return backend.read_mapped(block, offset, out);
     }
     let size = out.len() as u64;
-    let staging = backend.alloc_block(&BlockDesc {
-        kind: MemoryKind::Readback,
-        size,
-        label: "tensormem guard margin (readback)",
-    })?;
-    let mut queued = Ticket::DONE;
-    let result = backend
-        .copy(
-            BlockRange {
-                block,
-                offset,
-                size,
-            },
-            BlockRange {
-                block: staging,
-                offset: 0,
-                size,
-            },
-        )
-        .and_then(|t| {
-            queued = t;
-            wait_for(backend, t)
-        })
-        .map(|()| queued = Ticket::DONE)
-        .and_then(|()| backend.read_mapped(staging, 0, out));
-    io.free_staging(staging, queued);
-    result
+    let label = "tensormem guard margin (readback)";
+    io.with_staging(MemoryKind::Readback, size, label, |staging, queued| {
+        io.copy_waited((block, offset), (staging, 0), size, queued)?;
+        backend.read_mapped(staging, 0, out)
+    })
 }
 
 /// The byte guard margins are filled with (MSVC's "no man's land" value).
