@@ -240,32 +240,12 @@ impl Backend for Validated {
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
-        self.check_alive()?;
-        let r = BlockRange {
-            block,
-            offset,
-            size: data.len() as u64,
-        };
-        {
-            let st = self.lock();
-            let entry = rules::transfer_range(&st.blocks, self.capabilities(), r, "mapped write")?;
-            rules::host_visible(entry, self.capabilities(), r)?;
-        }
+        self.check_mapped(block, offset, data.len(), "mapped write")?;
         self.observe(self.backend.write_mapped(block, offset, data))
     }
 
     fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
-        self.check_alive()?;
-        let r = BlockRange {
-            block,
-            offset,
-            size: out.len() as u64,
-        };
-        {
-            let st = self.lock();
-            let entry = rules::transfer_range(&st.blocks, self.capabilities(), r, "mapped read")?;
-            rules::host_visible(entry, self.capabilities(), r)?;
-        }
+        self.check_mapped(block, offset, out.len(), "mapped read")?;
         self.observe(self.backend.read_mapped(block, offset, out))
     }
 
