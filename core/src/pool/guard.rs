@@ -40,15 +40,20 @@ impl Io<'_> {
         }
     }
 
-    /// Runs `f` on a temporary block of `kind` and `size`, then returns the block after the ticket
-    /// `f` leaves in its second argument (`DONE` unless a queued copy was not waited for).
+    /// Runs `f` on a temporary block of `kind` (`Upload` or `Readback`) and `size`, then returns
+    /// the block after the ticket `f` leaves in its second argument (`DONE` unless a queued copy
+    /// was not waited for).
     fn with_staging(
         &self,
         kind: MemoryKind,
         size: u64,
-        label: &'static str,
         f: impl FnOnce(BlockId, &mut Ticket) -> Result<()>,
     ) -> Result<()> {
+        let label = if kind == MemoryKind::Upload {
+            "tensormem guard margin (upload)"
+        } else {
+            "tensormem guard margin (readback)"
+        };
         let staging = self.backend.alloc_block(&BlockDesc { kind, size, label })?;
         let mut queued = Ticket::DONE;
         let result = f(staging, &mut queued);
@@ -116,14 +121,12 @@ pub(crate) fn unsupported() -> crate::Error {
 /// Writes `bytes` at `offset` of `block`: mapped when `mapped`, else through a temporary upload
 /// block and a device copy (waited for, so the temporary block can go).
 fn write(io: &Io<'_>, block: BlockId, offset: u64, bytes: &[u8]) -> Result<()> {
-    let backend = io.backend;
     if io.mapped {
-        return backend.write_mapped(block, offset, bytes);
+        return io.backend.write_mapped(block, offset, bytes);
     }
     let size = bytes.len() as u64;
-    let label = "tensormem guard margin (upload)";
-    io.with_staging(MemoryKind::Upload, size, label, |staging, queued| {
-        backend.write_mapped(staging, 0, bytes)?;
+    io.with_staging(MemoryKind::Upload, size, |staging, queued| {
+        io.backend.write_mapped(staging, 0, bytes)?;
         io.copy_waited((staging, 0), (block, offset), size, queued)
     })
 }
@@ -131,15 +134,13 @@ fn write(io: &Io<'_>, block: BlockId, offset: u64, bytes: &[u8]) -> Result<()> {
 /// Reads `out.len()` bytes at `offset` of `block`: mapped when `mapped`, else through a device
 /// copy into a temporary readback block. Device work enqueued earlier is ordered before the copy.
 fn read(io: &Io<'_>, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
-    let backend = io.backend;
     if io.mapped {
-        return backend.read_mapped(block, offset, out);
+        return io.backend.read_mapped(block, offset, out);
     }
     let size = out.len() as u64;
-    let label = "tensormem guard margin (readback)";
-    io.with_staging(MemoryKind::Readback, size, label, |staging, queued| {
+    io.with_staging(MemoryKind::Readback, size, |staging, queued| {
         io.copy_waited((block, offset), (staging, 0), size, queued)?;
-        backend.read_mapped(staging, 0, out)
+        io.backend.read_mapped(staging, 0, out)
     })
 }
 
