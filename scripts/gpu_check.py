@@ -161,6 +161,23 @@ def close(a, b, atol, rtol):
     return math.isfinite(b) and abs(a - b) <= atol + rtol * abs(a)
 
 
+def paired(ref, got, key, noun, bad):
+    """The items under KEY of REF and GOT side by side; a count that differs adds a line to BAD."""
+    if len(ref[key]) != len(got[key]):
+        bad.append(f"{noun} count differs")
+    return list(zip(ref[key], got[key]))
+
+
+def compare_values(what, want, got, atol, rtol, bad):
+    """The largest absolute difference of GOT from WANT; each value out of tolerance adds to BAD."""
+    worst = 0.0
+    for a, b in zip(want, got):
+        worst = max(worst, abs(a - b))
+        if not close(a, b, atol, rtol):
+            bad.append(f"{what} {b} vs {a}")
+    return worst
+
+
 def compare(kind, ref_path, got_path):
     """Exit 0 when GOT matches REF within the tolerance of the conformance suite's op rule."""
     with open(ref_path) as f:
@@ -169,34 +186,23 @@ def compare(kind, ref_path, got_path):
         got = json.load(f)
     worst, bad = 0.0, []
     if kind == "mnist":
-        pairs = list(zip(ref["images"], got["images"]))
-        if len(ref["images"]) != len(got["images"]):
-            bad.append("image count differs")
-        for r, g in pairs:
+        for r, g in paired(ref, got, "images", "image", bad):
             if r["prediction"] != g["prediction"]:
                 bad.append(f"{r['image']}: prediction {g['prediction']} != {r['prediction']}")
-            for a, b in zip(r["logits"], g["logits"]):
-                worst = max(worst, abs(a - b))
-                if not close(a, b, 1e-3, 1e-3):
-                    bad.append(f"{r['image']}: logit {b} vs {a}")
+            worst = max(worst, compare_values(f"{r['image']}: logit", r["logits"], g["logits"],
+                                              1e-3, 1e-3, bad))
     elif kind == "minilm":
-        if len(ref["sentences"]) != len(got["sentences"]):
-            bad.append("sentence count differs")
-        for r, g in zip(ref["sentences"], got["sentences"]):
+        for r, g in paired(ref, got, "sentences", "sentence", bad):
             if r["token_ids"] != g["token_ids"]:
                 bad.append(f"{r['sentence']!r}: token ids differ")
-            for a, b in zip(r["embedding"], g["embedding"]):
-                worst = max(worst, abs(a - b))
-                if not close(a, b, 1e-3, 1e-2):
-                    bad.append(f"{r['sentence']!r}: embedding value {b} vs {a}")
+            worst = max(worst, compare_values(f"{r['sentence']!r}: embedding value",
+                                              r["embedding"], g["embedding"], 1e-3, 1e-2, bad))
         for rr, gr in zip(ref["cosine"], got["cosine"]):
             for a, b in zip(rr, gr):
                 if not close(a, b, 1e-3, 0.0):
                     bad.append(f"cosine {b} vs {a}")
     elif kind == "generate":
-        if len(ref["outputs"]) != len(got["outputs"]):
-            bad.append("prompt count differs")
-        for r, g in zip(ref["outputs"], got["outputs"]):
+        for r, g in paired(ref, got, "outputs", "prompt", bad):
             if r["tokens"] != g["tokens"]:
                 at = next((i for i, (a, b) in enumerate(zip(r["tokens"], g["tokens"])) if a != b),
                           min(len(r["tokens"]), len(g["tokens"])))

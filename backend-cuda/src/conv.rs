@@ -79,25 +79,6 @@ pub(crate) fn check_range(offset: u64, size: u64, block_size: u64) -> Result<()>
     }
 }
 
-/// Validates a block size against the device limit.
-///
-/// # Errors
-/// [`Error::ZeroSize`] for 0, [`Error::TooLarge`] above `max_block_size`.
-pub(crate) fn check_block_size(size: u64, max_block_size: u64) -> Result<()> {
-    if size == 0 {
-        return Err(Error::ZeroSize { what: "block" });
-    }
-    if size > max_block_size {
-        return Err(Error::TooLarge {
-            what: "block",
-            requested: size,
-            limit: max_block_size,
-            limit_name: "max_block_size",
-        });
-    }
-    Ok(())
-}
-
 /// `CU_STREAM_PER_THREAD`, the per-thread default stream's handle.
 const STREAM_PER_THREAD: usize = 0x2;
 

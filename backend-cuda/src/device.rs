@@ -13,7 +13,7 @@ use tensormem_contract::{
 };
 
 use crate::blocks::{Block, Memory, alloc_pinned, free_memory, pinned_api, release_all};
-use crate::conv::{Placement, check_block_size, check_range, map_memory_kind, to_usize};
+use crate::conv::{Placement, check_range, map_memory_kind, to_usize};
 use crate::error::{BACKEND, map_alloc_err, map_driver_err};
 use crate::launch::{plan_call, plan_fill_zero};
 use crate::staging::{RingAlloc, reserve_or_poll};
@@ -187,7 +187,7 @@ impl Backend for CudaBackend {
 
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
         debug_assert!(
-            check_block_size(desc.size, self.caps.max_block_size).is_ok(),
+            Error::check_block_size(desc.size, self.caps.max_block_size).is_ok(),
             "cuda: block of {} bytes (the front refuses zero and > max_block_size)",
             desc.size
         );

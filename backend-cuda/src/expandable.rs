@@ -11,7 +11,6 @@ use tensormem_contract::{BlockDesc, BlockId, Error, Growable, InPlaceGrowth, Mem
 
 use crate::CudaBackend;
 use crate::blocks::{Block, Memory};
-use crate::conv::check_block_size;
 use crate::error::{BACKEND, map_driver_err};
 use crate::timeline::lock;
 use crate::vmm::{ExpandableSegment, chunk_size, granularity};
@@ -117,14 +116,12 @@ impl CudaBackend {
                 what: "expandable block reservation",
             });
         }
-        if desc.initial > desc.reserve {
-            return Err(Error::TooLarge {
-                what: "expandable block initial size",
-                requested: desc.initial,
-                limit: desc.reserve,
-                limit_name: "ExpandableDesc::reserve",
-            });
-        }
+        Error::check_limit(
+            "expandable block initial size",
+            desc.initial,
+            desc.reserve,
+            "ExpandableDesc::reserve",
+        )?;
         let chunk = chunk_size(desc.chunk, self.vmm_granularity()?)?;
         let mut seg =
             ExpandableSegment::reserve(self.ctx.cu_device(), desc.reserve, chunk, desc.holes)?;
@@ -151,7 +148,7 @@ impl CudaBackend {
     /// [`Error::TooLarge`] beyond the reservation or `max_block_size`, [`Error::OutOfMemory`]
     /// when the driver has no memory for the new chunks (the block keeps the chunks that mapped).
     pub fn grow_block(&self, block: BlockId, size: u64) -> Result<u64> {
-        check_block_size(size, self.caps.max_block_size)?;
+        Error::check_block_size(size, self.caps.max_block_size)?;
         self.bind()?;
         let mut blocks = lock(&self.blocks);
         let seg = expandable(blocks.get_mut(block)?, block)?;
@@ -220,7 +217,7 @@ impl CudaBackend {
     /// [`tensormem_contract::Growable::extend_block`] on an expandable block reserved with holes: the
     /// extent grows, nothing is mapped (no driver call).
     pub(crate) fn extend_expandable(&self, block: BlockId, size: u64) -> Result<()> {
-        check_block_size(size, self.caps.max_block_size)?;
+        Error::check_block_size(size, self.caps.max_block_size)?;
         let mut blocks = lock(&self.blocks);
         expandable(blocks.get_mut(block)?, block)?.extend_to(block.0, size)?;
         blocks.resize(block, size)

@@ -38,6 +38,14 @@ __device__ float tm_block_sum(float v, float* sh) {
     return r;
 }
 
+// Sum of the squares of row `xr`'s `cols` elements over the block, each thread summing a strided
+// share first; same rules as tm_block_sum.
+__device__ float tm_block_sum_squares(const float* xr, u32 cols, float* sh) {
+    float q = 0.0f;
+    for (u32 j = threadIdx.x; j < cols; j += blockDim.x) q += xr[j] * xr[j];
+    return tm_block_sum(q, sh);
+}
+
 // Maximum of `v` over the block, same rules as tm_block_sum.
 __device__ float tm_block_max(float v, float* sh) {
     sh[threadIdx.x] = v;
@@ -239,9 +247,7 @@ extern "C" __global__ void tm_l2normalize(const float* x, float* y, u32 rows, u3
     for (u32 r = blockIdx.x; r < rows; r += gridDim.x) {
         const float* xr = x + (u64)r * cols;
         float* yr = y + (u64)r * cols;
-        float q = 0.0f;
-        for (u32 j = threadIdx.x; j < cols; j += blockDim.x) q += xr[j] * xr[j];
-        const float norm = fmaxf(sqrtf(tm_block_sum(q, sh)), eps);
+        const float norm = fmaxf(sqrtf(tm_block_sum_squares(xr, cols, sh)), eps);
         for (u32 j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = xr[j] / norm;
     }
 }

@@ -157,6 +157,20 @@ fn weight_args(op: &Op, addrs: &[u64], w: usize, inner: u64) -> (Arg, Arg, usize
     }
 }
 
+/// The leading arguments `x, w, scales, bias, y` of an op that reads its input at binding 0 and
+/// its weight from binding 1 on (see [`weight_args`]), then an optional bias and its output (a
+/// null bias pointer without one), and the trailing `tm_weight_at` arguments.
+fn weighted_args(op: &Op, addrs: &[u64], inner: u64, bias: bool) -> (Vec<Arg>, [Arg; 3]) {
+    let p = |i: usize| Arg::Ptr(addrs[i]);
+    let (w, scales, next, tail) = weight_args(op, addrs, 1, inner);
+    let (bias_ptr, out) = if bias {
+        (p(next), p(next + 1))
+    } else {
+        (Arg::Ptr(0), p(next))
+    };
+    (vec![p(0), w, scales, bias_ptr, out], tail)
+}
+
 /// Plans the launch of `op` over `addrs`, the device addresses of its bindings (inputs, then
 /// outputs, as [`Op::signature`] orders them; the caller has checked them with
 /// [`check_bindings`]).
@@ -166,13 +180,9 @@ fn weight_args(op: &Op, addrs: &[u64], w: usize, inner: u64) -> (Arg, Arg, usize
 /// [`Op::conv_out`]), [`Error::BindingCount`] when `addrs` has the wrong length.
 pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
     let sig = op.signature()?;
-    if addrs.len() != sig.inputs.len() + sig.outputs.len() {
-        return Err(Error::BindingCount {
-            op: op.name(),
-            expected: sig.inputs.len() + sig.outputs.len(),
-            actual: addrs.len(),
-            operands: op.operand_names().join(", "),
-        });
+    let count = sig.inputs.len() + sig.outputs.len();
+    if addrs.len() != count {
+        return Err(op.binding_count(count, addrs.len()));
     }
     let p = |i: usize| Arg::Ptr(addrs[i]);
     let call = |kernel, args, dims| KernelCall { kernel, args, dims };
@@ -189,18 +199,8 @@ pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
             alpha,
             ..
         } => {
-            let (w, scales, next, tail) = weight_args(op, addrs, 1, u64::from(k));
-            let (bias_ptr, out) = if bias {
-                (p(next), p(next + 1))
-            } else {
-                (Arg::Ptr(0), p(next))
-            };
-            let mut args = vec![
-                p(0),
-                w,
-                scales,
-                bias_ptr,
-                out,
+            let (mut args, tail) = weighted_args(op, addrs, u64::from(k), bias);
+            args.extend([
                 Arg::U32(batch),
                 Arg::U32(m),
                 Arg::U32(n),
@@ -210,7 +210,7 @@ pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
                 b(broadcast_b),
                 b(bias),
                 Arg::F32(alpha),
-            ];
+            ]);
             args.extend(tail);
             call("tm_matmul", args, matmul_dims(batch, m, n))
         }
@@ -327,18 +327,8 @@ pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
         } => {
             let (oh, ow) = op.conv_out()?;
             let inner = u64::from(c_in) * u64::from(kh) * u64::from(kw);
-            let (wp, scales, next, tail) = weight_args(op, addrs, 1, inner);
-            let (bias_ptr, out) = if bias {
-                (p(next), p(next + 1))
-            } else {
-                (Arg::Ptr(0), p(next))
-            };
-            let mut args = vec![
-                p(0),
-                wp,
-                scales,
-                bias_ptr,
-                out,
+            let (mut args, tail) = weighted_args(op, addrs, inner, bias);
+            args.extend([
                 Arg::U32(n),
                 Arg::U32(c_in),
                 Arg::U32(h),
@@ -351,7 +341,7 @@ pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
                 b(bias),
                 Arg::U32(oh),
                 Arg::U32(ow),
-            ];
+            ]);
             args.extend(tail);
             call("tm_conv2d", args, elementwise_dims(sig.outputs[0].len))
         }

@@ -78,14 +78,12 @@ pub(crate) fn chunk_size(requested: u64, granularity: u64) -> Result<u64> {
 /// # Errors
 /// [`Error::TooLarge`] when `target` exceeds the reserved range.
 pub(crate) fn grow_plan(mapped: u64, target: u64, chunk: u64, reserved: u64) -> Result<u64> {
-    if target > reserved {
-        return Err(Error::TooLarge {
-            what: "expandable block",
-            requested: target,
-            limit: reserved,
-            limit_name: "reserved virtual address range",
-        });
-    }
+    Error::check_limit(
+        "expandable block",
+        target,
+        reserved,
+        "reserved virtual address range",
+    )?;
     Ok(round_up(target, chunk)?.saturating_sub(mapped))
 }
 

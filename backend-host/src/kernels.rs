@@ -50,15 +50,7 @@ pub use erf::{erf, gelu};
 /// As [`Op::check_binding_sizes`]: [`crate::ArgumentError`] for bad op parameters,
 /// [`Error::BindingCount`], [`Error::BindingSize`] naming the operand whose byte length is wrong.
 pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
-    let sig = op.signature()?;
-    if inputs.len() != sig.inputs.len() || outputs.len() != sig.outputs.len() {
-        return Err(Error::BindingCount {
-            op: op.name(),
-            expected: sig.inputs.len() + sig.outputs.len(),
-            actual: inputs.len() + outputs.len(),
-            operands: op.operand_names().join(", "),
-        });
-    }
+    let sig = op.check_binding_count(inputs.len(), outputs.len())?;
     let sizes: Vec<u64> = inputs
         .iter()
         .map(|b| b.len() as u64)

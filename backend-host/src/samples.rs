@@ -58,19 +58,7 @@ pub fn instances() -> Vec<Op> {
     let mm = |batch, m, n, k, trans_b, broadcast_b, bias| {
         matmul((batch, m, n, k), false, trans_b, broadcast_b, bias, 1.0)
     };
-    let conv = |c_in, c_out, kh, kw, bias| Op::Conv2d {
-        n: 2,
-        c_in,
-        h: 7,
-        w: 9,
-        c_out,
-        kh,
-        kw,
-        stride: 1,
-        pad: 1,
-        bias,
-        weight_format: WeightFormat::F32,
-    };
+    let conv = |c_in, c_out, kh, kw, bias| conv2d((2, c_in, 7, 9), c_out, (kh, kw), 1, 1, bias);
     let emb = |vocab, dim| Op::Embedding {
         vocab,
         dim,
@@ -114,6 +102,31 @@ pub fn packed(op: &Op, align: u64) -> Result<(Vec<u64>, Vec<u64>, u64)> {
     Ok((offsets, sizes, end))
 }
 
+/// An [`Op::Conv2d`] over an `(n, c_in, h, w)` input with `c_out` filters of `(kh, kw)` and an
+/// f32 weight, the other fields in the variant's order.
+pub fn conv2d(
+    (n, c_in, h, w): (u32, u32, u32, u32),
+    c_out: u32,
+    (kh, kw): (u32, u32),
+    stride: u32,
+    pad: u32,
+    bias: bool,
+) -> Op {
+    Op::Conv2d {
+        n,
+        c_in,
+        h,
+        w,
+        c_out,
+        kh,
+        kw,
+        stride,
+        pad,
+        bias,
+        weight_format: WeightFormat::F32,
+    }
+}
+
 /// An [`Op::MatMul`] of shape `(batch, m, n, k)` with an f32 weight, the other fields in the
 /// variant's order.
 pub fn matmul(
@@ -141,19 +154,7 @@ pub fn matmul(
 /// A 1×1 convolution whose padding, near 2^31, overflows its output shape's arithmetic: refused
 /// with `ArithmeticOverflow` before any work.
 pub fn overflowing_conv() -> Op {
-    Op::Conv2d {
-        n: 1,
-        c_in: 1,
-        h: 2,
-        w: 2,
-        c_out: 1,
-        kh: 1,
-        kw: 1,
-        stride: 1,
-        pad: (1 << 31) + 5,
-        bias: false,
-        weight_format: WeightFormat::F32,
-    }
+    conv2d((1, 1, 2, 2), 1, (1, 1), 1, (1 << 31) + 5, false)
 }
 
 fn f32_instances() -> Vec<Op> {
@@ -225,32 +226,8 @@ fn f32_instances() -> Vec<Op> {
             cols: 384,
             eps: 1e-12,
         },
-        Op::Conv2d {
-            n: 2,
-            c_in: 3,
-            h: 9,
-            w: 11,
-            c_out: 5,
-            kh: 3,
-            kw: 3,
-            stride: 1,
-            pad: 1,
-            bias: true,
-            weight_format: WeightFormat::F32,
-        },
-        Op::Conv2d {
-            n: 1,
-            c_in: 2,
-            h: 8,
-            w: 8,
-            c_out: 4,
-            kh: 2,
-            kw: 3,
-            stride: 2,
-            pad: 0,
-            bias: false,
-            weight_format: WeightFormat::F32,
-        },
+        conv2d((2, 3, 9, 11), 5, (3, 3), 1, 1, true),
+        conv2d((1, 2, 8, 8), 4, (2, 3), 2, 0, false),
         Op::MaxPool2d {
             n: 2,
             c: 3,

@@ -9,7 +9,7 @@
 //! binding (debug builds assert it).
 
 use tensormem_contract::ops::wgsl;
-use tensormem_contract::{BlockRange, Error, Op, Result};
+use tensormem_contract::{BlockRange, Op, Result};
 
 use crate::kernels::{KernelSpec, StorageSlot};
 
@@ -54,12 +54,7 @@ pub(crate) fn kernel_for(op: &Op, bindings: &[BlockRange]) -> Result<OpKernel> {
     if kernel.bindings != ranges.len() {
         // Only a direct caller (no front) gets here; binding fewer buffers than the shader
         // declares would be undefined behaviour in the driver.
-        return Err(Error::BindingCount {
-            op: op.name(),
-            expected: kernel.bindings,
-            actual: ranges.len(),
-            operands: op.operand_names().join(", "),
-        });
+        return Err(op.binding_count(kernel.bindings, ranges.len()));
     }
     let storage = (0..ranges.len())
         .map(|i| StorageSlot {

@@ -98,17 +98,11 @@ impl Backend for WgpuBackend {
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
-        self.health.check()?;
-        let mut guard = lock(&self.state);
+        let Some(mut guard) = self.lock_mapped(block, offset, data.len(), "write_mapped")? else {
+            return Ok(());
+        };
         let state = &mut *guard;
         let b = state.blocks.get(block)?;
-        b.check_range(offset, data.len() as u64, "block")?;
-        if !b.mappable() {
-            return Err(mapping::not_host_visible(b, "write_mapped"));
-        }
-        if data.is_empty() {
-            return Ok(());
-        }
         if !b.buffer.usage().contains(wgpu::BufferUsages::MAP_WRITE) {
             // A Readback block: WebGPU maps it for reading only, so write through the queue.
             check_aligned(offset, wgpu::COPY_BUFFER_ALIGNMENT, "offset")?;
@@ -132,17 +126,11 @@ impl Backend for WgpuBackend {
     }
 
     fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
-        self.health.check()?;
-        let mut guard = lock(&self.state);
+        let Some(mut guard) = self.lock_mapped(block, offset, out.len(), "read_mapped")? else {
+            return Ok(());
+        };
         let state = &mut *guard;
         let b = state.blocks.get(block)?;
-        b.check_range(offset, out.len() as u64, "block")?;
-        if !b.mappable() {
-            return Err(mapping::not_host_visible(b, "read_mapped"));
-        }
-        if out.is_empty() {
-            return Ok(());
-        }
         if !b.buffer.usage().contains(wgpu::BufferUsages::MAP_READ) {
             // An Upload block: WebGPU maps it for writing only.
             #[cfg(not(target_arch = "wasm32"))]

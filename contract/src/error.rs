@@ -3,6 +3,7 @@
 //! Every failure in core and in every backend maps into [`Error`]. Variants carry the numbers the
 //! caller needs so a message can say what to do; [`Error::is_retryable`] says whether to retry.
 
+mod checks;
 mod classify;
 mod graph;
 mod growth;

@@ -305,6 +305,23 @@ impl Op {
         }
     }
 
+    /// `batch` plain products `C = A · B` of an `[m, k]` by a `[k, n]` matrix, the weight `B` in
+    /// f32: [`Op::MatMul`] without transposes, broadcast or bias, and alpha 1.
+    pub fn batched_matmul(batch: u32, m: u32, n: u32, k: u32) -> Op {
+        Op::MatMul {
+            batch,
+            m,
+            n,
+            k,
+            trans_a: false,
+            trans_b: false,
+            broadcast_b: false,
+            bias: false,
+            alpha: 1.0,
+            weight_format: WeightFormat::F32,
+        }
+    }
+
     /// Short name, for traces and reports.
     pub fn name(&self) -> &'static str {
         match self {

@@ -212,17 +212,7 @@ impl Backend for Validated {
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
         self.check_alive()?;
         let caps = self.capabilities();
-        if desc.size == 0 {
-            return Err(Error::ZeroSize { what: "block" });
-        }
-        if desc.size > caps.max_block_size {
-            return Err(Error::TooLarge {
-                what: "block",
-                requested: desc.size,
-                limit: caps.max_block_size,
-                limit_name: "max_block_size",
-            });
-        }
+        Error::check_block_size(desc.size, caps.max_block_size)?;
         rules::aligned("block size", desc.size, caps.copy_align, "copy_align")?;
         self.check_managed(desc.kind, "managed blocks")?;
         let id = self.observe(self.backend.alloc_block(desc))?;
@@ -250,32 +240,12 @@ impl Backend for Validated {
     }
 
     fn write_mapped(&self, block: BlockId, offset: u64, data: &[u8]) -> Result<()> {
-        self.check_alive()?;
-        let r = BlockRange {
-            block,
-            offset,
-            size: data.len() as u64,
-        };
-        {
-            let st = self.lock();
-            let entry = rules::transfer_range(&st.blocks, self.capabilities(), r, "mapped write")?;
-            rules::host_visible(entry, self.capabilities(), r)?;
-        }
+        self.check_mapped(block, offset, data.len(), "mapped write")?;
         self.observe(self.backend.write_mapped(block, offset, data))
     }
 
     fn read_mapped(&self, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
-        self.check_alive()?;
-        let r = BlockRange {
-            block,
-            offset,
-            size: out.len() as u64,
-        };
-        {
-            let st = self.lock();
-            let entry = rules::transfer_range(&st.blocks, self.capabilities(), r, "mapped read")?;
-            rules::host_visible(entry, self.capabilities(), r)?;
-        }
+        self.check_mapped(block, offset, out.len(), "mapped read")?;
         self.observe(self.backend.read_mapped(block, offset, out))
     }
 

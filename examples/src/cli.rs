@@ -10,7 +10,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -142,15 +142,22 @@ impl DeviceBudget {
     /// # Errors
     /// [`tensormem::ArgumentError`] for a percentage.
     pub fn bytes_only(budget: Option<Self>, expected: &str) -> tensormem::Result<Option<u64>> {
-        match budget {
-            None => Ok(None),
-            Some(DeviceBudget::Bytes(b)) => Ok(Some(b)),
-            Some(DeviceBudget::Percent(_)) => Err(tensormem::ArgumentError::invalid_value(
-                "--device-budget",
-                "a percentage",
-                expected,
-            )
-            .into()),
+        budget
+            .map(|b| b.bytes("--device-budget", expected))
+            .transpose()
+    }
+
+    /// The budget in bytes that `flag` gave where a percentage has nothing to be taken of:
+    /// a percentage is refused, `expected` saying what `flag` takes there.
+    ///
+    /// # Errors
+    /// [`tensormem::ArgumentError`] for a percentage.
+    pub fn bytes(self, flag: &str, expected: &str) -> tensormem::Result<u64> {
+        match self {
+            DeviceBudget::Bytes(b) => Ok(b),
+            DeviceBudget::Percent(_) => {
+                Err(tensormem::ArgumentError::invalid_value(flag, "a percentage", expected).into())
+            }
         }
     }
 }
@@ -360,6 +367,25 @@ pub fn emit(out: &str) {
 pub fn fail(tool: &str, error: &dyn std::fmt::Display) -> ExitCode {
     eprintln!("{tool}: {error}");
     ExitCode::FAILURE
+}
+
+/// The exit code of a tool's run: 0 when it succeeded, else [`fail`]'s with its error.
+pub fn exit<E: std::fmt::Display>(tool: &str, result: Result<(), E>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(tool, &e),
+    }
+}
+
+/// Writes `contents` to the file `path` a flag named (an output, a trace, an SVG).
+///
+/// # Errors
+/// [`tensormem::Error::Io`] naming the file.
+pub fn write_file(path: &Path, contents: impl AsRef<[u8]>) -> tensormem::Result<()> {
+    std::fs::write(path, contents).map_err(|source| tensormem::Error::Io {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -193,4 +193,26 @@ impl Error {
             detail: detail.into(),
         }
     }
+
+    /// `Ok` when `requested` bytes of `what` are at most `limit`, the one check behind every
+    /// [`Error::TooLarge`] against a fixed limit.
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`] naming `what` and `limit_name` when `requested` exceeds `limit`.
+    pub fn check_limit(
+        what: &'static str,
+        requested: u64,
+        limit: u64,
+        limit_name: &'static str,
+    ) -> Result<()> {
+        if requested > limit {
+            return Err(Error::TooLarge {
+                what,
+                requested,
+                limit,
+                limit_name,
+            });
+        }
+        Ok(())
+    }
 }

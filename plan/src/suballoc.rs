@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::align::align_up;
 
-use crate::{Error, Result};
+use crate::{ArgumentError, Error, Result};
 
 pub use buddy::Buddy;
 pub use linear::LinearAllocator;
@@ -137,26 +137,67 @@ pub struct Region {
     key: u64,
 }
 
-/// The checks TLSF and buddy share on a region handed back, after finding its slot: the slot
-/// holds a live region (else a double free) of the region's generation (else a stale handle).
-pub(crate) fn check_live(slot: u32, generation: u32, used: bool, current: u32) -> Result<()> {
+/// What a slot-keyed allocator (TLSF, buddy) knows of the slot a region's key names.
+pub(crate) struct Slot {
+    /// Whether the slot holds a live region.
+    pub used: bool,
+    /// The slot's current generation.
+    pub generation: u32,
+    /// Start of the slot's block, in bytes.
+    pub offset: u64,
+    /// Length of the slot's block, in bytes.
+    pub size: u64,
+}
+
+/// The checks TLSF and buddy share on a region handed back, whose key packs
+/// `generation << 32 | slot`: the slot is one of this allocator's (`owner`; `slot_of` finds it,
+/// else a foreign handle), holds a live region (else a double free) of the region's generation
+/// (else a stale handle), and its block starts at the region and holds it (else a region
+/// mismatch naming `slot_kind`). Returns the slot index.
+pub(crate) fn check_region(
+    region: &Region,
+    owner: u32,
+    owner_name: &'static str,
+    slot_kind: &'static str,
+    slot_of: impl FnOnce(u32) -> Option<Slot>,
+) -> Result<u32> {
     const WHAT: &str = "sub-allocation region";
-    if !used {
+    let idx = region.key as u32;
+    let generation = (region.key >> 32) as u32;
+    let Some(slot) = slot_of(idx).filter(|_| region.owner == owner) else {
+        return Err(Error::ForeignHandle {
+            what: WHAT,
+            slot: idx,
+            owner: owner_name,
+        });
+    };
+    if !slot.used {
         return Err(Error::DoubleFree {
             what: WHAT,
-            slot,
+            slot: idx,
             generation,
         });
     }
-    if current != generation {
+    if slot.generation != generation {
         return Err(Error::StaleHandle {
             what: WHAT,
-            slot,
+            slot: idx,
             generation,
-            current,
+            current: slot.generation,
         });
     }
-    Ok(())
+    if slot.offset != region.offset || region.size > slot.size {
+        return Err(ArgumentError::RegionMismatch {
+            offset: region.offset,
+            size: region.size,
+            slot_kind,
+            slot: idx,
+            slot_offset: slot.offset,
+            slot_size: slot.size,
+        }
+        .into());
+    }
+    Ok(idx)
 }
 
 impl Region {
@@ -243,13 +284,5 @@ fn check_request(size: u64, align: u64, capacity: u64) -> Result<()> {
             max: MAX_ALIGN,
         });
     }
-    if size > capacity {
-        return Err(Error::TooLarge {
-            what: "allocation",
-            requested: size,
-            limit: capacity,
-            limit_name: "sub-allocator capacity",
-        });
-    }
-    Ok(())
+    Error::check_limit("allocation", size, capacity, "sub-allocator capacity")
 }

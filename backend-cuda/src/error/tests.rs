@@ -1,10 +1,3 @@
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests and benchmarks fail loudly on broken setup"
-)]
-
 use super::*;
 
 fn e(code: CUresult) -> DriverError {

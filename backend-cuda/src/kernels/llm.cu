@@ -11,9 +11,7 @@ extern "C" __global__ void tm_rmsnorm(const float* x, const float* weight, float
     for (u32 r = blockIdx.x; r < rows; r += gridDim.x) {
         const float* xr = x + (u64)r * cols;
         float* yr = y + (u64)r * cols;
-        float q = 0.0f;
-        for (u32 j = threadIdx.x; j < cols; j += blockDim.x) q += xr[j] * xr[j];
-        const float ms = tm_block_sum(q, sh) / (float)cols;
+        const float ms = tm_block_sum_squares(xr, cols, sh) / (float)cols;
         const float inv = 1.0f / sqrtf(ms + eps);
         for (u32 j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = weight[j] * (xr[j] * inv);
     }

@@ -1,7 +1,7 @@
 //! Launch planning of the decoder ops: RMSNorm, rotary embeddings, the SwiGLU gate, and the
 //! paged KV cache's write and attention (`kernels/llm.cu`).
 
-use tensormem_contract::ops::{KvDType, KvLayout, Op};
+use tensormem_contract::ops::{KvLayout, Op};
 
 use super::{Arg, KernelCall, LaunchDims, b, blocks_for, elementwise_dims, row_dims};
 
@@ -18,16 +18,12 @@ pub(crate) fn paged_attention_dims(heads: u64) -> LaunchDims {
     }
 }
 
-/// The kernels' KV dtype code (0 f32, 1 f16, 2 int8) and the byte offset of a block's int8
-/// scales (the end of its elements; below the u32 stride, which `Op::signature` checked).
-fn kv_args(kv: &KvLayout) -> (Arg, Arg) {
-    let code = match kv.dtype {
-        KvDType::F32 => 0,
-        KvDType::F16 => 1,
-        KvDType::Int8 => 2,
-    };
-    let scales_at = kv.token_bytes() * u64::from(kv.block_tokens);
-    (Arg::U32(code), Arg::U32(scales_at as u32))
+/// The cache arguments both KV kernels take after their pointers
+/// ([`KvLayout::kernel_params`]) and the byte offset of a block's int8 scales
+/// ([`KvLayout::kernel_scales_at`]).
+fn kv_args(kv: &KvLayout, blocks: u32, stride: u32) -> ([Arg; 6], Arg) {
+    let layout = kv.kernel_params(blocks, stride).map(Arg::U32);
+    (layout, Arg::U32(kv.kernel_scales_at()))
 }
 
 /// The launch of a decoder op over `addrs` (checked by the caller); `out_len` is its output's
@@ -78,28 +74,21 @@ pub(super) fn plan_call(op: &Op, addrs: &[u64], out_len: u64) -> Option<KernelCa
             layer,
             tokens,
         } => {
-            let (dtype, scales_at) = kv_args(&kv);
+            let (layout, scales_at) = kv_args(&kv, blocks, stride);
             // One thread per (token, K/V head pair); stores are byte-granular, so pairs never
             // share a read-modify-write.
             let groups = 2 * kv.kv_heads;
+            let mut args = vec![p(0), p(1), p(2), p(3)];
+            args.extend(layout);
+            args.extend([
+                Arg::U32(layer),
+                Arg::U32(tokens),
+                Arg::U32(groups),
+                scales_at,
+            ]);
             call(
                 "tm_kv_write",
-                vec![
-                    p(0),
-                    p(1),
-                    p(2),
-                    p(3),
-                    Arg::U32(kv.kv_heads),
-                    Arg::U32(kv.head_dim),
-                    Arg::U32(kv.block_tokens),
-                    dtype,
-                    Arg::U32(blocks),
-                    Arg::U32(stride),
-                    Arg::U32(layer),
-                    Arg::U32(tokens),
-                    Arg::U32(groups),
-                    scales_at,
-                ],
+                args,
                 elementwise_dims(u64::from(tokens) * u64::from(groups)),
             )
         }
@@ -117,38 +106,29 @@ pub(super) fn plan_call(op: &Op, addrs: &[u64], out_len: u64) -> Option<KernelCa
             carry_in,
             carry_out,
         } => {
-            let (dtype, scales_at) = kv_args(&kv);
+            let (layout, scales_at) = kv_args(&kv, blocks, stride);
             let (carry, out) = if carry_in {
                 (p(4), p(5))
             } else {
                 (Arg::Ptr(0), p(4))
             };
+            let mut args = vec![p(0), p(1), p(2), p(3), carry, out];
+            args.extend(layout);
+            args.extend([
+                Arg::U32(first_block),
+                Arg::U32(layer),
+                Arg::U32(tokens),
+                Arg::U32(q_heads),
+                Arg::U32(rows),
+                Arg::U32(width),
+                Arg::F32(scale),
+                b(carry_in),
+                b(carry_out),
+                scales_at,
+            ]);
             call(
                 "tm_paged_attention",
-                vec![
-                    p(0),
-                    p(1),
-                    p(2),
-                    p(3),
-                    carry,
-                    out,
-                    Arg::U32(kv.kv_heads),
-                    Arg::U32(kv.head_dim),
-                    Arg::U32(kv.block_tokens),
-                    dtype,
-                    Arg::U32(blocks),
-                    Arg::U32(stride),
-                    Arg::U32(first_block),
-                    Arg::U32(layer),
-                    Arg::U32(tokens),
-                    Arg::U32(q_heads),
-                    Arg::U32(rows),
-                    Arg::U32(width),
-                    Arg::F32(scale),
-                    b(carry_in),
-                    b(carry_out),
-                    scales_at,
-                ],
+                args,
                 paged_attention_dims(u64::from(tokens) * u64::from(q_heads)),
             )
         }

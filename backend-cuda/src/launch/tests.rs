@@ -1,10 +1,3 @@
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests and benchmarks fail loudly on broken setup"
-)]
-
 use std::collections::BTreeMap;
 
 use super::*;
@@ -272,18 +265,7 @@ fn every_op_has_a_call_matching_the_kernel_signature() {
 
 #[test]
 fn optional_operands_are_null_when_absent_and_outputs_come_last() {
-    let op = Op::MatMul {
-        batch: 1,
-        m: 2,
-        n: 2,
-        k: 2,
-        trans_a: false,
-        trans_b: false,
-        broadcast_b: false,
-        bias: false,
-        alpha: 1.0,
-        weight_format: WeightFormat::F32,
-    };
+    let op = Op::batched_matmul(1, 2, 2, 2);
     let call = plan_call(&op, &[10, 20, 30]).unwrap();
     assert_eq!(
         call.args[..5],

@@ -45,22 +45,7 @@ fn check_size(
     limit: u64,
     limit_name: &'static str,
 ) -> Result<usize> {
-    if !size.is_multiple_of(growth.granularity) {
-        return Err(Error::Misaligned {
-            what: "committed size of a reserved block",
-            value: size,
-            align: growth.granularity,
-            align_name: "in-place growth granularity",
-        });
-    }
-    if size > limit {
-        return Err(Error::TooLarge {
-            what: "committed size of a reserved block",
-            requested: size,
-            limit,
-            limit_name,
-        });
-    }
+    growth.check_committed(size, limit, limit_name)?;
     usize::try_from(size).map_err(|_| Error::TooLarge {
         what: "block",
         requested: size,

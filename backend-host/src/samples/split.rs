@@ -1,7 +1,7 @@
 //! Instances for the validating front's splits: ops whose operands exceed a binding limit, and
 //! ops run over segmented tensors.
 
-use super::matmul;
+use super::{conv2d, matmul};
 use crate::ops::{Op, WeightFormat};
 
 /// Ops of every kind the validating front splits across bindings, each with a binding limit that
@@ -77,19 +77,7 @@ pub fn split_instances() -> Vec<(Op, u64)> {
             weight_format: WeightFormat::F16,
         },
         matmul((12, 8, 16, 8), true, false, false, false, 1.0),
-        Op::Conv2d {
-            n: 6,
-            c_in: 2,
-            h: 8,
-            w: 8,
-            c_out: 4,
-            kh: 3,
-            kw: 3,
-            stride: 1,
-            pad: 1,
-            bias: true,
-            weight_format: WeightFormat::F32,
-        },
+        conv2d((6, 2, 8, 8), 4, (3, 3), 1, 1, true),
         Op::MaxPool2d {
             n: 3,
             c: 8,
@@ -184,19 +172,7 @@ pub fn segment_instances() -> Vec<Op> {
             seq: 8,
             dim: 8,
         },
-        Op::Conv2d {
-            n: 256,
-            c_in: 2,
-            h: 4,
-            w: 4,
-            c_out: 4,
-            kh: 3,
-            kw: 3,
-            stride: 1,
-            pad: 1,
-            bias: true,
-            weight_format: WeightFormat::F32,
-        },
+        conv2d((256, 2, 4, 4), 4, (3, 3), 1, 1, true),
         Op::MaxPool2d {
             n: 16,
             c: 16,

@@ -57,14 +57,12 @@ impl VulkanBackend {
         let mut accesses = Vec::with_capacity(bindings.len());
         for (r, slot) in bindings.iter().zip(&spec.storage) {
             Self::check_range(s, r, "binding")?;
-            if r.size > self.caps.max_binding_size {
-                return Err(Error::TooLarge {
-                    what: "binding",
-                    requested: r.size,
-                    limit: self.caps.max_binding_size,
-                    limit_name: "max_binding_size (maxStorageBufferRange)",
-                });
-            }
+            Error::check_limit(
+                "binding",
+                r.size,
+                self.caps.max_binding_size,
+                "max_binding_size (maxStorageBufferRange)",
+            )?;
             if r.offset % self.caps.binding_align != 0 {
                 return Err(Error::Misaligned {
                     what: "binding offset",

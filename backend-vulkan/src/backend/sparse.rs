@@ -302,14 +302,7 @@ impl VulkanBackend {
             return Err(unsupported("resizing a block that was not reserved"));
         };
         let call = if bind { "resize_block" } else { "extend_block" };
-        if size > g.reserve {
-            return Err(Error::TooLarge {
-                what: call,
-                requested: size,
-                limit: g.reserve,
-                limit_name: "the block's reservation",
-            });
-        }
+        Error::check_limit(call, size, g.reserve, "the block's reservation")?;
         if !size.is_multiple_of(granule) {
             return Err(Error::Misaligned {
                 what: call,

@@ -1,12 +1,5 @@
 //! Unit tests of `barriers` (no device needed).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail by panicking"
-)]
-
 use super::*;
 
 fn acc(block: u64, offset: u64, size: u64, stage: Stage, write: bool) -> Access {

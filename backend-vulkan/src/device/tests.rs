@@ -1,12 +1,5 @@
 //! Unit tests of `device` (no device needed).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail by panicking"
-)]
-
 use super::*;
 
 fn family(flags: vk::QueueFlags, count: u32) -> vk::QueueFamilyProperties {

@@ -1,12 +1,5 @@
 //! Unit tests of `error` (no device needed).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail by panicking"
-)]
-
 use super::*;
 
 #[test]

@@ -2,12 +2,15 @@
 //! block for the host (waiting natively, already mapped in a browser), reads emulated through a
 //! temporary block, and the range and usage checks every method runs before touching wgpu.
 
+use std::sync::MutexGuard;
+
 use tensormem_contract::{BlockId, BlockRange, Error, Result};
 
 use crate::blocks::mapping;
 use crate::blocks::{Block, MapState};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::conv::align_up;
+use crate::error::lock;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::error::poll_wait;
 use crate::{State, WgpuBackend};
@@ -126,6 +129,26 @@ impl WgpuBackend {
         }
         #[cfg(target_arch = "wasm32")]
         mapping::ensure_mapped(state.blocks.get_mut(block)?, map)
+    }
+
+    /// The state, locked, for a mapped access (`what` names the call) of `len` bytes at `offset`
+    /// of `block`, once the device is healthy, the block known and host-visible and the range
+    /// inside it; `None` for an empty access, which has nothing to do.
+    pub(super) fn lock_mapped(
+        &self,
+        block: BlockId,
+        offset: u64,
+        len: usize,
+        what: &'static str,
+    ) -> Result<Option<MutexGuard<'_, State>>> {
+        self.health.check()?;
+        let state = lock(&self.state);
+        let b = state.blocks.get(block)?;
+        b.check_range(offset, len as u64, "block")?;
+        if !b.mappable() {
+            return Err(mapping::not_host_visible(b, what));
+        }
+        Ok((len > 0).then_some(state))
     }
 
     /// Checks a device-side range: known block, in bounds, 4-byte aligned, non-empty.

@@ -21,7 +21,7 @@
 //! where the backend behind it does, and checks every call as it checks the core methods.
 
 use super::{BlockDesc, BlockId};
-use crate::Result;
+use crate::{Error, Result};
 
 #[cfg(doc)]
 use super::Backend;
@@ -56,6 +56,24 @@ pub struct InPlaceGrowth {
 }
 
 impl InPlaceGrowth {
+    /// `Ok` for a committed size (or reservation) of a block that grows in place: a multiple of
+    /// the granularity, at most `limit` (named `limit_name`).
+    ///
+    /// # Errors
+    /// [`Error::Misaligned`] off the granularity, [`Error::TooLarge`] above `limit`.
+    pub fn check_committed(&self, size: u64, limit: u64, limit_name: &'static str) -> Result<()> {
+        const WHAT: &str = "committed size of a reserved block";
+        if self.granularity > 1 && !size.is_multiple_of(self.granularity) {
+            return Err(Error::Misaligned {
+                what: WHAT,
+                value: size,
+                align: self.granularity,
+                align_name: "in-place growth granularity",
+            });
+        }
+        Error::check_limit(WHAT, size, limit, limit_name)
+    }
+
     /// Growth that reserves nothing (`max_reserve` 0, no holes). A type that implements
     /// [`Growable`] but offers it only in some configurations reports it to a direct call where
     /// [`Extensions::growable`](crate::backend::Extensions::growable) is `None`; its other methods then refuse.

@@ -93,6 +93,25 @@ impl KvLayout {
         }
     }
 
+    /// The cache parameters both KV kernels (WGSL and CUDA) take, in their order: `kv_heads,
+    /// head_dim, block_tokens`, the element code (0 f32, 1 f16, 2 int8), then an op's `blocks`
+    /// and `stride`.
+    pub fn kernel_params(&self, blocks: u32, stride: u32) -> [u32; 6] {
+        let code = match self.dtype {
+            KvDType::F32 => 0,
+            KvDType::F16 => 1,
+            KvDType::Int8 => 2,
+        };
+        let (heads, dim, tokens) = (self.kv_heads, self.head_dim, self.block_tokens);
+        [heads, dim, tokens, code, blocks, stride]
+    }
+
+    /// Byte offset of the scales in a block (the end of its elements), as the kernels take it: it
+    /// fits in u32 where a block fits in an op's u32 stride, which `Op::signature` checks.
+    pub fn kernel_scales_at(&self) -> u32 {
+        (self.token_bytes() * u64::from(self.block_tokens)) as u32
+    }
+
     /// Bytes of one block: its tokens' keys and values, and its scales.
     pub fn block_bytes(&self) -> u64 {
         self.token_bytes() * u64::from(self.block_tokens) + self.scale_bytes()

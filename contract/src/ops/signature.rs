@@ -434,6 +434,30 @@ impl Op {
         names
     }
 
+    /// Checks the numbers of input and output bindings against the signature and returns it.
+    ///
+    /// # Errors
+    /// As [`Op::signature`]; [`Error::BindingCount`] when either number differs.
+    pub fn check_binding_count(&self, inputs: usize, outputs: usize) -> Result<Signature> {
+        let sig = self.signature()?;
+        if inputs != sig.inputs.len() || outputs != sig.outputs.len() {
+            let expected = sig.inputs.len() + sig.outputs.len();
+            return Err(self.binding_count(expected, inputs + outputs));
+        }
+        Ok(sig)
+    }
+
+    /// The [`Error::BindingCount`] of `actual` bindings where the op takes `expected`, naming its
+    /// operands.
+    pub fn binding_count(&self, expected: usize, actual: usize) -> Error {
+        Error::BindingCount {
+            op: self.name(),
+            expected,
+            actual,
+            operands: self.operand_names().join(", "),
+        }
+    }
+
     /// Checks a dispatch's binding sizes (inputs then outputs, in bytes) against the signature and
     /// returns the signature. The rule is exact: a binding larger than its operand is refused like
     /// a smaller one, so no backend trims, pads or reads past an operand. The validating front and
@@ -447,12 +471,7 @@ impl Op {
         let operands = sig.operands();
         let count = sig.inputs.len() + sig.outputs.len();
         if sizes.len() != count {
-            return Err(Error::BindingCount {
-                op: self.name(),
-                expected: count,
-                actual: sizes.len(),
-                operands: self.operand_names().join(", "),
-            });
+            return Err(self.binding_count(count, sizes.len()));
         }
         for (index, ((operand, &size), name)) in
             operands.zip(sizes).zip(self.operand_names()).enumerate()

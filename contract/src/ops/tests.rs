@@ -47,18 +47,7 @@ fn shape_products_are_checked() {
         permute.signature(),
         Err(Error::ArithmeticOverflow { .. })
     ));
-    let matmul = Op::MatMul {
-        batch: u32::MAX,
-        m: u32::MAX,
-        n: u32::MAX,
-        k: u32::MAX,
-        trans_a: false,
-        trans_b: false,
-        broadcast_b: false,
-        bias: false,
-        alpha: 1.0,
-        weight_format: WeightFormat::F32,
-    };
+    let matmul = Op::batched_matmul(u32::MAX, u32::MAX, u32::MAX, u32::MAX);
     assert!(matches!(
         matmul.signature(),
         Err(Error::ArithmeticOverflow { .. })

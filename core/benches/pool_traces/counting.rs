@@ -321,6 +321,16 @@ impl CountingBackend {
         }
     }
 
+    /// Registers `blk` under a fresh block id.
+    fn add_block(&self, blk: Blk) -> BlockId {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.blocks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, blk);
+        BlockId(id)
+    }
+
     fn unsupported(what: &str) -> Error {
         Error::Unsupported {
             backend: "counting",
@@ -335,19 +345,12 @@ impl Backend for CountingBackend {
     }
 
     fn alloc_block(&self, desc: &BlockDesc<'_>) -> Result<BlockId> {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.blocks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(
-                id,
-                Blk {
-                    size: desc.size,
-                    ..Blk::default()
-                },
-            );
+        let id = self.add_block(Blk {
+            size: desc.size,
+            ..Blk::default()
+        });
         self.counters.reserve(desc.size);
-        Ok(BlockId(id))
+        Ok(id)
     }
 
     fn free_block(&self, block: BlockId) -> Result<()> {

@@ -40,6 +40,49 @@ impl Io<'_> {
         }
     }
 
+    /// Runs `f` on a temporary block of `kind` (`Upload` or `Readback`) and `size`, then returns
+    /// the block after the ticket `f` leaves in its second argument (`DONE` unless a queued copy
+    /// was not waited for).
+    fn with_staging(
+        &self,
+        kind: MemoryKind,
+        size: u64,
+        f: impl FnOnce(BlockId, &mut Ticket) -> Result<()>,
+    ) -> Result<()> {
+        let label = if kind == MemoryKind::Upload {
+            "tensormem guard margin (upload)"
+        } else {
+            "tensormem guard margin (readback)"
+        };
+        let staging = self.backend.alloc_block(&BlockDesc { kind, size, label })?;
+        let mut queued = Ticket::DONE;
+        let result = f(staging, &mut queued);
+        self.free_staging(staging, queued);
+        result
+    }
+
+    /// Copies `size` bytes from `src` to `dst` and waits for the copy; `queued` holds its ticket
+    /// until the wait succeeds, then `DONE`.
+    fn copy_waited(
+        &self,
+        (src, src_offset): (BlockId, u64),
+        (dst, dst_offset): (BlockId, u64),
+        size: u64,
+        queued: &mut Ticket,
+    ) -> Result<()> {
+        let range = |block, offset| BlockRange {
+            block,
+            offset,
+            size,
+        };
+        *queued = self
+            .backend
+            .copy(range(src, src_offset), range(dst, dst_offset))?;
+        wait_for(self.backend, *queued)?;
+        *queued = Ticket::DONE;
+        Ok(())
+    }
+
     /// Returns the kept blocks whose work has completed. Polls, never waits.
     fn retry_orphans(&self) {
         let mut o = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
@@ -78,72 +121,27 @@ pub(crate) fn unsupported() -> crate::Error {
 /// Writes `bytes` at `offset` of `block`: mapped when `mapped`, else through a temporary upload
 /// block and a device copy (waited for, so the temporary block can go).
 fn write(io: &Io<'_>, block: BlockId, offset: u64, bytes: &[u8]) -> Result<()> {
-    let backend = io.backend;
     if io.mapped {
-        return backend.write_mapped(block, offset, bytes);
+        return io.backend.write_mapped(block, offset, bytes);
     }
     let size = bytes.len() as u64;
-    let staging = backend.alloc_block(&BlockDesc {
-        kind: MemoryKind::Upload,
-        size,
-        label: "tensormem guard margin (upload)",
-    })?;
-    let mut queued = Ticket::DONE;
-    let result = backend.write_mapped(staging, 0, bytes).and_then(|()| {
-        let t = backend.copy(
-            BlockRange {
-                block: staging,
-                offset: 0,
-                size,
-            },
-            BlockRange {
-                block,
-                offset,
-                size,
-            },
-        )?;
-        queued = t;
-        wait_for(backend, t)
-    });
-    io.free_staging(staging, if result.is_ok() { Ticket::DONE } else { queued });
-    result
+    io.with_staging(MemoryKind::Upload, size, |staging, queued| {
+        io.backend.write_mapped(staging, 0, bytes)?;
+        io.copy_waited((staging, 0), (block, offset), size, queued)
+    })
 }
 
 /// Reads `out.len()` bytes at `offset` of `block`: mapped when `mapped`, else through a device
 /// copy into a temporary readback block. Device work enqueued earlier is ordered before the copy.
 fn read(io: &Io<'_>, block: BlockId, offset: u64, out: &mut [u8]) -> Result<()> {
-    let backend = io.backend;
     if io.mapped {
-        return backend.read_mapped(block, offset, out);
+        return io.backend.read_mapped(block, offset, out);
     }
     let size = out.len() as u64;
-    let staging = backend.alloc_block(&BlockDesc {
-        kind: MemoryKind::Readback,
-        size,
-        label: "tensormem guard margin (readback)",
-    })?;
-    let mut queued = Ticket::DONE;
-    let result = backend
-        .copy(
-            BlockRange {
-                block,
-                offset,
-                size,
-            },
-            BlockRange {
-                block: staging,
-                offset: 0,
-                size,
-            },
-        )
-        .and_then(|t| {
-            queued = t;
-            wait_for(backend, t)
-        })
-        .map(|()| queued = Ticket::DONE)
-        .and_then(|()| backend.read_mapped(staging, 0, out));
-    io.free_staging(staging, queued);
-    result
+    io.with_staging(MemoryKind::Readback, size, |staging, queued| {
+        io.copy_waited((block, offset), (staging, 0), size, queued)?;
+        io.backend.read_mapped(staging, 0, out)
+    })
 }
 
 /// The byte guard margins are filled with (MSVC's "no man's land" value).

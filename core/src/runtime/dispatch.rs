@@ -33,15 +33,7 @@ impl Runtime {
     /// binding within one segment of every operand (the front's split).
     pub fn dispatch(&self, op: &Op, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<Ticket> {
         self.front().check_alive()?;
-        let sig = op.signature()?;
-        if inputs.len() != sig.inputs.len() || outputs.len() != sig.outputs.len() {
-            return Err(Error::BindingCount {
-                op: op.name(),
-                expected: sig.inputs.len() + sig.outputs.len(),
-                actual: inputs.len() + outputs.len(),
-                operands: op.operand_names().join(", "),
-            });
-        }
+        let sig = op.check_binding_count(inputs.len(), outputs.len())?;
         let tensors: Vec<&Tensor> = inputs.iter().chain(outputs).copied().collect();
         let names = op.operand_names();
         check_same_device(op.name(), &names, &tensors)?;

@@ -28,14 +28,7 @@ impl Runtime {
     ) -> Result<Option<Tensor>> {
         self.front().check_alive()?;
         let size = tensor::byte_size(dtype, shape)?;
-        if size > reserve_bytes {
-            return Err(Error::TooLarge {
-                what: "expandable tensor",
-                requested: size,
-                limit: reserve_bytes,
-                limit_name: "its reservation",
-            });
-        }
+        Error::check_limit("expandable tensor", size, reserve_bytes, "its reservation")?;
         let pool = self.device_pool();
         let Some(expandable) = pool.expandable() else {
             return Ok(None);

@@ -1,8 +1,8 @@
-//! The checks shared by calls on both lanes (copies, fills) and by every wait (a ticket must have
-//! been issued), kept apart from the [`Backend`] impl that calls them.
+//! The checks shared by calls on both lanes (copies, fills), by both mapped accesses, and by every
+//! wait (a ticket must have been issued), kept apart from the [`Backend`] impl that calls them.
 
 use super::{Validated, rules};
-use crate::backend::{Backend, BlockRange, Ticket};
+use crate::backend::{Backend, BlockId, BlockRange, Ticket};
 use crate::{Error, Result};
 
 impl Validated {
@@ -34,6 +34,25 @@ impl Validated {
         let st = self.lock();
         let entry = rules::transfer_range(&st.blocks, self.capabilities(), range, "fill")?;
         rules::kind_for(entry, &range, "fill target")
+    }
+
+    /// The checks of a mapped write or read (`what`) of `len` bytes at `offset` of `block`.
+    pub(super) fn check_mapped(
+        &self,
+        block: BlockId,
+        offset: u64,
+        len: usize,
+        what: &'static str,
+    ) -> Result<()> {
+        self.check_alive()?;
+        let r = BlockRange {
+            block,
+            offset,
+            size: len as u64,
+        };
+        let st = self.lock();
+        let entry = rules::transfer_range(&st.blocks, self.capabilities(), r, what)?;
+        rules::host_visible(entry, self.capabilities(), r)
     }
 
     /// `Ok` when the device is alive and `ticket` was issued (waiting for a ticket never issued

@@ -74,8 +74,8 @@ impl Validated {
                 what: "reservation",
             });
         }
-        rules::committed_size(growth, reserve, growth.max_reserve, "max_reserve")?;
-        rules::committed_size(growth, desc.size, reserve, "reservation")?;
+        growth.check_committed(reserve, growth.max_reserve, "max_reserve")?;
+        growth.check_committed(desc.size, reserve, "reservation")?;
         let id = self.observe(self.inner_growable()?.reserve_block(desc, reserve))?;
         let mut st = self.lock();
         let mirrored = st.blocks.insert_as(id, desc.kind, desc.size, ());
@@ -99,7 +99,7 @@ impl Validated {
                 what: format!("resizing block {}, which was not reserved", block.0),
             })?
         };
-        rules::committed_size(growth, size, reserve, "reservation")?;
+        growth.check_committed(size, reserve, "reservation")?;
         let old = self.lock().blocks.get(block)?.size;
         let now = self.observe(self.inner_growable()?.resize_block(block, size))?;
         // Growth commits exactly `size`; a shrink keeps between `size` and the old size, in

@@ -87,7 +87,7 @@ impl Validated {
             let old = st.blocks.get(block)?.size;
             (old, st.reserved.get(&block).copied().unwrap_or(old))
         };
-        rules::committed_size(growth, size, reserve, "reservation")?;
+        growth.check_committed(size, reserve, "reservation")?;
         if size <= old {
             return Err(crate::GrowthError::NotAnExtension {
                 block: block.0,

@@ -242,31 +242,3 @@ pub(crate) fn growth(offered: Option<InPlaceGrowth>, caps: &Capabilities) -> Res
         what: "blocks that grow in place".into(),
     })
 }
-
-/// A committed size (or reservation) of a block that grows in place: a multiple of the
-/// granularity, at most `limit`.
-///
-/// # Errors
-/// [`Error::Misaligned`], [`Error::TooLarge`].
-pub(crate) fn committed_size(
-    growth: InPlaceGrowth,
-    size: u64,
-    limit: u64,
-    limit_name: &'static str,
-) -> Result<()> {
-    aligned(
-        "committed size of a reserved block",
-        size,
-        growth.granularity,
-        "in-place growth granularity",
-    )?;
-    if size > limit {
-        return Err(Error::TooLarge {
-            what: "committed size of a reserved block",
-            requested: size,
-            limit,
-            limit_name,
-        });
-    }
-    Ok(())
-}

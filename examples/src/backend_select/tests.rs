@@ -1,12 +1,5 @@
 //! `auto`'s policy on made-up device lists (no driver needed).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly"
-)]
-
 use super::*;
 use tensormem::Error;
 

@@ -133,11 +133,7 @@ fn parse_preempt(s: &str) -> std::result::Result<Preemption, String> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => cli::fail("generate", &e),
-    }
+    cli::exit("generate", run(&Args::parse()))
 }
 
 /// The model directory: the flag, else the SmolLM2 cache.
@@ -160,14 +156,7 @@ fn model_dir(args: &Args) -> Result<PathBuf> {
 }
 
 fn run(args: &Args) -> Result<()> {
-    let DeviceBudget::Bytes(budget) = args.kv_budget else {
-        return Err(tensormem::ArgumentError::invalid_value(
-            "--kv-budget",
-            "a percentage",
-            "a size",
-        )
-        .into());
-    };
+    let budget = args.kv_budget.bytes("--kv-budget", "a size")?;
     let dir = model_dir(args)?;
     let selection = backend_select::select(args.device.backend, &args.device.select_options())?;
     // Steps' intermediates go through a record-and-replay pool: a shape seen before replays its
@@ -216,10 +205,7 @@ fn run(args: &Args) -> Result<()> {
     let released = model.decoder.weights.release(&rt);
     if let (Some(path), Some(tracer)) = (&args.trace, &tracer) {
         let trace = tracer.snapshot();
-        std::fs::write(path, trace.to_chrome_json()).map_err(|source| Error::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
+        cli::write_file(path, trace.to_chrome_json())?;
         eprintln!(
             "generate: trace of {} events written to {}",
             trace.events.len(),

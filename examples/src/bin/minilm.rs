@@ -131,11 +131,7 @@ impl Load {
 mod placed;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => cli::fail("minilm", &e),
-    }
+    cli::exit("minilm", run(Args::parse()))
 }
 
 fn run(mut args: Args) -> Result<()> {

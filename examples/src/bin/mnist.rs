@@ -40,11 +40,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => cli::fail("mnist", &e),
-    }
+    cli::exit("mnist", run(&Args::parse()))
 }
 
 fn run(args: &Args) -> Result<()> {
@@ -136,10 +132,7 @@ fn run(args: &Args) -> Result<()> {
     if let (Some(path), Some(tracer)) = (&args.trace, &tracer) {
         drop(net); // its frees belong in the trace
         let trace = tracer.snapshot();
-        std::fs::write(path, trace.to_chrome_json()).map_err(|source| tensormem::Error::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
+        cli::write_file(path, trace.to_chrome_json())?;
         eprintln!(
             "trace: {} events written to {}",
             trace.events.len(),

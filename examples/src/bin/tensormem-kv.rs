@@ -99,22 +99,12 @@ struct Replay {
 fn main() -> ExitCode {
     let args = Args::parse();
     match args.command {
-        Command::Replay(r) => match replay(&r) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => cli::fail("tensormem-kv", &e),
-        },
+        Command::Replay(r) => cli::exit("tensormem-kv", replay(&r)),
     }
 }
 
 fn replay(a: &Replay) -> tensormem::Result<()> {
-    let DeviceBudget::Bytes(budget) = a.kv_budget else {
-        return Err(tensormem::ArgumentError::invalid_value(
-            "--kv-budget",
-            "a percentage",
-            "a size",
-        )
-        .into());
-    };
+    let budget = a.kv_budget.bytes("--kv-budget", "a size")?;
     let positive = |v: f64, what: &str| {
         if v.is_finite() && v > 0.0 {
             Ok(())
@@ -201,12 +191,7 @@ fn replay(a: &Replay) -> tensormem::Result<()> {
         geometry.block_tokens
     );
     if let Some(path) = &a.svg {
-        std::fs::write(path, report::svg(&results, &title)).map_err(|source| {
-            tensormem::Error::Io {
-                path: path.display().to_string(),
-                source,
-            }
-        })?;
+        cli::write_file(path, report::svg(&results, &title))?;
     }
     if a.json {
         let doc = serde_json::json!({

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use serde_json::json;
-use tensormem::{Error, Result, WeightFormat};
+use tensormem::{Result, WeightFormat};
 use tensormem_examples::cli::{self, EXIT_CODES, emit};
 use tensormem_examples::models::quantize::quantize_file;
 use tensormem_examples::models::report::bytes;
@@ -50,11 +50,7 @@ enum Format {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => cli::fail("tensormem-quantize", &e),
-    }
+    cli::exit("tensormem-quantize", run(&Args::parse()))
 }
 
 fn run(args: &Args) -> Result<()> {
@@ -64,10 +60,7 @@ fn run(args: &Args) -> Result<()> {
     };
     let file = WeightFile::open(&args.input)?;
     let (out, reports) = quantize_file(&file, format)?;
-    std::fs::write(&args.output, &out).map_err(|source| Error::Io {
-        path: args.output.display().to_string(),
-        source,
-    })?;
+    cli::write_file(&args.output, &out)?;
     let total_in: u64 = reports.iter().map(|r| r.bytes_in).sum();
     let total_out: u64 = reports.iter().map(|r| r.bytes_out).sum();
     let ratio = total_out as f64 / total_in.max(1) as f64;

@@ -81,14 +81,8 @@ fn run(args: &Args) -> Result<(), Error> {
     busy.finish_and_clear();
     let mut out = String::new();
     if let Some(path) = &args.html {
-        std::fs::write(
-            path,
-            trace.to_html(&format!("tensormem memory timeline: {name}")),
-        )
-        .map_err(|source| Error::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let title = format!("tensormem memory timeline: {name}");
+        cli::write_file(path, trace.to_html(&title))?;
     }
     if args.json {
         let items: Vec<String> = findings.iter().map(finding_json).collect();
@@ -155,9 +149,5 @@ fn run(args: &Args) -> Result<(), Error> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => cli::fail("tensormem-report", &e),
-    }
+    cli::exit("tensormem-report", run(&Args::parse()))
 }

@@ -1,12 +1,5 @@
 //! Flag parsing shared by the tools.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly"
-)]
-
 use super::*;
 
 #[test]

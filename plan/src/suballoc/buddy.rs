@@ -25,7 +25,9 @@
 //! TLSF is. The measured numbers are in `docs/performance.md` ("Buddy allocator").
 #![forbid(unsafe_code)]
 
-use super::{Region, SubAllocReport, check_capacity, check_request, next_owner_id};
+use super::{
+    Region, Slot, SubAllocReport, check_capacity, check_region, check_request, next_owner_id,
+};
 use crate::{Error, Result};
 
 mod invariants;
@@ -336,33 +338,14 @@ impl Buddy {
 
     /// Checks that `region` is a live allocation of this allocator; returns its node index.
     fn validate(&self, region: &Region) -> Result<u32> {
-        const WHAT: &str = "sub-allocation region";
-        let idx = region.key as u32;
-        let generation = (region.key >> 32) as u32;
-        let Some(n) = self
-            .nodes
-            .get(idx as usize)
-            .filter(|_| region.owner == self.owner)
-        else {
-            return Err(Error::ForeignHandle {
-                what: WHAT,
-                slot: idx,
-                owner: "buddy sub-allocator",
-            });
-        };
-        super::check_live(idx, generation, n.state == State::Used, n.generation)?;
-        if n.offset != region.offset || region.size > 1 << n.order {
-            return Err(crate::ArgumentError::RegionMismatch {
-                offset: region.offset,
-                size: region.size,
-                slot_kind: "block",
-                slot: idx,
-                slot_offset: n.offset,
-                slot_size: 1u64 << n.order,
-            }
-            .into());
-        }
-        Ok(idx)
+        check_region(region, self.owner, "buddy sub-allocator", "block", |idx| {
+            self.nodes.get(idx as usize).map(|n| Slot {
+                used: n.state == State::Used,
+                generation: n.generation,
+                offset: n.offset,
+                size: 1u64 << n.order,
+            })
+        })
     }
 
     /// Used (bytes held by live blocks, rounding included), free, largest free block and

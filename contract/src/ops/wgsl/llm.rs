@@ -5,22 +5,7 @@ use super::WORKGROUP_SIZE;
 use super::sources::{
     KV_WRITE, PAGED_ATTENTION, PAGED_ATTENTION_CARRY, RMSNORM, ROPE, SILU_MUL, Source,
 };
-use crate::ops::{KvDType, KvLayout, Op};
-
-/// The kernel's dtype code for KV elements: 0 f32, 1 f16, 2 int8.
-pub(super) fn dtype_code(kv: &KvLayout) -> u32 {
-    match kv.dtype {
-        KvDType::F32 => 0,
-        KvDType::F16 => 1,
-        KvDType::Int8 => 2,
-    }
-}
-
-/// Byte offset of the scales in a block (the end of its elements); it fits in u32 because a
-/// block fits in its u32 stride (`Op::signature` checked it).
-fn scales_at(kv: &KvLayout) -> u32 {
-    (kv.token_bytes() * u64::from(kv.block_tokens)) as u32
-}
+use crate::ops::{KvLayout, Op};
 
 /// Invocations per written block of [`Op::KvWrite`]: one per (K/V, head) pair when a head's
 /// elements fill whole words (no two pairs then share a word) and the count fits in u32, else 1.
@@ -69,19 +54,9 @@ pub(super) fn kernel(op: &Op, out_len: u32, p: &mut [u32; 16]) -> Option<(Source
         } => {
             let groups = kv_write_groups(&kv, tokens);
             let invocations = tokens * groups;
-            p[..11].copy_from_slice(&[
-                kv.kv_heads,
-                kv.head_dim,
-                kv.block_tokens,
-                dtype_code(&kv),
-                blocks,
-                stride,
-                layer,
-                tokens,
-                groups,
-                scales_at(&kv),
-                invocations,
-            ]);
+            p[..6].copy_from_slice(&kv.kernel_params(blocks, stride));
+            let scales_at = kv.kernel_scales_at();
+            p[6..11].copy_from_slice(&[layer, tokens, groups, scales_at, invocations]);
             (KV_WRITE, per(u64::from(invocations)))
         }
         Op::PagedAttention {
@@ -98,13 +73,8 @@ pub(super) fn kernel(op: &Op, out_len: u32, p: &mut [u32; 16]) -> Option<(Source
             carry_in,
             carry_out,
         } => {
-            p[..15].copy_from_slice(&[
-                kv.kv_heads,
-                kv.head_dim,
-                kv.block_tokens,
-                dtype_code(&kv),
-                blocks,
-                stride,
+            p[..6].copy_from_slice(&kv.kernel_params(blocks, stride));
+            p[6..15].copy_from_slice(&[
                 first_block,
                 layer,
                 tokens,
@@ -113,7 +83,7 @@ pub(super) fn kernel(op: &Op, out_len: u32, p: &mut [u32; 16]) -> Option<(Source
                 width,
                 scale.to_bits(),
                 u32::from(carry_out),
-                scales_at(&kv),
+                kv.kernel_scales_at(),
             ]);
             let source = if carry_in {
                 PAGED_ATTENTION_CARRY

@@ -427,18 +427,7 @@ fn workgroup_counts_cover_the_work_and_spill_into_y() {
     };
     assert_eq!(cover(&op, 200_000), [65_535, 4, 1]);
     // Matmul tiles spill too: 4096 batches of 32 tiles.
-    let op = Op::MatMul {
-        batch: 4096,
-        m: 128,
-        n: 256,
-        k: 1,
-        trans_a: false,
-        trans_b: false,
-        broadcast_b: false,
-        bias: false,
-        alpha: 1.0,
-        weight_format: WeightFormat::F32,
-    };
+    let op = Op::batched_matmul(4096, 128, 256, 1);
     assert_eq!(cover(&op, 4096 * 32), [65_535, 3, 1]);
 }
 

@@ -3,8 +3,6 @@
 //! [`CountingBackend`]).
 
 use std::collections::BTreeMap;
-use std::sync::PoisonError;
-use std::sync::atomic::Ordering;
 
 use tensormem::Result;
 use tensormem::backend::{BlockDesc, BlockId, Growable, InPlaceGrowth};
@@ -21,29 +19,22 @@ impl Growable for CountingBackend {
         if self.growth.is_none() {
             return Err(Self::unsupported("in-place growth"));
         }
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
         let mut units = BTreeMap::new();
         if desc.size > 0 && !self.host() {
             units.insert(0, desc.size);
         }
-        self.blocks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(
-                id,
-                Blk {
-                    size: desc.size,
-                    holes: Vec::new(),
-                    in_place: true,
-                    units,
-                },
-            );
+        let id = self.add_block(Blk {
+            size: desc.size,
+            holes: Vec::new(),
+            in_place: true,
+            units,
+        });
         // The host's one creation is the reservation; CUDA creates what it commits, one unit.
         let n = u64::from(desc.size > 0);
         self.counters
             .reserve_n(desc.size, if self.host() { 1 } else { n });
         self.counters.mapped(n, 0);
-        Ok(BlockId(id))
+        Ok(id)
     }
 
     fn resize_block(&self, block: BlockId, size: u64) -> Result<u64> {

@@ -411,18 +411,7 @@ pub fn build_graph_tiled(
             &[batch * nh, seq, seq],
             &format!("{p}.probs"),
         )?;
-        let ctx_op = Op::MatMul {
-            batch: dim(batch * nh)?,
-            m: s32,
-            n: hd32,
-            k: s32,
-            trans_a: false,
-            trans_b: false,
-            broadcast_b: false,
-            bias: false,
-            alpha: 1.0,
-            weight_format: WeightFormat::F32,
-        };
+        let ctx_op = Op::batched_matmul(dim(batch * nh)?, s32, hd32, s32);
         let ctx = b.op(ctx_op, &[probs, v], &heads_shape, &format!("{p}.context"))?;
         let ctx = b.op(
             merge.clone(),

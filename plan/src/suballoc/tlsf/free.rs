@@ -3,8 +3,10 @@
 
 use super::Tlsf;
 use super::node::{NONE, SENTINEL, State};
-use crate::suballoc::Region;
-use crate::{Error, Result};
+#[cfg(doc)]
+use crate::Error;
+use crate::Result;
+use crate::suballoc::{Region, Slot, check_region};
 
 impl Tlsf {
     /// Returns `region` to the free space, merging it with free neighbours. Constant time.
@@ -48,33 +50,16 @@ impl Tlsf {
 
     /// Checks that `region` is a live allocation of this allocator; returns its node index.
     pub(super) fn validate(&self, region: &Region) -> Result<u32> {
-        const WHAT: &str = "sub-allocation region";
-        let idx = region.key as u32;
-        let generation = (region.key >> 32) as u32;
-        let Some(n) = self
-            .nodes
-            .get(idx as usize)
-            .filter(|_| region.owner == self.owner && idx != SENTINEL)
-        else {
-            return Err(Error::ForeignHandle {
-                what: WHAT,
-                slot: idx,
-                owner: "Tlsf sub-allocator",
-            });
-        };
-        crate::suballoc::check_live(idx, generation, n.state() == State::Used, n.prev_free)?;
-        if n.offset != region.offset || n.size < region.size {
-            return Err(crate::ArgumentError::RegionMismatch {
-                offset: region.offset,
-                size: region.size,
-                slot_kind: "slot",
-                slot: idx,
-                slot_offset: n.offset,
-                slot_size: n.size,
-            }
-            .into());
-        }
-        Ok(idx)
+        check_region(region, self.owner, "Tlsf sub-allocator", "slot", |idx| {
+            let n = self.nodes.get(idx as usize).filter(|_| idx != SENTINEL)?;
+            // A used node keeps its generation where a free one links its free list.
+            Some(Slot {
+                used: n.state() == State::Used,
+                generation: n.prev_free,
+                offset: n.offset,
+                size: n.size,
+            })
+        })
     }
 
     /// Merges the physical successor of `idx` into it and recycles the successor's node. Both
