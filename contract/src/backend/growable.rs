@@ -88,7 +88,7 @@ impl InPlaceGrowth {
 /// Blocks that grow in place, reached through [`Extensions::growable`](crate::backend::Extensions::growable). See the module doc.
 ///
 /// Every method keeps the contract of [`Backend`]: no panics, native failures mapped into
-/// [`Error`](crate::Error), validated input (the front checks sizes, granules, reservations and
+/// [`Error`], validated input (the front checks sizes, granules, reservations and
 /// ranges before a backend sees them).
 pub trait Growable: Send + Sync {
     /// The unit and limits of growth. Constant for the backend's lifetime.
@@ -101,9 +101,9 @@ pub trait Growable: Send + Sync {
     /// [`InPlaceGrowth::granularity`], `desc.size <= reserve <= max_reserve`.
     ///
     /// # Errors
-    /// [`Error::Unsupported`](crate::Error::Unsupported) for a kind the backend cannot reserve,
-    /// [`Error::OutOfMemory`](crate::Error::OutOfMemory) when address space or memory is short,
-    /// [`Error::DeviceLost`](crate::Error::DeviceLost).
+    /// [`Error::Unsupported`] for a kind the backend cannot reserve,
+    /// [`Error::OutOfMemory`] when address space or memory is short,
+    /// [`Error::DeviceLost`].
     fn reserve_block(&self, desc: &BlockDesc<'_>, reserve: u64) -> Result<BlockId>;
 
     /// Changes the committed size of a reserved block to `size` bytes (a multiple of the
@@ -116,9 +116,9 @@ pub trait Growable: Send + Sync {
     /// `min(old, new)` keep their contents.
     ///
     /// # Errors
-    /// [`Error::Unsupported`](crate::Error::Unsupported) for a block that was not reserved,
-    /// [`Error::OutOfMemory`](crate::Error::OutOfMemory) when memory is short (the block keeps
-    /// its old size), [`Error::DeviceLost`](crate::Error::DeviceLost).
+    /// [`Error::Unsupported`] for a block that was not reserved,
+    /// [`Error::OutOfMemory`] when memory is short (the block keeps
+    /// its old size), [`Error::DeviceLost`].
     fn resize_block(&self, block: BlockId, size: u64) -> Result<u64>;
 
     /// Returns the memory behind `[offset, offset + size)` of a reserved block (whole granules
@@ -129,9 +129,9 @@ pub trait Growable: Send + Sync {
     /// decommitted range does not count as committed memory.
     ///
     /// # Errors
-    /// [`Error::Unsupported`](crate::Error::Unsupported) without [`InPlaceGrowth::holes`],
+    /// [`Error::Unsupported`] without [`InPlaceGrowth::holes`],
     /// [`GrowthError::CutsUnit`](crate::GrowthError::CutsUnit) for a range that cuts a unit
-    /// where [`InPlaceGrowth::whole_units`], [`Error::DeviceLost`](crate::Error::DeviceLost); on
+    /// where [`InPlaceGrowth::whole_units`], [`Error::DeviceLost`]; on
     /// error the range keeps its memory.
     fn decommit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()>;
 
@@ -140,7 +140,7 @@ pub trait Growable: Send + Sync {
     /// unit where [`InPlaceGrowth::whole_units`] (the range then holds no memory before).
     ///
     /// # Errors
-    /// As [`Growable::decommit_range`], and [`Error::OutOfMemory`](crate::Error::OutOfMemory)
+    /// As [`Growable::decommit_range`], and [`Error::OutOfMemory`]
     /// when memory is short; on error the range stays decommitted.
     fn commit_range(&self, block: BlockId, offset: u64, size: u64) -> Result<()>;
 
@@ -167,7 +167,7 @@ pub trait Growable: Send + Sync {
     ///
     /// # Errors
     /// As [`Growable::decommit_range`] (`Unsupported` without [`InPlaceGrowth::holes`]),
-    /// [`Error::TooLarge`](crate::Error::TooLarge) beyond the reservation; on error the block
+    /// [`Error::TooLarge`] beyond the reservation; on error the block
     /// keeps its size.
     fn extend_block(&self, block: BlockId, size: u64) -> Result<()>;
 }
