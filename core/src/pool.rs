@@ -4,7 +4,9 @@
 //! model), and every feature is an adaptor around a pool, so features compose and cost nothing
 //! when left out:
 //!
-//! * bottoms — [`ArenaPool`] (TLSF or buddy carving and growth, for every memory kind),
+//! * bottoms — [`ArenaPool`] (TLSF or buddy carving and growth, for every memory kind: the
+//!   fallback composition of a growing arena, a block pool and expandable allocations over one
+//!   shared carver),
 //!   [`ReplayPool`] (record and replay of a repeating allocation sequence), or a user's own pool;
 //! * adaptors ([`PoolAdaptor`]: each writes only what it changes) — [`Guarded`] (guard margins),
 //!   [`ZeroOnReuse`], [`StatsPool`] (statistics), [`LeakReport`], [`Traced`];
