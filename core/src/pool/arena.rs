@@ -100,28 +100,12 @@ enum Bottoms {
 /// (sub-allocation is tens of nanoseconds).
 pub struct ArenaPool {
     config: ArenaConfig,
-    base_align: u64,
-    copy_align: u64,
     budget: Arc<Budget>,
     /// Whether `budget` is shared with other pools (else its reservations are exactly this pool's).
     shared_budget: bool,
     /// The peaks of the bottom pools' sums.
     totals: Arc<Totals>,
     bottoms: Bottoms,
-}
-
-/// The least alignment of every allocation of a pool of `kind` (the binding alignment for
-/// device memory, the copy alignment otherwise), and the copy alignment.
-fn alignments(backend: &dyn Backend, kind: MemoryKind) -> (u64, u64) {
-    let caps = backend.capabilities();
-    let copy_align = caps.copy_align.max(1).next_power_of_two();
-    let base = match kind {
-        MemoryKind::DeviceLocal | MemoryKind::Managed => {
-            caps.binding_align.max(1).next_power_of_two()
-        }
-        _ => 1,
-    };
-    (base.max(copy_align), copy_align)
 }
 
 impl ArenaPool {
@@ -163,7 +147,6 @@ impl ArenaPool {
         }
         config.block_size = config.block_size.min(backend.capabilities().max_block_size);
         config.budget = budget.limit();
-        let (base_align, copy_align) = alignments(backend.as_ref(), config.kind);
         let growth = backend
             .growable()
             .map(|g| g.in_place_growth())
@@ -204,8 +187,6 @@ impl ArenaPool {
         };
         Ok(ArenaPool {
             config,
-            base_align,
-            copy_align,
             budget,
             shared_budget,
             totals,
@@ -220,9 +201,7 @@ impl ArenaPool {
 
     /// The backend the pool draws blocks from.
     pub fn backend(&self) -> &Arc<dyn Backend> {
-        match &self.bottoms {
-            Bottoms::Blocks(b) | Bottoms::InPlace { blocks: b, .. } => &b.backend,
-        }
+        &self.block_pool().backend
     }
 
     /// The budget the pool reserves blocks against.
@@ -232,19 +211,20 @@ impl ArenaPool {
 
     /// Alignment every allocation of this pool gets at least, in bytes.
     pub fn base_align(&self) -> u64 {
-        self.base_align
+        self.block_pool().base_align
     }
 
-    /// The request rounded to the copy alignment, and the alignment raised to the pool's base.
+    /// The request rounded to the copy alignment, and the alignment raised to the pool's base
+    /// (every bottom pool checks alike: same backend, memory kind and budget).
     pub(crate) fn check_request(&self, size: u64, align: u64) -> Result<(u64, u64)> {
-        carved::check_request(
-            self.backend().as_ref(),
-            &self.budget,
-            self.copy_align,
-            size,
-            align,
-        )
-        .map(|(rounded, align)| (rounded, align.max(self.base_align)))
+        self.block_pool().check_request(size, align)
+    }
+
+    /// The block pool, which every arena pool has.
+    fn block_pool(&self) -> &BlockPool {
+        match &self.bottoms {
+            Bottoms::Blocks(b) | Bottoms::InPlace { blocks: b, .. } => b,
+        }
     }
 }
 
@@ -255,13 +235,6 @@ impl ArenaPool {
         match &self.bottoms {
             Bottoms::Blocks(_) => None,
             Bottoms::InPlace { arena, .. } => Some(arena),
-        }
-    }
-
-    /// The block pool.
-    fn block_pool(&self) -> &BlockPool {
-        match &self.bottoms {
-            Bottoms::Blocks(b) | Bottoms::InPlace { blocks: b, .. } => b,
         }
     }
 }

@@ -20,7 +20,7 @@ use super::carving::Carving;
 use super::totals::Totals;
 use super::{ArenaConfig, MAX_ALIGN};
 use crate::align::align_up;
-use crate::backend::{Backend, BlockId, Ticket};
+use crate::backend::{Backend, BlockId, MemoryKind, Ticket};
 use crate::pool::budget::Budget;
 use crate::pool::deferred::Deferred;
 use crate::pool::device_pool::{PoolListener, PoolStats};
@@ -223,7 +223,7 @@ impl<K: Kind> Carved<K> {
         totals: Arc<Totals>,
         kind: K,
     ) -> Self {
-        let (base_align, copy_align) = super::alignments(backend.as_ref(), config.kind);
+        let (base_align, copy_align) = alignments(backend.as_ref(), config.kind);
         let pool_id = next_pool_id();
         Carved {
             pool_id,
@@ -386,7 +386,7 @@ impl Stage {
 
 /// The request rounded to `copy_align`, and its alignment: refused when zero, badly aligned,
 /// larger than a block of the device or than the budget.
-pub(super) fn check_request(
+fn check_request(
     backend: &dyn Backend,
     budget: &Budget,
     copy_align: u64,
@@ -423,4 +423,18 @@ pub(super) fn check_request(
         }
     }
     Ok((rounded, align))
+}
+
+/// The least alignment of every allocation of a pool of `kind` (the binding alignment for
+/// device memory, the copy alignment otherwise), and the copy alignment.
+fn alignments(backend: &dyn Backend, kind: MemoryKind) -> (u64, u64) {
+    let caps = backend.capabilities();
+    let copy_align = caps.copy_align.max(1).next_power_of_two();
+    let base = match kind {
+        MemoryKind::DeviceLocal | MemoryKind::Managed => {
+            caps.binding_align.max(1).next_power_of_two()
+        }
+        _ => 1,
+    };
+    (base.max(copy_align), copy_align)
 }
