@@ -129,6 +129,62 @@ extern "C" __global__ void tm_matmul(const float* a, const void* b, const float*
     }
 }
 
+// Op::MatMul with int8-dynamic weights (tensormem::ops::quant): row i of op(A[b]) spans [lo, hi]
+// (widened to hold 0) and is quantised to u = clamp(rint(a * inv) + z, 0, 255) with
+// inv = 255 / (hi - lo), z = rint(-lo * inv); each scale group g of column j sums
+// d_g = (u - z) * w in 32-bit integers, and C = alpha * (((hi - lo) / 255) * sum_g scale * d_g)
+// + bias, the groups in order, without fused multiply-adds (the host's rounding). One thread per
+// element of C (grid-stride) finds its row's range itself: simple rather than fast, as the
+// format serves CPUs. tm_matmul's arguments (fmt is unused: the weight is int8).
+extern "C" __global__ void tm_matmul_dynamic(const float* a, const void* b, const float* scales,
+                                             const float* bias, float* c, u32 batch, u32 m, u32 n,
+                                             u32 k, u32 trans_a, u32 trans_b, u32 broadcast_b,
+                                             u32 has_bias, float alpha, u32 fmt, u32 group,
+                                             u32 groups) {
+    (void)fmt;
+    const signed char* w = (const signed char*)b;
+    const u64 total = (u64)batch * m * n;
+    for (u64 e = (u64)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (u64)gridDim.x * blockDim.x) {
+        const u64 bt = e / ((u64)m * n);
+        const u32 i = (u32)(e / n % m);
+        const u32 j = (u32)(e % n);
+        const float* ab = a + bt * m * k;
+        const u64 b_mat = broadcast_b ? (u64)0 : bt;
+        float lo = 0.0f, hi = 0.0f, poison = 0.0f;  // poison: NaN iff a value is not finite
+        for (u32 p = 0; p < k; ++p) {
+            const float v = trans_a ? ab[(u64)p * m + i] : ab[(u64)i * k + p];
+            lo = fminf(lo, v);
+            hi = fmaxf(hi, v);
+            poison = __fadd_rn(poison, __fmul_rn(v, 0.0f));
+        }
+        const float span = __fadd_rn(hi, -lo);
+        if (!(span <= 3.402823466e38f) || poison != poison) {
+            c[e] = __int_as_float(0x7fc00000);
+            continue;
+        }
+        const float inv = span > 0.0f ? __fdiv_rn(255.0f, span) : 0.0f;
+        const int z = (int)rintf(__fmul_rn(-lo, inv));
+        float acc = 0.0f;
+        int d = 0;
+        for (u32 p = 0; p < k; ++p) {
+            const float v = trans_a ? ab[(u64)p * m + i] : ab[(u64)i * k + p];
+            const u64 we = b_mat * k * n + (trans_b ? (u64)j * k + p : (u64)p * n + j);
+            int u = (int)rintf(__fmul_rn(v, inv)) + z;
+            u = u < 0 ? 0 : (u > 255 ? 255 : u);
+            d += (u - z) * (int)w[we];
+            if ((p + 1) % group == 0 || p + 1 == k) {
+                const float s = scales[(b_mat * n + j) * groups + p / group];
+                acc = __fadd_rn(acc, __fmul_rn(s, (float)d));
+                d = 0;
+            }
+        }
+        float out = __fmul_rn(alpha, __fmul_rn(__fdiv_rn(span, 255.0f), acc));
+        if (has_bias) out = __fadd_rn(out, bias[j]);
+        c[e] = out;
+    }
+}
+
 // Op::Add: c[i] = a[i] + b[i % b_len].
 extern "C" __global__ void tm_add(const float* a, const float* b, float* c, u32 len, u32 b_len) {
     TM_GRID_STRIDE(i, len) { c[i] = a[i] + b[i % b_len]; }

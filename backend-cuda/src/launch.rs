@@ -58,8 +58,9 @@ pub(crate) struct KernelCall {
 }
 
 /// Every kernel `kernels.cu` defines; `kernels.rs` loads each of them at startup.
-pub(crate) const KERNEL_NAMES: [&str; 21] = [
+pub(crate) const KERNEL_NAMES: [&str; 22] = [
     "tm_matmul",
+    "tm_matmul_dynamic",
     "tm_add",
     "tm_mul",
     "tm_scale",
@@ -141,7 +142,7 @@ fn weight_args(op: &Op, addrs: &[u64], w: usize, inner: u64) -> (Arg, Arg, usize
     let code = match format {
         WeightFormat::F32 => 0,
         WeightFormat::F16 => 1,
-        WeightFormat::Int8 { .. } => 2,
+        WeightFormat::Int8 { .. } | WeightFormat::Int8Dynamic { .. } => 2,
     };
     // Group sizes are at most the row length, a checked u32 operand dimension.
     let (group, groups) = format.groups(inner.max(1));
@@ -212,7 +213,12 @@ pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
                 Arg::F32(alpha),
             ]);
             args.extend(tail);
-            call("tm_matmul", args, matmul_dims(batch, m, n))
+            if let WeightFormat::Int8Dynamic { .. } = op.weight_format() {
+                let elements = u64::from(batch) * u64::from(m) * u64::from(n);
+                call("tm_matmul_dynamic", args, elementwise_dims(elements))
+            } else {
+                call("tm_matmul", args, matmul_dims(batch, m, n))
+            }
         }
         Op::Add { len, b_len } | Op::Mul { len, b_len } => call(
             if matches!(op, Op::Add { .. }) {

@@ -99,9 +99,14 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
                 let scales = scales(inputs, 1, weight_format);
                 let k = u64::from(k);
                 let b = WeightView::new(inputs[1], &scales, b_len, b_len / k, k, weight_format)?;
-                write_f32(out, |c| {
-                    matmul::matmul_stored(&shape, &a, &b, bias, alpha, c)
-                })?;
+                match (weight_format, b.int8()) {
+                    (WeightFormat::Int8Dynamic { .. }, Some(w)) => write_f32(out, |c| {
+                        matmul::matmul_dynamic(&shape, &a, &w, bias, alpha, c)
+                    })?,
+                    _ => write_f32(out, |c| {
+                        matmul::matmul_stored(&shape, &a, &b, bias, alpha, c)
+                    })?,
+                }
             }
         }
         Op::Add { b_len, .. } => binary(inputs, out, b_len, |a, b| a + b),

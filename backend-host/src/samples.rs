@@ -49,12 +49,14 @@ impl Rng {
     }
 }
 
-/// Representative instances of every op, each weight-reading one also with f16 and int8 weights:
-/// rows of odd length (int8 rows straddle 32-bit words; odd f16 counts end mid-word), per-channel
-/// and per-group scales with a partial last group, transposed and per-batch `b`.
+/// Representative instances of every op, each weight-reading one also with f16, int8 and
+/// int8-dynamic weights (conv2d refuses the last): rows of odd length (int8 rows straddle 32-bit
+/// words; odd f16 counts end mid-word), per-channel and per-group scales with a partial last
+/// group, transposed and per-batch `b`.
 pub fn instances() -> Vec<Op> {
     let mut ops = f32_instances();
     let int8 = |group| WeightFormat::Int8 { group };
+    let dynamic = |group| WeightFormat::Int8Dynamic { group };
     let mm = |batch, m, n, k, trans_b, broadcast_b, bias| {
         matmul((batch, m, n, k), false, trans_b, broadcast_b, bias, 1.0)
     };
@@ -73,6 +75,10 @@ pub fn instances() -> Vec<Op> {
         (mm(3, 6, 5, 13, true, true, false), int8(4)),
         (mm(2, 33, 35, 70, false, false, true), int8(0)),
         (mm(2, 9, 13, 31, false, true, true), int8(8)),
+        (mm(1, 5, 7, 13, true, true, true), dynamic(0)),
+        (mm(2, 33, 35, 70, false, false, true), dynamic(32)),
+        (mm(3, 6, 5, 13, true, true, false), dynamic(4)),
+        (emb(40, 33), dynamic(8)),
         (conv(3, 5, 3, 3, true), WeightFormat::F16),
         (conv(3, 5, 3, 3, false), int8(0)),
         (conv(2, 3, 2, 3, true), int8(5)),

@@ -98,13 +98,13 @@ fn run_case(target: &Target, case: &Case, mode: Waiting) -> Option<String> {
             }
         }
     };
-    if let Some(after) = target.after_case {
-        if let Err(msg) = after(&backend) {
-            failure = Some(match failure {
-                Some(f) => format!("{f}; {msg}"),
-                None => msg,
-            });
-        }
+    if let Some(after) = target.after_case
+        && let Err(msg) = after(&backend)
+    {
+        failure = Some(match failure {
+            Some(f) => format!("{f}; {msg}"),
+            None => msg,
+        });
     }
     failure
 }

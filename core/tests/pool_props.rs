@@ -35,10 +35,10 @@ impl Model {
         let end = offset
             .checked_add(size)
             .ok_or_else(|| format!("region {offset}+{size} overflows"))?;
-        if let Some((&o, &s)) = self.0.range(..end).next_back() {
-            if o + s > offset {
-                return Err(format!("[{offset}, {end}) overlaps [{o}, {})", o + s));
-            }
+        if let Some((&o, &s)) = self.0.range(..end).next_back()
+            && o + s > offset
+        {
+            return Err(format!("[{offset}, {end}) overlaps [{o}, {})", o + s));
         }
         self.0.insert(offset, size);
         Ok(())

@@ -110,16 +110,16 @@ pub(crate) fn bench_peer(c: &mut Criterion, plain: &CudaBackend) {
     if let Some(set) = pair(0, 0, false) {
         bench_set(c, "two backends, staged", &set, TransferPath::Staged);
     }
-    if cudarc::driver::CudaContext::device_count().unwrap_or(1) >= 2 {
-        if let Some(set) = pair(0, 1, true) {
-            let peer = set.runtimes()[1]
-                .backend()
-                .capabilities()
-                .device_name
-                .clone();
-            bench_set(c, "two GPUs, direct", &set, direct_path(&set));
-            println!("peer: second GPU {peer}");
-        }
+    if cudarc::driver::CudaContext::device_count().unwrap_or(1) >= 2
+        && let Some(set) = pair(0, 1, true)
+    {
+        let peer = set.runtimes()[1]
+            .backend()
+            .capabilities()
+            .device_name
+            .clone();
+        bench_set(c, "two GPUs, direct", &set, direct_path(&set));
+        println!("peer: second GPU {peer}");
     }
 }
 

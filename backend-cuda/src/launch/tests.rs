@@ -77,6 +77,10 @@ fn sample_ops() -> Vec<Op> {
     for op in weighted {
         ops.push(op.with_weight_format(WeightFormat::F16));
         ops.push(op.with_weight_format(WeightFormat::Int8 { group: 2 }));
+        let dynamic = op.with_weight_format(WeightFormat::Int8Dynamic { group: 2 });
+        if dynamic.signature().is_ok() {
+            ops.push(dynamic);
+        }
     }
     ops
 }

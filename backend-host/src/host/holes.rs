@@ -60,11 +60,11 @@ impl Decommitted {
         let had = self.remove(a, b);
         let mut start = a;
         let mut end = b;
-        if let Some((&s, &e)) = self.0.range(..a).next_back() {
-            if e == a {
-                self.0.remove(&s);
-                start = s;
-            }
+        if let Some((&s, &e)) = self.0.range(..a).next_back()
+            && e == a
+        {
+            self.0.remove(&s);
+            start = s;
         }
         if let Some(e) = self.0.remove(&b) {
             end = e;

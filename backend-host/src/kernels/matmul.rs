@@ -26,9 +26,11 @@ use crate::ops::split::reference_uses_dot;
 use crate::{Error, Result};
 
 mod dot;
+mod dynamic;
 mod packed;
 mod stored;
 
+pub(super) use dynamic::matmul_dynamic;
 pub(super) use stored::matmul_stored;
 
 /// Whether a product of `m` rows (of one matrix, or the stacked rows `matmul_stored` computes)

@@ -271,10 +271,10 @@ pub(super) fn check(op: &Op, got: &[u8], want: &[u8]) -> Option<Result<(), Strin
         let bad = if at < elems {
             (i32::from(g as i8) - i32::from(w as i8)).abs() > 1
         } else if at < end {
-            if (at - elems).is_multiple_of(4) {
-                if let Err(e) = compare_f32(&got[i..i + 4], &want[i..i + 4], 1e-5) {
-                    return Some(Err(format!("scale at byte {i}: {e}")));
-                }
+            if (at - elems).is_multiple_of(4)
+                && let Err(e) = compare_f32(&got[i..i + 4], &want[i..i + 4], 1e-5)
+            {
+                return Some(Err(format!("scale at byte {i}: {e}")));
             }
             false
         } else {

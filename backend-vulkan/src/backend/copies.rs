@@ -52,10 +52,10 @@ impl VulkanBackend {
         let skip_barriers = self.config.skip_barriers_for_testing;
         let (timeline, gpu, allocator) = s.lane(lane);
         let cmd = timeline.batch(gpu, allocator)?.cmd();
-        if let Some(b) = timeline.tracker.before(&accesses) {
-            if !skip_barriers {
-                timeline.record_barrier(&gpu.device, cmd, b);
-            }
+        if let Some(b) = timeline.tracker.before(&accesses)
+            && !skip_barriers
+        {
+            timeline.record_barrier(&gpu.device, cmd, b);
         }
         let region = vk::BufferCopy {
             src_offset: src.offset,
@@ -94,10 +94,10 @@ impl VulkanBackend {
         let skip_barriers = self.config.skip_barriers_for_testing;
         let (timeline, gpu, allocator) = s.lane(lane);
         let cmd = timeline.batch(gpu, allocator)?.cmd();
-        if let Some(b) = timeline.tracker.before(&access) {
-            if !skip_barriers {
-                timeline.record_barrier(&gpu.device, cmd, b);
-            }
+        if let Some(b) = timeline.tracker.before(&access)
+            && !skip_barriers
+        {
+            timeline.record_barrier(&gpu.device, cmd, b);
         }
         // SAFETY: `cmd` is recording; offset and size are multiples of 4 inside the buffer.
         unsafe {

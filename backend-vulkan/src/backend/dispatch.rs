@@ -143,10 +143,10 @@ impl VulkanBackend {
         // SAFETY: the set is fresh (not bound by any pending command); every buffer is live,
         // offsets are aligned and ranges within bounds and limits (checked above).
         unsafe { device.update_descriptor_sets(&writes, &[]) };
-        if let Some(b) = s.compute.tracker.before(&accesses) {
-            if !self.config.skip_barriers_for_testing {
-                s.compute.record_barrier(&device, cmd, b);
-            }
+        if let Some(b) = s.compute.tracker.before(&accesses)
+            && !self.config.skip_barriers_for_testing
+        {
+            s.compute.record_barrier(&device, cmd, b);
         }
         // SAFETY: `cmd` is recording on a compute-capable family; the pipeline, layout and set
         // match (same kernel key).

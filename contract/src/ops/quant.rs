@@ -4,7 +4,7 @@
 //!
 //! Weights are most of an inference model's memory; storing them in fewer bits and dequantising
 //! in the kernel as they are loaded (never a full-precision copy on the device) is the standard
-//! way to cut it. Two formats besides f32:
+//! way to cut it. Three formats besides f32:
 //!
 //! * **f16**: IEEE binary16, two per 32-bit word (element `e` in the low half of word `e / 2`
 //!   when `e` is even). Half the bytes; relative error ≤ 2⁻¹¹ in the normal range. WGSL reads it
@@ -14,6 +14,20 @@
 //!   `group` consecutive inner elements of a channel. Four per 32-bit word, flat over the tensor
 //!   (element `e` is byte `e % 4` of word `e / 4`, little-endian), so a row of odd length
 //!   straddles words and a tensor is padded to whole words. A quarter of the bytes plus the scales.
+//!
+//! * **int8, dynamic** ([`WeightFormat::Int8Dynamic`]): stored exactly as int8, but a matmul
+//!   also quantises its `A` operand, a row at a time as it runs, and sums products of integers
+//!   (W8A8, as ONNX Runtime's dynamic quantisation): row `i` of op(A) spans `[lo, hi]` (its
+//!   minimum and maximum, widened to include 0); `inv = 255 / (hi − lo)`, `s = (hi − lo) / 255`,
+//!   zero point `z = round(−lo · inv)` and `u = clamp(round(a · inv) + z, 0, 255)`, rounding
+//!   ties to even (all 0 for an all-zero row; the row's outputs are NaN when `hi − lo` is not
+//!   finite). Per group `g` of column `j`, `d = Σ (u − z) · w` in 32-bit integers (exact: a group
+//!   holds at most [`MAX_DYNAMIC_GROUP`] elements), and `C[i][j] = alpha · (s · Σ_g
+//!   scale[j][g] · d_g) + bias[j]`, the groups summed in order. Integer multiply-adds run
+//!   several times faster than f32 on CPUs (x86's VNNI, Arm's dot-product instructions); the
+//!   cost is `A`'s rounding, half a step of `(hi − lo) / 255` per element (asymmetric, so a
+//!   row of mostly one sign, as after GELU, keeps twice a symmetric range's resolution). Conv2d
+//!   refuses it; an embedding, which multiplies nothing, reads it as int8.
 //!
 //! Channels and inner elements, per op (the scales operand is `[channels, groups]`, row-major):
 //!
@@ -28,7 +42,11 @@
 //! quantisation) follow outliers more closely at the cost of more scales.
 
 use crate::ops::{DType, Op};
-use crate::{Error, Result};
+use crate::{ArgumentError, Error, Result};
+
+mod half;
+
+pub use half::{decode_halves, f16_to_f32, f32_to_f16};
 
 impl Op {
     /// This op with its weight stored in `format` (an op without a weight operand is returned
@@ -58,7 +76,18 @@ pub enum WeightFormat {
         /// Inner elements per scale; 0 (or at least the inner length) means one scale per channel.
         group: u32,
     },
+    /// Stored as [`WeightFormat::Int8`]; a matmul also quantises `A` per row and sums integer
+    /// products (module doc).
+    Int8Dynamic {
+        /// Inner elements per scale, as [`WeightFormat::Int8`]'s.
+        group: u32,
+    },
 }
+
+/// The most inner elements one scale group of an [`WeightFormat::Int8Dynamic`] matmul sums:
+/// `255 · 128 · MAX_DYNAMIC_GROUP` stays below 2³¹, so the integer sums are exact in 32 bits
+/// for any stored byte (−128 included).
+pub const MAX_DYNAMIC_GROUP: u64 = (i32::MAX as u64) / (255 * 128);
 
 impl WeightFormat {
     /// The element type of the weight operand.
@@ -66,28 +95,64 @@ impl WeightFormat {
         match self {
             WeightFormat::F32 => DType::F32,
             WeightFormat::F16 => DType::F16,
-            WeightFormat::Int8 { .. } => DType::I8,
+            WeightFormat::Int8 { .. } | WeightFormat::Int8Dynamic { .. } => DType::I8,
         }
     }
 
-    /// Short name: "f32", "f16", "int8".
+    /// Short name: "f32", "f16", "int8", "int8-dynamic".
     pub fn name(self) -> &'static str {
         match self {
             WeightFormat::F32 => "f32",
             WeightFormat::F16 => "f16",
             WeightFormat::Int8 { .. } => "int8",
+            WeightFormat::Int8Dynamic { .. } => "int8-dynamic",
+        }
+    }
+
+    /// How the weight's bytes and scales are laid out: this format, with
+    /// [`WeightFormat::Int8Dynamic`] as the [`WeightFormat::Int8`] it is stored as.
+    pub fn storage(self) -> WeightFormat {
+        match self {
+            WeightFormat::Int8Dynamic { group } => WeightFormat::Int8 { group },
+            other => other,
+        }
+    }
+
+    /// `Ok` when `op`, whose weight rows hold `inner` elements, computes in this format: an
+    /// int8-dynamic conv2d, or a matmul group longer than [`MAX_DYNAMIC_GROUP`], is refused.
+    ///
+    /// # Errors
+    /// [`ArgumentError::Invalid`] for conv2d, [`ArgumentError::TooMany`] for the group.
+    pub(crate) fn check_product(self, op: &Op, inner: u64) -> Result<()> {
+        if !matches!(self, WeightFormat::Int8Dynamic { .. }) {
+            return Ok(());
+        }
+        match op {
+            Op::Conv2d { .. } => {
+                let expected = "f32, f16 or int8 (conv2d quantises no activations)";
+                Err(
+                    ArgumentError::invalid_value("conv2d weight format", self.name(), expected)
+                        .into(),
+                )
+            }
+            Op::MatMul { .. } if self.groups(inner.max(1)).0 > MAX_DYNAMIC_GROUP => {
+                let what = "int8-dynamic matmul: inner elements per scale group";
+                let group = self.groups(inner.max(1)).0;
+                Err(ArgumentError::too_many(what, group, MAX_DYNAMIC_GROUP).into())
+            }
+            _ => Ok(()),
         }
     }
 
     /// Whether a scales operand follows the weight.
     pub fn has_scales(self) -> bool {
-        matches!(self, WeightFormat::Int8 { .. })
+        matches!(self.storage(), WeightFormat::Int8 { .. })
     }
 
     /// `(group, groups)` for rows of `inner` elements: the effective group size (the whole row for
     /// per-channel scales) and the number of scales per channel. `inner` is at least 1.
     pub fn groups(self, inner: u64) -> (u64, u64) {
-        match self {
+        match self.storage() {
             WeightFormat::Int8 { group } if group > 0 && u64::from(group) < inner => {
                 let g = u64::from(group);
                 (g, inner.div_ceil(g))
@@ -95,72 +160,6 @@ impl WeightFormat {
             _ => (inner, 1),
         }
     }
-}
-
-/// `v` as IEEE binary16 bits, rounded to nearest even; overflow gives ±infinity, NaN stays NaN.
-pub fn f32_to_f16(v: f32) -> u16 {
-    let x = v.to_bits();
-    let sign = ((x >> 16) & 0x8000) as u16;
-    let exp = ((x >> 23) & 0xff) as i32;
-    let man = x & 0x7f_ffff;
-    if exp == 0xff {
-        // Infinity, or a quiet NaN keeping the top payload bits.
-        let nan = if man != 0 {
-            0x200 | (man >> 13) as u16
-        } else {
-            0
-        };
-        return sign | 0x7c00 | nan;
-    }
-    let e = exp - 127 + 15;
-    if e >= 0x1f {
-        return sign | 0x7c00;
-    }
-    if e <= 0 {
-        // Subnormal half (or zero): shift the implicit-one mantissa right, rounding to even.
-        if e < -10 {
-            return sign;
-        }
-        let m = man | 0x80_0000;
-        let shift = (14 - e) as u32;
-        let half = m >> shift;
-        let rem = m & ((1 << shift) - 1);
-        let mid = 1 << (shift - 1);
-        let round = u32::from(rem > mid || (rem == mid && half & 1 == 1));
-        return sign | (half + round) as u16;
-    }
-    let half = ((e as u32) << 10) | (man >> 13);
-    let rem = man & 0x1fff;
-    let round = u32::from(rem > 0x1000 || (rem == 0x1000 && half & 1 == 1));
-    // A carry out of the mantissa rounds up into the exponent (and to infinity at the top): the
-    // bit layout makes that the correct result.
-    sign | (half + round) as u16
-}
-
-/// The f32 value of IEEE binary16 bits (exact).
-///
-/// Branch-free, so loops over a slice of halves vectorise (the host kernels decode f16 weights
-/// with it at every product): a normal half moves into f32's exponent and mantissa fields by
-/// integer arithmetic, a subnormal `m · 2⁻²⁴` is computed from the integer `m` (exact, and no
-/// subnormal float arithmetic, which is slow on x86), and infinity or NaN (quieted, payload kept)
-/// is chosen by select.
-#[inline]
-pub fn f16_to_f32(h: u16) -> f32 {
-    let h = u32::from(h);
-    let sign = (h & 0x8000) << 16;
-    let em = h & 0x7fff;
-    // Rebias the exponent from 15 to 127.
-    let normal = (em << 13) + ((127 - 15) << 23);
-    let subnormal = (em as f32 * f32::from_bits(0x3380_0000)).to_bits();
-    let special = 0x7f80_0000 | (em << 13) | if em > 0x7c00 { 0x40_0000 } else { 0 };
-    let bits = if em < 0x400 {
-        subnormal
-    } else if em >= 0x7c00 {
-        special
-    } else {
-        normal
-    };
-    f32::from_bits(sign | bits)
 }
 
 /// A weight converted to a stored format: the bytes of the weight operand (padded to whole
@@ -210,7 +209,7 @@ pub fn quantize(
         });
     }
     let padded = |len: usize| len.next_multiple_of(4);
-    Ok(match format {
+    Ok(match format.storage() {
         WeightFormat::F32 => Quantized {
             bytes: bytemuck::cast_slice(values).to_vec(),
             scales: Vec::new(),
@@ -226,7 +225,7 @@ pub fn quantize(
                 scales: Vec::new(),
             }
         }
-        WeightFormat::Int8 { .. } => {
+        WeightFormat::Int8 { .. } | WeightFormat::Int8Dynamic { .. } => {
             let (group, groups) = format.groups(inner);
             let (group, inner) = (group as usize, inner as usize);
             let mut bytes = vec![0u8; padded(values.len())];
@@ -308,7 +307,7 @@ impl<'a> WeightView<'a> {
             bytes,
             len: len as usize,
             scales,
-            format,
+            format: format.storage(),
             group: group as usize,
             groups: groups as usize,
         })
@@ -348,7 +347,7 @@ impl<'a> WeightView<'a> {
                 self.bytes[2 * e],
                 self.bytes[2 * e + 1],
             ])),
-            WeightFormat::Int8 { .. } => {
+            WeightFormat::Int8 { .. } | WeightFormat::Int8Dynamic { .. } => {
                 f32::from(self.bytes[e] as i8) * self.scales[ch * self.groups + p / self.group]
             }
         }
@@ -412,48 +411,6 @@ impl<'a> WeightView<'a> {
         } else {
             decode_halves(src, out);
         }
-    }
-}
-
-/// Decodes the little-endian halves `src` (two bytes each) into `out`: eight per instruction
-/// with x86-64's F16C where the CPU has it (the decode is most of the cost of an f16 product on
-/// the host at small batches), else [`f16_to_f32`] per element. Both give the same bits.
-#[doc(hidden)]
-pub fn decode_halves(src: &[u8], out: &mut [f32]) {
-    let n = out.len().min(src.len() / 2);
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c") {
-        // SAFETY: the CPU supports AVX and F16C (checked just above).
-        unsafe { decode_halves_f16c(&src[..2 * n], &mut out[..n]) };
-        return;
-    }
-    for (o, c) in out[..n].iter_mut().zip(src.chunks_exact(2)) {
-        *o = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
-    }
-}
-
-/// [`decode_halves`] with F16C's `vcvtph2ps`; `src` holds exactly `2 · out.len()` bytes.
-///
-/// # Safety
-/// The CPU must support AVX and F16C.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx,f16c")]
-unsafe fn decode_halves_f16c(src: &[u8], out: &mut [f32]) {
-    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm256_cvtph_ps, _mm256_storeu_ps};
-    let whole = out.len() / 8 * 8;
-    for i in (0..whole).step_by(8) {
-        // SAFETY: elements `i..i + 8` lie inside both slices (`i + 8 <= whole <= out.len()`,
-        // and `src` holds two bytes per element of `out`); both accesses are unaligned ones.
-        unsafe {
-            let halves = _mm_loadu_si128(src.as_ptr().add(2 * i).cast::<__m128i>());
-            _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_cvtph_ps(halves));
-        }
-    }
-    for (o, c) in out[whole..]
-        .iter_mut()
-        .zip(src[2 * whole..].chunks_exact(2))
-    {
-        *o = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
     }
 }
 

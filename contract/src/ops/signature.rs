@@ -350,6 +350,7 @@ impl Op {
         what: &str,
         [channels, inner]: [u64; 2],
     ) -> Result<()> {
+        format.check_product(self, inner)?;
         inputs.push(self.operand(format.dtype(), what, &[channels, inner])?);
         if format.has_scales() {
             let (_, groups) = format.groups(inner);

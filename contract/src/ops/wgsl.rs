@@ -62,6 +62,7 @@ pub const MATMUL_TILE: u32 = 32;
 /// | key | operands | params | one invocation / workgroup per |
 /// |---|---|---|---|
 /// | `matmul`, `matmul_bias` (+ `_f16`, `_int8`) | a, b, (scales), (bias), c | batch, m, n, k, trans_a, trans_b, broadcast_b, alpha, tiles_n, tiles_m, group, groups | 32×32 tile of c (8×8 workgroup) |
+/// | `matmul_int8_dynamic`, `matmul_bias_int8_dynamic` | a, b, scales, (bias), c | matmul's, then batch·m·n | element of c |
 /// | `add`, `mul` | a, b, c | len, b_len | element |
 /// | `scale` | x, y | len, alpha | element |
 /// | `gelu`, `relu` | x, y | len | element |
@@ -113,7 +114,8 @@ mod sources;
 
 use sources::{
     ADD, CONV2D, CONV2D_BIAS, COPY, EMBEDDING, GELU, L2NORMALIZE, LAYERNORM, MATMUL, MATMUL_BIAS,
-    MAXPOOL2D, MEANPOOL, MUL, PERMUTE, RELU, SCALE, SOFTMAX, SOFTMAX_MASKED, SOURCES, Variants,
+    MATMUL_DYNAMIC, MATMUL_DYNAMIC_BIAS, MAXPOOL2D, MEANPOOL, MUL, PERMUTE, RELU, SCALE, SOFTMAX,
+    SOFTMAX_MASKED, SOURCES, Variants,
 };
 
 /// Every kernel source as `(key, source)`, e.g. to compile all pipelines up front.
@@ -138,7 +140,7 @@ pub fn kernel(op: &Op) -> Result<Kernel> {
     let variant = |v: Variants| match fmt {
         WeightFormat::F32 => v[0],
         WeightFormat::F16 => v[1],
-        WeightFormat::Int8 { .. } => v[2],
+        WeightFormat::Int8 { .. } | WeightFormat::Int8Dynamic { .. } => v[2],
     };
     // Group sizes are at most the row length (a u32 dimension or a checked u32 operand length).
     let scale_groups = |inner: u64| {
@@ -172,8 +174,18 @@ pub fn kernel(op: &Op) -> Result<Kernel> {
                 tiles_m,
             ]);
             p[10..12].copy_from_slice(&scale_groups(u64::from(k)));
-            let groups = u64::from(tiles_n) * u64::from(tiles_m) * u64::from(batch);
-            (variant(if bias { MATMUL_BIAS } else { MATMUL }), groups)
+            if let WeightFormat::Int8Dynamic { .. } = fmt {
+                p[12] = out_len;
+                let source = if bias {
+                    MATMUL_DYNAMIC_BIAS
+                } else {
+                    MATMUL_DYNAMIC
+                };
+                (source, per_element)
+            } else {
+                let groups = u64::from(tiles_n) * u64::from(tiles_m) * u64::from(batch);
+                (variant(if bias { MATMUL_BIAS } else { MATMUL }), groups)
+            }
         }
         Op::Add { len, b_len } | Op::Mul { len, b_len } => {
             p[..2].copy_from_slice(&[len, b_len]);

@@ -93,12 +93,12 @@ impl BestFit {
             .get_mut(id as usize)
             .and_then(Option::take)
             .ok_or_else(|| format!("best fit: free of {id}, which is not live"))?;
-        if let Some((&before, &free)) = self.by_offset.range(..offset).next_back() {
-            if before + free == offset {
-                self.remove(before, free);
-                offset = before;
-                size += free;
-            }
+        if let Some((&before, &free)) = self.by_offset.range(..offset).next_back()
+            && before + free == offset
+        {
+            self.remove(before, free);
+            offset = before;
+            size += free;
         }
         if let Some(&free) = self.by_offset.get(&(offset + size)) {
             self.remove(offset + size, free);

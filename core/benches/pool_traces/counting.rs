@@ -204,10 +204,10 @@ impl Blk {
     /// Forgets the granules at and past granule `len`.
     fn truncate(&mut self, len: u64) {
         self.holes.truncate(len.div_ceil(64) as usize);
-        if let Some(last) = self.holes.last_mut() {
-            if !len.is_multiple_of(64) {
-                *last &= (1u64 << (len % 64)) - 1;
-            }
+        if let Some(last) = self.holes.last_mut()
+            && !len.is_multiple_of(64)
+        {
+            *last &= (1u64 << (len % 64)) - 1;
         }
     }
 }

@@ -123,11 +123,11 @@ impl Budget {
         else {
             return false;
         };
-        if let Some(p) = &self.parent {
-            if !p.try_reserve(bytes) {
-                self.reserved.fetch_sub(bytes, Ordering::AcqRel);
-                return false;
-            }
+        if let Some(p) = &self.parent
+            && !p.try_reserve(bytes)
+        {
+            self.reserved.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
         }
         self.peak_reserved
             .fetch_max(before + bytes, Ordering::AcqRel);

@@ -410,10 +410,10 @@ impl DevicePool for SpillPool {
         };
         // Leased and in host memory: nothing moves it until this restore ends.
         let restored = self.restore(handle, size, align, &label);
-        if restored.is_err() {
-            if let Ok(slot) = self.lock().slots.get_mut(handle) {
-                slot.e.release();
-            }
+        if restored.is_err()
+            && let Ok(slot) = self.lock().slots.get_mut(handle)
+        {
+            slot.e.release();
         }
         restored
     }

@@ -105,18 +105,18 @@ impl Trace {
                     live.push((i, step, total));
                     total += u128::from(lifetimes[i].size);
                     peak = peak.max(total);
-                } else if let Some(&i) = order.get(&step) {
-                    if let Some(pos) = live.iter().position(|e| e.0 == i) {
-                        let size = u128::from(lifetimes[i].size);
-                        let (_, start, base) = live.remove(pos);
-                        segs[seg_of[&i]].push((start, step, base));
-                        for e in live.iter_mut().skip(pos) {
-                            segs[seg_of[&e.0]].push((e.1, step, e.2));
-                            e.1 = step;
-                            e.2 -= size;
-                        }
-                        total -= size;
+                } else if let Some(&i) = order.get(&step)
+                    && let Some(pos) = live.iter().position(|e| e.0 == i)
+                {
+                    let size = u128::from(lifetimes[i].size);
+                    let (_, start, base) = live.remove(pos);
+                    segs[seg_of[&i]].push((start, step, base));
+                    for e in live.iter_mut().skip(pos) {
+                        segs[seg_of[&e.0]].push((e.1, step, e.2));
+                        e.1 = step;
+                        e.2 -= size;
                     }
+                    total -= size;
                 }
             }
             for (i, start, base) in live {

@@ -94,10 +94,10 @@ impl Trace {
                     // A spill reads `from` out to the host, a restore writes `to` back.
                     if *to == 0 && index.contains_key(from) {
                         spilled.entry(*from).or_insert(step);
-                    } else if let Some(at) = spilled.remove(to) {
-                        if let Some(l) = index.get(to).and_then(|&i| out.get_mut(i)) {
-                            l.away.push((at, step));
-                        }
+                    } else if let Some(at) = spilled.remove(to)
+                        && let Some(l) = index.get(to).and_then(|&i| out.get_mut(i))
+                    {
+                        l.away.push((at, step));
                     }
                 }
                 kind => {

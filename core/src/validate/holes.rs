@@ -62,17 +62,18 @@ impl Validated {
                 });
             }
         }
-        if let [(a, n), (b, m)] = *ranges {
-            if a < b + m && b < a + n {
-                return Err(Error::Overlap {
-                    what: format!("{call}: the two ranges"),
-                    block: block.0,
-                    first_offset: a,
-                    first_size: n,
-                    second_offset: b,
-                    second_size: m,
-                });
-            }
+        if let [(a, n), (b, m)] = *ranges
+            && a < b + m
+            && b < a + n
+        {
+            return Err(Error::Overlap {
+                what: format!("{call}: the two ranges"),
+                block: block.0,
+                first_offset: a,
+                first_size: n,
+                second_offset: b,
+                second_size: m,
+            });
         }
         Ok(())
     }

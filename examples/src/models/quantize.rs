@@ -82,7 +82,7 @@ pub fn quantize_file(
         let dtype = match target {
             WeightFormat::F32 => Dtype::F32,
             WeightFormat::F16 => Dtype::F16,
-            WeightFormat::Int8 { .. } => Dtype::I8,
+            WeightFormat::Int8 { .. } | WeightFormat::Int8Dynamic { .. } => Dtype::I8,
         };
         let mut bytes_out = bytes.len() as u64;
         if target.has_scales() {

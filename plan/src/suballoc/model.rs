@@ -62,21 +62,21 @@ impl LiveRanges {
             .checked_add(r.size)
             .filter(|e| *e <= capacity)
             .ok_or_else(|| format!("[{}, +{}) outside [0, {capacity})", r.offset, r.size))?;
-        if let Some((&start, _)) = self.ranges.range(r.offset..).next() {
-            if start < end {
-                return Err(format!(
-                    "[{}, {end}) overlaps the range at {start}",
-                    r.offset
-                ));
-            }
+        if let Some((&start, _)) = self.ranges.range(r.offset..).next()
+            && start < end
+        {
+            return Err(format!(
+                "[{}, {end}) overlaps the range at {start}",
+                r.offset
+            ));
         }
-        if let Some((_, &prev_end)) = self.ranges.range(..r.offset).next_back() {
-            if prev_end > r.offset {
-                return Err(format!(
-                    "[{}, {end}) overlaps a range ending at {prev_end}",
-                    r.offset
-                ));
-            }
+        if let Some((_, &prev_end)) = self.ranges.range(..r.offset).next_back()
+            && prev_end > r.offset
+        {
+            return Err(format!(
+                "[{}, {end}) overlaps a range ending at {prev_end}",
+                r.offset
+            ));
         }
         self.ranges.insert(r.offset, end);
         self.bytes += size;

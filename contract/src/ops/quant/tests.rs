@@ -175,3 +175,46 @@ fn f16_layout_is_two_per_word() {
     let back = dequantize(&q.bytes, &[], 1, 3, WeightFormat::F16).unwrap();
     assert_eq!(back, [1.0, -2.0, 0.5]);
 }
+
+/// Int8-dynamic is stored as int8 (same bytes, scales and groups), conv2d refuses it, and a
+/// matmul refuses scale groups whose integer sums could overflow 32 bits.
+#[test]
+fn int8_dynamic_is_int8_storage_with_its_own_refusals() {
+    let (dynamic, int8) = (
+        WeightFormat::Int8Dynamic { group: 4 },
+        WeightFormat::Int8 { group: 4 },
+    );
+    assert_eq!(dynamic.storage(), int8);
+    assert_eq!(dynamic.dtype(), DType::I8);
+    assert!(dynamic.has_scales());
+    assert_eq!(dynamic.groups(10), (4, 3));
+    let values: Vec<f32> = (0..20).map(|i| i as f32 * 0.37 - 3.0).collect();
+    assert_eq!(
+        quantize(&values, 2, 10, dynamic).unwrap(),
+        quantize(&values, 2, 10, int8).unwrap()
+    );
+    let conv = Op::Conv2d {
+        n: 1,
+        c_in: 2,
+        h: 5,
+        w: 5,
+        c_out: 3,
+        kh: 3,
+        kw: 3,
+        stride: 1,
+        pad: 0,
+        bias: false,
+        weight_format: dynamic,
+    };
+    let err = conv.signature().unwrap_err();
+    assert!(err.to_string().contains("int8-dynamic"), "{err}");
+    let mm = |k: u32, group: u32| {
+        Op::batched_matmul(1, 2, 3, k).with_weight_format(WeightFormat::Int8Dynamic { group })
+    };
+    let longest = MAX_DYNAMIC_GROUP as u32;
+    assert!(mm(longest, 0).signature().is_ok());
+    assert!(mm(longest + 1, longest).signature().is_ok());
+    let err = mm(longest + 1, 0).signature().unwrap_err();
+    assert!(err.to_string().contains("per scale group"), "{err}");
+    assert!(255 * 128 * MAX_DYNAMIC_GROUP <= i32::MAX as u64);
+}

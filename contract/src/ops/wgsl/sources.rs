@@ -100,6 +100,18 @@ pub(super) const MATMUL: Variants =
     weight_variants!("matmul", [a: f32,], [c: f32], "no_bias.wgsl", "matmul.wgsl");
 pub(super) const MATMUL_BIAS: Variants =
     weight_variants!("matmul_bias", [a: f32,], [bias: f32, c: f32], "bias.wgsl", "matmul.wgsl");
+pub(super) const MATMUL_DYNAMIC: Source = per_element!(
+    "matmul_int8_dynamic",
+    [a: f32, weight: u32, scales: f32, c: f32],
+    "no_bias.wgsl",
+    "matmul_dynamic.wgsl"
+);
+pub(super) const MATMUL_DYNAMIC_BIAS: Source = per_element!(
+    "matmul_bias_int8_dynamic",
+    [a: f32, weight: u32, scales: f32, bias: f32, c: f32],
+    "bias.wgsl",
+    "matmul_dynamic.wgsl"
+);
 pub(super) const ADD: Source = per_element!("add", [a: f32, b: f32, c: f32], "add.wgsl");
 pub(super) const MUL: Source = per_element!("mul", [a: f32, b: f32, c: f32], "mul.wgsl");
 pub(super) const SCALE: Source = per_element!("scale", [x: f32, y: f32], "scale.wgsl");
@@ -164,6 +176,8 @@ pub(super) const SOURCES: &[Source] = &[
     MATMUL_BIAS[0],
     MATMUL_BIAS[1],
     MATMUL_BIAS[2],
+    MATMUL_DYNAMIC,
+    MATMUL_DYNAMIC_BIAS,
     ADD,
     MUL,
     SCALE,

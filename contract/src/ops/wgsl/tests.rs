@@ -120,8 +120,16 @@ fn sample_ops() -> Vec<Op> {
         .cloned()
         .collect();
     for op in weighted {
-        for format in [WeightFormat::F16, WeightFormat::Int8 { group: 2 }] {
-            ops.push(op.with_weight_format(format));
+        for format in [
+            WeightFormat::F16,
+            WeightFormat::Int8 { group: 2 },
+            WeightFormat::Int8Dynamic { group: 2 },
+        ] {
+            let op = op.with_weight_format(format);
+            // Conv2d refuses int8-dynamic weights.
+            if op.signature().is_ok() {
+                ops.push(op);
+            }
         }
     }
     ops

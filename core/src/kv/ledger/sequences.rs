@@ -94,14 +94,14 @@ impl KvLedger {
         let mut idle_hits = 0;
         for c in 0..n / bt {
             let key = block_key(parent, &tokens[c * bt..(c + 1) * bt]);
-            if c < lookable && hits.len() == c {
-                if let Some(b) = self
+            if c < lookable
+                && hits.len() == c
+                && let Some(b) = self
                     .prefix
                     .lookup(key, parent, &tokens[c * bt..(c + 1) * bt])
-                {
-                    idle_hits += usize::from(self.refs[b as usize] == 0);
-                    hits.push(b);
-                }
+            {
+                idle_hits += usize::from(self.refs[b as usize] == 0);
+                hits.push(b);
             }
             keys.push(key);
             parent = key;
@@ -284,11 +284,11 @@ impl KvLedger {
         for b in cut {
             self.release(b);
         }
-        if let Some(t) = tail {
-            if self.refs[t as usize] == 1 {
-                self.prefix.forget(t);
-                self.set_filled(t, (len % bt) as u32);
-            }
+        if let Some(t) = tail
+            && self.refs[t as usize] == 1
+        {
+            self.prefix.forget(t);
+            self.set_filled(t, (len % bt) as u32);
         }
         Ok(())
     }

@@ -412,15 +412,15 @@ fn check_request(
             limit_name: "largest block of the device",
         });
     };
-    if let Some(budget) = budget.limit() {
-        if rounded > budget {
-            return Err(Error::TooLarge {
-                what: "allocation",
-                requested: size,
-                limit: budget,
-                limit_name: "pool budget",
-            });
-        }
+    if let Some(budget) = budget.limit()
+        && rounded > budget
+    {
+        return Err(Error::TooLarge {
+            what: "allocation",
+            requested: size,
+            limit: budget,
+            limit_name: "pool budget",
+        });
     }
     Ok((rounded, align))
 }

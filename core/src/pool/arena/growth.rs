@@ -129,10 +129,10 @@ impl BlockPool {
             .block_bytes()
             .and_then(|b| self.config.carver.block_bytes(b, size))
             .filter(|b| *b <= self.backend.capabilities().max_block_size);
-            if let Some(bytes) = bytes.filter(|b| self.budget.try_reserve(*b)) {
-                if let Some(found) = self.reserve(st, bytes, class, size, align, label)? {
-                    return Ok(Some(found));
-                }
+            if let Some(bytes) = bytes.filter(|b| self.budget.try_reserve(*b))
+                && let Some(found) = self.reserve(st, bytes, class, size, align, label)?
+            {
+                return Ok(Some(found));
             }
             // Refused by the budget or the driver: give back our own empty blocks, once.
             if attempt == 1 || self.trim_locked(st)? == 0 {

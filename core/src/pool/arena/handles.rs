@@ -247,15 +247,15 @@ impl Handles {
         }
         self.cells.truncate(len as usize);
         let last = self.cells.last().map_or(FREE, |c| c.unit);
-        if let Some(u) = self.unit_mut(last) {
-            if last + u.len > len {
-                // Cut by the end (the pool never asks for it): it keeps its granules below.
-                let (old, listed) = (u.len, u.listed);
-                u.len = len - last;
-                if listed {
-                    self.spare.remove(&(old, last));
-                    self.spare.insert((len - last, last));
-                }
+        if let Some(u) = self.unit_mut(last)
+            && last + u.len > len
+        {
+            // Cut by the end (the pool never asks for it): it keeps its granules below.
+            let (old, listed) = (u.len, u.listed);
+            u.len = len - last;
+            if listed {
+                self.spare.remove(&(old, last));
+                self.spare.insert((len - last, last));
             }
         }
     }

@@ -242,10 +242,10 @@ impl Holes {
     /// granules `[a, b)` it touches.
     pub(in crate::pool::arena) fn taken(&mut self, offset: u64, size: u64) -> (u64, u64) {
         let (a, b) = self.touched(offset, size);
-        if self.spare.clear(a, b) > 0 {
-            if let Some(u) = self.handles.as_mut() {
-                u.unspare(a, b);
-            }
+        if self.spare.clear(a, b) > 0
+            && let Some(u) = self.handles.as_mut()
+        {
+            u.unspare(a, b);
         }
         (a, b)
     }

@@ -161,10 +161,10 @@ impl Sites {
 
     /// The site of a request of `size` bytes at `align` now.
     pub(super) fn key(&mut self, size: u64, align: u64) -> u64 {
-        if let Some((s, a, key)) = self.hashed {
-            if (s, a) == (size, align) {
-                return key;
-            }
+        if let Some((s, a, key)) = self.hashed
+            && (s, a) == (size, align)
+        {
+            return key;
         }
         // The request's part does not wait for the window; one multiply joins them.
         let key = (mix(mix(0, size), align) ^ self.window).wrapping_mul(FX) | 1;

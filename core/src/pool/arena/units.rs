@@ -82,10 +82,10 @@ impl Units {
         if len < old {
             self.ones -= self.count(len, old);
             self.words.truncate(len.div_ceil(64) as usize);
-            if let Some(last) = self.words.last_mut() {
-                if !len.is_multiple_of(64) {
-                    *last &= (1u64 << (len % 64)) - 1;
-                }
+            if let Some(last) = self.words.last_mut()
+                && !len.is_multiple_of(64)
+            {
+                *last &= (1u64 << (len % 64)) - 1;
             }
             self.len = len;
         } else {

@@ -124,14 +124,14 @@ impl ReplayPool {
         if st.replayer.is_some() || st.planned_live > 0 {
             return Ok(());
         }
-        if let Some((shape, plan)) = st.shapes.stretch(st.key, size, align) {
-            if self.arena_of(st, plan.arena_size())? {
-                let plan = Arc::new(plan);
-                st.replayer = Some((shape, plan.replayer()));
-                st.stretched = Some(plan);
-                st.stats.stretched += 1;
-                return Ok(());
-            }
+        if let Some((shape, plan)) = st.shapes.stretch(st.key, size, align)
+            && self.arena_of(st, plan.arena_size())?
+        {
+            let plan = Arc::new(plan);
+            st.replayer = Some((shape, plan.replayer()));
+            st.stretched = Some(plan);
+            st.stats.stretched += 1;
+            return Ok(());
         }
         self.release_idle_arena(st)?;
         Ok(())
@@ -141,14 +141,14 @@ impl ReplayPool {
     fn release_entry(&self, handle: Handle, ticket: Ticket, cancel: bool) -> Result<()> {
         let mut st = self.lock();
         let entry = st.slots.get_for_remove(handle)?.clone();
-        if let Source::Planned { step, .. } = entry.source {
-            if step != st.step || !st.in_step {
-                return Err(Error::invariant(
-                    "a planned replay allocation is freed within its step (end_step refuses to \
+        if let Source::Planned { step, .. } = entry.source
+            && (step != st.step || !st.in_step)
+        {
+            return Err(Error::invariant(
+                "a planned replay allocation is freed within its step (end_step refuses to \
                      end a step with one live)",
-                    format!("allocation of step {step} freed at step {}", st.step),
-                ));
-            }
+                format!("allocation of step {step} freed at step {}", st.step),
+            ));
         }
         // The dynamic pool first: if it refuses, nothing here has changed.
         match entry.source {
@@ -260,12 +260,14 @@ impl DevicePool for ReplayPool {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return Ok(released),
         };
-        if let Some(block) = st.arena {
-            if !st.in_step && st.planned_live == 0 && self.source.idle(&block)? {
-                self.source.release(&block)?;
-                st.arena = None;
-                released += block.size;
-            }
+        if let Some(block) = st.arena
+            && !st.in_step
+            && st.planned_live == 0
+            && self.source.idle(&block)?
+        {
+            self.source.release(&block)?;
+            st.arena = None;
+            released += block.size;
         }
         Ok(released)
     }

@@ -44,18 +44,18 @@ impl NodeTracer {
 
     pub(super) fn before(&mut self, model: &Model, step: usize, node: &Node) -> Result<()> {
         let out = model.graph.root(node.output).index();
-        if let Some(p) = model.places[out].filter(|p| p.planned) {
-            if self.span[out].is_some_and(|s| s.0 == step) {
-                self.ids[out] = self.tracer.next_id();
-                self.tracer.record(EventKind::Alloc {
-                    id: self.ids[out],
-                    pool: self.pool.clone(),
-                    size: p.size,
-                    offset: p.offset,
-                    label: node.label.clone(),
-                    parent: Some(model.rt.trace_id(p.alloc.handle)),
-                });
-            }
+        if let Some(p) = model.places[out].filter(|p| p.planned)
+            && self.span[out].is_some_and(|s| s.0 == step)
+        {
+            self.ids[out] = self.tracer.next_id();
+            self.tracer.record(EventKind::Alloc {
+                id: self.ids[out],
+                pool: self.pool.clone(),
+                size: p.size,
+                offset: p.offset,
+                label: node.label.clone(),
+                parent: Some(model.rt.trace_id(p.alloc.handle)),
+            });
         }
         for (i, &t) in node
             .inputs

@@ -61,7 +61,8 @@ pub fn build_graph(batch: usize, format: WeightFormat) -> Result<MnistGraph> {
         stride: 1,
         pad: 1,
         bias: true,
-        weight_format: format,
+        // Conv2d quantises no activations: int8-dynamic convolutions read their weights as int8.
+        weight_format: format.storage(),
     };
     let pool = |c: u32, side: u32| Op::MaxPool2d {
         n,

@@ -1,0 +1,119 @@
+//! `A`'s rows quantised for the int8-dynamic product (the parent's doc): unsigned 8-bit values
+//! with a zero point per row, rows padded to whole vector steps, with each row's scale.
+
+use rayon::prelude::*;
+
+use super::super::Shape;
+use super::STEP;
+
+/// 1.5·2²³: `x + ROUND` holds `round_ties_even(x)` in its low mantissa bits for `|x| < 2²²`.
+const ROUND: f32 = 12_582_912.0;
+
+/// Rows below this many elements are quantised on the calling thread.
+const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
+
+/// Quantised rows of op(A), every `a` matrix's in order (row `r` is row `r % m` of matrix
+/// `r / m`).
+#[derive(Debug, Default)]
+pub(super) struct Rows {
+    /// `ld` bytes per row: the row's `u`, then zeros.
+    pub u: Vec<u8>,
+    /// Bytes between rows: `k` rounded up to a multiple of [`STEP`].
+    pub ld: usize,
+    /// Each row's step `(hi − lo) / 255`; NaN for a row holding a non-finite value.
+    pub scale: Vec<f32>,
+    /// Each row's zero point `z`.
+    pub zero: Vec<i32>,
+}
+
+/// One row's outputs: its `ld` bytes, its scale, its zero point.
+type RowOut<'a> = ((&'a mut [u8], &'a mut f32), &'a mut i32);
+
+/// Quantises every row of op(A) into `out` (buffers reused: only grown and overwritten).
+pub(super) fn quantize(s: &Shape, a: &[f32], parallel: bool, out: &mut Rows) {
+    let (m, k) = (s.m, s.k);
+    let total = s.batch * m;
+    let ld = k.next_multiple_of(STEP);
+    out.ld = ld;
+    out.u.clear();
+    out.u.resize(total * ld, 0);
+    out.scale.clear();
+    out.scale.resize(total, 0.0);
+    out.zero.clear();
+    out.zero.resize(total, 0);
+    let one = |(r, ((u, scale), zero)): (usize, RowOut<'_>)| {
+        let u = &mut u[..k];
+        (*scale, *zero) = if s.trans_a {
+            // Row `i` of op(A) is column `i` of the stored `[k, m]` matrix.
+            let (mat, i) = (r / m, r % m);
+            let row: Vec<f32> = a[mat * m * k + i..]
+                .iter()
+                .step_by(m)
+                .take(k)
+                .copied()
+                .collect();
+            quantize_row(&row, u)
+        } else {
+            quantize_row(&a[r * k..][..k], u)
+        };
+    };
+    if parallel && total * k >= PARALLEL_MIN_ELEMENTS {
+        out.u
+            .par_chunks_mut(ld)
+            .zip(out.scale.par_iter_mut())
+            .zip(out.zero.par_iter_mut())
+            .enumerate()
+            .for_each(one);
+    } else {
+        out.u
+            .chunks_mut(ld)
+            .zip(out.scale.iter_mut())
+            .zip(out.zero.iter_mut())
+            .enumerate()
+            .for_each(one);
+    }
+}
+
+/// Quantises `row` into `u` (as long); returns the row's scale and zero point.
+pub(super) fn quantize_row(row: &[f32], u: &mut [u8]) -> (f32, i32) {
+    // Eight lanes, so the loop vectorises: the extremes (from 0, so the range holds 0), and
+    // `Σ v · 0`, which is NaN exactly when some value is infinite or NaN.
+    let (mut lo, mut hi, mut poison) = ([0f32; 8], [0f32; 8], [0f32; 8]);
+    let mut chunks = row.chunks_exact(8);
+    for c in &mut chunks {
+        for l in 0..8 {
+            lo[l] = if c[l] < lo[l] { c[l] } else { lo[l] };
+            hi[l] = if c[l] > hi[l] { c[l] } else { hi[l] };
+            poison[l] += c[l] * 0.0;
+        }
+    }
+    for (l, &v) in chunks.remainder().iter().enumerate() {
+        lo[l] = if v < lo[l] { v } else { lo[l] };
+        hi[l] = if v > hi[l] { v } else { hi[l] };
+        poison[l] += v * 0.0;
+    }
+    let lo = lo.iter().fold(0f32, |m, &v| if v < m { v } else { m });
+    let hi = hi.iter().fold(0f32, |m, &v| if v > m { v } else { m });
+    let span = hi - lo;
+    if poison.iter().sum::<f32>().is_nan() || !span.is_finite() {
+        u.fill(0);
+        return (f32::NAN, 0);
+    }
+    if span == 0.0 {
+        u.fill(0);
+        return (0.0, 0);
+    }
+    let inv = 255.0 / span;
+    let zero = round(-lo * inv);
+    for (o, &v) in u.iter_mut().zip(row) {
+        *o = (round(v * inv) + zero).clamp(0, 255) as u8;
+    }
+    (span / 255.0, zero)
+}
+
+/// `x` rounded to the nearest integer, ties to even, for `|x| ≤ 2²²` (here at most 255 and a
+/// rounding).
+#[inline(always)]
+fn round(x: f32) -> i32 {
+    (x + ROUND).to_bits() as i32 - ROUND.to_bits() as i32
+}
