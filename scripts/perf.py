@@ -121,12 +121,12 @@ def decode() -> tuple[str, str]:
 def ort() -> tuple[str, str]:
     minilm = release_bin("minilm")
     parts = []
-    for weights in ("f32", "int8"):
+    for weights in ("f32", "int8", "int8-dynamic"):
         out = run([sys.executable, "scripts/bench_vs_ort.py", "--minilm", minilm, "--runs", "20",
                    "--weights", weights])
         keep = [line for line in out.splitlines() if not line.startswith("load average")]
         parts.append("```\n" + "\n".join(keep).strip() + "\n```")
-    command = "python3 scripts/bench_vs_ort.py --minilm target/release/minilm --runs 20 --weights f32|int8"
+    command = "python3 scripts/bench_vs_ort.py --minilm target/release/minilm --runs 20 --weights f32|int8|int8-dynamic"
     return command, "\n\n".join(parts)
 
 

@@ -14,8 +14,7 @@
 //! While one group's blocks run, the next group's rows are prefetched, a part per block: with a
 //! few rows of `A` the blocks are few, and the first would otherwise wait on memory alone.
 //! The lane width is chosen at run time: 8 with AVX2 + FMA, otherwise 4 (SSE2, wasm32, NEON).
-//! AVX-512 would need Rust 1.89, above the workspace's MSRV; AVX2 reaches the same FMA rate on
-//! CPUs that split 512-bit operations in two (AMD Zen 4).
+//! AVX2 reaches AVX-512's FMA rate on CPUs that split 512-bit operations in two (AMD Zen 4).
 //!
 //! **f16 weights** are read the same way, as halves converted to f32 as they are loaded (F16C
 //! on x86-64): a decode step reads each weight once, so decoding it into a buffer first would
