@@ -7,7 +7,7 @@
 
 #![forbid(unsafe_code)]
 
-use tensormem_contract::ops::{Op, WeightFormat};
+use tensormem_contract::ops::{Op, Scalar, WeightFormat};
 use tensormem_contract::{Error, Result};
 
 /// Threads per block of the element-wise kernels.
@@ -122,54 +122,32 @@ pub(crate) fn matmul_dims(batch: u32, m: u32, n: u32) -> LaunchDims {
     }
 }
 
-/// The `s0..s3` arguments of `tm_permute`: for output axis `i`, the input stride (in elements) of
-/// input axis `perm[i]`. Input strides are row-major over `dims`.
-pub(crate) fn permute_strides(dims: [u32; 4], perm: [u8; 4]) -> [u64; 4] {
-    let d = dims.map(u64::from);
-    let in_stride = [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1];
-    perm.map(|p| in_stride[usize::from(p & 3)])
-}
-
-fn b(v: bool) -> Arg {
-    Arg::U32(u32::from(v))
-}
-
-/// The weight operands of a weight-reading op whose weight is binding `w`: the weight pointer,
-/// the scales pointer (0 unless int8), the index of the next binding, and the trailing
-/// `fmt, group, groups` arguments of `tm_weight_at` for rows of `inner` elements.
-fn weight_args(op: &Op, addrs: &[u64], w: usize, inner: u64) -> (Arg, Arg, usize, [Arg; 3]) {
-    let format = op.weight_format();
-    let code = match format {
-        WeightFormat::F32 => 0,
-        WeightFormat::F16 => 1,
-        WeightFormat::Int8 { .. } | WeightFormat::Int8Dynamic { .. } => 2,
-    };
-    // Group sizes are at most the row length, a checked u32 operand dimension.
-    let (group, groups) = format.groups(inner.max(1));
-    let tail = [
-        Arg::U32(code),
-        Arg::U32(group as u32),
-        Arg::U32(groups as u32),
-    ];
-    if format.has_scales() {
-        (Arg::Ptr(addrs[w]), Arg::Ptr(addrs[w + 1]), w + 2, tail)
-    } else {
-        (Arg::Ptr(addrs[w]), Arg::Ptr(0), w + 1, tail)
+/// An op's kernel parameter as a kernel argument.
+impl From<Scalar> for Arg {
+    fn from(v: Scalar) -> Arg {
+        match v {
+            Scalar::U32(v) => Arg::U32(v),
+            Scalar::F32(v) => Arg::F32(v),
+        }
     }
 }
 
-/// The leading arguments `x, w, scales, bias, y` of an op that reads its input at binding 0 and
-/// its weight from binding 1 on (see [`weight_args`]), then an optional bias and its output (a
-/// null bias pointer without one), and the trailing `tm_weight_at` arguments.
-fn weighted_args(op: &Op, addrs: &[u64], inner: u64, bias: bool) -> (Vec<Arg>, [Arg; 3]) {
+/// The pointer arguments `x, w, scales, bias, y` of an op that reads its input at binding 0 and
+/// its weight from binding 1 on: a null scales pointer unless the weight has scales, a null bias
+/// pointer without a bias, then the output.
+fn weighted_ptrs(op: &Op, addrs: &[u64], bias: bool) -> Vec<Arg> {
     let p = |i: usize| Arg::Ptr(addrs[i]);
-    let (w, scales, next, tail) = weight_args(op, addrs, 1, inner);
-    let (bias_ptr, out) = if bias {
+    let (scales, next) = if op.weight_format().has_scales() {
+        (p(2), 3)
+    } else {
+        (Arg::Ptr(0), 2)
+    };
+    let (bias, out) = if bias {
         (p(next), p(next + 1))
     } else {
         (Arg::Ptr(0), p(next))
     };
-    (vec![p(0), w, scales, bias_ptr, out], tail)
+    vec![p(0), p(1), scales, bias, out]
 }
 
 /// Plans the launch of `op` over `addrs`, the device addresses of its bindings (inputs, then
@@ -186,220 +164,92 @@ pub(crate) fn plan_call(op: &Op, addrs: &[u64]) -> Result<KernelCall> {
         return Err(op.binding_count(count, addrs.len()));
     }
     let p = |i: usize| Arg::Ptr(addrs[i]);
-    let call = |kernel, args, dims| KernelCall { kernel, args, dims };
+    // The pointers in the kernel's order (absent optional operands as null), then the op's
+    // shared kernel parameters (`Op::kernel_scalars`).
+    let scalars = op.kernel_scalars()?.into_iter().map(Arg::from);
+    let call = |kernel, mut args: Vec<Arg>, dims| {
+        args.extend(scalars);
+        KernelCall { kernel, args, dims }
+    };
+    let elements = |n: u32| elementwise_dims(u64::from(n));
     Ok(match *op {
         Op::MatMul {
-            batch,
-            m,
-            n,
-            k,
-            trans_a,
-            trans_b,
-            broadcast_b,
-            bias,
-            alpha,
-            ..
+            batch, m, n, bias, ..
         } => {
-            let (mut args, tail) = weighted_args(op, addrs, u64::from(k), bias);
-            args.extend([
-                Arg::U32(batch),
-                Arg::U32(m),
-                Arg::U32(n),
-                Arg::U32(k),
-                b(trans_a),
-                b(trans_b),
-                b(broadcast_b),
-                b(bias),
-                Arg::F32(alpha),
-            ]);
-            args.extend(tail);
+            let args = weighted_ptrs(op, addrs, bias);
             if let WeightFormat::Int8Dynamic { .. } = op.weight_format() {
-                let elements = u64::from(batch) * u64::from(m) * u64::from(n);
-                call("tm_matmul_dynamic", args, elementwise_dims(elements))
+                let outputs = u64::from(batch) * u64::from(m) * u64::from(n);
+                call("tm_matmul_dynamic", args, elementwise_dims(outputs))
             } else {
                 call("tm_matmul", args, matmul_dims(batch, m, n))
             }
         }
-        Op::Add { len, b_len } | Op::Mul { len, b_len } => call(
-            if matches!(op, Op::Add { .. }) {
-                "tm_add"
-            } else {
-                "tm_mul"
-            },
-            vec![p(0), p(1), p(2), Arg::U32(len), Arg::U32(b_len)],
-            elementwise_dims(u64::from(len)),
-        ),
-        Op::Scale { len, alpha } => call(
-            "tm_scale",
-            vec![p(0), p(1), Arg::U32(len), Arg::F32(alpha)],
-            elementwise_dims(u64::from(len)),
-        ),
-        Op::Gelu { len } | Op::Relu { len } => call(
-            if matches!(op, Op::Gelu { .. }) {
-                "tm_gelu"
-            } else {
-                "tm_relu"
-            },
-            vec![p(0), p(1), Arg::U32(len)],
-            elementwise_dims(u64::from(len)),
-        ),
-        Op::LayerNorm { rows, cols, eps } => call(
+        Op::Add { len, .. } => call("tm_add", vec![p(0), p(1), p(2)], elements(len)),
+        Op::Mul { len, .. } => call("tm_mul", vec![p(0), p(1), p(2)], elements(len)),
+        Op::Scale { len, .. } => call("tm_scale", vec![p(0), p(1)], elements(len)),
+        Op::Gelu { len } => call("tm_gelu", vec![p(0), p(1)], elements(len)),
+        Op::Relu { len } => call("tm_relu", vec![p(0), p(1)], elements(len)),
+        Op::Copy { len } => call("tm_copy", vec![p(0), p(1)], elements(len)),
+        Op::LayerNorm { rows, cols, .. } => call(
             "tm_layernorm",
-            vec![
-                p(0),
-                p(1),
-                p(2),
-                p(3),
-                Arg::U32(rows),
-                Arg::U32(cols),
-                Arg::F32(eps),
-            ],
+            vec![p(0), p(1), p(2), p(3)],
             row_dims(rows, cols),
         ),
         Op::Softmax {
-            rows,
-            cols,
-            masked,
-            rows_per_mask,
+            rows, cols, masked, ..
         } => {
-            let (mask, out) = if masked {
-                (p(1), p(2))
+            let ptrs = if masked {
+                vec![p(0), p(1), p(2)]
             } else {
-                (Arg::Ptr(0), p(1))
+                vec![p(0), Arg::Ptr(0), p(1)]
             };
+            call("tm_softmax", ptrs, row_dims(rows, cols))
+        }
+        Op::Embedding { rows, dim, .. } => {
+            let ptrs = if op.weight_format().has_scales() {
+                vec![p(0), p(1), p(2), p(3)]
+            } else {
+                vec![p(0), Arg::Ptr(0), p(1), p(2)]
+            };
+            let outputs = u64::from(rows) * u64::from(dim);
+            call("tm_embedding", ptrs, elementwise_dims(outputs))
+        }
+        Op::MeanPool { batch, dim, .. } => {
+            let outputs = u64::from(batch) * u64::from(dim);
             call(
-                "tm_softmax",
-                vec![
-                    p(0),
-                    mask,
-                    out,
-                    Arg::U32(rows),
-                    Arg::U32(cols),
-                    b(masked),
-                    Arg::U32(rows_per_mask.max(1)),
-                ],
-                row_dims(rows, cols),
+                "tm_meanpool",
+                vec![p(0), p(1), p(2)],
+                elementwise_dims(outputs),
             )
         }
-        Op::Embedding {
-            vocab, dim, rows, ..
-        } => {
-            let (table, scales, next, tail) = weight_args(op, addrs, 0, u64::from(dim));
-            let mut args = vec![
-                table,
-                scales,
-                p(next),
-                p(next + 1),
-                Arg::U32(vocab),
-                Arg::U32(dim),
-                Arg::U32(rows),
-            ];
-            args.extend(tail);
-            call(
-                "tm_embedding",
-                args,
-                elementwise_dims(u64::from(rows) * u64::from(dim)),
-            )
+        Op::L2Normalize { rows, cols, .. } => {
+            call("tm_l2normalize", vec![p(0), p(1)], row_dims(rows, cols))
         }
-        Op::MeanPool { batch, seq, dim } => call(
-            "tm_meanpool",
-            vec![
-                p(0),
-                p(1),
-                p(2),
-                Arg::U32(batch),
-                Arg::U32(seq),
-                Arg::U32(dim),
-            ],
-            elementwise_dims(u64::from(batch) * u64::from(dim)),
-        ),
-        Op::L2Normalize { rows, cols, eps } => call(
-            "tm_l2normalize",
-            vec![p(0), p(1), Arg::U32(rows), Arg::U32(cols), Arg::F32(eps)],
-            row_dims(rows, cols),
-        ),
-        Op::Conv2d {
-            n,
-            c_in,
-            h,
-            w,
-            c_out,
-            kh,
-            kw,
-            stride,
-            pad,
-            bias,
-            ..
-        } => {
-            let (oh, ow) = op.conv_out()?;
-            let inner = u64::from(c_in) * u64::from(kh) * u64::from(kw);
-            let (mut args, tail) = weighted_args(op, addrs, inner, bias);
-            args.extend([
-                Arg::U32(n),
-                Arg::U32(c_in),
-                Arg::U32(h),
-                Arg::U32(w),
-                Arg::U32(c_out),
-                Arg::U32(kh),
-                Arg::U32(kw),
-                Arg::U32(stride),
-                Arg::U32(pad),
-                b(bias),
-                Arg::U32(oh),
-                Arg::U32(ow),
-            ]);
-            args.extend(tail);
+        Op::Conv2d { bias, .. } => {
+            let args = weighted_ptrs(op, addrs, bias);
             call("tm_conv2d", args, elementwise_dims(sig.outputs[0].len))
         }
-        Op::MaxPool2d {
-            n,
-            c,
-            h,
-            w,
-            k,
-            stride,
-        } => {
-            let (oh, ow) = op.conv_out()?;
-            call(
-                "tm_maxpool2d",
-                vec![
-                    p(0),
-                    p(1),
-                    Arg::U32(n),
-                    Arg::U32(c),
-                    Arg::U32(h),
-                    Arg::U32(w),
-                    Arg::U32(k),
-                    Arg::U32(stride),
-                    Arg::U32(oh),
-                    Arg::U32(ow),
-                ],
-                elementwise_dims(sig.outputs[0].len),
-            )
-        }
-        Op::Permute { dims, perm } => {
-            let len = sig.outputs[0].len;
-            let od = Op::permuted_dims(dims, perm);
-            let s = permute_strides(dims, perm);
-            let len32 = u32_arg(op, "len", len)?;
-            let mut args = vec![p(0), p(1), Arg::U32(len32)];
-            args.extend(od[1..].iter().map(|d| Arg::U32(*d)));
-            for st in s {
-                args.push(Arg::U32(u32_arg(op, "stride", st)?));
-            }
-            call("tm_permute", args, elementwise_dims(len))
-        }
-        Op::Copy { len } => call(
-            "tm_copy",
-            vec![p(0), p(1), Arg::U32(len)],
-            elementwise_dims(u64::from(len)),
+        Op::MaxPool2d { .. } => call(
+            "tm_maxpool2d",
+            vec![p(0), p(1)],
+            elementwise_dims(sig.outputs[0].len),
+        ),
+        Op::Permute { .. } => call(
+            "tm_permute",
+            vec![p(0), p(1)],
+            elementwise_dims(sig.outputs[0].len),
         ),
         Op::RmsNorm { .. }
         | Op::Rope { .. }
         | Op::SiluMul { .. }
         | Op::KvWrite { .. }
-        | Op::PagedAttention { .. } => llm::plan_call(op, addrs, sig.outputs[0].len)
-            .ok_or_else(|| Error::invariant("decoder ops have a plan", op.name()))?,
+        | Op::PagedAttention { .. } => {
+            let (kernel, ptrs, extra, dims) = llm::plan(op, addrs, sig.outputs[0].len)
+                .ok_or_else(|| Error::invariant("decoder ops have a plan", op.name()))?;
+            let mut launch = call(kernel, ptrs, dims);
+            launch.args.extend(extra);
+            launch
+        }
     })
 }
 
@@ -410,13 +260,6 @@ pub(crate) fn plan_fill_zero(addr: u64, size: u64) -> KernelCall {
         args: vec![Arg::Ptr(addr), Arg::U64(size)],
         dims: elementwise_dims(size),
     }
-}
-
-fn u32_arg(op: &Op, what: &str, v: u64) -> Result<u32> {
-    u32::try_from(v).map_err(|_| Error::ArithmeticOverflow {
-        what: format!("{}: {what} {v}", op.name()),
-        limit_name: "the kernels' u32 element index",
-    })
 }
 
 mod llm;

@@ -14,6 +14,7 @@ use crate::{Error, Result};
 
 mod kv;
 mod operand;
+mod params;
 pub mod quant;
 mod signature;
 #[doc(hidden)]
@@ -22,6 +23,7 @@ pub mod wgsl;
 
 pub use kv::{KvDType, KvLayout};
 pub use operand::{DType, Operand, Signature};
+pub use params::{Scalar, permute_strides};
 pub use quant::WeightFormat;
 
 /// A standard op with its parameters. All f32 unless stated.

@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use tensormem_contract::ops::permute_strides;
 
 use tensormem_contract::ops::{KvDType, KvLayout};
 

@@ -56,30 +56,27 @@ pub const MATMUL_TILE: u32 = 32;
 
 /// Everything needed to dispatch one op on a WGSL backend.
 ///
-/// Operands and parameter words per key (word `i` of [`Kernel::params`] is `p.v[i / 4][i % 4]`
-/// in WGSL; `group, groups` give an int8 weight's scale index `channel · groups + inner / group`):
+/// Operands and parameter words per key. The words start with the op's shared kernel
+/// parameters ([`Op::kernel_scalars`], f32 as bits; word `i` is `p.v[i / 4][i % 4]` in WGSL),
+/// then the words in the last column but one, which only this path needs:
 ///
-/// | key | operands | params | one invocation / workgroup per |
+/// | key | operands | own words | one invocation / workgroup per |
 /// |---|---|---|---|
-/// | `matmul`, `matmul_bias` (+ `_f16`, `_int8`) | a, b, (scales), (bias), c | batch, m, n, k, trans_a, trans_b, broadcast_b, alpha, tiles_n, tiles_m, group, groups | 32×32 tile of c (8×8 workgroup) |
-/// | `matmul_int8_dynamic`, `matmul_bias_int8_dynamic` | a, b, scales, (bias), c | matmul's, then batch·m·n | element of c |
-/// | `add`, `mul` | a, b, c | len, b_len | element |
-/// | `scale` | x, y | len, alpha | element |
-/// | `gelu`, `relu` | x, y | len | element |
-/// | `copy` | x, y (u32) | len | element |
-/// | `layernorm` | x, gamma, beta, y | rows, cols, eps | row (workgroup) |
-/// | `softmax`, `softmax_masked` | x, (mask), y | rows, cols, rows_per_mask | row (workgroup) |
-/// | `embedding` (+ `_f16`, `_int8`) | table, (scales), ids (u32), y | vocab, dim, rows, rows·dim, group, groups | element |
-/// | `meanpool` | x, mask, y | batch, seq, dim, batch·dim | output element (loops over seq) |
-/// | `l2normalize` | x, y | rows, cols, eps | row (workgroup) |
-/// | `conv2d`, `conv2d_bias` (+ `_f16`, `_int8`) | x, weight, (scales), (bias), y | n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, len, group, groups | output element |
-/// | `maxpool2d` | x, y | n·c, h, w, k, stride, oh, ow, len | output element |
-/// | `permute` | x, y | out dims ×4, input stride of each output axis ×4, len | element |
-/// | `rmsnorm` | x, weight, y | rows, cols, eps | row (workgroup) |
-/// | `rope` | x, positions (u32), y | tokens, heads, head_dim, len, r_hi, r_lo (`r = θ^(−2/head_dim)`) | element |
-/// | `silu_mul` | gate, up, y | len | element |
-/// | `kv_write` | k, v, slots (u32), segment (u32 words) | kv_heads, head_dim, block_tokens, dtype, blocks, stride, layer, tokens, groups, scales_at, tokens·groups | (token, K/V-head group); a block's first token writes all of its tokens |
-/// | `paged_attention`, `paged_attention_carry` | q, segment (u32 words), tables, meta, (carry), y | kv_heads, head_dim, block_tokens, dtype, blocks, stride, first_block, layer, tokens, q_heads, rows, width, scale, carry_out, scales_at | (token, query head) (workgroup) |
+/// | `matmul`, `matmul_bias` (+ `_f16`, `_int8`) | a, b, (scales), (bias), c | tiles_n, tiles_m | 32×32 tile of c (8×8 workgroup) |
+/// | `matmul_int8_dynamic`, `matmul_bias_int8_dynamic` | a, b, scales, (bias), c | tiles_n, tiles_m, batch·m·n | element of c |
+/// | `add`, `mul`, `scale`, `gelu`, `relu`, `silu_mul` | inputs, output | — | element |
+/// | `copy` | x, y (u32) | — | element |
+/// | `layernorm`, `rmsnorm` | x, gamma (weight), (beta), y | — | row (workgroup) |
+/// | `softmax`, `softmax_masked` | x, (mask), y | — | row (workgroup) |
+/// | `embedding` (+ `_f16`, `_int8`) | table, (scales), ids (u32), y | rows·dim | element |
+/// | `meanpool` | x, mask, y | batch·dim | output element (loops over seq) |
+/// | `l2normalize` | x, y | — | row (workgroup) |
+/// | `conv2d`, `conv2d_bias` (+ `_f16`, `_int8`) | x, weight, (scales), (bias), y | n·c_out·oh·ow | output element |
+/// | `maxpool2d` | x, y | n·c·oh·ow | output element |
+/// | `permute` | x, y | — | element |
+/// | `rope` | x, positions (u32), y | len, r_hi, r_lo (`r = θ^(−2/head_dim)`), 0 | element |
+/// | `kv_write` | k, v, slots (u32), segment (u32 words) | groups, scales_at, tokens·groups | (token, K/V-head group); a block's first token writes all of its tokens |
+/// | `paged_attention`, `paged_attention_carry` | q, segment (u32 words), tables, meta, (carry), y | — | (token, query head) (workgroup) |
 ///
 /// - **KV segments** ([`Op::KvWrite`], [`Op::PagedAttention`]) are bound as `array<u32>` over the
 ///   segment's bytes (`kv.wgsl` reads f32, f16 and int8 elements and unaligned int8 scales out of
@@ -134,48 +131,32 @@ pub fn kernel(op: &Op) -> Result<Kernel> {
     // Output element count; it fits in u32 (`Op::signature` refuses larger operands).
     let out_len = sig.outputs[0].len as u32;
     let per_element = u64::from(out_len).div_ceil(u64::from(WORKGROUP_SIZE));
+    // The op's shared kernel parameters first (`Op::kernel_scalars`), then this path's own.
+    let scalars = op.kernel_scalars()?;
     let mut p = [0u32; 16];
-    // The variant of a weight-reading op, and its (group, groups) for the int8 scale index.
-    let fmt = op.weight_format();
-    let variant = |v: Variants| match fmt {
+    if scalars.len() > p.len() {
+        return Err(Error::invariant(
+            "kernel parameters fit 16 words",
+            op.name(),
+        ));
+    }
+    for (word, v) in p.iter_mut().zip(&scalars) {
+        *word = v.bits();
+    }
+    let own = scalars.len();
+    let mut push = |words: &[u32]| p[own..own + words.len()].copy_from_slice(words);
+    let variant = |v: Variants| match op.weight_format() {
         WeightFormat::F32 => v[0],
         WeightFormat::F16 => v[1],
         WeightFormat::Int8 { .. } | WeightFormat::Int8Dynamic { .. } => v[2],
     };
-    // Group sizes are at most the row length (a u32 dimension or a checked u32 operand length).
-    let scale_groups = |inner: u64| {
-        let (g, n) = fmt.groups(inner);
-        [g as u32, n as u32]
-    };
     let (source, groups) = match *op {
         Op::MatMul {
-            batch,
-            m,
-            n,
-            k,
-            trans_a,
-            trans_b,
-            broadcast_b,
-            bias,
-            alpha,
-            ..
+            batch, m, n, bias, ..
         } => {
             let (tiles_n, tiles_m) = (n.div_ceil(MATMUL_TILE), m.div_ceil(MATMUL_TILE));
-            p[..10].copy_from_slice(&[
-                batch,
-                m,
-                n,
-                k,
-                u32::from(trans_a),
-                u32::from(trans_b),
-                u32::from(broadcast_b),
-                alpha.to_bits(),
-                tiles_n,
-                tiles_m,
-            ]);
-            p[10..12].copy_from_slice(&scale_groups(u64::from(k)));
-            if let WeightFormat::Int8Dynamic { .. } = fmt {
-                p[12] = out_len;
+            if let WeightFormat::Int8Dynamic { .. } = op.weight_format() {
+                push(&[tiles_n, tiles_m, out_len]);
                 let source = if bias {
                     MATMUL_DYNAMIC_BIAS
                 } else {
@@ -183,109 +164,44 @@ pub fn kernel(op: &Op) -> Result<Kernel> {
                 };
                 (source, per_element)
             } else {
+                push(&[tiles_n, tiles_m]);
                 let groups = u64::from(tiles_n) * u64::from(tiles_m) * u64::from(batch);
                 (variant(if bias { MATMUL_BIAS } else { MATMUL }), groups)
             }
         }
-        Op::Add { len, b_len } | Op::Mul { len, b_len } => {
-            p[..2].copy_from_slice(&[len, b_len]);
-            (
-                if matches!(op, Op::Add { .. }) {
-                    ADD
-                } else {
-                    MUL
-                },
-                per_element,
-            )
+        Op::Add { .. } => (ADD, per_element),
+        Op::Mul { .. } => (MUL, per_element),
+        Op::Scale { .. } => (SCALE, per_element),
+        Op::Gelu { .. } => (GELU, per_element),
+        Op::Relu { .. } => (RELU, per_element),
+        Op::Copy { .. } => (COPY, per_element),
+        Op::LayerNorm { rows, .. } => (LAYERNORM, u64::from(rows)),
+        Op::Softmax { rows, masked, .. } => {
+            let source = if masked { SOFTMAX_MASKED } else { SOFTMAX };
+            (source, u64::from(rows))
         }
-        Op::Scale { len, alpha } => {
-            p[..2].copy_from_slice(&[len, alpha.to_bits()]);
-            (SCALE, per_element)
-        }
-        Op::Gelu { len } | Op::Relu { len } | Op::Copy { len } => {
-            p[0] = len;
-            let source = match op {
-                Op::Gelu { .. } => GELU,
-                Op::Relu { .. } => RELU,
-                _ => COPY,
-            };
-            (source, per_element)
-        }
-        Op::LayerNorm { rows, cols, eps } => {
-            p[..3].copy_from_slice(&[rows, cols, eps.to_bits()]);
-            (LAYERNORM, u64::from(rows))
-        }
-        Op::Softmax {
-            rows,
-            cols,
-            masked,
-            rows_per_mask,
-        } => {
-            p[..3].copy_from_slice(&[rows, cols, rows_per_mask]);
-            (
-                if masked { SOFTMAX_MASKED } else { SOFTMAX },
-                u64::from(rows),
-            )
-        }
-        Op::Embedding {
-            vocab, dim, rows, ..
-        } => {
-            p[..4].copy_from_slice(&[vocab, dim, rows, out_len]);
-            p[4..6].copy_from_slice(&scale_groups(u64::from(dim)));
+        Op::Embedding { .. } => {
+            push(&[out_len]);
             (variant(EMBEDDING), per_element)
         }
-        Op::MeanPool { batch, seq, dim } => {
-            p[..4].copy_from_slice(&[batch, seq, dim, out_len]);
+        Op::MeanPool { .. } => {
+            push(&[out_len]);
             (MEANPOOL, per_element)
         }
-        Op::L2Normalize { rows, cols, eps } => {
-            p[..3].copy_from_slice(&[rows, cols, eps.to_bits()]);
-            (L2NORMALIZE, u64::from(rows))
-        }
-        Op::Conv2d {
-            n,
-            c_in,
-            h,
-            w,
-            c_out,
-            kh,
-            kw,
-            stride,
-            pad,
-            bias,
-            ..
-        } => {
-            let (oh, ow) = op.conv_out()?;
-            p[..12].copy_from_slice(&[n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, out_len]);
-            // The weight operand's length fits in u32, so its row c_in·kh·kw does too.
-            let inner = u64::from(c_in) * u64::from(kh) * u64::from(kw);
-            p[12..14].copy_from_slice(&scale_groups(inner));
+        Op::L2Normalize { rows, .. } => (L2NORMALIZE, u64::from(rows)),
+        Op::Conv2d { bias, .. } => {
+            push(&[out_len]);
             (
                 variant(if bias { CONV2D_BIAS } else { CONV2D }),
                 per_element,
             )
         }
-        Op::MaxPool2d {
-            n,
-            c,
-            h,
-            w,
-            k,
-            stride,
-        } => {
-            let (oh, ow) = op.conv_out()?;
-            // n·c is at most the input's element count, which fits in u32.
-            p[..8].copy_from_slice(&[n * c, h, w, k, stride, oh, ow, out_len]);
+        Op::MaxPool2d { .. } => {
+            push(&[out_len]);
             (MAXPOOL2D, per_element)
         }
-        Op::Permute { dims, perm } => {
-            let in_strides = [dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1];
-            p[..4].copy_from_slice(&Op::permuted_dims(dims, perm));
-            p[4..8].copy_from_slice(&perm.map(|a| in_strides[usize::from(a & 3)]));
-            p[8] = out_len;
-            (PERMUTE, per_element)
-        }
-        _ => llm::kernel(op, out_len, &mut p).ok_or_else(|| {
+        Op::Permute { .. } => (PERMUTE, per_element),
+        _ => llm::kernel(op, out_len, &mut push).ok_or_else(|| {
             Error::invariant(
                 "every op has a WGSL kernel",
                 format!("{} reached no kernel", op.name()),

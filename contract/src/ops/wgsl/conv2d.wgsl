@@ -1,10 +1,10 @@
 // NCHW cross-correlation with zero padding, one invocation per output element; sums ci, ky, kx
 // in order from 0, then adds bias_at(co) (0 in the variant without a bias).
-// Params: [n, c_in, h, w, c_out, kh, kw, stride, pad, oh, ow, len = n * c_out * oh * ow, group,
-// groups]; the weight is read through w_at (int8 scale of channel co, row element r:
+// Params: [n, c_in, h, w, c_out, kh, kw, stride, pad, has_bias, oh, ow, fmt, group, groups,
+// len = n * c_out * oh * ow]; the weight is read through w_at (int8 scale of channel co, row element r:
 // scales[co * groups + r / group]).
-// The element count is parameter word 11 (see element.wgsl).
-const LEN_AT: u32 = 11u;
+// The element count is parameter word 15 (see element.wgsl).
+const LEN_AT: u32 = 15u;
 
 fn element(i: u32) {
     let c_in = p.v[0].y;
@@ -15,10 +15,10 @@ fn element(i: u32) {
     let kw = p.v[1].z;
     let stride = p.v[1].w;
     let pad = p.v[2].x;
-    let oh = p.v[2].y;
-    let ow = p.v[2].z;
-    let group = p.v[3].x;
-    let groups = p.v[3].y;
+    let oh = p.v[2].z;
+    let ow = p.v[2].w;
+    let group = p.v[3].y;
+    let groups = p.v[3].z;
     let inner = c_in * kh * kw;
     let ox = i % ow;
     let oy = (i / ow) % oh;

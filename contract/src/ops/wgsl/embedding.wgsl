@@ -1,9 +1,9 @@
 // Row gather: y[r, d] = table[ids[r], d] (dequantised by w_at), or 0 when ids[r] >= vocab.
-// Params: [vocab, dim, rows, len = rows * dim, group, groups] (int8 scale of row id, element d:
-// scales[id * groups + d / group]).
+// Params: [vocab, dim, rows, fmt, group, groups, len = rows * dim] (int8 scale of row id,
+// element d: scales[id * groups + d / group]).
 
-// The element count is parameter word 3 (see element.wgsl).
-const LEN_AT: u32 = 3u;
+// The element count is parameter word 6 (see element.wgsl).
+const LEN_AT: u32 = 6u;
 
 fn element(i: u32) {
     let dim = p.v[0].y;

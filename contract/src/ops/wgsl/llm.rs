@@ -19,72 +19,40 @@ pub(super) fn kv_write_groups(kv: &KvLayout, tokens: u32) -> u32 {
     }
 }
 
-/// Fills `p` for a decoder op and returns its source and workgroup count, or `None` for other
-/// ops. `out_len` is the output's element count.
-pub(super) fn kernel(op: &Op, out_len: u32, p: &mut [u32; 16]) -> Option<(Source, u64)> {
+/// Appends a decoder op's own parameters after its shared ones (`push`) and returns its source
+/// and workgroup count, or `None` for other ops. `out_len` is the output's element count.
+pub(super) fn kernel(
+    op: &Op,
+    out_len: u32,
+    push: &mut impl FnMut(&[u32]),
+) -> Option<(Source, u64)> {
     let per = |n: u64| n.div_ceil(u64::from(WORKGROUP_SIZE));
     Some(match *op {
-        Op::RmsNorm { rows, cols, eps } => {
-            p[..3].copy_from_slice(&[rows, cols, eps.to_bits()]);
-            (RMSNORM, u64::from(rows))
-        }
+        Op::RmsNorm { rows, .. } => (RMSNORM, u64::from(rows)),
         Op::Rope {
-            tokens,
-            heads,
-            head_dim,
-            theta,
+            head_dim, theta, ..
         } => {
-            // r = theta^(-2 / head_dim) as an f32 pair; the kernel raises it to i.
+            // r = theta^(-2 / head_dim) as an f32 pair; the kernel raises it to i. The last word
+            // stays 0: the kernel's opaque zero.
             let r = 1.0 / f64::from(theta).powf(2.0 / f64::from(head_dim));
             let hi = r as f32;
             let lo = (r - f64::from(hi)) as f32;
-            p[..6].copy_from_slice(&[tokens, heads, head_dim, out_len, hi.to_bits(), lo.to_bits()]);
+            push(&[out_len, hi.to_bits(), lo.to_bits(), 0]);
             (ROPE, per(u64::from(out_len)))
         }
-        Op::SiluMul { len } => {
-            p[0] = len;
-            (SILU_MUL, per(u64::from(len)))
-        }
-        Op::KvWrite {
-            kv,
-            blocks,
-            stride,
-            layer,
-            tokens,
-        } => {
+        Op::SiluMul { len } => (SILU_MUL, per(u64::from(len))),
+        Op::KvWrite { kv, tokens, .. } => {
             let groups = kv_write_groups(&kv, tokens);
             let invocations = tokens * groups;
-            p[..6].copy_from_slice(&kv.kernel_params(blocks, stride));
-            let scales_at = kv.kernel_scales_at();
-            p[6..11].copy_from_slice(&[layer, tokens, groups, scales_at, invocations]);
+            push(&[groups, kv.kernel_scales_at(), invocations]);
             (KV_WRITE, per(u64::from(invocations)))
         }
         Op::PagedAttention {
-            kv,
-            blocks,
-            stride,
-            first_block,
-            layer,
             tokens,
             q_heads,
-            rows,
-            width,
-            scale,
             carry_in,
-            carry_out,
+            ..
         } => {
-            p[..6].copy_from_slice(&kv.kernel_params(blocks, stride));
-            p[6..15].copy_from_slice(&[
-                first_block,
-                layer,
-                tokens,
-                q_heads,
-                rows,
-                width,
-                scale.to_bits(),
-                u32::from(carry_out),
-                kv.kernel_scales_at(),
-            ]);
             let source = if carry_in {
                 PAGED_ATTENTION_CARRY
             } else {

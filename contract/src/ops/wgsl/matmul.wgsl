@@ -6,8 +6,8 @@
 // outside the matrix) with loads laid out so consecutive invocations read consecutive addresses
 // for either transpose. Each C element sums k in order from 0, like the host reference.
 // Tiles are numbered column-tile fastest, then row-tile, then batch, and the workgroup count
-// spills from x into y. Params: [batch, m, n, k, trans_a, trans_b, broadcast_b, alpha bits,
-// tiles_n, tiles_m, group, groups]. B is read through w_at, which dequantises f16 and int8 as
+// spills from x into y. Params: [batch, m, n, k, trans_a, trans_b, broadcast_b, has_bias,
+// alpha bits, fmt, group, groups, tiles_n, tiles_m]. B is read through w_at, which dequantises f16 and int8 as
 // the tile is staged (int8 scale of output column j, inner index p: scales[ch * groups + p /
 // group] with ch = (b's matrix) * n + j).
 const TS: u32 = 32u;
@@ -27,9 +27,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let trans_a = p.v[1].x != 0u;
     let trans_b = p.v[1].y != 0u;
     let broadcast_b = p.v[1].z != 0u;
-    let alpha = bitcast<f32>(p.v[1].w);
-    let tiles_n = p.v[2].x;
-    let tiles_m = p.v[2].y;
+    let alpha = bitcast<f32>(p.v[2].x);
+    let tiles_n = p.v[3].x;
+    let tiles_m = p.v[3].y;
     let tile = wid.x + wid.y * nwg.x;
     if (tile >= tiles_n * tiles_m * p.v[0].x) {
         return;

@@ -5,8 +5,8 @@
 // in order. One invocation per element of C finds its row's range itself (k extra reads of A
 // per output): simple rather than fast, as this format serves CPUs (their integer dot
 // products); GPUs read int8 weights as `matmul_int8` does.
-// Params: matmul's (tiles unused), then the element count batch * m * n at word 12.
-const LEN_AT: u32 = 12u;
+// Params: matmul's (tiles unused), then the element count batch * m * n at word 14.
+const LEN_AT: u32 = 14u;
 
 // Element (row i, inner p) of op(A) in matrix `base`: A is [m, k], or [k, m] transposed.
 fn a_of(base: u32, i: u32, q: u32) -> f32 {
@@ -21,7 +21,7 @@ fn element(e: u32) {
     let n = p.v[0].z;
     let k = p.v[0].w;
     let trans_b = p.v[1].y != 0u;
-    let alpha = bitcast<f32>(p.v[1].w);
+    let alpha = bitcast<f32>(p.v[2].x);
     let group = p.v[2].z;
     let groups = p.v[2].w;
     let mat = e / (m * n);

@@ -1,16 +1,16 @@
 // NCHW max pooling without padding, one invocation per output element.
-// Params: [n * c, h, w, k, stride, oh, ow, len = n * c * oh * ow].
+// Params: [n, c, h, w, k, stride, oh, ow, len = n * c * oh * ow].
 
-// The element count is parameter word 7 (see element.wgsl).
-const LEN_AT: u32 = 7u;
+// The element count is parameter word 8 (see element.wgsl).
+const LEN_AT: u32 = 8u;
 
 fn element(i: u32) {
-    let h = p.v[0].y;
-    let w = p.v[0].z;
-    let k = p.v[0].w;
-    let stride = p.v[1].x;
-    let oh = p.v[1].y;
-    let ow = p.v[1].z;
+    let h = p.v[0].z;
+    let w = p.v[0].w;
+    let k = p.v[1].x;
+    let stride = p.v[1].y;
+    let oh = p.v[1].z;
+    let ow = p.v[1].w;
     let ox = i % ow;
     let oy = (i / ow) % oh;
     let plane = i / (ow * oh);

@@ -1,6 +1,6 @@
 // Paged attention over one KV segment (Op::PagedAttention), one workgroup per (token, query
 // head). Params: [kv_heads, head_dim, block_tokens, dtype, blocks, stride, first_block, layer,
-// tokens, q_heads, rows, width, scale bits, carry_out, scales_at].
+// tokens, q_heads, rows, width, scale bits, carry_in, carry_out, scales_at].
 //
 // The online softmax runs over the token's positions in chunks of 64: invocation j scores
 // position c + j (a dot product in index order, as the host) when its block is in the segment,
@@ -35,8 +35,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let layer = p.v[1].w;
     let width = p.v[2].w;
     let scale = bitcast<f32>(p.v[3].x);
-    let carry_out = p.v[3].y != 0u;
-    let scales_at = p.v[3].z;
+    let carry_out = p.v[3].z != 0u;
+    let scales_at = p.v[3].w;
     let t = i / qh;
     let head = (i % qh) / (qh / kvh);
     let row = token_meta[2u * t];

@@ -1,9 +1,9 @@
 // 4-D axis permutation, one invocation per output element: output axis a has extent od[a] and
 // input stride s[a] (the stride of input axis perm[a]).
-// Params: [od0, od1, od2, od3, s0, s1, s2, s3, len].
+// Params: [len, od1, od2, od3, s0, s1, s2, s3] (od0 is implied by len).
 
-// The element count is parameter word 8 (see element.wgsl).
-const LEN_AT: u32 = 8u;
+// The element count is parameter word 0 (see element.wgsl).
+const LEN_AT: u32 = 0u;
 
 fn element(i: u32) {
     let od = p.v[0];

@@ -1,5 +1,6 @@
 // Rotate-half rotary embedding, one invocation per element of y [tokens, heads * head_dim].
-// Params: [tokens, heads, head_dim, len, r_hi bits, r_lo bits, 0], where r = theta^(-2 / head_dim)
+// Params: [tokens, heads, head_dim, theta bits, len, r_hi bits, r_lo bits, 0], where
+// r = theta^(-2 / head_dim)
 // as an f32 pair (hi + lo, from f64).
 //
 // The angle must be the host's f32 `position * inv_freq` bit for bit: at position 4096 one ulp of
@@ -9,10 +10,10 @@
 // polynomials (~1 ulp on [-pi/4, pi/4]). Both depend on the order of their f32 operations, which
 // a driver may reassociate (they are not marked exact); `fixed` pins the intermediate results.
 
-// x itself, through a zero the compiler cannot see (params word 6), so that no algebraic rewrite
+// x itself, through a zero the compiler cannot see (params word 7), so that no algebraic rewrite
 // crosses it.
 fn fixed(x: f32) -> f32 {
-    return bitcast<f32>(bitcast<u32>(x) ^ p.v[1].z);
+    return bitcast<f32>(bitcast<u32>(x) ^ p.v[1].w);
 }
 
 // a = hi + lo with hi the top 12 significant bits (a mask, immune to contraction), so every
@@ -84,8 +85,8 @@ fn sin_cos(a: f32) -> vec2<f32> {
     return vec2<f32>(-c, s);
 }
 
-// The element count is parameter word 3 (see element.wgsl).
-const LEN_AT: u32 = 3u;
+// The element count is parameter word 4 (see element.wgsl).
+const LEN_AT: u32 = 4u;
 
 fn element(i: u32) {
     let d = p.v[0].z;
@@ -93,7 +94,7 @@ fn element(i: u32) {
     let t = i / (p.v[0].y * d);
     let j = i % d;
     let f = j % half;
-    let inv_freq = dd_pow(vec2<f32>(bitcast<f32>(p.v[1].x), bitcast<f32>(p.v[1].y)), f);
+    let inv_freq = dd_pow(vec2<f32>(bitcast<f32>(p.v[1].y), bitcast<f32>(p.v[1].z)), f);
     let sc = sin_cos(f32(positions[t]) * inv_freq);
     if (j < half) {
         y[i] = x[i] * sc.y - x[i + half] * sc.x;

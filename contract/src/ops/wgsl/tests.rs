@@ -294,14 +294,15 @@ fn params_encode_the_op() {
     })
     .unwrap();
     assert_eq!(k.key, "matmul_bias");
+    // The shared parameters (flags, alpha, fmt, group, groups), then the tile counts.
     assert_eq!(
-        &k.params[..10],
-        &[3, 65, 33, 7, 1, 0, 1, 0.125f32.to_bits(), 2, 3]
+        &k.params[..14],
+        &[3, 65, 33, 7, 1, 0, 1, 1, 0.125f32.to_bits(), 0, 7, 1, 2, 3]
     );
     assert_eq!(k.workgroups, [2 * 3 * 3, 1, 1]);
     assert_eq!(k.bindings, 4);
     assert_eq!(k.params_bytes().len(), 64);
-    assert_eq!(&k.params_bytes()[28..32], &0.125f32.to_le_bytes());
+    assert_eq!(&k.params_bytes()[32..36], &0.125f32.to_le_bytes());
 
     let k = kernel(&Op::Scale {
         len: 129,
@@ -316,8 +317,9 @@ fn params_encode_the_op() {
         perm: [3, 1, 0, 2],
     })
     .unwrap();
-    // Output dims [5, 3, 2, 4]; input strides [60, 20, 5, 1] taken in perm order.
-    assert_eq!(&k.params[..9], &[5, 3, 2, 4, 1, 20, 60, 5, 120]);
+    // Element count, output dims 1–3 of [5, 3, 2, 4]; input strides [60, 20, 5, 1] taken in
+    // perm order.
+    assert_eq!(&k.params[..8], &[120, 3, 2, 4, 1, 20, 60, 5]);
 
     let k = kernel(&Op::Conv2d {
         n: 2,
@@ -335,8 +337,8 @@ fn params_encode_the_op() {
     .unwrap();
     assert_eq!(k.key, "conv2d");
     assert_eq!(
-        &k.params[..12],
-        &[2, 3, 9, 8, 4, 3, 3, 2, 1, 5, 4, 2 * 4 * 5 * 4]
+        &k.params[..16],
+        &[2, 3, 9, 8, 4, 3, 3, 2, 1, 0, 5, 4, 0, 27, 1, 2 * 4 * 5 * 4]
     );
     assert_eq!(k.workgroups, [3, 1, 1]);
 
@@ -349,7 +351,7 @@ fn params_encode_the_op() {
         stride: 2,
     })
     .unwrap();
-    assert_eq!(&k.params[..8], &[6, 7, 7, 3, 2, 3, 3, 54]);
+    assert_eq!(&k.params[..9], &[2, 3, 7, 7, 3, 2, 3, 3, 54]);
 
     let k = kernel(&Op::Softmax {
         rows: 48,
@@ -359,8 +361,8 @@ fn params_encode_the_op() {
     })
     .unwrap();
     assert_eq!(
-        (k.key, &k.params[..3]),
-        ("softmax_masked", &[48, 128, 12][..])
+        (k.key, &k.params[..4]),
+        ("softmax_masked", &[48, 128, 1, 12][..])
     );
     assert_eq!(k.workgroups, [48, 1, 1]);
 
@@ -371,7 +373,7 @@ fn params_encode_the_op() {
         weight_format: WeightFormat::F32,
     })
     .unwrap();
-    assert_eq!(&k.params[..4], &[30522, 384, 10, 3840]);
+    assert_eq!(&k.params[..7], &[30522, 384, 10, 0, 384, 1, 3840]);
     assert_eq!(k.workgroups, [60, 1, 1]);
 }
 
