@@ -15,14 +15,20 @@ export async function bytes(url) {
 /** The files of a model directory, in this order. */
 const MODEL_FILES = ['model.safetensors', 'config.json', 'tokenizer.json'];
 
-/** The bytes of `dir`'s model files (`MODEL_FILES`), or null when one is not served (404). */
+/**
+ * `dir`'s model files (`MODEL_FILES`) as `{ files, ms, bytes }`: their bytes, the milliseconds
+ * fetching them took and their total size; null when one is not served (404).
+ */
 export async function fetchModel(dir) {
+  const start = performance.now();
+  let files;
   try {
-    return await Promise.all(MODEL_FILES.map(f => bytes(`${dir}/${f}`)));
+    files = await Promise.all(MODEL_FILES.map(f => bytes(`${dir}/${f}`)));
   } catch (e) {
     if (e instanceof Missing) return null;
     throw e;
   }
+  return { files, ms: performance.now() - start, bytes: files.reduce((n, f) => n + f.length, 0) };
 }
 
 /** Shows why the page skipped its work and hands the reason to the page test. */
