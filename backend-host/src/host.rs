@@ -355,21 +355,16 @@ impl Backend for HostBackend {
     }
 
     fn copy(&self, src: BlockRange, dst: BlockRange) -> Result<Ticket> {
-        self.check_alive()?;
+        let command = self.copy_command(src, dst)?;
         debug_assert_eq!(
             src.size, dst.size,
             "host: copy sizes (the front refuses a mismatch)"
         );
-        let (s, d) = (
-            self.arg(src, "copy source")?,
-            self.arg(dst, "copy destination")?,
-        );
-        self.enqueue(Command::Copy(s, d))
+        self.enqueue(command)
     }
 
     fn fill_zero(&self, range: BlockRange) -> Result<Ticket> {
-        let r = self.arg(range, "fill range")?;
-        self.enqueue(Command::Fill(r))
+        self.enqueue(self.fill_command(range)?)
     }
 
     fn dispatch(&self, op: &Op, bindings: &[BlockRange]) -> Result<Ticket> {

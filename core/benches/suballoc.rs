@@ -40,7 +40,7 @@ mod peers;
 mod rng;
 use rng::Rng;
 
-use peers::{Noop, Offset, Ours, OursBuddy, Sub, Xalloc};
+use peers::{Noop, Offset, OursBuddy, OursTlsf, Sub, Xalloc};
 
 /// Size of the managed range: 16 GiB.
 const CAPACITY: u64 = 16 << 30;
@@ -203,7 +203,7 @@ fn steady_state(c: &mut Criterion) {
     let mut group = c.benchmark_group("steady_state_50pct_16GiB_100k_pairs");
     group.throughput(Throughput::Elements(PAIRS as u64));
     group.sample_size(20);
-    bench_one::<Ours>(&mut group, "tensormem_tlsf", &trace);
+    bench_one::<OursTlsf>(&mut group, "tensormem_tlsf", &trace);
     bench_one::<OursBuddy>(&mut group, "tensormem_buddy", &trace);
     bench_one::<Offset>(&mut group, "offset_allocator", &trace);
     bench_one::<Xalloc>(&mut group, "xalloc_tlsf", &trace);
@@ -257,7 +257,7 @@ fn best_timings(t50: &Trace, t85: &Trace) -> [[f64; 3]; 5] {
     let mut best = [[f64::MAX; 3]; 5];
     for _ in 0..ROUNDS {
         let round = [
-            timed_round::<Ours>(t50, t85),
+            timed_round::<OursTlsf>(t50, t85),
             timed_round::<OursBuddy>(t50, t85),
             timed_round::<Offset>(t50, t85),
             timed_round::<Xalloc>(t50, t85),
@@ -297,6 +297,26 @@ fn high_load_refusals<S: Sub>(trace: &Trace) -> (usize, usize) {
     (run.failures, run.fragmented)
 }
 
+/// One allocator's line of the summary: its name and times, the churn refusals on the 50 % and
+/// 85 % traces, the ramp loads and the high-load refusals (of `[50 %, 85 %, 90 %]` traces).
+type Row = (
+    &'static str,
+    [f64; 3],
+    [usize; 2],
+    (f64, f64),
+    (usize, usize),
+);
+
+fn row<S: Sub>(name: &'static str, times: [f64; 3], [trace, mid, high]: [&Trace; 3]) -> Row {
+    (
+        name,
+        times,
+        [churn_failures::<S>(trace), churn_failures::<S>(mid)],
+        ramp_loads::<S>(trace),
+        high_load_refusals::<S>(high),
+    )
+}
+
 /// Prints, for every allocator, the best-of-rounds times of the three workloads (net of the noop
 /// harness, and as a ratio to ours), the ramp loads and the high-load refusals.
 fn summary(_c: &mut Criterion) {
@@ -306,43 +326,10 @@ fn summary(_c: &mut Criterion) {
     let times = best_timings(&trace, &mid);
     let noop = times[4];
     let rows = [
-        (
-            "tensormem_tlsf",
-            times[0],
-            [churn_failures::<Ours>(&trace), churn_failures::<Ours>(&mid)],
-            ramp_loads::<Ours>(&trace),
-            high_load_refusals::<Ours>(&high),
-        ),
-        (
-            "tensormem_buddy",
-            times[1],
-            [
-                churn_failures::<OursBuddy>(&trace),
-                churn_failures::<OursBuddy>(&mid),
-            ],
-            ramp_loads::<OursBuddy>(&trace),
-            high_load_refusals::<OursBuddy>(&high),
-        ),
-        (
-            "offset_allocator",
-            times[2],
-            [
-                churn_failures::<Offset>(&trace),
-                churn_failures::<Offset>(&mid),
-            ],
-            ramp_loads::<Offset>(&trace),
-            high_load_refusals::<Offset>(&high),
-        ),
-        (
-            "xalloc_tlsf",
-            times[3],
-            [
-                churn_failures::<Xalloc>(&trace),
-                churn_failures::<Xalloc>(&mid),
-            ],
-            ramp_loads::<Xalloc>(&trace),
-            high_load_refusals::<Xalloc>(&high),
-        ),
+        row::<OursTlsf>("tensormem_tlsf", times[0], [&trace, &mid, &high]),
+        row::<OursBuddy>("tensormem_buddy", times[1], [&trace, &mid, &high]),
+        row::<Offset>("offset_allocator", times[2], [&trace, &mid, &high]),
+        row::<Xalloc>("xalloc_tlsf", times[3], [&trace, &mid, &high]),
     ];
     let net = |t: [f64; 3]| [t[0] - noop[0], t[1] - noop[1], t[2] - noop[2]];
     let ours = net(rows[0].1);

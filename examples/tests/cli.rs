@@ -13,59 +13,54 @@
 )]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::Value;
-use tensormem_examples::models::minilm;
 use tensormem_examples::models::mnist::assets_dir;
 
+#[path = "support/minilm_cache.rs"]
+mod minilm_cache;
+#[path = "support/run.rs"]
+mod run;
 #[path = "support/scratch.rs"]
 mod scratch;
+use run::{assert_help_lists, assert_version, json_ok as json, run, stderr};
 use scratch::Scratch;
 
 const MNIST: &str = env!("CARGO_BIN_EXE_mnist");
 const MINILM: &str = env!("CARGO_BIN_EXE_minilm");
 
-fn run(bin: &str, args: &[&str]) -> Output {
-    Command::new(bin)
-        .args(args)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .output()
-        .unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn json(o: &Output) -> Value {
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(o));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
 fn asset(name: &str) -> String {
     assets_dir().join(name).display().to_string()
+}
+
+/// MNIST on the host backend, one run, with `args` after those: its `--json` report.
+fn mnist_host_json(args: &[&str]) -> Value {
+    json(&run(
+        MNIST,
+        &[&["--backend", "host", "--json", "--runs", "1"][..], args].concat(),
+    ))
+}
+
+fn minilm_dir() -> Option<PathBuf> {
+    minilm_cache::model_dir("minilm CLI cases")
 }
 
 #[test]
 fn help_version_and_usage_errors_are_standard() {
     for bin in [MNIST, MINILM] {
-        let help = run(bin, &["--help"]);
-        assert_eq!(help.status.code(), Some(0), "{bin}");
-        let text = String::from_utf8_lossy(&help.stdout);
-        for flag in [
-            "--backend",
-            "--timeout",
-            "--json",
-            "--runs",
-            "--version",
-            "Exit status:",
-        ] {
-            assert!(text.contains(flag), "{bin}: {flag} missing from --help");
-        }
-        let version = run(bin, &["--version"]);
-        assert_eq!(version.status.code(), Some(0));
-        assert!(String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")));
+        assert_help_lists(
+            bin,
+            &[
+                "--backend",
+                "--timeout",
+                "--json",
+                "--runs",
+                "--version",
+                "Exit status:",
+            ],
+        );
+        assert_version(bin);
         for bad in [
             &["--bogus"][..],
             &["--runs", "0"],
@@ -80,19 +75,10 @@ fn help_version_and_usage_errors_are_standard() {
 
 #[test]
 fn mnist_reads_png_jpeg_and_colour_photos() {
-    let o = run(
-        MNIST,
-        &[
-            "--backend",
-            "host",
-            "--json",
-            "--runs",
-            "1",
-            &asset("mnist_test_0_label_7.png"),
-            &asset("mnist_test_0_label_7.jpg"),
-        ],
-    );
-    let j = json(&o);
+    let j = mnist_host_json(&[
+        &asset("mnist_test_0_label_7.png"),
+        &asset("mnist_test_0_label_7.jpg"),
+    ]);
     let preds: Vec<u64> = j["images"]
         .as_array()
         .unwrap()
@@ -114,19 +100,10 @@ fn mnist_reads_png_jpeg_and_colour_photos() {
     assert!((ratio - reserved as f64 / live as f64).abs() < 1e-9, "{r}");
 
     let photo = asset("photo_label_7_dark_on_light.png");
-    let o = run(
-        MNIST,
-        &[
-            "--backend",
-            "host",
-            "--json",
-            "--runs",
-            "1",
-            "--invert",
-            &photo,
-        ],
+    assert_eq!(
+        mnist_host_json(&["--invert", &photo])["images"][0]["prediction"],
+        7
     );
-    assert_eq!(json(&o)["images"][0]["prediction"], 7);
     let o = run(MNIST, &["--backend", "host", "--runs", "1", &photo]);
     assert_eq!(o.status.code(), Some(0));
     assert!(stderr(&o).contains("try --invert"), "{}", stderr(&o));
@@ -208,25 +185,12 @@ fn auto_never_picks_a_software_gpu_and_says_why() {
         "{host_memory}"
     );
     let text = run(MNIST, &["--runs", "1"]);
-    let stdout = String::from_utf8_lossy(&text.stdout);
+    let stdout = run::stdout(&text);
     assert!(
         stdout.contains(&format!("backend {chosen} on ")),
         "{stdout}"
     );
     assert!(stdout.contains("host memory placement        "), "{stdout}");
-}
-
-fn minilm_dir() -> Option<PathBuf> {
-    let dir = minilm::default_model_dir();
-    if minilm::model_dir_ready(&dir) {
-        Some(dir)
-    } else {
-        println!(
-            "SKIP minilm CLI cases: no model cache at {} (run scripts/fetch_minilm.sh)",
-            dir.display()
-        );
-        None
-    }
 }
 
 /// A model directory whose files link to the cached ones, with `config.json` edited by `edit`.
@@ -238,7 +202,7 @@ fn model_with_config(src: &Path, name: &str, edit: impl Fn(&mut Value)) -> Scrat
     let mut cfg: Value =
         serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
     edit(&mut cfg);
-    std::fs::write(d.join("config.json"), cfg.to_string()).unwrap();
+    d.write("config.json", cfg.to_string());
     d
 }
 
@@ -291,7 +255,7 @@ fn minilm_refuses_non_finite_weights() {
     let name = "encoder.layer.3.output.dense.bias";
     let start = header[name]["data_offsets"][0].as_u64().unwrap() as usize + 8 + header_len;
     bytes[start + 4 * 5..start + 4 * 6].copy_from_slice(&f32::NAN.to_le_bytes());
-    std::fs::write(d.join("model.safetensors"), bytes).unwrap();
+    d.write("model.safetensors", bytes);
     minilm_fails(&d, &format!("tensor '{name}' [384] holds NaN at element 5"));
 }
 

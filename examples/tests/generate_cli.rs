@@ -16,6 +16,10 @@ use std::process::{Command, Output};
 use serde_json::Value;
 use tensormem_examples::models::llama::synthetic::Synthetic;
 
+#[path = "support/run.rs"]
+mod run;
+use run::{assert_help_lists, json_ok, stderr};
+
 const GENERATE: &str = env!("CARGO_BIN_EXE_generate");
 
 fn model(name: &str) -> PathBuf {
@@ -34,31 +38,25 @@ fn run(dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 #[test]
 fn help_lists_the_flags() {
-    let o = Command::new(GENERATE).arg("--help").output().unwrap();
-    assert_eq!(o.status.code(), Some(0));
-    let text = String::from_utf8_lossy(&o.stdout);
-    for flag in [
-        "--model-dir",
-        "--max-new-tokens",
-        "--backend",
-        "--weights",
-        "--kv-dtype",
-        "--kv-budget",
-        "--seed",
-        "--json",
-        "--temperature",
-        "--top-k",
-        "--top-p",
-        "Exit status",
-    ] {
-        assert!(text.contains(flag), "--help lacks {flag}");
-    }
+    assert_help_lists(
+        GENERATE,
+        &[
+            "--model-dir",
+            "--max-new-tokens",
+            "--backend",
+            "--weights",
+            "--kv-dtype",
+            "--kv-budget",
+            "--seed",
+            "--json",
+            "--temperature",
+            "--top-k",
+            "--top-p",
+            "Exit status",
+        ],
+    );
 }
 
 #[test]
@@ -66,7 +64,7 @@ fn streams_text_and_reports_in_json() {
     let dir = model("ok");
     let o = run(&dir, &["w1 w2 w3", "--max-new-tokens", "5", "--ignore-eos"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
+    let out = run::stdout(&o);
     assert!(out.starts_with("w1 w2 w3"), "{out}");
     for section in ["kv cache", "prefix cache", "decode", "tokens/s"] {
         assert!(out.contains(section), "no {section}: {out}");
@@ -82,8 +80,7 @@ fn streams_text_and_reports_in_json() {
             "--json",
         ],
     );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = json_ok(&o);
     let outputs = v["outputs"].as_array().unwrap();
     assert_eq!(outputs.len(), 2);
     for out in outputs {
@@ -243,8 +240,7 @@ fn serve_replays_a_trace_beside_the_simulator() {
             "4",
         ],
     );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = json_ok(&o);
     let policies = v["policies"].as_array().unwrap();
     assert_eq!(policies[0]["policy"], "engine");
     assert_eq!(policies[1]["policy"], "simulator");
@@ -294,13 +290,11 @@ fn a_device_budget_below_the_weights_spills_and_keeps_the_tokens() {
         "4",
     ];
     let free = run(&dir, &args);
-    assert_eq!(free.status.code(), Some(0), "{}", stderr(&free));
-    let free: Value = serde_json::from_slice(&free.stdout).unwrap();
+    let free = json_ok(&free);
     let weights = free["report"]["weight_bytes"].as_u64().unwrap();
     let budget = format!("{}B", weights / 2);
     let tight = run(&dir, &[&args[..], &["--device-budget", &budget]].concat());
-    assert_eq!(tight.status.code(), Some(0), "{}", stderr(&tight));
-    let tight: Value = serde_json::from_slice(&tight.stdout).unwrap();
+    let tight = json_ok(&tight);
     assert_eq!(tight["outputs"][0]["tokens"], free["outputs"][0]["tokens"]);
     let spills = tight["report"]["device_budget"]["spills"].as_u64().unwrap();
     assert!(

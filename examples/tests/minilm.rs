@@ -16,6 +16,8 @@
 mod backends;
 #[path = "support/close.rs"]
 mod close;
+#[path = "support/minilm_cache.rs"]
+mod minilm_cache;
 use close::assert_within;
 
 use std::path::PathBuf;
@@ -39,16 +41,7 @@ const S2_EMB: [f32; 8] = [
 const TOL: f32 = 1e-5;
 
 fn model_dir() -> Option<PathBuf> {
-    let dir = minilm::default_model_dir();
-    if minilm::model_dir_ready(&dir) {
-        Some(dir)
-    } else {
-        println!(
-            "SKIP minilm: no model cache at {} (run scripts/fetch_minilm.sh)",
-            dir.display()
-        );
-        None
-    }
+    minilm_cache::model_dir("minilm")
 }
 
 /// The host backend, as the samples select it, with staging forced.

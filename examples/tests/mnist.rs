@@ -3,11 +3,8 @@
 //! backend block allocated by repeated runs.
 
 #![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
     clippy::excessive_precision,
-    reason = "tests fail loudly on any unexpected result; reference values are kept verbatim as published in the note"
+    reason = "reference values are kept verbatim as published in the note"
 )]
 
 #[path = "support/backends.rs"]

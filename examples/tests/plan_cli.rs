@@ -2,54 +2,53 @@
 //! 2 usage, 3 proved infeasible, 4 undecided), the three states of `feasible` in `--json`, and the
 //! `generate`, `sweep`, `greedy` and `decide` subcommands.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly on any unexpected result"
-)]
-
-use std::process::{Command, Output};
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Output;
 
 use serde_json::Value;
 
+#[path = "support/run.rs"]
+mod run;
 #[path = "support/scratch.rs"]
 mod scratch;
+use run::{assert_help_lists, json, stderr};
 use scratch::Scratch;
 
 const PLAN: &str = env!("CARGO_BIN_EXE_tensormem-plan");
 
 fn run(args: &[&str]) -> Output {
-    Command::new(PLAN).args(args).output().unwrap()
+    run::run(PLAN, args)
 }
 
-fn json(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)))
+/// `tensormem-plan generate ARGS -o OUT`, which must succeed.
+fn generate(args: &[&str], out: &Path) {
+    let mut all: Vec<&OsStr> = ["generate"].iter().chain(args).map(OsStr::new).collect();
+    all.extend([OsStr::new("-o"), out.as_os_str()]);
+    let o = run::run(PLAN, &all);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
 }
 
 #[test]
 fn help_documents_flags_exit_codes_and_feasible_states() {
-    let help = run(&["--help"]);
-    assert_eq!(help.status.code(), Some(0));
-    let text = String::from_utf8_lossy(&help.stdout);
-    for needle in [
-        "--capacity",
-        "--time-limit",
-        "--threads",
-        "--json",
-        "--out",
-        "--svg",
-        "sweep",
-        "generate",
-        "greedy",
-        "greedy_finished",
-        "3  with --capacity: proved",
-        "4  with --capacity: undecided",
-        "null   undecided",
-    ] {
-        assert!(text.contains(needle), "--help lacks {needle:?}:\n{text}");
-    }
+    assert_help_lists(
+        PLAN,
+        &[
+            "--capacity",
+            "--time-limit",
+            "--threads",
+            "--json",
+            "--out",
+            "--svg",
+            "sweep",
+            "generate",
+            "greedy",
+            "greedy_finished",
+            "3  with --capacity: proved",
+            "4  with --capacity: undecided",
+            "null   undecided",
+        ],
+    );
     assert_eq!(run(&["--version"]).status.code(), Some(0));
     assert_eq!(run(&[]).status.code(), Some(2), "no input is a usage error");
     assert_eq!(run(&["x.csv", "--bogus"]).status.code(), Some(2));
@@ -60,7 +59,7 @@ fn help_documents_flags_exit_codes_and_feasible_states() {
         Some(2),
         "more threads than MAX_THREADS"
     );
-    assert!(String::from_utf8_lossy(&threads.stderr).contains("at most 1024"));
+    assert!(stderr(&threads).contains("at most 1024"));
 }
 
 #[test]
@@ -68,11 +67,10 @@ fn bad_input_exits_one_with_the_reason() {
     let dir = Scratch::new("plan-cli");
     let missing = run(&["/nonexistent/instance.csv"]);
     assert_eq!(missing.status.code(), Some(1));
-    let bad = dir.join("bad.csv");
-    std::fs::write(&bad, "id,lower,upper,size\n0,5,2,10\n").unwrap();
+    let bad = dir.write("bad.csv", "id,lower,upper,size\n0,5,2,10\n");
     let o = run(&[bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("error"));
+    assert!(stderr(&o).contains("error"));
 }
 
 #[test]
@@ -80,24 +78,20 @@ fn an_invalid_input_plan_names_buffers_by_their_ids() {
     let dir = Scratch::new("plan-cli");
     // Ids as the file wrote them, in a different order from the rows: the error must not say
     // "buffers 0 and 1".
-    let overlap = dir.join("named.csv");
-    std::fs::write(
-        &overlap,
+    let overlap = dir.write(
+        "named.csv",
         "id,lower,upper,size,offset\nconv1,0,4,8,0\nrelu7,2,6,8,4\npool,6,8,8,0\n",
-    )
-    .unwrap();
+    );
     let v = json(&run(&[overlap.to_str().unwrap(), "--json"]));
     assert_eq!(v["input_plan"]["valid"], Value::Bool(false));
     let err = v["input_plan"]["error"].as_str().unwrap();
     assert!(err.contains("buffers `conv1` and `relu7` overlap"), "{err}");
-    let misaligned = dir.join("misaligned.csv");
-    std::fs::write(
-        &misaligned,
+    let misaligned = dir.write(
+        "misaligned.csv",
         "id,lower,upper,size,alignment,offset\nw,0,1,4,4,2\n",
-    )
-    .unwrap();
+    );
     let o = run(&[misaligned.to_str().unwrap()]);
-    let text = String::from_utf8_lossy(&o.stdout);
+    let text = run::stdout(&o);
     assert!(
         text.contains("offset of buffer `w` (2) is not a multiple of its alignment (4)"),
         "{text}"
@@ -109,22 +103,21 @@ fn capacity_decisions_map_to_feasible_and_exit_codes() {
     let dir = Scratch::new("plan-cli");
     let file = dir.join("pp.csv");
     let path = file.to_str().unwrap();
-    let g = run(&[
-        "generate",
-        "--count",
-        "40",
-        "--seed",
-        "3",
-        "--horizon",
-        "200",
-        "--capacity",
-        "65536",
-        "--grid",
-        "64",
-        "-o",
-        path,
-    ]);
-    assert_eq!(g.status.code(), Some(0));
+    generate(
+        &[
+            "--count",
+            "40",
+            "--seed",
+            "3",
+            "--horizon",
+            "200",
+            "--capacity",
+            "65536",
+            "--grid",
+            "64",
+        ],
+        &file,
+    );
 
     // At the lower bound: met, exit 0, the input's witness offsets verified too.
     let met = run(&[path, "--capacity", "65536", "--json"]);
@@ -163,11 +156,7 @@ fn capacity_decisions_map_to_feasible_and_exit_codes() {
     // No time at all on an instance greedy cannot pack at capacity: undecided, exit 4.
     let hard = dir.join("hard.csv");
     let hard_path = hard.to_str().unwrap();
-    assert!(
-        run(&["generate", "--count", "200", "-o", hard_path])
-            .status
-            .success()
-    );
+    generate(&["--count", "200"], &hard);
     let undecided = run(&[
         hard_path,
         "--capacity",
@@ -204,13 +193,8 @@ fn sweep_prints_one_row_per_family_and_count() {
         "16",
         "--json",
     ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let rows: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let rows: Vec<Value> = run::stdout(&o)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
@@ -226,17 +210,7 @@ fn generate_random_writes_a_reproducible_instance_that_plans_within_the_limit() 
     let dir = Scratch::new("plan-cli");
     let (a, b) = (dir.join("r-a.csv"), dir.join("r-b.csv"));
     for f in [&a, &b] {
-        let o = run(&[
-            "generate",
-            "--random",
-            "--count",
-            "3000",
-            "--seed",
-            "5",
-            "-o",
-            f.to_str().unwrap(),
-        ]);
-        assert_eq!(o.status.code(), Some(0), "{o:?}");
+        generate(&["--random", "--count", "3000", "--seed", "5"], f);
     }
     let text = std::fs::read_to_string(&a).unwrap();
     assert_eq!(
@@ -270,10 +244,7 @@ fn greedy_runs_the_baseline_alone_with_either_fit_and_planning_is_never_worse() 
     let dir = Scratch::new("plan-cli");
     let file = dir.join("g.csv");
     let path = file.to_str().unwrap();
-    let o = run(&[
-        "generate", "--random", "--count", "3000", "--seed", "1", "-o", path,
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    generate(&["--random", "--count", "3000", "--seed", "1"], &file);
     let inst = tensormem::plan::parse_csv(&std::fs::read_to_string(&file).unwrap(), path).unwrap();
     let mut peaks = Vec::new();
     for (arg, fit) in [
@@ -308,20 +279,19 @@ fn greedy_runs_the_baseline_alone_with_either_fit_and_planning_is_never_worse() 
 fn decide_reads_the_capacity_from_each_name_and_reports_nodes() {
     let dir = Scratch::new("plan-cli");
     let packing = dir.join("pp.4096.csv");
-    let o = run(&[
-        "generate",
-        "--count",
-        "30",
-        "--capacity",
-        "4096",
-        "--grid",
-        "16",
-        "--horizon",
-        "100",
-        "-o",
-        packing.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    generate(
+        &[
+            "--count",
+            "30",
+            "--capacity",
+            "4096",
+            "--grid",
+            "16",
+            "--horizon",
+            "100",
+        ],
+        &packing,
+    );
     // One below the packing's optimum: a live set needs 4096 bytes, so that one is infeasible.
     let tight = dir.join("pp.4095.csv");
     std::fs::copy(&packing, &tight).unwrap();
@@ -334,7 +304,7 @@ fn decide_reads_the_capacity_from_each_name_and_reports_nodes() {
         "--json",
     ]);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
-    let rows: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+    let rows: Vec<Value> = run::stdout(&o)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
@@ -366,5 +336,5 @@ fn decide_reads_the_capacity_from_each_name_and_reports_nodes() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(o.stdout.is_empty());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("NAME.CAPACITY.csv"));
+    assert!(stderr(&o).contains("NAME.CAPACITY.csv"));
 }

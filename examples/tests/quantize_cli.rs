@@ -2,22 +2,19 @@
 //! writes a file the samples read, and follows the shared CLI conventions (help, version, JSON,
 //! exit codes 0/1/2).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly on any unexpected result"
-)]
-
-use std::path::PathBuf;
-use std::process::Command;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Output;
 
 use tensormem::WeightFormat;
 use tensormem_examples::models::mnist::{self, Mnist};
 use tensormem_examples::models::weights::WeightFile;
 
+#[path = "support/run.rs"]
+mod run;
 #[path = "support/scratch.rs"]
 mod scratch;
+use run::{assert_help_lists, json_ok, run, stderr};
 use scratch::Scratch;
 
 const QUANTIZE: &str = env!("CARGO_BIN_EXE_tensormem-quantize");
@@ -26,22 +23,22 @@ fn mnist_weights() -> PathBuf {
     mnist::assets_dir().join("mnist.safetensors")
 }
 
+/// `tensormem-quantize INPUT OUTPUT ARGS`.
+fn quantize(input: &Path, output: &Path, args: &[&str]) -> Output {
+    let mut all = vec![input.as_os_str(), output.as_os_str()];
+    all.extend(args.iter().map(OsStr::new));
+    run(QUANTIZE, &all)
+}
+
 #[test]
 fn int8_of_mnist_reports_every_tensor_and_loads_in_the_sample() {
     let dir = Scratch::new("quantize");
     let out = dir.join("mnist-int8.safetensors");
-    let run = Command::new(QUANTIZE)
-        .arg(mnist_weights())
-        .arg(&out)
-        .args(["--format", "int8", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let v = json_ok(&quantize(
+        &mnist_weights(),
+        &out,
+        &["--format", "int8", "--json"],
+    ));
     let tensors = v["tensors"].as_array().unwrap();
     assert_eq!(tensors.len(), 8);
     for t in tensors {
@@ -73,12 +70,11 @@ fn int8_of_mnist_reports_every_tensor_and_loads_in_the_sample() {
         assert_eq!(mnist::argmax(&net.classify(&[img]).unwrap()[0]), label);
     }
     // The text table names every tensor and the totals.
-    let text = Command::new(QUANTIZE)
-        .arg(mnist_weights())
-        .arg(dir.join("mnist-f16.safetensors"))
-        .args(["--format", "f16"])
-        .output()
-        .unwrap();
+    let text = quantize(
+        &mnist_weights(),
+        &dir.join("mnist-f16.safetensors"),
+        &["--format", "f16"],
+    );
     assert!(text.status.success());
     let text = String::from_utf8(text.stdout).unwrap();
     assert!(text.contains("classifier.0.weight"), "{text}");
@@ -88,17 +84,11 @@ fn int8_of_mnist_reports_every_tensor_and_loads_in_the_sample() {
 #[test]
 fn bad_files_exit_1_and_bad_flags_exit_2() {
     let dir = Scratch::new("quantize");
-    let garbage = dir.join("garbage.safetensors");
-    std::fs::write(&garbage, b"not a safetensors file").unwrap();
+    let garbage = dir.write("garbage.safetensors", b"not a safetensors file");
     for input in [garbage, dir.join("missing.safetensors")] {
-        let run = Command::new(QUANTIZE)
-            .arg(&input)
-            .arg(dir.join("out.safetensors"))
-            .args(["--format", "f16"])
-            .output()
-            .unwrap();
+        let run = quantize(&input, &dir.join("out.safetensors"), &["--format", "f16"]);
         assert_eq!(run.status.code(), Some(1), "{}", input.display());
-        let err = String::from_utf8_lossy(&run.stderr);
+        let err = stderr(&run);
         assert!(err.starts_with("tensormem-quantize: "), "{err}");
     }
     for args in [
@@ -107,23 +97,13 @@ fn bad_files_exit_1_and_bad_flags_exit_2() {
         vec!["--group", "x"],
         vec![],
     ] {
-        let run = Command::new(QUANTIZE)
-            .arg(mnist_weights())
-            .arg(dir.join("out.safetensors"))
-            .args(&args)
-            .output()
-            .unwrap();
+        let run = quantize(&mnist_weights(), &dir.join("out.safetensors"), &args);
         assert_eq!(run.status.code(), Some(2), "{args:?}");
     }
-    for flag in ["--help", "--version"] {
-        let run = Command::new(QUANTIZE).arg(flag).output().unwrap();
-        assert_eq!(run.status.code(), Some(0), "{flag}");
-        assert!(!run.stdout.is_empty());
-    }
-    let help = Command::new(QUANTIZE).arg("--help").output().unwrap();
-    let help = String::from_utf8(help.stdout).unwrap();
-    assert!(help.contains("Exit status"), "{help}");
-    assert!(help.contains("NAME.scale"), "{help}");
+    let version = run(QUANTIZE, &["--version"]);
+    assert_eq!(version.status.code(), Some(0));
+    assert!(!version.stdout.is_empty());
+    assert_help_lists(QUANTIZE, &["Exit status", "NAME.scale"]);
 }
 
 /// Regression for issue 46 (finding 6): a directory as the input said "No such device (os error
@@ -132,24 +112,18 @@ fn bad_files_exit_1_and_bad_flags_exit_2() {
 #[test]
 fn directory_input_and_damaged_output_say_what_is_wrong() {
     let dir = Scratch::new("quantize");
-    let run = Command::new(QUANTIZE)
-        .arg(dir.join("."))
-        .arg(dir.join("out.safetensors"))
-        .args(["--format", "int8"])
-        .output()
-        .unwrap();
+    let run = quantize(
+        &dir.join("."),
+        &dir.join("out.safetensors"),
+        &["--format", "int8"],
+    );
     assert_eq!(run.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&run.stderr);
+    let err = stderr(&run);
     assert!(err.contains("is a directory"), "{err}");
     assert!(!err.contains("No such device"), "{err}");
 
     let out = dir.join("int8.safetensors");
-    let run = Command::new(QUANTIZE)
-        .arg(mnist_weights())
-        .arg(&out)
-        .args(["--format", "int8"])
-        .output()
-        .unwrap();
+    let run = quantize(&mnist_weights(), &out, &["--format", "int8"]);
     assert!(run.status.success());
     let mut bytes = std::fs::read(&out).unwrap();
     let n = bytes.len();
@@ -158,13 +132,8 @@ fn directory_input_and_damaged_output_say_what_is_wrong() {
         *b ^= 0x5a;
     }
     std::fs::write(&out, &bytes).unwrap();
-    let run = Command::new(QUANTIZE)
-        .arg(&out)
-        .arg(dir.join("again.safetensors"))
-        .args(["--format", "f16"])
-        .output()
-        .unwrap();
+    let run = quantize(&out, &dir.join("again.safetensors"), &["--format", "f16"]);
     assert_eq!(run.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&run.stderr);
+    let err = stderr(&run);
     assert!(err.contains("checksum mismatch"), "{err}");
 }

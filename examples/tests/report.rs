@@ -4,17 +4,18 @@
 // Test helpers outside `#[test]` functions unwrap too: a failure is the test failing.
 #![allow(clippy::unwrap_used)]
 
-use std::process::Command;
 use std::sync::Arc;
 
 use tensormem::{DType, HostBackend, HostConfig, Runtime, RuntimeConfig, Tracer};
 
-#[path = "support/report_html.rs"]
-mod report_html;
+#[path = "support/run.rs"]
+mod run;
 #[path = "support/scratch.rs"]
 mod scratch;
-use report_html::report_html;
+use run::{assert_help_lists, assert_version, report_html, run};
 use scratch::Scratch;
+
+const REPORT: &str = env!("CARGO_BIN_EXE_tensormem-report");
 
 fn workload_trace() -> String {
     let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
@@ -41,7 +42,7 @@ fn prints_findings_largest_first_and_writes_the_timeline() {
     let html = d.join("timeline.html");
     std::fs::write(&trace, workload_trace()).unwrap();
     let out = report_html(&trace, &html);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = run::stdout(&out);
     let rows: Vec<&str> = stdout
         .lines()
         .skip(2)
@@ -65,12 +66,7 @@ fn prints_findings_largest_first_and_writes_the_timeline() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("<svg") && page.contains("unused scratch"));
 
-    let json = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
-        .arg(&trace)
-        .arg("--json")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&json.stdout);
+    let text = run::stdout(&run(REPORT, &[trace.to_str().unwrap(), "--json"]));
     assert!(
         text.trim_start().starts_with('[')
             && text.contains("\"kind\":\"unused allocation\",\"id\""),
@@ -81,28 +77,16 @@ fn prints_findings_largest_first_and_writes_the_timeline() {
 #[test]
 fn a_malformed_file_fails_with_its_line() {
     let d = Scratch::new("report-test");
-    let bad = d.join("bad.json");
-    std::fs::write(
-        &bad,
+    let bad = d.write(
+        "bad.json",
         "{\n\"tensormemEvents\": [\n{\"t\": 1, \"k\": \"free\"}\n]}\n",
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
-        .arg(&bad)
-        .output()
-        .unwrap();
+    );
+    let out = run(REPORT, &[&bad]);
     assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = run::stderr(&out);
     assert!(err.contains("bad.json:3:") && err.contains("'id'"), "{err}");
-    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
-        .arg("--bogus")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let out = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
-        .arg(d.join("missing.json"))
-        .output()
-        .unwrap();
+    assert_eq!(run(REPORT, &["--bogus"]).status.code(), Some(2));
+    let out = run(REPORT, &[d.join("missing.json")]);
     assert_eq!(out.status.code(), Some(1));
 }
 
@@ -133,35 +117,21 @@ fn huge_sizes_do_not_overflow_the_totals() {
     let page = std::fs::read_to_string(&html).unwrap();
     // 8 · 2^62 = 2^65 bytes = 32 EiB.
     assert!(page.contains("pool device (peak 32.00 EiB)"), "{page}");
-    let json = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
-        .arg(&trace)
-        .arg("--json")
-        .output()
-        .unwrap();
+    let json = run(REPORT, &[trace.to_str().unwrap(), "--json"]);
     assert!(json.status.success());
 }
 
 #[test]
 fn help_and_version_follow_the_shared_conventions() {
-    let help = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
-        .arg("--help")
-        .output()
-        .unwrap();
-    assert_eq!(help.status.code(), Some(0));
-    let text = String::from_utf8_lossy(&help.stdout);
-    for flag in [
-        "--html",
-        "--json",
-        "--min-gap-ns",
-        "--version",
-        "Exit status:",
-    ] {
-        assert!(text.contains(flag), "{flag} missing from:\n{text}");
-    }
-    let version = Command::new(env!("CARGO_BIN_EXE_tensormem-report"))
-        .arg("--version")
-        .output()
-        .unwrap();
-    assert_eq!(version.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")));
+    assert_help_lists(
+        REPORT,
+        &[
+            "--html",
+            "--json",
+            "--min-gap-ns",
+            "--version",
+            "Exit status:",
+        ],
+    );
+    assert_version(REPORT);
 }

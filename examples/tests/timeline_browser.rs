@@ -12,27 +12,29 @@ use std::process::Command;
 
 use tensormem::Trace;
 
-#[path = "support/report_html.rs"]
-mod report_html;
+#[path = "support/run.rs"]
+mod run;
 #[path = "support/scratch.rs"]
 mod scratch;
-use report_html::report_html;
+use run::{assert_success, report_html, run};
 use scratch::Scratch;
 
 /// Runs the MNIST sample with tracing and the report on its trace; returns the HTML path.
 fn traced_mnist_timeline(dir: &Path) -> PathBuf {
     let json = dir.join("mnist.trace.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_mnist"))
-        .args(["--backend", "host", "--runs", "2", "--trace"])
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run(
+        env!("CARGO_BIN_EXE_mnist"),
+        &[
+            "--backend",
+            "host",
+            "--runs",
+            "2",
+            "--trace",
+            json.to_str().unwrap(),
+        ],
     );
+    assert_success(&out);
+    let stdout = run::stdout(&out);
     assert!(stdout.contains("predicted 7 (label 7)"), "{stdout}");
     let trace =
         Trace::from_json(&std::fs::read_to_string(&json).unwrap(), "mnist.trace.json").unwrap();
@@ -120,18 +122,9 @@ fn the_timeline_of_the_traced_mnist_sample_renders_in_headless_chromium() {
         "no screenshot: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let check = Command::new("python3")
-        .arg("-c")
-        .arg(PNG_CHECK)
-        .arg(&png)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&check.stdout);
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    let check = run("python3", &["-c", PNG_CHECK, png.to_str().unwrap()]);
+    assert_success(&check);
+    let stdout = run::stdout(&check);
     let mut it = stdout.split_whitespace();
     let colours: usize = it.next().unwrap().parse().unwrap();
     let ink: f64 = it.next().unwrap().parse().unwrap();

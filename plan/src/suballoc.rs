@@ -77,39 +77,30 @@ pub trait SubAllocator {
     fn used(&self) -> u64;
 }
 
-impl SubAllocator for Tlsf {
-    #[inline]
-    fn allocate(&mut self, size: u64, align: u64) -> Result<Option<Region>> {
-        Tlsf::allocate(self, size, align)
-    }
-    #[inline]
-    fn free(&mut self, region: Region) -> Result<()> {
-        Tlsf::free(self, region)
-    }
-    fn capacity(&self) -> u64 {
-        Tlsf::capacity(self)
-    }
-    fn used(&self) -> u64 {
-        Tlsf::capacity(self) - self.free_bytes()
-    }
+/// Implements [`SubAllocator`] for allocators whose own methods of the same names do the work
+/// (`allocate`, `free`, `capacity`, `free_bytes`).
+macro_rules! sub_allocator_by_own_methods {
+    ($($t:ident),+) => {$(
+        impl SubAllocator for $t {
+            #[inline]
+            fn allocate(&mut self, size: u64, align: u64) -> Result<Option<Region>> {
+                $t::allocate(self, size, align)
+            }
+            #[inline]
+            fn free(&mut self, region: Region) -> Result<()> {
+                $t::free(self, region)
+            }
+            fn capacity(&self) -> u64 {
+                $t::capacity(self)
+            }
+            fn used(&self) -> u64 {
+                $t::capacity(self) - self.free_bytes()
+            }
+        }
+    )+};
 }
 
-impl SubAllocator for Buddy {
-    #[inline]
-    fn allocate(&mut self, size: u64, align: u64) -> Result<Option<Region>> {
-        Buddy::allocate(self, size, align)
-    }
-    #[inline]
-    fn free(&mut self, region: Region) -> Result<()> {
-        Buddy::free(self, region)
-    }
-    fn capacity(&self) -> u64 {
-        Buddy::capacity(self)
-    }
-    fn used(&self) -> u64 {
-        Buddy::capacity(self) - self.free_bytes()
-    }
-}
+sub_allocator_by_own_methods!(Tlsf, Buddy);
 
 /// Largest alignment any sub-allocator accepts, in bytes: 1 GiB.
 ///

@@ -107,12 +107,7 @@ fn set_size(host: &HostBackend, block: BlockId, size: u64, commit: bool) -> Resu
     let (old, kind) = (entry.size, entry.kind);
     let mem = entry.native.clone();
     let mut mem = lock(&mem);
-    let super::memory::HostMemory::Reserved(r) = &mut *mem else {
-        return Err(Error::Unsupported {
-            backend: super::NAME,
-            what: format!("resizing block {}, which was not reserved", block.0),
-        });
-    };
+    let r = mem.reservation(block, "resizing")?;
     let len = check_size(growth, size, r.reserved() as u64, "reservation")?;
     if !commit && size <= old {
         return Err(tensormem_contract::GrowthError::NotAnExtension {

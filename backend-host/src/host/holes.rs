@@ -120,13 +120,7 @@ fn with_reservation<T>(
     }
     let mem = entry.native.clone();
     let mut mem = lock(&mem);
-    let super::memory::HostMemory::Reserved(r) = &mut *mem else {
-        return Err(Error::Unsupported {
-            backend: super::NAME,
-            what: format!("holes in block {}, which was not reserved", block.0),
-        });
-    };
-    f(r, entry.kind)
+    f(mem.reservation(block, "holes in")?, entry.kind)
 }
 
 /// Gives the pages of `[offset, offset + size)` back.

@@ -17,17 +17,11 @@ impl TransferLanes for HostBackend {
     }
 
     fn transfer_copy(&self, src: BlockRange, dst: BlockRange) -> Result<TransferTicket> {
-        self.check_alive()?;
-        let (s, d) = (
-            self.arg(src, "copy source")?,
-            self.arg(dst, "copy destination")?,
-        );
-        self.enqueue_transfer(Command::Copy(s, d))
+        self.enqueue_transfer(self.copy_command(src, dst)?)
     }
 
     fn transfer_fill_zero(&self, range: BlockRange) -> Result<TransferTicket> {
-        let r = self.arg(range, "fill range")?;
-        self.enqueue_transfer(Command::Fill(r))
+        self.enqueue_transfer(self.fill_command(range)?)
     }
 
     fn transfer_after(&self, ticket: Ticket) -> Result<()> {

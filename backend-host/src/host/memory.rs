@@ -18,6 +18,7 @@
 
 use std::ops::{Deref, DerefMut};
 
+use crate::backend::BlockId;
 use crate::numa::HostPlacement;
 use crate::{Error, Result};
 
@@ -134,6 +135,21 @@ impl HostMemory {
             .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
         let map = Reservation::new(pages, pages, Some(node))?;
         Ok(HostMemory::Bound { map, len: size })
+    }
+
+    /// The reservation of a block that grows in place.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] naming what was `doing` to `block` when it was not reserved.
+    #[cfg(unix)]
+    pub(super) fn reservation(&mut self, block: BlockId, doing: &str) -> Result<&mut Reservation> {
+        match self {
+            HostMemory::Reserved(r) => Ok(r),
+            _ => Err(Error::Unsupported {
+                backend: super::NAME,
+                what: format!("{doing} block {}, which was not reserved", block.0),
+            }),
+        }
     }
 }
 

@@ -21,7 +21,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::backend::{Ticket, TicketWakers};
+use crate::backend::{BlockRange, Ticket, TicketWakers};
 use crate::ops::Op;
 use crate::{Error, Result};
 
@@ -59,6 +59,23 @@ pub(super) enum Command {
     Panic,
     #[cfg(not(target_arch = "wasm32"))]
     Shutdown,
+}
+
+/// The commands both lanes run alike, built from checked ranges.
+impl super::HostBackend {
+    /// Copies `src` to `dst`.
+    pub(super) fn copy_command(&self, src: BlockRange, dst: BlockRange) -> Result<Command> {
+        self.check_alive()?;
+        Ok(Command::Copy(
+            self.arg(src, "copy source")?,
+            self.arg(dst, "copy destination")?,
+        ))
+    }
+
+    /// Zeroes `range`.
+    pub(super) fn fill_command(&self, range: BlockRange) -> Result<Command> {
+        Ok(Command::Fill(self.arg(range, "fill range")?))
+    }
 }
 
 /// The last ticket finished, and the lowest ticket a blocked thread waits for (`u64::MAX`: none).

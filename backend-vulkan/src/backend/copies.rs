@@ -4,10 +4,11 @@
 use ash::vk;
 use tensormem_contract::{BlockRange, Result, Ticket};
 
-use super::VulkanBackend;
+use super::{State, VulkanBackend};
 use crate::barriers::Access;
 use crate::conv::Stage;
-use crate::timeline::Lane;
+use crate::device::Gpu;
+use crate::timeline::{Lane, Timeline};
 
 impl VulkanBackend {
     /// Records a copy of `src` to `dst` on `lane` (the compute lane's when the transfer lane is
@@ -33,30 +34,8 @@ impl VulkanBackend {
         Self::check_range(s, &dst, "copy destination")?;
         let buffer = |r: &BlockRange| s.blocks.get(r.block).map(|b| b.buffer).unwrap_or_default();
         let (src_buf, dst_buf) = (buffer(&src), buffer(&dst));
-        let accesses = [
-            Access {
-                block: src.block.0,
-                offset: src.offset,
-                size: src.size,
-                stage: Stage::Transfer,
-                write: false,
-            },
-            Access {
-                block: dst.block.0,
-                offset: dst.offset,
-                size: dst.size,
-                stage: Stage::Transfer,
-                write: true,
-            },
-        ];
-        let skip_barriers = self.config.skip_barriers_for_testing;
-        let (timeline, gpu, allocator) = s.lane(lane);
-        let cmd = timeline.batch(gpu, allocator)?.cmd();
-        if let Some(b) = timeline.tracker.before(&accesses)
-            && !skip_barriers
-        {
-            timeline.record_barrier(&gpu.device, cmd, b);
-        }
+        let accesses = [transfer(&src, false), transfer(&dst, true)];
+        let (timeline, gpu, cmd) = self.after_hazards(s, lane, &accesses)?;
         let region = vk::BufferCopy {
             src_offset: src.offset,
             dst_offset: dst.offset,
@@ -84,21 +63,7 @@ impl VulkanBackend {
             .get(range.block)
             .map(|b| b.buffer)
             .unwrap_or_default();
-        let access = [Access {
-            block: range.block.0,
-            offset: range.offset,
-            size: range.size,
-            stage: Stage::Transfer,
-            write: true,
-        }];
-        let skip_barriers = self.config.skip_barriers_for_testing;
-        let (timeline, gpu, allocator) = s.lane(lane);
-        let cmd = timeline.batch(gpu, allocator)?.cmd();
-        if let Some(b) = timeline.tracker.before(&access)
-            && !skip_barriers
-        {
-            timeline.record_barrier(&gpu.device, cmd, b);
-        }
+        let (timeline, gpu, cmd) = self.after_hazards(s, lane, &[transfer(&range, true)])?;
         // SAFETY: `cmd` is recording; offset and size are multiples of 4 inside the buffer.
         unsafe {
             gpu.device
@@ -106,5 +71,36 @@ impl VulkanBackend {
         };
         timeline.note_command();
         Ok(timeline.open_ticket())
+    }
+
+    /// The command buffer of `lane`'s open batch, with the barrier that orders `accesses` after
+    /// the earlier commands they conflict with already recorded; with the lane's timeline and the
+    /// device, for recording the command itself.
+    fn after_hazards<'s>(
+        &self,
+        s: &'s mut State,
+        lane: Lane,
+        accesses: &[Access],
+    ) -> Result<(&'s mut Timeline, &'s Gpu, vk::CommandBuffer)> {
+        let skip_barriers = self.config.skip_barriers_for_testing;
+        let (timeline, gpu, allocator) = s.lane(lane);
+        let cmd = timeline.batch(gpu, allocator)?.cmd();
+        if let Some(b) = timeline.tracker.before(accesses) {
+            if !skip_barriers {
+                timeline.record_barrier(&gpu.device, cmd, b);
+            }
+        }
+        Ok((timeline, gpu, cmd))
+    }
+}
+
+/// A transfer-stage access of `range`, writing when `write`.
+fn transfer(range: &BlockRange, write: bool) -> Access {
+    Access {
+        block: range.block.0,
+        offset: range.offset,
+        size: range.size,
+        stage: Stage::Transfer,
+        write,
     }
 }

@@ -22,10 +22,7 @@ impl Error {
     #[cold]
     #[inline(never)]
     pub fn invariant(invariant: &'static str, detail: impl Into<String>) -> Self {
-        Error::InvariantViolated {
-            invariant,
-            detail: detail.into(),
-        }
+        tensormem_plan::Error::invariant(invariant, detail).into()
     }
 
     /// Whether this error means the device (or the runtime in front of it) can no longer be used:

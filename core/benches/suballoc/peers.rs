@@ -3,6 +3,8 @@
 
 use std::hint::black_box;
 
+use tensormem::suballoc::{Buddy, Region, SubAllocator, Tlsf};
+
 use super::{CAPACITY, UNIT};
 
 /// The operations the harness needs from an allocator.
@@ -13,31 +15,36 @@ pub trait Sub {
     fn free(&mut self, handle: Self::Handle);
 }
 
-/// tensormem's TLSF.
-pub struct Ours(tensormem::suballoc::Tlsf);
+/// tensormem's sub-allocators, through the trait they share.
+pub struct Ours<A>(A);
 
-impl Sub for Ours {
-    type Handle = tensormem::suballoc::Region;
-    fn create() -> Self {
-        Ours(tensormem::suballoc::Tlsf::new(CAPACITY).unwrap())
-    }
-    #[inline]
-    fn alloc(&mut self, size: u64) -> Option<Self::Handle> {
-        self.0.allocate(size, UNIT).unwrap()
-    }
-    #[inline]
-    fn free(&mut self, handle: Self::Handle) {
-        self.0.free(handle).unwrap();
+/// tensormem's TLSF.
+pub type OursTlsf = Ours<Tlsf>;
+
+/// tensormem's buddy allocator, blocks of 256 B and up.
+pub type OursBuddy = Ours<Buddy>;
+
+/// How each of ours is made over the benchmark's range.
+pub trait OverRange {
+    fn over_range() -> Self;
+}
+
+impl OverRange for Tlsf {
+    fn over_range() -> Self {
+        Tlsf::new(CAPACITY).unwrap()
     }
 }
 
-/// tensormem's buddy allocator, blocks of 256 B and up.
-pub struct OursBuddy(tensormem::suballoc::Buddy);
+impl OverRange for Buddy {
+    fn over_range() -> Self {
+        Buddy::with_min_block(CAPACITY, UNIT).unwrap()
+    }
+}
 
-impl Sub for OursBuddy {
-    type Handle = tensormem::suballoc::Region;
+impl<A: SubAllocator + OverRange> Sub for Ours<A> {
+    type Handle = Region;
     fn create() -> Self {
-        OursBuddy(tensormem::suballoc::Buddy::with_min_block(CAPACITY, UNIT).unwrap())
+        Ours(A::over_range())
     }
     #[inline]
     fn alloc(&mut self, size: u64) -> Option<Self::Handle> {

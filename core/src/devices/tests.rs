@@ -29,6 +29,13 @@ fn f32s(n: usize, k: f32) -> Vec<f32> {
     (0..n).map(|i| i as f32 * k - 3.0).collect()
 }
 
+/// A new F32 tensor `label` on device `on` holding `data`: the source of a transfer.
+fn uploaded(set: &DeviceSet, on: DeviceId, data: &[f32], label: &str) -> Tensor {
+    let t = set.alloc(on, DType::F32, &[data.len()], label).unwrap();
+    set.upload(&t, data).unwrap();
+    t
+}
+
 #[test]
 fn tensors_know_their_device_and_each_device_has_its_own_pools() {
     let set = two_hosts();
@@ -143,8 +150,7 @@ fn cross_device_copies_move_every_byte_in_chunks_both_ways() {
     .unwrap();
     for set in [two_hosts(), both_mapped] {
         for (from, to) in [(0, 1), (1, 0)] {
-            let src = set.alloc(DeviceId(from), DType::F32, &[n], "src").unwrap();
-            set.upload(&src, &data).unwrap();
+            let src = uploaded(&set, DeviceId(from), &data, "src");
             let dst = set.transfer(&src, DeviceId(to), "dst").unwrap();
             assert_eq!(dst.device(), DeviceId(to));
             assert_eq!(set.download::<f32>(&dst).unwrap(), data);
@@ -157,8 +163,7 @@ fn cross_device_copies_move_every_byte_in_chunks_both_ways() {
     }
     // Device 1 of the first set stages: its readback and upload belts carried the bytes.
     let set = two_hosts();
-    let src = set.alloc(DeviceId(1), DType::F32, &[n], "src").unwrap();
-    set.upload(&src, &data).unwrap();
+    let src = uploaded(&set, DeviceId(1), &data, "src");
     let dst = set.transfer(&src, DeviceId(0), "dst").unwrap();
     let st = &set.report()[1].staging;
     assert!(st.uploaded >= n as u64 * 4 && st.downloaded >= n as u64 * 4);
@@ -216,8 +221,7 @@ fn a_copy_waits_for_the_work_queued_on_its_source() {
 fn copies_on_one_device_are_one_device_copy() {
     let set = two_hosts();
     let data = f32s(100, 2.0);
-    let a = set.alloc(DeviceId(1), DType::F32, &[100], "a").unwrap();
-    set.upload(&a, &data).unwrap();
+    let a = uploaded(&set, DeviceId(1), &data, "a");
     let b = set.transfer(&a, DeviceId(1), "b").unwrap();
     assert_eq!(set.download::<f32>(&b).unwrap(), data);
     assert_eq!(set.transfer_stats().bytes(TransferPath::SameDevice), 400);
@@ -362,8 +366,7 @@ fn segmented_tensors_copy_between_devices_cut_differently() {
     ])
     .unwrap();
     let data = f32s(5000, 0.25);
-    let a = set.alloc(DeviceId(0), DType::F32, &[5000], "a").unwrap();
-    set.upload(&a, &data).unwrap();
+    let a = uploaded(&set, DeviceId(0), &data, "a");
     let b = set.transfer(&a, DeviceId(1), "b").unwrap();
     assert_eq!((a.segments().len(), b.segments().len()), (5, 4));
     assert_eq!(set.download::<f32>(&b).unwrap(), data);

@@ -38,12 +38,13 @@ use std::time::{Duration, Instant};
 use self::entry::{Entry, Mobility, Site};
 use self::listen::Listen;
 
-use crate::backend::{Backend, BlockDesc, BlockRange, MemoryKind, Ticket};
+use crate::backend::{Backend, BlockRange, Ticket};
 use crate::pool::device_pool::{Allocation, DevicePool, LiveAllocation, PoolListener, PoolStats};
 use crate::pool::slots::{Handle, Slots, next_pool_id};
 use crate::trace::TransferKind;
 use crate::{Error, Result};
 
+mod copy;
 mod entry;
 mod listen;
 
@@ -283,57 +284,6 @@ impl SpillPool {
         self.listen
             .notify(|l| l.transferred(handle, TransferKind::Restore, n));
         Ok(a.range)
-    }
-
-    /// Copies a device range to host memory (all work on it has completed).
-    fn read(&self, range: BlockRange) -> Result<Vec<u8>> {
-        let mut buf = vec![0u8; range.size as usize];
-        if self.backend.capabilities().device_host_visible {
-            self.backend
-                .read_mapped(range.block, range.offset, &mut buf)?;
-            return Ok(buf);
-        }
-        let block = self.backend.alloc_block(&BlockDesc {
-            kind: MemoryKind::Readback,
-            size: range.size,
-            label: "tensormem spill (out)",
-        })?;
-        let dst = BlockRange {
-            block,
-            offset: 0,
-            size: range.size,
-        };
-        let done = self
-            .backend
-            .copy(range, dst)
-            .and_then(|t| self.backend.wait(t))
-            .and_then(|()| self.backend.read_mapped(block, 0, &mut buf));
-        let freed = self.backend.free_block(block);
-        done.and(freed).map(|()| buf)
-    }
-
-    /// Copies host bytes into a device range; returns after they are in place.
-    fn write(&self, range: BlockRange, bytes: &[u8]) -> Result<()> {
-        if self.backend.capabilities().device_host_visible {
-            return self.backend.write_mapped(range.block, range.offset, bytes);
-        }
-        let block = self.backend.alloc_block(&BlockDesc {
-            kind: MemoryKind::Upload,
-            size: range.size,
-            label: "tensormem spill (in)",
-        })?;
-        let src = BlockRange {
-            block,
-            offset: 0,
-            size: range.size,
-        };
-        let done = self
-            .backend
-            .write_mapped(block, 0, bytes)
-            .and_then(|()| self.backend.copy(src, range))
-            .and_then(|t| self.backend.wait(t));
-        let freed = self.backend.free_block(block);
-        done.and(freed)
     }
 }
 

@@ -1,6 +1,11 @@
 //! A scratch directory for one test, removed when the test ends, passing or failing: the
 //! integration tests used to leave their files in the system's temp directory on every run.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a scratch directory that fails fails its test"
+)]
+
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -19,6 +24,14 @@ impl Scratch {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
+    }
+
+    /// Writes `contents` to the file `name` in the directory and returns its path.
+    #[allow(dead_code, reason = "not every test file writes its inputs")]
+    pub fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
     }
 }
 

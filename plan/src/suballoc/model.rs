@@ -2,13 +2,14 @@
 //! ranges. Shared by the TLSF and buddy tests so both answer to the same rules: every region has
 //! the size asked for, lies inside the range at a multiple of its alignment, and overlaps no
 //! other live region; a freed region was live. Also what every sub-allocator's tests share: the
-//! property tests' case count and forged handles.
+//! property tests' case count, forged handles and the refusals of impossible requests.
 
 use std::collections::BTreeMap;
 
 use proptest::test_runner::Config;
 
 use super::Region;
+use crate::{Error, Result};
 
 /// The property tests' configuration: `default` cases, modest so that `cargo test` stays fast,
 /// unless `PROPTEST_CASES` scales them up.
@@ -28,6 +29,32 @@ pub(super) fn forge(r: &Region) -> Region {
         owner: r.owner,
         key: r.key,
     }
+}
+
+/// Asserts the refusals every sub-allocator makes alike, through its `new`, `allocate` and
+/// `is_empty`: a zero capacity and a zero size are [`Error::ZeroSize`], one byte past a range of
+/// `capacity` and `u64::MAX` are [`Error::TooLarge`], and nothing is left allocated. Returns the
+/// allocator for further checks.
+pub(super) fn assert_rejects_zero_and_too_large<A: std::fmt::Debug>(
+    capacity: u64,
+    new: fn(u64) -> Result<A>,
+    allocate: fn(&mut A, u64, u64) -> Result<Option<Region>>,
+    is_empty: fn(&A) -> bool,
+) -> A {
+    assert!(matches!(new(0), Err(Error::ZeroSize { .. })));
+    let mut a = new(capacity).unwrap();
+    assert!(matches!(
+        allocate(&mut a, 0, 1),
+        Err(Error::ZeroSize { .. })
+    ));
+    for size in [capacity + 1, u64::MAX] {
+        assert!(
+            matches!(allocate(&mut a, size, 1), Err(Error::TooLarge { .. })),
+            "size {size}"
+        );
+    }
+    assert!(is_empty(&a));
+    a
 }
 
 /// Live ranges keyed by offset (offset -> end): overlap checks in O(log n).

@@ -85,8 +85,7 @@ fn a_peer_of_another_kind_is_staged() {
     )
     .unwrap();
     let data = f32s(300, 1.5);
-    let x = set.alloc(DeviceId(0), DType::F32, &[300], "x").unwrap();
-    set.upload(&x, &data).unwrap();
+    let x = uploaded(&set, DeviceId(0), &data, "x");
     let z = set.transfer(&x, DeviceId(1), "z").unwrap();
     assert_eq!(set.download::<f32>(&z).unwrap(), data);
     assert_eq!(set.transfer_stats().bytes(TransferPath::Staged), 1200);

@@ -71,12 +71,7 @@ impl ArenaConfig {
             name: format!("host-visible ({})", kind.name()),
             kind,
             block_size: 8 << 20,
-            budget: None,
-            in_place: true,
-            holes: true,
-            learned_placement: true,
-            idle_release: Some(DEFAULT_IDLE_RELEASE),
-            carver: Carver::Tlsf,
+            ..ArenaConfig::device()
         }
     }
 }

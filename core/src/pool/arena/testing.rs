@@ -1,4 +1,4 @@
-//! What the arena's tests share: tensors filled with a byte and checked to still hold it, a run
+//! What the arena's tests share: the in-place growth granule, tensors filled with a byte and checked to still hold it, a run
 //! of temporaries that leads to a learned site, and a seeded churn of random sizes.
 
 use std::sync::Arc;
@@ -11,6 +11,12 @@ use crate::pool::{Allocation, DevicePool};
 pub(super) fn assert_offers_holes(backend: &dyn Backend) {
     let growable = backend.extensions().growable;
     assert!(growable.unwrap().in_place_growth().holes);
+}
+
+/// The granule `backend` grows blocks in place by (the host's page); panics where it cannot.
+pub(super) fn granularity(backend: &dyn Backend) -> u64 {
+    let growable = backend.extensions().growable;
+    growable.unwrap().in_place_growth().granularity
 }
 
 /// Allocates `size` bytes and fills them with `byte`, writing through `backend`.

@@ -37,18 +37,7 @@ impl StagingBelt {
         dst: BlockRange,
         data: &[u8],
     ) -> Result<Ticket> {
-        if data.is_empty() {
-            return Err(Error::ZeroSize { what: "upload" });
-        }
-        let padded = pad(data.len(), self.align);
-        if padded > dst.size {
-            return Err(Error::OutOfBounds {
-                what: "upload destination",
-                offset: 0,
-                size: padded,
-                limit: dst.size,
-            });
-        }
+        self.check_fits(data.len(), dst, "upload", "upload destination")?;
         let chunk = self.config.block_size as usize;
         let mut ticket = Ticket::DONE;
         let mut scratch = Vec::new();
@@ -123,18 +112,7 @@ impl StagingBelt {
         src: BlockRange,
         out: &mut [u8],
     ) -> Result<()> {
-        if out.is_empty() {
-            return Err(Error::ZeroSize { what: "download" });
-        }
-        let padded = pad(out.len(), self.align);
-        if padded > src.size {
-            return Err(Error::OutOfBounds {
-                what: "download source",
-                offset: 0,
-                size: padded,
-                limit: src.size,
-            });
-        }
+        self.check_fits(out.len(), src, "download", "download source")?;
         let chunk = self.config.block_size as usize;
         let mut scratch = Vec::new();
         for (i, part) in out.chunks_mut(chunk).enumerate() {
@@ -180,6 +158,34 @@ impl StagingBelt {
         }
         let mut st = self.lock();
         self.trim_idle(&mut st)?;
+        Ok(())
+    }
+
+    /// `Ok` when `len` bytes, padded to the copy alignment, fit in `range`: the check every
+    /// transfer makes first.
+    ///
+    /// # Errors
+    /// [`Error::ZeroSize`] naming `what` for 0 bytes, [`Error::OutOfBounds`] naming `range_what`
+    /// when the padded length exceeds `range`.
+    fn check_fits(
+        &self,
+        len: usize,
+        range: BlockRange,
+        what: &'static str,
+        range_what: &'static str,
+    ) -> Result<()> {
+        if len == 0 {
+            return Err(Error::ZeroSize { what });
+        }
+        let padded = pad(len, self.align);
+        if padded > range.size {
+            return Err(Error::OutOfBounds {
+                what: range_what,
+                offset: 0,
+                size: padded,
+                limit: range.size,
+            });
+        }
         Ok(())
     }
 }

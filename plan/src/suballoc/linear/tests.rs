@@ -6,22 +6,16 @@ use proptest::prelude::*;
 use super::*;
 use crate::Error;
 use crate::suballoc::MAX_ALIGN;
-use crate::suballoc::model::cases;
+use crate::suballoc::model::{assert_rejects_zero_and_too_large, cases};
 
 #[test]
 fn zero_and_too_large_are_rejected() {
-    assert!(matches!(
-        LinearAllocator::new(0),
-        Err(Error::ZeroSize { .. })
-    ));
-    let mut l = LinearAllocator::new(100).unwrap();
-    assert!(matches!(l.allocate(0, 1), Err(Error::ZeroSize { .. })));
-    assert!(matches!(l.allocate(101, 1), Err(Error::TooLarge { .. })));
-    assert!(matches!(
-        l.allocate(u64::MAX, 1),
-        Err(Error::TooLarge { .. })
-    ));
-    assert!(l.is_empty());
+    assert_rejects_zero_and_too_large(
+        100,
+        LinearAllocator::new,
+        LinearAllocator::allocate,
+        LinearAllocator::is_empty,
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use proptest::prelude::*;
 
 use super::*;
-use crate::suballoc::model::cases;
+use crate::suballoc::model::{assert_rejects_zero_and_too_large, cases};
 use crate::suballoc::{MAX_ALIGN, Tlsf};
 
 fn alloc(r: &mut RingAllocator, size: u64, align: u64) -> Region {
@@ -17,15 +17,12 @@ fn alloc(r: &mut RingAllocator, size: u64, align: u64) -> Region {
 
 #[test]
 fn zero_and_too_large_are_rejected() {
-    assert!(matches!(RingAllocator::new(0), Err(Error::ZeroSize { .. })));
-    let mut r = RingAllocator::new(100).unwrap();
-    assert!(matches!(r.allocate(0, 1), Err(Error::ZeroSize { .. })));
-    assert!(matches!(r.allocate(101, 1), Err(Error::TooLarge { .. })));
-    assert!(matches!(
-        r.allocate(u64::MAX, 1),
-        Err(Error::TooLarge { .. })
-    ));
-    assert!(r.is_empty());
+    assert_rejects_zero_and_too_large(
+        100,
+        RingAllocator::new,
+        RingAllocator::allocate,
+        RingAllocator::is_empty,
+    );
 }
 
 #[test]

@@ -7,16 +7,12 @@ use std::sync::Arc;
 use crate::Error;
 use crate::backend::{Backend, MemoryKind, Ticket};
 use crate::host::{HostBackend, HostConfig};
+use crate::pool::arena::testing::granularity;
 use crate::pool::{ArenaConfig, ArenaPool, Budget, DevicePool, Guarded, PoolStats};
 
 fn pool(budget: Option<u64>) -> (Arc<HostBackend>, ArenaPool, u64) {
     let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
-    let page = backend
-        .extensions()
-        .growable
-        .unwrap()
-        .in_place_growth()
-        .granularity;
+    let page = granularity(backend.as_ref());
     let p = ArenaPool::with_budget(backend.clone(), ArenaConfig::device(), Budget::new(budget))
         .unwrap();
     (backend, p, page)

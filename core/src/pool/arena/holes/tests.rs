@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::*;
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::arena::testing::{assert_holds, assert_offers_holes, churn, filled};
-use crate::pool::{ArenaConfig, ArenaPool, DevicePool};
+use crate::pool::{Allocation, ArenaConfig, ArenaPool, DevicePool};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -28,13 +28,20 @@ fn check(backend: &HostBackend, p: &ArenaPool) {
     );
 }
 
+/// A pool whose arena holds a hole of `size` bytes (a freed tensor) between two live 64 KiB
+/// tensors, filled with 1 and 3.
+fn hole_between(size: u64) -> (Arc<HostBackend>, ArenaPool, Allocation, Allocation) {
+    let (backend, p) = pool();
+    let low = filled(&backend, &p, 64 * KIB, 1);
+    let mid = filled(&backend, &p, size, 2);
+    let high = filled(&backend, &p, 64 * KIB, 3);
+    p.free(mid.handle).unwrap();
+    (backend, p, low, high)
+}
+
 #[test]
 fn a_hole_gives_its_memory_back_before_the_arena_grows() {
-    let (backend, p) = pool();
-    let small = filled(&backend, &p, 64 * KIB, 1);
-    let big = filled(&backend, &p, 4 * MIB, 2);
-    let pin = filled(&backend, &p, 64 * KIB, 3);
-    p.free(big.handle).unwrap();
+    let (backend, p, small, pin) = hole_between(4 * MIB);
     check(&backend, &p);
     // 6 MiB fits no hole: the arena grows, and the 4 MiB hole's memory goes back first.
     let bigger = filled(&backend, &p, 6 * MIB, 4);
@@ -60,11 +67,7 @@ fn a_hole_gives_its_memory_back_before_the_arena_grows() {
 
 #[test]
 fn memory_moves_to_a_tensor_placed_on_a_given_back_hole() {
-    let (backend, p) = pool();
-    let small = filled(&backend, &p, 64 * KIB, 1);
-    let big = filled(&backend, &p, 4 * MIB, 2);
-    let pin = filled(&backend, &p, 64 * KIB, 3);
-    p.free(big.handle).unwrap();
+    let (backend, p, small, pin) = hole_between(4 * MIB);
     let bigger = filled(&backend, &p, 6 * MIB, 4);
     let decommitted = p.stats().reserved;
     // The 6 MiB tensor goes: its memory is spare. Tensors placed in the old hole, whose memory
@@ -93,11 +96,7 @@ fn memory_moves_to_a_tensor_placed_on_a_given_back_hole() {
 
 #[test]
 fn trim_returns_spare_memory_inside_the_arena() {
-    let (backend, p) = pool();
-    let low = filled(&backend, &p, 64 * KIB, 1);
-    let mid = filled(&backend, &p, 8 * MIB, 2);
-    let high = filled(&backend, &p, 64 * KIB, 3);
-    p.free(mid.handle).unwrap();
+    let (backend, p, low, high) = hole_between(8 * MIB);
     let before = p.stats().reserved;
     let released = p.trim().unwrap();
     check(&backend, &p);

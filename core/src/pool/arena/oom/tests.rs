@@ -30,12 +30,18 @@ fn oom(r: crate::Result<crate::Allocation>) -> OomReport {
     }
 }
 
-#[test]
-fn fragmentation_that_a_static_plan_avoids() {
-    let (_b, p) = pool(HostConfig::default());
-    let h: Vec<_> = (0..4)
+/// The pool at its budget: four live 512-byte tensors `t0`..`t3` in its two blocks.
+fn full_of_halves() -> (Arc<HostBackend>, ArenaPool, Vec<crate::Allocation>) {
+    let (backend, p) = pool(HostConfig::default());
+    let h = (0..4)
         .map(|i| p.allocate(512, 1, &format!("t{i}")).unwrap())
         .collect();
+    (backend, p, h)
+}
+
+#[test]
+fn fragmentation_that_a_static_plan_avoids() {
+    let (_b, p, h) = full_of_halves();
     p.free(h[0].handle).unwrap();
     p.free(h[2].handle).unwrap();
     let r = oom(p.allocate(1024, 1, "big"));
@@ -58,10 +64,7 @@ fn fragmentation_that_a_static_plan_avoids() {
 
 #[test]
 fn a_live_set_no_plan_fits() {
-    let (_b, p) = pool(HostConfig::default());
-    let h: Vec<_> = (0..4)
-        .map(|i| p.allocate(512, 1, &format!("t{i}")).unwrap())
-        .collect();
+    let (_b, p, h) = full_of_halves();
     let r = oom(p.allocate(512, 1, "more"));
     assert_eq!(r.static_plan_would_fit, Some(false));
     assert!(!r.trim_would_help);

@@ -17,6 +17,13 @@ use crate::test_adaptors::host_adaptor;
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 
+/// `N` regions of 4 KiB (align 256) from a fresh 1 MiB TLSF, and the TLSF: what a site learns.
+fn small_regions<const N: usize>() -> (crate::suballoc::Tlsf, [Region; N]) {
+    let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
+    let regions = [(); N].map(|()| tlsf.allocate(4096, 256).unwrap().unwrap());
+    (tlsf, regions)
+}
+
 #[test]
 fn a_site_is_its_request_and_the_recent_events() {
     let mut s = Sites::new(false);
@@ -65,11 +72,7 @@ fn the_window_kept_per_event_is_the_last_events_hashed_afresh() {
 
 #[test]
 fn a_learned_site_gives_its_last_placement_back() {
-    let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
-    let (a, b) = (
-        tlsf.allocate(4096, 256).unwrap().unwrap(),
-        tlsf.allocate(4096, 256).unwrap().unwrap(),
-    );
+    let (_, [a, b]) = small_regions();
     let mut s = Sites::new(false);
     let k = s.key(4096, 256);
     assert_eq!(s.hint(k), None);
@@ -153,8 +156,7 @@ fn sites_follow_the_moves_after_their_placement_in_order() {
 
 #[test]
 fn a_restarted_history_gives_the_first_run_s_sites_back() {
-    let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
-    let a = tlsf.allocate(4096, 256).unwrap().unwrap();
+    let (_, [a]) = small_regions();
     let mut s = Sites::new(false);
     let first = s.key(4096, 256);
     s.learn(first, &a);
@@ -171,11 +173,7 @@ fn a_restarted_history_gives_the_first_run_s_sites_back() {
 
 #[test]
 fn a_table_that_keeps_first_places_gives_the_first_back() {
-    let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
-    let (a, b) = (
-        tlsf.allocate(4096, 256).unwrap().unwrap(),
-        tlsf.allocate(4096, 256).unwrap().unwrap(),
-    );
+    let (mut tlsf, [a, b]) = small_regions();
     let mut s = Sites::new(true);
     let k = s.key(4096, 256);
     s.learn(k, &a);
@@ -203,8 +201,7 @@ fn a_table_that_keeps_first_places_gives_the_first_back() {
 
 #[test]
 fn a_kept_first_place_missed_twice_in_a_row_for_one_other_is_replaced_by_it() {
-    let mut tlsf = crate::suballoc::Tlsf::new(MIB).unwrap();
-    let [a, b, c] = [(); 3].map(|()| tlsf.allocate(4096, 256).unwrap().unwrap());
+    let (_, [a, b, c]) = small_regions();
     let mut s = Sites::new(true);
     let k = s.key(4096, 256);
     let first = Some((a.offset, a.landmark()));

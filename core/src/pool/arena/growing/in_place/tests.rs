@@ -8,18 +8,14 @@ use super::*;
 use crate::backend::{Backend, BlockDesc, BlockId, Growable};
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::ArenaPool;
+use crate::pool::arena::testing::granularity;
 use crate::pool::{ArenaConfig, DevicePool, PoolStats};
 use crate::test_adaptors::host_adaptor;
 
 /// A pool that grows in place at its end only (holes are tested in `holes/tests.rs`).
 fn pool(config: HostConfig) -> (Arc<HostBackend>, ArenaPool, u64) {
     let backend = Arc::new(HostBackend::new(config).unwrap());
-    let page = backend
-        .extensions()
-        .growable
-        .unwrap()
-        .in_place_growth()
-        .granularity;
+    let page = granularity(backend.as_ref());
     let config = ArenaConfig {
         holes: false,
         ..ArenaConfig::device()
@@ -288,12 +284,7 @@ fn no_holes(backend: &WholeGrowths, call: &str) -> crate::Error {
 #[test]
 fn trim_counts_what_a_backend_that_keeps_whole_growths_reports() {
     let host = HostBackend::new(HostConfig::default()).unwrap();
-    let page = host
-        .extensions()
-        .growable
-        .unwrap()
-        .in_place_growth()
-        .granularity;
+    let page = granularity(&host);
     let backend = Arc::new(crate::Validated::new(Arc::new(WholeGrowths {
         host,
         ends: std::sync::Mutex::new(Vec::new()),

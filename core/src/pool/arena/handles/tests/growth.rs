@@ -1,7 +1,7 @@
 //! The arena growing on whole units: one new unit per backed run, spare units taken whole,
 //! extended or committed growth, trim, and churn that keeps to whole units.
 
-use super::whole_units::{WholeUnits, check, pool};
+use super::whole_units::{WholeUnits, check, pool, release};
 use super::*;
 use crate::pool::arena::testing::{assert_holds, churn, filled};
 
@@ -30,11 +30,7 @@ fn a_run_over_many_granules_is_one_new_unit_and_is_reused_in_place() {
     for (a, byte) in [(&pin, 1), (&top, 3), (&again, 5)] {
         assert_holds(&backend, a, byte);
     }
-    for a in [pin, top, again] {
-        p.free(a.handle).unwrap();
-    }
-    p.trim().unwrap();
-    assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+    release(&backend, &p, [pin, top, again]);
 }
 
 #[test]
@@ -83,11 +79,7 @@ fn a_region_on_a_run_gets_whole_spare_units_largest_first_then_one_new_unit() {
         p.stats().reserved
     );
     p.free(x.handle).unwrap();
-    for a in pins {
-        p.free(a.handle).unwrap();
-    }
-    p.trim().unwrap();
-    assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+    release(&backend, &p, pins);
 }
 
 /// Spare units of 8 granules, and a 28-granule request that fits no free range: extended, the
@@ -128,11 +120,7 @@ fn an_extended_growth_takes_the_spare_units_and_one_new_unit() {
             assert_eq!(backend.created(), created + 1);
             assert_eq!(p.stats().reserved, 52 * G, "one spare unit stays");
         }
-        for x in [b, d, e] {
-            p.free(x.handle).unwrap();
-        }
-        p.trim().unwrap();
-        assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+        release(&backend, &p, [b, d, e]);
     }
 }
 
@@ -157,9 +145,7 @@ fn trim_gives_back_whole_spare_units_and_keeps_those_a_tensor_touches() {
     check(&backend, &p);
     assert_eq!((backend.units(), p.stats().reserved), (1, MIB));
     assert_holds(&backend, &c, 3);
-    p.free(c.handle).unwrap();
-    p.trim().unwrap();
-    assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+    release(&backend, &p, [c]);
 }
 
 /// Churn with random sizes on whole units, growths committed or extended: every call the pool

@@ -1,7 +1,7 @@
 //! Where requests go on whole units: a learned site's first place, the smallest spare unit that
 //! holds a run, and requests past the pool's peak.
 
-use super::whole_units::{WholeUnits, check, pool};
+use super::whole_units::{WholeUnits, check, pool, release};
 use super::*;
 use crate::pool::arena::testing::{assert_holds, filled, temporaries};
 
@@ -76,15 +76,6 @@ fn hole_without_memory(backend: &Arc<WholeUnits>, p: &ArenaPool) -> Vec<Allocati
 /// Units the backend created, moves it made, and the pool's committed bytes.
 fn counts(backend: &WholeUnits, p: &ArenaPool) -> (u64, u64, u64) {
     (backend.created(), backend.moved(), p.stats().reserved)
-}
-
-/// Frees `live`, trims, and checks that nothing is left in the pool or the backend.
-fn release(backend: &WholeUnits, p: &ArenaPool, live: impl IntoIterator<Item = Allocation>) {
-    for a in live {
-        p.free(a.handle).unwrap();
-    }
-    p.trim().unwrap();
-    assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
 }
 
 /// Past its allowance and its peak, a request whose place lacks memory goes to the smallest

@@ -178,3 +178,16 @@ pub(super) fn check(backend: &WholeUnits, p: &ArenaPool) {
         assert_eq!(h.unit_count(), Some(backend.units()));
     }
 }
+
+/// Frees `live`, trims, and checks that nothing is left in the pool or the backend.
+pub(super) fn release(
+    backend: &WholeUnits,
+    p: &ArenaPool,
+    live: impl IntoIterator<Item = Allocation>,
+) {
+    for a in live {
+        p.free(a.handle).unwrap();
+    }
+    p.trim().unwrap();
+    assert_eq!((backend.host.block_count(), p.stats().reserved), (0, 0));
+}
