@@ -85,10 +85,10 @@ impl VulkanBackend {
         let skip_barriers = self.config.skip_barriers_for_testing;
         let (timeline, gpu, allocator) = s.lane(lane);
         let cmd = timeline.batch(gpu, allocator)?.cmd();
-        if let Some(b) = timeline.tracker.before(accesses) {
-            if !skip_barriers {
-                timeline.record_barrier(&gpu.device, cmd, b);
-            }
+        if let Some(b) = timeline.tracker.before(accesses)
+            && !skip_barriers
+        {
+            timeline.record_barrier(&gpu.device, cmd, b);
         }
         Ok((timeline, gpu, cmd))
     }
