@@ -30,6 +30,8 @@ use super::NAME;
 use super::lock;
 use super::memory::HostMemory;
 
+#[cfg(not(target_arch = "wasm32"))]
+mod affinity;
 mod dispatch;
 #[cfg(not(target_arch = "wasm32"))]
 mod thread;

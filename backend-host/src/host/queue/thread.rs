@@ -9,13 +9,15 @@
 //! own pool of as many threads as the global pool (one of them the worker), so backends and the
 //! global pool's other users (the planner's threads) never wait on one another's jobs.
 //!
+//! A pool that spans every CPU pins its threads one per CPU ([`affinity`]).
+//!
 //! Joining: a pool thread has no join handle, so the worker holds the sending end of a channel
 //! that it drops on exit by any path (return or unwind); [`WorkerThread::join`] waits for that.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use super::NAME;
+use super::{NAME, affinity};
 use crate::{Error, Result};
 
 /// A running worker (see the module doc).
@@ -63,6 +65,7 @@ impl WorkerThread {
             // The worker catches every op's panic; one escaping it ends the worker (its timeline
             // is marked dead) and must not abort the process, as rayon's default handler would.
             .panic_handler(|_| {})
+            .start_handler(move |i| affinity::pin(i, pool_threads))
             .build()
             .map_err(|e| spawn_error("rayon::ThreadPoolBuilder::build", e.to_string()))?;
         let (alive, exited) = mpsc::channel::<()>();
