@@ -18,8 +18,10 @@
 //! whatever `A`'s padding holds.
 
 use std::arch::x86_64::{
-    __m256i, _mm_add_epi32, _mm_cvtsi128_si32, _mm_shuffle_epi32, _mm256_castsi256_si128,
-    _mm256_dpbusd_epi32, _mm256_extracti128_si256, _mm256_loadu_si256, _mm256_setzero_si256,
+    __m256i, _mm_add_epi32, _mm_add_epi64, _mm_cvtsi128_si32, _mm_cvtsi128_si64, _mm_shuffle_epi32,
+    _mm_unpackhi_epi64, _mm256_add_epi64, _mm256_castsi256_si128, _mm256_dpbusd_epi32,
+    _mm256_extracti128_si256, _mm256_loadu_si256, _mm256_sad_epu8, _mm256_set1_epi8,
+    _mm256_setzero_si256, _mm256_xor_si256,
 };
 
 use super::{STEP, Tile};
@@ -189,4 +191,31 @@ unsafe fn hsum(v: __m256i) -> i32 {
         let x = _mm_add_epi32(x, _mm_shuffle_epi32::<0b10_11_00_01>(x));
         _mm_cvtsi128_si32(x)
     }
+}
+
+/// The sum of `s`'s values, 32 at a time: `vpsadbw` against zero sums bytes read as unsigned
+/// (`w + 128`, the top bit flipped), and `128 · len` is taken off.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn sum_i8(s: &[i8]) -> i32 {
+    let whole = s.len() / STEP * STEP;
+    let mut acc = _mm256_setzero_si256();
+    let (flip, zero) = (_mm256_set1_epi8(i8::MIN), _mm256_setzero_si256());
+    for p in (0..whole).step_by(STEP) {
+        // SAFETY: `p + 32 ≤ whole ≤ len`: the load reads inside `s`.
+        let v = unsafe { load(&s[p..]) };
+        acc = _mm256_add_epi64(acc, _mm256_sad_epu8(_mm256_xor_si256(v, flip), zero));
+    }
+    let x = _mm_add_epi64(
+        _mm256_castsi256_si128(acc),
+        _mm256_extracti128_si256::<1>(acc),
+    );
+    let x = _mm_add_epi64(x, _mm_unpackhi_epi64(x, x));
+    // A group holds at most `MAX_DYNAMIC_GROUP` values of magnitude at most 128: the true sum
+    // fits in i32.
+    let unsigned = _mm_cvtsi128_si64(x) - 128 * whole as i64;
+    let tail: i64 = s[whole..].iter().map(|&v| i64::from(v)).sum();
+    (unsigned + tail) as i32
 }
