@@ -11,8 +11,9 @@
 //! **Kernel.** A block of 3 rows of `A` × 4 rows of `B` keeps 12 accumulators of `L` lanes in
 //! registers; each step along `k` loads 7 vectors and issues 12 multiply-adds. For each group of
 //! 4 rows of `B` (which stay in L1) the blocks walk a chunk of `A`'s rows sized to stay in L2.
-//! While one group's blocks run, the next group's rows are prefetched, a part per block: with a
-//! few rows of `A` the blocks are few, and the first would otherwise wait on memory alone.
+//! While one group's blocks run, the next group's rows are prefetched into L2, a part per block:
+//! with a few rows of `A` the blocks are few, and the first would otherwise wait on memory alone.
+//! (Into L2, not L1: the L1 prefetches stalled on the core's few L1 miss buffers.)
 //! The lane width is chosen at run time: 8 with AVX2 + FMA, otherwise 4 (SSE2, wasm32, NEON).
 //! AVX2 reaches AVX-512's FMA rate on CPUs that split 512-bit operations in two (AMD Zen 4).
 //!
@@ -285,7 +286,7 @@ unsafe fn blocked<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
 /// Parts the next group's rows of `B` are fetched in, one per block of `A`'s rows.
 const PREFETCH_PARTS: usize = 4;
 
-/// Asks the CPU to fetch part `part` of `parts` of `rows` into its caches (nothing past the
+/// Asks the CPU to fetch part `part` of `parts` of `rows` into its L2 cache (nothing past the
 /// last part, or off x86-64).
 #[inline(always)]
 fn prefetch_part<E>(rows: &[E], part: usize, parts: usize) {
@@ -297,7 +298,7 @@ fn prefetch_part<E>(rows: &[E], part: usize, parts: usize) {
         for at in (from..to).step_by(64) {
             // SAFETY: `at < bytes`, inside `rows`; a prefetch reads nothing and faults never.
             unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(base.add(at))
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(base.add(at))
             };
         }
     }
