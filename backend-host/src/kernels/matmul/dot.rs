@@ -11,9 +11,10 @@
 //! **Kernel.** A block of 3 rows of `A` × 4 rows of `B` keeps 12 accumulators of `L` lanes in
 //! registers; each step along `k` loads 7 vectors and issues 12 multiply-adds. For each group of
 //! 4 rows of `B` (which stay in L1) the blocks walk a chunk of `A`'s rows sized to stay in L2.
-//! While one group's blocks run, the next group's rows are prefetched into L2, a part per block:
-//! with a few rows of `A` the blocks are few, and the first would otherwise wait on memory alone.
-//! (Into L2, not L1: the L1 prefetches stalled on the core's few L1 miss buffers.)
+//! While one group's blocks run, the next group's rows are prefetched into L2, a part per block
+//! and a cache line per step: with a few rows of `A` the blocks are few, and the first would
+//! otherwise wait on memory alone. (Into L2 and spread out: prefetches into L1, or a part's
+//! lines asked for at once, stalled on the core's queue of outstanding misses.)
 //! The lane width is chosen at run time: 8 with AVX2 + FMA, otherwise 4 (SSE2, wasm32, NEON).
 //! AVX2 reaches AVX-512's FMA rate on CPUs that split 512-bit operations in two (AMD Zen 4).
 //!
@@ -216,7 +217,7 @@ unsafe fn blocked<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
         while j + 8 <= p.cols {
             for i in 0..p.rows {
                 // SAFETY: as below.
-                let [row] = unsafe { block::<M, E, 1, 8>(p, i, j) };
+                let [row] = unsafe { block::<M, E, 1, 8>(p, i, j, &[]) };
                 for (s, &x) in row.iter().enumerate() {
                     store(i, j + s, x);
                 }
@@ -226,7 +227,7 @@ unsafe fn blocked<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
         for j in j..p.cols {
             for i in 0..p.rows {
                 // SAFETY: as below.
-                let [[x]] = unsafe { block::<M, E, 1, 1>(p, i, j) };
+                let [[x]] = unsafe { block::<M, E, 1, 1>(p, i, j, &[]) };
                 store(i, j, x);
             }
         }
@@ -238,16 +239,15 @@ unsafe fn blocked<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
         while j + 4 <= p.cols {
             let mut i = i0;
             // The next group's rows of `B` are fetched while this group's blocks run on rows in
-            // L1: a quarter of them per block, so memory and arithmetic overlap (with a few
-            // rows of `A`, the first block alone would otherwise wait on memory).
+            // L1: a quarter of them per block (module doc).
             let next = p.b.get((j + 4) * p.ldb..).unwrap_or(&[]);
             let next = &next[..next.len().min(4 * p.ldb)];
             let mut part = 0;
             while i + MR <= i_end {
-                prefetch_part(next, part, PREFETCH_PARTS);
+                let ahead = part_of(next, part, PREFETCH_PARTS);
                 part += 1;
                 // SAFETY: the caller's CPU features are passed on.
-                let v = unsafe { block::<M, E, MR, 4>(p, i, j) };
+                let v = unsafe { block::<M, E, MR, 4>(p, i, j, ahead) };
                 for (r, row) in v.iter().enumerate() {
                     for (s, &x) in row.iter().enumerate() {
                         store(i + r, j + s, x);
@@ -257,7 +257,7 @@ unsafe fn blocked<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
             }
             for i in i..i_end {
                 // SAFETY: as above.
-                let [row] = unsafe { block::<M, E, 1, 4>(p, i, j) };
+                let [row] = unsafe { block::<M, E, 1, 4>(p, i, j, &[]) };
                 for (s, &x) in row.iter().enumerate() {
                     store(i, j + s, x);
                 }
@@ -268,7 +268,7 @@ unsafe fn blocked<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
             let mut i = i0;
             while i + MR <= i_end {
                 // SAFETY: as above.
-                let v = unsafe { block::<M, E, MR, 1>(p, i, j) };
+                let v = unsafe { block::<M, E, MR, 1>(p, i, j, &[]) };
                 for (r, &[x]) in v.iter().enumerate() {
                     store(i + r, j, x);
                 }
@@ -276,7 +276,7 @@ unsafe fn blocked<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
             }
             for i in i..i_end {
                 // SAFETY: as above.
-                let [[x]] = unsafe { block::<M, E, 1, 1>(p, i, j) };
+                let [[x]] = unsafe { block::<M, E, 1, 1>(p, i, j, &[]) };
                 store(i, j, x);
             }
         }
@@ -286,24 +286,30 @@ unsafe fn blocked<M: Simd, E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
 /// Parts the next group's rows of `B` are fetched in, one per block of `A`'s rows.
 const PREFETCH_PARTS: usize = 4;
 
-/// Asks the CPU to fetch part `part` of `parts` of `rows` into its L2 cache (nothing past the
-/// last part, or off x86-64).
+/// Part `part` of `parts` of `rows` (empty past the last part).
 #[inline(always)]
-fn prefetch_part<E>(rows: &[E], part: usize, parts: usize) {
+fn part_of<E>(rows: &[E], part: usize, parts: usize) -> &[E] {
+    if part >= parts {
+        return &[];
+    }
+    &rows[rows.len() * part / parts..rows.len() * (part + 1) / parts]
+}
+
+/// Asks the CPU to fetch the cache line at byte `at` of `rows` into its L2 cache (nothing off
+/// x86-64).
+#[inline(always)]
+fn prefetch_line<E>(rows: &[E], at: usize) {
     #[cfg(target_arch = "x86_64")]
-    if part < parts {
-        let bytes = std::mem::size_of_val(rows);
-        let (from, to) = (bytes * part / parts, bytes * (part + 1) / parts);
-        let base = rows.as_ptr().cast::<i8>();
-        for at in (from..to).step_by(64) {
-            // SAFETY: `at < bytes`, inside `rows`; a prefetch reads nothing and faults never.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(base.add(at))
-            };
-        }
+    if at < std::mem::size_of_val(rows) {
+        // SAFETY: `at` is inside `rows`; a prefetch reads nothing and faults never.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
+                rows.as_ptr().cast::<i8>().add(at),
+            )
+        };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (rows, part, parts);
+    let _ = (rows, at);
 }
 
 /// The `R × S` dot products of rows `i..i + R` of `A` with rows `j..j + S` of `B`.
@@ -315,6 +321,7 @@ unsafe fn block<M: Simd, E: Stored, const R: usize, const S: usize>(
     p: &Nt<'_, E>,
     i: usize,
     j: usize,
+    ahead: &[E],
 ) -> [[f32; S]; R] {
     let k = p.k;
     // Plain loops, not `array::from_fn`: inlined, they let the compiler see every row's length
@@ -331,7 +338,12 @@ unsafe fn block<M: Simd, E: Stored, const R: usize, const S: usize>(
     let mut acc = [[unsafe { M::zero() }; S]; R];
     let full = k / M::L * M::L;
     let mut q = 0;
+    // `ahead` is fetched a cache line per step, spread over the block rather than asked for at
+    // once (a burst stalls on the core's queue of outstanding misses).
+    let mut line = 0;
     while q < full {
+        prefetch_line(ahead, line);
+        line += 64;
         let mut av = [unsafe { M::zero() }; R];
         for r in 0..R {
             av[r] = unsafe { M::load(&ar[r][q..]) };
