@@ -7,17 +7,7 @@ use super::quantize::quantize_row;
 use super::{Tile, matmul_dynamic, portable};
 use crate::kernels::matmul::Shape;
 use crate::ops::quant::Int8Parts;
-
-/// Deterministic pseudo-random values (an LCG; tests need no RNG crate).
-fn lcg(seed: u64) -> impl FnMut() -> u64 {
-    let mut s = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-    move || {
-        s = s
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        s >> 16
-    }
-}
+use crate::samples::Rng;
 
 /// One product's operands: `a` in [-2, 2), any int8 byte for `w` (−128 included), positive
 /// scales, a bias.
@@ -34,7 +24,8 @@ struct Case {
 
 impl Case {
     fn new(s: Shape, group: usize, seed: u64) -> Case {
-        let mut next = lcg(seed);
+        let mut rng = Rng::new(seed);
+        let mut next = move || rng.next_u64() >> 16;
         let (batch, m, n, k) = (s.batch, s.m, s.n, s.k);
         let b_mats = if s.broadcast_b { 1 } else { batch };
         let (group, groups) = if group == 0 || group >= k {
@@ -44,7 +35,8 @@ impl Case {
         };
         let mut float = move |scale: f32| (next() % (1 << 24)) as f32 / (1 << 22) as f32 * scale;
         let a = (0..batch * m * k).map(|_| float(1.0) - 2.0).collect();
-        let mut next = lcg(seed ^ 0x5eed);
+        let mut rng = Rng::new(seed ^ 0x5eed);
+        let mut next = move || rng.next_u64();
         let w = (0..b_mats * n * k).map(|_| next() as u8 as i8).collect();
         let scales = (0..b_mats * n * groups)
             .map(|_| float(0.01) + 0.001)
