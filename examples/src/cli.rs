@@ -83,8 +83,10 @@ pub struct SampleArgs {
 #[derive(Args, Clone, Debug)]
 pub struct WeightArgs {
     /// Format of the matmul, convolution and embedding weights on the device: f32, f16 (half the
-    /// bytes) or int8 (a quarter, plus one f32 scale per output channel or group). Converted at
-    /// load when the weight file stores another format (see tensormem-quantize).
+    /// bytes), int8 (a quarter, plus one f32 scale per output channel or group) or int8-dynamic
+    /// (stored as int8; matmuls also quantise their activations and multiply integers, the
+    /// fastest on CPUs). Converted at load when the weight file stores another format (see
+    /// tensormem-quantize).
     #[arg(long = "weights", value_enum, default_value_t = WeightChoice::F32)]
     pub format: WeightChoice,
     /// With --weights int8 or int8-dynamic: inner elements per scale (0: one scale per output

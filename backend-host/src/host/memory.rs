@@ -18,6 +18,7 @@
 
 use std::ops::{Deref, DerefMut};
 
+#[cfg(unix)]
 use crate::backend::BlockId;
 use crate::numa::HostPlacement;
 use crate::{Error, Result};

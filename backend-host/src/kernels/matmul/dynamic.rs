@@ -272,11 +272,11 @@ unsafe fn portable(t: &Tile<'_>, c: *mut f32, ldc: usize) {
             let w = &t.w[j * t.k..][..t.k];
             let mut acc = 0f32;
             for (g, (u, w)) in u.chunks(t.group).zip(w.chunks(t.group)).enumerate() {
-                let d = u
-                    .iter()
-                    .zip(w)
-                    .map(|(&a, &b)| (i32::from(a) - z) * i32::from(b))
-                    .sum();
+                // `Σ (u − z) · w` as the VNNI kernel forms it: `Σ u · w − z · Σ w`, wrapping.
+                let dot = u.iter().zip(w).fold(0i32, |d, (&a, &b)| {
+                    d.wrapping_add(i32::from(a) * i32::from(b))
+                });
+                let d = dot.wrapping_sub(z.wrapping_mul(t.wsums[j * t.groups + g]));
                 acc = t.weigh(acc, j, g, d);
             }
             // SAFETY: `i < rows`, `j < cols`: writable and unshared per the caller's contract.
