@@ -327,7 +327,6 @@ fn run(mut args: Args) -> Result<()> {
     Ok(())
 }
 
-/// `--offload-percent` values: a percentage in (0, 100].
 /// The text report's body: each sentence with its first embedding values, then the cosine
 /// similarity of every pair when there is more than one sentence.
 fn write_embeddings(
@@ -350,6 +349,7 @@ fn write_embeddings(
     }
 }
 
+/// `--offload-percent` values: a percentage in (0, 100].
 fn percent(s: &str) -> std::result::Result<f64, String> {
     match s.parse::<f64>() {
         Ok(p) if p > 0.0 && p <= 100.0 => Ok(p),
