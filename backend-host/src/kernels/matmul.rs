@@ -29,6 +29,7 @@ mod dot;
 mod dynamic;
 mod packed;
 mod stored;
+mod tasks;
 
 pub(super) use dynamic::matmul_dynamic;
 pub(super) use stored::matmul_stored;

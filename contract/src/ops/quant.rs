@@ -127,17 +127,15 @@ impl WeightFormat {
         if !matches!(self, WeightFormat::Int8Dynamic { .. }) {
             return Ok(());
         }
+        let (group, _) = self.groups(inner.max(1));
         match op {
             Op::Conv2d { .. } => {
                 let expected = "f32, f16 or int8 (conv2d quantises no activations)";
-                Err(
-                    ArgumentError::invalid_value("conv2d weight format", self.name(), expected)
-                        .into(),
-                )
+                let what = "conv2d weight format";
+                Err(ArgumentError::invalid_value(what, self.name(), expected).into())
             }
-            Op::MatMul { .. } if self.groups(inner.max(1)).0 > MAX_DYNAMIC_GROUP => {
+            Op::MatMul { .. } if group > MAX_DYNAMIC_GROUP => {
                 let what = "int8-dynamic matmul: inner elements per scale group";
-                let group = self.groups(inner.max(1)).0;
                 Err(ArgumentError::too_many(what, group, MAX_DYNAMIC_GROUP).into())
             }
             _ => Ok(()),

@@ -17,12 +17,13 @@
 //! task's columns at a time into a buffer first, so both kernels read rows of `B` along `k`.
 //!
 //! **Threads.** Tasks are column ranges (whole blocks of 4) of each `B` matrix, split by rows
-//! too when there are fewer than four per thread, on rayon's pool above [`PARALLEL_MIN_MACS`].
+//! too when there are fewer than four per thread (`tasks`, as the stored-weight product's), on
+//! rayon's pool above [`PARALLEL_MIN_MACS`].
 //!
 //! **Numerics.** The integer sums are exact, so every kernel, tiling and thread count gives the
 //! same `d`, and the epilogue ([`Tile::finish`]) is shared: results are bit-identical on every
 //! CPU. The other backends evaluate the same formula, so they differ from the host only where a
-//! float operation rounds differently (the division `127 / max|a|` or a fused multiply-add).
+//! float operation rounds differently (the division `255 / (hi − lo)` or a fused multiply-add).
 //!
 //! [`WeightFormat::Int8Dynamic`]: crate::WeightFormat::Int8Dynamic
 
@@ -30,6 +31,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
+use super::tasks::{self, Task};
 use super::{OutPtr, PARALLEL_MIN_MACS, Shape};
 use crate::Result;
 use crate::ops::quant::Int8Parts;
@@ -42,9 +44,6 @@ use quantize::{Rows, quantize};
 
 /// Bytes of one vector step along `k`: rows of quantised `A` are padded to a multiple of it.
 const STEP: usize = 32;
-
-/// Fewest rows a task gets when rows are split across threads.
-const MIN_ROWS: usize = 64;
 
 thread_local! {
     /// The calling thread's quantised rows of `A`, kept across calls.
@@ -83,7 +82,14 @@ pub(in crate::kernels) fn matmul_dynamic(
         alpha,
         out: OutPtr(c.as_mut_ptr()),
     };
-    let tasks = tasks(s, parallel);
+    // Every quantised row is materialised, so a broadcast `b` multiplies all rows stacked.
+    let (b_mats, per_mat) = match s.broadcast_b {
+        true => (1, s.batch * s.m),
+        false => (s.batch, s.m),
+    };
+    let want = tasks::wanted(parallel);
+    let width = tasks::block_width(s.n, b_mats, want);
+    let tasks = tasks::split(b_mats, s.n, per_mat, width, want);
     let run = |t: &Task| {
         PANEL.with_borrow_mut(|panel| SUMS.with_borrow_mut(|sums| product.run(*t, panel, sums)))
     };
@@ -94,49 +100,6 @@ pub(in crate::kernels) fn matmul_dynamic(
     }
     ROWS.set(rows);
     Ok(())
-}
-
-/// One task: columns `j0..j1` of `b` matrix `mat`, for the quantised rows `r0..r1` (rows of
-/// every `a` matrix, stacked; row `r` of them is row `r` of `c`).
-#[derive(Clone, Copy, Debug)]
-struct Task {
-    mat: usize,
-    j0: usize,
-    j1: usize,
-    r0: usize,
-    r1: usize,
-}
-
-/// The tasks of a product (module doc): about four per thread in parallel, else one per matrix.
-fn tasks(s: &Shape, parallel: bool) -> Vec<Task> {
-    let (m, n) = (s.m, s.n);
-    let b_mats = if s.broadcast_b { 1 } else { s.batch };
-    let rows_per_mat = if s.broadcast_b { s.batch * m } else { m };
-    let want = if parallel {
-        4 * rayon::current_num_threads()
-    } else {
-        1
-    };
-    let width = n.div_ceil(want.div_ceil(b_mats)).next_multiple_of(4).min(n);
-    let panels = b_mats * n.div_ceil(width);
-    let row_parts = want.div_ceil(panels).min(rows_per_mat / MIN_ROWS).max(1);
-    let row_step = rows_per_mat.div_ceil(row_parts);
-    let mut tasks = Vec::with_capacity(panels * row_parts);
-    for mat in 0..b_mats {
-        let first = if s.broadcast_b { 0 } else { mat * m };
-        for j0 in (0..n).step_by(width) {
-            for r0 in (first..first + rows_per_mat).step_by(row_step) {
-                tasks.push(Task {
-                    mat,
-                    j0,
-                    j1: (j0 + width).min(n),
-                    r0,
-                    r1: (r0 + row_step).min(first + rows_per_mat),
-                });
-            }
-        }
-    }
-    tasks
 }
 
 /// The operands of one product, shared by its tasks.
@@ -150,10 +113,17 @@ struct Product<'a> {
 }
 
 impl Product<'_> {
-    /// Computes task `t`'s tile of `C`; `panel` holds the transposed columns of a `[k, n]` `B`,
-    /// `sums` the columns' sums per group.
+    /// Computes task `t`'s tile of `C` (its rows are those of `b` matrix `t.mat`'s own `a`
+    /// matrix, or of all of them stacked for a broadcast `b`); `panel` holds the transposed
+    /// columns of a `[k, n]` `B`, `sums` the columns' sums per group.
     fn run(&self, t: Task, panel: &mut Vec<i8>, sums: &mut Vec<i32>) {
         let (n, k) = (self.s.n, self.s.k);
+        let first_row = if self.s.broadcast_b {
+            0
+        } else {
+            t.mat * self.s.m
+        };
+        let (r0, r1) = (first_row + t.r0, first_row + t.r1);
         let (ld, groups) = (self.rows.ld, self.w.groups);
         let cols = t.j1 - t.j0;
         let first = t.mat * k * n;
@@ -175,14 +145,14 @@ impl Product<'_> {
             sums.extend(row.chunks(self.w.group).map(sum_i8));
         }
         let tile = Tile {
-            u: &self.rows.u[t.r0 * ld..t.r1 * ld],
+            u: &self.rows.u[r0 * ld..r1 * ld],
             ld,
-            scale: &self.rows.scale[t.r0..t.r1],
-            zero: &self.rows.zero[t.r0..t.r1],
+            scale: &self.rows.scale[r0..r1],
+            zero: &self.rows.zero[r0..r1],
             w,
             wsums: sums,
             wscales: &self.w.scales[(t.mat * n + t.j0) * groups..][..cols * groups],
-            rows: t.r1 - t.r0,
+            rows: r1 - r0,
             cols,
             k,
             group: self.w.group,
@@ -193,7 +163,7 @@ impl Product<'_> {
         // SAFETY: `check_lengths` verified `c.len() == batch·m·n`; rows `r0..r1 ≤ batch·m` and
         // columns `j0..j1 ≤ n` of it (row stride `n`) are in bounds, and tasks cover disjoint
         // (row range, column range) tiles, so no other thread writes these elements.
-        unsafe { run_tile(&tile, self.out.0.add(t.r0 * n + t.j0), n) };
+        unsafe { run_tile(&tile, self.out.0.add(r0 * n + t.j0), n) };
     }
 }
 

@@ -10,8 +10,9 @@
 //! that vectorise ([`WeightView::row_run`], [`WeightView::channel_run`]), and runs `sgemm` on it
 //! while the panel is still in cache; memory traffic is the stored bytes. Panels are spread over
 //! rayon like the f32 tiles; when there are too few panels to feed the pool, each panel's rows
-//! are split further and every task decodes its own copy (decode work is `rows / MIN_ROWS` times
-//! smaller than the product it feeds, so the repeat is cheap).
+//! are split further and every task decodes its own copy (a task keeps at least 64 rows, so
+//! its decode is that many times smaller than the product it feeds: the repeat is cheap). The
+//! cut is `tasks`'s, shared with the int8-dynamic product.
 //!
 //! An f16 or int8 weight the dot kernel can read (`[n, k]`, row-major `a`) skips the panel: the
 //! kernel converts its halves as it loads them, or dequantises its int8 rows a few at a time into
@@ -37,6 +38,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::dot::{Nt, Scales, Stored};
+use super::tasks::{self, Task};
 use super::{OutPtr, PARALLEL_MIN_MACS, Shape, TileGemm};
 use crate::Result;
 use crate::ops::quant::{Int8Parts, WeightView};
@@ -48,23 +50,9 @@ const PANEL_BYTES: usize = 128 << 10;
 /// Panel widths are multiples of this (two AVX/NEON micro-kernel widths), and at least this.
 const PANEL_STEP: usize = 16;
 
-/// Fewest rows a task gets when a panel's rows are split across threads.
-const MIN_ROWS: usize = 64;
-
 thread_local! {
     /// The calling thread's panel buffer (module doc).
     static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// One task: columns `j0..j1` of `b` matrix `mat`, for output rows `r0..r1` (of the stacked
-/// rows, see [`matmul_stored`]).
-#[derive(Clone, Copy, Debug)]
-struct Task {
-    mat: usize,
-    j0: usize,
-    j1: usize,
-    r0: usize,
-    r1: usize,
 }
 
 /// `c[b] = alpha · op(a[b]) · op(w[b]) (+ bias)` for every matrix `b` of the batch, `w` read
@@ -100,39 +88,16 @@ pub(in crate::kernels) fn matmul_stored(
         out: OutPtr(c.as_mut_ptr()),
     };
     let parallel = s.batch * m * n * k >= PARALLEL_MIN_MACS;
-    let want = if parallel {
-        4 * rayon::current_num_threads()
-    } else {
-        1
-    };
+    let want = tasks::wanted(parallel);
     let width = if product.fused().is_some() {
         // No panel: about `want` tasks, in whole blocks of 4 columns (the kernel's block width).
-        n.div_ceil(want.div_ceil(b_mats)).next_multiple_of(4)
+        tasks::block_width(n, b_mats, want)
     } else {
-        (PANEL_BYTES / 4 / k.max(1) / PANEL_STEP * PANEL_STEP).max(PANEL_STEP)
-    }
-    .min(n);
-    let panels = b_mats * n.div_ceil(width);
-    let row_parts = if parallel {
-        want.div_ceil(panels).min(rows / MIN_ROWS).max(1)
-    } else {
-        1
+        (PANEL_BYTES / 4 / k.max(1) / PANEL_STEP * PANEL_STEP)
+            .max(PANEL_STEP)
+            .min(n)
     };
-    let row_step = rows.div_ceil(row_parts);
-    let mut tasks = Vec::with_capacity(panels * row_parts);
-    for mat in 0..b_mats {
-        for j0 in (0..n).step_by(width) {
-            for r0 in (0..rows).step_by(row_step) {
-                tasks.push(Task {
-                    mat,
-                    j0,
-                    j1: (j0 + width).min(n),
-                    r0,
-                    r1: (r0 + row_step).min(rows),
-                });
-            }
-        }
-    }
+    let tasks = tasks::split(b_mats, n, rows, width, want);
     let run = |t: &Task| PANEL.with_borrow_mut(|panel| product.run_task(*t, panel));
     if parallel {
         tasks.par_iter().for_each(run);

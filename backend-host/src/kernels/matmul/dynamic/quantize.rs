@@ -16,7 +16,7 @@ const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
 /// `r / m`).
 #[derive(Debug, Default)]
 pub(super) struct Rows {
-    /// `ld` bytes per row: the row's `u`, then zeros.
+    /// `ld` bytes per row: the row's `u`, then padding of any value.
     pub u: Vec<u8>,
     /// Bytes between rows: `k` rounded up to a multiple of [`STEP`].
     pub ld: usize,
@@ -29,17 +29,16 @@ pub(super) struct Rows {
 /// One row's outputs: its `ld` bytes, its scale, its zero point.
 type RowOut<'a> = ((&'a mut [u8], &'a mut f32), &'a mut i32);
 
-/// Quantises every row of op(A) into `out` (buffers reused: only grown and overwritten).
+/// Quantises every row of op(A) into `out` (buffers reused: resized and overwritten).
 pub(super) fn quantize(s: &Shape, a: &[f32], parallel: bool, out: &mut Rows) {
     let (m, k) = (s.m, s.k);
     let total = s.batch * m;
     let ld = k.next_multiple_of(STEP);
     out.ld = ld;
-    out.u.clear();
+    // Only resized: every row's first `k` bytes, scale and zero point are written below, and the
+    // padding is never zeroed (the kernels pair it with zero bytes of `B`).
     out.u.resize(total * ld, 0);
-    out.scale.clear();
     out.scale.resize(total, 0.0);
-    out.zero.clear();
     out.zero.resize(total, 0);
     let one = |(r, ((u, scale), zero)): (usize, RowOut<'_>)| {
         let u = &mut u[..k];
