@@ -30,6 +30,7 @@ use crate::ops::quant::WeightView;
 use crate::ops::{Op, WeightFormat};
 use crate::{Error, Result};
 
+mod cpu;
 pub(crate) mod erf;
 mod llm;
 mod matmul;

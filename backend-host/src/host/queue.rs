@@ -35,6 +35,8 @@ mod affinity;
 mod dispatch;
 #[cfg(not(target_arch = "wasm32"))]
 mod thread;
+#[cfg(not(target_arch = "wasm32"))]
+mod warm;
 use dispatch::dispatch;
 #[cfg(not(target_arch = "wasm32"))]
 use thread::WorkerThread;
@@ -249,7 +251,9 @@ impl Lane {
         {
             let (tx, rx) = mpsc::channel::<(u64, Command)>();
             let tl = timeline.clone();
-            let handle = WorkerThread::spawn(name, pool_threads, move || worker(rx, tl, delay))?;
+            let handle = WorkerThread::spawn(name, pool_threads, move |warmth| {
+                worker(rx, tl, delay, &warmth);
+            })?;
             Ok(Lane {
                 queue: Mutex::new((0, tx)),
                 timeline,
@@ -411,12 +415,18 @@ fn injected_panic() -> std::result::Result<(), String> {
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-fn worker(rx: mpsc::Receiver<(u64, Command)>, timeline: Arc<Timeline>, delay: Duration) {
+fn worker(
+    rx: mpsc::Receiver<(u64, Command)>,
+    timeline: Arc<Timeline>,
+    delay: Duration,
+    warmth: &warm::Warmth,
+) {
     let _exit = WorkerExit(timeline.clone());
     while let Ok((ticket, cmd)) = rx.recv() {
         if matches!(cmd, Command::Shutdown) {
             break;
         }
+        warmth.touch();
         if !delay.is_zero() && !matches!(cmd, Command::After(..)) {
             std::thread::sleep(delay);
         }

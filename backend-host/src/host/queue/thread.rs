@@ -17,6 +17,7 @@
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
+use super::warm::Warmth;
 use super::{NAME, affinity};
 use crate::{Error, Result};
 
@@ -42,19 +43,20 @@ fn spawn_error(api: &'static str, message: String) -> Error {
 
 impl WorkerThread {
     /// Runs `work` on a new thread `name`: a plain one when `pool_threads` is 0, else one thread
-    /// of a new pool of `pool_threads` threads (named `name-0`, `name-1`, …).
+    /// of a new pool of `pool_threads` threads (named `name-0`, `name-1`, …). `work` gets the
+    /// [`Warmth`] that keeps the pool's other threads spinning while it runs commands.
     ///
     /// # Errors
     /// [`Error::Backend`] if a thread cannot be spawned.
     pub(super) fn spawn(
         name: &str,
         pool_threads: usize,
-        work: impl FnOnce() + Send + 'static,
+        work: impl FnOnce(Warmth) + Send + 'static,
     ) -> Result<Self> {
         if pool_threads == 0 {
             let handle = std::thread::Builder::new()
                 .name(name.into())
-                .spawn(work)
+                .spawn(move || work(Warmth::new(0)))
                 .map_err(|e| spawn_error("std::thread::spawn", e.to_string()))?;
             return Ok(WorkerThread::Plain(handle));
         }
@@ -71,7 +73,7 @@ impl WorkerThread {
         let (alive, exited) = mpsc::channel::<()>();
         pool.spawn(move || {
             let _alive = alive;
-            work();
+            work(Warmth::new(pool_threads - 1));
         });
         Ok(WorkerThread::Pooled {
             _pool: pool,

@@ -15,8 +15,9 @@
 //! and a cache line per step: with a few rows of `A` the blocks are few, and the first would
 //! otherwise wait on memory alone. (Into L2 and spread out: prefetches into L1, or a part's
 //! lines asked for at once, stalled on the core's queue of outstanding misses.)
-//! The lane width is chosen at run time: 8 with AVX2 + FMA, otherwise 4 (SSE2, wasm32, NEON).
-//! AVX2 reaches AVX-512's FMA rate on CPUs that split 512-bit operations in two (AMD Zen 4).
+//! The lane width is chosen at run time: 16 where 512-bit lanes pay (`kernels::cpu`), 8 with
+//! AVX2 + FMA, otherwise 4 (SSE2, wasm32, NEON). Wider blocks (3 × 6, 3 × 8 in AVX-512's 32
+//! registers) were no faster: the loads of `A` are not what bounds the block.
 //!
 //! **f16 weights** are read the same way, as halves converted to f32 as they are loaded (F16C
 //! on x86-64): a decode step reads each weight once, so decoding it into a buffer first would
@@ -87,6 +88,11 @@ const A_CHUNK_BYTES: usize = 256 << 10;
 pub(super) unsafe fn gemm_nt<E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
     #[cfg(target_arch = "x86_64")]
     {
+        if crate::kernels::cpu::wide_vectors() {
+            // SAFETY: `wide_vectors` holds only where the CPU has the features the function
+            // enables; the caller's contract is passed on.
+            return unsafe { x86::nt_avx512(p, c, ldc) };
+        }
         if std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("fma")
             && std::arch::is_x86_feature_detected!("f16c")
@@ -102,8 +108,16 @@ pub(super) unsafe fn gemm_nt<E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) 
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::lanes::Avx2;
+    use super::lanes::{Avx2, Avx512};
     use super::{Nt, Stored, nt};
+
+    /// # Safety
+    /// The CPU has AVX-512 F, AVX2, FMA and F16C; as [`super::gemm_nt`].
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn nt_avx512<E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
+        // SAFETY: the features `Avx512` needs are enabled here; the contract is passed on.
+        unsafe { nt::<Avx512, E>(p, c, ldc) }
+    }
 
     /// # Safety
     /// The CPU has AVX2, FMA and F16C; as [`super::gemm_nt`].

@@ -1,6 +1,6 @@
 //! The element types the dot kernel reads `B` in ([`Stored`]) and the vectors it computes on
-//! ([`Simd`]): 4 portable lanes on any target, 8 with AVX2 + FMA (+ F16C) on x86-64, chosen at
-//! run time by [`super::gemm_nt`]. Every load converts exactly (f16 halves, int8 values), so a
+//! ([`Simd`]): 4 portable lanes on any target, 8 with AVX2 + FMA (+ F16C) or 16 with AVX-512 on
+//! x86-64, chosen at run time by [`super::gemm_nt`]. Every load converts exactly (f16 halves, int8 values), so a
 //! product's sums do not depend on how `B` is stored, only on the lane width and FMA use.
 
 /// An element type `B` may be stored in: f32, or an f16 half (`u16`, its bits).
@@ -127,7 +127,7 @@ impl Simd for Portable {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use x86::Avx2;
+pub(super) use x86::{Avx2, Avx512};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -185,6 +185,63 @@ mod x86 {
             let v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
             let v1 = _mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1));
             _mm_cvtss_f32(v1)
+        }
+        #[inline(always)]
+        fn madd1(x: f32, y: f32, acc: f32) -> f32 {
+            x.mul_add(y, acc)
+        }
+    }
+
+    /// 16 lanes (AVX-512 F; F16C for halves).
+    pub(in super::super) struct Avx512;
+
+    impl Simd for Avx512 {
+        type V = __m512;
+        const L: usize = 16;
+        #[inline]
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        unsafe fn zero() -> __m512 {
+            _mm512_setzero_ps()
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        unsafe fn load(s: &[f32]) -> __m512 {
+            let s = &s[..16];
+            // SAFETY: `s` holds 16 floats; unaligned loads are allowed.
+            unsafe { _mm512_loadu_ps(s.as_ptr()) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+        unsafe fn load_halves(s: &[u16]) -> __m512 {
+            let s = &s[..16];
+            // SAFETY: `s` holds 16 halves (32 bytes); unaligned loads are allowed. The conversion
+            // is exact, as `f16_to_f32` is.
+            unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(s.as_ptr().cast::<__m256i>())) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        unsafe fn load_i8(s: &[i8]) -> __m512 {
+            let s = &s[..16];
+            // SAFETY: `s` holds 16 bytes (unaligned loads are allowed); the sign extension and
+            // the conversion of small integers to f32 are exact.
+            unsafe {
+                let bytes = _mm_loadu_si128(s.as_ptr().cast::<__m128i>());
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes))
+            }
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        unsafe fn madd(a: __m512, b: __m512, acc: __m512) -> __m512 {
+            _mm512_fmadd_ps(a, b, acc)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        unsafe fn sum(v: __m512) -> f32 {
+            // Lane l + l+8 first, as `reduce` adds them; then `Avx2::sum`'s halving.
+            let lo = _mm512_castps512_ps256(v);
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+            // SAFETY: AVX2 and FMA are enabled here.
+            unsafe { Avx2::sum(_mm256_add_ps(lo, hi)) }
         }
         #[inline(always)]
         fn madd1(x: f32, y: f32, acc: f32) -> f32 {

@@ -1,7 +1,27 @@
-//! The dot kernel's int8 path on its portable lanes (the ones wasm32 and other non-x86 targets
-//! run) and on the lanes chosen at run time, against an f64 reference of the dequantised product.
+//! The dot kernel's int8 path on every lane width this CPU has (portable, the one wasm32 and
+//! other non-x86 targets run; AVX2; AVX-512) and on the one chosen at run time, against an f64
+//! reference of the dequantised product.
 
 use super::{Nt, Portable, Scales, gemm_nt, nt};
+
+/// A product kernel over int8 weights (see [`gemm_nt`]'s contract).
+type Kernel = unsafe fn(&Nt<'_, i8>, *mut f32, usize);
+
+/// The kernels this CPU runs: the portable lanes, each x86-64 width it has, the dispatched one.
+fn kernels() -> Vec<Kernel> {
+    let mut out: Vec<Kernel> = vec![nt::<Portable, i8>, gemm_nt::<i8>];
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx2") && has!("fma") && has!("f16c") {
+            out.push(super::x86::nt_avx2::<i8>);
+            if has!("avx512f") {
+                out.push(super::x86::nt_avx512::<i8>);
+            }
+        }
+    }
+    out
+}
 
 /// Values of an LCG: `len` of them in [-1, 1) and `len` int8 values (−128 included).
 fn values(len: usize, seed: u64) -> (Vec<f32>, Vec<i8>) {
@@ -23,7 +43,7 @@ fn values(len: usize, seed: u64) -> (Vec<f32>, Vec<i8>) {
         .unzip()
 }
 
-/// Both lane widths give every output within `2·(k + 2)·ε·(|alpha|·Σ|a·q·scale| + |bias|)` of
+/// Every lane width gives every output within `2·(k + 2)·ε·(|alpha|·Σ|a·q·scale| + |bias|)` of
 /// the f64 product, for one scale per row or groups that are multiples of 8 (the last one
 /// short), `k` with and without a tail, and 1 to 13 rows (the matrix-vector loop and the blocks).
 #[test]
@@ -58,14 +78,16 @@ fn int8_lanes_match_the_dequantized_product() {
                 groups,
             }),
         };
-        let mut portable = vec![0f32; rows * cols];
-        let mut chosen = vec![0f32; rows * cols];
-        // SAFETY: both outputs hold `rows · cols` elements (row stride `cols`), `a` and `q` hold
-        // every row the product reads, and `Portable` needs no CPU feature.
-        unsafe {
-            nt::<Portable, i8>(&p, portable.as_mut_ptr(), cols);
-            gemm_nt(&p, chosen.as_mut_ptr(), cols);
-        }
+        let outputs: Vec<Vec<f32>> = kernels()
+            .into_iter()
+            .map(|kernel| {
+                let mut c = vec![0f32; rows * cols];
+                // SAFETY: `c` holds `rows · cols` elements (row stride `cols`), `a` and `q` hold
+                // every row the product reads, and `kernels` lists only what this CPU runs.
+                unsafe { kernel(&p, c.as_mut_ptr(), cols) };
+                c
+            })
+            .collect();
         for i in 0..rows {
             for j in 0..cols {
                 let terms = (0..k).map(|x| {
@@ -76,7 +98,7 @@ fn int8_lanes_match_the_dequantized_product() {
                 let want = 0.75 * sum + f64::from(bias[j]);
                 let eps = f64::from(f32::EPSILON);
                 let bound = 2.0 * (k as f64 + 2.0) * eps * (0.75 * abs + f64::from(bias[j].abs()));
-                for got in [portable[i * cols + j], chosen[i * cols + j]] {
+                for got in outputs.iter().map(|c| c[i * cols + j]) {
                     let err = (f64::from(got) - want).abs();
                     assert!(
                         err <= bound,
