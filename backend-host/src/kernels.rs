@@ -30,7 +30,6 @@ use crate::ops::quant::WeightView;
 use crate::ops::{Op, WeightFormat};
 use crate::{Error, Result};
 
-mod cpu;
 pub(crate) mod erf;
 mod llm;
 mod matmul;

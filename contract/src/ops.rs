@@ -12,6 +12,8 @@
 
 use crate::{Error, Result};
 
+#[doc(hidden)]
+pub mod cpu;
 mod kv;
 mod operand;
 mod params;

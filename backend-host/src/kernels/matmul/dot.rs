@@ -15,7 +15,7 @@
 //! and a cache line per step: with a few rows of `A` the blocks are few, and the first would
 //! otherwise wait on memory alone. (Into L2 and spread out: prefetches into L1, or a part's
 //! lines asked for at once, stalled on the core's queue of outstanding misses.)
-//! The lane width is chosen at run time: 16 where 512-bit lanes pay (`kernels::cpu`), 8 with
+//! The lane width is chosen at run time: 16 where 512-bit lanes pay (`ops::cpu`), 8 with
 //! AVX2 + FMA, otherwise 4 (SSE2, wasm32, NEON). Wider blocks (3 × 6, 3 × 8 in AVX-512's 32
 //! registers) were no faster: the loads of `A` are not what bounds the block.
 //!
@@ -88,7 +88,7 @@ const A_CHUNK_BYTES: usize = 256 << 10;
 pub(super) unsafe fn gemm_nt<E: Stored>(p: &Nt<'_, E>, c: *mut f32, ldc: usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        if crate::kernels::cpu::wide_vectors() {
+        if crate::ops::cpu::wide_vectors() {
             // SAFETY: `wide_vectors` holds only where the CPU has the features the function
             // enables; the caller's contract is passed on.
             return unsafe { x86::nt_avx512(p, c, ldc) };

@@ -389,7 +389,8 @@ fn feed_forward_within_a_budget(rt: Runtime) {
 #[test]
 fn a_row_split_that_changes_the_host_kernel_is_refused() {
     let whole = feed_forward();
-    for parts in [4u32, 8] {
+    // 32 and 16 rows a part: the dot kernel's on every CPU, where the whole 512 rows are not.
+    for parts in [16u32, 32] {
         let mut g = whole.graph.clone();
         let err = g.tile(whole.chain.clone(), parts).unwrap_err();
         assert!(

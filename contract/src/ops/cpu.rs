@@ -1,5 +1,7 @@
-//! Which vector width the host kernels compute at on this CPU: 512-bit (AVX-512) or 256-bit
-//! (AVX2) lanes, decided once per process.
+//! Which vector width the host's kernels compute at on this CPU: 512-bit (AVX-512) or 256-bit
+//! (AVX2) lanes, decided once per process. A fact of the reference's arithmetic, as
+//! [`super::split::reference_uses_dot`] is: the width also decides which products the dot kernel
+//! takes, so graph tiling reads it through that function.
 //!
 //! Having AVX-512 does not make 512-bit lanes faster. Intel cores with it issue two 512-bit
 //! multiply-adds a cycle (twice AVX2's work per instruction at the same rate), while AMD's Zen 4
@@ -16,8 +18,9 @@
 
 use std::sync::OnceLock;
 
-/// Whether the kernels use 512-bit lanes (module doc).
-pub(crate) fn wide_vectors() -> bool {
+/// Whether the host's kernels use 512-bit lanes (module doc).
+#[doc(hidden)]
+pub fn wide_vectors() -> bool {
     static WIDE: OnceLock<bool> = OnceLock::new();
     *WIDE.get_or_init(|| {
         let capable = has_avx512();
