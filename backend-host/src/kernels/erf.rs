@@ -18,8 +18,8 @@
 //!
 //! Branch-free: both intervals are evaluated and the lane's own is selected, and `exp` is a
 //! Cody–Waite reduction with Cephes' `expf` polynomial (≤ 1 ulp), so a loop over a slice
-//! vectorises: [`gelu_slice`] runs eight lanes at a time with AVX2 where the CPU has it. Rust
-//! never fuses a multiply and an add, so the scalar [`erf`], the portable loop and the AVX2 loop
+//! vectorises: [`gelu_slice`] runs sixteen lanes at a time with AVX-512 or eight with AVX2. Rust
+//! never fuses a multiply and an add, so the scalar [`erf`], the portable loop and the SIMD loops
 //! give the same bits for every input: where an element falls in a slice (a tiled graph's part
 //! boundaries) never changes it. Cost: two rationals, one `exp` and two divisions per element,
 //! about half of `s_erff`'s three intervals and two `exp`s (`docs/decisions/erf-two-intervals.md`).
@@ -127,9 +127,15 @@ pub fn gelu(x: f32) -> f32 {
     x * 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-/// `y[i] = gelu(x[i])` over the shorter of the two, eight lanes at a time with AVX2 where the CPU
-/// has it (the same bits as [`gelu`] either way: module doc).
+/// `y[i] = gelu(x[i])` over the shorter of the two, sixteen lanes at a time where 512-bit lanes
+/// pay (`ops::cpu`), eight with AVX2 (the same bits as [`gelu`] either way: module doc).
 pub fn gelu_slice(x: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::ops::cpu::wide_vectors() {
+        // SAFETY: `wide_vectors` holds only where the CPU has AVX-512 F.
+        unsafe { gelu_avx512(x, y) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked just above).
@@ -150,5 +156,13 @@ fn gelu_portable(x: &[f32], y: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn gelu_avx2(x: &[f32], y: &mut [f32]) {
+    gelu_portable(x, y);
+}
+
+/// [`gelu_portable`] compiled for AVX-512 F (Rust fuses no multiply-add on its own: the same
+/// bits).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn gelu_avx512(x: &[f32], y: &mut [f32]) {
     gelu_portable(x, y);
 }

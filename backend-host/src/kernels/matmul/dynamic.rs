@@ -11,9 +11,9 @@
 //!
 //! **Kernels.** Each group sum is `Σ u · w − z · Σ w`: a task first sums its columns of `B` per
 //! group. With AVX-512 VNNI ([`vnni`]), blocks of 3 rows of `A` × 4 rows of `B` run on
-//! `vpdpbusd` (unsigned × signed bytes), 32 multiply-adds per instruction (four times an f32
-//! FMA's 8). Elsewhere, and for scale groups that are not a multiple of [`STEP`], a portable loop
-//! ([`portable`]) computes the same sums. A `B` read without `trans_b` (`[k, n]`) is transposed a
+//! `vpdpbusd` (unsigned × signed bytes), 32 multiply-adds per 256-bit instruction (four times an
+//! f32 FMA's 8), 64 on 512-bit vectors where they run at full width. Elsewhere, and for scale
+//! groups that are not a multiple of 32, a portable loop ([`portable`]) computes the same sums. A `B` read without `trans_b` (`[k, n]`) is transposed a
 //! task's columns at a time into a buffer first, so both kernels read rows of `B` along `k`.
 //!
 //! **Threads.** Tasks are column ranges (whole blocks of 4) of each `B` matrix, split by rows
@@ -42,8 +42,9 @@ mod vnni;
 
 use quantize::{Rows, quantize};
 
-/// Bytes of one vector step along `k`: rows of quantised `A` are padded to a multiple of it.
-const STEP: usize = 32;
+/// Bytes of the widest vector step along `k` (512 bits): rows of quantised `A` are padded to a
+/// multiple of it.
+const STEP: usize = 64;
 
 thread_local! {
     /// The calling thread's quantised rows of `A`, kept across calls.
@@ -222,10 +223,17 @@ fn sum_i8(s: &[i8]) -> i32 {
 /// `c` must be valid for writes of `c[i·ldc + j]` for `i < rows`, `j < cols`, unshared.
 unsafe fn run_tile(t: &Tile<'_>, c: *mut f32, ldc: usize) {
     #[cfg(target_arch = "x86_64")]
-    if (t.groups == 1 || t.group.is_multiple_of(STEP)) && vnni::available() {
-        // SAFETY: the features were detected; the groups are whole steps but the last; the
-        // caller's contract is passed on.
-        return unsafe { vnni::run(t, c, ldc) };
+    if vnni::available() {
+        let fill = |step: usize| t.groups == 1 || t.group.is_multiple_of(step);
+        if crate::ops::cpu::wide_vectors() && fill(64) {
+            // SAFETY: the features were detected; the groups are whole 64-byte steps but the
+            // last; the caller's contract is passed on.
+            return unsafe { vnni::run_512(t, c, ldc) };
+        }
+        if fill(32) {
+            // SAFETY: as above, with 32-byte steps.
+            return unsafe { vnni::run_256(t, c, ldc) };
+        }
     }
     // SAFETY: the caller's contract is passed on.
     unsafe { portable(t, c, ldc) }

@@ -84,19 +84,47 @@ pub(super) fn quantize_row(row: &[f32], u: &mut [u8]) -> (f32, i32) {
     quantize_row_lanes(row, u)
 }
 
-/// [`quantize_row`] compiled for AVX2.
+/// [`quantize_row`] compiled for AVX2, its scan in explicit `vminps`/`vmaxps` (the compiler
+/// turned the portable scan's selects into blends and shuffles).
 ///
 /// # Safety
 /// The CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn quantize_row_avx2(row: &[f32], u: &mut [u8]) -> (f32, i32) {
-    quantize_row_lanes(row, u)
+    use std::arch::x86_64::*;
+    let (mut lo, mut hi, mut poison) = ([0f32; 8], [0f32; 8], [0f32; 8]);
+    let mut chunks = row.chunks_exact(8);
+    // SAFETY: every load reads one whole chunk of 8 floats, every store one array of 8.
+    unsafe {
+        let (mut vlo, mut vhi, mut vpoison) = (
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+        );
+        let zero = _mm256_setzero_ps();
+        for c in &mut chunks {
+            let v = _mm256_loadu_ps(c.as_ptr());
+            // `min(v, lo)` is `v < lo ? v : lo` lane by lane, as the portable scan selects
+            // (NaN keeps `lo`); likewise `max`.
+            vlo = _mm256_min_ps(v, vlo);
+            vhi = _mm256_max_ps(v, vhi);
+            vpoison = _mm256_add_ps(vpoison, _mm256_mul_ps(v, zero));
+        }
+        _mm256_storeu_ps(lo.as_mut_ptr(), vlo);
+        _mm256_storeu_ps(hi.as_mut_ptr(), vhi);
+        _mm256_storeu_ps(poison.as_mut_ptr(), vpoison);
+    }
+    scan_tail(chunks.remainder(), &mut lo, &mut hi, &mut poison);
+    quantize_scanned(row, u, (lo, hi, poison))
 }
+
+/// Per-lane extremes and poison of a row (see [`quantize_row_lanes`]).
+type Scan = ([f32; 8], [f32; 8], [f32; 8]);
 
 /// [`quantize_row`]'s loops.
 #[inline(always)]
-fn quantize_row_lanes(row: &[f32], u: &mut [u8]) -> (f32, i32) {
+pub(super) fn quantize_row_lanes(row: &[f32], u: &mut [u8]) -> (f32, i32) {
     // Eight lanes, so the loop vectorises: the extremes (from 0, so the range holds 0), and
     // `Σ v · 0`, which is NaN exactly when some value is infinite or NaN.
     let (mut lo, mut hi, mut poison) = ([0f32; 8], [0f32; 8], [0f32; 8]);
@@ -108,11 +136,23 @@ fn quantize_row_lanes(row: &[f32], u: &mut [u8]) -> (f32, i32) {
             poison[l] += c[l] * 0.0;
         }
     }
-    for (l, &v) in chunks.remainder().iter().enumerate() {
+    scan_tail(chunks.remainder(), &mut lo, &mut hi, &mut poison);
+    quantize_scanned(row, u, (lo, hi, poison))
+}
+
+/// The scan's last values (fewer than 8), into the first lanes.
+#[inline(always)]
+fn scan_tail(rest: &[f32], lo: &mut [f32; 8], hi: &mut [f32; 8], poison: &mut [f32; 8]) {
+    for (l, &v) in rest.iter().enumerate() {
         lo[l] = if v < lo[l] { v } else { lo[l] };
         hi[l] = if v > hi[l] { v } else { hi[l] };
         poison[l] += v * 0.0;
     }
+}
+
+/// The row's scale and zero point from its scan, and its bytes into `u`.
+#[inline(always)]
+fn quantize_scanned(row: &[f32], u: &mut [u8], (lo, hi, poison): Scan) -> (f32, i32) {
     let lo = lo.iter().fold(0f32, |m, &v| if v < m { v } else { m });
     let hi = hi.iter().fold(0f32, |m, &v| if v > m { v } else { m });
     let span = hi - lo;

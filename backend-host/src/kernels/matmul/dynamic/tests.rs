@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use super::quantize::quantize_row;
+use super::quantize::{quantize_row, quantize_row_lanes};
 use super::{Tile, matmul_dynamic, portable};
 use crate::kernels::matmul::Shape;
 use crate::ops::quant::Int8Parts;
@@ -176,41 +176,70 @@ fn products_equal_the_definition_bit_for_bit() {
     }
 }
 
-#[test]
-fn the_portable_kernel_gives_the_same_bits() {
-    let case = Case::new(shape(1, 14, 22, 100, (false, true, true)), 0, 3);
-    let want = case.host();
-    let (m, n, k) = (case.s.m, case.s.n, case.s.k);
-    let ld = k.next_multiple_of(super::STEP);
-    let (mut u, mut scale, mut zero) = (vec![0u8; m * ld], vec![0f32; m], vec![0i32; m]);
-    for i in 0..m {
-        (scale[i], zero[i]) = quantize_row(&case.a[i * k..][..k], &mut u[i * ld..][..k]);
+/// A kernel of the tile product (`run_tile`'s contract).
+type Kernel = unsafe fn(&Tile<'_>, *mut f32, usize);
+
+/// The kernels this CPU runs for groups of `group` bytes (one group: `group == k`), by name.
+fn kernels(group: usize, groups: usize) -> Vec<(&'static str, Kernel)> {
+    let mut out: Vec<(&'static str, Kernel)> = vec![("portable", portable)];
+    #[cfg(target_arch = "x86_64")]
+    if super::vnni::available() {
+        let fill = |step: usize| groups == 1 || group.is_multiple_of(step);
+        if fill(32) {
+            out.push(("vnni 256-bit", super::vnni::run_256));
+        }
+        if fill(64) {
+            out.push(("vnni 512-bit", super::vnni::run_512));
+        }
     }
-    let wsums: Vec<i32> = case
-        .w
-        .chunks_exact(k)
-        .map(|w| w.iter().map(|&v| i32::from(v)).sum())
-        .collect();
-    let tile = Tile {
-        u: &u,
-        ld,
-        scale: &scale,
-        zero: &zero,
-        w: &case.w,
-        wsums: &wsums,
-        wscales: &case.scales,
-        rows: m,
-        cols: n,
-        k,
-        group: k,
-        groups: 1,
-        alpha: case.alpha,
-        bias: Some(&case.bias),
-    };
-    let mut got = vec![0f32; m * n];
-    // SAFETY: `got` holds `rows · cols` elements at row stride `n`, owned here.
-    unsafe { portable(&tile, got.as_mut_ptr(), n) };
-    assert_bits(&got, &want, "portable");
+    out
+}
+
+/// Every kernel this CPU has gives the definition's bits: one group with a partial last
+/// step, groups of whole 64- and 32-byte steps with a short last group, decode rows.
+#[test]
+fn every_kernel_gives_the_same_bits() {
+    for (m, k, group) in [(14, 100, 0), (14, 200, 64), (7, 160, 32), (2, 448, 0)] {
+        let case = Case::new(shape(1, m, 22, k, (false, true, true)), group, 3);
+        let want = case.definition();
+        let (n, group, groups) = (case.s.n, case.group, case.groups);
+        let ld = k.next_multiple_of(super::STEP);
+        let (mut u, mut scale, mut zero) = (vec![0u8; m * ld], vec![0f32; m], vec![0i32; m]);
+        for i in 0..m {
+            (scale[i], zero[i]) = quantize_row(&case.a[i * k..][..k], &mut u[i * ld..][..k]);
+        }
+        let wsums: Vec<i32> = case
+            .w
+            .chunks_exact(k)
+            .flat_map(|w| {
+                w.chunks(group)
+                    .map(|g| g.iter().map(|&v| i32::from(v)).sum())
+            })
+            .collect();
+        let tile = Tile {
+            u: &u,
+            ld,
+            scale: &scale,
+            zero: &zero,
+            w: &case.w,
+            wsums: &wsums,
+            wscales: &case.scales,
+            rows: m,
+            cols: n,
+            k,
+            group,
+            groups,
+            alpha: case.alpha,
+            bias: Some(&case.bias),
+        };
+        for (name, kernel) in kernels(group, groups) {
+            let mut got = vec![0f32; m * n];
+            // SAFETY: `got` holds `rows · cols` elements at row stride `n`, owned here; `kernels`
+            // lists only what this CPU runs for these groups.
+            unsafe { kernel(&tile, got.as_mut_ptr(), n) };
+            assert_bits(&got, &want, &format!("{name} {m}x{n}x{k}/{group}"));
+        }
+    }
 }
 
 #[test]
@@ -293,6 +322,37 @@ proptest! {
         let (got, want) = (case.host(), case.definition());
         for (g, w) in got.iter().zip(&want) {
             prop_assert_eq!(g.to_bits(), w.to_bits());
+        }
+    }
+}
+
+/// The dispatched row quantiser (explicit min/max vectors on x86-64) gives the portable loops'
+/// scale, zero point and bytes, bit for bit: signed zeros, a NaN or an infinity anywhere (the
+/// vector body or the tail), all-equal rows, lengths around the 8-lane step.
+#[test]
+fn the_row_quantiser_matches_its_portable_loops() {
+    let mut rng = Rng::new(11);
+    for len in [1usize, 7, 8, 9, 16, 31, 384] {
+        let base: Vec<f32> = (0..len)
+            .map(|_| (rng.next_u64() % 2001) as f32 / 500.0 - 2.0)
+            .collect();
+        let mut rows = vec![base.clone(), vec![-0.0; len], vec![0.75; len]];
+        for special in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0] {
+            for at in [0, len / 2, len - 1] {
+                let mut row = base.clone();
+                row[at] = special;
+                rows.push(row);
+            }
+        }
+        for row in rows {
+            let (mut got, mut want) = (vec![0u8; len], vec![0u8; len]);
+            let (gs, gz) = quantize_row(&row, &mut got);
+            let (ws, wz) = quantize_row_lanes(&row, &mut want);
+            assert_eq!(
+                (gs.to_bits(), gz, &got),
+                (ws.to_bits(), wz, &want),
+                "{row:?}"
+            );
         }
     }
 }
