@@ -74,8 +74,13 @@ trait Bytes: Copy {
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512vnni,avx512vl")]
 unsafe fn hsum4<V: Bytes>(v: &[V; 4]) -> [i32; 4] {
-    // SAFETY: the features are enabled here.
-    let [a, b, c, d] = v.map(|x| unsafe { V::fold(x) });
+    // A loop, not `map`: a closure would not inherit the CPU features enabled here.
+    let mut x = [_mm_setzero_si128(); 4];
+    for (x, &v) in x.iter_mut().zip(v) {
+        // SAFETY: the features are enabled here.
+        *x = unsafe { V::fold(v) };
+    }
+    let [a, b, c, d] = x;
     let ab = _mm_add_epi32(_mm_unpacklo_epi32(a, b), _mm_unpackhi_epi32(a, b));
     let cd = _mm_add_epi32(_mm_unpacklo_epi32(c, d), _mm_unpackhi_epi32(c, d));
     let sums = _mm_add_epi32(_mm_unpacklo_epi64(ab, cd), _mm_unpackhi_epi64(ab, cd));
@@ -305,7 +310,8 @@ unsafe fn block<V: Bytes, const R: usize, const S: usize>(
         for r in 0..R {
             let mut sums = [0i32; S];
             for (s4, quad) in sums.chunks_exact_mut(4).enumerate() {
-                let v = [0, 1, 2, 3].map(|q| acc[r][4 * s4 + q]);
+                let mut v = [unsafe { V::zero() }; 4];
+                v.copy_from_slice(&acc[r][4 * s4..4 * s4 + 4]);
                 quad.copy_from_slice(&unsafe { hsum4(&v) });
             }
             for s in S / 4 * 4..S {
