@@ -2,9 +2,10 @@
 //! rule of `tensormem::ops::samples`.
 
 use std::sync::Arc;
-use tensormem::ops::{Op, samples};
+use tensormem::ops::quant::MAX_DYNAMIC_GROUP;
+use tensormem::ops::{Op, WeightFormat, samples};
 
-use tensormem::{Error, Runtime, RuntimeConfig, Tensor};
+use tensormem::{ArgumentError, Error, Runtime, RuntimeConfig, Tensor};
 
 use super::{Rng, runtime};
 use crate::inject::Faulty;
@@ -14,6 +15,7 @@ pub(crate) fn cases() -> Vec<Case> {
     vec![
         case!("ops_match_host_reference", ops_match_host),
         case!("ops_split_across_bindings", ops_split_across_bindings),
+        case!("int8_dynamic_refusals", int8_dynamic_refusals),
     ]
 }
 
@@ -71,6 +73,76 @@ async fn ops_match_host(ctx: &Ctx) -> R {
         let want = samples::reference(&op, &inputs).map_err(fail("host reference"))?;
         let got = run_on_target(ctx, &rt, &op, &inputs).await?;
         samples::check(&op, &got, &want).map_err(|e| format!("{op:?}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// An int8-dynamic conv2d (it would quantise no activations) and an int8-dynamic matmul whose
+/// scale group exceeds `MAX_DYNAMIC_GROUP` (its integer sums could overflow 32 bits) are refused
+/// with their typed argument errors on every target, at dispatch and before anything runs: the
+/// output keeps its bytes. The same ops with a format the target runs are accepted.
+async fn int8_dynamic_refusals(ctx: &Ctx) -> R {
+    let rt = runtime(ctx)?;
+    let conv = Op::Conv2d {
+        n: 1,
+        c_in: 2,
+        h: 5,
+        w: 5,
+        c_out: 3,
+        kh: 3,
+        kw: 3,
+        stride: 1,
+        pad: 0,
+        bias: false,
+        weight_format: WeightFormat::Int8 { group: 0 },
+    };
+    let longest = u32::try_from(MAX_DYNAMIC_GROUP).map_err(|e| format!("group bound: {e}"))?;
+    let dynamic = |group| WeightFormat::Int8Dynamic { group };
+    let matmul = Op::batched_matmul(1, 1, 2, longest + 1);
+    let cases = [
+        (conv.clone(), conv.with_weight_format(dynamic(0)), "conv2d"),
+        (
+            matmul.with_weight_format(dynamic(longest)),
+            matmul.with_weight_format(dynamic(0)),
+            "long group",
+        ),
+    ];
+    let mut rng = Rng::new(3);
+    for (accepted, refused, what) in cases {
+        let sig = accepted.signature().map_err(fail(what))?;
+        let mut inputs = Vec::new();
+        for o in &sig.inputs {
+            let bytes: Vec<u8> = (0..o.len * o.dtype.size())
+                .map(|_| rng.next_u64() as u8)
+                .collect();
+            let t = ctx
+                .tensor_from(&rt, o.dtype, &[o.len as usize], &bytes, "input")
+                .await
+                .map_err(fail(what))?;
+            inputs.push(t);
+        }
+        let out = sig.outputs[0];
+        let before = vec![0x5au8; (out.len * out.dtype.size()) as usize];
+        let output = ctx
+            .tensor_from(&rt, out.dtype, &[out.len as usize], &before, "output")
+            .await
+            .map_err(fail(what))?;
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        match rt.dispatch(&refused, &refs, &[&output]) {
+            Err(Error::Argument(ArgumentError::Invalid { .. })) if what == "conv2d" => {}
+            Err(Error::Argument(ArgumentError::TooMany { .. })) if what == "long group" => {}
+            other => return Err(format!("{what}: {refused:?} gave {other:?}")),
+        }
+        let after = ctx.download::<u8>(&rt, &output).await.map_err(fail(what))?;
+        if after != before {
+            return Err(format!("{what}: a refused dispatch changed the output"));
+        }
+        rt.dispatch(&accepted, &refs, &[&output])
+            .map_err(fail(&format!("{what}: the accepted format")))?;
+        ctx.download::<u8>(&rt, &output).await.map_err(fail(what))?;
+        for t in inputs.into_iter().chain([output]) {
+            rt.free(t).map_err(fail("free"))?;
+        }
     }
     Ok(())
 }
