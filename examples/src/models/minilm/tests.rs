@@ -320,7 +320,7 @@ fn attention_chunks_parse_auto_or_a_count() {
 fn tiled_feed_forward_repeats_the_block_per_chunk_and_refuses_inexact_counts() {
     let cfg = BertConfig::all_minilm_l6_v2();
     // 4 sentences of 128 tokens: 512 rows. output.dense's k (1536) runs the whole product on the
-    // host's sgemm; chunks below 256 rows would run on its dot kernel and round differently.
+    // host's sgemm; chunks of 32 rows run on its dot kernel (on any CPU) and round differently.
     let (batch, seq) = (4, 128);
     let one = build_graph(&cfg, batch, seq, WeightFormat::F32).unwrap();
     let base = one.builder.graph.nodes().len();
@@ -350,7 +350,7 @@ fn tiled_feed_forward_repeats_the_block_per_chunk_and_refuses_inexact_counts() {
     let out = g.builder.graph.decl(norm.output).unwrap();
     assert_eq!(out.offset, 256 * 384 * 4);
     assert_eq!(g.builder.weights.len(), one.builder.weights.len());
-    for bad in [0u32, 3, 4, 8] {
+    for bad in [0u32, 3, 16] {
         assert!(
             matches!(tiled(bad), Err(Error::Argument(_) | Error::Graph(_))),
             "{bad} chunks"
