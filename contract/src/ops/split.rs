@@ -28,18 +28,15 @@ pub enum Share {
 /// Whether the reference (the host's `kernels::matmul`) computes a product of `m` rows over an
 /// inner dimension `k` with its dot kernel, when both operands run along `k`, rather than with
 /// `sgemm`: `k` long enough for the lanes' final sums to be a small share, and not a product
-/// where `sgemm`'s packing pays for itself. With 512-bit lanes ([`super::cpu::wide_vectors`])
-/// `sgemm`'s kernels outrun the dot kernel from 64 rows on; with 256-bit lanes only for many
-/// rows and a long `k`. Shape and CPU only, never the tiling, so every element is computed the
-/// same way on any number of threads.
+/// where `sgemm`'s packing pays for itself: from 256 rows with 512-bit lanes
+/// ([`super::cpu::wide_vectors`], where `sgemm`'s AVX-512 kernels outrun the dot kernel), and
+/// with 256-bit lanes only when `k` is long too. (The 512-bit kernels win from about 64 rows, but
+/// a bound that low would refuse row splits of attention-sized products that tile today:
+/// `docs/decisions/host-wide-lanes-variants.md`.) Shape and CPU only, never the tiling, so every
+/// element is computed the same way on any number of threads.
 #[doc(hidden)]
 pub fn reference_uses_dot(m: usize, k: usize) -> bool {
-    k >= 128
-        && if super::cpu::wide_vectors() {
-            m < 64
-        } else {
-            m < 256 || k <= 512
-        }
+    k >= 128 && (m < 256 || (k <= 512 && !super::cpu::wide_vectors()))
 }
 
 impl Op {

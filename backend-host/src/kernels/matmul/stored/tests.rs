@@ -362,7 +362,7 @@ proptest! {
     /// The in-place int8 path at random small-batch shapes (`k` often not a multiple of 8, odd
     /// `n`, 1 to 40 rows, per-channel or grouped scales, groups that do not divide `k`) equals
     /// the f32 product of the dequantised weight bit for bit. It is taken wherever the dot
-    /// kernel is (on 512-bit lanes only below 64 stacked rows: the other shapes are skipped).
+    /// kernel is (shapes where it is not are skipped).
     #[test]
     fn int8_in_place_matches_dequantized(
         batch in 1usize..4,
