@@ -58,6 +58,7 @@ browser_cases!(
     host_memory_placement_is_reported,
     ops_match_host_reference,
     ops_split_across_bindings,
+    int8_dynamic_refusals,
     segmented_round_trip,
     segmented_ops_match_host_reference,
     segmented_operand_an_op_cannot_cut_is_refused,
