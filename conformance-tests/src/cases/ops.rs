@@ -83,19 +83,12 @@ async fn ops_match_host(ctx: &Ctx) -> R {
 /// output keeps its bytes. The same ops with a format the target runs are accepted.
 async fn int8_dynamic_refusals(ctx: &Ctx) -> R {
     let rt = runtime(ctx)?;
-    let conv = Op::Conv2d {
-        n: 1,
-        c_in: 2,
-        h: 5,
-        w: 5,
-        c_out: 3,
-        kh: 3,
-        kw: 3,
-        stride: 1,
-        pad: 0,
-        bias: false,
-        weight_format: WeightFormat::Int8 { group: 0 },
-    };
+    // A sample convolution, its weight stored as int8 (which it runs) or int8-dynamic (refused).
+    let conv = samples::instances()
+        .into_iter()
+        .find(|op| matches!(op, Op::Conv2d { .. }))
+        .ok_or("no conv2d among the op samples")?
+        .with_weight_format(WeightFormat::Int8 { group: 0 });
     let longest = u32::try_from(MAX_DYNAMIC_GROUP).map_err(|e| format!("group bound: {e}"))?;
     let dynamic = |group| WeightFormat::Int8Dynamic { group };
     let matmul = Op::batched_matmul(1, 1, 2, longest + 1);
