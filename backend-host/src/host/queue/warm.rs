@@ -15,7 +15,7 @@
 //! pool's threads can end. A spinner that quits just as a command starts leaves that command to
 //! rayon's ordinary wake: only speed, never a result, depends on the spinners.
 //!
-//! Cost: one atomic store per command; a spinner's idle step is one steal attempt and a pause
+//! Cost: one clock read and one atomic store per command; a spinner's idle step is one steal attempt and a pause
 //! instruction, with a clock read every [`CLOCK_EVERY`] steps.
 
 use std::sync::Arc;

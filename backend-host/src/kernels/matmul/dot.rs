@@ -16,8 +16,7 @@
 //! otherwise wait on memory alone. (Into L2 and spread out: prefetches into L1, or a part's
 //! lines asked for at once, stalled on the core's queue of outstanding misses.)
 //! The lane width is chosen at run time: 16 where 512-bit lanes pay (`ops::cpu`), 8 with
-//! AVX2 + FMA, otherwise 4 (SSE2, wasm32, NEON). Wider blocks (3 × 6, 3 × 8 in AVX-512's 32
-//! registers) were no faster: the loads of `A` are not what bounds the block.
+//! AVX2 + FMA, otherwise 4 (SSE2, wasm32, NEON); the block is 3 × 4 at every width.
 //!
 //! **f16 weights** are read the same way, as halves converted to f32 as they are loaded (F16C
 //! on x86-64): a decode step reads each weight once, so decoding it into a buffer first would

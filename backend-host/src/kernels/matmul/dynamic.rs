@@ -13,8 +13,9 @@
 //! group. With AVX-512 VNNI ([`vnni`]), blocks of 3 rows of `A` × 4 rows of `B` run on
 //! `vpdpbusd` (unsigned × signed bytes), 32 multiply-adds per 256-bit instruction (four times an
 //! f32 FMA's 8), 64 on 512-bit vectors where they run at full width. Elsewhere, and for scale
-//! groups that are not a multiple of 32, a portable loop ([`portable`]) computes the same sums. A `B` read without `trans_b` (`[k, n]`) is transposed a
-//! task's columns at a time into a buffer first, so both kernels read rows of `B` along `k`.
+//! groups that are not a multiple of 32, a portable loop ([`portable`]) computes the same sums.
+//! A `B` read without `trans_b` (`[k, n]`) is transposed a task's columns at a time into a
+//! buffer first, so both kernels read rows of `B` along `k`.
 //!
 //! **Threads.** Tasks are column ranges (whole blocks of 4) of each `B` matrix, split by rows
 //! too when there are fewer than four per thread (`tasks`, as the stored-weight product's), on

@@ -1,7 +1,8 @@
 //! The element types the dot kernel reads `B` in ([`Stored`]) and the vectors it computes on
 //! ([`Simd`]): 4 portable lanes on any target, 8 with AVX2 + FMA (+ F16C) or 16 with AVX-512 on
-//! x86-64, chosen at run time by [`super::gemm_nt`]. Every load converts exactly (f16 halves, int8 values), so a
-//! product's sums do not depend on how `B` is stored, only on the lane width and FMA use.
+//! x86-64, chosen at run time by [`super::gemm_nt`]. Every load converts exactly (f16 halves,
+//! int8 values), so a product's sums do not depend on how `B` is stored, only on the lane width
+//! and FMA use.
 
 /// An element type `B` may be stored in: f32, or an f16 half (`u16`, its bits).
 pub(in crate::kernels::matmul) trait Stored: Copy {

@@ -53,17 +53,26 @@ trait Bytes: Copy {
     /// # Safety
     /// As [`Bytes::zero`].
     unsafe fn dot(acc: Self, u: Self, w: Self) -> Self;
-    /// The wrapping sum of the `i32` lanes.
-    ///
-    /// # Safety
-    /// As [`Bytes::zero`].
-    unsafe fn hsum(self) -> i32;
     /// The four vectors' 128-bit quarters (or halves) added lane by lane, wrapping: a vector
     /// whose lanes sum to the same as `v`'s.
     ///
     /// # Safety
     /// As [`Bytes::zero`].
     unsafe fn fold(v: Self) -> __m128i;
+}
+
+/// The wrapping sum of `v`'s `i32` lanes.
+///
+/// # Safety
+/// The CPU has the features [`available`] checks.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512vnni,avx512vl")]
+unsafe fn hsum<V: Bytes>(v: V) -> i32 {
+    // SAFETY: the features are enabled here.
+    let x = unsafe { V::fold(v) };
+    let x = _mm_add_epi32(x, _mm_shuffle_epi32::<0b01_00_11_10>(x));
+    let x = _mm_add_epi32(x, _mm_shuffle_epi32::<0b10_11_00_01>(x));
+    _mm_cvtsi128_si32(x)
 }
 
 /// The wrapping lane sums of four vectors at once, by interleaving them (fewer shuffles than
@@ -111,17 +120,6 @@ impl Bytes for __m256i {
     }
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512vnni,avx512vl")]
-    unsafe fn hsum(self) -> i32 {
-        let x = _mm_add_epi32(
-            _mm256_castsi256_si128(self),
-            _mm256_extracti128_si256::<1>(self),
-        );
-        let x = _mm_add_epi32(x, _mm_shuffle_epi32::<0b01_00_11_10>(x));
-        let x = _mm_add_epi32(x, _mm_shuffle_epi32::<0b10_11_00_01>(x));
-        _mm_cvtsi128_si32(x)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,avx512f,avx512vnni,avx512vl")]
     unsafe fn fold(v: Self) -> __m128i {
         _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v))
     }
@@ -145,16 +143,6 @@ impl Bytes for __m512i {
     #[target_feature(enable = "avx2,avx512f,avx512vnni,avx512vl")]
     unsafe fn dot(acc: Self, u: Self, w: Self) -> Self {
         _mm512_dpbusd_epi32(acc, u, w)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,avx512f,avx512vnni,avx512vl")]
-    unsafe fn hsum(self) -> i32 {
-        let half = _mm256_add_epi32(
-            _mm512_castsi512_si256(self),
-            _mm512_extracti64x4_epi64::<1>(self),
-        );
-        // SAFETY: the features are enabled here.
-        unsafe { half.hsum() }
     }
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512vnni,avx512vl")]
@@ -315,7 +303,7 @@ unsafe fn block<V: Bytes, const R: usize, const S: usize>(
                 quad.copy_from_slice(&unsafe { hsum4(&v) });
             }
             for s in S / 4 * 4..S {
-                sums[s] = unsafe { acc[r][s].hsum() };
+                sums[s] = unsafe { hsum(acc[r][s]) };
             }
             for s in 0..S {
                 let offset = t.zero[i + r].wrapping_mul(t.wsums[(j + s) * t.groups + g]);
