@@ -109,8 +109,8 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
                 }
             }
         }
-        Op::Add { b_len, .. } => binary(inputs, out, b_len, |a, b| a + b),
-        Op::Mul { b_len, .. } => binary(inputs, out, b_len, |a, b| a * b),
+        Op::Add { b_len, .. } => binary(inputs, out, b_len, LIGHT_GRAIN, |a, b| a + b),
+        Op::Mul { b_len, .. } => binary(inputs, out, b_len, LIGHT_GRAIN, |a, b| a * b),
         Op::Scale { alpha, .. } => unary(inputs, out, |v| alpha * v),
         Op::Gelu { .. } => unary_slices(inputs, out, erf::gelu_slice),
         // `v < 0 → 0` keeps NaN, as PyTorch's relu does.
@@ -119,7 +119,7 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
             let (xs, gamma, beta) = (x(0), x(1), x(2));
             let cols = cols as usize;
             write_f32(out, |y| {
-                par_rows(y, cols, |row0, y| {
+                par_rows(y, cols, HEAVY_GRAIN, |row0, y| {
                     let x = &xs[row0 * cols..row0 * cols + y.len()];
                     rows::layer_norm(x, &gamma, &beta, cols, eps, y);
                 });
@@ -136,7 +136,7 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
             let mask = mask.as_deref().map(|m| (m, rows_per_mask as usize));
             let cols = cols as usize;
             write_f32(out, |y| {
-                par_rows(y, cols, |row0, y| {
+                par_rows(y, cols, HEAVY_GRAIN, |row0, y| {
                     let x = &xs[row0 * cols..row0 * cols + y.len()];
                     rows::softmax(x, row0, mask, cols, y);
                 });
@@ -171,7 +171,7 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
             let xs = x(0);
             let cols = cols as usize;
             write_f32(out, |y| {
-                par_rows(y, cols, |row0, y| {
+                par_rows(y, cols, HEAVY_GRAIN, |row0, y| {
                     let x = &xs[row0 * cols..row0 * cols + y.len()];
                     rows::l2_normalize(x, cols, eps, y);
                 });
@@ -207,7 +207,7 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
             let (xs, weight) = (x(0), x(1));
             let cols = cols as usize;
             write_f32(out, |y| {
-                par_rows(y, cols, |row0, y| {
+                par_rows(y, cols, HEAVY_GRAIN, |row0, y| {
                     let x = &xs[row0 * cols..row0 * cols + y.len()];
                     llm::rms_norm(x, &weight, cols, eps, y);
                 });
@@ -217,9 +217,10 @@ pub fn run(op: &Op, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
             let (xs, positions) = (x(0), u32s(inputs[1]));
             write_f32(out, |y| llm::rope(op, &xs, &positions, y));
         }
-        Op::SiluMul { .. } => binary(inputs, out, sig.inputs[0].len as u32, |g, u| {
-            llm::silu(g) * u
-        }),
+        Op::SiluMul { .. } => {
+            let len = sig.inputs[0].len as u32;
+            binary(inputs, out, len, HEAVY_GRAIN, |g, u| llm::silu(g) * u)
+        }
         Op::KvWrite { .. } => {
             let (k, v, slots) = (x(0), x(1), u32s(inputs[2]));
             llm::kv_write(op, &k, &v, &slots, out);
@@ -271,7 +272,7 @@ fn conv_weight<'a>(
     let view = WeightView::new(inputs[1], &scales, len, channels, inner, format)?;
     let inner = inner as usize;
     let mut out = vec![0f32; len as usize];
-    par_rows(&mut out, inner, |row0, rows| {
+    par_rows(&mut out, inner, LIGHT_GRAIN, |row0, rows| {
         for (r, row) in rows.chunks_exact_mut(inner).enumerate() {
             view.row_run((row0 + r) * inner, row0 + r, 0, row);
         }
@@ -315,22 +316,28 @@ fn write_f32<R>(out: &mut [u8], f: impl FnOnce(&mut [f32]) -> R) -> R {
     }
 }
 
-/// Elements below which an element-wise or row op runs on the calling thread, and the smallest
-/// chunk one pool task gets (about 10–50 µs of work, enough to pay for the hand-off).
-const PARALLEL_MIN_ELEMS: usize = 1 << 15;
+/// The smallest chunk, in elements, one pool task of an element-wise or row op gets: about 5–20
+/// µs of work, enough to pay for the hand-off to a pool thread (a spinning one takes it within a
+/// microsecond or two; `host::queue::warm`). An op with fewer than two chunks' worth of elements
+/// runs on the calling thread. A few instructions per element (add, scale, relu):
+const LIGHT_GRAIN: usize = 1 << 15;
+
+/// As [`LIGHT_GRAIN`] for ops of tens of instructions per element: GELU's rationals and `exp`,
+/// a normalisation's or softmax's passes over each row.
+const HEAVY_GRAIN: usize = 1 << 12;
 
 /// Runs `f(first_row, chunk)` over `y` cut into chunks of whole rows of `cols`: in parallel, in
-/// chunks of at least [`PARALLEL_MIN_ELEMS`], when `y` is large enough. Each row is computed
+/// chunks of at least `grain` elements, when `y` holds two chunks or more. Each row is computed
 /// by the same code whatever the chunking, so results do not depend on the thread count.
-fn par_rows(y: &mut [f32], cols: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+fn par_rows(y: &mut [f32], cols: usize, grain: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     if cols == 0 || y.is_empty() {
         return;
     }
-    if y.len() < 2 * PARALLEL_MIN_ELEMS {
+    if y.len() < 2 * grain {
         f(0, y);
         return;
     }
-    let rows_per_chunk = PARALLEL_MIN_ELEMS.div_ceil(cols);
+    let rows_per_chunk = grain.div_ceil(cols);
     y.par_chunks_mut(rows_per_chunk * cols)
         .enumerate()
         .for_each(|(i, chunk)| f(i * rows_per_chunk, chunk));
@@ -340,7 +347,7 @@ fn par_rows(y: &mut [f32], cols: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
 fn unary(inputs: &[&[u8]], out: &mut [u8], f: impl Fn(f32) -> f32 + Sync) {
     let x = f32s(inputs[0]);
     write_f32(out, |y| {
-        par_rows(y, 1, |i0, y| {
+        par_rows(y, 1, LIGHT_GRAIN, |i0, y| {
             for (y, &x) in y.iter_mut().zip(&x[i0..]) {
                 *y = f(x);
             }
@@ -348,18 +355,25 @@ fn unary(inputs: &[&[u8]], out: &mut [u8], f: impl Fn(f32) -> f32 + Sync) {
     });
 }
 
-/// `y = f(x)` over input 0, `f` taking a slice at a time (a vectorised kernel).
+/// `y = f(x)` over input 0, `f` taking a slice at a time (a vectorised kernel of
+/// [`HEAVY_GRAIN`]'s cost).
 fn unary_slices(inputs: &[&[u8]], out: &mut [u8], f: impl Fn(&[f32], &mut [f32]) + Sync) {
     let x = f32s(inputs[0]);
-    write_f32(out, |y| par_rows(y, 1, |i0, y| f(&x[i0..], y)));
+    write_f32(out, |y| par_rows(y, 1, HEAVY_GRAIN, |i0, y| f(&x[i0..], y)));
 }
 
-/// `c[i] = f(a[i], b[i % b_len])` over inputs 0 and 1.
-fn binary(inputs: &[&[u8]], out: &mut [u8], b_len: u32, f: impl Fn(f32, f32) -> f32 + Sync) {
+/// `c[i] = f(a[i], b[i % b_len])` over inputs 0 and 1, in parallel chunks of `grain` elements.
+fn binary(
+    inputs: &[&[u8]],
+    out: &mut [u8],
+    b_len: u32,
+    grain: usize,
+    f: impl Fn(f32, f32) -> f32 + Sync,
+) {
     let (a, b) = (f32s(inputs[0]), f32s(inputs[1]));
     let b_len = b_len as usize;
     write_f32(out, |c| {
-        par_rows(c, b_len, |row0, c| {
+        par_rows(c, b_len, grain, |row0, c| {
             let a = &a[row0 * b_len..];
             for (c, a) in c.chunks_exact_mut(b_len).zip(a.chunks_exact(b_len)) {
                 for ((c, &a), &b) in c.iter_mut().zip(a).zip(b.iter()) {
