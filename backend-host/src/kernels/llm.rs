@@ -16,7 +16,7 @@ pub(super) const EMPTY_MAX: f32 = -f32::MAX;
 /// `y = x / √(mean(x²) + eps) · weight` per row of `cols`.
 pub(super) fn rms_norm(x: &[f32], weight: &[f32], cols: usize, eps: f32, y: &mut [f32]) {
     for (xr, yr) in x.chunks_exact(cols).zip(y.chunks_exact_mut(cols)) {
-        let ms = xr.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / cols as f64;
+        let ms = super::rows::sum_f64(xr, |v| v * v) / cols as f64;
         let r = 1.0 / (ms as f32 + eps).sqrt();
         for ((y, &x), &w) in yr.iter_mut().zip(xr).zip(weight) {
             *y = w * (x * r);

@@ -1,10 +1,34 @@
 //! Host row-wise reductions: softmax, layer norm, L2 normalisation, masked mean pooling.
 //!
-//! These are the ops whose GPU kernels reduce across a workgroup. The host sums rows in index
-//! order in f64 and rounds once to f32, which stays within a rounding of the exact value however
-//! long the row is (PyTorch's cascade sums get close to that; a plain f32 running sum drifts by
-//! ~`cols`·ε). The element-wise arithmetic around the sums is f32. Formulas follow PyTorch (see
-//! each function).
+//! These are the ops whose GPU kernels reduce across a workgroup. The host sums rows in f64 and
+//! rounds once to f32, which stays within a rounding of the exact value however long the row is
+//! (PyTorch's cascade sums get close to that; a plain f32 running sum drifts by ~`cols`·ε). A
+//! row's sum of squares or deviations runs in eight interleaved f64 partial sums ([`sum_f64`]):
+//! one chain of dependent additions would cost an addition's latency per element. The
+//! element-wise arithmetic around the sums is f32. Formulas follow PyTorch (see each function).
+
+/// `Σ f(v)` over `xs` in f64: eight partial sums (sum `l` takes the elements `p ≡ l (mod 8)` in
+/// order), added pairwise, then the elements past the last multiple of eight in order. The same
+/// row gives the same bits wherever it falls in a tensor.
+#[inline(always)]
+pub(super) fn sum_f64(xs: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+    let mut acc = [0f64; 8];
+    let chunks = xs.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f(f64::from(v));
+        }
+    }
+    let mut width = 8;
+    while width > 1 {
+        width /= 2;
+        for l in 0..width {
+            acc[l] += acc[l + width];
+        }
+    }
+    tail.iter().fold(acc[0], |sum, &v| sum + f(f64::from(v)))
+}
 
 /// Softmax over rows of `cols`, the first of which is row `row0` of the op; `mask` is
 /// `(mask, rows_per_mask)` for the whole op. A column is kept when its mask value is non-zero;
@@ -63,12 +87,8 @@ pub(super) fn layer_norm(
 ) {
     let n = cols as f64;
     for (xr, yr) in x.chunks_exact(cols).zip(y.chunks_exact_mut(cols)) {
-        let mean = xr.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-        let var = xr
-            .iter()
-            .map(|&v| (f64::from(v) - mean).powi(2))
-            .sum::<f64>()
-            / n;
+        let mean = sum_f64(xr, |v| v) / n;
+        let var = sum_f64(xr, |v| (v - mean) * (v - mean)) / n;
         let rstd = (1.0 / (var + f64::from(eps)).sqrt()) as f32;
         let mean = mean as f32;
         for (((yv, &v), &g), &b) in yr.iter_mut().zip(xr).zip(gamma).zip(beta) {
@@ -80,7 +100,7 @@ pub(super) fn layer_norm(
 /// `y = x / max(‖x‖₂, eps)` per row of `cols`, as `torch.nn.functional.normalize`.
 pub(super) fn l2_normalize(x: &[f32], cols: usize, eps: f32, y: &mut [f32]) {
     for (xr, yr) in x.chunks_exact(cols).zip(y.chunks_exact_mut(cols)) {
-        let sum_sq = xr.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>();
+        let sum_sq = sum_f64(xr, |v| v * v);
         let norm = (sum_sq.sqrt() as f32).max(eps);
         for (yv, &v) in yr.iter_mut().zip(xr) {
             *yv = v / norm;

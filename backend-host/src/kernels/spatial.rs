@@ -137,15 +137,22 @@ pub(super) fn permute(dims: [u32; 4], perm: [u8; 4], x: &[f32], y: &mut [f32]) {
     let out_dims = Op::permuted_dims(dims, perm).map(|v| v as usize);
     // Input stride of each output axis.
     let s = perm.map(|p| in_strides[usize::from(p & 3)]);
+    let run = out_dims[3];
     let mut o = 0;
     for i0 in 0..out_dims[0] {
         for i1 in 0..out_dims[1] {
             for i2 in 0..out_dims[2] {
                 let base = i0 * s[0] + i1 * s[1] + i2 * s[2];
-                for i3 in 0..out_dims[3] {
-                    y[o] = x[base + i3 * s[3]];
-                    o += 1;
+                let y = &mut y[o..o + run];
+                if s[3] == 1 {
+                    // The last axis stays last (attention's head split and merge): whole runs.
+                    y.copy_from_slice(&x[base..base + run]);
+                } else {
+                    for (i3, y) in y.iter_mut().enumerate() {
+                        *y = x[base + i3 * s[3]];
+                    }
                 }
+                o += run;
             }
         }
     }
