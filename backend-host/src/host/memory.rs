@@ -10,6 +10,12 @@
 //!
 //! Reservations exist on Unix only; elsewhere the backend reports no in-place growth.
 //!
+//! **Huge pages.** Every whole 2 MiB page inside a block (regular or reserved) is advised for
+//! transparent huge pages ([`advise_huge_pages`]): weights are streamed a few rows at a time, and
+//! with 4 KiB pages a TLB miss every few rows costs a page walk, a long one in a virtual machine.
+//! A block smaller than 2 MiB, and the ragged ends of a larger one, keep 4 KiB pages, so a huge
+//! page never holds more than one block's bytes.
+//!
 //! **NUMA.** With a node to bind to ([`HostConfig::host_placement`](super::HostConfig)), every
 //! block is mapped by the backend itself (a fully committed [`Reservation`]) and bound with
 //! `mbind` before its first touch; a reservation binds each range as it commits it, so pages of a
@@ -116,6 +122,7 @@ impl HostMemory {
         if ptr.is_null() {
             return None;
         }
+        advise_huge_pages(ptr, size);
         // SAFETY: `ptr` comes from the global allocator with `layout` (align 1, `size` bytes),
         // every byte is initialised (zeroed), and length = capacity = `size`, as `Vec<u8>` needs.
         Some(HostMemory::Heap(unsafe {
@@ -178,6 +185,31 @@ impl DerefMut for HostMemory {
             HostMemory::Bound { map, len } => &mut map.committed_mut()[..*len],
         }
     }
+}
+
+/// The size of a transparent huge page on x86-64 and most AArch64 kernels.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Asks the kernel to back the whole 2 MiB pages inside `[ptr, ptr + len)` with transparent huge
+/// pages when they are first touched (`MADV_HUGEPAGE`; Linux only, nothing elsewhere). Blocks
+/// of weights are streamed by the matmul kernels a few rows at a time: with 4 KiB pages every
+/// few rows cost a TLB miss, whose page walk is long in a virtual machine. Advice only: a kernel
+/// without transparent huge pages (or with them off) refuses it and the block keeps 4 KiB pages.
+/// A block smaller than a huge page, or the ragged ends of a larger one, are left as they are.
+fn advise_huge_pages(ptr: *mut u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        let start = (ptr as usize).next_multiple_of(HUGE_PAGE);
+        let end = (ptr as usize).saturating_add(len) / HUGE_PAGE * HUGE_PAGE;
+        if end > start {
+            // SAFETY: `[start, end)` lies inside memory this process owns (the caller's block,
+            // just allocated or mapped); MADV_HUGEPAGE changes only how its pages are backed,
+            // never its contents or protection. Its result is ignored: it is advice.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (ptr, len, HUGE_PAGE);
 }
 
 /// The page size: the unit of commit.
@@ -249,6 +281,7 @@ impl Reservation {
         let Some(base) = std::ptr::NonNull::new(ptr.cast::<u8>()) else {
             return Err(std::io::Error::other("mmap returned a null mapping"));
         };
+        advise_huge_pages(base.as_ptr(), reserved);
         let mut r = Reservation {
             base,
             reserved,

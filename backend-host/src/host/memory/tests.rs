@@ -1,6 +1,7 @@
 //! NUMA binding of the host backend's blocks, checked by asking the kernel where the pages are
 //! (`get_mempolicy` for the mapping's policy, `move_pages` for each touched page's node), on a
-//! two-node topology injected from a fake sysfs tree. Linux only (`mbind`).
+//! two-node topology injected from a fake sysfs tree; and the huge-page advice on large blocks,
+//! read back from the mapping's flags in `/proc/self/smaps`. Linux only (`mbind`, `madvise`).
 #![cfg(target_os = "linux")]
 
 use std::sync::Arc;
@@ -208,4 +209,77 @@ fn the_staging_belt_and_the_memory_report_follow_the_placement() {
     let report = model.memory_report();
     assert_eq!(report.host_memory.bound_node(), Some(0));
     assert_eq!(report.host_memory.policy(), "bound");
+}
+
+/// The `VmFlags` of the mapping that holds `addr`, from `/proc/self/smaps`.
+fn mapping_flags(addr: usize) -> Vec<String> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut inside = false;
+    for line in smaps.lines() {
+        let range = line
+            .split_whitespace()
+            .next()
+            .and_then(|r| r.split_once('-'));
+        if let Some((lo, hi)) = range.filter(|_| !line.starts_with("VmFlags")) {
+            if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+            {
+                inside = (lo..hi).contains(&addr);
+                continue;
+            }
+        }
+        if inside && let Some(flags) = line.strip_prefix("VmFlags:") {
+            return flags.split_whitespace().map(str::to_string).collect();
+        }
+    }
+    panic!("no mapping holds {addr:#x}");
+}
+
+#[test]
+fn large_blocks_ask_for_huge_pages_and_small_ones_do_not() {
+    if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+        eprintln!("skipped: this kernel has no transparent huge pages");
+        return;
+    }
+    const HUGE: usize = 2 << 20;
+    let host = HostBackend::new(HostConfig::default()).unwrap();
+    let desc = |size: u64| BlockDesc {
+        kind: MemoryKind::DeviceLocal,
+        size,
+        label: "huge",
+    };
+    // A regular block of several huge pages: its whole huge pages are advised.
+    let big = host.alloc_block(&desc(5 * HUGE as u64 + 100)).unwrap();
+    let (ptr, len) = block_span(&host, big);
+    let inner = (ptr as usize).next_multiple_of(HUGE);
+    assert!(inner + HUGE <= ptr as usize + len);
+    assert!(
+        mapping_flags(inner).iter().any(|f| f == "hg"),
+        "regular block"
+    );
+    // A block that grows in place: its reservation is advised.
+    let growth = host.extensions().growable.unwrap().in_place_growth();
+    let reserved = host
+        .reserve_block(&desc(growth.granularity), 8 * HUGE as u64)
+        .unwrap();
+    let (rptr, _) = block_span(&host, reserved);
+    let rinner = (rptr as usize).next_multiple_of(HUGE);
+    assert!(
+        mapping_flags(rinner).iter().any(|f| f == "hg"),
+        "reserved block"
+    );
+    // A block smaller than a huge page is left alone (its flags are its heap's).
+    let small = host.alloc_block(&desc(64 << 10)).unwrap();
+    let (sptr, _) = block_span(&host, small);
+    assert!(
+        !mapping_flags(sptr as usize).iter().any(|f| f == "hg"),
+        "small block"
+    );
+    // Contents are unaffected.
+    touch(&host, big, len);
+    let mut back = vec![0u8; len];
+    host.read_mapped(big, 0, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 7));
+    for id in [big, reserved, small] {
+        host.free_block(id).unwrap();
+    }
 }
