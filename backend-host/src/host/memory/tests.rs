@@ -220,12 +220,12 @@ fn mapping_flags(addr: usize) -> Vec<String> {
             .split_whitespace()
             .next()
             .and_then(|r| r.split_once('-'));
-        if let Some((lo, hi)) = range.filter(|_| !line.starts_with("VmFlags")) {
-            if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
-            {
-                inside = (lo..hi).contains(&addr);
-                continue;
-            }
+        let bounds = range
+            .filter(|_| !line.starts_with("VmFlags"))
+            .map(|(lo, hi)| (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)));
+        if let Some((Ok(lo), Ok(hi))) = bounds {
+            inside = (lo..hi).contains(&addr);
+            continue;
         }
         if inside && let Some(flags) = line.strip_prefix("VmFlags:") {
             return flags.split_whitespace().map(str::to_string).collect();
