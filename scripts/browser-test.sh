@@ -144,7 +144,7 @@ rm -rf "$WWW" && mkdir -p "$WWW/mnist"
 wasm-bindgen --target web --out-dir "$WWW/pkg" \
     "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/tensormem_browser.wasm"
 cp examples/web/index.html examples/web/minilm.html examples/web/generate.html \
-    examples/web/page.js examples/web/sentences.txt "$WWW/"
+    examples/web/page.js examples/web/page.css examples/web/sentences.txt "$WWW/"
 cp examples/assets/mnist/mnist.safetensors examples/assets/mnist/*.u8 "$WWW/mnist/"
 WASM_FILE="$WWW/pkg/tensormem_browser_bg.wasm"
 echo "wasm: $(stat -c %s "$WASM_FILE") bytes raw, $(gzip -9c "$WASM_FILE" | wc -c) bytes gzip"

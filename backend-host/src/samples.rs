@@ -58,9 +58,9 @@ pub fn instances() -> Vec<Op> {
     let int8 = |group| WeightFormat::Int8 { group };
     let dynamic = |group| WeightFormat::Int8Dynamic { group };
     let mm = |batch, m, n, k, trans_b, broadcast_b, bias| {
-        matmul((batch, m, n, k), false, trans_b, broadcast_b, bias, 1.0)
+        Op::matmul((batch, m, n, k), false, trans_b, broadcast_b, bias, 1.0)
     };
-    let conv = |c_in, c_out, kh, kw, bias| conv2d((2, c_in, 7, 9), c_out, (kh, kw), 1, 1, bias);
+    let conv = |c_in, c_out, kh, kw, bias| Op::conv2d((2, c_in, 7, 9), c_out, (kh, kw), 1, 1, bias);
     let emb = |vocab, dim| Op::Embedding {
         vocab,
         dim,
@@ -108,71 +108,22 @@ pub fn packed(op: &Op, align: u64) -> Result<(Vec<u64>, Vec<u64>, u64)> {
     Ok((offsets, sizes, end))
 }
 
-/// An [`Op::Conv2d`] over an `(n, c_in, h, w)` input with `c_out` filters of `(kh, kw)` and an
-/// f32 weight, the other fields in the variant's order.
-pub fn conv2d(
-    (n, c_in, h, w): (u32, u32, u32, u32),
-    c_out: u32,
-    (kh, kw): (u32, u32),
-    stride: u32,
-    pad: u32,
-    bias: bool,
-) -> Op {
-    Op::Conv2d {
-        n,
-        c_in,
-        h,
-        w,
-        c_out,
-        kh,
-        kw,
-        stride,
-        pad,
-        bias,
-        weight_format: WeightFormat::F32,
-    }
-}
-
-/// An [`Op::MatMul`] of shape `(batch, m, n, k)` with an f32 weight, the other fields in the
-/// variant's order.
-pub fn matmul(
-    (batch, m, n, k): (u32, u32, u32, u32),
-    trans_a: bool,
-    trans_b: bool,
-    broadcast_b: bool,
-    bias: bool,
-    alpha: f32,
-) -> Op {
-    Op::MatMul {
-        batch,
-        m,
-        n,
-        k,
-        trans_a,
-        trans_b,
-        broadcast_b,
-        bias,
-        alpha,
-        weight_format: WeightFormat::F32,
-    }
-}
-
 /// A 1×1 convolution whose padding, near 2^31, overflows its output shape's arithmetic: refused
 /// with `ArithmeticOverflow` before any work.
 pub fn overflowing_conv() -> Op {
-    conv2d((1, 1, 2, 2), 1, (1, 1), 1, (1 << 31) + 5, false)
+    Op::conv2d((1, 1, 2, 2), 1, (1, 1), 1, (1 << 31) + 5, false)
 }
 
 fn f32_instances() -> Vec<Op> {
     vec![
-        matmul((1, 1, 1, 1), false, false, false, false, 1.0),
-        matmul((1, 17, 33, 65), false, false, false, false, 1.0),
-        matmul((3, 16, 32, 48), true, false, false, false, 0.5),
-        matmul((2, 19, 23, 37), false, true, false, false, 1.0),
-        matmul((2, 9, 13, 31), true, true, false, true, -2.0),
-        matmul((4, 7, 40, 24), false, true, true, true, 1.0),
-        matmul((1, 64, 64, 64), true, true, false, false, 0.75),
-        matmul((1, 64, 64, 300), false, false, false, true, 0.125),
+        Op::matmul((1, 1, 1, 1), false, false, false, false, 1.0),
+        Op::matmul((1, 17, 33, 65), false, false, false, false, 1.0),
+        Op::matmul((3, 16, 32, 48), true, false, false, false, 0.5),
+        Op::matmul((2, 19, 23, 37), false, true, false, false, 1.0),
+        Op::matmul((2, 9, 13, 31), true, true, false, true, -2.0),
+        Op::matmul((4, 7, 40, 24), false, true, true, true, 1.0),
+        Op::matmul((1, 64, 64, 64), true, true, false, false, 0.75),
+        Op::matmul((1, 64, 64, 300), false, false, false, true, 0.125),
         Op::Add {
             len: 1000,
             b_len: 1000,
@@ -232,24 +183,10 @@ fn f32_instances() -> Vec<Op> {
             cols: 384,
             eps: 1e-12,
         },
-        conv2d((2, 3, 9, 11), 5, (3, 3), 1, 1, true),
-        conv2d((1, 2, 8, 8), 4, (2, 3), 2, 0, false),
-        Op::MaxPool2d {
-            n: 2,
-            c: 3,
-            h: 8,
-            w: 9,
-            k: 2,
-            stride: 2,
-        },
-        Op::MaxPool2d {
-            n: 1,
-            c: 2,
-            h: 7,
-            w: 7,
-            k: 3,
-            stride: 1,
-        },
+        Op::conv2d((2, 3, 9, 11), 5, (3, 3), 1, 1, true),
+        Op::conv2d((1, 2, 8, 8), 4, (2, 3), 2, 0, false),
+        Op::max_pool2d((2, 3, 8, 9), 2, 2),
+        Op::max_pool2d((1, 2, 7, 7), 3, 1),
         Op::Permute {
             dims: [2, 5, 3, 4],
             perm: [0, 2, 1, 3],

@@ -54,14 +54,6 @@ fn block(b: &VulkanBackend, kind: MemoryKind, size: u64) -> BlockId {
     .unwrap_or_else(|e| panic!("bench block of {size} bytes: {e}"))
 }
 
-fn whole(block: BlockId, size: u64) -> BlockRange {
-    BlockRange {
-        block,
-        offset: 0,
-        size,
-    }
-}
-
 fn transfers(c: &mut Criterion) {
     let (Some(zero), Some(staged)) = (backend(false), backend(true)) else {
         return;
@@ -96,10 +88,12 @@ fn transfers(c: &mut Criterion) {
                 bench.iter(|| {
                     if upload {
                         staged.write_mapped(stage, 0, &host_src).unwrap();
-                        let t = staged.copy(whole(stage, size), whole(dev, size));
+                        let t = staged
+                            .copy(BlockRange::whole(stage, size), BlockRange::whole(dev, size));
                         staged.wait_timeout(t.unwrap(), None).unwrap();
                     } else {
-                        let t = staged.copy(whole(dev, size), whole(stage, size));
+                        let t = staged
+                            .copy(BlockRange::whole(dev, size), BlockRange::whole(stage, size));
                         staged.wait_timeout(t.unwrap(), None).unwrap();
                         staged.read_mapped(stage, 0, &mut host_dst).unwrap();
                     }

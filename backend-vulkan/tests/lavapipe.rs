@@ -119,12 +119,7 @@ fn check_log(name: &str, log: Option<Arc<ValidationLog>>) {
 }
 
 pub fn alloc(b: &dyn Backend, kind: MemoryKind, size: u64) -> BlockId {
-    b.alloc_block(&BlockDesc {
-        kind,
-        size,
-        label: "test",
-    })
-    .unwrap()
+    b.alloc_block(&BlockDesc::new(kind, size, "test")).unwrap()
 }
 
 pub fn range(block: BlockId, offset: u64, size: u64) -> BlockRange {

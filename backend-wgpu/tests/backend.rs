@@ -52,12 +52,7 @@ pub fn each_front(f: impl Fn(&Validated)) {
 
 /// Allocates a block, failing the test on error.
 pub fn alloc(b: &dyn Backend, kind: MemoryKind, size: u64) -> BlockId {
-    b.alloc_block(&BlockDesc {
-        kind,
-        size,
-        label: "test",
-    })
-    .unwrap()
+    b.alloc_block(&BlockDesc::new(kind, size, "test")).unwrap()
 }
 
 /// A range.

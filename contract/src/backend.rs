@@ -120,6 +120,13 @@ pub struct BlockDesc<'a> {
     pub label: &'a str,
 }
 
+impl<'a> BlockDesc<'a> {
+    /// A block of `size` bytes of `kind`, labelled `label`.
+    pub fn new(kind: MemoryKind, size: u64, label: &'a str) -> Self {
+        BlockDesc { kind, size, label }
+    }
+}
+
 /// A byte range of a block, as bound to a kernel or used in a copy.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct BlockRange {
@@ -129,6 +136,17 @@ pub struct BlockRange {
     pub offset: u64,
     /// Length of the range in bytes.
     pub size: u64,
+}
+
+impl BlockRange {
+    /// The first `size` bytes of `block` (all of it when `size` is the block's size).
+    pub fn whole(block: BlockId, size: u64) -> Self {
+        BlockRange {
+            block,
+            offset: 0,
+            size,
+        }
+    }
 }
 
 /// One device. See the module doc for the contract every implementation keeps.

@@ -18,6 +18,7 @@ mod kv;
 mod operand;
 mod params;
 pub mod quant;
+mod shapes;
 mod signature;
 #[doc(hidden)]
 pub mod split;

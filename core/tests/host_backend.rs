@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tensormem::{
-    Backend, BlockDesc, BlockId, BlockRange, DType, Error, Growable, HostBackend, HostConfig,
-    MemoryKind, Runtime, RuntimeConfig, Validated,
+    Backend, BlockDesc, BlockRange, DType, Error, Growable, HostBackend, HostConfig, MemoryKind,
+    Runtime, RuntimeConfig, Validated,
 };
 
 fn slow(delay_ms: u64) -> HostBackend {
@@ -16,22 +16,6 @@ fn slow(delay_ms: u64) -> HostBackend {
         ..HostConfig::default()
     })
     .unwrap()
-}
-
-fn desc(kind: MemoryKind, size: u64) -> BlockDesc<'static> {
-    BlockDesc {
-        kind,
-        size,
-        label: "test",
-    }
-}
-
-fn whole(block: BlockId, size: u64) -> BlockRange {
-    BlockRange {
-        block,
-        offset: 0,
-        size,
-    }
 }
 
 /// Misaligned, overlapping and unknown ranges of a reserved block are typed errors at the front.
@@ -87,10 +71,10 @@ fn freed_while_the_transfer_lane_reads_is_not_reused_early() {
     let src = rt.device_pool().resolve(a.allocation().handle).unwrap();
     let front = rt.backend().clone();
     let rb = front
-        .alloc_block(&desc(MemoryKind::Readback, 1024))
+        .alloc_block(&BlockDesc::new(MemoryKind::Readback, 1024, "test"))
         .unwrap();
     let t = tensormem::backend::lanes::of(front.as_ref())
-        .transfer_copy(src, whole(rb, 1024))
+        .transfer_copy(src, BlockRange::whole(rb, 1024))
         .unwrap();
     rt.free(a).unwrap();
     let y = vec![-2.0f32; 256];

@@ -1,5 +1,6 @@
 // What the sample pages (index.html, minilm.html, generate.html) share: fetching the files they
-// are served, and reporting a failure both on the page and to scripts/browser_page_test.py.
+// are served, filling their report tables, and reporting a failure both on the page and to
+// scripts/browser_page_test.py. Their common styles are in page.css.
 
 /** A file the page is not served (HTTP 404); the pages whose model is optional skip on it. */
 export class Missing extends Error {}
@@ -29,6 +30,27 @@ export async function fetchModel(dir) {
     throw e;
   }
   return { files, ms: performance.now() - start, bytes: files.reduce((n, f) => n + f.length, 0) };
+}
+
+/** Appends a row of `cells` (each shown as text) to `table`. */
+export function row(table, cells) {
+  const tr = table.insertRow();
+  for (const c of cells) tr.insertCell().textContent = c;
+}
+
+/** `n` bytes in KiB, one decimal. */
+export function kib(n) { return `${(n / 1024).toFixed(1)} KiB`; }
+
+/** The report rows of a model's memory plan `m` (the `memory` of run_mnist and run_minilm). */
+export function planRows(m) {
+  return [
+    [`activations, planned (${m.plan_algorithm}, ${m.planned_buffers} buffers)`, kib(m.activation_planned_bytes)],
+    ['activations, lower bound', kib(m.activation_lower_bound_bytes)],
+    ['activations, greedy-by-size', kib(m.activation_greedy_bytes)],
+    ['activations, no reuse', kib(m.activation_no_reuse_bytes)],
+    ['device blocks allocated', m.device_blocks_allocated],
+    ['staging blocks allocated', m.staging_blocks_allocated],
+  ];
 }
 
 /** Shows why the page skipped its work and hands the reason to the page test. */

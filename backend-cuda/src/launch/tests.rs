@@ -87,17 +87,8 @@ fn sample_ops() -> Vec<Op> {
 }
 
 fn f32_ops() -> Vec<Op> {
-    let mm = |bias, trans_a, trans_b, broadcast_b| Op::MatMul {
-        batch: 2,
-        m: 5,
-        n: 7,
-        k: 3,
-        trans_a,
-        trans_b,
-        broadcast_b,
-        bias,
-        alpha: 0.5,
-        weight_format: WeightFormat::F32,
+    let mm = |bias, trans_a, trans_b, broadcast_b| {
+        Op::matmul((2, 5, 7, 3), trans_a, trans_b, broadcast_b, bias, 0.5)
     };
     vec![
         mm(false, false, false, false),
@@ -140,40 +131,9 @@ fn f32_ops() -> Vec<Op> {
             cols: 5,
             eps: 1e-12,
         },
-        Op::Conv2d {
-            n: 1,
-            c_in: 2,
-            h: 5,
-            w: 5,
-            c_out: 3,
-            kh: 3,
-            kw: 3,
-            stride: 1,
-            pad: 1,
-            bias: true,
-            weight_format: WeightFormat::F32,
-        },
-        Op::Conv2d {
-            n: 2,
-            c_in: 1,
-            h: 6,
-            w: 4,
-            c_out: 1,
-            kh: 2,
-            kw: 2,
-            stride: 2,
-            pad: 0,
-            bias: false,
-            weight_format: WeightFormat::F32,
-        },
-        Op::MaxPool2d {
-            n: 1,
-            c: 2,
-            h: 4,
-            w: 4,
-            k: 2,
-            stride: 2,
-        },
+        Op::conv2d((1, 2, 5, 5), 3, (3, 3), 1, 1, true),
+        Op::conv2d((2, 1, 6, 4), 1, (2, 2), 2, 0, false),
+        Op::max_pool2d((1, 2, 4, 4), 2, 2),
         Op::Permute {
             dims: [2, 3, 4, 5],
             perm: [0, 2, 1, 3],

@@ -108,18 +108,14 @@ fn matmul_matches_the_reference() {
     let w: Vec<f32> = (0..n * k).map(|i| ((i % 11) as f32 - 5.0) / 5.0).collect();
     let bias: Vec<f32> = (0..n).map(|i| i as f32 / 10.0).collect();
     // A PyTorch Linear: B is [n, k], shared by every batch.
-    let op = Op::MatMul {
-        batch: batch as u32,
-        m: m as u32,
-        n: n as u32,
-        k: k as u32,
-        trans_a: false,
-        trans_b: true,
-        broadcast_b: true,
-        bias: true,
-        alpha: 0.5,
-        weight_format: WeightFormat::F32,
-    };
+    let op = Op::matmul(
+        (batch as u32, m as u32, n as u32, k as u32),
+        false,
+        true,
+        true,
+        true,
+        0.5,
+    );
     let got = run_op(&b, &op, &[f32_bytes(&a), f32_bytes(&w), f32_bytes(&bias)]);
     let mut want = vec![0f32; batch * m * n];
     for bt in 0..batch {
@@ -241,19 +237,14 @@ fn conv_and_pool_match_the_reference() {
         .map(|i| ((i % 5) as f32) / 4.0)
         .collect();
     let bias = vec![0.5f32, -1.0, 2.0];
-    let op = Op::Conv2d {
-        n: 1,
-        c_in: c_in as u32,
-        h: h as u32,
-        w: w as u32,
-        c_out: c_out as u32,
-        kh: 3,
-        kw: 3,
-        stride: 2,
-        pad: 1,
-        bias: true,
-        weight_format: WeightFormat::F32,
-    };
+    let op = Op::conv2d(
+        (1, c_in as u32, h as u32, w as u32),
+        c_out as u32,
+        (3, 3),
+        2,
+        1,
+        true,
+    );
     let (oh, ow) = op.conv_out().unwrap();
     let got = run_op(&b, &op, &[f32_bytes(&x), f32_bytes(&wt), f32_bytes(&bias)]);
     let mut want = Vec::new();
@@ -277,14 +268,7 @@ fn conv_and_pool_match_the_reference() {
         }
     }
     assert_close(&got, &want, 1e-5);
-    let op = Op::MaxPool2d {
-        n: 1,
-        c: c_in as u32,
-        h: h as u32,
-        w: w as u32,
-        k: 2,
-        stride: 2,
-    };
+    let op = Op::max_pool2d((1, c_in as u32, h as u32, w as u32), 2, 2);
     let (oh, ow) = op.conv_out().unwrap();
     let got = run_op(&b, &op, &[f32_bytes(&x)]);
     let mut want = Vec::new();

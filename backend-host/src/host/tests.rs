@@ -18,21 +18,15 @@ pub(super) fn page_of(host: &HostBackend) -> u64 {
         .granularity
 }
 
-fn desc(kind: MemoryKind, size: u64) -> BlockDesc<'static> {
-    BlockDesc {
-        kind,
-        size,
-        label: "test",
-    }
-}
-
 #[test]
 fn work_completes_asynchronously_in_order() {
     let b = backend(HostConfig {
         worker_delay: Duration::from_millis(20),
         ..HostConfig::default()
     });
-    let blk = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    let blk = b
+        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
+        .unwrap();
     b.write_mapped(blk, 0, &[7u8; 32]).unwrap();
     let r = |offset| BlockRange {
         block: blk,
@@ -68,7 +62,9 @@ fn waiting_for_an_unissued_ticket_is_an_error_not_a_hang() {
 #[test]
 fn unknown_blocks_and_ranges_are_typed_errors_even_without_the_front() {
     let b = backend(HostConfig::default());
-    let blk = b.alloc_block(&desc(MemoryKind::Upload, 16)).unwrap();
+    let blk = b
+        .alloc_block(&BlockDesc::new(MemoryKind::Upload, 16, "test"))
+        .unwrap();
     assert!(matches!(
         b.write_mapped(blk, 8, &[0; 16]),
         Err(Error::OutOfBounds { .. })
@@ -95,7 +91,9 @@ fn worker_panic_is_a_lost_device_and_nothing_hangs() {
         worker_delay: Duration::from_millis(5),
         ..HostConfig::default()
     });
-    let blk = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    let blk = b
+        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
+        .unwrap();
     let r = BlockRange {
         block: blk,
         offset: 0,
@@ -138,15 +136,17 @@ fn device_memory_limit_and_loss() {
         device_memory: Some(100),
         ..HostConfig::default()
     });
-    let blk = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    let blk = b
+        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
+        .unwrap();
     let e = b
-        .alloc_block(&desc(MemoryKind::DeviceLocal, 64))
+        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
         .unwrap_err();
     assert!(matches!(e, Error::OutOfMemory(_)) && e.is_retryable());
     b.simulate_device_loss();
     assert!(matches!(b.completed(), Err(Error::DeviceLost { .. })));
     assert!(matches!(
-        b.alloc_block(&desc(MemoryKind::DeviceLocal, 4)),
+        b.alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 4, "test")),
         Err(Error::DeviceLost { .. })
     ));
     // Freeing still works so a runtime can tear down.
@@ -163,16 +163,18 @@ fn staging_blocks_count_against_device_memory_only_on_unified_memory() {
             device_memory: Some(128),
             ..HostConfig::default()
         });
-        let dev = b.alloc_block(&desc(MemoryKind::DeviceLocal, 128)).unwrap();
+        let dev = b
+            .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 128, "test"))
+            .unwrap();
         for kind in [MemoryKind::Upload, MemoryKind::Readback] {
-            match b.alloc_block(&desc(kind, 64)) {
+            match b.alloc_block(&BlockDesc::new(kind, 64, "test")) {
                 Ok(blk) if force_staging => b.free_block(blk).unwrap(),
                 Err(Error::OutOfMemory(_)) if !force_staging => {}
                 other => panic!("{kind:?} with force_staging {force_staging}: {other:?}"),
             }
         }
         assert!(matches!(
-            b.alloc_block(&desc(MemoryKind::DeviceLocal, 4)),
+            b.alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 4, "test")),
             Err(Error::OutOfMemory(_))
         ));
         b.free_block(dev).unwrap();
@@ -185,7 +187,9 @@ fn staging_blocks_count_against_device_memory_only_on_unified_memory() {
 #[test]
 fn overflowing_op_parameters_never_reach_the_worker() {
     let b = backend(HostConfig::default());
-    let blk = b.alloc_block(&desc(MemoryKind::DeviceLocal, 256)).unwrap();
+    let blk = b
+        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 256, "test"))
+        .unwrap();
     let r = |offset| BlockRange {
         block: blk,
         offset,
@@ -216,28 +220,28 @@ fn slow(delay_ms: u64) -> HostBackend {
     })
 }
 
-fn whole(block: BlockId, size: u64) -> BlockRange {
-    BlockRange {
-        block,
-        offset: 0,
-        size,
-    }
-}
-
 /// The transfer lane runs beside the compute lane: a copy on it completes while ten slow
 /// commands are still queued on compute (a collapsed lane would finish it after all ten).
 #[test]
 fn transfer_lane_runs_beside_compute() {
     let b = slow(30);
     assert_eq!(b.transfer_lane(), TransferLane::Concurrent);
-    let a = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
-    let c = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
-    let d = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    let a = b
+        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
+        .unwrap();
+    let c = b
+        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
+        .unwrap();
+    let d = b
+        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
+        .unwrap();
     let mut last = Ticket::DONE;
     for _ in 0..10 {
-        last = b.fill_zero(whole(a, 64)).unwrap();
+        last = b.fill_zero(BlockRange::whole(a, 64)).unwrap();
     }
-    let t = b.transfer_copy(whole(c, 64), whole(d, 64)).unwrap();
+    let t = b
+        .transfer_copy(BlockRange::whole(c, 64), BlockRange::whole(d, 64))
+        .unwrap();
     b.wait_transfer(t).unwrap();
     assert!(b.transfer_completed().unwrap() >= t);
     assert!(
@@ -253,13 +257,23 @@ fn transfer_lane_runs_beside_compute() {
 #[test]
 fn cross_lane_waits_order_both_ways() {
     let b = slow(20);
-    let src = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
-    let mid = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
-    let dst = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    let src = b
+        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
+        .unwrap();
+    let mid = b
+        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
+        .unwrap();
+    let dst = b
+        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
+        .unwrap();
     b.write_mapped(src, 0, &[9u8; 64]).unwrap();
-    let c = b.copy(whole(src, 64), whole(mid, 64)).unwrap();
+    let c = b
+        .copy(BlockRange::whole(src, 64), BlockRange::whole(mid, 64))
+        .unwrap();
     b.transfer_after(c).unwrap();
-    let t = b.transfer_copy(whole(mid, 64), whole(dst, 64)).unwrap();
+    let t = b
+        .transfer_copy(BlockRange::whole(mid, 64), BlockRange::whole(dst, 64))
+        .unwrap();
     b.wait_transfer(t).unwrap();
     let mut out = [0u8; 64];
     b.read_mapped(dst, 0, &mut out).unwrap();
@@ -270,9 +284,13 @@ fn cross_lane_waits_order_both_ways() {
 
     b.write_mapped(src, 0, &[5u8; 64]).unwrap();
     let before = b.transfer_stall().unwrap();
-    let t = b.transfer_copy(whole(src, 64), whole(mid, 64)).unwrap();
+    let t = b
+        .transfer_copy(BlockRange::whole(src, 64), BlockRange::whole(mid, 64))
+        .unwrap();
     let joined = b.compute_after(t).unwrap();
-    let c = b.copy(whole(mid, 64), whole(dst, 64)).unwrap();
+    let c = b
+        .copy(BlockRange::whole(mid, 64), BlockRange::whole(dst, 64))
+        .unwrap();
     assert!(c > joined);
     b.wait_timeout(c, None).unwrap();
     assert!(b.transfer_completed().unwrap() >= t);
@@ -289,9 +307,15 @@ fn cross_lane_waits_order_both_ways() {
 fn transfer_tickets_poll_and_wake() {
     use std::task::{Context, Waker};
     let b = slow(20);
-    let a = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
-    let c = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
-    let t = b.transfer_copy(whole(a, 64), whole(c, 64)).unwrap();
+    let a = b
+        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
+        .unwrap();
+    let c = b
+        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
+        .unwrap();
+    let t = b
+        .transfer_copy(BlockRange::whole(a, 64), BlockRange::whole(c, 64))
+        .unwrap();
     let mut cx = Context::from_waker(Waker::noop());
     assert!(b.poll_transfer(t, &mut cx).is_pending());
     b.wait_transfer(t).unwrap();
@@ -308,7 +332,9 @@ fn transfer_tickets_poll_and_wake() {
 #[test]
 fn op_outputs_in_place_or_over_an_input_give_the_same_result() {
     let b = backend(HostConfig::default());
-    let blk = b.alloc_block(&desc(MemoryKind::DeviceLocal, 64)).unwrap();
+    let blk = b
+        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
+        .unwrap();
     let floats = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     b.write_mapped(blk, 0, &floats(&[1.0, 2.0, 3.0, 4.0]))
         .unwrap();

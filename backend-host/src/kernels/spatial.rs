@@ -23,23 +23,12 @@ pub(super) fn conv2d(
     bias: Option<&[f32]>,
     y: &mut [f32],
 ) -> Result<()> {
-    let Op::Conv2d {
-        c_in,
-        h,
-        w,
-        c_out,
-        kh,
-        kw,
-        stride,
-        pad,
-        ..
-    } = *op
-    else {
+    let Some(dims) = op.conv2d_dims() else {
         debug_assert!(false, "conv2d called with {}", op.name());
         return Ok(());
     };
-    let [c_in, h, w, c_out, kh, kw, stride, pad, oh, ow] =
-        [c_in, h, w, c_out, kh, kw, stride, pad, oh, ow].map(|v| v as usize);
+    let [_, c_in, h, w, c_out, kh, kw, stride, pad] = dims.map(|v| v as usize);
+    let [oh, ow] = [oh, ow].map(|v| v as usize);
     let out_plane = oh * ow;
     let k = c_in * kh * kw;
     let shape = Shape {

@@ -3,7 +3,6 @@
 
 use super::*;
 use crate::Error;
-use crate::samples::matmul as matmul_op;
 
 mod elementwise;
 mod matmul;
@@ -110,8 +109,8 @@ fn assert_within_bound(got: &[f32], (want, bound): &(Vec<f32>, Vec<f32>), what: 
 #[test]
 fn results_do_not_depend_on_the_thread_count() {
     let ops = [
-        matmul_op((1, 256, 384, 384), false, true, true, true, 1.0),
-        matmul_op((24, 40, 40, 32), false, true, false, false, 0.25),
+        Op::matmul((1, 256, 384, 384), false, true, true, true, 1.0),
+        Op::matmul((24, 40, 40, 32), false, true, false, false, 0.25),
         Op::Gelu { len: 200_000 },
         Op::Add {
             len: 196_608,
@@ -128,19 +127,7 @@ fn results_do_not_depend_on_the_thread_count() {
             masked: true,
             rows_per_mask: 512,
         },
-        Op::Conv2d {
-            n: 2,
-            c_in: 32,
-            h: 14,
-            w: 14,
-            c_out: 64,
-            kh: 3,
-            kw: 3,
-            stride: 1,
-            pad: 1,
-            bias: true,
-            weight_format: WeightFormat::F32,
-        },
+        Op::conv2d((2, 32, 14, 14), 64, (3, 3), 1, 1, true),
     ];
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
@@ -191,7 +178,7 @@ fn results_do_not_depend_on_the_thread_count() {
 
 #[test]
 fn unaligned_operands_give_the_same_result() {
-    let op = matmul_op((2, 3, 5, 4), true, false, false, true, 1.5);
+    let op = Op::matmul((2, 3, 5, 4), true, false, false, true, 1.5);
     let sig = op.signature().unwrap();
     let (a, b, bias) = (data(24, 31), data(40, 32), data(5, 33));
     let aligned = run_f32(&op, &[&a, &b, &bias]);

@@ -1,7 +1,6 @@
 //! Instances for the validating front's splits: ops whose operands exceed a binding limit, and
 //! ops run over segmented tensors.
 
-use super::{conv2d, matmul};
 use crate::ops::{Op, WeightFormat};
 
 /// Ops of every kind the validating front splits across bindings, each with a binding limit that
@@ -76,16 +75,9 @@ pub fn split_instances() -> Vec<(Op, u64)> {
             alpha: 0.5,
             weight_format: WeightFormat::F16,
         },
-        matmul((12, 8, 16, 8), true, false, false, false, 1.0),
-        conv2d((6, 2, 8, 8), 4, (3, 3), 1, 1, true),
-        Op::MaxPool2d {
-            n: 3,
-            c: 8,
-            h: 16,
-            w: 16,
-            k: 2,
-            stride: 2,
-        },
+        Op::matmul((12, 8, 16, 8), true, false, false, false, 1.0),
+        Op::conv2d((6, 2, 8, 8), 4, (3, 3), 1, 1, true),
+        Op::max_pool2d((3, 8, 16, 16), 2, 2),
         Op::Permute {
             dims: [6, 8, 4, 8],
             perm: [0, 2, 1, 3],
@@ -172,15 +164,8 @@ pub fn segment_instances() -> Vec<Op> {
             seq: 8,
             dim: 8,
         },
-        conv2d((256, 2, 4, 4), 4, (3, 3), 1, 1, true),
-        Op::MaxPool2d {
-            n: 16,
-            c: 16,
-            h: 4,
-            w: 4,
-            k: 2,
-            stride: 2,
-        },
+        Op::conv2d((256, 2, 4, 4), 4, (3, 3), 1, 1, true),
+        Op::max_pool2d((16, 16, 4, 4), 2, 2),
         Op::Permute {
             dims: [256, 2, 3, 4],
             perm: [0, 2, 1, 3],

@@ -1,7 +1,6 @@
 //! Liveness reuse: random graphs whose intermediates share memory under a static plan give the
 //! same results as the same ops with no reuse at all (every tensor in its own host buffer).
 
-use tensormem::ops::samples::matmul;
 use tensormem::ops::{DType, Op, host};
 use tensormem::{Graph, TensorId};
 
@@ -103,7 +102,7 @@ pub(super) fn random_graph(seed: u64) -> Result<RandomGraph, String> {
                 vec![a],
             ),
             _ => (
-                matmul((1, rows, cols, cols), false, true, true, false, 0.25),
+                Op::matmul((1, rows, cols, cols), false, true, true, false, 0.25),
                 vec![a, w],
             ),
         };

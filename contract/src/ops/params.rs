@@ -90,21 +90,16 @@ impl Op {
             }
             Op::MeanPool { batch, seq, dim } => vec![U(batch), U(seq), U(dim)],
             Op::Conv2d {
-                n,
                 c_in,
-                h,
-                w,
-                c_out,
                 kh,
                 kw,
-                stride,
-                pad,
                 bias,
                 weight_format,
+                ..
             } => {
                 let (oh, ow) = self.conv_out()?;
                 let inner = u64::from(c_in) * u64::from(kh) * u64::from(kw);
-                let mut v = [n, c_in, h, w, c_out, kh, kw, stride, pad].map(U).to_vec();
+                let mut v: Vec<Scalar> = self.conv2d_dims().into_iter().flatten().map(U).collect();
                 v.extend([flag(bias), U(oh), U(ow)]);
                 v.extend(weight_scalars(weight_format, inner));
                 v

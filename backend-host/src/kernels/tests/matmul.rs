@@ -6,11 +6,11 @@ use super::*;
 
 #[test]
 fn matmul_hand_computed() {
-    let op = matmul_op((1, 2, 2, 2), false, false, false, false, 1.0);
+    let op = Op::matmul((1, 2, 2, 2), false, false, false, false, 1.0);
     let c = run_f32(&op, &[&[1.0, 2.0, 3.0, 4.0], &[5.0, 6.0, 7.0, 8.0]]);
     assert_eq!(c, [19.0, 22.0, 43.0, 50.0]);
     // Linear: x [1, 2] · Wᵀ with W [3, 2], bias, alpha 2.
-    let op = matmul_op((1, 1, 3, 2), false, true, true, true, 2.0);
+    let op = Op::matmul((1, 1, 3, 2), false, true, true, true, 2.0);
     let c = run_f32(
         &op,
         &[
@@ -46,7 +46,7 @@ fn matmul_all_layouts_match_naive_loop() {
                 flags & 8 != 0,
             );
             let alpha = if flags % 3 == 0 { 1.0 } else { 0.125 };
-            let op = matmul_op((batch, m, n, k), ta, tb, bc, bias, alpha);
+            let op = Op::matmul((batch, m, n, k), ta, tb, bc, bias, alpha);
             let sig = op.signature().unwrap();
             let a = data(sig.inputs[0].len as usize, 1);
             let b = data(sig.inputs[1].len as usize, 2);
@@ -69,7 +69,7 @@ proptest! {
         batch in 1u32..3, m in 1u32..20, n in 1u32..40, k in 1u32..40, flags in 0u32..16, seed: u64,
     ) {
         let (ta, tb, bc, bias) = (flags & 1 != 0, flags & 2 != 0, flags & 4 != 0, flags & 8 != 0);
-        let op = matmul_op((batch, m, n, k), ta, tb, bc, bias, 0.5);
+        let op = Op::matmul((batch, m, n, k), ta, tb, bc, bias, 0.5);
         let sig = op.signature().unwrap();
         let a = data(sig.inputs[0].len as usize, seed);
         let b = data(sig.inputs[1].len as usize, seed ^ 1);
@@ -119,7 +119,7 @@ fn rows_split_exact_says_when_a_product_over_fewer_rows_keeps_the_bits() {
         (512, 48, 200, 1.0),
         (512, 48, 40, 0.125),
     ] {
-        let op = matmul_op((1, m, n, k), false, true, true, true, alpha);
+        let op = Op::matmul((1, m, n, k), false, true, true, true, alpha);
         let (a, b, bias) = (
             data((m * k) as usize, 5),
             data((n * k) as usize, 6),
@@ -140,7 +140,7 @@ fn rows_split_exact_says_when_a_product_over_fewer_rows_keeps_the_bits() {
         "no split the predicate refuses changed a bit: the test proves nothing"
     );
     // Products whose units are whole matrices keep their rows.
-    let batched = matmul_op((4, 64, 8, 640), false, true, false, false, 0.5);
+    let batched = Op::matmul((4, 64, 8, 640), false, true, false, false, 0.5);
     assert!(batched.rows_split_exact(1));
     // Other ops compute each element on its own.
     assert!(Op::Gelu { len: 16 }.rows_split_exact(1));

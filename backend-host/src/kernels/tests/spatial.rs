@@ -4,23 +4,7 @@ use super::*;
 
 /// Naive convolution over an explicitly zero-padded copy of the input.
 fn naive_conv(op: &Op, x: &[f32], wt: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
-    let Op::Conv2d {
-        n,
-        c_in,
-        h,
-        w,
-        c_out,
-        kh,
-        kw,
-        stride,
-        pad,
-        ..
-    } = *op
-    else {
-        unreachable!()
-    };
-    let [n, c_in, h, w, c_out, kh, kw, stride, pad] =
-        [n, c_in, h, w, c_out, kh, kw, stride, pad].map(|v| v as usize);
+    let [n, c_in, h, w, c_out, kh, kw, stride, pad] = op.conv2d_dims().unwrap().map(|v| v as usize);
     let (ph, pw) = (h + 2 * pad, w + 2 * pad);
     let mut padded = vec![0f32; n * c_in * ph * pw];
     for b in 0..n * c_in {
@@ -58,19 +42,7 @@ fn naive_conv(op: &Op, x: &[f32], wt: &[f32], bias: Option<&[f32]>) -> Vec<f32> 
 #[test]
 fn conv2d_matches_naive_padded_loop() {
     // Hand-computed: 3x3 input, 2x2 ones kernel, no pad, stride 1.
-    let op = Op::Conv2d {
-        n: 1,
-        c_in: 1,
-        h: 3,
-        w: 3,
-        c_out: 1,
-        kh: 2,
-        kw: 2,
-        stride: 1,
-        pad: 0,
-        bias: false,
-        weight_format: WeightFormat::F32,
-    };
+    let op = Op::conv2d((1, 1, 3, 3), 1, (2, 2), 1, 0, false);
     let x: Vec<f32> = (1..=9).map(|v| v as f32).collect();
     assert_eq!(run_f32(&op, &[&x, &[1.0; 4]]), [12.0, 16.0, 24.0, 28.0]);
 
@@ -113,27 +85,13 @@ fn conv2d_matches_naive_padded_loop() {
 
 #[test]
 fn max_pool_takes_window_maxima() {
-    let op = Op::MaxPool2d {
-        n: 1,
-        c: 2,
-        h: 4,
-        w: 4,
-        k: 2,
-        stride: 2,
-    };
+    let op = Op::max_pool2d((1, 2, 4, 4), 2, 2);
     let mut x: Vec<f32> = (0..16).map(|v| v as f32).collect();
     x.extend((0..16).map(|v| -(v as f32)));
     let y = run_f32(&op, &[&x]);
     assert_eq!(y, [5.0, 7.0, 13.0, 15.0, 0.0, -2.0, -8.0, -10.0]);
     // Overlapping windows (k 3, stride 1) on a 1x1x3x4 input.
-    let op = Op::MaxPool2d {
-        n: 1,
-        c: 1,
-        h: 3,
-        w: 4,
-        k: 3,
-        stride: 1,
-    };
+    let op = Op::max_pool2d((1, 1, 3, 4), 3, 1);
     let x = [1.0, 9.0, 2.0, 0.0, 3.0, 4.0, 5.0, 11.0, 6.0, 7.0, 8.0, 1.0];
     assert_eq!(run_f32(&op, &[&x]), [9.0, 11.0]);
 }

@@ -3,7 +3,6 @@
 
 use tensormem::graph::TensorKind;
 use tensormem::ops::samples::compare_f32;
-use tensormem::ops::samples::matmul;
 use tensormem::ops::{DType, Op, host};
 use tensormem::{Error, Graph, TensorId};
 
@@ -36,7 +35,7 @@ pub(super) async fn model(ctx: &Ctx) -> R {
         cols,
         eps: 1e-5,
     };
-    let proj = matmul((1, rows, 2, cols), false, true, true, false, 1.0);
+    let proj = Op::matmul((1, rows, 2, cols), false, true, true, false, 1.0);
     let scale = Op::Scale {
         len: rows * 2,
         alpha: -2.0,
@@ -127,7 +126,7 @@ pub(super) async fn model(ctx: &Ctx) -> R {
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[4, 2048]);
     let b = g.weight("b", DType::F32, &[2048, 4]);
-    let mm = matmul((1, 4, 4, 2048), false, false, true, false, 1.0);
+    let mm = Op::matmul((1, 4, 4, 2048), false, false, true, false, 1.0);
     let o = g.op(mm, &[x, b], &[4, 4], "mm").map_err(fail("graph"))?;
     g.output(o);
     match rt.compile(&g) {

@@ -103,7 +103,7 @@ pub(super) async fn refused(ctx: &Ctx) -> R {
         }
     };
     // A weight of 64 x 32 floats (8 KiB) is two segments; the matmul reads it whole.
-    let matmul = samples::matmul((1, 4, 32, 64), false, false, true, false, 1.0);
+    let matmul = Op::matmul((1, 4, 32, 64), false, false, true, false, 1.0);
     let a = ctx
         .tensor_from(&rt, DType::F32, &[4, 64], &f32s(256), "a")
         .await

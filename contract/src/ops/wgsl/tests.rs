@@ -25,31 +25,8 @@ fn parse(key: &str, src: &str) -> (naga::Module, naga::valid::ModuleInfo) {
 fn sample_ops() -> Vec<Op> {
     let mut ops = Vec::new();
     for bias in [false, true] {
-        ops.push(Op::MatMul {
-            batch: 2,
-            m: 33,
-            n: 70,
-            k: 5,
-            trans_a: false,
-            trans_b: true,
-            broadcast_b: true,
-            bias,
-            alpha: 0.5,
-            weight_format: WeightFormat::F32,
-        });
-        ops.push(Op::Conv2d {
-            n: 2,
-            c_in: 3,
-            h: 9,
-            w: 8,
-            c_out: 4,
-            kh: 3,
-            kw: 3,
-            stride: 2,
-            pad: 1,
-            bias,
-            weight_format: WeightFormat::F32,
-        });
+        ops.push(Op::matmul((2, 33, 70, 5), false, true, true, bias, 0.5));
+        ops.push(Op::conv2d((2, 3, 9, 8), 4, (3, 3), 2, 1, bias));
         ops.push(Op::Softmax {
             rows: 24,
             cols: 10,
@@ -94,14 +71,7 @@ fn sample_ops() -> Vec<Op> {
             cols: 384,
             eps: 1e-12,
         },
-        Op::MaxPool2d {
-            n: 1,
-            c: 2,
-            h: 6,
-            w: 6,
-            k: 2,
-            stride: 2,
-        },
+        Op::max_pool2d((1, 2, 6, 6), 2, 2),
         Op::Permute {
             dims: [2, 3, 4, 5],
             perm: [0, 2, 1, 3],
@@ -280,19 +250,7 @@ fn declared_bindings_follow_the_abi() {
 
 #[test]
 fn params_encode_the_op() {
-    let k = kernel(&Op::MatMul {
-        batch: 3,
-        m: 65,
-        n: 33,
-        k: 7,
-        trans_a: true,
-        trans_b: false,
-        broadcast_b: true,
-        bias: true,
-        alpha: 0.125,
-        weight_format: WeightFormat::F32,
-    })
-    .unwrap();
+    let k = kernel(&Op::matmul((3, 65, 33, 7), true, false, true, true, 0.125)).unwrap();
     assert_eq!(k.key, "matmul_bias");
     // The shared parameters (flags, alpha, fmt, group, groups), then the tile counts.
     assert_eq!(
@@ -321,20 +279,7 @@ fn params_encode_the_op() {
     // perm order.
     assert_eq!(&k.params[..8], &[120, 3, 2, 4, 1, 20, 60, 5]);
 
-    let k = kernel(&Op::Conv2d {
-        n: 2,
-        c_in: 3,
-        h: 9,
-        w: 8,
-        c_out: 4,
-        kh: 3,
-        kw: 3,
-        stride: 2,
-        pad: 1,
-        bias: false,
-        weight_format: WeightFormat::F32,
-    })
-    .unwrap();
+    let k = kernel(&Op::conv2d((2, 3, 9, 8), 4, (3, 3), 2, 1, false)).unwrap();
     assert_eq!(k.key, "conv2d");
     assert_eq!(
         &k.params[..16],
@@ -342,15 +287,7 @@ fn params_encode_the_op() {
     );
     assert_eq!(k.workgroups, [3, 1, 1]);
 
-    let k = kernel(&Op::MaxPool2d {
-        n: 2,
-        c: 3,
-        h: 7,
-        w: 7,
-        k: 3,
-        stride: 2,
-    })
-    .unwrap();
+    let k = kernel(&Op::max_pool2d((2, 3, 7, 7), 3, 2)).unwrap();
     assert_eq!(&k.params[..9], &[2, 3, 7, 7, 3, 2, 3, 3, 54]);
 
     let k = kernel(&Op::Softmax {

@@ -99,7 +99,7 @@ fn unsplittable_ops_are_left_whole() {
             1 << 12,
         ),
         (
-            samples::matmul((1, 300, 8, 8), true, false, true, false, 1.0),
+            Op::matmul((1, 300, 8, 8), true, false, true, false, 1.0),
             1 << 10,
         ),
     ];

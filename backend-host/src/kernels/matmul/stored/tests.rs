@@ -9,7 +9,6 @@ use super::{Fused, Product};
 use crate::kernels::run;
 use crate::ops::quant::WeightView;
 use crate::ops::{Op, WeightFormat};
-use crate::samples;
 
 /// Deterministic pseudo-random 64-bit values (an LCG; tests need no RNG crate).
 fn lcg(seed: u64) -> impl FnMut() -> u64 {
@@ -158,7 +157,7 @@ fn op(
     bias: bool,
     format: WeightFormat,
 ) -> Op {
-    samples::matmul((batch, m, n, k), trans_a, trans_b, broadcast_b, bias, 0.75)
+    Op::matmul((batch, m, n, k), trans_a, trans_b, broadcast_b, bias, 0.75)
         .with_weight_format(format)
 }
 

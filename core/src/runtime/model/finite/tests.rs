@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::*;
 use crate::graph::{Graph, TensorId};
 use crate::host::{HostBackend, HostConfig};
-use crate::ops::samples::matmul;
+use crate::ops::Op;
 use crate::runtime::{CompileDesc, Model, Runtime, RuntimeConfig};
 
 fn expect_non_finite(r: Result<()>, at: u64, nan: bool) {
@@ -54,7 +54,7 @@ fn graph() -> (Graph, TensorId) {
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[1, K]);
     let w = g.weight("w", DType::F32, &[N, K]);
-    let op = matmul((1, 1, N as u32, K as u32), false, true, true, false, 1.0);
+    let op = Op::matmul((1, 1, N as u32, K as u32), false, true, true, false, 1.0);
     let y = g.op(op, &[x, w], &[1, N], "dense").unwrap();
     g.output(y);
     (g, w)

@@ -143,7 +143,7 @@ fn refused(op: &Op, operands: &[Vec<BlockRange>], operand: &str) {
 /// start off the alignment are each refused naming the op and the operand.
 #[test]
 fn ops_that_cannot_be_cut_are_refused_by_operand() {
-    let matmul = samples::matmul((1, 128, 24, 16), false, false, true, false, 1.0);
+    let matmul = Op::matmul((1, 128, 24, 16), false, false, true, false, 1.0);
     // The weight `b` (16 x 24 floats) in two segments: every part reads it whole.
     let a = segmented(&[128 * 64], 1);
     let b = segmented(&[8 * 96, 8 * 96], 10);
