@@ -21,9 +21,8 @@
 //! vectorises: [`gelu_slice`] runs sixteen lanes at a time with AVX-512 or eight with AVX2. Rust
 //! never fuses a multiply and an add, so the scalar [`erf`], the portable loop and the SIMD loops
 //! give the same bits for every input: where an element falls in a slice (a tiled graph's part
-//! boundaries) never changes it. Cost: two rationals, one `exp` and one division per element
-//! (each lane divides its own interval's numerator by its denominator), about half of
-//! `s_erff`'s three intervals and two `exp`s (`docs/decisions/erf-two-intervals.md`).
+//! boundaries) never changes it. Cost: two rationals, one `exp` and two divisions per element,
+//! about half of `s_erff`'s three intervals and two `exp`s (`docs/decisions/erf-two-intervals.md`).
 
 // The coefficients, lowest degree first. `EFX8` = 8·(2/√π − 1), for tiny arguments.
 const EFX8: f32 = f32::from_bits(0x3f83_75d4);
@@ -103,26 +102,18 @@ pub fn erf(x: f32) -> f32 {
     let ix = bits & 0x7fff_ffff;
     let a = f32::from_bits(ix);
     // |x| < 1: x + x·P(x²)/Q(x²); below 2^-28, 2x/√π written so it does not underflow.
-    // 1 ≤ |x| < 4: 1 − e^(−x²)·R(u)/S(u), u = |x| − 1, clamped so that lanes of the other
-    // interval stay finite; from 4 on it is 1 − erfc(4), which rounds to 1. One division
-    // serves both: each lane divides its own interval's numerator by its denominator.
-    let below_one = ix < 0x3f80_0000;
     let z = x * x;
+    let small = x + x * (horner(&P, z) / horner1(&Q, z));
+    let tiny = 0.125 * (8.0 * x + EFX8 * x);
+    // 1 ≤ |x| < 4: 1 − e^(−x²)·R(u)/S(u), u = |x| − 1. Clamped so that lanes of the other
+    // interval stay finite; from 4 on it is 1 − erfc(4), which rounds to 1.
     let at = a.clamp(1.0, 4.0);
     let u = at - 1.0;
-    let (num, den) = if below_one {
-        (horner(&P, z), horner1(&Q, z))
-    } else {
-        (horner(&R, u), horner1(&S, u))
-    };
-    let ratio = num / den;
-    let small = x + x * ratio;
-    let tiny = 0.125 * (8.0 * x + EFX8 * x);
-    let erfc = exp(-(at * at)) * ratio;
+    let erfc = exp(-(at * at)) * (horner(&R, u) / horner1(&S, u));
     let tail = f32::from_bits((1.0 - erfc).to_bits() | (bits & 0x8000_0000));
     let y = if ix < 0x3180_0000 {
         tiny
-    } else if below_one {
+    } else if ix < 0x3f80_0000 {
         small
     } else {
         tail
