@@ -63,7 +63,7 @@ pub use device_id::DeviceId;
 pub use growable::{Growable, InPlaceGrowth};
 pub use lanes::{CollapsedLane, Lanes, TransferLane, TransferLanes, TransferTicket, TransferWait};
 pub use managed::{Managed, ManagedMemory, Residence};
-pub use peer::{Peer, PeerCopy, PeerPath};
+pub use peer::{Peer, PeerCopy, PeerPath, PeerRanges};
 pub use placement::HostPlacement;
 
 /// A backend's name for one block. Opaque to core; unique among the backend's live blocks.
