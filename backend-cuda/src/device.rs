@@ -9,7 +9,7 @@ use cudarc::driver::{result, sys};
 use tensormem_contract::backend::{BlockDesc, BlockRange};
 use tensormem_contract::{
     Backend, BlockId, Capabilities, Error, Growable, Managed, ManagedMemory, MemoryKind, Op, Peer,
-    PeerCopy, Residence, Result, Ticket,
+    PeerCopy, PeerRanges, Residence, Result, Ticket,
 };
 
 use crate::blocks::{Block, Memory, alloc_pinned, free_memory, pinned_api, release_all};
@@ -417,13 +417,8 @@ impl Managed for CudaBackend {
 }
 
 impl Peer for CudaBackend {
-    fn copy_to_peer(
-        &self,
-        src: BlockRange,
-        peer: &dyn Backend,
-        dst: BlockRange,
-    ) -> Result<Option<PeerCopy>> {
-        self.copy_to_peer_cuda(src, peer, dst)
+    fn copy_to_peer(&self, peer: &dyn Backend, ranges: PeerRanges) -> Result<Option<PeerCopy>> {
+        self.copy_to_peer_cuda(peer, ranges)
     }
 }
 

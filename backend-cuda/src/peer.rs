@@ -22,8 +22,7 @@ use std::any::Any;
 use std::sync::Mutex;
 
 use cudarc::driver::sys;
-use tensormem_contract::backend::BlockRange;
-use tensormem_contract::{Backend, PeerCopy, PeerPath, Result};
+use tensormem_contract::{Backend, PeerCopy, PeerPath, PeerRanges, Result};
 
 use crate::CudaBackend;
 use crate::conv::to_usize;
@@ -79,9 +78,8 @@ impl CudaBackend {
     /// [`tensormem_contract::Peer::copy_to_peer`]: `self` is the source, `peer` the destination.
     pub(crate) fn copy_to_peer_cuda(
         &self,
-        src: BlockRange,
         peer: &dyn Backend,
-        dst: BlockRange,
+        PeerRanges { src, dst }: PeerRanges,
     ) -> Result<Option<PeerCopy>> {
         let any: &dyn Any = peer;
         let Some(to) = any

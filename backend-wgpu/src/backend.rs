@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tensormem_contract::ops::Op;
 use tensormem_contract::{
-    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, HostAccess, Managed,
-    ManagedMemory, MemoryKind, Result, Ticket,
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, Managed, ManagedMemory,
+    MappedAccess, MemoryKind, Result, Ticket,
 };
 
 use crate::WgpuBackend;
@@ -353,13 +353,8 @@ impl Backend for WgpuBackend {
         self.poll_ticket_impl(ticket, cx)
     }
 
-    fn poll_host_access(
-        &self,
-        block: BlockId,
-        access: HostAccess,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<()>> {
-        self.poll_host_access_impl(block, access, cx)
+    fn poll_host_access(&self, request: MappedAccess, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.poll_host_access_impl(request, cx)
     }
 
     #[cfg(not(target_arch = "wasm32"))]

@@ -11,7 +11,7 @@
 
 use std::task::{Context, Poll};
 
-use tensormem_contract::{BlockId, HostAccess, Result, Ticket};
+use tensormem_contract::{HostAccess, MappedAccess, Result, Ticket};
 
 use crate::WgpuBackend;
 use crate::blocks::MapState;
@@ -50,15 +50,15 @@ impl WgpuBackend {
         }
     }
 
-    /// `Backend::poll_host_access`: start mapping the block for `access` (after submitting the
-    /// open batch if it uses the block), then observe the mapping; register the waker while
-    /// pending.
+    /// `Backend::poll_host_access`: start mapping the block for the requested access (after
+    /// submitting the open batch if it uses the block), then observe the mapping; register the
+    /// waker while pending.
     pub(crate) fn poll_host_access_impl(
         &self,
-        block: BlockId,
-        access: HostAccess,
+        request: MappedAccess,
         cx: &mut Context<'_>,
     ) -> Poll<Result<()>> {
+        let MappedAccess { block, access } = request;
         let step = (|| -> Result<Option<()>> {
             self.health.check()?;
             let mut guard = lock(&self.state);

@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 
 use tensormem::backend::lanes;
 use tensormem::{
-    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, HostAccess, OomReport, Op,
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Error, MappedAccess, OomReport, Op,
     Result, Ticket, TransferLane, TransferLanes, TransferTicket,
 };
 
@@ -274,16 +274,11 @@ impl Backend for Faulty {
         self.inner.poll_ticket(ticket, cx)
     }
 
-    fn poll_host_access(
-        &self,
-        block: BlockId,
-        access: HostAccess,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<()>> {
+    fn poll_host_access(&self, request: MappedAccess, cx: &mut Context<'_>) -> Poll<Result<()>> {
         if let Err(e) = self.check("poll_host_access") {
             return Poll::Ready(Err(e));
         }
-        self.inner.poll_host_access(block, access, cx)
+        self.inner.poll_host_access(request, cx)
     }
 }
 

@@ -58,12 +58,12 @@ mod placement;
 pub use adaptor::BackendAdaptor;
 pub use blocks::{BlockEntry, BlockTable};
 pub use capabilities::{Capabilities, DeviceType};
-pub use completion::{HostAccess, HostAccessWait, TicketWait, TicketWakers, Waiting};
+pub use completion::{HostAccess, HostAccessWait, MappedAccess, TicketWait, TicketWakers, Waiting};
 pub use device_id::DeviceId;
 pub use growable::{Growable, InPlaceGrowth};
 pub use lanes::{CollapsedLane, Lanes, TransferLane, TransferLanes, TransferTicket, TransferWait};
 pub use managed::{Managed, ManagedMemory, Residence};
-pub use peer::{Peer, PeerCopy, PeerPath};
+pub use peer::{Peer, PeerCopy, PeerPath, PeerRanges};
 pub use placement::HostPlacement;
 
 /// A backend's name for one block. Opaque to core; unique among the backend's live blocks.
@@ -252,20 +252,15 @@ pub trait Backend: Any + Send + Sync {
         completion::poll_ticket_by_polling(self, ticket, cx)
     }
 
-    /// Polls whether `block` can take mapped `access` ([`Backend::read_mapped`] or
-    /// [`Backend::write_mapped`]) without blocking, starting the mapping if the backend maps
+    /// Polls whether `request.block` can take mapped `request.access` ([`Backend::read_mapped`]
+    /// or [`Backend::write_mapped`]) without blocking, starting the mapping if the backend maps
     /// asynchronously (WebGPU's `mapAsync`). The caller has already waited for the block's work.
     /// The default is ready at once: host, Vulkan and CUDA memory stays mapped.
     ///
     /// # Errors
     /// As [`Backend::read_mapped`]: an unknown or non-host-visible block, a failed mapping.
-    fn poll_host_access(
-        &self,
-        block: BlockId,
-        access: HostAccess,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<()>> {
-        let _ = (block, access, cx);
+    fn poll_host_access(&self, request: MappedAccess, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let _ = (request, cx);
         Poll::Ready(Ok(()))
     }
 

@@ -66,8 +66,9 @@ pub use backend::HostPlacement;
 pub use backend::{
     Backend, BackendAdaptor, BlockDesc, BlockEntry, BlockId, BlockRange, BlockTable, Capabilities,
     DeviceId, DeviceType, Extensions, Growable, HostAccess, HostAccessWait, InPlaceGrowth, Managed,
-    ManagedMemory, MemoryKind, Peer, PeerCopy, PeerPath, Residence, Ticket, TicketWait,
-    TicketWakers, TransferLane, TransferLanes, TransferTicket, TransferWait, Waiting,
+    ManagedMemory, MappedAccess, MemoryKind, Peer, PeerCopy, PeerPath, PeerRanges, Residence,
+    Ticket, TicketWait, TicketWakers, TransferLane, TransferLanes, TransferTicket, TransferWait,
+    Waiting,
 };
 pub use devices::{DeviceSet, PlacedModel, Placement};
 pub use error::{ArgumentError, Error, GraphError, GrowthError, OomReport, Result};

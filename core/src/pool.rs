@@ -46,7 +46,7 @@ pub(crate) use device_pool::Lease;
 pub use device_pool::{
     Allocation, DevicePool, LiveAllocation, PoolAdaptor, PoolListener, PoolStats,
 };
-pub use expandable::Expandable;
+pub use expandable::{Expandable, ExpandableDesc};
 pub use guard::{GUARD_PATTERN, Guarded};
 pub use leaks::LeakReport;
 pub(crate) use leaks::check as check_leaks;

@@ -34,7 +34,7 @@ use std::task::{Context, Poll};
 
 use crate::backend::{
     Backend, BlockDesc, BlockId, BlockRange, BlockTable, Capabilities, Extensions, Growable,
-    HostAccess, Managed, Peer, Ticket,
+    Managed, MappedAccess, Peer, Ticket,
 };
 use crate::ops::Op;
 use crate::{Error, Result};
@@ -342,17 +342,12 @@ impl Backend for Validated {
         })
     }
 
-    fn poll_host_access(
-        &self,
-        block: BlockId,
-        access: HostAccess,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<()>> {
+    fn poll_host_access(&self, request: MappedAccess, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let checked = self.check_alive().and_then(|()| {
             let st = self.lock();
-            let entry = st.blocks.get(block)?;
+            let entry = st.blocks.get(request.block)?;
             let whole = BlockRange {
-                block,
+                block: request.block,
                 offset: 0,
                 size: entry.size,
             };
@@ -362,7 +357,7 @@ impl Backend for Validated {
             return Poll::Ready(Err(e));
         }
         self.backend
-            .poll_host_access(block, access, cx)
+            .poll_host_access(request, cx)
             .map(|r| self.observe(r))
     }
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use tensormem::devices::TransferPath;
 use tensormem::{
-    Backend, DType, DeviceId, DeviceSet, MemoryKind, Peer, PeerPath, RuntimeConfig, Ticket,
+    Backend, DType, DeviceId, DeviceSet, MemoryKind, Peer, PeerPath, PeerRanges, RuntimeConfig,
+    Ticket,
 };
 use tensormem_cuda::{CudaBackend, CudaDesc};
 
@@ -44,7 +45,7 @@ fn two_backends_on_one_gpu_copy_device_to_device() {
     let (src, data) = filled(&a, n, 7);
     let dst = alloc(&b, MemoryKind::DeviceLocal, n);
     let copied = a
-        .copy_to_peer(range(src, 0, n), &b, range(dst, 0, n))
+        .copy_to_peer(&b, PeerRanges::new(range(src, 0, n), range(dst, 0, n)))
         .unwrap()
         .expect("two backends on one GPU have a direct path");
     assert_eq!(copied.path, PeerPath::SharedDevice);
@@ -54,7 +55,10 @@ fn two_backends_on_one_gpu_copy_device_to_device() {
     // Back the other way, into an offset, after both sides did more work.
     let t = a.fill_zero(range(src, 0, n)).unwrap();
     let back = b
-        .copy_to_peer(range(dst, 4096, 4096), &a, range(src, 8192, 4096))
+        .copy_to_peer(
+            &a,
+            PeerRanges::new(range(dst, 4096, 4096), range(src, 8192, 4096)),
+        )
         .unwrap()
         .unwrap();
     assert!(
@@ -82,13 +86,19 @@ fn direct_copies_can_be_turned_off() {
     let (src, _) = filled(&a, 4096, 1);
     let dst = alloc(&b, MemoryKind::DeviceLocal, 4096);
     assert_eq!(
-        a.copy_to_peer(range(src, 0, 4096), &b, range(dst, 0, 4096))
-            .unwrap(),
+        a.copy_to_peer(
+            &b,
+            PeerRanges::new(range(src, 0, 4096), range(dst, 0, 4096))
+        )
+        .unwrap(),
         None
     );
     assert_eq!(
-        b.copy_to_peer(range(dst, 0, 4096), &a, range(src, 0, 4096))
-            .unwrap(),
+        b.copy_to_peer(
+            &a,
+            PeerRanges::new(range(dst, 0, 4096), range(src, 0, 4096))
+        )
+        .unwrap(),
         None
     );
     a.free_block(src).unwrap();
@@ -145,7 +155,7 @@ fn two_gpus_copy_peer_to_peer_where_the_driver_allows() {
     let (src, data) = filled(&a, n, 3);
     let dst = alloc(&b, MemoryKind::DeviceLocal, n);
     match a
-        .copy_to_peer(range(src, 0, n), &b, range(dst, 0, n))
+        .copy_to_peer(&b, PeerRanges::new(range(src, 0, n), range(dst, 0, n)))
         .unwrap()
     {
         Some(c) => {

@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::{
-    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Extensions, HostAccess, Ticket,
+    Backend, BlockDesc, BlockId, BlockRange, Capabilities, Extensions, MappedAccess, Ticket,
 };
 use crate::Result;
 use crate::ops::Op;
@@ -126,13 +126,8 @@ pub trait BackendAdaptor: Any + Send + Sync {
     }
 
     /// As [`Backend::poll_host_access`].
-    fn poll_host_access(
-        &self,
-        block: BlockId,
-        access: HostAccess,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<()>> {
-        self.inner().poll_host_access(block, access, cx)
+    fn poll_host_access(&self, request: MappedAccess, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.inner().poll_host_access(request, cx)
     }
 
     /// As [`Backend::extensions`]: the inner backend's capabilities.
@@ -182,13 +177,8 @@ impl<T: BackendAdaptor> Backend for T {
     fn poll_ticket(&self, ticket: Ticket, cx: &mut Context<'_>) -> Poll<Result<()>> {
         BackendAdaptor::poll_ticket(self, ticket, cx)
     }
-    fn poll_host_access(
-        &self,
-        block: BlockId,
-        access: HostAccess,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<()>> {
-        BackendAdaptor::poll_host_access(self, block, access, cx)
+    fn poll_host_access(&self, request: MappedAccess, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        BackendAdaptor::poll_host_access(self, request, cx)
     }
     fn extensions(&self) -> Extensions<'_> {
         BackendAdaptor::extensions(self)

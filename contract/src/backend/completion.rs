@@ -31,6 +31,23 @@ pub enum HostAccess {
     Write,
 }
 
+/// A block and the host access to prepare it for: what [`Backend::poll_host_access`] polls and
+/// [`HostAccessWait`] awaits.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MappedAccess {
+    /// The host-visible block.
+    pub block: BlockId,
+    /// Reading or writing it through [`Backend::read_mapped`] or [`Backend::write_mapped`].
+    pub access: HostAccess,
+}
+
+impl MappedAccess {
+    /// Mapped `access` to `block`.
+    pub fn new(block: BlockId, access: HostAccess) -> Self {
+        MappedAccess { block, access }
+    }
+}
+
 /// Resolves once `ticket` and every earlier ticket have finished (see [`Backend::poll_ticket`]).
 #[must_use = "futures do nothing unless awaited"]
 pub struct TicketWait<'a> {
@@ -58,8 +75,7 @@ impl Future for TicketWait<'_> {
 #[must_use = "futures do nothing unless awaited"]
 pub struct HostAccessWait<'a> {
     backend: &'a dyn Backend,
-    block: BlockId,
-    access: HostAccess,
+    request: MappedAccess,
 }
 
 impl<'a> HostAccessWait<'a> {
@@ -67,8 +83,7 @@ impl<'a> HostAccessWait<'a> {
     pub fn new(backend: &'a dyn Backend, block: BlockId, access: HostAccess) -> Self {
         HostAccessWait {
             backend,
-            block,
-            access,
+            request: MappedAccess::new(block, access),
         }
     }
 }
@@ -77,7 +92,7 @@ impl Future for HostAccessWait<'_> {
     type Output = Result<()>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        self.backend.poll_host_access(self.block, self.access, cx)
+        self.backend.poll_host_access(self.request, cx)
     }
 }
 

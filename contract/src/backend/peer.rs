@@ -15,19 +15,32 @@ use crate::Result;
 
 /// Direct copies to another backend, reached through [`Extensions::peer`](crate::backend::Extensions::peer). See the module doc.
 pub trait Peer: Send + Sync {
-    /// Copies `src` (of this backend) to `dst` (of `peer`) directly when both sit on one physical
-    /// device or on two devices with peer access, ordered after the work enqueued so far on both
-    /// backends. `Ok(None)` when there is no direct path to this `peer`: the caller stages
-    /// through host memory. `peer` may be this backend only when the caller wants a device copy.
+    /// Copies `ranges.src` (of this backend) to `ranges.dst` (of `peer`) directly when both sit
+    /// on one physical device or on two devices with peer access, ordered after the work enqueued
+    /// so far on both backends. `Ok(None)` when there is no direct path to this `peer`: the
+    /// caller stages through host memory. `peer` may be this backend only when the caller wants a
+    /// device copy.
     ///
     /// # Errors
     /// As [`Backend::copy`] on either side.
-    fn copy_to_peer(
-        &self,
-        src: BlockRange,
-        peer: &dyn Backend,
-        dst: BlockRange,
-    ) -> Result<Option<PeerCopy>>;
+    fn copy_to_peer(&self, peer: &dyn Backend, ranges: PeerRanges) -> Result<Option<PeerCopy>>;
+}
+
+/// The two ranges of a direct copy: the source on the backend that copies, the destination on
+/// its peer. Both have the same size.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PeerRanges {
+    /// The range read, of the backend whose [`Peer::copy_to_peer`] is called.
+    pub src: BlockRange,
+    /// The range written, of the peer.
+    pub dst: BlockRange,
+}
+
+impl PeerRanges {
+    /// A copy of `src` (here) to `dst` (on the peer).
+    pub fn new(src: BlockRange, dst: BlockRange) -> Self {
+        PeerRanges { src, dst }
+    }
 }
 
 /// How a direct copy between two backends travelled.

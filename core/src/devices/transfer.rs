@@ -24,7 +24,7 @@
 
 use std::sync::Mutex;
 
-use crate::backend::{PeerPath, Ticket, Waiting};
+use crate::backend::{PeerPath, PeerRanges, Ticket, Waiting};
 use crate::pool::Allocation;
 use crate::runtime::Runtime;
 use crate::{Error, Result};
@@ -241,7 +241,8 @@ fn direct(src: End<'_>, dst: End<'_>, size: u64) -> Result<Option<(Ticket, Trans
     let (to, _to_lease) = dst
         .rt
         .sub_range(dp.as_ref(), dst.alloc, dst.offset, size, "copy")?;
-    let Some(copied) = peer.copy_to_peer(from, dst.rt.backend().as_ref(), to)? else {
+    let Some(copied) = peer.copy_to_peer(dst.rt.backend().as_ref(), PeerRanges::new(from, to))?
+    else {
         return Ok(None);
     };
     sp.mark_used(src.alloc.handle, copied.src_ticket)?;

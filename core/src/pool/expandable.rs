@@ -28,25 +28,43 @@ use crate::pool::{Allocation, Handle};
 #[cfg(doc)]
 use crate::pool::DevicePool;
 
+/// What an expandable allocation asks for: its first size, the address space it may grow
+/// into, and a label.
+#[derive(Copy, Clone, Debug)]
+pub struct ExpandableDesc<'a> {
+    /// Bytes backed by memory from the start.
+    pub size: u64,
+    /// Bytes of address space reserved for this allocation alone; it grows up to this.
+    pub reserve: u64,
+    /// A label for traces, leak reports and native debug tools.
+    pub label: &'a str,
+}
+
+impl<'a> ExpandableDesc<'a> {
+    /// `size` bytes now, room for `reserve`, labelled `label`.
+    pub fn new(size: u64, reserve: u64, label: &'a str) -> Self {
+        ExpandableDesc {
+            size,
+            reserve,
+            label,
+        }
+    }
+}
+
 /// Allocations that grow in place, reached through [`DevicePool::expandable`]. See the module
 /// doc.
 pub trait Expandable: Send + Sync {
-    /// Allocates at least `size` bytes at the start of a reservation of at least `reserve`
-    /// bytes of address space held by this allocation alone (both rounded up to the backend's
-    /// growth granularity; `reserve` is capped by what one reservation may span). `Ok(None)`
-    /// when no reservation can be made now (address space, or the budget, refuse it): the
-    /// caller allocates as usual.
+    /// Allocates at least `desc.size` bytes at the start of a reservation of at least
+    /// `desc.reserve` bytes of address space held by this allocation alone (both rounded up to
+    /// the backend's growth granularity; the reservation is capped by what one reservation may
+    /// span). `Ok(None)` when no reservation can be made now (address space, or the budget,
+    /// refuse it): the caller allocates as usual.
     ///
     /// # Errors
     /// [`Error::ZeroSize`](crate::Error::ZeroSize),
-    /// [`Error::TooLarge`](crate::Error::TooLarge) for `size` above `reserve` or the device,
-    /// [`Error::DeviceLost`](crate::Error::DeviceLost).
-    fn allocate_expandable(
-        &self,
-        size: u64,
-        reserve: u64,
-        label: &str,
-    ) -> Result<Option<Allocation>>;
+    /// [`Error::TooLarge`](crate::Error::TooLarge) for a size above the reservation or the
+    /// device, [`Error::DeviceLost`](crate::Error::DeviceLost).
+    fn allocate_expandable(&self, desc: &ExpandableDesc<'_>) -> Result<Option<Allocation>>;
 
     /// Grows an expandable allocation to at least `size` bytes in place and returns it: the
     /// same handle, block and offset, its old bytes unchanged. A size at or below the current

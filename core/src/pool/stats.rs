@@ -14,9 +14,9 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::backend::Ticket;
-use crate::pool::Expandable;
 use crate::pool::device_pool::{self, Allocation, DevicePool};
 use crate::pool::slots::Handle;
+use crate::pool::{Expandable, ExpandableDesc};
 use crate::{Error, Result};
 
 /// Counters of a [`StatsPool`]: the callers' view of the pool below. Sizes in bytes.
@@ -259,17 +259,12 @@ mod tests;
 
 /// Expandable allocations are counted like any other, and their growth as more bytes handed out.
 impl<P: DevicePool> Expandable for StatsPool<P> {
-    fn allocate_expandable(
-        &self,
-        size: u64,
-        reserve: u64,
-        label: &str,
-    ) -> Result<Option<Allocation>> {
+    fn allocate_expandable(&self, desc: &ExpandableDesc<'_>) -> Result<Option<Allocation>> {
         let Some(inner) = self.inner.expandable() else {
             return Ok(None);
         };
-        match inner.allocate_expandable(size, reserve, label) {
-            Ok(Some(a)) => self.count(size, Ok(a)).map(Some),
+        match inner.allocate_expandable(desc) {
+            Ok(Some(a)) => self.count(desc.size, Ok(a)).map(Some),
             other => other,
         }
     }

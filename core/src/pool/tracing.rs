@@ -11,9 +11,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::backend::{BlockId, Ticket};
-use crate::pool::Expandable;
 use crate::pool::device_pool::{self, Allocation, DevicePool, PoolListener};
 use crate::pool::slots::Handle;
+use crate::pool::{Expandable, ExpandableDesc};
 use crate::trace::{EventKind, Tracer, TransferKind};
 use crate::{Error, Result};
 
@@ -173,18 +173,13 @@ impl<P: DevicePool> device_pool::PoolAdaptor for Traced<P> {
 /// An expandable allocation is traced like any other; a growth closes its trace and opens one
 /// of the new size at the same offset, so the timeline shows the bytes it holds at every time.
 impl<P: DevicePool> Expandable for Traced<P> {
-    fn allocate_expandable(
-        &self,
-        size: u64,
-        reserve: u64,
-        label: &str,
-    ) -> Result<Option<Allocation>> {
+    fn allocate_expandable(&self, desc: &ExpandableDesc<'_>) -> Result<Option<Allocation>> {
         let Some(inner) = self.inner.expandable() else {
             return Ok(None);
         };
-        let a = inner.allocate_expandable(size, reserve, label)?;
+        let a = inner.allocate_expandable(desc)?;
         if let Some(a) = &a {
-            self.record_alloc(a, label);
+            self.record_alloc(a, desc.label);
         }
         Ok(a)
     }

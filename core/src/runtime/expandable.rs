@@ -8,6 +8,7 @@
 //! or zero-on-reuse in the stack) returns `None`, and the caller allocates ordinary tensors.
 
 use crate::ops::DType;
+use crate::pool::ExpandableDesc;
 use crate::runtime::segments::Segments;
 use crate::runtime::{Runtime, Tensor, tensor};
 use crate::{Error, Result};
@@ -34,7 +35,9 @@ impl Runtime {
             return Ok(None);
         };
         let words = size.next_multiple_of(4);
-        let Some(a) = expandable.allocate_expandable(words, reserve_bytes, label)? else {
+        let Some(a) =
+            expandable.allocate_expandable(&ExpandableDesc::new(words, reserve_bytes, label))?
+        else {
             return Ok(None);
         };
         // The runtime keeps handles, not the range `allocate` leased: every use resolves.

@@ -7,8 +7,8 @@ use std::ptr;
 
 use super::{Validated, rules};
 use crate::backend::{
-    Backend, BlockRange, Managed, ManagedMemory, MemoryKind, Peer, PeerCopy, Residence, Ticket,
-    managed,
+    Backend, BlockRange, Managed, ManagedMemory, MemoryKind, Peer, PeerCopy, PeerRanges, Residence,
+    Ticket, managed,
 };
 use crate::{Error, Result};
 
@@ -23,13 +23,8 @@ impl Managed for Validated {
 }
 
 impl Peer for Validated {
-    fn copy_to_peer(
-        &self,
-        src: BlockRange,
-        peer: &dyn Backend,
-        dst: BlockRange,
-    ) -> Result<Option<PeerCopy>> {
-        self.copy_to_peer_checked(src, peer, dst)
+    fn copy_to_peer(&self, peer: &dyn Backend, ranges: PeerRanges) -> Result<Option<PeerCopy>> {
+        self.copy_to_peer_checked(peer, ranges)
     }
 }
 
@@ -71,10 +66,10 @@ impl Validated {
     /// each on its own timeline.
     fn copy_to_peer_checked(
         &self,
-        src: BlockRange,
         peer: &dyn Backend,
-        dst: BlockRange,
+        ranges: PeerRanges,
     ) -> Result<Option<PeerCopy>> {
+        let PeerRanges { src, dst } = ranges;
         self.check_alive()?;
         if src.size != dst.size {
             return Err(Error::SizeMismatch {
@@ -105,7 +100,7 @@ impl Validated {
             rules::disjoint(&src, &dst, || "peer copy source and destination".into())?;
         }
         let copied = match self.backend.peer() {
-            Some(p) => self.observe(p.copy_to_peer(src, inner, dst)),
+            Some(p) => self.observe(p.copy_to_peer(inner, ranges)),
             None => Ok(None),
         };
         let copied = match front {

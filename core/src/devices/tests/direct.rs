@@ -6,7 +6,7 @@ use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::*;
-use crate::backend::{BlockRange, Peer, PeerCopy, PeerPath};
+use crate::backend::{Peer, PeerCopy, PeerPath, PeerRanges};
 use crate::test_adaptors::host_adaptor;
 
 /// A host backend that copies directly into another `Linked` one (both are host memory).
@@ -26,12 +26,8 @@ host_adaptor!(Linked, peer);
 
 impl Peer for Linked {
     /// After both sides' queued work, through the host (synchronous, so both tickets are done).
-    fn copy_to_peer(
-        &self,
-        src: BlockRange,
-        peer: &dyn Backend,
-        dst: BlockRange,
-    ) -> Result<Option<PeerCopy>> {
+    fn copy_to_peer(&self, peer: &dyn Backend, ranges: PeerRanges) -> Result<Option<PeerCopy>> {
+        let PeerRanges { src, dst } = ranges;
         let any: &dyn Any = peer;
         let Some(to) = any.downcast_ref::<Linked>() else {
             return Ok(None);

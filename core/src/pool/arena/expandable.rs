@@ -16,7 +16,7 @@ use super::carved::{Block, Carved, Kind, Live, Place, Role, State};
 use crate::align::align_up;
 use crate::backend::{BlockRange, InPlaceGrowth, Ticket};
 use crate::pool::device_pool::Allocation;
-use crate::pool::{Expandable, Handle};
+use crate::pool::{Expandable, ExpandableDesc, Handle};
 use crate::suballoc::Region;
 use crate::{Error, Result};
 
@@ -102,12 +102,12 @@ impl Kind for Dedicated {
 }
 
 impl Expandable for ExpandablePool {
-    fn allocate_expandable(
-        &self,
-        size: u64,
-        reserve: u64,
-        label: &str,
-    ) -> Result<Option<Allocation>> {
+    fn allocate_expandable(&self, desc: &ExpandableDesc<'_>) -> Result<Option<Allocation>> {
+        let ExpandableDesc {
+            size,
+            reserve,
+            label,
+        } = *desc;
         let (rounded, _) = self.check_request(size, 1)?;
         let growth = self.kind.growth;
         let g = growth.granularity;

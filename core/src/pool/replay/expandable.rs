@@ -4,7 +4,7 @@
 
 use super::{ReplayPool, Source};
 use crate::pool::device_pool::{Allocation, DevicePool};
-use crate::pool::{Expandable, Handle};
+use crate::pool::{Expandable, ExpandableDesc, Handle};
 use crate::{Error, Result};
 
 impl ReplayPool {
@@ -17,21 +17,16 @@ impl ReplayPool {
 }
 
 impl Expandable for ReplayPool {
-    fn allocate_expandable(
-        &self,
-        size: u64,
-        reserve: u64,
-        label: &str,
-    ) -> Result<Option<Allocation>> {
+    fn allocate_expandable(&self, desc: &ExpandableDesc<'_>) -> Result<Option<Allocation>> {
         let Some(dynamic) = self.pool.expandable() else {
             return Ok(None);
         };
         let mut st = self.lock();
-        let Some(a) = dynamic.allocate_expandable(size, reserve, label)? else {
+        let Some(a) = dynamic.allocate_expandable(desc)? else {
             return Ok(None);
         };
         self.note_peak(&mut st);
-        Ok(Some(Self::unrecorded(&mut st, a, label)))
+        Ok(Some(Self::unrecorded(&mut st, a, desc.label)))
     }
 
     fn expand(&self, handle: Handle, size: u64) -> Result<Allocation> {

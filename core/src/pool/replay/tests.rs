@@ -7,7 +7,7 @@ use super::*;
 use crate::backend::BlockRange;
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::Allocation;
-use crate::pool::{ArenaConfig, ArenaPool, Budget};
+use crate::pool::{ArenaConfig, ArenaPool, Budget, ExpandableDesc};
 
 fn replay_pool() -> ReplayPool {
     ReplayPool::new(dynamic_pool(), config())
@@ -111,7 +111,7 @@ fn an_expandable_allocation_grows_beside_the_steps_without_changing_their_plan()
     let p = replay_pool();
     let e = DevicePool::expandable(&p).expect("the host arena below grows in place");
     let kv = e
-        .allocate_expandable(4096, 64 << 20, "kv")
+        .allocate_expandable(&ExpandableDesc::new(4096, 64 << 20, "kv"))
         .unwrap()
         .unwrap();
     step(&p, 16);

@@ -38,13 +38,8 @@ struct Peered {
 host_adaptor!(Peered, peer);
 
 impl Peer for Peered {
-    fn copy_to_peer(
-        &self,
-        src: BlockRange,
-        peer: &dyn Backend,
-        dst: BlockRange,
-    ) -> Result<Option<PeerCopy>> {
-        let _ = (src, peer, dst);
+    fn copy_to_peer(&self, peer: &dyn Backend, ranges: PeerRanges) -> Result<Option<PeerCopy>> {
+        let _ = (peer, ranges);
         Ok(None)
     }
 }
@@ -153,16 +148,16 @@ fn direct_copies_are_checked_on_both_fronts_and_default_to_none() {
     let dst = block(&b, MemoryKind::DeviceLocal, 64);
     // No route between these two: the caller stages.
     assert_eq!(
-        a.copy_to_peer(range(src, 0, 64), &b, range(dst, 0, 64))
+        a.copy_to_peer(&b, PeerRanges::new(range(src, 0, 64), range(dst, 0, 64)))
             .unwrap(),
         None
     );
     assert!(matches!(
-        a.copy_to_peer(range(src, 0, 64), &b, range(dst, 0, 32)),
+        a.copy_to_peer(&b, PeerRanges::new(range(src, 0, 64), range(dst, 0, 32))),
         Err(Error::SizeMismatch { .. })
     ));
     assert!(matches!(
-        a.copy_to_peer(range(down, 0, 64), &b, range(dst, 0, 64)),
+        a.copy_to_peer(&b, PeerRanges::new(range(down, 0, 64), range(dst, 0, 64))),
         Err(Error::WrongMemoryKind {
             role: "copy source",
             ..
@@ -170,20 +165,20 @@ fn direct_copies_are_checked_on_both_fronts_and_default_to_none() {
     ));
     // The destination is looked up in the peer's front, not the source's.
     assert!(matches!(
-        a.copy_to_peer(range(src, 0, 64), &b, range(up, 0, 64)),
+        a.copy_to_peer(&b, PeerRanges::new(range(src, 0, 64), range(up, 0, 64))),
         Err(Error::UnknownBlock { .. }) | Err(Error::WrongMemoryKind { .. })
     ));
     assert!(matches!(
-        a.copy_to_peer(range(src, 0, 64), &b, range(dst, 32, 64)),
+        a.copy_to_peer(&b, PeerRanges::new(range(src, 0, 64), range(dst, 32, 64))),
         Err(Error::OutOfBounds { .. })
     ));
     // One front as both ends: the ranges must not overlap.
     assert!(matches!(
-        a.copy_to_peer(range(src, 0, 64), &a, range(src, 32, 64)),
+        a.copy_to_peer(&a, PeerRanges::new(range(src, 0, 64), range(src, 32, 64))),
         Err(Error::OutOfBounds { .. }) | Err(Error::Overlap { .. })
     ));
     assert!(matches!(
-        a.copy_to_peer(range(src, 0, 32), &a, range(src, 16, 32)),
+        a.copy_to_peer(&a, PeerRanges::new(range(src, 0, 32), range(src, 16, 32))),
         Err(Error::Overlap { .. })
     ));
     assert_eq!(PeerPath::SharedDevice.name(), "shared-device");

@@ -8,7 +8,7 @@ use crate::Error;
 use crate::backend::{Backend, MemoryKind, Ticket};
 use crate::host::{HostBackend, HostConfig};
 use crate::pool::arena::testing::granularity;
-use crate::pool::{ArenaConfig, ArenaPool, Budget, DevicePool, Guarded, PoolStats};
+use crate::pool::{ArenaConfig, ArenaPool, Budget, DevicePool, ExpandableDesc, Guarded, PoolStats};
 
 fn pool(budget: Option<u64>) -> (Arc<HostBackend>, ArenaPool, u64) {
     let backend = Arc::new(HostBackend::new(HostConfig::default()).unwrap());
@@ -23,7 +23,7 @@ fn an_expandable_allocation_grows_in_place_and_keeps_its_bytes() {
     let (backend, p, page) = pool(None);
     let e = p.expandable().expect("the host arena grows in place");
     let a = e
-        .allocate_expandable(1000, 64 * page, "kv")
+        .allocate_expandable(&ExpandableDesc::new(1000, 64 * page, "kv"))
         .unwrap()
         .unwrap();
     assert_eq!(a.range.size, page, "the committed size, in whole granules");
@@ -67,7 +67,7 @@ fn expansion_is_charged_to_the_budget_and_refusals_change_nothing() {
     let (_backend, p, page) = pool(Some(4 * page_size()));
     let e = p.expandable().unwrap();
     let a = e
-        .allocate_expandable(page, 16 * page, "kv")
+        .allocate_expandable(&ExpandableDesc::new(page, 16 * page, "kv"))
         .unwrap()
         .unwrap();
     assert_eq!(p.budget().reserved(), page);
@@ -98,7 +98,7 @@ fn expansion_is_charged_to_the_budget_and_refusals_change_nothing() {
         Err(Error::StaleHandle { .. })
     ));
     assert!(matches!(
-        e.allocate_expandable(0, page, "zero"),
+        e.allocate_expandable(&ExpandableDesc::new(0, page, "zero")),
         Err(Error::ZeroSize { .. })
     ));
     p.check_invariants().unwrap();
@@ -112,7 +112,7 @@ fn a_cancelled_expandable_allocation_leaves_the_counters_as_they_were() {
     let a = p
         .expandable()
         .unwrap()
-        .allocate_expandable(page, 8 * page, "kv")
+        .allocate_expandable(&ExpandableDesc::new(page, 8 * page, "kv"))
         .unwrap()
         .unwrap();
     p.cancel(a.handle).unwrap();
