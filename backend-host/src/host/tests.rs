@@ -9,6 +9,30 @@ fn backend(config: HostConfig) -> HostBackend {
     HostBackend::new(config).unwrap()
 }
 
+/// A backend whose worker sleeps `delay_ms` before each command.
+fn slow(delay_ms: u64) -> HostBackend {
+    backend(HostConfig {
+        worker_delay: Duration::from_millis(delay_ms),
+        ..HostConfig::default()
+    })
+}
+
+/// `N` fresh device-local blocks of [`SMALL`] bytes on `b`.
+fn blocks<const N: usize>(b: &HostBackend) -> [BlockId; N] {
+    std::array::from_fn(|_| {
+        b.alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, SMALL, "test"))
+            .unwrap()
+    })
+}
+
+/// The size of the blocks [`blocks`] makes.
+const SMALL: u64 = 64;
+
+/// All of one of [`blocks`]' blocks.
+fn all(block: BlockId) -> BlockRange {
+    BlockRange::whole(block, SMALL)
+}
+
 /// `host`'s in-place growth granularity: a page.
 pub(super) fn page_of(host: &HostBackend) -> u64 {
     host.extensions()
@@ -20,13 +44,8 @@ pub(super) fn page_of(host: &HostBackend) -> u64 {
 
 #[test]
 fn work_completes_asynchronously_in_order() {
-    let b = backend(HostConfig {
-        worker_delay: Duration::from_millis(20),
-        ..HostConfig::default()
-    });
-    let blk = b
-        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
-        .unwrap();
+    let b = slow(20);
+    let [blk] = blocks(&b);
     b.write_mapped(blk, 0, &[7u8; 32]).unwrap();
     let r = |offset| BlockRange {
         block: blk,
@@ -87,13 +106,8 @@ fn unknown_blocks_and_ranges_are_typed_errors_even_without_the_front() {
 /// drop blocked forever while `completed()` kept answering.
 #[test]
 fn worker_panic_is_a_lost_device_and_nothing_hangs() {
-    let b = backend(HostConfig {
-        worker_delay: Duration::from_millis(5),
-        ..HostConfig::default()
-    });
-    let blk = b
-        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
-        .unwrap();
+    let b = slow(5);
+    let [blk] = blocks(&b);
     let r = BlockRange {
         block: blk,
         offset: 0,
@@ -136,9 +150,7 @@ fn device_memory_limit_and_loss() {
         device_memory: Some(100),
         ..HostConfig::default()
     });
-    let blk = b
-        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
-        .unwrap();
+    let [blk] = blocks(&b);
     let e = b
         .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
         .unwrap_err();
@@ -213,35 +225,18 @@ fn overflowing_op_parameters_never_reach_the_worker() {
     assert!(b.completed().is_ok());
 }
 
-fn slow(delay_ms: u64) -> HostBackend {
-    backend(HostConfig {
-        worker_delay: Duration::from_millis(delay_ms),
-        ..HostConfig::default()
-    })
-}
-
 /// The transfer lane runs beside the compute lane: a copy on it completes while ten slow
 /// commands are still queued on compute (a collapsed lane would finish it after all ten).
 #[test]
 fn transfer_lane_runs_beside_compute() {
     let b = slow(30);
     assert_eq!(b.transfer_lane(), TransferLane::Concurrent);
-    let a = b
-        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
-        .unwrap();
-    let c = b
-        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
-        .unwrap();
-    let d = b
-        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
-        .unwrap();
+    let [a, c, d] = blocks(&b);
     let mut last = Ticket::DONE;
     for _ in 0..10 {
-        last = b.fill_zero(BlockRange::whole(a, 64)).unwrap();
+        last = b.fill_zero(all(a)).unwrap();
     }
-    let t = b
-        .transfer_copy(BlockRange::whole(c, 64), BlockRange::whole(d, 64))
-        .unwrap();
+    let t = b.transfer_copy(all(c), all(d)).unwrap();
     b.wait_transfer(t).unwrap();
     assert!(b.transfer_completed().unwrap() >= t);
     assert!(
@@ -257,23 +252,11 @@ fn transfer_lane_runs_beside_compute() {
 #[test]
 fn cross_lane_waits_order_both_ways() {
     let b = slow(20);
-    let src = b
-        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
-        .unwrap();
-    let mid = b
-        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
-        .unwrap();
-    let dst = b
-        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
-        .unwrap();
+    let [src, mid, dst] = blocks(&b);
     b.write_mapped(src, 0, &[9u8; 64]).unwrap();
-    let c = b
-        .copy(BlockRange::whole(src, 64), BlockRange::whole(mid, 64))
-        .unwrap();
+    let c = b.copy(all(src), all(mid)).unwrap();
     b.transfer_after(c).unwrap();
-    let t = b
-        .transfer_copy(BlockRange::whole(mid, 64), BlockRange::whole(dst, 64))
-        .unwrap();
+    let t = b.transfer_copy(all(mid), all(dst)).unwrap();
     b.wait_transfer(t).unwrap();
     let mut out = [0u8; 64];
     b.read_mapped(dst, 0, &mut out).unwrap();
@@ -284,13 +267,9 @@ fn cross_lane_waits_order_both_ways() {
 
     b.write_mapped(src, 0, &[5u8; 64]).unwrap();
     let before = b.transfer_stall().unwrap();
-    let t = b
-        .transfer_copy(BlockRange::whole(src, 64), BlockRange::whole(mid, 64))
-        .unwrap();
+    let t = b.transfer_copy(all(src), all(mid)).unwrap();
     let joined = b.compute_after(t).unwrap();
-    let c = b
-        .copy(BlockRange::whole(mid, 64), BlockRange::whole(dst, 64))
-        .unwrap();
+    let c = b.copy(all(mid), all(dst)).unwrap();
     assert!(c > joined);
     b.wait_timeout(c, None).unwrap();
     assert!(b.transfer_completed().unwrap() >= t);
@@ -307,15 +286,8 @@ fn cross_lane_waits_order_both_ways() {
 fn transfer_tickets_poll_and_wake() {
     use std::task::{Context, Waker};
     let b = slow(20);
-    let a = b
-        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
-        .unwrap();
-    let c = b
-        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
-        .unwrap();
-    let t = b
-        .transfer_copy(BlockRange::whole(a, 64), BlockRange::whole(c, 64))
-        .unwrap();
+    let [a, c] = blocks(&b);
+    let t = b.transfer_copy(all(a), all(c)).unwrap();
     let mut cx = Context::from_waker(Waker::noop());
     assert!(b.poll_transfer(t, &mut cx).is_pending());
     b.wait_transfer(t).unwrap();
@@ -332,9 +304,7 @@ fn transfer_tickets_poll_and_wake() {
 #[test]
 fn op_outputs_in_place_or_over_an_input_give_the_same_result() {
     let b = backend(HostConfig::default());
-    let blk = b
-        .alloc_block(&BlockDesc::new(MemoryKind::DeviceLocal, 64, "test"))
-        .unwrap();
+    let [blk] = blocks(&b);
     let floats = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     b.write_mapped(blk, 0, &floats(&[1.0, 2.0, 3.0, 4.0]))
         .unwrap();

@@ -250,6 +250,25 @@ fn paged_attention_over_two_segments_matches_dense_int8() {
     paged_case(KvDType::Int8, 3e-2);
 }
 
+/// Attention of one token with `q_heads` query heads over one block of layer 0 (a table of one
+/// row of width 1), no carry.
+fn one_token_attention(kv: KvLayout, q_heads: u32) -> Op {
+    Op::PagedAttention {
+        kv,
+        blocks: 1,
+        stride: kv.block_bytes() as u32,
+        first_block: 0,
+        layer: 0,
+        tokens: 1,
+        q_heads,
+        rows: 1,
+        width: 1,
+        scale: 1.0,
+        carry_in: false,
+        carry_out: false,
+    }
+}
+
 #[test]
 fn kv_ops_refuse_bad_parameters() {
     let kv = KvLayout {
@@ -280,20 +299,7 @@ fn kv_ops_refuse_bad_parameters() {
         write(0, stride + 2).signature().is_err(),
         "stride not a multiple of 4"
     );
-    let attn = Op::PagedAttention {
-        kv,
-        blocks: 1,
-        stride,
-        first_block: 0,
-        layer: 0,
-        tokens: 1,
-        q_heads: 3,
-        rows: 1,
-        width: 1,
-        scale: 1.0,
-        carry_in: false,
-        carry_out: false,
-    };
+    let attn = one_token_attention(kv, 3);
     assert!(attn.signature().is_err(), "3 query heads over 2 KV heads");
 }
 
@@ -306,22 +312,8 @@ fn paged_attention_with_a_bad_table_row_gives_zeros_not_a_panic() {
         block_tokens: 2,
         dtype: KvDType::F32,
     };
-    let stride = kv.block_bytes() as u32;
-    let op = Op::PagedAttention {
-        kv,
-        blocks: 1,
-        stride,
-        first_block: 0,
-        layer: 0,
-        tokens: 1,
-        q_heads: 1,
-        rows: 1,
-        width: 1,
-        scale: 1.0,
-        carry_in: false,
-        carry_out: false,
-    };
-    let seg = vec![0u8; stride as usize];
+    let op = one_token_attention(kv, 1);
+    let seg = vec![0u8; kv.block_bytes() as usize];
     let (q, tables, meta) = ([1f32; 4], [0u32], [7u32, 100]);
     let got = run_f32(
         &op,
