@@ -397,16 +397,7 @@ impl Runtime {
         data: &[T],
         label: &str,
     ) -> Result<Tensor> {
-        let t = self.alloc(dtype, shape, label)?;
-        match self.upload(&t, data) {
-            Ok(_) => Ok(t),
-            Err(e) => {
-                // Part of the upload may be queued: the bytes return after it.
-                let after = self.inner.backend.flush().unwrap_or(Ticket::DONE);
-                self.discard_segments(t.placement(), after);
-                Err(e)
-            }
-        }
+        complete_now(self.tensor_from_with(Waiting::Blocking, dtype, shape, data, label))
     }
 
     /// Frees a tensor; the memory is reused once the work that used it completes, including

@@ -23,8 +23,22 @@ impl Runtime {
         data: &[T],
         label: &str,
     ) -> Result<Tensor> {
+        let waiting = Waiting::Async;
+        self.tensor_from_with(waiting, dtype, shape, data, label)
+            .await
+    }
+
+    /// [`Runtime::tensor_from`] and [`Runtime::tensor_from_async`], waiting as `waiting` says.
+    pub(super) async fn tensor_from_with<T: Element>(
+        &self,
+        waiting: Waiting,
+        dtype: DType,
+        shape: &[usize],
+        data: &[T],
+        label: &str,
+    ) -> Result<Tensor> {
         let t = self.alloc(dtype, shape, label)?;
-        match self.upload_with(Waiting::Async, &t, data).await {
+        match self.upload_with(waiting, &t, data).await {
             Ok(_) => Ok(t),
             Err(e) => {
                 // Part of the upload may be queued: the bytes return after it.
