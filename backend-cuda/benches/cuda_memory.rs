@@ -47,7 +47,8 @@ use criterion::{Criterion, Throughput};
 mod managed;
 #[path = "cuda_memory/peer.rs"]
 mod peer;
-use tensormem::backend::{BlockDesc, BlockRange};
+use tensormem::backend::BlockDesc;
+use tensormem::ops::samples::blocks::range;
 use tensormem::{Backend, BlockId, Error, MemoryKind};
 use tensormem_cuda::{CudaBackend, CudaDesc, DeviceAlloc, ExpandableDesc};
 
@@ -74,14 +75,6 @@ fn note(group: &str, variant: &str, text: String) {
     let mut r = RECORDS.lock().unwrap();
     if let Some(e) = r.get_mut(&(group.to_string(), variant.to_string())) {
         e.3 = text;
-    }
-}
-
-fn range(block: BlockId, offset: u64, size: u64) -> BlockRange {
-    BlockRange {
-        block,
-        offset,
-        size,
     }
 }
 

@@ -20,8 +20,9 @@ mod device {
     pub mod stall;
 }
 
-use tensormem::backend::{BlockDesc, BlockRange};
-use tensormem::{Backend, BlockId, Error, MemoryKind};
+use tensormem::backend::BlockDesc;
+use tensormem::ops::samples::blocks::{alloc, bytes_f32, f32_bytes, range};
+use tensormem::{Backend, Error, MemoryKind};
 use tensormem_cuda::{CudaBackend, CudaDesc};
 
 /// The backend, or `None` after checking that its absence is reported cleanly.
@@ -60,33 +61,6 @@ fn unavailable_is_an_error_not_a_panic() {
         // Adopting cannot even be attempted without a stream, but probing is safe too.
         assert!(tensormem_cuda::probe::check_libraries().is_err());
     }
-}
-
-fn alloc(b: &CudaBackend, kind: MemoryKind, size: u64) -> BlockId {
-    b.alloc_block(&BlockDesc {
-        kind,
-        size,
-        label: "test",
-    })
-    .unwrap()
-}
-
-fn range(block: BlockId, offset: u64, size: u64) -> BlockRange {
-    BlockRange {
-        block,
-        offset,
-        size,
-    }
-}
-
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn bytes_f32(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 #[test]

@@ -15,6 +15,7 @@ use crate::kernels as host;
 use crate::ops::quant::f32_to_f16;
 use crate::ops::{DType, Op, WeightFormat};
 
+pub mod blocks;
 mod llm;
 mod split;
 

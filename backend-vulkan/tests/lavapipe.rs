@@ -27,7 +27,8 @@ mod lavapipe {
 
 use std::sync::Arc;
 
-use tensormem::{Backend, BlockDesc, BlockId, BlockRange, Error, MemoryKind, Validated};
+pub use tensormem::ops::samples::blocks::{alloc, bytes_f32, f32_bytes, range};
+use tensormem::{Backend, BlockId, Error, MemoryKind, Validated};
 use tensormem_vulkan::{TransferQueue, ValidationLog, VulkanBackend, VulkanConfig};
 
 /// The configurations every test runs on.
@@ -118,18 +119,6 @@ fn check_log(name: &str, log: Option<Arc<ValidationLog>>) {
     }
 }
 
-pub fn alloc(b: &dyn Backend, kind: MemoryKind, size: u64) -> BlockId {
-    b.alloc_block(&BlockDesc::new(kind, size, "test")).unwrap()
-}
-
-pub fn range(block: BlockId, offset: u64, size: u64) -> BlockRange {
-    BlockRange {
-        block,
-        offset,
-        size,
-    }
-}
-
 /// Uploads `data` into `dst` at `offset` the way the pools do: mapped write when the block is
 /// host-visible, otherwise through an `Upload` block and a copy.
 pub fn upload(b: &dyn Backend, dst: BlockId, offset: u64, data: &[u8]) {
@@ -166,14 +155,4 @@ pub fn download(b: &dyn Backend, src: BlockId, offset: u64, size: u64) -> Vec<u8
     b.read_mapped(staging, 0, &mut out).unwrap();
     b.free_block(staging).unwrap();
     out
-}
-
-pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-pub fn bytes_f32(v: &[u8]) -> Vec<f32> {
-    v.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }

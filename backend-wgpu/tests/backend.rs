@@ -22,7 +22,8 @@ mod tickets;
 
 use std::sync::Arc;
 
-use tensormem::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind, Validated};
+pub use tensormem::ops::samples::blocks::{alloc, range};
+use tensormem::{Backend, BlockRange, MemoryKind, Validated};
 use tensormem_wgpu::{WgpuBackend, WgpuConfig};
 
 /// A backend with staging forced or not. Fails the test (with the reason) when no adapter exists.
@@ -47,20 +48,6 @@ pub fn each_config(f: impl Fn(&WgpuBackend)) {
 pub fn each_front(f: impl Fn(&Validated)) {
     for staging in [false, true] {
         f(&Validated::new(Arc::new(backend(staging))));
-    }
-}
-
-/// Allocates a block, failing the test on error.
-pub fn alloc(b: &dyn Backend, kind: MemoryKind, size: u64) -> BlockId {
-    b.alloc_block(&BlockDesc::new(kind, size, "test")).unwrap()
-}
-
-/// A range.
-pub fn range(block: BlockId, offset: u64, size: u64) -> BlockRange {
-    BlockRange {
-        block,
-        offset,
-        size,
     }
 }
 

@@ -4,6 +4,7 @@
 //! KV segments written through [`KvLayout::write_token`], carried states of both kinds), the
 //! initial bytes of the segment [`Op::KvWrite`] updates, and its comparison rule.
 
+use super::blocks::f32_bytes;
 use super::{Rng, compare_f32};
 use crate::ops::{KvDType, KvLayout, Op};
 
@@ -97,10 +98,6 @@ fn words(v: impl IntoIterator<Item = u32>) -> Vec<u8> {
 
 fn floats(n: u64, rng: &mut Rng) -> Vec<f32> {
     (0..n).map(|_| rng.f32() * 1.5).collect()
-}
-
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 /// A segment of `blocks` blocks with every slot of every layer written (random keys and values

@@ -4,6 +4,7 @@
 //! binding-aligned offsets inside one arena block, as a planner would place them.
 
 use tensormem::ops::Op;
+use tensormem::ops::samples::blocks::bytes_f32;
 use tensormem::ops::samples::{self, Rng};
 use tensormem::{Backend, MemoryKind};
 use tensormem_wgpu::WgpuBackend;
@@ -14,12 +15,6 @@ use super::{alloc, download, each_config, range, upload};
 /// Deterministic inputs for `op` from `seed` (see `tensormem::ops::samples::inputs`).
 fn inputs(op: &Op, seed: u64) -> Vec<Vec<u8>> {
     samples::inputs(op, &mut Rng::new(seed)).unwrap()
-}
-
-fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 /// Runs `op` on the backend over one arena block and returns its outputs.
@@ -112,11 +107,11 @@ fn chained_ops_in_one_batch_see_each_other() {
             .dispatch(&Op::Add { len, b_len: len }, &[x, z, y])
             .unwrap();
         b.wait_timeout(t, None).unwrap();
-        let expect: Vec<f32> = f32s(&data)
+        let expect: Vec<f32> = bytes_f32(&data)
             .iter()
             .map(|v| 2.0 * (2.0 * v).max(0.0))
             .collect();
-        assert_eq!(f32s(&download(b, y)), expect);
+        assert_eq!(bytes_f32(&download(b, y)), expect);
         b.free_block(arena).unwrap();
     });
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::*;
 use crate::backend::{MemoryKind, TransferLanes};
 use crate::host::{HostBackend, HostConfig};
+pub(super) use crate::ops::samples::blocks::range;
 
 fn front(config: HostConfig) -> (Arc<HostBackend>, Validated) {
     let host = Arc::new(HostBackend::new(config).unwrap());
@@ -22,14 +23,6 @@ pub(super) fn block(f: &dyn Backend, kind: MemoryKind, size: u64) -> BlockId {
         label: "test",
     })
     .unwrap()
-}
-
-pub(super) fn range(block: BlockId, offset: u64, size: u64) -> BlockRange {
-    BlockRange {
-        block,
-        offset,
-        size,
-    }
 }
 
 #[test]

@@ -8,6 +8,7 @@ use super::*;
 use crate::backend::{BlockDesc, ManagedMemory, PeerPath, managed};
 use crate::host::{HostBackend, HostConfig};
 use crate::ops::Op;
+use crate::ops::samples::blocks::f32_bytes;
 use crate::test_adaptors::host_adaptor;
 use crate::validate::tests::{block, range};
 
@@ -48,10 +49,6 @@ fn peered_front() -> Validated {
     Validated::new(Arc::new(Peered {
         host: HostBackend::new(HostConfig::default()).unwrap(),
     }))
-}
-
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 #[test]
