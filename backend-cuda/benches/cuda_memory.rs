@@ -48,7 +48,7 @@ mod managed;
 #[path = "cuda_memory/peer.rs"]
 mod peer;
 use tensormem::backend::BlockDesc;
-use tensormem::ops::samples::blocks::range;
+use tensormem::ops::samples::support::range;
 use tensormem::{Backend, BlockId, Error, MemoryKind};
 use tensormem_cuda::{CudaBackend, CudaDesc, DeviceAlloc, ExpandableDesc};
 

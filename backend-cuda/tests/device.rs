@@ -21,7 +21,7 @@ mod device {
 }
 
 use tensormem::backend::BlockDesc;
-use tensormem::ops::samples::blocks::{alloc, bytes_f32, f32_bytes, range};
+use tensormem::ops::samples::support::{alloc, bytes_f32, f32_bytes, range};
 use tensormem::{Backend, Error, MemoryKind};
 use tensormem_cuda::{CudaBackend, CudaDesc};
 

@@ -15,9 +15,9 @@ use crate::kernels as host;
 use crate::ops::quant::f32_to_f16;
 use crate::ops::{DType, Op, WeightFormat};
 
-pub mod blocks;
 mod llm;
 mod split;
+pub mod support;
 
 pub use llm::initial_output;
 pub use split::{segment_instances, split_instances};

@@ -27,7 +27,7 @@ mod lavapipe {
 
 use std::sync::Arc;
 
-pub use tensormem::ops::samples::blocks::{alloc, bytes_f32, f32_bytes, range};
+pub use tensormem::ops::samples::support::{alloc, bytes_f32, f32_bytes, range};
 use tensormem::{Backend, BlockId, Error, MemoryKind, Validated};
 use tensormem_vulkan::{TransferQueue, ValidationLog, VulkanBackend, VulkanConfig};
 

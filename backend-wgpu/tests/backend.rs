@@ -22,7 +22,7 @@ mod tickets;
 
 use std::sync::Arc;
 
-pub use tensormem::ops::samples::blocks::{alloc, range};
+pub use tensormem::ops::samples::support::{alloc, range};
 use tensormem::{Backend, BlockRange, MemoryKind, Validated};
 use tensormem_wgpu::{WgpuBackend, WgpuConfig};
 

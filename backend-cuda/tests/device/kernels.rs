@@ -7,6 +7,7 @@ use tensormem_cuda::CudaBackend;
 use tensormem_cuda::toolchain::CodeTarget;
 
 use crate::{alloc, backend, bytes_f32, f32_bytes, range};
+use tensormem::ops::samples::support::assert_close;
 
 /// Uploads tensors, runs `op`, reads the output back.
 fn run_op(b: &CudaBackend, op: &Op, inputs: &[Vec<u8>]) -> Vec<f32> {
@@ -58,15 +59,6 @@ fn run_op(b: &CudaBackend, op: &Op, inputs: &[Vec<u8>]) -> Vec<f32> {
     bytes_f32(&bytes)
 }
 
-fn assert_close(got: &[f32], want: &[f32], tol: f32) {
-    assert_eq!(got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= tol * (1.0 + w.abs()),
-            "element {i}: got {g}, want {w}"
-        );
-    }
-}
 #[test]
 fn elementwise_ops_match_the_reference() {
     let Some(b) = backend() else { return };

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::Error;
+use crate::samples::support::assert_close;
 
 mod elementwise;
 mod matmul;
@@ -29,16 +30,6 @@ fn run_f32(op: &Op, inputs: &[&[f32]]) -> Vec<f32> {
     let mut out = vec![0f32; sig.outputs[0].len as usize];
     run(op, &bytes, &mut [bytemuck::cast_slice_mut(&mut out)]).expect("run");
     out
-}
-
-fn assert_close(got: &[f32], want: &[f32], tol: f32) {
-    assert_eq!(got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= tol * (1.0 + w.abs()),
-            "element {i}: got {g}, want {w}"
-        );
-    }
 }
 
 /// The naive triple loop, indexing the operands in their stored layouts, in f64. Returns the

@@ -4,7 +4,7 @@
 //! KV segments written through [`KvLayout::write_token`], carried states of both kinds), the
 //! initial bytes of the segment [`Op::KvWrite`] updates, and its comparison rule.
 
-use super::blocks::f32_bytes;
+use super::support::f32_bytes;
 use super::{Rng, compare_f32};
 use crate::ops::{KvDType, KvLayout, Op};
 

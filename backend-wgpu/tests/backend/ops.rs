@@ -4,7 +4,7 @@
 //! binding-aligned offsets inside one arena block, as a planner would place them.
 
 use tensormem::ops::Op;
-use tensormem::ops::samples::blocks::bytes_f32;
+use tensormem::ops::samples::support::bytes_f32;
 use tensormem::ops::samples::{self, Rng};
 use tensormem::{Backend, MemoryKind};
 use tensormem_wgpu::WgpuBackend;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::*;
 use crate::backend::{MemoryKind, TransferLanes};
 use crate::host::{HostBackend, HostConfig};
-pub(super) use crate::ops::samples::blocks::range;
+pub(super) use crate::ops::samples::support::range;
 
 fn front(config: HostConfig) -> (Arc<HostBackend>, Validated) {
     let host = Arc::new(HostBackend::new(config).unwrap());

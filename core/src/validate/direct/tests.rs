@@ -8,7 +8,7 @@ use super::*;
 use crate::backend::{BlockDesc, ManagedMemory, PeerPath, managed};
 use crate::host::{HostBackend, HostConfig};
 use crate::ops::Op;
-use crate::ops::samples::blocks::f32_bytes;
+use crate::ops::samples::support::f32_bytes;
 use crate::test_adaptors::host_adaptor;
 use crate::validate::tests::{block, range};
 

@@ -1,6 +1,6 @@
-//! Block helpers the backends' own tests share: allocate and address blocks through any
-//! [`Backend`], and move f32 values to and from bytes. Test support, as the rest of `samples`:
-//! a failure panics with the backend's error, which fails the calling test.
+//! Helpers the backends' own tests share: allocate and address blocks through any [`Backend`],
+//! move f32 values to and from bytes, compare f32 results. Test support, as the rest of
+//! `samples`: a failure panics (with the backend's error), which fails the calling test.
 
 use crate::backend::{Backend, BlockDesc, BlockId, BlockRange, MemoryKind};
 
@@ -36,4 +36,19 @@ pub fn bytes_f32(v: &[u8]) -> Vec<f32> {
     v.chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
+}
+
+/// Asserts that `got` and `want` have the same length and each `got[i]` is within
+/// `tol · (1 + |want[i]|)` of `want[i]`.
+///
+/// # Panics
+/// At the first element outside the bound, naming it.
+pub fn assert_close(got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "element {i}: got {g}, want {w}"
+        );
+    }
 }
