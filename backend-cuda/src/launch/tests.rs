@@ -67,22 +67,9 @@ fn sample_ops() -> Vec<Op> {
     let weighted: Vec<Op> = ops
         .iter()
         .filter(|op| op.weight_format() == WeightFormat::F32 && op.signature().is_ok())
-        .filter(|op| {
-            matches!(
-                op,
-                Op::MatMul { .. } | Op::Conv2d { .. } | Op::Embedding { .. }
-            )
-        })
-        .cloned()
+        .flat_map(|op| op.quantised_variants(2))
         .collect();
-    for op in weighted {
-        ops.push(op.with_weight_format(WeightFormat::F16));
-        ops.push(op.with_weight_format(WeightFormat::Int8 { group: 2 }));
-        let dynamic = op.with_weight_format(WeightFormat::Int8Dynamic { group: 2 });
-        if dynamic.signature().is_ok() {
-            ops.push(dynamic);
-        }
-    }
+    ops.extend(weighted);
     ops
 }
 

@@ -61,6 +61,27 @@ impl Op {
         }
         op
     }
+
+    /// This op again with each stored weight format it accepts: f16, int8 and int8-dynamic with
+    /// scale groups of `group` elements (0: one per channel), each kept when its signature is
+    /// valid (a convolution refuses int8-dynamic). Empty for an op without a weight operand.
+    pub fn quantised_variants(&self, group: u32) -> Vec<Op> {
+        if !matches!(
+            self,
+            Op::MatMul { .. } | Op::Conv2d { .. } | Op::Embedding { .. }
+        ) {
+            return Vec::new();
+        }
+        [
+            WeightFormat::F16,
+            WeightFormat::Int8 { group },
+            WeightFormat::Int8Dynamic { group },
+        ]
+        .into_iter()
+        .map(|format| self.with_weight_format(format))
+        .filter(|op| op.signature().is_ok())
+        .collect()
+    }
 }
 
 /// How a weight operand is stored (module doc).

@@ -79,29 +79,8 @@ fn sample_ops() -> Vec<Op> {
     ]);
     ops.extend(llm_ops());
     // Every weight-reading op again with f16 and int8 weights (per-group scales).
-    let weighted: Vec<Op> = ops
-        .iter()
-        .filter(|op| {
-            matches!(
-                op,
-                Op::MatMul { .. } | Op::Conv2d { .. } | Op::Embedding { .. }
-            )
-        })
-        .cloned()
-        .collect();
-    for op in weighted {
-        for format in [
-            WeightFormat::F16,
-            WeightFormat::Int8 { group: 2 },
-            WeightFormat::Int8Dynamic { group: 2 },
-        ] {
-            let op = op.with_weight_format(format);
-            // Conv2d refuses int8-dynamic weights.
-            if op.signature().is_ok() {
-                ops.push(op);
-            }
-        }
-    }
+    let weighted: Vec<Op> = ops.iter().flat_map(|op| op.quantised_variants(2)).collect();
+    ops.extend(weighted);
     ops
 }
 
