@@ -362,7 +362,8 @@ fn unary_slices(inputs: &[&[u8]], out: &mut [u8], f: impl Fn(&[f32], &mut [f32])
     write_f32(out, |y| par_rows(y, 1, HEAVY_GRAIN, |i0, y| f(&x[i0..], y)));
 }
 
-/// `c[i] = f(a[i], b[i % b_len])` over inputs 0 and 1, in parallel chunks of `grain` elements.
+/// `c[i] = f(a[i], b[i % b_len])` over inputs 0 and 1, in parallel chunks of at least `grain`
+/// elements (whole repeats of `b` when it is shorter than `a`).
 fn binary(
     inputs: &[&[u8]],
     out: &mut [u8],
@@ -373,6 +374,16 @@ fn binary(
     let (a, b) = (f32s(inputs[0]), f32s(inputs[1]));
     let b_len = b_len as usize;
     write_f32(out, |c| {
+        if b_len >= c.len() {
+            // `b` as long as `a` (a residual add, a gate): any cut of `c` lines up with `b`, so
+            // the op splits by elements rather than running as one row.
+            par_rows(c, 1, grain, |i0, c| {
+                for ((c, &a), &b) in c.iter_mut().zip(&a[i0..]).zip(&b[i0..]) {
+                    *c = f(a, b);
+                }
+            });
+            return;
+        }
         par_rows(c, b_len, grain, |row0, c| {
             let a = &a[row0 * b_len..];
             for (c, a) in c.chunks_exact_mut(b_len).zip(a.chunks_exact(b_len)) {

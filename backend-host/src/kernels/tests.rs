@@ -107,6 +107,11 @@ fn results_do_not_depend_on_the_thread_count() {
             len: 196_608,
             b_len: 384,
         },
+        Op::Add {
+            len: 100_000,
+            b_len: 100_000,
+        },
+        Op::SiluMul { len: 50_000 },
         Op::LayerNorm {
             rows: 512,
             cols: 384,
@@ -155,6 +160,14 @@ fn results_do_not_depend_on_the_thread_count() {
             "{op:?}: 1 and 4 threads differ"
         );
     }
+    // A full-length add, split by elements, is still `a + b`.
+    let (a, b) = (data(100_000, 60), data(100_000, 61));
+    let got = four.install(|| run_f32(&ops[4], &[&a, &b]));
+    assert!(
+        got.iter()
+            .zip(a.iter().zip(&b))
+            .all(|(c, (a, b))| *c == a + b)
+    );
     // And the large matmul is still right.
     let op = &ops[0];
     let sig = op.signature().unwrap();
