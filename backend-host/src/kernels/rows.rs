@@ -20,14 +20,23 @@ pub(super) fn sum_f64(xs: &[f32], f: impl Fn(f64) -> f64) -> f64 {
             *a += f(f64::from(v));
         }
     }
-    let mut width = 8;
+    tail.iter()
+        .fold(pairwise_sum(acc), |sum, &v| sum + f(f64::from(v)))
+}
+
+/// The sum of `v` in a fixed pairwise order: halves added until one lane is left (`L` a power of
+/// two). The dot kernel's lane sums and [`sum_f64`] both promise this order.
+#[inline(always)]
+pub(super) fn pairwise_sum<T: Copy + std::ops::AddAssign, const L: usize>(mut v: [T; L]) -> T {
+    let mut width = L;
     while width > 1 {
         width /= 2;
         for l in 0..width {
-            acc[l] += acc[l + width];
+            let upper = v[l + width];
+            v[l] += upper;
         }
     }
-    tail.iter().fold(acc[0], |sum, &v| sum + f(f64::from(v)))
+    v[0]
 }
 
 /// Softmax over rows of `cols`, the first of which is row `row0` of the op; `mask` is

@@ -115,7 +115,7 @@ impl Simd for Portable {
     }
     #[inline(always)]
     unsafe fn sum(v: [f32; 4]) -> f32 {
-        reduce(v)
+        crate::kernels::rows::pairwise_sum(v)
     }
     #[inline(always)]
     fn madd1(x: f32, y: f32, acc: f32) -> f32 {
@@ -249,17 +249,4 @@ mod x86 {
             x.mul_add(y, acc)
         }
     }
-}
-
-/// The lanes' sum in a fixed pairwise order: halves added until one lane is left.
-#[inline(always)]
-fn reduce<const L: usize>(mut v: [f32; L]) -> f32 {
-    let mut width = L;
-    while width > 1 {
-        width /= 2;
-        for l in 0..width {
-            v[l] += v[l + width];
-        }
-    }
-    v[0]
 }
